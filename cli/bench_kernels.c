@@ -1,0 +1,156 @@
+/* trident bench-kernels: GFLOP/s of the shared kernels on this machine.
+ *
+ *   --op matmul|attention|all   matmul: c = a·b at N³ (2·N³ flops);
+ *                               attention: q,k,v (1,12,N,64), 4·12·N²·64 flops
+ *   --size N                    default 2048 for matmul, 512 for attention
+ *   --dtype f32|bf16|all        default all
+ *   --reps R                    timed runs after one warm-up (default 10); the median is shown
+ *
+ * argv holds the options only (the program strips "trident bench-kernels"). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cli.h"
+#include "trident/kernels.h"
+#include "trident/rng.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int usage(const char *why) {
+    if (why) fprintf(stderr, "trident bench-kernels: %s\n", why);
+    fprintf(stderr, "usage: trident bench-kernels [--op matmul|attention|all] [--size N] [--dtype f32|bf16|all] [--reps R]\n");
+    return 2;
+}
+
+/* A device tensor of the shape, filled with N(0, 1) values. */
+static int make_tensor(struct tr_kernels *k, struct tr_tensor *t, enum tr_dtype dt, int nd, const int64_t *shape,
+                       uint64_t seed, struct tr_error *err) {
+    int st = tr_tensor_make(t, NULL, dt, nd, shape, err);
+    if (st) return st;
+    size_t nb = tr_tensor_nbytes(t);
+    st = tr_kernels_alloc(k, nb, &t->data, err);
+    if (st) return st;
+    struct tr_tensor host = *t;
+    st = tr_host_alloc(&host.data, nb, err);
+    if (st) return st;
+    int64_t n = tr_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) tr_tensor_set_f64(&host, i, tr_rng_normal(seed, 0xbe7c, (uint64_t)i));
+    st = tr_kernels_to_device(k, t->data, host.data, nb, err);
+    tr_host_free(host.data);
+    return st;
+}
+
+/* One row of the table: warm-up, reps timed runs, median. */
+static int bench_one(struct tr_kernels *k, int op, enum tr_dtype dt, int64_t n, int reps, struct tr_error *err) {
+    struct tr_tensor t[4];
+    memset(t, 0, sizeof t);
+    int st = TR_OK, nt;
+    double flops;
+    if (op == TR_OP_MATMUL) {
+        nt = 3;
+        st = make_tensor(k, &t[0], dt, 2, (int64_t[]){n, n}, 1, err);
+        if (!st) st = make_tensor(k, &t[1], dt, 2, (int64_t[]){n, n}, 2, err);
+        if (!st) st = make_tensor(k, &t[2], dt, 2, (int64_t[]){n, n}, 3, err);
+        flops = 2.0 * (double)n * (double)n * (double)n;
+    } else {
+        nt = 4;
+        const int64_t shape[4] = {1, 12, n, 64};
+        for (int i = 0; i < 4 && !st; i++) st = make_tensor(k, &t[i], dt, 4, shape, 10 + (uint64_t)i, err);
+        flops = 4.0 * 12.0 * (double)n * (double)n * 64.0;
+    }
+    double *times = calloc((size_t)reps, sizeof(double));
+    if (!times && !st) st = tr_error_set(err, TR_ERR_NOMEM, "bench-kernels: no memory for %d timings", reps);
+    for (int r = -1; r < reps && !st; r++) {
+        double t0 = now_s();
+        if (op == TR_OP_MATMUL) st = tr_k_matmul(k, &t[0], &t[1], &t[2], 0, 0, 1.0f, NULL, TR_ACT_NONE, err);
+        else st = tr_k_attention(k, &t[0], &t[1], &t[2], NULL, 0.125f, 0, 0, &t[3], err);
+        if (!st) st = tr_kernels_sync(k, err);
+        if (r >= 0) times[r] = now_s() - t0;
+    }
+    if (!st) {
+        qsort(times, (size_t)reps, sizeof(double), cmp_double);
+        double med = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
+        char shape[64];
+        if (op == TR_OP_MATMUL) snprintf(shape, sizeof shape, "%lld^3", (long long)n);
+        else snprintf(shape, sizeof shape, "1x12x%lldx64", (long long)n);
+        printf("%-10s %-5s %-14s %5d %11.3f %11.3f %9.1f\n", tr_op_name(op), tr_dtype_name(dt), shape, reps, med * 1e3,
+               times[0] * 1e3, flops / med * 1e-9);
+    }
+    free(times);
+    for (int i = 0; i < nt; i++)
+        if (t[i].data) tr_kernels_dealloc(k, t[i].data);
+    return st;
+}
+
+int tr_cli_bench_kernels(int argc, char **argv) {
+    int64_t size = 0;
+    int reps = 10, want_mm = 1, want_attn = 0;
+    int dts[2] = {1, 1}; /* f32, bf16 */
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(NULL);
+            return 0;
+        }
+        if (!v) return usage("an option is missing its value");
+        i++;
+        if (strcmp(a, "--size") == 0) {
+            size = strtoll(v, &end, 10);
+            if (*end || size < 1 || size > 65536) return usage("--size wants an integer in 1..65536");
+        } else if (strcmp(a, "--reps") == 0) {
+            long r = strtol(v, &end, 10);
+            if (*end || r < 1 || r > 100000) return usage("--reps wants an integer in 1..100000");
+            reps = (int)r;
+        } else if (strcmp(a, "--dtype") == 0) {
+            if (strcmp(v, "f32") == 0) dts[0] = 1, dts[1] = 0;
+            else if (strcmp(v, "bf16") == 0) dts[0] = 0, dts[1] = 1;
+            else if (strcmp(v, "all") == 0) dts[0] = dts[1] = 1;
+            else return usage("--dtype wants f32, bf16 or all");
+        } else if (strcmp(a, "--op") == 0) {
+            if (strcmp(v, "matmul") == 0) want_mm = 1, want_attn = 0;
+            else if (strcmp(v, "attention") == 0) want_mm = 0, want_attn = 1;
+            else if (strcmp(v, "all") == 0) want_mm = want_attn = 1;
+            else return usage("--op wants matmul, attention or all");
+        } else {
+            fprintf(stderr, "trident bench-kernels: unknown option '%s'\n", a);
+            return usage(NULL);
+        }
+    }
+    struct tr_error err = {0};
+    struct tr_kernels *k = NULL;
+    if (tr_kernels_init(&k, TR_DEVICE_CPU, 0, &err)) {
+        fprintf(stderr, "trident bench-kernels: %s\n", err.msg);
+        return 1;
+    }
+    const char *threads = getenv("OMP_NUM_THREADS");
+    printf("kernels on the cpu, OMP_NUM_THREADS=%s; median of %d runs after one warm-up\n",
+           threads ? threads : "(unset: all cores)", reps);
+    printf("%-10s %-5s %-14s %5s %11s %11s %9s\n", "op", "dtype", "shape", "reps", "median ms", "best ms", "GFLOP/s");
+    int rc = 0;
+    const enum tr_dtype dtv[2] = {TR_DTYPE_F32, TR_DTYPE_BF16};
+    for (int o = 0; o < 2 && !rc; o++) {
+        if ((o == 0 && !want_mm) || (o == 1 && !want_attn)) continue;
+        int op = o == 0 ? TR_OP_MATMUL : TR_OP_ATTENTION;
+        int64_t n = size ? size : (o == 0 ? 2048 : 512);
+        for (int d = 0; d < 2 && !rc; d++) {
+            if (!dts[d]) continue;
+            if (bench_one(k, op, dtv[d], n, reps, &err)) {
+                fprintf(stderr, "trident bench-kernels: %s %s: %s\n", tr_op_name(op), tr_dtype_name(dtv[d]), err.msg);
+                rc = 1;
+            }
+        }
+    }
+    tr_kernels_free(k);
+    return rc;
+}

@@ -1,0 +1,145 @@
+/* trident — the program.
+ *
+ *   trident run FILE.ini [--json OUT] [--steps N]   run the task on every backend listed
+ *   trident bench FILE.ini ...                       the same (benchmarks are runs)
+ *   trident bench-kernels [--size N] [--dtype D]     GFLOP/s of the shared kernels
+ *   trident list [FILE.ini]                          models, presets, tasks; backend plugins
+ *   trident dump FILE.ini                            the task's graph as text
+ *
+ * Exit status: 0 success, 1 failure (the message on stderr), 2 usage. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cli.h"
+#include "models.h"
+#include "trident/trident.h"
+
+static const char usage[] =
+    "usage: trident run FILE.ini [--json OUT] [--steps N]\n"
+    "       trident bench FILE.ini [--json OUT] [--steps N]\n"
+    "       trident bench-kernels [--size N] [--dtype f32|bf16|all] [--reps R]\n"
+    "       trident list [FILE.ini]\n"
+    "       trident dump FILE.ini\n";
+
+static int fail(const struct tr_error *err) {
+    fprintf(stderr, "trident: error: %s\n", err->msg);
+    return 1;
+}
+
+static int parse_count(const char *s, int64_t *out) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < 1 || v > 1000000) return -1;
+    *out = v;
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+    const char *ini = NULL, *json = NULL;
+    int64_t steps = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
+        else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
+            if (parse_count(argv[++i], &steps)) {
+                fprintf(stderr, "trident: --steps %s: expected an integer from 1 to 1000000\n", argv[i]);
+                return 2;
+            }
+        } else if (argv[i][0] == '-' || ini) {
+            fprintf(stderr, "trident: unexpected argument '%s'\n%s", argv[i], usage);
+            return 2;
+        } else ini = argv[i];
+    }
+    if (!ini) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    struct tr_error err = {0};
+    static struct tr_config cfg;
+    if (tr_config_load(ini, &cfg, &err)) return fail(&err);
+    if (steps) cfg.steps = steps;
+
+    static struct tr_bench_report rep;
+    int rc = tr_bench_run(&cfg, tr_builtin_models, &rep, &err);
+    if (rep.n_rows > 0) tr_bench_print(&rep, stdout);
+    if (rep.n_rows > 0 && json) {
+        struct tr_error jerr = {0};
+        if (tr_bench_write_json(&rep, json, &jerr)) {
+            fail(&jerr);
+            rc = rc ? rc : jerr.status;
+        }
+    }
+    if (rc) return fail(&err);
+    return 0;
+}
+
+static void print_candidate(const struct tr_plugin_candidate *c, void *user) {
+    (void)user;
+    if (c->accepted)
+        printf("  %-8s %-44s %s%s\n", c->name, c->path, c->shadowed ? "(shadowed by an earlier one) " : "",
+               c->description ? c->description : "");
+    else printf("  refused  %-44s %s\n", c->path, c->reason);
+    printf("           from %s\n", c->origin);
+}
+
+static int cmd_list(int argc, char **argv) {
+    struct tr_config cfg;
+    struct tr_error err = {0};
+    tr_config_defaults(&cfg);
+    if (argc > 1) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    if (argc == 1 && tr_config_load(argv[0], &cfg, &err)) return fail(&err);
+
+    printf("models:\n");
+    for (const struct tr_model_desc *const *m = tr_builtin_models; *m; m++) {
+        printf("  %-10s %s\n", (*m)->name, (*m)->description);
+        printf("             tasks:");
+        for (int t = 0; t < TR_TASK_COUNT; t++)
+            if ((*m)->tasks & (1u << t)) printf(" %s", tr_task_name((enum tr_task)t));
+        printf("\n");
+        for (int p = 0; p < (*m)->n_presets; p++)
+            printf("             preset %-8s %s\n", (*m)->presets[p].name, (*m)->presets[p].doc);
+    }
+    printf("\nbackends (search order: [plugins] path, TRIDENT_PLUGIN_PATH, build tree, install dir):\n");
+    struct tr_plugin_search s = {.ini_dir = cfg.plugin_path[0] ? cfg.plugin_path : NULL, .env_path = NULL};
+    if (tr_plugin_scan(&s, print_candidate, NULL, &err)) return fail(&err);
+    return 0;
+}
+
+static int cmd_dump(int argc, char **argv) {
+    if (argc != 1) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    struct tr_error err = {0};
+    static struct tr_config cfg;
+    if (tr_config_load(argv[0], &cfg, &err)) return fail(&err);
+    struct tr_task_graph tg;
+    if (tr_task_graph_build(&cfg, tr_builtin_models, &tg, &err)) return fail(&err);
+    int rc = tr_graph_dump(tg.graph, stdout, &err);
+    tr_task_graph_free(&tg);
+    return rc ? fail(&err) : 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "run") == 0 || strcmp(cmd, "bench") == 0) return cmd_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "bench-kernels") == 0) return tr_cli_bench_kernels(argc - 2, argv + 2);
+    if (strcmp(cmd, "list") == 0) return cmd_list(argc - 2, argv + 2);
+    if (strcmp(cmd, "dump") == 0) return cmd_dump(argc - 2, argv + 2);
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("trident %d.%d (backend ABI %d.%d)\n", 0, 1, TR_ABI_MAJOR, TR_ABI_MINOR);
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    fprintf(stderr, "trident: unknown command '%s'\n%s", cmd, usage);
+    return 2;
+}

@@ -1,0 +1,84 @@
+/* trident — the task runner and the side-by-side benchmark harness.
+ *
+ * tr_bench_run builds the model's graph once from the config, makes (or loads) the
+ * weights once and one synthetic batch, then for each backend listed: loads the plugin,
+ * compiles, runs `warmup` steps (the first timed on its own: build + compile + first
+ * run, as the Keras benchmark leaves it out), then `steps` timed steps. Every backend
+ * sees the same weights and the same batch; their outputs are compared with the first
+ * backend's, and a relative difference beyond the dtype's tolerance fails the run.
+ */
+#ifndef TRIDENT_BENCH_H
+#define TRIDENT_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include "trident/backend.h"
+#include "trident/config.h"
+#include "trident/model.h"
+#include "trident/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TR_BENCH_MAX_ROWS TR_CONFIG_MAX_BACKENDS
+
+struct tr_bench_row {
+    char label[96];             /* "torch", "torch:reduce-overhead" */
+    char plugin_path[TR_CONFIG_PATH];
+    int ok;                     /* 0: the backend failed; error says why */
+    char error[TR_ERROR_MSG_MAX];
+    double compile_ms;          /* compile() alone */
+    double first_ms;            /* compile + first step */
+    double mean_ms, median_ms, p90_ms, min_ms;
+    double items_per_s;         /* samples/s for predict and fit */
+    double gflops;              /* graph FLOPs / mean step time */
+    struct tr_backend_stats stats;
+    double max_rel_diff;        /* against the first backend, over all outputs */
+    char worst_output[64];      /* the output with the largest difference */
+    int agrees;                 /* within the dtype's tolerance of the first backend */
+    int is_reference;           /* the first backend that ran: the others are compared to it */
+};
+
+struct tr_bench_report {
+    char model[64], preset[64], task[32], device[16], dtype[16];
+    int64_t batch, seq_len, steps, warmup;
+    uint64_t seed;
+    uint64_t param_count, param_bytes;
+    double flops_per_step;
+    int n_nodes;
+    struct tr_bench_row rows[TR_BENCH_MAX_ROWS];
+    int n_rows;
+    double tolerance;
+    int all_ok;                 /* every backend ran and all agree */
+};
+
+/* A task's graph, built once from a config: the model found in the registry, its config
+ * resolved (preset + [model] overrides), the graph built for the task. Shared by
+ * `trident run`, `trident dump` and the tests. */
+struct tr_task_graph {
+    const struct tr_model_desc *model;
+    void *config;               /* model->config_size bytes, resolved */
+    struct tr_build_opts opts;
+    struct tr_graph *graph;
+};
+
+int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,
+                        struct tr_task_graph *tg, struct tr_error *err);
+void tr_task_graph_free(struct tr_task_graph *tg);
+
+/* Run the config's task on every backend it lists. Returns TR_OK when the report is
+ * complete and all_ok; a backend's failure or a disagreement is in the report and also
+ * makes the status non-zero (TR_ERR_NUMERIC for disagreement). Errors before any backend
+ * runs (bad model, preset, weights) return at once with err filled. */
+int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const *models,
+                 struct tr_bench_report *rep, struct tr_error *err);
+
+/* An aligned table, one row per backend, speed relative to the fastest. */
+void tr_bench_print(const struct tr_bench_report *rep, FILE *f);
+int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, struct tr_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

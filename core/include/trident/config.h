@@ -1,0 +1,91 @@
+/* trident — INI configuration (parsed by inih).
+ *
+ *   [run]              model, preset, task, backends, device, dtype, batch, seq_len,
+ *                      steps, warmup, seed, weights (a safetensors file; empty: made
+ *                      from seed)
+ *   [plugins]          path (a directory searched first for backends; relative to the
+ *                      INI file's directory)
+ *   [backend.NAME]     options handed to that backend as key/value pairs; the plugin
+ *                      validates its own keys
+ *   [model]            overrides of the preset's keys; the model validates them
+ *
+ * `backends` is a comma-separated list of entries "NAME", "NAME:MODE" (MODE is given to
+ * the backend as the option `mode`) or a path to a .so file. Unknown sections and keys
+ * are errors. Every error reads "FILE:LINE: [SECTION] KEY = VALUE: what was expected".
+ * A tr_config is a plain value: no allocation, nothing to free.
+ */
+#ifndef TRIDENT_CONFIG_H
+#define TRIDENT_CONFIG_H
+
+#include <stdint.h>
+#include "trident/backend.h"
+#include "trident/dtype.h"
+#include "trident/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TR_CONFIG_MAX_BACKENDS 8
+#define TR_CONFIG_MAX_KV 64
+#define TR_CONFIG_STR 256
+#define TR_CONFIG_PATH 1024
+
+struct tr_config_kv {
+    char section[64];   /* "model", "backend.torch" */
+    char key[64];
+    char value[TR_CONFIG_STR];
+    int line;
+};
+
+struct tr_config_backend {
+    char spec[TR_CONFIG_STR];   /* as written: "torch:reduce-overhead" */
+    char name[64];              /* "torch", or the file's stem for a path */
+    char mode[64];              /* "reduce-overhead", or "" */
+    char path[TR_CONFIG_PATH];  /* set when the entry is a path to a .so */
+};
+
+struct tr_config {
+    char file[TR_CONFIG_PATH];  /* the INI's path, as given */
+    char dir[TR_CONFIG_PATH];   /* its directory, for relative paths */
+
+    /* [run] */
+    char model[64];
+    char preset[64];
+    char task[32];              /* "predict", ... */
+    struct tr_config_backend backends[TR_CONFIG_MAX_BACKENDS];
+    int n_backends;
+    int backends_line;
+    char device[16];            /* "cpu" or "cuda" */
+    int device_type;            /* enum tr_device_type */
+    enum tr_dtype dtype;
+    int64_t batch, seq_len, steps, warmup;
+    uint64_t seed;
+    char weights[TR_CONFIG_PATH]; /* resolved against dir; "" when weights come from seed */
+
+    /* [plugins] */
+    char plugin_path[TR_CONFIG_PATH]; /* resolved against dir; "" when not set */
+
+    /* [model] and [backend.NAME], in file order */
+    struct tr_config_kv kv[TR_CONFIG_MAX_KV];
+    int n_kv;
+};
+
+/* Defaults: model bert, preset tiny, task predict, backends torch, device cpu, dtype f32,
+ * batch 8, seq_len 128, steps 10, warmup 2, seed 1234. */
+void tr_config_defaults(struct tr_config *cfg);
+
+/* Read an INI file over the defaults. */
+int tr_config_load(const char *path, struct tr_config *cfg, struct tr_error *err);
+/* The same from a string (name is used in messages as the file). */
+int tr_config_load_string(const char *text, const char *name, struct tr_config *cfg, struct tr_error *err);
+
+/* The options of [backend.NAME] as tr_option records pointing into cfg, plus
+ * mode = MODE when the backends entry had one. Returns how many were written (at most max). */
+int tr_config_backend_options(const struct tr_config *cfg, const struct tr_config_backend *be,
+                              struct tr_option *out, int max);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

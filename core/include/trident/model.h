@@ -1,0 +1,88 @@
+/* trident — model descriptors and their registry.
+ *
+ * A model is described once: a name, config keys (typed, with offsets into the model's
+ * own config struct), presets (a full config struct each), the tasks it offers, and
+ * functions that build the graph of a task and fill a synthetic batch for it. Core
+ * resolves a preset plus the INI's [model] overrides into the model's config struct;
+ * the model never parses text itself.
+ */
+#ifndef TRIDENT_MODEL_H
+#define TRIDENT_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "trident/config.h"
+#include "trident/dtype.h"
+#include "trident/graph.h"
+#include "trident/status.h"
+#include "trident/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum tr_task { TR_TASK_PREDICT = 0, TR_TASK_FIT = 1, TR_TASK_GENERATE = 2, TR_TASK_COUNT };
+const char *tr_task_name(enum tr_task t);
+int tr_task_from_name(const char *s, enum tr_task *out);
+
+enum tr_key_type { TR_KEY_INT = 0, TR_KEY_FLOAT = 1, TR_KEY_BOOL = 2, TR_KEY_STRING = 3 };
+
+/* One config key of a model; `offset` is into the model's config struct; an INT is an
+ * int64_t, FLOAT a double, BOOL an int, STRING a char[64]. min/max bound INT and FLOAT. */
+struct tr_model_key {
+    const char *name;
+    enum tr_key_type type;
+    size_t offset;
+    double min, max;
+    const char *doc;
+};
+
+struct tr_model_preset {
+    const char *name;
+    const void *config;         /* points to the model's config struct */
+    const char *doc;            /* "bert-base-cased: 12 layers, hidden 768, ..." */
+};
+
+/* What a task's graph is built for. */
+struct tr_build_opts {
+    enum tr_task task;
+    enum tr_dtype dtype;
+    int64_t batch;
+    int64_t seq_len;
+};
+
+struct tr_model_desc {
+    const char *name;
+    const char *description;
+    size_t config_size;
+    const struct tr_model_key *keys;
+    int n_keys;
+    const struct tr_model_preset *presets;
+    int n_presets;
+    uint32_t tasks;             /* bit (1u << enum tr_task) per task offered */
+    /* Build the task's graph into g (empty) from the resolved config. */
+    int (*build)(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err);
+    /* Fill the graph's INPUT tensors (host, allocated by the caller with the graph's
+     * shapes, in input order) with a synthetic batch from seed. */
+    int (*make_inputs)(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
+                       struct tr_tensor *inputs, struct tr_error *err);
+};
+
+/* Look a model up in a NULL-terminated list; the error lists the names there are. */
+int tr_model_find(const struct tr_model_desc *const *models, const char *name,
+                  const struct tr_model_desc **out, struct tr_error *err);
+
+/* Resolve preset + the [model] overrides of cfg into config (config_size bytes). Unknown
+ * presets list the ones there are; unknown keys and bad values are errors naming
+ * FILE:LINE, the key, the value and the expected type and range. */
+int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const struct tr_config *cfg,
+                     void *config, struct tr_error *err);
+
+/* Read a key of a resolved config as text ("768"), for reports and `trident list`. */
+int tr_model_key_str(const struct tr_model_desc *m, const void *config, const struct tr_model_key *k,
+                     char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

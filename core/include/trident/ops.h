@@ -1,0 +1,106 @@
+/* trident — the op set of the graph IR and the meaning of each op's attributes.
+ *
+ * Every node has exactly one output. Float ops take inputs of one float dtype and give
+ * that dtype (arithmetic inside in f32 at least). Shapes are outermost first.
+ * Attributes live in struct tr_attrs; the table below says which field means what.
+ * This list is the single source: enum values, names and arity are generated from it.
+ * Values are only ever appended (they cross the plugin ABI).
+ *
+ *   X(NAME, "name", n_inputs)     n_inputs -1: variadic
+ *
+ *   INPUT        fed per step (synthetic batch)            attrs: -
+ *   PARAM        a weight; host data bound by core         floats[0]=init mean, floats[1]=init std
+ *   CONST        host data held by the graph               -
+ *   MATMUL       a (...,M,K) · b (...,K,N) -> (...,M,N)   ints[0]=trans_a, ints[1]=trans_b
+ *                (transposes swap the last two axes of the operand). Batch axes of a and b
+ *                broadcast (numpy rules), b may be 2-D and is then shared by every batch.
+ *                floats[0]=alpha (the product is scaled by alpha; 1 by default).
+ *   ADD SUB MUL DIV  numpy broadcasting of the two inputs
+ *   GELU         ints[0]=0: x/2·(1+erf(x/√2)); 1: tanh approximation
+ *   TANH RELU SILU SIGMOID EXP NEG SQRT RSQRT   elementwise
+ *   SCALE        alpha·x + beta                            floats[0]=alpha, floats[1]=beta
+ *   SOFTMAX      over the last axis
+ *   LAYER_NORM   x (...,D), gamma (D), beta (D) over the last axis   floats[0]=eps
+ *   EMBEDDING    table (V,D), ids (...) of i32/i64 -> (...,D); an id outside [0,V) is an
+ *                error at run time (the kernel returns TR_ERR_INVALID)
+ *   RESHAPE      ints[0..n_ints-1] = new shape (one entry may be -1)
+ *   TRANSPOSE    ints[0..ndim-1] = perm: out.shape[i] = in.shape[perm[i]]
+ *   SLICE        ints[0]=axis, ints[1]=start, ints[2]=end (exclusive), ints[3]=step (>0)
+ *   CONCAT       ints[0]=axis; all inputs equal elsewhere
+ *   SUM MEAN MAX ints[0]=axis, ints[1]=keepdims (0/1)
+ *   CAST         ints[0]=target dtype (enum tr_dtype)
+ *   ATTENTION    q (B,H,Tq,D), k (B,Hk,Tk,D), v (B,Hk,Tk,Dv), [mask] -> (B,H,Tq,Dv)
+ *                H a multiple of Hk (grouped-query heads). mask, optional 4th input, is
+ *                additive, f32 or q's dtype, broadcastable to (B,H,Tq,Tk).
+ *                floats[0]=scale (applied to q·kᵀ), ints[0]=causal (0/1),
+ *                ints[1]=window (0: none; else key j is seen by query i only when
+ *                i - window < j <= i, positions aligned at the end of k)
+ */
+#ifndef TRIDENT_OPS_H
+#define TRIDENT_OPS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TR_OP_LIST(X)                  \
+    X(INPUT,      "input",       0)    \
+    X(PARAM,      "param",       0)    \
+    X(CONST,      "const",       0)    \
+    X(MATMUL,     "matmul",      2)    \
+    X(ADD,        "add",         2)    \
+    X(SUB,        "sub",         2)    \
+    X(MUL,        "mul",         2)    \
+    X(DIV,        "div",         2)    \
+    X(GELU,       "gelu",        1)    \
+    X(TANH,       "tanh",        1)    \
+    X(RELU,       "relu",        1)    \
+    X(SILU,       "silu",        1)    \
+    X(SIGMOID,    "sigmoid",     1)    \
+    X(EXP,        "exp",         1)    \
+    X(NEG,        "neg",         1)    \
+    X(SQRT,       "sqrt",        1)    \
+    X(RSQRT,      "rsqrt",       1)    \
+    X(SCALE,      "scale",       1)    \
+    X(SOFTMAX,    "softmax",     1)    \
+    X(LAYER_NORM, "layer_norm",  3)    \
+    X(EMBEDDING,  "embedding",   2)    \
+    X(RESHAPE,    "reshape",     1)    \
+    X(TRANSPOSE,  "transpose",   1)    \
+    X(SLICE,      "slice",       1)    \
+    X(CONCAT,     "concat",     -1)    \
+    X(SUM,        "sum",         1)    \
+    X(MEAN,       "mean",        1)    \
+    X(MAX,        "max",         1)    \
+    X(CAST,       "cast",        1)    \
+    X(ATTENTION,  "attention",  -1)
+
+enum tr_op {
+#define TR_OP_ENUM_(name, str, n) TR_OP_##name,
+    TR_OP_LIST(TR_OP_ENUM_)
+#undef TR_OP_ENUM_
+    TR_OP_COUNT
+};
+
+#define TR_ATTR_INTS 8
+#define TR_ATTR_FLOATS 4
+
+struct tr_attrs {
+    int64_t ints[TR_ATTR_INTS];
+    float floats[TR_ATTR_FLOATS];
+    int32_t n_ints;     /* how many of ints[] are meaningful (RESHAPE, TRANSPOSE) */
+    int32_t reserved;
+};
+
+const char *tr_op_name(int op);        /* "matmul"; "?" for an unknown value */
+int tr_op_arity(int op);               /* fixed input count, or -1 for variadic */
+int tr_op_from_name(const char *s);    /* -1 if unknown */
+int tr_op_is_elementwise_unary(int op);
+int tr_op_is_elementwise_binary(int op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,39 @@
+/* trident — weights: made from a seed, or read from safetensors.
+ *
+ * A struct tr_weights owns one host buffer per PARAM of a graph and binds them to it
+ * (tr_graph_bind_param), so every backend compiled from that graph sees the same bytes.
+ * From a seed, each tensor is drawn from normal(mean, std) as its PARAM says, by a
+ * counter-based generator keyed by (seed, the parameter's name): the values do not
+ * depend on the order of parameters or on the backend.
+ */
+#ifndef TRIDENT_WEIGHTS_H
+#define TRIDENT_WEIGHTS_H
+
+#include <stdint.h>
+#include "trident/graph.h"
+#include "trident/status.h"
+#include "trident/tensor.h"
+#include "trident/rng.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tr_weights;
+
+int tr_weights_from_seed(struct tr_graph *g, uint64_t seed, struct tr_weights **out, struct tr_error *err);
+
+/* Every PARAM must be in the file under its name, with its shape. An f32 tensor is
+ * converted when the PARAM is bf16 or f16 (round to nearest even); other dtype
+ * mismatches are errors. A missing tensor, a wrong shape, a truncated file or a bad
+ * header: an error naming the tensor and the file. Tensors in the file that the graph
+ * does not use are ignored. */
+int tr_weights_load(struct tr_graph *g, const char *path, struct tr_weights **out, struct tr_error *err);
+
+uint64_t tr_weights_bytes(const struct tr_weights *w);
+void tr_weights_free(struct tr_weights *w);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

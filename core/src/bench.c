@@ -1,0 +1,300 @@
+/* The task runner and the side-by-side benchmark harness (bench.h).
+ *
+ * One graph, one set of weights, one synthetic batch; each backend in turn loads, compiles
+ * and runs it. The first step (init + compile + first run) is timed on its own and left
+ * out, as the Keras 3 benchmark does; the remaining warm-up steps are untimed; then
+ * `steps` steps are timed one by one so that the median and p90 are real. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "trident/bench.h"
+#include "trident/graph.h"
+#include "trident/kernels.h"
+#include "trident/loader.h"
+#include "trident/weights.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,
+                        struct tr_task_graph *tg, struct tr_error *err) {
+    memset(tg, 0, sizeof *tg);
+    int rc = tr_model_find(models, cfg->model, &tg->model, err);
+    if (rc) return tr_error_prefix(err, "%s: [run] model = %s", cfg->file, cfg->model);
+    const struct tr_model_desc *m = tg->model;
+    enum tr_task task;
+    if (tr_task_from_name(cfg->task, &task) != TR_OK)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: [run] task = %s: expected predict, fit or generate",
+                            cfg->file, cfg->task);
+    if (!(m->tasks & (1u << task))) {
+        char have[128] = "";
+        for (int t = 0; t < TR_TASK_COUNT; t++)
+            if (m->tasks & (1u << t)) {
+                if (have[0]) strcat(have, ", ");
+                strcat(have, tr_task_name((enum tr_task)t));
+            }
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: [run] task = %s: model '%s' offers %s", cfg->file,
+                            cfg->task, m->name, have);
+    }
+    tg->config = calloc(1, m->config_size);
+    if (!tg->config) return tr_error_set(err, TR_ERR_NOMEM, "model config: out of memory");
+    rc = tr_model_resolve(m, cfg->preset, cfg, tg->config, err);
+    if (rc) goto fail;
+    tg->opts = (struct tr_build_opts){.task = task, .dtype = cfg->dtype, .batch = cfg->batch, .seq_len = cfg->seq_len};
+    rc = tr_graph_init(&tg->graph, err);
+    if (rc) goto fail;
+    rc = m->build(tg->config, &tg->opts, tg->graph, err);
+    if (rc == TR_OK) rc = tr_graph_status(tg->graph, err);
+    if (rc) {
+        tr_error_prefix(err, "%s: building model '%s' (preset %s, task %s)", cfg->file, m->name, cfg->preset,
+                        cfg->task);
+        goto fail;
+    }
+    return TR_OK;
+fail:
+    tr_task_graph_free(tg);
+    return rc;
+}
+
+void tr_task_graph_free(struct tr_task_graph *tg) {
+    tr_graph_free(tg->graph);
+    free(tg->config);
+    memset(tg, 0, sizeof *tg);
+}
+
+/* Host tensors for the graph's inputs or outputs. */
+static int alloc_io(const struct tr_graph *g, int n, int (*node_of)(const struct tr_graph *, int),
+                    struct tr_tensor **out, struct tr_error *err) {
+    *out = calloc((size_t)(n ? n : 1), sizeof **out);
+    if (!*out) return tr_error_set(err, TR_ERR_NOMEM, "bench: out of memory");
+    for (int i = 0; i < n; i++) {
+        struct tr_tensor *t = &(*out)[i];
+        *t = tr_node_tensor(g, node_of(g, i));
+        void *p;
+        int rc = tr_host_alloc(&p, tr_tensor_nbytes(t), err);
+        if (rc) return rc;
+        t->data = p;
+    }
+    return TR_OK;
+}
+
+static void free_io(struct tr_tensor *ts, int n) {
+    if (!ts) return;
+    for (int i = 0; i < n; i++) tr_host_free(ts[i].data);
+    free(ts);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* ‖a − b‖ / ‖b‖ over all elements; +inf when a has a non-finite value. */
+static double rel_diff(const struct tr_tensor *a, const struct tr_tensor *b) {
+    int64_t n = tr_tensor_numel(a);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = tr_tensor_get_f64(a, i), y = tr_tensor_get_f64(b, i);
+        if (!isfinite(x)) return INFINITY;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0);
+}
+
+static int first_nonfinite(const struct tr_tensor *t, int64_t *where) {
+    int64_t n = tr_tensor_numel(t);
+    if (!tr_dtype_is_float((enum tr_dtype)t->dtype)) return 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(tr_tensor_get_f64(t, i))) {
+            *where = i;
+            return 1;
+        }
+    return 0;
+}
+
+static int step(struct tr_backend *be, struct tr_program *prog, int n_in, const struct tr_tensor *in, int n_out,
+                struct tr_tensor *out, double *ms, struct tr_error *err) {
+    double t0 = now_ms();
+    int rc = tr_backend_execute(be, prog, n_in, in, n_out, out, err);
+    *ms = now_ms() - t0;
+    return rc;
+}
+
+/* One backend: load, compile, first step, warm-up, timed steps, stats. Outputs land in out. */
+static int run_backend(const struct tr_config *cfg, const struct tr_config_backend *cb, const struct tr_graph *g,
+                       int n_in, const struct tr_tensor *in, int n_out, struct tr_tensor *out,
+                       struct tr_bench_row *row, struct tr_error *err) {
+    struct tr_plugin_search search = {.ini_dir = cfg->plugin_path[0] ? cfg->plugin_path : NULL, .env_path = NULL};
+    struct tr_plugin *plugin = NULL;
+    struct tr_backend *be = NULL;
+    struct tr_program *prog = NULL;
+    double *times = NULL;
+    int rc = tr_plugin_open(cb->path[0] ? cb->path : cb->name, &search, &plugin, err);
+    if (rc) goto done;
+    snprintf(row->plugin_path, sizeof row->plugin_path, "%s", tr_plugin_path(plugin));
+
+    struct tr_option opts[TR_CONFIG_MAX_KV + 1];
+    int n_opts = tr_config_backend_options(cfg, cb, opts, TR_CONFIG_MAX_KV + 1);
+    struct tr_backend_params params = {
+        .struct_size = sizeof params, .abi_version = TR_ABI_VERSION, .device_type = cfg->device_type,
+        .device_index = 0, .options = opts, .n_options = n_opts,
+    };
+    double t0 = now_ms();
+    rc = tr_backend_init(plugin, &params, &be, err);
+    if (rc) goto done;
+    double tc = now_ms();
+    rc = tr_backend_compile(be, g, &prog, err);
+    if (rc) goto done;
+    row->compile_ms = now_ms() - tc;
+    double ms;
+    rc = step(be, prog, n_in, in, n_out, out, &ms, err);
+    if (rc) goto done;
+    row->first_ms = now_ms() - t0;
+    for (int64_t i = 1; i < cfg->warmup && rc == TR_OK; i++) rc = step(be, prog, n_in, in, n_out, out, &ms, err);
+    if (rc) goto done;
+
+    times = malloc(sizeof(double) * (size_t)cfg->steps);
+    if (!times) {
+        rc = tr_error_set(err, TR_ERR_NOMEM, "bench: out of memory");
+        goto done;
+    }
+    double sum = 0;
+    for (int64_t i = 0; i < cfg->steps; i++) {
+        rc = step(be, prog, n_in, in, n_out, out, &times[i], err);
+        if (rc) {
+            tr_error_prefix(err, "step %lld", (long long)(cfg->warmup + i + 1));
+            goto done;
+        }
+        sum += times[i];
+    }
+    qsort(times, (size_t)cfg->steps, sizeof(double), cmp_double);
+    row->mean_ms = sum / (double)cfg->steps;
+    row->median_ms = cfg->steps % 2 ? times[cfg->steps / 2]
+                                    : 0.5 * (times[cfg->steps / 2 - 1] + times[cfg->steps / 2]);
+    row->p90_ms = times[(size_t)ceil(0.9 * (double)cfg->steps) - 1];
+    row->min_ms = times[0];
+    row->items_per_s = row->mean_ms > 0 ? (double)cfg->batch * 1e3 / row->mean_ms : 0;
+    row->gflops = row->mean_ms > 0 ? tr_graph_flops(g) / (row->mean_ms * 1e6) : 0;
+    rc = tr_backend_get_stats(be, prog, &row->stats, err);
+    if (rc) goto done;
+
+    for (int i = 0; i < n_out; i++) {
+        int64_t where;
+        if (first_nonfinite(&out[i], &where)) {
+            rc = tr_error_set(err, TR_ERR_NUMERIC, "output '%s' has a non-finite value at element %lld",
+                              tr_graph_output_name(g, i), (long long)where);
+            goto done;
+        }
+    }
+done:
+    free(times);
+    tr_program_free(prog);
+    tr_backend_free(be);
+    tr_plugin_close(plugin);
+    return rc;
+}
+
+static double tolerance_of(enum tr_dtype dt) { return dt == TR_DTYPE_F32 ? 1e-4 : dt == TR_DTYPE_F64 ? 1e-10 : 1e-2; }
+
+int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const *models,
+                 struct tr_bench_report *rep, struct tr_error *err) {
+    memset(rep, 0, sizeof *rep);
+    snprintf(rep->model, sizeof rep->model, "%s", cfg->model);
+    snprintf(rep->preset, sizeof rep->preset, "%s", cfg->preset);
+    snprintf(rep->task, sizeof rep->task, "%s", cfg->task);
+    snprintf(rep->device, sizeof rep->device, "%s", cfg->device);
+    snprintf(rep->dtype, sizeof rep->dtype, "%s", tr_dtype_name(cfg->dtype));
+    rep->batch = cfg->batch;
+    rep->seq_len = cfg->seq_len;
+    rep->steps = cfg->steps;
+    rep->warmup = cfg->warmup;
+    rep->seed = cfg->seed;
+    rep->tolerance = tolerance_of(cfg->dtype);
+
+    if (cfg->n_backends < 1) return tr_error_set(err, TR_ERR_INVALID, "%s: [run] backends: none listed", cfg->file);
+    int rc = tr_kernels_device_available(cfg->device_type, err);
+    if (rc) return tr_error_prefix(err, "%s: [run] device = %s", cfg->file, cfg->device);
+
+    struct tr_task_graph tg;
+    rc = tr_task_graph_build(cfg, models, &tg, err);
+    if (rc) return rc;
+    struct tr_graph *g = tg.graph;
+    struct tr_weights *w = NULL;
+    struct tr_tensor *in = NULL, *ref = NULL, *out = NULL;
+    int n_in = tr_graph_n_inputs(g), n_out = tr_graph_n_outputs(g);
+    rep->n_nodes = tr_graph_n_nodes(g);
+    rep->flops_per_step = tr_graph_flops(g);
+    rep->param_bytes = tr_graph_param_bytes(g);
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_param(g, i));
+        rep->param_count += (uint64_t)tr_tensor_numel(&t);
+    }
+
+    rc = cfg->weights[0] ? tr_weights_load(g, cfg->weights, &w, err) : tr_weights_from_seed(g, cfg->seed, &w, err);
+    if (rc) goto done;
+    rc = alloc_io(g, n_in, tr_graph_input, &in, err);
+    if (rc) goto done;
+    rc = tg.model->make_inputs(tg.config, &tg.opts, cfg->seed, n_in, in, err);
+    if (rc) goto done;
+    rc = alloc_io(g, n_out, tr_graph_output, &ref, err);
+    if (rc) goto done;
+    rc = alloc_io(g, n_out, tr_graph_output, &out, err);
+    if (rc) goto done;
+
+    int have_ref = 0, failures = 0, disagreements = 0;
+    for (int b = 0; b < cfg->n_backends; b++) {
+        struct tr_bench_row *row = &rep->rows[rep->n_rows++];
+        const struct tr_config_backend *cb = &cfg->backends[b];
+        snprintf(row->label, sizeof row->label, "%s", cb->spec);
+        struct tr_error berr = {0};
+        int brc = run_backend(cfg, cb, g, n_in, in, n_out, have_ref ? out : ref, row, &berr);
+        if (brc) {
+            row->ok = 0;
+            snprintf(row->error, sizeof row->error, "%s", berr.msg);
+            failures++;
+            continue;
+        }
+        row->ok = 1;
+        if (!have_ref) {
+            have_ref = 1;
+            row->agrees = 1;
+            row->is_reference = 1;
+            continue;
+        }
+        row->max_rel_diff = 0;
+        for (int i = 0; i < n_out; i++) {
+            double d = rel_diff(&out[i], &ref[i]);
+            if (!(d <= row->max_rel_diff)) {
+                row->max_rel_diff = d;
+                snprintf(row->worst_output, sizeof row->worst_output, "%s", tr_graph_output_name(g, i));
+            }
+        }
+        row->agrees = row->max_rel_diff <= rep->tolerance;
+        if (!row->agrees) disagreements++;
+    }
+    rep->all_ok = failures == 0 && disagreements == 0;
+    const char *ref_label = "";
+    for (int r = 0; r < rep->n_rows; r++)
+        if (rep->rows[r].is_reference) ref_label = rep->rows[r].label;
+    if (failures) {
+        const struct tr_bench_row *first = rep->rows;
+        while (first->ok) first++;
+        rc = tr_error_set(err, TR_ERR_PLUGIN, "%d of %d backends failed; %s: %s", failures, cfg->n_backends,
+                          first->label, first->error);
+    }
+    else if (disagreements)
+        rc = tr_error_set(err, TR_ERR_NUMERIC, "%d backends disagree with '%s' beyond the %s tolerance %.0e",
+                          disagreements, ref_label, rep->dtype, rep->tolerance);
+done:
+    free_io(in, n_in);
+    free_io(ref, n_out);
+    free_io(out, n_out);
+    tr_weights_free(w);
+    tr_task_graph_free(&tg);
+    return rc;
+}

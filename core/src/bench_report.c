@@ -1,0 +1,127 @@
+/* The benchmark's reports: an aligned table for people, JSON (cJSON) for tools. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "trident/bench.h"
+
+static double fastest_mean(const struct tr_bench_report *rep) {
+    double best = 0;
+    for (int i = 0; i < rep->n_rows; i++)
+        if (rep->rows[i].ok && (best == 0 || rep->rows[i].mean_ms < best)) best = rep->rows[i].mean_ms;
+    return best;
+}
+
+static const char *agreement_str(const struct tr_bench_row *r, char *buf, size_t n) {
+    if (r->is_reference) snprintf(buf, n, "reference");
+    else if (isinf(r->max_rel_diff)) snprintf(buf, n, "inf  NO");
+    else snprintf(buf, n, "%.1e %s", r->max_rel_diff, r->agrees ? "ok" : "NO");
+    return buf;
+}
+
+void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
+    fprintf(f, "%s/%s %s  device %s  dtype %s  batch %lld  seq_len %lld  params %.2fM (%.1f MiB)  %.3f GFLOP/step\n",
+            rep->model, rep->preset, rep->task, rep->device, rep->dtype, (long long)rep->batch,
+            (long long)rep->seq_len, (double)rep->param_count / 1e6, (double)rep->param_bytes / 1048576.0,
+            rep->flops_per_step / 1e9);
+    fprintf(f, "%lld timed steps after %lld warm-up steps; 'first' is init + compile + step 1, left out of the rest\n\n",
+            (long long)rep->steps, (long long)rep->warmup);
+    fprintf(f, "%-24s %9s %9s %9s %9s %9s %10s %8s %8s %10s %9s %9s  %-14s\n", "backend", "first ms", "mean ms",
+            "median", "p90", "vs best", "samples/s", "GFLOP/s", "kern/st", "hit/miss", "peak MiB", "arena MiB",
+            "max rel diff");
+    double best = fastest_mean(rep);
+    for (int i = 0; i < rep->n_rows; i++) {
+        const struct tr_bench_row *r = &rep->rows[i];
+        if (!r->ok) {
+            fprintf(f, "%-24s FAILED\n", r->label);
+            continue;
+        }
+        char hm[32], agree[32];
+        snprintf(hm, sizeof hm, "%llu/%llu", (unsigned long long)r->stats.alloc_hits,
+                 (unsigned long long)r->stats.alloc_misses);
+        fprintf(f, "%-24s %9.2f %9.3f %9.3f %9.3f %8.2fx %10.1f %8.1f %8llu %10s %9.1f %9.1f  %-14s\n", r->label,
+                r->first_ms, r->mean_ms, r->median_ms, r->p90_ms, best > 0 ? r->mean_ms / best : 0, r->items_per_s,
+                r->gflops, (unsigned long long)r->stats.kernel_calls, hm, (double)r->stats.peak_bytes / 1048576.0,
+                (double)r->stats.arena_bytes / 1048576.0, agreement_str(r, agree, sizeof agree));
+    }
+    int notes = 0;
+    for (int i = 0; i < rep->n_rows; i++) {
+        const struct tr_bench_row *r = &rep->rows[i];
+        const char *text = r->ok ? r->stats.notes : r->error;
+        if (!text[0]) continue;
+        if (!notes++) fputc('\n', f);
+        fprintf(f, "%s: %s%s\n", r->label, r->ok ? "" : "FAILED: ", text);
+    }
+    fprintf(f, "\n%s\n", rep->all_ok ? "all backends ran and agree" : "NOT all backends ran and agree");
+}
+
+int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, struct tr_error *err) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return tr_error_set(err, TR_ERR_NOMEM, "json: out of memory");
+    cJSON_AddStringToObject(root, "model", rep->model);
+    cJSON_AddStringToObject(root, "preset", rep->preset);
+    cJSON_AddStringToObject(root, "task", rep->task);
+    cJSON_AddStringToObject(root, "device", rep->device);
+    cJSON_AddStringToObject(root, "dtype", rep->dtype);
+    cJSON_AddNumberToObject(root, "batch", (double)rep->batch);
+    cJSON_AddNumberToObject(root, "seq_len", (double)rep->seq_len);
+    cJSON_AddNumberToObject(root, "steps", (double)rep->steps);
+    cJSON_AddNumberToObject(root, "warmup", (double)rep->warmup);
+    cJSON_AddNumberToObject(root, "seed", (double)rep->seed);
+    cJSON_AddNumberToObject(root, "param_count", (double)rep->param_count);
+    cJSON_AddNumberToObject(root, "param_bytes", (double)rep->param_bytes);
+    cJSON_AddNumberToObject(root, "flops_per_step", rep->flops_per_step);
+    cJSON_AddNumberToObject(root, "nodes", rep->n_nodes);
+    cJSON_AddNumberToObject(root, "tolerance", rep->tolerance);
+    cJSON_AddBoolToObject(root, "all_ok", rep->all_ok);
+    cJSON *rows = cJSON_AddArrayToObject(root, "backends");
+    for (int i = 0; i < rep->n_rows; i++) {
+        const struct tr_bench_row *r = &rep->rows[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(rows, o);
+        cJSON_AddStringToObject(o, "backend", r->label);
+        cJSON_AddStringToObject(o, "plugin", r->plugin_path);
+        cJSON_AddBoolToObject(o, "ok", r->ok);
+        if (!r->ok) {
+            cJSON_AddStringToObject(o, "error", r->error);
+            continue;
+        }
+        cJSON_AddStringToObject(o, "mode", r->stats.mode);
+        cJSON_AddNumberToObject(o, "compile_ms", r->compile_ms);
+        cJSON_AddNumberToObject(o, "first_step_ms", r->first_ms);
+        cJSON_AddNumberToObject(o, "mean_ms", r->mean_ms);
+        cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
+        cJSON_AddNumberToObject(o, "p90_ms", r->p90_ms);
+        cJSON_AddNumberToObject(o, "min_ms", r->min_ms);
+        cJSON_AddNumberToObject(o, "samples_per_s", r->items_per_s);
+        cJSON_AddNumberToObject(o, "gflops", r->gflops);
+        cJSON_AddNumberToObject(o, "kernel_calls_per_step", (double)r->stats.kernel_calls);
+        cJSON_AddNumberToObject(o, "alloc_hits", (double)r->stats.alloc_hits);
+        cJSON_AddNumberToObject(o, "alloc_misses", (double)r->stats.alloc_misses);
+        cJSON_AddNumberToObject(o, "peak_bytes", (double)r->stats.peak_bytes);
+        cJSON_AddNumberToObject(o, "arena_bytes", (double)r->stats.arena_bytes);
+        cJSON_AddStringToObject(o, "notes", r->stats.notes);
+        cJSON_AddBoolToObject(o, "reference", r->is_reference);
+        if (!r->is_reference) {
+            /* JSON has no infinity: a non-finite difference is written as null. */
+            if (isfinite(r->max_rel_diff)) cJSON_AddNumberToObject(o, "max_rel_diff", r->max_rel_diff);
+            else cJSON_AddNullToObject(o, "max_rel_diff");
+            cJSON_AddStringToObject(o, "worst_output", r->worst_output);
+        }
+        cJSON_AddBoolToObject(o, "agrees", r->agrees);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) return tr_error_set(err, TR_ERR_NOMEM, "json: out of memory");
+    FILE *f = fopen(path, "w");
+    int rc = TR_OK;
+    if (!f) rc = tr_error_set(err, TR_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    else {
+        fputs(text, f);
+        fputc('\n', f);
+        if (fclose(f) != 0) rc = tr_error_set(err, TR_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    }
+    cJSON_free(text);
+    return rc;
+}

@@ -1,0 +1,596 @@
+/* INI configuration, parsed by inih (Debian's libinih 55, built with the defaults of
+ * /usr/include/ini.h). What a user may write:
+ *
+ *   - "[section]" lines and "key = value" lines ("key: value" works too: inih's concession
+ *     to Python's configparser); spaces around keys and values are dropped.
+ *   - Comment lines starting with ';' or '#'. An inline comment needs ';' after a space
+ *     ("batch = 8   ; per step"): INI_ALLOW_INLINE_COMMENTS is on with ';' as the only
+ *     prefix, so '#' after a value is part of the value ("batch = 8 # x" is rejected).
+ *     After "[section]" anything starting with ';' or '#' may follow.
+ *   - Indentation is ignored. inih reads an indented line as the continuation of the
+ *     previous value (INI_ALLOW_MULTILINE), which silently glues an indented
+ *     "preset = tiny" onto the line above; our reader strips leading blanks before inih
+ *     sees a line, so that never happens and a value cannot span lines.
+ *   - No quoting: quotes are part of the value.
+ *   - Lines of at most 197 characters. inih's line buffer is fixed (INI_MAX_LINE = 200)
+ *     and it would split a longer line in two; we refuse such a line instead.
+ *
+ * inih hands the handler no line numbers (INI_HANDLER_LINENO is 0), so we feed it through
+ * ini_parse_stream with our own reader, which counts lines (inih never reads ahead: the
+ * handler runs for the line the reader returned last) and sees every section header,
+ * including those of sections without keys. The first error stops the reader; the
+ * handler then only returns 0 (inih keeps calling it until the reader stops).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "trident/config.h"
+#include "trident/model.h"
+#include "trident/tensor.h"
+
+#define INI_FILE_MAX (1 << 20)  /* a config is small; anything bigger is the wrong file */
+#define KEY_NAME_MAX 63         /* struct tr_config_kv's key */
+#define BACKEND_NAME_MAX 40     /* "backend." + NAME must fit inih's 50-byte section */
+
+enum run_key {
+    RUN_MODEL, RUN_PRESET, RUN_TASK, RUN_BACKENDS, RUN_DEVICE, RUN_DTYPE,
+    RUN_BATCH, RUN_SEQ_LEN, RUN_STEPS, RUN_WARMUP, RUN_SEED, RUN_WEIGHTS, RUN_KEY_COUNT
+};
+static const char *const run_keys[RUN_KEY_COUNT] = {
+    "model", "preset", "task", "backends", "device", "dtype",
+    "batch", "seq_len", "steps", "warmup", "seed", "weights",
+};
+
+struct ini_state {
+    struct tr_config *cfg;
+    struct tr_error *err;
+    const char *pos;            /* the reader's position in the text */
+    int line;                   /* number of the line handed to inih last */
+    int fail_line;              /* where our first error is; 0 while all is well */
+    int fail_status;
+    int run_lines[RUN_KEY_COUNT];
+    int plugins_path_line;
+};
+
+void tr_config_defaults(struct tr_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    strcpy(cfg->dir, ".");
+    strcpy(cfg->model, "bert");
+    strcpy(cfg->preset, "tiny");
+    strcpy(cfg->task, "predict");
+    strcpy(cfg->backends[0].spec, "torch");
+    strcpy(cfg->backends[0].name, "torch");
+    cfg->n_backends = 1;
+    strcpy(cfg->device, "cpu");
+    cfg->device_type = TR_DEVICE_CPU;
+    cfg->dtype = TR_DTYPE_F32;
+    cfg->batch = 8;
+    cfg->seq_len = 128;
+    cfg->steps = 10;
+    cfg->warmup = 2;
+    cfg->seed = 1234;
+}
+
+/* ---- messages ---- */
+
+/* "FILE:LINE: [SECTION] KEY = VALUE: what" and stop. */
+__attribute__((format(printf, 6, 7)))
+static int fail_kv(struct ini_state *st, int status, const char *section, const char *key, const char *value,
+                   const char *fmt, ...) {
+    char what[TR_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    tr_error_set(st->err, status, "%s:%d: [%s] %s = %s: %.600s", st->cfg->file, st->line, section, key, value,
+                 what);
+    st->fail_line = st->line;
+    st->fail_status = status;
+    return status;
+}
+
+/* "FILE:LINE: what" and stop. */
+__attribute__((format(printf, 3, 4)))
+static int fail_line(struct ini_state *st, int status, const char *fmt, ...) {
+    char what[TR_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    tr_error_set(st->err, status, "%s:%d: %.900s", st->cfg->file, st->line, what);
+    st->fail_line = st->line;
+    st->fail_status = status;
+    return status;
+}
+
+/* ---- small parsers ---- */
+
+/* Non-empty and only ASCII a-z, 0-9 (A-Z when upper) and the extra characters: ctype's
+ * classes would follow the locale. */
+static int all_chars(const char *s, const char *extra, int upper) {
+    if (!*s) return 0;
+    for (; *s; s++) {
+        char c = *s;
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (upper && c >= 'A' && c <= 'Z') ||
+              strchr(extra, c)))
+            return 0;
+    }
+    return 1;
+}
+
+/* A whole-string base-10 integer in [lo, hi]; why says what was wrong. */
+static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out, const char **why) {
+    const char *d = (*s == '+' || *s == '-') ? s + 1 : s;
+    if (!isdigit((unsigned char)*d)) {
+        *why = "not a number";
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (*end) {
+        *why = "trailing characters after the number";
+        return 0;
+    }
+    if (errno == ERANGE || v < lo || v > hi) {
+        *why = "out of range";
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_u64(const char *s, uint64_t *out) {
+    if (!isdigit((unsigned char)*s)) return 0;  /* strtoull would take "-1" as 2^64-1 */
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end || errno == ERANGE) return 0;
+    *out = v;
+    return 1;
+}
+
+static int copy_str(char *dst, size_t n, const char *src) {
+    size_t len = strlen(src);
+    if (len >= n) return 0;
+    memcpy(dst, src, len + 1);
+    return 1;
+}
+
+/* dir/rel unless rel is absolute or dir is "."; 0 when it does not fit. */
+static int resolve_path(const char *dir, const char *rel, char *out, size_t n) {
+    int len;
+    if (strcmp(rel, ".") == 0) len = snprintf(out, n, "%s", dir);
+    else if (rel[0] == '/' || strcmp(dir, ".") == 0) len = snprintf(out, n, "%s", rel);
+    else if (strcmp(dir, "/") == 0) len = snprintf(out, n, "/%s", rel);
+    else len = snprintf(out, n, "%s/%s", dir, rel);
+    return len >= 0 && (size_t)len < n;
+}
+
+static int ends_with(const char *s, size_t len, const char *suffix) {
+    size_t k = strlen(suffix);
+    return len >= k && memcmp(s + len - k, suffix, k) == 0;
+}
+
+/* ---- [run] backends ---- */
+
+#define BACKENDS_EXPECTED "expected a comma-separated list of NAME, NAME:MODE or paths to .so files"
+
+static int parse_backend(struct ini_state *st, const char *v, int idx, const char *e,
+                         struct tr_config_backend *be) {
+    memset(be, 0, sizeof *be);
+    if (!copy_str(be->spec, sizeof be->spec, e))
+        return fail_kv(st, TR_ERR_INVALID, "run", "backends", v, "entry %d is too long; " BACKENDS_EXPECTED, idx);
+    size_t len = strlen(e);
+    const char *colon = strrchr(e, ':');
+    /* "path/x.so:MODE" takes a mode as NAME:MODE does; a colon elsewhere belongs to the path. */
+    size_t base_len = len;
+    if (colon && all_chars(colon + 1, "_-", 0) && (ends_with(e, (size_t)(colon - e), ".so") || !strchr(e, '/')))
+        base_len = (size_t)(colon - e);
+    int is_path = memchr(e, '/', base_len) || ends_with(e, base_len, ".so");
+
+    if (!is_path) {
+        if (colon) {
+            size_t nlen = (size_t)(colon - e);
+            if (nlen == 0 || nlen > BACKEND_NAME_MAX)
+                return fail_kv(st, TR_ERR_INVALID, "run", "backends", v,
+                               "entry %d ('%s'): expected NAME:MODE with a backend NAME before the ':'", idx, e);
+            memcpy(be->name, e, nlen);
+            if (!all_chars(colon + 1, "_-", 0) || strlen(colon + 1) >= sizeof be->mode)
+                return fail_kv(st, TR_ERR_INVALID, "run", "backends", v,
+                               "entry %d ('%s'): expected NAME:MODE with MODE made of a-z, 0-9, '_' and '-'", idx,
+                               e);
+            strcpy(be->mode, colon + 1);
+        } else {
+            if (len > BACKEND_NAME_MAX) goto bad_name;
+            strcpy(be->name, e);
+        }
+        if (!all_chars(be->name, "_", 0)) goto bad_name;
+        return TR_OK;
+    bad_name:
+        return fail_kv(st, TR_ERR_INVALID, "run", "backends", v,
+                       "entry %d ('%s'): expected a backend name made of a-z, 0-9 and '_' (up to %d characters), "
+                       "NAME:MODE, or a path to a .so file",
+                       idx, e, BACKEND_NAME_MAX);
+    }
+
+    char rel[TR_CONFIG_PATH];
+    if (base_len >= sizeof rel || base_len == 0)
+        return fail_kv(st, TR_ERR_INVALID, "run", "backends", v, "entry %d: the path is too long or empty", idx);
+    memcpy(rel, e, base_len);
+    rel[base_len] = '\0';
+    if (base_len < len) strcpy(be->mode, colon + 1);
+    if (!resolve_path(st->cfg->dir, rel, be->path, sizeof be->path))
+        return fail_kv(st, TR_ERR_INVALID, "run", "backends", v, "entry %d: the resolved path is too long", idx);
+    const char *stem = strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel;
+    size_t stem_len = strlen(stem);
+    if (ends_with(stem, stem_len, ".so")) stem_len -= 3;
+    static const char prefix[] = "libtrident_backend_";
+    if (stem_len > sizeof prefix - 1 && memcmp(stem, prefix, sizeof prefix - 1) == 0) {
+        stem += sizeof prefix - 1;
+        stem_len -= sizeof prefix - 1;
+    }
+    if (stem_len == 0 || stem_len > BACKEND_NAME_MAX) goto bad_stem;
+    memcpy(be->name, stem, stem_len);
+    be->name[stem_len] = '\0';
+    if (!all_chars(be->name, "_", 0)) goto bad_stem;
+    return TR_OK;
+bad_stem:
+    return fail_kv(st, TR_ERR_INVALID, "run", "backends", v,
+                   "entry %d ('%s'): the file name gives no usable backend name; expected "
+                   "libtrident_backend_NAME.so or NAME.so with NAME made of a-z, 0-9 and '_'",
+                   idx, e);
+}
+
+static int parse_backends(struct ini_state *st, const char *v) {
+    struct tr_config_backend list[TR_CONFIG_MAX_BACKENDS];
+    int n = 0, idx = 0;
+    const char *p = v;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        const char *end = comma ? comma : p + strlen(p);
+        idx++;
+        while (p < end && isspace((unsigned char)*p)) p++;
+        while (end > p && isspace((unsigned char)end[-1])) end--;
+        if (end == p)
+            return fail_kv(st, TR_ERR_INVALID, "run", "backends", v, "entry %d is empty; " BACKENDS_EXPECTED, idx);
+        if (n == TR_CONFIG_MAX_BACKENDS)
+            return fail_kv(st, TR_ERR_INVALID, "run", "backends", v, "expected at most %d backends",
+                           TR_CONFIG_MAX_BACKENDS);
+        char e[TR_CONFIG_STR];
+        size_t elen = (size_t)(end - p);
+        if (elen >= sizeof e)
+            return fail_kv(st, TR_ERR_INVALID, "run", "backends", v, "entry %d is too long", idx);
+        memcpy(e, p, elen);
+        e[elen] = '\0';
+        int rc = parse_backend(st, v, idx, e, &list[n]);
+        if (rc) return rc;
+        /* The same backend in two modes, or two builds of one backend, may run side by
+         * side; the same one twice is a mistake. */
+        for (int j = 0; j < n; j++) {
+            if (strcmp(list[j].name, list[n].name) == 0 && strcmp(list[j].mode, list[n].mode) == 0 &&
+                strcmp(list[j].path, list[n].path) == 0)
+                return fail_kv(st, TR_ERR_INVALID, "run", "backends", v,
+                               "entry %d ('%s') repeats '%s'; expected each backend (and mode) once", idx, e,
+                               list[j].spec);
+        }
+        n++;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    memcpy(st->cfg->backends, list, (size_t)n * sizeof list[0]);
+    st->cfg->n_backends = n;
+    st->cfg->backends_line = st->line;
+    return TR_OK;
+}
+
+/* ---- sections ---- */
+
+static int run_set(struct ini_state *st, enum run_key k, const char *v) {
+    struct tr_config *cfg = st->cfg;
+    const char *key = run_keys[k], *why = "";
+    int64_t i64;
+    switch (k) {
+    case RUN_MODEL:
+    case RUN_PRESET: {
+        char *dst = k == RUN_MODEL ? cfg->model : cfg->preset;
+        if (!all_chars(v, "_.-", 1) || !copy_str(dst, sizeof cfg->model, v))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                           "expected a %s name made of letters, digits, '_', '.' and '-' (up to %zu characters)",
+                           key, sizeof cfg->model - 1);
+        return TR_OK;
+    }
+    case RUN_TASK: {
+        enum tr_task t;
+        if (tr_task_from_name(v, &t) != TR_OK)
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v, "expected predict, fit or generate");
+        strcpy(cfg->task, tr_task_name(t));
+        return TR_OK;
+    }
+    case RUN_BACKENDS:
+        return parse_backends(st, v);
+    case RUN_DEVICE:
+        if (strcmp(v, "cpu") == 0) cfg->device_type = TR_DEVICE_CPU;
+        else if (strcmp(v, "cuda") == 0) cfg->device_type = TR_DEVICE_CUDA;
+        else return fail_kv(st, TR_ERR_INVALID, "run", key, v, "expected cpu or cuda");
+        strcpy(cfg->device, v);
+        return TR_OK;
+    case RUN_DTYPE: {
+        enum tr_dtype dt;
+        if (tr_dtype_from_name(v, &dt) != TR_OK ||
+            (dt != TR_DTYPE_F32 && dt != TR_DTYPE_BF16 && dt != TR_DTYPE_F16))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v, "expected f32, bf16 or f16");
+        cfg->dtype = dt;
+        return TR_OK;
+    }
+    case RUN_BATCH:
+    case RUN_SEQ_LEN:
+    case RUN_STEPS:
+    case RUN_WARMUP: {
+        /* warmup >= 1: the first step (build + compile) is always timed apart and left out. */
+        int64_t hi = (k == RUN_BATCH || k == RUN_SEQ_LEN) ? (int64_t)1 << 20 : 1000000;
+        if (!parse_int(v, 1, hi, &i64, &why))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v, "expected an integer from 1 to %lld (%s)",
+                           (long long)hi, why);
+        int64_t *dst = k == RUN_BATCH ? &cfg->batch : k == RUN_SEQ_LEN ? &cfg->seq_len
+                     : k == RUN_STEPS ? &cfg->steps : &cfg->warmup;
+        *dst = i64;
+        return TR_OK;
+    }
+    case RUN_SEED:
+        if (!parse_u64(v, &cfg->seed))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v, "expected an integer from 0 to %llu",
+                           (unsigned long long)UINT64_MAX);
+        return TR_OK;
+    case RUN_WEIGHTS: {
+        if (!*v) {
+            cfg->weights[0] = '\0';  /* explicitly: weights made from seed */
+            return TR_OK;
+        }
+        if (!resolve_path(cfg->dir, v, cfg->weights, sizeof cfg->weights))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v, "expected a shorter path");
+        struct stat sb;
+        if (stat(cfg->weights, &sb) != 0)
+            return fail_kv(st, TR_ERR_IO, "run", key, v,
+                           "cannot open %s: %s; expected a safetensors file (a relative path is taken from "
+                           "the INI file's directory), or nothing for weights made from the seed",
+                           cfg->weights, strerror(errno));
+        if (S_ISDIR(sb.st_mode))
+            return fail_kv(st, TR_ERR_IO, "run", key, v, "%s is a directory; expected a safetensors file",
+                           cfg->weights);
+        return TR_OK;
+    }
+    case RUN_KEY_COUNT:
+        break;
+    }
+    return fail_kv(st, TR_ERR_INTERNAL, "run", key, v, "unhandled key");
+}
+
+static int run_key(struct ini_state *st, const char *key, const char *v) {
+    for (int k = 0; k < RUN_KEY_COUNT; k++) {
+        if (strcmp(key, run_keys[k]) != 0) continue;
+        if (st->run_lines[k])
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                           "'%s' is given twice in [run], on lines %d and %d; expected it once", key,
+                           st->run_lines[k], st->line);
+        st->run_lines[k] = st->line;
+        return run_set(st, (enum run_key)k, v);
+    }
+    return fail_kv(st, TR_ERR_NOT_FOUND, "run", key, v,
+                   "unknown key (expected one of model, preset, task, backends, device, dtype, batch, seq_len, "
+                   "steps, warmup, seed, weights)");
+}
+
+static int plugins_key(struct ini_state *st, const char *key, const char *v) {
+    if (strcmp(key, "path") != 0)
+        return fail_kv(st, TR_ERR_NOT_FOUND, "plugins", key, v, "unknown key (expected path)");
+    if (st->plugins_path_line)
+        return fail_kv(st, TR_ERR_INVALID, "plugins", key, v,
+                       "'path' is given twice in [plugins], on lines %d and %d; expected it once",
+                       st->plugins_path_line, st->line);
+    st->plugins_path_line = st->line;
+    char *dst = st->cfg->plugin_path;
+    if (!*v) {
+        dst[0] = '\0';
+        return TR_OK;
+    }
+    if (!resolve_path(st->cfg->dir, v, dst, sizeof st->cfg->plugin_path))
+        return fail_kv(st, TR_ERR_INVALID, "plugins", key, v, "expected a shorter path");
+    struct stat sb;
+    if (stat(dst, &sb) != 0)
+        return fail_kv(st, TR_ERR_IO, "plugins", key, v,
+                       "cannot open %s: %s; expected a directory of backends (a relative path is taken from "
+                       "the INI file's directory)",
+                       dst, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return fail_kv(st, TR_ERR_IO, "plugins", key, v, "%s is not a directory; expected a directory of backends",
+                       dst);
+    return TR_OK;
+}
+
+/* [model] and [backend.NAME]: stored as written, for the model or the plugin to judge. */
+static int store_kv(struct ini_state *st, const char *section, const char *key, const char *v) {
+    struct tr_config *cfg = st->cfg;
+    for (int i = 0; i < cfg->n_kv; i++) {
+        if (strcmp(cfg->kv[i].section, section) == 0 && strcmp(cfg->kv[i].key, key) == 0)
+            return fail_kv(st, TR_ERR_INVALID, section, key, v,
+                           "'%s' is given twice in [%s], on lines %d and %d; expected it once", key, section,
+                           cfg->kv[i].line, st->line);
+    }
+    if (cfg->n_kv == TR_CONFIG_MAX_KV)
+        return fail_kv(st, TR_ERR_INVALID, section, key, v,
+                       "expected at most %d keys in [model] and [backend.NAME] sections together", TR_CONFIG_MAX_KV);
+    struct tr_config_kv *kv = &cfg->kv[cfg->n_kv];
+    if (!copy_str(kv->value, sizeof kv->value, v))
+        return fail_kv(st, TR_ERR_INVALID, section, key, v, "expected a value of at most %zu characters",
+                       sizeof kv->value - 1);
+    strcpy(kv->section, section);  /* checked by the reader: short enough */
+    strcpy(kv->key, key);          /* checked by the handler */
+    kv->line = st->line;
+    cfg->n_kv++;
+    return TR_OK;
+}
+
+static int handler(void *user, const char *section, const char *key, const char *value) {
+    struct ini_state *st = user;
+    if (st->fail_line) return 0;
+    if (!*key || strlen(key) > KEY_NAME_MAX) {
+        fail_line(st, TR_ERR_FORMAT, "syntax error: expected 'key = value' with a key of 1 to %d characters",
+                  KEY_NAME_MAX);
+        return 0;
+    }
+    int rc;
+    if (!*section)
+        rc = fail_line(st, TR_ERR_FORMAT,
+                       "%s = %.300s: a key before any section; expected a [run], [plugins], [backend.NAME] or "
+                       "[model] line above it",
+                       key, value);
+    else if (strcmp(section, "run") == 0) rc = run_key(st, key, value);
+    else if (strcmp(section, "plugins") == 0) rc = plugins_key(st, key, value);
+    else rc = store_kv(st, section, key, value);  /* "model" or "backend.NAME", checked by the reader */
+    return rc == TR_OK;
+}
+
+/* A "[section]" line as inih reads it: the name ends at ']' unless an inline ';' comment
+ * comes first. Anything after the ']' but a comment is refused (inih would ignore it). */
+static int check_section_line(struct ini_state *st, const char *s, size_t len) {
+    int was_space = 0;
+    size_t i = 1;
+    while (i < len && s[i] != ']' && !(was_space && s[i] == ';')) was_space = isspace((unsigned char)s[i++]);
+    if (i >= len || s[i] != ']') return TR_OK;  /* no ']': inih reports the syntax error */
+    char name[128];
+    size_t nlen = i - 1 < sizeof name - 1 ? i - 1 : sizeof name - 1;  /* a longer one is unknown anyway */
+    memcpy(name, s + 1, nlen);
+    name[nlen] = '\0';
+    size_t j = i + 1;
+    while (j < len && isspace((unsigned char)s[j])) j++;
+    if (j < len && s[j] != ';' && s[j] != '#')
+        return fail_line(st, TR_ERR_FORMAT, "[%s]: unexpected text after the section name; expected nothing or a "
+                         "comment starting with ';' or '#'", name);
+    if (strcmp(name, "run") == 0 || strcmp(name, "plugins") == 0 || strcmp(name, "model") == 0) return TR_OK;
+    if (strncmp(name, "backend.", 8) == 0) {
+        const char *be = name + 8;
+        if (all_chars(be, "_", 0) && strlen(be) <= BACKEND_NAME_MAX) return TR_OK;
+        return fail_line(st, TR_ERR_INVALID, "[%s]: bad backend name '%s'; expected [backend.NAME] with NAME "
+                         "made of a-z, 0-9 and '_' (up to %d characters)", name, be, BACKEND_NAME_MAX);
+    }
+    return fail_line(st, TR_ERR_NOT_FOUND,
+                     "[%s]: unknown section (expected [run], [plugins], [backend.NAME] or [model])", name);
+}
+
+/* fgets for inih over our text; see the top of the file for why. */
+static char *reader(char *str, int num, void *stream) {
+    struct ini_state *st = stream;
+    if (st->fail_line || !*st->pos) return NULL;
+    const char *s = st->pos, *nl = strchr(s, '\n');
+    size_t len = nl ? (size_t)(nl - s) + 1 : strlen(s);
+    st->pos = s + len;
+    st->line++;
+    if (st->line == 1 && (unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB &&
+        (unsigned char)s[2] == 0xBF) {
+        s += 3;  /* a UTF-8 byte order mark; inih would skip it too */
+        len -= 3;
+    }
+    while (len && *s != '\n' && isspace((unsigned char)*s)) s++, len--;
+    /* inih needs room for the line, a '\r' it keeps, and the NUL. */
+    if (num < 2 || len > (size_t)num - 2) {
+        fail_line(st, TR_ERR_FORMAT, "line too long; expected at most %d characters", num - 3);
+        return NULL;
+    }
+    memcpy(str, s, len);
+    str[len] = '\0';
+    if (*s == '[' && check_section_line(st, s, len) != TR_OK) return NULL;
+    return str;
+}
+
+/* The line'th line of text, for the syntax-error message. */
+static void text_line(const char *text, int line, char *out, size_t n) {
+    for (int i = 1; i < line && text; i++) {
+        text = strchr(text, '\n');
+        if (text) text++;
+    }
+    if (!text) text = "";
+    while (*text == ' ' || *text == '\t') text++;
+    size_t len = strcspn(text, "\r\n");
+    if (len > 60) len = 60;
+    snprintf(out, n, "%.*s", (int)len, text);
+}
+
+static int set_file(struct tr_config *cfg, const char *name, struct tr_error *err) {
+    if (!copy_str(cfg->file, sizeof cfg->file, name))
+        return tr_error_set(err, TR_ERR_INVALID, "config path too long (at most %zu characters): %.200s...",
+                            sizeof cfg->file - 1, name);
+    const char *slash = strrchr(name, '/');
+    if (!slash) strcpy(cfg->dir, ".");
+    else if (slash == name) strcpy(cfg->dir, "/");
+    else snprintf(cfg->dir, sizeof cfg->dir, "%.*s", (int)(slash - name), name);
+    return TR_OK;
+}
+
+int tr_config_load_string(const char *text, const char *name, struct tr_config *cfg, struct tr_error *err) {
+    if (!text || !cfg) return tr_error_set(err, TR_ERR_INVALID, "tr_config_load_string: NULL text or config");
+    tr_config_defaults(cfg);
+    int rc = set_file(cfg, name ? name : "<string>", err);
+    if (rc) return rc;
+    struct ini_state st = {.cfg = cfg, .err = err, .pos = text};
+    int bad = ini_parse_stream(reader, &st, handler, &st);
+    if (bad > 0 && (!st.fail_line || bad < st.fail_line)) {
+        char found[64];
+        text_line(text, bad, found, sizeof found);
+        return tr_error_set(err, TR_ERR_FORMAT,
+                            "%s:%d: syntax error: expected '[section]' or 'key = value' (found '%s')", cfg->file,
+                            bad, found);
+    }
+    if (st.fail_line) return st.fail_status;
+    if (bad < 0) return tr_error_set(err, TR_ERR_NOMEM, "%s: the INI parser ran out of memory", cfg->file);
+    return TR_OK;
+}
+
+int tr_config_load(const char *path, struct tr_config *cfg, struct tr_error *err) {
+    if (!path || !cfg) return tr_error_set(err, TR_ERR_INVALID, "tr_config_load: NULL path or config");
+    FILE *f = fopen(path, "rb");
+    if (!f) return tr_error_set(err, TR_ERR_IO, "cannot open config file %s: %s", path, strerror(errno));
+    char *text = malloc(INI_FILE_MAX + 1);
+    if (!text) {
+        fclose(f);
+        return tr_error_set(err, TR_ERR_NOMEM, "%s: out of memory reading the config file", path);
+    }
+    size_t n = fread(text, 1, INI_FILE_MAX + 1, f);
+    int rc = TR_OK;
+    if (ferror(f)) rc = tr_error_set(err, TR_ERR_IO, "cannot read config file %s: %s", path, strerror(errno));
+    else if (n > INI_FILE_MAX)
+        rc = tr_error_set(err, TR_ERR_FORMAT, "%s: larger than %d bytes; expected a small INI file", path,
+                          INI_FILE_MAX);
+    else if (memchr(text, '\0', n))
+        rc = tr_error_set(err, TR_ERR_FORMAT, "%s: contains a NUL byte; expected a text INI file", path);
+    fclose(f);
+    if (rc == TR_OK) {
+        text[n] = '\0';
+        rc = tr_config_load_string(text, path, cfg, err);
+    }
+    free(text);
+    return rc;
+}
+
+int tr_config_backend_options(const struct tr_config *cfg, const struct tr_config_backend *be,
+                              struct tr_option *out, int max) {
+    char section[80];
+    snprintf(section, sizeof section, "backend.%s", be->name);
+    int n = 0;
+    for (int i = 0; i < cfg->n_kv && n < max; i++) {
+        const struct tr_config_kv *kv = &cfg->kv[i];
+        if (strcmp(kv->section, section) != 0) continue;
+        /* The entry's own mode ("torch:reduce-overhead") wins over a mode in the section. */
+        if (be->mode[0] && strcmp(kv->key, "mode") == 0) continue;
+        out[n++] = (struct tr_option){.key = kv->key, .value = kv->value, .file = cfg->file, .line = kv->line};
+    }
+    if (be->mode[0] && n < max)
+        out[n++] = (struct tr_option){.key = "mode", .value = be->mode, .file = cfg->file,
+                                      .line = cfg->backends_line};
+    return n;
+}

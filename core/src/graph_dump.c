@@ -1,0 +1,156 @@
+/* The graph's text form (`trident dump`), its FLOP count and its parameter bytes.
+ * Reads the graph through the public accessors only.
+ *
+ * FLOP convention, for achieved-FLOP/s reports (the GEMMs dominate every model here):
+ *   MATMUL     2·M·N·K per batch element of the output (a multiply and an add)
+ *   ATTENTION  2·B·H·Tq·Tk·D (q·kᵀ) + 2·B·H·Tq·Tk·Dv (p·v); the causal mask and the
+ *              window are not subtracted, the softmax is not counted
+ *   elementwise unary and binary ops, SCALE, SOFTMAX, LAYER_NORM: 1 per output element
+ *   SUM MEAN MAX: 1 per input element
+ *   leaves, EMBEDDING and layout ops (RESHAPE TRANSPOSE SLICE CONCAT CAST): 0
+ */
+#include <stdio.h>
+#include "trident/graph.h"
+
+static void print_ints(FILE *f, const char *key, const int64_t *v, int n) {
+    fprintf(f, " %s=[", key);
+    for (int i = 0; i < n; i++) fprintf(f, i ? ",%lld" : "%lld", (long long)v[i]);
+    fputc(']', f);
+}
+
+/* The attributes that matter for op, "key=value" each with a leading space. */
+static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
+    const struct tr_attrs *a = tr_node_attrs(g, id);
+    int op = tr_node_op(g, id);
+    switch (op) {
+    case TR_OP_INPUT:
+        for (int i = 0; i < tr_graph_n_inputs(g); i++)
+            if (tr_graph_input(g, i) == id) fprintf(f, " #%d", i);
+        break;
+    case TR_OP_PARAM:
+        fprintf(f, " init=normal(%g,%g)%s", (double)a->floats[0], (double)a->floats[1],
+                tr_node_data(g, id) ? " bound" : "");
+        break;
+    case TR_OP_CONST: {
+        struct tr_tensor t = tr_node_tensor(g, id);
+        if (tr_tensor_numel(&t) == 1) {
+            t.data = (void *)tr_node_data(g, id);
+            fprintf(f, " value=%g", tr_tensor_get_f64(&t, 0));
+        }
+        break;
+    }
+    case TR_OP_MATMUL:
+        if (a->ints[0]) fprintf(f, " trans_a=1");
+        if (a->ints[1]) fprintf(f, " trans_b=1");
+        if (a->floats[0] != 1.0f) fprintf(f, " alpha=%g", (double)a->floats[0]);
+        break;
+    case TR_OP_GELU:
+        fprintf(f, " approximate=%s", a->ints[0] ? "tanh" : "none");
+        break;
+    case TR_OP_SCALE:
+        fprintf(f, " alpha=%g beta=%g", (double)a->floats[0], (double)a->floats[1]);
+        break;
+    case TR_OP_LAYER_NORM:
+        fprintf(f, " eps=%g", (double)a->floats[0]);
+        break;
+    case TR_OP_RESHAPE:
+        print_ints(f, "shape", a->ints, a->n_ints);
+        break;
+    case TR_OP_TRANSPOSE:
+        print_ints(f, "perm", a->ints, a->n_ints);
+        break;
+    case TR_OP_SLICE:
+        fprintf(f, " axis=%lld start=%lld end=%lld step=%lld", (long long)a->ints[0], (long long)a->ints[1],
+                (long long)a->ints[2], (long long)a->ints[3]);
+        break;
+    case TR_OP_CONCAT:
+        fprintf(f, " axis=%lld", (long long)a->ints[0]);
+        break;
+    case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX:
+        fprintf(f, " axis=%lld keepdims=%lld", (long long)a->ints[0], (long long)a->ints[1]);
+        break;
+    case TR_OP_CAST:
+        fprintf(f, " to=%s", tr_dtype_name((enum tr_dtype)a->ints[0]));
+        break;
+    case TR_OP_ATTENTION:
+        fprintf(f, " scale=%g causal=%lld", (double)a->floats[0], (long long)a->ints[0]);
+        if (a->ints[1]) fprintf(f, " window=%lld", (long long)a->ints[1]);
+        break;
+    default:
+        break;
+    }
+}
+
+static void human(double v, const char *const *units, double base, char *buf, size_t n) {
+    int u = 0;
+    while (v >= base && units[u + 1]) v /= base, u++;
+    snprintf(buf, n, u ? "%.3g %s" : "%.0f %s", v, units[u]);
+}
+
+int tr_graph_dump(const struct tr_graph *g, FILE *f, struct tr_error *err) {
+    if (!g || !f) return tr_error_set(err, TR_ERR_INVALID, "graph dump: NULL %s", g ? "file" : "graph");
+    static const char *const bytes_u[] = {"B", "KiB", "MiB", "GiB", "TiB", NULL};
+    static const char *const flop_u[] = {"FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP", NULL};
+    char pb[32], fl[32];
+    human((double)tr_graph_param_bytes(g), bytes_u, 1024.0, pb, sizeof pb);
+    human(tr_graph_flops(g), flop_u, 1000.0, fl, sizeof fl);
+    fprintf(f, "# %d nodes, %d inputs, %d params (%s), %s per run\n", tr_graph_n_nodes(g), tr_graph_n_inputs(g),
+            tr_graph_n_params(g), pb, fl);
+    for (int id = 0; id < tr_graph_n_nodes(g); id++) {
+        int op = tr_node_op(g, id), n = tr_node_n_inputs(g, id);
+        fprintf(f, "%%%d = %s", id, tr_op_name(op));
+        if (n > 0) {
+            fputc('(', f);
+            for (int i = 0; i < n; i++) fprintf(f, i ? ", %%%d" : "%%%d", tr_node_input(g, id, i));
+            fputc(')', f);
+        }
+        print_attrs(g, f, id);
+        char shape[160];
+        fprintf(f, " : %s%s  '%s'\n", tr_dtype_name((enum tr_dtype)tr_node_dtype(g, id)),
+                tr_shape_str(tr_node_ndim(g, id), tr_node_shape(g, id), shape, sizeof shape), tr_node_name(g, id));
+    }
+    for (int i = 0; i < tr_graph_n_outputs(g); i++)
+        fprintf(f, "output '%s' = %%%d\n", tr_graph_output_name(g, i), tr_graph_output(g, i));
+    if (ferror(f)) return tr_error_set(err, TR_ERR_IO, "graph dump: write failed");
+    return TR_OK;
+}
+
+static double numel(const struct tr_graph *g, int id) {
+    const int64_t *s = tr_node_shape(g, id);
+    double n = 1;
+    for (int i = 0; i < tr_node_ndim(g, id); i++) n *= (double)s[i];
+    return n;
+}
+
+double tr_graph_flops(const struct tr_graph *g) {
+    double total = 0;
+    for (int id = 0; id < tr_graph_n_nodes(g); id++) {
+        int op = tr_node_op(g, id);
+        if (op == TR_OP_MATMUL) {
+            int a = tr_node_input(g, id, 0), nd = tr_node_ndim(g, a);
+            double k = (double)tr_node_shape(g, a)[tr_node_attrs(g, id)->ints[0] ? nd - 2 : nd - 1];
+            total += 2.0 * numel(g, id) * k;
+        } else if (op == TR_OP_ATTENTION) {
+            const int64_t *q = tr_node_shape(g, tr_node_input(g, id, 0));
+            const int64_t *k = tr_node_shape(g, tr_node_input(g, id, 1));
+            const int64_t *v = tr_node_shape(g, tr_node_input(g, id, 2));
+            total += 2.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)k[2] * (double)(q[3] + v[3]);
+        } else if (op == TR_OP_SUM || op == TR_OP_MEAN || op == TR_OP_MAX) {
+            total += numel(g, tr_node_input(g, id, 0));
+        } else if (tr_op_is_elementwise_unary(op) || tr_op_is_elementwise_binary(op) || op == TR_OP_SOFTMAX ||
+                   op == TR_OP_LAYER_NORM) {
+            total += numel(g, id);
+        }
+    }
+    return total;
+}
+
+uint64_t tr_graph_param_bytes(const struct tr_graph *g) {
+    uint64_t total = 0;
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        int id = tr_graph_param(g, i);
+        int64_t n = tr_shape_numel(tr_node_ndim(g, id), tr_node_shape(g, id));
+        total += (uint64_t)n * tr_dtype_size((enum tr_dtype)tr_node_dtype(g, id));
+    }
+    return total;
+}

@@ -1,0 +1,384 @@
+/* Shape and dtype inference for every op of ops.h.
+ *
+ * Reads the graph only through the public accessors, so it works on any graph and
+ * knows nothing of how nodes are stored. Each rule writes the reason for a refusal into
+ * msg with the shapes involved; graph.c puts "node N op 'name': " in front.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include "trident/graph.h"
+
+int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *in, struct tr_attrs *attrs,
+                        int *dtype, int *ndim, int64_t *shape, char *msg, size_t msg_size);
+
+/* One input as seen by a rule. */
+struct arg {
+    int dt, nd;
+    const int64_t *sh;
+    char str[160]; /* "bf16[2,128,768]" */
+};
+
+struct ctx {
+    char *msg;
+    size_t msg_size;
+};
+
+__attribute__((format(printf, 3, 4))) static int refuse(struct ctx *c, int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->msg, c->msg_size, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+static void load(const struct tr_graph *g, int id, struct arg *a) {
+    a->dt = tr_node_dtype(g, id);
+    a->nd = tr_node_ndim(g, id);
+    a->sh = tr_node_shape(g, id);
+    int n = snprintf(a->str, sizeof a->str, "%s", tr_dtype_name((enum tr_dtype)a->dt));
+    tr_shape_str(a->nd, a->sh, a->str + n, sizeof a->str - (size_t)n);
+}
+
+static int is_float(int dt) { return tr_dtype_is_float((enum tr_dtype)dt); }
+
+/* Float ops: every listed input a float, all of one dtype. */
+static int same_float(struct ctx *c, int n, const struct arg *a, const char *const *what) {
+    for (int i = 0; i < n; i++)
+        if (!is_float(a[i].dt))
+            return refuse(c, TR_ERR_SHAPE, "%s is %s, expected a float dtype (f32, bf16, f16, f64)", what[i], a[i].str);
+    for (int i = 1; i < n; i++)
+        if (a[i].dt != a[0].dt)
+            return refuse(c, TR_ERR_SHAPE, "dtypes differ: %s %s, %s %s (cast one of them)", what[0], a[0].str, what[i],
+                          a[i].str);
+    return TR_OK;
+}
+
+static int norm_axis(struct ctx *c, int64_t *axis, int nd, const char *what, const struct arg *x) {
+    int64_t ax = *axis;
+    if (ax < -nd || ax >= nd)
+        return refuse(c, TR_ERR_SHAPE, "%s %lld is out of range for %s (%d dimensions: -%d to %d)", what, (long long)ax,
+                      x->str, nd, nd, nd - 1);
+    *axis = ax < 0 ? ax + nd : ax;
+    return TR_OK;
+}
+
+/* numpy broadcasting of the trailing-aligned shapes a and b into out. */
+static int broadcast(int na, const int64_t *a, int nb, const int64_t *b, int *nout, int64_t *out) {
+    int n = na > nb ? na : nb;
+    for (int i = 0; i < n; i++) {
+        int64_t x = i < n - na ? 1 : a[i - (n - na)];
+        int64_t y = i < n - nb ? 1 : b[i - (n - nb)];
+        if (x != y && x != 1 && y != 1) return -1 - i;
+        out[i] = x == 1 ? y : x;
+    }
+    *nout = n;
+    return 0;
+}
+
+static int infer_binary(struct ctx *c, const struct arg *a, int *dt, int *nd, int64_t *sh) {
+    static const char *const what[] = {"a", "b"};
+    int st = same_float(c, 2, a, what);
+    if (st) return st;
+    int r = broadcast(a[0].nd, a[0].sh, a[1].nd, a[1].sh, nd, sh);
+    if (r < 0) {
+        int n = a[0].nd > a[1].nd ? a[0].nd : a[1].nd;
+        return refuse(c, TR_ERR_SHAPE, "cannot broadcast a %s with b %s: axis %d (from the end: %d) differs", a[0].str,
+                      a[1].str, -1 - r, -1 - r - n);
+    }
+    *dt = a[0].dt;
+    return TR_OK;
+}
+
+static int infer_matmul(struct ctx *c, const struct arg *a, const struct tr_attrs *at, int *dt, int *nd,
+                        int64_t *sh) {
+    static const char *const what[] = {"a", "b"};
+    int st = same_float(c, 2, a, what);
+    if (st) return st;
+    int64_t ta = at->ints[0], tb = at->ints[1];
+    if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
+        return refuse(c, TR_ERR_INVALID, "trans_a=%lld trans_b=%lld, each must be 0 or 1", (long long)ta,
+                      (long long)tb);
+    if (a[0].nd < 2 || a[1].nd < 2)
+        return refuse(c, TR_ERR_SHAPE, "both operands need at least 2 dimensions: a %s, b %s", a[0].str, a[1].str);
+    const struct arg *A = &a[0], *B = &a[1];
+    int64_t m = A->sh[A->nd - 2 + (int)ta], ka = A->sh[A->nd - 1 - (int)ta];
+    int64_t kb = B->sh[B->nd - 2 + (int)tb], n = B->sh[B->nd - 1 - (int)tb];
+    if (ka != kb)
+        return refuse(c, TR_ERR_SHAPE, "inner dimensions differ: a %s%s (K=%lld) x b %s%s (K=%lld)", A->str,
+                      ta ? "^T" : "", (long long)ka, B->str, tb ? "^T" : "", (long long)kb);
+    int nbatch;
+    if (broadcast(A->nd - 2, A->sh, B->nd - 2, B->sh, &nbatch, sh) < 0)
+        return refuse(c, TR_ERR_SHAPE, "batch axes do not broadcast: a %s x b %s", A->str, B->str);
+    if (nbatch + 2 > TR_MAX_DIMS)
+        return refuse(c, TR_ERR_SHAPE, "result has more than %d dimensions: a %s x b %s", TR_MAX_DIMS, A->str, B->str);
+    sh[nbatch] = m;
+    sh[nbatch + 1] = n;
+    *nd = nbatch + 2;
+    *dt = A->dt;
+    return TR_OK;
+}
+
+static int infer_layer_norm(struct ctx *c, const struct arg *a, const struct tr_attrs *at, int *dt, int *nd,
+                            int64_t *sh) {
+    static const char *const what[] = {"x", "gamma", "beta"};
+    int st = same_float(c, 3, a, what);
+    if (st) return st;
+    if (a[0].nd < 1) return refuse(c, TR_ERR_SHAPE, "x %s needs at least 1 dimension", a[0].str);
+    int64_t d = a[0].sh[a[0].nd - 1];
+    for (int i = 1; i < 3; i++)
+        if (a[i].nd != 1 || a[i].sh[0] != d)
+            return refuse(c, TR_ERR_SHAPE, "%s is %s, expected [%lld] (the last axis of x %s)", what[i], a[i].str,
+                          (long long)d, a[0].str);
+    if (!(at->floats[0] >= 0.0f) || isinf(at->floats[0]))
+        return refuse(c, TR_ERR_INVALID, "eps %g, expected a finite value >= 0", (double)at->floats[0]);
+    *dt = a[0].dt;
+    *nd = a[0].nd;
+    memcpy(sh, a[0].sh, (size_t)a[0].nd * sizeof *sh);
+    return TR_OK;
+}
+
+static int infer_embedding(struct ctx *c, const struct arg *a, int *dt, int *nd, int64_t *sh) {
+    const struct arg *tab = &a[0], *ids = &a[1];
+    if (!is_float(tab->dt) || tab->nd != 2)
+        return refuse(c, TR_ERR_SHAPE, "table %s, expected a 2-D float (V,D) table", tab->str);
+    if (ids->dt != TR_DTYPE_I32 && ids->dt != TR_DTYPE_I64)
+        return refuse(c, TR_ERR_SHAPE, "ids %s, expected i32 or i64", ids->str);
+    if (ids->nd + 1 > TR_MAX_DIMS)
+        return refuse(c, TR_ERR_SHAPE, "ids %s: the result would have more than %d dimensions", ids->str, TR_MAX_DIMS);
+    memcpy(sh, ids->sh, (size_t)ids->nd * sizeof *sh);
+    sh[ids->nd] = tab->sh[1];
+    *nd = ids->nd + 1;
+    *dt = tab->dt;
+    return TR_OK;
+}
+
+static void ints_str(const int64_t *v, int n, char *buf, size_t size) {
+    size_t off = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < n && off < size; i++)
+        off += (size_t)snprintf(buf + off, size - off, i ? ",%lld" : "%lld", (long long)v[i]);
+    if (off < size) snprintf(buf + off, size - off, "]");
+}
+
+static int infer_reshape(struct ctx *c, const struct arg *x, struct tr_attrs *at, int *nd, int64_t *sh) {
+    int n = at->n_ints;
+    if (n < 0 || n > TR_MAX_DIMS || n > TR_ATTR_INTS)
+        return refuse(c, TR_ERR_INVALID, "new shape has %d dimensions (or none given), expected 0 to %d", n,
+                      TR_MAX_DIMS);
+    char want[160];
+    ints_str(at->ints, n, want, sizeof want);
+    int64_t known = 1, numel = tr_shape_numel(x->nd, x->sh);
+    int infer = -1;
+    for (int i = 0; i < n; i++) {
+        int64_t e = at->ints[i];
+        if (e == -1 && infer < 0) {
+            infer = i;
+        } else if (e < 0) {
+            return refuse(c, TR_ERR_SHAPE, "new shape %s for x %s: %s", want, x->str,
+                          e == -1 ? "more than one -1" : "negative extent");
+        } else {
+            if (e > 0 && known > INT64_MAX / e)
+                return refuse(c, TR_ERR_SHAPE, "new shape %s for x %s: element count overflows", want, x->str);
+            known *= e;
+        }
+    }
+    if (infer >= 0) {
+        if (known == 0 || numel % known != 0)
+            return refuse(c, TR_ERR_SHAPE, "new shape %s for x %s (%lld elements): the -1 cannot be inferred", want,
+                          x->str, (long long)numel);
+        at->ints[infer] = numel / known;
+        known = numel;
+    }
+    if (known != numel)
+        return refuse(c, TR_ERR_SHAPE, "new shape %s has %lld elements, x %s has %lld", want, (long long)known, x->str,
+                      (long long)numel);
+    for (int i = 0; i < n; i++) sh[i] = at->ints[i];
+    *nd = n;
+    return TR_OK;
+}
+
+static int infer_transpose(struct ctx *c, const struct arg *x, const struct tr_attrs *at, int *nd, int64_t *sh) {
+    int n = at->n_ints;
+    char perm[160];
+    ints_str(at->ints, n >= 0 && n <= TR_ATTR_INTS ? n : 0, perm, sizeof perm);
+    if (n != x->nd)
+        return refuse(c, TR_ERR_SHAPE, "perm %s has %d entries, x %s has %d dimensions", perm, n, x->str, x->nd);
+    int seen[TR_MAX_DIMS] = {0};
+    for (int i = 0; i < n; i++) {
+        int64_t p = at->ints[i];
+        if (p < 0 || p >= n || seen[p]++)
+            return refuse(c, TR_ERR_SHAPE, "perm %s is not a permutation of 0..%d (x %s)", perm, n - 1, x->str);
+        sh[i] = x->sh[p];
+    }
+    *nd = n;
+    return TR_OK;
+}
+
+static int infer_slice(struct ctx *c, const struct arg *x, struct tr_attrs *at, int *nd, int64_t *sh) {
+    int64_t axis = at->ints[0], start = at->ints[1], end = at->ints[2], step = at->ints[3];
+    int st = norm_axis(c, &axis, x->nd, "axis", x);
+    if (st) return st;
+    int64_t dim = x->sh[axis];
+    if (step <= 0) return refuse(c, TR_ERR_INVALID, "step %lld, expected > 0 (x %s)", (long long)step, x->str);
+    int64_t s = start < 0 ? start + dim : start, e = end < 0 ? end + dim : end;
+    if (!(0 <= s && s <= e && e <= dim))
+        return refuse(c, TR_ERR_SHAPE,
+                      "start %lld end %lld on axis %lld of x %s (extent %lld): need 0 <= start <= end <= %lld "
+                      "after negative values count from the end",
+                      (long long)start, (long long)end, (long long)axis, x->str, (long long)dim, (long long)dim);
+    at->ints[0] = axis;
+    at->ints[1] = s;
+    at->ints[2] = e;
+    memcpy(sh, x->sh, (size_t)x->nd * sizeof *sh);
+    sh[axis] = (e - s + step - 1) / step;
+    *nd = x->nd;
+    return TR_OK;
+}
+
+static int infer_concat(struct ctx *c, int n, const struct arg *a, struct tr_attrs *at, int *dt, int *nd,
+                        int64_t *sh) {
+    int64_t axis = at->ints[0];
+    if (a[0].nd < 1) return refuse(c, TR_ERR_SHAPE, "input 0 %s has no axis to concatenate on", a[0].str);
+    int st = norm_axis(c, &axis, a[0].nd, "axis", &a[0]);
+    if (st) return st;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (a[i].dt != a[0].dt)
+            return refuse(c, TR_ERR_SHAPE, "dtypes differ: input 0 %s, input %d %s", a[0].str, i, a[i].str);
+        int same = a[i].nd == a[0].nd;
+        for (int d = 0; same && d < a[0].nd; d++) same = d == axis || a[i].sh[d] == a[0].sh[d];
+        if (!same)
+            return refuse(c, TR_ERR_SHAPE, "input 0 %s and input %d %s differ outside axis %lld", a[0].str, i, a[i].str,
+                          (long long)axis);
+        total += a[i].sh[axis];
+    }
+    at->ints[0] = axis;
+    memcpy(sh, a[0].sh, (size_t)a[0].nd * sizeof *sh);
+    sh[axis] = total;
+    *nd = a[0].nd;
+    *dt = a[0].dt;
+    return TR_OK;
+}
+
+static int infer_reduce(struct ctx *c, const struct arg *x, struct tr_attrs *at, int *nd, int64_t *sh) {
+    static const char *const what[] = {"x"};
+    int st = same_float(c, 1, x, what);
+    if (st) return st;
+    if (x->nd < 1) return refuse(c, TR_ERR_SHAPE, "x %s has no axis to reduce", x->str);
+    int64_t axis = at->ints[0], keep = at->ints[1];
+    if ((st = norm_axis(c, &axis, x->nd, "axis", x))) return st;
+    if (keep != 0 && keep != 1) return refuse(c, TR_ERR_INVALID, "keepdims %lld, expected 0 or 1", (long long)keep);
+    at->ints[0] = axis;
+    int k = 0;
+    for (int d = 0; d < x->nd; d++) {
+        if (d != axis) sh[k++] = x->sh[d];
+        else if (keep) sh[k++] = 1;
+    }
+    *nd = k;
+    return TR_OK;
+}
+
+static int infer_attention(struct ctx *c, int n, const struct arg *a, const struct tr_attrs *at, int *dt, int *nd,
+                           int64_t *sh) {
+    static const char *const what[] = {"q", "k", "v"};
+    int st = same_float(c, 3, a, what);
+    if (st) return st;
+    const struct arg *q = &a[0], *k = &a[1], *v = &a[2];
+    if (q->nd != 4 || k->nd != 4 || v->nd != 4)
+        return refuse(c, TR_ERR_SHAPE, "q %s, k %s, v %s: each must be 4-D (B,H,T,D)", q->str, k->str, v->str);
+    int64_t B = q->sh[0], H = q->sh[1], Tq = q->sh[2], D = q->sh[3];
+    int64_t Hk = k->sh[1], Tk = k->sh[2];
+    int fits = k->sh[0] == B && v->sh[0] == B && v->sh[1] == Hk && v->sh[2] == Tk && k->sh[3] == D;
+    if (!fits)
+        return refuse(c, TR_ERR_SHAPE,
+                      "q %s, k %s, v %s: expected q (B,H,Tq,D), k (B,Hk,Tk,D), v (B,Hk,Tk,Dv) with equal B, Hk, Tk, D",
+                      q->str, k->str, v->str);
+    if (Hk == 0 ? H != 0 : H % Hk != 0)
+        return refuse(c, TR_ERR_SHAPE, "q %s has %lld heads, not a multiple of k %s's %lld", q->str, (long long)H,
+                      k->str, (long long)Hk);
+    if (at->ints[0] != 0 && at->ints[0] != 1)
+        return refuse(c, TR_ERR_INVALID, "causal %lld, expected 0 or 1", (long long)at->ints[0]);
+    if (at->ints[1] < 0) return refuse(c, TR_ERR_INVALID, "window %lld, expected >= 0", (long long)at->ints[1]);
+    if (n == 4) {
+        const struct arg *m = &a[3];
+        int64_t full[4] = {B, H, Tq, Tk};
+        int ok = (m->dt == TR_DTYPE_F32 || m->dt == q->dt) && m->nd <= 4;
+        for (int i = 0; ok && i < m->nd; i++) {
+            int64_t e = m->sh[i], f = full[4 - m->nd + i];
+            ok = e == 1 || e == f;
+        }
+        if (!ok)
+            return refuse(c, TR_ERR_SHAPE,
+                          "mask %s must be f32 or %s and broadcast to (B,H,Tq,Tk) [%lld,%lld,%lld,%lld]", m->str,
+                          tr_dtype_name((enum tr_dtype)q->dt), (long long)B, (long long)H, (long long)Tq,
+                          (long long)Tk);
+    }
+    sh[0] = B;
+    sh[1] = H;
+    sh[2] = Tq;
+    sh[3] = v->sh[3];
+    *nd = 4;
+    *dt = q->dt;
+    return TR_OK;
+}
+
+int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *in, struct tr_attrs *attrs,
+                        int *dtype, int *ndim, int64_t *shape, char *msg, size_t msg_size) {
+    struct ctx c = {msg, msg_size};
+    struct arg a[TR_MAX_INPUTS];
+    msg[0] = '\0';
+    for (int i = 0; i < n_in && i < TR_MAX_INPUTS; i++) load(g, in[i], &a[i]);
+    static const char *const x_what[] = {"x"};
+    switch (op) {
+    case TR_OP_MATMUL:
+        return infer_matmul(&c, a, attrs, dtype, ndim, shape);
+    case TR_OP_ADD: case TR_OP_SUB: case TR_OP_MUL: case TR_OP_DIV:
+        return infer_binary(&c, a, dtype, ndim, shape);
+    case TR_OP_GELU: case TR_OP_TANH: case TR_OP_RELU: case TR_OP_SILU: case TR_OP_SIGMOID:
+    case TR_OP_EXP: case TR_OP_NEG: case TR_OP_SQRT: case TR_OP_RSQRT: case TR_OP_SCALE:
+    case TR_OP_SOFTMAX: {
+        int st = same_float(&c, 1, a, x_what);
+        if (st) return st;
+        if (op == TR_OP_GELU && attrs->ints[0] != 0 && attrs->ints[0] != 1)
+            return refuse(&c, TR_ERR_INVALID, "approximate %lld, expected 0 (erf) or 1 (tanh)",
+                          (long long)attrs->ints[0]);
+        if (op == TR_OP_SOFTMAX && a[0].nd < 1)
+            return refuse(&c, TR_ERR_SHAPE, "x %s needs at least 1 dimension", a[0].str);
+        *dtype = a[0].dt;
+        *ndim = a[0].nd;
+        memcpy(shape, a[0].sh, (size_t)a[0].nd * sizeof *shape);
+        return TR_OK;
+    }
+    case TR_OP_LAYER_NORM:
+        return infer_layer_norm(&c, a, attrs, dtype, ndim, shape);
+    case TR_OP_EMBEDDING:
+        return infer_embedding(&c, a, dtype, ndim, shape);
+    case TR_OP_RESHAPE:
+        *dtype = a[0].dt;
+        return infer_reshape(&c, &a[0], attrs, ndim, shape);
+    case TR_OP_TRANSPOSE:
+        *dtype = a[0].dt;
+        return infer_transpose(&c, &a[0], attrs, ndim, shape);
+    case TR_OP_SLICE:
+        *dtype = a[0].dt;
+        return infer_slice(&c, &a[0], attrs, ndim, shape);
+    case TR_OP_CONCAT:
+        return infer_concat(&c, n_in, a, attrs, dtype, ndim, shape);
+    case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX:
+        *dtype = a[0].dt;
+        return infer_reduce(&c, &a[0], attrs, ndim, shape);
+    case TR_OP_CAST:
+        if (attrs->ints[0] < 0 || attrs->ints[0] >= TR_DTYPE_COUNT)
+            return refuse(&c, TR_ERR_INVALID, "target dtype %lld is not a dtype (x %s)", (long long)attrs->ints[0],
+                          a[0].str);
+        *dtype = (int)attrs->ints[0];
+        *ndim = a[0].nd;
+        memcpy(shape, a[0].sh, (size_t)a[0].nd * sizeof *shape);
+        return TR_OK;
+    case TR_OP_ATTENTION:
+        return infer_attention(&c, n_in, a, attrs, dtype, ndim, shape);
+    default:
+        return refuse(&c, TR_ERR_UNSUPPORTED, "no shape rule for op %d", op);
+    }
+}

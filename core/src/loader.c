@@ -1,0 +1,498 @@
+/* Finding, opening, checking and calling backend plugins (see loader.h).
+ *
+ * The plugin's vtable is copied into struct tr_plugin, zero-filled past the plugin's
+ * struct_size: a plugin built against an older header has no memory behind the slots
+ * it never knew, and reading them in place would read whatever the plugin put next.
+ * The wrappers at the end of this file are the only code that calls a slot. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "trident/loader.h"
+#include "trident/log.h"
+
+#ifndef TRIDENT_PLUGIN_BUILD_DIR
+#define TRIDENT_PLUGIN_BUILD_DIR ""
+#endif
+#ifndef TRIDENT_PLUGIN_INSTALL_DIR
+#define TRIDENT_PLUGIN_INSTALL_DIR ""
+#endif
+
+#define PLUGIN_PREFIX "libtrident_backend_"
+#define PLUGIN_SUFFIX ".so"
+#define MAX_SEARCH_DIRS 64
+
+struct tr_plugin {
+    void *handle;
+    struct tr_backend_i iface; /* the plugin's vtable, cut or padded to this host's size */
+    char path[PATH_MAX];
+};
+
+struct tr_backend {
+    struct tr_plugin *plugin;
+    void *ctx;
+    int device_type;
+};
+
+struct tr_program {
+    struct tr_backend *be;
+    const struct tr_graph *g;
+    void *prog;
+};
+
+/* The minor version of ABI 1 that added each optional slot. */
+#define SLOT_MINOR_SUPPORTS_OP 0u
+#define SLOT_MINOR_GET_STATS 0u
+
+static int minor_at_least(uint32_t abi_version, uint32_t minor) { return TR_ABI_GET_MINOR(abi_version) >= minor; }
+
+/* An optional slot may be called only when the plugin's header had it (the minor that
+ * added it, and a struct_size that reaches it) and the plugin filled it. A NULL alone
+ * proves nothing for a plugin built before the slot existed. */
+#define IFACE_HAS(it, slot, minor)                 \
+    (minor_at_least((it)->abi_version, (minor)) && \
+     (it)->struct_size >= offsetof(struct tr_backend_i, slot) + sizeof((it)->slot) && (it)->slot != NULL)
+
+/* ---- where to look ---- */
+
+struct search_dir {
+    char path[PATH_MAX];
+    const char *origin;
+};
+
+struct search_list {
+    struct search_dir dirs[MAX_SEARCH_DIRS];
+    int n;
+};
+
+static void search_add(struct search_list *l, const char *path, size_t len, const char *origin) {
+    if (len == 0 || l->n == MAX_SEARCH_DIRS || len >= PATH_MAX) return;
+    memcpy(l->dirs[l->n].path, path, len);
+    l->dirs[l->n].path[len] = '\0';
+    l->dirs[l->n].origin = origin;
+    l->n++;
+}
+
+static void search_build(const struct tr_plugin_search *s, struct search_list *l) {
+    l->n = 0;
+    const char *ini = s ? s->ini_dir : NULL;
+    const char *env = s && s->env_path ? s->env_path : getenv("TRIDENT_PLUGIN_PATH");
+    if (ini) search_add(l, ini, strlen(ini), "[plugins] path");
+    while (env && *env) {
+        const char *colon = strchr(env, ':');
+        size_t len = colon ? (size_t)(colon - env) : strlen(env);
+        search_add(l, env, len, "TRIDENT_PLUGIN_PATH");
+        env = colon ? colon + 1 : NULL;
+    }
+    search_add(l, TRIDENT_PLUGIN_BUILD_DIR, strlen(TRIDENT_PLUGIN_BUILD_DIR), "build tree");
+    search_add(l, TRIDENT_PLUGIN_INSTALL_DIR, strlen(TRIDENT_PLUGIN_INSTALL_DIR), "install dir");
+}
+
+static int is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* ---- opening and checking one file ---- */
+
+static const char *slot_missing(const struct tr_backend_i *it) {
+    if (!it->init) return "init";
+    if (!it->free) return "free";
+    if (!it->compile) return "compile";
+    if (!it->execute) return "execute";
+    if (!it->program_free) return "program_free";
+    return NULL;
+}
+
+/* dlopen path and check everything up to (not including) init. On refusal the library
+ * is closed again and err names the file and the reason. */
+static int plugin_load(const char *path, void **handle_out, struct tr_backend_i *iface_out, struct tr_error *err) {
+    /* A path without a slash would send dlopen through the system library path. */
+    char local[PATH_MAX];
+    if (!strchr(path, '/')) {
+        if (snprintf(local, sizeof local, "./%s", path) >= (int)sizeof local)
+            return tr_error_set(err, TR_ERR_INVALID, "plugin path too long: %s", path);
+        path = local;
+    }
+    dlerror();
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        return tr_error_set(err, TR_ERR_PLUGIN, "plugin [%s]: not a loadable shared object: %s", path,
+                            why ? why : "dlopen failed");
+    }
+    /* POSIX allows no cast between object and function pointers; copy the bits. */
+    void *sym = dlsym(h, TR_BACKEND_ENTRY_SYMBOL);
+    if (!sym) {
+        dlclose(h);
+        return tr_error_set(err, TR_ERR_PLUGIN, "no entry point [%s] in shared library [%s]", TR_BACKEND_ENTRY_SYMBOL,
+                            path);
+    }
+    tr_backend_entry_fn entry;
+    memcpy(&entry, &sym, sizeof entry);
+
+    struct tr_error perr = {0};
+    const struct tr_backend_i *it = NULL;
+    int rc = entry(TR_ABI_VERSION, tr_host_api_get(), &it, &perr);
+    if (rc != TR_OK) {
+        tr_error_set(err, TR_ERR_PLUGIN, "plugin [%s]: %s failed (%s): %s", path, TR_BACKEND_ENTRY_SYMBOL,
+                     tr_status_name(rc), perr.msg[0] ? perr.msg : "(no message)");
+        dlclose(h);
+        return TR_ERR_PLUGIN;
+    }
+    if (!it) {
+        dlclose(h);
+        return tr_error_set(err, TR_ERR_PLUGIN, "plugin [%s]: %s returned no vtable (NULL)", path,
+                            TR_BACKEND_ENTRY_SYMBOL);
+    }
+    /* Only struct_size and abi_version can be trusted before the version is checked. */
+    uint32_t ver = it->abi_version, size = it->struct_size;
+    if (TR_ABI_GET_MAJOR(ver) != TR_ABI_MAJOR) {
+        dlclose(h);
+        return tr_error_set(err, TR_ERR_PLUGIN, "plugin [%s]: incompatible ABI version (backend: %u.%u, host: %u.%u)",
+                            path, TR_ABI_GET_MAJOR(ver), TR_ABI_GET_MINOR(ver), TR_ABI_MAJOR, TR_ABI_MINOR);
+    }
+    if (size < TR_BACKEND_I_MIN_SIZE_1_0) {
+        dlclose(h);
+        return tr_error_set(err, TR_ERR_PLUGIN, "plugin [%s]: vtable too short: %u bytes, ABI 1.0 needs at least %zu",
+                            path, size, (size_t)TR_BACKEND_I_MIN_SIZE_1_0);
+    }
+    memset(iface_out, 0, sizeof *iface_out);
+    memcpy(iface_out, it, size < sizeof *iface_out ? size : sizeof *iface_out);
+    const char *missing = slot_missing(iface_out);
+    if (missing) {
+        dlclose(h);
+        return tr_error_set(err, TR_ERR_PLUGIN, "plugin [%s]: required slot '%s' is NULL (ABI %u.%u)", path, missing,
+                            TR_ABI_GET_MAJOR(ver), TR_ABI_GET_MINOR(ver));
+    }
+    if (!iface_out->name || !iface_out->name[0]) {
+        dlclose(h);
+        return tr_error_set(err, TR_ERR_PLUGIN, "plugin [%s]: the vtable has no name", path);
+    }
+    if (!iface_out->description) iface_out->description = "";
+    *handle_out = h;
+    return TR_OK;
+}
+
+/* ---- public: plugins ---- */
+
+int tr_plugin_open(const char *name_or_path, const struct tr_plugin_search *s, struct tr_plugin **out,
+                   struct tr_error *err) {
+    if (!out) return tr_error_set(err, TR_ERR_INVALID, "tr_plugin_open: out is NULL");
+    *out = NULL;
+    if (!name_or_path || !name_or_path[0])
+        return tr_error_set(err, TR_ERR_INVALID, "tr_plugin_open: no backend name or path given");
+
+    char path[PATH_MAX];
+    if (strchr(name_or_path, '/') || ends_with(name_or_path, PLUGIN_SUFFIX)) {
+        if (strlen(name_or_path) >= sizeof path)
+            return tr_error_set(err, TR_ERR_INVALID, "plugin path too long: %s", name_or_path);
+        if (!is_file(name_or_path))
+            return tr_error_set(err, TR_ERR_NOT_FOUND, "plugin file not found: %s", name_or_path);
+        snprintf(path, sizeof path, "%s", name_or_path);
+    } else {
+        struct search_list *l = malloc(sizeof *l);
+        if (!l) return tr_error_set(err, TR_ERR_NOMEM, "tr_plugin_open: out of memory");
+        search_build(s, l);
+        int found = 0;
+        for (int i = 0; i < l->n && !found; i++) {
+            int n = snprintf(path, sizeof path, "%s/" PLUGIN_PREFIX "%s" PLUGIN_SUFFIX, l->dirs[i].path, name_or_path);
+            found = n < (int)sizeof path && is_file(path);
+        }
+        if (!found) {
+            char where[TR_ERROR_MSG_MAX];
+            size_t off = 0;
+            where[0] = '\0';
+            for (int i = 0; i < l->n && off < sizeof where; i++)
+                off += (size_t)snprintf(where + off, sizeof where - off, "%s%s (%s)", i ? ", " : "", l->dirs[i].path,
+                                        l->dirs[i].origin);
+            int none = l->n == 0;
+            free(l);
+            return tr_error_set(err, TR_ERR_NOT_FOUND,
+                                "backend '%s' not found: no " PLUGIN_PREFIX "%s" PLUGIN_SUFFIX " in %s", name_or_path,
+                                name_or_path, none ? "(no directory to search)" : where);
+        }
+        free(l);
+    }
+
+    struct tr_plugin *p = calloc(1, sizeof *p);
+    if (!p) return tr_error_set(err, TR_ERR_NOMEM, "tr_plugin_open: out of memory");
+    snprintf(p->path, sizeof p->path, "%s", path);
+    int rc = plugin_load(p->path, &p->handle, &p->iface, err);
+    if (rc != TR_OK) {
+        free(p);
+        return rc;
+    }
+    tr_log(TR_LOG_INFO, "backend '%s' (ABI %u.%u) loaded from %s", p->iface.name,
+           TR_ABI_GET_MAJOR(p->iface.abi_version), TR_ABI_GET_MINOR(p->iface.abi_version), p->path);
+    *out = p;
+    return TR_OK;
+}
+
+void tr_plugin_close(struct tr_plugin *p) {
+    if (!p) return;
+    if (p->handle) dlclose(p->handle);
+    free(p);
+}
+
+const struct tr_backend_i *tr_plugin_iface(const struct tr_plugin *p) { return p ? &p->iface : NULL; }
+const char *tr_plugin_path(const struct tr_plugin *p) { return p ? p->path : NULL; }
+
+static int is_plugin_file(const struct dirent *d) {
+    const char *n = d->d_name;
+    return strncmp(n, PLUGIN_PREFIX, strlen(PLUGIN_PREFIX)) == 0 &&
+           strlen(n) > strlen(PLUGIN_PREFIX) + strlen(PLUGIN_SUFFIX) && ends_with(n, PLUGIN_SUFFIX);
+}
+
+/* File names of accepted plugins seen so far, for `shadowed`. */
+struct seen {
+    char **names;
+    int n, cap;
+};
+
+static int seen_has(const struct seen *s, const char *name) {
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->names[i], name) == 0) return 1;
+    return 0;
+}
+
+static int seen_add(struct seen *s, const char *name) {
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 16;
+        char **names = realloc(s->names, sizeof *names * (size_t)cap);
+        if (!names) return TR_ERR_NOMEM;
+        s->names = names;
+        s->cap = cap;
+    }
+    if (!(s->names[s->n] = strdup(name))) return TR_ERR_NOMEM;
+    s->n++;
+    return TR_OK;
+}
+
+int tr_plugin_scan(const struct tr_plugin_search *s, tr_plugin_visit_fn visit, void *user, struct tr_error *err) {
+    if (!visit) return tr_error_set(err, TR_ERR_INVALID, "tr_plugin_scan: visit is NULL");
+    struct search_list *l = malloc(sizeof *l);
+    char(*real)[PATH_MAX] = malloc(sizeof *real * MAX_SEARCH_DIRS);
+    struct tr_error *why = malloc(sizeof *why);
+    struct seen seen = {0};
+    int rc = TR_OK;
+    if (!l || !real || !why) {
+        rc = tr_error_set(err, TR_ERR_NOMEM, "tr_plugin_scan: out of memory");
+        goto done;
+    }
+    search_build(s, l);
+    for (int i = 0; i < l->n && rc == TR_OK; i++) {
+        /* The same directory named twice (TRIDENT_PLUGIN_PATH pointing at the build
+         * tree) is listed once, under its first origin. */
+        if (!realpath(l->dirs[i].path, real[i])) {
+            real[i][0] = '\0';
+            continue;
+        }
+        int dup = 0;
+        for (int j = 0; j < i && !dup; j++) dup = strcmp(real[i], real[j]) == 0;
+        if (dup) continue;
+        struct dirent **ents = NULL;
+        int n = scandir(l->dirs[i].path, &ents, is_plugin_file, alphasort);
+        if (n < 0) continue;
+        for (int e = 0; e < n; e++) {
+            char path[PATH_MAX];
+            if (rc == TR_OK &&
+                snprintf(path, sizeof path, "%s/%s", l->dirs[i].path, ents[e]->d_name) < (int)sizeof path &&
+                is_file(path)) {
+                void *h = NULL;
+                struct tr_backend_i it = {0};
+                tr_error_clear(why);
+                int ok = plugin_load(path, &h, &it, why) == TR_OK;
+                struct tr_plugin_candidate c = {
+                    .path = path,
+                    .origin = l->dirs[i].origin,
+                    .accepted = ok,
+                    .shadowed = ok && seen_has(&seen, ents[e]->d_name),
+                    .name = ok ? it.name : "",
+                    .description = ok ? it.description : "",
+                    .reason = ok ? "" : why->msg,
+                };
+                if (ok && !c.shadowed && seen_add(&seen, ents[e]->d_name) != TR_OK)
+                    rc = tr_error_set(err, TR_ERR_NOMEM, "tr_plugin_scan: out of memory");
+                visit(&c, user); /* before dlclose: name and description live in the plugin */
+                if (h) dlclose(h);
+            }
+            free(ents[e]);
+        }
+        free(ents);
+    }
+done:
+    for (int i = 0; i < seen.n; i++) free(seen.names[i]);
+    free(seen.names);
+    free(why);
+    free(real);
+    free(l);
+    return rc;
+}
+
+/* ---- public: instances, the only callers of the vtable ---- */
+
+static const char *be_name(const struct tr_backend *be) { return be->plugin->iface.name; }
+
+int tr_backend_init(struct tr_plugin *p, const struct tr_backend_params *params, struct tr_backend **out,
+                    struct tr_error *err) {
+    if (!out) return tr_error_set(err, TR_ERR_INVALID, "tr_backend_init: out is NULL");
+    *out = NULL;
+    if (!p) return tr_error_set(err, TR_ERR_INVALID, "tr_backend_init: no plugin");
+    struct tr_backend_params prm = {0};
+    if (params) prm = *params;
+    prm.struct_size = sizeof prm;
+    prm.abi_version = TR_ABI_VERSION;
+    if (prm.n_options < 0 || (prm.n_options > 0 && !prm.options))
+        return tr_error_set(err, TR_ERR_INVALID, "backend '%s': %d options but no option array", p->iface.name,
+                            prm.n_options);
+
+    struct tr_backend *be = calloc(1, sizeof *be);
+    if (!be) return tr_error_set(err, TR_ERR_NOMEM, "tr_backend_init: out of memory");
+    be->plugin = p;
+    be->device_type = prm.device_type;
+    struct tr_error perr = {0};
+    int rc = p->iface.init(tr_host_api_get(), &prm, &be->ctx, &perr);
+    if (rc != TR_OK) {
+        free(be);
+        return tr_error_set(err, TR_ERR_PLUGIN, "backend '%s' (%s): init failed: %s", p->iface.name, p->path,
+                            perr.msg[0] ? perr.msg : tr_status_name(rc));
+    }
+    *out = be;
+    return TR_OK;
+}
+
+void tr_backend_free(struct tr_backend *be) {
+    if (!be) return;
+    be->plugin->iface.free(be->ctx);
+    free(be);
+}
+
+const char *tr_backend_name(const struct tr_backend *be) { return be ? be_name(be) : NULL; }
+
+int tr_backend_supports_op(struct tr_backend *be, int op, int dtype) {
+    if (!be || op < 0 || op >= TR_OP_COUNT || dtype < 0 || dtype >= TR_DTYPE_COUNT) return 0;
+    const struct tr_backend_i *it = &be->plugin->iface;
+    if (IFACE_HAS(it, supports_op, SLOT_MINOR_SUPPORTS_OP)) return it->supports_op(be->ctx, op, dtype) != 0;
+    return 1; /* runs it, through the shared kernels' default */
+}
+
+int tr_backend_compile(struct tr_backend *be, const struct tr_graph *g, struct tr_program **out, struct tr_error *err) {
+    if (!out) return tr_error_set(err, TR_ERR_INVALID, "tr_backend_compile: out is NULL");
+    *out = NULL;
+    if (!be || !g) return tr_error_set(err, TR_ERR_INVALID, "tr_backend_compile: no backend or no graph");
+    struct tr_error gerr = {0};
+    if (tr_graph_status(g, &gerr) != TR_OK)
+        return tr_error_set(err, gerr.status, "backend '%s': cannot compile a graph that failed to build: %s",
+                            be_name(be), gerr.msg);
+    struct tr_program *prog = calloc(1, sizeof *prog);
+    if (!prog) return tr_error_set(err, TR_ERR_NOMEM, "tr_backend_compile: out of memory");
+    prog->be = be;
+    prog->g = g;
+    struct tr_error perr = {0};
+    int rc = be->plugin->iface.compile(be->ctx, (tr_graph_t)g, &prog->prog, &perr);
+    if (rc != TR_OK) {
+        free(prog);
+        return tr_error_set(err, rc, "backend '%s': compile failed: %s", be_name(be),
+                            perr.msg[0] ? perr.msg : tr_status_name(rc));
+    }
+    *out = prog;
+    return TR_OK;
+}
+
+/* t must be what the graph says node id is. what: "input", "output". */
+static int check_tensor(const struct tr_backend *be, const struct tr_graph *g, const char *what, int i,
+                        const char *name, int id, const struct tr_tensor *t, struct tr_error *err) {
+    int dt = tr_node_dtype(g, id), nd = tr_node_ndim(g, id);
+    const int64_t *shape = tr_node_shape(g, id);
+    char got[160], want[160];
+    if (!t->data)
+        return tr_error_set(err, TR_ERR_INVALID, "backend '%s': %s %d '%s' has no data", be_name(be), what, i, name);
+    int same = t->dtype == dt && t->ndim == nd;
+    for (int d = 0; same && d < nd; d++) same = t->shape[d] == shape[d];
+    if (!same) {
+        tr_shape_str(t->ndim >= 0 && t->ndim <= TR_MAX_DIMS ? t->ndim : 0, t->shape, got, sizeof got);
+        tr_shape_str(nd, shape, want, sizeof want);
+        return tr_error_set(err, TR_ERR_SHAPE, "backend '%s': %s %d '%s' is %s%s, the graph expects %s%s", be_name(be),
+                            what, i, name, tr_dtype_name((enum tr_dtype)t->dtype), got,
+                            tr_dtype_name((enum tr_dtype)dt), want);
+    }
+    if (!tr_tensor_is_contiguous(t))
+        return tr_error_set(err, TR_ERR_SHAPE, "backend '%s': %s %d '%s' is not contiguous", be_name(be), what, i,
+                            name);
+    if (t->device != TR_DEVICE_CPU)
+        return tr_error_set(err, TR_ERR_INVALID, "backend '%s': %s %d '%s' is not in host memory (device %d)",
+                            be_name(be), what, i, name, t->device);
+    return TR_OK;
+}
+
+int tr_backend_execute(struct tr_backend *be, struct tr_program *prog, int n_inputs, const struct tr_tensor *inputs,
+                       int n_outputs, struct tr_tensor *outputs, struct tr_error *err) {
+    if (!be || !prog) return tr_error_set(err, TR_ERR_INVALID, "tr_backend_execute: no backend or no program");
+    if (prog->be != be)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "tr_backend_execute: the program was compiled by backend '%s', not '%s'", be_name(prog->be),
+                            be_name(be));
+    const struct tr_graph *g = prog->g;
+    int gin = tr_graph_n_inputs(g), gout = tr_graph_n_outputs(g);
+    if (n_inputs != gin || n_outputs != gout)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "backend '%s': execute got %d inputs and %d outputs, the graph has %d and %d", be_name(be),
+                            n_inputs, n_outputs, gin, gout);
+    if ((gin && !inputs) || (gout && !outputs))
+        return tr_error_set(err, TR_ERR_INVALID, "backend '%s': execute: inputs or outputs array is NULL", be_name(be));
+    for (int i = 0; i < gin; i++) {
+        int id = tr_graph_input(g, i);
+        int rc = check_tensor(be, g, "input", i, tr_node_name(g, id), id, &inputs[i], err);
+        if (rc != TR_OK) return rc;
+    }
+    for (int i = 0; i < gout; i++) {
+        const char *name = tr_graph_output_name(g, i);
+        int id = tr_graph_output(g, i);
+        int rc = check_tensor(be, g, "output", i, name && name[0] ? name : tr_node_name(g, id), id, &outputs[i], err);
+        if (rc != TR_OK) return rc;
+    }
+    struct tr_error perr = {0};
+    int rc = be->plugin->iface.execute(be->ctx, prog->prog, n_inputs, inputs, n_outputs, outputs, &perr);
+    if (rc != TR_OK)
+        return tr_error_set(err, rc, "backend '%s': %s", be_name(be), perr.msg[0] ? perr.msg : tr_status_name(rc));
+    return TR_OK;
+}
+
+int tr_backend_get_stats(struct tr_backend *be, struct tr_program *prog, struct tr_backend_stats *st,
+                         struct tr_error *err) {
+    if (!be || !prog || !st) return tr_error_set(err, TR_ERR_INVALID, "tr_backend_get_stats: NULL argument");
+    if (prog->be != be)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "tr_backend_get_stats: the program was compiled by backend '%s', not '%s'",
+                            be_name(prog->be), be_name(be));
+    memset(st, 0, sizeof *st);
+    st->struct_size = sizeof *st;
+    st->abi_version = TR_ABI_VERSION;
+    const struct tr_backend_i *it = &be->plugin->iface;
+    if (!IFACE_HAS(it, get_stats, SLOT_MINOR_GET_STATS)) return TR_OK; /* zeros: the backend reports nothing */
+    struct tr_error perr = {0};
+    int rc = it->get_stats(be->ctx, prog->prog, st, &perr);
+    st->struct_size = sizeof *st;
+    st->abi_version = TR_ABI_VERSION;
+    st->mode[sizeof st->mode - 1] = '\0';
+    st->notes[sizeof st->notes - 1] = '\0';
+    if (rc != TR_OK)
+        return tr_error_set(err, rc, "backend '%s': get_stats failed: %s", be_name(be),
+                            perr.msg[0] ? perr.msg : tr_status_name(rc));
+    return TR_OK;
+}
+
+void tr_program_free(struct tr_program *prog) {
+    if (!prog) return;
+    prog->be->plugin->iface.program_free(prog->be->ctx, prog->prog);
+    free(prog);
+}

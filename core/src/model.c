@@ -1,0 +1,205 @@
+/* Model registry lookup and config resolution: a preset's config struct, then the INI's
+ * [model] overrides parsed by each key's type. A key's min/max bound INT and FLOAT
+ * values when min < max; a descriptor that leaves both at 0 gets no bound. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "trident/model.h"
+
+static const char *const task_names[TR_TASK_COUNT] = {"predict", "fit", "generate"};
+
+const char *tr_task_name(enum tr_task t) {
+    return (unsigned)t < TR_TASK_COUNT ? task_names[t] : "?";
+}
+
+int tr_task_from_name(const char *s, enum tr_task *out) {
+    for (int i = 0; s && i < TR_TASK_COUNT; i++) {
+        if (strcmp(s, task_names[i]) == 0) {
+            *out = (enum tr_task)i;
+            return TR_OK;
+        }
+    }
+    return TR_ERR_NOT_FOUND;
+}
+
+/* Append ", name" (or "name" first) to a list being built in buf. */
+static void list_add(char *buf, size_t n, const char *name) {
+    size_t len = strlen(buf);
+    if (len + 1 < n) snprintf(buf + len, n - len, "%s%s", len ? ", " : "", name);
+}
+
+int tr_model_find(const struct tr_model_desc *const *models, const char *name, const struct tr_model_desc **out,
+                  struct tr_error *err) {
+    if (!models || !name || !out) return tr_error_set(err, TR_ERR_INVALID, "tr_model_find: NULL argument");
+    char names[512] = "";
+    for (int i = 0; models[i]; i++) {
+        if (strcmp(models[i]->name, name) == 0) {
+            *out = models[i];
+            return TR_OK;
+        }
+        list_add(names, sizeof names, models[i]->name);
+    }
+    return tr_error_set(err, TR_ERR_NOT_FOUND, "unknown model '%s' (models: %s)", name,
+                        names[0] ? names : "none built in");
+}
+
+static int key_is_bounded(const struct tr_model_key *k) {
+    return k->min < k->max;
+}
+
+/* What a key accepts, for messages: "an integer from 1 to 64". */
+static void key_expect(const struct tr_model_key *k, char *buf, size_t n) {
+    switch (k->type) {
+    case TR_KEY_INT:
+        if (key_is_bounded(k)) snprintf(buf, n, "an integer from %.0f to %.0f", k->min, k->max);
+        else snprintf(buf, n, "an integer");
+        return;
+    case TR_KEY_FLOAT:
+        if (key_is_bounded(k)) snprintf(buf, n, "a number from %g to %g", k->min, k->max);
+        else snprintf(buf, n, "a finite number");
+        return;
+    case TR_KEY_BOOL:
+        snprintf(buf, n, "true, false, yes, no, 1 or 0");
+        return;
+    case TR_KEY_STRING:
+        snprintf(buf, n, "a string of at most 63 characters");
+        return;
+    }
+    snprintf(buf, n, "nothing (the key has an unknown type %d)", (int)k->type);
+}
+
+/* Parse v by k's type into the config struct; 0 when v does not fit. */
+static int key_set(const struct tr_model_key *k, const char *v, char *config) {
+    char *end;
+    errno = 0;
+    switch (k->type) {
+    case TR_KEY_INT: {
+        const char *d = (*v == '+' || *v == '-') ? v + 1 : v;
+        if (!isdigit((unsigned char)*d)) return 0;
+        long long x = strtoll(v, &end, 10);
+        if (*end || errno == ERANGE) return 0;
+        if (key_is_bounded(k) && ((double)x < k->min || (double)x > k->max)) return 0;
+        int64_t x64 = x;
+        memcpy(config + k->offset, &x64, sizeof x64);
+        return 1;
+    }
+    case TR_KEY_FLOAT: {
+        if (!*v || isspace((unsigned char)*v)) return 0;
+        double x = strtod(v, &end);
+        if (*end || errno == ERANGE || !isfinite(x)) return 0;
+        if (key_is_bounded(k) && (x < k->min || x > k->max)) return 0;
+        memcpy(config + k->offset, &x, sizeof x);
+        return 1;
+    }
+    case TR_KEY_BOOL: {
+        int b;
+        if (!strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcmp(v, "1")) b = 1;
+        else if (!strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcmp(v, "0")) b = 0;
+        else return 0;
+        memcpy(config + k->offset, &b, sizeof b);
+        return 1;
+    }
+    case TR_KEY_STRING: {
+        size_t len = strlen(v);
+        if (len >= 64) return 0;
+        memcpy(config + k->offset, v, len + 1);
+        return 1;
+    }
+    }
+    return 0;
+}
+
+int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const struct tr_config *cfg, void *config,
+                     struct tr_error *err) {
+    if (!m || !preset || !config) return tr_error_set(err, TR_ERR_INVALID, "tr_model_resolve: NULL argument");
+    const struct tr_model_preset *p = NULL;
+    char names[512] = "";
+    for (int i = 0; i < m->n_presets; i++) {
+        if (strcmp(m->presets[i].name, preset) == 0) p = &m->presets[i];
+        list_add(names, sizeof names, m->presets[i].name);
+    }
+    if (!p) {
+        /* The config does not keep the line of [run] preset; the file still helps. */
+        if (cfg && strcmp(cfg->preset, preset) == 0)
+            return tr_error_set(err, TR_ERR_NOT_FOUND,
+                                "%s: [run] preset = %s: model '%s' has no such preset (presets: %s)", cfg->file,
+                                preset, m->name, names[0] ? names : "none");
+        return tr_error_set(err, TR_ERR_NOT_FOUND, "preset '%s' of model '%s' does not exist; presets: %s", preset,
+                            m->name, names[0] ? names : "none");
+    }
+    if (!p->config || m->config_size == 0)
+        return tr_error_set(err, TR_ERR_INTERNAL, "model '%s': preset '%s' has no config (a broken descriptor)",
+                            m->name, p->name);
+    memcpy(config, p->config, m->config_size);
+    if (!cfg) return TR_OK;
+
+    for (int i = 0; i < cfg->n_kv; i++) {
+        const struct tr_config_kv *kv = &cfg->kv[i];
+        if (strcmp(kv->section, "model") != 0) continue;
+        const struct tr_model_key *k = NULL;
+        char keys[768] = "";
+        for (int j = 0; j < m->n_keys; j++) {
+            if (strcmp(m->keys[j].name, kv->key) == 0) k = &m->keys[j];
+            list_add(keys, sizeof keys, m->keys[j].name);
+        }
+        if (!k)
+            return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [model] %s = %s: unknown key for model '%s' (keys: %s)",
+                                cfg->file, kv->line, kv->key, kv->value, m->name, keys[0] ? keys : "none");
+        if (!key_set(k, kv->value, config)) {
+            char expect[128];
+            key_expect(k, expect, sizeof expect);
+            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [model] %s = %s: expected %s", cfg->file, kv->line,
+                                kv->key, kv->value, expect);
+        }
+    }
+    return TR_OK;
+}
+
+/* The shortest %g that reads back as the same double, so 0.1 prints as "0.1". */
+static int format_double(double x, char *buf, size_t n) {
+    int len = 0;
+    for (int prec = 6; prec <= 17; prec++) {
+        len = snprintf(buf, n, "%.*g", prec, x);
+        if (len < 0 || (size_t)len >= n || strtod(buf, NULL) == x) break;
+    }
+    return len;
+}
+
+int tr_model_key_str(const struct tr_model_desc *m, const void *config, const struct tr_model_key *k, char *buf,
+                     size_t n) {
+    if (!m || !config || !k || !buf || n == 0) return TR_ERR_INVALID;
+    const char *c = config;
+    int len;
+    switch (k->type) {
+    case TR_KEY_INT: {
+        int64_t x;
+        memcpy(&x, c + k->offset, sizeof x);
+        len = snprintf(buf, n, "%lld", (long long)x);
+        break;
+    }
+    case TR_KEY_FLOAT: {
+        double x;
+        memcpy(&x, c + k->offset, sizeof x);
+        len = format_double(x, buf, n);
+        break;
+    }
+    case TR_KEY_BOOL: {
+        int x;
+        memcpy(&x, c + k->offset, sizeof x);
+        len = snprintf(buf, n, "%s", x ? "true" : "false");
+        break;
+    }
+    case TR_KEY_STRING:
+        len = snprintf(buf, n, "%.63s", c + k->offset);
+        break;
+    default:
+        buf[0] = '\0';
+        return TR_ERR_INVALID;
+    }
+    return len < 0 || (size_t)len >= n ? TR_ERR_INVALID : TR_OK;
+}

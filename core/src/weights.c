@@ -1,0 +1,195 @@
+/* Weights: one host buffer per PARAM, made from a seed or read from a safetensors file,
+ * bound to the graph so every backend compiled from it sees the same bytes. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "trident/safetensors.h"
+#include "trident/weights.h"
+
+struct tr_weights {
+    int n;
+    void **bufs;                /* one per PARAM, in param order */
+    uint64_t bytes;
+};
+
+void tr_weights_free(struct tr_weights *w) {
+    if (!w) return;
+    for (int i = 0; i < w->n; i++) tr_host_free(w->bufs[i]);
+    free(w->bufs);
+    free(w);
+}
+
+uint64_t tr_weights_bytes(const struct tr_weights *w) { return w ? w->bytes : 0; }
+
+static int weights_new(struct tr_graph *g, struct tr_weights **out, struct tr_error *err) {
+    int rc = tr_graph_status(g, err);
+    if (rc) {
+        if (err) tr_error_prefix(err, "weights: the graph has an error");
+        return rc;
+    }
+    struct tr_weights *w = calloc(1, sizeof *w);
+    int n = tr_graph_n_params(g);
+    if (w) w->bufs = calloc((size_t)(n ? n : 1), sizeof *w->bufs);
+    if (!w || !w->bufs) {
+        free(w);
+        return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory for %d parameters", n);
+    }
+    *out = w;
+    return TR_OK;
+}
+
+/* The next PARAM's buffer, owned by w from here on (tr_weights_free frees it). */
+static int weights_alloc(struct tr_weights *w, const struct tr_tensor *t, void **p, struct tr_error *err) {
+    size_t nb = tr_tensor_nbytes(t);
+    int rc = tr_host_alloc(p, nb, err);
+    if (rc) return rc;
+    w->bufs[w->n++] = *p;
+    w->bytes += nb;
+    return TR_OK;
+}
+
+/* Bound only once every buffer is filled, so a failure leaves the graph as it was. */
+static int bind_all(struct tr_graph *g, const struct tr_weights *w, struct tr_error *err) {
+    for (int i = 0; i < w->n; i++) {
+        int rc = tr_graph_bind_param(g, tr_graph_param(g, i), w->bufs[i], err);
+        if (rc) return rc;
+    }
+    return TR_OK;
+}
+
+/* Elements [lo, hi) of t: mean + std·normal(seed, key, i), rounded to t's dtype. */
+struct fill_job {
+    struct tr_tensor *t;
+    uint64_t seed, key;
+    double mean, std;
+    int64_t lo, hi;
+};
+
+static void *fill_range(void *arg) {
+    const struct fill_job *j = arg;
+    for (int64_t i = j->lo; i < j->hi; i++) {
+        double v = j->mean + j->std * tr_rng_normal(j->seed, j->key, (uint64_t)i);
+        switch (j->t->dtype) {
+        case TR_DTYPE_F32: ((float *)j->t->data)[i] = (float)v; break;
+        case TR_DTYPE_BF16: ((uint16_t *)j->t->data)[i] = tr_f32_to_bf16((float)v); break;
+        case TR_DTYPE_F16: ((uint16_t *)j->t->data)[i] = tr_f32_to_f16((float)v); break;
+        default: ((double *)j->t->data)[i] = v; break;
+        }
+    }
+    return NULL;
+}
+
+/* A draw costs ~80 ns (two hashes, log, sqrt, cos): bert-base's 108M values take ~9 s
+ * on one core, so large tensors are split over threads. Each element depends only on
+ * (seed, name, index), so the result is the same for any thread count. */
+#define FILL_THREADS_MAX 16
+#define FILL_MIN_PER_THREAD (1 << 18)
+
+static int fill_normal(struct tr_tensor *t, const char *name, uint64_t seed, double mean, double std,
+                       struct tr_error *err) {
+    if (t->dtype != TR_DTYPE_F32 && t->dtype != TR_DTYPE_BF16 && t->dtype != TR_DTYPE_F16 && t->dtype != TR_DTYPE_F64)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "weights: parameter '%s' is %s; only float parameters are drawn "
+                            "from a seed", name, tr_dtype_name((enum tr_dtype)t->dtype));
+    int64_t n = tr_tensor_numel(t);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t nt = n / FILL_MIN_PER_THREAD;
+    if (nt > cpus) nt = cpus;
+    if (nt > FILL_THREADS_MAX) nt = FILL_THREADS_MAX;
+    if (nt < 1) nt = 1;
+    struct fill_job jobs[FILL_THREADS_MAX];
+    pthread_t tids[FILL_THREADS_MAX];
+    int started[FILL_THREADS_MAX] = {0};
+    for (int64_t k = 0; k < nt; k++)
+        jobs[k] = (struct fill_job){t, seed, tr_hash_str(name), mean, std, n * k / nt, n * (k + 1) / nt};
+    /* Job 0 runs here; a thread that cannot start has its job run here too. */
+    for (int64_t k = 1; k < nt; k++) started[k] = pthread_create(&tids[k], NULL, fill_range, &jobs[k]) == 0;
+    fill_range(&jobs[0]);
+    for (int64_t k = 1; k < nt; k++) {
+        if (started[k]) pthread_join(tids[k], NULL);
+        else fill_range(&jobs[k]);
+    }
+    return TR_OK;
+}
+
+int tr_weights_from_seed(struct tr_graph *g, uint64_t seed, struct tr_weights **out, struct tr_error *err) {
+    *out = NULL;
+    struct tr_weights *w;
+    int rc = weights_new(g, &w, err);
+    if (rc) return rc;
+    for (int i = 0; i < tr_graph_n_params(g) && !rc; i++) {
+        int id = tr_graph_param(g, i);
+        struct tr_tensor t = tr_node_tensor(g, id);
+        const struct tr_attrs *a = tr_node_attrs(g, id);
+        rc = weights_alloc(w, &t, &t.data, err);
+        if (!rc) rc = fill_normal(&t, tr_node_name(g, id), seed, a ? a->floats[0] : 0, a ? a->floats[1] : 0, err);
+    }
+    if (!rc) rc = bind_all(g, w, err);
+    if (rc) {
+        tr_weights_free(w);
+        return rc;
+    }
+    *out = w;
+    return TR_OK;
+}
+
+/* Copy src (a view into the file) into dst, converting f32 to a narrower float. */
+static int load_one(const struct tr_tensor *src, struct tr_tensor *dst, const char *name, const char *path,
+                    struct tr_error *err) {
+    char s1[128], s2[128];
+    if (src->ndim != dst->ndim || memcmp(src->shape, dst->shape, sizeof(int64_t) * (size_t)dst->ndim) != 0)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: tensor '%s' has shape %s, the graph expects %s", path, name,
+                            tr_shape_str(src->ndim, src->shape, s1, sizeof s1),
+                            tr_shape_str(dst->ndim, dst->shape, s2, sizeof s2));
+    int64_t n = tr_tensor_numel(dst);
+    if (src->dtype == dst->dtype) {
+        memcpy(dst->data, src->data, tr_tensor_nbytes(dst));
+        return TR_OK;
+    }
+    if (src->dtype == TR_DTYPE_F32 && dst->dtype == TR_DTYPE_BF16) {
+        const float *s = src->data;
+        uint16_t *d = dst->data;
+        for (int64_t i = 0; i < n; i++) d[i] = tr_f32_to_bf16(s[i]);
+        return TR_OK;
+    }
+    if (src->dtype == TR_DTYPE_F32 && dst->dtype == TR_DTYPE_F16) {
+        const float *s = src->data;
+        uint16_t *d = dst->data;
+        for (int64_t i = 0; i < n; i++) d[i] = tr_f32_to_f16(s[i]);
+        return TR_OK;
+    }
+    return tr_error_set(err, TR_ERR_SHAPE,
+                        "%s: tensor '%s' is %s, the graph expects %s (only f32 is converted, to bf16 or f16)", path,
+                        name, tr_dtype_name((enum tr_dtype)src->dtype), tr_dtype_name((enum tr_dtype)dst->dtype));
+}
+
+int tr_weights_load(struct tr_graph *g, const char *path, struct tr_weights **out, struct tr_error *err) {
+    *out = NULL;
+    struct tr_weights *w;
+    int rc = weights_new(g, &w, err);
+    if (rc) return rc;
+    struct tr_safetensors *st = NULL;
+    rc = tr_safetensors_open(path, &st, err);
+    for (int i = 0; i < tr_graph_n_params(g) && !rc; i++) {
+        int id = tr_graph_param(g, i);
+        const char *name = tr_node_name(g, id);
+        struct tr_tensor src, dst = tr_node_tensor(g, id);
+        rc = tr_safetensors_get(st, name, &src, err);
+        if (rc == TR_ERR_NOT_FOUND) {
+            char sh[128];
+            tr_shape_str(dst.ndim, dst.shape, sh, sizeof sh);
+            rc = tr_error_set(err, TR_ERR_NOT_FOUND, "%s: no tensor '%s' (the graph's parameter %s%s)", path, name,
+                              tr_dtype_name((enum tr_dtype)dst.dtype), sh);
+        }
+        if (!rc) rc = weights_alloc(w, &dst, &dst.data, err);
+        if (!rc) rc = load_one(&src, &dst, name, path, err);
+    }
+    tr_safetensors_close(st);
+    if (!rc) rc = bind_all(g, w, err);
+    if (rc) {
+        tr_weights_free(w);
+        return rc;
+    }
+    *out = w;
+    return TR_OK;
+}

@@ -1,0 +1,271 @@
+/* BERT: Hugging Face's BertForSequenceClassification, the model of the Keras 3
+ * benchmark's bert_base_en classifier (bert-base-cased), as a trident graph.
+ *
+ * Parameters carry the names of its state_dict, so a checkpoint saved by transformers
+ * loads as is (tr_weights_load). Post-LN encoder, GELU in the erf form, an additive
+ * attention mask from a 1-keep/0-pad mask, pooler (token 0, dense, tanh), classifier.
+ * Dropout is absent: predict is inference.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bert.h"
+#include "models.h"
+#include "trident/rng.h"
+
+#define KEY_INT(field, lo, hi, doc) {#field, TR_KEY_INT, offsetof(struct tr_bert_config, field), lo, hi, doc}
+#define KEY_FLOAT(field, lo, hi, doc) {#field, TR_KEY_FLOAT, offsetof(struct tr_bert_config, field), lo, hi, doc}
+
+static const struct tr_model_key bert_keys[] = {
+    KEY_INT(vocab_size, 1, 1e7, "rows of the word embedding table"),
+    KEY_INT(hidden_size, 1, 65536, "model width D; a multiple of num_attention_heads"),
+    KEY_INT(num_hidden_layers, 1, 1024, "encoder layers"),
+    KEY_INT(num_attention_heads, 1, 4096, "attention heads per layer"),
+    KEY_INT(intermediate_size, 1, 1e6, "width of the feed-forward block"),
+    KEY_INT(max_position_embeddings, 1, 1e6, "rows of the position table; seq_len may not exceed it"),
+    KEY_INT(type_vocab_size, 1, 1024, "rows of the token type table"),
+    KEY_INT(num_labels, 1, 1e6, "classifier outputs"),
+    KEY_FLOAT(layer_norm_eps, 0, 1, "epsilon of every LayerNorm"),
+    KEY_FLOAT(pad_fraction, 0, 1,
+              "synthetic batch: sample b pads its last floor((b mod 4) * pad_fraction * seq_len) tokens"),
+};
+
+/* The values of transformers' BertConfig for each; pad_fraction is trident's. */
+static const struct tr_bert_config bert_tiny = {
+    .vocab_size = 1000, .hidden_size = 64, .num_hidden_layers = 2, .num_attention_heads = 2,
+    .intermediate_size = 128, .max_position_embeddings = 128, .type_vocab_size = 2, .num_labels = 2,
+    .layer_norm_eps = 1e-12, .pad_fraction = 0.125,
+};
+static const struct tr_bert_config bert_small = {
+    .vocab_size = 28996, .hidden_size = 256, .num_hidden_layers = 4, .num_attention_heads = 4,
+    .intermediate_size = 1024, .max_position_embeddings = 512, .type_vocab_size = 2, .num_labels = 2,
+    .layer_norm_eps = 1e-12, .pad_fraction = 0.125,
+};
+static const struct tr_bert_config bert_base = {
+    .vocab_size = 28996, .hidden_size = 768, .num_hidden_layers = 12, .num_attention_heads = 12,
+    .intermediate_size = 3072, .max_position_embeddings = 512, .type_vocab_size = 2, .num_labels = 2,
+    .layer_norm_eps = 1e-12, .pad_fraction = 0.125,
+};
+
+static const struct tr_model_preset bert_presets[] = {
+    {"tiny", &bert_tiny, "2 layers, hidden 64, 2 heads, ffn 128, vocab 1000, 128 positions (tests, quickstart)"},
+    {"small", &bert_small, "4 layers, hidden 256, 4 heads, ffn 1024, cased vocab 28996, 512 positions"},
+    {"base", &bert_base,
+     "bert-base-cased (Keras bert_base_en): 12 layers, hidden 768, 12 heads, ffn 3072, vocab 28996, 512 positions, "
+     "108,311,810 parameters with 2 labels"},
+};
+
+static int bert_validate(const struct tr_bert_config *c, const struct tr_build_opts *o, struct tr_error *err) {
+    const struct {
+        const char *name;
+        int64_t v;
+    } pos[] = {
+        {"vocab_size", c->vocab_size},           {"hidden_size", c->hidden_size},
+        {"num_hidden_layers", c->num_hidden_layers}, {"num_attention_heads", c->num_attention_heads},
+        {"intermediate_size", c->intermediate_size}, {"max_position_embeddings", c->max_position_embeddings},
+        {"type_vocab_size", c->type_vocab_size}, {"num_labels", c->num_labels},
+        {"batch", o->batch},                     {"seq_len", o->seq_len},
+    };
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v < 1)
+            return tr_error_set(err, TR_ERR_INVALID, "bert: %s = %lld, expected at least 1", pos[i].name,
+                                (long long)pos[i].v);
+    if (c->hidden_size % c->num_attention_heads != 0)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "bert: hidden_size = %lld is not a multiple of num_attention_heads = %lld",
+                            (long long)c->hidden_size, (long long)c->num_attention_heads);
+    if (o->seq_len > c->max_position_embeddings)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "bert: seq_len = %lld is longer than max_position_embeddings = %lld (the position table "
+                            "has that many rows)",
+                            (long long)o->seq_len, (long long)c->max_position_embeddings);
+    if (!(c->layer_norm_eps >= 0))
+        return tr_error_set(err, TR_ERR_INVALID, "bert: layer_norm_eps = %g, expected >= 0", c->layer_norm_eps);
+    if (!(c->pad_fraction >= 0 && c->pad_fraction <= 1))
+        return tr_error_set(err, TR_ERR_INVALID, "bert: pad_fraction = %g, expected in [0,1]", c->pad_fraction);
+    if (o->task != TR_TASK_PREDICT)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "bert: task '%s' is not provided (bert offers: predict)",
+                            tr_task_name(o->task));
+    if (!tr_dtype_is_float(o->dtype) || o->dtype == TR_DTYPE_F64)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "bert: dtype %s is not provided (f32, bf16 or f16)",
+                            tr_dtype_name(o->dtype));
+    return TR_OK;
+}
+
+/* HF nn.Linear inside scope `name`: x (..., in) · weight (out, in)ᵀ + bias (out). */
+static int linear(struct tr_graph *g, int x, int64_t in, int64_t out, enum tr_dtype dt, const char *name) {
+    int64_t ws[2] = {out, in}, bs[1] = {out};
+    tr_graph_push_scope(g, "%s", name);
+    int w = tr_param(g, "weight", dt, 2, ws, 0.0f, 0.02f);
+    int b = tr_param(g, "bias", dt, 1, bs, 0.0f, 0.02f);
+    tr_graph_pop_scope(g);
+    int y = tr_add(g, tr_matmul(g, x, w, 0, 1), b);
+    if (y >= 0) tr_graph_set_name(g, y, name);
+    return y;
+}
+
+static int layer_norm(struct tr_graph *g, int x, int64_t d, enum tr_dtype dt, double eps, const char *name) {
+    int64_t s[1] = {d};
+    tr_graph_push_scope(g, "%s", name);
+    int gamma = tr_param(g, "weight", dt, 1, s, 1.0f, 0.02f);
+    int beta = tr_param(g, "bias", dt, 1, s, 0.0f, 0.02f);
+    tr_graph_pop_scope(g);
+    int y = tr_layer_norm(g, x, gamma, beta, (float)eps);
+    if (y >= 0) tr_graph_set_name(g, y, name);
+    return y;
+}
+
+/* One post-LN encoder layer; x (B,T,D), mask (B,1,1,T) additive. */
+static int encoder_layer(struct tr_graph *g, const struct tr_bert_config *c, enum tr_dtype dt, int64_t B,
+                         int64_t T, int x, int mask) {
+    const int64_t D = c->hidden_size, H = c->num_attention_heads, Dh = D / H;
+    const int64_t split[4] = {B, T, H, Dh}, merged[3] = {B, T, D};
+    const int perm[4] = {0, 2, 1, 3}; /* (B,T,H,Dh) <-> (B,H,T,Dh) */
+    tr_graph_push_scope(g, "attention");
+    tr_graph_push_scope(g, "self");
+    int qkv[3];
+    const char *names[3] = {"query", "key", "value"};
+    for (int i = 0; i < 3; i++)
+        qkv[i] = tr_transpose(g, tr_reshape(g, linear(g, x, D, D, dt, names[i]), 4, split), 4, perm);
+    int ctx = tr_attention(g, qkv[0], qkv[1], qkv[2], mask, (float)(1.0 / sqrt((double)Dh)), 0, 0);
+    ctx = tr_reshape(g, tr_transpose(g, ctx, 4, perm), 3, merged);
+    tr_graph_pop_scope(g);
+    tr_graph_push_scope(g, "output");
+    int h = tr_add(g, linear(g, ctx, D, D, dt, "dense"), x);
+    h = layer_norm(g, h, D, dt, c->layer_norm_eps, "LayerNorm");
+    tr_graph_pop_scope(g);
+    tr_graph_pop_scope(g);
+
+    tr_graph_push_scope(g, "intermediate");
+    int f = tr_gelu(g, linear(g, h, D, c->intermediate_size, dt, "dense"), 0);
+    tr_graph_pop_scope(g);
+    tr_graph_push_scope(g, "output");
+    int y = tr_add(g, linear(g, f, c->intermediate_size, D, dt, "dense"), h);
+    y = layer_norm(g, y, D, dt, c->layer_norm_eps, "LayerNorm");
+    tr_graph_pop_scope(g);
+    return y;
+}
+
+static int bert_build(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err) {
+    const struct tr_bert_config *c = config;
+    int rc = bert_validate(c, o, err);
+    if (rc) return rc;
+    const enum tr_dtype dt = o->dtype;
+    const int64_t B = o->batch, T = o->seq_len, D = c->hidden_size;
+    const int64_t bt[2] = {B, T};
+
+    int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, bt);
+    int keep = tr_input(g, "attention_mask", TR_DTYPE_F32, 2, bt);
+    int types = tr_input(g, "token_type_ids", TR_DTYPE_I32, 2, bt);
+
+    int32_t *pos_ids = malloc(sizeof(int32_t) * (size_t)T);
+    if (!pos_ids) return tr_error_set(err, TR_ERR_NOMEM, "bert: no memory for %lld position ids", (long long)T);
+    for (int64_t t = 0; t < T; t++) pos_ids[t] = (int32_t)t;
+    int pos = tr_const(g, "position_ids", TR_DTYPE_I32, 1, &T, pos_ids);
+    free(pos_ids);
+
+    /* 1 keep / 0 pad -> 0 / -10000 added to the scores, kept in f32 (the attention op
+     * takes an f32 mask whatever q's dtype), broadcast over heads and queries. */
+    const int64_t ms[4] = {B, 1, 1, T};
+    int mask = tr_reshape(g, tr_scale(g, keep, 10000.0f, -10000.0f), 4, ms);
+    if (mask >= 0) tr_graph_set_name(g, mask, "extended_attention_mask");
+
+    tr_graph_push_scope(g, "bert");
+    tr_graph_push_scope(g, "embeddings");
+    const int64_t wsh[2] = {c->vocab_size, D}, psh[2] = {c->max_position_embeddings, D},
+                  tsh[2] = {c->type_vocab_size, D};
+    int wte = tr_param(g, "word_embeddings.weight", dt, 2, wsh, 0.0f, 0.02f);
+    int wpe = tr_param(g, "position_embeddings.weight", dt, 2, psh, 0.0f, 0.02f);
+    int wtt = tr_param(g, "token_type_embeddings.weight", dt, 2, tsh, 0.0f, 0.02f);
+    /* HF's order: words + token types, then + positions (T,D) broadcast over the batch.
+     * One node per statement, so node order does not depend on argument evaluation. */
+    int words = tr_embedding(g, wte, ids);
+    int type_emb = tr_embedding(g, wtt, types);
+    int x = tr_add(g, words, type_emb);
+    x = tr_add(g, x, tr_embedding(g, wpe, pos));
+    x = layer_norm(g, x, D, dt, c->layer_norm_eps, "LayerNorm");
+    tr_graph_pop_scope(g);
+
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        tr_graph_push_scope(g, "encoder.layer.%lld", (long long)l);
+        x = encoder_layer(g, c, dt, B, T, x, mask);
+        tr_graph_pop_scope(g);
+    }
+    int last_hidden = x;
+
+    tr_graph_push_scope(g, "pooler");
+    const int64_t bd[2] = {B, D};
+    int first = tr_reshape(g, tr_slice(g, x, 1, 0, 1, 1), 2, bd);
+    int pooled = tr_unary(g, TR_OP_TANH, linear(g, first, D, D, dt, "dense"));
+    tr_graph_pop_scope(g);
+    tr_graph_pop_scope(g);
+
+    int logits = linear(g, pooled, D, c->num_labels, dt, "classifier");
+
+    tr_graph_set_output(g, logits, "logits");
+    tr_graph_set_output(g, last_hidden, "last_hidden_state");
+    tr_graph_set_output(g, pooled, "pooler_output");
+    rc = tr_graph_status(g, err);
+    if (rc) return tr_error_prefix(err, "bert");
+    return TR_OK;
+}
+
+static int check_input(const struct tr_tensor *t, const char *name, enum tr_dtype dt, int64_t B, int64_t T,
+                       struct tr_error *err) {
+    if (t->dtype != (int32_t)dt || t->ndim != 2 || t->shape[0] != B || t->shape[1] != T || !t->data ||
+        t->device != TR_DEVICE_CPU || !tr_tensor_is_contiguous(t)) {
+        char sh[96];
+        return tr_error_set(err, TR_ERR_SHAPE, "bert: input '%s' is %s%s, expected a contiguous host %s[%lld,%lld]",
+                            name, tr_dtype_name((enum tr_dtype)t->dtype),
+                            tr_shape_str(t->ndim, t->shape, sh, sizeof sh), tr_dtype_name(dt), (long long)B,
+                            (long long)T);
+    }
+    return TR_OK;
+}
+
+int tr_bert_tokens_kept(const struct tr_bert_config *c, int64_t b, int64_t seq_len) {
+    int64_t pad = (int64_t)floor((double)(b % 4) * c->pad_fraction * (double)seq_len);
+    int64_t keep = seq_len - pad;
+    return (int)(keep < 1 ? 1 : keep);
+}
+
+static int bert_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
+                            struct tr_tensor *inputs, struct tr_error *err) {
+    const struct tr_bert_config *c = config;
+    const int64_t B = o->batch, T = o->seq_len;
+    if (n != 3) return tr_error_set(err, TR_ERR_INVALID, "bert: %d inputs given, expected 3 (input_ids, "
+                                    "attention_mask, token_type_ids)", n);
+    int rc = check_input(&inputs[0], "input_ids", TR_DTYPE_I32, B, T, err);
+    if (!rc) rc = check_input(&inputs[1], "attention_mask", TR_DTYPE_F32, B, T, err);
+    if (!rc) rc = check_input(&inputs[2], "token_type_ids", TR_DTYPE_I32, B, T, err);
+    if (rc) return rc;
+    int32_t *ids = inputs[0].data, *types = inputs[2].data;
+    float *keep = inputs[1].data;
+    const uint64_t key = tr_hash_str("input_ids");
+    const int32_t second_type = c->type_vocab_size > 1 ? 1 : 0;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t kept = tr_bert_tokens_kept(c, b, T);
+        for (int64_t t = 0; t < T; t++) {
+            int64_t i = b * T + t;
+            int64_t id = (int64_t)(tr_rng_uniform(seed, key, (uint64_t)i) * (double)c->vocab_size);
+            ids[i] = (int32_t)(id < c->vocab_size ? id : c->vocab_size - 1);
+            keep[i] = t < kept ? 1.0f : 0.0f;
+            types[i] = t < T / 2 ? 0 : second_type;
+        }
+    }
+    return TR_OK;
+}
+
+const struct tr_model_desc tr_model_bert = {
+    .name = "bert",
+    .description = "BertForSequenceClassification (Hugging Face names; Keras bert_base_en classifier)",
+    .config_size = sizeof(struct tr_bert_config),
+    .keys = bert_keys,
+    .n_keys = (int)(sizeof bert_keys / sizeof bert_keys[0]),
+    .presets = bert_presets,
+    .n_presets = (int)(sizeof bert_presets / sizeof bert_presets[0]),
+    .tasks = 1u << TR_TASK_PREDICT,
+    .build = bert_build,
+    .make_inputs = bert_make_inputs,
+};

@@ -1,0 +1,38 @@
+/* BERT (Hugging Face BertForSequenceClassification) as a trident model.
+ *
+ * Graph of predict, for batch B and seq_len T (D hidden, dtype the build's):
+ *   inputs, in order:  input_ids i32 [B,T], attention_mask f32 [B,T] (1 keep, 0 pad),
+ *                      token_type_ids i32 [B,T]
+ *   outputs, in order: logits [B,num_labels], last_hidden_state [B,T,D], pooler_output [B,D]
+ * Parameters are named as the state_dict of transformers' BertForSequenceClassification
+ * ("bert.encoder.layer.0.attention.self.query.weight", "classifier.bias", ...); Linear
+ * weights are [out,in] as there. From a seed: normal(0, 0.02) for every weight and bias,
+ * LayerNorm weights normal(1, 0.02), so that no bias is zero.
+ */
+#ifndef TRIDENT_MODELS_BERT_H
+#define TRIDENT_MODELS_BERT_H
+
+#include <stdint.h>
+#include "trident/model.h"
+
+/* The keys of [model]; names as in transformers' BertConfig (hidden_act is "gelu", the
+ * erf form). pad_fraction shapes the synthetic attention mask (make_inputs). */
+struct tr_bert_config {
+    int64_t vocab_size;
+    int64_t hidden_size;
+    int64_t num_hidden_layers;
+    int64_t num_attention_heads;
+    int64_t intermediate_size;
+    int64_t max_position_embeddings;
+    int64_t type_vocab_size;
+    int64_t num_labels;
+    double layer_norm_eps;
+    double pad_fraction;
+};
+
+/* Synthetic batch: tokens uniform in [0, vocab_size) from the seed; sample b keeps its
+ * first tr_bert_tokens_kept(b) tokens = T - floor((b mod 4)·pad_fraction·T), at least 1
+ * (pad_fraction 0.125: T, 7T/8, 3T/4, 5T/8); token type 0 for t < T/2, then 1. */
+int tr_bert_tokens_kept(const struct tr_bert_config *c, int64_t b, int64_t seq_len);
+
+#endif

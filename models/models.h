@@ -1,0 +1,12 @@
+/* The models built into trident. */
+#ifndef TRIDENT_MODELS_H
+#define TRIDENT_MODELS_H
+
+#include "trident/model.h"
+
+extern const struct tr_model_desc tr_model_bert;
+
+/* NULL-terminated. */
+extern const struct tr_model_desc *const tr_builtin_models[];
+
+#endif

@@ -1,0 +1,6 @@
+#include "models.h"
+
+const struct tr_model_desc *const tr_builtin_models[] = {
+    &tr_model_bert,
+    NULL,
+};

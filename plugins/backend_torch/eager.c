@@ -1,0 +1,408 @@
+/* torch backend — compile and the eager executor.
+ *
+ * Eager as PyTorch is: nodes run one at a time in program order, each one kernel call
+ * through the shared kernels' dispatcher; every output is a block from the caching
+ * allocator, taken when the node runs and given back to its pool as soon as the last
+ * node that reads it (directly or through a view) has run. Nothing is planned ahead
+ * beyond counting each node's consumers, which is what a tensor's refcount tells
+ * PyTorch at run time.
+ *
+ * Storage: a node's value lives in the buffer of its root. A node that computes has its
+ * own buffer (root = itself); RESHAPE is a view (root = its input's root, no kernel
+ * call); INPUT, PARAM and CONST are bound to host memory in place (the caller's inputs,
+ * the graph's weights: zero copy on the cpu). A buffer's refcount is the number of live
+ * nodes rooted in it; a node dies when its last consumer has run (graph outputs after
+ * they were copied out), and the buffer goes back to its pool when its count reaches 0.
+ */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "allocator.h"
+#include "torch.h"
+#include "trident/kernels.h"
+
+enum torch_kind {
+    TORCH_INPUT,        /* bound to the caller's tensor */
+    TORCH_WEIGHT,       /* PARAM or CONST: the graph's host data */
+    TORCH_VIEW,         /* RESHAPE: its input's buffer */
+    TORCH_KERNEL,       /* one kernel call into a pool block */
+};
+
+struct torch_node {
+    int op;
+    enum torch_kind kind;
+    int in_off, n_in;               /* into prog->in_ids */
+    int root;                       /* node whose buffer holds the data */
+    int uses;                       /* consumer edges + times it is a graph output */
+    struct tr_attrs attrs;
+    struct tr_tensor t;             /* shape, dtype, strides; data bound per step */
+    size_t nbytes;
+};
+
+struct tr_torch_program {
+    struct tr_torch_context *ctx;
+    tr_graph_t g;                   /* for node names in messages; alive until program_free */
+    int n_nodes;
+    struct torch_node *nodes;
+    int *in_ids;
+    int n_graph_in, n_graph_out;
+    int *graph_in, *graph_out;      /* node ids */
+    struct tr_kernels *k;
+    struct tr_torch_allocator *pool;
+    uint64_t weight_bytes;
+
+    /* per step */
+    void **data;                    /* per node */
+    int *pending;                   /* consumers still to run, per node */
+    int *refs;                      /* live nodes per root */
+    struct tr_torch_block **blocks; /* per root; NULL when it holds none */
+    struct tr_tensor *args;         /* the bound inputs of one call */
+    int max_in;
+
+    /* last execute */
+    uint64_t kernel_calls, hits, misses;
+};
+
+static const char *node_name(const struct tr_torch_program *p, int id) {
+    const char *s = p->ctx->host->node_name(p->g, id);
+    return s ? s : "";
+}
+
+static int raw_alloc(void *user, size_t nbytes, void **ptr, struct tr_error *err) {
+    return tr_kernels_alloc(user, nbytes, ptr, err);
+}
+
+static void raw_free(void *user, void *ptr) { tr_kernels_dealloc(user, ptr); }
+
+/* ---- compile ---- */
+
+static int read_node(struct tr_torch_program *p, int id, int *n_edges, struct tr_error *err) {
+    const struct tr_host_api *h = p->ctx->host;
+    struct torch_node *n = &p->nodes[id];
+    char sh[128];
+    n->op = h->node_op(p->g, id);
+    if (n->op < 0 || n->op >= TR_OP_COUNT)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "torch: node %d '%s': unknown op %d", id, node_name(p, id), n->op);
+    int dtype = h->node_dtype(p->g, id), ndim = h->node_ndim(p->g, id);
+    const int64_t *shape = h->node_shape(p->g, id);
+    if (tr_dtype_size((enum tr_dtype)dtype) == 0 || ndim < 0 || ndim > TR_MAX_DIMS || (ndim > 0 && !shape))
+        return tr_error_set(err, TR_ERR_INVALID, "torch: node %d %s '%s': dtype %d with %d dimensions", id,
+                            tr_op_name(n->op), node_name(p, id), dtype, ndim);
+    int rc = tr_tensor_make(&n->t, NULL, (enum tr_dtype)dtype, ndim, shape, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(n->op), node_name(p, id));
+    n->t.device = p->ctx->device_type;
+    n->t.device_index = p->ctx->device_index;
+    n->nbytes = tr_tensor_nbytes(&n->t);
+    const struct tr_attrs *a = h->node_attrs(p->g, id);
+    if (a) n->attrs = *a;
+    n->in_off = *n_edges;
+    n->n_in = h->node_n_inputs(p->g, id);
+    if (n->n_in < 0 || (n->op == TR_OP_RESHAPE && n->n_in != 1))
+        return tr_error_set(err, TR_ERR_INVALID, "torch: node %d %s '%s': %d inputs", id, tr_op_name(n->op),
+                            node_name(p, id), n->n_in);
+    n->root = id;
+    *n_edges += n->n_in;
+
+    switch (n->op) {
+    case TR_OP_INPUT: n->kind = TORCH_INPUT; break;
+    case TR_OP_PARAM:
+    case TR_OP_CONST:
+        n->kind = TORCH_WEIGHT;
+        if (!h->node_data(p->g, id))
+            return tr_error_set(err, TR_ERR_INVALID,
+                                "torch: node %d %s '%s' %s%s has no data (bind it with tr_graph_bind_param or "
+                                "load weights before compile)",
+                                id, tr_op_name(n->op), node_name(p, id), tr_dtype_name((enum tr_dtype)dtype),
+                                tr_shape_str(ndim, shape, sh, sizeof sh));
+        p->weight_bytes += n->nbytes;
+        break;
+    case TR_OP_RESHAPE: n->kind = TORCH_VIEW; break;
+    default: n->kind = TORCH_KERNEL; break;
+    }
+    return TR_OK;
+}
+
+/* Inputs of every node (flat), consumer counts (graph outputs count as one more, held
+ * until the end of execute), view roots. */
+static int read_edges(struct tr_torch_program *p, struct tr_error *err) {
+    const struct tr_host_api *h = p->ctx->host;
+    for (int id = 0; id < p->n_nodes; id++) {
+        struct torch_node *n = &p->nodes[id];
+        if (n->n_in > p->max_in) p->max_in = n->n_in;
+        for (int i = 0; i < n->n_in; i++) {
+            int src = h->node_input(p->g, id, i);
+            if (src < 0 || src >= id)
+                return tr_error_set(err, TR_ERR_INVALID, "torch: node %d %s '%s': input %d is node %d (expected 0..%d)",
+                                    id, tr_op_name(n->op), node_name(p, id), i, src, id - 1);
+            p->in_ids[n->in_off + i] = src;
+            p->nodes[src].uses++;
+        }
+        if (n->kind == TORCH_VIEW) {
+            const struct torch_node *src = &p->nodes[p->in_ids[n->in_off]];
+            if (src->nbytes != n->nbytes)
+                return tr_error_set(err, TR_ERR_SHAPE, "torch: node %d reshape '%s': %zu bytes from %zu bytes", id,
+                                    node_name(p, id), n->nbytes, src->nbytes);
+            n->root = src->root;
+        }
+    }
+    for (int i = 0; i < p->n_graph_out; i++) {
+        p->nodes[p->graph_out[i]].uses++;
+    }
+    return TR_OK;
+}
+
+static int read_io(struct tr_torch_program *p, struct tr_error *err) {
+    const struct tr_host_api *h = p->ctx->host;
+    p->n_graph_in = h->graph_n_inputs(p->g);
+    p->n_graph_out = h->graph_n_outputs(p->g);
+    if (p->n_graph_in < 0 || p->n_graph_out <= 0)
+        return tr_error_set(err, TR_ERR_INVALID, "torch: graph with %d inputs and %d outputs (it needs an output)",
+                            p->n_graph_in, p->n_graph_out);
+    p->graph_in = calloc((size_t)p->n_graph_in + 1, sizeof *p->graph_in);
+    p->graph_out = calloc((size_t)p->n_graph_out, sizeof *p->graph_out);
+    if (!p->graph_in || !p->graph_out) return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory reading the graph");
+    /* Every INPUT node is fed, exactly once (pending is still all zero here). */
+    int n_input_nodes = 0;
+    for (int id = 0; id < p->n_nodes; id++) n_input_nodes += p->nodes[id].kind == TORCH_INPUT;
+    for (int i = 0; i < p->n_graph_in; i++) {
+        int id = h->graph_input(p->g, i);
+        if (id < 0 || id >= p->n_nodes || p->nodes[id].kind != TORCH_INPUT || p->pending[id]++)
+            return tr_error_set(err, TR_ERR_INVALID, "torch: graph input %d is node %d, not an input node fed once", i,
+                                id);
+        p->graph_in[i] = id;
+    }
+    if (n_input_nodes != p->n_graph_in)
+        return tr_error_set(err, TR_ERR_INVALID, "torch: graph has %d input nodes but feeds %d", n_input_nodes,
+                            p->n_graph_in);
+    for (int i = 0; i < p->n_graph_out; i++) {
+        int id = h->graph_output(p->g, i);
+        if (id < 0 || id >= p->n_nodes)
+            return tr_error_set(err, TR_ERR_INVALID, "torch: graph output %d is node %d (graph has %d nodes)", i, id,
+                                p->n_nodes);
+        p->graph_out[i] = id;
+    }
+    return TR_OK;
+}
+
+int tr_torch_compile(struct tr_torch_context *ctx, tr_graph_t g, struct tr_torch_program **out,
+                     struct tr_error *err) {
+    *out = NULL;
+    if (!g) return tr_error_set(err, TR_ERR_INVALID, "torch: compile without a graph");
+    struct tr_torch_program *p = calloc(1, sizeof *p);
+    if (!p) return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory for a program");
+    p->ctx = ctx;
+    p->g = g;
+    p->n_nodes = ctx->host->graph_n_nodes(g);
+    int rc = TR_OK;
+    if (p->n_nodes <= 0) {
+        rc = tr_error_set(err, TR_ERR_INVALID, "torch: graph has %d nodes", p->n_nodes);
+        goto fail;
+    }
+    size_t n = (size_t)p->n_nodes;
+    p->nodes = calloc(n, sizeof *p->nodes);
+    p->data = calloc(n, sizeof *p->data);
+    p->pending = calloc(n, sizeof *p->pending);
+    p->refs = calloc(n, sizeof *p->refs);
+    p->blocks = calloc(n, sizeof *p->blocks);
+    if (!p->nodes || !p->data || !p->pending || !p->refs || !p->blocks) {
+        rc = tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory for %d nodes", p->n_nodes);
+        goto fail;
+    }
+    int n_edges = 0;
+    for (int id = 0; id < p->n_nodes; id++)
+        if ((rc = read_node(p, id, &n_edges, err)) != TR_OK) goto fail;
+    p->in_ids = calloc((size_t)n_edges + 1, sizeof *p->in_ids);
+    if (!p->in_ids) {
+        rc = tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory for %d edges", n_edges);
+        goto fail;
+    }
+    if ((rc = read_io(p, err)) != TR_OK || (rc = read_edges(p, err)) != TR_OK) goto fail;
+    p->args = calloc((size_t)p->max_in + 1, sizeof *p->args);
+    if (!p->args) {
+        rc = tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory");
+        goto fail;
+    }
+    /* Weights are used in place for the program's life; they never move. */
+    for (int id = 0; id < p->n_nodes; id++)
+        if (p->nodes[id].kind == TORCH_WEIGHT) p->data[id] = (void *)ctx->host->node_data(g, id);
+
+    if ((rc = tr_kernels_init(&p->k, ctx->device_type, ctx->device_index, err)) != TR_OK) {
+        tr_error_prefix(err, "torch");
+        goto fail;
+    }
+    if ((rc = tr_torch_allocator_init(&p->pool, raw_alloc, raw_free, p->k, err)) != TR_OK) goto fail;
+    ctx->host->log(TR_LOG_DEBUG, "torch: compiled %d nodes, %d inputs, %d outputs, %.1f MiB of weights in place",
+                   p->n_nodes, p->n_graph_in, p->n_graph_out, (double)p->weight_bytes / (1 << 20));
+    *out = p;
+    return TR_OK;
+fail:
+    tr_torch_program_free(p);
+    return rc;
+}
+
+void tr_torch_program_free(struct tr_torch_program *p) {
+    if (!p) return;
+    tr_torch_allocator_free(p->pool); /* before the kernels context that its blocks came from */
+    if (p->k) tr_kernels_free(p->k);
+    free(p->nodes);
+    free(p->in_ids);
+    free(p->graph_in);
+    free(p->graph_out);
+    free(p->data);
+    free(p->pending);
+    free(p->refs);
+    free(p->blocks);
+    free(p->args);
+    free(p);
+}
+
+/* ---- execute ---- */
+
+static int check_io(const struct tr_torch_program *p, const char *what, int i, int id, const struct tr_tensor *t,
+                    struct tr_error *err) {
+    const struct torch_node *n = &p->nodes[id];
+    char want[128], got[128];
+    int same = t->dtype == n->t.dtype && t->ndim == n->t.ndim;
+    for (int d = 0; same && d < n->t.ndim; d++) same = t->shape[d] == n->t.shape[d];
+    if (!same)
+        return tr_error_set(err, TR_ERR_SHAPE, "torch: %s %d ('%s'): got %s%s, expected %s%s", what, i,
+                            node_name(p, id), tr_dtype_name((enum tr_dtype)t->dtype),
+                            tr_shape_str(t->ndim, t->shape, got, sizeof got), tr_dtype_name((enum tr_dtype)n->t.dtype),
+                            tr_shape_str(n->t.ndim, n->t.shape, want, sizeof want));
+    if (!t->data && n->nbytes > 0)
+        return tr_error_set(err, TR_ERR_INVALID, "torch: %s %d ('%s') has no data", what, i, node_name(p, id));
+    if (!tr_tensor_is_contiguous(t))
+        return tr_error_set(err, TR_ERR_INVALID, "torch: %s %d ('%s') is not contiguous", what, i, node_name(p, id));
+    if (t->device != TR_DEVICE_CPU)
+        return tr_error_set(err, TR_ERR_INVALID, "torch: %s %d ('%s') is not in host memory", what, i,
+                            node_name(p, id));
+    return TR_OK;
+}
+
+/* A node is dead once its last consumer ran: drop its reference to its root's buffer. */
+static void node_drop(struct tr_torch_program *p, int id) {
+    int r = p->nodes[id].root;
+    if (p->blocks[r] && --p->refs[r] == 0) {
+        tr_torch_allocator_release(p->pool, p->blocks[r]);
+        p->blocks[r] = NULL;
+    }
+}
+
+static void release_all(struct tr_torch_program *p) {
+    for (int id = 0; id < p->n_nodes; id++) {
+        if (p->blocks[id]) tr_torch_allocator_release(p->pool, p->blocks[id]);
+        p->blocks[id] = NULL;
+        p->refs[id] = 0;
+    }
+}
+
+static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
+    struct torch_node *n = &p->nodes[id];
+    const int *in = &p->in_ids[n->in_off];
+    switch (n->kind) {
+    case TORCH_INPUT:
+    case TORCH_WEIGHT:
+        break; /* bound before the loop */
+    case TORCH_VIEW:
+        p->data[id] = p->data[in[0]];
+        if (p->blocks[n->root]) p->refs[n->root]++;
+        break;
+    case TORCH_KERNEL: {
+        int rc = tr_torch_allocator_alloc(p->pool, n->nbytes, &p->blocks[id], err);
+        if (rc != TR_OK)
+            return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(n->op), node_name(p, id));
+        p->refs[id] = 1;
+        p->data[id] = p->blocks[id]->ptr;
+        for (int i = 0; i < n->n_in; i++) {
+            p->args[i] = p->nodes[in[i]].t;
+            p->args[i].data = p->data[in[i]];
+        }
+        struct tr_tensor out = n->t;
+        out.data = p->data[id];
+        p->kernel_calls++;
+        rc = tr_kernels_run(p->k, n->op, &n->attrs, n->n_in, p->args, &out, err);
+        if (rc != TR_OK)
+            return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(n->op), node_name(p, id));
+        break;
+    }
+    }
+    for (int i = 0; i < n->n_in; i++)
+        if (--p->pending[in[i]] == 0) node_drop(p, in[i]);
+    if (n->uses == 0) node_drop(p, id); /* dead code: computed, never read */
+    return TR_OK;
+}
+
+static int execute_steps(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
+                         struct tr_tensor *outputs, struct tr_error *err) {
+    int rc;
+    if (n_inputs != p->n_graph_in || n_outputs != p->n_graph_out)
+        return tr_error_set(err, TR_ERR_INVALID, "torch: execute with %d inputs and %d outputs, the graph has %d and %d",
+                            n_inputs, n_outputs, p->n_graph_in, p->n_graph_out);
+    for (int i = 0; i < n_inputs; i++) {
+        if ((rc = check_io(p, "input", i, p->graph_in[i], &inputs[i], err)) != TR_OK) return rc;
+        p->data[p->graph_in[i]] = inputs[i].data;
+    }
+    for (int i = 0; i < n_outputs; i++)
+        if ((rc = check_io(p, "output", i, p->graph_out[i], &outputs[i], err)) != TR_OK) return rc;
+    for (int id = 0; id < p->n_nodes; id++) p->pending[id] = p->nodes[id].uses;
+
+    for (int id = 0; id < p->n_nodes; id++)
+        if ((rc = run_node(p, id, err)) != TR_OK) return rc;
+
+    for (int i = 0; i < n_outputs; i++) {
+        int id = p->graph_out[i];
+        if (p->nodes[id].nbytes > 0 &&
+            (rc = tr_kernels_to_host(p->k, outputs[i].data, p->data[id], p->nodes[id].nbytes, err)) != TR_OK)
+            return tr_error_prefix(err, "torch: output %d ('%s')", i, node_name(p, id));
+    }
+    for (int i = 0; i < n_outputs; i++)
+        if (--p->pending[p->graph_out[i]] == 0) node_drop(p, p->graph_out[i]);
+    return TR_OK;
+}
+
+int tr_torch_execute(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
+                     struct tr_tensor *outputs, struct tr_error *err) {
+    if ((n_inputs > 0 && !inputs) || (n_outputs > 0 && !outputs))
+        return tr_error_set(err, TR_ERR_INVALID, "torch: execute with %d inputs and %d outputs but no arrays",
+                            n_inputs, n_outputs);
+    p->kernel_calls = 0;
+    tr_torch_allocator_reset_counters(p->pool);
+    /* The thread count is the caller's again afterwards: other backends in this process
+     * run with theirs. */
+    int saved_threads = omp_get_max_threads();
+    if (p->ctx->threads > 0) omp_set_num_threads(p->ctx->threads);
+    int rc = execute_steps(p, n_inputs, inputs, n_outputs, outputs, err);
+    if (p->ctx->threads > 0) omp_set_num_threads(saved_threads);
+    /* Everything goes back to the pools, after a failure too, so the next step starts
+     * from the same state. */
+    release_all(p);
+    struct tr_torch_allocator_stats st;
+    tr_torch_allocator_get_stats(p->pool, &st);
+    p->hits = st.hits;
+    p->misses = st.misses;
+    return rc;
+}
+
+/* "812 B", "12.3 KiB", "4.0 MiB": tiny test graphs and BERT-base both read well. */
+static const char *human_bytes(uint64_t n, char *buf, size_t size) {
+    if (n < 1024) snprintf(buf, size, "%llu B", (unsigned long long)n);
+    else if (n < (1u << 20)) snprintf(buf, size, "%.1f KiB", (double)n / 1024);
+    else snprintf(buf, size, "%.1f MiB", (double)n / (1 << 20));
+    return buf;
+}
+
+void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_stats *st) {
+    struct tr_torch_allocator_stats a;
+    char pool[32], peak[32], weights[32];
+    tr_torch_allocator_get_stats(p->pool, &a);
+    st->kernel_calls = p->kernel_calls;
+    st->alloc_hits = p->hits;
+    st->alloc_misses = p->misses;
+    st->peak_bytes = p->weight_bytes + a.peak_bytes;
+    st->arena_bytes = 0;
+    snprintf(st->notes, sizeof st->notes, "pool %s in %llu blocks, %llu size classes (peak %s); weights %s in place",
+             human_bytes(a.reserved_bytes, pool, sizeof pool), (unsigned long long)a.n_blocks,
+             (unsigned long long)a.n_classes, human_bytes(a.peak_bytes, peak, sizeof peak),
+             human_bytes(p->weight_bytes, weights, sizeof weights));
+}

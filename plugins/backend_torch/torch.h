@@ -1,0 +1,42 @@
+/* torch backend — private declarations shared by its modules.
+ *
+ *   torch.c      the entry point, the vtable, options, init/free, supports_op, stats
+ *   eager.c      compile (the graph read into the backend's own arrays) and the eager
+ *                executor (one kernel call per node, outputs from the caching allocator)
+ *   allocator.c  the caching allocator (allocator.h)
+ *
+ * Nothing here is exported: the .so is built with hidden visibility and a version
+ * script that keeps only tr_backend_entry.
+ */
+#ifndef TRIDENT_TORCH_H
+#define TRIDENT_TORCH_H
+
+#include <stdint.h>
+#include "trident/backend.h"
+
+enum tr_torch_mode {
+    TR_TORCH_MODE_EAGER = 0,
+};
+
+/* One initialised backend (the ctx of the vtable). */
+struct tr_torch_context {
+    const struct tr_host_api *host;
+    int device_type;                /* enum tr_device_type */
+    int device_index;
+    enum tr_torch_mode mode;
+    int threads;                    /* OpenMP threads while executing; 0: leave as is */
+};
+
+struct tr_torch_program;
+
+/* Read g through the host table into a program; creates its kernels context and pool. */
+int tr_torch_compile(struct tr_torch_context *ctx, tr_graph_t g, struct tr_torch_program **out,
+                     struct tr_error *err);
+/* One step: inputs and outputs are host tensors in the graph's input and output order. */
+int tr_torch_execute(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
+                     struct tr_tensor *outputs, struct tr_error *err);
+void tr_torch_program_free(struct tr_torch_program *p);
+/* Counters of the last execute, peak memory and a notes line (mode is filled by the caller). */
+void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_stats *st);
+
+#endif

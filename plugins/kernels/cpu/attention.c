@@ -1,0 +1,308 @@
+/* Scaled dot-product attention, flash style: for a block of BQ query rows, the keys are
+ * visited in blocks of BK with an online softmax (running max m, running sum l, the
+ * output accumulated unnormalised and rescaled when the max grows), so only a BQ×BK tile
+ * of scores ever exists. Work items are (batch, head, query block), run in parallel.
+ *
+ * q (B,H,Tq,D), k (B,Hk,Tk,D), v (B,Hk,Tk,Dv) -> out (B,H,Tq,Dv); head h reads kv head
+ * h / (H/Hk). Positions are aligned at the end of k: with off = Tk - Tq, query i sees key
+ * j iff j <= i + off when causal or windowed, and also j > i + off - window when
+ * window > 0 (ops.h: a window implies the causal bound). A row that sees no key, or
+ * whose scores are all -inf, is zeros. Scores, softmax and the accumulator are f32. */
+#include <stdlib.h>
+#include "cpu_internal.h"
+
+#define BQ 64
+#define BK 64
+
+/* The two products run on 16-float vectors held in named locals (GNU C vector extension,
+ * also in Clang): a 4-row tile keeps its 16 accumulators in registers, which plain loops
+ * over arrays did not get from GCC (it kept them in memory, a load and a store per FMA).
+ * Loads and stores go through memcpy: rows of v and acc need not be 64-byte aligned. */
+typedef float v16 __attribute__((vector_size(64)));
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi" /* v16 crosses no ABI: every user is static inline */
+#endif
+
+static inline v16 ld16(const float *p) {
+    v16 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void st16(float *p, v16 v) { memcpy(p, &v, sizeof v); }
+
+/* S[r][0..BK) = q_r · Kt for 4 rows (q rows D apart, S rows BK apart). */
+static inline void scores4(const float *restrict q, int64_t D, const float *restrict Kt, float *restrict S) {
+    v16 c00 = {0}, c01 = {0}, c02 = {0}, c03 = {0}, c10 = {0}, c11 = {0}, c12 = {0}, c13 = {0};
+    v16 c20 = {0}, c21 = {0}, c22 = {0}, c23 = {0}, c30 = {0}, c31 = {0}, c32 = {0}, c33 = {0};
+    for (int64_t d = 0; d < D; d++) {
+        const float *kt = Kt + d * BK;
+        const v16 k0 = ld16(kt), k1 = ld16(kt + 16), k2 = ld16(kt + 32), k3 = ld16(kt + 48);
+        const float q0 = q[d], q1 = q[D + d], q2 = q[2 * D + d], q3 = q[3 * D + d];
+        c00 += q0 * k0, c01 += q0 * k1, c02 += q0 * k2, c03 += q0 * k3;
+        c10 += q1 * k0, c11 += q1 * k1, c12 += q1 * k2, c13 += q1 * k3;
+        c20 += q2 * k0, c21 += q2 * k1, c22 += q2 * k2, c23 += q2 * k3;
+        c30 += q3 * k0, c31 += q3 * k1, c32 += q3 * k2, c33 += q3 * k3;
+    }
+    st16(S, c00), st16(S + 16, c01), st16(S + 32, c02), st16(S + 48, c03);
+    S += BK;
+    st16(S, c10), st16(S + 16, c11), st16(S + 32, c12), st16(S + 48, c13);
+    S += BK;
+    st16(S, c20), st16(S + 16, c21), st16(S + 32, c22), st16(S + 48, c23);
+    S += BK;
+    st16(S, c30), st16(S + 16, c31), st16(S + 32, c32), st16(S + 48, c33);
+}
+
+static inline void scores1(const float *restrict q, int64_t D, const float *restrict Kt, float *restrict S) {
+    v16 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+    for (int64_t d = 0; d < D; d++) {
+        const float *kt = Kt + d * BK;
+        const float q0 = q[d];
+        c0 += q0 * ld16(kt), c1 += q0 * ld16(kt + 16), c2 += q0 * ld16(kt + 32), c3 += q0 * ld16(kt + 48);
+    }
+    st16(S, c0), st16(S + 16, c1), st16(S + 32, c2), st16(S + 48, c3);
+}
+
+/* acc[r][:] += Σ_j P[r][j] · V[j][:] for 4 rows (P rows BK apart, acc rows Dv apart). */
+static inline void pv4(const float *restrict P, int64_t nk, const float *restrict V, int64_t Dv, float *restrict acc) {
+    int64_t d0 = 0;
+    for (; d0 + 32 <= Dv; d0 += 32) {
+        float *a = acc + d0;
+        v16 c00 = ld16(a), c01 = ld16(a + 16), c10 = ld16(a + Dv), c11 = ld16(a + Dv + 16);
+        v16 c20 = ld16(a + 2 * Dv), c21 = ld16(a + 2 * Dv + 16), c30 = ld16(a + 3 * Dv), c31 = ld16(a + 3 * Dv + 16);
+        for (int64_t j = 0; j < nk; j++) {
+            const v16 v0 = ld16(V + j * Dv + d0), v1 = ld16(V + j * Dv + d0 + 16);
+            const float p0 = P[j], p1 = P[BK + j], p2 = P[2 * BK + j], p3 = P[3 * BK + j];
+            c00 += p0 * v0, c01 += p0 * v1, c10 += p1 * v0, c11 += p1 * v1;
+            c20 += p2 * v0, c21 += p2 * v1, c30 += p3 * v0, c31 += p3 * v1;
+        }
+        st16(a, c00), st16(a + 16, c01), st16(a + Dv, c10), st16(a + Dv + 16, c11);
+        st16(a + 2 * Dv, c20), st16(a + 2 * Dv + 16, c21), st16(a + 3 * Dv, c30), st16(a + 3 * Dv + 16, c31);
+    }
+    for (; d0 < Dv; d0++) /* the odd tail of Dv */
+        for (int64_t r = 0; r < 4; r++) {
+            float s = acc[r * Dv + d0];
+            for (int64_t j = 0; j < nk; j++) s += P[r * BK + j] * V[j * Dv + d0];
+            acc[r * Dv + d0] = s;
+        }
+}
+
+static inline void pv1(const float *restrict P, int64_t nk, const float *restrict V, int64_t Dv, float *restrict acc) {
+    for (int64_t j = 0; j < nk; j++) {
+        const float p = P[j];
+        const float *restrict vr = V + j * Dv;
+        for (int64_t d = 0; d < Dv; d++) acc[d] += p * vr[d];
+    }
+}
+
+struct attn_args {
+    const char *q, *k, *v, *mask;
+    char *out;
+    int dt, mdt;
+    int64_t B, H, Hk, Tq, Tk, D, Dv;
+    int64_t ms[4]; /* mask strides in elements over (B,H,Tq,Tk), 0 where it broadcasts */
+    float scale;
+    int causal, window;
+};
+
+/* First and last key (inclusive) query i may see, before clipping to [0,Tk). */
+static inline void key_range(const struct attn_args *A, int64_t i, int64_t *lo, int64_t *hi) {
+    int64_t pos = i + (A->Tk - A->Tq);
+    *hi = (A->causal || A->window > 0) ? pos : A->Tk - 1;
+    *lo = A->window > 0 ? pos - A->window + 1 : 0;
+}
+
+static size_t workspace_floats(int64_t D, int64_t Dv) {
+    int64_t dm = D > Dv ? D : Dv;
+    return (size_t)(BQ * D + D * BK + BK * Dv + BQ * BK + BQ * Dv + 2 * BQ + dm + BK + 16 * 8);
+}
+
+TR_CPU_CLONES
+static void attn_task(const struct attn_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, float *ws) {
+    const int64_t D = A->D, Dv = A->Dv, Tk = A->Tk;
+    const size_t es = tr_dtype_size((enum tr_dtype)A->dt);
+    const size_t mes = A->mask ? tr_dtype_size((enum tr_dtype)A->mdt) : 0;
+    const int64_t hk = h / (A->H / A->Hk);
+    const char *qb = A->q + ((b * A->H + h) * A->Tq + i0) * D * (int64_t)es;
+    const char *kb = A->k + (b * A->Hk + hk) * Tk * D * (int64_t)es;
+    const char *vb = A->v + (b * A->Hk + hk) * Tk * Dv * (int64_t)es;
+    char *ob = A->out + ((b * A->H + h) * A->Tq + i0) * Dv * (int64_t)es;
+
+    float *restrict Q = ws;                 /* [BQ][D], pre-scaled */
+    float *restrict Kt = Q + BQ * D;        /* [D][BK], zero past the block's keys */
+    float *restrict Vb = Kt + D * BK;       /* [BK][Dv] (bf16/f16 only) */
+    float *restrict S = Vb + BK * Dv;       /* [BQ][BK] scores, then probabilities */
+    float *restrict acc = S + BQ * BK;      /* [BQ][Dv] */
+    float *restrict mrun = acc + BQ * Dv;   /* [BQ] running max */
+    float *restrict lrun = mrun + BQ;       /* [BQ] running sum */
+    float *restrict row = lrun + BQ;        /* [max(D,Dv)] one converted row */
+    float *restrict mrow = row + (D > Dv ? D : Dv); /* [BK] mask values */
+
+    for (int64_t r = 0; r < nq; r++) {
+        tr_cpu_load_f32(Q + r * D, qb + r * D * (int64_t)es, A->dt, D);
+        for (int64_t d = 0; d < D; d++) Q[r * D + d] *= A->scale;
+        mrun[r] = -INFINITY;
+        lrun[r] = 0.0f;
+        for (int64_t d = 0; d < Dv; d++) acc[r * Dv + d] = 0.0f;
+    }
+    /* keys any row of the block may see */
+    int64_t lo0, hi0, lo1, hi1;
+    key_range(A, i0, &lo0, &hi0);
+    key_range(A, i0 + nq - 1, &lo1, &hi1);
+    int64_t jlo = lo0 < 0 ? 0 : lo0, jhi = hi1 >= Tk ? Tk - 1 : hi1;
+
+    for (int64_t j0 = jlo; j0 <= jhi; j0 += BK) {
+        int64_t nk = jhi + 1 - j0 < BK ? jhi + 1 - j0 : BK;
+        /* Kt = this block of k, transposed so the score loop runs along keys */
+        for (int64_t jj = 0; jj < nk; jj++) {
+            const char *kr = kb + (j0 + jj) * D * (int64_t)es;
+            const float *src = (const float *)kr;
+            if (A->dt != TR_DTYPE_F32) {
+                tr_cpu_load_f32(row, kr, A->dt, D);
+                src = row;
+            }
+            for (int64_t d = 0; d < D; d++) Kt[d * BK + jj] = src[d];
+        }
+        if (nk < BK)
+            for (int64_t d = 0; d < D; d++)
+                for (int64_t jj = nk; jj < BK; jj++) Kt[d * BK + jj] = 0.0f;
+        const float *V = (const float *)(vb + j0 * Dv * (int64_t)es);
+        if (A->dt != TR_DTYPE_F32) {
+            tr_cpu_load_f32(Vb, vb + j0 * Dv * (int64_t)es, A->dt, nk * Dv);
+            V = Vb;
+        }
+        int64_t r = 0;
+        for (; r + 4 <= nq; r += 4) scores4(Q + r * D, D, Kt, S + r * BK);
+        for (; r < nq; r++) scores1(Q + r * D, D, Kt, S + r * BK);
+
+        /* mask, visibility, and the online softmax, row by row */
+        for (r = 0; r < nq; r++) {
+            const int64_t i = i0 + r;
+            float *restrict s = S + r * BK;
+            if (A->mask) {
+                const char *mp = A->mask + (b * A->ms[0] + h * A->ms[1] + i * A->ms[2] + j0 * A->ms[3]) * (int64_t)mes;
+                if (A->ms[3]) {
+                    tr_cpu_load_f32(mrow, mp, A->mdt, nk);
+                } else {
+                    float mv = tr_cpu_get_f32(mp, A->mdt, 0);
+                    for (int64_t jj = 0; jj < nk; jj++) mrow[jj] = mv;
+                }
+                for (int64_t jj = 0; jj < nk; jj++) s[jj] += mrow[jj];
+            }
+            int64_t lo, hi;
+            key_range(A, i, &lo, &hi);
+            lo -= j0; /* as block offsets */
+            hi -= j0;
+            if (hi > nk - 1) hi = nk - 1;
+            for (int64_t jj = 0; jj < BK; jj++) s[jj] = (jj >= lo && jj <= hi) ? s[jj] : -INFINITY;
+            float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+            for (int64_t jj = 0; jj < BK; jj++) mx = s[jj] > mx ? s[jj] : mx;
+            if (mx == -INFINITY) { /* nothing visible in this block: p = 0, state kept */
+                for (int64_t jj = 0; jj < BK; jj++) s[jj] = 0.0f;
+                continue;
+            }
+            const float mold = mrun[r], mnew = mold > mx ? mold : mx;
+            const float corr = tr_fexp(mold - mnew); /* 0 when mold is -inf */
+            float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t jj = 0; jj < BK; jj++) {
+                s[jj] = tr_fexp(s[jj] - mnew);
+                sum += s[jj];
+            }
+            lrun[r] = lrun[r] * corr + sum;
+            mrun[r] = mnew;
+            if (corr != 1.0f) {
+                float *restrict ar = acc + r * Dv;
+                for (int64_t d = 0; d < Dv; d++) ar[d] *= corr;
+            }
+        }
+        for (r = 0; r + 4 <= nq; r += 4) pv4(S + r * BK, nk, V, Dv, acc + r * Dv);
+        for (; r < nq; r++) pv1(S + r * BK, nk, V, Dv, acc + r * Dv);
+    }
+    for (int64_t r = 0; r < nq; r++) {
+        float *restrict ar = acc + r * Dv;
+        const float inv = lrun[r] > 0.0f ? 1.0f / lrun[r] : 0.0f;
+        for (int64_t d = 0; d < Dv; d++) ar[d] *= inv;
+        tr_cpu_store_f32(ob + r * Dv * (int64_t)es, A->dt, ar, Dv);
+    }
+}
+
+int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                   const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal, int window,
+                   struct tr_tensor *out, struct tr_error *err) {
+    int st = tr_cpu_check_ctx(k, "attention", err);
+    if (!st) st = tr_cpu_check_float(q, "attention", "q", err);
+    if (!st) st = tr_cpu_check_float(kk, "attention", "k", err);
+    if (!st) st = tr_cpu_check_float(v, "attention", "v", err);
+    if (!st) st = tr_cpu_check_float(out, "attention", "out", err);
+    if (!st && mask) st = tr_cpu_check_float(mask, "attention", "mask", err);
+    if (st) return st;
+    char d1[200], d2[200], d3[200], d4[200];
+    if (q->ndim != 4 || kk->ndim != 4 || v->ndim != 4 || out->ndim != 4)
+        return tr_error_set(err, TR_ERR_SHAPE, "attention: q %s, k %s, v %s, out %s should all be 4-D (B,H,T,D)",
+                            tr_cpu_desc(q, d1, sizeof d1), tr_cpu_desc(kk, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3),
+                            tr_cpu_desc(out, d4, sizeof d4));
+    if (kk->dtype != q->dtype || v->dtype != q->dtype || out->dtype != q->dtype)
+        return tr_error_set(err, TR_ERR_SHAPE, "attention: dtypes differ: q %s, k %s, v %s, out %s",
+                            tr_cpu_desc(q, d1, sizeof d1), tr_cpu_desc(kk, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3),
+                            tr_cpu_desc(out, d4, sizeof d4));
+    int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = q->shape[3];
+    int64_t Hk = kk->shape[1], Tk = kk->shape[2], Dv = v->shape[3];
+    if (kk->shape[0] != B || v->shape[0] != B || v->shape[1] != Hk || v->shape[2] != Tk || kk->shape[3] != D ||
+        Hk < 1 || H % Hk != 0 || out->shape[0] != B || out->shape[1] != H || out->shape[2] != Tq || out->shape[3] != Dv)
+        return tr_error_set(err, TR_ERR_SHAPE,
+                            "attention: q %s, k %s, v %s, out %s do not fit: expected q (B,H,Tq,D), k (B,Hk,Tk,D), "
+                            "v (B,Hk,Tk,Dv), out (B,H,Tq,Dv) with H a multiple of Hk",
+                            tr_cpu_desc(q, d1, sizeof d1), tr_cpu_desc(kk, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3),
+                            tr_cpu_desc(out, d4, sizeof d4));
+    if (!isfinite(scale)) return tr_error_set(err, TR_ERR_INVALID, "attention: scale %g is not finite", (double)scale);
+    if (window < 0) return tr_error_set(err, TR_ERR_INVALID, "attention: window %d is negative", window);
+    struct attn_args A = {
+        .q = q->data, .k = kk->data, .v = v->data, .out = out->data, .dt = q->dtype,
+        .B = B, .H = H, .Hk = Hk, .Tq = Tq, .Tk = Tk, .D = D, .Dv = Dv, .scale = scale,
+        .causal = causal != 0, .window = window,
+    };
+    if (mask) {
+        const int64_t full[4] = {B, H, Tq, Tk};
+        if ((mask->dtype != TR_DTYPE_F32 && mask->dtype != q->dtype) || mask->ndim > 4)
+            return tr_error_set(err, TR_ERR_SHAPE, "attention: mask %s should be f32 or %s with at most 4 dimensions",
+                                tr_cpu_desc(mask, d1, sizeof d1), tr_dtype_name((enum tr_dtype)q->dtype));
+        int64_t s = 1;
+        for (int i = 3; i >= 0; i--) {
+            int mi = i - (4 - mask->ndim);
+            int64_t e = mi >= 0 ? mask->shape[mi] : 1;
+            if (e != 1 && e != full[i])
+                return tr_error_set(err, TR_ERR_SHAPE, "attention: mask %s does not broadcast to (B,H,Tq,Tk) = "
+                                    "(%lld,%lld,%lld,%lld)", tr_cpu_desc(mask, d1, sizeof d1), (long long)B,
+                                    (long long)H, (long long)Tq, (long long)Tk);
+            A.ms[i] = e == 1 ? 0 : s;
+            s *= e;
+        }
+        A.mask = mask->data;
+        A.mdt = mask->dtype;
+    }
+    if (tr_tensor_numel(out) == 0) return TR_OK;
+    int64_t bq = Tq < BQ ? Tq : BQ, nqb = (Tq + bq - 1) / bq, tasks = B * H * nqb;
+    size_t wsz = workspace_floats(D, Dv) * sizeof(float);
+    int failed = 0;
+#pragma omp parallel if (tasks > 1 && B * H * Tq * Tk * (D + Dv) > 65536)
+    {
+        float *ws = aligned_alloc(64, (wsz + 63) & ~(size_t)63);
+        if (!ws) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tasks; t++) {
+            if (!ws) continue;
+            int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * bq;
+            int64_t nq = Tq - i0 < bq ? Tq - i0 : bq;
+            attn_task(&A, b, h, i0, nq, ws);
+        }
+        free(ws);
+    }
+    if (failed)
+        return tr_error_set(err, TR_ERR_NOMEM, "attention: no memory for a %zu-byte tile workspace", wsz);
+    return TR_OK;
+}

@@ -1,0 +1,174 @@
+/* The kernels context on the cpu: oneDNN engine and stream made once, device memory
+ * (64-byte aligned host memory), copies, counters, and the argument checks every
+ * kernel shares. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <oneapi/dnnl/dnnl.h>
+#include "cpu_internal.h"
+
+static const char no_cuda[] = "no CUDA device found (this build's kernels are cpu only)";
+
+int tr_kernels_device_available(int device_type, struct tr_error *err) {
+    if (device_type == TR_DEVICE_CPU) return TR_OK;
+    if (device_type == TR_DEVICE_CUDA) return tr_error_set(err, TR_ERR_DEVICE, "%s", no_cuda);
+    return tr_error_set(err, TR_ERR_INVALID, "kernels: unknown device type %d (expected cpu=%d or cuda=%d)",
+                        device_type, TR_DEVICE_CPU, TR_DEVICE_CUDA);
+}
+
+int tr_kernels_init(struct tr_kernels **out, int device_type, int device_index, struct tr_error *err) {
+    if (!out) return tr_error_set(err, TR_ERR_INVALID, "tr_kernels_init: out is NULL");
+    *out = NULL;
+    int st = tr_kernels_device_available(device_type, err);
+    if (st) return st;
+    if (device_index != 0)
+        return tr_error_set(err, TR_ERR_DEVICE, "kernels: cpu device index %d does not exist (the cpu is index 0)",
+                            device_index);
+    struct tr_kernels *k = calloc(1, sizeof *k);
+    if (!k) return tr_error_set(err, TR_ERR_NOMEM, "kernels: cannot allocate a context");
+    k->device_type = device_type;
+    k->device_index = device_index;
+    dnnl_engine_t eng = NULL;
+    dnnl_stream_t stream = NULL;
+    dnnl_status_t s = dnnl_engine_create(&eng, dnnl_cpu, 0);
+    if (s == dnnl_success) s = dnnl_stream_create(&stream, eng, dnnl_stream_default_flags);
+    if (s != dnnl_success) {
+        if (eng) dnnl_engine_destroy(eng);
+        free(k);
+        return tr_error_set(err, TR_ERR_DEVICE, "kernels: oneDNN cpu engine/stream creation failed (dnnl status %d)",
+                            (int)s);
+    }
+    k->engine = eng;
+    k->stream = stream;
+    *out = k;
+    return TR_OK;
+}
+
+void tr_kernels_free(struct tr_kernels *k) {
+    if (!k) return;
+    tr_cpu_matmul_cache_free(k);
+    if (k->stream) dnnl_stream_destroy((dnnl_stream_t)k->stream);
+    if (k->engine) dnnl_engine_destroy((dnnl_engine_t)k->engine);
+    free(k);
+}
+
+int tr_kernels_device_type(const struct tr_kernels *k) { return k ? k->device_type : -1; }
+
+void tr_kernels_get_stats(const struct tr_kernels *k, struct tr_kernels_stats *st) {
+    if (!st) return;
+    if (!k) {
+        memset(st, 0, sizeof *st);
+        return;
+    }
+    *st = k->stats;
+}
+
+void tr_kernels_reset_stats(struct tr_kernels *k) {
+    if (k) memset(&k->stats, 0, sizeof k->stats);
+}
+
+int tr_kernels_alloc(struct tr_kernels *k, size_t nbytes, void **p, struct tr_error *err) {
+    if (!k || !p) return tr_error_set(err, TR_ERR_INVALID, "tr_kernels_alloc: context or out pointer is NULL");
+    return tr_host_alloc(p, nbytes, err);
+}
+
+void tr_kernels_dealloc(struct tr_kernels *k, void *p) {
+    (void)k;
+    tr_host_free(p);
+}
+
+static int copy_bytes(struct tr_kernels *k, void *dst, const void *src, size_t n, const char *fn,
+                      struct tr_error *err) {
+    if (!k) return tr_error_set(err, TR_ERR_INVALID, "%s: context is NULL", fn);
+    if (n == 0) return TR_OK;
+    if (!dst || !src)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %s pointer is NULL for a copy of %zu bytes", fn,
+                            dst ? "source" : "destination", n);
+    memmove(dst, src, n);
+    return TR_OK;
+}
+
+int tr_kernels_to_device(struct tr_kernels *k, void *dst, const void *src, size_t n, struct tr_error *err) {
+    return copy_bytes(k, dst, src, n, "tr_kernels_to_device", err);
+}
+
+int tr_kernels_to_host(struct tr_kernels *k, void *dst, const void *src, size_t n, struct tr_error *err) {
+    return copy_bytes(k, dst, src, n, "tr_kernels_to_host", err);
+}
+
+int tr_kernels_copy(struct tr_kernels *k, void *dst, const void *src, size_t n, struct tr_error *err) {
+    return copy_bytes(k, dst, src, n, "tr_kernels_copy", err);
+}
+
+int tr_kernels_sync(struct tr_kernels *k, struct tr_error *err) {
+    if (!k) return tr_error_set(err, TR_ERR_INVALID, "tr_kernels_sync: context is NULL");
+    dnnl_status_t s = dnnl_stream_wait((dnnl_stream_t)k->stream);
+    if (s != dnnl_success) return tr_error_set(err, TR_ERR_DEVICE, "kernels: oneDNN stream wait failed (status %d)", (int)s);
+    return TR_OK;
+}
+
+/* ---- shared argument checks ---- */
+
+const char *tr_cpu_desc(const struct tr_tensor *t, char *buf, size_t n) {
+    char sh[160];
+    if (!t) {
+        snprintf(buf, n, "(null)");
+        return buf;
+    }
+    tr_shape_str(t->ndim, t->shape, sh, sizeof sh);
+    snprintf(buf, n, "%s %s", sh, tr_dtype_name((enum tr_dtype)t->dtype));
+    return buf;
+}
+
+int tr_cpu_check_ctx(struct tr_kernels *k, const char *kname, struct tr_error *err) {
+    if (!k) return tr_error_set(err, TR_ERR_INVALID, "%s: kernels context is NULL", kname);
+    if (k->device_type != TR_DEVICE_CPU)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: context device %d is not the cpu", kname, k->device_type);
+    k->stats.calls++;
+    return TR_OK;
+}
+
+int tr_cpu_check_tensor(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
+    char d[200];
+    if (!t) return tr_error_set(err, TR_ERR_INVALID, "%s: %s is NULL", kname, what);
+    if (t->ndim < 0 || t->ndim > TR_MAX_DIMS)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: %s has %d dimensions (0 to %d allowed)", kname, what, t->ndim,
+                            TR_MAX_DIMS);
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] < 0)
+            return tr_error_set(err, TR_ERR_SHAPE, "%s: %s %s has a negative extent", kname, what,
+                                tr_cpu_desc(t, d, sizeof d));
+    if (tr_dtype_size((enum tr_dtype)t->dtype) == 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %s has unknown dtype %d", kname, what, t->dtype);
+    if (t->device != TR_DEVICE_CPU)
+        return tr_error_set(err, TR_ERR_DEVICE, "%s: %s %s is on device %d, not the cpu", kname, what,
+                            tr_cpu_desc(t, d, sizeof d), t->device);
+    if (!tr_tensor_is_contiguous(t))
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s is not contiguous (strides given; this kernel "
+                            "takes contiguous tensors)", kname, what, tr_cpu_desc(t, d, sizeof d));
+    if (!t->data && tr_tensor_numel(t) > 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %s %s has no data", kname, what, tr_cpu_desc(t, d, sizeof d));
+    return TR_OK;
+}
+
+int tr_cpu_check_float(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
+    int st = tr_cpu_check_tensor(t, kname, what, err);
+    if (st) return st;
+    if (t->dtype != TR_DTYPE_F32 && t->dtype != TR_DTYPE_BF16 && t->dtype != TR_DTYPE_F16) {
+        char d[200];
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s: expected f32, bf16 or f16", kname, what,
+                            tr_cpu_desc(t, d, sizeof d));
+    }
+    return TR_OK;
+}
+
+int tr_cpu_same_shape(const struct tr_tensor *a, const struct tr_tensor *b) {
+    if (a->ndim != b->ndim) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+
+int tr_cpu_axis(int64_t axis, int ndim) {
+    if (axis < 0) axis += ndim;
+    return axis >= 0 && axis < ndim ? (int)axis : -1;
+}

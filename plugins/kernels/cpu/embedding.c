@@ -1,0 +1,45 @@
+/* Embedding gather: out[..., :] = table[ids[...], :]. Every id is checked before any row
+ * is copied, so a bad id leaves out untouched and names the first offender. */
+#include "cpu_internal.h"
+
+int tr_k_embedding(struct tr_kernels *k, const struct tr_tensor *table, const struct tr_tensor *ids,
+                   struct tr_tensor *out, struct tr_error *err) {
+    int st = tr_cpu_check_ctx(k, "embedding", err);
+    if (!st) st = tr_cpu_check_tensor(table, "embedding", "table", err);
+    if (!st) st = tr_cpu_check_tensor(ids, "embedding", "ids", err);
+    if (!st) st = tr_cpu_check_tensor(out, "embedding", "out", err);
+    if (st) return st;
+    char d1[200], d2[200], d3[200];
+    if (table->ndim != 2)
+        return tr_error_set(err, TR_ERR_SHAPE, "embedding: table %s should be 2-D (V,D)", tr_cpu_desc(table, d1, sizeof d1));
+    if (ids->dtype != TR_DTYPE_I32 && ids->dtype != TR_DTYPE_I64)
+        return tr_error_set(err, TR_ERR_SHAPE, "embedding: ids %s should be i32 or i64", tr_cpu_desc(ids, d1, sizeof d1));
+    int64_t V = table->shape[0], D = table->shape[1];
+    int ok = out->dtype == table->dtype && out->ndim == ids->ndim + 1 && out->shape[ids->ndim] == D;
+    for (int i = 0; ok && i < ids->ndim; i++)
+        if (out->shape[i] != ids->shape[i]) ok = 0;
+    if (!ok)
+        return tr_error_set(err, TR_ERR_SHAPE, "embedding: out %s should be ids' shape %s plus (%lld) of table %s",
+                            tr_cpu_desc(out, d1, sizeof d1), tr_cpu_desc(ids, d2, sizeof d2), (long long)D,
+                            tr_cpu_desc(table, d3, sizeof d3));
+    int64_t n = tr_tensor_numel(ids);
+    const int32_t *i32 = ids->data;
+    const int64_t *i64 = ids->data;
+    int is64 = ids->dtype == TR_DTYPE_I64;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = is64 ? i64[i] : i32[i];
+        if (id < 0 || id >= V)
+            return tr_error_set(err, TR_ERR_INVALID, "embedding: ids[%lld] = %lld is outside [0, %lld) (table %s)",
+                                (long long)i, (long long)id, (long long)V, tr_cpu_desc(table, d1, sizeof d1));
+    }
+    size_t row = (size_t)D * tr_dtype_size((enum tr_dtype)table->dtype);
+    const char *pt = table->data;
+    char *po = out->data;
+    if (row == 0) return TR_OK;
+#pragma omp parallel for schedule(static) if ((int64_t)row * n > 4 * TR_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = is64 ? i64[i] : i32[i];
+        memcpy(po + i * (int64_t)row, pt + id * (int64_t)row, row);
+    }
+    return TR_OK;
+}

@@ -1,0 +1,415 @@
+/* Layout ops (transpose, slice, concat), reductions over one axis, and dtype casts.
+ * Layout ops move elements of any dtype by size (2, 4 or 8 bytes) and never look at
+ * their values. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "cpu_internal.h"
+
+#define TILE 32
+
+static int same_dtype(const struct tr_tensor *a, const struct tr_tensor *b, const char *kname, struct tr_error *err) {
+    char d1[200], d2[200];
+    if (a->dtype != b->dtype)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s and out %s should have the same dtype", kname,
+                            tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2));
+    return TR_OK;
+}
+
+/* ---- transpose ---- */
+
+/* One 2-D tile: out[q*os + l] = in[q + l*is] for q < nq, l < nl. */
+#define TILE_COPY(T, out, in, nq, nl, os, is)                                          \
+    do {                                                                              \
+        T *o_ = (T *)(out);                                                           \
+        const T *i_ = (const T *)(in);                                                \
+        for (int64_t q_ = 0; q_ < (nq); q_++)                                         \
+            for (int64_t l_ = 0; l_ < (nl); l_++) o_[q_ * (os) + l_] = i_[q_ + l_ * (is)]; \
+    } while (0)
+
+int tr_k_transpose(struct tr_kernels *k, const struct tr_tensor *x, const int64_t *perm, struct tr_tensor *out,
+                   struct tr_error *err) {
+    int st = tr_cpu_check_ctx(k, "transpose", err);
+    if (!st) st = tr_cpu_check_tensor(x, "transpose", "x", err);
+    if (!st) st = tr_cpu_check_tensor(out, "transpose", "out", err);
+    if (!st) st = same_dtype(x, out, "transpose", err);
+    if (st) return st;
+    char d1[200], d2[200];
+    int nd = x->ndim;
+    if (!perm && nd > 0) return tr_error_set(err, TR_ERR_INVALID, "transpose: perm is NULL");
+    if (out->ndim != nd)
+        return tr_error_set(err, TR_ERR_SHAPE, "transpose: x %s and out %s differ in rank", tr_cpu_desc(x, d1, sizeof d1),
+                            tr_cpu_desc(out, d2, sizeof d2));
+    int seen[TR_MAX_DIMS] = {0};
+    for (int i = 0; i < nd; i++) {
+        if (perm[i] < 0 || perm[i] >= nd || seen[perm[i]]++)
+            return tr_error_set(err, TR_ERR_INVALID, "transpose: perm[%d]=%lld: not a permutation of 0..%d", i,
+                                (long long)perm[i], nd - 1);
+    }
+    for (int i = 0; i < nd; i++) {
+        if (out->shape[i] != x->shape[perm[i]])
+            return tr_error_set(err, TR_ERR_SHAPE, "transpose: out %s should have extent %lld on axis %d (x %s, perm[%d]=%lld)",
+                                tr_cpu_desc(out, d1, sizeof d1), (long long)x->shape[perm[i]], i,
+                                tr_cpu_desc(x, d2, sizeof d2), i, (long long)perm[i]);
+    }
+    int64_t n = tr_tensor_numel(x);
+    size_t es = tr_dtype_size((enum tr_dtype)x->dtype);
+    if (n == 0) return TR_OK;
+    /* output axes with x's strides; drop extent 1, merge axes that stay adjacent in x */
+    int64_t xs[TR_MAX_DIMS], ext[TR_MAX_DIMS], is[TR_MAX_DIMS];
+    int64_t s = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        xs[i] = s;
+        s *= x->shape[i];
+    }
+    int m = 0;
+    for (int i = 0; i < nd; i++) {
+        int64_t e = out->shape[i], st_in = xs[perm[i]];
+        if (e == 1) continue;
+        if (m > 0 && is[m - 1] == st_in * e) {
+            ext[m - 1] *= e;
+            is[m - 1] = st_in;
+            continue;
+        }
+        ext[m] = e;
+        is[m] = st_in;
+        m++;
+    }
+    const char *px = x->data;
+    char *po = out->data;
+    if (m <= 1) {
+        memcpy(po, px, (size_t)n * es);
+        return TR_OK;
+    }
+    int64_t os[TR_MAX_DIMS];
+    s = 1;
+    for (int i = m - 1; i >= 0; i--) {
+        os[i] = s;
+        s *= ext[i];
+    }
+    if (is[m - 1] == 1) { /* the innermost axis stays innermost: rows of contiguous copies */
+        int64_t L = ext[m - 1], rows = n / L;
+#pragma omp parallel for schedule(static) if (n > TR_CPU_PAR_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t off = 0, rem = r;
+            for (int d = m - 2; d >= 0; d--) {
+                off += (rem % ext[d]) * is[d];
+                rem /= ext[d];
+            }
+            memcpy(po + r * L * (int64_t)es, px + off * (int64_t)es, (size_t)L * es);
+        }
+        return TR_OK;
+    }
+    /* x's innermost axis is output axis q: tile the (q, last) plane */
+    int q = 0;
+    for (int i = 0; i < m; i++)
+        if (is[i] == 1) q = i;
+    int64_t nq = ext[q], nl = ext[m - 1], tq = (nq + TILE - 1) / TILE, tl = (nl + TILE - 1) / TILE;
+    int64_t outer = n / (nq * nl), items = outer * tq;
+#pragma omp parallel for schedule(static) if (n > TR_CPU_PAR_MIN)
+    for (int64_t it = 0; it < items; it++) {
+        int64_t o = it / tq, qb = (it % tq) * TILE, rem = o, oi = 0, oo = 0;
+        for (int d = m - 2; d >= 0; d--) {
+            if (d == q) continue;
+            int64_t idx = rem % ext[d];
+            rem /= ext[d];
+            oi += idx * is[d];
+            oo += idx * os[d];
+        }
+        int64_t cq = nq - qb < TILE ? nq - qb : TILE;
+        for (int64_t j = 0; j < tl; j++) {
+            int64_t lb = j * TILE, cl = nl - lb < TILE ? nl - lb : TILE;
+            int64_t io = oi + qb + lb * is[m - 1], ooff = oo + qb * os[q] + lb;
+            const char *src = px + io * (int64_t)es;
+            char *dst = po + ooff * (int64_t)es;
+            if (es == 2) TILE_COPY(uint16_t, dst, src, cq, cl, os[q], is[m - 1]);
+            else if (es == 4) TILE_COPY(uint32_t, dst, src, cq, cl, os[q], is[m - 1]);
+            else TILE_COPY(uint64_t, dst, src, cq, cl, os[q], is[m - 1]);
+        }
+    }
+    return TR_OK;
+}
+
+/* ---- slice ---- */
+
+int tr_k_slice(struct tr_kernels *k, const struct tr_tensor *x, int axis, int64_t start, int64_t step,
+               struct tr_tensor *out, struct tr_error *err) {
+    int st = tr_cpu_check_ctx(k, "slice", err);
+    if (!st) st = tr_cpu_check_tensor(x, "slice", "x", err);
+    if (!st) st = tr_cpu_check_tensor(out, "slice", "out", err);
+    if (!st) st = same_dtype(x, out, "slice", err);
+    if (st) return st;
+    char d1[200], d2[200];
+    int ax = tr_cpu_axis(axis, x->ndim);
+    if (ax < 0) return tr_error_set(err, TR_ERR_INVALID, "slice: axis %d out of range for x %s", axis, tr_cpu_desc(x, d1, sizeof d1));
+    if (step < 1) return tr_error_set(err, TR_ERR_INVALID, "slice: step %lld (it must be > 0)", (long long)step);
+    int ok = out->ndim == x->ndim;
+    for (int i = 0; ok && i < x->ndim; i++)
+        if (i != ax && out->shape[i] != x->shape[i]) ok = 0;
+    if (!ok)
+        return tr_error_set(err, TR_ERR_SHAPE, "slice: out %s should equal x %s except on axis %d",
+                            tr_cpu_desc(out, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2), ax);
+    int64_t cnt = out->shape[ax], dim = x->shape[ax];
+    if (cnt > 0 && (start < 0 || start >= dim || (dim - 1 - start) / step < cnt - 1))
+        return tr_error_set(err, TR_ERR_SHAPE, "slice: %lld elements from %lld by %lld leave axis %d of x %s",
+                            (long long)cnt, (long long)start, (long long)step, ax, tr_cpu_desc(x, d1, sizeof d1));
+    size_t es = tr_dtype_size((enum tr_dtype)x->dtype);
+    int64_t outer = tr_shape_numel(ax, x->shape);
+    int64_t inner = tr_shape_numel(x->ndim - ax - 1, x->shape + ax + 1) * (int64_t)es; /* bytes */
+    const char *px = x->data;
+    char *po = out->data;
+    int64_t n = outer * cnt;
+    if (n == 0 || inner == 0) return TR_OK;
+    if (step == 1) {
+#pragma omp parallel for schedule(static) if (n * inner > 4 * TR_CPU_PAR_MIN && outer > 1)
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(po + o * cnt * inner, px + (o * dim + start) * inner, (size_t)(cnt * inner));
+        return TR_OK;
+    }
+#pragma omp parallel for schedule(static) if (n * inner > 4 * TR_CPU_PAR_MIN)
+    for (int64_t r = 0; r < n; r++) {
+        int64_t o = r / cnt, t = r % cnt;
+        memcpy(po + r * inner, px + (o * dim + start + t * step) * inner, (size_t)inner);
+    }
+    return TR_OK;
+}
+
+/* ---- concat ---- */
+
+int tr_k_concat(struct tr_kernels *k, int n, const struct tr_tensor *xs, int axis, struct tr_tensor *out,
+                struct tr_error *err) {
+    int st = tr_cpu_check_ctx(k, "concat", err);
+    if (!st) st = tr_cpu_check_tensor(out, "concat", "out", err);
+    if (st) return st;
+    if (n < 1 || !xs) return tr_error_set(err, TR_ERR_INVALID, "concat: %d inputs (at least 1 needed)", n);
+    char d1[200], d2[200], what[32];
+    int ax = tr_cpu_axis(axis, out->ndim);
+    if (ax < 0)
+        return tr_error_set(err, TR_ERR_INVALID, "concat: axis %d out of range for out %s", axis, tr_cpu_desc(out, d1, sizeof d1));
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(what, sizeof what, "input %d", i);
+        st = tr_cpu_check_tensor(&xs[i], "concat", what, err);
+        if (!st) st = same_dtype(&xs[i], out, "concat", err);
+        if (st) return st;
+        int ok = xs[i].ndim == out->ndim;
+        for (int d = 0; ok && d < out->ndim; d++)
+            if (d != ax && xs[i].shape[d] != out->shape[d]) ok = 0;
+        if (!ok)
+            return tr_error_set(err, TR_ERR_SHAPE, "concat: input %d %s should equal out %s except on axis %d", i,
+                                tr_cpu_desc(&xs[i], d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2), ax);
+        total += xs[i].shape[ax];
+    }
+    if (total != out->shape[ax])
+        return tr_error_set(err, TR_ERR_SHAPE, "concat: inputs add up to %lld on axis %d, out %s has %lld", (long long)total,
+                            ax, tr_cpu_desc(out, d1, sizeof d1), (long long)out->shape[ax]);
+    size_t es = tr_dtype_size((enum tr_dtype)out->dtype);
+    int64_t outer = tr_shape_numel(ax, out->shape);
+    int64_t inner = tr_shape_numel(out->ndim - ax - 1, out->shape + ax + 1) * (int64_t)es;
+    int64_t orow = out->shape[ax] * inner;
+    char *po = out->data;
+    int64_t nbytes = outer * orow;
+#pragma omp parallel for schedule(static) if (nbytes > 4 * TR_CPU_PAR_MIN && outer > 1)
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t off = 0;
+        for (int i = 0; i < n; i++) {
+            int64_t row = xs[i].shape[ax] * inner;
+            if (row) memcpy(po + o * orow + off, (const char *)xs[i].data + o * row, (size_t)row);
+            off += row;
+        }
+    }
+    return TR_OK;
+}
+
+/* ---- reduce ---- */
+
+/* out[c] = op over r < R of x[r*inner + c], for c < len (f32 accumulation). */
+TR_CPU_CLONES
+static void reduce_cols(int op, int dt, const char *x, int64_t R, int64_t inner, int64_t len, char *o) {
+    size_t es = tr_dtype_size((enum tr_dtype)dt);
+    float acc[TR_CPU_CHUNK], row[TR_CPU_CHUNK];
+    for (int64_t c = 0; c < len; c++) acc[c] = op == TR_OP_MAX ? -INFINITY : 0.0f;
+    for (int64_t r = 0; r < R; r++) {
+        tr_cpu_load_f32(row, x + r * inner * (int64_t)es, dt, len);
+        if (op == TR_OP_MAX)
+            for (int64_t c = 0; c < len; c++) acc[c] = row[c] > acc[c] ? row[c] : acc[c];
+        else
+            for (int64_t c = 0; c < len; c++) acc[c] += row[c];
+    }
+    if (op == TR_OP_MEAN)
+        for (int64_t c = 0; c < len; c++) acc[c] /= (float)R;
+    tr_cpu_store_f32(o, dt, acc, len);
+}
+
+/* out = op over the R contiguous elements of x. */
+TR_CPU_CLONES
+static void reduce_row(int op, int dt, const char *x, int64_t R, char *o) {
+    size_t es = tr_dtype_size((enum tr_dtype)dt);
+    float buf[TR_CPU_CHUNK], acc = op == TR_OP_MAX ? -INFINITY : 0.0f;
+    for (int64_t i = 0; i < R; i += TR_CPU_CHUNK) {
+        int64_t len = R - i < TR_CPU_CHUNK ? R - i : TR_CPU_CHUNK;
+        tr_cpu_load_f32(buf, x + i * (int64_t)es, dt, len);
+        if (op == TR_OP_MAX) {
+#pragma omp simd reduction(max : acc)
+            for (int64_t c = 0; c < len; c++) acc = buf[c] > acc ? buf[c] : acc;
+        } else {
+#pragma omp simd reduction(+ : acc)
+            for (int64_t c = 0; c < len; c++) acc += buf[c];
+        }
+    }
+    if (op == TR_OP_MEAN) acc /= (float)R;
+    tr_cpu_store_f32(o, dt, &acc, 1);
+}
+
+int tr_k_reduce(struct tr_kernels *k, int op, const struct tr_tensor *x, int axis, struct tr_tensor *out,
+                struct tr_error *err) {
+    int st = tr_cpu_check_ctx(k, "reduce", err);
+    if (st) return st;
+    if (op != TR_OP_SUM && op != TR_OP_MEAN && op != TR_OP_MAX)
+        return tr_error_set(err, TR_ERR_INVALID, "reduce: op %d (%s) is not sum, mean or max", op, tr_op_name(op));
+    const char *name = tr_op_name(op);
+    st = tr_cpu_check_float(x, name, "x", err);
+    if (!st) st = tr_cpu_check_float(out, name, "out", err);
+    if (!st) st = same_dtype(x, out, name, err);
+    if (st) return st;
+    char d1[200], d2[200];
+    int ax = tr_cpu_axis(axis, x->ndim);
+    if (ax < 0) return tr_error_set(err, TR_ERR_INVALID, "%s: axis %d out of range for x %s", name, axis, tr_cpu_desc(x, d1, sizeof d1));
+    /* out is x without the axis, or with it kept as 1 */
+    int kept = out->ndim == x->ndim, ok = kept || out->ndim == x->ndim - 1;
+    for (int i = 0, j = 0; ok && i < x->ndim; i++) {
+        if (i == ax) {
+            if (kept && out->shape[j++] != 1) ok = 0;
+            continue;
+        }
+        if (out->shape[j++] != x->shape[i]) ok = 0;
+    }
+    if (!ok)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: out %s should be x %s without axis %d (or with it as 1)", name,
+                            tr_cpu_desc(out, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2), ax);
+    int64_t outer = tr_shape_numel(ax, x->shape), R = x->shape[ax];
+    int64_t inner = tr_shape_numel(x->ndim - ax - 1, x->shape + ax + 1);
+    if (outer * inner == 0) return TR_OK;
+    if (R == 0 && op == TR_OP_MAX)
+        return tr_error_set(err, TR_ERR_SHAPE, "max: axis %d of x %s is empty", ax, tr_cpu_desc(x, d1, sizeof d1));
+    size_t es = tr_dtype_size((enum tr_dtype)x->dtype);
+    const char *px = x->data;
+    char *po = out->data;
+    int dt = x->dtype;
+    int64_t work = outer * R * inner;
+    if (inner == 1) {
+#pragma omp parallel for schedule(static) if (work > TR_CPU_PAR_MIN && outer > 1)
+        for (int64_t o = 0; o < outer; o++) reduce_row(op, dt, px + o * R * (int64_t)es, R, po + o * (int64_t)es);
+        return TR_OK;
+    }
+    int64_t nch = (inner + TR_CPU_CHUNK - 1) / TR_CPU_CHUNK, items = outer * nch;
+#pragma omp parallel for schedule(static) if (work > TR_CPU_PAR_MIN && items > 1)
+    for (int64_t it = 0; it < items; it++) {
+        int64_t o = it / nch, c0 = (it % nch) * TR_CPU_CHUNK, len = inner - c0 < TR_CPU_CHUNK ? inner - c0 : TR_CPU_CHUNK;
+        reduce_cols(op, dt, px + (o * R * inner + c0) * (int64_t)es, R, inner, len,
+                    po + (o * inner + c0) * (int64_t)es);
+    }
+    return TR_OK;
+}
+
+/* ---- cast ---- */
+
+/* f64 to f32 rounded to odd: a second rounding (to bf16 or f16) is then correct. */
+static inline float f64_to_f32_odd(double d) {
+    float f = (float)d;
+    if (!isfinite(f) || (double)f == d) return f;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (fabs((double)f) > fabs(d)) u -= 1; /* truncate toward zero */
+    u |= 1;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline double float_to_int_range(double v, double lo, double hi) {
+    if (v != v) return 0.0; /* NaN */
+    v = trunc(v);
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static void decode_f64(double *dst, const char *src, int dt, int64_t n) {
+    switch (dt) {
+    case TR_DTYPE_F32: for (int64_t i = 0; i < n; i++) dst[i] = ((const float *)src)[i]; break;
+    case TR_DTYPE_BF16: for (int64_t i = 0; i < n; i++) dst[i] = tr_bf16_to_f32(((const uint16_t *)src)[i]); break;
+    case TR_DTYPE_F16: for (int64_t i = 0; i < n; i++) dst[i] = tr_f16_to_f32(((const uint16_t *)src)[i]); break;
+    case TR_DTYPE_I32: for (int64_t i = 0; i < n; i++) dst[i] = ((const int32_t *)src)[i]; break;
+    case TR_DTYPE_I64: for (int64_t i = 0; i < n; i++) dst[i] = (double)((const int64_t *)src)[i]; break;
+    default: memcpy(dst, src, (size_t)n * sizeof(double)); break;
+    }
+}
+
+static void encode_f64(char *dst, int dt, const double *src, int64_t n) {
+    switch (dt) {
+    case TR_DTYPE_F32: for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = (float)src[i]; break;
+    case TR_DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = tr_f32_to_bf16(f64_to_f32_odd(src[i]));
+        break;
+    case TR_DTYPE_F16:
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = tr_f32_to_f16(f64_to_f32_odd(src[i]));
+        break;
+    case TR_DTYPE_I32:
+        for (int64_t i = 0; i < n; i++) ((int32_t *)dst)[i] = (int32_t)float_to_int_range(src[i], INT32_MIN, INT32_MAX);
+        break;
+    case TR_DTYPE_I64:
+        /* 2^63 is not an int64: the top of the range is the double just below it */
+        for (int64_t i = 0; i < n; i++)
+            ((int64_t *)dst)[i] = (int64_t)float_to_int_range(src[i], -9223372036854775808.0, 9223372036854774784.0);
+        break;
+    default: memcpy(dst, src, (size_t)n * sizeof(double)); break;
+    }
+}
+
+static void cast_block(int sdt, const char *src, int ddt, char *dst, int64_t n) {
+    int sf = tr_dtype_is_float((enum tr_dtype)sdt), df = tr_dtype_is_float((enum tr_dtype)ddt);
+    if (!sf && !df) { /* i32 <-> i64: exact, or wrapping as C does when narrowing */
+        if (sdt == TR_DTYPE_I32)
+            for (int64_t i = 0; i < n; i++) ((int64_t *)dst)[i] = ((const int32_t *)src)[i];
+        else
+            for (int64_t i = 0; i < n; i++) ((int32_t *)dst)[i] = (int32_t)((const int64_t *)src)[i];
+        return;
+    }
+    int s16 = sdt == TR_DTYPE_BF16 || sdt == TR_DTYPE_F16, d16 = ddt == TR_DTYPE_BF16 || ddt == TR_DTYPE_F16;
+    if (sdt == TR_DTYPE_F32 && d16) { /* the common mixed-precision casts, directly */
+        tr_cpu_store_f32(dst, ddt, (const float *)src, n);
+        return;
+    }
+    if (s16 && ddt == TR_DTYPE_F32) {
+        tr_cpu_load_f32((float *)dst, src, sdt, n);
+        return;
+    }
+    double buf[TR_CPU_CHUNK];
+    decode_f64(buf, src, sdt, n);
+    encode_f64(dst, ddt, buf, n);
+}
+
+int tr_k_cast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
+    int st = tr_cpu_check_ctx(k, "cast", err);
+    if (!st) st = tr_cpu_check_tensor(x, "cast", "x", err);
+    if (!st) st = tr_cpu_check_tensor(out, "cast", "out", err);
+    if (st) return st;
+    char d1[200], d2[200];
+    if (!tr_cpu_same_shape(x, out))
+        return tr_error_set(err, TR_ERR_SHAPE, "cast: x %s and out %s should have the same shape",
+                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
+    int64_t n = tr_tensor_numel(x);
+    size_t ses = tr_dtype_size((enum tr_dtype)x->dtype), des = tr_dtype_size((enum tr_dtype)out->dtype);
+    if (n == 0) return TR_OK;
+    if (x->dtype == out->dtype) {
+        if (out->data != x->data) memcpy(out->data, x->data, (size_t)n * ses);
+        return TR_OK;
+    }
+    const char *px = x->data;
+    char *po = out->data;
+    int sdt = x->dtype, ddt = out->dtype;
+#pragma omp parallel for schedule(static) if (n > TR_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i += TR_CPU_CHUNK) {
+        int64_t len = n - i < TR_CPU_CHUNK ? n - i : TR_CPU_CHUNK;
+        cast_block(sdt, px + i * (int64_t)ses, ddt, po + i * (int64_t)des, len);
+    }
+    return TR_OK;
+}

@@ -1,0 +1,453 @@
+/* GEMM through oneDNN's matmul primitive.
+ *
+ * c (...,M,N) = act(alpha · op(a) · op(b) + bias). Transposes are strides in the memory
+ * descriptors, never copies. Batch axes are simplified before oneDNN sees them: axes of
+ * extent 1 in c dropped, neighbours with the same broadcast pattern merged, and a batch
+ * that b does not have folded into M when a is not transposed (the linear-layer case:
+ * one 2-D GEMM). What remains broadcasts through oneDNN's size-1 batch dims.
+ *
+ * Primitives are created once per (shapes, strides, dtype, bias, act, alpha) and kept in
+ * the context; past MM_CACHE_MAX the least recently used is dropped.
+ *
+ * oneDNN 2.6 applies the output scale after the bias (dst = scale·(acc + bias)), so when
+ * both are present the bias handed to it is bias/alpha in f32. oneDNN 2.6 has no f16
+ * matmul on the cpu: f16 operands are converted to f32, multiplied, and rounded back. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <oneapi/dnnl/dnnl.h>
+#include "cpu_internal.h"
+
+#define MM_CACHE_MAX 256
+#define MM_MAX_DIMS TR_MAX_DIMS
+
+struct tr_mm_key {
+    int32_t dtype; /* of a, b and c as oneDNN sees them (f32 or bf16) */
+    int32_t ndims;
+    int64_t a_dims[MM_MAX_DIMS], a_strides[MM_MAX_DIMS];
+    int64_t b_dims[MM_MAX_DIMS], b_strides[MM_MAX_DIMS];
+    int64_t c_dims[MM_MAX_DIMS];
+    int32_t bias_dtype; /* -1: no bias */
+    int32_t act;
+    float alpha;
+    int32_t pad_;
+};
+
+struct tr_mm_entry {
+    struct tr_mm_key key;
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c, bias;
+    uint64_t used;
+};
+
+static void entry_release(struct tr_mm_entry *e) {
+    if (e->prim) dnnl_primitive_destroy(e->prim);
+    if (e->a) dnnl_memory_destroy(e->a);
+    if (e->b) dnnl_memory_destroy(e->b);
+    if (e->c) dnnl_memory_destroy(e->c);
+    if (e->bias) dnnl_memory_destroy(e->bias);
+    memset(e, 0, sizeof *e);
+}
+
+void tr_cpu_matmul_cache_free(struct tr_kernels *k) {
+    for (int i = 0; i < k->n_mm; i++) entry_release(&k->mm[i]);
+    free(k->mm);
+    k->mm = NULL;
+    k->n_mm = k->cap_mm = 0;
+}
+
+static dnnl_data_type_t dnnl_dt(int dt) {
+    switch (dt) {
+    case TR_DTYPE_F32: return dnnl_f32;
+    case TR_DTYPE_BF16: return dnnl_bf16;
+    case TR_DTYPE_F16: return dnnl_f16;
+    default: return dnnl_data_type_undef;
+    }
+}
+
+static dnnl_alg_kind_t dnnl_act(enum tr_act act) {
+    switch (act) {
+    case TR_ACT_GELU: return dnnl_eltwise_gelu_erf;
+    case TR_ACT_GELU_TANH: return dnnl_eltwise_gelu_tanh;
+    case TR_ACT_RELU: return dnnl_eltwise_relu;
+    case TR_ACT_TANH: return dnnl_eltwise_tanh;
+    case TR_ACT_SILU: return dnnl_eltwise_swish;
+    default: return dnnl_alg_kind_undef;
+    }
+}
+
+/* oneDNN's first choice, except f32 products of at least 2^24 multiply-adds: there its
+ * jit sgemm ("gemm:jit") ran 1.1-2.5x faster than the f32 brgemm it lists first (2 cores,
+ * Sapphire Rapids, BERT shapes 1024x768x768 .. 1024x3072x768, plain and transposed b).
+ * A fixed rule, not a timing race, so that reruns pick the same kernel and give the
+ * same bits. For bf16 the AMX brgemm listed first is the fastest. */
+static dnnl_status_t pick_impl(dnnl_primitive_desc_t *out, const dnnl_matmul_desc_t *md, dnnl_primitive_attr_t attr,
+                               dnnl_engine_t eng, const struct tr_mm_key *key) {
+    int nd = key->ndims;
+    double work = (double)key->c_dims[nd - 2] * (double)key->c_dims[nd - 1] * (double)key->a_dims[nd - 1];
+    for (int i = 0; i < nd - 2; i++) work *= (double)key->c_dims[i];
+    if (key->dtype != TR_DTYPE_F32 || work < 16777216.0) return dnnl_primitive_desc_create(out, md, attr, eng, NULL);
+    dnnl_primitive_desc_iterator_t it = NULL;
+    dnnl_status_t st = dnnl_primitive_desc_iterator_create(&it, md, attr, eng, NULL);
+    if (st) return st;
+    dnnl_primitive_desc_t first = NULL, chosen = NULL;
+    do {
+        dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
+        if (!pd) break;
+        const char *impl = "";
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+        int is_gemm = strcmp(impl, "gemm:jit") == 0, is_ref = strncmp(impl, "ref", 3) == 0;
+        if (!first) {
+            first = pd;
+            if (is_gemm) break;
+            continue;
+        }
+        if (is_gemm) {
+            chosen = pd;
+            break;
+        }
+        dnnl_primitive_desc_destroy(pd);
+        if (is_ref) break; /* only reference kernels follow */
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    if (!first) return dnnl_unimplemented;
+    if (chosen) {
+        dnnl_primitive_desc_destroy(first);
+        *out = chosen;
+    } else {
+        *out = first;
+    }
+    return dnnl_success;
+}
+
+static int create_entry(struct tr_kernels *k, const struct tr_mm_key *key, struct tr_mm_entry *e,
+                        struct tr_error *err) {
+    dnnl_engine_t eng = (dnnl_engine_t)k->engine;
+    dnnl_memory_desc_t amd, bmd, cmd, biasmd;
+    dnnl_dims_t ad, as, bd, bs, cd, cs, biasd, biass;
+    int nd = key->ndims;
+    for (int i = 0; i < nd; i++) {
+        ad[i] = key->a_dims[i];
+        as[i] = key->a_strides[i];
+        bd[i] = key->b_dims[i];
+        bs[i] = key->b_strides[i];
+        cd[i] = key->c_dims[i];
+        biasd[i] = i == nd - 1 ? key->c_dims[i] : 1;
+    }
+    int64_t s = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        cs[i] = s;
+        s *= cd[i];
+        biass[i] = i == nd - 1 ? 1 : biasd[nd - 1];
+    }
+    dnnl_data_type_t dt = dnnl_dt(key->dtype);
+    dnnl_status_t st = dnnl_memory_desc_init_by_strides(&amd, nd, ad, dt, as);
+    if (!st) st = dnnl_memory_desc_init_by_strides(&bmd, nd, bd, dt, bs);
+    if (!st) st = dnnl_memory_desc_init_by_strides(&cmd, nd, cd, dt, cs);
+    if (!st && key->bias_dtype >= 0) st = dnnl_memory_desc_init_by_strides(&biasmd, nd, biasd, dnnl_dt(key->bias_dtype), biass);
+    dnnl_matmul_desc_t md;
+    if (!st) st = dnnl_matmul_desc_init(&md, &amd, &bmd, key->bias_dtype >= 0 ? &biasmd : NULL, &cmd);
+    if (st) return tr_error_set(err, TR_ERR_INTERNAL, "matmul: oneDNN refused the memory descriptors (status %d)", (int)st);
+
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t ops = NULL;
+    st = dnnl_primitive_attr_create(&attr);
+    if (!st && key->alpha != 1.0f) st = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &key->alpha);
+    if (!st && key->act != TR_ACT_NONE) {
+        st = dnnl_post_ops_create(&ops);
+        /* swish's alpha is the sigmoid's argument scale: 1 gives silu. */
+        if (!st) st = dnnl_post_ops_append_eltwise(ops, 1.0f, dnnl_act((enum tr_act)key->act),
+                                                   key->act == TR_ACT_SILU ? 1.0f : 0.0f, 0.0f);
+        if (!st) st = dnnl_primitive_attr_set_post_ops(attr, ops);
+    }
+    dnnl_primitive_desc_t pd = NULL;
+    if (!st) st = pick_impl(&pd, &md, attr, eng, key);
+    if (ops) dnnl_post_ops_destroy(ops);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+    if (st) {
+        char sa[160], sb[160];
+        return tr_error_set(err, TR_ERR_UNSUPPORTED,
+                            "matmul: oneDNN has no cpu implementation for %s x %s %s with act %d (status %d)",
+                            tr_shape_str(nd, key->a_dims, sa, sizeof sa), tr_shape_str(nd, key->b_dims, sb, sizeof sb),
+                            tr_dtype_name((enum tr_dtype)key->dtype), key->act, (int)st);
+    }
+    memset(e, 0, sizeof *e);
+    e->key = *key;
+    st = dnnl_primitive_create(&e->prim, pd);
+    dnnl_primitive_desc_destroy(pd);
+    if (!st) st = dnnl_memory_create(&e->a, &amd, eng, DNNL_MEMORY_NONE);
+    if (!st) st = dnnl_memory_create(&e->b, &bmd, eng, DNNL_MEMORY_NONE);
+    if (!st) st = dnnl_memory_create(&e->c, &cmd, eng, DNNL_MEMORY_NONE);
+    if (!st && key->bias_dtype >= 0) st = dnnl_memory_create(&e->bias, &biasmd, eng, DNNL_MEMORY_NONE);
+    if (st) {
+        entry_release(e);
+        return tr_error_set(err, TR_ERR_DEVICE, "matmul: oneDNN primitive creation failed (status %d)", (int)st);
+    }
+    return TR_OK;
+}
+
+/* The cached primitive for key, created on a miss; NULL with err set on failure. */
+static struct tr_mm_entry *lookup(struct tr_kernels *k, const struct tr_mm_key *key, struct tr_error *err) {
+    k->mm_tick++;
+    for (int i = 0; i < k->n_mm; i++) {
+        if (memcmp(&k->mm[i].key, key, sizeof *key) == 0) {
+            k->stats.primitive_hits++;
+            k->mm[i].used = k->mm_tick;
+            return &k->mm[i];
+        }
+    }
+    k->stats.primitive_misses++;
+    struct tr_mm_entry fresh;
+    if (create_entry(k, key, &fresh, err)) return NULL;
+    int slot;
+    if (k->n_mm < k->cap_mm) {
+        slot = k->n_mm++;
+    } else if (k->cap_mm < MM_CACHE_MAX) {
+        int cap = k->cap_mm ? k->cap_mm * 2 : 16;
+        struct tr_mm_entry *p = realloc(k->mm, sizeof *p * (size_t)cap);
+        if (!p) {
+            entry_release(&fresh);
+            tr_error_set(err, TR_ERR_NOMEM, "matmul: cannot grow the primitive cache to %d entries", cap);
+            return NULL;
+        }
+        k->mm = p;
+        k->cap_mm = cap;
+        slot = k->n_mm++;
+    } else { /* full: evict the least recently used */
+        slot = 0;
+        for (int i = 1; i < k->n_mm; i++)
+            if (k->mm[i].used < k->mm[slot].used) slot = i;
+        entry_release(&k->mm[slot]);
+    }
+    fresh.used = k->mm_tick;
+    k->mm[slot] = fresh;
+    return &k->mm[slot];
+}
+
+/* The GEMM problem after batch simplification: ndims oneDNN dims (batch..., M/K/N). */
+struct mm_layout {
+    int nb; /* batch axes left */
+    int64_t bc[MM_MAX_DIMS], ba[MM_MAX_DIMS], bb[MM_MAX_DIMS]; /* extents in c, a, b */
+    int64_t sa[MM_MAX_DIMS], sb[MM_MAX_DIMS];                   /* element strides of a, b */
+    int64_t M, N, K;
+};
+
+__attribute__((format(printf, 7, 8)))
+static int mm_fail(struct tr_error *err, const struct tr_tensor *a, const struct tr_tensor *b, const struct tr_tensor *c,
+                   int ta, int tb, const char *fmt, ...) {
+    char da[200], db[200], dc[200], why[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    return tr_error_set(err, TR_ERR_SHAPE, "matmul: a %s%s, b %s%s, c %s: %s", tr_cpu_desc(a, da, sizeof da),
+                        ta ? " (transposed)" : "", tr_cpu_desc(b, db, sizeof db), tb ? " (transposed)" : "",
+                        tr_cpu_desc(c, dc, sizeof dc), why);
+}
+
+static int mm_shapes(const struct tr_tensor *a, const struct tr_tensor *b, const struct tr_tensor *c, int ta, int tb,
+                     struct mm_layout *L, struct tr_error *err) {
+#define MM_FAIL(...) mm_fail(err, a, b, c, ta, tb, __VA_ARGS__)
+    if (a->ndim < 2 || b->ndim < 2) return MM_FAIL("a and b need at least 2 dimensions");
+    int64_t M = ta ? a->shape[a->ndim - 1] : a->shape[a->ndim - 2];
+    int64_t K = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+    int64_t Kb = tb ? b->shape[b->ndim - 1] : b->shape[b->ndim - 2];
+    int64_t N = tb ? b->shape[b->ndim - 2] : b->shape[b->ndim - 1];
+    if (K != Kb) return MM_FAIL("inner extents differ (%lld vs %lld)", (long long)K, (long long)Kb);
+    int nba = a->ndim - 2, nbb = b->ndim - 2, nb = nba > nbb ? nba : nbb;
+    if (c->ndim != nb + 2) return MM_FAIL("c should have %d dimensions", nb + 2);
+    if (c->shape[nb] != M || c->shape[nb + 1] != N)
+        return MM_FAIL("c's last two extents should be (%lld,%lld)", (long long)M, (long long)N);
+    /* aligned batch axes with contiguous strides; size-1 extents broadcast */
+    int64_t ea[MM_MAX_DIMS], eb[MM_MAX_DIMS], xa[MM_MAX_DIMS], xb[MM_MAX_DIMS];
+    int64_t stra = M * K, strb = K * N;
+    for (int i = nb - 1; i >= 0; i--) {
+        int ia = i - (nb - nba), ib = i - (nb - nbb);
+        ea[i] = ia >= 0 ? a->shape[ia] : 1;
+        eb[i] = ib >= 0 ? b->shape[ib] : 1;
+        xa[i] = stra;
+        xb[i] = strb;
+        stra *= ea[i];
+        strb *= eb[i];
+        int64_t ec = c->shape[i];
+        if (!((ea[i] == ec || ea[i] == 1) && (eb[i] == ec || eb[i] == 1) && (ea[i] == ec || eb[i] == ec)))
+            return MM_FAIL("batch axis %d does not broadcast (a %lld, b %lld, c %lld)", i, (long long)ea[i],
+                           (long long)eb[i], (long long)ec);
+    }
+#undef MM_FAIL
+    /* drop extent-1 axes of c and merge neighbours that broadcast alike */
+    int n = 0;
+    for (int i = 0; i < nb; i++) {
+        int64_t ec = c->shape[i];
+        if (ec == 1) continue;
+        if (n > 0) {
+            int j = n - 1;
+            int same_a = (L->ba[j] == 1) == (ea[i] == 1), same_b = (L->bb[j] == 1) == (eb[i] == 1);
+            if (same_a && same_b) {
+                L->bc[j] *= ec;
+                L->ba[j] *= ea[i];
+                L->bb[j] *= eb[i];
+                L->sa[j] = xa[i];
+                L->sb[j] = xb[i];
+                continue;
+            }
+        }
+        L->bc[n] = ec;
+        L->ba[n] = ea[i];
+        L->bb[n] = eb[i];
+        L->sa[n] = xa[i];
+        L->sb[n] = xb[i];
+        n++;
+    }
+    L->nb = n;
+    L->M = M;
+    L->N = N;
+    L->K = K;
+    /* b shared by every batch and a not transposed: the batch is more rows of one GEMM */
+    if (n == 1 && L->bb[0] == 1 && !ta) {
+        L->M *= L->bc[0];
+        L->nb = 0;
+    }
+    return TR_OK;
+}
+
+static void convert_to_f32(float *dst, const void *src, int dtype, int64_t n) {
+#pragma omp parallel for if (n > TR_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i += TR_CPU_CHUNK) {
+        int64_t m = n - i < TR_CPU_CHUNK ? n - i : TR_CPU_CHUNK;
+        tr_cpu_load_f32(dst + i, (const char *)src + i * 2, dtype, m);
+    }
+}
+
+static void convert_from_f32(void *dst, int dtype, const float *src, int64_t n) {
+#pragma omp parallel for if (n > TR_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i += TR_CPU_CHUNK) {
+        int64_t m = n - i < TR_CPU_CHUNK ? n - i : TR_CPU_CHUNK;
+        tr_cpu_store_f32((char *)dst + i * 2, dtype, src + i, m);
+    }
+}
+
+/* c = act(bias) when K == 0: the sum is empty. */
+static void fill_empty_k(struct tr_tensor *c, const struct tr_tensor *bias, enum tr_act act, int64_t N) {
+    int64_t n = tr_tensor_numel(c);
+    for (int64_t i = 0; i < n; i++) {
+        float v = bias ? tr_cpu_get_f32(bias->data, bias->dtype, i % N) : 0.0f;
+        v = tr_fact(v, act);
+        tr_cpu_store_f32((char *)c->data + i * tr_dtype_size((enum tr_dtype)c->dtype), c->dtype, &v, 1);
+    }
+}
+
+int tr_k_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr_tensor *b, struct tr_tensor *c,
+                int trans_a, int trans_b, float alpha, const struct tr_tensor *bias, enum tr_act act,
+                struct tr_error *err) {
+    int st = tr_cpu_check_ctx(k, "matmul", err);
+    if (!st) st = tr_cpu_check_float(a, "matmul", "a", err);
+    if (!st) st = tr_cpu_check_float(b, "matmul", "b", err);
+    if (!st) st = tr_cpu_check_float(c, "matmul", "c", err);
+    if (st) return st;
+    k->stats.gemm_calls++;
+    char d1[200], d2[200], d3[200];
+    if (a->dtype != b->dtype || a->dtype != c->dtype)
+        return tr_error_set(err, TR_ERR_SHAPE, "matmul: dtypes differ: a %s, b %s, c %s", tr_cpu_desc(a, d1, sizeof d1),
+                            tr_cpu_desc(b, d2, sizeof d2), tr_cpu_desc(c, d3, sizeof d3));
+    if ((unsigned)act > TR_ACT_SILU) return tr_error_set(err, TR_ERR_INVALID, "matmul: unknown activation %d", (int)act);
+    if (!isfinite(alpha)) return tr_error_set(err, TR_ERR_INVALID, "matmul: alpha %g is not finite", (double)alpha);
+    struct mm_layout L = {0};
+    st = mm_shapes(a, b, c, trans_a, trans_b, &L, err);
+    if (st) return st;
+    if (bias) {
+        st = tr_cpu_check_float(bias, "matmul", "bias", err);
+        if (st) return st;
+        if (bias->ndim < 1 || tr_tensor_numel(bias) != L.N || bias->shape[bias->ndim - 1] != L.N)
+            return tr_error_set(err, TR_ERR_SHAPE, "matmul: bias %s should have shape [%lld] (N of c %s)",
+                                tr_cpu_desc(bias, d1, sizeof d1), (long long)L.N, tr_cpu_desc(c, d2, sizeof d2));
+        if (bias->dtype != a->dtype && bias->dtype != TR_DTYPE_F32)
+            return tr_error_set(err, TR_ERR_SHAPE, "matmul: bias %s should be %s (as a) or f32",
+                                tr_cpu_desc(bias, d1, sizeof d1), tr_dtype_name((enum tr_dtype)a->dtype));
+    }
+    if (tr_tensor_numel(c) == 0) return TR_OK;
+    if (L.K == 0) {
+        fill_empty_k(c, bias, act, L.N);
+        return TR_OK;
+    }
+
+    /* the key: batch axes then the matrix axes, with transposes as strides */
+    struct tr_mm_key key;
+    memset(&key, 0, sizeof key);
+    int nd = L.nb + 2;
+    key.ndims = nd;
+    for (int i = 0; i < L.nb; i++) {
+        key.a_dims[i] = L.ba[i];
+        key.b_dims[i] = L.bb[i];
+        key.c_dims[i] = L.bc[i];
+        key.a_strides[i] = L.sa[i];
+        key.b_strides[i] = L.sb[i];
+    }
+    key.a_dims[nd - 2] = L.M;
+    key.a_dims[nd - 1] = L.K;
+    key.a_strides[nd - 2] = trans_a ? 1 : L.K;
+    key.a_strides[nd - 1] = trans_a ? L.M : 1;
+    key.b_dims[nd - 2] = L.K;
+    key.b_dims[nd - 1] = L.N;
+    key.b_strides[nd - 2] = trans_b ? 1 : L.N;
+    key.b_strides[nd - 1] = trans_b ? L.K : 1;
+    key.c_dims[nd - 2] = L.M;
+    key.c_dims[nd - 1] = L.N;
+    int f16 = a->dtype == TR_DTYPE_F16;
+    key.dtype = f16 ? TR_DTYPE_F32 : a->dtype;
+    key.act = act;
+    key.alpha = alpha;
+    int scaled_bias = bias && (alpha != 1.0f || (f16 && bias->dtype == TR_DTYPE_F16));
+    key.bias_dtype = !bias ? -1 : scaled_bias ? TR_DTYPE_F32 : bias->dtype;
+
+    struct tr_mm_entry *e = lookup(k, &key, err);
+    if (!e) return err ? err->status : TR_ERR_UNSUPPORTED;
+
+    /* f16 operands converted to f32; the bias pre-divided by alpha (see the top) */
+    void *pa = a->data, *pb = b->data, *pc = c->data, *pbias = bias ? bias->data : NULL;
+    float *ta = NULL, *tb = NULL, *tc = NULL, *tbias = NULL;
+    int64_t na = tr_tensor_numel(a), nbn = tr_tensor_numel(b), ncn = tr_tensor_numel(c);
+    if (f16) {
+        ta = malloc(sizeof(float) * (size_t)na);
+        tb = malloc(sizeof(float) * (size_t)nbn);
+        tc = malloc(sizeof(float) * (size_t)ncn);
+        if (!ta || !tb || !tc) {
+            st = tr_error_set(err, TR_ERR_NOMEM, "matmul: no memory for the f16->f32 copies of a, b, c");
+            goto done;
+        }
+        convert_to_f32(ta, a->data, a->dtype, na);
+        convert_to_f32(tb, b->data, b->dtype, nbn);
+        pa = ta;
+        pb = tb;
+        pc = tc;
+    }
+    if (scaled_bias) {
+        tbias = malloc(sizeof(float) * (size_t)L.N);
+        if (!tbias) {
+            st = tr_error_set(err, TR_ERR_NOMEM, "matmul: no memory for the scaled bias");
+            goto done;
+        }
+        for (int64_t i = 0; i < L.N; i++) tbias[i] = tr_cpu_get_f32(bias->data, bias->dtype, i) / alpha;
+        pbias = tbias;
+    }
+    dnnl_status_t s = dnnl_memory_set_data_handle(e->a, pa);
+    if (!s) s = dnnl_memory_set_data_handle(e->b, pb);
+    if (!s) s = dnnl_memory_set_data_handle(e->c, pc);
+    if (!s && e->bias) s = dnnl_memory_set_data_handle(e->bias, pbias);
+    dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}, {DNNL_ARG_BIAS, e->bias}};
+    if (!s) s = dnnl_primitive_execute(e->prim, (dnnl_stream_t)k->stream, e->bias ? 4 : 3, args);
+    if (!s) s = dnnl_stream_wait((dnnl_stream_t)k->stream);
+    if (s) {
+        st = tr_error_set(err, TR_ERR_DEVICE, "matmul: oneDNN execution failed for a %s, b %s (status %d)",
+                          tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), (int)s);
+        goto done;
+    }
+    if (f16) convert_from_f32(c->data, c->dtype, tc, ncn);
+done:
+    free(ta);
+    free(tb);
+    free(tc);
+    free(tbias);
+    return st;
+}

@@ -1,0 +1,130 @@
+/* trident — the shared kernels library (libtrident_kernels).
+ *
+ * Pure compute on device memory: no graph, no config. Every backend calls these; the
+ * CPU implementation is the reference that faster and CUDA versions are tested against.
+ *
+ * A struct tr_kernels is one execution context on one device: it owns the device's
+ * library handles (oneDNN engine and stream on the cpu), a cache of primitives keyed by
+ * shape (created on first use, reused after), and scratch memory. A context is used by
+ * one thread at a time; kernels parallelise inside (OpenMP on the cpu).
+ *
+ * Tensors passed in are contiguous unless a function says otherwise, on the context's
+ * device, and `out` is preallocated with its shape and dtype set (the graph inferred
+ * them). Float inputs of one call share a dtype (f32, bf16, f16; f64 where noted);
+ * bf16/f16 are computed with f32 accumulation and rounded to nearest even on store.
+ * Every function returns a status and fills err with the kernel's name and the shapes
+ * when it refuses its arguments.
+ */
+#ifndef TRIDENT_KERNELS_H
+#define TRIDENT_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "trident/ops.h"
+#include "trident/status.h"
+#include "trident/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tr_kernels;
+
+/* Activation applied as a GEMM epilogue (and by fused ops). */
+enum tr_act {
+    TR_ACT_NONE = 0,
+    TR_ACT_GELU = 1,       /* erf form */
+    TR_ACT_GELU_TANH = 2,
+    TR_ACT_RELU = 3,
+    TR_ACT_TANH = 4,
+    TR_ACT_SILU = 5,
+};
+
+/* Counters a context keeps, for reports. */
+struct tr_kernels_stats {
+    uint64_t calls;              /* kernel entry points called */
+    uint64_t gemm_calls;
+    uint64_t primitive_hits;     /* oneDNN primitive cache */
+    uint64_t primitive_misses;
+};
+
+int tr_kernels_init(struct tr_kernels **out, int device_type, int device_index, struct tr_error *err);
+void tr_kernels_free(struct tr_kernels *k);
+int tr_kernels_device_type(const struct tr_kernels *k);
+void tr_kernels_get_stats(const struct tr_kernels *k, struct tr_kernels_stats *st);
+void tr_kernels_reset_stats(struct tr_kernels *k);
+/* Whether this build has a device type (the cpu always; cuda where nvcc was found and a
+ * device is present). Fills err with the reason when not. */
+int tr_kernels_device_available(int device_type, struct tr_error *err);
+
+/* ---- device memory (host memory on the cpu; 64-byte aligned) ---- */
+int tr_kernels_alloc(struct tr_kernels *k, size_t nbytes, void **p, struct tr_error *err);
+void tr_kernels_dealloc(struct tr_kernels *k, void *p);
+/* Copies between host memory and the context's device, or within either. */
+int tr_kernels_to_device(struct tr_kernels *k, void *dst, const void *src, size_t n, struct tr_error *err);
+int tr_kernels_to_host(struct tr_kernels *k, void *dst, const void *src, size_t n, struct tr_error *err);
+int tr_kernels_copy(struct tr_kernels *k, void *dst, const void *src, size_t n, struct tr_error *err);
+int tr_kernels_sync(struct tr_kernels *k, struct tr_error *err);
+
+/* ---- the dispatcher ----
+ * Run one graph op on bound tensors: what an eager backend does per node, and the
+ * default implementation a plugin may fall back to for ops it does not provide.
+ * INPUT, PARAM and CONST are not runnable (TR_ERR_INVALID). RESHAPE copies when
+ * out->data != in[0].data and does nothing when they alias. */
+int tr_kernels_run(struct tr_kernels *k, int op, const struct tr_attrs *attrs, int n_in,
+                   const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+
+/* ---- kernels ---- */
+
+/* c = act(alpha · op(a) · op(b) + bias). a (...,M,K), b (...,K,N) or 2-D (K,N); op
+ * swaps the last two axes when trans is set (the data stays as stored). Batch axes
+ * broadcast. bias (N) or NULL. f32 and bf16 through oneDNN matmul, f32 accumulation. */
+int tr_k_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr_tensor *b,
+                struct tr_tensor *c, int trans_a, int trans_b, float alpha,
+                const struct tr_tensor *bias, enum tr_act act, struct tr_error *err);
+
+/* out = a op b, numpy broadcasting; op is TR_OP_ADD, SUB, MUL or DIV. */
+int tr_k_binary(struct tr_kernels *k, int op, const struct tr_tensor *a, const struct tr_tensor *b,
+                struct tr_tensor *out, struct tr_error *err);
+
+/* Elementwise unary ops of ops.h (GELU TANH RELU SILU SIGMOID EXP NEG SQRT RSQRT SCALE). */
+int tr_k_unary(struct tr_kernels *k, int op, const struct tr_attrs *attrs, const struct tr_tensor *x,
+               struct tr_tensor *out, struct tr_error *err);
+
+/* Softmax over the last axis (max-subtracted). */
+int tr_k_softmax(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err);
+
+/* Layer norm over the last axis D: (x - mean)/sqrt(var + eps)·gamma + beta; gamma and beta
+ * (D) may be NULL (then 1 and 0). Biased variance, as PyTorch. */
+int tr_k_layer_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *gamma,
+                    const struct tr_tensor *beta, float eps, struct tr_tensor *out, struct tr_error *err);
+
+/* out[..., :] = table[ids[...], :]; ids i32 or i64; an id outside [0,V) is TR_ERR_INVALID. */
+int tr_k_embedding(struct tr_kernels *k, const struct tr_tensor *table, const struct tr_tensor *ids,
+                   struct tr_tensor *out, struct tr_error *err);
+
+/* Layout ops: any dtype (element size 2, 4 or 8). */
+int tr_k_transpose(struct tr_kernels *k, const struct tr_tensor *x, const int64_t *perm,
+                   struct tr_tensor *out, struct tr_error *err);
+int tr_k_slice(struct tr_kernels *k, const struct tr_tensor *x, int axis, int64_t start, int64_t step,
+               struct tr_tensor *out, struct tr_error *err);
+int tr_k_concat(struct tr_kernels *k, int n, const struct tr_tensor *xs, int axis, struct tr_tensor *out,
+                struct tr_error *err);
+
+/* SUM, MEAN or MAX over one axis; out has that axis removed or kept as 1 (same data). */
+int tr_k_reduce(struct tr_kernels *k, int op, const struct tr_tensor *x, int axis, struct tr_tensor *out,
+                struct tr_error *err);
+
+/* Convert between any two dtypes (floats round to nearest even; float to int truncates). */
+int tr_k_cast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err);
+
+/* Scaled dot-product attention, see ATTENTION in ops.h. mask may be NULL. Tiled with an
+ * online softmax: the (Tq,Tk) score matrix is never stored whole. */
+int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                   const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal,
+                   int window, struct tr_tensor *out, struct tr_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

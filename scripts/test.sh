@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up, build and run every test twice: a normal build (build/) and an
+# AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+jobs=$(nproc)
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure --timeout 900
+
+# The sanitizer build leaves CUDA out: nvcc code is not instrumented and it only costs time.
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRIDENT_SANITIZE=ON -DTRIDENT_CUDA=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+ctest --test-dir build-asan --output-on-failure --timeout 1800
+echo "tests: both builds passed"

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The trident program end to end: the quickstart runs and prints its table; bad input
+# (broken INI, unknown backend, missing plugin, unknown model/preset, device without a
+# GPU) gives a non-zero exit and a message that says what to fix. Run from the repo root
+# as: tests/cli.sh path/to/trident
+set -u
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+
+ok()   { passed=$((passed + 1)); echo "ok   $1"; }
+bad()  { failed=$((failed + 1)); echo "FAIL $1"; sed 's/^/     | /' "$tmp/out" | head -n 30; }
+
+# expect NAME EXIT_WANTED REGEX -- command...
+expect() {
+  local name=$1 want=$2 re=$3; shift 4
+  "$@" >"$tmp/out" 2>&1
+  local got=$?
+  if [ "$want" = 0 ] && [ "$got" != 0 ]; then bad "$name (exit $got, wanted 0)"; return; fi
+  if [ "$want" != 0 ] && { [ "$got" = 0 ] || [ "$got" -ge 128 ]; }; then bad "$name (exit $got, wanted a clean failure)"; return; fi
+  if ! grep -Eq -- "$re" "$tmp/out"; then bad "$name (output lacks /$re/)"; return; fi
+  ok "$name"
+}
+
+ini() { printf '%s\n' "$2" > "$tmp/$1"; }
+
+expect "quickstart runs" 0 '^torch +[0-9.]+ +[0-9.]+' -- "$bin" run conf/quickstart.ini --steps 3
+expect "quickstart writes json" 0 'all backends ran' -- "$bin" run conf/quickstart.ini --steps 2 --json "$tmp/q.json"
+if grep -q '"mean_ms"' "$tmp/q.json" 2>/dev/null; then ok "json has mean_ms"; else echo > "$tmp/out"; bad "json has mean_ms"; fi
+expect "list shows bert and torch" 0 'preset tiny' -- "$bin" list
+expect "list shows the torch plugin" 0 'libtrident_backend_torch.so' -- "$bin" list
+expect "dump prints the graph" 0 'attention' -- "$bin" dump conf/quickstart.ini
+
+ini unknown_backend.ini $'[run]\nmodel = bert\npreset = tiny\nbackends = nosuch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
+expect "unknown backend" 1 'nosuch' -- "$bin" run "$tmp/unknown_backend.ini"
+ini broken.ini $'[run]\nmodel = bert\nbatch = eight'
+expect "broken value names file, line, key" 1 'broken.ini:3.*batch' -- "$bin" run "$tmp/broken.ini"
+ini unknown_key.ini $'[run]\nmodel = bert\nbatchsize = 8'
+expect "unknown key" 1 'unknown_key.ini:3.*batchsize' -- "$bin" run "$tmp/unknown_key.ini"
+ini syntax.ini $'[run\nmodel = bert'
+expect "syntax error" 1 'syntax.ini:1' -- "$bin" run "$tmp/syntax.ini"
+expect "missing file" 1 'nosuchfile.ini' -- "$bin" run "$tmp/nosuchfile.ini"
+ini missing_plugin.ini $'[plugins]\npath = .\n[run]\nbackends = ./libtrident_backend_gone.so\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
+expect "missing plugin file" 1 'libtrident_backend_gone.so' -- "$bin" run "$tmp/missing_plugin.ini"
+ini notplugin.ini $'[run]\nbackends = ./libtrident_backend_text.so\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
+echo "not a shared object" > "$tmp/libtrident_backend_text.so"
+expect "file that is not a plugin" 1 'libtrident_backend_text.so' -- "$bin" run "$tmp/notplugin.ini"
+ini model.ini $'[run]\nmodel = gpt9\nsteps = 1'
+expect "unknown model lists models" 1 'bert' -- "$bin" run "$tmp/model.ini"
+ini preset.ini $'[run]\nmodel = bert\npreset = huge\nsteps = 1'
+expect "unknown preset lists presets" 1 'tiny' -- "$bin" run "$tmp/preset.ini"
+ini modelkey.ini $'[run]\nmodel = bert\npreset = tiny\nsteps = 1\n[model]\nhidden = 3'
+expect "unknown model key" 1 'modelkey.ini:6.*hidden' -- "$bin" run "$tmp/modelkey.ini"
+ini seq.ini $'[run]\nmodel = bert\npreset = tiny\nseq_len = 4096\nsteps = 1\nwarmup = 1\nbatch = 1'
+expect "sequence longer than the positions" 1 'max_position_embeddings' -- "$bin" run "$tmp/seq.ini"
+ini opt.ini $'[run]\nbackends = torch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8\n[backend.torch]\nmdoe = eager'
+expect "unknown backend option" 1 'mdoe' -- "$bin" run "$tmp/opt.ini"
+ini cuda.ini $'[run]\ndevice = cuda\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
+expect "cuda without a GPU" 1 'no CUDA device' -- "$bin" run "$tmp/cuda.ini"
+expect "unknown command" 2 'usage' -- "$bin" frobnicate
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

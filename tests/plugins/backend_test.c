@@ -1,0 +1,339 @@
+/* The loader's test plugins: one small, complete backend, built once per variant with
+ * -DTP_VARIANT_<NAME>. Each variant breaks the contract in one way (or, for good,
+ * newminor and minimal, keeps it) so that tests/test_loader.c can check the loader's
+ * verdict on each. Like a third-party backend, it links nothing of trident: every
+ * service, the kernels included, comes through the host table.
+ *
+ *   good        complete: compile keeps the graph, execute runs the nodes in order
+ *               through host->kernels_run; options: mode = eager, unknown keys refused
+ *   noentry     exports tr_backend_entri (a typo) instead of tr_backend_entry
+ *   entryfail   tr_backend_entry returns an error with a message
+ *   nullvtable  tr_backend_entry returns TR_OK and no vtable
+ *   badmajor    abi_version 2.0
+ *   short       struct_size one slot short of ABI 1.0's required slots
+ *   nullslot    execute is NULL
+ *   noname      name is NULL
+ *   initfail    init returns an error with a message
+ *   newminor    abi_version 1.7, a larger vtable with slots this host does not know
+ *   minimal     struct_size = TR_BACKEND_I_MIN_SIZE_1_0, no supports_op; get_stats is
+ *               set but lies past struct_size, so the host must not call it
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include "trident/backend.h"
+#include "trident/kernels.h"
+
+#if defined(TP_VARIANT_GOOD)
+#define TP_NAME "good"
+#elif defined(TP_VARIANT_NOENTRY)
+#define TP_NAME "noentry"
+#elif defined(TP_VARIANT_ENTRYFAIL)
+#define TP_NAME "entryfail"
+#elif defined(TP_VARIANT_NULLVTABLE)
+#define TP_NAME "nullvtable"
+#elif defined(TP_VARIANT_BADMAJOR)
+#define TP_NAME "badmajor"
+#elif defined(TP_VARIANT_SHORT)
+#define TP_NAME "short"
+#elif defined(TP_VARIANT_NULLSLOT)
+#define TP_NAME "nullslot"
+#elif defined(TP_VARIANT_NONAME)
+#define TP_NAME "noname"
+#elif defined(TP_VARIANT_INITFAIL)
+#define TP_NAME "initfail"
+#elif defined(TP_VARIANT_NEWMINOR)
+#define TP_NAME "newminor"
+#elif defined(TP_VARIANT_MINIMAL)
+#define TP_NAME "minimal"
+#else
+#error "define one TP_VARIANT_<NAME>"
+#endif
+
+/* What tests/test_loader.c looks for in get_stats of a variant whose get_stats the host
+ * must never call. */
+#define TP_STATS_POISON 0x5eed
+#define TP_MAX_IN 16
+
+static const struct tr_host_api *host;
+
+struct tp_context {
+    struct tr_kernels *k;
+    char mode[32];
+};
+
+struct tp_program {
+    tr_graph_t g;
+    int n_nodes;
+    void **bufs; /* per node: kernels memory for computed nodes, NULL for leaves */
+    uint64_t bytes;
+    uint64_t kernel_calls;
+};
+
+static int tp_init(const struct tr_host_api *h, const struct tr_backend_params *params, void **ctx,
+                   struct tr_error *err) {
+    if (params->struct_size < sizeof *params || TR_ABI_GET_MAJOR(params->abi_version) != TR_ABI_MAJOR)
+        return h->error_set(err, TR_ERR_INVALID, "params of ABI %u.%u, size %u", TR_ABI_GET_MAJOR(params->abi_version),
+                            TR_ABI_GET_MINOR(params->abi_version), params->struct_size);
+#if defined(TP_VARIANT_INITFAIL)
+    return h->error_set(err, TR_ERR_DEVICE, "initfail: no device will do (this test plugin always fails init)");
+#endif
+    const char *mode = "eager";
+    for (int i = 0; i < params->n_options; i++) {
+        const struct tr_option *o = &params->options[i];
+        if (strcmp(o->key, "mode") == 0) {
+            if (strcmp(o->value, "eager") != 0)
+                return h->error_set(err, TR_ERR_INVALID, "%s:%d: [backend." TP_NAME "] mode = %s: expected eager",
+                                    o->file ? o->file : "?", o->line, o->value);
+            mode = o->value;
+        } else {
+            return h->error_set(err, TR_ERR_INVALID, "%s:%d: [backend." TP_NAME "] unknown key '%s' (known: mode)",
+                                o->file ? o->file : "?", o->line, o->key);
+        }
+    }
+    if (params->device_type != TR_DEVICE_CPU)
+        return h->error_set(err, TR_ERR_UNSUPPORTED, "backend " TP_NAME " runs on the cpu only (device %d asked)",
+                            params->device_type);
+    struct tp_context *c = h->alloc(sizeof *c);
+    if (!c) return h->error_set(err, TR_ERR_NOMEM, "backend " TP_NAME ": out of memory");
+    memset(c, 0, sizeof *c);
+    snprintf(c->mode, sizeof c->mode, "%s", mode);
+    int rc = h->kernels_init(&c->k, TR_DEVICE_CPU, 0, err);
+    if (rc != TR_OK) {
+        h->free(c);
+        return rc;
+    }
+    *ctx = c;
+    return TR_OK;
+}
+
+static void tp_free(void *ctx) {
+    struct tp_context *c = ctx;
+    if (!c) return;
+    host->kernels_free(c->k);
+    host->free(c);
+}
+
+/* unused: minimal leaves supports_op out, nullslot execute. */
+__attribute__((unused)) static int tp_supports_op(void *ctx, int op, int dtype) {
+    (void)ctx;
+    /* Attention is left to the shared kernels' default: says 0 so that a test sees the
+     * plugin's answer rather than the host's default of 1. */
+    return op != TR_OP_ATTENTION && (dtype == TR_DTYPE_F32 || dtype == TR_DTYPE_BF16);
+}
+
+static void tp_program_free(void *ctx, void *prog) {
+    struct tp_context *c = ctx;
+    struct tp_program *p = prog;
+    if (!p) return;
+    for (int i = 0; p->bufs && i < p->n_nodes; i++)
+        if (p->bufs[i]) host->kernels_dealloc(c->k, p->bufs[i]);
+    host->free(p->bufs);
+    host->free(p);
+}
+
+static size_t node_bytes(tr_graph_t g, int id) {
+    size_t n = host->dtype_size((enum tr_dtype)host->node_dtype(g, id));
+    const int64_t *shape = host->node_shape(g, id);
+    for (int d = 0; d < host->node_ndim(g, id); d++) n *= (size_t)shape[d];
+    return n;
+}
+
+static int tp_compile(void *ctx, tr_graph_t g, void **prog, struct tr_error *err) {
+    struct tp_context *c = ctx;
+    struct tp_program *p = host->alloc(sizeof *p);
+    if (!p) return host->error_set(err, TR_ERR_NOMEM, "backend " TP_NAME ": out of memory");
+    memset(p, 0, sizeof *p);
+    p->g = g;
+    p->n_nodes = host->graph_n_nodes(g);
+    p->bufs = host->alloc(sizeof(void *) * (size_t)(p->n_nodes ? p->n_nodes : 1));
+    if (!p->bufs) {
+        host->free(p);
+        return host->error_set(err, TR_ERR_NOMEM, "backend " TP_NAME ": out of memory");
+    }
+    memset(p->bufs, 0, sizeof(void *) * (size_t)(p->n_nodes ? p->n_nodes : 1));
+    for (int id = 0; id < p->n_nodes; id++) {
+        int op = host->node_op(g, id);
+        if (op == TR_OP_INPUT) continue;
+        if (op == TR_OP_PARAM || op == TR_OP_CONST) {
+            if (!host->node_data(g, id)) {
+                tp_program_free(c, p);
+                return host->error_set(err, TR_ERR_INVALID, "backend " TP_NAME ": %s node %d '%s' has no data bound",
+                                       host->op_name(op), id, host->node_name(g, id));
+            }
+            continue;
+        }
+        size_t n = node_bytes(g, id);
+        int rc = host->kernels_alloc(c->k, n ? n : 1, &p->bufs[id], err);
+        if (rc != TR_OK) {
+            tp_program_free(c, p);
+            return rc;
+        }
+        p->bytes += n;
+    }
+    *prog = p;
+    return TR_OK;
+}
+
+static void bind(tr_graph_t g, int id, void *data, struct tr_tensor *t) {
+    memset(t, 0, sizeof *t);
+    t->data = data;
+    t->dtype = host->node_dtype(g, id);
+    t->ndim = host->node_ndim(g, id);
+    const int64_t *shape = host->node_shape(g, id);
+    int64_t stride = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        t->shape[d] = shape[d];
+        t->strides[d] = stride;
+        stride *= shape[d];
+    }
+    t->device = TR_DEVICE_CPU;
+}
+
+/* Where node id's value lives during this execute. The cpu kernels work on host memory,
+ * so inputs and bound weights are used in place. */
+static const void *node_value(const struct tp_program *p, int id, int n_inputs, const struct tr_tensor *inputs) {
+    int op = host->node_op(p->g, id);
+    if (op == TR_OP_INPUT) {
+        for (int i = 0; i < n_inputs; i++)
+            if (host->graph_input(p->g, i) == id) return inputs[i].data;
+        return NULL;
+    }
+    if (op == TR_OP_PARAM || op == TR_OP_CONST) return host->node_data(p->g, id);
+    return p->bufs[id];
+}
+
+__attribute__((unused)) static int tp_execute(void *ctx, void *prog, int n_inputs, const struct tr_tensor *inputs,
+                                              int n_outputs, struct tr_tensor *outputs, struct tr_error *err) {
+    struct tp_context *c = ctx;
+    struct tp_program *p = prog;
+    tr_graph_t g = p->g;
+    p->kernel_calls = 0;
+    for (int id = 0; id < p->n_nodes; id++) {
+        int op = host->node_op(g, id);
+        if (op == TR_OP_INPUT || op == TR_OP_PARAM || op == TR_OP_CONST) continue;
+        struct tr_tensor in[TP_MAX_IN], out;
+        int n_in = host->node_n_inputs(g, id);
+        if (n_in < 0 || n_in > TP_MAX_IN)
+            return host->error_set(err, TR_ERR_UNSUPPORTED, "node %d '%s': %d inputs", id, host->node_name(g, id),
+                                   n_in);
+        for (int i = 0; i < n_in; i++) {
+            int src = host->node_input(g, id, i);
+            const void *data = node_value(p, src, n_inputs, inputs);
+            if (!data)
+                return host->error_set(err, TR_ERR_INTERNAL, "node %d '%s': input %d (node %d) has no value", id,
+                                       host->node_name(g, id), i, src);
+            bind(g, src, (void *)data, &in[i]);
+        }
+        bind(g, id, p->bufs[id], &out);
+        int rc = host->kernels_run(c->k, op, host->node_attrs(g, id), n_in, in, &out, err);
+        if (rc != TR_OK) return rc;
+        p->kernel_calls++;
+    }
+    for (int i = 0; i < n_outputs; i++) {
+        int id = host->graph_output(g, i);
+        int rc =
+            host->kernels_to_host(c->k, outputs[i].data, node_value(p, id, n_inputs, inputs), node_bytes(g, id), err);
+        if (rc != TR_OK) return rc;
+    }
+    return TR_OK;
+}
+
+static int tp_get_stats(void *ctx, void *prog, struct tr_backend_stats *st, struct tr_error *err) {
+    struct tp_context *c = ctx;
+    struct tp_program *p = prog;
+#if defined(TP_VARIANT_MINIMAL)
+    (void)c;
+    (void)p;
+    st->kernel_calls = TP_STATS_POISON; /* reaching here is the host's bug */
+#else
+    st->kernel_calls = p->kernel_calls;
+    st->peak_bytes = p->bytes;
+    snprintf(st->mode, sizeof st->mode, "%s", c->mode);
+    snprintf(st->notes, sizeof st->notes, "loader test backend: one kernels_run per node");
+#endif
+    return TR_OK;
+}
+
+/* ---- the vtable of each variant ---- */
+
+/* Every slot written, so each variant shows its whole contract; a variant differs from
+ * good only in the arguments it passes here. */
+#define TP_VTABLE_INIT(size, version, name_, supports_op_, execute_)                                     \
+    .struct_size = (size), .abi_version = (version), .name = (name_),                                    \
+    .description = "loader test plugin (" TP_NAME ")", .caps = TR_CAP_CPU | TR_CAP_F32, .init = tp_init, \
+    .free = tp_free, .supports_op = (supports_op_), .compile = tp_compile, .execute = (execute_),        \
+    .program_free = tp_program_free, .get_stats = tp_get_stats
+
+#define TP_SIZE sizeof(struct tr_backend_i)
+
+#if defined(TP_VARIANT_NEWMINOR)
+/* What a plugin built against a future 1.7 header looks like: 1.0's slots, then more. */
+struct tp_backend_i_1_7 {
+    struct tr_backend_i base;
+    int (*future_slot)(void *ctx, int what);
+    void *future_data;
+};
+static int tp_future(void *ctx, int what) {
+    (void)ctx;
+    return what;
+}
+static const struct tp_backend_i_1_7 vtable_1_7 = {
+    .base = {TP_VTABLE_INIT(sizeof(struct tp_backend_i_1_7), TR_ABI_MAKE(1, 7), TP_NAME, tp_supports_op, tp_execute)},
+    .future_slot = tp_future,
+    .future_data = NULL,
+};
+#define TP_VTABLE (&vtable_1_7.base)
+#else
+static const struct tr_backend_i vtable = {
+#if defined(TP_VARIANT_BADMAJOR)
+    TP_VTABLE_INIT(TP_SIZE, TR_ABI_MAKE(2, 0), TP_NAME, tp_supports_op, tp_execute),
+#elif defined(TP_VARIANT_SHORT)
+    TP_VTABLE_INIT(TR_BACKEND_I_MIN_SIZE_1_0 - sizeof(void *), TR_ABI_VERSION, TP_NAME, tp_supports_op, tp_execute),
+#elif defined(TP_VARIANT_NULLSLOT)
+    TP_VTABLE_INIT(TP_SIZE, TR_ABI_VERSION, TP_NAME, tp_supports_op, NULL),
+#elif defined(TP_VARIANT_NONAME)
+    TP_VTABLE_INIT(TP_SIZE, TR_ABI_VERSION, NULL, tp_supports_op, tp_execute),
+#elif defined(TP_VARIANT_MINIMAL)
+    TP_VTABLE_INIT(TR_BACKEND_I_MIN_SIZE_1_0, TR_ABI_VERSION, TP_NAME, NULL, tp_execute),
+#else
+    TP_VTABLE_INIT(TP_SIZE, TR_ABI_VERSION, TP_NAME, tp_supports_op, tp_execute),
+#endif
+};
+#define TP_VTABLE (&vtable)
+#endif
+
+static int entry(uint32_t host_abi, const struct tr_host_api *h, const struct tr_backend_i **iface,
+                 struct tr_error *err) {
+    if (TR_ABI_GET_MAJOR(host_abi) != TR_ABI_MAJOR || !h || h->struct_size < sizeof *h) {
+        if (h && h->error_set)
+            return h->error_set(err, TR_ERR_PLUGIN, "backend " TP_NAME ": host ABI %u.%u not supported",
+                                TR_ABI_GET_MAJOR(host_abi), TR_ABI_GET_MINOR(host_abi));
+        return TR_ERR_PLUGIN;
+    }
+    host = h;
+#if defined(TP_VARIANT_ENTRYFAIL)
+    (void)iface;
+    (void)TP_VTABLE;
+    return h->error_set(err, TR_ERR_UNSUPPORTED, "entryfail: this test plugin always refuses to load");
+#elif defined(TP_VARIANT_NULLVTABLE)
+    (void)TP_VTABLE;
+    *iface = NULL;
+    return TR_OK;
+#else
+    *iface = TP_VTABLE;
+    return TR_OK;
+#endif
+}
+
+#if defined(TP_VARIANT_NOENTRY)
+TR_BACKEND_EXPORT int tr_backend_entri(uint32_t host_abi, const struct tr_host_api *h,
+                                       const struct tr_backend_i **iface, struct tr_error *err) {
+    return entry(host_abi, h, iface, err);
+}
+#else
+TR_BACKEND_EXPORT int tr_backend_entry(uint32_t host_abi, const struct tr_host_api *h,
+                                       const struct tr_backend_i **iface, struct tr_error *err) {
+    return entry(host_abi, h, iface, err);
+}
+#endif

@@ -1,0 +1,307 @@
+/* BERT against Hugging Face: the tiny preset's graph, loaded with the state_dict that
+ * transformers wrote (tests/fixtures/make_bert_fixture.py), run by the torch backend,
+ * must give transformers' logits, last_hidden_state and pooler_output (f32 and bf16).
+ * Also: parameter names and counts as in BertForSequenceClassification, the graph's
+ * interface, config errors, and the synthetic batch. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "testutil.h"
+#include "bert/bert.h"
+#include "models.h"
+#include "trident/graph.h"
+#include "trident/loader.h"
+#include "trident/safetensors.h"
+#include "trident/weights.h"
+
+#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors"
+#define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
+#define HINT " (regenerate with: python3 tests/fixtures/make_bert_fixture.py)"
+
+/* BertForSequenceClassification(BertConfig(<bert-base-cased's config.json>, num_labels=2)),
+ * counted by transformers 5.x: sum(p.numel() for p in model.parameters()). */
+#define BERT_BASE_PARAMS 108311810
+
+static const struct tr_bert_config *preset(const char *name) {
+    for (int i = 0; i < tr_model_bert.n_presets; i++)
+        if (strcmp(tr_model_bert.presets[i].name, name) == 0) return tr_model_bert.presets[i].config;
+    fail_msg("bert has no preset '%s'", name);
+    return NULL;
+}
+
+static struct tr_graph *build(const struct tr_bert_config *c, enum tr_dtype dt, int64_t B, int64_t T) {
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = B, .seq_len = T};
+    struct tr_graph *g = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    if (tr_model_bert.build(c, &o, g, &e) != TR_OK) fail_msg("bert build: %s", e.msg);
+    return g;
+}
+
+static int64_t param_count(const struct tr_graph *g) {
+    int64_t n = 0;
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_param(g, i));
+        n += tr_tensor_numel(&t);
+    }
+    return n;
+}
+
+static void test_param_count_base(void **state) {
+    struct tr_graph *g = build(preset("base"), TR_DTYPE_F32, 1, 512);
+    assert_int_equal(param_count(g), BERT_BASE_PARAMS);
+    assert_int_equal(tr_graph_n_params(g), 5 + 12 * 16 + 4);
+    tr_graph_free(g);
+}
+
+/* Every PARAM is in the state_dict with its shape, and every state_dict entry is a PARAM. */
+static void test_names_match_state_dict(void **state) {
+    struct tr_graph *g = build(preset("tiny"), TR_DTYPE_F32, 2, 16);
+    struct tr_safetensors *st = NULL, *io = NULL;
+    struct tr_error e = {0};
+    if (tr_safetensors_open(FIXTURE, &st, &e)) fail_msg("%s" HINT, e.msg);
+    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s" HINT, e.msg);
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        int id = tr_graph_param(g, i);
+        struct tr_tensor t, want = tr_node_tensor(g, id);
+        if (tr_safetensors_get(st, tr_node_name(g, id), &t, &e)) fail_msg("%s", e.msg);
+        assert_int_equal(t.ndim, want.ndim);
+        for (int d = 0; d < t.ndim; d++) assert_int_equal(t.shape[d], want.shape[d]);
+    }
+    for (int i = 0; i < tr_safetensors_count(st); i++)
+        if (tr_graph_find(g, tr_safetensors_name(st, i)) < 0)
+            fail_msg("state_dict entry '%s' is not a parameter of the graph", tr_safetensors_name(st, i));
+    assert_int_equal(tr_safetensors_count(st), tr_graph_n_params(g));
+    struct tr_tensor pc;
+    assert_int_equal(tr_safetensors_get(io, "param_count", &pc, &e), TR_OK);
+    assert_int_equal(param_count(g), ((int64_t *)pc.data)[0]);
+    tr_safetensors_close(st);
+    tr_safetensors_close(io);
+    tr_graph_free(g);
+}
+
+static void test_interface(void **state) {
+    const struct tr_bert_config *c = preset("tiny");
+    struct tr_graph *g = build(c, TR_DTYPE_BF16, 3, 20);
+    const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
+    const int in_dt[3] = {TR_DTYPE_I32, TR_DTYPE_F32, TR_DTYPE_I32};
+    assert_int_equal(tr_graph_n_inputs(g), 3);
+    for (int i = 0; i < 3; i++) {
+        int id = tr_graph_input(g, i);
+        assert_string_equal(tr_node_name(g, id), in_names[i]);
+        assert_int_equal(tr_node_dtype(g, id), in_dt[i]);
+        assert_int_equal(tr_node_ndim(g, id), 2);
+        assert_int_equal(tr_node_shape(g, id)[0], 3);
+        assert_int_equal(tr_node_shape(g, id)[1], 20);
+    }
+    const char *out_names[3] = {"logits", "last_hidden_state", "pooler_output"};
+    const int64_t out_shapes[3][3] = {{3, 2}, {3, 20, 64}, {3, 64}};
+    const int out_nd[3] = {2, 3, 2};
+    assert_int_equal(tr_graph_n_outputs(g), 3);
+    for (int i = 0; i < 3; i++) {
+        int id = tr_graph_output(g, i);
+        assert_string_equal(tr_graph_output_name(g, i), out_names[i]);
+        assert_int_equal(tr_node_dtype(g, id), TR_DTYPE_BF16);
+        assert_int_equal(tr_node_ndim(g, id), out_nd[i]);
+        for (int d = 0; d < out_nd[i]; d++) assert_int_equal(tr_node_shape(g, id)[d], out_shapes[i][d]);
+    }
+    for (int i = 0; i < tr_graph_n_params(g); i++)
+        assert_int_equal(tr_node_dtype(g, tr_graph_param(g, i)), TR_DTYPE_BF16);
+    /* Inits: biases random, LayerNorm weights around 1. */
+    const struct tr_attrs *a = tr_node_attrs(g, tr_graph_find(g, "bert.encoder.layer.1.output.dense.bias"));
+    assert_true(a->floats[0] == 0.0f && a->floats[1] == 0.02f);
+    a = tr_node_attrs(g, tr_graph_find(g, "bert.embeddings.LayerNorm.weight"));
+    assert_true(a->floats[0] == 1.0f && a->floats[1] == 0.02f);
+    tr_graph_free(g);
+}
+
+static void expect_build_error(const struct tr_bert_config *c, enum tr_task task, int64_t T, int status,
+                               const char *const *words) {
+    struct tr_build_opts o = {.task = task, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = T};
+    struct tr_graph *g = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    assert_int_equal(tr_model_bert.build(c, &o, g, &e), status);
+    for (; *words; words++)
+        if (!strstr(e.msg, *words)) fail_msg("error lacks '%s': %s", *words, e.msg);
+    tr_graph_free(g);
+}
+
+static void test_config_errors(void **state) {
+    struct tr_bert_config c = *preset("tiny");
+    const char *long_seq[] = {"seq_len", "129", "max_position_embeddings", "128", NULL};
+    expect_build_error(&c, TR_TASK_PREDICT, 129, TR_ERR_INVALID, long_seq);
+    c.hidden_size = 100;
+    c.num_attention_heads = 3;
+    const char *heads[] = {"hidden_size", "100", "num_attention_heads", "3", NULL};
+    expect_build_error(&c, TR_TASK_PREDICT, 16, TR_ERR_INVALID, heads);
+    c = *preset("tiny");
+    const char *fit[] = {"fit", NULL};
+    expect_build_error(&c, TR_TASK_FIT, 16, TR_ERR_UNSUPPORTED, fit);
+    assert_int_equal(tr_model_bert.tasks, 1u << TR_TASK_PREDICT);
+}
+
+static void alloc_inputs(const struct tr_graph *g, struct tr_tensor in[3]) {
+    for (int i = 0; i < 3; i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
+        in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
+        tr_test_poison(&in[i]);
+    }
+}
+
+static void test_make_inputs(void **state) {
+    const struct tr_bert_config *c = preset("tiny");
+    const int64_t B = 5, T = 16;
+    struct tr_graph *g = build(c, TR_DTYPE_F32, B, T);
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = B, .seq_len = T};
+    struct tr_tensor a[3], b[3], d[3];
+    alloc_inputs(g, a);
+    alloc_inputs(g, b);
+    alloc_inputs(g, d);
+    struct tr_error e = {0};
+    assert_int_equal(tr_model_bert.make_inputs(c, &o, 42, 3, a, &e), TR_OK);
+    assert_int_equal(tr_model_bert.make_inputs(c, &o, 42, 3, b, &e), TR_OK);
+    assert_int_equal(tr_model_bert.make_inputs(c, &o, 43, 3, d, &e), TR_OK);
+    for (int i = 0; i < 3; i++) assert_memory_equal(a[i].data, b[i].data, tr_tensor_nbytes(&a[i]));
+    assert_memory_not_equal(a[0].data, d[0].data, tr_tensor_nbytes(&a[0]));
+    const int32_t *ids = a[0].data, *types = a[2].data;
+    const float *keep = a[1].data;
+    const int64_t kept[5] = {16, 14, 12, 10, 16}; /* T - (b mod 4)·T/8 */
+    int distinct = 0;
+    for (int64_t bi = 0; bi < B; bi++) {
+        assert_int_equal(tr_bert_tokens_kept(c, bi, T), kept[bi]);
+        for (int64_t t = 0; t < T; t++) {
+            int64_t i = bi * T + t;
+            assert_true(ids[i] >= 0 && ids[i] < c->vocab_size);
+            distinct += i > 0 && ids[i] != ids[i - 1];
+            assert_true(keep[i] == (t < kept[bi] ? 1.0f : 0.0f));
+            assert_int_equal(types[i], t < T / 2 ? 0 : 1);
+        }
+    }
+    assert_true(distinct > B * T / 2);
+    /* A wrong input is refused by name. */
+    struct tr_tensor swapped[3] = {a[1], a[0], a[2]};
+    assert_int_equal(tr_model_bert.make_inputs(c, &o, 42, 3, swapped, &e), TR_ERR_SHAPE);
+    assert_non_null(strstr(e.msg, "input_ids"));
+    for (int i = 0; i < 3; i++) {
+        tr_test_tensor_free(&a[i]);
+        tr_test_tensor_free(&b[i]);
+        tr_test_tensor_free(&d[i]);
+    }
+    tr_graph_free(g);
+}
+
+/* Run g on the torch backend (cpu): outputs allocated here, poisoned first. */
+static void run_torch(struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
+    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
+    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
+                                    .device_type = TR_DEVICE_CPU};
+    struct tr_plugin *p = NULL;
+    struct tr_backend *be = NULL;
+    struct tr_program *prog = NULL;
+    struct tr_error e = {0};
+    if (tr_plugin_open("torch", &s, &p, &e)) fail_msg("%s", e.msg);
+    if (tr_backend_init(p, &prm, &be, &e)) fail_msg("%s", e.msg);
+    if (tr_backend_compile(be, g, &prog, &e)) fail_msg("%s", e.msg);
+    int n_out = tr_graph_n_outputs(g);
+    for (int i = 0; i < n_out; i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_output(g, i));
+        out[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
+        tr_test_poison(&out[i]);
+    }
+    if (tr_backend_execute(be, prog, tr_graph_n_inputs(g), in, n_out, out, &e)) fail_msg("%s", e.msg);
+    tr_program_free(prog);
+    tr_backend_free(be);
+    tr_plugin_close(p);
+}
+
+static void predict_matches_hf(enum tr_dtype dt) {
+    struct tr_safetensors *io = NULL;
+    struct tr_error e = {0};
+    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s" HINT, e.msg);
+    struct tr_tensor in[3];
+    const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
+    for (int i = 0; i < 3; i++)
+        if (tr_safetensors_get(io, in_names[i], &in[i], &e)) fail_msg("%s" HINT, e.msg);
+    struct tr_graph *g = build(preset("tiny"), dt, in[0].shape[0], in[0].shape[1]);
+    struct tr_weights *w = NULL;
+    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s" HINT, e.msg);
+
+    struct tr_tensor out[3];
+    run_torch(g, in, out);
+    double tol = tr_test_tol(dt);
+    for (int i = 0; i < 3; i++) {
+        const char *name = tr_graph_output_name(g, i);
+        struct tr_tensor ref;
+        if (tr_safetensors_get(io, name, &ref, &e)) fail_msg("%s" HINT, e.msg);
+        assert_int_equal(tr_tensor_numel(&ref), tr_tensor_numel(&out[i]));
+        double *r = tr_test_to_f64(&ref);
+        double err = tr_test_rel_err(&out[i], r);
+        print_message("bert tiny %s %-17s rel err vs transformers %.3g (tolerance %.0e)\n", tr_dtype_name(dt), name,
+                      err, tol);
+        free(r);
+        if (!(err < tol)) fail_msg("%s %s: relative error %.3g >= %.0e", tr_dtype_name(dt), name, err, tol);
+    }
+    for (int i = 0; i < 3; i++) tr_test_tensor_free(&out[i]);
+    tr_weights_free(w);
+    tr_graph_free(g);
+    tr_safetensors_close(io);
+}
+
+static void test_predict_matches_hf_f32(void **state) { predict_matches_hf(TR_DTYPE_F32); }
+static void test_predict_matches_hf_bf16(void **state) { predict_matches_hf(TR_DTYPE_BF16); }
+
+/* With seeded weights and a synthetic batch: tokens behind the mask do not reach the
+ * kept positions, and do reach their own. */
+static void test_mask_hides_padding(void **state) {
+    const struct tr_bert_config *c = preset("tiny");
+    const int64_t B = 2, T = 16, D = c->hidden_size;
+    struct tr_graph *g = build(c, TR_DTYPE_F32, B, T);
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = B, .seq_len = T};
+    struct tr_weights *w = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_weights_from_seed(g, 5, &w, &e), TR_OK);
+    struct tr_tensor in[3], out1[3], out2[3];
+    alloc_inputs(g, in);
+    assert_int_equal(tr_model_bert.make_inputs(c, &o, 5, 3, in, &e), TR_OK);
+    run_torch(g, in, out1);
+    int64_t kept = tr_bert_tokens_kept(c, 1, T);
+    assert_true(kept < T);
+    int32_t *ids = in[0].data;
+    for (int64_t t = kept; t < T; t++) ids[T + t] = (ids[T + t] + 17) % (int32_t)c->vocab_size;
+    run_torch(g, in, out2);
+    const float *h1 = out1[1].data, *h2 = out2[1].data;
+    double seen = 0, leaked = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t d = 0; d < D; d++) {
+            double diff = fabs((double)h1[(T + t) * D + d] - h2[(T + t) * D + d]);
+            if (t < kept) leaked = fmax(leaked, diff);
+            else seen = fmax(seen, diff);
+        }
+    assert_true(leaked < 1e-6);
+    assert_true(seen > 1e-3);
+    for (int k = 0; k < 2; k++) /* sample 0's logits */
+        assert_true(fabs((double)((float *)out1[0].data)[k] - ((float *)out2[0].data)[k]) < 1e-6);
+    for (int i = 0; i < 3; i++) {
+        tr_test_tensor_free(&in[i]);
+        tr_test_tensor_free(&out1[i]);
+        tr_test_tensor_free(&out2[i]);
+    }
+    tr_weights_free(w);
+    tr_graph_free(g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_param_count_base),
+        cmocka_unit_test(test_names_match_state_dict),
+        cmocka_unit_test(test_interface),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_make_inputs),
+        cmocka_unit_test(test_predict_matches_hf_f32),
+        cmocka_unit_test(test_predict_matches_hf_bf16),
+        cmocka_unit_test(test_mask_hides_padding),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

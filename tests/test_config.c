@@ -1,0 +1,516 @@
+/* INI configuration: every error path names the file, the line, the key and the value;
+ * a good file sets every field. Files are written into a fresh temporary directory. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "trident/config.h"
+
+static char tmp_dir[128];
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int group_setup(void **state) {
+    (void)state;
+    const char *base = getenv("TMPDIR");
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/trident_config_XXXXXX", base && *base ? base : "/tmp");
+    return mkdtemp(tmp_dir) ? 0 : -1;
+}
+
+static int group_teardown(void **state) {
+    (void)state;
+    return nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* tmp_dir/name, written with text (NULL: only the path). */
+static void tmp_path(char *out, size_t n, const char *name, const char *text) {
+    int len = snprintf(out, n, "%s/%s", tmp_dir, name);
+    assert_true(len > 0 && (size_t)len < n);
+    if (!text) return;
+    FILE *f = fopen(out, "wb");
+    assert_non_null(f);
+    assert_int_equal(fputs(text, f) >= 0, 1);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void check_error(const char *name, const char *text, int status, const char *const *needles, int n) {
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, name, text);
+    struct tr_config cfg;
+    struct tr_error err = {0};
+    int rc = tr_config_load(path, &cfg, &err);
+    if (rc != status || err.status != status)
+        fail_msg("%s: status %d (%s), expected %d (%s); message: %s", name, rc, tr_status_name(rc), status,
+                 tr_status_name(status), err.msg);
+    for (int i = 0; i < n; i++)
+        if (!strstr(err.msg, needles[i])) fail_msg("%s: the message lacks \"%s\": %s", name, needles[i], err.msg);
+}
+
+/* Load text as tmp_dir/NAME, expect status and a message holding every string given. */
+#define expect_error(name, text, status, ...)                                       \
+    do {                                                                             \
+        const char *const needles_[] = {__VA_ARGS__};                                \
+        check_error(name, text, status, needles_, (int)(sizeof needles_ / sizeof needles_[0])); \
+    } while (0)
+
+static void load_ok(const char *name, const char *text, struct tr_config *cfg) {
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, name, text);
+    struct tr_error err = {0};
+    int rc = tr_config_load(path, cfg, &err);
+    if (rc != TR_OK) fail_msg("%s: status %d: %s", name, rc, err.msg);
+}
+
+static void test_defaults(void **state) {
+    (void)state;
+    struct tr_config cfg;
+    memset(&cfg, 0x5a, sizeof cfg);
+    tr_config_defaults(&cfg);
+    assert_string_equal(cfg.model, "bert");
+    assert_string_equal(cfg.preset, "tiny");
+    assert_string_equal(cfg.task, "predict");
+    assert_int_equal(cfg.n_backends, 1);
+    assert_string_equal(cfg.backends[0].name, "torch");
+    assert_string_equal(cfg.backends[0].mode, "");
+    assert_string_equal(cfg.backends[0].path, "");
+    assert_string_equal(cfg.device, "cpu");
+    assert_int_equal(cfg.device_type, TR_DEVICE_CPU);
+    assert_int_equal(cfg.dtype, TR_DTYPE_F32);
+    assert_int_equal(cfg.batch, 8);
+    assert_int_equal(cfg.seq_len, 128);
+    assert_int_equal(cfg.steps, 10);
+    assert_int_equal(cfg.warmup, 2);
+    assert_int_equal(cfg.seed, 1234);
+    assert_string_equal(cfg.weights, "");
+    assert_string_equal(cfg.plugin_path, "");
+    assert_int_equal(cfg.n_kv, 0);
+}
+
+/* Every key set, with the comment and spacing forms the header comment of config.c allows. */
+static void test_good_file(void **state) {
+    (void)state;
+    char weights[256], plugs[256], abs_so[256], text[4096];
+    tmp_path(weights, sizeof weights, "good_weights.safetensors", "not really safetensors");
+    tmp_path(plugs, sizeof plugs, "good_plugins", NULL);
+    assert_int_equal(mkdir(plugs, 0755) == 0 || errno == EEXIST, 1);
+    tmp_path(abs_so, sizeof abs_so, "x/libtrident_backend_ext.so", NULL);
+    snprintf(text, sizeof text,
+             "; a comment\n"
+             "# another comment\n"
+             "[run]   ; inline comment after a section\n"
+             "model = gemma_2b.v1-x\n"
+             "  preset = base      \n"            /* indented, trailing spaces */
+             "task = fit ; inline comment\n"
+             "backends = torch:reduce-overhead , jax,plugs/libtrident_backend_tf.so, %s:fast\n"
+             "device = cuda\t\n"
+             "dtype = bf16\n"
+             "batch = 32\r\n"                    /* a CRLF line */
+             "seq_len = 1048576\n"
+             "steps = 100\n"
+             "warmup = 1\n"
+             "seed = 18446744073709551615\n"
+             "weights = good_weights.safetensors\n"
+             "\n"
+             "[plugins]\n"
+             "path = good_plugins\n"
+             "[backend.torch]\n"
+             "threads = 4\n"
+             "[model]\n"
+             "hidden: 128\n"
+             "name = a value with spaces\n",
+             abs_so);
+    struct tr_config cfg;
+    load_ok("good.ini", text, &cfg);
+    char expect[PATH_MAX + 64];
+    tmp_path(expect, sizeof expect, "good.ini", NULL);
+    assert_string_equal(cfg.file, expect);
+    assert_string_equal(cfg.dir, tmp_dir);
+    assert_string_equal(cfg.model, "gemma_2b.v1-x");
+    assert_string_equal(cfg.preset, "base");
+    assert_string_equal(cfg.task, "fit");
+    assert_string_equal(cfg.device, "cuda");
+    assert_int_equal(cfg.device_type, TR_DEVICE_CUDA);
+    assert_int_equal(cfg.dtype, TR_DTYPE_BF16);
+    assert_int_equal(cfg.batch, 32);
+    assert_int_equal(cfg.seq_len, 1 << 20);
+    assert_int_equal(cfg.steps, 100);
+    assert_int_equal(cfg.warmup, 1);
+    assert_true(cfg.seed == UINT64_MAX);
+    assert_string_equal(cfg.weights, weights);
+    assert_string_equal(cfg.plugin_path, plugs);
+
+    assert_int_equal(cfg.n_backends, 4);
+    assert_int_equal(cfg.backends_line, 7);
+    assert_string_equal(cfg.backends[0].spec, "torch:reduce-overhead");
+    assert_string_equal(cfg.backends[0].name, "torch");
+    assert_string_equal(cfg.backends[0].mode, "reduce-overhead");
+    assert_string_equal(cfg.backends[0].path, "");
+    assert_string_equal(cfg.backends[1].spec, "jax");
+    assert_string_equal(cfg.backends[1].name, "jax");
+    assert_string_equal(cfg.backends[1].mode, "");
+    assert_string_equal(cfg.backends[2].name, "tf");
+    assert_string_equal(cfg.backends[2].mode, "");
+    snprintf(expect, sizeof expect, "%s/plugs/libtrident_backend_tf.so", tmp_dir);
+    assert_string_equal(cfg.backends[2].path, expect);
+    assert_string_equal(cfg.backends[3].name, "ext");
+    assert_string_equal(cfg.backends[3].mode, "fast");
+    assert_string_equal(cfg.backends[3].path, abs_so);
+
+    assert_int_equal(cfg.n_kv, 3);
+    const char *want[3][4] = {{"backend.torch", "threads", "4", "20"},
+                              {"model", "hidden", "128", "22"},
+                              {"model", "name", "a value with spaces", "23"}};
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(cfg.kv[i].section, want[i][0]);
+        assert_string_equal(cfg.kv[i].key, want[i][1]);
+        assert_string_equal(cfg.kv[i].value, want[i][2]);
+        assert_int_equal(cfg.kv[i].line, atoi(want[i][3]));
+    }
+}
+
+/* A file that sets nothing keeps the defaults; loading resets an old config. */
+static void test_empty_file_keeps_defaults(void **state) {
+    (void)state;
+    struct tr_config cfg, def;
+    memset(&cfg, 0x33, sizeof cfg);
+    load_ok("empty.ini", "; nothing\n\n[run]\n[model]\n", &cfg);
+    tr_config_defaults(&def);
+    assert_int_equal(cfg.batch, def.batch);
+    assert_int_equal(cfg.n_backends, 1);
+    assert_string_equal(cfg.backends[0].name, "torch");
+    assert_int_equal(cfg.n_kv, 0);
+    assert_string_equal(cfg.weights, "");
+}
+
+static void test_load_string(void **state) {
+    (void)state;
+    struct tr_config cfg;
+    struct tr_error err = {0};
+    assert_int_equal(tr_config_load_string("[run]\nbatch = 3\n", "inline.ini", &cfg, &err), TR_OK);
+    assert_int_equal(cfg.batch, 3);
+    assert_string_equal(cfg.file, "inline.ini");
+    assert_string_equal(cfg.dir, ".");
+    assert_int_equal(tr_config_load_string("[run]\nbackends = a/b.so\n", "conf/sub/x.ini", &cfg, &err), TR_OK);
+    assert_string_equal(cfg.dir, "conf/sub");
+    assert_string_equal(cfg.backends[0].path, "conf/sub/a/b.so");
+    assert_string_equal(cfg.backends[0].name, "b");
+    assert_int_equal(tr_config_load_string("[run]\nbatch = 0\n", "mem.ini", &cfg, &err), TR_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "mem.ini:2: [run] batch = 0"));
+    /* A NULL err is allowed: the status alone still says what happened. */
+    assert_int_equal(tr_config_load_string("[rnu]\n", "mem.ini", &cfg, NULL), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_config_load_string("[run]\nx\n", "mem.ini", &cfg, NULL), TR_ERR_FORMAT);
+}
+
+static void test_unknown_section(void **state) {
+    (void)state;
+    expect_error("sec1.ini", "[run]\nmodel = bert\n\n[rnu]\nbatch = 3\n", TR_ERR_NOT_FOUND, "sec1.ini:4: [rnu]:",
+                 "unknown section", "[backend.NAME]");
+    /* A section with no keys is still checked (inih alone would never tell us). */
+    expect_error("sec2.ini", "[run]\nbatch = 3\n[Model]\n", TR_ERR_NOT_FOUND, "sec2.ini:3: [Model]:",
+                 "unknown section");
+    expect_error("sec3.ini", "[backend.Torch]\nthreads = 2\n", TR_ERR_INVALID, "sec3.ini:1: [backend.Torch]",
+                 "'Torch'", "a-z, 0-9 and '_'");
+    expect_error("sec4.ini", "[backend.]\n", TR_ERR_INVALID, "sec4.ini:1: [backend.]");
+    expect_error("sec5.ini", "[run] model = bert\n", TR_ERR_FORMAT, "sec5.ini:1: [run]:", "unexpected text");
+}
+
+static void test_unknown_keys(void **state) {
+    (void)state;
+    expect_error("key1.ini", "[run]\nmodel = bert\nbacth = 8\n", TR_ERR_NOT_FOUND, "key1.ini:3: [run] bacth = 8:",
+                 "unknown key", "batch, seq_len", "weights");
+    expect_error("key2.ini", "[plugins]\npth = /tmp\n", TR_ERR_NOT_FOUND, "key2.ini:2: [plugins] pth = /tmp:",
+                 "unknown key (expected path)");
+    expect_error("key3.ini", "model = bert\n[run]\n", TR_ERR_FORMAT, "key3.ini:1: model = bert",
+                 "before any section");
+    /* A [model] key longer than struct tr_config_kv holds is refused, not cut. */
+    expect_error("key4.ini",
+                 "[model]\nabcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghij = 1\n",
+                 TR_ERR_FORMAT, "key4.ini:2:", "63 characters");
+}
+
+static void test_bad_integers(void **state) {
+    (void)state;
+    expect_error("int1.ini", "[run]\nbatch = abc\n", TR_ERR_INVALID, "int1.ini:2: [run] batch = abc:",
+                 "expected an integer from 1 to 1048576", "not a number");
+    expect_error("int2.ini", "[run]\n\n\n\n\n\nbatch = -3\n", TR_ERR_INVALID, "int2.ini:7: [run] batch = -3:",
+                 "expected an integer from 1 to 1048576", "out of range");
+    expect_error("int3.ini", "[run]\nseq_len = 1048577\n", TR_ERR_INVALID, "int3.ini:2: [run] seq_len = 1048577:",
+                 "out of range");
+    expect_error("int4.ini", "[run]\nsteps = 10x\n", TR_ERR_INVALID, "int4.ini:2: [run] steps = 10x:",
+                 "trailing characters");
+    expect_error("int5.ini", "[run]\nsteps = 0\n", TR_ERR_INVALID, "int5.ini:2: [run] steps = 0:", "from 1 to");
+    expect_error("int6.ini", "[run]\nwarmup = 0\n", TR_ERR_INVALID, "int6.ini:2: [run] warmup = 0:", "from 1 to");
+    expect_error("int7.ini", "[run]\nbatch = 99999999999999999999999\n", TR_ERR_INVALID,
+                 "int7.ini:2: [run] batch = 99999999999999999999999:", "out of range");
+    expect_error("int8.ini", "[run]\nbatch = 0x10\n", TR_ERR_INVALID, "int8.ini:2: [run] batch = 0x10:",
+                 "trailing characters");
+    expect_error("int9.ini", "[run]\nbatch =\n", TR_ERR_INVALID, "int9.ini:2: [run] batch = :", "not a number");
+    expect_error("int10.ini", "[run]\nbatch = 8 # eight\n", TR_ERR_INVALID, "int10.ini:2: [run] batch = 8 # eight:",
+                 "trailing characters");
+    expect_error("seed1.ini", "[run]\nseed = -1\n", TR_ERR_INVALID, "seed1.ini:2: [run] seed = -1:",
+                 "expected an integer from 0 to 18446744073709551615");
+    expect_error("seed2.ini", "[run]\nseed = 18446744073709551616\n", TR_ERR_INVALID,
+                 "seed2.ini:2: [run] seed = 18446744073709551616:");
+    expect_error("seed3.ini", "[run]\nseed = 12 34\n", TR_ERR_INVALID, "seed3.ini:2: [run] seed = 12 34:");
+}
+
+static void test_bad_names(void **state) {
+    (void)state;
+    expect_error("dev.ini", "[run]\ndevice = gpu\n", TR_ERR_INVALID, "dev.ini:2: [run] device = gpu:",
+                 "expected cpu or cuda");
+    expect_error("dt1.ini", "[run]\ndtype = i32\n", TR_ERR_INVALID, "dt1.ini:2: [run] dtype = i32:",
+                 "expected f32, bf16 or f16");
+    expect_error("dt2.ini", "[run]\ndtype = f64\n", TR_ERR_INVALID, "dt2.ini:2: [run] dtype = f64:");
+    expect_error("dt3.ini", "[run]\ndtype = fp8\n", TR_ERR_INVALID, "dt3.ini:2: [run] dtype = fp8:");
+    expect_error("task.ini", "[run]\ntask = train\n", TR_ERR_INVALID, "task.ini:2: [run] task = train:",
+                 "expected predict, fit or generate");
+    expect_error("model1.ini", "[run]\nmodel = bert base\n", TR_ERR_INVALID, "model1.ini:2: [run] model = bert base:",
+                 "model name");
+    expect_error("model2.ini", "[run]\npreset =\n", TR_ERR_INVALID, "model2.ini:2: [run] preset = :", "preset name");
+    struct tr_config cfg;
+    load_ok("dt4.ini", "[run]\ndtype = float16\n", &cfg);
+    assert_int_equal(cfg.dtype, TR_DTYPE_F16);
+}
+
+static void test_backends_errors(void **state) {
+    (void)state;
+    expect_error("be1.ini", "[run]\nbackends = torch,,jax\n", TR_ERR_INVALID, "be1.ini:2: [run] backends = torch,,jax:",
+                 "entry 2 is empty");
+    expect_error("be2.ini", "[run]\nbackends = torch, \n", TR_ERR_INVALID, "be2.ini:2: [run] backends = torch,:",
+                 "entry 2 is empty");
+    expect_error("be3.ini", "[run]\nbackends =\n", TR_ERR_INVALID, "be3.ini:2: [run] backends = :", "entry 1 is empty");
+    expect_error("be4.ini", "[run]\nbackends = torch, jax, torch\n", TR_ERR_INVALID,
+                 "be4.ini:2: [run] backends = torch, jax, torch:", "entry 3", "repeats 'torch'");
+    expect_error("be5.ini", "[run]\nbackends = torch:fast, torch:fast\n", TR_ERR_INVALID,
+                 "be5.ini:2: [run] backends = torch:fast, torch:fast:", "entry 2", "repeats");
+    expect_error("be6.ini", "[run]\nbackends = a,b,c,d,e,f,g,h,i\n", TR_ERR_INVALID, "be6.ini:2: [run] backends =",
+                 "at most 8");
+    expect_error("be7.ini", "[run]\nbackends = Torch\n", TR_ERR_INVALID, "be7.ini:2: [run] backends = Torch:",
+                 "entry 1 ('Torch')");
+    expect_error("be8.ini", "[run]\nbackends = torch:Fast\n", TR_ERR_INVALID, "be8.ini:2: [run] backends = torch:Fast:",
+                 "MODE");
+    expect_error("be9.ini", "[run]\nbackends = :fast\n", TR_ERR_INVALID, "be9.ini:2: [run] backends = :fast:",
+                 "entry 1");
+    expect_error("be10.ini", "[run]\nbackends = ./Weird.so\n", TR_ERR_INVALID, "be10.ini:2: [run] backends = ./Weird.so:",
+                 "libtrident_backend_NAME.so");
+    /* One backend in two modes may run side by side. */
+    struct tr_config cfg;
+    load_ok("be11.ini", "[run]\nbackends = torch, torch:reduce-overhead\n", &cfg);
+    assert_int_equal(cfg.n_backends, 2);
+}
+
+static void test_duplicate_keys(void **state) {
+    (void)state;
+    expect_error("dup1.ini", "[run]\nbatch = 4\nmodel = bert\nbatch = 8\n", TR_ERR_INVALID,
+                 "dup1.ini:4: [run] batch = 8:", "lines 2 and 4");
+    /* Across two [run] headers it is the same section. */
+    expect_error("dup2.ini", "[run]\nseed = 1\n[model]\n[run]\nseed = 2\n", TR_ERR_INVALID,
+                 "dup2.ini:5: [run] seed = 2:", "lines 2 and 5");
+    expect_error("dup3.ini", "[model]\nhidden = 4\n\nhidden = 8\n", TR_ERR_INVALID, "dup3.ini:4: [model] hidden = 8:",
+                 "lines 2 and 4");
+    expect_error("dup4.ini", "[backend.torch]\nmode = a\n[backend.jax]\nmode = b\n[backend.torch]\nmode = c\n",
+                 TR_ERR_INVALID, "dup4.ini:6: [backend.torch] mode = c:", "lines 2 and 6");
+    char text[512];
+    snprintf(text, sizeof text, "[plugins]\npath = %s\npath = %s\n", tmp_dir, tmp_dir);
+    expect_error("dup5.ini", text, TR_ERR_INVALID, "dup5.ini:3: [plugins] path", "lines 2 and 3");
+    /* An indented line is not glued to the key above (inih's multi-line values). */
+    expect_error("dup6.ini", "[run]\nmodel = bert\n   model = gemma\n", TR_ERR_INVALID, "dup6.ini:3: [run] model = gemma",
+                 "lines 2 and 3");
+}
+
+static void test_syntax_errors(void **state) {
+    (void)state;
+    expect_error("syn1.ini", "[run]\nmodel = bert\nthis is not ini\nbatch = 2\n", TR_ERR_FORMAT,
+                 "syn1.ini:3: syntax error: expected '[section]' or 'key = value'", "this is not ini");
+    expect_error("syn2.ini", "; c\n[run\nbatch = 2\n", TR_ERR_FORMAT, "syn2.ini:2: syntax error");
+    /* The first error wins, whoever finds it. */
+    expect_error("syn3.ini", "[run]\noops\nbatch = -1\n", TR_ERR_FORMAT, "syn3.ini:2: syntax error");
+    expect_error("syn4.ini", "[run]\nbatch = -1\noops\n", TR_ERR_INVALID, "syn4.ini:2: [run] batch = -1");
+    expect_error("syn5.ini", "[run]\n= 3\n", TR_ERR_FORMAT, "syn5.ini:2: syntax error");
+    char text[512];
+    memset(text, 0, sizeof text);
+    strcpy(text, "[model]\nname = ");
+    memset(text + strlen(text), 'x', 300);
+    strcat(text, "\n");
+    expect_error("syn6.ini", text, TR_ERR_FORMAT, "syn6.ini:2: line too long");
+}
+
+static void test_inline_comments(void **state) {
+    (void)state;
+    struct tr_config cfg;
+    load_ok("cm.ini", "[run]\nbatch = 8   ; eight\n# seed = 5\n ; steps = 3\n", &cfg);
+    assert_int_equal(cfg.batch, 8);
+    assert_int_equal(cfg.seed, 1234);
+    assert_int_equal(cfg.steps, 10);
+    /* ';' without a space before it is part of the value (and not a valid name). */
+    expect_error("cm2.ini", "[run]\nmodel = bert;x\n", TR_ERR_INVALID, "cm2.ini:2: [run] model = bert;x");
+}
+
+static void test_bom(void **state) {
+    (void)state;
+    struct tr_config cfg;
+    load_ok("bom.ini", "\xEF\xBB\xBF[run]\nbatch = 5\n", &cfg);
+    assert_int_equal(cfg.batch, 5);
+}
+
+static void test_missing_files(void **state) {
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "does_not_exist.ini", NULL);
+    struct tr_config cfg;
+    struct tr_error err = {0};
+    assert_int_equal(tr_config_load(path, &cfg, &err), TR_ERR_IO);
+    assert_non_null(strstr(err.msg, path));
+    assert_non_null(strstr(err.msg, strerror(ENOENT)));
+    /* A directory is not a config file. */
+    assert_int_equal(tr_config_load(tmp_dir, &cfg, &err), TR_ERR_IO);
+    assert_non_null(strstr(err.msg, tmp_dir));
+
+    char wpath[PATH_MAX + 64];
+    snprintf(wpath, sizeof wpath, "%s/sub/missing.safetensors", tmp_dir);
+    expect_error("w1.ini", "[run]\nmodel = bert\nweights = sub/missing.safetensors\n", TR_ERR_IO,
+                 "w1.ini:3: [run] weights = sub/missing.safetensors:", wpath, strerror(ENOENT));
+    expect_error("w2.ini", "[run]\nweights = .\n", TR_ERR_IO, "w2.ini:2: [run] weights = .:", "is a directory");
+    struct tr_config ok;
+    load_ok("w3.ini", "[run]\nweights =\n", &ok);
+    assert_string_equal(ok.weights, "");
+
+    snprintf(wpath, sizeof wpath, "%s/no_plugins_here", tmp_dir);
+    expect_error("p1.ini", "[plugins]\npath = no_plugins_here\n", TR_ERR_IO, "p1.ini:2: [plugins] path = no_plugins_here:",
+                 wpath, strerror(ENOENT));
+    expect_error("p2.ini", "[plugins]\npath = p2.ini\n", TR_ERR_IO, "p2.ini:2: [plugins] path = p2.ini:",
+                 "not a directory");
+    load_ok("p3.ini", "[plugins]\npath = .\n", &ok);
+    assert_string_equal(ok.plugin_path, tmp_dir);
+    assert_int_equal(tr_config_load_string("[plugins]\npath = /\n", "/x.ini", &ok, &err), TR_OK);
+    assert_string_equal(ok.plugin_path, "/");
+}
+
+static void test_nul_byte(void **state) {
+    (void)state;
+    char path[PATH_MAX];
+    tmp_path(path, sizeof path, "nul.ini", NULL);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite("[run]\n\0x = 1\n", 1, 13, f), 13);
+    assert_int_equal(fclose(f), 0);
+    struct tr_config cfg;
+    struct tr_error err = {0};
+    assert_int_equal(tr_config_load(path, &cfg, &err), TR_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "nul.ini"));
+}
+
+static void test_backend_options(void **state) {
+    (void)state;
+    struct tr_config cfg;
+    load_ok("opt.ini",
+            "[run]\n"
+            "backends = torch:reduce-overhead, torch, jax, tf\n"
+            "[backend.torch]\n"
+            "threads = 4\n"
+            "mode = eager\n"
+            "[backend.jax]\n"
+            "cache = off\n"
+            "[model]\n"
+            "threads = 9\n",
+            &cfg);
+    struct tr_option opt[TR_CONFIG_MAX_KV + 1];
+    memset(opt, 0, sizeof opt);
+    /* The entry's mode wins over the section's. */
+    int n = tr_config_backend_options(&cfg, &cfg.backends[0], opt, TR_CONFIG_MAX_KV + 1);
+    assert_int_equal(n, 2);
+    assert_string_equal(opt[0].key, "threads");
+    assert_string_equal(opt[0].value, "4");
+    assert_int_equal(opt[0].line, 4);
+    assert_ptr_equal(opt[0].file, cfg.file);
+    assert_ptr_equal(opt[0].value, cfg.kv[0].value);
+    assert_string_equal(opt[1].key, "mode");
+    assert_string_equal(opt[1].value, "reduce-overhead");
+    assert_int_equal(opt[1].line, 2);
+    assert_ptr_equal(opt[1].value, cfg.backends[0].mode);
+
+    n = tr_config_backend_options(&cfg, &cfg.backends[1], opt, TR_CONFIG_MAX_KV + 1);
+    assert_int_equal(n, 2);
+    assert_string_equal(opt[0].key, "threads");
+    assert_string_equal(opt[1].key, "mode");
+    assert_string_equal(opt[1].value, "eager");
+    assert_int_equal(opt[1].line, 5);
+
+    n = tr_config_backend_options(&cfg, &cfg.backends[2], opt, TR_CONFIG_MAX_KV + 1);
+    assert_int_equal(n, 1);
+    assert_string_equal(opt[0].key, "cache");
+    assert_string_equal(opt[0].value, "off");
+    assert_int_equal(opt[0].line, 7);
+
+    assert_int_equal(tr_config_backend_options(&cfg, &cfg.backends[3], opt, TR_CONFIG_MAX_KV + 1), 0);
+    /* max is respected. */
+    assert_int_equal(tr_config_backend_options(&cfg, &cfg.backends[0], opt, 1), 1);
+    assert_int_equal(tr_config_backend_options(&cfg, &cfg.backends[0], opt, 0), 0);
+}
+
+static void test_path_backends(void **state) {
+    (void)state;
+    struct tr_config cfg;
+    load_ok("paths.ini",
+            "[run]\n"
+            "backends = libtrident_backend_a.so, ./mine.so, /opt/t/libtrident_backend_b.so:reduce-overhead, "
+            "build/plugins/libtrident_backend_c, rel/x.so:fast\n"
+            "[backend.mine]\n"
+            "k = v\n",
+            &cfg);
+    assert_int_equal(cfg.n_backends, 5);
+    const char *names[] = {"a", "mine", "b", "c", "x"};
+    const char *modes[] = {"", "", "reduce-overhead", "", "fast"};
+    const char *rel[] = {"libtrident_backend_a.so", "./mine.so", NULL, "build/plugins/libtrident_backend_c",
+                         "rel/x.so"};
+    for (int i = 0; i < 5; i++) {
+        assert_string_equal(cfg.backends[i].name, names[i]);
+        assert_string_equal(cfg.backends[i].mode, modes[i]);
+        char want[PATH_MAX + 64];
+        if (rel[i]) snprintf(want, sizeof want, "%s/%s", tmp_dir, rel[i]);
+        else snprintf(want, sizeof want, "/opt/t/libtrident_backend_b.so");
+        assert_string_equal(cfg.backends[i].path, want);
+    }
+    assert_string_equal(cfg.backends[2].spec, "/opt/t/libtrident_backend_b.so:reduce-overhead");
+    struct tr_option opt[4];
+    assert_int_equal(tr_config_backend_options(&cfg, &cfg.backends[1], opt, 4), 1);
+    assert_string_equal(opt[0].key, "k");
+    /* Two builds of one backend may run side by side; the same file twice may not. */
+    load_ok("paths2.ini", "[run]\nbackends = old/libtrident_backend_t.so, new/libtrident_backend_t.so\n", &cfg);
+    assert_int_equal(cfg.n_backends, 2);
+    expect_error("paths3.ini", "[run]\nbackends = a/t.so, a/t.so\n", TR_ERR_INVALID, "paths3.ini:2:", "repeats");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_good_file),
+        cmocka_unit_test(test_empty_file_keeps_defaults),
+        cmocka_unit_test(test_load_string),
+        cmocka_unit_test(test_unknown_section),
+        cmocka_unit_test(test_unknown_keys),
+        cmocka_unit_test(test_bad_integers),
+        cmocka_unit_test(test_bad_names),
+        cmocka_unit_test(test_backends_errors),
+        cmocka_unit_test(test_duplicate_keys),
+        cmocka_unit_test(test_syntax_errors),
+        cmocka_unit_test(test_inline_comments),
+        cmocka_unit_test(test_bom),
+        cmocka_unit_test(test_missing_files),
+        cmocka_unit_test(test_nul_byte),
+        cmocka_unit_test(test_backend_options),
+        cmocka_unit_test(test_path_backends),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

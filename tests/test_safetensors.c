@@ -1,0 +1,280 @@
+/* safetensors: a round trip through the writer, the Hugging Face fixture, and every kind
+ * of broken file the reader must refuse with a message naming the file and the tensor. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "trident/safetensors.h"
+
+static char tmp_path[512];
+
+static int setup(void **state) {
+    snprintf(tmp_path, sizeof tmp_path, "%s/test_safetensors_%d.safetensors", TR_BINARY_DIR, (int)getpid());
+    return 0;
+}
+
+static int teardown(void **state) {
+    remove(tmp_path);
+    return 0;
+}
+
+/* A file from a header string and data bytes; hlen overrides the length field when >= 0. */
+static void write_raw(const char *json, const void *data, size_t n, long long hlen) {
+    FILE *f = fopen(tmp_path, "wb");
+    assert_non_null(f);
+    uint64_t len = hlen >= 0 ? (uint64_t)hlen : strlen(json);
+    unsigned char b[8];
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(len >> (8 * i));
+    assert_int_equal(fwrite(b, 1, 8, f), 8);
+    assert_int_equal(fwrite(json, 1, strlen(json), f), strlen(json));
+    if (n) assert_int_equal(fwrite(data, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void assert_msg_has(const struct tr_error *e, const char *what) {
+    if (!strstr(e->msg, what)) fail_msg("error message lacks '%s': %s", what, e->msg);
+}
+
+/* open must fail with status, naming the file and (when given) the tensor. */
+static void expect_open_error(int status, const char *tensor) {
+    struct tr_safetensors *st = (void *)1;
+    struct tr_error e = {0};
+    int rc = tr_safetensors_open(tmp_path, &st, &e);
+    assert_int_equal(rc, status);
+    assert_null(st);
+    assert_msg_has(&e, tmp_path);
+    if (tensor) assert_msg_has(&e, tensor);
+}
+
+static void test_round_trip(void **state) {
+    int64_t s23[2] = {2, 3}, s4[1] = {4}, s31[2] = {3, 1}, s5[1] = {5}, s0[1] = {0}, s34[2] = {3, 4};
+    struct tr_tensor ts[8];
+    ts[0] = tr_test_tensor(TR_DTYPE_F32, 2, s23);
+    ts[1] = tr_test_tensor(TR_DTYPE_BF16, 1, s4);
+    ts[2] = tr_test_tensor(TR_DTYPE_I32, 2, s31);
+    ts[3] = tr_test_tensor(TR_DTYPE_I64, 1, s5);
+    ts[4] = tr_test_tensor(TR_DTYPE_F64, 0, NULL);
+    ts[5] = tr_test_tensor(TR_DTYPE_F16, 1, s5);
+    ts[6] = tr_test_tensor(TR_DTYPE_F32, 1, s0);
+    ts[7] = tr_test_tensor(TR_DTYPE_F32, 2, s34);
+    for (int i = 0; i < 8; i++) tr_test_randn(&ts[i], 10 + (uint64_t)i, 1.0);
+    tr_test_randint(&ts[2], 3, 1000);
+    ((int64_t *)ts[3].data)[4] = (int64_t)1 << 60; /* beyond a double's integers */
+    /* A transposed view (4,3) of ts[7]: the writer packs it row-major. */
+    struct tr_tensor tv = ts[7];
+    tv.shape[0] = 4, tv.shape[1] = 3, tv.strides[0] = 1, tv.strides[1] = 4;
+    struct tr_tensor in[8] = {ts[0], ts[1], ts[2], ts[3], ts[4], ts[5], ts[6], tv};
+    const char *names[8] = {"a.weight", "b", "ids", "big", "scalar", "half", "empty", "transposed"};
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_write(tmp_path, 8, names, in, &e), TR_OK);
+
+    /* The header is padded so the data starts 8-byte aligned. */
+    FILE *f = fopen(tmp_path, "rb");
+    unsigned char len8[8];
+    assert_int_equal(fread(len8, 1, 8, f), 8);
+    fclose(f);
+    assert_int_equal(len8[0] % 8, 0);
+
+    struct tr_safetensors *st = NULL;
+    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    assert_int_equal(tr_safetensors_count(st), 8);
+    assert_string_equal(tr_safetensors_path(st), tmp_path);
+    for (int i = 0; i < 8; i++) {
+        assert_string_equal(tr_safetensors_name(st, i), names[i]); /* offsets in the order given */
+        struct tr_tensor t;
+        assert_int_equal(tr_safetensors_get(st, names[i], &t, &e), TR_OK);
+        assert_int_equal(t.dtype, in[i].dtype);
+        assert_int_equal(t.ndim, in[i].ndim);
+        for (int d = 0; d < t.ndim; d++) assert_int_equal(t.shape[d], in[i].shape[d]);
+        assert_true(tr_tensor_is_contiguous(&t));
+        if (i != 7 && tr_tensor_nbytes(&t)) assert_memory_equal(t.data, in[i].data, tr_tensor_nbytes(&t));
+    }
+    struct tr_tensor t;
+    assert_int_equal(tr_safetensors_get(st, "transposed", &t, &e), TR_OK);
+    for (int64_t r = 0; r < 4; r++)
+        for (int64_t c = 0; c < 3; c++)
+            assert_true(((float *)t.data)[r * 3 + c] == ((float *)ts[7].data)[c * 4 + r]);
+    assert_int_equal(tr_safetensors_get(st, "big", &t, &e), TR_OK);
+    assert_true(((int64_t *)t.data)[4] == (int64_t)1 << 60);
+
+    assert_int_equal(tr_safetensors_get(st, "nope", &t, &e), TR_ERR_NOT_FOUND);
+    assert_msg_has(&e, "nope");
+    assert_msg_has(&e, tmp_path);
+    assert_null(tr_safetensors_name(st, 8));
+    tr_safetensors_close(st);
+    for (int i = 0; i < 8; i++) tr_test_tensor_free(&ts[i]);
+}
+
+static void test_write_refuses_bad_input(void **state) {
+    int64_t s[1] = {2};
+    struct tr_tensor t = tr_test_tensor(TR_DTYPE_F32, 1, s);
+    tr_test_randn(&t, 1, 1);
+    struct tr_tensor two[2] = {t, t};
+    const char *dup[2] = {"x", "x"};
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_write(tmp_path, 2, dup, two, &e), TR_ERR_INVALID);
+    assert_msg_has(&e, "'x'");
+    const char *meta[1] = {"__metadata__"};
+    assert_int_equal(tr_safetensors_write(tmp_path, 1, meta, &t, &e), TR_ERR_INVALID);
+    const char *ok[1] = {"x"};
+    assert_int_equal(tr_safetensors_write("/nonexistent-dir/x.safetensors", 1, ok, &t, &e), TR_ERR_IO);
+    assert_msg_has(&e, "/nonexistent-dir/x.safetensors");
+    tr_test_tensor_free(&t);
+}
+
+static void test_metadata_and_alignment(void **state) {
+    /* An unpadded header (length 0 mod 8 is not required by the format) and a U8 tensor
+     * first, so the F32 tensor sits at offset 3: it still reads right, and U8 is refused
+     * on get only. */
+    float vals[2] = {1.5f, -2.25f};
+    unsigned char data[11] = {7, 8, 9};
+    memcpy(data + 3, vals, 8);
+    write_raw("{\"__metadata__\":{\"format\":\"pt\"},\"u\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]},"
+              "\"f\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[3,11]}}",
+              data, sizeof data, -1);
+    struct tr_safetensors *st = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    assert_int_equal(tr_safetensors_count(st), 2);
+    struct tr_tensor t;
+    assert_int_equal(tr_safetensors_get(st, "f", &t, &e), TR_OK);
+    assert_int_equal((uintptr_t)t.data % 4, 0);
+    assert_true(((float *)t.data)[0] == 1.5f && ((float *)t.data)[1] == -2.25f);
+    assert_int_equal(tr_safetensors_get(st, "u", &t, &e), TR_ERR_UNSUPPORTED);
+    assert_msg_has(&e, "'u'");
+    assert_msg_has(&e, "U8");
+    assert_msg_has(&e, tmp_path);
+    assert_int_equal(tr_safetensors_get(st, "__metadata__", &t, &e), TR_ERR_NOT_FOUND);
+    tr_safetensors_close(st);
+}
+
+static void test_wrong_dtype_string(void **state) {
+    float v[2] = {1, 2};
+    write_raw("{\"w\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", v, 8, -1);
+    struct tr_safetensors *st = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    struct tr_tensor t;
+    assert_int_equal(tr_safetensors_get(st, "w", &t, &e), TR_ERR_UNSUPPORTED);
+    assert_msg_has(&e, "'w'");
+    assert_msg_has(&e, "F33");
+    assert_msg_has(&e, tmp_path);
+    tr_safetensors_close(st);
+}
+
+static void test_truncated(void **state) {
+    int64_t s[1] = {16};
+    struct tr_tensor t = tr_test_tensor(TR_DTYPE_F32, 1, s);
+    tr_test_randn(&t, 2, 1);
+    const char *names[1] = {"layer.weight"};
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_write(tmp_path, 1, names, &t, &e), TR_OK);
+    tr_test_tensor_free(&t);
+    FILE *f = fopen(tmp_path, "rb");
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    /* Cut into the data: the tensor's offsets reach beyond the file. */
+    assert_int_equal(truncate(tmp_path, size - 4), 0);
+    expect_open_error(TR_ERR_FORMAT, "layer.weight");
+    /* Cut into the header: the header length reaches beyond the file. */
+    assert_int_equal(truncate(tmp_path, 20), 0);
+    expect_open_error(TR_ERR_FORMAT, NULL);
+    assert_int_equal(truncate(tmp_path, 5), 0);
+    expect_open_error(TR_ERR_FORMAT, NULL);
+}
+
+static void test_bad_header_length(void **state) {
+    write_raw("{}", NULL, 0, (long long)1 << 40);
+    expect_open_error(TR_ERR_FORMAT, NULL);
+    struct tr_error e = {0};
+    struct tr_safetensors *st;
+    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_ERR_FORMAT);
+    assert_msg_has(&e, "header length");
+}
+
+static void test_bad_json(void **state) {
+    write_raw("{\"w\":{\"dtype\":\"F32\",", NULL, 0, -1);
+    expect_open_error(TR_ERR_FORMAT, NULL);
+    write_raw("[1,2]", NULL, 0, -1);
+    expect_open_error(TR_ERR_FORMAT, NULL);
+    write_raw("{\"w\":{\"dtype\":\"F32\",\"shape\":[1]}}", NULL, 0, -1);
+    expect_open_error(TR_ERR_FORMAT, "'w'");
+    float v = 1;
+    write_raw("{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", &v, 4, -1);
+    expect_open_error(TR_ERR_FORMAT, "'w'");
+    write_raw("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+              &v, 4, -1);
+    expect_open_error(TR_ERR_FORMAT, "'w'");
+}
+
+static void test_bad_offsets(void **state) {
+    float v[2] = {1, 2};
+    write_raw("{\"ok\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"far\":{\"dtype\":\"F32\",\"shape\":[25],\"data_offsets\":[0,100]}}",
+              v, 8, -1);
+    expect_open_error(TR_ERR_FORMAT, "'far'");
+    expect_open_error(TR_ERR_FORMAT, "out of range");
+    write_raw("{\"back\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,4]}}", v, 8, -1);
+    expect_open_error(TR_ERR_FORMAT, "'back'");
+    expect_open_error(TR_ERR_FORMAT, "out of range");
+    /* Bytes that do not match numel x element size. */
+    write_raw("{\"size\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", v, 8, -1);
+    expect_open_error(TR_ERR_FORMAT, "'size'");
+    write_raw("{\"size\":{\"dtype\":\"U16\",\"shape\":[3],\"data_offsets\":[0,8]}}", v, 8, -1);
+    expect_open_error(TR_ERR_FORMAT, "'size'");
+}
+
+static void test_too_many_dims(void **state) {
+    float v = 1;
+    write_raw("{\"deep\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", &v, 4, -1);
+    expect_open_error(TR_ERR_UNSUPPORTED, "'deep'");
+}
+
+static void test_missing_file(void **state) {
+    struct tr_safetensors *st;
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_open("/nonexistent/x.safetensors", &st, &e), TR_ERR_IO);
+    assert_msg_has(&e, "/nonexistent/x.safetensors");
+}
+
+/* The file transformers wrote: every tensor reads, with the state_dict's shapes. */
+static void test_reads_hugging_face_file(void **state) {
+    struct tr_safetensors *st = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_open(TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors", &st, &e), TR_OK);
+    assert_int_equal(tr_safetensors_count(st), 5 + 2 * 16 + 4); /* embeddings, 2 layers, pooler + classifier */
+    int64_t total = 0;
+    for (int i = 0; i < tr_safetensors_count(st); i++) {
+        struct tr_tensor t;
+        assert_int_equal(tr_safetensors_get(st, tr_safetensors_name(st, i), &t, &e), TR_OK);
+        assert_int_equal(t.dtype, TR_DTYPE_F32);
+        total += tr_tensor_numel(&t);
+    }
+    assert_int_equal(total, 143682);
+    struct tr_tensor t;
+    assert_int_equal(tr_safetensors_get(st, "bert.embeddings.word_embeddings.weight", &t, &e), TR_OK);
+    assert_int_equal(t.ndim, 2);
+    assert_int_equal(t.shape[0], 1000);
+    assert_int_equal(t.shape[1], 64);
+    tr_safetensors_close(st);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_refuses_bad_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_metadata_and_alignment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_dtype_string, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_header_length, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_offsets, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_too_many_dims, setup, teardown),
+        cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_reads_hugging_face_file),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

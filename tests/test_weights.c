@@ -1,0 +1,256 @@
+/* Weights: from a seed (deterministic, keyed by name, as each PARAM's init says) and from
+ * safetensors (conversion f32 -> bf16/f16, and errors naming the tensor and the file). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "trident/graph.h"
+#include "trident/rng.h"
+#include "trident/safetensors.h"
+#include "trident/weights.h"
+
+static char tmp_path[512];
+
+static int setup(void **state) {
+    snprintf(tmp_path, sizeof tmp_path, "%s/test_weights_%d.safetensors", TR_BINARY_DIR, (int)getpid());
+    return 0;
+}
+
+static int teardown(void **state) {
+    remove(tmp_path);
+    return 0;
+}
+
+static void assert_msg_has(const struct tr_error *e, const char *what) {
+    if (!strstr(e->msg, what)) fail_msg("error message lacks '%s': %s", what, e->msg);
+}
+
+static const int64_t shape_w[2] = {48, 40}, shape_b[1] = {40}, shape_g[1] = {300};
+
+/* Three params, added in the given order (0: f32 w, 1: bias of dtype bdt, 2: gamma). */
+static struct tr_graph *make_graph(const int order[3], enum tr_dtype dt) {
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    tr_graph_push_scope(g, "layer");
+    for (int k = 0; k < 3; k++) {
+        switch (order[k]) {
+        case 0: tr_param(g, "dense.weight", dt, 2, shape_w, 0.0f, 0.02f); break;
+        case 1: tr_param(g, "dense.bias", dt, 1, shape_b, 0.0f, 0.5f); break;
+        default: tr_param(g, "norm.weight", dt, 1, shape_g, 1.0f, 0.02f); break;
+        }
+    }
+    tr_graph_pop_scope(g);
+    assert_int_equal(tr_graph_status(g, NULL), TR_OK);
+    return g;
+}
+
+static struct tr_tensor bound(const struct tr_graph *g, const char *name) {
+    int id = tr_graph_find(g, name);
+    assert_true(id >= 0);
+    struct tr_tensor t = tr_node_tensor(g, id);
+    t.data = (void *)tr_node_data(g, id);
+    assert_non_null(t.data);
+    return t;
+}
+
+static const char *const names[3] = {"layer.dense.weight", "layer.dense.bias", "layer.norm.weight"};
+
+static void test_seed_deterministic_and_order_free(void **state) {
+    const int fwd[3] = {0, 1, 2}, rev[3] = {2, 1, 0};
+    struct tr_graph *g1 = make_graph(fwd, TR_DTYPE_F32), *g2 = make_graph(rev, TR_DTYPE_F32),
+                    *g3 = make_graph(fwd, TR_DTYPE_F32);
+    struct tr_weights *w1, *w2, *w3;
+    struct tr_error e = {0};
+    assert_int_equal(tr_weights_from_seed(g1, 1234, &w1, &e), TR_OK);
+    assert_int_equal(tr_weights_from_seed(g2, 1234, &w2, &e), TR_OK);
+    assert_int_equal(tr_weights_from_seed(g3, 1235, &w3, &e), TR_OK);
+    assert_int_equal(tr_weights_bytes(w1), (48 * 40 + 40 + 300) * 4);
+    assert_int_equal(tr_weights_bytes(w1), tr_graph_param_bytes(g1));
+    for (int i = 0; i < 3; i++) {
+        struct tr_tensor a = bound(g1, names[i]), b = bound(g2, names[i]), c = bound(g3, names[i]);
+        assert_memory_equal(a.data, b.data, tr_tensor_nbytes(&a));
+        assert_memory_not_equal(a.data, c.data, tr_tensor_nbytes(&a));
+        /* Element i is mean + std·normal(seed, hash(name), i). */
+        const struct tr_attrs *at = tr_node_attrs(g1, tr_graph_find(g1, names[i]));
+        for (int64_t k = 0; k < tr_tensor_numel(&a); k += 7) {
+            double z = tr_rng_normal(1234, tr_hash_str(names[i]), (uint64_t)k);
+            float want = (float)(at->floats[0] + at->floats[1] * z);
+            assert_true(((float *)a.data)[k] == want);
+        }
+    }
+    /* The statistics the inits ask for (1920 draws of std 0.02, 300 of mean 1). */
+    struct tr_tensor w = bound(g1, names[0]), gm = bound(g1, names[2]);
+    double m = 0, v = 0, mg = 0;
+    int64_t n = tr_tensor_numel(&w);
+    for (int64_t k = 0; k < n; k++) m += ((float *)w.data)[k];
+    m /= (double)n;
+    for (int64_t k = 0; k < n; k++) v += (((float *)w.data)[k] - m) * (((float *)w.data)[k] - m);
+    for (int64_t k = 0; k < 300; k++) mg += ((float *)gm.data)[k] / 300.0;
+    assert_true(fabs(m) < 0.003);
+    assert_true(fabs(sqrt(v / (double)n) - 0.02) < 0.002);
+    assert_true(fabs(mg - 1.0) < 0.01);
+    tr_weights_free(w1);
+    tr_weights_free(w2);
+    tr_weights_free(w3);
+    tr_graph_free(g1);
+    tr_graph_free(g2);
+    tr_graph_free(g3);
+}
+
+/* A tensor large enough to be drawn by several threads gives the same values. */
+static void test_seed_large_tensor(void **state) {
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    const int64_t s[2] = {1201, 500};
+    int id = tr_param(g, "big.weight", TR_DTYPE_BF16, 2, s, 0.5f, 2.0f);
+    struct tr_weights *w;
+    assert_int_equal(tr_weights_from_seed(g, 99, &w, NULL), TR_OK);
+    const uint16_t *p = tr_node_data(g, id);
+    uint64_t key = tr_hash_str("big.weight");
+    for (int64_t i = 0; i < s[0] * s[1]; i++)
+        if (p[i] != tr_f32_to_bf16((float)(0.5 + 2.0 * tr_rng_normal(99, key, (uint64_t)i))))
+            fail_msg("big.weight[%lld] differs from the formula", (long long)i);
+    tr_weights_free(w);
+    tr_graph_free(g);
+}
+
+static void test_seed_bf16_is_rounded_f32(void **state) {
+    const int fwd[3] = {0, 1, 2};
+    struct tr_graph *gf = make_graph(fwd, TR_DTYPE_F32), *gb = make_graph(fwd, TR_DTYPE_BF16);
+    struct tr_weights *wf, *wb;
+    assert_int_equal(tr_weights_from_seed(gf, 7, &wf, NULL), TR_OK);
+    assert_int_equal(tr_weights_from_seed(gb, 7, &wb, NULL), TR_OK);
+    assert_int_equal(tr_weights_bytes(wb), (48 * 40 + 40 + 300) * 2);
+    for (int i = 0; i < 3; i++) {
+        struct tr_tensor f = bound(gf, names[i]), b = bound(gb, names[i]);
+        for (int64_t k = 0; k < tr_tensor_numel(&f); k++)
+            assert_int_equal(((uint16_t *)b.data)[k], tr_f32_to_bf16(((float *)f.data)[k]));
+    }
+    tr_weights_free(wf);
+    tr_weights_free(wb);
+    tr_graph_free(gf);
+    tr_graph_free(gb);
+}
+
+/* Write the three tensors of make_graph in f32 (plus one the graph does not use), with
+ * `skip` left out and `bad_shape` given a wrong shape (-1: none). */
+static void write_file(int skip, int bad_shape, enum tr_dtype dt) {
+    const int64_t wrong[1] = {41};
+    const int64_t *shapes[3] = {shape_w, shape_b, shape_g};
+    const int ndims[3] = {2, 1, 1};
+    struct tr_tensor ts[4];
+    const char *nm[4];
+    int n = 0;
+    for (int i = 0; i < 3; i++) {
+        if (i == skip) continue;
+        ts[n] = i == bad_shape ? tr_test_tensor(dt, 1, wrong) : tr_test_tensor(dt, ndims[i], shapes[i]);
+        tr_test_randn(&ts[n], 100 + (uint64_t)i, 1.0);
+        nm[n++] = names[i];
+    }
+    int64_t s1[1] = {3};
+    ts[n] = tr_test_tensor(TR_DTYPE_I64, 1, s1);
+    tr_test_randint(&ts[n], 5, 9);
+    nm[n++] = "unused.step";
+    if (skip < 0 && bad_shape < 0 && dt == TR_DTYPE_F32) {
+        /* Values whose bf16 rounding is a tie: to even, down and up. */
+        float *b = ts[1].data;
+        b[0] = 1.00390625f;   /* 0x3f808000 -> 0x3f80 (even) */
+        b[1] = 1.01171875f;   /* 0x3f818000 -> 0x3f82 (even) */
+        b[2] = -1.0f;
+    }
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_write(tmp_path, n, nm, ts, &e), TR_OK);
+    for (int i = 0; i < n; i++) tr_test_tensor_free(&ts[i]);
+}
+
+static void test_load_f32_and_convert(void **state) {
+    write_file(-1, -1, TR_DTYPE_F32);
+    const int order[3] = {2, 0, 1};
+    struct tr_graph *gf = make_graph(order, TR_DTYPE_F32), *gb = make_graph(order, TR_DTYPE_BF16),
+                    *gh = make_graph(order, TR_DTYPE_F16);
+    struct tr_weights *wf, *wb, *wh;
+    struct tr_error e = {0};
+    assert_int_equal(tr_weights_load(gf, tmp_path, &wf, &e), TR_OK);
+    assert_int_equal(tr_weights_load(gb, tmp_path, &wb, &e), TR_OK);
+    assert_int_equal(tr_weights_load(gh, tmp_path, &wh, &e), TR_OK);
+    assert_int_equal(tr_weights_bytes(wf), tr_graph_param_bytes(gf));
+    assert_int_equal(tr_weights_bytes(wb), tr_graph_param_bytes(gb));
+    struct tr_safetensors *st;
+    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    for (int i = 0; i < 3; i++) {
+        struct tr_tensor src, f = bound(gf, names[i]), b = bound(gb, names[i]), h = bound(gh, names[i]);
+        assert_int_equal(tr_safetensors_get(st, names[i], &src, &e), TR_OK);
+        assert_memory_equal(f.data, src.data, tr_tensor_nbytes(&f));
+        for (int64_t k = 0; k < tr_tensor_numel(&f); k++) {
+            float x = ((float *)src.data)[k];
+            assert_int_equal(((uint16_t *)b.data)[k], tr_f32_to_bf16(x));
+            assert_int_equal(((uint16_t *)h.data)[k], tr_f32_to_f16(x));
+        }
+    }
+    const uint16_t *bias = bound(gb, names[1]).data;
+    assert_int_equal(bias[0], 0x3f80);
+    assert_int_equal(bias[1], 0x3f82);
+    assert_int_equal(bias[2], 0xbf80);
+    tr_safetensors_close(st);
+    tr_weights_free(wf);
+    tr_weights_free(wb);
+    tr_weights_free(wh);
+    tr_graph_free(gf);
+    tr_graph_free(gb);
+    tr_graph_free(gh);
+}
+
+static void expect_load_error(enum tr_dtype graph_dt, int status, const char *tensor) {
+    const int fwd[3] = {0, 1, 2};
+    struct tr_graph *g = make_graph(fwd, graph_dt);
+    struct tr_weights *w = (void *)1;
+    struct tr_error e = {0};
+    assert_int_equal(tr_weights_load(g, tmp_path, &w, &e), status);
+    assert_null(w);
+    assert_msg_has(&e, tmp_path);
+    if (tensor) assert_msg_has(&e, tensor);
+    /* Nothing stays bound after a failure. */
+    for (int i = 0; i < 3; i++) assert_null(tr_node_data(g, tr_graph_find(g, names[i])));
+    tr_graph_free(g);
+}
+
+static void test_load_errors(void **state) {
+    write_file(1, -1, TR_DTYPE_F32);
+    expect_load_error(TR_DTYPE_F32, TR_ERR_NOT_FOUND, "layer.dense.bias");
+    write_file(-1, 2, TR_DTYPE_F32);
+    expect_load_error(TR_DTYPE_F32, TR_ERR_SHAPE, "layer.norm.weight");
+    struct tr_error e = {0};
+    struct tr_weights *w;
+    const int fwd[3] = {0, 1, 2};
+    struct tr_graph *g = make_graph(fwd, TR_DTYPE_F32);
+    assert_int_equal(tr_weights_load(g, tmp_path, &w, &e), TR_ERR_SHAPE);
+    assert_msg_has(&e, "[41]");
+    assert_msg_has(&e, "[300]");
+    tr_graph_free(g);
+    /* bf16 in the file, f32 in the graph: not converted. */
+    write_file(-1, -1, TR_DTYPE_BF16);
+    expect_load_error(TR_DTYPE_F32, TR_ERR_SHAPE, "layer.");
+    /* A truncated file. */
+    write_file(-1, -1, TR_DTYPE_F32);
+    FILE *f = fopen(tmp_path, "rb");
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    assert_int_equal(truncate(tmp_path, size - 8), 0);
+    expect_load_error(TR_DTYPE_F32, TR_ERR_FORMAT, NULL);
+    remove(tmp_path);
+    expect_load_error(TR_DTYPE_F32, TR_ERR_IO, NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_seed_deterministic_and_order_free),
+        cmocka_unit_test(test_seed_bf16_is_rounded_f32),
+        cmocka_unit_test(test_seed_large_tensor),
+        cmocka_unit_test_setup_teardown(test_load_f32_and_convert, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_load_errors, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,69 @@
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "testutil.h"
+#include "trident/rng.h"
+
+double tr_test_tol(enum tr_dtype dt) {
+    switch (dt) {
+    case TR_DTYPE_F32: return 1e-4;
+    case TR_DTYPE_F64: return 1e-12;
+    default: return 1e-2;
+    }
+}
+
+struct tr_tensor tr_test_tensor(enum tr_dtype dt, int ndim, const int64_t *shape) {
+    struct tr_tensor t;
+    void *p = NULL;
+    assert_int_equal(tr_tensor_make(&t, NULL, dt, ndim, shape, NULL), TR_OK);
+    assert_int_equal(tr_host_alloc(&p, tr_tensor_nbytes(&t), NULL), TR_OK);
+    t.data = p;
+    return t;
+}
+
+void tr_test_tensor_free(struct tr_tensor *t) {
+    tr_host_free(t->data);
+    t->data = NULL;
+}
+
+void tr_test_randn(struct tr_tensor *t, uint64_t seed, double std) {
+    int64_t n = tr_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        double v = tr_rng_normal(seed, 0x7e57, (uint64_t)i) * std;
+        if (fabs(v) < 1e-3 * std) v = 1e-3 * std; /* never exactly zero */
+        tr_tensor_set_f64(t, i, v);
+    }
+}
+
+void tr_test_randint(struct tr_tensor *t, uint64_t seed, int64_t hi) {
+    int64_t n = tr_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        tr_tensor_set_f64(t, i, (double)(int64_t)(tr_rng_uniform(seed, 0x1d5, (uint64_t)i) * (double)hi));
+}
+
+void tr_test_poison(struct tr_tensor *t) {
+    int64_t n = tr_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        tr_tensor_set_f64(t, i, tr_dtype_is_float((enum tr_dtype)t->dtype) ? NAN : -987654321.0);
+}
+
+double *tr_test_to_f64(const struct tr_tensor *t) {
+    int64_t n = tr_tensor_numel(t);
+    double *d = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    assert_non_null(d);
+    for (int64_t i = 0; i < n; i++) d[i] = tr_tensor_get_f64(t, i);
+    return d;
+}
+
+double tr_test_rel_err(const struct tr_tensor *out, const double *ref) {
+    int64_t n = tr_tensor_numel(out);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double o = tr_tensor_get_f64(out, i);
+        if (!isfinite(o)) return INFINITY;
+        num += (o - ref[i]) * (o - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    if (den == 0) return INFINITY;
+    return sqrt(num / den);
+}

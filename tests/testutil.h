@@ -1,0 +1,42 @@
+/* Helpers shared by the tests: random data (never zeros), poisoning, and the relative
+ * error ‖out − ref‖ / ‖ref‖ against a float64 reference. cmocka is included here so a
+ * test includes only this. */
+#ifndef TRIDENT_TESTUTIL_H
+#define TRIDENT_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include "trident/tensor.h"
+
+/* Tolerances of DESIGN.md: f32 1e-4, bf16 1e-2 (f16 1e-2, f64 1e-12). */
+double tr_test_tol(enum tr_dtype dt);
+
+/* A host tensor of the given shape with memory from tr_host_alloc (free with
+ * tr_test_tensor_free). */
+struct tr_tensor tr_test_tensor(enum tr_dtype dt, int ndim, const int64_t *shape);
+void tr_test_tensor_free(struct tr_tensor *t);
+
+/* Fill with normal(0, std)·sign-safe values from seed: no element is exactly 0. */
+void tr_test_randn(struct tr_tensor *t, uint64_t seed, double std);
+/* Integers in [0, hi). */
+void tr_test_randint(struct tr_tensor *t, uint64_t seed, int64_t hi);
+/* Fill with NaN (float dtypes) or a large sentinel (ints), so an unwritten element fails. */
+void tr_test_poison(struct tr_tensor *t);
+
+/* The tensor's values as a new double array (caller frees). */
+double *tr_test_to_f64(const struct tr_tensor *t);
+
+/* ‖out − ref‖₂ / ‖ref‖₂ over n elements; +inf if out has a NaN or Inf, or if ref is 0. */
+double tr_test_rel_err(const struct tr_tensor *out, const double *ref);
+
+/* Assert rel_err(out, ref) < tol with a message naming what. */
+#define tr_assert_close(what, out, ref, tol)                                                  \
+    do {                                                                                       \
+        double e_ = tr_test_rel_err((out), (ref));                                             \
+        if (!(e_ < (tol))) fail_msg("%s: relative error %.3g >= %.3g", (what), e_, (double)(tol)); \
+    } while (0)
+
+#endif
