@@ -124,6 +124,58 @@ int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct
                    const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal,
                    int window, struct tr_tensor *out, struct tr_error *err);
 
+/* ---- bound calls (for executors that replay a fixed schedule) ----
+ * tr_kernels_bind checks one op's arguments once (everything tr_kernels_run checks),
+ * resolves which kernel runs and prepares what it needs (a oneDNN primitive created for
+ * the shape and owned by the call), and stores the tensors (data pointers included) in
+ * the call. tr_kernels_call then runs it with no dispatch, no shape logic and no
+ * allocation. The tensors' memory must stay where it was bound; rebinding is needed
+ * when a pointer or a shape changes. tr_kernels_unbind releases what bind made. */
+#define TR_KERNEL_CALL_MAX_IN 8
+
+struct tr_kernel_call;
+typedef int (*tr_kernel_fn)(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err);
+
+struct tr_kernel_call {
+    tr_kernel_fn fn;
+    int op;
+    int n_in;
+    struct tr_attrs attrs;
+    struct tr_tensor in[TR_KERNEL_CALL_MAX_IN];
+    struct tr_tensor out;
+    void *prepared;             /* kernel-specific state made by bind (e.g. a primitive) */
+};
+
+int tr_kernels_bind(struct tr_kernels *k, int op, const struct tr_attrs *attrs, int n_in,
+                    const struct tr_tensor *in, const struct tr_tensor *out, struct tr_kernel_call *call,
+                    struct tr_error *err);
+static inline int tr_kernels_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    return c->fn(k, c, err);
+}
+void tr_kernels_unbind(struct tr_kernels *k, struct tr_kernel_call *call);
+
+/* ---- fused kernels (the hand-fused library of the tf backend; any backend may call) ---- */
+
+/* out = layer_norm(x + bias + residual) over the last axis D. bias (D) and residual (x's
+ * shape) may each be NULL; gamma/beta (D) as tr_k_layer_norm. One pass over x. */
+int tr_k_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *bias,
+                                  const struct tr_tensor *residual, const struct tr_tensor *gamma,
+                                  const struct tr_tensor *beta, float eps, struct tr_tensor *out,
+                                  struct tr_error *err);
+
+/* out = softmax(scale · x + mask) over the last axis; mask additive (f32 or x's dtype),
+ * broadcastable to x, or NULL. */
+int tr_k_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, float scale, const struct tr_tensor *mask,
+                            struct tr_tensor *out, struct tr_error *err);
+
+/* out (..., D) = layer_norm(Σ_i tables[i][ids[i]]) : n gathers summed, then normalised,
+ * in one pass. ids[i] (i32/i64) broadcastable to out's leading axes (a position table's
+ * ids may be (T) against (B,T)). */
+int tr_k_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct tr_tensor *tables,
+                                  const struct tr_tensor *ids, const struct tr_tensor *gamma,
+                                  const struct tr_tensor *beta, float eps, struct tr_tensor *out,
+                                  struct tr_error *err);
+
 #ifdef __cplusplus
 }
 #endif
