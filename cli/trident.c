@@ -22,6 +22,7 @@ static const char usage[] =
     "       trident dump FILE.ini\n";
 
 static int fail(const struct tr_error *err) {
+    fflush(stdout); /* the table first, then the verdict */
     fprintf(stderr, "trident: error: %s\n", err->msg);
     return 1;
 }

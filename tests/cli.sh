@@ -58,6 +58,14 @@ ini opt.ini $'[run]\nbackends = torch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len
 expect "unknown backend option" 1 'mdoe' -- "$bin" run "$tmp/opt.ini"
 ini cuda.ini $'[run]\ndevice = cuda\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
 expect "cuda without a GPU" 1 'no CUDA device' -- "$bin" run "$tmp/cuda.ini"
+wrong=$(cd "$(dirname "$bin")" && pwd)/test_plugins/libtrident_backend_wrong.so
+ini disagree.ini "[run]
+backends = torch, $wrong
+steps = 1
+warmup = 1
+batch = 2
+seq_len = 8"
+expect "a backend with wrong numbers fails the run" 1 'disagree' -- "$bin" run "$tmp/disagree.ini"
 expect "unknown command" 2 'usage' -- "$bin" frobnicate
 
 echo "$passed passed, $failed failed"

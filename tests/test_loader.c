@@ -518,6 +518,7 @@ static void test_scan(void **state) {
         {"good", NULL},
         {"newminor", NULL},
         {"minimal", NULL},
+        {"wrong", NULL},
         {"initfail", NULL},
         {"noentry", "no entry point"},
         {"entryfail", "entryfail: this test plugin"},

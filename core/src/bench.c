@@ -250,7 +250,10 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     for (int b = 0; b < cfg->n_backends; b++) {
         struct tr_bench_row *row = &rep->rows[rep->n_rows++];
         const struct tr_config_backend *cb = &cfg->backends[b];
-        snprintf(row->label, sizeof row->label, "%s", cb->spec);
+        /* A path's label is its backend name: the table stays readable, the path is in
+         * plugin_path and the JSON. */
+        if (cb->path[0] && cb->mode[0]) snprintf(row->label, sizeof row->label, "%s:%s", cb->name, cb->mode);
+        else snprintf(row->label, sizeof row->label, "%s", cb->path[0] ? cb->name : cb->spec);
         struct tr_error berr = {0};
         int brc = run_backend(cfg, cb, g, n_in, in, n_out, have_ref ? out : ref, row, &berr);
         if (brc) {
@@ -287,9 +290,15 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
         rc = tr_error_set(err, TR_ERR_PLUGIN, "%d of %d backends failed; %s: %s", failures, cfg->n_backends,
                           first->label, first->error);
     }
-    else if (disagreements)
-        rc = tr_error_set(err, TR_ERR_NUMERIC, "%d backends disagree with '%s' beyond the %s tolerance %.0e",
-                          disagreements, ref_label, rep->dtype, rep->tolerance);
+    else if (disagreements) {
+        const struct tr_bench_row *bad = rep->rows;
+        while (bad->agrees) bad++;
+        rc = tr_error_set(err, TR_ERR_NUMERIC,
+                          "%d of %d backends disagree with '%s'; '%s' differs by %.2e in output '%s' "
+                          "(the %s tolerance is %.0e)",
+                          disagreements, rep->n_rows, ref_label, bad->label, bad->max_rel_diff, bad->worst_output,
+                          rep->dtype, rep->tolerance);
+    }
 done:
     free_io(in, n_in);
     free_io(ref, n_out);

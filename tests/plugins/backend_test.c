@@ -6,6 +6,7 @@
  *
  *   good        complete: compile keeps the graph, execute runs the nodes in order
  *               through host->kernels_run; options: mode = eager, unknown keys refused
+ *   wrong         as good, but its first f32 output is 1% off (the harness must notice)
  *   noentry     exports tr_backend_entri (a typo) instead of tr_backend_entry
  *   entryfail   tr_backend_entry returns an error with a message
  *   nullvtable  tr_backend_entry returns TR_OK and no vtable
@@ -46,6 +47,8 @@
 #define TP_NAME "newminor"
 #elif defined(TP_VARIANT_MINIMAL)
 #define TP_NAME "minimal"
+#elif defined(TP_VARIANT_WRONG)
+#define TP_NAME "wrong"
 #else
 #error "define one TP_VARIANT_<NAME>"
 #endif
@@ -236,6 +239,15 @@ __attribute__((unused)) static int tp_execute(void *ctx, void *prog, int n_input
             host->kernels_to_host(c->k, outputs[i].data, node_value(p, id, n_inputs, inputs), node_bytes(g, id), err);
         if (rc != TR_OK) return rc;
     }
+#if defined(TP_VARIANT_WRONG)
+    /* A backend that runs but computes a wrong number: its first f32 output is 1% off,
+     * which the harness's agreement check must catch. */
+    if (n_outputs > 0 && outputs[0].dtype == TR_DTYPE_F32) {
+        int64_t n = 1;
+        for (int d = 0; d < outputs[0].ndim; d++) n *= outputs[0].shape[d];
+        for (int64_t i = 0; i < n; i++) ((float *)outputs[0].data)[i] *= 1.01f;
+    }
+#endif
     return TR_OK;
 }
 
