@@ -171,6 +171,38 @@ static void test_alloc_peak(void **state) {
     assert_int_equal(d.live, 0);
 }
 
+/* hold: a cached block taken back into use by name, counted neither as hit nor miss;
+ * a block in use is refused. */
+static void test_alloc_hold(void **state) {
+    (void)state;
+    struct fake_device d = {0};
+    struct tr_torch_allocator *a = make_allocator(&d);
+    struct tr_torch_allocator_stats st;
+    struct tr_torch_block *b1, *b2, *b3;
+    struct tr_error err = {0};
+    assert_int_equal(tr_torch_allocator_alloc(a, 600, &b1, &err), TR_OK);
+    assert_int_equal(tr_torch_allocator_alloc(a, 700, &b2, &err), TR_OK);
+    assert_int_equal(tr_torch_allocator_alloc(a, 800, &b3, &err), TR_OK);
+    tr_torch_allocator_release(a, b1);
+    tr_torch_allocator_release(a, b2);
+    tr_torch_allocator_release(a, b3);
+    tr_torch_allocator_reset_counters(a);
+    assert_int_equal(tr_torch_allocator_hold(a, b2, &err), TR_OK); /* from the middle of the free list */
+    assert_true(b2->in_use);
+    assert_int_equal(tr_torch_allocator_hold(a, b2, &err), TR_ERR_INVALID);
+    tr_torch_allocator_get_stats(a, &st);
+    assert_int_equal(st.hits + st.misses, 0);
+    assert_int_equal(st.n_cached, 2);
+    assert_int_equal(st.in_use_bytes, 1024);
+    struct tr_torch_block *x, *y, *z;
+    assert_int_equal(tr_torch_allocator_alloc(a, 900, &x, &err), TR_OK);
+    assert_int_equal(tr_torch_allocator_alloc(a, 900, &y, &err), TR_OK);
+    assert_int_equal(tr_torch_allocator_alloc(a, 900, &z, &err), TR_OK);
+    assert_true(x != b2 && y != b2 && z != b2); /* a held block is never served */
+    tr_torch_allocator_free(a);
+    assert_int_equal(d.live, 0);
+}
+
 /* A step's pattern of requests and releases, repeated: the second time is all hits, and
  * what is live at once never shares memory. */
 static void test_alloc_two_steps(void **state) {
@@ -485,8 +517,10 @@ static void test_options_refused(void **state) {
     struct tr_plugin *p = open_torch();
     struct tr_option typo = {.key = "mdoe", .value = "eager", .file = "conf/x.ini", .line = 7};
     expect_init_refused(p, &typo, 1, "conf/x.ini:7: [backend.torch] unknown key 'mdoe'", "keys: mode");
-    struct tr_option ro = {.key = "mode", .value = "reduce-overhead", .file = "conf/x.ini", .line = 8};
-    expect_init_refused(p, &ro, 1, "conf/x.ini:8: [backend.torch] mode = reduce-overhead", "not implemented yet");
+    struct tr_option wu = {.key = "warmup_steps", .value = "-1", .file = "conf/x.ini", .line = 8};
+    expect_init_refused(p, &wu, 1, "conf/x.ini:8: [backend.torch] warmup_steps = '-1'", "integer from 0");
+    struct tr_option wu2 = {.key = "warmup_steps", .value = "2x", .file = "conf/x.ini", .line = 8};
+    expect_init_refused(p, &wu2, 1, "[backend.torch] warmup_steps = '2x'", NULL);
     struct tr_option bad = {.key = "mode", .value = "fast", .file = "conf/x.ini", .line = 9};
     expect_init_refused(p, &bad, 1, "conf/x.ini:9: [backend.torch] mode = 'fast'", "expected eager");
     struct tr_option thr = {.key = "threads", .value = "lots", .file = "conf/x.ini", .line = 10};
@@ -591,6 +625,7 @@ int main(void) {
         cmocka_unit_test(test_alloc_round),
         cmocka_unit_test(test_alloc_reuse),
         cmocka_unit_test(test_alloc_peak),
+        cmocka_unit_test(test_alloc_hold),
         cmocka_unit_test(test_alloc_two_steps),
         cmocka_unit_test(test_alloc_out_of_memory),
         cmocka_unit_test(test_end_to_end),

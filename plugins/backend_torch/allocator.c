@@ -150,6 +150,19 @@ int tr_torch_allocator_alloc(struct tr_torch_allocator *a, size_t nbytes, struct
     return TR_OK;
 }
 
+int tr_torch_allocator_hold(struct tr_torch_allocator *a, struct tr_torch_block *b, struct tr_error *err) {
+    struct tr_torch_pool *pool = b && !b->in_use ? pool_get(a, b->size) : NULL;
+    struct tr_torch_block **link = pool ? &pool->free_list : NULL;
+    while (link && *link && *link != b) link = &(*link)->next;
+    if (!link || !*link)
+        return tr_error_set(err, TR_ERR_INVALID, "torch allocator: block %p is not a cached block of this allocator",
+                            b ? b->ptr : NULL);
+    *link = b->next;
+    a->st.n_cached--;
+    in_use_push(a, b);
+    return TR_OK;
+}
+
 void tr_torch_allocator_release(struct tr_torch_allocator *a, struct tr_torch_block *b) {
     if (!b || !b->in_use) return;
     if (b->prev) b->prev->next = b->next;

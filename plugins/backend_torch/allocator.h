@@ -68,6 +68,10 @@ void tr_torch_allocator_free(struct tr_torch_allocator *a);
  * refuses even after the cache was emptied. */
 int tr_torch_allocator_alloc(struct tr_torch_allocator *a, size_t nbytes, struct tr_torch_block **out,
                              struct tr_error *err);
+/* Takes b, a block on its class's free list, back into use without counting a hit or a
+ * miss: how a recorded step keeps for good the blocks it was served (reduce-overhead).
+ * TR_ERR_INVALID when b is not on a free list of this allocator. */
+int tr_torch_allocator_hold(struct tr_torch_allocator *a, struct tr_torch_block *b, struct tr_error *err);
 /* Back to its class's free list. NULL is a no-op. */
 void tr_torch_allocator_release(struct tr_torch_allocator *a, struct tr_torch_block *b);
 /* Hands every cached (not in use) block back to the device. */

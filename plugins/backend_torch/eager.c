@@ -13,58 +13,17 @@
  * the graph's weights: zero copy on the cpu). A buffer's refcount is the number of live
  * nodes rooted in it; a node dies when its last consumer has run (graph outputs after
  * they were copied out), and the buffer goes back to its pool when its count reaches 0.
+ *
+ * mode = reduce-overhead (replay.c) uses this walk for its warm-up steps and, once, to
+ * record the step it then replays.
  */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "allocator.h"
-#include "torch.h"
-#include "trident/kernels.h"
+#include "program.h"
 
-enum torch_kind {
-    TORCH_INPUT,        /* bound to the caller's tensor */
-    TORCH_WEIGHT,       /* PARAM or CONST: the graph's host data */
-    TORCH_VIEW,         /* RESHAPE: its input's buffer */
-    TORCH_KERNEL,       /* one kernel call into a pool block */
-};
-
-struct torch_node {
-    int op;
-    enum torch_kind kind;
-    int in_off, n_in;               /* into prog->in_ids */
-    int root;                       /* node whose buffer holds the data */
-    int uses;                       /* consumer edges + times it is a graph output */
-    struct tr_attrs attrs;
-    struct tr_tensor t;             /* shape, dtype, strides; data bound per step */
-    size_t nbytes;
-};
-
-struct tr_torch_program {
-    struct tr_torch_context *ctx;
-    tr_graph_t g;                   /* for node names in messages; alive until program_free */
-    int n_nodes;
-    struct torch_node *nodes;
-    int *in_ids;
-    int n_graph_in, n_graph_out;
-    int *graph_in, *graph_out;      /* node ids */
-    struct tr_kernels *k;
-    struct tr_torch_allocator *pool;
-    uint64_t weight_bytes;
-
-    /* per step */
-    void **data;                    /* per node */
-    int *pending;                   /* consumers still to run, per node */
-    int *refs;                      /* live nodes per root */
-    struct tr_torch_block **blocks; /* per root; NULL when it holds none */
-    struct tr_tensor *args;         /* the bound inputs of one call */
-    int max_in;
-
-    /* last execute */
-    uint64_t kernel_calls, hits, misses;
-};
-
-static const char *node_name(const struct tr_torch_program *p, int id) {
+const char *tr_torch_node_name(const struct tr_torch_program *p, int id) {
     const char *s = p->ctx->host->node_name(p->g, id);
     return s ? s : "";
 }
@@ -83,14 +42,14 @@ static int read_node(struct tr_torch_program *p, int id, int *n_edges, struct tr
     char sh[128];
     n->op = h->node_op(p->g, id);
     if (n->op < 0 || n->op >= TR_OP_COUNT)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "torch: node %d '%s': unknown op %d", id, node_name(p, id), n->op);
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "torch: node %d '%s': unknown op %d", id, tr_torch_node_name(p, id), n->op);
     int dtype = h->node_dtype(p->g, id), ndim = h->node_ndim(p->g, id);
     const int64_t *shape = h->node_shape(p->g, id);
     if (tr_dtype_size((enum tr_dtype)dtype) == 0 || ndim < 0 || ndim > TR_MAX_DIMS || (ndim > 0 && !shape))
         return tr_error_set(err, TR_ERR_INVALID, "torch: node %d %s '%s': dtype %d with %d dimensions", id,
-                            tr_op_name(n->op), node_name(p, id), dtype, ndim);
+                            tr_op_name(n->op), tr_torch_node_name(p, id), dtype, ndim);
     int rc = tr_tensor_make(&n->t, NULL, (enum tr_dtype)dtype, ndim, shape, err);
-    if (rc != TR_OK) return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(n->op), node_name(p, id));
+    if (rc != TR_OK) return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(n->op), tr_torch_node_name(p, id));
     n->t.device = p->ctx->device_type;
     n->t.device_index = p->ctx->device_index;
     n->nbytes = tr_tensor_nbytes(&n->t);
@@ -100,7 +59,7 @@ static int read_node(struct tr_torch_program *p, int id, int *n_edges, struct tr
     n->n_in = h->node_n_inputs(p->g, id);
     if (n->n_in < 0 || (n->op == TR_OP_RESHAPE && n->n_in != 1))
         return tr_error_set(err, TR_ERR_INVALID, "torch: node %d %s '%s': %d inputs", id, tr_op_name(n->op),
-                            node_name(p, id), n->n_in);
+                            tr_torch_node_name(p, id), n->n_in);
     n->root = id;
     *n_edges += n->n_in;
 
@@ -113,12 +72,15 @@ static int read_node(struct tr_torch_program *p, int id, int *n_edges, struct tr
             return tr_error_set(err, TR_ERR_INVALID,
                                 "torch: node %d %s '%s' %s%s has no data (bind it with tr_graph_bind_param or "
                                 "load weights before compile)",
-                                id, tr_op_name(n->op), node_name(p, id), tr_dtype_name((enum tr_dtype)dtype),
+                                id, tr_op_name(n->op), tr_torch_node_name(p, id), tr_dtype_name((enum tr_dtype)dtype),
                                 tr_shape_str(ndim, shape, sh, sizeof sh));
         p->weight_bytes += n->nbytes;
         break;
     case TR_OP_RESHAPE: n->kind = TORCH_VIEW; break;
-    default: n->kind = TORCH_KERNEL; break;
+    default:
+        n->kind = TORCH_KERNEL;
+        p->n_kernel_nodes++;
+        break;
     }
     return TR_OK;
 }
@@ -134,7 +96,7 @@ static int read_edges(struct tr_torch_program *p, struct tr_error *err) {
             int src = h->node_input(p->g, id, i);
             if (src < 0 || src >= id)
                 return tr_error_set(err, TR_ERR_INVALID, "torch: node %d %s '%s': input %d is node %d (expected 0..%d)",
-                                    id, tr_op_name(n->op), node_name(p, id), i, src, id - 1);
+                                    id, tr_op_name(n->op), tr_torch_node_name(p, id), i, src, id - 1);
             p->in_ids[n->in_off + i] = src;
             p->nodes[src].uses++;
         }
@@ -142,7 +104,7 @@ static int read_edges(struct tr_torch_program *p, struct tr_error *err) {
             const struct torch_node *src = &p->nodes[p->in_ids[n->in_off]];
             if (src->nbytes != n->nbytes)
                 return tr_error_set(err, TR_ERR_SHAPE, "torch: node %d reshape '%s': %zu bytes from %zu bytes", id,
-                                    node_name(p, id), n->nbytes, src->nbytes);
+                                    tr_torch_node_name(p, id), n->nbytes, src->nbytes);
             n->root = src->root;
         }
     }
@@ -243,6 +205,7 @@ fail:
 
 void tr_torch_program_free(struct tr_torch_program *p) {
     if (!p) return;
+    tr_torch_replay_free(p); /* its bound calls point into the pool's blocks */
     tr_torch_allocator_free(p->pool); /* before the kernels context that its blocks came from */
     if (p->k) tr_kernels_free(p->k);
     free(p->nodes);
@@ -267,16 +230,30 @@ static int check_io(const struct tr_torch_program *p, const char *what, int i, i
     for (int d = 0; same && d < n->t.ndim; d++) same = t->shape[d] == n->t.shape[d];
     if (!same)
         return tr_error_set(err, TR_ERR_SHAPE, "torch: %s %d ('%s'): got %s%s, expected %s%s", what, i,
-                            node_name(p, id), tr_dtype_name((enum tr_dtype)t->dtype),
+                            tr_torch_node_name(p, id), tr_dtype_name((enum tr_dtype)t->dtype),
                             tr_shape_str(t->ndim, t->shape, got, sizeof got), tr_dtype_name((enum tr_dtype)n->t.dtype),
                             tr_shape_str(n->t.ndim, n->t.shape, want, sizeof want));
     if (!t->data && n->nbytes > 0)
-        return tr_error_set(err, TR_ERR_INVALID, "torch: %s %d ('%s') has no data", what, i, node_name(p, id));
+        return tr_error_set(err, TR_ERR_INVALID, "torch: %s %d ('%s') has no data", what, i, tr_torch_node_name(p, id));
     if (!tr_tensor_is_contiguous(t))
-        return tr_error_set(err, TR_ERR_INVALID, "torch: %s %d ('%s') is not contiguous", what, i, node_name(p, id));
+        return tr_error_set(err, TR_ERR_INVALID, "torch: %s %d ('%s') is not contiguous", what, i,
+                            tr_torch_node_name(p, id));
     if (t->device != TR_DEVICE_CPU)
         return tr_error_set(err, TR_ERR_INVALID, "torch: %s %d ('%s') is not in host memory", what, i,
-                            node_name(p, id));
+                            tr_torch_node_name(p, id));
+    return TR_OK;
+}
+
+int tr_torch_check_args(const struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs,
+                        int n_outputs, const struct tr_tensor *outputs, struct tr_error *err) {
+    int rc;
+    if (n_inputs != p->n_graph_in || n_outputs != p->n_graph_out)
+        return tr_error_set(err, TR_ERR_INVALID, "torch: execute with %d inputs and %d outputs, the graph has %d and %d",
+                            n_inputs, n_outputs, p->n_graph_in, p->n_graph_out);
+    for (int i = 0; i < n_inputs; i++)
+        if ((rc = check_io(p, "input", i, p->graph_in[i], &inputs[i], err)) != TR_OK) return rc;
+    for (int i = 0; i < n_outputs; i++)
+        if ((rc = check_io(p, "output", i, p->graph_out[i], &outputs[i], err)) != TR_OK) return rc;
     return TR_OK;
 }
 
@@ -289,7 +266,7 @@ static void node_drop(struct tr_torch_program *p, int id) {
     }
 }
 
-static void release_all(struct tr_torch_program *p) {
+void tr_torch_release_all(struct tr_torch_program *p) {
     for (int id = 0; id < p->n_nodes; id++) {
         if (p->blocks[id]) tr_torch_allocator_release(p->pool, p->blocks[id]);
         p->blocks[id] = NULL;
@@ -311,7 +288,7 @@ static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
     case TORCH_KERNEL: {
         int rc = tr_torch_allocator_alloc(p->pool, n->nbytes, &p->blocks[id], err);
         if (rc != TR_OK)
-            return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(n->op), node_name(p, id));
+            return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(n->op), tr_torch_node_name(p, id));
         p->refs[id] = 1;
         p->data[id] = p->blocks[id]->ptr;
         for (int i = 0; i < n->n_in; i++) {
@@ -321,9 +298,10 @@ static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
         struct tr_tensor out = n->t;
         out.data = p->data[id];
         p->kernel_calls++;
-        rc = tr_kernels_run(p->k, n->op, &n->attrs, n->n_in, p->args, &out, err);
+        if (p->rp.recording) rc = tr_torch_record_call(p, id, &out, err);
+        else rc = tr_kernels_run(p->k, n->op, &n->attrs, n->n_in, p->args, &out, err);
         if (rc != TR_OK)
-            return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(n->op), node_name(p, id));
+            return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(n->op), tr_torch_node_name(p, id));
         break;
     }
     }
@@ -333,32 +311,37 @@ static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
     return TR_OK;
 }
 
-static int execute_steps(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
-                         struct tr_tensor *outputs, struct tr_error *err) {
+int tr_torch_walk(struct tr_torch_program *p, struct tr_error *err) {
     int rc;
-    if (n_inputs != p->n_graph_in || n_outputs != p->n_graph_out)
-        return tr_error_set(err, TR_ERR_INVALID, "torch: execute with %d inputs and %d outputs, the graph has %d and %d",
-                            n_inputs, n_outputs, p->n_graph_in, p->n_graph_out);
-    for (int i = 0; i < n_inputs; i++) {
-        if ((rc = check_io(p, "input", i, p->graph_in[i], &inputs[i], err)) != TR_OK) return rc;
-        p->data[p->graph_in[i]] = inputs[i].data;
-    }
-    for (int i = 0; i < n_outputs; i++)
-        if ((rc = check_io(p, "output", i, p->graph_out[i], &outputs[i], err)) != TR_OK) return rc;
     for (int id = 0; id < p->n_nodes; id++) p->pending[id] = p->nodes[id].uses;
-
     for (int id = 0; id < p->n_nodes; id++)
         if ((rc = run_node(p, id, err)) != TR_OK) return rc;
+    return TR_OK;
+}
 
+int tr_torch_copy_outputs(struct tr_torch_program *p, int n_outputs, struct tr_tensor *outputs, struct tr_error *err) {
+    int rc;
     for (int i = 0; i < n_outputs; i++) {
         int id = p->graph_out[i];
         if (p->nodes[id].nbytes > 0 &&
             (rc = tr_kernels_to_host(p->k, outputs[i].data, p->data[id], p->nodes[id].nbytes, err)) != TR_OK)
-            return tr_error_prefix(err, "torch: output %d ('%s')", i, node_name(p, id));
+            return tr_error_prefix(err, "torch: output %d ('%s')", i, tr_torch_node_name(p, id));
     }
     for (int i = 0; i < n_outputs; i++)
         if (--p->pending[p->graph_out[i]] == 0) node_drop(p, p->graph_out[i]);
     return TR_OK;
+}
+
+int tr_torch_execute_eager(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
+                           struct tr_tensor *outputs, struct tr_error *err) {
+    int rc = tr_torch_check_args(p, n_inputs, inputs, n_outputs, outputs, err);
+    if (rc != TR_OK) return rc;
+    for (int i = 0; i < n_inputs; i++) p->data[p->graph_in[i]] = inputs[i].data;
+    if ((rc = tr_torch_walk(p, err)) == TR_OK) rc = tr_torch_copy_outputs(p, n_outputs, outputs, err);
+    /* Everything goes back to the pools, after a failure too, so the next step starts
+     * from the same state. */
+    tr_torch_release_all(p);
+    return rc;
 }
 
 int tr_torch_execute(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
@@ -372,11 +355,10 @@ int tr_torch_execute(struct tr_torch_program *p, int n_inputs, const struct tr_t
      * run with theirs. */
     int saved_threads = omp_get_max_threads();
     if (p->ctx->threads > 0) omp_set_num_threads(p->ctx->threads);
-    int rc = execute_steps(p, n_inputs, inputs, n_outputs, outputs, err);
+    int rc = p->ctx->mode == TR_TORCH_MODE_REDUCE_OVERHEAD
+                 ? tr_torch_ro_execute(p, n_inputs, inputs, n_outputs, outputs, err)
+                 : tr_torch_execute_eager(p, n_inputs, inputs, n_outputs, outputs, err);
     if (p->ctx->threads > 0) omp_set_num_threads(saved_threads);
-    /* Everything goes back to the pools, after a failure too, so the next step starts
-     * from the same state. */
-    release_all(p);
     struct tr_torch_allocator_stats st;
     tr_torch_allocator_get_stats(p->pool, &st);
     p->hits = st.hits;
@@ -385,7 +367,7 @@ int tr_torch_execute(struct tr_torch_program *p, int n_inputs, const struct tr_t
 }
 
 /* "812 B", "12.3 KiB", "4.0 MiB": tiny test graphs and BERT-base both read well. */
-static const char *human_bytes(uint64_t n, char *buf, size_t size) {
+const char *tr_torch_human_bytes(uint64_t n, char *buf, size_t size) {
     if (n < 1024) snprintf(buf, size, "%llu B", (unsigned long long)n);
     else if (n < (1u << 20)) snprintf(buf, size, "%.1f KiB", (double)n / 1024);
     else snprintf(buf, size, "%.1f MiB", (double)n / (1 << 20));
@@ -400,9 +382,13 @@ void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_
     st->alloc_hits = p->hits;
     st->alloc_misses = p->misses;
     st->peak_bytes = p->weight_bytes + a.peak_bytes;
-    st->arena_bytes = 0;
-    snprintf(st->notes, sizeof st->notes, "pool %s in %llu blocks, %llu size classes (peak %s); weights %s in place",
-             human_bytes(a.reserved_bytes, pool, sizeof pool), (unsigned long long)a.n_blocks,
-             (unsigned long long)a.n_classes, human_bytes(a.peak_bytes, peak, sizeof peak),
-             human_bytes(p->weight_bytes, weights, sizeof weights));
+    st->arena_bytes = p->rp.recorded ? p->rp.static_bytes : 0;
+    st->notes[0] = '\0';
+    if (p->ctx->mode == TR_TORCH_MODE_REDUCE_OVERHEAD) tr_torch_replay_notes(p, st->notes, sizeof st->notes);
+    size_t len = strlen(st->notes);
+    snprintf(st->notes + len, sizeof st->notes - len,
+             "pool %s in %llu blocks, %llu size classes (peak %s); weights %s in place",
+             tr_torch_human_bytes(a.reserved_bytes, pool, sizeof pool), (unsigned long long)a.n_blocks,
+             (unsigned long long)a.n_classes, tr_torch_human_bytes(a.peak_bytes, peak, sizeof peak),
+             tr_torch_human_bytes(p->weight_bytes, weights, sizeof weights));
 }

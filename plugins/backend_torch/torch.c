@@ -6,7 +6,7 @@
 #include "torch.h"
 #include "trident/kernels.h"
 
-#define TORCH_KEYS "mode, threads"
+#define TORCH_KEYS "mode, threads, warmup_steps"
 #define TORCH_MAX_THREADS 1024
 
 /* The host's table, kept from tr_backend_entry for as long as the plugin is loaded. */
@@ -26,11 +26,10 @@ static int parse_mode(const struct tr_option *o, enum tr_torch_mode *mode, struc
         *mode = TR_TORCH_MODE_EAGER;
         return TR_OK;
     }
-    if (strcmp(o->value, "reduce-overhead") == 0)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED,
-                            "%s[backend.torch] mode = reduce-overhead is not implemented yet "
-                            "(only mode = eager for now)",
-                            option_where(o, w, sizeof w));
+    if (strcmp(o->value, "reduce-overhead") == 0) {
+        *mode = TR_TORCH_MODE_REDUCE_OVERHEAD;
+        return TR_OK;
+    }
     return tr_error_set(err, TR_ERR_INVALID, "%s[backend.torch] mode = '%s': expected eager or reduce-overhead",
                         option_where(o, w, sizeof w), o->value);
 }
@@ -48,6 +47,21 @@ static int parse_threads(const struct tr_option *o, int *threads, struct tr_erro
     return TR_OK;
 }
 
+/* Eager steps before reduce-overhead records one. Taken (and ignored) in eager mode too,
+ * since one [backend.torch] section serves both `torch` and `torch:reduce-overhead`. */
+static int parse_warmup(const struct tr_option *o, int *steps, struct tr_error *err) {
+    char w[512], *end = NULL;
+    errno = 0;
+    long v = strtol(o->value, &end, 10);
+    if (errno || end == o->value || *end != '\0' || v < 0 || v > TR_TORCH_WARMUP_MAX)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s[backend.torch] warmup_steps = '%s': expected an integer from 0 to %d (eager steps "
+                            "before mode = reduce-overhead records one)",
+                            option_where(o, w, sizeof w), o->value, TR_TORCH_WARMUP_MAX);
+    *steps = (int)v;
+    return TR_OK;
+}
+
 /* Every key is checked before any is used, and a key given twice with different values
  * is refused (a mode from `backends = torch:MODE` and one in [backend.torch] disagreeing
  * is a mistake to show, not to resolve silently). */
@@ -61,6 +75,7 @@ static int parse_options(const struct tr_option *opts, int n, struct tr_torch_co
         int rc;
         if (strcmp(o->key, "mode") == 0) rc = parse_mode(o, &c->mode, err);
         else if (strcmp(o->key, "threads") == 0) rc = parse_threads(o, &c->threads, err);
+        else if (strcmp(o->key, "warmup_steps") == 0) rc = parse_warmup(o, &c->warmup_steps, err);
         else
             return tr_error_set(err, TR_ERR_INVALID, "%s[backend.torch] unknown key '%s' (keys: " TORCH_KEYS ")",
                                 option_where(o, w, sizeof w), o->key);
@@ -86,6 +101,7 @@ static int torch_init(const struct tr_host_api *host, const struct tr_backend_pa
         .device_index = 0,
         .mode = TR_TORCH_MODE_EAGER,
         .threads = 0,
+        .warmup_steps = TR_TORCH_WARMUP_DEFAULT,
     };
     if (!c.host) return tr_error_set(err, TR_ERR_PLUGIN, "torch: init called without a host table");
     if (params) {
@@ -150,7 +166,9 @@ static int torch_get_stats(void *ctx, void *prog, struct tr_backend_stats *st, s
     st->struct_size = sizeof *st;
     st->abi_version = TR_ABI_VERSION;
     if (prog) tr_torch_program_stats(prog, st);
-    snprintf(st->mode, sizeof st->mode, "eager");
+    const struct tr_torch_context *c = ctx;
+    snprintf(st->mode, sizeof st->mode, "%s",
+             c && c->mode == TR_TORCH_MODE_REDUCE_OVERHEAD ? "reduce-overhead" : "eager");
     return TR_OK;
 }
 
@@ -158,7 +176,8 @@ static const struct tr_backend_i torch_iface = {
     .struct_size = sizeof(struct tr_backend_i),
     .abi_version = TR_ABI_VERSION,
     .name = "torch",
-    .description = "PyTorch style: eager op-by-op kernel calls, outputs from a caching allocator",
+    .description = "PyTorch style: eager op-by-op kernel calls, outputs from a caching allocator; "
+                   "mode = reduce-overhead records a step once and replays it",
     .caps = TR_CAP_CPU | TR_CAP_F32 | TR_CAP_BF16,
     .init = torch_init,
     .free = torch_free,

@@ -3,6 +3,9 @@
  *   torch.c      the entry point, the vtable, options, init/free, supports_op, stats
  *   eager.c      compile (the graph read into the backend's own arrays) and the eager
  *                executor (one kernel call per node, outputs from the caching allocator)
+ *   replay.c     mode = reduce-overhead: warm-up, one step recorded as bound kernel
+ *                calls over static buffers, then replayed
+ *   program.h    the compiled program those two share
  *   allocator.c  the caching allocator (allocator.h)
  *
  * Nothing here is exported: the .so is built with hidden visibility and a version
@@ -16,7 +19,11 @@
 
 enum tr_torch_mode {
     TR_TORCH_MODE_EAGER = 0,
+    TR_TORCH_MODE_REDUCE_OVERHEAD = 1,  /* eager warm-up, one step recorded, then replayed */
 };
+
+#define TR_TORCH_WARMUP_DEFAULT 1
+#define TR_TORCH_WARMUP_MAX 1000000
 
 /* One initialised backend (the ctx of the vtable). */
 struct tr_torch_context {
@@ -25,6 +32,7 @@ struct tr_torch_context {
     int device_index;
     enum tr_torch_mode mode;
     int threads;                    /* OpenMP threads while executing; 0: leave as is */
+    int warmup_steps;               /* reduce-overhead: eager steps before the recording */
 };
 
 struct tr_torch_program;

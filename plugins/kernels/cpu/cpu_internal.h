@@ -40,6 +40,40 @@ struct tr_kernels {
 /* ---- matmul cache (matmul.c), released by tr_kernels_free ---- */
 void tr_cpu_matmul_cache_free(struct tr_kernels *k);
 
+/* ---- one op resolved (dispatch.c): the single validation path of tr_kernels_run and
+ * tr_kernels_bind ----
+ * tr_cpu_resolve checks everything tr_kernels_run checks before a kernel is entered
+ * (context, op, arity, attributes, the op-specific rules of dispatch), fills the
+ * defaults ops.h gives (matmul alpha 1, attention scale 1/sqrt(D), slice bounds made
+ * python-style absolute: ints[0] axis, ints[1] start, ints[3] step) into `attrs`, and
+ * names the kernel: `invoke` runs it on argument arrays (tr_kernels_run), `bound` on a
+ * bound call (NULL for MATMUL and RESHAPE, which bind prepares itself). `fn` names the
+ * public function in messages about the call itself ("tr_kernels_run: unknown op 99").
+ * The kernel's own checks (shapes that must agree) run when it is entered. */
+typedef int (*tr_cpu_invoke_fn)(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
+                                const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+struct tr_cpu_op {
+    tr_cpu_invoke_fn invoke;
+    tr_kernel_fn bound;
+    struct tr_attrs attrs;
+};
+int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr_attrs *attrs, int n_in,
+                   const struct tr_tensor *in, const struct tr_tensor *out, struct tr_cpu_op *r,
+                   struct tr_error *err);
+/* RESHAPE's checks (dtype and element count), and its bound form: a copy, or nothing
+ * when in and out alias. Counts a call as tr_kernels_run does. */
+int tr_cpu_reshape_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+
+/* ---- matmul bound (matmul.c) ----
+ * Every check tr_k_matmul makes, then a oneDNN primitive created for the call (owned by
+ * it, outside the LRU cache) with its memory objects pointed at the call's tensors once,
+ * and the f16 conversion / scaled-bias scratch taken now, so the call allocates nothing.
+ * Sets c->fn and c->prepared; tr_cpu_matmul_unbind releases them. The call counts calls
+ * and gemm_calls; it does not touch the primitive cache's hit/miss counters. */
+int tr_cpu_matmul_bind(struct tr_kernels *k, struct tr_kernel_call *c, const struct tr_tensor *bias, enum tr_act act,
+                       struct tr_error *err);
+void tr_cpu_matmul_unbind(struct tr_kernel_call *c);
+
 /* ---- argument checks: each fills err as "<kernel>: <what>" and returns a status ---- */
 int tr_cpu_check_ctx(struct tr_kernels *k, const char *kname, struct tr_error *err);
 /* t non-NULL with data (numel > 0), contiguous, on the cpu. */

@@ -7,7 +7,9 @@
  * one 2-D GEMM). What remains broadcasts through oneDNN's size-1 batch dims.
  *
  * Primitives are created once per (shapes, strides, dtype, bias, act, alpha) and kept in
- * the context; past MM_CACHE_MAX the least recently used is dropped.
+ * the context; past MM_CACHE_MAX the least recently used is dropped. A bound call
+ * (tr_kernels_bind) gets a primitive of its own instead, made once at bind time with its
+ * memory objects already pointing at the call's tensors: the call is then the execute.
  *
  * oneDNN 2.6 applies the output scale after the bias (dst = scale·(acc + bias)), so when
  * both are present the bias handed to it is bias/alpha in f32. oneDNN 2.6 has no f16
@@ -337,15 +339,21 @@ static void fill_empty_k(struct tr_tensor *c, const struct tr_tensor *bias, enum
     }
 }
 
-int tr_k_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr_tensor *b, struct tr_tensor *c,
-                int trans_a, int trans_b, float alpha, const struct tr_tensor *bias, enum tr_act act,
-                struct tr_error *err) {
-    int st = tr_cpu_check_ctx(k, "matmul", err);
-    if (!st) st = tr_cpu_check_float(a, "matmul", "a", err);
-    if (!st) st = tr_cpu_check_float(b, "matmul", "b", err);
-    if (!st) st = tr_cpu_check_float(c, "matmul", "c", err);
-    if (st) return st;
-    k->stats.gemm_calls++;
+/* What one product needs once its arguments were checked: the primitive's key, the
+ * cases oneDNN is not called for, and the conversions around it. */
+struct mm_plan {
+    struct tr_mm_key key;
+    int empty;        /* c has no elements: nothing to do */
+    int empty_k;      /* K == 0: c = act(bias) */
+    int f16;          /* operands converted to f32 around the f32 primitive */
+    int scaled_bias;  /* the bias handed to oneDNN is bias/alpha in f32 */
+    int64_t N, na, nb, nc;
+};
+
+/* Every check of tr_k_matmul after its context and operand checks, and the plan. */
+static int mm_plan(const struct tr_tensor *a, const struct tr_tensor *b, const struct tr_tensor *c, int trans_a,
+                   int trans_b, float alpha, const struct tr_tensor *bias, enum tr_act act, struct mm_plan *pl,
+                   struct tr_error *err) {
     char d1[200], d2[200], d3[200];
     if (a->dtype != b->dtype || a->dtype != c->dtype)
         return tr_error_set(err, TR_ERR_SHAPE, "matmul: dtypes differ: a %s, b %s, c %s", tr_cpu_desc(a, d1, sizeof d1),
@@ -353,7 +361,7 @@ int tr_k_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr
     if ((unsigned)act > TR_ACT_SILU) return tr_error_set(err, TR_ERR_INVALID, "matmul: unknown activation %d", (int)act);
     if (!isfinite(alpha)) return tr_error_set(err, TR_ERR_INVALID, "matmul: alpha %g is not finite", (double)alpha);
     struct mm_layout L = {0};
-    st = mm_shapes(a, b, c, trans_a, trans_b, &L, err);
+    int st = mm_shapes(a, b, c, trans_a, trans_b, &L, err);
     if (st) return st;
     if (bias) {
         st = tr_cpu_check_float(bias, "matmul", "bias", err);
@@ -365,89 +373,224 @@ int tr_k_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr
             return tr_error_set(err, TR_ERR_SHAPE, "matmul: bias %s should be %s (as a) or f32",
                                 tr_cpu_desc(bias, d1, sizeof d1), tr_dtype_name((enum tr_dtype)a->dtype));
     }
-    if (tr_tensor_numel(c) == 0) return TR_OK;
-    if (L.K == 0) {
-        fill_empty_k(c, bias, act, L.N);
-        return TR_OK;
-    }
+    memset(pl, 0, sizeof *pl);
+    pl->N = L.N;
+    pl->na = tr_tensor_numel(a);
+    pl->nb = tr_tensor_numel(b);
+    pl->nc = tr_tensor_numel(c);
+    pl->empty = pl->nc == 0;
+    pl->empty_k = !pl->empty && L.K == 0;
 
     /* the key: batch axes then the matrix axes, with transposes as strides */
-    struct tr_mm_key key;
-    memset(&key, 0, sizeof key);
+    struct tr_mm_key *key = &pl->key;
     int nd = L.nb + 2;
-    key.ndims = nd;
+    key->ndims = nd;
     for (int i = 0; i < L.nb; i++) {
-        key.a_dims[i] = L.ba[i];
-        key.b_dims[i] = L.bb[i];
-        key.c_dims[i] = L.bc[i];
-        key.a_strides[i] = L.sa[i];
-        key.b_strides[i] = L.sb[i];
+        key->a_dims[i] = L.ba[i];
+        key->b_dims[i] = L.bb[i];
+        key->c_dims[i] = L.bc[i];
+        key->a_strides[i] = L.sa[i];
+        key->b_strides[i] = L.sb[i];
     }
-    key.a_dims[nd - 2] = L.M;
-    key.a_dims[nd - 1] = L.K;
-    key.a_strides[nd - 2] = trans_a ? 1 : L.K;
-    key.a_strides[nd - 1] = trans_a ? L.M : 1;
-    key.b_dims[nd - 2] = L.K;
-    key.b_dims[nd - 1] = L.N;
-    key.b_strides[nd - 2] = trans_b ? 1 : L.N;
-    key.b_strides[nd - 1] = trans_b ? L.K : 1;
-    key.c_dims[nd - 2] = L.M;
-    key.c_dims[nd - 1] = L.N;
-    int f16 = a->dtype == TR_DTYPE_F16;
-    key.dtype = f16 ? TR_DTYPE_F32 : a->dtype;
-    key.act = act;
-    key.alpha = alpha;
-    int scaled_bias = bias && (alpha != 1.0f || (f16 && bias->dtype == TR_DTYPE_F16));
-    key.bias_dtype = !bias ? -1 : scaled_bias ? TR_DTYPE_F32 : bias->dtype;
+    key->a_dims[nd - 2] = L.M;
+    key->a_dims[nd - 1] = L.K;
+    key->a_strides[nd - 2] = trans_a ? 1 : L.K;
+    key->a_strides[nd - 1] = trans_a ? L.M : 1;
+    key->b_dims[nd - 2] = L.K;
+    key->b_dims[nd - 1] = L.N;
+    key->b_strides[nd - 2] = trans_b ? 1 : L.N;
+    key->b_strides[nd - 1] = trans_b ? L.K : 1;
+    key->c_dims[nd - 2] = L.M;
+    key->c_dims[nd - 1] = L.N;
+    pl->f16 = a->dtype == TR_DTYPE_F16;
+    key->dtype = pl->f16 ? TR_DTYPE_F32 : a->dtype;
+    key->act = act;
+    key->alpha = alpha;
+    pl->scaled_bias = bias && (alpha != 1.0f || (pl->f16 && bias->dtype == TR_DTYPE_F16));
+    key->bias_dtype = !bias ? -1 : pl->scaled_bias ? TR_DTYPE_F32 : bias->dtype;
+    return TR_OK;
+}
 
-    struct tr_mm_entry *e = lookup(k, &key, err);
-    if (!e) return err ? err->status : TR_ERR_UNSUPPORTED;
+/* Scratch for the f16 conversions (na, nb, nc floats) and the scaled bias (N floats). */
+struct mm_scratch {
+    float *ta, *tb, *tc, *tbias;
+};
 
-    /* f16 operands converted to f32; the bias pre-divided by alpha (see the top) */
-    void *pa = a->data, *pb = b->data, *pc = c->data, *pbias = bias ? bias->data : NULL;
-    float *ta = NULL, *tb = NULL, *tc = NULL, *tbias = NULL;
-    int64_t na = tr_tensor_numel(a), nbn = tr_tensor_numel(b), ncn = tr_tensor_numel(c);
-    if (f16) {
-        ta = malloc(sizeof(float) * (size_t)na);
-        tb = malloc(sizeof(float) * (size_t)nbn);
-        tc = malloc(sizeof(float) * (size_t)ncn);
-        if (!ta || !tb || !tc) {
-            st = tr_error_set(err, TR_ERR_NOMEM, "matmul: no memory for the f16->f32 copies of a, b, c");
-            goto done;
+static void scratch_free(struct mm_scratch *s) {
+    free(s->ta);
+    free(s->tb);
+    free(s->tc);
+    free(s->tbias);
+    memset(s, 0, sizeof *s);
+}
+
+static int scratch_alloc(const struct mm_plan *pl, struct mm_scratch *s, struct tr_error *err) {
+    memset(s, 0, sizeof *s);
+    if (pl->f16) {
+        s->ta = malloc(sizeof(float) * (size_t)pl->na);
+        s->tb = malloc(sizeof(float) * (size_t)pl->nb);
+        s->tc = malloc(sizeof(float) * (size_t)pl->nc);
+        if (!s->ta || !s->tb || !s->tc) {
+            scratch_free(s);
+            return tr_error_set(err, TR_ERR_NOMEM, "matmul: no memory for the f16->f32 copies of a, b, c");
         }
-        convert_to_f32(ta, a->data, a->dtype, na);
-        convert_to_f32(tb, b->data, b->dtype, nbn);
-        pa = ta;
-        pb = tb;
-        pc = tc;
     }
-    if (scaled_bias) {
-        tbias = malloc(sizeof(float) * (size_t)L.N);
-        if (!tbias) {
-            st = tr_error_set(err, TR_ERR_NOMEM, "matmul: no memory for the scaled bias");
-            goto done;
+    if (pl->scaled_bias) {
+        s->tbias = malloc(sizeof(float) * (size_t)pl->N);
+        if (!s->tbias) {
+            scratch_free(s);
+            return tr_error_set(err, TR_ERR_NOMEM, "matmul: no memory for the scaled bias");
         }
-        for (int64_t i = 0; i < L.N; i++) tbias[i] = tr_cpu_get_f32(bias->data, bias->dtype, i) / alpha;
-        pbias = tbias;
     }
-    dnnl_status_t s = dnnl_memory_set_data_handle(e->a, pa);
-    if (!s) s = dnnl_memory_set_data_handle(e->b, pb);
-    if (!s) s = dnnl_memory_set_data_handle(e->c, pc);
-    if (!s && e->bias) s = dnnl_memory_set_data_handle(e->bias, pbias);
+    return TR_OK;
+}
+
+/* Point the primitive's memory objects at the operands (or their f32 copies). */
+static dnnl_status_t set_handles(const struct tr_mm_entry *e, const struct mm_scratch *s, const struct tr_tensor *a,
+                                 const struct tr_tensor *b, const struct tr_tensor *c, const struct tr_tensor *bias) {
+    dnnl_status_t st = dnnl_memory_set_data_handle(e->a, s->ta ? (void *)s->ta : a->data);
+    if (!st) st = dnnl_memory_set_data_handle(e->b, s->tb ? (void *)s->tb : b->data);
+    if (!st) st = dnnl_memory_set_data_handle(e->c, s->tc ? (void *)s->tc : c->data);
+    if (!st && e->bias) st = dnnl_memory_set_data_handle(e->bias, s->tbias ? (void *)s->tbias : bias->data);
+    return st;
+}
+
+/* The product with handles already set: conversions in, the primitive, conversions out.
+ * The bias is read at every call (weights may be updated in place between steps). */
+static int mm_execute(struct tr_kernels *k, const struct tr_mm_entry *e, const struct mm_plan *pl,
+                      const struct mm_scratch *s, const struct tr_tensor *a, const struct tr_tensor *b,
+                      const struct tr_tensor *c, const struct tr_tensor *bias, float alpha, struct tr_error *err) {
+    if (pl->f16) {
+        convert_to_f32(s->ta, a->data, a->dtype, pl->na);
+        convert_to_f32(s->tb, b->data, b->dtype, pl->nb);
+    }
+    if (pl->scaled_bias)
+        for (int64_t i = 0; i < pl->N; i++) s->tbias[i] = tr_cpu_get_f32(bias->data, bias->dtype, i) / alpha;
     dnnl_exec_arg_t args[4] = {
         {DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}, {DNNL_ARG_BIAS, e->bias}};
-    if (!s) s = dnnl_primitive_execute(e->prim, (dnnl_stream_t)k->stream, e->bias ? 4 : 3, args);
-    if (!s) s = dnnl_stream_wait((dnnl_stream_t)k->stream);
-    if (s) {
-        st = tr_error_set(err, TR_ERR_DEVICE, "matmul: oneDNN execution failed for a %s, b %s (status %d)",
-                          tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), (int)s);
-        goto done;
+    dnnl_status_t st = dnnl_primitive_execute(e->prim, (dnnl_stream_t)k->stream, e->bias ? 4 : 3, args);
+    if (!st) st = dnnl_stream_wait((dnnl_stream_t)k->stream);
+    if (st) {
+        char d1[200], d2[200];
+        return tr_error_set(err, TR_ERR_DEVICE, "matmul: oneDNN execution failed for a %s, b %s (status %d)",
+                            tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), (int)st);
     }
-    if (f16) convert_from_f32(c->data, c->dtype, tc, ncn);
-done:
-    free(ta);
-    free(tb);
-    free(tc);
-    free(tbias);
+    if (pl->f16) convert_from_f32(c->data, c->dtype, s->tc, pl->nc);
+    return TR_OK;
+}
+
+static int check_operands(const struct tr_tensor *a, const struct tr_tensor *b, const struct tr_tensor *c,
+                          struct tr_error *err) {
+    int st = tr_cpu_check_float(a, "matmul", "a", err);
+    if (!st) st = tr_cpu_check_float(b, "matmul", "b", err);
+    if (!st) st = tr_cpu_check_float(c, "matmul", "c", err);
     return st;
+}
+
+int tr_k_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr_tensor *b, struct tr_tensor *c,
+                int trans_a, int trans_b, float alpha, const struct tr_tensor *bias, enum tr_act act,
+                struct tr_error *err) {
+    int st = tr_cpu_check_ctx(k, "matmul", err);
+    if (!st) st = check_operands(a, b, c, err);
+    if (st) return st;
+    k->stats.gemm_calls++;
+    struct mm_plan pl;
+    if ((st = mm_plan(a, b, c, trans_a, trans_b, alpha, bias, act, &pl, err)) != TR_OK) return st;
+    if (pl.empty) return TR_OK;
+    if (pl.empty_k) {
+        fill_empty_k(c, bias, act, pl.N);
+        return TR_OK;
+    }
+    struct tr_mm_entry *e = lookup(k, &pl.key, err);
+    if (!e) return err ? err->status : TR_ERR_UNSUPPORTED;
+    struct mm_scratch s;
+    if ((st = scratch_alloc(&pl, &s, err)) != TR_OK) return st;
+    dnnl_status_t ds = set_handles(e, &s, a, b, c, bias);
+    if (ds) {
+        char d1[200], d2[200];
+        st = tr_error_set(err, TR_ERR_DEVICE, "matmul: oneDNN execution failed for a %s, b %s (status %d)",
+                          tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), (int)ds);
+    } else {
+        st = mm_execute(k, e, &pl, &s, a, b, c, bias, alpha, err);
+    }
+    scratch_free(&s);
+    return st;
+}
+
+/* ---- bound ---- */
+
+/* What bind made for one call: its own primitive (never evicted), the plan, the scratch,
+ * and the bias (a bound MATMUL op has none; the fused users of tr_k_matmul may). */
+struct mm_bound {
+    struct tr_mm_entry e;
+    struct mm_plan pl;
+    struct mm_scratch s;
+    struct tr_tensor bias;
+    int has_bias;
+    enum tr_act act;
+};
+
+static int mm_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    const struct mm_bound *m = c->prepared;
+    k->stats.calls++;
+    k->stats.gemm_calls++;
+    return mm_execute(k, &m->e, &m->pl, &m->s, &c->in[0], &c->in[1], &c->out, m->has_bias ? &m->bias : NULL,
+                      c->attrs.floats[0], err);
+}
+
+static int mm_call_empty(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    (void)err;
+    const struct mm_bound *m = c->prepared;
+    k->stats.calls++;
+    k->stats.gemm_calls++;
+    if (m->pl.empty_k) fill_empty_k((struct tr_tensor *)&c->out, m->has_bias ? &m->bias : NULL, m->act, m->pl.N);
+    return TR_OK;
+}
+
+int tr_cpu_matmul_bind(struct tr_kernels *k, struct tr_kernel_call *c, const struct tr_tensor *bias, enum tr_act act,
+                       struct tr_error *err) {
+    /* the context check of tr_k_matmul, without counting a call: binding is not one */
+    uint64_t calls = k->stats.calls;
+    int st = tr_cpu_check_ctx(k, "matmul", err);
+    k->stats.calls = calls;
+    const struct tr_tensor *a = &c->in[0], *b = &c->in[1], *out = &c->out;
+    if (!st) st = check_operands(a, b, out, err);
+    if (st) return st;
+    struct mm_bound *m = calloc(1, sizeof *m);
+    if (!m) return tr_error_set(err, TR_ERR_NOMEM, "matmul: no memory for a bound call");
+    st = mm_plan(a, b, out, c->attrs.ints[0] != 0, c->attrs.ints[1] != 0, c->attrs.floats[0], bias, act, &m->pl, err);
+    if (st) goto fail;
+    if (bias) m->bias = *bias;
+    m->has_bias = bias != NULL;
+    m->act = act;
+    if (m->pl.empty || m->pl.empty_k) {
+        c->fn = mm_call_empty;
+        c->prepared = m;
+        return TR_OK;
+    }
+    if ((st = create_entry(k, &m->pl.key, &m->e, err)) != TR_OK) goto fail;
+    if ((st = scratch_alloc(&m->pl, &m->s, err)) != TR_OK) goto fail;
+    dnnl_status_t ds = set_handles(&m->e, &m->s, a, b, out, bias);
+    if (ds) {
+        st = tr_error_set(err, TR_ERR_DEVICE, "matmul: oneDNN refused the bound call's data pointers (status %d)",
+                          (int)ds);
+        goto fail;
+    }
+    c->fn = mm_call;
+    c->prepared = m;
+    return TR_OK;
+fail:
+    entry_release(&m->e);
+    scratch_free(&m->s);
+    free(m);
+    return st;
+}
+
+void tr_cpu_matmul_unbind(struct tr_kernel_call *c) {
+    struct mm_bound *m = c->prepared;
+    if (!m) return;
+    entry_release(&m->e);
+    scratch_free(&m->s);
+    free(m);
+    c->prepared = NULL;
 }

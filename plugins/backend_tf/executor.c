@@ -1,0 +1,387 @@
+/* tf backend — compile and the static executor.
+ *
+ * Compile does all the work a step would otherwise repeat: the graph is read into the
+ * plugin IR, simplified (common subexpressions merged, dead code dropped: the cheap
+ * passes of passes.h) and remapped (fused patterns), the schedule fixed
+ * (the IR's topological order), and every value given its place once:
+ *   - PARAM and CONST: the host's memory, in place;
+ *   - RESHAPE: a view of its input's place (no kernel call); the viewed buffer's live
+ *     range is extended to the view's last reader;
+ *   - INPUT and every computed value: a slot in one arena, from live ranges in
+ *     schedule steps (tr_plan_assign), checked with tr_plan_verify, allocated once.
+ * Inputs are copied into their slots at the start of a step (so every pointer a step
+ * uses is fixed at compile) and outputs copied out at its end. Each scheduled node is
+ * then one kernel call made once: graph ops through tr_kernels_bind, fused ops as calls
+ * of the same form into the fused kernels. A step runs the list; it allocates nothing.
+ *
+ * Planner steps: 0 is "inputs copied in", 1..S the kernel calls, S+1 "outputs copied
+ * out". A kernel's output and its inputs are live at the same step, so they never
+ * share bytes (no kernel here works in place).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "passes.h"
+#include "plan.h"
+#include "tf.h"
+#include "trident/kernels.h"
+
+#define TF_ALIGN 64
+
+/* One kernel call of the schedule: graph ops bound by tr_kernels_bind (checked once,
+ * their kernel picked, a GEMM's oneDNN primitive made for its shapes and pointers), the
+ * fused ops as calls of the same form into the fused kernels. */
+struct tf_step {
+    int node;                           /* IR node it computes */
+    int bound;                          /* made by tr_kernels_bind: release with unbind */
+    struct tr_kernel_call call;
+};
+
+struct tf_program {
+    struct tf_context *ctx;
+    tr_graph_t g;
+    struct tr_pir pir;
+    int graph_nodes;                    /* in the host's graph, before any pass */
+    int cse_merged, dce_removed;        /* by the cheap passes, before the remapper */
+    struct tf_fusions fus;
+    struct tr_kernels *k;
+
+    struct tf_step *steps;
+    int n_steps;
+    void **data;                        /* per IR node: where its value lives */
+    int *buf_of;                        /* per IR node: its arena buffer, -1 for host memory */
+    struct tr_plan_buf *bufs;
+    int n_bufs;
+    int64_t arena_bytes;
+    void *arena;
+    uint64_t weight_bytes;
+
+    /* last execute */
+    uint64_t kernel_calls;
+};
+
+static const char *nname(const struct tr_pir_node *n) { return n->name ? n->name : ""; }
+
+static const char *dims(const struct tr_pir_node *n, char *buf, size_t size) {
+    return tr_shape_str(n->ndim, n->shape, buf, size);
+}
+
+int tf_runs_op(int op, int dtype) {
+    int fl = dtype == TR_DTYPE_F32 || dtype == TR_DTYPE_BF16 || dtype == TR_DTYPE_F16;
+    if (op >= TF_OP_GEMM && op < TF_OP_END) return fl;
+    if (op < 0 || op >= TR_OP_COUNT) return 0;
+    switch (op) {
+    case TR_OP_INPUT: case TR_OP_PARAM: case TR_OP_CONST: case TR_OP_RESHAPE: case TR_OP_TRANSPOSE:
+    case TR_OP_SLICE: case TR_OP_CONCAT: case TR_OP_CAST:
+        return tr_dtype_size((enum tr_dtype)dtype) != 0;
+    default:
+        return fl;
+    }
+}
+
+/* ---- compile ---- */
+
+static int check_nodes(struct tf_program *p, struct tr_error *err) {
+    char sh[128];
+    for (int i = 0; i < p->pir.n; i++) {
+        const struct tr_pir_node *n = &p->pir.nodes[i];
+        if (n->dead) continue;
+        if (!tf_runs_op(n->op, n->dtype)) {
+            if (n->op >= 0 && n->op < TR_OP_COUNT && tr_dtype_size((enum tr_dtype)n->dtype) != 0)
+                return tr_error_set(err, TR_ERR_UNSUPPORTED,
+                                    "tf: node %d %s '%s' is %s%s: the tf backend has no %s kernel for %s "
+                                    "(its float ops run on f32, bf16 and f16)",
+                                    n->graph_id, tf_op_name(n->op), nname(n), tr_dtype_name((enum tr_dtype)n->dtype),
+                                    dims(n, sh, sizeof sh), tr_dtype_name((enum tr_dtype)n->dtype), tf_op_name(n->op));
+            return tr_error_set(err, TR_ERR_UNSUPPORTED,
+                                "tf: node %d '%s': op %d (%s) with dtype %d is not provided by the tf backend",
+                                n->graph_id, nname(n), n->op, tf_op_name(n->op), n->dtype);
+        }
+        if ((n->op == TR_OP_PARAM || n->op == TR_OP_CONST) && !n->data && tr_pir_nbytes(n) > 0)
+            return tr_error_set(err, TR_ERR_INVALID,
+                                "tf: node %d %s '%s' %s%s has no data (bind it with tr_graph_bind_param or load "
+                                "weights before compile)",
+                                n->graph_id, tr_op_name(n->op), nname(n), tr_dtype_name((enum tr_dtype)n->dtype),
+                                dims(n, sh, sizeof sh));
+        if (n->op == TR_OP_RESHAPE && (n->n_in != 1 || tr_pir_nbytes(&p->pir.nodes[n->in[0]]) != tr_pir_nbytes(n)))
+            return tr_error_set(err, TR_ERR_SHAPE, "tf: node %d reshape '%s': %zu bytes from a %d-input view",
+                                n->graph_id, nname(n), tr_pir_nbytes(n), n->n_in);
+    }
+    return TR_OK;
+}
+
+static int is_step(int op) {
+    return op != TR_OP_INPUT && op != TR_OP_PARAM && op != TR_OP_CONST && op != TR_OP_RESHAPE;
+}
+
+/* The view chain's end: the node whose buffer (or host memory) holds n's data. */
+static int root_of(const struct tr_pir *ir, int n) {
+    while (ir->nodes[n].op == TR_OP_RESHAPE) n = ir->nodes[n].in[0];
+    return n;
+}
+
+/* Buffers and live ranges; views extend the range of what they view. */
+static int plan(struct tf_program *p, struct tr_error *err) {
+    const struct tr_pir *ir = &p->pir;
+    int n = ir->n, s = 0;
+    p->buf_of = malloc((size_t)n * sizeof *p->buf_of);
+    p->bufs = calloc((size_t)n, sizeof *p->bufs);
+    p->data = calloc((size_t)n, sizeof *p->data);
+    if (!p->buf_of || !p->bufs || !p->data) return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory planning %d nodes", n);
+    for (int i = 0; i < n; i++) {
+        const struct tr_pir_node *d = &ir->nodes[i];
+        p->buf_of[i] = -1;
+        if (d->op == TR_OP_INPUT || is_step(d->op)) {
+            int first = d->op == TR_OP_INPUT ? 0 : ++s;
+            p->bufs[p->n_bufs] = (struct tr_plan_buf){.size = (int64_t)tr_pir_nbytes(d), .first = first, .last = first};
+            p->buf_of[i] = p->n_bufs++;
+        }
+        if (is_step(d->op))
+            for (int j = 0; j < d->n_in; j++) {
+                int b = p->buf_of[root_of(ir, d->in[j])];
+                if (b >= 0 && p->bufs[b].last < s) p->bufs[b].last = s;
+            }
+    }
+    p->n_steps = s;
+    for (int i = 0; i < ir->n_outputs; i++) {
+        int b = p->buf_of[root_of(ir, ir->outputs[i])];
+        if (b >= 0) p->bufs[b].last = s + 1;
+    }
+    int rc = tr_plan_assign(p->bufs, p->n_bufs, TF_ALIGN, &p->arena_bytes, err);
+    if (rc == TR_OK) rc = tr_plan_verify(p->bufs, p->n_bufs, p->arena_bytes, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "tf: arena plan of %d buffers", p->n_bufs);
+    return TR_OK;
+}
+
+static int make_tensor(struct tf_program *p, int id, struct tr_tensor *t, struct tr_error *err) {
+    const struct tr_pir_node *d = &p->pir.nodes[id];
+    int rc = tr_tensor_make(t, p->data[id], (enum tr_dtype)d->dtype, d->ndim, d->shape, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "tf: node %d '%s'", d->graph_id, nname(d));
+    t->device = p->ctx->device_type;
+    t->device_index = p->ctx->device_index;
+    return TR_OK;
+}
+
+/* ---- the fused ops as kernel calls ---- */
+
+static int call_gemm(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    const struct tr_attrs *a = &c->attrs;
+    return tr_k_matmul(k, &c->in[0], &c->in[1], (struct tr_tensor *)&c->out, a->ints[0] != 0, a->ints[1] != 0,
+                       a->floats[0], a->ints[3] ? &c->in[2] : NULL, (enum tr_act)a->ints[2], err);
+}
+
+static int call_brln(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    const struct tr_attrs *a = &c->attrs;
+    int j = 3;
+    const struct tr_tensor *bias = a->ints[0] ? &c->in[j++] : NULL;
+    const struct tr_tensor *res = a->ints[1] ? &c->in[j++] : NULL;
+    return tr_k_bias_residual_layer_norm(k, &c->in[0], bias, res, &c->in[1], &c->in[2], a->floats[0],
+                                         (struct tr_tensor *)&c->out, err);
+}
+
+static int call_sms(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    return tr_k_scale_mask_softmax(k, &c->in[0], c->attrs.floats[0], c->attrs.ints[0] ? &c->in[1] : NULL,
+                                   (struct tr_tensor *)&c->out, err);
+}
+
+static int call_embed_ln(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    int n = (int)c->attrs.ints[0];
+    return tr_k_embedding_sum_layer_norm(k, n, &c->in[0], &c->in[n], &c->in[2 * n], &c->in[2 * n + 1],
+                                         c->attrs.floats[0], (struct tr_tensor *)&c->out, err);
+}
+
+static tr_kernel_fn fused_fn(int op) {
+    switch (op) {
+    case TF_OP_GEMM: return call_gemm;
+    case TF_OP_BRLN: return call_brln;
+    case TF_OP_SMS: return call_sms;
+    case TF_OP_EMBED_LN: return call_embed_ln;
+    default: return NULL;
+    }
+}
+
+/* Every pointer is known now: each call is made once. */
+static int bind_steps(struct tf_program *p, struct tr_error *err) {
+    const struct tr_pir *ir = &p->pir;
+    char *arena = p->arena;
+    for (int i = 0; i < ir->n; i++) {
+        const struct tr_pir_node *d = &ir->nodes[i];
+        if (p->buf_of[i] >= 0) p->data[i] = arena ? arena + p->bufs[p->buf_of[i]].offset : NULL;
+        else if (d->op == TR_OP_PARAM || d->op == TR_OP_CONST) {
+            p->data[i] = (void *)d->data;
+            p->weight_bytes += tr_pir_nbytes(d);
+        } else p->data[i] = p->data[d->in[0]]; /* RESHAPE */
+    }
+    p->steps = calloc((size_t)p->n_steps + 1, sizeof *p->steps);
+    if (!p->steps) return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory for %d steps", p->n_steps);
+    int s = 0, rc;
+    struct tr_tensor in[TR_PIR_MAX_IN], out;
+    for (int i = 0; i < ir->n; i++) {
+        const struct tr_pir_node *d = &ir->nodes[i];
+        if (!is_step(d->op)) continue;
+        struct tf_step *st = &p->steps[s++];
+        st->node = i;
+        for (int j = 0; j < d->n_in; j++)
+            if ((rc = make_tensor(p, d->in[j], &in[j], err)) != TR_OK) return rc;
+        if ((rc = make_tensor(p, i, &out, err)) != TR_OK) return rc;
+        struct tr_kernel_call *c = &st->call;
+        if (d->op >= TF_OP_GEMM) {
+            c->fn = fused_fn(d->op);
+            c->op = d->op;
+            c->n_in = d->n_in;
+            c->attrs = d->attrs;
+            memcpy(c->in, in, (size_t)d->n_in * sizeof *in);
+            c->out = out;
+            continue;
+        }
+        if ((rc = tr_kernels_bind(p->k, d->op, &d->attrs, d->n_in, in, &out, c, err)) != TR_OK)
+            return tr_error_prefix(err, "tf: node %d %s '%s'", d->graph_id, tf_op_name(d->op), nname(d));
+        st->bound = 1;
+    }
+    return TR_OK;
+}
+
+int tf_compile(struct tf_context *ctx, tr_graph_t g, struct tf_program **out, struct tr_error *err) {
+    *out = NULL;
+    if (!g) return tr_error_set(err, TR_ERR_INVALID, "tf: compile without a graph");
+    struct tf_program *p = calloc(1, sizeof *p);
+    if (!p) return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory for a program");
+    p->ctx = ctx;
+    p->g = g;
+    int rc = tr_pir_from_graph(ctx->host, g, &p->pir, err);
+    if (rc != TR_OK) {
+        tr_error_prefix(err, "tf");
+        goto fail;
+    }
+    p->graph_nodes = p->pir.n;
+    /* Unknown ops and missing weights are named before any pass rewrites the nodes. */
+    if ((rc = check_nodes(p, err)) != TR_OK) goto fail;
+    if (ctx->simplify && ((rc = tr_pass_dce(&p->pir, &p->dce_removed, err)) != TR_OK ||
+                          (rc = tr_pass_cse(&p->pir, &p->cse_merged, err)) != TR_OK)) {
+        tr_error_prefix(err, "tf");
+        goto fail;
+    }
+    if (ctx->fuse && (rc = tf_remap(&p->pir, &p->fus, err)) != TR_OK) goto fail;
+    if ((rc = tr_pir_compact(&p->pir, NULL, err)) != TR_OK) {
+        tr_error_prefix(err, "tf");
+        goto fail;
+    }
+    if ((rc = check_nodes(p, err)) != TR_OK || (rc = plan(p, err)) != TR_OK) goto fail;
+    if ((rc = tr_kernels_init(&p->k, ctx->device_type, ctx->device_index, err)) != TR_OK) {
+        tr_error_prefix(err, "tf");
+        goto fail;
+    }
+    if (p->arena_bytes > 0 && (rc = tr_kernels_alloc(p->k, (size_t)p->arena_bytes, &p->arena, err)) != TR_OK) {
+        tr_error_prefix(err, "tf: arena of %lld bytes", (long long)p->arena_bytes);
+        goto fail;
+    }
+    if ((rc = bind_steps(p, err)) != TR_OK) goto fail;
+    char f[256];
+    ctx->host->log(TR_LOG_DEBUG, "tf: %d nodes -> %d (%d kernel calls), fused: %s; arena %lld bytes in %d buffers",
+                   p->graph_nodes, p->pir.n, p->n_steps, tf_fusions_str(&p->fus, f, sizeof f),
+                   (long long)p->arena_bytes, p->n_bufs);
+    *out = p;
+    return TR_OK;
+fail:
+    tf_program_free(p);
+    return rc;
+}
+
+void tf_program_free(struct tf_program *p) {
+    if (!p) return;
+    tr_pir_free(&p->pir);
+    for (int s = 0; p->steps && s < p->n_steps; s++)
+        if (p->steps[s].bound) tr_kernels_unbind(p->k, &p->steps[s].call);
+    free(p->steps);
+    free(p->data);
+    free(p->buf_of);
+    free(p->bufs);
+    if (p->arena) tr_kernels_dealloc(p->k, p->arena);
+    if (p->k) tr_kernels_free(p->k);
+    free(p);
+}
+
+/* ---- execute ---- */
+
+static int check_io(const struct tf_program *p, const char *what, int i, int id, const struct tr_tensor *t,
+                    struct tr_error *err) {
+    const struct tr_pir_node *n = &p->pir.nodes[id];
+    char want[128], got[128];
+    int same = t->dtype == n->dtype && t->ndim == n->ndim;
+    for (int d = 0; same && d < n->ndim; d++) same = t->shape[d] == n->shape[d];
+    if (!same)
+        return tr_error_set(err, TR_ERR_SHAPE, "tf: %s %d ('%s'): got %s%s, expected %s%s", what, i, nname(n),
+                            tr_dtype_name((enum tr_dtype)t->dtype), tr_shape_str(t->ndim, t->shape, got, sizeof got),
+                            tr_dtype_name((enum tr_dtype)n->dtype), dims(n, want, sizeof want));
+    if (!t->data && tr_pir_nbytes(n) > 0)
+        return tr_error_set(err, TR_ERR_INVALID, "tf: %s %d ('%s') has no data", what, i, nname(n));
+    if (!tr_tensor_is_contiguous(t) || t->device != TR_DEVICE_CPU)
+        return tr_error_set(err, TR_ERR_INVALID, "tf: %s %d ('%s') is not a contiguous host tensor", what, i, nname(n));
+    return TR_OK;
+}
+
+static int execute_steps(struct tf_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
+                         struct tr_tensor *outputs, struct tr_error *err) {
+    const struct tr_pir *ir = &p->pir;
+    int rc;
+    if (n_inputs != ir->n_inputs || n_outputs != ir->n_outputs)
+        return tr_error_set(err, TR_ERR_INVALID, "tf: execute with %d inputs and %d outputs, the graph has %d and %d",
+                            n_inputs, n_outputs, ir->n_inputs, ir->n_outputs);
+    for (int i = 0; i < n_inputs; i++)
+        if ((rc = check_io(p, "input", i, ir->inputs[i], &inputs[i], err)) != TR_OK) return rc;
+    for (int i = 0; i < n_outputs; i++)
+        if ((rc = check_io(p, "output", i, ir->outputs[i], &outputs[i], err)) != TR_OK) return rc;
+    for (int i = 0; i < n_inputs; i++) {
+        int id = ir->inputs[i];
+        size_t nb = tr_pir_nbytes(&ir->nodes[id]);
+        if (nb && (rc = tr_kernels_to_device(p->k, p->data[id], inputs[i].data, nb, err)) != TR_OK)
+            return tr_error_prefix(err, "tf: input %d ('%s')", i, nname(&ir->nodes[id]));
+    }
+    for (int s = 0; s < p->n_steps; s++) {
+        const struct tf_step *st = &p->steps[s];
+        p->kernel_calls++;
+        if ((rc = tr_kernels_call(p->k, &st->call, err)) != TR_OK) {
+            const struct tr_pir_node *d = &ir->nodes[st->node];
+            return tr_error_prefix(err, "tf: step %d, node %d %s '%s'", s, d->graph_id, tf_op_name(d->op), nname(d));
+        }
+    }
+    for (int i = 0; i < n_outputs; i++) {
+        int id = ir->outputs[i];
+        size_t nb = tr_pir_nbytes(&ir->nodes[id]);
+        if (nb && (rc = tr_kernels_to_host(p->k, outputs[i].data, p->data[id], nb, err)) != TR_OK)
+            return tr_error_prefix(err, "tf: output %d ('%s')", i, nname(&ir->nodes[id]));
+    }
+    return TR_OK;
+}
+
+int tf_execute(struct tf_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
+               struct tr_tensor *outputs, struct tr_error *err) {
+    if ((n_inputs > 0 && !inputs) || (n_outputs > 0 && !outputs))
+        return tr_error_set(err, TR_ERR_INVALID, "tf: execute with %d inputs and %d outputs but no arrays", n_inputs,
+                            n_outputs);
+    p->kernel_calls = 0;
+    return execute_steps(p, n_inputs, inputs, n_outputs, outputs, err);
+}
+
+/* ---- report ---- */
+
+static const char *human_bytes(uint64_t n, char *buf, size_t size) {
+    if (n < 1024) snprintf(buf, size, "%llu B", (unsigned long long)n);
+    else if (n < (1u << 20)) snprintf(buf, size, "%.1f KiB", (double)n / 1024);
+    else snprintf(buf, size, "%.1f MiB", (double)n / (1 << 20));
+    return buf;
+}
+
+void tf_program_stats(const struct tf_program *p, struct tr_backend_stats *st) {
+    char f[300], arena[32], weights[32];
+    st->kernel_calls = p->kernel_calls;
+    st->alloc_hits = 0;
+    st->alloc_misses = 0; /* a step allocates nothing: the arena is made at compile */
+    st->arena_bytes = (uint64_t)p->arena_bytes;
+    st->peak_bytes = (uint64_t)p->arena_bytes + p->weight_bytes;
+    snprintf(st->notes, sizeof st->notes,
+             "fused: %s; %d nodes -> %d (cse %d, dce %d), %d kernel calls; arena %s in %d buffers; weights %s in place",
+             tf_fusions_str(&p->fus, f, sizeof f), p->graph_nodes, p->pir.n, p->cse_merged, p->dce_removed, p->n_steps,
+             human_bytes((uint64_t)p->arena_bytes, arena, sizeof arena), p->n_bufs,
+             human_bytes(p->weight_bytes, weights, sizeof weights));
+}

@@ -1,0 +1,79 @@
+/* tf backend — private declarations shared by its modules.
+ *
+ *   tf.c        the entry point, the vtable, options, init/free, supports_op, stats
+ *   remap.c     the rewrite pass (grappler's remapper): patterns of the plugin IR
+ *               replaced by fused nodes (the TF_OP_* codes below)
+ *   executor.c  compile (IR, passes, remap, schedule, arena plan, bound calls) and the
+ *               static executor
+ *
+ * Graph mode as TensorFlow 1.x / tf.function runs it: the whole graph is known before
+ * the first step, rewritten once, and every buffer placed once; a step is the fixed
+ * schedule run over the fixed arena. Nothing here is exported.
+ */
+#ifndef TRIDENT_TF_H
+#define TRIDENT_TF_H
+
+#include <stdint.h>
+#include "pir.h"
+#include "trident/backend.h"
+
+/* The fused ops of the remapper: backend-private op codes of the plugin IR.
+ *
+ *   GEMM        in: a, b, [bias (N)]            ints[0]=trans_a ints[1]=trans_b
+ *               ints[2]=enum tr_act ints[3]=has_bias floats[0]=alpha
+ *               c = act(alpha·op(a)·op(b) + bias): tr_k_matmul with its epilogue
+ *   BRLN        in: x, gamma, beta, [bias (D)], [residual]    ints[0]=has_bias
+ *               ints[1]=has_residual floats[0]=eps: tr_k_bias_residual_layer_norm
+ *   SMS         in: x, [mask]                   ints[0]=has_mask floats[0]=scale
+ *               softmax(scale·x + mask): tr_k_scale_mask_softmax
+ *   EMBED_LN    in: table_0..table_{n-1}, ids_0..ids_{n-1}, gamma, beta
+ *               ints[0]=n floats[0]=eps: tr_k_embedding_sum_layer_norm
+ * An unfused attention block becomes the graph's own ATTENTION op (the tiled kernel). */
+enum tf_op {
+    TF_OP_GEMM = TR_PIR_OP_PRIVATE,
+    TF_OP_BRLN,
+    TF_OP_SMS,
+    TF_OP_EMBED_LN,
+    TF_OP_END,
+};
+
+/* How many nodes each pattern made, by name ("gemm+bias+gelu"), in order of first use. */
+#define TF_MAX_PATTERNS 24
+struct tf_fusions {
+    int n;
+    struct {
+        char name[32];
+        int count;
+    } kind[TF_MAX_PATTERNS];
+    int nodes_removed;          /* pattern nodes that went away */
+};
+
+/* Rewrite p in place: fused nodes replace their patterns (roots overwritten, absorbed
+ * nodes marked dead; call tr_pir_compact after). A pattern whose intermediate results
+ * have another consumer, or are graph outputs, is left as it is. */
+int tf_remap(struct tr_pir *p, struct tf_fusions *f, struct tr_error *err);
+/* "gemm+bias+gelu x2, gemm+bias x7" into buf ("none" when nothing was fused). */
+const char *tf_fusions_str(const struct tf_fusions *f, char *buf, size_t n);
+const char *tf_op_name(int op);
+
+/* One initialised backend (the ctx of the vtable). */
+struct tf_context {
+    const struct tr_host_api *host;
+    int device_type;
+    int device_index;
+    int fuse;                       /* run the remapper */
+    int simplify;                   /* run the cheap passes (cse, dce) first */
+    int threads;                    /* OpenMP threads while executing; 0: leave as is */
+};
+
+struct tf_program;
+
+int tf_compile(struct tf_context *ctx, tr_graph_t g, struct tf_program **out, struct tr_error *err);
+int tf_execute(struct tf_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
+               struct tr_tensor *outputs, struct tr_error *err);
+void tf_program_free(struct tf_program *p);
+void tf_program_stats(const struct tf_program *p, struct tr_backend_stats *st);
+/* Whether the executor has a kernel for op on dtype (graph ops and TF_OP_*). */
+int tf_runs_op(int op, int dtype);
+
+#endif

@@ -1,0 +1,101 @@
+/* torch backend — the compiled program, shared by the eager executor (eager.c) and the
+ * reduce-overhead recorder and replayer (replay.c). Private to the plugin. */
+#ifndef TRIDENT_TORCH_PROGRAM_H
+#define TRIDENT_TORCH_PROGRAM_H
+
+#include <stdint.h>
+#include "allocator.h"
+#include "torch.h"
+#include "trident/kernels.h"
+
+enum torch_kind {
+    TORCH_INPUT,        /* bound to the caller's tensor (eager) or a static buffer (replay) */
+    TORCH_WEIGHT,       /* PARAM or CONST: the graph's host data */
+    TORCH_VIEW,         /* RESHAPE: its input's buffer */
+    TORCH_KERNEL,       /* one kernel call into a pool block */
+};
+
+struct torch_node {
+    int op;
+    enum torch_kind kind;
+    int in_off, n_in;               /* into prog->in_ids */
+    int root;                       /* node whose buffer holds the data */
+    int uses;                       /* consumer edges + times it is a graph output */
+    struct tr_attrs attrs;
+    struct tr_tensor t;             /* shape, dtype, strides; data bound per step */
+    size_t nbytes;
+};
+
+/* What reduce-overhead records once and replays (replay.c). */
+struct torch_replay {
+    int steps;                      /* executes that succeeded, warm-up included */
+    int recorded;                   /* the list below is live */
+    int record_step;                /* 1-based step that recorded it */
+    double record_ms;               /* its wall time: binds (checks, primitives) + the step */
+    struct tr_kernel_call *calls;   /* in program order; RESHAPE views are not calls */
+    int *call_node;                 /* the node of each call, for messages */
+    int n_calls;
+    int recording;                  /* the eager walk binds (and calls) instead of running */
+    struct tr_torch_block **inputs; /* static input buffers, per graph input */
+    void **out_src;                 /* where each graph output lies in static memory */
+    struct tr_torch_block **held;   /* every block the recorded step used, held for good */
+    int n_held;
+    uint64_t static_bytes;          /* held + inputs (rounded block sizes) */
+    uint64_t replays;
+};
+
+struct tr_torch_program {
+    struct tr_torch_context *ctx;
+    tr_graph_t g;                   /* for node names in messages; alive until program_free */
+    int n_nodes;
+    struct torch_node *nodes;
+    int *in_ids;
+    int n_graph_in, n_graph_out;
+    int *graph_in, *graph_out;      /* node ids */
+    struct tr_kernels *k;
+    struct tr_torch_allocator *pool;
+    uint64_t weight_bytes;
+    int n_kernel_nodes;
+
+    /* per step */
+    void **data;                    /* per node */
+    int *pending;                   /* consumers still to run, per node */
+    int *refs;                      /* live nodes per root */
+    struct tr_torch_block **blocks; /* per root; NULL when it holds none */
+    struct tr_tensor *args;         /* the bound inputs of one call */
+    int max_in;
+
+    struct torch_replay rp;
+
+    /* last execute */
+    uint64_t kernel_calls, hits, misses;
+};
+
+const char *tr_torch_node_name(const struct tr_torch_program *p, int id);
+/* The counts, shapes, dtypes and placement of execute's arguments against the graph. */
+int tr_torch_check_args(const struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs,
+                        int n_outputs, const struct tr_tensor *outputs, struct tr_error *err);
+/* One eager pass over the nodes, graph inputs' data already in p->data: outputs from the
+ * pool, each freed after its last reader; graph outputs still held when it returns. With
+ * p->rp.recording set, each kernel node is bound (tr_torch_record_call) and called. */
+int tr_torch_walk(struct tr_torch_program *p, struct tr_error *err);
+/* Graph outputs copied out of p->data, then released as the walk would. */
+int tr_torch_copy_outputs(struct tr_torch_program *p, int n_outputs, struct tr_tensor *outputs, struct tr_error *err);
+/* One eager step: the caller's inputs used in place, every block back to its pool after
+ * (after a failure too, so the next step starts from the same state). */
+int tr_torch_execute_eager(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
+                           struct tr_tensor *outputs, struct tr_error *err);
+/* Every block the walk still holds back to its pool. */
+void tr_torch_release_all(struct tr_torch_program *p);
+const char *tr_torch_human_bytes(uint64_t n, char *buf, size_t size);
+
+/* ---- reduce-overhead (replay.c) ---- */
+/* A step: eager while warming up, then the recording step, then replays. */
+int tr_torch_ro_execute(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
+                        struct tr_tensor *outputs, struct tr_error *err);
+int tr_torch_record_call(struct tr_torch_program *p, int id, const struct tr_tensor *out, struct tr_error *err);
+void tr_torch_replay_free(struct tr_torch_program *p);
+/* Appends the replay's facts to notes. */
+void tr_torch_replay_notes(const struct tr_torch_program *p, char *notes, size_t size);
+
+#endif
