@@ -7,6 +7,8 @@ set -u
 bin=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# The jax backend's compile cache goes here, not into the user's ~/.cache.
+export XDG_CACHE_HOME=$tmp/cache
 passed=0 failed=0
 
 ok()   { passed=$((passed + 1)); echo "ok   $1"; }
@@ -26,6 +28,9 @@ expect() {
 ini() { printf '%s\n' "$2" > "$tmp/$1"; }
 
 expect "quickstart runs" 0 '^torch +[0-9.]+ +[0-9.]+' -- "$bin" run conf/quickstart.ini --steps 3
+for row in 'torch:reduce-overhead' 'tf' 'jax'; do
+  if grep -Eq "^$row +[0-9.]+ +[0-9.]+.* ok *$" "$tmp/out"; then ok "quickstart row $row agrees"; else bad "quickstart row $row agrees"; fi
+done
 expect "quickstart writes json" 0 'all backends ran' -- "$bin" run conf/quickstart.ini --steps 2 --json "$tmp/q.json"
 if grep -q '"mean_ms"' "$tmp/q.json" 2>/dev/null; then ok "json has mean_ms"; else echo > "$tmp/out"; bad "json has mean_ms"; fi
 expect "list shows bert and torch" 0 'preset tiny' -- "$bin" list

@@ -1,0 +1,457 @@
+/* jax backend — the compiler, the disk cache and dlopen (jax.h).
+ *
+ * An entry is "<dir>/jax-<128-bit hash>.so", the hash taken over the source, the compiler
+ * command, its flags, the compiler executable's size and mtime, and the cpu's model and
+ * flags (the code is built with -march=native: a cache shared between machines must not
+ * hand one the other's instructions). The entry is the shared object with a trailer
+ * appended (the dynamic loader reads only what the ELF headers point at): a magic, the
+ * hash, the object's length and an FNV-1a checksum of its bytes. A file that is short,
+ * overwritten or from another key fails the check and is rebuilt, never loaded.
+ *
+ * A build writes the source next to the entry, runs the compiler into a temporary name,
+ * appends the trailer and renames it over the entry (atomic: a reader sees the old file
+ * or the new one, and a library still mapped from the old file keeps its inode). The
+ * source is removed after a successful build and kept when the compiler fails, so the
+ * message can point at it. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "jax.h"
+
+extern char **environ;
+
+#define JAX_CFLAGS "-O3 -march=native -fopenmp -fPIC -shared -ffp-contract=fast -fno-math-errno"
+#define JAX_MAX_ARGV 64
+#define JAX_LOG_LINES 12
+#define JAX_LOG_CHARS 480
+
+static const char trailer_magic[8] = {'T', 'R', 'J', 'A', 'X', 'S', 'O', '1'};
+
+struct trailer {
+    char magic[8];
+    uint64_t key[2];
+    uint64_t so_len;
+    uint64_t so_sum;
+    uint64_t src_len;
+};
+
+/* ---- hashing ---- */
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* MurmurHash64A, a second, independent 64 bits. */
+static uint64_t murmur64(uint64_t seed, const void *data, size_t len) {
+    const uint64_t m = 0xc6a4a7935bd1e995ull;
+    const int r = 47;
+    uint64_t h = seed ^ (len * m);
+    const unsigned char *p = data;
+    size_t nblocks = len / 8;
+    for (size_t i = 0; i < nblocks; i++) {
+        uint64_t k;
+        memcpy(&k, p + 8 * i, 8);
+        k *= m;
+        k ^= k >> r;
+        k *= m;
+        h ^= k;
+        h *= m;
+    }
+    const unsigned char *tail = p + 8 * nblocks;
+    uint64_t t = 0;
+    for (size_t i = 0; i < (len & 7); i++) t |= (uint64_t)tail[i] << (8 * i);
+    if (len & 7) {
+        h ^= t;
+        h *= m;
+    }
+    h ^= h >> r;
+    h *= m;
+    h ^= h >> r;
+    return h;
+}
+
+struct hasher {
+    uint64_t a, b;
+};
+
+static void hash_add(struct hasher *h, const void *data, size_t n) {
+    h->a = fnv1a(h->a, data, n);
+    h->b = murmur64(h->b, data, n);
+    h->a = fnv1a(h->a, "\x1f", 1); /* field separator: "ab"+"c" differs from "a"+"bc" */
+}
+
+static double cc_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- the compiler command ---- */
+
+/* cc split at blanks into argv (a "ccache gcc" style command works); argv points into buf. */
+static int split_cc(const char *cc, char *buf, size_t n, char **argv, int max) {
+    snprintf(buf, n, "%s", cc);
+    int argc = 0;
+    char *save = NULL;
+    for (char *s = strtok_r(buf, " \t", &save); s && argc < max - 1; s = strtok_r(NULL, " \t", &save)) argv[argc++] = s;
+    argv[argc] = NULL;
+    return argc;
+}
+
+/* The compiler executable as found on PATH (or as given with a slash); "" if not found. */
+static void resolve_exe(const char *name, char *out, size_t n) {
+    out[0] = '\0';
+    if (strchr(name, '/')) {
+        if (access(name, X_OK) == 0) snprintf(out, n, "%s", name);
+        return;
+    }
+    const char *path = getenv("PATH");
+    if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        const char *colon = strchr(path, ':');
+        size_t len = colon ? (size_t)(colon - path) : strlen(path);
+        char cand[JAX_PATH_MAX];
+        if (len > 0 && len + strlen(name) + 2 < sizeof cand) {
+            snprintf(cand, sizeof cand, "%.*s/%s", (int)len, path, name);
+            if (access(cand, X_OK) == 0) {
+                snprintf(out, n, "%s", cand);
+                return;
+            }
+        }
+        if (!colon) break;
+        path = colon + 1;
+    }
+}
+
+/* The cpu's "model name" and "flags" lines (the first processor's). */
+static void hash_cpu(struct hasher *h) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[8192];
+    int got = 0;
+    while (got < 2 && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0 || strncmp(line, "flags", 5) == 0) {
+            hash_add(h, line, strlen(line));
+            got++;
+        }
+    }
+    fclose(f);
+}
+
+static void compute_key(const struct tr_jax_context *ctx, const char *src, size_t len, uint64_t key[2]) {
+    struct hasher h = {0xcbf29ce484222325ull, 0x9e3779b97f4a7c15ull};
+    hash_add(&h, src, len);
+    hash_add(&h, ctx->cc, strlen(ctx->cc));
+    hash_add(&h, JAX_CFLAGS, strlen(JAX_CFLAGS));
+    char buf[JAX_PATH_MAX], *argv[JAX_MAX_ARGV], exe[JAX_PATH_MAX];
+    if (split_cc(ctx->cc, buf, sizeof buf, argv, JAX_MAX_ARGV) > 0) {
+        resolve_exe(argv[0], exe, sizeof exe);
+        struct stat st;
+        if (exe[0] && stat(exe, &st) == 0) {
+            int64_t id[3] = {(int64_t)st.st_size, (int64_t)st.st_mtim.tv_sec, (int64_t)st.st_mtim.tv_nsec};
+            hash_add(&h, id, sizeof id);
+        }
+    }
+    hash_cpu(&h);
+    key[0] = h.a;
+    key[1] = h.b;
+}
+
+/* ---- the cache directory ---- */
+
+static int mkdir_p(const char *dir, char *failed, size_t n) {
+    char tmp[JAX_PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", dir);
+    size_t len = strlen(tmp);
+    while (len > 1 && tmp[len - 1] == '/') tmp[--len] = '\0';
+    for (char *s = tmp + 1;; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(tmp, 0700) != 0 && errno != EEXIST) {
+            snprintf(failed, n, "%s", tmp);
+            return -1;
+        }
+        *s = c;
+        if (!c) break;
+    }
+    struct stat st;
+    if (stat(tmp, &st) != 0) {
+        snprintf(failed, n, "%s", tmp);
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(failed, n, "%s", tmp);
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
+int jax_cache_dir(struct tr_jax_context *ctx, struct tr_error *err) {
+    if (!ctx->cache_dir[0]) {
+        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        if (xdg && xdg[0] == '/') {
+            snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s/trident", xdg);
+            snprintf(ctx->cache_dir_key, sizeof ctx->cache_dir_key, "$XDG_CACHE_HOME/trident");
+        } else if (home && home[0]) {
+            snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s/.cache/trident", home);
+            snprintf(ctx->cache_dir_key, sizeof ctx->cache_dir_key, "$HOME/.cache/trident");
+        } else {
+            return tr_error_set(err, TR_ERR_IO,
+                                "jax: no cache directory for the compiled kernels: set [backend.jax] cache_dir, "
+                                "$XDG_CACHE_HOME or $HOME");
+        }
+    }
+    char failed[JAX_PATH_MAX];
+    if (mkdir_p(ctx->cache_dir, failed, sizeof failed) != 0)
+        return tr_error_set(err, TR_ERR_IO, "jax: %s = '%s': cannot create the cache directory ('%s': %s)",
+                            ctx->cache_dir_key, ctx->cache_dir, failed, strerror(errno));
+    if (access(ctx->cache_dir, W_OK | X_OK) != 0)
+        return tr_error_set(err, TR_ERR_IO, "jax: %s = '%s': the cache directory is not writable (%s)",
+                            ctx->cache_dir_key, ctx->cache_dir, strerror(errno));
+    return TR_OK;
+}
+
+static void key_hex(const uint64_t key[2], char out[33]) {
+    snprintf(out, 33, "%016llx%016llx", (unsigned long long)key[0], (unsigned long long)key[1]);
+}
+
+int jax_cache_entry(struct tr_jax_context *ctx, const char *src, size_t len, uint64_t key[2], char *path, size_t n,
+                    struct tr_error *err) {
+    int rc = jax_cache_dir(ctx, err);
+    if (rc != TR_OK) return rc;
+    char hex[33];
+    compute_key(ctx, src, len, key);
+    key_hex(key, hex);
+    if ((size_t)snprintf(path, n, "%s/jax-%s.so", ctx->cache_dir, hex) >= n)
+        return tr_error_set(err, TR_ERR_IO, "jax: %s = '%s': the path is too long", ctx->cache_dir_key, ctx->cache_dir);
+    return TR_OK;
+}
+
+/* ---- entries ---- */
+
+static int read_file(const char *path, unsigned char **data, size_t *len) {
+    *data = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return -1;
+    }
+    long sz = ftell(f);
+    if (sz < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return -1;
+    }
+    unsigned char *d = malloc((size_t)sz + 1);
+    if (!d || fread(d, 1, (size_t)sz, f) != (size_t)sz) {
+        free(d);
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    *data = d;
+    *len = (size_t)sz;
+    return 0;
+}
+
+/* NULL if the entry at path is whole and belongs to key; else why not. */
+static const char *entry_invalid(const char *path, const uint64_t key[2], size_t src_len) {
+    unsigned char *d;
+    size_t n;
+    if (read_file(path, &d, &n) != 0) return "unreadable";
+    const char *why = NULL;
+    struct trailer t;
+    if (n < sizeof t) {
+        why = "shorter than its trailer";
+    } else {
+        memcpy(&t, d + n - sizeof t, sizeof t);
+        if (memcmp(t.magic, trailer_magic, sizeof t.magic) != 0) why = "no trailer (truncated or overwritten)";
+        else if (t.key[0] != key[0] || t.key[1] != key[1] || t.src_len != src_len) why = "written for another source";
+        else if (t.so_len != n - sizeof t) why = "its length does not match its trailer";
+        else if (fnv1a(0xcbf29ce484222325ull, d, (size_t)t.so_len) != t.so_sum) why = "its checksum does not match";
+    }
+    free(d);
+    return why;
+}
+
+static int write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int ok = fwrite(data, 1, n, f) == n;
+    ok = fclose(f) == 0 && ok;
+    return ok ? 0 : -1;
+}
+
+/* The first lines of the compiler's output, on one line each, for a message. */
+static void log_head(const char *path, char *out, size_t n) {
+    out[0] = '\0';
+    unsigned char *d;
+    size_t len;
+    if (read_file(path, &d, &len) != 0) return;
+    size_t j = 0;
+    int lines = 0;
+    for (size_t i = 0; i < len && j + 4 < n && lines < JAX_LOG_LINES; i++) {
+        char c = (char)d[i];
+        if (c == '\n') {
+            lines++;
+            if (i + 1 < len) {
+                out[j++] = ' ';
+                out[j++] = '|';
+                out[j++] = ' ';
+            }
+        } else if ((unsigned char)c >= 32 || c == '\t') {
+            out[j++] = c;
+        }
+    }
+    out[j < n ? j : n - 1] = '\0';
+    if (j == 0) snprintf(out, n, "(no output)");
+    free(d);
+}
+
+static int run_compiler(struct tr_jax_context *ctx, const char *src_path, const char *so_tmp, const char *log_path,
+                        double *ms, struct tr_error *err) {
+    char buf[JAX_PATH_MAX], flags[] = JAX_CFLAGS, *argv[JAX_MAX_ARGV];
+    int argc = split_cc(ctx->cc, buf, sizeof buf, argv, JAX_MAX_ARGV - 16);
+    if (argc == 0)
+        return tr_error_set(err, TR_ERR_INVALID, "jax: %s is empty; expected a C compiler command", ctx->cc_key);
+    char *save = NULL;
+    for (char *s = strtok_r(flags, " ", &save); s; s = strtok_r(NULL, " ", &save)) argv[argc++] = s;
+    argv[argc++] = "-o";
+    argv[argc++] = (char *)so_tmp;
+    argv[argc++] = (char *)src_path;
+    argv[argc++] = "-lm";
+    argv[argc] = NULL;
+
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    double t0 = cc_now_ms();
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    ctx->cc_runs++;
+    if (rc != 0) {
+        unlink(log_path);
+        return tr_error_set(err, TR_ERR_IO,
+                            "jax: cannot run the C compiler '%s' (%s): %s; install a C compiler or set "
+                            "[backend.jax] cc; the generated source is kept at %s",
+                            argv[0], ctx->cc_key, strerror(rc), src_path);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR) {
+            unlink(log_path);
+            return tr_error_set(err, TR_ERR_IO, "jax: waiting for the C compiler '%s': %s", argv[0], strerror(errno));
+        }
+    }
+    *ms = cc_now_ms() - t0;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        unlink(log_path);
+        return TR_OK;
+    }
+    char head[JAX_LOG_CHARS], how[64];
+    log_head(log_path, head, sizeof head);
+    unlink(log_path);
+    unlink(so_tmp);
+    if (WIFEXITED(status)) snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status)) snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(status));
+    else snprintf(how, sizeof how, "failed");
+    /* 127: the shell-style "not found" of wrappers such as ccache or env */
+    return tr_error_set(err, TR_ERR_IO, "jax: the C compiler '%s' (%s) %s; the generated source is kept at %s; it said: %s",
+                        ctx->cc, ctx->cc_key, how, src_path, head);
+}
+
+/* Append the trailer to the freshly built object at tmp, then rename it to path. */
+static int seal_entry(const char *tmp, const char *path, const uint64_t key[2], size_t src_len, struct tr_error *err) {
+    unsigned char *d;
+    size_t n;
+    if (read_file(tmp, &d, &n) != 0 || n == 0) {
+        free(d);
+        unlink(tmp);
+        return tr_error_set(err, TR_ERR_IO, "jax: the compiler wrote no shared object at %s", tmp);
+    }
+    struct trailer t;
+    memset(&t, 0, sizeof t);
+    memcpy(t.magic, trailer_magic, sizeof t.magic);
+    t.key[0] = key[0];
+    t.key[1] = key[1];
+    t.so_len = n;
+    t.so_sum = fnv1a(0xcbf29ce484222325ull, d, n);
+    t.src_len = src_len;
+    free(d);
+    FILE *f = fopen(tmp, "ab");
+    int ok = f && fwrite(&t, sizeof t, 1, f) == 1;
+    if (f) ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return tr_error_set(err, TR_ERR_IO, "jax: cannot write the cache entry %s: %s", path, strerror(e));
+    }
+    return TR_OK;
+}
+
+int jax_build(struct tr_jax_context *ctx, const char *src, size_t len, struct jax_build *b, struct tr_error *err) {
+    memset(b, 0, sizeof *b);
+    uint64_t key[2];
+    int rc = jax_cache_entry(ctx, src, len, key, b->path, sizeof b->path, err);
+    if (rc != TR_OK) return rc;
+    const char *why = NULL;
+    if (access(b->path, F_OK) == 0) {
+        why = entry_invalid(b->path, key, len);
+        if (!why) {
+            b->so = dlopen(b->path, RTLD_NOW | RTLD_LOCAL);
+            if (b->so) {
+                b->cache_hit = 1;
+                ctx->cache_hits++;
+                return TR_OK;
+            }
+            why = "dlopen refused it";
+        }
+        ctx->host->log(TR_LOG_WARN, "jax: cache entry %s is invalid (%s): rebuilding it", b->path, why);
+    }
+    ctx->cache_misses++;
+
+    size_t plen = strlen(b->path);
+    char src_path[JAX_PATH_MAX + 32], tmp[JAX_PATH_MAX + 64], log_path[JAX_PATH_MAX + 64];
+    static unsigned counter;
+    unsigned id = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    snprintf(src_path, sizeof src_path, "%.*s.c", (int)(plen - 3), b->path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", b->path, (long)getpid(), id);
+    snprintf(log_path, sizeof log_path, "%s.log.%ld.%u", b->path, (long)getpid(), id);
+    if (write_file(src_path, src, len) != 0)
+        return tr_error_set(err, TR_ERR_IO, "jax: %s = '%s': cannot write the generated source %s: %s",
+                            ctx->cache_dir_key, ctx->cache_dir, src_path, strerror(errno));
+    if ((rc = run_compiler(ctx, src_path, tmp, log_path, &b->cc_ms, err)) != TR_OK) return rc;
+    if ((rc = seal_entry(tmp, b->path, key, len, err)) != TR_OK) return rc;
+    unlink(src_path);
+    b->so = dlopen(b->path, RTLD_NOW | RTLD_LOCAL);
+    if (!b->so) {
+        const char *e = dlerror();
+        return tr_error_set(err, TR_ERR_IO, "jax: cannot load the compiled kernels %s: %s", b->path, e ? e : "?");
+    }
+    return TR_OK;
+}
+
+void jax_build_close(struct jax_build *b) {
+    if (b && b->so) dlclose(b->so);
+    if (b) b->so = NULL;
+}

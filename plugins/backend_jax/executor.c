@@ -1,0 +1,427 @@
+/* jax backend — compile() end to end, and the flat executor (jax.h).
+ *
+ * compile: the graph read into the plugin IR; simplification to a fixed point (CSE, dead
+ * code, constant folding, transposes into GEMM flags); GEMM epilogues and fusion; one C
+ * source for all fused kernels, built (or found in the cache) and loaded; then buffer
+ * assignment: every value that is stored (a staged input, a kernel's output) is a
+ * buffer live from the step that writes it to the last step that reads it (through
+ * views), and all of them are placed in ONE arena by the shared planner and checked by
+ * its verifier. Weights and constants are used in place; RESHAPE is a view. Finally
+ * every step is bound to its pointers: a generated kernel gets its argument array, a
+ * library call its tensors.
+ *
+ * execute: inputs copied into their arena slots, the steps run in order (one indirect
+ * call each, nothing allocated, nothing looked up), outputs copied out. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <dlfcn.h>
+#include "jax.h"
+
+#define JAX_ALIGN 64
+
+enum jax_step_kind { JAX_STEP_GEN, JAX_STEP_MATMUL, JAX_STEP_LIB };
+
+typedef int (*jax_kernel_fn)(void *const *args);
+
+struct jax_step {
+    enum jax_step_kind kind;
+    int node;                       /* the pir node it writes */
+    int cluster;                    /* JAX_STEP_GEN */
+    jax_kernel_fn fn;
+    void **args;
+    int op;                         /* library calls */
+    struct tr_attrs attrs;
+    int n_in;
+    struct tr_tensor in[TR_PIR_MAX_IN];
+    struct tr_tensor out;
+};
+
+struct tr_jax_program {
+    struct tr_jax_context *ctx;
+    struct tr_pir pir;
+    struct tr_pass_stats passes;
+    struct jax_fusion fusion;
+    struct tr_kernels *k;
+    struct jax_build build;
+    char *source;
+    size_t source_len;
+
+    struct jax_step *steps;
+    int n_steps;
+    void **argv;                    /* the generated kernels' argument arrays, back to back */
+    struct tr_plan_buf *bufs;
+    int n_bufs;
+    int *buf_of;                    /* per node: its buffer, or -1 */
+    int *root_of;                   /* per node: the node whose storage it is (views) */
+    void **ptr;                     /* per node: where its value is */
+    void *arena;
+    int64_t arena_bytes;
+
+    uint64_t weight_bytes;
+    int n_gen, n_lib;
+    double compile_ms;
+    uint64_t kernel_calls;          /* last execute */
+};
+
+static double ex_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static const char *nname(const struct tr_jax_program *p, int id) {
+    const char *s = p->pir.nodes[id].name;
+    return s ? s : "";
+}
+
+static const char *op_str(int op) { return op == JAX_OP_MATMUL_EPI ? "matmul+epilogue" : tr_op_name(op); }
+
+/* ---- compile ---- */
+
+static int check_leaves(struct tr_jax_program *p, struct tr_error *err) {
+    for (int id = 0; id < p->pir.n; id++) {
+        const struct tr_pir_node *n = &p->pir.nodes[id];
+        char sh[128];
+        if (tr_dtype_size((enum tr_dtype)n->dtype) == 0)
+            return tr_error_set(err, TR_ERR_INVALID, "jax: node %d %s '%s': unknown dtype %d", id, op_str(n->op),
+                                nname(p, id), n->dtype);
+        if ((n->op == TR_OP_PARAM || n->op == TR_OP_CONST) && !n->data && tr_pir_nbytes(n) > 0)
+            return tr_error_set(err, TR_ERR_INVALID,
+                                "jax: node %d %s '%s' %s%s has no data (bind it with tr_graph_bind_param or "
+                                "load weights before compile)",
+                                id, tr_op_name(n->op), nname(p, id), tr_dtype_name((enum tr_dtype)n->dtype),
+                                tr_shape_str(n->ndim, n->shape, sh, sizeof sh));
+        if (n->op == TR_OP_PARAM) p->weight_bytes += tr_pir_nbytes(n);
+    }
+    return TR_OK;
+}
+
+/* One step per stored value that a kernel writes. */
+static int make_schedule(struct tr_jax_program *p, int *step_of, struct tr_error *err) {
+    const struct tr_pir *g = &p->pir;
+    p->steps = calloc((size_t)g->n + 1, sizeof *p->steps);
+    if (!p->steps) return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory for the schedule");
+    for (int id = 0; id < g->n; id++) {
+        const struct tr_pir_node *n = &g->nodes[id];
+        step_of[id] = -1;
+        p->root_of[id] = id;
+        int ci = p->fusion.cluster_of[id];
+        if (n->op == TR_OP_INPUT || n->op == TR_OP_PARAM || n->op == TR_OP_CONST) continue;
+        if (n->op == TR_OP_RESHAPE) {
+            if (n->n_in != 1 || tr_pir_nbytes(&g->nodes[n->in[0]]) != tr_pir_nbytes(n))
+                return tr_error_set(err, TR_ERR_SHAPE, "jax: node %d reshape '%s': %zu bytes from %zu bytes", id,
+                                    nname(p, id), tr_pir_nbytes(n),
+                                    n->n_in == 1 ? tr_pir_nbytes(&g->nodes[n->in[0]]) : (size_t)0);
+            p->root_of[id] = p->root_of[n->in[0]];
+            continue;
+        }
+        if (ci >= 0 && p->fusion.clusters[ci].root != id) continue; /* computed inside its kernel */
+        struct jax_step *s = &p->steps[p->n_steps];
+        s->node = id;
+        s->cluster = ci;
+        s->op = n->op;
+        s->attrs = n->attrs;
+        if (ci >= 0) s->kind = JAX_STEP_GEN;
+        else s->kind = n->op == JAX_OP_MATMUL_EPI ? JAX_STEP_MATMUL : JAX_STEP_LIB;
+        if (s->kind == JAX_STEP_GEN) p->n_gen++;
+        else p->n_lib++;
+        if (n->op >= TR_OP_COUNT && n->op != JAX_OP_MATMUL_EPI)
+            return tr_error_set(err, TR_ERR_INTERNAL, "jax: node %d '%s' has private op %d", id, nname(p, id), n->op);
+        step_of[id] = ++p->n_steps; /* step 0 stages the inputs */
+    }
+    return TR_OK;
+}
+
+static void read_nodes(const struct tr_jax_program *p, const struct jax_step *s, int *ids, int *n) {
+    *n = 0;
+    if (s->kind == JAX_STEP_GEN) {
+        const struct jax_cluster *cl = &p->fusion.clusters[s->cluster];
+        for (int i = 0; i < cl->n_args - 1; i++) ids[(*n)++] = cl->args[i];
+    } else {
+        const struct tr_pir_node *n0 = &p->pir.nodes[s->node];
+        for (int i = 0; i < n0->n_in; i++) ids[(*n)++] = n0->in[i];
+    }
+}
+
+/* Buffers, live ranges, the arena. */
+static int plan_memory(struct tr_jax_program *p, const int *step_of, struct tr_error *err) {
+    const struct tr_pir *g = &p->pir;
+    p->bufs = calloc((size_t)g->n + 1, sizeof *p->bufs);
+    if (!p->bufs) return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory planning buffers");
+    for (int id = 0; id < g->n; id++) {
+        p->buf_of[id] = -1;
+        int first = g->nodes[id].op == TR_OP_INPUT ? 0 : step_of[id];
+        if (first < 0) continue;
+        p->buf_of[id] = p->n_bufs;
+        p->bufs[p->n_bufs++] = (struct tr_plan_buf){.size = (int64_t)tr_pir_nbytes(&g->nodes[id]), .first = first,
+                                                    .last = first};
+    }
+    int ids[TR_PIR_MAX_IN * 8 + 64];
+    for (int si = 0; si < p->n_steps; si++) {
+        const struct jax_step *s = &p->steps[si];
+        int n = 0;
+        if (s->kind == JAX_STEP_GEN && p->fusion.clusters[s->cluster].n_args > (int)(sizeof ids / sizeof ids[0]))
+            return tr_error_set(err, TR_ERR_UNSUPPORTED, "jax: kernel %d has %d operands", s->cluster,
+                                p->fusion.clusters[s->cluster].n_args);
+        read_nodes(p, s, ids, &n);
+        for (int i = 0; i < n; i++) {
+            int b = p->buf_of[p->root_of[ids[i]]];
+            if (b >= 0 && p->bufs[b].last < si + 1) p->bufs[b].last = si + 1;
+        }
+    }
+    for (int i = 0; i < g->n_outputs; i++) {
+        int b = p->buf_of[p->root_of[g->outputs[i]]];
+        if (b >= 0) p->bufs[b].last = p->n_steps + 1; /* copied out after the last step */
+    }
+    int rc = tr_plan_assign(p->bufs, p->n_bufs, JAX_ALIGN, &p->arena_bytes, err);
+    if (rc == TR_OK) rc = tr_plan_verify(p->bufs, p->n_bufs, p->arena_bytes, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "jax: buffer assignment");
+    size_t bytes = p->arena_bytes > 0 ? (size_t)p->arena_bytes : JAX_ALIGN;
+    if ((rc = tr_kernels_alloc(p->k, bytes, &p->arena, err)) != TR_OK)
+        return tr_error_prefix(err, "jax: the arena of %zu bytes", bytes);
+    for (int id = 0; id < g->n; id++) {
+        const struct tr_pir_node *n = &g->nodes[id];
+        if (n->op == TR_OP_PARAM || n->op == TR_OP_CONST) p->ptr[id] = (void *)n->data;
+        else if (p->buf_of[id] >= 0) p->ptr[id] = (char *)p->arena + p->bufs[p->buf_of[id]].offset;
+        else if (n->op == TR_OP_RESHAPE) p->ptr[id] = p->ptr[n->in[0]];
+        else p->ptr[id] = NULL; /* lives in a kernel's registers */
+    }
+    return TR_OK;
+}
+
+static int tensor_of(const struct tr_jax_program *p, int id, struct tr_tensor *t, struct tr_error *err) {
+    const struct tr_pir_node *n = &p->pir.nodes[id];
+    int rc = tr_tensor_make(t, p->ptr[id], (enum tr_dtype)n->dtype, n->ndim, n->shape, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "jax: node %d %s '%s'", id, op_str(n->op), nname(p, id));
+    t->device = TR_DEVICE_CPU;
+    t->device_index = 0;
+    return TR_OK;
+}
+
+static int bind_steps(struct tr_jax_program *p, struct tr_error *err) {
+    size_t total = 0;
+    for (int ci = 0; ci < p->fusion.n_clusters; ci++) total += (size_t)p->fusion.clusters[ci].n_args;
+    p->argv = calloc(total + 1, sizeof *p->argv);
+    if (!p->argv) return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory binding the kernels");
+    size_t at = 0;
+    for (int si = 0; si < p->n_steps; si++) {
+        struct jax_step *s = &p->steps[si];
+        const struct tr_pir_node *n = &p->pir.nodes[s->node];
+        int rc;
+        if (s->kind == JAX_STEP_GEN) {
+            const struct jax_cluster *cl = &p->fusion.clusters[s->cluster];
+            char sym[32];
+            snprintf(sym, sizeof sym, "trj_k%d", cl->fn);
+            void *fn = dlsym(p->build.so, sym);
+            if (!fn)
+                return tr_error_set(err, TR_ERR_INTERNAL, "jax: %s has no kernel %s", p->build.path, sym);
+            memcpy(&s->fn, &fn, sizeof fn); /* an object pointer to a function pointer, as POSIX allows */
+            s->args = &p->argv[at];
+            for (int i = 0; i < cl->n_args; i++) s->args[i] = p->ptr[cl->args[i]];
+            at += (size_t)cl->n_args;
+            continue;
+        }
+        s->n_in = n->n_in;
+        for (int i = 0; i < n->n_in; i++)
+            if ((rc = tensor_of(p, n->in[i], &s->in[i], err)) != TR_OK) return rc;
+        if ((rc = tensor_of(p, s->node, &s->out, err)) != TR_OK) return rc;
+    }
+    return TR_OK;
+}
+
+static int build_kernels(struct tr_jax_program *p, struct tr_error *err) {
+    if (p->fusion.n_clusters == 0) return TR_OK;
+    int rc = jax_codegen(&p->pir, &p->fusion, &p->source, &p->source_len, err);
+    if (rc == TR_OK) rc = jax_build(p->ctx, p->source, p->source_len, &p->build, err);
+    return rc;
+}
+
+int tr_jax_compile(struct tr_jax_context *ctx, tr_graph_t g, struct tr_jax_program **out, struct tr_error *err) {
+    *out = NULL;
+    if (!g) return tr_error_set(err, TR_ERR_INVALID, "jax: compile without a graph");
+    double t0 = ex_now_ms();
+    struct tr_jax_program *p = calloc(1, sizeof *p);
+    if (!p) return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory for a program");
+    p->ctx = ctx;
+    int *step_of = NULL, rc;
+    if ((rc = tr_pir_from_graph(ctx->host, g, &p->pir, err)) != TR_OK) {
+        tr_error_prefix(err, "jax");
+        goto fail;
+    }
+    if ((rc = check_leaves(p, err)) != TR_OK) goto fail;
+    if ((rc = tr_kernels_init(&p->k, ctx->device_type, ctx->device_index, err)) != TR_OK) {
+        tr_error_prefix(err, "jax");
+        goto fail;
+    }
+    if ((rc = tr_pass_all(&p->pir, p->k, &p->passes, err)) != TR_OK) {
+        tr_error_prefix(err, "jax: simplification");
+        goto fail;
+    }
+    if ((rc = jax_fuse(&p->pir, ctx->fuse, &p->fusion, err)) != TR_OK) goto fail;
+    if ((rc = build_kernels(p, err)) != TR_OK) goto fail;
+    size_t n = (size_t)p->pir.n + 1;
+    step_of = malloc(n * sizeof *step_of);
+    p->buf_of = malloc(n * sizeof *p->buf_of);
+    p->root_of = malloc(n * sizeof *p->root_of);
+    p->ptr = calloc(n, sizeof *p->ptr);
+    if (!step_of || !p->buf_of || !p->root_of || !p->ptr) {
+        rc = tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory for %d nodes", p->pir.n);
+        goto fail;
+    }
+    if ((rc = make_schedule(p, step_of, err)) != TR_OK || (rc = plan_memory(p, step_of, err)) != TR_OK ||
+        (rc = bind_steps(p, err)) != TR_OK)
+        goto fail;
+    free(step_of);
+    p->compile_ms = ex_now_ms() - t0;
+    ctx->host->log(TR_LOG_DEBUG, "jax: %d nodes -> %d generated kernels (%s) + %d library calls, arena %lld bytes, %.0f ms",
+                   p->pir.n, p->n_gen, p->build.cache_hit ? "cache hit" : "compiled", p->n_lib,
+                   (long long)p->arena_bytes, p->compile_ms);
+    *out = p;
+    return TR_OK;
+fail:
+    free(step_of);
+    tr_jax_program_free(p);
+    return rc;
+}
+
+void tr_jax_program_free(struct tr_jax_program *p) {
+    if (!p) return;
+    if (p->arena) tr_kernels_dealloc(p->k, p->arena);
+    if (p->k) tr_kernels_free(p->k);
+    jax_build_close(&p->build);
+    jax_fusion_free(&p->fusion);
+    tr_pir_free(&p->pir);
+    free(p->source);
+    free(p->steps);
+    free(p->argv);
+    free(p->bufs);
+    free(p->buf_of);
+    free(p->root_of);
+    free(p->ptr);
+    free(p);
+}
+
+/* ---- execute ---- */
+
+static int check_io(const struct tr_jax_program *p, const char *what, int i, int id, const struct tr_tensor *t,
+                    struct tr_error *err) {
+    const struct tr_pir_node *n = &p->pir.nodes[id];
+    char want[128], got[128];
+    int same = t->dtype == n->dtype && t->ndim == n->ndim;
+    for (int d = 0; same && d < n->ndim; d++) same = t->shape[d] == n->shape[d];
+    if (!same)
+        return tr_error_set(err, TR_ERR_SHAPE, "jax: %s %d ('%s'): got %s%s, expected %s%s", what, i, nname(p, id),
+                            tr_dtype_name((enum tr_dtype)t->dtype), tr_shape_str(t->ndim, t->shape, got, sizeof got),
+                            tr_dtype_name((enum tr_dtype)n->dtype), tr_shape_str(n->ndim, n->shape, want, sizeof want));
+    if (!t->data && tr_pir_nbytes(n) > 0)
+        return tr_error_set(err, TR_ERR_INVALID, "jax: %s %d ('%s') has no data", what, i, nname(p, id));
+    if (!tr_tensor_is_contiguous(t))
+        return tr_error_set(err, TR_ERR_INVALID, "jax: %s %d ('%s') is not contiguous", what, i, nname(p, id));
+    if (t->device != TR_DEVICE_CPU)
+        return tr_error_set(err, TR_ERR_INVALID, "jax: %s %d ('%s') is not in host memory", what, i, nname(p, id));
+    return TR_OK;
+}
+
+/* A gather found an id outside its table: name the first one (the slow path). */
+static int bad_id(const struct tr_jax_program *p, const struct jax_step *s, struct tr_error *err) {
+    const struct jax_cluster *cl = &p->fusion.clusters[s->cluster];
+    for (int k = 0; k < cl->n_members; k++) {
+        const struct tr_pir_node *n = &p->pir.nodes[cl->members[k]];
+        if (n->op != TR_OP_EMBEDDING) continue;
+        const struct tr_pir_node *ids = &p->pir.nodes[n->in[1]];
+        int64_t V = p->pir.nodes[n->in[0]].shape[0], cnt = tr_pir_numel(ids);
+        const void *d = p->ptr[n->in[1]];
+        for (int64_t i = 0; i < cnt; i++) {
+            int64_t id = ids->dtype == TR_DTYPE_I64 ? ((const int64_t *)d)[i] : ((const int32_t *)d)[i];
+            if (id < 0 || id >= V)
+                return tr_error_set(err, TR_ERR_INVALID,
+                                    "jax: kernel %d, node %d embedding '%s': ids[%lld] = %lld is outside [0, %lld)",
+                                    s->cluster, cl->members[k], nname(p, cl->members[k]), (long long)i, (long long)id,
+                                    (long long)V);
+        }
+    }
+    return tr_error_set(err, TR_ERR_INVALID, "jax: kernel %d (node %d '%s'): an embedding id is outside its table",
+                        s->cluster, s->node, nname(p, s->node));
+}
+
+static int run_step(struct tr_jax_program *p, const struct jax_step *s, struct tr_error *err) {
+    int rc;
+    switch (s->kind) {
+    case JAX_STEP_GEN:
+        rc = s->fn(s->args);
+        if (rc == 0) return TR_OK;
+        if (rc & 2)
+            return tr_error_set(err, TR_ERR_NOMEM, "jax: kernel %d (node %d '%s'): no memory for a row buffer",
+                                s->cluster, s->node, nname(p, s->node));
+        return bad_id(p, s, err);
+    case JAX_STEP_MATMUL:
+        rc = tr_k_matmul(p->k, &s->in[0], &s->in[1], (struct tr_tensor *)&s->out, (int)s->attrs.ints[0],
+                         (int)s->attrs.ints[1], s->attrs.floats[0], s->n_in > 2 ? &s->in[2] : NULL,
+                         (enum tr_act)s->attrs.ints[2], err);
+        break;
+    default:
+        rc = tr_kernels_run(p->k, s->op, &s->attrs, s->n_in, s->in, (struct tr_tensor *)&s->out, err);
+        break;
+    }
+    if (rc != TR_OK) return tr_error_prefix(err, "jax: node %d %s '%s'", s->node, op_str(s->op), nname(p, s->node));
+    return TR_OK;
+}
+
+int tr_jax_execute(struct tr_jax_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
+                   struct tr_tensor *outputs, struct tr_error *err) {
+    const struct tr_pir *g = &p->pir;
+    if ((n_inputs > 0 && !inputs) || (n_outputs > 0 && !outputs))
+        return tr_error_set(err, TR_ERR_INVALID, "jax: execute with %d inputs and %d outputs but no arrays", n_inputs,
+                            n_outputs);
+    if (n_inputs != g->n_inputs || n_outputs != g->n_outputs)
+        return tr_error_set(err, TR_ERR_INVALID, "jax: execute with %d inputs and %d outputs, the graph has %d and %d",
+                            n_inputs, n_outputs, g->n_inputs, g->n_outputs);
+    int rc;
+    for (int i = 0; i < n_inputs; i++)
+        if ((rc = check_io(p, "input", i, g->inputs[i], &inputs[i], err)) != TR_OK) return rc;
+    for (int i = 0; i < n_outputs; i++)
+        if ((rc = check_io(p, "output", i, g->outputs[i], &outputs[i], err)) != TR_OK) return rc;
+    p->kernel_calls = 0;
+    for (int i = 0; i < n_inputs; i++) {
+        size_t nb = tr_pir_nbytes(&g->nodes[g->inputs[i]]);
+        if (nb) memcpy(p->ptr[g->inputs[i]], inputs[i].data, nb);
+    }
+    for (int si = 0; si < p->n_steps; si++) {
+        p->kernel_calls++;
+        if ((rc = run_step(p, &p->steps[si], err)) != TR_OK) return rc;
+    }
+    for (int i = 0; i < n_outputs; i++) {
+        int id = g->outputs[i];
+        size_t nb = tr_pir_nbytes(&g->nodes[id]);
+        if (nb) memcpy(outputs[i].data, p->ptr[id], nb);
+    }
+    return TR_OK;
+}
+
+/* "812 B", "12.3 KiB", "4.0 MiB". */
+static const char *human_bytes(uint64_t n, char *buf, size_t size) {
+    if (n < 1024) snprintf(buf, size, "%llu B", (unsigned long long)n);
+    else if (n < (1u << 20)) snprintf(buf, size, "%.1f KiB", (double)n / 1024);
+    else snprintf(buf, size, "%.1f MiB", (double)n / (1 << 20));
+    return buf;
+}
+
+void tr_jax_program_stats(const struct tr_jax_program *p, struct tr_backend_stats *st) {
+    char arena[32], weights[32], kernels[96];
+    st->kernel_calls = p->kernel_calls;
+    st->arena_bytes = (uint64_t)p->arena_bytes;
+    st->peak_bytes = p->weight_bytes + (uint64_t)p->arena_bytes;
+    if (p->fusion.n_clusters == 0) snprintf(kernels, sizeof kernels, "no fused kernels");
+    else
+        snprintf(kernels, sizeof kernels, "%d fused kernels generated as %d functions (%s), cc %.0f ms",
+                 p->fusion.n_clusters, p->fusion.n_functions, p->build.cache_hit ? "cache hit" : "compiled",
+                 p->build.cc_ms);
+    snprintf(st->notes, sizeof st->notes,
+             "passes: cse %d, dce %d, folded %d, simplified %d; %d gemm epilogues; %s; compile %.0f ms; "
+             "%d library calls; arena %s, verified; weights %s in place",
+             p->passes.cse_merged, p->passes.dce_removed, p->passes.folded, p->passes.simplified,
+             p->fusion.n_epilogues, kernels, p->compile_ms, p->n_lib, human_bytes((uint64_t)p->arena_bytes, arena, sizeof arena),
+             human_bytes(p->weight_bytes, weights, sizeof weights));
+}

@@ -1,0 +1,163 @@
+/* Every backend configuration against Hugging Face and against each other: BERT tiny
+ * predict with the fixture's weights and batch, f32 and bf16, on torch (eager),
+ * torch:reduce-overhead, tf and jax. Each runs several steps, so a recorded or compiled
+ * path (the replay, the cached kernels) is what gets compared, not only the first step.
+ * Then the harness itself: tr_bench_run over all four on a synthetic batch must report
+ * that they ran and agree. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "models.h"
+#include "trident/bench.h"
+#include "trident/config.h"
+#include "trident/graph.h"
+#include "trident/loader.h"
+#include "trident/safetensors.h"
+#include "trident/weights.h"
+
+#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors"
+#define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
+#define STEPS 3
+
+static char cache_dir[256];
+
+struct config {
+    const char *label, *plugin, *mode;
+};
+
+static const struct config configs[] = {
+    {"torch", "torch", NULL},
+    {"torch:reduce-overhead", "torch", "reduce-overhead"},
+    {"tf", "tf", NULL},
+    {"jax", "jax", NULL},
+};
+#define N_CONFIGS (int)(sizeof configs / sizeof configs[0])
+
+static int setup(void **state) {
+    snprintf(cache_dir, sizeof cache_dir, "/tmp/trident-agree-XXXXXX");
+    return mkdtemp(cache_dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Run g STEPS times on one configuration; out allocated here and poisoned before each step. */
+static void run(const struct config *c, struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
+    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
+    struct tr_option opts[2];
+    int n_opts = 0;
+    if (c->mode) opts[n_opts++] = (struct tr_option){.key = "mode", .value = c->mode, .file = "test", .line = 1};
+    if (strcmp(c->plugin, "jax") == 0)
+        opts[n_opts++] = (struct tr_option){.key = "cache_dir", .value = cache_dir, .file = "test", .line = 2};
+    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
+                                    .device_type = TR_DEVICE_CPU, .options = opts, .n_options = n_opts};
+    struct tr_plugin *p = NULL;
+    struct tr_backend *be = NULL;
+    struct tr_program *prog = NULL;
+    struct tr_error e = {0};
+    if (tr_plugin_open(c->plugin, &s, &p, &e)) fail_msg("%s: %s", c->label, e.msg);
+    if (tr_backend_init(p, &prm, &be, &e)) fail_msg("%s: %s", c->label, e.msg);
+    if (tr_backend_compile(be, g, &prog, &e)) fail_msg("%s: %s", c->label, e.msg);
+    int n_out = tr_graph_n_outputs(g);
+    for (int i = 0; i < n_out; i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_output(g, i));
+        out[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
+    }
+    for (int step = 0; step < STEPS; step++) {
+        for (int i = 0; i < n_out; i++) tr_test_poison(&out[i]);
+        if (tr_backend_execute(be, prog, tr_graph_n_inputs(g), in, n_out, out, &e))
+            fail_msg("%s step %d: %s", c->label, step + 1, e.msg);
+    }
+    tr_program_free(prog);
+    tr_backend_free(be);
+    tr_plugin_close(p);
+}
+
+static void all_match_hf(enum tr_dtype dt) {
+    struct tr_safetensors *io = NULL;
+    struct tr_error e = {0};
+    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s", e.msg);
+    struct tr_tensor in[3];
+    const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
+    for (int i = 0; i < 3; i++)
+        if (tr_safetensors_get(io, in_names[i], &in[i], &e)) fail_msg("%s", e.msg);
+    const struct tr_model_desc *m = &tr_model_bert;
+    const void *tiny = m->presets[0].config;
+    assert_string_equal(m->presets[0].name, "tiny");
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = in[0].shape[0], .seq_len = in[0].shape[1]};
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    if (m->build(tiny, &o, g, &e)) fail_msg("%s", e.msg);
+    struct tr_weights *w = NULL;
+    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s", e.msg);
+
+    struct tr_tensor out[N_CONFIGS][3];
+    double tol = tr_test_tol(dt);
+    for (int c = 0; c < N_CONFIGS; c++) {
+        run(&configs[c], g, in, out[c]);
+        for (int i = 0; i < 3; i++) {
+            const char *name = tr_graph_output_name(g, i);
+            struct tr_tensor ref;
+            if (tr_safetensors_get(io, name, &ref, &e)) fail_msg("%s", e.msg);
+            double *r = tr_test_to_f64(&ref);
+            double hf = tr_test_rel_err(&out[c][i], r);
+            free(r);
+            double *r0 = tr_test_to_f64(&out[0][i]);
+            double vs_eager = tr_test_rel_err(&out[c][i], r0);
+            free(r0);
+            print_message("%-5s %-22s %-17s vs transformers %.2e, vs torch %.2e\n", tr_dtype_name(dt),
+                          configs[c].label, name, hf, vs_eager);
+            if (!(hf < tol)) fail_msg("%s %s %s: %.3g from transformers (tolerance %.0e)", configs[c].label,
+                                      tr_dtype_name(dt), name, hf, tol);
+            if (!(vs_eager < tol)) fail_msg("%s %s %s: %.3g from torch (tolerance %.0e)", configs[c].label,
+                                            tr_dtype_name(dt), name, vs_eager, tol);
+        }
+    }
+    for (int c = 0; c < N_CONFIGS; c++)
+        for (int i = 0; i < 3; i++) tr_test_tensor_free(&out[c][i]);
+    tr_weights_free(w);
+    tr_graph_free(g);
+    tr_safetensors_close(io);
+}
+
+static void test_f32(void **state) { all_match_hf(TR_DTYPE_F32); }
+static void test_bf16(void **state) { all_match_hf(TR_DTYPE_BF16); }
+
+/* The harness: the same run `trident run` does, all four side by side. */
+static void test_bench_all_agree(void **state) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "[run]\nmodel = bert\npreset = tiny\ntask = predict\n"
+             "backends = torch, torch:reduce-overhead, tf, jax\n"
+             "batch = 2\nseq_len = 32\nsteps = 3\nwarmup = 2\n"
+             "[backend.jax]\ncache_dir = %s\n",
+             cache_dir);
+    struct tr_config cfg;
+    struct tr_error e = {0};
+    if (tr_config_load_string(text, "agreement.ini", &cfg, &e)) fail_msg("%s", e.msg);
+    static struct tr_bench_report rep;
+    int rc = tr_bench_run(&cfg, tr_builtin_models, &rep, &e);
+    tr_bench_print(&rep, stdout);
+    if (rc) fail_msg("%s", e.msg);
+    assert_true(rep.all_ok);
+    assert_int_equal(rep.n_rows, 4);
+    for (int i = 0; i < rep.n_rows; i++) {
+        assert_true(rep.rows[i].ok && rep.rows[i].agrees);
+        assert_true(rep.rows[i].mean_ms > 0 && rep.rows[i].stats.kernel_calls > 0);
+    }
+    assert_string_equal(rep.rows[1].stats.mode, "reduce-overhead");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f32),
+        cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_bench_all_agree),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

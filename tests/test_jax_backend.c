@@ -1,0 +1,860 @@
+/* The jax backend: every kind of generated kernel against a float64 evaluation of the
+ * same graph (f32 and bf16), the arena of every compiled program through the planner's
+ * verifier, the disk cache (hit, miss, a corrupted entry rebuilt), compiler and cache
+ * directory errors, options, and BERT tiny against Hugging Face.
+ *
+ * The backend's sources are compiled in, so a test can look inside a program (its
+ * buffers, its clusters, the cache counters); the plugin itself is also run through the
+ * loader. Every compile uses a temporary cache directory made here, never the user's. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "bert/bert.h"
+#include "models.h"
+#include "trident/trident.h"
+
+#include "../plugins/backend_jax/jax.c"
+#include "../plugins/backend_jax/fuse.c"
+#include "../plugins/backend_jax/codegen.c"
+#include "../plugins/backend_jax/compile.c"
+#include "../plugins/backend_jax/executor.c"
+
+#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors"
+#define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
+
+static char tmp_root[256];  /* this run's directory; every cache lives under it */
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int group_setup(void **state) {
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/trident-jax-test-XXXXXX");
+    return mkdtemp(tmp_root) ? 0 : -1;
+}
+
+static int group_teardown(void **state) {
+    return nftw(tmp_root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A fresh cache directory under tmp_root. */
+static void fresh_dir(char *out, size_t n, const char *name) {
+    snprintf(out, n, "%s/%s", tmp_root, name);
+    assert_int_equal(mkdir(out, 0700), 0);
+}
+
+/* ---- a float64 evaluation of a graph ---- */
+
+static int64_t numel_of(const struct tr_graph *g, int id) {
+    return tr_shape_numel(tr_node_ndim(g, id), tr_node_shape(g, id));
+}
+
+/* Offset in input `in` (right-aligned broadcast) of output element i. */
+static int64_t bcast_off(const struct tr_graph *g, int out, int in, int64_t i) {
+    int nd = tr_node_ndim(g, out), ni = tr_node_ndim(g, in);
+    const int64_t *so = tr_node_shape(g, out), *si = tr_node_shape(g, in);
+    int64_t off = 0, stride = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int64_t idx = i % so[d];
+        i /= so[d];
+        int di = d - (nd - ni);
+        if (di < 0) continue;
+        if (si[di] != 1) off += idx * stride;
+        stride *= si[di];
+    }
+    return off;
+}
+
+static double gelu64(double x, int tanh_form) {
+    if (tanh_form) return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+    return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+}
+
+static double to_bf16(double v) { return tr_bf16_to_f32(tr_f32_to_bf16((float)v)); }
+
+/* Values of every node; inputs in feed order. Free with ref_free. */
+static double **ref_eval(const struct tr_graph *g, const struct tr_tensor *in) {
+    int N = tr_graph_n_nodes(g);
+    double **v = calloc((size_t)N, sizeof *v);
+    assert_non_null(v);
+    for (int i = 0; i < tr_graph_n_inputs(g); i++) v[tr_graph_input(g, i)] = tr_test_to_f64(&in[i]);
+    for (int id = 0; id < N; id++) {
+        int op = tr_node_op(g, id), nd = tr_node_ndim(g, id);
+        const int64_t *sh = tr_node_shape(g, id);
+        const struct tr_attrs *at = tr_node_attrs(g, id);
+        int64_t n = numel_of(g, id);
+        if (op == TR_OP_INPUT) continue;
+        double *o = calloc((size_t)(n ? n : 1), sizeof *o);
+        assert_non_null(o);
+        const double *x = tr_node_n_inputs(g, id) > 0 ? v[tr_node_input(g, id, 0)] : NULL;
+        int xi = tr_node_n_inputs(g, id) > 0 ? tr_node_input(g, id, 0) : -1;
+        switch (op) {
+        case TR_OP_PARAM: case TR_OP_CONST: {
+            struct tr_tensor t = tr_node_tensor(g, id);
+            t.data = (void *)tr_node_data(g, id);
+            free(o);
+            o = tr_test_to_f64(&t);
+            break;
+        }
+        case TR_OP_ADD: case TR_OP_SUB: case TR_OP_MUL: case TR_OP_DIV: {
+            int a = tr_node_input(g, id, 0), b = tr_node_input(g, id, 1);
+            for (int64_t i = 0; i < n; i++) {
+                double p = v[a][bcast_off(g, id, a, i)], q = v[b][bcast_off(g, id, b, i)];
+                o[i] = op == TR_OP_ADD ? p + q : op == TR_OP_SUB ? p - q : op == TR_OP_MUL ? p * q : p / q;
+            }
+            break;
+        }
+        case TR_OP_GELU: case TR_OP_TANH: case TR_OP_RELU: case TR_OP_SILU: case TR_OP_SIGMOID:
+        case TR_OP_EXP: case TR_OP_NEG: case TR_OP_SQRT: case TR_OP_RSQRT: case TR_OP_SCALE:
+            for (int64_t i = 0; i < n; i++) {
+                double t = x[i];
+                switch (op) {
+                case TR_OP_GELU: o[i] = gelu64(t, (int)at->ints[0]); break;
+                case TR_OP_TANH: o[i] = tanh(t); break;
+                case TR_OP_RELU: o[i] = t > 0 ? t : 0; break;
+                case TR_OP_SILU: o[i] = t / (1 + exp(-t)); break;
+                case TR_OP_SIGMOID: o[i] = 1 / (1 + exp(-t)); break;
+                case TR_OP_EXP: o[i] = exp(t); break;
+                case TR_OP_NEG: o[i] = -t; break;
+                case TR_OP_SQRT: o[i] = sqrt(t); break;
+                case TR_OP_RSQRT: o[i] = 1 / sqrt(t); break;
+                default: o[i] = at->floats[0] * t + at->floats[1]; break;
+                }
+            }
+            break;
+        case TR_OP_CAST:
+            for (int64_t i = 0; i < n; i++)
+                o[i] = at->ints[0] == TR_DTYPE_BF16 ? to_bf16(x[i]) : tr_dtype_is_float((enum tr_dtype)at->ints[0]) ? x[i]
+                                                                                                              : trunc(x[i]);
+            break;
+        case TR_OP_RESHAPE: memcpy(o, x, sizeof(double) * (size_t)n); break;
+        case TR_OP_TRANSPOSE: {
+            const int64_t *si = tr_node_shape(g, xi);
+            for (int64_t i = 0; i < n; i++) {
+                int64_t rem = i, idx[TR_MAX_DIMS], off = 0;
+                for (int d = nd - 1; d >= 0; d--) {
+                    idx[d] = rem % sh[d];
+                    rem /= sh[d];
+                }
+                int64_t stride[TR_MAX_DIMS];
+                stride[nd - 1] = 1;
+                for (int d = nd - 2; d >= 0; d--) stride[d] = stride[d + 1] * si[d + 1];
+                for (int d = 0; d < nd; d++) off += idx[d] * stride[at->ints[d]];
+                o[i] = x[off];
+            }
+            break;
+        }
+        case TR_OP_SOFTMAX: case TR_OP_LAYER_NORM: {
+            int64_t D = sh[nd - 1];
+            const double *gm = op == TR_OP_LAYER_NORM ? v[tr_node_input(g, id, 1)] : NULL;
+            const double *bt = op == TR_OP_LAYER_NORM ? v[tr_node_input(g, id, 2)] : NULL;
+            for (int64_t r = 0; r < n / D; r++) {
+                const double *row = x + r * D;
+                double *out = o + r * D;
+                if (op == TR_OP_SOFTMAX) {
+                    double mx = -INFINITY, s = 0;
+                    for (int64_t i = 0; i < D; i++) mx = fmax(mx, row[i]);
+                    for (int64_t i = 0; i < D; i++) s += out[i] = exp(row[i] - mx);
+                    for (int64_t i = 0; i < D; i++) out[i] /= s;
+                } else {
+                    double mean = 0, var = 0;
+                    for (int64_t i = 0; i < D; i++) mean += row[i] / D;
+                    for (int64_t i = 0; i < D; i++) var += (row[i] - mean) * (row[i] - mean) / D;
+                    for (int64_t i = 0; i < D; i++)
+                        out[i] = (row[i] - mean) / sqrt(var + at->floats[0]) * gm[i] + bt[i];
+                }
+            }
+            break;
+        }
+        case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX: {
+            int xnd = tr_node_ndim(g, xi);
+            const int64_t *xs = tr_node_shape(g, xi);
+            int ax = (int)(at->ints[0] < 0 ? at->ints[0] + xnd : at->ints[0]);
+            int64_t outer = tr_shape_numel(ax, xs), R = xs[ax], inner = tr_shape_numel(xnd - ax - 1, xs + ax + 1);
+            for (int64_t a = 0; a < outer; a++)
+                for (int64_t c = 0; c < inner; c++) {
+                    double s = op == TR_OP_MAX ? -INFINITY : 0;
+                    for (int64_t r = 0; r < R; r++) {
+                        double t = x[(a * R + r) * inner + c];
+                        s = op == TR_OP_MAX ? fmax(s, t) : s + t;
+                    }
+                    o[a * inner + c] = op == TR_OP_MEAN ? s / R : s;
+                }
+            break;
+        }
+        case TR_OP_EMBEDDING: {
+            int ids = tr_node_input(g, id, 1);
+            int64_t D = sh[nd - 1];
+            for (int64_t r = 0; r < n / D; r++)
+                for (int64_t i = 0; i < D; i++) o[r * D + i] = x[(int64_t)v[ids][r] * D + i];
+            break;
+        }
+        case TR_OP_MATMUL: {
+            int bi = tr_node_input(g, id, 1), and_ = tr_node_ndim(g, xi), bnd = tr_node_ndim(g, bi);
+            const int64_t *as = tr_node_shape(g, xi), *bs = tr_node_shape(g, bi);
+            int ta = (int)at->ints[0], tb = (int)at->ints[1];
+            int64_t M = sh[nd - 2], N = sh[nd - 1], K = ta ? as[and_ - 2] : as[and_ - 1];
+            int64_t batch = n / (M * N), bstride = bnd == 2 ? 0 : bs[bnd - 1] * bs[bnd - 2];
+            double alpha = at->floats[0] == 0.0f ? 1.0 : at->floats[0];
+            for (int64_t q = 0; q < batch; q++)
+                for (int64_t m = 0; m < M; m++)
+                    for (int64_t j = 0; j < N; j++) {
+                        double s = 0;
+                        for (int64_t k = 0; k < K; k++) {
+                            double p = ta ? x[q * M * K + k * M + m] : x[q * M * K + m * K + k];
+                            double r = tb ? v[bi][q * bstride + j * K + k] : v[bi][q * bstride + k * N + j];
+                            s += p * r;
+                        }
+                        o[(q * M + m) * N + j] = alpha * s;
+                    }
+            break;
+        }
+        default:
+            fail_msg("reference: op %s is not implemented here", tr_op_name(op));
+        }
+        v[id] = o;
+    }
+    return v;
+}
+
+static void ref_free(const struct tr_graph *g, double **v) {
+    for (int i = 0; i < tr_graph_n_nodes(g); i++) free(v[i]);
+    free(v);
+}
+
+/* ---- running the backend from its sources ---- */
+
+static struct tr_jax_context *ctx_make(const char *cache_dir, const char *cc, int fuse) {
+    struct tr_option opts[3];
+    int n = 0;
+    opts[n++] = (struct tr_option){.key = "cache_dir", .value = cache_dir, .file = "test.ini", .line = 2};
+    if (cc) opts[n++] = (struct tr_option){.key = "cc", .value = cc, .file = "test.ini", .line = 3};
+    if (!fuse) opts[n++] = (struct tr_option){.key = "fuse", .value = "false", .file = "test.ini", .line = 4};
+    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
+                                    .device_type = TR_DEVICE_CPU, .options = opts, .n_options = n};
+    void *ctx = NULL;
+    struct tr_error err = {0};
+    if (jax_iface.init(tr_host_api_get(), &prm, &ctx, &err) != TR_OK) fail_msg("init: %s", err.msg);
+    return ctx;
+}
+
+/* The planner's verifier on the program's buffers, and proof that it could fail: two
+ * buffers alive at once moved onto the same bytes must be refused. */
+static void check_arena(const struct tr_jax_program *p) {
+    struct tr_error err = {0};
+    if (tr_plan_verify(p->bufs, p->n_bufs, p->arena_bytes, &err) != TR_OK) fail_msg("arena: %s", err.msg);
+    int64_t sum = 0;
+    for (int i = 0; i < p->n_bufs; i++) {
+        assert_true(p->bufs[i].offset % JAX_ALIGN == 0);
+        assert_true(p->bufs[i].first <= p->bufs[i].last);
+        sum += p->bufs[i].size;
+    }
+    assert_true(p->arena_bytes <= sum + (int64_t)JAX_ALIGN * p->n_bufs);
+    for (int i = 0; i < p->n_bufs; i++)
+        for (int j = i + 1; j < p->n_bufs; j++) {
+            const struct tr_plan_buf *a = &p->bufs[i], *b = &p->bufs[j];
+            if (!a->size || !b->size || a->last < b->first || b->last < a->first) continue;
+            struct tr_plan_buf *copy = malloc(sizeof *copy * (size_t)p->n_bufs);
+            assert_non_null(copy);
+            memcpy(copy, p->bufs, sizeof *copy * (size_t)p->n_bufs);
+            copy[j].offset = copy[i].offset;
+            assert_int_equal(tr_plan_verify(copy, p->n_bufs, p->arena_bytes + copy[j].size, &err), TR_ERR_INTERNAL);
+            free(copy);
+            return;
+        }
+}
+
+static struct tr_jax_program *compile_ok(struct tr_jax_context *ctx, const struct tr_graph *g) {
+    struct tr_jax_program *p = NULL;
+    struct tr_error err = {0};
+    if (tr_jax_compile(ctx, (tr_graph_t)g, &p, &err) != TR_OK) fail_msg("compile: %s", err.msg);
+    check_arena(p);
+    return p;
+}
+
+static struct tr_tensor *alloc_outputs(const struct tr_graph *g) {
+    int n = tr_graph_n_outputs(g);
+    struct tr_tensor *out = calloc((size_t)n, sizeof *out);
+    assert_non_null(out);
+    for (int i = 0; i < n; i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_output(g, i));
+        out[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
+    }
+    return out;
+}
+
+static void free_tensors(struct tr_tensor *t, int n) {
+    for (int i = 0; i < n; i++) tr_test_tensor_free(&t[i]);
+    free(t);
+}
+
+/* Poison, run, compare every output with the float64 evaluation. */
+static void run_and_compare(struct tr_jax_program *p, const struct tr_graph *g, const struct tr_tensor *in,
+                            struct tr_tensor *out, double tol) {
+    int n_out = tr_graph_n_outputs(g);
+    for (int i = 0; i < n_out; i++) tr_test_poison(&out[i]);
+    struct tr_error err = {0};
+    if (tr_jax_execute(p, tr_graph_n_inputs(g), in, n_out, out, &err) != TR_OK) fail_msg("execute: %s", err.msg);
+    double **ref = ref_eval(g, in);
+    for (int i = 0; i < n_out; i++) {
+        double t = fmax(tol, tr_test_tol((enum tr_dtype)out[i].dtype));
+        double e = tr_test_rel_err(&out[i], ref[tr_graph_output(g, i)]);
+        if (!(e < t)) fail_msg("output %d '%s': relative error %.3g >= %.0e", i, tr_graph_output_name(g, i), e, t);
+    }
+    ref_free(g, ref);
+    assert_int_equal(p->kernel_calls, (uint64_t)p->n_steps);
+}
+
+/* ---- every kind of kernel ---- */
+
+enum { KB = 3, KT = 5, KD = 24, KN = 40, KV = 17, BIG0 = 4, BIG1 = 96, BIG2 = 100, LONG = 16400 };
+
+struct kinds {
+    struct tr_graph *g;
+    struct tr_tensor params[16];
+    int n_params;
+    struct tr_tensor in[7];
+    int out_ew, out_cast, out_mm, out_sm, out_ln, out_sum, out_mean, out_max, out_emb_ln, out_emb, out_big,
+        out_flat, out_big_sm, out_long, out_chunks, out_passes;
+};
+
+static int kparam(struct kinds *k, const char *name, enum tr_dtype dt, int nd, const int64_t *sh, double mean,
+                  double std) {
+    int id = tr_param(k->g, name, dt, nd, sh, 0, 0.1f);
+    struct tr_tensor *t = &k->params[k->n_params++];
+    *t = tr_test_tensor(dt, nd, sh);
+    tr_test_randn(t, 100 + (uint64_t)k->n_params, std);
+    for (int64_t i = 0; i < tr_tensor_numel(t); i++) tr_tensor_set_f64(t, i, tr_tensor_get_f64(t, i) + mean);
+    struct tr_error err = {0};
+    assert_int_equal(tr_graph_bind_param(k->g, id, t->data, &err), TR_OK);
+    return id;
+}
+
+static int out(struct tr_graph *g, int id, const char *name) {
+    assert_int_equal(tr_graph_set_output(g, id, name), TR_OK);
+    return tr_graph_n_outputs(g) - 1;
+}
+
+static void kinds_build(struct kinds *k, enum tr_dtype dt) {
+    memset(k, 0, sizeof *k);
+    struct tr_error err = {0};
+    assert_int_equal(tr_graph_init(&k->g, &err), TR_OK);
+    struct tr_graph *g = k->g;
+    const int64_t btd[3] = {KB, KT, KD}, bt[2] = {KB, KT}, t1[1] = {KT}, b1d[3] = {KB, 1, KD};
+    const int64_t big[3] = {BIG0, BIG1, BIG2}, col[2] = {BIG1, 1}, row[3] = {BIG0, 1, BIG2}, lng[2] = {2, LONG};
+    int x = tr_input(g, "x", dt, 3, btd), y = tr_input(g, "y", dt, 3, btd);
+    int ids = tr_input(g, "ids", TR_DTYPE_I32, 2, bt), pos = tr_input(g, "pos", TR_DTYPE_I64, 1, t1);
+    int mask = tr_input(g, "mask", dt, 3, b1d), bg = tr_input(g, "big", dt, 3, big);
+    int lg = tr_input(g, "long", dt, 2, lng);
+    const int64_t d1[1] = {KD}, n1[1] = {KN}, nd[2] = {KN, KD}, vd[2] = {KV, KD}, td[2] = {KT, KD};
+    int bias_d = kparam(k, "bias_d", dt, 1, d1, 0, 0.5), bias_n = kparam(k, "bias_n", dt, 1, n1, 0, 0.5);
+    int w = kparam(k, "w", dt, 2, nd, 0, 0.3), gamma = kparam(k, "gamma", dt, 1, d1, 1, 0.2);
+    int beta = kparam(k, "beta", dt, 1, d1, 0, 0.2), table = kparam(k, "table", dt, 2, vd, 0, 1);
+    int ptab = kparam(k, "pos_table", dt, 2, td, 0, 1), colp = kparam(k, "col", dt, 2, col, 0, 1);
+    int rowp = kparam(k, "row", dt, 3, row, 0, 1), table2 = kparam(k, "table2", dt, 2, vd, 0, 1);
+    int lbias = kparam(k, "long_bias", dt, 1, (int64_t[]){LONG}, 0, 1);
+    int c15 = tr_const_scalar(g, dt, 1.5);
+
+    /* one elementwise cluster: broadcasting, a 0-d constant, every unary op */
+    int a = tr_add(g, x, bias_d);
+    int b = tr_mul(g, a, tr_unary(g, TR_OP_SIGMOID, y));
+    int c = tr_sub(g, b, tr_unary(g, TR_OP_TANH, x));
+    int d = tr_div(g, c, tr_add(g, tr_unary(g, TR_OP_EXP, tr_unary(g, TR_OP_NEG, tr_unary(g, TR_OP_RELU, y))), c15));
+    int e = tr_add(g, tr_unary(g, TR_OP_SILU, d), tr_unary(g, TR_OP_RSQRT, tr_add(g, tr_unary(g, TR_OP_EXP, y), c15)));
+    e = tr_add(g, e, tr_unary(g, TR_OP_SQRT, tr_unary(g, TR_OP_EXP, x)));
+    int f = tr_scale(g, tr_gelu(g, e, 1), 0.75f, -0.125f);
+    k->out_ew = out(g, tr_gelu(g, f, 0), "elementwise");
+    k->out_cast = out(g, tr_cast(g, tr_scale(g, x, 3.0f, 0.5f), dt == TR_DTYPE_F32 ? TR_DTYPE_BF16 : TR_DTYPE_F32),
+                      "cast");
+    /* GEMM epilogue: alpha, bias, gelu in the library call */
+    int mm = tr_matmul(g, x, w, 0, 1);
+    k->out_mm = out(g, tr_gelu(g, tr_add(g, tr_scale(g, mm, 0.5f, 0.0f), bias_n), 0), "matmul_epilogue");
+    /* softmax with a prologue (scale + broadcast mask) and an epilogue (times y) */
+    int sm = tr_softmax(g, tr_add(g, tr_scale(g, x, 0.7f, 0.0f), mask));
+    k->out_sm = out(g, tr_mul(g, sm, y), "softmax");
+    /* residual + bias + layer norm, then an epilogue */
+    int ln = tr_layer_norm(g, tr_add(g, tr_add(g, x, y), bias_d), gamma, beta, 1e-5f);
+    k->out_ln = out(g, tr_add(g, tr_gelu(g, ln, 0), c15), "layer_norm");
+    k->out_sum = out(g, tr_reduce(g, TR_OP_SUM, tr_mul(g, x, x), -1, 0), "sum");
+    k->out_mean = out(g, tr_reduce(g, TR_OP_MEAN, tr_mul(g, x, y), 2, 1), "mean");
+    k->out_max = out(g, tr_reduce(g, TR_OP_MAX, tr_sub(g, x, y), -1, 0), "max");
+    /* gathers: two tables summed (one broadcast over the batch) and normalised, as BERT's embeddings */
+    int emb = tr_add(g, tr_embedding(g, table, ids), tr_embedding(g, ptab, pos));
+    k->out_emb_ln = out(g, tr_layer_norm(g, emb, gamma, beta, 1e-12f), "embedding_layer_norm");
+    int idf = tr_cast(g, tr_reshape(g, ids, 3, (int64_t[]){KB, KT, 1}), dt);
+    k->out_emb = out(g, tr_add(g, tr_embedding(g, table2, ids), tr_scale(g, idf, 0.01f, 0.0f)), "embedding_cast");
+    /* big enough for several threads: rows with a broadcast column, a flat loop, a softmax, a long row */
+    k->out_big = out(g, tr_unary(g, TR_OP_TANH, tr_add(g, tr_mul(g, bg, colp), rowp)), "big_broadcast");
+    k->out_flat = out(g, tr_unary(g, TR_OP_EXP, tr_scale(g, bg, -0.25f, 0.0f)), "big_flat");
+    k->out_big_sm = out(g, tr_softmax(g, tr_add(g, tr_scale(g, bg, 0.5f, 0.0f), colp)), "big_softmax");
+    k->out_long = out(g, tr_reduce(g, TR_OP_MAX, tr_add(g, lg, lg), 1, 0), "long_max");
+    /* rows longer than a work item: split into chunks */
+    k->out_chunks = out(g, tr_unary(g, TR_OP_RELU, tr_add(g, lg, lbias)), "long_rows");
+    /* for the simplification passes: a constant expression folded, a duplicate merged */
+    int folded = tr_scale(g, tr_const_scalar(g, dt, 2.0), 3.0f, 1.0f);
+    k->out_passes = out(g, tr_add(g, tr_mul(g, tr_add(g, x, folded), y), tr_add(g, x, folded)), "passes");
+    if (tr_graph_status(g, &err) != TR_OK) fail_msg("graph: %s", err.msg);
+
+    const int in_ids[7] = {x, y, ids, pos, mask, bg, lg};
+    for (int i = 0; i < 7; i++) {
+        struct tr_tensor t = tr_node_tensor(g, in_ids[i]);
+        k->in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
+    }
+    tr_test_randn(&k->in[0], 1, 1.0);
+    tr_test_randn(&k->in[1], 2, 1.0);
+    tr_test_randint(&k->in[2], 3, KV);
+    tr_test_randint(&k->in[3], 4, KT);
+    tr_test_randn(&k->in[4], 5, 2.0);
+    tr_test_randn(&k->in[5], 6, 1.0);
+    tr_test_randn(&k->in[6], 7, 1.0);
+}
+
+static void kinds_free(struct kinds *k) {
+    for (int i = 0; i < k->n_params; i++) tr_test_tensor_free(&k->params[i]);
+    for (int i = 0; i < 7; i++) tr_test_tensor_free(&k->in[i]);
+    tr_graph_free(k->g);
+}
+
+static const struct jax_cluster *cluster_of_output(const struct tr_jax_program *p, int i) {
+    int id = p->pir.outputs[i], ci = p->fusion.cluster_of[id];
+    if (ci < 0) fail_msg("output %d (node %d %s) is not a generated kernel", i, id, op_str(p->pir.nodes[id].op));
+    assert_int_equal(p->fusion.clusters[ci].root, id);
+    return &p->fusion.clusters[ci];
+}
+
+static int count_op(const struct tr_jax_program *p, const struct jax_cluster *cl, int op) {
+    int n = 0;
+    for (int i = 0; i < cl->n_members; i++) n += p->pir.nodes[cl->members[i]].op == op;
+    return n;
+}
+
+static void check_kinds(enum tr_dtype dt) {
+    char dir[512];
+    fresh_dir(dir, sizeof dir, dt == TR_DTYPE_F32 ? "kinds_f32" : "kinds_bf16");
+    struct kinds k;
+    kinds_build(&k, dt);
+    struct tr_jax_context *ctx = ctx_make(dir, NULL, 1);
+    struct tr_jax_program *p = compile_ok(ctx, k.g);
+    struct tr_tensor *o = alloc_outputs(k.g);
+    run_and_compare(p, k.g, k.in, o, tr_test_tol(dt));
+    run_and_compare(p, k.g, k.in, o, tr_test_tol(dt)); /* a second step over the same arena */
+
+    /* what was fused into what */
+    const struct jax_cluster *cl = cluster_of_output(p, k.out_ew);
+    assert_int_equal(cl->kind, JAX_K_EW);
+    assert_true(cl->n_members >= 20);
+    const struct tr_pir_node *mm = &p->pir.nodes[p->pir.outputs[k.out_mm]];
+    assert_int_equal(mm->op, JAX_OP_MATMUL_EPI);
+    assert_int_equal(mm->n_in, 3);
+    assert_int_equal(mm->attrs.ints[2], TR_ACT_GELU);
+    assert_true(mm->attrs.floats[0] == 0.5f);
+    cl = cluster_of_output(p, k.out_sm);
+    assert_int_equal(cl->kind, JAX_K_SOFTMAX);
+    assert_int_equal(cl->n_members, 4);
+    cl = cluster_of_output(p, k.out_ln);
+    assert_int_equal(cl->kind, JAX_K_LAYER_NORM);
+    assert_int_equal(cl->n_members, 5);
+    assert_int_equal(cluster_of_output(p, k.out_sum)->kind, JAX_K_SUM);
+    assert_int_equal(cluster_of_output(p, k.out_mean)->kind, JAX_K_MEAN);
+    assert_int_equal(cluster_of_output(p, k.out_max)->n_members, 2);
+    cl = cluster_of_output(p, k.out_emb_ln);
+    assert_int_equal(cl->kind, JAX_K_LAYER_NORM);
+    assert_int_equal(count_op(p, cl, TR_OP_EMBEDDING), 2);
+    cl = cluster_of_output(p, k.out_emb);
+    assert_int_equal(count_op(p, cl, TR_OP_EMBEDDING), 1);
+    assert_int_equal(count_op(p, cl, TR_OP_CAST), 1);
+    assert_int_equal(cluster_of_output(p, k.out_big_sm)->kind, JAX_K_SOFTMAX);
+    assert_int_equal(p->n_lib, 1); /* the matmul */
+    assert_int_equal(p->n_gen, p->fusion.n_clusters);
+    assert_int_equal(p->fusion.n_clusters, 15);
+    assert_true(p->passes.folded >= 1);
+    assert_true(p->passes.cse_merged >= 1);
+
+    struct tr_backend_stats st;
+    struct tr_error err = {0};
+    assert_int_equal(jax_iface.get_stats(ctx, p, &st, &err), TR_OK);
+    assert_int_equal(st.kernel_calls, (uint64_t)p->n_steps);
+    assert_int_equal(st.arena_bytes, (uint64_t)p->arena_bytes);
+    assert_non_null(strstr(st.notes, "15 fused kernels generated as 15 functions (compiled)"));
+    print_message("jax %s kinds: %s\n", tr_dtype_name(dt), st.notes);
+
+    /* an id outside its table: named, and the program still runs afterwards */
+    ((int32_t *)k.in[2].data)[4] = KV + 3;
+    assert_int_equal(tr_jax_execute(p, 7, k.in, tr_graph_n_outputs(k.g), o, &err), TR_ERR_INVALID);
+    if (!strstr(err.msg, "embedding") || !strstr(err.msg, "ids[4] = 20 is outside [0, 17)"))
+        fail_msg("bad id message: %s", err.msg);
+    ((int32_t *)k.in[2].data)[4] = 1;
+    run_and_compare(p, k.g, k.in, o, tr_test_tol(dt));
+
+    free_tensors(o, tr_graph_n_outputs(k.g));
+    tr_jax_program_free(p);
+    jax_iface.free(ctx);
+    kinds_free(&k);
+}
+
+static void test_kinds_f32(void **state) { check_kinds(TR_DTYPE_F32); }
+static void test_kinds_bf16(void **state) { check_kinds(TR_DTYPE_BF16); }
+
+/* ---- a small graph for the cache and option tests ---- */
+
+struct small {
+    struct tr_graph *g;
+    struct tr_tensor in[2];
+};
+
+static void small_build(struct small *s, float alpha) {
+    struct tr_error err = {0};
+    assert_int_equal(tr_graph_init(&s->g, &err), TR_OK);
+    const int64_t sh[2] = {6, 33}, b[1] = {33};
+    int x = tr_input(s->g, "x", TR_DTYPE_F32, 2, sh), bias = tr_input(s->g, "b", TR_DTYPE_F32, 1, b);
+    int h = tr_gelu(s->g, tr_add(s->g, tr_scale(s->g, x, alpha, 0.5f), bias), 0);
+    out(s->g, tr_softmax(s->g, tr_mul(s->g, h, x)), "softmax");
+    out(s->g, tr_reduce(s->g, TR_OP_SUM, h, 1, 0), "sum");
+    if (tr_graph_status(s->g, &err) != TR_OK) fail_msg("graph: %s", err.msg);
+    s->in[0] = tr_test_tensor(TR_DTYPE_F32, 2, sh);
+    s->in[1] = tr_test_tensor(TR_DTYPE_F32, 1, b);
+    tr_test_randn(&s->in[0], 11, 1.0);
+    tr_test_randn(&s->in[1], 12, 1.0);
+}
+
+static void small_free(struct small *s) {
+    tr_test_tensor_free(&s->in[0]);
+    tr_test_tensor_free(&s->in[1]);
+    tr_graph_free(s->g);
+}
+
+static void small_run(struct tr_jax_context *ctx, struct small *s, int expect_hit) {
+    struct tr_jax_program *p = compile_ok(ctx, s->g);
+    assert_int_equal(p->build.cache_hit, expect_hit);
+    struct tr_tensor *o = alloc_outputs(s->g);
+    run_and_compare(p, s->g, s->in, o, 1e-4);
+    struct tr_backend_stats st;
+    struct tr_error err = {0};
+    assert_int_equal(jax_iface.get_stats(ctx, p, &st, &err), TR_OK);
+    assert_non_null(strstr(st.notes, expect_hit ? "(cache hit)" : "(compiled)"));
+    free_tensors(o, 2);
+    tr_jax_program_free(p);
+}
+
+static void entry_path(struct tr_jax_context *ctx, struct small *s, char *path, size_t n) {
+    struct tr_jax_program *p = compile_ok(ctx, s->g);
+    snprintf(path, n, "%s", p->build.path);
+    tr_jax_program_free(p);
+}
+
+static void test_cache(void **state) {
+    char dir[512], path[JAX_PATH_MAX];
+    fresh_dir(dir, sizeof dir, "cache");
+    struct tr_jax_context *ctx = ctx_make(dir, NULL, 1);
+    struct small s, s2;
+    small_build(&s, 1.25f);
+    small_run(ctx, &s, 0);
+    assert_int_equal(ctx->cc_runs, 1);
+    small_run(ctx, &s, 1); /* the same graph: nothing compiled */
+    assert_int_equal(ctx->cc_runs, 1);
+    assert_int_equal(ctx->cache_hits, 1);
+    small_build(&s2, 1.5f); /* another constant: another source */
+    small_run(ctx, &s2, 0);
+    assert_int_equal(ctx->cc_runs, 2);
+    small_free(&s2);
+
+    /* A backend made afresh (another process, as far as the cache knows) finds it too. */
+    struct tr_jax_context *ctx2 = ctx_make(dir, NULL, 1);
+    small_run(ctx2, &s, 1);
+    assert_int_equal(ctx2->cc_runs, 0);
+    jax_iface.free(ctx2);
+
+    /* Truncated, then overwritten with junk of the right length: detected, rebuilt, not loaded.
+     * (No program holds the library now: truncating a mapped file would fault the process.) */
+    entry_path(ctx, &s, path, sizeof path);
+    struct stat st0, st1;
+    assert_int_equal(stat(path, &st0), 0);
+    assert_int_equal(truncate(path, st0.st_size / 2), 0);
+    small_run(ctx, &s, 0);
+    assert_int_equal(ctx->cc_runs, 3);
+    assert_int_equal(stat(path, &st1), 0);
+    assert_int_equal(st1.st_size, st0.st_size);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, st0.st_size / 3, SEEK_SET);
+    for (int i = 0; i < 64; i++) fputc(0x5a, f);
+    fclose(f);
+    small_run(ctx, &s, 0);
+    assert_int_equal(ctx->cc_runs, 4);
+    small_run(ctx, &s, 1);
+    assert_int_equal(ctx->cc_runs, 4);
+    /* no stray temporaries or sources left after successful builds */
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n_files = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        n_files++;
+        if (!strstr(de->d_name, ".so") || strstr(de->d_name, ".tmp") || strstr(de->d_name, ".log"))
+            fail_msg("left in the cache: %s", de->d_name);
+    }
+    closedir(d);
+    assert_int_equal(n_files, 2);
+    small_free(&s);
+    jax_iface.free(ctx);
+}
+
+/* fuse = false: every fusable op its own kernel, same numbers. */
+static void test_unfused(void **state) {
+    char dir[512];
+    fresh_dir(dir, sizeof dir, "unfused");
+    struct tr_jax_context *ctx = ctx_make(dir, NULL, 0);
+    struct small s;
+    small_build(&s, 0.75f);
+    struct tr_jax_program *p = compile_ok(ctx, s.g);
+    assert_int_equal(p->fusion.n_clusters, 6); /* scale add gelu mul softmax sum */
+    assert_int_equal(p->fusion.n_epilogues, 0);
+    for (int i = 0; i < p->fusion.n_clusters; i++) assert_int_equal(p->fusion.clusters[i].n_members, 1);
+    struct tr_tensor *o = alloc_outputs(s.g);
+    run_and_compare(p, s.g, s.in, o, 1e-4);
+    struct tr_backend_stats st;
+    struct tr_error err = {0};
+    assert_int_equal(jax_iface.get_stats(ctx, p, &st, &err), TR_OK);
+    assert_string_equal(st.mode, "unfused");
+    free_tensors(o, 2);
+    tr_jax_program_free(p);
+    small_free(&s);
+    jax_iface.free(ctx);
+}
+
+/* ---- errors: the compiler, the cache directory ---- */
+
+static void expect_compile_error(struct tr_jax_context *ctx, struct small *s, const char *a, const char *b,
+                                 char *msg, size_t n) {
+    struct tr_jax_program *p = (void *)&p;
+    struct tr_error err = {0};
+    if (tr_jax_compile(ctx, (tr_graph_t)s->g, &p, &err) == TR_OK) fail_msg("compile succeeded (expected '%s')", a);
+    assert_null(p);
+    if (!strstr(err.msg, a) || (b && !strstr(err.msg, b)))
+        fail_msg("message lacks '%s'%s%s: %s", a, b ? " or " : "", b ? b : "", err.msg);
+    snprintf(msg, n, "%s", err.msg);
+}
+
+/* The source path after "kept at " exists and holds the kernels. */
+static void check_kept_source(const char *msg) {
+    const char *k = strstr(msg, "kept at ");
+    if (!k) fail_msg("no source path in: %s", msg);
+    char path[JAX_PATH_MAX];
+    snprintf(path, sizeof path, "%s", k + 8);
+    char *semi = strchr(path, ';');
+    if (semi) *semi = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("the kept source %s does not exist", path);
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    assert_non_null(strstr(buf, "int trj_k0(void *const *args)"));
+}
+
+static void test_compiler_errors(void **state) {
+    char dir[512], msg[TR_ERROR_MSG_MAX];
+    fresh_dir(dir, sizeof dir, "errors");
+    struct small s;
+    small_build(&s, 2.0f);
+
+    struct tr_jax_context *ctx = ctx_make(dir, "/nonexistent/cc", 1);
+    expect_compile_error(ctx, &s, "jax: cannot run the C compiler '/nonexistent/cc'", "test.ini:3: [backend.jax] cc",
+                         msg, sizeof msg);
+    check_kept_source(msg);
+    jax_iface.free(ctx);
+
+    ctx = ctx_make(dir, "/bin/false", 1);
+    expect_compile_error(ctx, &s, "'/bin/false'", "exited with status 1", msg, sizeof msg);
+    check_kept_source(msg);
+    jax_iface.free(ctx);
+
+    /* a compiler that fails with something to say: its words reach the message */
+    ctx = ctx_make(dir, "cc -include /nonexistent/missing_header.h", 1);
+    expect_compile_error(ctx, &s, "missing_header.h", "kept at", msg, sizeof msg);
+    check_kept_source(msg);
+    jax_iface.free(ctx);
+
+    /* a cache directory that cannot be made (a file in the way: refused even for root) */
+    char file[600], bad[700];
+    snprintf(file, sizeof file, "%s/not_a_dir", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(bad, sizeof bad, "%s/cache", file);
+    ctx = ctx_make(bad, NULL, 1);
+    expect_compile_error(ctx, &s, "test.ini:2: [backend.jax] cache_dir", bad, msg, sizeof msg);
+    jax_iface.free(ctx);
+    small_free(&s);
+}
+
+/* ---- the plugin through the loader: options, the entry point ---- */
+
+static struct tr_plugin *open_jax(void) {
+    struct tr_plugin *p = NULL;
+    struct tr_error err = {0};
+    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
+    if (tr_plugin_open("jax", &s, &p, &err) != TR_OK) fail_msg("open jax: %s", err.msg);
+    const struct tr_backend_i *it = tr_plugin_iface(p);
+    assert_string_equal(it->name, "jax");
+    assert_true(it->caps & TR_CAP_CPU);
+    assert_true(it->caps & TR_CAP_BF16);
+    return p;
+}
+
+static void expect_init_refused(struct tr_plugin *p, const struct tr_option *opts, int n, const char *a,
+                                const char *b) {
+    struct tr_backend *be = NULL;
+    struct tr_error err = {0};
+    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
+                                    .device_type = TR_DEVICE_CPU, .options = opts, .n_options = n};
+    if (tr_backend_init(p, &prm, &be, &err) == TR_OK) {
+        tr_backend_free(be);
+        fail_msg("init accepted what it should refuse (expected '%s')", a);
+    }
+    if (!strstr(err.msg, a) || (b && !strstr(err.msg, b))) fail_msg("message '%s' lacks '%s'", err.msg, a);
+}
+
+static void test_plugin(void **state) {
+    struct tr_plugin *pl = open_jax();
+    struct tr_option typo = {.key = "fuze", .value = "true", .file = "conf/x.ini", .line = 7};
+    expect_init_refused(pl, &typo, 1, "conf/x.ini:7: [backend.jax] unknown key 'fuze'", "keys: cache_dir, cc, fuse");
+    struct tr_option bad = {.key = "fuse", .value = "maybe", .file = "conf/x.ini", .line = 8};
+    expect_init_refused(pl, &bad, 1, "conf/x.ini:8: [backend.jax] fuse = 'maybe'", "true or false");
+    struct tr_option empty = {.key = "cc", .value = "", .file = "conf/x.ini", .line = 9};
+    expect_init_refused(pl, &empty, 1, "conf/x.ini:9: [backend.jax] cc", NULL);
+
+    char dir[512];
+    fresh_dir(dir, sizeof dir, "plugin");
+    struct tr_option opt = {.key = "cache_dir", .value = dir, .file = "x.ini", .line = 2};
+    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
+                                    .device_type = TR_DEVICE_CPU, .options = &opt, .n_options = 1};
+    struct tr_backend *be = NULL;
+    struct tr_program *prog = NULL;
+    struct tr_error err = {0};
+    if (tr_backend_init(pl, &prm, &be, &err) != TR_OK) fail_msg("init: %s", err.msg);
+    struct small s;
+    small_build(&s, 0.5f);
+    if (tr_backend_compile(be, s.g, &prog, &err) != TR_OK) fail_msg("compile: %s", err.msg);
+    struct tr_tensor *o = alloc_outputs(s.g);
+    for (int i = 0; i < 2; i++) tr_test_poison(&o[i]);
+    if (tr_backend_execute(be, prog, 2, s.in, 2, o, &err) != TR_OK) fail_msg("execute: %s", err.msg);
+    double **ref = ref_eval(s.g, s.in);
+    tr_assert_close("softmax through the plugin", &o[0], ref[tr_graph_output(s.g, 0)], 1e-4);
+    tr_assert_close("sum through the plugin", &o[1], ref[tr_graph_output(s.g, 1)], 1e-4);
+    ref_free(s.g, ref);
+    struct tr_backend_stats st;
+    assert_int_equal(tr_backend_get_stats(be, prog, &st, &err), TR_OK);
+    assert_int_equal(st.kernel_calls, 3); /* h (read twice), then each output */
+    assert_true(st.arena_bytes > 0);
+    /* a wrong input is named */
+    struct tr_tensor wrong[2] = {s.in[1], s.in[0]};
+    assert_int_equal(tr_backend_execute(be, prog, 2, wrong, 2, o, &err), TR_ERR_SHAPE);
+    if (!strstr(err.msg, "'x'")) fail_msg("wrong input not named: %s", err.msg);
+    free_tensors(o, 2);
+    tr_program_free(prog);
+    tr_backend_free(be);
+    small_free(&s);
+    tr_plugin_close(pl);
+
+    /* the entry point alone: another major ABI is refused; nothing else is exported */
+    void *so = dlopen(TR_BINARY_DIR "/plugins/libtrident_backend_jax.so", RTLD_NOW | RTLD_LOCAL);
+    if (!so) fail_msg("dlopen: %s", dlerror());
+    tr_backend_entry_fn entry = (tr_backend_entry_fn)dlsym(so, TR_BACKEND_ENTRY_SYMBOL);
+    assert_non_null(entry);
+    assert_null(dlsym(so, "jax_codegen"));
+    const struct tr_backend_i *it = NULL;
+    assert_int_equal(entry(TR_ABI_MAKE(TR_ABI_MAJOR + 1, 0), tr_host_api_get(), &it, &err), TR_ERR_PLUGIN);
+    assert_null(it);
+    dlclose(so);
+}
+
+/* ---- BERT tiny against Hugging Face ---- */
+
+static const struct tr_bert_config *tiny(void) {
+    for (int i = 0; i < tr_model_bert.n_presets; i++)
+        if (strcmp(tr_model_bert.presets[i].name, "tiny") == 0) return tr_model_bert.presets[i].config;
+    fail_msg("bert has no tiny preset");
+    return NULL;
+}
+
+static void bert_matches_hf(enum tr_dtype dt) {
+    struct tr_safetensors *io = NULL;
+    struct tr_error e = {0};
+    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s", e.msg);
+    struct tr_tensor in[3];
+    const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
+    for (int i = 0; i < 3; i++)
+        if (tr_safetensors_get(io, in_names[i], &in[i], &e)) fail_msg("%s", e.msg);
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = in[0].shape[0], .seq_len = in[0].shape[1]};
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    if (tr_model_bert.build(tiny(), &o, g, &e) != TR_OK) fail_msg("bert: %s", e.msg);
+    struct tr_weights *w = NULL;
+    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s", e.msg);
+
+    char dir[512];
+    fresh_dir(dir, sizeof dir, dt == TR_DTYPE_F32 ? "bert_f32" : "bert_bf16");
+    struct tr_jax_context *ctx = ctx_make(dir, NULL, 1);
+    struct tr_jax_program *p = compile_ok(ctx, g);
+    struct tr_tensor *out = alloc_outputs(g);
+    for (int i = 0; i < 3; i++) tr_test_poison(&out[i]);
+    if (tr_jax_execute(p, 3, in, 3, out, &e) != TR_OK) fail_msg("execute: %s", e.msg);
+    double tol = tr_test_tol(dt);
+    for (int i = 0; i < 3; i++) {
+        struct tr_tensor ref;
+        if (tr_safetensors_get(io, tr_graph_output_name(g, i), &ref, &e)) fail_msg("%s", e.msg);
+        double *r = tr_test_to_f64(&ref);
+        double err = tr_test_rel_err(&out[i], r);
+        print_message("jax bert tiny %s %-17s rel err vs transformers %.3g (tolerance %.0e)\n", tr_dtype_name(dt),
+                      tr_graph_output_name(g, i), err, tol);
+        free(r);
+        if (!(err < tol)) fail_msg("%s %s: relative error %.3g", tr_dtype_name(dt), tr_graph_output_name(g, i), err);
+    }
+    /* Per layer: q, k, v, output, intermediate and output GEMMs with their epilogues; three
+     * transposes in and one out; attention; two residual + layer norm kernels. Plus the
+     * embeddings (one kernel), the mask, the pooler's slice and GEMM, the classifier. */
+    int L = (int)tiny()->num_hidden_layers;
+    struct tr_backend_stats st;
+    assert_int_equal(jax_iface.get_stats(ctx, p, &st, &e), TR_OK);
+    print_message("jax bert tiny %s: %llu kernel calls, arena %llu B; %s\n", tr_dtype_name(dt),
+                  (unsigned long long)st.kernel_calls, (unsigned long long)st.arena_bytes, st.notes);
+    assert_int_equal(st.kernel_calls, (uint64_t)(13 * L + 5));
+    assert_int_equal(p->fusion.n_epilogues, 6 * L + 2);
+    assert_int_equal(p->fusion.n_clusters, 2 * L + 2);
+    assert_int_equal(p->fusion.n_functions, 3); /* every residual + layer norm is the same code */
+    int64_t act = 0;
+    for (int i = 0; i < p->n_bufs; i++) act += p->bufs[i].size;
+    assert_true(p->arena_bytes < act / 2); /* buffers share the arena */
+    free_tensors(out, 3);
+    tr_jax_program_free(p);
+    jax_iface.free(ctx);
+    tr_weights_free(w);
+    tr_graph_free(g);
+    tr_safetensors_close(io);
+}
+
+static void test_bert_f32(void **state) { bert_matches_hf(TR_DTYPE_F32); }
+static void test_bert_bf16(void **state) { bert_matches_hf(TR_DTYPE_BF16); }
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kinds_f32),
+        cmocka_unit_test(test_kinds_bf16),
+        cmocka_unit_test(test_cache),
+        cmocka_unit_test(test_unfused),
+        cmocka_unit_test(test_compiler_errors),
+        cmocka_unit_test(test_plugin),
+        cmocka_unit_test(test_bert_f32),
+        cmocka_unit_test(test_bert_bf16),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
