@@ -1,73 +1,23 @@
 /* jax backend — entry point, vtable and options. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "jax.h"
-
-#define JAX_KEYS "cache_dir, cc, fuse"
+#include "options.h"
 
 /* The host's table, kept from tr_backend_entry for as long as the plugin is loaded. */
 static const struct tr_host_api *jax_host;
 
-/* "FILE:LINE: " for messages about an option; "" when it came from nowhere in a file. */
-static const char *option_where(const struct tr_option *o, char *buf, size_t n) {
-    if (o->file && o->file[0] && o->line > 0) snprintf(buf, n, "%s:%d: ", o->file, (int)o->line);
-    else if (o->file && o->file[0]) snprintf(buf, n, "%s: ", o->file);
-    else buf[0] = '\0';
-    return buf;
-}
-
-static int parse_path(const struct tr_option *o, char *dst, char *key, struct tr_error *err) {
-    char w[JAX_WHERE_MAX / 2];
-    if (!o->value[0] || strlen(o->value) >= JAX_PATH_MAX)
-        return tr_error_set(err, TR_ERR_INVALID, "%s[backend.jax] %s = '%.200s': expected a path of 1 to %d bytes",
-                            option_where(o, w, sizeof w), o->key, o->value, JAX_PATH_MAX - 1);
-    snprintf(dst, JAX_PATH_MAX, "%s", o->value);
-    snprintf(key, JAX_WHERE_MAX, "%s[backend.jax] %s", option_where(o, w, sizeof w), o->key);
-    return TR_OK;
-}
-
-static int parse_bool(const struct tr_option *o, int *v, struct tr_error *err) {
-    char w[512];
-    if (!strcmp(o->value, "true") || !strcmp(o->value, "1") || !strcmp(o->value, "yes") || !strcmp(o->value, "on"))
-        *v = 1;
-    else if (!strcmp(o->value, "false") || !strcmp(o->value, "0") || !strcmp(o->value, "no") ||
-             !strcmp(o->value, "off"))
-        *v = 0;
-    else
-        return tr_error_set(err, TR_ERR_INVALID, "%s[backend.jax] %s = '%s': expected true or false",
-                            option_where(o, w, sizeof w), o->key, o->value);
-    return TR_OK;
-}
-
-/* Every key is checked before any is used; a key given twice with different values is
- * refused (which one was meant is the user's to say). */
-static int parse_options(const struct tr_option *opts, int n, struct tr_jax_context *c, struct tr_error *err) {
-    char w[512], w2[512];
-    for (int i = 0; i < n; i++) {
-        const struct tr_option *o = &opts[i];
-        if (!o->key || !o->value)
-            return tr_error_set(err, TR_ERR_INVALID, "%s[backend.jax] option %d has no %s",
-                                option_where(o, w, sizeof w), i, o->key ? "value" : "key");
-        int rc;
-        if (strcmp(o->key, "cache_dir") == 0) rc = parse_path(o, c->cache_dir, c->cache_dir_key, err);
-        else if (strcmp(o->key, "cc") == 0) rc = parse_path(o, c->cc, c->cc_key, err);
-        else if (strcmp(o->key, "fuse") == 0) rc = parse_bool(o, &c->fuse, err);
-        else
-            return tr_error_set(err, TR_ERR_INVALID, "%s[backend.jax] unknown key '%s' (keys: " JAX_KEYS ")",
-                                option_where(o, w, sizeof w), o->key);
-        if (rc != TR_OK) return rc;
-        for (int j = 0; j < i; j++) {
-            const struct tr_option *p = &opts[j];
-            if (strcmp(p->key, o->key) == 0 && strcmp(p->value, o->value) != 0)
-                return tr_error_set(err, TR_ERR_INVALID,
-                                    "%s[backend.jax] %s = %s conflicts with %s = %s given before (%s)",
-                                    option_where(o, w, sizeof w), o->key, o->value, p->key, p->value,
-                                    p->file ? option_where(p, w2, sizeof w2) : "no file");
-        }
-    }
-    return TR_OK;
-}
+static const struct tr_opt_spec jax_options[] = {
+    {.key = "cache_dir", .type = TR_OPT_STRING, .offset = offsetof(struct tr_jax_context, cache_dir),
+     .size = JAX_PATH_MAX, .expected = "a directory path",
+     .where_offset = offsetof(struct tr_jax_context, cache_dir_key), .where_size = JAX_WHERE_MAX},
+    {.key = "cc", .type = TR_OPT_STRING, .offset = offsetof(struct tr_jax_context, cc), .size = JAX_PATH_MAX,
+     .expected = "a C compiler's name or path",
+     .where_offset = offsetof(struct tr_jax_context, cc_key), .where_size = JAX_WHERE_MAX},
+    {.key = "fuse", .type = TR_OPT_BOOL, .offset = offsetof(struct tr_jax_context, fuse)},
+};
 
 static int jax_init(const struct tr_host_api *host, const struct tr_backend_params *params, void **ctx,
                     struct tr_error *err) {
@@ -84,20 +34,11 @@ static int jax_init(const struct tr_host_api *host, const struct tr_backend_para
         rc = tr_error_set(err, TR_ERR_PLUGIN, "jax: init called without a host table");
         goto fail;
     }
-    if (params) {
-        if (params->struct_size < sizeof(struct tr_backend_params)) {
-            rc = tr_error_set(err, TR_ERR_PLUGIN, "jax: backend params of %u bytes, expected at least %zu",
-                              params->struct_size, sizeof(struct tr_backend_params));
-            goto fail;
-        }
-        c->device_type = params->device_type;
-        c->device_index = params->device_index;
-        if (params->n_options < 0 || (params->n_options > 0 && !params->options)) {
-            rc = tr_error_set(err, TR_ERR_INVALID, "jax: %d options without an array", (int)params->n_options);
-            goto fail;
-        }
-        if ((rc = parse_options(params->options, params->n_options, c, err)) != TR_OK) goto fail;
-    }
+    rc = tr_backend_params_read("jax", params, &c->device_type, &c->device_index, err);
+    if (rc == TR_OK && params)
+        rc = tr_opts_parse("jax", jax_options, (int)(sizeof jax_options / sizeof jax_options[0]), params->options,
+                           params->n_options, c, err);
+    if (rc != TR_OK) goto fail;
     /* The generated kernels are C for the host: CUDA C through NVRTC comes with the
      * CUDA kernels. */
     if (c->device_type != TR_DEVICE_CPU) {

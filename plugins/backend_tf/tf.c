@@ -7,85 +7,28 @@
  *                          subexpressions merged, nodes no output depends on dropped
  *   threads = N            OpenMP threads while executing (0: the OpenMP default)
  */
-#include <errno.h>
+#include <stddef.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
+#include "options.h"
 #include "tf.h"
 #include "trident/kernels.h"
 
-#define TF_KEYS "fuse, simplify, threads"
-#define TF_MAX_THREADS 1024
-
 static const struct tr_host_api *tf_host;
 
-static const char *option_where(const struct tr_option *o, char *buf, size_t n) {
-    if (o->file && o->file[0] && o->line > 0) snprintf(buf, n, "%s:%d: ", o->file, (int)o->line);
-    else if (o->file && o->file[0]) snprintf(buf, n, "%s: ", o->file);
-    else buf[0] = '\0';
-    return buf;
-}
-
-static int parse_bool(const struct tr_option *o, int *out, struct tr_error *err) {
-    char w[512];
-    const char *v = o->value;
-    if (!strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcmp(v, "1")) *out = 1;
-    else if (!strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcmp(v, "0")) *out = 0;
-    else
-        return tr_error_set(err, TR_ERR_INVALID, "%s[backend.tf] %s = '%s': expected true or false",
-                            option_where(o, w, sizeof w), o->key, v);
-    return TR_OK;
-}
-
-static int parse_threads(const struct tr_option *o, int *threads, struct tr_error *err) {
-    char w[512], *end = NULL;
-    errno = 0;
-    long v = strtol(o->value, &end, 10);
-    if (errno || end == o->value || *end != '\0' || v < 0 || v > TF_MAX_THREADS)
-        return tr_error_set(err, TR_ERR_INVALID,
-                            "%s[backend.tf] threads = '%s': expected an integer from 1 to %d (0: the OpenMP default)",
-                            option_where(o, w, sizeof w), o->value, TF_MAX_THREADS);
-    *threads = (int)v;
-    return TR_OK;
-}
-
 /* `backends = tf:MODE` arrives as a mode key: graph mode is the only one. */
-static int parse_mode(const struct tr_option *o, struct tr_error *err) {
-    char w[512];
-    if (strcmp(o->value, "graph") == 0) return TR_OK;
-    return tr_error_set(err, TR_ERR_INVALID,
-                        "%s[backend.tf] mode = '%s': the tf backend has one mode, graph (fusion is `fuse = false`)",
-                        option_where(o, w, sizeof w), o->value);
-}
+static const char *const tf_modes[] = {"graph", NULL};
 
-static int parse_options(const struct tr_option *opts, int n, struct tf_context *c, struct tr_error *err) {
-    char w[512], w2[512];
-    for (int i = 0; i < n; i++) {
-        const struct tr_option *o = &opts[i];
-        if (!o->key || !o->value)
-            return tr_error_set(err, TR_ERR_INVALID, "%s[backend.tf] option %d has no %s", option_where(o, w, sizeof w),
-                                i, o->key ? "value" : "key");
-        int rc;
-        if (strcmp(o->key, "fuse") == 0) rc = parse_bool(o, &c->fuse, err);
-        else if (strcmp(o->key, "simplify") == 0) rc = parse_bool(o, &c->simplify, err);
-        else if (strcmp(o->key, "threads") == 0) rc = parse_threads(o, &c->threads, err);
-        else if (strcmp(o->key, "mode") == 0) rc = parse_mode(o, err);
-        else
-            return tr_error_set(err, TR_ERR_INVALID, "%s[backend.tf] unknown key '%s' (keys: " TF_KEYS ")",
-                                option_where(o, w, sizeof w), o->key);
-        if (rc != TR_OK) return rc;
-        for (int j = 0; j < i; j++) {
-            const struct tr_option *p = &opts[j];
-            if (strcmp(p->key, o->key) == 0 && strcmp(p->value, o->value) != 0)
-                return tr_error_set(err, TR_ERR_INVALID, "%s[backend.tf] %s = %s conflicts with %s = %s given before (%s)",
-                                    option_where(o, w, sizeof w), o->key, o->value, p->key, p->value,
-                                    p->file ? option_where(p, w2, sizeof w2) : "no file");
-        }
-    }
-    return TR_OK;
-}
+static const struct tr_opt_spec tf_options[] = {
+    {.key = "fuse", .type = TR_OPT_BOOL, .offset = offsetof(struct tf_context, fuse)},
+    {.key = "simplify", .type = TR_OPT_BOOL, .offset = offsetof(struct tf_context, simplify)},
+    {.key = "threads", .type = TR_OPT_INT, .offset = offsetof(struct tf_context, threads), .min = 0, .max = 1024,
+     .expected = "an integer from 1 to 1024 (0: the OpenMP default)"},
+    {.key = "mode", .type = TR_OPT_CHOICE, .offset = offsetof(struct tf_context, mode), .choices = tf_modes,
+     .expected = "graph: the tf backend has one mode (fusion is `fuse = false`)"},
+};
 
 static int tf_init(const struct tr_host_api *host, const struct tr_backend_params *params, void **ctx,
                    struct tr_error *err) {
@@ -97,17 +40,11 @@ static int tf_init(const struct tr_host_api *host, const struct tr_backend_param
         .simplify = 1,
     };
     if (!c.host) return tr_error_set(err, TR_ERR_PLUGIN, "tf: init called without a host table");
-    if (params) {
-        if (params->struct_size < sizeof(struct tr_backend_params))
-            return tr_error_set(err, TR_ERR_PLUGIN, "tf: backend params of %u bytes, expected at least %zu",
-                                params->struct_size, sizeof(struct tr_backend_params));
-        c.device_type = params->device_type;
-        c.device_index = params->device_index;
-        if (params->n_options < 0 || (params->n_options > 0 && !params->options))
-            return tr_error_set(err, TR_ERR_INVALID, "tf: %d options without an array", (int)params->n_options);
-        int rc = parse_options(params->options, params->n_options, &c, err);
-        if (rc != TR_OK) return rc;
-    }
+    int rc = tr_backend_params_read("tf", params, &c.device_type, &c.device_index, err);
+    if (rc == TR_OK && params)
+        rc = tr_opts_parse("tf", tf_options, (int)(sizeof tf_options / sizeof tf_options[0]), params->options,
+                           params->n_options, &c, err);
+    if (rc != TR_OK) return rc;
     /* Weights and the arena are host memory: the cpu only, until the CUDA kernels come. */
     if (c.device_type != TR_DEVICE_CPU)
         return tr_error_set(err, TR_ERR_UNSUPPORTED,

@@ -61,6 +61,7 @@ struct tf_context {
     const struct tr_host_api *host;
     int device_type;
     int device_index;
+    int mode;                       /* 0: graph, the only mode (options accept `mode = graph`) */
     int fuse;                       /* run the remapper */
     int simplify;                   /* run the cheap passes (cse, dce) first */
     int threads;                    /* OpenMP threads while executing; 0: leave as is */

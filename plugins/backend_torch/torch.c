@@ -1,96 +1,27 @@
 /* torch backend — entry point, vtable and options. */
-#include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "options.h"
 #include "torch.h"
 #include "trident/kernels.h"
-
-#define TORCH_KEYS "mode, threads, warmup_steps"
-#define TORCH_MAX_THREADS 1024
 
 /* The host's table, kept from tr_backend_entry for as long as the plugin is loaded. */
 static const struct tr_host_api *torch_host;
 
-/* "FILE:LINE: " for messages about an option; "" when it came from nowhere in a file. */
-static const char *option_where(const struct tr_option *o, char *buf, size_t n) {
-    if (o->file && o->file[0] && o->line > 0) snprintf(buf, n, "%s:%d: ", o->file, (int)o->line);
-    else if (o->file && o->file[0]) snprintf(buf, n, "%s: ", o->file);
-    else buf[0] = '\0';
-    return buf;
-}
+static const char *const torch_modes[] = {"eager", "reduce-overhead", NULL}; /* enum tr_torch_mode */
 
-static int parse_mode(const struct tr_option *o, enum tr_torch_mode *mode, struct tr_error *err) {
-    char w[512];
-    if (strcmp(o->value, "eager") == 0) {
-        *mode = TR_TORCH_MODE_EAGER;
-        return TR_OK;
-    }
-    if (strcmp(o->value, "reduce-overhead") == 0) {
-        *mode = TR_TORCH_MODE_REDUCE_OVERHEAD;
-        return TR_OK;
-    }
-    return tr_error_set(err, TR_ERR_INVALID, "%s[backend.torch] mode = '%s': expected eager or reduce-overhead",
-                        option_where(o, w, sizeof w), o->value);
-}
-
-static int parse_threads(const struct tr_option *o, int *threads, struct tr_error *err) {
-    char w[512], *end = NULL;
-    errno = 0;
-    long v = strtol(o->value, &end, 10);
-    if (errno || end == o->value || *end != '\0' || v < 0 || v > TORCH_MAX_THREADS)
-        return tr_error_set(err, TR_ERR_INVALID,
-                            "%s[backend.torch] threads = '%s': expected an integer from 1 to %d "
-                            "(0: the OpenMP default)",
-                            option_where(o, w, sizeof w), o->value, TORCH_MAX_THREADS);
-    *threads = (int)v;
-    return TR_OK;
-}
-
-/* Eager steps before reduce-overhead records one. Taken (and ignored) in eager mode too,
- * since one [backend.torch] section serves both `torch` and `torch:reduce-overhead`. */
-static int parse_warmup(const struct tr_option *o, int *steps, struct tr_error *err) {
-    char w[512], *end = NULL;
-    errno = 0;
-    long v = strtol(o->value, &end, 10);
-    if (errno || end == o->value || *end != '\0' || v < 0 || v > TR_TORCH_WARMUP_MAX)
-        return tr_error_set(err, TR_ERR_INVALID,
-                            "%s[backend.torch] warmup_steps = '%s': expected an integer from 0 to %d (eager steps "
-                            "before mode = reduce-overhead records one)",
-                            option_where(o, w, sizeof w), o->value, TR_TORCH_WARMUP_MAX);
-    *steps = (int)v;
-    return TR_OK;
-}
-
-/* Every key is checked before any is used, and a key given twice with different values
- * is refused (a mode from `backends = torch:MODE` and one in [backend.torch] disagreeing
- * is a mistake to show, not to resolve silently). */
-static int parse_options(const struct tr_option *opts, int n, struct tr_torch_context *c, struct tr_error *err) {
-    char w[512], w2[512];
-    for (int i = 0; i < n; i++) {
-        const struct tr_option *o = &opts[i];
-        if (!o->key || !o->value)
-            return tr_error_set(err, TR_ERR_INVALID, "%s[backend.torch] option %d has no %s",
-                                option_where(o, w, sizeof w), i, o->key ? "value" : "key");
-        int rc;
-        if (strcmp(o->key, "mode") == 0) rc = parse_mode(o, &c->mode, err);
-        else if (strcmp(o->key, "threads") == 0) rc = parse_threads(o, &c->threads, err);
-        else if (strcmp(o->key, "warmup_steps") == 0) rc = parse_warmup(o, &c->warmup_steps, err);
-        else
-            return tr_error_set(err, TR_ERR_INVALID, "%s[backend.torch] unknown key '%s' (keys: " TORCH_KEYS ")",
-                                option_where(o, w, sizeof w), o->key);
-        if (rc != TR_OK) return rc;
-        for (int j = 0; j < i; j++) {
-            const struct tr_option *p = &opts[j];
-            if (strcmp(p->key, o->key) == 0 && strcmp(p->value, o->value) != 0)
-                return tr_error_set(err, TR_ERR_INVALID,
-                                    "%s[backend.torch] %s = %s conflicts with %s = %s given before (%s)",
-                                    option_where(o, w, sizeof w), o->key, o->value, p->key, p->value,
-                                    p->file ? option_where(p, w2, sizeof w2) : "no file");
-        }
-    }
-    return TR_OK;
-}
+/* One [backend.torch] section serves both `torch` and `torch:reduce-overhead`, so
+ * warmup_steps is taken (and ignored) in eager mode too. */
+static const struct tr_opt_spec torch_options[] = {
+    {.key = "mode", .type = TR_OPT_CHOICE, .offset = offsetof(struct tr_torch_context, mode), .choices = torch_modes,
+     .expected = "eager or reduce-overhead"},
+    {.key = "threads", .type = TR_OPT_INT, .offset = offsetof(struct tr_torch_context, threads), .min = 0, .max = 1024,
+     .expected = "an integer from 1 to 1024 (0: the OpenMP default)"},
+    {.key = "warmup_steps", .type = TR_OPT_INT, .offset = offsetof(struct tr_torch_context, warmup_steps), .min = 0,
+     .max = TR_TORCH_WARMUP_MAX}, /* eager steps before mode = reduce-overhead records one */
+};
 
 static int torch_init(const struct tr_host_api *host, const struct tr_backend_params *params, void **ctx,
                       struct tr_error *err) {
@@ -104,17 +35,11 @@ static int torch_init(const struct tr_host_api *host, const struct tr_backend_pa
         .warmup_steps = TR_TORCH_WARMUP_DEFAULT,
     };
     if (!c.host) return tr_error_set(err, TR_ERR_PLUGIN, "torch: init called without a host table");
-    if (params) {
-        if (params->struct_size < sizeof(struct tr_backend_params))
-            return tr_error_set(err, TR_ERR_PLUGIN, "torch: backend params of %u bytes, expected at least %zu",
-                                params->struct_size, sizeof(struct tr_backend_params));
-        c.device_type = params->device_type;
-        c.device_index = params->device_index;
-        if (params->n_options < 0 || (params->n_options > 0 && !params->options))
-            return tr_error_set(err, TR_ERR_INVALID, "torch: %d options without an array", (int)params->n_options);
-        int rc = parse_options(params->options, params->n_options, &c, err);
-        if (rc != TR_OK) return rc;
-    }
+    int rc = tr_backend_params_read("torch", params, &c.device_type, &c.device_index, err);
+    if (rc == TR_OK && params)
+        rc = tr_opts_parse("torch", torch_options, (int)(sizeof torch_options / sizeof torch_options[0]),
+                           params->options, params->n_options, &c, err);
+    if (rc != TR_OK) return rc;
     /* Weights are used in place and inputs bound in place: both assume host memory. The
      * device copies that a GPU needs come with the CUDA kernels. */
     if (c.device_type != TR_DEVICE_CPU)

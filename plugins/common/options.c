@@ -1,0 +1,120 @@
+/* Table-driven backend options (options.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "options.h"
+
+const char *tr_opt_where(const struct tr_option *o, char *buf, size_t n) {
+    if (o->file && o->file[0] && o->line > 0) snprintf(buf, n, "%s:%d: ", o->file, (int)o->line);
+    else if (o->file && o->file[0]) snprintf(buf, n, "%s: ", o->file);
+    else buf[0] = '\0';
+    return buf;
+}
+
+static int parse_bool(const char *v, int *out) {
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(v, yes[i]) == 0) return *out = 1, 0;
+        if (strcmp(v, no[i]) == 0) return *out = 0, 0;
+    }
+    return -1;
+}
+
+static int parse_one(const struct tr_opt_spec *s, const char *v, void *dst) {
+    char *at = (char *)dst + s->offset;
+    switch (s->type) {
+    case TR_OPT_BOOL: return parse_bool(v, (int *)at);
+    case TR_OPT_INT: {
+        char *end;
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (errno || end == v || *end != '\0' || x < s->min || x > s->max) return -1;
+        *(int *)at = (int)x;
+        return 0;
+    }
+    case TR_OPT_STRING:
+        if (!v[0] || strlen(v) >= s->size) return -1;
+        memcpy(at, v, strlen(v) + 1);
+        return 0;
+    case TR_OPT_CHOICE:
+        for (int i = 0; s->choices[i]; i++)
+            if (strcmp(v, s->choices[i]) == 0) return *(int *)at = i, 0;
+        return -1;
+    }
+    return -1;
+}
+
+static void describe(const struct tr_opt_spec *s, char *buf, size_t n) {
+    if (s->expected) {
+        snprintf(buf, n, "%s", s->expected);
+        return;
+    }
+    switch (s->type) {
+    case TR_OPT_BOOL: snprintf(buf, n, "true or false"); break;
+    case TR_OPT_INT: snprintf(buf, n, "an integer from %lld to %lld", (long long)s->min, (long long)s->max); break;
+    case TR_OPT_STRING: snprintf(buf, n, "a value of 1 to %zu bytes", s->size - 1); break;
+    case TR_OPT_CHOICE: {
+        size_t off = 0;
+        buf[0] = '\0';
+        for (int i = 0; s->choices[i] && off < n; i++)
+            off += (size_t)snprintf(buf + off, n - off, "%s%s", i ? (s->choices[i + 1] ? ", " : " or ") : "one of ",
+                                    s->choices[i]);
+        break;
+    }
+    }
+}
+
+int tr_opts_parse(const char *backend, const struct tr_opt_spec *specs, int n_specs, const struct tr_option *opts,
+                  int n_opts, void *dst, struct tr_error *err) {
+    char w[512], w2[512], what[256];
+    for (int i = 0; i < n_opts; i++) {
+        const struct tr_option *o = &opts[i];
+        if (!o->key || !o->value)
+            return tr_error_set(err, TR_ERR_INVALID, "%s[backend.%s] option %d has no %s", tr_opt_where(o, w, sizeof w),
+                                backend, i, o->key ? "value" : "key");
+        const struct tr_opt_spec *s = NULL;
+        for (int k = 0; k < n_specs && !s; k++)
+            if (strcmp(specs[k].key, o->key) == 0) s = &specs[k];
+        if (!s) {
+            size_t off = 0;
+            what[0] = '\0';
+            for (int k = 0; k < n_specs && off < sizeof what; k++)
+                off += (size_t)snprintf(what + off, sizeof what - off, "%s%s", k ? ", " : "", specs[k].key);
+            return tr_error_set(err, TR_ERR_INVALID, "%s[backend.%s] unknown key '%s' (keys: %s)",
+                                tr_opt_where(o, w, sizeof w), backend, o->key, what);
+        }
+        if (parse_one(s, o->value, dst) != 0) {
+            describe(s, what, sizeof what);
+            return tr_error_set(err, TR_ERR_INVALID, "%s[backend.%s] %s = '%.200s': expected %s",
+                                tr_opt_where(o, w, sizeof w), backend, o->key, o->value, what);
+        }
+        if (s->where_size)
+            snprintf((char *)dst + s->where_offset, s->where_size, "%s[backend.%s] %s", tr_opt_where(o, w, sizeof w),
+                     backend, o->key);
+        /* The same key twice: `backends = NAME:MODE` against a `mode` in the section, say. */
+        for (int j = 0; j < i; j++) {
+            const struct tr_option *p = &opts[j];
+            if (p->key && strcmp(p->key, o->key) == 0 && strcmp(p->value, o->value) != 0)
+                return tr_error_set(err, TR_ERR_INVALID, "%s[backend.%s] %s = %s conflicts with %s = %s given before (%s)",
+                                    tr_opt_where(o, w, sizeof w), backend, o->key, o->value, p->key, p->value,
+                                    p->file ? tr_opt_where(p, w2, sizeof w2) : "no file");
+        }
+    }
+    return TR_OK;
+}
+
+int tr_backend_params_read(const char *backend, const struct tr_backend_params *params, int *device_type,
+                           int *device_index, struct tr_error *err) {
+    *device_type = TR_DEVICE_CPU;
+    *device_index = 0;
+    if (!params) return TR_OK;
+    if (params->struct_size < sizeof(struct tr_backend_params))
+        return tr_error_set(err, TR_ERR_PLUGIN, "%s: backend params of %u bytes, expected at least %zu", backend,
+                            params->struct_size, sizeof(struct tr_backend_params));
+    if (params->n_options < 0 || (params->n_options > 0 && !params->options))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %d options without an array", backend, (int)params->n_options);
+    *device_type = params->device_type;
+    *device_index = params->device_index;
+    return TR_OK;
+}

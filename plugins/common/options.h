@@ -1,0 +1,43 @@
+/* Backend options ([backend.NAME] key = value) parsed from a table, the same way in
+ * every backend: every key checked before any is used, unknown keys refused with the
+ * keys there are, a key given twice with different values refused naming both places,
+ * each message "FILE:LINE: [backend.NAME] KEY = VALUE: expected ...". The values land
+ * in the backend's own options struct at the offsets the table gives. */
+#ifndef TRIDENT_OPTIONS_H
+#define TRIDENT_OPTIONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "trident/backend.h"
+
+enum tr_opt_type {
+    TR_OPT_BOOL,        /* int: true/false, yes/no, on/off, 1/0 */
+    TR_OPT_INT,         /* int: from min to max */
+    TR_OPT_STRING,      /* char[size] */
+    TR_OPT_CHOICE,      /* int: the index of the value in choices (NULL-terminated) */
+};
+
+struct tr_opt_spec {
+    const char *key;
+    enum tr_opt_type type;
+    size_t offset;                  /* where the value goes in the destination struct */
+    int64_t min, max;               /* TR_OPT_INT */
+    size_t size;                    /* TR_OPT_STRING: the buffer's size */
+    const char *const *choices;     /* TR_OPT_CHOICE */
+    const char *expected;           /* the "expected ..." text; NULL: made from the type */
+    size_t where_offset;            /* if where_size: "FILE:LINE: [backend.NAME] KEY" is */
+    size_t where_size;              /* written there, for later messages about the value */
+};
+
+/* "FILE:LINE: " for messages about an option; "" when it came from no file. */
+const char *tr_opt_where(const struct tr_option *o, char *buf, size_t n);
+
+int tr_opts_parse(const char *backend, const struct tr_opt_spec *specs, int n_specs, const struct tr_option *opts,
+                  int n_opts, void *dst, struct tr_error *err);
+
+/* The checks every init does on its params: size, device, the options array. NULL
+ * params leave the defaults (cpu 0). */
+int tr_backend_params_read(const char *backend, const struct tr_backend_params *params, int *device_type,
+                           int *device_index, struct tr_error *err);
+
+#endif
