@@ -8,6 +8,11 @@
  *   elementwise unary and binary ops, SCALE, SOFTMAX, LAYER_NORM: 1 per output element
  *   SUM MEAN MAX: 1 per input element
  *   leaves, EMBEDDING and layout ops (RESHAPE TRANSPOSE SLICE CONCAT CAST): 0
+ *   training: ATTENTION_GRAD 1x the forward attention for dq and for dk, 0.5x for dv
+ *              (2.5x for a full backward); UNARY_GRAD SOFTMAX_GRAD LAYER_NORM_GRAD MAX_GRAD
+ *              CROSS_ENTROPY_GRAD: 1 per output element; LAYER_NORM_GRAD_GAMMA,
+ *              CROSS_ENTROPY, MSE: 1 per element of the first input; BROADCAST,
+ *              SLICE_GRAD, EMBEDDING_GRAD: 0
  */
 #include <stdio.h>
 #include "trident/graph.h"
@@ -76,6 +81,35 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
         fprintf(f, " scale=%g causal=%lld", (double)a->floats[0], (long long)a->ints[0]);
         if (a->ints[1]) fprintf(f, " window=%lld", (long long)a->ints[1]);
         break;
+    case TR_OP_UNARY_GRAD:
+        fprintf(f, " of=%s", tr_op_name((int)a->ints[0]));
+        if (a->ints[0] == TR_OP_GELU) fprintf(f, " approximate=%s", a->ints[1] ? "tanh" : "none");
+        if (a->ints[0] == TR_OP_SCALE) fprintf(f, " alpha=%g", (double)a->floats[0]);
+        break;
+    case TR_OP_LAYER_NORM_GRAD: case TR_OP_LAYER_NORM_GRAD_GAMMA:
+        fprintf(f, " eps=%g", (double)a->floats[0]);
+        break;
+    case TR_OP_EMBEDDING_GRAD:
+        fprintf(f, " V=%lld", (long long)a->ints[0]);
+        break;
+    case TR_OP_ATTENTION_GRAD:
+        fprintf(f, " d%c scale=%g causal=%lld", "qkv"[a->ints[2] >= 0 && a->ints[2] < 3 ? a->ints[2] : 0],
+                (double)a->floats[0], (long long)a->ints[0]);
+        if (a->ints[1]) fprintf(f, " window=%lld", (long long)a->ints[1]);
+        break;
+    case TR_OP_BROADCAST:
+        print_ints(f, "shape", a->ints, a->n_ints);
+        break;
+    case TR_OP_MAX_GRAD:
+        fprintf(f, " axis=%lld keepdims=%lld", (long long)a->ints[0], (long long)a->ints[1]);
+        break;
+    case TR_OP_SLICE_GRAD:
+        fprintf(f, " axis=%lld start=%lld step=%lld extent=%lld", (long long)a->ints[0], (long long)a->ints[1],
+                (long long)a->ints[3], (long long)a->ints[4]);
+        break;
+    case TR_OP_CROSS_ENTROPY: case TR_OP_CROSS_ENTROPY_GRAD:
+        if (a->ints[1]) fprintf(f, " ignore_index=%lld", (long long)a->ints[0]);
+        break;
     default:
         break;
     }
@@ -135,8 +169,19 @@ double tr_graph_flops(const struct tr_graph *g) {
             const int64_t *k = tr_node_shape(g, tr_node_input(g, id, 1));
             const int64_t *v = tr_node_shape(g, tr_node_input(g, id, 2));
             total += 2.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)k[2] * (double)(q[3] + v[3]);
-        } else if (op == TR_OP_SUM || op == TR_OP_MEAN || op == TR_OP_MAX) {
+        } else if (op == TR_OP_ATTENTION_GRAD) {
+            /* a full backward (dq, dk, dv) counts 2.5x the forward: 1x each for dq and dk, 0.5x for dv */
+            const int64_t *q = tr_node_shape(g, tr_node_input(g, id, 0));
+            const int64_t *k = tr_node_shape(g, tr_node_input(g, id, 1));
+            const int64_t *v = tr_node_shape(g, tr_node_input(g, id, 2));
+            double fwd = 2.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)k[2] * (double)(q[3] + v[3]);
+            total += tr_node_attrs(g, id)->ints[2] == 2 ? 0.5 * fwd : fwd;
+        } else if (op == TR_OP_SUM || op == TR_OP_MEAN || op == TR_OP_MAX || op == TR_OP_LAYER_NORM_GRAD_GAMMA ||
+                   op == TR_OP_CROSS_ENTROPY || op == TR_OP_MSE) {
             total += numel(g, tr_node_input(g, id, 0));
+        } else if (op == TR_OP_UNARY_GRAD || op == TR_OP_SOFTMAX_GRAD || op == TR_OP_LAYER_NORM_GRAD ||
+                   op == TR_OP_MAX_GRAD || op == TR_OP_CROSS_ENTROPY_GRAD) {
+            total += numel(g, id);
         } else if (tr_op_is_elementwise_unary(op) || tr_op_is_elementwise_binary(op) || op == TR_OP_SOFTMAX ||
                    op == TR_OP_LAYER_NORM) {
             total += numel(g, id);

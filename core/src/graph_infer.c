@@ -323,6 +323,213 @@ static int infer_attention(struct ctx *c, int n, const struct arg *a, const stru
     return TR_OK;
 }
 
+/* ---- training ops: gradients and losses ---- */
+
+static int same_shape(const struct arg *a, const struct arg *b) {
+    if (a->nd != b->nd) return 0;
+    for (int i = 0; i < a->nd; i++)
+        if (a->sh[i] != b->sh[i]) return 0;
+    return 1;
+}
+
+static void copy_shape(const struct arg *x, int *dt, int *nd, int64_t *sh) {
+    *dt = x->dt;
+    *nd = x->nd;
+    memcpy(sh, x->sh, (size_t)x->nd * sizeof *sh);
+}
+
+/* (x, dy) with dy shaped like x, one float dtype; result like x. */
+static int infer_like_x(struct ctx *c, const struct arg *a, const char *x_name, int *dt, int *nd, int64_t *sh) {
+    const char *what[] = {x_name, "dy"};
+    int st = same_float(c, 2, a, what);
+    if (st) return st;
+    if (!same_shape(&a[0], &a[1]))
+        return refuse(c, TR_ERR_SHAPE, "dy %s must have the shape of %s %s", a[1].str, x_name, a[0].str);
+    copy_shape(&a[0], dt, nd, sh);
+    return TR_OK;
+}
+
+static int infer_unary_grad(struct ctx *c, const struct arg *a, const struct tr_attrs *at, int *dt, int *nd,
+                            int64_t *sh) {
+    int64_t f = at->ints[0];
+    int ok = f == TR_OP_SCALE || (f >= 0 && f < TR_OP_COUNT && tr_op_is_elementwise_unary((int)f));
+    if (!ok)
+        return refuse(c, TR_ERR_INVALID,
+                      "forward op %lld (%s) is not one of gelu tanh relu silu sigmoid exp neg sqrt rsqrt scale",
+                      (long long)f, tr_op_name((int)f));
+    if (f == TR_OP_GELU && at->ints[1] != 0 && at->ints[1] != 1)
+        return refuse(c, TR_ERR_INVALID, "gelu approximate %lld, expected 0 (erf) or 1 (tanh)", (long long)at->ints[1]);
+    return infer_like_x(c, a, "x", dt, nd, sh);
+}
+
+static int infer_layer_norm_grad(struct ctx *c, int op, const struct arg *a, const struct tr_attrs *at, int *dt,
+                                 int *nd, int64_t *sh) {
+    const struct arg *x = &a[0], *dy = op == TR_OP_LAYER_NORM_GRAD ? &a[2] : &a[1];
+    static const char *const what3[] = {"x", "gamma", "dy"};
+    static const char *const what2[] = {"x", "dy"};
+    int st = op == TR_OP_LAYER_NORM_GRAD ? same_float(c, 3, a, what3) : same_float(c, 2, a, what2);
+    if (st) return st;
+    if (x->nd < 1) return refuse(c, TR_ERR_SHAPE, "x %s needs at least 1 dimension", x->str);
+    if (!same_shape(x, dy)) return refuse(c, TR_ERR_SHAPE, "dy %s must have the shape of x %s", dy->str, x->str);
+    int64_t d = x->sh[x->nd - 1];
+    if (op == TR_OP_LAYER_NORM_GRAD && (a[1].nd != 1 || a[1].sh[0] != d))
+        return refuse(c, TR_ERR_SHAPE, "gamma is %s, expected [%lld] (the last axis of x %s)", a[1].str, (long long)d,
+                      x->str);
+    if (!(at->floats[0] >= 0.0f) || isinf(at->floats[0]))
+        return refuse(c, TR_ERR_INVALID, "eps %g, expected a finite value >= 0", (double)at->floats[0]);
+    if (op == TR_OP_LAYER_NORM_GRAD) {
+        copy_shape(x, dt, nd, sh);
+    } else {
+        *dt = x->dt;
+        *nd = 1;
+        sh[0] = d;
+    }
+    return TR_OK;
+}
+
+static int infer_embedding_grad(struct ctx *c, const struct arg *a, const struct tr_attrs *at, int *dt, int *nd,
+                                int64_t *sh) {
+    const struct arg *ids = &a[0], *dy = &a[1];
+    if (ids->dt != TR_DTYPE_I32 && ids->dt != TR_DTYPE_I64)
+        return refuse(c, TR_ERR_SHAPE, "ids %s, expected i32 or i64", ids->str);
+    if (!is_float(dy->dt)) return refuse(c, TR_ERR_SHAPE, "dy %s, expected a float dtype", dy->str);
+    int ok = dy->nd == ids->nd + 1;
+    for (int i = 0; ok && i < ids->nd; i++) ok = dy->sh[i] == ids->sh[i];
+    if (!ok) return refuse(c, TR_ERR_SHAPE, "dy %s must be ids %s with one more axis (D)", dy->str, ids->str);
+    if (at->ints[0] <= 0)
+        return refuse(c, TR_ERR_INVALID, "vocabulary size V=%lld, expected > 0", (long long)at->ints[0]);
+    *dt = dy->dt;
+    *nd = 2;
+    sh[0] = at->ints[0];
+    sh[1] = dy->sh[dy->nd - 1];
+    return TR_OK;
+}
+
+static int infer_attention_grad(struct ctx *c, int n, const struct arg *a, const struct tr_attrs *at, int *dt,
+                                int *nd, int64_t *sh) {
+    if (n != 4 && n != 5)
+        return refuse(c, TR_ERR_INVALID, "%d inputs, expected q, k, v, dy and an optional mask (4 or 5)", n);
+    struct arg fwd[4] = {a[0], a[1], a[2]};
+    if (n == 5) fwd[3] = a[4];
+    int y_dt, y_nd;
+    int64_t y_sh[TR_MAX_DIMS];
+    int st = infer_attention(c, n - 1, fwd, at, &y_dt, &y_nd, y_sh);
+    if (st) return st;
+    const struct arg *dy = &a[3];
+    int ok = dy->dt == y_dt && dy->nd == y_nd;
+    for (int i = 0; ok && i < y_nd; i++) ok = dy->sh[i] == y_sh[i];
+    if (!ok) {
+        char want[160];
+        int k = snprintf(want, sizeof want, "%s", tr_dtype_name((enum tr_dtype)y_dt));
+        tr_shape_str(y_nd, y_sh, want + k, sizeof want - (size_t)k);
+        return refuse(c, TR_ERR_SHAPE, "dy %s must be the attention output's %s (q %s, v %s)", dy->str, want, a[0].str,
+                      a[2].str);
+    }
+    int64_t which = at->ints[2];
+    if (which < 0 || which > 2)
+        return refuse(c, TR_ERR_INVALID, "which %lld, expected 0 (dq), 1 (dk) or 2 (dv)", (long long)which);
+    copy_shape(&a[which], dt, nd, sh);
+    return TR_OK;
+}
+
+static int infer_broadcast(struct ctx *c, const struct arg *x, const struct tr_attrs *at, int *dt, int *nd,
+                           int64_t *sh) {
+    int n = at->n_ints;
+    if (n < 0 || n > TR_MAX_DIMS || n > TR_ATTR_INTS)
+        return refuse(c, TR_ERR_INVALID, "target shape has %d dimensions, expected 0 to %d", n, TR_MAX_DIMS);
+    char want[160];
+    ints_str(at->ints, n, want, sizeof want);
+    int ok = n >= x->nd;
+    for (int i = 0; ok && i < n; i++) ok = at->ints[i] >= 0;
+    for (int i = 0; ok && i < x->nd; i++) {
+        int64_t e = x->sh[i], t = at->ints[n - x->nd + i];
+        ok = e == t || e == 1;
+    }
+    if (!ok)
+        return refuse(c, TR_ERR_SHAPE, "x %s does not broadcast to %s (numpy rules: trailing axes equal or 1)", x->str,
+                      want);
+    for (int i = 0; i < n; i++) sh[i] = at->ints[i];
+    *nd = n;
+    *dt = x->dt;
+    return TR_OK;
+}
+
+static int infer_max_grad(struct ctx *c, const struct arg *a, struct tr_attrs *at, int *dt, int *nd, int64_t *sh) {
+    static const char *const what[] = {"x", "dy"};
+    int st = same_float(c, 2, a, what);
+    if (st) return st;
+    int rnd;
+    int64_t rsh[TR_MAX_DIMS];
+    if ((st = infer_reduce(c, &a[0], at, &rnd, rsh))) return st;
+    int ok = a[1].nd == rnd;
+    for (int i = 0; ok && i < rnd; i++) ok = a[1].sh[i] == rsh[i];
+    if (!ok) {
+        char want[160];
+        tr_shape_str(rnd, rsh, want, sizeof want);
+        return refuse(c, TR_ERR_SHAPE, "dy %s must be x %s reduced over axis %lld (keepdims %lld): %s", a[1].str,
+                      a[0].str, (long long)at->ints[0], (long long)at->ints[1], want);
+    }
+    copy_shape(&a[0], dt, nd, sh);
+    return TR_OK;
+}
+
+static int infer_slice_grad(struct ctx *c, const struct arg *dy, struct tr_attrs *at, int *dt, int *nd, int64_t *sh) {
+    int64_t axis = at->ints[0], start = at->ints[1], step = at->ints[3], full = at->ints[4];
+    int st = norm_axis(c, &axis, dy->nd, "axis", dy);
+    if (st) return st;
+    int64_t n = dy->sh[axis];
+    if (step <= 0 || start < 0)
+        return refuse(c, TR_ERR_INVALID, "start %lld step %lld, expected start >= 0 and step > 0 (dy %s)",
+                      (long long)start, (long long)step, dy->str);
+    int64_t covered = n > 0 ? start + (n - 1) * step + 1 : 0;
+    if (full < covered)
+        return refuse(c, TR_ERR_SHAPE,
+                      "full extent %lld on axis %lld is too small: dy %s has %lld rows there, from %lld every %lld, "
+                      "which needs %lld",
+                      (long long)full, (long long)axis, dy->str, (long long)n, (long long)start, (long long)step,
+                      (long long)covered);
+    at->ints[0] = axis;
+    copy_shape(dy, dt, nd, sh);
+    sh[axis] = full;
+    return TR_OK;
+}
+
+/* Losses are 0-d f32, f64 for f64 inputs (finite-difference checks). */
+static int loss_dtype(int dt) { return dt == TR_DTYPE_F64 ? TR_DTYPE_F64 : TR_DTYPE_F32; }
+
+static int infer_cross_entropy(struct ctx *c, int op, int n, const struct arg *a, const struct tr_attrs *at, int *dt,
+                               int *nd, int64_t *sh) {
+    const struct arg *lg = &a[0], *lb = &a[1];
+    if (!is_float(lg->dt) || lg->nd != 2)
+        return refuse(c, TR_ERR_SHAPE, "logits %s, expected a 2-D float (N,C)", lg->str);
+    if ((lb->dt != TR_DTYPE_I32 && lb->dt != TR_DTYPE_I64) || lb->nd != 1 || lb->sh[0] != lg->sh[0])
+        return refuse(c, TR_ERR_SHAPE, "labels %s, expected i32 or i64 [%lld] (one per row of logits %s)", lb->str,
+                      (long long)lg->sh[0], lg->str);
+    if (at->ints[1] != 0 && at->ints[1] != 1)
+        return refuse(c, TR_ERR_INVALID, "has_ignore %lld, expected 0 or 1", (long long)at->ints[1]);
+    if (op == TR_OP_CROSS_ENTROPY_GRAD) {
+        const struct arg *dl = &a[2];
+        if (n != 3 || !is_float(dl->dt) || tr_shape_numel(dl->nd, dl->sh) != 1)
+            return refuse(c, TR_ERR_SHAPE, "dloss %s, expected a one-element float", dl->str);
+        copy_shape(lg, dt, nd, sh);
+        return TR_OK;
+    }
+    *dt = loss_dtype(lg->dt);
+    *nd = 0;
+    return TR_OK;
+}
+
+static int infer_mse(struct ctx *c, const struct arg *a, int *dt, int *nd) {
+    static const char *const what[] = {"pred", "target"};
+    int st = same_float(c, 2, a, what);
+    if (st) return st;
+    if (!same_shape(&a[0], &a[1]))
+        return refuse(c, TR_ERR_SHAPE, "pred %s and target %s must have one shape", a[0].str, a[1].str);
+    *dt = loss_dtype(a[0].dt);
+    *nd = 0;
+    return TR_OK;
+}
+
 int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *in, struct tr_attrs *attrs,
                         int *dtype, int *ndim, int64_t *shape, char *msg, size_t msg_size) {
     struct ctx c = {msg, msg_size};
@@ -378,6 +585,26 @@ int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *i
         return TR_OK;
     case TR_OP_ATTENTION:
         return infer_attention(&c, n_in, a, attrs, dtype, ndim, shape);
+    case TR_OP_UNARY_GRAD:
+        return infer_unary_grad(&c, a, attrs, dtype, ndim, shape);
+    case TR_OP_SOFTMAX_GRAD:
+        return infer_like_x(&c, a, "y", dtype, ndim, shape);
+    case TR_OP_LAYER_NORM_GRAD: case TR_OP_LAYER_NORM_GRAD_GAMMA:
+        return infer_layer_norm_grad(&c, op, a, attrs, dtype, ndim, shape);
+    case TR_OP_EMBEDDING_GRAD:
+        return infer_embedding_grad(&c, a, attrs, dtype, ndim, shape);
+    case TR_OP_ATTENTION_GRAD:
+        return infer_attention_grad(&c, n_in, a, attrs, dtype, ndim, shape);
+    case TR_OP_BROADCAST:
+        return infer_broadcast(&c, &a[0], attrs, dtype, ndim, shape);
+    case TR_OP_MAX_GRAD:
+        return infer_max_grad(&c, a, attrs, dtype, ndim, shape);
+    case TR_OP_SLICE_GRAD:
+        return infer_slice_grad(&c, &a[0], attrs, dtype, ndim, shape);
+    case TR_OP_CROSS_ENTROPY: case TR_OP_CROSS_ENTROPY_GRAD:
+        return infer_cross_entropy(&c, op, n_in, a, attrs, dtype, ndim, shape);
+    case TR_OP_MSE:
+        return infer_mse(&c, a, dtype, ndim);
     default:
         return refuse(&c, TR_ERR_UNSUPPORTED, "no shape rule for op %d", op);
     }

@@ -35,6 +35,30 @@
  *                floats[0]=scale (applied to q·kᵀ), ints[0]=causal (0/1),
  *                ints[1]=window (0: none; else key j is seen by query i only when
  *                i - window < j <= i, positions aligned at the end of k)
+ *
+ *   Training: gradients and losses (reverse-mode autodiff emits these; any float dtype,
+ *   f64 included, so that rules can be checked by finite differences).
+ *   UNARY_GRAD   (x, dy) -> dx of the unary op ints[0] (GELU TANH RELU SILU SIGMOID EXP
+ *                NEG SQRT RSQRT SCALE) taken at x; ints[1]: GELU's approximate flag;
+ *                floats[0]: SCALE's alpha. RELU'(0) = 0.
+ *   SOFTMAX_GRAD (y, dy) -> dx = y·(dy − Σ dy·y) over the last axis; y is softmax's output
+ *   LAYER_NORM_GRAD        (x, gamma, dy) -> dx; gamma (D)             floats[0]=eps
+ *   LAYER_NORM_GRAD_GAMMA  (x, dy) -> dgamma (D) = Σ over rows of dy·x̂  floats[0]=eps
+ *                (dbeta is a SUM of dy over the rows)
+ *   EMBEDDING_GRAD (ids, dy (...,D)) -> dtable (V,D): rows of dy added at their ids,
+ *                zeros elsewhere                                          ints[0]=V
+ *   ATTENTION_GRAD (q, k, v, dy, [mask]) -> dq, dk or dv (ints[2] = 0, 1 or 2, shaped
+ *                like that operand); scale, causal and window as ATTENTION's attrs
+ *   BROADCAST    x -> the shape ints[0..n_ints-1] by numpy broadcasting
+ *   MAX_GRAD     (x, dy) -> dx: dy (x reduced over ints[0], keepdims ints[1]) routed to
+ *                the first maximum along that axis, zeros elsewhere
+ *   SLICE_GRAD   dy -> dx: zeros, with dy placed where SLICE took it: ints[0]=axis,
+ *                ints[1]=start, ints[3]=step (normalised, >= 0), ints[4]=the axis' full extent
+ *   CROSS_ENTROPY      (logits (N,C), labels (N) i32/i64) -> 0-d f32: mean over the
+ *                labels that are not ignored of −log softmax(logits)[label]; ints[1]=1
+ *                makes ints[0] the ignore index. A label outside [0,C) is an error.
+ *   CROSS_ENTROPY_GRAD (logits, labels, dloss (0-d)) -> dlogits, logits' dtype and shape
+ *   MSE          (pred, target) -> 0-d f32 mean of (pred − target)²
  */
 #ifndef TRIDENT_OPS_H
 #define TRIDENT_OPS_H
@@ -75,7 +99,19 @@ extern "C" {
     X(MEAN,       "mean",        1)    \
     X(MAX,        "max",         1)    \
     X(CAST,       "cast",        1)    \
-    X(ATTENTION,  "attention",  -1)
+    X(ATTENTION,  "attention",  -1)    \
+    X(UNARY_GRAD, "unary_grad",  2)    \
+    X(SOFTMAX_GRAD, "softmax_grad", 2) \
+    X(LAYER_NORM_GRAD, "layer_norm_grad", 3) \
+    X(LAYER_NORM_GRAD_GAMMA, "layer_norm_grad_gamma", 2) \
+    X(EMBEDDING_GRAD, "embedding_grad", 2) \
+    X(ATTENTION_GRAD, "attention_grad", -1) \
+    X(BROADCAST,  "broadcast",   1)    \
+    X(MAX_GRAD,   "max_grad",    2)    \
+    X(SLICE_GRAD, "slice_grad",  1)    \
+    X(CROSS_ENTROPY, "cross_entropy", 2) \
+    X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 3) \
+    X(MSE,        "mse",         2)
 
 enum tr_op {
 #define TR_OP_ENUM_(name, str, n) TR_OP_##name,

@@ -15,4 +15,5 @@
 #include "trident/bench.h"
 #include "trident/log.h"
 #include "trident/rng.h"
+#include "trident/autodiff.h"
 #endif

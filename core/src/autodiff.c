@@ -1,0 +1,481 @@
+/* Reverse-mode autodiff as a graph transform (autodiff.h), and the loss builders.
+ *
+ * tr_grad marks the nodes that lie on a path from a wrt to the loss (reachable forward
+ * from some wrt AND backward from the loss), checks that each of them has a rule before
+ * adding anything (so an unsupported op leaves the graph as it was), then walks them in
+ * reverse program order. A node's gradient is complete when the walk reaches it, because
+ * every consumer of a node comes after it in program order.
+ *
+ * Rules emit plain ops where they are cheap and exact (broadcast reductions, layout ops,
+ * the MSE gradient) and ops.h's *_GRAD ops where a fused kernel pays (softmax, layer
+ * norm, attention, embedding, cross entropy). Constants that scale a gradient (MEAN's 1/n,
+ * MSE's 2/n) are CONST scalars of the gradient's dtype rather than SCALE's f32 alpha, so
+ * that f64 finite-difference checks see no f32 rounding.
+ *
+ * Errors: a builder failure inside a rule sets g's sticky error (and is returned). A
+ * refusal found before anything is added (bad arguments, an op without a rule) is
+ * returned through err only and leaves g alive and unchanged: graph.h has no public way
+ * to set the sticky error with a message of our own.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "trident/autodiff.h"
+
+struct ad {
+    struct tr_graph *g;
+    int *grad; /* per forward node: its gradient node, -1 while none */
+    unsigned char *need;
+};
+
+static struct tr_attrs attrs0(void) {
+    struct tr_attrs a;
+    memset(&a, 0, sizeof a);
+    return a;
+}
+
+static int node1(struct tr_graph *g, enum tr_op op, int x, const struct tr_attrs *a) {
+    return tr_graph_add_node(g, op, 1, &x, a);
+}
+
+static int node2(struct tr_graph *g, enum tr_op op, int x, int y, const struct tr_attrs *a) {
+    int in[2] = {x, y};
+    return tr_graph_add_node(g, op, 2, in, a);
+}
+
+static int same_shape(const struct tr_graph *g, int a, int b) {
+    int n = tr_node_ndim(g, a);
+    if (n != tr_node_ndim(g, b)) return 0;
+    return n == 0 || memcmp(tr_node_shape(g, a), tr_node_shape(g, b), (size_t)n * sizeof(int64_t)) == 0;
+}
+
+static int reshape_like(struct tr_graph *g, int x, int like) {
+    if (x < 0 || same_shape(g, x, like)) return x;
+    return tr_reshape(g, x, tr_node_ndim(g, like), tr_node_shape(g, like));
+}
+
+/* dy has the numpy broadcast of `like`'s shape (and maybe more leading axes): sum it
+ * over the broadcast axes, keeping them, then drop the extra leading ones. */
+static int reduce_to(struct tr_graph *g, int dy, int like) {
+    if (dy < 0) return -1;
+    /* copies: adding a node may move the node array under the accessors' pointers */
+    int nd = tr_node_ndim(g, dy), tn = tr_node_ndim(g, like);
+    int64_t t[TR_MAX_DIMS], ds[TR_MAX_DIMS];
+    memcpy(t, tr_node_shape(g, like), (size_t)tn * sizeof *t);
+    memcpy(ds, tr_node_shape(g, dy), (size_t)nd * sizeof *ds);
+    for (int i = 0; i < nd; i++) {
+        int ti = i - (nd - tn);
+        int64_t e = ds[i];
+        if ((ti < 0 || t[ti] == 1) && e != 1) dy = tr_reduce(g, TR_OP_SUM, dy, i, 1);
+        if (dy < 0) return -1;
+    }
+    return reshape_like(g, dy, like);
+}
+
+static int scalar_mul(struct tr_graph *g, int x, double v) {
+    int c = tr_const_scalar(g, (enum tr_dtype)tr_node_dtype(g, x), v);
+    return tr_mul(g, x, c);
+}
+
+static int cast_to(struct tr_graph *g, int x, int dtype) {
+    return tr_node_dtype(g, x) == dtype ? x : tr_cast(g, x, (enum tr_dtype)dtype);
+}
+
+static void accumulate(struct ad *ad, int id, int contrib) {
+    if (contrib < 0) return; /* the graph's sticky error says why */
+    int *slot = &ad->grad[id];
+    *slot = *slot < 0 ? contrib : tr_add(ad->g, *slot, contrib);
+}
+
+static int needs(const struct ad *ad, int id) { return ad->need[id]; }
+
+/* ---- rules: each adds d loss / d input for the inputs that need one ---- */
+
+static void rule_matmul(struct ad *ad, int id, int dy) {
+    struct tr_graph *g = ad->g;
+    int a = tr_node_input(g, id, 0), b = tr_node_input(g, id, 1);
+    const struct tr_attrs *at = tr_node_attrs(g, id);
+    int ta = (int)at->ints[0], tb = (int)at->ints[1];
+    struct tr_attrs m = attrs0();
+    m.floats[0] = at->floats[0];
+    if (needs(ad, a)) {
+        /* dA (M,K) = alpha·dy·op(b)ᵀ; stored transposed when trans_a */
+        int x = ta ? b : dy, y = ta ? dy : b;
+        m.ints[0] = ta ? tb : 0;
+        m.ints[1] = ta ? 1 : !tb;
+        accumulate(ad, a, reduce_to(g, node2(g, TR_OP_MATMUL, x, y, &m), a));
+    }
+    if (needs(ad, b)) {
+        /* dB (K,N) = alpha·op(a)ᵀ·dy; stored transposed when trans_b */
+        int x = tb ? dy : a, y = tb ? a : dy;
+        m.ints[0] = tb ? 1 : !ta;
+        m.ints[1] = tb ? ta : 0;
+        accumulate(ad, b, reduce_to(g, node2(g, TR_OP_MATMUL, x, y, &m), b));
+    }
+}
+
+static void rule_binary(struct ad *ad, int id, int op, int dy) {
+    struct tr_graph *g = ad->g;
+    int a = tr_node_input(g, id, 0), b = tr_node_input(g, id, 1);
+    if (needs(ad, a)) {
+        int d = op == TR_OP_ADD || op == TR_OP_SUB ? dy
+              : op == TR_OP_MUL                    ? tr_mul(g, dy, b)
+                                                   : tr_div(g, dy, b);
+        accumulate(ad, a, reduce_to(g, d, a));
+    }
+    if (needs(ad, b)) {
+        int d = op == TR_OP_ADD ? dy
+              : op == TR_OP_SUB ? tr_unary(g, TR_OP_NEG, dy)
+              : op == TR_OP_MUL ? tr_mul(g, dy, a)
+                                : tr_unary(g, TR_OP_NEG, tr_div(g, tr_mul(g, dy, id), b)); /* −dy·y/b */
+        accumulate(ad, b, reduce_to(g, d, b));
+    }
+}
+
+static void rule_unary(struct ad *ad, int id, int op, int dy) {
+    struct tr_graph *g = ad->g;
+    int x = tr_node_input(g, id, 0);
+    const struct tr_attrs *at = tr_node_attrs(g, id);
+    if (op == TR_OP_SCALE) {
+        accumulate(ad, x, tr_scale(g, dy, at->floats[0], 0.0f));
+    } else if (op == TR_OP_NEG) {
+        accumulate(ad, x, tr_unary(g, TR_OP_NEG, dy));
+    } else {
+        struct tr_attrs u = attrs0();
+        u.ints[0] = op;
+        u.ints[1] = op == TR_OP_GELU ? at->ints[0] : 0;
+        u.n_ints = 2;
+        accumulate(ad, x, node2(g, TR_OP_UNARY_GRAD, x, dy, &u));
+    }
+}
+
+static void rule_layer_norm(struct ad *ad, int id, int dy) {
+    struct tr_graph *g = ad->g;
+    int x = tr_node_input(g, id, 0), gamma = tr_node_input(g, id, 1), beta = tr_node_input(g, id, 2);
+    struct tr_attrs a = attrs0();
+    a.floats[0] = tr_node_attrs(g, id)->floats[0];
+    if (needs(ad, x)) {
+        int in[3] = {x, gamma, dy};
+        accumulate(ad, x, tr_graph_add_node(g, TR_OP_LAYER_NORM_GRAD, 3, in, &a));
+    }
+    if (needs(ad, gamma)) accumulate(ad, gamma, node2(g, TR_OP_LAYER_NORM_GRAD_GAMMA, x, dy, &a));
+    if (needs(ad, beta)) accumulate(ad, beta, reduce_to(g, dy, beta));
+}
+
+/* SUM/MEAN/MAX: dy has x's shape reduced over one axis. */
+static void rule_reduce(struct ad *ad, int id, int op, int dy) {
+    struct tr_graph *g = ad->g;
+    int x = tr_node_input(g, id, 0);
+    const struct tr_attrs *at = tr_node_attrs(g, id);
+    if (op == TR_OP_MAX) {
+        struct tr_attrs m = *at;
+        accumulate(ad, x, node2(g, TR_OP_MAX_GRAD, x, dy, &m));
+        return;
+    }
+    int nd = tr_node_ndim(g, x), axis = (int)at->ints[0];
+    int64_t kshape[TR_MAX_DIMS];
+    memcpy(kshape, tr_node_shape(g, x), (size_t)nd * sizeof *kshape);
+    int64_t n = kshape[axis];
+    kshape[axis] = 1;
+    int d = at->ints[1] ? dy : tr_reshape(g, dy, nd, kshape);
+    struct tr_attrs b = attrs0();
+    b.n_ints = nd;
+    memcpy(b.ints, tr_node_shape(g, x), (size_t)nd * sizeof *b.ints);
+    d = node1(g, TR_OP_BROADCAST, d, &b);
+    if (op == TR_OP_MEAN && d >= 0) d = scalar_mul(g, d, 1.0 / (double)n);
+    accumulate(ad, x, d);
+}
+
+static void rule_attention(struct ad *ad, int id, int dy) {
+    struct tr_graph *g = ad->g;
+    int n = tr_node_n_inputs(g, id);
+    int in[5] = {tr_node_input(g, id, 0), tr_node_input(g, id, 1), tr_node_input(g, id, 2), dy,
+                 n == 4 ? tr_node_input(g, id, 3) : -1};
+    for (int which = 0; which < 3; which++) {
+        if (!needs(ad, in[which])) continue;
+        struct tr_attrs a = *tr_node_attrs(g, id);
+        a.ints[2] = which;
+        a.n_ints = 3;
+        accumulate(ad, in[which], tr_graph_add_node(g, TR_OP_ATTENTION_GRAD, n + 1, in, &a));
+    }
+}
+
+static void rule_mse(struct ad *ad, int id, int dy) {
+    struct tr_graph *g = ad->g;
+    int pred = tr_node_input(g, id, 0), target = tr_node_input(g, id, 1);
+    int64_t n = tr_shape_numel(tr_node_ndim(g, pred), tr_node_shape(g, pred));
+    int d = tr_sub(g, pred, target);
+    d = tr_mul(g, scalar_mul(g, d, 2.0 / (double)(n > 0 ? n : 1)), cast_to(g, dy, tr_node_dtype(g, pred)));
+    if (needs(ad, pred)) accumulate(ad, pred, d);
+    if (needs(ad, target)) accumulate(ad, target, tr_unary(g, TR_OP_NEG, d));
+}
+
+static void apply_rule(struct ad *ad, int id, int dy) {
+    struct tr_graph *g = ad->g;
+    int op = tr_node_op(g, id);
+    int x = tr_node_input(g, id, 0);
+    const struct tr_attrs *at = tr_node_attrs(g, id);
+    switch (op) {
+    case TR_OP_MATMUL:
+        rule_matmul(ad, id, dy);
+        break;
+    case TR_OP_ADD: case TR_OP_SUB: case TR_OP_MUL: case TR_OP_DIV:
+        rule_binary(ad, id, op, dy);
+        break;
+    case TR_OP_GELU: case TR_OP_TANH: case TR_OP_RELU: case TR_OP_SILU: case TR_OP_SIGMOID:
+    case TR_OP_EXP: case TR_OP_NEG: case TR_OP_SQRT: case TR_OP_RSQRT: case TR_OP_SCALE:
+        rule_unary(ad, id, op, dy);
+        break;
+    case TR_OP_SOFTMAX: {
+        struct tr_attrs a = attrs0();
+        accumulate(ad, x, node2(g, TR_OP_SOFTMAX_GRAD, id, dy, &a));
+        break;
+    }
+    case TR_OP_LAYER_NORM:
+        rule_layer_norm(ad, id, dy);
+        break;
+    case TR_OP_EMBEDDING: {
+        struct tr_attrs a = attrs0();
+        a.ints[0] = tr_node_shape(g, x)[0];
+        a.n_ints = 1;
+        if (needs(ad, x)) accumulate(ad, x, node2(g, TR_OP_EMBEDDING_GRAD, tr_node_input(g, id, 1), dy, &a));
+        break;
+    }
+    case TR_OP_RESHAPE: case TR_OP_BROADCAST:
+        accumulate(ad, x, op == TR_OP_RESHAPE ? reshape_like(g, dy, x) : reduce_to(g, dy, x));
+        break;
+    case TR_OP_TRANSPOSE: {
+        int perm[TR_MAX_DIMS];
+        for (int i = 0; i < at->n_ints; i++) perm[at->ints[i]] = i;
+        accumulate(ad, x, tr_transpose(g, dy, at->n_ints, perm));
+        break;
+    }
+    case TR_OP_SLICE: {
+        struct tr_attrs a = *at;
+        a.ints[4] = tr_node_shape(g, x)[at->ints[0]];
+        a.n_ints = 5;
+        accumulate(ad, x, node1(g, TR_OP_SLICE_GRAD, dy, &a));
+        break;
+    }
+    case TR_OP_SLICE_GRAD: /* the adjoint of placing dy is taking it back */
+        accumulate(ad, x, tr_slice(g, dy, (int)at->ints[0], at->ints[1],
+                                   at->ints[1] + (tr_node_shape(g, x)[at->ints[0]] - 1) * at->ints[3] + 1,
+                                   at->ints[3]));
+        break;
+    case TR_OP_CONCAT: {
+        int axis = (int)at->ints[0];
+        int64_t off = 0;
+        for (int i = 0; i < tr_node_n_inputs(g, id); i++) {
+            int in = tr_node_input(g, id, i);
+            int64_t len = tr_node_shape(g, in)[axis];
+            if (needs(ad, in)) accumulate(ad, in, tr_slice(g, dy, axis, off, off + len, 1));
+            off += len;
+        }
+        break;
+    }
+    case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX:
+        rule_reduce(ad, id, op, dy);
+        break;
+    case TR_OP_CAST:
+        accumulate(ad, x, cast_to(g, dy, tr_node_dtype(g, x)));
+        break;
+    case TR_OP_ATTENTION:
+        rule_attention(ad, id, dy);
+        break;
+    case TR_OP_CROSS_ENTROPY: {
+        struct tr_attrs a = *at;
+        int in[3] = {x, tr_node_input(g, id, 1), dy};
+        accumulate(ad, x, tr_graph_add_node(g, TR_OP_CROSS_ENTROPY_GRAD, 3, in, &a));
+        break;
+    }
+    case TR_OP_MSE:
+        rule_mse(ad, id, dy);
+        break;
+    default:
+        break; /* refused by check_rules before anything was added */
+    }
+}
+
+/* Before adding anything: every node on a path has a rule, and no path goes through an
+ * input that cannot be differentiated. */
+static int check_rules(const struct ad *ad, int loss, struct tr_error *err) {
+    const struct tr_graph *g = ad->g;
+    for (int id = loss; id >= 0; id--) {
+        if (!ad->need[id]) continue;
+        int op = tr_node_op(g, id);
+        const char *why = NULL;
+        int bad_input = -1;
+        switch (op) {
+        case TR_OP_INPUT: case TR_OP_PARAM: case TR_OP_CONST:
+        case TR_OP_MATMUL: case TR_OP_ADD: case TR_OP_SUB: case TR_OP_MUL: case TR_OP_DIV:
+        case TR_OP_GELU: case TR_OP_TANH: case TR_OP_RELU: case TR_OP_SILU: case TR_OP_SIGMOID:
+        case TR_OP_EXP: case TR_OP_NEG: case TR_OP_SQRT: case TR_OP_RSQRT: case TR_OP_SCALE:
+        case TR_OP_SOFTMAX: case TR_OP_LAYER_NORM: case TR_OP_RESHAPE: case TR_OP_TRANSPOSE:
+        case TR_OP_SLICE: case TR_OP_CONCAT: case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX:
+        case TR_OP_BROADCAST: case TR_OP_SLICE_GRAD: case TR_OP_MSE:
+            break;
+        case TR_OP_CAST:
+            if (!tr_dtype_is_float((enum tr_dtype)tr_node_dtype(g, id)) ||
+                !tr_dtype_is_float((enum tr_dtype)tr_node_dtype(g, tr_node_input(g, id, 0))))
+                why = "a cast to or from an integer dtype has no gradient";
+            break;
+        case TR_OP_EMBEDDING:
+            if (ad->need[tr_node_input(g, id, 1)]) bad_input = 1, why = "the ids are not differentiable";
+            break;
+        case TR_OP_CROSS_ENTROPY:
+            if (ad->need[tr_node_input(g, id, 1)]) bad_input = 1, why = "the labels are not differentiable";
+            break;
+        case TR_OP_ATTENTION:
+            if (tr_node_n_inputs(g, id) == 4 && ad->need[tr_node_input(g, id, 3)])
+                bad_input = 3, why = "the mask is not differentiated";
+            break;
+        default:
+            why = "no gradient rule for this op (second derivatives are not supported)";
+            break;
+        }
+        if (why) {
+            char in_msg[TR_NAME_MAX + 64] = "";
+            if (bad_input >= 0) {
+                int in = tr_node_input(g, id, bad_input);
+                snprintf(in_msg, sizeof in_msg, " (input %d is node %d '%s', which depends on a wrt)", bad_input, in,
+                         tr_node_name(g, in));
+            }
+            return tr_error_set(err, TR_ERR_UNSUPPORTED, "tr_grad: node %d %s '%s' lies between a wrt and the loss: %s%s",
+                                id, tr_op_name(op), tr_node_name(g, id), why, in_msg);
+        }
+    }
+    return TR_OK;
+}
+
+/* A CONST of node `like`'s dtype and shape filled with v (0 or 1). */
+static int const_fill(struct tr_graph *g, int like, double v) {
+    struct tr_tensor t = tr_node_tensor(g, like);
+    int64_t n = tr_tensor_numel(&t);
+    size_t size = tr_dtype_size(t.dtype);
+    void *data = calloc((size_t)(n > 0 ? n : 1), size ? size : 1);
+    if (!data) return -2;
+    t.data = data;
+    if (v != 0.0)
+        for (int64_t i = 0; i < n; i++) tr_tensor_set_f64(&t, i, v);
+    int id = tr_const(g, NULL, t.dtype, t.ndim, t.shape, data);
+    free(data);
+    return id;
+}
+
+static int check_args(const struct tr_graph *g, int loss, int n_wrt, const int *wrt, const int *grads,
+                      struct tr_error *err) {
+    if (!g) return tr_error_set(err, TR_ERR_INVALID, "tr_grad: NULL graph");
+    int n = tr_graph_n_nodes(g);
+    if (n_wrt < 0 || (n_wrt > 0 && (!wrt || !grads)))
+        return tr_error_set(err, TR_ERR_INVALID, "tr_grad: %d wrt nodes with %s", n_wrt,
+                            !wrt ? "no wrt array" : "no grads array");
+    if (loss < 0 || loss >= n)
+        return tr_error_set(err, TR_ERR_INVALID, "tr_grad: loss %d is not a node id in [0,%d)", loss, n);
+    struct tr_tensor lt = tr_node_tensor(g, loss);
+    if (!tr_dtype_is_float(lt.dtype) || tr_tensor_numel(&lt) != 1) {
+        char sh[160];
+        return tr_error_set(err, TR_ERR_SHAPE, "tr_grad: loss node %d %s '%s' is %s%s, expected one float element",
+                            loss, tr_op_name(tr_node_op(g, loss)), tr_node_name(g, loss), tr_dtype_name(lt.dtype),
+                            tr_shape_str(lt.ndim, lt.shape, sh, sizeof sh));
+    }
+    for (int i = 0; i < n_wrt; i++) {
+        if (wrt[i] < 0 || wrt[i] >= n)
+            return tr_error_set(err, TR_ERR_INVALID, "tr_grad: wrt[%d] = %d is not a node id in [0,%d)", i, wrt[i], n);
+        if (!tr_dtype_is_float((enum tr_dtype)tr_node_dtype(g, wrt[i])))
+            return tr_error_set(err, TR_ERR_INVALID, "tr_grad: wrt[%d] node %d '%s' is %s, not a float",
+                                i, wrt[i], tr_node_name(g, wrt[i]),
+                                tr_dtype_name((enum tr_dtype)tr_node_dtype(g, wrt[i])));
+    }
+    return TR_OK;
+}
+
+/* grads[i]'s final node: a node of its own (an identity RESHAPE when the same node is
+ * already the result for an earlier wrt, or is a forward value), named grad.<wrt>. */
+static int finish(struct tr_graph *g, int n_fwd, int i, const int *wrt, int *grads) {
+    int gid = grads[i];
+    int taken = gid < n_fwd;
+    for (int j = 0; j < i && !taken; j++) taken = grads[j] == gid;
+    if (taken) gid = tr_reshape(g, gid, tr_node_ndim(g, gid), tr_node_shape(g, gid));
+    if (gid < 0) return -1;
+    char name[TR_NAME_MAX + 8];
+    snprintf(name, sizeof name, "grad.%s", tr_node_name(g, wrt[i]));
+    if (strlen(name) >= TR_NAME_MAX) return gid; /* keeps its automatic name */
+    if (tr_graph_find(g, name) >= 0) return gid; /* a second tr_grad over the same wrt */
+    return tr_graph_set_name(g, gid, name) == TR_OK ? gid : -1;
+}
+
+int tr_grad(struct tr_graph *g, int loss, int n_wrt, const int *wrt, int *grads, struct tr_error *err) {
+    int st = check_args(g, loss, n_wrt, wrt, grads, err);
+    if (st) return st;
+    if ((st = tr_graph_status(g, err))) return st;
+    int n = tr_graph_n_nodes(g);
+    if (loss < 0 || loss >= n) return TR_ERR_INTERNAL; /* checked above; tells the compiler too */
+    size_t cap = (size_t)n + 1; /* loss < n, so n >= 1; the +1 keeps the compiler's bounds check quiet */
+    struct ad ad;
+    ad.g = g;
+    ad.grad = malloc(cap * sizeof(int));
+    ad.need = calloc(cap, 1);
+    unsigned char *from_wrt = calloc(cap, 1);
+    if (!ad.grad || !ad.need || !from_wrt) {
+        st = tr_error_set(err, TR_ERR_NOMEM, "tr_grad: out of memory for %d nodes", n);
+        goto done;
+    }
+    for (int id = 0; id < n; id++) ad.grad[id] = -1;
+    for (int i = 0; i < n_wrt; i++) from_wrt[wrt[i]] = 1;
+    for (int id = 0; id <= loss; id++) {
+        for (int k = 0; k < tr_node_n_inputs(g, id) && !from_wrt[id]; k++) from_wrt[id] = from_wrt[tr_node_input(g, id, k)];
+    }
+    ad.need[loss] = from_wrt[loss];
+    for (int id = loss; id >= 0; id--) {
+        if (!ad.need[id]) continue;
+        for (int k = 0; k < tr_node_n_inputs(g, id); k++) {
+            int in = tr_node_input(g, id, k);
+            if (from_wrt[in]) ad.need[in] = 1;
+        }
+    }
+    if ((st = check_rules(&ad, loss, err))) goto done;
+
+    if (ad.need[loss]) {
+        ad.grad[loss] = const_fill(g, loss, 1.0);
+        if (ad.grad[loss] == -2) {
+            st = tr_error_set(err, TR_ERR_NOMEM, "tr_grad: out of memory for the seed");
+            goto done;
+        }
+        for (int id = loss; id >= 0 && ad.grad[loss] >= 0; id--) {
+            if (!ad.need[id] || ad.grad[id] < 0 || tr_node_n_inputs(g, id) == 0) continue;
+            apply_rule(&ad, id, ad.grad[id]);
+            if (tr_graph_status(g, NULL)) break;
+        }
+    }
+    for (int i = 0; i < n_wrt && tr_graph_status(g, NULL) == TR_OK; i++) {
+        int gid = ad.grad[wrt[i]];
+        if (gid < 0) gid = const_fill(g, wrt[i], 0.0); /* the loss does not depend on it */
+        if (gid == -2) {
+            st = tr_error_set(err, TR_ERR_NOMEM, "tr_grad: out of memory for the zeros of wrt[%d]", i);
+            goto done;
+        }
+        grads[i] = gid;
+        grads[i] = finish(g, n, i, wrt, grads);
+    }
+    st = tr_graph_status(g, err);
+    if (st) tr_error_prefix(err, "tr_grad");
+done:
+    free(ad.grad);
+    free(ad.need);
+    free(from_wrt);
+    return st;
+}
+
+/* ---- losses ---- */
+
+int tr_cross_entropy(struct tr_graph *g, int logits, int labels, int ignore_index) {
+    struct tr_attrs a = attrs0();
+    a.ints[0] = ignore_index < 0 ? 0 : ignore_index;
+    a.ints[1] = ignore_index >= 0;
+    a.n_ints = 2;
+    return node2(g, TR_OP_CROSS_ENTROPY, logits, labels, &a);
+}
+
+int tr_mse(struct tr_graph *g, int pred, int target) {
+    struct tr_attrs a = attrs0();
+    return node2(g, TR_OP_MSE, pred, target, &a);
+}
