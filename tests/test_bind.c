@@ -2,8 +2,12 @@
  * runnable op, in f32 and bf16, a bound call gives the very bits tr_kernels_run gives on
  * the same random inputs (outputs poisoned first), and keeps doing so when the data
  * behind the bound pointers changes; bind refuses what run refuses, with run's message;
- * the counters count bound calls; unbind releases what bind made (ASan checks). */
+ * the counters count bound calls; unbind releases what bind made (ASan checks); bound
+ * calls of every kind (each graph op, a GEMM with its epilogue, the fused kernels)
+ * allocate nothing once bound, and tr_k_* calls nothing once their shapes were seen. */
+#include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +15,115 @@
 #include "trident/kernels.h"
 
 static struct tr_kernels *K;
+
+/* ---- counting allocations ----
+ * Every malloc of the process goes through these; while `counting` is set, the caller
+ * of each is recorded, and told apart afterwards (dladdr) by the object it is in. Only
+ * allocations made by trident's code (libtrident_kernels) are held against a call:
+ * oneDNN's own execute and libgomp (a team of one for a region whose `if` is false) may
+ * allocate, measured and printed here but not ours to change. Not under ASan: it owns
+ * malloc itself (its interceptors would fight these definitions), so the checks are
+ * skipped there with a message saying so. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TR_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define TR_ASAN 1
+#endif
+#ifdef TR_ASAN
+#define COUNT_ALLOCS 0
+#else
+#define COUNT_ALLOCS 1
+#include <dlfcn.h>
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t a, size_t b);
+extern void *__libc_realloc(void *p, size_t n);
+extern void __libc_free(void *p);
+extern void *__libc_memalign(size_t al, size_t n);
+#define MAX_SEEN 8192
+static atomic_long n_allocs;
+static atomic_int counting;
+static void *seen[MAX_SEEN];
+#define COUNT_ONE()                                                                   \
+    do {                                                                              \
+        if (atomic_load(&counting)) {                                                 \
+            long k_ = atomic_fetch_add(&n_allocs, 1);                                 \
+            if (k_ < MAX_SEEN) seen[k_] = __builtin_return_address(0);                \
+        }                                                                             \
+    } while (0)
+void *malloc(size_t n) {
+    COUNT_ONE();
+    return __libc_malloc(n);
+}
+void *calloc(size_t a, size_t b) {
+    COUNT_ONE();
+    return __libc_calloc(a, b);
+}
+void *realloc(void *p, size_t n) {
+    COUNT_ONE();
+    return __libc_realloc(p, n);
+}
+void free(void *p) { __libc_free(p); }
+void *aligned_alloc(size_t al, size_t n) {
+    COUNT_ONE();
+    return __libc_memalign(al, n);
+}
+void *memalign(size_t al, size_t n) {
+    COUNT_ONE();
+    return __libc_memalign(al, n);
+}
+int posix_memalign(void **p, size_t al, size_t n) {
+    COUNT_ONE();
+    *p = __libc_memalign(al, n);
+    return *p ? 0 : ENOMEM;
+}
+
+static void count_start(void) {
+    atomic_store(&n_allocs, 0);
+    atomic_store(&counting, 1);
+}
+
+/* Allocations since count_start: by trident's kernels (returned) and by the rest,
+ * named in `others` ("libdnnl.so.2: 5, libgomp.so.1: 3"). */
+static long count_stop(char *others, size_t size) {
+    atomic_store(&counting, 0);
+    long n = atomic_load(&n_allocs), ours = 0;
+    Dl_info di;
+    void *kernels = dladdr((const void *)&tr_k_softmax, &di) ? di.dli_fbase : NULL;
+    const char *names[16];
+    void *bases[16];
+    long counts[16];
+    int nb = 0;
+    for (long i = 0; i < n; i++) {
+        if (i >= MAX_SEEN) { /* unseen: counted against us, so nothing slips through */
+            ours++;
+            continue;
+        }
+        if (!dladdr(seen[i], &di)) di.dli_fbase = NULL, di.dli_fname = "?";
+        if (di.dli_fbase == kernels) {
+            ours++;
+            continue;
+        }
+        int j = 0;
+        while (j < nb && bases[j] != di.dli_fbase) j++;
+        if (j == nb && nb < 16) {
+            bases[nb] = di.dli_fbase;
+            const char *slash = strrchr(di.dli_fname, '/');
+            names[nb] = slash ? slash + 1 : di.dli_fname;
+            counts[nb++] = 0;
+        }
+        if (j < nb) counts[j]++;
+    }
+    size_t off = 0;
+    others[0] = 0;
+    for (int j = 0; j < nb && off < size; j++)
+        off += (size_t)snprintf(others + off, size - off, "%s%s: %ld", j ? ", " : "", names[j], counts[j]);
+    if (nb == 0) snprintf(others, size, "none");
+    return ours;
+}
+#endif
 
 static int group_setup(void **state) {
     (void)state;
@@ -436,6 +549,205 @@ static void test_unbind_frees(void **state) {
     }
 }
 
+/* ---- a GEMM with its epilogue and the fused kernels, bound ---- */
+
+struct fused_set {
+    struct tr_tensor a, w, bias, h, res, g, b, s, mask, tab, ids, pos;
+};
+
+static void fused_fill(struct fused_set *f, int dt, uint64_t seed) {
+    struct tr_tensor *fl[] = {&f->a, &f->w, &f->bias, &f->res, &f->g, &f->b, &f->s, &f->mask, &f->tab};
+    for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) tr_test_randn(fl[i], seed + i, 1.0);
+    tr_test_randint(&f->ids, seed + 20, 30);
+    tr_test_randint(&f->pos, seed + 21, 12);
+    (void)dt;
+}
+
+/* tr_kernels_bind_matmul and the fused binders: the call gives tr_k_*'s bits, also
+ * after new data behind the bound pointers; the binder refuses what tr_k_* refuses,
+ * with its message, and leaves an empty call. */
+static void check_fused(int dt) {
+    struct tr_error err = {0}, e2 = {0};
+    struct fused_set f = {
+        .a = tr_test_tensor(dt, 3, (int64_t[]){2, 5, 24}), .w = tr_test_tensor(dt, 2, (int64_t[]){16, 24}),
+        .bias = tr_test_tensor(dt, 1, (int64_t[]){16}), .h = tr_test_tensor(dt, 3, (int64_t[]){2, 5, 16}),
+        .res = tr_test_tensor(dt, 3, (int64_t[]){2, 5, 16}), .g = tr_test_tensor(dt, 1, (int64_t[]){16}),
+        .b = tr_test_tensor(TR_DTYPE_F32, 1, (int64_t[]){16}), .s = tr_test_tensor(dt, 4, (int64_t[]){2, 3, 5, 12}),
+        .mask = tr_test_tensor(TR_DTYPE_F32, 4, (int64_t[]){2, 1, 1, 12}),
+        .tab = tr_test_tensor(dt, 2, (int64_t[]){30, 16}), .ids = tr_test_tensor(TR_DTYPE_I64, 2, (int64_t[]){2, 5}),
+        .pos = tr_test_tensor(TR_DTYPE_I32, 1, (int64_t[]){5}),
+    };
+    struct tr_tensor ref[4] = {tr_test_tensor(dt, 3, (int64_t[]){2, 5, 16}), tr_test_tensor(dt, 3, (int64_t[]){2, 5, 16}),
+                               tr_test_tensor(dt, 4, (int64_t[]){2, 3, 5, 12}), tr_test_tensor(dt, 3, (int64_t[]){2, 5, 16})};
+    struct tr_tensor got[4] = {tr_test_tensor(dt, 3, (int64_t[]){2, 5, 16}), tr_test_tensor(dt, 3, (int64_t[]){2, 5, 16}),
+                               tr_test_tensor(dt, 4, (int64_t[]){2, 3, 5, 12}), tr_test_tensor(dt, 3, (int64_t[]){2, 5, 16})};
+    fused_fill(&f, dt, 500);
+    struct tr_tensor tables[2] = {f.tab, f.tab}, ids[2] = {f.ids, f.pos};
+    struct tr_kernel_call c[4];
+    if (tr_kernels_bind_matmul(K, &f.a, &f.w, &got[0], 0, 1, 0.5f, &f.bias, TR_ACT_GELU, &c[0], &err) ||
+        tr_kernels_bind_bias_residual_layer_norm(K, &f.h, &f.bias, &f.res, &f.g, &f.b, 1e-5f, &got[1], &c[1], &err) ||
+        tr_kernels_bind_scale_mask_softmax(K, &f.s, 0.25f, &f.mask, &got[2], &c[2], &err) ||
+        tr_kernels_bind_embedding_sum_layer_norm(K, 2, tables, ids, &f.g, &f.b, 1e-5f, &got[3], &c[3], &err))
+        fail_msg("%s: bind: %s", tr_dtype_name((enum tr_dtype)dt), err.msg);
+    assert_int_equal(c[0].op, TR_OP_MATMUL);
+    assert_int_equal(c[1].op, -1);
+    for (int round = 0; round < 2; round++) {
+        if (round) fused_fill(&f, dt, 700); /* new data, same pointers */
+        tr_test_randn(&f.h, 800 + (uint64_t)round, 1.0);
+        for (int i = 0; i < 4; i++) tr_test_poison(&ref[i]), tr_test_poison(&got[i]);
+        if (tr_k_matmul(K, &f.a, &f.w, &ref[0], 0, 1, 0.5f, &f.bias, TR_ACT_GELU, &err) ||
+            tr_k_bias_residual_layer_norm(K, &f.h, &f.bias, &f.res, &f.g, &f.b, 1e-5f, &ref[1], &err) ||
+            tr_k_scale_mask_softmax(K, &f.s, 0.25f, &f.mask, &ref[2], &err) ||
+            tr_k_embedding_sum_layer_norm(K, 2, tables, ids, &f.g, &f.b, 1e-5f, &ref[3], &err))
+            fail_msg("tr_k_*: %s", err.msg);
+        struct tr_kernels_stats s0, s1;
+        tr_kernels_get_stats(K, &s0);
+        for (int i = 0; i < 4; i++)
+            if (tr_kernels_call(K, &c[i], &err)) fail_msg("call %d: %s", i, err.msg);
+        tr_kernels_get_stats(K, &s1);
+        assert_int_equal(s1.calls, s0.calls + 4);
+        assert_int_equal(s1.gemm_calls, s0.gemm_calls + 1);
+        for (int i = 0; i < 4; i++) {
+            if (memcmp(ref[i].data, got[i].data, tr_tensor_nbytes(&ref[i])) != 0)
+                fail_msg("%s bound fused call %d, round %d: differs from tr_k_*", tr_dtype_name((enum tr_dtype)dt), i,
+                         round);
+            for (int64_t j = 0; j < tr_tensor_numel(&got[i]); j++)
+                if (!isfinite(tr_tensor_get_f64(&got[i], j))) fail_msg("call %d: element %lld not written", i, (long long)j);
+        }
+    }
+    /* an id out of range: data, so the call finds it as tr_k_* does */
+    ((int64_t *)f.ids.data)[3] = 30;
+    assert_int_equal(tr_k_embedding_sum_layer_norm(K, 2, tables, ids, &f.g, &f.b, 1e-5f, &ref[3], &e2), TR_ERR_INVALID);
+    assert_int_equal(tr_kernels_call(K, &c[3], &err), TR_ERR_INVALID);
+    assert_string_equal(err.msg, e2.msg);
+    for (int i = 0; i < 4; i++) tr_kernels_unbind(K, &c[i]);
+
+    /* refusals: same status and message as tr_k_*, and an empty call */
+    struct tr_kernel_call bad;
+    struct tr_error eb = {0}, ek = {0};
+    memset(&bad, 0x5a, sizeof bad);
+    assert_int_equal(tr_kernels_bind_matmul(K, &f.a, &f.w, &got[0], 0, 0, 1.0f, NULL, TR_ACT_NONE, &bad, &eb),
+                     tr_k_matmul(K, &f.a, &f.w, &got[0], 0, 0, 1.0f, NULL, TR_ACT_NONE, &ek));
+    assert_string_equal(eb.msg, ek.msg);
+    assert_null(bad.prepared);
+    assert_int_equal(tr_kernels_bind_bias_residual_layer_norm(K, &f.h, &f.w, NULL, NULL, NULL, 1e-5f, &got[1], &bad, &eb),
+                     tr_k_bias_residual_layer_norm(K, &f.h, &f.w, NULL, NULL, NULL, 1e-5f, &got[1], &ek));
+    assert_string_equal(eb.msg, ek.msg);
+    assert_int_equal(tr_kernels_bind_scale_mask_softmax(K, &f.s, 1.0f, &f.bias, &got[2], &bad, &eb),
+                     tr_k_scale_mask_softmax(K, &f.s, 1.0f, &f.bias, &got[2], &ek));
+    assert_string_equal(eb.msg, ek.msg);
+    assert_int_equal(tr_kernels_bind_embedding_sum_layer_norm(K, 2, tables, ids, &f.g, &f.b, -1.0f, &got[3], &bad, &eb),
+                     tr_k_embedding_sum_layer_norm(K, 2, tables, ids, &f.g, &f.b, -1.0f, &got[3], &ek));
+    assert_string_equal(eb.msg, ek.msg);
+    assert_true(eb.status != TR_OK);
+    assert_null(bad.prepared);
+    tr_kernels_unbind(K, &bad);
+    struct tr_tensor *all[] = {&f.a, &f.w, &f.bias, &f.h, &f.res, &f.g, &f.b, &f.s, &f.mask, &f.tab, &f.ids, &f.pos};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tr_test_tensor_free(all[i]);
+    for (int i = 0; i < 4; i++) tr_test_tensor_free(&ref[i]), tr_test_tensor_free(&got[i]);
+}
+
+static void test_fused_bound(void **state) {
+    (void)state;
+    check_fused(TR_DTYPE_F32);
+    check_fused(TR_DTYPE_BF16);
+}
+
+/* ---- no allocation per call ---- */
+
+/* Bound calls of every kind, N rounds after one warm-up round: none allocates in
+ * trident's code. Then the counter is shown able to fail: it sees what binding
+ * allocates, and what a kernel's first call with a larger shape allocates (its scratch
+ * growing): a malloc added to any kernel's call path is caught the same way. */
+static void test_no_allocation_per_call(void **state) {
+    (void)state;
+#if !COUNT_ALLOCS
+    print_message("allocation counting skipped: this is an AddressSanitizer build, which intercepts malloc itself\n");
+#else
+    struct tr_error err = {0};
+    enum { NC = sizeof cases / sizeof cases[0], NF = 6, ROUNDS = 5 };
+    static struct inst xs[NC];
+    static struct tr_kernel_call calls[NC + NF];
+    int n = 0;
+    char others[512];
+    count_start();
+    for (int i = 0; i < NC; i++) {
+        struct tr_attrs buf;
+        inst_make(&xs[i], &cases[i], TR_DTYPE_F32);
+        if (tr_kernels_bind(K, cases[i].op, case_attrs(&cases[i], TR_DTYPE_F32, &buf), xs[i].n_in, xs[i].in,
+                            &xs[i].out_bind, &calls[n++], &err))
+            fail_msg("%s: bind: %s", cases[i].name, err.msg);
+    }
+    /* a GEMM with its epilogue, the fused kernels, and shapes large enough for the
+     * parallel paths (softmax, layer norm, attention over threads) */
+    const int dt = TR_DTYPE_F32;
+    struct tr_tensor a = tr_test_tensor(dt, 2, (int64_t[]){64, 96}), w = tr_test_tensor(dt, 2, (int64_t[]){96, 128});
+    struct tr_tensor bias = tr_test_tensor(dt, 1, (int64_t[]){128}), h = tr_test_tensor(dt, 2, (int64_t[]){64, 128});
+    struct tr_tensor res = tr_test_tensor(dt, 2, (int64_t[]){64, 128}), g = tr_test_tensor(dt, 1, (int64_t[]){128});
+    struct tr_tensor ln = tr_test_tensor(dt, 2, (int64_t[]){64, 128}), s = tr_test_tensor(dt, 4, (int64_t[]){2, 4, 64, 64});
+    struct tr_tensor mask = tr_test_tensor(dt, 4, (int64_t[]){2, 1, 1, 64}), sm = tr_test_tensor(dt, 4, (int64_t[]){2, 4, 64, 64});
+    struct tr_tensor tab = tr_test_tensor(dt, 2, (int64_t[]){50, 128}), ids = tr_test_tensor(TR_DTYPE_I32, 2, (int64_t[]){4, 16});
+    struct tr_tensor pos = tr_test_tensor(TR_DTYPE_I32, 1, (int64_t[]){16}), emb = tr_test_tensor(dt, 3, (int64_t[]){4, 16, 128});
+    struct tr_tensor q = tr_test_tensor(dt, 4, (int64_t[]){2, 4, 128, 64}), att = tr_test_tensor(dt, 4, (int64_t[]){2, 4, 128, 64});
+    struct tr_tensor big = tr_test_tensor(dt, 2, (int64_t[]){256, 256}), bigo = tr_test_tensor(dt, 2, (int64_t[]){256, 256});
+    struct tr_tensor gb = tr_test_tensor(dt, 1, (int64_t[]){256});
+    struct tr_tensor *all[] = {&a, &w, &bias, &h, &res, &g, &ln, &s, &mask, &sm, &tab, &q, &att, &big, &bigo, &gb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tr_test_randn(all[i], 300 + i, 1.0);
+    tr_test_randint(&ids, 7, 50);
+    tr_test_randint(&pos, 8, 16);
+    struct tr_tensor tables[2] = {tab, tab}, idss[2] = {ids, pos}, qkv[3] = {q, q, q};
+    struct tr_attrs eps = {.floats = {1e-5f}};
+    if (tr_kernels_bind_matmul(K, &a, &w, &h, 0, 0, 0.5f, &bias, TR_ACT_GELU, &calls[n++], &err) ||
+        tr_kernels_bind_bias_residual_layer_norm(K, &h, &bias, &res, &g, &bias, 1e-5f, &ln, &calls[n++], &err) ||
+        tr_kernels_bind_scale_mask_softmax(K, &s, 0.125f, &mask, &sm, &calls[n++], &err) ||
+        tr_kernels_bind_embedding_sum_layer_norm(K, 2, tables, idss, &g, &bias, 1e-5f, &emb, &calls[n++], &err) ||
+        tr_kernels_bind(K, TR_OP_ATTENTION, NULL, 3, qkv, &att, &calls[n++], &err) ||
+        tr_kernels_bind(K, TR_OP_LAYER_NORM, &eps, 3, (struct tr_tensor[]){big, gb, gb}, &bigo, &calls[n++], &err))
+        fail_msg("bind: %s", err.msg);
+    long bound_allocs = count_stop(others, sizeof others);
+    print_message("binding %d calls: %ld allocations by trident's kernels (others: %s)\n", n, bound_allocs, others);
+    assert_true(bound_allocs >= n); /* the counter sees our allocations: each plan is one */
+
+    for (int i = 0; i < n; i++) /* warm-up: oneDNN's first execution of a primitive */
+        if (tr_kernels_call(K, &calls[i], &err)) fail_msg("call %d: %s", i, err.msg);
+    count_start();
+    for (int r = 0; r < ROUNDS; r++)
+        for (int i = 0; i < n; i++)
+            if (tr_kernels_call(K, &calls[i], &err)) fail_msg("call %d: %s", i, err.msg);
+    long ours = count_stop(others, sizeof others);
+    print_message("%d rounds of %d bound calls: %ld allocations by trident's kernels (others: %s)\n", ROUNDS, n, ours,
+                  others);
+    if (ours != 0) fail_msg("bound calls made %ld allocations in trident's kernels", ours);
+
+    /* tr_k_* calls: the first with a new, larger shape grows the scratch (the counter
+     * sees it: it can fail), the same calls again allocate nothing */
+    struct tr_tensor x3 = tr_test_tensor(dt, 2, (int64_t[]){64, 4096}), o3 = tr_test_tensor(dt, 2, (int64_t[]){64, 4096});
+    tr_test_randn(&x3, 9, 1.0);
+    for (int round = 0; round < 2; round++) {
+        count_start();
+        if (tr_k_softmax(K, &x3, &o3, &err) || tr_k_layer_norm(K, &x3, NULL, NULL, 1e-5f, &o3, &err) ||
+            tr_k_attention(K, &q, &q, &q, NULL, 0.125f, 1, 0, &att, &err) ||
+            tr_k_matmul(K, &a, &w, &h, 0, 0, 0.5f, &bias, TR_ACT_TANH, &err) ||
+            tr_k_bias_residual_layer_norm(K, &x3, NULL, &x3, NULL, NULL, 1e-5f, &o3, &err) ||
+            tr_k_scale_mask_softmax(K, &x3, 0.5f, NULL, &o3, &err))
+            fail_msg("tr_k_*: %s", err.msg);
+        ours = count_stop(others, sizeof others);
+        print_message("tr_k_* calls, %s time: %ld allocations by trident's kernels (others: %s)\n",
+                      round ? "second" : "first", ours, others);
+        if (round == 0) assert_true(ours > 0);
+        else if (ours != 0) fail_msg("repeated tr_k_* calls made %ld allocations in trident's kernels", ours);
+    }
+    for (int i = 0; i < n; i++) tr_kernels_unbind(K, &calls[i]);
+    for (int i = 0; i < NC; i++) inst_free(&xs[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tr_test_tensor_free(all[i]);
+    tr_test_tensor_free(&ids);
+    tr_test_tensor_free(&pos);
+    tr_test_tensor_free(&emb);
+    tr_test_tensor_free(&x3);
+    tr_test_tensor_free(&o3);
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_f32),
@@ -444,6 +756,8 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_reshape_alias),
         cmocka_unit_test(test_unbind_frees),
+        cmocka_unit_test(test_fused_bound),
+        cmocka_unit_test(test_no_allocation_per_call),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -414,6 +414,95 @@ static void test_bert_bf16(void **state) {
     check_bert(TR_DTYPE_BF16);
 }
 
+/* ---- a change of input shape re-records ----
+ * A compiled graph has one shape per node, so new input shapes are a new graph compiled
+ * into a new program: one backend instance, two programs of different (B,T) sharing the
+ * weights, steps interleaved. Each warms up, records its own step (the notes of each
+ * say so), and replays it bit-identically to eager, neither disturbing the other. */
+static struct tr_graph *shaped_graph(int64_t b, int64_t t, const struct tr_tensor *w) {
+    struct tr_error err = {0};
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, &err), TR_OK);
+    int ids = tr_input(g, "ids", TR_DTYPE_I32, 2, (int64_t[]){b, t});
+    int table = tr_param(g, "emb", TR_DTYPE_F32, 2, (int64_t[]){V, D}, 0, 1);
+    int gamma = tr_param(g, "ln.weight", TR_DTYPE_F32, 1, (int64_t[]){D}, 1, 0.1f);
+    int wo = tr_param(g, "wo", TR_DTYPE_F32, 2, (int64_t[]){D, F}, 0, 0.5f);
+    int h = tr_layer_norm(g, tr_embedding(g, table, ids), gamma, gamma, 1e-5f); /* gamma as beta too */
+    int y = tr_softmax(g, tr_gelu(g, tr_matmul(g, h, wo, 0, 0), 0));
+    tr_graph_set_output(g, y, "y");
+    if (tr_graph_status(g, &err) != TR_OK) fail_msg("graph: %s", err.msg);
+    const int pid[3] = {table, gamma, wo};
+    for (int i = 0; i < 3; i++) assert_int_equal(tr_graph_bind_param(g, pid[i], w[i].data, &err), TR_OK);
+    return g;
+}
+
+static void test_new_shape_records_again(void **state) {
+    (void)state;
+    struct tr_error err = {0};
+    struct tr_tensor w[3] = {tr_test_tensor(TR_DTYPE_F32, 2, (int64_t[]){V, D}),
+                             tr_test_tensor(TR_DTYPE_F32, 1, (int64_t[]){D}),
+                             tr_test_tensor(TR_DTYPE_F32, 2, (int64_t[]){D, F})};
+    for (int i = 0; i < 3; i++) tr_test_randn(&w[i], 40 + (uint64_t)i, 0.7);
+    const int64_t shapes[2][2] = {{2, 6}, {3, 11}};
+    struct tr_graph *g[2];
+    struct tr_tensor in[2], oe[2], oro[2];
+    for (int j = 0; j < 2; j++) {
+        g[j] = shaped_graph(shapes[j][0], shapes[j][1], w);
+        alloc_like(g[j], 1, tr_graph_input, &in[j]);
+        alloc_like(g[j], 1, tr_graph_output, &oe[j]);
+        alloc_like(g[j], 1, tr_graph_output, &oro[j]);
+    }
+    /* one backend instance of each mode, each with both programs */
+    struct runner eager, ro;
+    runner_open(&eager, g[0], NULL, NULL);
+    runner_open(&ro, g[0], "reduce-overhead", "1");
+    struct tr_program *pe[2] = {eager.prog, NULL}, *pr[2] = {ro.prog, NULL};
+    if (tr_backend_compile(eager.be, g[1], &pe[1], &err) || tr_backend_compile(ro.be, g[1], &pr[1], &err))
+        fail_msg("compile of the second shape: %s", err.msg);
+    int calls[2] = {0, 0};
+    for (int j = 0; j < 2; j++)
+        for (int id = 0; id < tr_graph_n_nodes(g[j]); id++) {
+            int op = tr_node_op(g[j], id);
+            calls[j] += op != TR_OP_INPUT && op != TR_OP_PARAM && op != TR_OP_CONST && op != TR_OP_RESHAPE;
+        }
+    for (int step = 1; step <= 4; step++) {
+        for (int j = 0; j < 2; j++) {
+            struct tr_backend_stats se, sr;
+            tr_test_randint(&in[j], 100 * (uint64_t)step + (uint64_t)j, V);
+            eager.prog = pe[j];
+            ro.prog = pr[j];
+            runner_step(&eager, 1, &in[j], 1, &oe[j], &se);
+            runner_step(&ro, 1, &in[j], 1, &oro[j], &sr);
+            char what[64];
+            snprintf(what, sizeof what, "shape (%lld,%lld)", (long long)shapes[j][0], (long long)shapes[j][1]);
+            expect_identical(what, step, 1, &oe[j], &oro[j]);
+            char want[96];
+            if (step == 1) snprintf(want, sizeof want, "warm-up: 1 eager step done, recording at step 2");
+            else snprintf(want, sizeof want, "recorded %d calls at step 2 (", calls[j]);
+            if (!strstr(sr.notes, want)) fail_msg("%s step %d: notes '%s' lack '%s'", what, step, sr.notes, want);
+            if (step > 2) {
+                snprintf(want, sizeof want, "replays %d;", step - 2);
+                if (!strstr(sr.notes, want)) fail_msg("%s step %d: notes '%s' lack '%s'", what, step, sr.notes, want);
+                assert_int_equal(sr.alloc_hits + sr.alloc_misses, 0);
+            }
+            print_message("%s step %d: %s\n", what, step, sr.notes);
+        }
+    }
+    tr_program_free(pe[1]);
+    tr_program_free(pr[1]);
+    eager.prog = pe[0];
+    ro.prog = pr[0];
+    runner_close(&eager);
+    runner_close(&ro);
+    for (int j = 0; j < 2; j++) {
+        tr_test_tensor_free(&in[j]);
+        tr_test_tensor_free(&oe[j]);
+        tr_test_tensor_free(&oro[j]);
+        tr_graph_free(g[j]);
+    }
+    for (int i = 0; i < 3; i++) tr_test_tensor_free(&w[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_f32),
@@ -421,6 +510,7 @@ int main(void) {
         cmocka_unit_test(test_warmup_steps),
         cmocka_unit_test(test_replay_errors),
         cmocka_unit_test(test_options),
+        cmocka_unit_test(test_new_shape_records_again),
         cmocka_unit_test(test_bert_f32),
         cmocka_unit_test(test_bert_bf16),
     };

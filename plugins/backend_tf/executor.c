@@ -11,8 +11,9 @@
  *     schedule steps (tr_plan_assign), checked with tr_plan_verify, allocated once.
  * Inputs are copied into their slots at the start of a step (so every pointer a step
  * uses is fixed at compile) and outputs copied out at its end. Each scheduled node is
- * then one kernel call made once: graph ops through tr_kernels_bind, fused ops as calls
- * of the same form into the fused kernels. A step runs the list; it allocates nothing.
+ * then one kernel call bound once: graph ops through tr_kernels_bind, fused ops
+ * (a GEMM with its bias/activation epilogue, the fused kernels) through the binders of
+ * kernels.h. A step runs the list; it allocates nothing and checks nothing.
  *
  * Planner steps: 0 is "inputs copied in", 1..S the kernel calls, S+1 "outputs copied
  * out". A kernel's output and its inputs are live at the same step, so they never
@@ -28,9 +29,9 @@
 
 #define TF_ALIGN 64
 
-/* One kernel call of the schedule: graph ops bound by tr_kernels_bind (checked once,
- * their kernel picked, a GEMM's oneDNN primitive made for its shapes and pointers), the
- * fused ops as calls of the same form into the fused kernels. */
+/* One kernel call of the schedule, bound (checked once, its kernel picked, a GEMM's
+ * oneDNN primitive made for its shapes and pointers): graph ops by tr_kernels_bind,
+ * fused ops by the tr_kernels_bind_* of their kernel. */
 struct tf_step {
     int node;                           /* IR node it computes */
     int bound;                          /* made by tr_kernels_bind: release with unbind */
@@ -162,41 +163,33 @@ static int make_tensor(struct tf_program *p, int id, struct tr_tensor *t, struct
     return TR_OK;
 }
 
-/* ---- the fused ops as kernel calls ---- */
-
-static int call_gemm(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    const struct tr_attrs *a = &c->attrs;
-    return tr_k_matmul(k, &c->in[0], &c->in[1], (struct tr_tensor *)&c->out, a->ints[0] != 0, a->ints[1] != 0,
-                       a->floats[0], a->ints[3] ? &c->in[2] : NULL, (enum tr_act)a->ints[2], err);
-}
-
-static int call_brln(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    const struct tr_attrs *a = &c->attrs;
-    int j = 3;
-    const struct tr_tensor *bias = a->ints[0] ? &c->in[j++] : NULL;
-    const struct tr_tensor *res = a->ints[1] ? &c->in[j++] : NULL;
-    return tr_k_bias_residual_layer_norm(k, &c->in[0], bias, res, &c->in[1], &c->in[2], a->floats[0],
-                                         (struct tr_tensor *)&c->out, err);
-}
-
-static int call_sms(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    return tr_k_scale_mask_softmax(k, &c->in[0], c->attrs.floats[0], c->attrs.ints[0] ? &c->in[1] : NULL,
-                                   (struct tr_tensor *)&c->out, err);
-}
-
-static int call_embed_ln(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    int n = (int)c->attrs.ints[0];
-    return tr_k_embedding_sum_layer_norm(k, n, &c->in[0], &c->in[n], &c->in[2 * n], &c->in[2 * n + 1],
-                                         c->attrs.floats[0], (struct tr_tensor *)&c->out, err);
-}
-
-static tr_kernel_fn fused_fn(int op) {
-    switch (op) {
-    case TF_OP_GEMM: return call_gemm;
-    case TF_OP_BRLN: return call_brln;
-    case TF_OP_SMS: return call_sms;
-    case TF_OP_EMBED_LN: return call_embed_ln;
-    default: return NULL;
+/* ---- the fused ops bound ----
+ * A GEMM with its epilogue through tr_kernels_bind_matmul (its own oneDNN primitive
+ * with the post-ops, made once), the fused kernels through their binders: each checked
+ * once here, and a step's call is the compute alone. */
+static int bind_fused(struct tr_kernels *k, const struct tr_pir_node *d, const struct tr_tensor *in,
+                      const struct tr_tensor *out, struct tr_kernel_call *c, struct tr_error *err) {
+    const struct tr_attrs *a = &d->attrs;
+    switch (d->op) {
+    case TF_OP_GEMM:
+        return tr_kernels_bind_matmul(k, &in[0], &in[1], out, a->ints[0] != 0, a->ints[1] != 0, a->floats[0],
+                                      a->ints[3] ? &in[2] : NULL, (enum tr_act)a->ints[2], c, err);
+    case TF_OP_BRLN: {
+        int j = 3;
+        const struct tr_tensor *bias = a->ints[0] ? &in[j++] : NULL;
+        const struct tr_tensor *res = a->ints[1] ? &in[j++] : NULL;
+        return tr_kernels_bind_bias_residual_layer_norm(k, &in[0], bias, res, &in[1], &in[2], a->floats[0], out, c,
+                                                        err);
+    }
+    case TF_OP_SMS:
+        return tr_kernels_bind_scale_mask_softmax(k, &in[0], a->floats[0], a->ints[0] ? &in[1] : NULL, out, c, err);
+    case TF_OP_EMBED_LN: {
+        int n = (int)a->ints[0];
+        return tr_kernels_bind_embedding_sum_layer_norm(k, n, &in[0], &in[n], &in[2 * n], &in[2 * n + 1],
+                                                        a->floats[0], out, c, err);
+    }
+    default:
+        return tr_error_set(err, TR_ERR_INTERNAL, "tf: fused op %d has no kernel", d->op);
     }
 }
 
@@ -225,16 +218,9 @@ static int bind_steps(struct tf_program *p, struct tr_error *err) {
             if ((rc = make_tensor(p, d->in[j], &in[j], err)) != TR_OK) return rc;
         if ((rc = make_tensor(p, i, &out, err)) != TR_OK) return rc;
         struct tr_kernel_call *c = &st->call;
-        if (d->op >= TF_OP_GEMM) {
-            c->fn = fused_fn(d->op);
-            c->op = d->op;
-            c->n_in = d->n_in;
-            c->attrs = d->attrs;
-            memcpy(c->in, in, (size_t)d->n_in * sizeof *in);
-            c->out = out;
-            continue;
-        }
-        if ((rc = tr_kernels_bind(p->k, d->op, &d->attrs, d->n_in, in, &out, c, err)) != TR_OK)
+        rc = d->op >= TF_OP_GEMM ? bind_fused(p->k, d, in, &out, c, err)
+                                 : tr_kernels_bind(p->k, d->op, &d->attrs, d->n_in, in, &out, c, err);
+        if (rc != TR_OK)
             return tr_error_prefix(err, "tf: node %d %s '%s'", d->graph_id, tf_op_name(d->op), nname(d));
         st->bound = 1;
     }

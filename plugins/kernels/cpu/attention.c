@@ -228,11 +228,18 @@ static void attn_task(const struct attn_args *A, int64_t b, int64_t h, int64_t i
     }
 }
 
-int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
-                   const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal, int window,
-                   struct tr_tensor *out, struct tr_error *err) {
-    int st = tr_cpu_check_ctx(k, "attention", err);
-    if (!st) st = tr_cpu_check_float(q, "attention", "q", err);
+struct attn_plan {
+    struct tr_cpu_prepared hdr;
+    struct attn_args A;
+    int64_t bq, nqb, tasks, nout;
+    int par;
+    size_t wsz; /* bytes of one thread's tile workspace */
+};
+
+static int attention_check(const struct tr_tensor *q, const struct tr_tensor *kk, const struct tr_tensor *v,
+                           const struct tr_tensor *mask, float scale, int causal, int window,
+                           const struct tr_tensor *out, struct attn_plan *pl, struct tr_error *err) {
+    int st = tr_cpu_check_float(q, "attention", "q", err);
     if (!st) st = tr_cpu_check_float(kk, "attention", "k", err);
     if (!st) st = tr_cpu_check_float(v, "attention", "v", err);
     if (!st) st = tr_cpu_check_float(out, "attention", "out", err);
@@ -258,6 +265,7 @@ int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct
                             tr_cpu_desc(out, d4, sizeof d4));
     if (!isfinite(scale)) return tr_error_set(err, TR_ERR_INVALID, "attention: scale %g is not finite", (double)scale);
     if (window < 0) return tr_error_set(err, TR_ERR_INVALID, "attention: window %d is negative", window);
+    memset(pl, 0, sizeof *pl);
     struct attn_args A = {
         .q = q->data, .k = kk->data, .v = v->data, .out = out->data, .dt = q->dtype,
         .B = B, .H = H, .Hk = Hk, .Tq = Tq, .Tk = Tk, .D = D, .Dv = Dv, .scale = scale,
@@ -282,27 +290,60 @@ int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct
         A.mask = mask->data;
         A.mdt = mask->dtype;
     }
-    if (tr_tensor_numel(out) == 0) return TR_OK;
-    int64_t bq = Tq < BQ ? Tq : BQ, nqb = (Tq + bq - 1) / bq, tasks = B * H * nqb;
-    size_t wsz = workspace_floats(D, Dv) * sizeof(float);
-    int failed = 0;
-#pragma omp parallel if (tasks > 1 && B * H * Tq * Tk * (D + Dv) > 65536)
+    pl->A = A;
+    pl->nout = tr_tensor_numel(out);
+    pl->bq = Tq < BQ ? Tq : BQ;
+    pl->nqb = pl->bq ? (Tq + pl->bq - 1) / pl->bq : 0;
+    pl->tasks = B * H * pl->nqb;
+    pl->par = pl->tasks > 1 && B * H * Tq * Tk * (D + Dv) > 65536;
+    pl->wsz = workspace_floats(D, Dv) * sizeof(float);
+    return TR_OK;
+}
+
+/* Work items (batch, head, query block) over the threads, each with its slice of the
+ * context's scratch as the tile workspace. */
+static void attention_compute(struct tr_kernels *k, const struct attn_plan *pl) {
+    if (pl->nout == 0) return;
+    const struct attn_args *A = &pl->A;
+    const int64_t H = A->H, Tq = A->Tq, bq = pl->bq, nqb = pl->nqb, tasks = pl->tasks;
+#pragma omp parallel num_threads(tr_cpu_threads(k)) if (pl->par)
     {
-        float *ws = aligned_alloc(64, (wsz + 63) & ~(size_t)63);
-        if (!ws) {
-#pragma omp atomic write
-            failed = 1;
-        }
+        float *ws = tr_cpu_scratch_thread(k, tr_cpu_thread_num());
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < tasks; t++) {
-            if (!ws) continue;
             int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * bq;
             int64_t nq = Tq - i0 < bq ? Tq - i0 : bq;
-            attn_task(&A, b, h, i0, nq, ws);
+            attn_task(A, b, h, i0, nq, ws);
         }
-        free(ws);
     }
-    if (failed)
-        return tr_error_set(err, TR_ERR_NOMEM, "attention: no memory for a %zu-byte tile workspace", wsz);
+}
+
+static int attention_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    (void)err;
+    k->stats.calls++;
+    attention_compute(k, c->prepared);
     return TR_OK;
+}
+
+int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                   const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal, int window,
+                   struct tr_tensor *out, struct tr_error *err) {
+    struct attn_plan pl;
+    int st = tr_cpu_check_ctx(k, "attention", err);
+    if (!st) st = attention_check(q, kk, v, mask, scale, causal, window, out, &pl, err);
+    if (!st && pl.nout) st = tr_cpu_scratch_reserve(k, 0, pl.wsz, "attention", err);
+    if (st) return st;
+    attention_compute(k, &pl);
+    return TR_OK;
+}
+
+int tr_cpu_attention_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    struct attn_plan pl;
+    const struct tr_attrs *at = &c->attrs;
+    int st = tr_cpu_check_ctx_bind(k, "attention", err);
+    if (!st)
+        st = attention_check(&c->in[0], &c->in[1], &c->in[2], c->n_in == 4 ? &c->in[3] : NULL, at->floats[0],
+                             at->ints[0] != 0, (int)at->ints[1], &c->out, &pl, err);
+    if (!st && pl.nout) st = tr_cpu_scratch_reserve(k, 0, pl.wsz, "attention", err);
+    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, attention_call, "attention", err);
 }

@@ -5,24 +5,22 @@
  * bind goes through tr_cpu_resolve, the validation path tr_kernels_run itself takes, so
  * it refuses exactly what run refuses, with the same message (only the function name in
  * messages about the call itself differs: "tr_kernels_bind: unknown op 99"). What the
- * kernels check once entered (shapes that must agree, for instance) is checked by:
- *   MATMUL   the matmul plan itself (matmul.c), which then makes the call's primitive;
- *   RESHAPE  dispatch's element-count check; the call is a copy, or nothing when aliased;
- *   others   one run of the kernel, at bind time, on zeroed scratch memory of the bound
- *            shapes (so the check is the kernel's own, message included, and the bound
- *            tensors' memory is neither read nor written). The kernels' counters are
- *            left as they were. A check on the data itself (an embedding id out of
- *            range) can only be made by the call, and is.
- * A call runs the kernel entry bind picked, with the stored tensors: no dispatch, no
- * cache lookup; MATMUL makes no check at all and allocates nothing. The other kernels
- * still make their cheap argument checks on entry (they live inside them), and the
- * layer norm, softmax and attention kernels take their small per-call workspaces as
- * they do under tr_kernels_run. */
+ * kernels check once entered (shapes that must agree, for instance) is checked by the
+ * kernel's own check part (cpu_internal.h: every kernel is a check filling a plan and a
+ * compute part running it), called by the kernel's binder without running anything:
+ * the bound tensors are neither read nor written, the counters do not move. The binder
+ * keeps the plan in the call (MATMUL: a oneDNN primitive of its own with its memory
+ * objects pointed at the tensors; RESHAPE: a copy, or nothing when aliased) and grows
+ * the context's scratch for it. A call is then the compute part on the kept plan: no
+ * dispatch, no checks, no cache lookup, no allocation. A check on the data itself (an
+ * embedding id out of range) can only be made by the call, and is.
+ *
+ * An op whose kernel has no binder yet (r.bind NULL, r.bound set) is checked the old way:
+ * one run at bind time on zeroed stand-ins of the bound tensors, its counters restored,
+ * and its calls run the whole kernel, checks included. */
 #include <stdlib.h>
 #include "cpu_internal.h"
 
-/* The kernel run once on zeroed stand-ins of the bound tensors. Data pointers that are
- * NULL stay NULL, so the kernel reports them as it would. */
 static int dry_run(struct tr_kernels *k, const struct tr_cpu_op *r, const struct tr_kernel_call *c,
                    struct tr_error *err) {
     size_t in_max = 1, out_n = tr_tensor_nbytes(&c->out);
@@ -30,7 +28,6 @@ static int dry_run(struct tr_kernels *k, const struct tr_cpu_op *r, const struct
         size_t n = tr_tensor_nbytes(&c->in[i]);
         if (n > in_max) in_max = n;
     }
-    /* calloc: large blocks come as untouched zero pages, cheap to read */
     void *zin = calloc(1, in_max), *zout = malloc(out_n ? out_n : 1);
     if (!zin || !zout) {
         free(zin);
@@ -68,13 +65,14 @@ int tr_kernels_bind(struct tr_kernels *k, int op, const struct tr_attrs *attrs, 
     call->attrs = r.attrs;
     for (int i = 0; i < n_in; i++) call->in[i] = in[i];
     call->out = *out;
-    switch (op) {
-    case TR_OP_MATMUL: st = tr_cpu_matmul_bind(k, call, NULL, TR_ACT_NONE, err); break;
-    case TR_OP_RESHAPE: st = tr_cpu_reshape_bind(k, call, err); break;
-    default:
+    if (r.bind) {
+        st = r.bind(k, call, err);
+    } else if (r.bound) {
         st = dry_run(k, &r, call, err);
         call->fn = r.bound;
-        break;
+    } else {
+        st = tr_error_set(err, TR_ERR_UNSUPPORTED, "tr_kernels_bind: op %s has no bound form on the cpu (run it with "
+                          "tr_kernels_run)", tr_op_name(op));
     }
     if (st) {
         tr_kernels_unbind(k, call);
@@ -83,9 +81,34 @@ int tr_kernels_bind(struct tr_kernels *k, int op, const struct tr_attrs *attrs, 
     return TR_OK;
 }
 
+int tr_kernels_bind_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr_tensor *b,
+                           const struct tr_tensor *c, int trans_a, int trans_b, float alpha,
+                           const struct tr_tensor *bias, enum tr_act act, struct tr_kernel_call *call,
+                           struct tr_error *err) {
+    if (!call) return tr_error_set(err, TR_ERR_INVALID, "matmul: call is NULL");
+    memset(call, 0, sizeof *call);
+    int st = tr_cpu_check_ctx_bind(k, "matmul", err);
+    if (!st) st = tr_cpu_check_float(a, "matmul", "a", err);
+    if (!st) st = tr_cpu_check_float(b, "matmul", "b", err);
+    if (!st) st = tr_cpu_check_float(c, "matmul", "c", err);
+    if (st) return st;
+    call->op = TR_OP_MATMUL;
+    call->in[call->n_in++] = *a;
+    call->in[call->n_in++] = *b;
+    if (bias) call->in[call->n_in++] = *bias;
+    call->attrs.ints[0] = trans_a != 0;
+    call->attrs.ints[1] = trans_b != 0;
+    call->attrs.floats[0] = alpha;
+    call->out = *c;
+    st = tr_cpu_matmul_bind(k, call, bias, act, err);
+    if (st) tr_kernels_unbind(k, call);
+    return st;
+}
+
 void tr_kernels_unbind(struct tr_kernels *k, struct tr_kernel_call *call) {
     (void)k;
     if (!call) return;
-    if (call->op == TR_OP_MATMUL) tr_cpu_matmul_unbind(call);
+    struct tr_cpu_prepared *p = call->prepared;
+    if (p) p->release(p);
     memset(call, 0, sizeof *call);
 }

@@ -1,6 +1,7 @@
 /* The kernels context on the cpu: oneDNN engine and stream made once, device memory
  * (64-byte aligned host memory), copies, counters, and the argument checks every
  * kernel shares. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -46,6 +47,7 @@ int tr_kernels_init(struct tr_kernels **out, int device_type, int device_index, 
 void tr_kernels_free(struct tr_kernels *k) {
     if (!k) return;
     tr_cpu_matmul_cache_free(k);
+    tr_cpu_scratch_free(k);
     if (k->stream) dnnl_stream_destroy((dnnl_stream_t)k->stream);
     if (k->engine) dnnl_engine_destroy((dnnl_engine_t)k->engine);
     free(k);
@@ -119,12 +121,69 @@ const char *tr_cpu_desc(const struct tr_tensor *t, char *buf, size_t n) {
     return buf;
 }
 
-int tr_cpu_check_ctx(struct tr_kernels *k, const char *kname, struct tr_error *err) {
+int tr_cpu_check_ctx_bind(struct tr_kernels *k, const char *kname, struct tr_error *err) {
     if (!k) return tr_error_set(err, TR_ERR_INVALID, "%s: kernels context is NULL", kname);
     if (k->device_type != TR_DEVICE_CPU)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: context device %d is not the cpu", kname, k->device_type);
+    return TR_OK;
+}
+
+int tr_cpu_check_ctx(struct tr_kernels *k, const char *kname, struct tr_error *err) {
+    int st = tr_cpu_check_ctx_bind(k, kname, err);
+    if (st) return st;
     k->stats.calls++;
     return TR_OK;
+}
+
+int tr_cpu_keep_plan(struct tr_kernel_call *c, const void *plan, size_t size, tr_kernel_fn fn, const char *kname,
+                     struct tr_error *err) {
+    void *p = malloc(size);
+    if (!p) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory (%zu bytes) for a bound call", kname, size);
+    memcpy(p, plan, size);
+    ((struct tr_cpu_prepared *)p)->release = free;
+    c->prepared = p;
+    c->fn = fn;
+    return TR_OK;
+}
+
+/* ---- scratch ---- */
+
+static size_t round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+int tr_cpu_scratch_reserve(struct tr_kernels *k, size_t shared, size_t per_thread, const char *kname,
+                           struct tr_error *err) {
+#ifdef _OPENMP
+    int nt = omp_get_max_threads();
+#else
+    int nt = 1;
+#endif
+    shared = round64(shared);
+    per_thread = round64(per_thread);
+    if (shared <= k->scr_shared && per_thread <= k->scr_thread && nt <= k->scr_threads) return TR_OK;
+    size_t s = shared > k->scr_shared ? shared : k->scr_shared;
+    size_t t = per_thread > k->scr_thread ? per_thread : k->scr_thread;
+    int n = nt > k->scr_threads ? nt : k->scr_threads;
+    if (t && (size_t)n > (SIZE_MAX - s) / t)
+        return tr_error_set(err, TR_ERR_NOMEM, "%s: scratch of %zu + %d x %zu bytes does not fit in memory", kname, s,
+                            n, t);
+    size_t total = s + (size_t)n * t;
+    char *p = aligned_alloc(64, total ? total : 64);
+    if (!p)
+        return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for %zu bytes of scratch (%zu shared, %d threads x %zu)",
+                            kname, total, s, n, t);
+    free(k->scr);
+    k->scr = p;
+    k->scr_shared = s;
+    k->scr_thread = t;
+    k->scr_threads = n;
+    return TR_OK;
+}
+
+void tr_cpu_scratch_free(struct tr_kernels *k) {
+    free(k->scr);
+    k->scr = NULL;
+    k->scr_shared = k->scr_thread = 0;
+    k->scr_threads = 0;
 }
 
 int tr_cpu_check_tensor(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {

@@ -12,6 +12,9 @@
 #include <stdint.h>
 #include <string.h>
 #include "trident/kernels.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TR_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -35,10 +38,62 @@ struct tr_kernels {
     int n_mm, cap_mm;
     uint64_t mm_tick;
     struct tr_kernels_stats stats;
+    /* Scratch kept for the context's life: one shared part, then one slice per thread.
+     * It only grows (tr_cpu_scratch_reserve), so a reservation made once (at bind, or
+     * by a kernel's first call with its shapes) holds for every later call: steady-state
+     * calls allocate nothing. Kernels never keep pointers into it across calls. */
+    char *scr;
+    size_t scr_shared, scr_thread;  /* bytes, multiples of 64 */
+    int scr_threads;                /* slices */
 };
+
+/* ---- scratch (context.c) ----
+ * Makes room for `shared` bytes plus `per_thread` bytes for each of omp_get_max_threads()
+ * threads, growing the context's scratch if needed (its contents are then lost). */
+int tr_cpu_scratch_reserve(struct tr_kernels *k, size_t shared, size_t per_thread, const char *kname,
+                           struct tr_error *err);
+void tr_cpu_scratch_free(struct tr_kernels *k);
+static inline void *tr_cpu_scratch_shared(const struct tr_kernels *k) { return k->scr; }
+/* Thread t's slice (t < tr_cpu_threads(k)). */
+static inline float *tr_cpu_scratch_thread(const struct tr_kernels *k, int t) {
+    return (float *)(void *)(k->scr + k->scr_shared + (size_t)t * k->scr_thread);
+}
+/* Threads a parallel region that uses per-thread scratch may have: no more than there
+ * are slices, whatever omp_set_num_threads did since the reservation. */
+static inline int tr_cpu_threads(const struct tr_kernels *k) {
+#ifdef _OPENMP
+    int n = omp_get_max_threads();
+    return n < k->scr_threads ? n : (k->scr_threads > 0 ? k->scr_threads : 1);
+#else
+    (void)k;
+    return 1;
+#endif
+}
+static inline int tr_cpu_thread_num(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
 
 /* ---- matmul cache (matmul.c), released by tr_kernels_free ---- */
 void tr_cpu_matmul_cache_free(struct tr_kernels *k);
+
+/* ---- bound calls ----
+ * Every kernel is split in two: a check that validates its arguments (each message as
+ * the public tr_k_* function gives it) and fills a plan (derived sizes, strides, data
+ * pointers, scratch needed), and a compute part that runs a plan and checks nothing.
+ * tr_k_* = context check + check + scratch reserve + compute. A binder (tr_cpu_*_bind
+ * below) = the same checks with the context check not counted as a call, the scratch
+ * reserved, the plan kept in c->prepared, and c->fn set to a function that counts the
+ * call and runs the compute part on the kept plan.
+ * c->prepared always starts with struct tr_cpu_prepared, so tr_kernels_unbind releases
+ * any kernel's plan without knowing the kernel. */
+struct tr_cpu_prepared {
+    void (*release)(void *self);
+};
+typedef int (*tr_cpu_bind_fn)(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
 
 /* ---- one op resolved (dispatch.c): the single validation path of tr_kernels_run and
  * tr_kernels_bind ----
@@ -46,14 +101,17 @@ void tr_cpu_matmul_cache_free(struct tr_kernels *k);
  * (context, op, arity, attributes, the op-specific rules of dispatch), fills the
  * defaults ops.h gives (matmul alpha 1, attention scale 1/sqrt(D), slice bounds made
  * python-style absolute: ints[0] axis, ints[1] start, ints[3] step) into `attrs`, and
- * names the kernel: `invoke` runs it on argument arrays (tr_kernels_run), `bound` on a
- * bound call (NULL for MATMUL and RESHAPE, which bind prepares itself). `fn` names the
- * public function in messages about the call itself ("tr_kernels_run: unknown op 99").
- * The kernel's own checks (shapes that must agree) run when it is entered. */
+ * names the kernel: `invoke` runs it on argument arrays (tr_kernels_run), `bind` checks
+ * and prepares a bound call (bind.c calls it with c->in, c->out and c->attrs filled).
+ * An op whose kernel has no binder yet may set `bound` instead (a runner of the whole
+ * kernel, checks included): bind then validates it by one run on zeroed stand-ins.
+ * `fn` names the public function in messages about the call itself ("tr_kernels_run:
+ * unknown op 99"). */
 typedef int (*tr_cpu_invoke_fn)(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
                                 const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
 struct tr_cpu_op {
     tr_cpu_invoke_fn invoke;
+    tr_cpu_bind_fn bind;
     tr_kernel_fn bound;
     struct tr_attrs attrs;
 };
@@ -61,21 +119,38 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
                    const struct tr_tensor *in, const struct tr_tensor *out, struct tr_cpu_op *r,
                    struct tr_error *err);
 /* RESHAPE's checks (dtype and element count), and its bound form: a copy, or nothing
- * when in and out alias. Counts a call as tr_kernels_run does. */
+ * when in and out alias. */
 int tr_cpu_reshape_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+
+/* The binders of the graph ops' kernels, on a call whose in, out and (resolved) attrs
+ * are set as tr_kernels_run would pass them. */
+int tr_cpu_binary_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_unary_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_softmax_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_layer_norm_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_embedding_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_transpose_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_slice_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_concat_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_reduce_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_cast_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_attention_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_matmul_bind_op(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
 
 /* ---- matmul bound (matmul.c) ----
  * Every check tr_k_matmul makes, then a oneDNN primitive created for the call (owned by
  * it, outside the LRU cache) with its memory objects pointed at the call's tensors once,
  * and the f16 conversion / scaled-bias scratch taken now, so the call allocates nothing.
- * Sets c->fn and c->prepared; tr_cpu_matmul_unbind releases them. The call counts calls
- * and gemm_calls; it does not touch the primitive cache's hit/miss counters. */
+ * Sets c->fn and c->prepared. The call counts calls and gemm_calls; it does not touch
+ * the primitive cache's hit/miss counters. */
 int tr_cpu_matmul_bind(struct tr_kernels *k, struct tr_kernel_call *c, const struct tr_tensor *bias, enum tr_act act,
                        struct tr_error *err);
-void tr_cpu_matmul_unbind(struct tr_kernel_call *c);
 
 /* ---- argument checks: each fills err as "<kernel>: <what>" and returns a status ---- */
+/* The context is usable; tr_cpu_check_ctx also counts a kernel call, tr_cpu_check_ctx_bind
+ * does not (binding is not a call). */
 int tr_cpu_check_ctx(struct tr_kernels *k, const char *kname, struct tr_error *err);
+int tr_cpu_check_ctx_bind(struct tr_kernels *k, const char *kname, struct tr_error *err);
 /* t non-NULL with data (numel > 0), contiguous, on the cpu. */
 int tr_cpu_check_tensor(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err);
 /* f32, bf16 or f16 (the dtypes the compute kernels take). */
@@ -85,6 +160,10 @@ int tr_cpu_same_shape(const struct tr_tensor *a, const struct tr_tensor *b);
 const char *tr_cpu_desc(const struct tr_tensor *t, char *buf, size_t n);
 /* Normalise a possibly negative axis against ndim; -1 when out of range. */
 int tr_cpu_axis(int64_t axis, int ndim);
+/* A plan copied to the heap for a bound call: c->prepared = a copy of the `size` bytes at
+ * plan (which starts with struct tr_cpu_prepared; its release is set to free), c->fn = fn. */
+int tr_cpu_keep_plan(struct tr_kernel_call *c, const void *plan, size_t size, tr_kernel_fn fn, const char *kname,
+                     struct tr_error *err);
 
 /* ---- block conversion between storage dtypes and f32 ---- */
 static inline void tr_cpu_load_f32(float *restrict dst, const void *restrict src, int dtype, int64_t n) {

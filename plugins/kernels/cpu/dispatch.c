@@ -2,10 +2,9 @@
  * attributes read as ops.h defines them.
  *
  * The mapping is split so that tr_kernels_bind (bind.c) goes through the very same
- * checks: tr_cpu_resolve validates and picks the kernel's entry, which run invokes at
- * once and a bound call keeps. Each entry exists in two forms, on argument arrays
- * (invoke_*) and on a bound call (bound_*), the second a wrapper of the first, so both
- * paths run the same kernel with the same arguments. */
+ * checks: tr_cpu_resolve validates and names the kernel twice, as an entry on argument
+ * arrays (invoke_*, which run calls at once) and as its binder (tr_cpu_*_bind, which
+ * bind calls: the kernel's own checks on the same arguments, then its plan kept). */
 #include "cpu_internal.h"
 
 static const struct tr_attrs no_attrs; /* all zero: the defaults where attrs is NULL */
@@ -111,25 +110,6 @@ static int invoke_attention(struct tr_kernels *k, int op, const struct tr_attrs 
                           (int)at->ints[1], out, err);
 }
 
-/* The bound forms: the call's tensors handed to the same entry. The call is const to its
- * runner but its out tensor is only read (the kernels write through out->data). */
-#define TR_BOUND_(name)                                                                                    \
-    static int bound_##name(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) { \
-        return invoke_##name(k, c->op, &c->attrs, c->n_in, c->in, (struct tr_tensor *)&c->out, err);      \
-    }
-TR_BOUND_(binary)
-TR_BOUND_(unary)
-TR_BOUND_(softmax)
-TR_BOUND_(layer_norm)
-TR_BOUND_(embedding)
-TR_BOUND_(transpose)
-TR_BOUND_(slice)
-TR_BOUND_(concat)
-TR_BOUND_(reduce)
-TR_BOUND_(cast)
-TR_BOUND_(attention)
-#undef TR_BOUND_
-
 /* ---- RESHAPE bound: a copy, or nothing when in and out alias ---- */
 
 static int bound_reshape_copy(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
@@ -146,9 +126,7 @@ static int bound_reshape_alias(struct tr_kernels *k, const struct tr_kernel_call
 }
 
 int tr_cpu_reshape_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
-    uint64_t calls = k->stats.calls; /* the context check of run, without counting a call */
-    int st = tr_cpu_check_ctx(k, "reshape", err);
-    k->stats.calls = calls;
+    int st = tr_cpu_check_ctx_bind(k, "reshape", err);
     if (!st) st = reshape_check(&c->in[0], &c->out, err);
     if (st) return st;
     c->fn = c->out.data == c->in[0].data || tr_tensor_nbytes(&c->out) == 0 ? bound_reshape_alias : bound_reshape_copy;
@@ -205,7 +183,61 @@ static int resolve_attention(struct tr_attrs *at, int n_in, const struct tr_tens
     return TR_OK;
 }
 
-#define TR_PICK_(name) (r->invoke = invoke_##name, r->bound = bound_##name, TR_OK)
+/* ---- the training ops (grad.c, loss.c): one entry, attributes read as ops.h says ---- */
+
+static int train_attr_error(int op, const struct tr_tensor *out, const char *what, struct tr_error *err) {
+    char d[200];
+    return tr_error_set(err, TR_ERR_SHAPE, "%s: out %s does not match %s", tr_op_name(op), tr_cpu_desc(out, d, sizeof d),
+                        what);
+}
+
+static int invoke_train(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                        struct tr_tensor *out, struct tr_error *err) {
+    const int64_t *a = at->ints;
+    switch (op) {
+    case TR_OP_UNARY_GRAD: return tr_k_unary_grad(k, (int)a[0], (int)a[1], at->floats[0], &in[0], &in[1], out, err);
+    case TR_OP_SOFTMAX_GRAD: return tr_k_softmax_grad(k, &in[0], &in[1], out, err);
+    case TR_OP_LAYER_NORM_GRAD: return tr_k_layer_norm_grad(k, &in[0], &in[1], &in[2], at->floats[0], out, err);
+    case TR_OP_LAYER_NORM_GRAD_GAMMA: return tr_k_layer_norm_grad_gamma(k, &in[0], &in[1], at->floats[0], out, err);
+    case TR_OP_EMBEDDING_GRAD:
+        if (out->ndim != 2 || out->shape[0] != a[0]) return train_attr_error(op, out, "ints[0] (V rows)", err);
+        return tr_k_embedding_grad(k, &in[0], &in[1], out, err);
+    case TR_OP_ATTENTION_GRAD: {
+        if (n_in != 4 && n_in != 5)
+            return tr_error_set(err, TR_ERR_INVALID, "attention_grad: %d inputs given, 4 (q, k, v, dy) or 5 (with mask) "
+                                "expected", n_in);
+        float scale = at->floats[0]; /* 0: attention's default 1/sqrt(D) */
+        if (scale == 0.0f && in[0].ndim == 4 && in[0].shape[3] > 0) scale = 1.0f / sqrtf((float)in[0].shape[3]);
+        if (a[1] < 0 || a[1] > INT32_MAX || a[2] < 0 || a[2] > 2)
+            return tr_error_set(err, TR_ERR_INVALID, "attention_grad: window ints[1]=%lld or operand ints[2]=%lld (0 dq, "
+                                "1 dk, 2 dv) out of range", (long long)a[1], (long long)a[2]);
+        return tr_k_attention_grad(k, &in[0], &in[1], &in[2], &in[3], n_in == 5 ? &in[4] : NULL, scale, a[0] != 0,
+                                   (int)a[1], (int)a[2], out, err);
+    }
+    case TR_OP_BROADCAST: {
+        int ok = at->n_ints == out->ndim;
+        for (int i = 0; ok && i < out->ndim; i++) ok = a[i] == out->shape[i];
+        if (!ok) return train_attr_error(op, out, "the shape in ints[0..n_ints-1]", err);
+        return tr_k_broadcast(k, &in[0], out, err);
+    }
+    case TR_OP_MAX_GRAD: return tr_k_max_grad(k, &in[0], &in[1], (int)a[0], a[1] != 0, out, err);
+    case TR_OP_SLICE_GRAD: {
+        int ax = tr_cpu_axis(a[0], out->ndim);
+        if (ax < 0 || out->shape[ax] != a[4]) return train_attr_error(op, out, "axis ints[0] of extent ints[4]", err);
+        return tr_k_slice_grad(k, &in[0], ax, a[1], a[3], out, err);
+    }
+    case TR_OP_CROSS_ENTROPY: return tr_k_cross_entropy(k, &in[0], &in[1], a[1] != 0, a[0], out, err);
+    case TR_OP_CROSS_ENTROPY_GRAD:
+        return tr_k_cross_entropy_grad(k, &in[0], &in[1], a[1] != 0, a[0], &in[2], out, err);
+    default: return tr_k_mse(k, &in[0], &in[1], out, err);
+    }
+}
+
+static int bound_train(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    return invoke_train(k, c->op, &c->attrs, c->n_in, c->in, (struct tr_tensor *)&c->out, err);
+}
+
+#define TR_PICK_(name) (r->invoke = invoke_##name, r->bind = tr_cpu_##name##_bind, TR_OK)
 
 int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr_attrs *attrs, int n_in,
                    const struct tr_tensor *in, const struct tr_tensor *out, struct tr_cpu_op *r,
@@ -222,6 +254,7 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
     r->attrs = attrs ? *attrs : no_attrs;
     struct tr_attrs *at = &r->attrs;
     r->invoke = NULL;
+    r->bind = NULL;
     r->bound = NULL;
 
     if (tr_op_is_elementwise_binary(op)) return TR_PICK_(binary);
@@ -235,13 +268,15 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
     case TR_OP_MATMUL:
         /* alpha 0 is an attribute left unset: ops.h's default is 1 */
         if (at->floats[0] == 0.0f) at->floats[0] = 1.0f;
-        r->invoke = invoke_matmul; /* bound: prepared by bind */
+        r->invoke = invoke_matmul;
+        r->bind = tr_cpu_matmul_bind_op;
         return TR_OK;
     case TR_OP_SOFTMAX: return TR_PICK_(softmax);
     case TR_OP_LAYER_NORM: return TR_PICK_(layer_norm);
     case TR_OP_EMBEDDING: return TR_PICK_(embedding);
     case TR_OP_RESHAPE:
-        r->invoke = invoke_reshape; /* bound: a copy or nothing, picked by bind */
+        r->invoke = invoke_reshape;
+        r->bind = tr_cpu_reshape_bind; /* a copy or nothing */
         return TR_OK;
     case TR_OP_TRANSPOSE:
         if (at->n_ints != in[0].ndim)
@@ -267,6 +302,21 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
     case TR_OP_ATTENTION:
         if ((st = resolve_attention(at, n_in, in, err)) != TR_OK) return st;
         return TR_PICK_(attention);
+    case TR_OP_UNARY_GRAD:
+    case TR_OP_SOFTMAX_GRAD:
+    case TR_OP_LAYER_NORM_GRAD:
+    case TR_OP_LAYER_NORM_GRAD_GAMMA:
+    case TR_OP_EMBEDDING_GRAD:
+    case TR_OP_ATTENTION_GRAD:
+    case TR_OP_BROADCAST:
+    case TR_OP_MAX_GRAD:
+    case TR_OP_SLICE_GRAD:
+    case TR_OP_CROSS_ENTROPY:
+    case TR_OP_CROSS_ENTROPY_GRAD:
+    case TR_OP_MSE:
+        r->invoke = invoke_train;
+        r->bound = bound_train; /* no binder: bind checks by one run on zeroed stand-ins */
+        return TR_OK;
     default: return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: op %s has no cpu kernel", fn, tr_op_name(op));
     }
 }

@@ -76,14 +76,24 @@ static void unary_block(int op, int variant, float alpha, float beta, int dt, co
 
 /* ---- binary ---- */
 
-int tr_k_binary(struct tr_kernels *k, int op, const struct tr_tensor *a, const struct tr_tensor *b,
-                struct tr_tensor *out, struct tr_error *err) {
-    int st = tr_cpu_check_ctx(k, "binary", err);
-    if (st) return st;
+/* The broadcast simplified: m axes of extent e2 with strides a2/b2 (0: broadcast), the
+ * innermost cut into nch chunks; units = rows * nch work items. */
+struct binary_plan {
+    struct tr_cpu_prepared hdr;
+    int op, dt, m, sai, sbi;
+    int64_t e2[TR_MAX_DIMS + 1], a2[TR_MAX_DIMS + 1], b2[TR_MAX_DIMS + 1];
+    int64_t n, L, nch, units;
+    size_t es;
+    const char *pa, *pb;
+    char *po;
+};
+
+static int binary_check(int op, const struct tr_tensor *a, const struct tr_tensor *b, const struct tr_tensor *out,
+                        struct binary_plan *pl, struct tr_error *err) {
     if (!tr_op_is_elementwise_binary(op))
         return tr_error_set(err, TR_ERR_INVALID, "binary: op %d (%s) is not add, sub, mul or div", op, tr_op_name(op));
     const char *name = tr_op_name(op);
-    st = tr_cpu_check_float(a, name, "a", err);
+    int st = tr_cpu_check_float(a, name, "a", err);
     if (!st) st = tr_cpu_check_float(b, name, "b", err);
     if (!st) st = tr_cpu_check_float(out, name, "out", err);
     if (st) return st;
@@ -110,10 +120,17 @@ int tr_k_binary(struct tr_kernels *k, int op, const struct tr_tensor *a, const s
     if (!ok)
         return tr_error_set(err, TR_ERR_SHAPE, "%s: a %s and b %s do not broadcast to out %s", name,
                             tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), tr_cpu_desc(out, d3, sizeof d3));
-    int64_t n = tr_tensor_numel(out);
-    if (n == 0) return TR_OK;
+    memset(pl, 0, sizeof *pl);
+    pl->op = op;
+    pl->dt = out->dtype;
+    pl->es = tr_dtype_size((enum tr_dtype)out->dtype);
+    pl->pa = a->data;
+    pl->pb = b->data;
+    pl->po = out->data;
+    pl->n = tr_tensor_numel(out);
+    if (pl->n == 0) return TR_OK;
     /* simplify: drop extent-1 axes, merge neighbours both inputs walk contiguously (or not at all) */
-    int64_t e2[TR_MAX_DIMS + 1], a2[TR_MAX_DIMS + 1], b2[TR_MAX_DIMS + 1];
+    int64_t *e2 = pl->e2, *a2 = pl->a2, *b2 = pl->b2;
     int m = 0;
     for (int i = 0; i < nd; i++) {
         if (ext[i] == 1) continue;
@@ -138,13 +155,23 @@ int tr_k_binary(struct tr_kernels *k, int op, const struct tr_tensor *a, const s
         a2[0] = b2[0] = 1;
         m = 1;
     }
-    int64_t L = e2[m - 1], rows = n / L, nch = (L + CH - 1) / CH, units = rows * nch;
-    int sai = a2[m - 1] != 0, sbi = b2[m - 1] != 0;
-    size_t es = tr_dtype_size((enum tr_dtype)out->dtype);
-    const char *pa = a->data, *pb = b->data;
-    char *po = out->data;
-    int dt = out->dtype;
-#pragma omp parallel for schedule(static) if (n > TR_CPU_PAR_MIN)
+    pl->m = m;
+    pl->L = e2[m - 1];
+    pl->nch = (pl->L + CH - 1) / CH;
+    pl->units = (pl->n / pl->L) * pl->nch;
+    pl->sai = a2[m - 1] != 0;
+    pl->sbi = b2[m - 1] != 0;
+    return TR_OK;
+}
+
+static void binary_compute(const struct binary_plan *pl) {
+    if (pl->n == 0) return;
+    const int m = pl->m, sai = pl->sai, sbi = pl->sbi, op = pl->op, dt = pl->dt;
+    const int64_t L = pl->L, nch = pl->nch, units = pl->units, es = (int64_t)pl->es;
+    const int64_t *e2 = pl->e2, *a2 = pl->a2, *b2 = pl->b2;
+    const char *pa = pl->pa, *pb = pl->pb;
+    char *po = pl->po;
+#pragma omp parallel for schedule(static) if (pl->n > TR_CPU_PAR_MIN)
     for (int64_t u = 0; u < units; u++) {
         int64_t r = u / nch, i0 = (u % nch) * CH, len = L - i0 < CH ? L - i0 : CH;
         int64_t oa = 0, ob = 0, rem = r;
@@ -156,21 +183,52 @@ int tr_k_binary(struct tr_kernels *k, int op, const struct tr_tensor *a, const s
         }
         oa += sai ? i0 : 0;
         ob += sbi ? i0 : 0;
-        binary_block(op, dt, pa + oa * (int64_t)es, sai, pb + ob * (int64_t)es, sbi, po + (r * L + i0) * (int64_t)es, len);
+        binary_block(op, dt, pa + oa * es, sai, pb + ob * es, sbi, po + (r * L + i0) * es, len);
     }
+}
+
+static int binary_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    (void)err;
+    k->stats.calls++;
+    binary_compute(c->prepared);
     return TR_OK;
+}
+
+int tr_k_binary(struct tr_kernels *k, int op, const struct tr_tensor *a, const struct tr_tensor *b,
+                struct tr_tensor *out, struct tr_error *err) {
+    struct binary_plan pl;
+    int st = tr_cpu_check_ctx(k, "binary", err);
+    if (!st) st = binary_check(op, a, b, out, &pl, err);
+    if (st) return st;
+    binary_compute(&pl);
+    return TR_OK;
+}
+
+int tr_cpu_binary_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    struct binary_plan pl;
+    int st = tr_cpu_check_ctx_bind(k, "binary", err);
+    if (!st) st = binary_check(c->op, &c->in[0], &c->in[1], &c->out, &pl, err);
+    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, binary_call, "binary", err);
 }
 
 /* ---- unary ---- */
 
-int tr_k_unary(struct tr_kernels *k, int op, const struct tr_attrs *attrs, const struct tr_tensor *x,
-               struct tr_tensor *out, struct tr_error *err) {
-    int st = tr_cpu_check_ctx(k, "unary", err);
-    if (st) return st;
+struct unary_plan {
+    struct tr_cpu_prepared hdr;
+    int op, variant, dt;
+    float alpha, beta;
+    int64_t n;
+    size_t es;
+    const char *px;
+    char *po;
+};
+
+static int unary_check(int op, const struct tr_attrs *attrs, const struct tr_tensor *x, const struct tr_tensor *out,
+                       struct unary_plan *pl, struct tr_error *err) {
     if (!tr_op_is_elementwise_unary(op))
         return tr_error_set(err, TR_ERR_INVALID, "unary: op %d (%s) is not an elementwise unary op", op, tr_op_name(op));
     const char *name = tr_op_name(op);
-    st = tr_cpu_check_float(x, name, "x", err);
+    int st = tr_cpu_check_float(x, name, "x", err);
     if (!st) st = tr_cpu_check_float(out, name, "out", err);
     if (st) return st;
     char d1[200], d2[200];
@@ -191,15 +249,52 @@ int tr_k_unary(struct tr_kernels *k, int op, const struct tr_attrs *attrs, const
             beta = attrs->floats[1];
         }
     }
-    int64_t n = tr_tensor_numel(x);
-    size_t es = tr_dtype_size((enum tr_dtype)x->dtype);
-    const char *px = x->data;
-    char *po = out->data;
-    int dt = x->dtype;
+    memset(pl, 0, sizeof *pl);
+    pl->op = op;
+    pl->variant = variant;
+    pl->alpha = alpha;
+    pl->beta = beta;
+    pl->dt = x->dtype;
+    pl->n = tr_tensor_numel(x);
+    pl->es = tr_dtype_size((enum tr_dtype)x->dtype);
+    pl->px = x->data;
+    pl->po = out->data;
+    return TR_OK;
+}
+
+static void unary_compute(const struct unary_plan *pl) {
+    const int64_t n = pl->n, es = (int64_t)pl->es;
+    const int op = pl->op, variant = pl->variant, dt = pl->dt;
+    const float alpha = pl->alpha, beta = pl->beta;
+    const char *px = pl->px;
+    char *po = pl->po;
 #pragma omp parallel for schedule(static) if (n > TR_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i += CH) {
         int64_t len = n - i < CH ? n - i : CH;
-        unary_block(op, variant, alpha, beta, dt, px + i * (int64_t)es, po + i * (int64_t)es, len);
+        unary_block(op, variant, alpha, beta, dt, px + i * es, po + i * es, len);
     }
+}
+
+static int unary_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    (void)err;
+    k->stats.calls++;
+    unary_compute(c->prepared);
     return TR_OK;
+}
+
+int tr_k_unary(struct tr_kernels *k, int op, const struct tr_attrs *attrs, const struct tr_tensor *x,
+               struct tr_tensor *out, struct tr_error *err) {
+    struct unary_plan pl;
+    int st = tr_cpu_check_ctx(k, "unary", err);
+    if (!st) st = unary_check(op, attrs, x, out, &pl, err);
+    if (st) return st;
+    unary_compute(&pl);
+    return TR_OK;
+}
+
+int tr_cpu_unary_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    struct unary_plan pl;
+    int st = tr_cpu_check_ctx_bind(k, "unary", err);
+    if (!st) st = unary_check(c->op, &c->attrs, &c->in[0], &c->out, &pl, err);
+    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, unary_call, "unary", err);
 }

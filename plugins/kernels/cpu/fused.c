@@ -1,16 +1,14 @@
 /* The hand-fused kernels of the tf backend (kernels.h): each reads its inputs once and
  * writes its output once, where the unfused chain writes and rereads an intermediate
- * per op. One row of the last axis per work item, converted to f32 into a per-thread
- * buffer (on the stack up to FUSED_STACK floats: no allocation in the common case,
- * which a static executor relies on), reduced with f32 vector accumulators. */
+ * per op. One row of the last axis per work item, converted to f32 into the thread's
+ * slice of the context's scratch (reserved by the first call of a shape, or at bind:
+ * later calls allocate nothing, which a static executor relies on), reduced with f32
+ * vector accumulators. Each kernel is a check that fills a plan and a compute part that
+ * runs it (cpu_internal.h), so it can be bound (tr_kernels_bind_* in kernels.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include "cpu_internal.h"
 
-/* Per-thread row buffer on the stack (16 KiB); longer rows take heap memory per call. */
-#define FUSED_STACK 4096
-/* gamma/beta/bias converted to f32 once per call on the caller's stack up to this D. */
-#define FUSED_PARAM_STACK 2048
 #define FUSED_MAX_TABLES 8
 
 /* dst += src, src in any float storage dtype. */
@@ -67,15 +65,30 @@ static inline int64_t row_offset(int64_t r, int nl, const int64_t *lead, const i
     return off;
 }
 
+/* A float vector operand (gamma, beta, bias) as a plan keeps it: its data and dtype. */
+struct vec_ref {
+    const void *data; /* NULL: absent */
+    int dtype;
+};
+
+static struct vec_ref vec_of(const struct tr_tensor *t) {
+    return t ? (struct vec_ref){t->data, t->dtype} : (struct vec_ref){NULL, 0};
+}
+
 /* gamma, beta and bias as f32 vectors: f32 data is used in place, other dtypes are
- * converted into pbuf (3·D floats), and NULL stands for 1, 0, 0. */
-static void params_f32(const struct tr_tensor *t, float dflt, int64_t D, float *slot, const float **out) {
-    if (t && t->dtype == TR_DTYPE_F32) {
-        *out = t->data;
-        return;
-    }
-    for (int64_t i = 0; i < D; i++) slot[i] = t ? tr_cpu_get_f32(t->data, t->dtype, i) : dflt;
-    *out = slot;
+ * converted into slot (D floats of the shared scratch), and absent stands for dflt.
+ * Done at every call: weights may change in place between steps. */
+static const float *params_f32(struct vec_ref t, float dflt, int64_t D, float *slot) {
+    if (t.data && t.dtype == TR_DTYPE_F32) return t.data;
+    for (int64_t i = 0; i < D; i++) slot[i] = t.data ? tr_cpu_get_f32(t.data, t.dtype, i) : dflt;
+    return slot;
+}
+
+/* Scratch of a row kernel: `vecs` D-float vectors shared, `per_row` D floats a thread. */
+static int reserve_rows(struct tr_kernels *k, int64_t D, int vecs, int per_row, const char *kname,
+                        struct tr_error *err) {
+    return tr_cpu_scratch_reserve(k, sizeof(float) * (size_t)(vecs * D), sizeof(float) * (size_t)(per_row * D), kname,
+                                  err);
 }
 
 /* A float vector of D elements (gamma, beta, bias): x's dtype or f32. */
@@ -126,13 +139,18 @@ static void brln_rows(const struct brln_args *A, int64_t r0, int64_t r1, float *
     }
 }
 
-int tr_k_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *bias,
-                                  const struct tr_tensor *residual, const struct tr_tensor *gamma,
-                                  const struct tr_tensor *beta, float eps, struct tr_tensor *out,
-                                  struct tr_error *err) {
+struct brln_plan {
+    struct tr_cpu_prepared hdr;
+    struct brln_args A; /* bias, g, b set per call */
+    struct vec_ref bias, gamma, beta;
+    int64_t n, rows;
+};
+
+static int brln_check(const struct tr_tensor *x, const struct tr_tensor *bias, const struct tr_tensor *residual,
+                      const struct tr_tensor *gamma, const struct tr_tensor *beta, float eps,
+                      const struct tr_tensor *out, struct brln_plan *pl, struct tr_error *err) {
     static const char kn[] = "bias_residual_layer_norm";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = tr_cpu_check_float(x, kn, "x", err);
+    int st = tr_cpu_check_float(x, kn, "x", err);
     if (!st) st = tr_cpu_check_float(out, kn, "out", err);
     if (!st && residual) st = tr_cpu_check_float(residual, kn, "residual", err);
     if (!st) st = check_eps(eps, kn, err);
@@ -150,35 +168,74 @@ int tr_k_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tensor *
     if (!st && gamma) st = check_vec(gamma, D, x, kn, "gamma", err);
     if (!st && beta) st = check_vec(beta, D, x, kn, "beta", err);
     if (st) return st;
-    if (n == 0 || D == 0) return TR_OK;
-
-    float pstack[3 * FUSED_PARAM_STACK];
-    float *pbuf = D <= FUSED_PARAM_STACK ? pstack : malloc(sizeof(float) * 3 * (size_t)D);
-    if (!pbuf) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for gamma/beta/bias (D=%lld)", kn, (long long)D);
-    struct brln_args A = {.x = x->data, .res = residual ? residual->data : NULL, .out = out->data, .dt = x->dtype,
-                          .D = D, .eps = eps};
-    params_f32(gamma, 1.0f, D, pbuf, &A.g);
-    params_f32(beta, 0.0f, D, pbuf + D, &A.b);
-    if (bias) params_f32(bias, 0.0f, D, pbuf + 2 * D, &A.bias);
-    const int64_t rows = n / D;
-    int failed = 0;
-#pragma omp parallel if (n > TR_CPU_PAR_MIN && rows > 1)
-    {
-        float sbuf[FUSED_STACK];
-        float *buf = D <= FUSED_STACK ? sbuf : malloc(sizeof(float) * (size_t)D);
-        if (!buf) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r += 4) {
-            if (buf) brln_rows(&A, r, r + 4 < rows ? r + 4 : rows, buf);
-        }
-        if (buf != sbuf) free(buf);
-    }
-    if (pbuf != pstack) free(pbuf);
-    if (failed) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for a row buffer of %lld floats", kn, (long long)D);
+    memset(pl, 0, sizeof *pl);
+    pl->A = (struct brln_args){.x = x->data, .res = residual ? residual->data : NULL, .out = out->data,
+                               .dt = x->dtype, .D = D, .eps = eps};
+    pl->bias = vec_of(bias);
+    pl->gamma = vec_of(gamma);
+    pl->beta = vec_of(beta);
+    pl->n = n;
+    pl->rows = D ? n / D : 0;
     return TR_OK;
+}
+
+static void brln_compute(struct tr_kernels *k, const struct brln_plan *pl) {
+    const int64_t D = pl->A.D, n = pl->n, rows = pl->rows;
+    if (n == 0 || D == 0) return;
+    float *pbuf = tr_cpu_scratch_shared(k);
+    struct brln_args A = pl->A;
+    A.g = params_f32(pl->gamma, 1.0f, D, pbuf);
+    A.b = params_f32(pl->beta, 0.0f, D, pbuf + D);
+    A.bias = pl->bias.data ? params_f32(pl->bias, 0.0f, D, pbuf + 2 * D) : NULL;
+#pragma omp parallel num_threads(tr_cpu_threads(k)) if (n > TR_CPU_PAR_MIN && rows > 1)
+    {
+        float *buf = tr_cpu_scratch_thread(k, tr_cpu_thread_num());
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r += 4) brln_rows(&A, r, r + 4 < rows ? r + 4 : rows, buf);
+    }
+}
+
+static int brln_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    (void)err;
+    k->stats.calls++;
+    brln_compute(k, c->prepared);
+    return TR_OK;
+}
+
+int tr_k_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *bias,
+                                  const struct tr_tensor *residual, const struct tr_tensor *gamma,
+                                  const struct tr_tensor *beta, float eps, struct tr_tensor *out,
+                                  struct tr_error *err) {
+    static const char kn[] = "bias_residual_layer_norm";
+    struct brln_plan pl;
+    int st = tr_cpu_check_ctx(k, kn, err);
+    if (!st) st = brln_check(x, bias, residual, gamma, beta, eps, out, &pl, err);
+    if (!st) st = reserve_rows(k, pl.A.D, 3, 1, kn, err);
+    if (st) return st;
+    brln_compute(k, &pl);
+    return TR_OK;
+}
+
+int tr_kernels_bind_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tensor *x,
+                                             const struct tr_tensor *bias, const struct tr_tensor *residual,
+                                             const struct tr_tensor *gamma, const struct tr_tensor *beta, float eps,
+                                             const struct tr_tensor *out, struct tr_kernel_call *call,
+                                             struct tr_error *err) {
+    static const char kn[] = "bias_residual_layer_norm";
+    if (!call) return tr_error_set(err, TR_ERR_INVALID, "%s: call is NULL", kn);
+    memset(call, 0, sizeof *call);
+    struct brln_plan pl;
+    int st = tr_cpu_check_ctx_bind(k, kn, err);
+    if (!st) st = brln_check(x, bias, residual, gamma, beta, eps, out, &pl, err);
+    if (!st) st = reserve_rows(k, pl.A.D, 3, 1, kn, err);
+    if (st) return st;
+    const struct tr_tensor *ins[5] = {x, gamma, beta, bias, residual};
+    call->op = -1;
+    for (int i = 0; i < 5; i++)
+        if (ins[i]) call->in[call->n_in++] = *ins[i];
+    call->attrs.floats[0] = eps;
+    call->out = *out;
+    return tr_cpu_keep_plan(call, &pl, sizeof pl, brln_call, kn, err);
 }
 
 /* ---- scale + mask + softmax ---- */
@@ -236,11 +293,17 @@ static void sms_rows(const struct sms_args *A, int64_t r0, int64_t r1, float *bu
     }
 }
 
-int tr_k_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, float scale, const struct tr_tensor *mask,
-                            struct tr_tensor *out, struct tr_error *err) {
+struct sms_plan {
+    struct tr_cpu_prepared hdr;
+    struct sms_args A; /* lead points into shape */
+    int64_t shape[TR_MAX_DIMS];
+    int64_t n, rows;
+};
+
+static int sms_check(const struct tr_tensor *x, float scale, const struct tr_tensor *mask, const struct tr_tensor *out,
+                     struct sms_plan *pl, struct tr_error *err) {
     static const char kn[] = "scale_mask_softmax";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = tr_cpu_check_float(x, kn, "x", err);
+    int st = tr_cpu_check_float(x, kn, "x", err);
     if (!st) st = tr_cpu_check_float(out, kn, "out", err);
     if (!st && mask) st = tr_cpu_check_float(mask, kn, "mask", err);
     if (st) return st;
@@ -250,37 +313,74 @@ int tr_k_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, flo
                             tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
     if (!isfinite(scale)) return tr_error_set(err, TR_ERR_INVALID, "%s: scale %g is not finite", kn, (double)scale);
     if (x->ndim < 1) return tr_error_set(err, TR_ERR_SHAPE, "%s: x is 0-d (softmax is over the last axis)", kn);
-    struct sms_args A = {.x = x->data, .out = out->data, .dt = x->dtype, .D = x->shape[x->ndim - 1], .scale = scale,
-                         .nl = x->ndim - 1, .lead = x->shape};
+    memset(pl, 0, sizeof *pl);
+    memcpy(pl->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    struct sms_args *A = &pl->A;
+    *A = (struct sms_args){.x = x->data, .out = out->data, .dt = x->dtype, .D = x->shape[x->ndim - 1],
+                           .scale = scale, .nl = x->ndim - 1};
     if (mask) {
         if ((mask->dtype != TR_DTYPE_F32 && mask->dtype != x->dtype) ||
-            !bcast_strides(mask->ndim, mask->shape, x->ndim, x->shape, A.mst))
+            !bcast_strides(mask->ndim, mask->shape, x->ndim, x->shape, A->mst))
             return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s should be f32 or %s and broadcast to x %s", kn,
                                 tr_cpu_desc(mask, d1, sizeof d1), tr_dtype_name((enum tr_dtype)x->dtype),
                                 tr_cpu_desc(x, d2, sizeof d2));
-        A.mask = mask->data;
-        A.mdt = mask->dtype;
+        A->mask = mask->data;
+        A->mdt = mask->dtype;
     }
-    const int64_t D = A.D, n = tr_tensor_numel(x);
-    if (n == 0 || D == 0) return TR_OK;
-    const int64_t rows = n / D;
-    int failed = 0;
-#pragma omp parallel if (n > TR_CPU_PAR_MIN && rows > 1)
-    {
-        float sbuf[FUSED_STACK];
-        float *buf = 2 * D <= FUSED_STACK ? sbuf : malloc(sizeof(float) * 2 * (size_t)D);
-        if (!buf) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r += 4) {
-            if (buf) sms_rows(&A, r, r + 4 < rows ? r + 4 : rows, buf, buf + D);
-        }
-        if (buf != sbuf) free(buf);
-    }
-    if (failed) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for a row buffer of %lld floats", kn, (long long)D);
+    pl->n = tr_tensor_numel(x);
+    pl->rows = A->D ? pl->n / A->D : 0;
     return TR_OK;
+}
+
+static void sms_compute(struct tr_kernels *k, const struct sms_plan *pl) {
+    const int64_t D = pl->A.D, n = pl->n, rows = pl->rows;
+    if (n == 0 || D == 0) return;
+    struct sms_args A = pl->A;
+    A.lead = pl->shape;
+#pragma omp parallel num_threads(tr_cpu_threads(k)) if (n > TR_CPU_PAR_MIN && rows > 1)
+    {
+        float *buf = tr_cpu_scratch_thread(k, tr_cpu_thread_num());
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r += 4) sms_rows(&A, r, r + 4 < rows ? r + 4 : rows, buf, buf + D);
+    }
+}
+
+static int sms_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    (void)err;
+    k->stats.calls++;
+    sms_compute(k, c->prepared);
+    return TR_OK;
+}
+
+int tr_k_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, float scale, const struct tr_tensor *mask,
+                            struct tr_tensor *out, struct tr_error *err) {
+    static const char kn[] = "scale_mask_softmax";
+    struct sms_plan pl;
+    int st = tr_cpu_check_ctx(k, kn, err);
+    if (!st) st = sms_check(x, scale, mask, out, &pl, err);
+    if (!st) st = reserve_rows(k, pl.A.D, 0, 2, kn, err);
+    if (st) return st;
+    sms_compute(k, &pl);
+    return TR_OK;
+}
+
+int tr_kernels_bind_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, float scale,
+                                       const struct tr_tensor *mask, const struct tr_tensor *out,
+                                       struct tr_kernel_call *call, struct tr_error *err) {
+    static const char kn[] = "scale_mask_softmax";
+    if (!call) return tr_error_set(err, TR_ERR_INVALID, "%s: call is NULL", kn);
+    memset(call, 0, sizeof *call);
+    struct sms_plan pl;
+    int st = tr_cpu_check_ctx_bind(k, kn, err);
+    if (!st) st = sms_check(x, scale, mask, out, &pl, err);
+    if (!st) st = reserve_rows(k, pl.A.D, 0, 2, kn, err);
+    if (st) return st;
+    call->op = -1;
+    call->in[call->n_in++] = *x;
+    if (mask) call->in[call->n_in++] = *mask;
+    call->attrs.floats[0] = scale;
+    call->out = *out;
+    return tr_cpu_keep_plan(call, &pl, sizeof pl, sms_call, kn, err);
 }
 
 /* ---- embedding sum + layer norm ---- */
@@ -316,13 +416,22 @@ static void esln_rows(const struct esln_args *A, int64_t r0, int64_t r1, float *
     }
 }
 
-int tr_k_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct tr_tensor *tables,
-                                  const struct tr_tensor *ids, const struct tr_tensor *gamma,
-                                  const struct tr_tensor *beta, float eps, struct tr_tensor *out,
-                                  struct tr_error *err) {
+/* The ids are data: a bound call checks them at every call, as tr_k_embedding does. */
+struct esln_plan {
+    struct tr_cpu_prepared hdr;
+    struct esln_args A; /* lead, g, b set per call */
+    int64_t shape[TR_MAX_DIMS];
+    struct vec_ref gamma, beta;
+    int64_t V[FUSED_MAX_TABLES], m[FUSED_MAX_TABLES];
+    struct tr_tensor tables[FUSED_MAX_TABLES]; /* for the message about a bad id */
+    int64_t rows;
+};
+
+static int esln_check(int n, const struct tr_tensor *tables, const struct tr_tensor *ids, const struct tr_tensor *gamma,
+                      const struct tr_tensor *beta, float eps, const struct tr_tensor *out, struct esln_plan *pl,
+                      struct tr_error *err) {
     static const char kn[] = "embedding_sum_layer_norm";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = tr_cpu_check_float(out, kn, "out", err);
+    int st = tr_cpu_check_float(out, kn, "out", err);
     if (!st) st = check_eps(eps, kn, err);
     if (st) return st;
     if (n < 1 || n > FUSED_MAX_TABLES || !tables || !ids)
@@ -331,9 +440,11 @@ int tr_k_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct tr_t
     char d1[200], d2[200], d3[200];
     if (out->ndim < 1) return tr_error_set(err, TR_ERR_SHAPE, "%s: out is 0-d (it normalises the last axis)", kn);
     const int64_t D = out->shape[out->ndim - 1];
-    struct esln_args A = {.n = n, .dt = out->dtype, .nl = out->ndim - 1, .lead = out->shape, .out = out->data,
-                          .D = D, .eps = eps};
-    const int64_t rows = D ? tr_tensor_numel(out) / D : 0;
+    memset(pl, 0, sizeof *pl);
+    memcpy(pl->shape, out->shape, sizeof(int64_t) * (size_t)out->ndim);
+    struct esln_args *A = &pl->A;
+    *A = (struct esln_args){.n = n, .dt = out->dtype, .nl = out->ndim - 1, .out = out->data, .D = D, .eps = eps};
+    pl->rows = D ? tr_tensor_numel(out) / D : 0;
     for (int t = 0; t < n; t++) {
         char what[32];
         snprintf(what, sizeof what, "tables[%d]", t);
@@ -345,49 +456,97 @@ int tr_k_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct tr_t
                                 t, tr_cpu_desc(&tables[t], d1, sizeof d1), (long long)D,
                                 tr_cpu_desc(out, d2, sizeof d2));
         if ((ids[t].dtype != TR_DTYPE_I32 && ids[t].dtype != TR_DTYPE_I64) ||
-            !bcast_strides(ids[t].ndim, ids[t].shape, A.nl, out->shape, A.ist[t]))
+            !bcast_strides(ids[t].ndim, ids[t].shape, A->nl, out->shape, A->ist[t]))
             return tr_error_set(err, TR_ERR_SHAPE, "%s: ids[%d] %s should be i32 or i64 and broadcast to out's leading "
                                 "axes (out is %s, table %s)", kn, t, tr_cpu_desc(&ids[t], d1, sizeof d1),
                                 tr_cpu_desc(out, d2, sizeof d2), tr_cpu_desc(&tables[t], d3, sizeof d3));
-        A.tab[t] = tables[t].data;
-        A.ids[t] = ids[t].data;
-        A.is64[t] = ids[t].dtype == TR_DTYPE_I64;
-        /* Every id is checked before any row is written, as tr_k_embedding does. */
-        const int64_t V = tables[t].shape[0], m = tr_tensor_numel(&ids[t]);
-        for (int64_t i = 0; i < m && rows > 0; i++) {
-            int64_t id = A.is64[t] ? ((const int64_t *)A.ids[t])[i] : ((const int32_t *)A.ids[t])[i];
-            if (id < 0 || id >= V)
-                return tr_error_set(err, TR_ERR_INVALID, "%s: ids[%d][%lld] = %lld is outside [0, %lld) (table %s)", kn,
-                                    t, (long long)i, (long long)id, (long long)V,
-                                    tr_cpu_desc(&tables[t], d1, sizeof d1));
-        }
+        A->tab[t] = tables[t].data;
+        A->ids[t] = ids[t].data;
+        A->is64[t] = ids[t].dtype == TR_DTYPE_I64;
+        pl->V[t] = tables[t].shape[0];
+        pl->m[t] = tr_tensor_numel(&ids[t]);
+        pl->tables[t] = tables[t];
     }
     if (!st && gamma) st = check_vec(gamma, D, out, kn, "gamma", err);
     if (!st && beta) st = check_vec(beta, D, out, kn, "beta", err);
     if (st) return st;
-    if (rows == 0 || D == 0) return TR_OK;
-
-    float pstack[2 * FUSED_PARAM_STACK];
-    float *pbuf = D <= FUSED_PARAM_STACK ? pstack : malloc(sizeof(float) * 2 * (size_t)D);
-    if (!pbuf) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for gamma/beta (D=%lld)", kn, (long long)D);
-    params_f32(gamma, 1.0f, D, pbuf, &A.g);
-    params_f32(beta, 0.0f, D, pbuf + D, &A.b);
-    int failed = 0;
-#pragma omp parallel if (rows * D > TR_CPU_PAR_MIN && rows > 1)
-    {
-        float sbuf[FUSED_STACK];
-        float *buf = D <= FUSED_STACK ? sbuf : malloc(sizeof(float) * (size_t)D);
-        if (!buf) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r += 4) {
-            if (buf) esln_rows(&A, r, r + 4 < rows ? r + 4 : rows, buf);
-        }
-        if (buf != sbuf) free(buf);
-    }
-    if (pbuf != pstack) free(pbuf);
-    if (failed) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for a row buffer of %lld floats", kn, (long long)D);
+    pl->gamma = vec_of(gamma);
+    pl->beta = vec_of(beta);
     return TR_OK;
+}
+
+/* Every id is checked before any row is written, as tr_k_embedding does. */
+static int esln_check_ids(const struct esln_plan *pl, struct tr_error *err) {
+    static const char kn[] = "embedding_sum_layer_norm";
+    const struct esln_args *A = &pl->A;
+    for (int t = 0; t < A->n; t++) {
+        const int64_t V = pl->V[t], m = pl->m[t];
+        for (int64_t i = 0; i < m && pl->rows > 0; i++) {
+            int64_t id = A->is64[t] ? ((const int64_t *)A->ids[t])[i] : ((const int32_t *)A->ids[t])[i];
+            if (id < 0 || id >= V) {
+                char d1[200];
+                return tr_error_set(err, TR_ERR_INVALID, "%s: ids[%d][%lld] = %lld is outside [0, %lld) (table %s)",
+                                    kn, t, (long long)i, (long long)id, (long long)V,
+                                    tr_cpu_desc(&pl->tables[t], d1, sizeof d1));
+            }
+        }
+    }
+    return TR_OK;
+}
+
+static int esln_compute(struct tr_kernels *k, const struct esln_plan *pl, struct tr_error *err) {
+    int st = esln_check_ids(pl, err);
+    if (st) return st;
+    const int64_t D = pl->A.D, rows = pl->rows;
+    if (rows == 0 || D == 0) return TR_OK;
+    float *pbuf = tr_cpu_scratch_shared(k);
+    struct esln_args A = pl->A;
+    A.lead = pl->shape;
+    A.g = params_f32(pl->gamma, 1.0f, D, pbuf);
+    A.b = params_f32(pl->beta, 0.0f, D, pbuf + D);
+#pragma omp parallel num_threads(tr_cpu_threads(k)) if (rows * D > TR_CPU_PAR_MIN && rows > 1)
+    {
+        float *buf = tr_cpu_scratch_thread(k, tr_cpu_thread_num());
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r += 4) esln_rows(&A, r, r + 4 < rows ? r + 4 : rows, buf);
+    }
+    return TR_OK;
+}
+
+static int esln_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    k->stats.calls++;
+    return esln_compute(k, c->prepared, err);
+}
+
+int tr_k_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct tr_tensor *tables,
+                                  const struct tr_tensor *ids, const struct tr_tensor *gamma,
+                                  const struct tr_tensor *beta, float eps, struct tr_tensor *out,
+                                  struct tr_error *err) {
+    static const char kn[] = "embedding_sum_layer_norm";
+    struct esln_plan pl;
+    int st = tr_cpu_check_ctx(k, kn, err);
+    if (!st) st = esln_check(n, tables, ids, gamma, beta, eps, out, &pl, err);
+    if (!st) st = reserve_rows(k, pl.A.D, 2, 1, kn, err);
+    return st ? st : esln_compute(k, &pl, err);
+}
+
+int tr_kernels_bind_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct tr_tensor *tables,
+                                             const struct tr_tensor *ids, const struct tr_tensor *gamma,
+                                             const struct tr_tensor *beta, float eps, const struct tr_tensor *out,
+                                             struct tr_kernel_call *call, struct tr_error *err) {
+    static const char kn[] = "embedding_sum_layer_norm";
+    if (!call) return tr_error_set(err, TR_ERR_INVALID, "%s: call is NULL", kn);
+    memset(call, 0, sizeof *call);
+    struct esln_plan pl;
+    int st = tr_cpu_check_ctx_bind(k, kn, err);
+    if (!st) st = esln_check(n, tables, ids, gamma, beta, eps, out, &pl, err);
+    if (!st) st = reserve_rows(k, pl.A.D, 2, 1, kn, err);
+    if (st) return st;
+    call->op = -1;
+    for (int t = 0; t < n && call->n_in < TR_KERNEL_CALL_MAX_IN; t++) call->in[call->n_in++] = tables[t];
+    for (int t = 0; t < n && call->n_in < TR_KERNEL_CALL_MAX_IN; t++) call->in[call->n_in++] = ids[t];
+    call->attrs.ints[0] = n;
+    call->attrs.floats[0] = eps;
+    call->out = *out;
+    return tr_cpu_keep_plan(call, &pl, sizeof pl, esln_call, kn, err);
 }

@@ -27,10 +27,22 @@ static int same_dtype(const struct tr_tensor *a, const struct tr_tensor *b, cons
             for (int64_t l_ = 0; l_ < (nl); l_++) o_[q_ * (os) + l_] = i_[q_ + l_ * (is)]; \
     } while (0)
 
-int tr_k_transpose(struct tr_kernels *k, const struct tr_tensor *x, const int64_t *perm, struct tr_tensor *out,
-                   struct tr_error *err) {
-    int st = tr_cpu_check_ctx(k, "transpose", err);
-    if (!st) st = tr_cpu_check_tensor(x, "transpose", "x", err);
+/* Output axes with x's strides, extent-1 axes dropped and axes that stay adjacent in x
+ * merged: m axes. mode 0: nothing; 1: one copy; 2: rows of contiguous copies (the
+ * innermost axis stays innermost); 3: tiles of the (q, last) plane. */
+struct transpose_plan {
+    struct tr_cpu_prepared hdr;
+    int mode, m, q;
+    int64_t ext[TR_MAX_DIMS], is[TR_MAX_DIMS], os[TR_MAX_DIMS];
+    int64_t n, L, rows, nq, nl, tq, tl, items;
+    size_t es;
+    const char *px;
+    char *po;
+};
+
+static int transpose_check(const struct tr_tensor *x, const int64_t *perm, const struct tr_tensor *out,
+                           struct transpose_plan *pl, struct tr_error *err) {
+    int st = tr_cpu_check_tensor(x, "transpose", "x", err);
     if (!st) st = tr_cpu_check_tensor(out, "transpose", "out", err);
     if (!st) st = same_dtype(x, out, "transpose", err);
     if (st) return st;
@@ -52,11 +64,14 @@ int tr_k_transpose(struct tr_kernels *k, const struct tr_tensor *x, const int64_
                                 tr_cpu_desc(out, d1, sizeof d1), (long long)x->shape[perm[i]], i,
                                 tr_cpu_desc(x, d2, sizeof d2), i, (long long)perm[i]);
     }
+    memset(pl, 0, sizeof *pl);
     int64_t n = tr_tensor_numel(x);
-    size_t es = tr_dtype_size((enum tr_dtype)x->dtype);
+    pl->n = n;
+    pl->es = tr_dtype_size((enum tr_dtype)x->dtype);
+    pl->px = x->data;
+    pl->po = out->data;
     if (n == 0) return TR_OK;
-    /* output axes with x's strides; drop extent 1, merge axes that stay adjacent in x */
-    int64_t xs[TR_MAX_DIMS], ext[TR_MAX_DIMS], is[TR_MAX_DIMS];
+    int64_t xs[TR_MAX_DIMS], *ext = pl->ext, *is = pl->is, *os = pl->os;
     int64_t s = 1;
     for (int i = nd - 1; i >= 0; i--) {
         xs[i] = s;
@@ -75,20 +90,48 @@ int tr_k_transpose(struct tr_kernels *k, const struct tr_tensor *x, const int64_
         is[m] = st_in;
         m++;
     }
-    const char *px = x->data;
-    char *po = out->data;
+    pl->m = m;
     if (m <= 1) {
-        memcpy(po, px, (size_t)n * es);
+        pl->mode = 1;
         return TR_OK;
     }
-    int64_t os[TR_MAX_DIMS];
     s = 1;
     for (int i = m - 1; i >= 0; i--) {
         os[i] = s;
         s *= ext[i];
     }
-    if (is[m - 1] == 1) { /* the innermost axis stays innermost: rows of contiguous copies */
-        int64_t L = ext[m - 1], rows = n / L;
+    if (is[m - 1] == 1) {
+        pl->mode = 2;
+        pl->L = ext[m - 1];
+        pl->rows = n / pl->L;
+        return TR_OK;
+    }
+    int q = 0;
+    for (int i = 0; i < m; i++)
+        if (is[i] == 1) q = i;
+    pl->mode = 3;
+    pl->q = q;
+    pl->nq = ext[q];
+    pl->nl = ext[m - 1];
+    pl->tq = (pl->nq + TILE - 1) / TILE;
+    pl->tl = (pl->nl + TILE - 1) / TILE;
+    pl->items = n / (pl->nq * pl->nl) * pl->tq;
+    return TR_OK;
+}
+
+static void transpose_compute(const struct transpose_plan *pl) {
+    const int64_t n = pl->n, es = (int64_t)pl->es;
+    const char *px = pl->px;
+    char *po = pl->po;
+    const int m = pl->m;
+    const int64_t *ext = pl->ext, *is = pl->is, *os = pl->os;
+    if (pl->mode == 0) return;
+    if (pl->mode == 1) {
+        memcpy(po, px, (size_t)(n * es));
+        return;
+    }
+    if (pl->mode == 2) { /* the innermost axis stays innermost: rows of contiguous copies */
+        const int64_t L = pl->L, rows = pl->rows;
 #pragma omp parallel for schedule(static) if (n > TR_CPU_PAR_MIN)
         for (int64_t r = 0; r < rows; r++) {
             int64_t off = 0, rem = r;
@@ -96,16 +139,13 @@ int tr_k_transpose(struct tr_kernels *k, const struct tr_tensor *x, const int64_
                 off += (rem % ext[d]) * is[d];
                 rem /= ext[d];
             }
-            memcpy(po + r * L * (int64_t)es, px + off * (int64_t)es, (size_t)L * es);
+            memcpy(po + r * L * es, px + off * es, (size_t)(L * es));
         }
-        return TR_OK;
+        return;
     }
     /* x's innermost axis is output axis q: tile the (q, last) plane */
-    int q = 0;
-    for (int i = 0; i < m; i++)
-        if (is[i] == 1) q = i;
-    int64_t nq = ext[q], nl = ext[m - 1], tq = (nq + TILE - 1) / TILE, tl = (nl + TILE - 1) / TILE;
-    int64_t outer = n / (nq * nl), items = outer * tq;
+    const int q = pl->q;
+    const int64_t nq = pl->nq, nl = pl->nl, tq = pl->tq, tl = pl->tl, items = pl->items;
 #pragma omp parallel for schedule(static) if (n > TR_CPU_PAR_MIN)
     for (int64_t it = 0; it < items; it++) {
         int64_t o = it / tq, qb = (it % tq) * TILE, rem = o, oi = 0, oo = 0;
@@ -120,22 +160,51 @@ int tr_k_transpose(struct tr_kernels *k, const struct tr_tensor *x, const int64_
         for (int64_t j = 0; j < tl; j++) {
             int64_t lb = j * TILE, cl = nl - lb < TILE ? nl - lb : TILE;
             int64_t io = oi + qb + lb * is[m - 1], ooff = oo + qb * os[q] + lb;
-            const char *src = px + io * (int64_t)es;
-            char *dst = po + ooff * (int64_t)es;
+            const char *src = px + io * es;
+            char *dst = po + ooff * es;
             if (es == 2) TILE_COPY(uint16_t, dst, src, cq, cl, os[q], is[m - 1]);
             else if (es == 4) TILE_COPY(uint32_t, dst, src, cq, cl, os[q], is[m - 1]);
             else TILE_COPY(uint64_t, dst, src, cq, cl, os[q], is[m - 1]);
         }
     }
+}
+
+static int transpose_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    (void)err;
+    k->stats.calls++;
+    transpose_compute(c->prepared);
     return TR_OK;
+}
+
+int tr_k_transpose(struct tr_kernels *k, const struct tr_tensor *x, const int64_t *perm, struct tr_tensor *out,
+                   struct tr_error *err) {
+    struct transpose_plan pl;
+    int st = tr_cpu_check_ctx(k, "transpose", err);
+    if (!st) st = transpose_check(x, perm, out, &pl, err);
+    if (st) return st;
+    transpose_compute(&pl);
+    return TR_OK;
+}
+
+int tr_cpu_transpose_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    struct transpose_plan pl;
+    int st = tr_cpu_check_ctx_bind(k, "transpose", err);
+    if (!st) st = transpose_check(&c->in[0], c->attrs.ints, &c->out, &pl, err);
+    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, transpose_call, "transpose", err);
 }
 
 /* ---- slice ---- */
 
-int tr_k_slice(struct tr_kernels *k, const struct tr_tensor *x, int axis, int64_t start, int64_t step,
-               struct tr_tensor *out, struct tr_error *err) {
-    int st = tr_cpu_check_ctx(k, "slice", err);
-    if (!st) st = tr_cpu_check_tensor(x, "slice", "x", err);
+struct slice_plan {
+    struct tr_cpu_prepared hdr;
+    int64_t outer, inner, cnt, dim, start, step, n; /* inner in bytes */
+    const char *px;
+    char *po;
+};
+
+static int slice_check(const struct tr_tensor *x, int axis, int64_t start, int64_t step, const struct tr_tensor *out,
+                       struct slice_plan *pl, struct tr_error *err) {
+    int st = tr_cpu_check_tensor(x, "slice", "x", err);
     if (!st) st = tr_cpu_check_tensor(out, "slice", "out", err);
     if (!st) st = same_dtype(x, out, "slice", err);
     if (st) return st;
@@ -154,32 +223,79 @@ int tr_k_slice(struct tr_kernels *k, const struct tr_tensor *x, int axis, int64_
         return tr_error_set(err, TR_ERR_SHAPE, "slice: %lld elements from %lld by %lld leave axis %d of x %s",
                             (long long)cnt, (long long)start, (long long)step, ax, tr_cpu_desc(x, d1, sizeof d1));
     size_t es = tr_dtype_size((enum tr_dtype)x->dtype);
-    int64_t outer = tr_shape_numel(ax, x->shape);
-    int64_t inner = tr_shape_numel(x->ndim - ax - 1, x->shape + ax + 1) * (int64_t)es; /* bytes */
-    const char *px = x->data;
-    char *po = out->data;
-    int64_t n = outer * cnt;
-    if (n == 0 || inner == 0) return TR_OK;
+    memset(pl, 0, sizeof *pl);
+    pl->outer = tr_shape_numel(ax, x->shape);
+    pl->inner = tr_shape_numel(x->ndim - ax - 1, x->shape + ax + 1) * (int64_t)es;
+    pl->cnt = cnt;
+    pl->dim = dim;
+    pl->start = start;
+    pl->step = step;
+    pl->n = pl->outer * cnt;
+    pl->px = x->data;
+    pl->po = out->data;
+    return TR_OK;
+}
+
+static void slice_compute(const struct slice_plan *pl) {
+    const int64_t outer = pl->outer, inner = pl->inner, cnt = pl->cnt, dim = pl->dim, start = pl->start;
+    const int64_t step = pl->step, n = pl->n;
+    const char *px = pl->px;
+    char *po = pl->po;
+    if (n == 0 || inner == 0) return;
     if (step == 1) {
 #pragma omp parallel for schedule(static) if (n * inner > 4 * TR_CPU_PAR_MIN && outer > 1)
         for (int64_t o = 0; o < outer; o++)
             memcpy(po + o * cnt * inner, px + (o * dim + start) * inner, (size_t)(cnt * inner));
-        return TR_OK;
+        return;
     }
 #pragma omp parallel for schedule(static) if (n * inner > 4 * TR_CPU_PAR_MIN)
     for (int64_t r = 0; r < n; r++) {
         int64_t o = r / cnt, t = r % cnt;
         memcpy(po + r * inner, px + (o * dim + start + t * step) * inner, (size_t)inner);
     }
+}
+
+static int slice_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    (void)err;
+    k->stats.calls++;
+    slice_compute(c->prepared);
     return TR_OK;
+}
+
+int tr_k_slice(struct tr_kernels *k, const struct tr_tensor *x, int axis, int64_t start, int64_t step,
+               struct tr_tensor *out, struct tr_error *err) {
+    struct slice_plan pl;
+    int st = tr_cpu_check_ctx(k, "slice", err);
+    if (!st) st = slice_check(x, axis, start, step, out, &pl, err);
+    if (st) return st;
+    slice_compute(&pl);
+    return TR_OK;
+}
+
+int tr_cpu_slice_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    struct slice_plan pl;
+    const struct tr_attrs *at = &c->attrs;
+    int st = tr_cpu_check_ctx_bind(k, "slice", err);
+    if (!st) st = slice_check(&c->in[0], (int)at->ints[0], at->ints[1], at->ints[3], &c->out, &pl, err);
+    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, slice_call, "slice", err);
 }
 
 /* ---- concat ---- */
 
-int tr_k_concat(struct tr_kernels *k, int n, const struct tr_tensor *xs, int axis, struct tr_tensor *out,
-                struct tr_error *err) {
-    int st = tr_cpu_check_ctx(k, "concat", err);
-    if (!st) st = tr_cpu_check_tensor(out, "concat", "out", err);
+/* The inputs' rows (bytes per outer index) are the plan's up to TR_KERNEL_CALL_MAX_IN
+ * inputs (a bound call's most); tr_k_concat's longer lists read them from the inputs. */
+struct concat_plan {
+    struct tr_cpu_prepared hdr;
+    int n, ax;
+    int64_t outer, inner, orow;
+    char *po;
+    const char *src[TR_KERNEL_CALL_MAX_IN];
+    int64_t row[TR_KERNEL_CALL_MAX_IN];
+};
+
+static int concat_check(int n, const struct tr_tensor *xs, int axis, const struct tr_tensor *out,
+                        struct concat_plan *pl, struct tr_error *err) {
+    int st = tr_cpu_check_tensor(out, "concat", "out", err);
     if (st) return st;
     if (n < 1 || !xs) return tr_error_set(err, TR_ERR_INVALID, "concat: %d inputs (at least 1 needed)", n);
     char d1[200], d2[200], what[32];
@@ -204,21 +320,60 @@ int tr_k_concat(struct tr_kernels *k, int n, const struct tr_tensor *xs, int axi
         return tr_error_set(err, TR_ERR_SHAPE, "concat: inputs add up to %lld on axis %d, out %s has %lld", (long long)total,
                             ax, tr_cpu_desc(out, d1, sizeof d1), (long long)out->shape[ax]);
     size_t es = tr_dtype_size((enum tr_dtype)out->dtype);
-    int64_t outer = tr_shape_numel(ax, out->shape);
-    int64_t inner = tr_shape_numel(out->ndim - ax - 1, out->shape + ax + 1) * (int64_t)es;
-    int64_t orow = out->shape[ax] * inner;
-    char *po = out->data;
+    memset(pl, 0, sizeof *pl);
+    pl->n = n;
+    pl->ax = ax;
+    pl->outer = tr_shape_numel(ax, out->shape);
+    pl->inner = tr_shape_numel(out->ndim - ax - 1, out->shape + ax + 1) * (int64_t)es;
+    pl->orow = out->shape[ax] * pl->inner;
+    pl->po = out->data;
+    for (int i = 0; i < n && i < TR_KERNEL_CALL_MAX_IN; i++) {
+        pl->src[i] = xs[i].data;
+        pl->row[i] = xs[i].shape[ax] * pl->inner;
+    }
+    return TR_OK;
+}
+
+/* xs: the inputs when there are more than the plan holds, else NULL. */
+static void concat_compute(const struct concat_plan *pl, const struct tr_tensor *xs) {
+    const int n = pl->n, ax = pl->ax;
+    const int64_t outer = pl->outer, orow = pl->orow, inner = pl->inner;
+    char *po = pl->po;
     int64_t nbytes = outer * orow;
 #pragma omp parallel for schedule(static) if (nbytes > 4 * TR_CPU_PAR_MIN && outer > 1)
     for (int64_t o = 0; o < outer; o++) {
         int64_t off = 0;
         for (int i = 0; i < n; i++) {
-            int64_t row = xs[i].shape[ax] * inner;
-            if (row) memcpy(po + o * orow + off, (const char *)xs[i].data + o * row, (size_t)row);
+            int64_t row = xs ? xs[i].shape[ax] * inner : pl->row[i];
+            const char *src = xs ? (const char *)xs[i].data : pl->src[i];
+            if (row) memcpy(po + o * orow + off, src + o * row, (size_t)row);
             off += row;
         }
     }
+}
+
+static int concat_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    (void)err;
+    k->stats.calls++;
+    concat_compute(c->prepared, NULL);
     return TR_OK;
+}
+
+int tr_k_concat(struct tr_kernels *k, int n, const struct tr_tensor *xs, int axis, struct tr_tensor *out,
+                struct tr_error *err) {
+    struct concat_plan pl;
+    int st = tr_cpu_check_ctx(k, "concat", err);
+    if (!st) st = concat_check(n, xs, axis, out, &pl, err);
+    if (st) return st;
+    concat_compute(&pl, n > TR_KERNEL_CALL_MAX_IN ? xs : NULL);
+    return TR_OK;
+}
+
+int tr_cpu_concat_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    struct concat_plan pl;
+    int st = tr_cpu_check_ctx_bind(k, "concat", err);
+    if (!st) st = concat_check(c->n_in, c->in, (int)c->attrs.ints[0], &c->out, &pl, err);
+    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, concat_call, "concat", err);
 }
 
 /* ---- reduce ---- */
@@ -261,14 +416,21 @@ static void reduce_row(int op, int dt, const char *x, int64_t R, char *o) {
     tr_cpu_store_f32(o, dt, &acc, 1);
 }
 
-int tr_k_reduce(struct tr_kernels *k, int op, const struct tr_tensor *x, int axis, struct tr_tensor *out,
-                struct tr_error *err) {
-    int st = tr_cpu_check_ctx(k, "reduce", err);
-    if (st) return st;
+struct reduce_plan {
+    struct tr_cpu_prepared hdr;
+    int op, dt;
+    int64_t outer, R, inner;
+    size_t es;
+    const char *px;
+    char *po;
+};
+
+static int reduce_check(int op, const struct tr_tensor *x, int axis, const struct tr_tensor *out,
+                        struct reduce_plan *pl, struct tr_error *err) {
     if (op != TR_OP_SUM && op != TR_OP_MEAN && op != TR_OP_MAX)
         return tr_error_set(err, TR_ERR_INVALID, "reduce: op %d (%s) is not sum, mean or max", op, tr_op_name(op));
     const char *name = tr_op_name(op);
-    st = tr_cpu_check_float(x, name, "x", err);
+    int st = tr_cpu_check_float(x, name, "x", err);
     if (!st) st = tr_cpu_check_float(out, name, "out", err);
     if (!st) st = same_dtype(x, out, name, err);
     if (st) return st;
@@ -287,29 +449,62 @@ int tr_k_reduce(struct tr_kernels *k, int op, const struct tr_tensor *x, int axi
     if (!ok)
         return tr_error_set(err, TR_ERR_SHAPE, "%s: out %s should be x %s without axis %d (or with it as 1)", name,
                             tr_cpu_desc(out, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2), ax);
-    int64_t outer = tr_shape_numel(ax, x->shape), R = x->shape[ax];
-    int64_t inner = tr_shape_numel(x->ndim - ax - 1, x->shape + ax + 1);
-    if (outer * inner == 0) return TR_OK;
-    if (R == 0 && op == TR_OP_MAX)
+    memset(pl, 0, sizeof *pl);
+    pl->op = op;
+    pl->dt = x->dtype;
+    pl->outer = tr_shape_numel(ax, x->shape);
+    pl->R = x->shape[ax];
+    pl->inner = tr_shape_numel(x->ndim - ax - 1, x->shape + ax + 1);
+    pl->es = tr_dtype_size((enum tr_dtype)x->dtype);
+    pl->px = x->data;
+    pl->po = out->data;
+    if (pl->outer * pl->inner != 0 && pl->R == 0 && op == TR_OP_MAX)
         return tr_error_set(err, TR_ERR_SHAPE, "max: axis %d of x %s is empty", ax, tr_cpu_desc(x, d1, sizeof d1));
-    size_t es = tr_dtype_size((enum tr_dtype)x->dtype);
-    const char *px = x->data;
-    char *po = out->data;
-    int dt = x->dtype;
+    return TR_OK;
+}
+
+static void reduce_compute(const struct reduce_plan *pl) {
+    const int64_t outer = pl->outer, R = pl->R, inner = pl->inner, es = (int64_t)pl->es;
+    const int op = pl->op, dt = pl->dt;
+    const char *px = pl->px;
+    char *po = pl->po;
+    if (outer * inner == 0) return;
     int64_t work = outer * R * inner;
     if (inner == 1) {
 #pragma omp parallel for schedule(static) if (work > TR_CPU_PAR_MIN && outer > 1)
-        for (int64_t o = 0; o < outer; o++) reduce_row(op, dt, px + o * R * (int64_t)es, R, po + o * (int64_t)es);
-        return TR_OK;
+        for (int64_t o = 0; o < outer; o++) reduce_row(op, dt, px + o * R * es, R, po + o * es);
+        return;
     }
     int64_t nch = (inner + TR_CPU_CHUNK - 1) / TR_CPU_CHUNK, items = outer * nch;
 #pragma omp parallel for schedule(static) if (work > TR_CPU_PAR_MIN && items > 1)
     for (int64_t it = 0; it < items; it++) {
         int64_t o = it / nch, c0 = (it % nch) * TR_CPU_CHUNK, len = inner - c0 < TR_CPU_CHUNK ? inner - c0 : TR_CPU_CHUNK;
-        reduce_cols(op, dt, px + (o * R * inner + c0) * (int64_t)es, R, inner, len,
-                    po + (o * inner + c0) * (int64_t)es);
+        reduce_cols(op, dt, px + (o * R * inner + c0) * es, R, inner, len, po + (o * inner + c0) * es);
     }
+}
+
+static int reduce_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    (void)err;
+    k->stats.calls++;
+    reduce_compute(c->prepared);
     return TR_OK;
+}
+
+int tr_k_reduce(struct tr_kernels *k, int op, const struct tr_tensor *x, int axis, struct tr_tensor *out,
+                struct tr_error *err) {
+    struct reduce_plan pl;
+    int st = tr_cpu_check_ctx(k, "reduce", err);
+    if (!st) st = reduce_check(op, x, axis, out, &pl, err);
+    if (st) return st;
+    reduce_compute(&pl);
+    return TR_OK;
+}
+
+int tr_cpu_reduce_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    struct reduce_plan pl;
+    int st = tr_cpu_check_ctx_bind(k, "reduce", err);
+    if (!st) st = reduce_check(c->op, &c->in[0], (int)c->attrs.ints[0], &c->out, &pl, err);
+    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, reduce_call, "reduce", err);
 }
 
 /* ---- cast ---- */
@@ -387,29 +582,72 @@ static void cast_block(int sdt, const char *src, int ddt, char *dst, int64_t n) 
     encode_f64(dst, ddt, buf, n);
 }
 
-int tr_k_cast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
-    int st = tr_cpu_check_ctx(k, "cast", err);
-    if (!st) st = tr_cpu_check_tensor(x, "cast", "x", err);
+struct cast_plan {
+    struct tr_cpu_prepared hdr;
+    int sdt, ddt;
+    int64_t n;
+    size_t ses, des;
+    const char *px;
+    char *po;
+};
+
+static int cast_check(const struct tr_tensor *x, const struct tr_tensor *out, struct cast_plan *pl,
+                      struct tr_error *err) {
+    int st = tr_cpu_check_tensor(x, "cast", "x", err);
     if (!st) st = tr_cpu_check_tensor(out, "cast", "out", err);
     if (st) return st;
     char d1[200], d2[200];
     if (!tr_cpu_same_shape(x, out))
         return tr_error_set(err, TR_ERR_SHAPE, "cast: x %s and out %s should have the same shape",
                             tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
-    int64_t n = tr_tensor_numel(x);
-    size_t ses = tr_dtype_size((enum tr_dtype)x->dtype), des = tr_dtype_size((enum tr_dtype)out->dtype);
-    if (n == 0) return TR_OK;
-    if (x->dtype == out->dtype) {
-        if (out->data != x->data) memcpy(out->data, x->data, (size_t)n * ses);
-        return TR_OK;
+    memset(pl, 0, sizeof *pl);
+    pl->n = tr_tensor_numel(x);
+    pl->ses = tr_dtype_size((enum tr_dtype)x->dtype);
+    pl->des = tr_dtype_size((enum tr_dtype)out->dtype);
+    pl->sdt = x->dtype;
+    pl->ddt = out->dtype;
+    pl->px = x->data;
+    pl->po = out->data;
+    return TR_OK;
+}
+
+static void cast_compute(const struct cast_plan *pl) {
+    const int64_t n = pl->n;
+    const size_t ses = pl->ses, des = pl->des;
+    const int sdt = pl->sdt, ddt = pl->ddt;
+    const char *px = pl->px;
+    char *po = pl->po;
+    if (n == 0) return;
+    if (sdt == ddt) {
+        if (po != px) memcpy(po, px, (size_t)n * ses);
+        return;
     }
-    const char *px = x->data;
-    char *po = out->data;
-    int sdt = x->dtype, ddt = out->dtype;
 #pragma omp parallel for schedule(static) if (n > TR_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i += TR_CPU_CHUNK) {
         int64_t len = n - i < TR_CPU_CHUNK ? n - i : TR_CPU_CHUNK;
         cast_block(sdt, px + i * (int64_t)ses, ddt, po + i * (int64_t)des, len);
     }
+}
+
+static int cast_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    (void)err;
+    k->stats.calls++;
+    cast_compute(c->prepared);
     return TR_OK;
+}
+
+int tr_k_cast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
+    struct cast_plan pl;
+    int st = tr_cpu_check_ctx(k, "cast", err);
+    if (!st) st = cast_check(x, out, &pl, err);
+    if (st) return st;
+    cast_compute(&pl);
+    return TR_OK;
+}
+
+int tr_cpu_cast_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    struct cast_plan pl;
+    int st = tr_cpu_check_ctx_bind(k, "cast", err);
+    if (!st) st = cast_check(&c->in[0], &c->out, &pl, err);
+    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, cast_call, "cast", err);
 }

@@ -503,18 +503,29 @@ int tr_k_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr
     }
     struct tr_mm_entry *e = lookup(k, &pl.key, err);
     if (!e) return err ? err->status : TR_ERR_UNSUPPORTED;
-    struct mm_scratch s;
-    if ((st = scratch_alloc(&pl, &s, err)) != TR_OK) return st;
+    /* the f16 copies and the scaled bias in the context's scratch, kept between calls */
+    size_t na = pl.f16 ? (size_t)pl.na : 0, nb = pl.f16 ? (size_t)pl.nb : 0, nc = pl.f16 ? (size_t)pl.nc : 0;
+    size_t nbias = pl.scaled_bias ? (size_t)pl.N : 0;
+    struct mm_scratch s = {0};
+    if (na + nb + nc + nbias > 0) {
+        size_t ra = (na + 15) & ~(size_t)15, rb = (nb + 15) & ~(size_t)15, rc = (nc + 15) & ~(size_t)15;
+        if ((st = tr_cpu_scratch_reserve(k, sizeof(float) * (ra + rb + rc + nbias), 0, "matmul", err)) != TR_OK)
+            return st;
+        float *base = tr_cpu_scratch_shared(k);
+        if (pl.f16) {
+            s.ta = base;
+            s.tb = base + ra;
+            s.tc = base + ra + rb;
+        }
+        if (pl.scaled_bias) s.tbias = base + ra + rb + rc;
+    }
     dnnl_status_t ds = set_handles(e, &s, a, b, c, bias);
     if (ds) {
         char d1[200], d2[200];
-        st = tr_error_set(err, TR_ERR_DEVICE, "matmul: oneDNN execution failed for a %s, b %s (status %d)",
-                          tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), (int)ds);
-    } else {
-        st = mm_execute(k, e, &pl, &s, a, b, c, bias, alpha, err);
+        return tr_error_set(err, TR_ERR_DEVICE, "matmul: oneDNN execution failed for a %s, b %s (status %d)",
+                            tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), (int)ds);
     }
-    scratch_free(&s);
-    return st;
+    return mm_execute(k, e, &pl, &s, a, b, c, bias, alpha, err);
 }
 
 /* ---- bound ---- */
@@ -522,6 +533,7 @@ int tr_k_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr
 /* What bind made for one call: its own primitive (never evicted), the plan, the scratch,
  * and the bias (a bound MATMUL op has none; the fused users of tr_k_matmul may). */
 struct mm_bound {
+    struct tr_cpu_prepared hdr;
     struct tr_mm_entry e;
     struct mm_plan pl;
     struct mm_scratch s;
@@ -529,6 +541,13 @@ struct mm_bound {
     int has_bias;
     enum tr_act act;
 };
+
+static void mm_bound_release(void *self) {
+    struct mm_bound *m = self;
+    entry_release(&m->e);
+    scratch_free(&m->s);
+    free(m);
+}
 
 static int mm_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
     const struct mm_bound *m = c->prepared;
@@ -550,14 +569,13 @@ static int mm_call_empty(struct tr_kernels *k, const struct tr_kernel_call *c, s
 int tr_cpu_matmul_bind(struct tr_kernels *k, struct tr_kernel_call *c, const struct tr_tensor *bias, enum tr_act act,
                        struct tr_error *err) {
     /* the context check of tr_k_matmul, without counting a call: binding is not one */
-    uint64_t calls = k->stats.calls;
-    int st = tr_cpu_check_ctx(k, "matmul", err);
-    k->stats.calls = calls;
+    int st = tr_cpu_check_ctx_bind(k, "matmul", err);
     const struct tr_tensor *a = &c->in[0], *b = &c->in[1], *out = &c->out;
     if (!st) st = check_operands(a, b, out, err);
     if (st) return st;
     struct mm_bound *m = calloc(1, sizeof *m);
     if (!m) return tr_error_set(err, TR_ERR_NOMEM, "matmul: no memory for a bound call");
+    m->hdr.release = mm_bound_release;
     st = mm_plan(a, b, out, c->attrs.ints[0] != 0, c->attrs.ints[1] != 0, c->attrs.floats[0], bias, act, &m->pl, err);
     if (st) goto fail;
     if (bias) m->bias = *bias;
@@ -586,11 +604,6 @@ fail:
     return st;
 }
 
-void tr_cpu_matmul_unbind(struct tr_kernel_call *c) {
-    struct mm_bound *m = c->prepared;
-    if (!m) return;
-    entry_release(&m->e);
-    scratch_free(&m->s);
-    free(m);
-    c->prepared = NULL;
+int tr_cpu_matmul_bind_op(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    return tr_cpu_matmul_bind(k, c, NULL, TR_ACT_NONE, err);
 }

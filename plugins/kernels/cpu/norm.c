@@ -1,5 +1,6 @@
 /* Softmax and layer norm over the last axis: one row per work item, the row converted
- * to f32 once into a per-thread buffer, two passes with f32 vector accumulators. */
+ * to f32 once into the thread's slice of the context's scratch, two passes with f32
+ * vector accumulators. */
 #include <stdlib.h>
 #include "cpu_internal.h"
 
@@ -47,54 +48,87 @@ static void layer_norm_rows(int dt, const char *x, char *o, int64_t D, int64_t r
     }
 }
 
-/* Rows split among threads, each with a D-float buffer; kind 0 softmax, 1 layer norm. */
-static int run_rows(int kind, const struct tr_tensor *x, struct tr_tensor *out, const float *g, const float *b,
-                    float eps, const char *kname, struct tr_error *err) {
-    int64_t D = x->ndim ? x->shape[x->ndim - 1] : 1, n = tr_tensor_numel(x);
-    if (n == 0 || D == 0) return TR_OK;
-    int64_t rows = n / D;
-    int64_t per = rows < 16 ? 1 : 4; /* rows per work item */
-    int64_t items = (rows + per - 1) / per;
-    int failed = 0;
-    const char *px = x->data;
-    char *po = out->data;
-    int dt = x->dtype;
-#pragma omp parallel if (n > TR_CPU_PAR_MIN && rows > 1)
-    {
-        float *buf = aligned_alloc(64, ((size_t)D * sizeof(float) + 63) & ~(size_t)63);
-        if (!buf) {
-#pragma omp atomic write
-            failed = 1;
+/* What a softmax or layer norm call needs once checked. gamma/beta are read (and
+ * converted to f32 into the shared scratch) at every call: weights may change in place
+ * between steps. */
+struct rows_plan {
+    struct tr_cpu_prepared hdr;
+    int kind; /* 0 softmax, 1 layer norm */
+    int dt, gdt, bdt;
+    const char *x;
+    char *out;
+    const void *g, *b; /* NULL: 1 and 0 */
+    int64_t D, rows, n;
+    float eps;
+};
+
+static size_t rows_shared(const struct rows_plan *pl) {
+    return pl->kind ? sizeof(float) * (size_t)(2 * pl->D) : 0;
+}
+
+static size_t rows_per_thread(const struct rows_plan *pl) { return sizeof(float) * (size_t)pl->D; }
+
+/* Rows split among threads, each with a D-float slice of the context's scratch. */
+static void rows_compute(struct tr_kernels *k, const struct rows_plan *pl) {
+    const int64_t D = pl->D, rows = pl->rows;
+    if (pl->n == 0 || D == 0) return;
+    float *g = NULL, *b = NULL;
+    if (pl->kind) {
+        g = tr_cpu_scratch_shared(k);
+        b = g + D;
+        for (int64_t i = 0; i < D; i++) {
+            g[i] = pl->g ? tr_cpu_get_f32(pl->g, pl->gdt, i) : 1.0f;
+            b[i] = pl->b ? tr_cpu_get_f32(pl->b, pl->bdt, i) : 0.0f;
         }
+    }
+    const int64_t per = rows < 16 ? 1 : 4; /* rows per work item */
+    const int64_t items = (rows + per - 1) / per;
+    const int kind = pl->kind, dt = pl->dt;
+    const char *px = pl->x;
+    char *po = pl->out;
+    const float eps = pl->eps;
+#pragma omp parallel num_threads(tr_cpu_threads(k)) if (pl->n > TR_CPU_PAR_MIN && rows > 1)
+    {
+        float *buf = tr_cpu_scratch_thread(k, tr_cpu_thread_num());
 #pragma omp for schedule(static)
         for (int64_t it = 0; it < items; it++) {
-            if (!buf) continue;
             int64_t r0 = it * per, r1 = r0 + per < rows ? r0 + per : rows;
             if (kind == 0) softmax_rows(dt, px, po, D, r0, r1, buf);
             else layer_norm_rows(dt, px, po, D, r0, r1, g, b, eps, buf);
         }
-        free(buf);
     }
-    if (failed) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for a row buffer of %lld floats", kname, (long long)D);
+}
+
+static int rows_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    (void)err;
+    k->stats.calls++;
+    rows_compute(k, c->prepared);
     return TR_OK;
 }
 
-int tr_k_softmax(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
-    int st = tr_cpu_check_ctx(k, "softmax", err);
-    if (!st) st = tr_cpu_check_float(x, "softmax", "x", err);
+static int softmax_check(const struct tr_tensor *x, const struct tr_tensor *out, struct rows_plan *pl,
+                         struct tr_error *err) {
+    int st = tr_cpu_check_float(x, "softmax", "x", err);
     if (!st) st = tr_cpu_check_float(out, "softmax", "out", err);
     if (st) return st;
     char d1[200], d2[200];
     if (x->dtype != out->dtype || !tr_cpu_same_shape(x, out))
         return tr_error_set(err, TR_ERR_SHAPE, "softmax: x %s and out %s should have the same shape and dtype",
                             tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
-    return run_rows(0, x, out, NULL, NULL, 0.0f, "softmax", err);
+    memset(pl, 0, sizeof *pl);
+    pl->kind = 0;
+    pl->dt = x->dtype;
+    pl->x = x->data;
+    pl->out = out->data;
+    pl->D = x->ndim ? x->shape[x->ndim - 1] : 1;
+    pl->n = tr_tensor_numel(x);
+    pl->rows = pl->D ? pl->n / pl->D : 0;
+    return TR_OK;
 }
 
-int tr_k_layer_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *gamma,
-                    const struct tr_tensor *beta, float eps, struct tr_tensor *out, struct tr_error *err) {
-    int st = tr_cpu_check_ctx(k, "layer_norm", err);
-    if (!st) st = tr_cpu_check_float(x, "layer_norm", "x", err);
+static int layer_norm_check(const struct tr_tensor *x, const struct tr_tensor *gamma, const struct tr_tensor *beta,
+                            float eps, const struct tr_tensor *out, struct rows_plan *pl, struct tr_error *err) {
+    int st = tr_cpu_check_float(x, "layer_norm", "x", err);
     if (!st) st = tr_cpu_check_float(out, "layer_norm", "out", err);
     if (!st && gamma) st = tr_cpu_check_float(gamma, "layer_norm", "gamma", err);
     if (!st && beta) st = tr_cpu_check_float(beta, "layer_norm", "beta", err);
@@ -117,13 +151,61 @@ int tr_k_layer_norm(struct tr_kernels *k, const struct tr_tensor *x, const struc
                                 i ? "beta" : "gamma", tr_cpu_desc(t, d1, sizeof d1), (long long)D,
                                 tr_dtype_name((enum tr_dtype)x->dtype), tr_cpu_desc(x, d2, sizeof d2));
     }
-    float *gbuf = malloc(sizeof(float) * (size_t)(2 * D + 1));
-    if (!gbuf) return tr_error_set(err, TR_ERR_NOMEM, "layer_norm: no memory for gamma/beta (D=%lld)", (long long)D);
-    for (int64_t i = 0; i < D; i++) {
-        gbuf[i] = gamma ? tr_cpu_get_f32(gamma->data, gamma->dtype, i) : 1.0f;
-        gbuf[D + i] = beta ? tr_cpu_get_f32(beta->data, beta->dtype, i) : 0.0f;
-    }
-    st = run_rows(1, x, out, gbuf, gbuf + D, eps, "layer_norm", err);
-    free(gbuf);
-    return st;
+    memset(pl, 0, sizeof *pl);
+    pl->kind = 1;
+    pl->dt = x->dtype;
+    pl->x = x->data;
+    pl->out = out->data;
+    pl->g = gamma ? gamma->data : NULL;
+    pl->gdt = gamma ? gamma->dtype : 0;
+    pl->b = beta ? beta->data : NULL;
+    pl->bdt = beta ? beta->dtype : 0;
+    pl->D = D;
+    pl->n = tr_tensor_numel(x);
+    pl->rows = D ? pl->n / D : 0;
+    pl->eps = eps;
+    return TR_OK;
+}
+
+static int rows_run(struct tr_kernels *k, const struct rows_plan *pl, const char *kname, struct tr_error *err) {
+    int st = tr_cpu_scratch_reserve(k, rows_shared(pl), rows_per_thread(pl), kname, err);
+    if (st) return st;
+    rows_compute(k, pl);
+    return TR_OK;
+}
+
+static int rows_keep(struct tr_kernels *k, struct tr_kernel_call *c, const struct rows_plan *pl, const char *kname,
+                     struct tr_error *err) {
+    int st = tr_cpu_scratch_reserve(k, rows_shared(pl), rows_per_thread(pl), kname, err);
+    if (st) return st;
+    return tr_cpu_keep_plan(c, pl, sizeof *pl, rows_call, kname, err);
+}
+
+int tr_k_softmax(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
+    struct rows_plan pl;
+    int st = tr_cpu_check_ctx(k, "softmax", err);
+    if (!st) st = softmax_check(x, out, &pl, err);
+    return st ? st : rows_run(k, &pl, "softmax", err);
+}
+
+int tr_k_layer_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *gamma,
+                    const struct tr_tensor *beta, float eps, struct tr_tensor *out, struct tr_error *err) {
+    struct rows_plan pl;
+    int st = tr_cpu_check_ctx(k, "layer_norm", err);
+    if (!st) st = layer_norm_check(x, gamma, beta, eps, out, &pl, err);
+    return st ? st : rows_run(k, &pl, "layer_norm", err);
+}
+
+int tr_cpu_softmax_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    struct rows_plan pl;
+    int st = tr_cpu_check_ctx_bind(k, "softmax", err);
+    if (!st) st = softmax_check(&c->in[0], &c->out, &pl, err);
+    return st ? st : rows_keep(k, c, &pl, "softmax", err);
+}
+
+int tr_cpu_layer_norm_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    struct rows_plan pl;
+    int st = tr_cpu_check_ctx_bind(k, "layer_norm", err);
+    if (!st) st = layer_norm_check(&c->in[0], &c->in[1], &c->in[2], c->attrs.floats[0], &c->out, &pl, err);
+    return st ? st : rows_keep(k, c, &pl, "layer_norm", err);
 }

@@ -176,6 +176,74 @@ int tr_k_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct tr_t
                                   const struct tr_tensor *beta, float eps, struct tr_tensor *out,
                                   struct tr_error *err);
 
+/* ---- bound calls that are not one graph op: a GEMM with its epilogue, the fused kernels ----
+ * As tr_kernels_bind: every check the matching tr_k_* function makes, with its messages,
+ * made once; what the call needs prepared (a GEMM's oneDNN primitive with its post-ops,
+ * the context's scratch grown for the shapes); then tr_kernels_call runs the kernel with
+ * no checks and no allocation, and tr_kernels_unbind releases it. The tensors' memory
+ * must stay where it was bound; the data may change between calls (weights updated in
+ * place, new ids: ids are data and are still checked by every call). The call's op is
+ * TR_OP_MATMUL for a GEMM (in: a, b and the bias if any; attrs: ints[0..1] the
+ * transposes, floats[0] alpha) and -1 for a fused kernel (in: as many of its inputs as
+ * fit, for reports only). */
+int tr_kernels_bind_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr_tensor *b,
+                           const struct tr_tensor *c, int trans_a, int trans_b, float alpha,
+                           const struct tr_tensor *bias, enum tr_act act, struct tr_kernel_call *call,
+                           struct tr_error *err);
+int tr_kernels_bind_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tensor *x,
+                                             const struct tr_tensor *bias, const struct tr_tensor *residual,
+                                             const struct tr_tensor *gamma, const struct tr_tensor *beta, float eps,
+                                             const struct tr_tensor *out, struct tr_kernel_call *call,
+                                             struct tr_error *err);
+int tr_kernels_bind_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, float scale,
+                                       const struct tr_tensor *mask, const struct tr_tensor *out,
+                                       struct tr_kernel_call *call, struct tr_error *err);
+int tr_kernels_bind_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct tr_tensor *tables,
+                                             const struct tr_tensor *ids, const struct tr_tensor *gamma,
+                                             const struct tr_tensor *beta, float eps, const struct tr_tensor *out,
+                                             struct tr_kernel_call *call, struct tr_error *err);
+
+/* ---- training kernels (grad.c, loss.c): the ops ops.h lists under "Training" ----
+ * Float inputs f32, bf16, f16 or f64, computed in f64 (rounded once on store); the
+ * arguments are the ops' attributes, read as ops.h says. */
+/* dx = dy · f'(x) for the unary op `op` (GELU: approximate 0/1; SCALE: alpha). */
+int tr_k_unary_grad(struct tr_kernels *k, int op, int approximate, float alpha, const struct tr_tensor *x,
+                    const struct tr_tensor *dy, struct tr_tensor *dx, struct tr_error *err);
+/* dx = y·(dy − Σ dy·y) over the last axis, y the softmax's output. */
+int tr_k_softmax_grad(struct tr_kernels *k, const struct tr_tensor *y, const struct tr_tensor *dy,
+                      struct tr_tensor *dx, struct tr_error *err);
+/* dx of layer norm over the last axis D; gamma (D, x's dtype or f32) may be NULL (ones). */
+int tr_k_layer_norm_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *gamma,
+                         const struct tr_tensor *dy, float eps, struct tr_tensor *dx, struct tr_error *err);
+/* dgamma (D, x's dtype or f32) = Σ over rows of dy·x̂; deterministic (parallel over columns). */
+int tr_k_layer_norm_grad_gamma(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *dy,
+                               float eps, struct tr_tensor *dgamma, struct tr_error *err);
+/* dtable (V,D) = rows of dy (ids' shape + D) added at their ids, zeros elsewhere; ids checked. */
+int tr_k_embedding_grad(struct tr_kernels *k, const struct tr_tensor *ids, const struct tr_tensor *dy,
+                        struct tr_tensor *dtable, struct tr_error *err);
+/* dq, dk or dv (which 0, 1, 2) of tr_k_attention, recomputed block by block (no (Tq,Tk) matrix). */
+int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                        const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
+                        float scale, int causal, int window, int which, struct tr_tensor *out, struct tr_error *err);
+/* out = x broadcast to out's shape (numpy rules); any dtype. */
+int tr_k_broadcast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err);
+/* dx = dy routed to the first maximum of x along axis (dy with the axis removed or kept as 1). */
+int tr_k_max_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *dy, int axis, int keepdims,
+                  struct tr_tensor *dx, struct tr_error *err);
+/* dx = zeros with dy placed at start, start+step, ... along axis (dx's extent there is the full one). */
+int tr_k_slice_grad(struct tr_kernels *k, const struct tr_tensor *dy, int axis, int64_t start, int64_t step,
+                    struct tr_tensor *dx, struct tr_error *err);
+/* out (0-d f32; f64 for f64 logits) = mean over labels not ignored of −log softmax(logits)[label]; all ignored: 0. */
+int tr_k_cross_entropy(struct tr_kernels *k, const struct tr_tensor *logits, const struct tr_tensor *labels,
+                       int has_ignore, int64_t ignore_index, struct tr_tensor *out, struct tr_error *err);
+/* dlogits = dloss/valid·(softmax − onehot) on rows not ignored, 0 elsewhere; dloss one element of any float dtype. */
+int tr_k_cross_entropy_grad(struct tr_kernels *k, const struct tr_tensor *logits, const struct tr_tensor *labels,
+                            int has_ignore, int64_t ignore_index, const struct tr_tensor *dloss,
+                            struct tr_tensor *dlogits, struct tr_error *err);
+/* out (0-d f32; f64 for f64 inputs) = mean of (pred − target)². */
+int tr_k_mse(struct tr_kernels *k, const struct tr_tensor *pred, const struct tr_tensor *target, struct tr_tensor *out,
+             struct tr_error *err);
+
 #ifdef __cplusplus
 }
 #endif

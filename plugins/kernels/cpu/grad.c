@@ -1,0 +1,874 @@
+/* Kernels of the training ops of ops.h (UNARY_GRAD ... SLICE_GRAD): the vector–Jacobian
+ * products reverse-mode autodiff emits, and the layout ops it needs (broadcast).
+ *
+ * Every kernel computes in f64 whatever the storage dtype (f32, bf16, f16 or f64): one
+ * code path, exact enough for the f64 gradient checks of the autodiff work, and never
+ * less than the f32 accumulation kernels.h promises; f32/bf16/f16 are rounded to nearest
+ * even once, on store. Sums that gather many inputs into one output (dgamma over rows,
+ * the embedding over ids, dk/dv over queries and query heads) are partitioned by output
+ * element, never by input: no two threads add into one place, and the result does not
+ * depend on the thread count. */
+#include <stdlib.h>
+#include "grad_internal.h"
+
+#define CH TR_CPU_CHUNK
+
+/* Short names for the helpers of grad_internal.h. */
+#define load_f64 tr_grad_load
+#define store_f64 tr_grad_store
+#define get_f64 tr_grad_get
+#define check_real tr_grad_check_real
+
+static inline size_t esize(int dt) { return tr_dtype_size((enum tr_dtype)dt); }
+
+/* a and b: same shape and dtype. */
+static int check_like(const char *kname, const struct tr_tensor *a, const char *an, const struct tr_tensor *b,
+                      const char *bn, struct tr_error *err) {
+    if (a->dtype == b->dtype && tr_cpu_same_shape(a, b)) return TR_OK;
+    char d1[200], d2[200];
+    return tr_error_set(err, TR_ERR_SHAPE, "%s: %s %s and %s %s should have the same shape and dtype", kname, an,
+                        tr_cpu_desc(a, d1, sizeof d1), bn, tr_cpu_desc(b, d2, sizeof d2));
+}
+
+/* One row buffer of n doubles per thread, freed at the end of the region; NULL on no memory. */
+static double *row_buf(int64_t n) { return malloc((size_t)(n > 0 ? n : 1) * sizeof(double)); }
+
+/* ---- unary_grad: dx = dy · f'(x) ---- */
+
+static double dgelu_erf(double x) { /* Φ(x) + x·φ(x) */
+    return 0.5 * erfc(-x * 0.70710678118654752440) + x * tr_grad_exp(-0.5 * x * x) * 0.39894228040143267794;
+}
+
+static double dgelu_tanh(double x) { /* d/dx x/2·(1+tanh u), u = c(x + 0.044715x³) */
+    const double c = 0.79788456080286535588, a = 0.044715;
+    double t = tanh(c * (x + a * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * c * (1.0 + 3.0 * a * x * x);
+}
+
+static void unary_grad_block(int op, int approx, double alpha, const double *x, double *g, int64_t m) {
+    for (int64_t i = 0; i < m; i++) {
+        double v = x[i], d;
+        switch (op) {
+        case TR_OP_GELU: d = approx ? dgelu_tanh(v) : dgelu_erf(v); break;
+        case TR_OP_TANH: d = tanh(v), d = 1.0 - d * d; break;
+        case TR_OP_RELU: d = v > 0.0 ? 1.0 : 0.0; break;
+        case TR_OP_SILU: d = 1.0 / (1.0 + tr_grad_exp(-v)), d = d * (1.0 + v * (1.0 - d)); break;
+        case TR_OP_SIGMOID: d = 1.0 / (1.0 + tr_grad_exp(-v)), d = d * (1.0 - d); break;
+        case TR_OP_EXP: d = tr_grad_exp(v); break;
+        case TR_OP_NEG: d = -1.0; break;
+        case TR_OP_SQRT: d = 0.5 / sqrt(v); break;
+        case TR_OP_RSQRT: d = -0.5 / (v * sqrt(v)); break;
+        default: d = alpha; break; /* SCALE */
+        }
+        g[i] *= d;
+    }
+}
+
+int tr_k_unary_grad(struct tr_kernels *k, int op, int approximate, float alpha, const struct tr_tensor *x,
+                    const struct tr_tensor *dy, struct tr_tensor *dx, struct tr_error *err) {
+    const char *kn = "unary_grad";
+    int st = tr_cpu_check_ctx(k, kn, err);
+    if (st) return st;
+    if (!tr_op_is_elementwise_unary(op))
+        return tr_error_set(err, TR_ERR_INVALID, "unary_grad: ints[0]=%d (%s) is not one of gelu tanh relu silu sigmoid "
+                            "exp neg sqrt rsqrt scale", op, tr_op_name(op));
+    if (op == TR_OP_GELU && approximate != 0 && approximate != 1)
+        return tr_error_set(err, TR_ERR_INVALID, "unary_grad: gelu's ints[1]=%d (0: erf form, 1: tanh approximation)",
+                            approximate);
+    if (!(st = check_real(x, kn, "x", err)) && !(st = check_real(dy, kn, "dy", err)) &&
+        !(st = check_real(dx, kn, "dx", err)) && !(st = check_like(kn, x, "x", dy, "dy", err)))
+        st = check_like(kn, x, "x", dx, "dx", err);
+    if (st) return st;
+    int64_t n = tr_tensor_numel(x);
+    size_t es = esize(x->dtype);
+    int dt = x->dtype;
+    const char *px = x->data, *pg = dy->data;
+    char *po = dx->data;
+#pragma omp parallel for schedule(static) if (n > TR_CPU_PAR_MIN)
+    for (int64_t i = 0; i < n; i += CH) {
+        double xb[CH], gb[CH];
+        int64_t len = n - i < CH ? n - i : CH;
+        load_f64(xb, px + i * (int64_t)es, dt, len);
+        load_f64(gb, pg + i * (int64_t)es, dt, len);
+        unary_grad_block(op, approximate, alpha, xb, gb, len);
+        store_f64(po + i * (int64_t)es, dt, gb, len);
+    }
+    return TR_OK;
+}
+
+/* ---- softmax_grad: dx = y·(dy − Σ dy·y) per row ---- */
+
+int tr_k_softmax_grad(struct tr_kernels *k, const struct tr_tensor *y, const struct tr_tensor *dy,
+                      struct tr_tensor *dx, struct tr_error *err) {
+    const char *kn = "softmax_grad";
+    int st = tr_cpu_check_ctx(k, kn, err);
+    if (!st) st = check_real(y, kn, "y", err);
+    if (!st) st = check_real(dy, kn, "dy", err);
+    if (!st) st = check_real(dx, kn, "dx", err);
+    if (!st) st = check_like(kn, y, "y", dy, "dy", err);
+    if (!st) st = check_like(kn, y, "y", dx, "dx", err);
+    if (st) return st;
+    int64_t D = y->ndim ? y->shape[y->ndim - 1] : 1, n = tr_tensor_numel(y);
+    if (n == 0 || D == 0) return TR_OK;
+    int64_t rows = n / D;
+    size_t es = esize(y->dtype);
+    int dt = y->dtype, failed = 0;
+    const char *py = y->data, *pg = dy->data;
+    char *po = dx->data;
+#pragma omp parallel if (n > TR_CPU_PAR_MIN && rows > 1)
+    {
+        double *yb = row_buf(2 * D), *gb = yb ? yb + D : NULL;
+        if (!yb) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!yb) continue;
+            load_f64(yb, py + r * D * (int64_t)es, dt, D);
+            load_f64(gb, pg + r * D * (int64_t)es, dt, D);
+            double s = 0.0;
+            for (int64_t i = 0; i < D; i++) s += yb[i] * gb[i];
+            for (int64_t i = 0; i < D; i++) gb[i] = yb[i] * (gb[i] - s);
+            store_f64(po + r * D * (int64_t)es, dt, gb, D);
+        }
+        free(yb);
+    }
+    if (failed) return tr_error_set(err, TR_ERR_NOMEM, "softmax_grad: no memory for row buffers (D=%lld)", (long long)D);
+    return TR_OK;
+}
+
+/* ---- layer norm backward ---- */
+
+/* mean and 1/sqrt(var + eps) of a row, biased variance as the forward. */
+static void row_stats(const double *x, int64_t D, double eps, double *mean, double *rstd) {
+    double s = 0.0, v = 0.0;
+    for (int64_t i = 0; i < D; i++) s += x[i];
+    double mu = s / (double)D;
+    for (int64_t i = 0; i < D; i++) v += (x[i] - mu) * (x[i] - mu);
+    *mean = mu;
+    *rstd = 1.0 / sqrt(v / (double)D + eps);
+}
+
+static int check_ln(const char *kn, const struct tr_tensor *x, const struct tr_tensor *dy, float eps,
+                    struct tr_error *err) {
+    int st = check_real(x, kn, "x", err);
+    if (!st) st = check_real(dy, kn, "dy", err);
+    if (!st) st = check_like(kn, x, "x", dy, "dy", err);
+    if (st) return st;
+    if (x->ndim < 1) return tr_error_set(err, TR_ERR_SHAPE, "%s: x is 0-d (layer norm works on the last axis)", kn);
+    if (!(eps >= 0.0f) || !isfinite(eps))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: eps %g should be finite and >= 0", kn, (double)eps);
+    return TR_OK;
+}
+
+/* A (D) vector of x's dtype or f32, as the forward's gamma. */
+static int check_vec(const char *kn, const char *what, const struct tr_tensor *t, const struct tr_tensor *x,
+                     struct tr_error *err) {
+    int st = check_real(t, kn, what, err);
+    if (st) return st;
+    int64_t D = x->shape[x->ndim - 1];
+    if (tr_tensor_numel(t) != D || (t->ndim && t->shape[t->ndim - 1] != D) ||
+        (t->dtype != x->dtype && t->dtype != TR_DTYPE_F32)) {
+        char d1[200], d2[200];
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: %s %s should be [%lld] of %s or f32 (x is %s)", kn, what,
+                            tr_cpu_desc(t, d1, sizeof d1), (long long)D, tr_dtype_name((enum tr_dtype)x->dtype),
+                            tr_cpu_desc(x, d2, sizeof d2));
+    }
+    return TR_OK;
+}
+
+/* dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), g = dy·gamma, x̂ = (x − mean)·rstd. */
+int tr_k_layer_norm_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *gamma,
+                         const struct tr_tensor *dy, float eps, struct tr_tensor *dx, struct tr_error *err) {
+    const char *kn = "layer_norm_grad";
+    int st = tr_cpu_check_ctx(k, kn, err);
+    if (!st) st = check_ln(kn, x, dy, eps, err);
+    if (!st) st = check_real(dx, kn, "dx", err);
+    if (!st) st = check_like(kn, x, "x", dx, "dx", err);
+    if (!st && gamma) st = check_vec(kn, "gamma", gamma, x, err);
+    if (st) return st;
+    int64_t D = x->shape[x->ndim - 1], n = tr_tensor_numel(x);
+    if (n == 0 || D == 0) return TR_OK;
+    int64_t rows = n / D;
+    double *gam = row_buf(D);
+    if (!gam) return tr_error_set(err, TR_ERR_NOMEM, "layer_norm_grad: no memory for gamma (D=%lld)", (long long)D);
+    for (int64_t i = 0; i < D; i++) gam[i] = gamma ? get_f64(gamma->data, gamma->dtype, i) : 1.0;
+    size_t es = esize(x->dtype);
+    int dt = x->dtype, failed = 0;
+    const char *px = x->data, *pg = dy->data;
+    char *po = dx->data;
+#pragma omp parallel if (n > TR_CPU_PAR_MIN && rows > 1)
+    {
+        double *xb = row_buf(2 * D), *gb = xb ? xb + D : NULL;
+        if (!xb) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!xb) continue;
+            load_f64(xb, px + r * D * (int64_t)es, dt, D);
+            load_f64(gb, pg + r * D * (int64_t)es, dt, D);
+            double mu, rs, mg = 0.0, mgx = 0.0;
+            row_stats(xb, D, eps, &mu, &rs);
+            for (int64_t i = 0; i < D; i++) {
+                xb[i] = (xb[i] - mu) * rs;
+                gb[i] *= gam[i];
+                mg += gb[i];
+                mgx += gb[i] * xb[i];
+            }
+            mg /= (double)D;
+            mgx /= (double)D;
+            for (int64_t i = 0; i < D; i++) gb[i] = rs * (gb[i] - mg - xb[i] * mgx);
+            store_f64(po + r * D * (int64_t)es, dt, gb, D);
+        }
+        free(xb);
+    }
+    free(gam);
+    if (failed)
+        return tr_error_set(err, TR_ERR_NOMEM, "layer_norm_grad: no memory for row buffers (D=%lld)", (long long)D);
+    return TR_OK;
+}
+
+#define LN_COLS 64 /* dgamma columns per work item */
+
+/* dgamma = Σ over rows of dy·x̂: row statistics first (parallel over rows), then the sum
+ * over rows in blocks of columns (parallel over columns, so each column is one thread's
+ * ordered sum). */
+int tr_k_layer_norm_grad_gamma(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *dy, float eps,
+                               struct tr_tensor *dgamma, struct tr_error *err) {
+    const char *kn = "layer_norm_grad_gamma";
+    int st = tr_cpu_check_ctx(k, kn, err);
+    if (!st) st = check_ln(kn, x, dy, eps, err);
+    if (!st) st = check_vec(kn, "dgamma", dgamma, x, err);
+    if (st) return st;
+    int64_t D = x->shape[x->ndim - 1], n = tr_tensor_numel(x);
+    if (D == 0) return TR_OK;
+    int64_t rows = n / D;
+    double *stats = row_buf(2 * rows);
+    if (!stats)
+        return tr_error_set(err, TR_ERR_NOMEM, "layer_norm_grad_gamma: no memory for %lld row statistics", (long long)rows);
+    size_t es = esize(x->dtype);
+    int dt = x->dtype, failed = 0;
+    const char *px = x->data, *pg = dy->data;
+#pragma omp parallel if (n > TR_CPU_PAR_MIN && rows > 1)
+    {
+        double *xb = row_buf(D);
+        if (!xb) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!xb) continue;
+            load_f64(xb, px + r * D * (int64_t)es, dt, D);
+            row_stats(xb, D, eps, &stats[2 * r], &stats[2 * r + 1]);
+        }
+        free(xb);
+    }
+    if (failed) {
+        free(stats);
+        return tr_error_set(err, TR_ERR_NOMEM, "layer_norm_grad_gamma: no memory for row buffers (D=%lld)", (long long)D);
+    }
+    int64_t items = (D + LN_COLS - 1) / LN_COLS;
+    char *po = dgamma->data;
+    int odt = dgamma->dtype;
+    size_t oes = esize(odt);
+#pragma omp parallel for schedule(static) if (n > TR_CPU_PAR_MIN && items > 1)
+    for (int64_t it = 0; it < items; it++) {
+        int64_t c0 = it * LN_COLS, len = D - c0 < LN_COLS ? D - c0 : LN_COLS;
+        double acc[LN_COLS] = {0}, xb[LN_COLS], gb[LN_COLS];
+        for (int64_t r = 0; r < rows; r++) {
+            load_f64(xb, px + (r * D + c0) * (int64_t)es, dt, len);
+            load_f64(gb, pg + (r * D + c0) * (int64_t)es, dt, len);
+            const double mu = stats[2 * r], rs = stats[2 * r + 1];
+            for (int64_t c = 0; c < len; c++) acc[c] += gb[c] * (xb[c] - mu) * rs;
+        }
+        store_f64(po + c0 * (int64_t)oes, odt, acc, len);
+    }
+    free(stats);
+    return TR_OK;
+}
+
+/* ---- embedding_grad: dtable[v] = Σ over positions p with ids[p] = v of dy[p] ----
+ * The positions are grouped by id with a counting sort (stable, so each row adds its dy
+ * rows in position order), then table rows are the parallel work items. */
+
+static int read_ids(const struct tr_tensor *ids, int64_t V, const char *kn, int64_t *out, struct tr_error *err) {
+    int64_t n = tr_tensor_numel(ids);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = ids->dtype == TR_DTYPE_I64 ? ((const int64_t *)ids->data)[i] : ((const int32_t *)ids->data)[i];
+        if (id < 0 || id >= V)
+            return tr_error_set(err, TR_ERR_INVALID, "%s: ids[%lld] = %lld is outside [0, %lld)", kn, (long long)i,
+                                (long long)id, (long long)V);
+        if (out) out[i] = id;
+    }
+    return TR_OK;
+}
+
+int tr_k_embedding_grad(struct tr_kernels *k, const struct tr_tensor *ids, const struct tr_tensor *dy,
+                        struct tr_tensor *dtable, struct tr_error *err) {
+    const char *kn = "embedding_grad";
+    int st = tr_cpu_check_ctx(k, kn, err);
+    if (!st) st = tr_cpu_check_tensor(ids, kn, "ids", err);
+    if (!st) st = check_real(dy, kn, "dy", err);
+    if (!st) st = check_real(dtable, kn, "dtable", err);
+    if (st) return st;
+    char d1[200], d2[200], d3[200];
+    if (ids->dtype != TR_DTYPE_I32 && ids->dtype != TR_DTYPE_I64)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: ids %s should be i32 or i64", kn, tr_cpu_desc(ids, d1, sizeof d1));
+    int ok = dtable->ndim == 2 && dtable->dtype == dy->dtype && dy->ndim == ids->ndim + 1 &&
+             dy->shape[ids->ndim] == dtable->shape[1];
+    for (int i = 0; ok && i < ids->ndim; i++) ok = dy->shape[i] == ids->shape[i];
+    if (!ok)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: dy %s should be ids' shape %s plus (D), and dtable %s (V,D) of dy's dtype",
+                            kn, tr_cpu_desc(dy, d1, sizeof d1), tr_cpu_desc(ids, d2, sizeof d2),
+                            tr_cpu_desc(dtable, d3, sizeof d3));
+    int64_t V = dtable->shape[0], D = dtable->shape[1], n = tr_tensor_numel(ids);
+    if (V == 0 || D == 0) return read_ids(ids, V, kn, NULL, err);
+    int64_t *id = malloc(sizeof(int64_t) * (size_t)(2 * n + V + 1));
+    if (!id) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory to sort %lld ids", kn, (long long)n);
+    int64_t *order = id + n, *start = order + n;
+    if ((st = read_ids(ids, V, kn, id, err)) != TR_OK) {
+        free(id);
+        return st;
+    }
+    memset(start, 0, sizeof(int64_t) * (size_t)(V + 1));
+    for (int64_t i = 0; i < n; i++) start[id[i] + 1]++;
+    for (int64_t v = 0; v < V; v++) start[v + 1] += start[v];
+    for (int64_t i = 0; i < n; i++) order[start[id[i]]++] = i; /* start[v] now ends row v */
+    for (int64_t v = V; v > 0; v--) start[v] = start[v - 1];
+    start[0] = 0;
+    size_t es = esize(dy->dtype);
+    int dt = dy->dtype, failed = 0;
+    const char *pg = dy->data;
+    char *po = dtable->data;
+#pragma omp parallel if (V * D > TR_CPU_PAR_MIN)
+    {
+        double *acc = row_buf(2 * D), *rb = acc ? acc + D : NULL;
+        if (!acc) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int64_t v = 0; v < V; v++) {
+            if (!acc) continue;
+            char *orow = po + v * D * (int64_t)es;
+            if (start[v] == start[v + 1]) {
+                memset(orow, 0, (size_t)D * es); /* all-zero bits are 0.0 in every float dtype */
+                continue;
+            }
+            for (int64_t c = 0; c < D; c++) acc[c] = 0.0;
+            for (int64_t p = start[v]; p < start[v + 1]; p++) {
+                load_f64(rb, pg + order[p] * D * (int64_t)es, dt, D);
+                for (int64_t c = 0; c < D; c++) acc[c] += rb[c];
+            }
+            store_f64(orow, dt, acc, D);
+        }
+        free(acc);
+    }
+    free(id);
+    if (failed) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for row buffers (D=%lld)", kn, (long long)D);
+    return TR_OK;
+}
+
+/* ---- broadcast: numpy rules, any dtype ---- */
+
+int tr_k_broadcast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
+    const char *kn = "broadcast";
+    int st = tr_cpu_check_ctx(k, kn, err);
+    if (!st) st = tr_cpu_check_tensor(x, kn, "x", err);
+    if (!st) st = tr_cpu_check_tensor(out, kn, "out", err);
+    if (st) return st;
+    char d1[200], d2[200];
+    int nd = out->ndim, ok = x->dtype == out->dtype && x->ndim <= nd;
+    int64_t xs[TR_MAX_DIMS], s = 1;
+    for (int i = nd - 1; ok && i >= 0; i--) {
+        int xi = i - (nd - x->ndim);
+        int64_t e = xi >= 0 ? x->shape[xi] : 1;
+        if (e != 1 && e != out->shape[i]) ok = 0;
+        xs[i] = e == 1 ? 0 : s;
+        s *= e;
+    }
+    if (!ok)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s does not broadcast to out %s (numpy rules, same dtype)", kn,
+                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
+    int64_t n = tr_tensor_numel(out);
+    if (n == 0) return TR_OK;
+    int64_t L = nd ? out->shape[nd - 1] : 1, rows = n / L, ls = nd ? xs[nd - 1] : 0;
+    size_t es = esize(x->dtype);
+    const char *px = x->data;
+    char *po = out->data;
+#pragma omp parallel for schedule(static) if (n > TR_CPU_PAR_MIN && rows > 1)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off = 0, rem = r;
+        for (int d = nd - 2; d >= 0; d--) {
+            off += (rem % out->shape[d]) * xs[d];
+            rem /= out->shape[d];
+        }
+        char *o = po + r * L * (int64_t)es;
+        const char *src = px + off * (int64_t)es;
+        if (ls) {
+            memcpy(o, src, (size_t)L * es);
+        } else {
+            for (int64_t i = 0; i < L; i++) memcpy(o + i * (int64_t)es, src, es);
+        }
+    }
+    return TR_OK;
+}
+
+/* ---- max_grad: dy routed to the first maximum along the axis ---- */
+
+int tr_k_max_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *dy, int axis, int keepdims,
+                  struct tr_tensor *dx, struct tr_error *err) {
+    const char *kn = "max_grad";
+    int st = tr_cpu_check_ctx(k, kn, err);
+    if (!st) st = check_real(x, kn, "x", err);
+    if (!st) st = check_real(dy, kn, "dy", err);
+    if (!st) st = check_real(dx, kn, "dx", err);
+    if (!st) st = check_like(kn, x, "x", dx, "dx", err);
+    if (st) return st;
+    char d1[200], d2[200];
+    int ax = tr_cpu_axis(axis, x->ndim);
+    if (ax < 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: axis %d out of range for x %s", kn, axis, tr_cpu_desc(x, d1, sizeof d1));
+    int keep = keepdims != 0, ok = dy->dtype == x->dtype && dy->ndim == x->ndim - (keep ? 0 : 1);
+    for (int i = 0, j = 0; ok && i < x->ndim; i++) {
+        if (i == ax) {
+            if (keep && dy->shape[j++] != 1) ok = 0;
+            continue;
+        }
+        if (dy->shape[j++] != x->shape[i]) ok = 0;
+    }
+    if (!ok)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: dy %s should be x %s reduced over axis %d with keepdims %d, same dtype",
+                            kn, tr_cpu_desc(dy, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2), ax, keep);
+    int64_t outer = tr_shape_numel(ax, x->shape), R = x->shape[ax];
+    int64_t inner = tr_shape_numel(x->ndim - ax - 1, x->shape + ax + 1);
+    if (outer * R * inner == 0) return TR_OK;
+    size_t es = esize(x->dtype);
+    int dt = x->dtype;
+    const char *px = x->data, *pg = dy->data;
+    char *po = dx->data;
+#pragma omp parallel for schedule(static) if (outer * R * inner > TR_CPU_PAR_MIN && outer > 1)
+    for (int64_t o = 0; o < outer; o++) {
+        const int64_t base = o * R * inner;
+        memset(po + base * (int64_t)es, 0, (size_t)(R * inner) * es);
+        for (int64_t c = 0; c < inner; c++) {
+            double best = get_f64(px, dt, base + c);
+            int64_t arg = 0;
+            for (int64_t r = 1; r < R; r++) {
+                double v = get_f64(px, dt, base + r * inner + c);
+                if (v > best || (best != best && v == v)) best = v, arg = r; /* NaN is never the max, as in MAX */
+            }
+            memcpy(po + (base + arg * inner + c) * (int64_t)es, pg + (o * inner + c) * (int64_t)es, es);
+        }
+    }
+    return TR_OK;
+}
+
+/* ---- slice_grad: zeros, with dy placed at start, start+step, ... along the axis ---- */
+
+int tr_k_slice_grad(struct tr_kernels *k, const struct tr_tensor *dy, int axis, int64_t start, int64_t step,
+                    struct tr_tensor *dx, struct tr_error *err) {
+    const char *kn = "slice_grad";
+    int st = tr_cpu_check_ctx(k, kn, err);
+    if (!st) st = tr_cpu_check_tensor(dy, kn, "dy", err);
+    if (!st) st = tr_cpu_check_tensor(dx, kn, "dx", err);
+    if (st) return st;
+    char d1[200], d2[200];
+    int ax = tr_cpu_axis(axis, dx->ndim);
+    if (ax < 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: axis %d out of range for dx %s", kn, axis, tr_cpu_desc(dx, d1, sizeof d1));
+    int ok = dy->dtype == dx->dtype && dy->ndim == dx->ndim;
+    for (int i = 0; ok && i < dx->ndim; i++) ok = i == ax || dy->shape[i] == dx->shape[i];
+    if (!ok)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: dy %s and dx %s should differ only on axis %d (same dtype)", kn,
+                            tr_cpu_desc(dy, d1, sizeof d1), tr_cpu_desc(dx, d2, sizeof d2), ax);
+    int64_t cnt = dy->shape[ax], full = dx->shape[ax];
+    if (start < 0 || step < 1 || (cnt > 0 && start + (cnt - 1) * step >= full))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %lld elements from %lld step %lld do not fit axis %d of dx %s", kn,
+                            (long long)cnt, (long long)start, (long long)step, ax, tr_cpu_desc(dx, d1, sizeof d1));
+    int64_t outer = tr_shape_numel(ax, dx->shape), inner = tr_shape_numel(dx->ndim - ax - 1, dx->shape + ax + 1);
+    if (outer * full * inner == 0) return TR_OK;
+    size_t es = esize(dx->dtype), row = (size_t)inner * es;
+    const char *pg = dy->data;
+    char *po = dx->data;
+#pragma omp parallel for schedule(static) if (outer * full * inner > TR_CPU_PAR_MIN && outer > 1)
+    for (int64_t o = 0; o < outer; o++) {
+        char *slab = po + o * full * (int64_t)row;
+        memset(slab, 0, (size_t)full * row);
+        for (int64_t i = 0; i < cnt; i++)
+            memcpy(slab + (start + i * step) * (int64_t)row, pg + (o * cnt + i) * (int64_t)row, row);
+    }
+    return TR_OK;
+}
+
+/* ---- attention_grad: flash-style backward ----
+ * Nothing of size (Tq,Tk) is stored. A first pass per (batch, head, query block) visits
+ * the keys block by block with an online softmax, as the forward does, and keeps per
+ * query row only lse = log Σ_j exp(s_ij) and delta = dy_i · out_i (out rebuilt on the
+ * way). With P_ij = exp(s_ij − lse_i), dP_ij = dy_i · v_j and dS = P ⊙ (dP − delta):
+ *   dq_i = scale · Σ_j dS_ij k_j     work item (b, h, query block), keys visited in blocks
+ *   dk_j = scale · Σ_i dS_ij q_i     work item (b, kv head, key block): the sums run over
+ *   dv_j = Σ_i P_ij dy_i             every query head of the group and every query that
+ *                                    sees the block, inside one thread
+ * A row that sees no key has lse = +inf, so its P, and every gradient through it, is 0
+ * (the forward gives it zeros). Visibility is the forward's (attention.c). */
+
+#define AG_BQ 32
+#define AG_BK 32
+
+struct agrad_args {
+    const char *q, *k, *v, *dy, *mask;
+    int dt, mdt;
+    int64_t B, H, Hk, Tq, Tk, D, Dv;
+    int64_t ms[4];
+    double scale;
+    int causal, window;
+    double *lse, *delta; /* (B,H,Tq) */
+};
+
+static inline void ag_key_range(const struct agrad_args *A, int64_t i, int64_t *lo, int64_t *hi) {
+    int64_t pos = i + (A->Tk - A->Tq);
+    *hi = (A->causal || A->window > 0) ? pos : A->Tk - 1;
+    *lo = A->window > 0 ? pos - A->window + 1 : 0;
+    if (*hi > A->Tk - 1) *hi = A->Tk - 1;
+    if (*lo < 0) *lo = 0;
+}
+
+/* Queries [ilo, ihi] that may see some key of [j0, j1] (empty when ilo > ihi). */
+static inline void ag_query_range(const struct agrad_args *A, int64_t j0, int64_t j1, int64_t *ilo, int64_t *ihi) {
+    int64_t off = A->Tk - A->Tq;
+    *ilo = (A->causal || A->window > 0) ? j0 - off : 0;
+    *ihi = A->window > 0 ? j1 - off + A->window - 1 : A->Tq - 1;
+    if (*ilo < 0) *ilo = 0;
+    if (*ihi > A->Tq - 1) *ihi = A->Tq - 1;
+}
+
+/* Rows [r0, r0+n) of a (.., T, W) operand at (b, head) into dst [n][W]. */
+static inline void ag_load(const char *base, int dt, int64_t nheads, int64_t T, int64_t W, int64_t b, int64_t head,
+                           int64_t r0, int64_t n, double *dst) {
+    load_f64(dst, base + ((b * nheads + head) * T + r0) * W * (int64_t)esize(dt), dt, n * W);
+}
+
+/* dst [W][AG_BK] = src [n][W] transposed, zero past column n: the products then run
+ * along keys, AG_BK wide, which vectorizes without reassociating a sum. */
+static inline void ag_transpose(const double *restrict src, int64_t n, int64_t W, double *restrict dst) {
+    for (int64_t c = 0; c < n; c++)
+        for (int64_t d = 0; d < W; d++) dst[d * AG_BK + c] = src[c * W + d];
+    for (int64_t d = 0; d < W; d++)
+        for (int64_t c = n; c < AG_BK; c++) dst[d * AG_BK + c] = 0.0;
+}
+
+/* out[r][0..AG_BK) = A_r · Bt for nq rows of A [nq][W], Bt [W][AG_BK]. */
+static inline void ag_rows_by_t(const double *restrict A, int64_t nq, int64_t W, const double *restrict Bt,
+                                double *restrict out) {
+    for (int64_t r = 0; r < nq; r++) {
+        double *restrict o = out + r * AG_BK;
+        for (int64_t c = 0; c < AG_BK; c++) o[c] = 0.0;
+        for (int64_t d = 0; d < W; d++) {
+            const double a = A[r * W + d];
+            const double *restrict bt = Bt + d * AG_BK;
+#pragma omp simd
+            for (int64_t c = 0; c < AG_BK; c++) o[c] += a * bt[c];
+        }
+    }
+}
+
+/* S[r][c] = scale·q_r·k_c + mask for queries i0+r, keys j0+c (Kt the block transposed);
+ * −inf where not visible and past the block. */
+static inline void ag_scores(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
+                             int64_t nk, const double *Q, const double *Kt, double *S) {
+    ag_rows_by_t(Q, nq, A->D, Kt, S);
+    for (int64_t r = 0; r < nq; r++) {
+        const int64_t i = i0 + r;
+        int64_t lo, hi;
+        ag_key_range(A, i, &lo, &hi);
+        double *s = S + r * AG_BK;
+        for (int64_t c = 0; c < AG_BK; c++) {
+            const int64_t j = j0 + c;
+            if (c >= nk || j < lo || j > hi) {
+                s[c] = -INFINITY;
+                continue;
+            }
+            s[c] *= A->scale;
+            if (A->mask) s[c] += get_f64(A->mask, A->mdt, b * A->ms[0] + h * A->ms[1] + i * A->ms[2] + j * A->ms[3]);
+        }
+    }
+}
+
+/* S → P = exp(S − lse) in place; then, when G is given, dS = P·(dY·Vᵀ − delta) into G. */
+static inline void ag_probs(const struct agrad_args *A, int64_t nq, const double *lse, const double *delta,
+                            const double *dY, const double *Vt, double *S, double *G) {
+    for (int64_t r = 0; r < nq; r++)
+        for (int64_t c = 0; c < AG_BK; c++) S[r * AG_BK + c] = tr_grad_exp(S[r * AG_BK + c] - lse[r]);
+    if (!G) return;
+    ag_rows_by_t(dY, nq, A->Dv, Vt, G);
+    for (int64_t r = 0; r < nq; r++)
+        for (int64_t c = 0; c < AG_BK; c++) G[r * AG_BK + c] = S[r * AG_BK + c] * (G[r * AG_BK + c] - delta[r]);
+}
+
+/* acc[x][0..W) += f·Σ over y of coef(x,y)·rows[y][0..W), coef read at coef[x*cs + y*ys]. */
+static inline void ag_accum(const double *restrict coef, int64_t nx, int64_t ny, int64_t cs, int64_t ys, double f,
+                            const double *restrict rows, int64_t W, double *restrict acc) {
+    for (int64_t x = 0; x < nx; x++)
+        for (int64_t y = 0; y < ny; y++) {
+            const double g = coef[x * cs + y * ys] * f;
+            if (g == 0.0) continue; /* masked, invisible, or past the block */
+            const double *restrict src = rows + y * W;
+            double *restrict dst = acc + x * W;
+#pragma omp simd
+            for (int64_t d = 0; d < W; d++) dst[d] += g * src[d];
+        }
+}
+
+/* Work space of one thread, shared by the three passes. */
+struct ag_ws {
+    double *Q, *K, *Kt, *V, *Vt, *dY, *S, *G, *acc, *m, *l;
+};
+
+static size_t ag_workspace(int64_t D, int64_t Dv) {
+    int64_t dm = D > Dv ? D : Dv;
+    return (size_t)(AG_BQ * D + 2 * AG_BK * D + 2 * AG_BK * Dv + AG_BQ * Dv + 2 * AG_BQ * AG_BK +
+                    (AG_BQ > AG_BK ? AG_BQ : AG_BK) * dm + 2 * AG_BQ);
+}
+
+static void ag_split(double *ws, int64_t D, int64_t Dv, struct ag_ws *w) {
+    w->Q = ws;                        /* [BQ][D] */
+    w->K = w->Q + AG_BQ * D;          /* [BK][D] */
+    w->Kt = w->K + AG_BK * D;         /* [D][BK] */
+    w->V = w->Kt + AG_BK * D;         /* [BK][Dv] */
+    w->Vt = w->V + AG_BK * Dv;        /* [Dv][BK] */
+    w->dY = w->Vt + AG_BK * Dv;       /* [BQ][Dv] */
+    w->S = w->dY + AG_BQ * Dv;        /* [BQ][BK] */
+    w->G = w->S + AG_BQ * AG_BK;      /* [BQ][BK] */
+    w->acc = w->G + AG_BQ * AG_BK;    /* [max(BQ,BK)][max(D,Dv)] */
+    w->m = w->acc + (AG_BQ > AG_BK ? AG_BQ : AG_BK) * (D > Dv ? D : Dv);
+    w->l = w->m + AG_BQ;
+}
+
+/* Pass 1 for one query block: lse and delta of its rows. */
+TR_CPU_CLONES
+static void ag_stats(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct ag_ws *w) {
+    const int64_t D = A->D, Dv = A->Dv, hk = h / (A->H / A->Hk);
+    ag_load(A->q, A->dt, A->H, A->Tq, D, b, h, i0, nq, w->Q);
+    ag_load(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dY);
+    double *o = w->acc;
+    for (int64_t r = 0; r < nq; r++) {
+        w->m[r] = -INFINITY;
+        w->l[r] = 0.0;
+        for (int64_t d = 0; d < Dv; d++) o[r * Dv + d] = 0.0;
+    }
+    int64_t lo, hi, lo1, hi1;
+    ag_key_range(A, i0, &lo, &hi);
+    ag_key_range(A, i0 + nq - 1, &lo1, &hi1);
+    for (int64_t j0 = lo; j0 <= hi1; j0 += AG_BK) {
+        int64_t nk = hi1 + 1 - j0 < AG_BK ? hi1 + 1 - j0 : AG_BK;
+        ag_load(A->k, A->dt, A->Hk, A->Tk, D, b, hk, j0, nk, w->K);
+        ag_transpose(w->K, nk, D, w->Kt);
+        ag_load(A->v, A->dt, A->Hk, A->Tk, Dv, b, hk, j0, nk, w->V);
+        ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
+        for (int64_t r = 0; r < nq; r++) {
+            double *s = w->S + r * AG_BK, mx = -INFINITY;
+            for (int64_t c = 0; c < AG_BK; c++) mx = s[c] > mx ? s[c] : mx;
+            if (mx == -INFINITY) {
+                for (int64_t c = 0; c < AG_BK; c++) s[c] = 0.0;
+                continue;
+            }
+            const double mnew = w->m[r] > mx ? w->m[r] : mx, corr = tr_grad_exp(w->m[r] - mnew);
+            double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t c = 0; c < AG_BK; c++) {
+                s[c] = tr_grad_exp(s[c] - mnew);
+                sum += s[c];
+            }
+            w->l[r] = w->l[r] * corr + sum;
+            w->m[r] = mnew;
+            if (corr != 1.0)
+                for (int64_t d = 0; d < Dv; d++) o[r * Dv + d] *= corr;
+        }
+        ag_accum(w->S, nq, nk, AG_BK, 1, 1.0, w->V, Dv, o);
+    }
+    for (int64_t r = 0; r < nq; r++) {
+        const int64_t at = (b * A->H + h) * A->Tq + i0 + r;
+        if (!(w->l[r] > 0.0)) {
+            A->lse[at] = INFINITY;
+            A->delta[at] = 0.0;
+            continue;
+        }
+        double dl = 0.0;
+        for (int64_t d = 0; d < Dv; d++) dl += w->dY[r * Dv + d] * o[r * Dv + d];
+        A->lse[at] = w->m[r] + log(w->l[r]);
+        A->delta[at] = dl / w->l[r];
+    }
+}
+
+/* dq of one query block. */
+TR_CPU_CLONES
+static void ag_dq(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, char *out,
+                  struct ag_ws *w) {
+    const int64_t D = A->D, Dv = A->Dv, hk = h / (A->H / A->Hk);
+    ag_load(A->q, A->dt, A->H, A->Tq, D, b, h, i0, nq, w->Q);
+    ag_load(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dY);
+    const double *lse = A->lse + (b * A->H + h) * A->Tq + i0, *delta = A->delta + (b * A->H + h) * A->Tq + i0;
+    double *dq = w->acc;
+    for (int64_t x = 0; x < nq * D; x++) dq[x] = 0.0;
+    int64_t lo, hi, lo1, hi1;
+    ag_key_range(A, i0, &lo, &hi);
+    ag_key_range(A, i0 + nq - 1, &lo1, &hi1);
+    for (int64_t j0 = lo; j0 <= hi1; j0 += AG_BK) {
+        int64_t nk = hi1 + 1 - j0 < AG_BK ? hi1 + 1 - j0 : AG_BK;
+        ag_load(A->k, A->dt, A->Hk, A->Tk, D, b, hk, j0, nk, w->K);
+        ag_transpose(w->K, nk, D, w->Kt);
+        ag_load(A->v, A->dt, A->Hk, A->Tk, Dv, b, hk, j0, nk, w->V);
+        ag_transpose(w->V, nk, Dv, w->Vt);
+        ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
+        ag_probs(A, nq, lse, delta, w->dY, w->Vt, w->S, w->G);
+        ag_accum(w->G, nq, nk, AG_BK, 1, A->scale, w->K, D, dq);
+    }
+    store_f64(out + ((b * A->H + h) * A->Tq + i0) * D * (int64_t)esize(A->dt), A->dt, dq, nq * D);
+}
+
+/* dk (which 1) or dv (which 2) of one key block of kv head hk. */
+TR_CPU_CLONES
+static void ag_dkv(const struct agrad_args *A, int which, int64_t b, int64_t hk, int64_t j0, int64_t nk, char *out,
+                   struct ag_ws *w) {
+    const int64_t D = A->D, Dv = A->Dv, G = A->H / A->Hk, W = which == 1 ? D : Dv;
+    ag_load(A->k, A->dt, A->Hk, A->Tk, D, b, hk, j0, nk, w->K);
+    ag_transpose(w->K, nk, D, w->Kt);
+    ag_load(A->v, A->dt, A->Hk, A->Tk, Dv, b, hk, j0, nk, w->V);
+    ag_transpose(w->V, nk, Dv, w->Vt);
+    double *acc = w->acc;
+    for (int64_t x = 0; x < nk * W; x++) acc[x] = 0.0;
+    int64_t ilo, ihi;
+    ag_query_range(A, j0, j0 + nk - 1, &ilo, &ihi);
+    for (int64_t h = hk * G; h < (hk + 1) * G; h++)
+        for (int64_t i0 = ilo; i0 <= ihi; i0 += AG_BQ) {
+            int64_t nq = ihi + 1 - i0 < AG_BQ ? ihi + 1 - i0 : AG_BQ;
+            ag_load(A->q, A->dt, A->H, A->Tq, D, b, h, i0, nq, w->Q);
+            ag_load(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dY);
+            const double *lse = A->lse + (b * A->H + h) * A->Tq + i0;
+            const double *delta = A->delta + (b * A->H + h) * A->Tq + i0;
+            ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
+            ag_probs(A, nq, lse, delta, w->dY, w->Vt, w->S, which == 1 ? w->G : NULL);
+            /* acc[c] += f·Σ_r coef[r][c]·rows[r]: coef read transposed */
+            if (which == 1) ag_accum(w->G, nk, nq, 1, AG_BK, A->scale, w->Q, D, acc);
+            else ag_accum(w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc);
+        }
+    store_f64(out + ((b * A->Hk + hk) * A->Tk + j0) * W * (int64_t)esize(A->dt), A->dt, acc, nk * W);
+}
+
+int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                        const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
+                        float scale, int causal, int window, int which, struct tr_tensor *out, struct tr_error *err) {
+    const char *kn = "attention_grad";
+    int st = tr_cpu_check_ctx(k, kn, err);
+    if (!st) st = check_real(q, kn, "q", err);
+    if (!st) st = check_real(kk, kn, "k", err);
+    if (!st) st = check_real(v, kn, "v", err);
+    if (!st) st = check_real(dy, kn, "dy", err);
+    if (!st) st = check_real(out, kn, "out", err);
+    if (!st && mask) st = check_real(mask, kn, "mask", err);
+    if (st) return st;
+    if (which < 0 || which > 2)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: ints[2]=%d should be 0 (dq), 1 (dk) or 2 (dv)", kn, which);
+    char d1[200], d2[200], d3[200], d4[200], d5[200];
+    if (q->ndim != 4 || kk->ndim != 4 || v->ndim != 4 || dy->ndim != 4 || out->ndim != 4 || kk->dtype != q->dtype ||
+        v->dtype != q->dtype || dy->dtype != q->dtype || out->dtype != q->dtype)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: q %s, k %s, v %s, dy %s, out %s should all be 4-D (B,H,T,D) of one dtype",
+                            kn, tr_cpu_desc(q, d1, sizeof d1), tr_cpu_desc(kk, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3),
+                            tr_cpu_desc(dy, d4, sizeof d4), tr_cpu_desc(out, d5, sizeof d5));
+    int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = q->shape[3];
+    int64_t Hk = kk->shape[1], Tk = kk->shape[2], Dv = v->shape[3];
+    const struct tr_tensor *like = which == 0 ? q : which == 1 ? kk : v;
+    if (kk->shape[0] != B || v->shape[0] != B || v->shape[1] != Hk || v->shape[2] != Tk || kk->shape[3] != D ||
+        Hk < 1 || H % Hk != 0 || dy->shape[0] != B || dy->shape[1] != H || dy->shape[2] != Tq || dy->shape[3] != Dv ||
+        !tr_cpu_same_shape(out, like))
+        return tr_error_set(err, TR_ERR_SHAPE,
+                            "%s: q %s, k %s, v %s, dy %s, out %s do not fit: expected q (B,H,Tq,D), k (B,Hk,Tk,D), "
+                            "v (B,Hk,Tk,Dv), dy (B,H,Tq,Dv) with H a multiple of Hk, and out shaped as %s",
+                            kn, tr_cpu_desc(q, d1, sizeof d1), tr_cpu_desc(kk, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3),
+                            tr_cpu_desc(dy, d4, sizeof d4), tr_cpu_desc(out, d5, sizeof d5),
+                            which == 0 ? "q" : which == 1 ? "k" : "v");
+    if (!isfinite(scale)) return tr_error_set(err, TR_ERR_INVALID, "%s: scale %g is not finite", kn, (double)scale);
+    if (window < 0) return tr_error_set(err, TR_ERR_INVALID, "%s: window %d is negative", kn, window);
+    struct agrad_args A = {
+        .q = q->data, .k = kk->data, .v = v->data, .dy = dy->data, .dt = q->dtype,
+        .B = B, .H = H, .Hk = Hk, .Tq = Tq, .Tk = Tk, .D = D, .Dv = Dv, .scale = scale,
+        .causal = causal != 0, .window = window,
+    };
+    if (mask) {
+        const int64_t full[4] = {B, H, Tq, Tk};
+        if ((mask->dtype != TR_DTYPE_F32 && mask->dtype != q->dtype) || mask->ndim > 4)
+            return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s should be f32 or %s with at most 4 dimensions", kn,
+                                tr_cpu_desc(mask, d1, sizeof d1), tr_dtype_name((enum tr_dtype)q->dtype));
+        int64_t s = 1;
+        for (int i = 3; i >= 0; i--) {
+            int mi = i - (4 - mask->ndim);
+            int64_t e = mi >= 0 ? mask->shape[mi] : 1;
+            if (e != 1 && e != full[i])
+                return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s does not broadcast to (B,H,Tq,Tk) = (%lld,%lld,%lld,%lld)",
+                                    kn, tr_cpu_desc(mask, d1, sizeof d1), (long long)B, (long long)H, (long long)Tq,
+                                    (long long)Tk);
+            A.ms[i] = e == 1 ? 0 : s;
+            s *= e;
+        }
+        A.mask = mask->data;
+        A.mdt = mask->dtype;
+    }
+    int64_t n_out = tr_tensor_numel(out);
+    if (n_out == 0) return TR_OK;
+    if (B * H * Tq == 0 || Tk == 0) { /* no query or no key: no path from out to the operand */
+        memset(out->data, 0, tr_tensor_nbytes(out));
+        return TR_OK;
+    }
+    A.lse = malloc(sizeof(double) * (size_t)(2 * B * H * Tq));
+    if (!A.lse)
+        return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for the row statistics (%lld rows)", kn,
+                            (long long)(B * H * Tq));
+    A.delta = A.lse + B * H * Tq;
+    const int64_t nqb = (Tq + AG_BQ - 1) / AG_BQ, nkb = (Tk + AG_BK - 1) / AG_BK;
+    const size_t wsz = ag_workspace(D, Dv) * sizeof(double);
+    const int par = B * H * Tq * Tk * (D + Dv) > 65536;
+    int failed = 0;
+    char *po = out->data;
+#pragma omp parallel if (par)
+    {
+        double *ws = malloc(wsz);
+        struct ag_ws w = {0};
+        if (!ws) {
+#pragma omp atomic write
+            failed = 1;
+        } else {
+            ag_split(ws, D, Dv, &w);
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < B * H * nqb; t++) {
+            if (!ws) continue;
+            int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * AG_BQ;
+            ag_stats(&A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, &w);
+        }
+        /* the implicit barrier: every row's lse and delta exist from here on */
+        if (which == 0) {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t t = 0; t < B * H * nqb; t++) {
+                if (!ws) continue;
+                int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * AG_BQ;
+                ag_dq(&A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, po, &w);
+            }
+        } else {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t t = 0; t < B * Hk * nkb; t++) {
+                if (!ws) continue;
+                int64_t b = t / (Hk * nkb), hk = (t / nkb) % Hk, j0 = (t % nkb) * AG_BK;
+                ag_dkv(&A, which, b, hk, j0, Tk - j0 < AG_BK ? Tk - j0 : AG_BK, po, &w);
+            }
+        }
+        free(ws);
+    }
+    free(A.lse);
+    if (failed) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for a %zu-byte tile workspace", kn, wsz);
+    return TR_OK;
+}
