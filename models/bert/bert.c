@@ -12,6 +12,7 @@
 #include <string.h>
 #include "bert.h"
 #include "models.h"
+#include "trident/autodiff.h"
 #include "trident/rng.h"
 
 #define KEY_INT(field, lo, hi, doc) {#field, TR_KEY_INT, offsetof(struct tr_bert_config, field), lo, hi, doc}
@@ -84,9 +85,6 @@ static int bert_validate(const struct tr_bert_config *c, const struct tr_build_o
         return tr_error_set(err, TR_ERR_INVALID, "bert: layer_norm_eps = %g, expected >= 0", c->layer_norm_eps);
     if (!(c->pad_fraction >= 0 && c->pad_fraction <= 1))
         return tr_error_set(err, TR_ERR_INVALID, "bert: pad_fraction = %g, expected in [0,1]", c->pad_fraction);
-    if (o->task != TR_TASK_PREDICT)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "bert: task '%s' is not provided (bert offers: predict)",
-                            tr_task_name(o->task));
     if (!tr_dtype_is_float(o->dtype) || o->dtype == TR_DTYPE_F64)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "bert: dtype %s is not provided (f32, bf16 or f16)",
                             tr_dtype_name(o->dtype));
@@ -147,10 +145,11 @@ static int encoder_layer(struct tr_graph *g, const struct tr_bert_config *c, enu
     return y;
 }
 
-static int bert_build(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err) {
-    const struct tr_bert_config *c = config;
-    int rc = bert_validate(c, o, err);
-    if (rc) return rc;
+/* The predict graph, inputs and outputs included; *logits_out gets the logits node. The
+ * caller has validated c and o. */
+static int bert_graph(const struct tr_bert_config *c, const struct tr_build_opts *o, struct tr_graph *g,
+                      int *logits_out, struct tr_error *err) {
+    int rc;
     const enum tr_dtype dt = o->dtype;
     const int64_t B = o->batch, T = o->seq_len, D = c->hidden_size;
     const int64_t bt[2] = {B, T};
@@ -206,8 +205,37 @@ static int bert_build(const void *config, const struct tr_build_opts *o, struct 
     tr_graph_set_output(g, logits, "logits");
     tr_graph_set_output(g, last_hidden, "last_hidden_state");
     tr_graph_set_output(g, pooled, "pooler_output");
+    *logits_out = logits;
     rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "bert");
+    return TR_OK;
+}
+
+static int bert_build(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err) {
+    const struct tr_bert_config *c = config;
+    int rc = bert_validate(c, o, err);
+    if (rc) return rc;
+    if (o->task != TR_TASK_PREDICT)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "bert: task '%s' is not provided (bert offers: predict)",
+                            tr_task_name(o->task));
+    int logits;
+    return bert_graph(c, o, g, &logits, err);
+}
+
+int tr_bert_build_classifier_loss(const struct tr_bert_config *c, const struct tr_build_opts *o, struct tr_graph *g,
+                                  int *loss, struct tr_error *err) {
+    int rc = bert_validate(c, o, err);
+    if (rc) return rc;
+    int logits;
+    rc = bert_graph(c, o, g, &logits, err);
+    if (rc) return rc;
+    const int64_t b[1] = {o->batch};
+    int labels = tr_input(g, "labels", TR_DTYPE_I32, 1, b);
+    int l = tr_cross_entropy(g, logits, labels, -1);
+    if (l >= 0) tr_graph_set_name(g, l, "loss");
+    rc = tr_graph_status(g, err);
+    if (rc) return tr_error_prefix(err, "bert: classifier loss");
+    *loss = l;
     return TR_OK;
 }
 

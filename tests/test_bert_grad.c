@@ -1,0 +1,261 @@
+/* BERT training against PyTorch: the tiny preset's classifier loss on the fixture's
+ * batch and labels, differentiated by tr_grad with respect to every parameter, run on
+ * every backend configuration (torch, torch:reduce-overhead, tf, jax) for several steps,
+ * must give transformers' loss (1e-5 relative) and the gradient of every parameter
+ * (1e-4 relative, f32), and the backends must agree with one another. The reference is
+ * BertForSequenceClassification(..., labels=labels).loss.backward() computed in float64
+ * (tests/fixtures/make_bert_fixture.py).
+ *
+ * Two parameters have a gradient that is zero in exact arithmetic: each layer's
+ * attention.self.key.bias (adding q·b to every score of a row leaves the softmax as it
+ * is). The reference holds float64 noise there (~1e-17), so a relative error means
+ * nothing; those are held to ‖g − g_ref‖ < 1e-4 · ‖∇‖, the norm of the whole gradient. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "testutil.h"
+#include "bert/bert.h"
+#include "models.h"
+#include "trident/autodiff.h"
+#include "trident/graph.h"
+#include "trident/loader.h"
+#include "trident/safetensors.h"
+#include "trident/weights.h"
+
+#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors"
+#define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
+#define FIXTURE_GRADS TR_SOURCE_DIR "/tests/fixtures/bert_tiny_grads.safetensors"
+#define HINT " (regenerate with: python3 tests/fixtures/make_bert_fixture.py)"
+#define STEPS 3 /* reduce-overhead records at step 2 and replays from step 3 */
+#define LOSS_TOL 1e-5
+#define GRAD_TOL 1e-4
+#define MAX_PARAMS 64
+
+static char cache_dir[256];
+
+struct config {
+    const char *label, *plugin, *mode;
+};
+
+static const struct config configs[] = {
+    {"torch", "torch", NULL},
+    {"torch:reduce-overhead", "torch", "reduce-overhead"},
+    {"tf", "tf", NULL},
+    {"jax", "jax", NULL},
+};
+#define N_CONFIGS (int)(sizeof configs / sizeof configs[0])
+
+static int setup(void **state) {
+    snprintf(cache_dir, sizeof cache_dir, "/tmp/trident-bertgrad-XXXXXX");
+    return mkdtemp(cache_dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Run g STEPS times on one configuration; out allocated here and poisoned before each step. */
+static void run(const struct config *c, struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
+    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
+    struct tr_option opts[2];
+    int n_opts = 0;
+    if (c->mode) opts[n_opts++] = (struct tr_option){.key = "mode", .value = c->mode, .file = "test", .line = 1};
+    if (strcmp(c->plugin, "jax") == 0)
+        opts[n_opts++] = (struct tr_option){.key = "cache_dir", .value = cache_dir, .file = "test", .line = 2};
+    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
+                                    .device_type = TR_DEVICE_CPU, .options = opts, .n_options = n_opts};
+    struct tr_plugin *p = NULL;
+    struct tr_backend *be = NULL;
+    struct tr_program *prog = NULL;
+    struct tr_error e = {0};
+    if (tr_plugin_open(c->plugin, &s, &p, &e)) fail_msg("%s: %s", c->label, e.msg);
+    if (tr_backend_init(p, &prm, &be, &e)) fail_msg("%s: %s", c->label, e.msg);
+    if (tr_backend_compile(be, g, &prog, &e)) fail_msg("%s: compiling the gradient graph: %s", c->label, e.msg);
+    int n_out = tr_graph_n_outputs(g);
+    for (int i = 0; i < n_out; i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_output(g, i));
+        out[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
+    }
+    for (int step = 0; step < STEPS; step++) {
+        for (int i = 0; i < n_out; i++) tr_test_poison(&out[i]);
+        if (tr_backend_execute(be, prog, tr_graph_n_inputs(g), in, n_out, out, &e))
+            fail_msg("%s step %d: %s", c->label, step + 1, e.msg);
+    }
+    struct tr_backend_stats st = {.struct_size = sizeof st, .abi_version = TR_ABI_VERSION};
+    if (tr_backend_get_stats(be, prog, &st, &e)) fail_msg("%s: %s", c->label, e.msg);
+    assert_true(st.kernel_calls > 0);
+    print_message("%-22s %llu kernel calls; %s\n", c->label, (unsigned long long)st.kernel_calls, st.notes);
+    tr_program_free(prog);
+    tr_backend_free(be);
+    tr_plugin_close(p);
+}
+
+static double norm2(const double *x, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += x[i] * x[i];
+    return s;
+}
+
+/* ‖out − ref‖ / scale; +inf on a NaN or Inf in out. */
+static double err_scaled(const struct tr_tensor *out, const double *ref, double scale) {
+    double *o = tr_test_to_f64(out);
+    int64_t n = tr_tensor_numel(out);
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(o[i])) {
+            free(o);
+            return INFINITY;
+        }
+        s += (o[i] - ref[i]) * (o[i] - ref[i]);
+    }
+    free(o);
+    return sqrt(s) / scale;
+}
+
+struct worst {
+    double err;
+    int param;
+};
+
+static int by_err_desc(const void *a, const void *b) {
+    double x = ((const struct worst *)a)->err, y = ((const struct worst *)b)->err;
+    return (x < y) - (x > y);
+}
+
+static void test_grads_match_pytorch(void **state) {
+    struct tr_safetensors *io = NULL, *gr = NULL;
+    struct tr_error e = {0};
+    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s" HINT, e.msg);
+    if (tr_safetensors_open(FIXTURE_GRADS, &gr, &e)) fail_msg("%s" HINT, e.msg);
+    struct tr_tensor in[4];
+    const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
+    for (int i = 0; i < 3; i++)
+        if (tr_safetensors_get(io, in_names[i], &in[i], &e)) fail_msg("%s" HINT, e.msg);
+    if (tr_safetensors_get(gr, "labels", &in[3], &e)) fail_msg("%s" HINT, e.msg);
+    struct tr_tensor ref_loss;
+    if (tr_safetensors_get(gr, "loss", &ref_loss, &e)) fail_msg("%s" HINT, e.msg);
+    assert_int_equal(tr_tensor_numel(&ref_loss), 1);
+
+    const struct tr_bert_config *tiny = tr_model_bert.presets[0].config;
+    assert_string_equal(tr_model_bert.presets[0].name, "tiny");
+    struct tr_build_opts o = {.task = TR_TASK_FIT, .dtype = TR_DTYPE_F32, .batch = in[0].shape[0],
+                              .seq_len = in[0].shape[1]};
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    int loss = -1;
+    if (tr_bert_build_classifier_loss(tiny, &o, g, &loss, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(tr_graph_n_inputs(g), 4);
+    assert_string_equal(tr_node_name(g, tr_graph_input(g, 3)), "labels");
+    assert_int_equal(tr_node_dtype(g, loss), TR_DTYPE_F32);
+    assert_int_equal(tr_graph_n_outputs(g), 3); /* logits, last_hidden_state, pooler_output */
+
+    int n_params = tr_graph_n_params(g);
+    assert_true(n_params > 0 && n_params <= MAX_PARAMS);
+    int wrt[MAX_PARAMS], grads[MAX_PARAMS];
+    for (int i = 0; i < n_params; i++) wrt[i] = tr_graph_param(g, i);
+    if (tr_grad(g, loss, n_params, wrt, grads, &e)) fail_msg("tr_grad: %s", e.msg);
+    assert_int_equal(tr_graph_set_output(g, loss, "loss"), TR_OK);
+    for (int i = 0; i < n_params; i++) assert_int_equal(tr_graph_set_output(g, grads[i], tr_node_name(g, grads[i])), TR_OK);
+    const int first = 4; /* output index of the first gradient */
+    assert_int_equal(tr_graph_n_outputs(g), first + n_params);
+
+    struct tr_weights *w = NULL;
+    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s" HINT, e.msg);
+
+    /* References as float64, and the whole gradient's norm. */
+    double *ref[MAX_PARAMS], ref_norm[MAX_PARAMS], total = 0;
+    for (int i = 0; i < n_params; i++) {
+        const char *name = tr_node_name(g, grads[i]);
+        struct tr_tensor t;
+        if (tr_safetensors_get(gr, name, &t, &e)) fail_msg("%s" HINT, e.msg);
+        struct tr_tensor want = tr_node_tensor(g, grads[i]);
+        assert_int_equal(tr_tensor_numel(&t), tr_tensor_numel(&want));
+        ref[i] = tr_test_to_f64(&t);
+        double s = norm2(ref[i], tr_tensor_numel(&t));
+        total += s;
+        ref_norm[i] = sqrt(s);
+    }
+    total = sqrt(total);
+    assert_true(total > 0);
+    double *logits_ref;
+    {
+        struct tr_tensor t;
+        if (tr_safetensors_get(io, "logits", &t, &e)) fail_msg("%s" HINT, e.msg);
+        logits_ref = tr_test_to_f64(&t);
+    }
+    const double loss_ref = ((const float *)ref_loss.data)[0];
+    /* Zero in exact arithmetic (see the top): measured against the whole gradient. */
+    double scale[MAX_PARAMS];
+    int n_zero = 0;
+    for (int i = 0; i < n_params; i++) {
+        int zero = ref_norm[i] < 1e-9 * total;
+        if (zero && !strstr(tr_node_name(g, grads[i]), "attention.self.key.bias"))
+            fail_msg("%s is %.3g in the reference, expected nonzero" HINT, tr_node_name(g, grads[i]), ref_norm[i]);
+        n_zero += zero;
+        scale[i] = zero ? total : ref_norm[i];
+    }
+    assert_int_equal(n_zero, (int)tiny->num_hidden_layers);
+
+    int n_out = tr_graph_n_outputs(g);
+    struct tr_tensor *out[N_CONFIGS];
+    for (int c = 0; c < N_CONFIGS; c++) {
+        out[c] = calloc((size_t)n_out, sizeof(struct tr_tensor));
+        assert_non_null(out[c]);
+        run(&configs[c], g, in, out[c]);
+
+        double l = ((const float *)out[c][3].data)[0];
+        double loss_err = fabs(l - loss_ref) / fabs(loss_ref);
+        double logits_err = tr_test_rel_err(&out[c][0], logits_ref);
+        struct worst ws[MAX_PARAMS], vs[MAX_PARAMS];
+        for (int i = 0; i < n_params; i++) {
+            ws[i] = (struct worst){err_scaled(&out[c][first + i], ref[i], scale[i]), i};
+            double *r0 = tr_test_to_f64(&out[0][first + i]);
+            vs[i] = (struct worst){err_scaled(&out[c][first + i], r0, scale[i]), i};
+            free(r0);
+        }
+        qsort(ws, (size_t)n_params, sizeof ws[0], by_err_desc);
+        qsort(vs, (size_t)n_params, sizeof vs[0], by_err_desc);
+        print_message("%-22s loss %.8f (ref %.8f, rel err %.2e), logits rel err %.2e, %d gradients: worst vs "
+                      "pytorch %.2e, worst vs torch %.2e\n",
+                      configs[c].label, l, loss_ref, loss_err, logits_err, n_params, ws[0].err, vs[0].err);
+        for (int k = 0; k < 3; k++)
+            print_message("    %.2e %s\n", ws[k].err, tr_node_name(g, grads[ws[k].param]));
+        for (int i = 0; i < n_params; i++)
+            if (scale[i] == total)
+                print_message("    %s: ‖g − g_ref‖/‖∇‖ %.2e (zero in exact arithmetic)\n", tr_node_name(g, grads[i]),
+                              err_scaled(&out[c][first + i], ref[i], total));
+        if (!(loss_err < LOSS_TOL))
+            fail_msg("%s: loss %.8f, pytorch %.8f: relative error %.3g >= %.0e", configs[c].label, l, loss_ref,
+                     loss_err, LOSS_TOL);
+        if (!(logits_err < GRAD_TOL))
+            fail_msg("%s: logits relative error %.3g >= %.0e", configs[c].label, logits_err, GRAD_TOL);
+        if (!(ws[0].err < GRAD_TOL))
+            fail_msg("%s: %s: relative error %.3g vs pytorch >= %.0e", configs[c].label,
+                     tr_node_name(g, grads[ws[0].param]), ws[0].err, GRAD_TOL);
+        if (!(vs[0].err < GRAD_TOL))
+            fail_msg("%s: %s: relative error %.3g vs torch >= %.0e", configs[c].label,
+                     tr_node_name(g, grads[vs[0].param]), vs[0].err, GRAD_TOL);
+    }
+
+    for (int c = 0; c < N_CONFIGS; c++) {
+        for (int i = 0; i < n_out; i++) tr_test_tensor_free(&out[c][i]);
+        free(out[c]);
+    }
+    for (int i = 0; i < n_params; i++) free(ref[i]);
+    free(logits_ref);
+    tr_weights_free(w);
+    tr_graph_free(g);
+    tr_safetensors_close(gr);
+    tr_safetensors_close(io);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grads_match_pytorch),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
