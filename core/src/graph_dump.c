@@ -13,6 +13,7 @@
  *              CROSS_ENTROPY_GRAD: 1 per output element; LAYER_NORM_GRAD_GAMMA,
  *              CROSS_ENTROPY, MSE: 1 per element of the first input; BROADCAST,
  *              SLICE_GRAD, EMBEDDING_GRAD: 0
+ *   optimizer: ADAMW_STEP 10 per element (bias corrections, sqrt, divide, decay, update)
  */
 #include <stdio.h>
 #include "trident/graph.h"
@@ -110,6 +111,10 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
     case TR_OP_CROSS_ENTROPY: case TR_OP_CROSS_ENTROPY_GRAD:
         if (a->ints[1]) fprintf(f, " ignore_index=%lld", (long long)a->ints[0]);
         break;
+    case TR_OP_ADAMW_STEP:
+        fprintf(f, " beta1=%g beta2=%g eps=%g wd=%g", (double)a->floats[0], (double)a->floats[1],
+                (double)a->floats[2], (double)a->floats[3]);
+        break;
     default:
         break;
     }
@@ -182,6 +187,8 @@ double tr_graph_flops(const struct tr_graph *g) {
         } else if (op == TR_OP_UNARY_GRAD || op == TR_OP_SOFTMAX_GRAD || op == TR_OP_LAYER_NORM_GRAD ||
                    op == TR_OP_MAX_GRAD || op == TR_OP_CROSS_ENTROPY_GRAD) {
             total += numel(g, id);
+        } else if (op == TR_OP_ADAMW_STEP) {
+            total += 10.0 * numel(g, id);
         } else if (tr_op_is_elementwise_unary(op) || tr_op_is_elementwise_binary(op) || op == TR_OP_SOFTMAX ||
                    op == TR_OP_LAYER_NORM) {
             total += numel(g, id);

@@ -530,6 +530,32 @@ static int infer_mse(struct ctx *c, const struct arg *a, int *dt, int *nd) {
     return TR_OK;
 }
 
+/* ADAMW_STEP (param, m, v, lr, step): m and v f32 shaped like param, lr and step 0-d f32,
+ * hyper-parameters in range; the result is like param. */
+static int infer_adamw_step(struct ctx *c, const struct arg *a, const struct tr_attrs *at, int *dt, int *nd,
+                            int64_t *sh) {
+    static const char *const what[] = {"param", "m", "v", "lr", "step"};
+    if (!is_float(a[0].dt))
+        return refuse(c, TR_ERR_SHAPE, "param is %s, expected a float dtype (f32, bf16, f16, f64)", a[0].str);
+    for (int i = 1; i < 3; i++)
+        if (a[i].dt != TR_DTYPE_F32 || !same_shape(&a[i], &a[0]))
+            return refuse(c, TR_ERR_SHAPE, "%s is %s, expected f32 with the shape of param %s", what[i], a[i].str,
+                          a[0].str);
+    for (int i = 3; i < 5; i++)
+        if (a[i].dt != TR_DTYPE_F32 || a[i].nd != 0)
+            return refuse(c, TR_ERR_SHAPE, "%s is %s, expected a 0-d f32", what[i], a[i].str);
+    const float *f = at->floats;
+    for (int i = 0; i < 2; i++)
+        if (!(f[i] >= 0.0f && f[i] < 1.0f))
+            return refuse(c, TR_ERR_INVALID, "beta%d %g, expected 0 <= beta%d < 1", i + 1, (double)f[i], i + 1);
+    if (!(f[2] > 0.0f) || isinf(f[2]))
+        return refuse(c, TR_ERR_INVALID, "eps %g, expected a finite value > 0", (double)f[2]);
+    if (!(f[3] >= 0.0f) || isinf(f[3]))
+        return refuse(c, TR_ERR_INVALID, "weight decay %g, expected a finite value >= 0", (double)f[3]);
+    copy_shape(&a[0], dt, nd, sh);
+    return TR_OK;
+}
+
 int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *in, struct tr_attrs *attrs,
                         int *dtype, int *ndim, int64_t *shape, char *msg, size_t msg_size) {
     struct ctx c = {msg, msg_size};
@@ -605,6 +631,8 @@ int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *i
         return infer_cross_entropy(&c, op, n_in, a, attrs, dtype, ndim, shape);
     case TR_OP_MSE:
         return infer_mse(&c, a, dtype, ndim);
+    case TR_OP_ADAMW_STEP:
+        return infer_adamw_step(&c, a, attrs, dtype, ndim, shape);
     default:
         return refuse(&c, TR_ERR_UNSUPPORTED, "no shape rule for op %d", op);
     }

@@ -59,6 +59,10 @@
  *                makes ints[0] the ignore index. A label outside [0,C) is an error.
  *   CROSS_ENTROPY_GRAD (logits, labels, dloss (0-d)) -> dlogits, logits' dtype and shape
  *   MSE          (pred, target) -> 0-d f32 mean of (pred − target)²
+ *   ADAMW_STEP   (param, m, v, lr (0-d), step (0-d, t >= 1)) -> param': m and v are the
+ *                already-updated moments (f32); param' = param − lr·(m̂/(√v̂ + eps) +
+ *                wd·param) with m̂ = m/(1−β1^t), v̂ = v/(1−β2^t). floats[0]=β1, [1]=β2,
+ *                [2]=eps, [3]=wd (decoupled weight decay, as torch.optim.AdamW)
  */
 #ifndef TRIDENT_OPS_H
 #define TRIDENT_OPS_H
@@ -111,7 +115,8 @@ extern "C" {
     X(SLICE_GRAD, "slice_grad",  1)    \
     X(CROSS_ENTROPY, "cross_entropy", 2) \
     X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 3) \
-    X(MSE,        "mse",         2)
+    X(MSE,        "mse",         2)    \
+    X(ADAMW_STEP, "adamw_step",  5)
 
 enum tr_op {
 #define TR_OP_ENUM_(name, str, n) TR_OP_##name,

@@ -16,4 +16,5 @@
 #include "trident/log.h"
 #include "trident/rng.h"
 #include "trident/autodiff.h"
+#include "trident/optim.h"
 #endif

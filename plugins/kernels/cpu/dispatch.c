@@ -6,6 +6,7 @@
  * arrays (invoke_*, which run calls at once) and as its binder (tr_cpu_*_bind, which
  * bind calls: the kernel's own checks on the same arguments, then its plan kept). */
 #include "cpu_internal.h"
+#include "optim_internal.h"
 
 static const struct tr_attrs no_attrs; /* all zero: the defaults where attrs is NULL */
 
@@ -237,6 +238,13 @@ static int bound_train(struct tr_kernels *k, const struct tr_kernel_call *c, str
     return invoke_train(k, c->op, &c->attrs, c->n_in, c->in, (struct tr_tensor *)&c->out, err);
 }
 
+static int invoke_adamw_step(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
+                             const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
+    (void)op, (void)n_in;
+    const float *f = at->floats;
+    return tr_k_adamw_step(k, &in[0], &in[1], &in[2], &in[3], &in[4], f[0], f[1], f[2], f[3], out, err);
+}
+
 #define TR_PICK_(name) (r->invoke = invoke_##name, r->bind = tr_cpu_##name##_bind, TR_OK)
 
 int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr_attrs *attrs, int n_in,
@@ -317,6 +325,7 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
         r->invoke = invoke_train;
         r->bound = bound_train; /* no binder: bind checks by one run on zeroed stand-ins */
         return TR_OK;
+    case TR_OP_ADAMW_STEP: return TR_PICK_(adamw_step);
     default: return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: op %s has no cpu kernel", fn, tr_op_name(op));
     }
 }

@@ -244,6 +244,15 @@ int tr_k_cross_entropy_grad(struct tr_kernels *k, const struct tr_tensor *logits
 int tr_k_mse(struct tr_kernels *k, const struct tr_tensor *pred, const struct tr_tensor *target, struct tr_tensor *out,
              struct tr_error *err);
 
+/* ---- optimizer kernels (optim.c) ---- */
+/* out = ADAMW_STEP(param, m, v, lr, step) as ops.h defines it: m, v the already-updated
+ * moments (f32, param's shape), lr and step one-element f32 (step >= 1, checked on each
+ * call: it is data). Math in f32 (f64 for an f64 param); bf16/f16 rounded to nearest even
+ * on store. out may alias param (an update in place). */
+int tr_k_adamw_step(struct tr_kernels *k, const struct tr_tensor *param, const struct tr_tensor *m,
+                    const struct tr_tensor *v, const struct tr_tensor *lr, const struct tr_tensor *step, float beta1,
+                    float beta2, float eps, float weight_decay, struct tr_tensor *out, struct tr_error *err);
+
 #ifdef __cplusplus
 }
 #endif
