@@ -17,6 +17,7 @@
 
 #define KEY_INT(field, lo, hi, doc) {#field, TR_KEY_INT, offsetof(struct tr_bert_config, field), lo, hi, doc}
 #define KEY_FLOAT(field, lo, hi, doc) {#field, TR_KEY_FLOAT, offsetof(struct tr_bert_config, field), lo, hi, doc}
+#define KEY_STRING(field, doc) {#field, TR_KEY_STRING, offsetof(struct tr_bert_config, field), 0, 0, doc}
 
 static const struct tr_model_key bert_keys[] = {
     KEY_INT(vocab_size, 1, 1e7, "rows of the word embedding table"),
@@ -30,23 +31,40 @@ static const struct tr_model_key bert_keys[] = {
     KEY_FLOAT(layer_norm_eps, 0, 1, "epsilon of every LayerNorm"),
     KEY_FLOAT(pad_fraction, 0, 1,
               "synthetic batch: sample b pads its last floor((b mod 4) * pad_fraction * seq_len) tokens"),
+    KEY_INT(lora_rank, 0, 65536, "LoRA rank r of the adapters on lora_targets; 0: LoRA off"),
+    KEY_FLOAT(lora_alpha, 0, 1e6, "LoRA alpha; the adapter output is scaled by lora_alpha / lora_rank; 0: alpha = rank"),
+    KEY_STRING(lora_targets, "comma-separated Linear layers that get LoRA adapters, among query, key, value, "
+                             "attention_output, intermediate, output (default query,value)"),
+};
+
+/* LoRA target names (lora_targets) and the bit of each in a mask. */
+enum { LORA_QUERY, LORA_KEY, LORA_VALUE, LORA_ATTENTION_OUTPUT, LORA_INTERMEDIATE, LORA_OUTPUT, LORA_N };
+static const char *const lora_names[LORA_N] = {"query", "key", "value", "attention_output", "intermediate", "output"};
+#define LORA_VALID "query, key, value, attention_output, intermediate, output"
+#define LORA_DEFAULT "query,value"
+
+/* What bert_validate resolved of the LoRA keys; rank 0 or mask 0: no adapters. */
+struct lora {
+    int64_t rank;
+    float scale; /* alpha / rank */
+    unsigned mask;
 };
 
 /* The values of transformers' BertConfig for each; pad_fraction is trident's. */
 static const struct tr_bert_config bert_tiny = {
     .vocab_size = 1000, .hidden_size = 64, .num_hidden_layers = 2, .num_attention_heads = 2,
     .intermediate_size = 128, .max_position_embeddings = 128, .type_vocab_size = 2, .num_labels = 2,
-    .layer_norm_eps = 1e-12, .pad_fraction = 0.125,
+    .layer_norm_eps = 1e-12, .pad_fraction = 0.125, .lora_targets = LORA_DEFAULT,
 };
 static const struct tr_bert_config bert_small = {
     .vocab_size = 28996, .hidden_size = 256, .num_hidden_layers = 4, .num_attention_heads = 4,
     .intermediate_size = 1024, .max_position_embeddings = 512, .type_vocab_size = 2, .num_labels = 2,
-    .layer_norm_eps = 1e-12, .pad_fraction = 0.125,
+    .layer_norm_eps = 1e-12, .pad_fraction = 0.125, .lora_targets = LORA_DEFAULT,
 };
 static const struct tr_bert_config bert_base = {
     .vocab_size = 28996, .hidden_size = 768, .num_hidden_layers = 12, .num_attention_heads = 12,
     .intermediate_size = 3072, .max_position_embeddings = 512, .type_vocab_size = 2, .num_labels = 2,
-    .layer_norm_eps = 1e-12, .pad_fraction = 0.125,
+    .layer_norm_eps = 1e-12, .pad_fraction = 0.125, .lora_targets = LORA_DEFAULT,
 };
 
 static const struct tr_model_preset bert_presets[] = {
@@ -56,6 +74,55 @@ static const struct tr_model_preset bert_presets[] = {
      "bert-base-cased (Keras bert_base_en): 12 layers, hidden 768, 12 heads, ffn 3072, vocab 28996, 512 positions, "
      "108,311,810 parameters with 2 labels"},
 };
+
+/* Parse lora_targets into lr->mask and check lora_rank against each target's sizes. */
+static int lora_validate(const struct tr_bert_config *c, struct lora *lr, struct tr_error *err) {
+    *lr = (struct lora){0};
+    if (c->lora_rank < 0)
+        return tr_error_set(err, TR_ERR_INVALID, "bert: lora_rank = %lld, expected >= 0 (0: LoRA off)",
+                            (long long)c->lora_rank);
+    if (c->lora_rank == 0) return TR_OK;
+    if (!(c->lora_alpha >= 0 && isfinite(c->lora_alpha)))
+        return tr_error_set(err, TR_ERR_INVALID, "bert: lora_alpha = %g, expected >= 0 (0: alpha = lora_rank)",
+                            c->lora_alpha);
+    size_t len = strnlen(c->lora_targets, sizeof c->lora_targets);
+    if (len == sizeof c->lora_targets)
+        return tr_error_set(err, TR_ERR_INVALID, "bert: lora_targets is not terminated within %zu bytes",
+                            sizeof c->lora_targets);
+    const char *list = len ? c->lora_targets : LORA_DEFAULT;
+    for (const char *p = list;;) {
+        while (*p == ' ' || *p == '\t') p++;
+        const char *end = p;
+        while (*end && *end != ',') end++;
+        size_t n = (size_t)(end - p);
+        while (n && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+        int found = -1;
+        for (int i = 0; i < LORA_N; i++)
+            if (strlen(lora_names[i]) == n && strncmp(lora_names[i], p, n) == 0) found = i;
+        if (found < 0)
+            return tr_error_set(err, TR_ERR_INVALID,
+                                "bert: lora_targets = '%s': unknown layer '%.*s' (valid: " LORA_VALID ")", list,
+                                (int)n, p);
+        lr->mask |= 1u << found;
+        if (!*end) break;
+        p = end + 1;
+    }
+    const int64_t D = c->hidden_size, I = c->intermediate_size;
+    for (int i = 0; i < LORA_N; i++) {
+        if (!(lr->mask & (1u << i))) continue;
+        int64_t in = i == LORA_OUTPUT ? I : D, out = i == LORA_INTERMEDIATE ? I : D;
+        int64_t lim = in < out ? in : out;
+        if (c->lora_rank > lim)
+            return tr_error_set(err, TR_ERR_INVALID,
+                                "bert: lora_rank = %lld is larger than min(in, out) = %lld of the '%s' layers "
+                                "(in %lld, out %lld); use lora_rank <= %lld or drop '%s' from lora_targets",
+                                (long long)c->lora_rank, (long long)lim, lora_names[i], (long long)in,
+                                (long long)out, (long long)lim, lora_names[i]);
+    }
+    lr->rank = c->lora_rank;
+    lr->scale = (float)((c->lora_alpha > 0 ? c->lora_alpha : (double)c->lora_rank) / (double)c->lora_rank);
+    return TR_OK;
+}
 
 static int bert_validate(const struct tr_bert_config *c, const struct tr_build_opts *o, struct tr_error *err) {
     const struct {
@@ -91,14 +158,28 @@ static int bert_validate(const struct tr_bert_config *c, const struct tr_build_o
     return TR_OK;
 }
 
-/* HF nn.Linear inside scope `name`: x (..., in) · weight (out, in)ᵀ + bias (out). */
-static int linear(struct tr_graph *g, int x, int64_t in, int64_t out, enum tr_dtype dt, const char *name) {
+/* HF nn.Linear inside scope `name`: x (..., in) · weight (out, in)ᵀ + bias (out); with
+ * target `bit` in lr's mask, plus peft's LoRA term scale·(x·Aᵀ)·Bᵀ added last (as peft
+ * does), so zero B leaves the output bit for bit the base layer's. bit < 0: never. */
+static int linear(struct tr_graph *g, int x, int64_t in, int64_t out, enum tr_dtype dt, const char *name,
+                  const struct lora *lr, int bit) {
     int64_t ws[2] = {out, in}, bs[1] = {out};
+    int lora = lr && bit >= 0 && lr->rank > 0 && (lr->mask & (1u << bit));
     tr_graph_push_scope(g, "%s", name);
     int w = tr_param(g, "weight", dt, 2, ws, 0.0f, 0.02f);
     int b = tr_param(g, "bias", dt, 1, bs, 0.0f, 0.02f);
+    int a = -1, bb = -1;
+    if (lora) {
+        int64_t as[2] = {lr->rank, in}, bsh[2] = {out, lr->rank};
+        a = tr_param(g, "lora_A.weight", dt, 2, as, 0.0f, (float)(1.0 / (double)lr->rank));
+        bb = tr_param(g, "lora_B.weight", dt, 2, bsh, 0.0f, 0.0f);
+    }
     tr_graph_pop_scope(g);
     int y = tr_add(g, tr_matmul(g, x, w, 0, 1), b);
+    if (lora) {
+        int d = tr_matmul(g, tr_matmul(g, x, a, 0, 1), bb, 0, 1);
+        y = tr_add(g, y, tr_scale(g, d, lr->scale, 0.0f));
+    }
     if (y >= 0) tr_graph_set_name(g, y, name);
     return y;
 }
@@ -115,8 +196,8 @@ static int layer_norm(struct tr_graph *g, int x, int64_t d, enum tr_dtype dt, do
 }
 
 /* One post-LN encoder layer; x (B,T,D), mask (B,1,1,T) additive. */
-static int encoder_layer(struct tr_graph *g, const struct tr_bert_config *c, enum tr_dtype dt, int64_t B,
-                         int64_t T, int x, int mask) {
+static int encoder_layer(struct tr_graph *g, const struct tr_bert_config *c, const struct lora *lr,
+                         enum tr_dtype dt, int64_t B, int64_t T, int x, int mask) {
     const int64_t D = c->hidden_size, H = c->num_attention_heads, Dh = D / H;
     const int64_t split[4] = {B, T, H, Dh}, merged[3] = {B, T, D};
     const int perm[4] = {0, 2, 1, 3}; /* (B,T,H,Dh) <-> (B,H,T,Dh) */
@@ -125,21 +206,21 @@ static int encoder_layer(struct tr_graph *g, const struct tr_bert_config *c, enu
     int qkv[3];
     const char *names[3] = {"query", "key", "value"};
     for (int i = 0; i < 3; i++)
-        qkv[i] = tr_transpose(g, tr_reshape(g, linear(g, x, D, D, dt, names[i]), 4, split), 4, perm);
+        qkv[i] = tr_transpose(g, tr_reshape(g, linear(g, x, D, D, dt, names[i], lr, LORA_QUERY + i), 4, split), 4, perm);
     int ctx = tr_attention(g, qkv[0], qkv[1], qkv[2], mask, (float)(1.0 / sqrt((double)Dh)), 0, 0);
     ctx = tr_reshape(g, tr_transpose(g, ctx, 4, perm), 3, merged);
     tr_graph_pop_scope(g);
     tr_graph_push_scope(g, "output");
-    int h = tr_add(g, linear(g, ctx, D, D, dt, "dense"), x);
+    int h = tr_add(g, linear(g, ctx, D, D, dt, "dense", lr, LORA_ATTENTION_OUTPUT), x);
     h = layer_norm(g, h, D, dt, c->layer_norm_eps, "LayerNorm");
     tr_graph_pop_scope(g);
     tr_graph_pop_scope(g);
 
     tr_graph_push_scope(g, "intermediate");
-    int f = tr_gelu(g, linear(g, h, D, c->intermediate_size, dt, "dense"), 0);
+    int f = tr_gelu(g, linear(g, h, D, c->intermediate_size, dt, "dense", lr, LORA_INTERMEDIATE), 0);
     tr_graph_pop_scope(g);
     tr_graph_push_scope(g, "output");
-    int y = tr_add(g, linear(g, f, c->intermediate_size, D, dt, "dense"), h);
+    int y = tr_add(g, linear(g, f, c->intermediate_size, D, dt, "dense", lr, LORA_OUTPUT), h);
     y = layer_norm(g, y, D, dt, c->layer_norm_eps, "LayerNorm");
     tr_graph_pop_scope(g);
     return y;
@@ -147,8 +228,8 @@ static int encoder_layer(struct tr_graph *g, const struct tr_bert_config *c, enu
 
 /* The predict graph, inputs and outputs included; *logits_out gets the logits node. The
  * caller has validated c and o. */
-static int bert_graph(const struct tr_bert_config *c, const struct tr_build_opts *o, struct tr_graph *g,
-                      int *logits_out, struct tr_error *err) {
+static int bert_graph(const struct tr_bert_config *c, const struct lora *lr, const struct tr_build_opts *o,
+                      struct tr_graph *g, int *logits_out, struct tr_error *err) {
     int rc;
     const enum tr_dtype dt = o->dtype;
     const int64_t B = o->batch, T = o->seq_len, D = c->hidden_size;
@@ -188,7 +269,7 @@ static int bert_graph(const struct tr_bert_config *c, const struct tr_build_opts
 
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         tr_graph_push_scope(g, "encoder.layer.%lld", (long long)l);
-        x = encoder_layer(g, c, dt, B, T, x, mask);
+        x = encoder_layer(g, c, lr, dt, B, T, x, mask);
         tr_graph_pop_scope(g);
     }
     int last_hidden = x;
@@ -196,11 +277,11 @@ static int bert_graph(const struct tr_bert_config *c, const struct tr_build_opts
     tr_graph_push_scope(g, "pooler");
     const int64_t bd[2] = {B, D};
     int first = tr_reshape(g, tr_slice(g, x, 1, 0, 1, 1), 2, bd);
-    int pooled = tr_unary(g, TR_OP_TANH, linear(g, first, D, D, dt, "dense"));
+    int pooled = tr_unary(g, TR_OP_TANH, linear(g, first, D, D, dt, "dense", NULL, -1));
     tr_graph_pop_scope(g);
     tr_graph_pop_scope(g);
 
-    int logits = linear(g, pooled, D, c->num_labels, dt, "classifier");
+    int logits = linear(g, pooled, D, c->num_labels, dt, "classifier", NULL, -1);
 
     tr_graph_set_output(g, logits, "logits");
     tr_graph_set_output(g, last_hidden, "last_hidden_state");
@@ -213,21 +294,25 @@ static int bert_graph(const struct tr_bert_config *c, const struct tr_build_opts
 
 static int bert_build(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err) {
     const struct tr_bert_config *c = config;
+    struct lora lr;
     int rc = bert_validate(c, o, err);
+    if (!rc) rc = lora_validate(c, &lr, err);
     if (rc) return rc;
     if (o->task != TR_TASK_PREDICT)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "bert: task '%s' is not provided (bert offers: predict)",
                             tr_task_name(o->task));
     int logits;
-    return bert_graph(c, o, g, &logits, err);
+    return bert_graph(c, &lr, o, g, &logits, err);
 }
 
 int tr_bert_build_classifier_loss(const struct tr_bert_config *c, const struct tr_build_opts *o, struct tr_graph *g,
                                   int *loss, struct tr_error *err) {
+    struct lora lr;
     int rc = bert_validate(c, o, err);
+    if (!rc) rc = lora_validate(c, &lr, err);
     if (rc) return rc;
     int logits;
-    rc = bert_graph(c, o, g, &logits, err);
+    rc = bert_graph(c, &lr, o, g, &logits, err);
     if (rc) return rc;
     const int64_t b[1] = {o->batch};
     int labels = tr_input(g, "labels", TR_DTYPE_I32, 1, b);
@@ -236,6 +321,31 @@ int tr_bert_build_classifier_loss(const struct tr_bert_config *c, const struct t
     rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "bert: classifier loss");
     *loss = l;
+    return TR_OK;
+}
+
+static int is_trainable(const char *name, int lora) {
+    if (!lora) return 1;
+    return strstr(name, ".lora_A.weight") || strstr(name, ".lora_B.weight") || strcmp(name, "classifier.weight") == 0 ||
+           strcmp(name, "classifier.bias") == 0;
+}
+
+int tr_bert_trainable_params(const struct tr_bert_config *c, const struct tr_graph *g, int *ids, int max, int *n,
+                             struct tr_error *err) {
+    if (!c || !g || !n || max < 0 || (max > 0 && !ids))
+        return tr_error_set(err, TR_ERR_INVALID, "tr_bert_trainable_params: NULL argument or max < 0");
+    int lora = c->lora_rank > 0, k = 0;
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        int id = tr_graph_param(g, i);
+        const char *name = tr_node_name(g, id);
+        if (!name || !is_trainable(name, lora)) continue;
+        if (k < max) ids[k] = id;
+        k++;
+    }
+    *n = k;
+    if (k > max)
+        return tr_error_set(err, TR_ERR_INVALID, "tr_bert_trainable_params: %d trainable parameters, room for %d",
+                            k, max);
     return TR_OK;
 }
 

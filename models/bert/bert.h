@@ -28,6 +28,18 @@ struct tr_bert_config {
     int64_t num_labels;
     double layer_norm_eps;
     double pad_fraction;
+    /* LoRA (peft's LoraConfig; keras-hub's enable_lora). lora_rank 0: off, the graph is
+     * the plain model. lora_rank r > 0: every target Linear W (out,in) gets PARAMs
+     * "<layer>.lora_A.weight" (r,in), normal(0, 1/r), and "<layer>.lora_B.weight" (out,r),
+     * zeros, and computes x·Wᵀ + b + (lora_alpha/r)·(x·Aᵀ)·Bᵀ; base parameters keep their
+     * names and shapes. lora_alpha 0 means alpha = r (scaling 1). lora_targets: a
+     * comma-separated subset of query, key, value (attention.self.*), attention_output
+     * (attention.output.dense), intermediate (intermediate.dense), output (output.dense);
+     * "" means "query,value" (peft's default for BERT). The pooler and classifier are
+     * never adapted. */
+    int64_t lora_rank;
+    double lora_alpha;
+    char lora_targets[64];
 };
 
 /* Synthetic batch: tokens uniform in [0, vocab_size) from the seed; sample b keeps its
@@ -46,5 +58,14 @@ struct tr_error;
  * graph for callers that differentiate it). */
 int tr_bert_build_classifier_loss(const struct tr_bert_config *c, const struct tr_build_opts *o, struct tr_graph *g,
                                   int *loss, struct tr_error *err);
+
+/* The PARAM ids of g (built from c) that training updates, in graph order: with
+ * lora_rank > 0, every lora_A/lora_B adapter plus classifier.weight and classifier.bias
+ * (the classification head is new to the task, so it trains with the adapters, as
+ * keras-hub's enable_lora and peft's SEQ_CLS modules_to_save do); with lora_rank 0,
+ * every PARAM (full fine-tuning). *n gets the count; more than max is an error (ids
+ * then holds the first max). */
+int tr_bert_trainable_params(const struct tr_bert_config *c, const struct tr_graph *g, int *ids, int max, int *n,
+                             struct tr_error *err);
 
 #endif

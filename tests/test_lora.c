@@ -1,0 +1,341 @@
+/* LoRA on BERT (models/bert: lora_rank, lora_alpha, lora_targets) against PyTorch + peft.
+ *
+ * - With lora_B zeros (its init) the LoRA model's outputs equal the base model's bit for
+ *   bit (f32, torch backend); with the fixture's random lora_B they differ.
+ * - tr_grad with respect to tr_bert_trainable_params only (adapters + classifier) adds
+ *   no gradient node for a frozen weight.
+ * - Loss (1e-5 relative) and every trainable gradient (1e-4 relative) equal peft's
+ *   (LoraConfig(r=4, lora_alpha=8, target_modules=["query","value"]), float64) on the
+ *   fixture batch, labels [1,0] (tests/fixtures/make_bert_lora_fixture.py).
+ * - Bad lora_targets / lora_rank are refused with the key, the value and what is valid.
+ * Base weights come from bert_tiny.safetensors and adapters from bert_tiny_lora.safetensors,
+ * bound by hand (tr_weights_load wants every PARAM in one file). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "testutil.h"
+#include "bert/bert.h"
+#include "models.h"
+#include "trident/autodiff.h"
+#include "trident/graph.h"
+#include "trident/loader.h"
+#include "trident/safetensors.h"
+
+#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors"
+#define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
+#define FIXTURE_LORA TR_SOURCE_DIR "/tests/fixtures/bert_tiny_lora.safetensors"
+#define HINT " (regenerate with: python3 tests/fixtures/make_bert_lora_fixture.py)"
+#define LOSS_TOL 1e-5
+#define GRAD_TOL 1e-4
+#define MAX_PARAMS 64
+
+/* The fixture's LoRA: r 4, alpha 8, query and value. */
+static struct tr_bert_config lora_config(void) {
+    struct tr_bert_config c = *(const struct tr_bert_config *)tr_model_bert.presets[0].config;
+    assert_string_equal(tr_model_bert.presets[0].name, "tiny");
+    c.lora_rank = 4;
+    c.lora_alpha = 8;
+    snprintf(c.lora_targets, sizeof c.lora_targets, "query,value");
+    return c;
+}
+
+/* Host buffers bound to a graph's PARAMs. */
+struct bound {
+    int n;
+    void *buf[MAX_PARAMS];
+};
+
+static void bound_free(struct bound *b) {
+    for (int i = 0; i < b->n; i++) free(b->buf[i]);
+    b->n = 0;
+}
+
+/* Bind every PARAM of g: from lora when it holds the name (unless zero_b and it is a
+ * lora_B), else zeros for a zero_b lora_B, else from base. Copies, so alignment is ours. */
+static void bind_all(struct tr_graph *g, const struct tr_safetensors *base, const struct tr_safetensors *lora,
+                     int zero_b, struct bound *b) {
+    struct tr_error e = {0};
+    bound_free(b);
+    assert_true(tr_graph_n_params(g) <= MAX_PARAMS);
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        int id = tr_graph_param(g, i);
+        const char *name = tr_node_name(g, id);
+        struct tr_tensor want = tr_node_tensor(g, id), t;
+        size_t bytes = (size_t)tr_tensor_numel(&want) * sizeof(float);
+        void *p = calloc(1, bytes);
+        assert_non_null(p);
+        b->buf[b->n++] = p;
+        int is_b = strstr(name, ".lora_B.") != NULL;
+        if (!(zero_b && is_b)) {
+            const struct tr_safetensors *src = strstr(name, ".lora_") ? lora : base;
+            if (tr_safetensors_get(src, name, &t, &e)) fail_msg("%s" HINT, e.msg);
+            assert_int_equal(t.dtype, TR_DTYPE_F32);
+            assert_int_equal(tr_tensor_numel(&t), tr_tensor_numel(&want));
+            memcpy(p, t.data, bytes);
+        }
+        if (tr_graph_bind_param(g, id, p, &e)) fail_msg("%s: %s", name, e.msg);
+    }
+}
+
+/* Run g once on the torch backend; out allocated here, poisoned before the run. */
+static void run_torch(struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
+    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
+    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
+                                    .device_type = TR_DEVICE_CPU};
+    struct tr_plugin *p = NULL;
+    struct tr_backend *be = NULL;
+    struct tr_program *prog = NULL;
+    struct tr_error e = {0};
+    if (tr_plugin_open("torch", &s, &p, &e)) fail_msg("%s", e.msg);
+    if (tr_backend_init(p, &prm, &be, &e)) fail_msg("%s", e.msg);
+    if (tr_backend_compile(be, g, &prog, &e)) fail_msg("compile: %s", e.msg);
+    int n_out = tr_graph_n_outputs(g);
+    for (int i = 0; i < n_out; i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_output(g, i));
+        out[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
+        tr_test_poison(&out[i]);
+    }
+    if (tr_backend_execute(be, prog, tr_graph_n_inputs(g), in, n_out, out, &e)) fail_msg("execute: %s", e.msg);
+    tr_program_free(prog);
+    tr_backend_free(be);
+    tr_plugin_close(p);
+}
+
+static void load_inputs(struct tr_safetensors **io, struct tr_tensor in[3]) {
+    struct tr_error e = {0};
+    if (tr_safetensors_open(FIXTURE_IO, io, &e)) fail_msg("%s", e.msg);
+    const char *names[3] = {"input_ids", "attention_mask", "token_type_ids"};
+    for (int i = 0; i < 3; i++)
+        if (tr_safetensors_get(*io, names[i], &in[i], &e)) fail_msg("%s", e.msg);
+}
+
+static void test_zero_b_is_base(void **state) {
+    (void)state;
+    struct tr_error e = {0};
+    struct tr_safetensors *io = NULL, *base = NULL, *lora = NULL;
+    struct tr_tensor in[3];
+    load_inputs(&io, in);
+    if (tr_safetensors_open(FIXTURE, &base, &e)) fail_msg("%s", e.msg);
+    if (tr_safetensors_open(FIXTURE_LORA, &lora, &e)) fail_msg("%s" HINT, e.msg);
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = in[0].shape[0],
+                              .seq_len = in[0].shape[1]};
+    const struct tr_bert_config *tiny = tr_model_bert.presets[0].config;
+    struct tr_bert_config lc = lora_config();
+
+    struct tr_graph *g0 = NULL, *g1 = NULL;
+    assert_int_equal(tr_graph_init(&g0, &e), TR_OK);
+    assert_int_equal(tr_graph_init(&g1, &e), TR_OK);
+    if (tr_model_bert.build(tiny, &o, g0, &e)) fail_msg("%s", e.msg);
+    if (tr_model_bert.build(&lc, &o, g1, &e)) fail_msg("%s", e.msg);
+    /* 4 adapters more per layer (query and value, A and B); base names and shapes kept. */
+    assert_int_equal(tr_graph_n_params(g1), tr_graph_n_params(g0) + 4 * (int)tiny->num_hidden_layers);
+    for (int i = 0; i < tr_graph_n_params(g0); i++) {
+        int id0 = tr_graph_param(g0, i), id1 = tr_graph_find(g1, tr_node_name(g0, id0));
+        assert_true(id1 >= 0);
+        assert_int_equal(tr_node_op(g1, id1), tr_node_op(g0, id0));
+        struct tr_tensor a = tr_node_tensor(g0, id0), b = tr_node_tensor(g1, id1);
+        assert_int_equal(a.ndim, b.ndim);
+        assert_memory_equal(a.shape, b.shape, sizeof(int64_t) * (size_t)a.ndim);
+    }
+    int qa = tr_graph_find(g1, "bert.encoder.layer.1.attention.self.value.lora_A.weight");
+    int qb = tr_graph_find(g1, "bert.encoder.layer.1.attention.self.value.lora_B.weight");
+    assert_true(qa >= 0 && qb >= 0);
+    assert_int_equal(tr_node_shape(g1, qa)[0], 4);
+    assert_int_equal(tr_node_shape(g1, qa)[1], tiny->hidden_size);
+    assert_int_equal(tr_node_shape(g1, qb)[0], tiny->hidden_size);
+    assert_int_equal(tr_node_shape(g1, qb)[1], 4);
+    assert_int_equal(tr_graph_find(g1, "bert.encoder.layer.0.attention.self.key.lora_A.weight"), -1);
+
+    struct bound b0 = {0}, b1 = {0};
+    bind_all(g0, base, lora, 0, &b0);
+    bind_all(g1, base, lora, 1, &b1);
+    int n_out = tr_graph_n_outputs(g0);
+    assert_int_equal(n_out, 3);
+    struct tr_tensor out0[3], out1[3], out2[3];
+    run_torch(g0, in, out0);
+    run_torch(g1, in, out1);
+    for (int i = 0; i < n_out; i++) {
+        size_t bytes = (size_t)tr_tensor_numel(&out0[i]) * sizeof(float);
+        if (memcmp(out0[i].data, out1[i].data, bytes) != 0)
+            fail_msg("output %s: LoRA with zero lora_B differs from the base model", tr_graph_output_name(g0, i));
+    }
+    /* Random lora_B: the adapters change every output. */
+    bind_all(g1, base, lora, 0, &b1);
+    run_torch(g1, in, out2);
+    for (int i = 0; i < n_out; i++) {
+        double *ref = tr_test_to_f64(&out0[i]);
+        double d = tr_test_rel_err(&out2[i], ref);
+        free(ref);
+        print_message("%s: random lora_B moves it by %.3g (relative)\n", tr_graph_output_name(g1, i), d);
+        assert_true(d > 1e-3 && isfinite(d));
+    }
+    for (int i = 0; i < n_out; i++) {
+        tr_test_tensor_free(&out0[i]);
+        tr_test_tensor_free(&out1[i]);
+        tr_test_tensor_free(&out2[i]);
+    }
+    bound_free(&b0);
+    bound_free(&b1);
+    tr_graph_free(g0);
+    tr_graph_free(g1);
+    tr_safetensors_close(lora);
+    tr_safetensors_close(base);
+    tr_safetensors_close(io);
+}
+
+static void test_grads_match_peft(void **state) {
+    (void)state;
+    struct tr_error e = {0};
+    struct tr_safetensors *io = NULL, *base = NULL, *lora = NULL;
+    struct tr_tensor in[4];
+    load_inputs(&io, in);
+    if (tr_safetensors_open(FIXTURE, &base, &e)) fail_msg("%s", e.msg);
+    if (tr_safetensors_open(FIXTURE_LORA, &lora, &e)) fail_msg("%s" HINT, e.msg);
+    if (tr_safetensors_get(lora, "labels", &in[3], &e)) fail_msg("%s" HINT, e.msg);
+    struct tr_tensor ref_loss;
+    if (tr_safetensors_get(lora, "loss", &ref_loss, &e)) fail_msg("%s" HINT, e.msg);
+
+    struct tr_bert_config lc = lora_config();
+    struct tr_build_opts o = {.task = TR_TASK_FIT, .dtype = TR_DTYPE_F32, .batch = in[0].shape[0],
+                              .seq_len = in[0].shape[1]};
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    int loss = -1;
+    if (tr_bert_build_classifier_loss(&lc, &o, g, &loss, &e)) fail_msg("%s", e.msg);
+
+    int wrt[MAX_PARAMS], grads[MAX_PARAMS], n = 0;
+    if (tr_bert_trainable_params(&lc, g, wrt, MAX_PARAMS, &n, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(n, 4 * (int)lc.num_hidden_layers + 2); /* adapters + classifier weight, bias */
+    int few[2];
+    assert_int_not_equal(tr_bert_trainable_params(&lc, g, few, 2, &n, &e), TR_OK);
+    if (tr_bert_trainable_params(&lc, g, wrt, MAX_PARAMS, &n, &e)) fail_msg("%s", e.msg);
+    int n_nodes_before = tr_graph_n_nodes(g);
+    if (tr_grad(g, loss, n, wrt, grads, &e)) fail_msg("tr_grad: %s", e.msg);
+    assert_true(tr_graph_n_nodes(g) > n_nodes_before);
+
+    /* Frozen weights get no gradient node; each trainable one exactly its own. */
+    int n_frozen = 0;
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        int id = tr_graph_param(g, i), trainable = 0;
+        for (int k = 0; k < n; k++) trainable |= wrt[k] == id;
+        char gname[256];
+        snprintf(gname, sizeof gname, "grad.%s", tr_node_name(g, id));
+        int found = 0;
+        for (int k = 0; k < tr_graph_n_nodes(g); k++) {
+            const char *nm = tr_node_name(g, k);
+            found += nm && strcmp(nm, gname) == 0;
+        }
+        if (trainable) assert_int_equal(found, 1);
+        else if (found) fail_msg("frozen %s has a gradient node '%s'", tr_node_name(g, id), gname);
+        n_frozen += !trainable;
+    }
+    assert_true(n_frozen > 0);
+
+    assert_int_equal(tr_graph_set_output(g, loss, "loss"), TR_OK);
+    for (int i = 0; i < n; i++) assert_int_equal(tr_graph_set_output(g, grads[i], tr_node_name(g, grads[i])), TR_OK);
+    const int first = 4, n_out = tr_graph_n_outputs(g);
+    assert_int_equal(n_out, first + n);
+    struct bound b = {0};
+    bind_all(g, base, lora, 0, &b);
+    struct tr_tensor *out = calloc((size_t)n_out, sizeof *out);
+    assert_non_null(out);
+    run_torch(g, in, out);
+
+    const double loss_ref = ((const float *)ref_loss.data)[0], l = ((const float *)out[3].data)[0];
+    const double loss_err = fabs(l - loss_ref) / fabs(loss_ref);
+    struct tr_tensor t;
+    if (tr_safetensors_get(lora, "logits", &t, &e)) fail_msg("%s" HINT, e.msg);
+    double *lref = tr_test_to_f64(&t);
+    double logits_err = tr_test_rel_err(&out[0], lref);
+    free(lref);
+    double worst = 0;
+    int worst_i = 0;
+    for (int i = 0; i < n; i++) {
+        if (tr_safetensors_get(lora, tr_node_name(g, grads[i]), &t, &e)) fail_msg("%s" HINT, e.msg);
+        assert_int_equal(tr_tensor_numel(&t), tr_tensor_numel(&out[first + i]));
+        double *ref = tr_test_to_f64(&t);
+        double r = tr_test_rel_err(&out[first + i], ref);
+        free(ref);
+        if (!(r <= worst)) worst = r, worst_i = i;
+    }
+    print_message("loss %.8f (peft %.8f, rel err %.2e), logits rel err %.2e, %d gradients: worst rel err %.2e (%s)\n",
+                  l, loss_ref, loss_err, logits_err, n, worst, tr_node_name(g, grads[worst_i]));
+    if (!(loss_err < LOSS_TOL)) fail_msg("loss %.8f, peft %.8f: relative error %.3g", l, loss_ref, loss_err);
+    if (!(logits_err < GRAD_TOL)) fail_msg("logits: relative error %.3g", logits_err);
+    if (!(worst < GRAD_TOL)) fail_msg("%s: relative error %.3g vs peft", tr_node_name(g, grads[worst_i]), worst);
+
+    for (int i = 0; i < n_out; i++) tr_test_tensor_free(&out[i]);
+    free(out);
+    bound_free(&b);
+    tr_graph_free(g);
+    tr_safetensors_close(lora);
+    tr_safetensors_close(base);
+    tr_safetensors_close(io);
+}
+
+/* Build with c; expect a refusal whose message holds every string of want. */
+static void expect_refused(const struct tr_bert_config *c, const char *const *want, int n_want) {
+    struct tr_error e = {0};
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 8};
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    int rc = tr_model_bert.build(c, &o, g, &e);
+    tr_graph_free(g);
+    if (rc == TR_OK) fail_msg("built, expected a refusal naming %s", want[0]);
+    for (int i = 0; i < n_want; i++)
+        if (!strstr(e.msg, want[i])) fail_msg("message '%s' lacks '%s'", e.msg, want[i]);
+    print_message("refused: %s\n", e.msg);
+}
+
+static void test_config_errors(void **state) {
+    (void)state;
+    int found = 0;
+    for (int i = 0; i < tr_model_bert.n_keys; i++)
+        found += !strcmp(tr_model_bert.keys[i].name, "lora_rank") || !strcmp(tr_model_bert.keys[i].name, "lora_alpha") ||
+                 !strcmp(tr_model_bert.keys[i].name, "lora_targets");
+    assert_int_equal(found, 3);
+
+    struct tr_bert_config c = lora_config();
+    snprintf(c.lora_targets, sizeof c.lora_targets, "query, vlaue");
+    const char *bad_target[] = {"lora_targets", "'vlaue'", "query, key, value, attention_output, intermediate, output"};
+    expect_refused(&c, bad_target, 3);
+
+    c = lora_config();
+    c.lora_rank = 65;
+    const char *big_rank[] = {"lora_rank", "65", "64", "query"};
+    expect_refused(&c, big_rank, 4);
+    /* intermediate is 64 -> 128: the limit is 64 there too; output 128 -> 64. */
+    snprintf(c.lora_targets, sizeof c.lora_targets, "intermediate");
+    const char *big_rank2[] = {"lora_rank", "65", "in 64, out 128", "intermediate"};
+    expect_refused(&c, big_rank2, 4);
+
+    /* The largest rank builds, on every target; lora_rank 0 trains everything. */
+    struct tr_error e = {0};
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 8};
+    c = lora_config();
+    c.lora_rank = 64;
+    snprintf(c.lora_targets, sizeof c.lora_targets, "query,key,value,attention_output,intermediate,output");
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    if (tr_model_bert.build(&c, &o, g, &e)) fail_msg("%s", e.msg);
+    int ids[MAX_PARAMS], n = 0;
+    assert_int_equal(tr_bert_trainable_params(&c, g, ids, MAX_PARAMS, &n, &e), TR_OK);
+    assert_int_equal(n, 12 * (int)c.num_hidden_layers + 2);
+    c.lora_rank = 0;
+    tr_graph_free(g);
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    if (tr_model_bert.build(&c, &o, g, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(tr_bert_trainable_params(&c, g, ids, MAX_PARAMS, &n, &e), TR_OK);
+    assert_int_equal(n, tr_graph_n_params(g));
+    tr_graph_free(g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_zero_b_is_base),
+        cmocka_unit_test(test_grads_match_peft),
+        cmocka_unit_test(test_config_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
