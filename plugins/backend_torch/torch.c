@@ -115,18 +115,7 @@ static const struct tr_backend_i torch_iface = {
 
 TR_BACKEND_EXPORT int tr_backend_entry(uint32_t host_abi, const struct tr_host_api *host,
                                        const struct tr_backend_i **iface, struct tr_error *err) {
-    if (iface) *iface = NULL;
-    if (TR_ABI_GET_MAJOR(host_abi) != TR_ABI_MAJOR)
-        return tr_error_set(err, TR_ERR_PLUGIN, "torch: incompatible ABI (host: %u.%u, plugin: %u.%u)",
-                            TR_ABI_GET_MAJOR(host_abi), TR_ABI_GET_MINOR(host_abi), (unsigned)TR_ABI_MAJOR,
-                            (unsigned)TR_ABI_MINOR);
-    if (!host || !iface) return tr_error_set(err, TR_ERR_PLUGIN, "torch: entry called without a host table");
-    /* A 1.x host has every 1.0 slot; a shorter table is a broken host. */
-    if (host->struct_size < sizeof(struct tr_host_api) || TR_ABI_GET_MAJOR(host->abi_version) != TR_ABI_MAJOR)
-        return tr_error_set(err, TR_ERR_PLUGIN, "torch: host table of %u bytes, ABI %u.%u (expected >= %zu bytes, 1.x)",
-                            host->struct_size, TR_ABI_GET_MAJOR(host->abi_version),
-                            TR_ABI_GET_MINOR(host->abi_version), sizeof(struct tr_host_api));
-    torch_host = host;
-    *iface = &torch_iface;
-    return TR_OK;
+    int rc = tr_backend_entry_check("torch", host_abi, host, &torch_iface, iface, err);
+    if (rc == TR_OK) torch_host = host;
+    return rc;
 }

@@ -104,6 +104,24 @@ int tr_opts_parse(const char *backend, const struct tr_opt_spec *specs, int n_sp
     return TR_OK;
 }
 
+int tr_backend_entry_check(const char *backend, uint32_t host_abi, const struct tr_host_api *host,
+                           const struct tr_backend_i *vtable, const struct tr_backend_i **iface,
+                           struct tr_error *err) {
+    if (iface) *iface = NULL;
+    if (TR_ABI_GET_MAJOR(host_abi) != TR_ABI_MAJOR)
+        return tr_error_set(err, TR_ERR_PLUGIN, "%s: incompatible ABI (host: %u.%u, plugin: %u.%u)", backend,
+                            TR_ABI_GET_MAJOR(host_abi), TR_ABI_GET_MINOR(host_abi), (unsigned)TR_ABI_MAJOR,
+                            (unsigned)TR_ABI_MINOR);
+    if (!host || !iface) return tr_error_set(err, TR_ERR_PLUGIN, "%s: entry called without a host table", backend);
+    /* A 1.x host has every 1.0 slot; a shorter table is a broken host. */
+    if (host->struct_size < sizeof(struct tr_host_api) || TR_ABI_GET_MAJOR(host->abi_version) != TR_ABI_MAJOR)
+        return tr_error_set(err, TR_ERR_PLUGIN, "%s: host table of %u bytes, ABI %u.%u (expected >= %zu bytes, 1.x)",
+                            backend, host->struct_size, TR_ABI_GET_MAJOR(host->abi_version),
+                            TR_ABI_GET_MINOR(host->abi_version), sizeof(struct tr_host_api));
+    *iface = vtable;
+    return TR_OK;
+}
+
 int tr_backend_params_read(const char *backend, const struct tr_backend_params *params, int *device_type,
                            int *device_index, struct tr_error *err) {
     *device_type = TR_DEVICE_CPU;

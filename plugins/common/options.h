@@ -1,4 +1,6 @@
-/* Backend options ([backend.NAME] key = value) parsed from a table, the same way in
+/* What every backend checks at its entry point and in init, written once.
+ *
+ * Backend options ([backend.NAME] key = value) parsed from a table, the same way in
  * every backend: every key checked before any is used, unknown keys refused with the
  * keys there are, a key given twice with different values refused naming both places,
  * each message "FILE:LINE: [backend.NAME] KEY = VALUE: expected ...". The values land
@@ -34,6 +36,12 @@ const char *tr_opt_where(const struct tr_option *o, char *buf, size_t n);
 
 int tr_opts_parse(const char *backend, const struct tr_opt_spec *specs, int n_specs, const struct tr_option *opts,
                   int n_opts, void *dst, struct tr_error *err);
+
+/* The checks every tr_backend_entry does: the host speaks our ABI major and hands a
+ * complete 1.x table. On success *iface = vtable; on failure *iface = NULL. */
+int tr_backend_entry_check(const char *backend, uint32_t host_abi, const struct tr_host_api *host,
+                           const struct tr_backend_i *vtable, const struct tr_backend_i **iface,
+                           struct tr_error *err);
 
 /* The checks every init does on its params: size, device, the options array. NULL
  * params leave the defaults (cpu 0). */
