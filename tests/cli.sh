@@ -28,6 +28,7 @@ expect() {
 ini() { printf '%s\n' "$2" > "$tmp/$1"; }
 
 expect "quickstart runs" 0 '^torch +[0-9.]+ +[0-9.]+' -- "$bin" run conf/quickstart.ini --steps 3
+if grep -Eq '^jax +\|#+ [0-9.]+ ms$' "$tmp/out"; then ok "quickstart draws its chart"; else bad "quickstart draws its chart"; fi
 for row in 'torch:reduce-overhead' 'tf' 'jax'; do
   if grep -Eq "^$row +[0-9.]+ +[0-9.]+.* ok *$" "$tmp/out"; then ok "quickstart row $row agrees"; else bad "quickstart row $row agrees"; fi
 done

@@ -45,6 +45,22 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
                 r->gflops, (unsigned long long)r->stats.kernel_calls, hm, (double)r->stats.peak_bytes / 1048576.0,
                 (double)r->stats.arena_bytes / 1048576.0, agreement_str(r, agree, sizeof agree));
     }
+    /* A bar per backend, mean ms/step to scale (the slowest fills the width): the chart of
+     * the table's "vs best" column, for a glance. */
+    double worst = 0;
+    for (int i = 0; i < rep->n_rows; i++)
+        if (rep->rows[i].ok && rep->rows[i].mean_ms > worst) worst = rep->rows[i].mean_ms;
+    if (worst > 0 && rep->n_rows > 1) {
+        fputc('\n', f);
+        for (int i = 0; i < rep->n_rows; i++) {
+            const struct tr_bench_row *r = &rep->rows[i];
+            if (!r->ok) continue;
+            int w = (int)lround(48.0 * r->mean_ms / worst);
+            fprintf(f, "%-24s |", r->label);
+            for (int k = 0; k < w; k++) fputc('#', f);
+            fprintf(f, " %.3f ms\n", r->mean_ms);
+        }
+    }
     int notes = 0;
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
