@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "testutil.h"
+#include "backendutil.h"
 #include "models.h"
 #include "trident/bench.h"
 #include "trident/config.h"
@@ -23,17 +23,6 @@
 
 static char cache_dir[256];
 
-struct config {
-    const char *label, *plugin, *mode;
-};
-
-static const struct config configs[] = {
-    {"torch", "torch", NULL},
-    {"torch:reduce-overhead", "torch", "reduce-overhead"},
-    {"tf", "tf", NULL},
-    {"jax", "jax", NULL},
-};
-#define N_CONFIGS (int)(sizeof configs / sizeof configs[0])
 
 static int setup(void **state) {
     snprintf(cache_dir, sizeof cache_dir, "/tmp/trident-agree-XXXXXX");
@@ -46,36 +35,8 @@ static int teardown(void **state) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
-/* Run g STEPS times on one configuration; out allocated here and poisoned before each step. */
-static void run(const struct config *c, struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
-    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
-    struct tr_option opts[2];
-    int n_opts = 0;
-    if (c->mode) opts[n_opts++] = (struct tr_option){.key = "mode", .value = c->mode, .file = "test", .line = 1};
-    if (strcmp(c->plugin, "jax") == 0)
-        opts[n_opts++] = (struct tr_option){.key = "cache_dir", .value = cache_dir, .file = "test", .line = 2};
-    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
-                                    .device_type = TR_DEVICE_CPU, .options = opts, .n_options = n_opts};
-    struct tr_plugin *p = NULL;
-    struct tr_backend *be = NULL;
-    struct tr_program *prog = NULL;
-    struct tr_error e = {0};
-    if (tr_plugin_open(c->plugin, &s, &p, &e)) fail_msg("%s: %s", c->label, e.msg);
-    if (tr_backend_init(p, &prm, &be, &e)) fail_msg("%s: %s", c->label, e.msg);
-    if (tr_backend_compile(be, g, &prog, &e)) fail_msg("%s: %s", c->label, e.msg);
-    int n_out = tr_graph_n_outputs(g);
-    for (int i = 0; i < n_out; i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_output(g, i));
-        out[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
-    }
-    for (int step = 0; step < STEPS; step++) {
-        for (int i = 0; i < n_out; i++) tr_test_poison(&out[i]);
-        if (tr_backend_execute(be, prog, tr_graph_n_inputs(g), in, n_out, out, &e))
-            fail_msg("%s step %d: %s", c->label, step + 1, e.msg);
-    }
-    tr_program_free(prog);
-    tr_backend_free(be);
-    tr_plugin_close(p);
+static void run(const struct tr_test_backend *c, struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
+    tr_test_run_backend(c, cache_dir, g, in, STEPS, out, NULL);
 }
 
 static void all_match_hf(enum tr_dtype dt) {
@@ -96,10 +57,10 @@ static void all_match_hf(enum tr_dtype dt) {
     struct tr_weights *w = NULL;
     if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s", e.msg);
 
-    struct tr_tensor out[N_CONFIGS][3];
+    struct tr_tensor out[TR_TEST_N_BACKENDS][3];
     double tol = tr_test_tol(dt);
-    for (int c = 0; c < N_CONFIGS; c++) {
-        run(&configs[c], g, in, out[c]);
+    for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
+        run(&tr_test_backends[c], g, in, out[c]);
         for (int i = 0; i < 3; i++) {
             const char *name = tr_graph_output_name(g, i);
             struct tr_tensor ref;
@@ -111,14 +72,14 @@ static void all_match_hf(enum tr_dtype dt) {
             double vs_eager = tr_test_rel_err(&out[c][i], r0);
             free(r0);
             print_message("%-5s %-22s %-17s vs transformers %.2e, vs torch %.2e\n", tr_dtype_name(dt),
-                          configs[c].label, name, hf, vs_eager);
-            if (!(hf < tol)) fail_msg("%s %s %s: %.3g from transformers (tolerance %.0e)", configs[c].label,
+                          tr_test_backends[c].label, name, hf, vs_eager);
+            if (!(hf < tol)) fail_msg("%s %s %s: %.3g from transformers (tolerance %.0e)", tr_test_backends[c].label,
                                       tr_dtype_name(dt), name, hf, tol);
-            if (!(vs_eager < tol)) fail_msg("%s %s %s: %.3g from torch (tolerance %.0e)", configs[c].label,
+            if (!(vs_eager < tol)) fail_msg("%s %s %s: %.3g from torch (tolerance %.0e)", tr_test_backends[c].label,
                                             tr_dtype_name(dt), name, vs_eager, tol);
         }
     }
-    for (int c = 0; c < N_CONFIGS; c++)
+    for (int c = 0; c < TR_TEST_N_BACKENDS; c++)
         for (int i = 0; i < 3; i++) tr_test_tensor_free(&out[c][i]);
     tr_weights_free(w);
     tr_graph_free(g);

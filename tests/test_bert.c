@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "testutil.h"
+#include "backendutil.h"
 #include "bert/bert.h"
 #include "models.h"
 #include "trident/graph.h"
@@ -192,28 +192,9 @@ static void test_make_inputs(void **state) {
     tr_graph_free(g);
 }
 
-/* Run g on the torch backend (cpu): outputs allocated here, poisoned first. */
+/* Run g once on the torch backend (cpu): outputs allocated here, poisoned first. */
 static void run_torch(struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
-    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
-    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
-                                    .device_type = TR_DEVICE_CPU};
-    struct tr_plugin *p = NULL;
-    struct tr_backend *be = NULL;
-    struct tr_program *prog = NULL;
-    struct tr_error e = {0};
-    if (tr_plugin_open("torch", &s, &p, &e)) fail_msg("%s", e.msg);
-    if (tr_backend_init(p, &prm, &be, &e)) fail_msg("%s", e.msg);
-    if (tr_backend_compile(be, g, &prog, &e)) fail_msg("%s", e.msg);
-    int n_out = tr_graph_n_outputs(g);
-    for (int i = 0; i < n_out; i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_output(g, i));
-        out[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
-        tr_test_poison(&out[i]);
-    }
-    if (tr_backend_execute(be, prog, tr_graph_n_inputs(g), in, n_out, out, &e)) fail_msg("%s", e.msg);
-    tr_program_free(prog);
-    tr_backend_free(be);
-    tr_plugin_close(p);
+    tr_test_run_backend(&tr_test_backends[0], NULL, g, in, 1, out, NULL);
 }
 
 static void predict_matches_hf(enum tr_dtype dt) {

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "testutil.h"
+#include "backendutil.h"
 #include "bert/bert.h"
 #include "models.h"
 #include "trident/autodiff.h"
@@ -35,17 +35,6 @@
 
 static char cache_dir[256];
 
-struct config {
-    const char *label, *plugin, *mode;
-};
-
-static const struct config configs[] = {
-    {"torch", "torch", NULL},
-    {"torch:reduce-overhead", "torch", "reduce-overhead"},
-    {"tf", "tf", NULL},
-    {"jax", "jax", NULL},
-};
-#define N_CONFIGS (int)(sizeof configs / sizeof configs[0])
 
 static int setup(void **state) {
     snprintf(cache_dir, sizeof cache_dir, "/tmp/trident-bertgrad-XXXXXX");
@@ -58,40 +47,12 @@ static int teardown(void **state) {
     return system(cmd) == 0 ? 0 : -1;
 }
 
-/* Run g STEPS times on one configuration; out allocated here and poisoned before each step. */
-static void run(const struct config *c, struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
-    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
-    struct tr_option opts[2];
-    int n_opts = 0;
-    if (c->mode) opts[n_opts++] = (struct tr_option){.key = "mode", .value = c->mode, .file = "test", .line = 1};
-    if (strcmp(c->plugin, "jax") == 0)
-        opts[n_opts++] = (struct tr_option){.key = "cache_dir", .value = cache_dir, .file = "test", .line = 2};
-    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
-                                    .device_type = TR_DEVICE_CPU, .options = opts, .n_options = n_opts};
-    struct tr_plugin *p = NULL;
-    struct tr_backend *be = NULL;
-    struct tr_program *prog = NULL;
-    struct tr_error e = {0};
-    if (tr_plugin_open(c->plugin, &s, &p, &e)) fail_msg("%s: %s", c->label, e.msg);
-    if (tr_backend_init(p, &prm, &be, &e)) fail_msg("%s: %s", c->label, e.msg);
-    if (tr_backend_compile(be, g, &prog, &e)) fail_msg("%s: compiling the gradient graph: %s", c->label, e.msg);
-    int n_out = tr_graph_n_outputs(g);
-    for (int i = 0; i < n_out; i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_output(g, i));
-        out[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
-    }
-    for (int step = 0; step < STEPS; step++) {
-        for (int i = 0; i < n_out; i++) tr_test_poison(&out[i]);
-        if (tr_backend_execute(be, prog, tr_graph_n_inputs(g), in, n_out, out, &e))
-            fail_msg("%s step %d: %s", c->label, step + 1, e.msg);
-    }
-    struct tr_backend_stats st = {.struct_size = sizeof st, .abi_version = TR_ABI_VERSION};
-    if (tr_backend_get_stats(be, prog, &st, &e)) fail_msg("%s: %s", c->label, e.msg);
+/* Run g STEPS times on one configuration and show what it ran. */
+static void run(const struct tr_test_backend *c, struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
+    struct tr_backend_stats st;
+    tr_test_run_backend(c, cache_dir, g, in, STEPS, out, &st);
     assert_true(st.kernel_calls > 0);
     print_message("%-22s %llu kernel calls; %s\n", c->label, (unsigned long long)st.kernel_calls, st.notes);
-    tr_program_free(prog);
-    tr_backend_free(be);
-    tr_plugin_close(p);
 }
 
 static double norm2(const double *x, int64_t n) {
@@ -201,11 +162,11 @@ static void test_grads_match_pytorch(void **state) {
     assert_int_equal(n_zero, (int)tiny->num_hidden_layers);
 
     int n_out = tr_graph_n_outputs(g);
-    struct tr_tensor *out[N_CONFIGS];
-    for (int c = 0; c < N_CONFIGS; c++) {
+    struct tr_tensor *out[TR_TEST_N_BACKENDS];
+    for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
         out[c] = calloc((size_t)n_out, sizeof(struct tr_tensor));
         assert_non_null(out[c]);
-        run(&configs[c], g, in, out[c]);
+        run(&tr_test_backends[c], g, in, out[c]);
 
         double l = ((const float *)out[c][3].data)[0];
         double loss_err = fabs(l - loss_ref) / fabs(loss_ref);
@@ -221,7 +182,7 @@ static void test_grads_match_pytorch(void **state) {
         qsort(vs, (size_t)n_params, sizeof vs[0], by_err_desc);
         print_message("%-22s loss %.8f (ref %.8f, rel err %.2e), logits rel err %.2e, %d gradients: worst vs "
                       "pytorch %.2e, worst vs torch %.2e\n",
-                      configs[c].label, l, loss_ref, loss_err, logits_err, n_params, ws[0].err, vs[0].err);
+                      tr_test_backends[c].label, l, loss_ref, loss_err, logits_err, n_params, ws[0].err, vs[0].err);
         for (int k = 0; k < 3; k++)
             print_message("    %.2e %s\n", ws[k].err, tr_node_name(g, grads[ws[k].param]));
         for (int i = 0; i < n_params; i++)
@@ -229,19 +190,19 @@ static void test_grads_match_pytorch(void **state) {
                 print_message("    %s: ‖g − g_ref‖/‖∇‖ %.2e (zero in exact arithmetic)\n", tr_node_name(g, grads[i]),
                               err_scaled(&out[c][first + i], ref[i], total));
         if (!(loss_err < LOSS_TOL))
-            fail_msg("%s: loss %.8f, pytorch %.8f: relative error %.3g >= %.0e", configs[c].label, l, loss_ref,
+            fail_msg("%s: loss %.8f, pytorch %.8f: relative error %.3g >= %.0e", tr_test_backends[c].label, l, loss_ref,
                      loss_err, LOSS_TOL);
         if (!(logits_err < GRAD_TOL))
-            fail_msg("%s: logits relative error %.3g >= %.0e", configs[c].label, logits_err, GRAD_TOL);
+            fail_msg("%s: logits relative error %.3g >= %.0e", tr_test_backends[c].label, logits_err, GRAD_TOL);
         if (!(ws[0].err < GRAD_TOL))
-            fail_msg("%s: %s: relative error %.3g vs pytorch >= %.0e", configs[c].label,
+            fail_msg("%s: %s: relative error %.3g vs pytorch >= %.0e", tr_test_backends[c].label,
                      tr_node_name(g, grads[ws[0].param]), ws[0].err, GRAD_TOL);
         if (!(vs[0].err < GRAD_TOL))
-            fail_msg("%s: %s: relative error %.3g vs torch >= %.0e", configs[c].label,
+            fail_msg("%s: %s: relative error %.3g vs torch >= %.0e", tr_test_backends[c].label,
                      tr_node_name(g, grads[vs[0].param]), vs[0].err, GRAD_TOL);
     }
 
-    for (int c = 0; c < N_CONFIGS; c++) {
+    for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
         for (int i = 0; i < n_out; i++) tr_test_tensor_free(&out[c][i]);
         free(out[c]);
     }
