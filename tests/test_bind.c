@@ -7,121 +7,24 @@
  * allocate nothing once bound, and tr_k_* calls nothing once their shapes were seen. */
 #include <errno.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "alloccount.h"
 #include "testutil.h"
 #include "trident/kernels.h"
 
 static struct tr_kernels *K;
 
-/* ---- counting allocations ----
- * Every malloc of the process goes through these; while `counting` is set, the caller
- * of each is recorded, and told apart afterwards (dladdr) by the object it is in. Only
- * allocations made by trident's code (libtrident_kernels) are held against a call:
- * oneDNN's own execute and libgomp (a team of one for a region whose `if` is false) may
- * allocate, measured and printed here but not ours to change. Not under ASan: it owns
- * malloc itself (its interceptors would fight these definitions), so the checks are
- * skipped there with a message saying so. */
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TR_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define TR_ASAN 1
-#endif
-#ifdef TR_ASAN
-#define COUNT_ALLOCS 0
-#else
-#define COUNT_ALLOCS 1
-#include <dlfcn.h>
-extern void *__libc_malloc(size_t n);
-extern void *__libc_calloc(size_t a, size_t b);
-extern void *__libc_realloc(void *p, size_t n);
-extern void __libc_free(void *p);
-extern void *__libc_memalign(size_t al, size_t n);
-#define MAX_SEEN 8192
-static atomic_long n_allocs;
-static atomic_int counting;
-static void *seen[MAX_SEEN];
-#define COUNT_ONE()                                                                   \
-    do {                                                                              \
-        if (atomic_load(&counting)) {                                                 \
-            long k_ = atomic_fetch_add(&n_allocs, 1);                                 \
-            if (k_ < MAX_SEEN) seen[k_] = __builtin_return_address(0);                \
-        }                                                                             \
-    } while (0)
-void *malloc(size_t n) {
-    COUNT_ONE();
-    return __libc_malloc(n);
-}
-void *calloc(size_t a, size_t b) {
-    COUNT_ONE();
-    return __libc_calloc(a, b);
-}
-void *realloc(void *p, size_t n) {
-    COUNT_ONE();
-    return __libc_realloc(p, n);
-}
-void free(void *p) { __libc_free(p); }
-void *aligned_alloc(size_t al, size_t n) {
-    COUNT_ONE();
-    return __libc_memalign(al, n);
-}
-void *memalign(size_t al, size_t n) {
-    COUNT_ONE();
-    return __libc_memalign(al, n);
-}
-int posix_memalign(void **p, size_t al, size_t n) {
-    COUNT_ONE();
-    *p = __libc_memalign(al, n);
-    return *p ? 0 : ENOMEM;
-}
-
-static void count_start(void) {
-    atomic_store(&n_allocs, 0);
-    atomic_store(&counting, 1);
-}
-
-/* Allocations since count_start: by trident's kernels (returned) and by the rest,
- * named in `others` ("libdnnl.so.2: 5, libgomp.so.1: 3"). */
+/* ---- counting allocations (tests/alloccount.h): only trident's kernels library is
+ * held to zero; oneDNN's execute and libgomp (a team of one for a region whose `if` is
+ * false) may allocate, measured and printed but not ours to change. ---- */
+#define COUNT_ALLOCS TR_TEST_COUNT_ALLOCS
+#if COUNT_ALLOCS
+static void count_start(void) { tr_test_allocs_start(); }
 static long count_stop(char *others, size_t size) {
-    atomic_store(&counting, 0);
-    long n = atomic_load(&n_allocs), ours = 0;
-    Dl_info di;
-    void *kernels = dladdr((const void *)&tr_k_softmax, &di) ? di.dli_fbase : NULL;
-    const char *names[16];
-    void *bases[16];
-    long counts[16];
-    int nb = 0;
-    for (long i = 0; i < n; i++) {
-        if (i >= MAX_SEEN) { /* unseen: counted against us, so nothing slips through */
-            ours++;
-            continue;
-        }
-        if (!dladdr(seen[i], &di)) di.dli_fbase = NULL, di.dli_fname = "?";
-        if (di.dli_fbase == kernels) {
-            ours++;
-            continue;
-        }
-        int j = 0;
-        while (j < nb && bases[j] != di.dli_fbase) j++;
-        if (j == nb && nb < 16) {
-            bases[nb] = di.dli_fbase;
-            const char *slash = strrchr(di.dli_fname, '/');
-            names[nb] = slash ? slash + 1 : di.dli_fname;
-            counts[nb++] = 0;
-        }
-        if (j < nb) counts[j]++;
-    }
-    size_t off = 0;
-    others[0] = 0;
-    for (int j = 0; j < nb && off < size; j++)
-        off += (size_t)snprintf(others + off, size - off, "%s%s: %ld", j ? ", " : "", names[j], counts[j]);
-    if (nb == 0) snprintf(others, size, "none");
-    return ours;
+    const void *ours[] = {(const void *)&tr_k_softmax};
+    return tr_test_allocs_stop(ours, 1, NULL, others, size);
 }
 #endif
 

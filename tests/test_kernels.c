@@ -1044,6 +1044,20 @@ static void test_run_rejects(void **state) {
     tfree(&x, &y, NULL);
 }
 
+/* What tr_kernels_supports promises, tr_kernels_run does: each claimed (op, dtype) pair
+ * that is refused here would be a backend's supports_op lying. */
+static void test_supports(void **state) {
+    assert_true(tr_kernels_supports(TR_OP_MATMUL, TR_DTYPE_F32));
+    assert_true(tr_kernels_supports(TR_OP_SOFTMAX, TR_DTYPE_BF16));
+    assert_true(tr_kernels_supports(TR_OP_RESHAPE, TR_DTYPE_I64));
+    assert_true(tr_kernels_supports(TR_OP_CAST, TR_DTYPE_I32));
+    assert_false(tr_kernels_supports(TR_OP_MATMUL, TR_DTYPE_I32));
+    assert_false(tr_kernels_supports(TR_OP_GELU, TR_DTYPE_I64));
+    assert_false(tr_kernels_supports(-1, TR_DTYPE_F32));
+    assert_false(tr_kernels_supports(TR_OP_COUNT, TR_DTYPE_F32));
+    assert_false(tr_kernels_supports(TR_OP_RESHAPE, TR_DTYPE_COUNT));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_context),
@@ -1063,6 +1077,7 @@ int main(void) {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_errors),
         cmocka_unit_test(test_run_rejects),
+        cmocka_unit_test(test_supports),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -8,10 +8,10 @@
  * directly; the plugin itself runs through the loader like any backend. */
 #include <errno.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "alloccount.h"
 #include "testutil.h"
 #include "bert/bert.h"
 #include "models.h"
@@ -23,77 +23,13 @@
 #define FIXTURE TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors"
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
 
-/* ---- counting allocations (not under ASan, which owns malloc) ----
- * Every malloc of the process goes through these; while `counting` is set, the caller
- * of each is recorded, to be told apart afterwards (dladdr) into trident's own code (the
- * executor, compiled into this program, and libtrident_kernels) and the libraries under
- * it: oneDNN builds a small argument map per primitive execution and libgomp may keep
- * team state, and neither is ours to change. */
-#if defined(__SANITIZE_ADDRESS__)
-#define COUNT_ALLOCS 0
-#else
-#define COUNT_ALLOCS 1
-#include <dlfcn.h>
-extern void *__libc_malloc(size_t n);
-extern void *__libc_calloc(size_t a, size_t b);
-extern void *__libc_realloc(void *p, size_t n);
-extern void __libc_free(void *p);
-extern void *__libc_memalign(size_t al, size_t n);
-#define MAX_SEEN 4096
-static atomic_long n_allocs;
-static atomic_int counting;
-static void *seen[MAX_SEEN];
-#define COUNT_ONE()                                                                   \
-    do {                                                                              \
-        if (atomic_load(&counting)) {                                                 \
-            long k_ = atomic_fetch_add(&n_allocs, 1);                                 \
-            if (k_ < MAX_SEEN) seen[k_] = __builtin_return_address(0);                \
-        }                                                                             \
-    } while (0)
-void *malloc(size_t n) {
-    COUNT_ONE();
-    return __libc_malloc(n);
-}
-void *calloc(size_t a, size_t b) {
-    COUNT_ONE();
-    return __libc_calloc(a, b);
-}
-void *realloc(void *p, size_t n) {
-    COUNT_ONE();
-    return __libc_realloc(p, n);
-}
-void free(void *p) { __libc_free(p); }
-void *aligned_alloc(size_t al, size_t n) {
-    COUNT_ONE();
-    return __libc_memalign(al, n);
-}
-void *memalign(size_t al, size_t n) {
-    COUNT_ONE();
-    return __libc_memalign(al, n);
-}
-int posix_memalign(void **p, size_t al, size_t n) {
-    COUNT_ONE();
-    *p = __libc_memalign(al, n);
-    return *p ? 0 : ENOMEM;
-}
-
-/* The object (executable or library) that code address a belongs to. */
-static void *object_of(const void *a) {
-    Dl_info di;
-    return dladdr(a, &di) ? di.dli_fbase : NULL;
-}
-
-/* Allocations seen since the count started, made by trident's code (*ours) and by
- * the libraries it calls (*theirs). */
+/* ---- counting allocations (tests/alloccount.h): trident's code is this test's own
+ * executable (the executor is compiled into it) and the kernels library ---- */
+#define COUNT_ALLOCS TR_TEST_COUNT_ALLOCS
+#if COUNT_ALLOCS
 static void allocs_by_owner(long *ours, long *theirs) {
-    long n = atomic_load(&n_allocs);
-    void *self = object_of((const void *)&tf_compile), *kernels = object_of((const void *)&tr_k_matmul);
-    *ours = *theirs = 0;
-    for (long i = 0; i < n; i++) {
-        void *o = i < MAX_SEEN ? object_of(seen[i]) : NULL;
-        if (i >= MAX_SEEN || o == self || o == kernels) (*ours)++;
-        else (*theirs)++;
-    }
+    const void *own[] = {(const void *)&tf_compile, (const void *)&tr_k_matmul};
+    *ours = tr_test_allocs_stop(own, 2, theirs, NULL, 0);
 }
 #endif
 
@@ -616,13 +552,11 @@ static void test_no_allocation_per_step(void **state) {
     void *arena = p->arena;
     if (tf_execute(p, 1, c.in, 1, out, &e)) fail_msg("%s", e.msg); /* warm-up: oneDNN makes its primitives */
 #if COUNT_ALLOCS
-    atomic_store(&n_allocs, 0);
-    atomic_store(&counting, 1);
+    tr_test_allocs_start();
 #endif
     for (int s = 0; s < 3; s++)
         if (tf_execute(p, 1, c.in, 1, out, &e)) fail_msg("%s", e.msg);
 #if COUNT_ALLOCS
-    atomic_store(&counting, 0);
     long ours, theirs;
     allocs_by_owner(&ours, &theirs);
     print_message("3 steps: %ld allocations by trident, %ld inside oneDNN/libgomp\n", ours, theirs);
@@ -630,11 +564,9 @@ static void test_no_allocation_per_step(void **state) {
     /* The count can fail: compiling binds every call, and binding allocates the kernels'
      * plans and scratch in trident's code, which the same counter must see. */
     struct tf_context ctx0 = test_ctx(0);
-    atomic_store(&n_allocs, 0);
-    atomic_store(&counting, 1);
+    tr_test_allocs_start();
     struct tf_program *p0 = compile_here(&ctx0, g);
     if (tf_execute(p0, 1, c.in, 1, out, &e)) fail_msg("%s", e.msg);
-    atomic_store(&counting, 0);
     allocs_by_owner(&ours, &theirs);
     print_message("unfused, compile + first step: %ld allocations by trident's code\n", ours);
     assert_true(ours > 0);

@@ -56,20 +56,9 @@ fail:
 
 static void jax_free(void *ctx) { free(ctx); }
 
-/* Generated kernels take f32 and bf16; everything else goes to the shared kernels, so
- * what is supported is what they take. */
-static int jax_supports_op(void *ctx, int op, int dtype) {
-    if (op < 0 || op >= TR_OP_COUNT) return 0;
-    if (dtype == TR_DTYPE_F32 || dtype == TR_DTYPE_BF16) return 1;
-    if (dtype != TR_DTYPE_I32 && dtype != TR_DTYPE_I64) return 0;
-    switch (op) {
-    case TR_OP_INPUT: case TR_OP_PARAM: case TR_OP_CONST: case TR_OP_RESHAPE: case TR_OP_TRANSPOSE:
-    case TR_OP_SLICE: case TR_OP_CONCAT: case TR_OP_CAST:
-        return 1;
-    default:
-        return 0;
-    }
-}
+/* Every op reaches the shared kernels (jax's generated kernels cover a subset of the
+ * same), so what is supported is what they take. */
+static int jax_supports_op(void *ctx, int op, int dtype) { return tr_kernels_supports(op, dtype); }
 
 static int jax_compile(void *ctx, tr_graph_t g, void **prog, struct tr_error *err) {
     struct tr_jax_program *p = NULL;

@@ -70,14 +70,7 @@ static const char *dims(const struct tr_pir_node *n, char *buf, size_t size) {
 int tf_runs_op(int op, int dtype) {
     int fl = dtype == TR_DTYPE_F32 || dtype == TR_DTYPE_BF16 || dtype == TR_DTYPE_F16;
     if (op >= TF_OP_GEMM && op < TF_OP_END) return fl;
-    if (op < 0 || op >= TR_OP_COUNT) return 0;
-    switch (op) {
-    case TR_OP_INPUT: case TR_OP_PARAM: case TR_OP_CONST: case TR_OP_RESHAPE: case TR_OP_TRANSPOSE:
-    case TR_OP_SLICE: case TR_OP_CONCAT: case TR_OP_CAST:
-        return tr_dtype_size((enum tr_dtype)dtype) != 0;
-    default:
-        return fl;
-    }
+    return tr_kernels_supports(op, dtype);
 }
 
 /* ---- compile ---- */

@@ -338,3 +338,14 @@ int tr_kernels_run(struct tr_kernels *k, int op, const struct tr_attrs *attrs, i
     if (st) return st;
     return r.invoke(k, op, &r.attrs, n_in, in, out, err);
 }
+
+int tr_kernels_supports(int op, int dtype) {
+    if (op < 0 || op >= TR_OP_COUNT) return 0;
+    switch (op) {
+    case TR_OP_INPUT: case TR_OP_PARAM: case TR_OP_CONST: case TR_OP_RESHAPE: case TR_OP_TRANSPOSE:
+    case TR_OP_SLICE: case TR_OP_CONCAT: case TR_OP_CAST:
+        return tr_dtype_size((enum tr_dtype)dtype) != 0;
+    default:
+        return dtype == TR_DTYPE_F32 || dtype == TR_DTYPE_BF16 || dtype == TR_DTYPE_F16;
+    }
+}

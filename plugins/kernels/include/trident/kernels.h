@@ -74,6 +74,12 @@ int tr_kernels_sync(struct tr_kernels *k, struct tr_error *err);
 int tr_kernels_run(struct tr_kernels *k, int op, const struct tr_attrs *attrs, int n_in,
                    const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
 
+/* 1 if tr_kernels_run takes op with outputs of dtype on this library's devices: the
+ * compute ops on f32, bf16 and f16, the layout ops (INPUT PARAM CONST RESHAPE TRANSPOSE
+ * SLICE CONCAT CAST) on any dtype. What a backend that runs ops through the shared
+ * kernels answers from supports_op. */
+int tr_kernels_supports(int op, int dtype);
+
 /* ---- kernels ---- */
 
 /* c = act(alpha · op(a) · op(b) + bias). a (...,M,K), b (...,K,N) or 2-D (K,N); op
