@@ -14,7 +14,7 @@
 #include "testutil.h"
 #include "trident/kernels.h"
 
-static struct tr_kernels *K;
+#define K tr_test_k /* the group's kernels context (testutil.h) */
 
 /* ---- counting allocations (tests/alloccount.h): only trident's kernels library is
  * held to zero; oneDNN's execute and libgomp (a team of one for a region whose `if` is
@@ -27,18 +27,6 @@ static long count_stop(char *others, size_t size) {
     return tr_test_allocs_stop(ours, 1, NULL, others, size);
 }
 #endif
-
-static int group_setup(void **state) {
-    (void)state;
-    struct tr_error err = {0};
-    return tr_kernels_init(&K, TR_DEVICE_CPU, 0, &err);
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    tr_kernels_free(K);
-    return 0;
-}
 
 /* ---- the cases: one op with its inputs and output ---- */
 
@@ -662,5 +650,5 @@ int main(void) {
         cmocka_unit_test(test_fused_bound),
         cmocka_unit_test(test_no_allocation_per_call),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
 }

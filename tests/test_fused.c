@@ -9,7 +9,7 @@
 #include "testutil.h"
 #include "trident/kernels.h"
 
-static struct tr_kernels *K;
+#define K tr_test_k /* the group's kernels context (testutil.h) */
 
 #define SHAPE(...) (const int64_t[]){__VA_ARGS__}
 #define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
@@ -20,23 +20,6 @@ static struct tr_kernels *K;
         int s_ = (call);                                                                  \
         if (s_ != TR_OK) fail_msg("%s returned %d: %s", #call, s_, err.msg);              \
     } while (0)
-
-static int group_setup(void **state) {
-    (void)state;
-    struct tr_error err = {0};
-    if (tr_kernels_init(&K, TR_DEVICE_CPU, 0, &err) != TR_OK) {
-        fprintf(stderr, "tr_kernels_init: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    tr_kernels_free(K);
-    return 0;
-}
-
 
 /* Layer norm of one row of doubles in place (biased variance). */
 static void ref_ln(double *row, int64_t D, const double *g, const double *b, double eps) {
@@ -379,5 +362,5 @@ int main(void) {
         cmocka_unit_test(test_embedding_sum_layer_norm),
         cmocka_unit_test(test_embedding_sum_layer_norm_errors),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
 }

@@ -17,7 +17,7 @@
 #include "testutil.h"
 #include "trident/kernels.h"
 
-static struct tr_kernels *K;
+#define K tr_test_k /* the group's kernels context (testutil.h) */
 static const enum tr_dtype DTS[] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F64};
 #define N_DTS 3
 #define FD_TOL 1e-6
@@ -27,23 +27,6 @@ static const enum tr_dtype DTS[] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F64};
 #define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
 #define TENSOR(dt, ...) tr_test_tensor((dt), NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__))
 #define SCALAR(dt) tr_test_tensor((dt), 0, SHAPE(1))
-
-static int group_setup(void **state) {
-    (void)state;
-    struct tr_error err = {0};
-    if (tr_kernels_init(&K, TR_DEVICE_CPU, 0, &err) != TR_OK) {
-        fprintf(stderr, "tr_kernels_init: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    tr_kernels_free(K);
-    K = NULL;
-    return 0;
-}
 
 /* Runs op through the dispatcher on a poisoned out; fails the test unless TR_OK. */
 static void run(int op, const struct tr_attrs *at, int n, const struct tr_tensor *in, struct tr_tensor *out) {
@@ -850,5 +833,5 @@ int main(void) {
         cmocka_unit_test(test_cross_entropy),   cmocka_unit_test(test_mse),
         cmocka_unit_test(test_errors_and_bind),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
 }

@@ -10,30 +10,13 @@
 #include "testutil.h"
 #include "trident/kernels.h"
 
-static struct tr_kernels *K;
+#define K tr_test_k /* the group's kernels context (testutil.h) */
 static const enum tr_dtype FLOATS[] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F16};
 #define N_FLOATS 3
 
 #define SHAPE(...) (const int64_t[]){__VA_ARGS__}
 #define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
 #define TENSOR(dt, ...) tr_test_tensor((dt), NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__))
-
-static int group_setup(void **state) {
-    (void)state;
-    struct tr_error err = {0};
-    if (tr_kernels_init(&K, TR_DEVICE_CPU, 0, &err) != TR_OK) {
-        fprintf(stderr, "tr_kernels_init: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    tr_kernels_free(K);
-    K = NULL;
-    return 0;
-}
 
 /* Expects TR_OK from a call; the message comes from the caller's `err`. */
 #define CHECK_OK(call)                                                                    \
@@ -1079,5 +1062,5 @@ int main(void) {
         cmocka_unit_test(test_run_rejects),
         cmocka_unit_test(test_supports),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
 }

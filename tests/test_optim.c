@@ -14,23 +14,7 @@
 #include "trident/trident.h"
 #include "trident/kernels.h"
 
-static struct tr_kernels *K;
-
-static int group_setup(void **state) {
-    (void)state;
-    struct tr_error err = {0};
-    if (tr_kernels_init(&K, TR_DEVICE_CPU, 0, &err) != TR_OK) {
-        fprintf(stderr, "tr_kernels_init: %s\n", err.msg);
-        return -1;
-    }
-    return 0;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    tr_kernels_free(K);
-    return 0;
-}
+#define K tr_test_k /* the group's kernels context (testutil.h) */
 
 static struct tr_tensor scalar_f32(float v) {
     struct tr_tensor t = tr_test_tensor(TR_DTYPE_F32, 0, NULL);
@@ -486,5 +470,5 @@ int main(void) {
         cmocka_unit_test(test_adamw_graph_bf16), cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_node_rules),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
 }

@@ -2,6 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "testutil.h"
+#include <stdio.h>
+#include "trident/kernels.h"
 #include "trident/rng.h"
 
 double tr_test_tol(enum tr_dtype dt) {
@@ -66,4 +68,23 @@ double tr_test_rel_err(const struct tr_tensor *out, const double *ref) {
     }
     if (den == 0) return INFINITY;
     return sqrt(num / den);
+}
+
+struct tr_kernels *tr_test_k;
+
+int tr_test_kernels_setup(void **state) {
+    (void)state;
+    struct tr_error err = {0};
+    if (tr_kernels_init(&tr_test_k, TR_DEVICE_CPU, 0, &err) != TR_OK) {
+        fprintf(stderr, "tr_kernels_init: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int tr_test_kernels_teardown(void **state) {
+    (void)state;
+    tr_kernels_free(tr_test_k);
+    tr_test_k = NULL;
+    return 0;
 }

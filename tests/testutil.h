@@ -26,6 +26,13 @@ void tr_test_randint(struct tr_tensor *t, uint64_t seed, int64_t hi);
 /* Fill with NaN (float dtypes) or a large sentinel (ints), so an unwritten element fails. */
 void tr_test_poison(struct tr_tensor *t);
 
+/* A cpu kernels context for a whole group of tests: cmocka group setup/teardown that
+ * make and free tr_test_k (a failed init prints its message and fails the group). */
+struct tr_kernels;
+extern struct tr_kernels *tr_test_k;
+int tr_test_kernels_setup(void **state);
+int tr_test_kernels_teardown(void **state);
+
 /* The tensor's values as a new double array (caller frees). */
 double *tr_test_to_f64(const struct tr_tensor *t);
 
