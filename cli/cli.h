@@ -7,4 +7,8 @@
  * GFLOP/s of the shared kernels on this machine (cli/bench_kernels.c). */
 int tr_cli_bench_kernels(int argc, char **argv);
 
+/* trident check-backend NAME[:MODE]|PATH.so [FILE.ini]: the ABI checks and an op-by-op
+ * comparison with the reference kernels, as a pass/fail table (cli/check_backend.c). */
+int tr_cli_check_backend(int argc, char **argv);
+
 #endif

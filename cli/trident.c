@@ -5,6 +5,7 @@
  *   trident bench-kernels [--size N] [--dtype D]     GFLOP/s of the shared kernels
  *   trident list [FILE.ini]                          models, presets, tasks; backend plugins
  *   trident dump FILE.ini                            the task's graph as text
+ *   trident check-backend NAME|PATH [FILE.ini]       a plugin's conformance check
  *
  * Exit status: 0 success, 1 failure (the message on stderr), 2 usage. */
 #include <stdio.h>
@@ -19,7 +20,8 @@ static const char usage[] =
     "       trident bench FILE.ini [--json OUT] [--steps N]\n"
     "       trident bench-kernels [--size N] [--dtype f32|bf16|all] [--reps R]\n"
     "       trident list [FILE.ini]\n"
-    "       trident dump FILE.ini\n";
+    "       trident dump FILE.ini\n"
+    "       trident check-backend NAME[:MODE]|PATH.so [FILE.ini]\n";
 
 static int fail(const struct tr_error *err) {
     fflush(stdout); /* the table first, then the verdict */
@@ -133,6 +135,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "bench-kernels") == 0) return tr_cli_bench_kernels(argc - 2, argv + 2);
     if (strcmp(cmd, "list") == 0) return cmd_list(argc - 2, argv + 2);
     if (strcmp(cmd, "dump") == 0) return cmd_dump(argc - 2, argv + 2);
+    if (strcmp(cmd, "check-backend") == 0) return tr_cli_check_backend(argc - 2, argv + 2);
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
         printf("trident %d.%d (backend ABI %d.%d)\n", 0, 1, TR_ABI_MAJOR, TR_ABI_MINOR);
         return 0;

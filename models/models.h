@@ -5,6 +5,8 @@
 #include "trident/model.h"
 
 extern const struct tr_model_desc tr_model_bert;
+extern const struct tr_model_desc tr_model_gemma;
+extern const struct tr_model_desc tr_model_mistral;
 
 /* NULL-terminated. */
 extern const struct tr_model_desc *const tr_builtin_models[];

@@ -72,6 +72,13 @@ warmup = 1
 batch = 2
 seq_len = 8"
 expect "a backend with wrong numbers fails the run" 1 'disagree' -- "$bin" run "$tmp/disagree.ini"
+# check-backend: the in-tree backends conform (ABI checks, every op against the reference
+# kernels); one that computes wrong numbers does not, and says where.
+for be in torch torch:reduce-overhead tf jax; do
+  expect "check-backend $be conforms" 0 'the backend conforms' -- "$bin" check-backend "$be"
+done
+expect "check-backend fails a wrong backend" 1 'FAIL +f32 +matmul.*rel err 1.0e-02' -- "$bin" check-backend "$wrong"
+expect "check-backend refuses a missing backend" 1 "not found" -- "$bin" check-backend nosuch
 expect "unknown command" 2 'usage' -- "$bin" frobnicate
 
 echo "$passed passed, $failed failed"

@@ -137,9 +137,9 @@ static void test_config_errors(void **state) {
     const char *heads[] = {"hidden_size", "100", "num_attention_heads", "3", NULL};
     expect_build_error(&c, TR_TASK_PREDICT, 16, TR_ERR_INVALID, heads);
     c = *preset("tiny");
-    const char *fit[] = {"fit", NULL};
-    expect_build_error(&c, TR_TASK_FIT, 16, TR_ERR_UNSUPPORTED, fit);
-    assert_int_equal(tr_model_bert.tasks, 1u << TR_TASK_PREDICT);
+    const char *gen[] = {"generate", "predict, fit", NULL};
+    expect_build_error(&c, TR_TASK_GENERATE, 16, TR_ERR_UNSUPPORTED, gen);
+    assert_int_equal(tr_model_bert.tasks, 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT);
 }
 
 static void alloc_inputs(const struct tr_graph *g, struct tr_tensor in[3]) {

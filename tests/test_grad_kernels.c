@@ -527,6 +527,35 @@ static void attn_case(const struct attn_cfg *c, int fd, const char *name) {
             }
             tfree(&o, NULL);
         }
+        /* all three at once (direct and bound), and dk + dv alone */
+        for (int form = 2; form >= 0; form--) {
+            struct tr_tensor o[3];
+            struct tr_error e = {0};
+            for (int w = 0; w < 3; w++) {
+                o[w] = tr_test_tensor(dt, 4, in[w].shape);
+                tr_test_poison(&o[w]);
+            }
+            const struct tr_tensor *mask = n_in == 5 ? &in[4] : NULL;
+            int rc;
+            if (form == 2) {
+                struct tr_kernel_call call;
+                rc = tr_kernels_bind_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, c->scale,
+                                                        c->causal, c->window, &o[0], &o[1], &o[2], &call, &e);
+                if (rc == TR_OK) rc = tr_kernels_call(tr_test_k, &call, &e);
+                tr_kernels_unbind(tr_test_k, &call);
+            } else {
+                const float sc = c->scale != 0.0f ? c->scale : 1.0f / sqrtf((float)c->D); /* the op's default */
+                rc = tr_k_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, sc, c->causal,
+                                             c->window, form == 0 ? &o[0] : NULL, &o[1], &o[2], &e);
+            }
+            if (rc) fail_msg("attention_backward %s: %s", name, e.msg);
+            for (int w = form == 1 ? 1 : 0; w < 3; w++) {
+                char what[160];
+                snprintf(what, sizeof what, "attention_backward%s %s d%c", form == 2 ? " bound" : "", name, "qkv"[w]);
+                check(what, dt, &o[w], refs[w]);
+            }
+            for (int w = 0; w < 3; w++) tfree(&o[w], NULL);
+        }
         if (dt == TR_DTYPE_F32) { /* the reference's forward is the kernel's (mask, causal, window, GQA) */
             struct tr_attrs at = {.ints = {c->causal, c->window}, .floats = {c->scale}};
             struct tr_tensor fin[4] = {in[0], in[1], in[2], n_in == 5 ? in[4] : in[0]};

@@ -178,7 +178,8 @@ static void test_grads_match_peft(void **state) {
     if (tr_safetensors_get(lora, "loss", &ref_loss, &e)) fail_msg("%s" HINT, e.msg);
 
     struct tr_bert_config lc = lora_config();
-    struct tr_build_opts o = {.task = TR_TASK_FIT, .dtype = TR_DTYPE_F32, .batch = in[0].shape[0],
+    /* task predict: the loss on top of the predict graph, whose outputs (logits) are checked too */
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = in[0].shape[0],
                               .seq_len = in[0].shape[1]};
     struct tr_graph *g = NULL;
     assert_int_equal(tr_graph_init(&g, &e), TR_OK);

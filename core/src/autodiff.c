@@ -199,6 +199,31 @@ static void rule_attention(struct ad *ad, int id, int dy) {
     }
 }
 
+/* RMS_NORM (x, w): dx by RMS_NORM_GRAD, dw by RMS_NORM_GRAD_W (the same for both
+ * scalings, since d(1 + w) = dw). */
+static void rule_rms_norm(struct ad *ad, int id, int dy) {
+    struct tr_graph *g = ad->g;
+    int x = tr_node_input(g, id, 0), w = tr_node_input(g, id, 1);
+    struct tr_attrs a = attrs0();
+    a.floats[0] = tr_node_attrs(g, id)->floats[0];
+    a.ints[0] = tr_node_attrs(g, id)->ints[0];
+    a.n_ints = 1;
+    if (needs(ad, x)) {
+        int in[3] = {x, w, dy};
+        accumulate(ad, x, tr_graph_add_node(g, TR_OP_RMS_NORM_GRAD, 3, in, &a));
+    }
+    if (needs(ad, w)) accumulate(ad, w, node2(g, TR_OP_RMS_NORM_GRAD_W, x, dy, &a));
+}
+
+/* ROPE is a rotation per (position, pair): its adjoint is the opposite rotation. */
+static void rule_rope(struct ad *ad, int id, int dy) {
+    struct tr_graph *g = ad->g;
+    struct tr_attrs a = *tr_node_attrs(g, id);
+    a.ints[1] = !a.ints[1];
+    a.n_ints = 2;
+    accumulate(ad, tr_node_input(g, id, 0), node2(g, TR_OP_ROPE, dy, tr_node_input(g, id, 1), &a));
+}
+
 static void rule_mse(struct ad *ad, int id, int dy) {
     struct tr_graph *g = ad->g;
     int pred = tr_node_input(g, id, 0), target = tr_node_input(g, id, 1);
@@ -290,6 +315,12 @@ static void apply_rule(struct ad *ad, int id, int dy) {
     case TR_OP_MSE:
         rule_mse(ad, id, dy);
         break;
+    case TR_OP_RMS_NORM:
+        rule_rms_norm(ad, id, dy);
+        break;
+    case TR_OP_ROPE:
+        rule_rope(ad, id, dy);
+        break;
     default:
         break; /* refused by check_rules before anything was added */
     }
@@ -311,7 +342,10 @@ static int check_rules(const struct ad *ad, int loss, struct tr_error *err) {
         case TR_OP_EXP: case TR_OP_NEG: case TR_OP_SQRT: case TR_OP_RSQRT: case TR_OP_SCALE:
         case TR_OP_SOFTMAX: case TR_OP_LAYER_NORM: case TR_OP_RESHAPE: case TR_OP_TRANSPOSE:
         case TR_OP_SLICE: case TR_OP_CONCAT: case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX:
-        case TR_OP_BROADCAST: case TR_OP_SLICE_GRAD: case TR_OP_MSE:
+        case TR_OP_BROADCAST: case TR_OP_SLICE_GRAD: case TR_OP_MSE: case TR_OP_RMS_NORM:
+            break;
+        case TR_OP_ROPE:
+            if (ad->need[tr_node_input(g, id, 1)]) bad_input = 1, why = "the positions are not differentiable";
             break;
         case TR_OP_CAST:
             if (!tr_dtype_is_float((enum tr_dtype)tr_node_dtype(g, id)) ||

@@ -20,6 +20,25 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+/* fit: the model's loss, its trainable params, then backward + optimizer (train.h). */
+static int add_training(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
+    const struct tr_model_desc *m = tg->model;
+    struct tr_graph *g = tg->graph;
+    if (!m->trainable)
+        return tr_error_set(err, TR_ERR_INTERNAL, "model '%s' offers fit but lists no trainable params", m->name);
+    int loss = tr_graph_find(g, "loss");
+    if (loss < 0) return tr_error_set(err, TR_ERR_INTERNAL, "model '%s' built no node named 'loss' for fit", m->name);
+    int rc = tr_train_config_resolve(cfg, &tg->train_cfg, err);
+    if (rc) return rc;
+    int max = tr_graph_n_params(g), n = 0;
+    int *ids = calloc((size_t)(max ? max : 1), sizeof *ids);
+    if (!ids) return tr_error_set(err, TR_ERR_NOMEM, "fit: out of memory");
+    rc = m->trainable(tg->config, g, ids, max, &n, err);
+    if (!rc) rc = tr_train_build(g, loss, n, ids, &tg->train_cfg, &tg->train, err);
+    free(ids);
+    return rc;
+}
+
 int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,
                         struct tr_task_graph *tg, struct tr_error *err) {
     memset(tg, 0, sizeof *tg);
@@ -49,6 +68,8 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
     if (rc) goto fail;
     rc = m->build(tg->config, &tg->opts, tg->graph, err);
     if (rc == TR_OK) rc = tr_graph_status(tg->graph, err);
+    tg->n_model_inputs = tr_graph_n_inputs(tg->graph);
+    if (rc == TR_OK && task == TR_TASK_FIT) rc = add_training(cfg, tg, err);
     if (rc) {
         tr_error_prefix(err, "%s: building model '%s' (preset %s, task %s)", cfg->file, m->name, cfg->preset,
                         cfg->task);
@@ -61,6 +82,7 @@ fail:
 }
 
 void tr_task_graph_free(struct tr_task_graph *tg) {
+    tr_train_step_free(&tg->train);
     tr_graph_free(tg->graph);
     free(tg->config);
     memset(tg, 0, sizeof *tg);
@@ -125,9 +147,51 @@ static int step(struct tr_backend *be, struct tr_program *prog, int n_in, const 
     return rc;
 }
 
+/* fit: the state every backend starts from (the updated params' initial bytes), and the
+ * per-step inputs (lr, step). */
+struct fit_state {
+    int on;
+    const struct tr_task_graph *tg;
+    void **snap;                /* per graph update: the param's bytes before any step */
+    size_t *nbytes;
+    int n;
+    float *lr, *step;           /* the host tensors fed as "lr" and "step" */
+    int64_t t;                  /* steps run by this backend */
+};
+
+static int fit_restore(struct fit_state *fs) {
+    const struct tr_graph *g = fs->tg->graph;
+    for (int u = 0; u < fs->n; u++)
+        memcpy((void *)tr_node_data(g, tr_graph_update_param(g, u)), fs->snap[u], fs->nbytes[u]);
+    fs->t = 0;
+    return TR_OK;
+}
+
+/* After a step: the loss of each step checked finite, the first ones kept. */
+static int fit_after_step(struct fit_state *fs, const struct tr_tensor *out, struct tr_bench_row *row,
+                          struct tr_error *err) {
+    double loss = tr_tensor_get_f64(&out[0], 0);
+    if (!isfinite(loss))
+        return tr_error_set(err, TR_ERR_NUMERIC, "fit: the loss is %g at step %lld (lr %g): training diverged",
+                            loss, (long long)fs->t, (double)*fs->lr);
+    if (fs->t == 1) row->loss_first = loss;
+    row->loss_last = loss;
+    if (row->n_fit_losses < TR_BENCH_FIT_LOSSES) row->fit_losses[row->n_fit_losses++] = loss;
+    return TR_OK;
+}
+
+static int run_step(struct fit_state *fs, struct tr_backend *be, struct tr_program *prog, int n_in,
+                    const struct tr_tensor *in, int n_out, struct tr_tensor *out, struct tr_bench_row *row,
+                    double *ms, struct tr_error *err) {
+    if (fs->on) *fs->step = (float)++fs->t;
+    int rc = step(be, prog, n_in, in, n_out, out, ms, err);
+    if (rc == TR_OK && fs->on) rc = fit_after_step(fs, out, row, err);
+    return rc;
+}
+
 /* One backend: load, compile, first step, warm-up, timed steps, stats. Outputs land in out. */
 static int run_backend(const struct tr_config *cfg, const struct tr_config_backend *cb, const struct tr_graph *g,
-                       int n_in, const struct tr_tensor *in, int n_out, struct tr_tensor *out,
+                       struct fit_state *fs, int n_in, const struct tr_tensor *in, int n_out, struct tr_tensor *out,
                        struct tr_bench_row *row, struct tr_error *err) {
     struct tr_plugin_search search = {.ini_dir = cfg->plugin_path[0] ? cfg->plugin_path : NULL, .env_path = NULL};
     struct tr_plugin *plugin = NULL;
@@ -144,6 +208,7 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
         .struct_size = sizeof params, .abi_version = TR_ABI_VERSION, .device_type = cfg->device_type,
         .device_index = 0, .options = opts, .n_options = n_opts,
     };
+    if (fs->on) fit_restore(fs);
     double t0 = now_ms();
     rc = tr_backend_init(plugin, &params, &be, err);
     if (rc) goto done;
@@ -152,10 +217,11 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
     if (rc) goto done;
     row->compile_ms = now_ms() - tc;
     double ms;
-    rc = step(be, prog, n_in, in, n_out, out, &ms, err);
+    rc = run_step(fs, be, prog, n_in, in, n_out, out, row, &ms, err);
     if (rc) goto done;
     row->first_ms = now_ms() - t0;
-    for (int64_t i = 1; i < cfg->warmup && rc == TR_OK; i++) rc = step(be, prog, n_in, in, n_out, out, &ms, err);
+    for (int64_t i = 1; i < cfg->warmup && rc == TR_OK; i++)
+        rc = run_step(fs, be, prog, n_in, in, n_out, out, row, &ms, err);
     if (rc) goto done;
 
     times = malloc(sizeof(double) * (size_t)cfg->steps);
@@ -165,7 +231,7 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
     }
     double sum = 0;
     for (int64_t i = 0; i < cfg->steps; i++) {
-        rc = step(be, prog, n_in, in, n_out, out, &times[i], err);
+        rc = run_step(fs, be, prog, n_in, in, n_out, out, row, &times[i], err);
         if (rc) {
             tr_error_prefix(err, "step %lld", (long long)(cfg->warmup + i + 1));
             goto done;
@@ -181,6 +247,7 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
     row->items_per_s = row->mean_ms > 0 ? (double)cfg->batch * 1e3 / row->mean_ms : 0;
     row->gflops = row->mean_ms > 0 ? tr_graph_flops(g) / (row->mean_ms * 1e6) : 0;
     rc = tr_backend_get_stats(be, prog, &row->stats, err);
+    if (rc == TR_OK && fs->on) rc = tr_backend_sync(be, prog, err);
     if (rc) goto done;
 
     for (int i = 0; i < n_out; i++) {
@@ -225,6 +292,7 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     if (rc) return rc;
     struct tr_graph *g = tg.graph;
     struct tr_weights *w = NULL;
+    struct fit_state fs = {.on = tg.opts.task == TR_TASK_FIT, .tg = &tg};
     struct tr_tensor *in = NULL, *ref = NULL, *out = NULL;
     int n_in = tr_graph_n_inputs(g), n_out = tr_graph_n_outputs(g);
     rep->n_nodes = tr_graph_n_nodes(g);
@@ -239,8 +307,33 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     if (rc) goto done;
     rc = alloc_io(g, n_in, tr_graph_input, &in, err);
     if (rc) goto done;
-    rc = tg.model->make_inputs(tg.config, &tg.opts, cfg->seed, n_in, in, err);
+    rc = tg.model->make_inputs(tg.config, &tg.opts, cfg->seed, tg.n_model_inputs, in, err);
     if (rc) goto done;
+    if (fs.on) {
+        /* the state every backend starts from: masters from their params, then a copy */
+        rc = tr_train_init_masters(g, &tg.train, err);
+        if (rc) goto done;
+        fs.n = tr_graph_n_updates(g);
+        fs.snap = calloc((size_t)fs.n + 1, sizeof *fs.snap);
+        fs.nbytes = calloc((size_t)fs.n + 1, sizeof *fs.nbytes);
+        if (!fs.snap || !fs.nbytes) {
+            rc = tr_error_set(err, TR_ERR_NOMEM, "fit: out of memory");
+            goto done;
+        }
+        for (int u = 0; u < fs.n; u++) {
+            struct tr_tensor t = tr_node_tensor(g, tr_graph_update_param(g, u));
+            fs.nbytes[u] = tr_tensor_nbytes(&t);
+            if ((rc = tr_host_alloc(&fs.snap[u], fs.nbytes[u], err)) != TR_OK) goto done;
+            memcpy(fs.snap[u], tr_node_data(g, tr_graph_update_param(g, u)), fs.nbytes[u]);
+        }
+        for (int i = 0; i < n_in; i++) {
+            int id = tr_graph_input(g, i);
+            if (id == tg.train.lr) fs.lr = in[i].data;
+            if (id == tg.train.step) fs.step = in[i].data;
+        }
+        *fs.lr = (float)tg.train_cfg.learning_rate;
+        *fs.step = 1.0f;
+    }
     rc = alloc_io(g, n_out, tr_graph_output, &ref, err);
     if (rc) goto done;
     rc = alloc_io(g, n_out, tr_graph_output, &out, err);
@@ -255,7 +348,7 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
         if (cb->path[0] && cb->mode[0]) snprintf(row->label, sizeof row->label, "%s:%s", cb->name, cb->mode);
         else snprintf(row->label, sizeof row->label, "%s", cb->path[0] ? cb->name : cb->spec);
         struct tr_error berr = {0};
-        int brc = run_backend(cfg, cb, g, n_in, in, n_out, have_ref ? out : ref, row, &berr);
+        int brc = run_backend(cfg, cb, g, &fs, n_in, in, n_out, have_ref ? out : ref, row, &berr);
         if (brc) {
             row->ok = 0;
             snprintf(row->error, sizeof row->error, "%s", berr.msg);
@@ -270,7 +363,17 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
             continue;
         }
         row->max_rel_diff = 0;
-        for (int i = 0; i < n_out; i++) {
+        const struct tr_bench_row *rr = rep->rows;
+        while (!rr->is_reference) rr++;
+        for (int i = 0; fs.on && i < row->n_fit_losses && i < rr->n_fit_losses; i++) {
+            double a = row->fit_losses[i], b = rr->fit_losses[i];
+            double d = fabs(a - b) / (fabs(b) > 0 ? fabs(b) : 1.0);
+            if (!(d <= row->max_rel_diff)) {
+                row->max_rel_diff = d;
+                snprintf(row->worst_output, sizeof row->worst_output, "loss of step %d", i + 1);
+            }
+        }
+        for (int i = 0; !fs.on && i < n_out; i++) {
             double d = rel_diff(&out[i], &ref[i]);
             if (!(d <= row->max_rel_diff)) {
                 row->max_rel_diff = d;
@@ -300,6 +403,9 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
                           rep->dtype, rep->tolerance);
     }
 done:
+    for (int u = 0; fs.snap && u < fs.n; u++) tr_host_free(fs.snap[u]);
+    free(fs.snap);
+    free(fs.nbytes);
     free_io(in, n_in);
     free_io(ref, n_out);
     free_io(out, n_out);

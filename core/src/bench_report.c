@@ -61,6 +61,16 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
             fprintf(f, " %.3f ms\n", r->mean_ms);
         }
     }
+    /* fit: did it learn, and did every backend learn alike */
+    int is_fit = strcmp(rep->task, "fit") == 0;
+    for (int i = 0, head = 0; is_fit && i < rep->n_rows; i++) {
+        const struct tr_bench_row *r = &rep->rows[i];
+        if (!r->ok) continue;
+        if (!head++) fprintf(f, "\n%-24s %10s %10s   %s\n", "loss", "step 1", "last", "first steps");
+        fprintf(f, "%-24s %10.5f %10.5f  ", r->label, r->loss_first, r->loss_last);
+        for (int k = 0; k < r->n_fit_losses; k++) fprintf(f, " %.6f", r->fit_losses[k]);
+        fputc('\n', f);
+    }
     int notes = 0;
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
@@ -119,6 +129,12 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
         cJSON_AddNumberToObject(o, "arena_bytes", (double)r->stats.arena_bytes);
         cJSON_AddStringToObject(o, "notes", r->stats.notes);
         cJSON_AddBoolToObject(o, "reference", r->is_reference);
+        if (r->n_fit_losses > 0) {
+            cJSON_AddNumberToObject(o, "loss_first", r->loss_first);
+            cJSON_AddNumberToObject(o, "loss_last", r->loss_last);
+            cJSON *ls = cJSON_AddArrayToObject(o, "losses_first_steps");
+            for (int k = 0; k < r->n_fit_losses; k++) cJSON_AddItemToArray(ls, cJSON_CreateNumber(r->fit_losses[k]));
+        }
         if (!r->is_reference) {
             /* JSON has no infinity: a non-finite difference is written as null. */
             if (isfinite(r->max_rel_diff)) cJSON_AddNumberToObject(o, "max_rel_diff", r->max_rel_diff);

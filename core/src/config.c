@@ -452,7 +452,7 @@ static int handler(void *user, const char *section, const char *key, const char 
                        key, value);
     else if (strcmp(section, "run") == 0) rc = run_key(st, key, value);
     else if (strcmp(section, "plugins") == 0) rc = plugins_key(st, key, value);
-    else rc = store_kv(st, section, key, value);  /* "model" or "backend.NAME", checked by the reader */
+    else rc = store_kv(st, section, key, value);  /* "model", "train" or "backend.NAME", checked by the reader */
     return rc == TR_OK;
 }
 
@@ -472,7 +472,9 @@ static int check_section_line(struct ini_state *st, const char *s, size_t len) {
     if (j < len && s[j] != ';' && s[j] != '#')
         return fail_line(st, TR_ERR_FORMAT, "[%s]: unexpected text after the section name; expected nothing or a "
                          "comment starting with ';' or '#'", name);
-    if (strcmp(name, "run") == 0 || strcmp(name, "plugins") == 0 || strcmp(name, "model") == 0) return TR_OK;
+    if (strcmp(name, "run") == 0 || strcmp(name, "plugins") == 0 || strcmp(name, "model") == 0 ||
+        strcmp(name, "train") == 0)
+        return TR_OK;
     if (strncmp(name, "backend.", 8) == 0) {
         const char *be = name + 8;
         if (all_chars(be, "_", 0) && strlen(be) <= BACKEND_NAME_MAX) return TR_OK;
@@ -480,7 +482,7 @@ static int check_section_line(struct ini_state *st, const char *s, size_t len) {
                          "made of a-z, 0-9 and '_' (up to %d characters)", name, be, BACKEND_NAME_MAX);
     }
     return fail_line(st, TR_ERR_NOT_FOUND,
-                     "[%s]: unknown section (expected [run], [plugins], [backend.NAME] or [model])", name);
+                     "[%s]: unknown section (expected [run], [plugins], [backend.NAME], [model] or [train])", name);
 }
 
 /* fgets for inih over our text; see the top of the file for why. */

@@ -58,6 +58,8 @@ struct tr_graph {
 
     int *inputs, n_inputs, cap_inputs;
     int *params, n_params, cap_params;
+    struct tr_update { int param, value; } *updates;
+    int n_updates, cap_updates;
     struct tr_output *outputs;
     int n_outputs, cap_outputs;
 
@@ -548,6 +550,23 @@ int tr_attention(struct tr_graph *g, int q, int k, int v, int mask, float scale,
     return tr_graph_add_node(g, TR_OP_ATTENTION, mask < 0 ? 3 : 4, in, &at);
 }
 
+int tr_rms_norm(struct tr_graph *g, int x, int w, float eps, int add_one) {
+    struct tr_attrs at = attrs0();
+    at.floats[0] = eps;
+    at.ints[0] = add_one;
+    at.n_ints = 1;
+    return node2(g, TR_OP_RMS_NORM, x, w, &at);
+}
+
+int tr_rope(struct tr_graph *g, int x, int pos, float base, int rot_dims) {
+    struct tr_attrs at = attrs0();
+    at.floats[0] = base;
+    at.ints[0] = rot_dims;
+    at.ints[1] = 0;
+    at.n_ints = 2;
+    return node2(g, TR_OP_ROPE, x, pos, &at);
+}
+
 /* ---- names and outputs ---- */
 
 int tr_graph_set_name(struct tr_graph *g, int id, const char *name) {
@@ -597,6 +616,39 @@ int tr_graph_set_output(struct tr_graph *g, int id, const char *name) {
     return TR_OK;
 }
 
+int tr_graph_add_update(struct tr_graph *g, int param, int value) {
+    if (!g) return TR_ERR_INVALID;
+    if (g->err.status) return g->err.status;
+    if (!valid_id(g, param) || g->nodes[param].op != TR_OP_PARAM)
+        return graph_fail(g, TR_ERR_INVALID, "graph: update: %d is not a PARAM node", param);
+    const struct tr_node *p = &g->nodes[param];
+    if (!valid_id(g, value) || value == param)
+        return graph_fail(g, TR_ERR_INVALID, "graph: update of '%s': %d is not a computed node", p->name, value);
+    const struct tr_node *v = &g->nodes[value];
+    int same = v->dtype == p->dtype && v->ndim == p->ndim;
+    for (int d = 0; same && d < p->ndim; d++) same = v->shape[d] == p->shape[d];
+    if (!same) {
+        char a[128], b[128];
+        tr_shape_str(v->ndim, v->shape, a, sizeof a);
+        tr_shape_str(p->ndim, p->shape, b, sizeof b);
+        return graph_fail(g, TR_ERR_SHAPE, "graph: update of '%s' by node %d '%s': %s%s, expected the param's %s%s",
+                          p->name, value, v->name, tr_dtype_name((enum tr_dtype)v->dtype), a,
+                          tr_dtype_name((enum tr_dtype)p->dtype), b);
+    }
+    for (int i = 0; i < g->n_updates; i++) {
+        if (g->updates[i].param == param)
+            return graph_fail(g, TR_ERR_INVALID, "graph: param '%s' is updated twice (by nodes %d and %d)", p->name,
+                              g->updates[i].value, value);
+        if (g->updates[i].value == value)
+            return graph_fail(g, TR_ERR_INVALID, "graph: node %d '%s' updates two params ('%s' and '%s')", value,
+                              v->name, g->nodes[g->updates[i].param].name, p->name);
+    }
+    if (grow((void **)&g->updates, &g->cap_updates, g->n_updates + 1, sizeof *g->updates))
+        return graph_fail(g, TR_ERR_NOMEM, "graph: out of memory for the update of '%s'", p->name);
+    g->updates[g->n_updates++] = (struct tr_update){param, value};
+    return TR_OK;
+}
+
 /* ---- lifetime ---- */
 
 int tr_graph_init(struct tr_graph **out, struct tr_error *err) {
@@ -613,6 +665,7 @@ void tr_graph_free(struct tr_graph *g) {
     free(g->nodes);
     free(g->inputs);
     free(g->params);
+    free(g->updates);
     free(g->outputs);
     free(g->buckets);
     free(g);
@@ -632,6 +685,13 @@ const char *tr_graph_output_name(const struct tr_graph *g, int i) {
 }
 int tr_graph_n_params(const struct tr_graph *g) { return g ? g->n_params : 0; }
 int tr_graph_param(const struct tr_graph *g, int i) { return g && i >= 0 && i < g->n_params ? g->params[i] : -1; }
+int tr_graph_n_updates(const struct tr_graph *g) { return g ? g->n_updates : 0; }
+int tr_graph_update_param(const struct tr_graph *g, int i) {
+    return g && i >= 0 && i < g->n_updates ? g->updates[i].param : -1;
+}
+int tr_graph_update_value(const struct tr_graph *g, int i) {
+    return g && i >= 0 && i < g->n_updates ? g->updates[i].value : -1;
+}
 int tr_graph_find(const struct tr_graph *g, const char *name) { return g && name ? index_lookup(g, name) : -1; }
 
 int tr_node_op(const struct tr_graph *g, int id) { return valid_id(g, id) ? g->nodes[id].op : -1; }

@@ -14,6 +14,8 @@
  *              CROSS_ENTROPY, MSE: 1 per element of the first input; BROADCAST,
  *              SLICE_GRAD, EMBEDDING_GRAD: 0
  *   optimizer: ADAMW_STEP 10 per element (bias corrections, sqrt, divide, decay, update)
+ *   decoder LLMs: RMS_NORM, RMS_NORM_GRAD, ROPE: 1 per output element; RMS_NORM_GRAD_W:
+ *              1 per element of x
  */
 #include <stdio.h>
 #include "trident/graph.h"
@@ -111,6 +113,14 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
     case TR_OP_CROSS_ENTROPY: case TR_OP_CROSS_ENTROPY_GRAD:
         if (a->ints[1]) fprintf(f, " ignore_index=%lld", (long long)a->ints[0]);
         break;
+    case TR_OP_RMS_NORM: case TR_OP_RMS_NORM_GRAD: case TR_OP_RMS_NORM_GRAD_W:
+        fprintf(f, " eps=%g", (double)a->floats[0]);
+        if (a->ints[0]) fprintf(f, " add_one=1");
+        break;
+    case TR_OP_ROPE:
+        fprintf(f, " base=%g rot_dims=%lld", (double)a->floats[0], (long long)a->ints[0]);
+        if (a->ints[1]) fprintf(f, " inverse=1");
+        break;
     case TR_OP_ADAMW_STEP:
         fprintf(f, " beta1=%g beta2=%g eps=%g wd=%g", (double)a->floats[0], (double)a->floats[1],
                 (double)a->floats[2], (double)a->floats[3]);
@@ -182,10 +192,11 @@ double tr_graph_flops(const struct tr_graph *g) {
             double fwd = 2.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)k[2] * (double)(q[3] + v[3]);
             total += tr_node_attrs(g, id)->ints[2] == 2 ? 0.5 * fwd : fwd;
         } else if (op == TR_OP_SUM || op == TR_OP_MEAN || op == TR_OP_MAX || op == TR_OP_LAYER_NORM_GRAD_GAMMA ||
-                   op == TR_OP_CROSS_ENTROPY || op == TR_OP_MSE) {
+                   op == TR_OP_CROSS_ENTROPY || op == TR_OP_MSE || op == TR_OP_RMS_NORM_GRAD_W) {
             total += numel(g, tr_node_input(g, id, 0));
         } else if (op == TR_OP_UNARY_GRAD || op == TR_OP_SOFTMAX_GRAD || op == TR_OP_LAYER_NORM_GRAD ||
-                   op == TR_OP_MAX_GRAD || op == TR_OP_CROSS_ENTROPY_GRAD) {
+                   op == TR_OP_MAX_GRAD || op == TR_OP_CROSS_ENTROPY_GRAD || op == TR_OP_RMS_NORM ||
+                   op == TR_OP_RMS_NORM_GRAD || op == TR_OP_ROPE) {
             total += numel(g, id);
         } else if (op == TR_OP_ADAMW_STEP) {
             total += 10.0 * numel(g, id);

@@ -556,6 +556,70 @@ static int infer_adamw_step(struct ctx *c, const struct arg *a, const struct tr_
     return TR_OK;
 }
 
+/* ---- decoder LLM ops ---- */
+
+/* RMS_NORM (x, w), RMS_NORM_GRAD (x, w, dy), RMS_NORM_GRAD_W (x, dy): w is (D), dy like x. */
+static int infer_rms_norm(struct ctx *c, int op, const struct arg *a, const struct tr_attrs *at, int *dt, int *nd,
+                          int64_t *sh) {
+    static const char *const what_f[] = {"x", "w"};
+    static const char *const what_g[] = {"x", "w", "dy"};
+    static const char *const what_w[] = {"x", "dy"};
+    int n = op == TR_OP_RMS_NORM_GRAD ? 3 : 2;
+    const char *const *what = op == TR_OP_RMS_NORM ? what_f : op == TR_OP_RMS_NORM_GRAD ? what_g : what_w;
+    int st = same_float(c, n, a, what);
+    if (st) return st;
+    const struct arg *x = &a[0];
+    if (x->nd < 1) return refuse(c, TR_ERR_SHAPE, "x %s needs at least 1 dimension", x->str);
+    int64_t d = x->sh[x->nd - 1];
+    if (op != TR_OP_RMS_NORM_GRAD_W && (a[1].nd != 1 || a[1].sh[0] != d))
+        return refuse(c, TR_ERR_SHAPE, "w is %s, expected [%lld] (the last axis of x %s)", a[1].str, (long long)d,
+                      x->str);
+    const struct arg *dy = op == TR_OP_RMS_NORM_GRAD ? &a[2] : op == TR_OP_RMS_NORM_GRAD_W ? &a[1] : NULL;
+    if (dy && !same_shape(x, dy))
+        return refuse(c, TR_ERR_SHAPE, "dy %s must have the shape of x %s", dy->str, x->str);
+    if (!(at->floats[0] >= 0.0f) || isinf(at->floats[0]))
+        return refuse(c, TR_ERR_INVALID, "eps %g, expected a finite value >= 0", (double)at->floats[0]);
+    if (at->ints[0] != 0 && at->ints[0] != 1)
+        return refuse(c, TR_ERR_INVALID, "add_one %lld, expected 0 (x_hat*w) or 1 (Gemma's x_hat*(1 + w))",
+                      (long long)at->ints[0]);
+    if (op == TR_OP_RMS_NORM_GRAD_W) {
+        *dt = x->dt;
+        *nd = 1;
+        sh[0] = d;
+    } else {
+        copy_shape(x, dt, nd, sh);
+    }
+    return TR_OK;
+}
+
+/* ROPE (x (B,H,T,D), pos (T) or (B,T) i32/i64). Stores R normalised: 0 becomes D. */
+static int infer_rope(struct ctx *c, const struct arg *a, struct tr_attrs *at, int *dt, int *nd, int64_t *sh) {
+    static const char *const what[] = {"x"};
+    int st = same_float(c, 1, a, what);
+    if (st) return st;
+    const struct arg *x = &a[0], *pos = &a[1];
+    if (x->nd != 4) return refuse(c, TR_ERR_SHAPE, "x %s must be 4-D (B,H,T,D)", x->str);
+    int64_t B = x->sh[0], T = x->sh[2], D = x->sh[3];
+    if (pos->dt != TR_DTYPE_I32 && pos->dt != TR_DTYPE_I64)
+        return refuse(c, TR_ERR_SHAPE, "pos %s, expected i32 or i64 positions", pos->str);
+    int ok = (pos->nd == 1 && pos->sh[0] == T) || (pos->nd == 2 && pos->sh[0] == B && pos->sh[1] == T);
+    if (!ok)
+        return refuse(c, TR_ERR_SHAPE, "pos %s, expected (T) [%lld] or (B,T) [%lld,%lld] for x %s (B,H,T,D)", pos->str,
+                      (long long)T, (long long)B, (long long)T, x->str);
+    int64_t r = at->ints[0] == 0 ? D : at->ints[0];
+    if (r < 0 || r > D || r % 2 != 0)
+        return refuse(c, TR_ERR_INVALID, "rotated dims R=%lld%s for x %s: R must be even and 0 < R <= D=%lld",
+                      (long long)r, at->ints[0] == 0 ? " (0: all of D)" : "", x->str, (long long)D);
+    if (at->ints[1] != 0 && at->ints[1] != 1)
+        return refuse(c, TR_ERR_INVALID, "inverse %lld, expected 0 (rotate by +a) or 1 (by -a, the gradient)",
+                      (long long)at->ints[1]);
+    if (!(at->floats[0] > 0.0f) || isinf(at->floats[0]))
+        return refuse(c, TR_ERR_INVALID, "base %g (rope_theta), expected a finite value > 0", (double)at->floats[0]);
+    at->ints[0] = r;
+    copy_shape(x, dt, nd, sh);
+    return TR_OK;
+}
+
 int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *in, struct tr_attrs *attrs,
                         int *dtype, int *ndim, int64_t *shape, char *msg, size_t msg_size) {
     struct ctx c = {msg, msg_size};
@@ -633,6 +697,10 @@ int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *i
         return infer_mse(&c, a, dtype, ndim);
     case TR_OP_ADAMW_STEP:
         return infer_adamw_step(&c, a, attrs, dtype, ndim, shape);
+    case TR_OP_RMS_NORM: case TR_OP_RMS_NORM_GRAD: case TR_OP_RMS_NORM_GRAD_W:
+        return infer_rms_norm(&c, op, a, attrs, dtype, ndim, shape);
+    case TR_OP_ROPE:
+        return infer_rope(&c, a, attrs, dtype, ndim, shape);
     default:
         return refuse(&c, TR_ERR_UNSUPPORTED, "no shape rule for op %d", op);
     }

@@ -20,6 +20,9 @@
 #ifndef TRIDENT_PLUGIN_INSTALL_DIR
 #define TRIDENT_PLUGIN_INSTALL_DIR ""
 #endif
+#ifndef TRIDENT_CORE_BUILD_DIR
+#define TRIDENT_CORE_BUILD_DIR ""
+#endif
 
 #define PLUGIN_PREFIX "libtrident_backend_"
 #define PLUGIN_SUFFIX ".so"
@@ -46,6 +49,9 @@ struct tr_program {
 /* The minor version of ABI 1 that added each optional slot. */
 #define SLOT_MINOR_SUPPORTS_OP 0u
 #define SLOT_MINOR_GET_STATS 0u
+#define SLOT_MINOR_SYNC 1u
+/* The minor that added graph updates (training state). */
+#define MINOR_UPDATES 1u
 
 static int minor_at_least(uint32_t abi_version, uint32_t minor) { return TR_ABI_GET_MINOR(abi_version) >= minor; }
 
@@ -76,6 +82,41 @@ static void search_add(struct search_list *l, const char *path, size_t len, cons
     l->n++;
 }
 
+/* The directory libtrident was loaded from (the program's, if linked in statically). */
+static int self_dir(char *buf) {
+    static const char anchor = 0;
+    Dl_info info;
+    char *slash;
+    if (!dladdr(&anchor, &info) || !info.dli_fname || !realpath(info.dli_fname, buf)) return 0;
+    if (!(slash = strrchr(buf, '/'))) return 0;
+    *slash = '\0';
+    return 1;
+}
+
+static int same_dir(const char *real, const char *dir) {
+    char r[PATH_MAX];
+    return dir[0] && realpath(dir, r) && strcmp(real, r) == 0;
+}
+
+/* The build tree is searched only by the libtrident built there, and the install dir is
+ * found from where libtrident is: PREFIX/lib/libtrident.so -> PREFIX/lib/trident
+ * (PREFIX/bin/x with libtrident linked in -> PREFIX/lib/trident). So a tree installed
+ * with `cmake --install --prefix`, or moved after, uses its own backends with no
+ * environment variable and never those of the build it came from. */
+static void search_add_builtin(struct search_list *l) {
+    char self[PATH_MAX], dir[PATH_MAX + 32];
+    int have_self = self_dir(self);
+    if (!have_self || same_dir(self, TRIDENT_CORE_BUILD_DIR)) {
+        search_add(l, TRIDENT_PLUGIN_BUILD_DIR, strlen(TRIDENT_PLUGIN_BUILD_DIR), "build tree");
+        search_add(l, TRIDENT_PLUGIN_INSTALL_DIR, strlen(TRIDENT_PLUGIN_INSTALL_DIR), "install dir");
+        return;
+    }
+    size_t n = strlen(self);
+    int in_bin = n >= 4 && strcmp(self + n - 4, "/bin") == 0;
+    int len = snprintf(dir, sizeof dir, "%s%s/trident", self, in_bin ? "/../lib" : "");
+    if (len > 0 && (size_t)len < sizeof dir) search_add(l, dir, (size_t)len, "install dir");
+}
+
 static void search_build(const struct tr_plugin_search *s, struct search_list *l) {
     l->n = 0;
     const char *ini = s ? s->ini_dir : NULL;
@@ -87,8 +128,7 @@ static void search_build(const struct tr_plugin_search *s, struct search_list *l
         search_add(l, env, len, "TRIDENT_PLUGIN_PATH");
         env = colon ? colon + 1 : NULL;
     }
-    search_add(l, TRIDENT_PLUGIN_BUILD_DIR, strlen(TRIDENT_PLUGIN_BUILD_DIR), "build tree");
-    search_add(l, TRIDENT_PLUGIN_INSTALL_DIR, strlen(TRIDENT_PLUGIN_INSTALL_DIR), "install dir");
+    search_add_builtin(l);
 }
 
 static int is_file(const char *path) {
@@ -393,6 +433,13 @@ int tr_backend_compile(struct tr_backend *be, const struct tr_graph *g, struct t
     if (tr_graph_status(g, &gerr) != TR_OK)
         return tr_error_set(err, gerr.status, "backend '%s': cannot compile a graph that failed to build: %s",
                             be_name(be), gerr.msg);
+    uint32_t ver = be->plugin->iface.abi_version;
+    if (tr_graph_n_updates(g) > 0 && !minor_at_least(ver, MINOR_UPDATES))
+        return tr_error_set(err, TR_ERR_UNSUPPORTED,
+                            "backend '%s' speaks ABI %u.%u: the graph updates %d params (training), which needs "
+                            "ABI %u.%u; rebuild the plugin against this trident",
+                            be_name(be), TR_ABI_GET_MAJOR(ver), TR_ABI_GET_MINOR(ver), tr_graph_n_updates(g),
+                            TR_ABI_MAJOR, MINOR_UPDATES);
     struct tr_program *prog = calloc(1, sizeof *prog);
     if (!prog) return tr_error_set(err, TR_ERR_NOMEM, "tr_backend_compile: out of memory");
     prog->be = be;
@@ -487,6 +534,21 @@ int tr_backend_get_stats(struct tr_backend *be, struct tr_program *prog, struct 
     st->notes[sizeof st->notes - 1] = '\0';
     if (rc != TR_OK)
         return tr_error_set(err, rc, "backend '%s': get_stats failed: %s", be_name(be),
+                            perr.msg[0] ? perr.msg : tr_status_name(rc));
+    return TR_OK;
+}
+
+int tr_backend_sync(struct tr_backend *be, struct tr_program *prog, struct tr_error *err) {
+    if (!be || !prog) return tr_error_set(err, TR_ERR_INVALID, "tr_backend_sync: no backend or no program");
+    if (prog->be != be)
+        return tr_error_set(err, TR_ERR_INVALID, "tr_backend_sync: the program was compiled by backend '%s', not '%s'",
+                            be_name(prog->be), be_name(be));
+    const struct tr_backend_i *it = &be->plugin->iface;
+    if (!IFACE_HAS(it, sync, SLOT_MINOR_SYNC)) return TR_OK; /* it computes in host memory */
+    struct tr_error perr = {0};
+    int rc = it->sync(be->ctx, prog->prog, &perr);
+    if (rc != TR_OK)
+        return tr_error_set(err, rc, "backend '%s': sync failed: %s", be_name(be),
                             perr.msg[0] ? perr.msg : tr_status_name(rc));
     return TR_OK;
 }

@@ -137,23 +137,29 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
                             m->name, p->name);
     memcpy(config, p->config, m->config_size);
     if (!cfg) return TR_OK;
+    char owner[96];
+    snprintf(owner, sizeof owner, "model '%s'", m->name);
+    return tr_keys_apply(cfg, "model", m->keys, m->n_keys, owner, config, err);
+}
 
+int tr_keys_apply(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys, int n_keys,
+                  const char *owner, void *out, struct tr_error *err) {
     for (int i = 0; i < cfg->n_kv; i++) {
         const struct tr_config_kv *kv = &cfg->kv[i];
-        if (strcmp(kv->section, "model") != 0) continue;
+        if (strcmp(kv->section, section) != 0) continue;
         const struct tr_model_key *k = NULL;
-        char keys[768] = "";
-        for (int j = 0; j < m->n_keys; j++) {
-            if (strcmp(m->keys[j].name, kv->key) == 0) k = &m->keys[j];
-            list_add(keys, sizeof keys, m->keys[j].name);
+        char names[768] = "";
+        for (int j = 0; j < n_keys; j++) {
+            if (strcmp(keys[j].name, kv->key) == 0) k = &keys[j];
+            list_add(names, sizeof names, keys[j].name);
         }
         if (!k)
-            return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [model] %s = %s: unknown key for model '%s' (keys: %s)",
-                                cfg->file, kv->line, kv->key, kv->value, m->name, keys[0] ? keys : "none");
-        if (!key_set(k, kv->value, config)) {
+            return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [%s] %s = %s: unknown key for %s (keys: %s)", cfg->file,
+                                kv->line, section, kv->key, kv->value, owner, names[0] ? names : "none");
+        if (!key_set(k, kv->value, out)) {
             char expect[128];
             key_expect(k, expect, sizeof expect);
-            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [model] %s = %s: expected %s", cfg->file, kv->line,
+            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [%s] %s = %s: expected %s", cfg->file, kv->line, section,
                                 kv->key, kv->value, expect);
         }
     }

@@ -283,9 +283,11 @@ static int bert_graph(const struct tr_bert_config *c, const struct lora *lr, con
 
     int logits = linear(g, pooled, D, c->num_labels, dt, "classifier", NULL, -1);
 
-    tr_graph_set_output(g, logits, "logits");
-    tr_graph_set_output(g, last_hidden, "last_hidden_state");
-    tr_graph_set_output(g, pooled, "pooler_output");
+    if (o->task != TR_TASK_FIT) { /* fit's one output is the loss (train.h) */
+        tr_graph_set_output(g, logits, "logits");
+        tr_graph_set_output(g, last_hidden, "last_hidden_state");
+        tr_graph_set_output(g, pooled, "pooler_output");
+    }
     *logits_out = logits;
     rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "bert");
@@ -298,8 +300,12 @@ static int bert_build(const void *config, const struct tr_build_opts *o, struct 
     int rc = bert_validate(c, o, err);
     if (!rc) rc = lora_validate(c, &lr, err);
     if (rc) return rc;
+    if (o->task == TR_TASK_FIT) {
+        int loss;
+        return tr_bert_build_classifier_loss(c, o, g, &loss, err);
+    }
     if (o->task != TR_TASK_PREDICT)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "bert: task '%s' is not provided (bert offers: predict)",
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "bert: task '%s' is not provided (bert offers: predict, fit)",
                             tr_task_name(o->task));
     int logits;
     return bert_graph(c, &lr, o, g, &logits, err);
@@ -349,6 +355,11 @@ int tr_bert_trainable_params(const struct tr_bert_config *c, const struct tr_gra
     return TR_OK;
 }
 
+static int bert_trainable(const void *config, const struct tr_graph *g, int *ids, int max, int *n,
+                          struct tr_error *err) {
+    return tr_bert_trainable_params(config, g, ids, max, n, err);
+}
+
 static int check_input(const struct tr_tensor *t, const char *name, enum tr_dtype dt, int64_t B, int64_t T,
                        struct tr_error *err) {
     if (t->dtype != (int32_t)dt || t->ndim != 2 || t->shape[0] != B || t->shape[1] != T || !t->data ||
@@ -372,8 +383,13 @@ static int bert_make_inputs(const void *config, const struct tr_build_opts *o, u
                             struct tr_tensor *inputs, struct tr_error *err) {
     const struct tr_bert_config *c = config;
     const int64_t B = o->batch, T = o->seq_len;
-    if (n != 3) return tr_error_set(err, TR_ERR_INVALID, "bert: %d inputs given, expected 3 (input_ids, "
-                                    "attention_mask, token_type_ids)", n);
+    const int want = o->task == TR_TASK_FIT ? 4 : 3;
+    if (n != want)
+        return tr_error_set(err, TR_ERR_INVALID, "bert: %d inputs given, expected %d (input_ids, attention_mask, "
+                            "token_type_ids%s)", n, want, want == 4 ? ", labels" : "");
+    if (want == 4 && (inputs[3].dtype != TR_DTYPE_I32 || inputs[3].ndim != 1 || inputs[3].shape[0] != B ||
+                      !inputs[3].data))
+        return tr_error_set(err, TR_ERR_SHAPE, "bert: input 'labels' is not a host i32[%lld]", (long long)B);
     int rc = check_input(&inputs[0], "input_ids", TR_DTYPE_I32, B, T, err);
     if (!rc) rc = check_input(&inputs[1], "attention_mask", TR_DTYPE_F32, B, T, err);
     if (!rc) rc = check_input(&inputs[2], "token_type_ids", TR_DTYPE_I32, B, T, err);
@@ -392,6 +408,9 @@ static int bert_make_inputs(const void *config, const struct tr_build_opts *o, u
             types[i] = t < T / 2 ? 0 : second_type;
         }
     }
+    /* fit: labels a fixed function of the tokens (the first token's id), so the task can
+     * be learned and a falling loss means learning. */
+    for (int64_t b = 0; want == 4 && b < B; b++) ((int32_t *)inputs[3].data)[b] = ids[b * T] % (int32_t)c->num_labels;
     return TR_OK;
 }
 
@@ -403,7 +422,8 @@ const struct tr_model_desc tr_model_bert = {
     .n_keys = (int)(sizeof bert_keys / sizeof bert_keys[0]),
     .presets = bert_presets,
     .n_presets = (int)(sizeof bert_presets / sizeof bert_presets[0]),
-    .tasks = 1u << TR_TASK_PREDICT,
+    .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT,
     .build = bert_build,
+    .trainable = bert_trainable,
     .make_inputs = bert_make_inputs,
 };

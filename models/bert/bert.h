@@ -50,12 +50,11 @@ int tr_bert_tokens_kept(const struct tr_bert_config *c, int64_t b, int64_t seq_l
 struct tr_graph;
 struct tr_error;
 
-/* The predict graph above (its three inputs and three outputs unchanged), plus a fourth
+/* The predict graph above (its three inputs, and its three outputs unless the opts' task
+ * is fit: a fit graph's one output is the loss, marked by core), plus a fourth
  * input "labels" i32 [B] in [0, num_labels) and a node "loss": the 0-d f32 cross-entropy
  * of the logits against the labels, averaged over the batch (BertForSequenceClassification's
- * loss for num_labels > 1). The loss is not marked as an output; *loss gets its id. The
- * opts' task is not looked at (the descriptor offers predict only; this is the training
- * graph for callers that differentiate it). */
+ * loss for num_labels > 1). The loss is not marked as an output; *loss gets its id. */
 int tr_bert_build_classifier_loss(const struct tr_bert_config *c, const struct tr_build_opts *o, struct tr_graph *g,
                                   int *loss, struct tr_error *err);
 

@@ -481,12 +481,13 @@ static void emit_comment(struct sb *b, const struct kgen *g) {
 static void emit_signature(struct sb *b, const struct kgen *g) {
     const struct jax_cluster *cl = g->cl;
     sb_printf(b, "int " NAME_MARK "(void *const *args) {\n");
+    const char *rs = cl->in_place ? "" : "restrict ";
     for (int i = 0; i < cl->n_args - 1; i++) {
         int dt = g->p->nodes[cl->args[i]].dtype;
-        sb_printf(b, "    const %s *restrict a%d = (const %s *)args[%d];\n", ctype(dt), i, ctype(dt), i);
+        sb_printf(b, "    const %s *%sa%d = (const %s *)args[%d];\n", ctype(dt), rs, i, ctype(dt), i);
     }
     int odt = g->p->nodes[cl->root].dtype;
-    sb_printf(b, "    %s *restrict out = (%s *)args[%d];\n", ctype(odt), ctype(odt), cl->n_args - 1);
+    sb_printf(b, "    %s *%sout = (%s *)args[%d];\n", ctype(odt), rs, ctype(odt), cl->n_args - 1);
     sb_printf(b, "    int bad = 0;\n");
 }
 

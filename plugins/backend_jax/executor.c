@@ -11,7 +11,13 @@
  * library call its tensors.
  *
  * execute: inputs copied into their arena slots, the steps run in order (one indirect
- * call each, nothing allocated, nothing looked up), outputs copied out. */
+ * call each, nothing allocated, nothing looked up), outputs copied out.
+ *
+ * Updates (training state): a value that overwrites a PARAM is computed straight into
+ * the param's memory when every other reader of the param runs at an earlier step and
+ * the value's own step reads it index for index (a library ADAMW_STEP, or an elementwise
+ * kernel whose iteration space is the param's shape); otherwise it has its own buffer and
+ * is copied into the param after the last step. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +66,9 @@ struct tr_jax_program {
     int64_t arena_bytes;
 
     uint64_t weight_bytes;
+    int *donor;                     /* per node: the param it is computed in, or -1 */
+    char *donated;                  /* per update */
+    int n_donated;
     int n_gen, n_lib;
     double compile_ms;
     uint64_t kernel_calls;          /* last execute */
@@ -145,6 +154,61 @@ static void read_nodes(const struct tr_jax_program *p, const struct jax_step *s,
     }
 }
 
+/* The step that computes node id (a cluster member: its cluster's), or -1. */
+static int step_of_node(const struct tr_jax_program *p, const int *step_of, int id) {
+    int ci = p->fusion.cluster_of[id];
+    return ci >= 0 ? step_of[p->fusion.clusters[ci].root] : step_of[id];
+}
+
+static int same_shape(const struct tr_pir_node *a, const struct tr_pir_node *b) {
+    if (a->ndim != b->ndim) return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return 0;
+    return 1;
+}
+
+/* Donation of update u (see the top of the file). */
+static int donatable(const struct tr_jax_program *p, const int *step_of, int u) {
+    const struct tr_pir *g = &p->pir;
+    int pa = g->update_param[u], v = tr_pir_update_value(g, u);
+    int sv = step_of[v];
+    if (sv < 0 || g->nodes[v].dtype != g->nodes[pa].dtype || !same_shape(&g->nodes[v], &g->nodes[pa])) return 0;
+    for (int i = 0; i < g->n_outputs; i++)
+        if ((g->outputs[i] == v && i != g->n_results + u) || p->root_of[g->outputs[i]] == pa) return 0;
+    int ci = p->fusion.cluster_of[v];
+    for (int r = pa + 1; r < g->n; r++) {
+        const struct tr_pir_node *d = &g->nodes[r];
+        if (d->dead || d->op == TR_OP_RESHAPE) continue; /* a view's readers are checked through root_of */
+        for (int j = 0; j < d->n_in; j++) {
+            if (p->root_of[d->in[j]] != pa) continue;
+            int sr = step_of_node(p, step_of, r);
+            if (sr < sv) continue;
+            if (sr > sv || d->in[j] != pa || !tr_pir_reads_in_place(d, j)) return 0;
+            if (ci >= 0 ? p->fusion.clusters[ci].kind != JAX_K_EW : r != v) return 0;
+        }
+    }
+    return 1;
+}
+
+/* Which updates are computed in their param's memory; their kernels are told (in_place),
+ * so must be decided before codegen. */
+static int plan_donation(struct tr_jax_program *p, const int *step_of, struct tr_error *err) {
+    const struct tr_pir *g = &p->pir;
+    p->donor = malloc(((size_t)g->n + 1) * sizeof *p->donor);
+    p->donated = calloc((size_t)g->n_updates + 1, 1);
+    if (!p->donor || !p->donated) return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory planning updates");
+    for (int id = 0; id < g->n; id++) p->donor[id] = -1;
+    for (int u = 0; u < g->n_updates; u++)
+        if (donatable(p, step_of, u)) {
+            int v = tr_pir_update_value(g, u), ci = p->fusion.cluster_of[v];
+            p->donated[u] = 1;
+            p->n_donated++;
+            p->donor[v] = g->update_param[u];
+            if (ci >= 0) p->fusion.clusters[ci].in_place = 1;
+        }
+    return TR_OK;
+}
+
 /* Buffers, live ranges, the arena. */
 static int plan_memory(struct tr_jax_program *p, const int *step_of, struct tr_error *err) {
     const struct tr_pir *g = &p->pir;
@@ -153,7 +217,7 @@ static int plan_memory(struct tr_jax_program *p, const int *step_of, struct tr_e
     for (int id = 0; id < g->n; id++) {
         p->buf_of[id] = -1;
         int first = g->nodes[id].op == TR_OP_INPUT ? 0 : step_of[id];
-        if (first < 0) continue;
+        if (first < 0 || p->donor[id] >= 0) continue;
         p->buf_of[id] = p->n_bufs;
         p->bufs[p->n_bufs++] = (struct tr_plan_buf){.size = (int64_t)tr_pir_nbytes(&g->nodes[id]), .first = first,
                                                     .last = first};
@@ -184,6 +248,7 @@ static int plan_memory(struct tr_jax_program *p, const int *step_of, struct tr_e
     for (int id = 0; id < g->n; id++) {
         const struct tr_pir_node *n = &g->nodes[id];
         if (n->op == TR_OP_PARAM || n->op == TR_OP_CONST) p->ptr[id] = (void *)n->data;
+        else if (p->donor[id] >= 0) p->ptr[id] = p->ptr[p->donor[id]];
         else if (p->buf_of[id] >= 0) p->ptr[id] = (char *)p->arena + p->bufs[p->buf_of[id]].offset;
         else if (n->op == TR_OP_RESHAPE) p->ptr[id] = p->ptr[n->in[0]];
         else p->ptr[id] = NULL; /* lives in a kernel's registers */
@@ -260,7 +325,6 @@ int tr_jax_compile(struct tr_jax_context *ctx, tr_graph_t g, struct tr_jax_progr
         goto fail;
     }
     if ((rc = jax_fuse(&p->pir, ctx->fuse, &p->fusion, err)) != TR_OK) goto fail;
-    if ((rc = build_kernels(p, err)) != TR_OK) goto fail;
     size_t n = (size_t)p->pir.n + 1;
     step_of = malloc(n * sizeof *step_of);
     p->buf_of = malloc(n * sizeof *p->buf_of);
@@ -270,7 +334,8 @@ int tr_jax_compile(struct tr_jax_context *ctx, tr_graph_t g, struct tr_jax_progr
         rc = tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory for %d nodes", p->pir.n);
         goto fail;
     }
-    if ((rc = make_schedule(p, step_of, err)) != TR_OK || (rc = plan_memory(p, step_of, err)) != TR_OK ||
+    if ((rc = make_schedule(p, step_of, err)) != TR_OK || (rc = plan_donation(p, step_of, err)) != TR_OK ||
+        (rc = build_kernels(p, err)) != TR_OK || (rc = plan_memory(p, step_of, err)) != TR_OK ||
         (rc = bind_steps(p, err)) != TR_OK)
         goto fail;
     free(step_of);
@@ -297,6 +362,8 @@ void tr_jax_program_free(struct tr_jax_program *p) {
     free(p->steps);
     free(p->argv);
     free(p->bufs);
+    free(p->donor);
+    free(p->donated);
     free(p->buf_of);
     free(p->root_of);
     free(p->ptr);
@@ -375,9 +442,9 @@ int tr_jax_execute(struct tr_jax_program *p, int n_inputs, const struct tr_tenso
     if ((n_inputs > 0 && !inputs) || (n_outputs > 0 && !outputs))
         return tr_error_set(err, TR_ERR_INVALID, "jax: execute with %d inputs and %d outputs but no arrays", n_inputs,
                             n_outputs);
-    if (n_inputs != g->n_inputs || n_outputs != g->n_outputs)
+    if (n_inputs != g->n_inputs || n_outputs != g->n_results)
         return tr_error_set(err, TR_ERR_INVALID, "jax: execute with %d inputs and %d outputs, the graph has %d and %d",
-                            n_inputs, n_outputs, g->n_inputs, g->n_outputs);
+                            n_inputs, n_outputs, g->n_inputs, g->n_results);
     int rc;
     for (int i = 0; i < n_inputs; i++)
         if ((rc = check_io(p, "input", i, g->inputs[i], &inputs[i], err)) != TR_OK) return rc;
@@ -396,6 +463,12 @@ int tr_jax_execute(struct tr_jax_program *p, int n_inputs, const struct tr_tenso
         int id = g->outputs[i];
         size_t nb = tr_pir_nbytes(&g->nodes[id]);
         if (nb) memcpy(outputs[i].data, p->ptr[id], nb);
+    }
+    for (int u = 0; u < g->n_updates; u++) {
+        if (p->donated[u]) continue;
+        int pa = g->update_param[u];
+        size_t nb = tr_pir_nbytes(&g->nodes[pa]);
+        if (nb) memcpy(p->ptr[pa], p->ptr[tr_pir_update_value(g, u)], nb);
     }
     return TR_OK;
 }
@@ -424,4 +497,7 @@ void tr_jax_program_stats(const struct tr_jax_program *p, struct tr_backend_stat
              p->passes.cse_merged, p->passes.dce_removed, p->passes.folded, p->passes.simplified,
              p->fusion.n_epilogues, kernels, p->compile_ms, p->n_lib, human_bytes((uint64_t)p->arena_bytes, arena, sizeof arena),
              human_bytes(p->weight_bytes, weights, sizeof weights));
+    size_t k = strlen(st->notes);
+    if (p->pir.n_updates && k < sizeof st->notes)
+        snprintf(st->notes + k, sizeof st->notes - k, "; %d of %d updates in place", p->n_donated, p->pir.n_updates);
 }

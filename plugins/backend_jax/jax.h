@@ -75,6 +75,8 @@ struct jax_cluster {
     int n_args;
     int fn;                         /* filled by codegen: runs as "trj_k<fn>" (shared by clusters
                                        whose code is the same) */
+    int in_place;                   /* set before codegen: out is an argument's memory (a donated
+                                       param), so no pointer is declared restrict */
 };
 
 struct jax_fusion {

@@ -15,6 +15,11 @@
  * (a GEMM with its bias/activation epilogue, the fused kernels) through the binders of
  * kernels.h. A step runs the list; it allocates nothing and checks nothing.
  *
+ * Updates (training state, ABI 1.1): a value that overwrites a PARAM is computed
+ * straight into the param's host memory when tr_pir_donatable allows (an optimizer step
+ * reads the weight it replaces index for index), else it gets an arena slot and is
+ * copied into the param at the end of the step, as outputs are.
+ *
  * Planner steps: 0 is "inputs copied in", 1..S the kernel calls, S+1 "outputs copied
  * out". A kernel's output and its inputs are live at the same step, so they never
  * share bytes (no kernel here works in place).
@@ -50,6 +55,9 @@ struct tf_program {
     struct tf_step *steps;
     int n_steps;
     void **data;                        /* per IR node: where its value lives */
+    char *donated;                      /* per update: computed in its param's memory */
+    int *donor;                         /* per IR node: the param it is computed in, or -1 */
+    int n_donated;
     int *buf_of;                        /* per IR node: its arena buffer, -1 for host memory */
     struct tr_plan_buf *bufs;
     int n_bufs;
@@ -104,8 +112,13 @@ static int check_nodes(struct tf_program *p, struct tr_error *err) {
     return TR_OK;
 }
 
+static int tf_reads_in_place(const struct tr_pir_node *n, int input) {
+    return n->op < TR_OP_COUNT && tr_pir_reads_in_place(n, input);
+}
+
 static int is_step(int op) {
-    return op != TR_OP_INPUT && op != TR_OP_PARAM && op != TR_OP_CONST && op != TR_OP_RESHAPE;
+    return op != TR_OP_INPUT && op != TR_OP_PARAM && op != TR_OP_CONST && op != TR_OP_RESHAPE &&
+           op != TF_OP_EXTRA_OUT;
 }
 
 /* The view chain's end: the node whose buffer (or host memory) holds n's data. */
@@ -121,10 +134,37 @@ static int plan(struct tf_program *p, struct tr_error *err) {
     p->buf_of = malloc((size_t)n * sizeof *p->buf_of);
     p->bufs = calloc((size_t)n, sizeof *p->bufs);
     p->data = calloc((size_t)n, sizeof *p->data);
-    if (!p->buf_of || !p->bufs || !p->data) return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory planning %d nodes", n);
+    p->donated = calloc((size_t)ir->n_updates + 1, 1);
+    p->donor = malloc((size_t)n * sizeof *p->donor);
+    if (!p->buf_of || !p->bufs || !p->data || !p->donated || !p->donor)
+        return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory planning %d nodes", n);
+    for (int i = 0; i < n; i++) p->donor[i] = -1;
+    for (int u = 0; u < ir->n_updates; u++)
+        if (tr_pir_donatable(ir, u, tf_reads_in_place)) {
+            p->donated[u] = 1;
+            p->n_donated++;
+            p->donor[tr_pir_update_value(ir, u)] = ir->update_param[u];
+        }
+    int *step_of = malloc((size_t)n * sizeof *step_of);
+    if (!step_of) return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory planning %d nodes", n);
     for (int i = 0; i < n; i++) {
         const struct tr_pir_node *d = &ir->nodes[i];
         p->buf_of[i] = -1;
+        step_of[i] = is_step(d->op) || p->donor[i] >= 0 ? s + 1 : -1;
+        if (d->op == TF_OP_EXTRA_OUT) { /* written by its producer, at the producer's step */
+            int at = step_of[d->in[0]];
+            p->bufs[p->n_bufs] = (struct tr_plan_buf){.size = (int64_t)tr_pir_nbytes(d), .first = at, .last = at};
+            p->buf_of[i] = p->n_bufs++;
+            continue;
+        }
+        if (p->donor[i] >= 0) { /* a step, whose output is the param's memory */
+            s++;
+            for (int j = 0; j < d->n_in; j++) {
+                int b = p->buf_of[root_of(ir, d->in[j])];
+                if (b >= 0 && p->bufs[b].last < s) p->bufs[b].last = s;
+            }
+            continue;
+        }
         if (d->op == TR_OP_INPUT || is_step(d->op)) {
             int first = d->op == TR_OP_INPUT ? 0 : ++s;
             p->bufs[p->n_bufs] = (struct tr_plan_buf){.size = (int64_t)tr_pir_nbytes(d), .first = first, .last = first};
@@ -136,6 +176,7 @@ static int plan(struct tf_program *p, struct tr_error *err) {
                 if (b >= 0 && p->bufs[b].last < s) p->bufs[b].last = s;
             }
     }
+    free(step_of);
     p->n_steps = s;
     for (int i = 0; i < ir->n_outputs; i++) {
         int b = p->buf_of[root_of(ir, ir->outputs[i])];
@@ -160,6 +201,29 @@ static int make_tensor(struct tf_program *p, int id, struct tr_tensor *t, struct
  * A GEMM with its epilogue through tr_kernels_bind_matmul (its own oneDNN primitive
  * with the post-ops, made once), the fused kernels through their binders: each checked
  * once here, and a step's call is the compute alone. */
+static int make_tensor(struct tf_program *p, int id, struct tr_tensor *t, struct tr_error *err);
+
+/* ATTN_BWD: its own gradient, and those of its EXTRA_OUT nodes. */
+static int bind_attn_bwd(struct tf_program *p, int id, const struct tr_tensor *in, const struct tr_tensor *out,
+                         struct tr_kernel_call *c, struct tr_error *err) {
+    const struct tr_pir *ir = &p->pir;
+    const struct tr_pir_node *d = &ir->nodes[id];
+    struct tr_tensor g[3];
+    const struct tr_tensor *gp[3] = {NULL, NULL, NULL};
+    gp[d->attrs.ints[2]] = out;
+    for (int j = id + 1; j < ir->n; j++) {
+        const struct tr_pir_node *e = &ir->nodes[j];
+        if (e->op != TF_OP_EXTRA_OUT || e->in[0] != id) continue;
+        int w = (int)e->attrs.ints[0], rc = make_tensor(p, j, &g[w], err);
+        if (rc != TR_OK) return rc;
+        gp[w] = &g[w];
+    }
+    const struct tr_attrs *a = &d->attrs;
+    return tr_kernels_bind_attention_backward(p->k, &in[0], &in[1], &in[2], &in[3], a->ints[3] ? &in[4] : NULL,
+                                              a->floats[0], (int)a->ints[0], (int)a->ints[1], gp[0], gp[1], gp[2], c,
+                                              err);
+}
+
 static int bind_fused(struct tr_kernels *k, const struct tr_pir_node *d, const struct tr_tensor *in,
                       const struct tr_tensor *out, struct tr_kernel_call *c, struct tr_error *err) {
     const struct tr_attrs *a = &d->attrs;
@@ -193,6 +257,7 @@ static int bind_steps(struct tf_program *p, struct tr_error *err) {
     for (int i = 0; i < ir->n; i++) {
         const struct tr_pir_node *d = &ir->nodes[i];
         if (p->buf_of[i] >= 0) p->data[i] = arena ? arena + p->bufs[p->buf_of[i]].offset : NULL;
+        else if (p->donor[i] >= 0) p->data[i] = p->data[p->donor[i]];
         else if (d->op == TR_OP_PARAM || d->op == TR_OP_CONST) {
             p->data[i] = (void *)d->data;
             p->weight_bytes += tr_pir_nbytes(d);
@@ -211,8 +276,9 @@ static int bind_steps(struct tf_program *p, struct tr_error *err) {
             if ((rc = make_tensor(p, d->in[j], &in[j], err)) != TR_OK) return rc;
         if ((rc = make_tensor(p, i, &out, err)) != TR_OK) return rc;
         struct tr_kernel_call *c = &st->call;
-        rc = d->op >= TF_OP_GEMM ? bind_fused(p->k, d, in, &out, c, err)
-                                 : tr_kernels_bind(p->k, d->op, &d->attrs, d->n_in, in, &out, c, err);
+        rc = d->op == TF_OP_ATTN_BWD ? bind_attn_bwd(p, i, in, &out, c, err)
+             : d->op >= TF_OP_GEMM   ? bind_fused(p->k, d, in, &out, c, err)
+                                     : tr_kernels_bind(p->k, d->op, &d->attrs, d->n_in, in, &out, c, err);
         if (rc != TR_OK)
             return tr_error_prefix(err, "tf: node %d %s '%s'", d->graph_id, tf_op_name(d->op), nname(d));
         st->bound = 1;
@@ -273,6 +339,8 @@ void tf_program_free(struct tf_program *p) {
         if (p->steps[s].bound) tr_kernels_unbind(p->k, &p->steps[s].call);
     free(p->steps);
     free(p->data);
+    free(p->donated);
+    free(p->donor);
     free(p->buf_of);
     free(p->bufs);
     if (p->arena) tr_kernels_dealloc(p->k, p->arena);
@@ -303,9 +371,9 @@ static int execute_steps(struct tf_program *p, int n_inputs, const struct tr_ten
                          struct tr_tensor *outputs, struct tr_error *err) {
     const struct tr_pir *ir = &p->pir;
     int rc;
-    if (n_inputs != ir->n_inputs || n_outputs != ir->n_outputs)
+    if (n_inputs != ir->n_inputs || n_outputs != ir->n_results)
         return tr_error_set(err, TR_ERR_INVALID, "tf: execute with %d inputs and %d outputs, the graph has %d and %d",
-                            n_inputs, n_outputs, ir->n_inputs, ir->n_outputs);
+                            n_inputs, n_outputs, ir->n_inputs, ir->n_results);
     for (int i = 0; i < n_inputs; i++)
         if ((rc = check_io(p, "input", i, ir->inputs[i], &inputs[i], err)) != TR_OK) return rc;
     for (int i = 0; i < n_outputs; i++)
@@ -329,6 +397,13 @@ static int execute_steps(struct tf_program *p, int n_inputs, const struct tr_ten
         size_t nb = tr_pir_nbytes(&ir->nodes[id]);
         if (nb && (rc = tr_kernels_to_host(p->k, outputs[i].data, p->data[id], nb, err)) != TR_OK)
             return tr_error_prefix(err, "tf: output %d ('%s')", i, nname(&ir->nodes[id]));
+    }
+    for (int u = 0; u < ir->n_updates; u++) {
+        if (p->donated[u]) continue;
+        int pa = ir->update_param[u];
+        size_t nb = tr_pir_nbytes(&ir->nodes[pa]);
+        if (nb && (rc = tr_kernels_to_host(p->k, p->data[pa], p->data[tr_pir_update_value(ir, u)], nb, err)) != TR_OK)
+            return tr_error_prefix(err, "tf: update of '%s'", nname(&ir->nodes[pa]));
     }
     return TR_OK;
 }
@@ -358,9 +433,13 @@ void tf_program_stats(const struct tf_program *p, struct tr_backend_stats *st) {
     st->alloc_misses = 0; /* a step allocates nothing: the arena is made at compile */
     st->arena_bytes = (uint64_t)p->arena_bytes;
     st->peak_bytes = (uint64_t)p->arena_bytes + p->weight_bytes;
-    snprintf(st->notes, sizeof st->notes,
-             "fused: %s; %d nodes -> %d (cse %d, dce %d), %d kernel calls; arena %s in %d buffers; weights %s in place",
-             tf_fusions_str(&p->fus, f, sizeof f), p->graph_nodes, p->pir.n, p->cse_merged, p->dce_removed, p->n_steps,
-             human_bytes((uint64_t)p->arena_bytes, arena, sizeof arena), p->n_bufs,
-             human_bytes(p->weight_bytes, weights, sizeof weights));
+    int k = snprintf(st->notes, sizeof st->notes,
+                     "fused: %s; %d nodes -> %d (cse %d, dce %d), %d kernel calls; arena %s in %d buffers; weights %s "
+                     "in place",
+                     tf_fusions_str(&p->fus, f, sizeof f), p->graph_nodes, p->pir.n, p->cse_merged, p->dce_removed,
+                     p->n_steps, human_bytes((uint64_t)p->arena_bytes, arena, sizeof arena), p->n_bufs,
+                     human_bytes(p->weight_bytes, weights, sizeof weights));
+    if (p->pir.n_updates && k > 0 && (size_t)k < sizeof st->notes)
+        snprintf(st->notes + k, sizeof st->notes - (size_t)k, "; %d of %d updates in place", p->n_donated,
+                 p->pir.n_updates);
 }

@@ -14,6 +14,8 @@
  *   embed+ln    2 or 3 EMBEDDINGs summed by ADDs, LAYER_NORM           -> TF_OP_EMBED_LN
  *   brln        ADDs of x, [residual], [bias (D)], LAYER_NORM          -> TF_OP_BRLN
  *   gemm        MATMUL [ADD bias (N)] [GELU|TANH|RELU|SILU]            -> TF_OP_GEMM
+ *   attn bwd    ATTENTION_GRAD for dq, dk, dv of one attention           -> TF_OP_ATTN_BWD
+ *               (+ TF_OP_EXTRA_OUT for the outputs beyond the first)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +36,8 @@ const char *tf_op_name(int op) {
     case TF_OP_BRLN: return "fused_bias_residual_layer_norm";
     case TF_OP_SMS: return "fused_scale_mask_softmax";
     case TF_OP_EMBED_LN: return "fused_embedding_sum_layer_norm";
+    case TF_OP_ATTN_BWD: return "fused_attention_backward";
+    case TF_OP_EXTRA_OUT: return "extra_output";
     default: return tr_op_name(op);
     }
 }
@@ -386,6 +390,50 @@ static int match_gemm(struct remap *r, int mm) {
 
 typedef int (*matcher)(struct remap *r, int id);
 
+/* The two or three ATTENTION_GRAD nodes of one attention (the same operands and attrs,
+ * different `which`) -> one TF_OP_ATTN_BWD at the first of them, computing them all;
+ * the others become TF_OP_EXTRA_OUT views of its extra outputs. Nothing is removed: the
+ * statistics and scores are computed once instead of three and four times. */
+static int same_attention(const struct tr_pir_node *a, const struct tr_pir_node *b) {
+    if (a->n_in != b->n_in || a->attrs.floats[0] != b->attrs.floats[0] || a->attrs.ints[0] != b->attrs.ints[0] ||
+        a->attrs.ints[1] != b->attrs.ints[1] || a->attrs.ints[2] == b->attrs.ints[2] || a->dtype != b->dtype)
+        return 0;
+    for (int i = 0; i < a->n_in; i++)
+        if (a->in[i] != b->in[i]) return 0;
+    return 1;
+}
+
+static int match_attn_bwd(struct remap *r, int id) {
+    struct tr_pir_node *x = node_at(r, id);
+    if (x->op != TR_OP_ATTENTION_GRAD || !is_float_dt(x->dtype)) return 0;
+    int group[3] = {-1, -1, -1}, n = 0;
+    for (int j = id; j < r->p->n && n < 3; j++) {
+        const struct tr_pir_node *y = node_at(r, j);
+        if (y->dead || y->op != TR_OP_ATTENTION_GRAD) continue;
+        if (j != id && !same_attention(x, y)) continue;
+        int w = (int)y->attrs.ints[2];
+        if (w < 0 || w > 2 || group[w] >= 0) continue;
+        group[w] = j;
+        n++;
+    }
+    if (n < 2) return 0;
+    int own = (int)x->attrs.ints[2];
+    x->op = TF_OP_ATTN_BWD;
+    x->attrs.ints[2] = own;
+    x->attrs.ints[3] = x->n_in > 4;
+    for (int w = 0; w < 3; w++) {
+        if (group[w] < 0 || group[w] == id) continue;
+        struct tr_pir_node *y = node_at(r, group[w]);
+        y->op = TF_OP_EXTRA_OUT;
+        memset(&y->attrs, 0, sizeof y->attrs);
+        y->attrs.ints[0] = w;
+        const int in[1] = {id};
+        set_inputs(y, 1, in);
+    }
+    tally(r->f, n == 3 ? "attention_backward(dq,dk,dv)" : "attention_backward(2 of 3)", 0);
+    return 1;
+}
+
 int tf_remap(struct tr_pir *p, struct tf_fusions *f, struct tr_error *err) {
     memset(f, 0, sizeof *f);
     struct remap r = {.p = p, .f = f};
@@ -396,7 +444,8 @@ int tf_remap(struct tr_pir *p, struct tf_fusions *f, struct tr_error *err) {
         free(r.cons);
         return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory for the remapper (%d nodes)", p->n);
     }
-    static const matcher passes[] = {match_attention, match_sms, match_embed_ln, match_brln, match_gemm};
+    static const matcher passes[] = {match_attention, match_sms, match_embed_ln, match_brln, match_gemm,
+                                     match_attn_bwd};
     for (size_t k = 0; k < sizeof passes / sizeof *passes; k++) {
         recount(&r);
         for (int id = 0; id < p->n; id++)

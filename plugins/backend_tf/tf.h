@@ -28,12 +28,20 @@
  *               softmax(scale·x + mask): tr_k_scale_mask_softmax
  *   EMBED_LN    in: table_0..table_{n-1}, ids_0..ids_{n-1}, gamma, beta
  *               ints[0]=n floats[0]=eps: tr_k_embedding_sum_layer_norm
+ *   ATTN_BWD    in: q, k, v, dy, [mask]         floats[0]=scale ints[0]=causal ints[1]=window
+ *               ints[2]=which of dq/dk/dv is its own value ints[3]=has_mask:
+ *               tr_k_attention_backward, writing the other gradients into the buffers
+ *               of its EXTRA_OUT nodes
+ *   EXTRA_OUT   in: the node that writes it      ints[0]=which (0 dq, 1 dk, 2 dv): no
+ *               kernel of its own; its buffer is written at its producer's step
  * An unfused attention block becomes the graph's own ATTENTION op (the tiled kernel). */
 enum tf_op {
     TF_OP_GEMM = TR_PIR_OP_PRIVATE,
     TF_OP_BRLN,
     TF_OP_SMS,
     TF_OP_EMBED_LN,
+    TF_OP_ATTN_BWD,
+    TF_OP_EXTRA_OUT,
     TF_OP_END,
 };
 

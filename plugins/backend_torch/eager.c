@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "pir.h"
 #include "program.h"
 
 const char *tr_torch_node_name(const struct tr_torch_program *p, int id) {
@@ -108,8 +109,41 @@ static int read_edges(struct tr_torch_program *p, struct tr_error *err) {
             n->root = src->root;
         }
     }
-    for (int i = 0; i < p->n_graph_out; i++) {
+    for (int i = 0; i < p->n_graph_out + p->n_updates; i++) {
         p->nodes[p->graph_out[i]].uses++;
+    }
+    return TR_OK;
+}
+
+/* Which updates compute in their param's memory (pir.h's rule, on the graph as given). */
+static int plan_updates(struct tr_torch_program *p, struct tr_error *err) {
+    p->donor = malloc((size_t)p->n_nodes * sizeof *p->donor);
+    p->donated = calloc((size_t)p->n_updates + 1, 1);
+    if (!p->donor || !p->donated) return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory planning updates");
+    for (int id = 0; id < p->n_nodes; id++) p->donor[id] = -1;
+    if (p->n_updates == 0) return TR_OK;
+    struct tr_pir ir;
+    int rc = tr_pir_from_graph(p->ctx->host, p->g, &ir, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "torch");
+    for (int u = 0; u < p->n_updates; u++) {
+        int v = p->graph_out[p->n_graph_out + u];
+        if (p->nodes[v].kind == TORCH_KERNEL && tr_pir_donatable(&ir, u, tr_pir_reads_in_place)) {
+            p->donated[u] = 1;
+            p->n_donated++;
+            p->donor[v] = p->update_param[u];
+        }
+    }
+    tr_pir_free(&ir);
+    return TR_OK;
+}
+
+int tr_torch_copy_updates(struct tr_torch_program *p, void *const *src, struct tr_error *err) {
+    for (int u = 0; u < p->n_updates; u++) {
+        if (p->donated[u]) continue;
+        int pa = p->update_param[u];
+        size_t nb = p->nodes[pa].nbytes;
+        int rc = nb ? tr_kernels_to_host(p->k, p->data[pa], src[u], nb, err) : TR_OK;
+        if (rc != TR_OK) return tr_error_prefix(err, "torch: update of '%s'", tr_torch_node_name(p, pa));
     }
     return TR_OK;
 }
@@ -121,9 +155,13 @@ static int read_io(struct tr_torch_program *p, struct tr_error *err) {
     if (p->n_graph_in < 0 || p->n_graph_out <= 0)
         return tr_error_set(err, TR_ERR_INVALID, "torch: graph with %d inputs and %d outputs (it needs an output)",
                             p->n_graph_in, p->n_graph_out);
+    p->n_updates = TR_ABI_GET_MINOR(h->abi_version) >= 1 ? h->graph_n_updates(p->g) : 0;
+    if (p->n_updates < 0) return tr_error_set(err, TR_ERR_INVALID, "torch: graph with %d updates", p->n_updates);
     p->graph_in = calloc((size_t)p->n_graph_in + 1, sizeof *p->graph_in);
-    p->graph_out = calloc((size_t)p->n_graph_out, sizeof *p->graph_out);
-    if (!p->graph_in || !p->graph_out) return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory reading the graph");
+    p->graph_out = calloc((size_t)(p->n_graph_out + p->n_updates), sizeof *p->graph_out);
+    p->update_param = calloc((size_t)p->n_updates + 1, sizeof *p->update_param);
+    if (!p->graph_in || !p->graph_out || !p->update_param)
+        return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory reading the graph");
     /* Every INPUT node is fed, exactly once (pending is still all zero here). */
     int n_input_nodes = 0;
     for (int id = 0; id < p->n_nodes; id++) n_input_nodes += p->nodes[id].kind == TORCH_INPUT;
@@ -143,6 +181,13 @@ static int read_io(struct tr_torch_program *p, struct tr_error *err) {
             return tr_error_set(err, TR_ERR_INVALID, "torch: graph output %d is node %d (graph has %d nodes)", i, id,
                                 p->n_nodes);
         p->graph_out[i] = id;
+    }
+    for (int u = 0; u < p->n_updates; u++) {
+        int pa = h->graph_update_param(p->g, u), v = h->graph_update_value(p->g, u);
+        if (pa < 0 || pa >= p->n_nodes || p->nodes[pa].op != TR_OP_PARAM || v < 0 || v >= p->n_nodes)
+            return tr_error_set(err, TR_ERR_INVALID, "torch: graph update %d: param node %d, value node %d", u, pa, v);
+        p->update_param[u] = pa;
+        p->graph_out[p->n_graph_out + u] = v;
     }
     return TR_OK;
 }
@@ -179,7 +224,8 @@ int tr_torch_compile(struct tr_torch_context *ctx, tr_graph_t g, struct tr_torch
         rc = tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory for %d edges", n_edges);
         goto fail;
     }
-    if ((rc = read_io(p, err)) != TR_OK || (rc = read_edges(p, err)) != TR_OK) goto fail;
+    if ((rc = read_io(p, err)) != TR_OK || (rc = read_edges(p, err)) != TR_OK || (rc = plan_updates(p, err)) != TR_OK)
+        goto fail;
     p->args = calloc((size_t)p->max_in + 1, sizeof *p->args);
     if (!p->args) {
         rc = tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory");
@@ -212,6 +258,9 @@ void tr_torch_program_free(struct tr_torch_program *p) {
     free(p->in_ids);
     free(p->graph_in);
     free(p->graph_out);
+    free(p->update_param);
+    free(p->donated);
+    free(p->donor);
     free(p->data);
     free(p->pending);
     free(p->refs);
@@ -286,11 +335,16 @@ static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
         if (p->blocks[n->root]) p->refs[n->root]++;
         break;
     case TORCH_KERNEL: {
-        int rc = tr_torch_allocator_alloc(p->pool, n->nbytes, &p->blocks[id], err);
-        if (rc != TR_OK)
-            return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(n->op), tr_torch_node_name(p, id));
-        p->refs[id] = 1;
-        p->data[id] = p->blocks[id]->ptr;
+        int rc = TR_OK;
+        if (p->donor[id] >= 0) { /* an update computed in its param's memory */
+            p->data[id] = p->data[p->donor[id]];
+        } else {
+            rc = tr_torch_allocator_alloc(p->pool, n->nbytes, &p->blocks[id], err);
+            if (rc != TR_OK)
+                return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(n->op), tr_torch_node_name(p, id));
+            p->refs[id] = 1;
+            p->data[id] = p->blocks[id]->ptr;
+        }
         for (int i = 0; i < n->n_in; i++) {
             p->args[i] = p->nodes[in[i]].t;
             p->args[i].data = p->data[in[i]];
@@ -327,7 +381,13 @@ int tr_torch_copy_outputs(struct tr_torch_program *p, int n_outputs, struct tr_t
             (rc = tr_kernels_to_host(p->k, outputs[i].data, p->data[id], p->nodes[id].nbytes, err)) != TR_OK)
             return tr_error_prefix(err, "torch: output %d ('%s')", i, tr_torch_node_name(p, id));
     }
-    for (int i = 0; i < n_outputs; i++)
+    void *src[64] = {0}, **srcs = p->n_updates <= 64 ? src : malloc((size_t)p->n_updates * sizeof *srcs);
+    if (!srcs) return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory copying %d updates", p->n_updates);
+    for (int u = 0; u < p->n_updates; u++) srcs[u] = p->data[p->graph_out[n_outputs + u]];
+    rc = tr_torch_copy_updates(p, srcs, err);
+    if (srcs != src) free(srcs);
+    if (rc != TR_OK) return rc;
+    for (int i = 0; i < n_outputs + p->n_updates; i++)
         if (--p->pending[p->graph_out[i]] == 0) node_drop(p, p->graph_out[i]);
     return TR_OK;
 }
@@ -391,4 +451,7 @@ void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_
              tr_torch_human_bytes(a.reserved_bytes, pool, sizeof pool), (unsigned long long)a.n_blocks,
              (unsigned long long)a.n_classes, tr_torch_human_bytes(a.peak_bytes, peak, sizeof peak),
              tr_torch_human_bytes(p->weight_bytes, weights, sizeof weights));
+    len = strlen(st->notes);
+    if (p->n_updates && len < sizeof st->notes)
+        snprintf(st->notes + len, sizeof st->notes - len, "; %d of %d updates in place", p->n_donated, p->n_updates);
 }

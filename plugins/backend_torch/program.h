@@ -51,7 +51,14 @@ struct tr_torch_program {
     struct torch_node *nodes;
     int *in_ids;
     int n_graph_in, n_graph_out;
-    int *graph_in, *graph_out;      /* node ids */
+    int *graph_in, *graph_out;      /* node ids; graph_out[n_graph_out + u] is update u's value */
+    /* Updates (training state): update u's value overwrites PARAM update_param[u] after
+     * a step; a donated one is computed in the param's memory (donor[value] = param),
+     * the others are copied there after the walk, as outputs are copied out. */
+    int n_updates, n_donated;
+    int *update_param;
+    char *donated;
+    int *donor;                     /* per node: the param whose memory it computes in, or -1 */
     struct tr_kernels *k;
     struct tr_torch_allocator *pool;
     uint64_t weight_bytes;
@@ -79,7 +86,8 @@ int tr_torch_check_args(const struct tr_torch_program *p, int n_inputs, const st
  * pool, each freed after its last reader; graph outputs still held when it returns. With
  * p->rp.recording set, each kernel node is bound (tr_torch_record_call) and called. */
 int tr_torch_walk(struct tr_torch_program *p, struct tr_error *err);
-/* Graph outputs copied out of p->data, then released as the walk would. */
+/* Graph outputs copied out of p->data and the updates not donated copied into their
+ * params, then released as the walk would. */
 int tr_torch_copy_outputs(struct tr_torch_program *p, int n_outputs, struct tr_tensor *outputs, struct tr_error *err);
 /* One eager step: the caller's inputs used in place, every block back to its pool after
  * (after a failure too, so the next step starts from the same state). */
@@ -88,6 +96,8 @@ int tr_torch_execute_eager(struct tr_torch_program *p, int n_inputs, const struc
 /* Every block the walk still holds back to its pool. */
 void tr_torch_release_all(struct tr_torch_program *p);
 const char *tr_torch_human_bytes(uint64_t n, char *buf, size_t size);
+/* The updates not donated: value copied into its param (src[u]: where the value is). */
+int tr_torch_copy_updates(struct tr_torch_program *p, void *const *src, struct tr_error *err);
 
 /* ---- reduce-overhead (replay.c) ---- */
 /* A step: eager while warming up, then the recording step, then replays. */

@@ -46,7 +46,7 @@ static int ptr_cmp(const void *a, const void *b) {
 int tr_torch_record_call(struct tr_torch_program *p, int id, const struct tr_tensor *out, struct tr_error *err) {
     struct torch_replay *r = &p->rp;
     const struct torch_node *n = &p->nodes[id];
-    r->held[r->n_held++] = p->blocks[id];
+    if (p->blocks[id]) r->held[r->n_held++] = p->blocks[id]; /* none: computed in a param's memory */
     struct tr_kernel_call *c = &r->calls[r->n_calls];
     int rc = tr_kernels_bind(p->k, n->op, &n->attrs, n->n_in, p->args, out, c, err);
     if (rc != TR_OK) return rc;
@@ -84,7 +84,7 @@ static int record(struct tr_torch_program *p, int n_inputs, const struct tr_tens
     r->call_node = calloc(nk, sizeof *r->call_node);
     r->held = calloc(nk, sizeof *r->held);
     r->inputs = calloc((size_t)p->n_graph_in + 1, sizeof *r->inputs);
-    r->out_src = calloc((size_t)p->n_graph_out + 1, sizeof *r->out_src);
+    r->out_src = calloc((size_t)(p->n_graph_out + p->n_updates) + 1, sizeof *r->out_src);
     if (!r->calls || !r->call_node || !r->held || !r->inputs || !r->out_src) {
         rc = tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory recording %d kernel calls", p->n_kernel_nodes);
         goto fail;
@@ -103,7 +103,7 @@ static int record(struct tr_torch_program *p, int n_inputs, const struct tr_tens
     rc = tr_torch_walk(p, err);
     r->recording = 0;
     if (rc == TR_OK) {
-        for (int i = 0; i < n_outputs; i++) r->out_src[i] = p->data[p->graph_out[i]];
+        for (int i = 0; i < n_outputs + p->n_updates; i++) r->out_src[i] = p->data[p->graph_out[i]];
         rc = tr_torch_copy_outputs(p, n_outputs, outputs, err);
     }
     tr_torch_release_all(p);
@@ -163,6 +163,7 @@ static int replay(struct tr_torch_program *p, int n_inputs, const struct tr_tens
         if (nb && (rc = tr_kernels_to_host(p->k, outputs[i].data, r->out_src[i], nb, err)) != TR_OK)
             return tr_error_prefix(err, "torch: output %d ('%s')", i, tr_torch_node_name(p, p->graph_out[i]));
     }
+    if ((rc = tr_torch_copy_updates(p, r->out_src + n_outputs, err)) != TR_OK) return rc;
     r->replays++;
     return TR_OK;
 }

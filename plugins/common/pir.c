@@ -34,6 +34,7 @@ void tr_pir_free(struct tr_pir *p) {
     free(p->nodes);
     free(p->inputs);
     free(p->outputs);
+    free(p->update_param);
     memset(p, 0, sizeof *p);
 }
 
@@ -69,13 +70,19 @@ int tr_pir_from_graph(const struct tr_host_api *host, tr_graph_t g, struct tr_pi
     if (!host || !g) return tr_error_set(err, TR_ERR_INVALID, "pir: host table or graph is NULL");
     int n = host->graph_n_nodes(g);
     int ni = host->graph_n_inputs(g), no = host->graph_n_outputs(g);
-    if (n < 0 || ni < 0 || no < 0)
-        return tr_error_set(err, TR_ERR_INVALID, "pir: graph reports %d nodes, %d inputs, %d outputs", n, ni, no);
+    /* a 1.0 host has no update slots: its graphs have no updates */
+    int nu = TR_ABI_GET_MINOR(host->abi_version) >= 1 && host->struct_size > offsetof(struct tr_host_api, graph_update_value)
+                 ? host->graph_n_updates(g)
+                 : 0;
+    if (n < 0 || ni < 0 || no < 0 || nu < 0)
+        return tr_error_set(err, TR_ERR_INVALID, "pir: graph reports %d nodes, %d inputs, %d outputs, %d updates", n, ni,
+                            no, nu);
     if (no == 0) return tr_error_set(err, TR_ERR_INVALID, "pir: graph has no outputs (tr_graph_set_output marks them)");
     p->nodes = calloc(n ? (size_t)n : 1, sizeof *p->nodes);
     p->inputs = malloc((ni ? (size_t)ni : 1) * sizeof *p->inputs);
-    p->outputs = malloc((size_t)no * sizeof *p->outputs);
-    if (!p->nodes || !p->inputs || !p->outputs) {
+    p->outputs = malloc((size_t)(no + nu) * sizeof *p->outputs);
+    p->update_param = malloc((nu ? (size_t)nu : 1) * sizeof *p->update_param);
+    if (!p->nodes || !p->inputs || !p->outputs || !p->update_param) {
         tr_pir_free(p);
         return tr_error_set(err, TR_ERR_NOMEM, "pir: out of memory for a graph of %d nodes", n);
     }
@@ -128,9 +135,20 @@ int tr_pir_from_graph(const struct tr_host_api *host, tr_graph_t g, struct tr_pi
         }
         p->outputs[i] = id;
     }
+    for (int u = 0; u < nu; u++) {
+        int pa = host->graph_update_param(g, u), v = host->graph_update_value(g, u);
+        if (pa < 0 || pa >= n || p->nodes[pa].op != TR_OP_PARAM || v < 0 || v >= n) {
+            tr_pir_free(p);
+            return tr_error_set(err, TR_ERR_INVALID, "pir: graph update %d: param node %d, value node %d", u, pa, v);
+        }
+        p->update_param[u] = pa;
+        p->outputs[no + u] = v;
+    }
     p->n = n;
     p->n_inputs = ni;
-    p->n_outputs = no;
+    p->n_results = no;
+    p->n_updates = nu;
+    p->n_outputs = no + nu;
     index_outputs(p);
     return TR_OK;
 }
@@ -151,6 +169,7 @@ int tr_pir_mark_dead(struct tr_pir *p) {
     if (!live) return 0; /* marking nothing is always safe */
     for (int i = 0; i < p->n_outputs; i++) live[p->outputs[i]] = 1;
     for (int i = 0; i < p->n_inputs; i++) live[p->inputs[i]] = 1;
+    for (int u = 0; u < p->n_updates; u++) live[p->update_param[u]] = 1; /* its memory is written */
     /* consumers come after producers, so one backward sweep reaches every dependency */
     for (int i = p->n - 1; i >= 0; i--) {
         const struct tr_pir_node *d = &p->nodes[i];
@@ -187,6 +206,11 @@ int tr_pir_compact(struct tr_pir *p, int *remap, struct tr_error *err) {
         if (map[p->outputs[i]] < 0)
             st = tr_error_set(err, TR_ERR_INTERNAL, "pir: graph output %d (node %d '%s') was marked dead", i, p->outputs[i],
                               p->nodes[p->outputs[i]].name ? p->nodes[p->outputs[i]].name : "");
+    for (int u = 0; u < p->n_updates && !st; u++)
+        if (map[p->update_param[u]] < 0)
+            st = tr_error_set(err, TR_ERR_INTERNAL, "pir: updated param '%s' (node %d) was marked dead",
+                              p->nodes[p->update_param[u]].name ? p->nodes[p->update_param[u]].name : "",
+                              p->update_param[u]);
     for (int i = 0; i < p->n_inputs && !st; i++)
         if (map[p->inputs[i]] < 0)
             st = tr_error_set(err, TR_ERR_INTERNAL, "pir: graph input %d (node %d '%s') was marked dead; inputs keep their feed slot",
@@ -201,8 +225,52 @@ int tr_pir_compact(struct tr_pir *p, int *remap, struct tr_error *err) {
         p->n = m;
         for (int i = 0; i < p->n_inputs; i++) p->inputs[i] = map[p->inputs[i]];
         for (int i = 0; i < p->n_outputs; i++) p->outputs[i] = map[p->outputs[i]];
+        for (int u = 0; u < p->n_updates; u++) p->update_param[u] = map[p->update_param[u]];
         index_outputs(p);
     }
     if (!remap) free(map);
     return st;
+}
+
+int tr_pir_reads_in_place(const struct tr_pir_node *n, int input) {
+    if (n->op == TR_OP_ADAMW_STEP) return input == 0;
+    if (n->op == TR_OP_SCALE || tr_op_is_elementwise_unary(n->op) || tr_op_is_elementwise_binary(n->op))
+        return 1; /* the caller checked that the operand has the output's shape */
+    return 0;
+}
+
+static int same_shape(const struct tr_pir_node *a, const struct tr_pir_node *b) {
+    if (a->ndim != b->ndim || a->dtype != b->dtype) return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return 0;
+    return 1;
+}
+
+int tr_pir_donatable(const struct tr_pir *p, int u, int (*reads_in_place)(const struct tr_pir_node *n, int input)) {
+    if (u < 0 || u >= p->n_updates) return 0;
+    int pa = p->update_param[u], v = tr_pir_update_value(p, u);
+    const struct tr_pir_node *vn = &p->nodes[v];
+    if (vn->dead || vn->op == TR_OP_INPUT || vn->op == TR_OP_PARAM || vn->op == TR_OP_CONST || vn->op == TR_OP_RESHAPE)
+        return 0;
+    for (int i = 0; i < p->n_outputs; i++)
+        if ((p->outputs[i] == v && i != p->n_results + u) || p->outputs[i] == pa) return 0;
+    /* pa and its views: a view's readers read pa */
+    char *alias = calloc((size_t)p->n, 1);
+    if (!alias) return 0;
+    alias[pa] = 1;
+    int ok = 1;
+    for (int i = pa + 1; i < p->n && ok; i++) {
+        const struct tr_pir_node *d = &p->nodes[i];
+        if (d->dead) continue;
+        for (int j = 0; j < d->n_in && ok; j++) {
+            if (!alias[d->in[j]]) continue;
+            if (d->op == TR_OP_RESHAPE) {
+                alias[i] = 1;
+                for (int r = 0; r < p->n_outputs; r++) ok = ok && p->outputs[r] != i;
+            } else if (i > v) ok = 0;
+            else if (i == v) ok = d->in[j] == pa && same_shape(&p->nodes[pa], vn) && reads_in_place(d, j);
+        }
+    }
+    free(alias);
+    return ok;
 }

@@ -37,8 +37,14 @@ struct tr_pir {
     int n, cap;
     int *inputs;                    /* node ids of the graph's inputs, in feed order */
     int n_inputs;
-    int *outputs;                   /* node ids of the graph's outputs, in order */
-    int n_outputs;
+    /* The roots: the graph's outputs (the first n_results, in order), then the value of
+     * each update (outputs[n_results + u]). Passes keep every root alive and in place, so
+     * an update's value is treated as an output without a case of its own. */
+    int *outputs;
+    int n_outputs;                  /* n_results + n_updates */
+    int n_results;                  /* the graph's outputs: what execute() returns */
+    int *update_param;              /* per update: the PARAM node it overwrites */
+    int n_updates;
     void **owned;                   /* host memory freed with the pir (folded constants) */
     int n_owned, cap_owned;
 };
@@ -57,6 +63,19 @@ int tr_pir_compact(struct tr_pir *p, int *remap, struct tr_error *err);
 /* Keep host memory p (from malloc) until tr_pir_free. */
 int tr_pir_own(struct tr_pir *p, void *mem, struct tr_error *err);
 size_t tr_pir_nbytes(const struct tr_pir_node *n);
+
+/* Whether update u's value may be computed straight into its PARAM's memory (donation):
+ * the value is computed by a kernel (not a view or a leaf) and updates nothing else;
+ * the param is not a root; and every node that reads the param (directly or through
+ * RESHAPE views) comes before the value's node in the schedule (the IR's order), or is
+ * the value's node itself reading it index for index, which reads_in_place(node, input)
+ * says (tr_pir_reads_in_place for the graph ops). Otherwise the value gets a buffer of
+ * its own and is copied into the param at the end of the step. */
+int tr_pir_donatable(const struct tr_pir *p, int u, int (*reads_in_place)(const struct tr_pir_node *n, int input));
+/* For graph ops: ADAMW_STEP's param, and the same-shape operands of elementwise ops. */
+int tr_pir_reads_in_place(const struct tr_pir_node *n, int input);
+/* Node ids of update u's param and value. */
+static inline int tr_pir_update_value(const struct tr_pir *p, int u) { return p->outputs[p->n_results + u]; }
 int64_t tr_pir_numel(const struct tr_pir_node *n);
 
 #endif

@@ -18,6 +18,12 @@
  *   newminor    abi_version 1.7, a larger vtable with slots this host does not know
  *   minimal     struct_size = TR_BACKEND_I_MIN_SIZE_1_0, no supports_op; get_stats is
  *               set but lies past struct_size, so the host must not call it
+ * The ABI's edges, written against whatever TR_ABI_MINOR this header has (tests/test_abi.c):
+ *   nextminor   abi_version TR_ABI_MINOR + 1: this header's vtable, then a slot the host
+ *               cannot know, which poisons the stats if ever called
+ *   oldmajor    abi_version (TR_ABI_MAJOR - 1).9: a plugin of the previous major
+ *   tiny        struct_size 8: the version fields and not one slot, though it claims
+ *               this header's whole vtable
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -49,6 +55,12 @@
 #define TP_NAME "minimal"
 #elif defined(TP_VARIANT_WRONG)
 #define TP_NAME "wrong"
+#elif defined(TP_VARIANT_NEXTMINOR)
+#define TP_NAME "nextminor"
+#elif defined(TP_VARIANT_OLDMAJOR)
+#define TP_NAME "oldmajor"
+#elif defined(TP_VARIANT_TINY)
+#define TP_NAME "tiny"
 #else
 #error "define one TP_VARIANT_<NAME>"
 #endif
@@ -296,6 +308,25 @@ static const struct tp_backend_i_1_7 vtable_1_7 = {
     .future_data = NULL,
 };
 #define TP_VTABLE (&vtable_1_7.base)
+#elif defined(TP_VARIANT_NEXTMINOR)
+/* A plugin built against the next minor's header: all of this one's slots, then one
+ * more. The host must accept it and never call what it does not know. */
+struct tp_backend_i_next {
+    struct tr_backend_i base;
+    int (*next_slot)(void *ctx, void *prog, struct tr_backend_stats *st);
+};
+static int tp_next_slot(void *ctx, void *prog, struct tr_backend_stats *st) {
+    (void)ctx;
+    (void)prog;
+    if (st) st->kernel_calls = TP_STATS_POISON;
+    return TR_ERR_INTERNAL;
+}
+static const struct tp_backend_i_next vtable_next = {
+    .base = {TP_VTABLE_INIT(sizeof(struct tp_backend_i_next), TR_ABI_MAKE(TR_ABI_MAJOR, TR_ABI_MINOR + 1), TP_NAME,
+                            tp_supports_op, tp_execute)},
+    .next_slot = tp_next_slot,
+};
+#define TP_VTABLE (&vtable_next.base)
 #else
 static const struct tr_backend_i vtable = {
 #if defined(TP_VARIANT_BADMAJOR)
@@ -308,6 +339,10 @@ static const struct tr_backend_i vtable = {
     TP_VTABLE_INIT(TP_SIZE, TR_ABI_VERSION, NULL, tp_supports_op, tp_execute),
 #elif defined(TP_VARIANT_MINIMAL)
     TP_VTABLE_INIT(TR_BACKEND_I_MIN_SIZE_1_0, TR_ABI_VERSION, TP_NAME, NULL, tp_execute),
+#elif defined(TP_VARIANT_OLDMAJOR)
+    TP_VTABLE_INIT(TP_SIZE, TR_ABI_MAKE(TR_ABI_MAJOR - 1, 9), TP_NAME, tp_supports_op, tp_execute),
+#elif defined(TP_VARIANT_TINY)
+    TP_VTABLE_INIT(offsetof(struct tr_backend_i, name), TR_ABI_VERSION, TP_NAME, tp_supports_op, tp_execute),
 #else
     TP_VTABLE_INIT(TP_SIZE, TR_ABI_VERSION, TP_NAME, tp_supports_op, tp_execute),
 #endif

@@ -16,7 +16,16 @@
  *
  * Required slots (1.0): init, free, compile, execute, program_free.
  * Optional (NULL = default): supports_op (default: every op, through the shared
- * kernels), get_stats (default: zeros).
+ * kernels), get_stats (default: zeros); sync (1.1; default: nothing to do).
+ *
+ * 1.1 added graph updates (training state): the host table's graph_n_updates /
+ * graph_update_param / graph_update_value list PARAMs that each execute must leave
+ * holding a computed node's value (an optimizer's new weights and moments). The host
+ * memory bound to an updated PARAM is writable by the backend; a backend that computes
+ * in host memory writes it there (donating it as the value's buffer when nothing reads
+ * the old value later). A backend that keeps params elsewhere (a GPU) implements sync,
+ * which copies every updated PARAM back into its host memory; the host calls it before
+ * reading them. The host refuses to compile a graph with updates for a 1.0 plugin.
  *
  * The graph reaches the plugin as an opaque tr_graph_t read through the host table's
  * accessors; its PARAM data is host memory owned by the host, alive until
@@ -37,7 +46,7 @@ extern "C" {
 #endif
 
 #define TR_ABI_MAJOR 1
-#define TR_ABI_MINOR 0
+#define TR_ABI_MINOR 1
 #define TR_ABI_MAKE(major, minor) (((uint32_t)(major) << 16) | (uint32_t)(minor))
 #define TR_ABI_VERSION TR_ABI_MAKE(TR_ABI_MAJOR, TR_ABI_MINOR)
 #define TR_ABI_GET_MAJOR(v) ((uint32_t)(v) >> 16)
@@ -133,7 +142,11 @@ struct tr_backend_stats {
     X(int, kernels_to_device, tr_kernels_to_device,                                                \
       (struct tr_kernels *k, void *dst, const void *src, size_t n, struct tr_error *err))          \
     X(int, kernels_to_host, tr_kernels_to_host,                                                    \
-      (struct tr_kernels *k, void *dst, const void *src, size_t n, struct tr_error *err))
+      (struct tr_kernels *k, void *dst, const void *src, size_t n, struct tr_error *err))          \
+    /* 1.1 */                                                                                      \
+    X(int, graph_n_updates, tr_graph_n_updates, (tr_graph_t g))                                    \
+    X(int, graph_update_param, tr_graph_update_param, (tr_graph_t g, int i))                       \
+    X(int, graph_update_value, tr_graph_update_value, (tr_graph_t g, int i))
 
 struct tr_host_api {
     uint32_t struct_size;
@@ -164,9 +177,11 @@ struct tr_backend_i {
                    struct tr_tensor *outputs, struct tr_error *err);
     void (*program_free)(void *ctx, void *prog);
     int (*get_stats)(void *ctx, void *prog, struct tr_backend_stats *st, struct tr_error *err);
+    /* 1.1: make the host memory of every updated PARAM hold its current value. */
+    int (*sync)(void *ctx, void *prog, struct tr_error *err);
 };
 
-/* The offsets of ABI 1.0. Moving a slot breaks every plugin built before: don't. */
+/* The offsets of ABI 1.0 and 1.1. Moving a slot breaks every plugin built before: don't. */
 #define TR_SLOT_(type, field) (offsetof(struct type, field) / sizeof(void *))
 _Static_assert(offsetof(struct tr_backend_i, struct_size) == 0, "tr_backend_i layout");
 _Static_assert(offsetof(struct tr_backend_i, name) == 8, "tr_backend_i layout");
@@ -177,11 +192,13 @@ _Static_assert(TR_SLOT_(tr_backend_i, compile) == 7, "tr_backend_i layout");
 _Static_assert(TR_SLOT_(tr_backend_i, execute) == 8, "tr_backend_i layout");
 _Static_assert(TR_SLOT_(tr_backend_i, program_free) == 9, "tr_backend_i layout");
 _Static_assert(TR_SLOT_(tr_backend_i, get_stats) == 10, "tr_backend_i layout");
+_Static_assert(TR_SLOT_(tr_backend_i, sync) == 11, "tr_backend_i layout");
 /* The smallest vtable a 1.x plugin may hand over: up to and including program_free. */
 #define TR_BACKEND_I_MIN_SIZE_1_0 (offsetof(struct tr_backend_i, program_free) + sizeof(void *))
 _Static_assert(TR_SLOT_(tr_host_api, error_set) == 1, "tr_host_api layout");
 _Static_assert(TR_SLOT_(tr_host_api, node_data) == 21, "tr_host_api layout");
 _Static_assert(TR_SLOT_(tr_host_api, kernels_to_host) == 28, "tr_host_api layout");
+_Static_assert(TR_SLOT_(tr_host_api, graph_update_value) == 31, "tr_host_api layout");
 _Static_assert(offsetof(struct tr_backend_stats, kernel_calls) == 8, "tr_backend_stats layout");
 _Static_assert(offsetof(struct tr_backend_stats, mode) == 48, "tr_backend_stats layout");
 _Static_assert(offsetof(struct tr_backend_params, options) == 16, "tr_backend_params layout");

@@ -16,12 +16,15 @@
 #include "trident/config.h"
 #include "trident/model.h"
 #include "trident/status.h"
+#include "trident/train.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define TR_BENCH_MAX_ROWS TR_CONFIG_MAX_BACKENDS
+/* fit: backends agree when the losses of their first steps do (state drifts after). */
+#define TR_BENCH_FIT_LOSSES 5
 
 struct tr_bench_row {
     char label[96];             /* "torch", "torch:reduce-overhead" */
@@ -34,7 +37,11 @@ struct tr_bench_row {
     double items_per_s;         /* samples/s for predict and fit */
     double gflops;              /* graph FLOPs / mean step time */
     struct tr_backend_stats stats;
-    double max_rel_diff;        /* against the first backend, over all outputs */
+    double loss_first, loss_last;   /* fit: the loss of the first step and of the last */
+    double fit_losses[TR_BENCH_FIT_LOSSES];
+    int n_fit_losses;
+    double max_rel_diff;        /* against the first backend, over all outputs (fit: over the
+                                   losses of the first TR_BENCH_FIT_LOSSES steps) */
     char worst_output[64];      /* the output with the largest difference */
     int agrees;                 /* within the dtype's tolerance of the first backend */
     int is_reference;           /* the first backend that ran: the others are compared to it */
@@ -61,6 +68,9 @@ struct tr_task_graph {
     void *config;               /* model->config_size bytes, resolved */
     struct tr_build_opts opts;
     struct tr_graph *graph;
+    int n_model_inputs;         /* the model's inputs; fit's lr and step come after */
+    struct tr_train_config train_cfg;   /* fit only */
+    struct tr_train_step train;         /* fit only: the step's nodes */
 };
 
 int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,

@@ -76,6 +76,10 @@ int tr_reduce(struct tr_graph *g, enum tr_op op, int x, int axis, int keepdims);
 int tr_cast(struct tr_graph *g, int x, enum tr_dtype to);
 /* mask < 0: none. */
 int tr_attention(struct tr_graph *g, int q, int k, int v, int mask, float scale, int causal, int window);
+/* add_one: Gemma's x̂·(1 + w). */
+int tr_rms_norm(struct tr_graph *g, int x, int w, float eps, int add_one);
+/* rot_dims 0: all of D. */
+int tr_rope(struct tr_graph *g, int x, int pos, float base, int rot_dims);
 
 /* Generic form used by the above (and by passes that copy nodes): checks arity, infers
  * dtype and shape, names the node. */
@@ -86,6 +90,14 @@ int tr_graph_add_node(struct tr_graph *g, enum tr_op op, int n_inputs, const int
 int tr_graph_set_name(struct tr_graph *g, int id, const char *name);
 int tr_graph_set_output(struct tr_graph *g, int id, const char *name);
 
+/* State carried between steps (training): after each execution, PARAM `param` holds the
+ * value that node `value` had in it, and the next execution reads that. value has the
+ * param's dtype and shape and is kept alive like an output; a param is updated by one
+ * node at most, and a node updates one param at most. Returns a status (sticky, as the
+ * builders). A backend may compute value in the param's memory when nothing reads the
+ * old value afterwards (donation); the caller sees the same numbers either way. */
+int tr_graph_add_update(struct tr_graph *g, int param, int value);
+
 /* ---- reading a graph (core's accessors; plugins get the same through the host table) ---- */
 int tr_graph_n_nodes(const struct tr_graph *g);
 int tr_graph_n_inputs(const struct tr_graph *g);   /* INPUT nodes, in feed order */
@@ -95,6 +107,9 @@ int tr_graph_output(const struct tr_graph *g, int i);
 const char *tr_graph_output_name(const struct tr_graph *g, int i);
 int tr_graph_n_params(const struct tr_graph *g);   /* PARAM nodes, in order */
 int tr_graph_param(const struct tr_graph *g, int i);
+int tr_graph_n_updates(const struct tr_graph *g);
+int tr_graph_update_param(const struct tr_graph *g, int i);  /* PARAM node id, or -1 */
+int tr_graph_update_value(const struct tr_graph *g, int i);  /* its new value's node id, or -1 */
 int tr_graph_find(const struct tr_graph *g, const char *name); /* node id or -1 */
 
 int tr_node_op(const struct tr_graph *g, int id);

@@ -68,6 +68,9 @@ int tr_backend_execute(struct tr_backend *be, struct tr_program *prog, int n_inp
                        struct tr_error *err);
 int tr_backend_get_stats(struct tr_backend *be, struct tr_program *prog, struct tr_backend_stats *st,
                          struct tr_error *err);
+/* After execute: make the host memory of the graph's updated PARAMs (tr_graph_add_update)
+ * hold their current values; a no-op for a backend that computes in host memory. */
+int tr_backend_sync(struct tr_backend *be, struct tr_program *prog, struct tr_error *err);
 void tr_program_free(struct tr_program *prog);
 
 #ifdef __cplusplus

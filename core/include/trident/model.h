@@ -62,8 +62,14 @@ struct tr_model_desc {
     uint32_t tasks;             /* bit (1u << enum tr_task) per task offered */
     /* Build the task's graph into g (empty) from the resolved config. */
     int (*build)(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err);
+    /* FIT (bit TR_TASK_FIT in tasks): build makes the forward graph and a 0-d f32 node
+     * named "loss" (not an output); trainable lists the PARAMs training updates (ids,
+     * room for max; *n their count), frozen ones left out. Core appends the backward
+     * pass and the optimizer (train.h). NULL when the model offers no fit. */
+    int (*trainable)(const void *config, const struct tr_graph *g, int *ids, int max, int *n, struct tr_error *err);
     /* Fill the graph's INPUT tensors (host, allocated by the caller with the graph's
-     * shapes, in input order) with a synthetic batch from seed. */
+     * shapes, in input order) with a synthetic batch from seed: the model's own inputs
+     * (for FIT its labels too); inputs added by core after them (lr, step) are core's. */
     int (*make_inputs)(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
                        struct tr_tensor *inputs, struct tr_error *err);
 };
@@ -78,6 +84,11 @@ int tr_model_find(const struct tr_model_desc *const *models, const char *name,
 int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const struct tr_config *cfg,
                      void *config, struct tr_error *err);
 
+/* Apply the keys of INI section `section` of cfg to out through the key table (as
+ * [model] is applied to a model's config); owner names the table's user in messages
+ * ("model 'bert'", "training"). */
+int tr_keys_apply(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys, int n_keys,
+                  const char *owner, void *out, struct tr_error *err);
 /* Read a key of a resolved config as text ("768"), for reports and `trident list`. */
 int tr_model_key_str(const struct tr_model_desc *m, const void *config, const struct tr_model_key *k,
                      char *buf, size_t n);

@@ -63,6 +63,19 @@
  *                already-updated moments (f32); param' = param − lr·(m̂/(√v̂ + eps) +
  *                wd·param) with m̂ = m/(1−β1^t), v̂ = v/(1−β2^t). floats[0]=β1, [1]=β2,
  *                [2]=eps, [3]=wd (decoupled weight decay, as torch.optim.AdamW)
+ *
+ *   Decoder LLMs (Gemma, Mistral):
+ *   RMS_NORM     x (...,D), w (D) -> x / √(mean(x²) + eps) · w over the last axis, in f32
+ *                inside; floats[0]=eps; ints[0]=1: Gemma's (1 + w) scaling instead of w
+ *   RMS_NORM_GRAD   (x, w, dy) -> dx       (attrs as RMS_NORM)
+ *   RMS_NORM_GRAD_W (x, dy) -> dw (D) = Σ over rows of dy·x̂ (attrs as RMS_NORM; the same
+ *                for both scalings, since d(1+w) = dw)
+ *   ROPE         x (B,H,T,D), pos (B,T) or (T) i32/i64 -> x rotated as Hugging Face's
+ *                rotate_half layout: for i < R/2, with θ_i = base^(−2i/R) and a = pos·θ_i,
+ *                y_i = x_i·cos a − x_{i+R/2}·sin a, y_{i+R/2} = x_{i+R/2}·cos a + x_i·sin a;
+ *                dims ≥ R pass through. floats[0]=base (rope_theta); ints[0]=R (0: D);
+ *                ints[1]=1: the inverse rotation (−a), which is ROPE's gradient.
+ *                pos carries the absolute positions (decoding's offset, left padding).
  */
 #ifndef TRIDENT_OPS_H
 #define TRIDENT_OPS_H
@@ -116,7 +129,11 @@ extern "C" {
     X(CROSS_ENTROPY, "cross_entropy", 2) \
     X(CROSS_ENTROPY_GRAD, "cross_entropy_grad", 3) \
     X(MSE,        "mse",         2)    \
-    X(ADAMW_STEP, "adamw_step",  5)
+    X(ADAMW_STEP, "adamw_step",  5)    \
+    X(RMS_NORM,   "rms_norm",    2)    \
+    X(RMS_NORM_GRAD, "rms_norm_grad", 3) \
+    X(RMS_NORM_GRAD_W, "rms_norm_grad_w", 2) \
+    X(ROPE,       "rope",        2)
 
 enum tr_op {
 #define TR_OP_ENUM_(name, str, n) TR_OP_##name,

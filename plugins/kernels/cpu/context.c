@@ -7,11 +7,9 @@
 #include <oneapi/dnnl/dnnl.h>
 #include "cpu_internal.h"
 
-static const char no_cuda[] = "no CUDA device found (this build's kernels are cpu only)";
-
 int tr_kernels_device_available(int device_type, struct tr_error *err) {
     if (device_type == TR_DEVICE_CPU) return TR_OK;
-    if (device_type == TR_DEVICE_CUDA) return tr_error_set(err, TR_ERR_DEVICE, "%s", no_cuda);
+    if (device_type == TR_DEVICE_CUDA) return tr_cuda_available(0, err);
     return tr_error_set(err, TR_ERR_INVALID, "kernels: unknown device type %d (expected cpu=%d or cuda=%d)",
                         device_type, TR_DEVICE_CPU, TR_DEVICE_CUDA);
 }
@@ -21,6 +19,18 @@ int tr_kernels_init(struct tr_kernels **out, int device_type, int device_index, 
     *out = NULL;
     int st = tr_kernels_device_available(device_type, err);
     if (st) return st;
+    if (device_type == TR_DEVICE_CUDA) {
+        struct tr_kernels *k = calloc(1, sizeof *k);
+        if (!k) return tr_error_set(err, TR_ERR_NOMEM, "kernels: cannot allocate a context");
+        k->device_type = device_type;
+        k->device_index = device_index;
+        if ((st = tr_cuda_ctx_init(k, device_index, err)) != TR_OK) {
+            free(k);
+            return st;
+        }
+        *out = k;
+        return TR_OK;
+    }
     if (device_index != 0)
         return tr_error_set(err, TR_ERR_DEVICE, "kernels: cpu device index %d does not exist (the cpu is index 0)",
                             device_index);
@@ -46,6 +56,7 @@ int tr_kernels_init(struct tr_kernels **out, int device_type, int device_index, 
 
 void tr_kernels_free(struct tr_kernels *k) {
     if (!k) return;
+    if (k->cuda) tr_cuda_ctx_free(k);
     tr_cpu_matmul_cache_free(k);
     tr_cpu_scratch_free(k);
     if (k->stream) dnnl_stream_destroy((dnnl_stream_t)k->stream);
@@ -70,11 +81,15 @@ void tr_kernels_reset_stats(struct tr_kernels *k) {
 
 int tr_kernels_alloc(struct tr_kernels *k, size_t nbytes, void **p, struct tr_error *err) {
     if (!k || !p) return tr_error_set(err, TR_ERR_INVALID, "tr_kernels_alloc: context or out pointer is NULL");
+    if (k->device_type == TR_DEVICE_CUDA) return tr_cuda_alloc(k, nbytes, p, err);
     return tr_host_alloc(p, nbytes, err);
 }
 
 void tr_kernels_dealloc(struct tr_kernels *k, void *p) {
-    (void)k;
+    if (k && k->device_type == TR_DEVICE_CUDA) {
+        tr_cuda_dealloc(k, p);
+        return;
+    }
     tr_host_free(p);
 }
 
@@ -85,6 +100,10 @@ static int copy_bytes(struct tr_kernels *k, void *dst, const void *src, size_t n
     if (!dst || !src)
         return tr_error_set(err, TR_ERR_INVALID, "%s: %s pointer is NULL for a copy of %zu bytes", fn,
                             dst ? "source" : "destination", n);
+    if (k->device_type == TR_DEVICE_CUDA) {
+        int kind = strcmp(fn, "tr_kernels_to_device") == 0 ? 0 : strcmp(fn, "tr_kernels_to_host") == 0 ? 1 : 2;
+        return tr_cuda_copy(k, dst, src, n, kind, err);
+    }
     memmove(dst, src, n);
     return TR_OK;
 }
@@ -103,6 +122,7 @@ int tr_kernels_copy(struct tr_kernels *k, void *dst, const void *src, size_t n, 
 
 int tr_kernels_sync(struct tr_kernels *k, struct tr_error *err) {
     if (!k) return tr_error_set(err, TR_ERR_INVALID, "tr_kernels_sync: context is NULL");
+    if (k->device_type == TR_DEVICE_CUDA) return tr_cuda_sync(k, err);
     dnnl_status_t s = dnnl_stream_wait((dnnl_stream_t)k->stream);
     if (s != dnnl_success) return tr_error_set(err, TR_ERR_DEVICE, "kernels: oneDNN stream wait failed (status %d)", (int)s);
     return TR_OK;

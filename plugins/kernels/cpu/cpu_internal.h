@@ -45,7 +45,25 @@ struct tr_kernels {
     char *scr;
     size_t scr_shared, scr_thread;  /* bytes, multiples of 64 */
     int scr_threads;                /* slices */
+    struct tr_cuda_ctx *cuda;       /* device_type cuda: the CUDA side's state (cuda/) */
 };
+
+/* ---- the cuda side (plugins/kernels/cuda; where nvcc was not found, the stand-ins of
+ * cuda/host/nocuda.c answer "no CUDA device found (built without CUDA)") ----
+ * A cuda context is a struct tr_kernels with device_type cuda and k->cuda set; the entry
+ * points of context.c and tr_kernels_run route to these on the context's device. */
+struct tr_cuda_ctx;
+int tr_cuda_available(int device_index, struct tr_error *err);
+int tr_cuda_ctx_init(struct tr_kernels *k, int device_index, struct tr_error *err);
+void tr_cuda_ctx_free(struct tr_kernels *k);
+int tr_cuda_alloc(struct tr_kernels *k, size_t nbytes, void **p, struct tr_error *err);
+void tr_cuda_dealloc(struct tr_kernels *k, void *p);
+/* kind: 0 host to device, 1 device to host, 2 device to device */
+int tr_cuda_copy(struct tr_kernels *k, void *dst, const void *src, size_t n, int kind, struct tr_error *err);
+int tr_cuda_sync(struct tr_kernels *k, struct tr_error *err);
+/* One op with the attributes tr_cpu_resolve resolved. */
+int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *attrs, int n_in, const struct tr_tensor *in,
+                struct tr_tensor *out, struct tr_error *err);
 
 /* ---- scratch (context.c) ----
  * Makes room for `shared` bytes plus `per_thread` bytes for each of omp_get_max_threads()
@@ -136,6 +154,27 @@ int tr_cpu_reduce_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr
 int tr_cpu_cast_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
 int tr_cpu_attention_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
 int tr_cpu_matmul_bind_op(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+
+/* ---- decoder LLM ops (rmsnorm.c, rope.c), as ops.h defines them ----
+ * Float data f32, bf16, f16 or f64 (f64 computed in f64: the finite-difference checks);
+ * the forwards round as Hugging Face does (see the files). The *_invoke entries take the
+ * op's inputs and attributes as tr_kernels_run does (RMS_NORM, RMS_NORM_GRAD and
+ * RMS_NORM_GRAD_W share one), the binders the same from the call. */
+int tr_k_rms_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *w, float eps, int add_one,
+                  struct tr_tensor *out, struct tr_error *err);
+int tr_k_rms_norm_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *w,
+                       const struct tr_tensor *dy, float eps, int add_one, struct tr_tensor *dx, struct tr_error *err);
+int tr_k_rms_norm_grad_w(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *dy, float eps,
+                         struct tr_tensor *dw, struct tr_error *err);
+/* rot_dims 0: all of D; inverse 1 rotates by −a. */
+int tr_k_rope(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *pos, float base, int rot_dims,
+              int inverse, struct tr_tensor *out, struct tr_error *err);
+int tr_cpu_rms_norm_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
+                           const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+int tr_cpu_rms_norm_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_rope_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                       struct tr_tensor *out, struct tr_error *err);
+int tr_cpu_rope_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
 
 /* ---- matmul bound (matmul.c) ----
  * Every check tr_k_matmul makes, then a oneDNN primitive created for the call (owned by

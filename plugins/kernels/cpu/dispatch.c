@@ -326,6 +326,14 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
         r->bound = bound_train; /* no binder: bind checks by one run on zeroed stand-ins */
         return TR_OK;
     case TR_OP_ADAMW_STEP: return TR_PICK_(adamw_step);
+    case TR_OP_RMS_NORM: case TR_OP_RMS_NORM_GRAD: case TR_OP_RMS_NORM_GRAD_W:
+        r->invoke = tr_cpu_rms_norm_invoke;
+        r->bind = tr_cpu_rms_norm_bind;
+        return TR_OK;
+    case TR_OP_ROPE:
+        r->invoke = tr_cpu_rope_invoke;
+        r->bind = tr_cpu_rope_bind;
+        return TR_OK;
     default: return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: op %s has no cpu kernel", fn, tr_op_name(op));
     }
 }
@@ -336,6 +344,7 @@ int tr_kernels_run(struct tr_kernels *k, int op, const struct tr_attrs *attrs, i
     struct tr_cpu_op r;
     int st = tr_cpu_resolve(k, "tr_kernels_run", op, attrs, n_in, in, out, &r, err);
     if (st) return st;
+    if (k->device_type == TR_DEVICE_CUDA) return tr_cuda_run(k, op, &r.attrs, n_in, in, out, err);
     return r.invoke(k, op, &r.attrs, n_in, in, out, err);
 }
 

@@ -626,13 +626,13 @@ static inline void ag_accum(const double *restrict coef, int64_t nx, int64_t ny,
 
 /* Work space of one thread, shared by the three passes. */
 struct ag_ws {
-    double *Q, *K, *Kt, *V, *Vt, *dY, *S, *G, *acc, *m, *l;
+    double *Q, *K, *Kt, *V, *Vt, *dY, *S, *G, *acc, *m, *l, *acc2;
 };
 
 static size_t ag_workspace(int64_t D, int64_t Dv) {
     int64_t dm = D > Dv ? D : Dv;
     return (size_t)(AG_BQ * D + 2 * AG_BK * D + 2 * AG_BK * Dv + AG_BQ * Dv + 2 * AG_BQ * AG_BK +
-                    (AG_BQ > AG_BK ? AG_BQ : AG_BK) * dm + 2 * AG_BQ);
+                    (AG_BQ > AG_BK ? AG_BQ : AG_BK) * dm + 2 * AG_BQ + AG_BK * Dv);
 }
 
 static void ag_split(double *ws, int64_t D, int64_t Dv, struct ag_ws *w) {
@@ -647,6 +647,7 @@ static void ag_split(double *ws, int64_t D, int64_t Dv, struct ag_ws *w) {
     w->acc = w->G + AG_BQ * AG_BK;    /* [max(BQ,BK)][max(D,Dv)] */
     w->m = w->acc + (AG_BQ > AG_BK ? AG_BQ : AG_BK) * (D > Dv ? D : Dv);
     w->l = w->m + AG_BQ;
+    w->acc2 = w->l + AG_BQ;           /* [BK][Dv]: dv beside dk (which 3) */
 }
 
 /* Pass 1 for one query block: lse and delta of its rows. */
@@ -731,17 +732,20 @@ static void ag_dq(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, 
     store_f64(out + ((b * A->H + h) * A->Tq + i0) * D * (int64_t)esize(A->dt), A->dt, dq, nq * D);
 }
 
-/* dk (which 1) or dv (which 2) of one key block of kv head hk. */
+/* dk (which 1), dv (which 2), or both (3: dk into out, dv into out2) of one key block of
+ * kv head hk: both share the scores and probabilities of every query block. */
 TR_CPU_CLONES
 static void ag_dkv(const struct agrad_args *A, int which, int64_t b, int64_t hk, int64_t j0, int64_t nk, char *out,
-                   struct ag_ws *w) {
-    const int64_t D = A->D, Dv = A->Dv, G = A->H / A->Hk, W = which == 1 ? D : Dv;
+                   char *out2, struct ag_ws *w) {
+    const int64_t D = A->D, Dv = A->Dv, G = A->H / A->Hk, W = which == 2 ? Dv : D;
     ag_load(A->k, A->dt, A->Hk, A->Tk, D, b, hk, j0, nk, w->K);
     ag_transpose(w->K, nk, D, w->Kt);
     ag_load(A->v, A->dt, A->Hk, A->Tk, Dv, b, hk, j0, nk, w->V);
     ag_transpose(w->V, nk, Dv, w->Vt);
-    double *acc = w->acc;
+    double *acc = w->acc, *acc2 = w->acc2;
     for (int64_t x = 0; x < nk * W; x++) acc[x] = 0.0;
+    if (which == 3)
+        for (int64_t x = 0; x < nk * Dv; x++) acc2[x] = 0.0;
     int64_t ilo, ihi;
     ag_query_range(A, j0, j0 + nk - 1, &ilo, &ihi);
     for (int64_t h = hk * G; h < (hk + 1) * G; h++)
@@ -752,28 +756,60 @@ static void ag_dkv(const struct agrad_args *A, int which, int64_t b, int64_t hk,
             const double *lse = A->lse + (b * A->H + h) * A->Tq + i0;
             const double *delta = A->delta + (b * A->H + h) * A->Tq + i0;
             ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
-            ag_probs(A, nq, lse, delta, w->dY, w->Vt, w->S, which == 1 ? w->G : NULL);
+            ag_probs(A, nq, lse, delta, w->dY, w->Vt, w->S, which != 2 ? w->G : NULL);
             /* acc[c] += f·Σ_r coef[r][c]·rows[r]: coef read transposed */
-            if (which == 1) ag_accum(w->G, nk, nq, 1, AG_BK, A->scale, w->Q, D, acc);
-            else ag_accum(w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc);
+            if (which != 2) ag_accum(w->G, nk, nq, 1, AG_BK, A->scale, w->Q, D, acc);
+            if (which == 2) ag_accum(w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc);
+            if (which == 3) ag_accum(w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc2);
         }
     store_f64(out + ((b * A->Hk + hk) * A->Tk + j0) * W * (int64_t)esize(A->dt), A->dt, acc, nk * W);
+    if (which == 3)
+        store_f64(out2 + ((b * A->Hk + hk) * A->Tk + j0) * Dv * (int64_t)esize(A->dt), A->dt, acc2, nk * Dv);
 }
+
+/* The gradients asked for (outs[0..2]: dq, dk, dv; NULL: not wanted): one statistics
+ * pass, then dq's pass and one pass for dk and dv together. */
+static int attention_backward(struct tr_kernels *k, const char *kn, const struct tr_tensor *q,
+                              const struct tr_tensor *kk, const struct tr_tensor *v, const struct tr_tensor *dy,
+                              const struct tr_tensor *mask, float scale, int causal, int window,
+                              struct tr_tensor *const outs[3], struct tr_error *err);
 
 int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                         const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
                         float scale, int causal, int window, int which, struct tr_tensor *out, struct tr_error *err) {
-    const char *kn = "attention_grad";
+    if (which < 0 || which > 2)
+        return tr_error_set(err, TR_ERR_INVALID, "attention_grad: ints[2]=%d should be 0 (dq), 1 (dk) or 2 (dv)",
+                            which);
+    struct tr_tensor *outs[3] = {NULL, NULL, NULL};
+    outs[which] = out;
+    return attention_backward(k, "attention_grad", q, kk, v, dy, mask, scale, causal, window, outs, err);
+}
+
+int tr_k_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                            const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
+                            float scale, int causal, int window, struct tr_tensor *dq, struct tr_tensor *dk,
+                            struct tr_tensor *dv, struct tr_error *err) {
+    struct tr_tensor *outs[3] = {dq, dk, dv};
+    return attention_backward(k, "attention_backward", q, kk, v, dy, mask, scale, causal, window, outs, err);
+}
+
+static int attention_backward(struct tr_kernels *k, const char *kn, const struct tr_tensor *q,
+                              const struct tr_tensor *kk, const struct tr_tensor *v, const struct tr_tensor *dy,
+                              const struct tr_tensor *mask, float scale, int causal, int window,
+                              struct tr_tensor *const outs[3], struct tr_error *err) {
+    static const char *const onames[3] = {"dq", "dk", "dv"};
     int st = tr_cpu_check_ctx(k, kn, err);
     if (!st) st = check_real(q, kn, "q", err);
     if (!st) st = check_real(kk, kn, "k", err);
     if (!st) st = check_real(v, kn, "v", err);
     if (!st) st = check_real(dy, kn, "dy", err);
-    if (!st) st = check_real(out, kn, "out", err);
+    for (int i = 0; i < 3 && !st; i++)
+        if (outs[i]) st = check_real(outs[i], kn, onames[i], err);
     if (!st && mask) st = check_real(mask, kn, "mask", err);
     if (st) return st;
-    if (which < 0 || which > 2)
-        return tr_error_set(err, TR_ERR_INVALID, "%s: ints[2]=%d should be 0 (dq), 1 (dk) or 2 (dv)", kn, which);
+    const int which = outs[0] ? (outs[1] || outs[2] ? -1 : 0) : outs[1] && outs[2] ? 3 : outs[1] ? 1 : 2;
+    struct tr_tensor *out = outs[0] ? outs[0] : outs[1] ? outs[1] : outs[2];
+    if (!out) return tr_error_set(err, TR_ERR_INVALID, "%s: no gradient asked for", kn);
     char d1[200], d2[200], d3[200], d4[200], d5[200];
     if (q->ndim != 4 || kk->ndim != 4 || v->ndim != 4 || dy->ndim != 4 || out->ndim != 4 || kk->dtype != q->dtype ||
         v->dtype != q->dtype || dy->dtype != q->dtype || out->dtype != q->dtype)
@@ -782,16 +818,20 @@ int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const s
                             tr_cpu_desc(dy, d4, sizeof d4), tr_cpu_desc(out, d5, sizeof d5));
     int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = q->shape[3];
     int64_t Hk = kk->shape[1], Tk = kk->shape[2], Dv = v->shape[3];
-    const struct tr_tensor *like = which == 0 ? q : which == 1 ? kk : v;
+    const struct tr_tensor *like[3] = {q, kk, v};
+    int bad = -1;
+    for (int i = 0; i < 3; i++)
+        if (outs[i] && (outs[i]->dtype != q->dtype || !tr_cpu_same_shape(outs[i], like[i]))) bad = i;
     if (kk->shape[0] != B || v->shape[0] != B || v->shape[1] != Hk || v->shape[2] != Tk || kk->shape[3] != D ||
         Hk < 1 || H % Hk != 0 || dy->shape[0] != B || dy->shape[1] != H || dy->shape[2] != Tq || dy->shape[3] != Dv ||
-        !tr_cpu_same_shape(out, like))
+        bad >= 0)
         return tr_error_set(err, TR_ERR_SHAPE,
-                            "%s: q %s, k %s, v %s, dy %s, out %s do not fit: expected q (B,H,Tq,D), k (B,Hk,Tk,D), "
-                            "v (B,Hk,Tk,Dv), dy (B,H,Tq,Dv) with H a multiple of Hk, and out shaped as %s",
+                            "%s: q %s, k %s, v %s, dy %s, %s %s do not fit: expected q (B,H,Tq,D), k (B,Hk,Tk,D), "
+                            "v (B,Hk,Tk,Dv), dy (B,H,Tq,Dv) with H a multiple of Hk, and %s shaped as %s",
                             kn, tr_cpu_desc(q, d1, sizeof d1), tr_cpu_desc(kk, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3),
-                            tr_cpu_desc(dy, d4, sizeof d4), tr_cpu_desc(out, d5, sizeof d5),
-                            which == 0 ? "q" : which == 1 ? "k" : "v");
+                            tr_cpu_desc(dy, d4, sizeof d4), onames[bad >= 0 ? bad : 0],
+                            tr_cpu_desc(outs[bad >= 0 ? bad : 0] ? outs[bad >= 0 ? bad : 0] : out, d5, sizeof d5),
+                            onames[bad >= 0 ? bad : 0], bad == 1 ? "k" : bad == 2 ? "v" : "q");
     if (!isfinite(scale)) return tr_error_set(err, TR_ERR_INVALID, "%s: scale %g is not finite", kn, (double)scale);
     if (window < 0) return tr_error_set(err, TR_ERR_INVALID, "%s: window %d is negative", kn, window);
     struct agrad_args A = {
@@ -818,10 +858,9 @@ int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const s
         A.mask = mask->data;
         A.mdt = mask->dtype;
     }
-    int64_t n_out = tr_tensor_numel(out);
-    if (n_out == 0) return TR_OK;
-    if (B * H * Tq == 0 || Tk == 0) { /* no query or no key: no path from out to the operand */
-        memset(out->data, 0, tr_tensor_nbytes(out));
+    if (B * H * Tq == 0 || Tk == 0 || D == 0 || Dv == 0) { /* no path from the output to an operand */
+        for (int i = 0; i < 3; i++)
+            if (outs[i] && tr_tensor_nbytes(outs[i])) memset(outs[i]->data, 0, tr_tensor_nbytes(outs[i]));
         return TR_OK;
     }
     A.lse = malloc(sizeof(double) * (size_t)(2 * B * H * Tq));
@@ -833,7 +872,12 @@ int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const s
     const size_t wsz = ag_workspace(D, Dv) * sizeof(double);
     const int par = B * H * Tq * Tk * (D + Dv) > 65536;
     int failed = 0;
-    char *po = out->data;
+    char *pq = outs[0] ? outs[0]->data : NULL;
+    char *pk = which == 3 ? outs[1]->data : which == 1 ? outs[1]->data : which == 2 ? outs[2]->data : NULL;
+    char *pv = which == 3 || which == -1 ? (outs[2] ? outs[2]->data : NULL) : NULL;
+    int kv_which = which == -1 ? (outs[1] && outs[2] ? 3 : outs[1] ? 1 : outs[2] ? 2 : 0) : which;
+    if (which == -1) pk = outs[1] ? outs[1]->data : outs[2] ? outs[2]->data : NULL;
+    if (which == -1 && !(outs[1] && outs[2])) pv = NULL;
 #pragma omp parallel if (par)
     {
         double *ws = malloc(wsz);
@@ -851,24 +895,70 @@ int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const s
             ag_stats(&A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, &w);
         }
         /* the implicit barrier: every row's lse and delta exist from here on */
-        if (which == 0) {
+        if (pq) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t t = 0; t < B * H * nqb; t++) {
                 if (!ws) continue;
                 int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * AG_BQ;
-                ag_dq(&A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, po, &w);
+                ag_dq(&A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, pq, &w);
             }
-        } else {
+        }
+        if (kv_which) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t t = 0; t < B * Hk * nkb; t++) {
                 if (!ws) continue;
                 int64_t b = t / (Hk * nkb), hk = (t / nkb) % Hk, j0 = (t % nkb) * AG_BK;
-                ag_dkv(&A, which, b, hk, j0, Tk - j0 < AG_BK ? Tk - j0 : AG_BK, po, &w);
+                ag_dkv(&A, kv_which, b, hk, j0, Tk - j0 < AG_BK ? Tk - j0 : AG_BK, pk, pv, &w);
             }
         }
         free(ws);
     }
     free(A.lse);
     if (failed) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for a %zu-byte tile workspace", kn, wsz);
+    return TR_OK;
+}
+
+/* ---- attention backward, bound ---- */
+
+static int bound_attention_backward(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    const struct tr_attrs *a = &c->attrs;
+    struct tr_tensor g[3] = {c->in[5], c->in[6], c->in[7]};
+    return tr_k_attention_backward(k, &c->in[0], &c->in[1], &c->in[2], &c->in[3], a->ints[3] ? &c->in[4] : NULL,
+                                   a->floats[0], (int)a->ints[0], (int)a->ints[1], a->ints[4] & 1 ? &g[0] : NULL,
+                                   a->ints[4] & 2 ? &g[1] : NULL, a->ints[4] & 4 ? &g[2] : NULL, err);
+}
+
+int tr_kernels_bind_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                                       const struct tr_tensor *v, const struct tr_tensor *dy,
+                                       const struct tr_tensor *mask, float scale, int causal, int window,
+                                       const struct tr_tensor *dq, const struct tr_tensor *dk,
+                                       const struct tr_tensor *dv, struct tr_kernel_call *call, struct tr_error *err) {
+    static const char kn[] = "attention_backward";
+    if (!call || !q || !kk || !v || !dy || (!dq && !dk && !dv))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: NULL operand, or no gradient asked for", kn);
+    memset(call, 0, sizeof *call);
+    int st = tr_cpu_check_ctx_bind(k, kn, err);
+    if (st) return st;
+    call->op = -1;
+    call->in[0] = *q;
+    call->in[1] = *kk;
+    call->in[2] = *v;
+    call->in[3] = *dy;
+    if (mask) call->in[4] = *mask;
+    const struct tr_tensor *g[3] = {dq, dk, dv};
+    for (int i = 0; i < 3; i++)
+        if (g[i]) {
+            call->in[5 + i] = *g[i];
+            call->attrs.ints[4] |= 1 << i;
+            if (!call->out.data) call->out = *g[i];
+        }
+    call->n_in = 8;
+    /* 0: attention's default 1/sqrt(D), as the ATTENTION_GRAD op reads it */
+    if (scale == 0.0f && q->ndim == 4 && q->shape[3] > 0) scale = 1.0f / sqrtf((float)q->shape[3]);
+    call->attrs.floats[0] = scale;
+    call->attrs.ints[0] = causal;
+    call->attrs.ints[1] = window;
+    call->attrs.ints[3] = mask != NULL;
+    call->fn = bound_attention_backward;
     return TR_OK;
 }

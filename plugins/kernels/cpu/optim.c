@@ -14,7 +14,8 @@ struct adamw_scalars {
 };
 
 TR_CPU_CLONES
-static void adamw_f32(float *restrict o, const float *restrict p, const float *restrict m, const float *restrict v,
+/* o may be p (a donated param, updated in place): element i is read before it is written. */
+static void adamw_f32(float *o, const float *p, const float *restrict m, const float *restrict v,
                       int64_t n, const struct adamw_scalars *s) {
     const float lr = (float)s->lr, ib1 = (float)s->ibc1, ib2 = (float)s->ibc2, eps = (float)s->eps, wd = (float)s->wd;
 #pragma omp simd
@@ -25,7 +26,7 @@ static void adamw_f32(float *restrict o, const float *restrict p, const float *r
 }
 
 TR_CPU_CLONES
-static void adamw_f64(double *restrict o, const double *restrict p, const float *restrict m, const float *restrict v,
+static void adamw_f64(double *o, const double *p, const float *restrict m, const float *restrict v,
                       int64_t n, const struct adamw_scalars *s) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {

@@ -231,6 +231,20 @@ int tr_k_embedding_grad(struct tr_kernels *k, const struct tr_tensor *ids, const
 int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                         const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
                         float scale, int causal, int window, int which, struct tr_tensor *out, struct tr_error *err);
+/* dq, dk and dv at once (any may be NULL): the row statistics once, dq's pass, and one
+ * pass for dk and dv together, where three tr_k_attention_grad calls recompute the
+ * statistics three times and the scores four times. */
+int tr_k_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                            const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
+                            float scale, int causal, int window, struct tr_tensor *dq, struct tr_tensor *dk,
+                            struct tr_tensor *dv, struct tr_error *err);
+/* Bound form (any of dq, dk, dv may be NULL; they travel as the call's in[5..7]); scale 0
+ * is attention's default 1/sqrt(D), as for the ATTENTION_GRAD op. */
+int tr_kernels_bind_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                                       const struct tr_tensor *v, const struct tr_tensor *dy,
+                                       const struct tr_tensor *mask, float scale, int causal, int window,
+                                       const struct tr_tensor *dq, const struct tr_tensor *dk,
+                                       const struct tr_tensor *dv, struct tr_kernel_call *call, struct tr_error *err);
 /* out = x broadcast to out's shape (numpy rules); any dtype. */
 int tr_k_broadcast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err);
 /* dx = dy routed to the first maximum of x along axis (dy with the axis removed or kept as 1). */

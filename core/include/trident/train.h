@@ -1,0 +1,66 @@
+/* trident — the fit task's training step, built as one graph.
+ *
+ * tr_train_build takes a forward graph with a 0-d loss and the PARAMs to train, and
+ * appends the backward pass (tr_grad) and the optimizer (tr_adamw or tr_sgd), then makes
+ * the step a state machine: every trained param and every optimizer state is an update
+ * of the graph (tr_graph_add_update), so each execution of the graph is one training
+ * step and the next one starts from its result. Frozen params get no gradient, no
+ * state and no update: they are read, never written.
+ *
+ * Inputs appended after the model's: "lr" and "step", 0-d f32, fed per step (t counts
+ * from 1), so a schedule needs no recompile. Output: "loss" (the loss before the update).
+ *
+ * Low-precision params (bf16, f16) train through f32 master copies when master_weights
+ * is on: PARAM "<name>.master" f32 carries the value, the optimizer updates it from the
+ * gradient cast to f32, and the param is its cast back; tr_train_init_masters fills the
+ * masters from the params once the weights exist.
+ *
+ * [train] keys (tr_train_config_resolve): optimizer (adamw | sgd), learning_rate, beta1,
+ * beta2, eps, weight_decay, momentum, master_weights.
+ */
+#ifndef TRIDENT_TRAIN_H
+#define TRIDENT_TRAIN_H
+
+#include "trident/config.h"
+#include "trident/graph.h"
+#include "trident/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tr_train_config {
+    char optimizer[64];         /* "adamw" or "sgd" */
+    double learning_rate;       /* 1e-3 */
+    double beta1, beta2, eps;   /* AdamW: torch.optim.AdamW's 0.9, 0.999, 1e-8 */
+    double weight_decay;        /* 0.01 (AdamW: decoupled; SGD: added to the gradient) */
+    double momentum;            /* SGD: 0.9 */
+    int master_weights;         /* 1: f32 masters for bf16/f16 params */
+};
+
+void tr_train_config_defaults(struct tr_train_config *c);
+/* Defaults, then the [train] section of cfg; errors name FILE:LINE, key and value. */
+int tr_train_config_resolve(const struct tr_config *cfg, struct tr_train_config *c, struct tr_error *err);
+
+struct tr_train_step {
+    int loss;                   /* the loss node, graph output 0 "loss" */
+    int lr, step;               /* the two INPUT nodes added */
+    int n_trained;
+    int *trained;               /* the trained PARAMs (as given) */
+    int n_masters;
+    int *master, *master_of;    /* f32 master PARAM, and the param it shadows */
+    int n_updated;              /* params the graph updates: trained + states + masters */
+};
+
+/* Appends the step to g (see above). params: the n PARAMs to train, in any order. */
+int tr_train_build(struct tr_graph *g, int loss, int n, const int *params, const struct tr_train_config *c,
+                   struct tr_train_step *ts, struct tr_error *err);
+void tr_train_step_free(struct tr_train_step *ts);
+
+/* Copy each master's param (converted to f32) into the master's bound memory. */
+int tr_train_init_masters(const struct tr_graph *g, const struct tr_train_step *ts, struct tr_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

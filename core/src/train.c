@@ -1,0 +1,169 @@
+/* The fit task's training step as one graph (train.h).
+ *
+ * Everything is checked before the first node is added where that is cheap (loss,
+ * params); tr_grad and the optimizer builders refuse without touching the graph, and a
+ * later builder error is sticky in the graph, so a failed build never leaves a half
+ * step that compiles. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "trident/autodiff.h"
+#include "trident/model.h"
+#include "trident/optim.h"
+#include "trident/train.h"
+
+#define KEY(field, type, lo, hi, doc) {#field, type, offsetof(struct tr_train_config, field), lo, hi, doc}
+static const struct tr_model_key train_keys[] = {
+    KEY(optimizer, TR_KEY_STRING, 0, 0, "adamw or sgd"),
+    KEY(learning_rate, TR_KEY_FLOAT, 0, 10, "the step size"),
+    KEY(beta1, TR_KEY_FLOAT, 0, 0.999999, "AdamW's first-moment decay"),
+    KEY(beta2, TR_KEY_FLOAT, 0, 0.999999, "AdamW's second-moment decay"),
+    KEY(eps, TR_KEY_FLOAT, 1e-30, 1, "AdamW's denominator term"),
+    KEY(weight_decay, TR_KEY_FLOAT, 0, 10, "decoupled (AdamW) or L2 (SGD) weight decay"),
+    KEY(momentum, TR_KEY_FLOAT, 0, 0.999999, "SGD's momentum"),
+    KEY(master_weights, TR_KEY_BOOL, 0, 0, "f32 master copies of bf16/f16 params"),
+};
+
+void tr_train_config_defaults(struct tr_train_config *c) {
+    memset(c, 0, sizeof *c);
+    strcpy(c->optimizer, "adamw");
+    c->learning_rate = 1e-3;
+    c->beta1 = 0.9;
+    c->beta2 = 0.999;
+    c->eps = 1e-8;
+    c->weight_decay = 0.01;
+    c->momentum = 0.9;
+    c->master_weights = 1;
+}
+
+int tr_train_config_resolve(const struct tr_config *cfg, struct tr_train_config *c, struct tr_error *err) {
+    tr_train_config_defaults(c);
+    if (!cfg) return TR_OK;
+    int rc = tr_keys_apply(cfg, "train", train_keys, (int)(sizeof train_keys / sizeof train_keys[0]), "training", c,
+                           err);
+    if (rc) return rc;
+    if (strcmp(c->optimizer, "adamw") != 0 && strcmp(c->optimizer, "sgd") != 0) {
+        int line = 0;
+        for (int i = 0; i < cfg->n_kv; i++)
+            if (!strcmp(cfg->kv[i].section, "train") && !strcmp(cfg->kv[i].key, "optimizer")) line = cfg->kv[i].line;
+        return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [train] optimizer = %s: expected adamw or sgd", cfg->file,
+                            line, c->optimizer);
+    }
+    return TR_OK;
+}
+
+void tr_train_step_free(struct tr_train_step *ts) {
+    if (!ts) return;
+    free(ts->trained);
+    free(ts->master);
+    free(ts->master_of);
+    memset(ts, 0, sizeof *ts);
+}
+
+static int is_low_precision(int dt) { return dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16; }
+
+/* The f32 master of param p: PARAM "<name>.master", its gradient cast to f32. */
+static int add_master(struct tr_graph *g, int p, int *m, struct tr_error *err) {
+    char name[TR_NAME_MAX + 16];
+    const char *pn = tr_node_name(g, p);
+    if (snprintf(name, sizeof name, "%s.master", pn) >= TR_NAME_MAX)
+        return tr_error_set(err, TR_ERR_INVALID, "master name '%s.master' is longer than %d characters", pn,
+                            TR_NAME_MAX - 1);
+    *m = tr_param(g, name, TR_DTYPE_F32, tr_node_ndim(g, p), tr_node_shape(g, p), 0.0f, 0.0f);
+    return tr_graph_status(g, err);
+}
+
+int tr_train_build(struct tr_graph *g, int loss, int n, const int *params, const struct tr_train_config *c,
+                   struct tr_train_step *ts, struct tr_error *err) {
+    if (!g || !params || !c || !ts) return tr_error_set(err, TR_ERR_INVALID, "train: NULL argument");
+    memset(ts, 0, sizeof *ts);
+    int rc = tr_graph_status(g, err);
+    if (rc) return rc;
+    if (n < 1) return tr_error_set(err, TR_ERR_INVALID, "train: nothing to train (0 parameters)");
+    if (loss < 0 || loss >= tr_graph_n_nodes(g) || tr_node_dtype(g, loss) != TR_DTYPE_F32 || tr_node_ndim(g, loss) != 0)
+        return tr_error_set(err, TR_ERR_INVALID, "train: loss node %d is not a 0-d f32 node", loss);
+    const int adamw = strcmp(c->optimizer, "sgd") != 0;
+
+    int *grads = calloc((size_t)n, sizeof *grads), *opt_p = calloc((size_t)n, sizeof *opt_p);
+    int *opt_g = calloc((size_t)n, sizeof *opt_g);
+    struct tr_optim_update *up = calloc((size_t)n, sizeof *up);
+    ts->trained = calloc((size_t)n, sizeof *ts->trained);
+    ts->master = calloc((size_t)n, sizeof *ts->master);
+    ts->master_of = calloc((size_t)n, sizeof *ts->master_of);
+    if (!grads || !opt_p || !opt_g || !up || !ts->trained || !ts->master || !ts->master_of) {
+        rc = tr_error_set(err, TR_ERR_NOMEM, "train: out of memory for %d parameters", n);
+        goto done;
+    }
+    memcpy(ts->trained, params, (size_t)n * sizeof *params);
+    ts->n_trained = n;
+    if ((rc = tr_grad(g, loss, n, params, grads, err)) != TR_OK) goto done;
+
+    const int64_t scalar[1] = {1};
+    ts->lr = tr_input(g, "lr", TR_DTYPE_F32, 0, scalar);
+    ts->step = tr_input(g, "step", TR_DTYPE_F32, 0, scalar);
+    /* The optimizer runs on the masters of low-precision params, on the params otherwise. */
+    for (int i = 0; i < n; i++) {
+        int p = params[i], dt = tr_node_dtype(g, p);
+        opt_p[i] = p;
+        opt_g[i] = grads[i];
+        if (c->master_weights && is_low_precision(dt)) {
+            int m = -1;
+            if ((rc = add_master(g, p, &m, err)) != TR_OK) goto done;
+            ts->master[ts->n_masters] = m;
+            ts->master_of[ts->n_masters++] = p;
+            opt_p[i] = m;
+            opt_g[i] = tr_cast(g, grads[i], TR_DTYPE_F32);
+        }
+    }
+    if ((rc = tr_graph_status(g, err)) != TR_OK) goto done;
+    if (adamw) {
+        struct tr_adamw hp = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay};
+        rc = tr_adamw(g, &hp, n, opt_p, opt_g, ts->lr, ts->step, up, err);
+    } else {
+        rc = tr_sgd(g, (float)c->momentum, (float)c->weight_decay, n, opt_p, opt_g, ts->lr, up, err);
+    }
+    if (rc) goto done;
+    for (int i = 0; i < n; i++) {
+        tr_graph_add_update(g, up[i].param, up[i].new_param);
+        ts->n_updated++;
+        for (int s = 0; s < 2; s++)
+            if (up[i].state[s] >= 0) {
+                tr_graph_add_update(g, up[i].state[s], up[i].new_state[s]);
+                ts->n_updated++;
+            }
+        if (opt_p[i] != params[i]) { /* a master: the param is its cast back */
+            int back = tr_cast(g, up[i].new_param, (enum tr_dtype)tr_node_dtype(g, params[i]));
+            tr_graph_add_update(g, params[i], back);
+            ts->n_updated++;
+        }
+    }
+    tr_graph_set_output(g, loss, "loss");
+    ts->loss = loss;
+    rc = tr_graph_status(g, err);
+done:
+    free(grads);
+    free(opt_p);
+    free(opt_g);
+    free(up);
+    if (rc) {
+        tr_train_step_free(ts);
+        return tr_error_prefix(err, "train");
+    }
+    return TR_OK;
+}
+
+int tr_train_init_masters(const struct tr_graph *g, const struct tr_train_step *ts, struct tr_error *err) {
+    for (int i = 0; i < ts->n_masters; i++) {
+        int m = ts->master[i], p = ts->master_of[i];
+        struct tr_tensor src = tr_node_tensor(g, p);
+        src.data = (void *)tr_node_data(g, p);
+        float *dst = (float *)tr_node_data(g, m);
+        if (!src.data || !dst)
+            return tr_error_set(err, TR_ERR_INVALID, "train: master '%s' or its param has no data (weights not bound)",
+                                tr_node_name(g, m));
+        int64_t n = tr_tensor_numel(&src);
+        for (int64_t j = 0; j < n; j++) dst[j] = (float)tr_tensor_get_f64(&src, j);
+    }
+    return TR_OK;
+}

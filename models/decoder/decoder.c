@@ -1,0 +1,333 @@
+/* The decoder pass shared by Gemma and Mistral (decoder.h), as transformers writes
+ * GemmaForCausalLM and MistralForCausalLM: pre-norm blocks (RMS norm, attention with
+ * RoPE and grouped key/value heads, residual; RMS norm, gated feed-forward, residual),
+ * a final RMS norm and the logits. Dropout is absent: these graphs are inference. */
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include "decoder.h"
+#include "trident/rng.h"
+
+static const char *family_name(enum tr_decoder_family f) { return f == TR_DECODER_GEMMA ? "gemma" : "mistral"; }
+
+int64_t tr_decoder_head_dim(const struct tr_decoder_config *c) {
+    if (c->head_dim > 0) return c->head_dim;
+    return c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
+}
+
+/* 0: tanh GELU, 1: SiLU, 2: erf GELU, -1: unknown. Gemma reads "gelu" as the tanh form,
+ * as transformers' GemmaConfig does (the official configs say "gelu" but mean tanh). */
+static int act_kind(const struct tr_decoder_config *c) {
+    const char *a = c->hidden_act;
+    if (strcmp(a, "gelu_pytorch_tanh") == 0 || strcmp(a, "gelu_new") == 0 || strcmp(a, "gelu_tanh") == 0) return 0;
+    if (strcmp(a, "silu") == 0 || strcmp(a, "swish") == 0) return 1;
+    if (strcmp(a, "gelu") == 0) return c->family == TR_DECODER_GEMMA ? 0 : 2;
+    return -1;
+}
+
+int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build_opts *o, struct tr_error *err) {
+    const char *m = family_name(c->family);
+    const struct {
+        const char *name;
+        int64_t v;
+    } pos[] = {
+        {"vocab_size", c->vocab_size},
+        {"hidden_size", c->hidden_size},
+        {"intermediate_size", c->intermediate_size},
+        {"num_hidden_layers", c->num_hidden_layers},
+        {"num_attention_heads", c->num_attention_heads},
+        {"num_key_value_heads", c->num_key_value_heads},
+        {"max_position_embeddings", c->max_position_embeddings},
+    };
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+        if (pos[i].v < 1)
+            return tr_error_set(err, TR_ERR_INVALID, "%s: %s = %lld, expected at least 1", m, pos[i].name,
+                                (long long)pos[i].v);
+    if (c->vocab_size > INT32_MAX)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: vocab_size = %lld does not fit the i32 token ids", m,
+                            (long long)c->vocab_size);
+    if (c->num_attention_heads % c->num_key_value_heads != 0)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s: num_attention_heads = %lld is not a multiple of num_key_value_heads = %lld", m,
+                            (long long)c->num_attention_heads, (long long)c->num_key_value_heads);
+    if (c->head_dim < 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: head_dim = %lld, expected >= 0 (0: hidden_size / heads)", m,
+                            (long long)c->head_dim);
+    if (c->head_dim == 0 && c->hidden_size % c->num_attention_heads != 0)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s: hidden_size = %lld is not a multiple of num_attention_heads = %lld (or set head_dim)",
+                            m, (long long)c->hidden_size, (long long)c->num_attention_heads);
+    int64_t dh = tr_decoder_head_dim(c);
+    if (dh % 2 != 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: head_dim = %lld is odd; RoPE rotates pairs of dimensions", m,
+                            (long long)dh);
+    if (c->sliding_window < 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: sliding_window = %lld, expected >= 0 (0: none)", m,
+                            (long long)c->sliding_window);
+    if (!(c->rms_norm_eps >= 0 && isfinite(c->rms_norm_eps)))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: rms_norm_eps = %g, expected >= 0", m, c->rms_norm_eps);
+    if (!(c->rope_theta > 0 && isfinite(c->rope_theta)))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: rope_theta = %g, expected > 0", m, c->rope_theta);
+    if (!(c->pad_fraction >= 0 && c->pad_fraction <= 1))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: pad_fraction = %g, expected in [0,1]", m, c->pad_fraction);
+    if (strnlen(c->hidden_act, sizeof c->hidden_act) == sizeof c->hidden_act || act_kind(c) < 0)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED,
+                            "%s: hidden_act = '%.63s' is not provided (gelu_pytorch_tanh, gelu_new, gelu, silu)", m,
+                            c->hidden_act);
+    if (!o) return TR_OK;
+    if (o->batch < 1 || o->seq_len < 1)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: batch = %lld, seq_len = %lld, expected both at least 1", m,
+                            (long long)o->batch, (long long)o->seq_len);
+    if (o->seq_len > c->max_position_embeddings)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s: seq_len = %lld is longer than max_position_embeddings = %lld", m,
+                            (long long)o->seq_len, (long long)c->max_position_embeddings);
+    if (!tr_dtype_is_float(o->dtype) || o->dtype == TR_DTYPE_F64)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: dtype %s is not provided (f32, bf16 or f16)", m,
+                            tr_dtype_name(o->dtype));
+    return TR_OK;
+}
+
+int tr_decoder_resolve(const struct tr_decoder_config *c, struct tr_decoder_config *out, struct tr_error *err) {
+    *out = *c;
+    if (strnlen(c->hf_config, sizeof c->hf_config) == sizeof c->hf_config)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: hf_config is not terminated within %zu bytes",
+                            family_name(c->family), sizeof c->hf_config);
+    if (c->hf_config[0]) {
+        int rc = tr_decoder_read_hf_config(c->hf_config, out, err);
+        if (rc) return rc;
+    }
+    return tr_decoder_validate(out, NULL, err);
+}
+
+int64_t tr_decoder_param_count(const struct tr_decoder_config *c) {
+    const int64_t D = c->hidden_size, V = c->vocab_size, I = c->intermediate_size, dh = tr_decoder_head_dim(c);
+    const int64_t q = c->num_attention_heads * dh, kv = c->num_key_value_heads * dh;
+    const int64_t layer = D * q + 2 * D * kv + q * D + 3 * D * I + 2 * D;
+    return V * D + c->num_hidden_layers * layer + D + (c->tie_word_embeddings ? 0 : V * D);
+}
+
+/* HF nn.Linear without bias inside scope `name`: x (..., in) · weight (out, in)ᵀ. The one
+ * place every Linear is made, so LoRA adapters (q_proj, v_proj) go here. */
+static int proj(struct tr_graph *g, int x, int64_t in, int64_t out, enum tr_dtype dt, const char *name) {
+    const int64_t ws[2] = {out, in};
+    tr_graph_push_scope(g, "%s", name);
+    int w = tr_param(g, "weight", dt, 2, ws, 0.0f, 0.02f);
+    tr_graph_pop_scope(g);
+    int y = tr_matmul(g, x, w, 0, 1);
+    if (y >= 0) tr_graph_set_name(g, y, name);
+    return y;
+}
+
+static int rms_norm(struct tr_graph *g, const struct tr_decoder_config *c, int x, enum tr_dtype dt,
+                    const char *name) {
+    const int64_t s[1] = {c->hidden_size};
+    const int gemma = c->family == TR_DECODER_GEMMA;
+    tr_graph_push_scope(g, "%s", name);
+    int w = tr_param(g, "weight", dt, 1, s, gemma ? 0.0f : 1.0f, 0.02f);
+    tr_graph_pop_scope(g);
+    int y = tr_rms_norm(g, x, w, (float)c->rms_norm_eps, gemma);
+    if (y >= 0) tr_graph_set_name(g, y, name);
+    return y;
+}
+
+/* x (B,T,n·Dh) -> (B,n,T,Dh). */
+static int split_heads(struct tr_graph *g, int x, int64_t B, int64_t T, int64_t n, int64_t dh) {
+    const int64_t s[4] = {B, T, n, dh};
+    const int perm[4] = {0, 2, 1, 3};
+    return tr_transpose(g, tr_reshape(g, x, 4, s), 4, perm);
+}
+
+/* Node ids of the pass-wide inputs one layer needs. */
+struct pass_ctx {
+    const struct tr_decoder_config *c;
+    const struct tr_decoder_pass *p;
+    int pos, mask;
+    const int *past; /* 2 per layer (key, value), or NULL */
+};
+
+/* One decoder layer on x (B,T,D); *k_new / *v_new get this pass's rotated keys and values. */
+static int decoder_layer(struct tr_graph *g, const struct pass_ctx *ctx, int64_t l, int x, int *k_new, int *v_new) {
+    const struct tr_decoder_config *c = ctx->c;
+    const struct tr_decoder_pass *p = ctx->p;
+    const enum tr_dtype dt = p->dtype;
+    const int64_t B = p->batch, T = p->seq_len, P = p->past_len, D = c->hidden_size;
+    const int64_t H = c->num_attention_heads, Hk = c->num_key_value_heads, dh = tr_decoder_head_dim(c);
+    const float theta = (float)c->rope_theta;
+
+    int h = rms_norm(g, c, x, dt, "input_layernorm");
+    tr_graph_push_scope(g, "self_attn");
+    int q = tr_rope(g, split_heads(g, proj(g, h, D, H * dh, dt, "q_proj"), B, T, H, dh), ctx->pos, theta, 0);
+    int k = tr_rope(g, split_heads(g, proj(g, h, D, Hk * dh, dt, "k_proj"), B, T, Hk, dh), ctx->pos, theta, 0);
+    int v = split_heads(g, proj(g, h, D, Hk * dh, dt, "v_proj"), B, T, Hk, dh);
+    *k_new = k;
+    *v_new = v;
+    if (P > 0) {
+        const int ks[2] = {ctx->past[2 * l], k}, vs[2] = {ctx->past[2 * l + 1], v};
+        k = tr_concat(g, 2, ks, 2);
+        v = tr_concat(g, 2, vs, 2);
+    }
+    const int causal = !p->full_mask;
+    const int window = p->full_mask ? 0 : (int)c->sliding_window;
+    int a = tr_attention(g, q, k, v, ctx->mask, (float)(1.0 / sqrt((double)dh)), causal, window);
+    const int perm[4] = {0, 2, 1, 3};
+    const int64_t merged[3] = {B, T, H * dh};
+    a = tr_reshape(g, tr_transpose(g, a, 4, perm), 3, merged);
+    int y = tr_add(g, proj(g, a, H * dh, D, dt, "o_proj"), x);
+    tr_graph_pop_scope(g);
+
+    h = rms_norm(g, c, y, dt, "post_attention_layernorm");
+    tr_graph_push_scope(g, "mlp");
+    int gate = proj(g, h, D, c->intermediate_size, dt, "gate_proj");
+    int act = act_kind(c) == 1 ? tr_unary(g, TR_OP_SILU, gate) : tr_gelu(g, gate, act_kind(c) == 0);
+    int up = proj(g, h, D, c->intermediate_size, dt, "up_proj");
+    int f = proj(g, tr_mul(g, act, up), c->intermediate_size, D, dt, "down_proj");
+    tr_graph_pop_scope(g);
+    return tr_add(g, f, y);
+}
+
+/* sqrt(hidden) rounded to the activation dtype, as HF multiplies by a tensor of it
+ * (bf16: √3072 = 55.4256 becomes 55.5). */
+static float embed_scale(int64_t D, enum tr_dtype dt) {
+    float s = (float)sqrt((double)D);
+    if (dt == TR_DTYPE_BF16) return tr_bf16_to_f32(tr_f32_to_bf16(s));
+    if (dt == TR_DTYPE_F16) return tr_f16_to_f32(tr_f32_to_f16(s));
+    return s;
+}
+
+int tr_decoder_build_pass(const struct tr_decoder_config *c, const struct tr_decoder_pass *p, struct tr_graph *g,
+                          int *logits_out, struct tr_error *err) {
+    const char *m = family_name(c->family);
+    const enum tr_dtype dt = p->dtype;
+    const int64_t B = p->batch, T = p->seq_len, P = p->past_len, D = c->hidden_size, V = c->vocab_size;
+    if (B < 1 || T < 1 || P < 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: pass with batch %lld, seq_len %lld, past_len %lld", m,
+                            (long long)B, (long long)T, (long long)P);
+    if (P + T > c->max_position_embeddings)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s: past_len + seq_len = %lld is longer than max_position_embeddings = %lld", m,
+                            (long long)(P + T), (long long)c->max_position_embeddings);
+    const int64_t bt[2] = {B, T}, full[3] = {B, T, P + T}, keys[2] = {B, P + T};
+    int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, bt);
+    struct pass_ctx ctx = {.c = c, .p = p};
+    ctx.pos = tr_input(g, "position_ids", TR_DTYPE_I32, 2, bt);
+    int mask_in = p->full_mask ? tr_input(g, "attention_mask", TR_DTYPE_F32, 3, full)
+                               : tr_input(g, "attention_mask", TR_DTYPE_F32, 2, keys);
+    const int64_t ms[4] = {B, 1, p->full_mask ? T : 1, P + T};
+    ctx.mask = tr_reshape(g, mask_in, 4, ms);
+
+    const int64_t L = c->num_hidden_layers, Hk = c->num_key_value_heads, dh = tr_decoder_head_dim(c);
+    int *present = NULL, *past = NULL;
+    if ((p->present && !(present = calloc((size_t)(2 * L), sizeof *present))) ||
+        (P > 0 && !(past = calloc((size_t)(2 * L), sizeof *past)))) {
+        free(present);
+        return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for %lld layers' caches", m, (long long)L);
+    }
+    for (int64_t i = 0; past && i < 2 * L; i++) {
+        const int64_t cs[4] = {B, Hk, P, dh};
+        char name[64];
+        snprintf(name, sizeof name, "past_key_values.%lld.%s", (long long)(i / 2), i % 2 ? "value" : "key");
+        past[i] = tr_input(g, name, dt, 4, cs);
+    }
+    ctx.past = past;
+
+    tr_graph_push_scope(g, "model");
+    const int64_t es[2] = {V, D};
+    int embed = tr_param(g, "embed_tokens.weight", dt, 2, es, 0.0f, 0.02f);
+    int x = tr_embedding(g, embed, ids);
+    if (c->family == TR_DECODER_GEMMA) x = tr_scale(g, x, embed_scale(D, dt), 0.0f);
+    for (int64_t l = 0; l < L; l++) {
+        tr_graph_push_scope(g, "layers.%lld", (long long)l);
+        int kn, vn;
+        x = decoder_layer(g, &ctx, l, x, &kn, &vn);
+        tr_graph_pop_scope(g);
+        if (present) present[2 * l] = kn, present[2 * l + 1] = vn;
+    }
+    if (p->last_logits) {
+        const int64_t bd[2] = {B, D};
+        x = tr_reshape(g, tr_slice(g, x, 1, T - 1, T, 1), 2, bd);
+    }
+    x = rms_norm(g, c, x, dt, "norm");
+    tr_graph_pop_scope(g);
+    int logits = c->tie_word_embeddings ? tr_matmul(g, x, embed, 0, 1) : proj(g, x, D, V, dt, "lm_head");
+    if (logits >= 0 && c->tie_word_embeddings) tr_graph_set_name(g, logits, "logits");
+    tr_graph_set_output(g, logits, "logits");
+    for (int64_t l = 0; present && l < L; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "present.%lld.key", (long long)l);
+        tr_graph_set_output(g, present[2 * l], name);
+        snprintf(name, sizeof name, "present.%lld.value", (long long)l);
+        tr_graph_set_output(g, present[2 * l + 1], name);
+    }
+    free(present);
+    free(past);
+    int rc = tr_graph_status(g, err);
+    if (rc) return tr_error_prefix(err, "%s", m);
+    if (logits_out) *logits_out = logits;
+    return TR_OK;
+}
+
+int tr_decoder_build(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err) {
+    struct tr_decoder_config c;
+    int rc = tr_decoder_resolve(config, &c, err);
+    if (!rc) rc = tr_decoder_validate(&c, o, err);
+    if (rc) return rc;
+    if (o->task != TR_TASK_PREDICT)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: task '%s' is not provided yet (offered: predict)",
+                            family_name(c.family), tr_task_name(o->task));
+    const struct tr_decoder_pass p = {.dtype = o->dtype, .batch = o->batch, .seq_len = o->seq_len};
+    return tr_decoder_build_pass(&c, &p, g, NULL, err);
+}
+
+int tr_decoder_pad_len(const struct tr_decoder_config *c, int64_t b, int64_t seq_len) {
+    int64_t pad = (int64_t)floor((double)(b % 4) * c->pad_fraction * (double)seq_len);
+    return (int)(pad > seq_len - 1 ? seq_len - 1 : pad);
+}
+
+static int check_input(const char *m, const struct tr_tensor *t, const char *name, enum tr_dtype dt, int64_t B,
+                       int64_t T, struct tr_error *err) {
+    if (t->dtype != (int32_t)dt || t->ndim != 2 || t->shape[0] != B || t->shape[1] != T || !t->data ||
+        t->device != TR_DEVICE_CPU || !tr_tensor_is_contiguous(t)) {
+        char sh[96];
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: input '%s' is %s%s, expected a contiguous host %s[%lld,%lld]", m,
+                            name, tr_dtype_name((enum tr_dtype)t->dtype), tr_shape_str(t->ndim, t->shape, sh, sizeof sh),
+                            tr_dtype_name(dt), (long long)B, (long long)T);
+    }
+    return TR_OK;
+}
+
+int tr_decoder_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
+                           struct tr_tensor *inputs, struct tr_error *err) {
+    struct tr_decoder_config c;
+    int rc = tr_decoder_resolve(config, &c, err);
+    if (rc) return rc;
+    const char *m = family_name(c.family);
+    const int64_t B = o->batch, T = o->seq_len;
+    if (n != 3)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s: %d inputs given, expected 3 (input_ids, position_ids, attention_mask)", m, n);
+    rc = check_input(m, &inputs[0], "input_ids", TR_DTYPE_I32, B, T, err);
+    if (!rc) rc = check_input(m, &inputs[1], "position_ids", TR_DTYPE_I32, B, T, err);
+    if (!rc) rc = check_input(m, &inputs[2], "attention_mask", TR_DTYPE_F32, B, T, err);
+    if (rc) return rc;
+    int32_t *ids = inputs[0].data, *pos = inputs[1].data;
+    float *mask = inputs[2].data;
+    const uint64_t key = tr_hash_str("input_ids");
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t pad = tr_decoder_pad_len(&c, b, T);
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t i = b * T + t;
+            if (t < pad) {
+                ids[i] = 0, pos[i] = 1, mask[i] = TR_DECODER_MASK_NEG;
+                continue;
+            }
+            /* Ids in [1, V): 0 is the pad token. */
+            int64_t id = 1 + (int64_t)(tr_rng_uniform(seed, key, (uint64_t)i) * (double)(c.vocab_size - 1));
+            ids[i] = (int32_t)(id < c.vocab_size ? id : c.vocab_size - 1);
+            pos[i] = (int32_t)(t - pad);
+            mask[i] = 0.0f;
+        }
+    }
+    return TR_OK;
+}

@@ -1,0 +1,156 @@
+/* Reading a Hugging Face config.json into a decoder config (decoder.h), so a run can say
+ * `hf_config = gemma-7b/config.json` and get the published shapes without retyping them. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "decoder.h"
+
+/* config.json files are a few KiB; anything far larger is not one. */
+#define MAX_JSON_BYTES (1 << 20)
+
+static int read_file(const char *path, char **out, struct tr_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return tr_error_set(err, TR_ERR_IO, "cannot open '%s'", path);
+    char *buf = malloc(MAX_JSON_BYTES + 1);
+    if (!buf) {
+        fclose(f);
+        return tr_error_set(err, TR_ERR_NOMEM, "no memory to read '%s'", path);
+    }
+    size_t n = fread(buf, 1, MAX_JSON_BYTES + 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || n > MAX_JSON_BYTES) {
+        free(buf);
+        return bad ? tr_error_set(err, TR_ERR_IO, "cannot read '%s'", path)
+                   : tr_error_set(err, TR_ERR_FORMAT, "'%s' is larger than %d bytes: not a config.json", path,
+                                  MAX_JSON_BYTES);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    return TR_OK;
+}
+
+/* An integer key: absent leaves *v; null sets null_value when null_ok, else an error. */
+static int get_int(const cJSON *root, const char *path, const char *key, int null_ok, int64_t null_value, int64_t *v,
+                   struct tr_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!j) return TR_OK;
+    if (cJSON_IsNull(j) && null_ok) {
+        *v = null_value;
+        return TR_OK;
+    }
+    double d = cJSON_IsNumber(j) ? j->valuedouble : NAN;
+    if (!(d >= 0 && d <= 9.0e15 && d == floor(d)))
+        return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not a non-negative integer%s", path, key,
+                            null_ok ? " or null" : "");
+    *v = (int64_t)d;
+    return TR_OK;
+}
+
+static int get_float(const cJSON *root, const char *path, const char *key, double *v, struct tr_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!j) return TR_OK;
+    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble))
+        return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not a finite number", path, key);
+    *v = j->valuedouble;
+    return TR_OK;
+}
+
+static int get_string(const cJSON *root, const char *path, const char *key, char *v, size_t n, struct tr_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!j || cJSON_IsNull(j)) return TR_OK;
+    if (!cJSON_IsString(j) || strlen(j->valuestring) >= n)
+        return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not a string of at most %zu characters", path, key,
+                            n - 1);
+    memcpy(v, j->valuestring, strlen(j->valuestring) + 1);
+    return TR_OK;
+}
+
+/* rope_theta at the top (transformers 4.x) or in rope_parameters (5.x); a scaled RoPE
+ * (linear, dynamic, yarn, llama3 ...) is not what the ROPE op computes. */
+static int get_rope(const cJSON *root, const char *path, double *theta, struct tr_error *err) {
+    int rc = get_float(root, path, "rope_theta", theta, err);
+    if (rc) return rc;
+    const char *blocks[2] = {"rope_parameters", "rope_scaling"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, blocks[i]);
+        if (!b || cJSON_IsNull(b)) continue;
+        if (!cJSON_IsObject(b)) return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not an object", path, blocks[i]);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "rope_type");
+        if (!t) t = cJSON_GetObjectItemCaseSensitive(b, "type");
+        if (t && !(cJSON_IsString(t) && strcmp(t->valuestring, "default") == 0))
+            return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': %s.rope_type = %s: only the default RoPE is provided",
+                                path, blocks[i], cJSON_IsString(t) ? t->valuestring : "(not a string)");
+        if (i == 1 && !t)
+            return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': rope_scaling is set: only the default RoPE is provided",
+                                path);
+        rc = get_float(b, path, "rope_theta", theta, err);
+        if (rc) return rc;
+    }
+    return TR_OK;
+}
+
+static int apply(const cJSON *root, const char *path, struct tr_decoder_config *c, struct tr_error *err) {
+    const char *family = c->family == TR_DECODER_GEMMA ? "gemma" : "mistral";
+    if (!cJSON_IsObject(root)) return tr_error_set(err, TR_ERR_FORMAT, "'%s' is not a JSON object", path);
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (mt && !(cJSON_IsString(mt) && strcmp(mt->valuestring, family) == 0))
+        return tr_error_set(err, TR_ERR_INVALID, "'%s': model_type = %s, expected \"%s\" for model '%s'", path,
+                            cJSON_IsString(mt) ? mt->valuestring : "(not a string)", family, family);
+    const struct {
+        const char *key;
+        int64_t *v;
+        int null_ok;
+    } ints[] = {
+        {"vocab_size", &c->vocab_size, 0},
+        {"hidden_size", &c->hidden_size, 0},
+        {"intermediate_size", &c->intermediate_size, 0},
+        {"num_hidden_layers", &c->num_hidden_layers, 0},
+        {"num_attention_heads", &c->num_attention_heads, 0},
+        {"num_key_value_heads", &c->num_key_value_heads, 0},
+        {"head_dim", &c->head_dim, 1},          /* null: hidden_size / heads */
+        {"max_position_embeddings", &c->max_position_embeddings, 0},
+        {"sliding_window", &c->sliding_window, 1}, /* null: no window */
+    };
+    int rc = TR_OK;
+    for (size_t i = 0; !rc && i < sizeof ints / sizeof ints[0]; i++)
+        rc = get_int(root, path, ints[i].key, ints[i].null_ok, 0, ints[i].v, err);
+    if (!rc) rc = get_float(root, path, "rms_norm_eps", &c->rms_norm_eps, err);
+    if (!rc) rc = get_rope(root, path, &c->rope_theta, err);
+    if (!rc) rc = get_string(root, path, "hidden_act", c->hidden_act, sizeof c->hidden_act, err);
+    /* Gemma's configs of early 2024 name the activation hidden_activation; it wins. */
+    if (!rc) rc = get_string(root, path, "hidden_activation", c->hidden_act, sizeof c->hidden_act, err);
+    if (rc) return rc;
+    /* As transformers' GemmaConfig: the official files say "gelu" and mean the tanh form. */
+    if (c->family == TR_DECODER_GEMMA && strcmp(c->hidden_act, "gelu") == 0)
+        memcpy(c->hidden_act, "gelu_pytorch_tanh", sizeof "gelu_pytorch_tanh");
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+    if (tie) {
+        if (!cJSON_IsBool(tie))
+            return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"tie_word_embeddings\" is not true or false", path);
+        c->tie_word_embeddings = cJSON_IsTrue(tie);
+    }
+    return TR_OK;
+}
+
+int tr_decoder_read_hf_config(const char *path, struct tr_decoder_config *c, struct tr_error *err) {
+    const char *family = c->family == TR_DECODER_GEMMA ? "gemma" : "mistral";
+    char *text = NULL;
+    int rc = read_file(path, &text, err);
+    if (rc) return tr_error_prefix(err, "%s: hf_config", family);
+    cJSON *root = cJSON_Parse(text);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        rc = tr_error_set(err, TR_ERR_FORMAT, "%s: hf_config '%s' is not valid JSON (near byte %ld)", family, path,
+                          at && at >= text ? (long)(at - text) : -1L);
+        free(text);
+        return rc;
+    }
+    free(text);
+    rc = apply(root, path, c, err);
+    cJSON_Delete(root);
+    if (rc) return tr_error_prefix(err, "%s: hf_config", family);
+    return TR_OK;
+}

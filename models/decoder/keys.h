@@ -1,0 +1,29 @@
+/* The [model] keys of the decoder LLMs, shared by gemma.c and mistral.c. */
+#ifndef TRIDENT_MODELS_DECODER_KEYS_H
+#define TRIDENT_MODELS_DECODER_KEYS_H
+
+#include <stddef.h>
+#include "decoder.h"
+
+#define DEC_KEY_(field, type, lo, hi, doc) {#field, type, offsetof(struct tr_decoder_config, field), lo, hi, doc}
+
+#define TR_DECODER_KEYS                                                                                              \
+    DEC_KEY_(vocab_size, TR_KEY_INT, 1, 2147483647.0, "rows of the token embedding table"),                          \
+    DEC_KEY_(hidden_size, TR_KEY_INT, 1, 65536, "model width D"),                                                    \
+    DEC_KEY_(intermediate_size, TR_KEY_INT, 1, 1e6, "width of the gated feed-forward block"),                        \
+    DEC_KEY_(num_hidden_layers, TR_KEY_INT, 1, 1024, "decoder layers"),                                              \
+    DEC_KEY_(num_attention_heads, TR_KEY_INT, 1, 4096, "query heads H"),                                             \
+    DEC_KEY_(num_key_value_heads, TR_KEY_INT, 1, 4096, "key/value heads; divides num_attention_heads (1: MQA)"),    \
+    DEC_KEY_(head_dim, TR_KEY_INT, 0, 4096, "per-head width; 0: hidden_size / num_attention_heads"),                 \
+    DEC_KEY_(max_position_embeddings, TR_KEY_INT, 1, 1e7, "longest sequence; seq_len may not exceed it"),            \
+    DEC_KEY_(sliding_window, TR_KEY_INT, 0, 1e7, "attention sees the last sliding_window keys; 0: all"),             \
+    DEC_KEY_(rms_norm_eps, TR_KEY_FLOAT, 0, 1, "epsilon of every RMS norm"),                                         \
+    DEC_KEY_(rope_theta, TR_KEY_FLOAT, 1e-6, 1e12, "RoPE base"),                                                     \
+    DEC_KEY_(tie_word_embeddings, TR_KEY_BOOL, 0, 0, "logits from the embedding table (no lm_head.weight)"),         \
+    DEC_KEY_(hidden_act, TR_KEY_STRING, 0, 0, "feed-forward gate: gelu_pytorch_tanh (GeGLU) or silu (SwiGLU)"),     \
+    DEC_KEY_(pad_fraction, TR_KEY_FLOAT, 0, 1,                                                                       \
+             "synthetic batch: sample b left-pads floor((b mod 4) * pad_fraction * seq_len) tokens"),                \
+    DEC_KEY_(hf_config, TR_KEY_STRING, 0, 0,                                                                         \
+             "a Hugging Face config.json whose keys replace the preset's and these (path from the working directory)")
+
+#endif

@@ -1,0 +1,224 @@
+// Attention backward, flash style (nothing of size (Tq,Tk) is stored), as the cpu's
+// grad.c: a first kernel keeps per query row lse = log Σ_j exp(s_ij) and
+// delta = dy_i · out_i (out rebuilt with an online softmax); then with
+// P_ij = exp(s_ij − lse_i), dP_ij = dy_i · v_j, dS = P ⊙ (dP − delta):
+//   dq_i = scale · Σ_j dS_ij k_j   a warp per query row, lanes over 32 keys at a time
+//   dk_j = scale · Σ_i dS_ij q_i   a warp per key row, lanes over 32 queries at a time,
+//   dv_j = Σ_i P_ij dy_i           every query head of the kv head's group
+// Visibility is the forward's (attention.cu). A row that sees no key has lse = +inf and
+// gets zero gradients. First version: CUDA cores, operand rows read from L2; D, Dv <= 256.
+#include "cu_common.cuh"
+
+#define AB_WARPS 4
+#define AB_MAXD 256
+
+struct ab_ctx {
+    tr_cu_attn p;
+    float *lse, *delta; // (B,H,Tq) f32 scratch
+};
+
+__device__ __forceinline__ bool ab_visible(const tr_cu_attn &p, int64_t i, int64_t j) {
+    const int64_t pos = i + p.Tk - p.Tq;
+    if ((p.causal || p.window > 0) && j > pos) return false;
+    if (p.window > 0 && j <= pos - p.window) return false;
+    return true;
+}
+
+__device__ __forceinline__ float ab_mask(const tr_cu_attn &p, int64_t b, int64_t h, int64_t i, int64_t j) {
+    if (!p.mask) return 0.0f;
+    return tr_ld_dt(p.mask, p.mask_dtype,
+                    b * p.mask_stride[0] + h * p.mask_stride[1] + i * p.mask_stride[2] + j * p.mask_stride[3]);
+}
+
+// Lane's dot product of a row held in shared memory with row r of a global operand.
+template <typename T>
+__device__ __forceinline__ float ab_dot(const float *sh, const T *row, int n) {
+    float s = 0.0f;
+    for (int d = 0; d < n; d++) s += sh[d] * tr_ld(row + d);
+    return s;
+}
+
+// lse and delta per query row: a warp per (b, h, i).
+template <typename T>
+__global__ void __launch_bounds__(AB_WARPS * 32)
+ab_stats_kernel(const T *q, const T *k, const T *v, const T *dy, ab_ctx c) {
+    __shared__ float shq[AB_WARPS][AB_MAXD];
+    const tr_cu_attn &p = c.p;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * AB_WARPS + warp; // over B·H·Tq
+    const bool live = row < p.B * p.H * p.Tq;
+    const int64_t i = live ? row % p.Tq : 0, bh = live ? row / p.Tq : 0, b = bh / p.H, h = bh % p.H;
+    const int64_t hk = h / (p.H / p.Hk);
+    const int D = (int)p.D, Dv = (int)p.Dv;
+    for (int d = lane; d < D; d += 32) shq[warp][d] = live ? tr_ld(q + row * D + d) * p.scale : 0.0f;
+    __syncwarp();
+    if (!live) return; // whole warps only
+    const T *kb = k + (b * p.Hk + hk) * p.Tk * D, *vb = v + (b * p.Hk + hk) * p.Tk * Dv;
+    float m = -INFINITY, l = 0.0f, o[AB_MAXD / 32];
+#pragma unroll
+    for (int c2 = 0; c2 < AB_MAXD / 32; c2++) o[c2] = 0.0f;
+    for (int64_t j0 = 0; j0 < p.Tk; j0 += 32) {
+        const int64_t j = j0 + lane;
+        float s = -INFINITY;
+        if (j < p.Tk && ab_visible(p, i, j)) s = ab_dot(shq[warp], kb + j * D, D) + ab_mask(p, b, h, i, j);
+        float mn = fmaxf(m, tr_warp_max(s)), mu = mn == -INFINITY ? 0.0f : mn;
+        float pj = __expf(s - mu), corr = __expf(m - mu);
+        l = l * corr + tr_warp_sum(pj);
+        m = mn;
+#pragma unroll
+        for (int c2 = 0; c2 < AB_MAXD / 32; c2++) o[c2] *= corr;
+        const int64_t nj = p.Tk - j0 < 32 ? p.Tk - j0 : 32;
+        for (int jj = 0; jj < nj; jj++) {
+            float pb = __shfl_sync(0xffffffffu, pj, jj);
+#pragma unroll
+            for (int c2 = 0; c2 < AB_MAXD / 32; c2++) {
+                int d = lane + 32 * c2;
+                if (d < Dv) o[c2] += pb * tr_ld(vb + (j0 + jj) * Dv + d);
+            }
+        }
+    }
+    float dl = 0.0f;
+    if (l > 0.0f) {
+#pragma unroll
+        for (int c2 = 0; c2 < AB_MAXD / 32; c2++) {
+            int d = lane + 32 * c2;
+            if (d < Dv) dl += tr_ld(dy + row * Dv + d) * o[c2] / l;
+        }
+    }
+    dl = tr_warp_sum(dl);
+    if (lane == 0) {
+        c.lse[row] = l > 0.0f ? m + logf(l) : INFINITY;
+        c.delta[row] = dl;
+    }
+}
+
+// dq: a warp per query row.
+template <typename T>
+__global__ void __launch_bounds__(AB_WARPS * 32)
+ab_dq_kernel(const T *q, const T *k, const T *v, const T *dy, T *dq, ab_ctx c) {
+    __shared__ float shq[AB_WARPS][AB_MAXD], shdy[AB_WARPS][AB_MAXD];
+    const tr_cu_attn &p = c.p;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * AB_WARPS + warp;
+    const bool live = row < p.B * p.H * p.Tq;
+    const int64_t i = live ? row % p.Tq : 0, bh = live ? row / p.Tq : 0, b = bh / p.H, h = bh % p.H;
+    const int64_t hk = h / (p.H / p.Hk);
+    const int D = (int)p.D, Dv = (int)p.Dv;
+    for (int d = lane; d < D; d += 32) shq[warp][d] = live ? tr_ld(q + row * D + d) * p.scale : 0.0f;
+    for (int d = lane; d < Dv; d += 32) shdy[warp][d] = live ? tr_ld(dy + row * Dv + d) : 0.0f;
+    __syncwarp();
+    if (!live) return;
+    const T *kb = k + (b * p.Hk + hk) * p.Tk * D, *vb = v + (b * p.Hk + hk) * p.Tk * Dv;
+    const float lse = c.lse[row], delta = c.delta[row];
+    float acc[AB_MAXD / 32];
+#pragma unroll
+    for (int c2 = 0; c2 < AB_MAXD / 32; c2++) acc[c2] = 0.0f;
+    if (lse != INFINITY)
+        for (int64_t j0 = 0; j0 < p.Tk; j0 += 32) {
+            const int64_t j = j0 + lane;
+            float ds = 0.0f;
+            if (j < p.Tk && ab_visible(p, i, j)) {
+                float pr = __expf(ab_dot(shq[warp], kb + j * D, D) + ab_mask(p, b, h, i, j) - lse);
+                ds = pr * (ab_dot(shdy[warp], vb + j * Dv, Dv) - delta);
+            }
+            const int64_t nj = p.Tk - j0 < 32 ? p.Tk - j0 : 32;
+            for (int jj = 0; jj < nj; jj++) {
+                float dsb = __shfl_sync(0xffffffffu, ds, jj);
+#pragma unroll
+                for (int c2 = 0; c2 < AB_MAXD / 32; c2++) {
+                    int d = lane + 32 * c2;
+                    if (d < D) acc[c2] += dsb * tr_ld(kb + (j0 + jj) * D + d);
+                }
+            }
+        }
+#pragma unroll
+    for (int c2 = 0; c2 < AB_MAXD / 32; c2++) {
+        int d = lane + 32 * c2;
+        if (d < D) tr_st(dq + row * D + d, acc[c2] * p.scale);
+    }
+}
+
+// dk and dv: a warp per key row of a kv head; the sums run over the group's query heads.
+template <typename T>
+__global__ void __launch_bounds__(AB_WARPS * 32)
+ab_dkv_kernel(const T *q, const T *k, const T *v, const T *dy, T *dk, T *dv, ab_ctx c) {
+    __shared__ float shk[AB_WARPS][AB_MAXD], shv[AB_WARPS][AB_MAXD];
+    const tr_cu_attn &p = c.p;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * AB_WARPS + warp; // over B·Hk·Tk
+    const bool live = row < p.B * p.Hk * p.Tk;
+    const int64_t j = live ? row % p.Tk : 0, bhk = live ? row / p.Tk : 0, b = bhk / p.Hk, hk = bhk % p.Hk;
+    const int D = (int)p.D, Dv = (int)p.Dv;
+    for (int d = lane; d < D; d += 32) shk[warp][d] = live ? tr_ld(k + row * D + d) * p.scale : 0.0f;
+    for (int d = lane; d < Dv; d += 32) shv[warp][d] = live ? tr_ld(v + row * Dv + d) : 0.0f;
+    __syncwarp();
+    if (!live) return;
+    const int64_t group = p.H / p.Hk;
+    float ak[AB_MAXD / 32], av[AB_MAXD / 32];
+#pragma unroll
+    for (int c2 = 0; c2 < AB_MAXD / 32; c2++) ak[c2] = av[c2] = 0.0f;
+    for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
+        const int64_t qrow0 = (b * p.H + h) * p.Tq;
+        const T *qb = q + qrow0 * D, *dyb = dy + qrow0 * Dv;
+        for (int64_t i0 = 0; i0 < p.Tq; i0 += 32) {
+            const int64_t i = i0 + lane;
+            float pr = 0.0f, ds = 0.0f;
+            if (i < p.Tq && ab_visible(p, i, j)) {
+                float lse = c.lse[qrow0 + i];
+                if (lse != INFINITY) {
+                    // shk holds k_j·scale, so the dot is the score
+                    pr = __expf(ab_dot(shk[warp], qb + i * D, D) + ab_mask(p, b, h, i, j) - lse);
+                    ds = pr * (ab_dot(shv[warp], dyb + i * Dv, Dv) - c.delta[qrow0 + i]);
+                }
+            }
+            const int64_t ni = p.Tq - i0 < 32 ? p.Tq - i0 : 32;
+            for (int ii = 0; ii < ni; ii++) {
+                float pb = __shfl_sync(0xffffffffu, pr, ii), dsb = __shfl_sync(0xffffffffu, ds, ii);
+#pragma unroll
+                for (int c2 = 0; c2 < AB_MAXD / 32; c2++) {
+                    int d = lane + 32 * c2;
+                    if (dv && d < Dv) av[c2] += pb * tr_ld(dyb + (i0 + ii) * Dv + d);
+                    if (dk && d < D) ak[c2] += dsb * tr_ld(qb + (i0 + ii) * D + d);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int c2 = 0; c2 < AB_MAXD / 32; c2++) {
+        int d = lane + 32 * c2;
+        if (dk && d < D) tr_st(dk + row * D + d, ak[c2] * p.scale);
+        if (dv && d < Dv) tr_st(dv + row * Dv + d, av[c2]);
+    }
+}
+
+static unsigned ab_blocks(int64_t rows) { return (unsigned)((rows + AB_WARPS - 1) / AB_WARPS); }
+
+extern "C" int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
+                                    const void *dy, const struct tr_cu_attn *p, int which, void *out, float *scratch,
+                                    struct tr_error *err) {
+    if (p->D > AB_MAXD || p->Dv > AB_MAXD)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_grad: head sizes D=%lld, Dv=%lld (at most %d on cuda)",
+                            (long long)p->D, (long long)p->Dv, AB_MAXD);
+    const int64_t qrows = p->B * p->H * p->Tq, krows = p->B * p->Hk * p->Tk;
+    if (qrows == 0 || krows == 0) {
+        int64_t n = which == 0 ? qrows * p->D : which == 1 ? krows * p->D : krows * p->Dv;
+        return n ? TR_CU_CHECK(cudaMemsetAsync(out, 0, (size_t)n * (dtype == TR_DTYPE_F32 ? 4 : 2), s),
+                               "attention_grad: zero fill", err)
+                 : TR_OK;
+    }
+    if (ab_blocks(qrows > krows ? qrows : krows) > 0x7fffffffu)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_grad: too many rows for one grid");
+    ab_ctx c = {*p, scratch, scratch + qrows};
+    TR_CU_FLOAT_SWITCH(dtype, T, ab_stats_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
+                                     (const T *)q, (const T *)k, (const T *)v, (const T *)dy, c));
+    int st = TR_CU_LAUNCHED("attention_grad stats", err);
+    if (st) return st;
+    if (which == 0)
+        TR_CU_FLOAT_SWITCH(dtype, T, ab_dq_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
+                                         (const T *)q, (const T *)k, (const T *)v, (const T *)dy, (T *)out, c));
+    else
+        TR_CU_FLOAT_SWITCH(dtype, T, ab_dkv_kernel<T><<<ab_blocks(krows), AB_WARPS * 32, 0, s>>>(
+                                         (const T *)q, (const T *)k, (const T *)v, (const T *)dy,
+                                         which == 1 ? (T *)out : (T *)NULL, which == 2 ? (T *)out : (T *)NULL, c));
+    return which == 0 ? TR_CU_LAUNCHED("attention_grad dq", err) : TR_CU_LAUNCHED("attention_grad dk/dv", err);
+}

@@ -1,0 +1,178 @@
+/* Private to the CUDA kernels: the context's CUDA state, the checks that turn a CUDA
+ * status into an error naming the kernel, and the launchers the .cu files define.
+ * C and C++ (nvcc) both include it.
+ *
+ * Launchers queue one kernel on the stream and return a status; they check nothing but
+ * the launch itself (the C dispatcher, dispatch.c, checked the arguments). Pointers are
+ * device pointers; dtypes are enum tr_dtype; element counts int64. Float data is f32,
+ * bf16 or f16, computed in f32. */
+#ifndef TRIDENT_CUDA_INTERNAL_H
+#define TRIDENT_CUDA_INTERNAL_H
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+#include "trident/cuda_pool.h"
+#include "trident/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tr_cuda_plan_cache;
+
+struct tr_cuda_ctx {
+    int device;
+    int sm;                       /* compute capability, 90 for sm_90 */
+    cudaStream_t stream;
+    void *lt;                     /* cublasLtHandle_t, one for the stream */
+    void *workspace;              /* cuBLASLt workspace (from the pool) */
+    size_t workspace_size;
+    struct tr_cuda_plan_cache *gemm_plans;
+    struct tr_cuda_pool *pool;
+    /* device scratch, grown by tr_cuda_scratch (stream-ordered: the old one is given back
+     * to the pool on the same stream, so no kernel still queued can see it reused) */
+    void *scratch;
+    size_t scratch_size;
+    /* a device word a kernel sets when its data is bad (an id out of range): read and
+     * reported by tr_cuda_sync. Layout: [0] code (0 none), [1] position, [2] value, [3] bound */
+    long long *flag;
+    int allow_tf32;               /* f32 GEMMs in TF32 (off: correctness runs) */
+};
+
+/* Codes a kernel leaves in ctx->flag[0]. */
+enum { TR_CU_FLAG_NONE = 0, TR_CU_FLAG_EMBEDDING_ID = 1, TR_CU_FLAG_LABEL = 2, TR_CU_FLAG_STEP = 3 };
+
+/* "<what>: <CUDA error name>: <message> (file:line)" into err unless e is cudaSuccess. */
+int tr_cu_status(cudaError_t e, const char *what, const char *file, int line, struct tr_error *err);
+#define TR_CU_CHECK(call, what, err) tr_cu_status((call), (what), __FILE__, __LINE__, (err))
+/* After a launch: the launch's own error (bad configuration, no kernel image for the device). */
+#define TR_CU_LAUNCHED(kname, err) tr_cu_status(cudaGetLastError(), "kernel " kname " launch", __FILE__, __LINE__, (err))
+
+/* At least n bytes of device scratch, valid until the next call. */
+int tr_cuda_scratch(struct tr_cuda_ctx *c, size_t n, void **p, struct tr_error *err);
+
+/* ---- GEMM (gemm.c; tr_cuda_matmul in host/cuda_entry.h) ---- */
+void tr_cuda_gemm_release(void *plan);
+
+/* ---- index spaces: up to 8 axes, an operand's element strides on each (0: broadcast) ---- */
+struct tr_cu_index {
+    int ndim;
+    int64_t shape[TR_MAX_DIMS];
+    int64_t stride[3][TR_MAX_DIMS]; /* [0] out (or destination), [1] first input, [2] second */
+};
+
+/* ---- elementwise.cu ---- */
+/* y = op(x) (unary ops of ops.h; GELU approx 0/1; SCALE a·x+b); act applies an epilogue
+ * activation instead when op < 0. */
+int tr_cu_unary(cudaStream_t s, int op, int dtype, const void *x, void *y, int64_t n, float a, float b, int approx,
+                struct tr_error *err);
+/* out = a op b over idx (stride[1] for a, stride[2] for b; out contiguous). */
+int tr_cu_binary(cudaStream_t s, int op, int dtype, const void *a, const void *b, void *out, const struct tr_cu_index *idx,
+                 int64_t n, struct tr_error *err);
+/* dst[idx·stride[0]] = src[idx·stride[1]] for elements of elem_size bytes (1, 2, 4, 8). */
+int tr_cu_copy(cudaStream_t s, size_t elem_size, const void *src, void *dst, const struct tr_cu_index *idx, int64_t n,
+               struct tr_error *err);
+int tr_cu_cast(cudaStream_t s, const void *x, int xdt, void *y, int ydt, int64_t n, struct tr_error *err);
+/* y = act(y + bias[col]) in place over rows of n columns (bias may be NULL; its dtype bdt). */
+int tr_cu_bias_act(cudaStream_t s, int dtype, void *y, const void *bias, int bdt, int64_t rows, int64_t n, int act,
+                   struct tr_error *err);
+int tr_cu_fill_zero(cudaStream_t s, void *p, size_t nbytes, struct tr_error *err);
+
+/* ---- rows.cu: kernels over rows of the last axis, and reductions ---- */
+int tr_cu_softmax(cudaStream_t s, int dtype, const void *x, void *y, int64_t rows, int64_t n, struct tr_error *err);
+int tr_cu_layer_norm(cudaStream_t s, int dtype, const void *x, const void *gamma, const void *beta, int gdt, void *y,
+                     int64_t rows, int64_t n, float eps, struct tr_error *err);
+/* SUM, MEAN, MAX over the middle axis of (outer, n, inner). */
+int tr_cu_reduce(cudaStream_t s, int op, int dtype, const void *x, void *y, int64_t outer, int64_t n, int64_t inner,
+                 struct tr_error *err);
+/* out (rows, D) = table[ids] ; a bad id zero-fills its row and is left in flag. */
+int tr_cu_embedding(cudaStream_t s, int dtype, const void *table, const void *ids, int id_dtype, void *out, int64_t rows,
+                    int64_t D, int64_t V, long long *flag, struct tr_error *err);
+/* loss (one f32) = mean over labels not ignored of -log softmax(logits)[label]; scratch
+ * holds rows floats + rows ints. */
+int tr_cu_cross_entropy(cudaStream_t s, int dtype, const void *logits, const void *labels, int label_dtype,
+                        int64_t rows, int64_t C, int has_ignore, long long ignore, float *loss, void *scratch,
+                        long long *flag, struct tr_error *err);
+int tr_cu_adamw(cudaStream_t s, int dtype, const void *param, const float *m, const float *v, const float *lr,
+                const float *step, float b1, float b2, float eps, float wd, void *out, int64_t n, long long *flag,
+                struct tr_error *err);
+
+/* ---- grads.cu: training kernels (the ops ops.h lists under "Training") ---- */
+int tr_cu_unary_grad(cudaStream_t s, int op, int dtype, const void *x, const void *dy, void *dx, int64_t n, int approx,
+                     float alpha, struct tr_error *err);
+int tr_cu_softmax_grad(cudaStream_t s, int dtype, const void *y, const void *dy, void *dx, int64_t rows, int64_t n,
+                       struct tr_error *err);
+int tr_cu_layer_norm_grad(cudaStream_t s, int dtype, const void *x, const void *gamma, int gdt, const void *dy, void *dx,
+                          int64_t rows, int64_t n, float eps, struct tr_error *err);
+/* stats: 2·rows floats of scratch */
+int tr_cu_layer_norm_grad_gamma(cudaStream_t s, int dtype, const void *x, const void *dy, void *dgamma, int gdt,
+                                int64_t rows, int64_t n, float eps, float *stats, struct tr_error *err);
+/* acc: V·D floats of scratch (unused for f32) */
+int tr_cu_embedding_grad(cudaStream_t s, int dtype, const void *ids, int id_dtype, const void *dy, void *dtable,
+                         int64_t rows, int64_t D, int64_t V, float *acc, long long *flag, struct tr_error *err);
+/* scratch: one float */
+int tr_cu_cross_entropy_grad(cudaStream_t s, int dtype, const void *logits, const void *labels, int ldt,
+                             const void *dloss, int ddt, int64_t rows, int64_t C, int has_ignore, long long ignore,
+                             float *scratch, void *dx, long long *flag, struct tr_error *err);
+int tr_cu_max_grad(cudaStream_t s, int dtype, const void *x, const void *dy, void *dx, int64_t outer, int64_t n,
+                   int64_t inner, struct tr_error *err);
+int tr_cu_mse(cudaStream_t s, int dtype, const void *pred, const void *target, int64_t n, float *out,
+              struct tr_error *err);
+
+/* ---- llm.cu: RMS_NORM (x, w), RMS_NORM_GRAD (x, w, dy), RMS_NORM_GRAD_W (x, dy; rstd:
+ * rows floats of scratch), ROPE ---- */
+int tr_cu_rms_norm(cudaStream_t s, int op, int dtype, const void *x, const void *w, int wdt, const void *dy, void *out,
+                   int odt, int64_t rows, int64_t n, float eps, int add_one, float *rstd, struct tr_error *err);
+int tr_cu_rope(cudaStream_t s, int dtype, const void *x, const void *pos, int pdt, int pos_batched, void *out, int64_t B,
+               int64_t H, int64_t Tn, int64_t D, int64_t R, float base, int inverse, struct tr_error *err);
+
+/* ---- fused.cu: the tf backend's fused kernels (cpu/fused.c's contract) ---- */
+struct tr_cu_lead {
+    int nl;                       /* out's leading axes (all but the last) */
+    int64_t lead[TR_MAX_DIMS];    /* their extents */
+};
+#define TR_CU_ESLN_MAX 8
+struct tr_cu_esln {
+    int n;                        /* tables */
+    const void *tab[TR_CU_ESLN_MAX];
+    const void *ids[TR_CU_ESLN_MAX];
+    int is64[TR_CU_ESLN_MAX];
+    int64_t V[TR_CU_ESLN_MAX];
+    int64_t ist[TR_CU_ESLN_MAX][TR_MAX_DIMS]; /* ids' strides over out's leading axes */
+};
+/* y = LN(x + bias + res); bias, res, gamma, beta may be NULL (their dtypes then unread). */
+int tr_cu_bias_residual_ln(cudaStream_t s, int dtype, const void *x, const void *bias, int bdt, const void *res,
+                           const void *gamma, int gdt, const void *beta, int betadt, void *y, int64_t rows, int64_t n,
+                           float eps, struct tr_error *err);
+/* mi->stride[1][0..nl) the mask's strides over the leading axes, [nl] along the row (0/1). */
+int tr_cu_scale_mask_softmax(cudaStream_t s, int dtype, const void *x, float scale, const void *mask, int mdt,
+                             const struct tr_cu_lead *L, const struct tr_cu_index *mi, void *y, int64_t rows, int64_t n,
+                             struct tr_error *err);
+int tr_cu_embedding_sum_ln(cudaStream_t s, int dtype, const struct tr_cu_esln *E, const struct tr_cu_lead *L,
+                           const void *gamma, int gdt, const void *beta, int betadt, void *y, int64_t rows, int64_t n,
+                           float eps, long long *flag, struct tr_error *err);
+
+/* ---- attention.cu ---- */
+struct tr_cu_attn {
+    int64_t B, H, Hk, Tq, Tk, D, Dv;
+    float scale;
+    int causal, window;
+    const void *mask;   /* additive, or NULL */
+    int mask_dtype;
+    int64_t mask_stride[4]; /* elements per step of b, h, i, j (0: broadcast) */
+};
+int tr_cu_attention(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, void *out,
+                    const struct tr_cu_attn *p, struct tr_error *err);
+/* attention_tc.cu: the tensor-core forward, for bf16/f16 with D and Dv multiples of 16
+ * up to 128 (tr_cu_attention_tc_fits). */
+int tr_cu_attention_tc_fits(int dtype, const struct tr_cu_attn *p);
+int tr_cu_attention_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, void *out,
+                       const struct tr_cu_attn *p, struct tr_error *err);
+/* dq, dk or dv (which 0, 1, 2) into out; scratch holds 2·B·H·Tq floats (lse, delta). */
+int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, const void *dy,
+                         const struct tr_cu_attn *p, int which, void *out, float *scratch, struct tr_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

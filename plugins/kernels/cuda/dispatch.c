@@ -1,0 +1,628 @@
+/* tr_kernels_run on a cuda context: the op (its attributes already resolved by
+ * tr_cpu_resolve, the validation path shared with the cpu) mapped to its launcher after
+ * the argument checks the launchers rely on. Layout ops become one strided copy
+ * (tr_cu_copy) over an index space. */
+#include <stdlib.h>
+#include "../cpu/cpu_internal.h"
+#include "cuda_internal.h"
+#include "host/cuda_entry.h"
+
+static int check_tensor(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
+    char d[200];
+    if (!t) return tr_error_set(err, TR_ERR_INVALID, "%s: %s is NULL", kname, what);
+    if (t->ndim < 0 || t->ndim > TR_MAX_DIMS)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: %s has %d dimensions (0 to %d allowed)", kname, what, t->ndim,
+                            TR_MAX_DIMS);
+    if (tr_dtype_size((enum tr_dtype)t->dtype) == 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %s has unknown dtype %d", kname, what, t->dtype);
+    if (t->device != TR_DEVICE_CUDA)
+        return tr_error_set(err, TR_ERR_DEVICE, "%s: %s %s is on device %d, not cuda", kname, what,
+                            tr_cpu_desc(t, d, sizeof d), t->device);
+    if (!tr_tensor_is_contiguous(t))
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s is not contiguous", kname, what,
+                            tr_cpu_desc(t, d, sizeof d));
+    if (!t->data && tr_tensor_numel(t) > 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %s %s has no data", kname, what, tr_cpu_desc(t, d, sizeof d));
+    return TR_OK;
+}
+
+static int is_float(int dt) { return dt == TR_DTYPE_F32 || dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16; }
+
+static int check_float(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
+    int st = check_tensor(t, kname, what, err);
+    if (!st && !is_float(t->dtype)) {
+        char d[200];
+        st = tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s: expected f32, bf16 or f16 on cuda", kname, what,
+                          tr_cpu_desc(t, d, sizeof d));
+    }
+    return st;
+}
+
+static int same_dtype_shape(const struct tr_tensor *x, const struct tr_tensor *out, const char *kname,
+                            struct tr_error *err) {
+    char d1[200], d2[200];
+    if (x->dtype != out->dtype || !tr_cpu_same_shape(x, out))
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s and out %s should have the same shape and dtype", kname,
+                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
+    return TR_OK;
+}
+
+static void contiguous_strides(int ndim, const int64_t *shape, int64_t *st) {
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        st[i] = s;
+        s *= shape[i];
+    }
+}
+
+static int64_t last_dim(const struct tr_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 1; }
+
+/* ---- the ops ---- */
+
+static int run_binary(struct tr_cuda_ctx *c, int op, const struct tr_tensor *a, const struct tr_tensor *b,
+                      struct tr_tensor *out, struct tr_error *err) {
+    const char *kn = tr_op_name(op);
+    int st = check_float(a, kn, "a", err);
+    if (!st) st = check_float(b, kn, "b", err);
+    if (!st) st = check_float(out, kn, "out", err);
+    if (st) return st;
+    char d1[200], d2[200], d3[200];
+    if (a->dtype != b->dtype || a->dtype != out->dtype)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: a %s, b %s and out %s should share one dtype", kn,
+                            tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), tr_cpu_desc(out, d3, sizeof d3));
+    struct tr_cu_index idx = {.ndim = out->ndim};
+    int64_t sa[TR_MAX_DIMS], sb[TR_MAX_DIMS];
+    contiguous_strides(a->ndim, a->shape, sa);
+    contiguous_strides(b->ndim, b->shape, sb);
+    if (a->ndim > out->ndim || b->ndim > out->ndim)
+        goto bad;
+    for (int i = 0; i < out->ndim; i++) {
+        int ia = i - (out->ndim - a->ndim), ib = i - (out->ndim - b->ndim);
+        int64_t ea = ia >= 0 ? a->shape[ia] : 1, eb = ib >= 0 ? b->shape[ib] : 1, e = out->shape[i];
+        if ((ea != e && ea != 1) || (eb != e && eb != 1) || (e != (ea > eb ? ea : eb) && e != 0)) goto bad;
+        idx.shape[i] = e;
+        idx.stride[1][i] = ia >= 0 && ea != 1 ? sa[ia] : 0;
+        idx.stride[2][i] = ib >= 0 && eb != 1 ? sb[ib] : 0;
+    }
+    contiguous_strides(out->ndim, out->shape, idx.stride[0]);
+    return tr_cu_binary(c->stream, op, out->dtype, a->data, b->data, out->data, &idx, tr_tensor_numel(out), err);
+bad:
+    return tr_error_set(err, TR_ERR_SHAPE, "%s: a %s and b %s do not broadcast to out %s", kn,
+                        tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), tr_cpu_desc(out, d3, sizeof d3));
+}
+
+static int run_unary(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, const struct tr_tensor *x,
+                     struct tr_tensor *out, struct tr_error *err) {
+    const char *kn = tr_op_name(op);
+    int st = check_float(x, kn, "x", err);
+    if (!st) st = check_float(out, kn, "out", err);
+    if (!st) st = same_dtype_shape(x, out, kn, err);
+    if (st) return st;
+    if (op == TR_OP_GELU && at->ints[0] != 0 && at->ints[0] != 1)
+        return tr_error_set(err, TR_ERR_INVALID, "gelu: ints[0]=%lld (0: erf, 1: tanh approximation)",
+                            (long long)at->ints[0]);
+    return tr_cu_unary(c->stream, op, x->dtype, x->data, out->data, tr_tensor_numel(x), at->floats[0], at->floats[1],
+                       (int)at->ints[0], err);
+}
+
+static int run_rows(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                    struct tr_tensor *out, struct tr_error *err) {
+    const char *kn = tr_op_name(op);
+    const struct tr_tensor *x = &in[0];
+    int st = check_float(x, kn, "x", err);
+    if (!st) st = check_float(out, kn, "out", err);
+    if (!st) st = same_dtype_shape(x, out, kn, err);
+    if (st) return st;
+    int64_t n = last_dim(x), rows = n ? tr_tensor_numel(x) / n : 0;
+    if (op == TR_OP_SOFTMAX) return tr_cu_softmax(c->stream, x->dtype, x->data, out->data, rows, n, err);
+    const struct tr_tensor *g = n_in > 1 ? &in[1] : NULL, *b = n_in > 2 ? &in[2] : NULL;
+    char d1[200];
+    if (g && ((st = check_float(g, kn, "gamma", err)) != TR_OK || tr_tensor_numel(g) != n))
+        return st ? st : tr_error_set(err, TR_ERR_SHAPE, "layer_norm: gamma %s should have %lld elements",
+                                      tr_cpu_desc(g, d1, sizeof d1), (long long)n);
+    if (b && ((st = check_float(b, kn, "beta", err)) != TR_OK || tr_tensor_numel(b) != n || (g && b->dtype != g->dtype)))
+        return st ? st : tr_error_set(err, TR_ERR_SHAPE, "layer_norm: beta %s should have %lld elements, gamma's dtype",
+                                      tr_cpu_desc(b, d1, sizeof d1), (long long)n);
+    return tr_cu_layer_norm(c->stream, x->dtype, x->data, g ? g->data : NULL, b ? b->data : NULL,
+                            g ? g->dtype : b ? b->dtype : TR_DTYPE_F32, out->data, rows, n, at->floats[0], err);
+}
+
+static int run_embedding(struct tr_cuda_ctx *c, const struct tr_tensor *table, const struct tr_tensor *ids,
+                         struct tr_tensor *out, struct tr_error *err) {
+    int st = check_float(table, "embedding", "table", err);
+    if (!st) st = check_tensor(ids, "embedding", "ids", err);
+    if (!st) st = check_float(out, "embedding", "out", err);
+    if (st) return st;
+    char d1[200], d2[200], d3[200];
+    int ok = table->ndim == 2 && (ids->dtype == TR_DTYPE_I32 || ids->dtype == TR_DTYPE_I64) &&
+             out->ndim == ids->ndim + 1 && out->dtype == table->dtype && out->shape[out->ndim - 1] == table->shape[1];
+    for (int i = 0; ok && i < ids->ndim; i++) ok = out->shape[i] == ids->shape[i];
+    if (!ok)
+        return tr_error_set(err, TR_ERR_SHAPE, "embedding: table %s (V,D), ids %s (i32/i64) and out %s (ids..., D) do "
+                            "not fit", tr_cpu_desc(table, d1, sizeof d1), tr_cpu_desc(ids, d2, sizeof d2),
+                            tr_cpu_desc(out, d3, sizeof d3));
+    return tr_cu_embedding(c->stream, table->dtype, table->data, ids->data, ids->dtype, out->data, tr_tensor_numel(ids),
+                           table->shape[1], table->shape[0], c->flag, err);
+}
+
+/* out (contiguous) = the elements of x at base + Σ idx·xstride */
+static int strided_copy(struct tr_cuda_ctx *c, const struct tr_tensor *x, const char *src_base, const int64_t *xstride,
+                        void *dst, const int64_t *dstride, int ndim, const int64_t *shape, struct tr_error *err) {
+    struct tr_cu_index idx = {.ndim = ndim};
+    for (int i = 0; i < ndim; i++) {
+        idx.shape[i] = shape[i];
+        idx.stride[0][i] = dstride[i];
+        idx.stride[1][i] = xstride[i];
+    }
+    return tr_cu_copy(c->stream, tr_dtype_size((enum tr_dtype)x->dtype), src_base, dst, &idx,
+                      tr_shape_numel(ndim, shape), err);
+}
+
+static int run_layout(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                      struct tr_tensor *out, struct tr_error *err) {
+    const char *kn = tr_op_name(op);
+    int st = check_tensor(out, kn, "out", err);
+    for (int i = 0; !st && i < n_in; i++) st = check_tensor(&in[i], kn, "x", err);
+    if (st) return st;
+    const struct tr_tensor *x = &in[0];
+    char d1[200], d2[200];
+    for (int i = 0; i < n_in; i++)
+        if (in[i].dtype != out->dtype)
+            return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s and out %s should share a dtype", kn,
+                                tr_cpu_desc(&in[i], d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
+    int64_t xs[TR_MAX_DIMS], os[TR_MAX_DIMS], ps[TR_MAX_DIMS];
+    contiguous_strides(x->ndim, x->shape, xs);
+    contiguous_strides(out->ndim, out->shape, os);
+    size_t es = tr_dtype_size((enum tr_dtype)out->dtype);
+    switch (op) {
+    case TR_OP_RESHAPE:
+        if (tr_tensor_numel(x) != tr_tensor_numel(out))
+            return tr_error_set(err, TR_ERR_SHAPE, "reshape: x %s and out %s should have the same element count",
+                                tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
+        if (out->data == x->data || tr_tensor_nbytes(x) == 0) return TR_OK;
+        return TR_CU_CHECK(cudaMemcpyAsync(out->data, x->data, tr_tensor_nbytes(x), cudaMemcpyDeviceToDevice, c->stream),
+                           "reshape: cudaMemcpyAsync", err);
+    case TR_OP_TRANSPOSE: {
+        int seen = 0, ok = out->ndim == x->ndim;
+        for (int i = 0; ok && i < x->ndim; i++) {
+            int64_t p = at->ints[i];
+            ok = p >= 0 && p < x->ndim && !(seen & (1 << p)) && out->shape[i] == x->shape[p];
+            if (ok) seen |= 1 << p, ps[i] = xs[p];
+        }
+        if (!ok)
+            return tr_error_set(err, TR_ERR_SHAPE, "transpose: perm does not take x %s to out %s",
+                                tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
+        return strided_copy(c, x, x->data, ps, out->data, os, out->ndim, out->shape, err);
+    }
+    case TR_OP_SLICE: {
+        int ax = (int)at->ints[0];
+        int ok = out->ndim == x->ndim;
+        for (int i = 0; ok && i < x->ndim; i++) ok = i == ax || out->shape[i] == x->shape[i];
+        if (!ok || (out->shape[ax] > 0 && at->ints[1] + (out->shape[ax] - 1) * at->ints[3] >= x->shape[ax]))
+            return tr_error_set(err, TR_ERR_SHAPE, "slice: out %s does not fit x %s", tr_cpu_desc(out, d1, sizeof d1),
+                                tr_cpu_desc(x, d2, sizeof d2));
+        for (int i = 0; i < x->ndim; i++) ps[i] = i == ax ? xs[i] * at->ints[3] : xs[i];
+        return strided_copy(c, x, (const char *)x->data + (size_t)(at->ints[1] * xs[ax]) * es, ps, out->data, os,
+                            out->ndim, out->shape, err);
+    }
+    case TR_OP_CONCAT: {
+        int ax = tr_cpu_axis(at->ints[0], out->ndim);
+        if (ax < 0) return tr_error_set(err, TR_ERR_INVALID, "concat: axis %lld out of range", (long long)at->ints[0]);
+        int64_t at_ax = 0;
+        for (int i = 0; i < n_in; i++) {
+            int ok = in[i].ndim == out->ndim;
+            for (int d = 0; ok && d < out->ndim; d++) ok = d == ax || in[i].shape[d] == out->shape[d];
+            if (!ok)
+                return tr_error_set(err, TR_ERR_SHAPE, "concat: input %d %s does not fit out %s on axis %d", i,
+                                    tr_cpu_desc(&in[i], d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2), ax);
+            at_ax += in[i].shape[ax];
+        }
+        if (at_ax != out->shape[ax])
+            return tr_error_set(err, TR_ERR_SHAPE, "concat: inputs add up to %lld on axis %d, out %s has %lld",
+                                (long long)at_ax, ax, tr_cpu_desc(out, d2, sizeof d2), (long long)out->shape[ax]);
+        int64_t pos = 0;
+        for (int i = 0; i < n_in; i++) {
+            int64_t is[TR_MAX_DIMS];
+            contiguous_strides(in[i].ndim, in[i].shape, is);
+            st = strided_copy(c, &in[i], in[i].data, is, (char *)out->data + (size_t)(pos * os[ax]) * es, os, out->ndim,
+                              in[i].shape, err);
+            if (st) return st;
+            pos += in[i].shape[ax];
+        }
+        return TR_OK;
+    }
+    case TR_OP_BROADCAST: {
+        if (x->ndim > out->ndim) goto bad_bcast;
+        for (int i = 0; i < out->ndim; i++) {
+            int ix = i - (out->ndim - x->ndim);
+            int64_t e = ix >= 0 ? x->shape[ix] : 1;
+            if (e != 1 && e != out->shape[i]) goto bad_bcast;
+            ps[i] = ix >= 0 && e != 1 ? xs[ix] : 0;
+        }
+        return strided_copy(c, x, x->data, ps, out->data, os, out->ndim, out->shape, err);
+    bad_bcast:
+        return tr_error_set(err, TR_ERR_SHAPE, "broadcast: x %s does not broadcast to out %s",
+                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
+    }
+    default: return tr_error_set(err, TR_ERR_INTERNAL, "cuda layout: op %s", kn);
+    }
+}
+
+static int run_reduce(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, const struct tr_tensor *x,
+                      struct tr_tensor *out, struct tr_error *err) {
+    const char *kn = tr_op_name(op);
+    int st = check_float(x, kn, "x", err);
+    if (!st) st = check_float(out, kn, "out", err);
+    if (st) return st;
+    char d1[200], d2[200];
+    int ax = tr_cpu_axis(at->ints[0], x->ndim);
+    if (ax < 0 || out->dtype != x->dtype || tr_tensor_numel(out) * (x->ndim ? x->shape[ax] : 1) != tr_tensor_numel(x))
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: out %s does not fit x %s reduced over axis %lld", kn,
+                            tr_cpu_desc(out, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2), (long long)at->ints[0]);
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < ax; i++) outer *= x->shape[i];
+    for (int i = ax + 1; i < x->ndim; i++) inner *= x->shape[i];
+    return tr_cu_reduce(c->stream, op, x->dtype, x->data, out->data, outer, x->shape[ax], inner, err);
+}
+
+static int run_cast(struct tr_cuda_ctx *c, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
+    int st = check_tensor(x, "cast", "x", err);
+    if (!st) st = check_tensor(out, "cast", "out", err);
+    if (st) return st;
+    if (!tr_cpu_same_shape(x, out)) {
+        char d1[200], d2[200];
+        return tr_error_set(err, TR_ERR_SHAPE, "cast: x %s and out %s should have the same shape",
+                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
+    }
+    return tr_cu_cast(c->stream, x->data, x->dtype, out->data, out->dtype, tr_tensor_numel(x), err);
+}
+
+/* q, k, v, the mask and y (the forward's output shape: dy for the gradient) checked and
+ * turned into the kernels' parameters. */
+static int attn_params(const char *kn, const struct tr_attrs *at, float scale, const struct tr_tensor *q,
+                       const struct tr_tensor *k, const struct tr_tensor *v, const struct tr_tensor *mask,
+                       const struct tr_tensor *y, struct tr_cu_attn *pp, struct tr_error *err) {
+    int st = check_float(q, kn, "q", err);
+    if (!st) st = check_float(k, kn, "k", err);
+    if (!st) st = check_float(v, kn, "v", err);
+    if (!st) st = check_float(y, kn, "out/dy", err);
+    if (!st && mask) st = check_float(mask, kn, "mask", err);
+    if (st) return st;
+    char d1[200], d2[200], d3[200], d4[200];
+    int ok = q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && y->ndim == 4 && k->dtype == q->dtype &&
+             v->dtype == q->dtype && y->dtype == q->dtype;
+    if (ok) {
+        int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = q->shape[3];
+        ok = k->shape[0] == B && v->shape[0] == B && k->shape[1] > 0 && H % k->shape[1] == 0 &&
+             v->shape[1] == k->shape[1] && k->shape[3] == D && v->shape[2] == k->shape[2] && y->shape[0] == B &&
+             y->shape[1] == H && y->shape[2] == Tq && y->shape[3] == v->shape[3];
+    }
+    if (!ok)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: q %s, k %s, v %s, out %s should be (B,H,Tq,D), (B,Hk,Tk,D), "
+                            "(B,Hk,Tk,Dv), (B,H,Tq,Dv), H a multiple of Hk, one dtype", kn, tr_cpu_desc(q, d1, sizeof d1),
+                            tr_cpu_desc(k, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3), tr_cpu_desc(y, d4, sizeof d4));
+    struct tr_cu_attn p = {.B = q->shape[0], .H = q->shape[1], .Hk = k->shape[1], .Tq = q->shape[2], .Tk = k->shape[2],
+                           .D = q->shape[3], .Dv = v->shape[3], .scale = scale, .causal = at->ints[0] != 0,
+                           .window = (int)at->ints[1]};
+    if (mask) {
+        if (mask->dtype != TR_DTYPE_F32 && mask->dtype != q->dtype)
+            return tr_error_set(err, TR_ERR_SHAPE, "attention: mask %s should be f32 or q's dtype",
+                                tr_cpu_desc(mask, d1, sizeof d1));
+        int64_t full[4] = {p.B, p.H, p.Tq, p.Tk}, ms[TR_MAX_DIMS];
+        if (mask->ndim > 4) goto bad_mask;
+        contiguous_strides(mask->ndim, mask->shape, ms);
+        for (int i = 0; i < 4; i++) {
+            int im = i - (4 - mask->ndim);
+            int64_t e = im >= 0 ? mask->shape[im] : 1;
+            if (e != 1 && e != full[i]) goto bad_mask;
+            p.mask_stride[i] = im >= 0 && e != 1 ? ms[im] : 0;
+        }
+        p.mask = mask->data;
+        p.mask_dtype = mask->dtype;
+    }
+    *pp = p;
+    return TR_OK;
+bad_mask:
+    return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s does not broadcast to (B,H,Tq,Tk) = (%lld,%lld,%lld,%lld)", kn,
+                        tr_cpu_desc(mask, d1, sizeof d1), (long long)p.B, (long long)p.H, (long long)p.Tq,
+                        (long long)p.Tk);
+}
+
+static int run_attention(struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                         struct tr_tensor *out, struct tr_error *err) {
+    struct tr_cu_attn p;
+    int st = attn_params("attention", at, at->floats[0], &in[0], &in[1], &in[2], n_in == 4 ? &in[3] : NULL, out, &p, err);
+    if (st) return st;
+    /* TRIDENT_CUDA_ATTENTION=simple keeps the CUDA-core kernel (a check of the other) */
+    const char *mode = getenv("TRIDENT_CUDA_ATTENTION");
+    if (tr_cu_attention_tc_fits(in[0].dtype, &p) && !(mode && strcmp(mode, "simple") == 0))
+        return tr_cu_attention_tc(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, out->data, &p, err);
+    return tr_cu_attention(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, out->data, &p, err);
+}
+
+/* (q, k, v, dy, [mask]) -> dq, dk or dv (ints[2]) */
+static int run_attention_grad(struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                              struct tr_tensor *out, struct tr_error *err) {
+    if (n_in != 4 && n_in != 5)
+        return tr_error_set(err, TR_ERR_INVALID, "attention_grad: %d inputs given, 4 (q, k, v, dy) or 5 (with mask) "
+                            "expected", n_in);
+    const int64_t *a = at->ints;
+    if (a[1] < 0 || a[1] > INT32_MAX || a[2] < 0 || a[2] > 2)
+        return tr_error_set(err, TR_ERR_INVALID, "attention_grad: window ints[1]=%lld or operand ints[2]=%lld (0 dq, 1 dk, "
+                            "2 dv) out of range", (long long)a[1], (long long)a[2]);
+    float scale = at->floats[0]; /* 0: attention's default 1/sqrt(D) */
+    if (scale == 0.0f && in[0].ndim == 4 && in[0].shape[3] > 0) scale = 1.0f / sqrtf((float)in[0].shape[3]);
+    struct tr_cu_attn p;
+    int st = attn_params("attention_grad", at, scale, &in[0], &in[1], &in[2], n_in == 5 ? &in[4] : NULL, &in[3], &p,
+                         err);
+    if (st) return st;
+    const struct tr_tensor *like = &in[a[2]];
+    if ((st = check_float(out, "attention_grad", "out", err)) != TR_OK ||
+        (st = same_dtype_shape(like, out, "attention_grad", err)) != TR_OK)
+        return st;
+    void *scr = NULL;
+    if ((st = tr_cuda_scratch(c, (size_t)(2 * p.B * p.H * p.Tq) * sizeof(float) + 16, &scr, err)) != TR_OK) return st;
+    return tr_cu_attention_grad(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, in[3].data, &p, (int)a[2],
+                                out->data, scr, err);
+}
+
+static int run_cross_entropy(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *logits,
+                             const struct tr_tensor *labels, struct tr_tensor *out, struct tr_error *err) {
+    int st = check_float(logits, "cross_entropy", "logits", err);
+    if (!st) st = check_tensor(labels, "cross_entropy", "labels", err);
+    if (!st) st = check_tensor(out, "cross_entropy", "out", err);
+    if (st) return st;
+    char d1[200], d2[200];
+    if (logits->ndim != 2 || labels->ndim != 1 || labels->shape[0] != logits->shape[0] ||
+        (labels->dtype != TR_DTYPE_I32 && labels->dtype != TR_DTYPE_I64) || out->dtype != TR_DTYPE_F32 ||
+        tr_tensor_numel(out) != 1)
+        return tr_error_set(err, TR_ERR_SHAPE, "cross_entropy: logits %s (N,C), labels %s (N) i32/i64, out one f32",
+                            tr_cpu_desc(logits, d1, sizeof d1), tr_cpu_desc(labels, d2, sizeof d2));
+    int64_t rows = logits->shape[0];
+    void *scratch = NULL;
+    if ((st = tr_cuda_scratch(c, (size_t)rows * 8 + 16, &scratch, err)) != TR_OK) return st;
+    return tr_cu_cross_entropy(c->stream, logits->dtype, logits->data, labels->data, labels->dtype, rows,
+                               logits->shape[1], at->ints[1] != 0, (long long)at->ints[0], out->data, scratch, c->flag,
+                               err);
+}
+
+static int run_adamw(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *in,
+                     struct tr_tensor *out, struct tr_error *err) {
+    static const char *names[5] = {"param", "m", "v", "lr", "step"};
+    int st = check_float(out, "adamw_step", "out", err);
+    for (int i = 0; !st && i < 5; i++) st = check_tensor(&in[i], "adamw_step", names[i], err);
+    if (st) return st;
+    char d1[200];
+    int ok = in[0].dtype == out->dtype && tr_cpu_same_shape(&in[0], out);
+    for (int i = 1; ok && i < 3; i++) ok = in[i].dtype == TR_DTYPE_F32 && tr_cpu_same_shape(&in[i], out);
+    for (int i = 3; ok && i < 5; i++) ok = in[i].dtype == TR_DTYPE_F32 && tr_tensor_numel(&in[i]) == 1;
+    if (!ok)
+        return tr_error_set(err, TR_ERR_SHAPE, "adamw_step: param/out %s with m, v (f32, its shape), lr and step (one "
+                            "f32 each) expected", tr_cpu_desc(out, d1, sizeof d1));
+    const float *f = at->floats;
+    return tr_cu_adamw(c->stream, out->dtype, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data, f[0], f[1],
+                       f[2], f[3], out->data, tr_tensor_numel(out), c->flag, err);
+}
+
+/* ---- the training ops ---- */
+
+static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                     struct tr_tensor *out, struct tr_error *err) {
+    const char *kn = tr_op_name(op);
+    const int64_t *a = at->ints;
+    char d1[200], d2[200];
+    int st = check_tensor(out, kn, "out", err);
+    for (int i = 0; !st && i < n_in; i++) st = check_tensor(&in[i], kn, "input", err);
+    if (st) return st;
+    switch (op) {
+    case TR_OP_UNARY_GRAD:
+    case TR_OP_SOFTMAX_GRAD:
+    case TR_OP_LAYER_NORM_GRAD: {
+        const struct tr_tensor *x = &in[0], *dy = &in[op == TR_OP_LAYER_NORM_GRAD ? 2 : 1];
+        if ((st = check_float(x, kn, "x", err)) != TR_OK) return st;
+        if ((st = same_dtype_shape(x, out, kn, err)) != TR_OK || (st = same_dtype_shape(dy, out, kn, err)) != TR_OK)
+            return st;
+        int64_t n = last_dim(x), rows = n ? tr_tensor_numel(x) / n : 0;
+        if (op == TR_OP_UNARY_GRAD) {
+            if (!tr_op_is_elementwise_unary((int)a[0]))
+                return tr_error_set(err, TR_ERR_INVALID, "unary_grad: ints[0]=%lld is not a unary op", (long long)a[0]);
+            return tr_cu_unary_grad(c->stream, (int)a[0], x->dtype, x->data, dy->data, out->data, tr_tensor_numel(x),
+                                    (int)a[1], at->floats[0], err);
+        }
+        if (op == TR_OP_SOFTMAX_GRAD)
+            return tr_cu_softmax_grad(c->stream, x->dtype, x->data, dy->data, out->data, rows, n, err);
+        const struct tr_tensor *g = &in[1];
+        if (!is_float(g->dtype) || tr_tensor_numel(g) != n)
+            return tr_error_set(err, TR_ERR_SHAPE, "layer_norm_grad: gamma %s should have %lld elements",
+                                tr_cpu_desc(g, d1, sizeof d1), (long long)n);
+        return tr_cu_layer_norm_grad(c->stream, x->dtype, x->data, g->data, g->dtype, dy->data, out->data, rows, n,
+                                     at->floats[0], err);
+    }
+    case TR_OP_LAYER_NORM_GRAD_GAMMA: {
+        const struct tr_tensor *x = &in[0], *dy = &in[1];
+        if ((st = check_float(x, kn, "x", err)) != TR_OK || (st = same_dtype_shape(x, dy, kn, err)) != TR_OK) return st;
+        int64_t n = last_dim(x), rows = n ? tr_tensor_numel(x) / n : 0;
+        if (!is_float(out->dtype) || tr_tensor_numel(out) != n)
+            return tr_error_set(err, TR_ERR_SHAPE, "layer_norm_grad_gamma: out %s should have %lld elements",
+                                tr_cpu_desc(out, d1, sizeof d1), (long long)n);
+        void *stats = NULL;
+        if ((st = tr_cuda_scratch(c, (size_t)rows * 2 * sizeof(float) + 16, &stats, err)) != TR_OK) return st;
+        return tr_cu_layer_norm_grad_gamma(c->stream, x->dtype, x->data, dy->data, out->data, out->dtype, rows, n,
+                                           at->floats[0], stats, err);
+    }
+    case TR_OP_EMBEDDING_GRAD: {
+        const struct tr_tensor *ids = &in[0], *dy = &in[1];
+        if ((st = check_float(dy, kn, "dy", err)) != TR_OK) return st;
+        int64_t V = out->ndim == 2 ? out->shape[0] : -1, D = out->ndim == 2 ? out->shape[1] : -1;
+        if (V != a[0] || out->dtype != dy->dtype || (ids->dtype != TR_DTYPE_I32 && ids->dtype != TR_DTYPE_I64) ||
+            last_dim(dy) != D || tr_tensor_numel(dy) != tr_tensor_numel(ids) * D)
+            return tr_error_set(err, TR_ERR_SHAPE, "embedding_grad: ids %s, dy %s do not give dtable (V=%lld, D) of dy's "
+                                "dtype", tr_cpu_desc(ids, d1, sizeof d1), tr_cpu_desc(dy, d2, sizeof d2),
+                                (long long)a[0]);
+        void *acc = NULL;
+        if (out->dtype != TR_DTYPE_F32 &&
+            (st = tr_cuda_scratch(c, (size_t)(V * D) * sizeof(float) + 16, &acc, err)) != TR_OK)
+            return st;
+        return tr_cu_embedding_grad(c->stream, out->dtype, ids->data, ids->dtype, dy->data, out->data,
+                                    tr_tensor_numel(ids), D, V, acc, c->flag, err);
+    }
+    case TR_OP_CROSS_ENTROPY_GRAD: {
+        const struct tr_tensor *x = &in[0], *lab = &in[1], *dl = &in[2];
+        if ((st = check_float(x, kn, "logits", err)) != TR_OK || (st = check_float(dl, kn, "dloss", err)) != TR_OK ||
+            (st = same_dtype_shape(x, out, kn, err)) != TR_OK)
+            return st;
+        if (x->ndim != 2 || lab->ndim != 1 || lab->shape[0] != x->shape[0] || tr_tensor_numel(dl) != 1 ||
+            (lab->dtype != TR_DTYPE_I32 && lab->dtype != TR_DTYPE_I64))
+            return tr_error_set(err, TR_ERR_SHAPE, "cross_entropy_grad: logits %s (N,C), labels %s (N) i32/i64, dloss "
+                                "one element", tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(lab, d2, sizeof d2));
+        void *scr = NULL;
+        if ((st = tr_cuda_scratch(c, 16, &scr, err)) != TR_OK) return st;
+        return tr_cu_cross_entropy_grad(c->stream, x->dtype, x->data, lab->data, lab->dtype, dl->data, dl->dtype,
+                                        x->shape[0], x->shape[1], a[1] != 0, (long long)a[0], scr, out->data, c->flag,
+                                        err);
+    }
+    case TR_OP_MAX_GRAD: {
+        const struct tr_tensor *x = &in[0], *dy = &in[1];
+        if ((st = check_float(x, kn, "x", err)) != TR_OK || (st = same_dtype_shape(x, out, kn, err)) != TR_OK) return st;
+        int ax = tr_cpu_axis(a[0], x->ndim);
+        if (ax < 0 || dy->dtype != x->dtype || tr_tensor_numel(dy) * x->shape[ax] != tr_tensor_numel(x))
+            return tr_error_set(err, TR_ERR_SHAPE, "max_grad: dy %s does not fit x %s reduced over axis %lld",
+                                tr_cpu_desc(dy, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2), (long long)a[0]);
+        int64_t outer = 1, inner = 1;
+        for (int i = 0; i < ax; i++) outer *= x->shape[i];
+        for (int i = ax + 1; i < x->ndim; i++) inner *= x->shape[i];
+        return tr_cu_max_grad(c->stream, x->dtype, x->data, dy->data, out->data, outer, x->shape[ax], inner, err);
+    }
+    case TR_OP_SLICE_GRAD: {
+        const struct tr_tensor *dy = &in[0];
+        int ax = tr_cpu_axis(a[0], out->ndim);
+        int ok = ax >= 0 && dy->ndim == out->ndim && dy->dtype == out->dtype && out->shape[ax] == a[4] && a[3] > 0 &&
+                 a[1] >= 0;
+        for (int i = 0; ok && i < out->ndim; i++) ok = i == ax || dy->shape[i] == out->shape[i];
+        if (ok && dy->shape[ax] > 0) ok = a[1] + (dy->shape[ax] - 1) * a[3] < out->shape[ax];
+        if (!ok)
+            return tr_error_set(err, TR_ERR_SHAPE, "slice_grad: dy %s does not fit dx %s at axis %lld start %lld step %lld",
+                                tr_cpu_desc(dy, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2), (long long)a[0],
+                                (long long)a[1], (long long)a[3]);
+        if ((st = tr_cu_fill_zero(c->stream, out->data, tr_tensor_nbytes(out), err)) != TR_OK) return st;
+        int64_t ds[TR_MAX_DIMS], os[TR_MAX_DIMS];
+        contiguous_strides(dy->ndim, dy->shape, ds);
+        contiguous_strides(out->ndim, out->shape, os);
+        size_t es = tr_dtype_size((enum tr_dtype)out->dtype);
+        char *base = (char *)out->data + (size_t)(a[1] * os[ax]) * es;
+        os[ax] *= a[3];
+        return strided_copy(c, dy, dy->data, ds, base, os, dy->ndim, dy->shape, err);
+    }
+    case TR_OP_MSE: {
+        const struct tr_tensor *p = &in[0], *t = &in[1];
+        if ((st = check_float(p, kn, "pred", err)) != TR_OK || (st = same_dtype_shape(p, t, kn, err)) != TR_OK) return st;
+        if (out->dtype != TR_DTYPE_F32 || tr_tensor_numel(out) != 1)
+            return tr_error_set(err, TR_ERR_SHAPE, "mse: out %s should be one f32", tr_cpu_desc(out, d1, sizeof d1));
+        return tr_cu_mse(c->stream, p->dtype, p->data, t->data, tr_tensor_numel(p), out->data, err);
+    }
+    default: return tr_error_set(err, TR_ERR_INTERNAL, "cuda training op %s", kn);
+    }
+}
+
+/* ---- the decoder LLMs' ops ---- */
+
+static int run_rms_norm(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, const struct tr_tensor *in,
+                        struct tr_tensor *out, struct tr_error *err) {
+    const char *kn = tr_op_name(op);
+    const struct tr_tensor *x = &in[0];
+    const struct tr_tensor *w = op == TR_OP_RMS_NORM_GRAD_W ? NULL : &in[1];
+    const struct tr_tensor *dy = op == TR_OP_RMS_NORM ? NULL : op == TR_OP_RMS_NORM_GRAD ? &in[2] : &in[1];
+    int st = check_float(x, kn, "x", err);
+    if (!st) st = check_float(out, kn, "out", err);
+    if (!st && w) st = check_float(w, kn, "w", err);
+    if (!st && dy) st = check_float(dy, kn, "dy", err);
+    if (!st && dy) st = same_dtype_shape(x, dy, kn, err);
+    if (st) return st;
+    char d1[200];
+    if (x->ndim < 1) return tr_error_set(err, TR_ERR_SHAPE, "%s: x is 0-d (it normalises the last axis)", kn);
+    int64_t n = last_dim(x), rows = n ? tr_tensor_numel(x) / n : 0;
+    if (w && tr_tensor_numel(w) != n)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: w %s should have %lld elements", kn, tr_cpu_desc(w, d1, sizeof d1),
+                            (long long)n);
+    if (op == TR_OP_RMS_NORM_GRAD_W ? tr_tensor_numel(out) != n : (st = same_dtype_shape(x, out, kn, err)) != TR_OK)
+        return st ? st : tr_error_set(err, TR_ERR_SHAPE, "%s: dw %s should have %lld elements", kn,
+                                      tr_cpu_desc(out, d1, sizeof d1), (long long)n);
+    float eps = at->floats[0];
+    if (!(eps >= 0.0f) || !isfinite(eps) || (at->ints[0] != 0 && at->ints[0] != 1))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: eps %g (finite, >= 0) or add_one ints[0]=%lld (0 or 1) out of range",
+                            kn, (double)eps, (long long)at->ints[0]);
+    void *rstd = NULL;
+    if (op == TR_OP_RMS_NORM_GRAD_W && (st = tr_cuda_scratch(c, (size_t)rows * sizeof(float) + 16, &rstd, err)) != TR_OK)
+        return st;
+    return tr_cu_rms_norm(c->stream, op, x->dtype, x->data, w ? w->data : NULL, w ? w->dtype : 0, dy ? dy->data : NULL,
+                          out->data, out->dtype, rows, n, eps, (int)at->ints[0], rstd, err);
+}
+
+static int run_rope(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *x,
+                    const struct tr_tensor *pos, struct tr_tensor *out, struct tr_error *err) {
+    int st = check_float(x, "rope", "x", err);
+    if (!st) st = check_tensor(pos, "rope", "pos", err);
+    if (!st) st = check_float(out, "rope", "out", err);
+    if (!st) st = same_dtype_shape(x, out, "rope", err);
+    if (st) return st;
+    char d1[200], d2[200];
+    if (x->ndim != 4 || (pos->dtype != TR_DTYPE_I32 && pos->dtype != TR_DTYPE_I64) ||
+        !((pos->ndim == 1 && pos->shape[0] == x->shape[2]) ||
+          (pos->ndim == 2 && pos->shape[0] == x->shape[0] && pos->shape[1] == x->shape[2])))
+        return tr_error_set(err, TR_ERR_SHAPE, "rope: x %s should be (B,H,T,D) and pos %s (T) or (B,T) of i32/i64",
+                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(pos, d2, sizeof d2));
+    int64_t D = x->shape[3], R = at->ints[0] ? at->ints[0] : D;
+    if (R < 0 || R > D || R % 2 || (at->ints[1] != 0 && at->ints[1] != 1))
+        return tr_error_set(err, TR_ERR_INVALID, "rope: rotated dims ints[0]=%lld (even, at most D=%lld) or inverse "
+                            "ints[1]=%lld (0 or 1) out of range", (long long)at->ints[0], (long long)D,
+                            (long long)at->ints[1]);
+    return tr_cu_rope(c->stream, x->dtype, x->data, pos->data, pos->dtype, pos->ndim == 2, out->data, x->shape[0],
+                      x->shape[1], x->shape[2], D, R, at->floats[0], (int)at->ints[1], err);
+}
+
+int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                struct tr_tensor *out, struct tr_error *err) {
+    struct tr_cuda_ctx *c = k->cuda;
+    if (!c) return tr_error_set(err, TR_ERR_INTERNAL, "tr_kernels_run: cuda context without its CUDA state");
+    if (op == TR_OP_MATMUL)
+        return tr_cuda_matmul(k, &in[0], &in[1], out, at->ints[0] != 0, at->ints[1] != 0, at->floats[0], NULL,
+                              TR_ACT_NONE, err);
+    k->stats.calls++;
+    if (tr_op_is_elementwise_binary(op)) return run_binary(c, op, &in[0], &in[1], out, err);
+    if (tr_op_is_elementwise_unary(op)) return run_unary(c, op, at, &in[0], out, err);
+    switch (op) {
+    case TR_OP_SOFTMAX:
+    case TR_OP_LAYER_NORM: return run_rows(c, op, at, n_in, in, out, err);
+    case TR_OP_EMBEDDING: return run_embedding(c, &in[0], &in[1], out, err);
+    case TR_OP_RESHAPE:
+    case TR_OP_TRANSPOSE:
+    case TR_OP_SLICE:
+    case TR_OP_CONCAT:
+    case TR_OP_BROADCAST: return run_layout(c, op, at, n_in, in, out, err);
+    case TR_OP_SUM:
+    case TR_OP_MEAN:
+    case TR_OP_MAX: return run_reduce(c, op, at, &in[0], out, err);
+    case TR_OP_CAST: return run_cast(c, &in[0], out, err);
+    case TR_OP_ATTENTION: return run_attention(c, at, n_in, in, out, err);
+    case TR_OP_ATTENTION_GRAD: return run_attention_grad(c, at, n_in, in, out, err);
+    case TR_OP_RMS_NORM:
+    case TR_OP_RMS_NORM_GRAD:
+    case TR_OP_RMS_NORM_GRAD_W: return run_rms_norm(c, op, at, in, out, err);
+    case TR_OP_ROPE: return run_rope(c, at, &in[0], &in[1], out, err);
+    case TR_OP_CROSS_ENTROPY: return run_cross_entropy(c, at, &in[0], &in[1], out, err);
+    case TR_OP_ADAMW_STEP: return run_adamw(c, at, in, out, err);
+    case TR_OP_UNARY_GRAD:
+    case TR_OP_SOFTMAX_GRAD:
+    case TR_OP_LAYER_NORM_GRAD:
+    case TR_OP_LAYER_NORM_GRAD_GAMMA:
+    case TR_OP_EMBEDDING_GRAD:
+    case TR_OP_CROSS_ENTROPY_GRAD:
+    case TR_OP_MAX_GRAD:
+    case TR_OP_SLICE_GRAD:
+    case TR_OP_MSE: return run_train(c, op, at, n_in, in, out, err);
+    default:
+        k->stats.calls--;
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "tr_kernels_run: op %s has no cuda kernel yet (issue #6)",
+                            tr_op_name(op));
+    }
+}

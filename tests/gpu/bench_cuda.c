@@ -1,0 +1,173 @@
+/* The ceilings tests/gpu/run.sh measures on a GPU, through the kernels library as the
+ * backends call it: cuBLASLt bf16 GEMM TFLOP/s at 8192³, device-to-device copy GB/s,
+ * and attention forward TFLOP/s at sequence 2048. Times are CUDA events around N
+ * repetitions after a warm-up. Usage: trident_bench_cuda OUT.json */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+#include "trident/kernels.h"
+#include "trident/kernels_cuda.h"
+
+#define CHECK(x)                                                                  \
+    do {                                                                          \
+        if ((x) != TR_OK) {                                                       \
+            fprintf(stderr, "bench_cuda: %s: %s\n", #x, err.msg);                 \
+            exit(1);                                                              \
+        }                                                                         \
+    } while (0)
+
+static struct tr_error err;
+
+static struct tr_tensor dev_tensor(struct tr_kernels *k, enum tr_dtype dt, int ndim, const int64_t *shape) {
+    struct tr_tensor t;
+    CHECK(tr_tensor_make(&t, NULL, dt, ndim, shape, &err));
+    CHECK(tr_kernels_alloc(k, tr_tensor_nbytes(&t), &t.data, &err));
+    t.device = TR_DEVICE_CUDA;
+    /* small random-ish values (bf16 bit patterns of floats in about [-1, 1]) */
+    size_t n = tr_tensor_nbytes(&t);
+    unsigned char *h = malloc(n);
+    uint32_t s = 12345;
+    if (dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16) {
+        for (size_t i = 0; i < n / 2; i++) {
+            s = s * 1664525u + 1013904223u;
+            float f = ((float)(s >> 8) / 16777216.0f - 0.5f);
+            ((uint16_t *)h)[i] = dt == TR_DTYPE_BF16 ? tr_f32_to_bf16(f) : tr_f32_to_f16(f);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(i * 7);
+    }
+    CHECK(tr_kernels_to_device(k, t.data, h, n, &err));
+    free(h);
+    return t;
+}
+
+/* Milliseconds per call of fn over reps calls (after 2 warm-up calls). */
+typedef void (*bench_fn)(struct tr_kernels *k, void *arg);
+static double time_ms(struct tr_kernels *k, bench_fn fn, void *arg, int reps) {
+    cudaStream_t s = (cudaStream_t)tr_kernels_cuda_stream(k);
+    fn(k, arg);
+    fn(k, arg);
+    CHECK(tr_kernels_sync(k, &err));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, s);
+    for (int i = 0; i < reps; i++) fn(k, arg);
+    cudaEventRecord(e1, s);
+    CHECK(tr_kernels_sync(k, &err));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ms / reps;
+}
+
+struct mm_arg {
+    struct tr_tensor a, b, c;
+};
+static void run_mm(struct tr_kernels *k, void *p) {
+    struct mm_arg *m = p;
+    struct tr_tensor in[2] = {m->a, m->b};
+    CHECK(tr_kernels_run(k, TR_OP_MATMUL, NULL, 2, in, &m->c, &err));
+}
+
+struct copy_arg {
+    void *dst, *src;
+    size_t n;
+};
+static void run_copy(struct tr_kernels *k, void *p) {
+    struct copy_arg *c = p;
+    CHECK(tr_kernels_copy(k, c->dst, c->src, c->n, &err));
+}
+
+struct att_arg {
+    struct tr_tensor q, kk, v, o;
+    struct tr_attrs at;
+};
+static void run_att(struct tr_kernels *k, void *p) {
+    struct att_arg *a = p;
+    struct tr_tensor in[3] = {a->q, a->kk, a->v};
+    CHECK(tr_kernels_run(k, TR_OP_ATTENTION, &a->at, 3, in, &a->o, &err));
+}
+
+int main(int argc, char **argv) {
+    const char *json = argc > 1 ? argv[1] : NULL;
+    struct tr_kernels *k = NULL;
+    if (tr_kernels_init(&k, TR_DEVICE_CUDA, 0, &err) != TR_OK) {
+        printf("SKIPPED: %s (bench_cuda)\n", err.msg);
+        return 2; /* no ceiling measured: not a pass */
+    }
+    struct cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+
+    /* GEMM bf16 8192³ */
+    int64_t n = 8192;
+    struct mm_arg mm = {dev_tensor(k, TR_DTYPE_BF16, 2, (int64_t[]){n, n}),
+                        dev_tensor(k, TR_DTYPE_BF16, 2, (int64_t[]){n, n}),
+                        dev_tensor(k, TR_DTYPE_BF16, 2, (int64_t[]){n, n})};
+    double gemm_ms = time_ms(k, run_mm, &mm, 20);
+    double gemm_tflops = 2.0 * n * n * n / (gemm_ms * 1e-3) / 1e12;
+
+    /* device-to-device copy, 1 GiB: bytes read + written */
+    struct copy_arg cp = {NULL, NULL, (size_t)1 << 30};
+    CHECK(tr_kernels_alloc(k, cp.n, &cp.src, &err));
+    CHECK(tr_kernels_alloc(k, cp.n, &cp.dst, &err));
+    CHECK(tr_kernels_copy(k, cp.src, mm.a.data, tr_tensor_nbytes(&mm.a), &err));
+    double copy_ms = time_ms(k, run_copy, &cp, 20);
+    double copy_gbs = 2.0 * (double)cp.n / (copy_ms * 1e-3) / 1e9;
+
+    /* attention forward: B=8, H=16, T=2048, D=64, bf16, no mask */
+    int64_t B = 8, H = 16, T = 2048, D = 64;
+    int64_t sh[4] = {B, H, T, D};
+    struct att_arg at;
+    memset(&at, 0, sizeof at);
+    at.q = dev_tensor(k, TR_DTYPE_BF16, 4, sh);
+    at.kk = dev_tensor(k, TR_DTYPE_BF16, 4, sh);
+    at.v = dev_tensor(k, TR_DTYPE_BF16, 4, sh);
+    at.o = dev_tensor(k, TR_DTYPE_BF16, 4, sh);
+    at.at.floats[0] = 0.125f;
+    double att_ms = time_ms(k, run_att, &at, 10);
+    double att_tflops = 4.0 * B * H * T * T * D / (att_ms * 1e-3) / 1e12;
+    at.at.ints[0] = 1; /* causal: half the work */
+    double attc_ms = time_ms(k, run_att, &at, 10);
+    double attc_tflops = 2.0 * B * H * T * T * D / (attc_ms * 1e-3) / 1e12;
+    at.at.ints[0] = 0; /* the CUDA-core kernel, for comparison */
+    setenv("TRIDENT_CUDA_ATTENTION", "simple", 1);
+    double atts_ms = time_ms(k, run_att, &at, 3);
+    double atts_tflops = 4.0 * B * H * T * T * D / (atts_ms * 1e-3) / 1e12;
+    unsetenv("TRIDENT_CUDA_ATTENTION");
+
+    struct tr_cuda_pool_stats ps;
+    CHECK(tr_kernels_cuda_memory(k, &ps, &err));
+    printf("\n%-44s %12s %12s\n", "ceiling (bf16 unless said)", "ms", "rate");
+    printf("%-44s %12.3f %9.1f TFLOP/s\n", "cuBLASLt GEMM 8192^3", gemm_ms, gemm_tflops);
+    printf("%-44s %12.3f %9.1f GB/s\n", "device-to-device copy 1 GiB (read+write)", copy_ms, copy_gbs);
+    printf("%-44s %12.3f %9.1f TFLOP/s\n", "attention fwd B8 H16 T2048 D64", att_ms, att_tflops);
+    printf("%-44s %12.3f %9.1f TFLOP/s\n", "attention fwd causal, same shape", attc_ms, attc_tflops);
+    printf("%-44s %12.3f %9.1f TFLOP/s\n", "attention fwd, CUDA-core kernel (simple)", atts_ms, atts_tflops);
+    printf("device: %s (sm_%d%d); peak device memory through the pool: %.1f MiB\n", prop.name, prop.major, prop.minor,
+           (double)ps.peak_reserved / (1 << 20));
+    if (json) {
+        FILE *f = fopen(json, "w");
+        if (!f) {
+            fprintf(stderr, "bench_cuda: cannot write %s\n", json);
+            return 1;
+        }
+        fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm\": %d,\n", prop.name, prop.major * 10 + prop.minor);
+        fprintf(f, "  \"gemm_bf16_8192_ms\": %.4f,\n  \"gemm_bf16_8192_tflops\": %.2f,\n", gemm_ms, gemm_tflops);
+        fprintf(f, "  \"copy_d2d_1gib_ms\": %.4f,\n  \"copy_d2d_gbs\": %.1f,\n", copy_ms, copy_gbs);
+        fprintf(f, "  \"attention_fwd_b8h16t2048d64_ms\": %.4f,\n  \"attention_fwd_tflops\": %.2f,\n", att_ms,
+                att_tflops);
+        fprintf(f, "  \"attention_fwd_causal_ms\": %.4f,\n  \"attention_fwd_causal_tflops\": %.2f,\n", attc_ms,
+                attc_tflops);
+        fprintf(f, "  \"attention_fwd_simple_ms\": %.4f,\n  \"attention_fwd_simple_tflops\": %.2f,\n", atts_ms,
+                atts_tflops);
+        fprintf(f, "  \"peak_reserved_bytes\": %zu\n}\n", ps.peak_reserved);
+        fclose(f);
+    }
+    tr_kernels_dealloc(k, cp.src);
+    tr_kernels_dealloc(k, cp.dst);
+    tr_kernels_free(k);
+    return 0;
+}

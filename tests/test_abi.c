@@ -1,0 +1,260 @@
+/* The plugin ABI's edges as a third-party author meets them, written against whatever
+ * minor this header has (TR_ABI_MINOR + 1, TR_ABI_MAJOR - 1), so that they keep their
+ * meaning when the ABI grows: a plugin of the next minor is accepted and its unknown
+ * slot never called; one of the previous major, one that hands back no vtable, and one
+ * whose struct_size does not even reach the slots it claims are refused with the file
+ * and the reason. Then the SDK's example backend (examples/backend_minimal, built in
+ * tree into example_plugins/): its options (an unknown key refused by name, with the
+ * file and line) and its numbers, with what it ran itself counted in get_stats.
+ * tests/test_loader.c has the foundation's cases; tests/test_install.sh the install. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "testutil.h"
+#include "trident/graph.h"
+#include "trident/loader.h"
+
+#define TP_STATS_POISON 0x5eed /* tests/plugins/backend_test.c */
+#define EXAMPLE TR_BINARY_DIR "/example_plugins/libtrident_backend_minimal.so"
+
+#define assert_msg_has(err, s)                                                                     \
+    do {                                                                                           \
+        if (!strstr((err)->msg, (s))) fail_msg("message \"%s\"\n  lacks \"%s\"", (err)->msg, (s)); \
+    } while (0)
+
+#define ABI_PLUGIN_DIR TR_BINARY_DIR "/abi_plugins" /* tests/plugins/CMakeLists.txt */
+
+/* nextminor, oldmajor and tiny live in ABI_PLUGIN_DIR; the foundation's variants in
+ * TR_TEST_PLUGIN_DIR. */
+static const char *plugin_file(const char *variant) {
+    static char buf[4][512];
+    static int next;
+    char *p = buf[next++ % 4];
+    int mine = !strcmp(variant, "nextminor") || !strcmp(variant, "oldmajor") || !strcmp(variant, "tiny");
+    snprintf(p, 512, "%s/libtrident_backend_%s.so", mine ? ABI_PLUGIN_DIR : TR_TEST_PLUGIN_DIR, variant);
+    return p;
+}
+
+static struct tr_plugin *open_ok(const char *path) {
+    struct tr_plugin *p = NULL;
+    struct tr_error err = {0};
+    if (tr_plugin_open(path, NULL, &p, &err) != TR_OK) fail_msg("open %s: %s", path, err.msg);
+    return p;
+}
+
+static void expect_refusal(const char *variant, const char *reason) {
+    struct tr_plugin *p = (struct tr_plugin *)0x1;
+    struct tr_error err = {0};
+    int rc = tr_plugin_open(plugin_file(variant), NULL, &p, &err);
+    if (rc != TR_ERR_PLUGIN) fail_msg("%s: status %d (%s), expected a refusal", variant, rc, err.msg);
+    assert_null(p);
+    assert_msg_has(&err, plugin_file(variant));
+    assert_msg_has(&err, reason);
+}
+
+static struct tr_backend *init_ok(struct tr_plugin *p, const struct tr_option *opts, int n) {
+    struct tr_backend_params prm = {.device_type = TR_DEVICE_CPU, .options = opts, .n_options = n};
+    struct tr_backend *be = NULL;
+    struct tr_error err = {0};
+    if (tr_backend_init(p, &prm, &be, &err) != TR_OK) fail_msg("init: %s", err.msg);
+    return be;
+}
+
+/* ---- a small graph: softmax(gelu(x·w + b) * x2), checked against doubles ---- */
+
+#define M 4
+#define K 8
+#define N 16
+
+struct small {
+    struct tr_graph *g;
+    float w[K * N], b[N];
+};
+
+static void small_build(struct small *s) {
+    struct tr_error err = {0};
+    assert_int_equal(tr_graph_init(&s->g, &err), TR_OK);
+    for (int i = 0; i < K * N; i++) s->w[i] = (float)(0.3 * sin(0.7 * i + 0.1));
+    for (int i = 0; i < N; i++) s->b[i] = (float)(0.2 * cos(1.3 * i) + 0.05);
+    const int64_t xs[] = {M, K}, ws[] = {K, N}, bs[] = {N}, x2s[] = {M, N};
+    int x = tr_input(s->g, "x", TR_DTYPE_F32, 2, xs);
+    int x2 = tr_input(s->g, "x2", TR_DTYPE_F32, 2, x2s);
+    int w = tr_param(s->g, "w", TR_DTYPE_F32, 2, ws, 0.0f, 0.02f);
+    int b = tr_const(s->g, "b", TR_DTYPE_F32, 1, bs, s->b);
+    int y = tr_softmax(s->g, tr_mul(s->g, tr_gelu(s->g, tr_add(s->g, tr_matmul(s->g, x, w, 0, 0), b), 0), x2));
+    tr_graph_set_output(s->g, y, "out");
+    if (tr_graph_status(s->g, &err) != TR_OK) fail_msg("graph: %s", err.msg);
+    assert_int_equal(tr_graph_bind_param(s->g, w, s->w, &err), TR_OK);
+}
+
+/* Two steps, outputs poisoned before each; the second is compared. */
+static void small_run(struct tr_backend *be, struct small *s, struct tr_backend_stats *st) {
+    struct tr_error err = {0};
+    struct tr_program *prog = NULL;
+    if (tr_backend_compile(be, s->g, &prog, &err) != TR_OK) fail_msg("compile: %s", err.msg);
+    const int64_t xs[] = {M, K}, os[] = {M, N};
+    struct tr_tensor in[2] = {tr_test_tensor(TR_DTYPE_F32, 2, xs), tr_test_tensor(TR_DTYPE_F32, 2, os)};
+    struct tr_tensor out = tr_test_tensor(TR_DTYPE_F32, 2, os);
+    tr_test_randn(&in[0], 42, 1.0);
+    tr_test_randn(&in[1], 43, 1.0);
+    for (int step = 0; step < 2; step++) {
+        tr_test_poison(&out);
+        if (tr_backend_execute(be, prog, 2, in, 1, &out, &err) != TR_OK) fail_msg("execute: %s", err.msg);
+    }
+    double ref[M * N];
+    const float *xv = in[0].data, *x2 = in[1].data;
+    for (int i = 0; i < M; i++) {
+        double mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j < N; j++) {
+            double acc = s->b[j];
+            for (int k = 0; k < K; k++) acc += (double)xv[i * K + k] * s->w[k * N + j];
+            ref[i * N + j] = 0.5 * acc * (1.0 + erf(acc / sqrt(2.0))) * x2[i * N + j];
+            mx = fmax(mx, ref[i * N + j]);
+        }
+        for (int j = 0; j < N; j++) sum += (ref[i * N + j] = exp(ref[i * N + j] - mx));
+        for (int j = 0; j < N; j++) ref[i * N + j] /= sum;
+    }
+    tr_assert_close("softmax(gelu(x.w+b)*x2) through the plugin", &out, ref, tr_test_tol(TR_DTYPE_F32));
+    if (st && tr_backend_get_stats(be, prog, st, &err) != TR_OK) fail_msg("stats: %s", err.msg);
+    tr_program_free(prog);
+    for (int i = 0; i < 2; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensor_free(&out);
+}
+
+/* ---- versions ---- */
+
+static void test_next_minor_accepted(void **state) {
+    (void)state;
+    struct tr_plugin *p = open_ok(plugin_file("nextminor"));
+    const struct tr_backend_i *it = tr_plugin_iface(p);
+    assert_int_equal(TR_ABI_GET_MAJOR(it->abi_version), TR_ABI_MAJOR);
+    assert_int_equal(TR_ABI_GET_MINOR(it->abi_version), TR_ABI_MINOR + 1);
+    assert_true(it->struct_size > sizeof(struct tr_backend_i));
+    struct tr_backend *be = init_ok(p, NULL, 0);
+    struct small s;
+    small_build(&s);
+    struct tr_backend_stats st;
+    small_run(be, &s, &st);
+    assert_int_not_equal(st.kernel_calls, TP_STATS_POISON); /* the unknown slot was not called */
+    assert_int_equal(st.kernel_calls, 5);
+    tr_graph_free(s.g);
+    tr_backend_free(be);
+    tr_plugin_close(p);
+}
+
+static void test_old_major_refused(void **state) {
+    (void)state;
+    char why[128];
+    snprintf(why, sizeof why, "incompatible ABI version (backend: %d.9, host: %d.%d)", TR_ABI_MAJOR - 1, TR_ABI_MAJOR,
+             TR_ABI_MINOR);
+    expect_refusal("oldmajor", why);
+}
+
+static void test_null_vtable_refused(void **state) {
+    (void)state;
+    expect_refusal("nullvtable", "tr_backend_entry returned no vtable");
+}
+
+static void test_struct_size_short_of_its_claim_refused(void **state) {
+    (void)state;
+    char why[128];
+    snprintf(why, sizeof why, "vtable too short: %zu bytes", offsetof(struct tr_backend_i, name));
+    expect_refusal("tiny", why);
+}
+
+/* `trident list` shows the same verdicts, each with its reason. */
+struct scan_seen {
+    int nextminor_ok, oldmajor_refused, tiny_refused;
+};
+
+static void scan_visit(const struct tr_plugin_candidate *c, void *user) {
+    struct scan_seen *s = user;
+    if (strstr(c->path, "_nextminor.so")) s->nextminor_ok = c->accepted;
+    if (strstr(c->path, "_oldmajor.so")) s->oldmajor_refused = !c->accepted && strstr(c->reason, "incompatible ABI");
+    if (strstr(c->path, "_tiny.so")) s->tiny_refused = !c->accepted && strstr(c->reason, "too short");
+}
+
+static void test_scan_gives_reasons(void **state) {
+    (void)state;
+    struct tr_plugin_search s = {.ini_dir = ABI_PLUGIN_DIR, .env_path = ""};
+    struct scan_seen seen = {0};
+    struct tr_error err = {0};
+    assert_int_equal(tr_plugin_scan(&s, scan_visit, &seen, &err), TR_OK);
+    assert_true(seen.nextminor_ok);
+    assert_true(seen.oldmajor_refused);
+    assert_true(seen.tiny_refused);
+}
+
+/* ---- the example backend ---- */
+
+static void test_example_options(void **state) {
+    (void)state;
+    struct tr_plugin *p = open_ok(EXAMPLE);
+    assert_string_equal(tr_plugin_iface(p)->name, "minimal");
+    struct tr_backend_params prm = {.device_type = TR_DEVICE_CPU};
+    struct tr_backend *be = NULL;
+    struct tr_error err = {0};
+
+    const struct tr_option typo[] = {{.key = "own_ops", .value = "true", .file = "conf/x.ini", .line = 6},
+                                     {.key = "verbsoe", .value = "true", .file = "conf/x.ini", .line = 7}};
+    prm.options = typo;
+    prm.n_options = 2;
+    assert_int_equal(tr_backend_init(p, &prm, &be, &err), TR_ERR_PLUGIN);
+    assert_null(be);
+    assert_msg_has(&err, "conf/x.ini:7: [backend.minimal] unknown key 'verbsoe'");
+    assert_msg_has(&err, "known: own_ops, verbose");
+
+    const struct tr_option bad[] = {{.key = "own_ops", .value = "maybe", .file = "conf/x.ini", .line = 3}};
+    prm.options = bad;
+    prm.n_options = 1;
+    assert_int_equal(tr_backend_init(p, &prm, &be, &err), TR_ERR_PLUGIN);
+    assert_msg_has(&err, "conf/x.ini:3: [backend.minimal] own_ops = maybe: expected true or false");
+
+    prm.device_type = TR_DEVICE_CUDA;
+    prm.n_options = 0;
+    assert_int_equal(tr_backend_init(p, &prm, &be, &err), TR_ERR_PLUGIN);
+    assert_msg_has(&err, "cpu only");
+    tr_plugin_close(p);
+}
+
+/* Its own loops agree with the reference, and it counts what it ran: matmul, add, gelu
+ * and mul itself, softmax through the shared kernels; with own_ops = false, all five. */
+static void test_example_runs_and_counts(void **state) {
+    (void)state;
+    struct tr_plugin *p = open_ok(EXAMPLE);
+    struct small s;
+    small_build(&s);
+    struct tr_backend_stats st;
+
+    struct tr_backend *be = init_ok(p, NULL, 0);
+    assert_int_equal(tr_backend_supports_op(be, TR_OP_MATMUL, TR_DTYPE_F32), 1);
+    assert_int_equal(tr_backend_supports_op(be, TR_OP_SOFTMAX, TR_DTYPE_F32), 0);
+    assert_int_equal(tr_backend_supports_op(be, TR_OP_MATMUL, TR_DTYPE_BF16), 0);
+    small_run(be, &s, &st);
+    assert_int_equal(st.kernel_calls, 5);
+    if (!strstr(st.notes, "ran itself: 1 matmul, 3 elementwise; shared kernels: 1"))
+        fail_msg("notes: %s", st.notes);
+    tr_backend_free(be);
+
+    const struct tr_option off[] = {{.key = "own_ops", .value = "false", .file = "t.ini", .line = 2}};
+    be = init_ok(p, off, 1);
+    small_run(be, &s, &st);
+    if (!strstr(st.notes, "ran itself: 0 matmul, 0 elementwise; shared kernels: 5")) fail_msg("notes: %s", st.notes);
+    tr_backend_free(be);
+    tr_graph_free(s.g);
+    tr_plugin_close(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_next_minor_accepted),
+        cmocka_unit_test(test_old_major_refused),
+        cmocka_unit_test(test_null_vtable_refused),
+        cmocka_unit_test(test_struct_size_short_of_its_claim_refused),
+        cmocka_unit_test(test_scan_gives_reasons),
+        cmocka_unit_test(test_example_options),
+        cmocka_unit_test(test_example_runs_and_counts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

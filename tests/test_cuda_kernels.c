@@ -1,0 +1,672 @@
+/* Every CUDA kernel against the cpu kernel (the reference) on random inputs of several
+ * shapes, through tr_kernels_run on a cpu and a cuda context with the same attributes:
+ * ‖cuda − cpu‖/‖cpu‖ under 1e-4 for f32 and 1e-2 for bf16/f16 (exact for integer
+ * outputs), the device output poisoned with NaN before each run. Without a CUDA device
+ * (this machine, CI) each test prints "SKIPPED: no CUDA device found (name ...)" and
+ * passes; tests/gpu/run.sh runs it on a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "testutil.h"
+#include "trident/kernels.h"
+#include "trident/kernels_cuda.h"
+
+/* Internal to the kernels library: the cuda versions of the tr_k_* entries that are not
+ * graph ops (the GEMM with epilogues, the fused kernels), which tr_k_* does not route to
+ * cuda yet. */
+#include "../plugins/kernels/cuda/host/cuda_entry.h"
+
+static struct tr_kernels *G;      /* the cuda context, NULL without a device */
+static char no_device[TR_ERROR_MSG_MAX];
+
+#define SKIP_WITHOUT_GPU()                                                              \
+    do {                                                                                \
+        if (!G) {                                                                       \
+            printf("SKIPPED: no CUDA device found (%s)\n", __func__);                  \
+            return;                                                                     \
+        }                                                                               \
+    } while (0)
+
+#define CHECK_OK(x)                                                  \
+    do {                                                             \
+        if ((x) != TR_OK) fail_msg("%s: %s", #x, err.msg);           \
+    } while (0)
+
+static struct tr_error err;
+
+static int setup(void **state) {
+    if (tr_test_kernels_setup(state)) return -1;
+    struct tr_error e = {0};
+    if (tr_kernels_init(&G, TR_DEVICE_CUDA, 0, &e) != TR_OK) {
+        G = NULL;
+        snprintf(no_device, sizeof no_device, "%s", e.msg);
+        printf("cuda: %s\n", no_device);
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    tr_kernels_free(G);
+    return tr_test_kernels_teardown(state);
+}
+
+/* A device copy of a host tensor. */
+static struct tr_tensor to_dev(const struct tr_tensor *h) {
+    struct tr_tensor d = *h;
+    size_t n = tr_tensor_nbytes(h);
+    CHECK_OK(tr_kernels_alloc(G, n, &d.data, &err));
+    CHECK_OK(tr_kernels_to_device(G, d.data, h->data, n, &err));
+    d.device = TR_DEVICE_CUDA;
+    return d;
+}
+
+/* Runs op on the cpu and on cuda with the same inputs and attributes and compares. */
+static void compare_op(const char *what, int op, const struct tr_attrs *at, int n_in, struct tr_tensor *in,
+                       enum tr_dtype out_dt, int out_ndim, const int64_t *out_shape) {
+    struct tr_tensor ref = tr_test_tensor(out_dt, out_ndim, out_shape);
+    tr_test_poison(&ref);
+    if (tr_kernels_run(tr_test_k, op, at, n_in, in, &ref, &err)) fail_msg("%s: cpu: %s", what, err.msg);
+    struct tr_tensor din[8];
+    for (int i = 0; i < n_in; i++) din[i] = to_dev(&in[i]);
+    struct tr_tensor got = tr_test_tensor(out_dt, out_ndim, out_shape);
+    tr_test_poison(&got);
+    struct tr_tensor dout = to_dev(&got);
+    if (tr_kernels_run(G, op, at, n_in, din, &dout, &err)) fail_msg("%s: cuda: %s", what, err.msg);
+    CHECK_OK(tr_kernels_sync(G, &err));
+    CHECK_OK(tr_kernels_to_host(G, got.data, dout.data, tr_tensor_nbytes(&got), &err));
+    if (tr_dtype_is_float(out_dt)) {
+        double *r = tr_test_to_f64(&ref);
+        double e = tr_test_rel_err(&got, r);
+        free(r);
+        if (!(e < tr_test_tol(out_dt)))
+            fail_msg("%s (%s): cuda vs cpu relative error %.3g >= %.3g", what, tr_dtype_name(out_dt), e,
+                     tr_test_tol(out_dt));
+    } else if (memcmp(got.data, ref.data, tr_tensor_nbytes(&got)) != 0) {
+        fail_msg("%s (%s): cuda and cpu differ", what, tr_dtype_name(out_dt));
+    }
+    for (int i = 0; i < n_in; i++) tr_kernels_dealloc(G, din[i].data);
+    tr_kernels_dealloc(G, dout.data);
+    tr_test_tensor_free(&ref);
+    tr_test_tensor_free(&got);
+}
+
+static const enum tr_dtype FLOATS[3] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F16};
+
+static struct tr_tensor randn(enum tr_dtype dt, int ndim, const int64_t *shape, uint64_t seed) {
+    struct tr_tensor t = tr_test_tensor(dt, ndim, shape);
+    tr_test_randn(&t, seed, 1.0);
+    return t;
+}
+
+static void free_all(int n, struct tr_tensor *t) {
+    for (int i = 0; i < n; i++) tr_test_tensor_free(&t[i]);
+}
+
+/* ---- the tests ---- */
+
+static void test_context(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    assert_int_equal(tr_kernels_device_type(G), TR_DEVICE_CUDA);
+    assert_non_null(tr_kernels_cuda_stream(G));
+    void *p = NULL;
+    CHECK_OK(tr_kernels_alloc(G, 1000, &p, &err));
+    char host[1000], back[1000];
+    for (int i = 0; i < 1000; i++) host[i] = (char)(i * 7);
+    CHECK_OK(tr_kernels_to_device(G, p, host, sizeof host, &err));
+    CHECK_OK(tr_kernels_to_host(G, back, p, sizeof back, &err));
+    assert_memory_equal(host, back, sizeof host);
+    struct tr_cuda_pool_stats st;
+    CHECK_OK(tr_kernels_cuda_memory(G, &st, &err));
+    assert_true(st.allocated >= 1000);
+    tr_kernels_dealloc(G, p);
+    /* a host tensor handed to the cuda context is refused by name */
+    int64_t sh[1] = {4};
+    struct tr_tensor x = randn(TR_DTYPE_F32, 1, sh, 1), y = tr_test_tensor(TR_DTYPE_F32, 1, sh);
+    assert_int_equal(tr_kernels_run(G, TR_OP_RELU, NULL, 1, &x, &y, &err), TR_ERR_DEVICE);
+    assert_non_null(strstr(err.msg, "not cuda"));
+    tr_test_tensor_free(&x);
+    tr_test_tensor_free(&y);
+}
+
+/* What every machine can check: the cpu context has no cuda side, and without a device
+ * the answer is the one clear message (with CUDA built, cudaGetDeviceCount's reason). */
+static void test_device_routing(void **state) {
+    (void)state;
+    struct tr_cuda_pool_stats st;
+    assert_null(tr_kernels_cuda_stream(tr_test_k));
+    assert_int_not_equal(tr_kernels_cuda_memory(tr_test_k, &st, &err), TR_OK);
+    struct tr_error e = {0};
+    int avail = tr_kernels_device_available(TR_DEVICE_CUDA, &e);
+    if (G) {
+        assert_int_equal(avail, TR_OK);
+        assert_true(tr_kernels_cuda_built());
+        return;
+    }
+    assert_int_equal(avail, TR_ERR_DEVICE);
+    assert_non_null(strstr(e.msg, "no CUDA device found"));
+    assert_non_null(strstr(no_device, "no CUDA device found"));
+    struct tr_kernels *k = NULL;
+    assert_int_equal(tr_kernels_init(&k, TR_DEVICE_CUDA, 0, &e), TR_ERR_DEVICE);
+    assert_null(k);
+    if (!tr_kernels_cuda_built()) assert_non_null(strstr(e.msg, "built without CUDA"));
+}
+
+static void test_unary(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    static const int ops[] = {TR_OP_GELU, TR_OP_TANH, TR_OP_RELU, TR_OP_SILU, TR_OP_SIGMOID,
+                              TR_OP_EXP,  TR_OP_NEG,  TR_OP_SQRT, TR_OP_RSQRT, TR_OP_SCALE};
+    static const int64_t shapes[3][3] = {{7}, {3, 129}, {2, 3, 1000}};
+    for (int d = 0; d < 3; d++)
+        for (int s = 0; s < 3; s++)
+            for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+                for (int approx = 0; approx < (ops[o] == TR_OP_GELU ? 2 : 1); approx++) {
+                    struct tr_tensor x = randn(FLOATS[d], s + 1, shapes[s], 10 + o);
+                    if (ops[o] == TR_OP_SQRT || ops[o] == TR_OP_RSQRT)
+                        for (int64_t i = 0; i < tr_tensor_numel(&x); i++)
+                            tr_tensor_set_f64(&x, i, fabs(tr_tensor_get_f64(&x, i)) + 0.1);
+                    struct tr_attrs at = {.ints = {approx}, .floats = {1.5f, -0.25f}};
+                    char what[64];
+                    snprintf(what, sizeof what, "%s shape %d", tr_op_name(ops[o]), s);
+                    compare_op(what, ops[o], &at, 1, &x, FLOATS[d], s + 1, shapes[s]);
+                    tr_test_tensor_free(&x);
+                }
+}
+
+static void test_binary(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    struct {
+        int na, nb, nc;
+        int64_t a[4], b[4], c[4];
+    } cases[] = {
+        {2, 2, 2, {5, 33}, {5, 33}, {5, 33}},
+        {3, 2, 3, {3, 1, 5}, {4, 1}, {3, 4, 5}},
+        {3, 1, 3, {2, 3, 64}, {64}, {2, 3, 64}},
+        {1, 3, 3, {1}, {2, 3, 4}, {2, 3, 4}},
+    };
+    static const int ops[] = {TR_OP_ADD, TR_OP_SUB, TR_OP_MUL, TR_OP_DIV};
+    for (int d = 0; d < 3; d++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int o = 0; o < 4; o++) {
+                struct tr_tensor in[2] = {randn(FLOATS[d], cases[c].na, cases[c].a, 3 + c),
+                                          randn(FLOATS[d], cases[c].nb, cases[c].b, 7 + c)};
+                char what[64];
+                snprintf(what, sizeof what, "%s case %zu", tr_op_name(ops[o]), c);
+                compare_op(what, ops[o], NULL, 2, in, FLOATS[d], cases[c].nc, cases[c].c);
+                free_all(2, in);
+            }
+}
+
+static void test_matmul(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    struct {
+        int na, nb, nc;
+        int64_t a[4], b[4], c[4];
+        int ta, tb;
+        float alpha;
+    } cases[] = {
+        {2, 2, 2, {17, 33}, {33, 9}, {17, 9}, 0, 0, 0.0f},
+        {2, 2, 2, {33, 17}, {9, 33}, {17, 9}, 1, 1, 0.5f},
+        {4, 4, 4, {2, 3, 16, 32}, {2, 3, 32, 8}, {2, 3, 16, 8}, 0, 0, 0.0f},
+        {4, 4, 4, {2, 3, 16, 32}, {2, 3, 8, 32}, {2, 3, 16, 8}, 0, 1, 0.125f},
+        {3, 2, 3, {4, 64, 128}, {128, 96}, {4, 64, 96}, 0, 0, 0.0f},
+    };
+    for (int d = 0; d < 3; d++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            struct tr_tensor in[2] = {randn(FLOATS[d], cases[c].na, cases[c].a, 20 + c),
+                                      randn(FLOATS[d], cases[c].nb, cases[c].b, 30 + c)};
+            struct tr_attrs at = {.ints = {cases[c].ta, cases[c].tb}, .floats = {cases[c].alpha}};
+            char what[64];
+            snprintf(what, sizeof what, "matmul case %zu", c);
+            compare_op(what, TR_OP_MATMUL, &at, 2, in, FLOATS[d], cases[c].nc, cases[c].c);
+            free_all(2, in);
+        }
+}
+
+/* The GEMM epilogues: bias (c's dtype or f32) and every activation, against tr_k_matmul. */
+static void test_matmul_epilogues(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    int64_t sa[3] = {2, 24, 40}, sb[2] = {40, 56}, sc[3] = {2, 24, 56}, sn[1] = {56};
+    for (int d = 0; d < 2; d++)
+        for (int bias_f32 = 0; bias_f32 < 2; bias_f32++)
+            for (int act = TR_ACT_NONE; act <= TR_ACT_SILU; act++) {
+                struct tr_tensor a = randn(FLOATS[d], 3, sa, 1), b = randn(FLOATS[d], 2, sb, 2);
+                struct tr_tensor bias = randn(bias_f32 ? TR_DTYPE_F32 : FLOATS[d], 1, sn, 3);
+                struct tr_tensor ref = tr_test_tensor(FLOATS[d], 3, sc), got = tr_test_tensor(FLOATS[d], 3, sc);
+                CHECK_OK(tr_k_matmul(tr_test_k, &a, &b, &ref, 0, 0, 0.75f, &bias, (enum tr_act)act, &err));
+                struct tr_tensor da = to_dev(&a), db = to_dev(&b), dbias = to_dev(&bias);
+                tr_test_poison(&got);
+                struct tr_tensor dc = to_dev(&got);
+                CHECK_OK(tr_cuda_matmul(G, &da, &db, &dc, 0, 0, 0.75f, &dbias, (enum tr_act)act, &err));
+                CHECK_OK(tr_kernels_to_host(G, got.data, dc.data, tr_tensor_nbytes(&got), &err));
+                double *r = tr_test_to_f64(&ref);
+                char what[80];
+                snprintf(what, sizeof what, "matmul %s, bias %s, act %d", tr_dtype_name(FLOATS[d]),
+                         tr_dtype_name((enum tr_dtype)bias.dtype), act);
+                tr_assert_close(what, &got, r, tr_test_tol(FLOATS[d]));
+                free(r);
+                tr_kernels_dealloc(G, da.data);
+                tr_kernels_dealloc(G, db.data);
+                tr_kernels_dealloc(G, dbias.data);
+                tr_kernels_dealloc(G, dc.data);
+                tr_test_tensor_free(&a), tr_test_tensor_free(&b), tr_test_tensor_free(&bias);
+                tr_test_tensor_free(&ref), tr_test_tensor_free(&got);
+            }
+}
+
+/* The tf backend's fused kernels against tr_k_* on the cpu. */
+static void check_fused(const char *what, struct tr_tensor *ref, struct tr_tensor *dout) {
+    struct tr_tensor got = *ref;
+    CHECK_OK(tr_host_alloc(&got.data, tr_tensor_nbytes(ref), &err));
+    CHECK_OK(tr_kernels_sync(G, &err));
+    CHECK_OK(tr_kernels_to_host(G, got.data, dout->data, tr_tensor_nbytes(ref), &err));
+    double *r = tr_test_to_f64(ref);
+    tr_assert_close(what, &got, r, tr_test_tol((enum tr_dtype)ref->dtype));
+    free(r);
+    tr_host_free(got.data);
+}
+
+static void test_fused(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    int64_t sx[3] = {2, 9, 200}, sd[1] = {200}, sm[4] = {2, 1, 1, 200}, sa[4] = {2, 3, 9, 200};
+    for (int d = 0; d < 3; d++) {
+        /* bias + residual + layer norm, with each optional operand absent once */
+        for (int absent = 0; absent < 4; absent++) {
+            struct tr_tensor x = randn(FLOATS[d], 3, sx, 400), res = randn(FLOATS[d], 3, sx, 401);
+            struct tr_tensor bias = randn(absent == 2 ? TR_DTYPE_F32 : FLOATS[d], 1, sd, 402);
+            struct tr_tensor g = randn(FLOATS[d], 1, sd, 403), b = randn(TR_DTYPE_F32, 1, sd, 404);
+            struct tr_tensor ref = tr_test_tensor(FLOATS[d], 3, sx), o = tr_test_tensor(FLOATS[d], 3, sx);
+            tr_test_poison(&o);
+            const struct tr_tensor *pb = absent == 0 ? NULL : &bias, *pr = absent == 1 ? NULL : &res;
+            const struct tr_tensor *pg = absent == 3 ? NULL : &g;
+            CHECK_OK(tr_k_bias_residual_layer_norm(tr_test_k, &x, pb, pr, pg, &b, 1e-5f, &ref, &err));
+            struct tr_tensor dx = to_dev(&x), dr = to_dev(&res), dbias = to_dev(&bias), dg = to_dev(&g), db = to_dev(&b),
+                             dout = to_dev(&o);
+            CHECK_OK(tr_cuda_bias_residual_layer_norm(G, &dx, pb ? &dbias : NULL, pr ? &dr : NULL, pg ? &dg : NULL, &db,
+                                                      1e-5f, &dout, &err));
+            check_fused("bias_residual_layer_norm", &ref, &dout);
+            struct tr_tensor *all[] = {&dx, &dr, &dbias, &dg, &db, &dout};
+            for (int i = 0; i < 6; i++) tr_kernels_dealloc(G, all[i]->data);
+            tr_test_tensor_free(&x), tr_test_tensor_free(&res), tr_test_tensor_free(&bias), tr_test_tensor_free(&g);
+            tr_test_tensor_free(&b), tr_test_tensor_free(&ref), tr_test_tensor_free(&o);
+        }
+        /* scale + mask + softmax: a (B,1,1,T) padding mask, a full mask, none */
+        for (int mk = 0; mk < 3; mk++) {
+            struct tr_tensor x = randn(FLOATS[d], 4, sa, 410);
+            struct tr_tensor mask = mk == 0 ? tr_test_tensor(TR_DTYPE_F32, 4, sm) : randn(FLOATS[d], 4, sa, 411);
+            if (mk == 0)
+                for (int64_t i = 0; i < 400; i++) ((float *)mask.data)[i] = i % 200 >= 180 ? -10000.0f : 0.0f;
+            struct tr_tensor ref = tr_test_tensor(FLOATS[d], 4, sa), o = tr_test_tensor(FLOATS[d], 4, sa);
+            tr_test_poison(&o);
+            CHECK_OK(tr_k_scale_mask_softmax(tr_test_k, &x, 0.125f, mk == 2 ? NULL : &mask, &ref, &err));
+            struct tr_tensor dx = to_dev(&x), dm = to_dev(&mask), dout = to_dev(&o);
+            CHECK_OK(tr_cuda_scale_mask_softmax(G, &dx, 0.125f, mk == 2 ? NULL : &dm, &dout, &err));
+            check_fused("scale_mask_softmax", &ref, &dout);
+            tr_kernels_dealloc(G, dx.data), tr_kernels_dealloc(G, dm.data), tr_kernels_dealloc(G, dout.data);
+            tr_test_tensor_free(&x), tr_test_tensor_free(&mask), tr_test_tensor_free(&ref), tr_test_tensor_free(&o);
+        }
+        /* three embeddings summed (word (B,T), position (T), type (B,T)) then layer norm */
+        int64_t st3[3][2] = {{100, 200}, {9, 200}, {2, 200}};
+        struct tr_tensor tabs[3], ids[3], dtabs[3], dids[3];
+        for (int t = 0; t < 3; t++) {
+            tabs[t] = randn(FLOATS[d], 2, st3[t], 420 + t);
+            ids[t] = t == 1 ? tr_test_tensor(TR_DTYPE_I64, 1, (int64_t[]){9}) : tr_test_tensor(TR_DTYPE_I32, 2, sx);
+            tr_test_randint(&ids[t], 430 + t, st3[t][0]);
+            dtabs[t] = to_dev(&tabs[t]);
+            dids[t] = to_dev(&ids[t]);
+        }
+        struct tr_tensor g = randn(FLOATS[d], 1, sd, 440), b = randn(FLOATS[d], 1, sd, 441);
+        struct tr_tensor ref = tr_test_tensor(FLOATS[d], 3, sx), o = tr_test_tensor(FLOATS[d], 3, sx);
+        tr_test_poison(&o);
+        CHECK_OK(tr_k_embedding_sum_layer_norm(tr_test_k, 3, tabs, ids, &g, &b, 1e-12f, &ref, &err));
+        struct tr_tensor dg = to_dev(&g), db = to_dev(&b), dout = to_dev(&o);
+        CHECK_OK(tr_cuda_embedding_sum_layer_norm(G, 3, dtabs, dids, &dg, &db, 1e-12f, &dout, &err));
+        check_fused("embedding_sum_layer_norm", &ref, &dout);
+        for (int t = 0; t < 3; t++) {
+            tr_kernels_dealloc(G, dtabs[t].data), tr_kernels_dealloc(G, dids[t].data);
+            tr_test_tensor_free(&tabs[t]), tr_test_tensor_free(&ids[t]);
+        }
+        tr_kernels_dealloc(G, dg.data), tr_kernels_dealloc(G, db.data), tr_kernels_dealloc(G, dout.data);
+        tr_test_tensor_free(&g), tr_test_tensor_free(&b), tr_test_tensor_free(&ref), tr_test_tensor_free(&o);
+    }
+}
+
+static void test_softmax_layer_norm(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    static const int64_t shapes[3][3] = {{5, 7}, {3, 1000}, {2, 2, 4097}};
+    static const int nd[3] = {2, 2, 3};
+    for (int d = 0; d < 3; d++)
+        for (int s = 0; s < 3; s++) {
+            struct tr_tensor x = randn(FLOATS[d], nd[s], shapes[s], 40 + s);
+            compare_op("softmax", TR_OP_SOFTMAX, NULL, 1, &x, FLOATS[d], nd[s], shapes[s]);
+            int64_t D = shapes[s][nd[s] - 1];
+            struct tr_tensor ln[3] = {x, randn(FLOATS[d], 1, &D, 50 + s), randn(FLOATS[d], 1, &D, 60 + s)};
+            struct tr_attrs eps = {.floats = {1e-5f}};
+            compare_op("layer_norm", TR_OP_LAYER_NORM, &eps, 3, ln, FLOATS[d], nd[s], shapes[s]);
+            free_all(3, ln);
+        }
+}
+
+static void test_embedding(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    int64_t st[2] = {50, 48}, si[2] = {3, 7}, so[3] = {3, 7, 48};
+    for (int d = 0; d < 3; d++)
+        for (int idt = TR_DTYPE_I32; idt <= TR_DTYPE_I64; idt++) {
+            struct tr_tensor in[2] = {randn(FLOATS[d], 2, st, 70), tr_test_tensor((enum tr_dtype)idt, 2, si)};
+            tr_test_randint(&in[1], 71, 50);
+            compare_op("embedding", TR_OP_EMBEDDING, NULL, 2, in, FLOATS[d], 3, so);
+            free_all(2, in);
+        }
+}
+
+/* An id out of range is reported by the next sync, by name. */
+static void test_embedding_bad_id(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    int64_t st[2] = {5, 8}, si[1] = {3}, so[2] = {3, 8};
+    struct tr_tensor t = randn(TR_DTYPE_F32, 2, st, 1), ids = tr_test_tensor(TR_DTYPE_I32, 1, si);
+    ((int32_t *)ids.data)[0] = 1, ((int32_t *)ids.data)[1] = 9, ((int32_t *)ids.data)[2] = 0;
+    struct tr_tensor o = tr_test_tensor(TR_DTYPE_F32, 2, so);
+    struct tr_tensor in[2] = {to_dev(&t), to_dev(&ids)}, dout = to_dev(&o);
+    CHECK_OK(tr_kernels_run(G, TR_OP_EMBEDDING, NULL, 2, in, &dout, &err));
+    assert_int_equal(tr_kernels_sync(G, &err), TR_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "id 9"));
+    CHECK_OK(tr_kernels_sync(G, &err)); /* reported once */
+    tr_kernels_dealloc(G, in[0].data), tr_kernels_dealloc(G, in[1].data), tr_kernels_dealloc(G, dout.data);
+    tr_test_tensor_free(&t), tr_test_tensor_free(&ids), tr_test_tensor_free(&o);
+}
+
+static void test_layout(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    static const enum tr_dtype dts[5] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F16, TR_DTYPE_I32, TR_DTYPE_I64};
+    int64_t sx[4] = {2, 3, 4, 5};
+    for (int d = 0; d < 5; d++) {
+        struct tr_tensor x = tr_test_tensor(dts[d], 4, sx);
+        if (tr_dtype_is_float(dts[d]))
+            tr_test_randn(&x, 80, 1.0);
+        else
+            tr_test_randint(&x, 80, 1000);
+        struct tr_attrs p1 = {.ints = {0, 2, 1, 3}, .n_ints = 4}, p2 = {.ints = {3, 1, 2, 0}, .n_ints = 4};
+        compare_op("transpose 0213", TR_OP_TRANSPOSE, &p1, 1, &x, dts[d], 4, (int64_t[]){2, 4, 3, 5});
+        compare_op("transpose 3120", TR_OP_TRANSPOSE, &p2, 1, &x, dts[d], 4, (int64_t[]){5, 3, 4, 2});
+        struct tr_attrs sl = {.ints = {2, 1, 4, 2}};
+        compare_op("slice", TR_OP_SLICE, &sl, 1, &x, dts[d], 4, (int64_t[]){2, 3, 2, 5});
+        struct tr_attrs sl2 = {.ints = {-1, -3, 5, 1}};
+        compare_op("slice negative", TR_OP_SLICE, &sl2, 1, &x, dts[d], 4, (int64_t[]){2, 3, 4, 3});
+        struct tr_tensor y = tr_test_tensor(dts[d], 4, (int64_t[]){2, 1, 4, 5});
+        memset(y.data, 0x11, tr_tensor_nbytes(&y));
+        struct tr_tensor cat[3] = {x, y, x};
+        struct tr_attrs ax1 = {.ints = {1}};
+        compare_op("concat", TR_OP_CONCAT, &ax1, 3, cat, dts[d], 4, (int64_t[]){2, 7, 4, 5});
+        struct tr_attrs rs = {.ints = {6, 20}, .n_ints = 2};
+        compare_op("reshape", TR_OP_RESHAPE, &rs, 1, &x, dts[d], 2, (int64_t[]){6, 20});
+        struct tr_tensor b = tr_test_tensor(dts[d], 2, (int64_t[]){3, 1});
+        memset(b.data, 0x22, tr_tensor_nbytes(&b));
+        struct tr_attrs bc = {.ints = {2, 3, 4}, .n_ints = 3};
+        compare_op("broadcast", TR_OP_BROADCAST, &bc, 1, &b, dts[d], 3, (int64_t[]){2, 3, 4});
+        tr_test_tensor_free(&x), tr_test_tensor_free(&y), tr_test_tensor_free(&b);
+    }
+}
+
+static void test_reduce(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    int64_t sx[3] = {3, 40, 5};
+    static const int ops[3] = {TR_OP_SUM, TR_OP_MEAN, TR_OP_MAX};
+    for (int d = 0; d < 3; d++)
+        for (int o = 0; o < 3; o++)
+            for (int ax = 0; ax < 3; ax++)
+                for (int keep = 0; keep < 2; keep++) {
+                    struct tr_tensor x = randn(FLOATS[d], 3, sx, 90 + ax);
+                    int64_t so[3];
+                    int n = 0;
+                    for (int i = 0; i < 3; i++)
+                        if (i != ax)
+                            so[n++] = sx[i];
+                        else if (keep)
+                            so[n++] = 1;
+                    struct tr_attrs at = {.ints = {ax, keep}};
+                    char what[64];
+                    snprintf(what, sizeof what, "%s axis %d keep %d", tr_op_name(ops[o]), ax, keep);
+                    compare_op(what, ops[o], &at, 1, &x, FLOATS[d], n, so);
+                    tr_test_tensor_free(&x);
+                }
+}
+
+static void test_cast(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    static const enum tr_dtype dts[5] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F16, TR_DTYPE_I32, TR_DTYPE_I64};
+    int64_t sx[2] = {7, 33};
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 5; b++) {
+            struct tr_tensor x = tr_test_tensor(dts[a], 2, sx);
+            if (tr_dtype_is_float(dts[a]))
+                tr_test_randn(&x, 100, 20.0);
+            else
+                tr_test_randint(&x, 100, 200);
+            struct tr_attrs at = {.ints = {dts[b]}};
+            char what[64];
+            snprintf(what, sizeof what, "cast %s to %s", tr_dtype_name(dts[a]), tr_dtype_name(dts[b]));
+            compare_op(what, TR_OP_CAST, &at, 1, &x, dts[b], 2, sx);
+            tr_test_tensor_free(&x);
+        }
+}
+
+static void test_attention(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    struct {
+        int64_t B, H, Hk, Tq, Tk, D, Dv;
+        int causal, window, mask;
+    } cases[] = {
+        {2, 4, 4, 33, 33, 16, 16, 0, 0, 0}, {2, 4, 2, 33, 33, 64, 64, 1, 0, 0}, {1, 8, 2, 5, 40, 64, 32, 1, 0, 0},
+        {2, 2, 1, 70, 70, 32, 32, 0, 8, 0}, {2, 4, 4, 20, 45, 128, 128, 0, 0, 1}, {1, 2, 2, 17, 17, 256, 256, 1, 0, 1},
+    };
+    /* both forward kernels: tensor cores where they fit (bf16/f16, D % 16 == 0, <= 128), and
+     * the CUDA-core one everywhere */
+    for (int simple = 0; simple < 2; simple++)
+    for (int d = 0; d < 3; d++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            if (simple) setenv("TRIDENT_CUDA_ATTENTION", "simple", 1);
+            else unsetenv("TRIDENT_CUDA_ATTENTION");
+            int64_t sq[4] = {cases[c].B, cases[c].H, cases[c].Tq, cases[c].D};
+            int64_t sk[4] = {cases[c].B, cases[c].Hk, cases[c].Tk, cases[c].D};
+            int64_t sv[4] = {cases[c].B, cases[c].Hk, cases[c].Tk, cases[c].Dv};
+            int64_t so[4] = {cases[c].B, cases[c].H, cases[c].Tq, cases[c].Dv};
+            int64_t sm[4] = {cases[c].B, 1, 1, cases[c].Tk};
+            struct tr_tensor in[4] = {randn(FLOATS[d], 4, sq, 110 + c), randn(FLOATS[d], 4, sk, 120 + c),
+                                      randn(FLOATS[d], 4, sv, 130 + c), tr_test_tensor(TR_DTYPE_F32, 4, sm)};
+            /* a padding mask: the last keys of each batch row masked off */
+            for (int64_t b = 0; b < cases[c].B; b++)
+                for (int64_t j = 0; j < cases[c].Tk; j++)
+                    ((float *)in[3].data)[b * cases[c].Tk + j] = j >= cases[c].Tk - 3 - b ? -10000.0f : 0.0f;
+            struct tr_attrs at = {.ints = {cases[c].causal, cases[c].window}};
+            char what[64];
+            snprintf(what, sizeof what, "attention case %zu (%s kernel)", c, simple ? "simple" : "default");
+            compare_op(what, TR_OP_ATTENTION, &at, cases[c].mask ? 4 : 3, in, FLOATS[d], 4, so);
+            free_all(4, in);
+        }
+    unsetenv("TRIDENT_CUDA_ATTENTION");
+}
+
+static void test_attention_grad(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    struct {
+        int64_t B, H, Hk, Tq, Tk, D, Dv;
+        int causal, window, mask;
+    } cases[] = {
+        {2, 4, 2, 33, 33, 16, 16, 0, 0, 1}, {1, 4, 4, 40, 40, 64, 32, 1, 0, 0}, {1, 2, 1, 9, 50, 32, 32, 1, 0, 0},
+        {2, 2, 2, 45, 45, 32, 64, 0, 7, 1},
+    };
+    for (int d = 0; d < 3; d++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (int which = 0; which < 3; which++) {
+                int64_t sq[4] = {cases[c].B, cases[c].H, cases[c].Tq, cases[c].D};
+                int64_t sk[4] = {cases[c].B, cases[c].Hk, cases[c].Tk, cases[c].D};
+                int64_t sv[4] = {cases[c].B, cases[c].Hk, cases[c].Tk, cases[c].Dv};
+                int64_t so[4] = {cases[c].B, cases[c].H, cases[c].Tq, cases[c].Dv};
+                int64_t sm[4] = {cases[c].B, 1, 1, cases[c].Tk};
+                struct tr_tensor in[5] = {randn(FLOATS[d], 4, sq, 210 + c), randn(FLOATS[d], 4, sk, 220 + c),
+                                          randn(FLOATS[d], 4, sv, 230 + c), randn(FLOATS[d], 4, so, 240 + c),
+                                          tr_test_tensor(TR_DTYPE_F32, 4, sm)};
+                for (int64_t b = 0; b < cases[c].B; b++)
+                    for (int64_t j = 0; j < cases[c].Tk; j++)
+                        ((float *)in[4].data)[b * cases[c].Tk + j] = j >= cases[c].Tk - 2 - b ? -10000.0f : 0.0f;
+                struct tr_attrs at = {.ints = {cases[c].causal, cases[c].window, which}};
+                char what[64];
+                snprintf(what, sizeof what, "attention_grad case %zu d%s", c, which == 0 ? "q" : which == 1 ? "k" : "v");
+                compare_op(what, TR_OP_ATTENTION_GRAD, &at, cases[c].mask ? 5 : 4, in, FLOATS[d], 4,
+                           which == 0 ? sq : which == 1 ? sk : sv);
+                free_all(5, in);
+            }
+}
+
+static void test_rms_norm_rope(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    int64_t sx[3] = {2, 5, 96}, sw[1] = {96};
+    for (int d = 0; d < 3; d++) {
+        for (int add_one = 0; add_one < 2; add_one++) {
+            struct tr_tensor in[3] = {randn(FLOATS[d], 3, sx, 300), randn(FLOATS[d], 1, sw, 301),
+                                      randn(FLOATS[d], 3, sx, 302)};
+            struct tr_attrs at = {.ints = {add_one}, .floats = {1e-6f}};
+            compare_op("rms_norm", TR_OP_RMS_NORM, &at, 2, in, FLOATS[d], 3, sx);
+            compare_op("rms_norm_grad", TR_OP_RMS_NORM_GRAD, &at, 3, in, FLOATS[d], 3, sx);
+            struct tr_tensor xdy[2] = {in[0], in[2]};
+            compare_op("rms_norm_grad_w", TR_OP_RMS_NORM_GRAD_W, &at, 2, xdy, FLOATS[d], 1, sw);
+            free_all(3, in);
+        }
+        int64_t sq[4] = {2, 3, 7, 64};
+        for (int batched = 0; batched < 2; batched++)
+            for (int inverse = 0; inverse < 2; inverse++)
+                for (int64_t R = 0; R <= 32; R += 32) {
+                    struct tr_tensor in[2] = {randn(FLOATS[d], 4, sq, 310),
+                                              tr_test_tensor(TR_DTYPE_I64, batched ? 2 : 1,
+                                                             batched ? (int64_t[]){2, 7} : (int64_t[]){7})};
+                    tr_test_randint(&in[1], 311, 4000);
+                    struct tr_attrs at = {.ints = {R, inverse}, .floats = {10000.0f}};
+                    compare_op("rope", TR_OP_ROPE, &at, 2, in, FLOATS[d], 4, sq);
+                    free_all(2, in);
+                }
+    }
+}
+
+static void test_cross_entropy(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    int64_t sl[2] = {37, 1000}, sn[1] = {37};
+    for (int d = 0; d < 3; d++)
+        for (int ign = 0; ign < 2; ign++) {
+            struct tr_tensor in[2] = {randn(FLOATS[d], 2, sl, 140), tr_test_tensor(TR_DTYPE_I64, 1, sn)};
+            tr_test_randint(&in[1], 141, 1000);
+            if (ign) ((int64_t *)in[1].data)[3] = -100, ((int64_t *)in[1].data)[10] = -100;
+            struct tr_attrs at = {.ints = {-100, ign}};
+            compare_op("cross_entropy", TR_OP_CROSS_ENTROPY, &at, 2, in, TR_DTYPE_F32, 0, NULL);
+            free_all(2, in);
+        }
+}
+
+static void test_adamw(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    int64_t sp[2] = {33, 65};
+    for (int d = 0; d < 3; d++) {
+        struct tr_tensor in[5] = {randn(FLOATS[d], 2, sp, 150), randn(TR_DTYPE_F32, 2, sp, 151),
+                                  randn(TR_DTYPE_F32, 2, sp, 152), tr_test_tensor(TR_DTYPE_F32, 0, NULL),
+                                  tr_test_tensor(TR_DTYPE_F32, 0, NULL)};
+        for (int64_t i = 0; i < tr_tensor_numel(&in[2]); i++)
+            tr_tensor_set_f64(&in[2], i, fabs(tr_tensor_get_f64(&in[2], i)) * 0.01);
+        *(float *)in[3].data = 1e-3f;
+        *(float *)in[4].data = 3.0f;
+        struct tr_attrs at = {.floats = {0.9f, 0.999f, 1e-8f, 0.01f}};
+        compare_op("adamw_step", TR_OP_ADAMW_STEP, &at, 5, in, FLOATS[d], 2, sp);
+        free_all(5, in);
+    }
+}
+
+static void test_training_grads(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    int64_t sx[2] = {6, 300}, sd[1] = {300};
+    static const int uops[] = {TR_OP_GELU, TR_OP_TANH, TR_OP_RELU, TR_OP_SILU, TR_OP_SIGMOID,
+                               TR_OP_EXP,  TR_OP_NEG,  TR_OP_SQRT, TR_OP_RSQRT, TR_OP_SCALE};
+    for (int d = 0; d < 3; d++) {
+        struct tr_tensor xy[2] = {randn(FLOATS[d], 2, sx, 160), randn(FLOATS[d], 2, sx, 161)};
+        for (size_t o = 0; o < sizeof uops / sizeof uops[0]; o++)
+            for (int approx = 0; approx < (uops[o] == TR_OP_GELU ? 2 : 1); approx++) {
+                struct tr_tensor in[2] = {randn(FLOATS[d], 2, sx, 170 + o), xy[1]};
+                if (uops[o] == TR_OP_SQRT || uops[o] == TR_OP_RSQRT)
+                    for (int64_t i = 0; i < tr_tensor_numel(&in[0]); i++)
+                        tr_tensor_set_f64(&in[0], i, fabs(tr_tensor_get_f64(&in[0], i)) + 0.2);
+                struct tr_attrs at = {.ints = {uops[o], approx}, .floats = {0.75f}};
+                char what[64];
+                snprintf(what, sizeof what, "unary_grad of %s", tr_op_name(uops[o]));
+                compare_op(what, TR_OP_UNARY_GRAD, &at, 2, in, FLOATS[d], 2, sx);
+                tr_test_tensor_free(&in[0]);
+            }
+        /* softmax_grad takes softmax's output */
+        struct tr_tensor y = tr_test_tensor(FLOATS[d], 2, sx);
+        CHECK_OK(tr_kernels_run(tr_test_k, TR_OP_SOFTMAX, NULL, 1, &xy[0], &y, &err));
+        struct tr_tensor sg[2] = {y, xy[1]};
+        compare_op("softmax_grad", TR_OP_SOFTMAX_GRAD, NULL, 2, sg, FLOATS[d], 2, sx);
+        struct tr_tensor gamma = randn(FLOATS[d], 1, sd, 162);
+        struct tr_tensor lg[3] = {xy[0], gamma, xy[1]};
+        struct tr_attrs eps = {.floats = {1e-5f}};
+        compare_op("layer_norm_grad", TR_OP_LAYER_NORM_GRAD, &eps, 3, lg, FLOATS[d], 2, sx);
+        compare_op("layer_norm_grad_gamma", TR_OP_LAYER_NORM_GRAD_GAMMA, &eps, 2, xy, FLOATS[d], 1, sd);
+        struct tr_attrs ax1 = {.ints = {1, 0}};
+        struct tr_tensor dmax = randn(FLOATS[d], 1, (int64_t[]){6}, 163);
+        struct tr_tensor mg[2] = {xy[0], dmax};
+        compare_op("max_grad", TR_OP_MAX_GRAD, &ax1, 2, mg, FLOATS[d], 2, sx);
+        struct tr_tensor dsl = randn(FLOATS[d], 2, (int64_t[]){6, 70}, 164);
+        struct tr_attrs sl = {.ints = {1, 5, 0, 4, 300}};
+        compare_op("slice_grad", TR_OP_SLICE_GRAD, &sl, 1, &dsl, FLOATS[d], 2, sx);
+        compare_op("mse", TR_OP_MSE, NULL, 2, xy, TR_DTYPE_F32, 0, NULL);
+        /* embedding_grad: ids with repeats, so rows add up */
+        struct tr_tensor ids = tr_test_tensor(TR_DTYPE_I64, 2, (int64_t[]){3, 9});
+        tr_test_randint(&ids, 165, 11);
+        struct tr_tensor dy = randn(FLOATS[d], 3, (int64_t[]){3, 9, 40}, 166);
+        struct tr_tensor eg[2] = {ids, dy};
+        struct tr_attrs v11 = {.ints = {11}};
+        compare_op("embedding_grad", TR_OP_EMBEDDING_GRAD, &v11, 2, eg, FLOATS[d], 2, (int64_t[]){11, 40});
+        /* cross_entropy_grad, with ignored rows */
+        struct tr_tensor logits = randn(FLOATS[d], 2, (int64_t[]){12, 50}, 167);
+        struct tr_tensor labels = tr_test_tensor(TR_DTYPE_I32, 1, (int64_t[]){12});
+        tr_test_randint(&labels, 168, 50);
+        ((int32_t *)labels.data)[2] = -1;
+        struct tr_tensor dloss = randn(TR_DTYPE_F32, 0, NULL, 169);
+        struct tr_tensor ce[3] = {logits, labels, dloss};
+        struct tr_attrs ign = {.ints = {-1, 1}};
+        compare_op("cross_entropy_grad", TR_OP_CROSS_ENTROPY_GRAD, &ign, 3, ce, FLOATS[d], 2, (int64_t[]){12, 50});
+        free_all(2, xy);
+        tr_test_tensor_free(&y), tr_test_tensor_free(&gamma), tr_test_tensor_free(&dmax), tr_test_tensor_free(&dsl);
+        tr_test_tensor_free(&ids), tr_test_tensor_free(&dy), tr_test_tensor_free(&logits);
+        tr_test_tensor_free(&labels), tr_test_tensor_free(&dloss);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_device_routing), cmocka_unit_test(test_context), cmocka_unit_test(test_unary),
+        cmocka_unit_test(test_binary),        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_epilogues), cmocka_unit_test(test_softmax_layer_norm),
+        cmocka_unit_test(test_embedding),     cmocka_unit_test(test_embedding_bad_id),
+        cmocka_unit_test(test_layout),        cmocka_unit_test(test_reduce),
+        cmocka_unit_test(test_cast),          cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_cross_entropy), cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_training_grads), cmocka_unit_test(test_attention_grad),
+        cmocka_unit_test(test_rms_norm_rope), cmocka_unit_test(test_fused),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

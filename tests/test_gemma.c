@@ -1,0 +1,135 @@
+/* Gemma against Hugging Face: the tiny preset's graph, loaded with the state_dict that
+ * transformers wrote (tests/fixtures/make_gemma_fixture.py), gives GemmaForCausalLM's
+ * logits on every backend configuration (f32 and bf16); the 7B and 2B presets are the
+ * published models (sizes, config.json); the KV-cache pass; bad input. */
+#include <string.h>
+#include "decoderutil.h"
+#include "models.h"
+
+#define HINT " (regenerate with: python3 tests/fixtures/make_gemma_fixture.py)"
+
+static const struct tr_test_llm gemma = {
+    .model = &tr_model_gemma,
+    .weights = TR_SOURCE_DIR "/tests/fixtures/gemma_tiny.safetensors",
+    .io = TR_SOURCE_DIR "/tests/fixtures/gemma_tiny_io.safetensors",
+    .hint = HINT,
+};
+
+/* GemmaForCausalLM(GemmaConfig(<config.json>)), counted by transformers 5.24:
+ * sum(p.numel() for p in model.parameters()), the tied table once. */
+#define GEMMA_7B_PARAMS 8537680896LL
+#define GEMMA_2B_PARAMS 2506172416LL
+
+static void test_size_7b(void **state) { tr_test_llm_check_size(&tr_model_gemma, "7b", GEMMA_7B_PARAMS); }
+static void test_size_2b(void **state) { tr_test_llm_check_size(&tr_model_gemma, "2b", GEMMA_2B_PARAMS); }
+
+static void test_presets_are_the_published_configs(void **state) {
+    tr_test_llm_hf_config_matches(&tr_model_gemma, "tests/fixtures/hf/gemma-7b.json", "7b");
+    tr_test_llm_hf_config_matches(&tr_model_gemma, "tests/fixtures/hf/gemma-2b.json", "2b");
+}
+
+static void test_hf_config_errors(void **state) {
+    struct tr_decoder_config c = *tr_test_llm_preset(&tr_model_gemma, "tiny"), out;
+    struct tr_error e = {0};
+    snprintf(c.hf_config, sizeof c.hf_config, "tests/fixtures/hf/none.json");
+    assert_int_equal(tr_decoder_resolve(&c, &out, &e), TR_ERR_IO);
+    assert_non_null(strstr(e.msg, "none.json"));
+    snprintf(c.hf_config, sizeof c.hf_config, "tests/fixtures/hf/mistral-7b-v0.1.json");
+    assert_int_equal(tr_decoder_resolve(&c, &out, &e), TR_ERR_INVALID);
+    if (!strstr(e.msg, "model_type") || !strstr(e.msg, "mistral") || !strstr(e.msg, "gemma"))
+        fail_msg("error lacks model_type: %s", e.msg);
+    snprintf(c.hf_config, sizeof c.hf_config, "tests/fixtures/hf/README.md");
+    assert_int_equal(tr_decoder_resolve(&c, &out, &e), TR_ERR_FORMAT);
+    assert_non_null(strstr(e.msg, "not valid JSON"));
+}
+
+static void test_names_match_state_dict(void **state) { tr_test_llm_names_match(&gemma); }
+
+static void test_interface(void **state) {
+    const struct tr_decoder_config *c = tr_test_llm_preset(&tr_model_gemma, "tiny");
+    struct tr_graph *g = tr_test_llm_build(&tr_model_gemma, c, TR_DTYPE_BF16, 3, 20);
+    const char *names[3] = {"input_ids", "position_ids", "attention_mask"};
+    const int dts[3] = {TR_DTYPE_I32, TR_DTYPE_I32, TR_DTYPE_F32};
+    assert_int_equal(tr_graph_n_inputs(g), 3);
+    for (int i = 0; i < 3; i++) {
+        int id = tr_graph_input(g, i);
+        assert_string_equal(tr_node_name(g, id), names[i]);
+        assert_int_equal(tr_node_dtype(g, id), dts[i]);
+        assert_int_equal(tr_node_shape(g, id)[0], 3);
+        assert_int_equal(tr_node_shape(g, id)[1], 20);
+    }
+    assert_int_equal(tr_graph_n_outputs(g), 1);
+    int lg = tr_graph_output(g, 0);
+    assert_string_equal(tr_graph_output_name(g, 0), "logits");
+    assert_int_equal(tr_node_dtype(g, lg), TR_DTYPE_BF16);
+    assert_int_equal(tr_node_ndim(g, lg), 3);
+    assert_int_equal(tr_node_shape(g, lg)[2], c->vocab_size);
+    /* Tied: no lm_head; the logits read the embedding table. */
+    assert_int_equal(tr_graph_find(g, "lm_head.weight"), -1);
+    assert_int_equal(tr_node_input(g, lg, 1), tr_graph_find(g, "model.embed_tokens.weight"));
+    /* Norm weights are drawn around 0: the model scales by 1 + w. */
+    const struct tr_attrs *a = tr_node_attrs(g, tr_graph_find(g, "model.layers.1.input_layernorm.weight"));
+    assert_true(a->floats[0] == 0.0f && a->floats[1] == 0.02f);
+    tr_graph_free(g);
+}
+
+static void test_make_inputs(void **state) { tr_test_llm_make_inputs(&tr_model_gemma); }
+
+static void test_predict_matches_hf_f32(void **state) {
+    tr_test_llm_predict_vs_hf(&gemma, tr_test_llm_preset(&tr_model_gemma, "tiny"), TR_DTYPE_F32, "logits");
+}
+
+static void test_predict_matches_hf_bf16(void **state) {
+    tr_test_llm_predict_vs_hf(&gemma, tr_test_llm_preset(&tr_model_gemma, "tiny"), TR_DTYPE_BF16, "logits");
+}
+
+static void test_kv_cache(void **state) { tr_test_llm_kv_cache(&gemma, tr_test_llm_preset(&tr_model_gemma, "tiny")); }
+
+static void test_greedy_generate_matches_hf(void **state) {
+    for (int b = 0; b < TR_TEST_N_BACKENDS; b++)
+        tr_test_llm_greedy_vs_hf(&gemma, tr_test_llm_preset(&tr_model_gemma, "tiny"), TR_DTYPE_F32, &tr_test_backends[b]);
+}
+
+static void test_unknown_preset(void **state) { tr_test_llm_unknown_preset(&tr_model_gemma); }
+
+static void test_config_errors(void **state) {
+    struct tr_decoder_config c = *tr_test_llm_preset(&tr_model_gemma, "tiny");
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 1, .seq_len = 129};
+    struct tr_graph *g = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_INVALID);
+    if (!strstr(e.msg, "seq_len = 129") || !strstr(e.msg, "max_position_embeddings = 128")) fail_msg("%s", e.msg);
+    o.seq_len = 16;
+    c.num_key_value_heads = 3;
+    assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_INVALID);
+    if (!strstr(e.msg, "num_attention_heads = 4") || !strstr(e.msg, "num_key_value_heads = 3")) fail_msg("%s", e.msg);
+    c = *tr_test_llm_preset(&tr_model_gemma, "tiny");
+    snprintf(c.hidden_act, sizeof c.hidden_act, "relu2");
+    assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "relu2"));
+    c = *tr_test_llm_preset(&tr_model_gemma, "tiny");
+    o.task = TR_TASK_FIT;
+    assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "fit"));
+    tr_graph_free(g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_size_7b),
+        cmocka_unit_test(test_size_2b),
+        cmocka_unit_test(test_presets_are_the_published_configs),
+        cmocka_unit_test(test_hf_config_errors),
+        cmocka_unit_test(test_names_match_state_dict),
+        cmocka_unit_test(test_interface),
+        cmocka_unit_test(test_make_inputs),
+        cmocka_unit_test(test_predict_matches_hf_f32),
+        cmocka_unit_test(test_predict_matches_hf_bf16),
+        cmocka_unit_test(test_kv_cache),
+        cmocka_unit_test(test_greedy_generate_matches_hf),
+        cmocka_unit_test(test_unknown_preset),
+        cmocka_unit_test(test_config_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

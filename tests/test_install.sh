@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The SDK end to end, the way a third-party author meets it:
+#   1. `cmake --install` the build into a prefix under the build dir, then move that
+#      tree elsewhere (the install is relocatable);
+#   2. build examples/backend_minimal against the moved prefix with its own CMake
+#      project (find_package(trident)), with no path of the source tree on the include
+#      or link line; and once more with pkg-config and the compiler alone;
+#   3. the installed `trident`, with no TRIDENT_PLUGIN_PATH, lists its own installed
+#      backends and the example (through an INI's [plugins] path), runs BERT tiny
+#      predict and fit on torch and the example side by side and finds them in agreement,
+#      refuses an unknown [backend.minimal] key by name, and passes check-backend.
+# It runs in the sanitizer build too: the example is built without the sanitizer flags
+# (as a third party would) and loaded into the instrumented program.
+# usage: tests/test_install.sh CMAKE BUILD_DIR   (as ctest runs it)
+set -u
+cmake=$1 build=$(cd "$2" && pwd)
+src=$(cd "$(dirname "$0")/.." && pwd)
+unset TRIDENT_PLUGIN_PATH
+work=$build/install-test
+rm -rf "$work"
+mkdir -p "$work"
+export XDG_CACHE_HOME=$work/cache
+passed=0 failed=0
+ok()  { passed=$((passed + 1)); echo "ok   $1"; }
+bad() { failed=$((failed + 1)); echo "FAIL $1"; [ -f "$work/out" ] && sed 's/^/     | /' "$work/out" | head -n 40; }
+finish() { echo "$passed passed, $failed failed"; [ "$failed" = 0 ]; exit $?; }
+
+# expect NAME EXIT_WANTED REGEX -- command...
+expect() {
+  local name=$1 want=$2 re=$3; shift 4
+  "$@" >"$work/out" 2>&1
+  local got=$?
+  if [ "$want" = 0 ] && [ "$got" != 0 ]; then bad "$name (exit $got, wanted 0)"; return 1; fi
+  if [ "$want" != 0 ] && { [ "$got" = 0 ] || [ "$got" -ge 128 ]; }; then bad "$name (exit $got, wanted a clean failure)"; return 1; fi
+  if [ -n "$re" ] && ! grep -Eq -- "$re" "$work/out"; then bad "$name (output lacks /$re/)"; return 1; fi
+  ok "$name"
+}
+
+# ---- 1. install, then move the tree ----
+expect "cmake --install" 0 'trident-config.cmake' -- "$cmake" --install "$build" --prefix "$work/staged" || finish
+mv "$work/staged" "$work/prefix"
+prefix=$work/prefix
+missing=""
+for f in bin/trident lib/libtrident.so lib/libtrident_kernels.so lib/trident/libtrident_backend_torch.so \
+         lib/trident/libtrident_backend_tf.so lib/trident/libtrident_backend_jax.so include/trident/backend.h \
+         include/trident/kernels.h include/trident/trident.h lib/cmake/trident/trident-config.cmake \
+         lib/cmake/trident/trident-config-version.cmake lib/cmake/trident/trident-backend.map \
+         lib/pkgconfig/trident.pc share/trident/conf/quickstart.ini; do
+  [ -e "$prefix/$f" ] || missing="$missing $f"
+done
+if [ -z "$missing" ]; then ok "installed tree complete"; else echo "missing:$missing" > "$work/out"; bad "installed tree complete"; fi
+bin=$prefix/bin/trident
+
+# ---- 2. the example, out of tree: CMake package ----
+cp -r "$src/examples/backend_minimal" "$work/example-src"
+expect "example configures with find_package(trident)" 0 'Generating done' -- \
+  "$cmake" -S "$work/example-src" -B "$work/example" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+expect "example builds" 0 'libtrident_backend_minimal.so' -- "$cmake" --build "$work/example"
+so=$work/example/libtrident_backend_minimal.so
+# Every include directory the compile used is the prefix's; the link names no file of the
+# source tree or the build, only the prefix's kernels library.
+incs=$(grep -o -- '-I *[^ ]*\|-isystem *[^ ]*' "$work/example/compile_commands.json" | sed 's/^-I *//; s/^-isystem *//' | sort -u)
+link=$(cat "$work/example/CMakeFiles/trident_backend_minimal.dir/link.txt")
+{ echo "includes: $incs"; echo "link: $link"; } > "$work/out"
+stray=$(printf '%s\n' $incs | grep -v "^$prefix/include\$" || true)
+if [ -n "$incs" ] && [ -z "$stray" ] && ! grep -Eq "$src/(core|plugins)|$build/(core|plugins)" <<<"$link" &&
+   grep -q "$prefix/lib/libtrident_kernels.so" <<<"$link"; then
+  ok "nothing from the source tree on the include or link line"
+else bad "nothing from the source tree on the include or link line"; fi
+nm -D --defined-only "$so" 2>&1 | awk '{print $NF}' > "$work/out"
+if [ "$(cat "$work/out")" = "tr_backend_entry" ]; then ok "example exports only tr_backend_entry"; else bad "example exports only tr_backend_entry"; fi
+readelf -d "$so" > "$work/out" 2>&1
+if ! grep -q 'libtrident\.so' "$work/out"; then ok "example does not link core"; else bad "example does not link core"; fi
+
+# ---- 2b. the same with pkg-config and the compiler alone ----
+if command -v pkg-config >/dev/null; then
+  mkdir -p "$work/pc"
+  export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+  expect "example builds with pkg-config" 0 '' -- sh -c "cc -std=c17 -shared -fPIC -fvisibility=hidden \
+    \$(pkg-config --cflags trident) '$src/examples/backend_minimal/minimal.c' \
+    -o '$work/pc/libtrident_backend_minimal.so' \$(pkg-config --variable=backend_libs trident)"
+  expect "the pkg-config build passes check-backend" 0 'the backend conforms' -- \
+    "$bin" check-backend "$work/pc/libtrident_backend_minimal.so"
+fi
+
+# ---- 3. the installed program ----
+ini() { printf '%s\n' "$2" > "$work/$1"; }
+ini run.ini "[plugins]
+path = $work/example
+[run]
+model = bert
+preset = tiny
+task = predict
+backends = torch, minimal
+batch = 2
+seq_len = 16
+steps = 2
+warmup = 1
+[backend.minimal]
+verbose = false"
+
+expect "installed trident lists its installed backends" 0 "$prefix/lib/trident/libtrident_backend_torch.so" -- "$bin" list "$work/run.ini"
+for be in torch tf jax; do
+  if grep -A1 -E "^  $be +$prefix/lib/trident/libtrident_backend_$be.so" "$work/out" | grep -q 'from install dir'; then
+    ok "$be found in the install dir"; else bad "$be found in the install dir"; fi
+done
+if grep -q "$build/plugins" "$work/out"; then bad "the installed program does not search the build tree"
+else ok "the installed program does not search the build tree"; fi
+if grep -A1 -E "^  minimal +$work/example/libtrident_backend_minimal.so" "$work/out" | grep -q 'from \[plugins\] path'; then
+  ok "example listed from [plugins] path"; else bad "example listed from [plugins] path"; fi
+
+expect "BERT tiny predict: torch and the example agree" 0 'all backends ran and agree' -- "$bin" run "$work/run.ini"
+if grep -Eq '^minimal +[0-9.]+ +[0-9.]+.* ok *$' "$work/out"; then ok "example row agrees with torch"; else bad "example row agrees with torch"; fi
+if grep -Eq '^minimal: ran itself: [1-9][0-9]* matmul, [1-9][0-9]* elementwise; shared kernels: [1-9]' "$work/out"; then
+  ok "example reports what it ran itself"; else bad "example reports what it ran itself"; fi
+
+sed 's/^task = predict/task = fit/' "$work/run.ini" > "$work/fit.ini"
+expect "BERT tiny fit: torch and the example agree on the losses" 0 'all backends ran and agree' -- "$bin" run "$work/fit.ini"
+if grep -Eq '^minimal +[0-9.]+ +[0-9.]+ +[0-9. ]+$' "$work/out" && grep -Eq '^minimal +[0-9.]+ +[0-9.]+.* ok *$' "$work/out"; then
+  ok "example trains: losses listed and agreeing"; else bad "example trains: losses listed and agreeing"; fi
+
+ini typo.ini "[plugins]
+path = $work/example
+[run]
+backends = minimal
+steps = 1
+warmup = 1
+batch = 1
+seq_len = 8
+[backend.minimal]
+own_ops = true
+verbsoe = true"
+expect "example refuses an unknown key by name, file and line" 1 "typo.ini:11: \[backend.minimal\] unknown key 'verbsoe'" -- \
+  "$bin" run "$work/typo.ini"
+
+expect "the example passes check-backend" 0 'the backend conforms' -- "$bin" check-backend minimal "$work/run.ini"
+finish

@@ -1,0 +1,130 @@
+/* Mistral against Hugging Face: the tiny preset's graph, loaded with the state_dict that
+ * transformers wrote (tests/fixtures/make_mistral_fixture.py), gives MistralForCausalLM's
+ * logits on every backend configuration (f32 and bf16); its sliding window (6, over 16
+ * tokens) is applied as HF applies it; the 7B preset is the published model (size,
+ * config.json); the KV-cache pass; bad input. */
+#include <string.h>
+#include "decoderutil.h"
+#include "models.h"
+#include "trident/safetensors.h"
+
+#define HINT " (regenerate with: python3 tests/fixtures/make_mistral_fixture.py)"
+
+static const struct tr_test_llm mistral = {
+    .model = &tr_model_mistral,
+    .weights = TR_SOURCE_DIR "/tests/fixtures/mistral_tiny.safetensors",
+    .io = TR_SOURCE_DIR "/tests/fixtures/mistral_tiny_io.safetensors",
+    .hint = HINT,
+};
+
+/* MistralForCausalLM(MistralConfig(<config.json>)), counted by transformers 5.24. */
+#define MISTRAL_7B_PARAMS 7241732096LL
+
+static void test_size_7b(void **state) { tr_test_llm_check_size(&tr_model_mistral, "7b", MISTRAL_7B_PARAMS); }
+
+static void test_preset_is_the_published_config(void **state) {
+    tr_test_llm_hf_config_matches(&tr_model_mistral, "tests/fixtures/hf/mistral-7b-v0.1.json", "7b");
+    assert_int_equal(tr_test_llm_preset(&tr_model_mistral, "7b")->sliding_window, 4096);
+}
+
+static void test_names_match_state_dict(void **state) { tr_test_llm_names_match(&mistral); }
+
+static void test_interface(void **state) {
+    const struct tr_decoder_config *c = tr_test_llm_preset(&tr_model_mistral, "tiny");
+    struct tr_graph *g = tr_test_llm_build(&tr_model_mistral, c, TR_DTYPE_F32, 2, 16);
+    int lg = tr_graph_output(g, 0);
+    assert_int_equal(tr_graph_n_outputs(g), 1);
+    assert_string_equal(tr_graph_output_name(g, 0), "logits");
+    /* Untied: the logits read lm_head.weight. */
+    int head = tr_graph_find(g, "lm_head.weight");
+    assert_true(head >= 0);
+    assert_int_equal(tr_node_input(g, lg, 1), head);
+    /* Every attention node carries the window and is causal. */
+    int n_attn = 0;
+    for (int i = 0; i < tr_graph_n_nodes(g); i++)
+        if (tr_node_op(g, i) == TR_OP_ATTENTION) {
+            n_attn++;
+            assert_int_equal(tr_node_attrs(g, i)->ints[0], 1);
+            assert_int_equal(tr_node_attrs(g, i)->ints[1], c->sliding_window);
+        }
+    assert_int_equal(n_attn, c->num_hidden_layers);
+    const struct tr_attrs *a = tr_node_attrs(g, tr_graph_find(g, "model.norm.weight"));
+    assert_true(a->floats[0] == 1.0f && a->floats[1] == 0.02f);
+    tr_graph_free(g);
+}
+
+static void test_make_inputs(void **state) { tr_test_llm_make_inputs(&tr_model_mistral); }
+
+static void test_predict_matches_hf_f32(void **state) {
+    tr_test_llm_predict_vs_hf(&mistral, tr_test_llm_preset(&tr_model_mistral, "tiny"), TR_DTYPE_F32, "logits");
+}
+
+static void test_predict_matches_hf_bf16(void **state) {
+    tr_test_llm_predict_vs_hf(&mistral, tr_test_llm_preset(&tr_model_mistral, "tiny"), TR_DTYPE_BF16, "logits");
+}
+
+/* The window changes the logits far beyond the tolerance, and both ways match HF: with
+ * sliding_window 0 the graph gives HF's full-attention logits, not the windowed ones. */
+static void test_sliding_window_applied(void **state) {
+    struct tr_safetensors *io = NULL;
+    struct tr_error e = {0};
+    if (tr_safetensors_open(mistral.io, &io, &e)) fail_msg("%s" HINT, e.msg);
+    struct tr_tensor win, full, keep;
+    assert_int_equal(tr_safetensors_get(io, "logits", &win, &e), TR_OK);
+    assert_int_equal(tr_safetensors_get(io, "logits_full_attention", &full, &e), TR_OK);
+    assert_int_equal(tr_safetensors_get(io, "keep", &keep, &e), TR_OK);
+    double apart = tr_test_llm_kept_rel_diff(&full, &win, &keep);
+    print_message("mistral tiny: HF full attention vs window %lld: %.3g apart\n",
+                  (long long)tr_test_llm_preset(&tr_model_mistral, "tiny")->sliding_window, apart);
+    assert_true(apart > 100 * tr_test_tol(TR_DTYPE_F32));
+    struct tr_decoder_config c = *tr_test_llm_preset(&tr_model_mistral, "tiny");
+    assert_true(c.sliding_window > 0 && c.sliding_window < win.shape[1]);
+    c.sliding_window = 0;
+    tr_test_llm_predict_vs_hf(&mistral, &c, TR_DTYPE_F32, "logits_full_attention");
+    tr_safetensors_close(io);
+}
+
+static void test_kv_cache(void **state) {
+    tr_test_llm_kv_cache(&mistral, tr_test_llm_preset(&tr_model_mistral, "tiny"));
+}
+
+static void test_greedy_generate_matches_hf(void **state) {
+    for (int b = 0; b < TR_TEST_N_BACKENDS; b++)
+        tr_test_llm_greedy_vs_hf(&mistral, tr_test_llm_preset(&tr_model_mistral, "tiny"), TR_DTYPE_F32, &tr_test_backends[b]);
+}
+
+static void test_unknown_preset(void **state) { tr_test_llm_unknown_preset(&tr_model_mistral); }
+
+static void test_config_errors(void **state) {
+    struct tr_decoder_config c = *tr_test_llm_preset(&tr_model_mistral, "tiny");
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 1, .seq_len = 16};
+    struct tr_graph *g = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    c.hidden_size = 60; /* 60 / 4 heads = 15: odd, RoPE needs pairs */
+    assert_int_equal(tr_model_mistral.build(&c, &o, g, &e), TR_ERR_INVALID);
+    if (!strstr(e.msg, "head_dim = 15")) fail_msg("%s", e.msg);
+    c = *tr_test_llm_preset(&tr_model_mistral, "tiny");
+    o.dtype = TR_DTYPE_I32;
+    assert_int_equal(tr_model_mistral.build(&c, &o, g, &e), TR_ERR_UNSUPPORTED);
+    assert_non_null(strstr(e.msg, "i32"));
+    tr_graph_free(g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_size_7b),
+        cmocka_unit_test(test_preset_is_the_published_config),
+        cmocka_unit_test(test_names_match_state_dict),
+        cmocka_unit_test(test_interface),
+        cmocka_unit_test(test_make_inputs),
+        cmocka_unit_test(test_predict_matches_hf_f32),
+        cmocka_unit_test(test_predict_matches_hf_bf16),
+        cmocka_unit_test(test_sliding_window_applied),
+        cmocka_unit_test(test_kv_cache),
+        cmocka_unit_test(test_greedy_generate_matches_hf),
+        cmocka_unit_test(test_unknown_preset),
+        cmocka_unit_test(test_config_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
