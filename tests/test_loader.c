@@ -394,6 +394,30 @@ static void test_defaults(void **state) {
     tr_plugin_close(p);
 }
 
+/* A 1.0 plugin runs plain graphs, and is refused a graph with updates (training), which
+ * it cannot know about, with both versions named. */
+static void test_v10_refuses_updates(void **state) {
+    (void)state;
+    struct tr_plugin *p = open_plugin("v10");
+    struct tr_backend *be = init_backend(p, NULL, 0);
+    struct small_graph sg;
+    small_graph_build(&sg);
+    struct tr_program *prog = small_graph_run(be, &sg);
+    tr_program_free(prog);
+    int w = tr_graph_find(sg.g, "w");
+    int upd = tr_scale(sg.g, w, 0.5f, 0.0f);
+    assert_int_equal(tr_graph_add_update(sg.g, w, upd), TR_OK);
+    struct tr_error err = {0};
+    prog = NULL;
+    assert_int_equal(tr_backend_compile(be, sg.g, &prog, &err), TR_ERR_UNSUPPORTED);
+    assert_null(prog);
+    assert_non_null(strstr(err.msg, "speaks ABI 1.0"));
+    assert_non_null(strstr(err.msg, "needs ABI 1.1"));
+    tr_graph_free(sg.g);
+    tr_backend_free(be);
+    tr_plugin_close(p);
+}
+
 /* ---- search order ---- */
 
 static void expect_path(const char *name, const char *ini, const char *env, const char *dir, const char *file) {
@@ -518,6 +542,7 @@ static void test_scan(void **state) {
         {"good", NULL},
         {"newminor", NULL},
         {"minimal", NULL},
+        {"v10", NULL},
         {"wrong", NULL},
         {"initfail", NULL},
         {"noentry", "no entry point"},
@@ -580,7 +605,8 @@ int main(void) {
         cmocka_unit_test(test_refusals_by_name), cmocka_unit_test(test_good_runs_graph),
         cmocka_unit_test(test_execute_checks),   cmocka_unit_test(test_compile_refuses_broken_graph),
         cmocka_unit_test(test_init_refusals),    cmocka_unit_test(test_newminor),
-        cmocka_unit_test(test_defaults),         cmocka_unit_test(test_search_order),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_v10_refuses_updates),         cmocka_unit_test(test_search_order),
         cmocka_unit_test(test_not_found),        cmocka_unit_test(test_scan),
     };
     return cmocka_run_group_tests(tests, setup_dirs, teardown_dirs);

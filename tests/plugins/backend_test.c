@@ -53,6 +53,8 @@
 #define TP_NAME "newminor"
 #elif defined(TP_VARIANT_MINIMAL)
 #define TP_NAME "minimal"
+#elif defined(TP_VARIANT_V10)
+#define TP_NAME "v10"
 #elif defined(TP_VARIANT_WRONG)
 #define TP_NAME "wrong"
 #elif defined(TP_VARIANT_NEXTMINOR)
@@ -339,6 +341,9 @@ static const struct tr_backend_i vtable = {
     TP_VTABLE_INIT(TP_SIZE, TR_ABI_VERSION, NULL, tp_supports_op, tp_execute),
 #elif defined(TP_VARIANT_MINIMAL)
     TP_VTABLE_INIT(TR_BACKEND_I_MIN_SIZE_1_0, TR_ABI_VERSION, TP_NAME, NULL, tp_execute),
+#elif defined(TP_VARIANT_V10)
+    /* a plugin built against 1.0: no graph updates, no sync */
+    TP_VTABLE_INIT(TR_BACKEND_I_MIN_SIZE_1_0, TR_ABI_MAKE(1, 0), TP_NAME, NULL, tp_execute),
 #elif defined(TP_VARIANT_OLDMAJOR)
     TP_VTABLE_INIT(TP_SIZE, TR_ABI_MAKE(TR_ABI_MAJOR - 1, 9), TP_NAME, tp_supports_op, tp_execute),
 #elif defined(TP_VARIANT_TINY)
