@@ -17,6 +17,8 @@
 #include "testutil.h"
 #include "trident/kernels.h"
 
+#define run tr_test_run_op
+#define run_fails tr_test_run_op_fails
 #define K tr_test_k /* the group's kernels context (testutil.h) */
 static const enum tr_dtype DTS[] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F64};
 #define N_DTS 3
@@ -28,22 +30,6 @@ static const enum tr_dtype DTS[] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F64};
 #define TENSOR(dt, ...) tr_test_tensor((dt), NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__))
 #define SCALAR(dt) tr_test_tensor((dt), 0, SHAPE(1))
 
-/* Runs op through the dispatcher on a poisoned out; fails the test unless TR_OK. */
-static void run(int op, const struct tr_attrs *at, int n, const struct tr_tensor *in, struct tr_tensor *out) {
-    struct tr_error err = {0};
-    tr_test_poison(out);
-    int st = tr_kernels_run(K, op, at, n, in, out, &err);
-    if (st != TR_OK) fail_msg("%s returned %d: %s", tr_op_name(op), st, err.msg);
-}
-
-/* Runs op expecting status `want` and a message containing `needle`. */
-static void run_fails(int op, const struct tr_attrs *at, int n, const struct tr_tensor *in, struct tr_tensor *out,
-                      int want, const char *needle) {
-    struct tr_error err = {0};
-    int st = tr_kernels_run(K, op, at, n, in, out, &err);
-    if (st != want) fail_msg("%s: status %d (want %d): %s", tr_op_name(op), st, want, err.msg);
-    if (!strstr(err.msg, needle)) fail_msg("%s: message \"%s\" lacks \"%s\"", tr_op_name(op), err.msg, needle);
-}
 
 static void tfree(struct tr_tensor *t, ...) {
     va_list ap;

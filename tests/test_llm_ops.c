@@ -21,6 +21,8 @@
 #include "trident/kernels.h"
 #include "trident/safetensors.h"
 
+#define run tr_test_run_op
+#define run_fails tr_test_run_op_fails
 #define K tr_test_k
 #define SH(...) (const int64_t[]){__VA_ARGS__}
 #define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
@@ -29,20 +31,6 @@
 static const enum tr_dtype DTS[] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F16, TR_DTYPE_F64};
 #define N_DTS 4
 
-static void run(int op, const struct tr_attrs *at, int n, const struct tr_tensor *in, struct tr_tensor *out) {
-    struct tr_error err = {0};
-    tr_test_poison(out);
-    int st = tr_kernels_run(K, op, at, n, in, out, &err);
-    if (st != TR_OK) fail_msg("%s returned %d: %s", tr_op_name(op), st, err.msg);
-}
-
-static void run_fails(int op, const struct tr_attrs *at, int n, const struct tr_tensor *in, struct tr_tensor *out,
-                      int want, const char *needle) {
-    struct tr_error err = {0};
-    int st = tr_kernels_run(K, op, at, n, in, out, &err);
-    if (st != want) fail_msg("%s: status %d (want %d): %s", tr_op_name(op), st, want, err.msg);
-    if (!strstr(err.msg, needle)) fail_msg("%s: message \"%s\" lacks \"%s\"", tr_op_name(op), err.msg, needle);
-}
 
 /* The same call bound once, called twice: bit-identical to run's output. */
 static void bound_matches(int op, const struct tr_attrs *at, int n, const struct tr_tensor *in,

@@ -88,3 +88,18 @@ int tr_test_kernels_teardown(void **state) {
     tr_test_k = NULL;
     return 0;
 }
+
+void tr_test_run_op(int op, const struct tr_attrs *at, int n, const struct tr_tensor *in, struct tr_tensor *out) {
+    struct tr_error err = {0};
+    tr_test_poison(out);
+    int st = tr_kernels_run(tr_test_k, op, at, n, in, out, &err);
+    if (st != TR_OK) fail_msg("%s returned %d: %s", tr_op_name(op), st, err.msg);
+}
+
+void tr_test_run_op_fails(int op, const struct tr_attrs *at, int n, const struct tr_tensor *in, struct tr_tensor *out,
+                          int want, const char *needle) {
+    struct tr_error err = {0};
+    int st = tr_kernels_run(tr_test_k, op, at, n, in, out, &err);
+    if (st != want) fail_msg("%s: status %d (want %d): %s", tr_op_name(op), st, want, err.msg);
+    if (!strstr(err.msg, needle)) fail_msg("%s: message \"%s\" lacks \"%s\"", tr_op_name(op), err.msg, needle);
+}

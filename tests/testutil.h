@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include "trident/ops.h"
 #include "trident/tensor.h"
 
 /* Tolerances of DESIGN.md: f32 1e-4, bf16 1e-2 (f16 1e-2, f64 1e-12). */
@@ -45,5 +46,11 @@ double tr_test_rel_err(const struct tr_tensor *out, const double *ref);
         double e_ = tr_test_rel_err((out), (ref));                                             \
         if (!(e_ < (tol))) fail_msg("%s: relative error %.3g >= %.3g", (what), e_, (double)(tol)); \
     } while (0)
+
+/* Run op on tr_test_k through the dispatcher, out poisoned first; fail the test unless TR_OK. */
+void tr_test_run_op(int op, const struct tr_attrs *at, int n, const struct tr_tensor *in, struct tr_tensor *out);
+/* Run op expecting status `want` and a message containing `needle`. */
+void tr_test_run_op_fails(int op, const struct tr_attrs *at, int n, const struct tr_tensor *in, struct tr_tensor *out,
+                          int want, const char *needle);
 
 #endif

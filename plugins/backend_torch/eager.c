@@ -142,7 +142,8 @@ int tr_torch_copy_updates(struct tr_torch_program *p, void *const *src, struct t
         if (p->donated[u]) continue;
         int pa = p->update_param[u];
         size_t nb = p->nodes[pa].nbytes;
-        int rc = nb ? tr_kernels_to_host(p->k, p->data[pa], src[u], nb, err) : TR_OK;
+        const void *from = src ? src[u] : p->data[p->graph_out[p->n_graph_out + u]];
+        int rc = nb ? tr_kernels_to_host(p->k, p->data[pa], from, nb, err) : TR_OK;
         if (rc != TR_OK) return tr_error_prefix(err, "torch: update of '%s'", tr_torch_node_name(p, pa));
     }
     return TR_OK;
@@ -381,12 +382,7 @@ int tr_torch_copy_outputs(struct tr_torch_program *p, int n_outputs, struct tr_t
             (rc = tr_kernels_to_host(p->k, outputs[i].data, p->data[id], p->nodes[id].nbytes, err)) != TR_OK)
             return tr_error_prefix(err, "torch: output %d ('%s')", i, tr_torch_node_name(p, id));
     }
-    void *src[64] = {0}, **srcs = p->n_updates <= 64 ? src : malloc((size_t)p->n_updates * sizeof *srcs);
-    if (!srcs) return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory copying %d updates", p->n_updates);
-    for (int u = 0; u < p->n_updates; u++) srcs[u] = p->data[p->graph_out[n_outputs + u]];
-    rc = tr_torch_copy_updates(p, srcs, err);
-    if (srcs != src) free(srcs);
-    if (rc != TR_OK) return rc;
+    if ((rc = tr_torch_copy_updates(p, NULL, err)) != TR_OK) return rc;
     for (int i = 0; i < n_outputs + p->n_updates; i++)
         if (--p->pending[p->graph_out[i]] == 0) node_drop(p, p->graph_out[i]);
     return TR_OK;

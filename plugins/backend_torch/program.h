@@ -96,7 +96,8 @@ int tr_torch_execute_eager(struct tr_torch_program *p, int n_inputs, const struc
 /* Every block the walk still holds back to its pool. */
 void tr_torch_release_all(struct tr_torch_program *p);
 const char *tr_torch_human_bytes(uint64_t n, char *buf, size_t size);
-/* The updates not donated: value copied into its param (src[u]: where the value is). */
+/* The updates not donated: value copied into its param (src[u]: where the value is; src
+ * NULL: where this step's walk put it). */
 int tr_torch_copy_updates(struct tr_torch_program *p, void *const *src, struct tr_error *err);
 
 /* ---- reduce-overhead (replay.c) ---- */
