@@ -2,7 +2,9 @@
 # Install what trident's build and tests need on Debian (run as root). Only what is
 # missing is installed, so running it twice is cheap.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libinih-dev libcmocka-dev libdnnl-dev libcjson-dev)
+# ocl-icd-opencl-dev: oneDNN's CMake package looks for OpenCL (a Recommends of libdnnl-dev
+# that --no-install-recommends leaves out).
+pkgs=(build-essential cmake pkg-config libinih-dev libcmocka-dev libdnnl-dev ocl-icd-opencl-dev libcjson-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

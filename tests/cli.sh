@@ -27,10 +27,10 @@ expect() {
 
 ini() { printf '%s\n' "$2" > "$tmp/$1"; }
 
-expect "quickstart runs" 0 '^torch +[0-9.]+ +[0-9.]+' -- "$bin" run conf/quickstart.ini --steps 3
-if grep -Eq '^jax +\|#+ [0-9.]+ ms$' "$tmp/out"; then ok "quickstart draws its chart"; else bad "quickstart draws its chart"; fi
+expect "quickstart runs" 0 '^torch +f32 +[0-9.]+ +[0-9.]+' -- "$bin" run conf/quickstart.ini --steps 3
+if grep -Eq '^jax +\|#* [0-9.]+ ms$' "$tmp/out"; then ok "quickstart draws its chart"; else bad "quickstart draws its chart"; fi
 for row in 'torch:reduce-overhead' 'tf' 'jax'; do
-  if grep -Eq "^$row +[0-9.]+ +[0-9.]+.* ok *$" "$tmp/out"; then ok "quickstart row $row agrees"; else bad "quickstart row $row agrees"; fi
+  if grep -Eq "^$row +f32 +[0-9.]+ +[0-9.]+.* ok *$" "$tmp/out"; then ok "quickstart row $row agrees"; else bad "quickstart row $row agrees"; fi
 done
 expect "quickstart writes json" 0 'all backends ran' -- "$bin" run conf/quickstart.ini --steps 2 --json "$tmp/q.json"
 if grep -q '"mean_ms"' "$tmp/q.json" 2>/dev/null; then ok "json has mean_ms"; else echo > "$tmp/out"; bad "json has mean_ms"; fi
@@ -63,7 +63,13 @@ expect "sequence longer than the positions" 1 'max_position_embeddings' -- "$bin
 ini opt.ini $'[run]\nbackends = torch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8\n[backend.torch]\nmdoe = eager'
 expect "unknown backend option" 1 'mdoe' -- "$bin" run "$tmp/opt.ini"
 ini cuda.ini $'[run]\ndevice = cuda\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
-expect "cuda without a GPU" 1 'no CUDA device' -- "$bin" run "$tmp/cuda.ini"
+if nvidia-smi -L >/dev/null 2>&1; then
+  echo "SKIPPED: cuda without a GPU (this machine has one; tests/gpu/run.sh covers device = cuda)"
+else
+  expect "cuda without a GPU" 1 'no CUDA device' -- "$bin" run "$tmp/cuda.ini"
+fi
+ini tf32.ini $'[run]\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8\nmath = tf32'
+expect "tf32 on the cpu" 1 'tf32.ini:6: .run. math = tf32 with device = cpu: expected device = cuda' -- "$bin" run "$tmp/tf32.ini"
 wrong=$(cd "$(dirname "$bin")" && pwd)/test_plugins/libtrident_backend_wrong.so
 ini disagree.ini "[run]
 backends = torch, $wrong

@@ -72,6 +72,32 @@ static void load_ok(const char *name, const char *text, struct tr_config *cfg) {
     if (rc != TR_OK) fail_msg("%s: status %d: %s", name, rc, err.msg);
 }
 
+/* [run] math: parsed, defaulted from dtype for reports, checked against dtype and device. */
+static void test_math(void **state) {
+    (void)state;
+    struct tr_config cfg;
+    load_ok("math1.ini", "[run]\ndtype = bf16\n", &cfg);
+    assert_int_equal(cfg.math, TR_MATH_DEFAULT);
+    assert_string_equal(tr_config_math_name(&cfg), "bf16");
+    load_ok("math2.ini", "[run]\nmath = f32\n", &cfg);
+    assert_int_equal(cfg.math, TR_MATH_F32);
+    assert_string_equal(tr_config_math_name(&cfg), "f32");
+    load_ok("math3.ini", "[run]\ndevice = cuda\nmath = tf32\n", &cfg);
+    assert_int_equal(cfg.math, TR_MATH_TF32);
+    assert_string_equal(tr_config_math_name(&cfg), "tf32");
+    load_ok("math4.ini", "[run]\nmath = bf16\ndtype = bf16\n", &cfg);
+    assert_int_equal(cfg.math, TR_MATH_BF16);
+    expect_error("math5.ini", "[run]\nmath = fp8\n", TR_ERR_INVALID, "math5.ini:2: [run] math = fp8:",
+                 "expected f32, tf32 or bf16");
+    expect_error("math6.ini", "[run]\nmath = default\n", TR_ERR_INVALID, "math6.ini:2: [run] math = default:");
+    expect_error("math7.ini", "[run]\n\nmath = tf32\n", TR_ERR_INVALID, "math7.ini:3: [run] math = tf32",
+                 "device = cpu", "expected device = cuda");
+    expect_error("math8.ini", "[run]\nmath = bf16\n", TR_ERR_INVALID, "math8.ini:2: [run] math = bf16",
+                 "dtype = f32", "expected dtype = bf16");
+    expect_error("math9.ini", "[run]\ndtype = bf16\ndevice = cuda\nmath = tf32\n", TR_ERR_INVALID,
+                 "math9.ini:4: [run] math = tf32 with dtype = bf16", "expected dtype = f32");
+}
+
 static void test_defaults(void **state) {
     (void)state;
     struct tr_config cfg;
@@ -501,6 +527,7 @@ int main(void) {
         cmocka_unit_test(test_unknown_section),
         cmocka_unit_test(test_unknown_keys),
         cmocka_unit_test(test_bad_integers),
+        cmocka_unit_test(test_math),
         cmocka_unit_test(test_bad_names),
         cmocka_unit_test(test_backends_errors),
         cmocka_unit_test(test_duplicate_keys),

@@ -1,67 +1,16 @@
 /* Every CUDA kernel against the cpu kernel (the reference) on random inputs of several
- * shapes, through tr_kernels_run on a cpu and a cuda context with the same attributes:
- * ‖cuda − cpu‖/‖cpu‖ under 1e-4 for f32 and 1e-2 for bf16/f16 (exact for integer
- * outputs), the device output poisoned with NaN before each run. Without a CUDA device
- * (this machine, CI) each test prints "SKIPPED: no CUDA device found (name ...)" and
- * passes; tests/gpu/run.sh runs it on a GPU. */
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include "testutil.h"
-#include "trident/kernels.h"
-#include "trident/kernels_cuda.h"
+ * shapes, through the graph-op interface: each op run by tr_kernels_run on a cpu and a
+ * cuda context with the same attributes, then bound on cuda (tr_kernels_bind: nothing
+ * written at bind, the counters unmoved) and called twice; the GEMM epilogues and the
+ * fused kernels through their tr_k_* entries and bound forms. The device output is
+ * poisoned with NaN before each run; tolerances as test_cuda_common.h says. Without a
+ * CUDA device (this machine, CI) each test prints "SKIPPED: no CUDA device found (name)"
+ * and is skipped; tests/gpu/run.sh runs it on a GPU. The public tr_k_* entries, the
+ * math mode and cuRAND are test_cuda_kernels_api.c's. */
+#include "test_cuda_common.h"
 
-/* Internal to the kernels library: the cuda versions of the tr_k_* entries that are not
- * graph ops (the GEMM with epilogues, the fused kernels), which tr_k_* does not route to
- * cuda yet. */
-#include "../plugins/kernels/cuda/host/cuda_entry.h"
-
-static struct tr_kernels *G;      /* the cuda context, NULL without a device */
-static char no_device[TR_ERROR_MSG_MAX];
-
-#define SKIP_WITHOUT_GPU()                                                              \
-    do {                                                                                \
-        if (!G) {                                                                       \
-            printf("SKIPPED: no CUDA device found (%s)\n", __func__);                  \
-            return;                                                                     \
-        }                                                                               \
-    } while (0)
-
-#define CHECK_OK(x)                                                  \
-    do {                                                             \
-        if ((x) != TR_OK) fail_msg("%s: %s", #x, err.msg);           \
-    } while (0)
-
-static struct tr_error err;
-
-static int setup(void **state) {
-    if (tr_test_kernels_setup(state)) return -1;
-    struct tr_error e = {0};
-    if (tr_kernels_init(&G, TR_DEVICE_CUDA, 0, &e) != TR_OK) {
-        G = NULL;
-        snprintf(no_device, sizeof no_device, "%s", e.msg);
-        printf("cuda: %s\n", no_device);
-    }
-    return 0;
-}
-
-static int teardown(void **state) {
-    tr_kernels_free(G);
-    return tr_test_kernels_teardown(state);
-}
-
-/* A device copy of a host tensor. */
-static struct tr_tensor to_dev(const struct tr_tensor *h) {
-    struct tr_tensor d = *h;
-    size_t n = tr_tensor_nbytes(h);
-    CHECK_OK(tr_kernels_alloc(G, n, &d.data, &err));
-    CHECK_OK(tr_kernels_to_device(G, d.data, h->data, n, &err));
-    d.device = TR_DEVICE_CUDA;
-    return d;
-}
-
-/* Runs op on the cpu and on cuda with the same inputs and attributes and compares. */
+/* Runs op on the cpu and on cuda with the same inputs and attributes and compares; then
+ * binds it on cuda and calls it twice (a replay gives the same result) and compares. */
 static void compare_op(const char *what, int op, const struct tr_attrs *at, int n_in, struct tr_tensor *in,
                        enum tr_dtype out_dt, int out_ndim, const int64_t *out_shape) {
     struct tr_tensor ref = tr_test_tensor(out_dt, out_ndim, out_shape);
@@ -73,37 +22,31 @@ static void compare_op(const char *what, int op, const struct tr_attrs *at, int 
     tr_test_poison(&got);
     struct tr_tensor dout = to_dev(&got);
     if (tr_kernels_run(G, op, at, n_in, din, &dout, &err)) fail_msg("%s: cuda: %s", what, err.msg);
-    CHECK_OK(tr_kernels_sync(G, &err));
-    CHECK_OK(tr_kernels_to_host(G, got.data, dout.data, tr_tensor_nbytes(&got), &err));
-    if (tr_dtype_is_float(out_dt)) {
-        double *r = tr_test_to_f64(&ref);
-        double e = tr_test_rel_err(&got, r);
-        free(r);
-        if (!(e < tr_test_tol(out_dt)))
-            fail_msg("%s (%s): cuda vs cpu relative error %.3g >= %.3g", what, tr_dtype_name(out_dt), e,
-                     tr_test_tol(out_dt));
-    } else if (memcmp(got.data, ref.data, tr_tensor_nbytes(&got)) != 0) {
-        fail_msg("%s (%s): cuda and cpu differ", what, tr_dtype_name(out_dt));
+    fetch(&got, &dout);
+    check_out(what, "tr_kernels_run", &got, &ref);
+    if (n_in <= TR_KERNEL_CALL_MAX_IN) {
+        poison_dev(&got, &dout);
+        struct tr_kernel_call call;
+        struct tr_kernels_stats before, after;
+        tr_kernels_get_stats(G, &before);
+        if (tr_kernels_bind(G, op, at, n_in, din, &dout, &call, &err)) fail_msg("%s: cuda bind: %s", what, err.msg);
+        tr_kernels_get_stats(G, &after);
+        assert_int_equal(before.calls, after.calls); /* binding is not a call */
+        fetch(&got, &dout);
+        /* the dry check at bind queued nothing: the output is still poisoned */
+        if (tr_tensor_numel(&got) > 0 && tr_dtype_is_float(out_dt) && !isnan(tr_tensor_get_f64(&got, 0)))
+            fail_msg("%s: bind wrote the output", what);
+        for (int rep = 0; rep < 2; rep++)
+            if (tr_kernels_call(G, &call, &err)) fail_msg("%s: cuda bound call: %s", what, err.msg);
+        fetch(&got, &dout);
+        check_out(what, "bound", &got, &ref);
+        tr_kernels_unbind(G, &call);
     }
     for (int i = 0; i < n_in; i++) tr_kernels_dealloc(G, din[i].data);
     tr_kernels_dealloc(G, dout.data);
     tr_test_tensor_free(&ref);
     tr_test_tensor_free(&got);
 }
-
-static const enum tr_dtype FLOATS[3] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F16};
-
-static struct tr_tensor randn(enum tr_dtype dt, int ndim, const int64_t *shape, uint64_t seed) {
-    struct tr_tensor t = tr_test_tensor(dt, ndim, shape);
-    tr_test_randn(&t, seed, 1.0);
-    return t;
-}
-
-static void free_all(int n, struct tr_tensor *t) {
-    for (int i = 0; i < n; i++) tr_test_tensor_free(&t[i]);
-}
-
-/* ---- the tests ---- */
 
 static void test_context(void **state) {
     (void)state;
@@ -242,14 +185,21 @@ static void test_matmul_epilogues(void **state) {
                 struct tr_tensor da = to_dev(&a), db = to_dev(&b), dbias = to_dev(&bias);
                 tr_test_poison(&got);
                 struct tr_tensor dc = to_dev(&got);
-                CHECK_OK(tr_cuda_matmul(G, &da, &db, &dc, 0, 0, 0.75f, &dbias, (enum tr_act)act, &err));
-                CHECK_OK(tr_kernels_to_host(G, got.data, dc.data, tr_tensor_nbytes(&got), &err));
-                double *r = tr_test_to_f64(&ref);
+                CHECK_OK(tr_k_matmul(G, &da, &db, &dc, 0, 0, 0.75f, &dbias, (enum tr_act)act, &err));
+                fetch(&got, &dc);
                 char what[80];
                 snprintf(what, sizeof what, "matmul %s, bias %s, act %d", tr_dtype_name(FLOATS[d]),
                          tr_dtype_name((enum tr_dtype)bias.dtype), act);
-                tr_assert_close(what, &got, r, tr_test_tol(FLOATS[d]));
-                free(r);
+                check_out(what, "tr_k_matmul", &got, &ref);
+                /* bound: its own plan, made at bind; called twice */
+                poison_dev(&got, &dc);
+                struct tr_kernel_call call;
+                CHECK_OK(tr_kernels_bind_matmul(G, &da, &db, &dc, 0, 0, 0.75f, &dbias, (enum tr_act)act, &call, &err));
+                CHECK_OK(tr_kernels_call(G, &call, &err));
+                CHECK_OK(tr_kernels_call(G, &call, &err));
+                fetch(&got, &dc);
+                check_out(what, "bound matmul", &got, &ref);
+                tr_kernels_unbind(G, &call);
                 tr_kernels_dealloc(G, da.data);
                 tr_kernels_dealloc(G, db.data);
                 tr_kernels_dealloc(G, dbias.data);
@@ -263,11 +213,20 @@ static void test_matmul_epilogues(void **state) {
 static void check_fused(const char *what, struct tr_tensor *ref, struct tr_tensor *dout) {
     struct tr_tensor got = *ref;
     CHECK_OK(tr_host_alloc(&got.data, tr_tensor_nbytes(ref), &err));
-    CHECK_OK(tr_kernels_sync(G, &err));
-    CHECK_OK(tr_kernels_to_host(G, got.data, dout->data, tr_tensor_nbytes(ref), &err));
-    double *r = tr_test_to_f64(ref);
-    tr_assert_close(what, &got, r, tr_test_tol((enum tr_dtype)ref->dtype));
-    free(r);
+    fetch(&got, dout);
+    check_out(what, "tr_k", &got, ref);
+    tr_host_free(got.data);
+}
+
+/* A bound fused call: nothing written at bind, then two calls give ref. */
+static void check_bound(const char *what, struct tr_kernel_call *call, struct tr_tensor *ref, struct tr_tensor *dout) {
+    struct tr_tensor got = *ref;
+    CHECK_OK(tr_host_alloc(&got.data, tr_tensor_nbytes(ref), &err));
+    CHECK_OK(tr_kernels_call(G, call, &err));
+    CHECK_OK(tr_kernels_call(G, call, &err));
+    fetch(&got, dout);
+    check_out(what, "bound", &got, ref);
+    tr_kernels_unbind(G, call);
     tr_host_free(got.data);
 }
 
@@ -288,9 +247,14 @@ static void test_fused(void **state) {
             CHECK_OK(tr_k_bias_residual_layer_norm(tr_test_k, &x, pb, pr, pg, &b, 1e-5f, &ref, &err));
             struct tr_tensor dx = to_dev(&x), dr = to_dev(&res), dbias = to_dev(&bias), dg = to_dev(&g), db = to_dev(&b),
                              dout = to_dev(&o);
-            CHECK_OK(tr_cuda_bias_residual_layer_norm(G, &dx, pb ? &dbias : NULL, pr ? &dr : NULL, pg ? &dg : NULL, &db,
-                                                      1e-5f, &dout, &err));
+            CHECK_OK(tr_k_bias_residual_layer_norm(G, &dx, pb ? &dbias : NULL, pr ? &dr : NULL, pg ? &dg : NULL, &db,
+                                                   1e-5f, &dout, &err));
             check_fused("bias_residual_layer_norm", &ref, &dout);
+            struct tr_kernel_call call;
+            CHECK_OK(tr_kernels_to_device(G, dout.data, o.data, tr_tensor_nbytes(&o), &err));
+            CHECK_OK(tr_kernels_bind_bias_residual_layer_norm(G, &dx, pb ? &dbias : NULL, pr ? &dr : NULL,
+                                                              pg ? &dg : NULL, &db, 1e-5f, &dout, &call, &err));
+            check_bound("bias_residual_layer_norm", &call, &ref, &dout);
             struct tr_tensor *all[] = {&dx, &dr, &dbias, &dg, &db, &dout};
             for (int i = 0; i < 6; i++) tr_kernels_dealloc(G, all[i]->data);
             tr_test_tensor_free(&x), tr_test_tensor_free(&res), tr_test_tensor_free(&bias), tr_test_tensor_free(&g);
@@ -306,8 +270,12 @@ static void test_fused(void **state) {
             tr_test_poison(&o);
             CHECK_OK(tr_k_scale_mask_softmax(tr_test_k, &x, 0.125f, mk == 2 ? NULL : &mask, &ref, &err));
             struct tr_tensor dx = to_dev(&x), dm = to_dev(&mask), dout = to_dev(&o);
-            CHECK_OK(tr_cuda_scale_mask_softmax(G, &dx, 0.125f, mk == 2 ? NULL : &dm, &dout, &err));
+            CHECK_OK(tr_k_scale_mask_softmax(G, &dx, 0.125f, mk == 2 ? NULL : &dm, &dout, &err));
             check_fused("scale_mask_softmax", &ref, &dout);
+            struct tr_kernel_call call;
+            CHECK_OK(tr_kernels_to_device(G, dout.data, o.data, tr_tensor_nbytes(&o), &err));
+            CHECK_OK(tr_kernels_bind_scale_mask_softmax(G, &dx, 0.125f, mk == 2 ? NULL : &dm, &dout, &call, &err));
+            check_bound("scale_mask_softmax", &call, &ref, &dout);
             tr_kernels_dealloc(G, dx.data), tr_kernels_dealloc(G, dm.data), tr_kernels_dealloc(G, dout.data);
             tr_test_tensor_free(&x), tr_test_tensor_free(&mask), tr_test_tensor_free(&ref), tr_test_tensor_free(&o);
         }
@@ -326,8 +294,12 @@ static void test_fused(void **state) {
         tr_test_poison(&o);
         CHECK_OK(tr_k_embedding_sum_layer_norm(tr_test_k, 3, tabs, ids, &g, &b, 1e-12f, &ref, &err));
         struct tr_tensor dg = to_dev(&g), db = to_dev(&b), dout = to_dev(&o);
-        CHECK_OK(tr_cuda_embedding_sum_layer_norm(G, 3, dtabs, dids, &dg, &db, 1e-12f, &dout, &err));
+        CHECK_OK(tr_k_embedding_sum_layer_norm(G, 3, dtabs, dids, &dg, &db, 1e-12f, &dout, &err));
         check_fused("embedding_sum_layer_norm", &ref, &dout);
+        struct tr_kernel_call call;
+        CHECK_OK(tr_kernels_to_device(G, dout.data, o.data, tr_tensor_nbytes(&o), &err));
+        CHECK_OK(tr_kernels_bind_embedding_sum_layer_norm(G, 3, dtabs, dids, &dg, &db, 1e-12f, &dout, &call, &err));
+        check_bound("embedding_sum_layer_norm", &call, &ref, &dout);
         for (int t = 0; t < 3; t++) {
             tr_kernels_dealloc(G, dtabs[t].data), tr_kernels_dealloc(G, dids[t].data);
             tr_test_tensor_free(&tabs[t]), tr_test_tensor_free(&ids[t]);
@@ -668,5 +640,5 @@ int main(void) {
         cmocka_unit_test(test_training_grads), cmocka_unit_test(test_attention_grad),
         cmocka_unit_test(test_rms_norm_rope), cmocka_unit_test(test_fused),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, cuda_setup, cuda_teardown);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "decoderutil.h"
 #include "models.h"
+#include "trident/bench.h"
 
 #define HINT " (regenerate with: python3 tests/fixtures/make_gemma_fixture.py)"
 
@@ -41,6 +42,38 @@ static void test_hf_config_errors(void **state) {
     snprintf(c.hf_config, sizeof c.hf_config, "tests/fixtures/hf/README.md");
     assert_int_equal(tr_decoder_resolve(&c, &out, &e), TR_ERR_FORMAT);
     assert_non_null(strstr(e.msg, "not valid JSON"));
+}
+
+/* hf_config is the base and the [model] lines the edits, whatever their order. */
+static void test_model_keys_win_over_hf_config(void **state) {
+    const char *ini = "[run]\nmodel = gemma\npreset = tiny\nbatch = 1\nseq_len = 8\n"
+                      "[model]\nnum_hidden_layers = 3\nhf_config = tests/fixtures/hf/gemma-2b.json\nhead_dim = 128\n";
+    struct tr_config cfg;
+    struct tr_error e = {0};
+    if (tr_config_load_string(ini, "edit.ini", &cfg, &e)) fail_msg("%s", e.msg);
+    struct tr_task_graph tg;
+    if (tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e)) fail_msg("%s", e.msg);
+    struct tr_decoder_config c;
+    assert_int_equal(tr_decoder_resolve(tg.config, &c, &e), TR_OK);
+    assert_int_equal(c.num_hidden_layers, 3);            /* [model] */
+    assert_int_equal(c.head_dim, 128);                   /* [model] */
+    assert_int_equal(c.vocab_size, 256000);              /* the file */
+    assert_int_equal(c.hidden_size, 2048);               /* the file */
+    assert_int_equal(c.max_position_embeddings, 8192);   /* the file */
+    assert_int_equal(c.lora_rank, 4);                    /* the preset: not in the file */
+    /* the graph is that model: 2b with 3 layers and heads of 128 */
+    assert_int_equal(tr_test_graph_param_count(tg.graph), tr_decoder_param_count(&c));
+    assert_int_equal(tr_node_shape(tg.graph, tr_graph_find(tg.graph, "model.layers.2.self_attn.q_proj.weight"))[0],
+                     8 * 128);
+    assert_int_equal(tr_graph_find(tg.graph, "model.layers.3.self_attn.q_proj.weight"), -1);
+    tr_task_graph_free(&tg);
+    /* No preset known: the file replaces every key it has. */
+    struct tr_decoder_config bare = *tr_test_llm_preset(&tr_model_gemma, "tiny");
+    bare.preset = NULL;
+    bare.num_hidden_layers = 3;
+    snprintf(bare.hf_config, sizeof bare.hf_config, "tests/fixtures/hf/gemma-2b.json");
+    assert_int_equal(tr_decoder_resolve(&bare, &c, &e), TR_OK);
+    assert_int_equal(c.num_hidden_layers, 18);
 }
 
 static void test_names_match_state_dict(void **state) { tr_test_llm_names_match(&gemma); }
@@ -109,9 +142,10 @@ static void test_config_errors(void **state) {
     assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_UNSUPPORTED);
     assert_non_null(strstr(e.msg, "relu2"));
     c = *tr_test_llm_preset(&tr_model_gemma, "tiny");
-    o.task = TR_TASK_FIT;
-    assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_UNSUPPORTED);
-    assert_non_null(strstr(e.msg, "fit"));
+    o.task = TR_TASK_FIT; /* more of fit's keys in test_llm_fit.c */
+    snprintf(c.lora_targets, sizeof c.lora_targets, "q_proj,x_proj");
+    assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_INVALID);
+    if (!strstr(e.msg, "lora_targets") || !strstr(e.msg, "'x_proj'")) fail_msg("%s", e.msg);
     tr_graph_free(g);
 }
 
@@ -121,6 +155,7 @@ int main(void) {
         cmocka_unit_test(test_size_2b),
         cmocka_unit_test(test_presets_are_the_published_configs),
         cmocka_unit_test(test_hf_config_errors),
+        cmocka_unit_test(test_model_keys_win_over_hf_config),
         cmocka_unit_test(test_names_match_state_dict),
         cmocka_unit_test(test_interface),
         cmocka_unit_test(test_make_inputs),

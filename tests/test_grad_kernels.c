@@ -40,7 +40,7 @@ static void tfree(struct tr_tensor *t, ...) {
 
 static void check(const char *what, enum tr_dtype dt, const struct tr_tensor *out, const double *ref) {
     char buf[160];
-    snprintf(buf, sizeof buf, "%s (%s)", what, tr_dtype_name(dt));
+    if (snprintf(buf, sizeof buf, "%s (%s)", what, tr_dtype_name(dt)) >= (int)sizeof buf) buf[sizeof buf - 1] = 0;
     tr_assert_close(buf, out, ref, tr_test_tol(dt));
 }
 

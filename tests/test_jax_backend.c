@@ -25,6 +25,8 @@
 #include "../plugins/backend_jax/codegen.c"
 #include "../plugins/backend_jax/compile.c"
 #include "../plugins/backend_jax/executor.c"
+#include "../plugins/backend_jax/codegen_cuda.c"
+#include "../plugins/backend_jax/cubin.c"
 
 #define FIXTURE TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors"
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"

@@ -39,6 +39,28 @@ static int add_training(const struct tr_config *cfg, struct tr_task_graph *tg, s
     return rc;
 }
 
+/* generate: [generate] resolved, then the model's two passes; graph is the prefill. */
+static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
+    int rc = tr_generate_config_resolve(cfg, cfg->seed, &tg->gen_cfg, err);
+    if (rc) return rc;
+    const struct tr_generate_opts o = {.dtype = cfg->dtype, .batch = cfg->batch,
+                                       .prompt_len = tg->gen_cfg.prompt_len, .max_length = tg->gen_cfg.max_length};
+    rc = tr_generate_build(tg->model, tg->config, &o, &tg->gen, err);
+    if (rc) {
+        int line = 0;
+        for (int i = 0; i < cfg->n_kv; i++)
+            if (!strcmp(cfg->kv[i].section, "generate") && !strcmp(cfg->kv[i].key, "max_length")) line = cfg->kv[i].line;
+        return tr_error_prefix(err, "%s:%d: building model '%s' (preset %s) for generate ([generate] max_length = %lld, "
+                               "prompt_len = %lld; [run] batch = %lld)",
+                               cfg->file, line, tg->model->name, cfg->preset, (long long)o.max_length,
+                               (long long)o.prompt_len, (long long)o.batch);
+    }
+    tg->graph = tg->gen.prefill;
+    tg->n_model_inputs = tr_graph_n_inputs(tg->graph);
+    tg->opts.seq_len = o.prompt_len;
+    return TR_OK;
+}
+
 int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,
                         struct tr_task_graph *tg, struct tr_error *err) {
     memset(tg, 0, sizeof *tg);
@@ -64,6 +86,11 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
     rc = tr_model_resolve(m, cfg->preset, cfg, tg->config, err);
     if (rc) goto fail;
     tg->opts = (struct tr_build_opts){.task = task, .dtype = cfg->dtype, .batch = cfg->batch, .seq_len = cfg->seq_len};
+    if (task == TR_TASK_GENERATE) {
+        rc = build_generate(cfg, tg, err);
+        if (rc) goto fail;
+        return TR_OK;
+    }
     rc = tr_graph_init(&tg->graph, err);
     if (rc) goto fail;
     rc = m->build(tg->config, &tg->opts, tg->graph, err);
@@ -83,6 +110,8 @@ fail:
 
 void tr_task_graph_free(struct tr_task_graph *tg) {
     tr_train_step_free(&tg->train);
+    if (tg->gen.prefill) tg->graph = NULL; /* the prefill pass, freed with the decode pass */
+    tr_generate_graphs_free(&tg->gen);
     tr_graph_free(tg->graph);
     free(tg->config);
     memset(tg, 0, sizeof *tg);
@@ -206,7 +235,7 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
     int n_opts = tr_config_backend_options(cfg, cb, opts, TR_CONFIG_MAX_KV + 1);
     struct tr_backend_params params = {
         .struct_size = sizeof params, .abi_version = TR_ABI_VERSION, .device_type = cfg->device_type,
-        .device_index = 0, .options = opts, .n_options = n_opts,
+        .device_index = 0, .options = opts, .n_options = n_opts, .math = cfg->math,
     };
     if (fs->on) fit_restore(fs);
     double t0 = now_ms();
@@ -276,12 +305,14 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     snprintf(rep->task, sizeof rep->task, "%s", cfg->task);
     snprintf(rep->device, sizeof rep->device, "%s", cfg->device);
     snprintf(rep->dtype, sizeof rep->dtype, "%s", tr_dtype_name(cfg->dtype));
+    snprintf(rep->math, sizeof rep->math, "%s", tr_config_math_name(cfg));
     rep->batch = cfg->batch;
     rep->seq_len = cfg->seq_len;
     rep->steps = cfg->steps;
     rep->warmup = cfg->warmup;
     rep->seed = cfg->seed;
-    rep->tolerance = tolerance_of(cfg->dtype);
+    /* tf32 GEMMs keep 10 mantissa bits: compared as bf16 is. */
+    rep->tolerance = cfg->math == TR_MATH_TF32 ? 1e-2 : tolerance_of(cfg->dtype);
 
     if (cfg->n_backends < 1) return tr_error_set(err, TR_ERR_INVALID, "%s: [run] backends: none listed", cfg->file);
     int rc = tr_kernels_device_available(cfg->device_type, err);
@@ -291,17 +322,25 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     rc = tr_task_graph_build(cfg, models, &tg, err);
     if (rc) return rc;
     struct tr_graph *g = tg.graph;
+    rep->param_bytes = tr_graph_param_bytes(g);
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_param(g, i));
+        rep->param_count += (uint64_t)tr_tensor_numel(&t);
+    }
+    /* Said before the weights are made, so a size that cannot fit is known at once. */
+    fprintf(stderr, "trident: %s/%s: %llu parameters, %.1f MiB in %s\n", cfg->model, cfg->preset,
+            (unsigned long long)rep->param_count, (double)rep->param_bytes / 1048576.0, tr_dtype_name(cfg->dtype));
+    if (tg.opts.task == TR_TASK_GENERATE) {
+        rc = tr_generate_bench(cfg, &tg, rep, err);
+        tr_task_graph_free(&tg);
+        return rc;
+    }
     struct tr_weights *w = NULL;
     struct fit_state fs = {.on = tg.opts.task == TR_TASK_FIT, .tg = &tg};
     struct tr_tensor *in = NULL, *ref = NULL, *out = NULL;
     int n_in = tr_graph_n_inputs(g), n_out = tr_graph_n_outputs(g);
     rep->n_nodes = tr_graph_n_nodes(g);
     rep->flops_per_step = tr_graph_flops(g);
-    rep->param_bytes = tr_graph_param_bytes(g);
-    for (int i = 0; i < tr_graph_n_params(g); i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_param(g, i));
-        rep->param_count += (uint64_t)tr_tensor_numel(&t);
-    }
 
     rc = cfg->weights[0] ? tr_weights_load(g, cfg->weights, &w, err) : tr_weights_from_seed(g, cfg->seed, &w, err);
     if (rc) goto done;

@@ -20,6 +20,40 @@ static const char *agreement_str(const struct tr_bench_row *r, char *buf, size_t
     return buf;
 }
 
+/* generate: a step is a whole generate call; its parts, and whether the tokens agree. */
+static void print_generate(const struct tr_bench_report *rep, FILE *f) {
+    const struct tr_generate_config *g = &rep->gen;
+    fprintf(f, "\ngenerate: prompt_len %lld, max_length %lld (%lld new tokens, %lld decode passes per call), %s",
+            (long long)g->prompt_len, (long long)g->max_length, (long long)rep->new_tokens,
+            (long long)(rep->new_tokens - 1), g->sampling);
+    if (g->top_k_sampling) fprintf(f, " (top_k %lld, temperature %g, seed %lld)", (long long)g->top_k, g->temperature,
+                                   (long long)g->seed);
+    fprintf(f, "; KV cache %.2f MiB; host memory needed %.1f MiB of %.2f GiB available\n",
+            (double)rep->kv_cache_bytes / 1048576.0, (double)rep->mem_needed_bytes / 1048576.0,
+            (double)rep->mem_available_bytes / 1073741824.0);
+    fprintf(f, "%-24s %10s %10s %10s %10s %9s %9s  %s\n", "backend", "prefill ms", "ms/token", "tokens/s", "cache wr ms",
+            "compiles", "decodes", "tokens");
+    for (int i = 0; i < rep->n_rows; i++) {
+        const struct tr_bench_row *r = &rep->rows[i];
+        if (!r->ok) continue;
+        char tok[96];
+        if (r->is_reference) snprintf(tok, sizeof tok, "reference");
+        else if (r->tokens_agree) snprintf(tok, sizeof tok, "same");
+        else if (r->tokens_tie)
+            snprintf(tok, sizeof tok, "same up to a near tie (sample %lld, new token %lld: gap %.2g)",
+                     (long long)r->mismatch_sample, (long long)r->mismatch_step + 1, r->tie_gap);
+        else snprintf(tok, sizeof tok, "DIFFER (sample %lld, new token %lld)", (long long)r->mismatch_sample,
+                      (long long)r->mismatch_step + 1);
+        fprintf(f, "%-24s %10.3f %10.3f %10.1f %10.3f %9d %9lld  %s\n", r->label, r->prefill_ms, r->ms_per_token,
+                r->tokens_per_s, r->cache_write_ms, r->compiles, (long long)r->decode_execs, tok);
+    }
+    if (rep->n_sample_tokens > 0) {
+        fprintf(f, "sample 0, first new tokens:");
+        for (int k = 0; k < rep->n_sample_tokens; k++) fprintf(f, " %d", rep->sample_tokens[k]);
+        fputc('\n', f);
+    }
+}
+
 void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
     fprintf(f, "%s/%s %s  device %s  dtype %s  batch %lld  seq_len %lld  params %.2fM (%.1f MiB)  %.3f GFLOP/step\n",
             rep->model, rep->preset, rep->task, rep->device, rep->dtype, (long long)rep->batch,
@@ -27,7 +61,7 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
             rep->flops_per_step / 1e9);
     fprintf(f, "%lld timed steps after %lld warm-up steps; 'first' is init + compile + step 1, left out of the rest\n\n",
             (long long)rep->steps, (long long)rep->warmup);
-    fprintf(f, "%-24s %9s %9s %9s %9s %9s %10s %8s %8s %10s %9s %9s  %-14s\n", "backend", "first ms", "mean ms",
+    fprintf(f, "%-24s %-5s %9s %9s %9s %9s %9s %10s %8s %8s %10s %9s %9s  %-14s\n", "backend", "math", "first ms", "mean ms",
             "median", "p90", "vs best", "samples/s", "GFLOP/s", "kern/st", "hit/miss", "peak MiB", "arena MiB",
             "max rel diff");
     double best = fastest_mean(rep);
@@ -40,8 +74,8 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
         char hm[32], agree[32];
         snprintf(hm, sizeof hm, "%llu/%llu", (unsigned long long)r->stats.alloc_hits,
                  (unsigned long long)r->stats.alloc_misses);
-        fprintf(f, "%-24s %9.2f %9.3f %9.3f %9.3f %8.2fx %10.1f %8.1f %8llu %10s %9.1f %9.1f  %-14s\n", r->label,
-                r->first_ms, r->mean_ms, r->median_ms, r->p90_ms, best > 0 ? r->mean_ms / best : 0, r->items_per_s,
+        fprintf(f, "%-24s %-5s %9.2f %9.3f %9.3f %9.3f %8.2fx %10.1f %8.1f %8llu %10s %9.1f %9.1f  %-14s\n", r->label,
+                rep->math, r->first_ms, r->mean_ms, r->median_ms, r->p90_ms, best > 0 ? r->mean_ms / best : 0, r->items_per_s,
                 r->gflops, (unsigned long long)r->stats.kernel_calls, hm, (double)r->stats.peak_bytes / 1048576.0,
                 (double)r->stats.arena_bytes / 1048576.0, agreement_str(r, agree, sizeof agree));
     }
@@ -71,6 +105,7 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
         for (int k = 0; k < r->n_fit_losses; k++) fprintf(f, " %.6f", r->fit_losses[k]);
         fputc('\n', f);
     }
+    if (strcmp(rep->task, "generate") == 0) print_generate(rep, f);
     int notes = 0;
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
@@ -90,6 +125,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
     cJSON_AddStringToObject(root, "task", rep->task);
     cJSON_AddStringToObject(root, "device", rep->device);
     cJSON_AddStringToObject(root, "dtype", rep->dtype);
+    cJSON_AddStringToObject(root, "math", rep->math);
     cJSON_AddNumberToObject(root, "batch", (double)rep->batch);
     cJSON_AddNumberToObject(root, "seq_len", (double)rep->seq_len);
     cJSON_AddNumberToObject(root, "steps", (double)rep->steps);
@@ -101,6 +137,19 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
     cJSON_AddNumberToObject(root, "nodes", rep->n_nodes);
     cJSON_AddNumberToObject(root, "tolerance", rep->tolerance);
     cJSON_AddBoolToObject(root, "all_ok", rep->all_ok);
+    if (strcmp(rep->task, "generate") == 0) {
+        cJSON *g = cJSON_AddObjectToObject(root, "generate");
+        cJSON_AddNumberToObject(g, "prompt_len", (double)rep->gen.prompt_len);
+        cJSON_AddNumberToObject(g, "max_length", (double)rep->gen.max_length);
+        cJSON_AddNumberToObject(g, "new_tokens", (double)rep->new_tokens);
+        cJSON_AddStringToObject(g, "sampling", rep->gen.sampling);
+        cJSON_AddNumberToObject(g, "top_k", (double)rep->gen.top_k);
+        cJSON_AddNumberToObject(g, "temperature", rep->gen.temperature);
+        cJSON_AddNumberToObject(g, "seed", (double)rep->gen.seed);
+        cJSON_AddNumberToObject(g, "kv_cache_bytes", (double)rep->kv_cache_bytes);
+        cJSON_AddNumberToObject(g, "mem_needed_bytes", (double)rep->mem_needed_bytes);
+        cJSON_AddNumberToObject(g, "mem_available_bytes", (double)rep->mem_available_bytes);
+    }
     cJSON *rows = cJSON_AddArrayToObject(root, "backends");
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
@@ -114,6 +163,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
             continue;
         }
         cJSON_AddStringToObject(o, "mode", r->stats.mode);
+        cJSON_AddStringToObject(o, "math", rep->math);
         cJSON_AddNumberToObject(o, "compile_ms", r->compile_ms);
         cJSON_AddNumberToObject(o, "first_step_ms", r->first_ms);
         cJSON_AddNumberToObject(o, "mean_ms", r->mean_ms);
@@ -140,6 +190,21 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
             if (isfinite(r->max_rel_diff)) cJSON_AddNumberToObject(o, "max_rel_diff", r->max_rel_diff);
             else cJSON_AddNullToObject(o, "max_rel_diff");
             cJSON_AddStringToObject(o, "worst_output", r->worst_output);
+        }
+        if (strcmp(rep->task, "generate") == 0) {
+            cJSON_AddNumberToObject(o, "prefill_ms", r->prefill_ms);
+            cJSON_AddNumberToObject(o, "ms_per_token", r->ms_per_token);
+            cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
+            cJSON_AddNumberToObject(o, "cache_write_ms", r->cache_write_ms);
+            cJSON_AddNumberToObject(o, "compiles", r->compiles);
+            cJSON_AddNumberToObject(o, "decode_passes", (double)r->decode_execs);
+            cJSON_AddBoolToObject(o, "tokens_agree", r->tokens_agree);
+            if (!r->tokens_agree) {
+                cJSON_AddNumberToObject(o, "mismatch_sample", (double)r->mismatch_sample);
+                cJSON_AddNumberToObject(o, "mismatch_new_token", (double)r->mismatch_step + 1);
+                cJSON_AddBoolToObject(o, "near_tie", r->tokens_tie);
+                if (isfinite(r->tie_gap)) cJSON_AddNumberToObject(o, "tie_gap", r->tie_gap);
+            }
         }
         cJSON_AddBoolToObject(o, "agrees", r->agrees);
     }

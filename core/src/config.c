@@ -39,11 +39,11 @@
 
 enum run_key {
     RUN_MODEL, RUN_PRESET, RUN_TASK, RUN_BACKENDS, RUN_DEVICE, RUN_DTYPE,
-    RUN_BATCH, RUN_SEQ_LEN, RUN_STEPS, RUN_WARMUP, RUN_SEED, RUN_WEIGHTS, RUN_KEY_COUNT
+    RUN_BATCH, RUN_SEQ_LEN, RUN_STEPS, RUN_WARMUP, RUN_SEED, RUN_WEIGHTS, RUN_MATH, RUN_KEY_COUNT
 };
 static const char *const run_keys[RUN_KEY_COUNT] = {
     "model", "preset", "task", "backends", "device", "dtype",
-    "batch", "seq_len", "steps", "warmup", "seed", "weights",
+    "batch", "seq_len", "steps", "warmup", "seed", "weights", "math",
 };
 
 struct ini_state {
@@ -365,6 +365,13 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
                            cfg->weights);
         return TR_OK;
     }
+    case RUN_MATH: {
+        enum tr_math m;
+        if (tr_math_from_name(v, &m) != TR_OK || m == TR_MATH_DEFAULT)
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v, "expected f32, tf32 or bf16");
+        cfg->math = m;
+        return TR_OK;
+    }
     case RUN_KEY_COUNT:
         break;
     }
@@ -383,7 +390,7 @@ static int run_key(struct ini_state *st, const char *key, const char *v) {
     }
     return fail_kv(st, TR_ERR_NOT_FOUND, "run", key, v,
                    "unknown key (expected one of model, preset, task, backends, device, dtype, batch, seq_len, "
-                   "steps, warmup, seed, weights)");
+                   "steps, warmup, seed, weights, math)");
 }
 
 static int plugins_key(struct ini_state *st, const char *key, const char *v) {
@@ -452,7 +459,7 @@ static int handler(void *user, const char *section, const char *key, const char 
                        key, value);
     else if (strcmp(section, "run") == 0) rc = run_key(st, key, value);
     else if (strcmp(section, "plugins") == 0) rc = plugins_key(st, key, value);
-    else rc = store_kv(st, section, key, value);  /* "model", "train" or "backend.NAME", checked by the reader */
+    else rc = store_kv(st, section, key, value);  /* "model", "train", "generate" or "backend.NAME": the reader checks */
     return rc == TR_OK;
 }
 
@@ -473,7 +480,7 @@ static int check_section_line(struct ini_state *st, const char *s, size_t len) {
         return fail_line(st, TR_ERR_FORMAT, "[%s]: unexpected text after the section name; expected nothing or a "
                          "comment starting with ';' or '#'", name);
     if (strcmp(name, "run") == 0 || strcmp(name, "plugins") == 0 || strcmp(name, "model") == 0 ||
-        strcmp(name, "train") == 0)
+        strcmp(name, "train") == 0 || strcmp(name, "generate") == 0)
         return TR_OK;
     if (strncmp(name, "backend.", 8) == 0) {
         const char *be = name + 8;
@@ -482,7 +489,7 @@ static int check_section_line(struct ini_state *st, const char *s, size_t len) {
                          "made of a-z, 0-9 and '_' (up to %d characters)", name, be, BACKEND_NAME_MAX);
     }
     return fail_line(st, TR_ERR_NOT_FOUND,
-                     "[%s]: unknown section (expected [run], [plugins], [backend.NAME], [model] or [train])", name);
+                     "[%s]: unknown section (expected [run], [plugins], [backend.NAME], [model], [train] or [generate])", name);
 }
 
 /* fgets for inih over our text; see the top of the file for why. */
@@ -534,6 +541,32 @@ static int set_file(struct tr_config *cfg, const char *name, struct tr_error *er
     return TR_OK;
 }
 
+/* math must fit the dtype and the device; said here, with the line, rather than by a
+ * backend halfway through a run. */
+static int check_math(struct tr_config *cfg, const int *lines, struct tr_error *err) {
+    enum tr_math m = cfg->math;
+    const char *dt = tr_dtype_name(cfg->dtype);
+    if (m == TR_MATH_DEFAULT) return TR_OK;
+    if (m == TR_MATH_BF16 && cfg->dtype != TR_DTYPE_BF16)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s:%d: [run] math = bf16 with dtype = %s: expected dtype = bf16 (bf16 math is bf16 "
+                            "data with f32 accumulation)",
+                            cfg->file, lines[RUN_MATH], dt);
+    if ((m == TR_MATH_F32 || m == TR_MATH_TF32) && cfg->dtype != TR_DTYPE_F32)
+        return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [run] math = %s with dtype = %s: expected dtype = f32",
+                            cfg->file, lines[RUN_MATH], tr_math_name(m), dt);
+    if (m == TR_MATH_TF32 && cfg->device_type != TR_DEVICE_CUDA)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s:%d: [run] math = tf32 with device = %s: expected device = cuda (tf32 is a tensor-core "
+                            "mode; the cpu computes f32)",
+                            cfg->file, lines[RUN_MATH], cfg->device);
+    return TR_OK;
+}
+
+const char *tr_config_math_name(const struct tr_config *cfg) {
+    return cfg->math == TR_MATH_DEFAULT ? tr_dtype_name(cfg->dtype) : tr_math_name(cfg->math);
+}
+
 int tr_config_load_string(const char *text, const char *name, struct tr_config *cfg, struct tr_error *err) {
     if (!text || !cfg) return tr_error_set(err, TR_ERR_INVALID, "tr_config_load_string: NULL text or config");
     tr_config_defaults(cfg);
@@ -550,7 +583,7 @@ int tr_config_load_string(const char *text, const char *name, struct tr_config *
     }
     if (st.fail_line) return st.fail_status;
     if (bad < 0) return tr_error_set(err, TR_ERR_NOMEM, "%s: the INI parser ran out of memory", cfg->file);
-    return TR_OK;
+    return check_math(cfg, st.run_lines, err);
 }
 
 int tr_config_load(const char *path, struct tr_config *cfg, struct tr_error *err) {

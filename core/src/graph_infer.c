@@ -458,7 +458,7 @@ static int infer_max_grad(struct ctx *c, const struct arg *a, struct tr_attrs *a
     static const char *const what[] = {"x", "dy"};
     int st = same_float(c, 2, a, what);
     if (st) return st;
-    int rnd;
+    int rnd = 0;
     int64_t rsh[TR_MAX_DIMS];
     if ((st = infer_reduce(c, &a[0], at, &rnd, rsh))) return st;
     int ok = a[1].nd == rnd;

@@ -1,12 +1,14 @@
 /* The decoder pass shared by Gemma and Mistral (decoder.h), as transformers writes
  * GemmaForCausalLM and MistralForCausalLM: pre-norm blocks (RMS norm, attention with
  * RoPE and grouped key/value heads, residual; RMS norm, gated feed-forward, residual),
- * a final RMS norm and the logits. Dropout is absent: these graphs are inference. */
+ * a final RMS norm and the logits; for fit, LoRA adapters (lora.c) and the causal LM
+ * loss. Dropout is absent (HF's attention_dropout is 0 in these configs). */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "decoder.h"
+#include "keys.h"
 #include "trident/rng.h"
 
 static const char *family_name(enum tr_decoder_family f) { return f == TR_DECODER_GEMMA ? "gemma" : "mistral"; }
@@ -89,14 +91,37 @@ int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build
     return TR_OK;
 }
 
+/* The bytes of key k's value in a config. */
+static size_t key_size(const struct tr_model_key *k) {
+    switch (k->type) {
+    case TR_KEY_INT: return sizeof(int64_t);
+    case TR_KEY_FLOAT: return sizeof(double);
+    case TR_KEY_BOOL: return sizeof(int);
+    default: return 64;
+    }
+}
+
 int tr_decoder_resolve(const struct tr_decoder_config *c, struct tr_decoder_config *out, struct tr_error *err) {
+    static const struct tr_model_key keys[] = {TR_DECODER_KEYS};
     *out = *c;
     if (strnlen(c->hf_config, sizeof c->hf_config) == sizeof c->hf_config)
         return tr_error_set(err, TR_ERR_INVALID, "%s: hf_config is not terminated within %zu bytes",
                             family_name(c->family), sizeof c->hf_config);
     if (c->hf_config[0]) {
+        /* The file over the preset, then the edits over the file. core hands the model
+         * only the merged config, so an edit is a key that differs from the preset. */
+        if (c->preset && c->preset->family == c->family) {
+            *out = *c->preset;
+            memcpy(out->hf_config, c->hf_config, sizeof out->hf_config);
+        }
         int rc = tr_decoder_read_hf_config(c->hf_config, out, err);
         if (rc) return rc;
+        for (size_t i = 0; c->preset && i < sizeof keys / sizeof keys[0]; i++) {
+            const size_t off = keys[i].offset, n = key_size(&keys[i]);
+            const char *mine = (const char *)c + off, *base = (const char *)c->preset + off;
+            if (keys[i].type == TR_KEY_STRING ? strncmp(mine, base, n) != 0 : memcmp(mine, base, n) != 0)
+                memcpy((char *)out + off, mine, n);
+        }
     }
     return tr_decoder_validate(out, NULL, err);
 }
@@ -108,14 +133,17 @@ int64_t tr_decoder_param_count(const struct tr_decoder_config *c) {
     return V * D + c->num_hidden_layers * layer + D + (c->tie_word_embeddings ? 0 : V * D);
 }
 
-/* HF nn.Linear without bias inside scope `name`: x (..., in) · weight (out, in)ᵀ. The one
- * place every Linear is made, so LoRA adapters (q_proj, v_proj) go here. */
-static int proj(struct tr_graph *g, int x, int64_t in, int64_t out, enum tr_dtype dt, const char *name) {
+/* HF nn.Linear without bias inside scope `name`: x (..., in) · weight (out, in)ᵀ, plus
+ * the LoRA term when lr adapts this layer (lr NULL: never). The one place every Linear
+ * is made. x32: x's f32 cast shared by the layers that read x (lora.c), or NULL. */
+static int proj(struct tr_graph *g, int x, int64_t in, int64_t out, enum tr_dtype dt, const char *name,
+                const struct tr_decoder_lora *lr, int *x32) {
     const int64_t ws[2] = {out, in};
     tr_graph_push_scope(g, "%s", name);
     int w = tr_param(g, "weight", dt, 2, ws, 0.0f, 0.02f);
-    tr_graph_pop_scope(g);
     int y = tr_matmul(g, x, w, 0, 1);
+    y = tr_decoder_lora_apply(g, lr, tr_decoder_lora_target(name), x, x32, y, in, out, dt);
+    tr_graph_pop_scope(g);
     if (y >= 0) tr_graph_set_name(g, y, name);
     return y;
 }
@@ -156,11 +184,14 @@ static int decoder_layer(struct tr_graph *g, const struct pass_ctx *ctx, int64_t
     const int64_t H = c->num_attention_heads, Hk = c->num_key_value_heads, dh = tr_decoder_head_dim(c);
     const float theta = (float)c->rope_theta;
 
-    int h = rms_norm(g, c, x, dt, "input_layernorm");
+    const struct tr_decoder_lora *lr = p->lora;
+    int h = rms_norm(g, c, x, dt, "input_layernorm"), h32 = -1;
     tr_graph_push_scope(g, "self_attn");
-    int q = tr_rope(g, split_heads(g, proj(g, h, D, H * dh, dt, "q_proj"), B, T, H, dh), ctx->pos, theta, 0);
-    int k = tr_rope(g, split_heads(g, proj(g, h, D, Hk * dh, dt, "k_proj"), B, T, Hk, dh), ctx->pos, theta, 0);
-    int v = split_heads(g, proj(g, h, D, Hk * dh, dt, "v_proj"), B, T, Hk, dh);
+    int q = tr_rope(g, split_heads(g, proj(g, h, D, H * dh, dt, "q_proj", lr, &h32), B, T, H, dh), ctx->pos, theta,
+                    0);
+    int k = tr_rope(g, split_heads(g, proj(g, h, D, Hk * dh, dt, "k_proj", lr, &h32), B, T, Hk, dh), ctx->pos, theta,
+                    0);
+    int v = split_heads(g, proj(g, h, D, Hk * dh, dt, "v_proj", lr, &h32), B, T, Hk, dh);
     *k_new = k;
     *v_new = v;
     if (P > 0) {
@@ -174,15 +205,16 @@ static int decoder_layer(struct tr_graph *g, const struct pass_ctx *ctx, int64_t
     const int perm[4] = {0, 2, 1, 3};
     const int64_t merged[3] = {B, T, H * dh};
     a = tr_reshape(g, tr_transpose(g, a, 4, perm), 3, merged);
-    int y = tr_add(g, proj(g, a, H * dh, D, dt, "o_proj"), x);
+    int y = tr_add(g, proj(g, a, H * dh, D, dt, "o_proj", lr, NULL), x);
     tr_graph_pop_scope(g);
 
     h = rms_norm(g, c, y, dt, "post_attention_layernorm");
+    h32 = -1;
     tr_graph_push_scope(g, "mlp");
-    int gate = proj(g, h, D, c->intermediate_size, dt, "gate_proj");
+    int gate = proj(g, h, D, c->intermediate_size, dt, "gate_proj", lr, &h32);
     int act = act_kind(c) == 1 ? tr_unary(g, TR_OP_SILU, gate) : tr_gelu(g, gate, act_kind(c) == 0);
-    int up = proj(g, h, D, c->intermediate_size, dt, "up_proj");
-    int f = proj(g, tr_mul(g, act, up), c->intermediate_size, D, dt, "down_proj");
+    int up = proj(g, h, D, c->intermediate_size, dt, "up_proj", lr, &h32);
+    int f = proj(g, tr_mul(g, act, up), c->intermediate_size, D, dt, "down_proj", lr, NULL);
     tr_graph_pop_scope(g);
     return tr_add(g, f, y);
 }
@@ -196,6 +228,25 @@ static float embed_scale(int64_t D, enum tr_dtype dt) {
     return s;
 }
 
+/* fit: input "labels" i32 [B,T] and the node "loss", the mean cross-entropy of logits
+ * (B,T,V) against the labels that are not TR_DECODER_IGNORE (decoder.h). The labels come
+ * shifted, so neither the logits nor the labels are sliced: the logits rows stay a view. */
+static int causal_lm_loss(struct tr_graph *g, int logits, int64_t B, int64_t T, int64_t V) {
+    const int64_t bt[2] = {B, T}, rows[2] = {B * T, V}, n[1] = {B * T};
+    int labels = tr_input(g, "labels", TR_DTYPE_I32, 2, bt);
+    struct tr_attrs a;
+    memset(&a, 0, sizeof a);
+    a.ints[0] = TR_DECODER_IGNORE; /* tr_cross_entropy takes only ignore indices >= 0 */
+    a.ints[1] = 1;
+    a.n_ints = 2;
+    int in[2];
+    in[0] = tr_reshape(g, logits, 2, rows);
+    in[1] = tr_reshape(g, labels, 1, n);
+    int loss = tr_graph_add_node(g, TR_OP_CROSS_ENTROPY, 2, in, &a);
+    if (loss >= 0) tr_graph_set_name(g, loss, "loss");
+    return loss;
+}
+
 int tr_decoder_build_pass(const struct tr_decoder_config *c, const struct tr_decoder_pass *p, struct tr_graph *g,
                           int *logits_out, struct tr_error *err) {
     const char *m = family_name(c->family);
@@ -204,6 +255,8 @@ int tr_decoder_build_pass(const struct tr_decoder_config *c, const struct tr_dec
     if (B < 1 || T < 1 || P < 0)
         return tr_error_set(err, TR_ERR_INVALID, "%s: pass with batch %lld, seq_len %lld, past_len %lld", m,
                             (long long)B, (long long)T, (long long)P);
+    if (p->loss && (P > 0 || p->last_logits || p->present))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: a fit pass has no past, present or last_logits", m);
     if (P + T > c->max_position_embeddings)
         return tr_error_set(err, TR_ERR_INVALID,
                             "%s: past_len + seq_len = %lld is longer than max_position_embeddings = %lld", m,
@@ -250,9 +303,10 @@ int tr_decoder_build_pass(const struct tr_decoder_config *c, const struct tr_dec
     }
     x = rms_norm(g, c, x, dt, "norm");
     tr_graph_pop_scope(g);
-    int logits = c->tie_word_embeddings ? tr_matmul(g, x, embed, 0, 1) : proj(g, x, D, V, dt, "lm_head");
+    int logits = c->tie_word_embeddings ? tr_matmul(g, x, embed, 0, 1) : proj(g, x, D, V, dt, "lm_head", NULL, NULL);
     if (logits >= 0 && c->tie_word_embeddings) tr_graph_set_name(g, logits, "logits");
-    tr_graph_set_output(g, logits, "logits");
+    if (p->loss) causal_lm_loss(g, logits, B, T, V);
+    else tr_graph_set_output(g, logits, "logits");
     for (int64_t l = 0; present && l < L; l++) {
         char name[64];
         snprintf(name, sizeof name, "present.%lld.key", (long long)l);
@@ -272,11 +326,15 @@ int tr_decoder_build(const void *config, const struct tr_build_opts *o, struct t
     struct tr_decoder_config c;
     int rc = tr_decoder_resolve(config, &c, err);
     if (!rc) rc = tr_decoder_validate(&c, o, err);
+    struct tr_decoder_lora lr;
+    if (!rc) rc = tr_decoder_lora_resolve(&c, &lr, err);
     if (rc) return rc;
-    if (o->task != TR_TASK_PREDICT)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: task '%s' is not provided yet (offered: predict)",
+    if (o->task != TR_TASK_PREDICT && o->task != TR_TASK_FIT)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: task '%s' is not built here (offered: predict, fit)",
                             family_name(c.family), tr_task_name(o->task));
-    const struct tr_decoder_pass p = {.dtype = o->dtype, .batch = o->batch, .seq_len = o->seq_len};
+    const int fit = o->task == TR_TASK_FIT;
+    const struct tr_decoder_pass p = {.dtype = o->dtype, .batch = o->batch, .seq_len = o->seq_len,
+                                      .lora = fit && lr.rank > 0 ? &lr : NULL, .loss = fit};
     return tr_decoder_build_pass(&c, &p, g, NULL, err);
 }
 
@@ -304,12 +362,15 @@ int tr_decoder_make_inputs(const void *config, const struct tr_build_opts *o, ui
     if (rc) return rc;
     const char *m = family_name(c.family);
     const int64_t B = o->batch, T = o->seq_len;
-    if (n != 3)
+    const int fit = o->task == TR_TASK_FIT, want = fit ? 4 : 3;
+    if (n != want)
         return tr_error_set(err, TR_ERR_INVALID,
-                            "%s: %d inputs given, expected 3 (input_ids, position_ids, attention_mask)", m, n);
+                            "%s: %d inputs given, expected %d (input_ids, position_ids, attention_mask%s)", m, n, want,
+                            fit ? ", labels" : "");
     rc = check_input(m, &inputs[0], "input_ids", TR_DTYPE_I32, B, T, err);
     if (!rc) rc = check_input(m, &inputs[1], "position_ids", TR_DTYPE_I32, B, T, err);
     if (!rc) rc = check_input(m, &inputs[2], "attention_mask", TR_DTYPE_F32, B, T, err);
+    if (!rc && fit) rc = check_input(m, &inputs[3], "labels", TR_DTYPE_I32, B, T, err);
     if (rc) return rc;
     int32_t *ids = inputs[0].data, *pos = inputs[1].data;
     float *mask = inputs[2].data;
@@ -328,6 +389,13 @@ int tr_decoder_make_inputs(const void *config, const struct tr_build_opts *o, ui
             pos[i] = (int32_t)(t - pad);
             mask[i] = 0.0f;
         }
+    }
+    /* fit: each token predicts the next one; the batch is the same every step, so a
+     * falling loss is the model fitting it. */
+    for (int64_t b = 0; fit && b < B; b++) {
+        const int64_t pad = tr_decoder_pad_len(&c, b, T);
+        int32_t *labels = (int32_t *)inputs[3].data + b * T;
+        for (int64_t t = 0; t < T; t++) labels[t] = t >= pad && t + 1 < T ? ids[b * T + t + 1] : TR_DECODER_IGNORE;
     }
     return TR_OK;
 }

@@ -14,7 +14,13 @@
  *                                pad token; with full_mask, f32 [B,T,P+T] instead
  *     past_key_values.<l>.key, past_key_values.<l>.value   (only when P > 0), for each
  *                                layer l: [B,Hk,P,Dh], keys already rotated (as HF caches)
- *   outputs, in order:
+ *     labels         i32 [B,T]   (fit only) the token position t is trained to predict:
+ *                                input_ids shifted left by one (transformers' shift_labels),
+ *                                TR_DECODER_IGNORE (-100, HF's ignore index) where nothing is
+ *   fit: no output; the 0-d f32 node "loss" is the causal LM cross-entropy, the mean over
+ *   the labels not ignored of −log softmax(logits[b,t])[labels[b,t]] (what transformers
+ *   computes with labels=input_ids), and core makes it the graph's output (train.h).
+ *   outputs, in order (predict, decoding):
  *     logits         [B,T,V] (or [B,V], the last position's, with last_logits)
  *     present.<l>.key, present.<l>.value   (only with present): [B,Hk,T,Dh], this pass's
  *                                rotated keys and its values, for the caller's cache
@@ -32,8 +38,8 @@
  * Linear and embedding weights normal(0, 0.02) (HF's initializer_range); norm weights
  * normal(0, 0.02) for Gemma (scaled by 1 + w) and normal(1, 0.02) for Mistral.
  *
- * Every Linear layer is made by one function in decoder.c (proj): that is where LoRA
- * adapters on q_proj / v_proj go when the fit task comes.
+ * Every Linear layer is made by one function in decoder.c (proj), which adds the LoRA
+ * adapters of a fit (lora.c).
  */
 #ifndef TRIDENT_MODELS_DECODER_H
 #define TRIDENT_MODELS_DECODER_H
@@ -44,6 +50,9 @@
 /* What a synthetic batch writes in attention_mask to hide a pad token. Finite, so a row
  * that sees only pad keys (a pad query) stays finite on every backend. */
 #define TR_DECODER_MASK_NEG (-1e9f)
+
+/* A label the fit loss skips (transformers' and torch's ignore_index). */
+#define TR_DECODER_IGNORE (-100)
 
 /* Traits fixed by the descriptor, not keys. */
 enum tr_decoder_family { TR_DECODER_GEMMA = 0, TR_DECODER_MISTRAL = 1 };
@@ -65,12 +74,31 @@ struct tr_decoder_config {
     int tie_word_embeddings;       /* logits = h · embed_tokensᵀ; no lm_head.weight */
     char hidden_act[64];           /* gelu_pytorch_tanh (Gemma; "gelu" means it too), silu */
     double pad_fraction;           /* synthetic batch: left padding, as BERT's */
-    /* A Hugging Face config.json whose keys replace the ones above (preset and [model]
-     * both) when the graph is built; "" none. Relative to the working directory. */
+    /* LoRA of the fit task (peft's LoraConfig, keras-hub's enable_lora). lora_rank r > 0:
+     * each target Linear W (out,in) gets PARAMs "<layer>.lora_A.weight" f32 (r,in),
+     * normal(0, 1/r), and "<layer>.lora_B.weight" f32 (out,r), zeros, and computes
+     * x·Wᵀ + cast((lora_alpha/r)·(x·Aᵀ)·Bᵀ); only the adapters train. lora_rank 0: no
+     * adapters, fit trains every parameter. lora_alpha 0 means alpha = r (scaling 1, as
+     * Keras' enable_lora). lora_targets: comma-separated among q_proj, k_proj, v_proj,
+     * o_proj, gate_proj, up_proj, down_proj; "" means "q_proj,v_proj". Predict and the
+     * decoding passes are the plain model: a fresh lora_B is zero and changes nothing. */
+    int64_t lora_rank;
+    double lora_alpha;
+    char lora_targets[64];
+    /* A Hugging Face config.json read when the graph is built; "" none. Relative to the
+     * working directory. It is the base and [model] the edits: its keys replace the
+     * preset's, and a key whose value differs from the preset's (what a [model] line
+     * changed) keeps that value. A [model] line that restates the preset's value cannot
+     * be told from no line, so there the file's value wins. */
     char hf_config[64];
+    /* The preset this config was copied from (each preset points to itself; core copies
+     * the pointer with the rest): what differs from it is an edit. NULL: no preset known,
+     * the file's keys replace every value. */
+    const struct tr_decoder_config *preset;
 };
 
-/* The resolved config: c with hf_config applied (if any), validated. */
+/* The resolved config: with hf_config, the preset (c->preset) with the file's keys applied
+ * and then c's edits (the keys where c differs from the preset); validated. */
 int tr_decoder_resolve(const struct tr_decoder_config *c, struct tr_decoder_config *out, struct tr_error *err);
 
 /* Overwrite c's fields with the keys of the config.json at path (keys it does not have
@@ -88,6 +116,34 @@ int64_t tr_decoder_head_dim(const struct tr_decoder_config *c);
  * weight is allocated. */
 int64_t tr_decoder_param_count(const struct tr_decoder_config *c);
 
+/* LoRA (lora.c). Targets, in the order of their bits in a mask. */
+enum { TR_DECODER_LORA_Q, TR_DECODER_LORA_K, TR_DECODER_LORA_V, TR_DECODER_LORA_O, TR_DECODER_LORA_GATE,
+       TR_DECODER_LORA_UP, TR_DECODER_LORA_DOWN, TR_DECODER_LORA_N };
+#define TR_DECODER_LORA_DEFAULT "q_proj,v_proj"
+
+/* What the LoRA keys resolve to; rank 0: no adapters. */
+struct tr_decoder_lora {
+    int64_t rank;
+    float scale;     /* alpha / rank */
+    unsigned mask;   /* bit (1u << TR_DECODER_LORA_*) per target */
+};
+
+/* Parse lora_targets and check lora_rank against each target's in and out features. */
+int tr_decoder_lora_resolve(const struct tr_decoder_config *c, struct tr_decoder_lora *lr, struct tr_error *err);
+
+/* The target index of a Linear's name ("v_proj"), -1 when it is none. */
+int tr_decoder_lora_target(const char *layer);
+
+/* Inside the Linear's scope: when lr adapts target, add its adapters (PARAMs named above)
+ * and return y + the adapter term (dtype dt); else return y. x is the Linear's input (dt);
+ * *x32, when not NULL, caches x cast to f32 across the Linears that read x (-1: none yet). */
+int tr_decoder_lora_apply(struct tr_graph *g, const struct tr_decoder_lora *lr, int target, int x, int *x32, int y,
+                          int64_t in, int64_t out, enum tr_dtype dt);
+
+/* The descriptors' trainable: with lora_rank > 0 the adapters of g, else every PARAM. */
+int tr_decoder_trainable(const void *config, const struct tr_graph *g, int *ids, int max, int *n,
+                         struct tr_error *err);
+
 struct tr_decoder_pass {
     enum tr_dtype dtype;     /* f32, bf16 or f16 */
     int64_t batch;           /* B */
@@ -96,6 +152,8 @@ struct tr_decoder_pass {
     int full_mask;           /* attention_mask is [B,T,P+T] and carries causality and the window */
     int present;             /* output each layer's new keys and values */
     int last_logits;         /* logits of the last position only: [B,V] */
+    const struct tr_decoder_lora *lora; /* adapters to add; NULL: none */
+    int loss;                /* fit: input "labels" and the node "loss" instead of the logits output */
 };
 
 /* Build one decoder pass (the layout above) into g, from a resolved config. The caller
@@ -106,11 +164,17 @@ int tr_decoder_build_pass(const struct tr_decoder_config *c, const struct tr_dec
 /* Shared parts of the two descriptors. */
 int tr_decoder_build(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err);
 
-/* Synthetic batch for predict: tokens uniform in [1, vocab) from the seed; sample b is
- * left-padded by floor((b mod 4)·pad_fraction·T) tokens (at most T - 1): pad id 0, mask
- * TR_DECODER_MASK_NEG, position 1 (HF's generate); kept tokens get positions 0, 1, ... */
+/* Synthetic batch for predict and fit: tokens uniform in [1, vocab) from the seed; sample
+ * b is left-padded by floor((b mod 4)·pad_fraction·T) tokens (at most T - 1): pad id 0,
+ * mask TR_DECODER_MASK_NEG, position 1 (HF's generate); kept tokens get positions 0, 1,
+ * ... fit's labels: the next token where position t and t + 1 both hold tokens, else
+ * TR_DECODER_IGNORE (pads, the last position, and a pad position before the first token,
+ * whose logits come from a row that sees only pads). */
 int tr_decoder_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
                            struct tr_tensor *inputs, struct tr_error *err);
 int tr_decoder_pad_len(const struct tr_decoder_config *c, int64_t b, int64_t seq_len);
+
+/* The generate task's passes and prompts (generate.c; the layout is there). */
+extern const struct tr_generate_i tr_decoder_generate;
 
 #endif

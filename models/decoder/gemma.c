@@ -8,26 +8,31 @@ static const struct tr_model_key gemma_keys[] = {TR_DECODER_KEYS};
 
 #define GEMMA_COMMON                                                                                                 \
     .family = TR_DECODER_GEMMA, .sliding_window = 0, .rms_norm_eps = 1e-6, .rope_theta = 10000.0,                   \
-    .tie_word_embeddings = 1, .hidden_act = "gelu_pytorch_tanh", .pad_fraction = 0.125
+    .tie_word_embeddings = 1, .hidden_act = "gelu_pytorch_tanh", .pad_fraction = 0.125,                             \
+    .lora_rank = 4, .lora_alpha = 0, .lora_targets = TR_DECODER_LORA_DEFAULT
 
 /* tiny equals GEMMA_TINY in tests/fixtures/make_gemma_fixture.py: MQA as 2b, and
  * heads·head_dim != hidden as 7b (4·32 = 128 vs 64). */
 static const struct tr_decoder_config gemma_tiny = {
     GEMMA_COMMON, .vocab_size = 512, .hidden_size = 64, .intermediate_size = 128, .num_hidden_layers = 2,
     .num_attention_heads = 4, .num_key_value_heads = 1, .head_dim = 32, .max_position_embeddings = 128,
+    .preset = &gemma_tiny,
 };
 static const struct tr_decoder_config gemma_small = {
     GEMMA_COMMON, .vocab_size = 16384, .hidden_size = 256, .intermediate_size = 1024, .num_hidden_layers = 4,
     .num_attention_heads = 4, .num_key_value_heads = 1, .head_dim = 64, .max_position_embeddings = 1024,
+    .preset = &gemma_small,
 };
 /* The config.json of google/gemma-2b and google/gemma-7b. */
 static const struct tr_decoder_config gemma_2b = {
     GEMMA_COMMON, .vocab_size = 256000, .hidden_size = 2048, .intermediate_size = 16384, .num_hidden_layers = 18,
     .num_attention_heads = 8, .num_key_value_heads = 1, .head_dim = 256, .max_position_embeddings = 8192,
+    .preset = &gemma_2b,
 };
 static const struct tr_decoder_config gemma_7b = {
     GEMMA_COMMON, .vocab_size = 256000, .hidden_size = 3072, .intermediate_size = 24576, .num_hidden_layers = 28,
     .num_attention_heads = 16, .num_key_value_heads = 16, .head_dim = 256, .max_position_embeddings = 8192,
+    .preset = &gemma_7b,
 };
 
 static const struct tr_model_preset gemma_presets[] = {
@@ -49,8 +54,9 @@ const struct tr_model_desc tr_model_gemma = {
     .n_keys = (int)(sizeof gemma_keys / sizeof gemma_keys[0]),
     .presets = gemma_presets,
     .n_presets = (int)(sizeof gemma_presets / sizeof gemma_presets[0]),
-    .tasks = 1u << TR_TASK_PREDICT,
+    .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT | 1u << TR_TASK_GENERATE,
     .build = tr_decoder_build,
-    .trainable = NULL,
+    .trainable = tr_decoder_trainable,
     .make_inputs = tr_decoder_make_inputs,
+    .generate = &tr_decoder_generate,
 };

@@ -23,7 +23,15 @@
     DEC_KEY_(hidden_act, TR_KEY_STRING, 0, 0, "feed-forward gate: gelu_pytorch_tanh (GeGLU) or silu (SwiGLU)"),     \
     DEC_KEY_(pad_fraction, TR_KEY_FLOAT, 0, 1,                                                                       \
              "synthetic batch: sample b left-pads floor((b mod 4) * pad_fraction * seq_len) tokens"),                \
+    DEC_KEY_(lora_rank, TR_KEY_INT, 0, 65536,                                                                        \
+             "fit: LoRA rank r of the adapters on lora_targets; 0: no adapters, every weight trains"),               \
+    DEC_KEY_(lora_alpha, TR_KEY_FLOAT, 0, 1e6,                                                                       \
+             "fit: LoRA alpha; adapter outputs are scaled by lora_alpha / lora_rank; 0: alpha = rank"),              \
+    DEC_KEY_(lora_targets, TR_KEY_STRING, 0, 0,                                                                      \
+             "fit: comma-separated Linears with adapters, among q_proj, k_proj, v_proj, o_proj, gate_proj, "         \
+             "up_proj, down_proj (default q_proj,v_proj)"),                                                          \
     DEC_KEY_(hf_config, TR_KEY_STRING, 0, 0,                                                                         \
-             "a Hugging Face config.json whose keys replace the preset's and these (path from the working directory)")
+             "a Hugging Face config.json, the base that the other [model] lines edit: its keys replace the "          \
+             "preset's (path from the working directory)")
 
 #endif

@@ -8,22 +8,26 @@ static const struct tr_model_key mistral_keys[] = {TR_DECODER_KEYS};
 
 #define MISTRAL_COMMON                                                                                               \
     .family = TR_DECODER_MISTRAL, .head_dim = 0, .rms_norm_eps = 1e-5, .rope_theta = 10000.0,                       \
-    .tie_word_embeddings = 0, .hidden_act = "silu", .pad_fraction = 0.125
+    .tie_word_embeddings = 0, .hidden_act = "silu", .pad_fraction = 0.125,                                           \
+    .lora_rank = 4, .lora_alpha = 0, .lora_targets = TR_DECODER_LORA_DEFAULT
 
 /* tiny equals MISTRAL_TINY in tests/fixtures/make_mistral_fixture.py; its window (6) is
  * shorter than the fixture's 16 tokens, so the window shows in the logits. */
 static const struct tr_decoder_config mistral_tiny = {
     MISTRAL_COMMON, .vocab_size = 512, .hidden_size = 64, .intermediate_size = 128, .num_hidden_layers = 2,
     .num_attention_heads = 4, .num_key_value_heads = 2, .max_position_embeddings = 128, .sliding_window = 6,
+    .preset = &mistral_tiny,
 };
 static const struct tr_decoder_config mistral_small = {
     MISTRAL_COMMON, .vocab_size = 32000, .hidden_size = 256, .intermediate_size = 896, .num_hidden_layers = 4,
     .num_attention_heads = 8, .num_key_value_heads = 2, .max_position_embeddings = 1024, .sliding_window = 64,
+    .preset = &mistral_small,
 };
 /* The config.json of mistralai/Mistral-7B-v0.1. */
 static const struct tr_decoder_config mistral_7b = {
     MISTRAL_COMMON, .vocab_size = 32000, .hidden_size = 4096, .intermediate_size = 14336, .num_hidden_layers = 32,
     .num_attention_heads = 32, .num_key_value_heads = 8, .max_position_embeddings = 32768, .sliding_window = 4096,
+    .preset = &mistral_7b,
 };
 
 static const struct tr_model_preset mistral_presets[] = {
@@ -42,8 +46,9 @@ const struct tr_model_desc tr_model_mistral = {
     .n_keys = (int)(sizeof mistral_keys / sizeof mistral_keys[0]),
     .presets = mistral_presets,
     .n_presets = (int)(sizeof mistral_presets / sizeof mistral_presets[0]),
-    .tasks = 1u << TR_TASK_PREDICT,
+    .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT | 1u << TR_TASK_GENERATE,
     .build = tr_decoder_build,
-    .trainable = NULL,
+    .trainable = tr_decoder_trainable,
     .make_inputs = tr_decoder_make_inputs,
+    .generate = &tr_decoder_generate,
 };

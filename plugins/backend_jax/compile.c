@@ -94,6 +94,20 @@ static void hash_add(struct hasher *h, const void *data, size_t n) {
     h->a = fnv1a(h->a, "\x1f", 1); /* field separator: "ab"+"c" differs from "a"+"bc" */
 }
 
+void jax_hash_begin(struct jax_hasher *h) {
+    h->a = 0xcbf29ce484222325ull;
+    h->b = 0x9e3779b97f4a7c15ull;
+}
+
+void jax_hash_add(struct jax_hasher *h, const void *data, size_t n) {
+    struct hasher x = {h->a, h->b};
+    hash_add(&x, data, n);
+    h->a = x.a;
+    h->b = x.b;
+}
+
+uint64_t jax_checksum(const void *data, size_t n) { return fnv1a(0xcbf29ce484222325ull, data, n); }
+
 static double cc_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

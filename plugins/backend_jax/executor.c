@@ -13,6 +13,15 @@
  * execute: inputs copied into their arena slots, the steps run in order (one indirect
  * call each, nothing allocated, nothing looked up), outputs copied out.
  *
+ * On cuda the same plan runs on the device: the generated kernels are CUDA C built by
+ * NVRTC for the device's architecture (cubin.c) and loaded as one module; weights and
+ * constants are copied to the device once, at compile, into one block; the arena is
+ * device memory; a step is a launch on the kernels context's stream (generated kernels
+ * through the module, the rest through the shared kernels), so the schedule runs in
+ * order with no host synchronisation until the outputs are copied back. Updated params
+ * live on the device; sync copies them back into the host's memory. Passes still fold
+ * constants on a cpu context (folded data is host memory, uploaded with the weights).
+ *
  * Updates (training state): a value that overwrites a PARAM is computed straight into
  * the param's memory when every other reader of the param runs at an earlier step and
  * the value's own step reads it index for index (a library ADAMW_STEP, or an elementwise
@@ -24,6 +33,7 @@
 #include <time.h>
 #include <dlfcn.h>
 #include "jax.h"
+#include "trident/kernels_cuda.h"
 
 #define JAX_ALIGN 64
 
@@ -37,6 +47,8 @@ struct jax_step {
     int cluster;                    /* JAX_STEP_GEN */
     jax_kernel_fn fn;
     void **args;
+    void *cu_fn;                    /* cuda: the CUfunction, and pointers to each argument */
+    void **cu_params;
     int op;                         /* library calls */
     struct tr_attrs attrs;
     int n_in;
@@ -51,6 +63,13 @@ struct tr_jax_program {
     struct jax_fusion fusion;
     struct tr_kernels *k;
     struct jax_build build;
+    int cuda;                       /* device = cuda */
+    int sm;                         /* cuda: the architecture the kernels were built for */
+    struct jax_cubin cubin;
+    struct tr_cuda_module *mod;
+    void **cu_params;               /* the steps' cu_params, back to back */
+    int *bad;                       /* cuda: the word the gathers flag (device) */
+    void *weights;                  /* cuda: PARAMs and CONSTs, copied once (device) */
     char *source;
     size_t source_len;
 
@@ -209,6 +228,33 @@ static int plan_donation(struct tr_jax_program *p, const int *step_of, struct tr
     return TR_OK;
 }
 
+/* cuda: every PARAM and CONST copied to the device, into one block. */
+static int upload_leaves(struct tr_jax_program *p, struct tr_error *err) {
+    const struct tr_pir *g = &p->pir;
+    size_t total = 0;
+    for (int id = 0; id < g->n; id++) {
+        const struct tr_pir_node *n = &g->nodes[id];
+        if ((n->op == TR_OP_PARAM || n->op == TR_OP_CONST) && n->data)
+            total += (tr_pir_nbytes(n) + JAX_ALIGN - 1) / JAX_ALIGN * JAX_ALIGN;
+    }
+    int rc = tr_kernels_alloc(p->k, total ? total : JAX_ALIGN, &p->weights, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "jax: device memory for %zu bytes of weights and constants", total);
+    size_t at = 0;
+    for (int id = 0; id < g->n; id++) {
+        const struct tr_pir_node *n = &g->nodes[id];
+        if (!((n->op == TR_OP_PARAM || n->op == TR_OP_CONST) && n->data)) continue;
+        size_t nb = tr_pir_nbytes(n);
+        p->ptr[id] = (char *)p->weights + at;
+        if (nb && (rc = tr_kernels_to_device(p->k, p->ptr[id], n->data, nb, err)) != TR_OK)
+            return tr_error_prefix(err, "jax: copying node %d %s '%s' to the device", id, op_str(n->op), nname(p, id));
+        at += (nb + JAX_ALIGN - 1) / JAX_ALIGN * JAX_ALIGN;
+    }
+    return tr_kernels_alloc(p->k, JAX_ALIGN, (void **)&p->bad, err) != TR_OK ||
+                   tr_kernels_to_device(p->k, p->bad, &(int){0}, sizeof(int), err) != TR_OK
+               ? tr_error_prefix(err, "jax: the gathers' flag")
+               : TR_OK;
+}
+
 /* Buffers, live ranges, the arena. */
 static int plan_memory(struct tr_jax_program *p, const int *step_of, struct tr_error *err) {
     const struct tr_pir *g = &p->pir;
@@ -245,10 +291,12 @@ static int plan_memory(struct tr_jax_program *p, const int *step_of, struct tr_e
     size_t bytes = p->arena_bytes > 0 ? (size_t)p->arena_bytes : JAX_ALIGN;
     if ((rc = tr_kernels_alloc(p->k, bytes, &p->arena, err)) != TR_OK)
         return tr_error_prefix(err, "jax: the arena of %zu bytes", bytes);
+    if (p->cuda && (rc = upload_leaves(p, err)) != TR_OK) return rc;
     for (int id = 0; id < g->n; id++) {
         const struct tr_pir_node *n = &g->nodes[id];
-        if (n->op == TR_OP_PARAM || n->op == TR_OP_CONST) p->ptr[id] = (void *)n->data;
-        else if (p->donor[id] >= 0) p->ptr[id] = p->ptr[p->donor[id]];
+        if (n->op == TR_OP_PARAM || n->op == TR_OP_CONST) {
+            if (!p->cuda) p->ptr[id] = (void *)n->data;
+        } else if (p->donor[id] >= 0) p->ptr[id] = p->ptr[p->donor[id]];
         else if (p->buf_of[id] >= 0) p->ptr[id] = (char *)p->arena + p->bufs[p->buf_of[id]].offset;
         else if (n->op == TR_OP_RESHAPE) p->ptr[id] = p->ptr[n->in[0]];
         else p->ptr[id] = NULL; /* lives in a kernel's registers */
@@ -260,16 +308,19 @@ static int tensor_of(const struct tr_jax_program *p, int id, struct tr_tensor *t
     const struct tr_pir_node *n = &p->pir.nodes[id];
     int rc = tr_tensor_make(t, p->ptr[id], (enum tr_dtype)n->dtype, n->ndim, n->shape, err);
     if (rc != TR_OK) return tr_error_prefix(err, "jax: node %d %s '%s'", id, op_str(n->op), nname(p, id));
-    t->device = TR_DEVICE_CPU;
-    t->device_index = 0;
+    t->device = p->cuda ? TR_DEVICE_CUDA : TR_DEVICE_CPU;
+    t->device_index = p->cuda ? p->ctx->device_index : 0;
     return TR_OK;
 }
 
 static int bind_steps(struct tr_jax_program *p, struct tr_error *err) {
     size_t total = 0;
     for (int ci = 0; ci < p->fusion.n_clusters; ci++) total += (size_t)p->fusion.clusters[ci].n_args;
+    if (p->cuda) total += (size_t)p->fusion.n_clusters; /* the flag after out */
     p->argv = calloc(total + 1, sizeof *p->argv);
-    if (!p->argv) return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory binding the kernels");
+    if (p->cuda) p->cu_params = calloc(total + 1, sizeof *p->cu_params);
+    if (!p->argv || (p->cuda && !p->cu_params))
+        return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory binding the kernels");
     size_t at = 0;
     for (int si = 0; si < p->n_steps; si++) {
         struct jax_step *s = &p->steps[si];
@@ -279,6 +330,17 @@ static int bind_steps(struct tr_jax_program *p, struct tr_error *err) {
             const struct jax_cluster *cl = &p->fusion.clusters[s->cluster];
             char sym[32];
             snprintf(sym, sizeof sym, "trj_k%d", cl->fn);
+            if (p->cuda) {
+                if ((rc = tr_cuda_module_kernel(p->mod, sym, &s->cu_fn, err)) != TR_OK)
+                    return tr_error_prefix(err, "jax: kernel %d (node %d '%s')", s->cluster, s->node, nname(p, s->node));
+                s->args = &p->argv[at];
+                s->cu_params = &p->cu_params[at];
+                for (int i = 0; i < cl->n_args; i++) s->args[i] = p->ptr[cl->args[i]];
+                s->args[cl->n_args] = p->bad;
+                for (int i = 0; i <= cl->n_args; i++) s->cu_params[i] = &s->args[i];
+                at += (size_t)cl->n_args + 1;
+                continue;
+            }
             void *fn = dlsym(p->build.so, sym);
             if (!fn)
                 return tr_error_set(err, TR_ERR_INTERNAL, "jax: %s has no kernel %s", p->build.path, sym);
@@ -298,9 +360,39 @@ static int bind_steps(struct tr_jax_program *p, struct tr_error *err) {
 
 static int build_kernels(struct tr_jax_program *p, struct tr_error *err) {
     if (p->fusion.n_clusters == 0) return TR_OK;
-    int rc = jax_codegen(&p->pir, &p->fusion, &p->source, &p->source_len, err);
-    if (rc == TR_OK) rc = jax_build(p->ctx, p->source, p->source_len, &p->build, err);
+    if (!p->cuda) {
+        int rc = jax_codegen(&p->pir, &p->fusion, &p->source, &p->source_len, err);
+        if (rc == TR_OK) rc = jax_build(p->ctx, p->source, p->source_len, &p->build, err);
+        return rc;
+    }
+    int rc = jax_codegen_cuda(&p->pir, &p->fusion, &p->source, &p->source_len, err);
+    if (rc == TR_OK && (rc = tr_kernels_cuda_sm(p->k, &p->sm, err)) != TR_OK) tr_error_prefix(err, "jax");
+    if (rc == TR_OK) rc = jax_cu_build(p->ctx, p->source, p->source_len, p->sm, &p->cubin, err);
+    if (rc == TR_OK && (rc = tr_cuda_module_load(p->k, p->cubin.data, p->cubin.size, p->cubin.path, &p->mod, err)))
+        tr_error_prefix(err, "jax");
     return rc;
+}
+
+/* The graph read, simplified (with kpasses, a cpu context), fused for the program's
+ * target, scheduled and its donations decided: what codegen needs. */
+static int front(struct tr_jax_program *p, tr_graph_t g, struct tr_kernels *kpasses, int **step_of,
+                 struct tr_error *err) {
+    struct tr_jax_context *ctx = p->ctx;
+    int rc;
+    if ((rc = tr_pir_from_graph(ctx->host, g, &p->pir, err)) != TR_OK) return tr_error_prefix(err, "jax");
+    if ((rc = check_leaves(p, err)) != TR_OK) return rc;
+    if ((rc = tr_pass_all(&p->pir, kpasses, &p->passes, err)) != TR_OK)
+        return tr_error_prefix(err, "jax: simplification");
+    if ((rc = jax_fuse_for(&p->pir, ctx->fuse, p->cuda ? JAX_CU_MAX_ROW : 0, &p->fusion, err)) != TR_OK) return rc;
+    size_t n = (size_t)p->pir.n + 1;
+    *step_of = malloc(n * sizeof **step_of);
+    p->buf_of = malloc(n * sizeof *p->buf_of);
+    p->root_of = malloc(n * sizeof *p->root_of);
+    p->ptr = calloc(n, sizeof *p->ptr);
+    if (!*step_of || !p->buf_of || !p->root_of || !p->ptr)
+        return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory for %d nodes", p->pir.n);
+    if ((rc = make_schedule(p, *step_of, err)) != TR_OK) return rc;
+    return plan_donation(p, *step_of, err);
 }
 
 int tr_jax_compile(struct tr_jax_context *ctx, tr_graph_t g, struct tr_jax_program **out, struct tr_error *err) {
@@ -310,39 +402,28 @@ int tr_jax_compile(struct tr_jax_context *ctx, tr_graph_t g, struct tr_jax_progr
     struct tr_jax_program *p = calloc(1, sizeof *p);
     if (!p) return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory for a program");
     p->ctx = ctx;
+    p->cuda = ctx->device_type == TR_DEVICE_CUDA;
     int *step_of = NULL, rc;
-    if ((rc = tr_pir_from_graph(ctx->host, g, &p->pir, err)) != TR_OK) {
+    struct tr_kernels *kcpu = NULL;
+    if ((rc = tr_kernels_init(&p->k, ctx->device_type, ctx->device_index, err)) != TR_OK ||
+        (rc = tr_kernels_set_math(p->k, (enum tr_math)ctx->math, err)) != TR_OK) {
         tr_error_prefix(err, "jax");
         goto fail;
     }
-    if ((rc = check_leaves(p, err)) != TR_OK) goto fail;
-    if ((rc = tr_kernels_init(&p->k, ctx->device_type, ctx->device_index, err)) != TR_OK) {
-        tr_error_prefix(err, "jax");
+    if (p->cuda && (rc = tr_kernels_init(&kcpu, TR_DEVICE_CPU, 0, err)) != TR_OK) {
+        tr_error_prefix(err, "jax: the cpu context for constant folding");
         goto fail;
     }
-    if ((rc = tr_pass_all(&p->pir, p->k, &p->passes, err)) != TR_OK) {
-        tr_error_prefix(err, "jax: simplification");
-        goto fail;
-    }
-    if ((rc = jax_fuse(&p->pir, ctx->fuse, &p->fusion, err)) != TR_OK) goto fail;
-    size_t n = (size_t)p->pir.n + 1;
-    step_of = malloc(n * sizeof *step_of);
-    p->buf_of = malloc(n * sizeof *p->buf_of);
-    p->root_of = malloc(n * sizeof *p->root_of);
-    p->ptr = calloc(n, sizeof *p->ptr);
-    if (!step_of || !p->buf_of || !p->root_of || !p->ptr) {
-        rc = tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory for %d nodes", p->pir.n);
-        goto fail;
-    }
-    if ((rc = make_schedule(p, step_of, err)) != TR_OK || (rc = plan_donation(p, step_of, err)) != TR_OK ||
-        (rc = build_kernels(p, err)) != TR_OK || (rc = plan_memory(p, step_of, err)) != TR_OK ||
+    rc = front(p, g, p->cuda ? kcpu : p->k, &step_of, err);
+    tr_kernels_free(kcpu);
+    if (rc != TR_OK || (rc = build_kernels(p, err)) != TR_OK || (rc = plan_memory(p, step_of, err)) != TR_OK ||
         (rc = bind_steps(p, err)) != TR_OK)
         goto fail;
     free(step_of);
     p->compile_ms = ex_now_ms() - t0;
     ctx->host->log(TR_LOG_DEBUG, "jax: %d nodes -> %d generated kernels (%s) + %d library calls, arena %lld bytes, %.0f ms",
-                   p->pir.n, p->n_gen, p->build.cache_hit ? "cache hit" : "compiled", p->n_lib,
-                   (long long)p->arena_bytes, p->compile_ms);
+                   p->pir.n, p->n_gen, (p->cuda ? p->cubin.cache_hit : p->build.cache_hit) ? "cache hit" : "compiled",
+                   p->n_lib, (long long)p->arena_bytes, p->compile_ms);
     *out = p;
     return TR_OK;
 fail:
@@ -351,10 +432,44 @@ fail:
     return rc;
 }
 
+int tr_jax_cuda_source(struct tr_jax_context *ctx, tr_graph_t g, char **src, size_t *len, int *n_kernels,
+                       struct tr_error *err) {
+    *src = NULL;
+    *len = 0;
+    if (n_kernels) *n_kernels = 0;
+    if (!g) return tr_error_set(err, TR_ERR_INVALID, "jax: cuda source without a graph");
+    struct tr_jax_program *p = calloc(1, sizeof *p);
+    if (!p) return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory for a program");
+    p->ctx = ctx;
+    p->cuda = 1;
+    int *step_of = NULL, rc;
+    struct tr_kernels *kcpu = NULL;
+    if ((rc = tr_kernels_init(&kcpu, TR_DEVICE_CPU, 0, err)) != TR_OK) {
+        tr_error_prefix(err, "jax: the cpu context for constant folding");
+    } else {
+        rc = front(p, g, kcpu, &step_of, err);
+        if (rc == TR_OK && p->fusion.n_clusters > 0) rc = jax_codegen_cuda(&p->pir, &p->fusion, src, len, err);
+        if (rc == TR_OK && n_kernels) *n_kernels = p->fusion.n_clusters;
+    }
+    tr_kernels_free(kcpu);
+    free(step_of);
+    tr_jax_program_free(p);
+    return rc;
+}
+
 void tr_jax_program_free(struct tr_jax_program *p) {
     if (!p) return;
+    if (p->cuda && p->k) {
+        struct tr_error ignored;
+        (void)tr_kernels_sync(p->k, &ignored); /* nothing queued may still use the module or the memory */
+    }
+    tr_cuda_module_free(p->mod);
+    jax_cubin_free(&p->cubin);
+    if (p->bad) tr_kernels_dealloc(p->k, p->bad);
+    if (p->weights) tr_kernels_dealloc(p->k, p->weights);
     if (p->arena) tr_kernels_dealloc(p->k, p->arena);
     if (p->k) tr_kernels_free(p->k);
+    free(p->cu_params);
     jax_build_close(&p->build);
     jax_fusion_free(&p->fusion);
     tr_pir_free(&p->pir);
@@ -400,14 +515,27 @@ static int bad_id(const struct tr_jax_program *p, const struct jax_step *s, stru
         const struct tr_pir_node *ids = &p->pir.nodes[n->in[1]];
         int64_t V = p->pir.nodes[n->in[0]].shape[0], cnt = tr_pir_numel(ids);
         const void *d = p->ptr[n->in[1]];
+        void *host = NULL;
+        if (p->cuda) { /* the slow path: the ids brought back to look at them */
+            size_t nb = tr_pir_nbytes(ids);
+            if (!(host = malloc(nb ? nb : 1)) || tr_kernels_to_host(p->k, host, d, nb, err) != TR_OK) {
+                free(host);
+                return tr_error_set(err, TR_ERR_INVALID, "jax: kernel %d (node %d '%s'): an embedding id is outside its "
+                                    "table (and the ids could not be read back)", s->cluster, s->node, nname(p, s->node));
+            }
+            d = host;
+        }
         for (int64_t i = 0; i < cnt; i++) {
             int64_t id = ids->dtype == TR_DTYPE_I64 ? ((const int64_t *)d)[i] : ((const int32_t *)d)[i];
-            if (id < 0 || id >= V)
+            if (id < 0 || id >= V) {
+                free(host);
                 return tr_error_set(err, TR_ERR_INVALID,
                                     "jax: kernel %d, node %d embedding '%s': ids[%lld] = %lld is outside [0, %lld)",
                                     s->cluster, cl->members[k], nname(p, cl->members[k]), (long long)i, (long long)id,
                                     (long long)V);
+            }
         }
+        free(host);
     }
     return tr_error_set(err, TR_ERR_INVALID, "jax: kernel %d (node %d '%s'): an embedding id is outside its table",
                         s->cluster, s->node, nname(p, s->node));
@@ -417,6 +545,16 @@ static int run_step(struct tr_jax_program *p, const struct jax_step *s, struct t
     int rc;
     switch (s->kind) {
     case JAX_STEP_GEN:
+        if (p->cuda) {
+            const struct jax_cluster *cl = &p->fusion.clusters[s->cluster];
+            char name[32];
+            snprintf(name, sizeof name, "trj_k%d", cl->fn);
+            const unsigned grid[3] = {cl->cu_grid, 1, 1}, block[3] = {cl->cu_block, 1, 1};
+            rc = tr_cuda_module_launch(p->k, p->mod, s->cu_fn, name, grid, block, cl->cu_shmem, s->cu_params, err);
+            if (rc != TR_OK)
+                return tr_error_prefix(err, "jax: kernel %d (node %d '%s')", s->cluster, s->node, nname(p, s->node));
+            return TR_OK;
+        }
         rc = s->fn(s->args);
         if (rc == 0) return TR_OK;
         if (rc & 2)
@@ -436,6 +574,77 @@ static int run_step(struct tr_jax_program *p, const struct jax_step *s, struct t
     return TR_OK;
 }
 
+/* The gathers' flag read back (the first host synchronisation of the step): an id out of
+ * range is named by looking at every gather's ids. */
+static int check_bad(struct tr_jax_program *p, struct tr_error *err) {
+    int bad = 0, rc = tr_kernels_to_host(p->k, &bad, p->bad, sizeof bad, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "jax: after the step");
+    if (!bad) return TR_OK;
+    (void)tr_kernels_to_device(p->k, p->bad, &(int){0}, sizeof(int), NULL); /* reported once */
+    for (int si = 0; si < p->n_steps; si++) {
+        const struct jax_step *s = &p->steps[si];
+        if (s->kind != JAX_STEP_GEN) continue;
+        const struct jax_cluster *cl = &p->fusion.clusters[s->cluster];
+        for (int k = 0; k < cl->n_members; k++)
+            if (p->pir.nodes[cl->members[k]].op == TR_OP_EMBEDDING) {
+                struct tr_error e = {0};
+                if (bad_id(p, s, &e) != TR_OK && strstr(e.msg, " is outside [0, ")) {
+                    if (err) *err = e;
+                    return e.status;
+                }
+                break;
+            }
+    }
+    return tr_error_set(err, TR_ERR_INVALID, "jax: an embedding id is outside its table (kernel unknown)");
+}
+
+/* execute on cuda: the inputs' copies, the launches and the library calls are queued on
+ * the context's stream in order; the host first waits when it reads the flag. */
+static int execute_cuda(struct tr_jax_program *p, const struct tr_tensor *inputs, struct tr_tensor *outputs,
+                        struct tr_error *err) {
+    const struct tr_pir *g = &p->pir;
+    int rc;
+    for (int i = 0; i < g->n_inputs; i++) {
+        size_t nb = tr_pir_nbytes(&g->nodes[g->inputs[i]]);
+        if (nb && (rc = tr_kernels_to_device(p->k, p->ptr[g->inputs[i]], inputs[i].data, nb, err)) != TR_OK)
+            return tr_error_prefix(err, "jax: input %d ('%s')", i, nname(p, g->inputs[i]));
+    }
+    for (int si = 0; si < p->n_steps; si++) {
+        p->kernel_calls++;
+        if ((rc = run_step(p, &p->steps[si], err)) != TR_OK) return rc;
+    }
+    if ((rc = check_bad(p, err)) != TR_OK) return rc;
+    /* outputs before updates, as on the cpu: an output that is a param has its old value */
+    for (int i = 0; i < g->n_results; i++) {
+        int id = g->outputs[i];
+        size_t nb = tr_pir_nbytes(&g->nodes[id]);
+        if (nb && (rc = tr_kernels_to_host(p->k, outputs[i].data, p->ptr[id], nb, err)) != TR_OK)
+            return tr_error_prefix(err, "jax: output %d ('%s')", i, nname(p, id));
+    }
+    for (int u = 0; u < g->n_updates; u++) { /* queued: the next step's kernels come after them */
+        if (p->donated[u]) continue;
+        int pa = g->update_param[u];
+        size_t nb = tr_pir_nbytes(&g->nodes[pa]);
+        if (nb && (rc = tr_kernels_copy(p->k, p->ptr[pa], p->ptr[tr_pir_update_value(g, u)], nb, err)) != TR_OK)
+            return tr_error_prefix(err, "jax: update %d ('%s')", u, nname(p, pa));
+    }
+    return TR_OK;
+}
+
+int tr_jax_sync(struct tr_jax_program *p, struct tr_error *err) {
+    if (!p || !p->cuda) return TR_OK; /* on the cpu the params are computed in place */
+    const struct tr_pir *g = &p->pir;
+    for (int u = 0; u < g->n_updates; u++) {
+        int pa = g->update_param[u];
+        const struct tr_pir_node *n = &g->nodes[pa];
+        size_t nb = tr_pir_nbytes(n);
+        int rc;
+        if (nb && n->data && (rc = tr_kernels_to_host(p->k, (void *)n->data, p->ptr[pa], nb, err)) != TR_OK)
+            return tr_error_prefix(err, "jax: sync of param %d ('%s')", pa, nname(p, pa));
+    }
+    return TR_OK;
+}
+
 int tr_jax_execute(struct tr_jax_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
                    struct tr_tensor *outputs, struct tr_error *err) {
     const struct tr_pir *g = &p->pir;
@@ -451,6 +660,7 @@ int tr_jax_execute(struct tr_jax_program *p, int n_inputs, const struct tr_tenso
     for (int i = 0; i < n_outputs; i++)
         if ((rc = check_io(p, "output", i, g->outputs[i], &outputs[i], err)) != TR_OK) return rc;
     p->kernel_calls = 0;
+    if (p->cuda) return execute_cuda(p, inputs, outputs, err);
     for (int i = 0; i < n_inputs; i++) {
         size_t nb = tr_pir_nbytes(&g->nodes[g->inputs[i]]);
         if (nb) memcpy(p->ptr[g->inputs[i]], inputs[i].data, nb);
@@ -487,17 +697,24 @@ void tr_jax_program_stats(const struct tr_jax_program *p, struct tr_backend_stat
     st->arena_bytes = (uint64_t)p->arena_bytes;
     st->peak_bytes = p->weight_bytes + (uint64_t)p->arena_bytes;
     if (p->fusion.n_clusters == 0) snprintf(kernels, sizeof kernels, "no fused kernels");
+    else if (p->cuda)
+        snprintf(kernels, sizeof kernels, "%d fused kernels generated as %d CUDA functions (sm_%d, %s), nvrtc %.0f ms",
+                 p->fusion.n_clusters, p->fusion.n_functions, p->sm, p->cubin.cache_hit ? "cache hit" : "compiled",
+                 p->cubin.nvrtc_ms);
     else
         snprintf(kernels, sizeof kernels, "%d fused kernels generated as %d functions (%s), cc %.0f ms",
                  p->fusion.n_clusters, p->fusion.n_functions, p->build.cache_hit ? "cache hit" : "compiled",
                  p->build.cc_ms);
     snprintf(st->notes, sizeof st->notes,
              "passes: cse %d, dce %d, folded %d, simplified %d; %d gemm epilogues; %s; compile %.0f ms; "
-             "%d library calls; arena %s, verified; weights %s in place",
+             "%d library calls; arena %s, verified; weights %s %s",
              p->passes.cse_merged, p->passes.dce_removed, p->passes.folded, p->passes.simplified,
              p->fusion.n_epilogues, kernels, p->compile_ms, p->n_lib, human_bytes((uint64_t)p->arena_bytes, arena, sizeof arena),
-             human_bytes(p->weight_bytes, weights, sizeof weights));
+             human_bytes(p->weight_bytes, weights, sizeof weights), p->cuda ? "copied to the device once" : "in place");
     size_t k = strlen(st->notes);
     if (p->pir.n_updates && k < sizeof st->notes)
         snprintf(st->notes + k, sizeof st->notes - k, "; %d of %d updates in place", p->n_donated, p->pir.n_updates);
+    k = strlen(st->notes);
+    if (p->ctx->math != TR_MATH_DEFAULT && k < sizeof st->notes)
+        snprintf(st->notes + k, sizeof st->notes - k, "; math %s", tr_math_name((enum tr_math)p->ctx->math));
 }

@@ -34,7 +34,8 @@ static int last_axis(const struct tr_pir_node *x, int64_t axis) {
     return x->ndim > 0 && axis == x->ndim - 1;
 }
 
-static enum jax_class classify(const struct tr_pir *p, int id, enum jax_kind *kind) {
+/* max_row > 0: a reduction over a longer row is left to the library (cuda's row buffer). */
+static enum jax_class classify(const struct tr_pir *p, int id, int64_t max_row, enum jax_kind *kind) {
     const struct tr_pir_node *n = &p->nodes[id];
     *kind = JAX_K_EW;
     if (n->dead || n->op < 0 || n->op >= TR_OP_COUNT || tr_pir_numel(n) <= 0 || !gen_float(n->dtype))
@@ -62,6 +63,13 @@ static enum jax_class classify(const struct tr_pir *p, int id, enum jax_kind *ki
             return JAX_C_NONE;
         return JAX_C_GATHER;
     }
+    case TR_OP_SOFTMAX: case TR_OP_LAYER_NORM: case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX:
+        if (max_row > 0 && x && x->ndim >= 1 && x->shape[x->ndim - 1] > max_row) return JAX_C_NONE;
+        break;
+    default:
+        break;
+    }
+    switch (n->op) {
     case TR_OP_SOFTMAX:
         if (n->n_in != 1 || x->dtype != n->dtype || x->ndim < 1) return JAX_C_NONE;
         *kind = JAX_K_SOFTMAX;
@@ -90,7 +98,7 @@ static enum jax_class classify(const struct tr_pir *p, int id, enum jax_kind *ki
 
 int jax_fusable(const struct tr_pir *p, int id) {
     enum jax_kind k;
-    return classify(p, id, &k) != JAX_C_NONE;
+    return classify(p, id, 0, &k) != JAX_C_NONE;
 }
 
 /* Whether operand i of node n is computed in registers by the kernel (absorbable). */
@@ -270,10 +278,11 @@ void jax_fusion_free(struct jax_fusion *f) {
 }
 
 /* Can cand join cluster ci (membership of every node > cand is final)? */
-static int can_join(const struct tr_pir *p, const struct consumers *c, const struct jax_fusion *f, int ci, int cand) {
+static int can_join(const struct tr_pir *p, const struct consumers *c, const struct jax_fusion *f, int ci, int cand,
+                    int64_t max_row) {
     const struct jax_cluster *cl = &f->clusters[ci];
     enum jax_kind kind;
-    enum jax_class cls = classify(p, cand, &kind);
+    enum jax_class cls = classify(p, cand, max_row, &kind);
     const struct tr_pir_node *n = &p->nodes[cand];
     if (cls == JAX_C_NONE || f->cluster_of[cand] >= 0 || c->is_output[cand]) return 0;
     for (int e = c->off[cand]; e < c->off[cand + 1]; e++)
@@ -290,9 +299,9 @@ static int can_join(const struct tr_pir *p, const struct consumers *c, const str
 }
 
 static int build_cluster(const struct tr_pir *p, const struct consumers *c, struct jax_fusion *f, int root, int fuse,
-                         char *frontier, struct tr_error *err) {
+                         int64_t max_row, char *frontier, struct tr_error *err) {
     enum jax_kind kind;
-    enum jax_class cls = classify(p, root, &kind);
+    enum jax_class cls = classify(p, root, max_row, &kind);
     int ci = f->n_clusters;
     struct jax_cluster *cl = &f->clusters[ci];
     memset(cl, 0, sizeof *cl);
@@ -320,9 +329,9 @@ static int build_cluster(const struct tr_pir *p, const struct consumers *c, stru
     for (int id = root - 1; id >= lowest && id >= 0; id--) {
         if (!frontier[id]) continue;
         frontier[id] = 0;
-        if (!can_join(p, c, f, ci, id)) continue;
+        if (!can_join(p, c, f, ci, id, max_row)) continue;
         enum jax_kind k2;
-        if (classify(p, id, &k2) == JAX_C_RED) {
+        if (classify(p, id, max_row, &k2) == JAX_C_RED) {
             cl->red = id;
             cl->kind = k2;
         }
@@ -347,6 +356,10 @@ static int build_cluster(const struct tr_pir *p, const struct consumers *c, stru
 }
 
 int jax_fuse(struct tr_pir *p, int fuse, struct jax_fusion *f, struct tr_error *err) {
+    return jax_fuse_for(p, fuse, 0, f, err);
+}
+
+int jax_fuse_for(struct tr_pir *p, int fuse, int64_t max_row, struct jax_fusion *f, struct tr_error *err) {
     memset(f, 0, sizeof *f);
     int rc;
     if (fuse && (rc = fold_epilogues(p, &f->n_epilogues, err)) != TR_OK) return rc;
@@ -361,8 +374,9 @@ int jax_fuse(struct tr_pir *p, int fuse, struct jax_fusion *f, struct tr_error *
     }
     for (int i = 0; i < p->n; i++) f->cluster_of[i] = -1;
     for (int id = p->n - 1; id >= 0; id--) {
-        if (f->cluster_of[id] >= 0 || !jax_fusable(p, id)) continue;
-        if ((rc = build_cluster(p, &c, f, id, fuse, frontier, err)) != TR_OK) goto done;
+        enum jax_kind k;
+        if (f->cluster_of[id] >= 0 || classify(p, id, max_row, &k) == JAX_C_NONE) continue;
+        if ((rc = build_cluster(p, &c, f, id, fuse, max_row, frontier, err)) != TR_OK) goto done;
     }
     /* clusters were made last root first: number them in program order */
     for (int i = 0, j = f->n_clusters - 1; i < j; i++, j--) {

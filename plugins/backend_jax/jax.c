@@ -39,12 +39,24 @@ static int jax_init(const struct tr_host_api *host, const struct tr_backend_para
         rc = tr_opts_parse("jax", jax_options, (int)(sizeof jax_options / sizeof jax_options[0]), params->options,
                            params->n_options, c, err);
     if (rc != TR_OK) goto fail;
-    /* The generated kernels are C for the host: CUDA C through NVRTC comes with the
-     * CUDA kernels. */
-    if (c->device_type != TR_DEVICE_CPU) {
-        rc = tr_error_set(err, TR_ERR_UNSUPPORTED,
-                          "jax: device type %d is not supported yet (the jax backend generates C for the cpu)",
-                          c->device_type);
+    if (c->device_type != TR_DEVICE_CPU && c->device_type != TR_DEVICE_CUDA) {
+        rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "jax: device type %d is not one of cpu (%d) and cuda (%d)",
+                          c->device_type, TR_DEVICE_CPU, TR_DEVICE_CUDA);
+        goto fail;
+    }
+    c->math = params ? params->math : TR_MATH_DEFAULT;
+    /* The device and the math mode are checked now, where the configuration is named, not
+     * at the first compile ("no CUDA device found", tf32 on the cpu): the kernels library
+     * says what it takes. Each program makes its own context later. */
+    struct tr_kernels *k = NULL;
+    if ((rc = tr_kernels_init(&k, c->device_type, c->device_index, err)) != TR_OK) {
+        tr_error_prefix(err, "jax: device = %s", c->device_type == TR_DEVICE_CUDA ? "cuda" : "cpu");
+        goto fail;
+    }
+    rc = tr_kernels_set_math(k, (enum tr_math)c->math, err);
+    tr_kernels_free(k);
+    if (rc != TR_OK) {
+        tr_error_prefix(err, "jax");
         goto fail;
     }
     *ctx = c;
@@ -76,6 +88,8 @@ static int jax_execute(void *ctx, void *prog, int n_inputs, const struct tr_tens
 
 static void jax_program_free(void *ctx, void *prog) { tr_jax_program_free(prog); }
 
+static int jax_sync(void *ctx, void *prog, struct tr_error *err) { return tr_jax_sync(prog, err); }
+
 static int jax_get_stats(void *ctx, void *prog, struct tr_backend_stats *st, struct tr_error *err) {
     if (!st) return tr_error_set(err, TR_ERR_INVALID, "jax: get_stats without a stats record");
     memset(st, 0, sizeof *st);
@@ -91,8 +105,8 @@ static const struct tr_backend_i jax_iface = {
     .struct_size = sizeof(struct tr_backend_i),
     .abi_version = TR_ABI_VERSION,
     .name = "jax",
-    .description = "JAX/XLA style: whole-graph compiler (simplify, fuse, generate C, one arena, flat schedule)",
-    .caps = TR_CAP_CPU | TR_CAP_F32 | TR_CAP_BF16,
+    .description = "JAX/XLA style: whole-graph compiler (simplify, fuse, generate C or CUDA C, one arena, flat schedule)",
+    .caps = TR_CAP_CPU | TR_CAP_CUDA | TR_CAP_F32 | TR_CAP_BF16 | TR_CAP_TRAINING,
     .init = jax_init,
     .free = jax_free,
     .supports_op = jax_supports_op,
@@ -100,6 +114,7 @@ static const struct tr_backend_i jax_iface = {
     .execute = jax_execute,
     .program_free = jax_program_free,
     .get_stats = jax_get_stats,
+    .sync = jax_sync,
 };
 
 TR_BACKEND_EXPORT int tr_backend_entry(uint32_t host_abi, const struct tr_host_api *host,

@@ -1,6 +1,7 @@
 /* jax backend — private declarations shared by its modules.
  *
- * A whole-graph compiler in the spirit of XLA on the cpu:
+ * A whole-graph compiler in the spirit of XLA, on the cpu (generated C) and on cuda
+ * (generated CUDA C through NVRTC):
  *
  *   jax.c       the entry point, the vtable, options ([backend.jax] cache_dir, cc, fuse),
  *               init/free, supports_op, stats
@@ -8,8 +9,10 @@
  *               fusion: maximal clusters of elementwise ops, gathers and at most one
  *               row-wise reduction (softmax, layer norm, sum/mean/max over the last
  *               axis) become one generated kernel each
- *   codegen.c   one C source for the whole graph, one function per cluster
+ *   codegen.c   one C source for the whole graph, one function per cluster (codegen.h:
+ *               the generator's insides; codegen_cuda.c: the same kernels as CUDA C)
  *   compile.c   the cache on disk, the system C compiler, dlopen
+ *   cubin.c     on cuda: NVRTC for the device's architecture, cubins cached on disk
  *   executor.c  compile() end to end (passes, fusion, codegen, build, buffer assignment
  *               into one arena, the flat schedule) and execute()
  *
@@ -47,8 +50,9 @@ struct tr_jax_context {
     char cache_dir_key[JAX_WHERE_MAX];   /* how it was chosen, for messages */
     char cc[JAX_PATH_MAX];
     char cc_key[JAX_WHERE_MAX];
+    int math;                            /* enum tr_math from the params, set on every context */
     /* counters over the backend's life (tests read them) */
-    uint64_t cache_hits, cache_misses, cc_runs;
+    uint64_t cache_hits, cache_misses, cc_runs, nvrtc_runs;
 };
 
 /* ---- fuse.c ---- */
@@ -77,6 +81,8 @@ struct jax_cluster {
                                        whose code is the same) */
     int in_place;                   /* set before codegen: out is an argument's memory (a donated
                                        param), so no pointer is declared restrict */
+    unsigned cu_grid, cu_block;     /* filled by the cuda codegen: the launch (x extents) */
+    unsigned cu_shmem;              /* and its dynamic shared memory, bytes */
 };
 
 struct jax_fusion {
@@ -90,6 +96,11 @@ struct jax_fusion {
 /* Fold GEMM epilogues into JAX_OP_MATMUL_EPI nodes (compacting p), then cluster. With
  * fuse == 0 nothing is folded and every fusable node is a cluster of its own. */
 int jax_fuse(struct tr_pir *p, int fuse, struct jax_fusion *f, struct tr_error *err);
+/* The longest row a generated reduction may have on cuda: its row buffer (f32) and the
+ * block reduction's 32 floats are shared memory, within the 48 KiB any launch may use. */
+#define JAX_CU_MAX_ROW 12000
+/* jax_fuse for a target: max_row > 0 leaves reductions over longer rows to the library. */
+int jax_fuse_for(struct tr_pir *p, int fuse, int64_t max_row, struct jax_fusion *f, struct tr_error *err);
 void jax_fusion_free(struct jax_fusion *f);
 /* 1 if node id of p can be part of a generated kernel. */
 int jax_fusable(const struct tr_pir *p, int id);
@@ -101,6 +112,11 @@ int jax_fusable(const struct tr_pir *p, int id);
  * cluster whose code is the same); returns 0, 1 when an embedding id fell outside its
  * table, 2 when a row buffer could not be allocated. Fills every cluster's args and fn. */
 int jax_codegen(const struct tr_pir *p, struct jax_fusion *f, char **src, size_t *len, struct tr_error *err);
+/* The same as CUDA C for NVRTC (codegen_cuda.c): cluster i runs as extern "C" __global__
+ * void trj_k<fn>(operands..., out, int *bad), launched as cu_grid blocks of cu_block
+ * threads with cu_shmem bytes of dynamic shared memory (all filled here); *bad gets bit 0
+ * when an embedding id fell outside its table. */
+int jax_codegen_cuda(const struct tr_pir *p, struct jax_fusion *f, char **src, size_t *len, struct tr_error *err);
 
 /* ---- compile.c ---- */
 
@@ -123,10 +139,52 @@ int jax_cache_dir(struct tr_jax_context *ctx, struct tr_error *err);
 int jax_cache_entry(struct tr_jax_context *ctx, const char *src, size_t len, uint64_t key[2], char *path, size_t n,
                     struct tr_error *err);
 
+/* The cache's hashing (compile.c): two independent 64-bit hashes (FNV-1a, MurmurHash64A)
+ * over fields each followed by a separator; and the FNV-1a checksum of an entry's bytes. */
+struct jax_hasher {
+    uint64_t a, b;
+};
+void jax_hash_begin(struct jax_hasher *h);
+void jax_hash_add(struct jax_hasher *h, const void *data, size_t n);
+uint64_t jax_checksum(const void *data, size_t n);
+
+/* ---- cubin.c: the generated CUDA C compiled by NVRTC, cached on disk ----
+ * An entry is "<dir>/jax-<128-bit key>.cubin": the cubin with a trailer (magic, key,
+ * length, checksum), so a short or overwritten file is found out and rebuilt. The key
+ * covers the source, the architecture, NVRTC's version and its options. */
+
+/* The options tr_cuda_nvrtc_compile passes to NVRTC besides the architecture (nvrtc.c):
+ * a part of the key, so that changing them there means changing them here. */
+#define JAX_NVRTC_OPTIONS "--std=c++17 --use_fast_math"
+
+struct jax_cubin {
+    void *data;                     /* the cubin (malloc'd) */
+    size_t size;
+    int cache_hit;
+    double nvrtc_ms;                /* time in NVRTC (0 on a hit) */
+    char path[JAX_PATH_MAX];        /* the cache entry */
+};
+
+void jax_cu_key(const char *src, size_t len, int sm, int nvrtc_major, int nvrtc_minor, const char *options,
+                uint64_t key[2]);
+/* The cubin of src for sm_<sm>: the cache entry when valid, else NVRTC (stored
+ * atomically). A compile error: TR_ERR_INVALID, the log's start, the source kept beside
+ * the entry as .cu. */
+int jax_cu_build(struct tr_jax_context *ctx, const char *src, size_t len, int sm, struct jax_cubin *out,
+                 struct tr_error *err);
+void jax_cubin_free(struct jax_cubin *c);
+
 /* ---- executor.c ---- */
 
 struct tr_jax_program;
 int tr_jax_compile(struct tr_jax_context *ctx, tr_graph_t g, struct tr_jax_program **out, struct tr_error *err);
+/* What compile generates for g on cuda, with no device needed (the tests compile it for
+ * each architecture): the passes, fusion and donation as compile runs them, then the
+ * CUDA C source (*src malloc'd, caller frees); *n_kernels clusters. */
+int tr_jax_cuda_source(struct tr_jax_context *ctx, tr_graph_t g, char **src, size_t *len, int *n_kernels,
+                       struct tr_error *err);
+/* The updated PARAMs' host memory made current (on cuda: copied back from the device). */
+int tr_jax_sync(struct tr_jax_program *p, struct tr_error *err);
 int tr_jax_execute(struct tr_jax_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
                    struct tr_tensor *outputs, struct tr_error *err);
 void tr_jax_program_free(struct tr_jax_program *p);

@@ -20,6 +20,14 @@
  * reads the weight it replaces index for index), else it gets an arena slot and is
  * copied into the param at the end of the step, as outputs are.
  *
+ * On device = cuda the same plan runs on the GPU: the arena is one device allocation
+ * (tr_kernels_alloc: the CUDA caching allocator), the weights are uploaded once at
+ * compile into one device block of their own (64-byte aligned places), the bound calls
+ * are the CUDA kernels of the same library, queued on the context's stream. Inputs are
+ * copied into their slots and outputs back as on the cpu (the copy out waits for the
+ * kernels); updates are computed in (or copied into) the params' device copies and
+ * reach their host memory only through sync (ABI 1.1).
+ *
  * Planner steps: 0 is "inputs copied in", 1..S the kernel calls, S+1 "outputs copied
  * out". A kernel's output and its inputs are live at the same step, so they never
  * share bytes (no kernel here works in place).
@@ -31,6 +39,7 @@
 #include "plan.h"
 #include "tf.h"
 #include "trident/kernels.h"
+#include "trident/kernels_cuda.h"
 
 #define TF_ALIGN 64
 
@@ -64,6 +73,8 @@ struct tf_program {
     int64_t arena_bytes;
     void *arena;
     uint64_t weight_bytes;
+    int on_cuda;
+    void *weights_dev;                  /* cuda: every PARAM and CONST, uploaded at compile */
 
     /* last execute */
     uint64_t kernel_calls;
@@ -250,6 +261,41 @@ static int bind_fused(struct tr_kernels *k, const struct tr_pir_node *d, const s
     }
 }
 
+/* cuda: the weights' places in one device block, filled from their host memory. */
+static int upload_weights(struct tf_program *p, struct tr_error *err) {
+    const struct tr_pir *ir = &p->pir;
+    size_t total = 0;
+    for (int i = 0; i < ir->n; i++)
+        if (ir->nodes[i].op == TR_OP_PARAM || ir->nodes[i].op == TR_OP_CONST)
+            total += (tr_pir_nbytes(&ir->nodes[i]) + TF_ALIGN - 1) / TF_ALIGN * TF_ALIGN;
+    int rc = tr_kernels_alloc(p->k, total ? total : 1, &p->weights_dev, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "tf: %zu bytes of weights on the device", total);
+    size_t off = 0;
+    for (int i = 0; i < ir->n; i++) {
+        const struct tr_pir_node *d = &ir->nodes[i];
+        if (d->op != TR_OP_PARAM && d->op != TR_OP_CONST) continue;
+        size_t nb = tr_pir_nbytes(d);
+        p->data[i] = (char *)p->weights_dev + off;
+        if (nb && (rc = tr_kernels_to_device(p->k, p->data[i], d->data, nb, err)) != TR_OK)
+            return tr_error_prefix(err, "tf: uploading %s '%s' (%zu bytes)", tr_op_name(d->op), nname(d), nb);
+        off += (nb + TF_ALIGN - 1) / TF_ALIGN * TF_ALIGN;
+    }
+    return tr_kernels_sync(p->k, err);
+}
+
+int tf_sync(struct tf_program *p, struct tr_error *err) {
+    const struct tr_pir *ir = &p->pir;
+    if (!p->on_cuda) return TR_OK; /* the updates were made in the host memory */
+    for (int u = 0; u < ir->n_updates; u++) {
+        const struct tr_pir_node *pa = &ir->nodes[ir->update_param[u]];
+        size_t nb = tr_pir_nbytes(pa);
+        /* the host's PARAM memory, writable for an updated param (backend.h, ABI 1.1) */
+        int rc = nb ? tr_kernels_to_host(p->k, (void *)pa->data, p->data[ir->update_param[u]], nb, err) : TR_OK;
+        if (rc != TR_OK) return tr_error_prefix(err, "tf: sync of '%s'", nname(pa));
+    }
+    return TR_OK;
+}
+
 /* Every pointer is known now: each call is made once. */
 static int bind_steps(struct tf_program *p, struct tr_error *err) {
     const struct tr_pir *ir = &p->pir;
@@ -259,7 +305,7 @@ static int bind_steps(struct tf_program *p, struct tr_error *err) {
         if (p->buf_of[i] >= 0) p->data[i] = arena ? arena + p->bufs[p->buf_of[i]].offset : NULL;
         else if (p->donor[i] >= 0) p->data[i] = p->data[p->donor[i]];
         else if (d->op == TR_OP_PARAM || d->op == TR_OP_CONST) {
-            p->data[i] = (void *)d->data;
+            if (!p->on_cuda) p->data[i] = (void *)d->data; /* cuda: upload_weights placed it */
             p->weight_bytes += tr_pir_nbytes(d);
         } else p->data[i] = p->data[d->in[0]]; /* RESHAPE */
     }
@@ -312,14 +358,17 @@ int tf_compile(struct tf_context *ctx, tr_graph_t g, struct tf_program **out, st
         goto fail;
     }
     if ((rc = check_nodes(p, err)) != TR_OK || (rc = plan(p, err)) != TR_OK) goto fail;
-    if ((rc = tr_kernels_init(&p->k, ctx->device_type, ctx->device_index, err)) != TR_OK) {
+    if ((rc = tr_kernels_init(&p->k, ctx->device_type, ctx->device_index, err)) != TR_OK ||
+        (rc = tr_kernels_set_math(p->k, (enum tr_math)ctx->math, err)) != TR_OK) {
         tr_error_prefix(err, "tf");
         goto fail;
     }
+    p->on_cuda = ctx->device_type == TR_DEVICE_CUDA;
     if (p->arena_bytes > 0 && (rc = tr_kernels_alloc(p->k, (size_t)p->arena_bytes, &p->arena, err)) != TR_OK) {
         tr_error_prefix(err, "tf: arena of %lld bytes", (long long)p->arena_bytes);
         goto fail;
     }
+    if (p->on_cuda && (rc = upload_weights(p, err)) != TR_OK) goto fail;
     if ((rc = bind_steps(p, err)) != TR_OK) goto fail;
     char f[256];
     ctx->host->log(TR_LOG_DEBUG, "tf: %d nodes -> %d (%d kernel calls), fused: %s; arena %lld bytes in %d buffers",
@@ -344,6 +393,7 @@ void tf_program_free(struct tf_program *p) {
     free(p->buf_of);
     free(p->bufs);
     if (p->arena) tr_kernels_dealloc(p->k, p->arena);
+    if (p->weights_dev) tr_kernels_dealloc(p->k, p->weights_dev);
     if (p->k) tr_kernels_free(p->k);
     free(p);
 }
@@ -402,9 +452,14 @@ static int execute_steps(struct tf_program *p, int n_inputs, const struct tr_ten
         if (p->donated[u]) continue;
         int pa = ir->update_param[u];
         size_t nb = tr_pir_nbytes(&ir->nodes[pa]);
-        if (nb && (rc = tr_kernels_to_host(p->k, p->data[pa], p->data[tr_pir_update_value(ir, u)], nb, err)) != TR_OK)
+        const void *from = p->data[tr_pir_update_value(ir, u)];
+        /* on cuda the param's memory is its device copy; host memory is sync's */
+        if (nb && (rc = p->on_cuda ? tr_kernels_copy(p->k, p->data[pa], from, nb, err)
+                                   : tr_kernels_to_host(p->k, p->data[pa], from, nb, err)) != TR_OK)
             return tr_error_prefix(err, "tf: update of '%s'", nname(&ir->nodes[pa]));
     }
+    /* cuda: the updates' copies are still queued; a kernel's late failure is this step's */
+    if (p->on_cuda && (rc = tr_kernels_sync(p->k, err)) != TR_OK) return tr_error_prefix(err, "tf: step");
     return TR_OK;
 }
 
@@ -433,13 +488,21 @@ void tf_program_stats(const struct tf_program *p, struct tr_backend_stats *st) {
     st->alloc_misses = 0; /* a step allocates nothing: the arena is made at compile */
     st->arena_bytes = (uint64_t)p->arena_bytes;
     st->peak_bytes = (uint64_t)p->arena_bytes + p->weight_bytes;
+    if (p->on_cuda) {
+        /* the device's own figure: arena, weights, workspace and scratch alike */
+        struct tr_cuda_pool_stats cs;
+        struct tr_error e = {0};
+        if (tr_kernels_cuda_memory(p->k, &cs, &e) == TR_OK) st->peak_bytes = cs.peak_reserved;
+    }
     int k = snprintf(st->notes, sizeof st->notes,
                      "fused: %s; %d nodes -> %d (cse %d, dce %d), %d kernel calls; arena %s in %d buffers; weights %s "
-                     "in place",
+                     "%s",
                      tf_fusions_str(&p->fus, f, sizeof f), p->graph_nodes, p->pir.n, p->cse_merged, p->dce_removed,
                      p->n_steps, human_bytes((uint64_t)p->arena_bytes, arena, sizeof arena), p->n_bufs,
-                     human_bytes(p->weight_bytes, weights, sizeof weights));
+                     human_bytes(p->weight_bytes, weights, sizeof weights), p->on_cuda ? "on the device" : "in place");
     if (p->pir.n_updates && k > 0 && (size_t)k < sizeof st->notes)
-        snprintf(st->notes + k, sizeof st->notes - (size_t)k, "; %d of %d updates in place", p->n_donated,
-                 p->pir.n_updates);
+        k += snprintf(st->notes + k, sizeof st->notes - (size_t)k, "; %d of %d updates in place", p->n_donated,
+                      p->pir.n_updates);
+    if (p->ctx->math != TR_MATH_DEFAULT && k > 0 && (size_t)k < sizeof st->notes)
+        snprintf(st->notes + k, sizeof st->notes - (size_t)k, "; math %s", tr_math_name((enum tr_math)p->ctx->math));
 }

@@ -45,10 +45,19 @@ static int tf_init(const struct tr_host_api *host, const struct tr_backend_param
         rc = tr_opts_parse("tf", tf_options, (int)(sizeof tf_options / sizeof tf_options[0]), params->options,
                            params->n_options, &c, err);
     if (rc != TR_OK) return rc;
-    /* Weights and the arena are host memory: the cpu only, until the CUDA kernels come. */
-    if (c.device_type != TR_DEVICE_CPU)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED,
-                            "tf: device type %d is not supported yet (the tf backend runs on the cpu)", c.device_type);
+    if (c.device_type != TR_DEVICE_CPU && c.device_type != TR_DEVICE_CUDA)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "tf: device type %d is not supported (cpu or cuda)",
+                            c.device_type);
+    c.math = params ? params->math : TR_MATH_DEFAULT;
+    /* The device and the math mode are checked now, where the configuration is named,
+     * not at the first compile: "no CUDA device found", tf32 on the cpu. Each program
+     * makes its own context later. */
+    struct tr_kernels *k = NULL;
+    if ((rc = tr_kernels_init(&k, c.device_type, c.device_index, err)) != TR_OK)
+        return tr_error_prefix(err, "tf: device = %s", c.device_type == TR_DEVICE_CUDA ? "cuda" : "cpu");
+    rc = tr_kernels_set_math(k, (enum tr_math)c.math, err);
+    tr_kernels_free(k);
+    if (rc != TR_OK) return tr_error_prefix(err, "tf");
     struct tf_context *p = malloc(sizeof *p);
     if (!p) return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory for the backend context");
     *p = c;
@@ -88,6 +97,12 @@ static void tf_program_free_slot(void *ctx, void *prog) {
     tf_program_free(prog);
 }
 
+static int tf_sync_slot(void *ctx, void *prog, struct tr_error *err) {
+    (void)ctx;
+    if (!prog) return tr_error_set(err, TR_ERR_INVALID, "tf: sync without a compiled program");
+    return tf_sync(prog, err);
+}
+
 static int tf_get_stats(void *ctx, void *prog, struct tr_backend_stats *st, struct tr_error *err) {
     (void)ctx;
     if (!st) return tr_error_set(err, TR_ERR_INVALID, "tf: get_stats without a stats record");
@@ -103,7 +118,7 @@ static const struct tr_backend_i tf_iface = {
     .abi_version = TR_ABI_VERSION,
     .name = "tf",
     .description = "TensorFlow style: graph mode, a remapper of hand-fused ops, a static executor over one planned arena",
-    .caps = TR_CAP_CPU | TR_CAP_F32 | TR_CAP_BF16 | TR_CAP_F16,
+    .caps = TR_CAP_CPU | TR_CAP_CUDA | TR_CAP_F32 | TR_CAP_BF16 | TR_CAP_F16 | TR_CAP_TRAINING,
     .init = tf_init,
     .free = tf_free,
     .supports_op = tf_supports_op,
@@ -111,6 +126,7 @@ static const struct tr_backend_i tf_iface = {
     .execute = tf_execute_slot,
     .program_free = tf_program_free_slot,
     .get_stats = tf_get_stats,
+    .sync = tf_sync_slot,
 };
 
 TR_BACKEND_EXPORT int tr_backend_entry(uint32_t host_abi, const struct tr_host_api *host,

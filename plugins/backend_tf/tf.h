@@ -73,6 +73,7 @@ struct tf_context {
     int fuse;                       /* run the remapper */
     int simplify;                   /* run the cheap passes (cse, dce) first */
     int threads;                    /* OpenMP threads while executing; 0: leave as is */
+    int math;                       /* enum tr_math, from the params; set on every kernels context */
 };
 
 struct tf_program;
@@ -82,6 +83,9 @@ int tf_execute(struct tf_program *p, int n_inputs, const struct tr_tensor *input
                struct tr_tensor *outputs, struct tr_error *err);
 void tf_program_free(struct tf_program *p);
 void tf_program_stats(const struct tf_program *p, struct tr_backend_stats *st);
+/* ABI 1.1 sync: on cuda, every updated PARAM's device copy into its host memory; on the
+ * cpu nothing (the updates were made there). */
+int tf_sync(struct tf_program *p, struct tr_error *err);
 /* Whether the executor has a kernel for op on dtype (graph ops and TF_OP_*). */
 int tf_runs_op(int op, int dtype);
 

@@ -16,6 +16,13 @@
  *
  * mode = reduce-overhead (replay.c) uses this walk for its warm-up steps and, once, to
  * record the step it then replays.
+ *
+ * On device = cuda, as PyTorch's model.to("cuda"): the weights are uploaded once at
+ * compile (one device block each) and bound there; each step copies the inputs into
+ * blocks from the caching allocator (x.to("cuda")), which die with their last reader
+ * like any other; outputs are copied back to host memory; updates are computed in (or
+ * copied into) the params' device memory and reach their host memory only through sync.
+ * Kernels queue on the context's stream; the copy of the outputs waits for them.
  */
 #include <omp.h>
 #include <stdio.h>
@@ -143,7 +150,10 @@ int tr_torch_copy_updates(struct tr_torch_program *p, void *const *src, struct t
         int pa = p->update_param[u];
         size_t nb = p->nodes[pa].nbytes;
         const void *from = src ? src[u] : p->data[p->graph_out[p->n_graph_out + u]];
-        int rc = nb ? tr_kernels_to_host(p->k, p->data[pa], from, nb, err) : TR_OK;
+        /* on cuda the param's memory is its device copy; host memory is sync's */
+        int rc = !nb        ? TR_OK
+                 : p->on_cuda ? tr_kernels_copy(p->k, p->data[pa], from, nb, err)
+                              : tr_kernels_to_host(p->k, p->data[pa], from, nb, err);
         if (rc != TR_OK) return tr_error_prefix(err, "torch: update of '%s'", tr_torch_node_name(p, pa));
     }
     return TR_OK;
@@ -193,6 +203,36 @@ static int read_io(struct tr_torch_program *p, struct tr_error *err) {
     return TR_OK;
 }
 
+/* cuda: every weight copied once into a device block of its own, bound there for the
+ * program's life (data[id] was the host memory until now). */
+static int upload_weights(struct tr_torch_program *p, struct tr_error *err) {
+    p->weights_uploaded = 1;
+    for (int id = 0; id < p->n_nodes; id++) {
+        if (p->nodes[id].kind != TORCH_WEIGHT) continue;
+        const void *host = p->data[id];
+        size_t nb = p->nodes[id].nbytes;
+        p->data[id] = NULL;
+        int rc = tr_kernels_alloc(p->k, nb ? nb : 1, &p->data[id], err);
+        if (rc == TR_OK && nb) rc = tr_kernels_to_device(p->k, p->data[id], host, nb, err);
+        if (rc != TR_OK)
+            return tr_error_prefix(err, "torch: uploading %s '%s' (%zu bytes)", tr_op_name(p->nodes[id].op),
+                                   tr_torch_node_name(p, id), nb);
+    }
+    return tr_kernels_sync(p->k, err);
+}
+
+int tr_torch_sync(struct tr_torch_program *p, struct tr_error *err) {
+    if (!p->on_cuda) return TR_OK; /* the updates were made in the host memory */
+    for (int u = 0; u < p->n_updates; u++) {
+        int pa = p->update_param[u];
+        size_t nb = p->nodes[pa].nbytes;
+        void *host = (void *)p->ctx->host->node_data(p->g, pa); /* writable: backend.h, ABI 1.1 */
+        int rc = nb ? tr_kernels_to_host(p->k, host, p->data[pa], nb, err) : TR_OK;
+        if (rc != TR_OK) return tr_error_prefix(err, "torch: sync of '%s'", tr_torch_node_name(p, pa));
+    }
+    return TR_OK;
+}
+
 int tr_torch_compile(struct tr_torch_context *ctx, tr_graph_t g, struct tr_torch_program **out,
                      struct tr_error *err) {
     *out = NULL;
@@ -236,13 +276,18 @@ int tr_torch_compile(struct tr_torch_context *ctx, tr_graph_t g, struct tr_torch
     for (int id = 0; id < p->n_nodes; id++)
         if (p->nodes[id].kind == TORCH_WEIGHT) p->data[id] = (void *)ctx->host->node_data(g, id);
 
-    if ((rc = tr_kernels_init(&p->k, ctx->device_type, ctx->device_index, err)) != TR_OK) {
+    if ((rc = tr_kernels_init(&p->k, ctx->device_type, ctx->device_index, err)) != TR_OK ||
+        (rc = tr_kernels_set_math(p->k, (enum tr_math)ctx->math, err)) != TR_OK) {
         tr_error_prefix(err, "torch");
         goto fail;
     }
+    p->on_cuda = ctx->device_type == TR_DEVICE_CUDA;
+    p->serial = ++ctx->next_serial;
+    if (p->on_cuda && (rc = upload_weights(p, err)) != TR_OK) goto fail;
     if ((rc = tr_torch_allocator_init(&p->pool, raw_alloc, raw_free, p->k, err)) != TR_OK) goto fail;
-    ctx->host->log(TR_LOG_DEBUG, "torch: compiled %d nodes, %d inputs, %d outputs, %.1f MiB of weights in place",
-                   p->n_nodes, p->n_graph_in, p->n_graph_out, (double)p->weight_bytes / (1 << 20));
+    ctx->host->log(TR_LOG_DEBUG, "torch: compiled %d nodes, %d inputs, %d outputs, %.1f MiB of weights %s", p->n_nodes,
+                   p->n_graph_in, p->n_graph_out, (double)p->weight_bytes / (1 << 20),
+                   p->on_cuda ? "uploaded" : "in place");
     *out = p;
     return TR_OK;
 fail:
@@ -254,6 +299,9 @@ void tr_torch_program_free(struct tr_torch_program *p) {
     if (!p) return;
     tr_torch_replay_free(p); /* its bound calls point into the pool's blocks */
     tr_torch_allocator_free(p->pool); /* before the kernels context that its blocks came from */
+    if (p->ctx && p->serial) tr_kernels_cuda_graphs_drop_owner(p->ctx->graphs, p->serial);
+    for (int id = 0; p->weights_uploaded && id < p->n_nodes; id++)
+        if (p->nodes[id].kind == TORCH_WEIGHT && p->data[id]) tr_kernels_dealloc(p->k, p->data[id]);
     if (p->k) tr_kernels_free(p->k);
     free(p->nodes);
     free(p->in_ids);
@@ -388,12 +436,31 @@ int tr_torch_copy_outputs(struct tr_torch_program *p, int n_outputs, struct tr_t
     return TR_OK;
 }
 
+int tr_torch_bind_inputs(struct tr_torch_program *p, const struct tr_tensor *inputs, struct tr_error *err) {
+    for (int i = 0; i < p->n_graph_in; i++) {
+        int id = p->graph_in[i];
+        if (!p->on_cuda) {
+            p->data[id] = inputs[i].data;
+            continue;
+        }
+        size_t nb = p->nodes[id].nbytes;
+        int rc = tr_torch_allocator_alloc(p->pool, nb, &p->blocks[id], err);
+        if (rc == TR_OK) {
+            p->refs[id] = 1;
+            p->data[id] = p->blocks[id]->ptr;
+            if (nb) rc = tr_kernels_to_device(p->k, p->data[id], inputs[i].data, nb, err);
+        }
+        if (rc != TR_OK) return tr_error_prefix(err, "torch: input %d ('%s') to the device", i, tr_torch_node_name(p, id));
+    }
+    return TR_OK;
+}
+
 int tr_torch_execute_eager(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
                            struct tr_tensor *outputs, struct tr_error *err) {
     int rc = tr_torch_check_args(p, n_inputs, inputs, n_outputs, outputs, err);
     if (rc != TR_OK) return rc;
-    for (int i = 0; i < n_inputs; i++) p->data[p->graph_in[i]] = inputs[i].data;
-    if ((rc = tr_torch_walk(p, err)) == TR_OK) rc = tr_torch_copy_outputs(p, n_outputs, outputs, err);
+    if ((rc = tr_torch_bind_inputs(p, inputs, err)) == TR_OK && (rc = tr_torch_walk(p, err)) == TR_OK)
+        rc = tr_torch_copy_outputs(p, n_outputs, outputs, err);
     /* Everything goes back to the pools, after a failure too, so the next step starts
      * from the same state. */
     tr_torch_release_all(p);
@@ -414,6 +481,9 @@ int tr_torch_execute(struct tr_torch_program *p, int n_inputs, const struct tr_t
     int rc = p->ctx->mode == TR_TORCH_MODE_REDUCE_OVERHEAD
                  ? tr_torch_ro_execute(p, n_inputs, inputs, n_outputs, outputs, err)
                  : tr_torch_execute_eager(p, n_inputs, inputs, n_outputs, outputs, err);
+    /* cuda: the updates' device copies are still queued; a kernel's late failure is
+     * this step's, not the next one's */
+    if (rc == TR_OK && p->on_cuda) rc = tr_kernels_sync(p->k, err);
     if (p->ctx->threads > 0) omp_set_num_threads(saved_threads);
     struct tr_torch_allocator_stats st;
     tr_torch_allocator_get_stats(p->pool, &st);
@@ -438,16 +508,25 @@ void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_
     st->alloc_hits = p->hits;
     st->alloc_misses = p->misses;
     st->peak_bytes = p->weight_bytes + a.peak_bytes;
+    if (p->on_cuda) {
+        /* the device's own figure: weights, activations, workspace and scratch alike */
+        struct tr_cuda_pool_stats cs;
+        struct tr_error e = {0};
+        if (tr_kernels_cuda_memory(p->k, &cs, &e) == TR_OK) st->peak_bytes = cs.peak_reserved;
+    }
     st->arena_bytes = p->rp.recorded ? p->rp.static_bytes : 0;
     st->notes[0] = '\0';
     if (p->ctx->mode == TR_TORCH_MODE_REDUCE_OVERHEAD) tr_torch_replay_notes(p, st->notes, sizeof st->notes);
     size_t len = strlen(st->notes);
     snprintf(st->notes + len, sizeof st->notes - len,
-             "pool %s in %llu blocks, %llu size classes (peak %s); weights %s in place",
+             "pool %s in %llu blocks, %llu size classes (peak %s); weights %s %s",
              tr_torch_human_bytes(a.reserved_bytes, pool, sizeof pool), (unsigned long long)a.n_blocks,
              (unsigned long long)a.n_classes, tr_torch_human_bytes(a.peak_bytes, peak, sizeof peak),
-             tr_torch_human_bytes(p->weight_bytes, weights, sizeof weights));
+             tr_torch_human_bytes(p->weight_bytes, weights, sizeof weights), p->on_cuda ? "on the device" : "in place");
     len = strlen(st->notes);
     if (p->n_updates && len < sizeof st->notes)
         snprintf(st->notes + len, sizeof st->notes - len, "; %d of %d updates in place", p->n_donated, p->n_updates);
+    len = strlen(st->notes);
+    if (p->ctx->math != TR_MATH_DEFAULT && len < sizeof st->notes)
+        snprintf(st->notes + len, sizeof st->notes - len, "; math %s", tr_math_name((enum tr_math)p->ctx->math));
 }

@@ -7,6 +7,7 @@
 #include "allocator.h"
 #include "torch.h"
 #include "trident/kernels.h"
+#include "trident/kernels_cuda.h"
 
 enum torch_kind {
     TORCH_INPUT,        /* bound to the caller's tensor (eager) or a static buffer (replay) */
@@ -42,10 +43,16 @@ struct torch_replay {
     int n_held;
     uint64_t static_bytes;          /* held + inputs (rounded block sizes) */
     uint64_t replays;
+    /* cuda: replays run as one CUDA graph (ctx->graphs, keyed by this program's serial) */
+    uint64_t topo;                  /* hash of the recorded call sequence */
+    int graph_capture_step;         /* 1-based step that captured it, 0 before */
+    double graph_capture_ms;        /* capture + instantiate (or update) + launch */
 };
 
 struct tr_torch_program {
     struct tr_torch_context *ctx;
+    uint64_t serial;                /* 1, 2, ... per backend context: the CUDA graphs' owner */
+    int on_cuda;                    /* weights uploaded, inputs copied in, updates kept on the device */
     tr_graph_t g;                   /* for node names in messages; alive until program_free */
     int n_nodes;
     struct torch_node *nodes;
@@ -62,6 +69,7 @@ struct tr_torch_program {
     struct tr_kernels *k;
     struct tr_torch_allocator *pool;
     uint64_t weight_bytes;
+    int weights_uploaded;           /* cuda: data[id] of every weight is a tr_kernels_alloc block */
     int n_kernel_nodes;
 
     /* per step */
@@ -99,6 +107,9 @@ const char *tr_torch_human_bytes(uint64_t n, char *buf, size_t size);
 /* The updates not donated: value copied into its param (src[u]: where the value is; src
  * NULL: where this step's walk put it). */
 int tr_torch_copy_updates(struct tr_torch_program *p, void *const *src, struct tr_error *err);
+/* cuda: the caller's inputs copied into pool blocks (p->data, p->blocks), released as
+ * the walk drops them; on the cpu they are bound in place. */
+int tr_torch_bind_inputs(struct tr_torch_program *p, const struct tr_tensor *inputs, struct tr_error *err);
 
 /* ---- reduce-overhead (replay.c) ---- */
 /* A step: eager while warming up, then the recording step, then replays. */

@@ -25,6 +25,17 @@
  * inputs are copied, never bound. New shapes mean a new graph, compiled into a new
  * program, which warms up and records again (PyTorch re-captures on recompilation).
  * Weights are bound in place, so updates made to their data between steps are seen.
+ *
+ * On device = cuda this is PyTorch's mechanism itself: warm-up and the recording step run
+ * as on the cpu (the recording step binds every call: cuBLASLt plans, scratch and
+ * workspace made, so nothing is allocated later), then the first replay captures the
+ * list of bound calls as a CUDA graph on the context's stream and launches it; every
+ * later replay copies the inputs into the static buffers, launches the graph
+ * (cudaGraphLaunch, one call) and copies the outputs out. The graphs live in the backend
+ * context's book (kernels_cuda.h), keyed by this program's serial and input shapes: a
+ * program of new shapes captures its own, updating a graph of the same call sequence in
+ * place (cudaGraphExecUpdate) where the book offers one (a freed program's, or the least
+ * recently used when the book is full).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +82,18 @@ void tr_torch_replay_free(struct tr_torch_program *p) {
     int steps = r->steps;
     memset(r, 0, sizeof *r);
     r->steps = steps;
+}
+
+/* The recorded call sequence's identity: which kernel, which op, in order. Graphs of two
+ * programs with the same one have the same topology (unless a GEMM picked another
+ * algorithm: then the update is refused and a new graph instantiated). */
+static uint64_t calls_topo(const struct torch_replay *r) {
+    uint64_t h = tr_cuda_graph_hash(TR_CUDA_GRAPH_HASH_SEED, &r->n_calls, sizeof r->n_calls);
+    for (int i = 0; i < r->n_calls; i++) {
+        h = tr_cuda_graph_hash(h, &r->calls[i].fn, sizeof r->calls[i].fn);
+        h = tr_cuda_graph_hash(h, &r->calls[i].op, sizeof r->calls[i].op);
+    }
+    return h;
 }
 
 static int record(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
@@ -127,6 +150,7 @@ static int record(struct tr_torch_program *p, int n_inputs, const struct tr_tens
     }
     for (int i = 0; i < n_inputs; i++) r->static_bytes += r->inputs[i]->size;
     r->recorded = 1;
+    r->topo = calls_topo(r);
     r->record_step = r->steps + 1;
     r->record_ms = now_ms() - t0;
     p->ctx->host->log(TR_LOG_DEBUG, "torch: recorded %d kernel calls at step %d, %llu bytes of static buffers",
@@ -140,6 +164,63 @@ fail:
     return rc;
 }
 
+static int run_calls(struct tr_kernels *k, void *user, struct tr_error *err) {
+    struct tr_torch_program *p = user;
+    const struct torch_replay *r = &p->rp;
+    for (int i = 0; i < r->n_calls; i++) {
+        int rc = tr_kernels_call(k, &r->calls[i], err);
+        if (rc != TR_OK) {
+            int id = r->call_node[i];
+            return tr_error_prefix(err, "torch: replay of node %d %s '%s'", id, tr_op_name(p->nodes[id].op),
+                                   tr_torch_node_name(p, id));
+        }
+    }
+    return TR_OK;
+}
+
+/* cuda: the calls as one CUDA graph, captured at the first replay. The signature is the
+ * input shapes, exactly when they fit the book's 64 words, else hashed. */
+static int graph_replay(struct tr_torch_program *p, struct tr_error *err) {
+    struct torch_replay *r = &p->rp;
+    struct tr_torch_context *c = p->ctx;
+    int rc;
+    if (!c->graphs && (rc = tr_kernels_cuda_graphs_init(&c->graphs, 0, err)) != TR_OK)
+        return tr_error_prefix(err, "torch: CUDA graphs");
+    int64_t sig[64];
+    int n = 0, fits = 1;
+    for (int i = 0; i < p->n_graph_in && fits; i++) {
+        const struct tr_tensor *t = &p->nodes[p->graph_in[i]].t;
+        if (n + 2 + t->ndim > 64) fits = 0;
+        else {
+            sig[n++] = t->dtype;
+            sig[n++] = t->ndim;
+            for (int d = 0; d < t->ndim; d++) sig[n++] = t->shape[d];
+        }
+    }
+    if (!fits) {
+        uint64_t h = TR_CUDA_GRAPH_HASH_SEED;
+        for (int i = 0; i < p->n_graph_in; i++) {
+            const struct tr_tensor *t = &p->nodes[p->graph_in[i]].t;
+            h = tr_cuda_graph_hash(h, &t->dtype, sizeof t->dtype);
+            h = tr_cuda_graph_hash(h, &t->ndim, sizeof t->ndim);
+            h = tr_cuda_graph_hash(h, t->shape, (size_t)t->ndim * sizeof t->shape[0]);
+        }
+        sig[0] = -1;
+        sig[1] = (int64_t)h;
+        n = 2;
+    }
+    double t0 = now_ms();
+    int captured = 0;
+    rc = tr_kernels_cuda_graph_step(p->k, c->graphs, p->serial, sig, n, r->topo, run_calls, p, &captured, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "torch: CUDA graph of %d calls", r->n_calls);
+    if (captured) {
+        r->graph_capture_step = r->steps + 1;
+        r->graph_capture_ms = now_ms() - t0;
+    }
+    p->kernel_calls += (uint64_t)r->n_calls;
+    return TR_OK;
+}
+
 static int replay(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
                   struct tr_tensor *outputs, struct tr_error *err) {
     struct torch_replay *r = &p->rp;
@@ -150,12 +231,16 @@ static int replay(struct tr_torch_program *p, int n_inputs, const struct tr_tens
         if (nb && (rc = tr_kernels_to_device(p->k, r->inputs[i]->ptr, inputs[i].data, nb, err)) != TR_OK)
             return tr_error_prefix(err, "torch: input %d ('%s')", i, tr_torch_node_name(p, p->graph_in[i]));
     }
-    for (int i = 0; i < r->n_calls; i++) {
-        p->kernel_calls++;
-        if ((rc = tr_kernels_call(p->k, &r->calls[i], err)) != TR_OK) {
-            int id = r->call_node[i];
-            return tr_error_prefix(err, "torch: replay of node %d %s '%s'", id, tr_op_name(p->nodes[id].op),
-                                   tr_torch_node_name(p, id));
+    if (p->on_cuda) {
+        if ((rc = graph_replay(p, err)) != TR_OK) return rc;
+    } else {
+        for (int i = 0; i < r->n_calls; i++) {
+            p->kernel_calls++;
+            if ((rc = tr_kernels_call(p->k, &r->calls[i], err)) != TR_OK) {
+                int id = r->call_node[i];
+                return tr_error_prefix(err, "torch: replay of node %d %s '%s'", id, tr_op_name(p->nodes[id].op),
+                                       tr_torch_node_name(p, id));
+            }
         }
     }
     for (int i = 0; i < n_outputs; i++) {
@@ -189,4 +274,14 @@ void tr_torch_replay_notes(const struct tr_torch_program *p, char *notes, size_t
     else
         snprintf(notes, size, "warm-up: %d eager step%s done, recording at step %d; ", r->steps,
                  r->steps == 1 ? "" : "s", p->ctx->warmup_steps + 1);
+    size_t len = strlen(notes);
+    if (p->on_cuda && r->graph_capture_step && len < size) {
+        struct tr_cuda_graph_stats g;
+        tr_kernels_cuda_graphs_stats(p->ctx->graphs, &g);
+        snprintf(notes + len, size - len,
+                 "CUDA graph captured at step %d (%.1f ms); graphs: %d held, %llu captures, %llu updates in place, "
+                 "%llu launches; ",
+                 r->graph_capture_step, r->graph_capture_ms, g.n_entries, (unsigned long long)g.captures,
+                 (unsigned long long)g.updates, (unsigned long long)(g.replays + g.captures));
+    }
 }

@@ -6,6 +6,7 @@
 #include "options.h"
 #include "torch.h"
 #include "trident/kernels.h"
+#include "trident/kernels_cuda.h"
 
 /* The host's table, kept from tr_backend_entry for as long as the plugin is loaded. */
 static const struct tr_host_api *torch_host;
@@ -40,12 +41,19 @@ static int torch_init(const struct tr_host_api *host, const struct tr_backend_pa
         rc = tr_opts_parse("torch", torch_options, (int)(sizeof torch_options / sizeof torch_options[0]),
                            params->options, params->n_options, &c, err);
     if (rc != TR_OK) return rc;
-    /* Weights are used in place and inputs bound in place: both assume host memory. The
-     * device copies that a GPU needs come with the CUDA kernels. */
-    if (c.device_type != TR_DEVICE_CPU)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED,
-                            "torch: device type %d is not supported yet (the torch backend runs on the cpu)",
+    if (c.device_type != TR_DEVICE_CPU && c.device_type != TR_DEVICE_CUDA)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "torch: device type %d is not supported (cpu or cuda)",
                             c.device_type);
+    c.math = params ? params->math : TR_MATH_DEFAULT;
+    /* The device and the math mode are checked now, where the configuration is named,
+     * not at the first compile: "no CUDA device found", tf32 on the cpu. Each program
+     * makes its own context later. */
+    struct tr_kernels *k = NULL;
+    if ((rc = tr_kernels_init(&k, c.device_type, c.device_index, err)) != TR_OK)
+        return tr_error_prefix(err, "torch: device = %s", c.device_type == TR_DEVICE_CUDA ? "cuda" : "cpu");
+    rc = tr_kernels_set_math(k, (enum tr_math)c.math, err);
+    tr_kernels_free(k);
+    if (rc != TR_OK) return tr_error_prefix(err, "torch");
     struct tr_torch_context *p = malloc(sizeof *p);
     if (!p) return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory for the backend context");
     *p = c;
@@ -53,7 +61,11 @@ static int torch_init(const struct tr_host_api *host, const struct tr_backend_pa
     return TR_OK;
 }
 
-static void torch_free(void *ctx) { free(ctx); }
+static void torch_free(void *ctx) {
+    struct tr_torch_context *c = ctx;
+    if (c) tr_kernels_cuda_graphs_free(c->graphs);
+    free(c);
+}
 
 /* Every op reaches the shared kernels (jax's generated kernels cover a subset of the
  * same), so what is supported is what they take. */
@@ -74,6 +86,12 @@ static int torch_execute(void *ctx, void *prog, int n_inputs, const struct tr_te
 
 static void torch_program_free(void *ctx, void *prog) { tr_torch_program_free(prog); }
 
+static int torch_sync(void *ctx, void *prog, struct tr_error *err) {
+    (void)ctx;
+    if (!prog) return tr_error_set(err, TR_ERR_INVALID, "torch: sync without a compiled program");
+    return tr_torch_sync(prog, err);
+}
+
 static int torch_get_stats(void *ctx, void *prog, struct tr_backend_stats *st, struct tr_error *err) {
     if (!st) return tr_error_set(err, TR_ERR_INVALID, "torch: get_stats without a stats record");
     memset(st, 0, sizeof *st);
@@ -91,8 +109,8 @@ static const struct tr_backend_i torch_iface = {
     .abi_version = TR_ABI_VERSION,
     .name = "torch",
     .description = "PyTorch style: eager op-by-op kernel calls, outputs from a caching allocator; "
-                   "mode = reduce-overhead records a step once and replays it",
-    .caps = TR_CAP_CPU | TR_CAP_F32 | TR_CAP_BF16,
+                   "mode = reduce-overhead records a step once and replays it (a CUDA graph on cuda)",
+    .caps = TR_CAP_CPU | TR_CAP_CUDA | TR_CAP_F32 | TR_CAP_BF16 | TR_CAP_TRAINING,
     .init = torch_init,
     .free = torch_free,
     .supports_op = torch_supports_op,
@@ -100,6 +118,7 @@ static const struct tr_backend_i torch_iface = {
     .execute = torch_execute,
     .program_free = torch_program_free,
     .get_stats = torch_get_stats,
+    .sync = torch_sync,
 };
 
 TR_BACKEND_EXPORT int tr_backend_entry(uint32_t host_abi, const struct tr_host_api *host,

@@ -4,7 +4,8 @@
  *   eager.c      compile (the graph read into the backend's own arrays) and the eager
  *                executor (one kernel call per node, outputs from the caching allocator)
  *   replay.c     mode = reduce-overhead: warm-up, one step recorded as bound kernel
- *                calls over static buffers, then replayed
+ *                calls over static buffers, then replayed (on cuda: captured once as a
+ *                CUDA graph and launched)
  *   program.h    the compiled program those two share
  *   allocator.c  the caching allocator (allocator.h)
  *
@@ -25,6 +26,8 @@ enum tr_torch_mode {
 #define TR_TORCH_WARMUP_DEFAULT 1
 #define TR_TORCH_WARMUP_MAX 1000000
 
+struct tr_cuda_graph_book;
+
 /* One initialised backend (the ctx of the vtable). */
 struct tr_torch_context {
     const struct tr_host_api *host;
@@ -33,6 +36,11 @@ struct tr_torch_context {
     enum tr_torch_mode mode;
     int threads;                    /* OpenMP threads while executing; 0: leave as is */
     int warmup_steps;               /* reduce-overhead: eager steps before the recording */
+    int math;                       /* enum tr_math, from the params; set on every kernels context */
+    /* cuda, reduce-overhead: the captured CUDA graphs of this backend's programs, keyed
+     * by (program serial, input shapes); made at the first capture */
+    struct tr_cuda_graph_book *graphs;
+    uint64_t next_serial;           /* programs compiled so far: the next one's serial - 1 */
 };
 
 struct tr_torch_program;
@@ -46,5 +54,8 @@ int tr_torch_execute(struct tr_torch_program *p, int n_inputs, const struct tr_t
 void tr_torch_program_free(struct tr_torch_program *p);
 /* Counters of the last execute, peak memory and a notes line (mode is filled by the caller). */
 void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_stats *st);
+/* ABI 1.1 sync: on cuda, every updated PARAM's device copy into its host memory; on the
+ * cpu the host memory is where the updates were made, so nothing. */
+int tr_torch_sync(struct tr_torch_program *p, struct tr_error *err);
 
 #endif

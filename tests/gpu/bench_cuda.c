@@ -1,5 +1,6 @@
 /* The ceilings tests/gpu/run.sh measures on a GPU, through the kernels library as the
- * backends call it: cuBLASLt bf16 GEMM TFLOP/s at 8192³, device-to-device copy GB/s,
+ * backends call it: cuBLASLt bf16 GEMM TFLOP/s at 8192³ (and tf32, f32 on f32 data),
+ * device-to-device copy GB/s,
  * and attention forward TFLOP/s at sequence 2048. Times are CUDA events around N
  * repetitions after a warm-up. Usage: trident_bench_cuda OUT.json */
 #include <stdio.h>
@@ -33,6 +34,11 @@ static struct tr_tensor dev_tensor(struct tr_kernels *k, enum tr_dtype dt, int n
             s = s * 1664525u + 1013904223u;
             float f = ((float)(s >> 8) / 16777216.0f - 0.5f);
             ((uint16_t *)h)[i] = dt == TR_DTYPE_BF16 ? tr_f32_to_bf16(f) : tr_f32_to_f16(f);
+        }
+    } else if (dt == TR_DTYPE_F32) {
+        for (size_t i = 0; i < n / 4; i++) {
+            s = s * 1664525u + 1013904223u;
+            ((float *)h)[i] = (float)(s >> 8) / 16777216.0f - 0.5f;
         }
     } else {
         for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(i * 7);
@@ -109,6 +115,22 @@ int main(int argc, char **argv) {
     double gemm_ms = time_ms(k, run_mm, &mm, 20);
     double gemm_tflops = 2.0 * n * n * n / (gemm_ms * 1e-3) / 1e12;
 
+    /* The same GEMM on f32 data, as tf32 (tensor cores) and as strict f32: the ceilings
+     * of the rows whose [run] math is tf32 or f32. */
+    struct mm_arg mf = {dev_tensor(k, TR_DTYPE_F32, 2, (int64_t[]){n, n}),
+                        dev_tensor(k, TR_DTYPE_F32, 2, (int64_t[]){n, n}),
+                        dev_tensor(k, TR_DTYPE_F32, 2, (int64_t[]){n, n})};
+    CHECK(tr_kernels_set_math(k, TR_MATH_TF32, &err));
+    double tf32_ms = time_ms(k, run_mm, &mf, 10);
+    CHECK(tr_kernels_set_math(k, TR_MATH_F32, &err));
+    double f32_ms = time_ms(k, run_mm, &mf, 3);
+    CHECK(tr_kernels_set_math(k, TR_MATH_DEFAULT, &err));
+    double tf32_tflops = 2.0 * n * n * n / (tf32_ms * 1e-3) / 1e12;
+    double f32_tflops = 2.0 * n * n * n / (f32_ms * 1e-3) / 1e12;
+    tr_kernels_dealloc(k, mf.a.data);
+    tr_kernels_dealloc(k, mf.b.data);
+    tr_kernels_dealloc(k, mf.c.data);
+
     /* device-to-device copy, 1 GiB: bytes read + written */
     struct copy_arg cp = {NULL, NULL, (size_t)1 << 30};
     CHECK(tr_kernels_alloc(k, cp.n, &cp.src, &err));
@@ -142,6 +164,8 @@ int main(int argc, char **argv) {
     CHECK(tr_kernels_cuda_memory(k, &ps, &err));
     printf("\n%-44s %12s %12s\n", "ceiling (bf16 unless said)", "ms", "rate");
     printf("%-44s %12.3f %9.1f TFLOP/s\n", "cuBLASLt GEMM 8192^3", gemm_ms, gemm_tflops);
+    printf("%-44s %12.3f %9.1f TFLOP/s\n", "cuBLASLt GEMM 8192^3, f32 data as tf32", tf32_ms, tf32_tflops);
+    printf("%-44s %12.3f %9.1f TFLOP/s\n", "cuBLASLt GEMM 8192^3, strict f32", f32_ms, f32_tflops);
     printf("%-44s %12.3f %9.1f GB/s\n", "device-to-device copy 1 GiB (read+write)", copy_ms, copy_gbs);
     printf("%-44s %12.3f %9.1f TFLOP/s\n", "attention fwd B8 H16 T2048 D64", att_ms, att_tflops);
     printf("%-44s %12.3f %9.1f TFLOP/s\n", "attention fwd causal, same shape", attc_ms, attc_tflops);
@@ -156,6 +180,8 @@ int main(int argc, char **argv) {
         }
         fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm\": %d,\n", prop.name, prop.major * 10 + prop.minor);
         fprintf(f, "  \"gemm_bf16_8192_ms\": %.4f,\n  \"gemm_bf16_8192_tflops\": %.2f,\n", gemm_ms, gemm_tflops);
+        fprintf(f, "  \"gemm_tf32_8192_tflops\": %.2f,\n  \"gemm_f32_8192_tflops\": %.2f,\n", tf32_tflops,
+                f32_tflops);
         fprintf(f, "  \"copy_d2d_1gib_ms\": %.4f,\n  \"copy_d2d_gbs\": %.1f,\n", copy_ms, copy_gbs);
         fprintf(f, "  \"attention_fwd_b8h16t2048d64_ms\": %.4f,\n  \"attention_fwd_tflops\": %.2f,\n", att_ms,
                 att_tflops);

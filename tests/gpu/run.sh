@@ -4,11 +4,16 @@
 # 1. configure and build with CUDA (sm_90 only, to save time there);
 # 2. the CUDA tests: every CUDA kernel against the cpu kernel on random inputs
 #    (test_cuda_kernels), the allocator, GEMM plans and NVRTC tests;
-# 3. compute-sanitizer memcheck on test_cuda_kernels (said so, and gone on, if refused);
+# 3. compute-sanitizer memcheck on one small BERT training step on every backend (said
+#    so, and gone on, if the machine refuses the sanitizer);
 # 4. the ceilings: cuBLASLt bf16 GEMM TFLOP/s at 8192^3, device-to-device copy GB/s,
 #    attention forward TFLOP/s at sequence 2048 (tests/gpu/bench_cuda.c);
-# 5. (TODO, lead) BERT base predict/fit on every backend and the PyTorch comparison;
-# then a short table, last, and JSON in OUT_DIR (ceilings.json, summary.json).
+# 5. BERT base predict (batch 256) and fit (batch 32), sequence 512, on every backend
+#    (conf/bert_predict.ini, conf/bert_fit.ini, fewer steps), then the same two tasks
+#    through the PyTorch + transformers of that machine (tests/gpu/torch_bert.py, eager
+#    and torch.compile reduce-overhead, same math mode), each row with its fraction of the
+#    FLOP floor and its ratio to PyTorch eager (tests/gpu/summarize.py);
+# then a short table, last, and JSON in OUT_DIR (ceilings.json, bert_*.json, summary.json).
 #
 # The GPU machine reaches no package registry: first run tests/gpu/fetch_deps.sh on the
 # development machine and carry build-gpu-deps. Exit status: 0 when every step passed.
@@ -51,8 +56,7 @@ note "configure + build in $bdir (CUDA: ${cargs[*]})"
 if cmake -S . -B "$bdir" -DTRIDENT_CUDA=ON -DTRIDENT_CUDA_WERROR=OFF "${cargs[@]}" \
      "-DCMAKE_C_COMPILE_OBJECT=<CMAKE_C_COMPILER> <DEFINES> <INCLUDES> <FLAGS> -Wno-error -o <OBJECT> -c <SOURCE>" \
      >"$out/configure.log" 2>&1 &&
-   cmake --build "$bdir" -j"$(nproc)" --target trident_kernels trident_bench_cuda test_cuda_kernels test_cuda_alloc \
-     test_cuda_gemm_plan test_cuda_nvrtc trident_cli >"$out/build.log" 2>&1; then
+   cmake --build "$bdir" -j"$(nproc)" >"$out/build.log" 2>&1; then
   result[build]=pass
 else
   result[build]=FAIL
@@ -63,31 +67,45 @@ note "build: ${result[build]}"
 # ---- 2. the CUDA tests ----
 if [ "${result[build]}" = pass ]; then
   export OMP_NUM_THREADS=8
-  # (test_kernels and tests/cli.sh assume no GPU: they expect "no CUDA device found")
-  if ctest --test-dir "$bdir" -R 'test_cuda' --output-on-failure --timeout 300 >"$out/tests.log" 2>&1; then
+  if ctest --test-dir "$bdir" -R 'cuda|nvrtc|kernels' --output-on-failure --timeout 300 >"$out/tests.log" 2>&1; then
     result[tests]=pass
   else
     result[tests]=FAIL
   fi
   grep -E "tests passed|tests failed|Failed|SKIPPED" "$out/tests.log" | head -20
   # the kernels' own verdicts, by name (a SKIPPED here means the GPU was not seen)
-  "$bdir"/tests/test_cuda_kernels >"$out/test_cuda_kernels.log" 2>&1
-  grep -E "FAILED|ERROR|SKIPPED|PASSED|relative error|differ" "$out/test_cuda_kernels.log" | head -30
-  grep -q SKIPPED "$out/test_cuda_kernels.log" && result[tests]="FAIL (skipped: no device seen)"
+  for t in test_cuda_kernels test_cuda_kernels_api test_backend_cuda; do
+    "$bdir"/tests/$t >"$out/$t.log" 2>&1
+    grep -E "FAILED|ERROR|SKIPPED|PASSED|relative error|differ" "$out/$t.log" | head -20
+    grep -q SKIPPED "$out/$t.log" && result[tests]="FAIL (skipped: no device seen)"
+  done
 else
   result[tests]="not run"
 fi
 note "tests: ${result[tests]}"
 
-# ---- 3. compute-sanitizer ----
+# ---- 3. compute-sanitizer: one small BERT training step on every backend ----
+trident="$bdir/trident"
+cat >"$out/memcheck.ini" <<'EOF'
+[run]
+model = bert
+preset = tiny
+task = fit
+backends = torch, torch:reduce-overhead, tf, jax
+device = cuda
+batch = 2
+seq_len = 32
+steps = 1
+warmup = 1
+EOF
 if [ "${result[build]}" = pass ] && command -v compute-sanitizer >/dev/null; then
-  timeout 240 compute-sanitizer --tool memcheck --error-exitcode 3 "$bdir"/tests/test_cuda_kernels \
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$trident" run "$out/memcheck.ini" \
     >"$out/memcheck.log" 2>&1
   rc=$?
   if [ $rc = 0 ]; then result[memcheck]=pass
   elif grep -qE "Device not supported|not supported on this|error 999" "$out/memcheck.log"; then
     result[memcheck]="refused by the machine (see memcheck.log)"
-  elif [ $rc = 124 ]; then result[memcheck]="timed out (240 s)"
+  elif [ $rc = 124 ]; then result[memcheck]="timed out (150 s)"
   else result[memcheck]=FAIL; fi
   tail -15 "$out/memcheck.log"
 else
@@ -104,14 +122,28 @@ else
 fi
 note "ceilings: ${result[ceilings]}"
 
-# ---- 5. TODO (lead): BERT base on every backend and the PyTorch comparison ----
-# To fill: trident run conf/bert_predict.ini and conf/bert_fit.ini with device = cuda
-# (every backend, the math mode in every row), each with its fraction of the FLOP floor
-# from ceilings.json; then the same two tasks through the PyTorch and transformers on
-# that machine (BertForSequenceClassification from the same config, same batch,
-# sequence and math mode; eager and torch.compile(mode="reduce-overhead")), and the
-# ratio of every trident row to PyTorch. Write rows into $out/bert.json.
-result[bert]="TODO (not written yet)"
+# ---- 5. BERT base on every backend, and PyTorch beside it ----
+bert_ok=1
+if [ "${result[build]}" = pass ]; then
+  for task in predict fit; do
+    steps=10
+    timeout 150 "$trident" run "conf/bert_$task.ini" --steps $steps --json "$out/bert_$task.json" \
+      >"$out/bert_$task.log" 2>&1 || bert_ok=0
+    tail -12 "$out/bert_$task.log"
+    math=$(sed -n 's/^math *= *//p' "conf/bert_$task.ini")
+    batch=$(sed -n 's/^batch *= *//p' "conf/bert_$task.ini")
+    for mode in eager reduce-overhead; do
+      timeout 150 python3 tests/gpu/torch_bert.py --task "$task" --batch "$batch" --seq 512 --math "${math:-f32}" \
+        --mode "$mode" --steps $steps --warmup 3 --json "$out/torch_${task}_$mode.json" \
+        >"$out/torch_${task}_$mode.log" 2>&1 || note "PyTorch $task $mode: did not run (see torch_${task}_$mode.log)"
+    done
+  done
+  if python3 tests/gpu/summarize.py "$out" >"$out/bert_table.txt" 2>&1; then :; else bert_ok=0; fi
+  [ $bert_ok = 1 ] && result[bert]=pass || result[bert]=FAIL
+else
+  result[bert]="not run"
+fi
+note "bert: ${result[bert]}"
 
 # ---- summary: JSON, then the table last ----
 {
@@ -124,6 +156,7 @@ result[bert]="TODO (not written yet)"
 echo
 echo "== trident on $(head -1 "$out/gpu.txt") ($((SECONDS - t0)) s) =="
 for k in build tests memcheck ceilings bert; do printf "%-10s %s\n" "$k" "${result[$k]}"; done
-[ -f "$out/bench.log" ] && grep -A8 "^ceiling" "$out/bench.log"
-for k in build tests ceilings; do [ "${result[$k]}" = pass ] || exit 1; done
+[ -f "$out/bench.log" ] && grep -A10 "^ceiling" "$out/bench.log"
+[ -f "$out/bert_table.txt" ] && cat "$out/bert_table.txt"
+for k in build tests ceilings bert; do [ "${result[$k]}" = pass ] || exit 1; done
 exit 0

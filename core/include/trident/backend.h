@@ -89,7 +89,7 @@ struct tr_backend_params {
     int32_t device_index;
     const struct tr_option *options;
     int32_t n_options;
-    int32_t reserved;
+    int32_t math;                   /* enum tr_math: how GEMMs compute (1.0 plugins: reserved, 0) */
 };
 
 /* What a backend reports about a compiled program after a step. */

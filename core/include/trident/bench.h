@@ -6,6 +6,10 @@
  * run, as the Keras benchmark leaves it out), then `steps` timed steps. Every backend
  * sees the same weights and the same batch; their outputs are compared with the first
  * backend's, and a relative difference beyond the dtype's tolerance fails the run.
+ *
+ * generate (generate.h): the task graph is the prefill pass (graph) and the decode pass;
+ * a step is one whole generate call. Backends agree when their first logits are within
+ * the tolerance and every generated token is the reference's.
  */
 #ifndef TRIDENT_BENCH_H
 #define TRIDENT_BENCH_H
@@ -14,6 +18,7 @@
 #include <stdio.h>
 #include "trident/backend.h"
 #include "trident/config.h"
+#include "trident/generate.h"
 #include "trident/model.h"
 #include "trident/status.h"
 #include "trident/train.h"
@@ -45,10 +50,23 @@ struct tr_bench_row {
     char worst_output[64];      /* the output with the largest difference */
     int agrees;                 /* within the dtype's tolerance of the first backend */
     int is_reference;           /* the first backend that ran: the others are compared to it */
+    /* generate: a step is one generate call; mean_ms etc. are per call */
+    double prefill_ms;          /* the prefill pass alone, mean over the timed calls */
+    double ms_per_token;        /* (call - prefill) / decode passes */
+    double tokens_per_s;        /* new tokens of the whole batch per second */
+    double cache_write_ms;      /* per call: the host writing new entries into the KV cache */
+    int compiles;               /* programs compiled (prefill + decode: 2) */
+    int64_t decode_execs;       /* decode passes executed, all calls */
+    int tokens_agree;           /* every generated token equals the reference's */
+    int64_t mismatch_sample, mismatch_step;   /* the first token that differs (-1: none) */
+    int tokens_tie;             /* it differs at a near tie: the reference's logits of the two
+                                   tokens there are within the tolerance (of its top logit) */
+    double tie_gap;             /* the reference's logit of its token minus that of this one */
 };
 
 struct tr_bench_report {
     char model[64], preset[64], task[32], device[16], dtype[16];
+    char math[8];               /* how GEMMs computed: f32, tf32, bf16 (or f16) */
     int64_t batch, seq_len, steps, warmup;
     uint64_t seed;
     uint64_t param_count, param_bytes;
@@ -58,6 +76,12 @@ struct tr_bench_report {
     int n_rows;
     double tolerance;
     int all_ok;                 /* every backend ran and all agree */
+    /* generate */
+    struct tr_generate_config gen;
+    int64_t new_tokens;         /* max_length - prompt_len */
+    uint64_t kv_cache_bytes, mem_needed_bytes, mem_available_bytes;
+    int32_t sample_tokens[8];   /* the reference's first new tokens of sample 0 */
+    int n_sample_tokens;
 };
 
 /* A task's graph, built once from a config: the model found in the registry, its config
@@ -71,6 +95,8 @@ struct tr_task_graph {
     int n_model_inputs;         /* the model's inputs; fit's lr and step come after */
     struct tr_train_config train_cfg;   /* fit only */
     struct tr_train_step train;         /* fit only: the step's nodes */
+    struct tr_generate_config gen_cfg;  /* generate only: [generate] */
+    struct tr_generate_graphs gen;      /* generate only: gen.prefill is graph */
 };
 
 int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,

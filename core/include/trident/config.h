@@ -2,7 +2,8 @@
  *
  *   [run]              model, preset, task, backends, device, dtype, batch, seq_len,
  *                      steps, warmup, seed, weights (a safetensors file; empty: made
- *                      from seed)
+ *                      from seed), math (f32, tf32 or bf16: how GEMMs compute; it must
+ *                      fit dtype, and tf32 needs cuda; absent: what dtype implies)
  *   [plugins]          path (a directory searched first for backends; relative to the
  *                      INI file's directory)
  *   [backend.NAME]     options handed to that backend as key/value pairs; the plugin
@@ -60,6 +61,7 @@ struct tr_config {
     char device[16];            /* "cpu" or "cuda" */
     int device_type;            /* enum tr_device_type */
     enum tr_dtype dtype;
+    enum tr_math math;          /* TR_MATH_DEFAULT when not given */
     int64_t batch, seq_len, steps, warmup;
     uint64_t seed;
     char weights[TR_CONFIG_PATH]; /* resolved against dir; "" when weights come from seed */
@@ -75,6 +77,9 @@ struct tr_config {
 /* Defaults: model bert, preset tiny, task predict, backends torch, device cpu, dtype f32,
  * batch 8, seq_len 128, steps 10, warmup 2, seed 1234. */
 void tr_config_defaults(struct tr_config *cfg);
+
+/* The math mode a run computes in, for reports: [run] math, or the dtype's name. */
+const char *tr_config_math_name(const struct tr_config *cfg);
 
 /* Read an INI file over the defaults. */
 int tr_config_load(const char *path, struct tr_config *cfg, struct tr_error *err);

@@ -46,6 +46,13 @@ static inline uint16_t tr_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* How matrix products compute (the [run] key `math`): f32 exactly; tf32 (f32 data, GEMMs on
+ * tensor cores with 10-bit mantissas: cuda only); bf16 (bf16 data, f32 accumulation).
+ * DEFAULT means what the dtype implies (f32 for f32, bf16 for bf16). */
+enum tr_math { TR_MATH_DEFAULT = 0, TR_MATH_F32 = 1, TR_MATH_TF32 = 2, TR_MATH_BF16 = 3, TR_MATH_COUNT };
+const char *tr_math_name(enum tr_math m);                /* "f32", "tf32", "bf16"; "default"; "?" */
+int tr_math_from_name(const char *s, enum tr_math *out); /* TR_OK or TR_ERR_NOT_FOUND */
+
 float tr_f16_to_f32(uint16_t h);
 uint16_t tr_f32_to_f16(float f);
 

@@ -51,6 +51,8 @@ struct tr_build_opts {
     int64_t seq_len;
 };
 
+struct tr_generate_i; /* below */
+
 struct tr_model_desc {
     const char *name;
     const char *description;
@@ -72,6 +74,57 @@ struct tr_model_desc {
      * (for FIT its labels too); inputs added by core after them (lr, step) are core's. */
     int (*make_inputs)(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
                        struct tr_tensor *inputs, struct tr_error *err);
+    /* GENERATE (bit TR_TASK_GENERATE in tasks): the two passes and the prompts (below);
+     * NULL when the model offers no generate. */
+    const struct tr_generate_i *generate;
+};
+
+/* ---- generate ----
+ * A model that offers generate builds two graphs that share their PARAMs (same names and
+ * shapes), once for a batch B, a prompt length T and max_length (prompt + new tokens, as
+ * the Keras benchmark counts): a prefill pass over the prompt, and a one-token decode pass
+ * against a static cache of cache_slots entries. Core runs them (generate.h): prefill,
+ * then max_length - T - 1 decode passes, writing each pass's new cache entries into the
+ * cache between passes and choosing the tokens.
+ *
+ *   prefill  inputs   the prompt: n_prompt_inputs tensors, which make_prompt fills
+ *            outputs  logits [B,V] of the last prompt position, then n_cache tensors:
+ *                     the prompt's cache entries, T slots along cache_axis
+ *   decode   inputs   n_step_inputs tensors (step_inputs fills them), then the n_cache
+ *                     cache tensors, cache_slots slots along cache_axis
+ *            outputs  logits [B,V] of the fed token, then n_cache tensors: its entries
+ *                     (1 slot along cache_axis)
+ * The entries of sequence position i (0 .. T-1 the prompt, padding included; then the new
+ * tokens) live in slot i of the cache. Slots not written yet hold zeros or an earlier
+ * call's values: the step inputs must hide them (and whatever else the model does not
+ * attend to). cache_slots >= max_length - 1. */
+struct tr_generate_opts {
+    enum tr_dtype dtype;
+    int64_t batch;              /* B */
+    int64_t prompt_len;         /* T: every prompt left-padded to T */
+    int64_t max_length;         /* T + new tokens */
+};
+
+struct tr_generate_plan {
+    int n_prompt_inputs, n_step_inputs, n_cache;
+    int cache_axis;
+    int64_t cache_slots;
+};
+
+struct tr_generate_i {
+    /* Build both passes into prefill and decode (empty graphs) and describe them in plan.
+     * Refuses max_length beyond what the model can attend to, naming both numbers. */
+    int (*build)(const void *config, const struct tr_generate_opts *o, struct tr_graph *prefill,
+                 struct tr_graph *decode, struct tr_generate_plan *plan, struct tr_error *err);
+    /* A synthetic batch of prompts from seed into the prefill inputs (host, allocated by
+     * the caller with the graph's shapes): prompts of different lengths, left-padded. */
+    int (*make_prompt)(const void *config, const struct tr_generate_opts *o, uint64_t seed, int n,
+                       struct tr_tensor *inputs, struct tr_error *err);
+    /* The decode pass's n step inputs (host, allocated by the caller) for feeding
+     * tokens[b] (b < B) at sequence position pos (T <= pos <= max_length - 2) after the
+     * prompt `prompt` (the prefill inputs): slots 0 .. pos-1 of the cache hold entries. */
+    int (*step_inputs)(const void *config, const struct tr_generate_opts *o, const struct tr_tensor *prompt,
+                       int64_t pos, const int32_t *tokens, int n, struct tr_tensor *inputs, struct tr_error *err);
 };
 
 /* Look a model up in a NULL-terminated list; the error lists the names there are. */

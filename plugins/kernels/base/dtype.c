@@ -71,3 +71,18 @@ uint16_t tr_f32_to_f16(float f) {
     uint32_t r = a + 0xfffu + ((a >> 13) & 1u);          /* round to nearest even */
     return sign | (uint16_t)((r - 0x38000000u) >> 13);
 }
+
+static const char *const math_names[TR_MATH_COUNT] = {
+    [TR_MATH_DEFAULT] = "default", [TR_MATH_F32] = "f32", [TR_MATH_TF32] = "tf32", [TR_MATH_BF16] = "bf16"};
+
+const char *tr_math_name(enum tr_math m) { return (unsigned)m < TR_MATH_COUNT ? math_names[m] : "?"; }
+
+int tr_math_from_name(const char *s, enum tr_math *out) {
+    for (int i = 0; i < TR_MATH_COUNT; i++) {
+        if (strcmp(s, math_names[i]) == 0) {
+            *out = (enum tr_math)i;
+            return TR_OK;
+        }
+    }
+    return TR_ERR_NOT_FOUND;
+}

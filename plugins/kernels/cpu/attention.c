@@ -328,6 +328,7 @@ static int attention_call(struct tr_kernels *k, const struct tr_kernel_call *c, 
 int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                    const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal, int window,
                    struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_attention(k, q, kk, v, mask, scale, causal, window, out, err));
     struct attn_plan pl;
     int st = tr_cpu_check_ctx(k, "attention", err);
     if (!st) st = attention_check(q, kk, v, mask, scale, causal, window, out, &pl, err);

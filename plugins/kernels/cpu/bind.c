@@ -17,7 +17,11 @@
  *
  * An op whose kernel has no binder yet (r.bind NULL, r.bound set) is checked the old way:
  * one run at bind time on zeroed stand-ins of the bound tensors, its counters restored,
- * and its calls run the whole kernel, checks included. */
+ * and its calls run the whole kernel, checks included.
+ *
+ * On a cuda context, after the same resolution, the call is bound by the cuda side
+ * (cuda/host/route.c: checked once by a dry run, scratch reserved, the GEMM's cuBLASLt
+ * plan made and owned by the call; its calls only queue work on the stream). */
 #include <stdlib.h>
 #include "cpu_internal.h"
 
@@ -65,7 +69,9 @@ int tr_kernels_bind(struct tr_kernels *k, int op, const struct tr_attrs *attrs, 
     call->attrs = r.attrs;
     for (int i = 0; i < n_in; i++) call->in[i] = in[i];
     call->out = *out;
-    if (r.bind) {
+    if (k->device_type == TR_DEVICE_CUDA) {
+        st = tr_cuda_bind_op(k, call, err); /* cuda/host/route.c */
+    } else if (r.bind) {
         st = r.bind(k, call, err);
     } else if (r.bound) {
         st = dry_run(k, &r, call, err);
@@ -87,10 +93,12 @@ int tr_kernels_bind_matmul(struct tr_kernels *k, const struct tr_tensor *a, cons
                            struct tr_error *err) {
     if (!call) return tr_error_set(err, TR_ERR_INVALID, "matmul: call is NULL");
     memset(call, 0, sizeof *call);
-    int st = tr_cpu_check_ctx_bind(k, "matmul", err);
-    if (!st) st = tr_cpu_check_float(a, "matmul", "a", err);
-    if (!st) st = tr_cpu_check_float(b, "matmul", "b", err);
-    if (!st) st = tr_cpu_check_float(c, "matmul", "c", err);
+    int cuda = k && k->device_type == TR_DEVICE_CUDA;
+    if (cuda && (!a || !b || !c)) return tr_error_set(err, TR_ERR_INVALID, "matmul: a, b or c is NULL");
+    int st = cuda ? TR_OK : tr_cpu_check_ctx_bind(k, "matmul", err);
+    if (!st && !cuda) st = tr_cpu_check_float(a, "matmul", "a", err);
+    if (!st && !cuda) st = tr_cpu_check_float(b, "matmul", "b", err);
+    if (!st && !cuda) st = tr_cpu_check_float(c, "matmul", "c", err);
     if (st) return st;
     call->op = TR_OP_MATMUL;
     call->in[call->n_in++] = *a;
@@ -100,7 +108,7 @@ int tr_kernels_bind_matmul(struct tr_kernels *k, const struct tr_tensor *a, cons
     call->attrs.ints[1] = trans_b != 0;
     call->attrs.floats[0] = alpha;
     call->out = *c;
-    st = tr_cpu_matmul_bind(k, call, bias, act, err);
+    st = cuda ? tr_cuda_bind_matmul(k, call, bias, act, err) : tr_cpu_matmul_bind(k, call, bias, act, err);
     if (st) tr_kernels_unbind(k, call);
     return st;
 }
@@ -108,7 +116,7 @@ int tr_kernels_bind_matmul(struct tr_kernels *k, const struct tr_tensor *a, cons
 void tr_kernels_unbind(struct tr_kernels *k, struct tr_kernel_call *call) {
     (void)k;
     if (!call) return;
-    struct tr_cpu_prepared *p = call->prepared;
+    struct tr_cpu_prepared *p = call->prepared; /* the cuda side's plans start the same way */
     if (p) p->release(p);
     memset(call, 0, sizeof *call);
 }

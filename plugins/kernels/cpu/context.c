@@ -54,6 +54,19 @@ int tr_kernels_init(struct tr_kernels **out, int device_type, int device_index, 
     return TR_OK;
 }
 
+int tr_kernels_set_math(struct tr_kernels *k, enum tr_math m, struct tr_error *err) {
+    if (!k) return tr_error_set(err, TR_ERR_INVALID, "tr_kernels_set_math: context is NULL");
+    if ((unsigned)m >= TR_MATH_COUNT)
+        return tr_error_set(err, TR_ERR_INVALID, "kernels: math mode %d is not one of default, f32, tf32, bf16", (int)m);
+    if (m == TR_MATH_TF32 && k->device_type != TR_DEVICE_CUDA)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED,
+                            "kernels: math = tf32 needs device = cuda (the cpu has no tf32 GEMMs; use f32)");
+    k->math = m;
+    return TR_OK;
+}
+
+enum tr_math tr_kernels_math(const struct tr_kernels *k) { return k ? k->math : TR_MATH_DEFAULT; }
+
 void tr_kernels_free(struct tr_kernels *k) {
     if (!k) return;
     if (k->cuda) tr_cuda_ctx_free(k);

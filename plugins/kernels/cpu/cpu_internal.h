@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "trident/kernels.h"
+#include "../cuda/host/cuda_entry.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -46,6 +47,7 @@ struct tr_kernels {
     size_t scr_shared, scr_thread;  /* bytes, multiples of 64 */
     int scr_threads;                /* slices */
     struct tr_cuda_ctx *cuda;       /* device_type cuda: the CUDA side's state (cuda/) */
+    enum tr_math math;              /* tr_kernels_set_math; the cuda GEMMs read it */
 };
 
 /* ---- the cuda side (plugins/kernels/cuda; where nvcc was not found, the stand-ins of
@@ -64,6 +66,13 @@ int tr_cuda_sync(struct tr_kernels *k, struct tr_error *err);
 /* One op with the attributes tr_cpu_resolve resolved. */
 int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *attrs, int n_in, const struct tr_tensor *in,
                 struct tr_tensor *out, struct tr_error *err);
+
+/* Every public kernel and binder starts with this: on a cuda context the call is the
+ * CUDA path's (cuda/host/route.c, gemm.c, fused.c), with the same arguments. */
+#define TR_CUDA_ROUTE(k, call)                                           \
+    do {                                                                 \
+        if ((k) && (k)->device_type == TR_DEVICE_CUDA) return (call);    \
+    } while (0)
 
 /* ---- scratch (context.c) ----
  * Makes room for `shared` bytes plus `per_thread` bytes for each of omp_get_max_threads()

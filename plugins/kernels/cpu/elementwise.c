@@ -196,6 +196,7 @@ static int binary_call(struct tr_kernels *k, const struct tr_kernel_call *c, str
 
 int tr_k_binary(struct tr_kernels *k, int op, const struct tr_tensor *a, const struct tr_tensor *b,
                 struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_binary(k, op, a, b, out, err));
     struct binary_plan pl;
     int st = tr_cpu_check_ctx(k, "binary", err);
     if (!st) st = binary_check(op, a, b, out, &pl, err);
@@ -284,6 +285,7 @@ static int unary_call(struct tr_kernels *k, const struct tr_kernel_call *c, stru
 
 int tr_k_unary(struct tr_kernels *k, int op, const struct tr_attrs *attrs, const struct tr_tensor *x,
                struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_unary(k, op, attrs, x, out, err));
     struct unary_plan pl;
     int st = tr_cpu_check_ctx(k, "unary", err);
     if (!st) st = unary_check(op, attrs, x, out, &pl, err);

@@ -75,6 +75,7 @@ static int embedding_call(struct tr_kernels *k, const struct tr_kernel_call *c, 
 
 int tr_k_embedding(struct tr_kernels *k, const struct tr_tensor *table, const struct tr_tensor *ids,
                    struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_embedding(k, table, ids, out, err));
     struct embedding_plan pl;
     int st = tr_cpu_check_ctx(k, "embedding", err);
     if (!st) st = embedding_check(table, ids, out, &pl, err);

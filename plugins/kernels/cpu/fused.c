@@ -206,6 +206,7 @@ int tr_k_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tensor *
                                   const struct tr_tensor *residual, const struct tr_tensor *gamma,
                                   const struct tr_tensor *beta, float eps, struct tr_tensor *out,
                                   struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_bias_residual_layer_norm(k, x, bias, residual, gamma, beta, eps, out, err));
     static const char kn[] = "bias_residual_layer_norm";
     struct brln_plan pl;
     int st = tr_cpu_check_ctx(k, kn, err);
@@ -221,6 +222,7 @@ int tr_kernels_bind_bias_residual_layer_norm(struct tr_kernels *k, const struct 
                                              const struct tr_tensor *gamma, const struct tr_tensor *beta, float eps,
                                              const struct tr_tensor *out, struct tr_kernel_call *call,
                                              struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_bind_bias_residual_layer_norm(k, x, bias, residual, gamma, beta, eps, out, call, err));
     static const char kn[] = "bias_residual_layer_norm";
     if (!call) return tr_error_set(err, TR_ERR_INVALID, "%s: call is NULL", kn);
     memset(call, 0, sizeof *call);
@@ -354,6 +356,7 @@ static int sms_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct
 
 int tr_k_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, float scale, const struct tr_tensor *mask,
                             struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_scale_mask_softmax(k, x, scale, mask, out, err));
     static const char kn[] = "scale_mask_softmax";
     struct sms_plan pl;
     int st = tr_cpu_check_ctx(k, kn, err);
@@ -367,6 +370,7 @@ int tr_k_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, flo
 int tr_kernels_bind_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, float scale,
                                        const struct tr_tensor *mask, const struct tr_tensor *out,
                                        struct tr_kernel_call *call, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_bind_scale_mask_softmax(k, x, scale, mask, out, call, err));
     static const char kn[] = "scale_mask_softmax";
     if (!call) return tr_error_set(err, TR_ERR_INVALID, "%s: call is NULL", kn);
     memset(call, 0, sizeof *call);
@@ -522,6 +526,7 @@ int tr_k_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct tr_t
                                   const struct tr_tensor *ids, const struct tr_tensor *gamma,
                                   const struct tr_tensor *beta, float eps, struct tr_tensor *out,
                                   struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_embedding_sum_layer_norm(k, n, tables, ids, gamma, beta, eps, out, err));
     static const char kn[] = "embedding_sum_layer_norm";
     struct esln_plan pl;
     int st = tr_cpu_check_ctx(k, kn, err);
@@ -534,6 +539,7 @@ int tr_kernels_bind_embedding_sum_layer_norm(struct tr_kernels *k, int n, const 
                                              const struct tr_tensor *ids, const struct tr_tensor *gamma,
                                              const struct tr_tensor *beta, float eps, const struct tr_tensor *out,
                                              struct tr_kernel_call *call, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_bind_embedding_sum_layer_norm(k, n, tables, ids, gamma, beta, eps, out, call, err));
     static const char kn[] = "embedding_sum_layer_norm";
     if (!call) return tr_error_set(err, TR_ERR_INVALID, "%s: call is NULL", kn);
     memset(call, 0, sizeof *call);

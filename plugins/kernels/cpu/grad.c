@@ -66,6 +66,7 @@ static void unary_grad_block(int op, int approx, double alpha, const double *x, 
 
 int tr_k_unary_grad(struct tr_kernels *k, int op, int approximate, float alpha, const struct tr_tensor *x,
                     const struct tr_tensor *dy, struct tr_tensor *dx, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_unary_grad(k, op, approximate, alpha, x, dy, dx, err));
     const char *kn = "unary_grad";
     int st = tr_cpu_check_ctx(k, kn, err);
     if (st) return st;
@@ -100,6 +101,7 @@ int tr_k_unary_grad(struct tr_kernels *k, int op, int approximate, float alpha, 
 
 int tr_k_softmax_grad(struct tr_kernels *k, const struct tr_tensor *y, const struct tr_tensor *dy,
                       struct tr_tensor *dx, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_softmax_grad(k, y, dy, dx, err));
     const char *kn = "softmax_grad";
     int st = tr_cpu_check_ctx(k, kn, err);
     if (!st) st = check_real(y, kn, "y", err);
@@ -181,6 +183,7 @@ static int check_vec(const char *kn, const char *what, const struct tr_tensor *t
 /* dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), g = dy·gamma, x̂ = (x − mean)·rstd. */
 int tr_k_layer_norm_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *gamma,
                          const struct tr_tensor *dy, float eps, struct tr_tensor *dx, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_layer_norm_grad(k, x, gamma, dy, eps, dx, err));
     const char *kn = "layer_norm_grad";
     int st = tr_cpu_check_ctx(k, kn, err);
     if (!st) st = check_ln(kn, x, dy, eps, err);
@@ -238,6 +241,7 @@ int tr_k_layer_norm_grad(struct tr_kernels *k, const struct tr_tensor *x, const 
  * ordered sum). */
 int tr_k_layer_norm_grad_gamma(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *dy, float eps,
                                struct tr_tensor *dgamma, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_layer_norm_grad_gamma(k, x, dy, eps, dgamma, err));
     const char *kn = "layer_norm_grad_gamma";
     int st = tr_cpu_check_ctx(k, kn, err);
     if (!st) st = check_ln(kn, x, dy, eps, err);
@@ -309,6 +313,7 @@ static int read_ids(const struct tr_tensor *ids, int64_t V, const char *kn, int6
 
 int tr_k_embedding_grad(struct tr_kernels *k, const struct tr_tensor *ids, const struct tr_tensor *dy,
                         struct tr_tensor *dtable, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_embedding_grad(k, ids, dy, dtable, err));
     const char *kn = "embedding_grad";
     int st = tr_cpu_check_ctx(k, kn, err);
     if (!st) st = tr_cpu_check_tensor(ids, kn, "ids", err);
@@ -376,6 +381,7 @@ int tr_k_embedding_grad(struct tr_kernels *k, const struct tr_tensor *ids, const
 /* ---- broadcast: numpy rules, any dtype ---- */
 
 int tr_k_broadcast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_broadcast(k, x, out, err));
     const char *kn = "broadcast";
     int st = tr_cpu_check_ctx(k, kn, err);
     if (!st) st = tr_cpu_check_tensor(x, kn, "x", err);
@@ -422,6 +428,7 @@ int tr_k_broadcast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_te
 
 int tr_k_max_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *dy, int axis, int keepdims,
                   struct tr_tensor *dx, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_max_grad(k, x, dy, axis, keepdims, dx, err));
     const char *kn = "max_grad";
     int st = tr_cpu_check_ctx(k, kn, err);
     if (!st) st = check_real(x, kn, "x", err);
@@ -472,6 +479,7 @@ int tr_k_max_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct 
 
 int tr_k_slice_grad(struct tr_kernels *k, const struct tr_tensor *dy, int axis, int64_t start, int64_t step,
                     struct tr_tensor *dx, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_slice_grad(k, dy, axis, start, step, dx, err));
     const char *kn = "slice_grad";
     int st = tr_cpu_check_ctx(k, kn, err);
     if (!st) st = tr_cpu_check_tensor(dy, kn, "dy", err);
@@ -777,6 +785,7 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
 int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                         const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
                         float scale, int causal, int window, int which, struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_attention_grad(k, q, kk, v, dy, mask, scale, causal, window, which, out, err));
     if (which < 0 || which > 2)
         return tr_error_set(err, TR_ERR_INVALID, "attention_grad: ints[2]=%d should be 0 (dq), 1 (dk) or 2 (dv)",
                             which);
@@ -789,6 +798,7 @@ int tr_k_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, con
                             const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
                             float scale, int causal, int window, struct tr_tensor *dq, struct tr_tensor *dk,
                             struct tr_tensor *dv, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_attention_backward(k, q, kk, v, dy, mask, scale, causal, window, dq, dk, dv, err));
     struct tr_tensor *outs[3] = {dq, dk, dv};
     return attention_backward(k, "attention_backward", q, kk, v, dy, mask, scale, causal, window, outs, err);
 }
@@ -933,6 +943,8 @@ int tr_kernels_bind_attention_backward(struct tr_kernels *k, const struct tr_ten
                                        const struct tr_tensor *mask, float scale, int causal, int window,
                                        const struct tr_tensor *dq, const struct tr_tensor *dk,
                                        const struct tr_tensor *dv, struct tr_kernel_call *call, struct tr_error *err) {
+    TR_CUDA_ROUTE(k,
+                  tr_cuda_bind_attention_backward(k, q, kk, v, dy, mask, scale, causal, window, dq, dk, dv, call, err));
     static const char kn[] = "attention_backward";
     if (!call || !q || !kk || !v || !dy || (!dq && !dk && !dv))
         return tr_error_set(err, TR_ERR_INVALID, "%s: NULL operand, or no gradient asked for", kn);

@@ -178,6 +178,7 @@ static int transpose_call(struct tr_kernels *k, const struct tr_kernel_call *c, 
 
 int tr_k_transpose(struct tr_kernels *k, const struct tr_tensor *x, const int64_t *perm, struct tr_tensor *out,
                    struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_transpose(k, x, perm, out, err));
     struct transpose_plan pl;
     int st = tr_cpu_check_ctx(k, "transpose", err);
     if (!st) st = transpose_check(x, perm, out, &pl, err);
@@ -264,6 +265,7 @@ static int slice_call(struct tr_kernels *k, const struct tr_kernel_call *c, stru
 
 int tr_k_slice(struct tr_kernels *k, const struct tr_tensor *x, int axis, int64_t start, int64_t step,
                struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_slice(k, x, axis, start, step, out, err));
     struct slice_plan pl;
     int st = tr_cpu_check_ctx(k, "slice", err);
     if (!st) st = slice_check(x, axis, start, step, out, &pl, err);
@@ -361,6 +363,7 @@ static int concat_call(struct tr_kernels *k, const struct tr_kernel_call *c, str
 
 int tr_k_concat(struct tr_kernels *k, int n, const struct tr_tensor *xs, int axis, struct tr_tensor *out,
                 struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_concat(k, n, xs, axis, out, err));
     struct concat_plan pl;
     int st = tr_cpu_check_ctx(k, "concat", err);
     if (!st) st = concat_check(n, xs, axis, out, &pl, err);
@@ -492,6 +495,7 @@ static int reduce_call(struct tr_kernels *k, const struct tr_kernel_call *c, str
 
 int tr_k_reduce(struct tr_kernels *k, int op, const struct tr_tensor *x, int axis, struct tr_tensor *out,
                 struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_reduce(k, op, x, axis, out, err));
     struct reduce_plan pl;
     int st = tr_cpu_check_ctx(k, "reduce", err);
     if (!st) st = reduce_check(op, x, axis, out, &pl, err);
@@ -637,6 +641,7 @@ static int cast_call(struct tr_kernels *k, const struct tr_kernel_call *c, struc
 }
 
 int tr_k_cast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_cast(k, x, out, err));
     struct cast_plan pl;
     int st = tr_cpu_check_ctx(k, "cast", err);
     if (!st) st = cast_check(x, out, &pl, err);

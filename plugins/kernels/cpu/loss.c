@@ -97,6 +97,7 @@ static void row_grad(double *x, int64_t C, int64_t label, double g) {
 
 int tr_k_cross_entropy(struct tr_kernels *k, const struct tr_tensor *logits, const struct tr_tensor *labels,
                        int has_ignore, int64_t ignore_index, struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_cross_entropy(k, logits, labels, has_ignore, ignore_index, out, err));
     const char *kn = "cross_entropy";
     int st = tr_cpu_check_ctx(k, kn, err);
     if (!st) st = check_real(logits, kn, "logits", err);
@@ -149,6 +150,7 @@ int tr_k_cross_entropy(struct tr_kernels *k, const struct tr_tensor *logits, con
 int tr_k_cross_entropy_grad(struct tr_kernels *k, const struct tr_tensor *logits, const struct tr_tensor *labels,
                             int has_ignore, int64_t ignore_index, const struct tr_tensor *dloss,
                             struct tr_tensor *dlogits, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_cross_entropy_grad(k, logits, labels, has_ignore, ignore_index, dloss, dlogits, err));
     const char *kn = "cross_entropy_grad";
     int st = tr_cpu_check_ctx(k, kn, err);
     if (!st) st = check_real(logits, kn, "logits", err);
@@ -210,6 +212,7 @@ int tr_k_cross_entropy_grad(struct tr_kernels *k, const struct tr_tensor *logits
 
 int tr_k_mse(struct tr_kernels *k, const struct tr_tensor *pred, const struct tr_tensor *target, struct tr_tensor *out,
              struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_mse(k, pred, target, out, err));
     const char *kn = "mse";
     int st = tr_cpu_check_ctx(k, kn, err);
     if (!st) st = check_real(pred, kn, "pred", err);

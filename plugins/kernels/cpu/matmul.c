@@ -490,6 +490,7 @@ static int check_operands(const struct tr_tensor *a, const struct tr_tensor *b, 
 int tr_k_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr_tensor *b, struct tr_tensor *c,
                 int trans_a, int trans_b, float alpha, const struct tr_tensor *bias, enum tr_act act,
                 struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_matmul(k, a, b, c, trans_a, trans_b, alpha, bias, act, err));
     int st = tr_cpu_check_ctx(k, "matmul", err);
     if (!st) st = check_operands(a, b, c, err);
     if (st) return st;

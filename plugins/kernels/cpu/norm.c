@@ -182,6 +182,7 @@ static int rows_keep(struct tr_kernels *k, struct tr_kernel_call *c, const struc
 }
 
 int tr_k_softmax(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_softmax(k, x, out, err));
     struct rows_plan pl;
     int st = tr_cpu_check_ctx(k, "softmax", err);
     if (!st) st = softmax_check(x, out, &pl, err);
@@ -190,6 +191,7 @@ int tr_k_softmax(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tens
 
 int tr_k_layer_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *gamma,
                     const struct tr_tensor *beta, float eps, struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_layer_norm(k, x, gamma, beta, eps, out, err));
     struct rows_plan pl;
     int st = tr_cpu_check_ctx(k, "layer_norm", err);
     if (!st) st = layer_norm_check(x, gamma, beta, eps, out, &pl, err);

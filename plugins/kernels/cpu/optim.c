@@ -116,6 +116,7 @@ static int adamw_compute(const struct tr_tensor *p, const struct tr_tensor *m, c
 int tr_k_adamw_step(struct tr_kernels *k, const struct tr_tensor *param, const struct tr_tensor *m,
                     const struct tr_tensor *v, const struct tr_tensor *lr, const struct tr_tensor *step, float beta1,
                     float beta2, float eps, float weight_decay, struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_adamw_step(k, param, m, v, lr, step, beta1, beta2, eps, weight_decay, out, err));
     int st = tr_cpu_check_ctx(k, "adamw_step", err);
     if (!st) st = adamw_check(param, m, v, lr, step, beta1, beta2, eps, weight_decay, out, err);
     if (st) return st;

@@ -279,6 +279,7 @@ static int rms_check_op(int op, const struct tr_attrs *at, const struct tr_tenso
 
 int tr_k_rms_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *w, float eps, int add_one,
                   struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_rms_norm(k, x, w, eps, add_one, out, err));
     struct rms_plan pl;
     memset(&pl, 0, sizeof pl);
     int st = tr_cpu_check_ctx(k, "rms_norm", err);
@@ -290,6 +291,7 @@ int tr_k_rms_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct 
 
 int tr_k_rms_norm_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *w,
                        const struct tr_tensor *dy, float eps, int add_one, struct tr_tensor *dx, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_rms_norm_grad(k, x, w, dy, eps, add_one, dx, err));
     struct rms_plan pl;
     memset(&pl, 0, sizeof pl);
     int st = tr_cpu_check_ctx(k, "rms_norm_grad", err);
@@ -301,6 +303,7 @@ int tr_k_rms_norm_grad(struct tr_kernels *k, const struct tr_tensor *x, const st
 
 int tr_k_rms_norm_grad_w(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *dy, float eps,
                          struct tr_tensor *dw, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_rms_norm_grad_w(k, x, dy, eps, dw, err));
     struct rms_plan pl;
     memset(&pl, 0, sizeof pl);
     int st = tr_cpu_check_ctx(k, "rms_norm_grad_w", err);

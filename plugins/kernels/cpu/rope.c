@@ -196,6 +196,7 @@ static int rope_call(struct tr_kernels *k, const struct tr_kernel_call *c, struc
 
 int tr_k_rope(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *pos, float base, int rot_dims,
               int inverse, struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_rope(k, x, pos, base, rot_dims, inverse, out, err));
     struct rope_plan pl;
     memset(&pl, 0, sizeof pl);
     int st = tr_cpu_check_ctx(k, "rope", err);

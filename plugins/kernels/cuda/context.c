@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <cublasLt.h>
+#include <curand.h>
 #include "../cpu/cpu_internal.h"
 #include "cuda_internal.h"
 #include "host/gemm_plan.h"
@@ -55,6 +56,7 @@ void tr_cuda_ctx_free(struct tr_kernels *k) {
     if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
     tr_cuda_plan_cache_free(c->gemm_plans);
+    if (c->curand) curandDestroyGenerator((curandGenerator_t)c->curand);
     if (c->lt) cublasLtDestroy((cublasLtHandle_t)c->lt);
     if (c->flag) cudaFree(c->flag);
     tr_cuda_pool_free(c->pool); /* workspace and scratch included */
@@ -95,12 +97,27 @@ int tr_cuda_ctx_init(struct tr_kernels *k, int device_index, struct tr_error *er
     if (!st)
         st = TR_CU_CHECK(cudaMemsetAsync(c->flag, 0, 4 * sizeof(long long), c->stream), "cuda: cudaMemset (error flag)",
                          err);
+    if (!st) {
+        /* made now, not on first use: creating one inside a captured region is not allowed */
+        curandGenerator_t g = NULL;
+        curandStatus_t rs = curandCreateGenerator(&g, CURAND_RNG_PSEUDO_PHILOX4_32_10);
+        if (rs != CURAND_STATUS_SUCCESS)
+            st = tr_error_set(err, TR_ERR_DEVICE, "cuda: curandCreateGenerator failed (curand status %d)", (int)rs);
+        c->curand = g;
+    }
     if (st) {
         tr_error_prefix(err, "cuda device %d", device_index);
         tr_cuda_ctx_free(k);
         return st;
     }
     return TR_OK;
+}
+
+int tr_cuda_set_dry(struct tr_kernels *k, int on) {
+    if (!k->cuda) return 0; /* a context without CUDA state refuses every run anyway */
+    int was = k->cuda->dry;
+    k->cuda->dry = on;
+    return was;
 }
 
 int tr_cuda_alloc(struct tr_kernels *k, size_t nbytes, void **p, struct tr_error *err) {

@@ -36,8 +36,15 @@ struct tr_cuda_ctx {
     /* a device word a kernel sets when its data is bad (an id out of range): read and
      * reported by tr_cuda_sync. Layout: [0] code (0 none), [1] position, [2] value, [3] bound */
     long long *flag;
-    int allow_tf32;               /* f32 GEMMs in TF32 (off: correctness runs) */
+    void *curand;                 /* curandGenerator_t (Philox) on the stream, for tr_k_random */
+    /* Set while a bound call is checked at bind time (cuda/bind.c): the run paths make
+     * every check and reserve their scratch, and TR_CU_LAUNCH queues nothing. The GEMMs'
+     * math (TF32 or strict f32) is the struct tr_kernels' math (tr_kernels_set_math). */
+    int dry;
 };
+
+/* A launch (or any other stream work) of a run path: skipped while the context is dry. */
+#define TR_CU_LAUNCH(c, launch) ((c)->dry ? TR_OK : (launch))
 
 /* Codes a kernel leaves in ctx->flag[0]. */
 enum { TR_CU_FLAG_NONE = 0, TR_CU_FLAG_EMBEDDING_ID = 1, TR_CU_FLAG_LABEL = 2, TR_CU_FLAG_STEP = 3 };
@@ -131,7 +138,7 @@ struct tr_cu_lead {
     int nl;                       /* out's leading axes (all but the last) */
     int64_t lead[TR_MAX_DIMS];    /* their extents */
 };
-#define TR_CU_ESLN_MAX 8
+#define TR_CU_ESLN_MAX 8 /* TR_CUDA_ESLN_MAX of host/cuda_entry.h */
 struct tr_cu_esln {
     int n;                        /* tables */
     const void *tab[TR_CU_ESLN_MAX];

@@ -1,7 +1,9 @@
 /* tr_kernels_run on a cuda context: the op (its attributes already resolved by
  * tr_cpu_resolve, the validation path shared with the cpu) mapped to its launcher after
  * the argument checks the launchers rely on. Layout ops become one strided copy
- * (tr_cu_copy) over an index space. */
+ * (tr_cu_copy) over an index space. Every launch (and every other piece of stream work)
+ * goes through TR_CU_LAUNCH, so that a bound call is checked at bind by running its path
+ * dry (cuda/host/route.c): every check made, the scratch reserved, nothing queued. */
 #include <stdlib.h>
 #include "../cpu/cpu_internal.h"
 #include "cuda_internal.h"
@@ -85,7 +87,8 @@ static int run_binary(struct tr_cuda_ctx *c, int op, const struct tr_tensor *a, 
         idx.stride[2][i] = ib >= 0 && eb != 1 ? sb[ib] : 0;
     }
     contiguous_strides(out->ndim, out->shape, idx.stride[0]);
-    return tr_cu_binary(c->stream, op, out->dtype, a->data, b->data, out->data, &idx, tr_tensor_numel(out), err);
+    return TR_CU_LAUNCH(
+        c, tr_cu_binary(c->stream, op, out->dtype, a->data, b->data, out->data, &idx, tr_tensor_numel(out), err));
 bad:
     return tr_error_set(err, TR_ERR_SHAPE, "%s: a %s and b %s do not broadcast to out %s", kn,
                         tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), tr_cpu_desc(out, d3, sizeof d3));
@@ -101,8 +104,8 @@ static int run_unary(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, c
     if (op == TR_OP_GELU && at->ints[0] != 0 && at->ints[0] != 1)
         return tr_error_set(err, TR_ERR_INVALID, "gelu: ints[0]=%lld (0: erf, 1: tanh approximation)",
                             (long long)at->ints[0]);
-    return tr_cu_unary(c->stream, op, x->dtype, x->data, out->data, tr_tensor_numel(x), at->floats[0], at->floats[1],
-                       (int)at->ints[0], err);
+    return TR_CU_LAUNCH(c, tr_cu_unary(c->stream, op, x->dtype, x->data, out->data, tr_tensor_numel(x), at->floats[0],
+                                       at->floats[1], (int)at->ints[0], err));
 }
 
 static int run_rows(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
@@ -114,7 +117,8 @@ static int run_rows(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, in
     if (!st) st = same_dtype_shape(x, out, kn, err);
     if (st) return st;
     int64_t n = last_dim(x), rows = n ? tr_tensor_numel(x) / n : 0;
-    if (op == TR_OP_SOFTMAX) return tr_cu_softmax(c->stream, x->dtype, x->data, out->data, rows, n, err);
+    if (op == TR_OP_SOFTMAX)
+        return TR_CU_LAUNCH(c, tr_cu_softmax(c->stream, x->dtype, x->data, out->data, rows, n, err));
     const struct tr_tensor *g = n_in > 1 ? &in[1] : NULL, *b = n_in > 2 ? &in[2] : NULL;
     char d1[200];
     if (g && ((st = check_float(g, kn, "gamma", err)) != TR_OK || tr_tensor_numel(g) != n))
@@ -123,8 +127,9 @@ static int run_rows(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, in
     if (b && ((st = check_float(b, kn, "beta", err)) != TR_OK || tr_tensor_numel(b) != n || (g && b->dtype != g->dtype)))
         return st ? st : tr_error_set(err, TR_ERR_SHAPE, "layer_norm: beta %s should have %lld elements, gamma's dtype",
                                       tr_cpu_desc(b, d1, sizeof d1), (long long)n);
-    return tr_cu_layer_norm(c->stream, x->dtype, x->data, g ? g->data : NULL, b ? b->data : NULL,
-                            g ? g->dtype : b ? b->dtype : TR_DTYPE_F32, out->data, rows, n, at->floats[0], err);
+    int gdt = g ? g->dtype : b ? b->dtype : TR_DTYPE_F32;
+    return TR_CU_LAUNCH(c, tr_cu_layer_norm(c->stream, x->dtype, x->data, g ? g->data : NULL, b ? b->data : NULL, gdt,
+                                            out->data, rows, n, at->floats[0], err));
 }
 
 static int run_embedding(struct tr_cuda_ctx *c, const struct tr_tensor *table, const struct tr_tensor *ids,
@@ -141,8 +146,8 @@ static int run_embedding(struct tr_cuda_ctx *c, const struct tr_tensor *table, c
         return tr_error_set(err, TR_ERR_SHAPE, "embedding: table %s (V,D), ids %s (i32/i64) and out %s (ids..., D) do "
                             "not fit", tr_cpu_desc(table, d1, sizeof d1), tr_cpu_desc(ids, d2, sizeof d2),
                             tr_cpu_desc(out, d3, sizeof d3));
-    return tr_cu_embedding(c->stream, table->dtype, table->data, ids->data, ids->dtype, out->data, tr_tensor_numel(ids),
-                           table->shape[1], table->shape[0], c->flag, err);
+    return TR_CU_LAUNCH(c, tr_cu_embedding(c->stream, table->dtype, table->data, ids->data, ids->dtype, out->data,
+                                           tr_tensor_numel(ids), table->shape[1], table->shape[0], c->flag, err));
 }
 
 /* out (contiguous) = the elements of x at base + Σ idx·xstride */
@@ -154,8 +159,8 @@ static int strided_copy(struct tr_cuda_ctx *c, const struct tr_tensor *x, const 
         idx.stride[0][i] = dstride[i];
         idx.stride[1][i] = xstride[i];
     }
-    return tr_cu_copy(c->stream, tr_dtype_size((enum tr_dtype)x->dtype), src_base, dst, &idx,
-                      tr_shape_numel(ndim, shape), err);
+    return TR_CU_LAUNCH(c, tr_cu_copy(c->stream, tr_dtype_size((enum tr_dtype)x->dtype), src_base, dst, &idx,
+                                      tr_shape_numel(ndim, shape), err));
 }
 
 static int run_layout(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
@@ -180,8 +185,9 @@ static int run_layout(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, 
             return tr_error_set(err, TR_ERR_SHAPE, "reshape: x %s and out %s should have the same element count",
                                 tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
         if (out->data == x->data || tr_tensor_nbytes(x) == 0) return TR_OK;
-        return TR_CU_CHECK(cudaMemcpyAsync(out->data, x->data, tr_tensor_nbytes(x), cudaMemcpyDeviceToDevice, c->stream),
-                           "reshape: cudaMemcpyAsync", err);
+        return TR_CU_LAUNCH(c, TR_CU_CHECK(cudaMemcpyAsync(out->data, x->data, tr_tensor_nbytes(x),
+                                                           cudaMemcpyDeviceToDevice, c->stream),
+                                           "reshape: cudaMemcpyAsync", err));
     case TR_OP_TRANSPOSE: {
         int seen = 0, ok = out->ndim == x->ndim;
         for (int i = 0; ok && i < x->ndim; i++) {
@@ -262,7 +268,7 @@ static int run_reduce(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, 
     int64_t outer = 1, inner = 1;
     for (int i = 0; i < ax; i++) outer *= x->shape[i];
     for (int i = ax + 1; i < x->ndim; i++) inner *= x->shape[i];
-    return tr_cu_reduce(c->stream, op, x->dtype, x->data, out->data, outer, x->shape[ax], inner, err);
+    return TR_CU_LAUNCH(c, tr_cu_reduce(c->stream, op, x->dtype, x->data, out->data, outer, x->shape[ax], inner, err));
 }
 
 static int run_cast(struct tr_cuda_ctx *c, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
@@ -274,7 +280,7 @@ static int run_cast(struct tr_cuda_ctx *c, const struct tr_tensor *x, struct tr_
         return tr_error_set(err, TR_ERR_SHAPE, "cast: x %s and out %s should have the same shape",
                             tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
     }
-    return tr_cu_cast(c->stream, x->data, x->dtype, out->data, out->dtype, tr_tensor_numel(x), err);
+    return TR_CU_LAUNCH(c, tr_cu_cast(c->stream, x->data, x->dtype, out->data, out->dtype, tr_tensor_numel(x), err));
 }
 
 /* q, k, v, the mask and y (the forward's output shape: dy for the gradient) checked and
@@ -336,8 +342,10 @@ static int run_attention(struct tr_cuda_ctx *c, const struct tr_attrs *at, int n
     /* TRIDENT_CUDA_ATTENTION=simple keeps the CUDA-core kernel (a check of the other) */
     const char *mode = getenv("TRIDENT_CUDA_ATTENTION");
     if (tr_cu_attention_tc_fits(in[0].dtype, &p) && !(mode && strcmp(mode, "simple") == 0))
-        return tr_cu_attention_tc(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, out->data, &p, err);
-    return tr_cu_attention(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, out->data, &p, err);
+        return TR_CU_LAUNCH(
+            c, tr_cu_attention_tc(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, out->data, &p, err));
+    return TR_CU_LAUNCH(
+        c, tr_cu_attention(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, out->data, &p, err));
 }
 
 /* (q, k, v, dy, [mask]) -> dq, dk or dv (ints[2]) */
@@ -362,8 +370,8 @@ static int run_attention_grad(struct tr_cuda_ctx *c, const struct tr_attrs *at, 
         return st;
     void *scr = NULL;
     if ((st = tr_cuda_scratch(c, (size_t)(2 * p.B * p.H * p.Tq) * sizeof(float) + 16, &scr, err)) != TR_OK) return st;
-    return tr_cu_attention_grad(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, in[3].data, &p, (int)a[2],
-                                out->data, scr, err);
+    return TR_CU_LAUNCH(c, tr_cu_attention_grad(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, in[3].data,
+                                                &p, (int)a[2], out->data, scr, err));
 }
 
 static int run_cross_entropy(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *logits,
@@ -381,9 +389,9 @@ static int run_cross_entropy(struct tr_cuda_ctx *c, const struct tr_attrs *at, c
     int64_t rows = logits->shape[0];
     void *scratch = NULL;
     if ((st = tr_cuda_scratch(c, (size_t)rows * 8 + 16, &scratch, err)) != TR_OK) return st;
-    return tr_cu_cross_entropy(c->stream, logits->dtype, logits->data, labels->data, labels->dtype, rows,
-                               logits->shape[1], at->ints[1] != 0, (long long)at->ints[0], out->data, scratch, c->flag,
-                               err);
+    return TR_CU_LAUNCH(c, tr_cu_cross_entropy(c->stream, logits->dtype, logits->data, labels->data, labels->dtype,
+                                               rows, logits->shape[1], at->ints[1] != 0, (long long)at->ints[0],
+                                               out->data, scratch, c->flag, err));
 }
 
 static int run_adamw(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *in,
@@ -400,8 +408,9 @@ static int run_adamw(struct tr_cuda_ctx *c, const struct tr_attrs *at, const str
         return tr_error_set(err, TR_ERR_SHAPE, "adamw_step: param/out %s with m, v (f32, its shape), lr and step (one "
                             "f32 each) expected", tr_cpu_desc(out, d1, sizeof d1));
     const float *f = at->floats;
-    return tr_cu_adamw(c->stream, out->dtype, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data, f[0], f[1],
-                       f[2], f[3], out->data, tr_tensor_numel(out), c->flag, err);
+    return TR_CU_LAUNCH(c,
+                        tr_cu_adamw(c->stream, out->dtype, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data,
+                                    f[0], f[1], f[2], f[3], out->data, tr_tensor_numel(out), c->flag, err));
 }
 
 /* ---- the training ops ---- */
@@ -418,7 +427,8 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
     case TR_OP_UNARY_GRAD:
     case TR_OP_SOFTMAX_GRAD:
     case TR_OP_LAYER_NORM_GRAD: {
-        const struct tr_tensor *x = &in[0], *dy = &in[op == TR_OP_LAYER_NORM_GRAD ? 2 : 1];
+        /* LAYER_NORM_GRAD with 2 inputs is (x, dy) without gamma: tr_k_layer_norm_grad's NULL */
+        const struct tr_tensor *x = &in[0], *dy = &in[op == TR_OP_LAYER_NORM_GRAD ? n_in - 1 : 1];
         if ((st = check_float(x, kn, "x", err)) != TR_OK) return st;
         if ((st = same_dtype_shape(x, out, kn, err)) != TR_OK || (st = same_dtype_shape(dy, out, kn, err)) != TR_OK)
             return st;
@@ -426,17 +436,17 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
         if (op == TR_OP_UNARY_GRAD) {
             if (!tr_op_is_elementwise_unary((int)a[0]))
                 return tr_error_set(err, TR_ERR_INVALID, "unary_grad: ints[0]=%lld is not a unary op", (long long)a[0]);
-            return tr_cu_unary_grad(c->stream, (int)a[0], x->dtype, x->data, dy->data, out->data, tr_tensor_numel(x),
-                                    (int)a[1], at->floats[0], err);
+            return TR_CU_LAUNCH(c, tr_cu_unary_grad(c->stream, (int)a[0], x->dtype, x->data, dy->data, out->data,
+                                                    tr_tensor_numel(x), (int)a[1], at->floats[0], err));
         }
         if (op == TR_OP_SOFTMAX_GRAD)
-            return tr_cu_softmax_grad(c->stream, x->dtype, x->data, dy->data, out->data, rows, n, err);
-        const struct tr_tensor *g = &in[1];
-        if (!is_float(g->dtype) || tr_tensor_numel(g) != n)
+            return TR_CU_LAUNCH(c, tr_cu_softmax_grad(c->stream, x->dtype, x->data, dy->data, out->data, rows, n, err));
+        const struct tr_tensor *g = n_in == 3 ? &in[1] : NULL;
+        if (g && (!is_float(g->dtype) || tr_tensor_numel(g) != n))
             return tr_error_set(err, TR_ERR_SHAPE, "layer_norm_grad: gamma %s should have %lld elements",
                                 tr_cpu_desc(g, d1, sizeof d1), (long long)n);
-        return tr_cu_layer_norm_grad(c->stream, x->dtype, x->data, g->data, g->dtype, dy->data, out->data, rows, n,
-                                     at->floats[0], err);
+        return TR_CU_LAUNCH(c, tr_cu_layer_norm_grad(c->stream, x->dtype, x->data, g ? g->data : NULL, g ? g->dtype : 0,
+                                                     dy->data, out->data, rows, n, at->floats[0], err));
     }
     case TR_OP_LAYER_NORM_GRAD_GAMMA: {
         const struct tr_tensor *x = &in[0], *dy = &in[1];
@@ -447,8 +457,8 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
                                 tr_cpu_desc(out, d1, sizeof d1), (long long)n);
         void *stats = NULL;
         if ((st = tr_cuda_scratch(c, (size_t)rows * 2 * sizeof(float) + 16, &stats, err)) != TR_OK) return st;
-        return tr_cu_layer_norm_grad_gamma(c->stream, x->dtype, x->data, dy->data, out->data, out->dtype, rows, n,
-                                           at->floats[0], stats, err);
+        return TR_CU_LAUNCH(c, tr_cu_layer_norm_grad_gamma(c->stream, x->dtype, x->data, dy->data, out->data,
+                                                           out->dtype, rows, n, at->floats[0], stats, err));
     }
     case TR_OP_EMBEDDING_GRAD: {
         const struct tr_tensor *ids = &in[0], *dy = &in[1];
@@ -463,8 +473,8 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
         if (out->dtype != TR_DTYPE_F32 &&
             (st = tr_cuda_scratch(c, (size_t)(V * D) * sizeof(float) + 16, &acc, err)) != TR_OK)
             return st;
-        return tr_cu_embedding_grad(c->stream, out->dtype, ids->data, ids->dtype, dy->data, out->data,
-                                    tr_tensor_numel(ids), D, V, acc, c->flag, err);
+        return TR_CU_LAUNCH(c, tr_cu_embedding_grad(c->stream, out->dtype, ids->data, ids->dtype, dy->data, out->data,
+                                                    tr_tensor_numel(ids), D, V, acc, c->flag, err));
     }
     case TR_OP_CROSS_ENTROPY_GRAD: {
         const struct tr_tensor *x = &in[0], *lab = &in[1], *dl = &in[2];
@@ -477,9 +487,9 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
                                 "one element", tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(lab, d2, sizeof d2));
         void *scr = NULL;
         if ((st = tr_cuda_scratch(c, 16, &scr, err)) != TR_OK) return st;
-        return tr_cu_cross_entropy_grad(c->stream, x->dtype, x->data, lab->data, lab->dtype, dl->data, dl->dtype,
-                                        x->shape[0], x->shape[1], a[1] != 0, (long long)a[0], scr, out->data, c->flag,
-                                        err);
+        return TR_CU_LAUNCH(c, tr_cu_cross_entropy_grad(c->stream, x->dtype, x->data, lab->data, lab->dtype, dl->data,
+                                                        dl->dtype, x->shape[0], x->shape[1], a[1] != 0, (long long)a[0],
+                                                        scr, out->data, c->flag, err));
     }
     case TR_OP_MAX_GRAD: {
         const struct tr_tensor *x = &in[0], *dy = &in[1];
@@ -491,7 +501,8 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
         int64_t outer = 1, inner = 1;
         for (int i = 0; i < ax; i++) outer *= x->shape[i];
         for (int i = ax + 1; i < x->ndim; i++) inner *= x->shape[i];
-        return tr_cu_max_grad(c->stream, x->dtype, x->data, dy->data, out->data, outer, x->shape[ax], inner, err);
+        return TR_CU_LAUNCH(
+            c, tr_cu_max_grad(c->stream, x->dtype, x->data, dy->data, out->data, outer, x->shape[ax], inner, err));
     }
     case TR_OP_SLICE_GRAD: {
         const struct tr_tensor *dy = &in[0];
@@ -504,7 +515,8 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
             return tr_error_set(err, TR_ERR_SHAPE, "slice_grad: dy %s does not fit dx %s at axis %lld start %lld step %lld",
                                 tr_cpu_desc(dy, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2), (long long)a[0],
                                 (long long)a[1], (long long)a[3]);
-        if ((st = tr_cu_fill_zero(c->stream, out->data, tr_tensor_nbytes(out), err)) != TR_OK) return st;
+        if ((st = TR_CU_LAUNCH(c, tr_cu_fill_zero(c->stream, out->data, tr_tensor_nbytes(out), err))) != TR_OK)
+            return st;
         int64_t ds[TR_MAX_DIMS], os[TR_MAX_DIMS];
         contiguous_strides(dy->ndim, dy->shape, ds);
         contiguous_strides(out->ndim, out->shape, os);
@@ -518,7 +530,7 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
         if ((st = check_float(p, kn, "pred", err)) != TR_OK || (st = same_dtype_shape(p, t, kn, err)) != TR_OK) return st;
         if (out->dtype != TR_DTYPE_F32 || tr_tensor_numel(out) != 1)
             return tr_error_set(err, TR_ERR_SHAPE, "mse: out %s should be one f32", tr_cpu_desc(out, d1, sizeof d1));
-        return tr_cu_mse(c->stream, p->dtype, p->data, t->data, tr_tensor_numel(p), out->data, err);
+        return TR_CU_LAUNCH(c, tr_cu_mse(c->stream, p->dtype, p->data, t->data, tr_tensor_numel(p), out->data, err));
     }
     default: return tr_error_set(err, TR_ERR_INTERNAL, "cuda training op %s", kn);
     }
@@ -554,8 +566,9 @@ static int run_rms_norm(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at
     void *rstd = NULL;
     if (op == TR_OP_RMS_NORM_GRAD_W && (st = tr_cuda_scratch(c, (size_t)rows * sizeof(float) + 16, &rstd, err)) != TR_OK)
         return st;
-    return tr_cu_rms_norm(c->stream, op, x->dtype, x->data, w ? w->data : NULL, w ? w->dtype : 0, dy ? dy->data : NULL,
-                          out->data, out->dtype, rows, n, eps, (int)at->ints[0], rstd, err);
+    return TR_CU_LAUNCH(c, tr_cu_rms_norm(c->stream, op, x->dtype, x->data, w ? w->data : NULL, w ? w->dtype : 0,
+                                          dy ? dy->data : NULL, out->data, out->dtype, rows, n, eps, (int)at->ints[0],
+                                          rstd, err));
 }
 
 static int run_rope(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *x,
@@ -576,14 +589,15 @@ static int run_rope(struct tr_cuda_ctx *c, const struct tr_attrs *at, const stru
         return tr_error_set(err, TR_ERR_INVALID, "rope: rotated dims ints[0]=%lld (even, at most D=%lld) or inverse "
                             "ints[1]=%lld (0 or 1) out of range", (long long)at->ints[0], (long long)D,
                             (long long)at->ints[1]);
-    return tr_cu_rope(c->stream, x->dtype, x->data, pos->data, pos->dtype, pos->ndim == 2, out->data, x->shape[0],
-                      x->shape[1], x->shape[2], D, R, at->floats[0], (int)at->ints[1], err);
+    return TR_CU_LAUNCH(c,
+                        tr_cu_rope(c->stream, x->dtype, x->data, pos->data, pos->dtype, pos->ndim == 2, out->data,
+                                   x->shape[0], x->shape[1], x->shape[2], D, R, at->floats[0], (int)at->ints[1], err));
 }
 
 int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
                 struct tr_tensor *out, struct tr_error *err) {
     struct tr_cuda_ctx *c = k->cuda;
-    if (!c) return tr_error_set(err, TR_ERR_INTERNAL, "tr_kernels_run: cuda context without its CUDA state");
+    if (!c) return tr_error_set(err, TR_ERR_INTERNAL, "%s: cuda context without its CUDA state", tr_op_name(op));
     if (op == TR_OP_MATMUL)
         return tr_cuda_matmul(k, &in[0], &in[1], out, at->ints[0] != 0, at->ints[1] != 0, at->floats[0], NULL,
                               TR_ACT_NONE, err);

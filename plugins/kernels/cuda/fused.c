@@ -85,9 +85,11 @@ int tr_cuda_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tenso
         st = tr_error_set(err, TR_ERR_INVALID, "%s: eps %g should be finite and >= 0", kn, (double)eps);
     if (st) return st;
     k->stats.calls++;
-    return tr_cu_bias_residual_ln(k->cuda->stream, x->dtype, x->data, bias ? bias->data : NULL, bias ? bias->dtype : 0,
-                                  residual ? residual->data : NULL, gamma ? gamma->data : NULL, gamma ? gamma->dtype : 0,
-                                  beta ? beta->data : NULL, beta ? beta->dtype : 0, out->data, rows, D, eps, err);
+    return TR_CU_LAUNCH(k->cuda, tr_cu_bias_residual_ln(k->cuda->stream, x->dtype, x->data, bias ? bias->data : NULL,
+                                                        bias ? bias->dtype : 0, residual ? residual->data : NULL,
+                                                        gamma ? gamma->data : NULL, gamma ? gamma->dtype : 0,
+                                                        beta ? beta->data : NULL, beta ? beta->dtype : 0, out->data,
+                                                        rows, D, eps, err));
 }
 
 int tr_cuda_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, float scale,
@@ -111,8 +113,9 @@ int tr_cuda_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, 
                             tr_cpu_desc(mask, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2));
     int64_t D = x->shape[x->ndim - 1], rows = D ? tr_tensor_numel(x) / D : 0;
     k->stats.calls++;
-    return tr_cu_scale_mask_softmax(k->cuda->stream, x->dtype, x->data, scale, mask ? mask->data : NULL,
-                                    mask ? mask->dtype : 0, &L, &mi, out->data, rows, D, err);
+    return TR_CU_LAUNCH(k->cuda,
+                        tr_cu_scale_mask_softmax(k->cuda->stream, x->dtype, x->data, scale, mask ? mask->data : NULL,
+                                                 mask ? mask->dtype : 0, &L, &mi, out->data, rows, D, err));
 }
 
 int tr_cuda_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct tr_tensor *tables,
@@ -156,7 +159,8 @@ int tr_cuda_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct t
     if (!(eps >= 0.0f) || !isfinite(eps))
         return tr_error_set(err, TR_ERR_INVALID, "%s: eps %g should be finite and >= 0", kn, (double)eps);
     k->stats.calls++;
-    return tr_cu_embedding_sum_ln(k->cuda->stream, out->dtype, &E, &L, gamma ? gamma->data : NULL,
-                                  gamma ? gamma->dtype : 0, beta ? beta->data : NULL, beta ? beta->dtype : 0, out->data,
-                                  rows, D, eps, k->cuda->flag, err);
+    return TR_CU_LAUNCH(k->cuda,
+                        tr_cu_embedding_sum_ln(k->cuda->stream, out->dtype, &E, &L, gamma ? gamma->data : NULL,
+                                               gamma ? gamma->dtype : 0, beta ? beta->data : NULL,
+                                               beta ? beta->dtype : 0, out->data, rows, D, eps, k->cuda->flag, err));
 }

@@ -1,10 +1,15 @@
 /* GEMM on CUDA through cuBLASLt: c = act(alpha · op(a) · op(b) + bias), batch axes
  * broadcast as one strided batch (host/gemm_plan.c maps the row-major shapes onto
- * cuBLASLt's column-major view). f32 accumulation for every dtype (TF32 only when the
- * context allows it). The bias and the activations cuBLASLt has (ReLU, tanh-GELU) run as
- * its epilogues; erf-GELU, tanh and SiLU, and a bias of another dtype than c, run as one
+ * cuBLASLt's column-major view). f32 accumulation for every dtype; f32 data in TF32 when
+ * the context's math is TF32 (tr_kernels_set_math), strict f32 otherwise (DEFAULT, F32,
+ * BF16: bf16 data is always computed with f32 accumulation). The compute type is part
+ * of the plan key, so a math change never reuses a plan made for the other mode. The
+ * bias and the activations cuBLASLt has (ReLU, tanh-GELU) run as its epilogues; erf-GELU, tanh and SiLU, and a bias of another dtype than c, run as one
  * elementwise kernel after it. A plan (descriptors, layouts and the algorithm the
- * heuristic chose) is made once per shape and kept in the context's LRU cache. */
+ * heuristic chose) is made once per shape and kept in the context's LRU cache; a bound
+ * GEMM (tr_kernels_bind_matmul) owns a plan of its own, made at bind with its bias
+ * pointer set, so that the LRU cannot evict it and its call only queues cublasLtMatmul
+ * (and the elementwise epilogue), without a lookup, an allocation or a sync. */
 #include <stdlib.h>
 #include <cublasLt.h>
 #include "../cpu/cpu_internal.h"
@@ -117,11 +122,25 @@ static int check_operand(const struct tr_tensor *t, const char *what, struct tr_
     return TR_OK;
 }
 
-int tr_cuda_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr_tensor *b, struct tr_tensor *c,
-                   int trans_a, int trans_b, float alpha, const struct tr_tensor *bias, enum tr_act act,
-                   struct tr_error *err) {
-    struct tr_cuda_ctx *cx = k->cuda;
+/* What one GEMM is, once checked: its shape, the epilogue cuBLASLt does, what is left
+ * for the elementwise kernel after it, and the plan key. */
+struct gemm_args {
+    struct tr_cuda_gemm_shape s;
+    struct tr_cuda_gemm_key key;
+    int64_t rows;           /* M·batch */
+    int dtype;              /* c's */
+    int bias_in_lt, post_bias, post_act;
+    int bias_dtype;
+    enum tr_act act;
+    cublasLtEpilogue_t epi;
+};
+
+static int gemm_check(struct tr_kernels *k, const struct tr_tensor *a, const struct tr_tensor *b,
+                      const struct tr_tensor *c, int trans_a, int trans_b, const struct tr_tensor *bias,
+                      enum tr_act act, struct gemm_args *g, struct tr_error *err) {
     char d1[200], d2[200];
+    if (!k || k->device_type != TR_DEVICE_CUDA || !k->cuda)
+        return tr_error_set(err, TR_ERR_INVALID, "matmul: not a cuda kernels context");
     int st = check_operand(a, "a", err);
     if (!st) st = check_operand(b, "b", err);
     if (!st) st = check_operand(c, "c", err);
@@ -130,58 +149,142 @@ int tr_cuda_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct
     if (a->dtype != b->dtype || a->dtype != c->dtype)
         return tr_error_set(err, TR_ERR_SHAPE, "matmul: a %s, b %s and c should share one dtype",
                             tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2));
-    struct tr_cuda_gemm_shape s;
-    if ((st = tr_cuda_gemm_shape(a, b, c, trans_a, trans_b, &s, err)) != TR_OK) return st;
-    if (bias && (bias->ndim < 1 || tr_tensor_numel(bias) != s.N || bias->shape[bias->ndim - 1] != s.N ||
+    if ((unsigned)act > TR_ACT_SILU)
+        return tr_error_set(err, TR_ERR_INVALID, "matmul: unknown activation %d", (int)act);
+    memset(g, 0, sizeof *g);
+    struct tr_cuda_gemm_shape *s = &g->s;
+    if ((st = tr_cuda_gemm_shape(a, b, c, trans_a, trans_b, s, err)) != TR_OK) return st;
+    if (bias && (bias->ndim < 1 || tr_tensor_numel(bias) != s->N || bias->shape[bias->ndim - 1] != s->N ||
                  (bias->dtype != a->dtype && bias->dtype != TR_DTYPE_F32)))
         return tr_error_set(err, TR_ERR_SHAPE, "matmul: bias %s should have shape [%lld] and be %s (as a) or f32",
-                            tr_cpu_desc(bias, d1, sizeof d1), (long long)s.N, tr_dtype_name((enum tr_dtype)a->dtype));
-    k->stats.calls++;
-    k->stats.gemm_calls++;
-    int64_t rows = s.M * s.batch;
-    if (rows * s.N == 0) return TR_OK;
-    if (s.K == 0) { /* the sum is empty: c = act(bias) */
-        st = tr_cu_fill_zero(cx->stream, c->data, tr_tensor_nbytes(c), err);
-        if (!st && (bias || act != TR_ACT_NONE))
-            st = tr_cu_bias_act(cx->stream, c->dtype, c->data, bias ? bias->data : NULL, bias ? bias->dtype : 0, rows,
-                                s.N, act, err);
-        return st;
-    }
+                            tr_cpu_desc(bias, d1, sizeof d1), (long long)s->N, tr_dtype_name((enum tr_dtype)a->dtype));
+    g->rows = s->M * s->batch;
+    g->dtype = c->dtype;
+    g->act = act;
+    g->bias_dtype = bias ? bias->dtype : 0;
     /* what cuBLASLt does itself, and what is left for one kernel after it */
-    int bias_in_lt = bias && bias->dtype == c->dtype;
+    g->bias_in_lt = bias && bias->dtype == c->dtype;
     int act_in_lt = act == TR_ACT_NONE || act == TR_ACT_RELU || act == TR_ACT_GELU_TANH;
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-    if (act_in_lt && act == TR_ACT_RELU) epi = bias_in_lt ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-    else if (act_in_lt && act == TR_ACT_GELU_TANH) epi = bias_in_lt ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-    else if (bias_in_lt) epi = CUBLASLT_EPILOGUE_BIAS;
+    if (act_in_lt && act == TR_ACT_RELU)
+        epi = g->bias_in_lt ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    else if (act_in_lt && act == TR_ACT_GELU_TANH)
+        epi = g->bias_in_lt ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    else if (g->bias_in_lt)
+        epi = CUBLASLT_EPILOGUE_BIAS;
     /* a bias of another dtype comes after, and the activation with it */
-    int post_bias = bias && !bias_in_lt;
-    int post_act = act != TR_ACT_NONE && (!act_in_lt || post_bias);
-    if (post_bias && act_in_lt && act != TR_ACT_NONE) epi = CUBLASLT_EPILOGUE_DEFAULT;
+    g->post_bias = bias && !g->bias_in_lt;
+    g->post_act = act != TR_ACT_NONE && (!act_in_lt || g->post_bias);
+    if (g->post_bias && act_in_lt && act != TR_ACT_NONE) epi = CUBLASLT_EPILOGUE_DEFAULT;
+    g->epi = epi;
     cublasComputeType_t compute =
-        a->dtype == TR_DTYPE_F32 && cx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    int align = tr_cuda_ptr_align(a->data, b->data, c->data, bias_in_lt ? bias->data : NULL);
-    struct tr_cuda_gemm_key key;
-    tr_cuda_gemm_key_make(&key, &s, a->dtype, c->dtype, bias_in_lt ? bias->dtype : -1, (int)epi, (int)compute, align);
-    struct gemm_plan *g = tr_cuda_plan_cache_get(cx->gemm_plans, &key, sizeof key);
-    if (!g) {
-        if ((st = make_plan(cx, &key, &s, &g, err)) != TR_OK) return st;
-        if ((st = tr_cuda_plan_cache_put(cx->gemm_plans, &key, sizeof key, g, err)) != TR_OK) return st;
-    }
-    if (bias_in_lt) {
-        const void *bp = bias->data;
-        st = lt_status(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
-                       "bias pointer", err);
-        if (st) return st;
+        a->dtype == TR_DTYPE_F32 && k->math == TR_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    int align = tr_cuda_ptr_align(a->data, b->data, c->data, g->bias_in_lt ? bias->data : NULL);
+    tr_cuda_gemm_key_make(&g->key, s, a->dtype, c->dtype, g->bias_in_lt ? bias->dtype : -1, (int)epi, (int)compute,
+                          align);
+    return TR_OK;
+}
+
+/* No product to compute: rows·N == 0, or K == 0 (the sum is empty: c = act(bias)). */
+static int gemm_trivial(const struct gemm_args *g) { return g->rows * g->s.N == 0 || g->s.K == 0; }
+
+/* Queues the GEMM on plan p (NULL when gemm_trivial) and its elementwise epilogue. */
+static int gemm_launch(struct tr_cuda_ctx *cx, const struct gemm_args *g, struct gemm_plan *p, float alpha,
+                       const void *A, const void *B, void *C, const void *bias, struct tr_error *err) {
+    int st;
+    if (g->rows * g->s.N == 0) return TR_OK;
+    if (g->s.K == 0) {
+        st = tr_cu_fill_zero(cx->stream, C, (size_t)(g->rows * g->s.N) * tr_dtype_size((enum tr_dtype)g->dtype), err);
+        if (!st && (bias || g->act != TR_ACT_NONE))
+            st = tr_cu_bias_act(cx->stream, g->dtype, C, bias, bias ? g->bias_dtype : 0, g->rows, g->s.N, g->act, err);
+        return st;
     }
     const float beta = 0.0f;
-    st = lt_status(cublasLtMatmul((cublasLtHandle_t)cx->lt, g->op, &alpha, b->data, g->l1, a->data, g->l2, &beta,
-                                  c->data, g->lc, c->data, g->lc, &g->algo, cx->workspace, cx->workspace_size,
-                                  cx->stream),
+    st = lt_status(cublasLtMatmul((cublasLtHandle_t)cx->lt, p->op, &alpha, B, p->l1, A, p->l2, &beta, C, p->lc, C,
+                                  p->lc, &p->algo, cx->workspace, cx->workspace_size, cx->stream),
                    "cublasLtMatmul", err);
     if (st) return st;
-    if (post_bias || post_act)
-        st = tr_cu_bias_act(cx->stream, c->dtype, c->data, post_bias ? bias->data : NULL, post_bias ? bias->dtype : 0,
-                            rows, s.N, post_act ? act : TR_ACT_NONE, err);
+    if (g->post_bias || g->post_act)
+        st = tr_cu_bias_act(cx->stream, g->dtype, C, g->post_bias ? bias : NULL, g->post_bias ? g->bias_dtype : 0,
+                            g->rows, g->s.N, g->post_act ? g->act : TR_ACT_NONE, err);
     return st;
+}
+
+static int set_bias_pointer(struct gemm_plan *p, const void *bias, struct tr_error *err) {
+    return lt_status(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
+                     "bias pointer", err);
+}
+
+int tr_cuda_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr_tensor *b, struct tr_tensor *c,
+                   int trans_a, int trans_b, float alpha, const struct tr_tensor *bias, enum tr_act act,
+                   struct tr_error *err) {
+    struct gemm_args g;
+    int st = gemm_check(k, a, b, c, trans_a, trans_b, bias, act, &g, err);
+    if (st) return st;
+    struct tr_cuda_ctx *cx = k->cuda;
+    struct gemm_plan *p = NULL;
+    if (!gemm_trivial(&g)) {
+        p = tr_cuda_plan_cache_get(cx->gemm_plans, &g.key, sizeof g.key);
+        if (!p) {
+            if ((st = make_plan(cx, &g.key, &g.s, &p, err)) != TR_OK) return st;
+            if ((st = tr_cuda_plan_cache_put(cx->gemm_plans, &g.key, sizeof g.key, p, err)) != TR_OK) return st;
+        }
+        if (g.bias_in_lt && (st = set_bias_pointer(p, bias->data, err)) != TR_OK) return st;
+    }
+    if (cx->dry) return TR_OK; /* checked, and the plan made: what a bind wants */
+    k->stats.calls++;
+    k->stats.gemm_calls++;
+    return gemm_launch(cx, &g, p, alpha, a->data, b->data, c->data, bias ? bias->data : NULL, err);
+}
+
+/* ---- bound ---- */
+
+struct gemm_bound {
+    struct tr_cpu_prepared base;    /* first: tr_kernels_unbind releases through it */
+    struct gemm_args g;
+    struct gemm_plan *plan;         /* owned (NULL when the product is trivial) */
+    float alpha;
+    const void *A, *B, *bias;
+    void *C;
+};
+
+static void gemm_bound_release(void *self) {
+    struct gemm_bound *b = self;
+    tr_cuda_gemm_release(b->plan);
+    free(b);
+}
+
+static int gemm_bound_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    const struct gemm_bound *b = c->prepared;
+    k->stats.calls++;
+    k->stats.gemm_calls++;
+    return gemm_launch(k->cuda, &b->g, b->plan, b->alpha, b->A, b->B, b->C, b->bias, err);
+}
+
+int tr_cuda_bind_matmul(struct tr_kernels *k, struct tr_kernel_call *c, const struct tr_tensor *bias, enum tr_act act,
+                        struct tr_error *err) {
+    struct gemm_args g;
+    int st = gemm_check(k, &c->in[0], &c->in[1], &c->out, c->attrs.ints[0] != 0, c->attrs.ints[1] != 0, bias, act, &g,
+                        err);
+    if (st) return st;
+    struct gemm_bound *b = calloc(1, sizeof *b);
+    if (!b) return tr_error_set(err, TR_ERR_NOMEM, "matmul: no host memory for a bound call");
+    b->base.release = gemm_bound_release;
+    b->g = g;
+    b->alpha = c->attrs.floats[0];
+    b->A = c->in[0].data;
+    b->B = c->in[1].data;
+    b->C = c->out.data;
+    b->bias = bias ? bias->data : NULL;
+    if (!gemm_trivial(&g)) {
+        st = make_plan(k->cuda, &g.key, &g.s, &b->plan, err);
+        if (!st && g.bias_in_lt) st = set_bias_pointer(b->plan, b->bias, err);
+        if (st) {
+            gemm_bound_release(b);
+            return st;
+        }
+    }
+    c->prepared = b;
+    c->fn = gemm_bound_call;
+    return TR_OK;
 }

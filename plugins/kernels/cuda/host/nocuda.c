@@ -74,6 +74,23 @@ int tr_cuda_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct t
     return tr_error_set(err, TR_ERR_DEVICE, "%s", no_cuda);
 }
 
+int tr_cuda_random(struct tr_kernels *k, int dist, uint64_t seed, float a, float b, struct tr_tensor *out,
+                   struct tr_error *err) {
+    (void)k, (void)dist, (void)seed, (void)a, (void)b, (void)out;
+    return tr_error_set(err, TR_ERR_DEVICE, "%s", no_cuda);
+}
+
+int tr_cuda_bind_matmul(struct tr_kernels *k, struct tr_kernel_call *c, const struct tr_tensor *bias, enum tr_act act,
+                        struct tr_error *err) {
+    (void)k, (void)c, (void)bias, (void)act;
+    return tr_error_set(err, TR_ERR_DEVICE, "%s", no_cuda);
+}
+
+int tr_cuda_set_dry(struct tr_kernels *k, int on) {
+    (void)k, (void)on;
+    return 0;
+}
+
 int tr_kernels_cuda_memory(const struct tr_kernels *k, struct tr_cuda_pool_stats *st, struct tr_error *err) {
     (void)k;
     if (st) memset(st, 0, sizeof *st);

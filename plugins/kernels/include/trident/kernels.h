@@ -13,7 +13,8 @@
  * them). Float inputs of one call share a dtype (f32, bf16, f16; f64 where noted);
  * bf16/f16 are computed with f32 accumulation and rounded to nearest even on store.
  * Every function returns a status and fills err with the kernel's name and the shapes
- * when it refuses its arguments.
+ * when it refuses its arguments. On a cuda context (trident/kernels_cuda.h) every
+ * function here runs its CUDA implementation, bound calls included.
  */
 #ifndef TRIDENT_KERNELS_H
 #define TRIDENT_KERNELS_H
@@ -53,6 +54,11 @@ void tr_kernels_free(struct tr_kernels *k);
 int tr_kernels_device_type(const struct tr_kernels *k);
 void tr_kernels_get_stats(const struct tr_kernels *k, struct tr_kernels_stats *st);
 void tr_kernels_reset_stats(struct tr_kernels *k);
+/* How GEMMs compute from now on (enum tr_math, from [run] math). The cpu computes f32
+ * products in f32 and bf16 products with f32 accumulation, so DEFAULT, F32 and BF16 are
+ * accepted there and TF32 is refused; cuda maps TF32 to tensor-core f32 GEMMs. */
+int tr_kernels_set_math(struct tr_kernels *k, enum tr_math m, struct tr_error *err);
+enum tr_math tr_kernels_math(const struct tr_kernels *k);
 /* Whether this build has a device type (the cpu always; cuda where nvcc was found and a
  * device is present). Fills err with the reason when not. */
 int tr_kernels_device_available(int device_type, struct tr_error *err);
@@ -129,6 +135,17 @@ int tr_k_cast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor 
 int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                    const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal,
                    int window, struct tr_tensor *out, struct tr_error *err);
+
+/* Random fill (synthetic data, dropout masks, initialisation): out (f32, bf16, f16; f64
+ * on the cpu) = uniform in [a, b) (TR_RANDOM_UNIFORM, a < b) or normal with mean a and
+ * standard deviation b (TR_RANDOM_NORMAL, b >= 0), a pure function of seed and the
+ * element's index on each device: the same seed gives the same bits on one device,
+ * whatever the threads. The cpu draws from trident/rng.h's counter-based stream; cuda
+ * from cuRAND's Philox generator on the context's stream (other values than the cpu's,
+ * the same distribution). */
+enum tr_random_dist { TR_RANDOM_UNIFORM = 0, TR_RANDOM_NORMAL = 1 };
+int tr_k_random(struct tr_kernels *k, enum tr_random_dist dist, uint64_t seed, float a, float b, struct tr_tensor *out,
+                struct tr_error *err);
 
 /* ---- bound calls (for executors that replay a fixed schedule) ----
  * tr_kernels_bind checks one op's arguments once (everything tr_kernels_run checks),

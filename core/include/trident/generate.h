@@ -1,0 +1,129 @@
+/* trident — the generate task: text generation with a KV cache, on one backend.
+ *
+ * A model's generate passes (model.h, struct tr_generate_i) are built once for a batch,
+ * a prompt length T and max_length; a tr_generator compiles both on one backend (each
+ * once) and preallocates the cache for max_length. One call, tr_generator_run, is one
+ * whole generate of the batch (the Keras benchmark's step): the prefill pass over the
+ * prompts gives the first new token, then the decode pass runs once per further token
+ * (max_length - T new tokens in all, max_length - T - 1 decode passes), fed its position
+ * through its inputs so its shapes never change; between passes the host writes the new
+ * cache entries into the cache and chooses the tokens:
+ *   greedy   argmax of the logits (the lowest id on a tie), as HF's do_sample=False;
+ *   top_k    softmax(logits / temperature) over the top_k largest, drawn with a
+ *            counter-based generator keyed by (seed, sample, position): the same seed
+ *            gives the same tokens on every backend and every call.
+ *
+ * [generate] keys (tr_generate_config_resolve; errors name FILE:LINE, key and value):
+ *   max_length   50      prompt + new tokens (the Keras benchmark's max_length)
+ *   prompt_len   5       T (the benchmark's 5-word prompts); less than max_length
+ *   sampling     greedy  greedy | top_k
+ *   top_k        50      1 .. TR_GENERATE_TOP_K_MAX (vocab_size when larger)
+ *   temperature  1.0
+ *   seed         [run] seed
+ */
+#ifndef TRIDENT_GENERATE_H
+#define TRIDENT_GENERATE_H
+
+#include <stdint.h>
+#include "trident/backend.h"
+#include "trident/config.h"
+#include "trident/graph.h"
+#include "trident/loader.h"
+#include "trident/model.h"
+#include "trident/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TR_GENERATE_TOP_K_MAX 1024
+
+struct tr_generate_config {
+    int64_t max_length;
+    int64_t prompt_len;
+    char sampling[64];          /* "greedy" or "top_k" */
+    int64_t top_k;
+    double temperature;
+    int64_t seed;
+    int top_k_sampling;         /* sampling == "top_k" */
+};
+
+/* Defaults (seed: run_seed), then the [generate] section of cfg (may be NULL). Checks
+ * sampling's value and prompt_len < max_length. */
+int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, struct tr_generate_config *gc,
+                               struct tr_error *err);
+
+/* The two passes of a model, built from a resolved model config; decode's PARAMs are
+ * bound to prefill's memory by name once prefill's are (tr_generate_share_params). */
+struct tr_generate_graphs {
+    struct tr_generate_opts opts;
+    struct tr_generate_plan plan;
+    struct tr_graph *prefill, *decode;
+};
+
+int tr_generate_build(const struct tr_model_desc *m, const void *config, const struct tr_generate_opts *o,
+                      struct tr_generate_graphs *gg, struct tr_error *err);
+void tr_generate_graphs_free(struct tr_generate_graphs *gg);
+int tr_generate_share_params(struct tr_generate_graphs *gg, struct tr_error *err);
+
+/* Bytes a run needs, estimated before anything is allocated: the weights, the cache (the
+ * decode pass's inputs: the cache tensors and the small per-token inputs), and the
+ * activations of the larger pass (every node's output counted, no reuse: an upper bound). */
+struct tr_generate_memory {
+    uint64_t weights, kv_cache, activations, total;
+};
+void tr_generate_memory_estimate(const struct tr_generate_graphs *gg, struct tr_generate_memory *mem);
+/* MemAvailable of /proc/meminfo in bytes (sysinfo's free + buffers where it is missing). */
+int tr_host_mem_available(uint64_t *bytes, struct tr_error *err);
+
+/* One backend's compiled passes, cache and buffers. The model config and gg stay the
+ * caller's and must outlive the generator. */
+struct tr_generator;
+
+int tr_generator_init(struct tr_backend *be, const struct tr_model_desc *m, const void *config,
+                      const struct tr_generate_graphs *gg, const struct tr_generate_config *gc,
+                      struct tr_generator **out, struct tr_error *err);
+void tr_generator_free(struct tr_generator *gen);
+
+struct tr_generate_times {
+    double prefill_ms;          /* the prefill pass, its cache write and the first tokens */
+    double decode_ms;           /* every decode pass, cache write and token choice */
+    double cache_write_ms;      /* of which: the host writing new entries into the cache */
+    int64_t decode_passes;
+};
+
+/* Called after each pass with its logits [B,V] (host; valid during the call); step 0 is
+ * the prefill's. */
+typedef void (*tr_generate_logits_fn)(void *user, int64_t step, const struct tr_tensor *logits);
+
+/* One generate call for the batch of prompts `prompt` (the prefill inputs, host).
+ * tokens: [B, max_length - T] new tokens, written here. times and on_logits may be NULL. */
+int tr_generator_run(struct tr_generator *gen, const struct tr_tensor *prompt, int32_t *tokens,
+                     struct tr_generate_times *times, tr_generate_logits_fn on_logits, void *user,
+                     struct tr_error *err);
+
+/* Stats of the decode program after its last execute, and of the prefill program. */
+int tr_generator_stats(struct tr_generator *gen, struct tr_backend_stats *decode, struct tr_backend_stats *prefill,
+                       struct tr_error *err);
+/* Programs compiled and passes executed so far: (2, calls, calls · decode_passes). */
+void tr_generator_counts(const struct tr_generator *gen, int *compiles, int64_t *prefills, int64_t *decodes);
+
+/* The token the config chooses from row b of logits (contiguous host [B,V]) for sequence
+ * position pos (the position the token will take; top_k draws number (seed, b, pos)). */
+int32_t tr_generate_pick(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b,
+                         int64_t pos);
+
+/* The runner's generate task (generate_bench.c), called by tr_bench_run with the task
+ * graph built: the memory check (the estimate against MemAvailable, both said) before
+ * the weights are made, then each backend's generator: compile, `warmup` calls (the first
+ * timed on its own), `steps` timed calls, the tokens and the first logits compared with
+ * the first backend's. Fills rep as tr_bench_run does. */
+struct tr_bench_report;
+struct tr_task_graph;
+int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_bench_report *rep,
+                      struct tr_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,380 @@
+/* The generate task (generate.h): its [generate] keys, the two passes, one backend's
+ * generator (compiled passes, static KV cache, the token loop) and the runner that puts
+ * every backend's generator side by side (tr_generate_bench, called by tr_bench_run).
+ *
+ * The cache lives in host memory as the decode pass's cache inputs: a backend sees the
+ * whole cache as inputs on every token. That keeps the ABI 1.0 contract (inputs in, outputs
+ * out) and static shapes, at the cost of moving the cache across the boundary per token;
+ * the report's cache figures say what that costs. */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+#include "trident/bench.h"
+#include "trident/generate.h"
+#include "trident/kernels.h"
+#include "trident/loader.h"
+#include "trident/rng.h"
+#include "trident/weights.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* ---- [generate] ---- */
+
+#define KEY(field, type, lo, hi, doc) {#field, type, offsetof(struct tr_generate_config, field), lo, hi, doc}
+static const struct tr_model_key generate_keys[] = {
+    KEY(max_length, TR_KEY_INT, 2, 1e7, "prompt + new tokens"),
+    KEY(prompt_len, TR_KEY_INT, 1, 1e7, "prompt tokens (left-padded to it)"),
+    KEY(sampling, TR_KEY_STRING, 0, 0, "greedy or top_k"),
+    KEY(top_k, TR_KEY_INT, 1, TR_GENERATE_TOP_K_MAX, "top_k sampling draws from the top_k largest logits"),
+    KEY(temperature, TR_KEY_FLOAT, 1e-6, 1e6, "top_k sampling divides the logits by it"),
+    KEY(seed, TR_KEY_INT, 0, 9007199254740992.0, "top_k sampling's seed"),
+};
+
+static int key_line(const struct tr_config *cfg, const char *key) {
+    for (int i = 0; cfg && i < cfg->n_kv; i++)
+        if (!strcmp(cfg->kv[i].section, "generate") && !strcmp(cfg->kv[i].key, key)) return cfg->kv[i].line;
+    return 0;
+}
+
+int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, struct tr_generate_config *gc,
+                               struct tr_error *err) {
+    memset(gc, 0, sizeof *gc);
+    gc->max_length = 50;
+    gc->prompt_len = 5;
+    strcpy(gc->sampling, "greedy");
+    gc->top_k = 50;
+    gc->temperature = 1.0;
+    gc->seed = (int64_t)(run_seed & ((1ull << 53) - 1));
+    if (!cfg) return TR_OK;
+    const char *file = cfg->file;
+    int rc = tr_keys_apply(cfg, "generate", generate_keys, (int)(sizeof generate_keys / sizeof generate_keys[0]),
+                           "generate", gc, err);
+    if (rc) return rc;
+    if (strcmp(gc->sampling, "greedy") != 0 && strcmp(gc->sampling, "top_k") != 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] sampling = %s: expected greedy or top_k", file,
+                            key_line(cfg, "sampling"), gc->sampling);
+    gc->top_k_sampling = strcmp(gc->sampling, "top_k") == 0;
+    if (gc->prompt_len >= gc->max_length) {
+        int line = key_line(cfg, "prompt_len") ? key_line(cfg, "prompt_len") : key_line(cfg, "max_length");
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s:%d: [generate] prompt_len = %lld, max_length = %lld: expected prompt_len < max_length "
+                            "(max_length counts the prompt and the new tokens)",
+                            file, line, (long long)gc->prompt_len, (long long)gc->max_length);
+    }
+    return TR_OK;
+}
+
+/* ---- the passes ---- */
+
+int tr_generate_build(const struct tr_model_desc *m, const void *config, const struct tr_generate_opts *o,
+                      struct tr_generate_graphs *gg, struct tr_error *err) {
+    memset(gg, 0, sizeof *gg);
+    if (!m->generate || !m->generate->build || !m->generate->make_prompt || !m->generate->step_inputs)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "model '%s' has no generate passes", m->name);
+    gg->opts = *o;
+    int rc = tr_graph_init(&gg->prefill, err);
+    if (!rc) rc = tr_graph_init(&gg->decode, err);
+    if (!rc) rc = m->generate->build(config, o, gg->prefill, gg->decode, &gg->plan, err);
+    if (!rc) rc = tr_graph_status(gg->prefill, err);
+    if (!rc) rc = tr_graph_status(gg->decode, err);
+    const struct tr_generate_plan *p = &gg->plan;
+    if (!rc && (p->n_prompt_inputs != tr_graph_n_inputs(gg->prefill) ||
+                p->n_step_inputs + p->n_cache != tr_graph_n_inputs(gg->decode) ||
+                1 + p->n_cache != tr_graph_n_outputs(gg->prefill) || 1 + p->n_cache != tr_graph_n_outputs(gg->decode) ||
+                p->cache_slots < o->max_length - 1))
+        rc = tr_error_set(err, TR_ERR_INTERNAL,
+                          "model '%s': generate passes do not match their plan (%d prompt inputs, %d step inputs, %d "
+                          "cache tensors, %lld slots)",
+                          m->name, p->n_prompt_inputs, p->n_step_inputs, p->n_cache, (long long)p->cache_slots);
+    if (rc) tr_generate_graphs_free(gg);
+    return rc;
+}
+
+void tr_generate_graphs_free(struct tr_generate_graphs *gg) {
+    tr_graph_free(gg->prefill);
+    tr_graph_free(gg->decode);
+    memset(gg, 0, sizeof *gg);
+}
+
+int tr_generate_share_params(struct tr_generate_graphs *gg, struct tr_error *err) {
+    for (int i = 0; i < tr_graph_n_params(gg->decode); i++) {
+        int id = tr_graph_param(gg->decode, i);
+        const char *name = tr_node_name(gg->decode, id);
+        int src = tr_graph_find(gg->prefill, name);
+        const void *data = src >= 0 ? tr_node_data(gg->prefill, src) : NULL;
+        if (!data)
+            return tr_error_set(err, TR_ERR_INTERNAL, "generate: decode parameter '%s' has no bound twin in prefill",
+                                name);
+        int rc = tr_graph_bind_param(gg->decode, id, data, err);
+        if (rc) return tr_error_prefix(err, "generate: binding '%s'", name);
+    }
+    return TR_OK;
+}
+
+/* ---- memory ---- */
+
+static uint64_t node_bytes(const struct tr_graph *g, int id) {
+    struct tr_tensor t = tr_node_tensor(g, id);
+    return (uint64_t)tr_tensor_nbytes(&t);
+}
+
+/* Every computed node's output: an upper bound on one pass's activations. */
+static uint64_t activation_bytes(const struct tr_graph *g) {
+    uint64_t n = 0;
+    for (int id = 0; id < tr_graph_n_nodes(g); id++) {
+        int op = tr_node_op(g, id);
+        if (op != TR_OP_INPUT && op != TR_OP_PARAM && op != TR_OP_CONST) n += node_bytes(g, id);
+    }
+    return n;
+}
+
+void tr_generate_memory_estimate(const struct tr_generate_graphs *gg, struct tr_generate_memory *mem) {
+    memset(mem, 0, sizeof *mem);
+    mem->weights = tr_graph_param_bytes(gg->prefill);
+    for (int i = 0; i < tr_graph_n_inputs(gg->decode); i++) mem->kv_cache += node_bytes(gg->decode, tr_graph_input(gg->decode, i));
+    uint64_t a = activation_bytes(gg->prefill), b = activation_bytes(gg->decode);
+    mem->activations = a > b ? a : b;
+    mem->total = mem->weights + mem->kv_cache + mem->activations;
+}
+
+int tr_host_mem_available(uint64_t *bytes, struct tr_error *err) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            fclose(f);
+            *bytes = (uint64_t)kb * 1024;
+            return TR_OK;
+        }
+    }
+    if (f) fclose(f);
+    struct sysinfo si;
+    if (sysinfo(&si) != 0) return tr_error_set(err, TR_ERR_IO, "cannot read the available memory (/proc/meminfo, sysinfo)");
+    *bytes = ((uint64_t)si.freeram + (uint64_t)si.bufferram) * si.mem_unit;
+    return TR_OK;
+}
+
+/* ---- choosing tokens ---- */
+
+/* Logits are read by dtype, not through tr_tensor_get_f64: at batch 32 and a 256k
+ * vocabulary that is 8M reads per token, which would cost more than a GPU's decode pass. */
+static double logit(const struct tr_tensor *x, int64_t b, int64_t V, int64_t v) {
+    const int64_t i = b * V + v;
+    switch (x->dtype) {
+    case TR_DTYPE_F32: return ((const float *)x->data)[i];
+    case TR_DTYPE_BF16: return tr_bf16_to_f32(((const uint16_t *)x->data)[i]);
+    default: return tr_tensor_get_f64(x, i);
+    }
+}
+
+static int64_t argmax_f32(const float *r, int64_t V) {
+    int64_t best = 0;
+    float bv = -INFINITY;
+    for (int64_t v = 0; v < V; v++)
+        if (r[v] > bv) bv = r[v], best = v;
+    return best;
+}
+
+static int64_t argmax_bf16(const uint16_t *r, int64_t V) {
+    int64_t best = 0;
+    float bv = -INFINITY;
+    for (int64_t v = 0; v < V; v++) {
+        float x = tr_bf16_to_f32(r[v]);
+        if (x > bv) bv = x, best = v;
+    }
+    return best;
+}
+
+int32_t tr_generate_pick(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b, int64_t pos) {
+    const int64_t V = logits->shape[logits->ndim - 1];
+    if (!gc->top_k_sampling) {
+        if (logits->dtype == TR_DTYPE_F32) return (int32_t)argmax_f32((const float *)logits->data + b * V, V);
+        if (logits->dtype == TR_DTYPE_BF16) return (int32_t)argmax_bf16((const uint16_t *)logits->data + b * V, V);
+        int64_t best = 0;
+        double bv = -INFINITY;
+        for (int64_t v = 0; v < V; v++) {
+            double x = logit(logits, b, V, v);
+            if (x > bv) bv = x, best = v;
+        }
+        return (int32_t)best;
+    }
+    /* The k largest, kept sorted (largest first, lower id first on a tie); most logits
+     * fail the test against the smallest kept one. */
+    int64_t k = gc->top_k < V ? gc->top_k : V;
+    if (k > TR_GENERATE_TOP_K_MAX) k = TR_GENERATE_TOP_K_MAX;
+    if (k < 1) k = 1;
+    int64_t ids[TR_GENERATE_TOP_K_MAX];
+    double vals[TR_GENERATE_TOP_K_MAX];
+    int64_t n = 0;
+    for (int64_t v = 0; v < V; v++) {
+        double x = logit(logits, b, V, v);
+        if (n == k && !(x > vals[k - 1])) continue;
+        int64_t i = n < k ? n++ : k - 1;
+        while (i > 0 && x > vals[i - 1]) vals[i] = vals[i - 1], ids[i] = ids[i - 1], i--;
+        vals[i] = x, ids[i] = v;
+    }
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += exp((vals[i] - vals[0]) / gc->temperature);
+    const double u = tr_rng_uniform((uint64_t)gc->seed, tr_hash_str("generate.top_k"),
+                                    ((uint64_t)b << 32) | (uint64_t)pos) * sum;
+    double acc = 0;
+    int64_t pick = ids[n - 1];
+    for (int64_t i = 0; i < n; i++) {
+        acc += exp((vals[i] - vals[0]) / gc->temperature);
+        if (u < acc) {
+            pick = ids[i];
+            break;
+        }
+    }
+    return (int32_t)pick;
+}
+
+/* ---- one backend's generator ---- */
+
+struct tr_generator {
+    struct tr_backend *be;
+    const struct tr_model_desc *m;
+    const void *config;
+    const struct tr_generate_graphs *gg;
+    struct tr_generate_config gc;
+    struct tr_program *prefill, *decode;
+    struct tr_tensor *pre_out;  /* logits, then the prompt's cache entries */
+    struct tr_tensor *dec_in;   /* step inputs, then the cache */
+    struct tr_tensor *dec_out;  /* logits, then the fed token's entries */
+    int32_t *fed;
+    int64_t calls, prefills, decodes;
+};
+
+static int alloc_tensors(const struct tr_graph *g, int n, int (*node_of)(const struct tr_graph *, int),
+                         struct tr_tensor **out, struct tr_error *err) {
+    *out = calloc((size_t)(n ? n : 1), sizeof **out);
+    if (!*out) return tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory");
+    for (int i = 0; i < n; i++) {
+        struct tr_tensor *t = &(*out)[i];
+        *t = tr_node_tensor(g, node_of(g, i));
+        void *p;
+        int rc = tr_host_alloc(&p, tr_tensor_nbytes(t), err);
+        if (rc) return tr_error_prefix(err, "generate: %s", tr_node_name(g, node_of(g, i)));
+        memset(p, 0, tr_tensor_nbytes(t)); /* the cache: zeros until written, never NaN */
+        t->data = p;
+    }
+    return TR_OK;
+}
+
+static void free_tensors(struct tr_tensor *ts, int n) {
+    if (!ts) return;
+    for (int i = 0; i < n; i++) tr_host_free(ts[i].data);
+    free(ts);
+}
+
+int tr_generator_init(struct tr_backend *be, const struct tr_model_desc *m, const void *config,
+                      const struct tr_generate_graphs *gg, const struct tr_generate_config *gc,
+                      struct tr_generator **out, struct tr_error *err) {
+    *out = NULL;
+    struct tr_generator *gen = calloc(1, sizeof *gen);
+    if (!gen) return tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory");
+    *gen = (struct tr_generator){.be = be, .m = m, .config = config, .gg = gg, .gc = *gc};
+    const struct tr_generate_plan *p = &gg->plan;
+    int rc = tr_backend_compile(be, gg->prefill, &gen->prefill, err);
+    if (rc) tr_error_prefix(err, "compiling the prefill pass");
+    if (!rc && (rc = tr_backend_compile(be, gg->decode, &gen->decode, err)) != TR_OK)
+        tr_error_prefix(err, "compiling the decode pass");
+    if (!rc) rc = alloc_tensors(gg->prefill, 1 + p->n_cache, tr_graph_output, &gen->pre_out, err);
+    if (!rc) rc = alloc_tensors(gg->decode, p->n_step_inputs + p->n_cache, tr_graph_input, &gen->dec_in, err);
+    if (!rc) rc = alloc_tensors(gg->decode, 1 + p->n_cache, tr_graph_output, &gen->dec_out, err);
+    if (!rc && !(gen->fed = calloc((size_t)gg->opts.batch, sizeof *gen->fed)))
+        rc = tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory");
+    if (rc) {
+        tr_generator_free(gen);
+        return rc;
+    }
+    *out = gen;
+    return TR_OK;
+}
+
+void tr_generator_free(struct tr_generator *gen) {
+    if (!gen) return;
+    const struct tr_generate_plan *p = &gen->gg->plan;
+    free_tensors(gen->pre_out, 1 + p->n_cache);
+    free_tensors(gen->dec_in, p->n_step_inputs + p->n_cache);
+    free_tensors(gen->dec_out, 1 + p->n_cache);
+    free(gen->fed);
+    tr_program_free(gen->prefill);
+    tr_program_free(gen->decode);
+    free(gen);
+}
+
+/* n entries starting at slot `slot` of cache tensor c, from src (n slots on the same axis). */
+static void cache_write(struct tr_tensor *c, const struct tr_tensor *src, int axis, int64_t slot) {
+    const int64_t n = src->shape[axis], slots = c->shape[axis];
+    int64_t outer = 1, inner = (int64_t)tr_dtype_size((enum tr_dtype)c->dtype);
+    for (int d = 0; d < axis; d++) outer *= c->shape[d];
+    for (int d = axis + 1; d < c->ndim; d++) inner *= c->shape[d];
+    char *dst = c->data;
+    const char *s = src->data;
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(dst + (size_t)((o * slots + slot) * inner), s + (size_t)(o * n * inner), (size_t)(n * inner));
+}
+
+int tr_generator_run(struct tr_generator *gen, const struct tr_tensor *prompt, int32_t *tokens,
+                     struct tr_generate_times *times, tr_generate_logits_fn on_logits, void *user,
+                     struct tr_error *err) {
+    const struct tr_generate_graphs *gg = gen->gg;
+    const struct tr_generate_plan *p = &gg->plan;
+    const int64_t B = gg->opts.batch, T = gg->opts.prompt_len, NEW = gg->opts.max_length - T;
+    const int S = p->n_step_inputs, K = p->n_cache;
+    struct tr_tensor *cache = gen->dec_in + S;
+    struct tr_generate_times tm = {0};
+    double t0 = now_ms();
+    int rc = tr_backend_execute(gen->be, gen->prefill, p->n_prompt_inputs, prompt, 1 + K, gen->pre_out, err);
+    if (rc) return tr_error_prefix(err, "prefill");
+    gen->prefills++;
+    if (on_logits) on_logits(user, 0, &gen->pre_out[0]);
+    for (int64_t b = 0; b < B; b++) tokens[b * NEW] = tr_generate_pick(&gen->gc, &gen->pre_out[0], b, T);
+    double tw = now_ms();
+    for (int k = 0; NEW > 1 && k < K; k++) cache_write(&cache[k], &gen->pre_out[1 + k], p->cache_axis, 0);
+    tm.cache_write_ms += now_ms() - tw;
+    double t1 = now_ms();
+    tm.prefill_ms = t1 - t0;
+    for (int64_t s = 1; s < NEW; s++) {
+        const int64_t pos = T + s - 1; /* the fed token's position */
+        for (int64_t b = 0; b < B; b++) gen->fed[b] = tokens[b * NEW + s - 1];
+        rc = gen->m->generate->step_inputs(gen->config, &gg->opts, prompt, pos, gen->fed, S, gen->dec_in, err);
+        if (!rc) rc = tr_backend_execute(gen->be, gen->decode, S + K, gen->dec_in, 1 + K, gen->dec_out, err);
+        if (rc) return tr_error_prefix(err, "decode pass for new token %lld", (long long)s + 1);
+        gen->decodes++;
+        tm.decode_passes++;
+        if (on_logits) on_logits(user, s, &gen->dec_out[0]);
+        for (int64_t b = 0; b < B; b++) tokens[b * NEW + s] = tr_generate_pick(&gen->gc, &gen->dec_out[0], b, pos + 1);
+        tw = now_ms();
+        for (int k = 0; s + 1 < NEW && k < K; k++) cache_write(&cache[k], &gen->dec_out[1 + k], p->cache_axis, pos);
+        tm.cache_write_ms += now_ms() - tw;
+    }
+    tm.decode_ms = now_ms() - t1;
+    gen->calls++;
+    if (times) *times = tm;
+    return TR_OK;
+}
+
+int tr_generator_stats(struct tr_generator *gen, struct tr_backend_stats *decode, struct tr_backend_stats *prefill,
+                       struct tr_error *err) {
+    int rc = TR_OK;
+    if (decode) rc = tr_backend_get_stats(gen->be, gen->decode, decode, err);
+    if (!rc && prefill) rc = tr_backend_get_stats(gen->be, gen->prefill, prefill, err);
+    return rc;
+}
+
+void tr_generator_counts(const struct tr_generator *gen, int *compiles, int64_t *prefills, int64_t *decodes) {
+    if (compiles) *compiles = (gen->prefill != NULL) + (gen->decode != NULL);
+    if (prefills) *prefills = gen->prefills;
+    if (decodes) *decodes = gen->decodes;
+}

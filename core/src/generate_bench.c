@@ -1,0 +1,364 @@
+/* The generate task side by side (generate.h, tr_generate_bench): the memory check, the
+ * weights and prompts made once, then each backend's generator timed call by call. A
+ * step is one whole generate call for the batch, as the Keras benchmark times it; the
+ * prefill pass is timed on its own inside it, and the rest divided by the decode passes
+ * gives ms per token. Backends agree when their prefill logits are within the dtype's
+ * tolerance of the reference's and every new token is the reference's. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "trident/bench.h"
+#include "trident/generate.h"
+#include "trident/loader.h"
+#include "trident/weights.h"
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* ‖a − b‖ / ‖b‖; +inf when a has a non-finite value. */
+static double rel_diff(const struct tr_tensor *a, const struct tr_tensor *b) {
+    int64_t n = tr_tensor_numel(a);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = tr_tensor_get_f64(a, i), y = tr_tensor_get_f64(b, i);
+        if (!isfinite(x)) return INFINITY;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0);
+}
+
+static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+/* "75.5 MiB", "15.90 GiB": the line a person reads before a long run. */
+static const char *human(uint64_t b, char *buf, size_t n) {
+    if (b >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", gib(b));
+    else snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
+    return buf;
+}
+
+/* The estimate against what the host has, said either way; refused when it does not fit.
+ * On cuda the host holds the weights and the cache (the passes' activations are the
+ * device's, which the backend checks). */
+static int check_memory(const struct tr_config *cfg, const struct tr_task_graph *tg, struct tr_bench_report *rep,
+                        struct tr_error *err) {
+    struct tr_generate_memory mem;
+    tr_generate_memory_estimate(&tg->gen, &mem);
+    uint64_t avail = 0;
+    int rc = tr_host_mem_available(&avail, err);
+    if (rc) return rc;
+    const int on_cpu = cfg->device_type == TR_DEVICE_CPU;
+    const uint64_t need = on_cpu ? mem.total : mem.weights + mem.kv_cache;
+    rep->kv_cache_bytes = mem.kv_cache;
+    rep->mem_needed_bytes = need;
+    rep->mem_available_bytes = avail;
+    char h[5][32];
+    fprintf(stderr,
+            "trident: %s/%s generate, batch %lld, max_length %lld: needs about %s of host memory (weights %s, KV "
+            "cache %s, activations at most %s%s); %s available\n",
+            cfg->model, cfg->preset, (long long)cfg->batch, (long long)tg->gen_cfg.max_length, human(need, h[0], 32),
+            human(mem.weights, h[1], 32), human(mem.kv_cache, h[2], 32), human(mem.activations, h[3], 32),
+            on_cpu ? "" : ", on the device", human(avail, h[4], 32));
+    if (need > avail)
+        return tr_error_set(err, TR_ERR_NOMEM,
+                            "%s: %s/%s generate at batch %lld, max_length %lld does not fit: it needs about %llu bytes "
+                            "(%.2f GiB: weights %.2f, KV cache %.2f, activations at most %.2f) and %llu bytes (%.2f "
+                            "GiB) are available (MemAvailable); lower [run] batch or [generate] max_length, or take "
+                            "a smaller preset",
+                            cfg->file, cfg->model, cfg->preset, (long long)cfg->batch,
+                            (long long)tg->gen_cfg.max_length, (unsigned long long)need, gib(need), gib(mem.weights),
+                            gib(mem.kv_cache), on_cpu ? gib(mem.activations) : 0.0, (unsigned long long)avail,
+                            gib(avail));
+    return TR_OK;
+}
+
+/* The reference's TOP_M largest logits at every new token: enough to tell a near tie
+ * (another backend choosing the second best where the two were closer than the dtype's
+ * error) from a real difference, without keeping every step's logits. */
+#define TOP_M 4
+
+/* The prefill logits of a call, copied (the generator's buffer is reused), and the top
+ * logits of every step when top_id is not NULL. */
+struct first_logits {
+    struct tr_tensor *dst;
+    int32_t *top_id;   /* [B, NEW, TOP_M] */
+    float *top_val;
+    int64_t NEW;
+};
+
+static void keep_first(void *user, int64_t step, const struct tr_tensor *logits) {
+    struct first_logits *f = user;
+    if (step == 0) memcpy(f->dst->data, logits->data, tr_tensor_nbytes(logits));
+    if (!f->top_id) return;
+    const int64_t B = logits->shape[0], V = logits->shape[1];
+    for (int64_t b = 0; b < B; b++) {
+        int32_t *id = f->top_id + (b * f->NEW + step) * TOP_M;
+        float *val = f->top_val + (b * f->NEW + step) * TOP_M;
+        int n = 0;
+        for (int64_t v = 0; v < V; v++) {
+            float x = (float)tr_tensor_get_f64(logits, b * V + v);
+            if (n == TOP_M && !(x > val[TOP_M - 1])) continue;
+            int i = n < TOP_M ? n++ : TOP_M - 1;
+            while (i > 0 && x > val[i - 1]) val[i] = val[i - 1], id[i] = id[i - 1], i--;
+            val[i] = x, id[i] = (int32_t)v;
+        }
+        for (; n < TOP_M; n++) id[n] = -1, val[n] = -INFINITY;
+    }
+}
+
+/* A differing token at (b, s) is a near tie when the reference ranked it among its top
+ * logits there, within tol · |its top logit| of its own choice. */
+static int near_tie(const struct first_logits *ref, int64_t b, int64_t s, int32_t other, double tol, double *gap) {
+    const int32_t *id = ref->top_id + (b * ref->NEW + s) * TOP_M;
+    const float *val = ref->top_val + (b * ref->NEW + s) * TOP_M;
+    for (int i = 1; i < TOP_M; i++)
+        if (id[i] == other) {
+            *gap = (double)val[0] - (double)val[i];
+            return *gap <= tol * fmax(fabs((double)val[0]), 1e-6);
+        }
+    *gap = INFINITY;
+    return 0;
+}
+
+struct run_buffers {
+    const struct tr_tensor *prompt;
+    int32_t *tokens, *first_tokens;   /* [B, NEW]: this call's, and the first call's */
+    struct first_logits *first;       /* the first call's prefill logits (and top logits) */
+};
+
+static int open_backend(const struct tr_config *cfg, const struct tr_config_backend *cb, struct tr_plugin **plugin,
+                        struct tr_backend **be, struct tr_bench_row *row, struct tr_error *err) {
+    struct tr_plugin_search search = {.ini_dir = cfg->plugin_path[0] ? cfg->plugin_path : NULL, .env_path = NULL};
+    int rc = tr_plugin_open(cb->path[0] ? cb->path : cb->name, &search, plugin, err);
+    if (rc) return rc;
+    snprintf(row->plugin_path, sizeof row->plugin_path, "%s", tr_plugin_path(*plugin));
+    struct tr_option opts[TR_CONFIG_MAX_KV + 1];
+    int n_opts = tr_config_backend_options(cfg, cb, opts, TR_CONFIG_MAX_KV + 1);
+    struct tr_backend_params params = {
+        .struct_size = sizeof params, .abi_version = TR_ABI_VERSION, .device_type = cfg->device_type,
+        .device_index = 0, .options = opts, .n_options = n_opts, .math = (int32_t)cfg->math,
+    };
+    return tr_backend_init(*plugin, &params, be, err);
+}
+
+/* One backend: init, compile both passes, the first call, warm-up, timed calls. */
+static int run_backend(const struct tr_config *cfg, const struct tr_config_backend *cb, struct tr_task_graph *tg,
+                       struct run_buffers *rb, struct tr_bench_row *row, struct tr_error *err) {
+    const struct tr_generate_graphs *gg = &tg->gen;
+    const int64_t B = gg->opts.batch, NEW = gg->opts.max_length - gg->opts.prompt_len;
+    struct tr_plugin *plugin = NULL;
+    struct tr_backend *be = NULL;
+    struct tr_generator *gen = NULL;
+    double *times = NULL;
+    struct tr_generate_times tm;
+    double t0 = now_ms();
+    int rc = open_backend(cfg, cb, &plugin, &be, row, err);
+    if (rc) goto done;
+    double tc = now_ms();
+    rc = tr_generator_init(be, tg->model, tg->config, gg, &tg->gen_cfg, &gen, err);
+    if (rc) goto done;
+    row->compile_ms = now_ms() - tc;
+    rc = tr_generator_run(gen, rb->prompt, rb->first_tokens, &tm, keep_first, rb->first, err);
+    if (rc) goto done;
+    row->first_ms = now_ms() - t0;
+    for (int64_t i = 1; i < cfg->warmup && rc == TR_OK; i++)
+        rc = tr_generator_run(gen, rb->prompt, rb->tokens, &tm, NULL, NULL, err);
+    if (rc) goto done;
+    if (!(times = malloc(sizeof(double) * (size_t)cfg->steps))) {
+        rc = tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory");
+        goto done;
+    }
+    double sum = 0, prefill = 0, writes = 0;
+    int64_t passes = 0;
+    for (int64_t i = 0; i < cfg->steps; i++) {
+        double ts = now_ms();
+        rc = tr_generator_run(gen, rb->prompt, rb->tokens, &tm, NULL, NULL, err);
+        times[i] = now_ms() - ts;
+        if (rc) {
+            tr_error_prefix(err, "generate call %lld", (long long)(cfg->warmup + i + 1));
+            goto done;
+        }
+        /* Every call generates the same tokens: nothing may carry over between calls. */
+        for (int64_t j = 0; j < B * NEW; j++)
+            if (rb->tokens[j] != rb->first_tokens[j]) {
+                rc = tr_error_set(err, TR_ERR_NUMERIC,
+                                  "generate call %lld: sample %lld, new token %lld is %d, the first call gave %d (the "
+                                  "same prompts must give the same tokens)",
+                                  (long long)(cfg->warmup + i + 1), (long long)(j / NEW), (long long)(j % NEW) + 1,
+                                  rb->tokens[j], rb->first_tokens[j]);
+                goto done;
+            }
+        sum += times[i], prefill += tm.prefill_ms, writes += tm.cache_write_ms, passes += tm.decode_passes;
+    }
+    const double n = (double)cfg->steps;
+    qsort(times, (size_t)cfg->steps, sizeof(double), cmp_double);
+    row->mean_ms = sum / n;
+    row->median_ms = cfg->steps % 2 ? times[cfg->steps / 2] : 0.5 * (times[cfg->steps / 2 - 1] + times[cfg->steps / 2]);
+    row->p90_ms = times[(size_t)ceil(0.9 * n) - 1];
+    row->min_ms = times[0];
+    row->prefill_ms = prefill / n;
+    row->cache_write_ms = writes / n;
+    row->ms_per_token = passes > 0 ? (sum - prefill) / (double)passes : 0;
+    row->items_per_s = row->mean_ms > 0 ? (double)B * 1e3 / row->mean_ms : 0;
+    row->tokens_per_s = row->mean_ms > 0 ? (double)(B * NEW) * 1e3 / row->mean_ms : 0;
+    row->gflops = row->mean_ms > 0 ? (tr_graph_flops(gg->prefill) + (double)(NEW - 1) * tr_graph_flops(gg->decode)) /
+                                         (row->mean_ms * 1e6)
+                                   : 0;
+    struct tr_backend_stats pre;
+    rc = tr_generator_stats(gen, &row->stats, &pre, err);
+    if (rc) goto done;
+    if (pre.peak_bytes > row->stats.peak_bytes) row->stats.peak_bytes = pre.peak_bytes;
+    int64_t prefills;
+    tr_generator_counts(gen, &row->compiles, &prefills, &row->decode_execs);
+done:
+    free(times);
+    tr_generator_free(gen);
+    tr_backend_free(be);
+    tr_plugin_close(plugin);
+    return rc;
+}
+
+static void row_label(const struct tr_config_backend *cb, struct tr_bench_row *row) {
+    if (cb->path[0] && cb->mode[0]) snprintf(row->label, sizeof row->label, "%s:%s", cb->name, cb->mode);
+    else snprintf(row->label, sizeof row->label, "%s", cb->path[0] ? cb->name : cb->spec);
+}
+
+int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_bench_report *rep,
+                      struct tr_error *err) {
+    struct tr_generate_graphs *gg = &tg->gen;
+    const int64_t B = gg->opts.batch, T = gg->opts.prompt_len, NEW = gg->opts.max_length - T;
+    const int n_prompt = gg->plan.n_prompt_inputs;
+    rep->gen = tg->gen_cfg;
+    rep->new_tokens = NEW;
+    rep->seq_len = T;
+    rep->flops_per_step = tr_graph_flops(gg->prefill) + (double)(NEW - 1) * tr_graph_flops(gg->decode);
+    rep->n_nodes = tr_graph_n_nodes(gg->prefill) + tr_graph_n_nodes(gg->decode);
+    int rc = check_memory(cfg, tg, rep, err);
+    if (rc) return rc;
+
+    struct tr_weights *w = NULL;
+    struct tr_tensor *prompt = NULL, ref_logits = {0}, logits = {0};
+    int32_t *ref_tokens = NULL, *tokens = NULL, *first = NULL, *top_id = NULL;
+    float *top_val = NULL;
+    rc = cfg->weights[0] ? tr_weights_load(gg->prefill, cfg->weights, &w, err)
+                         : tr_weights_from_seed(gg->prefill, cfg->seed, &w, err);
+    if (!rc) rc = tr_generate_share_params(gg, err);
+    if (rc) goto done;
+    if (!(prompt = calloc((size_t)n_prompt, sizeof *prompt))) {
+        rc = tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n_prompt && !rc; i++) {
+        prompt[i] = tr_node_tensor(gg->prefill, tr_graph_input(gg->prefill, i));
+        rc = tr_host_alloc(&prompt[i].data, tr_tensor_nbytes(&prompt[i]), err);
+    }
+    if (!rc) rc = tg->model->generate->make_prompt(tg->config, &gg->opts, cfg->seed, n_prompt, prompt, err);
+    ref_logits = logits = tr_node_tensor(gg->prefill, tr_graph_output(gg->prefill, 0));
+    ref_logits.data = logits.data = NULL;
+    if (!rc) rc = tr_host_alloc(&ref_logits.data, tr_tensor_nbytes(&ref_logits), err);
+    if (!rc) rc = tr_host_alloc(&logits.data, tr_tensor_nbytes(&logits), err);
+    const size_t tok_bytes = sizeof(int32_t) * (size_t)(B * NEW);
+    if (!rc && (!(ref_tokens = malloc(tok_bytes)) || !(tokens = malloc(tok_bytes)) || !(first = malloc(tok_bytes)) ||
+                !(top_id = malloc(tok_bytes * TOP_M)) || !(top_val = malloc(sizeof(float) * TOP_M * (size_t)(B * NEW)))))
+        rc = tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory for %lld tokens", (long long)(B * NEW));
+    if (rc) goto done;
+    struct first_logits ref_first = {.dst = &ref_logits, .top_id = top_id, .top_val = top_val, .NEW = NEW};
+    struct first_logits other_first = {.dst = &logits, .NEW = NEW};
+
+    int have_ref = 0, failures = 0, disagreements = 0;
+    for (int b = 0; b < cfg->n_backends; b++) {
+        struct tr_bench_row *row = &rep->rows[rep->n_rows++];
+        row->mismatch_sample = row->mismatch_step = -1;
+        row_label(&cfg->backends[b], row);
+        struct run_buffers rb = {.prompt = prompt, .tokens = tokens, .first_tokens = have_ref ? first : ref_tokens,
+                                 .first = have_ref ? &other_first : &ref_first};
+        struct tr_error berr = {0};
+        if (run_backend(cfg, &cfg->backends[b], tg, &rb, row, &berr) != TR_OK) {
+            row->ok = 0;
+            snprintf(row->error, sizeof row->error, "%s", berr.msg);
+            failures++;
+            continue;
+        }
+        row->ok = 1;
+        int64_t where;
+        const struct tr_tensor *got = rb.first->dst;
+        for (where = 0; where < tr_tensor_numel(got); where++)
+            if (!isfinite(tr_tensor_get_f64(got, where))) break;
+        if (where < tr_tensor_numel(got)) {
+            row->ok = 0;
+            snprintf(row->error, sizeof row->error, "the prefill logits have a non-finite value at element %lld",
+                     (long long)where);
+            failures++;
+            continue;
+        }
+        if (!have_ref) {
+            have_ref = 1;
+            row->agrees = row->tokens_agree = row->is_reference = 1;
+            rep->n_sample_tokens = (int)(NEW < 8 ? NEW : 8);
+            memcpy(rep->sample_tokens, ref_tokens, sizeof(int32_t) * (size_t)rep->n_sample_tokens);
+            continue;
+        }
+        row->max_rel_diff = rel_diff(&logits, &ref_logits);
+        snprintf(row->worst_output, sizeof row->worst_output, "prefill logits");
+        /* The first difference, in generation order: until then both saw the same tokens. */
+        row->tokens_agree = 1;
+        for (int64_t s = 0; s < NEW && row->tokens_agree; s++)
+            for (int64_t i = 0; i < B && row->tokens_agree; i++)
+                if (first[i * NEW + s] != ref_tokens[i * NEW + s]) {
+                    row->tokens_agree = 0;
+                    row->mismatch_sample = i, row->mismatch_step = s;
+                    row->tokens_tie = near_tie(&ref_first, i, s, first[i * NEW + s], rep->tolerance, &row->tie_gap);
+                }
+        row->agrees = row->max_rel_diff <= rep->tolerance && (row->tokens_agree || row->tokens_tie);
+        if (!row->agrees) disagreements++;
+    }
+    rep->all_ok = failures == 0 && disagreements == 0;
+    const char *ref_label = "";
+    for (int r = 0; r < rep->n_rows; r++)
+        if (rep->rows[r].is_reference) ref_label = rep->rows[r].label;
+    if (failures) {
+        const struct tr_bench_row *f = rep->rows;
+        while (f->ok) f++;
+        rc = tr_error_set(err, TR_ERR_PLUGIN, "%d of %d backends failed; %s: %s", failures, cfg->n_backends, f->label,
+                          f->error);
+    } else if (disagreements) {
+        const struct tr_bench_row *bad = rep->rows;
+        while (bad->agrees) bad++;
+        if (!bad->tokens_agree && !bad->tokens_tie)
+            rc = tr_error_set(err, TR_ERR_NUMERIC,
+                              "%d of %d backends disagree with '%s'; '%s' generated another token for sample %lld at "
+                              "new token %lld, not a near tie (the reference's logits of the two differ by %.3g; "
+                              "prefill logits differ by %.2e; the %s tolerance is %.0e)",
+                              disagreements, rep->n_rows, ref_label, bad->label, (long long)bad->mismatch_sample,
+                              (long long)bad->mismatch_step + 1, bad->tie_gap, bad->max_rel_diff, rep->dtype,
+                              rep->tolerance);
+        else
+            rc = tr_error_set(err, TR_ERR_NUMERIC,
+                              "%d of %d backends disagree with '%s'; '%s' differs by %.2e in the prefill logits (the "
+                              "%s tolerance is %.0e)",
+                              disagreements, rep->n_rows, ref_label, bad->label, bad->max_rel_diff, rep->dtype,
+                              rep->tolerance);
+    }
+done:
+    for (int i = 0; prompt && i < n_prompt; i++) tr_host_free(prompt[i].data);
+    free(prompt);
+    tr_host_free(ref_logits.data);
+    tr_host_free(logits.data);
+    free(ref_tokens);
+    free(tokens);
+    free(first);
+    free(top_id);
+    free(top_val);
+    tr_weights_free(w);
+    return rc;
+}

@@ -1,0 +1,126 @@
+/* The generate task's passes for the decoder LLMs (model.h, struct tr_generate_i):
+ *
+ *   prefill  tr_decoder_build_pass over the T prompt tokens, present and last_logits:
+ *            inputs input_ids, position_ids, attention_mask [B,T] (decoder.h);
+ *            outputs logits [B,V], then present.<l>.key / .value [B,Hk,T,Dh] per layer
+ *   decode   one token against a static cache of P = max_length - 1 slots (full_mask):
+ *            inputs input_ids, position_ids [B,1], attention_mask [B,1,P+1], then
+ *            past_key_values.<l>.key / .value [B,Hk,P,Dh]; outputs logits [B,V] and
+ *            present.<l>.* [B,Hk,1,Dh]
+ * so n_cache = 2·layers, cache_axis = 2. The decode mask carries everything the attention
+ * op does not: the prompt's padding, slots not written yet, and Mistral's window (a key at
+ * position j is seen from position i when i - j < sliding_window, as transformers does);
+ * the new key (the last of the P+1) is always seen. Positions continue the prompt's
+ * (HF's cumsum(mask) - 1): the last prompt token's position + the tokens since. */
+#include <stdio.h>
+#include <string.h>
+#include "decoder.h"
+#include "models.h"
+
+static const char *family_of(const struct tr_decoder_config *c) {
+    return c->family == TR_DECODER_GEMMA ? "gemma" : "mistral";
+}
+
+static int check_opts(const struct tr_decoder_config *c, const struct tr_generate_opts *o, struct tr_error *err) {
+    const char *m = family_of(c);
+    if (o->batch < 1 || o->prompt_len < 1)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: batch = %lld, prompt_len = %lld, expected both at least 1", m,
+                            (long long)o->batch, (long long)o->prompt_len);
+    if (o->max_length <= o->prompt_len)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s: max_length = %lld is not longer than prompt_len = %lld (max_length counts the "
+                            "prompt and the new tokens)",
+                            m, (long long)o->max_length, (long long)o->prompt_len);
+    if (o->max_length > c->max_position_embeddings)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: max_length = %lld is longer than max_position_embeddings = %lld",
+                            m, (long long)o->max_length, (long long)c->max_position_embeddings);
+    return TR_OK;
+}
+
+static int gen_build(const void *config, const struct tr_generate_opts *o, struct tr_graph *prefill,
+                     struct tr_graph *decode, struct tr_generate_plan *plan, struct tr_error *err) {
+    struct tr_decoder_config c;
+    int rc = tr_decoder_resolve(config, &c, err);
+    if (rc) return rc;
+    rc = check_opts(&c, o, err);
+    if (rc) return rc;
+    const struct tr_build_opts bo = {.task = TR_TASK_GENERATE, .dtype = o->dtype, .batch = o->batch,
+                                     .seq_len = o->prompt_len};
+    rc = tr_decoder_validate(&c, &bo, err);
+    if (rc) return rc;
+    const int64_t P = o->max_length - 1;
+    const struct tr_decoder_pass pre = {.dtype = o->dtype, .batch = o->batch, .seq_len = o->prompt_len,
+                                        .present = 1, .last_logits = 1};
+    const struct tr_decoder_pass dec = {.dtype = o->dtype, .batch = o->batch, .seq_len = 1, .past_len = P,
+                                        .full_mask = 1, .present = 1, .last_logits = 1};
+    rc = tr_decoder_build_pass(&c, &pre, prefill, NULL, err);
+    if (rc) return tr_error_prefix(err, "prefill");
+    rc = tr_decoder_build_pass(&c, &dec, decode, NULL, err);
+    if (rc) return tr_error_prefix(err, "decode");
+    *plan = (struct tr_generate_plan){.n_prompt_inputs = 3, .n_step_inputs = 3,
+                                      .n_cache = 2 * (int)c.num_hidden_layers, .cache_axis = 2, .cache_slots = P};
+    return TR_OK;
+}
+
+static int gen_make_prompt(const void *config, const struct tr_generate_opts *o, uint64_t seed, int n,
+                           struct tr_tensor *inputs, struct tr_error *err) {
+    /* The predict batch at seq_len T: sample b left-padded by floor((b mod 4)·pad_fraction·T). */
+    const struct tr_build_opts bo = {.task = TR_TASK_GENERATE, .dtype = o->dtype, .batch = o->batch,
+                                     .seq_len = o->prompt_len};
+    return tr_decoder_make_inputs(config, &bo, seed, n, inputs, err);
+}
+
+static int check_step_tensor(const char *m, const struct tr_tensor *t, const char *name, enum tr_dtype dt, int ndim,
+                             const int64_t *shape, struct tr_error *err) {
+    int ok = t->dtype == (int32_t)dt && t->ndim == ndim && t->data && tr_tensor_is_contiguous(t);
+    for (int d = 0; ok && d < ndim; d++) ok = t->shape[d] == shape[d];
+    if (ok) return TR_OK;
+    char have[96], want[96];
+    return tr_error_set(err, TR_ERR_SHAPE, "%s: step input '%s' is %s%s, expected a contiguous host %s%s", m, name,
+                        tr_dtype_name((enum tr_dtype)t->dtype), tr_shape_str(t->ndim, t->shape, have, sizeof have),
+                        tr_dtype_name(dt), tr_shape_str(ndim, shape, want, sizeof want));
+}
+
+static int gen_step_inputs(const void *config, const struct tr_generate_opts *o, const struct tr_tensor *prompt,
+                           int64_t pos, const int32_t *tokens, int n, struct tr_tensor *inputs,
+                           struct tr_error *err) {
+    struct tr_decoder_config c;
+    int rc = tr_decoder_resolve(config, &c, err);
+    if (rc) return rc;
+    const char *m = family_of(&c);
+    const int64_t B = o->batch, T = o->prompt_len, P = o->max_length - 1, W = c.sliding_window;
+    if (n != 3)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s: %d step inputs given, expected 3 (input_ids, position_ids, attention_mask)", m, n);
+    if (pos < T || pos > o->max_length - 2)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: decode position %lld is outside [%lld, %lld]", m, (long long)pos,
+                            (long long)T, (long long)(o->max_length - 2));
+    const int64_t b1[2] = {B, 1}, ms[3] = {B, 1, P + 1}, bt[2] = {B, T};
+    rc = check_step_tensor(m, &inputs[0], "input_ids", TR_DTYPE_I32, 2, b1, err);
+    if (!rc) rc = check_step_tensor(m, &inputs[1], "position_ids", TR_DTYPE_I32, 2, b1, err);
+    if (!rc) rc = check_step_tensor(m, &inputs[2], "attention_mask", TR_DTYPE_F32, 3, ms, err);
+    if (!rc) rc = check_step_tensor(m, &prompt[1], "prompt position_ids", TR_DTYPE_I32, 2, bt, err);
+    if (!rc) rc = check_step_tensor(m, &prompt[2], "prompt attention_mask", TR_DTYPE_F32, 2, bt, err);
+    if (rc) return rc;
+    int32_t *ids = inputs[0].data, *p = inputs[1].data;
+    float *mask = inputs[2].data;
+    const int32_t *pos0 = prompt[1].data;
+    const float *pad = prompt[2].data;
+    for (int64_t b = 0; b < B; b++) {
+        ids[b] = tokens[b];
+        p[b] = pos0[b * T + T - 1] + (int32_t)(pos - (T - 1));
+        float *row = mask + b * (P + 1);
+        for (int64_t j = 0; j < P; j++) {
+            int seen = j < pos && !(j < T && pad[b * T + j] != 0.0f) && (W == 0 || pos - j < W);
+            row[j] = seen ? 0.0f : TR_DECODER_MASK_NEG;
+        }
+        row[P] = 0.0f;
+    }
+    return TR_OK;
+}
+
+const struct tr_generate_i tr_decoder_generate = {
+    .build = gen_build,
+    .make_prompt = gen_make_prompt,
+    .step_inputs = gen_step_inputs,
+};

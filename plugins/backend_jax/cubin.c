@@ -1,0 +1,181 @@
+/* jax backend — the generated CUDA C compiled by NVRTC for one architecture, and the
+ * cubins cached on disk (jax.h).
+ *
+ * The key is a 128-bit hash of the source, "sm_<N>", NVRTC's version and the options it
+ * compiles with: a new driver or toolkit, another card or another flag is a new entry,
+ * never a stale cubin. An entry is the cubin with a trailer appended (magic, key,
+ * length, FNV-1a checksum, the source's length); a file that is short, overwritten or
+ * from another key fails the check, is reported in the log and rebuilt. Entries are
+ * written to a temporary name and renamed (atomic: a reader sees the old file or the
+ * new). When NVRTC refuses the source, the source is kept beside the entry as .cu and
+ * the message says where, with the start of NVRTC's log. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "jax.h"
+#include "trident/kernels_cuda.h"
+
+static const char cubin_magic[8] = {'T', 'R', 'J', 'A', 'X', 'C', 'U', '1'};
+
+struct cubin_trailer {
+    char magic[8];
+    uint64_t key[2];
+    uint64_t len;
+    uint64_t sum;
+    uint64_t src_len;
+};
+
+void jax_cu_key(const char *src, size_t len, int sm, int nvrtc_major, int nvrtc_minor, const char *options,
+                uint64_t key[2]) {
+    struct jax_hasher h;
+    jax_hash_begin(&h);
+    jax_hash_add(&h, "jax cubin 1", 11);
+    jax_hash_add(&h, src, len);
+    char arch[32];
+    snprintf(arch, sizeof arch, "sm_%d", sm);
+    jax_hash_add(&h, arch, strlen(arch));
+    int32_t v[2] = {nvrtc_major, nvrtc_minor};
+    jax_hash_add(&h, v, sizeof v);
+    if (!options) options = "";
+    jax_hash_add(&h, options, strlen(options));
+    key[0] = h.a;
+    key[1] = h.b;
+}
+
+static double cu_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cu_read_all(const char *path, unsigned char **data, size_t *len) {
+    *data = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    long sz = -1;
+    if (fseek(f, 0, SEEK_END) == 0) sz = ftell(f);
+    if (sz < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return -1;
+    }
+    unsigned char *d = malloc((size_t)sz + 1);
+    if (!d || fread(d, 1, (size_t)sz, f) != (size_t)sz) {
+        free(d);
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    *data = d;
+    *len = (size_t)sz;
+    return 0;
+}
+
+/* NULL if d (n bytes) is a whole entry of key; else why not. On NULL, *cubin_len. */
+static const char *cubin_invalid(const unsigned char *d, size_t n, const uint64_t key[2], size_t src_len,
+                                 size_t *cubin_len) {
+    struct cubin_trailer t;
+    if (n < sizeof t) return "shorter than its trailer";
+    memcpy(&t, d + n - sizeof t, sizeof t);
+    if (memcmp(t.magic, cubin_magic, sizeof t.magic) != 0) return "no trailer (truncated or overwritten)";
+    if (t.key[0] != key[0] || t.key[1] != key[1] || t.src_len != src_len) return "written for another source";
+    if (t.len != n - sizeof t) return "its length does not match its trailer";
+    if (t.len < 4 || memcmp(d, "\x7f" "ELF", 4) != 0) return "not a cubin";
+    if (jax_checksum(d, (size_t)t.len) != t.sum) return "its checksum does not match";
+    *cubin_len = (size_t)t.len;
+    return NULL;
+}
+
+/* The cubin and its trailer to a temporary name, renamed over path. */
+static int cubin_store(const char *path, const void *cubin, size_t size, const uint64_t key[2], size_t src_len) {
+    static unsigned counter;
+    char tmp[JAX_PATH_MAX + 64];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(),
+             __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
+    struct cubin_trailer t;
+    memset(&t, 0, sizeof t);
+    memcpy(t.magic, cubin_magic, sizeof t.magic);
+    t.key[0] = key[0];
+    t.key[1] = key[1];
+    t.len = size;
+    t.sum = jax_checksum(cubin, size);
+    t.src_len = src_len;
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(cubin, 1, size, f) == size && fwrite(&t, sizeof t, 1, f) == 1;
+    if (f) ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
+        return -1;
+    }
+    return 0;
+}
+
+int jax_cu_build(struct tr_jax_context *ctx, const char *src, size_t len, int sm, struct jax_cubin *out,
+                 struct tr_error *err) {
+    memset(out, 0, sizeof *out);
+    int major = 0, minor = 0;
+    int rc = tr_cuda_nvrtc_version(&major, &minor, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "jax");
+    if ((rc = jax_cache_dir(ctx, err)) != TR_OK) return rc;
+    uint64_t key[2];
+    jax_cu_key(src, len, sm, major, minor, JAX_NVRTC_OPTIONS, key);
+    char hex[33];
+    snprintf(hex, sizeof hex, "%016llx%016llx", (unsigned long long)key[0], (unsigned long long)key[1]);
+    if ((size_t)snprintf(out->path, sizeof out->path, "%s/jax-%s.cubin", ctx->cache_dir, hex) >= sizeof out->path)
+        return tr_error_set(err, TR_ERR_IO, "jax: %s = '%s': the path is too long", ctx->cache_dir_key, ctx->cache_dir);
+
+    if (access(out->path, F_OK) == 0) {
+        unsigned char *d = NULL;
+        size_t n = 0, clen = 0;
+        const char *why = cu_read_all(out->path, &d, &n) != 0 ? "unreadable" : cubin_invalid(d, n, key, len, &clen);
+        if (!why) {
+            out->data = d; /* the trailer stays behind the cubin, unread */
+            out->size = clen;
+            out->cache_hit = 1;
+            ctx->cache_hits++;
+            return TR_OK;
+        }
+        free(d);
+        ctx->host->log(TR_LOG_WARN, "jax: cache entry %s is invalid (%s): rebuilding it", out->path, why);
+    }
+    ctx->cache_misses++;
+    ctx->nvrtc_runs++;
+
+    char name[64], *log = NULL;
+    snprintf(name, sizeof name, "jax-%s.cu", hex);
+    double t0 = cu_now_ms();
+    rc = tr_cuda_nvrtc_compile(src, name, sm, &out->data, &out->size, &log, err);
+    out->nvrtc_ms = cu_now_ms() - t0;
+    if (rc != TR_OK) {
+        char first[TR_ERROR_MSG_MAX], src_path[JAX_PATH_MAX + 8];
+        snprintf(first, sizeof first, "%s", err ? err->msg : "");
+        size_t plen = strlen(out->path);
+        snprintf(src_path, sizeof src_path, "%.*s.cu", (int)(plen - 6), out->path);
+        FILE *f = fopen(src_path, "wb");
+        int kept = f && fwrite(src, 1, len, f) == len;
+        if (f) kept = fclose(f) == 0 && kept;
+        rc = tr_error_set(err, rc, "jax: NVRTC did not compile the generated kernels for sm_%d (%s); %s%s; NVRTC said: %.600s",
+                          sm, JAX_NVRTC_OPTIONS, kept ? "the source is kept at " : "the source could not be kept at ",
+                          src_path, log ? log : first);
+        free(log);
+        jax_cubin_free(out);
+        return rc;
+    }
+    free(log);
+    if (cubin_store(out->path, out->data, out->size, key, len) != 0)
+        ctx->host->log(TR_LOG_WARN, "jax: cannot write the cache entry %s: %s (the kernels run, uncached)", out->path,
+                       strerror(errno));
+    return TR_OK;
+}
+
+void jax_cubin_free(struct jax_cubin *c) {
+    if (!c) return;
+    free(c->data);
+    c->data = NULL;
+    c->size = 0;
+}

@@ -1,0 +1,61 @@
+/* tr_k_random on a cuda context (its arguments checked by cpu/random.c first): cuRAND's
+ * Philox generator, made with the context and set on its stream, reseeded and rewound
+ * for each call, so that one seed gives the same bits on one device. cuRAND draws f32
+ * uniforms in (0, 1] and normals in pairs (an even count): the draw goes to scratch (or
+ * straight into an f32 out when it fits), uniforms are mapped onto [a, b) by one SCALE
+ * (u -> b - (b - a)·u), and a bf16/f16 out is one cast. */
+#include <curand.h>
+#include "../cpu/cpu_internal.h"
+#include "cuda_internal.h"
+#include "host/cuda_entry.h"
+
+static int rand_status(curandStatus_t s, const char *what, struct tr_error *err) {
+    if (s == CURAND_STATUS_SUCCESS) return TR_OK;
+    return tr_error_set(err, TR_ERR_DEVICE, "random: %s failed (curand status %d)", what, (int)s);
+}
+
+int tr_cuda_random(struct tr_kernels *k, int dist, uint64_t seed, float a, float b, struct tr_tensor *out,
+                   struct tr_error *err) {
+    static const char kn[] = "random";
+    struct tr_cuda_ctx *c = k->cuda;
+    char d[200];
+    if (!c) return tr_error_set(err, TR_ERR_INVALID, "%s: not a cuda kernels context", kn);
+    if (out->device != TR_DEVICE_CUDA)
+        return tr_error_set(err, TR_ERR_DEVICE, "%s: out %s is on device %d, not cuda", kn,
+                            tr_cpu_desc(out, d, sizeof d), out->device);
+    if (out->dtype != TR_DTYPE_F32 && out->dtype != TR_DTYPE_BF16 && out->dtype != TR_DTYPE_F16)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: out %s: expected f32, bf16 or f16 on cuda", kn,
+                            tr_cpu_desc(out, d, sizeof d));
+    if (!tr_tensor_is_contiguous(out) || (!out->data && tr_tensor_numel(out) > 0))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: out %s is not contiguous or has no data", kn,
+                            tr_cpu_desc(out, d, sizeof d));
+    k->stats.calls++;
+    const int64_t n = tr_tensor_numel(out);
+    if (n == 0) return TR_OK;
+    const int uniform = dist == TR_RANDOM_UNIFORM;
+    const size_t draws = uniform ? (size_t)n : ((size_t)n + 1) & ~(size_t)1;
+    float *buf = NULL;
+    int st;
+    /* cuRAND writes its normals in pairs: straight into out only when that is 8-aligned */
+    if (out->dtype == TR_DTYPE_F32 && draws == (size_t)n && (uniform || ((uintptr_t)out->data & 7) == 0)) {
+        buf = out->data;
+    } else {
+        void *p = NULL;
+        if ((st = tr_cuda_scratch(c, draws * sizeof(float), &p, err)) != TR_OK) return st;
+        buf = p;
+    }
+    curandGenerator_t g = (curandGenerator_t)c->curand;
+    st = rand_status(curandSetStream(g, c->stream), "curandSetStream", err);
+    if (!st) st = rand_status(curandSetPseudoRandomGeneratorSeed(g, seed), "curandSetPseudoRandomGeneratorSeed", err);
+    if (!st) st = rand_status(curandSetGeneratorOffset(g, 0), "curandSetGeneratorOffset", err);
+    if (st) return st;
+    if (uniform) {
+        st = rand_status(curandGenerateUniform(g, buf, draws), "curandGenerateUniform", err);
+        /* (0, 1] -> [a, b): u = 1 gives a, u -> 0 approaches b */
+        if (!st) st = tr_cu_unary(c->stream, TR_OP_SCALE, TR_DTYPE_F32, buf, buf, n, a - b, b, 0, err);
+    } else {
+        st = rand_status(curandGenerateNormal(g, buf, draws, a, b), "curandGenerateNormal", err);
+    }
+    if (st || buf == out->data) return st;
+    return tr_cu_cast(c->stream, buf, TR_DTYPE_F32, out->data, out->dtype, n, err);
+}

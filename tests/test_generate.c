@@ -1,0 +1,399 @@
+/* The generate task (core/include/trident/generate.h, models/decoder/generate.c):
+ * - through the runner (tr_bench_run) on gemma and mistral tiny, greedy and top-k, on
+ *   torch, torch:reduce-overhead, tf and jax: every backend generates the reference's
+ *   tokens, each program is compiled once and the decode pass runs once per token;
+ * - the generator on the Hugging Face fixtures: exactly transformers' greedy tokens,
+ *   every step's logits within 1e-4 of its, and every step's logits equal to one pass
+ *   over the whole sequence (no cache) on the same backend, for every backend;
+ * - top-k sampling: the same seed gives the same tokens on every backend, another seed
+ *   other tokens;
+ * - bad input, refused before anything runs: prompt_len >= max_length, max_length beyond
+ *   max_position_embeddings, a bad sampling, a batch that does not fit in memory. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "decoderutil.h"
+#include "models.h"
+#include "trident/bench.h"
+#include "trident/generate.h"
+#include "trident/loader.h"
+#include "trident/safetensors.h"
+#include "trident/weights.h"
+
+#define FIX TR_SOURCE_DIR "/tests/fixtures/"
+
+static const struct tr_test_llm gemma = {.model = &tr_model_gemma, .weights = FIX "gemma_tiny.safetensors",
+                                         .io = FIX "gemma_tiny_io.safetensors",
+                                         .hint = " (regenerate with: python3 tests/fixtures/make_gemma_fixture.py)"};
+static const struct tr_test_llm mistral = {.model = &tr_model_mistral, .weights = FIX "mistral_tiny.safetensors",
+                                           .io = FIX "mistral_tiny_io.safetensors",
+                                           .hint = " (regenerate with: python3 tests/fixtures/make_mistral_fixture.py)"};
+
+static const struct tr_model_desc *const models[] = {&tr_model_gemma, &tr_model_mistral, NULL};
+
+/* ---- through the runner ---- */
+
+static struct tr_config cfg;
+static struct tr_bench_report rep;
+
+static int run_ini(const char *ini, struct tr_error *e) {
+    memset(e, 0, sizeof *e);
+    memset(&rep, 0, sizeof rep);
+    if (tr_config_load_string(ini, "gen.ini", &cfg, e)) return e->status;
+    return tr_bench_run(&cfg, models, &rep, e);
+}
+
+static void expect_error(const char *ini, int status, const char *const *parts) {
+    struct tr_error e;
+    int rc = run_ini(ini, &e);
+    if (rc != status) fail_msg("expected status %d, got %d: %s", status, rc, e.msg);
+    assert_int_equal(rep.n_rows, 0); /* refused before any backend ran */
+    for (const char *const *p = parts; *p; p++)
+        if (!strstr(e.msg, *p)) fail_msg("the error lacks '%s': %s", *p, e.msg);
+    print_message("refused as expected: %s\n", e.msg);
+}
+
+/* bf16: the tokens may part at a near tie (two logits closer than bf16 resolves), which
+ * the runner tells from a real difference and reports. */
+static void check_runner_dtype(const char *model, const char *dtype, const char *extra) {
+    char ini[768];
+    const int bf16 = strcmp(dtype, "bf16") == 0;
+    snprintf(ini, sizeof ini,
+             "[run]\nmodel = %s\npreset = tiny\ntask = generate\nbackends = torch, torch:reduce-overhead, tf, jax\n"
+             "dtype = %s\nbatch = 4\nsteps = 2\nwarmup = 2\n[generate]\nmax_length = 20\nprompt_len = 6\n%s",
+             model, dtype, extra);
+    struct tr_error e;
+    int rc = run_ini(ini, &e);
+    tr_bench_print(&rep, stdout);
+    if (rc) fail_msg("%s generate: %s", model, e.msg);
+    assert_int_equal(rep.n_rows, 4);
+    assert_int_equal(rep.new_tokens, 14);
+    for (int i = 0; i < rep.n_rows; i++) {
+        const struct tr_bench_row *r = &rep.rows[i];
+        assert_true(r->ok && r->agrees && (r->tokens_agree || (bf16 && r->tokens_tie)));
+        assert_true(r->max_rel_diff <= (bf16 ? 1e-2 : 1e-4));
+        /* Each pass compiled once; the decode pass run once per token after the first,
+         * for each of the warmup + steps calls. */
+        assert_int_equal(r->compiles, 2);
+        assert_int_equal(r->decode_execs, (2 + 2) * 13);
+        assert_true(r->prefill_ms > 0 && r->ms_per_token > 0 && r->tokens_per_s > 0);
+        assert_true(r->prefill_ms < r->mean_ms);
+    }
+    /* reduce-overhead records the decode pass once and replays it for the other tokens. */
+    const char *notes = rep.rows[1].stats.notes;
+    if (!strstr(notes, "recorded") || !strstr(notes, "replays"))
+        fail_msg("torch:reduce-overhead does not replay the decode pass: %s", notes);
+    unsigned long long replays = 0;
+    const char *r = strstr(notes, "replays ");
+    assert_non_null(r);
+    replays = strtoull(r + 8, NULL, 10);
+    if (replays < 40) fail_msg("torch:reduce-overhead replayed the decode pass %llu times, expected >= 40", replays);
+}
+
+static void check_runner(const char *model, const char *extra) { check_runner_dtype(model, "f32", extra); }
+
+static void test_runner_gemma_greedy(void **state) { check_runner("gemma", ""); }
+static void test_runner_mistral_bf16(void **state) { check_runner_dtype("mistral", "bf16", ""); }
+static void test_runner_mistral_greedy(void **state) { check_runner("mistral", ""); }
+static void test_runner_gemma_top_k(void **state) {
+    check_runner("gemma", "sampling = top_k\ntop_k = 8\ntemperature = 0.7\nseed = 11\n");
+    assert_string_equal(rep.gen.sampling, "top_k");
+}
+
+static void test_bad_prompt_len(void **state) {
+    const char *parts[] = {"gen.ini:8", "prompt_len = 20", "max_length = 20", NULL};
+    expect_error("[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbatch = 2\n[generate]\nmax_length = 20\n"
+                 "prompt_len = 20\n",
+                 TR_ERR_INVALID, parts);
+    const char *dflt[] = {"gen.ini:7", "prompt_len = 5", "max_length = 4", NULL};
+    expect_error("[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbatch = 2\n[generate]\nmax_length = 4\n",
+                 TR_ERR_INVALID, dflt);
+}
+
+static void test_bad_max_length(void **state) {
+    const char *parts[] = {"gen.ini:7", "max_length = 129", "max_position_embeddings = 128", NULL};
+    expect_error("[run]\nmodel = mistral\npreset = tiny\ntask = generate\nbatch = 2\n[generate]\nmax_length = 129\n",
+                 TR_ERR_INVALID, parts);
+}
+
+static void test_bad_keys(void **state) {
+    const char *sampling[] = {"gen.ini:7", "sampling = beam", "greedy or top_k", NULL};
+    expect_error("[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbatch = 2\n[generate]\nsampling = beam\n",
+                 TR_ERR_INVALID, sampling);
+    const char *unknown[] = {"gen.ini:7", "max_len", "max_length", NULL};
+    expect_error("[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbatch = 2\n[generate]\nmax_len = 9\n",
+                 TR_ERR_NOT_FOUND, unknown);
+    const char *temp[] = {"gen.ini:7", "temperature = 0", NULL};
+    expect_error("[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbatch = 2\n[generate]\ntemperature = 0\n",
+                 TR_ERR_INVALID, temp);
+}
+
+/* A 7B batch far beyond any host: refused with both numbers before a weight is made (were
+ * the weights made first, this test would take minutes and fail on the allocation). */
+static void test_does_not_fit(void **state) {
+    const char *parts[] = {"gen.ini", "does not fit", "bytes", "available", "KV cache", NULL};
+    expect_error("[run]\nmodel = gemma\npreset = 7b\ntask = generate\ndtype = bf16\nbatch = 4096\n[generate]\n"
+                 "max_length = 8192\n",
+                 TR_ERR_NOMEM, parts);
+    /* and the estimate holds the KV cache it names: 28 layers x (k, v) x B x 16 heads x
+     * (max_length - 1) slots x 256 x 2 bytes, at least */
+    assert_true(rep.kv_cache_bytes >= 28ull * 2 * 4096 * 16 * 8191 * 256 * 2);
+    assert_true(rep.mem_needed_bytes > rep.mem_available_bytes && rep.mem_available_bytes > 0);
+}
+
+/* ---- the generator on the fixtures ---- */
+
+struct gen_fix {
+    struct tr_generate_graphs gg;
+    struct tr_weights *w;
+    struct tr_safetensors *io;
+    struct tr_tensor prompt[3], want, want_logits;
+    int64_t B, T, NEW;
+};
+
+static void fix_open(const struct tr_test_llm *t, struct gen_fix *f) {
+    memset(f, 0, sizeof *f);
+    struct tr_error e = {0};
+    if (tr_safetensors_open(t->io, &f->io, &e)) fail_msg("%s%s", e.msg, t->hint);
+    const char *names[3] = {"input_ids", "position_ids", "attention_mask"};
+    for (int i = 0; i < 3; i++)
+        if (tr_safetensors_get(f->io, names[i], &f->prompt[i], &e)) fail_msg("%s%s", e.msg, t->hint);
+    if (tr_safetensors_get(f->io, "generated", &f->want, &e) ||
+        tr_safetensors_get(f->io, "generated_logits", &f->want_logits, &e))
+        fail_msg("%s%s", e.msg, t->hint);
+    f->B = f->prompt[0].shape[0], f->T = f->prompt[0].shape[1], f->NEW = f->want.shape[1];
+    const struct tr_generate_opts o = {.dtype = TR_DTYPE_F32, .batch = f->B, .prompt_len = f->T,
+                                       .max_length = f->T + f->NEW};
+    if (tr_generate_build(t->model, tr_test_llm_preset(t->model, "tiny"), &o, &f->gg, &e)) fail_msg("%s", e.msg);
+    if (tr_weights_load(f->gg.prefill, t->weights, &f->w, &e)) fail_msg("%s%s", e.msg, t->hint);
+    if (tr_generate_share_params(&f->gg, &e)) fail_msg("%s", e.msg);
+}
+
+static void fix_close(struct gen_fix *f) {
+    tr_weights_free(f->w);
+    tr_generate_graphs_free(&f->gg);
+    tr_safetensors_close(f->io);
+}
+
+struct be_handle {
+    struct tr_plugin *p;
+    struct tr_backend *be;
+};
+
+static void be_open(const struct tr_test_backend *b, struct be_handle *h) {
+    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
+    struct tr_option opt = {.key = "mode", .value = b->mode, .file = "test", .line = 1};
+    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
+                                    .device_type = TR_DEVICE_CPU, .options = &opt, .n_options = b->mode ? 1 : 0};
+    struct tr_error e = {0};
+    if (tr_plugin_open(b->plugin, &s, &h->p, &e)) fail_msg("%s: %s", b->label, e.msg);
+    if (tr_backend_init(h->p, &prm, &h->be, &e)) fail_msg("%s: %s", b->label, e.msg);
+}
+
+static void be_close(struct be_handle *h) {
+    tr_backend_free(h->be);
+    tr_plugin_close(h->p);
+}
+
+/* Every step's logits, kept: steps[s] is [B,V]. */
+struct kept {
+    int64_t n, numel;
+    float *logits; /* [NEW, B, V] */
+};
+
+static void keep_logits(void *user, int64_t step, const struct tr_tensor *l) {
+    struct kept *k = user;
+    assert_true(step < k->n);
+    assert_int_equal(tr_tensor_numel(l), k->numel);
+    for (int64_t i = 0; i < k->numel; i++) k->logits[step * k->numel + i] = (float)tr_tensor_get_f64(l, i);
+}
+
+static double rel(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), den += (double)b[i] * b[i];
+    }
+    return sqrt(num / den);
+}
+
+/* One pass over prompt + the first NEW - 1 new tokens, no cache: the logits at position
+ * T - 1 + s are what step s must give. Returns [B, T + NEW - 1, V]. */
+static struct tr_tensor recompute(const struct tr_test_llm *t, struct gen_fix *f, const struct tr_test_backend *b,
+                                  const int32_t *tokens) {
+    const int64_t B = f->B, T = f->T, L = T + f->NEW - 1;
+    struct tr_graph *g = tr_test_llm_build(t->model, tr_test_llm_preset(t->model, "tiny"), TR_DTYPE_F32, B, L);
+    struct tr_weights *w = NULL;
+    struct tr_error e = {0};
+    if (tr_weights_load(g, t->weights, &w, &e)) fail_msg("%s", e.msg);
+    const int64_t bl[2] = {B, L};
+    struct tr_tensor in[3] = {tr_test_tensor(TR_DTYPE_I32, 2, bl), tr_test_tensor(TR_DTYPE_I32, 2, bl),
+                              tr_test_tensor(TR_DTYPE_F32, 2, bl)};
+    const int32_t *ids0 = f->prompt[0].data, *pos0 = f->prompt[1].data;
+    const float *m0 = f->prompt[2].data;
+    for (int64_t i = 0; i < B; i++)
+        for (int64_t j = 0; j < L; j++) {
+            int32_t *ids = in[0].data, *pos = in[1].data;
+            float *m = in[2].data;
+            const int64_t k = i * L + j;
+            ids[k] = j < T ? ids0[i * T + j] : tokens[i * f->NEW + (j - T)];
+            pos[k] = j < T ? pos0[i * T + j] : pos0[i * T + T - 1] + (int32_t)(j - T + 1);
+            m[k] = j < T ? m0[i * T + j] : 0.0f;
+        }
+    struct tr_tensor out;
+    tr_test_run_backend(b, NULL, g, in, 1, &out, NULL);
+    for (int i = 0; i < 3; i++) tr_test_tensor_free(&in[i]);
+    tr_weights_free(w);
+    tr_graph_free(g);
+    return out;
+}
+
+static void check_fixture(const struct tr_test_llm *t) {
+    struct gen_fix f;
+    fix_open(t, &f);
+    const int64_t B = f.B, NEW = f.NEW, V = f.want_logits.shape[2], T = f.T;
+    struct tr_generate_config gc;
+    struct tr_error e = {0};
+    assert_int_equal(tr_generate_config_resolve(NULL, 1, &gc, &e), TR_OK);
+    gc.max_length = T + NEW, gc.prompt_len = T;
+    int32_t *tokens = calloc((size_t)(B * NEW), sizeof *tokens);
+    struct kept k = {.n = NEW, .numel = B * V, .logits = calloc((size_t)(NEW * B * V), sizeof(float))};
+    float *hf = calloc((size_t)(B * V), sizeof(float));
+    for (int bi = 0; bi < TR_TEST_N_BACKENDS; bi++) {
+        const struct tr_test_backend *b = &tr_test_backends[bi];
+        struct be_handle h;
+        be_open(b, &h);
+        struct tr_generator *gen = NULL;
+        if (tr_generator_init(h.be, t->model, tr_test_llm_preset(t->model, "tiny"), &f.gg, &gc, &gen, &e))
+            fail_msg("%s: %s", b->label, e.msg);
+        /* twice: the second call must not see the first one's cache */
+        for (int call = 0; call < 2; call++) {
+            for (int64_t i = 0; i < B * NEW; i++) tokens[i] = -7;
+            if (tr_generator_run(gen, f.prompt, tokens, NULL, keep_logits, &k, &e))
+                fail_msg("%s: %s", b->label, e.msg);
+            for (int64_t i = 0; i < B * NEW; i++)
+                if (tokens[i] != ((const int32_t *)f.want.data)[i])
+                    fail_msg("%s %s call %d: sample %lld new token %lld is %d, transformers' greedy generate gave %d",
+                             t->model->name, b->label, call + 1, (long long)(i / NEW), (long long)(i % NEW) + 1,
+                             tokens[i], ((const int32_t *)f.want.data)[i]);
+        }
+        int compiles;
+        int64_t prefills, decodes;
+        tr_generator_counts(gen, &compiles, &prefills, &decodes);
+        assert_int_equal(compiles, 2);
+        assert_int_equal(prefills, 2);
+        assert_int_equal(decodes, 2 * (NEW - 1));
+        /* every step's logits: transformers' (its generate_logits) and one pass without a cache */
+        struct tr_tensor full = recompute(t, &f, b, tokens);
+        double worst_hf = 0, worst_full = 0;
+        const float *ref = f.want_logits.data, *fl = full.data;
+        const int64_t L = full.shape[1];
+        for (int64_t s = 0; s < NEW; s++) {
+            for (int64_t i = 0; i < B; i++) memcpy(hf + i * V, ref + (i * NEW + s) * V, sizeof(float) * (size_t)V);
+            double d = rel(k.logits + s * B * V, hf, B * V);
+            for (int64_t i = 0; i < B; i++) memcpy(hf + i * V, fl + (i * L + T - 1 + s) * V, sizeof(float) * (size_t)V);
+            double c = rel(k.logits + s * B * V, hf, B * V);
+            if (!(d < 1e-4)) fail_msg("%s %s step %lld: logits %.3g from transformers'", t->model->name, b->label, (long long)s, d);
+            if (!(c < 1e-5))
+                fail_msg("%s %s step %lld: KV-cache logits %.3g from one pass without a cache", t->model->name, b->label,
+                         (long long)s, c);
+            worst_hf = fmax(worst_hf, d), worst_full = fmax(worst_full, c);
+        }
+        print_message("%s tiny %-22s generate: %lld x %lld tokens as transformers'; logits within %.2g of its, "
+                      "within %.2g of the full recompute\n",
+                      t->model->name, b->label, (long long)B, (long long)NEW, worst_hf, worst_full);
+        tr_test_tensor_free(&full);
+        tr_generator_free(gen);
+        be_close(&h);
+    }
+    free(hf), free(k.logits), free(tokens);
+    fix_close(&f);
+}
+
+static void test_gemma_matches_hf(void **state) { check_fixture(&gemma); }
+static void test_mistral_matches_hf(void **state) { check_fixture(&mistral); }
+
+/* top-k: same seed -> the same tokens on every backend; another seed -> other tokens. */
+static void test_top_k_seeds(void **state) {
+    struct gen_fix f;
+    fix_open(&mistral, &f);
+    const int64_t n = f.B * f.NEW;
+    struct tr_generate_config gc;
+    struct tr_error e = {0};
+    assert_int_equal(tr_generate_config_resolve(NULL, 1, &gc, &e), TR_OK);
+    gc.max_length = f.T + f.NEW, gc.prompt_len = f.T;
+    strcpy(gc.sampling, "top_k");
+    gc.top_k_sampling = 1, gc.top_k = 20, gc.temperature = 1.5;
+    int32_t *first = calloc((size_t)n, sizeof *first), *tok = calloc((size_t)n, sizeof *tok);
+    for (int bi = 0; bi < TR_TEST_N_BACKENDS; bi++) {
+        struct be_handle h;
+        be_open(&tr_test_backends[bi], &h);
+        struct tr_generator *gen = NULL;
+        gc.seed = 5;
+        if (tr_generator_init(h.be, mistral.model, tr_test_llm_preset(mistral.model, "tiny"), &f.gg, &gc, &gen, &e))
+            fail_msg("%s", e.msg);
+        if (tr_generator_run(gen, f.prompt, bi == 0 ? first : tok, NULL, NULL, NULL, &e)) fail_msg("%s", e.msg);
+        if (bi > 0) assert_memory_equal(first, tok, sizeof *tok * (size_t)n);
+        tr_generator_free(gen);
+        if (bi == 0) { /* another seed, the same backend */
+            gc.seed = 6;
+            if (tr_generator_init(h.be, mistral.model, tr_test_llm_preset(mistral.model, "tiny"), &f.gg, &gc, &gen, &e))
+                fail_msg("%s", e.msg);
+            if (tr_generator_run(gen, f.prompt, tok, NULL, NULL, NULL, &e)) fail_msg("%s", e.msg);
+            int64_t differ = 0;
+            for (int64_t i = 0; i < n; i++) differ += tok[i] != first[i];
+            print_message("top_k 20, temperature 1.5: seed 5 vs seed 6 differ in %lld of %lld tokens\n",
+                          (long long)differ, (long long)n);
+            assert_true(differ > 0);
+            /* sampled, not greedy */
+            int64_t not_greedy = 0;
+            for (int64_t i = 0; i < n; i++) not_greedy += first[i] != ((const int32_t *)f.want.data)[i];
+            assert_true(not_greedy > 0);
+            tr_generator_free(gen);
+        }
+        be_close(&h);
+    }
+    free(first), free(tok);
+    fix_close(&f);
+}
+
+/* Top-k picks only among the k largest, and greedy takes the largest (lowest id on a tie). */
+static void test_pick(void **state) {
+    const int64_t shape[2] = {1, 6};
+    struct tr_tensor l = tr_test_tensor(TR_DTYPE_F32, 2, shape);
+    const float v[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 0.0f};
+    memcpy(l.data, v, sizeof v);
+    struct tr_generate_config gc;
+    struct tr_error e = {0};
+    assert_int_equal(tr_generate_config_resolve(NULL, 3, &gc, &e), TR_OK);
+    assert_int_equal(tr_generate_pick(&gc, &l, 0, 0), 1);
+    gc.top_k_sampling = 1, gc.top_k = 3, gc.temperature = 1.0;
+    int seen[6] = {0};
+    for (int64_t pos = 0; pos < 400; pos++) seen[tr_generate_pick(&gc, &l, 0, pos)]++;
+    assert_int_equal(seen[0] + seen[2] + seen[5], 0);
+    assert_true(seen[1] > 0 && seen[3] > 0 && seen[4] > 0);
+    gc.temperature = 1e-4; /* a cold top-k is greedy */
+    for (int64_t pos = 0; pos < 50; pos++) {
+        int32_t p = tr_generate_pick(&gc, &l, 0, pos);
+        assert_true(p == 1 || p == 3);
+    }
+    tr_test_tensor_free(&l);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_prompt_len),
+        cmocka_unit_test(test_bad_max_length),
+        cmocka_unit_test(test_bad_keys),
+        cmocka_unit_test(test_does_not_fit),
+        cmocka_unit_test(test_pick),
+        cmocka_unit_test(test_runner_gemma_greedy),
+        cmocka_unit_test(test_runner_mistral_greedy),
+        cmocka_unit_test(test_runner_gemma_top_k),
+        cmocka_unit_test(test_runner_mistral_bf16),
+        cmocka_unit_test(test_gemma_matches_hf),
+        cmocka_unit_test(test_mistral_matches_hf),
+        cmocka_unit_test(test_top_k_seeds),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
