@@ -67,6 +67,11 @@ if nvidia-smi -L >/dev/null 2>&1; then
   echo "SKIPPED: cuda without a GPU (this machine has one; tests/gpu/run.sh covers device = cuda)"
 else
   expect "cuda without a GPU" 1 'no CUDA device' -- "$bin" run "$tmp/cuda.ini"
+  # the 7B rows say their size before the device check stops them
+  expect "gemma 7b size before the device check" 1 'gemma/7b: 8537680896 parameters, 15.90 GiB in bf16' -- \
+    "$bin" run conf/gemma_generate.ini
+  expect "mistral 7b fit: size and trained parameters" 1 'mistral/7b: 7243436032 parameters.*fit trains 1703936 of them' -- \
+    "$bin" run conf/mistral_fit.ini
 fi
 ini tf32.ini $'[run]\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8\nmath = tf32'
 expect "tf32 on the cpu" 1 'tf32.ini:6: .run. math = tf32 with device = cpu: expected device = cuda' -- "$bin" run "$tmp/tf32.ini"

@@ -9,16 +9,11 @@
 #include <string.h>
 #include <time.h>
 #include "trident/bench.h"
+#include "bench_util.h"
 #include "trident/graph.h"
 #include "trident/kernels.h"
 #include "trident/loader.h"
 #include "trident/weights.h"
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 /* fit: the model's loss, its trainable params, then backward + optimizer (train.h). */
 static int add_training(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
@@ -139,24 +134,6 @@ static void free_io(struct tr_tensor *ts, int n) {
     free(ts);
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* ‖a − b‖ / ‖b‖ over all elements; +inf when a has a non-finite value. */
-static double rel_diff(const struct tr_tensor *a, const struct tr_tensor *b) {
-    int64_t n = tr_tensor_numel(a);
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double x = tr_tensor_get_f64(a, i), y = tr_tensor_get_f64(b, i);
-        if (!isfinite(x)) return INFINITY;
-        num += (x - y) * (x - y);
-        den += y * y;
-    }
-    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0);
-}
-
 static int first_nonfinite(const struct tr_tensor *t, int64_t *where) {
     int64_t n = tr_tensor_numel(t);
     if (!tr_dtype_is_float((enum tr_dtype)t->dtype)) return 0;
@@ -170,9 +147,9 @@ static int first_nonfinite(const struct tr_tensor *t, int64_t *where) {
 
 static int step(struct tr_backend *be, struct tr_program *prog, int n_in, const struct tr_tensor *in, int n_out,
                 struct tr_tensor *out, double *ms, struct tr_error *err) {
-    double t0 = now_ms();
+    double t0 = tr_bench_now_ms();
     int rc = tr_backend_execute(be, prog, n_in, in, n_out, out, err);
-    *ms = now_ms() - t0;
+    *ms = tr_bench_now_ms() - t0;
     return rc;
 }
 
@@ -238,17 +215,17 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
         .device_index = 0, .options = opts, .n_options = n_opts, .math = cfg->math,
     };
     if (fs->on) fit_restore(fs);
-    double t0 = now_ms();
+    double t0 = tr_bench_now_ms();
     rc = tr_backend_init(plugin, &params, &be, err);
     if (rc) goto done;
-    double tc = now_ms();
+    double tc = tr_bench_now_ms();
     rc = tr_backend_compile(be, g, &prog, err);
     if (rc) goto done;
-    row->compile_ms = now_ms() - tc;
+    row->compile_ms = tr_bench_now_ms() - tc;
     double ms;
     rc = run_step(fs, be, prog, n_in, in, n_out, out, row, &ms, err);
     if (rc) goto done;
-    row->first_ms = now_ms() - t0;
+    row->first_ms = tr_bench_now_ms() - t0;
     for (int64_t i = 1; i < cfg->warmup && rc == TR_OK; i++)
         rc = run_step(fs, be, prog, n_in, in, n_out, out, row, &ms, err);
     if (rc) goto done;
@@ -258,21 +235,14 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
         rc = tr_error_set(err, TR_ERR_NOMEM, "bench: out of memory");
         goto done;
     }
-    double sum = 0;
     for (int64_t i = 0; i < cfg->steps; i++) {
         rc = run_step(fs, be, prog, n_in, in, n_out, out, row, &times[i], err);
         if (rc) {
             tr_error_prefix(err, "step %lld", (long long)(cfg->warmup + i + 1));
             goto done;
         }
-        sum += times[i];
     }
-    qsort(times, (size_t)cfg->steps, sizeof(double), cmp_double);
-    row->mean_ms = sum / (double)cfg->steps;
-    row->median_ms = cfg->steps % 2 ? times[cfg->steps / 2]
-                                    : 0.5 * (times[cfg->steps / 2 - 1] + times[cfg->steps / 2]);
-    row->p90_ms = times[(size_t)ceil(0.9 * (double)cfg->steps) - 1];
-    row->min_ms = times[0];
+    tr_bench_row_times(row, times, cfg->steps);
     row->items_per_s = row->mean_ms > 0 ? (double)cfg->batch * 1e3 / row->mean_ms : 0;
     row->gflops = row->mean_ms > 0 ? tr_graph_flops(g) / (row->mean_ms * 1e6) : 0;
     rc = tr_backend_get_stats(be, prog, &row->stats, err);
@@ -315,21 +285,42 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     rep->tolerance = cfg->math == TR_MATH_TF32 ? 1e-2 : tolerance_of(cfg->dtype);
 
     if (cfg->n_backends < 1) return tr_error_set(err, TR_ERR_INVALID, "%s: [run] backends: none listed", cfg->file);
-    int rc = tr_kernels_device_available(cfg->device_type, err);
-    if (rc) return tr_error_prefix(err, "%s: [run] device = %s", cfg->file, cfg->device);
-
     struct tr_task_graph tg;
-    rc = tr_task_graph_build(cfg, models, &tg, err);
+    int rc = tr_task_graph_build(cfg, models, &tg, err);
     if (rc) return rc;
     struct tr_graph *g = tg.graph;
-    rep->param_bytes = tr_graph_param_bytes(g);
+    /* The model's own params come first; fit appends its optimizer states and masters
+     * (n_updated - n_trained of them), which are state, not parameters. */
+    int n_model = tr_graph_n_params(g);
+    if (tg.opts.task == TR_TASK_FIT) n_model -= tg.train.n_updated - tg.train.n_trained;
+    uint64_t state_bytes = 0, trained = 0;
     for (int i = 0; i < tr_graph_n_params(g); i++) {
         struct tr_tensor t = tr_node_tensor(g, tr_graph_param(g, i));
-        rep->param_count += (uint64_t)tr_tensor_numel(&t);
+        if (i < n_model) {
+            rep->param_count += (uint64_t)tr_tensor_numel(&t);
+            rep->param_bytes += tr_tensor_nbytes(&t);
+        } else {
+            state_bytes += tr_tensor_nbytes(&t);
+        }
+    }
+    for (int i = 0; i < tg.train.n_trained && tg.opts.task == TR_TASK_FIT; i++) {
+        struct tr_tensor t = tr_node_tensor(g, tg.train.trained[i]);
+        trained += (uint64_t)tr_tensor_numel(&t);
     }
     /* Said before the weights are made, so a size that cannot fit is known at once. */
-    fprintf(stderr, "trident: %s/%s: %llu parameters, %.1f MiB in %s\n", cfg->model, cfg->preset,
-            (unsigned long long)rep->param_count, (double)rep->param_bytes / 1048576.0, tr_dtype_name(cfg->dtype));
+    char size[64], state[64];
+    fprintf(stderr, "trident: %s/%s: %llu parameters, %s in %s", cfg->model, cfg->preset,
+            (unsigned long long)rep->param_count, tr_bench_bytes_str(rep->param_bytes, size, sizeof size),
+            tr_dtype_name(cfg->dtype));
+    if (tg.opts.task == TR_TASK_FIT)
+        fprintf(stderr, "; fit trains %llu of them, with %s of optimizer state and master copies",
+                (unsigned long long)trained, tr_bench_bytes_str(state_bytes, state, sizeof state));
+    fputc('\n', stderr);
+    /* After the size line: a user without the device still learns what the run needs. */
+    if ((rc = tr_kernels_device_available(cfg->device_type, err)) != TR_OK) {
+        tr_task_graph_free(&tg);
+        return tr_error_prefix(err, "%s: [run] device = %s", cfg->file, cfg->device);
+    }
     if (tg.opts.task == TR_TASK_GENERATE) {
         rc = tr_generate_bench(cfg, &tg, rep, err);
         tr_task_graph_free(&tg);
@@ -413,7 +404,7 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
             }
         }
         for (int i = 0; !fs.on && i < n_out; i++) {
-            double d = rel_diff(&out[i], &ref[i]);
+            double d = tr_bench_rel_diff(&out[i], &ref[i]);
             if (!(d <= row->max_rel_diff)) {
                 row->max_rel_diff = d;
                 snprintf(row->worst_output, sizeof row->worst_output, "%s", tr_graph_output_name(g, i));

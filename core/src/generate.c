@@ -14,17 +14,12 @@
 #include <sys/sysinfo.h>
 #include <time.h>
 #include "trident/bench.h"
+#include "bench_util.h"
 #include "trident/generate.h"
 #include "trident/kernels.h"
 #include "trident/loader.h"
 #include "trident/rng.h"
 #include "trident/weights.h"
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 /* ---- [generate] ---- */
 
@@ -334,16 +329,16 @@ int tr_generator_run(struct tr_generator *gen, const struct tr_tensor *prompt, i
     const int S = p->n_step_inputs, K = p->n_cache;
     struct tr_tensor *cache = gen->dec_in + S;
     struct tr_generate_times tm = {0};
-    double t0 = now_ms();
+    double t0 = tr_bench_now_ms();
     int rc = tr_backend_execute(gen->be, gen->prefill, p->n_prompt_inputs, prompt, 1 + K, gen->pre_out, err);
     if (rc) return tr_error_prefix(err, "prefill");
     gen->prefills++;
     if (on_logits) on_logits(user, 0, &gen->pre_out[0]);
     for (int64_t b = 0; b < B; b++) tokens[b * NEW] = tr_generate_pick(&gen->gc, &gen->pre_out[0], b, T);
-    double tw = now_ms();
+    double tw = tr_bench_now_ms();
     for (int k = 0; NEW > 1 && k < K; k++) cache_write(&cache[k], &gen->pre_out[1 + k], p->cache_axis, 0);
-    tm.cache_write_ms += now_ms() - tw;
-    double t1 = now_ms();
+    tm.cache_write_ms += tr_bench_now_ms() - tw;
+    double t1 = tr_bench_now_ms();
     tm.prefill_ms = t1 - t0;
     for (int64_t s = 1; s < NEW; s++) {
         const int64_t pos = T + s - 1; /* the fed token's position */
@@ -355,11 +350,11 @@ int tr_generator_run(struct tr_generator *gen, const struct tr_tensor *prompt, i
         tm.decode_passes++;
         if (on_logits) on_logits(user, s, &gen->dec_out[0]);
         for (int64_t b = 0; b < B; b++) tokens[b * NEW + s] = tr_generate_pick(&gen->gc, &gen->dec_out[0], b, pos + 1);
-        tw = now_ms();
+        tw = tr_bench_now_ms();
         for (int k = 0; s + 1 < NEW && k < K; k++) cache_write(&cache[k], &gen->dec_out[1 + k], p->cache_axis, pos);
-        tm.cache_write_ms += now_ms() - tw;
+        tm.cache_write_ms += tr_bench_now_ms() - tw;
     }
-    tm.decode_ms = now_ms() - t1;
+    tm.decode_ms = tr_bench_now_ms() - t1;
     gen->calls++;
     if (times) *times = tm;
     return TR_OK;

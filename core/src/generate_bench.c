@@ -10,42 +10,13 @@
 #include <string.h>
 #include <time.h>
 #include "trident/bench.h"
+#include "bench_util.h"
 #include "trident/generate.h"
 #include "trident/loader.h"
 #include "trident/weights.h"
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* ‖a − b‖ / ‖b‖; +inf when a has a non-finite value. */
-static double rel_diff(const struct tr_tensor *a, const struct tr_tensor *b) {
-    int64_t n = tr_tensor_numel(a);
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double x = tr_tensor_get_f64(a, i), y = tr_tensor_get_f64(b, i);
-        if (!isfinite(x)) return INFINITY;
-        num += (x - y) * (x - y);
-        den += y * y;
-    }
-    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0);
-}
-
 static double gib(uint64_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
-/* "75.5 MiB", "15.90 GiB": the line a person reads before a long run. */
-static const char *human(uint64_t b, char *buf, size_t n) {
-    if (b >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", gib(b));
-    else snprintf(buf, n, "%.1f MiB", (double)b / 1048576.0);
-    return buf;
-}
 
 /* The estimate against what the host has, said either way; refused when it does not fit.
  * On cuda the host holds the weights and the cache (the passes' activations are the
@@ -66,9 +37,9 @@ static int check_memory(const struct tr_config *cfg, const struct tr_task_graph 
     fprintf(stderr,
             "trident: %s/%s generate, batch %lld, max_length %lld: needs about %s of host memory (weights %s, KV "
             "cache %s, activations at most %s%s); %s available\n",
-            cfg->model, cfg->preset, (long long)cfg->batch, (long long)tg->gen_cfg.max_length, human(need, h[0], 32),
-            human(mem.weights, h[1], 32), human(mem.kv_cache, h[2], 32), human(mem.activations, h[3], 32),
-            on_cpu ? "" : ", on the device", human(avail, h[4], 32));
+            cfg->model, cfg->preset, (long long)cfg->batch, (long long)tg->gen_cfg.max_length, tr_bench_bytes_str(need, h[0], 32),
+            tr_bench_bytes_str(mem.weights, h[1], 32), tr_bench_bytes_str(mem.kv_cache, h[2], 32), tr_bench_bytes_str(mem.activations, h[3], 32),
+            on_cpu ? "" : ", on the device", tr_bench_bytes_str(avail, h[4], 32));
     if (need > avail)
         return tr_error_set(err, TR_ERR_NOMEM,
                             "%s: %s/%s generate at batch %lld, max_length %lld does not fit: it needs about %llu bytes "
@@ -161,16 +132,16 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
     struct tr_generator *gen = NULL;
     double *times = NULL;
     struct tr_generate_times tm;
-    double t0 = now_ms();
+    double t0 = tr_bench_now_ms();
     int rc = open_backend(cfg, cb, &plugin, &be, row, err);
     if (rc) goto done;
-    double tc = now_ms();
+    double tc = tr_bench_now_ms();
     rc = tr_generator_init(be, tg->model, tg->config, gg, &tg->gen_cfg, &gen, err);
     if (rc) goto done;
-    row->compile_ms = now_ms() - tc;
+    row->compile_ms = tr_bench_now_ms() - tc;
     rc = tr_generator_run(gen, rb->prompt, rb->first_tokens, &tm, keep_first, rb->first, err);
     if (rc) goto done;
-    row->first_ms = now_ms() - t0;
+    row->first_ms = tr_bench_now_ms() - t0;
     for (int64_t i = 1; i < cfg->warmup && rc == TR_OK; i++)
         rc = tr_generator_run(gen, rb->prompt, rb->tokens, &tm, NULL, NULL, err);
     if (rc) goto done;
@@ -181,9 +152,9 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
     double sum = 0, prefill = 0, writes = 0;
     int64_t passes = 0;
     for (int64_t i = 0; i < cfg->steps; i++) {
-        double ts = now_ms();
+        double ts = tr_bench_now_ms();
         rc = tr_generator_run(gen, rb->prompt, rb->tokens, &tm, NULL, NULL, err);
-        times[i] = now_ms() - ts;
+        times[i] = tr_bench_now_ms() - ts;
         if (rc) {
             tr_error_prefix(err, "generate call %lld", (long long)(cfg->warmup + i + 1));
             goto done;
@@ -201,11 +172,7 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
         sum += times[i], prefill += tm.prefill_ms, writes += tm.cache_write_ms, passes += tm.decode_passes;
     }
     const double n = (double)cfg->steps;
-    qsort(times, (size_t)cfg->steps, sizeof(double), cmp_double);
-    row->mean_ms = sum / n;
-    row->median_ms = cfg->steps % 2 ? times[cfg->steps / 2] : 0.5 * (times[cfg->steps / 2 - 1] + times[cfg->steps / 2]);
-    row->p90_ms = times[(size_t)ceil(0.9 * n) - 1];
-    row->min_ms = times[0];
+    tr_bench_row_times(row, times, cfg->steps);
     row->prefill_ms = prefill / n;
     row->cache_write_ms = writes / n;
     row->ms_per_token = passes > 0 ? (sum - prefill) / (double)passes : 0;
@@ -308,7 +275,7 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, str
             memcpy(rep->sample_tokens, ref_tokens, sizeof(int32_t) * (size_t)rep->n_sample_tokens);
             continue;
         }
-        row->max_rel_diff = rel_diff(&logits, &ref_logits);
+        row->max_rel_diff = tr_bench_rel_diff(&logits, &ref_logits);
         snprintf(row->worst_output, sizeof row->worst_output, "prefill logits");
         /* The first difference, in generation order: until then both saw the same tokens. */
         row->tokens_agree = 1;

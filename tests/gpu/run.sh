@@ -98,8 +98,9 @@ seq_len = 32
 steps = 1
 warmup = 1
 EOF
-if [ "${result[build]}" = pass ] && command -v compute-sanitizer >/dev/null; then
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 "$trident" run "$out/memcheck.ini" \
+cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+if [ "${result[build]}" = pass ] && [ -n "$cs" ]; then
+  timeout 150 "$cs" --tool memcheck --error-exitcode 3 "$trident" run "$out/memcheck.ini" \
     >"$out/memcheck.log" 2>&1
   rc=$?
   if [ $rc = 0 ]; then result[memcheck]=pass

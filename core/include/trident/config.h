@@ -10,6 +10,7 @@
  *                      validates its own keys
  *   [model]            overrides of the preset's keys; the model validates them
  *   [train]            the fit task's optimizer settings (train.h validates them)
+ *   [generate]         the generate task's settings (generate.h validates them)
  *
  * `backends` is a comma-separated list of entries "NAME", "NAME:MODE" (MODE is given to
  * the backend as the option `mode`) or a path to a .so file. Unknown sections and keys

@@ -1,0 +1,44 @@
+#include "bench_util.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+double tr_bench_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+double tr_bench_rel_diff(const struct tr_tensor *a, const struct tr_tensor *b) {
+    int64_t n = tr_tensor_numel(a);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = tr_tensor_get_f64(a, i), y = tr_tensor_get_f64(b, i);
+        if (!isfinite(x)) return INFINITY;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+void tr_bench_row_times(struct tr_bench_row *row, double *times, int64_t n) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += times[i];
+    qsort(times, (size_t)n, sizeof(double), cmp_double);
+    row->mean_ms = sum / (double)n;
+    row->median_ms = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+    row->p90_ms = times[(size_t)ceil(0.9 * (double)n) - 1];
+    row->min_ms = times[0];
+}
+
+const char *tr_bench_bytes_str(uint64_t b, char *buf, size_t n) {
+    if (b >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", (double)b / (1ull << 30));
+    else snprintf(buf, n, "%.1f MiB", (double)b / (1ull << 20));
+    return buf;
+}

@@ -1,0 +1,23 @@
+/* What the predict/fit runner (bench.c) and the generate runner (generate*.c) share:
+ * a monotonic clock, the relative difference backends are compared by, and the step-time
+ * statistics of a report row. Internal to libtrident. */
+#ifndef TRIDENT_BENCH_UTIL_H
+#define TRIDENT_BENCH_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "trident/bench.h"
+#include "trident/tensor.h"
+
+double tr_bench_now_ms(void);
+
+/* ‖a − b‖ / ‖b‖ over all elements; +inf when a has a non-finite value. */
+double tr_bench_rel_diff(const struct tr_tensor *a, const struct tr_tensor *b);
+
+/* "75.5 MiB", "15.90 GiB" into buf; returns buf. */
+const char *tr_bench_bytes_str(uint64_t bytes, char *buf, size_t n);
+
+/* Sorts times (n > 0 step times in ms) and fills row's mean, median, p90 and min. */
+void tr_bench_row_times(struct tr_bench_row *row, double *times, int64_t n);
+
+#endif
