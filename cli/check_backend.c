@@ -326,7 +326,7 @@ done:
 }
 
 static void check_exports(struct cb_run *r, const char *path) {
-    char extra[200], d[260];
+    char extra[200], d[320];
     int n = extra_exports(path, extra, sizeof extra);
     if (n < 0) row(r, "SKIP", "exports only " TR_BACKEND_ENTRY_SYMBOL, "not an ELF64 file this check can read");
     else if (n == 0) row(r, "PASS", "exports only " TR_BACKEND_ENTRY_SYMBOL, "no other defined dynamic symbol");

@@ -373,10 +373,7 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     for (int b = 0; b < cfg->n_backends; b++) {
         struct tr_bench_row *row = &rep->rows[rep->n_rows++];
         const struct tr_config_backend *cb = &cfg->backends[b];
-        /* A path's label is its backend name: the table stays readable, the path is in
-         * plugin_path and the JSON. */
-        if (cb->path[0] && cb->mode[0]) snprintf(row->label, sizeof row->label, "%s:%s", cb->name, cb->mode);
-        else snprintf(row->label, sizeof row->label, "%s", cb->path[0] ? cb->name : cb->spec);
+        tr_bench_row_label(row, cb);
         struct tr_error berr = {0};
         int brc = run_backend(cfg, cb, g, &fs, n_in, in, n_out, have_ref ? out : ref, row, &berr);
         if (brc) {

@@ -17,6 +17,10 @@ double tr_bench_rel_diff(const struct tr_tensor *a, const struct tr_tensor *b);
 /* "75.5 MiB", "15.90 GiB" into buf; returns buf. */
 const char *tr_bench_bytes_str(uint64_t bytes, char *buf, size_t n);
 
+/* The row's label: the entry as written ("torch:reduce-overhead"), or for a path its
+ * backend name (and mode): the table stays readable, the path is in plugin_path. */
+void tr_bench_row_label(struct tr_bench_row *row, const struct tr_config_backend *cb);
+
 /* Sorts times (n > 0 step times in ms) and fills row's mean, median, p90 and min. */
 void tr_bench_row_times(struct tr_bench_row *row, double *times, int64_t n);
 

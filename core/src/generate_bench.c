@@ -195,11 +195,6 @@ done:
     return rc;
 }
 
-static void row_label(const struct tr_config_backend *cb, struct tr_bench_row *row) {
-    if (cb->path[0] && cb->mode[0]) snprintf(row->label, sizeof row->label, "%s:%s", cb->name, cb->mode);
-    else snprintf(row->label, sizeof row->label, "%s", cb->path[0] ? cb->name : cb->spec);
-}
-
 int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_bench_report *rep,
                       struct tr_error *err) {
     struct tr_generate_graphs *gg = &tg->gen;
@@ -246,7 +241,7 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, str
     for (int b = 0; b < cfg->n_backends; b++) {
         struct tr_bench_row *row = &rep->rows[rep->n_rows++];
         row->mismatch_sample = row->mismatch_step = -1;
-        row_label(&cfg->backends[b], row);
+        tr_bench_row_label(row, &cfg->backends[b]);
         struct run_buffers rb = {.prompt = prompt, .tokens = tokens, .first_tokens = have_ref ? first : ref_tokens,
                                  .first = have_ref ? &other_first : &ref_first};
         struct tr_error berr = {0};
