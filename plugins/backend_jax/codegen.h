@@ -73,6 +73,9 @@ void cg_emit_store(struct sb *b, const struct kgen *g, const char *where, int id
 void cg_emit_row_setup(struct sb *b, const struct kgen *g, const char *ind);
 void cg_emit_comment(struct sb *b, const struct kgen *g);
 
+/* The float math both targets' kernels call (codegen.c), after the target's head. */
+extern const char cg_math_prelude[];
+
 /* ---- codegen_cuda.c ---- */
 #define JAX_CU_HEAD "extern \"C\" __global__ void "
 extern const char jax_cu_prelude[];
