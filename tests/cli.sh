@@ -38,6 +38,17 @@ expect "list shows bert and torch" 0 'preset tiny' -- "$bin" list
 expect "list shows the torch plugin" 0 'libtrident_backend_torch.so' -- "$bin" list
 expect "dump prints the graph" 0 'attention' -- "$bin" dump conf/quickstart.ini
 
+# fit from a checkpoint: the model's params come from the file, the optimizer state is made
+ini fitw.ini "[run]
+model = bert
+task = fit
+backends = torch, tf
+weights = $PWD/tests/fixtures/bert_tiny.safetensors
+batch = 2
+seq_len = 16
+steps = 2
+warmup = 1"
+expect "fit from a weights file" 0 'all backends ran and agree' -- "$bin" run "$tmp/fitw.ini"
 ini unknown_backend.ini $'[run]\nmodel = bert\npreset = tiny\nbackends = nosuch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
 expect "unknown backend" 1 'nosuch' -- "$bin" run "$tmp/unknown_backend.ini"
 ini broken.ini $'[run]\nmodel = bert\nbatch = eight'

@@ -453,6 +453,17 @@ static void eval_node(struct tc *t, int id) {
         }
         break;
     }
+    case TR_OP_UPDATE_SLICE: {
+        int ax = (int)a->ints[0];
+        int64_t s0 = (int64_t)in_view(t, id, 2).d[0], outer, len, inner, nu = y.sh[ax];
+        split(nd, sh, ax, &outer, &len, &inner);
+        assert_true(s0 >= 0 && s0 + nu <= len);
+        memcpy(o, x.d, sizeof(double) * (size_t)n);
+        for (int64_t b = 0; b < outer; b++)
+            for (int64_t j = 0; j < nu; j++)
+                for (int64_t i = 0; i < inner; i++) o[(b * len + s0 + j) * inner + i] = y.d[(b * nu + j) * inner + i];
+        break;
+    }
     case TR_OP_MSE: {
         int64_t m = nel(g, tr_node_input(g, id, 0));
         for (int64_t i = 0; i < m; i++) o[0] += (x.d[i] - y.d[i]) * (x.d[i] - y.d[i]) / (double)m;
@@ -672,6 +683,43 @@ static void test_layout(void **state) {
     memset(&at, 0, sizeof at);
     at.n_ints = 5, at.ints[0] = 1, at.ints[1] = 1, at.ints[2] = 6, at.ints[3] = 2, at.ints[4] = 7;
     check(t, "slice_grad", loss_of(t, tr_graph_add_node(t->g, TR_OP_SLICE_GRAD, 1, &x, &at)), 1, &x);
+    tc_free(t);
+}
+
+/* UPDATE_SLICE: dx is dy with the slice zeroed, dupdate dy's slice (a CONST start); with a
+ * start fed at run time only dx is given and dupdate is refused by name. */
+static void test_update_slice(void **state) {
+    (void)state;
+    for (int axis = -3; axis < 3; axis++) {
+        struct tc *t = tc_new();
+        int64_t xs[3] = {2, 5, 3}, us[3] = {2, 5, 3};
+        int ax = axis < 0 ? axis + 3 : axis;
+        us[ax] = xs[ax] == 5 ? 2 : 1;
+        int x = leaf(t, "x", FILL_SIGNED, 3, xs), u = leaf(t, "update", FILL_SIGNED, 3, us);
+        int32_t s0 = ax == 1 ? 3 : 1;
+        int st = tr_const(t->g, "start", TR_DTYPE_I32, 1, SH(1), &s0);
+        int y = tr_update_slice(t->g, x, u, st, axis);
+        int y2 = tr_mul(t->g, y, y); /* dy not constant: the zeroed slice is visible */
+        int wrt[2] = {x, u};
+        char what[64];
+        snprintf(what, sizeof what, "update_slice axis %d", axis);
+        check(t, what, loss_of(t, y2), 2, wrt);
+        tc_free(t);
+    }
+
+    struct tc *t = tc_new();
+    int x = leaf(t, "x", FILL_SIGNED, 2, SH(6, 3)), u = leaf(t, "update", FILL_SIGNED, 2, SH(2, 3));
+    int st = tr_input(t->g, "start", TR_DTYPE_I32, 0, NULL);
+    t->leaf[st] = malloc(sizeof(double));
+    t->leaf[st][0] = 4;
+    int loss = loss_of(t, tr_update_slice(t->g, x, u, st, 0));
+    check(t, "update_slice runtime start, dx", loss, 1, &x);
+    int n = tr_graph_n_nodes(t->g), gr[2];
+    struct tr_error err = {0};
+    int wrt[2] = {x, u};
+    assert_int_equal(tr_grad(t->g, loss, 2, wrt, gr, &err), TR_ERR_UNSUPPORTED);
+    if (!strstr(err.msg, "update_slice: gradient needs a constant start")) fail_msg("message: %s", err.msg);
+    assert_int_equal(tr_graph_n_nodes(t->g), n);
     tc_free(t);
 }
 
@@ -978,6 +1026,58 @@ static void test_infer_training_ops(void **state) {
     expect_refused(g, TR_OP_ATTENTION_GRAD, 4, qin, &a, "which 3");
     tr_graph_free(g);
 
+    /* UPDATE_SLICE: like x; update's dtype, rank and extents checked; start one i32 */
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    int cache = tr_param(g, "cache", TR_DTYPE_BF16, 4, SH(2, 3, 8, 4), 0.0f, 0.0f);
+    int upd = tr_input(g, "upd", TR_DTYPE_BF16, 4, SH(2, 3, 1, 4));
+    int pos = tr_input(g, "pos", TR_DTYPE_I32, 1, SH(1));
+    int us = tr_update_slice(g, cache, upd, pos, -2);
+    assert_true(us >= 0);
+    assert_int_equal(tr_node_dtype(g, us), TR_DTYPE_BF16);
+    assert_int_equal(tr_node_shape(g, us)[2], 8);
+    assert_int_equal(tr_node_attrs(g, us)->ints[0], 2);
+    assert_true(tr_graph_flops(g) == 0.0);
+    buf = NULL, len = 0;
+    f = open_memstream(&buf, &len);
+    assert_int_equal(tr_graph_dump(g, f, NULL), TR_OK);
+    fclose(f);
+    if (!strstr(buf, "update_slice(%0, %1, %2) axis=2 : bf16[2,3,8,4]")) fail_msg("dump: %s", buf);
+    free(buf);
+    tr_graph_free(g);
+    static const struct {
+        int dt_u, ndim_u;
+        int64_t su[4];
+        int dt_s;
+        int64_t ns;
+        int axis;
+        const char *needle;
+    } bad_us[] = {
+        {TR_DTYPE_F32, 4, {2, 3, 1, 4}, TR_DTYPE_I32, 1, 2, "expected x's dtype"},
+        {TR_DTYPE_BF16, 4, {2, 3, 9, 4}, TR_DTYPE_I32, 1, 2, "except along axis 2"},
+        {TR_DTYPE_BF16, 4, {2, 2, 1, 4}, TR_DTYPE_I32, 1, 2, "except along axis 2"},
+        {TR_DTYPE_BF16, 3, {2, 3, 1}, TR_DTYPE_I32, 1, 2, "except along axis 2"},
+        {TR_DTYPE_BF16, 4, {2, 3, 1, 4}, TR_DTYPE_I64, 1, 2, "i32 tensor of exactly one element"},
+        {TR_DTYPE_BF16, 4, {2, 3, 1, 4}, TR_DTYPE_I32, 2, 2, "i32 tensor of exactly one element"},
+        {TR_DTYPE_BF16, 4, {2, 3, 1, 4}, TR_DTYPE_I32, 1, 4, "axis 4 is out of range"},
+    };
+    for (int i = 0; i < (int)(sizeof bad_us / sizeof *bad_us); i++) {
+        assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+        int in3[3] = {tr_param(g, "cache", TR_DTYPE_BF16, 4, SH(2, 3, 8, 4), 0.0f, 0.0f),
+                      tr_input(g, "upd", (enum tr_dtype)bad_us[i].dt_u, bad_us[i].ndim_u, bad_us[i].su),
+                      tr_input(g, "pos", (enum tr_dtype)bad_us[i].dt_s, 1, &bad_us[i].ns)};
+        memset(&a, 0, sizeof a);
+        a.ints[0] = bad_us[i].axis;
+        expect_refused(g, TR_OP_UPDATE_SLICE, 3, in3, &a, bad_us[i].needle);
+        tr_graph_free(g);
+    }
+    /* x must be a float or i32 */
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    int x64 = tr_input(g, "x64", TR_DTYPE_I64, 1, SH(4)), u64 = tr_input(g, "u64", TR_DTYPE_I64, 1, SH(1));
+    int in3b[3] = {x64, u64, tr_input(g, "pos", TR_DTYPE_I32, 0, NULL)};
+    memset(&a, 0, sizeof a);
+    expect_refused(g, TR_OP_UPDATE_SLICE, 3, in3b, &a, "or i32");
+    tr_graph_free(g);
+
     /* f64 losses stay f64 */
     assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
     int p = tr_input(g, "p", TR_DTYPE_F64, 2, s23), tg = tr_input(g, "t", TR_DTYPE_F64, 2, s23);
@@ -999,6 +1099,7 @@ int main(void) {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_update_slice),
         cmocka_unit_test(test_reductions),
         cmocka_unit_test(test_losses),
         cmocka_unit_test(test_mlp),

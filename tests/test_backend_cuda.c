@@ -11,7 +11,9 @@
  * replayed after) and tf on cuda with new inputs every step, each step's outputs
  * checked against the same backend on the cpu (f32, 1e-4); and a graph with updates,
  * whose params' host memory holds the old values until sync and the cpu's values
- * after it. */
+ * after it; and two programs of one backend (torch, both modes, tf and jax) sharing a
+ * param by host memory, one updating it and the other reading it (the same scenario also
+ * runs on the cpu, everywhere). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,12 +297,128 @@ static void test_cuda_updates_reach_host_on_sync(void **state) {
     }
 }
 
+/* ---- params shared between the programs of one backend ---- */
+
+static const struct cfg share_cfgs[] = {
+    {"torch", "torch", NULL},
+    {"torch:reduce-overhead", "torch", "reduce-overhead"},
+    {"tf", "tf", NULL},
+    {"jax", "jax", NULL},
+};
+#define N_SHARE ((int)(sizeof share_cfgs / sizeof share_cfgs[0]))
+#define NS 256
+
+/* writer: y = w + b + x, w <- 0.5·w; reader: z = w + b + x (no update). w and b are
+ * bound to the same host memory in both graphs. */
+static struct tr_graph *share_graph(float *w, float *b, int writer, int64_t n) {
+    struct tr_graph *g = NULL;
+    struct tr_error err = {0};
+    if (tr_graph_init(&g, &err) != TR_OK) fail_msg("%s", err.msg);
+    int64_t s[1] = {n}, sb[1] = {NS};
+    int x = tr_input(g, "x", TR_DTYPE_F32, 1, sb);
+    int W = tr_param(g, "w", TR_DTYPE_F32, 1, s, 0, 1), Bp = tr_param(g, "b", TR_DTYPE_F32, 1, sb, 0, 1);
+    int wv = n == NS ? W : tr_slice(g, W, 0, 0, NS, 1);
+    tr_graph_set_output(g, tr_add(g, tr_add(g, wv, Bp), x), writer ? "y" : "z");
+    if (writer) tr_graph_add_update(g, W, tr_scale(g, W, 0.5f, 0.0f));
+    if (tr_graph_status(g, &err) != TR_OK || tr_graph_bind_param(g, W, w, &err) != TR_OK ||
+        tr_graph_bind_param(g, Bp, b, &err) != TR_OK)
+        fail_msg("%s", err.msg);
+    return g;
+}
+
+static void share_step(const char *label, struct tr_backend *be, struct tr_program *prog, const char *what, int step,
+                       const float *wexp, const float *b, struct tr_tensor *x, struct tr_tensor *y) {
+    struct tr_error err = {0};
+    tr_test_randn(x, 300 + (uint64_t)step, 1.0);
+    tr_test_poison(y);
+    if (tr_backend_execute(be, prog, 1, x, 1, y, &err) != TR_OK) fail_msg("%s %s step %d: %s", label, what, step, err.msg);
+    double ref[NS];
+    for (int j = 0; j < NS; j++) ref[j] = (double)(wexp[j] + b[j]) + (double)((float *)x->data)[j];
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s %s step %d (the shared w)", label, what, step);
+    tr_assert_close(msg, y, ref, 1e-6);
+}
+
+/* Two programs of one backend whose graphs bind the same host memory: an update made by
+ * one is what the other reads next (on cuda: the same device memory, not two uploads;
+ * a third program compiled later reads the updated value, not the host's stale one); a
+ * sync of the reader brings the writer's update to the host; after the last program
+ * goes, a new one uploads the host's bytes afresh. On the cpu (run everywhere) the same
+ * holds by construction; it checks the test's own arithmetic. */
+static void share_scenario(const struct cfg *c, int device) {
+    const char *dev = device == TR_DEVICE_CUDA ? "cuda" : "cpu";
+    char label[64];
+    snprintf(label, sizeof label, "%s on %s", c->label, dev);
+    float w[NS], b[NS], w0[NS], wexp[NS];
+    for (int j = 0; j < NS; j++) w0[j] = w[j] = wexp[j] = 0.5f + 0.01f * (float)j, b[j] = 0.1f * (float)(j % 7);
+    struct tr_graph *gw = share_graph(w, b, 1, NS), *gr = share_graph(w, b, 0, NS);
+    struct tr_plugin *pl = open_plugin(c->plugin);
+    struct tr_backend *be = NULL;
+    struct tr_program *pw = NULL, *pr = NULL, *pr2 = NULL;
+    struct tr_error err = {0};
+    if (init(pl, c, device, TR_MATH_DEFAULT, &be, &err) != TR_OK) fail_msg("%s: %s", label, err.msg);
+    if (tr_backend_compile(be, gw, &pw, &err) != TR_OK || tr_backend_compile(be, gr, &pr, &err) != TR_OK)
+        fail_msg("%s: compile: %s", label, err.msg);
+    int64_t s[1] = {NS};
+    struct tr_tensor x = tr_test_tensor(TR_DTYPE_F32, 1, s), y = tr_test_tensor(TR_DTYPE_F32, 1, s);
+    for (int step = 1; step <= 4; step++) { /* reduce-overhead: warm-up, record, capture, replay */
+        share_step(label, be, pw, "writer", step, wexp, b, &x, &y);
+        for (int j = 0; j < NS; j++) wexp[j] *= 0.5f;
+        share_step(label, be, pr, "reader", step, wexp, b, &x, &y);
+    }
+    if (device == TR_DEVICE_CUDA) assert_memory_equal(w, w0, sizeof w0); /* no sync yet */
+    /* compiled after the updates: it must find the device's w, not upload the host's */
+    if (tr_backend_compile(be, gr, &pr2, &err) != TR_OK) fail_msg("%s: third compile: %s", label, err.msg);
+    share_step(label, be, pr2, "late reader", 5, wexp, b, &x, &y);
+    /* the reader's sync copies the shared memory, which the writer updated, back */
+    if (tr_backend_sync(be, pr, &err) != TR_OK) fail_msg("%s: sync of the reader: %s", label, err.msg);
+    assert_memory_equal(w, wexp, sizeof wexp);
+    assert_true(w[3] == w0[3] / 16);
+    if (device == TR_DEVICE_CUDA) {
+        /* the same host memory bound as a param of another size is refused, naming it */
+        struct tr_graph *gbad = share_graph(w, b, 0, 2 * NS);
+        struct tr_program *pbad = NULL;
+        if (tr_backend_compile(be, gbad, &pbad, &err) == TR_OK) fail_msg("%s: a size mismatch was accepted", label);
+        if (!strstr(err.msg, "'w'") || !strstr(err.msg, "bytes"))
+            fail_msg("%s: '%s' should name param 'w' and the sizes", label, err.msg);
+        printf("%s, one host buffer as two sizes: %s\n", label, err.msg);
+        tr_graph_free(gbad);
+    }
+    /* the writer goes: the readers keep the memory, and read the last update */
+    tr_program_free(pw);
+    share_step(label, be, pr, "reader after the writer's free", 6, wexp, b, &x, &y);
+    struct tr_backend_stats st = {.struct_size = sizeof st, .abi_version = TR_ABI_VERSION};
+    if (tr_backend_get_stats(be, pr, &st, &err) != TR_OK) fail_msg("%s", err.msg);
+    printf("%s, reader: peak %llu bytes; %s\n", label, (unsigned long long)st.peak_bytes, st.notes);
+    assert_true(st.peak_bytes >= 2 * NS * sizeof(float));
+    tr_program_free(pr);
+    tr_program_free(pr2);
+    /* nothing holds w on the device now: a new program uploads the host's bytes */
+    for (int j = 0; j < NS; j++) w[j] = wexp[j] = 3.0f - 0.001f * (float)j;
+    if (tr_backend_compile(be, gr, &pr, &err) != TR_OK) fail_msg("%s: compile after the free: %s", label, err.msg);
+    share_step(label, be, pr, "new reader", 7, wexp, b, &x, &y);
+    tr_program_free(pr);
+    tr_test_tensor_free(&x), tr_test_tensor_free(&y);
+    tr_backend_free(be);
+    tr_plugin_close(pl);
+    tr_graph_free(gw);
+    tr_graph_free(gr);
+}
+
+static void test_programs_share_params(void **state) {
+    (void)state;
+    for (int i = 0; i < N_SHARE; i++) share_scenario(&share_cfgs[i], TR_DEVICE_CPU);
+    if (!have_gpu("test_programs_share_params")) return;
+    for (int i = 0; i < N_SHARE; i++) share_scenario(&share_cfgs[i], TR_DEVICE_CUDA);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_init_on_cuda),
         cmocka_unit_test(test_math_on_cpu),
         cmocka_unit_test(test_cuda_matches_cpu),
         cmocka_unit_test(test_cuda_updates_reach_host_on_sync),
+        cmocka_unit_test(test_programs_share_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -389,6 +389,59 @@ static void test_layout(void **state) {
     }
 }
 
+/* UPDATE_SLICE: out of place against the cpu on every dtype and axis of a 4-D cache; in
+ * place (out is x) bound once and called with the start changed in device memory between
+ * calls (what a captured graph replays); a bad start writes nothing and is reported by
+ * the next sync, once. */
+static void test_update_slice(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    static const enum tr_dtype dts[5] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F16, TR_DTYPE_F64, TR_DTYPE_I32};
+    int64_t sx[4] = {2, 3, 8, 4};
+    for (int d = 0; d < 5; d++)
+        for (int ax = 0; ax < 4; ax++) {
+            int64_t su[4] = {2, 3, 8, 4};
+            su[ax] = ax == 2 ? 3 : 1;
+            struct tr_tensor in[3] = {tr_test_tensor(dts[d], 4, sx), tr_test_tensor(dts[d], 4, su),
+                                      tr_test_tensor(TR_DTYPE_I32, 1, (int64_t[]){1})};
+            if (dts[d] == TR_DTYPE_I32) tr_test_randint(&in[0], 90, 1000), tr_test_randint(&in[1], 91, 1000);
+            else tr_test_randn(&in[0], 90, 1.0), tr_test_randn(&in[1], 91, 1.0);
+            ((int32_t *)in[2].data)[0] = (int32_t)(sx[ax] - su[ax]);
+            struct tr_attrs at = {.ints = {ax - 4}, .n_ints = 1};
+            compare_op("update_slice", TR_OP_UPDATE_SLICE, &at, 3, in, dts[d], 4, sx);
+            free_all(3, in);
+        }
+    /* in place, bound, start moved on the device between calls */
+    struct tr_tensor x = randn(TR_DTYPE_BF16, 4, sx, 92), u = randn(TR_DTYPE_BF16, 4, (int64_t[]){2, 3, 2, 4}, 93);
+    struct tr_tensor s = tr_test_tensor(TR_DTYPE_I32, 1, (int64_t[]){1}), got = tr_test_tensor(TR_DTYPE_BF16, 4, sx);
+    struct tr_tensor din[3] = {to_dev(&x), to_dev(&u), to_dev(&s)};
+    struct tr_attrs at2 = {.ints = {2}, .n_ints = 1};
+    struct tr_kernel_call call;
+    CHECK_OK(tr_kernels_bind(G, TR_OP_UPDATE_SLICE, &at2, 3, din, &din[0], &call, &err));
+    static const int32_t starts[3] = {6, 0, 3};
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(tr_kernels_to_device(G, din[2].data, &starts[k], sizeof(int32_t), &err));
+        CHECK_OK(tr_kernels_call(G, &call, &err));
+        ((int32_t *)s.data)[0] = starts[k];
+        struct tr_tensor hin[3] = {x, u, s};
+        CHECK_OK(tr_kernels_run(tr_test_k, TR_OP_UPDATE_SLICE, &at2, 3, hin, &x, &err)); /* the cpu, in place too */
+        fetch(&got, &din[0]);
+        check_out("update_slice in place", "bound", &got, &x);
+    }
+    /* a start past the end: nothing written, reported once by the sync */
+    const int32_t bad = 7;
+    CHECK_OK(tr_kernels_to_device(G, din[2].data, &bad, sizeof bad, &err));
+    CHECK_OK(tr_kernels_call(G, &call, &err));
+    assert_int_equal(tr_kernels_sync(G, &err), TR_ERR_INVALID);
+    if (!strstr(err.msg, "update_slice: start 7 with n 2")) fail_msg("message: %s", err.msg);
+    CHECK_OK(tr_kernels_sync(G, &err));
+    fetch(&got, &din[0]);
+    check_out("update_slice bad start leaves x", "bound", &got, &x);
+    tr_kernels_unbind(G, &call);
+    for (int i = 0; i < 3; i++) tr_kernels_dealloc(G, din[i].data);
+    tr_test_tensor_free(&x), tr_test_tensor_free(&u), tr_test_tensor_free(&s), tr_test_tensor_free(&got);
+}
+
 static void test_reduce(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
@@ -634,7 +687,7 @@ int main(void) {
         cmocka_unit_test(test_binary),        cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_epilogues), cmocka_unit_test(test_softmax_layer_norm),
         cmocka_unit_test(test_embedding),     cmocka_unit_test(test_embedding_bad_id),
-        cmocka_unit_test(test_layout),        cmocka_unit_test(test_reduce),
+        cmocka_unit_test(test_layout),        cmocka_unit_test(test_update_slice), cmocka_unit_test(test_reduce),
         cmocka_unit_test(test_cast),          cmocka_unit_test(test_attention),
         cmocka_unit_test(test_cross_entropy), cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_training_grads), cmocka_unit_test(test_attention_grad),

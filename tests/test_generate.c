@@ -1,7 +1,10 @@
 /* The generate task (core/include/trident/generate.h, models/decoder/generate.c):
  * - through the runner (tr_bench_run) on gemma and mistral tiny, greedy and top-k, on
  *   torch, torch:reduce-overhead, tf and jax: every backend generates the reference's
- *   tokens, each program is compiled once and the decode pass runs once per token;
+ *   tokens, each program is compiled once and the decode pass runs once per token; with
+ *   the cache as state every cache update is computed in place, the host writes nothing
+ *   and the cache is not counted as parameters; kv_cache = inputs gives the same tokens;
+ * - the decoder's passes with the cache as state (inputs, outputs, updates, refusals);
  * - the generator on the Hugging Face fixtures: exactly transformers' greedy tokens,
  *   every step's logits within 1e-4 of its, and every step's logits equal to one pass
  *   over the whole sequence (no cache) on the same backend, for every backend;
@@ -92,12 +95,68 @@ static void check_runner_dtype(const char *model, const char *dtype, const char 
 
 static void check_runner(const char *model, const char *extra) { check_runner_dtype(model, "f32", extra); }
 
-static void test_runner_gemma_greedy(void **state) { check_runner("gemma", ""); }
-static void test_runner_mistral_bf16(void **state) { check_runner_dtype("mistral", "bf16", ""); }
-static void test_runner_mistral_greedy(void **state) { check_runner("mistral", ""); }
+static const struct tr_decoder_config *tiny_of(const char *model) {
+    return tr_test_llm_preset(strcmp(model, "gemma") == 0 ? &tr_model_gemma : &tr_model_mistral, "tiny");
+}
+
+/* The cache as state (the default): every backend computes each cache update in the
+ * cache's own memory (the decode program's notes: "N of N updates in place", N = 2 per
+ * layer), the host writes nothing, and the cache is not counted as parameters. */
+static void check_state_report(const char *model) {
+    const struct tr_decoder_config *c = tiny_of(model);
+    assert_string_equal(rep.gen.kv_cache, "state");
+    assert_int_equal(rep.param_count, tr_decoder_param_count(c));
+    char want[64];
+    snprintf(want, sizeof want, "%d of %d updates in place", (int)(2 * c->num_hidden_layers),
+             (int)(2 * c->num_hidden_layers));
+    for (int i = 0; i < rep.n_rows; i++) {
+        const struct tr_bench_row *r = &rep.rows[i];
+        assert_true(r->cache_write_ms == 0.0);
+        if (!strstr(r->stats.notes, want))
+            fail_msg("%s %s: the decode pass's cache updates are not all in place (want '%s'): %s", model, r->label,
+                     want, r->stats.notes);
+    }
+}
+
+static void test_runner_gemma_greedy(void **state) {
+    check_runner("gemma", "");
+    check_state_report("gemma");
+}
+static void test_runner_mistral_bf16(void **state) {
+    check_runner_dtype("mistral", "bf16", "");
+    check_state_report("mistral");
+}
+static void test_runner_mistral_greedy(void **state) {
+    check_runner("mistral", "");
+    check_state_report("mistral");
+}
 static void test_runner_gemma_top_k(void **state) {
     check_runner("gemma", "sampling = top_k\ntop_k = 8\ntemperature = 0.7\nseed = 11\n");
     assert_string_equal(rep.gen.sampling, "top_k");
+    check_state_report("gemma");
+}
+
+/* kv_cache = inputs (the host's cache fed to the decode pass) generates the tokens the
+ * cache as state does, from a weights file that has no cache tensors (the cache is never
+ * loaded), and writes the entries on the host. */
+static void test_runner_cache_inputs(void **state) {
+    static const char *const modes[2] = {"inputs", "state"};
+    int32_t tokens[2][8];
+    for (int m = 0; m < 2; m++) {
+        char extra[256];
+        snprintf(extra, sizeof extra, "kv_cache = %s\n[run]\nweights = %s\n", modes[m], gemma.weights);
+        check_runner("gemma", extra);
+        assert_string_equal(rep.gen.kv_cache, modes[m]);
+        assert_true(rep.n_sample_tokens == 8);
+        memcpy(tokens[m], rep.sample_tokens, sizeof(int32_t) * 8);
+        for (int i = 0; i < rep.n_rows; i++) assert_true(m == 1 ? rep.rows[i].cache_write_ms == 0.0
+                                                                 : rep.rows[i].cache_write_ms > 0.0);
+    }
+    assert_memory_equal(tokens[0], tokens[1], sizeof(int32_t) * 8);
+    check_state_report("gemma");
+    const char *bad[] = {"gen.ini:7", "kv_cache = host", "state or inputs", NULL};
+    expect_error("[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbatch = 2\n[generate]\nkv_cache = host\n",
+                 TR_ERR_INVALID, bad);
 }
 
 static void test_bad_prompt_len(void **state) {
@@ -165,7 +224,7 @@ static void fix_open(const struct tr_test_llm *t, struct gen_fix *f) {
     const struct tr_generate_opts o = {.dtype = TR_DTYPE_F32, .batch = f->B, .prompt_len = f->T,
                                        .max_length = f->T + f->NEW};
     if (tr_generate_build(t->model, tr_test_llm_preset(t->model, "tiny"), &o, &f->gg, &e)) fail_msg("%s", e.msg);
-    if (tr_weights_load(f->gg.prefill, t->weights, &f->w, &e)) fail_msg("%s%s", e.msg, t->hint);
+    if (tr_weights_load(f->gg.weights, t->weights, &f->w, &e)) fail_msg("%s%s", e.msg, t->hint);
     if (tr_generate_share_params(&f->gg, &e)) fail_msg("%s", e.msg);
 }
 
@@ -357,6 +416,39 @@ static void test_top_k_seeds(void **state) {
     fix_close(&f);
 }
 
+/* The decoder's passes with the cache as state: decode's inputs end with cache_pos, its
+ * one output is the logits, and it updates the 2 per layer cache PARAMs; a pass with the
+ * cache as state and past inputs, present outputs or more tokens than slots is refused. */
+static void test_cache_state_pass(void **state) {
+    const struct tr_decoder_config *c = tiny_of("mistral");
+    struct tr_error e = {0};
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    struct tr_decoder_pass p = {.dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 1, .full_mask = 1, .last_logits = 1,
+                                .cache_slots = 9};
+    if (tr_decoder_build_pass(c, &p, g, NULL, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(tr_graph_n_inputs(g), 4);
+    assert_string_equal(tr_node_name(g, tr_graph_input(g, 3)), "cache_pos");
+    assert_int_equal(tr_node_shape(g, tr_graph_input(g, 2))[2], 9);
+    assert_int_equal(tr_graph_n_outputs(g), 1);
+    assert_int_equal(tr_graph_n_updates(g), 2 * c->num_hidden_layers);
+    const int k0 = tr_graph_find(g, "cache.0.key");
+    assert_true(k0 >= 0 && tr_node_op(g, k0) == TR_OP_PARAM && tr_node_shape(g, k0)[2] == 9);
+    assert_int_equal(tr_graph_update_param(g, 0), k0);
+    tr_graph_free(g);
+    const struct tr_decoder_pass bad[3] = {
+        {.dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 1, .full_mask = 1, .present = 1, .cache_slots = 9},
+        {.dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 1, .full_mask = 1, .past_len = 4, .cache_slots = 9},
+        {.dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 10, .cache_slots = 9},
+    };
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+        assert_int_equal(tr_decoder_build_pass(c, &bad[i], g, NULL, &e), TR_ERR_INVALID);
+        if (!strstr(e.msg, "cache_slots = 9")) fail_msg("the error does not name cache_slots: %s", e.msg);
+        tr_graph_free(g);
+    }
+}
+
 /* Top-k picks only among the k largest, and greedy takes the largest (lowest id on a tie). */
 static void test_pick(void **state) {
     const int64_t shape[2] = {1, 6};
@@ -387,10 +479,12 @@ int main(void) {
         cmocka_unit_test(test_bad_keys),
         cmocka_unit_test(test_does_not_fit),
         cmocka_unit_test(test_pick),
+        cmocka_unit_test(test_cache_state_pass),
         cmocka_unit_test(test_runner_gemma_greedy),
         cmocka_unit_test(test_runner_mistral_greedy),
         cmocka_unit_test(test_runner_gemma_top_k),
         cmocka_unit_test(test_runner_mistral_bf16),
+        cmocka_unit_test(test_runner_cache_inputs),
         cmocka_unit_test(test_gemma_matches_hf),
         cmocka_unit_test(test_mistral_matches_hf),
         cmocka_unit_test(test_top_k_seeds),

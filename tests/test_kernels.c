@@ -718,6 +718,126 @@ static void test_slice_concat_reshape(void **state) {
     tfree(&c1, &c2, &co, &r1, NULL);
 }
 
+/* ---- update_slice ---- */
+
+/* x with [s, s+n) of axis `ax` replaced by u, in float64 (a copy: exact in every dtype). */
+static double *ref_update_slice(const struct tr_tensor *x, const struct tr_tensor *u, int ax, int64_t s) {
+    double *r = tr_test_to_f64(x), *uv = tr_test_to_f64(u);
+    int64_t outer = tr_shape_numel(ax, x->shape), inner = tr_shape_numel(x->ndim - ax - 1, x->shape + ax + 1);
+    int64_t dim = x->shape[ax], n = u->shape[ax];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t i = 0; i < inner; i++) r[(o * dim + s + j) * inner + i] = uv[(o * n + j) * inner + i];
+    free(uv);
+    return r;
+}
+
+static void exact_equal(const char *what, const struct tr_tensor *out, const double *ref) {
+    for (int64_t i = 0; i < tr_tensor_numel(out); i++)
+        if (tr_tensor_get_f64(out, i) != ref[i])
+            fail_msg("%s: element %lld is %g, expected %g", what, (long long)i, tr_tensor_get_f64(out, i), ref[i]);
+}
+
+/* Out of place (out poisoned: every element must be written) and in place (out is x:
+ * only the slice changes), through run and through a bound call whose start changes
+ * between calls; every dtype it takes and every axis of a 4-D cache. */
+static void test_update_slice(void **state) {
+    (void)state;
+    struct tr_error err = {0};
+    static const enum tr_dtype dts[] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F16, TR_DTYPE_F64, TR_DTYPE_I32};
+    const int64_t xs[4] = {2, 3, 8, 4};
+    for (int d = 0; d < 5; d++)
+        for (int axis = -4; axis < 4; axis++) {
+            int ax = axis < 0 ? axis + 4 : axis;
+            int64_t us[4] = {2, 3, 8, 4};
+            us[ax] = ax == 2 ? 3 : 1;
+            struct tr_tensor x = tr_test_tensor(dts[d], 4, xs), u = tr_test_tensor(dts[d], 4, us);
+            struct tr_tensor y = tr_test_tensor(dts[d], 4, xs), st = TENSOR(TR_DTYPE_I32, 1);
+            uint64_t seed = 2000 + (uint64_t)(d * 16 + ax);
+            if (dts[d] == TR_DTYPE_I32) tr_test_randint(&x, seed, 1 << 30), tr_test_randint(&u, seed + 7, 1 << 30);
+            else tr_test_randn(&x, seed, 1.0), tr_test_randn(&u, seed + 7, 1.0);
+            struct tr_tensor in[3] = {x, u, st};
+            struct tr_attrs at = {.ints = {axis}, .n_ints = 1};
+            char what[96];
+            int64_t last = xs[ax] - us[ax];
+            /* out of place, run: first and last legal start */
+            for (int k = 0; k < 2; k++) {
+                int64_t s = k ? last : 0;
+                ((int32_t *)st.data)[0] = (int32_t)s;
+                tr_test_poison(&y);
+                CHECK_OK(run_op(TR_OP_UPDATE_SLICE, &at, 3, in, &y, &err));
+                double *ref = ref_update_slice(&x, &u, ax, s);
+                snprintf(what, sizeof what, "update_slice %s axis %d start %lld", tr_dtype_name(dts[d]), axis,
+                         (long long)s);
+                exact_equal(what, &y, ref);
+                free(ref);
+            }
+            /* bound, out of place then in place (out is x), the start changed between calls */
+            struct tr_kernel_call c;
+            CHECK_OK(tr_kernels_bind(K, TR_OP_UPDATE_SLICE, &at, 3, in, &y, &c, &err));
+            ((int32_t *)st.data)[0] = (int32_t)(last / 2);
+            tr_test_poison(&y);
+            CHECK_OK(tr_kernels_call(K, &c, &err));
+            double *ref = ref_update_slice(&x, &u, ax, last / 2);
+            snprintf(what, sizeof what, "bound update_slice %s axis %d", tr_dtype_name(dts[d]), axis);
+            exact_equal(what, &y, ref);
+            free(ref);
+            tr_kernels_unbind(K, &c);
+            CHECK_OK(tr_kernels_bind(K, TR_OP_UPDATE_SLICE, &at, 3, in, &x, &c, &err));
+            for (int64_t s = 0; s <= last; s += last > 1 ? last - 1 : 1) {
+                ((int32_t *)st.data)[0] = (int32_t)s;
+                if (dts[d] == TR_DTYPE_I32) tr_test_randint(&u, seed + 11 + (uint64_t)s, 1 << 30);
+                else tr_test_randn(&u, seed + 11 + (uint64_t)s, 1.0);
+                ref = ref_update_slice(&x, &u, ax, s);
+                CHECK_OK(tr_kernels_call(K, &c, &err));
+                snprintf(what, sizeof what, "in-place update_slice %s axis %d start %lld", tr_dtype_name(dts[d]),
+                         axis, (long long)s);
+                exact_equal(what, &x, ref);
+                free(ref);
+            }
+            /* out of range: refused by name, nothing written */
+            static const int32_t bad[2] = {-1, 0};
+            for (int k = 0; k < 2; k++) {
+                int32_t s = k ? (int32_t)last + 1 : bad[0];
+                ((int32_t *)st.data)[0] = s;
+                double *before = tr_test_to_f64(&x);
+                int rc = tr_kernels_call(K, &c, &err);
+                assert_int_equal(rc, TR_ERR_INVALID);
+                char want[96];
+                snprintf(want, sizeof want, "start %d with n %lld leaves axis %d of extent %lld", s,
+                         (long long)us[ax], ax, (long long)xs[ax]);
+                if (!strstr(err.msg, want)) fail_msg("message '%s' lacks '%s'", err.msg, want);
+                exact_equal("refused update_slice leaves x", &x, before);
+                free(before);
+                tr_test_poison(&y);
+                assert_int_equal(run_op(TR_OP_UPDATE_SLICE, &at, 3, in, &y, &err), TR_ERR_INVALID);
+                assert_non_null(strstr(err.msg, want));
+            }
+            tr_kernels_unbind(K, &c);
+            tfree(&x, &u, &y, &st, NULL);
+        }
+    /* shapes and dtypes refused at run and at bind */
+    struct tr_tensor x = TENSOR(TR_DTYPE_F32, 4, 6), u = TENSOR(TR_DTYPE_F32, 4, 2), y = TENSOR(TR_DTYPE_F32, 4, 6);
+    struct tr_tensor u16 = TENSOR(TR_DTYPE_F16, 4, 2), ulong = TENSOR(TR_DTYPE_F32, 4, 7);
+    struct tr_tensor s1 = TENSOR(TR_DTYPE_I32, 1), s64 = TENSOR(TR_DTYPE_I64, 1), s2 = TENSOR(TR_DTYPE_I32, 2);
+    struct tr_tensor y2 = TENSOR(TR_DTYPE_F32, 4, 5);
+    struct tr_attrs at1 = {.ints = {1}, .n_ints = 1}, at5 = {.ints = {5}, .n_ints = 1};
+    ((int32_t *)s1.data)[0] = 0;
+    struct tr_kernel_call c;
+    assert_int_equal(run_op(TR_OP_UPDATE_SLICE, &at1, 3, (struct tr_tensor[]){x, u16, s1}, &y, &err), TR_ERR_SHAPE);
+    assert_non_null(strstr(err.msg, "update"));
+    assert_int_equal(run_op(TR_OP_UPDATE_SLICE, &at1, 3, (struct tr_tensor[]){x, ulong, s1}, &y, &err), TR_ERR_SHAPE);
+    assert_int_equal(run_op(TR_OP_UPDATE_SLICE, &at1, 3, (struct tr_tensor[]){x, u, s64}, &y, &err), TR_ERR_SHAPE);
+    assert_non_null(strstr(err.msg, "exactly one element"));
+    assert_int_equal(run_op(TR_OP_UPDATE_SLICE, &at1, 3, (struct tr_tensor[]){x, u, s2}, &y, &err), TR_ERR_SHAPE);
+    assert_int_equal(run_op(TR_OP_UPDATE_SLICE, &at1, 3, (struct tr_tensor[]){x, u, s1}, &y2, &err), TR_ERR_SHAPE);
+    assert_int_equal(run_op(TR_OP_UPDATE_SLICE, &at5, 3, (struct tr_tensor[]){x, u, s1}, &y, &err), TR_ERR_INVALID);
+    assert_int_equal(run_op(TR_OP_UPDATE_SLICE, &at1, 2, (struct tr_tensor[]){x, u}, &y, &err), TR_ERR_INVALID);
+    assert_int_equal(tr_kernels_bind(K, TR_OP_UPDATE_SLICE, &at1, 3, (struct tr_tensor[]){x, u, s64}, &y, &c, &err),
+                     TR_ERR_SHAPE);
+    tfree(&x, &u, &y, &u16, &ulong, &s1, &s64, &s2, &y2, NULL);
+}
+
 static void test_reduce(void **state) {
     (void)state;
     struct tr_error err = {0};
@@ -1045,6 +1165,9 @@ static void test_supports(void **state) {
     assert_true(tr_kernels_supports(TR_OP_CAST, TR_DTYPE_I32));
     assert_false(tr_kernels_supports(TR_OP_MATMUL, TR_DTYPE_I32));
     assert_false(tr_kernels_supports(TR_OP_GELU, TR_DTYPE_I64));
+    assert_true(tr_kernels_supports(TR_OP_UPDATE_SLICE, TR_DTYPE_F64));
+    assert_true(tr_kernels_supports(TR_OP_UPDATE_SLICE, TR_DTYPE_I32));
+    assert_false(tr_kernels_supports(TR_OP_UPDATE_SLICE, TR_DTYPE_I64));
     assert_false(tr_kernels_supports(-1, TR_DTYPE_F32));
     assert_false(tr_kernels_supports(TR_OP_COUNT, TR_DTYPE_F32));
     assert_false(tr_kernels_supports(TR_OP_RESHAPE, TR_DTYPE_COUNT));
@@ -1134,6 +1257,7 @@ int main(void) {
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_transpose),
         cmocka_unit_test(test_slice_concat_reshape),
+        cmocka_unit_test(test_update_slice),
         cmocka_unit_test(test_reduce),
         cmocka_unit_test(test_cast),
         cmocka_unit_test(test_attention),

@@ -234,6 +234,26 @@ static void rule_mse(struct ad *ad, int id, int dy) {
     if (needs(ad, target)) accumulate(ad, target, tr_unary(g, TR_OP_NEG, d));
 }
 
+static int const_fill(struct tr_graph *g, int like, double v);
+
+/* UPDATE_SLICE (x, update, start): dx is dy with the slice zeroed (the same op with a zero
+ * update); dupdate is dy's slice. No dynamic slice op exists, so dupdate needs start to be
+ * a CONST (check_rules refuses otherwise); dx works for any start. */
+static void rule_update_slice(struct ad *ad, int id, int dy) {
+    struct tr_graph *g = ad->g;
+    int x = tr_node_input(g, id, 0), u = tr_node_input(g, id, 1), start = tr_node_input(g, id, 2);
+    int axis = (int)tr_node_attrs(g, id)->ints[0];
+    if (needs(ad, x)) {
+        int zeros = const_fill(g, u, 0.0);
+        accumulate(ad, x, zeros < 0 ? zeros : tr_update_slice(g, dy, zeros, start, axis));
+    }
+    if (needs(ad, u)) {
+        const int32_t *s = tr_node_data(g, start);
+        int64_t n = tr_node_shape(g, u)[axis];
+        accumulate(ad, u, s ? tr_slice(g, dy, axis, s[0], s[0] + n, 1) : -1);
+    }
+}
+
 static void apply_rule(struct ad *ad, int id, int dy) {
     struct tr_graph *g = ad->g;
     int op = tr_node_op(g, id);
@@ -321,6 +341,9 @@ static void apply_rule(struct ad *ad, int id, int dy) {
     case TR_OP_ROPE:
         rule_rope(ad, id, dy);
         break;
+    case TR_OP_UPDATE_SLICE:
+        rule_update_slice(ad, id, dy);
+        break;
     default:
         break; /* refused by check_rules before anything was added */
     }
@@ -354,6 +377,12 @@ static int check_rules(const struct ad *ad, int loss, struct tr_error *err) {
             break;
         case TR_OP_EMBEDDING:
             if (ad->need[tr_node_input(g, id, 1)]) bad_input = 1, why = "the ids are not differentiable";
+            break;
+        case TR_OP_UPDATE_SLICE:
+            if (ad->need[tr_node_input(g, id, 2)]) bad_input = 2, why = "the start is not differentiable";
+            else if (ad->need[tr_node_input(g, id, 1)] && (tr_node_op(g, tr_node_input(g, id, 2)) != TR_OP_CONST ||
+                                                          !tr_node_data(g, tr_node_input(g, id, 2))))
+                bad_input = 1, why = "update_slice: gradient needs a constant start (the start is read at run time)";
             break;
         case TR_OP_CROSS_ENTROPY:
             if (ad->need[tr_node_input(g, id, 1)]) bad_input = 1, why = "the labels are not differentiable";

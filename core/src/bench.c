@@ -39,7 +39,8 @@ static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg,
     int rc = tr_generate_config_resolve(cfg, cfg->seed, &tg->gen_cfg, err);
     if (rc) return rc;
     const struct tr_generate_opts o = {.dtype = cfg->dtype, .batch = cfg->batch,
-                                       .prompt_len = tg->gen_cfg.prompt_len, .max_length = tg->gen_cfg.max_length};
+                                       .prompt_len = tg->gen_cfg.prompt_len, .max_length = tg->gen_cfg.max_length,
+                                       .cache_inputs = tg->gen_cfg.cache_inputs};
     rc = tr_generate_build(tg->model, tg->config, &o, &tg->gen, err);
     if (rc) {
         int line = 0;
@@ -288,7 +289,8 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     struct tr_task_graph tg;
     int rc = tr_task_graph_build(cfg, models, &tg, err);
     if (rc) return rc;
-    struct tr_graph *g = tg.graph;
+    /* generate: the model's params are its weights graph's (the passes' hold the KV cache too) */
+    struct tr_graph *g = tg.opts.task == TR_TASK_GENERATE ? tg.gen.weights : tg.graph;
     /* The model's own params come first; fit appends its optimizer states and masters
      * (n_updated - n_trained of them), which are state, not parameters. */
     int n_model = tr_graph_n_params(g);
@@ -333,7 +335,8 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     rep->n_nodes = tr_graph_n_nodes(g);
     rep->flops_per_step = tr_graph_flops(g);
 
-    rc = cfg->weights[0] ? tr_weights_load(g, cfg->weights, &w, err) : tr_weights_from_seed(g, cfg->seed, &w, err);
+    rc = cfg->weights[0] ? tr_weights_load_n(g, cfg->weights, n_model, cfg->seed, &w, err)
+                         : tr_weights_from_seed(g, cfg->seed, &w, err);
     if (rc) goto done;
     rc = alloc_io(g, n_in, tr_graph_input, &in, err);
     if (rc) goto done;

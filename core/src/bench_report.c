@@ -28,11 +28,15 @@ static void print_generate(const struct tr_bench_report *rep, FILE *f) {
             (long long)(rep->new_tokens - 1), g->sampling);
     if (g->top_k_sampling) fprintf(f, " (top_k %lld, temperature %g, seed %lld)", (long long)g->top_k, g->temperature,
                                    (long long)g->seed);
-    fprintf(f, "; KV cache %.2f MiB; host memory needed %.1f MiB of %.2f GiB available\n",
-            (double)rep->kv_cache_bytes / 1048576.0, (double)rep->mem_needed_bytes / 1048576.0,
-            (double)rep->mem_available_bytes / 1073741824.0);
-    fprintf(f, "%-24s %10s %10s %10s %10s %9s %9s  %s\n", "backend", "prefill ms", "ms/token", "tokens/s", "cache wr ms",
-            "compiles", "decodes", "tokens");
+    /* The cache as state: no host writes, so no column for them (kv_cache = inputs has one). */
+    const int inputs = g->cache_inputs;
+    fprintf(f, "; KV cache %.2f MiB, %s; host memory needed %.1f MiB of %.2f GiB available\n",
+            (double)rep->kv_cache_bytes / 1048576.0,
+            inputs ? "host memory fed as decode inputs" : "backend state updated in place",
+            (double)rep->mem_needed_bytes / 1048576.0, (double)rep->mem_available_bytes / 1073741824.0);
+    fprintf(f, "%-24s %10s %10s %10s ", "backend", "prefill ms", "ms/token", "tokens/s");
+    if (inputs) fprintf(f, "%11s ", "cache wr ms");
+    fprintf(f, "%9s %9s  %s\n", "compiles", "decodes", "tokens");
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
         if (!r->ok) continue;
@@ -44,8 +48,9 @@ static void print_generate(const struct tr_bench_report *rep, FILE *f) {
                      (long long)r->mismatch_sample, (long long)r->mismatch_step + 1, r->tie_gap);
         else snprintf(tok, sizeof tok, "DIFFER (sample %lld, new token %lld)", (long long)r->mismatch_sample,
                       (long long)r->mismatch_step + 1);
-        fprintf(f, "%-24s %10.3f %10.3f %10.1f %10.3f %9d %9lld  %s\n", r->label, r->prefill_ms, r->ms_per_token,
-                r->tokens_per_s, r->cache_write_ms, r->compiles, (long long)r->decode_execs, tok);
+        fprintf(f, "%-24s %10.3f %10.3f %10.1f ", r->label, r->prefill_ms, r->ms_per_token, r->tokens_per_s);
+        if (inputs) fprintf(f, "%11.3f ", r->cache_write_ms);
+        fprintf(f, "%9d %9lld  %s\n", r->compiles, (long long)r->decode_execs, tok);
     }
     if (rep->n_sample_tokens > 0) {
         fprintf(f, "sample 0, first new tokens:");
@@ -147,6 +152,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
         cJSON_AddNumberToObject(g, "temperature", rep->gen.temperature);
         cJSON_AddNumberToObject(g, "seed", (double)rep->gen.seed);
         cJSON_AddNumberToObject(g, "kv_cache_bytes", (double)rep->kv_cache_bytes);
+        cJSON_AddStringToObject(g, "kv_cache", rep->gen.kv_cache);
         cJSON_AddNumberToObject(g, "mem_needed_bytes", (double)rep->mem_needed_bytes);
         cJSON_AddNumberToObject(g, "mem_available_bytes", (double)rep->mem_available_bytes);
     }
@@ -195,7 +201,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
             cJSON_AddNumberToObject(o, "prefill_ms", r->prefill_ms);
             cJSON_AddNumberToObject(o, "ms_per_token", r->ms_per_token);
             cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
-            cJSON_AddNumberToObject(o, "cache_write_ms", r->cache_write_ms);
+            if (rep->gen.cache_inputs) cJSON_AddNumberToObject(o, "cache_write_ms", r->cache_write_ms);
             cJSON_AddNumberToObject(o, "compiles", r->compiles);
             cJSON_AddNumberToObject(o, "decode_passes", (double)r->decode_execs);
             cJSON_AddBoolToObject(o, "tokens_agree", r->tokens_agree);

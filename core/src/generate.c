@@ -1,11 +1,11 @@
-/* The generate task (generate.h): its [generate] keys, the two passes, one backend's
- * generator (compiled passes, static KV cache, the token loop) and the runner that puts
- * every backend's generator side by side (tr_generate_bench, called by tr_bench_run).
+/* The generate task (generate.h): its [generate] keys, the two passes and the weights
+ * graph, one backend's generator (compiled passes, the cache, the token loop); the runner
+ * that puts every backend's generator side by side is generate_bench.c.
  *
- * The cache lives in host memory as the decode pass's cache inputs: a backend sees the
- * whole cache as inputs on every token. That keeps the ABI 1.0 contract (inputs in, outputs
- * out) and static shapes, at the cost of moving the cache across the boundary per token;
- * the report's cache figures say what that costs. */
+ * The cache is state of the passes by default: the generator feeds only the per-token
+ * inputs and reads only the logits. With kv_cache = inputs it lives in host memory as the
+ * decode pass's cache inputs instead, and the host writes each pass's new entries into it
+ * (the report's cache figures say what that costs). */
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -31,6 +31,7 @@ static const struct tr_model_key generate_keys[] = {
     KEY(top_k, TR_KEY_INT, 1, TR_GENERATE_TOP_K_MAX, "top_k sampling draws from the top_k largest logits"),
     KEY(temperature, TR_KEY_FLOAT, 1e-6, 1e6, "top_k sampling divides the logits by it"),
     KEY(seed, TR_KEY_INT, 0, 9007199254740992.0, "top_k sampling's seed"),
+    KEY(kv_cache, TR_KEY_STRING, 0, 0, "state (the passes update it in place) or inputs (host memory, copied in)"),
 };
 
 static int key_line(const struct tr_config *cfg, const char *key) {
@@ -48,6 +49,7 @@ int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, s
     gc->top_k = 50;
     gc->temperature = 1.0;
     gc->seed = (int64_t)(run_seed & ((1ull << 53) - 1));
+    strcpy(gc->kv_cache, "state");
     if (!cfg) return TR_OK;
     const char *file = cfg->file;
     int rc = tr_keys_apply(cfg, "generate", generate_keys, (int)(sizeof generate_keys / sizeof generate_keys[0]),
@@ -57,6 +59,10 @@ int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, s
         return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] sampling = %s: expected greedy or top_k", file,
                             key_line(cfg, "sampling"), gc->sampling);
     gc->top_k_sampling = strcmp(gc->sampling, "top_k") == 0;
+    if (strcmp(gc->kv_cache, "state") != 0 && strcmp(gc->kv_cache, "inputs") != 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] kv_cache = %s: expected state or inputs", file,
+                            key_line(cfg, "kv_cache"), gc->kv_cache);
+    gc->cache_inputs = strcmp(gc->kv_cache, "inputs") == 0;
     if (gc->prompt_len >= gc->max_length) {
         int line = key_line(cfg, "prompt_len") ? key_line(cfg, "prompt_len") : key_line(cfg, "max_length");
         return tr_error_set(err, TR_ERR_INVALID,
@@ -68,6 +74,61 @@ int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, s
 }
 
 /* ---- the passes ---- */
+
+/* Whether PARAM id is updated by its graph: in a generate pass, a cache tensor. */
+static int is_updated(const struct tr_graph *g, int id) {
+    for (int u = 0; u < tr_graph_n_updates(g); u++)
+        if (tr_graph_update_param(g, u) == id) return 1;
+    return 0;
+}
+
+/* The cache as state: each pass updates n_cache PARAMs and nothing else, decode's are
+ * prefill's (by name, shape and dtype), and the passes have no cache inputs or outputs. */
+static int check_state_plan(const struct tr_model_desc *m, const struct tr_generate_graphs *gg,
+                            struct tr_error *err) {
+    const struct tr_generate_plan *p = &gg->plan;
+    if (p->n_prompt_inputs != tr_graph_n_inputs(gg->prefill) || p->n_step_inputs != tr_graph_n_inputs(gg->decode) ||
+        tr_graph_n_outputs(gg->prefill) != 1 || tr_graph_n_outputs(gg->decode) != 1 ||
+        tr_graph_n_updates(gg->prefill) != p->n_cache || tr_graph_n_updates(gg->decode) != p->n_cache)
+        return tr_error_set(err, TR_ERR_INTERNAL,
+                            "model '%s': generate passes do not match their plan (cache as state: %d prompt inputs, "
+                            "%d step inputs, %d cache tensors; the passes have %d and %d inputs, %d and %d outputs, "
+                            "%d and %d updates)",
+                            m->name, p->n_prompt_inputs, p->n_step_inputs, p->n_cache, tr_graph_n_inputs(gg->prefill),
+                            tr_graph_n_inputs(gg->decode), tr_graph_n_outputs(gg->prefill),
+                            tr_graph_n_outputs(gg->decode), tr_graph_n_updates(gg->prefill),
+                            tr_graph_n_updates(gg->decode));
+    for (int u = 0; u < p->n_cache; u++) {
+        const int d = tr_graph_update_param(gg->decode, u);
+        const char *name = tr_node_name(gg->decode, d);
+        const int s = tr_graph_find(gg->prefill, name);
+        struct tr_tensor a = tr_node_tensor(gg->decode, d), b = {0};
+        if (s >= 0) b = tr_node_tensor(gg->prefill, s);
+        if (s < 0 || !is_updated(gg->prefill, s) || a.dtype != b.dtype || a.ndim != b.ndim ||
+            memcmp(a.shape, b.shape, sizeof(int64_t) * (size_t)a.ndim) != 0 || p->cache_axis < 0 ||
+            p->cache_axis >= a.ndim || a.shape[p->cache_axis] != p->cache_slots)
+            return tr_error_set(err, TR_ERR_INTERNAL,
+                                "model '%s': decode's cache tensor '%s' is not a cache tensor of prefill with its "
+                                "dtype and shape, %lld slots along axis %d",
+                                m->name, name, (long long)p->cache_slots, p->cache_axis);
+    }
+    return TR_OK;
+}
+
+/* The model's PARAMs (prefill's, the cache left out) as a graph of their own. */
+static int build_weights_graph(struct tr_generate_graphs *gg, struct tr_error *err) {
+    int rc = tr_graph_init(&gg->weights, err);
+    for (int i = 0; !rc && i < tr_graph_n_params(gg->prefill); i++) {
+        const int id = tr_graph_param(gg->prefill, i);
+        if (is_updated(gg->prefill, id)) continue;
+        const struct tr_attrs *a = tr_node_attrs(gg->prefill, id);
+        tr_param(gg->weights, tr_node_name(gg->prefill, id), (enum tr_dtype)tr_node_dtype(gg->prefill, id),
+                 tr_node_ndim(gg->prefill, id), tr_node_shape(gg->prefill, id), a ? a->floats[0] : 0.0f,
+                 a ? a->floats[1] : 0.0f);
+    }
+    if (!rc) rc = tr_graph_status(gg->weights, err);
+    return rc ? tr_error_prefix(err, "generate: the weights graph") : TR_OK;
+}
 
 int tr_generate_build(const struct tr_model_desc *m, const void *config, const struct tr_generate_opts *o,
                       struct tr_generate_graphs *gg, struct tr_error *err) {
@@ -81,14 +142,22 @@ int tr_generate_build(const struct tr_model_desc *m, const void *config, const s
     if (!rc) rc = tr_graph_status(gg->prefill, err);
     if (!rc) rc = tr_graph_status(gg->decode, err);
     const struct tr_generate_plan *p = &gg->plan;
-    if (!rc && (p->n_prompt_inputs != tr_graph_n_inputs(gg->prefill) ||
-                p->n_step_inputs + p->n_cache != tr_graph_n_inputs(gg->decode) ||
-                1 + p->n_cache != tr_graph_n_outputs(gg->prefill) || 1 + p->n_cache != tr_graph_n_outputs(gg->decode) ||
-                p->cache_slots < o->max_length - 1))
+    if (!rc && p->cache_slots < o->max_length - 1)
+        rc = tr_error_set(err, TR_ERR_INTERNAL, "model '%s': a generate cache of %lld slots, max_length %lld needs %lld",
+                          m->name, (long long)p->cache_slots, (long long)o->max_length, (long long)o->max_length - 1);
+    if (!rc && p->cache_state == o->cache_inputs)
+        rc = tr_error_set(err, TR_ERR_INTERNAL, "model '%s': generate passes built with the cache %s, asked for %s",
+                          m->name, p->cache_state ? "as state" : "as inputs", o->cache_inputs ? "inputs" : "state");
+    if (!rc && p->cache_state) rc = check_state_plan(m, gg, err);
+    else if (!rc && (p->n_prompt_inputs != tr_graph_n_inputs(gg->prefill) ||
+                     p->n_step_inputs + p->n_cache != tr_graph_n_inputs(gg->decode) ||
+                     1 + p->n_cache != tr_graph_n_outputs(gg->prefill) ||
+                     1 + p->n_cache != tr_graph_n_outputs(gg->decode)))
         rc = tr_error_set(err, TR_ERR_INTERNAL,
                           "model '%s': generate passes do not match their plan (%d prompt inputs, %d step inputs, %d "
                           "cache tensors, %lld slots)",
                           m->name, p->n_prompt_inputs, p->n_step_inputs, p->n_cache, (long long)p->cache_slots);
+    if (!rc) rc = build_weights_graph(gg, err);
     if (rc) tr_generate_graphs_free(gg);
     return rc;
 }
@@ -96,22 +165,62 @@ int tr_generate_build(const struct tr_model_desc *m, const void *config, const s
 void tr_generate_graphs_free(struct tr_generate_graphs *gg) {
     tr_graph_free(gg->prefill);
     tr_graph_free(gg->decode);
+    tr_graph_free(gg->weights);
+    for (int i = 0; gg->cache && i < gg->plan.n_cache; i++) tr_host_free(gg->cache[i]);
+    free(gg->cache);
     memset(gg, 0, sizeof *gg);
 }
 
-int tr_generate_share_params(struct tr_generate_graphs *gg, struct tr_error *err) {
-    for (int i = 0; i < tr_graph_n_params(gg->decode); i++) {
-        int id = tr_graph_param(gg->decode, i);
-        const char *name = tr_node_name(gg->decode, id);
-        int src = tr_graph_find(gg->prefill, name);
-        const void *data = src >= 0 ? tr_node_data(gg->prefill, src) : NULL;
+/* g's PARAMs that are not cache to the weights graph's memory, by name. */
+static int bind_weights(struct tr_generate_graphs *gg, struct tr_graph *g, const char *pass, struct tr_error *err) {
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        const int id = tr_graph_param(g, i);
+        if (gg->plan.cache_state && is_updated(g, id)) continue;
+        const char *name = tr_node_name(g, id);
+        const int src = tr_graph_find(gg->weights, name);
+        const void *data = src >= 0 ? tr_node_data(gg->weights, src) : NULL;
         if (!data)
-            return tr_error_set(err, TR_ERR_INTERNAL, "generate: decode parameter '%s' has no bound twin in prefill",
-                                name);
-        int rc = tr_graph_bind_param(gg->decode, id, data, err);
-        if (rc) return tr_error_prefix(err, "generate: binding '%s'", name);
+            return tr_error_set(err, TR_ERR_INVALID,
+                                "generate: %s parameter '%s' has %s in the weights graph (make or load the weights "
+                                "on it first)",
+                                pass, name, src < 0 ? "no twin" : "no bound twin");
+        int rc = tr_graph_bind_param(g, id, data, err);
+        if (rc) return tr_error_prefix(err, "generate: binding %s's '%s'", pass, name);
     }
     return TR_OK;
+}
+
+/* One host buffer per cache tensor, zeroed once (a slot not written is masked, but a
+ * masked NaN would still poison the attention's sums), bound to both passes. */
+static int bind_cache(struct tr_generate_graphs *gg, struct tr_error *err) {
+    const int n = gg->plan.n_cache;
+    if (!gg->cache) {
+        if (!(gg->cache = calloc((size_t)n, sizeof *gg->cache)))
+            return tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory for %d cache tensors", n);
+        for (int u = 0; u < n; u++) {
+            struct tr_tensor t = tr_node_tensor(gg->prefill, tr_graph_update_param(gg->prefill, u));
+            const size_t nb = tr_tensor_nbytes(&t);
+            int rc = tr_host_alloc(&gg->cache[u], nb, err);
+            if (rc) return tr_error_prefix(err, "generate: the KV cache (%s)", tr_node_name(gg->prefill, tr_graph_update_param(gg->prefill, u)));
+            memset(gg->cache[u], 0, nb);
+            gg->cache_bytes += nb;
+        }
+    }
+    for (int u = 0; u < n; u++) {
+        const int pid = tr_graph_update_param(gg->prefill, u);
+        const char *name = tr_node_name(gg->prefill, pid);
+        int rc = tr_graph_bind_param(gg->prefill, pid, gg->cache[u], err);
+        if (!rc) rc = tr_graph_bind_param(gg->decode, tr_graph_find(gg->decode, name), gg->cache[u], err);
+        if (rc) return tr_error_prefix(err, "generate: binding the cache tensor '%s'", name);
+    }
+    return TR_OK;
+}
+
+int tr_generate_share_params(struct tr_generate_graphs *gg, struct tr_error *err) {
+    int rc = bind_weights(gg, gg->prefill, "prefill", err);
+    if (!rc) rc = bind_weights(gg, gg->decode, "decode", err);
+    if (!rc && gg->plan.cache_state) rc = bind_cache(gg, err);
+    return rc;
 }
 
 /* ---- memory ---- */
@@ -121,20 +230,24 @@ static uint64_t node_bytes(const struct tr_graph *g, int id) {
     return (uint64_t)tr_tensor_nbytes(&t);
 }
 
-/* Every computed node's output: an upper bound on one pass's activations. */
+/* Every computed node's output but the updates' values (computed in their PARAM's
+ * memory, the cache): an upper bound on one pass's activations. */
 static uint64_t activation_bytes(const struct tr_graph *g) {
     uint64_t n = 0;
     for (int id = 0; id < tr_graph_n_nodes(g); id++) {
         int op = tr_node_op(g, id);
         if (op != TR_OP_INPUT && op != TR_OP_PARAM && op != TR_OP_CONST) n += node_bytes(g, id);
     }
+    for (int u = 0; u < tr_graph_n_updates(g); u++) n -= node_bytes(g, tr_graph_update_value(g, u));
     return n;
 }
 
 void tr_generate_memory_estimate(const struct tr_generate_graphs *gg, struct tr_generate_memory *mem) {
     memset(mem, 0, sizeof *mem);
-    mem->weights = tr_graph_param_bytes(gg->prefill);
+    mem->weights = tr_graph_param_bytes(gg->weights);
     for (int i = 0; i < tr_graph_n_inputs(gg->decode); i++) mem->kv_cache += node_bytes(gg->decode, tr_graph_input(gg->decode, i));
+    for (int u = 0; gg->plan.cache_state && u < gg->plan.n_cache; u++)
+        mem->kv_cache += node_bytes(gg->prefill, tr_graph_update_param(gg->prefill, u));
     uint64_t a = activation_bytes(gg->prefill), b = activation_bytes(gg->decode);
     mem->activations = a > b ? a : b;
     mem->total = mem->weights + mem->kv_cache + mem->activations;
@@ -242,6 +355,8 @@ struct tr_generator {
     const struct tr_generate_graphs *gg;
     struct tr_generate_config gc;
     struct tr_program *prefill, *decode;
+    /* kv_cache = inputs: the cache tensors after the step inputs and entries after the logits */
+    int host_cache;             /* n_cache tensors the host holds, or 0 (the cache as state) */
     struct tr_tensor *pre_out;  /* logits, then the prompt's cache entries */
     struct tr_tensor *dec_in;   /* step inputs, then the cache */
     struct tr_tensor *dec_out;  /* logits, then the fed token's entries */
@@ -279,13 +394,21 @@ int tr_generator_init(struct tr_backend *be, const struct tr_model_desc *m, cons
     if (!gen) return tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory");
     *gen = (struct tr_generator){.be = be, .m = m, .config = config, .gg = gg, .gc = *gc};
     const struct tr_generate_plan *p = &gg->plan;
-    int rc = tr_backend_compile(be, gg->prefill, &gen->prefill, err);
-    if (rc) tr_error_prefix(err, "compiling the prefill pass");
+    const int K = gen->host_cache = p->cache_state ? 0 : p->n_cache;
+    int rc = TR_OK;
+    for (int i = 0; i < tr_graph_n_params(gg->decode) && !rc; i++)
+        if (!tr_node_data(gg->decode, tr_graph_param(gg->decode, i)))
+            rc = tr_error_set(err, TR_ERR_INVALID,
+                              "generate: the decode pass's parameter '%s' is not bound (make the weights on the "
+                              "weights graph, then tr_generate_share_params)",
+                              tr_node_name(gg->decode, tr_graph_param(gg->decode, i)));
+    if (!rc && (rc = tr_backend_compile(be, gg->prefill, &gen->prefill, err)) != TR_OK)
+        tr_error_prefix(err, "compiling the prefill pass");
     if (!rc && (rc = tr_backend_compile(be, gg->decode, &gen->decode, err)) != TR_OK)
         tr_error_prefix(err, "compiling the decode pass");
-    if (!rc) rc = alloc_tensors(gg->prefill, 1 + p->n_cache, tr_graph_output, &gen->pre_out, err);
-    if (!rc) rc = alloc_tensors(gg->decode, p->n_step_inputs + p->n_cache, tr_graph_input, &gen->dec_in, err);
-    if (!rc) rc = alloc_tensors(gg->decode, 1 + p->n_cache, tr_graph_output, &gen->dec_out, err);
+    if (!rc) rc = alloc_tensors(gg->prefill, 1 + K, tr_graph_output, &gen->pre_out, err);
+    if (!rc) rc = alloc_tensors(gg->decode, p->n_step_inputs + K, tr_graph_input, &gen->dec_in, err);
+    if (!rc) rc = alloc_tensors(gg->decode, 1 + K, tr_graph_output, &gen->dec_out, err);
     if (!rc && !(gen->fed = calloc((size_t)gg->opts.batch, sizeof *gen->fed)))
         rc = tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory");
     if (rc) {
@@ -299,9 +422,9 @@ int tr_generator_init(struct tr_backend *be, const struct tr_model_desc *m, cons
 void tr_generator_free(struct tr_generator *gen) {
     if (!gen) return;
     const struct tr_generate_plan *p = &gen->gg->plan;
-    free_tensors(gen->pre_out, 1 + p->n_cache);
-    free_tensors(gen->dec_in, p->n_step_inputs + p->n_cache);
-    free_tensors(gen->dec_out, 1 + p->n_cache);
+    free_tensors(gen->pre_out, 1 + gen->host_cache);
+    free_tensors(gen->dec_in, p->n_step_inputs + gen->host_cache);
+    free_tensors(gen->dec_out, 1 + gen->host_cache);
     free(gen->fed);
     tr_program_free(gen->prefill);
     tr_program_free(gen->decode);
@@ -326,7 +449,7 @@ int tr_generator_run(struct tr_generator *gen, const struct tr_tensor *prompt, i
     const struct tr_generate_graphs *gg = gen->gg;
     const struct tr_generate_plan *p = &gg->plan;
     const int64_t B = gg->opts.batch, T = gg->opts.prompt_len, NEW = gg->opts.max_length - T;
-    const int S = p->n_step_inputs, K = p->n_cache;
+    const int S = p->n_step_inputs, K = gen->host_cache;
     struct tr_tensor *cache = gen->dec_in + S;
     struct tr_generate_times tm = {0};
     double t0 = tr_bench_now_ms();
@@ -335,9 +458,11 @@ int tr_generator_run(struct tr_generator *gen, const struct tr_tensor *prompt, i
     gen->prefills++;
     if (on_logits) on_logits(user, 0, &gen->pre_out[0]);
     for (int64_t b = 0; b < B; b++) tokens[b * NEW] = tr_generate_pick(&gen->gc, &gen->pre_out[0], b, T);
-    double tw = tr_bench_now_ms();
-    for (int k = 0; NEW > 1 && k < K; k++) cache_write(&cache[k], &gen->pre_out[1 + k], p->cache_axis, 0);
-    tm.cache_write_ms += tr_bench_now_ms() - tw;
+    if (K > 0) { /* kv_cache = inputs; as state, the pass wrote its entries itself */
+        double tw = tr_bench_now_ms();
+        for (int k = 0; NEW > 1 && k < K; k++) cache_write(&cache[k], &gen->pre_out[1 + k], p->cache_axis, 0);
+        tm.cache_write_ms += tr_bench_now_ms() - tw;
+    }
     double t1 = tr_bench_now_ms();
     tm.prefill_ms = t1 - t0;
     for (int64_t s = 1; s < NEW; s++) {
@@ -350,9 +475,11 @@ int tr_generator_run(struct tr_generator *gen, const struct tr_tensor *prompt, i
         tm.decode_passes++;
         if (on_logits) on_logits(user, s, &gen->dec_out[0]);
         for (int64_t b = 0; b < B; b++) tokens[b * NEW + s] = tr_generate_pick(&gen->gc, &gen->dec_out[0], b, pos + 1);
-        tw = tr_bench_now_ms();
-        for (int k = 0; s + 1 < NEW && k < K; k++) cache_write(&cache[k], &gen->dec_out[1 + k], p->cache_axis, pos);
-        tm.cache_write_ms += tr_bench_now_ms() - tw;
+        if (K > 0) {
+            double tw = tr_bench_now_ms();
+            for (int k = 0; s + 1 < NEW && k < K; k++) cache_write(&cache[k], &gen->dec_out[1 + k], p->cache_axis, pos);
+            tm.cache_write_ms += tr_bench_now_ms() - tw;
+        }
     }
     tm.decode_ms = tr_bench_now_ms() - t1;
     gen->calls++;

@@ -212,8 +212,8 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, str
     struct tr_tensor *prompt = NULL, ref_logits = {0}, logits = {0};
     int32_t *ref_tokens = NULL, *tokens = NULL, *first = NULL, *top_id = NULL;
     float *top_val = NULL;
-    rc = cfg->weights[0] ? tr_weights_load(gg->prefill, cfg->weights, &w, err)
-                         : tr_weights_from_seed(gg->prefill, cfg->seed, &w, err);
+    rc = cfg->weights[0] ? tr_weights_load(gg->weights, cfg->weights, &w, err)
+                         : tr_weights_from_seed(gg->weights, cfg->seed, &w, err);
     if (!rc) rc = tr_generate_share_params(gg, err);
     if (rc) goto done;
     if (!(prompt = calloc((size_t)n_prompt, sizeof *prompt))) {

@@ -510,6 +510,14 @@ int tr_slice(struct tr_graph *g, int x, int axis, int64_t start, int64_t end, in
     return node1(g, TR_OP_SLICE, x, &at);
 }
 
+int tr_update_slice(struct tr_graph *g, int x, int update, int start, int axis) {
+    struct tr_attrs at = attrs0();
+    at.ints[0] = axis;
+    at.n_ints = 1;
+    int in[3] = {x, update, start};
+    return tr_graph_add_node(g, TR_OP_UPDATE_SLICE, 3, in, &at);
+}
+
 int tr_concat(struct tr_graph *g, int n, const int *xs, int axis) {
     struct tr_attrs at = attrs0();
     at.ints[0] = axis;

@@ -7,7 +7,7 @@
  *              window are not subtracted, the softmax is not counted
  *   elementwise unary and binary ops, SCALE, SOFTMAX, LAYER_NORM: 1 per output element
  *   SUM MEAN MAX: 1 per input element
- *   leaves, EMBEDDING and layout ops (RESHAPE TRANSPOSE SLICE CONCAT CAST): 0
+ *   leaves, EMBEDDING and layout ops (RESHAPE TRANSPOSE SLICE CONCAT CAST UPDATE_SLICE): 0
  *   training: ATTENTION_GRAD 1x the forward attention for dq and for dk, 0.5x for dv
  *              (2.5x for a full backward); UNARY_GRAD SOFTMAX_GRAD LAYER_NORM_GRAD MAX_GRAD
  *              CROSS_ENTROPY_GRAD: 1 per output element; LAYER_NORM_GRAD_GAMMA,
@@ -71,7 +71,7 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
         fprintf(f, " axis=%lld start=%lld end=%lld step=%lld", (long long)a->ints[0], (long long)a->ints[1],
                 (long long)a->ints[2], (long long)a->ints[3]);
         break;
-    case TR_OP_CONCAT:
+    case TR_OP_CONCAT: case TR_OP_UPDATE_SLICE:
         fprintf(f, " axis=%lld", (long long)a->ints[0]);
         break;
     case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX:

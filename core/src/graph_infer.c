@@ -620,6 +620,35 @@ static int infer_rope(struct ctx *c, const struct arg *a, struct tr_attrs *at, i
     return TR_OK;
 }
 
+/* UPDATE_SLICE (x, update, start): update like x but n <= extent along axis; start one i32.
+ * Stores the axis normalised. */
+static int infer_update_slice(struct ctx *c, const struct arg *a, struct tr_attrs *at, int *dt, int *nd,
+                              int64_t *sh) {
+    const struct arg *x = &a[0], *u = &a[1], *start = &a[2];
+    if (!is_float(x->dt) && x->dt != TR_DTYPE_I32)
+        return refuse(c, TR_ERR_SHAPE, "x is %s, expected a float dtype (f32, bf16, f16, f64) or i32", x->str);
+    if (u->dt != x->dt)
+        return refuse(c, TR_ERR_SHAPE, "update is %s, expected x's dtype (x %s)", u->str, x->str);
+    if (x->nd < 1) return refuse(c, TR_ERR_SHAPE, "x %s needs at least 1 dimension", x->str);
+    int64_t axis = at->ints[0];
+    int st = norm_axis(c, &axis, x->nd, "axis", x);
+    if (st) return st;
+    int ok = u->nd == x->nd;
+    for (int i = 0; ok && i < x->nd; i++)
+        ok = i == axis ? u->sh[i] <= x->sh[i] : u->sh[i] == x->sh[i];
+    if (!ok)
+        return refuse(c, TR_ERR_SHAPE,
+                      "update %s must have the shape of x %s except along axis %lld, where it may be shorter",
+                      u->str, x->str, (long long)axis);
+    int64_t ns = 1;
+    for (int i = 0; i < start->nd; i++) ns *= start->sh[i];
+    if (start->dt != TR_DTYPE_I32 || ns != 1)
+        return refuse(c, TR_ERR_SHAPE, "start is %s, expected an i32 tensor of exactly one element", start->str);
+    at->ints[0] = axis;
+    copy_shape(x, dt, nd, sh);
+    return TR_OK;
+}
+
 int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *in, struct tr_attrs *attrs,
                         int *dtype, int *ndim, int64_t *shape, char *msg, size_t msg_size) {
     struct ctx c = {msg, msg_size};
@@ -701,6 +730,8 @@ int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *i
         return infer_rms_norm(&c, op, a, attrs, dtype, ndim, shape);
     case TR_OP_ROPE:
         return infer_rope(&c, a, attrs, dtype, ndim, shape);
+    case TR_OP_UPDATE_SLICE:
+        return infer_update_slice(&c, a, attrs, dtype, ndim, shape);
     default:
         return refuse(&c, TR_ERR_UNSUPPORTED, "no shape rule for op %d", op);
     }

@@ -112,18 +112,22 @@ static int fill_normal(struct tr_tensor *t, const char *name, uint64_t seed, dou
     return TR_OK;
 }
 
+/* PARAM i of g made from the seed, into memory of w. */
+static int seed_one(struct tr_weights *w, struct tr_graph *g, int i, uint64_t seed, struct tr_error *err) {
+    int id = tr_graph_param(g, i);
+    struct tr_tensor t = tr_node_tensor(g, id);
+    const struct tr_attrs *a = tr_node_attrs(g, id);
+    int rc = weights_alloc(w, &t, &t.data, err);
+    if (!rc) rc = fill_normal(&t, tr_node_name(g, id), seed, a ? a->floats[0] : 0, a ? a->floats[1] : 0, err);
+    return rc;
+}
+
 int tr_weights_from_seed(struct tr_graph *g, uint64_t seed, struct tr_weights **out, struct tr_error *err) {
     *out = NULL;
     struct tr_weights *w;
     int rc = weights_new(g, &w, err);
     if (rc) return rc;
-    for (int i = 0; i < tr_graph_n_params(g) && !rc; i++) {
-        int id = tr_graph_param(g, i);
-        struct tr_tensor t = tr_node_tensor(g, id);
-        const struct tr_attrs *a = tr_node_attrs(g, id);
-        rc = weights_alloc(w, &t, &t.data, err);
-        if (!rc) rc = fill_normal(&t, tr_node_name(g, id), seed, a ? a->floats[0] : 0, a ? a->floats[1] : 0, err);
-    }
+    for (int i = 0; i < tr_graph_n_params(g) && !rc; i++) rc = seed_one(w, g, i, seed, err);
     if (!rc) rc = bind_all(g, w, err);
     if (rc) {
         tr_weights_free(w);
@@ -164,6 +168,11 @@ static int load_one(const struct tr_tensor *src, struct tr_tensor *dst, const ch
 }
 
 int tr_weights_load(struct tr_graph *g, const char *path, struct tr_weights **out, struct tr_error *err) {
+    return tr_weights_load_n(g, path, tr_graph_n_params(g), 0, out, err);
+}
+
+int tr_weights_load_n(struct tr_graph *g, const char *path, int n_file, uint64_t seed, struct tr_weights **out,
+                      struct tr_error *err) {
     *out = NULL;
     struct tr_weights *w;
     int rc = weights_new(g, &w, err);
@@ -171,6 +180,10 @@ int tr_weights_load(struct tr_graph *g, const char *path, struct tr_weights **ou
     struct tr_safetensors *st = NULL;
     rc = tr_safetensors_open(path, &st, err);
     for (int i = 0; i < tr_graph_n_params(g) && !rc; i++) {
+        if (i >= n_file) {
+            rc = seed_one(w, g, i, seed, err);
+            continue;
+        }
         int id = tr_graph_param(g, i);
         const char *name = tr_node_name(g, id);
         struct tr_tensor src, dst = tr_node_tensor(g, id);

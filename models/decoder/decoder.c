@@ -172,7 +172,9 @@ struct pass_ctx {
     const struct tr_decoder_config *c;
     const struct tr_decoder_pass *p;
     int pos, mask;
-    const int *past; /* 2 per layer (key, value), or NULL */
+    const int *past;  /* 2 per layer (key, value), or NULL */
+    const int *cache; /* cache_slots: 2 PARAMs per layer (key, value), or NULL */
+    int cache_pos;    /* the slot the cache's writes start at (an i32 [1] node) */
 };
 
 /* One decoder layer on x (B,T,D); *k_new / *v_new get this pass's rotated keys and values. */
@@ -194,6 +196,13 @@ static int decoder_layer(struct tr_graph *g, const struct pass_ctx *ctx, int64_t
     int v = split_heads(g, proj(g, h, D, Hk * dh, dt, "v_proj", lr, &h32), B, T, Hk, dh);
     *k_new = k;
     *v_new = v;
+    if (ctx->cache) {
+        const int ck = ctx->cache[2 * l], cv = ctx->cache[2 * l + 1];
+        const int nk = tr_update_slice(g, ck, k, ctx->cache_pos, 2), nv = tr_update_slice(g, cv, v, ctx->cache_pos, 2);
+        tr_graph_add_update(g, ck, nk);
+        tr_graph_add_update(g, cv, nv);
+        if (p->full_mask) k = nk, v = nv;
+    }
     if (P > 0) {
         const int ks[2] = {ctx->past[2 * l], k}, vs[2] = {ctx->past[2 * l + 1], v};
         k = tr_concat(g, 2, ks, 2);
@@ -255,26 +264,43 @@ int tr_decoder_build_pass(const struct tr_decoder_config *c, const struct tr_dec
     if (B < 1 || T < 1 || P < 0)
         return tr_error_set(err, TR_ERR_INVALID, "%s: pass with batch %lld, seq_len %lld, past_len %lld", m,
                             (long long)B, (long long)T, (long long)P);
-    if (p->loss && (P > 0 || p->last_logits || p->present))
-        return tr_error_set(err, TR_ERR_INVALID, "%s: a fit pass has no past, present or last_logits", m);
-    if (P + T > c->max_position_embeddings)
+    if (p->loss && (P > 0 || p->last_logits || p->present || p->cache_slots))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: a fit pass has no past, present, cache or last_logits", m);
+    const int64_t S = p->cache_slots;
+    if (S < 0 || (S > 0 && (P > 0 || p->present || T > S)))
         return tr_error_set(err, TR_ERR_INVALID,
-                            "%s: past_len + seq_len = %lld is longer than max_position_embeddings = %lld", m,
-                            (long long)(P + T), (long long)c->max_position_embeddings);
-    const int64_t bt[2] = {B, T}, full[3] = {B, T, P + T}, keys[2] = {B, P + T};
+                            "%s: cache_slots = %lld with past_len %lld, present %d, seq_len %lld: a pass with its cache "
+                            "as state has no past inputs or present outputs, and at most cache_slots new tokens",
+                            m, (long long)S, (long long)P, p->present, (long long)T);
+    if (P + T > c->max_position_embeddings || S > c->max_position_embeddings)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s: %s = %lld is longer than max_position_embeddings = %lld", m,
+                            S > 0 ? "cache_slots" : "past_len + seq_len", (long long)(S > 0 ? S : P + T),
+                            (long long)c->max_position_embeddings);
+    /* Keys attended to: the updated cache (decode with the cache as state), else past + new. */
+    const int64_t K = S > 0 && p->full_mask ? S : P + T;
+    const int64_t bt[2] = {B, T}, full[3] = {B, T, K}, keys[2] = {B, K};
     int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, bt);
     struct pass_ctx ctx = {.c = c, .p = p};
     ctx.pos = tr_input(g, "position_ids", TR_DTYPE_I32, 2, bt);
     int mask_in = p->full_mask ? tr_input(g, "attention_mask", TR_DTYPE_F32, 3, full)
                                : tr_input(g, "attention_mask", TR_DTYPE_F32, 2, keys);
-    const int64_t ms[4] = {B, 1, p->full_mask ? T : 1, P + T};
+    const int64_t ms[4] = {B, 1, p->full_mask ? T : 1, K};
     ctx.mask = tr_reshape(g, mask_in, 4, ms);
+    if (S > 0) {
+        const int64_t one[1] = {1};
+        const int32_t zero = 0;
+        ctx.cache_pos = p->full_mask ? tr_input(g, "cache_pos", TR_DTYPE_I32, 1, one)
+                                     : tr_const(g, "cache_start", TR_DTYPE_I32, 1, one, &zero);
+    }
 
     const int64_t L = c->num_hidden_layers, Hk = c->num_key_value_heads, dh = tr_decoder_head_dim(c);
-    int *present = NULL, *past = NULL;
+    int *present = NULL, *past = NULL, *cache = NULL;
     if ((p->present && !(present = calloc((size_t)(2 * L), sizeof *present))) ||
-        (P > 0 && !(past = calloc((size_t)(2 * L), sizeof *past)))) {
+        (P > 0 && !(past = calloc((size_t)(2 * L), sizeof *past))) ||
+        (S > 0 && !(cache = calloc((size_t)(2 * L), sizeof *cache)))) {
         free(present);
+        free(past);
         return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for %lld layers' caches", m, (long long)L);
     }
     for (int64_t i = 0; past && i < 2 * L; i++) {
@@ -284,6 +310,13 @@ int tr_decoder_build_pass(const struct tr_decoder_config *c, const struct tr_dec
         past[i] = tr_input(g, name, dt, 4, cs);
     }
     ctx.past = past;
+    for (int64_t i = 0; cache && i < 2 * L; i++) {
+        const int64_t cs[4] = {B, Hk, S, dh};
+        char name[64];
+        snprintf(name, sizeof name, "cache.%lld.%s", (long long)(i / 2), i % 2 ? "value" : "key");
+        cache[i] = tr_param(g, name, dt, 4, cs, 0.0f, 0.0f);
+    }
+    ctx.cache = cache;
 
     tr_graph_push_scope(g, "model");
     const int64_t es[2] = {V, D};
@@ -316,6 +349,7 @@ int tr_decoder_build_pass(const struct tr_decoder_config *c, const struct tr_dec
     }
     free(present);
     free(past);
+    free(cache);
     int rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "%s", m);
     if (logits_out) *logits_out = logits;

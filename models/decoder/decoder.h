@@ -12,6 +12,8 @@
  *     attention_mask f32 [B,P+T] additive over the keys: 0 keep, a large negative (the
  *                                synthetic batch writes TR_DECODER_MASK_NEG) to hide a
  *                                pad token; with full_mask, f32 [B,T,P+T] instead
+ *     cache_pos      i32 [1]     (only with cache_slots and full_mask) the cache slot
+ *                                this pass's keys and values are written at
  *     past_key_values.<l>.key, past_key_values.<l>.value   (only when P > 0), for each
  *                                layer l: [B,Hk,P,Dh], keys already rotated (as HF caches)
  *     labels         i32 [B,T]   (fit only) the token position t is trained to predict:
@@ -24,10 +26,12 @@
  *     logits         [B,T,V] (or [B,V], the last position's, with last_logits)
  *     present.<l>.key, present.<l>.value   (only with present): [B,Hk,T,Dh], this pass's
  *                                rotated keys and its values, for the caller's cache
- * Attention runs over concat(past, new) along the time axis. Without full_mask the op
- * applies causality and the sliding window itself, positions aligned at the end of the
- * keys (query i of T is at key P + i): right for a prefill (P = 0) and for a cache whose
- * P slots all hold earlier tokens. With full_mask the op applies neither and the mask
+ *   state (only with cache_slots): the PARAMs cache.<l>.key / .value, updated in place
+ *                                (struct tr_decoder_pass below); no past, no present
+ * Attention runs over concat(past, new) along the time axis (over the updated cache with
+ * cache_slots and full_mask). Without full_mask the op applies causality and the sliding
+ * window itself, positions aligned at the end of the keys (query i of T is at key P + i):
+ * right for a prefill (P = 0) and for a cache whose P slots all hold earlier tokens. With full_mask the op applies neither and the mask
  * carries causality, the window and free cache slots: decoding against a preallocated
  * cache whose unwritten slots are not at its start.
  *
@@ -154,6 +158,14 @@ struct tr_decoder_pass {
     int last_logits;         /* logits of the last position only: [B,V] */
     const struct tr_decoder_lora *lora; /* adapters to add; NULL: none */
     int loss;                /* fit: input "labels" and the node "loss" instead of the logits output */
+    /* > 0: the KV cache is state of the graph, cache_slots slots long (generate's passes;
+     * past_len 0, present 0): PARAMs "cache.<l>.key" and "cache.<l>.value" [B,Hk,slots,Dh]
+     * (init zeros; never trained or loaded), each updated (tr_graph_add_update) with this
+     * pass's T rotated keys / values written in at a slot by UPDATE_SLICE. With full_mask
+     * (decode) the slot is the INPUT "cache_pos" i32 [1] after attention_mask, the mask is
+     * [B,T,slots] and attention runs over the updated cache; without (prefill) the entries
+     * go to slots 0 .. T-1 and attention runs over this pass's own keys. */
+    int64_t cache_slots;
 };
 
 /* Build one decoder pass (the layout above) into g, from a resolved config. The caller

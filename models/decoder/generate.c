@@ -1,17 +1,26 @@
-/* The generate task's passes for the decoder LLMs (model.h, struct tr_generate_i):
+/* The generate task's passes for the decoder LLMs (model.h, struct tr_generate_i). The
+ * cache has L = max_length - 1 slots, n_cache = 2·layers tensors [B,Hk,L,Dh], cache_axis 2.
+ * By default it is state of both passes (decoder.h, cache_slots):
  *
- *   prefill  tr_decoder_build_pass over the T prompt tokens, present and last_logits:
- *            inputs input_ids, position_ids, attention_mask [B,T] (decoder.h);
- *            outputs logits [B,V], then present.<l>.key / .value [B,Hk,T,Dh] per layer
- *   decode   one token against a static cache of P = max_length - 1 slots (full_mask):
- *            inputs input_ids, position_ids [B,1], attention_mask [B,1,P+1], then
- *            past_key_values.<l>.key / .value [B,Hk,P,Dh]; outputs logits [B,V] and
- *            present.<l>.* [B,Hk,1,Dh]
- * so n_cache = 2·layers, cache_axis = 2. The decode mask carries everything the attention
- * op does not: the prompt's padding, slots not written yet, and Mistral's window (a key at
+ *   prefill  tr_decoder_build_pass over the T prompt tokens, last_logits: inputs
+ *            input_ids, position_ids, attention_mask [B,T]; output logits [B,V]; writes
+ *            its keys and values into slots 0 .. T-1 of the PARAMs cache.<l>.key / .value
+ *   decode   one token, full_mask: inputs input_ids, position_ids [B,1], attention_mask
+ *            [B,1,L], cache_pos i32 [1] (the fed token's position: its slot); output
+ *            logits [B,V]; writes its key and value into slot cache_pos, then attends
+ *            over the whole cache
+ *
+ * With cache_inputs (the host holds the cache):
+ *   prefill  the same, present: outputs logits, then present.<l>.key / .value [B,Hk,T,Dh]
+ *   decode   inputs input_ids, position_ids [B,1], attention_mask [B,1,L+1], then
+ *            past_key_values.<l>.key / .value [B,Hk,L,Dh]; outputs logits [B,V] and
+ *            present.<l>.* [B,Hk,1,Dh]; attention over the cache and then the new key
+ *
+ * The decode mask carries everything the attention op does not: the prompt's padding,
+ * slots not written yet (or stale from an earlier call), and Mistral's window (a key at
  * position j is seen from position i when i - j < sliding_window, as transformers does);
- * the new key (the last of the P+1) is always seen. Positions continue the prompt's
- * (HF's cumsum(mask) - 1): the last prompt token's position + the tokens since. */
+ * the new key is always seen. Positions continue the prompt's (HF's cumsum(mask) - 1):
+ * the last prompt token's position + the tokens since. */
 #include <stdio.h>
 #include <string.h>
 #include "decoder.h"
@@ -49,16 +58,19 @@ static int gen_build(const void *config, const struct tr_generate_opts *o, struc
     rc = tr_decoder_validate(&c, &bo, err);
     if (rc) return rc;
     const int64_t P = o->max_length - 1;
+    const int state = !o->cache_inputs;
     const struct tr_decoder_pass pre = {.dtype = o->dtype, .batch = o->batch, .seq_len = o->prompt_len,
-                                        .present = 1, .last_logits = 1};
-    const struct tr_decoder_pass dec = {.dtype = o->dtype, .batch = o->batch, .seq_len = 1, .past_len = P,
-                                        .full_mask = 1, .present = 1, .last_logits = 1};
+                                        .present = !state, .last_logits = 1, .cache_slots = state ? P : 0};
+    const struct tr_decoder_pass dec = {.dtype = o->dtype, .batch = o->batch, .seq_len = 1,
+                                        .past_len = state ? 0 : P, .full_mask = 1, .present = !state,
+                                        .last_logits = 1, .cache_slots = state ? P : 0};
     rc = tr_decoder_build_pass(&c, &pre, prefill, NULL, err);
     if (rc) return tr_error_prefix(err, "prefill");
     rc = tr_decoder_build_pass(&c, &dec, decode, NULL, err);
     if (rc) return tr_error_prefix(err, "decode");
-    *plan = (struct tr_generate_plan){.n_prompt_inputs = 3, .n_step_inputs = 3,
-                                      .n_cache = 2 * (int)c.num_hidden_layers, .cache_axis = 2, .cache_slots = P};
+    *plan = (struct tr_generate_plan){.n_prompt_inputs = 3, .n_step_inputs = state ? 4 : 3,
+                                      .n_cache = 2 * (int)c.num_hidden_layers, .cache_axis = 2, .cache_slots = P,
+                                      .cache_state = state};
     return TR_OK;
 }
 
@@ -89,16 +101,21 @@ static int gen_step_inputs(const void *config, const struct tr_generate_opts *o,
     if (rc) return rc;
     const char *m = family_of(&c);
     const int64_t B = o->batch, T = o->prompt_len, P = o->max_length - 1, W = c.sliding_window;
-    if (n != 3)
-        return tr_error_set(err, TR_ERR_INVALID,
-                            "%s: %d step inputs given, expected 3 (input_ids, position_ids, attention_mask)", m, n);
+    const int state = !o->cache_inputs;
+    /* the keys the mask covers: the cache's slots (the new key in slot pos), or the
+     * cache and then the new key */
+    const int64_t K = state ? P : P + 1;
+    if (n != 3 + state)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %d step inputs given, expected %d (input_ids, position_ids, "
+                            "attention_mask%s)", m, n, 3 + state, state ? ", cache_pos" : "");
     if (pos < T || pos > o->max_length - 2)
         return tr_error_set(err, TR_ERR_INVALID, "%s: decode position %lld is outside [%lld, %lld]", m, (long long)pos,
                             (long long)T, (long long)(o->max_length - 2));
-    const int64_t b1[2] = {B, 1}, ms[3] = {B, 1, P + 1}, bt[2] = {B, T};
+    const int64_t b1[2] = {B, 1}, ms[3] = {B, 1, K}, bt[2] = {B, T}, one[1] = {1};
     rc = check_step_tensor(m, &inputs[0], "input_ids", TR_DTYPE_I32, 2, b1, err);
     if (!rc) rc = check_step_tensor(m, &inputs[1], "position_ids", TR_DTYPE_I32, 2, b1, err);
     if (!rc) rc = check_step_tensor(m, &inputs[2], "attention_mask", TR_DTYPE_F32, 3, ms, err);
+    if (!rc && state) rc = check_step_tensor(m, &inputs[3], "cache_pos", TR_DTYPE_I32, 1, one, err);
     if (!rc) rc = check_step_tensor(m, &prompt[1], "prompt position_ids", TR_DTYPE_I32, 2, bt, err);
     if (!rc) rc = check_step_tensor(m, &prompt[2], "prompt attention_mask", TR_DTYPE_F32, 2, bt, err);
     if (rc) return rc;
@@ -109,13 +126,14 @@ static int gen_step_inputs(const void *config, const struct tr_generate_opts *o,
     for (int64_t b = 0; b < B; b++) {
         ids[b] = tokens[b];
         p[b] = pos0[b * T + T - 1] + (int32_t)(pos - (T - 1));
-        float *row = mask + b * (P + 1);
+        float *row = mask + b * K;
         for (int64_t j = 0; j < P; j++) {
             int seen = j < pos && !(j < T && pad[b * T + j] != 0.0f) && (W == 0 || pos - j < W);
-            row[j] = seen ? 0.0f : TR_DECODER_MASK_NEG;
+            row[j] = seen || (state && j == pos) ? 0.0f : TR_DECODER_MASK_NEG;
         }
-        row[P] = 0.0f;
+        if (!state) row[P] = 0.0f;
     }
+    if (state) *(int32_t *)inputs[3].data = (int32_t)pos;
     return TR_OK;
 }
 

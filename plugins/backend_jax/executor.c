@@ -14,8 +14,11 @@
  * call each, nothing allocated, nothing looked up), outputs copied out.
  *
  * On cuda the same plan runs on the device: the generated kernels are CUDA C built by
- * NVRTC for the device's architecture (cubin.c) and loaded as one module; weights and
- * constants are copied to the device once, at compile, into one block; the arena is
+ * NVRTC for the device's architecture (cubin.c) and loaded as one module; constants are
+ * copied to the device once, at compile, into one block, and PARAMs are the backend's
+ * shared device blocks (resident.h: one upload for every program that binds the same
+ * host memory, an update by one seen by the others: a step with updates ends
+ * synchronised); the arena is
  * device memory; a step is a launch on the kernels context's stream (generated kernels
  * through the module, the rest through the shared kernels), so the schedule runs in
  * order with no host synchronisation until the outputs are copied back. Updated params
@@ -33,6 +36,7 @@
 #include <time.h>
 #include <dlfcn.h>
 #include "jax.h"
+#include "resident.h"
 #include "trident/kernels_cuda.h"
 
 #define JAX_ALIGN 64
@@ -69,7 +73,8 @@ struct tr_jax_program {
     struct tr_cuda_module *mod;
     void **cu_params;               /* the steps' cu_params, back to back */
     int *bad;                       /* cuda: the word the gathers flag (device) */
-    void *weights;                  /* cuda: PARAMs and CONSTs, copied once (device) */
+    void *weights;                  /* cuda: CONSTs (and empty PARAMs), copied once (device) */
+    char *shared;                   /* cuda, per node: 1 reads, 2 writes the backend's shared param */
     char *source;
     size_t source_len;
 
@@ -228,21 +233,35 @@ static int plan_donation(struct tr_jax_program *p, const int *step_of, struct tr
     return TR_OK;
 }
 
-/* cuda: every PARAM and CONST copied to the device, into one block. */
+/* cuda: each PARAM bound to the backend's shared block of its host memory (uploaded by
+ * the first program that needs it); every CONST (folded ones are this program's host
+ * memory) copied into one block of its own. */
 static int upload_leaves(struct tr_jax_program *p, struct tr_error *err) {
     const struct tr_pir *g = &p->pir;
     size_t total = 0;
+    int rc;
+    if (!(p->shared = calloc((size_t)g->n + 1, 1)))
+        return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory uploading params");
     for (int id = 0; id < g->n; id++) {
         const struct tr_pir_node *n = &g->nodes[id];
-        if ((n->op == TR_OP_PARAM || n->op == TR_OP_CONST) && n->data)
+        if (n->op == TR_OP_PARAM && n->data && tr_pir_nbytes(n) > 0) {
+            int writes = 0;
+            for (int u = 0; u < g->n_updates; u++) writes |= g->update_param[u] == id;
+            struct tr_resident_param prm = {.host = n->data, .nbytes = tr_pir_nbytes(n), .dtype = n->dtype,
+                                            .name = nname(p, id), .writes = writes};
+            if ((rc = tr_resident_store_acquire(&p->ctx->params, p->ctx->device_type, p->ctx->device_index, "jax",
+                                                &prm, &p->ptr[id], err)) != TR_OK)
+                return rc; /* shared[id] is still 0: free releases only what was taken */
+            p->shared[id] = writes ? 2 : 1;
+        } else if ((n->op == TR_OP_PARAM || n->op == TR_OP_CONST) && n->data)
             total += (tr_pir_nbytes(n) + JAX_ALIGN - 1) / JAX_ALIGN * JAX_ALIGN;
     }
-    int rc = tr_kernels_alloc(p->k, total ? total : JAX_ALIGN, &p->weights, err);
-    if (rc != TR_OK) return tr_error_prefix(err, "jax: device memory for %zu bytes of weights and constants", total);
+    rc = tr_kernels_alloc(p->k, total ? total : JAX_ALIGN, &p->weights, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "jax: device memory for %zu bytes of constants", total);
     size_t at = 0;
     for (int id = 0; id < g->n; id++) {
         const struct tr_pir_node *n = &g->nodes[id];
-        if (!((n->op == TR_OP_PARAM || n->op == TR_OP_CONST) && n->data)) continue;
+        if (!((n->op == TR_OP_PARAM || n->op == TR_OP_CONST) && n->data) || p->shared[id]) continue;
         size_t nb = tr_pir_nbytes(n);
         p->ptr[id] = (char *)p->weights + at;
         if (nb && (rc = tr_kernels_to_device(p->k, p->ptr[id], n->data, nb, err)) != TR_OK)
@@ -463,6 +482,9 @@ void tr_jax_program_free(struct tr_jax_program *p) {
         struct tr_error ignored;
         (void)tr_kernels_sync(p->k, &ignored); /* nothing queued may still use the module or the memory */
     }
+    for (int id = 0; p->shared && id < p->pir.n; id++)
+        if (p->shared[id]) tr_resident_store_release(&p->ctx->params, p->pir.nodes[id].data, p->shared[id] == 2);
+    free(p->shared);
     tr_cuda_module_free(p->mod);
     jax_cubin_free(&p->cubin);
     if (p->bad) tr_kernels_dealloc(p->k, p->bad);
@@ -628,18 +650,23 @@ static int execute_cuda(struct tr_jax_program *p, const struct tr_tensor *inputs
         if (nb && (rc = tr_kernels_copy(p->k, p->ptr[pa], p->ptr[tr_pir_update_value(g, u)], nb, err)) != TR_OK)
             return tr_error_prefix(err, "jax: update %d ('%s')", u, nname(p, pa));
     }
+    /* the params are shared: another program of the backend, on its own stream, reads
+     * them next, so the copies are done when the step returns */
+    if (g->n_updates > p->n_donated && (rc = tr_kernels_sync(p->k, err)) != TR_OK)
+        return tr_error_prefix(err, "jax: the updates' copies");
     return TR_OK;
 }
 
 int tr_jax_sync(struct tr_jax_program *p, struct tr_error *err) {
     if (!p || !p->cuda) return TR_OK; /* on the cpu the params are computed in place */
     const struct tr_pir *g = &p->pir;
-    for (int u = 0; u < g->n_updates; u++) {
-        int pa = g->update_param[u];
+    /* Every param of this program that some program of the backend updates: the shared
+     * device memory is the truth, whichever program wrote it last. */
+    for (int pa = 0; p->shared && pa < g->n; pa++) {
         const struct tr_pir_node *n = &g->nodes[pa];
-        size_t nb = tr_pir_nbytes(n);
         int rc;
-        if (nb && n->data && (rc = tr_kernels_to_host(p->k, (void *)n->data, p->ptr[pa], nb, err)) != TR_OK)
+        if (!p->shared[pa] || !tr_resident_store_written(p->ctx->params, n->data)) continue;
+        if ((rc = tr_kernels_to_host(p->k, (void *)n->data, p->ptr[pa], tr_pir_nbytes(n), err)) != TR_OK)
             return tr_error_prefix(err, "jax: sync of param %d ('%s')", pa, nname(p, pa));
     }
     return TR_OK;
@@ -710,7 +737,8 @@ void tr_jax_program_stats(const struct tr_jax_program *p, struct tr_backend_stat
              "%d library calls; arena %s, verified; weights %s %s",
              p->passes.cse_merged, p->passes.dce_removed, p->passes.folded, p->passes.simplified,
              p->fusion.n_epilogues, kernels, p->compile_ms, p->n_lib, human_bytes((uint64_t)p->arena_bytes, arena, sizeof arena),
-             human_bytes(p->weight_bytes, weights, sizeof weights), p->cuda ? "copied to the device once" : "in place");
+             human_bytes(p->weight_bytes, weights, sizeof weights),
+             p->cuda ? "on the device, shared by the backend's programs" : "in place");
     size_t k = strlen(st->notes);
     if (p->pir.n_updates && k < sizeof st->notes)
         snprintf(st->notes + k, sizeof st->notes - k, "; %d of %d updates in place", p->n_donated, p->pir.n_updates);

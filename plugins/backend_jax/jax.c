@@ -5,6 +5,7 @@
 #include <string.h>
 #include "jax.h"
 #include "options.h"
+#include "resident.h"
 
 /* The host's table, kept from tr_backend_entry for as long as the plugin is loaded. */
 static const struct tr_host_api *jax_host;
@@ -66,7 +67,11 @@ fail:
     return rc;
 }
 
-static void jax_free(void *ctx) { free(ctx); }
+static void jax_free(void *ctx) {
+    struct tr_jax_context *c = ctx;
+    if (c) tr_resident_store_free(c->params); /* programs still alive past the backend's end */
+    free(c);
+}
 
 /* Every op reaches the shared kernels (jax's generated kernels cover a subset of the
  * same), so what is supported is what they take. */

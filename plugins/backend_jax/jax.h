@@ -41,6 +41,8 @@
 #define JAX_OP_MATMUL_EPI (TR_PIR_OP_PRIVATE + 1)
 
 /* One initialised backend (the ctx of the vtable). */
+struct tr_resident_store;
+
 struct tr_jax_context {
     const struct tr_host_api *host;
     int device_type;
@@ -53,6 +55,9 @@ struct tr_jax_context {
     int math;                            /* enum tr_math from the params, set on every context */
     /* counters over the backend's life (tests read them) */
     uint64_t cache_hits, cache_misses, cc_runs, nvrtc_runs;
+    /* cuda: the PARAMs' device memory, shared by this backend's programs by host memory
+     * (resident.h); made by the first upload, gone with the last program using it */
+    struct tr_resident_store *params;
 };
 
 /* ---- fuse.c ---- */

@@ -21,8 +21,10 @@
  * copied into the param at the end of the step, as outputs are.
  *
  * On device = cuda the same plan runs on the GPU: the arena is one device allocation
- * (tr_kernels_alloc: the CUDA caching allocator), the weights are uploaded once at
- * compile into one device block of their own (64-byte aligned places), the bound calls
+ * (tr_kernels_alloc: the CUDA caching allocator), the constants are uploaded once at
+ * compile into one device block of their own (64-byte aligned places) and the PARAMs
+ * are the backend's shared device blocks (resident.h: one upload for every program that
+ * binds the same host memory, an update by one seen by the others), the bound calls
  * are the CUDA kernels of the same library, queued on the context's stream. Inputs are
  * copied into their slots and outputs back as on the cpu (the copy out waits for the
  * kernels); updates are computed in (or copied into) the params' device copies and
@@ -37,6 +39,7 @@
 #include <string.h>
 #include "passes.h"
 #include "plan.h"
+#include "resident.h"
 #include "tf.h"
 #include "trident/kernels.h"
 #include "trident/kernels_cuda.h"
@@ -74,7 +77,8 @@ struct tf_program {
     void *arena;
     uint64_t weight_bytes;
     int on_cuda;
-    void *weights_dev;                  /* cuda: every PARAM and CONST, uploaded at compile */
+    void *weights_dev;                  /* cuda: the CONSTs (and empty PARAMs), uploaded at compile */
+    char *shared;                       /* cuda, per IR node: 1 reads, 2 writes the backend's shared param */
 
     /* last execute */
     uint64_t kernel_calls;
@@ -261,19 +265,42 @@ static int bind_fused(struct tr_kernels *k, const struct tr_pir_node *d, const s
     }
 }
 
-/* cuda: the weights' places in one device block, filled from their host memory. */
+/* A PARAM with bytes lives in the backend's shared device memory (resident.h). */
+static int is_shared_param(const struct tr_pir_node *d) {
+    return d->op == TR_OP_PARAM && d->data && tr_pir_nbytes(d) > 0;
+}
+
+/* cuda: each PARAM bound to the backend's shared block of its host memory (uploaded by
+ * the first program that needs it); the constants' places in one device block of this
+ * program, filled from their host memory. */
 static int upload_weights(struct tf_program *p, struct tr_error *err) {
     const struct tr_pir *ir = &p->pir;
     size_t total = 0;
-    for (int i = 0; i < ir->n; i++)
-        if (ir->nodes[i].op == TR_OP_PARAM || ir->nodes[i].op == TR_OP_CONST)
-            total += (tr_pir_nbytes(&ir->nodes[i]) + TF_ALIGN - 1) / TF_ALIGN * TF_ALIGN;
-    int rc = tr_kernels_alloc(p->k, total ? total : 1, &p->weights_dev, err);
-    if (rc != TR_OK) return tr_error_prefix(err, "tf: %zu bytes of weights on the device", total);
+    int rc;
+    if (!(p->shared = calloc((size_t)ir->n + 1, 1)))
+        return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory uploading weights");
+    for (int i = 0; i < ir->n; i++) {
+        const struct tr_pir_node *d = &ir->nodes[i];
+        if (is_shared_param(d)) {
+            int writes = 0;
+            for (int u = 0; u < ir->n_updates; u++) writes |= ir->update_param[u] == i;
+            struct tr_resident_param prm = {.host = d->data, .nbytes = tr_pir_nbytes(d), .dtype = d->dtype,
+                                            .name = nname(d), .writes = writes};
+            if ((rc = tr_resident_store_acquire(&p->ctx->params, p->ctx->device_type, p->ctx->device_index, "tf",
+                                                &prm, &p->data[i], err)) != TR_OK)
+                return rc; /* shared[i] is still 0: free releases only what was taken */
+            p->shared[i] = writes ? 2 : 1;
+            continue;
+        }
+        if (d->op == TR_OP_PARAM || d->op == TR_OP_CONST)
+            total += (tr_pir_nbytes(d) + TF_ALIGN - 1) / TF_ALIGN * TF_ALIGN;
+    }
+    rc = tr_kernels_alloc(p->k, total ? total : 1, &p->weights_dev, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "tf: %zu bytes of constants on the device", total);
     size_t off = 0;
     for (int i = 0; i < ir->n; i++) {
         const struct tr_pir_node *d = &ir->nodes[i];
-        if (d->op != TR_OP_PARAM && d->op != TR_OP_CONST) continue;
+        if ((d->op != TR_OP_PARAM && d->op != TR_OP_CONST) || p->shared[i]) continue;
         size_t nb = tr_pir_nbytes(d);
         p->data[i] = (char *)p->weights_dev + off;
         if (nb && (rc = tr_kernels_to_device(p->k, p->data[i], d->data, nb, err)) != TR_OK)
@@ -286,11 +313,13 @@ static int upload_weights(struct tf_program *p, struct tr_error *err) {
 int tf_sync(struct tf_program *p, struct tr_error *err) {
     const struct tr_pir *ir = &p->pir;
     if (!p->on_cuda) return TR_OK; /* the updates were made in the host memory */
-    for (int u = 0; u < ir->n_updates; u++) {
-        const struct tr_pir_node *pa = &ir->nodes[ir->update_param[u]];
-        size_t nb = tr_pir_nbytes(pa);
+    /* Every param of this program that some program of the backend updates: the shared
+     * device memory is the truth, whichever program wrote it last. */
+    for (int i = 0; p->shared && i < ir->n; i++) {
+        const struct tr_pir_node *pa = &ir->nodes[i];
+        if (!p->shared[i] || !tr_resident_store_written(p->ctx->params, pa->data)) continue;
         /* the host's PARAM memory, writable for an updated param (backend.h, ABI 1.1) */
-        int rc = nb ? tr_kernels_to_host(p->k, (void *)pa->data, p->data[ir->update_param[u]], nb, err) : TR_OK;
+        int rc = tr_kernels_to_host(p->k, (void *)pa->data, p->data[i], tr_pir_nbytes(pa), err);
         if (rc != TR_OK) return tr_error_prefix(err, "tf: sync of '%s'", nname(pa));
     }
     return TR_OK;
@@ -383,6 +412,13 @@ fail:
 
 void tf_program_free(struct tf_program *p) {
     if (!p) return;
+    if (p->shared) {
+        struct tr_error ignored = {0};
+        if (p->k) (void)tr_kernels_sync(p->k, &ignored); /* nothing queued may still read a param that goes */
+        for (int i = 0; i < p->pir.n; i++)
+            if (p->shared[i]) tr_resident_store_release(&p->ctx->params, p->pir.nodes[i].data, p->shared[i] == 2);
+        free(p->shared);
+    }
     tr_pir_free(&p->pir);
     for (int s = 0; p->steps && s < p->n_steps; s++)
         if (p->steps[s].bound) tr_kernels_unbind(p->k, &p->steps[s].call);
@@ -489,17 +525,21 @@ void tf_program_stats(const struct tf_program *p, struct tr_backend_stats *st) {
     st->arena_bytes = (uint64_t)p->arena_bytes;
     st->peak_bytes = (uint64_t)p->arena_bytes + p->weight_bytes;
     if (p->on_cuda) {
-        /* the device's own figure: arena, weights, workspace and scratch alike */
+        /* the device's own figures: this program's (arena, constants, workspace,
+         * scratch) and the backend's shared params, which every program counts whole,
+         * so the largest program's figure counts them once */
         struct tr_cuda_pool_stats cs;
         struct tr_error e = {0};
-        if (tr_kernels_cuda_memory(p->k, &cs, &e) == TR_OK) st->peak_bytes = cs.peak_reserved;
+        if (tr_kernels_cuda_memory(p->k, &cs, &e) == TR_OK)
+            st->peak_bytes = cs.peak_reserved + tr_resident_store_peak_bytes(p->ctx->params);
     }
     int k = snprintf(st->notes, sizeof st->notes,
                      "fused: %s; %d nodes -> %d (cse %d, dce %d), %d kernel calls; arena %s in %d buffers; weights %s "
                      "%s",
                      tf_fusions_str(&p->fus, f, sizeof f), p->graph_nodes, p->pir.n, p->cse_merged, p->dce_removed,
                      p->n_steps, human_bytes((uint64_t)p->arena_bytes, arena, sizeof arena), p->n_bufs,
-                     human_bytes(p->weight_bytes, weights, sizeof weights), p->on_cuda ? "on the device" : "in place");
+                     human_bytes(p->weight_bytes, weights, sizeof weights),
+                     p->on_cuda ? "on the device (params shared by the backend's programs)" : "in place");
     if (p->pir.n_updates && k > 0 && (size_t)k < sizeof st->notes)
         k += snprintf(st->notes + k, sizeof st->notes - (size_t)k, "; %d of %d updates in place", p->n_donated,
                       p->pir.n_updates);

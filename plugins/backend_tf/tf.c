@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "options.h"
+#include "resident.h"
 #include "tf.h"
 #include "trident/kernels.h"
 
@@ -65,7 +66,11 @@ static int tf_init(const struct tr_host_api *host, const struct tr_backend_param
     return TR_OK;
 }
 
-static void tf_free(void *ctx) { free(ctx); }
+static void tf_free(void *ctx) {
+    struct tf_context *c = ctx;
+    if (c) tr_resident_store_free(c->params); /* programs still alive past the backend's end */
+    free(c);
+}
 
 static int tf_supports_op(void *ctx, int op, int dtype) {
     (void)ctx;

@@ -64,6 +64,8 @@ int tf_remap(struct tr_pir *p, struct tf_fusions *f, struct tr_error *err);
 const char *tf_fusions_str(const struct tf_fusions *f, char *buf, size_t n);
 const char *tf_op_name(int op);
 
+struct tr_resident_store;
+
 /* One initialised backend (the ctx of the vtable). */
 struct tf_context {
     const struct tr_host_api *host;
@@ -74,6 +76,9 @@ struct tf_context {
     int simplify;                   /* run the cheap passes (cse, dce) first */
     int threads;                    /* OpenMP threads while executing; 0: leave as is */
     int math;                       /* enum tr_math, from the params; set on every kernels context */
+    /* cuda: the PARAMs' device memory, shared by this backend's programs by host memory
+     * (resident.h); made by the first upload, gone with the last program using it */
+    struct tr_resident_store *params;
 };
 
 struct tf_program;

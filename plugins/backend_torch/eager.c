@@ -18,7 +18,10 @@
  * record the step it then replays.
  *
  * On device = cuda, as PyTorch's model.to("cuda"): the weights are uploaded once at
- * compile (one device block each) and bound there; each step copies the inputs into
+ * compile (one device block each) and bound there. A PARAM's block belongs to the
+ * backend, not the program (resident.h): programs whose graphs bind the same host memory
+ * (generate's prefill and decode) share one upload, and an update made by one is what
+ * the others read next (a step on cuda ends synchronised). Each step copies the inputs into
  * blocks from the caching allocator (x.to("cuda")), which die with their last reader
  * like any other; outputs are copied back to host memory; updates are computed in (or
  * copied into) the params' device memory and reach their host memory only through sync.
@@ -30,6 +33,7 @@
 #include <string.h>
 #include "pir.h"
 #include "program.h"
+#include "resident.h"
 
 const char *tr_torch_node_name(const struct tr_torch_program *p, int id) {
     const char *s = p->ctx->host->node_name(p->g, id);
@@ -203,31 +207,53 @@ static int read_io(struct tr_torch_program *p, struct tr_error *err) {
     return TR_OK;
 }
 
-/* cuda: every weight copied once into a device block of its own, bound there for the
- * program's life (data[id] was the host memory until now). */
+/* cuda: every weight bound to device memory for the program's life (data[id] was the
+ * host memory until now). A PARAM's is the backend's shared block for its host memory
+ * (resident.h: uploaded by the first program, an update by any program seen by all);
+ * a CONST, or an empty param, gets a block of its own. */
 static int upload_weights(struct tr_torch_program *p, struct tr_error *err) {
     p->weights_uploaded = 1;
+    char *writes = calloc((size_t)p->n_nodes + 1, 1);
+    if (!writes) return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory uploading weights");
+    for (int u = 0; u < p->n_updates; u++) writes[p->update_param[u]] = 1;
     for (int id = 0; id < p->n_nodes; id++) {
         if (p->nodes[id].kind != TORCH_WEIGHT) continue;
         const void *host = p->data[id];
         size_t nb = p->nodes[id].nbytes;
         p->data[id] = NULL;
+        if (p->nodes[id].op == TR_OP_PARAM && nb && host) {
+            struct tr_resident_param prm = {.host = host, .nbytes = nb, .dtype = p->nodes[id].t.dtype,
+                                            .name = tr_torch_node_name(p, id), .writes = writes[id]};
+            int rc = tr_resident_store_acquire(&p->ctx->params, p->ctx->device_type, p->ctx->device_index, "torch",
+                                               &prm, &p->data[id], err);
+            if (rc != TR_OK) {
+                free(writes);
+                return rc;
+            }
+            p->nodes[id].shared = 1 + writes[id];
+            continue;
+        }
         int rc = tr_kernels_alloc(p->k, nb ? nb : 1, &p->data[id], err);
         if (rc == TR_OK && nb) rc = tr_kernels_to_device(p->k, p->data[id], host, nb, err);
-        if (rc != TR_OK)
+        if (rc != TR_OK) {
+            free(writes);
             return tr_error_prefix(err, "torch: uploading %s '%s' (%zu bytes)", tr_op_name(p->nodes[id].op),
                                    tr_torch_node_name(p, id), nb);
+        }
     }
+    free(writes);
     return tr_kernels_sync(p->k, err);
 }
 
 int tr_torch_sync(struct tr_torch_program *p, struct tr_error *err) {
     if (!p->on_cuda) return TR_OK; /* the updates were made in the host memory */
-    for (int u = 0; u < p->n_updates; u++) {
-        int pa = p->update_param[u];
-        size_t nb = p->nodes[pa].nbytes;
+    /* Every param of this program that some program of the backend updates: the shared
+     * device memory is the truth, whichever program wrote it last. */
+    for (int pa = 0; pa < p->n_nodes; pa++) {
+        if (!p->nodes[pa].shared) continue;
         void *host = (void *)p->ctx->host->node_data(p->g, pa); /* writable: backend.h, ABI 1.1 */
-        int rc = nb ? tr_kernels_to_host(p->k, host, p->data[pa], nb, err) : TR_OK;
+        if (!tr_resident_store_written(p->ctx->params, host)) continue;
+        int rc = tr_kernels_to_host(p->k, host, p->data[pa], p->nodes[pa].nbytes, err);
         if (rc != TR_OK) return tr_error_prefix(err, "torch: sync of '%s'", tr_torch_node_name(p, pa));
     }
     return TR_OK;
@@ -300,8 +326,16 @@ void tr_torch_program_free(struct tr_torch_program *p) {
     tr_torch_replay_free(p); /* its bound calls point into the pool's blocks */
     tr_torch_allocator_free(p->pool); /* before the kernels context that its blocks came from */
     if (p->ctx && p->serial) tr_kernels_cuda_graphs_drop_owner(p->ctx->graphs, p->serial);
-    for (int id = 0; p->weights_uploaded && id < p->n_nodes; id++)
-        if (p->nodes[id].kind == TORCH_WEIGHT && p->data[id]) tr_kernels_dealloc(p->k, p->data[id]);
+    if (p->on_cuda && p->k) { /* nothing queued may still read a shared param that goes now */
+        struct tr_error ignored = {0};
+        (void)tr_kernels_sync(p->k, &ignored);
+    }
+    for (int id = 0; p->weights_uploaded && id < p->n_nodes; id++) {
+        if (p->nodes[id].kind != TORCH_WEIGHT || !p->data[id]) continue;
+        if (p->nodes[id].shared)
+            tr_resident_store_release(&p->ctx->params, p->ctx->host->node_data(p->g, id), p->nodes[id].shared == 2);
+        else tr_kernels_dealloc(p->k, p->data[id]);
+    }
     if (p->k) tr_kernels_free(p->k);
     free(p->nodes);
     free(p->in_ids);
@@ -509,10 +543,13 @@ void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_
     st->alloc_misses = p->misses;
     st->peak_bytes = p->weight_bytes + a.peak_bytes;
     if (p->on_cuda) {
-        /* the device's own figure: weights, activations, workspace and scratch alike */
+        /* the device's own figures: this program's (activations, constants, workspace,
+         * scratch) and the backend's shared params, which every program counts whole,
+         * so the largest program's figure counts them once */
         struct tr_cuda_pool_stats cs;
         struct tr_error e = {0};
-        if (tr_kernels_cuda_memory(p->k, &cs, &e) == TR_OK) st->peak_bytes = cs.peak_reserved;
+        if (tr_kernels_cuda_memory(p->k, &cs, &e) == TR_OK)
+            st->peak_bytes = cs.peak_reserved + tr_resident_store_peak_bytes(p->ctx->params);
     }
     st->arena_bytes = p->rp.recorded ? p->rp.static_bytes : 0;
     st->notes[0] = '\0';
@@ -522,7 +559,8 @@ void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_
              "pool %s in %llu blocks, %llu size classes (peak %s); weights %s %s",
              tr_torch_human_bytes(a.reserved_bytes, pool, sizeof pool), (unsigned long long)a.n_blocks,
              (unsigned long long)a.n_classes, tr_torch_human_bytes(a.peak_bytes, peak, sizeof peak),
-             tr_torch_human_bytes(p->weight_bytes, weights, sizeof weights), p->on_cuda ? "on the device" : "in place");
+             tr_torch_human_bytes(p->weight_bytes, weights, sizeof weights),
+             p->on_cuda ? "on the device (params shared by the backend's programs)" : "in place");
     len = strlen(st->notes);
     if (p->n_updates && len < sizeof st->notes)
         snprintf(st->notes + len, sizeof st->notes - len, "; %d of %d updates in place", p->n_donated, p->n_updates);

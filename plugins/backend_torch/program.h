@@ -25,6 +25,7 @@ struct torch_node {
     struct tr_attrs attrs;
     struct tr_tensor t;             /* shape, dtype, strides; data bound per step */
     size_t nbytes;
+    int shared;                     /* cuda: 0 its own block; 1 a reader, 2 a writer of the backend's shared param */
 };
 
 /* What reduce-overhead records once and replays (replay.c). */
@@ -69,7 +70,7 @@ struct tr_torch_program {
     struct tr_kernels *k;
     struct tr_torch_allocator *pool;
     uint64_t weight_bytes;
-    int weights_uploaded;           /* cuda: data[id] of every weight is a tr_kernels_alloc block */
+    int weights_uploaded;           /* cuda: data[id] of every weight is a device block (shared or its own) */
     int n_kernel_nodes;
 
     /* per step */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "options.h"
+#include "resident.h"
 #include "torch.h"
 #include "trident/kernels.h"
 #include "trident/kernels_cuda.h"
@@ -64,6 +65,7 @@ static int torch_init(const struct tr_host_api *host, const struct tr_backend_pa
 static void torch_free(void *ctx) {
     struct tr_torch_context *c = ctx;
     if (c) tr_kernels_cuda_graphs_free(c->graphs);
+    if (c) tr_resident_store_free(c->params); /* programs still alive past the backend's end */
     free(c);
 }
 

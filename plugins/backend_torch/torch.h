@@ -27,6 +27,7 @@ enum tr_torch_mode {
 #define TR_TORCH_WARMUP_MAX 1000000
 
 struct tr_cuda_graph_book;
+struct tr_resident_store;
 
 /* One initialised backend (the ctx of the vtable). */
 struct tr_torch_context {
@@ -41,6 +42,9 @@ struct tr_torch_context {
      * by (program serial, input shapes); made at the first capture */
     struct tr_cuda_graph_book *graphs;
     uint64_t next_serial;           /* programs compiled so far: the next one's serial - 1 */
+    /* cuda: the PARAMs' device memory, shared by this backend's programs by host memory
+     * (resident.h); made by the first upload, gone with the last program using it */
+    struct tr_resident_store *params;
 };
 
 struct tr_torch_program;

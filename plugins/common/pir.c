@@ -234,6 +234,8 @@ int tr_pir_compact(struct tr_pir *p, int *remap, struct tr_error *err) {
 
 int tr_pir_reads_in_place(const struct tr_pir_node *n, int input) {
     if (n->op == TR_OP_ADAMW_STEP) return input == 0;
+    /* the kernels write only the slice when out is x: a cache update costs the slice */
+    if (n->op == TR_OP_UPDATE_SLICE) return input == 0;
     if (n->op == TR_OP_SCALE || tr_op_is_elementwise_unary(n->op) || tr_op_is_elementwise_binary(n->op))
         return 1; /* the caller checked that the operand has the output's shape */
     return 0;

@@ -72,7 +72,8 @@ size_t tr_pir_nbytes(const struct tr_pir_node *n);
  * says (tr_pir_reads_in_place for the graph ops). Otherwise the value gets a buffer of
  * its own and is copied into the param at the end of the step. */
 int tr_pir_donatable(const struct tr_pir *p, int u, int (*reads_in_place)(const struct tr_pir_node *n, int input));
-/* For graph ops: ADAMW_STEP's param, and the same-shape operands of elementwise ops. */
+/* For graph ops: ADAMW_STEP's param, UPDATE_SLICE's x, and the same-shape operands of
+ * elementwise ops. */
 int tr_pir_reads_in_place(const struct tr_pir_node *n, int input);
 /* Node ids of update u's param and value. */
 static inline int tr_pir_update_value(const struct tr_pir *p, int u) { return p->outputs[p->n_results + u]; }

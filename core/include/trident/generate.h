@@ -2,16 +2,32 @@
  *
  * A model's generate passes (model.h, struct tr_generate_i) are built once for a batch,
  * a prompt length T and max_length; a tr_generator compiles both on one backend (each
- * once) and preallocates the cache for max_length. One call, tr_generator_run, is one
- * whole generate of the batch (the Keras benchmark's step): the prefill pass over the
- * prompts gives the first new token, then the decode pass runs once per further token
- * (max_length - T new tokens in all, max_length - T - 1 decode passes), fed its position
- * through its inputs so its shapes never change; between passes the host writes the new
- * cache entries into the cache and chooses the tokens:
+ * once). One call, tr_generator_run, is one whole generate of the batch (the Keras
+ * benchmark's step): the prefill pass over the prompts gives the first new token, then
+ * the decode pass runs once per further token (max_length - T new tokens in all,
+ * max_length - T - 1 decode passes), fed its position through its inputs so its shapes
+ * never change; between passes the host chooses the tokens:
  *   greedy   argmax of the logits (the lowest id on a tie), as HF's do_sample=False;
  *   top_k    softmax(logits / temperature) over the top_k largest, drawn with a
  *            counter-based generator keyed by (seed, sample, position): the same seed
  *            gives the same tokens on every backend and every call.
+ *
+ * The KV cache ([generate] kv_cache):
+ *   state    (the default) PARAMs of both passes that each pass updates in place
+ *            (tr_graph_add_update, donated under ABI 1.1): a backend keeps the cache in
+ *            its own memory and a decode pass moves only the token's small inputs (ids,
+ *            position, mask, the slot). Core owns the cache's host memory (one buffer per
+ *            cache tensor, zeroed once; stale slots are masked, so nothing is reset
+ *            between calls) and binds it to both passes, so a backend that uses PARAM
+ *            memory in place (every cpu backend) sees one cache in both programs. On a
+ *            device this relies on the backend sharing PARAM device memory across the
+ *            programs of one backend instance (the prefill program's cache writes must
+ *            be what the decode program reads); a backend that uploads a copy per
+ *            program would decode against an empty cache.
+ *   inputs   host memory, the decode pass's inputs: the whole cache crosses into the
+ *            backend every token and the host writes each pass's new entries into it
+ *            (the ABI 1.0 layout; kept to measure what the copy costs).
+ * One generator runs at a time on one tr_generate_graphs (they share its cache).
  *
  * [generate] keys (tr_generate_config_resolve; errors name FILE:LINE, key and value):
  *   max_length   50      prompt + new tokens (the Keras benchmark's max_length)
@@ -20,6 +36,7 @@
  *   top_k        50      1 .. TR_GENERATE_TOP_K_MAX (vocab_size when larger)
  *   temperature  1.0
  *   seed         [run] seed
+ *   kv_cache     state   state | inputs (above)
  */
 #ifndef TRIDENT_GENERATE_H
 #define TRIDENT_GENERATE_H
@@ -46,6 +63,8 @@ struct tr_generate_config {
     double temperature;
     int64_t seed;
     int top_k_sampling;         /* sampling == "top_k" */
+    char kv_cache[64];          /* "state" or "inputs" (string keys are 64 bytes) */
+    int cache_inputs;           /* kv_cache == "inputs" */
 };
 
 /* Defaults (seed: run_seed), then the [generate] section of cfg (may be NULL). Checks
@@ -53,12 +72,18 @@ struct tr_generate_config {
 int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, struct tr_generate_config *gc,
                                struct tr_error *err);
 
-/* The two passes of a model, built from a resolved model config; decode's PARAMs are
- * bound to prefill's memory by name once prefill's are (tr_generate_share_params). */
+/* The two passes of a model, built from a resolved model config, and `weights`: a graph
+ * of the model's PARAMs alone (the passes' PARAMs less the cache; the same names, shapes
+ * and inits), which the weights are made or loaded on (tr_weights_from_seed / _load), so
+ * the cache is never looked for in a weights file nor counted as parameters. Then
+ * tr_generate_share_params binds both passes' PARAMs to the weights' memory by name and,
+ * with the cache as state, allocates the cache and binds it to both passes. */
 struct tr_generate_graphs {
     struct tr_generate_opts opts;
     struct tr_generate_plan plan;
-    struct tr_graph *prefill, *decode;
+    struct tr_graph *prefill, *decode, *weights;
+    void **cache;               /* plan.n_cache host buffers (cache as state), owned here */
+    uint64_t cache_bytes;
 };
 
 int tr_generate_build(const struct tr_model_desc *m, const void *config, const struct tr_generate_opts *o,
@@ -66,9 +91,9 @@ int tr_generate_build(const struct tr_model_desc *m, const void *config, const s
 void tr_generate_graphs_free(struct tr_generate_graphs *gg);
 int tr_generate_share_params(struct tr_generate_graphs *gg, struct tr_error *err);
 
-/* Bytes a run needs, estimated before anything is allocated: the weights, the cache (the
- * decode pass's inputs: the cache tensors and the small per-token inputs), and the
- * activations of the larger pass (every node's output counted, no reuse: an upper bound). */
+/* Bytes a run needs, estimated before anything is allocated: the weights, the cache (its
+ * tensors and the decode pass's inputs), and the activations of the larger pass (every
+ * node's output counted, no reuse: an upper bound). */
 struct tr_generate_memory {
     uint64_t weights, kv_cache, activations, total;
 };
@@ -88,7 +113,8 @@ void tr_generator_free(struct tr_generator *gen);
 struct tr_generate_times {
     double prefill_ms;          /* the prefill pass, its cache write and the first tokens */
     double decode_ms;           /* every decode pass, cache write and token choice */
-    double cache_write_ms;      /* of which: the host writing new entries into the cache */
+    double cache_write_ms;      /* of which: the host writing new entries into the cache
+                                   (kv_cache = inputs; 0 with the cache as state) */
     int64_t decode_passes;
 };
 

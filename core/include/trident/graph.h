@@ -72,6 +72,9 @@ int tr_reshape(struct tr_graph *g, int x, int ndim, const int64_t *shape);
 int tr_transpose(struct tr_graph *g, int x, int ndim, const int *perm);
 int tr_slice(struct tr_graph *g, int x, int axis, int64_t start, int64_t end, int64_t step);
 int tr_concat(struct tr_graph *g, int n, const int *xs, int axis);
+/* x with [start, start+n) along axis replaced by update (n: update's extent there); start
+ * a one-element i32 node read at run time. For caches kept as PARAMs (tr_graph_add_update). */
+int tr_update_slice(struct tr_graph *g, int x, int update, int start, int axis);
 int tr_reduce(struct tr_graph *g, enum tr_op op, int x, int axis, int keepdims); /* SUM MEAN MAX */
 int tr_cast(struct tr_graph *g, int x, enum tr_dtype to);
 /* mask < 0: none. */

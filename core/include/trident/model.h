@@ -84,8 +84,8 @@ struct tr_model_desc {
  * shapes), once for a batch B, a prompt length T and max_length (prompt + new tokens, as
  * the Keras benchmark counts): a prefill pass over the prompt, and a one-token decode pass
  * against a static cache of cache_slots entries. Core runs them (generate.h): prefill,
- * then max_length - T - 1 decode passes, writing each pass's new cache entries into the
- * cache between passes and choosing the tokens.
+ * then max_length - T - 1 decode passes, choosing the tokens between passes (and, with
+ * cache_inputs, writing each pass's new cache entries into the cache).
  *
  *   prefill  inputs   the prompt: n_prompt_inputs tensors, which make_prompt fills
  *            outputs  logits [B,V] of the last prompt position, then n_cache tensors:
@@ -94,6 +94,13 @@ struct tr_model_desc {
  *                     cache tensors, cache_slots slots along cache_axis
  *            outputs  logits [B,V] of the fed token, then n_cache tensors: its entries
  *                     (1 slot along cache_axis)
+ * That is the layout with cache_inputs (the host holds the cache). Without it (plan's
+ * cache_state), the cache is state of both passes instead: n_cache PARAMs, the same names
+ * and shapes in both, each updated by the pass (tr_graph_add_update; a pass updates
+ * nothing else), which prefill writes slots 0 .. T-1 of and decode one slot of; neither
+ * pass outputs cache entries (one output, the logits) and decode has no cache inputs (its
+ * n_step_inputs say which slot it writes). Core binds both passes' cache PARAMs to one
+ * memory, never loaded from a weights file.
  * The entries of sequence position i (0 .. T-1 the prompt, padding included; then the new
  * tokens) live in slot i of the cache. Slots not written yet hold zeros or an earlier
  * call's values: the step inputs must hide them (and whatever else the model does not
@@ -103,12 +110,14 @@ struct tr_generate_opts {
     int64_t batch;              /* B */
     int64_t prompt_len;         /* T: every prompt left-padded to T */
     int64_t max_length;         /* T + new tokens */
+    int cache_inputs;           /* 1: the cache as decode inputs (host); 0: as state */
 };
 
 struct tr_generate_plan {
     int n_prompt_inputs, n_step_inputs, n_cache;
     int cache_axis;
     int64_t cache_slots;
+    int cache_state;            /* the cache is the passes' updated PARAMs (above) */
 };
 
 struct tr_generate_i {
@@ -122,7 +131,8 @@ struct tr_generate_i {
                        struct tr_tensor *inputs, struct tr_error *err);
     /* The decode pass's n step inputs (host, allocated by the caller) for feeding
      * tokens[b] (b < B) at sequence position pos (T <= pos <= max_length - 2) after the
-     * prompt `prompt` (the prefill inputs): slots 0 .. pos-1 of the cache hold entries. */
+     * prompt `prompt` (the prefill inputs): slots 0 .. pos-1 of the cache hold entries
+     * (and with cache_state the pass writes slot pos). */
     int (*step_inputs)(const void *config, const struct tr_generate_opts *o, const struct tr_tensor *prompt,
                        int64_t pos, const int32_t *tokens, int n, struct tr_tensor *inputs, struct tr_error *err);
 };

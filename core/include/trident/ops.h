@@ -76,6 +76,17 @@
  *                dims ≥ R pass through. floats[0]=base (rope_theta); ints[0]=R (0: D);
  *                ints[1]=1: the inverse rotation (−a), which is ROPE's gradient.
  *                pos carries the absolute positions (decoding's offset, left padding).
+ *
+ *   In-place state (KV caches held as PARAMs, see tr_graph_add_update):
+ *   UPDATE_SLICE (x, update, start) -> x with the slice [start, start+n) along axis
+ *                replaced by update. x any float dtype or i32; update has x's dtype and
+ *                shape except along axis, where it has n <= x's extent; start is an i32
+ *                tensor of exactly one element, read at run time (on a device it stays
+ *                in device memory, so a captured graph stays valid). ints[0]=axis
+ *                (negative counts from the end; stored normalised). start < 0 or
+ *                start + n > extent is an error at run time (TR_ERR_INVALID; a device
+ *                kernel skips the write and raises its error flag). A backend may
+ *                compute it in x's memory (tr_pir_reads_in_place), writing only the slice.
  */
 #ifndef TRIDENT_OPS_H
 #define TRIDENT_OPS_H
@@ -133,7 +144,8 @@ extern "C" {
     X(RMS_NORM,   "rms_norm",    2)    \
     X(RMS_NORM_GRAD, "rms_norm_grad", 3) \
     X(RMS_NORM_GRAD_W, "rms_norm_grad_w", 2) \
-    X(ROPE,       "rope",        2)
+    X(ROPE,       "rope",        2)    \
+    X(UPDATE_SLICE, "update_slice", 3)
 
 enum tr_op {
 #define TR_OP_ENUM_(name, str, n) TR_OP_##name,

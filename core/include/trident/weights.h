@@ -30,6 +30,12 @@ int tr_weights_from_seed(struct tr_graph *g, uint64_t seed, struct tr_weights **
  * does not use are ignored. */
 int tr_weights_load(struct tr_graph *g, const char *path, struct tr_weights **out, struct tr_error *err);
 
+/* As tr_weights_load for the first n_file PARAMs of g; the ones after them are made from
+ * seed as tr_weights_from_seed makes them: what the graph adds to a model's own params
+ * (fit's optimizer state, masters) is never in a checkpoint. */
+int tr_weights_load_n(struct tr_graph *g, const char *path, int n_file, uint64_t seed, struct tr_weights **out,
+                      struct tr_error *err);
+
 uint64_t tr_weights_bytes(const struct tr_weights *w);
 void tr_weights_free(struct tr_weights *w);
 

@@ -185,6 +185,12 @@ int tr_cpu_rope_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, 
                        struct tr_tensor *out, struct tr_error *err);
 int tr_cpu_rope_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
 
+/* UPDATE_SLICE (update_slice.c): x, update, start (one i32, read at every call); writes
+ * only the slice when out is x's memory. */
+int tr_cpu_update_slice_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
+                               const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+int tr_cpu_update_slice_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+
 /* ---- matmul bound (matmul.c) ----
  * Every check tr_k_matmul makes, then a oneDNN primitive created for the call (owned by
  * it, outside the LRU cache) with its memory objects pointed at the call's tensors once,

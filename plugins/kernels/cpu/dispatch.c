@@ -334,6 +334,10 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
         r->invoke = tr_cpu_rope_invoke;
         r->bind = tr_cpu_rope_bind;
         return TR_OK;
+    case TR_OP_UPDATE_SLICE:
+        r->invoke = tr_cpu_update_slice_invoke;
+        r->bind = tr_cpu_update_slice_bind;
+        return TR_OK;
     default: return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: op %s has no cpu kernel", fn, tr_op_name(op));
     }
 }
@@ -354,6 +358,8 @@ int tr_kernels_supports(int op, int dtype) {
     case TR_OP_INPUT: case TR_OP_PARAM: case TR_OP_CONST: case TR_OP_RESHAPE: case TR_OP_TRANSPOSE:
     case TR_OP_SLICE: case TR_OP_CONCAT: case TR_OP_CAST:
         return tr_dtype_size((enum tr_dtype)dtype) != 0;
+    case TR_OP_UPDATE_SLICE:
+        return dtype != TR_DTYPE_I64 && tr_dtype_size((enum tr_dtype)dtype) != 0;
     default:
         return dtype == TR_DTYPE_F32 || dtype == TR_DTYPE_BF16 || dtype == TR_DTYPE_F16;
     }

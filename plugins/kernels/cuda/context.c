@@ -171,6 +171,10 @@ int tr_cuda_sync(struct tr_kernels *k, struct tr_error *err) {
     case TR_CU_FLAG_LABEL:
         return tr_error_set(err, TR_ERR_INVALID, "cross_entropy: label %lld at row %lld is outside [0, %lld)", f[2], f[1],
                             f[3]);
+    case TR_CU_FLAG_UPDATE_SLICE:
+        return tr_error_set(err, TR_ERR_INVALID, "update_slice: start %lld with n %lld leaves an axis of extent %lld "
+                            "(need 0 <= start <= %lld; seen by the cuda kernel, the slice was not written)", f[2], f[1],
+                            f[3], f[3] - f[1]);
     case TR_CU_FLAG_STEP:
         return tr_error_set(err, TR_ERR_INVALID, "adamw_step: step %lld should be >= 1 (the update was not applied)",
                             f[2]);

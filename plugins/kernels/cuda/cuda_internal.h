@@ -47,7 +47,13 @@ struct tr_cuda_ctx {
 #define TR_CU_LAUNCH(c, launch) ((c)->dry ? TR_OK : (launch))
 
 /* Codes a kernel leaves in ctx->flag[0]. */
-enum { TR_CU_FLAG_NONE = 0, TR_CU_FLAG_EMBEDDING_ID = 1, TR_CU_FLAG_LABEL = 2, TR_CU_FLAG_STEP = 3 };
+enum {
+    TR_CU_FLAG_NONE = 0,
+    TR_CU_FLAG_EMBEDDING_ID = 1,
+    TR_CU_FLAG_LABEL = 2,
+    TR_CU_FLAG_STEP = 3,
+    TR_CU_FLAG_UPDATE_SLICE = 4 /* flag[1] n, [2] start, [3] the axis' extent */
+};
 
 /* "<what>: <CUDA error name>: <message> (file:line)" into err unless e is cudaSuccess. */
 int tr_cu_status(cudaError_t e, const char *what, const char *file, int line, struct tr_error *err);
@@ -80,6 +86,12 @@ int tr_cu_binary(cudaStream_t s, int op, int dtype, const void *a, const void *b
 int tr_cu_copy(cudaStream_t s, size_t elem_size, const void *src, void *dst, const struct tr_cu_index *idx, int64_t n,
                struct tr_error *err);
 int tr_cu_cast(cudaStream_t s, const void *x, int xdt, void *y, int ydt, int64_t n, struct tr_error *err);
+/* update_slice.cu: UPDATE_SLICE over (outer, dim, inner) elements of elem_size bytes (2, 4,
+ * 8); update is (outer, n, inner); start one i32 in device memory, read by the kernel. In
+ * place when out == x (only the slice written). A bad start writes no slice element and
+ * is left in flag. */
+int tr_cu_update_slice(cudaStream_t s, size_t elem_size, const void *x, const void *u, const int32_t *start, void *out,
+                       int64_t outer, int64_t dim, int64_t n, int64_t inner, long long *flag, struct tr_error *err);
 /* y = act(y + bias[col]) in place over rows of n columns (bias may be NULL; its dtype bdt). */
 int tr_cu_bias_act(cudaStream_t s, int dtype, void *y, const void *bias, int bdt, int64_t rows, int64_t n, int act,
                    struct tr_error *err);

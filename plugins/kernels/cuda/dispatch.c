@@ -594,6 +594,43 @@ static int run_rope(struct tr_cuda_ctx *c, const struct tr_attrs *at, const stru
                                    x->shape[0], x->shape[1], x->shape[2], D, R, at->floats[0], (int)at->ints[1], err));
 }
 
+/* UPDATE_SLICE: the checks of the cpu kernel (update_slice.c); the start stays on the
+ * device and is checked by the kernel (flag), so a bad one shows at tr_kernels_sync. */
+static int run_update_slice(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *in,
+                            struct tr_tensor *out, struct tr_error *err) {
+    const char *kn = "update_slice";
+    const struct tr_tensor *x = &in[0], *u = &in[1], *start = &in[2];
+    int st = check_tensor(x, kn, "x", err);
+    if (!st) st = check_tensor(u, kn, "update", err);
+    if (!st) st = check_tensor(start, kn, "start", err);
+    if (!st) st = check_tensor(out, kn, "out", err);
+    if (st) return st;
+    char d1[200], d2[200];
+    if (x->dtype == TR_DTYPE_I64)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s should be a float dtype or i32", kn,
+                            tr_cpu_desc(x, d1, sizeof d1));
+    if (out->dtype != x->dtype || !tr_cpu_same_shape(x, out))
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: out %s should have the shape and dtype of x %s", kn,
+                            tr_cpu_desc(out, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2));
+    int ax = tr_cpu_axis(at->ints[0], x->ndim);
+    if (ax < 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: axis %lld out of range for x %s", kn, (long long)at->ints[0],
+                            tr_cpu_desc(x, d1, sizeof d1));
+    int ok = u->dtype == x->dtype && u->ndim == x->ndim;
+    for (int i = 0; ok && i < x->ndim; i++) ok = i == ax ? u->shape[i] <= x->shape[i] : u->shape[i] == x->shape[i];
+    if (!ok)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: update %s should be x %s's dtype and shape except on axis %d, "
+                            "where it may be shorter", kn, tr_cpu_desc(u, d1, sizeof d1),
+                            tr_cpu_desc(x, d2, sizeof d2), ax);
+    if (start->dtype != TR_DTYPE_I32 || tr_tensor_numel(start) != 1)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: start %s should be an i32 tensor of exactly one element", kn,
+                            tr_cpu_desc(start, d1, sizeof d1));
+    int64_t outer = tr_shape_numel(ax, x->shape), inner = tr_shape_numel(x->ndim - ax - 1, x->shape + ax + 1);
+    return TR_CU_LAUNCH(c, tr_cu_update_slice(c->stream, tr_dtype_size((enum tr_dtype)x->dtype), x->data, u->data,
+                                              start->data, out->data, outer, x->shape[ax], u->shape[ax], inner,
+                                              c->flag, err));
+}
+
 int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
                 struct tr_tensor *out, struct tr_error *err) {
     struct tr_cuda_ctx *c = k->cuda;
@@ -623,6 +660,7 @@ int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_i
     case TR_OP_RMS_NORM_GRAD:
     case TR_OP_RMS_NORM_GRAD_W: return run_rms_norm(c, op, at, in, out, err);
     case TR_OP_ROPE: return run_rope(c, at, &in[0], &in[1], out, err);
+    case TR_OP_UPDATE_SLICE: return run_update_slice(c, at, in, out, err);
     case TR_OP_CROSS_ENTROPY: return run_cross_entropy(c, at, &in[0], &in[1], out, err);
     case TR_OP_ADAMW_STEP: return run_adamw(c, at, in, out, err);
     case TR_OP_UNARY_GRAD:
