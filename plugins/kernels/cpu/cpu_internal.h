@@ -185,6 +185,10 @@ int tr_cpu_rope_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, 
                        struct tr_tensor *out, struct tr_error *err);
 int tr_cpu_rope_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
 
+/* UPDATE_SLICE's device-independent checks (dtypes, shapes, axis, start's form), shared
+ * with the cuda kernel; *axis_out gets the axis made non-negative. */
+int tr_cpu_update_slice_shapes(const struct tr_tensor *x, const struct tr_tensor *u, const struct tr_tensor *start,
+                               int axis, const struct tr_tensor *out, int *axis_out, struct tr_error *err);
 /* UPDATE_SLICE (update_slice.c): x, update, start (one i32, read at every call); writes
  * only the slice when out is x's memory. */
 int tr_cpu_update_slice_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,

@@ -17,15 +17,9 @@ struct update_slice_plan {
     char *po;
 };
 
-static int update_slice_check(const struct tr_tensor *x, const struct tr_tensor *u, const struct tr_tensor *start,
-                              int axis, const struct tr_tensor *out, struct update_slice_plan *pl,
-                              struct tr_error *err) {
+int tr_cpu_update_slice_shapes(const struct tr_tensor *x, const struct tr_tensor *u, const struct tr_tensor *start,
+                               int axis, const struct tr_tensor *out, int *axis_out, struct tr_error *err) {
     const char *kn = "update_slice";
-    int st = tr_cpu_check_tensor(x, kn, "x", err);
-    if (!st) st = tr_cpu_check_tensor(u, kn, "update", err);
-    if (!st) st = tr_cpu_check_tensor(start, kn, "start", err);
-    if (!st) st = tr_cpu_check_tensor(out, kn, "out", err);
-    if (st) return st;
     char d1[200], d2[200];
     if (x->dtype == TR_DTYPE_I64)
         return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s should be a float dtype or i32", kn,
@@ -46,6 +40,21 @@ static int update_slice_check(const struct tr_tensor *x, const struct tr_tensor 
     if (start->dtype != TR_DTYPE_I32 || tr_tensor_numel(start) != 1)
         return tr_error_set(err, TR_ERR_SHAPE, "%s: start %s should be an i32 tensor of exactly one element", kn,
                             tr_cpu_desc(start, d1, sizeof d1));
+    *axis_out = ax;
+    return TR_OK;
+}
+
+static int update_slice_check(const struct tr_tensor *x, const struct tr_tensor *u, const struct tr_tensor *start,
+                              int axis, const struct tr_tensor *out, struct update_slice_plan *pl,
+                              struct tr_error *err) {
+    const char *kn = "update_slice";
+    int st = tr_cpu_check_tensor(x, kn, "x", err);
+    if (!st) st = tr_cpu_check_tensor(u, kn, "update", err);
+    if (!st) st = tr_cpu_check_tensor(start, kn, "start", err);
+    if (!st) st = tr_cpu_check_tensor(out, kn, "out", err);
+    if (st) return st;
+    int ax;
+    if ((st = tr_cpu_update_slice_shapes(x, u, start, axis, out, &ax, err)) != TR_OK) return st;
     size_t es = tr_dtype_size((enum tr_dtype)x->dtype);
     memset(pl, 0, sizeof *pl);
     pl->axis = ax;

@@ -605,26 +605,8 @@ static int run_update_slice(struct tr_cuda_ctx *c, const struct tr_attrs *at, co
     if (!st) st = check_tensor(start, kn, "start", err);
     if (!st) st = check_tensor(out, kn, "out", err);
     if (st) return st;
-    char d1[200], d2[200];
-    if (x->dtype == TR_DTYPE_I64)
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s should be a float dtype or i32", kn,
-                            tr_cpu_desc(x, d1, sizeof d1));
-    if (out->dtype != x->dtype || !tr_cpu_same_shape(x, out))
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: out %s should have the shape and dtype of x %s", kn,
-                            tr_cpu_desc(out, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2));
-    int ax = tr_cpu_axis(at->ints[0], x->ndim);
-    if (ax < 0)
-        return tr_error_set(err, TR_ERR_INVALID, "%s: axis %lld out of range for x %s", kn, (long long)at->ints[0],
-                            tr_cpu_desc(x, d1, sizeof d1));
-    int ok = u->dtype == x->dtype && u->ndim == x->ndim;
-    for (int i = 0; ok && i < x->ndim; i++) ok = i == ax ? u->shape[i] <= x->shape[i] : u->shape[i] == x->shape[i];
-    if (!ok)
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: update %s should be x %s's dtype and shape except on axis %d, "
-                            "where it may be shorter", kn, tr_cpu_desc(u, d1, sizeof d1),
-                            tr_cpu_desc(x, d2, sizeof d2), ax);
-    if (start->dtype != TR_DTYPE_I32 || tr_tensor_numel(start) != 1)
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: start %s should be an i32 tensor of exactly one element", kn,
-                            tr_cpu_desc(start, d1, sizeof d1));
+    int ax;
+    if ((st = tr_cpu_update_slice_shapes(x, u, start, (int)at->ints[0], out, &ax, err)) != TR_OK) return st;
     int64_t outer = tr_shape_numel(ax, x->shape), inner = tr_shape_numel(x->ndim - ax - 1, x->shape + ax + 1);
     return TR_CU_LAUNCH(c, tr_cu_update_slice(c->stream, tr_dtype_size((enum tr_dtype)x->dtype), x->data, u->data,
                                               start->data, out->data, outer, x->shape[ax], u->shape[ax], inner,
