@@ -49,6 +49,11 @@ seq_len = 16
 steps = 2
 warmup = 1"
 expect "fit from a weights file" 0 'all backends ran and agree' -- "$bin" run "$tmp/fitw.ini"
+# LoRA from a base checkpoint: the adapters are not in it and are made from the seed
+ini fitlora.ini "$(cat "$tmp/fitw.ini")
+[model]
+lora_rank = 4"
+expect "LoRA fit from a base checkpoint" 0 'all backends ran and agree' -- "$bin" run "$tmp/fitlora.ini"
 ini unknown_backend.ini $'[run]\nmodel = bert\npreset = tiny\nbackends = nosuch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
 expect "unknown backend" 1 'nosuch' -- "$bin" run "$tmp/unknown_backend.ini"
 ini broken.ini $'[run]\nmodel = bert\nbatch = eight'

@@ -202,6 +202,39 @@ static void test_load_f32_and_convert(void **state) {
     tr_graph_free(gh);
 }
 
+/* A fresh PARAM the file lacks is made from the seed, bit for bit as tr_weights_from_seed
+ * makes it; a fresh one the file has is read; a plain one it lacks is still an error. */
+static void test_load_fresh(void **state) {
+    write_file(1, -1, TR_DTYPE_F32);  /* the file lacks layer.dense.bias */
+    const int fwd[3] = {0, 1, 2};
+    struct tr_error e = {0};
+    struct tr_weights *w, *ws;
+    struct tr_graph *g = make_graph(fwd, TR_DTYPE_F32), *gs = make_graph(fwd, TR_DTYPE_F32);
+    assert_int_equal(tr_weights_load_seeded(g, tmp_path, 7, &w, &e), TR_ERR_NOT_FOUND);
+    assert_msg_has(&e, "layer.dense.bias");
+    assert_int_equal(tr_param_set_fresh(g, tr_graph_find(g, names[1])), TR_OK);
+    assert_int_equal(tr_param_set_fresh(g, tr_graph_find(g, names[0])), TR_OK);
+    assert_true(tr_param_is_fresh(g, tr_graph_find(g, names[1])));
+    assert_false(tr_param_is_fresh(g, tr_graph_find(g, names[2])));
+    assert_int_equal(tr_weights_load_seeded(g, tmp_path, 7, &w, &e), TR_OK);
+    assert_int_equal(tr_weights_from_seed(gs, 7, &ws, &e), TR_OK);
+    struct tr_tensor b = bound(g, names[1]), bs = bound(gs, names[1]);
+    assert_memory_equal(b.data, bs.data, tr_tensor_nbytes(&b));
+    struct tr_safetensors *st;
+    struct tr_tensor src, wt = bound(g, names[0]);
+    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    assert_int_equal(tr_safetensors_get(st, names[0], &src, &e), TR_OK);
+    assert_memory_equal(wt.data, src.data, tr_tensor_nbytes(&wt));
+    tr_safetensors_close(st);
+    /* only a PARAM can be fresh */
+    int x = tr_input(gs, "x", TR_DTYPE_F32, 1, shape_b);
+    assert_int_equal(tr_param_set_fresh(gs, x), TR_ERR_INVALID);
+    tr_weights_free(w);
+    tr_weights_free(ws);
+    tr_graph_free(g);
+    tr_graph_free(gs);
+}
+
 static void expect_load_error(enum tr_dtype graph_dt, int status, const char *tensor) {
     const int fwd[3] = {0, 1, 2};
     struct tr_graph *g = make_graph(fwd, graph_dt);
@@ -251,6 +284,7 @@ int main(void) {
         cmocka_unit_test(test_seed_large_tensor),
         cmocka_unit_test_setup_teardown(test_load_f32_and_convert, setup, teardown),
         cmocka_unit_test_setup_teardown(test_load_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_load_fresh, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -335,7 +335,7 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     rep->n_nodes = tr_graph_n_nodes(g);
     rep->flops_per_step = tr_graph_flops(g);
 
-    rc = cfg->weights[0] ? tr_weights_load_n(g, cfg->weights, n_model, cfg->seed, &w, err)
+    rc = cfg->weights[0] ? tr_weights_load_seeded(g, cfg->weights, cfg->seed, &w, err)
                          : tr_weights_from_seed(g, cfg->seed, &w, err);
     if (rc) goto done;
     rc = alloc_io(g, n_in, tr_graph_input, &in, err);

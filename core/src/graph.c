@@ -332,6 +332,20 @@ int tr_param(struct tr_graph *g, const char *name, enum tr_dtype dt, int ndim, c
     return add_leaf(g, TR_OP_PARAM, name, dt, ndim, shape, &a, NULL);
 }
 
+int tr_param_set_fresh(struct tr_graph *g, int id) {
+    if (!g || g->err.status) return g ? g->err.status : TR_ERR_INVALID;
+    if (!valid_id(g, id) || g->nodes[id].op != TR_OP_PARAM) {
+        graph_fail(g, TR_ERR_INVALID, "tr_param_set_fresh: node %d is not a PARAM", id);
+        return g->err.status;
+    }
+    g->nodes[id].attrs.ints[0] = 1;
+    return TR_OK;
+}
+
+int tr_param_is_fresh(const struct tr_graph *g, int id) {
+    return valid_id(g, id) && g->nodes[id].op == TR_OP_PARAM && g->nodes[id].attrs.ints[0] == 1;
+}
+
 int tr_const(struct tr_graph *g, const char *name, enum tr_dtype dt, int ndim, const int64_t *shape,
              const void *data) {
     return add_leaf(g, TR_OP_CONST, name, dt, ndim, shape, NULL, data);

@@ -82,7 +82,9 @@ static int check_common(const struct tr_graph *g, const char *opt, int n, const 
 static int state_param(struct tr_graph *g, int p, const char *suffix, enum tr_dtype dt) {
     char name[TR_NAME_MAX + 16];
     snprintf(name, sizeof name, "%s.%s", tr_node_name(g, p), suffix);
-    return tr_param(g, name, dt, tr_node_ndim(g, p), tr_node_shape(g, p), 0.0f, 0.0f);
+    int s = tr_param(g, name, dt, tr_node_ndim(g, p), tr_node_shape(g, p), 0.0f, 0.0f);
+    tr_param_set_fresh(g, s);
+    return s;
 }
 
 static int to_dtype(struct tr_graph *g, int x, enum tr_dtype dt) {

@@ -71,6 +71,7 @@ static int add_master(struct tr_graph *g, int p, int *m, struct tr_error *err) {
         return tr_error_set(err, TR_ERR_INVALID, "master name '%s.master' is longer than %d characters", pn,
                             TR_NAME_MAX - 1);
     *m = tr_param(g, name, TR_DTYPE_F32, tr_node_ndim(g, p), tr_node_shape(g, p), 0.0f, 0.0f);
+    tr_param_set_fresh(g, *m);
     return tr_graph_status(g, err);
 }
 

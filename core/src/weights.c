@@ -168,11 +168,11 @@ static int load_one(const struct tr_tensor *src, struct tr_tensor *dst, const ch
 }
 
 int tr_weights_load(struct tr_graph *g, const char *path, struct tr_weights **out, struct tr_error *err) {
-    return tr_weights_load_n(g, path, tr_graph_n_params(g), 0, out, err);
+    return tr_weights_load_seeded(g, path, 0, out, err);
 }
 
-int tr_weights_load_n(struct tr_graph *g, const char *path, int n_file, uint64_t seed, struct tr_weights **out,
-                      struct tr_error *err) {
+int tr_weights_load_seeded(struct tr_graph *g, const char *path, uint64_t seed, struct tr_weights **out,
+                           struct tr_error *err) {
     *out = NULL;
     struct tr_weights *w;
     int rc = weights_new(g, &w, err);
@@ -180,14 +180,14 @@ int tr_weights_load_n(struct tr_graph *g, const char *path, int n_file, uint64_t
     struct tr_safetensors *st = NULL;
     rc = tr_safetensors_open(path, &st, err);
     for (int i = 0; i < tr_graph_n_params(g) && !rc; i++) {
-        if (i >= n_file) {
-            rc = seed_one(w, g, i, seed, err);
-            continue;
-        }
         int id = tr_graph_param(g, i);
         const char *name = tr_node_name(g, id);
         struct tr_tensor src, dst = tr_node_tensor(g, id);
         rc = tr_safetensors_get(st, name, &src, err);
+        if (rc == TR_ERR_NOT_FOUND && tr_param_is_fresh(g, id)) {
+            rc = seed_one(w, g, i, seed, err);
+            continue;
+        }
         if (rc == TR_ERR_NOT_FOUND) {
             char sh[128];
             tr_shape_str(dst.ndim, dst.shape, sh, sizeof sh);

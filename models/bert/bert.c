@@ -173,6 +173,8 @@ static int linear(struct tr_graph *g, int x, int64_t in, int64_t out, enum tr_dt
         int64_t as[2] = {lr->rank, in}, bsh[2] = {out, lr->rank};
         a = tr_param(g, "lora_A.weight", dt, 2, as, 0.0f, (float)(1.0 / (double)lr->rank));
         bb = tr_param(g, "lora_B.weight", dt, 2, bsh, 0.0f, 0.0f);
+        tr_param_set_fresh(g, a);  /* a base checkpoint has no adapters */
+        tr_param_set_fresh(g, bb);
     }
     tr_graph_pop_scope(g);
     int y = tr_add(g, tr_matmul(g, x, w, 0, 1), b);

@@ -85,6 +85,8 @@ int tr_decoder_lora_apply(struct tr_graph *g, const struct tr_decoder_lora *lr, 
     const int64_t as[2] = {lr->rank, in}, bs[2] = {out, lr->rank};
     int a = tr_param(g, "lora_A.weight", TR_DTYPE_F32, 2, as, 0.0f, (float)(1.0 / (double)lr->rank));
     int b = tr_param(g, "lora_B.weight", TR_DTYPE_F32, 2, bs, 0.0f, 0.0f);
+    tr_param_set_fresh(g, a);  /* a base checkpoint has no adapters */
+    tr_param_set_fresh(g, b);
     /* One cast of the input serves every adapter that reads it (q, k and v share h). */
     int xf = x;
     if (dt != TR_DTYPE_F32) {

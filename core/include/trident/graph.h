@@ -51,6 +51,11 @@ int tr_input(struct tr_graph *g, const char *name, enum tr_dtype dt, int ndim, c
 /* A weight; init: normal(mean, std) when core makes weights from a seed. */
 int tr_param(struct tr_graph *g, const char *name, enum tr_dtype dt, int ndim, const int64_t *shape,
              float init_mean, float init_std);
+/* Marks PARAM id as one a checkpoint may not have (LoRA adapters, optimizer state, a
+ * cache): when weights are read from a file and it lacks the tensor, the PARAM is made
+ * from its init instead of being an error. Stored as the PARAM's attrs.ints[0] = 1. */
+int tr_param_set_fresh(struct tr_graph *g, int id);
+int tr_param_is_fresh(const struct tr_graph *g, int id);
 /* A constant; data (host, contiguous, dtype dt) is copied into the graph. */
 int tr_const(struct tr_graph *g, const char *name, enum tr_dtype dt, int ndim, const int64_t *shape,
              const void *data);

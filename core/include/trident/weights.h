@@ -23,18 +23,19 @@ struct tr_weights;
 
 int tr_weights_from_seed(struct tr_graph *g, uint64_t seed, struct tr_weights **out, struct tr_error *err);
 
-/* Every PARAM must be in the file under its name, with its shape. An f32 tensor is
+/* Every PARAM but the fresh ones must be in the file under its name, with its shape. An f32 tensor is
  * converted when the PARAM is bf16 or f16 (round to nearest even); other dtype
  * mismatches are errors. A missing tensor, a wrong shape, a truncated file or a bad
  * header: an error naming the tensor and the file. Tensors in the file that the graph
  * does not use are ignored. */
 int tr_weights_load(struct tr_graph *g, const char *path, struct tr_weights **out, struct tr_error *err);
 
-/* As tr_weights_load for the first n_file PARAMs of g; the ones after them are made from
- * seed as tr_weights_from_seed makes them: what the graph adds to a model's own params
- * (fit's optimizer state, masters) is never in a checkpoint. */
-int tr_weights_load_n(struct tr_graph *g, const char *path, int n_file, uint64_t seed, struct tr_weights **out,
-                      struct tr_error *err);
+/* As tr_weights_load, except that a fresh PARAM (tr_param_set_fresh: LoRA adapters,
+ * optimizer state, masters) missing from the file is made from seed as
+ * tr_weights_from_seed makes it; one the file has is read from it. tr_weights_load is
+ * this with seed 0. */
+int tr_weights_load_seeded(struct tr_graph *g, const char *path, uint64_t seed, struct tr_weights **out,
+                           struct tr_error *err);
 
 uint64_t tr_weights_bytes(const struct tr_weights *w);
 void tr_weights_free(struct tr_weights *w);
