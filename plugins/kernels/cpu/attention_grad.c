@@ -1,0 +1,475 @@
+/* The attention backward on the cpu (ATTENTION_GRAD and the fused attention_backward of
+ * kernels.h), flash-style: per block of queries the row statistics once, then dq, and per
+ * block of keys dk and dv, never a [T, T] matrix. Computes in f64 like every training
+ * kernel (grad.c says why); split from grad.c. */
+#include <stdlib.h>
+#include "grad_internal.h"
+
+#define load_f64 tr_grad_load
+#define store_f64 tr_grad_store
+#define get_f64 tr_grad_get
+#define check_real tr_grad_check_real
+
+static inline size_t esize(int dt) { return tr_dtype_size((enum tr_dtype)dt); }
+
+/* ---- attention_grad: flash-style backward ----
+ * Nothing of size (Tq,Tk) is stored. A first pass per (batch, head, query block) visits
+ * the keys block by block with an online softmax, as the forward does, and keeps per
+ * query row only lse = log Σ_j exp(s_ij) and delta = dy_i · out_i (out rebuilt on the
+ * way). With P_ij = exp(s_ij − lse_i), dP_ij = dy_i · v_j and dS = P ⊙ (dP − delta):
+ *   dq_i = scale · Σ_j dS_ij k_j     work item (b, h, query block), keys visited in blocks
+ *   dk_j = scale · Σ_i dS_ij q_i     work item (b, kv head, key block): the sums run over
+ *   dv_j = Σ_i P_ij dy_i             every query head of the group and every query that
+ *                                    sees the block, inside one thread
+ * A row that sees no key has lse = +inf, so its P, and every gradient through it, is 0
+ * (the forward gives it zeros). Visibility is the forward's (attention.c). */
+
+#define AG_BQ 32
+#define AG_BK 32
+
+struct agrad_args {
+    const char *q, *k, *v, *dy, *mask;
+    int dt, mdt;
+    int64_t B, H, Hk, Tq, Tk, D, Dv;
+    int64_t ms[4];
+    double scale;
+    int causal, window;
+    double *lse, *delta; /* (B,H,Tq) */
+};
+
+static inline void ag_key_range(const struct agrad_args *A, int64_t i, int64_t *lo, int64_t *hi) {
+    int64_t pos = i + (A->Tk - A->Tq);
+    *hi = (A->causal || A->window > 0) ? pos : A->Tk - 1;
+    *lo = A->window > 0 ? pos - A->window + 1 : 0;
+    if (*hi > A->Tk - 1) *hi = A->Tk - 1;
+    if (*lo < 0) *lo = 0;
+}
+
+/* Queries [ilo, ihi] that may see some key of [j0, j1] (empty when ilo > ihi). */
+static inline void ag_query_range(const struct agrad_args *A, int64_t j0, int64_t j1, int64_t *ilo, int64_t *ihi) {
+    int64_t off = A->Tk - A->Tq;
+    *ilo = (A->causal || A->window > 0) ? j0 - off : 0;
+    *ihi = A->window > 0 ? j1 - off + A->window - 1 : A->Tq - 1;
+    if (*ilo < 0) *ilo = 0;
+    if (*ihi > A->Tq - 1) *ihi = A->Tq - 1;
+}
+
+/* Rows [r0, r0+n) of a (.., T, W) operand at (b, head) into dst [n][W]. */
+static inline void ag_load(const char *base, int dt, int64_t nheads, int64_t T, int64_t W, int64_t b, int64_t head,
+                           int64_t r0, int64_t n, double *dst) {
+    load_f64(dst, base + ((b * nheads + head) * T + r0) * W * (int64_t)esize(dt), dt, n * W);
+}
+
+/* dst [W][AG_BK] = src [n][W] transposed, zero past column n: the products then run
+ * along keys, AG_BK wide, which vectorizes without reassociating a sum. */
+static inline void ag_transpose(const double *restrict src, int64_t n, int64_t W, double *restrict dst) {
+    for (int64_t c = 0; c < n; c++)
+        for (int64_t d = 0; d < W; d++) dst[d * AG_BK + c] = src[c * W + d];
+    for (int64_t d = 0; d < W; d++)
+        for (int64_t c = n; c < AG_BK; c++) dst[d * AG_BK + c] = 0.0;
+}
+
+/* out[r][0..AG_BK) = A_r · Bt for nq rows of A [nq][W], Bt [W][AG_BK]. */
+static inline void ag_rows_by_t(const double *restrict A, int64_t nq, int64_t W, const double *restrict Bt,
+                                double *restrict out) {
+    for (int64_t r = 0; r < nq; r++) {
+        double *restrict o = out + r * AG_BK;
+        for (int64_t c = 0; c < AG_BK; c++) o[c] = 0.0;
+        for (int64_t d = 0; d < W; d++) {
+            const double a = A[r * W + d];
+            const double *restrict bt = Bt + d * AG_BK;
+#pragma omp simd
+            for (int64_t c = 0; c < AG_BK; c++) o[c] += a * bt[c];
+        }
+    }
+}
+
+/* S[r][c] = scale·q_r·k_c + mask for queries i0+r, keys j0+c (Kt the block transposed);
+ * −inf where not visible and past the block. */
+static inline void ag_scores(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
+                             int64_t nk, const double *Q, const double *Kt, double *S) {
+    ag_rows_by_t(Q, nq, A->D, Kt, S);
+    for (int64_t r = 0; r < nq; r++) {
+        const int64_t i = i0 + r;
+        int64_t lo, hi;
+        ag_key_range(A, i, &lo, &hi);
+        double *s = S + r * AG_BK;
+        for (int64_t c = 0; c < AG_BK; c++) {
+            const int64_t j = j0 + c;
+            if (c >= nk || j < lo || j > hi) {
+                s[c] = -INFINITY;
+                continue;
+            }
+            s[c] *= A->scale;
+            if (A->mask) s[c] += get_f64(A->mask, A->mdt, b * A->ms[0] + h * A->ms[1] + i * A->ms[2] + j * A->ms[3]);
+        }
+    }
+}
+
+/* S → P = exp(S − lse) in place; then, when G is given, dS = P·(dY·Vᵀ − delta) into G. */
+static inline void ag_probs(const struct agrad_args *A, int64_t nq, const double *lse, const double *delta,
+                            const double *dY, const double *Vt, double *S, double *G) {
+    for (int64_t r = 0; r < nq; r++)
+        for (int64_t c = 0; c < AG_BK; c++) S[r * AG_BK + c] = tr_grad_exp(S[r * AG_BK + c] - lse[r]);
+    if (!G) return;
+    ag_rows_by_t(dY, nq, A->Dv, Vt, G);
+    for (int64_t r = 0; r < nq; r++)
+        for (int64_t c = 0; c < AG_BK; c++) G[r * AG_BK + c] = S[r * AG_BK + c] * (G[r * AG_BK + c] - delta[r]);
+}
+
+/* acc[x][0..W) += f·Σ over y of coef(x,y)·rows[y][0..W), coef read at coef[x*cs + y*ys]. */
+static inline void ag_accum(const double *restrict coef, int64_t nx, int64_t ny, int64_t cs, int64_t ys, double f,
+                            const double *restrict rows, int64_t W, double *restrict acc) {
+    for (int64_t x = 0; x < nx; x++)
+        for (int64_t y = 0; y < ny; y++) {
+            const double g = coef[x * cs + y * ys] * f;
+            if (g == 0.0) continue; /* masked, invisible, or past the block */
+            const double *restrict src = rows + y * W;
+            double *restrict dst = acc + x * W;
+#pragma omp simd
+            for (int64_t d = 0; d < W; d++) dst[d] += g * src[d];
+        }
+}
+
+/* Work space of one thread, shared by the three passes. */
+struct ag_ws {
+    double *Q, *K, *Kt, *V, *Vt, *dY, *S, *G, *acc, *m, *l, *acc2;
+};
+
+static size_t ag_workspace(int64_t D, int64_t Dv) {
+    int64_t dm = D > Dv ? D : Dv;
+    return (size_t)(AG_BQ * D + 2 * AG_BK * D + 2 * AG_BK * Dv + AG_BQ * Dv + 2 * AG_BQ * AG_BK +
+                    (AG_BQ > AG_BK ? AG_BQ : AG_BK) * dm + 2 * AG_BQ + AG_BK * Dv);
+}
+
+static void ag_split(double *ws, int64_t D, int64_t Dv, struct ag_ws *w) {
+    w->Q = ws;                        /* [BQ][D] */
+    w->K = w->Q + AG_BQ * D;          /* [BK][D] */
+    w->Kt = w->K + AG_BK * D;         /* [D][BK] */
+    w->V = w->Kt + AG_BK * D;         /* [BK][Dv] */
+    w->Vt = w->V + AG_BK * Dv;        /* [Dv][BK] */
+    w->dY = w->Vt + AG_BK * Dv;       /* [BQ][Dv] */
+    w->S = w->dY + AG_BQ * Dv;        /* [BQ][BK] */
+    w->G = w->S + AG_BQ * AG_BK;      /* [BQ][BK] */
+    w->acc = w->G + AG_BQ * AG_BK;    /* [max(BQ,BK)][max(D,Dv)] */
+    w->m = w->acc + (AG_BQ > AG_BK ? AG_BQ : AG_BK) * (D > Dv ? D : Dv);
+    w->l = w->m + AG_BQ;
+    w->acc2 = w->l + AG_BQ;           /* [BK][Dv]: dv beside dk (which 3) */
+}
+
+/* Pass 1 for one query block: lse and delta of its rows. */
+TR_CPU_CLONES
+static void ag_stats(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct ag_ws *w) {
+    const int64_t D = A->D, Dv = A->Dv, hk = h / (A->H / A->Hk);
+    ag_load(A->q, A->dt, A->H, A->Tq, D, b, h, i0, nq, w->Q);
+    ag_load(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dY);
+    double *o = w->acc;
+    for (int64_t r = 0; r < nq; r++) {
+        w->m[r] = -INFINITY;
+        w->l[r] = 0.0;
+        for (int64_t d = 0; d < Dv; d++) o[r * Dv + d] = 0.0;
+    }
+    int64_t lo, hi, lo1, hi1;
+    ag_key_range(A, i0, &lo, &hi);
+    ag_key_range(A, i0 + nq - 1, &lo1, &hi1);
+    for (int64_t j0 = lo; j0 <= hi1; j0 += AG_BK) {
+        int64_t nk = hi1 + 1 - j0 < AG_BK ? hi1 + 1 - j0 : AG_BK;
+        ag_load(A->k, A->dt, A->Hk, A->Tk, D, b, hk, j0, nk, w->K);
+        ag_transpose(w->K, nk, D, w->Kt);
+        ag_load(A->v, A->dt, A->Hk, A->Tk, Dv, b, hk, j0, nk, w->V);
+        ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
+        for (int64_t r = 0; r < nq; r++) {
+            double *s = w->S + r * AG_BK, mx = -INFINITY;
+            for (int64_t c = 0; c < AG_BK; c++) mx = s[c] > mx ? s[c] : mx;
+            if (mx == -INFINITY) {
+                for (int64_t c = 0; c < AG_BK; c++) s[c] = 0.0;
+                continue;
+            }
+            const double mnew = w->m[r] > mx ? w->m[r] : mx, corr = tr_grad_exp(w->m[r] - mnew);
+            double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t c = 0; c < AG_BK; c++) {
+                s[c] = tr_grad_exp(s[c] - mnew);
+                sum += s[c];
+            }
+            w->l[r] = w->l[r] * corr + sum;
+            w->m[r] = mnew;
+            if (corr != 1.0)
+                for (int64_t d = 0; d < Dv; d++) o[r * Dv + d] *= corr;
+        }
+        ag_accum(w->S, nq, nk, AG_BK, 1, 1.0, w->V, Dv, o);
+    }
+    for (int64_t r = 0; r < nq; r++) {
+        const int64_t at = (b * A->H + h) * A->Tq + i0 + r;
+        if (!(w->l[r] > 0.0)) {
+            A->lse[at] = INFINITY;
+            A->delta[at] = 0.0;
+            continue;
+        }
+        double dl = 0.0;
+        for (int64_t d = 0; d < Dv; d++) dl += w->dY[r * Dv + d] * o[r * Dv + d];
+        A->lse[at] = w->m[r] + log(w->l[r]);
+        A->delta[at] = dl / w->l[r];
+    }
+}
+
+/* dq of one query block. */
+TR_CPU_CLONES
+static void ag_dq(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, char *out,
+                  struct ag_ws *w) {
+    const int64_t D = A->D, Dv = A->Dv, hk = h / (A->H / A->Hk);
+    ag_load(A->q, A->dt, A->H, A->Tq, D, b, h, i0, nq, w->Q);
+    ag_load(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dY);
+    const double *lse = A->lse + (b * A->H + h) * A->Tq + i0, *delta = A->delta + (b * A->H + h) * A->Tq + i0;
+    double *dq = w->acc;
+    for (int64_t x = 0; x < nq * D; x++) dq[x] = 0.0;
+    int64_t lo, hi, lo1, hi1;
+    ag_key_range(A, i0, &lo, &hi);
+    ag_key_range(A, i0 + nq - 1, &lo1, &hi1);
+    for (int64_t j0 = lo; j0 <= hi1; j0 += AG_BK) {
+        int64_t nk = hi1 + 1 - j0 < AG_BK ? hi1 + 1 - j0 : AG_BK;
+        ag_load(A->k, A->dt, A->Hk, A->Tk, D, b, hk, j0, nk, w->K);
+        ag_transpose(w->K, nk, D, w->Kt);
+        ag_load(A->v, A->dt, A->Hk, A->Tk, Dv, b, hk, j0, nk, w->V);
+        ag_transpose(w->V, nk, Dv, w->Vt);
+        ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
+        ag_probs(A, nq, lse, delta, w->dY, w->Vt, w->S, w->G);
+        ag_accum(w->G, nq, nk, AG_BK, 1, A->scale, w->K, D, dq);
+    }
+    store_f64(out + ((b * A->H + h) * A->Tq + i0) * D * (int64_t)esize(A->dt), A->dt, dq, nq * D);
+}
+
+/* dk (which 1), dv (which 2), or both (3: dk into out, dv into out2) of one key block of
+ * kv head hk: both share the scores and probabilities of every query block. */
+TR_CPU_CLONES
+static void ag_dkv(const struct agrad_args *A, int which, int64_t b, int64_t hk, int64_t j0, int64_t nk, char *out,
+                   char *out2, struct ag_ws *w) {
+    const int64_t D = A->D, Dv = A->Dv, G = A->H / A->Hk, W = which == 2 ? Dv : D;
+    ag_load(A->k, A->dt, A->Hk, A->Tk, D, b, hk, j0, nk, w->K);
+    ag_transpose(w->K, nk, D, w->Kt);
+    ag_load(A->v, A->dt, A->Hk, A->Tk, Dv, b, hk, j0, nk, w->V);
+    ag_transpose(w->V, nk, Dv, w->Vt);
+    double *acc = w->acc, *acc2 = w->acc2;
+    for (int64_t x = 0; x < nk * W; x++) acc[x] = 0.0;
+    if (which == 3)
+        for (int64_t x = 0; x < nk * Dv; x++) acc2[x] = 0.0;
+    int64_t ilo, ihi;
+    ag_query_range(A, j0, j0 + nk - 1, &ilo, &ihi);
+    for (int64_t h = hk * G; h < (hk + 1) * G; h++)
+        for (int64_t i0 = ilo; i0 <= ihi; i0 += AG_BQ) {
+            int64_t nq = ihi + 1 - i0 < AG_BQ ? ihi + 1 - i0 : AG_BQ;
+            ag_load(A->q, A->dt, A->H, A->Tq, D, b, h, i0, nq, w->Q);
+            ag_load(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dY);
+            const double *lse = A->lse + (b * A->H + h) * A->Tq + i0;
+            const double *delta = A->delta + (b * A->H + h) * A->Tq + i0;
+            ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
+            ag_probs(A, nq, lse, delta, w->dY, w->Vt, w->S, which != 2 ? w->G : NULL);
+            /* acc[c] += f·Σ_r coef[r][c]·rows[r]: coef read transposed */
+            if (which != 2) ag_accum(w->G, nk, nq, 1, AG_BK, A->scale, w->Q, D, acc);
+            if (which == 2) ag_accum(w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc);
+            if (which == 3) ag_accum(w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc2);
+        }
+    store_f64(out + ((b * A->Hk + hk) * A->Tk + j0) * W * (int64_t)esize(A->dt), A->dt, acc, nk * W);
+    if (which == 3)
+        store_f64(out2 + ((b * A->Hk + hk) * A->Tk + j0) * Dv * (int64_t)esize(A->dt), A->dt, acc2, nk * Dv);
+}
+
+/* The gradients asked for (outs[0..2]: dq, dk, dv; NULL: not wanted): one statistics
+ * pass, then dq's pass and one pass for dk and dv together. */
+static int attention_backward(struct tr_kernels *k, const char *kn, const struct tr_tensor *q,
+                              const struct tr_tensor *kk, const struct tr_tensor *v, const struct tr_tensor *dy,
+                              const struct tr_tensor *mask, float scale, int causal, int window,
+                              struct tr_tensor *const outs[3], struct tr_error *err);
+
+int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                        const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
+                        float scale, int causal, int window, int which, struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_attention_grad(k, q, kk, v, dy, mask, scale, causal, window, which, out, err));
+    if (which < 0 || which > 2)
+        return tr_error_set(err, TR_ERR_INVALID, "attention_grad: ints[2]=%d should be 0 (dq), 1 (dk) or 2 (dv)",
+                            which);
+    struct tr_tensor *outs[3] = {NULL, NULL, NULL};
+    outs[which] = out;
+    return attention_backward(k, "attention_grad", q, kk, v, dy, mask, scale, causal, window, outs, err);
+}
+
+int tr_k_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                            const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
+                            float scale, int causal, int window, struct tr_tensor *dq, struct tr_tensor *dk,
+                            struct tr_tensor *dv, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_attention_backward(k, q, kk, v, dy, mask, scale, causal, window, dq, dk, dv, err));
+    struct tr_tensor *outs[3] = {dq, dk, dv};
+    return attention_backward(k, "attention_backward", q, kk, v, dy, mask, scale, causal, window, outs, err);
+}
+
+static int attention_backward(struct tr_kernels *k, const char *kn, const struct tr_tensor *q,
+                              const struct tr_tensor *kk, const struct tr_tensor *v, const struct tr_tensor *dy,
+                              const struct tr_tensor *mask, float scale, int causal, int window,
+                              struct tr_tensor *const outs[3], struct tr_error *err) {
+    static const char *const onames[3] = {"dq", "dk", "dv"};
+    int st = tr_cpu_check_ctx(k, kn, err);
+    if (!st) st = check_real(q, kn, "q", err);
+    if (!st) st = check_real(kk, kn, "k", err);
+    if (!st) st = check_real(v, kn, "v", err);
+    if (!st) st = check_real(dy, kn, "dy", err);
+    for (int i = 0; i < 3 && !st; i++)
+        if (outs[i]) st = check_real(outs[i], kn, onames[i], err);
+    if (!st && mask) st = check_real(mask, kn, "mask", err);
+    if (st) return st;
+    const int which = outs[0] ? (outs[1] || outs[2] ? -1 : 0) : outs[1] && outs[2] ? 3 : outs[1] ? 1 : 2;
+    struct tr_tensor *out = outs[0] ? outs[0] : outs[1] ? outs[1] : outs[2];
+    if (!out) return tr_error_set(err, TR_ERR_INVALID, "%s: no gradient asked for", kn);
+    char d1[200], d2[200], d3[200], d4[200], d5[200];
+    if (q->ndim != 4 || kk->ndim != 4 || v->ndim != 4 || dy->ndim != 4 || out->ndim != 4 || kk->dtype != q->dtype ||
+        v->dtype != q->dtype || dy->dtype != q->dtype || out->dtype != q->dtype)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: q %s, k %s, v %s, dy %s, out %s should all be 4-D (B,H,T,D) of one dtype",
+                            kn, tr_cpu_desc(q, d1, sizeof d1), tr_cpu_desc(kk, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3),
+                            tr_cpu_desc(dy, d4, sizeof d4), tr_cpu_desc(out, d5, sizeof d5));
+    int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = q->shape[3];
+    int64_t Hk = kk->shape[1], Tk = kk->shape[2], Dv = v->shape[3];
+    const struct tr_tensor *like[3] = {q, kk, v};
+    int bad = -1;
+    for (int i = 0; i < 3; i++)
+        if (outs[i] && (outs[i]->dtype != q->dtype || !tr_cpu_same_shape(outs[i], like[i]))) bad = i;
+    if (kk->shape[0] != B || v->shape[0] != B || v->shape[1] != Hk || v->shape[2] != Tk || kk->shape[3] != D ||
+        Hk < 1 || H % Hk != 0 || dy->shape[0] != B || dy->shape[1] != H || dy->shape[2] != Tq || dy->shape[3] != Dv ||
+        bad >= 0)
+        return tr_error_set(err, TR_ERR_SHAPE,
+                            "%s: q %s, k %s, v %s, dy %s, %s %s do not fit: expected q (B,H,Tq,D), k (B,Hk,Tk,D), "
+                            "v (B,Hk,Tk,Dv), dy (B,H,Tq,Dv) with H a multiple of Hk, and %s shaped as %s",
+                            kn, tr_cpu_desc(q, d1, sizeof d1), tr_cpu_desc(kk, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3),
+                            tr_cpu_desc(dy, d4, sizeof d4), onames[bad >= 0 ? bad : 0],
+                            tr_cpu_desc(outs[bad >= 0 ? bad : 0] ? outs[bad >= 0 ? bad : 0] : out, d5, sizeof d5),
+                            onames[bad >= 0 ? bad : 0], bad == 1 ? "k" : bad == 2 ? "v" : "q");
+    if (!isfinite(scale)) return tr_error_set(err, TR_ERR_INVALID, "%s: scale %g is not finite", kn, (double)scale);
+    if (window < 0) return tr_error_set(err, TR_ERR_INVALID, "%s: window %d is negative", kn, window);
+    struct agrad_args A = {
+        .q = q->data, .k = kk->data, .v = v->data, .dy = dy->data, .dt = q->dtype,
+        .B = B, .H = H, .Hk = Hk, .Tq = Tq, .Tk = Tk, .D = D, .Dv = Dv, .scale = scale,
+        .causal = causal != 0, .window = window,
+    };
+    if (mask) {
+        const int64_t full[4] = {B, H, Tq, Tk};
+        if ((mask->dtype != TR_DTYPE_F32 && mask->dtype != q->dtype) || mask->ndim > 4)
+            return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s should be f32 or %s with at most 4 dimensions", kn,
+                                tr_cpu_desc(mask, d1, sizeof d1), tr_dtype_name((enum tr_dtype)q->dtype));
+        int64_t s = 1;
+        for (int i = 3; i >= 0; i--) {
+            int mi = i - (4 - mask->ndim);
+            int64_t e = mi >= 0 ? mask->shape[mi] : 1;
+            if (e != 1 && e != full[i])
+                return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s does not broadcast to (B,H,Tq,Tk) = (%lld,%lld,%lld,%lld)",
+                                    kn, tr_cpu_desc(mask, d1, sizeof d1), (long long)B, (long long)H, (long long)Tq,
+                                    (long long)Tk);
+            A.ms[i] = e == 1 ? 0 : s;
+            s *= e;
+        }
+        A.mask = mask->data;
+        A.mdt = mask->dtype;
+    }
+    if (B * H * Tq == 0 || Tk == 0 || D == 0 || Dv == 0) { /* no path from the output to an operand */
+        for (int i = 0; i < 3; i++)
+            if (outs[i] && tr_tensor_nbytes(outs[i])) memset(outs[i]->data, 0, tr_tensor_nbytes(outs[i]));
+        return TR_OK;
+    }
+    A.lse = malloc(sizeof(double) * (size_t)(2 * B * H * Tq));
+    if (!A.lse)
+        return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for the row statistics (%lld rows)", kn,
+                            (long long)(B * H * Tq));
+    A.delta = A.lse + B * H * Tq;
+    const int64_t nqb = (Tq + AG_BQ - 1) / AG_BQ, nkb = (Tk + AG_BK - 1) / AG_BK;
+    const size_t wsz = ag_workspace(D, Dv) * sizeof(double);
+    const int par = B * H * Tq * Tk * (D + Dv) > 65536;
+    int failed = 0;
+    char *pq = outs[0] ? outs[0]->data : NULL;
+    char *pk = which == 3 ? outs[1]->data : which == 1 ? outs[1]->data : which == 2 ? outs[2]->data : NULL;
+    char *pv = which == 3 || which == -1 ? (outs[2] ? outs[2]->data : NULL) : NULL;
+    int kv_which = which == -1 ? (outs[1] && outs[2] ? 3 : outs[1] ? 1 : outs[2] ? 2 : 0) : which;
+    if (which == -1) pk = outs[1] ? outs[1]->data : outs[2] ? outs[2]->data : NULL;
+    if (which == -1 && !(outs[1] && outs[2])) pv = NULL;
+#pragma omp parallel if (par)
+    {
+        double *ws = malloc(wsz);
+        struct ag_ws w = {0};
+        if (!ws) {
+#pragma omp atomic write
+            failed = 1;
+        } else {
+            ag_split(ws, D, Dv, &w);
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < B * H * nqb; t++) {
+            if (!ws) continue;
+            int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * AG_BQ;
+            ag_stats(&A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, &w);
+        }
+        /* the implicit barrier: every row's lse and delta exist from here on */
+        if (pq) {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t t = 0; t < B * H * nqb; t++) {
+                if (!ws) continue;
+                int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * AG_BQ;
+                ag_dq(&A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, pq, &w);
+            }
+        }
+        if (kv_which) {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t t = 0; t < B * Hk * nkb; t++) {
+                if (!ws) continue;
+                int64_t b = t / (Hk * nkb), hk = (t / nkb) % Hk, j0 = (t % nkb) * AG_BK;
+                ag_dkv(&A, kv_which, b, hk, j0, Tk - j0 < AG_BK ? Tk - j0 : AG_BK, pk, pv, &w);
+            }
+        }
+        free(ws);
+    }
+    free(A.lse);
+    if (failed) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for a %zu-byte tile workspace", kn, wsz);
+    return TR_OK;
+}
+
+/* ---- attention backward, bound ---- */
+
+static int bound_attention_backward(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    const struct tr_attrs *a = &c->attrs;
+    struct tr_tensor g[3] = {c->in[5], c->in[6], c->in[7]};
+    return tr_k_attention_backward(k, &c->in[0], &c->in[1], &c->in[2], &c->in[3], a->ints[3] ? &c->in[4] : NULL,
+                                   a->floats[0], (int)a->ints[0], (int)a->ints[1], a->ints[4] & 1 ? &g[0] : NULL,
+                                   a->ints[4] & 2 ? &g[1] : NULL, a->ints[4] & 4 ? &g[2] : NULL, err);
+}
+
+int tr_kernels_bind_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                                       const struct tr_tensor *v, const struct tr_tensor *dy,
+                                       const struct tr_tensor *mask, float scale, int causal, int window,
+                                       const struct tr_tensor *dq, const struct tr_tensor *dk,
+                                       const struct tr_tensor *dv, struct tr_kernel_call *call, struct tr_error *err) {
+    TR_CUDA_ROUTE(k,
+                  tr_cuda_bind_attention_backward(k, q, kk, v, dy, mask, scale, causal, window, dq, dk, dv, call, err));
+    static const char kn[] = "attention_backward";
+    if (!call || !q || !kk || !v || !dy || (!dq && !dk && !dv))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: NULL operand, or no gradient asked for", kn);
+    memset(call, 0, sizeof *call);
+    int st = tr_cpu_check_ctx_bind(k, kn, err);
+    if (st) return st;
+    call->op = -1;
+    call->in[0] = *q;
+    call->in[1] = *kk;
+    call->in[2] = *v;
+    call->in[3] = *dy;
+    if (mask) call->in[4] = *mask;
+    const struct tr_tensor *g[3] = {dq, dk, dv};
+    for (int i = 0; i < 3; i++)
+        if (g[i]) {
+            call->in[5 + i] = *g[i];
+            call->attrs.ints[4] |= 1 << i;
+            if (!call->out.data) call->out = *g[i];
+        }
+    call->n_in = 8;
+    /* 0: attention's default 1/sqrt(D), as the ATTENTION_GRAD op reads it */
+    if (scale == 0.0f && q->ndim == 4 && q->shape[3] > 0) scale = 1.0f / sqrtf((float)q->shape[3]);
+    call->attrs.floats[0] = scale;
+    call->attrs.ints[0] = causal;
+    call->attrs.ints[1] = window;
+    call->attrs.ints[3] = mask != NULL;
+    call->fn = bound_attention_backward;
+    return TR_OK;
+}
