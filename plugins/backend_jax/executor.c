@@ -8,7 +8,9 @@
  * views), and all of them are placed in ONE arena by the shared planner and checked by
  * its verifier. Weights and constants are used in place; RESHAPE is a view. Finally
  * every step is bound to its pointers: a generated kernel gets its argument array, a
- * library call its tensors.
+ * library call its tensors. The 2 or 3 ATTENTION_GRAD nodes of one attention (fuse.c) are
+ * one step at the first of them: a bound call of the fused attention backward writing
+ * every gradient into its own buffer, each buffer live from that step to its last reader.
  *
  * execute: inputs copied into their arena slots, the steps run in order (one indirect
  * call each, nothing allocated, nothing looked up), outputs copied out.
@@ -41,7 +43,9 @@
 
 #define JAX_ALIGN 64
 
-enum jax_step_kind { JAX_STEP_GEN, JAX_STEP_MATMUL, JAX_STEP_LIB };
+/* ATTN_BWD: one bound call of the fused attention backward writing every gradient of
+ * its group (fusion.attn[attn]) at the place of the group's first node. */
+enum jax_step_kind { JAX_STEP_GEN, JAX_STEP_MATMUL, JAX_STEP_LIB, JAX_STEP_ATTN_BWD };
 
 typedef int (*jax_kernel_fn)(void *const *args);
 
@@ -49,6 +53,8 @@ struct jax_step {
     enum jax_step_kind kind;
     int node;                       /* the pir node it writes */
     int cluster;                    /* JAX_STEP_GEN */
+    int attn;                       /* JAX_STEP_ATTN_BWD: its group, and its bound call */
+    struct tr_kernel_call *call;
     jax_kernel_fn fn;
     void **args;
     void *cu_fn;                    /* cuda: the CUfunction, and pointers to each argument */
@@ -80,6 +86,7 @@ struct tr_jax_program {
 
     struct jax_step *steps;
     int n_steps;
+    struct tr_kernel_call *calls;   /* per attention backward group, bound in bind_steps */
     void **argv;                    /* the generated kernels' argument arrays, back to back */
     struct tr_plan_buf *bufs;
     int n_bufs;
@@ -151,12 +158,21 @@ static int make_schedule(struct tr_jax_program *p, int *step_of, struct tr_error
             continue;
         }
         if (ci >= 0 && p->fusion.clusters[ci].root != id) continue; /* computed inside its kernel */
+        int ai = p->fusion.attn_of ? p->fusion.attn_of[id] : -1;
+        if (ai >= 0 && p->fusion.attn[ai].lead != id) {
+            /* written by its group's call, at the lead's step: every operand is older than
+             * the lead (the same operands), every reader younger than this node */
+            step_of[id] = step_of[p->fusion.attn[ai].lead];
+            continue;
+        }
         struct jax_step *s = &p->steps[p->n_steps];
         s->node = id;
         s->cluster = ci;
+        s->attn = ai;
         s->op = n->op;
         s->attrs = n->attrs;
         if (ci >= 0) s->kind = JAX_STEP_GEN;
+        else if (ai >= 0) s->kind = JAX_STEP_ATTN_BWD;
         else s->kind = n->op == JAX_OP_MATMUL_EPI ? JAX_STEP_MATMUL : JAX_STEP_LIB;
         if (s->kind == JAX_STEP_GEN) p->n_gen++;
         else p->n_lib++;
@@ -332,13 +348,37 @@ static int tensor_of(const struct tr_jax_program *p, int id, struct tr_tensor *t
     return TR_OK;
 }
 
+/* The group's gradients in their planned buffers (a donated one: its param's memory), all
+ * checked once by the library's binder. */
+static int bind_attn_bwd(struct tr_jax_program *p, struct jax_step *s, struct tr_error *err) {
+    const struct jax_attn_bwd *a = &p->fusion.attn[s->attn];
+    struct tr_tensor g[3];
+    const struct tr_tensor *gp[3] = {NULL, NULL, NULL};
+    for (int w = 0; w < 3; w++) {
+        if (a->grad[w] < 0) continue;
+        int rc = tensor_of(p, a->grad[w], &g[w], err);
+        if (rc != TR_OK) return rc;
+        gp[w] = &g[w];
+    }
+    s->call = &p->calls[s->attn];
+    int rc = tr_kernels_bind_attention_backward(p->k, &s->in[0], &s->in[1], &s->in[2], &s->in[3],
+                                                s->n_in > 4 ? &s->in[4] : NULL, s->attrs.floats[0],
+                                                (int)s->attrs.ints[0], (int)s->attrs.ints[1], gp[0], gp[1], gp[2],
+                                                s->call, err);
+    if (rc != TR_OK)
+        return tr_error_prefix(err, "jax: node %d attention_grad '%s' (the fused backward of %d gradients)", a->lead,
+                               nname(p, a->lead), a->n_grads);
+    return TR_OK;
+}
+
 static int bind_steps(struct tr_jax_program *p, struct tr_error *err) {
     size_t total = 0;
     for (int ci = 0; ci < p->fusion.n_clusters; ci++) total += (size_t)p->fusion.clusters[ci].n_args;
     if (p->cuda) total += (size_t)p->fusion.n_clusters; /* the flag after out */
     p->argv = calloc(total + 1, sizeof *p->argv);
     if (p->cuda) p->cu_params = calloc(total + 1, sizeof *p->cu_params);
-    if (!p->argv || (p->cuda && !p->cu_params))
+    p->calls = calloc((size_t)p->fusion.n_attn + 1, sizeof *p->calls);
+    if (!p->argv || (p->cuda && !p->cu_params) || !p->calls)
         return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory binding the kernels");
     size_t at = 0;
     for (int si = 0; si < p->n_steps; si++) {
@@ -373,6 +413,7 @@ static int bind_steps(struct tr_jax_program *p, struct tr_error *err) {
         for (int i = 0; i < n->n_in; i++)
             if ((rc = tensor_of(p, n->in[i], &s->in[i], err)) != TR_OK) return rc;
         if ((rc = tensor_of(p, s->node, &s->out, err)) != TR_OK) return rc;
+        if (s->kind == JAX_STEP_ATTN_BWD && (rc = bind_attn_bwd(p, s, err)) != TR_OK) return rc;
     }
     return TR_OK;
 }
@@ -403,6 +444,8 @@ static int front(struct tr_jax_program *p, tr_graph_t g, struct tr_kernels *kpas
     if ((rc = tr_pass_all(&p->pir, kpasses, &p->passes, err)) != TR_OK)
         return tr_error_prefix(err, "jax: simplification");
     if ((rc = jax_fuse_for(&p->pir, ctx->fuse, p->cuda ? JAX_CU_MAX_ROW : 0, &p->fusion, err)) != TR_OK) return rc;
+    if (ctx->fuse && ctx->attn_bwd && (rc = jax_group_attention_backward(&p->pir, &p->fusion, err)) != TR_OK)
+        return rc;
     size_t n = (size_t)p->pir.n + 1;
     *step_of = malloc(n * sizeof **step_of);
     p->buf_of = malloc(n * sizeof *p->buf_of);
@@ -490,6 +533,9 @@ void tr_jax_program_free(struct tr_jax_program *p) {
     if (p->bad) tr_kernels_dealloc(p->k, p->bad);
     if (p->weights) tr_kernels_dealloc(p->k, p->weights);
     if (p->arena) tr_kernels_dealloc(p->k, p->arena);
+    for (int i = 0; p->calls && i < p->fusion.n_attn; i++)
+        if (p->calls[i].fn) tr_kernels_unbind(p->k, &p->calls[i]);
+    free(p->calls);
     if (p->k) tr_kernels_free(p->k);
     free(p->cu_params);
     jax_build_close(&p->build);
@@ -583,6 +629,9 @@ static int run_step(struct tr_jax_program *p, const struct jax_step *s, struct t
             return tr_error_set(err, TR_ERR_NOMEM, "jax: kernel %d (node %d '%s'): no memory for a row buffer",
                                 s->cluster, s->node, nname(p, s->node));
         return bad_id(p, s, err);
+    case JAX_STEP_ATTN_BWD:
+        rc = tr_kernels_call(p->k, s->call, err);
+        break;
     case JAX_STEP_MATMUL:
         rc = tr_k_matmul(p->k, &s->in[0], &s->in[1], (struct tr_tensor *)&s->out, (int)s->attrs.ints[0],
                          (int)s->attrs.ints[1], s->attrs.floats[0], s->n_in > 2 ? &s->in[2] : NULL,
@@ -592,7 +641,10 @@ static int run_step(struct tr_jax_program *p, const struct jax_step *s, struct t
         rc = tr_kernels_run(p->k, s->op, &s->attrs, s->n_in, s->in, (struct tr_tensor *)&s->out, err);
         break;
     }
-    if (rc != TR_OK) return tr_error_prefix(err, "jax: node %d %s '%s'", s->node, op_str(s->op), nname(p, s->node));
+    if (rc != TR_OK)
+        return tr_error_prefix(err, "jax: node %d %s%s '%s'", s->node, op_str(s->op),
+                               s->kind == JAX_STEP_ATTN_BWD ? " (with the rest of its attention backward)" : "",
+                               nname(p, s->node));
     return TR_OK;
 }
 
@@ -740,6 +792,15 @@ void tr_jax_program_stats(const struct tr_jax_program *p, struct tr_backend_stat
              human_bytes(p->weight_bytes, weights, sizeof weights),
              p->cuda ? "on the device, shared by the backend's programs" : "in place");
     size_t k = strlen(st->notes);
+    if (p->fusion.n_attn && k < sizeof st->notes) {
+        int partial = 0;
+        for (int i = 0; i < p->fusion.n_attn; i++) partial += p->fusion.attn[i].n_grads < 3;
+        snprintf(st->notes + k, sizeof st->notes - k, "; fused attention_backward x%d", p->fusion.n_attn);
+        k = strlen(st->notes);
+        if (partial && k < sizeof st->notes)
+            snprintf(st->notes + k, sizeof st->notes - k, " (%d with 2 of 3 gradients)", partial);
+    }
+    k = strlen(st->notes);
     if (p->pir.n_updates && k < sizeof st->notes)
         snprintf(st->notes + k, sizeof st->notes - k, "; %d of %d updates in place", p->n_donated, p->pir.n_updates);
     k = strlen(st->notes);

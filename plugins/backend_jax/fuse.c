@@ -18,7 +18,13 @@
  * or 1): a member of a smaller shape is recomputed per element, as XLA does with cheap
  * producers. A softmax or layer norm may join as a producer (its consumers become the
  * kernel's epilogue) when its shape is the whole space; sum/mean/max over the last axis
- * are roots only. */
+ * are roots only.
+ *
+ * Attention backwards: the two or three ATTENTION_GRAD nodes of one attention (the same
+ * operands and attrs, a different `which`: dq, dk, dv) make a group that runs as one
+ * call of the library's fused tr_k_attention_backward at the first of them (all share
+ * their operands, so they exist there), instead of a call each that recomputes the row
+ * statistics and the scores. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +280,8 @@ void jax_fusion_free(struct jax_fusion *f) {
     }
     free(f->clusters);
     free(f->cluster_of);
+    free(f->attn);
+    free(f->attn_of);
     memset(f, 0, sizeof *f);
 }
 
@@ -351,6 +359,56 @@ static int build_cluster(const struct tr_pir *p, const struct consumers *c, stru
         int t = cl->members[i];
         cl->members[i] = cl->members[j];
         cl->members[j] = t;
+    }
+    return TR_OK;
+}
+
+/* ---- attention backward groups ---- */
+
+static int same_attention(const struct tr_pir_node *a, const struct tr_pir_node *b) {
+    if (a->n_in != b->n_in || a->dtype != b->dtype || a->attrs.floats[0] != b->attrs.floats[0] ||
+        a->attrs.ints[0] != b->attrs.ints[0] || a->attrs.ints[1] != b->attrs.ints[1] ||
+        a->attrs.ints[2] == b->attrs.ints[2])
+        return 0;
+    for (int i = 0; i < a->n_in; i++)
+        if (a->in[i] != b->in[i]) return 0;
+    return 1;
+}
+
+static int attn_grad_candidate(const struct tr_pir_node *n) {
+    int dt = n->dtype;
+    return !n->dead && n->op == TR_OP_ATTENTION_GRAD && (n->n_in == 4 || n->n_in == 5) && n->attrs.ints[2] >= 0 &&
+           n->attrs.ints[2] <= 2 && (dt == TR_DTYPE_F32 || dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16);
+}
+
+/* Groups in program order; the lead (lowest id) is where the call runs. */
+int jax_group_attention_backward(const struct tr_pir *p, struct jax_fusion *f, struct tr_error *err) {
+    f->attn_of = malloc(((size_t)p->n + 1) * sizeof *f->attn_of);
+    f->attn = calloc((size_t)p->n / 2 + 1, sizeof *f->attn);
+    if (!f->attn_of || !f->attn)
+        return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory grouping attention backwards (%d nodes)", p->n);
+    for (int i = 0; i < p->n; i++) f->attn_of[i] = -1;
+    for (int id = 0; id < p->n; id++) {
+        const struct tr_pir_node *x = &p->nodes[id];
+        if (f->attn_of[id] >= 0 || !attn_grad_candidate(x)) continue;
+        int grad[3] = {-1, -1, -1}, n = 1;
+        grad[x->attrs.ints[2]] = id;
+        for (int j = id + 1; j < p->n && n < 3; j++) {
+            const struct tr_pir_node *y = &p->nodes[j];
+            if (f->attn_of[j] >= 0 || !attn_grad_candidate(y) || !same_attention(x, y) || grad[y->attrs.ints[2]] >= 0)
+                continue;
+            grad[y->attrs.ints[2]] = j;
+            n++;
+        }
+        if (n < 2) continue;
+        struct jax_attn_bwd *a = &f->attn[f->n_attn];
+        a->lead = id;
+        a->n_grads = n;
+        for (int w = 0; w < 3; w++) {
+            a->grad[w] = grad[w];
+            if (grad[w] >= 0) f->attn_of[grad[w]] = f->n_attn;
+        }
+        f->n_attn++;
     }
     return TR_OK;
 }

@@ -28,6 +28,7 @@ static int jax_init(const struct tr_host_api *host, const struct tr_backend_para
     c->host = host ? host : jax_host;
     c->device_type = TR_DEVICE_CPU;
     c->fuse = 1;
+    c->attn_bwd = 1;
     snprintf(c->cc, sizeof c->cc, "cc");
     snprintf(c->cc_key, sizeof c->cc_key, "the default compiler (set [backend.jax] cc)");
     int rc = TR_OK;

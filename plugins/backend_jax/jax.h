@@ -8,7 +8,8 @@
  *   fuse.c      GEMM epilogues folded into the matmul call (bias, alpha, activation), then
  *               fusion: maximal clusters of elementwise ops, gathers and at most one
  *               row-wise reduction (softmax, layer norm, sum/mean/max over the last
- *               axis) become one generated kernel each
+ *               axis) become one generated kernel each; the ATTENTION_GRAD nodes of
+ *               one attention grouped into one library call
  *   codegen.c   one C source for the whole graph, one function per cluster (codegen.h:
  *               the generator's insides; codegen_cuda.c: the same kernels as CUDA C)
  *   compile.c   the cache on disk, the system C compiler, dlopen
@@ -17,8 +18,9 @@
  *               into one arena, the flat schedule) and execute()
  *
  * What runs as a library call (as XLA calls cuBLAS/cuDNN): MATMUL (with its folded
- * epilogue) and ATTENTION; layout ops (TRANSPOSE, SLICE, CONCAT), reductions over an
- * axis other than the last, casts to integers and anything in f16. RESHAPE is a view.
+ * epilogue) and ATTENTION; the 2 or 3 ATTENTION_GRAD nodes of one attention as one bound
+ * call of the fused attention backward; layout ops (TRANSPOSE, SLICE, CONCAT), reductions
+ * over an axis other than the last, casts to integers and anything in f16. RESHAPE is a view.
  * EMBEDDING is generated (a gather inside a fused kernel) when its table is f32/bf16.
  *
  * Nothing here is exported: the .so keeps only tr_backend_entry.
@@ -48,6 +50,8 @@ struct tr_jax_context {
     int device_type;
     int device_index;
     int fuse;                            /* 0: every fusable op its own kernel, no epilogues */
+    int attn_bwd;                        /* with fuse: attention backwards grouped (1 from init;
+                                            the tests compare with 0) */
     char cache_dir[JAX_PATH_MAX];        /* "" until resolved at the first compile */
     char cache_dir_key[JAX_WHERE_MAX];   /* how it was chosen, for messages */
     char cc[JAX_PATH_MAX];
@@ -90,10 +94,21 @@ struct jax_cluster {
     unsigned cu_shmem;              /* and its dynamic shared memory, bytes */
 };
 
+/* The ATTENTION_GRAD nodes of one attention (2 or 3 of dq, dk, dv), computed by one
+ * library call of tr_k_attention_backward at the lead's place in the schedule. */
+struct jax_attn_bwd {
+    int lead;                       /* the lowest node id of the group: where it runs */
+    int grad[3];                    /* the dq, dk, dv nodes, or -1 where not used */
+    int n_grads;                    /* 2 or 3 */
+};
+
 struct jax_fusion {
     struct jax_cluster *clusters;
     int n_clusters;
     int *cluster_of;                /* per pir node: its cluster, or -1 */
+    struct jax_attn_bwd *attn;      /* attention backward groups, in program order */
+    int n_attn;
+    int *attn_of;                   /* per pir node: its attention backward group, or -1 */
     int n_epilogues;                /* matmuls that took a bias, alpha or activation */
     int n_functions;                /* distinct kernel functions in the source (codegen) */
 };
@@ -106,6 +121,10 @@ int jax_fuse(struct tr_pir *p, int fuse, struct jax_fusion *f, struct tr_error *
 #define JAX_CU_MAX_ROW 12000
 /* jax_fuse for a target: max_row > 0 leaves reductions over longer rows to the library. */
 int jax_fuse_for(struct tr_pir *p, int fuse, int64_t max_row, struct jax_fusion *f, struct tr_error *err);
+/* After jax_fuse: f->attn and f->attn_of, the ATTENTION_GRAD nodes (f32, bf16, f16) with
+ * the same operands and attrs but a different `which`, 2 or 3 to a group, the lead the
+ * lowest id. Without it (attn_of NULL) every ATTENTION_GRAD is its own call. */
+int jax_group_attention_backward(const struct tr_pir *p, struct jax_fusion *f, struct tr_error *err);
 void jax_fusion_free(struct jax_fusion *f);
 /* 1 if node id of p can be part of a generated kernel. */
 int jax_fusable(const struct tr_pir *p, int id);
