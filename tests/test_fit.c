@@ -21,21 +21,6 @@
 #include "trident/graph.h"
 #include "trident/weights.h"
 
-static char cache_dir[256];
-
-static int setup(void **state) {
-    (void)state;
-    snprintf(cache_dir, sizeof cache_dir, "/tmp/trident-fit-XXXXXX");
-    return mkdtemp(cache_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 static void test_update_api(void **state) {
     (void)state;
     struct tr_graph *g;
@@ -101,7 +86,7 @@ static void update_paths(int read_after) {
         struct tr_tensor in = tr_test_tensor(TR_DTYPE_F32, 2, sh), out[1];
         tr_test_randn(&in, 3, 1.0);
         struct tr_backend_stats st;
-        tr_test_run_backend(&tr_test_backends[b], cache_dir, g, &in, 3, out, &st);
+        tr_test_run_backend(&tr_test_backends[b], tr_test_dir, g, &in, 3, out, &st);
         const float *xd = in.data, *yd = out[0].data;
         for (int i = 0; i < R * C; i++) {
             if (pd[i] != 8.0f * p0[i]) fail_msg("%s: p[%d] = %g after 3 steps, expected %g", tr_test_backends[b].label,
@@ -133,7 +118,7 @@ static void run_fit(const char *backends, const char *extra, struct tr_bench_rep
              "[run]\nmodel = bert\npreset = tiny\ntask = fit\nbackends = %s\n"
              "batch = 8\nseq_len = 16\n%s\n"
              "[backend.jax]\ncache_dir = %s\n",
-             backends, extra, cache_dir);
+             backends, extra, tr_test_dir);
     struct tr_config cfg;
     struct tr_error e = {0};
     if (tr_config_load_string(text, "fit.ini", &cfg, &e)) fail_msg("%s", e.msg);
@@ -252,7 +237,7 @@ static void test_lora_frozen(void **state) {
     *(float *)in[n_in - 1].data = 1.0f;  /* step: 1 every time is a valid AdamW step */
     struct tr_tensor out[1];
     struct tr_backend_stats st;
-    tr_test_run_backend(&tr_test_backends[0], cache_dir, g, in, 10, out, &st);
+    tr_test_run_backend(&tr_test_backends[0], tr_test_dir, g, in, 10, out, &st);
     printf("lora fit on torch: %s; peak %llu bytes, frozen weights %llu bytes\n", st.notes,
            (unsigned long long)st.peak_bytes, (unsigned long long)frozen_bytes);
 
@@ -289,5 +274,5 @@ int main(void) {
         cmocka_unit_test(test_fit_bf16_masters),
         cmocka_unit_test(test_fit_learns_everywhere),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
 }

@@ -30,21 +30,6 @@
 #define GRAD_TOL 1e-4
 #define MAX_PARAMS 128
 
-static char cache_dir[256];
-
-static int setup(void **state) {
-    (void)state;
-    snprintf(cache_dir, sizeof cache_dir, "/tmp/trident-llmfit-XXXXXX");
-    return mkdtemp(cache_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 static struct tr_decoder_config tiny(const struct tr_model_desc *m) {
     for (int i = 0; i < m->n_presets; i++)
         if (strcmp(m->presets[i].name, "tiny") == 0) return *(const struct tr_decoder_config *)m->presets[i].config;
@@ -126,7 +111,7 @@ static void grads_match_peft(const struct tr_model_desc *m, const char *fixture)
     const double loss_ref = ((const float *)ref_loss.data)[0];
     for (int b = 0; b < TR_TEST_N_BACKENDS; b++) {
         struct tr_tensor out[1 + MAX_PARAMS];
-        tr_test_run_backend(&tr_test_backends[b], cache_dir, g, in, 1, out, NULL);
+        tr_test_run_backend(&tr_test_backends[b], tr_test_dir, g, in, 1, out, NULL);
         const double l = ((const float *)out[0].data)[0], loss_err = fabs(l - loss_ref) / fabs(loss_ref);
         double worst = 0;
         int worst_i = 0;
@@ -173,7 +158,7 @@ static void run_fit(const char *model, const char *backends, const char *extra, 
     snprintf(text, sizeof text,
              "[run]\nmodel = %s\npreset = tiny\ntask = fit\nbackends = %s\nbatch = 4\nseq_len = 16\n%s\n"
              "[backend.jax]\ncache_dir = %s\n",
-             model, backends, extra, cache_dir);
+             model, backends, extra, tr_test_dir);
     struct tr_config cfg;
     struct tr_error e = {0};
     if (tr_config_load_string(text, "llm_fit.ini", &cfg, &e)) fail_msg("%s", e.msg);
@@ -307,7 +292,7 @@ static void frozen_on(const char *model, const struct tr_test_backend *be) {
     if (tg.model->make_inputs(tg.config, &tg.opts, 5, tg.n_model_inputs, in, &e)) fail_msg("%s", e.msg);
     *(float *)in[n_in - 2].data = 1e-2f; /* lr */
     *(float *)in[n_in - 1].data = 1.0f;  /* step */
-    tr_test_run_backend(be, cache_dir, g, in, 10, out, NULL);
+    tr_test_run_backend(be, tr_test_dir, g, in, 10, out, NULL);
     int moved = 0;
     for (int i = 0; i < n_params; i++) {
         int id = tr_graph_param(g, i);
@@ -477,5 +462,5 @@ int main(void) {
         cmocka_unit_test(test_gemma_fit_bf16),
         cmocka_unit_test(test_mistral_fit_bf16),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
 }

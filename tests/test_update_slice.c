@@ -20,21 +20,6 @@
 enum { B = 2, H = 3, T = 8, D = 4, N = 2, CACHE = B * H * T * D, UPD = B * H * N * D };
 static const int64_t cache_sh[4] = {B, H, T, D}, upd_sh[4] = {B, H, N, D}, one[1] = {1};
 
-static char cache_dir[256];
-
-static int setup(void **state) {
-    (void)state;
-    snprintf(cache_dir, sizeof cache_dir, "/tmp/trident-update-slice-XXXXXX");
-    return mkdtemp(cache_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 struct run {
     struct tr_plugin *p;
     struct tr_backend *be;
@@ -47,7 +32,7 @@ static void open_backend(const struct tr_test_backend *b, struct tr_graph *g, st
     int n_opts = 0;
     if (b->mode) opts[n_opts++] = (struct tr_option){.key = "mode", .value = b->mode, .file = "test", .line = 1};
     if (strcmp(b->plugin, "jax") == 0)
-        opts[n_opts++] = (struct tr_option){.key = "cache_dir", .value = cache_dir, .file = "test", .line = 2};
+        opts[n_opts++] = (struct tr_option){.key = "cache_dir", .value = tr_test_dir, .file = "test", .line = 2};
     struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
                                     .device_type = TR_DEVICE_CPU, .options = opts, .n_options = n_opts};
     struct tr_error e = {0};
@@ -156,5 +141,5 @@ int main(void) {
         cmocka_unit_test(test_cache_donated),
         cmocka_unit_test(test_cache_read_after_is_copied),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
 }

@@ -1,3 +1,5 @@
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,4 +104,22 @@ void tr_test_run_op_fails(int op, const struct tr_attrs *at, int n, const struct
     int st = tr_kernels_run(tr_test_k, op, at, n, in, out, &err);
     if (st != want) fail_msg("%s: status %d (want %d): %s", tr_op_name(op), st, want, err.msg);
     if (!strstr(err.msg, needle)) fail_msg("%s: message \"%s\" lacks \"%s\"", tr_op_name(op), err.msg, needle);
+}
+
+char tr_test_dir[256];
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int tr_test_dir_setup(void **state) {
+    (void)state;
+    snprintf(tr_test_dir, sizeof tr_test_dir, "/tmp/trident-test-XXXXXX");
+    return mkdtemp(tr_test_dir) ? 0 : -1;
+}
+
+int tr_test_dir_teardown(void **state) {
+    (void)state;
+    return nftw(tr_test_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -32,6 +32,11 @@ void tr_test_poison(struct tr_tensor *t);
 struct tr_kernels;
 extern struct tr_kernels *tr_test_k;
 int tr_test_kernels_setup(void **state);
+/* A group's scratch directory (/tmp/trident-test-XXXXXX: backends' caches, files a test
+ * writes), made by the setup and removed with all it holds by the teardown. */
+extern char tr_test_dir[256];
+int tr_test_dir_setup(void **state);
+int tr_test_dir_teardown(void **state);
 int tr_test_kernels_teardown(void **state);
 
 /* The tensor's values as a new double array (caller frees). */

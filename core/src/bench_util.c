@@ -47,3 +47,16 @@ void tr_bench_row_label(struct tr_bench_row *row, const struct tr_config_backend
     if (cb->path[0] && cb->mode[0]) snprintf(row->label, sizeof row->label, "%.40s:%.50s", cb->name, cb->mode);
     else snprintf(row->label, sizeof row->label, "%.95s", cb->path[0] ? cb->name : cb->spec);
 }
+
+const char *tr_bench_reference_label(const struct tr_bench_report *rep) {
+    for (int r = 0; r < rep->n_rows; r++)
+        if (rep->rows[r].is_reference) return rep->rows[r].label;
+    return "";
+}
+
+int tr_bench_first_failure(const struct tr_bench_report *rep, int failures, struct tr_error *err) {
+    const struct tr_bench_row *first = rep->rows;
+    while (first < rep->rows + rep->n_rows - 1 && first->ok) first++;
+    return tr_error_set(err, TR_ERR_PLUGIN, "%d of %d backends failed; %s: %s", failures, rep->n_rows, first->label,
+                        first->error);
+}

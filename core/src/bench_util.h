@@ -21,6 +21,12 @@ const char *tr_bench_bytes_str(uint64_t bytes, char *buf, size_t n);
  * backend name (and mode): the table stays readable, the path is in plugin_path. */
 void tr_bench_row_label(struct tr_bench_row *row, const struct tr_config_backend *cb);
 
+/* The label of the reference row ("" when none ran). */
+const char *tr_bench_reference_label(const struct tr_bench_report *rep);
+
+/* TR_ERR_PLUGIN, "N of M backends failed; LABEL: why" for the first row that failed. */
+int tr_bench_first_failure(const struct tr_bench_report *rep, int failures, struct tr_error *err);
+
 /* Sorts times (n > 0 step times in ms) and fills row's mean, median, p90 and min. */
 void tr_bench_row_times(struct tr_bench_row *row, double *times, int64_t n);
 

@@ -285,14 +285,9 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, str
         if (!row->agrees) disagreements++;
     }
     rep->all_ok = failures == 0 && disagreements == 0;
-    const char *ref_label = "";
-    for (int r = 0; r < rep->n_rows; r++)
-        if (rep->rows[r].is_reference) ref_label = rep->rows[r].label;
+    const char *ref_label = tr_bench_reference_label(rep);
     if (failures) {
-        const struct tr_bench_row *f = rep->rows;
-        while (f->ok) f++;
-        rc = tr_error_set(err, TR_ERR_PLUGIN, "%d of %d backends failed; %s: %s", failures, cfg->n_backends, f->label,
-                          f->error);
+        rc = tr_bench_first_failure(rep, failures, err);
     } else if (disagreements) {
         const struct tr_bench_row *bad = rep->rows;
         while (bad->agrees) bad++;

@@ -209,3 +209,26 @@ int tr_model_key_str(const struct tr_model_desc *m, const void *config, const st
     }
     return len < 0 || (size_t)len >= n ? TR_ERR_INVALID : TR_OK;
 }
+
+int tr_name_list_mask(const char *list, const char *const *names, int n, uint32_t *mask, const char **bad,
+                      int *bad_len) {
+    *mask = 0;
+    for (const char *p = list;;) {
+        while (*p == ' ' || *p == '\t') p++;
+        const char *end = p;
+        while (*end && *end != ',') end++;
+        size_t len = (size_t)(end - p);
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+        int found = -1;
+        for (int i = 0; i < n && i < 32; i++)
+            if (strlen(names[i]) == len && strncmp(names[i], p, len) == 0) found = i;
+        if (found < 0) {
+            *bad = p;
+            *bad_len = (int)len;
+            return TR_ERR_NOT_FOUND;
+        }
+        *mask |= 1u << found;
+        if (!*end) return TR_OK;
+        p = end + 1;
+    }
+}

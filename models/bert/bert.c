@@ -90,23 +90,12 @@ static int lora_validate(const struct tr_bert_config *c, struct lora *lr, struct
         return tr_error_set(err, TR_ERR_INVALID, "bert: lora_targets is not terminated within %zu bytes",
                             sizeof c->lora_targets);
     const char *list = len ? c->lora_targets : LORA_DEFAULT;
-    for (const char *p = list;;) {
-        while (*p == ' ' || *p == '\t') p++;
-        const char *end = p;
-        while (*end && *end != ',') end++;
-        size_t n = (size_t)(end - p);
-        while (n && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
-        int found = -1;
-        for (int i = 0; i < LORA_N; i++)
-            if (strlen(lora_names[i]) == n && strncmp(lora_names[i], p, n) == 0) found = i;
-        if (found < 0)
-            return tr_error_set(err, TR_ERR_INVALID,
-                                "bert: lora_targets = '%s': unknown layer '%.*s' (valid: " LORA_VALID ")", list,
-                                (int)n, p);
-        lr->mask |= 1u << found;
-        if (!*end) break;
-        p = end + 1;
-    }
+    const char *bad;
+    int bad_len;
+    if (tr_name_list_mask(list, lora_names, LORA_N, &lr->mask, &bad, &bad_len) != TR_OK)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "bert: lora_targets = '%s': unknown layer '%.*s' (valid: " LORA_VALID ")", list, bad_len,
+                            bad);
     const int64_t D = c->hidden_size, I = c->intermediate_size;
     for (int i = 0; i < LORA_N; i++) {
         if (!(lr->mask & (1u << i))) continue;

@@ -46,22 +46,11 @@ int tr_decoder_lora_resolve(const struct tr_decoder_config *c, struct tr_decoder
         return tr_error_set(err, TR_ERR_INVALID, "%s: lora_targets is not terminated within %zu bytes", m,
                             sizeof c->lora_targets);
     const char *list = len ? c->lora_targets : TR_DECODER_LORA_DEFAULT;
-    for (const char *p = list;;) {
-        while (*p == ' ' || *p == '\t') p++;
-        const char *end = p;
-        while (*end && *end != ',') end++;
-        size_t n = (size_t)(end - p);
-        while (n && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
-        int found = -1;
-        for (int i = 0; i < TR_DECODER_LORA_N; i++)
-            if (strlen(target_names[i]) == n && strncmp(target_names[i], p, n) == 0) found = i;
-        if (found < 0)
-            return tr_error_set(err, TR_ERR_INVALID, "%s: lora_targets = '%s': unknown layer '%.*s' (valid: " VALID ")",
-                                m, list, (int)n, p);
-        lr->mask |= 1u << found;
-        if (!*end) break;
-        p = end + 1;
-    }
+    const char *bad;
+    int bad_len;
+    if (tr_name_list_mask(list, target_names, TR_DECODER_LORA_N, &lr->mask, &bad, &bad_len) != TR_OK)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: lora_targets = '%s': unknown layer '%.*s' (valid: " VALID ")",
+                            m, list, bad_len, bad);
     for (int i = 0; i < TR_DECODER_LORA_N; i++) {
         if (!(lr->mask & (1u << i))) continue;
         int64_t in, out;

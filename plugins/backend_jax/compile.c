@@ -108,7 +108,7 @@ void jax_hash_add(struct jax_hasher *h, const void *data, size_t n) {
 
 uint64_t jax_checksum(const void *data, size_t n) { return fnv1a(0xcbf29ce484222325ull, data, n); }
 
-static double cc_now_ms(void) {
+double jax_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
@@ -259,7 +259,7 @@ int jax_cache_entry(struct tr_jax_context *ctx, const char *src, size_t len, uin
 
 /* ---- entries ---- */
 
-static int read_file(const char *path, unsigned char **data, size_t *len) {
+int jax_read_file(const char *path, unsigned char **data, size_t *len) {
     *data = NULL;
     *len = 0;
     FILE *f = fopen(path, "rb");
@@ -289,7 +289,7 @@ static int read_file(const char *path, unsigned char **data, size_t *len) {
 static const char *entry_invalid(const char *path, const uint64_t key[2], size_t src_len) {
     unsigned char *d;
     size_t n;
-    if (read_file(path, &d, &n) != 0) return "unreadable";
+    if (jax_read_file(path, &d, &n) != 0) return "unreadable";
     const char *why = NULL;
     struct trailer t;
     if (n < sizeof t) {
@@ -318,7 +318,7 @@ static void log_head(const char *path, char *out, size_t n) {
     out[0] = '\0';
     unsigned char *d;
     size_t len;
-    if (read_file(path, &d, &len) != 0) return;
+    if (jax_read_file(path, &d, &len) != 0) return;
     size_t j = 0;
     int lines = 0;
     for (size_t i = 0; i < len && j + 4 < n && lines < JAX_LOG_LINES; i++) {
@@ -358,7 +358,7 @@ static int run_compiler(struct tr_jax_context *ctx, const char *src_path, const 
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    double t0 = cc_now_ms();
+    double t0 = jax_now_ms();
     pid_t pid;
     int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -377,7 +377,7 @@ static int run_compiler(struct tr_jax_context *ctx, const char *src_path, const 
             return tr_error_set(err, TR_ERR_IO, "jax: waiting for the C compiler '%s': %s", argv[0], strerror(errno));
         }
     }
-    *ms = cc_now_ms() - t0;
+    *ms = jax_now_ms() - t0;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         unlink(log_path);
         return TR_OK;
@@ -398,7 +398,7 @@ static int run_compiler(struct tr_jax_context *ctx, const char *src_path, const 
 static int seal_entry(const char *tmp, const char *path, const uint64_t key[2], size_t src_len, struct tr_error *err) {
     unsigned char *d;
     size_t n;
-    if (read_file(tmp, &d, &n) != 0 || n == 0) {
+    if (jax_read_file(tmp, &d, &n) != 0 || n == 0) {
         free(d);
         unlink(tmp);
         return tr_error_set(err, TR_ERR_IO, "jax: the compiler wrote no shared object at %s", tmp);

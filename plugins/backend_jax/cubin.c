@@ -45,35 +45,6 @@ void jax_cu_key(const char *src, size_t len, int sm, int nvrtc_major, int nvrtc_
     key[1] = h.b;
 }
 
-static double cu_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cu_read_all(const char *path, unsigned char **data, size_t *len) {
-    *data = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    long sz = -1;
-    if (fseek(f, 0, SEEK_END) == 0) sz = ftell(f);
-    if (sz < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return -1;
-    }
-    unsigned char *d = malloc((size_t)sz + 1);
-    if (!d || fread(d, 1, (size_t)sz, f) != (size_t)sz) {
-        free(d);
-        fclose(f);
-        return -1;
-    }
-    fclose(f);
-    *data = d;
-    *len = (size_t)sz;
-    return 0;
-}
-
 /* NULL if d (n bytes) is a whole entry of key; else why not. On NULL, *cubin_len. */
 static const char *cubin_invalid(const unsigned char *d, size_t n, const uint64_t key[2], size_t src_len,
                                  size_t *cubin_len) {
@@ -132,7 +103,7 @@ int jax_cu_build(struct tr_jax_context *ctx, const char *src, size_t len, int sm
     if (access(out->path, F_OK) == 0) {
         unsigned char *d = NULL;
         size_t n = 0, clen = 0;
-        const char *why = cu_read_all(out->path, &d, &n) != 0 ? "unreadable" : cubin_invalid(d, n, key, len, &clen);
+        const char *why = jax_read_file(out->path, &d, &n) != 0 ? "unreadable" : cubin_invalid(d, n, key, len, &clen);
         if (!why) {
             out->data = d; /* the trailer stays behind the cubin, unread */
             out->size = clen;
@@ -148,9 +119,9 @@ int jax_cu_build(struct tr_jax_context *ctx, const char *src, size_t len, int sm
 
     char name[64], *log = NULL;
     snprintf(name, sizeof name, "jax-%s.cu", hex);
-    double t0 = cu_now_ms();
+    double t0 = jax_now_ms();
     rc = tr_cuda_nvrtc_compile(src, name, sm, &out->data, &out->size, &log, err);
-    out->nvrtc_ms = cu_now_ms() - t0;
+    out->nvrtc_ms = jax_now_ms() - t0;
     if (rc != TR_OK) {
         char first[TR_ERROR_MSG_MAX], src_path[JAX_PATH_MAX + 8];
         snprintf(first, sizeof first, "%s", err ? err->msg : "");

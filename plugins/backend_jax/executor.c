@@ -105,12 +105,6 @@ struct tr_jax_program {
     uint64_t kernel_calls;          /* last execute */
 };
 
-static double ex_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static const char *nname(const struct tr_jax_program *p, int id) {
     const char *s = p->pir.nodes[id].name;
     return s ? s : "";
@@ -460,7 +454,7 @@ static int front(struct tr_jax_program *p, tr_graph_t g, struct tr_kernels *kpas
 int tr_jax_compile(struct tr_jax_context *ctx, tr_graph_t g, struct tr_jax_program **out, struct tr_error *err) {
     *out = NULL;
     if (!g) return tr_error_set(err, TR_ERR_INVALID, "jax: compile without a graph");
-    double t0 = ex_now_ms();
+    double t0 = jax_now_ms();
     struct tr_jax_program *p = calloc(1, sizeof *p);
     if (!p) return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory for a program");
     p->ctx = ctx;
@@ -482,7 +476,7 @@ int tr_jax_compile(struct tr_jax_context *ctx, tr_graph_t g, struct tr_jax_progr
         (rc = bind_steps(p, err)) != TR_OK)
         goto fail;
     free(step_of);
-    p->compile_ms = ex_now_ms() - t0;
+    p->compile_ms = jax_now_ms() - t0;
     ctx->host->log(TR_LOG_DEBUG, "jax: %d nodes -> %d generated kernels (%s) + %d library calls, arena %lld bytes, %.0f ms",
                    p->pir.n, p->n_gen, (p->cuda ? p->cubin.cache_hit : p->build.cache_hit) ? "cache hit" : "compiled",
                    p->n_lib, (long long)p->arena_bytes, p->compile_ms);

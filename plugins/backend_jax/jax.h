@@ -143,6 +143,10 @@ int jax_codegen(const struct tr_pir *p, struct jax_fusion *f, char **src, size_t
 int jax_codegen_cuda(const struct tr_pir *p, struct jax_fusion *f, char **src, size_t *len, struct tr_error *err);
 
 /* ---- compile.c ---- */
+/* A monotonic clock in ms, and a whole file read into *data (malloc'd, one spare byte);
+ * 0 or -1. Shared by the C and the cubin caches and the executor. */
+double jax_now_ms(void);
+int jax_read_file(const char *path, unsigned char **data, size_t *len);
 
 struct jax_build {
     void *so;                       /* dlopen handle */

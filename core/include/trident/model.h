@@ -152,6 +152,13 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
  * ("model 'bert'", "training"). */
 int tr_keys_apply(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys, int n_keys,
                   const char *owner, void *out, struct tr_error *err);
+/* A comma-separated list of names (spaces around them ignored), such as a STRING key's
+ * "query, value", as a bit mask over names[0..n): bit i for names[i]. An unknown name
+ * gives TR_ERR_NOT_FOUND with *bad / *bad_len pointing at it in list (for the caller's
+ * message, which knows the key and the valid names). */
+int tr_name_list_mask(const char *list, const char *const *names, int n, uint32_t *mask, const char **bad,
+                      int *bad_len);
+
 /* Read a key of a resolved config as text ("768"), for reports and `trident list`. */
 int tr_model_key_str(const struct tr_model_desc *m, const void *config, const struct tr_model_key *k,
                      char *buf, size_t n);
