@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 #include "cli.h"
+#include "trident/bench.h"
 #include "trident/kernels.h"
 #include "trident/rng.h"
 
@@ -133,9 +134,15 @@ int tr_cli_bench_kernels(int argc, char **argv) {
         fprintf(stderr, "trident bench-kernels: %s\n", err.msg);
         return 1;
     }
-    const char *threads = getenv("OMP_NUM_THREADS");
-    printf("kernels on the cpu, OMP_NUM_THREADS=%s; median of %d runs after one warm-up\n",
-           threads ? threads : "(unset: all cores)", reps);
+    /* The conditions of the numbers: the cpu, the ISA, threads and the OpenMP wait policy. */
+    static struct tr_bench_report host;
+    if (tr_bench_host_info(&host, &err)) {
+        fprintf(stderr, "trident bench-kernels: %s\n", err.msg);
+        tr_kernels_free(k);
+        return 1;
+    }
+    tr_bench_print_host(&host, stdout);
+    printf("kernels on the cpu; median of %d runs after one warm-up\n", reps);
     printf("%-10s %-5s %-14s %5s %11s %11s %9s\n", "op", "dtype", "shape", "reps", "median ms", "best ms", "GFLOP/s");
     int rc = 0;
     const enum tr_dtype dtv[2] = {TR_DTYPE_F32, TR_DTYPE_BF16};

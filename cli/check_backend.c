@@ -374,6 +374,7 @@ int tr_cli_check_backend(int argc, char **argv) {
         fprintf(stderr, "trident: error: %s\n", err.msg);
         return 1;
     }
+    tr_cli_apply_threads(&cfg);
     /* NAME:MODE the way [run] backends reads it (a path keeps its colons). */
     struct tr_config_backend spec = {0};
     snprintf(spec.spec, sizeof spec.spec, "%s", argv[0]);

@@ -60,6 +60,7 @@ static int cmd_run(int argc, char **argv) {
     static struct tr_config cfg;
     if (tr_config_load(ini, &cfg, &err)) return fail(&err);
     if (steps) cfg.steps = steps;
+    tr_cli_apply_threads(&cfg);
 
     static struct tr_bench_report rep;
     int rc = tr_bench_run(&cfg, tr_builtin_models, &rep, &err);
@@ -131,6 +132,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
+    /* The commands that run kernels: OpenMP's wait policy has to be in place before
+     * libgomp starts, so this may execute the program again (cli/omp_env.c). */
+    if (!strcmp(cmd, "run") || !strcmp(cmd, "bench") || !strcmp(cmd, "bench-kernels") || !strcmp(cmd, "check-backend"))
+        tr_cli_omp_wait_default(argv);
     if (strcmp(cmd, "run") == 0 || strcmp(cmd, "bench") == 0) return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "bench-kernels") == 0) return tr_cli_bench_kernels(argc - 2, argv + 2);
     if (strcmp(cmd, "list") == 0) return cmd_list(argc - 2, argv + 2);

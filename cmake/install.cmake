@@ -1,8 +1,8 @@
 # `cmake --install BUILD [--prefix P]` lays out:
 #   P/bin/trident                        the program (finds P/lib/trident by itself)
-#   P/lib/libtrident.so, libtrident_kernels.so
+#   P/lib/libtrident.so, libtrident_kernels.so, libtrident_base.so
 #   P/lib/trident/libtrident_backend_{torch,tf,jax}.so
-#   P/include/trident/*.h                core's and the kernels' public headers
+#   P/include/trident/*.h                the base's, core's and the kernels' public headers
 #   P/lib/cmake/trident/                 find_package(trident CONFIG), trident_add_backend
 #   P/lib/pkgconfig/trident.pc
 #   P/share/trident/conf/*.ini
@@ -18,6 +18,7 @@ foreach(be torch tf jax)
 endforeach()
 
 # Directories of linked libraries outside the system's (cuda, a private oneDNN) are kept.
+set_target_properties(trident_base PROPERTIES INSTALL_RPATH "$ORIGIN" INSTALL_RPATH_USE_LINK_PATH ON)
 set_target_properties(trident_kernels PROPERTIES INSTALL_RPATH "$ORIGIN" INSTALL_RPATH_USE_LINK_PATH ON)
 set_target_properties(trident PROPERTIES INSTALL_RPATH "$ORIGIN" INSTALL_RPATH_USE_LINK_PATH ON)
 set_target_properties(trident_cli PROPERTIES INSTALL_RPATH "$ORIGIN/../lib" INSTALL_RPATH_USE_LINK_PATH ON)
@@ -25,17 +26,19 @@ if(_tr_backends)
   set_target_properties(${_tr_backends} PROPERTIES INSTALL_RPATH "$ORIGIN/.." INSTALL_RPATH_USE_LINK_PATH ON)
 endif()
 
-install(TARGETS trident trident_kernels LIBRARY DESTINATION lib)
+install(TARGETS trident trident_kernels trident_base LIBRARY DESTINATION lib)
 install(TARGETS trident_cli RUNTIME DESTINATION bin)
 if(_tr_backends)
   install(TARGETS ${_tr_backends} LIBRARY DESTINATION lib/trident)
 endif()
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/core/include/trident ${PROJECT_SOURCE_DIR}/plugins/kernels/include/trident
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/core/base/include/trident ${PROJECT_SOURCE_DIR}/core/include/trident
+                  ${PROJECT_SOURCE_DIR}/plugins/kernels/include/trident
         DESTINATION include FILES_MATCHING PATTERN "*.h")
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/conf/ DESTINATION share/trident/conf FILES_MATCHING PATTERN "*.ini")
 
 # The package: file names come from the targets (generator expressions), the rest from
 # the config file's own place at the time it is read.
+set(TRIDENT_BASE_FILE "$<TARGET_SONAME_FILE_NAME:trident_base>")
 set(TRIDENT_KERNELS_FILE "$<TARGET_SONAME_FILE_NAME:trident_kernels>")
 set(TRIDENT_CORE_FILE "$<TARGET_SONAME_FILE_NAME:trident>")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/trident-config.cmake.in

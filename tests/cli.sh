@@ -32,8 +32,29 @@ if grep -Eq '^jax +\|#* [0-9.]+ ms$' "$tmp/out"; then ok "quickstart draws its c
 for row in 'torch:reduce-overhead' 'tf' 'jax'; do
   if grep -Eq "^$row +f32 +[0-9.]+ +[0-9.]+.* ok *$" "$tmp/out"; then ok "quickstart row $row agrees"; else bad "quickstart row $row agrees"; fi
 done
+if grep -Eq '^cpu .+, isa [a-z0-9]+ \((native|forced .*)\), oneDNN [a-z0-9_]+, bf16 GEMM (native|via f32), [0-9]+ threads?, OpenMP wait .+$' "$tmp/out"; then
+  ok "quickstart names the host"; else bad "quickstart names the host"; fi
 expect "quickstart writes json" 0 'all backends ran' -- "$bin" run conf/quickstart.ini --steps 2 --json "$tmp/q.json"
 if grep -q '"mean_ms"' "$tmp/q.json" 2>/dev/null; then ok "json has mean_ms"; else echo > "$tmp/out"; bad "json has mean_ms"; fi
+for key in '"cpu":' '"onednn_isa":' '"threads":' '"omp_wait":' '"noisy":'; do
+  if grep -q "$key" "$tmp/q.json" 2>/dev/null; then ok "json has $key"; else echo > "$tmp/out"; bad "json has $key"; fi
+done
+# The wait policy: the program's default (it re-executes itself so that libgomp sees it),
+# and a user's setting left alone. [run] threads reaches OpenMP and the header.
+ini small.ini $'[run]\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
+expect "default wait policy: a short spin" 0 "OpenMP wait spin 1000 \\(GOMP_SPINCOUNT\\) \\(trident's default\\)\$" -- \
+  env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u TRIDENT_OMP_WAIT_DEFAULT "$bin" run "$tmp/small.ini"
+expect "a user's GOMP_SPINCOUNT wins" 0 'OpenMP wait spin 5000 \(GOMP_SPINCOUNT\) \(set in the environment\)$' -- \
+  env -u OMP_WAIT_POLICY -u TRIDENT_OMP_WAIT_DEFAULT GOMP_SPINCOUNT=5000 "$bin" run "$tmp/small.ini"
+expect "a user's OMP_WAIT_POLICY wins" 0 'OpenMP wait active \(set in the environment\)$' -- \
+  env -u GOMP_SPINCOUNT -u TRIDENT_OMP_WAIT_DEFAULT OMP_WAIT_POLICY=active "$bin" run "$tmp/small.ini"
+ini threads1.ini "$(cat "$tmp/small.ini")
+threads = 1"
+expect "[run] threads = 1 reaches OpenMP" 0 ', 1 thread, OpenMP' -- env OMP_NUM_THREADS=2 "$bin" run "$tmp/threads1.ini"
+ini threads0.ini "$(cat "$tmp/small.ini")
+threads = 0"
+expect "[run] threads = 0 names file, line, key" 1 'threads0.ini:6: \[run\] threads = 0: expected an integer from 1 to 1024' -- \
+  "$bin" run "$tmp/threads0.ini"
 expect "list shows bert and torch" 0 'preset tiny' -- "$bin" list
 expect "list shows the torch plugin" 0 'libtrident_backend_torch.so' -- "$bin" list
 expect "dump prints the graph" 0 'attention' -- "$bin" dump conf/quickstart.ini

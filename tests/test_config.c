@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,40 @@ static void test_defaults(void **state) {
     assert_string_equal(cfg.weights, "");
     assert_string_equal(cfg.plugin_path, "");
     assert_int_equal(cfg.n_kv, 0);
+    assert_int_equal(cfg.threads, tr_config_default_threads());
+    assert_int_equal(cfg.threads_line, 0);
+}
+
+/* [run] threads: 1 to 1024, its line kept (the program applies a given count over
+ * OMP_NUM_THREADS); absent, the cores this process may run on. */
+static void test_threads(void **state) {
+    (void)state;
+    cpu_set_t set;
+    assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+    assert_int_equal(tr_config_default_threads(), CPU_COUNT(&set));
+    struct tr_config cfg;
+    load_ok("thr1.ini", "[run]\nmodel = bert\nthreads = 3\n", &cfg);
+    assert_int_equal(cfg.threads, 3);
+    assert_int_equal(cfg.threads_line, 3);
+    load_ok("thr2.ini", "[run]\nthreads = 1024 ; the most\n", &cfg);
+    assert_int_equal(cfg.threads, 1024);
+    load_ok("thr3.ini", "[run]\nbatch = 2\n", &cfg);
+    assert_int_equal(cfg.threads, CPU_COUNT(&set));
+    assert_int_equal(cfg.threads_line, 0);
+    expect_error("thr4.ini", "[run]\n\nthreads = 0\n", TR_ERR_INVALID, "thr4.ini:3: [run] threads = 0:",
+                 "expected an integer from 1 to 1024 (out of range)", "every core");
+    expect_error("thr5.ini", "[run]\nthreads = 1025\n", TR_ERR_INVALID, "thr5.ini:2: [run] threads = 1025:",
+                 "from 1 to 1024");
+    expect_error("thr6.ini", "[run]\nthreads = two\n", TR_ERR_INVALID, "thr6.ini:2: [run] threads = two:",
+                 "not a number");
+    expect_error("thr7.ini", "[run]\nthreads = 2.5\n", TR_ERR_INVALID, "thr7.ini:2: [run] threads = 2.5:",
+                 "trailing characters");
+    expect_error("thr8.ini", "[run]\nthreads = -2\n", TR_ERR_INVALID, "thr8.ini:2: [run] threads = -2:");
+    expect_error("thr9.ini", "[run]\nthreads = 2\nthreads = 4\n", TR_ERR_INVALID, "thr9.ini:3: [run] threads = 4:",
+                 "lines 2 and 3");
+    /* the unknown-key message lists it */
+    expect_error("thr10.ini", "[run]\nthread = 2\n", TR_ERR_NOT_FOUND, "thr10.ini:2: [run] thread = 2:",
+                 "math, threads)");
 }
 
 /* Every key set, with the comment and spacing forms the header comment of config.c allows. */
@@ -147,6 +182,7 @@ static void test_good_file(void **state) {
              "warmup = 1\n"
              "seed = 18446744073709551615\n"
              "weights = good_weights.safetensors\n"
+             "threads = 6\n"
              "\n"
              "[plugins]\n"
              "path = good_plugins\n"
@@ -173,6 +209,8 @@ static void test_good_file(void **state) {
     assert_int_equal(cfg.steps, 100);
     assert_int_equal(cfg.warmup, 1);
     assert_true(cfg.seed == UINT64_MAX);
+    assert_int_equal(cfg.threads, 6);
+    assert_int_equal(cfg.threads_line, 16);
     assert_string_equal(cfg.weights, weights);
     assert_string_equal(cfg.plugin_path, plugs);
 
@@ -194,9 +232,9 @@ static void test_good_file(void **state) {
     assert_string_equal(cfg.backends[3].path, abs_so);
 
     assert_int_equal(cfg.n_kv, 3);
-    const char *want[3][4] = {{"backend.torch", "threads", "4", "20"},
-                              {"model", "hidden", "128", "22"},
-                              {"model", "name", "a value with spaces", "23"}};
+    const char *want[3][4] = {{"backend.torch", "threads", "4", "21"},
+                              {"model", "hidden", "128", "23"},
+                              {"model", "name", "a value with spaces", "24"}};
     for (int i = 0; i < 3; i++) {
         assert_string_equal(cfg.kv[i].section, want[i][0]);
         assert_string_equal(cfg.kv[i].key, want[i][1]);
@@ -528,6 +566,7 @@ int main(void) {
         cmocka_unit_test(test_unknown_keys),
         cmocka_unit_test(test_bad_integers),
         cmocka_unit_test(test_math),
+        cmocka_unit_test(test_threads),
         cmocka_unit_test(test_bad_names),
         cmocka_unit_test(test_backends_errors),
         cmocka_unit_test(test_duplicate_keys),

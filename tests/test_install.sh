@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The SDK end to end, the way a third-party author meets it:
 #   1. `cmake --install` the build into a prefix under the build dir, then move that
-#      tree elsewhere (the install is relocatable);
+#      tree elsewhere (the install is relocatable): every installed library and the
+#      program still find trident's libraries, the prefix's own copies;
 #   2. build examples/backend_minimal against the moved prefix with its own CMake
 #      project (find_package(trident)), with no path of the source tree on the include
-#      or link line; and once more with pkg-config and the compiler alone;
+#      or link line, linking the kernels and, through them, the base; and once more with
+#      pkg-config and the compiler alone; an application built with pkg-config's Libs
+#      calls the base directly;
 #   3. the installed `trident`, with no TRIDENT_PLUGIN_PATH, lists its own installed
 #      backends and the example (through an INI's [plugins] path), runs BERT tiny
 #      predict and fit on torch and the example side by side and finds them in agreement,
@@ -41,15 +44,28 @@ expect "cmake --install" 0 'trident-config.cmake' -- "$cmake" --install "$build"
 mv "$work/staged" "$work/prefix"
 prefix=$work/prefix
 missing=""
-for f in bin/trident lib/libtrident.so lib/libtrident_kernels.so lib/trident/libtrident_backend_torch.so \
-         lib/trident/libtrident_backend_tf.so lib/trident/libtrident_backend_jax.so include/trident/backend.h \
-         include/trident/kernels.h include/trident/trident.h lib/cmake/trident/trident-config.cmake \
+for f in bin/trident lib/libtrident.so lib/libtrident_kernels.so lib/libtrident_base.so \
+         lib/trident/libtrident_backend_torch.so lib/trident/libtrident_backend_tf.so \
+         lib/trident/libtrident_backend_jax.so include/trident/backend.h include/trident/kernels.h \
+         include/trident/status.h include/trident/tensor.h include/trident/trident.h \
+         lib/cmake/trident/trident-config.cmake \
          lib/cmake/trident/trident-config-version.cmake lib/cmake/trident/trident-backend.map \
          lib/pkgconfig/trident.pc share/trident/conf/quickstart.ini; do
   [ -e "$prefix/$f" ] || missing="$missing $f"
 done
 if [ -z "$missing" ]; then ok "installed tree complete"; else echo "missing:$missing" > "$work/out"; bad "installed tree complete"; fi
 bin=$prefix/bin/trident
+# Relative RPATHs: in the moved tree each ELF resolves trident's libraries to the prefix
+# ("FILE: LIB DIR" a line, DIR with the ..s of $ORIGIN/.. resolved).
+: > "$work/out"
+for f in "$bin" "$prefix"/lib/*.so "$prefix"/lib/trident/*.so; do
+  env -u LD_LIBRARY_PATH ldd "$f" 2>&1 | awk '/not found/ || $1 ~ /^libtrident/ {print $1, $3}' |
+    while read -r lib at; do echo "$f: $lib $(dirname "$(realpath -m "$at")")"; done >> "$work/out"
+done
+if ! grep -q 'not found' "$work/out" && ! grep -vq " $prefix/lib\$" "$work/out" &&
+   [ "$(grep -c ' libtrident_base.so ' "$work/out")" -ge 5 ]; then
+  ok "installed libraries and program find libtrident_base and the others in the prefix"
+else bad "installed libraries and program find libtrident_base and the others in the prefix"; fi
 
 # ---- 2. the example, out of tree: CMake package ----
 cp -r "$src/examples/backend_minimal" "$work/example-src"
@@ -59,13 +75,13 @@ expect "example configures with find_package(trident)" 0 'Generating done' -- \
 expect "example builds" 0 'libtrident_backend_minimal.so' -- "$cmake" --build "$work/example"
 so=$work/example/libtrident_backend_minimal.so
 # Every include directory the compile used is the prefix's; the link names no file of the
-# source tree or the build, only the prefix's kernels library.
+# source tree or the build, only the prefix's kernels library and the base under it.
 incs=$(grep -o -- '-I *[^ ]*\|-isystem *[^ ]*' "$work/example/compile_commands.json" | sed 's/^-I *//; s/^-isystem *//' | sort -u)
 link=$(cat "$work/example/CMakeFiles/trident_backend_minimal.dir/link.txt")
 { echo "includes: $incs"; echo "link: $link"; } > "$work/out"
 stray=$(printf '%s\n' $incs | grep -v "^$prefix/include\$" || true)
 if [ -n "$incs" ] && [ -z "$stray" ] && ! grep -Eq "$src/(core|plugins)|$build/(core|plugins)" <<<"$link" &&
-   grep -q "$prefix/lib/libtrident_kernels.so" <<<"$link"; then
+   grep -q "$prefix/lib/libtrident_kernels.so" <<<"$link" && grep -q "$prefix/lib/libtrident_base.so" <<<"$link"; then
   ok "nothing from the source tree on the include or link line"
 else bad "nothing from the source tree on the include or link line"; fi
 nm -D --defined-only "$so" 2>&1 | awk '{print $NF}' > "$work/out"
@@ -82,6 +98,18 @@ if command -v pkg-config >/dev/null; then
     -o '$work/pc/libtrident_backend_minimal.so' \$(pkg-config --variable=backend_libs trident)"
   expect "the pkg-config build passes check-backend" 0 'the backend conforms' -- \
     "$bin" check-backend "$work/pc/libtrident_backend_minimal.so"
+  # An application calls the base (errors, dtypes) itself: Libs must name libtrident_base,
+  # or the link fails with "DSO missing from command line". A sanitizer build's libraries
+  # want the application instrumented as well (ASan's runtime first).
+  san=""
+  if readelf -d "$prefix/lib/libtrident_base.so" | grep -q libasan; then san="-fsanitize=address,undefined"; fi
+  printf '%s\n' '#include <stdio.h>' '#include "trident/trident.h"' \
+    'int main(void) { struct tr_error e; tr_error_set(&e, TR_ERR_SHAPE, "x");' \
+    '  printf("%s %zu\n", tr_status_name(e.status), tr_dtype_size(TR_DTYPE_BF16)); return 0; }' > "$work/pc/app.c"
+  expect "an application builds with pkg-config's Libs" 0 '' -- sh -c "cc -std=c17 $san \
+    \$(pkg-config --cflags trident) '$work/pc/app.c' -o '$work/pc/app' \$(pkg-config --libs trident) \
+    -Wl,-rpath,'$prefix/lib'"
+  expect "the application runs on the installed libraries" 0 '^shape error 2$' -- "$work/pc/app"
 fi
 
 # ---- 3. the installed program ----

@@ -266,6 +266,42 @@ done:
     return rc;
 }
 
+/* libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, when it is loaded, so what the
+ * environment holds now is what the run's threads wait with. GOMP_SPINCOUNT wins over
+ * the policy's spin count; without either libgomp spins 300000 times (about 3 ms) before
+ * sleeping (libgomp/env.c). */
+static void describe_omp_wait(struct tr_bench_report *rep) {
+    const char *pol = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+    if (pol && !*pol) pol = NULL;
+    if (spin && !*spin) spin = NULL;
+    if (spin)
+        snprintf(rep->omp_wait, sizeof rep->omp_wait, "spin %.16s (GOMP_SPINCOUNT)%s%.16s", spin,
+                 pol ? ", OMP_WAIT_POLICY=" : "", pol ? pol : "");
+    else if (pol) snprintf(rep->omp_wait, sizeof rep->omp_wait, "%.32s", pol);
+    else snprintf(rep->omp_wait, sizeof rep->omp_wait, "libgomp default (spin 300000)");
+    /* The program's mark is "NAME=VALUE" of the one variable it set; it counts only while
+     * that variable still holds that value. */
+    const char *mark = getenv(TR_BENCH_OMP_WAIT_MARK), *eq = mark ? strchr(mark, '=') : NULL;
+    int by_trident = 0;
+    if (eq && eq > mark && eq - mark < 32) {
+        char name[32];
+        memcpy(name, mark, (size_t)(eq - mark));
+        name[eq - mark] = '\0';
+        const char *now = getenv(name);
+        by_trident = now && strcmp(now, eq + 1) == 0 && (strcmp(name, "OMP_WAIT_POLICY") ? !pol : !spin);
+    }
+    snprintf(rep->omp_wait_by, sizeof rep->omp_wait_by, "%s",
+             by_trident ? "trident" : (pol || spin) ? "environment" : "none");
+}
+
+int tr_bench_host_info(struct tr_bench_report *rep, struct tr_error *err) {
+    int rc = tr_kernels_cpu_info(&rep->cpu, err);
+    if (rc) return tr_error_prefix(err, "the host's cpu");
+    rep->threads = rep->cpu.threads;
+    describe_omp_wait(rep);
+    return TR_OK;
+}
+
 static double tolerance_of(enum tr_dtype dt) { return dt == TR_DTYPE_F32 ? 1e-4 : dt == TR_DTYPE_F64 ? 1e-10 : 1e-2; }
 
 int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const *models,
@@ -284,10 +320,19 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     rep->seed = cfg->seed;
     /* tf32 GEMMs keep 10 mantissa bits: compared as bf16 is. */
     rep->tolerance = cfg->math == TR_MATH_TF32 ? 1e-2 : tolerance_of(cfg->dtype);
+    int rc = tr_bench_host_info(rep, err);
+    if (rc) return rc;
+    /* The caller applies [run] threads (core does not link OpenMP); a report that said N
+     * threads while the kernels ran with another count would mislead. */
+    if (cfg->threads_line && rep->threads != cfg->threads)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s:%d: [run] threads = %d, but OpenMP gives the kernels %d: the program running the "
+                            "task applies it with omp_set_num_threads before tr_bench_run (trident run does)",
+                            cfg->file, cfg->threads_line, cfg->threads, rep->threads);
 
     if (cfg->n_backends < 1) return tr_error_set(err, TR_ERR_INVALID, "%s: [run] backends: none listed", cfg->file);
     struct tr_task_graph tg;
-    int rc = tr_task_graph_build(cfg, models, &tg, err);
+    rc = tr_task_graph_build(cfg, models, &tg, err);
     if (rc) return rc;
     /* generate: the model's params are its weights graph's (the passes' hold the KV cache too) */
     struct tr_graph *g = tg.opts.task == TR_TASK_GENERATE ? tg.gen.weights : tg.graph;

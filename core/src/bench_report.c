@@ -20,6 +20,31 @@ static const char *agreement_str(const struct tr_bench_row *r, char *buf, size_t
     return buf;
 }
 
+int tr_bench_row_noisy(const struct tr_bench_row *r) {
+    return r->ok && r->median_ms > 0 && r->p90_ms > TR_BENCH_NOISY_P90 * r->median_ms;
+}
+
+/* A time for a sentence: three significant digits, no exponent. */
+static const char *ms_str(double ms, char *buf, size_t n) {
+    snprintf(buf, n, ms < 1000 ? "%.3g" : "%.0f", ms);
+    return buf;
+}
+
+/* The host the numbers come from: without it, two reports from two machines (or from one
+ * machine with TRIDENT_CPU_ISA set) cannot be told apart. */
+void tr_bench_print_host(const struct tr_bench_report *rep, FILE *f) {
+    const struct tr_cpu_info *c = &rep->cpu;
+    if (!c->model[0]) return;  /* a report made by hand, without tr_bench_host_info */
+    fprintf(f, "cpu %s, isa %s", c->model, tr_cpu_isa_name(c->isa));
+    if (c->forced) fprintf(f, " (forced by TRIDENT_CPU_ISA; native %s)", tr_cpu_isa_name(c->native));
+    else fprintf(f, " (native)");
+    fprintf(f, ", oneDNN %s, bf16 GEMM %s, %d thread%s, OpenMP wait %s%s\n", c->onednn_isa[0] ? c->onednn_isa : "?",
+            c->bf16_native ? "native" : "via f32", rep->threads, rep->threads == 1 ? "" : "s", rep->omp_wait,
+            strcmp(rep->omp_wait_by, "environment") == 0 ? " (set in the environment)"
+            : strcmp(rep->omp_wait_by, "trident") == 0  ? " (trident's default)"
+                                                        : "");
+}
+
 /* generate: a step is a whole generate call; its parts, and whether the tokens agree. */
 static void print_generate(const struct tr_bench_report *rep, FILE *f) {
     const struct tr_generate_config *g = &rep->gen;
@@ -64,6 +89,7 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
             rep->model, rep->preset, rep->task, rep->device, rep->dtype, (long long)rep->batch,
             (long long)rep->seq_len, (double)rep->param_count / 1e6, (double)rep->param_bytes / 1048576.0,
             rep->flops_per_step / 1e9);
+    tr_bench_print_host(rep, f);
     fprintf(f, "%lld timed steps after %lld warm-up steps; 'first' is init + compile + step 1, left out of the rest\n\n",
             (long long)rep->steps, (long long)rep->warmup);
     fprintf(f, "%-24s %-5s %9s %9s %9s %9s %9s %10s %8s %8s %10s %9s %9s  %-14s\n", "backend", "math", "first ms", "mean ms",
@@ -83,6 +109,16 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
                 rep->math, r->first_ms, r->mean_ms, r->median_ms, r->p90_ms, best > 0 ? r->mean_ms / best : 0, r->items_per_s,
                 r->gflops, (unsigned long long)r->stats.kernel_calls, hm, (double)r->stats.peak_bytes / 1048576.0,
                 (double)r->stats.arena_bytes / 1048576.0, agreement_str(r, agree, sizeof agree));
+    }
+    /* A slow tail means steps waited for the cores: the row's mean then measures the
+     * machine's other load as much as the backend. Said under the table it qualifies. */
+    for (int i = 0, head = 0; i < rep->n_rows; i++) {
+        const struct tr_bench_row *r = &rep->rows[i];
+        if (!tr_bench_row_noisy(r)) continue;
+        char p90[32], med[32];
+        if (!head++) fputc('\n', f);
+        fprintf(f, "noisy: %s p90 %s ms is %.1fx its median %s ms (other load on the machine?)\n", r->label,
+                ms_str(r->p90_ms, p90, sizeof p90), r->p90_ms / r->median_ms, ms_str(r->median_ms, med, sizeof med));
     }
     /* A bar per backend, mean ms/step to scale (the slowest fills the width): the chart of
      * the table's "vs best" column, for a glance. */
@@ -142,6 +178,18 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
     cJSON_AddNumberToObject(root, "nodes", rep->n_nodes);
     cJSON_AddNumberToObject(root, "tolerance", rep->tolerance);
     cJSON_AddBoolToObject(root, "all_ok", rep->all_ok);
+    cJSON *cpu = cJSON_AddObjectToObject(root, "cpu");
+    cJSON_AddStringToObject(cpu, "model", rep->cpu.model);
+    cJSON_AddStringToObject(cpu, "isa", tr_cpu_isa_name(rep->cpu.isa));
+    cJSON_AddStringToObject(cpu, "native_isa", tr_cpu_isa_name(rep->cpu.native));
+    cJSON_AddBoolToObject(cpu, "isa_forced", rep->cpu.forced);
+    cJSON_AddBoolToObject(cpu, "avx512_bf16", rep->cpu.avx512_bf16);
+    cJSON_AddBoolToObject(cpu, "amx", rep->cpu.amx);
+    cJSON_AddBoolToObject(cpu, "bf16_native", rep->cpu.bf16_native);
+    cJSON_AddStringToObject(cpu, "onednn_isa", rep->cpu.onednn_isa);
+    cJSON_AddNumberToObject(root, "threads", rep->threads);
+    cJSON_AddStringToObject(root, "omp_wait", rep->omp_wait);
+    cJSON_AddStringToObject(root, "omp_wait_set_by", rep->omp_wait_by);
     if (strcmp(rep->task, "generate") == 0) {
         cJSON *g = cJSON_AddObjectToObject(root, "generate");
         cJSON_AddNumberToObject(g, "prompt_len", (double)rep->gen.prompt_len);
@@ -176,6 +224,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
         cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
         cJSON_AddNumberToObject(o, "p90_ms", r->p90_ms);
         cJSON_AddNumberToObject(o, "min_ms", r->min_ms);
+        cJSON_AddBoolToObject(o, "noisy", tr_bench_row_noisy(r));
         cJSON_AddNumberToObject(o, "samples_per_s", r->items_per_s);
         cJSON_AddNumberToObject(o, "gflops", r->gflops);
         cJSON_AddNumberToObject(o, "kernel_calls_per_step", (double)r->stats.kernel_calls);

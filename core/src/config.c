@@ -24,6 +24,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <ini.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,11 +40,12 @@
 
 enum run_key {
     RUN_MODEL, RUN_PRESET, RUN_TASK, RUN_BACKENDS, RUN_DEVICE, RUN_DTYPE,
-    RUN_BATCH, RUN_SEQ_LEN, RUN_STEPS, RUN_WARMUP, RUN_SEED, RUN_WEIGHTS, RUN_MATH, RUN_KEY_COUNT
+    RUN_BATCH, RUN_SEQ_LEN, RUN_STEPS, RUN_WARMUP, RUN_SEED, RUN_WEIGHTS, RUN_MATH, RUN_THREADS,
+    RUN_KEY_COUNT
 };
 static const char *const run_keys[RUN_KEY_COUNT] = {
     "model", "preset", "task", "backends", "device", "dtype",
-    "batch", "seq_len", "steps", "warmup", "seed", "weights", "math",
+    "batch", "seq_len", "steps", "warmup", "seed", "weights", "math", "threads",
 };
 
 struct ini_state {
@@ -74,6 +76,16 @@ void tr_config_defaults(struct tr_config *cfg) {
     cfg->steps = 10;
     cfg->warmup = 2;
     cfg->seed = 1234;
+    cfg->threads = tr_config_default_threads();
+}
+
+#define THREADS_MAX 1024
+
+int tr_config_default_threads(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+    int n = CPU_COUNT(&set);
+    return n < 1 ? 1 : n > THREADS_MAX ? THREADS_MAX : n;
 }
 
 /* ---- messages ---- */
@@ -372,6 +384,15 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
         cfg->math = m;
         return TR_OK;
     }
+    case RUN_THREADS:
+        if (!parse_int(v, 1, THREADS_MAX, &i64, &why))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                           "expected an integer from 1 to %d (%s), or no threads line for every core this "
+                           "process may run on (%d here)",
+                           THREADS_MAX, why, tr_config_default_threads());
+        cfg->threads = (int)i64;
+        cfg->threads_line = st->line;
+        return TR_OK;
     case RUN_KEY_COUNT:
         break;
     }
@@ -390,7 +411,7 @@ static int run_key(struct ini_state *st, const char *key, const char *v) {
     }
     return fail_kv(st, TR_ERR_NOT_FOUND, "run", key, v,
                    "unknown key (expected one of model, preset, task, backends, device, dtype, batch, seq_len, "
-                   "steps, warmup, seed, weights, math)");
+                   "steps, warmup, seed, weights, math, threads)");
 }
 
 static int plugins_key(struct ini_state *st, const char *key, const char *v) {

@@ -2,8 +2,8 @@
  *
  * An entry is "<dir>/jax-<128-bit hash>.so", the hash taken over the source, the compiler
  * command, its flags, the compiler executable's size and mtime, and the cpu's model and
- * flags (the code is built with -march=native: a cache shared between machines must not
- * hand one the other's instructions). The entry is the shared object with a trailer
+ * flags (the code is built with -march=native, or TRIDENT_CPU_ISA's level: a cache shared
+ * between machines must not hand one the other's instructions). The entry is the shared object with a trailer
  * appended (the dynamic loader reads only what the ELF headers point at): a magic, the
  * hash, the object's length and an FNV-1a checksum of its bytes. A file that is short,
  * overwritten or from another key fails the check and is rebuilt, never loaded.
@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -29,7 +30,7 @@
 
 extern char **environ;
 
-#define JAX_CFLAGS "-O3 -march=native -fopenmp -fPIC -shared -ffp-contract=fast -fno-math-errno"
+#define JAX_CFLAGS_REST "-fopenmp -fPIC -shared -ffp-contract=fast -fno-math-errno -fno-trapping-math"
 #define JAX_MAX_ARGV 64
 #define JAX_LOG_LINES 12
 #define JAX_LOG_CHARS 480
@@ -43,6 +44,18 @@ struct trailer {
     uint64_t so_sum;
     uint64_t src_len;
 };
+
+/* The flags of the generated code: -march=native, or the level TRIDENT_CPU_ISA forces on
+ * the kernels library (trident/kernels.h), so that a forced avx2 run is what an AVX2-only
+ * machine runs in jax's kernels too. A value that is not a level never gets here: the
+ * kernels context, made before any compile, refuses it. */
+static const char *jax_cflags(void) {
+    const char *isa = getenv("TRIDENT_CPU_ISA");
+    if (isa && strcasecmp(isa, "avx512") == 0) return "-O3 -march=x86-64-v4 " JAX_CFLAGS_REST;
+    if (isa && strcasecmp(isa, "avx2") == 0) return "-O3 -march=x86-64-v3 " JAX_CFLAGS_REST;
+    if (isa && strcasecmp(isa, "baseline") == 0) return "-O3 -march=x86-64 " JAX_CFLAGS_REST;
+    return "-O3 -march=native " JAX_CFLAGS_REST;
+}
 
 /* ---- hashing ---- */
 
@@ -170,7 +183,7 @@ static void compute_key(const struct tr_jax_context *ctx, const char *src, size_
     struct hasher h = {0xcbf29ce484222325ull, 0x9e3779b97f4a7c15ull};
     hash_add(&h, src, len);
     hash_add(&h, ctx->cc, strlen(ctx->cc));
-    hash_add(&h, JAX_CFLAGS, strlen(JAX_CFLAGS));
+    hash_add(&h, jax_cflags(), strlen(jax_cflags()));
     char buf[JAX_PATH_MAX], *argv[JAX_MAX_ARGV], exe[JAX_PATH_MAX];
     if (split_cc(ctx->cc, buf, sizeof buf, argv, JAX_MAX_ARGV) > 0) {
         resolve_exe(argv[0], exe, sizeof exe);
@@ -341,7 +354,8 @@ static void log_head(const char *path, char *out, size_t n) {
 
 static int run_compiler(struct tr_jax_context *ctx, const char *src_path, const char *so_tmp, const char *log_path,
                         double *ms, struct tr_error *err) {
-    char buf[JAX_PATH_MAX], flags[] = JAX_CFLAGS, *argv[JAX_MAX_ARGV];
+    char buf[JAX_PATH_MAX], flags[256], *argv[JAX_MAX_ARGV];
+    snprintf(flags, sizeof flags, "%s", jax_cflags());
     int argc = split_cc(ctx->cc, buf, sizeof buf, argv, JAX_MAX_ARGV - 16);
     if (argc == 0)
         return tr_error_set(err, TR_ERR_INVALID, "jax: %s is empty; expected a C compiler command", ctx->cc_key);

@@ -1,9 +1,19 @@
 #!/usr/bin/env python3
-"""tests/gpu/run.sh's BERT table: trident's rows (bert_predict.json, bert_fit.json, from
-`trident run --json`) beside PyTorch's (torch_<task>_<mode>.json, from torch_bert.py),
-each with its FLOP floor (the graph's FLOPs over the measured GEMM ceiling of its math
-mode, from ceilings.json) and its ratio to PyTorch eager. Writes OUT/bert.json and prints
-the table. Exit 1 when a trident report is missing or a trident row failed.
+"""tests/gpu/run.sh's summary, from the files each row wrote in OUT_DIR (stdlib only):
+
+- the steps, each with its planned budget, the seconds it took and its verdict
+  (steps.tsv, written by run.sh as each step ends);
+- the BERT table: trident's rows (bert_predict.json, bert_fit.json, from `trident run
+  --json`) beside PyTorch's (torch_<task>_<mode>.json, from torch_bert.py), each with its
+  FLOP floor (the graph's FLOPs over the measured GEMM ceiling of its math mode, from
+  ceilings.json) and its ratio to PyTorch eager;
+- the LLM rows on cuda (cuda_{gemma,mistral}_{generate,fit}.json);
+- the rows that are missing, each with why: skipped by the time guard, timed out (its
+  JSON, if any, kept as NAME.json.partial), failed, or unreadable.
+
+A file that is missing, partial or not the shape expected is reported, never fatal.
+Writes OUT/bert.json and prints the tables. Exit 1 when a trident BERT report is missing
+or unreadable or a trident BERT row failed.
 
   summarize.py OUT_DIR
 """
@@ -12,76 +22,170 @@ import os
 import sys
 
 CEILING_KEY = {"bf16": "gemm_bf16_8192_tflops", "tf32": "gemm_tf32_8192_tflops", "f32": "gemm_f32_8192_tflops"}
+TORCH_MODES = ("eager", "reduce-overhead")
+LLM_ROWS = ("cuda_gemma_generate", "cuda_mistral_generate", "cuda_gemma_fit", "cuda_mistral_fit")
+# every row that writes a JSON file, in run.sh's order
+JSON_ROWS = (("ceilings", "bert_predict", "bert_fit") + LLM_ROWS +
+             tuple(f"torch_{t}_{m}" for m in TORCH_MODES for t in ("predict", "fit")))
 
 
 def load(path):
+    """(object, None) or (None, why): why is 'missing' or 'unreadable (...)'."""
     try:
         with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+            obj = json.load(f)
+    except FileNotFoundError:
+        return None, "missing"
+    except (OSError, ValueError) as e:
+        return None, f"unreadable ({type(e).__name__}: {str(e)[:60]})"
+    if not isinstance(obj, dict):
+        return None, "unreadable (not a JSON object)"
+    return obj, None
+
+
+def steps_of(out):
+    """steps.tsv: name -> (planned s, timeout s, used s, verdict), in the order written."""
+    steps = {}
+    try:
+        with open(os.path.join(out, "steps.tsv")) as f:
+            for line in f:
+                p = line.rstrip("\n").split("\t")
+                if len(p) >= 5:
+                    steps[p[0]] = tuple(p[1:5])
+    except OSError:
+        pass
+    return steps
+
+
+def num(d, k):
+    v = d.get(k)
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def fmt(v, spec, width):
+    return format(v, spec) if v is not None else "?".rjust(width)
+
+
+def backends_of(rep):
+    b = rep.get("backends")
+    return [x for x in b if isinstance(x, dict)] if isinstance(b, list) else []
 
 
 def main():
     out = sys.argv[1]
-    ceil = load(os.path.join(out, "ceilings.json")) or {}
+    steps = steps_of(out)
+    reports, why = {}, {}
+    for name in JSON_ROWS:
+        reports[name], why[name] = load(os.path.join(out, name + ".json"))
+    ceil = reports["ceilings"] or {}
+    device = ceil.get("device", "?")
+
+    if steps:
+        print(f"{'step':30} {'planned s':>9} {'timeout s':>9} {'used s':>6}  result")
+        for name, (planned, slot, used, verdict) in steps.items():
+            print(f"{name:30} {planned:>9} {slot if slot != '0' else '-':>9} {used:>6}  {verdict}")
+        print()
+
     rows, ok = [], True
     for task in ("predict", "fit"):
-        rep = load(os.path.join(out, f"bert_{task}.json"))
-        if rep is None:
-            print(f"bert {task}: no trident report (see bert_{task}.log)")
+        rep = reports[f"bert_{task}"]
+        if rep is None:  # said under "missing rows"; PyTorch's rows are still shown
             ok = False
-            continue
+            rep = {}
         math = rep.get("math", rep.get("dtype", "f32"))
-        tflops = ceil.get(CEILING_KEY.get(math, ""), 0)
-        floor_ms = rep["flops_per_step"] / (tflops * 1e12) * 1e3 if tflops else None
-        base = load(os.path.join(out, f"torch_{task}_eager.json"))
-        base_ms = base["mean_ms"] if base and base.get("ok") else None
-        for b in rep["backends"]:
-            r = {"task": task, "backend": b["backend"], "math": b.get("math", math), "batch": rep["batch"],
-                 "seq_len": rep["seq_len"], "ok": b["ok"]}
-            if not b["ok"]:
-                r["error"] = b.get("error", "")
-                ok = False
+        tflops = num(ceil, CEILING_KEY.get(math, "")) or 0
+        flops = num(rep, "flops_per_step")
+        floor_ms = flops / (tflops * 1e12) * 1e3 if tflops and flops else None
+        base = reports[f"torch_{task}_eager"]
+        base_ms = num(base, "mean_ms") if base and base.get("ok") else None
+        if rep and not backends_of(rep):
+            ok = False
+            why[f"bert_{task}"] = "unreadable (no backends in it)"
+        peers = [reports[f"torch_{task}_{m}"] for m in TORCH_MODES]
+        for b, trident in [(b, True) for b in backends_of(rep)] + [(p, False) for p in peers if p is not None]:
+            r = {"task": task, "backend": b.get("backend", "?"), "math": b.get("math", math),
+                 "batch": b.get("batch", rep.get("batch", "?")), "seq_len": b.get("seq_len", rep.get("seq_len", "?")),
+                 "ok": bool(b.get("ok")), "trident": trident}
+            if not r["ok"]:
+                r["error"] = str(b.get("error", ""))
+                if r["trident"]:
+                    ok = False
             else:
-                r.update(mean_ms=b["mean_ms"], first_step_ms=b["first_step_ms"], peak_bytes=b["peak_bytes"],
-                         agrees=b["agrees"])
-                if floor_ms:
+                for k in ("mean_ms", "first_step_ms", "peak_bytes", "agrees"):
+                    if k in b:
+                        r[k] = b[k]
+                ms = num(b, "mean_ms")
+                if floor_ms and ms:
                     r["floor_ms"] = floor_ms
-                    r["floor_fraction"] = floor_ms / b["mean_ms"]
-                if base_ms:
-                    r["vs_pytorch_eager"] = b["mean_ms"] / base_ms
+                    r["floor_fraction"] = floor_ms / ms
+                if base_ms and ms:
+                    r["vs_pytorch_eager"] = ms / base_ms
             rows.append(r)
-        for mode in ("eager", "reduce-overhead"):
-            t = load(os.path.join(out, f"torch_{task}_{mode}.json"))
-            if t is None:
-                continue
-            r = {"task": task, "backend": t["backend"], "math": t["math"], "batch": t["batch"], "seq_len": t["seq_len"],
-                 "ok": t.get("ok", False)}
-            if r["ok"]:
-                r.update(mean_ms=t["mean_ms"], first_step_ms=t["first_step_ms"], peak_bytes=t["peak_bytes"])
-                if floor_ms:
-                    r["floor_ms"] = floor_ms
-                    r["floor_fraction"] = floor_ms / t["mean_ms"]
-                if base_ms:
-                    r["vs_pytorch_eager"] = t["mean_ms"] / base_ms
-            else:
-                r["error"] = t.get("error", "")
-            rows.append(r)
-    with open(os.path.join(out, "bert.json"), "w") as f:
-        json.dump({"device": ceil.get("device", "?"), "rows": rows}, f, indent=1)
-    print(f"\nBERT base, sequence 512, on {ceil.get('device', '?')} (floor: FLOPs / measured GEMM ceiling of the math mode)")
+
+    llm = []
+    for name in LLM_ROWS:
+        rep = reports[name]
+        for b in backends_of(rep) if rep else []:
+            r = {"row": name, "backend": b.get("backend", "?"), "ok": bool(b.get("ok"))}
+            for k in ("mean_ms", "first_step_ms", "ms_per_token", "tokens_per_s", "tokens_agree", "loss_first",
+                      "loss_last", "agrees", "error"):
+                if k in b:
+                    r[k] = b[k]
+            llm.append(r)
+
+    missing = {}
+    for name in JSON_ROWS:
+        if reports[name] is not None and why[name] is None:
+            continue
+        reason = why[name]
+        verdict = steps.get(name, (None,) * 4)[3]
+        if verdict:
+            reason = f"{verdict}; JSON {reason}"
+        if os.path.exists(os.path.join(out, name + ".json.partial")):
+            reason += f" (what it wrote is kept as {name}.json.partial)"
+        missing[name] = reason
+
+    try:
+        with open(os.path.join(out, "bert.json"), "w") as f:
+            json.dump({"device": device, "rows": rows, "llm_rows": llm, "missing": missing}, f, indent=1)
+    except OSError as e:
+        print(f"could not write bert.json: {e}")
+
+    print(f"BERT base, sequence 512, on {device} (floor: FLOPs / measured GEMM ceiling of the math mode)")
     print(f"{'task':8} {'backend':26} {'math':5} {'batch':>5} {'mean ms':>9} {'first ms':>9} {'peak GiB':>8} "
           f"{'floor ms':>8} {'of floor':>8} {'vs PyTorch':>10}")
     for r in rows:
         if not r["ok"]:
             print(f"{r['task']:8} {r['backend']:26} {r['math']:5} {r['batch']:>5}  FAILED: {r.get('error', '')[:80]}")
             continue
-        fl = f"{r['floor_ms']:8.1f}" if "floor_ms" in r else f"{'?':>8}"
-        ff = f"{100 * r['floor_fraction']:7.1f}%" if "floor_fraction" in r else f"{'?':>8}"
-        vs = f"{r['vs_pytorch_eager']:9.2f}x" if "vs_pytorch_eager" in r else f"{'?':>10}"
-        print(f"{r['task']:8} {r['backend']:26} {r['math']:5} {r['batch']:>5} {r['mean_ms']:9.2f} "
-              f"{r['first_step_ms']:9.1f} {r['peak_bytes'] / 2**30:8.2f} {fl} {ff} {vs}")
+        peak = num(r, "peak_bytes")
+        ff = 100 * r["floor_fraction"] if "floor_fraction" in r else None
+        print(f"{r['task']:8} {r['backend']:26} {r['math']:5} {r['batch']:>5} {fmt(num(r, 'mean_ms'), '9.2f', 9)} "
+              f"{fmt(num(r, 'first_step_ms'), '9.1f', 9)} {fmt(peak / 2**30 if peak else None, '8.2f', 8)} "
+              f"{fmt(r.get('floor_ms'), '8.1f', 8)} {fmt(ff, '7.1f', 7)}{'%' if ff is not None else ' '} "
+              f"{fmt(r.get('vs_pytorch_eager'), '9.2f', 9)}{'x' if 'vs_pytorch_eager' in r else ' '}")
+
+    print("\nGemma and Mistral small on cuda (generate: a step is one whole generate call)")
+    print(f"{'row':22} {'backend':26} {'mean ms':>9} {'first ms':>9} {'ms/token':>8} {'tok/s':>8} "
+          f"{'loss 1st':>8} {'loss last':>9} agrees")
+    for r in llm:
+        if not r["ok"]:
+            print(f"{r['row']:22} {r['backend']:26}  FAILED: {str(r.get('error', ''))[:80]}")
+            continue
+        agree = r.get("agrees")
+        if "tokens_agree" in r:
+            agree = f"{agree}, tokens {r['tokens_agree']}"
+        print(f"{r['row']:22} {r['backend']:26} {fmt(num(r, 'mean_ms'), '9.2f', 9)} "
+              f"{fmt(num(r, 'first_step_ms'), '9.1f', 9)} {fmt(num(r, 'ms_per_token'), '8.3f', 8)} "
+              f"{fmt(num(r, 'tokens_per_s'), '8.0f', 8)} {fmt(num(r, 'loss_first'), '8.4f', 8)} "
+              f"{fmt(num(r, 'loss_last'), '9.4f', 9)} {agree}")
+
+    if missing:
+        print(f"\nmissing rows ({len(missing)} of {len(JSON_ROWS)}):")
+        for name, reason in missing.items():
+            print(f"  {name:30} {reason}")
+    else:
+        print(f"\nno row missing ({len(JSON_ROWS)} of {len(JSON_ROWS)})")
     return 0 if ok else 1
 
 

@@ -19,6 +19,7 @@
 #include "trident/backend.h"
 #include "trident/config.h"
 #include "trident/generate.h"
+#include "trident/kernels.h"
 #include "trident/model.h"
 #include "trident/status.h"
 #include "trident/train.h"
@@ -64,9 +65,26 @@ struct tr_bench_row {
     double tie_gap;             /* the reference's logit of its token minus that of this one */
 };
 
+/* A row is noisy when its p90 is more than this many times its median: some steps were
+ * slowed by something else (other processes on the cores), and its mean is not to be
+ * trusted against the other rows'. */
+#define TR_BENCH_NOISY_P90 1.5
+
+/* The environment variable the trident program sets, with the wait policy it chose, when it
+ * re-executes itself to give libgomp that policy (cli/omp_env.c); reports tell a policy the
+ * program chose from one the user set. */
+#define TR_BENCH_OMP_WAIT_MARK "TRIDENT_OMP_WAIT_DEFAULT"
+
 struct tr_bench_report {
     char model[64], preset[64], task[32], device[16], dtype[16];
     char math[8];               /* how GEMMs computed: f32, tf32, bf16 (or f16) */
+    /* the host: the cpu and the kernels' ISA (on device = cuda too: it runs the host side),
+     * the OpenMP threads and wait policy the kernels ran with */
+    struct tr_cpu_info cpu;
+    int threads;                /* OpenMP threads a parallel region got (cpu.threads) */
+    char omp_wait[64];          /* "passive", "spin 10000 (GOMP_SPINCOUNT)", "libgomp default
+                                   (spin 300000)" */
+    char omp_wait_by[16];       /* "trident" (the program's default), "environment", "none" */
     int64_t batch, seq_len, steps, warmup;
     uint64_t seed;
     uint64_t param_count, param_bytes;
@@ -110,8 +128,21 @@ void tr_task_graph_free(struct tr_task_graph *tg);
 int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const *models,
                  struct tr_bench_report *rep, struct tr_error *err);
 
-/* An aligned table, one row per backend, speed relative to the fastest. */
+/* The host's fields of a report (cpu, threads, omp_wait, omp_wait_by) from the kernels
+ * library and the environment. tr_bench_run calls it first; fails when the kernels do
+ * (TRIDENT_CPU_ISA unknown or above the cpu). */
+int tr_bench_host_info(struct tr_bench_report *rep, struct tr_error *err);
+
+/* The host line of the header: "cpu MODEL, isa avx512 (native), oneDNN avx512_core_bf16,
+ * bf16 GEMM native, 2 threads, OpenMP wait spin 1000 (GOMP_SPINCOUNT) (trident's default)";
+ * nothing when rep->cpu is empty. */
+void tr_bench_print_host(const struct tr_bench_report *rep, FILE *f);
+
+/* An aligned table, one row per backend, speed relative to the fastest; under it a
+ * "noisy: ..." line for every row whose p90 is over TR_BENCH_NOISY_P90 times its median. */
 void tr_bench_print(const struct tr_bench_report *rep, FILE *f);
+/* 1 when the row ran and its p90 is over TR_BENCH_NOISY_P90 times its median. */
+int tr_bench_row_noisy(const struct tr_bench_row *row);
 int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, struct tr_error *err);
 
 #ifdef __cplusplus

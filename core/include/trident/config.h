@@ -3,7 +3,9 @@
  *   [run]              model, preset, task, backends, device, dtype, batch, seq_len,
  *                      steps, warmup, seed, weights (a safetensors file; empty: made
  *                      from seed), math (f32, tf32 or bf16: how GEMMs compute; it must
- *                      fit dtype, and tf32 needs cuda; absent: what dtype implies)
+ *                      fit dtype, and tf32 needs cuda; absent: what dtype implies),
+ *                      threads (OpenMP threads, 1 to 1024; absent: the cores this
+ *                      process may run on, sched_getaffinity's count)
  *   [plugins]          path (a directory searched first for backends; relative to the
  *                      INI file's directory)
  *   [backend.NAME]     options handed to that backend as key/value pairs; the plugin
@@ -66,6 +68,11 @@ struct tr_config {
     int64_t batch, seq_len, steps, warmup;
     uint64_t seed;
     char weights[TR_CONFIG_PATH]; /* resolved against dir; "" when weights come from seed */
+    int threads;                /* OpenMP threads for the run; the caller applies them
+                                   (omp_set_num_threads) before tr_bench_run, as the trident
+                                   program does (core does not link OpenMP), which keeps an
+                                   OMP_NUM_THREADS of the environment when no line gives it */
+    int threads_line;           /* the line of [run] threads; 0 when it was not given */
 
     /* [plugins] */
     char plugin_path[TR_CONFIG_PATH]; /* resolved against dir; "" when not set */
@@ -76,8 +83,13 @@ struct tr_config {
 };
 
 /* Defaults: model bert, preset tiny, task predict, backends torch, device cpu, dtype f32,
- * batch 8, seq_len 128, steps 10, warmup 2, seed 1234. */
+ * batch 8, seq_len 128, steps 10, warmup 2, seed 1234, threads = the cores this process
+ * may run on (tr_config_default_threads). */
 void tr_config_defaults(struct tr_config *cfg);
+
+/* The CPUs in this process's affinity mask (sched_getaffinity), at most 1024; 1 when it
+ * cannot be read. libgomp's own default is the same count. */
+int tr_config_default_threads(void);
 
 /* The math mode a run computes in, for reports: [run] math, or the dtype's name. */
 const char *tr_config_math_name(const struct tr_config *cfg);

@@ -14,86 +14,7 @@
 #define BQ 64
 #define BK 64
 
-/* The two products run on 16-float vectors held in named locals (GNU C vector extension,
- * also in Clang): a 4-row tile keeps its 16 accumulators in registers, which plain loops
- * over arrays did not get from GCC (it kept them in memory, a load and a store per FMA).
- * Loads and stores go through memcpy: rows of v and acc need not be 64-byte aligned. */
-typedef float v16 __attribute__((vector_size(64)));
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi" /* v16 crosses no ABI: every user is static inline */
-#endif
-
-static inline v16 ld16(const float *p) {
-    v16 v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void st16(float *p, v16 v) { memcpy(p, &v, sizeof v); }
-
-/* S[r][0..BK) = q_r · Kt for 4 rows (q rows D apart, S rows BK apart). */
-static inline void scores4(const float *restrict q, int64_t D, const float *restrict Kt, float *restrict S) {
-    v16 c00 = {0}, c01 = {0}, c02 = {0}, c03 = {0}, c10 = {0}, c11 = {0}, c12 = {0}, c13 = {0};
-    v16 c20 = {0}, c21 = {0}, c22 = {0}, c23 = {0}, c30 = {0}, c31 = {0}, c32 = {0}, c33 = {0};
-    for (int64_t d = 0; d < D; d++) {
-        const float *kt = Kt + d * BK;
-        const v16 k0 = ld16(kt), k1 = ld16(kt + 16), k2 = ld16(kt + 32), k3 = ld16(kt + 48);
-        const float q0 = q[d], q1 = q[D + d], q2 = q[2 * D + d], q3 = q[3 * D + d];
-        c00 += q0 * k0, c01 += q0 * k1, c02 += q0 * k2, c03 += q0 * k3;
-        c10 += q1 * k0, c11 += q1 * k1, c12 += q1 * k2, c13 += q1 * k3;
-        c20 += q2 * k0, c21 += q2 * k1, c22 += q2 * k2, c23 += q2 * k3;
-        c30 += q3 * k0, c31 += q3 * k1, c32 += q3 * k2, c33 += q3 * k3;
-    }
-    st16(S, c00), st16(S + 16, c01), st16(S + 32, c02), st16(S + 48, c03);
-    S += BK;
-    st16(S, c10), st16(S + 16, c11), st16(S + 32, c12), st16(S + 48, c13);
-    S += BK;
-    st16(S, c20), st16(S + 16, c21), st16(S + 32, c22), st16(S + 48, c23);
-    S += BK;
-    st16(S, c30), st16(S + 16, c31), st16(S + 32, c32), st16(S + 48, c33);
-}
-
-static inline void scores1(const float *restrict q, int64_t D, const float *restrict Kt, float *restrict S) {
-    v16 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
-    for (int64_t d = 0; d < D; d++) {
-        const float *kt = Kt + d * BK;
-        const float q0 = q[d];
-        c0 += q0 * ld16(kt), c1 += q0 * ld16(kt + 16), c2 += q0 * ld16(kt + 32), c3 += q0 * ld16(kt + 48);
-    }
-    st16(S, c0), st16(S + 16, c1), st16(S + 32, c2), st16(S + 48, c3);
-}
-
-/* acc[r][:] += Σ_j P[r][j] · V[j][:] for 4 rows (P rows BK apart, acc rows Dv apart). */
-static inline void pv4(const float *restrict P, int64_t nk, const float *restrict V, int64_t Dv, float *restrict acc) {
-    int64_t d0 = 0;
-    for (; d0 + 32 <= Dv; d0 += 32) {
-        float *a = acc + d0;
-        v16 c00 = ld16(a), c01 = ld16(a + 16), c10 = ld16(a + Dv), c11 = ld16(a + Dv + 16);
-        v16 c20 = ld16(a + 2 * Dv), c21 = ld16(a + 2 * Dv + 16), c30 = ld16(a + 3 * Dv), c31 = ld16(a + 3 * Dv + 16);
-        for (int64_t j = 0; j < nk; j++) {
-            const v16 v0 = ld16(V + j * Dv + d0), v1 = ld16(V + j * Dv + d0 + 16);
-            const float p0 = P[j], p1 = P[BK + j], p2 = P[2 * BK + j], p3 = P[3 * BK + j];
-            c00 += p0 * v0, c01 += p0 * v1, c10 += p1 * v0, c11 += p1 * v1;
-            c20 += p2 * v0, c21 += p2 * v1, c30 += p3 * v0, c31 += p3 * v1;
-        }
-        st16(a, c00), st16(a + 16, c01), st16(a + Dv, c10), st16(a + Dv + 16, c11);
-        st16(a + 2 * Dv, c20), st16(a + 2 * Dv + 16, c21), st16(a + 3 * Dv, c30), st16(a + 3 * Dv + 16, c31);
-    }
-    for (; d0 < Dv; d0++) /* the odd tail of Dv */
-        for (int64_t r = 0; r < 4; r++) {
-            float s = acc[r * Dv + d0];
-            for (int64_t j = 0; j < nk; j++) s += P[r * BK + j] * V[j * Dv + d0];
-            acc[r * Dv + d0] = s;
-        }
-}
-
-static inline void pv1(const float *restrict P, int64_t nk, const float *restrict V, int64_t Dv, float *restrict acc) {
-    for (int64_t j = 0; j < nk; j++) {
-        const float p = P[j];
-        const float *restrict vr = V + j * Dv;
-        for (int64_t d = 0; d < Dv; d++) acc[d] += p * vr[d];
-    }
-}
+#include "attention_tiles.h"
 
 struct attn_args {
     const char *q, *k, *v, *mask;
@@ -117,8 +38,7 @@ static size_t workspace_floats(int64_t D, int64_t Dv) {
     return (size_t)(BQ * D + D * BK + BK * Dv + BQ * BK + BQ * Dv + 2 * BQ + dm + BK + 16 * 8);
 }
 
-TR_CPU_CLONES
-static void attn_task(const struct attn_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, float *ws) {
+TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, float *ws), (A, b, h, i0, nq, ws)) {
     const int64_t D = A->D, Dv = A->Dv, Tk = A->Tk;
     const size_t es = tr_dtype_size((enum tr_dtype)A->dt);
     const size_t mes = A->mask ? tr_dtype_size((enum tr_dtype)A->mdt) : 0;
@@ -172,8 +92,16 @@ static void attn_task(const struct attn_args *A, int64_t b, int64_t h, int64_t i
             V = Vb;
         }
         int64_t r = 0;
-        for (; r + 4 <= nq; r += 4) scores4(Q + r * D, D, Kt, S + r * BK);
-        for (; r < nq; r++) scores1(Q + r * D, D, Kt, S + r * BK);
+        if (isa == TR_CPU_ISA_AVX512) {
+            for (; r + 4 <= nq; r += 4) scores4(Q + r * D, D, Kt, S + r * BK);
+            for (; r < nq; r++) scores1(Q + r * D, D, Kt, S + r * BK);
+        } else if (isa == TR_CPU_ISA_AVX2) {
+            for (; r + 4 <= nq; r += 4) scores4_v8(Q + r * D, D, Kt, S + r * BK);
+            for (; r < nq; r++) scores1_v8(Q + r * D, D, Kt, S + r * BK);
+        } else {
+            for (; r + 4 <= nq; r += 4) scores4_v4(Q + r * D, D, Kt, S + r * BK);
+            for (; r < nq; r++) scores1_v4(Q + r * D, D, Kt, S + r * BK);
+        }
 
         /* mask, visibility, and the online softmax, row by row */
         for (r = 0; r < nq; r++) {
@@ -217,7 +145,11 @@ static void attn_task(const struct attn_args *A, int64_t b, int64_t h, int64_t i
                 for (int64_t d = 0; d < Dv; d++) ar[d] *= corr;
             }
         }
-        for (r = 0; r + 4 <= nq; r += 4) pv4(S + r * BK, nk, V, Dv, acc + r * Dv);
+        for (r = 0; r + 4 <= nq; r += 4) {
+            if (isa == TR_CPU_ISA_AVX512) pv4_v16(S + r * BK, nk, V, Dv, acc + r * Dv);
+            else if (isa == TR_CPU_ISA_AVX2) pv4_v8(S + r * BK, nk, V, Dv, acc + r * Dv);
+            else pv4_v4(S + r * BK, nk, V, Dv, acc + r * Dv);
+        }
         for (; r < nq; r++) pv1(S + r * BK, nk, V, Dv, acc + r * Dv);
     }
     for (int64_t r = 0; r < nq; r++) {

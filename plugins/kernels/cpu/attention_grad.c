@@ -158,8 +158,7 @@ static void ag_split(double *ws, int64_t D, int64_t Dv, struct ag_ws *w) {
 }
 
 /* Pass 1 for one query block: lse and delta of its rows. */
-TR_CPU_CLONES
-static void ag_stats(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct ag_ws *w) {
+TR_CPU_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct ag_ws *w), (A, b, h, i0, nq, w)) {
     const int64_t D = A->D, Dv = A->Dv, hk = h / (A->H / A->Hk);
     ag_load(A->q, A->dt, A->H, A->Tq, D, b, h, i0, nq, w->Q);
     ag_load(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dY);
@@ -214,9 +213,7 @@ static void ag_stats(const struct agrad_args *A, int64_t b, int64_t h, int64_t i
 }
 
 /* dq of one query block. */
-TR_CPU_CLONES
-static void ag_dq(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, char *out,
-                  struct ag_ws *w) {
+TR_CPU_MULTI(void, ag_dq, (const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, char *out, struct ag_ws *w), (A, b, h, i0, nq, out, w)) {
     const int64_t D = A->D, Dv = A->Dv, hk = h / (A->H / A->Hk);
     ag_load(A->q, A->dt, A->H, A->Tq, D, b, h, i0, nq, w->Q);
     ag_load(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dY);
@@ -241,9 +238,7 @@ static void ag_dq(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, 
 
 /* dk (which 1), dv (which 2), or both (3: dk into out, dv into out2) of one key block of
  * kv head hk: both share the scores and probabilities of every query block. */
-TR_CPU_CLONES
-static void ag_dkv(const struct agrad_args *A, int which, int64_t b, int64_t hk, int64_t j0, int64_t nk, char *out,
-                   char *out2, struct ag_ws *w) {
+TR_CPU_MULTI(void, ag_dkv, (const struct agrad_args *A, int which, int64_t b, int64_t hk, int64_t j0, int64_t nk, char *out, char *out2, struct ag_ws *w), (A, which, b, hk, j0, nk, out, out2, w)) {
     const int64_t D = A->D, Dv = A->Dv, G = A->H / A->Hk, W = which == 2 ? Dv : D;
     ag_load(A->k, A->dt, A->Hk, A->Tk, D, b, hk, j0, nk, w->K);
     ag_transpose(w->K, nk, D, w->Kt);

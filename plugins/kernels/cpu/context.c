@@ -17,7 +17,9 @@ int tr_kernels_device_available(int device_type, struct tr_error *err) {
 int tr_kernels_init(struct tr_kernels **out, int device_type, int device_index, struct tr_error *err) {
     if (!out) return tr_error_set(err, TR_ERR_INVALID, "tr_kernels_init: out is NULL");
     *out = NULL;
-    int st = tr_kernels_device_available(device_type, err);
+    /* the cpu's level is fixed before any context uses oneDNN, whose ISA cap it sets */
+    int st = tr_cpu_isa_fix(err);
+    if (!st) st = tr_kernels_device_available(device_type, err);
     if (st) return st;
     if (device_type == TR_DEVICE_CUDA) {
         struct tr_kernels *k = calloc(1, sizeof *k);

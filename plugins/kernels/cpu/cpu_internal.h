@@ -2,9 +2,10 @@
  * and the vectorizable math the elementwise, softmax and attention loops share.
  *
  * The library is built for baseline x86-64 (SSE2), so hot leaf loops are compiled three
- * times with TR_CPU_CLONES (AVX-512, AVX2+FMA, baseline) and picked at load time; the
- * static inline helpers below are inlined into each clone and vectorized at its width.
- * OpenMP regions stay in plain functions and call the cloned leaves per block. */
+ * times with TR_CPU_MULTI (AVX-512, AVX2+FMA, baseline) and called through the level
+ * isa.c fixed (the cpu's own, or TRIDENT_CPU_ISA's); the static inline helpers below
+ * are inlined into each copy and vectorized at its width. OpenMP regions stay in plain
+ * functions and call the leaves per block. */
 #ifndef TRIDENT_CPU_INTERNAL_H
 #define TRIDENT_CPU_INTERNAL_H
 
@@ -17,10 +18,41 @@
 #include <omp.h>
 #endif
 
+/* ---- the ISA level (isa.c) ---- */
+extern int tr_cpu_isa_level;        /* enum tr_cpu_isa in use; baseline until fixed */
+extern int tr_cpu_bf16_gemm_native; /* oneDNN has a bf16 GEMM at that level */
+/* Fixes the level once per process (tr_kernels_init calls it); the error of a bad
+ * TRIDENT_CPU_ISA every time. */
+int tr_cpu_isa_fix(struct tr_error *err);
+
+#define TR_CPU_UNPAREN(...) __VA_ARGS__
+/* A hot leaf, one copy per level. Written as
+ *     TR_CPU_MULTI(void, name, (int a, float *b), (a, b)) { ...body... }
+ * the body sees `isa` (enum tr_cpu_isa), a constant in each copy, so a body may pick
+ * register tiles per level with a plain `if (isa == TR_CPU_ISA_AVX512)` that the
+ * compiler folds. `name` is a static function that calls the copy of the level in use;
+ * the copies are name_avx512, name_avx2 and name_base (the tests call them directly). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TR_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define TR_CPU_MULTI(ret, name, params, args)                                                                 \
+    static inline __attribute__((always_inline)) ret name##_body(const int isa, TR_CPU_UNPAREN params);      \
+    __attribute__((target("arch=x86-64-v4"))) __attribute__((unused)) static ret name##_avx512 params {       \
+        return name##_body(TR_CPU_ISA_AVX512, TR_CPU_UNPAREN args);                                          \
+    }                                                                                                          \
+    __attribute__((target("arch=x86-64-v3"))) __attribute__((unused)) static ret name##_avx2 params {         \
+        return name##_body(TR_CPU_ISA_AVX2, TR_CPU_UNPAREN args);                                            \
+    }                                                                                                          \
+    __attribute__((unused)) static ret name##_base params { return name##_body(TR_CPU_ISA_BASELINE, TR_CPU_UNPAREN args); } \
+    static ret name params {                                                                                   \
+        return tr_cpu_isa_level == TR_CPU_ISA_AVX512 ? name##_avx512 args                                     \
+               : tr_cpu_isa_level == TR_CPU_ISA_AVX2 ? name##_avx2 args                                       \
+                                                     : name##_base args;                                      \
+    }                                                                                                          \
+    static inline __attribute__((always_inline)) ret name##_body(const int isa, TR_CPU_UNPAREN params)
 #else
-#define TR_CPU_CLONES
+#define TR_CPU_MULTI(ret, name, params, args)                                                                 \
+    static inline ret name##_body(const int isa, TR_CPU_UNPAREN params);                                     \
+    static ret name params { return name##_body(TR_CPU_ISA_BASELINE, TR_CPU_UNPAREN args); }                 \
+    static inline ret name##_body(const int isa, TR_CPU_UNPAREN params)
 #endif
 
 /* Elements per block of the chunked loops (converted bf16/f16 data lives on the stack). */

@@ -25,8 +25,7 @@
         }                                                                         \
     } while (0)
 
-TR_CPU_CLONES
-static void binary_block(int op, int dt, const void *a, int sa, const void *b, int sb, void *o, int64_t m) {
+TR_CPU_MULTI(void, binary_block, (int op, int dt, const void *a, int sa, const void *b, int sb, void *o, int64_t m), (op, dt, a, sa, b, sb, o, m)) {
     float abuf[CH], bbuf[CH], obuf[CH];
     const float *fa = a, *fb = b;
     float *fo = o;
@@ -46,8 +45,7 @@ static void binary_block(int op, int dt, const void *a, int sa, const void *b, i
     if (dt != TR_DTYPE_F32) tr_cpu_store_f32(o, dt, obuf, m);
 }
 
-TR_CPU_CLONES
-static void unary_block(int op, int variant, float alpha, float beta, int dt, const void *x, void *o, int64_t m) {
+TR_CPU_MULTI(void, unary_block, (int op, int variant, float alpha, float beta, int dt, const void *x, void *o, int64_t m), (op, variant, alpha, beta, dt, x, o, m)) {
     float xbuf[CH], obuf[CH];
     const float *fx = x;
     float *fo = o;

@@ -122,8 +122,7 @@ struct brln_args {
     float eps;
 };
 
-TR_CPU_CLONES
-static void brln_rows(const struct brln_args *A, int64_t r0, int64_t r1, float *buf) {
+TR_CPU_MULTI(void, brln_rows, (const struct brln_args *A, int64_t r0, int64_t r1, float *buf), (A, r0, r1, buf)) {
     const int64_t D = A->D;
     const size_t rb = (size_t)D * tr_dtype_size((enum tr_dtype)A->dt);
     for (int64_t r = r0; r < r1; r++) {
@@ -254,8 +253,7 @@ struct sms_args {
 };
 
 /* A row whose every entry is -inf has no mass: zeros rather than NaN, as tr_k_softmax. */
-TR_CPU_CLONES
-static void sms_rows(const struct sms_args *A, int64_t r0, int64_t r1, float *buf, float *mrow) {
+TR_CPU_MULTI(void, sms_rows, (const struct sms_args *A, int64_t r0, int64_t r1, float *buf, float *mrow), (A, r0, r1, buf, mrow)) {
     const int64_t D = A->D;
     const size_t es = tr_dtype_size((enum tr_dtype)A->dt), mes = A->mask ? tr_dtype_size((enum tr_dtype)A->mdt) : 0;
     const float sc = A->scale;
@@ -403,8 +401,7 @@ struct esln_args {
     float eps;
 };
 
-TR_CPU_CLONES
-static void esln_rows(const struct esln_args *A, int64_t r0, int64_t r1, float *buf) {
+TR_CPU_MULTI(void, esln_rows, (const struct esln_args *A, int64_t r0, int64_t r1, float *buf), (A, r0, r1, buf)) {
     const int64_t D = A->D;
     const size_t rb = (size_t)D * tr_dtype_size((enum tr_dtype)A->dt);
     for (int64_t r = r0; r < r1; r++) {

@@ -382,8 +382,7 @@ int tr_cpu_concat_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr
 /* ---- reduce ---- */
 
 /* out[c] = op over r < R of x[r*inner + c], for c < len (f32 accumulation). */
-TR_CPU_CLONES
-static void reduce_cols(int op, int dt, const char *x, int64_t R, int64_t inner, int64_t len, char *o) {
+TR_CPU_MULTI(void, reduce_cols, (int op, int dt, const char *x, int64_t R, int64_t inner, int64_t len, char *o), (op, dt, x, R, inner, len, o)) {
     size_t es = tr_dtype_size((enum tr_dtype)dt);
     float acc[TR_CPU_CHUNK], row[TR_CPU_CHUNK];
     for (int64_t c = 0; c < len; c++) acc[c] = op == TR_OP_MAX ? -INFINITY : 0.0f;
@@ -400,8 +399,7 @@ static void reduce_cols(int op, int dt, const char *x, int64_t R, int64_t inner,
 }
 
 /* out = op over the R contiguous elements of x. */
-TR_CPU_CLONES
-static void reduce_row(int op, int dt, const char *x, int64_t R, char *o) {
+TR_CPU_MULTI(void, reduce_row, (int op, int dt, const char *x, int64_t R, char *o), (op, dt, x, R, o)) {
     size_t es = tr_dtype_size((enum tr_dtype)dt);
     float buf[TR_CPU_CHUNK], acc = op == TR_OP_MAX ? -INFINITY : 0.0f;
     for (int64_t i = 0; i < R; i += TR_CPU_CHUNK) {

@@ -75,8 +75,7 @@ static int ce_labels(const char *kn, const struct tr_tensor *logits, const struc
 }
 
 /* log Σ exp over a row, max-subtracted. */
-TR_CPU_CLONES
-static double row_lse(const double *x, int64_t C) {
+TR_CPU_MULTI(double, row_lse, (const double *x, int64_t C), (x, C)) {
     double mx = -INFINITY, s = 0.0;
 #pragma omp simd reduction(max : mx)
     for (int64_t c = 0; c < C; c++) mx = x[c] > mx ? x[c] : mx;
@@ -87,8 +86,7 @@ static double row_lse(const double *x, int64_t C) {
 }
 
 /* x = g·(softmax(x) − onehot(label)) in place. */
-TR_CPU_CLONES
-static void row_grad(double *x, int64_t C, int64_t label, double g) {
+TR_CPU_MULTI(void, row_grad, (double *x, int64_t C, int64_t label, double g), (x, C, label, g)) {
     const double lse = row_lse(x, C);
 #pragma omp simd
     for (int64_t c = 0; c < C; c++) x[c] = g * tr_grad_exp(x[c] - lse);

@@ -13,7 +13,13 @@
  *
  * oneDNN 2.6 applies the output scale after the bias (dst = scale·(acc + bias)), so when
  * both are present the bias handed to it is bias/alpha in f32. oneDNN 2.6 has no f16
- * matmul on the cpu: f16 operands are converted to f32, multiplied, and rounded back. */
+ * matmul on the cpu, and no bf16 one below AVX-512 (isa.c asks it): those operands are
+ * converted to f32 whole (exactly: both are subsets of f32), multiplied by the f32
+ * primitive and the product rounded once to the storage dtype. The rounding points are
+ * the native path's (f32 accumulation, bias and activation in f32, one rounding of the
+ * result), so the two agree to the f32 GEMM's summation order. Whole-operand conversion
+ * was measured against converting b once at bind: see docs/perf.md ("bf16 without
+ * native bf16"). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -313,11 +319,21 @@ static int mm_shapes(const struct tr_tensor *a, const struct tr_tensor *b, const
     return TR_OK;
 }
 
+/* The conversions around a converted product, one ISA copy each (at AVX2 width a bf16
+ * block converts at memory speed; the baseline copy is half that). */
+TR_CPU_MULTI(void, load_block, (float *dst, const void *src, int dtype, int64_t m), (dst, src, dtype, m)) {
+    tr_cpu_load_f32(dst, src, dtype, m);
+}
+
+TR_CPU_MULTI(void, store_block, (void *dst, int dtype, const float *src, int64_t m), (dst, dtype, src, m)) {
+    tr_cpu_store_f32(dst, dtype, src, m);
+}
+
 static void convert_to_f32(float *dst, const void *src, int dtype, int64_t n) {
 #pragma omp parallel for if (n > TR_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i += TR_CPU_CHUNK) {
         int64_t m = n - i < TR_CPU_CHUNK ? n - i : TR_CPU_CHUNK;
-        tr_cpu_load_f32(dst + i, (const char *)src + i * 2, dtype, m);
+        load_block(dst + i, (const char *)src + i * 2, dtype, m);
     }
 }
 
@@ -325,7 +341,7 @@ static void convert_from_f32(void *dst, int dtype, const float *src, int64_t n) 
 #pragma omp parallel for if (n > TR_CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i += TR_CPU_CHUNK) {
         int64_t m = n - i < TR_CPU_CHUNK ? n - i : TR_CPU_CHUNK;
-        tr_cpu_store_f32((char *)dst + i * 2, dtype, src + i, m);
+        store_block((char *)dst + i * 2, dtype, src + i, m);
     }
 }
 
@@ -345,7 +361,8 @@ struct mm_plan {
     struct tr_mm_key key;
     int empty;        /* c has no elements: nothing to do */
     int empty_k;      /* K == 0: c = act(bias) */
-    int f16;          /* operands converted to f32 around the f32 primitive */
+    int convert;      /* f16, or bf16 without a native GEMM: operands converted to f32
+                         around the f32 primitive */
     int scaled_bias;  /* the bias handed to oneDNN is bias/alpha in f32 */
     int64_t N, na, nb, nc;
 };
@@ -402,16 +419,16 @@ static int mm_plan(const struct tr_tensor *a, const struct tr_tensor *b, const s
     key->b_strides[nd - 1] = trans_b ? L.K : 1;
     key->c_dims[nd - 2] = L.M;
     key->c_dims[nd - 1] = L.N;
-    pl->f16 = a->dtype == TR_DTYPE_F16;
-    key->dtype = pl->f16 ? TR_DTYPE_F32 : a->dtype;
+    pl->convert = a->dtype == TR_DTYPE_F16 || (a->dtype == TR_DTYPE_BF16 && !tr_cpu_bf16_gemm_native);
+    key->dtype = pl->convert ? TR_DTYPE_F32 : a->dtype;
     key->act = act;
     key->alpha = alpha;
-    pl->scaled_bias = bias && (alpha != 1.0f || (pl->f16 && bias->dtype == TR_DTYPE_F16));
+    pl->scaled_bias = bias && (alpha != 1.0f || (pl->convert && bias->dtype != TR_DTYPE_F32));
     key->bias_dtype = !bias ? -1 : pl->scaled_bias ? TR_DTYPE_F32 : bias->dtype;
     return TR_OK;
 }
 
-/* Scratch for the f16 conversions (na, nb, nc floats) and the scaled bias (N floats). */
+/* Scratch for the f32 conversions (na, nb, nc floats) and the scaled bias (N floats). */
 struct mm_scratch {
     float *ta, *tb, *tc, *tbias;
 };
@@ -426,13 +443,13 @@ static void scratch_free(struct mm_scratch *s) {
 
 static int scratch_alloc(const struct mm_plan *pl, struct mm_scratch *s, struct tr_error *err) {
     memset(s, 0, sizeof *s);
-    if (pl->f16) {
+    if (pl->convert) {
         s->ta = malloc(sizeof(float) * (size_t)pl->na);
         s->tb = malloc(sizeof(float) * (size_t)pl->nb);
         s->tc = malloc(sizeof(float) * (size_t)pl->nc);
         if (!s->ta || !s->tb || !s->tc) {
             scratch_free(s);
-            return tr_error_set(err, TR_ERR_NOMEM, "matmul: no memory for the f16->f32 copies of a, b, c");
+            return tr_error_set(err, TR_ERR_NOMEM, "matmul: no memory for the f32 copies of a, b, c");
         }
     }
     if (pl->scaled_bias) {
@@ -460,7 +477,7 @@ static dnnl_status_t set_handles(const struct tr_mm_entry *e, const struct mm_sc
 static int mm_execute(struct tr_kernels *k, const struct tr_mm_entry *e, const struct mm_plan *pl,
                       const struct mm_scratch *s, const struct tr_tensor *a, const struct tr_tensor *b,
                       const struct tr_tensor *c, const struct tr_tensor *bias, float alpha, struct tr_error *err) {
-    if (pl->f16) {
+    if (pl->convert) {
         convert_to_f32(s->ta, a->data, a->dtype, pl->na);
         convert_to_f32(s->tb, b->data, b->dtype, pl->nb);
     }
@@ -475,7 +492,7 @@ static int mm_execute(struct tr_kernels *k, const struct tr_mm_entry *e, const s
         return tr_error_set(err, TR_ERR_DEVICE, "matmul: oneDNN execution failed for a %s, b %s (status %d)",
                             tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), (int)st);
     }
-    if (pl->f16) convert_from_f32(c->data, c->dtype, s->tc, pl->nc);
+    if (pl->convert) convert_from_f32(c->data, c->dtype, s->tc, pl->nc);
     return TR_OK;
 }
 
@@ -504,8 +521,8 @@ int tr_k_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr
     }
     struct tr_mm_entry *e = lookup(k, &pl.key, err);
     if (!e) return err ? err->status : TR_ERR_UNSUPPORTED;
-    /* the f16 copies and the scaled bias in the context's scratch, kept between calls */
-    size_t na = pl.f16 ? (size_t)pl.na : 0, nb = pl.f16 ? (size_t)pl.nb : 0, nc = pl.f16 ? (size_t)pl.nc : 0;
+    /* the f32 copies and the scaled bias in the context's scratch, kept between calls */
+    size_t na = pl.convert ? (size_t)pl.na : 0, nb = pl.convert ? (size_t)pl.nb : 0, nc = pl.convert ? (size_t)pl.nc : 0;
     size_t nbias = pl.scaled_bias ? (size_t)pl.N : 0;
     struct mm_scratch s = {0};
     if (na + nb + nc + nbias > 0) {
@@ -513,7 +530,7 @@ int tr_k_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr
         if ((st = tr_cpu_scratch_reserve(k, sizeof(float) * (ra + rb + rc + nbias), 0, "matmul", err)) != TR_OK)
             return st;
         float *base = tr_cpu_scratch_shared(k);
-        if (pl.f16) {
+        if (pl.convert) {
             s.ta = base;
             s.tb = base + ra;
             s.tc = base + ra + rb;

@@ -6,8 +6,7 @@
 
 /* A row whose every entry is -inf has no mass: it becomes zeros rather than NaN, as a
  * fully masked attention row does. */
-TR_CPU_CLONES
-static void softmax_rows(int dt, const char *x, char *o, int64_t D, int64_t r0, int64_t r1, float *buf) {
+TR_CPU_MULTI(void, softmax_rows, (int dt, const char *x, char *o, int64_t D, int64_t r0, int64_t r1, float *buf), (dt, x, o, D, r0, r1, buf)) {
     size_t es = tr_dtype_size((enum tr_dtype)dt);
     for (int64_t r = r0; r < r1; r++) {
         tr_cpu_load_f32(buf, x + r * D * (int64_t)es, dt, D);
@@ -30,9 +29,7 @@ static void softmax_rows(int dt, const char *x, char *o, int64_t D, int64_t r0, 
     }
 }
 
-TR_CPU_CLONES
-static void layer_norm_rows(int dt, const char *x, char *o, int64_t D, int64_t r0, int64_t r1, const float *g,
-                            const float *b, float eps, float *buf) {
+TR_CPU_MULTI(void, layer_norm_rows, (int dt, const char *x, char *o, int64_t D, int64_t r0, int64_t r1, const float *g, const float *b, float eps, float *buf), (dt, x, o, D, r0, r1, g, b, eps, buf)) {
     size_t es = tr_dtype_size((enum tr_dtype)dt);
     for (int64_t r = r0; r < r1; r++) {
         tr_cpu_load_f32(buf, x + r * D * (int64_t)es, dt, D);

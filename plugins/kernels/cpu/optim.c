@@ -13,10 +13,8 @@ struct adamw_scalars {
     double eps, wd;
 };
 
-TR_CPU_CLONES
 /* o may be p (a donated param, updated in place): element i is read before it is written. */
-static void adamw_f32(float *o, const float *p, const float *restrict m, const float *restrict v,
-                      int64_t n, const struct adamw_scalars *s) {
+TR_CPU_MULTI(void, adamw_f32, (float *o, const float *p, const float *restrict m, const float *restrict v, int64_t n, const struct adamw_scalars *s), (o, p, m, v, n, s)) {
     const float lr = (float)s->lr, ib1 = (float)s->ibc1, ib2 = (float)s->ibc2, eps = (float)s->eps, wd = (float)s->wd;
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
@@ -25,9 +23,7 @@ static void adamw_f32(float *o, const float *p, const float *restrict m, const f
     }
 }
 
-TR_CPU_CLONES
-static void adamw_f64(double *o, const double *p, const float *restrict m, const float *restrict v,
-                      int64_t n, const struct adamw_scalars *s) {
+TR_CPU_MULTI(void, adamw_f64, (double *o, const double *p, const float *restrict m, const float *restrict v, int64_t n, const struct adamw_scalars *s), (o, p, m, v, n, s)) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         double d = ((double)m[i] * s->ibc1) / (sqrt((double)v[i] * s->ibc2) + s->eps);

@@ -44,9 +44,7 @@ static inline float round_to(int dt, float v) {
 /* ---- forward ---- */
 
 /* g is w' in f32 for Gemma (1 + w) and w for Mistral. */
-TR_CPU_CLONES
-static void rms_rows_f32(int dt, const char *x, char *o, int64_t D, int64_t r0, int64_t r1, const float *g, float eps,
-                         int add_one, float *buf) {
+TR_CPU_MULTI(void, rms_rows_f32, (int dt, const char *x, char *o, int64_t D, int64_t r0, int64_t r1, const float *g, float eps, int add_one, float *buf), (dt, x, o, D, r0, r1, g, eps, add_one, buf)) {
     size_t es = esize(dt);
     for (int64_t r = r0; r < r1; r++) {
         tr_cpu_load_f32(buf, x + r * D * (int64_t)es, dt, D);

@@ -73,9 +73,7 @@ static void angles_f64(const struct rope_plan *pl, const double *theta, int64_t 
 
 /* One row of D: y_i = x_i·c − x_{i+h}·s, y_{i+h} = x_{i+h}·c + x_i·s (h = R/2), each
  * product and sum rounded to dt; the rest copied. */
-TR_CPU_CLONES
-static void rotate_f32(int dt, const float *restrict x, float *restrict y, int64_t D, int64_t R, const float *c,
-                       const float *s) {
+TR_CPU_MULTI(void, rotate_f32, (int dt, const float *restrict x, float *restrict y, int64_t D, int64_t R, const float *c, const float *s), (dt, x, y, D, R, c, s)) {
     const int64_t h = R / 2;
     if (dt == TR_DTYPE_F32) {
         for (int64_t i = 0; i < h; i++) {

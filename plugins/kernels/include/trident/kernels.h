@@ -59,6 +59,34 @@ void tr_kernels_reset_stats(struct tr_kernels *k);
  * accepted there and TF32 is refused; cuda maps TF32 to tensor-core f32 GEMMs. */
 int tr_kernels_set_math(struct tr_kernels *k, enum tr_math m, struct tr_error *err);
 enum tr_math tr_kernels_math(const struct tr_kernels *k);
+/* ---- the cpu's instruction set ----
+ * The hot loops of the cpu kernels are compiled once per level below, each with its
+ * own register tiles, and one level is used for the whole process: the highest this
+ * cpu runs, or a lower one forced by the environment variable TRIDENT_CPU_ISA
+ * (native | avx512 | avx2 | baseline). The same cap is given to oneDNN
+ * (dnnl_set_max_cpu_isa), so a forced avx2 on an AVX-512 machine runs exactly what an
+ * AVX2-only machine runs, bf16 GEMMs converted to f32 included. The level is fixed at
+ * the first call that needs it (tr_kernels_init, tr_kernels_cpu_info); a value of
+ * TRIDENT_CPU_ISA that is unknown, or above what the cpu runs, makes both fail. */
+enum tr_cpu_isa { TR_CPU_ISA_BASELINE = 0, TR_CPU_ISA_AVX2 = 1, TR_CPU_ISA_AVX512 = 2, TR_CPU_ISA_COUNT };
+
+struct tr_cpu_info {
+    char model[64];          /* the cpu's brand string ("AMD EPYC 7B13"), "unknown" if none */
+    enum tr_cpu_isa isa;     /* the level in use */
+    enum tr_cpu_isa native;  /* the highest level this cpu runs */
+    int forced;              /* 1 when TRIDENT_CPU_ISA named a level (even the native one:
+                                oneDNN is capped to it, so avx512 on an AMX cpu drops AMX) */
+    int avx512_bf16, amx;    /* the cpu has AVX512_BF16 / AMX-BF16 */
+    int bf16_native;         /* oneDNN multiplies bf16 itself at this level; 0: bf16 GEMMs
+                                convert their operands to f32 (tr_k_matmul) */
+    char onednn_isa[32];     /* oneDNN's ISA after the cap ("avx2", "avx512_core_bf16", ...) */
+    int threads;             /* the OpenMP threads a parallel region gets now */
+};
+/* Fills *out (the level is fixed by this call if it was not yet). */
+int tr_kernels_cpu_info(struct tr_cpu_info *out, struct tr_error *err);
+/* "baseline", "avx2", "avx512"; "?" for a value outside the enum. */
+const char *tr_cpu_isa_name(enum tr_cpu_isa isa);
+
 /* Whether this build has a device type (the cpu always; cuda where nvcc was found and a
  * device is present). Fills err with the reason when not. */
 int tr_kernels_device_available(int device_type, struct tr_error *err);

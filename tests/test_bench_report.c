@@ -1,0 +1,259 @@
+/* The benchmark's reports on made-up numbers: the host line of the header, the "noisy"
+ * warning under the table (present past 1.5x, absent at and under it, for predict and for
+ * generate), the same fields in the JSON, and tr_bench_host_info's account of the OpenMP
+ * wait policy from the environment. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "testutil.h"
+#include "models.h"
+#include "trident/bench.h"
+
+static void add_row(struct tr_bench_report *rep, const char *label, double median, double p90) {
+    struct tr_bench_row *r = &rep->rows[rep->n_rows++];
+    snprintf(r->label, sizeof r->label, "%s", label);
+    r->ok = 1;
+    r->agrees = 1;
+    r->is_reference = rep->n_rows == 1;
+    r->median_ms = median;
+    r->p90_ms = p90;
+    r->mean_ms = 0.5 * (median + p90);
+    r->min_ms = 0.9 * median;
+}
+
+static void make_report(struct tr_bench_report *rep, const char *task) {
+    memset(rep, 0, sizeof *rep);
+    snprintf(rep->model, sizeof rep->model, "bert");
+    snprintf(rep->preset, sizeof rep->preset, "tiny");
+    snprintf(rep->task, sizeof rep->task, "%s", task);
+    snprintf(rep->device, sizeof rep->device, "cpu");
+    snprintf(rep->dtype, sizeof rep->dtype, "f32");
+    snprintf(rep->math, sizeof rep->math, "f32");
+    rep->batch = 8, rep->seq_len = 128, rep->steps = 20, rep->warmup = 2;
+    snprintf(rep->cpu.model, sizeof rep->cpu.model, "AMD EPYC 9B14");
+    rep->cpu.isa = rep->cpu.native = TR_CPU_ISA_AVX512;
+    rep->cpu.avx512_bf16 = rep->cpu.bf16_native = 1;
+    snprintf(rep->cpu.onednn_isa, sizeof rep->cpu.onednn_isa, "avx512_core_bf16");
+    rep->cpu.threads = rep->threads = 2;
+    snprintf(rep->omp_wait, sizeof rep->omp_wait, "passive");
+    snprintf(rep->omp_wait_by, sizeof rep->omp_wait_by, "trident");
+    add_row(rep, "torch", 6.8, 12.3);                  /* 1.81x: noisy */
+    add_row(rep, "tf", 10.0, 14.0);                    /* 1.4x: steady */
+    add_row(rep, "jax", 4.0, 6.0);                     /* exactly 1.5x: steady */
+    add_row(rep, "torch:reduce-overhead", 0.25, 0.5);  /* 2x on a small time: noisy */
+    struct tr_bench_row *failed = &rep->rows[rep->n_rows++];
+    snprintf(failed->label, sizeof failed->label, "broken");
+    snprintf(failed->error, sizeof failed->error, "it broke");  /* no times: never noisy */
+}
+
+/* What tr_bench_print writes, as a string (caller frees). */
+static char *printed(const struct tr_bench_report *rep) {
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    assert_non_null(f);
+    tr_bench_print(rep, f);
+    assert_int_equal(fclose(f), 0);
+    return buf;
+}
+
+static void expect_in(const char *text, const char *needle) {
+    if (!strstr(text, needle)) fail_msg("the report lacks \"%s\":\n%s", needle, text);
+}
+
+static void expect_not_in(const char *text, const char *needle) {
+    if (strstr(text, needle)) fail_msg("the report has \"%s\":\n%s", needle, text);
+}
+
+static void check_noisy_lines(const char *out) {
+    expect_in(out, "\nnoisy: torch p90 12.3 ms is 1.8x its median 6.8 ms (other load on the machine?)\n");
+    expect_in(out, "\nnoisy: torch:reduce-overhead p90 0.5 ms is 2.0x its median 0.25 ms (other load on the machine?)\n");
+    expect_not_in(out, "noisy: tf ");
+    expect_not_in(out, "noisy: jax ");
+    expect_not_in(out, "noisy: broken");
+    /* under the table: after the last row, before the notes and the verdict */
+    const char *table_end = strstr(out, " FAILED\n");
+    assert_non_null(table_end);
+    assert_true(strstr(out, "noisy: torch ") > table_end);
+    assert_true(strstr(out, "noisy: torch ") < strstr(out, "broken: FAILED: it broke"));
+}
+
+static void test_noisy_rows(void **state) {
+    (void)state;
+    static struct tr_bench_report rep;
+    make_report(&rep, "predict");
+    assert_true(tr_bench_row_noisy(&rep.rows[0]));
+    assert_false(tr_bench_row_noisy(&rep.rows[1]));
+    assert_false(tr_bench_row_noisy(&rep.rows[2]));
+    assert_true(tr_bench_row_noisy(&rep.rows[3]));
+    assert_false(tr_bench_row_noisy(&rep.rows[4]));
+    char *out = printed(&rep);
+    check_noisy_lines(out);
+    free(out);
+
+    /* generate prints the same table, then its own: the warning is there too */
+    make_report(&rep, "generate");
+    rep.gen.prompt_len = 5, rep.gen.max_length = 50, rep.new_tokens = 45;
+    snprintf(rep.gen.sampling, sizeof rep.gen.sampling, "greedy");
+    out = printed(&rep);
+    check_noisy_lines(out);
+    expect_in(out, "generate: prompt_len 5");
+    free(out);
+
+    /* a steady report has none */
+    make_report(&rep, "predict");
+    for (int i = 0; i < rep.n_rows; i++) rep.rows[i].p90_ms = 1.2 * rep.rows[i].median_ms;
+    out = printed(&rep);
+    expect_not_in(out, "noisy:");
+    free(out);
+}
+
+static void test_host_line(void **state) {
+    (void)state;
+    static struct tr_bench_report rep;
+    make_report(&rep, "predict");
+    char *out = printed(&rep);
+    expect_in(out, "\ncpu AMD EPYC 9B14, isa avx512 (native), oneDNN avx512_core_bf16, bf16 GEMM native, 2 threads, "
+                   "OpenMP wait passive (trident's default)\n");
+    /* it comes before the table */
+    assert_true(strstr(out, "cpu AMD EPYC") < strstr(out, "first ms"));
+    free(out);
+
+    rep.cpu.isa = TR_CPU_ISA_AVX2;
+    rep.cpu.forced = 1;
+    rep.cpu.bf16_native = 0;
+    snprintf(rep.cpu.onednn_isa, sizeof rep.cpu.onednn_isa, "avx2");
+    rep.threads = 1;
+    snprintf(rep.omp_wait, sizeof rep.omp_wait, "spin 10000 (GOMP_SPINCOUNT)");
+    snprintf(rep.omp_wait_by, sizeof rep.omp_wait_by, "environment");
+    out = printed(&rep);
+    expect_in(out, "cpu AMD EPYC 9B14, isa avx2 (forced by TRIDENT_CPU_ISA; native avx512), oneDNN avx2, bf16 GEMM "
+                   "via f32, 1 thread, OpenMP wait spin 10000 (GOMP_SPINCOUNT) (set in the environment)\n");
+    free(out);
+
+    snprintf(rep.omp_wait, sizeof rep.omp_wait, "libgomp default (spin 300000)");
+    snprintf(rep.omp_wait_by, sizeof rep.omp_wait_by, "none");
+    out = printed(&rep);
+    expect_in(out, ", 1 thread, OpenMP wait libgomp default (spin 300000)\n");
+    free(out);
+}
+
+static char *read_all(const char *path) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+static void test_json(void **state) {
+    (void)state;
+    static struct tr_bench_report rep;
+    make_report(&rep, "predict");
+    char path[512];
+    snprintf(path, sizeof path, "%s/report.json", tr_test_dir);
+    struct tr_error err = {0};
+    if (tr_bench_write_json(&rep, path, &err) != TR_OK) fail_msg("%s", err.msg);
+    const char *js = read_all(path);
+    const char *want[] = {
+        "\"cpu\":", "\"model\":\t\"AMD EPYC 9B14\"", "\"isa\":\t\"avx512\"", "\"native_isa\":\t\"avx512\"",
+        "\"isa_forced\":\tfalse", "\"avx512_bf16\":\ttrue", "\"amx\":\tfalse", "\"bf16_native\":\ttrue",
+        "\"onednn_isa\":\t\"avx512_core_bf16\"", "\"threads\":\t2", "\"omp_wait\":\t\"passive\"",
+        "\"omp_wait_set_by\":\t\"trident\"",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (!strstr(js, want[i])) fail_msg("the JSON lacks %s:\n%s", want[i], js);
+    /* one "noisy" per row that ran, true for torch and torch:reduce-overhead only */
+    int t = 0, f = 0;
+    for (const char *p = js; (p = strstr(p, "\"noisy\":\t")); p++) {
+        if (!strncmp(p + 9, "true", 4)) t++;
+        else if (!strncmp(p + 9, "false", 5)) f++;
+    }
+    assert_int_equal(t, 2);
+    assert_int_equal(f, 2);
+}
+
+/* The policy as libgomp took it from the environment (read once, at load: these settings
+ * change only the description, which is what is tested). */
+static void test_host_info(void **state) {
+    (void)state;
+    static struct tr_bench_report rep;
+    struct tr_error err = {0};
+    const char *saved[3] = {getenv("OMP_WAIT_POLICY"), getenv("GOMP_SPINCOUNT"), getenv(TR_BENCH_OMP_WAIT_MARK)};
+    char keep[3][128] = {"", "", ""};
+    for (int i = 0; i < 3; i++)
+        if (saved[i]) snprintf(keep[i], sizeof keep[i], "%s", saved[i]);
+
+    unsetenv("OMP_WAIT_POLICY"), unsetenv("GOMP_SPINCOUNT"), unsetenv(TR_BENCH_OMP_WAIT_MARK);
+    if (tr_bench_host_info(&rep, &err) != TR_OK) fail_msg("%s", err.msg);
+    assert_true(rep.cpu.model[0] != '\0');
+    assert_true(rep.cpu.onednn_isa[0] != '\0');
+    assert_true(rep.threads >= 1 && rep.threads == rep.cpu.threads);
+    assert_string_equal(rep.omp_wait, "libgomp default (spin 300000)");
+    assert_string_equal(rep.omp_wait_by, "none");
+
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    assert_int_equal(tr_bench_host_info(&rep, &err), TR_OK);
+    assert_string_equal(rep.omp_wait, "passive");
+    assert_string_equal(rep.omp_wait_by, "environment");
+    setenv(TR_BENCH_OMP_WAIT_MARK, "OMP_WAIT_POLICY=passive", 1);
+    assert_int_equal(tr_bench_host_info(&rep, &err), TR_OK);
+    assert_string_equal(rep.omp_wait_by, "trident");
+    /* a mark that no longer matches what is set is the user's setting */
+    setenv("OMP_WAIT_POLICY", "active", 1);
+    assert_int_equal(tr_bench_host_info(&rep, &err), TR_OK);
+    assert_string_equal(rep.omp_wait, "active");
+    assert_string_equal(rep.omp_wait_by, "environment");
+
+    unsetenv("OMP_WAIT_POLICY");
+    setenv("GOMP_SPINCOUNT", "10000", 1);
+    setenv(TR_BENCH_OMP_WAIT_MARK, "GOMP_SPINCOUNT=10000", 1);
+    assert_int_equal(tr_bench_host_info(&rep, &err), TR_OK);
+    assert_string_equal(rep.omp_wait, "spin 10000 (GOMP_SPINCOUNT)");
+    assert_string_equal(rep.omp_wait_by, "trident");
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    assert_int_equal(tr_bench_host_info(&rep, &err), TR_OK);
+    assert_string_equal(rep.omp_wait, "spin 10000 (GOMP_SPINCOUNT), OMP_WAIT_POLICY=passive");
+    assert_string_equal(rep.omp_wait_by, "environment");
+
+    const char *names[3] = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", TR_BENCH_OMP_WAIT_MARK};
+    for (int i = 0; i < 3; i++)
+        if (saved[i]) setenv(names[i], keep[i], 1);
+        else unsetenv(names[i]);
+}
+
+/* [run] threads is the caller's to apply (core does not link OpenMP): a run whose kernels
+ * would get another count stops before any backend, naming the line. */
+static void test_threads_not_applied(void **state) {
+    (void)state;
+    static struct tr_config cfg;
+    static struct tr_bench_report rep;
+    struct tr_error err = {0};
+    tr_config_defaults(&cfg);
+    snprintf(cfg.file, sizeof cfg.file, "t.ini");
+    assert_int_equal(tr_bench_host_info(&rep, &err), TR_OK);
+    cfg.threads = rep.threads + 1;
+    cfg.threads_line = 3;
+    assert_int_equal(tr_bench_run(&cfg, tr_builtin_models, &rep, &err), TR_ERR_INVALID);
+    char want[128];
+    snprintf(want, sizeof want, "t.ini:3: [run] threads = %d, but OpenMP gives the kernels %d", cfg.threads,
+             cfg.threads - 1);
+    if (!strstr(err.msg, want)) fail_msg("the message lacks \"%s\": %s", want, err.msg);
+    assert_int_equal(rep.n_rows, 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_noisy_rows),
+        cmocka_unit_test(test_host_line),
+        cmocka_unit_test(test_json),
+        cmocka_unit_test(test_host_info),
+        cmocka_unit_test(test_threads_not_applied),
+    };
+    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
+}
