@@ -1,12 +1,11 @@
 /* What the jax backend's tests (test_jax_backend.c, test_jax_attention.c) share: the
  * backend's sources compiled in (so a test can look inside a program), the BERT tiny
- * fixtures, a temporary directory per run for the kernel caches, BERT's tiny preset. */
+ * fixtures, a cache directory under the run's scratch directory, BERT's tiny preset. */
 #ifndef TRIDENT_TESTS_JAX_TEST_H
 #define TRIDENT_TESTS_JAX_TEST_H
 
 #include <dirent.h>
 #include <dlfcn.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,25 +32,9 @@
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
 #define FIXTURE_GRADS TR_SOURCE_DIR "/tests/fixtures/bert_tiny_grads.safetensors"
 
-static char tmp_root[256];  /* this run's directory; every cache lives under it */
-
-static inline int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static inline int group_setup(void **state) {
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/trident-jax-test-XXXXXX");
-    return mkdtemp(tmp_root) ? 0 : -1;
-}
-
-static inline int group_teardown(void **state) {
-    return nftw(tmp_root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* A fresh cache directory under tmp_root. */
+/* A fresh cache directory under the group's scratch directory (tr_test_dir_setup). */
 static inline void fresh_dir(char *out, size_t n, const char *name) {
-    snprintf(out, n, "%s/%s", tmp_root, name);
+    snprintf(out, n, "%s/%s", tr_test_dir, name);
     assert_int_equal(mkdir(out, 0700), 0);
 }
 

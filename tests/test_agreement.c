@@ -21,22 +21,8 @@
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
 #define STEPS 3
 
-static char cache_dir[256];
-
-
-static int setup(void **state) {
-    snprintf(cache_dir, sizeof cache_dir, "/tmp/trident-agree-XXXXXX");
-    return mkdtemp(cache_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 static void run(const struct tr_test_backend *c, struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
-    tr_test_run_backend(c, cache_dir, g, in, STEPS, out, NULL);
+    tr_test_run_backend(c, tr_test_dir, g, in, STEPS, out, NULL);
 }
 
 static void all_match_hf(enum tr_dtype dt) {
@@ -97,7 +83,7 @@ static void test_bench_all_agree(void **state) {
              "backends = torch, torch:reduce-overhead, tf, jax\n"
              "batch = 2\nseq_len = 32\nsteps = 3\nwarmup = 2\n"
              "[backend.jax]\ncache_dir = %s\n",
-             cache_dir);
+             tr_test_dir);
     struct tr_config cfg;
     struct tr_error e = {0};
     if (tr_config_load_string(text, "agreement.ini", &cfg, &e)) fail_msg("%s", e.msg);
@@ -120,5 +106,5 @@ int main(void) {
         cmocka_unit_test(test_bf16),
         cmocka_unit_test(test_bench_all_agree),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
 }

@@ -33,24 +33,10 @@
 #define GRAD_TOL 1e-4
 #define MAX_PARAMS 64
 
-static char cache_dir[256];
-
-
-static int setup(void **state) {
-    snprintf(cache_dir, sizeof cache_dir, "/tmp/trident-bertgrad-XXXXXX");
-    return mkdtemp(cache_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 /* Run g STEPS times on one configuration and show what it ran. */
 static void run(const struct tr_test_backend *c, struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
     struct tr_backend_stats st;
-    tr_test_run_backend(c, cache_dir, g, in, STEPS, out, &st);
+    tr_test_run_backend(c, tr_test_dir, g, in, STEPS, out, &st);
     assert_true(st.kernel_calls > 0);
     print_message("%-22s %llu kernel calls; %s\n", c->label, (unsigned long long)st.kernel_calls, st.notes);
 }
@@ -219,5 +205,5 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grads_match_pytorch),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
 }

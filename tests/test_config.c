@@ -4,7 +4,6 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <sched.h>
 #include <stdio.h>
@@ -15,28 +14,9 @@
 #include "testutil.h"
 #include "trident/config.h"
 
-static char tmp_dir[128];
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static int group_setup(void **state) {
-    (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(tmp_dir, sizeof tmp_dir, "%s/trident_config_XXXXXX", base && *base ? base : "/tmp");
-    return mkdtemp(tmp_dir) ? 0 : -1;
-}
-
-static int group_teardown(void **state) {
-    (void)state;
-    return nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* tmp_dir/name, written with text (NULL: only the path). */
+/* tr_test_dir/name, written with text (NULL: only the path). */
 static void tmp_path(char *out, size_t n, const char *name, const char *text) {
-    int len = snprintf(out, n, "%s/%s", tmp_dir, name);
+    int len = snprintf(out, n, "%s/%s", tr_test_dir, name);
     assert_true(len > 0 && (size_t)len < n);
     if (!text) return;
     FILE *f = fopen(out, "wb");
@@ -58,7 +38,7 @@ static void check_error(const char *name, const char *text, int status, const ch
         if (!strstr(err.msg, needles[i])) fail_msg("%s: the message lacks \"%s\": %s", name, needles[i], err.msg);
 }
 
-/* Load text as tmp_dir/NAME, expect status and a message holding every string given. */
+/* Load text as tr_test_dir/NAME, expect status and a message holding every string given. */
 #define expect_error(name, text, status, ...)                                       \
     do {                                                                             \
         const char *const needles_[] = {__VA_ARGS__};                                \
@@ -197,7 +177,7 @@ static void test_good_file(void **state) {
     char expect[PATH_MAX + 64];
     tmp_path(expect, sizeof expect, "good.ini", NULL);
     assert_string_equal(cfg.file, expect);
-    assert_string_equal(cfg.dir, tmp_dir);
+    assert_string_equal(cfg.dir, tr_test_dir);
     assert_string_equal(cfg.model, "gemma_2b.v1-x");
     assert_string_equal(cfg.preset, "base");
     assert_string_equal(cfg.task, "fit");
@@ -225,7 +205,7 @@ static void test_good_file(void **state) {
     assert_string_equal(cfg.backends[1].mode, "");
     assert_string_equal(cfg.backends[2].name, "tf");
     assert_string_equal(cfg.backends[2].mode, "");
-    snprintf(expect, sizeof expect, "%s/plugs/libtrident_backend_tf.so", tmp_dir);
+    snprintf(expect, sizeof expect, "%s/plugs/libtrident_backend_tf.so", tr_test_dir);
     assert_string_equal(cfg.backends[2].path, expect);
     assert_string_equal(cfg.backends[3].name, "ext");
     assert_string_equal(cfg.backends[3].mode, "fast");
@@ -385,8 +365,8 @@ static void test_duplicate_keys(void **state) {
                  "lines 2 and 4");
     expect_error("dup4.ini", "[backend.torch]\nmode = a\n[backend.jax]\nmode = b\n[backend.torch]\nmode = c\n",
                  TR_ERR_INVALID, "dup4.ini:6: [backend.torch] mode = c:", "lines 2 and 6");
-    char text[512];
-    snprintf(text, sizeof text, "[plugins]\npath = %s\npath = %s\n", tmp_dir, tmp_dir);
+    char text[600];
+    snprintf(text, sizeof text, "[plugins]\npath = %s\npath = %s\n", tr_test_dir, tr_test_dir);
     expect_error("dup5.ini", text, TR_ERR_INVALID, "dup5.ini:3: [plugins] path", "lines 2 and 3");
     /* An indented line is not glued to the key above (inih's multi-line values). */
     expect_error("dup6.ini", "[run]\nmodel = bert\n   model = gemma\n", TR_ERR_INVALID, "dup6.ini:3: [run] model = gemma",
@@ -438,11 +418,11 @@ static void test_missing_files(void **state) {
     assert_non_null(strstr(err.msg, path));
     assert_non_null(strstr(err.msg, strerror(ENOENT)));
     /* A directory is not a config file. */
-    assert_int_equal(tr_config_load(tmp_dir, &cfg, &err), TR_ERR_IO);
-    assert_non_null(strstr(err.msg, tmp_dir));
+    assert_int_equal(tr_config_load(tr_test_dir, &cfg, &err), TR_ERR_IO);
+    assert_non_null(strstr(err.msg, tr_test_dir));
 
     char wpath[PATH_MAX + 64];
-    snprintf(wpath, sizeof wpath, "%s/sub/missing.safetensors", tmp_dir);
+    snprintf(wpath, sizeof wpath, "%s/sub/missing.safetensors", tr_test_dir);
     expect_error("w1.ini", "[run]\nmodel = bert\nweights = sub/missing.safetensors\n", TR_ERR_IO,
                  "w1.ini:3: [run] weights = sub/missing.safetensors:", wpath, strerror(ENOENT));
     expect_error("w2.ini", "[run]\nweights = .\n", TR_ERR_IO, "w2.ini:2: [run] weights = .:", "is a directory");
@@ -450,13 +430,13 @@ static void test_missing_files(void **state) {
     load_ok("w3.ini", "[run]\nweights =\n", &ok);
     assert_string_equal(ok.weights, "");
 
-    snprintf(wpath, sizeof wpath, "%s/no_plugins_here", tmp_dir);
+    snprintf(wpath, sizeof wpath, "%s/no_plugins_here", tr_test_dir);
     expect_error("p1.ini", "[plugins]\npath = no_plugins_here\n", TR_ERR_IO, "p1.ini:2: [plugins] path = no_plugins_here:",
                  wpath, strerror(ENOENT));
     expect_error("p2.ini", "[plugins]\npath = p2.ini\n", TR_ERR_IO, "p2.ini:2: [plugins] path = p2.ini:",
                  "not a directory");
     load_ok("p3.ini", "[plugins]\npath = .\n", &ok);
-    assert_string_equal(ok.plugin_path, tmp_dir);
+    assert_string_equal(ok.plugin_path, tr_test_dir);
     assert_int_equal(tr_config_load_string("[plugins]\npath = /\n", "/x.ini", &ok, &err), TR_OK);
     assert_string_equal(ok.plugin_path, "/");
 }
@@ -542,7 +522,7 @@ static void test_path_backends(void **state) {
         assert_string_equal(cfg.backends[i].name, names[i]);
         assert_string_equal(cfg.backends[i].mode, modes[i]);
         char want[PATH_MAX + 64];
-        if (rel[i]) snprintf(want, sizeof want, "%s/%s", tmp_dir, rel[i]);
+        if (rel[i]) snprintf(want, sizeof want, "%s/%s", tr_test_dir, rel[i]);
         else snprintf(want, sizeof want, "/opt/t/libtrident_backend_b.so");
         assert_string_equal(cfg.backends[i].path, want);
     }
@@ -578,5 +558,5 @@ int main(void) {
         cmocka_unit_test(test_backend_options),
         cmocka_unit_test(test_path_backends),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
 }

@@ -401,5 +401,5 @@ int main(void) {
         cmocka_unit_test(test_attention_backward_bert_fit),
         cmocka_unit_test(test_attention_backward_dq_dv),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
 }

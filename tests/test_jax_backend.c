@@ -743,5 +743,5 @@ int main(void) {
         cmocka_unit_test(test_bert_f32),
         cmocka_unit_test(test_bert_bf16),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
 }

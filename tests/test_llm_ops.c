@@ -863,7 +863,6 @@ static void test_infer(void **state) {
 
 /* ---- every backend configuration on a graph of the new ops ---- */
 
-static char cache_dir[64]; /* the jax backend's, removed at the end */
 
 static void backends_case(enum tr_dtype dt) {
     const int64_t B = 2, H = 4, Hk = 2, T = 6, D = 8;
@@ -906,7 +905,7 @@ static void backends_case(enum tr_dtype dt) {
 
     for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
         struct tr_tensor out[2];
-        tr_test_run_backend(&tr_test_backends[c], cache_dir, g, in, 2, out, NULL);
+        tr_test_run_backend(&tr_test_backends[c], tr_test_dir, g, in, 2, out, NULL);
         char what[120];
         snprintf(what, sizeof what, "%s: rms_norm+rope", tr_test_backends[c].label);
         check(what, dt, &out[0], qref);
@@ -952,7 +951,7 @@ static void backends_grad_case(enum tr_dtype dt) {
     ref_rms_grad(xv, NULL, dn, B * H * T, D, 1e-6, 1, dw);
     for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
         struct tr_tensor out[2];
-        tr_test_run_backend(&tr_test_backends[c], cache_dir, g, in, 2, out, NULL);
+        tr_test_run_backend(&tr_test_backends[c], tr_test_dir, g, in, 2, out, NULL);
         char what[120];
         snprintf(what, sizeof what, "%s: d rope(rms_norm)/dx", tr_test_backends[c].label);
         check(what, dt, &out[0], dx);
@@ -969,15 +968,12 @@ static void backends_grad_case(enum tr_dtype dt) {
 
 static void test_backends(void **state) {
     (void)state;
-    snprintf(cache_dir, sizeof cache_dir, "/tmp/trident-llmops-XXXXXX");
-    assert_non_null(mkdtemp(cache_dir));
+    assert_int_equal(tr_test_dir_setup(NULL), 0); /* the jax backend's cache, removed at the end */
     backends_case(TR_DTYPE_F32);
     backends_case(TR_DTYPE_BF16);
     backends_grad_case(TR_DTYPE_F32);
     backends_grad_case(TR_DTYPE_BF16);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache_dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(tr_test_dir_teardown(NULL), 0);
 }
 
 int main(void) {

@@ -15,10 +15,9 @@
 #define TP_STATS_POISON 0x5eed /* tests/plugins/backend_test.c */
 #define BUILD_PLUGIN_DIR TR_BINARY_DIR "/plugins"
 
-static char root[64];      /* a fresh temporary directory */
-static char dir_ini[128];  /* root/ini: holds a copy of good */
-static char dir_env[128];  /* root/env: holds a copy of good, and one named torch */
-static char dir_none[128]; /* root/none: never created */
+static char dir_ini[300];  /* tr_test_dir/ini: holds a copy of good */
+static char dir_env[300];  /* tr_test_dir/env: holds a copy of good, and one named torch */
+static char dir_none[300]; /* tr_test_dir/none: never created */
 
 static const char *plugin_file(const char *variant) {
     static char buf[8][512];
@@ -40,14 +39,12 @@ static void copy_file(const char *from, const char *to) {
 }
 
 static int setup_dirs(void **state) {
-    (void)state;
-    snprintf(root, sizeof root, "/tmp/trident_loader_XXXXXX");
-    if (!mkdtemp(root)) return -1;
-    snprintf(dir_ini, sizeof dir_ini, "%s/ini", root);
-    snprintf(dir_env, sizeof dir_env, "%s/env", root);
-    snprintf(dir_none, sizeof dir_none, "%s/none", root);
+    if (tr_test_dir_setup(state)) return -1;
+    snprintf(dir_ini, sizeof dir_ini, "%s/ini", tr_test_dir);
+    snprintf(dir_env, sizeof dir_env, "%s/env", tr_test_dir);
+    snprintf(dir_none, sizeof dir_none, "%s/none", tr_test_dir);
     if (mkdir(dir_ini, 0700) || mkdir(dir_env, 0700)) return -1;
-    char to[256];
+    char to[400];
     snprintf(to, sizeof to, "%s/libtrident_backend_good.so", dir_ini);
     copy_file(plugin_file("good"), to);
     snprintf(to, sizeof to, "%s/libtrident_backend_good.so", dir_env);
@@ -58,18 +55,7 @@ static int setup_dirs(void **state) {
 }
 
 static int teardown_dirs(void **state) {
-    (void)state;
-    char p[256];
-    snprintf(p, sizeof p, "%s/libtrident_backend_good.so", dir_ini);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/libtrident_backend_good.so", dir_env);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/libtrident_backend_torch.so", dir_env);
-    unlink(p);
-    rmdir(dir_ini);
-    rmdir(dir_env);
-    rmdir(root);
-    return 0;
+    return tr_test_dir_teardown(state);
 }
 
 #define assert_msg_has(err, s)                                                                     \
@@ -434,7 +420,7 @@ static void expect_path(const char *name, const char *ini, const char *env, cons
 static void test_search_order(void **state) {
     (void)state;
     const char *good = "libtrident_backend_good.so";
-    char env[512];
+    char env[1200];
     expect_path("good", dir_ini, dir_env, dir_ini, good); /* [plugins] path first */
     expect_path("good", NULL, dir_env, dir_env, good);
     snprintf(env, sizeof env, "%s:%s:%s", dir_none, dir_env, TR_TEST_PLUGIN_DIR);
@@ -478,7 +464,7 @@ static void test_search_order(void **state) {
 
 static void test_not_found(void **state) {
     (void)state;
-    char env[512];
+    char env[1200];
     snprintf(env, sizeof env, "%s:%s", dir_env, dir_none);
     struct tr_plugin_search s = {.ini_dir = dir_ini, .env_path = env};
     struct tr_plugin *p = (struct tr_plugin *)0x1;
@@ -558,7 +544,7 @@ static void test_scan(void **state) {
     struct seen *s = calloc(1, sizeof *s);
     assert_non_null(s);
     /* The test dir twice: listed once. */
-    char env[512];
+    char env[1200];
     snprintf(env, sizeof env, "%s:%s:%s", TR_TEST_PLUGIN_DIR, dir_none, TR_TEST_PLUGIN_DIR);
     struct tr_plugin_search search = {.ini_dir = dir_ini, .env_path = env};
     struct tr_error err = {0};

@@ -115,7 +115,9 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
 
 int tr_test_dir_setup(void **state) {
     (void)state;
-    snprintf(tr_test_dir, sizeof tr_test_dir, "/tmp/trident-test-XXXXXX");
+    const char *base = getenv("TMPDIR");
+    int n = snprintf(tr_test_dir, sizeof tr_test_dir, "%s/trident-test-XXXXXX", base && *base ? base : "/tmp");
+    if (n < 0 || (size_t)n >= sizeof tr_test_dir) return -1;
     return mkdtemp(tr_test_dir) ? 0 : -1;
 }
 

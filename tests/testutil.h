@@ -32,8 +32,10 @@ void tr_test_poison(struct tr_tensor *t);
 struct tr_kernels;
 extern struct tr_kernels *tr_test_k;
 int tr_test_kernels_setup(void **state);
-/* A group's scratch directory (/tmp/trident-test-XXXXXX: backends' caches, files a test
- * writes), made by the setup and removed with all it holds by the teardown. */
+/* A group's scratch directory ($TMPDIR/trident-test-XXXXXX, /tmp without TMPDIR: backends'
+ * caches, files a test writes), made by the setup and removed with all it holds by the
+ * teardown. Every test that needs a scratch directory uses this one (a group with more to
+ * set up calls the setup from its own). */
 extern char tr_test_dir[256];
 int tr_test_dir_setup(void **state);
 int tr_test_dir_teardown(void **state);

@@ -12,14 +12,15 @@
  *
  * Attributes are stored normalised, so that a backend reads them without re-deriving:
  * negative axes are made non-negative (SLICE, CONCAT, SUM/MEAN/MAX), SLICE start/end
- * are made non-negative, and the -1 of a RESHAPE is replaced by the inferred extent.
+ * are made non-negative, the -1 of a RESHAPE is replaced by the inferred extent, and the
+ * defaults ops.h gives a 0 are filled in: MATMUL's alpha 1 and ATTENTION's (and
+ * ATTENTION_GRAD's) scale 1/sqrt(D), rounded once from double (tr_attention_scale).
  *
  * Names are unique: find() must be unambiguous because weights are bound by name. An
  * explicit name that is already taken is an error; an automatic name ("<op>_<id>",
  * in the current scope) that collides with an explicit one is left out of the index.
  */
 #include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,13 +410,10 @@ int tr_graph_add_node(struct tr_graph *g, enum tr_op op, int n_inputs, const int
     n.n_inputs = n_inputs;
     if (attrs) {
         n.attrs = *attrs;
-    } else { /* neutral defaults for the attributes whose zero would change the result */
-        if (op == TR_OP_MATMUL || op == TR_OP_SCALE) n.attrs.floats[0] = 1.0f;
-        if (op == TR_OP_ATTENTION) {
-            const int64_t *qs = tr_node_shape(g, inputs[0]);
-            int qn = tr_node_ndim(g, inputs[0]);
-            n.attrs.floats[0] = qn >= 1 && qs[qn - 1] > 0 ? (float)(1.0 / sqrt((double)qs[qn - 1])) : 1.0f;
-        }
+    } else if (op == TR_OP_SCALE) {
+        /* SCALE's alpha 0 is a real 0, so no attrs means the identity. MATMUL's alpha and
+         * ATTENTION's scale have a meaning for 0, resolved below by tr_graph_infer_node. */
+        n.attrs.floats[0] = 1.0f;
     }
     char msg[TR_ERROR_MSG_MAX - 2 * TR_NAME_MAX];
     int st = tr_graph_infer_node(g, op, n_inputs, n.inputs, &n.attrs, &n.dtype, &n.ndim, n.shape, msg, sizeof msg);

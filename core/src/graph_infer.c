@@ -91,8 +91,8 @@ static int infer_binary(struct ctx *c, const struct arg *a, int *dt, int *nd, in
     return TR_OK;
 }
 
-static int infer_matmul(struct ctx *c, const struct arg *a, const struct tr_attrs *at, int *dt, int *nd,
-                        int64_t *sh) {
+/* Stores alpha resolved: 0 becomes 1 (tr_matmul_alpha). */
+static int infer_matmul(struct ctx *c, const struct arg *a, struct tr_attrs *at, int *dt, int *nd, int64_t *sh) {
     static const char *const what[] = {"a", "b"};
     int st = same_float(c, 2, a, what);
     if (st) return st;
@@ -117,6 +117,7 @@ static int infer_matmul(struct ctx *c, const struct arg *a, const struct tr_attr
     sh[nbatch + 1] = n;
     *nd = nbatch + 2;
     *dt = A->dt;
+    at->floats[0] = tr_matmul_alpha(at->floats[0]);
     return TR_OK;
 }
 
@@ -279,7 +280,9 @@ static int infer_reduce(struct ctx *c, const struct arg *x, struct tr_attrs *at,
     return TR_OK;
 }
 
-static int infer_attention(struct ctx *c, int n, const struct arg *a, const struct tr_attrs *at, int *dt, int *nd,
+/* Stores the scale resolved: 0 becomes 1/sqrt(D) (tr_attention_default_scale), here and
+ * only here for a graph, so that every backend and device reads the same bits. */
+static int infer_attention(struct ctx *c, int n, const struct arg *a, struct tr_attrs *at, int *dt, int *nd,
                            int64_t *sh) {
     static const char *const what[] = {"q", "k", "v"};
     int st = same_float(c, 3, a, what);
@@ -320,6 +323,7 @@ static int infer_attention(struct ctx *c, int n, const struct arg *a, const stru
     sh[3] = v->sh[3];
     *nd = 4;
     *dt = q->dt;
+    at->floats[0] = tr_attention_scale(at->floats[0], D);
     return TR_OK;
 }
 
@@ -405,7 +409,8 @@ static int infer_embedding_grad(struct ctx *c, const struct arg *a, const struct
     return TR_OK;
 }
 
-static int infer_attention_grad(struct ctx *c, int n, const struct arg *a, const struct tr_attrs *at, int *dt,
+/* Stores the scale resolved as ATTENTION does (infer_attention below writes it). */
+static int infer_attention_grad(struct ctx *c, int n, const struct arg *a, struct tr_attrs *at, int *dt,
                                 int *nd, int64_t *sh) {
     if (n != 4 && n != 5)
         return refuse(c, TR_ERR_INVALID, "%d inputs, expected q, k, v, dy and an optional mask (4 or 5)", n);

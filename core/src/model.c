@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
+#include "trident/parse.h"
 #include "trident/model.h"
 
 static const char *const task_names[TR_TASK_COUNT] = {"predict", "fit", "generate"};
@@ -64,7 +64,7 @@ static void key_expect(const struct tr_model_key *k, char *buf, size_t n) {
         else snprintf(buf, n, "a finite number");
         return;
     case TR_KEY_BOOL:
-        snprintf(buf, n, "true, false, yes, no, 1 or 0");
+        snprintf(buf, n, "%s", TR_BOOL_WORDS);
         return;
     case TR_KEY_STRING:
         snprintf(buf, n, "a string of at most 63 characters");
@@ -98,9 +98,7 @@ static int key_set(const struct tr_model_key *k, const char *v, char *config) {
     }
     case TR_KEY_BOOL: {
         int b;
-        if (!strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcmp(v, "1")) b = 1;
-        else if (!strcasecmp(v, "false") || !strcasecmp(v, "no") || !strcmp(v, "0")) b = 0;
-        else return 0;
+        if (tr_parse_bool(v, &b)) return 0; /* the words backend options take too */
         memcpy(config + k->offset, &b, sizeof b);
         return 1;
     }

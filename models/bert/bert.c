@@ -6,7 +6,6 @@
  * attention mask from a 1-keep/0-pad mask, pooler (token 0, dense, tanh), classifier.
  * Dropout is absent: predict is inference.
  */
-#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,7 +197,7 @@ static int encoder_layer(struct tr_graph *g, const struct tr_bert_config *c, con
     const char *names[3] = {"query", "key", "value"};
     for (int i = 0; i < 3; i++)
         qkv[i] = tr_transpose(g, tr_reshape(g, linear(g, x, D, D, dt, names[i], lr, LORA_QUERY + i), 4, split), 4, perm);
-    int ctx = tr_attention(g, qkv[0], qkv[1], qkv[2], mask, (float)(1.0 / sqrt((double)Dh)), 0, 0);
+    int ctx = tr_attention(g, qkv[0], qkv[1], qkv[2], mask, tr_attention_default_scale(Dh), 0, 0);
     ctx = tr_reshape(g, tr_transpose(g, ctx, 4, perm), 3, merged);
     tr_graph_pop_scope(g);
     tr_graph_push_scope(g, "output");

@@ -210,7 +210,7 @@ static int decoder_layer(struct tr_graph *g, const struct pass_ctx *ctx, int64_t
     }
     const int causal = !p->full_mask;
     const int window = p->full_mask ? 0 : (int)c->sliding_window;
-    int a = tr_attention(g, q, k, v, ctx->mask, (float)(1.0 / sqrt((double)dh)), causal, window);
+    int a = tr_attention(g, q, k, v, ctx->mask, tr_attention_default_scale(dh), causal, window);
     const int perm[4] = {0, 2, 1, 3};
     const int64_t merged[3] = {B, T, H * dh};
     a = tr_reshape(g, tr_transpose(g, a, 4, perm), 3, merged);

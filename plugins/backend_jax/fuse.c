@@ -206,7 +206,7 @@ static int fold_epilogues(struct tr_pir *p, int *n_folded, struct tr_error *err)
         struct tr_pir_node *mm = &p->nodes[m];
         if (mm->dead || mm->op != TR_OP_MATMUL || mm->n_in != 2 || !gen_float(mm->dtype) || mm->ndim < 1) continue;
         int64_t N = mm->shape[mm->ndim - 1];
-        float alpha = mm->attrs.floats[0] == 0.0f ? 1.0f : mm->attrs.floats[0];
+        float alpha = tr_matmul_alpha(mm->attrs.floats[0]);
         int bias = -1, cur = m, r;
         enum tr_act act = TR_ACT_NONE;
         int chain[3], n_chain = 0;

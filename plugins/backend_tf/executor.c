@@ -246,14 +246,14 @@ static int bind_fused(struct tr_kernels *k, const struct tr_pir_node *d, const s
     case TF_OP_GEMM:
         return tr_kernels_bind_matmul(k, &in[0], &in[1], out, a->ints[0] != 0, a->ints[1] != 0, a->floats[0],
                                       a->ints[3] ? &in[2] : NULL, (enum tr_act)a->ints[2], c, err);
-    case TF_OP_BRLN: {
+    case TF_OP_BIAS_RESIDUAL_LN: {
         int j = 3;
         const struct tr_tensor *bias = a->ints[0] ? &in[j++] : NULL;
         const struct tr_tensor *res = a->ints[1] ? &in[j++] : NULL;
         return tr_kernels_bind_bias_residual_layer_norm(k, &in[0], bias, res, &in[1], &in[2], a->floats[0], out, c,
                                                         err);
     }
-    case TF_OP_SMS:
+    case TF_OP_SCALE_MASK_SOFTMAX:
         return tr_kernels_bind_scale_mask_softmax(k, &in[0], a->floats[0], a->ints[0] ? &in[1] : NULL, out, c, err);
     case TF_OP_EMBED_LN: {
         int n = (int)a->ints[0];

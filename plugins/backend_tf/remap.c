@@ -10,9 +10,9 @@
  * the bias goes into the layer norm's single pass and the GEMM stays plain.
  *
  *   attention   MATMUL(q,k,trans_b) [SCALE] [ADD mask] SOFTMAX MATMUL(·,v) -> ATTENTION
- *   sms         [SCALE] [ADD mask] SOFTMAX (at least one of the two)   -> TF_OP_SMS
+ *   sms         [SCALE] [ADD mask] SOFTMAX (at least one of the two)   -> TF_OP_SCALE_MASK_SOFTMAX
  *   embed+ln    2 or 3 EMBEDDINGs summed by ADDs, LAYER_NORM           -> TF_OP_EMBED_LN
- *   brln        ADDs of x, [residual], [bias (D)], LAYER_NORM          -> TF_OP_BRLN
+ *   brln        ADDs of x, [residual], [bias (D)], LAYER_NORM          -> TF_OP_BIAS_RESIDUAL_LN
  *   gemm        MATMUL [ADD bias (N)] [GELU|TANH|RELU|SILU]            -> TF_OP_GEMM
  *   attn bwd    ATTENTION_GRAD for dq, dk, dv of one attention           -> TF_OP_ATTN_BWD
  *               (+ TF_OP_EXTRA_OUT for the outputs beyond the first)
@@ -33,8 +33,8 @@ struct remap {
 const char *tf_op_name(int op) {
     switch (op) {
     case TF_OP_GEMM: return "fused_gemm";
-    case TF_OP_BRLN: return "fused_bias_residual_layer_norm";
-    case TF_OP_SMS: return "fused_scale_mask_softmax";
+    case TF_OP_BIAS_RESIDUAL_LN: return "fused_bias_residual_layer_norm";
+    case TF_OP_SCALE_MASK_SOFTMAX: return "fused_scale_mask_softmax";
     case TF_OP_EMBED_LN: return "fused_embedding_sum_layer_norm";
     case TF_OP_ATTN_BWD: return "fused_attention_backward";
     case TF_OP_EXTRA_OUT: return "extra_output";
@@ -100,7 +100,7 @@ static int broadcasts(int nd, const int64_t *s, int nf, const int64_t *full) {
 static int is_float_dt(int dt) { return dt == TR_DTYPE_F32 || dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16; }
 
 /* MATMUL's alpha: ops.h's default 1 where the attribute was left 0. */
-static float mm_alpha(const struct tr_pir_node *m) { return m->attrs.floats[0] == 0.0f ? 1.0f : m->attrs.floats[0]; }
+static float mm_alpha(const struct tr_pir_node *m) { return tr_matmul_alpha(m->attrs.floats[0]); }
 
 static void drop_node(struct remap *r, int id) { node_at(r, id)->dead = 1; }
 
@@ -213,7 +213,7 @@ static int match_sms(struct remap *r, int root) {
     int in[2] = {cur, mask};
     set_inputs(sm, mask >= 0 ? 2 : 1, in);
     memset(&sm->attrs, 0, sizeof sm->attrs);
-    sm->op = TF_OP_SMS;
+    sm->op = TF_OP_SCALE_MASK_SOFTMAX;
     sm->attrs.ints[0] = mask >= 0;
     sm->attrs.floats[0] = scale;
     if (add >= 0) drop_node(r, add);
@@ -303,7 +303,7 @@ static int brln_try(struct remap *r, int root, int deep) {
     float eps = ln->attrs.floats[0];
     set_inputs(ln, k, in);
     memset(&ln->attrs, 0, sizeof ln->attrs);
-    ln->op = TF_OP_BRLN;
+    ln->op = TF_OP_BIAS_RESIDUAL_LN;
     ln->attrs.ints[0] = bias >= 0;
     ln->attrs.ints[1] = nf == 2;
     ln->attrs.floats[0] = eps;

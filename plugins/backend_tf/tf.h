@@ -22,9 +22,9 @@
  *   GEMM        in: a, b, [bias (N)]            ints[0]=trans_a ints[1]=trans_b
  *               ints[2]=enum tr_act ints[3]=has_bias floats[0]=alpha
  *               c = act(alpha·op(a)·op(b) + bias): tr_k_matmul with its epilogue
- *   BRLN        in: x, gamma, beta, [bias (D)], [residual]    ints[0]=has_bias
+ *   BIAS_RESIDUAL_LN  in: x, gamma, beta, [bias (D)], [residual]    ints[0]=has_bias
  *               ints[1]=has_residual floats[0]=eps: tr_k_bias_residual_layer_norm
- *   SMS         in: x, [mask]                   ints[0]=has_mask floats[0]=scale
+ *   SCALE_MASK_SOFTMAX  in: x, [mask]           ints[0]=has_mask floats[0]=scale
  *               softmax(scale·x + mask): tr_k_scale_mask_softmax
  *   EMBED_LN    in: table_0..table_{n-1}, ids_0..ids_{n-1}, gamma, beta
  *               ints[0]=n floats[0]=eps: tr_k_embedding_sum_layer_norm
@@ -37,8 +37,8 @@
  * An unfused attention block becomes the graph's own ATTENTION op (the tiled kernel). */
 enum tf_op {
     TF_OP_GEMM = TR_PIR_OP_PRIVATE,
-    TF_OP_BRLN,
-    TF_OP_SMS,
+    TF_OP_BIAS_RESIDUAL_LN,
+    TF_OP_SCALE_MASK_SOFTMAX,
     TF_OP_EMBED_LN,
     TF_OP_ATTN_BWD,
     TF_OP_EXTRA_OUT,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "options.h"
+#include "trident/parse.h"
 
 const char *tr_opt_where(const struct tr_option *o, char *buf, size_t n) {
     if (o->file && o->file[0] && o->line > 0) snprintf(buf, n, "%s:%d: ", o->file, (int)o->line);
@@ -12,19 +13,10 @@ const char *tr_opt_where(const struct tr_option *o, char *buf, size_t n) {
     return buf;
 }
 
-static int parse_bool(const char *v, int *out) {
-    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
-    for (int i = 0; i < 4; i++) {
-        if (strcmp(v, yes[i]) == 0) return *out = 1, 0;
-        if (strcmp(v, no[i]) == 0) return *out = 0, 0;
-    }
-    return -1;
-}
-
 static int parse_one(const struct tr_opt_spec *s, const char *v, void *dst) {
     char *at = (char *)dst + s->offset;
     switch (s->type) {
-    case TR_OPT_BOOL: return parse_bool(v, (int *)at);
+    case TR_OPT_BOOL: return tr_parse_bool(v, (int *)at); /* the words [model] keys take too */
     case TR_OPT_INT: {
         char *end;
         errno = 0;
@@ -51,7 +43,7 @@ static void describe(const struct tr_opt_spec *s, char *buf, size_t n) {
         return;
     }
     switch (s->type) {
-    case TR_OPT_BOOL: snprintf(buf, n, "true or false"); break;
+    case TR_OPT_BOOL: snprintf(buf, n, "%s", TR_BOOL_WORDS); break;
     case TR_OPT_INT: snprintf(buf, n, "an integer from %lld to %lld", (long long)s->min, (long long)s->max); break;
     case TR_OPT_STRING: snprintf(buf, n, "a value of 1 to %zu bytes", s->size - 1); break;
     case TR_OPT_CHOICE: {

@@ -460,8 +460,7 @@ int tr_kernels_bind_attention_backward(struct tr_kernels *k, const struct tr_ten
         }
     call->n_in = 8;
     /* 0: attention's default 1/sqrt(D), as the ATTENTION_GRAD op reads it */
-    if (scale == 0.0f && q->ndim == 4 && q->shape[3] > 0) scale = 1.0f / sqrtf((float)q->shape[3]);
-    call->attrs.floats[0] = scale;
+    call->attrs.floats[0] = tr_attention_scale(scale, q->ndim == 4 ? q->shape[3] : 0);
     call->attrs.ints[0] = causal;
     call->attrs.ints[1] = window;
     call->attrs.ints[3] = mask != NULL;

@@ -176,9 +176,8 @@ static int resolve_reduce(int op, const struct tr_attrs *at, const struct tr_ten
 static int resolve_attention(struct tr_attrs *at, int n_in, const struct tr_tensor *in, struct tr_error *err) {
     if (n_in != 3 && n_in != 4)
         return tr_error_set(err, TR_ERR_INVALID, "attention: %d inputs given, 3 (q, k, v) or 4 (with mask) expected", n_in);
-    /* 0 is no meaningful scale: it stands for the usual 1/sqrt(D) */
-    if (at->floats[0] == 0.0f && in[0].ndim == 4 && in[0].shape[3] > 0)
-        at->floats[0] = 1.0f / sqrtf((float)in[0].shape[3]);
+    /* 0 stands for 1/sqrt(D) (a graph's node already carries it; a direct call may not) */
+    at->floats[0] = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
     if (at->ints[1] < 0 || at->ints[1] > INT32_MAX)
         return tr_error_set(err, TR_ERR_INVALID, "attention: window ints[1]=%lld out of range", (long long)at->ints[1]);
     return TR_OK;
@@ -207,8 +206,7 @@ static int invoke_train(struct tr_kernels *k, int op, const struct tr_attrs *at,
         if (n_in != 4 && n_in != 5)
             return tr_error_set(err, TR_ERR_INVALID, "attention_grad: %d inputs given, 4 (q, k, v, dy) or 5 (with mask) "
                                 "expected", n_in);
-        float scale = at->floats[0]; /* 0: attention's default 1/sqrt(D) */
-        if (scale == 0.0f && in[0].ndim == 4 && in[0].shape[3] > 0) scale = 1.0f / sqrtf((float)in[0].shape[3]);
+        float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
         if (a[1] < 0 || a[1] > INT32_MAX || a[2] < 0 || a[2] > 2)
             return tr_error_set(err, TR_ERR_INVALID, "attention_grad: window ints[1]=%lld or operand ints[2]=%lld (0 dq, "
                                 "1 dk, 2 dv) out of range", (long long)a[1], (long long)a[2]);
@@ -274,8 +272,7 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
     int st;
     switch (op) {
     case TR_OP_MATMUL:
-        /* alpha 0 is an attribute left unset: ops.h's default is 1 */
-        if (at->floats[0] == 0.0f) at->floats[0] = 1.0f;
+        at->floats[0] = tr_matmul_alpha(at->floats[0]); /* a direct call's unset 0 */
         r->invoke = invoke_matmul;
         r->bind = tr_cpu_matmul_bind_op;
         return TR_OK;

@@ -358,8 +358,7 @@ static int run_attention_grad(struct tr_cuda_ctx *c, const struct tr_attrs *at, 
     if (a[1] < 0 || a[1] > INT32_MAX || a[2] < 0 || a[2] > 2)
         return tr_error_set(err, TR_ERR_INVALID, "attention_grad: window ints[1]=%lld or operand ints[2]=%lld (0 dq, 1 dk, "
                             "2 dv) out of range", (long long)a[1], (long long)a[2]);
-    float scale = at->floats[0]; /* 0: attention's default 1/sqrt(D) */
-    if (scale == 0.0f && in[0].ndim == 4 && in[0].shape[3] > 0) scale = 1.0f / sqrtf((float)in[0].shape[3]);
+    float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
     struct tr_cu_attn p;
     int st = attn_params("attention_grad", at, scale, &in[0], &in[1], &in[2], n_in == 5 ? &in[4] : NULL, &in[3], &p,
                          err);

@@ -14,7 +14,8 @@
  *   MATMUL       a (...,M,K) · b (...,K,N) -> (...,M,N)   ints[0]=trans_a, ints[1]=trans_b
  *                (transposes swap the last two axes of the operand). Batch axes of a and b
  *                broadcast (numpy rules), b may be 2-D and is then shared by every batch.
- *                floats[0]=alpha (the product is scaled by alpha; 1 by default).
+ *                floats[0]=alpha (the product is scaled by alpha; 0 means 1, stored
+ *                resolved: tr_matmul_alpha).
  *   ADD SUB MUL DIV  numpy broadcasting of the two inputs
  *   GELU         ints[0]=0: x/2·(1+erf(x/√2)); 1: tanh approximation
  *   TANH RELU SILU SIGMOID EXP NEG SQRT RSQRT   elementwise
@@ -32,7 +33,8 @@
  *   ATTENTION    q (B,H,Tq,D), k (B,Hk,Tk,D), v (B,Hk,Tk,Dv), [mask] -> (B,H,Tq,Dv)
  *                H a multiple of Hk (grouped-query heads). mask, optional 4th input, is
  *                additive, f32 or q's dtype, broadcastable to (B,H,Tq,Tk).
- *                floats[0]=scale (applied to q·kᵀ), ints[0]=causal (0/1),
+ *                floats[0]=scale (applied to q·kᵀ; 0 means 1/√D, stored resolved:
+ *                tr_attention_default_scale), ints[0]=causal (0/1),
  *                ints[1]=window (0: none; else key j is seen by query i only when
  *                i - window < j <= i, positions aligned at the end of k)
  *
@@ -91,6 +93,7 @@
 #ifndef TRIDENT_OPS_H
 #define TRIDENT_OPS_H
 
+#include <math.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -169,6 +172,24 @@ int tr_op_arity(int op);               /* fixed input count, or -1 for variadic 
 int tr_op_from_name(const char *s);    /* -1 if unknown */
 int tr_op_is_elementwise_unary(int op);
 int tr_op_is_elementwise_binary(int op);
+
+/* Attribute defaults, the one definition of each. Graph build (graph_infer.c) stores them
+ * resolved, so a graph's nodes always carry the value; kernels called directly
+ * (tr_kernels_run, tr_kernels_bind_*) with the unset 0 resolve it through these same
+ * functions, so every path gives the same bits.
+ *
+ * ATTENTION / ATTENTION_GRAD: scale 0 means 1/sqrt(D), D the head dimension, computed in
+ * double and rounded once to float. (1.0f / sqrtf((float)D) rounds twice and differs in
+ * the last bit for 242 of the D in 1..1024, 96 and 112 among them.) */
+static inline float tr_attention_default_scale(int64_t d) { return (float)(1.0 / sqrt((double)d)); }
+/* The scale a node or call with floats[0] = scale means over q's head dimension d; d <= 0
+ * (a shape that is refused elsewhere) leaves scale as it is. */
+static inline float tr_attention_scale(float scale, int64_t d) {
+    return scale == 0.0f && d > 0 ? tr_attention_default_scale(d) : scale;
+}
+/* MATMUL: alpha 0 is an attribute left unset and means 1 (a product scaled by 0 is not
+ * something a graph asks for). */
+static inline float tr_matmul_alpha(float alpha) { return alpha == 0.0f ? 1.0f : alpha; }
 
 #ifdef __cplusplus
 }

@@ -466,8 +466,7 @@ int tr_cuda_bind_attention_backward(struct tr_kernels *k, const struct tr_tensor
     c->n_in = 8;
     c->out = dq ? *dq : dk ? *dk : *dv;
     /* 0: attention's default 1/sqrt(D), as the cpu's bound form reads it */
-    if (scale == 0.0f && q->ndim == 4 && q->shape[3] > 0) scale = 1.0f / sqrtf((float)q->shape[3]);
-    c->attrs.floats[0] = scale;
+    c->attrs.floats[0] = tr_attention_scale(scale, q->ndim == 4 ? q->shape[3] : 0);
     c->attrs.ints[0] = causal;
     c->attrs.ints[1] = window;
     c->fn = bound_attention_backward;

@@ -1,0 +1,22 @@
+/* trident — parsing of the value words every layer reads (INI sections in core, backend
+ * options in plugins/common), in one place so that a word means the same everywhere.
+ */
+#ifndef TRIDENT_PARSE_H
+#define TRIDENT_PARSE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What tr_parse_bool accepts, for "expected ..." in messages. */
+#define TR_BOOL_WORDS "true or false (true, false, on, off, yes, no, 1 or 0, in any case)"
+
+/* A boolean: true/on/yes/1 -> 1, false/off/no/0 -> 0, case-insensitive, blanks around the
+ * word ignored. Returns 0 and sets *out, or -1 (s NULL or not one of those; *out left
+ * as it is). The caller's message names file, line, key and value. */
+int tr_parse_bool(const char *s, int *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
