@@ -36,11 +36,8 @@ for name, ins in sorted(funcs.items()):
     loops = []
     for addr, text in ins:
         m = re.match(r"j\w+\s+([0-9a-f]+)\s+<", text)
-        if m and not text.startswith("jmp") or (m and text.startswith("jmp")):
-            if m:
-                tgt = int(m.group(1), 16)
-                if tgt < addr:
-                    loops.append((tgt, addr))
+        if m and int(m.group(1), 16) < addr:
+            loops.append((int(m.group(1), 16), addr))
     fma_loops = spills = reads = 0
     for lo, hi in loops:
         body = [t for a, t in ins if lo <= a <= hi]
