@@ -36,49 +36,49 @@ static int usage(const char *why) {
 /* A device tensor of the shape, filled with N(0, 1) values. */
 static int make_tensor(struct tr_kernels *k, struct tr_tensor *t, enum tr_dtype dt, int nd, const int64_t *shape,
                        uint64_t seed, struct tr_error *err) {
-    int st = tr_tensor_make(t, NULL, dt, nd, shape, err);
-    if (st) return st;
+    int rc = tr_tensor_make(t, NULL, dt, nd, shape, err);
+    if (rc) return rc;
     size_t nb = tr_tensor_nbytes(t);
-    st = tr_kernels_alloc(k, nb, &t->data, err);
-    if (st) return st;
+    rc = tr_kernels_alloc(k, nb, &t->data, err);
+    if (rc) return rc;
     struct tr_tensor host = *t;
-    st = tr_host_alloc(&host.data, nb, err);
-    if (st) return st;
+    rc = tr_host_alloc(&host.data, nb, err);
+    if (rc) return rc;
     int64_t n = tr_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) tr_tensor_set_f64(&host, i, tr_rng_normal(seed, 0xbe7c, (uint64_t)i));
-    st = tr_kernels_to_device(k, t->data, host.data, nb, err);
+    rc = tr_kernels_to_device(k, t->data, host.data, nb, err);
     tr_host_free(host.data);
-    return st;
+    return rc;
 }
 
 /* One row of the table: warm-up, reps timed runs, median. */
 static int bench_one(struct tr_kernels *k, int op, enum tr_dtype dt, int64_t n, int reps, struct tr_error *err) {
     struct tr_tensor t[4];
     memset(t, 0, sizeof t);
-    int st = TR_OK, nt;
+    int rc = TR_OK, nt;
     double flops;
     if (op == TR_OP_MATMUL) {
         nt = 3;
-        st = make_tensor(k, &t[0], dt, 2, (int64_t[]){n, n}, 1, err);
-        if (!st) st = make_tensor(k, &t[1], dt, 2, (int64_t[]){n, n}, 2, err);
-        if (!st) st = make_tensor(k, &t[2], dt, 2, (int64_t[]){n, n}, 3, err);
+        rc = make_tensor(k, &t[0], dt, 2, (int64_t[]){n, n}, 1, err);
+        if (!rc) rc = make_tensor(k, &t[1], dt, 2, (int64_t[]){n, n}, 2, err);
+        if (!rc) rc = make_tensor(k, &t[2], dt, 2, (int64_t[]){n, n}, 3, err);
         flops = 2.0 * (double)n * (double)n * (double)n;
     } else {
         nt = 4;
         const int64_t shape[4] = {1, 12, n, 64};
-        for (int i = 0; i < 4 && !st; i++) st = make_tensor(k, &t[i], dt, 4, shape, 10 + (uint64_t)i, err);
+        for (int i = 0; i < 4 && !rc; i++) rc = make_tensor(k, &t[i], dt, 4, shape, 10 + (uint64_t)i, err);
         flops = 4.0 * 12.0 * (double)n * (double)n * 64.0;
     }
     double *times = calloc((size_t)reps, sizeof(double));
-    if (!times && !st) st = tr_error_set(err, TR_ERR_NOMEM, "bench-kernels: no memory for %d timings", reps);
-    for (int r = -1; r < reps && !st; r++) {
+    if (!times && !rc) rc = tr_error_set(err, TR_ERR_NOMEM, "bench-kernels: no memory for %d timings", reps);
+    for (int r = -1; r < reps && !rc; r++) {
         double t0 = now_s();
-        if (op == TR_OP_MATMUL) st = tr_k_matmul(k, &t[0], &t[1], &t[2], 0, 0, 1.0f, NULL, TR_ACT_NONE, err);
-        else st = tr_k_attention(k, &t[0], &t[1], &t[2], NULL, 0.125f, 0, 0, &t[3], err);
-        if (!st) st = tr_kernels_sync(k, err);
+        if (op == TR_OP_MATMUL) rc = tr_k_matmul(k, &t[0], &t[1], &t[2], 0, 0, 1.0f, NULL, TR_ACT_NONE, err);
+        else rc = tr_k_attention(k, &t[0], &t[1], &t[2], NULL, 0.125f, 0, 0, &t[3], err);
+        if (!rc) rc = tr_kernels_sync(k, err);
         if (r >= 0) times[r] = now_s() - t0;
     }
-    if (!st) {
+    if (!rc) {
         qsort(times, (size_t)reps, sizeof(double), cmp_double);
         double med = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
         char shape[64];
@@ -90,7 +90,7 @@ static int bench_one(struct tr_kernels *k, int op, enum tr_dtype dt, int64_t n, 
     free(times);
     for (int i = 0; i < nt; i++)
         if (t[i].data) tr_kernels_dealloc(k, t[i].data);
-    return st;
+    return rc;
 }
 
 int tr_cli_bench_kernels(int argc, char **argv) {

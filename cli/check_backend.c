@@ -351,9 +351,7 @@ static void check_abi(struct cb_run *r, const struct tr_backend_i *it) {
     row(r, it->struct_size >= TR_BACKEND_I_MIN_SIZE_1_0 ? "PASS" : "FAIL", "vtable size", d);
     int dev = (it->caps & (TR_CAP_CPU | TR_CAP_CUDA)) != 0;
     int dt = (it->caps & (TR_CAP_F32 | TR_CAP_BF16 | TR_CAP_F16)) != 0;
-    snprintf(d, sizeof d, "%s%s%s%s%s%s", it->caps & TR_CAP_CPU ? "cpu " : "", it->caps & TR_CAP_CUDA ? "cuda " : "",
-             it->caps & TR_CAP_F32 ? "f32 " : "", it->caps & TR_CAP_BF16 ? "bf16 " : "",
-             it->caps & TR_CAP_F16 ? "f16 " : "", it->caps & TR_CAP_TRAINING ? "training" : "");
+    tr_caps_str(it->caps, d, sizeof d);
     row(r, dev && dt ? "PASS" : "FAIL", dev && dt ? "caps declare a device and a dtype" : "caps lack a device or dtype",
         d);
     row(r, it->description && it->description[0] ? "PASS" : "FAIL", "has a description",

@@ -1,6 +1,11 @@
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "backendutil.h"
+#include "trident/bench.h"
+#include "trident/config.h"
 #include "trident/loader.h"
+#include "trident/safetensors.h"
 
 const struct tr_test_backend tr_test_backends[TR_TEST_N_BACKENDS] = {
     {"torch", "torch", NULL},
@@ -43,4 +48,138 @@ void tr_test_run_backend(const struct tr_test_backend *b, const char *jax_cache_
     tr_program_free(prog);
     tr_backend_free(be);
     tr_plugin_close(p);
+}
+
+void tr_test_expect_inputs(const struct tr_graph *g, int n, const char *const *names, const int *dts, int64_t B,
+                           int64_t T) {
+    assert_int_equal(tr_graph_n_inputs(g), n);
+    for (int i = 0; i < n; i++) {
+        int id = tr_graph_input(g, i);
+        assert_string_equal(tr_node_name(g, id), names[i]);
+        assert_int_equal(tr_node_dtype(g, id), dts[i]);
+        assert_int_equal(tr_node_ndim(g, id), 2);
+        assert_int_equal(tr_node_shape(g, id)[0], B);
+        assert_int_equal(tr_node_shape(g, id)[1], T);
+    }
+}
+
+struct tr_plugin *tr_test_plugin_open(const char *name) {
+    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
+    struct tr_plugin *p = NULL;
+    struct tr_error e = {0};
+    if (tr_plugin_open(name, &s, &p, &e) != TR_OK) fail_msg("open %s: %s", name, e.msg);
+    return p;
+}
+
+void tr_test_init_refused(struct tr_plugin *p, const struct tr_option *opts, int n, const char *a, const char *b) {
+    struct tr_backend *be = NULL;
+    struct tr_error err = {0};
+    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
+                                    .device_type = TR_DEVICE_CPU, .options = opts, .n_options = n};
+    int rc = tr_backend_init(p, &prm, &be, &err);
+    if (rc == TR_OK) {
+        tr_backend_free(be);
+        fail_msg("init accepted what it should refuse (expected '%s')", a);
+    }
+    assert_null(be);
+    if (!strstr(err.msg, a) || (b && !strstr(err.msg, b)))
+        fail_msg("message '%s' lacks '%s'%s%s", err.msg, a, b ? " or " : "", b ? b : "");
+}
+
+void tr_test_bench_run(const char *ini, const char *file, const struct tr_model_desc *const *models,
+                       struct tr_bench_report *rep) {
+    struct tr_config cfg;
+    struct tr_error e = {0};
+    if (tr_config_load_string(ini, file, &cfg, &e)) fail_msg("%s", e.msg);
+    int rc = tr_bench_run(&cfg, models, rep, &e);
+    tr_bench_print(rep, stdout);
+    if (rc) fail_msg("%s", e.msg);
+    assert_true(rep->all_ok);
+}
+
+void tr_test_task_graph(const char *ini, const char *file, const struct tr_model_desc *const *models,
+                        struct tr_task_graph *tg) {
+    struct tr_config cfg;
+    struct tr_error e = {0};
+    if (tr_config_load_string(ini, file, &cfg, &e)) fail_msg("%s", e.msg);
+    if (tr_task_graph_build(&cfg, models, tg, &e)) fail_msg("%s", e.msg);
+}
+
+void tr_test_fit_inputs(const struct tr_task_graph *tg, uint64_t seed, float lr, float step, struct tr_tensor *in) {
+    const struct tr_graph *g = tg->graph;
+    const int n_in = tr_graph_n_inputs(g);
+    for (int i = 0; i < n_in; i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
+        in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
+    }
+    struct tr_error e = {0};
+    if (tg->model->make_inputs(tg->config, &tg->opts, seed, tg->n_model_inputs, in, &e)) fail_msg("%s", e.msg);
+    *(float *)in[n_in - 2].data = lr;
+    *(float *)in[n_in - 1].data = step;
+}
+
+void tr_test_expect_untrained(const struct tr_graph *g, const char *name) {
+    char probe[TR_NAME_MAX + 16];
+    snprintf(probe, sizeof probe, "%s.adamw_m", name);
+    assert_int_equal(tr_graph_find(g, probe), -1);
+    snprintf(probe, sizeof probe, "grad.%s", name);
+    assert_int_equal(tr_graph_find(g, probe), -1);
+}
+
+struct tr_graph *tr_test_model_build(const struct tr_model_desc *m, const void *config, enum tr_task task,
+                                     enum tr_dtype dt, int64_t B, int64_t T) {
+    struct tr_build_opts o = {.task = task, .dtype = dt, .batch = B, .seq_len = T};
+    struct tr_graph *g = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    if (m->build(config, &o, g, &e) != TR_OK) fail_msg("%s build: %s", m->name, e.msg);
+    return g;
+}
+
+void tr_test_build_refused(const struct tr_model_desc *m, const void *config, enum tr_task task,
+                           const char *const *want, int n_want) {
+    struct tr_error e = {0};
+    struct tr_build_opts o = {.task = task, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 8};
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    int rc = m->build(config, &o, g, &e);
+    tr_graph_free(g);
+    if (rc == TR_OK) fail_msg("built, expected a refusal naming %s", want[0]);
+    for (int i = 0; i < n_want; i++)
+        if (!strstr(e.msg, want[i])) fail_msg("message '%s' lacks '%s'", e.msg, want[i]);
+    print_message("refused: %s\n", e.msg);
+}
+
+struct tr_safetensors *tr_test_bert_batch(const char *io_path, struct tr_tensor in[3], const char *hint) {
+    struct tr_safetensors *io = NULL;
+    struct tr_error e = {0};
+    if (tr_safetensors_open(io_path, &io, &e)) fail_msg("%s%s", e.msg, hint);
+    const char *names[3] = {"input_ids", "attention_mask", "token_type_ids"};
+    for (int i = 0; i < 3; i++)
+        if (tr_safetensors_get(io, names[i], &in[i], &e)) fail_msg("%s%s", e.msg, hint);
+    return io;
+}
+
+double tr_test_io_rel_err(const struct tr_safetensors *io, const char *name, const struct tr_tensor *out,
+                          const char *hint) {
+    struct tr_tensor ref;
+    struct tr_error e = {0};
+    if (tr_safetensors_get(io, name, &ref, &e)) fail_msg("%s%s", e.msg, hint);
+    assert_int_equal(tr_tensor_numel(&ref), tr_tensor_numel(out));
+    double *r = tr_test_to_f64(&ref);
+    double err = tr_test_rel_err(out, r);
+    free(r);
+    return err;
+}
+
+void tr_test_expect_bert_hf(const struct tr_safetensors *io, const struct tr_graph *g, const struct tr_tensor *out,
+                            enum tr_dtype dt, const char *who, const char *hint) {
+    double tol = tr_test_tol(dt);
+    for (int i = 0; i < 3; i++) {
+        const char *name = tr_graph_output_name(g, i);
+        double err = tr_test_io_rel_err(io, name, &out[i], hint);
+        print_message("%s %s %-17s rel err vs transformers %.3g (tolerance %.0e)\n", who, tr_dtype_name(dt), name, err,
+                      tol);
+        if (!(err < tol)) fail_msg("%s %s %s: relative error %.3g >= %.0e", who, tr_dtype_name(dt), name, err, tol);
+    }
 }

@@ -7,6 +7,7 @@
 #include "testutil.h"
 #include "trident/backend.h"
 #include "trident/graph.h"
+#include "trident/model.h"
 
 struct tr_test_backend {
     const char *label, *plugin, *mode;
@@ -21,5 +22,66 @@ extern const struct tr_test_backend tr_test_backends[TR_TEST_N_BACKENDS];
  * st, if not NULL, receives the stats after the last step. */
 void tr_test_run_backend(const struct tr_test_backend *b, const char *jax_cache_dir, struct tr_graph *g,
                          const struct tr_tensor *in, int steps, struct tr_tensor *out, struct tr_backend_stats *st);
+
+/* g has n inputs: the i-th named names[i], of dtype dts[i] and shape [B, T]. */
+void tr_test_expect_inputs(const struct tr_graph *g, int n, const char *const *names, const int *dts, int64_t B,
+                           int64_t T);
+
+/* This build's plugin `name` (found from the build tree's plugins/, whatever
+ * TRIDENT_PLUGIN_PATH says); a failure fails the test with "open NAME: why". */
+struct tr_plugin;
+struct tr_plugin *tr_test_plugin_open(const char *name);
+
+/* tr_backend_init of p on the cpu with opts[0..n) must fail, leave no backend, and give a
+ * message holding a and, unless b is NULL, b. */
+struct tr_option;
+void tr_test_init_refused(struct tr_plugin *p, const struct tr_option *opts, int n, const char *a, const char *b);
+
+/* The harness on an INI given as text (named `file` in messages): load it, tr_bench_run
+ * over models, print the report; a failure to load or to run fails the test, and the
+ * report must be all_ok. */
+struct tr_bench_report;
+void tr_test_bench_run(const char *ini, const char *file, const struct tr_model_desc *const *models,
+                       struct tr_bench_report *rep);
+
+/* The task graph (tr_task_graph_build) of an INI given as text; a failure fails the test. */
+struct tr_task_graph;
+void tr_test_task_graph(const char *ini, const char *file, const struct tr_model_desc *const *models,
+                        struct tr_task_graph *tg);
+
+/* The fit task's inputs for tg, one host tensor per graph input (free each with
+ * tr_test_tensor_free): the model's batch from make_inputs(seed), then lr and step. */
+void tr_test_fit_inputs(const struct tr_task_graph *tg, uint64_t seed, float lr, float step, struct tr_tensor *in);
+
+/* Nothing of training exists in g for its param `name`: no `NAME.adamw_m`, no `grad.NAME`. */
+void tr_test_expect_untrained(const struct tr_graph *g, const char *name);
+
+/* m->build of config for task in dt, batch B, seq_len T, into a new graph; a failure
+ * fails the test with m's name and the error. */
+struct tr_graph *tr_test_model_build(const struct tr_model_desc *m, const void *config, enum tr_task task,
+                                     enum tr_dtype dt, int64_t B, int64_t T);
+
+/* m->build of config for task (f32, batch 2, seq_len 8) must refuse, with a message that
+ * holds every string of want[0..n_want); the message is printed. */
+void tr_test_build_refused(const struct tr_model_desc *m, const void *config, enum tr_task task,
+                           const char *const *want, int n_want);
+
+/* BERT tiny's Hugging Face fixture (tests/fixtures/make_bert_fixture.py): open io_path
+ * and read its batch, in[0..2] = input_ids, attention_mask, token_type_ids (the graph's
+ * inputs, in order; they point into the file, valid until tr_safetensors_close). A
+ * failure fails the test with the error followed by hint ("" for none). */
+struct tr_safetensors;
+struct tr_safetensors *tr_test_bert_batch(const char *io_path, struct tr_tensor in[3], const char *hint);
+
+/* out's relative error (tr_test_rel_err) against the tensor `name` of io, which must have
+ * as many elements; a missing tensor fails the test with the error and hint. */
+double tr_test_io_rel_err(const struct tr_safetensors *io, const char *name, const struct tr_tensor *out,
+                          const char *hint);
+
+/* out[0..3), BERT's three outputs of g in order, each within tr_test_tol(dt) of io's
+ * tensor of the same name (tr_test_io_rel_err); each error is printed after `who`
+ * ("bert tiny", "tf bert tiny", ...), and one past the tolerance fails the test. */
+void tr_test_expect_bert_hf(const struct tr_safetensors *io, const struct tr_graph *g, const struct tr_tensor *out,
+                            enum tr_dtype dt, const char *who, const char *hint);
 
 #endif

@@ -27,6 +27,10 @@ expect() {
 
 ini() { printf '%s\n' "$2" > "$tmp/$1"; }
 
+# rejects FILE TEXT NAME REGEX: `trident run` on the INI FILE holding TEXT fails cleanly
+# with a message matching REGEX.
+rejects() { ini "$1" "$2"; expect "$3" 1 "$4" -- "$bin" run "$tmp/$1"; }
+
 expect "quickstart runs" 0 '^torch +f32 +[0-9.]+ +[0-9.]+' -- "$bin" run conf/quickstart.ini --steps 3
 if grep -Eq '^jax +\|#* [0-9.]+ ms$' "$tmp/out"; then ok "quickstart draws its chart"; else bad "quickstart draws its chart"; fi
 for row in 'torch:reduce-overhead' 'tf' 'jax'; do
@@ -75,30 +79,24 @@ ini fitlora.ini "$(cat "$tmp/fitw.ini")
 [model]
 lora_rank = 4"
 expect "LoRA fit from a base checkpoint" 0 'all backends ran and agree' -- "$bin" run "$tmp/fitlora.ini"
-ini unknown_backend.ini $'[run]\nmodel = bert\npreset = tiny\nbackends = nosuch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
-expect "unknown backend" 1 'nosuch' -- "$bin" run "$tmp/unknown_backend.ini"
-ini broken.ini $'[run]\nmodel = bert\nbatch = eight'
-expect "broken value names file, line, key" 1 'broken.ini:3.*batch' -- "$bin" run "$tmp/broken.ini"
-ini unknown_key.ini $'[run]\nmodel = bert\nbatchsize = 8'
-expect "unknown key" 1 'unknown_key.ini:3.*batchsize' -- "$bin" run "$tmp/unknown_key.ini"
-ini syntax.ini $'[run\nmodel = bert'
-expect "syntax error" 1 'syntax.ini:1' -- "$bin" run "$tmp/syntax.ini"
+rejects unknown_backend.ini $'[run]\nmodel = bert\npreset = tiny\nbackends = nosuch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8' \
+  "unknown backend" 'nosuch'
+rejects broken.ini $'[run]\nmodel = bert\nbatch = eight' "broken value names file, line, key" 'broken.ini:3.*batch'
+rejects unknown_key.ini $'[run]\nmodel = bert\nbatchsize = 8' "unknown key" 'unknown_key.ini:3.*batchsize'
+rejects syntax.ini $'[run\nmodel = bert' "syntax error" 'syntax.ini:1'
 expect "missing file" 1 'nosuchfile.ini' -- "$bin" run "$tmp/nosuchfile.ini"
-ini missing_plugin.ini $'[plugins]\npath = .\n[run]\nbackends = ./libtrident_backend_gone.so\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
-expect "missing plugin file" 1 'libtrident_backend_gone.so' -- "$bin" run "$tmp/missing_plugin.ini"
-ini notplugin.ini $'[run]\nbackends = ./libtrident_backend_text.so\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
+rejects missing_plugin.ini $'[plugins]\npath = .\n[run]\nbackends = ./libtrident_backend_gone.so\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8' \
+  "missing plugin file" 'libtrident_backend_gone.so'
 echo "not a shared object" > "$tmp/libtrident_backend_text.so"
-expect "file that is not a plugin" 1 'libtrident_backend_text.so' -- "$bin" run "$tmp/notplugin.ini"
-ini model.ini $'[run]\nmodel = gpt9\nsteps = 1'
-expect "unknown model lists models" 1 'bert' -- "$bin" run "$tmp/model.ini"
-ini preset.ini $'[run]\nmodel = bert\npreset = huge\nsteps = 1'
-expect "unknown preset lists presets" 1 'tiny' -- "$bin" run "$tmp/preset.ini"
-ini modelkey.ini $'[run]\nmodel = bert\npreset = tiny\nsteps = 1\n[model]\nhidden = 3'
-expect "unknown model key" 1 'modelkey.ini:6.*hidden' -- "$bin" run "$tmp/modelkey.ini"
-ini seq.ini $'[run]\nmodel = bert\npreset = tiny\nseq_len = 4096\nsteps = 1\nwarmup = 1\nbatch = 1'
-expect "sequence longer than the positions" 1 'max_position_embeddings' -- "$bin" run "$tmp/seq.ini"
-ini opt.ini $'[run]\nbackends = torch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8\n[backend.torch]\nmdoe = eager'
-expect "unknown backend option" 1 'mdoe' -- "$bin" run "$tmp/opt.ini"
+rejects notplugin.ini $'[run]\nbackends = ./libtrident_backend_text.so\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8' \
+  "file that is not a plugin" 'libtrident_backend_text.so'
+rejects model.ini $'[run]\nmodel = gpt9\nsteps = 1' "unknown model lists models" 'bert'
+rejects preset.ini $'[run]\nmodel = bert\npreset = huge\nsteps = 1' "unknown preset lists presets" 'tiny'
+rejects modelkey.ini $'[run]\nmodel = bert\npreset = tiny\nsteps = 1\n[model]\nhidden = 3' "unknown model key" 'modelkey.ini:6.*hidden'
+rejects seq.ini $'[run]\nmodel = bert\npreset = tiny\nseq_len = 4096\nsteps = 1\nwarmup = 1\nbatch = 1' \
+  "sequence longer than the positions" 'max_position_embeddings'
+rejects opt.ini $'[run]\nbackends = torch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8\n[backend.torch]\nmdoe = eager' \
+  "unknown backend option" 'mdoe'
 ini cuda.ini $'[run]\ndevice = cuda\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
 if nvidia-smi -L >/dev/null 2>&1; then
   echo "SKIPPED: cuda without a GPU (this machine has one; tests/gpu/run.sh covers device = cuda)"
@@ -110,8 +108,8 @@ else
   expect "mistral 7b fit: size and trained parameters" 1 'mistral/7b: 7243436032 parameters.*fit trains 1703936 of them' -- \
     "$bin" run conf/mistral_fit.ini
 fi
-ini tf32.ini $'[run]\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8\nmath = tf32'
-expect "tf32 on the cpu" 1 'tf32.ini:6: .run. math = tf32 with device = cpu: expected device = cuda' -- "$bin" run "$tmp/tf32.ini"
+rejects tf32.ini $'[run]\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8\nmath = tf32' \
+  "tf32 on the cpu" 'tf32.ini:6: .run. math = tf32 with device = cpu: expected device = cuda'
 wrong=$(cd "$(dirname "$bin")" && pwd)/test_plugins/libtrident_backend_wrong.so
 ini disagree.ini "[run]
 backends = torch, $wrong

@@ -18,12 +18,7 @@ const struct tr_decoder_config *tr_test_llm_preset(const struct tr_model_desc *m
 
 struct tr_graph *tr_test_llm_build(const struct tr_model_desc *m, const struct tr_decoder_config *c,
                                    enum tr_dtype dt, int64_t B, int64_t T) {
-    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = B, .seq_len = T};
-    struct tr_graph *g = NULL;
-    struct tr_error e = {0};
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
-    if (m->build(c, &o, g, &e) != TR_OK) fail_msg("%s build: %s", m->name, e.msg);
-    return g;
+    return tr_test_model_build(m, c, TR_TASK_PREDICT, dt, B, T);
 }
 
 int64_t tr_test_graph_param_count(const struct tr_graph *g) {
@@ -103,15 +98,23 @@ static void io_get(const struct tr_test_llm *t, struct tr_safetensors *io, const
     if (tr_safetensors_get(io, name, out, &e)) fail_msg("%s%s", e.msg, t->hint);
 }
 
-double tr_test_llm_predict_vs_hf(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt,
-                                 const char *ref_name) {
+/* Open the fixture's io file and read its batch: in[0..2] = input_ids, position_ids,
+ * attention_mask (the graph's inputs, in order). */
+static struct tr_safetensors *io_open_batch(const struct tr_test_llm *t, struct tr_tensor in[3]) {
     struct tr_safetensors *io = NULL;
     struct tr_error e = {0};
     if (tr_safetensors_open(t->io, &io, &e)) fail_msg("%s%s", e.msg, t->hint);
-    struct tr_tensor in[3], keep, ref;
     io_get(t, io, "input_ids", &in[0]);
     io_get(t, io, "position_ids", &in[1]);
     io_get(t, io, "attention_mask", &in[2]);
+    return io;
+}
+
+double tr_test_llm_predict_vs_hf(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt,
+                                 const char *ref_name) {
+    struct tr_error e = {0};
+    struct tr_tensor in[3], keep, ref;
+    struct tr_safetensors *io = io_open_batch(t, in);
     io_get(t, io, "keep", &keep);
     io_get(t, io, ref_name, &ref);
     struct tr_graph *g = tr_test_llm_build(t->model, c, dt, in[0].shape[0], in[0].shape[1]);
@@ -221,13 +224,9 @@ static struct tr_graph *build_pass(const struct tr_test_llm *t, const struct tr_
 }
 
 void tr_test_llm_kv_cache(const struct tr_test_llm *t, const struct tr_decoder_config *c) {
-    struct tr_safetensors *io = NULL;
     struct tr_error e = {0};
-    if (tr_safetensors_open(t->io, &io, &e)) fail_msg("%s%s", e.msg, t->hint);
     struct tr_tensor in[3], keep;
-    io_get(t, io, "input_ids", &in[0]);
-    io_get(t, io, "position_ids", &in[1]);
-    io_get(t, io, "attention_mask", &in[2]);
+    struct tr_safetensors *io = io_open_batch(t, in);
     io_get(t, io, "keep", &keep);
     const int64_t B = in[0].shape[0], T = in[0].shape[1], Tp = T - 6, L = c->num_hidden_layers;
     const int64_t Hk = c->num_key_value_heads, dh = tr_decoder_head_dim(c), V = c->vocab_size;
@@ -403,13 +402,9 @@ static double step_rel_diff(const struct tr_tensor *a, const struct tr_tensor *r
 
 void tr_test_llm_greedy_vs_hf(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt,
                               const struct tr_test_backend *be) {
-    struct tr_safetensors *io = NULL;
     struct tr_error e = {0};
-    if (tr_safetensors_open(t->io, &io, &e)) fail_msg("%s%s", e.msg, t->hint);
     struct tr_tensor in[3], gen, glog;
-    io_get(t, io, "input_ids", &in[0]);
-    io_get(t, io, "position_ids", &in[1]);
-    io_get(t, io, "attention_mask", &in[2]);
+    struct tr_safetensors *io = io_open_batch(t, in);
     io_get(t, io, "generated", &gen);
     io_get(t, io, "generated_logits", &glog);
     const int64_t B = in[0].shape[0], T = in[0].shape[1], NEW = gen.shape[1], P = T + NEW - 2;

@@ -1,5 +1,5 @@
 /* What the jax backend's tests (test_jax_backend.c, test_jax_attention.c) share: the
- * backend's sources compiled in (so a test can look inside a program), the BERT tiny
+ * backend linked as objects (jax_internal.h: so a test can look inside a program), the BERT tiny
  * fixtures, a cache directory under the run's scratch directory, BERT's tiny preset. */
 #ifndef TRIDENT_TESTS_JAX_TEST_H
 #define TRIDENT_TESTS_JAX_TEST_H
@@ -20,13 +20,7 @@
 #include "trident/train.h"
 #include "trident/trident.h"
 
-#include "../plugins/backend_jax/jax.c"
-#include "../plugins/backend_jax/fuse.c"
-#include "../plugins/backend_jax/codegen.c"
-#include "../plugins/backend_jax/compile.c"
-#include "../plugins/backend_jax/executor.c"
-#include "../plugins/backend_jax/codegen_cuda.c"
-#include "../plugins/backend_jax/cubin.c"
+#include "../plugins/backend_jax/jax_internal.h"
 
 #define FIXTURE TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors"
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
@@ -58,7 +52,7 @@ static inline struct tr_jax_context *ctx_make(const char *cache_dir, const char 
                                     .device_type = TR_DEVICE_CPU, .options = opts, .n_options = n};
     void *ctx = NULL;
     struct tr_error err = {0};
-    if (jax_iface.init(tr_host_api_get(), &prm, &ctx, &err) != TR_OK) fail_msg("init: %s", err.msg);
+    if (tr_jax_iface.init(tr_host_api_get(), &prm, &ctx, &err) != TR_OK) fail_msg("init: %s", err.msg);
     return ctx;
 }
 

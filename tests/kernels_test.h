@@ -1,5 +1,5 @@
-/* What the cpu kernel tests (test_kernels.c, test_kernels_layout.c) share: the group's
- * context, shape literals, the dispatcher runner and the frees. */
+/* What the cpu kernel tests (test_kernels.c, test_kernels_layout.c, test_fused.c) share:
+ * the group's context, shape literals, the dispatcher runner and the frees. */
 #ifndef TRIDENT_TESTS_KERNELS_TEST_H
 #define TRIDENT_TESTS_KERNELS_TEST_H
 

@@ -7,6 +7,7 @@
  * tree into example_plugins/): its options (an unknown key refused by name, with the
  * file and line) and its numbers, with what it ran itself counted in get_stats.
  * tests/test_loader.c has the foundation's cases; tests/test_install.sh the install. */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,11 +18,6 @@
 
 #define TP_STATS_POISON 0x5eed /* tests/plugins/backend_test.c */
 #define EXAMPLE TR_BINARY_DIR "/example_plugins/libtrident_backend_minimal.so"
-
-#define assert_msg_has(err, s)                                                                     \
-    do {                                                                                           \
-        if (!strstr((err)->msg, (s))) fail_msg("message \"%s\"\n  lacks \"%s\"", (err)->msg, (s)); \
-    } while (0)
 
 #define ABI_PLUGIN_DIR TR_BINARY_DIR "/abi_plugins" /* tests/plugins/CMakeLists.txt */
 
@@ -49,8 +45,8 @@ static void expect_refusal(const char *variant, const char *reason) {
     int rc = tr_plugin_open(plugin_file(variant), NULL, &p, &err);
     if (rc != TR_ERR_PLUGIN) fail_msg("%s: status %d (%s), expected a refusal", variant, rc, err.msg);
     assert_null(p);
-    assert_msg_has(&err, plugin_file(variant));
-    assert_msg_has(&err, reason);
+    tr_assert_msg_has(&err, plugin_file(variant));
+    tr_assert_msg_has(&err, reason);
 }
 
 static struct tr_backend *init_ok(struct tr_plugin *p, const struct tr_option *opts, int n) {
@@ -88,6 +84,24 @@ static void small_build(struct small *s) {
     assert_int_equal(tr_graph_bind_param(s->g, w, s->w, &err), TR_OK);
 }
 
+/* out against doubles, for the inputs small_inputs made. */
+static void small_check(const struct small *s, const struct tr_tensor *in, const struct tr_tensor *out) {
+    double ref[M * N];
+    const float *xv = in[0].data, *x2 = in[1].data;
+    for (int i = 0; i < M; i++) {
+        double mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j < N; j++) {
+            double acc = s->b[j];
+            for (int k = 0; k < K; k++) acc += (double)xv[i * K + k] * s->w[k * N + j];
+            ref[i * N + j] = 0.5 * acc * (1.0 + erf(acc / sqrt(2.0))) * x2[i * N + j];
+            mx = fmax(mx, ref[i * N + j]);
+        }
+        for (int j = 0; j < N; j++) sum += (ref[i * N + j] = exp(ref[i * N + j] - mx));
+        for (int j = 0; j < N; j++) ref[i * N + j] /= sum;
+    }
+    tr_assert_close("softmax(gelu(x.w+b)*x2) through the plugin", out, ref, tr_test_tol(TR_DTYPE_F32));
+}
+
 /* Two steps, outputs poisoned before each; the second is compared. */
 static void small_run(struct tr_backend *be, struct small *s, struct tr_backend_stats *st) {
     struct tr_error err = {0};
@@ -102,20 +116,7 @@ static void small_run(struct tr_backend *be, struct small *s, struct tr_backend_
         tr_test_poison(&out);
         if (tr_backend_execute(be, prog, 2, in, 1, &out, &err) != TR_OK) fail_msg("execute: %s", err.msg);
     }
-    double ref[M * N];
-    const float *xv = in[0].data, *x2 = in[1].data;
-    for (int i = 0; i < M; i++) {
-        double mx = -INFINITY, sum = 0.0;
-        for (int j = 0; j < N; j++) {
-            double acc = s->b[j];
-            for (int k = 0; k < K; k++) acc += (double)xv[i * K + k] * s->w[k * N + j];
-            ref[i * N + j] = 0.5 * acc * (1.0 + erf(acc / sqrt(2.0))) * x2[i * N + j];
-            mx = fmax(mx, ref[i * N + j]);
-        }
-        for (int j = 0; j < N; j++) sum += (ref[i * N + j] = exp(ref[i * N + j] - mx));
-        for (int j = 0; j < N; j++) ref[i * N + j] /= sum;
-    }
-    tr_assert_close("softmax(gelu(x.w+b)*x2) through the plugin", &out, ref, tr_test_tol(TR_DTYPE_F32));
+    small_check(s, in, &out);
     if (st && tr_backend_get_stats(be, prog, st, &err) != TR_OK) fail_msg("stats: %s", err.msg);
     tr_program_free(prog);
     for (int i = 0; i < 2; i++) tr_test_tensor_free(&in[i]);
@@ -202,19 +203,19 @@ static void test_example_options(void **state) {
     prm.n_options = 2;
     assert_int_equal(tr_backend_init(p, &prm, &be, &err), TR_ERR_PLUGIN);
     assert_null(be);
-    assert_msg_has(&err, "conf/x.ini:7: [backend.minimal] unknown key 'verbsoe'");
-    assert_msg_has(&err, "known: own_ops, verbose");
+    tr_assert_msg_has(&err, "conf/x.ini:7: [backend.minimal] unknown key 'verbsoe'");
+    tr_assert_msg_has(&err, "known: own_ops, verbose");
 
     const struct tr_option bad[] = {{.key = "own_ops", .value = "maybe", .file = "conf/x.ini", .line = 3}};
     prm.options = bad;
     prm.n_options = 1;
     assert_int_equal(tr_backend_init(p, &prm, &be, &err), TR_ERR_PLUGIN);
-    assert_msg_has(&err, "conf/x.ini:3: [backend.minimal] own_ops = maybe: expected true or false");
+    tr_assert_msg_has(&err, "conf/x.ini:3: [backend.minimal] own_ops = maybe: expected true or false");
 
     prm.device_type = TR_DEVICE_CUDA;
     prm.n_options = 0;
     assert_int_equal(tr_backend_init(p, &prm, &be, &err), TR_ERR_PLUGIN);
-    assert_msg_has(&err, "cpu only");
+    tr_assert_msg_has(&err, "cpu only");
     tr_plugin_close(p);
 }
 
@@ -246,6 +247,52 @@ static void test_example_runs_and_counts(void **state) {
     tr_plugin_close(p);
 }
 
+/* A host of ABI 1.0 (an older trident loading today's plugins) hands a table that ends
+ * before the 1.1 update slots. Every in-tree plugin and the example must accept it and
+ * run a plain graph without touching those slots (NULL here: a call would crash). */
+static void test_host_1_0_runs_plain_graph(void **state) {
+    (void)state;
+    const char *files[] = {EXAMPLE, TR_BINARY_DIR "/plugins/libtrident_backend_tf.so",
+                           TR_BINARY_DIR "/plugins/libtrident_backend_torch.so",
+                           TR_BINARY_DIR "/plugins/libtrident_backend_jax.so"};
+    struct tr_host_api h = *tr_host_api_get();
+    h.abi_version = TR_ABI_MAKE(1, 0);
+    h.struct_size = (uint32_t)TR_HOST_API_MIN_SIZE_1_0;
+    h.graph_n_updates = NULL;
+    h.graph_update_param = NULL;
+    h.graph_update_value = NULL;
+    struct small s;
+    small_build(&s);
+    const int64_t xs[] = {M, K}, os[] = {M, N};
+    struct tr_tensor in[2] = {tr_test_tensor(TR_DTYPE_F32, 2, xs), tr_test_tensor(TR_DTYPE_F32, 2, os)};
+    struct tr_tensor out = tr_test_tensor(TR_DTYPE_F32, 2, os);
+    tr_test_randn(&in[0], 42, 1.0);
+    tr_test_randn(&in[1], 43, 1.0);
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        void *dl = dlopen(files[f], RTLD_NOW | RTLD_LOCAL);
+        if (!dl) fail_msg("dlopen %s: %s", files[f], dlerror());
+        tr_backend_entry_fn entry = (tr_backend_entry_fn)dlsym(dl, TR_BACKEND_ENTRY_SYMBOL);
+        assert_non_null(entry);
+        const struct tr_backend_i *it = NULL;
+        struct tr_error err = {0};
+        if (entry(h.abi_version, &h, &it, &err) != TR_OK) fail_msg("%s: entry refused a 1.0 host: %s", files[f], err.msg);
+        struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = h.abi_version,
+                                        .device_type = TR_DEVICE_CPU};
+        void *ctx = NULL, *prog = NULL;
+        if (it->init(&h, &prm, &ctx, &err) != TR_OK) fail_msg("%s: init: %s", files[f], err.msg);
+        if (it->compile(ctx, (tr_graph_t)s.g, &prog, &err) != TR_OK) fail_msg("%s: compile: %s", files[f], err.msg);
+        tr_test_poison(&out);
+        if (it->execute(ctx, prog, 2, in, 1, &out, &err) != TR_OK) fail_msg("%s: execute: %s", files[f], err.msg);
+        small_check(&s, in, &out);
+        it->program_free(ctx, prog);
+        it->free(ctx);
+        dlclose(dl);
+    }
+    for (int i = 0; i < 2; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensor_free(&out);
+    tr_graph_free(s.g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_next_minor_accepted),
@@ -255,6 +302,7 @@ int main(void) {
         cmocka_unit_test(test_scan_gives_reasons),
         cmocka_unit_test(test_example_options),
         cmocka_unit_test(test_example_runs_and_counts),
+        cmocka_unit_test(test_host_1_0_runs_plain_graph),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

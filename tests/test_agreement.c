@@ -26,20 +26,13 @@ static void run(const struct tr_test_backend *c, struct tr_graph *g, const struc
 }
 
 static void all_match_hf(enum tr_dtype dt) {
-    struct tr_safetensors *io = NULL;
     struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s", e.msg);
     struct tr_tensor in[3];
-    const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
-    for (int i = 0; i < 3; i++)
-        if (tr_safetensors_get(io, in_names[i], &in[i], &e)) fail_msg("%s", e.msg);
+    struct tr_safetensors *io = tr_test_bert_batch(FIXTURE_IO, in, "");
     const struct tr_model_desc *m = &tr_model_bert;
     const void *tiny = m->presets[0].config;
     assert_string_equal(m->presets[0].name, "tiny");
-    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = in[0].shape[0], .seq_len = in[0].shape[1]};
-    struct tr_graph *g = NULL;
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
-    if (m->build(tiny, &o, g, &e)) fail_msg("%s", e.msg);
+    struct tr_graph *g = tr_test_model_build(m, tiny, TR_TASK_PREDICT, dt, in[0].shape[0], in[0].shape[1]);
     struct tr_weights *w = NULL;
     if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s", e.msg);
 
@@ -49,11 +42,7 @@ static void all_match_hf(enum tr_dtype dt) {
         run(&tr_test_backends[c], g, in, out[c]);
         for (int i = 0; i < 3; i++) {
             const char *name = tr_graph_output_name(g, i);
-            struct tr_tensor ref;
-            if (tr_safetensors_get(io, name, &ref, &e)) fail_msg("%s", e.msg);
-            double *r = tr_test_to_f64(&ref);
-            double hf = tr_test_rel_err(&out[c][i], r);
-            free(r);
+            double hf = tr_test_io_rel_err(io, name, &out[c][i], "");
             double *r0 = tr_test_to_f64(&out[0][i]);
             double vs_eager = tr_test_rel_err(&out[c][i], r0);
             free(r0);
@@ -84,14 +73,8 @@ static void test_bench_all_agree(void **state) {
              "batch = 2\nseq_len = 32\nsteps = 3\nwarmup = 2\n"
              "[backend.jax]\ncache_dir = %s\n",
              tr_test_dir);
-    struct tr_config cfg;
-    struct tr_error e = {0};
-    if (tr_config_load_string(text, "agreement.ini", &cfg, &e)) fail_msg("%s", e.msg);
     static struct tr_bench_report rep;
-    int rc = tr_bench_run(&cfg, tr_builtin_models, &rep, &e);
-    tr_bench_print(&rep, stdout);
-    if (rc) fail_msg("%s", e.msg);
-    assert_true(rep.all_ok);
+    tr_test_bench_run(text, "agreement.ini", tr_builtin_models, &rep);
     assert_int_equal(rep.n_rows, 4);
     for (int i = 0; i < rep.n_rows; i++) {
         assert_true(rep.rows[i].ok && rep.rows[i].agrees);

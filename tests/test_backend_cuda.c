@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "testutil.h"
+#include "backendutil.h"
 #include "trident/graph.h"
 #include "trident/kernels.h"
 #include "trident/loader.h"
@@ -42,14 +42,6 @@ static void skip_without_gpu(const char *name) {
     skip();
 }
 
-static struct tr_plugin *open_plugin(const char *name) {
-    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
-    struct tr_plugin *p = NULL;
-    struct tr_error err = {0};
-    if (tr_plugin_open(name, &s, &p, &err) != TR_OK) fail_msg("open %s: %s", name, err.msg);
-    return p;
-}
-
 static int init(struct tr_plugin *p, const struct cfg *c, int device, int math, struct tr_backend **be,
                 struct tr_error *err) {
     struct tr_option opt = {.key = "mode", .value = c->mode, .file = "test", .line = 1};
@@ -66,7 +58,7 @@ static void test_init_on_cuda(void **state) {
     struct tr_error avail = {0};
     int gpu = tr_kernels_device_available(TR_DEVICE_CUDA, &avail) == TR_OK;
     for (int i = 0; i < N_CFGS; i++) {
-        struct tr_plugin *p = open_plugin(cfgs[i].plugin);
+        struct tr_plugin *p = tr_test_plugin_open(cfgs[i].plugin);
         assert_true(tr_plugin_iface(p)->caps & TR_CAP_CUDA);
         struct tr_backend *be = NULL;
         struct tr_error err = {0};
@@ -109,7 +101,7 @@ static void test_math_on_cpu(void **state) {
     float w[8 * 16];
     for (int i = 0; i < 8 * 16; i++) w[i] = 0.01f * (float)(i % 13) - 0.05f;
     for (int i = 0; i < N_CFGS; i++) {
-        struct tr_plugin *p = open_plugin(cfgs[i].plugin);
+        struct tr_plugin *p = tr_test_plugin_open(cfgs[i].plugin);
         struct tr_backend *be = NULL;
         struct tr_error err = {0};
         int rc = init(p, &cfgs[i], TR_DEVICE_CPU, TR_MATH_TF32, &be, &err);
@@ -195,7 +187,7 @@ struct run {
 
 static void run_open(struct run *r, const struct cfg *c, int device, struct tr_graph *g) {
     struct tr_error err = {0};
-    r->p = open_plugin(c->plugin);
+    r->p = tr_test_plugin_open(c->plugin);
     if (init(r->p, c, device, TR_MATH_DEFAULT, &r->be, &err) != TR_OK) fail_msg("%s: %s", c->label, err.msg);
     if (tr_backend_compile(r->be, g, &r->prog, &err) != TR_OK) fail_msg("%s: compile: %s", c->label, err.msg);
 }
@@ -355,7 +347,7 @@ static void share_scenario(const struct cfg *c, int device) {
     float w[NS], b[NS], w0[NS], wexp[NS];
     for (int j = 0; j < NS; j++) w0[j] = w[j] = wexp[j] = 0.5f + 0.01f * (float)j, b[j] = 0.1f * (float)(j % 7);
     struct tr_graph *gw = share_graph(w, b, 1, NS), *gr = share_graph(w, b, 0, NS);
-    struct tr_plugin *pl = open_plugin(c->plugin);
+    struct tr_plugin *pl = tr_test_plugin_open(c->plugin);
     struct tr_backend *be = NULL;
     struct tr_program *pw = NULL, *pr = NULL, *pr2 = NULL;
     struct tr_error err = {0};

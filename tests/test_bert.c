@@ -31,12 +31,7 @@ static const struct tr_bert_config *preset(const char *name) {
 }
 
 static struct tr_graph *build(const struct tr_bert_config *c, enum tr_dtype dt, int64_t B, int64_t T) {
-    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = B, .seq_len = T};
-    struct tr_graph *g = NULL;
-    struct tr_error e = {0};
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
-    if (tr_model_bert.build(c, &o, g, &e) != TR_OK) fail_msg("bert build: %s", e.msg);
-    return g;
+    return tr_test_model_build(&tr_model_bert, c, TR_TASK_PREDICT, dt, B, T);
 }
 
 static int64_t param_count(const struct tr_graph *g) {
@@ -86,15 +81,7 @@ static void test_interface(void **state) {
     struct tr_graph *g = build(c, TR_DTYPE_BF16, 3, 20);
     const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
     const int in_dt[3] = {TR_DTYPE_I32, TR_DTYPE_F32, TR_DTYPE_I32};
-    assert_int_equal(tr_graph_n_inputs(g), 3);
-    for (int i = 0; i < 3; i++) {
-        int id = tr_graph_input(g, i);
-        assert_string_equal(tr_node_name(g, id), in_names[i]);
-        assert_int_equal(tr_node_dtype(g, id), in_dt[i]);
-        assert_int_equal(tr_node_ndim(g, id), 2);
-        assert_int_equal(tr_node_shape(g, id)[0], 3);
-        assert_int_equal(tr_node_shape(g, id)[1], 20);
-    }
+    tr_test_expect_inputs(g, 3, in_names, in_dt, 3, 20);
     const char *out_names[3] = {"logits", "last_hidden_state", "pooler_output"};
     const int64_t out_shapes[3][3] = {{3, 2}, {3, 20, 64}, {3, 64}};
     const int out_nd[3] = {2, 3, 2};
@@ -198,32 +185,16 @@ static void run_torch(struct tr_graph *g, const struct tr_tensor *in, struct tr_
 }
 
 static void predict_matches_hf(enum tr_dtype dt) {
-    struct tr_safetensors *io = NULL;
     struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s" HINT, e.msg);
     struct tr_tensor in[3];
-    const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
-    for (int i = 0; i < 3; i++)
-        if (tr_safetensors_get(io, in_names[i], &in[i], &e)) fail_msg("%s" HINT, e.msg);
+    struct tr_safetensors *io = tr_test_bert_batch(FIXTURE_IO, in, HINT);
     struct tr_graph *g = build(preset("tiny"), dt, in[0].shape[0], in[0].shape[1]);
     struct tr_weights *w = NULL;
     if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s" HINT, e.msg);
 
     struct tr_tensor out[3];
     run_torch(g, in, out);
-    double tol = tr_test_tol(dt);
-    for (int i = 0; i < 3; i++) {
-        const char *name = tr_graph_output_name(g, i);
-        struct tr_tensor ref;
-        if (tr_safetensors_get(io, name, &ref, &e)) fail_msg("%s" HINT, e.msg);
-        assert_int_equal(tr_tensor_numel(&ref), tr_tensor_numel(&out[i]));
-        double *r = tr_test_to_f64(&ref);
-        double err = tr_test_rel_err(&out[i], r);
-        print_message("bert tiny %s %-17s rel err vs transformers %.3g (tolerance %.0e)\n", tr_dtype_name(dt), name,
-                      err, tol);
-        free(r);
-        if (!(err < tol)) fail_msg("%s %s: relative error %.3g >= %.0e", tr_dtype_name(dt), name, err, tol);
-    }
+    tr_test_expect_bert_hf(io, g, out, dt, "bert tiny", HINT);
     for (int i = 0; i < 3; i++) tr_test_tensor_free(&out[i]);
     tr_weights_free(w);
     tr_graph_free(g);

@@ -74,14 +74,11 @@ static int by_err_desc(const void *a, const void *b) {
 }
 
 static void test_grads_match_pytorch(void **state) {
-    struct tr_safetensors *io = NULL, *gr = NULL;
+    struct tr_safetensors *gr = NULL;
     struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s" HINT, e.msg);
-    if (tr_safetensors_open(FIXTURE_GRADS, &gr, &e)) fail_msg("%s" HINT, e.msg);
     struct tr_tensor in[4];
-    const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
-    for (int i = 0; i < 3; i++)
-        if (tr_safetensors_get(io, in_names[i], &in[i], &e)) fail_msg("%s" HINT, e.msg);
+    struct tr_safetensors *io = tr_test_bert_batch(FIXTURE_IO, in, HINT);
+    if (tr_safetensors_open(FIXTURE_GRADS, &gr, &e)) fail_msg("%s" HINT, e.msg);
     if (tr_safetensors_get(gr, "labels", &in[3], &e)) fail_msg("%s" HINT, e.msg);
     struct tr_tensor ref_loss;
     if (tr_safetensors_get(gr, "loss", &ref_loss, &e)) fail_msg("%s" HINT, e.msg);

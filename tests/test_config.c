@@ -30,12 +30,7 @@ static void check_error(const char *name, const char *text, int status, const ch
     tmp_path(path, sizeof path, name, text);
     struct tr_config cfg;
     struct tr_error err = {0};
-    int rc = tr_config_load(path, &cfg, &err);
-    if (rc != status || err.status != status)
-        fail_msg("%s: status %d (%s), expected %d (%s); message: %s", name, rc, tr_status_name(rc), status,
-                 tr_status_name(status), err.msg);
-    for (int i = 0; i < n; i++)
-        if (!strstr(err.msg, needles[i])) fail_msg("%s: the message lacks \"%s\": %s", name, needles[i], err.msg);
+    tr_test_expect_failure(name, tr_config_load(path, &cfg, &err), &err, status, needles, n);
 }
 
 /* Load text as tr_test_dir/NAME, expect status and a message holding every string given. */

@@ -55,6 +55,12 @@ static struct tr_cuda_pool *make_pool(struct fake_dev *d) {
     return p;
 }
 
+/* Free p: every segment it holds goes back to the fake device. */
+static void pool_free(struct tr_cuda_pool *p, const struct fake_dev *d) {
+    tr_cuda_pool_free(p);
+    assert_int_equal(d->n_live, 0);
+}
+
 static void *alloc_ok(struct tr_cuda_pool *p, size_t n, const void *stream) {
     void *ptr = NULL;
     struct tr_error err = {0};
@@ -106,8 +112,7 @@ static void test_small_pool_reuse(void **state) {
     tr_cuda_pool_get_stats(p, &st);
     assert_int_equal(st.n_cache_hits, 100); /* every alloc after the first came from the cache */
     assert_int_equal(d.n_malloc, 1);
-    tr_cuda_pool_free(p);
-    assert_int_equal(d.n_live, 0);
+    pool_free(p, &d);
 }
 
 /* Large blocks split off a 20 MiB segment and merge back when freed. */
@@ -167,8 +172,7 @@ static void test_streams(void **state) {
     void *c = alloc_ok(p, 4096, &S1);
     assert_ptr_equal(a, c);
     assert_int_equal(d.n_malloc, 2);
-    tr_cuda_pool_free(p); /* live blocks included */
-    assert_int_equal(d.n_live, 0);
+    pool_free(p, &d); /* live blocks included */
 }
 
 static void test_bad_pointers(void **state) {
@@ -183,8 +187,7 @@ static void test_bad_pointers(void **state) {
     assert_int_equal(tr_cuda_pool_dealloc(p, a, &err), TR_ERR_INVALID); /* twice */
     assert_int_equal(tr_cuda_pool_dealloc(p, NULL, &err), TR_OK);
     assert_int_equal(tr_cuda_pool_alloc(p, 10, &S1, NULL, &err), TR_ERR_INVALID);
-    tr_cuda_pool_free(p);
-    assert_int_equal(d.n_live, 0);
+    pool_free(p, &d);
 }
 
 /* The device refuses: cached segments are returned and the malloc retried; when even
@@ -210,8 +213,7 @@ static void test_out_of_memory(void **state) {
     assert_non_null(strstr(err.msg, "in use"));
     dealloc_ok(p, b);
     dealloc_ok(p, c);
-    tr_cuda_pool_free(p);
-    assert_int_equal(d.n_live, 0);
+    pool_free(p, &d);
 }
 
 static uint64_t rng_next(uint64_t *s) {

@@ -112,6 +112,12 @@ static struct tr_cuda_graph_book *book_new(int max) {
     return b;
 }
 
+/* Free the book: every graph it instantiated is destroyed with it. */
+static void book_free(struct tr_cuda_graph_book *b) {
+    tr_cuda_graph_book_free(b);
+    assert_int_equal(F.live_execs, 0);
+}
+
 /* One step of owner with input shape (batch, seq); returns whether it captured. */
 static int step(struct tr_cuda_graph_book *b, uint64_t owner, int64_t batch, int64_t seq, struct fake_step *s) {
     int64_t sig[3] = {2, batch, seq};
@@ -152,8 +158,7 @@ static void test_capture_once_then_replay(void **state) {
     assert_int_equal(st.updates, 0);
     assert_int_equal(st.n_entries, 1);
     assert_int_equal(st.max_entries, 4);
-    tr_cuda_graph_book_free(b);
-    assert_int_equal(F.live_execs, 0);
+    book_free(b);
 }
 
 static void test_new_shape_with_room_instantiates(void **state) {
@@ -180,8 +185,7 @@ static void test_new_shape_with_room_instantiates(void **state) {
     assert_int_equal(st.n_entries, 2);
     /* the same shapes under another owner are another program's: captured anew */
     assert_int_equal(step(b, 8, 8, 128, &s), 1);
-    tr_cuda_graph_book_free(b);
-    assert_int_equal(F.live_execs, 0);
+    book_free(b);
 }
 
 static void test_full_book_updates_lru_of_same_topology(void **state) {
@@ -206,8 +210,7 @@ static void test_full_book_updates_lru_of_same_topology(void **state) {
     assert_int_equal(st.instantiations, 2);
     assert_int_equal(st.n_entries, 2);
     assert_int_equal(st.evictions, 0);
-    tr_cuda_graph_book_free(b);
-    assert_int_equal(F.live_execs, 0);
+    book_free(b);
 }
 
 static void test_orphan_is_updated_first(void **state) {
@@ -228,8 +231,7 @@ static void test_orphan_is_updated_first(void **state) {
     assert_int_equal(st.updates, 1);
     assert_int_equal(st.n_entries, 1);
     assert_int_equal(step(b, 2, 4, 64, &s), 0);
-    tr_cuda_graph_book_free(b);
-    assert_int_equal(F.live_execs, 0);
+    book_free(b);
 }
 
 static void test_refused_update_instantiates_and_drops(void **state) {
@@ -251,8 +253,7 @@ static void test_refused_update_instantiates_and_drops(void **state) {
     assert_int_equal(st.n_entries, 1);
     assert_int_equal(F.live_execs, 1);
     assert_int_equal(step(b, 7, 2, 48, &s), 0);
-    tr_cuda_graph_book_free(b);
-    assert_int_equal(F.live_execs, 0);
+    book_free(b);
 }
 
 static void test_limit_evicts_lru(void **state) {
@@ -272,8 +273,7 @@ static void test_limit_evicts_lru(void **state) {
     assert_int_equal(step(b, 7, 1, 3, &s3), 0); /* kept */
     assert_int_equal(step(b, 7, 1, 2, &s2), 1); /* evicted: captured again */
     assert_int_equal(F.live_execs, 2);
-    tr_cuda_graph_book_free(b);
-    assert_int_equal(F.live_execs, 0);
+    book_free(b);
 }
 
 static void test_rebound_step_replaces_its_graph(void **state) {
@@ -288,8 +288,7 @@ static void test_rebound_step_replaces_its_graph(void **state) {
     assert_int_equal(F.destroyed, 1);
     assert_int_equal(stats(b).n_entries, 1);
     assert_int_equal(step(b, 7, 8, 8, &s2), 0);
-    tr_cuda_graph_book_free(b);
-    assert_int_equal(F.live_execs, 0);
+    book_free(b);
 }
 
 static void test_failed_capture_leaves_nothing(void **state) {
@@ -309,8 +308,7 @@ static void test_failed_capture_leaves_nothing(void **state) {
     assert_int_equal(tr_cuda_graph_book_step(b, &fake_ops, NULL, 7, sig, 2, 99, fake_step_fn, &s, &captured, &err),
                      TR_OK);
     assert_int_equal(captured, 1);
-    tr_cuda_graph_book_free(b);
-    assert_int_equal(F.live_execs, 0);
+    book_free(b);
 }
 
 static void test_bad_arguments(void **state) {

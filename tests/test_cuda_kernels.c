@@ -363,10 +363,7 @@ static void test_layout(void **state) {
     int64_t sx[4] = {2, 3, 4, 5};
     for (int d = 0; d < 5; d++) {
         struct tr_tensor x = tr_test_tensor(dts[d], 4, sx);
-        if (tr_dtype_is_float(dts[d]))
-            tr_test_randn(&x, 80, 1.0);
-        else
-            tr_test_randint(&x, 80, 1000);
+        tr_test_rand(&x, 80, 1.0, 1000);
         struct tr_attrs p1 = {.ints = {0, 2, 1, 3}, .n_ints = 4}, p2 = {.ints = {3, 1, 2, 0}, .n_ints = 4};
         compare_op("transpose 0213", TR_OP_TRANSPOSE, &p1, 1, &x, dts[d], 4, (int64_t[]){2, 4, 3, 5});
         compare_op("transpose 3120", TR_OP_TRANSPOSE, &p2, 1, &x, dts[d], 4, (int64_t[]){5, 3, 4, 2});
@@ -404,8 +401,8 @@ static void test_update_slice(void **state) {
             su[ax] = ax == 2 ? 3 : 1;
             struct tr_tensor in[3] = {tr_test_tensor(dts[d], 4, sx), tr_test_tensor(dts[d], 4, su),
                                       tr_test_tensor(TR_DTYPE_I32, 1, (int64_t[]){1})};
-            if (dts[d] == TR_DTYPE_I32) tr_test_randint(&in[0], 90, 1000), tr_test_randint(&in[1], 91, 1000);
-            else tr_test_randn(&in[0], 90, 1.0), tr_test_randn(&in[1], 91, 1.0);
+            tr_test_rand(&in[0], 90, 1.0, 1000);
+            tr_test_rand(&in[1], 91, 1.0, 1000);
             ((int32_t *)in[2].data)[0] = (int32_t)(sx[ax] - su[ax]);
             struct tr_attrs at = {.ints = {ax - 4}, .n_ints = 1};
             compare_op("update_slice", TR_OP_UPDATE_SLICE, &at, 3, in, dts[d], 4, sx);
@@ -475,10 +472,7 @@ static void test_cast(void **state) {
     for (int a = 0; a < 5; a++)
         for (int b = 0; b < 5; b++) {
             struct tr_tensor x = tr_test_tensor(dts[a], 2, sx);
-            if (tr_dtype_is_float(dts[a]))
-                tr_test_randn(&x, 100, 20.0);
-            else
-                tr_test_randint(&x, 100, 200);
+            tr_test_rand(&x, 100, 20.0, 200);
             struct tr_attrs at = {.ints = {dts[b]}};
             char what[64];
             snprintf(what, sizeof what, "cast %s to %s", tr_dtype_name(dts[a]), tr_dtype_name(dts[b]));
@@ -487,13 +481,36 @@ static void test_cast(void **state) {
         }
 }
 
+/* An attention case: q [B,H,Tq,D], k [B,Hk,Tk,D], v [B,Hk,Tk,Dv], out [B,H,Tq,Dv]; mask
+ * [B,1,1,Tk] when `mask`. */
+struct attn_case {
+    int64_t B, H, Hk, Tq, Tk, D, Dv;
+    int causal, window, mask;
+};
+
+struct attn_shapes {
+    int64_t q[4], k[4], v[4], out[4], mask[4];
+};
+
+static struct attn_shapes attn_shapes(const struct attn_case *c) {
+    return (struct attn_shapes){.q = {c->B, c->H, c->Tq, c->D},
+                                .k = {c->B, c->Hk, c->Tk, c->D},
+                                .v = {c->B, c->Hk, c->Tk, c->Dv},
+                                .out = {c->B, c->H, c->Tq, c->Dv},
+                                .mask = {c->B, 1, 1, c->Tk}};
+}
+
+/* A padding mask [B,1,1,Tk]: the last pad + b keys of batch row b masked off. */
+static void padding_mask(struct tr_tensor *m, int64_t pad) {
+    const int64_t B = m->shape[0], Tk = m->shape[3];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < Tk; j++) ((float *)m->data)[b * Tk + j] = j >= Tk - pad - b ? -10000.0f : 0.0f;
+}
+
 static void test_attention(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
-    struct {
-        int64_t B, H, Hk, Tq, Tk, D, Dv;
-        int causal, window, mask;
-    } cases[] = {
+    const struct attn_case cases[] = {
         {2, 4, 4, 33, 33, 16, 16, 0, 0, 0}, {2, 4, 2, 33, 33, 64, 64, 1, 0, 0}, {1, 8, 2, 5, 40, 64, 32, 1, 0, 0},
         {2, 2, 1, 70, 70, 32, 32, 0, 8, 0}, {2, 4, 4, 20, 45, 128, 128, 0, 0, 1}, {1, 2, 2, 17, 17, 256, 256, 1, 0, 1},
     };
@@ -504,21 +521,14 @@ static void test_attention(void **state) {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             if (simple) setenv("TRIDENT_CUDA_ATTENTION", "simple", 1);
             else unsetenv("TRIDENT_CUDA_ATTENTION");
-            int64_t sq[4] = {cases[c].B, cases[c].H, cases[c].Tq, cases[c].D};
-            int64_t sk[4] = {cases[c].B, cases[c].Hk, cases[c].Tk, cases[c].D};
-            int64_t sv[4] = {cases[c].B, cases[c].Hk, cases[c].Tk, cases[c].Dv};
-            int64_t so[4] = {cases[c].B, cases[c].H, cases[c].Tq, cases[c].Dv};
-            int64_t sm[4] = {cases[c].B, 1, 1, cases[c].Tk};
-            struct tr_tensor in[4] = {randn(FLOATS[d], 4, sq, 110 + c), randn(FLOATS[d], 4, sk, 120 + c),
-                                      randn(FLOATS[d], 4, sv, 130 + c), tr_test_tensor(TR_DTYPE_F32, 4, sm)};
-            /* a padding mask: the last keys of each batch row masked off */
-            for (int64_t b = 0; b < cases[c].B; b++)
-                for (int64_t j = 0; j < cases[c].Tk; j++)
-                    ((float *)in[3].data)[b * cases[c].Tk + j] = j >= cases[c].Tk - 3 - b ? -10000.0f : 0.0f;
+            const struct attn_shapes sh = attn_shapes(&cases[c]);
+            struct tr_tensor in[4] = {randn(FLOATS[d], 4, sh.q, 110 + c), randn(FLOATS[d], 4, sh.k, 120 + c),
+                                      randn(FLOATS[d], 4, sh.v, 130 + c), tr_test_tensor(TR_DTYPE_F32, 4, sh.mask)};
+            padding_mask(&in[3], 3);
             struct tr_attrs at = {.ints = {cases[c].causal, cases[c].window}};
             char what[64];
             snprintf(what, sizeof what, "attention case %zu (%s kernel)", c, simple ? "simple" : "default");
-            compare_op(what, TR_OP_ATTENTION, &at, cases[c].mask ? 4 : 3, in, FLOATS[d], 4, so);
+            compare_op(what, TR_OP_ATTENTION, &at, cases[c].mask ? 4 : 3, in, FLOATS[d], 4, sh.out);
             free_all(4, in);
         }
     unsetenv("TRIDENT_CUDA_ATTENTION");
@@ -527,32 +537,23 @@ static void test_attention(void **state) {
 static void test_attention_grad(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
-    struct {
-        int64_t B, H, Hk, Tq, Tk, D, Dv;
-        int causal, window, mask;
-    } cases[] = {
+    const struct attn_case cases[] = {
         {2, 4, 2, 33, 33, 16, 16, 0, 0, 1}, {1, 4, 4, 40, 40, 64, 32, 1, 0, 0}, {1, 2, 1, 9, 50, 32, 32, 1, 0, 0},
         {2, 2, 2, 45, 45, 32, 64, 0, 7, 1},
     };
     for (int d = 0; d < 3; d++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             for (int which = 0; which < 3; which++) {
-                int64_t sq[4] = {cases[c].B, cases[c].H, cases[c].Tq, cases[c].D};
-                int64_t sk[4] = {cases[c].B, cases[c].Hk, cases[c].Tk, cases[c].D};
-                int64_t sv[4] = {cases[c].B, cases[c].Hk, cases[c].Tk, cases[c].Dv};
-                int64_t so[4] = {cases[c].B, cases[c].H, cases[c].Tq, cases[c].Dv};
-                int64_t sm[4] = {cases[c].B, 1, 1, cases[c].Tk};
-                struct tr_tensor in[5] = {randn(FLOATS[d], 4, sq, 210 + c), randn(FLOATS[d], 4, sk, 220 + c),
-                                          randn(FLOATS[d], 4, sv, 230 + c), randn(FLOATS[d], 4, so, 240 + c),
-                                          tr_test_tensor(TR_DTYPE_F32, 4, sm)};
-                for (int64_t b = 0; b < cases[c].B; b++)
-                    for (int64_t j = 0; j < cases[c].Tk; j++)
-                        ((float *)in[4].data)[b * cases[c].Tk + j] = j >= cases[c].Tk - 2 - b ? -10000.0f : 0.0f;
+                const struct attn_shapes sh = attn_shapes(&cases[c]);
+                struct tr_tensor in[5] = {randn(FLOATS[d], 4, sh.q, 210 + c), randn(FLOATS[d], 4, sh.k, 220 + c),
+                                          randn(FLOATS[d], 4, sh.v, 230 + c), randn(FLOATS[d], 4, sh.out, 240 + c),
+                                          tr_test_tensor(TR_DTYPE_F32, 4, sh.mask)};
+                padding_mask(&in[4], 2);
                 struct tr_attrs at = {.ints = {cases[c].causal, cases[c].window, which}};
                 char what[64];
                 snprintf(what, sizeof what, "attention_grad case %zu d%s", c, which == 0 ? "q" : which == 1 ? "k" : "v");
                 compare_op(what, TR_OP_ATTENTION_GRAD, &at, cases[c].mask ? 5 : 4, in, FLOATS[d], 4,
-                           which == 0 ? sq : which == 1 ? sk : sv);
+                           which == 0 ? sh.q : which == 1 ? sh.k : sh.v);
                 free_all(5, in);
             }
 }

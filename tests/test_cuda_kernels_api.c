@@ -315,20 +315,6 @@ static void test_math_mode(void **state) {
     tr_test_tensor_free(&a), tr_test_tensor_free(&b), tr_test_tensor_free(&ref), tr_test_tensor_free(&got);
 }
 
-/* mean and standard deviation of a host tensor */
-static void moments(const struct tr_tensor *t, double *mean, double *sd, double *lo, double *hi) {
-    int64_t n = tr_tensor_numel(t);
-    double s = 0, q = 0;
-    *lo = INFINITY, *hi = -INFINITY;
-    for (int64_t i = 0; i < n; i++) {
-        double v = tr_tensor_get_f64(t, i);
-        s += v, q += v * v;
-        *lo = v < *lo ? v : *lo, *hi = v > *hi ? v : *hi;
-    }
-    *mean = s / (double)n;
-    *sd = sqrt(q / (double)n - *mean * *mean);
-}
-
 /* tr_k_random through cuRAND: the distributions' moments, [a, b) for uniforms, the same
  * seed the same bits, another seed other bits; odd counts (cuRAND's normals come in
  * pairs) and bf16 out. */
@@ -345,7 +331,7 @@ static void test_random(void **state) {
             CHECK_OK(tr_k_random(G, (enum tr_random_dist)dist, 42, a, b, &dv, &err));
             fetch(&h1, &dv);
             double mean, sd, lo, hi;
-            moments(&h1, &mean, &sd, &lo, &hi);
+            tr_test_moments(&h1, &mean, &sd, &lo, &hi);
             double want_mean = dist ? a : (a + b) / 2, want_sd = dist ? b : (b - a) / sqrt(12.0);
             printf("random %s %s: mean %.4f (%.4f), sd %.4f (%.4f), range [%.3f, %.3f]\n", dist ? "normal" : "uniform",
                    tr_dtype_name(FLOATS[d]), mean, want_mean, sd, want_sd, lo, hi);

@@ -119,13 +119,7 @@ static void run_fit(const char *backends, const char *extra, struct tr_bench_rep
              "batch = 8\nseq_len = 16\n%s\n"
              "[backend.jax]\ncache_dir = %s\n",
              backends, extra, tr_test_dir);
-    struct tr_config cfg;
-    struct tr_error e = {0};
-    if (tr_config_load_string(text, "fit.ini", &cfg, &e)) fail_msg("%s", e.msg);
-    int rc = tr_bench_run(&cfg, tr_builtin_models, rep, &e);
-    tr_bench_print(rep, stdout);
-    if (rc) fail_msg("%s", e.msg);
-    assert_true(rep->all_ok);
+    tr_test_bench_run(text, "fit.ini", tr_builtin_models, rep);
 }
 
 /* 100 steps (1 warm-up + 99 timed) on all four: learns, agrees, updates in place. */
@@ -182,13 +176,11 @@ static int is_adapter(const char *name) { return strstr(name, ".lora_A.") || str
 
 static void test_lora_frozen(void **state) {
     (void)state;
-    struct tr_config cfg;
     struct tr_error e = {0};
     const char *text = "[run]\ntask = fit\nbatch = 4\nseq_len = 16\n[model]\nlora_rank = 4\n"
                        "[train]\nlearning_rate = 1e-2\n";
-    if (tr_config_load_string(text, "lora.ini", &cfg, &e)) fail_msg("%s", e.msg);
     struct tr_task_graph tg;
-    if (tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e)) fail_msg("%s", e.msg);
+    tr_test_task_graph(text, "lora.ini", tr_builtin_models, &tg);
     struct tr_graph *g = tg.graph;
     struct tr_weights *w = NULL;
     if (tr_weights_from_seed(g, 7, &w, &e)) fail_msg("%s", e.msg);
@@ -212,12 +204,7 @@ static void test_lora_frozen(void **state) {
         if (!trained && !state_param) {
             n_frozen++;
             frozen_bytes += nb;
-            /* nothing of training exists for a frozen weight */
-            char probe[TR_NAME_MAX + 16];
-            snprintf(probe, sizeof probe, "%s.adamw_m", name);
-            assert_int_equal(tr_graph_find(g, probe), -1);
-            snprintf(probe, sizeof probe, "grad.%s", name);
-            assert_int_equal(tr_graph_find(g, probe), -1);
+            tr_test_expect_untrained(g, name);
         }
         n_adapters += is_adapter(name) && !state_param;
     }
@@ -228,13 +215,7 @@ static void test_lora_frozen(void **state) {
     int n_in = tr_graph_n_inputs(g);
     struct tr_tensor in[8];
     assert_true(n_in <= 8);
-    for (int i = 0; i < n_in; i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
-        in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
-    }
-    if (tg.model->make_inputs(tg.config, &tg.opts, 5, tg.n_model_inputs, in, &e)) fail_msg("%s", e.msg);
-    *(float *)in[n_in - 2].data = 1e-2f; /* lr */
-    *(float *)in[n_in - 1].data = 1.0f;  /* step: 1 every time is a valid AdamW step */
+    tr_test_fit_inputs(&tg, 5, 1e-2f, 1.0f, in); /* step: 1 every time is a valid AdamW step */
     struct tr_tensor out[1];
     struct tr_backend_stats st;
     tr_test_run_backend(&tr_test_backends[0], tr_test_dir, g, in, 10, out, &st);

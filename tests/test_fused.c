@@ -1,40 +1,13 @@
 /* The fused kernels of the tf backend (kernels.h), each against the chain of unfused
- * kernels it replaces and against a float64 reference written here. Inputs random (never
+ * kernels it replaces and against the float64 oracles of tests/ref. Inputs random (never
  * zero), outputs poisoned first, f32 and bf16 (f16 where cheap), optional operands NULL,
  * broadcasting masks and position ids of shape (T) against (B,T). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "testutil.h"
-#include "trident/kernels.h"
-
-#define K tr_test_k /* the group's kernels context (testutil.h) */
-
-#define SHAPE(...) (const int64_t[]){__VA_ARGS__}
-#define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
-#define TENSOR(dt, ...) tr_test_tensor((dt), NDIM(__VA_ARGS__), SHAPE(__VA_ARGS__))
-
-#define CHECK_OK(call)                                                                    \
-    do {                                                                                  \
-        int s_ = (call);                                                                  \
-        if (s_ != TR_OK) fail_msg("%s returned %d: %s", #call, s_, err.msg);              \
-    } while (0)
-
-/* Layer norm of one row of doubles in place (biased variance). */
-static void ref_ln(double *row, int64_t D, const double *g, const double *b, double eps) {
-    double m = 0, v = 0;
-    for (int64_t i = 0; i < D; i++) m += row[i];
-    m /= (double)D;
-    for (int64_t i = 0; i < D; i++) v += (row[i] - m) * (row[i] - m);
-    double rstd = 1.0 / sqrt(v / (double)D + eps);
-    for (int64_t i = 0; i < D; i++) row[i] = (row[i] - m) * rstd * (g ? g[i] : 1.0) + (b ? b[i] : 0.0);
-}
-
-static void check(const char *what, const struct tr_tensor *out, const double *ref, double tol) {
-    double e = tr_test_rel_err(out, ref);
-    if (!(e < tol)) fail_msg("%s: relative error %.3g >= %.3g", what, e, tol);
-}
+#include "kernels_test.h"
+#include "ref/ref.h"
 
 /* ---------------------------------------------------------------- bias + residual + ln */
 
@@ -61,12 +34,12 @@ static void brln_case(enum tr_dtype dt, int64_t R, int64_t D, int has_bias, int 
     for (int64_t r = 0; r < R; r++) {
         double *row = fx + r * D;
         for (int64_t i = 0; i < D; i++) row[i] += (has_bias ? fb[i] : 0) + (has_res ? fr[r * D + i] : 0);
-        ref_ln(row, D, affine ? fg : NULL, affine ? fbe : NULL, eps);
+        tr_ref_layer_norm(row, affine ? fg : NULL, affine ? fbe : NULL, 1, D, eps, row);
     }
     char what[160];
     snprintf(what, sizeof what, "bias_residual_layer_norm %s [%lld,%lld] bias %d residual %d affine %d vs f64",
              tr_dtype_name(dt), (long long)R, (long long)D, has_bias, has_res, affine);
-    check(what, &out, fx, tr_test_tol(dt));
+    check_close(what, &out, fx);
 
     /* the unfused chain: add, add, layer_norm */
     const struct tr_tensor *cur = &x;
@@ -82,7 +55,7 @@ static void brln_case(enum tr_dtype dt, int64_t R, int64_t D, int has_bias, int 
     double *fu = tr_test_to_f64(&ref_out);
     snprintf(what, sizeof what, "bias_residual_layer_norm %s [%lld,%lld] bias %d residual %d vs unfused",
              tr_dtype_name(dt), (long long)R, (long long)D, has_bias, has_res);
-    check(what, &out, fu, tr_test_tol(dt));
+    check_close(what, &out, fu);
     free(fx);
     free(fr);
     free(fb);
@@ -145,29 +118,14 @@ static void sms_case(enum tr_dtype dt, enum tr_dtype mdt, int mnd, const int64_t
     CHECK_OK(tr_k_scale_mask_softmax(K, &x, scale, mnd >= 0 ? &mask : NULL, &out, &err));
 
     double *fx = tr_test_to_f64(&x), *fm = mnd >= 0 ? tr_test_to_f64(&mask) : NULL;
-    int64_t mst[4] = {0};
-    for (int i = 3, acc = 1; mnd >= 0 && i >= 0; i--) {
-        int j = i - (4 - mnd);
-        int64_t e = j >= 0 ? mshape[j] : 1;
-        mst[i] = e == 1 ? 0 : acc;
-        acc *= (int)e;
-    }
     const int64_t D = xs[3], rows = xs[0] * xs[1] * xs[2];
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t i0 = r / (xs[1] * xs[2]), i1 = (r / xs[2]) % xs[1], i2 = r % xs[2];
-        double *row = fx + r * D, mx = -INFINITY, s = 0;
-        for (int64_t i = 0; i < D; i++) {
-            row[i] *= scale;
-            if (fm) row[i] += fm[i0 * mst[0] + i1 * mst[1] + i2 * mst[2] + i * mst[3]];
-            mx = fmax(mx, row[i]);
-        }
-        for (int64_t i = 0; i < D; i++) s += (row[i] = exp(row[i] - mx));
-        for (int64_t i = 0; i < D; i++) row[i] /= s;
-    }
+    for (int64_t i = 0; i < rows * D; i++) fx[i] *= scale;
+    if (fm) tr_ref_binary(TR_OP_ADD, (struct tr_ref_view){4, xs, fx}, (struct tr_ref_view){mnd, mshape, fm}, 4, xs, fx);
+    tr_ref_softmax(fx, rows, D, fx);
     char what[160];
     snprintf(what, sizeof what, "scale_mask_softmax %s mask %s %d-D scale %g vs f64", tr_dtype_name(dt),
              mnd >= 0 ? tr_dtype_name(mdt) : "none", mnd, (double)scale);
-    check(what, &out, fx, tr_test_tol(dt));
+    check_close(what, &out, fx);
 
     /* the unfused chain (the binary kernel takes one dtype, so only for a mask of x's dtype) */
     if (mnd < 0 || mdt == dt) {
@@ -181,7 +139,7 @@ static void sms_case(enum tr_dtype dt, enum tr_dtype mdt, int mnd, const int64_t
         CHECK_OK(tr_k_softmax(K, cur, &ref_out, &err));
         double *fu = tr_test_to_f64(&ref_out);
         snprintf(what, sizeof what, "scale_mask_softmax %s mask %d-D vs unfused", tr_dtype_name(dt), mnd);
-        check(what, &out, fu, tr_test_tol(dt));
+        check_close(what, &out, fu);
         free(fu);
     }
     free(fx);
@@ -274,12 +232,12 @@ static void esln_case(enum tr_dtype dt, enum tr_dtype idt, int64_t B, int64_t T,
             int64_t id = (int64_t)tr_tensor_get_f64(&ids[i], i == 2 ? r % T : r);
             for (int64_t d = 0; d < D; d++) row[d] += ft[i][id * D + d];
         }
-        ref_ln(row, D, fg, fb, eps);
+        tr_ref_layer_norm(row, fg, fb, 1, D, eps, row);
     }
     char what[160];
     snprintf(what, sizeof what, "embedding_sum_layer_norm %s ids %s n=%d [%lld,%lld,%lld] vs f64", tr_dtype_name(dt),
              tr_dtype_name(idt), n, (long long)B, (long long)T, (long long)D);
-    check(what, &out, ref, tr_test_tol(dt));
+    check_close(what, &out, ref);
 
     if (n == 3) {
         /* position ids (T) against the same ids written out as (B,T): the same bits */
@@ -299,7 +257,7 @@ static void esln_case(enum tr_dtype dt, enum tr_dtype idt, int64_t B, int64_t T,
         CHECK_OK(tr_k_layer_norm(K, &s2, &g, &b, eps, &out2, &err));
         double *fu = tr_test_to_f64(&out2);
         snprintf(what, sizeof what, "embedding_sum_layer_norm %s vs unfused", tr_dtype_name(dt));
-        check(what, &out, fu, tr_test_tol(dt));
+        check_close(what, &out, fu);
         free(fu);
         struct tr_tensor *tmp[] = {&e0, &e1, &e2, &s1, &s2};
         for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) tr_test_tensor_free(tmp[i]);

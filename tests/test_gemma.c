@@ -83,14 +83,7 @@ static void test_interface(void **state) {
     struct tr_graph *g = tr_test_llm_build(&tr_model_gemma, c, TR_DTYPE_BF16, 3, 20);
     const char *names[3] = {"input_ids", "position_ids", "attention_mask"};
     const int dts[3] = {TR_DTYPE_I32, TR_DTYPE_I32, TR_DTYPE_F32};
-    assert_int_equal(tr_graph_n_inputs(g), 3);
-    for (int i = 0; i < 3; i++) {
-        int id = tr_graph_input(g, i);
-        assert_string_equal(tr_node_name(g, id), names[i]);
-        assert_int_equal(tr_node_dtype(g, id), dts[i]);
-        assert_int_equal(tr_node_shape(g, id)[0], 3);
-        assert_int_equal(tr_node_shape(g, id)[1], 20);
-    }
+    tr_test_expect_inputs(g, 3, names, dts, 3, 20);
     assert_int_equal(tr_graph_n_outputs(g), 1);
     int lg = tr_graph_output(g, 0);
     assert_string_equal(tr_graph_output_name(g, 0), "logits");

@@ -1,11 +1,11 @@
 /* The training kernels (grad.c, loss.c) through tr_kernels_run, each against a float64
- * reference written naively here, in f32, bf16 and f64 (inputs random and never zero,
+ * oracle of tests/ref, in f32, bf16 and f64 (inputs random and never zero,
  * outputs poisoned with NaN first, references computed from the rounded inputs).
  *
  * The gradient kernels are also checked against central finite differences of the
  * forward function in f64 (relative error < 1e-6). The cpu forward kernels of unary,
  * softmax, layer norm and attention take no f64, so the differences are taken of the
- * naive f64 forward written here, which is first checked against the real forward
+ * f64 oracle of the forward, which is first checked against the real forward
  * kernel in f32: the gradient is that of the function the forward kernel computes
  * (erf vs tanh GELU, the window's alignment, a fully masked row). Cross entropy's
  * forward kernel takes f64, and its differences are taken of the kernel itself. */
@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "ref/ref.h"
 #include "testutil.h"
 #include "trident/kernels.h"
 
@@ -44,19 +45,8 @@ static void check(const char *what, enum tr_dtype dt, const struct tr_tensor *ou
     tr_assert_close(buf, out, ref, tr_test_tol(dt));
 }
 
-/* ‖a − b‖ / ‖b‖ over n doubles. */
-static double rel(const double *a, const double *b, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        num += (a[i] - b[i]) * (a[i] - b[i]);
-        den += b[i] * b[i];
-    }
-    return den > 0 ? sqrt(num / den) : INFINITY;
-}
-
 static void check_fd(const char *what, const double *got, const double *fd, int64_t n) {
-    double e = rel(got, fd, n);
-    if (!(e < FD_TOL)) fail_msg("%s: relative error %.3g against finite differences >= %.1g", what, e, FD_TOL);
+    tr_ref_check_fd(what, got, fd, n, FD_TOL);
 }
 
 static void set_f64(struct tr_tensor *t, const double *v) {
@@ -71,48 +61,8 @@ static double dot(const double *a, const double *b, int64_t n) {
 
 /* ---- unary_grad ---- */
 
-static double f_unary(int op, int approx, double a, double x) {
-    switch (op) {
-    case TR_OP_GELU:
-        if (approx) return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-        return 0.5 * x * (1 + erf(x / sqrt(2)));
-    case TR_OP_TANH: return tanh(x);
-    case TR_OP_RELU: return x > 0 ? x : 0;
-    case TR_OP_SILU: return x / (1 + exp(-x));
-    case TR_OP_SIGMOID: return 1 / (1 + exp(-x));
-    case TR_OP_EXP: return exp(x);
-    case TR_OP_NEG: return -x;
-    case TR_OP_SQRT: return sqrt(x);
-    case TR_OP_RSQRT: return 1 / sqrt(x);
-    default: return a * x + 0.25; /* SCALE, beta 0.25 */
-    }
-}
-
-static double df_unary(int op, int approx, double a, double x) {
-    switch (op) {
-    case TR_OP_GELU:
-        if (approx) {
-            double c = sqrt(2 / M_PI), u = c * (x + 0.044715 * x * x * x), t = tanh(u);
-            return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
-        }
-        return 0.5 * (1 + erf(x / sqrt(2))) + x * exp(-x * x / 2) / sqrt(2 * M_PI);
-    case TR_OP_TANH: return 1 - tanh(x) * tanh(x);
-    case TR_OP_RELU: return x > 0 ? 1 : 0;
-    case TR_OP_SILU: {
-        double s = 1 / (1 + exp(-x));
-        return s + x * s * (1 - s);
-    }
-    case TR_OP_SIGMOID: {
-        double s = 1 / (1 + exp(-x));
-        return s * (1 - s);
-    }
-    case TR_OP_EXP: return exp(x);
-    case TR_OP_NEG: return -1;
-    case TR_OP_SQRT: return 0.5 / sqrt(x);
-    case TR_OP_RSQRT: return -0.5 * pow(x, -1.5);
-    default: return a;
-    }
-}
+/* The forward differentiated: SCALE's beta is 0.25. */
+static double f_unary(int op, int approx, double a, double x) { return tr_ref_unary(op, x, approx, a, 0.25); }
 
 static void test_unary_grad(void **state) {
     (void)state;
@@ -140,7 +90,7 @@ static void test_unary_grad(void **state) {
                 free(x);
             }
             double *x = tr_test_to_f64(&in[0]), *g = tr_test_to_f64(&in[1]), *ref = malloc(sizeof(double) * n);
-            for (int64_t i = 0; i < n; i++) ref[i] = g[i] * df_unary(op, ap, alpha, x[i]);
+            for (int64_t i = 0; i < n; i++) ref[i] = g[i] * tr_ref_unary_grad(op, x[i], ap, alpha);
             run(TR_OP_UNARY_GRAD, &at, 2, in, &dx);
             check(what, dt, &dx, ref);
             if (dt == TR_DTYPE_F64) { /* central differences of the forward */
@@ -163,13 +113,17 @@ static void test_unary_grad(void **state) {
 
 /* ---- softmax_grad ---- */
 
-static void softmax_rows(const double *x, double *y, int64_t rows, int64_t D) {
-    for (int64_t r = 0; r < rows; r++) {
-        double m = -INFINITY, s = 0;
-        for (int64_t i = 0; i < D; i++) m = fmax(m, x[r * D + i]);
-        for (int64_t i = 0; i < D; i++) s += exp(x[r * D + i] - m);
-        for (int64_t i = 0; i < D; i++) y[r * D + i] = exp(x[r * D + i] - m) / s;
-    }
+/* Σ g·softmax(x) over rows × D, what the differences are taken of. */
+struct sm_loss {
+    const double *x, *g;
+    double *y;
+    int64_t R, D;
+};
+
+static double sm_loss(void *p) {
+    struct sm_loss *c = p;
+    tr_ref_softmax(c->x, c->R, c->D, c->y);
+    return dot(c->g, c->y, c->R * c->D);
 }
 
 static void test_softmax_grad(void **state) {
@@ -178,44 +132,28 @@ static void test_softmax_grad(void **state) {
     struct tr_tensor xs = TENSOR(TR_DTYPE_F64, 6, 37);
     tr_test_randn(&xs, 21, 2.0);
     double *x = tr_test_to_f64(&xs), *y = malloc(sizeof(double) * n), *ref = malloc(sizeof(double) * n);
-    softmax_rows(x, y, R, D);
+    tr_ref_softmax(x, R, D, y);
     for (int d = 0; d < N_DTS; d++) {
         const enum tr_dtype dt = DTS[d];
         struct tr_tensor in[2] = {TENSOR(dt, 2, 3, 37), TENSOR(dt, 2, 3, 37)}, dx = TENSOR(dt, 2, 3, 37);
         set_f64(&in[0], y);
         tr_test_randn(&in[1], 22, 1.0);
         double *yr = tr_test_to_f64(&in[0]), *g = tr_test_to_f64(&in[1]);
-        for (int64_t r = 0; r < R; r++) /* the Jacobian, entry by entry */
-            for (int64_t i = 0; i < D; i++) {
-                double s = 0;
-                for (int64_t j = 0; j < D; j++)
-                    s += g[r * D + j] * yr[r * D + j] * ((i == j ? 1.0 : 0.0) - yr[r * D + i]);
-                ref[r * D + i] = s;
-            }
+        tr_ref_softmax_grad(yr, g, R, D, ref);
         run(TR_OP_SOFTMAX_GRAD, NULL, 2, in, &dx);
         check("softmax_grad", dt, &dx, ref);
         if (dt == TR_DTYPE_F64) {
-            double *got = tr_test_to_f64(&dx), *xp = malloc(sizeof(double) * n), *yp = malloc(sizeof(double) * n);
-            memcpy(xp, x, sizeof(double) * n);
-            for (int64_t i = 0; i < n; i++) {
-                double lp, lm;
-                xp[i] = x[i] + FD_H;
-                softmax_rows(xp, yp, R, D);
-                lp = dot(g, yp, n);
-                xp[i] = x[i] - FD_H;
-                softmax_rows(xp, yp, R, D);
-                lm = dot(g, yp, n);
-                xp[i] = x[i];
-                ref[i] = (lp - lm) / (2 * FD_H);
-            }
+            double *got = tr_test_to_f64(&dx), *yp = malloc(sizeof(double) * n);
+            struct sm_loss c = {x, g, yp, R, D};
+            tr_ref_fd_grad(sm_loss, &c, x, n, FD_H, ref);
             check_fd("softmax_grad", got, ref, n);
-            free(got), free(xp), free(yp);
+            free(got), free(yp);
         }
         if (dt == TR_DTYPE_F32) {
             struct tr_tensor xf = TENSOR(dt, 2, 3, 37);
             set_f64(&xf, x);
             double *xr = tr_test_to_f64(&xf);
-            softmax_rows(xr, ref, R, D);
+            tr_ref_softmax(xr, R, D, ref);
             run(TR_OP_SOFTMAX, NULL, 1, &xf, &dx);
             check("forward of the softmax reference", dt, &dx, ref);
             free(xr);
@@ -230,24 +168,17 @@ static void test_softmax_grad(void **state) {
 
 /* ---- layer norm ---- */
 
-static void ln_rows(const double *x, const double *gam, double eps, int64_t R, int64_t D, double *y, double *xh) {
-    for (int64_t r = 0; r < R; r++) {
-        double m = 0, v = 0;
-        for (int64_t i = 0; i < D; i++) m += x[r * D + i] / D;
-        for (int64_t i = 0; i < D; i++) v += (x[r * D + i] - m) * (x[r * D + i] - m) / D;
-        for (int64_t i = 0; i < D; i++) {
-            double h = (x[r * D + i] - m) / sqrt(v + eps);
-            if (xh) xh[r * D + i] = h;
-            if (y) y[r * D + i] = h * gam[i] + 0.1 * (double)(i % 3);
-        }
-    }
-}
+/* L = Σ dy·layer_norm(x; gamma, beta), what the differences are taken of. */
+struct ln_loss {
+    const double *x, *gam, *beta, *g;
+    double eps, *y;
+    int64_t R, D;
+};
 
-/* L = Σ dy·layer_norm(x) */
-static double ln_loss(const double *x, const double *gam, const double *g, double eps, int64_t R, int64_t D,
-                      double *buf) {
-    ln_rows(x, gam, eps, R, D, buf, NULL);
-    return dot(g, buf, R * D);
+static double ln_loss(void *p) {
+    struct ln_loss *c = p;
+    tr_ref_layer_norm(c->x, c->gam, c->beta, c->R, c->D, c->eps, c->y);
+    return dot(c->g, c->y, c->R * c->D);
 }
 
 static void ln_case(int64_t R, int64_t D, int fd) {
@@ -261,22 +192,10 @@ static void ln_case(int64_t R, int64_t D, int fd) {
         tr_test_randn(&in[1], 32, 1.0);
         tr_test_randn(&in[2], 33, 1.0);
         double *x = tr_test_to_f64(&in[0]), *gam = tr_test_to_f64(&in[1]), *g = tr_test_to_f64(&in[2]);
-        double *xh = malloc(sizeof(double) * n), *ref = malloc(sizeof(double) * n), *rg = calloc(D, sizeof(double));
-        ln_rows(x, gam, eps, R, D, NULL, xh);
-        for (int64_t r = 0; r < R; r++) {
-            double m = 0, v = 0;
-            for (int64_t i = 0; i < D; i++) m += x[r * D + i] / D;
-            for (int64_t i = 0; i < D; i++) v += (x[r * D + i] - m) * (x[r * D + i] - m) / D;
-            const double rs = 1 / sqrt(v + eps);
-            for (int64_t i = 0; i < D; i++) { /* Σ_j dy_j γ_j ∂x̂_j/∂x_i */
-                double s = 0;
-                for (int64_t j = 0; j < D; j++)
-                    s += g[r * D + j] * gam[j] * rs *
-                         ((i == j ? 1.0 : 0.0) - 1.0 / D - xh[r * D + i] * xh[r * D + j] / D);
-                ref[r * D + i] = s;
-                rg[i] += g[r * D + i] * xh[r * D + i];
-            }
-        }
+        double *ref = malloc(sizeof(double) * n), *rg = malloc(sizeof(double) * D), *bv = malloc(sizeof(double) * D);
+        for (int64_t i = 0; i < D; i++) bv[i] = 0.1 * (double)(i % 3);
+        tr_ref_layer_norm_grad(x, gam, g, R, D, eps, ref);
+        tr_ref_layer_norm_grad_gamma(x, g, R, D, eps, rg);
         struct tr_attrs at = {.floats = {(float)eps}};
         run(TR_OP_LAYER_NORM_GRAD, &at, 3, in, &dx);
         check("layer_norm_grad", dt, &dx, ref);
@@ -285,41 +204,23 @@ static void ln_case(int64_t R, int64_t D, int fd) {
         check("layer_norm_grad_gamma", dt, &dg, rg);
         if (dt == TR_DTYPE_F64 && fd) {
             double *got = tr_test_to_f64(&dx), *gotg = tr_test_to_f64(&dg), *buf = malloc(sizeof(double) * n);
-            for (int64_t i = 0; i < n; i++) {
-                double x0 = x[i];
-                x[i] = x0 + FD_H;
-                double lp = ln_loss(x, gam, g, eps, R, D, buf);
-                x[i] = x0 - FD_H;
-                double lm = ln_loss(x, gam, g, eps, R, D, buf);
-                x[i] = x0;
-                ref[i] = (lp - lm) / (2 * FD_H);
-            }
+            struct ln_loss c = {x, gam, bv, g, eps, buf, R, D};
+            tr_ref_fd_grad(ln_loss, &c, x, n, FD_H, ref);
             check_fd("layer_norm_grad", got, ref, n);
-            for (int64_t i = 0; i < D; i++) {
-                double g0 = gam[i];
-                gam[i] = g0 + FD_H;
-                double lp = ln_loss(x, gam, g, eps, R, D, buf);
-                gam[i] = g0 - FD_H;
-                double lm = ln_loss(x, gam, g, eps, R, D, buf);
-                gam[i] = g0;
-                ref[i] = (lp - lm) / (2 * FD_H);
-            }
+            tr_ref_fd_grad(ln_loss, &c, gam, D, FD_H, ref);
             check_fd("layer_norm_grad_gamma", gotg, ref, D);
             free(got), free(gotg), free(buf);
         }
         if (dt == TR_DTYPE_F32 && fd) {
             struct tr_tensor b = TENSOR(dt, D);
-            double *bv = malloc(sizeof(double) * D);
-            for (int64_t i = 0; i < D; i++) bv[i] = 0.1 * (double)(i % 3);
             set_f64(&b, bv);
             struct tr_tensor fin[3] = {in[0], in[1], b};
-            ln_rows(x, gam, eps, R, D, ref, NULL);
+            tr_ref_layer_norm(x, gam, bv, R, D, eps, ref);
             run(TR_OP_LAYER_NORM, &at, 3, fin, &dx);
             check("forward of the layer norm reference", dt, &dx, ref);
-            free(bv);
             tfree(&b, NULL);
         }
-        free(x), free(gam), free(g), free(xh), free(ref), free(rg);
+        free(x), free(gam), free(g), free(ref), free(rg), free(bv);
         tfree(&in[0], &in[1], &in[2], &dx, &dg, NULL);
     }
 }
@@ -340,17 +241,14 @@ static void emb_case(enum tr_dtype idt, int64_t V, int64_t D, int64_t B, int64_t
         tr_test_randint(&in[0], seed, V - 1); /* row V-1 never used: must be zeros */
         tr_tensor_set_f64(&in[0], 1, tr_tensor_get_f64(&in[0], 0)); /* a repeat for sure */
         tr_test_randn(&in[1], seed + 1, 1.0);
-        double *g = tr_test_to_f64(&in[1]), *ref = calloc(V * D, sizeof(double));
-        for (int64_t p = 0; p < B * T; p++) {
-            int64_t id = (int64_t)tr_tensor_get_f64(&in[0], p);
-            for (int64_t c = 0; c < D; c++) ref[id * D + c] += g[p * D + c];
-        }
+        double *ids = tr_test_to_f64(&in[0]), *g = tr_test_to_f64(&in[1]), *ref = malloc(sizeof(double) * V * D);
+        tr_ref_embedding_grad(ids, B * T, g, V, D, ref);
         struct tr_attrs at = {.ints = {V}};
         run(TR_OP_EMBEDDING_GRAD, &at, 2, in, &dtab);
         check("embedding_grad", dt, &dtab, ref);
         for (int64_t c = 0; c < D; c++)
             if (tr_tensor_get_f64(&dtab, (V - 1) * D + c) != 0.0) fail_msg("embedding_grad: unused row not zero");
-        free(g), free(ref);
+        free(ids), free(g), free(ref);
         tfree(&in[0], &in[1], &dtab, NULL);
     }
 }
@@ -379,72 +277,12 @@ struct attn_cfg {
     float scale; /* 0: 1/sqrt(D) */
 };
 
-/* Visible iff the forward (attention.c) lets query i see key j. */
-static int visible(const struct attn_cfg *c, int64_t i, int64_t j) {
-    int64_t pos = i + c->Tk - c->Tq;
-    if ((c->causal || c->window > 0) && j > pos) return 0;
-    if (c->window > 0 && j <= pos - c->window) return 0;
-    return 1;
-}
-
-static double mask_at(const struct attn_cfg *c, const double *m, int64_t b, int64_t i, int64_t j) {
-    if (c->mask == 1) return m[b * c->Tk + j];
-    if (c->mask == 2) return m[i * c->Tk + j];
-    return 0;
-}
-
-/* out, and (when dy) dq, dk, dv, all naive with the whole score matrix. */
-static void attn_ref(const struct attn_cfg *c, const double *q, const double *k, const double *v, const double *m,
-                     const double *dy, double *out, double *dq, double *dk, double *dv) {
-    const int64_t G = c->H / c->Hk, D = c->D, Dv = c->Dv, Tq = c->Tq, Tk = c->Tk;
-    const double sc = c->scale != 0 ? c->scale : (double)(1.0f / sqrtf((float)D)); /* as dispatch fills it */
-    double *P = malloc(sizeof(double) * Tk), *dP = malloc(sizeof(double) * Tk);
-    if (dy) {
-        memset(dq, 0, sizeof(double) * c->B * c->H * Tq * D);
-        memset(dk, 0, sizeof(double) * c->B * c->Hk * Tk * D);
-        memset(dv, 0, sizeof(double) * c->B * c->Hk * Tk * Dv);
-    }
-    for (int64_t b = 0; b < c->B; b++)
-        for (int64_t h = 0; h < c->H; h++)
-            for (int64_t i = 0; i < Tq; i++) {
-                const int64_t hk = h / G;
-                const double *qi = q + ((b * c->H + h) * Tq + i) * D;
-                double mx = -INFINITY, s = 0;
-                for (int64_t j = 0; j < Tk; j++) {
-                    P[j] = -INFINITY;
-                    if (!visible(c, i, j)) continue;
-                    const double *kj = k + ((b * c->Hk + hk) * Tk + j) * D;
-                    P[j] = sc * dot(qi, kj, D) + mask_at(c, m, b, i, j);
-                    mx = fmax(mx, P[j]);
-                }
-                for (int64_t j = 0; j < Tk; j++) {
-                    P[j] = mx == -INFINITY ? 0 : exp(P[j] - mx);
-                    s += P[j];
-                }
-                for (int64_t j = 0; j < Tk; j++) P[j] = s > 0 ? P[j] / s : 0;
-                double *oi = out + ((b * c->H + h) * Tq + i) * Dv;
-                for (int64_t e = 0; e < Dv; e++) {
-                    oi[e] = 0;
-                    for (int64_t j = 0; j < Tk; j++) oi[e] += P[j] * v[((b * c->Hk + hk) * Tk + j) * Dv + e];
-                }
-                if (!dy) continue;
-                const double *gi = dy + ((b * c->H + h) * Tq + i) * Dv;
-                double delta = 0;
-                for (int64_t j = 0; j < Tk; j++) {
-                    dP[j] = dot(gi, v + ((b * c->Hk + hk) * Tk + j) * Dv, Dv);
-                    delta += P[j] * dP[j];
-                }
-                for (int64_t j = 0; j < Tk; j++) {
-                    const double ds = P[j] * (dP[j] - delta);
-                    const double *kj = k + ((b * c->Hk + hk) * Tk + j) * D;
-                    for (int64_t e = 0; e < D; e++) {
-                        dq[((b * c->H + h) * Tq + i) * D + e] += sc * ds * kj[e];
-                        dk[((b * c->Hk + hk) * Tk + j) * D + e] += sc * ds * qi[e];
-                    }
-                    for (int64_t e = 0; e < Dv; e++) dv[((b * c->Hk + hk) * Tk + j) * Dv + e] += P[j] * gi[e];
-                }
-            }
-    free(P), free(dP);
+/* The oracle's view of a case, the mask m (NULL: none) shaped as in[4]. */
+static struct tr_ref_attn attn_of(const struct attn_cfg *c, const struct tr_tensor *mask, const double *m) {
+    const double sc = c->scale != 0 ? c->scale : (double)(1.0f / sqrtf((float)c->D)); /* as dispatch fills it */
+    struct tr_ref_attn a = {c->B, c->H, c->Hk, c->Tq, c->Tk, c->D, c->Dv, sc, c->causal, c->window, {0, NULL, NULL}};
+    if (m) a.mask = (struct tr_ref_view){mask->ndim, mask->shape, m};
+    return a;
 }
 
 static int attn_inputs(const struct attn_cfg *c, enum tr_dtype dt, struct tr_tensor *in, uint64_t seed) {
@@ -464,25 +302,17 @@ static int attn_inputs(const struct attn_cfg *c, enum tr_dtype dt, struct tr_ten
     return c->mask ? 5 : 4;
 }
 
-/* L = Σ dy·attention(q,k,v) by central differences in each element of q (w 0), k (1), v (2). */
-static void attn_fd(const struct attn_cfg *c, double *q, double *k, double *v, const double *m, const double *dy,
-                    int w, double *fd) {
-    double *x = w == 0 ? q : w == 1 ? k : v;
-    const int64_t n = w == 0 ? c->B * c->H * c->Tq * c->D : w == 1 ? c->B * c->Hk * c->Tk * c->D : c->B * c->Hk * c->Tk * c->Dv;
-    const int64_t no = c->B * c->H * c->Tq * c->Dv;
-    double *out = malloc(sizeof(double) * no);
-    for (int64_t i = 0; i < n; i++) {
-        double x0 = x[i];
-        x[i] = x0 + FD_H;
-        attn_ref(c, q, k, v, m, NULL, out, NULL, NULL, NULL);
-        double lp = dot(dy, out, no);
-        x[i] = x0 - FD_H;
-        attn_ref(c, q, k, v, m, NULL, out, NULL, NULL, NULL);
-        double lm = dot(dy, out, no);
-        x[i] = x0;
-        fd[i] = (lp - lm) / (2 * FD_H);
-    }
-    free(out);
+/* L = Σ dy·attention(q,k,v), what the differences are taken of. */
+struct attn_loss {
+    const struct tr_ref_attn *a;
+    const double *q, *k, *v, *dy;
+    double *out;
+};
+
+static double attn_loss(void *p) {
+    struct attn_loss *c = p;
+    tr_ref_attention(c->a, c->q, c->k, c->v, c->out);
+    return dot(c->dy, c->out, c->a->B * c->a->H * c->a->Tq * c->a->Dv);
 }
 
 static void attn_case(const struct attn_cfg *c, int fd, const char *name) {
@@ -496,7 +326,9 @@ static void attn_case(const struct attn_cfg *c, int fd, const char *name) {
         const int64_t no = tr_tensor_numel(&in[3]);
         double *out = malloc(sizeof(double) * no), *rq = malloc(sizeof(double) * nq), *rk = malloc(sizeof(double) * nk);
         double *rv = malloc(sizeof(double) * nv);
-        attn_ref(c, q, k, v, m, g, out, rq, rk, rv);
+        const struct tr_ref_attn ra = attn_of(c, n_in == 5 ? &in[4] : NULL, m);
+        tr_ref_attention(&ra, q, k, v, out);
+        tr_ref_attention_grad(&ra, q, k, v, g, rq, rk, rv);
         const double *refs[3] = {rq, rk, rv};
         for (int w = 0; w < 3; w++) {
             struct tr_attrs at = {.ints = {c->causal, c->window, w}, .floats = {c->scale}};
@@ -507,9 +339,11 @@ static void attn_case(const struct attn_cfg *c, int fd, const char *name) {
             check(what, dt, &o, refs[w]);
             if (dt == TR_DTYPE_F64 && fd) {
                 double *got = tr_test_to_f64(&o), *f = malloc(sizeof(double) * tr_tensor_numel(&o));
-                attn_fd(c, q, k, v, m, g, w, f);
+                double *fo = malloc(sizeof(double) * no);
+                struct attn_loss al = {&ra, q, k, v, g, fo};
+                tr_ref_fd_grad(attn_loss, &al, w == 0 ? q : w == 1 ? k : v, tr_tensor_numel(&o), FD_H, f);
                 check_fd(what, got, f, tr_tensor_numel(&o));
-                free(got), free(f);
+                free(got), free(f), free(fo);
             }
             tfree(&o, NULL);
         }
@@ -586,14 +420,14 @@ static void test_broadcast(void **state) {
         tr_test_randn(&x, 61, 3.0);
         struct tr_attrs at = {.ints = {2, 3, 4, 5}, .n_ints = 4};
         double *xv = tr_test_to_f64(&x), *ref = malloc(sizeof(double) * 120);
-        for (int64_t i = 0; i < 120; i++) ref[i] = xv[((i / 20) % 3) * 5 + i % 5];
+        tr_ref_broadcast((struct tr_ref_view){x.ndim, x.shape, xv}, 4, SHAPE(2, 3, 4, 5), ref);
         run(TR_OP_BROADCAST, &at, 1, &x, &out);
         check("broadcast (3,1,5)->(2,3,4,5)", dt, &out, ref);
         struct tr_tensor y = TENSOR(dt, 4, 1), out2 = TENSOR(dt, 4, 6);
         tr_test_randn(&y, 62, 3.0);
         struct tr_attrs at2 = {.ints = {4, 6}, .n_ints = 2};
         double *yv = tr_test_to_f64(&y);
-        for (int64_t i = 0; i < 24; i++) ref[i] = yv[i / 6];
+        tr_ref_broadcast((struct tr_ref_view){y.ndim, y.shape, yv}, 2, SHAPE(4, 6), ref);
         run(TR_OP_BROADCAST, &at2, 1, &y, &out2);
         check("broadcast (4,1)->(4,6)", dt, &out2, ref);
         free(xv), free(yv), free(ref);
@@ -631,14 +465,8 @@ static void test_max_grad(void **state) {
                         x[b + 1 * inner] = x[b + (R - 1) * inner] = 10.0 + (double)c;
                     }
                 set_f64(&in[0], x);
-                double *g = tr_test_to_f64(&in[1]), *ref = calloc(120, sizeof(double));
-                for (int64_t o = 0; o < outer; o++)
-                    for (int64_t c = 0; c < inner; c++) {
-                        int64_t arg = 0;
-                        for (int64_t r = 1; r < R; r++)
-                            if (x[o * R * inner + r * inner + c] > x[o * R * inner + arg * inner + c]) arg = r;
-                        ref[o * R * inner + arg * inner + c] = g[o * inner + c];
-                    }
+                double *g = tr_test_to_f64(&in[1]), *ref = malloc(sizeof(double) * 120);
+                tr_ref_max_grad(3, sh, x, g, axis, ref);
                 struct tr_attrs at = {.ints = {axis, keep}};
                 run(TR_OP_MAX_GRAD, &at, 2, in, &dx);
                 check(keep ? "max_grad keepdims 1" : "max_grad keepdims 0", dt, &dx, ref);
@@ -659,14 +487,8 @@ static void test_slice_grad(void **state) {
             dsh[ax] = cases[c].cnt;
             struct tr_tensor dy = tr_test_tensor(dt, 3, dsh), dx = tr_test_tensor(dt, 3, sh);
             tr_test_randn(&dy, 81 + c, 1.0);
-            double *g = tr_test_to_f64(&dy), *ref = calloc(120, sizeof(double));
-            for (int64_t i = 0; i < dsh[0]; i++)
-                for (int64_t j = 0; j < dsh[1]; j++)
-                    for (int64_t l = 0; l < dsh[2]; l++) {
-                        int64_t idx[3] = {i, j, l};
-                        idx[ax] = cases[c].start + idx[ax] * cases[c].step;
-                        ref[(idx[0] * 10 + idx[1]) * 4 + idx[2]] = g[(i * dsh[1] + j) * dsh[2] + l];
-                    }
+            double *g = tr_test_to_f64(&dy), *ref = malloc(sizeof(double) * 120);
+            tr_ref_slice_grad(3, dsh, g, ax, cases[c].start, cases[c].step, sh[ax], ref);
             struct tr_attrs at = {.ints = {cases[c].axis, cases[c].start, 0, cases[c].step, sh[ax]}};
             run(TR_OP_SLICE_GRAD, &at, 1, &dy, &dx);
             check("slice_grad", dt, &dx, ref);
@@ -682,23 +504,19 @@ static void test_slice_grad(void **state) {
 
 /* ---- losses ---- */
 
-static double ce_ref(const double *x, const int64_t *lab, int64_t N, int64_t C, int has_ign, int64_t ign, double *grad,
-                     double dl) {
-    double s = 0;
-    int64_t nv = 0;
-    for (int64_t i = 0; i < N; i++) nv += !(has_ign && lab[i] == ign);
-    for (int64_t i = 0; i < N; i++) {
-        const double *r = x + i * C;
-        double m = -INFINITY, z = 0;
-        for (int64_t c = 0; c < C; c++) m = fmax(m, r[c]);
-        for (int64_t c = 0; c < C; c++) z += exp(r[c] - m);
-        int ig = has_ign && lab[i] == ign;
-        if (!ig) s += m + log(z) - r[lab[i]];
-        if (grad)
-            for (int64_t c = 0; c < C; c++)
-                grad[i * C + c] = ig ? 0 : dl / nv * (exp(r[c] - m) / z - (c == lab[i] ? 1.0 : 0.0));
-    }
-    return nv ? s / nv : 0;
+/* The loss the forward kernel computes at x (set into in[0]) times dloss 1.5: its own
+ * differences, since cross entropy's kernel takes f64. */
+struct ce_loss {
+    struct tr_tensor *in, *loss;
+    const struct tr_attrs *at;
+    const double *x;
+};
+
+static double ce_loss(void *p) {
+    struct ce_loss *c = p;
+    set_f64(&c->in[0], c->x);
+    run(TR_OP_CROSS_ENTROPY, c->at, 2, c->in, c->loss);
+    return 1.5 * tr_tensor_get_f64(c->loss, 0);
 }
 
 static void test_cross_entropy(void **state) {
@@ -716,10 +534,9 @@ static void test_cross_entropy(void **state) {
             tr_tensor_set_f64(&in[1], 6, (double)IGN);
             tr_tensor_set_f64(&in[2], 0, 1.5);
             double *x = tr_test_to_f64(&in[0]), *ref = malloc(sizeof(double) * N * C);
-            int64_t lab[9];
-            for (int64_t i = 0; i < N; i++) lab[i] = (int64_t)tr_tensor_get_f64(&in[1], i);
+            double *lab = tr_test_to_f64(&in[1]);
             struct tr_attrs at = {.ints = {IGN, 1}};
-            double want = ce_ref(x, lab, N, C, 1, IGN, ref, 1.5);
+            double want = tr_ref_cross_entropy(x, lab, N, C, 1, IGN, 1.5, ref);
             run(TR_OP_CROSS_ENTROPY, &at, 2, in, &loss);
             check("cross_entropy with an ignore index", odt, &loss, &want);
             run(TR_OP_CROSS_ENTROPY_GRAD, &at, 3, in, &dlog);
@@ -728,17 +545,9 @@ static void test_cross_entropy(void **state) {
                 if (tr_tensor_get_f64(&dlog, 2 * C + c) != 0.0) fail_msg("cross_entropy_grad: ignored row not zero");
             if (dt == TR_DTYPE_F64) { /* differences of the forward kernel itself, times dloss */
                 double *got = tr_test_to_f64(&dlog);
-                for (int64_t i = 0; i < N * C; i++) {
-                    double x0 = x[i];
-                    tr_tensor_set_f64(&in[0], i, x0 + FD_H);
-                    run(TR_OP_CROSS_ENTROPY, &at, 2, in, &loss);
-                    double lp = tr_tensor_get_f64(&loss, 0);
-                    tr_tensor_set_f64(&in[0], i, x0 - FD_H);
-                    run(TR_OP_CROSS_ENTROPY, &at, 2, in, &loss);
-                    double lm = tr_tensor_get_f64(&loss, 0);
-                    tr_tensor_set_f64(&in[0], i, x0);
-                    ref[i] = 1.5 * (lp - lm) / (2 * FD_H);
-                }
+                struct ce_loss cl = {in, &loss, &at, x};
+                tr_ref_fd_grad(ce_loss, &cl, x, N * C, FD_H, ref);
+                set_f64(&in[0], x);
                 check_fd("cross_entropy_grad", got, ref, N * C);
                 free(got);
             }
@@ -758,11 +567,12 @@ static void test_cross_entropy(void **state) {
             run_fails(TR_OP_CROSS_ENTROPY, &noign, 2, in, &loss, TR_ERR_INVALID, "labels[3] = -100");
             /* without an ignore index */
             tr_tensor_set_f64(&in[1], 3, 4);
-            for (int64_t i = 0; i < N; i++) lab[i] = (int64_t)tr_tensor_get_f64(&in[1], i);
-            want = ce_ref(x, lab, N, C, 0, 0, NULL, 0);
+            free(lab);
+            lab = tr_test_to_f64(&in[1]);
+            want = tr_ref_cross_entropy(x, lab, N, C, 0, 0, 0, NULL);
             run(TR_OP_CROSS_ENTROPY, &noign, 2, in, &loss);
             check("cross_entropy", odt, &loss, &want);
-            free(x), free(ref);
+            free(x), free(ref), free(lab);
             tfree(&in[0], &in[1], &in[2], &loss, &dlog, NULL);
         }
 }
@@ -777,7 +587,7 @@ static void test_mse(void **state) {
             tr_test_randn(&in[0], 101, 1.0);
             tr_test_randn(&in[1], 102, 1.0);
             double *p = tr_test_to_f64(&in[0]), *t = tr_test_to_f64(&in[1]), want = 0;
-            for (int64_t i = 0; i < sizes[s]; i++) want += (p[i] - t[i]) * (p[i] - t[i]) / sizes[s];
+            want = tr_ref_mse(p, t, sizes[s]);
             run(TR_OP_MSE, NULL, 2, in, &loss);
             check("mse", odt, &loss, &want);
             free(p), free(t);

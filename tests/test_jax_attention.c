@@ -31,7 +31,7 @@ static void check_groups(const struct tr_jax_program *p, int want_groups, int wa
                 if (p->steps[sj].kind == JAX_STEP_GEN &&
                     p->fusion.clusters[p->steps[sj].cluster].n_args > (int)(sizeof ids / sizeof ids[0]))
                     fail_msg("kernel %d has too many operands for this check", p->steps[sj].cluster);
-                read_nodes(p, &p->steps[sj], ids, &nr);
+                tr_jax_read_nodes(p, &p->steps[sj], ids, &nr);
                 for (int r = 0; r < nr; r++) {
                     if (p->root_of[ids[r]] != a->grad[w]) continue;
                     assert_true(sj > si); /* read after the group's call wrote it */
@@ -70,16 +70,14 @@ static void exec_ok(struct tr_jax_context *ctx, struct tr_jax_program *p, const 
     if (tr_jax_execute(p, tr_graph_n_inputs(g), in, tr_graph_n_outputs(g), out, &e) != TR_OK)
         fail_msg("execute: %s", e.msg);
     assert_int_equal(p->kernel_calls, (uint64_t)p->n_steps);
-    if (st && jax_iface.get_stats(ctx, p, st, &e) != TR_OK) fail_msg("stats: %s", e.msg);
+    if (st && tr_jax_iface.get_stats(ctx, p, st, &e) != TR_OK) fail_msg("stats: %s", e.msg);
 }
 
 /* The fixture's batch (input_ids, attention_mask, token_type_ids) and labels. */
 static void bert_batch(struct tr_safetensors **io, struct tr_safetensors **gr, struct tr_tensor in[4]) {
     struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE_IO, io, &e) || tr_safetensors_open(FIXTURE_GRADS, gr, &e)) fail_msg("%s", e.msg);
-    const char *names[3] = {"input_ids", "attention_mask", "token_type_ids"};
-    for (int i = 0; i < 3; i++)
-        if (tr_safetensors_get(*io, names[i], &in[i], &e)) fail_msg("%s", e.msg);
+    *io = tr_test_bert_batch(FIXTURE_IO, in, "");
+    if (tr_safetensors_open(FIXTURE_GRADS, gr, &e)) fail_msg("%s", e.msg);
     if (tr_safetensors_get(*gr, "labels", &in[3], &e)) fail_msg("%s", e.msg);
 }
 
@@ -173,7 +171,7 @@ static void test_attention_backward_bert_grads(void **state) {
         tr_jax_program_free(p[k]);
     }
     free_tensors(ref, n_out);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
     tr_weights_free(w);
     tr_graph_free(g);
     tr_safetensors_close(io);
@@ -197,11 +195,8 @@ static void test_attention_backward_bert_fit(void **state) {
     struct tr_tensor in[6];
     struct tr_error e = {0};
     bert_batch(&io, &gr, in);
-    struct tr_build_opts o = {.task = TR_TASK_FIT, .dtype = TR_DTYPE_F32, .batch = in[0].shape[0],
-                              .seq_len = in[0].shape[1]};
-    struct tr_graph *g = NULL;
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
-    if (tr_model_bert.build(tiny(), &o, g, &e) != TR_OK) fail_msg("bert: %s", e.msg);
+    struct tr_graph *g =
+        tr_test_model_build(&tr_model_bert, tiny(), TR_TASK_FIT, TR_DTYPE_F32, in[0].shape[0], in[0].shape[1]);
     int ids[64], n = 0, loss = tr_graph_find(g, "loss");
     assert_true(loss >= 0);
     if (tr_model_bert.trainable(tiny(), g, ids, 64, &n, &e)) fail_msg("%s", e.msg);
@@ -262,7 +257,7 @@ static void test_attention_backward_bert_fit(void **state) {
     tr_test_tensor_free(&ref);
     tr_test_tensor_free(&in[4]);
     tr_test_tensor_free(&in[5]);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
     tr_train_step_free(&ts);
     tr_weights_free(w);
     tr_graph_free(g);
@@ -379,7 +374,7 @@ static void attention_backward_dq_dv(int with_mask) {
         tr_jax_program_free(p);
     }
     assert_int_equal(n_steps[1] - n_steps[0], 1);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
     for (int i = 0; i < n_in; i++) {
         tr_test_tensor_free(&x[i]);
         free(r[i]);

@@ -8,186 +8,7 @@
  * buffers, its clusters, the cache counters); the plugin itself is also run through the
  * loader. Every compile uses a temporary cache directory made here, never the user's. */
 #include "jax_test.h"
-
-/* ---- a float64 evaluation of a graph ---- */
-
-static int64_t numel_of(const struct tr_graph *g, int id) {
-    return tr_shape_numel(tr_node_ndim(g, id), tr_node_shape(g, id));
-}
-
-/* Offset in input `in` (right-aligned broadcast) of output element i. */
-static int64_t bcast_off(const struct tr_graph *g, int out, int in, int64_t i) {
-    int nd = tr_node_ndim(g, out), ni = tr_node_ndim(g, in);
-    const int64_t *so = tr_node_shape(g, out), *si = tr_node_shape(g, in);
-    int64_t off = 0, stride = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        int64_t idx = i % so[d];
-        i /= so[d];
-        int di = d - (nd - ni);
-        if (di < 0) continue;
-        if (si[di] != 1) off += idx * stride;
-        stride *= si[di];
-    }
-    return off;
-}
-
-static double gelu64(double x, int tanh_form) {
-    if (tanh_form) return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-    return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
-}
-
-static double to_bf16(double v) { return tr_bf16_to_f32(tr_f32_to_bf16((float)v)); }
-
-/* Values of every node; inputs in feed order. Free with ref_free. */
-static double **ref_eval(const struct tr_graph *g, const struct tr_tensor *in) {
-    int N = tr_graph_n_nodes(g);
-    double **v = calloc((size_t)N, sizeof *v);
-    assert_non_null(v);
-    for (int i = 0; i < tr_graph_n_inputs(g); i++) v[tr_graph_input(g, i)] = tr_test_to_f64(&in[i]);
-    for (int id = 0; id < N; id++) {
-        int op = tr_node_op(g, id), nd = tr_node_ndim(g, id);
-        const int64_t *sh = tr_node_shape(g, id);
-        const struct tr_attrs *at = tr_node_attrs(g, id);
-        int64_t n = numel_of(g, id);
-        if (op == TR_OP_INPUT) continue;
-        double *o = calloc((size_t)(n ? n : 1), sizeof *o);
-        assert_non_null(o);
-        const double *x = tr_node_n_inputs(g, id) > 0 ? v[tr_node_input(g, id, 0)] : NULL;
-        int xi = tr_node_n_inputs(g, id) > 0 ? tr_node_input(g, id, 0) : -1;
-        switch (op) {
-        case TR_OP_PARAM: case TR_OP_CONST: {
-            struct tr_tensor t = tr_node_tensor(g, id);
-            t.data = (void *)tr_node_data(g, id);
-            free(o);
-            o = tr_test_to_f64(&t);
-            break;
-        }
-        case TR_OP_ADD: case TR_OP_SUB: case TR_OP_MUL: case TR_OP_DIV: {
-            int a = tr_node_input(g, id, 0), b = tr_node_input(g, id, 1);
-            for (int64_t i = 0; i < n; i++) {
-                double p = v[a][bcast_off(g, id, a, i)], q = v[b][bcast_off(g, id, b, i)];
-                o[i] = op == TR_OP_ADD ? p + q : op == TR_OP_SUB ? p - q : op == TR_OP_MUL ? p * q : p / q;
-            }
-            break;
-        }
-        case TR_OP_GELU: case TR_OP_TANH: case TR_OP_RELU: case TR_OP_SILU: case TR_OP_SIGMOID:
-        case TR_OP_EXP: case TR_OP_NEG: case TR_OP_SQRT: case TR_OP_RSQRT: case TR_OP_SCALE:
-            for (int64_t i = 0; i < n; i++) {
-                double t = x[i];
-                switch (op) {
-                case TR_OP_GELU: o[i] = gelu64(t, (int)at->ints[0]); break;
-                case TR_OP_TANH: o[i] = tanh(t); break;
-                case TR_OP_RELU: o[i] = t > 0 ? t : 0; break;
-                case TR_OP_SILU: o[i] = t / (1 + exp(-t)); break;
-                case TR_OP_SIGMOID: o[i] = 1 / (1 + exp(-t)); break;
-                case TR_OP_EXP: o[i] = exp(t); break;
-                case TR_OP_NEG: o[i] = -t; break;
-                case TR_OP_SQRT: o[i] = sqrt(t); break;
-                case TR_OP_RSQRT: o[i] = 1 / sqrt(t); break;
-                default: o[i] = at->floats[0] * t + at->floats[1]; break;
-                }
-            }
-            break;
-        case TR_OP_CAST:
-            for (int64_t i = 0; i < n; i++)
-                o[i] = at->ints[0] == TR_DTYPE_BF16 ? to_bf16(x[i]) : tr_dtype_is_float((enum tr_dtype)at->ints[0]) ? x[i]
-                                                                                                              : trunc(x[i]);
-            break;
-        case TR_OP_RESHAPE: memcpy(o, x, sizeof(double) * (size_t)n); break;
-        case TR_OP_TRANSPOSE: {
-            const int64_t *si = tr_node_shape(g, xi);
-            for (int64_t i = 0; i < n; i++) {
-                int64_t rem = i, idx[TR_MAX_DIMS], off = 0;
-                for (int d = nd - 1; d >= 0; d--) {
-                    idx[d] = rem % sh[d];
-                    rem /= sh[d];
-                }
-                int64_t stride[TR_MAX_DIMS];
-                stride[nd - 1] = 1;
-                for (int d = nd - 2; d >= 0; d--) stride[d] = stride[d + 1] * si[d + 1];
-                for (int d = 0; d < nd; d++) off += idx[d] * stride[at->ints[d]];
-                o[i] = x[off];
-            }
-            break;
-        }
-        case TR_OP_SOFTMAX: case TR_OP_LAYER_NORM: {
-            int64_t D = sh[nd - 1];
-            const double *gm = op == TR_OP_LAYER_NORM ? v[tr_node_input(g, id, 1)] : NULL;
-            const double *bt = op == TR_OP_LAYER_NORM ? v[tr_node_input(g, id, 2)] : NULL;
-            for (int64_t r = 0; r < n / D; r++) {
-                const double *row = x + r * D;
-                double *out = o + r * D;
-                if (op == TR_OP_SOFTMAX) {
-                    double mx = -INFINITY, s = 0;
-                    for (int64_t i = 0; i < D; i++) mx = fmax(mx, row[i]);
-                    for (int64_t i = 0; i < D; i++) s += out[i] = exp(row[i] - mx);
-                    for (int64_t i = 0; i < D; i++) out[i] /= s;
-                } else {
-                    double mean = 0, var = 0;
-                    for (int64_t i = 0; i < D; i++) mean += row[i] / D;
-                    for (int64_t i = 0; i < D; i++) var += (row[i] - mean) * (row[i] - mean) / D;
-                    for (int64_t i = 0; i < D; i++)
-                        out[i] = (row[i] - mean) / sqrt(var + at->floats[0]) * gm[i] + bt[i];
-                }
-            }
-            break;
-        }
-        case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX: {
-            int xnd = tr_node_ndim(g, xi);
-            const int64_t *xs = tr_node_shape(g, xi);
-            int ax = (int)(at->ints[0] < 0 ? at->ints[0] + xnd : at->ints[0]);
-            int64_t outer = tr_shape_numel(ax, xs), R = xs[ax], inner = tr_shape_numel(xnd - ax - 1, xs + ax + 1);
-            for (int64_t a = 0; a < outer; a++)
-                for (int64_t c = 0; c < inner; c++) {
-                    double s = op == TR_OP_MAX ? -INFINITY : 0;
-                    for (int64_t r = 0; r < R; r++) {
-                        double t = x[(a * R + r) * inner + c];
-                        s = op == TR_OP_MAX ? fmax(s, t) : s + t;
-                    }
-                    o[a * inner + c] = op == TR_OP_MEAN ? s / R : s;
-                }
-            break;
-        }
-        case TR_OP_EMBEDDING: {
-            int ids = tr_node_input(g, id, 1);
-            int64_t D = sh[nd - 1];
-            for (int64_t r = 0; r < n / D; r++)
-                for (int64_t i = 0; i < D; i++) o[r * D + i] = x[(int64_t)v[ids][r] * D + i];
-            break;
-        }
-        case TR_OP_MATMUL: {
-            int bi = tr_node_input(g, id, 1), and_ = tr_node_ndim(g, xi), bnd = tr_node_ndim(g, bi);
-            const int64_t *as = tr_node_shape(g, xi), *bs = tr_node_shape(g, bi);
-            int ta = (int)at->ints[0], tb = (int)at->ints[1];
-            int64_t M = sh[nd - 2], N = sh[nd - 1], K = ta ? as[and_ - 2] : as[and_ - 1];
-            int64_t batch = n / (M * N), bstride = bnd == 2 ? 0 : bs[bnd - 1] * bs[bnd - 2];
-            double alpha = at->floats[0] == 0.0f ? 1.0 : at->floats[0];
-            for (int64_t q = 0; q < batch; q++)
-                for (int64_t m = 0; m < M; m++)
-                    for (int64_t j = 0; j < N; j++) {
-                        double s = 0;
-                        for (int64_t k = 0; k < K; k++) {
-                            double p = ta ? x[q * M * K + k * M + m] : x[q * M * K + m * K + k];
-                            double r = tb ? v[bi][q * bstride + j * K + k] : v[bi][q * bstride + k * N + j];
-                            s += p * r;
-                        }
-                        o[(q * M + m) * N + j] = alpha * s;
-                    }
-            break;
-        }
-        default:
-            fail_msg("reference: op %s is not implemented here", tr_op_name(op));
-        }
-        v[id] = o;
-    }
-    return v;
-}
-
-static void ref_free(const struct tr_graph *g, double **v) {
-    for (int i = 0; i < tr_graph_n_nodes(g); i++) free(v[i]);
-    free(v);
-}
-
+#include "ref/ref.h" /* the float64 evaluation every output is compared with */
 
 /* Poison, run, compare every output with the float64 evaluation. */
 static void run_and_compare(struct tr_jax_program *p, const struct tr_graph *g, const struct tr_tensor *in,
@@ -196,13 +17,13 @@ static void run_and_compare(struct tr_jax_program *p, const struct tr_graph *g, 
     for (int i = 0; i < n_out; i++) tr_test_poison(&out[i]);
     struct tr_error err = {0};
     if (tr_jax_execute(p, tr_graph_n_inputs(g), in, n_out, out, &err) != TR_OK) fail_msg("execute: %s", err.msg);
-    double **ref = ref_eval(g, in);
+    double **ref = tr_ref_graph_run(g, in);
     for (int i = 0; i < n_out; i++) {
         double t = fmax(tol, tr_test_tol((enum tr_dtype)out[i].dtype));
         double e = tr_test_rel_err(&out[i], ref[tr_graph_output(g, i)]);
         if (!(e < t)) fail_msg("output %d '%s': relative error %.3g >= %.0e", i, tr_graph_output_name(g, i), e, t);
     }
-    ref_free(g, ref);
+    tr_ref_graph_free(g, ref);
     assert_int_equal(p->kernel_calls, (uint64_t)p->n_steps);
 }
 
@@ -318,7 +139,7 @@ static void kinds_free(struct kinds *k) {
 
 static const struct jax_cluster *cluster_of_output(const struct tr_jax_program *p, int i) {
     int id = p->pir.outputs[i], ci = p->fusion.cluster_of[id];
-    if (ci < 0) fail_msg("output %d (node %d %s) is not a generated kernel", i, id, op_str(p->pir.nodes[id].op));
+    if (ci < 0) fail_msg("output %d (node %d %s) is not a generated kernel", i, id, tr_jax_op_str(p->pir.nodes[id].op));
     assert_int_equal(p->fusion.clusters[ci].root, id);
     return &p->fusion.clusters[ci];
 }
@@ -373,7 +194,7 @@ static void check_kinds(enum tr_dtype dt) {
 
     struct tr_backend_stats st;
     struct tr_error err = {0};
-    assert_int_equal(jax_iface.get_stats(ctx, p, &st, &err), TR_OK);
+    assert_int_equal(tr_jax_iface.get_stats(ctx, p, &st, &err), TR_OK);
     assert_int_equal(st.kernel_calls, (uint64_t)p->n_steps);
     assert_int_equal(st.arena_bytes, (uint64_t)p->arena_bytes);
     assert_non_null(strstr(st.notes, "15 fused kernels generated as 15 functions (compiled)"));
@@ -389,7 +210,7 @@ static void check_kinds(enum tr_dtype dt) {
 
     free_tensors(o, tr_graph_n_outputs(k.g));
     tr_jax_program_free(p);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
     kinds_free(&k);
 }
 
@@ -431,7 +252,7 @@ static void small_run(struct tr_jax_context *ctx, struct small *s, int expect_hi
     run_and_compare(p, s->g, s->in, o, 1e-4);
     struct tr_backend_stats st;
     struct tr_error err = {0};
-    assert_int_equal(jax_iface.get_stats(ctx, p, &st, &err), TR_OK);
+    assert_int_equal(tr_jax_iface.get_stats(ctx, p, &st, &err), TR_OK);
     assert_non_null(strstr(st.notes, expect_hit ? "(cache hit)" : "(compiled)"));
     free_tensors(o, 2);
     tr_jax_program_free(p);
@@ -463,7 +284,7 @@ static void test_cache(void **state) {
     struct tr_jax_context *ctx2 = ctx_make(dir, NULL, 1);
     small_run(ctx2, &s, 1);
     assert_int_equal(ctx2->cc_runs, 0);
-    jax_iface.free(ctx2);
+    tr_jax_iface.free(ctx2);
 
     /* Truncated, then overwritten with junk of the right length: detected, rebuilt, not loaded.
      * (No program holds the library now: truncating a mapped file would fault the process.) */
@@ -497,7 +318,7 @@ static void test_cache(void **state) {
     closedir(d);
     assert_int_equal(n_files, 2);
     small_free(&s);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
 }
 
 /* fuse = false: every fusable op its own kernel, same numbers. */
@@ -515,12 +336,12 @@ static void test_unfused(void **state) {
     run_and_compare(p, s.g, s.in, o, 1e-4);
     struct tr_backend_stats st;
     struct tr_error err = {0};
-    assert_int_equal(jax_iface.get_stats(ctx, p, &st, &err), TR_OK);
+    assert_int_equal(tr_jax_iface.get_stats(ctx, p, &st, &err), TR_OK);
     assert_string_equal(st.mode, "unfused");
     free_tensors(o, 2);
     tr_jax_program_free(p);
     small_free(&s);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
 }
 
 /* ---- errors: the compiler, the cache directory ---- */
@@ -563,18 +384,18 @@ static void test_compiler_errors(void **state) {
     expect_compile_error(ctx, &s, "jax: cannot run the C compiler '/nonexistent/cc'", "test.ini:3: [backend.jax] cc",
                          msg, sizeof msg);
     check_kept_source(msg);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
 
     ctx = ctx_make(dir, "/bin/false", 1);
     expect_compile_error(ctx, &s, "'/bin/false'", "exited with status 1", msg, sizeof msg);
     check_kept_source(msg);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
 
     /* a compiler that fails with something to say: its words reach the message */
     ctx = ctx_make(dir, "cc -include /nonexistent/missing_header.h", 1);
     expect_compile_error(ctx, &s, "missing_header.h", "kept at", msg, sizeof msg);
     check_kept_source(msg);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
 
     /* a cache directory that cannot be made (a file in the way: refused even for root) */
     char file[600], bad[700];
@@ -585,17 +406,14 @@ static void test_compiler_errors(void **state) {
     snprintf(bad, sizeof bad, "%s/cache", file);
     ctx = ctx_make(bad, NULL, 1);
     expect_compile_error(ctx, &s, "test.ini:2: [backend.jax] cache_dir", bad, msg, sizeof msg);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
     small_free(&s);
 }
 
 /* ---- the plugin through the loader: options, the entry point ---- */
 
 static struct tr_plugin *open_jax(void) {
-    struct tr_plugin *p = NULL;
-    struct tr_error err = {0};
-    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
-    if (tr_plugin_open("jax", &s, &p, &err) != TR_OK) fail_msg("open jax: %s", err.msg);
+    struct tr_plugin *p = tr_test_plugin_open("jax");
     const struct tr_backend_i *it = tr_plugin_iface(p);
     assert_string_equal(it->name, "jax");
     assert_true(it->caps & TR_CAP_CPU);
@@ -603,27 +421,14 @@ static struct tr_plugin *open_jax(void) {
     return p;
 }
 
-static void expect_init_refused(struct tr_plugin *p, const struct tr_option *opts, int n, const char *a,
-                                const char *b) {
-    struct tr_backend *be = NULL;
-    struct tr_error err = {0};
-    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
-                                    .device_type = TR_DEVICE_CPU, .options = opts, .n_options = n};
-    if (tr_backend_init(p, &prm, &be, &err) == TR_OK) {
-        tr_backend_free(be);
-        fail_msg("init accepted what it should refuse (expected '%s')", a);
-    }
-    if (!strstr(err.msg, a) || (b && !strstr(err.msg, b))) fail_msg("message '%s' lacks '%s'", err.msg, a);
-}
-
 static void test_plugin(void **state) {
     struct tr_plugin *pl = open_jax();
     struct tr_option typo = {.key = "fuze", .value = "true", .file = "conf/x.ini", .line = 7};
-    expect_init_refused(pl, &typo, 1, "conf/x.ini:7: [backend.jax] unknown key 'fuze'", "keys: cache_dir, cc, fuse");
+    tr_test_init_refused(pl, &typo, 1, "conf/x.ini:7: [backend.jax] unknown key 'fuze'", "keys: cache_dir, cc, fuse");
     struct tr_option bad = {.key = "fuse", .value = "maybe", .file = "conf/x.ini", .line = 8};
-    expect_init_refused(pl, &bad, 1, "conf/x.ini:8: [backend.jax] fuse = 'maybe'", "true or false");
+    tr_test_init_refused(pl, &bad, 1, "conf/x.ini:8: [backend.jax] fuse = 'maybe'", "true or false");
     struct tr_option empty = {.key = "cc", .value = "", .file = "conf/x.ini", .line = 9};
-    expect_init_refused(pl, &empty, 1, "conf/x.ini:9: [backend.jax] cc", NULL);
+    tr_test_init_refused(pl, &empty, 1, "conf/x.ini:9: [backend.jax] cc", NULL);
 
     char dir[512];
     fresh_dir(dir, sizeof dir, "plugin");
@@ -640,10 +445,10 @@ static void test_plugin(void **state) {
     struct tr_tensor *o = alloc_outputs(s.g);
     for (int i = 0; i < 2; i++) tr_test_poison(&o[i]);
     if (tr_backend_execute(be, prog, 2, s.in, 2, o, &err) != TR_OK) fail_msg("execute: %s", err.msg);
-    double **ref = ref_eval(s.g, s.in);
+    double **ref = tr_ref_graph_run(s.g, s.in);
     tr_assert_close("softmax through the plugin", &o[0], ref[tr_graph_output(s.g, 0)], 1e-4);
     tr_assert_close("sum through the plugin", &o[1], ref[tr_graph_output(s.g, 1)], 1e-4);
-    ref_free(s.g, ref);
+    tr_ref_graph_free(s.g, ref);
     struct tr_backend_stats st;
     assert_int_equal(tr_backend_get_stats(be, prog, &st, &err), TR_OK);
     assert_int_equal(st.kernel_calls, 3); /* h (read twice), then each output */
@@ -674,17 +479,11 @@ static void test_plugin(void **state) {
 
 
 static void bert_matches_hf(enum tr_dtype dt) {
-    struct tr_safetensors *io = NULL;
     struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s", e.msg);
     struct tr_tensor in[3];
-    const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
-    for (int i = 0; i < 3; i++)
-        if (tr_safetensors_get(io, in_names[i], &in[i], &e)) fail_msg("%s", e.msg);
-    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = in[0].shape[0], .seq_len = in[0].shape[1]};
-    struct tr_graph *g = NULL;
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
-    if (tr_model_bert.build(tiny(), &o, g, &e) != TR_OK) fail_msg("bert: %s", e.msg);
+    struct tr_safetensors *io = tr_test_bert_batch(FIXTURE_IO, in, "");
+    struct tr_graph *g =
+        tr_test_model_build(&tr_model_bert, tiny(), TR_TASK_PREDICT, dt, in[0].shape[0], in[0].shape[1]);
     struct tr_weights *w = NULL;
     if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s", e.msg);
 
@@ -695,23 +494,13 @@ static void bert_matches_hf(enum tr_dtype dt) {
     struct tr_tensor *out = alloc_outputs(g);
     for (int i = 0; i < 3; i++) tr_test_poison(&out[i]);
     if (tr_jax_execute(p, 3, in, 3, out, &e) != TR_OK) fail_msg("execute: %s", e.msg);
-    double tol = tr_test_tol(dt);
-    for (int i = 0; i < 3; i++) {
-        struct tr_tensor ref;
-        if (tr_safetensors_get(io, tr_graph_output_name(g, i), &ref, &e)) fail_msg("%s", e.msg);
-        double *r = tr_test_to_f64(&ref);
-        double err = tr_test_rel_err(&out[i], r);
-        print_message("jax bert tiny %s %-17s rel err vs transformers %.3g (tolerance %.0e)\n", tr_dtype_name(dt),
-                      tr_graph_output_name(g, i), err, tol);
-        free(r);
-        if (!(err < tol)) fail_msg("%s %s: relative error %.3g", tr_dtype_name(dt), tr_graph_output_name(g, i), err);
-    }
+    tr_test_expect_bert_hf(io, g, out, dt, "jax bert tiny", "");
     /* Per layer: q, k, v, output, intermediate and output GEMMs with their epilogues; three
      * transposes in and one out; attention; two residual + layer norm kernels. Plus the
      * embeddings (one kernel), the mask, the pooler's slice and GEMM, the classifier. */
     int L = (int)tiny()->num_hidden_layers;
     struct tr_backend_stats st;
-    assert_int_equal(jax_iface.get_stats(ctx, p, &st, &e), TR_OK);
+    assert_int_equal(tr_jax_iface.get_stats(ctx, p, &st, &e), TR_OK);
     print_message("jax bert tiny %s: %llu kernel calls, arena %llu B; %s\n", tr_dtype_name(dt),
                   (unsigned long long)st.kernel_calls, (unsigned long long)st.arena_bytes, st.notes);
     assert_int_equal(st.kernel_calls, (uint64_t)(13 * L + 5));
@@ -723,7 +512,7 @@ static void bert_matches_hf(enum tr_dtype dt) {
     assert_true(p->arena_bytes < act / 2); /* buffers share the arena */
     free_tensors(out, 3);
     tr_jax_program_free(p);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
     tr_weights_free(w);
     tr_graph_free(g);
     tr_safetensors_close(io);

@@ -63,7 +63,7 @@ static struct tr_jax_context *ctx_make(int device_type, const char *cache_dir, s
     struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
                                     .device_type = device_type, .options = &opt, .n_options = cache_dir ? 1 : 0};
     void *ctx = NULL;
-    if (jax_iface.init(tr_host_api_get(), &prm, &ctx, err) != TR_OK) return NULL;
+    if (tr_jax_iface.init(tr_host_api_get(), &prm, &ctx, err) != TR_OK) return NULL;
     return ctx;
 }
 
@@ -193,7 +193,7 @@ static void check_bert(const struct bert_case *c) {
     }
     free(src);
     bert_free(&b);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
 }
 
 static void test_bert_tiny_predict_f32(void **state) { (void)state, check_bert(&cases[0]); }
@@ -215,13 +215,13 @@ static int fused_kinds(const struct tr_graph *g, int cuda, int *kinds, int max) 
     p->ctx = ctx;
     p->cuda = cuda;
     int *step_of = NULL;
-    if (front(p, (tr_graph_t)g, k, &step_of, &e)) fail_msg("%s", e.msg);
+    if (tr_jax_front(p, (tr_graph_t)g, k, &step_of, &e)) fail_msg("%s", e.msg);
     int n = p->fusion.n_clusters;
     for (int i = 0; i < n && i < max; i++) kinds[i] = p->fusion.clusters[i].kind;
     free(step_of);
     tr_jax_program_free(p);
     tr_kernels_free(k);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
     return n;
 }
 
@@ -327,7 +327,7 @@ static void test_every_kind(void **state) {
                 nvrtc_ok(what, src, 90, names, n_names);
             }
             free(src);
-            jax_iface.free(ctx);
+            tr_jax_iface.free(ctx);
             tr_weights_free(w);
             tr_graph_free(g);
         }
@@ -426,7 +426,7 @@ static void test_cache_disk(void **state) {
     assert_non_null(strstr(first.path, ".cubin"));
     size_t whole_n;
     unsigned char *whole = slurp(first.path, &whole_n);
-    assert_int_equal(whole_n, first.size + sizeof(struct cubin_trailer));
+    assert_int_equal(whole_n, first.size + sizeof(struct jax_trailer));
 
     /* a second build of the same source is a hit with the same bytes */
     build_expect(ctx, 1, &c);
@@ -455,8 +455,8 @@ static void test_cache_disk(void **state) {
     assert_memory_equal(c.data, first.data, first.size);
     jax_cubin_free(&c);
     /* another key's entry at this path (a renamed file): rebuilt */
-    flipped[whole_n - sizeof(struct cubin_trailer) + 8] ^= 1;
-    memcpy(flipped, whole, whole_n - sizeof(struct cubin_trailer));
+    flipped[whole_n - sizeof(struct jax_trailer) + 8] ^= 1;
+    memcpy(flipped, whole, whole_n - sizeof(struct jax_trailer));
     spit(first.path, flipped, whole_n);
     build_expect(ctx, 0, &c);
     jax_cubin_free(&c);
@@ -483,7 +483,7 @@ static void test_cache_disk(void **state) {
     build_expect(ctx, 1, &c);
     jax_cubin_free(&c);
     jax_cubin_free(&first);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
 }
 
 /* NVRTC refusing the source: TR_ERR_INVALID, its log in the message, the source kept. */
@@ -514,7 +514,7 @@ static void test_compile_error_keeps_source(void **state) {
     uint64_t runs = ctx->nvrtc_runs;
     assert_int_equal(jax_cu_build(ctx, bad, strlen(bad), 90, &c, &e), TR_ERR_INVALID);
     assert_int_equal(ctx->nvrtc_runs, runs + 1);
-    jax_iface.free(ctx);
+    tr_jax_iface.free(ctx);
 }
 
 /* ---- the device ---- */
@@ -594,7 +594,7 @@ static void test_math_mode(void **state) {
                                         .math = modes[i]};
         void *ctx = NULL;
         struct tr_error e = {0};
-        int rc = jax_iface.init(tr_host_api_get(), &prm, &ctx, &e);
+        int rc = tr_jax_iface.init(tr_host_api_get(), &prm, &ctx, &e);
         if (i < 2) {
             if (rc == TR_OK) fail_msg("math mode %d accepted on the cpu", modes[i]);
             assert_null(ctx);
@@ -612,13 +612,13 @@ static void test_math_mode(void **state) {
         struct tr_jax_program *p = NULL;
         if (tr_jax_compile(ctx, (tr_graph_t)g, &p, &e)) fail_msg("%s", e.msg);
         struct tr_backend_stats st = {0};
-        assert_int_equal(jax_iface.get_stats(ctx, p, &st, &e), TR_OK);
+        assert_int_equal(tr_jax_iface.get_stats(ctx, p, &st, &e), TR_OK);
         char want[32];
         snprintf(want, sizeof want, "math %s", tr_math_name((enum tr_math)modes[i]));
         if (!strstr(st.notes, want)) fail_msg("notes '%s' lack '%s'", st.notes, want);
         tr_jax_program_free(p);
         tr_graph_free(g);
-        jax_iface.free(ctx);
+        tr_jax_iface.free(ctx);
     }
 }
 
@@ -660,10 +660,10 @@ static void device_agrees(const struct bert_case *c) {
         if (tr_jax_execute(p, n_in, in, n_out, out, &e)) fail_msg("jax execute (%s): %s", dev ? "cuda" : "cpu", e.msg);
         if (tr_jax_sync(p, &e)) fail_msg("jax sync (%s): %s", dev ? "cuda" : "cpu", e.msg);
         struct tr_backend_stats st = {0};
-        jax_iface.get_stats(ctx, p, &st, &e);
+        tr_jax_iface.get_stats(ctx, p, &st, &e);
         printf("jax %s: %s\n", dev ? "cuda" : "cpu", st.notes);
         tr_jax_program_free(p);
-        jax_iface.free(ctx);
+        tr_jax_iface.free(ctx);
         if (!dev) { /* the cpu run updated the weights (fit): keep them, start cuda from the seed's */
             for (int u = 0; u < n_up; u++) {
                 int pa = tr_graph_update_param(g, u);

@@ -1,5 +1,5 @@
 /* libtrident_kernels on the cpu: every kernel, directly and through tr_kernels_run,
- * against float64 references written naively here. Inputs are random (never zero),
+ * against the float64 oracles of tests/ref. Inputs are random (never zero),
  * outputs poisoned with NaN first, bf16/f16 references computed from the rounded inputs
  * (tr_test_to_f64 reads what the kernel reads). */
 #include <math.h>
@@ -10,61 +10,20 @@
 #include "trident/kernels.h"
 
 #include "kernels_test.h"
+#include "ref/ref.h"
 
 /* ------------------------------------------------------------------ references */
 
-static double ref_act(double x, int act) {
-    switch (act) {
-    case TR_ACT_GELU: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
-    case TR_ACT_GELU_TANH: return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-    case TR_ACT_RELU: return x > 0 ? x : 0;
-    case TR_ACT_TANH: return tanh(x);
-    case TR_ACT_SILU: return x / (1.0 + exp(-x));
-    default: return x;
-    }
-}
-
-/* Offset of the batch index of c (flat over c's batch axes) in an operand with nbo batch
- * axes aligned right against c's nbc, extent-1 axes broadcasting. */
-static int64_t batch_offset(const struct tr_tensor *c, int nbc, int64_t bidx, const struct tr_tensor *o, int64_t mat) {
-    int nbo = o->ndim - 2;
-    int64_t off = 0, stride = mat;
-    int64_t idx[TR_MAX_DIMS];
-    for (int i = nbc - 1; i >= 0; i--) {
-        idx[i] = bidx % c->shape[i];
-        bidx /= c->shape[i];
-    }
-    for (int i = nbo - 1; i >= 0; i--) {
-        int ci = i + (nbc - nbo);
-        int64_t e = o->shape[i];
-        off += (e == 1 ? 0 : idx[ci]) * stride;
-        stride *= e;
-    }
-    return off;
+/* The oracles take doubles; these read the tensors as the kernel reads them. */
+static struct tr_ref_view view(const struct tr_tensor *t, const double *d) {
+    return (struct tr_ref_view){t->ndim, t->shape, d};
 }
 
 static double *ref_matmul(const struct tr_tensor *a, const struct tr_tensor *b, const struct tr_tensor *c, int ta,
                           int tb, double alpha, const struct tr_tensor *bias, int act) {
     double *A = tr_test_to_f64(a), *B = tr_test_to_f64(b), *bi = bias ? tr_test_to_f64(bias) : NULL;
-    int nbc = c->ndim - 2;
-    int64_t M = c->shape[nbc], N = c->shape[nbc + 1];
-    int64_t Kd = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
-    int64_t nbatch = tr_shape_numel(nbc, c->shape);
-    double *out = malloc(sizeof(double) * (size_t)(nbatch * M * N + 1));
-    for (int64_t bt = 0; bt < nbatch; bt++) {
-        int64_t oa = batch_offset(c, nbc, bt, a, M * Kd), ob = batch_offset(c, nbc, bt, b, Kd * N);
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t n = 0; n < N; n++) {
-                double s = 0;
-                for (int64_t kk = 0; kk < Kd; kk++) {
-                    double x = A[oa + (ta ? kk * M + m : m * Kd + kk)];
-                    double y = B[ob + (tb ? n * Kd + kk : kk * N + n)];
-                    s += x * y;
-                }
-                s = alpha * s + (bi ? bi[n] : 0.0);
-                out[(bt * M + m) * N + n] = ref_act(s, act);
-            }
-    }
+    double *out = malloc(sizeof(double) * (size_t)(tr_tensor_numel(c) + 1));
+    tr_ref_matmul(view(a, A), view(b, B), c->ndim, c->shape, ta, tb, alpha, bi, act, out);
     free(A);
     free(B);
     free(bi);
@@ -252,21 +211,6 @@ static void test_matmul_cache_and_errors(void **state) {
 
 /* ------------------------------------------------------------------ elementwise */
 
-static double ref_unary(int op, int variant, double x, double alpha, double beta) {
-    switch (op) {
-    case TR_OP_GELU: return ref_act(x, variant ? TR_ACT_GELU_TANH : TR_ACT_GELU);
-    case TR_OP_TANH: return tanh(x);
-    case TR_OP_RELU: return x > 0 ? x : 0;
-    case TR_OP_SILU: return x / (1 + exp(-x));
-    case TR_OP_SIGMOID: return 1 / (1 + exp(-x));
-    case TR_OP_EXP: return exp(x);
-    case TR_OP_NEG: return -x;
-    case TR_OP_SQRT: return sqrt(x);
-    case TR_OP_RSQRT: return 1 / sqrt(x);
-    default: return alpha * x + beta;
-    }
-}
-
 static void test_unary(void **state) {
     (void)state;
     const int ops[] = {TR_OP_GELU, TR_OP_TANH, TR_OP_RELU, TR_OP_SILU, TR_OP_SIGMOID, TR_OP_EXP,
@@ -288,7 +232,7 @@ static void test_unary(void **state) {
                     if (s == 1) CHECK_OK(tr_k_unary(K, op, &at, &x, &y, &err));
                     else CHECK_OK(run_op(op, &at, 1, &x, &y, &err));
                     double *xv = tr_test_to_f64(&x);
-                    for (int64_t i = 0; i < n; i++) xv[i] = ref_unary(op, variant, xv[i], -1.5, 0.25);
+                    for (int64_t i = 0; i < n; i++) xv[i] = tr_ref_unary(op, xv[i], variant, -1.5, 0.25);
                     char what[128];
                     snprintf(what, sizeof what, "%s(variant %d) %s size %lld", tr_op_name(op), variant,
                              tr_dtype_name(FLOATS[d]), (long long)n);
@@ -304,7 +248,7 @@ static void test_unary(void **state) {
         tr_test_poison(&y);
         CHECK_OK(tr_k_unary(K, ops2[o], NULL, &x, &y, &err));
         for (int i = 0; i < 2001; i++) {
-            double xi = tr_tensor_get_f64(&x, i), r = ref_unary(ops2[o], 0, xi, 1, 0), v = tr_tensor_get_f64(&y, i);
+            double xi = tr_tensor_get_f64(&x, i), r = tr_ref_unary(ops2[o], xi, 0, 1, 0), v = tr_tensor_get_f64(&y, i);
             if (!(fabs(v - r) <= 1e-6 * fabs(r) + 2e-7))
                 fail_msg("%s(%g) = %.9g, expected %.9g", tr_op_name(ops2[o]), xi, v, r);
         }
@@ -323,29 +267,9 @@ static void test_unary(void **state) {
     tfree(&x, &y, &y2, NULL);
 }
 
-/* Reference for numpy broadcasting: out index -> a and b indices. */
 static double *ref_binary(int op, const struct tr_tensor *a, const struct tr_tensor *b, const struct tr_tensor *out) {
-    double *A = tr_test_to_f64(a), *B = tr_test_to_f64(b);
-    int64_t n = tr_tensor_numel(out);
-    double *r = malloc(sizeof(double) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t rem = i, ia = 0, ib = 0, sa = 1, sb = 1;
-        for (int d = out->ndim - 1; d >= 0; d--) {
-            int64_t idx = rem % out->shape[d];
-            rem /= out->shape[d];
-            int da = d - (out->ndim - a->ndim), db = d - (out->ndim - b->ndim);
-            if (da >= 0) {
-                ia += (a->shape[da] == 1 ? 0 : idx) * sa;
-                sa *= a->shape[da];
-            }
-            if (db >= 0) {
-                ib += (b->shape[db] == 1 ? 0 : idx) * sb;
-                sb *= b->shape[db];
-            }
-        }
-        double x = A[ia], y = B[ib];
-        r[i] = op == TR_OP_ADD ? x + y : op == TR_OP_SUB ? x - y : op == TR_OP_MUL ? x * y : x / y;
-    }
+    double *A = tr_test_to_f64(a), *B = tr_test_to_f64(b), *r = malloc(sizeof(double) * (size_t)tr_tensor_numel(out));
+    tr_ref_binary(op, view(a, A), view(b, B), out->ndim, out->shape, r);
     free(A);
     free(B);
     return r;
@@ -421,12 +345,7 @@ static void test_softmax(void **state) {
             if (s & 1) CHECK_OK(tr_k_softmax(K, &x, &y, &err));
             else CHECK_OK(run_op(TR_OP_SOFTMAX, NULL, 1, &x, &y, &err));
             double *X = tr_test_to_f64(&x);
-            for (int64_t r = 0; r < R; r++) {
-                double mx = -INFINITY, sum = 0;
-                for (int64_t j = 0; j < D; j++) mx = fmax(mx, X[r * D + j]);
-                for (int64_t j = 0; j < D; j++) sum += mx == -INFINITY ? 0 : exp(X[r * D + j] - mx);
-                for (int64_t j = 0; j < D; j++) X[r * D + j] = sum > 0 ? exp(X[r * D + j] - mx) / sum : 0.0;
-            }
+            tr_ref_softmax(X, R, D, X);
             char what[64];
             snprintf(what, sizeof what, "softmax %s [%lld,%lld]", tr_dtype_name(FLOATS[d]), (long long)R, (long long)D);
             check_close(what, &y, X);
@@ -462,15 +381,7 @@ static void test_layer_norm(void **state) {
                     CHECK_OK(tr_k_layer_norm(K, &x, NULL, NULL, eps, &y, &err));
                 }
                 double *X = tr_test_to_f64(&x), *G = tr_test_to_f64(&g), *B = tr_test_to_f64(&b);
-                for (int64_t r = 0; r < R; r++) {
-                    double mean = 0, var = 0;
-                    for (int64_t j = 0; j < D; j++) mean += X[r * D + j] / D;
-                    for (int64_t j = 0; j < D; j++) var += (X[r * D + j] - mean) * (X[r * D + j] - mean) / D;
-                    for (int64_t j = 0; j < D; j++) {
-                        double v = (X[r * D + j] - mean) / sqrt(var + eps);
-                        X[r * D + j] = affine ? v * G[j] + B[j] : v;
-                    }
-                }
+                tr_ref_layer_norm(X, affine ? G : NULL, affine ? B : NULL, R, D, eps, X);
                 char what[64];
                 snprintf(what, sizeof what, "layer_norm %s shape %d affine %d", tr_dtype_name(FLOATS[d]), s, affine);
                 if (D > 1) check_close(what, &y, X); /* D = 1 normalises to exact zeros */
@@ -547,20 +458,8 @@ static void test_reduce(void **state) {
                     tr_test_poison(&y);
                     if ((s + ax + o) % 3 == 0) CHECK_OK(tr_k_reduce(K, ops[o], &x, ax, &y, &err));
                     else CHECK_OK(run_op(ops[o], &(struct tr_attrs){.ints = {ax, keep}}, 1, &x, &y, &err));
-                    double *X = tr_test_to_f64(&x);
-                    int64_t outer = 1, R = shapes[s][ax], inner = 1;
-                    for (int i = 0; i < ax; i++) outer *= shapes[s][i];
-                    for (int i = ax + 1; i < 3; i++) inner *= shapes[s][i];
-                    double *ref = malloc(sizeof(double) * (size_t)(outer * inner));
-                    for (int64_t a = 0; a < outer; a++)
-                        for (int64_t c = 0; c < inner; c++) {
-                            double acc = ops[o] == TR_OP_MAX ? -INFINITY : 0;
-                            for (int64_t r = 0; r < R; r++) {
-                                double v = X[(a * R + r) * inner + c];
-                                acc = ops[o] == TR_OP_MAX ? fmax(acc, v) : acc + v;
-                            }
-                            ref[a * inner + c] = ops[o] == TR_OP_MEAN ? acc / R : acc;
-                        }
+                    double *X = tr_test_to_f64(&x), *ref = malloc(sizeof(double) * (size_t)tr_tensor_numel(&y));
+                    tr_ref_reduce(ops[o], 3, shapes[s], X, ax, ref);
                     char what[96];
                     snprintf(what, sizeof what, "%s %s shape %d axis %d keep %d", tr_op_name(ops[o]),
                              tr_dtype_name(FLOATS[d]), s, ax, keep);
@@ -577,14 +476,6 @@ static void test_reduce(void **state) {
 }
 
 /* ------------------------------------------------------------------ cast */
-
-static double ref_cast_int(double v, enum tr_dtype to) {
-    double lo = to == TR_DTYPE_I32 ? -2147483648.0 : -9223372036854775808.0;
-    double hi = to == TR_DTYPE_I32 ? 2147483647.0 : 9223372036854774784.0;
-    if (isnan(v)) return 0;
-    v = trunc(v);
-    return v < lo ? lo : v > hi ? hi : v;
-}
 
 static void test_cast(void **state) {
     (void)state;
@@ -613,7 +504,7 @@ static void test_cast(void **state) {
                 }
             } else {
                 for (int64_t i = 0; i < n; i++)
-                    if (tr_tensor_get_f64(&y, i) != ref_cast_int(X[i], (enum tr_dtype)to))
+                    if (tr_tensor_get_f64(&y, i) != tr_ref_cast(X[i], (enum tr_dtype)to))
                         fail_msg("%s: %.17g became %.17g", what, X[i], tr_tensor_get_f64(&y, i));
             }
             free(X);
@@ -655,49 +546,18 @@ struct attn_case {
     float scale;
 };
 
-/* Naive: the whole score matrix in double, the visibility rule of ops.h, zeros where a row
- * sees nothing. */
+/* The oracle over the case's tensors. */
 static double *ref_attention(const struct attn_case *c, const struct tr_tensor *q, const struct tr_tensor *k,
                              const struct tr_tensor *v, const struct tr_tensor *mask) {
     double *Q = tr_test_to_f64(q), *Kd = tr_test_to_f64(k), *V = tr_test_to_f64(v), *Mk = mask ? tr_test_to_f64(mask) : NULL;
-    double *out = calloc((size_t)(c->B * c->H * c->Tq * c->Dv), sizeof(double));
-    double *s = malloc(sizeof(double) * (size_t)c->Tk);
-    int64_t off = c->Tk - c->Tq, g = c->H / c->Hk;
-    for (int64_t b = 0; b < c->B; b++)
-        for (int64_t h = 0; h < c->H; h++)
-            for (int64_t i = 0; i < c->Tq; i++) {
-                double mx = -INFINITY;
-                for (int64_t j = 0; j < c->Tk; j++) {
-                    int vis = 1;
-                    if ((c->causal || c->window) && j > i + off) vis = 0;
-                    if (c->window && j <= i + off - c->window) vis = 0;
-                    double sc = 0;
-                    for (int64_t d = 0; d < c->D; d++)
-                        sc += Q[((b * c->H + h) * c->Tq + i) * c->D + d] * Kd[((b * c->Hk + h / g) * c->Tk + j) * c->D + d];
-                    sc *= c->scale;
-                    if (Mk) {
-                        int64_t mb = mask->ndim == 4 && mask->shape[0] > 1 ? b : 0;
-                        int64_t mh = mask->ndim == 4 && mask->shape[1] > 1 ? h : 0;
-                        int64_t mi = mask->shape[mask->ndim - 2] > 1 ? i : 0;
-                        int64_t Hm = mask->ndim == 4 ? mask->shape[1] : 1, Tqm = mask->shape[mask->ndim - 2];
-                        sc += Mk[((mb * Hm + mh) * Tqm + mi) * c->Tk + j];
-                    }
-                    s[j] = vis ? sc : -INFINITY;
-                    mx = fmax(mx, s[j]);
-                }
-                if (mx == -INFINITY) continue; /* sees nothing: zeros */
-                double sum = 0;
-                for (int64_t j = 0; j < c->Tk; j++) sum += s[j] = exp(s[j] - mx);
-                for (int64_t j = 0; j < c->Tk; j++)
-                    for (int64_t d = 0; d < c->Dv; d++)
-                        out[((b * c->H + h) * c->Tq + i) * c->Dv + d] +=
-                            s[j] / sum * V[((b * c->Hk + h / g) * c->Tk + j) * c->Dv + d];
-            }
+    double *out = malloc(sizeof(double) * (size_t)(c->B * c->H * c->Tq * c->Dv));
+    struct tr_ref_attn ra = {c->B, c->H, c->Hk, c->Tq, c->Tk, c->D, c->Dv, c->scale, c->causal, c->window,
+                             mask ? view(mask, Mk) : (struct tr_ref_view){0, NULL, NULL}};
+    tr_ref_attention(&ra, Q, Kd, V, out);
     free(Q);
     free(Kd);
     free(V);
     free(Mk);
-    free(s);
     return out;
 }
 

@@ -32,8 +32,7 @@ static void transpose_case(enum tr_dtype dt, int nd, const int64_t *shape, const
     int64_t os[TR_MAX_DIMS];
     for (int d = 0; d < nd; d++) os[d] = shape[perm[d]];
     struct tr_tensor x = tr_test_tensor(dt, nd, shape), y = tr_test_tensor(dt, nd, os);
-    if (tr_dtype_is_float(dt)) tr_test_randn(&x, seed, 1.0);
-    else tr_test_randint(&x, seed, 1000000);
+    tr_test_rand(&x, seed, 1.0, 1000000);
     tr_test_poison(&y);
     if (via_run) {
         struct tr_attrs at = {.n_ints = nd};
@@ -91,8 +90,7 @@ static void test_slice_concat_reshape(void **state) {
             int64_t os[3] = {4, 10, 3};
             os[ax] = sl[c].n;
             struct tr_tensor y = tr_test_tensor(dt, 3, os);
-            if (d) tr_test_randn(&x, 1000 + c, 1.0);
-            else tr_test_randint(&x, 1000 + c, 1 << 30);
+            tr_test_rand(&x, 1000 + c, 1.0, 1 << 30);
             tr_test_poison(&y);
             struct tr_attrs at = {.ints = {sl[c].axis, sl[c].start, sl[c].end, sl[c].step}};
             CHECK_OK(run_op(TR_OP_SLICE, &at, 1, &x, &y, &err));
@@ -204,8 +202,8 @@ static void test_update_slice(void **state) {
             struct tr_tensor x = tr_test_tensor(dts[d], 4, xs), u = tr_test_tensor(dts[d], 4, us);
             struct tr_tensor y = tr_test_tensor(dts[d], 4, xs), st = TENSOR(TR_DTYPE_I32, 1);
             uint64_t seed = 2000 + (uint64_t)(d * 16 + ax);
-            if (dts[d] == TR_DTYPE_I32) tr_test_randint(&x, seed, 1 << 30), tr_test_randint(&u, seed + 7, 1 << 30);
-            else tr_test_randn(&x, seed, 1.0), tr_test_randn(&u, seed + 7, 1.0);
+            tr_test_rand(&x, seed, 1.0, 1 << 30);
+            tr_test_rand(&u, seed + 7, 1.0, 1 << 30);
             struct tr_tensor in[3] = {x, u, st};
             struct tr_attrs at = {.ints = {axis}, .n_ints = 1};
             char what[96];
@@ -236,8 +234,7 @@ static void test_update_slice(void **state) {
             CHECK_OK(tr_kernels_bind(K, TR_OP_UPDATE_SLICE, &at, 3, in, &x, &c, &err));
             for (int64_t s = 0; s <= last; s += last > 1 ? last - 1 : 1) {
                 ((int32_t *)st.data)[0] = (int32_t)s;
-                if (dts[d] == TR_DTYPE_I32) tr_test_randint(&u, seed + 11 + (uint64_t)s, 1 << 30);
-                else tr_test_randn(&u, seed + 11 + (uint64_t)s, 1.0);
+                tr_test_rand(&u, seed + 11 + (uint64_t)s, 1.0, 1 << 30);
                 ref = ref_update_slice(&x, &u, ax, s);
                 CHECK_OK(tr_kernels_call(K, &c, &err));
                 snprintf(what, sizeof what, "in-place update_slice %s axis %d start %lld", tr_dtype_name(dts[d]),
@@ -290,19 +287,6 @@ static void test_update_slice(void **state) {
 
 /* ------------------------------------------------------------------ random */
 
-static void random_moments(const struct tr_tensor *t, double *mean, double *sd, double *lo, double *hi) {
-    int64_t n = tr_tensor_numel(t);
-    double s = 0, q = 0;
-    *lo = INFINITY, *hi = -INFINITY;
-    for (int64_t i = 0; i < n; i++) {
-        double v = tr_tensor_get_f64(t, i);
-        s += v, q += v * v;
-        *lo = v < *lo ? v : *lo, *hi = v > *hi ? v : *hi;
-    }
-    *mean = s / (double)n;
-    *sd = sqrt(q / (double)n - *mean * *mean);
-}
-
 /* tr_k_random: each distribution's mean and standard deviation within a few standard
  * errors (n = 200001: the mean's is sd/447), uniforms inside [a, b), the same seed the
  * same bits, another seed other bits; every float dtype; bad arguments refused. */
@@ -318,7 +302,7 @@ static void test_random(void **state) {
             float a = dist ? -1.5f : -2.0f, b = dist ? 3.0f : 3.0f;
             CHECK_OK(tr_k_random(K, (enum tr_random_dist)dist, 7, a, b, &t1, &err));
             double mean, sd, lo, hi;
-            random_moments(&t1, &mean, &sd, &lo, &hi);
+            tr_test_moments(&t1, &mean, &sd, &lo, &hi);
             double want_mean = dist ? a : (a + b) / 2.0, want_sd = dist ? b : (b - a) / sqrt(12.0);
             if (!(fabs(mean - want_mean) < 5.0 * want_sd / sqrt((double)n) + 0.01 * want_sd) ||
                 !(fabs(sd - want_sd) < 0.01 * want_sd))

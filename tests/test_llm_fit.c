@@ -159,13 +159,7 @@ static void run_fit(const char *model, const char *backends, const char *extra, 
              "[run]\nmodel = %s\npreset = tiny\ntask = fit\nbackends = %s\nbatch = 4\nseq_len = 16\n%s\n"
              "[backend.jax]\ncache_dir = %s\n",
              model, backends, extra, tr_test_dir);
-    struct tr_config cfg;
-    struct tr_error e = {0};
-    if (tr_config_load_string(text, "llm_fit.ini", &cfg, &e)) fail_msg("%s", e.msg);
-    int rc = tr_bench_run(&cfg, tr_builtin_models, rep, &e);
-    tr_bench_print(rep, stdout);
-    if (rc) fail_msg("%s", e.msg);
-    assert_true(rep->all_ok);
+    tr_test_bench_run(text, "llm_fit.ini", tr_builtin_models, rep);
 }
 
 /* The loss after 20 steps is below `fall` times the first on every backend. */
@@ -205,11 +199,8 @@ static void fit_bf16(const struct tr_model_desc *m) {
     char text[256];
     snprintf(text, sizeof text, "[run]\nmodel = %s\npreset = tiny\ntask = fit\ndtype = bf16\nbatch = 2\nseq_len = 8\n",
              m->name);
-    struct tr_config cfg;
-    struct tr_error e = {0};
-    if (tr_config_load_string(text, "bf16.ini", &cfg, &e)) fail_msg("%s", e.msg);
     struct tr_task_graph tg;
-    if (tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e)) fail_msg("%s", e.msg);
+    tr_test_task_graph(text, "bf16.ini", tr_builtin_models, &tg);
     assert_int_equal(tg.train.n_masters, 0);
     int n_f32 = 0;
     for (int i = 0; i < tr_graph_n_params(tg.graph); i++) {
@@ -243,11 +234,9 @@ static void frozen_on(const char *model, const struct tr_test_backend *be) {
     char text[256];
     snprintf(text, sizeof text, "[run]\nmodel = %s\npreset = tiny\ntask = fit\nbatch = 2\nseq_len = 16\n"
                                 "[train]\nlearning_rate = 1e-2\n", model);
-    struct tr_config cfg;
     struct tr_error e = {0};
-    if (tr_config_load_string(text, "frozen.ini", &cfg, &e)) fail_msg("%s", e.msg);
     struct tr_task_graph tg;
-    if (tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e)) fail_msg("%s", e.msg);
+    tr_test_task_graph(text, "frozen.ini", tr_builtin_models, &tg);
     struct tr_graph *g = tg.graph;
     struct tr_weights *w = NULL;
     if (tr_weights_from_seed(g, 7, &w, &e)) fail_msg("%s", e.msg);
@@ -270,11 +259,7 @@ static void frozen_on(const char *model, const struct tr_test_backend *be) {
             continue;
         }
         n_frozen++;
-        char probe[TR_NAME_MAX + 16];
-        snprintf(probe, sizeof probe, "%s.adamw_m", name);
-        assert_int_equal(tr_graph_find(g, probe), -1);
-        snprintf(probe, sizeof probe, "grad.%s", name);
-        assert_int_equal(tr_graph_find(g, probe), -1);
+        tr_test_expect_untrained(g, name);
     }
     assert_int_equal(n_adapters, 2 * 2 * 2); /* 2 layers x (q_proj, v_proj) x (A, B) */
     assert_int_equal(tg.train.n_trained, n_adapters);
@@ -285,13 +270,7 @@ static void frozen_on(const char *model, const struct tr_test_backend *be) {
     const int n_in = tr_graph_n_inputs(g);
     assert_int_equal(n_in, 6);
     struct tr_tensor in[6], out[1];
-    for (int i = 0; i < n_in; i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
-        in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
-    }
-    if (tg.model->make_inputs(tg.config, &tg.opts, 5, tg.n_model_inputs, in, &e)) fail_msg("%s", e.msg);
-    *(float *)in[n_in - 2].data = 1e-2f; /* lr */
-    *(float *)in[n_in - 1].data = 1.0f;  /* step */
+    tr_test_fit_inputs(&tg, 5, 1e-2f, 1.0f, in); /* lr, step */
     tr_test_run_backend(be, tr_test_dir, g, in, 10, out, NULL);
     int moved = 0;
     for (int i = 0; i < n_params; i++) {
@@ -410,20 +389,6 @@ static void test_make_inputs_labels(void **state) {
     for (int i = 0; i < 4; i++) tr_test_tensor_free(&in[i]);
 }
 
-static void expect_refused(const struct tr_model_desc *m, const struct tr_decoder_config *c, const char *const *want,
-                           int n_want) {
-    struct tr_error e = {0};
-    struct tr_build_opts o = {.task = TR_TASK_FIT, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 8};
-    struct tr_graph *g = NULL;
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
-    int rc = m->build(c, &o, g, &e);
-    tr_graph_free(g);
-    if (rc == TR_OK) fail_msg("built, expected a refusal naming %s", want[0]);
-    for (int i = 0; i < n_want; i++)
-        if (!strstr(e.msg, want[i])) fail_msg("message '%s' lacks '%s'", e.msg, want[i]);
-    print_message("refused: %s\n", e.msg);
-}
-
 static void test_lora_key_errors(void **state) {
     (void)state;
     int found = 0;
@@ -435,18 +400,18 @@ static void test_lora_key_errors(void **state) {
     struct tr_decoder_config c = tiny(&tr_model_gemma);
     snprintf(c.lora_targets, sizeof c.lora_targets, "q_proj, vproj");
     const char *bad[] = {"lora_targets", "'vproj'", "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"};
-    expect_refused(&tr_model_gemma, &c, bad, 3);
+    tr_test_build_refused(&tr_model_gemma, &c, TR_TASK_FIT, bad, 3);
     /* gemma tiny: v_proj is 64 -> 32 (one kv head of 32) */
     c = tiny(&tr_model_gemma);
     c.lora_rank = 33;
     const char *big[] = {"lora_rank = 33", "min(in, out) = 32", "'v_proj'", "in 64, out 32"};
-    expect_refused(&tr_model_gemma, &c, big, 4);
+    tr_test_build_refused(&tr_model_gemma, &c, TR_TASK_FIT, big, 4);
     c.lora_rank = 32;
     struct tr_graph *g = build(&tr_model_gemma, &c, TR_TASK_FIT, TR_DTYPE_F32, 2, 8);
     tr_graph_free(g);
     c.lora_alpha = -1;
     const char *alpha[] = {"lora_alpha = -1"};
-    expect_refused(&tr_model_gemma, &c, alpha, 1);
+    tr_test_build_refused(&tr_model_gemma, &c, TR_TASK_FIT, alpha, 1);
 }
 
 int main(void) {

@@ -1,5 +1,5 @@
 /* The decoder-LLM ops of ops.h (RMS_NORM, RMS_NORM_GRAD, RMS_NORM_GRAD_W, ROPE): their
- * cpu kernels against float64 references written naively here (f32, bf16, f16, f64;
+ * cpu kernels against the float64 oracles of tests/ref (f32, bf16, f16, f64;
  * inputs random and never zero, outputs poisoned first, references computed from the
  * rounded inputs), their bound form, their gradient rules by central finite differences
  * in f64 (attention's with grouped heads, causal mask and window too), shape inference
@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "backendutil.h"
+#include "ref/ref.h"
 #include "testutil.h"
 #include "trident/autodiff.h"
 #include "trident/graph.h"
@@ -55,93 +56,11 @@ static void check(const char *what, enum tr_dtype dt, const struct tr_tensor *ou
     tr_assert_close(buf, out, ref, tr_test_tol(dt));
 }
 
-/* ---- references ---- */
-
-static void ref_rms(const double *x, const double *w, int64_t rows, int64_t D, double eps, int add_one, double *y) {
-    for (int64_t r = 0; r < rows; r++) {
-        double ss = 0;
-        for (int64_t i = 0; i < D; i++) ss += x[r * D + i] * x[r * D + i];
-        double rs = 1 / sqrt(ss / (double)D + eps);
-        for (int64_t i = 0; i < D; i++) y[r * D + i] = x[r * D + i] * rs * (w[i] + (add_one ? 1.0 : 0.0));
-    }
-}
-
-/* dx (w given) or dw (w NULL; dw has D entries). */
-static void ref_rms_grad(const double *x, const double *w, const double *dy, int64_t rows, int64_t D, double eps,
-                         int add_one, double *out) {
-    if (!w) memset(out, 0, sizeof(double) * (size_t)D);
-    for (int64_t r = 0; r < rows; r++) {
-        const double *xr = x + r * D, *gr = dy + r * D;
-        double ss = 0;
-        for (int64_t i = 0; i < D; i++) ss += xr[i] * xr[i];
-        double rs = 1 / sqrt(ss / (double)D + eps);
-        if (!w) {
-            for (int64_t i = 0; i < D; i++) out[i] += gr[i] * xr[i] * rs;
-            continue;
-        }
-        double m = 0;
-        for (int64_t i = 0; i < D; i++) m += gr[i] * (w[i] + add_one) * xr[i] * rs;
-        m /= (double)D;
-        for (int64_t i = 0; i < D; i++) out[r * D + i] = rs * (gr[i] * (w[i] + add_one) - xr[i] * rs * m);
-    }
-}
-
-/* The angle of pair i at position p: Hugging Face's f32 computation, or f64. */
-static double rope_angle(int64_t p, int64_t i, int64_t R, float base, int f32_angle) {
-    if (!f32_angle) return (double)p * pow((double)base, -(double)(2 * i) / (double)R);
-    float theta = 1.0f / (float)pow((double)base, (double)((float)(2 * i) / (float)R));
-    return (double)((float)p * theta);
-}
-
-static int64_t pos_get(const struct tr_tensor *pos, int64_t b, int64_t t, int64_t T) {
-    int64_t i = pos->ndim == 2 ? b * T + t : t;
-    return pos->dtype == TR_DTYPE_I64 ? ((const int64_t *)pos->data)[i] : ((const int32_t *)pos->data)[i];
-}
-
+/* ROPE's oracle with the positions read from their tensor. */
 static void ref_rope(const double *x, const struct tr_tensor *pos, int64_t B, int64_t H, int64_t T, int64_t D,
                      int64_t R, float base, int inverse, int f32_angle, double *y) {
-    const int64_t h = R / 2;
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t hd = 0; hd < H; hd++)
-            for (int64_t t = 0; t < T; t++) {
-                const double *xr = x + ((b * H + hd) * T + t) * D;
-                double *yr = y + ((b * H + hd) * T + t) * D;
-                int64_t p = pos_get(pos, b, t, T);
-                for (int64_t i = 0; i < h; i++) {
-                    double a = rope_angle(p, i, R, base, f32_angle), c = cos(a), s = inverse ? -sin(a) : sin(a);
-                    yr[i] = xr[i] * c - xr[i + h] * s;
-                    yr[i + h] = xr[i + h] * c + xr[i] * s;
-                }
-                for (int64_t i = R; i < D; i++) yr[i] = xr[i];
-            }
-}
-
-/* Attention, f64, no mask: GQA (H a multiple of Hk), causal, window aligned at the end. */
-static void ref_attention(const double *q, const double *k, const double *v, int64_t B, int64_t H, int64_t Hk,
-                          int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, double scale, int causal, int64_t window,
-                          double *o) {
-    double *p = malloc(sizeof(double) * (size_t)Tk);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t hd = 0; hd < H; hd++) {
-            int64_t hk = hd / (H / Hk);
-            for (int64_t i = 0; i < Tq; i++) {
-                int64_t at = i + Tk - Tq;
-                double mx = -INFINITY, z = 0;
-                for (int64_t j = 0; j < Tk; j++) {
-                    int seen = (!(causal || window > 0) || j <= at) && (window == 0 || j > at - window);
-                    double s = 0;
-                    for (int64_t d = 0; d < D; d++) s += q[((b * H + hd) * Tq + i) * D + d] * k[((b * Hk + hk) * Tk + j) * D + d];
-                    p[j] = seen ? s * scale : -INFINITY;
-                    if (p[j] > mx) mx = p[j];
-                }
-                for (int64_t j = 0; j < Tk; j++) z += p[j] = mx == -INFINITY ? 0 : exp(p[j] - mx);
-                for (int64_t e = 0; e < Dv; e++) {
-                    double acc = 0;
-                    for (int64_t j = 0; j < Tk; j++) acc += (z > 0 ? p[j] / z : 0) * v[((b * Hk + hk) * Tk + j) * Dv + e];
-                    o[((b * H + hd) * Tq + i) * Dv + e] = acc;
-                }
-            }
-        }
+    double *p = tr_test_to_f64(pos);
+    tr_ref_rope(x, p, pos->ndim == 2, B, H, T, D, R, base, inverse, f32_angle, y);
     free(p);
 }
 
@@ -162,7 +81,7 @@ static void test_rms_norm(void **state) {
             const float eps = add_one ? 1e-6f : 1e-5f;
             struct tr_attrs at = {.ints = {add_one}, .floats = {eps}, .n_ints = 1};
             run(TR_OP_RMS_NORM, &at, 2, in, &y);
-            ref_rms(x, w, B * T, D, eps, add_one, ref);
+            tr_ref_rms_norm(x, w, B * T, D, eps, add_one, ref);
             check(add_one ? "rms_norm (1 + w)" : "rms_norm w", dt, &y, ref);
             bound_matches(TR_OP_RMS_NORM, &at, 2, in, &y);
             /* in place: out aliasing x */
@@ -225,11 +144,11 @@ static void test_rms_norm_grads(void **state) {
             struct tr_attrs at = {.ints = {add_one}, .floats = {1e-6f}, .n_ints = 1};
             struct tr_tensor gin[3] = {x, w, dy}, win[2] = {x, dy};
             run(TR_OP_RMS_NORM_GRAD, &at, 3, gin, &dx);
-            ref_rms_grad(xv, wv, gv, rows, D, 1e-6, add_one, ref);
+            tr_ref_rms_norm_grad(xv, wv, gv, rows, D, 1e-6, add_one, ref);
             check(add_one ? "rms_norm_grad (1 + w)" : "rms_norm_grad", dt, &dx, ref);
             bound_matches(TR_OP_RMS_NORM_GRAD, &at, 3, gin, &dx);
             run(TR_OP_RMS_NORM_GRAD_W, &at, 2, win, &dw);
-            ref_rms_grad(xv, NULL, gv, rows, D, 1e-6, add_one, ref);
+            tr_ref_rms_norm_grad_w(xv, gv, rows, D, 1e-6, ref);
             check("rms_norm_grad_w", dt, &dw, ref);
             bound_matches(TR_OP_RMS_NORM_GRAD_W, &at, 2, win, &dw);
             free(xv), free(wv), free(gv), free(ref);
@@ -243,7 +162,7 @@ static void test_rms_norm_grads(void **state) {
     double *xv = tr_test_to_f64(&x), *gv = tr_test_to_f64(&dy), ref[40];
     struct tr_attrs at = {.floats = {1e-6f}};
     run(TR_OP_RMS_NORM_GRAD_W, &at, 2, (struct tr_tensor[]){x, dy}, &dw);
-    ref_rms_grad(xv, NULL, gv, rows, D, 1e-6, 0, ref);
+    tr_ref_rms_norm_grad_w(xv, gv, rows, D, 1e-6, ref);
     check("rms_norm_grad_w into f32", TR_DTYPE_F32, &dw, ref);
     free(xv), free(gv);
     tr_test_tensor_free(&x), tr_test_tensor_free(&dy), tr_test_tensor_free(&dw);
@@ -442,237 +361,45 @@ static void test_hf_parity(void **state) {
     tr_safetensors_close(st);
 }
 
-/* ---- gradient rules: f64 graphs evaluated node by node, the new ops and attention's
- * gradient by the f64 kernels, the rest naively here ---- */
+/* ---- gradient rules: f64 graphs evaluated node by node by the reference evaluator
+ * (tests/ref), differentiated by central differences ---- */
 
-#define MAXN 256
-#define FD_H 1e-6
-#define FD_TOL 1e-6
-
-struct gx {
-    struct tr_graph *g;
-    void *leaf[MAXN]; /* INPUT/PARAM data in the node's dtype */
-    void *v[MAXN];
-    uint64_t rng;
-};
-
-static double urand(struct gx *t) {
-    t->rng ^= t->rng << 13, t->rng ^= t->rng >> 7, t->rng ^= t->rng << 17;
-    return (double)(t->rng >> 11) / 9007199254740992.0;
+static int param(struct tr_ref_gx *t, const char *name, int nd, const int64_t *sh) {
+    return tr_ref_gx_param(t, name, TR_REF_SIGNED, nd, sh);
 }
 
-static double nzrand(struct gx *t) {
-    double v = 0.1 + urand(t);
-    return urand(t) < 0.5 ? -v : v;
-}
-
-static struct gx *gx_new(void) {
-    struct gx *t = calloc(1, sizeof *t);
-    assert_non_null(t);
-    assert_int_equal(tr_graph_init(&t->g, NULL), TR_OK);
-    t->rng = 0x9e3779b97f4a7c15ull;
-    return t;
-}
-
-static void gx_free(struct gx *t) {
-    for (int i = 0; i < MAXN; i++) free(t->leaf[i]), free(t->v[i]);
-    tr_graph_free(t->g);
-    free(t);
-}
-
-static int64_t nel(const struct tr_graph *g, int id) { return tr_shape_numel(tr_node_ndim(g, id), tr_node_shape(g, id)); }
-
-static int param(struct gx *t, const char *name, int nd, const int64_t *sh) {
-    int id = tr_param(t->g, name, TR_DTYPE_F64, nd, sh, 0.0f, 1.0f);
-    assert_true(id >= 0 && id < MAXN);
-    int64_t n = nel(t->g, id);
-    double *d = t->leaf[id] = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    for (int64_t i = 0; i < n; i++) d[i] = nzrand(t);
+/* i64 positions from offset, 3 apart, so the rows of a (B,T) differ. */
+static int pos_input(struct tr_ref_gx *t, int nd, const int64_t *sh, int64_t offset) {
+    int64_t n = tr_shape_numel(nd, sh), *vals = malloc(sizeof(int64_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) vals[i] = offset + i * 3;
+    int id = tr_ref_gx_ids(t, "pos", nd, sh, vals);
+    free(vals);
     return id;
-}
-
-static int pos_input(struct gx *t, int nd, const int64_t *sh, int64_t offset) {
-    int id = tr_input(t->g, "pos", TR_DTYPE_I64, nd, sh);
-    assert_true(id >= 0 && id < MAXN);
-    int64_t n = nel(t->g, id);
-    int64_t *d = t->leaf[id] = malloc(sizeof(int64_t) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) d[i] = offset + i * 3; /* (B,T): rows differ */
-    return id;
-}
-
-static int loss_of(struct gx *t, int out) {
-    struct tr_graph *g = t->g;
-    int64_t n = nel(g, out);
-    double *r = malloc(sizeof(double) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) r[i] = nzrand(t);
-    int R = tr_const(g, NULL, TR_DTYPE_F64, tr_node_ndim(g, out), tr_node_shape(g, out), r);
-    free(r);
-    int x = tr_mul(g, out, R);
-    while (x >= 0 && tr_node_ndim(g, x) > 0) x = tr_reduce(g, TR_OP_SUM, x, 0, 0);
-    assert_true(x >= 0);
-    return x;
-}
-
-static void unravel(int64_t f, int nd, const int64_t *sh, int64_t *idx) {
-    for (int i = nd - 1; i >= 0; i--) {
-        idx[i] = sh[i] ? f % sh[i] : 0;
-        f = sh[i] ? f / sh[i] : 0;
-    }
-}
-
-static int64_t bcast_off(int nd, const int64_t *sh, int ond, const int64_t *idx) {
-    int64_t off = 0;
-    for (int i = 0; i < nd; i++) off = off * sh[i] + (sh[i] == 1 ? 0 : idx[ond - nd + i]);
-    return off;
-}
-
-static struct tr_tensor node_t(struct gx *t, int id) {
-    struct tr_tensor x = tr_node_tensor(t->g, id);
-    x.data = t->v[id];
-    return x;
-}
-
-static void eval_node(struct gx *t, int id) {
-    const struct tr_graph *g = t->g;
-    int op = tr_node_op(g, id), nd = tr_node_ndim(g, id), n_in = tr_node_n_inputs(g, id);
-    const int64_t *sh = tr_node_shape(g, id);
-    const struct tr_attrs *a = tr_node_attrs(g, id);
-    int64_t n = nel(g, id), idx[TR_MAX_DIMS];
-    size_t bytes = (size_t)(n ? n : 1) * tr_dtype_size((enum tr_dtype)tr_node_dtype(g, id));
-    free(t->v[id]);
-    t->v[id] = calloc(1, bytes);
-    double *o = t->v[id];
-    int xi = n_in > 0 ? tr_node_input(g, id, 0) : -1, yi = n_in > 1 ? tr_node_input(g, id, 1) : -1;
-    const double *x = xi >= 0 ? t->v[xi] : NULL, *y = yi >= 0 ? t->v[yi] : NULL;
-    switch (op) {
-    case TR_OP_INPUT: case TR_OP_PARAM:
-        memcpy(o, t->leaf[id], bytes);
-        break;
-    case TR_OP_CONST:
-        memcpy(o, tr_node_data(g, id), bytes);
-        break;
-    case TR_OP_ADD: case TR_OP_SUB: case TR_OP_MUL:
-        for (int64_t f = 0; f < n; f++) {
-            unravel(f, nd, sh, idx);
-            double p = x[bcast_off(tr_node_ndim(g, xi), tr_node_shape(g, xi), nd, idx)];
-            double q = y[bcast_off(tr_node_ndim(g, yi), tr_node_shape(g, yi), nd, idx)];
-            o[f] = op == TR_OP_ADD ? p + q : op == TR_OP_SUB ? p - q : p * q;
-        }
-        break;
-    case TR_OP_RESHAPE:
-        memcpy(o, x, bytes);
-        break;
-    case TR_OP_BROADCAST:
-        for (int64_t f = 0; f < n; f++) {
-            unravel(f, nd, sh, idx);
-            o[f] = x[bcast_off(tr_node_ndim(g, xi), tr_node_shape(g, xi), nd, idx)];
-        }
-        break;
-    case TR_OP_SUM: {
-        int ax = (int)a->ints[0];
-        const int64_t *xs = tr_node_shape(g, xi);
-        int64_t outer = 1, len = xs[ax], inner = 1;
-        for (int i = 0; i < ax; i++) outer *= xs[i];
-        for (int i = ax + 1; i < tr_node_ndim(g, xi); i++) inner *= xs[i];
-        for (int64_t p = 0; p < outer; p++)
-            for (int64_t l = 0; l < len; l++)
-                for (int64_t q = 0; q < inner; q++) o[p * inner + q] += x[(p * len + l) * inner + q];
-        break;
-    }
-    case TR_OP_ATTENTION: {
-        const int64_t *qs = tr_node_shape(g, xi), *ks = tr_node_shape(g, yi);
-        const int64_t *vs = tr_node_shape(g, tr_node_input(g, id, 2));
-        assert_int_equal(n_in, 3);
-        ref_attention(x, y, t->v[tr_node_input(g, id, 2)], qs[0], qs[1], ks[1], qs[2], ks[2], qs[3], vs[3],
-                      (double)a->floats[0], (int)a->ints[0], a->ints[1], o);
-        break;
-    }
-    case TR_OP_RMS_NORM: case TR_OP_RMS_NORM_GRAD: case TR_OP_RMS_NORM_GRAD_W: case TR_OP_ROPE:
-    case TR_OP_ATTENTION_GRAD: {
-        struct tr_tensor in[8], out = node_t(t, id);
-        for (int i = 0; i < n_in; i++) in[i] = node_t(t, tr_node_input(g, id, i));
-        struct tr_error err = {0};
-        if (tr_kernels_run(K, op, a, n_in, in, &out, &err)) fail_msg("node %d %s: %s", id, tr_op_name(op), err.msg);
-        break;
-    }
-    default:
-        fail_msg("evaluator: no rule for node %d %s", id, tr_op_name(op));
-    }
-}
-
-static void eval_upto(struct gx *t, int last) {
-    for (int id = 0; id <= last; id++) eval_node(t, id);
-}
-
-/* Largest ‖analytic − numeric‖/‖numeric‖ over the wrt leaves. */
-static double grad_err(struct gx *t, int loss, int n_wrt, const int *wrt, const int *grads) {
-    int n = tr_graph_n_nodes(t->g);
-    assert_true(n <= MAXN);
-    eval_upto(t, n - 1);
-    double worst = 0;
-    for (int w = 0; w < n_wrt; w++) {
-        int64_t m = nel(t->g, wrt[w]);
-        assert_int_equal(nel(t->g, grads[w]), m);
-        double *an = malloc(sizeof(double) * (size_t)m), num = 0, den = 0;
-        memcpy(an, t->v[grads[w]], sizeof(double) * (size_t)m);
-        for (int64_t i = 0; i < m; i++) {
-            double *p = (double *)t->leaf[wrt[w]] + i, x0 = *p;
-            *p = x0 + FD_H;
-            eval_upto(t, loss);
-            double lp = *(double *)t->v[loss];
-            *p = x0 - FD_H;
-            eval_upto(t, loss);
-            double lm = *(double *)t->v[loss];
-            *p = x0;
-            double fd = (lp - lm) / (2 * FD_H);
-            num += (an[i] - fd) * (an[i] - fd);
-            den += fd * fd;
-        }
-        free(an);
-        double e = den > 0 ? sqrt(num / den) : sqrt(num);
-        if (e > worst) worst = e;
-    }
-    return worst;
-}
-
-static int count_op(const struct tr_graph *g, int from, int op) {
-    int c = 0;
-    for (int i = from; i < tr_graph_n_nodes(g); i++) c += tr_node_op(g, i) == op;
-    return c;
-}
-
-static void grad_check(struct gx *t, const char *what, int loss, int n_wrt, const int *wrt) {
-    int grads[8];
-    struct tr_error err = {0};
-    if (tr_grad(t->g, loss, n_wrt, wrt, grads, &err)) fail_msg("%s: tr_grad: %s", what, err.msg);
-    double e = grad_err(t, loss, n_wrt, wrt, grads);
-    print_message("%-52s gradient rel err %.2e\n", what, e);
-    if (!(e < FD_TOL)) fail_msg("%s: gradient relative error %.3g >= %.0e", what, e, FD_TOL);
 }
 
 static void test_grad_rms_norm(void **state) {
     (void)state;
     for (int add_one = 0; add_one < 2; add_one++) {
-        struct gx *t = gx_new();
+        struct tr_ref_gx *t = tr_ref_gx_new();
         int x = param(t, "x", 3, SH(2, 3, 6)), w = param(t, "w", 1, SH(6));
         int y = tr_rms_norm(t->g, x, w, 1e-6f, add_one);
         /* x feeds the loss twice, so its gradient is an accumulation */
-        int loss = loss_of(t, tr_add(t->g, y, x));
+        int loss = tr_ref_gx_loss(t, tr_add(t->g, y, x));
         int before = tr_graph_n_nodes(t->g);
         int wrt[2] = {x, w};
-        grad_check(t, add_one ? "rms_norm (1 + w): dx, dw" : "rms_norm w: dx, dw", loss, 2, wrt);
-        assert_int_equal(count_op(t->g, before, TR_OP_RMS_NORM_GRAD), 1);
-        assert_int_equal(count_op(t->g, before, TR_OP_RMS_NORM_GRAD_W), 1);
-        gx_free(t);
+        tr_ref_gx_check(t, add_one ? "rms_norm (1 + w): dx, dw" : "rms_norm w: dx, dw", loss, 2, wrt);
+        assert_int_equal(tr_ref_count_op(t->g, before, TR_OP_RMS_NORM_GRAD), 1);
+        assert_int_equal(tr_ref_count_op(t->g, before, TR_OP_RMS_NORM_GRAD_W), 1);
+        tr_ref_gx_free(t);
     }
     /* only w: no dx node */
-    struct gx *t = gx_new();
+    struct tr_ref_gx *t = tr_ref_gx_new();
     int x = param(t, "x", 2, SH(4, 5)), w = param(t, "w", 1, SH(5));
-    int loss = loss_of(t, tr_rms_norm(t->g, x, w, 1e-5f, 1));
+    int loss = tr_ref_gx_loss(t, tr_rms_norm(t->g, x, w, 1e-5f, 1));
     int before = tr_graph_n_nodes(t->g);
-    grad_check(t, "rms_norm: dw only", loss, 1, &w);
-    assert_int_equal(count_op(t->g, before, TR_OP_RMS_NORM_GRAD), 0);
-    gx_free(t);
+    tr_ref_gx_check(t, "rms_norm: dw only", loss, 1, &w);
+    assert_int_equal(tr_ref_count_op(t->g, before, TR_OP_RMS_NORM_GRAD), 0);
+    tr_ref_gx_free(t);
 }
 
 static void test_grad_rope(void **state) {
@@ -683,27 +410,27 @@ static void test_grad_rope(void **state) {
         {6, 0, 300, 1e6f, "rope R 6, pos (T) offset 300, theta 1e6"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        struct gx *t = gx_new();
+        struct tr_ref_gx *t = tr_ref_gx_new();
         int x = param(t, "x", 4, SH(2, 2, 3, 8));
         int pos = cases[c].batched ? pos_input(t, 2, SH(2, 3), cases[c].offset) : pos_input(t, 1, SH(3), cases[c].offset);
         int y = tr_rope(t->g, x, pos, cases[c].base, (int)cases[c].R);
-        int loss = loss_of(t, y);
+        int loss = tr_ref_gx_loss(t, y);
         int before = tr_graph_n_nodes(t->g);
-        grad_check(t, cases[c].what, loss, 1, &x);
-        assert_int_equal(count_op(t->g, before, TR_OP_ROPE), 1);
+        tr_ref_gx_check(t, cases[c].what, loss, 1, &x);
+        assert_int_equal(tr_ref_count_op(t->g, before, TR_OP_ROPE), 1);
         for (int i = before; i < tr_graph_n_nodes(t->g); i++)
             if (tr_node_op(t->g, i) == TR_OP_ROPE) assert_int_equal(tr_node_attrs(t->g, i)->ints[1], 1);
-        gx_free(t);
+        tr_ref_gx_free(t);
     }
     /* the gradient of the inverse rotation is the forward one */
-    struct gx *t = gx_new();
+    struct tr_ref_gx *t = tr_ref_gx_new();
     int x = param(t, "x", 4, SH(1, 2, 4, 6));
     int pos = pos_input(t, 1, SH(4), 5);
     struct tr_attrs a = {.ints = {0, 1}, .floats = {500.0f}, .n_ints = 2};
     int in[2] = {x, pos};
-    int loss = loss_of(t, tr_graph_add_node(t->g, TR_OP_ROPE, 2, in, &a));
-    grad_check(t, "rope inverse", loss, 1, &x);
-    gx_free(t);
+    int loss = tr_ref_gx_loss(t, tr_graph_add_node(t->g, TR_OP_ROPE, 2, in, &a));
+    tr_ref_gx_check(t, "rope inverse", loss, 1, &x);
+    tr_ref_gx_free(t);
 }
 
 /* A small decoder attention: rms norm, rope on q and k, attention with grouped heads
@@ -711,7 +438,7 @@ static void test_grad_rope(void **state) {
 static void test_grad_decoder_attention(void **state) {
     (void)state;
     for (int window = 0; window <= 2; window += 2) {
-        struct gx *t = gx_new();
+        struct tr_ref_gx *t = tr_ref_gx_new();
         struct tr_graph *g = t->g;
         int q = param(t, "q", 4, SH(1, 4, 5, 4)), k = param(t, "k", 4, SH(1, 2, 5, 4));
         int v = param(t, "v", 4, SH(1, 2, 5, 3));
@@ -720,11 +447,11 @@ static void test_grad_decoder_attention(void **state) {
         int qn = tr_rms_norm(g, q, wq, 1e-6f, 1);
         int qr = tr_rope(g, qn, pos, 10000.0f, 0), kr = tr_rope(g, k, pos, 10000.0f, 2);
         int att = tr_attention(g, qr, kr, v, -1, 0.6f, 1, window);
-        int loss = loss_of(t, tr_rms_norm(g, att, wo, 1e-6f, 0));
+        int loss = tr_ref_gx_loss(t, tr_rms_norm(g, att, wo, 1e-6f, 0));
         int wrt[5] = {q, k, v, wq, wo};
-        grad_check(t, window ? "decoder attention: GQA, causal, window 2" : "decoder attention: GQA, causal", loss, 5,
+        tr_ref_gx_check(t, window ? "decoder attention: GQA, causal, window 2" : "decoder attention: GQA, causal", loss, 5,
                    wrt);
-        gx_free(t);
+        tr_ref_gx_free(t);
     }
 }
 
@@ -745,11 +472,10 @@ static void test_grad_pos_refused(void **state) {
 
 /* ---- shape inference, dump, FLOPs ---- */
 
-/* A builder call on a fresh graph that must fail with a message holding every needle. */
-static void refused(const char *what, int (*build)(struct tr_graph *g), const char *const *needles) {
-    struct tr_graph *g;
-    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
-    assert_int_equal(build(g), -1);
+/* A builder call (its node id, -1 for a refusal) on g, a fresh graph, that must fail
+ * with a message holding every needle; g is freed. */
+static void expect_refused(const char *what, struct tr_graph *g, int id, const char *const *needles) {
+    assert_int_equal(id, -1);
     struct tr_error err = {0};
     assert_int_not_equal(tr_graph_status(g, &err), TR_OK);
     for (int i = 0; needles[i]; i++)
@@ -757,72 +483,79 @@ static void refused(const char *what, int (*build)(struct tr_graph *g), const ch
     tr_graph_free(g);
 }
 
+static struct tr_graph *fresh_graph(void) {
+    struct tr_graph *g;
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    return g;
+}
+
 static int x4(struct tr_graph *g) { return tr_input(g, "x", TR_DTYPE_BF16, 4, SH(2, 4, 6, 8)); }
-static int b_pos_f32(struct tr_graph *g) {
-    int x = x4(g);
-    return tr_rope(g, x, tr_input(g, "p", TR_DTYPE_F32, 1, SH(6)), 10000.0f, 0);
-}
-static int b_pos_len(struct tr_graph *g) {
-    int x = x4(g);
-    return tr_rope(g, x, tr_input(g, "p", TR_DTYPE_I32, 1, SH(5)), 10000.0f, 0);
-}
-static int b_pos_batch(struct tr_graph *g) {
-    int x = x4(g);
-    return tr_rope(g, x, tr_input(g, "p", TR_DTYPE_I64, 2, SH(3, 6)), 10000.0f, 0);
-}
-static int b_odd_r(struct tr_graph *g) {
-    int x = x4(g);
-    return tr_rope(g, x, tr_input(g, "p", TR_DTYPE_I32, 1, SH(6)), 10000.0f, 5);
-}
-static int b_big_r(struct tr_graph *g) {
-    int x = x4(g);
-    return tr_rope(g, x, tr_input(g, "p", TR_DTYPE_I32, 1, SH(6)), 10000.0f, 10);
-}
-static int b_x3d(struct tr_graph *g) {
-    int x = tr_input(g, "x", TR_DTYPE_F32, 3, SH(4, 6, 8));
-    return tr_rope(g, x, tr_input(g, "p", TR_DTYPE_I32, 1, SH(6)), 10000.0f, 0);
-}
-static int b_base0(struct tr_graph *g) {
-    int x = x4(g);
-    return tr_rope(g, x, tr_input(g, "p", TR_DTYPE_I32, 1, SH(6)), 0.0f, 0);
-}
-static int b_w_shape(struct tr_graph *g) {
-    int x = x4(g);
-    return tr_rms_norm(g, x, tr_param(g, "w", TR_DTYPE_BF16, 1, SH(6), 0, 1), 1e-6f, 1);
-}
-static int b_w_dtype(struct tr_graph *g) {
-    int x = x4(g);
-    return tr_rms_norm(g, x, tr_param(g, "w", TR_DTYPE_F32, 1, SH(8), 0, 1), 1e-6f, 0);
-}
-static int b_eps(struct tr_graph *g) {
-    int x = x4(g);
-    return tr_rms_norm(g, x, tr_param(g, "w", TR_DTYPE_BF16, 1, SH(8), 0, 1), -1.0f, 0);
-}
-static int b_add_one(struct tr_graph *g) {
-    int x = x4(g);
-    return tr_rms_norm(g, x, tr_param(g, "w", TR_DTYPE_BF16, 1, SH(8), 0, 1), 1e-6f, 3);
-}
-static int b_grad_dy(struct tr_graph *g) {
-    int x = x4(g);
-    int in[2] = {x, tr_input(g, "dy", TR_DTYPE_BF16, 4, SH(2, 4, 6, 7))};
-    struct tr_attrs a = {.floats = {1e-6f}};
-    return tr_graph_add_node(g, TR_OP_RMS_NORM_GRAD_W, 2, in, &a);
-}
+
+/* rope(x, p, base, rot) refused: x is x4 unless x3d (f32[4,6,8]); p of pos_dt, pos_ndim, pos_shape. */
+struct rope_refusal {
+    const char *what;
+    int x3d;
+    enum tr_dtype pos_dt;
+    int pos_ndim;
+    int64_t pos_shape[2];
+    float base;
+    int rot;
+    const char *needles[6];
+};
+
+static const struct rope_refusal rope_refusals[] = {
+    {"pos f32", 0, TR_DTYPE_F32, 1, {6}, 10000.0f, 0, {"node 2 rope", "pos f32[6]", "i32 or i64", NULL}},
+    {"pos length", 0, TR_DTYPE_I32, 1, {5}, 10000.0f, 0,
+     {"rope", "pos i32[5]", "(T) [6]", "(B,T) [2,6]", "bf16[2,4,6,8]", NULL}},
+    {"pos batch", 0, TR_DTYPE_I64, 2, {3, 6}, 10000.0f, 0, {"rope", "pos i64[3,6]", NULL}},
+    {"odd R", 0, TR_DTYPE_I32, 1, {6}, 10000.0f, 5, {"rope", "R=5", "even", "D=8", NULL}},
+    {"R > D", 0, TR_DTYPE_I32, 1, {6}, 10000.0f, 10, {"R=10", "D=8", NULL}},
+    {"x 3-D", 1, TR_DTYPE_I32, 1, {6}, 10000.0f, 0, {"x f32[4,6,8]", "4-D (B,H,T,D)", NULL}},
+    {"base 0", 0, TR_DTYPE_I32, 1, {6}, 0.0f, 0, {"base 0", NULL}},
+};
+
+/* rms_norm(x4, w, eps, add_one) refused, w a param of w_dt and shape [w_len]. */
+struct rms_norm_refusal {
+    const char *what;
+    enum tr_dtype w_dt;
+    int64_t w_len;
+    float eps;
+    int add_one;
+    const char *needles[4];
+};
+
+static const struct rms_norm_refusal rms_norm_refusals[] = {
+    {"w shape", TR_DTYPE_BF16, 6, 1e-6f, 1, {"node 2 rms_norm", "w is bf16[6]", "expected [8]", NULL}},
+    {"w dtype", TR_DTYPE_F32, 8, 1e-6f, 0, {"rms_norm", "dtypes differ", NULL}},
+    {"eps", TR_DTYPE_BF16, 8, -1.0f, 0, {"eps -1", NULL}},
+    {"add_one", TR_DTYPE_BF16, 8, 1e-6f, 3, {"add_one 3", NULL}},
+};
 
 static void test_infer(void **state) {
     (void)state;
-    refused("pos f32", b_pos_f32, (const char *[]){"node 2 rope", "pos f32[6]", "i32 or i64", NULL});
-    refused("pos length", b_pos_len, (const char *[]){"rope", "pos i32[5]", "(T) [6]", "(B,T) [2,6]", "bf16[2,4,6,8]", NULL});
-    refused("pos batch", b_pos_batch, (const char *[]){"rope", "pos i64[3,6]", NULL});
-    refused("odd R", b_odd_r, (const char *[]){"rope", "R=5", "even", "D=8", NULL});
-    refused("R > D", b_big_r, (const char *[]){"R=10", "D=8", NULL});
-    refused("x 3-D", b_x3d, (const char *[]){"x f32[4,6,8]", "4-D (B,H,T,D)", NULL});
-    refused("base 0", b_base0, (const char *[]){"base 0", NULL});
-    refused("w shape", b_w_shape, (const char *[]){"node 2 rms_norm", "w is bf16[6]", "expected [8]", NULL});
-    refused("w dtype", b_w_dtype, (const char *[]){"rms_norm", "dtypes differ", NULL});
-    refused("eps", b_eps, (const char *[]){"eps -1", NULL});
-    refused("add_one", b_add_one, (const char *[]){"add_one 3", NULL});
-    refused("grad dy", b_grad_dy, (const char *[]){"rms_norm_grad_w", "dy bf16[2,4,6,7]", NULL});
+    for (size_t i = 0; i < sizeof rope_refusals / sizeof rope_refusals[0]; i++) {
+        const struct rope_refusal *c = &rope_refusals[i];
+        struct tr_graph *g = fresh_graph();
+        int x = c->x3d ? tr_input(g, "x", TR_DTYPE_F32, 3, SH(4, 6, 8)) : x4(g);
+        int p = tr_input(g, "p", c->pos_dt, c->pos_ndim, c->pos_shape);
+        expect_refused(c->what, g, tr_rope(g, x, p, c->base, c->rot), c->needles);
+    }
+    for (size_t i = 0; i < sizeof rms_norm_refusals / sizeof rms_norm_refusals[0]; i++) {
+        const struct rms_norm_refusal *c = &rms_norm_refusals[i];
+        struct tr_graph *g = fresh_graph();
+        int x = x4(g);
+        int w = tr_param(g, "w", c->w_dt, 1, &c->w_len, 0, 1);
+        expect_refused(c->what, g, tr_rms_norm(g, x, w, c->eps, c->add_one), c->needles);
+    }
+    {
+        /* rms_norm_grad_w with a dy of another shape than x */
+        struct tr_graph *g = fresh_graph();
+        int x = x4(g);
+        int in[2] = {x, tr_input(g, "dy", TR_DTYPE_BF16, 4, SH(2, 4, 6, 7))};
+        struct tr_attrs a = {.floats = {1e-6f}};
+        expect_refused("grad dy", g, tr_graph_add_node(g, TR_OP_RMS_NORM_GRAD_W, 2, in, &a),
+                       (const char *[]){"rms_norm_grad_w", "dy bf16[2,4,6,7]", NULL});
+    }
 
     /* accepted forms: shapes, dtypes, R normalised, dump and FLOPs */
     struct tr_graph *g;
@@ -845,11 +578,7 @@ static void test_infer(void **state) {
     assert_int_equal(tr_node_ndim(g, gx_), 4);
     assert_int_equal(tr_node_ndim(g, gw), 1);
     assert_int_equal(tr_node_shape(g, gw)[0], 8);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    assert_int_equal(tr_graph_dump(g, f, NULL), TR_OK);
-    fclose(f);
+    char *buf = tr_ref_dump(g);
     assert_non_null(strstr(buf, "rms_norm(%0, %1) eps=1e-06 add_one=1 : bf16[2,4,6,8]"));
     assert_non_null(strstr(buf, "rope(%2, %3) base=10000 rot_dims=8 : bf16"));
     assert_non_null(strstr(buf, "rope(%2, %4) base=1e+06 rot_dims=4"));
@@ -863,6 +592,24 @@ static void test_infer(void **state) {
 
 /* ---- every backend configuration on a graph of the new ops ---- */
 
+
+/* The graph's two outputs on every backend configuration against their references:
+ * what[i] names output i in a failure, name[i] in the printed errors. */
+static void on_backends(struct tr_graph *g, enum tr_dtype dt, const struct tr_tensor *in,
+                        const char *const *what, const char *const *name, const double *const *ref) {
+    for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
+        struct tr_tensor out[2];
+        tr_test_run_backend(&tr_test_backends[c], tr_test_dir, g, in, 2, out, NULL);
+        for (int i = 0; i < 2; i++) {
+            char buf[120];
+            snprintf(buf, sizeof buf, "%s: %s", tr_test_backends[c].label, what[i]);
+            check(buf, dt, &out[i], ref[i]);
+        }
+        print_message("%-5s %-22s %s %.2e  %s %.2e\n", tr_dtype_name(dt), tr_test_backends[c].label, name[0],
+                      tr_test_rel_err(&out[0], ref[0]), name[1], tr_test_rel_err(&out[1], ref[1]));
+        tr_test_tensor_free(&out[0]), tr_test_tensor_free(&out[1]);
+    }
+}
 
 static void backends_case(enum tr_dtype dt) {
     const int64_t B = 2, H = 4, Hk = 2, T = 6, D = 8;
@@ -897,24 +644,15 @@ static void backends_case(enum tr_dtype dt) {
     double *t1 = malloc(sizeof(double) * (size_t)nq), *qref = malloc(sizeof(double) * (size_t)nq);
     double *kref = malloc(sizeof(double) * (size_t)nk), *aref = malloc(sizeof(double) * (size_t)nq);
     double *yref = malloc(sizeof(double) * (size_t)nq);
-    ref_rms(xv, wv, B * H * T, D, 1e-6, 1, t1);
+    tr_ref_rms_norm(xv, wv, B * H * T, D, 1e-6, 1, t1);
     ref_rope(t1, &in[1], B, H, T, D, 4, 10000.0f, 0, 1, qref);
     ref_rope(kv, &in[1], B, Hk, T, D, D, 10000.0f, 0, 1, kref);
-    ref_attention(qref, kref, vv_, B, H, Hk, T, T, D, D, 0.35, 1, 3, aref);
-    ref_rms(aref, wv, B * H * T, D, 1e-5, 0, yref);
+    const struct tr_ref_attn ac = {B, H, Hk, T, T, D, D, 0.35, 1, 3, {0, NULL, NULL}};
+    tr_ref_attention(&ac, qref, kref, vv_, aref);
+    tr_ref_rms_norm(aref, wv, B * H * T, D, 1e-5, 0, yref);
 
-    for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
-        struct tr_tensor out[2];
-        tr_test_run_backend(&tr_test_backends[c], tr_test_dir, g, in, 2, out, NULL);
-        char what[120];
-        snprintf(what, sizeof what, "%s: rms_norm+rope", tr_test_backends[c].label);
-        check(what, dt, &out[0], qref);
-        snprintf(what, sizeof what, "%s: attention GQA causal window, rms_norm", tr_test_backends[c].label);
-        check(what, dt, &out[1], yref);
-        print_message("%-5s %-22s q %.2e  y %.2e\n", tr_dtype_name(dt), tr_test_backends[c].label,
-                      tr_test_rel_err(&out[0], qref), tr_test_rel_err(&out[1], yref));
-        tr_test_tensor_free(&out[0]), tr_test_tensor_free(&out[1]);
-    }
+    on_backends(g, dt, in, (const char *[]){"rms_norm+rope", "attention GQA causal window, rms_norm"},
+                (const char *[]){"q", "y"}, (const double *[]){qref, yref});
     free(xv), free(kv), free(vv_), free(wv), free(t1), free(qref), free(kref), free(aref), free(yref);
     for (int i = 0; i < 4; i++) tr_test_tensor_free(&in[i]);
     tr_test_tensor_free(&wt);
@@ -947,20 +685,10 @@ static void backends_grad_case(enum tr_dtype dt) {
     double *xv = tr_test_to_f64(&in[0]), *wv = tr_test_to_f64(&wt), *rv = tr_test_to_f64(&rt);
     double *dn = malloc(sizeof(double) * (size_t)n), *dx = malloc(sizeof(double) * (size_t)n), dw[8];
     ref_rope(rv, &in[1], B, H, T, D, 4, 10000.0f, 1, 1, dn);
-    ref_rms_grad(xv, wv, dn, B * H * T, D, 1e-6, 1, dx);
-    ref_rms_grad(xv, NULL, dn, B * H * T, D, 1e-6, 1, dw);
-    for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
-        struct tr_tensor out[2];
-        tr_test_run_backend(&tr_test_backends[c], tr_test_dir, g, in, 2, out, NULL);
-        char what[120];
-        snprintf(what, sizeof what, "%s: d rope(rms_norm)/dx", tr_test_backends[c].label);
-        check(what, dt, &out[0], dx);
-        snprintf(what, sizeof what, "%s: d rope(rms_norm)/dw", tr_test_backends[c].label);
-        check(what, dt, &out[1], dw);
-        print_message("%-5s %-22s dx %.2e  dw %.2e\n", tr_dtype_name(dt), tr_test_backends[c].label,
-                      tr_test_rel_err(&out[0], dx), tr_test_rel_err(&out[1], dw));
-        tr_test_tensor_free(&out[0]), tr_test_tensor_free(&out[1]);
-    }
+    tr_ref_rms_norm_grad(xv, wv, dn, B * H * T, D, 1e-6, 1, dx);
+    tr_ref_rms_norm_grad_w(xv, dn, B * H * T, D, 1e-6, dw);
+    on_backends(g, dt, in, (const char *[]){"d rope(rms_norm)/dx", "d rope(rms_norm)/dw"},
+                (const char *[]){"dx", "dw"}, (const double *[]){dx, dw});
     free(xv), free(wv), free(rv), free(dn), free(dx);
     tr_test_tensor_free(&in[0]), tr_test_tensor_free(&in[1]), tr_test_tensor_free(&rt), tr_test_tensor_free(&wt);
     tr_graph_free(g);

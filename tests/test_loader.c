@@ -58,11 +58,6 @@ static int teardown_dirs(void **state) {
     return tr_test_dir_teardown(state);
 }
 
-#define assert_msg_has(err, s)                                                                     \
-    do {                                                                                           \
-        if (!strstr((err)->msg, (s))) fail_msg("message \"%s\"\n  lacks \"%s\"", (err)->msg, (s)); \
-    } while (0)
-
 /* ---- the host table ---- */
 
 static void test_host_api(void **state) {
@@ -111,8 +106,8 @@ static void check_refusals(int by_name) {
         int rc = tr_plugin_open(by_name ? cases[i].variant : plugin_file(cases[i].variant), &s, &p, &err);
         if (rc != TR_ERR_PLUGIN) fail_msg("%s: status %d (%s), expected a refusal", cases[i].variant, rc, err.msg);
         assert_null(p);
-        assert_msg_has(&err, plugin_file(cases[i].variant));
-        assert_msg_has(&err, cases[i].reason);
+        tr_assert_msg_has(&err, plugin_file(cases[i].variant));
+        tr_assert_msg_has(&err, cases[i].reason);
     }
 }
 
@@ -152,9 +147,11 @@ static void small_graph_build(struct small_graph *sg) {
     assert_int_equal(tr_graph_bind_param(sg->g, w, sg->w, &err), TR_OK);
 }
 
-/* Compile sg on be and run it once, checked against a double reference. The caller
- * frees the program, then the graph (a program may keep its graph until freed). */
+/* Build sg, compile it on be and run it once, checked against a double reference. The
+ * caller frees the program, then the graph (a program may keep its graph until freed):
+ * run_free does it all. */
 static struct tr_program *small_graph_run(struct tr_backend *be, struct small_graph *sg) {
+    small_graph_build(sg);
     struct tr_error err = {0};
     struct tr_program *prog = NULL;
     if (tr_backend_compile(be, sg->g, &prog, &err) != TR_OK) fail_msg("compile: %s", err.msg);
@@ -193,6 +190,24 @@ static struct tr_plugin *open_plugin(const char *variant) {
     return p;
 }
 
+/* prog's stats, which must be given; st is poisoned (0xab) before, so a field the
+ * backend does not write shows. */
+static struct tr_backend_stats stats_ok(struct tr_backend *be, struct tr_program *prog) {
+    struct tr_backend_stats st;
+    memset(&st, 0xab, sizeof st);
+    struct tr_error err = {0};
+    assert_int_equal(tr_backend_get_stats(be, prog, &st, &err), TR_OK);
+    return st;
+}
+
+/* Free what small_graph_run and its backend made, in order: program, graph, backend, plugin. */
+static void run_free(struct tr_program *prog, struct small_graph *sg, struct tr_backend *be, struct tr_plugin *p) {
+    tr_program_free(prog);
+    tr_graph_free(sg->g);
+    tr_backend_free(be);
+    tr_plugin_close(p);
+}
+
 static void test_good_runs_graph(void **state) {
     (void)state;
     struct tr_plugin *p = open_plugin("good");
@@ -207,21 +222,14 @@ static void test_good_runs_graph(void **state) {
     assert_int_equal(tr_backend_supports_op(be, TR_OP_COUNT, TR_DTYPE_F32), 0);
 
     struct small_graph sg;
-    small_graph_build(&sg);
     struct tr_program *prog = small_graph_run(be, &sg);
-    struct tr_backend_stats st;
-    memset(&st, 0xab, sizeof st);
-    struct tr_error err = {0};
-    assert_int_equal(tr_backend_get_stats(be, prog, &st, &err), TR_OK);
+    struct tr_backend_stats st = stats_ok(be, prog);
     assert_int_equal(st.struct_size, sizeof st);
     assert_int_equal(st.abi_version, TR_ABI_VERSION);
     assert_int_equal(st.kernel_calls, 3); /* matmul, add, gelu */
     assert_true(st.peak_bytes >= 3 * M * N * sizeof(float));
     assert_string_equal(st.mode, "eager");
-    tr_program_free(prog);
-    tr_graph_free(sg.g);
-    tr_backend_free(be);
-    tr_plugin_close(p);
+    run_free(prog, &sg, be, p);
 }
 
 static void test_execute_checks(void **state) {
@@ -242,24 +250,24 @@ static void test_execute_checks(void **state) {
     tr_test_randn(&x, 1, 1.0);
 
     assert_int_equal(tr_backend_execute(be, prog, 0, NULL, 1, &out, &err), TR_ERR_INVALID);
-    assert_msg_has(&err, "got 0 inputs and 1 outputs, the graph has 1 and 1");
+    tr_assert_msg_has(&err, "got 0 inputs and 1 outputs, the graph has 1 and 1");
     assert_int_equal(tr_backend_execute(be, prog, 1, &x, 0, NULL, &err), TR_ERR_INVALID);
-    assert_msg_has(&err, "got 1 inputs and 0 outputs");
+    tr_assert_msg_has(&err, "got 1 inputs and 0 outputs");
 
     assert_int_equal(tr_backend_execute(be, prog, 1, &x_bad, 1, &out, &err), TR_ERR_SHAPE);
-    assert_msg_has(&err, "input 0 'x' is f32[4,9], the graph expects f32[4,8]");
+    tr_assert_msg_has(&err, "input 0 'x' is f32[4,9], the graph expects f32[4,8]");
     assert_int_equal(tr_backend_execute(be, prog, 1, &x_bf16, 1, &out, &err), TR_ERR_SHAPE);
-    assert_msg_has(&err, "input 0 'x' is bf16[4,8], the graph expects f32[4,8]");
+    tr_assert_msg_has(&err, "input 0 'x' is bf16[4,8], the graph expects f32[4,8]");
     assert_int_equal(tr_backend_execute(be, prog, 1, &x, 1, &out_bad, &err), TR_ERR_SHAPE);
-    assert_msg_has(&err, "output 0 'out' is f32[16,4], the graph expects f32[4,16]");
+    tr_assert_msg_has(&err, "output 0 'out' is f32[16,4], the graph expects f32[4,16]");
     struct tr_tensor x_nodata = x;
     x_nodata.data = NULL;
     assert_int_equal(tr_backend_execute(be, prog, 1, &x_nodata, 1, &out, &err), TR_ERR_INVALID);
-    assert_msg_has(&err, "input 0 'x' has no data");
+    tr_assert_msg_has(&err, "input 0 'x' has no data");
 
     /* A program belongs to the instance that compiled it. */
     assert_int_equal(tr_backend_execute(other, prog, 1, &x, 1, &out, &err), TR_ERR_INVALID);
-    assert_msg_has(&err, "compiled by backend");
+    tr_assert_msg_has(&err, "compiled by backend");
     struct tr_backend_stats st;
     assert_int_equal(tr_backend_get_stats(other, prog, &st, &err), TR_ERR_INVALID);
 
@@ -273,11 +281,8 @@ static void test_execute_checks(void **state) {
     tr_test_tensor_free(&x_bad);
     tr_test_tensor_free(&x_bf16);
     tr_test_tensor_free(&out_bad);
-    tr_program_free(prog);
-    tr_graph_free(sg.g);
     tr_backend_free(other);
-    tr_backend_free(be);
-    tr_plugin_close(p);
+    run_free(prog, &sg, be, p);
 }
 
 static void test_compile_refuses_broken_graph(void **state) {
@@ -292,7 +297,7 @@ static void test_compile_refuses_broken_graph(void **state) {
     struct tr_program *prog = (struct tr_program *)0x1;
     assert_int_not_equal(tr_backend_compile(be, g, &prog, &err), TR_OK);
     assert_null(prog);
-    assert_msg_has(&err, "backend 'good': cannot compile a graph that failed to build");
+    tr_assert_msg_has(&err, "backend 'good': cannot compile a graph that failed to build");
     tr_graph_free(g);
     tr_backend_free(be);
     tr_plugin_close(p);
@@ -310,22 +315,22 @@ static void test_init_refusals(void **state) {
     struct tr_backend_params params = {.device_type = TR_DEVICE_CPU, .options = opts, .n_options = 2};
     assert_int_equal(tr_backend_init(p, &params, &be, &err), TR_ERR_PLUGIN);
     assert_null(be);
-    assert_msg_has(&err, "backend 'good' (");
-    assert_msg_has(&err, plugin_file("good"));
-    assert_msg_has(&err, "init failed: conf/t.ini:7: [backend.good] unknown key 'mdoe'");
+    tr_assert_msg_has(&err, "backend 'good' (");
+    tr_assert_msg_has(&err, plugin_file("good"));
+    tr_assert_msg_has(&err, "init failed: conf/t.ini:7: [backend.good] unknown key 'mdoe'");
 
     struct tr_backend_params cuda = {.device_type = TR_DEVICE_CUDA};
     assert_int_equal(tr_backend_init(p, &cuda, &be, &err), TR_ERR_PLUGIN);
-    assert_msg_has(&err, "runs on the cpu only");
+    tr_assert_msg_has(&err, "runs on the cpu only");
     tr_plugin_close(p);
 
     /* initfail loads (init is not part of opening) and then refuses with its message. */
     p = open_plugin("initfail");
     assert_int_equal(tr_backend_init(p, NULL, &be, &err), TR_ERR_PLUGIN);
     assert_null(be);
-    assert_msg_has(&err, "backend 'initfail' (");
-    assert_msg_has(&err, plugin_file("initfail"));
-    assert_msg_has(&err, "init failed: initfail: no device will do");
+    tr_assert_msg_has(&err, "backend 'initfail' (");
+    tr_assert_msg_has(&err, plugin_file("initfail"));
+    tr_assert_msg_has(&err, "init failed: initfail: no device will do");
     tr_plugin_close(p);
 }
 
@@ -340,16 +345,9 @@ static void test_newminor(void **state) {
     struct tr_backend *be = init_backend(p, NULL, 0);
     assert_int_equal(tr_backend_supports_op(be, TR_OP_ATTENTION, TR_DTYPE_F32), 0);
     struct small_graph sg;
-    small_graph_build(&sg);
     struct tr_program *prog = small_graph_run(be, &sg);
-    struct tr_backend_stats st;
-    struct tr_error err = {0};
-    assert_int_equal(tr_backend_get_stats(be, prog, &st, &err), TR_OK);
-    assert_int_equal(st.kernel_calls, 3);
-    tr_program_free(prog);
-    tr_graph_free(sg.g);
-    tr_backend_free(be);
-    tr_plugin_close(p);
+    assert_int_equal(stats_ok(be, prog).kernel_calls, 3);
+    run_free(prog, &sg, be, p);
 }
 
 /* A 1.0 vtable that stops at program_free: the defaults stand in for the rest. */
@@ -361,33 +359,66 @@ static void test_defaults(void **state) {
     struct tr_backend *be = init_backend(p, NULL, 0);
     for (int op = 0; op < TR_OP_COUNT; op++) assert_int_equal(tr_backend_supports_op(be, op, TR_DTYPE_F32), 1);
     struct small_graph sg;
-    small_graph_build(&sg);
     struct tr_program *prog = small_graph_run(be, &sg);
-    struct tr_backend_stats st, zero;
-    memset(&st, 0xab, sizeof st);
+    struct tr_backend_stats st = stats_ok(be, prog), zero;
     memset(&zero, 0, sizeof zero);
-    struct tr_error err = {0};
-    assert_int_equal(tr_backend_get_stats(be, prog, &st, &err), TR_OK);
     assert_int_not_equal(st.kernel_calls, TP_STATS_POISON);
     assert_int_equal(st.struct_size, sizeof st);
     assert_int_equal(st.abi_version, TR_ABI_VERSION);
     zero.struct_size = st.struct_size;
     zero.abi_version = st.abi_version;
     assert_memory_equal(&st, &zero, sizeof st);
-    tr_program_free(prog);
+    run_free(prog, &sg, be, p);
+}
+
+/* A 1.0 plugin runs plain graphs, and is refused a graph with updates (training), which
+ * it cannot know about, with both versions named. */
+/* "good" declares cpu and f32 only: core refuses, before the plugin sees it, a bf16
+ * graph, a gradient op and a graph with updates, naming the missing cap. */
+static void test_compile_holds_backend_to_caps(void **state) {
+    (void)state;
+    struct tr_plugin *p = open_plugin("good");
+    assert_int_equal(tr_plugin_iface(p)->caps, TR_CAP_CPU | TR_CAP_F32);
+    struct tr_backend *be = init_backend(p, NULL, 0);
+    struct tr_error err = {0};
+    struct tr_program *prog = (struct tr_program *)0x1;
+    const int64_t xs[] = {2, 3};
+
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, &err), TR_OK);
+    tr_graph_set_output(g, tr_gelu(g, tr_input(g, "x", TR_DTYPE_BF16, 2, xs), 0), "y");
+    assert_int_equal(tr_backend_compile(be, g, &prog, &err), TR_ERR_UNSUPPORTED);
+    assert_null(prog);
+    tr_assert_msg_has(&err, "backend 'good' does not declare TR_CAP_BF16: node 0 'x' (input) is bf16; it declares cpu f32");
+    tr_graph_free(g);
+
+    assert_int_equal(tr_graph_init(&g, &err), TR_OK);
+    int x = tr_input(g, "x", TR_DTYPE_F32, 2, xs), dy = tr_input(g, "dy", TR_DTYPE_F32, 2, xs);
+    const int in[] = {tr_softmax(g, x), dy};
+    int dx = tr_graph_add_node(g, TR_OP_SOFTMAX_GRAD, 2, in, &(struct tr_attrs){0});
+    tr_graph_set_name(g, dx, "dx");
+    tr_graph_set_output(g, dx, "dx");
+    if (tr_graph_status(g, &err) != TR_OK) fail_msg("graph: %s", err.msg);
+    assert_int_equal(tr_backend_compile(be, g, &prog, &err), TR_ERR_UNSUPPORTED);
+    tr_assert_msg_has(&err, "does not declare TR_CAP_TRAINING: node 3 'dx' is softmax_grad, a training op");
+    tr_graph_free(g);
+
+    struct small_graph sg;
+    small_graph_build(&sg);
+    int w = tr_graph_find(sg.g, "w");
+    assert_int_equal(tr_graph_add_update(sg.g, w, tr_scale(sg.g, w, 0.5f, 0.0f)), TR_OK);
+    assert_int_equal(tr_backend_compile(be, sg.g, &prog, &err), TR_ERR_UNSUPPORTED);
+    tr_assert_msg_has(&err, "does not declare TR_CAP_TRAINING: the graph updates 1 params");
     tr_graph_free(sg.g);
     tr_backend_free(be);
     tr_plugin_close(p);
 }
 
-/* A 1.0 plugin runs plain graphs, and is refused a graph with updates (training), which
- * it cannot know about, with both versions named. */
 static void test_v10_refuses_updates(void **state) {
     (void)state;
     struct tr_plugin *p = open_plugin("v10");
     struct tr_backend *be = init_backend(p, NULL, 0);
     struct small_graph sg;
-    small_graph_build(&sg);
     struct tr_program *prog = small_graph_run(be, &sg);
     tr_program_free(prog);
     int w = tr_graph_find(sg.g, "w");
@@ -455,7 +486,7 @@ static void test_search_order(void **state) {
         if (rc == TR_OK)
             assert_string_equal(tr_plugin_path(p), BUILD_PLUGIN_DIR "/libtrident_backend_torch.so");
         else
-            assert_msg_has(&err, BUILD_PLUGIN_DIR "/libtrident_backend_torch.so");
+            tr_assert_msg_has(&err, BUILD_PLUGIN_DIR "/libtrident_backend_torch.so");
     } else {
         assert_int_equal(rc, TR_ERR_NOT_FOUND);
     }
@@ -471,7 +502,7 @@ static void test_not_found(void **state) {
     struct tr_error err = {0};
     assert_int_equal(tr_plugin_open("nosuch", &s, &p, &err), TR_ERR_NOT_FOUND);
     assert_null(p);
-    assert_msg_has(&err, "backend 'nosuch' not found: no libtrident_backend_nosuch.so in ");
+    tr_assert_msg_has(&err, "backend 'nosuch' not found: no libtrident_backend_nosuch.so in ");
     /* Every place, in search order, with where it came from. */
     const char *places[] = {dir_ini,  "[plugins] path", dir_env,      "TRIDENT_PLUGIN_PATH",
                             dir_none, BUILD_PLUGIN_DIR, "build tree", "install dir"};
@@ -483,7 +514,7 @@ static void test_not_found(void **state) {
     }
 
     assert_int_equal(tr_plugin_open("/nonexistent/libtrident_backend_x.so", &s, &p, &err), TR_ERR_NOT_FOUND);
-    assert_msg_has(&err, "/nonexistent/libtrident_backend_x.so");
+    tr_assert_msg_has(&err, "/nonexistent/libtrident_backend_x.so");
     assert_int_equal(tr_plugin_open("", &s, &p, &err), TR_ERR_INVALID);
 }
 
@@ -591,8 +622,9 @@ int main(void) {
         cmocka_unit_test(test_refusals_by_name), cmocka_unit_test(test_good_runs_graph),
         cmocka_unit_test(test_execute_checks),   cmocka_unit_test(test_compile_refuses_broken_graph),
         cmocka_unit_test(test_init_refusals),    cmocka_unit_test(test_newminor),
-        cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_v10_refuses_updates),         cmocka_unit_test(test_search_order),
+        cmocka_unit_test(test_defaults),         cmocka_unit_test(test_v10_refuses_updates),
+        cmocka_unit_test(test_compile_holds_backend_to_caps),
+        cmocka_unit_test(test_search_order),
         cmocka_unit_test(test_not_found),        cmocka_unit_test(test_scan),
     };
     return cmocka_run_group_tests(tests, setup_dirs, teardown_dirs);

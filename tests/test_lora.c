@@ -84,22 +84,27 @@ static void run_torch(struct tr_graph *g, const struct tr_tensor *in, struct tr_
     tr_test_run_backend(&tr_test_backends[0], NULL, g, in, 1, out, NULL);
 }
 
-static void load_inputs(struct tr_safetensors **io, struct tr_tensor in[3]) {
+/* The fixtures: the batch (in[0..2]), the base model's weights and the LoRA reference. */
+static void open_fixtures(struct tr_safetensors **io, struct tr_safetensors **base, struct tr_safetensors **lora,
+                          struct tr_tensor *in) {
     struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE_IO, io, &e)) fail_msg("%s", e.msg);
-    const char *names[3] = {"input_ids", "attention_mask", "token_type_ids"};
-    for (int i = 0; i < 3; i++)
-        if (tr_safetensors_get(*io, names[i], &in[i], &e)) fail_msg("%s", e.msg);
+    *io = tr_test_bert_batch(FIXTURE_IO, in, "");
+    if (tr_safetensors_open(FIXTURE, base, &e)) fail_msg("%s", e.msg);
+    if (tr_safetensors_open(FIXTURE_LORA, lora, &e)) fail_msg("%s" HINT, e.msg);
+}
+
+static void close_fixtures(struct tr_safetensors *io, struct tr_safetensors *base, struct tr_safetensors *lora) {
+    tr_safetensors_close(lora);
+    tr_safetensors_close(base);
+    tr_safetensors_close(io);
 }
 
 static void test_zero_b_is_base(void **state) {
     (void)state;
     struct tr_error e = {0};
-    struct tr_safetensors *io = NULL, *base = NULL, *lora = NULL;
+    struct tr_safetensors *io, *base, *lora;
     struct tr_tensor in[3];
-    load_inputs(&io, in);
-    if (tr_safetensors_open(FIXTURE, &base, &e)) fail_msg("%s", e.msg);
-    if (tr_safetensors_open(FIXTURE_LORA, &lora, &e)) fail_msg("%s" HINT, e.msg);
+    open_fixtures(&io, &base, &lora, in);
     struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = in[0].shape[0],
                               .seq_len = in[0].shape[1]};
     const struct tr_bert_config *tiny = tr_model_bert.presets[0].config;
@@ -161,19 +166,15 @@ static void test_zero_b_is_base(void **state) {
     bound_free(&b1);
     tr_graph_free(g0);
     tr_graph_free(g1);
-    tr_safetensors_close(lora);
-    tr_safetensors_close(base);
-    tr_safetensors_close(io);
+    close_fixtures(io, base, lora);
 }
 
 static void test_grads_match_peft(void **state) {
     (void)state;
     struct tr_error e = {0};
-    struct tr_safetensors *io = NULL, *base = NULL, *lora = NULL;
+    struct tr_safetensors *io, *base, *lora;
     struct tr_tensor in[4];
-    load_inputs(&io, in);
-    if (tr_safetensors_open(FIXTURE, &base, &e)) fail_msg("%s", e.msg);
-    if (tr_safetensors_open(FIXTURE_LORA, &lora, &e)) fail_msg("%s" HINT, e.msg);
+    open_fixtures(&io, &base, &lora, in);
     if (tr_safetensors_get(lora, "labels", &in[3], &e)) fail_msg("%s" HINT, e.msg);
     struct tr_tensor ref_loss;
     if (tr_safetensors_get(lora, "loss", &ref_loss, &e)) fail_msg("%s" HINT, e.msg);
@@ -227,11 +228,8 @@ static void test_grads_match_peft(void **state) {
 
     const double loss_ref = ((const float *)ref_loss.data)[0], l = ((const float *)out[3].data)[0];
     const double loss_err = fabs(l - loss_ref) / fabs(loss_ref);
+    double logits_err = tr_test_io_rel_err(lora, "logits", &out[0], HINT);
     struct tr_tensor t;
-    if (tr_safetensors_get(lora, "logits", &t, &e)) fail_msg("%s" HINT, e.msg);
-    double *lref = tr_test_to_f64(&t);
-    double logits_err = tr_test_rel_err(&out[0], lref);
-    free(lref);
     /* The classifier bias's gradient is the batch mean of softmax(logits) - onehot(label):
      * with two samples and two classes it is a difference of two near-equal terms, so a
      * correct f32 sum is only accurate relative to the terms it is made of. Its error is
@@ -286,23 +284,7 @@ static void test_grads_match_peft(void **state) {
     free(out);
     bound_free(&b);
     tr_graph_free(g);
-    tr_safetensors_close(lora);
-    tr_safetensors_close(base);
-    tr_safetensors_close(io);
-}
-
-/* Build with c; expect a refusal whose message holds every string of want. */
-static void expect_refused(const struct tr_bert_config *c, const char *const *want, int n_want) {
-    struct tr_error e = {0};
-    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 8};
-    struct tr_graph *g = NULL;
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
-    int rc = tr_model_bert.build(c, &o, g, &e);
-    tr_graph_free(g);
-    if (rc == TR_OK) fail_msg("built, expected a refusal naming %s", want[0]);
-    for (int i = 0; i < n_want; i++)
-        if (!strstr(e.msg, want[i])) fail_msg("message '%s' lacks '%s'", e.msg, want[i]);
-    print_message("refused: %s\n", e.msg);
+    close_fixtures(io, base, lora);
 }
 
 static void test_config_errors(void **state) {
@@ -316,16 +298,16 @@ static void test_config_errors(void **state) {
     struct tr_bert_config c = lora_config();
     snprintf(c.lora_targets, sizeof c.lora_targets, "query, vlaue");
     const char *bad_target[] = {"lora_targets", "'vlaue'", "query, key, value, attention_output, intermediate, output"};
-    expect_refused(&c, bad_target, 3);
+    tr_test_build_refused(&tr_model_bert, &c, TR_TASK_PREDICT, bad_target, 3);
 
     c = lora_config();
     c.lora_rank = 65;
     const char *big_rank[] = {"lora_rank", "65", "64", "query"};
-    expect_refused(&c, big_rank, 4);
+    tr_test_build_refused(&tr_model_bert, &c, TR_TASK_PREDICT, big_rank, 4);
     /* intermediate is 64 -> 128: the limit is 64 there too; output 128 -> 64. */
     snprintf(c.lora_targets, sizeof c.lora_targets, "intermediate");
     const char *big_rank2[] = {"lora_rank", "65", "in 64, out 128", "intermediate"};
-    expect_refused(&c, big_rank2, 4);
+    tr_test_build_refused(&tr_model_bert, &c, TR_TASK_PREDICT, big_rank2, 4);
 
     /* The largest rank builds, on every target; lora_rank 0 trains everything. */
     struct tr_error e = {0};

@@ -62,11 +62,7 @@ static void check_resolve_error(const char *text, const char *preset, int status
     load(text, &cfg);
     struct fake_config c;
     struct tr_error err = {0};
-    int rc = tr_model_resolve(&fake_model, preset, &cfg, &c, &err);
-    if (rc != status || err.status != status)
-        fail_msg("%s: status %d, expected %d; message: %s", text, rc, status, err.msg);
-    for (int i = 0; i < n; i++)
-        if (!strstr(err.msg, needles[i])) fail_msg("the message lacks \"%s\": %s", needles[i], err.msg);
+    tr_test_expect_failure(text, tr_model_resolve(&fake_model, preset, &cfg, &c, &err), &err, status, needles, n);
 }
 
 #define expect_resolve_error(text, preset, status, ...)                                         \

@@ -273,12 +273,17 @@ static void check_W(struct net *n, const double *ref, const double *W0, const ch
     if (!(den > 0 && sqrt(num / den) < 1e-4)) fail_msg("%s: change of W rel err %.3g", what, sqrt(num / den));
 }
 
+/* One AdamW update of W by gW into the graph (n->up). */
+static void add_adamw(struct net *n, const struct tr_adamw *hp) {
+    struct tr_error err = {0};
+    if (tr_adamw(n->g, hp, 1, &n->W, &n->gW, n->lr, n->step, &n->up, &err)) fail_msg("tr_adamw: %s", err.msg);
+}
+
 static void test_adamw_graph(void **state) {
     (void)state;
     struct net *n = net_new(TR_DTYPE_F32);
-    struct tr_error err = {0};
-    struct tr_adamw hp = {0.9f, 0.999f, 1e-8f, 0.01f};
-    if (tr_adamw(n->g, &hp, 1, &n->W, &n->gW, n->lr, n->step, &n->up, &err)) fail_msg("tr_adamw: %s", err.msg);
+    const struct tr_adamw hp = {0.9f, 0.999f, 1e-8f, 0.01f};
+    add_adamw(n, &hp);
     assert_int_equal(n->up.param, n->W);
     assert_string_equal(tr_node_name(n->g, n->up.state[0]), "W.adamw_m");
     assert_string_equal(tr_node_name(n->g, n->up.state[1]), "W.adamw_v");
@@ -346,9 +351,8 @@ static void test_sgd_graph(void **state) {
 static void test_adamw_graph_bf16(void **state) {
     (void)state;
     struct net *n = net_new(TR_DTYPE_BF16);
-    struct tr_error err = {0};
-    struct tr_adamw hp = {0.9f, 0.999f, 1e-8f, 0.0f};
-    if (tr_adamw(n->g, &hp, 1, &n->W, &n->gW, n->lr, n->step, &n->up, &err)) fail_msg("tr_adamw: %s", err.msg);
+    const struct tr_adamw hp = {0.9f, 0.999f, 1e-8f, 0.0f};
+    add_adamw(n, &hp);
     assert_int_equal(tr_node_dtype(n->g, n->up.state[0]), TR_DTYPE_F32);
     assert_int_equal(tr_node_dtype(n->g, n->up.new_state[1]), TR_DTYPE_F32);
     assert_int_equal(tr_node_dtype(n->g, n->up.new_param), TR_DTYPE_BF16);

@@ -4,7 +4,7 @@
  * option table). A refused word is named with file, line, key and what was expected. */
 #include <stddef.h>
 #include <string.h>
-#include "testutil.h"
+#include "backendutil.h"
 #include "trident/backend.h"
 #include "trident/config.h"
 #include "trident/loader.h"
@@ -68,10 +68,8 @@ static void test_ini_section(void **state) {
 
 static void test_backend_option(void **state) {
     (void)state;
-    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
-    struct tr_plugin *p = NULL;
+    struct tr_plugin *p = tr_test_plugin_open("tf");
     struct tr_error e = {0};
-    if (tr_plugin_open("tf", &s, &p, &e)) fail_msg("%s", e.msg);
     static const char *const ok[] = {"True", "on", "YES", "1", "False", "off", "No", "0"};
     for (int i = 0; i < 9; i++) {
         struct tr_option o = {.key = "fuse", .value = i < 8 ? ok[i] : "maybe", .file = "conf/x.ini", .line = 3};

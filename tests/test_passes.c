@@ -12,20 +12,6 @@
 #define S(...) ((const int64_t[]){__VA_ARGS__})
 #define MAX_OUT 16
 
-static struct tr_kernels *K;
-
-static int setup(void **state) {
-    (void)state;
-    struct tr_error err = {0};
-    return tr_kernels_init(&K, TR_DEVICE_CPU, 0, &err);
-}
-
-static int teardown(void **state) {
-    (void)state;
-    tr_kernels_free(K);
-    return 0;
-}
-
 static struct tr_graph *new_graph(void) {
     struct tr_graph *g = NULL;
     struct tr_error err = {0};
@@ -45,6 +31,18 @@ static void to_pir(struct tr_graph *g, struct tr_pir *p) {
     if (tr_pir_from_graph(tr_host_api_get(), g, p, &err)) fail_msg("pir: %s", err.msg);
 }
 
+/* The graph as two pirs: ref stays as built, p is the one the passes rewrite. */
+static void two_pirs(struct tr_graph *g, struct tr_pir *ref, struct tr_pir *p) {
+    to_pir(g, ref);
+    to_pir(g, p);
+}
+
+static void free_pirs(struct tr_graph *g, struct tr_pir *ref, struct tr_pir *p) {
+    tr_pir_free(ref);
+    tr_pir_free(p);
+    tr_graph_free(g);
+}
+
 /* Random inputs for a pir's INPUT nodes (floats normal, ints in [0,4)). */
 struct feed {
     int n;
@@ -57,10 +55,7 @@ static void make_feed(const struct tr_pir *p, struct feed *f, uint64_t seed) {
     for (int i = 0; i < f->n; i++) {
         const struct tr_pir_node *d = &p->nodes[p->inputs[i]];
         f->t[i] = tr_test_tensor((enum tr_dtype)d->dtype, d->ndim, d->shape);
-        if (tr_dtype_is_float((enum tr_dtype)d->dtype))
-            tr_test_randn(&f->t[i], seed + (uint64_t)i, 1.0);
-        else
-            tr_test_randint(&f->t[i], seed + (uint64_t)i, 4);
+        tr_test_rand(&f->t[i], seed + (uint64_t)i, 1.0, 4);
     }
 }
 
@@ -102,7 +97,7 @@ static void run_pir(const struct tr_pir *p, const struct feed *f, struct result 
             tr_test_poison(&v[i]);
             mine[i] = 1;
             struct tr_error err = {0};
-            if (tr_kernels_run(K, d->op, &d->attrs, d->n_in, in, &v[i], &err))
+            if (tr_kernels_run(tr_test_k, d->op, &d->attrs, d->n_in, in, &v[i], &err))
                 fail_msg("node %d %s '%s': %s", i, tr_op_name(d->op), d->name, err.msg);
         }
     }
@@ -183,8 +178,7 @@ static void test_cse(void **state) {
         out(g, outs[i], name);
     }
     struct tr_pir ref, p;
-    to_pir(g, &ref);
-    to_pir(g, &p);
+    two_pirs(g, &ref, &p);
 
     int changed = -1;
     assert_int_equal(tr_pass_cse(&p, &changed, &err), TR_OK);
@@ -206,9 +200,7 @@ static void test_cse(void **state) {
     compact(&p, NULL);
     assert_int_equal(p.n, ref.n - 4);
     assert_same_values(&ref, &p, 1e-7);
-    tr_pir_free(&ref);
-    tr_pir_free(&p);
-    tr_graph_free(g);
+    free_pirs(g, &ref, &p);
 }
 
 /* ---- dce ---- */
@@ -226,8 +218,7 @@ static void test_dce(void **state) {
     out(g, r, "r");
     out(g, x, "x");
     struct tr_pir ref, p;
-    to_pir(g, &ref);
-    to_pir(g, &p);
+    two_pirs(g, &ref, &p);
     struct tr_error err = {0};
     int changed = -1;
     assert_int_equal(tr_pass_dce(&p, &changed, &err), TR_OK);
@@ -245,9 +236,7 @@ static void test_dce(void **state) {
      * proves it is gone */
     ref.nodes[w].dead = ref.nodes[dead1].dead = ref.nodes[dead2].dead = 1;
     assert_same_values(&ref, &p, 1e-7);
-    tr_pir_free(&ref);
-    tr_pir_free(&p);
-    tr_graph_free(g);
+    free_pirs(g, &ref, &p);
 }
 
 /* ---- constant folding ---- */
@@ -284,10 +273,9 @@ static void test_constfold(void **state) {
     struct tr_error err = {0};
     assert_int_equal(tr_graph_bind_param(g, pw, tw.data, &err), TR_OK);
     struct tr_pir ref, p;
-    to_pir(g, &ref);
-    to_pir(g, &p);
+    two_pirs(g, &ref, &p);
     int changed = -1;
-    assert_int_equal(tr_pass_constfold(&p, K, &changed, &err), TR_OK);
+    assert_int_equal(tr_pass_constfold(&p, tr_test_k, &changed, &err), TR_OK);
     assert_int_equal(changed, 4); /* m, t, r, o4 */
     const int folded[] = {m, t, r, o4};
     for (int i = 0; i < 4; i++) {
@@ -307,12 +295,10 @@ static void test_constfold(void **state) {
     compact(&p, NULL);
     /* r's bytes live in t's folded buffer, which the pir keeps after t is gone */
     assert_same_values(&ref, &p, 1e-6);
-    assert_int_equal(tr_pass_constfold(&p, K, &changed, &err), TR_OK);
+    assert_int_equal(tr_pass_constfold(&p, tr_test_k, &changed, &err), TR_OK);
     assert_int_equal(changed, 0);
     assert_int_equal(tr_pass_constfold(&p, NULL, &changed, &err), TR_ERR_INVALID);
-    tr_pir_free(&ref);
-    tr_pir_free(&p);
-    tr_graph_free(g);
+    free_pirs(g, &ref, &p);
     tr_test_tensor_free(&t1);
     tr_test_tensor_free(&t2);
     tr_test_tensor_free(&tw);
@@ -349,8 +335,7 @@ static void test_simplify_transpose_into_matmul(void **state) {
     struct tr_error err = {0};
     assert_int_equal(tr_graph_bind_param(g, w, tw.data, &err), TR_OK);
     struct tr_pir ref, p;
-    to_pir(g, &ref);
-    to_pir(g, &p);
+    two_pirs(g, &ref, &p);
     int changed = -1;
     assert_int_equal(tr_pass_simplify(&p, &changed, &err), TR_OK);
     assert_int_equal(changed, 5); /* xt, yt into mm; wt into mm2 and mm4; at into mm3 */
@@ -370,9 +355,7 @@ static void test_simplify_transpose_into_matmul(void **state) {
     assert_int_equal(p.nodes[remap[ar]].in[0], remap[at]);
     assert_int_equal(p.nodes[remap[at]].op, TR_OP_TRANSPOSE);
     assert_same_values(&ref, &p, 1e-5);
-    tr_pir_free(&ref);
-    tr_pir_free(&p);
-    tr_graph_free(g);
+    free_pirs(g, &ref, &p);
     tr_test_tensor_free(&tw);
 }
 
@@ -400,8 +383,7 @@ static void test_simplify_identities(void **state) {
     out(g, oid2, "oid2");
     out(g, ex, "ex");
     struct tr_pir ref, p;
-    to_pir(g, &ref);
-    to_pir(g, &p);
+    two_pirs(g, &ref, &p);
     struct tr_error err = {0};
     int changed = -1;
     assert_int_equal(tr_pass_simplify(&p, &changed, &err), TR_OK);
@@ -420,9 +402,7 @@ static void test_simplify_identities(void **state) {
     assert_int_equal(changed, 0);
     compact(&p, NULL);
     assert_same_values(&ref, &p, 1e-7);
-    tr_pir_free(&ref);
-    tr_pir_free(&p);
-    tr_graph_free(g);
+    free_pirs(g, &ref, &p);
 }
 
 /* ---- all of them ---- */
@@ -449,11 +429,10 @@ static void test_pass_all(void **state) {
     struct tr_error err = {0};
     assert_int_equal(tr_graph_bind_param(g, w, tw.data, &err), TR_OK);
     struct tr_pir ref, p;
-    to_pir(g, &ref);
-    to_pir(g, &p);
+    two_pirs(g, &ref, &p);
     struct tr_pass_stats st;
     memset(&st, 0xff, sizeof st);
-    assert_int_equal(tr_pass_all(&p, K, &st, &err), TR_OK);
+    assert_int_equal(tr_pass_all(&p, tr_test_k, &st, &err), TR_OK);
     assert_int_equal(st.dce_removed, 1);
     assert_true(st.cse_merged >= 1);
     assert_int_equal(st.folded, 1);
@@ -465,9 +444,7 @@ static void test_pass_all(void **state) {
     for (int i = 0; i < p.n; i++) n_mm += p.nodes[i].op == TR_OP_MATMUL;
     assert_int_equal(n_mm, 3);
     assert_same_values(&ref, &p, 1e-5);
-    tr_pir_free(&ref);
-    tr_pir_free(&p);
-    tr_graph_free(g);
+    free_pirs(g, &ref, &p);
     tr_test_tensor_free(&tw);
     (void)v;
 }
@@ -481,5 +458,5 @@ int main(void) {
         cmocka_unit_test(test_simplify_identities),
         cmocka_unit_test(test_pass_all),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
 }

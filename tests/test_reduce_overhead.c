@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "testutil.h"
+#include "backendutil.h"
 #include "bert/bert.h"
 #include "models.h"
 #include "trident/trident.h"
@@ -28,14 +28,6 @@ struct runner {
     struct tr_program *prog;
 };
 
-static struct tr_plugin *open_torch(void) {
-    struct tr_plugin *p = NULL;
-    struct tr_error err = {0};
-    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
-    if (tr_plugin_open("torch", &s, &p, &err) != TR_OK) fail_msg("open torch: %s", err.msg);
-    return p;
-}
-
 /* mode NULL: the default (eager); warmup NULL: the default. */
 static void runner_open(struct runner *r, const struct tr_graph *g, const char *mode, const char *warmup) {
     struct tr_error err = {0};
@@ -46,7 +38,7 @@ static void runner_open(struct runner *r, const struct tr_graph *g, const char *
     struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
                                     .device_type = TR_DEVICE_CPU, .options = opts, .n_options = n};
     memset(r, 0, sizeof *r);
-    r->p = open_torch();
+    r->p = tr_test_plugin_open("torch");
     if (tr_backend_init(r->p, &prm, &r->be, &err) != TR_OK) fail_msg("init torch: %s", err.msg);
     if (tr_backend_compile(r->be, g, &r->prog, &err) != TR_OK) fail_msg("compile: %s", err.msg);
 }
@@ -302,7 +294,7 @@ static void test_replay_errors(void **state) {
 }
 
 static void expect_refused(const struct tr_option *o, const char *a, const char *b) {
-    struct tr_plugin *p = open_torch();
+    struct tr_plugin *p = tr_test_plugin_open("torch");
     struct tr_backend *be = NULL;
     struct tr_error err = {0};
     struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
@@ -339,13 +331,9 @@ static const struct tr_bert_config *tiny(void) {
 }
 
 static void check_bert(enum tr_dtype dt) {
-    struct tr_safetensors *io = NULL;
     struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s" HINT, e.msg);
     struct tr_tensor hf_in[3];
-    const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
-    for (int i = 0; i < 3; i++)
-        if (tr_safetensors_get(io, in_names[i], &hf_in[i], &e)) fail_msg("%s" HINT, e.msg);
+    struct tr_safetensors *io = tr_test_bert_batch(FIXTURE_IO, hf_in, HINT);
     int64_t Bn = hf_in[0].shape[0], Tn = hf_in[0].shape[1];
     struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = Bn, .seq_len = Tn};
     struct tr_graph *g = NULL;
@@ -380,11 +368,7 @@ static void check_bert(enum tr_dtype dt) {
         }
         if (step > 3) continue;
         for (int i = 0; i < 3; i++) {
-            struct tr_tensor ref;
-            if (tr_safetensors_get(io, tr_graph_output_name(g, i), &ref, &e)) fail_msg("%s" HINT, e.msg);
-            double *r = tr_test_to_f64(&ref);
-            double err = tr_test_rel_err(&oro[i], r);
-            free(r);
+            double err = tr_test_io_rel_err(io, tr_graph_output_name(g, i), &oro[i], HINT);
             if (!(err < tol))
                 fail_msg("bert tiny %s step %d %s: relative error %.3g vs transformers >= %.0e", tr_dtype_name(dt), step,
                          tr_graph_output_name(g, i), err, tol);

@@ -63,6 +63,12 @@ static struct tr_resident *make(struct fake *f) {
     return r;
 }
 
+/* Free r: every block it made goes back to the fake device. */
+static void resident_free(struct tr_resident *r, const struct fake *f) {
+    tr_resident_free(r);
+    assert_int_equal(f->live, 0);
+}
+
 static struct tr_resident_param prm(const void *host, size_t n, int dtype, const char *name, int writes) {
     return (struct tr_resident_param){.host = host, .nbytes = n, .dtype = dtype, .name = name, .writes = writes};
 }
@@ -123,8 +129,7 @@ static void test_mismatch_refused_with_names(void **state) {
     struct tr_resident_param none = prm(NULL, 8, TR_DTYPE_F32, "empty", 0);
     assert_int_equal(tr_resident_acquire(r, &none, &d2, &err), TR_ERR_INVALID);
     EXPECT_MSG(&err, "'empty'", "no host memory");
-    tr_resident_free(r);
-    assert_int_equal(f.live, 0);
+    resident_free(r, &f);
 }
 
 static void test_release_order_and_last_frees(void **state) {
@@ -177,8 +182,7 @@ static void test_release_order_and_last_frees(void **state) {
     assert_int_equal(tr_resident_acquire(r, &pa, &da, &err), TR_OK);
     assert_int_equal(f.uploads, 3);
     assert_true(((float *)da)[0] == 7.0f);
-    tr_resident_free(r);
-    assert_int_equal(f.live, 0);
+    resident_free(r, &f);
 }
 
 static void test_failures_leave_nothing(void **state) {
@@ -207,8 +211,7 @@ static void test_failures_leave_nothing(void **state) {
     assert_int_equal(tr_resident_acquire(r, &p, &d, &err), TR_OK);
     assert_int_equal(f.uploads, 1);
     assert_int_equal(f.live, 1);
-    tr_resident_free(r);
-    assert_int_equal(f.live, 0);
+    resident_free(r, &f);
 }
 
 /* Hundreds of params in two programs, acquired and released in shuffled orders: every

@@ -32,10 +32,6 @@ static void write_raw(const char *json, const void *data, size_t n, long long hl
     assert_int_equal(fclose(f), 0);
 }
 
-static void assert_msg_has(const struct tr_error *e, const char *what) {
-    if (!strstr(e->msg, what)) fail_msg("error message lacks '%s': %s", what, e->msg);
-}
-
 /* open must fail with status, naming the file and (when given) the tensor. */
 static void expect_open_error(int status, const char *tensor) {
     struct tr_safetensors *st = (void *)1;
@@ -43,8 +39,8 @@ static void expect_open_error(int status, const char *tensor) {
     int rc = tr_safetensors_open(tmp_path, &st, &e);
     assert_int_equal(rc, status);
     assert_null(st);
-    assert_msg_has(&e, tmp_path);
-    if (tensor) assert_msg_has(&e, tensor);
+    tr_assert_msg_has(&e, tmp_path);
+    if (tensor) tr_assert_msg_has(&e, tensor);
 }
 
 static void test_round_trip(void **state) {
@@ -99,8 +95,8 @@ static void test_round_trip(void **state) {
     assert_true(((int64_t *)t.data)[4] == (int64_t)1 << 60);
 
     assert_int_equal(tr_safetensors_get(st, "nope", &t, &e), TR_ERR_NOT_FOUND);
-    assert_msg_has(&e, "nope");
-    assert_msg_has(&e, tmp_path);
+    tr_assert_msg_has(&e, "nope");
+    tr_assert_msg_has(&e, tmp_path);
     assert_null(tr_safetensors_name(st, 8));
     tr_safetensors_close(st);
     for (int i = 0; i < 8; i++) tr_test_tensor_free(&ts[i]);
@@ -114,12 +110,12 @@ static void test_write_refuses_bad_input(void **state) {
     const char *dup[2] = {"x", "x"};
     struct tr_error e = {0};
     assert_int_equal(tr_safetensors_write(tmp_path, 2, dup, two, &e), TR_ERR_INVALID);
-    assert_msg_has(&e, "'x'");
+    tr_assert_msg_has(&e, "'x'");
     const char *meta[1] = {"__metadata__"};
     assert_int_equal(tr_safetensors_write(tmp_path, 1, meta, &t, &e), TR_ERR_INVALID);
     const char *ok[1] = {"x"};
     assert_int_equal(tr_safetensors_write("/nonexistent-dir/x.safetensors", 1, ok, &t, &e), TR_ERR_IO);
-    assert_msg_has(&e, "/nonexistent-dir/x.safetensors");
+    tr_assert_msg_has(&e, "/nonexistent-dir/x.safetensors");
     tr_test_tensor_free(&t);
 }
 
@@ -142,9 +138,9 @@ static void test_metadata_and_alignment(void **state) {
     assert_int_equal((uintptr_t)t.data % 4, 0);
     assert_true(((float *)t.data)[0] == 1.5f && ((float *)t.data)[1] == -2.25f);
     assert_int_equal(tr_safetensors_get(st, "u", &t, &e), TR_ERR_UNSUPPORTED);
-    assert_msg_has(&e, "'u'");
-    assert_msg_has(&e, "U8");
-    assert_msg_has(&e, tmp_path);
+    tr_assert_msg_has(&e, "'u'");
+    tr_assert_msg_has(&e, "U8");
+    tr_assert_msg_has(&e, tmp_path);
     assert_int_equal(tr_safetensors_get(st, "__metadata__", &t, &e), TR_ERR_NOT_FOUND);
     tr_safetensors_close(st);
 }
@@ -157,9 +153,9 @@ static void test_wrong_dtype_string(void **state) {
     assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
     struct tr_tensor t;
     assert_int_equal(tr_safetensors_get(st, "w", &t, &e), TR_ERR_UNSUPPORTED);
-    assert_msg_has(&e, "'w'");
-    assert_msg_has(&e, "F33");
-    assert_msg_has(&e, tmp_path);
+    tr_assert_msg_has(&e, "'w'");
+    tr_assert_msg_has(&e, "F33");
+    tr_assert_msg_has(&e, tmp_path);
     tr_safetensors_close(st);
 }
 
@@ -191,7 +187,7 @@ static void test_bad_header_length(void **state) {
     struct tr_error e = {0};
     struct tr_safetensors *st;
     assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_ERR_FORMAT);
-    assert_msg_has(&e, "header length");
+    tr_assert_msg_has(&e, "header length");
 }
 
 static void test_bad_json(void **state) {
@@ -237,7 +233,7 @@ static void test_missing_file(void **state) {
     struct tr_safetensors *st;
     struct tr_error e = {0};
     assert_int_equal(tr_safetensors_open("/nonexistent/x.safetensors", &st, &e), TR_ERR_IO);
-    assert_msg_has(&e, "/nonexistent/x.safetensors");
+    tr_assert_msg_has(&e, "/nonexistent/x.safetensors");
 }
 
 /* The file transformers wrote: every tensor reads, with the state_dict's shapes. */

@@ -12,13 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include "alloccount.h"
+#include "backendutil.h"
 #include "testutil.h"
 #include "bert/bert.h"
 #include "models.h"
 #include "trident/trident.h"
 
-#include "../plugins/backend_tf/executor.c"
-#include "../plugins/backend_tf/remap.c"
+#include "../plugins/backend_tf/tf_internal.h"
 
 #define FIXTURE TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors"
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
@@ -460,22 +460,13 @@ static const struct tr_bert_config *preset(const char *name) {
 }
 
 static struct tr_graph *bert_graph(enum tr_dtype dt, int64_t B, int64_t T) {
-    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = B, .seq_len = T};
-    struct tr_graph *g = NULL;
-    struct tr_error e = {0};
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
-    if (tr_model_bert.build(preset("tiny"), &o, g, &e) != TR_OK) fail_msg("bert build: %s", e.msg);
-    return g;
+    return tr_test_model_build(&tr_model_bert, preset("tiny"), TR_TASK_PREDICT, dt, B, T);
 }
 
 static void bert_matches_hf(enum tr_dtype dt) {
-    struct tr_safetensors *io = NULL;
     struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s", e.msg);
     struct tr_tensor in[3];
-    const char *in_names[3] = {"input_ids", "attention_mask", "token_type_ids"};
-    for (int i = 0; i < 3; i++)
-        if (tr_safetensors_get(io, in_names[i], &in[i], &e)) fail_msg("%s", e.msg);
+    struct tr_safetensors *io = tr_test_bert_batch(FIXTURE_IO, in, "");
     struct tr_graph *g = bert_graph(dt, in[0].shape[0], in[0].shape[1]);
     struct tr_weights *w = NULL;
     if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s", e.msg);
@@ -495,18 +486,7 @@ static void bert_matches_hf(enum tr_dtype dt) {
     struct tr_tensor out[3];
     struct tr_backend_stats st;
     run_on("tf", NULL, 0, g, in, out, &st);
-    double tol = tr_test_tol(dt);
-    for (int i = 0; i < 3; i++) {
-        const char *name = tr_graph_output_name(g, i);
-        struct tr_tensor ref;
-        if (tr_safetensors_get(io, name, &ref, &e)) fail_msg("%s", e.msg);
-        double *r = tr_test_to_f64(&ref);
-        double err = tr_test_rel_err(&out[i], r);
-        print_message("tf bert tiny %s %-17s rel err vs transformers %.3g (tolerance %.0e)\n", tr_dtype_name(dt), name,
-                      err, tol);
-        free(r);
-        if (!(err < tol)) fail_msg("%s %s: relative error %.3g >= %.0e", tr_dtype_name(dt), name, err, tol);
-    }
+    tr_test_expect_bert_hf(io, g, out, dt, "tf bert tiny", "");
     /* every node of a layer is one kernel call; the fused graph has about half the calls */
     assert_true(st.kernel_calls > 0 && st.kernel_calls < (uint64_t)tr_graph_n_nodes(g) / 2);
     assert_true(st.arena_bytes > 0 && st.peak_bytes == st.arena_bytes + tr_graph_param_bytes(g) + 4 * in[0].shape[1]);

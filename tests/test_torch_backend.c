@@ -6,10 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backendutil.h"
 #include "testutil.h"
 #include "trident/trident.h"
 
-#include "../plugins/backend_torch/allocator.c"
+#include "../plugins/backend_torch/allocator.h"
 
 /* ---- the allocator, over a counting device ---- */
 
@@ -71,6 +72,20 @@ static struct tr_torch_allocator *make_allocator(struct fake_device *d) {
     return a;
 }
 
+/* A block of nbytes from a; a refusal fails the test with the allocator's message. */
+static struct tr_torch_block *alloc_ok(struct tr_torch_allocator *a, size_t nbytes) {
+    struct tr_torch_block *b = NULL;
+    struct tr_error err = {0};
+    if (tr_torch_allocator_alloc(a, nbytes, &b, &err) != TR_OK) fail_msg("alloc %zu: %s", nbytes, err.msg);
+    return b;
+}
+
+/* Free a: every block it made, in use or cached, goes back to the fake device. */
+static void allocator_free(struct tr_torch_allocator *a, const struct fake_device *d) {
+    tr_torch_allocator_free(a);
+    assert_int_equal(d->live, 0);
+}
+
 static void test_alloc_round(void **state) {
     (void)state;
     size_t prev = 0;
@@ -94,17 +109,15 @@ static void test_alloc_reuse(void **state) {
     struct fake_device d = {0};
     struct tr_torch_allocator *a = make_allocator(&d);
     struct tr_torch_allocator_stats st;
-    struct tr_torch_block *b1, *b2, *b3;
-    struct tr_error err = {0};
 
-    assert_int_equal(tr_torch_allocator_alloc(a, 1000, &b1, &err), TR_OK);
+    struct tr_torch_block *b1 = alloc_ok(a, 1000);
     assert_int_equal(b1->size, 1024);
     memset(b1->ptr, 1, 1000);
     void *p1 = b1->ptr;
     tr_torch_allocator_release(a, b1);
-    assert_int_equal(tr_torch_allocator_alloc(a, 700, &b2, &err), TR_OK); /* same class: the cached block */
+    struct tr_torch_block *b2 = alloc_ok(a, 700); /* same class: the cached block */
     assert_ptr_equal(b2->ptr, p1);
-    assert_int_equal(tr_torch_allocator_alloc(a, 1500, &b3, &err), TR_OK); /* another class: a new one */
+    struct tr_torch_block *b3 = alloc_ok(a, 1500); /* another class: a new one */
     assert_ptr_not_equal(b3->ptr, p1);
     tr_torch_allocator_get_stats(a, &st);
     assert_int_equal(st.hits, 1);
@@ -127,8 +140,7 @@ static void test_alloc_reuse(void **state) {
     tr_torch_allocator_reset_counters(a);
     tr_torch_allocator_get_stats(a, &st);
     assert_int_equal(st.hits + st.misses, 0);
-    tr_torch_allocator_free(a);
-    assert_int_equal(d.live, 0);
+    allocator_free(a, &d);
     assert_int_equal(d.n_free, 2);
 }
 
@@ -137,12 +149,10 @@ static void test_alloc_peak(void **state) {
     struct fake_device d = {0};
     struct tr_torch_allocator *a = make_allocator(&d);
     struct tr_torch_allocator_stats st;
-    struct tr_torch_block *x, *y, *z;
-    struct tr_error err = {0};
     size_t nx = 3000, ny = TR_TORCH_SMALL_MAX + 5;
 
-    assert_int_equal(tr_torch_allocator_alloc(a, nx, &x, &err), TR_OK);
-    assert_int_equal(tr_torch_allocator_alloc(a, ny, &y, &err), TR_OK);
+    struct tr_torch_block *x = alloc_ok(a, nx);
+    struct tr_torch_block *y = alloc_ok(a, ny);
     memset(y->ptr, 2, y->size);
     size_t both = tr_torch_alloc_round(nx) + tr_torch_alloc_round(ny);
     tr_torch_allocator_get_stats(a, &st);
@@ -164,11 +174,10 @@ static void test_alloc_peak(void **state) {
 
     /* After emptying, the same class is a miss again. */
     tr_torch_allocator_reset_counters(a);
-    assert_int_equal(tr_torch_allocator_alloc(a, nx, &z, &err), TR_OK);
+    alloc_ok(a, nx);
     tr_torch_allocator_get_stats(a, &st);
     assert_int_equal(st.misses, 1);
-    tr_torch_allocator_free(a); /* z still in use: freed with the allocator */
-    assert_int_equal(d.live, 0);
+    allocator_free(a, &d); /* the block of nx still in use: freed with the allocator */
 }
 
 /* hold: a cached block taken back into use by name, counted neither as hit nor miss;
@@ -178,11 +187,8 @@ static void test_alloc_hold(void **state) {
     struct fake_device d = {0};
     struct tr_torch_allocator *a = make_allocator(&d);
     struct tr_torch_allocator_stats st;
-    struct tr_torch_block *b1, *b2, *b3;
     struct tr_error err = {0};
-    assert_int_equal(tr_torch_allocator_alloc(a, 600, &b1, &err), TR_OK);
-    assert_int_equal(tr_torch_allocator_alloc(a, 700, &b2, &err), TR_OK);
-    assert_int_equal(tr_torch_allocator_alloc(a, 800, &b3, &err), TR_OK);
+    struct tr_torch_block *b1 = alloc_ok(a, 600), *b2 = alloc_ok(a, 700), *b3 = alloc_ok(a, 800);
     tr_torch_allocator_release(a, b1);
     tr_torch_allocator_release(a, b2);
     tr_torch_allocator_release(a, b3);
@@ -194,13 +200,9 @@ static void test_alloc_hold(void **state) {
     assert_int_equal(st.hits + st.misses, 0);
     assert_int_equal(st.n_cached, 2);
     assert_int_equal(st.in_use_bytes, 1024);
-    struct tr_torch_block *x, *y, *z;
-    assert_int_equal(tr_torch_allocator_alloc(a, 900, &x, &err), TR_OK);
-    assert_int_equal(tr_torch_allocator_alloc(a, 900, &y, &err), TR_OK);
-    assert_int_equal(tr_torch_allocator_alloc(a, 900, &z, &err), TR_OK);
+    struct tr_torch_block *x = alloc_ok(a, 900), *y = alloc_ok(a, 900), *z = alloc_ok(a, 900);
     assert_true(x != b2 && y != b2 && z != b2); /* a held block is never served */
-    tr_torch_allocator_free(a);
-    assert_int_equal(d.live, 0);
+    allocator_free(a, &d);
 }
 
 /* A step's pattern of requests and releases, repeated: the second time is all hits, and
@@ -209,7 +211,6 @@ static void test_alloc_two_steps(void **state) {
     (void)state;
     struct fake_device d = {0};
     struct tr_torch_allocator *a = make_allocator(&d);
-    struct tr_error err = {0};
     enum { N = 60 };
     size_t sizes[N];
     for (int i = 0; i < N; i++) sizes[i] = (size_t)(tr_rng_uniform(7, 1, (uint64_t)i) * 3.0 * (1 << 20)) + 1;
@@ -218,7 +219,7 @@ static void test_alloc_two_steps(void **state) {
         struct tr_torch_block *live[N] = {0};
         tr_torch_allocator_reset_counters(a);
         for (int i = 0; i < N; i++) {
-            assert_int_equal(tr_torch_allocator_alloc(a, sizes[i], &live[i], &err), TR_OK);
+            live[i] = alloc_ok(a, sizes[i]);
             memset(live[i]->ptr, i, sizes[i]);
             /* Release what an op two back produced, as a chain of ops does. */
             if (i >= 2 && i % 3 != 0) {
@@ -243,8 +244,7 @@ static void test_alloc_two_steps(void **state) {
     assert_true(hits[0] > 0); /* released blocks are reused within the step */
     assert_int_equal(misses[1], 0);
     assert_int_equal(hits[1], N);
-    tr_torch_allocator_free(a);
-    assert_int_equal(d.live, 0);
+    allocator_free(a, &d);
 }
 
 /* A device that is full of cached blocks of another class: the cache is emptied and the
@@ -253,11 +253,10 @@ static void test_alloc_out_of_memory(void **state) {
     (void)state;
     struct fake_device d = {.budget = 8u << 20};
     struct tr_torch_allocator *a = make_allocator(&d);
-    struct tr_torch_block *b, *c;
     struct tr_error err = {0};
-    assert_int_equal(tr_torch_allocator_alloc(a, 6u << 20, &b, &err), TR_OK);
+    struct tr_torch_block *b = alloc_ok(a, 6u << 20);
     tr_torch_allocator_release(a, b);
-    assert_int_equal(tr_torch_allocator_alloc(a, 4u << 20, &c, &err), TR_OK);
+    alloc_ok(a, 4u << 20);
     assert_int_equal(d.n_free, 1); /* the cached 6 MiB went back to make room */
     struct tr_torch_allocator_stats st;
     tr_torch_allocator_get_stats(a, &st);
@@ -270,8 +269,7 @@ static void test_alloc_out_of_memory(void **state) {
     if (!strstr(err.msg, "5242880 bytes")) fail_msg("message without the size: %s", err.msg);
     tr_torch_allocator_get_stats(a, &st);
     assert_int_equal(st.reserved_bytes, 4u << 20);
-    tr_torch_allocator_free(a);
-    assert_int_equal(d.live, 0);
+    allocator_free(a, &d);
 }
 
 /* ---- the plugin end to end ---- */
@@ -395,11 +393,8 @@ static void model_reference(const struct model *m, double *sm, double *ge, doubl
 }
 
 static struct tr_plugin *open_torch(void) {
-    struct tr_plugin *p = NULL;
-    struct tr_error err = {0};
     /* This build's plugin first, whatever TRIDENT_PLUGIN_PATH says. */
-    struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
-    if (tr_plugin_open("torch", &s, &p, &err) != TR_OK) fail_msg("open torch: %s", err.msg);
+    struct tr_plugin *p = tr_test_plugin_open("torch");
     const struct tr_backend_i *it = tr_plugin_iface(p);
     assert_string_equal(it->name, "torch");
     assert_true(it->caps & TR_CAP_CPU);
@@ -496,40 +491,24 @@ static void test_end_to_end_options(void **state) {
     assert_int_equal(omp_max(), before);
 }
 
-static void expect_init_refused(struct tr_plugin *p, const struct tr_option *opts, int n, const char *a,
-                                const char *b) {
-    struct tr_backend *be = NULL;
-    struct tr_error err = {0};
-    struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
-                                    .device_type = TR_DEVICE_CPU, .options = opts, .n_options = n};
-    int rc = tr_backend_init(p, &prm, &be, &err);
-    if (rc == TR_OK) {
-        tr_backend_free(be);
-        fail_msg("init accepted what it should refuse (expected '%s')", a);
-    }
-    assert_null(be);
-    if (!strstr(err.msg, a) || (b && !strstr(err.msg, b)))
-        fail_msg("message '%s' lacks '%s'%s%s", err.msg, a, b ? " or " : "", b ? b : "");
-}
-
 static void test_options_refused(void **state) {
     (void)state;
     struct tr_plugin *p = open_torch();
     struct tr_option typo = {.key = "mdoe", .value = "eager", .file = "conf/x.ini", .line = 7};
-    expect_init_refused(p, &typo, 1, "conf/x.ini:7: [backend.torch] unknown key 'mdoe'", "keys: mode");
+    tr_test_init_refused(p, &typo, 1, "conf/x.ini:7: [backend.torch] unknown key 'mdoe'", "keys: mode");
     struct tr_option wu = {.key = "warmup_steps", .value = "-1", .file = "conf/x.ini", .line = 8};
-    expect_init_refused(p, &wu, 1, "conf/x.ini:8: [backend.torch] warmup_steps = '-1'", "integer from 0");
+    tr_test_init_refused(p, &wu, 1, "conf/x.ini:8: [backend.torch] warmup_steps = '-1'", "integer from 0");
     struct tr_option wu2 = {.key = "warmup_steps", .value = "2x", .file = "conf/x.ini", .line = 8};
-    expect_init_refused(p, &wu2, 1, "[backend.torch] warmup_steps = '2x'", NULL);
+    tr_test_init_refused(p, &wu2, 1, "[backend.torch] warmup_steps = '2x'", NULL);
     struct tr_option bad = {.key = "mode", .value = "fast", .file = "conf/x.ini", .line = 9};
-    expect_init_refused(p, &bad, 1, "conf/x.ini:9: [backend.torch] mode = 'fast'", "expected eager");
+    tr_test_init_refused(p, &bad, 1, "conf/x.ini:9: [backend.torch] mode = 'fast'", "expected eager");
     struct tr_option thr = {.key = "threads", .value = "lots", .file = "conf/x.ini", .line = 10};
-    expect_init_refused(p, &thr, 1, "[backend.torch] threads = 'lots'", "integer");
+    tr_test_init_refused(p, &thr, 1, "[backend.torch] threads = 'lots'", "integer");
     struct tr_option two[] = {{.key = "mode", .value = "eager", .file = "conf/x.ini", .line = 2},
                               {.key = "mode", .value = "reduce-overhead", .file = "conf/x.ini", .line = 5}};
-    expect_init_refused(p, two, 2, "conf/x.ini:5:", "reduce-overhead");
+    tr_test_init_refused(p, two, 2, "conf/x.ini:5:", "reduce-overhead");
     struct tr_option nofile = {.key = "mdoe", .value = "eager"};
-    expect_init_refused(p, &nofile, 1, "[backend.torch] unknown key 'mdoe'", NULL);
+    tr_test_init_refused(p, &nofile, 1, "[backend.torch] unknown key 'mdoe'", NULL);
     tr_plugin_close(p);
 }
 

@@ -45,6 +45,13 @@ void tr_test_randint(struct tr_tensor *t, uint64_t seed, int64_t hi) {
         tr_tensor_set_f64(t, i, (double)(int64_t)(tr_rng_uniform(seed, 0x1d5, (uint64_t)i) * (double)hi));
 }
 
+void tr_test_rand(struct tr_tensor *t, uint64_t seed, double std, int64_t hi) {
+    if (tr_dtype_is_float((enum tr_dtype)t->dtype))
+        tr_test_randn(t, seed, std);
+    else
+        tr_test_randint(t, seed, hi);
+}
+
 void tr_test_poison(struct tr_tensor *t) {
     int64_t n = tr_tensor_numel(t);
     for (int64_t i = 0; i < n; i++)
@@ -57,6 +64,19 @@ double *tr_test_to_f64(const struct tr_tensor *t) {
     assert_non_null(d);
     for (int64_t i = 0; i < n; i++) d[i] = tr_tensor_get_f64(t, i);
     return d;
+}
+
+void tr_test_moments(const struct tr_tensor *t, double *mean, double *sd, double *lo, double *hi) {
+    int64_t n = tr_tensor_numel(t);
+    double s = 0, q = 0;
+    *lo = INFINITY, *hi = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        double v = tr_tensor_get_f64(t, i);
+        s += v, q += v * v;
+        *lo = v < *lo ? v : *lo, *hi = v > *hi ? v : *hi;
+    }
+    *mean = s / (double)n;
+    *sd = sqrt(q / (double)n - *mean * *mean);
 }
 
 double tr_test_rel_err(const struct tr_tensor *out, const double *ref) {
@@ -104,6 +124,15 @@ void tr_test_run_op_fails(int op, const struct tr_attrs *at, int n, const struct
     int st = tr_kernels_run(tr_test_k, op, at, n, in, out, &err);
     if (st != want) fail_msg("%s: status %d (want %d): %s", tr_op_name(op), st, want, err.msg);
     if (!strstr(err.msg, needle)) fail_msg("%s: message \"%s\" lacks \"%s\"", tr_op_name(op), err.msg, needle);
+}
+
+void tr_test_expect_failure(const char *what, int rc, const struct tr_error *err, int status,
+                            const char *const *needles, int n) {
+    if (rc != status || err->status != status)
+        fail_msg("%s: status %d (%s), expected %d (%s); message: %s", what, rc, tr_status_name(rc), status,
+                 tr_status_name(status), err->msg);
+    for (int i = 0; i < n; i++)
+        if (!strstr(err->msg, needles[i])) fail_msg("%s: the message lacks \"%s\": %s", what, needles[i], err->msg);
 }
 
 char tr_test_dir[256];

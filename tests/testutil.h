@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 #include "trident/ops.h"
 #include "trident/tensor.h"
@@ -24,6 +25,9 @@ void tr_test_tensor_free(struct tr_tensor *t);
 void tr_test_randn(struct tr_tensor *t, uint64_t seed, double std);
 /* Integers in [0, hi). */
 void tr_test_randint(struct tr_tensor *t, uint64_t seed, int64_t hi);
+/* Random values of the tensor's kind: tr_test_randn(std) for a float dtype, else
+ * tr_test_randint(hi). */
+void tr_test_rand(struct tr_tensor *t, uint64_t seed, double std, int64_t hi);
 /* Fill with NaN (float dtypes) or a large sentinel (ints), so an unwritten element fails. */
 void tr_test_poison(struct tr_tensor *t);
 
@@ -44,6 +48,10 @@ int tr_test_kernels_teardown(void **state);
 /* The tensor's values as a new double array (caller frees). */
 double *tr_test_to_f64(const struct tr_tensor *t);
 
+/* The sample's mean, standard deviation (of the whole population: √(E[v²] − mean²)),
+ * smallest and largest value: for checking what a random generator made. */
+void tr_test_moments(const struct tr_tensor *t, double *mean, double *sd, double *lo, double *hi);
+
 /* ‖out − ref‖₂ / ‖ref‖₂ over n elements; +inf if out has a NaN or Inf, or if ref is 0. */
 double tr_test_rel_err(const struct tr_tensor *out, const double *ref);
 
@@ -52,6 +60,18 @@ double tr_test_rel_err(const struct tr_tensor *out, const double *ref);
     do {                                                                                       \
         double e_ = tr_test_rel_err((out), (ref));                                             \
         if (!(e_ < (tol))) fail_msg("%s: relative error %.3g >= %.3g", (what), e_, (double)(tol)); \
+    } while (0)
+
+/* A call that had to fail: its status rc and err->status are `status`, and err's message
+ * holds every one of needles[0..n). A failure names what. */
+struct tr_error;
+void tr_test_expect_failure(const char *what, int rc, const struct tr_error *err, int status,
+                            const char *const *needles, int n);
+
+/* Assert that an error's message (err->msg) holds the string s. */
+#define tr_assert_msg_has(err, s)                                                                  \
+    do {                                                                                           \
+        if (!strstr((err)->msg, (s))) fail_msg("message \"%s\"\n  lacks \"%s\"", (err)->msg, (s)); \
     } while (0)
 
 /* Run op on tr_test_k through the dispatcher, out poisoned first; fail the test unless TR_OK. */

@@ -20,33 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include "trident/autodiff.h"
+#include "graph_nodes.h"
 
 struct ad {
     struct tr_graph *g;
     int *grad; /* per forward node: its gradient node, -1 while none */
     unsigned char *need;
 };
-
-static struct tr_attrs attrs0(void) {
-    struct tr_attrs a;
-    memset(&a, 0, sizeof a);
-    return a;
-}
-
-static int node1(struct tr_graph *g, enum tr_op op, int x, const struct tr_attrs *a) {
-    return tr_graph_add_node(g, op, 1, &x, a);
-}
-
-static int node2(struct tr_graph *g, enum tr_op op, int x, int y, const struct tr_attrs *a) {
-    int in[2] = {x, y};
-    return tr_graph_add_node(g, op, 2, in, a);
-}
-
-static int same_shape(const struct tr_graph *g, int a, int b) {
-    int n = tr_node_ndim(g, a);
-    if (n != tr_node_ndim(g, b)) return 0;
-    return n == 0 || memcmp(tr_node_shape(g, a), tr_node_shape(g, b), (size_t)n * sizeof(int64_t)) == 0;
-}
 
 static int reshape_like(struct tr_graph *g, int x, int like) {
     if (x < 0 || same_shape(g, x, like)) return x;
@@ -467,9 +447,9 @@ static int finish(struct tr_graph *g, int n_fwd, int i, const int *wrt, int *gra
 }
 
 int tr_grad(struct tr_graph *g, int loss, int n_wrt, const int *wrt, int *grads, struct tr_error *err) {
-    int st = check_args(g, loss, n_wrt, wrt, grads, err);
-    if (st) return st;
-    if ((st = tr_graph_status(g, err))) return st;
+    int rc = check_args(g, loss, n_wrt, wrt, grads, err);
+    if (rc) return rc;
+    if ((rc = tr_graph_status(g, err))) return rc;
     int n = tr_graph_n_nodes(g);
     if (loss < 0 || loss >= n) return TR_ERR_INTERNAL; /* checked above; tells the compiler too */
     size_t cap = (size_t)n + 1; /* loss < n, so n >= 1; the +1 keeps the compiler's bounds check quiet */
@@ -479,7 +459,7 @@ int tr_grad(struct tr_graph *g, int loss, int n_wrt, const int *wrt, int *grads,
     ad.need = calloc(cap, 1);
     unsigned char *from_wrt = calloc(cap, 1);
     if (!ad.grad || !ad.need || !from_wrt) {
-        st = tr_error_set(err, TR_ERR_NOMEM, "tr_grad: out of memory for %d nodes", n);
+        rc = tr_error_set(err, TR_ERR_NOMEM, "tr_grad: out of memory for %d nodes", n);
         goto done;
     }
     for (int id = 0; id < n; id++) ad.grad[id] = -1;
@@ -495,12 +475,12 @@ int tr_grad(struct tr_graph *g, int loss, int n_wrt, const int *wrt, int *grads,
             if (from_wrt[in]) ad.need[in] = 1;
         }
     }
-    if ((st = check_rules(&ad, loss, err))) goto done;
+    if ((rc = check_rules(&ad, loss, err))) goto done;
 
     if (ad.need[loss]) {
         ad.grad[loss] = const_fill(g, loss, 1.0);
         if (ad.grad[loss] == -2) {
-            st = tr_error_set(err, TR_ERR_NOMEM, "tr_grad: out of memory for the seed");
+            rc = tr_error_set(err, TR_ERR_NOMEM, "tr_grad: out of memory for the seed");
             goto done;
         }
         for (int id = loss; id >= 0 && ad.grad[loss] >= 0; id--) {
@@ -513,19 +493,19 @@ int tr_grad(struct tr_graph *g, int loss, int n_wrt, const int *wrt, int *grads,
         int gid = ad.grad[wrt[i]];
         if (gid < 0) gid = const_fill(g, wrt[i], 0.0); /* the loss does not depend on it */
         if (gid == -2) {
-            st = tr_error_set(err, TR_ERR_NOMEM, "tr_grad: out of memory for the zeros of wrt[%d]", i);
+            rc = tr_error_set(err, TR_ERR_NOMEM, "tr_grad: out of memory for the zeros of wrt[%d]", i);
             goto done;
         }
         grads[i] = gid;
         grads[i] = finish(g, n, i, wrt, grads);
     }
-    st = tr_graph_status(g, err);
-    if (st) tr_error_prefix(err, "tr_grad");
+    rc = tr_graph_status(g, err);
+    if (rc) tr_error_prefix(err, "tr_grad");
 done:
     free(ad.grad);
     free(ad.need);
     free(from_wrt);
-    return st;
+    return rc;
 }
 
 /* ---- losses ---- */

@@ -113,28 +113,6 @@ void tr_task_graph_free(struct tr_task_graph *tg) {
     memset(tg, 0, sizeof *tg);
 }
 
-/* Host tensors for the graph's inputs or outputs. */
-static int alloc_io(const struct tr_graph *g, int n, int (*node_of)(const struct tr_graph *, int),
-                    struct tr_tensor **out, struct tr_error *err) {
-    *out = calloc((size_t)(n ? n : 1), sizeof **out);
-    if (!*out) return tr_error_set(err, TR_ERR_NOMEM, "bench: out of memory");
-    for (int i = 0; i < n; i++) {
-        struct tr_tensor *t = &(*out)[i];
-        *t = tr_node_tensor(g, node_of(g, i));
-        void *p;
-        int rc = tr_host_alloc(&p, tr_tensor_nbytes(t), err);
-        if (rc) return rc;
-        t->data = p;
-    }
-    return TR_OK;
-}
-
-static void free_io(struct tr_tensor *ts, int n) {
-    if (!ts) return;
-    for (int i = 0; i < n; i++) tr_host_free(ts[i].data);
-    free(ts);
-}
-
 static int first_nonfinite(const struct tr_tensor *t, int64_t *where) {
     int64_t n = tr_tensor_numel(t);
     if (!tr_dtype_is_float((enum tr_dtype)t->dtype)) return 0;
@@ -392,7 +370,7 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     rc = cfg->weights[0] ? tr_weights_load_seeded(g, cfg->weights, cfg->seed, &w, err)
                          : tr_weights_from_seed(g, cfg->seed, &w, err);
     if (rc) goto done;
-    rc = alloc_io(g, n_in, tr_graph_input, &in, err);
+    rc = tr_bench_io_alloc(g, n_in, tr_graph_input, &in, err);
     if (rc) goto done;
     rc = tg.model->make_inputs(tg.config, &tg.opts, cfg->seed, tg.n_model_inputs, in, err);
     if (rc) goto done;
@@ -421,9 +399,9 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
         *fs.lr = (float)tg.train_cfg.learning_rate;
         *fs.step = 1.0f;
     }
-    rc = alloc_io(g, n_out, tr_graph_output, &ref, err);
+    rc = tr_bench_io_alloc(g, n_out, tr_graph_output, &ref, err);
     if (rc) goto done;
-    rc = alloc_io(g, n_out, tr_graph_output, &out, err);
+    rc = tr_bench_io_alloc(g, n_out, tr_graph_output, &out, err);
     if (rc) goto done;
 
     int have_ref = 0, failures = 0, disagreements = 0;
@@ -467,26 +445,21 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
         row->agrees = row->max_rel_diff <= rep->tolerance;
         if (!row->agrees) disagreements++;
     }
-    rep->all_ok = failures == 0 && disagreements == 0;
-    const char *ref_label = tr_bench_reference_label(rep);
-    if (failures) {
-        rc = tr_bench_first_failure(rep, failures, err);
-    } else if (disagreements) {
-        const struct tr_bench_row *bad = rep->rows;
-        while (bad->agrees) bad++;
+    const struct tr_bench_row *bad;
+    rc = tr_bench_verdict(rep, failures, disagreements, &bad, err);
+    if (bad)
         rc = tr_error_set(err, TR_ERR_NUMERIC,
                           "%d of %d backends disagree with '%s'; '%s' differs by %.2e in output '%s' "
                           "(the %s tolerance is %.0e)",
-                          disagreements, rep->n_rows, ref_label, bad->label, bad->max_rel_diff, bad->worst_output,
-                          rep->dtype, rep->tolerance);
-    }
+                          disagreements, rep->n_rows, tr_bench_reference_label(rep), bad->label, bad->max_rel_diff,
+                          bad->worst_output, rep->dtype, rep->tolerance);
 done:
     for (int u = 0; fs.snap && u < fs.n; u++) tr_host_free(fs.snap[u]);
     free(fs.snap);
     free(fs.nbytes);
-    free_io(in, n_in);
-    free_io(ref, n_out);
-    free_io(out, n_out);
+    tr_bench_io_free(in, n_in);
+    tr_bench_io_free(ref, n_out);
+    tr_bench_io_free(out, n_out);
     tr_weights_free(w);
     tr_task_graph_free(&tg);
     return rc;

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 double tr_bench_now_ms(void) {
@@ -59,4 +60,38 @@ int tr_bench_first_failure(const struct tr_bench_report *rep, int failures, stru
     while (first < rep->rows + rep->n_rows - 1 && first->ok) first++;
     return tr_error_set(err, TR_ERR_PLUGIN, "%d of %d backends failed; %s: %s", failures, rep->n_rows, first->label,
                         first->error);
+}
+
+int tr_bench_verdict(struct tr_bench_report *rep, int failures, int disagreements, const struct tr_bench_row **bad,
+                     struct tr_error *err) {
+    *bad = NULL;
+    rep->all_ok = failures == 0 && disagreements == 0;
+    if (failures) return tr_bench_first_failure(rep, failures, err);
+    if (disagreements) {
+        *bad = rep->rows;
+        while ((*bad)->agrees) (*bad)++;
+    }
+    return TR_OK;
+}
+
+int tr_bench_io_alloc(const struct tr_graph *g, int n, int (*node_of)(const struct tr_graph *, int),
+                      struct tr_tensor **out, struct tr_error *err) {
+    *out = calloc((size_t)(n ? n : 1), sizeof **out);
+    if (!*out) return tr_error_set(err, TR_ERR_NOMEM, "out of memory for %d tensors", n);
+    for (int i = 0; i < n; i++) {
+        struct tr_tensor *t = &(*out)[i];
+        *t = tr_node_tensor(g, node_of(g, i));
+        void *p;
+        int rc = tr_host_alloc(&p, tr_tensor_nbytes(t), err);
+        if (rc) return tr_error_prefix(err, "%s", tr_node_name(g, node_of(g, i)));
+        memset(p, 0, tr_tensor_nbytes(t)); /* never NaN before it is written (a cache, a poisoned output) */
+        t->data = p;
+    }
+    return TR_OK;
+}
+
+void tr_bench_io_free(struct tr_tensor *ts, int n) {
+    if (!ts) return;
+    for (int i = 0; i < n; i++) tr_host_free(ts[i].data);
+    free(ts);
 }

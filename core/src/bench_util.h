@@ -7,9 +7,16 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "trident/bench.h"
+#include "trident/graph.h"
 #include "trident/tensor.h"
 
 double tr_bench_now_ms(void);
+
+/* n zero-filled host tensors shaped as the graph's node_of(g, 0..n-1) (tr_graph_input or
+ * tr_graph_output); on failure what was made stays in *out for tr_bench_io_free. */
+int tr_bench_io_alloc(const struct tr_graph *g, int n, int (*node_of)(const struct tr_graph *, int),
+                      struct tr_tensor **out, struct tr_error *err);
+void tr_bench_io_free(struct tr_tensor *ts, int n);
 
 /* ‖a − b‖ / ‖b‖ over all elements; +inf when a has a non-finite value. */
 double tr_bench_rel_diff(const struct tr_tensor *a, const struct tr_tensor *b);
@@ -26,6 +33,12 @@ const char *tr_bench_reference_label(const struct tr_bench_report *rep);
 
 /* TR_ERR_PLUGIN, "N of M backends failed; LABEL: why" for the first row that failed. */
 int tr_bench_first_failure(const struct tr_bench_report *rep, int failures, struct tr_error *err);
+
+/* The verdict once every row ran: sets rep->all_ok; with failures, the first one's error
+ * (tr_bench_first_failure); else TR_OK, and in *bad the first row that disagrees (NULL
+ * when all agree), for the caller to say how. */
+int tr_bench_verdict(struct tr_bench_report *rep, int failures, int disagreements, const struct tr_bench_row **bad,
+                     struct tr_error *err);
 
 /* Sorts times (n > 0 step times in ms) and fills row's mean, median, p90 and min. */
 void tr_bench_row_times(struct tr_bench_row *row, double *times, int64_t n);

@@ -364,28 +364,6 @@ struct tr_generator {
     int64_t calls, prefills, decodes;
 };
 
-static int alloc_tensors(const struct tr_graph *g, int n, int (*node_of)(const struct tr_graph *, int),
-                         struct tr_tensor **out, struct tr_error *err) {
-    *out = calloc((size_t)(n ? n : 1), sizeof **out);
-    if (!*out) return tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory");
-    for (int i = 0; i < n; i++) {
-        struct tr_tensor *t = &(*out)[i];
-        *t = tr_node_tensor(g, node_of(g, i));
-        void *p;
-        int rc = tr_host_alloc(&p, tr_tensor_nbytes(t), err);
-        if (rc) return tr_error_prefix(err, "generate: %s", tr_node_name(g, node_of(g, i)));
-        memset(p, 0, tr_tensor_nbytes(t)); /* the cache: zeros until written, never NaN */
-        t->data = p;
-    }
-    return TR_OK;
-}
-
-static void free_tensors(struct tr_tensor *ts, int n) {
-    if (!ts) return;
-    for (int i = 0; i < n; i++) tr_host_free(ts[i].data);
-    free(ts);
-}
-
 int tr_generator_init(struct tr_backend *be, const struct tr_model_desc *m, const void *config,
                       const struct tr_generate_graphs *gg, const struct tr_generate_config *gc,
                       struct tr_generator **out, struct tr_error *err) {
@@ -406,9 +384,9 @@ int tr_generator_init(struct tr_backend *be, const struct tr_model_desc *m, cons
         tr_error_prefix(err, "compiling the prefill pass");
     if (!rc && (rc = tr_backend_compile(be, gg->decode, &gen->decode, err)) != TR_OK)
         tr_error_prefix(err, "compiling the decode pass");
-    if (!rc) rc = alloc_tensors(gg->prefill, 1 + K, tr_graph_output, &gen->pre_out, err);
-    if (!rc) rc = alloc_tensors(gg->decode, p->n_step_inputs + K, tr_graph_input, &gen->dec_in, err);
-    if (!rc) rc = alloc_tensors(gg->decode, 1 + K, tr_graph_output, &gen->dec_out, err);
+    if (!rc) rc = tr_bench_io_alloc(gg->prefill, 1 + K, tr_graph_output, &gen->pre_out, err);
+    if (!rc) rc = tr_bench_io_alloc(gg->decode, p->n_step_inputs + K, tr_graph_input, &gen->dec_in, err);
+    if (!rc) rc = tr_bench_io_alloc(gg->decode, 1 + K, tr_graph_output, &gen->dec_out, err);
     if (!rc && !(gen->fed = calloc((size_t)gg->opts.batch, sizeof *gen->fed)))
         rc = tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory");
     if (rc) {
@@ -422,9 +400,9 @@ int tr_generator_init(struct tr_backend *be, const struct tr_model_desc *m, cons
 void tr_generator_free(struct tr_generator *gen) {
     if (!gen) return;
     const struct tr_generate_plan *p = &gen->gg->plan;
-    free_tensors(gen->pre_out, 1 + gen->host_cache);
-    free_tensors(gen->dec_in, p->n_step_inputs + gen->host_cache);
-    free_tensors(gen->dec_out, 1 + gen->host_cache);
+    tr_bench_io_free(gen->pre_out, 1 + gen->host_cache);
+    tr_bench_io_free(gen->dec_in, p->n_step_inputs + gen->host_cache);
+    tr_bench_io_free(gen->dec_out, 1 + gen->host_cache);
     free(gen->fed);
     tr_program_free(gen->prefill);
     tr_program_free(gen->decode);

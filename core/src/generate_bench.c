@@ -284,28 +284,23 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, str
         row->agrees = row->max_rel_diff <= rep->tolerance && (row->tokens_agree || row->tokens_tie);
         if (!row->agrees) disagreements++;
     }
-    rep->all_ok = failures == 0 && disagreements == 0;
+    const struct tr_bench_row *bad;
+    rc = tr_bench_verdict(rep, failures, disagreements, &bad, err);
     const char *ref_label = tr_bench_reference_label(rep);
-    if (failures) {
-        rc = tr_bench_first_failure(rep, failures, err);
-    } else if (disagreements) {
-        const struct tr_bench_row *bad = rep->rows;
-        while (bad->agrees) bad++;
-        if (!bad->tokens_agree && !bad->tokens_tie)
-            rc = tr_error_set(err, TR_ERR_NUMERIC,
-                              "%d of %d backends disagree with '%s'; '%s' generated another token for sample %lld at "
-                              "new token %lld, not a near tie (the reference's logits of the two differ by %.3g; "
-                              "prefill logits differ by %.2e; the %s tolerance is %.0e)",
-                              disagreements, rep->n_rows, ref_label, bad->label, (long long)bad->mismatch_sample,
-                              (long long)bad->mismatch_step + 1, bad->tie_gap, bad->max_rel_diff, rep->dtype,
-                              rep->tolerance);
-        else
-            rc = tr_error_set(err, TR_ERR_NUMERIC,
-                              "%d of %d backends disagree with '%s'; '%s' differs by %.2e in the prefill logits (the "
-                              "%s tolerance is %.0e)",
-                              disagreements, rep->n_rows, ref_label, bad->label, bad->max_rel_diff, rep->dtype,
-                              rep->tolerance);
-    }
+    if (bad && !bad->tokens_agree && !bad->tokens_tie)
+        rc = tr_error_set(err, TR_ERR_NUMERIC,
+                          "%d of %d backends disagree with '%s'; '%s' generated another token for sample %lld at "
+                          "new token %lld, not a near tie (the reference's logits of the two differ by %.3g; "
+                          "prefill logits differ by %.2e; the %s tolerance is %.0e)",
+                          disagreements, rep->n_rows, ref_label, bad->label, (long long)bad->mismatch_sample,
+                          (long long)bad->mismatch_step + 1, bad->tie_gap, bad->max_rel_diff, rep->dtype,
+                          rep->tolerance);
+    else if (bad)
+        rc = tr_error_set(err, TR_ERR_NUMERIC,
+                          "%d of %d backends disagree with '%s'; '%s' differs by %.2e in the prefill logits (the "
+                          "%s tolerance is %.0e)",
+                          disagreements, rep->n_rows, ref_label, bad->label, bad->max_rel_diff, rep->dtype,
+                          rep->tolerance);
 done:
     for (int i = 0; prompt && i < n_prompt; i++) tr_host_free(prompt[i].data);
     free(prompt);

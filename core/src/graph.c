@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "trident/graph.h"
+#include "graph_nodes.h"
 
 /* graph_infer.c: dtype and shape of a node of `op` over `in`; may normalise attrs in
  * place. On failure writes the reason (shapes included) into msg and returns a status. */
@@ -416,30 +417,15 @@ int tr_graph_add_node(struct tr_graph *g, enum tr_op op, int n_inputs, const int
         n.attrs.floats[0] = 1.0f;
     }
     char msg[TR_ERROR_MSG_MAX - 2 * TR_NAME_MAX];
-    int st = tr_graph_infer_node(g, op, n_inputs, n.inputs, &n.attrs, &n.dtype, &n.ndim, n.shape, msg, sizeof msg);
-    if (st != TR_OK) {
-        graph_fail(g, st, "node %d %s '%s': %s", id, on, n.name, msg);
+    int rc = tr_graph_infer_node(g, op, n_inputs, n.inputs, &n.attrs, &n.dtype, &n.ndim, n.shape, msg, sizeof msg);
+    if (rc != TR_OK) {
+        graph_fail(g, rc, "node %d %s '%s': %s", id, on, n.name, msg);
         return -1;
     }
     return append_node(g, &n, 0);
 }
 
 /* ---- builders ---- */
-
-static struct tr_attrs attrs0(void) {
-    struct tr_attrs a;
-    memset(&a, 0, sizeof a);
-    return a;
-}
-
-static int node1(struct tr_graph *g, enum tr_op op, int x, const struct tr_attrs *a) {
-    return tr_graph_add_node(g, op, 1, &x, a);
-}
-
-static int node2(struct tr_graph *g, enum tr_op op, int x, int y, const struct tr_attrs *a) {
-    int in[2] = {x, y};
-    return tr_graph_add_node(g, op, 2, in, a);
-}
 
 int tr_matmul(struct tr_graph *g, int a, int b, int trans_a, int trans_b) {
     struct tr_attrs at = attrs0();

@@ -58,10 +58,10 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
     case TR_OP_SCALE:
         fprintf(f, " alpha=%g beta=%g", (double)a->floats[0], (double)a->floats[1]);
         break;
-    case TR_OP_LAYER_NORM:
+    case TR_OP_LAYER_NORM: case TR_OP_LAYER_NORM_GRAD: case TR_OP_LAYER_NORM_GRAD_GAMMA:
         fprintf(f, " eps=%g", (double)a->floats[0]);
         break;
-    case TR_OP_RESHAPE:
+    case TR_OP_RESHAPE: case TR_OP_BROADCAST:
         print_ints(f, "shape", a->ints, a->n_ints);
         break;
     case TR_OP_TRANSPOSE:
@@ -74,7 +74,7 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
     case TR_OP_CONCAT: case TR_OP_UPDATE_SLICE:
         fprintf(f, " axis=%lld", (long long)a->ints[0]);
         break;
-    case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX:
+    case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX: case TR_OP_MAX_GRAD:
         fprintf(f, " axis=%lld keepdims=%lld", (long long)a->ints[0], (long long)a->ints[1]);
         break;
     case TR_OP_CAST:
@@ -89,9 +89,6 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
         if (a->ints[0] == TR_OP_GELU) fprintf(f, " approximate=%s", a->ints[1] ? "tanh" : "none");
         if (a->ints[0] == TR_OP_SCALE) fprintf(f, " alpha=%g", (double)a->floats[0]);
         break;
-    case TR_OP_LAYER_NORM_GRAD: case TR_OP_LAYER_NORM_GRAD_GAMMA:
-        fprintf(f, " eps=%g", (double)a->floats[0]);
-        break;
     case TR_OP_EMBEDDING_GRAD:
         fprintf(f, " V=%lld", (long long)a->ints[0]);
         break;
@@ -99,12 +96,6 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
         fprintf(f, " d%c scale=%g causal=%lld", "qkv"[a->ints[2] >= 0 && a->ints[2] < 3 ? a->ints[2] : 0],
                 (double)a->floats[0], (long long)a->ints[0]);
         if (a->ints[1]) fprintf(f, " window=%lld", (long long)a->ints[1]);
-        break;
-    case TR_OP_BROADCAST:
-        print_ints(f, "shape", a->ints, a->n_ints);
-        break;
-    case TR_OP_MAX_GRAD:
-        fprintf(f, " axis=%lld keepdims=%lld", (long long)a->ints[0], (long long)a->ints[1]);
         break;
     case TR_OP_SLICE_GRAD:
         fprintf(f, " axis=%lld start=%lld step=%lld extent=%lld", (long long)a->ints[0], (long long)a->ints[1],

@@ -79,8 +79,8 @@ static int broadcast(int na, const int64_t *a, int nb, const int64_t *b, int *no
 
 static int infer_binary(struct ctx *c, const struct arg *a, int *dt, int *nd, int64_t *sh) {
     static const char *const what[] = {"a", "b"};
-    int st = same_float(c, 2, a, what);
-    if (st) return st;
+    int rc = same_float(c, 2, a, what);
+    if (rc) return rc;
     int r = broadcast(a[0].nd, a[0].sh, a[1].nd, a[1].sh, nd, sh);
     if (r < 0) {
         int n = a[0].nd > a[1].nd ? a[0].nd : a[1].nd;
@@ -94,8 +94,8 @@ static int infer_binary(struct ctx *c, const struct arg *a, int *dt, int *nd, in
 /* Stores alpha resolved: 0 becomes 1 (tr_matmul_alpha). */
 static int infer_matmul(struct ctx *c, const struct arg *a, struct tr_attrs *at, int *dt, int *nd, int64_t *sh) {
     static const char *const what[] = {"a", "b"};
-    int st = same_float(c, 2, a, what);
-    if (st) return st;
+    int rc = same_float(c, 2, a, what);
+    if (rc) return rc;
     int64_t ta = at->ints[0], tb = at->ints[1];
     if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
         return refuse(c, TR_ERR_INVALID, "trans_a=%lld trans_b=%lld, each must be 0 or 1", (long long)ta,
@@ -124,8 +124,8 @@ static int infer_matmul(struct ctx *c, const struct arg *a, struct tr_attrs *at,
 static int infer_layer_norm(struct ctx *c, const struct arg *a, const struct tr_attrs *at, int *dt, int *nd,
                             int64_t *sh) {
     static const char *const what[] = {"x", "gamma", "beta"};
-    int st = same_float(c, 3, a, what);
-    if (st) return st;
+    int rc = same_float(c, 3, a, what);
+    if (rc) return rc;
     if (a[0].nd < 1) return refuse(c, TR_ERR_SHAPE, "x %s needs at least 1 dimension", a[0].str);
     int64_t d = a[0].sh[a[0].nd - 1];
     for (int i = 1; i < 3; i++)
@@ -218,8 +218,8 @@ static int infer_transpose(struct ctx *c, const struct arg *x, const struct tr_a
 
 static int infer_slice(struct ctx *c, const struct arg *x, struct tr_attrs *at, int *nd, int64_t *sh) {
     int64_t axis = at->ints[0], start = at->ints[1], end = at->ints[2], step = at->ints[3];
-    int st = norm_axis(c, &axis, x->nd, "axis", x);
-    if (st) return st;
+    int rc = norm_axis(c, &axis, x->nd, "axis", x);
+    if (rc) return rc;
     int64_t dim = x->sh[axis];
     if (step <= 0) return refuse(c, TR_ERR_INVALID, "step %lld, expected > 0 (x %s)", (long long)step, x->str);
     int64_t s = start < 0 ? start + dim : start, e = end < 0 ? end + dim : end;
@@ -241,8 +241,8 @@ static int infer_concat(struct ctx *c, int n, const struct arg *a, struct tr_att
                         int64_t *sh) {
     int64_t axis = at->ints[0];
     if (a[0].nd < 1) return refuse(c, TR_ERR_SHAPE, "input 0 %s has no axis to concatenate on", a[0].str);
-    int st = norm_axis(c, &axis, a[0].nd, "axis", &a[0]);
-    if (st) return st;
+    int rc = norm_axis(c, &axis, a[0].nd, "axis", &a[0]);
+    if (rc) return rc;
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
         if (a[i].dt != a[0].dt)
@@ -264,11 +264,11 @@ static int infer_concat(struct ctx *c, int n, const struct arg *a, struct tr_att
 
 static int infer_reduce(struct ctx *c, const struct arg *x, struct tr_attrs *at, int *nd, int64_t *sh) {
     static const char *const what[] = {"x"};
-    int st = same_float(c, 1, x, what);
-    if (st) return st;
+    int rc = same_float(c, 1, x, what);
+    if (rc) return rc;
     if (x->nd < 1) return refuse(c, TR_ERR_SHAPE, "x %s has no axis to reduce", x->str);
     int64_t axis = at->ints[0], keep = at->ints[1];
-    if ((st = norm_axis(c, &axis, x->nd, "axis", x))) return st;
+    if ((rc = norm_axis(c, &axis, x->nd, "axis", x))) return rc;
     if (keep != 0 && keep != 1) return refuse(c, TR_ERR_INVALID, "keepdims %lld, expected 0 or 1", (long long)keep);
     at->ints[0] = axis;
     int k = 0;
@@ -285,8 +285,8 @@ static int infer_reduce(struct ctx *c, const struct arg *x, struct tr_attrs *at,
 static int infer_attention(struct ctx *c, int n, const struct arg *a, struct tr_attrs *at, int *dt, int *nd,
                            int64_t *sh) {
     static const char *const what[] = {"q", "k", "v"};
-    int st = same_float(c, 3, a, what);
-    if (st) return st;
+    int rc = same_float(c, 3, a, what);
+    if (rc) return rc;
     const struct arg *q = &a[0], *k = &a[1], *v = &a[2];
     if (q->nd != 4 || k->nd != 4 || v->nd != 4)
         return refuse(c, TR_ERR_SHAPE, "q %s, k %s, v %s: each must be 4-D (B,H,T,D)", q->str, k->str, v->str);
@@ -345,8 +345,8 @@ static void copy_shape(const struct arg *x, int *dt, int *nd, int64_t *sh) {
 /* (x, dy) with dy shaped like x, one float dtype; result like x. */
 static int infer_like_x(struct ctx *c, const struct arg *a, const char *x_name, int *dt, int *nd, int64_t *sh) {
     const char *what[] = {x_name, "dy"};
-    int st = same_float(c, 2, a, what);
-    if (st) return st;
+    int rc = same_float(c, 2, a, what);
+    if (rc) return rc;
     if (!same_shape(&a[0], &a[1]))
         return refuse(c, TR_ERR_SHAPE, "dy %s must have the shape of %s %s", a[1].str, x_name, a[0].str);
     copy_shape(&a[0], dt, nd, sh);
@@ -371,8 +371,8 @@ static int infer_layer_norm_grad(struct ctx *c, int op, const struct arg *a, con
     const struct arg *x = &a[0], *dy = op == TR_OP_LAYER_NORM_GRAD ? &a[2] : &a[1];
     static const char *const what3[] = {"x", "gamma", "dy"};
     static const char *const what2[] = {"x", "dy"};
-    int st = op == TR_OP_LAYER_NORM_GRAD ? same_float(c, 3, a, what3) : same_float(c, 2, a, what2);
-    if (st) return st;
+    int rc = op == TR_OP_LAYER_NORM_GRAD ? same_float(c, 3, a, what3) : same_float(c, 2, a, what2);
+    if (rc) return rc;
     if (x->nd < 1) return refuse(c, TR_ERR_SHAPE, "x %s needs at least 1 dimension", x->str);
     if (!same_shape(x, dy)) return refuse(c, TR_ERR_SHAPE, "dy %s must have the shape of x %s", dy->str, x->str);
     int64_t d = x->sh[x->nd - 1];
@@ -418,8 +418,8 @@ static int infer_attention_grad(struct ctx *c, int n, const struct arg *a, struc
     if (n == 5) fwd[3] = a[4];
     int y_dt, y_nd;
     int64_t y_sh[TR_MAX_DIMS];
-    int st = infer_attention(c, n - 1, fwd, at, &y_dt, &y_nd, y_sh);
-    if (st) return st;
+    int rc = infer_attention(c, n - 1, fwd, at, &y_dt, &y_nd, y_sh);
+    if (rc) return rc;
     const struct arg *dy = &a[3];
     int ok = dy->dt == y_dt && dy->nd == y_nd;
     for (int i = 0; ok && i < y_nd; i++) ok = dy->sh[i] == y_sh[i];
@@ -461,11 +461,11 @@ static int infer_broadcast(struct ctx *c, const struct arg *x, const struct tr_a
 
 static int infer_max_grad(struct ctx *c, const struct arg *a, struct tr_attrs *at, int *dt, int *nd, int64_t *sh) {
     static const char *const what[] = {"x", "dy"};
-    int st = same_float(c, 2, a, what);
-    if (st) return st;
+    int rc = same_float(c, 2, a, what);
+    if (rc) return rc;
     int rnd = 0;
     int64_t rsh[TR_MAX_DIMS];
-    if ((st = infer_reduce(c, &a[0], at, &rnd, rsh))) return st;
+    if ((rc = infer_reduce(c, &a[0], at, &rnd, rsh))) return rc;
     int ok = a[1].nd == rnd;
     for (int i = 0; ok && i < rnd; i++) ok = a[1].sh[i] == rsh[i];
     if (!ok) {
@@ -480,8 +480,8 @@ static int infer_max_grad(struct ctx *c, const struct arg *a, struct tr_attrs *a
 
 static int infer_slice_grad(struct ctx *c, const struct arg *dy, struct tr_attrs *at, int *dt, int *nd, int64_t *sh) {
     int64_t axis = at->ints[0], start = at->ints[1], step = at->ints[3], full = at->ints[4];
-    int st = norm_axis(c, &axis, dy->nd, "axis", dy);
-    if (st) return st;
+    int rc = norm_axis(c, &axis, dy->nd, "axis", dy);
+    if (rc) return rc;
     int64_t n = dy->sh[axis];
     if (step <= 0 || start < 0)
         return refuse(c, TR_ERR_INVALID, "start %lld step %lld, expected start >= 0 and step > 0 (dy %s)",
@@ -526,8 +526,8 @@ static int infer_cross_entropy(struct ctx *c, int op, int n, const struct arg *a
 
 static int infer_mse(struct ctx *c, const struct arg *a, int *dt, int *nd) {
     static const char *const what[] = {"pred", "target"};
-    int st = same_float(c, 2, a, what);
-    if (st) return st;
+    int rc = same_float(c, 2, a, what);
+    if (rc) return rc;
     if (!same_shape(&a[0], &a[1]))
         return refuse(c, TR_ERR_SHAPE, "pred %s and target %s must have one shape", a[0].str, a[1].str);
     *dt = loss_dtype(a[0].dt);
@@ -571,8 +571,8 @@ static int infer_rms_norm(struct ctx *c, int op, const struct arg *a, const stru
     static const char *const what_w[] = {"x", "dy"};
     int n = op == TR_OP_RMS_NORM_GRAD ? 3 : 2;
     const char *const *what = op == TR_OP_RMS_NORM ? what_f : op == TR_OP_RMS_NORM_GRAD ? what_g : what_w;
-    int st = same_float(c, n, a, what);
-    if (st) return st;
+    int rc = same_float(c, n, a, what);
+    if (rc) return rc;
     const struct arg *x = &a[0];
     if (x->nd < 1) return refuse(c, TR_ERR_SHAPE, "x %s needs at least 1 dimension", x->str);
     int64_t d = x->sh[x->nd - 1];
@@ -600,8 +600,8 @@ static int infer_rms_norm(struct ctx *c, int op, const struct arg *a, const stru
 /* ROPE (x (B,H,T,D), pos (T) or (B,T) i32/i64). Stores R normalised: 0 becomes D. */
 static int infer_rope(struct ctx *c, const struct arg *a, struct tr_attrs *at, int *dt, int *nd, int64_t *sh) {
     static const char *const what[] = {"x"};
-    int st = same_float(c, 1, a, what);
-    if (st) return st;
+    int rc = same_float(c, 1, a, what);
+    if (rc) return rc;
     const struct arg *x = &a[0], *pos = &a[1];
     if (x->nd != 4) return refuse(c, TR_ERR_SHAPE, "x %s must be 4-D (B,H,T,D)", x->str);
     int64_t B = x->sh[0], T = x->sh[2], D = x->sh[3];
@@ -636,8 +636,8 @@ static int infer_update_slice(struct ctx *c, const struct arg *a, struct tr_attr
         return refuse(c, TR_ERR_SHAPE, "update is %s, expected x's dtype (x %s)", u->str, x->str);
     if (x->nd < 1) return refuse(c, TR_ERR_SHAPE, "x %s needs at least 1 dimension", x->str);
     int64_t axis = at->ints[0];
-    int st = norm_axis(c, &axis, x->nd, "axis", x);
-    if (st) return st;
+    int rc = norm_axis(c, &axis, x->nd, "axis", x);
+    if (rc) return rc;
     int ok = u->nd == x->nd;
     for (int i = 0; ok && i < x->nd; i++)
         ok = i == axis ? u->sh[i] <= x->sh[i] : u->sh[i] == x->sh[i];
@@ -669,8 +669,8 @@ int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *i
     case TR_OP_GELU: case TR_OP_TANH: case TR_OP_RELU: case TR_OP_SILU: case TR_OP_SIGMOID:
     case TR_OP_EXP: case TR_OP_NEG: case TR_OP_SQRT: case TR_OP_RSQRT: case TR_OP_SCALE:
     case TR_OP_SOFTMAX: {
-        int st = same_float(&c, 1, a, x_what);
-        if (st) return st;
+        int rc = same_float(&c, 1, a, x_what);
+        if (rc) return rc;
         if (op == TR_OP_GELU && attrs->ints[0] != 0 && attrs->ints[0] != 1)
             return refuse(&c, TR_ERR_INVALID, "approximate %lld, expected 0 (erf) or 1 (tanh)",
                           (long long)attrs->ints[0]);

@@ -2,11 +2,15 @@
  * TR_HOST_API_LIST, the same list that declares struct tr_host_api, so a slot cannot
  * be left out or bound to a function of another signature (that is an incompatible
  * pointer assignment, an error under -Werror). */
+#include <stdlib.h>
 #include "trident/backend.h"
 #include "trident/graph.h"
 #include "trident/kernels.h"
 #include "trident/loader.h"
 #include "trident/log.h"
+
+void *tr_host_api_alloc(size_t nbytes) { return malloc(nbytes); }
+void tr_host_api_free(void *p) { free(p); }
 
 // clang-format off
 static const struct tr_host_api host_api = {

@@ -382,6 +382,65 @@ done:
 
 static const char *be_name(const struct tr_backend *be) { return be->plugin->iface.name; }
 
+const char *tr_caps_str(uint64_t caps, char *buf, size_t n) {
+    static const struct { uint64_t cap; const char *name; } names[] = {
+        {TR_CAP_CPU, "cpu"},   {TR_CAP_CUDA, "cuda"}, {TR_CAP_F32, "f32"},
+        {TR_CAP_BF16, "bf16"}, {TR_CAP_F16, "f16"},   {TR_CAP_TRAINING, "training"},
+    };
+    size_t k = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((caps & names[i].cap) && k < n)
+            k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? " " : "", names[i].name);
+    if (!buf[0]) snprintf(buf, n, "(none)");
+    return buf;
+}
+
+/* The cap a dtype needs; 0 for the integer dtypes every backend moves (ids, positions). */
+static uint64_t dtype_cap(int dtype) {
+    switch (dtype) {
+    case TR_DTYPE_F32: return TR_CAP_F32;
+    case TR_DTYPE_BF16: return TR_CAP_BF16;
+    case TR_DTYPE_F16: return TR_CAP_F16;
+    default: return 0;
+    }
+}
+
+/* A backend is held to what it declares: a device, a graph node's dtype or a training
+ * step the caps do not list is refused here, by name, rather than run on a path its author
+ * never meant (and may never have tested). */
+static int check_caps(const struct tr_backend *be, const struct tr_graph *g, struct tr_error *err) {
+    uint64_t caps = be->plugin->iface.caps;
+    char has[96];
+    /* The plugin's own init may have refused the device already, in its words; one that
+     * did not is still held to its caps. */
+    uint64_t dev = be->device_type == TR_DEVICE_CUDA ? TR_CAP_CUDA : TR_CAP_CPU;
+    if (!(caps & dev))
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "backend '%s' does not declare %s, so it does not run on %s; "
+                            "it declares %s", be_name(be), dev == TR_CAP_CUDA ? "TR_CAP_CUDA" : "TR_CAP_CPU",
+                            dev == TR_CAP_CUDA ? "cuda" : "cpu", tr_caps_str(caps, has, sizeof has));
+    for (int id = 0; id < tr_graph_n_nodes(g); id++) {
+        int dt = tr_node_dtype(g, id), op = tr_node_op(g, id);
+        uint64_t need = dtype_cap(dt);
+        const char *cap = need == TR_CAP_F32 ? "TR_CAP_F32" : need == TR_CAP_BF16 ? "TR_CAP_BF16" : "TR_CAP_F16";
+        if (need && !(caps & need))
+            return tr_error_set(err, TR_ERR_UNSUPPORTED,
+                                "backend '%s' does not declare %s: node %d '%s' (%s) is %s; it declares %s",
+                                be_name(be), cap, id, tr_node_name(g, id), tr_op_name(op),
+                                tr_dtype_name((enum tr_dtype)dt), tr_caps_str(caps, has, sizeof has));
+        if (tr_op_is_training(op) && !(caps & TR_CAP_TRAINING))
+            return tr_error_set(err, TR_ERR_UNSUPPORTED,
+                                "backend '%s' does not declare TR_CAP_TRAINING: node %d '%s' is %s, a training op; "
+                                "it declares %s",
+                                be_name(be), id, tr_node_name(g, id), tr_op_name(op), tr_caps_str(caps, has, sizeof has));
+    }
+    if (tr_graph_n_updates(g) > 0 && !(caps & TR_CAP_TRAINING))
+        return tr_error_set(err, TR_ERR_UNSUPPORTED,
+                            "backend '%s' does not declare TR_CAP_TRAINING: the graph updates %d params; it declares %s",
+                            be_name(be), tr_graph_n_updates(g), tr_caps_str(caps, has, sizeof has));
+    return TR_OK;
+}
+
 int tr_backend_init(struct tr_plugin *p, const struct tr_backend_params *params, struct tr_backend **out,
                     struct tr_error *err) {
     if (!out) return tr_error_set(err, TR_ERR_INVALID, "tr_backend_init: out is NULL");
@@ -440,6 +499,8 @@ int tr_backend_compile(struct tr_backend *be, const struct tr_graph *g, struct t
                             "ABI %u.%u; rebuild the plugin against this trident",
                             be_name(be), TR_ABI_GET_MAJOR(ver), TR_ABI_GET_MINOR(ver), tr_graph_n_updates(g),
                             TR_ABI_MAJOR, MINOR_UPDATES);
+    int crc = check_caps(be, g, err);
+    if (crc != TR_OK) return crc;
     struct tr_program *prog = calloc(1, sizeof *prog);
     if (!prog) return tr_error_set(err, TR_ERR_NOMEM, "tr_backend_compile: out of memory");
     prog->be = be;

@@ -28,6 +28,3 @@ void tr_log(int level, const char *fmt, ...) {
     fputc('\n', stderr);
     va_end(ap);
 }
-
-void *tr_host_api_alloc(size_t nbytes) { return malloc(nbytes); }
-void tr_host_api_free(void *p) { free(p); }

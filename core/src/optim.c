@@ -12,16 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 #include "trident/optim.h"
+#include "graph_nodes.h"
 
 static int is_f32_scalar(const struct tr_graph *g, int id) {
     return id >= 0 && id < tr_graph_n_nodes(g) && tr_node_dtype(g, id) == TR_DTYPE_F32 && tr_node_ndim(g, id) == 0;
-}
-
-static int same_shape(const struct tr_graph *g, int a, int b) {
-    if (tr_node_ndim(g, a) != tr_node_ndim(g, b)) return 0;
-    for (int d = 0; d < tr_node_ndim(g, a); d++)
-        if (tr_node_shape(g, a)[d] != tr_node_shape(g, b)[d]) return 0;
-    return 1;
 }
 
 static const char *node_str(const struct tr_graph *g, int id, char *buf, size_t n) {
@@ -35,8 +29,8 @@ static int check_common(const struct tr_graph *g, const char *opt, int n, const 
                         const struct tr_optim_update *out, int n_suffix, const char *const *suffixes,
                         struct tr_error *err) {
     if (!g) return tr_error_set(err, TR_ERR_INVALID, "%s: graph is NULL", opt);
-    int st = tr_graph_status(g, err); /* a dead graph: its first error */
-    if (st) return st;
+    int rc = tr_graph_status(g, err); /* a dead graph: its first error */
+    if (rc) return rc;
     if (n < 1) return tr_error_set(err, TR_ERR_INVALID, "%s: %d parameters, expected at least 1", opt, n);
     if (!params || !grads || !out)
         return tr_error_set(err, TR_ERR_INVALID, "%s: %s is NULL", opt, !params ? "params" : !grads ? "grads" : "out");
@@ -64,15 +58,15 @@ static int check_common(const struct tr_graph *g, const char *opt, int n, const 
                 return tr_error_set(err, TR_ERR_INVALID, "%s: param '%s' is listed twice (params[%d] and [%d])", opt,
                                     name, j, i);
         for (int s = 0; s < n_suffix; s++) {
-            char st[TR_NAME_MAX + 16];
-            int len = snprintf(st, sizeof st, "%s.%s", name, suffixes[s]);
+            char state[TR_NAME_MAX + 16];
+            int len = snprintf(state, sizeof state, "%s.%s", name, suffixes[s]);
             if (len >= TR_NAME_MAX)
-                return tr_error_set(err, TR_ERR_INVALID, "%s: state name '%s' is longer than %d characters", opt, st,
+                return tr_error_set(err, TR_ERR_INVALID, "%s: state name '%s' is longer than %d characters", opt, state,
                                     TR_NAME_MAX - 1);
-            int other = tr_graph_find(g, st);
+            int other = tr_graph_find(g, state);
             if (other >= 0)
                 return tr_error_set(err, TR_ERR_INVALID, "%s: state name '%s' is already used by node %d (an "
-                                    "optimizer built twice for '%s'?)", opt, st, other, name);
+                                    "optimizer built twice for '%s'?)", opt, state, other, name);
         }
     }
     return TR_OK;
@@ -92,9 +86,9 @@ static int to_dtype(struct tr_graph *g, int x, enum tr_dtype dt) {
 }
 
 static int finish(struct tr_graph *g, const char *opt, struct tr_error *err) {
-    int st = tr_graph_status(g, err);
-    if (st && err) tr_error_prefix(err, "%s", opt);
-    return st;
+    int rc = tr_graph_status(g, err);
+    if (rc && err) tr_error_prefix(err, "%s", opt);
+    return rc;
 }
 
 int tr_adamw(struct tr_graph *g, const struct tr_adamw *hp, int n, const int *params, const int *grads, int lr,
@@ -110,8 +104,8 @@ int tr_adamw(struct tr_graph *g, const struct tr_adamw *hp, int n, const int *pa
         return tr_error_set(err, TR_ERR_INVALID, "adamw: eps %g, expected a finite value > 0", (double)eps);
     if (!(wd >= 0.0f) || isinf(wd))
         return tr_error_set(err, TR_ERR_INVALID, "adamw: weight_decay %g, expected a finite value >= 0", (double)wd);
-    int st = check_common(g, "adamw", n, params, grads, lr, out, 2, suffixes, err);
-    if (st) return st;
+    int rc = check_common(g, "adamw", n, params, grads, lr, out, 2, suffixes, err);
+    if (rc) return rc;
     if (!is_f32_scalar(g, step)) {
         char s1[160];
         return tr_error_set(err, TR_ERR_SHAPE, "adamw: step node %d is %s, expected a 0-d f32 node", step,
@@ -143,8 +137,8 @@ int tr_sgd(struct tr_graph *g, float momentum, float weight_decay, int n, const 
     if (!(weight_decay >= 0.0f) || isinf(weight_decay))
         return tr_error_set(err, TR_ERR_INVALID, "sgd: weight_decay %g, expected a finite value >= 0",
                             (double)weight_decay);
-    int st = check_common(g, "sgd", n, params, grads, lr, out, momentum > 0.0f, suffixes, err);
-    if (st) return st;
+    int rc = check_common(g, "sgd", n, params, grads, lr, out, momentum > 0.0f, suffixes, err);
+    if (rc) return rc;
     for (int i = 0; i < n; i++) {
         int p = params[i];
         /* f64 parameters keep f64 (finite-difference checks); the rest update in f32 */

@@ -353,7 +353,8 @@ static int mb_execute(void *ctx, void *prog, int n_inputs, const struct tr_tenso
     }
     /* Training state (ABI 1.1): each updated PARAM takes its new value, after every node
      * of the step has read the old one. Its host memory is ours to write. */
-    for (int u = 0; u < host->graph_n_updates(g); u++) {
+    int n_updates = tr_host_api_has_updates(host) ? host->graph_n_updates(g) : 0;
+    for (int u = 0; u < n_updates; u++) {
         int param = host->graph_update_param(g, u), value = host->graph_update_value(g, u);
         size_t bytes = (size_t)numel(g, param) * host->dtype_size((enum tr_dtype)host->node_dtype(g, param));
         int rc = host->kernels_to_host(c->k, (void *)host->node_data(g, param), value_of(p, value, n_inputs, inputs),
@@ -397,10 +398,12 @@ TR_BACKEND_EXPORT int tr_backend_entry(uint32_t host_abi, const struct tr_host_a
                                        const struct tr_backend_i **iface, struct tr_error *err) {
     /* A host of another major may lay its table out differently: touch nothing of it. */
     if (TR_ABI_GET_MAJOR(host_abi) != TR_ABI_MAJOR || !h) return TR_ERR_PLUGIN;
-    /* The host table of this header's minor must be all there (a newer host's is longer). */
-    if (h->struct_size < sizeof *h)
+    /* Every 1.0 slot must be there; the 1.1 update slots are read only where the table
+     * has them (tr_host_api_has_updates), so a 1.0 host runs our plain graphs. */
+    if (h->struct_size < TR_HOST_API_MIN_SIZE_1_0)
         return h->error_set(err, TR_ERR_PLUGIN, "backend " MB_NAME ": host table of %u bytes, need %zu (host ABI %u.%u)",
-                            h->struct_size, sizeof *h, TR_ABI_GET_MAJOR(host_abi), TR_ABI_GET_MINOR(host_abi));
+                            h->struct_size, (size_t)TR_HOST_API_MIN_SIZE_1_0, TR_ABI_GET_MAJOR(host_abi),
+                            TR_ABI_GET_MINOR(host_abi));
     host = h;
     *iface = &vtable;
     return TR_OK;

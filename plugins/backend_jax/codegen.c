@@ -15,8 +15,9 @@
  * stores. A gather (embedding) fixes the last axis (its row of the table) and looks its
  * id up once per row.
  *
- * On cuda the same analysis and member expressions are written as CUDA C (codegen_cuda.c,
- * through codegen.h); only the prelude, the signatures and the loops differ. */
+ * On cuda the same analysis, member expressions and reduction rows are written as CUDA C
+ * (codegen_cuda.c, through codegen.h); only the prelude, the signatures, the walk over rows
+ * and columns and how a row's threads join their partial results differ. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -285,63 +286,45 @@ void cg_emit_load_expr(struct sb *b, const struct kgen *g, int li) {
     else cg_sb_printf(b, "(float)a%d[%s]", l->arg, idx);
 }
 
+/* Writes tmpl with each "$0" / "$1" replaced by the member's first / second operand. */
+static void emit_template(struct sb *b, const struct kgen *g, const struct tr_pir_node *n, const char *tmpl) {
+    for (const char *s = tmpl; *s;) {
+        const char *d = strchr(s, '$');
+        if (!d) {
+            cg_sb_printf(b, "%s", s);
+            return;
+        }
+        cg_sb_printf(b, "%.*s", (int)(d - s), s);
+        cg_operand(b, g, n->in[d[1] - '0']);
+        s = d + 2;
+    }
+}
+
 void cg_emit_member(struct sb *b, const struct kgen *g, int id) {
     const struct tr_pir_node *n = &g->p->nodes[id];
     cg_sb_printf(b, "%sconst float v%d = ", g->ind, cg_vid(g, id));
-    const char *bin = n->op == TR_OP_ADD ? " + " : n->op == TR_OP_SUB ? " - " : n->op == TR_OP_MUL ? " * " : " / ";
+    const char *tmpl = NULL;
     switch (n->op) {
-    case TR_OP_ADD: case TR_OP_SUB: case TR_OP_MUL: case TR_OP_DIV:
-        cg_operand(b, g, n->in[0]);
-        cg_sb_printf(b, "%s", bin);
-        cg_operand(b, g, n->in[1]);
-        break;
-    case TR_OP_GELU:
-        cg_sb_printf(b, "%s(", n->attrs.ints[0] ? "gelu_tanh" : "gelu_erf");
-        cg_operand(b, g, n->in[0]);
-        cg_sb_printf(b, ")");
-        break;
-    case TR_OP_TANH: case TR_OP_SIGMOID: case TR_OP_EXP: case TR_OP_SQRT:
-        cg_sb_printf(b, "%s(", n->op == TR_OP_TANH ? "ftanh" : n->op == TR_OP_SIGMOID ? "fsigmoid"
-                            : n->op == TR_OP_EXP ? "fexp" : "sqrtf");
-        cg_operand(b, g, n->in[0]);
-        cg_sb_printf(b, ")");
-        break;
-    case TR_OP_RSQRT:
-        cg_sb_printf(b, "1.0f / sqrtf(");
-        cg_operand(b, g, n->in[0]);
-        cg_sb_printf(b, ")");
-        break;
-    case TR_OP_NEG:
-        cg_sb_printf(b, "-");
-        cg_operand(b, g, n->in[0]);
-        break;
-    case TR_OP_RELU:
-        cg_operand(b, g, n->in[0]);
-        cg_sb_printf(b, " > 0.0f ? ");
-        cg_operand(b, g, n->in[0]);
-        cg_sb_printf(b, " : 0.0f");
-        break;
-    case TR_OP_SILU:
-        cg_operand(b, g, n->in[0]);
-        cg_sb_printf(b, " * fsigmoid(");
-        cg_operand(b, g, n->in[0]);
-        cg_sb_printf(b, ")");
+    case TR_OP_ADD: tmpl = "$0 + $1"; break;
+    case TR_OP_SUB: tmpl = "$0 - $1"; break;
+    case TR_OP_MUL: tmpl = "$0 * $1"; break;
+    case TR_OP_DIV: tmpl = "$0 / $1"; break;
+    case TR_OP_GELU: tmpl = n->attrs.ints[0] ? "gelu_tanh($0)" : "gelu_erf($0)"; break;
+    case TR_OP_TANH: tmpl = "ftanh($0)"; break;
+    case TR_OP_SIGMOID: tmpl = "fsigmoid($0)"; break;
+    case TR_OP_EXP: tmpl = "fexp($0)"; break;
+    case TR_OP_SQRT: tmpl = "sqrtf($0)"; break;
+    case TR_OP_RSQRT: tmpl = "1.0f / sqrtf($0)"; break;
+    case TR_OP_NEG: tmpl = "-$0"; break;
+    case TR_OP_RELU: tmpl = "$0 > 0.0f ? $0 : 0.0f"; break;
+    case TR_OP_SILU: tmpl = "$0 * fsigmoid($0)"; break;
+    case TR_OP_CAST:
+        tmpl = n->dtype == TR_DTYPE_BF16 && g->p->nodes[n->in[0]].dtype != TR_DTYPE_BF16 ? "bfround($0)" : "$0";
         break;
     case TR_OP_SCALE:
         cg_emit_float(b, n->attrs.floats[0]);
-        cg_sb_printf(b, " * ");
-        cg_operand(b, g, n->in[0]);
-        cg_sb_printf(b, " + ");
+        emit_template(b, g, n, " * $0 + ");
         cg_emit_float(b, n->attrs.floats[1]);
-        break;
-    case TR_OP_CAST:
-        if (n->dtype == TR_DTYPE_BF16 && g->p->nodes[n->in[0]].dtype != TR_DTYPE_BF16) {
-            cg_sb_printf(b, "bfround(");
-            cg_operand(b, g, n->in[0]);
-            cg_sb_printf(b, ")");
-        } else {
-            cg_operand(b, g, n->in[0]);
-        }
         break;
     case TR_OP_EMBEDDING:
         cg_sb_printf(b, g->p->nodes[n->in[0]].dtype == TR_DTYPE_BF16 ? "bf2f(t%d[i])" : "t%d[i]", cg_vid(g, id));
@@ -350,6 +333,7 @@ void cg_emit_member(struct sb *b, const struct kgen *g, int id) {
         cg_sb_printf(b, "0.0f /* unexpected op %d */", n->op);
         break;
     }
+    if (tmpl) emit_template(b, g, n, tmpl);
     cg_sb_printf(b, ";\n");
 }
 
@@ -390,6 +374,12 @@ void cg_emit_body(struct sb *b, const struct kgen *g, const char *mark, int red,
 void cg_emit_store(struct sb *b, const struct kgen *g, const char *where, int id) {
     if (g->p->nodes[g->cl->root].dtype == TR_DTYPE_BF16) cg_sb_printf(b, "%sout[%s] = f2bf(v%d);\n", g->ind, where, cg_vid(g, id));
     else cg_sb_printf(b, "%sout[%s] = v%d;\n", g->ind, where, cg_vid(g, id));
+}
+
+void cg_emit_element(struct sb *b, struct kgen *g, const char *ind, const char *where) {
+    g->ind = ind;
+    cg_emit_body(b, g, g->in_epi, -1, NULL, -1);
+    cg_emit_store(b, g, where, g->cl->root);
 }
 
 void cg_emit_row_setup(struct sb *b, const struct kgen *g, const char *ind) {
@@ -462,7 +452,6 @@ static void emit_signature(struct sb *b, const struct kgen *g) {
 }
 
 static void gen_elementwise(struct sb *b, struct kgen *g) {
-    const struct jax_cluster *cl = g->cl;
     int64_t nch = (g->L + GEN_CHUNK - 1) / GEN_CHUNK, n = g->rows * g->L;
     emit_signature(b, g);
     cg_sb_printf(b, "#pragma omp parallel for schedule(static) reduction(|: bad) if (%lld > %d)\n", (long long)n,
@@ -479,17 +468,86 @@ static void gen_elementwise(struct sb *b, struct kgen *g) {
     cg_sb_printf(b, "        (void)r;\n");
     cg_emit_row_setup(b, g, "        ");
     cg_sb_printf(b, "        for (int64_t i = c0; i < c1; i++) {\n");
-    g->ind = "            ";
-    cg_emit_body(b, g, g->in_epi, -1, NULL, -1);
     char where[64];
     snprintf(where, sizeof where, g->rows == 1 ? "i" : "r * %lld + i", (long long)g->L);
-    cg_emit_store(b, g, where, cl->root);
+    cg_emit_element(b, g, "            ", where);
     cg_sb_printf(b, "        }\n    }\n    return bad;\n}\n");
 }
 
-static void gen_reduction(struct sb *b, struct kgen *g) {
+/* A loop over the row that sums (op "+") or maxes into var; stmt is its body. */
+static void combining_loop(struct sb *b, const struct cg_row_target *t, const char *op, const char *var,
+                           const char *stmt) {
+    if (t->omp_simd) cg_sb_printf(b, "#pragma omp simd reduction(%s : %s)\n", op, var);
+    cg_sb_printf(b, "%s%s %s\n", t->ind, t->loop, stmt);
+    if (t->block_combine)
+        cg_sb_printf(b, "%s%s = trj_%s(%s, trj_red);\n", t->ind, var, strcmp(op, "+") == 0 ? "sum" : "max", var);
+}
+
+void cg_emit_reduction_row(struct sb *b, struct kgen *g, const struct cg_row_target *t) {
     const struct jax_cluster *cl = g->cl;
     const struct tr_pir_node *red = &g->p->nodes[cl->red];
+    const int64_t D = g->L;
+    const char *ind = t->ind;
+    cg_emit_row_setup(b, g, ind);
+    /* prologue: the reduction's input row */
+    cg_sb_printf(b, "%s%s {\n", ind, t->loop);
+    g->ind = t->body_ind;
+    cg_emit_body(b, g, g->in_pro, -1, NULL, cg_is_member(g, red->in[0]) ? -1 : g->load_of[red->in[0]]);
+    cg_sb_printf(b, "%sbuf[i] = ", t->body_ind);
+    cg_operand(b, g, red->in[0]);
+    cg_sb_printf(b, ";\n%s}\n", ind);
+
+    const char *red_expr = "";
+    char lnexpr[160], stmt[160];
+    switch (cl->kind) {
+    case JAX_K_LAYER_NORM:
+        cg_sb_printf(b, "%sfloat s = 0.0f;\n", ind);
+        combining_loop(b, t, "+", "s", "s += buf[i];");
+        cg_sb_printf(b, "%sconst float mean = s / %lld.0f;\n%sfloat var = 0.0f;\n", ind, (long long)D, ind);
+        combining_loop(b, t, "+", "var", "var += (buf[i] - mean) * (buf[i] - mean);");
+        cg_sb_printf(b, "%sconst float rstd = 1.0f / sqrtf(var / %lld.0f + ", ind, (long long)D);
+        cg_emit_float(b, red->attrs.floats[0]);
+        cg_sb_printf(b, ");\n");
+        snprintf(lnexpr, sizeof lnexpr, "(buf[i] - mean) * rstd * l%d + l%d", g->load_of[red->in[1]],
+                 g->load_of[red->in[2]]);
+        red_expr = lnexpr;
+        break;
+    case JAX_K_SOFTMAX:
+        cg_sb_printf(b, "%sfloat mx = -INFINITY;\n", ind);
+        combining_loop(b, t, "max", "mx", "mx = buf[i] > mx ? buf[i] : mx;");
+        /* a row of -inf has no mass: zeros, as the library's softmax gives */
+        cg_sb_printf(b, "%sif (mx == -INFINITY) mx = 0.0f;\n%sfloat s = 0.0f;\n", ind, ind);
+        snprintf(stmt, sizeof stmt, "{\n%sbuf[i] = fexp(buf[i] - mx);\n%ss += buf[i];\n%s}", t->body_ind, t->body_ind,
+                 ind);
+        combining_loop(b, t, "+", "s", stmt);
+        cg_sb_printf(b, "%sconst float inv = s > 0.0f ? 1.0f / s : 0.0f;\n", ind);
+        red_expr = "buf[i] * inv";
+        break;
+    case JAX_K_SUM: case JAX_K_MEAN:
+        cg_sb_printf(b, "%sfloat s = 0.0f;\n", ind);
+        combining_loop(b, t, "+", "s", "s += buf[i];");
+        if (cl->kind == JAX_K_MEAN) cg_sb_printf(b, "%ss /= %lld.0f;\n", ind, (long long)D);
+        break;
+    default: /* MAX */
+        cg_sb_printf(b, "%sfloat s = -INFINITY;\n", ind);
+        combining_loop(b, t, "max", "s", "s = buf[i] > s ? buf[i] : s;");
+        break;
+    }
+    g->ind = t->body_ind;
+    if (cl->kind == JAX_K_SUM || cl->kind == JAX_K_MEAN || cl->kind == JAX_K_MAX) {
+        cg_sb_printf(b, "%s%s{\n%sconst float v%d = s;\n", ind, t->scalar_guard, t->body_ind, cg_vid(g, cl->root));
+        cg_emit_store(b, g, "r", cl->root);
+    } else {
+        cg_sb_printf(b, "%s%s {\n", ind, t->loop);
+        cg_emit_body(b, g, g->in_epi, cl->red, red_expr, -1);
+        char where[64];
+        snprintf(where, sizeof where, "r * %lld + i", (long long)D);
+        cg_emit_store(b, g, where, cl->root);
+    }
+    cg_sb_printf(b, "%s}\n", ind);
+}
+
+static void gen_reduction(struct sb *b, struct kgen *g) {
     const int64_t D = g->L, rows = g->rows;
     emit_signature(b, g);
     cg_sb_printf(b, "#pragma omp parallel reduction(|: bad) if (%lld > 1 && %lld > %d)\n    {\n", (long long)rows,
@@ -503,68 +561,12 @@ static void gen_reduction(struct sb *b, struct kgen *g) {
     cg_sb_printf(b, "#pragma omp for schedule(static)\n");
     cg_sb_printf(b, "        for (int64_t r = 0; r < %lld; r++) {\n", (long long)rows);
     if (D > GEN_STACK_ROW) cg_sb_printf(b, "            if (!buf) continue;\n");
-    cg_emit_row_setup(b, g, "            ");
-    /* prologue: the reduction's input row */
-    cg_sb_printf(b, "            for (int64_t i = 0; i < %lld; i++) {\n", (long long)D);
-    g->ind = "                ";
-    cg_emit_body(b, g, g->in_pro, -1, NULL, cg_is_member(g, red->in[0]) ? -1 : g->load_of[red->in[0]]);
-    cg_sb_printf(b, "                buf[i] = ");
-    cg_operand(b, g, red->in[0]);
-    cg_sb_printf(b, ";\n            }\n");
-
-    const char *red_expr = "";
-    char lnexpr[160];
-    switch (cl->kind) {
-    case JAX_K_LAYER_NORM: {
-        cg_sb_printf(b, "            float s = 0.0f;\n#pragma omp simd reduction(+ : s)\n");
-        cg_sb_printf(b, "            for (int64_t i = 0; i < %lld; i++) s += buf[i];\n", (long long)D);
-        cg_sb_printf(b, "            const float mean = s / %lld.0f;\n            float var = 0.0f;\n", (long long)D);
-        cg_sb_printf(b, "#pragma omp simd reduction(+ : var)\n");
-        cg_sb_printf(b, "            for (int64_t i = 0; i < %lld; i++) var += (buf[i] - mean) * (buf[i] - mean);\n",
-                  (long long)D);
-        cg_sb_printf(b, "            const float rstd = 1.0f / sqrtf(var / %lld.0f + ", (long long)D);
-        cg_emit_float(b, red->attrs.floats[0]);
-        cg_sb_printf(b, ");\n");
-        snprintf(lnexpr, sizeof lnexpr, "(buf[i] - mean) * rstd * l%d + l%d", g->load_of[red->in[1]],
-                 g->load_of[red->in[2]]);
-        red_expr = lnexpr;
-        break;
-    }
-    case JAX_K_SOFTMAX:
-        cg_sb_printf(b, "            float mx = -INFINITY;\n#pragma omp simd reduction(max : mx)\n");
-        cg_sb_printf(b, "            for (int64_t i = 0; i < %lld; i++) mx = buf[i] > mx ? buf[i] : mx;\n", (long long)D);
-        /* a row of -inf has no mass: zeros, as the library's softmax gives */
-        cg_sb_printf(b, "            if (mx == -INFINITY) mx = 0.0f;\n            float s = 0.0f;\n");
-        cg_sb_printf(b, "#pragma omp simd reduction(+ : s)\n");
-        cg_sb_printf(b, "            for (int64_t i = 0; i < %lld; i++) {\n                buf[i] = fexp(buf[i] - mx);\n"
-                     "                s += buf[i];\n            }\n", (long long)D);
-        cg_sb_printf(b, "            const float inv = s > 0.0f ? 1.0f / s : 0.0f;\n");
-        red_expr = "buf[i] * inv";
-        break;
-    case JAX_K_SUM: case JAX_K_MEAN:
-        cg_sb_printf(b, "            float s = 0.0f;\n#pragma omp simd reduction(+ : s)\n");
-        cg_sb_printf(b, "            for (int64_t i = 0; i < %lld; i++) s += buf[i];\n", (long long)D);
-        if (cl->kind == JAX_K_MEAN) cg_sb_printf(b, "            s /= %lld.0f;\n", (long long)D);
-        break;
-    default: /* MAX */
-        cg_sb_printf(b, "            float s = -INFINITY;\n#pragma omp simd reduction(max : s)\n");
-        cg_sb_printf(b, "            for (int64_t i = 0; i < %lld; i++) s = buf[i] > s ? buf[i] : s;\n", (long long)D);
-        break;
-    }
-    if (cl->kind == JAX_K_SUM || cl->kind == JAX_K_MEAN || cl->kind == JAX_K_MAX) {
-        cg_sb_printf(b, "            {\n                const float v%d = s;\n", cg_vid(g, cl->root));
-        g->ind = "                ";
-        cg_emit_store(b, g, "r", cl->root);
-        cg_sb_printf(b, "            }\n");
-    } else {
-        cg_sb_printf(b, "            for (int64_t i = 0; i < %lld; i++) {\n", (long long)D);
-        g->ind = "                ";
-        cg_emit_body(b, g, g->in_epi, cl->red, red_expr, -1);
-        char where[64];
-        snprintf(where, sizeof where, "r * %lld + i", (long long)D);
-        cg_emit_store(b, g, where, cl->root);
-        cg_sb_printf(b, "            }\n");
-    }
+    char loop[96];
+    snprintf(loop, sizeof loop, "for (int64_t i = 0; i < %lld; i++)", (long long)D);
+    /* one thread has the whole row: simd loops, nothing to join */
+    const struct cg_row_target t = {.ind = "            ", .body_ind = "                ", .loop = loop,
+                                    .omp_simd = 1, .scalar_guard = ""};
+    cg_emit_reduction_row(b, g, &t);
     cg_sb_printf(b, "        }\n");
     if (D > GEN_STACK_ROW) cg_sb_printf(b, "        free(buf);\n");
     cg_sb_printf(b, "    }\n    return bad;\n}\n");

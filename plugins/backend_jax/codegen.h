@@ -4,8 +4,9 @@
  *
  * A cluster is analysed once (cg_collect_args: its operands as loads; cg_collapse: the
  * iteration space as rows × L; cg_mark_needed: which members the prologue and the
- * epilogue of a reduction evaluate); the member expressions (cg_emit_body) are the same
- * text on both targets, written against a prelude that each target defines: bf2f, f2bf,
+ * epilogue of a reduction evaluate); the member expressions (cg_emit_body) and a
+ * reduction's row (cg_emit_reduction_row, but for its cg_row_target) are the same text on
+ * both targets, written against a prelude that each target defines: bf2f, f2bf,
  * bfround, fexp, fsigmoid, ftanh, gelu_erf, gelu_tanh, sqrtf, INFINITY, NAN, `restrict`. */
 #ifndef TRIDENT_JAX_CODEGEN_H
 #define TRIDENT_JAX_CODEGEN_H
@@ -71,6 +72,21 @@ void cg_emit_store(struct sb *b, const struct kgen *g, const char *where, int id
 /* Per-row offsets of the loads that depend on the row (from `r`), and the gathers' table
  * rows (an id out of range sets `bad`). */
 void cg_emit_row_setup(struct sb *b, const struct kgen *g, const char *ind);
+/* One element of an elementwise kernel at `i` of row `r`, its body at ind, stored at where. */
+void cg_emit_element(struct sb *b, struct kgen *g, const char *ind, const char *where);
+
+/* What a reduction kernel's row does differently on each target: how it walks the row's
+ * columns and whether partial sums (maxima) held by several threads must be joined. */
+struct cg_row_target {
+    const char *ind, *body_ind;        /* of the row's statements, and of its loops' bodies */
+    const char *loop;                  /* the header of a loop over this thread's columns i */
+    int omp_simd;                      /* `#pragma omp simd` before each sum / max loop */
+    int block_combine;                 /* the threads' parts joined by trj_sum / trj_max */
+    const char *scalar_guard;          /* before the block storing a one-per-row result */
+};
+/* One row `r` of g's reduction kernel: its offsets, the prologue into buf[], the reduction,
+ * then the epilogue (softmax, layer norm) or the one store (sum, mean, max). */
+void cg_emit_reduction_row(struct sb *b, struct kgen *g, const struct cg_row_target *t);
 void cg_emit_comment(struct sb *b, const struct kgen *g);
 
 /* The float math both targets' kernels call (codegen.c), after the target's head. */

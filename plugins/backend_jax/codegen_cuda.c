@@ -97,15 +97,12 @@ static void cu_elementwise(struct sb *b, struct kgen *g) {
     else cg_sb_printf(b, "        const int64_t r = u / %lld, i = u - r * %lld;\n", (long long)g->L, (long long)g->L);
     cg_sb_printf(b, "        (void)r;\n");
     cg_emit_row_setup(b, g, "        ");
-    g->ind = "        ";
-    cg_emit_body(b, g, g->in_epi, -1, NULL, -1);
-    cg_emit_store(b, g, "u", cl->root);
+    cg_emit_element(b, g, "        ", "u");
     cg_sb_printf(b, "    }\n    if (bad) atomicOr(trj_bad, 1);\n}\n");
 }
 
 static void cu_reduction(struct sb *b, struct kgen *g) {
     struct jax_cluster *cl = (struct jax_cluster *)g->cl;
-    const struct tr_pir_node *red = &g->p->nodes[cl->red];
     const int64_t D = g->L, rows = g->rows;
     const unsigned bs = D >= 256 ? 256 : D >= 128 ? 128 : D >= 64 ? 64 : 32;
     cl->cu_block = bs;
@@ -114,65 +111,13 @@ static void cu_reduction(struct sb *b, struct kgen *g) {
     cu_signature(b, g);
     cg_sb_printf(b, "    extern __shared__ float buf[];\n    __shared__ float trj_red[32];\n    int bad = 0;\n");
     cg_sb_printf(b, "    for (int64_t r = blockIdx.x; r < %lld; r += gridDim.x) {\n", (long long)rows);
-    cg_emit_row_setup(b, g, "        ");
     char loop[128];
     snprintf(loop, sizeof loop, "for (int64_t i = threadIdx.x; i < %lld; i += %u)", (long long)D, bs);
-    /* prologue: the reduction's input row */
-    cg_sb_printf(b, "        %s {\n", loop);
-    g->ind = "            ";
-    cg_emit_body(b, g, g->in_pro, -1, NULL, cg_is_member(g, red->in[0]) ? -1 : g->load_of[red->in[0]]);
-    cg_sb_printf(b, "            buf[i] = ");
-    cg_operand(b, g, red->in[0]);
-    cg_sb_printf(b, ";\n        }\n");
-
-    const char *red_expr = "";
-    char lnexpr[160];
-    switch (cl->kind) {
-    case JAX_K_LAYER_NORM:
-        cg_sb_printf(b, "        float s = 0.0f;\n        %s s += buf[i];\n", loop);
-        cg_sb_printf(b, "        s = trj_sum(s, trj_red);\n");
-        cg_sb_printf(b, "        const float mean = s / %lld.0f;\n        float var = 0.0f;\n", (long long)D);
-        cg_sb_printf(b, "        %s var += (buf[i] - mean) * (buf[i] - mean);\n", loop);
-        cg_sb_printf(b, "        var = trj_sum(var, trj_red);\n");
-        cg_sb_printf(b, "        const float rstd = 1.0f / sqrtf(var / %lld.0f + ", (long long)D);
-        cg_emit_float(b, red->attrs.floats[0]);
-        cg_sb_printf(b, ");\n");
-        snprintf(lnexpr, sizeof lnexpr, "(buf[i] - mean) * rstd * l%d + l%d", g->load_of[red->in[1]],
-                 g->load_of[red->in[2]]);
-        red_expr = lnexpr;
-        break;
-    case JAX_K_SOFTMAX:
-        cg_sb_printf(b, "        float mx = -INFINITY;\n        %s mx = buf[i] > mx ? buf[i] : mx;\n", loop);
-        /* a row of -inf has no mass: zeros, as the library's softmax gives */
-        cg_sb_printf(b, "        mx = trj_max(mx, trj_red);\n        if (mx == -INFINITY) mx = 0.0f;\n");
-        cg_sb_printf(b, "        float s = 0.0f;\n        %s {\n            buf[i] = fexp(buf[i] - mx);\n"
-                        "            s += buf[i];\n        }\n", loop);
-        cg_sb_printf(b, "        s = trj_sum(s, trj_red);\n        const float inv = s > 0.0f ? 1.0f / s : 0.0f;\n");
-        red_expr = "buf[i] * inv";
-        break;
-    case JAX_K_SUM: case JAX_K_MEAN:
-        cg_sb_printf(b, "        float s = 0.0f;\n        %s s += buf[i];\n        s = trj_sum(s, trj_red);\n", loop);
-        if (cl->kind == JAX_K_MEAN) cg_sb_printf(b, "        s /= %lld.0f;\n", (long long)D);
-        break;
-    default: /* MAX */
-        cg_sb_printf(b, "        float s = -INFINITY;\n        %s s = buf[i] > s ? buf[i] : s;\n", loop);
-        cg_sb_printf(b, "        s = trj_max(s, trj_red);\n");
-        break;
-    }
-    if (cl->kind == JAX_K_SUM || cl->kind == JAX_K_MEAN || cl->kind == JAX_K_MAX) {
-        cg_sb_printf(b, "        if (threadIdx.x == 0) {\n            const float v%d = s;\n", cg_vid(g, cl->root));
-        g->ind = "            ";
-        cg_emit_store(b, g, "r", cl->root);
-        cg_sb_printf(b, "        }\n");
-    } else {
-        cg_sb_printf(b, "        %s {\n", loop);
-        g->ind = "            ";
-        cg_emit_body(b, g, g->in_epi, cl->red, red_expr, -1);
-        char where[64];
-        snprintf(where, sizeof where, "r * %lld + i", (long long)D);
-        cg_emit_store(b, g, where, cl->root);
-        cg_sb_printf(b, "        }\n");
-    }
+    /* the block shares the row: each thread its columns, joined by warp shuffles; one
+     * thread stores a one-per-row result */
+    const struct cg_row_target t = {.ind = "        ", .body_ind = "            ", .loop = loop,
+                                    .block_combine = 1, .scalar_guard = "if (threadIdx.x == 0) "};
+    cg_emit_reduction_row(b, g, &t);
     cg_sb_printf(b, "    }\n    if (bad) atomicOr(trj_bad, 1);\n}\n");
 }
 

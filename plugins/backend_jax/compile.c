@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "entry.h"
 #include "jax.h"
 
 extern char **environ;
@@ -37,13 +38,6 @@ extern char **environ;
 
 static const char trailer_magic[8] = {'T', 'R', 'J', 'A', 'X', 'S', 'O', '1'};
 
-struct trailer {
-    char magic[8];
-    uint64_t key[2];
-    uint64_t so_len;
-    uint64_t so_sum;
-    uint64_t src_len;
-};
 
 /* The flags of the generated code: -march=native, or the level TRIDENT_CPU_ISA forces on
  * the kernels library (trident/kernels.h), so that a forced avx2 run is what an AVX2-only
@@ -298,22 +292,35 @@ int jax_read_file(const char *path, unsigned char **data, size_t *len) {
     return 0;
 }
 
+void jax_trailer_fill(struct jax_trailer *t, const char magic[8], const uint64_t key[2], const void *d, size_t n,
+                      size_t src_len) {
+    memset(t, 0, sizeof *t);
+    memcpy(t->magic, magic, sizeof t->magic);
+    t->key[0] = key[0];
+    t->key[1] = key[1];
+    t->len = n;
+    t->sum = jax_checksum(d, n);
+    t->src_len = src_len;
+}
+
+const char *jax_trailer_check(const unsigned char *d, size_t n, const char magic[8], const uint64_t key[2],
+                              size_t src_len) {
+    struct jax_trailer t;
+    if (n < sizeof t) return "shorter than its trailer";
+    memcpy(&t, d + n - sizeof t, sizeof t);
+    if (memcmp(t.magic, magic, sizeof t.magic) != 0) return "no trailer (truncated or overwritten)";
+    if (t.key[0] != key[0] || t.key[1] != key[1] || t.src_len != src_len) return "written for another source";
+    if (t.len != n - sizeof t) return "its length does not match its trailer";
+    if (jax_checksum(d, (size_t)t.len) != t.sum) return "its checksum does not match";
+    return NULL;
+}
+
 /* NULL if the entry at path is whole and belongs to key; else why not. */
 static const char *entry_invalid(const char *path, const uint64_t key[2], size_t src_len) {
     unsigned char *d;
     size_t n;
     if (jax_read_file(path, &d, &n) != 0) return "unreadable";
-    const char *why = NULL;
-    struct trailer t;
-    if (n < sizeof t) {
-        why = "shorter than its trailer";
-    } else {
-        memcpy(&t, d + n - sizeof t, sizeof t);
-        if (memcmp(t.magic, trailer_magic, sizeof t.magic) != 0) why = "no trailer (truncated or overwritten)";
-        else if (t.key[0] != key[0] || t.key[1] != key[1] || t.src_len != src_len) why = "written for another source";
-        else if (t.so_len != n - sizeof t) why = "its length does not match its trailer";
-        else if (fnv1a(0xcbf29ce484222325ull, d, (size_t)t.so_len) != t.so_sum) why = "its checksum does not match";
-    }
+    const char *why = jax_trailer_check(d, n, trailer_magic, key, src_len);
     free(d);
     return why;
 }
@@ -417,14 +424,8 @@ static int seal_entry(const char *tmp, const char *path, const uint64_t key[2], 
         unlink(tmp);
         return tr_error_set(err, TR_ERR_IO, "jax: the compiler wrote no shared object at %s", tmp);
     }
-    struct trailer t;
-    memset(&t, 0, sizeof t);
-    memcpy(t.magic, trailer_magic, sizeof t.magic);
-    t.key[0] = key[0];
-    t.key[1] = key[1];
-    t.so_len = n;
-    t.so_sum = fnv1a(0xcbf29ce484222325ull, d, n);
-    t.src_len = src_len;
+    struct jax_trailer t;
+    jax_trailer_fill(&t, trailer_magic, key, d, n, src_len);
     free(d);
     FILE *f = fopen(tmp, "ab");
     int ok = f && fwrite(&t, sizeof t, 1, f) == 1;

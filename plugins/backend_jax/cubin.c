@@ -15,18 +15,11 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "entry.h"
 #include "jax.h"
 #include "trident/kernels_cuda.h"
 
 static const char cubin_magic[8] = {'T', 'R', 'J', 'A', 'X', 'C', 'U', '1'};
-
-struct cubin_trailer {
-    char magic[8];
-    uint64_t key[2];
-    uint64_t len;
-    uint64_t sum;
-    uint64_t src_len;
-};
 
 void jax_cu_key(const char *src, size_t len, int sm, int nvrtc_major, int nvrtc_minor, const char *options,
                 uint64_t key[2]) {
@@ -48,15 +41,11 @@ void jax_cu_key(const char *src, size_t len, int sm, int nvrtc_major, int nvrtc_
 /* NULL if d (n bytes) is a whole entry of key; else why not. On NULL, *cubin_len. */
 static const char *cubin_invalid(const unsigned char *d, size_t n, const uint64_t key[2], size_t src_len,
                                  size_t *cubin_len) {
-    struct cubin_trailer t;
-    if (n < sizeof t) return "shorter than its trailer";
-    memcpy(&t, d + n - sizeof t, sizeof t);
-    if (memcmp(t.magic, cubin_magic, sizeof t.magic) != 0) return "no trailer (truncated or overwritten)";
-    if (t.key[0] != key[0] || t.key[1] != key[1] || t.src_len != src_len) return "written for another source";
-    if (t.len != n - sizeof t) return "its length does not match its trailer";
-    if (t.len < 4 || memcmp(d, "\x7f" "ELF", 4) != 0) return "not a cubin";
-    if (jax_checksum(d, (size_t)t.len) != t.sum) return "its checksum does not match";
-    *cubin_len = (size_t)t.len;
+    const char *why = jax_trailer_check(d, n, cubin_magic, key, src_len);
+    if (why) return why;
+    size_t len = n - sizeof(struct jax_trailer);
+    if (len < 4 || memcmp(d, "\x7f" "ELF", 4) != 0) return "not a cubin";
+    *cubin_len = len;
     return NULL;
 }
 
@@ -66,14 +55,8 @@ static int cubin_store(const char *path, const void *cubin, size_t size, const u
     char tmp[JAX_PATH_MAX + 64];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(),
              __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
-    struct cubin_trailer t;
-    memset(&t, 0, sizeof t);
-    memcpy(t.magic, cubin_magic, sizeof t.magic);
-    t.key[0] = key[0];
-    t.key[1] = key[1];
-    t.len = size;
-    t.sum = jax_checksum(cubin, size);
-    t.src_len = src_len;
+    struct jax_trailer t;
+    jax_trailer_fill(&t, cubin_magic, key, cubin, size, src_len);
     FILE *f = fopen(tmp, "wb");
     int ok = f && fwrite(cubin, 1, size, f) == size && fwrite(&t, sizeof t, 1, f) == 1;
     if (f) ok = fclose(f) == 0 && ok;

@@ -37,80 +37,18 @@
 #include <string.h>
 #include <time.h>
 #include <dlfcn.h>
-#include "jax.h"
+#include "io.h"
+#include "stats.h"
+#include "jax_internal.h"
 #include "resident.h"
 #include "trident/kernels_cuda.h"
-
-#define JAX_ALIGN 64
-
-/* ATTN_BWD: one bound call of the fused attention backward writing every gradient of
- * its group (fusion.attn[attn]) at the place of the group's first node. */
-enum jax_step_kind { JAX_STEP_GEN, JAX_STEP_MATMUL, JAX_STEP_LIB, JAX_STEP_ATTN_BWD };
-
-typedef int (*jax_kernel_fn)(void *const *args);
-
-struct jax_step {
-    enum jax_step_kind kind;
-    int node;                       /* the pir node it writes */
-    int cluster;                    /* JAX_STEP_GEN */
-    int attn;                       /* JAX_STEP_ATTN_BWD: its group, and its bound call */
-    struct tr_kernel_call *call;
-    jax_kernel_fn fn;
-    void **args;
-    void *cu_fn;                    /* cuda: the CUfunction, and pointers to each argument */
-    void **cu_params;
-    int op;                         /* library calls */
-    struct tr_attrs attrs;
-    int n_in;
-    struct tr_tensor in[TR_PIR_MAX_IN];
-    struct tr_tensor out;
-};
-
-struct tr_jax_program {
-    struct tr_jax_context *ctx;
-    struct tr_pir pir;
-    struct tr_pass_stats passes;
-    struct jax_fusion fusion;
-    struct tr_kernels *k;
-    struct jax_build build;
-    int cuda;                       /* device = cuda */
-    int sm;                         /* cuda: the architecture the kernels were built for */
-    struct jax_cubin cubin;
-    struct tr_cuda_module *mod;
-    void **cu_params;               /* the steps' cu_params, back to back */
-    int *bad;                       /* cuda: the word the gathers flag (device) */
-    void *weights;                  /* cuda: CONSTs (and empty PARAMs), copied once (device) */
-    char *shared;                   /* cuda, per node: 1 reads, 2 writes the backend's shared param */
-    char *source;
-    size_t source_len;
-
-    struct jax_step *steps;
-    int n_steps;
-    struct tr_kernel_call *calls;   /* per attention backward group, bound in bind_steps */
-    void **argv;                    /* the generated kernels' argument arrays, back to back */
-    struct tr_plan_buf *bufs;
-    int n_bufs;
-    int *buf_of;                    /* per node: its buffer, or -1 */
-    int *root_of;                   /* per node: the node whose storage it is (views) */
-    void **ptr;                     /* per node: where its value is */
-    void *arena;
-    int64_t arena_bytes;
-
-    uint64_t weight_bytes;
-    int *donor;                     /* per node: the param it is computed in, or -1 */
-    char *donated;                  /* per update */
-    int n_donated;
-    int n_gen, n_lib;
-    double compile_ms;
-    uint64_t kernel_calls;          /* last execute */
-};
 
 static const char *nname(const struct tr_jax_program *p, int id) {
     const char *s = p->pir.nodes[id].name;
     return s ? s : "";
 }
 
-static const char *op_str(int op) { return op == JAX_OP_MATMUL_EPI ? "matmul+epilogue" : tr_op_name(op); }
+const char *tr_jax_op_str(int op) { return op == JAX_OP_MATMUL_EPI ? "matmul+epilogue" : tr_op_name(op); }
 
 /* ---- compile ---- */
 
@@ -119,7 +57,7 @@ static int check_leaves(struct tr_jax_program *p, struct tr_error *err) {
         const struct tr_pir_node *n = &p->pir.nodes[id];
         char sh[128];
         if (tr_dtype_size((enum tr_dtype)n->dtype) == 0)
-            return tr_error_set(err, TR_ERR_INVALID, "jax: node %d %s '%s': unknown dtype %d", id, op_str(n->op),
+            return tr_error_set(err, TR_ERR_INVALID, "jax: node %d %s '%s': unknown dtype %d", id, tr_jax_op_str(n->op),
                                 nname(p, id), n->dtype);
         if ((n->op == TR_OP_PARAM || n->op == TR_OP_CONST) && !n->data && tr_pir_nbytes(n) > 0)
             return tr_error_set(err, TR_ERR_INVALID,
@@ -177,7 +115,7 @@ static int make_schedule(struct tr_jax_program *p, int *step_of, struct tr_error
     return TR_OK;
 }
 
-static void read_nodes(const struct tr_jax_program *p, const struct jax_step *s, int *ids, int *n) {
+void tr_jax_read_nodes(const struct tr_jax_program *p, const struct jax_step *s, int *ids, int *n) {
     *n = 0;
     if (s->kind == JAX_STEP_GEN) {
         const struct jax_cluster *cl = &p->fusion.clusters[s->cluster];
@@ -194,19 +132,12 @@ static int step_of_node(const struct tr_jax_program *p, const int *step_of, int 
     return ci >= 0 ? step_of[p->fusion.clusters[ci].root] : step_of[id];
 }
 
-static int same_shape(const struct tr_pir_node *a, const struct tr_pir_node *b) {
-    if (a->ndim != b->ndim) return 0;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d]) return 0;
-    return 1;
-}
-
 /* Donation of update u (see the top of the file). */
 static int donatable(const struct tr_jax_program *p, const int *step_of, int u) {
     const struct tr_pir *g = &p->pir;
     int pa = g->update_param[u], v = tr_pir_update_value(g, u);
     int sv = step_of[v];
-    if (sv < 0 || g->nodes[v].dtype != g->nodes[pa].dtype || !same_shape(&g->nodes[v], &g->nodes[pa])) return 0;
+    if (sv < 0 || g->nodes[v].dtype != g->nodes[pa].dtype || !tr_pir_same_shape(&g->nodes[v], &g->nodes[pa])) return 0;
     for (int i = 0; i < g->n_outputs; i++)
         if ((g->outputs[i] == v && i != g->n_results + u) || p->root_of[g->outputs[i]] == pa) return 0;
     int ci = p->fusion.cluster_of[v];
@@ -247,37 +178,9 @@ static int plan_donation(struct tr_jax_program *p, const int *step_of, struct tr
  * the first program that needs it); every CONST (folded ones are this program's host
  * memory) copied into one block of its own. */
 static int upload_leaves(struct tr_jax_program *p, struct tr_error *err) {
-    const struct tr_pir *g = &p->pir;
-    size_t total = 0;
-    int rc;
-    if (!(p->shared = calloc((size_t)g->n + 1, 1)))
-        return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory uploading params");
-    for (int id = 0; id < g->n; id++) {
-        const struct tr_pir_node *n = &g->nodes[id];
-        if (n->op == TR_OP_PARAM && n->data && tr_pir_nbytes(n) > 0) {
-            int writes = 0;
-            for (int u = 0; u < g->n_updates; u++) writes |= g->update_param[u] == id;
-            struct tr_resident_param prm = {.host = n->data, .nbytes = tr_pir_nbytes(n), .dtype = n->dtype,
-                                            .name = nname(p, id), .writes = writes};
-            if ((rc = tr_resident_store_acquire(&p->ctx->params, p->ctx->device_type, p->ctx->device_index, "jax",
-                                                &prm, &p->ptr[id], err)) != TR_OK)
-                return rc; /* shared[id] is still 0: free releases only what was taken */
-            p->shared[id] = writes ? 2 : 1;
-        } else if ((n->op == TR_OP_PARAM || n->op == TR_OP_CONST) && n->data)
-            total += (tr_pir_nbytes(n) + JAX_ALIGN - 1) / JAX_ALIGN * JAX_ALIGN;
-    }
-    rc = tr_kernels_alloc(p->k, total ? total : JAX_ALIGN, &p->weights, err);
-    if (rc != TR_OK) return tr_error_prefix(err, "jax: device memory for %zu bytes of constants", total);
-    size_t at = 0;
-    for (int id = 0; id < g->n; id++) {
-        const struct tr_pir_node *n = &g->nodes[id];
-        if (!((n->op == TR_OP_PARAM || n->op == TR_OP_CONST) && n->data) || p->shared[id]) continue;
-        size_t nb = tr_pir_nbytes(n);
-        p->ptr[id] = (char *)p->weights + at;
-        if (nb && (rc = tr_kernels_to_device(p->k, p->ptr[id], n->data, nb, err)) != TR_OK)
-            return tr_error_prefix(err, "jax: copying node %d %s '%s' to the device", id, op_str(n->op), nname(p, id));
-        at += (nb + JAX_ALIGN - 1) / JAX_ALIGN * JAX_ALIGN;
-    }
+    int rc = tr_resident_upload_leaves(&p->ctx->params, p->ctx->device_type, p->ctx->device_index, "jax", p->k,
+                                       &p->pir, JAX_ALIGN, p->ptr, &p->shared, &p->weights, err);
+    if (rc != TR_OK) return rc;
     return tr_kernels_alloc(p->k, JAX_ALIGN, (void **)&p->bad, err) != TR_OK ||
                    tr_kernels_to_device(p->k, p->bad, &(int){0}, sizeof(int), err) != TR_OK
                ? tr_error_prefix(err, "jax: the gathers' flag")
@@ -304,7 +207,7 @@ static int plan_memory(struct tr_jax_program *p, const int *step_of, struct tr_e
         if (s->kind == JAX_STEP_GEN && p->fusion.clusters[s->cluster].n_args > (int)(sizeof ids / sizeof ids[0]))
             return tr_error_set(err, TR_ERR_UNSUPPORTED, "jax: kernel %d has %d operands", s->cluster,
                                 p->fusion.clusters[s->cluster].n_args);
-        read_nodes(p, s, ids, &n);
+        tr_jax_read_nodes(p, s, ids, &n);
         for (int i = 0; i < n; i++) {
             int b = p->buf_of[p->root_of[ids[i]]];
             if (b >= 0 && p->bufs[b].last < si + 1) p->bufs[b].last = si + 1;
@@ -336,7 +239,7 @@ static int plan_memory(struct tr_jax_program *p, const int *step_of, struct tr_e
 static int tensor_of(const struct tr_jax_program *p, int id, struct tr_tensor *t, struct tr_error *err) {
     const struct tr_pir_node *n = &p->pir.nodes[id];
     int rc = tr_tensor_make(t, p->ptr[id], (enum tr_dtype)n->dtype, n->ndim, n->shape, err);
-    if (rc != TR_OK) return tr_error_prefix(err, "jax: node %d %s '%s'", id, op_str(n->op), nname(p, id));
+    if (rc != TR_OK) return tr_error_prefix(err, "jax: node %d %s '%s'", id, tr_jax_op_str(n->op), nname(p, id));
     t->device = p->cuda ? TR_DEVICE_CUDA : TR_DEVICE_CPU;
     t->device_index = p->cuda ? p->ctx->device_index : 0;
     return TR_OK;
@@ -427,13 +330,12 @@ static int build_kernels(struct tr_jax_program *p, struct tr_error *err) {
     return rc;
 }
 
-/* The graph read, simplified (with kpasses, a cpu context), fused for the program's
- * target, scheduled and its donations decided: what codegen needs. */
-static int front(struct tr_jax_program *p, tr_graph_t g, struct tr_kernels *kpasses, int **step_of,
+/* What codegen needs (jax_internal.h). */
+int tr_jax_front(struct tr_jax_program *p, tr_graph_t g, struct tr_kernels *kpasses, int **step_of,
                  struct tr_error *err) {
     struct tr_jax_context *ctx = p->ctx;
     int rc;
-    if ((rc = tr_pir_from_graph(ctx->host, g, &p->pir, err)) != TR_OK) return tr_error_prefix(err, "jax");
+    if ((rc = tr_pir_read("jax", ctx->host, g, &p->pir, err)) != TR_OK) return rc;
     if ((rc = check_leaves(p, err)) != TR_OK) return rc;
     if ((rc = tr_pass_all(&p->pir, kpasses, &p->passes, err)) != TR_OK)
         return tr_error_prefix(err, "jax: simplification");
@@ -470,7 +372,7 @@ int tr_jax_compile(struct tr_jax_context *ctx, tr_graph_t g, struct tr_jax_progr
         tr_error_prefix(err, "jax: the cpu context for constant folding");
         goto fail;
     }
-    rc = front(p, g, p->cuda ? kcpu : p->k, &step_of, err);
+    rc = tr_jax_front(p, g, p->cuda ? kcpu : p->k, &step_of, err);
     tr_kernels_free(kcpu);
     if (rc != TR_OK || (rc = build_kernels(p, err)) != TR_OK || (rc = plan_memory(p, step_of, err)) != TR_OK ||
         (rc = bind_steps(p, err)) != TR_OK)
@@ -503,7 +405,7 @@ int tr_jax_cuda_source(struct tr_jax_context *ctx, tr_graph_t g, char **src, siz
     if ((rc = tr_kernels_init(&kcpu, TR_DEVICE_CPU, 0, err)) != TR_OK) {
         tr_error_prefix(err, "jax: the cpu context for constant folding");
     } else {
-        rc = front(p, g, kcpu, &step_of, err);
+        rc = tr_jax_front(p, g, kcpu, &step_of, err);
         if (rc == TR_OK && p->fusion.n_clusters > 0) rc = jax_codegen_cuda(&p->pir, &p->fusion, src, len, err);
         if (rc == TR_OK && n_kernels) *n_kernels = p->fusion.n_clusters;
     }
@@ -548,25 +450,6 @@ void tr_jax_program_free(struct tr_jax_program *p) {
 }
 
 /* ---- execute ---- */
-
-static int check_io(const struct tr_jax_program *p, const char *what, int i, int id, const struct tr_tensor *t,
-                    struct tr_error *err) {
-    const struct tr_pir_node *n = &p->pir.nodes[id];
-    char want[128], got[128];
-    int same = t->dtype == n->dtype && t->ndim == n->ndim;
-    for (int d = 0; same && d < n->ndim; d++) same = t->shape[d] == n->shape[d];
-    if (!same)
-        return tr_error_set(err, TR_ERR_SHAPE, "jax: %s %d ('%s'): got %s%s, expected %s%s", what, i, nname(p, id),
-                            tr_dtype_name((enum tr_dtype)t->dtype), tr_shape_str(t->ndim, t->shape, got, sizeof got),
-                            tr_dtype_name((enum tr_dtype)n->dtype), tr_shape_str(n->ndim, n->shape, want, sizeof want));
-    if (!t->data && tr_pir_nbytes(n) > 0)
-        return tr_error_set(err, TR_ERR_INVALID, "jax: %s %d ('%s') has no data", what, i, nname(p, id));
-    if (!tr_tensor_is_contiguous(t))
-        return tr_error_set(err, TR_ERR_INVALID, "jax: %s %d ('%s') is not contiguous", what, i, nname(p, id));
-    if (t->device != TR_DEVICE_CPU)
-        return tr_error_set(err, TR_ERR_INVALID, "jax: %s %d ('%s') is not in host memory", what, i, nname(p, id));
-    return TR_OK;
-}
 
 /* A gather found an id outside its table: name the first one (the slow path). */
 static int bad_id(const struct tr_jax_program *p, const struct jax_step *s, struct tr_error *err) {
@@ -636,7 +519,7 @@ static int run_step(struct tr_jax_program *p, const struct jax_step *s, struct t
         break;
     }
     if (rc != TR_OK)
-        return tr_error_prefix(err, "jax: node %d %s%s '%s'", s->node, op_str(s->op),
+        return tr_error_prefix(err, "jax: node %d %s%s '%s'", s->node, tr_jax_op_str(s->op),
                                s->kind == JAX_STEP_ATTN_BWD ? " (with the rest of its attention backward)" : "",
                                nname(p, s->node));
     return TR_OK;
@@ -721,17 +604,8 @@ int tr_jax_sync(struct tr_jax_program *p, struct tr_error *err) {
 int tr_jax_execute(struct tr_jax_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
                    struct tr_tensor *outputs, struct tr_error *err) {
     const struct tr_pir *g = &p->pir;
-    if ((n_inputs > 0 && !inputs) || (n_outputs > 0 && !outputs))
-        return tr_error_set(err, TR_ERR_INVALID, "jax: execute with %d inputs and %d outputs but no arrays", n_inputs,
-                            n_outputs);
-    if (n_inputs != g->n_inputs || n_outputs != g->n_results)
-        return tr_error_set(err, TR_ERR_INVALID, "jax: execute with %d inputs and %d outputs, the graph has %d and %d",
-                            n_inputs, n_outputs, g->n_inputs, g->n_results);
-    int rc;
-    for (int i = 0; i < n_inputs; i++)
-        if ((rc = check_io(p, "input", i, g->inputs[i], &inputs[i], err)) != TR_OK) return rc;
-    for (int i = 0; i < n_outputs; i++)
-        if ((rc = check_io(p, "output", i, g->outputs[i], &outputs[i], err)) != TR_OK) return rc;
+    int rc = tr_io_check_pir("jax", g, n_inputs, inputs, n_outputs, outputs, err);
+    if (rc != TR_OK) return rc;
     p->kernel_calls = 0;
     if (p->cuda) return execute_cuda(p, inputs, outputs, err);
     for (int i = 0; i < n_inputs; i++) {
@@ -756,14 +630,6 @@ int tr_jax_execute(struct tr_jax_program *p, int n_inputs, const struct tr_tenso
     return TR_OK;
 }
 
-/* "812 B", "12.3 KiB", "4.0 MiB". */
-static const char *human_bytes(uint64_t n, char *buf, size_t size) {
-    if (n < 1024) snprintf(buf, size, "%llu B", (unsigned long long)n);
-    else if (n < (1u << 20)) snprintf(buf, size, "%.1f KiB", (double)n / 1024);
-    else snprintf(buf, size, "%.1f MiB", (double)n / (1 << 20));
-    return buf;
-}
-
 void tr_jax_program_stats(const struct tr_jax_program *p, struct tr_backend_stats *st) {
     char arena[32], weights[32], kernels[96];
     st->kernel_calls = p->kernel_calls;
@@ -782,8 +648,8 @@ void tr_jax_program_stats(const struct tr_jax_program *p, struct tr_backend_stat
              "passes: cse %d, dce %d, folded %d, simplified %d; %d gemm epilogues; %s; compile %.0f ms; "
              "%d library calls; arena %s, verified; weights %s %s",
              p->passes.cse_merged, p->passes.dce_removed, p->passes.folded, p->passes.simplified,
-             p->fusion.n_epilogues, kernels, p->compile_ms, p->n_lib, human_bytes((uint64_t)p->arena_bytes, arena, sizeof arena),
-             human_bytes(p->weight_bytes, weights, sizeof weights),
+             p->fusion.n_epilogues, kernels, p->compile_ms, p->n_lib, tr_human_bytes((uint64_t)p->arena_bytes, arena, sizeof arena),
+             tr_human_bytes(p->weight_bytes, weights, sizeof weights),
              p->cuda ? "on the device, shared by the backend's programs" : "in place");
     size_t k = strlen(st->notes);
     if (p->fusion.n_attn && k < sizeof st->notes) {

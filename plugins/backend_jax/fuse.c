@@ -28,6 +28,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "attn_group.h"
 #include "jax.h"
 
 enum jax_class { JAX_C_NONE = 0, JAX_C_EW, JAX_C_GATHER, JAX_C_RED };
@@ -261,17 +262,6 @@ static int fold_epilogues(struct tr_pir *p, int *n_folded, struct tr_error *err)
 
 /* ---- clusters ---- */
 
-static int grow(void **buf, int *cap, int need, size_t elem) {
-    if (need <= *cap) return 0;
-    int c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *nb = realloc(*buf, (size_t)c * elem);
-    if (!nb) return -1;
-    *buf = nb;
-    *cap = c;
-    return 0;
-}
-
 void jax_fusion_free(struct jax_fusion *f) {
     if (!f) return;
     for (int i = 0; i < f->n_clusters; i++) {
@@ -321,7 +311,7 @@ static int build_cluster(const struct tr_pir *p, const struct consumers *c, stru
     cl->ndim = space->ndim;
     memcpy(cl->shape, space->shape, sizeof cl->shape);
     int cap = 0;
-    if (grow((void **)&cl->members, &cap, 1, sizeof(int)))
+    if (tr_pir_grow((void **)&cl->members, &cap, 1, sizeof(int)))
         return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory for a cluster");
     cl->members[cl->n_members++] = root;
     f->cluster_of[root] = ci;
@@ -343,7 +333,7 @@ static int build_cluster(const struct tr_pir *p, const struct consumers *c, stru
             cl->red = id;
             cl->kind = k2;
         }
-        if (grow((void **)&cl->members, &cap, cl->n_members + 1, sizeof(int)))
+        if (tr_pir_grow((void **)&cl->members, &cap, cl->n_members + 1, sizeof(int)))
             return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory for a cluster of %d nodes", cl->n_members);
         cl->members[cl->n_members++] = id;
         f->cluster_of[id] = ci;
@@ -365,22 +355,6 @@ static int build_cluster(const struct tr_pir *p, const struct consumers *c, stru
 
 /* ---- attention backward groups ---- */
 
-static int same_attention(const struct tr_pir_node *a, const struct tr_pir_node *b) {
-    if (a->n_in != b->n_in || a->dtype != b->dtype || a->attrs.floats[0] != b->attrs.floats[0] ||
-        a->attrs.ints[0] != b->attrs.ints[0] || a->attrs.ints[1] != b->attrs.ints[1] ||
-        a->attrs.ints[2] == b->attrs.ints[2])
-        return 0;
-    for (int i = 0; i < a->n_in; i++)
-        if (a->in[i] != b->in[i]) return 0;
-    return 1;
-}
-
-static int attn_grad_candidate(const struct tr_pir_node *n) {
-    int dt = n->dtype;
-    return !n->dead && n->op == TR_OP_ATTENTION_GRAD && (n->n_in == 4 || n->n_in == 5) && n->attrs.ints[2] >= 0 &&
-           n->attrs.ints[2] <= 2 && (dt == TR_DTYPE_F32 || dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16);
-}
-
 /* Groups in program order; the lead (lowest id) is where the call runs. */
 int jax_group_attention_backward(const struct tr_pir *p, struct jax_fusion *f, struct tr_error *err) {
     f->attn_of = malloc(((size_t)p->n + 1) * sizeof *f->attn_of);
@@ -389,17 +363,7 @@ int jax_group_attention_backward(const struct tr_pir *p, struct jax_fusion *f, s
         return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory grouping attention backwards (%d nodes)", p->n);
     for (int i = 0; i < p->n; i++) f->attn_of[i] = -1;
     for (int id = 0; id < p->n; id++) {
-        const struct tr_pir_node *x = &p->nodes[id];
-        if (f->attn_of[id] >= 0 || !attn_grad_candidate(x)) continue;
-        int grad[3] = {-1, -1, -1}, n = 1;
-        grad[x->attrs.ints[2]] = id;
-        for (int j = id + 1; j < p->n && n < 3; j++) {
-            const struct tr_pir_node *y = &p->nodes[j];
-            if (f->attn_of[j] >= 0 || !attn_grad_candidate(y) || !same_attention(x, y) || grad[y->attrs.ints[2]] >= 0)
-                continue;
-            grad[y->attrs.ints[2]] = j;
-            n++;
-        }
+        int grad[3], n = tr_attn_grad_group(p, id, f->attn_of, grad);
         if (n < 2) continue;
         struct jax_attn_bwd *a = &f->attn[f->n_attn];
         a->lead = id;

@@ -37,52 +37,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "io.h"
+#include "stats.h"
 #include "passes.h"
 #include "plan.h"
 #include "resident.h"
-#include "tf.h"
+#include "tf_internal.h"
 #include "trident/kernels.h"
 #include "trident/kernels_cuda.h"
-
-#define TF_ALIGN 64
-
-/* One kernel call of the schedule, bound (checked once, its kernel picked, a GEMM's
- * oneDNN primitive made for its shapes and pointers): graph ops by tr_kernels_bind,
- * fused ops by the tr_kernels_bind_* of their kernel. */
-struct tf_step {
-    int node;                           /* IR node it computes */
-    int bound;                          /* made by tr_kernels_bind: release with unbind */
-    struct tr_kernel_call call;
-};
-
-struct tf_program {
-    struct tf_context *ctx;
-    tr_graph_t g;
-    struct tr_pir pir;
-    int graph_nodes;                    /* in the host's graph, before any pass */
-    int cse_merged, dce_removed;        /* by the cheap passes, before the remapper */
-    struct tf_fusions fus;
-    struct tr_kernels *k;
-
-    struct tf_step *steps;
-    int n_steps;
-    void **data;                        /* per IR node: where its value lives */
-    char *donated;                      /* per update: computed in its param's memory */
-    int *donor;                         /* per IR node: the param it is computed in, or -1 */
-    int n_donated;
-    int *buf_of;                        /* per IR node: its arena buffer, -1 for host memory */
-    struct tr_plan_buf *bufs;
-    int n_bufs;
-    int64_t arena_bytes;
-    void *arena;
-    uint64_t weight_bytes;
-    int on_cuda;
-    void *weights_dev;                  /* cuda: the CONSTs (and empty PARAMs), uploaded at compile */
-    char *shared;                       /* cuda, per IR node: 1 reads, 2 writes the backend's shared param */
-
-    /* last execute */
-    uint64_t kernel_calls;
-};
 
 static const char *nname(const struct tr_pir_node *n) { return n->name ? n->name : ""; }
 
@@ -265,49 +227,13 @@ static int bind_fused(struct tr_kernels *k, const struct tr_pir_node *d, const s
     }
 }
 
-/* A PARAM with bytes lives in the backend's shared device memory (resident.h). */
-static int is_shared_param(const struct tr_pir_node *d) {
-    return d->op == TR_OP_PARAM && d->data && tr_pir_nbytes(d) > 0;
-}
-
 /* cuda: each PARAM bound to the backend's shared block of its host memory (uploaded by
  * the first program that needs it); the constants' places in one device block of this
  * program, filled from their host memory. */
 static int upload_weights(struct tf_program *p, struct tr_error *err) {
-    const struct tr_pir *ir = &p->pir;
-    size_t total = 0;
-    int rc;
-    if (!(p->shared = calloc((size_t)ir->n + 1, 1)))
-        return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory uploading weights");
-    for (int i = 0; i < ir->n; i++) {
-        const struct tr_pir_node *d = &ir->nodes[i];
-        if (is_shared_param(d)) {
-            int writes = 0;
-            for (int u = 0; u < ir->n_updates; u++) writes |= ir->update_param[u] == i;
-            struct tr_resident_param prm = {.host = d->data, .nbytes = tr_pir_nbytes(d), .dtype = d->dtype,
-                                            .name = nname(d), .writes = writes};
-            if ((rc = tr_resident_store_acquire(&p->ctx->params, p->ctx->device_type, p->ctx->device_index, "tf",
-                                                &prm, &p->data[i], err)) != TR_OK)
-                return rc; /* shared[i] is still 0: free releases only what was taken */
-            p->shared[i] = writes ? 2 : 1;
-            continue;
-        }
-        if (d->op == TR_OP_PARAM || d->op == TR_OP_CONST)
-            total += (tr_pir_nbytes(d) + TF_ALIGN - 1) / TF_ALIGN * TF_ALIGN;
-    }
-    rc = tr_kernels_alloc(p->k, total ? total : 1, &p->weights_dev, err);
-    if (rc != TR_OK) return tr_error_prefix(err, "tf: %zu bytes of constants on the device", total);
-    size_t off = 0;
-    for (int i = 0; i < ir->n; i++) {
-        const struct tr_pir_node *d = &ir->nodes[i];
-        if ((d->op != TR_OP_PARAM && d->op != TR_OP_CONST) || p->shared[i]) continue;
-        size_t nb = tr_pir_nbytes(d);
-        p->data[i] = (char *)p->weights_dev + off;
-        if (nb && (rc = tr_kernels_to_device(p->k, p->data[i], d->data, nb, err)) != TR_OK)
-            return tr_error_prefix(err, "tf: uploading %s '%s' (%zu bytes)", tr_op_name(d->op), nname(d), nb);
-        off += (nb + TF_ALIGN - 1) / TF_ALIGN * TF_ALIGN;
-    }
-    return tr_kernels_sync(p->k, err);
+    int rc = tr_resident_upload_leaves(&p->ctx->params, p->ctx->device_type, p->ctx->device_index, "tf", p->k,
+                                       &p->pir, TF_ALIGN, p->data, &p->shared, &p->weights_dev, err);
+    return rc != TR_OK ? rc : tr_kernels_sync(p->k, err);
 }
 
 int tf_sync(struct tf_program *p, struct tr_error *err) {
@@ -368,11 +294,8 @@ int tf_compile(struct tf_context *ctx, tr_graph_t g, struct tf_program **out, st
     if (!p) return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory for a program");
     p->ctx = ctx;
     p->g = g;
-    int rc = tr_pir_from_graph(ctx->host, g, &p->pir, err);
-    if (rc != TR_OK) {
-        tr_error_prefix(err, "tf");
-        goto fail;
-    }
+    int rc = tr_pir_read("tf", ctx->host, g, &p->pir, err);
+    if (rc != TR_OK) goto fail;
     p->graph_nodes = p->pir.n;
     /* Unknown ops and missing weights are named before any pass rewrites the nodes. */
     if ((rc = check_nodes(p, err)) != TR_OK) goto fail;
@@ -436,34 +359,11 @@ void tf_program_free(struct tf_program *p) {
 
 /* ---- execute ---- */
 
-static int check_io(const struct tf_program *p, const char *what, int i, int id, const struct tr_tensor *t,
-                    struct tr_error *err) {
-    const struct tr_pir_node *n = &p->pir.nodes[id];
-    char want[128], got[128];
-    int same = t->dtype == n->dtype && t->ndim == n->ndim;
-    for (int d = 0; same && d < n->ndim; d++) same = t->shape[d] == n->shape[d];
-    if (!same)
-        return tr_error_set(err, TR_ERR_SHAPE, "tf: %s %d ('%s'): got %s%s, expected %s%s", what, i, nname(n),
-                            tr_dtype_name((enum tr_dtype)t->dtype), tr_shape_str(t->ndim, t->shape, got, sizeof got),
-                            tr_dtype_name((enum tr_dtype)n->dtype), dims(n, want, sizeof want));
-    if (!t->data && tr_pir_nbytes(n) > 0)
-        return tr_error_set(err, TR_ERR_INVALID, "tf: %s %d ('%s') has no data", what, i, nname(n));
-    if (!tr_tensor_is_contiguous(t) || t->device != TR_DEVICE_CPU)
-        return tr_error_set(err, TR_ERR_INVALID, "tf: %s %d ('%s') is not a contiguous host tensor", what, i, nname(n));
-    return TR_OK;
-}
-
 static int execute_steps(struct tf_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
                          struct tr_tensor *outputs, struct tr_error *err) {
     const struct tr_pir *ir = &p->pir;
-    int rc;
-    if (n_inputs != ir->n_inputs || n_outputs != ir->n_results)
-        return tr_error_set(err, TR_ERR_INVALID, "tf: execute with %d inputs and %d outputs, the graph has %d and %d",
-                            n_inputs, n_outputs, ir->n_inputs, ir->n_results);
-    for (int i = 0; i < n_inputs; i++)
-        if ((rc = check_io(p, "input", i, ir->inputs[i], &inputs[i], err)) != TR_OK) return rc;
-    for (int i = 0; i < n_outputs; i++)
-        if ((rc = check_io(p, "output", i, ir->outputs[i], &outputs[i], err)) != TR_OK) return rc;
+    int rc = tr_io_check_pir("tf", ir, n_inputs, inputs, n_outputs, outputs, err);
+    if (rc != TR_OK) return rc;
     for (int i = 0; i < n_inputs; i++) {
         int id = ir->inputs[i];
         size_t nb = tr_pir_nbytes(&ir->nodes[id]);
@@ -510,13 +410,6 @@ int tf_execute(struct tf_program *p, int n_inputs, const struct tr_tensor *input
 
 /* ---- report ---- */
 
-static const char *human_bytes(uint64_t n, char *buf, size_t size) {
-    if (n < 1024) snprintf(buf, size, "%llu B", (unsigned long long)n);
-    else if (n < (1u << 20)) snprintf(buf, size, "%.1f KiB", (double)n / 1024);
-    else snprintf(buf, size, "%.1f MiB", (double)n / (1 << 20));
-    return buf;
-}
-
 void tf_program_stats(const struct tf_program *p, struct tr_backend_stats *st) {
     char f[300], arena[32], weights[32];
     st->kernel_calls = p->kernel_calls;
@@ -537,8 +430,8 @@ void tf_program_stats(const struct tf_program *p, struct tr_backend_stats *st) {
                      "fused: %s; %d nodes -> %d (cse %d, dce %d), %d kernel calls; arena %s in %d buffers; weights %s "
                      "%s",
                      tf_fusions_str(&p->fus, f, sizeof f), p->graph_nodes, p->pir.n, p->cse_merged, p->dce_removed,
-                     p->n_steps, human_bytes((uint64_t)p->arena_bytes, arena, sizeof arena), p->n_bufs,
-                     human_bytes(p->weight_bytes, weights, sizeof weights),
+                     p->n_steps, tr_human_bytes((uint64_t)p->arena_bytes, arena, sizeof arena), p->n_bufs,
+                     tr_human_bytes(p->weight_bytes, weights, sizeof weights),
                      p->on_cuda ? "on the device (params shared by the backend's programs)" : "in place");
     if (p->pir.n_updates && k > 0 && (size_t)k < sizeof st->notes)
         k += snprintf(st->notes + k, sizeof st->notes - (size_t)k, "; %d of %d updates in place", p->n_donated,

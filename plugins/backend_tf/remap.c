@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "attn_group.h"
 #include "tf.h"
 #include "trident/kernels.h"
 
@@ -80,21 +81,10 @@ static int sole(struct remap *r, int id) {
     return r->uses[id] == 1 && node_at(r, id)->output_index < 0 && !node_at(r, id)->dead && r->cons[id] >= 0;
 }
 
-static int same_shape(const struct tr_pir_node *a, const struct tr_pir_node *b) {
-    if (a->ndim != b->ndim) return 0;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->shape[i] != b->shape[i]) return 0;
-    return 1;
-}
-
 /* shape s (nd axes) broadcasts right-aligned to `full` (nf axes) */
 static int broadcasts(int nd, const int64_t *s, int nf, const int64_t *full) {
-    if (nd > nf) return 0;
-    for (int i = 0; i < nd; i++) {
-        int64_t e = s[nd - 1 - i], f = full[nf - 1 - i];
-        if (e != 1 && e != f) return 0;
-    }
-    return 1;
+    int64_t st[TR_MAX_DIMS];
+    return nf <= TR_MAX_DIMS && tr_broadcast_strides(nd, s, nf, full, st);
 }
 
 static int is_float_dt(int dt) { return dt == TR_DTYPE_F32 || dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16; }
@@ -117,7 +107,7 @@ static void set_inputs(struct tr_pir_node *n, int k, const int *in) {
 static int split_add(struct remap *r, int add, int *chain, int *other) {
     const struct tr_pir_node *a = node_at(r, add);
     const struct tr_pir_node *x = node_at(r, a->in[0]), *y = node_at(r, a->in[1]);
-    int fx = same_shape(x, a), fy = same_shape(y, a);
+    int fx = tr_pir_same_shape(x, a), fy = tr_pir_same_shape(y, a);
     int pick = -1;
     if (fx && fy) {
         int py = (y->op == TR_OP_SCALE || y->op == TR_OP_MATMUL) && sole(r, a->in[1]);
@@ -136,6 +126,16 @@ static int split_add(struct remap *r, int add, int *chain, int *other) {
 
 /* ---- attention ---- */
 
+/* A SCALE without a bias read only here, at *cur: *scl = it, *cur = its input, and its
+ * factor returned (1 where there is none); the matchers fold it into their own scale. */
+static float peel_scale(struct remap *r, int *cur, int *scl) {
+    const struct tr_pir_node *s = node_at(r, *cur);
+    if (s->op != TR_OP_SCALE || !sole(r, *cur) || s->attrs.floats[1] != 0.0f) return 1.0f;
+    *scl = *cur;
+    *cur = s->in[0];
+    return s->attrs.floats[0];
+}
+
 static int match_attention(struct remap *r, int root) {
     struct tr_pir_node *m2 = node_at(r, root);
     if (m2->op != TR_OP_MATMUL || m2->attrs.ints[0] || m2->attrs.ints[1] || mm_alpha(m2) != 1.0f) return 0;
@@ -149,12 +149,7 @@ static int match_attention(struct remap *r, int root) {
         mask = ot;
         cur = ch;
     }
-    float scale = 1.0f;
-    if (node_at(r, cur)->op == TR_OP_SCALE && sole(r, cur) && node_at(r, cur)->attrs.floats[1] == 0.0f) {
-        scl = cur;
-        scale = node_at(r, cur)->attrs.floats[0];
-        cur = node_at(r, cur)->in[0];
-    }
+    float scale = peel_scale(r, &cur, &scl);
     struct tr_pir_node *m1 = node_at(r, cur);
     if (m1->op != TR_OP_MATMUL || !sole(r, cur) || m1->attrs.ints[0] || !m1->attrs.ints[1]) return 0;
     scale *= mm_alpha(m1);
@@ -202,14 +197,9 @@ static int match_sms(struct remap *r, int root) {
             }
         }
     }
-    float scale = 1.0f;
-    if (node_at(r, cur)->op == TR_OP_SCALE && sole(r, cur) && node_at(r, cur)->attrs.floats[1] == 0.0f) {
-        scl = cur;
-        scale = node_at(r, cur)->attrs.floats[0];
-        cur = node_at(r, cur)->in[0];
-    }
+    float scale = peel_scale(r, &cur, &scl);
     if (add < 0 && scl < 0) return 0;
-    if (!same_shape(node_at(r, cur), sm) || node_at(r, cur)->dtype != sm->dtype) return 0;
+    if (!tr_pir_same_shape(node_at(r, cur), sm) || node_at(r, cur)->dtype != sm->dtype) return 0;
     int in[2] = {cur, mask};
     set_inputs(sm, mask >= 0 ? 2 : 1, in);
     memset(&sm->attrs, 0, sizeof sm->attrs);
@@ -287,7 +277,7 @@ static int brln_try(struct remap *r, int root, int deep) {
     int full[MAX_TERMS], nf = 0, bias = -1;
     for (int i = 0; i < n; i++) {
         const struct tr_pir_node *t = node_at(r, terms[i]);
-        if (same_shape(t, ln) && t->dtype == ln->dtype) {
+        if (tr_pir_same_shape(t, ln) && t->dtype == ln->dtype) {
             full[nf++] = terms[i];
         } else if (bias < 0 && t->ndim >= 1 && t->shape[t->ndim - 1] == D && tr_pir_numel(t) == D &&
                    (t->dtype == ln->dtype || t->dtype == TR_DTYPE_F32)) {
@@ -351,7 +341,7 @@ static int match_gemm(struct remap *r, int mm) {
     const int64_t Nn = m->shape[m->ndim - 1];
     int root = r->cons[mm], bias = -1, add = -1;
     struct tr_pir_node *c = node_at(r, root);
-    if (c->op == TR_OP_ADD && same_shape(c, m) && c->dtype == m->dtype) {
+    if (c->op == TR_OP_ADD && tr_pir_same_shape(c, m) && c->dtype == m->dtype) {
         int other = c->in[0] == mm ? c->in[1] : c->in[0];
         const struct tr_pir_node *b = node_at(r, other);
         if (other != mm && b->ndim == 1 && b->shape[0] == Nn && (b->dtype == m->dtype || b->dtype == TR_DTYPE_F32)) {
@@ -365,7 +355,7 @@ static int match_gemm(struct remap *r, int mm) {
     root = last;
     if (sole(r, last)) {
         const struct tr_pir_node *c2 = node_at(r, r->cons[last]);
-        if (act_of(c2, &act) && same_shape(c2, m) && c2->dtype == m->dtype) root = r->cons[last];
+        if (act_of(c2, &act) && tr_pir_same_shape(c2, m) && c2->dtype == m->dtype) root = r->cons[last];
         else act = TR_ACT_NONE;
     }
     if (add < 0 && act == TR_ACT_NONE) return 0;
@@ -394,28 +384,10 @@ typedef int (*matcher)(struct remap *r, int id);
  * different `which`) -> one TF_OP_ATTN_BWD at the first of them, computing them all;
  * the others become TF_OP_EXTRA_OUT views of its extra outputs. Nothing is removed: the
  * statistics and scores are computed once instead of three and four times. */
-static int same_attention(const struct tr_pir_node *a, const struct tr_pir_node *b) {
-    if (a->n_in != b->n_in || a->attrs.floats[0] != b->attrs.floats[0] || a->attrs.ints[0] != b->attrs.ints[0] ||
-        a->attrs.ints[1] != b->attrs.ints[1] || a->attrs.ints[2] == b->attrs.ints[2] || a->dtype != b->dtype)
-        return 0;
-    for (int i = 0; i < a->n_in; i++)
-        if (a->in[i] != b->in[i]) return 0;
-    return 1;
-}
-
 static int match_attn_bwd(struct remap *r, int id) {
     struct tr_pir_node *x = node_at(r, id);
-    if (x->op != TR_OP_ATTENTION_GRAD || !is_float_dt(x->dtype)) return 0;
-    int group[3] = {-1, -1, -1}, n = 0;
-    for (int j = id; j < r->p->n && n < 3; j++) {
-        const struct tr_pir_node *y = node_at(r, j);
-        if (y->dead || y->op != TR_OP_ATTENTION_GRAD) continue;
-        if (j != id && !same_attention(x, y)) continue;
-        int w = (int)y->attrs.ints[2];
-        if (w < 0 || w > 2 || group[w] >= 0) continue;
-        group[w] = j;
-        n++;
-    }
+    /* the grouped nodes stop being ATTENTION_GRAD here, so none is taken twice */
+    int group[3], n = tr_attn_grad_group(r->p, id, NULL, group);
     if (n < 2) return 0;
     int own = (int)x->attrs.ints[2];
     x->op = TF_OP_ATTN_BWD;

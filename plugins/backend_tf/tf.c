@@ -14,6 +14,7 @@
 #include <string.h>
 #include "options.h"
 #include "resident.h"
+#include "stats.h"
 #include "tf.h"
 #include "trident/kernels.h"
 
@@ -34,36 +35,11 @@ static const struct tr_opt_spec tf_options[] = {
 static int tf_init(const struct tr_host_api *host, const struct tr_backend_params *params, void **ctx,
                    struct tr_error *err) {
     *ctx = NULL;
-    struct tf_context c = {
-        .host = host ? host : tf_host,
-        .device_type = TR_DEVICE_CPU,
-        .fuse = 1,
-        .simplify = 1,
-    };
-    if (!c.host) return tr_error_set(err, TR_ERR_PLUGIN, "tf: init called without a host table");
-    int rc = tr_backend_params_read("tf", params, &c.device_type, &c.device_index, err);
-    if (rc == TR_OK && params)
-        rc = tr_opts_parse("tf", tf_options, (int)(sizeof tf_options / sizeof tf_options[0]), params->options,
-                           params->n_options, &c, err);
-    if (rc != TR_OK) return rc;
-    if (c.device_type != TR_DEVICE_CPU && c.device_type != TR_DEVICE_CUDA)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "tf: device type %d is not supported (cpu or cuda)",
-                            c.device_type);
-    c.math = params ? params->math : TR_MATH_DEFAULT;
-    /* The device and the math mode are checked now, where the configuration is named,
-     * not at the first compile: "no CUDA device found", tf32 on the cpu. Each program
-     * makes its own context later. */
-    struct tr_kernels *k = NULL;
-    if ((rc = tr_kernels_init(&k, c.device_type, c.device_index, err)) != TR_OK)
-        return tr_error_prefix(err, "tf: device = %s", c.device_type == TR_DEVICE_CUDA ? "cuda" : "cpu");
-    rc = tr_kernels_set_math(k, (enum tr_math)c.math, err);
-    tr_kernels_free(k);
-    if (rc != TR_OK) return tr_error_prefix(err, "tf");
-    struct tf_context *p = malloc(sizeof *p);
-    if (!p) return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory for the backend context");
-    *p = c;
-    *ctx = p;
-    return TR_OK;
+    struct tf_context c = {.fuse = 1, .simplify = 1};
+    const struct tr_backend_setup at = {&c.host, &c.device_type, &c.device_index, &c.math};
+    int rc = tr_backend_init_common("tf", host, tf_host, params, tf_options,
+                                    (int)(sizeof tf_options / sizeof tf_options[0]), &c, &at, err);
+    return rc != TR_OK ? rc : tr_backend_context_keep("tf", &c, sizeof c, ctx, err);
 }
 
 static void tf_free(void *ctx) {
@@ -110,10 +86,8 @@ static int tf_sync_slot(void *ctx, void *prog, struct tr_error *err) {
 
 static int tf_get_stats(void *ctx, void *prog, struct tr_backend_stats *st, struct tr_error *err) {
     (void)ctx;
-    if (!st) return tr_error_set(err, TR_ERR_INVALID, "tf: get_stats without a stats record");
-    memset(st, 0, sizeof *st);
-    st->struct_size = sizeof *st;
-    st->abi_version = TR_ABI_VERSION;
+    int rc = tr_backend_stats_start("tf", st, err);
+    if (rc != TR_OK) return rc;
     if (prog) tf_program_stats(prog, st);
     return TR_OK;
 }

@@ -31,13 +31,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "io.h"
 #include "pir.h"
 #include "program.h"
 #include "resident.h"
 
 const char *tr_torch_node_name(const struct tr_torch_program *p, int id) {
-    const char *s = p->ctx->host->node_name(p->g, id);
-    return s ? s : "";
+    return id >= 0 && id < p->pir.n ? p->pir.nodes[id].name : "";
 }
 
 static int raw_alloc(void *user, size_t nbytes, void **ptr, struct tr_error *err) {
@@ -49,15 +49,15 @@ static void raw_free(void *user, void *ptr) { tr_kernels_dealloc(user, ptr); }
 /* ---- compile ---- */
 
 static int read_node(struct tr_torch_program *p, int id, int *n_edges, struct tr_error *err) {
-    const struct tr_host_api *h = p->ctx->host;
+    const struct tr_pir_node *d = &p->pir.nodes[id];
     struct torch_node *n = &p->nodes[id];
     char sh[128];
-    n->op = h->node_op(p->g, id);
+    n->op = d->op;
     if (n->op < 0 || n->op >= TR_OP_COUNT)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "torch: node %d '%s': unknown op %d", id, tr_torch_node_name(p, id), n->op);
-    int dtype = h->node_dtype(p->g, id), ndim = h->node_ndim(p->g, id);
-    const int64_t *shape = h->node_shape(p->g, id);
-    if (tr_dtype_size((enum tr_dtype)dtype) == 0 || ndim < 0 || ndim > TR_MAX_DIMS || (ndim > 0 && !shape))
+    int dtype = d->dtype, ndim = d->ndim;
+    const int64_t *shape = d->shape;
+    if (tr_dtype_size((enum tr_dtype)dtype) == 0)
         return tr_error_set(err, TR_ERR_INVALID, "torch: node %d %s '%s': dtype %d with %d dimensions", id,
                             tr_op_name(n->op), tr_torch_node_name(p, id), dtype, ndim);
     int rc = tr_tensor_make(&n->t, NULL, (enum tr_dtype)dtype, ndim, shape, err);
@@ -65,11 +65,10 @@ static int read_node(struct tr_torch_program *p, int id, int *n_edges, struct tr
     n->t.device = p->ctx->device_type;
     n->t.device_index = p->ctx->device_index;
     n->nbytes = tr_tensor_nbytes(&n->t);
-    const struct tr_attrs *a = h->node_attrs(p->g, id);
-    if (a) n->attrs = *a;
+    n->attrs = d->attrs;
     n->in_off = *n_edges;
-    n->n_in = h->node_n_inputs(p->g, id);
-    if (n->n_in < 0 || (n->op == TR_OP_RESHAPE && n->n_in != 1))
+    n->n_in = d->n_in;
+    if (n->op == TR_OP_RESHAPE && n->n_in != 1)
         return tr_error_set(err, TR_ERR_INVALID, "torch: node %d %s '%s': %d inputs", id, tr_op_name(n->op),
                             tr_torch_node_name(p, id), n->n_in);
     n->root = id;
@@ -80,7 +79,7 @@ static int read_node(struct tr_torch_program *p, int id, int *n_edges, struct tr
     case TR_OP_PARAM:
     case TR_OP_CONST:
         n->kind = TORCH_WEIGHT;
-        if (!h->node_data(p->g, id))
+        if (!d->data)
             return tr_error_set(err, TR_ERR_INVALID,
                                 "torch: node %d %s '%s' %s%s has no data (bind it with tr_graph_bind_param or "
                                 "load weights before compile)",
@@ -100,15 +99,11 @@ static int read_node(struct tr_torch_program *p, int id, int *n_edges, struct tr
 /* Inputs of every node (flat), consumer counts (graph outputs count as one more, held
  * until the end of execute), view roots. */
 static int read_edges(struct tr_torch_program *p, struct tr_error *err) {
-    const struct tr_host_api *h = p->ctx->host;
     for (int id = 0; id < p->n_nodes; id++) {
         struct torch_node *n = &p->nodes[id];
         if (n->n_in > p->max_in) p->max_in = n->n_in;
         for (int i = 0; i < n->n_in; i++) {
-            int src = h->node_input(p->g, id, i);
-            if (src < 0 || src >= id)
-                return tr_error_set(err, TR_ERR_INVALID, "torch: node %d %s '%s': input %d is node %d (expected 0..%d)",
-                                    id, tr_op_name(n->op), tr_torch_node_name(p, id), i, src, id - 1);
+            int src = p->pir.nodes[id].in[i]; /* an earlier node: tr_pir_from_graph checked */
             p->in_ids[n->in_off + i] = src;
             p->nodes[src].uses++;
         }
@@ -132,19 +127,14 @@ static int plan_updates(struct tr_torch_program *p, struct tr_error *err) {
     p->donated = calloc((size_t)p->n_updates + 1, 1);
     if (!p->donor || !p->donated) return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory planning updates");
     for (int id = 0; id < p->n_nodes; id++) p->donor[id] = -1;
-    if (p->n_updates == 0) return TR_OK;
-    struct tr_pir ir;
-    int rc = tr_pir_from_graph(p->ctx->host, p->g, &ir, err);
-    if (rc != TR_OK) return tr_error_prefix(err, "torch");
     for (int u = 0; u < p->n_updates; u++) {
         int v = p->graph_out[p->n_graph_out + u];
-        if (p->nodes[v].kind == TORCH_KERNEL && tr_pir_donatable(&ir, u, tr_pir_reads_in_place)) {
+        if (p->nodes[v].kind == TORCH_KERNEL && tr_pir_donatable(&p->pir, u, tr_pir_reads_in_place)) {
             p->donated[u] = 1;
             p->n_donated++;
             p->donor[v] = p->update_param[u];
         }
     }
-    tr_pir_free(&ir);
     return TR_OK;
 }
 
@@ -164,14 +154,10 @@ int tr_torch_copy_updates(struct tr_torch_program *p, void *const *src, struct t
 }
 
 static int read_io(struct tr_torch_program *p, struct tr_error *err) {
-    const struct tr_host_api *h = p->ctx->host;
-    p->n_graph_in = h->graph_n_inputs(p->g);
-    p->n_graph_out = h->graph_n_outputs(p->g);
-    if (p->n_graph_in < 0 || p->n_graph_out <= 0)
-        return tr_error_set(err, TR_ERR_INVALID, "torch: graph with %d inputs and %d outputs (it needs an output)",
-                            p->n_graph_in, p->n_graph_out);
-    p->n_updates = TR_ABI_GET_MINOR(h->abi_version) >= 1 ? h->graph_n_updates(p->g) : 0;
-    if (p->n_updates < 0) return tr_error_set(err, TR_ERR_INVALID, "torch: graph with %d updates", p->n_updates);
+    const struct tr_pir *ir = &p->pir;
+    p->n_graph_in = ir->n_inputs;
+    p->n_graph_out = ir->n_results;
+    p->n_updates = ir->n_updates;
     p->graph_in = calloc((size_t)p->n_graph_in + 1, sizeof *p->graph_in);
     p->graph_out = calloc((size_t)(p->n_graph_out + p->n_updates), sizeof *p->graph_out);
     p->update_param = calloc((size_t)p->n_updates + 1, sizeof *p->update_param);
@@ -181,8 +167,8 @@ static int read_io(struct tr_torch_program *p, struct tr_error *err) {
     int n_input_nodes = 0;
     for (int id = 0; id < p->n_nodes; id++) n_input_nodes += p->nodes[id].kind == TORCH_INPUT;
     for (int i = 0; i < p->n_graph_in; i++) {
-        int id = h->graph_input(p->g, i);
-        if (id < 0 || id >= p->n_nodes || p->nodes[id].kind != TORCH_INPUT || p->pending[id]++)
+        int id = ir->inputs[i];
+        if (p->nodes[id].kind != TORCH_INPUT || p->pending[id]++)
             return tr_error_set(err, TR_ERR_INVALID, "torch: graph input %d is node %d, not an input node fed once", i,
                                 id);
         p->graph_in[i] = id;
@@ -190,20 +176,9 @@ static int read_io(struct tr_torch_program *p, struct tr_error *err) {
     if (n_input_nodes != p->n_graph_in)
         return tr_error_set(err, TR_ERR_INVALID, "torch: graph has %d input nodes but feeds %d", n_input_nodes,
                             p->n_graph_in);
-    for (int i = 0; i < p->n_graph_out; i++) {
-        int id = h->graph_output(p->g, i);
-        if (id < 0 || id >= p->n_nodes)
-            return tr_error_set(err, TR_ERR_INVALID, "torch: graph output %d is node %d (graph has %d nodes)", i, id,
-                                p->n_nodes);
-        p->graph_out[i] = id;
-    }
-    for (int u = 0; u < p->n_updates; u++) {
-        int pa = h->graph_update_param(p->g, u), v = h->graph_update_value(p->g, u);
-        if (pa < 0 || pa >= p->n_nodes || p->nodes[pa].op != TR_OP_PARAM || v < 0 || v >= p->n_nodes)
-            return tr_error_set(err, TR_ERR_INVALID, "torch: graph update %d: param node %d, value node %d", u, pa, v);
-        p->update_param[u] = pa;
-        p->graph_out[p->n_graph_out + u] = v;
-    }
+    /* the outputs, then each update's value; tr_pir_from_graph checked their ids */
+    for (int i = 0; i < p->n_graph_out + p->n_updates; i++) p->graph_out[i] = ir->outputs[i];
+    for (int u = 0; u < p->n_updates; u++) p->update_param[u] = ir->update_param[u];
     return TR_OK;
 }
 
@@ -251,7 +226,7 @@ int tr_torch_sync(struct tr_torch_program *p, struct tr_error *err) {
      * device memory is the truth, whichever program wrote it last. */
     for (int pa = 0; pa < p->n_nodes; pa++) {
         if (!p->nodes[pa].shared) continue;
-        void *host = (void *)p->ctx->host->node_data(p->g, pa); /* writable: backend.h, ABI 1.1 */
+        void *host = (void *)p->pir.nodes[pa].data; /* writable: backend.h, ABI 1.1 */
         if (!tr_resident_store_written(p->ctx->params, host)) continue;
         int rc = tr_kernels_to_host(p->k, host, p->data[pa], p->nodes[pa].nbytes, err);
         if (rc != TR_OK) return tr_error_prefix(err, "torch: sync of '%s'", tr_torch_node_name(p, pa));
@@ -267,8 +242,9 @@ int tr_torch_compile(struct tr_torch_context *ctx, tr_graph_t g, struct tr_torch
     if (!p) return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory for a program");
     p->ctx = ctx;
     p->g = g;
-    p->n_nodes = ctx->host->graph_n_nodes(g);
-    int rc = TR_OK;
+    int rc = tr_pir_read("torch", ctx->host, g, &p->pir, err);
+    if (rc != TR_OK) goto fail;
+    p->n_nodes = p->pir.n;
     if (p->n_nodes <= 0) {
         rc = tr_error_set(err, TR_ERR_INVALID, "torch: graph has %d nodes", p->n_nodes);
         goto fail;
@@ -300,7 +276,7 @@ int tr_torch_compile(struct tr_torch_context *ctx, tr_graph_t g, struct tr_torch
     }
     /* Weights are used in place for the program's life; they never move. */
     for (int id = 0; id < p->n_nodes; id++)
-        if (p->nodes[id].kind == TORCH_WEIGHT) p->data[id] = (void *)ctx->host->node_data(g, id);
+        if (p->nodes[id].kind == TORCH_WEIGHT) p->data[id] = (void *)p->pir.nodes[id].data;
 
     if ((rc = tr_kernels_init(&p->k, ctx->device_type, ctx->device_index, err)) != TR_OK ||
         (rc = tr_kernels_set_math(p->k, (enum tr_math)ctx->math, err)) != TR_OK) {
@@ -333,11 +309,12 @@ void tr_torch_program_free(struct tr_torch_program *p) {
     for (int id = 0; p->weights_uploaded && id < p->n_nodes; id++) {
         if (p->nodes[id].kind != TORCH_WEIGHT || !p->data[id]) continue;
         if (p->nodes[id].shared)
-            tr_resident_store_release(&p->ctx->params, p->ctx->host->node_data(p->g, id), p->nodes[id].shared == 2);
+            tr_resident_store_release(&p->ctx->params, p->pir.nodes[id].data, p->nodes[id].shared == 2);
         else tr_kernels_dealloc(p->k, p->data[id]);
     }
     if (p->k) tr_kernels_free(p->k);
     free(p->nodes);
+    tr_pir_free(&p->pir);
     free(p->in_ids);
     free(p->graph_in);
     free(p->graph_out);
@@ -357,31 +334,14 @@ void tr_torch_program_free(struct tr_torch_program *p) {
 static int check_io(const struct tr_torch_program *p, const char *what, int i, int id, const struct tr_tensor *t,
                     struct tr_error *err) {
     const struct torch_node *n = &p->nodes[id];
-    char want[128], got[128];
-    int same = t->dtype == n->t.dtype && t->ndim == n->t.ndim;
-    for (int d = 0; same && d < n->t.ndim; d++) same = t->shape[d] == n->t.shape[d];
-    if (!same)
-        return tr_error_set(err, TR_ERR_SHAPE, "torch: %s %d ('%s'): got %s%s, expected %s%s", what, i,
-                            tr_torch_node_name(p, id), tr_dtype_name((enum tr_dtype)t->dtype),
-                            tr_shape_str(t->ndim, t->shape, got, sizeof got), tr_dtype_name((enum tr_dtype)n->t.dtype),
-                            tr_shape_str(n->t.ndim, n->t.shape, want, sizeof want));
-    if (!t->data && n->nbytes > 0)
-        return tr_error_set(err, TR_ERR_INVALID, "torch: %s %d ('%s') has no data", what, i, tr_torch_node_name(p, id));
-    if (!tr_tensor_is_contiguous(t))
-        return tr_error_set(err, TR_ERR_INVALID, "torch: %s %d ('%s') is not contiguous", what, i,
-                            tr_torch_node_name(p, id));
-    if (t->device != TR_DEVICE_CPU)
-        return tr_error_set(err, TR_ERR_INVALID, "torch: %s %d ('%s') is not in host memory", what, i,
-                            tr_torch_node_name(p, id));
-    return TR_OK;
+    return tr_io_check_tensor("torch", what, i, tr_torch_node_name(p, id), n->t.dtype, n->t.ndim, n->t.shape,
+                              n->nbytes, t, err);
 }
 
 int tr_torch_check_args(const struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs,
                         int n_outputs, const struct tr_tensor *outputs, struct tr_error *err) {
-    int rc;
-    if (n_inputs != p->n_graph_in || n_outputs != p->n_graph_out)
-        return tr_error_set(err, TR_ERR_INVALID, "torch: execute with %d inputs and %d outputs, the graph has %d and %d",
-                            n_inputs, n_outputs, p->n_graph_in, p->n_graph_out);
+    int rc = tr_io_check_counts("torch", n_inputs, inputs, n_outputs, outputs, p->n_graph_in, p->n_graph_out, err);
+    if (rc != TR_OK) return rc;
     for (int i = 0; i < n_inputs; i++)
         if ((rc = check_io(p, "input", i, p->graph_in[i], &inputs[i], err)) != TR_OK) return rc;
     for (int i = 0; i < n_outputs; i++)
@@ -526,14 +486,6 @@ int tr_torch_execute(struct tr_torch_program *p, int n_inputs, const struct tr_t
     return rc;
 }
 
-/* "812 B", "12.3 KiB", "4.0 MiB": tiny test graphs and BERT-base both read well. */
-const char *tr_torch_human_bytes(uint64_t n, char *buf, size_t size) {
-    if (n < 1024) snprintf(buf, size, "%llu B", (unsigned long long)n);
-    else if (n < (1u << 20)) snprintf(buf, size, "%.1f KiB", (double)n / 1024);
-    else snprintf(buf, size, "%.1f MiB", (double)n / (1 << 20));
-    return buf;
-}
-
 void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_stats *st) {
     struct tr_torch_allocator_stats a;
     char pool[32], peak[32], weights[32];
@@ -557,9 +509,9 @@ void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_
     size_t len = strlen(st->notes);
     snprintf(st->notes + len, sizeof st->notes - len,
              "pool %s in %llu blocks, %llu size classes (peak %s); weights %s %s",
-             tr_torch_human_bytes(a.reserved_bytes, pool, sizeof pool), (unsigned long long)a.n_blocks,
-             (unsigned long long)a.n_classes, tr_torch_human_bytes(a.peak_bytes, peak, sizeof peak),
-             tr_torch_human_bytes(p->weight_bytes, weights, sizeof weights),
+             tr_human_bytes(a.reserved_bytes, pool, sizeof pool), (unsigned long long)a.n_blocks,
+             (unsigned long long)a.n_classes, tr_human_bytes(a.peak_bytes, peak, sizeof peak),
+             tr_human_bytes(p->weight_bytes, weights, sizeof weights),
              p->on_cuda ? "on the device (params shared by the backend's programs)" : "in place");
     len = strlen(st->notes);
     if (p->n_updates && len < sizeof st->notes)

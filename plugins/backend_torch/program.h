@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 #include "allocator.h"
+#include "pir.h"
+#include "stats.h"
 #include "torch.h"
 #include "trident/kernels.h"
 #include "trident/kernels_cuda.h"
@@ -54,7 +56,8 @@ struct tr_torch_program {
     struct tr_torch_context *ctx;
     uint64_t serial;                /* 1, 2, ... per backend context: the CUDA graphs' owner */
     int on_cuda;                    /* weights uploaded, inputs copied in, updates kept on the device */
-    tr_graph_t g;                   /* for node names in messages; alive until program_free */
+    tr_graph_t g;                   /* alive until program_free */
+    struct tr_pir pir;              /* the graph as read, once: names, shapes, weights' host data */
     int n_nodes;
     struct torch_node *nodes;
     int *in_ids;
@@ -104,7 +107,6 @@ int tr_torch_execute_eager(struct tr_torch_program *p, int n_inputs, const struc
                            struct tr_tensor *outputs, struct tr_error *err);
 /* Every block the walk still holds back to its pool. */
 void tr_torch_release_all(struct tr_torch_program *p);
-const char *tr_torch_human_bytes(uint64_t n, char *buf, size_t size);
 /* The updates not donated: value copied into its param (src[u]: where the value is; src
  * NULL: where this step's walk put it). */
 int tr_torch_copy_updates(struct tr_torch_program *p, void *const *src, struct tr_error *err);

@@ -99,8 +99,7 @@ static uint64_t calls_topo(const struct torch_replay *r) {
 static int record(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
                   struct tr_tensor *outputs, struct tr_error *err) {
     struct torch_replay *r = &p->rp;
-    int rc = tr_torch_check_args(p, n_inputs, inputs, n_outputs, outputs, err);
-    if (rc != TR_OK) return rc;
+    int rc;
     double t0 = now_ms();
     size_t nk = (size_t)p->n_kernel_nodes + 1;
     r->calls = calloc(nk, sizeof *r->calls);
@@ -224,8 +223,7 @@ static int graph_replay(struct tr_torch_program *p, struct tr_error *err) {
 static int replay(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
                   struct tr_tensor *outputs, struct tr_error *err) {
     struct torch_replay *r = &p->rp;
-    int rc = tr_torch_check_args(p, n_inputs, inputs, n_outputs, outputs, err);
-    if (rc != TR_OK) return rc;
+    int rc;
     for (int i = 0; i < n_inputs; i++) {
         size_t nb = p->nodes[p->graph_in[i]].nbytes;
         if (nb && (rc = tr_kernels_to_device(p->k, r->inputs[i]->ptr, inputs[i].data, nb, err)) != TR_OK)
@@ -257,9 +255,14 @@ int tr_torch_ro_execute(struct tr_torch_program *p, int n_inputs, const struct t
                         struct tr_tensor *outputs, struct tr_error *err) {
     struct torch_replay *r = &p->rp;
     int rc;
-    if (r->recorded) rc = replay(p, n_inputs, inputs, n_outputs, outputs, err);
-    else if (r->steps < p->ctx->warmup_steps) rc = tr_torch_execute_eager(p, n_inputs, inputs, n_outputs, outputs, err);
-    else rc = record(p, n_inputs, inputs, n_outputs, outputs, err);
+    if (!r->recorded && r->steps < p->ctx->warmup_steps) {
+        rc = tr_torch_execute_eager(p, n_inputs, inputs, n_outputs, outputs, err);
+    } else { /* record and replay take checked arguments (eager checks its own) */
+        rc = tr_torch_check_args(p, n_inputs, inputs, n_outputs, outputs, err);
+        if (rc == TR_OK)
+            rc = r->recorded ? replay(p, n_inputs, inputs, n_outputs, outputs, err)
+                             : record(p, n_inputs, inputs, n_outputs, outputs, err);
+    }
     if (rc == TR_OK) r->steps++;
     return rc;
 }
@@ -270,7 +273,7 @@ void tr_torch_replay_notes(const struct tr_torch_program *p, char *notes, size_t
     if (r->recorded)
         snprintf(notes, size, "recorded %d calls at step %d (%.1f ms); replays %llu; static buffers %s; ", r->n_calls,
                  r->record_step, r->record_ms, (unsigned long long)r->replays,
-                 tr_torch_human_bytes(r->static_bytes, sb, sizeof sb));
+                 tr_human_bytes(r->static_bytes, sb, sizeof sb));
     else
         snprintf(notes, size, "warm-up: %d eager step%s done, recording at step %d; ", r->steps,
                  r->steps == 1 ? "" : "s", p->ctx->warmup_steps + 1);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "options.h"
 #include "resident.h"
+#include "stats.h"
 #include "torch.h"
 #include "trident/kernels.h"
 #include "trident/kernels_cuda.h"
@@ -28,38 +29,11 @@ static const struct tr_opt_spec torch_options[] = {
 static int torch_init(const struct tr_host_api *host, const struct tr_backend_params *params, void **ctx,
                       struct tr_error *err) {
     *ctx = NULL;
-    struct tr_torch_context c = {
-        .host = host ? host : torch_host,
-        .device_type = TR_DEVICE_CPU,
-        .device_index = 0,
-        .mode = TR_TORCH_MODE_EAGER,
-        .threads = 0,
-        .warmup_steps = TR_TORCH_WARMUP_DEFAULT,
-    };
-    if (!c.host) return tr_error_set(err, TR_ERR_PLUGIN, "torch: init called without a host table");
-    int rc = tr_backend_params_read("torch", params, &c.device_type, &c.device_index, err);
-    if (rc == TR_OK && params)
-        rc = tr_opts_parse("torch", torch_options, (int)(sizeof torch_options / sizeof torch_options[0]),
-                           params->options, params->n_options, &c, err);
-    if (rc != TR_OK) return rc;
-    if (c.device_type != TR_DEVICE_CPU && c.device_type != TR_DEVICE_CUDA)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "torch: device type %d is not supported (cpu or cuda)",
-                            c.device_type);
-    c.math = params ? params->math : TR_MATH_DEFAULT;
-    /* The device and the math mode are checked now, where the configuration is named,
-     * not at the first compile: "no CUDA device found", tf32 on the cpu. Each program
-     * makes its own context later. */
-    struct tr_kernels *k = NULL;
-    if ((rc = tr_kernels_init(&k, c.device_type, c.device_index, err)) != TR_OK)
-        return tr_error_prefix(err, "torch: device = %s", c.device_type == TR_DEVICE_CUDA ? "cuda" : "cpu");
-    rc = tr_kernels_set_math(k, (enum tr_math)c.math, err);
-    tr_kernels_free(k);
-    if (rc != TR_OK) return tr_error_prefix(err, "torch");
-    struct tr_torch_context *p = malloc(sizeof *p);
-    if (!p) return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory for the backend context");
-    *p = c;
-    *ctx = p;
-    return TR_OK;
+    struct tr_torch_context c = {.mode = TR_TORCH_MODE_EAGER, .warmup_steps = TR_TORCH_WARMUP_DEFAULT};
+    const struct tr_backend_setup at = {&c.host, &c.device_type, &c.device_index, &c.math};
+    int rc = tr_backend_init_common("torch", host, torch_host, params, torch_options,
+                                    (int)(sizeof torch_options / sizeof torch_options[0]), &c, &at, err);
+    return rc != TR_OK ? rc : tr_backend_context_keep("torch", &c, sizeof c, ctx, err);
 }
 
 static void torch_free(void *ctx) {
@@ -95,10 +69,8 @@ static int torch_sync(void *ctx, void *prog, struct tr_error *err) {
 }
 
 static int torch_get_stats(void *ctx, void *prog, struct tr_backend_stats *st, struct tr_error *err) {
-    if (!st) return tr_error_set(err, TR_ERR_INVALID, "torch: get_stats without a stats record");
-    memset(st, 0, sizeof *st);
-    st->struct_size = sizeof *st;
-    st->abi_version = TR_ABI_VERSION;
+    int rc = tr_backend_stats_start("torch", st, err);
+    if (rc != TR_OK) return rc;
     if (prog) tr_torch_program_stats(prog, st);
     const struct tr_torch_context *c = ctx;
     snprintf(st->mode, sizeof st->mode, "%s",
@@ -112,7 +84,7 @@ static const struct tr_backend_i torch_iface = {
     .name = "torch",
     .description = "PyTorch style: eager op-by-op kernel calls, outputs from a caching allocator; "
                    "mode = reduce-overhead records a step once and replays it (a CUDA graph on cuda)",
-    .caps = TR_CAP_CPU | TR_CAP_CUDA | TR_CAP_F32 | TR_CAP_BF16 | TR_CAP_TRAINING,
+    .caps = TR_CAP_CPU | TR_CAP_CUDA | TR_CAP_F32 | TR_CAP_BF16 | TR_CAP_F16 | TR_CAP_TRAINING,
     .init = torch_init,
     .free = torch_free,
     .supports_op = torch_supports_op,

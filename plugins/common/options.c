@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "options.h"
+#include "trident/kernels.h"
 #include "trident/parse.h"
 
 const char *tr_opt_where(const struct tr_option *o, char *buf, size_t n) {
@@ -105,11 +106,12 @@ int tr_backend_entry_check(const char *backend, uint32_t host_abi, const struct 
                             TR_ABI_GET_MAJOR(host_abi), TR_ABI_GET_MINOR(host_abi), (unsigned)TR_ABI_MAJOR,
                             (unsigned)TR_ABI_MINOR);
     if (!host || !iface) return tr_error_set(err, TR_ERR_PLUGIN, "%s: entry called without a host table", backend);
-    /* A 1.x host has every 1.0 slot; a shorter table is a broken host. */
-    if (host->struct_size < sizeof(struct tr_host_api) || TR_ABI_GET_MAJOR(host->abi_version) != TR_ABI_MAJOR)
+    /* A 1.x host has every 1.0 slot; a shorter table is a broken host. The 1.1 slots are
+     * read only where tr_host_api_has_updates says the table has them. */
+    if (host->struct_size < TR_HOST_API_MIN_SIZE_1_0 || TR_ABI_GET_MAJOR(host->abi_version) != TR_ABI_MAJOR)
         return tr_error_set(err, TR_ERR_PLUGIN, "%s: host table of %u bytes, ABI %u.%u (expected >= %zu bytes, 1.x)",
                             backend, host->struct_size, TR_ABI_GET_MAJOR(host->abi_version),
-                            TR_ABI_GET_MINOR(host->abi_version), sizeof(struct tr_host_api));
+                            TR_ABI_GET_MINOR(host->abi_version), (size_t)TR_HOST_API_MIN_SIZE_1_0);
     *iface = vtable;
     return TR_OK;
 }
@@ -126,5 +128,34 @@ int tr_backend_params_read(const char *backend, const struct tr_backend_params *
         return tr_error_set(err, TR_ERR_INVALID, "%s: %d options without an array", backend, (int)params->n_options);
     *device_type = params->device_type;
     *device_index = params->device_index;
+    return TR_OK;
+}
+
+int tr_backend_init_common(const char *backend, const struct tr_host_api *host, const struct tr_host_api *kept,
+                           const struct tr_backend_params *params, const struct tr_opt_spec *specs, int n_specs,
+                           void *dst, const struct tr_backend_setup *out, struct tr_error *err) {
+    *out->host = host ? host : kept;
+    if (!*out->host) return tr_error_set(err, TR_ERR_PLUGIN, "%s: init called without a host table", backend);
+    int rc = tr_backend_params_read(backend, params, out->device_type, out->device_index, err);
+    if (rc == TR_OK && params) rc = tr_opts_parse(backend, specs, n_specs, params->options, params->n_options, dst, err);
+    if (rc != TR_OK) return rc;
+    int dev = *out->device_type;
+    if (dev != TR_DEVICE_CPU && dev != TR_DEVICE_CUDA)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: device type %d is not supported (cpu or cuda)", backend, dev);
+    *out->math = params ? params->math : TR_MATH_DEFAULT;
+    /* Each program makes its own kernels context later; this one only asks. */
+    struct tr_kernels *k = NULL;
+    if ((rc = tr_kernels_init(&k, dev, *out->device_index, err)) != TR_OK)
+        return tr_error_prefix(err, "%s: device = %s", backend, dev == TR_DEVICE_CUDA ? "cuda" : "cpu");
+    rc = tr_kernels_set_math(k, (enum tr_math)*out->math, err);
+    tr_kernels_free(k);
+    return rc == TR_OK ? TR_OK : tr_error_prefix(err, "%s", backend);
+}
+
+int tr_backend_context_keep(const char *backend, const void *c, size_t size, void **ctx, struct tr_error *err) {
+    void *p = malloc(size);
+    if (!p) return tr_error_set(err, TR_ERR_NOMEM, "%s: out of memory for the backend context", backend);
+    memcpy(p, c, size);
+    *ctx = p;
     return TR_OK;
 }

@@ -38,7 +38,7 @@ int tr_opts_parse(const char *backend, const struct tr_opt_spec *specs, int n_sp
                   int n_opts, void *dst, struct tr_error *err);
 
 /* The checks every tr_backend_entry does: the host speaks our ABI major and hands a
- * complete 1.x table. On success *iface = vtable; on failure *iface = NULL. */
+ * table with every 1.0 slot (a 1.0 host's is accepted). On success *iface = vtable; on failure *iface = NULL. */
 int tr_backend_entry_check(const char *backend, uint32_t host_abi, const struct tr_host_api *host,
                            const struct tr_backend_i *vtable, const struct tr_backend_i **iface,
                            struct tr_error *err);
@@ -47,5 +47,25 @@ int tr_backend_entry_check(const char *backend, uint32_t host_abi, const struct 
  * params leave the defaults (cpu 0). */
 int tr_backend_params_read(const char *backend, const struct tr_backend_params *params, int *device_type,
                            int *device_index, struct tr_error *err);
+
+/* Where init puts what every backend reads the same way; each points into the
+ * backend's own context. */
+struct tr_backend_setup {
+    const struct tr_host_api **host;
+    int *device_type, *device_index, *math;
+};
+
+/* init's common part, before the backend's own: the host table (the one init is handed,
+ * else `kept`, the one tr_backend_entry saw), the params (tr_backend_params_read), the
+ * options parsed by specs into dst, the device cpu or cuda, and that device and the math
+ * mode tried once on the kernels library, so that "no CUDA device found" or tf32 on the
+ * cpu is refused where the configuration is named, not at the first compile. */
+int tr_backend_init_common(const char *backend, const struct tr_host_api *host, const struct tr_host_api *kept,
+                           const struct tr_backend_params *params, const struct tr_opt_spec *specs, int n_specs,
+                           void *dst, const struct tr_backend_setup *out, struct tr_error *err);
+
+/* An init's last step: *ctx = a heap copy of the size bytes of the context built at c
+ * (else TR_ERR_NOMEM naming the backend, *ctx untouched). */
+int tr_backend_context_keep(const char *backend, const void *c, size_t size, void **ctx, struct tr_error *err);
 
 #endif

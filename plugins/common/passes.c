@@ -161,24 +161,24 @@ int tr_pass_constfold(struct tr_pir *p, struct tr_kernels *k, int *changed, stru
             continue;
         }
         struct tr_tensor in[TR_PIR_MAX_IN], out;
-        int st = TR_OK;
-        for (int j = 0; j < d->n_in && !st; j++) {
+        int rc = TR_OK;
+        for (int j = 0; j < d->n_in && !rc; j++) {
             const struct tr_pir_node *s = &p->nodes[d->in[j]];
-            st = tr_tensor_make(&in[j], (void *)s->data, (enum tr_dtype)s->dtype, s->ndim, s->shape, NULL);
+            rc = tr_tensor_make(&in[j], (void *)s->data, (enum tr_dtype)s->dtype, s->ndim, s->shape, NULL);
         }
         size_t nb = tr_pir_nbytes(d);
         void *buf = aligned_alloc(64, (nb + 63) / 64 * 64 + 64 * (nb == 0));
         if (!buf) return tr_error_set(err, TR_ERR_NOMEM, "constfold: out of memory for node %d '%s' (%zu bytes)", i, d->name, nb);
-        if (!st) st = tr_tensor_make(&out, buf, (enum tr_dtype)d->dtype, d->ndim, d->shape, NULL);
+        if (!rc) rc = tr_tensor_make(&out, buf, (enum tr_dtype)d->dtype, d->ndim, d->shape, NULL);
         /* A kernel that refuses (a dtype it lacks, an id out of range) leaves the node to
          * run, and fail with the same message, at execute time: folding is only an
          * optimisation and must not change which graphs compile. */
-        if (!st) st = tr_kernels_run(k, d->op, &d->attrs, d->n_in, in, &out, NULL);
-        if (st) {
+        if (!rc) rc = tr_kernels_run(k, d->op, &d->attrs, d->n_in, in, &out, NULL);
+        if (rc) {
             free(buf);
             continue;
         }
-        if ((st = tr_pir_own(p, buf, err))) return st;
+        if ((rc = tr_pir_own(p, buf, err))) return rc;
         make_const(d, buf);
         folded++;
     }
@@ -196,15 +196,12 @@ static int is_swap_last2(const struct tr_pir_node *t) {
     return t->attrs.ints[n - 2] == n - 1 && t->attrs.ints[n - 1] == n - 2;
 }
 
-static int same_shape(const struct tr_pir_node *a, const struct tr_pir_node *b) {
-    return a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]);
-}
 
 /* A node whose value equals its first input's, bit for bit. */
 static int is_identity(const struct tr_pir *p, const struct tr_pir_node *d) {
     if (d->n_in < 1) return 0;
     const struct tr_pir_node *x = &p->nodes[d->in[0]];
-    if (x->dtype != d->dtype || !same_shape(x, d)) return 0;
+    if (x->dtype != d->dtype || !tr_pir_same_shape(x, d)) return 0;
     switch (d->op) {
     case TR_OP_RESHAPE:
     case TR_OP_CAST: return 1;

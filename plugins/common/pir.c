@@ -16,7 +16,7 @@ size_t tr_pir_nbytes(const struct tr_pir_node *n) {
     return (size_t)tr_pir_numel(n) * tr_dtype_size((enum tr_dtype)n->dtype);
 }
 
-static int grow(void **buf, int *cap, int need, size_t elem) {
+int tr_pir_grow(void **buf, int *cap, int need, size_t elem) {
     if (need <= *cap) return 0;
     int c = *cap ? *cap : 16;
     while (c < need) c *= 2;
@@ -25,6 +25,12 @@ static int grow(void **buf, int *cap, int need, size_t elem) {
     *buf = nb;
     *cap = c;
     return 0;
+}
+
+int tr_pir_read(const char *backend, const struct tr_host_api *host, tr_graph_t g, struct tr_pir *p,
+                struct tr_error *err) {
+    int rc = tr_pir_from_graph(host, g, p, err);
+    return rc == TR_OK ? TR_OK : tr_error_prefix(err, "%s", backend);
 }
 
 void tr_pir_free(struct tr_pir *p) {
@@ -42,14 +48,14 @@ int tr_pir_append(struct tr_pir *p, const struct tr_pir_node *n) {
     if (!p || !n || n->n_in < 0 || n->n_in > TR_PIR_MAX_IN) return -1;
     for (int i = 0; i < n->n_in; i++)
         if (n->in[i] < 0 || n->in[i] >= p->n) return -1;
-    if (grow((void **)&p->nodes, &p->cap, p->n + 1, sizeof *p->nodes)) return -1;
+    if (tr_pir_grow((void **)&p->nodes, &p->cap, p->n + 1, sizeof *p->nodes)) return -1;
     p->nodes[p->n] = *n;
     return p->n++;
 }
 
 int tr_pir_own(struct tr_pir *p, void *mem, struct tr_error *err) {
     if (!mem) return TR_OK;
-    if (grow((void **)&p->owned, &p->cap_owned, p->n_owned + 1, sizeof *p->owned)) {
+    if (tr_pir_grow((void **)&p->owned, &p->cap_owned, p->n_owned + 1, sizeof *p->owned)) {
         free(mem); /* the caller handed it over: don't leak it on failure */
         return tr_error_set(err, TR_ERR_NOMEM, "pir: out of memory keeping folded data (%d blocks held)", p->n_owned);
     }
@@ -71,9 +77,7 @@ int tr_pir_from_graph(const struct tr_host_api *host, tr_graph_t g, struct tr_pi
     int n = host->graph_n_nodes(g);
     int ni = host->graph_n_inputs(g), no = host->graph_n_outputs(g);
     /* a 1.0 host has no update slots: its graphs have no updates */
-    int nu = TR_ABI_GET_MINOR(host->abi_version) >= 1 && host->struct_size > offsetof(struct tr_host_api, graph_update_value)
-                 ? host->graph_n_updates(g)
-                 : 0;
+    int nu = tr_host_api_has_updates(host) ? host->graph_n_updates(g) : 0;
     if (n < 0 || ni < 0 || no < 0 || nu < 0)
         return tr_error_set(err, TR_ERR_INVALID, "pir: graph reports %d nodes, %d inputs, %d outputs, %d updates", n, ni,
                             no, nu);
@@ -189,33 +193,33 @@ int tr_pir_mark_dead(struct tr_pir *p) {
 int tr_pir_compact(struct tr_pir *p, int *remap, struct tr_error *err) {
     int *map = remap ? remap : malloc((p->n ? (size_t)p->n : 1) * sizeof *map);
     if (!map) return tr_error_set(err, TR_ERR_NOMEM, "pir: out of memory compacting %d nodes", p->n);
-    int st = TR_OK, m = 0;
+    int rc = TR_OK, m = 0;
     for (int i = 0; i < p->n; i++) map[i] = p->nodes[i].dead ? -1 : m++;
     /* check everything before moving anything, so a failure leaves p as it was */
-    for (int i = 0; i < p->n && !st; i++) {
+    for (int i = 0; i < p->n && !rc; i++) {
         const struct tr_pir_node *d = &p->nodes[i];
         if (d->dead) continue;
         for (int j = 0; j < d->n_in; j++)
             if (d->in[j] < 0 || d->in[j] >= i || map[d->in[j]] < 0) {
-                st = tr_error_set(err, TR_ERR_INTERNAL, "pir: live node %d %s '%s' reads node %d, which is dead or not earlier",
+                rc = tr_error_set(err, TR_ERR_INTERNAL, "pir: live node %d %s '%s' reads node %d, which is dead or not earlier",
                                   i, tr_op_name(d->op), d->name ? d->name : "", d->in[j]);
                 break;
             }
     }
-    for (int i = 0; i < p->n_outputs && !st; i++)
+    for (int i = 0; i < p->n_outputs && !rc; i++)
         if (map[p->outputs[i]] < 0)
-            st = tr_error_set(err, TR_ERR_INTERNAL, "pir: graph output %d (node %d '%s') was marked dead", i, p->outputs[i],
+            rc = tr_error_set(err, TR_ERR_INTERNAL, "pir: graph output %d (node %d '%s') was marked dead", i, p->outputs[i],
                               p->nodes[p->outputs[i]].name ? p->nodes[p->outputs[i]].name : "");
-    for (int u = 0; u < p->n_updates && !st; u++)
+    for (int u = 0; u < p->n_updates && !rc; u++)
         if (map[p->update_param[u]] < 0)
-            st = tr_error_set(err, TR_ERR_INTERNAL, "pir: updated param '%s' (node %d) was marked dead",
+            rc = tr_error_set(err, TR_ERR_INTERNAL, "pir: updated param '%s' (node %d) was marked dead",
                               p->nodes[p->update_param[u]].name ? p->nodes[p->update_param[u]].name : "",
                               p->update_param[u]);
-    for (int i = 0; i < p->n_inputs && !st; i++)
+    for (int i = 0; i < p->n_inputs && !rc; i++)
         if (map[p->inputs[i]] < 0)
-            st = tr_error_set(err, TR_ERR_INTERNAL, "pir: graph input %d (node %d '%s') was marked dead; inputs keep their feed slot",
+            rc = tr_error_set(err, TR_ERR_INTERNAL, "pir: graph input %d (node %d '%s') was marked dead; inputs keep their feed slot",
                               i, p->inputs[i], p->nodes[p->inputs[i]].name ? p->nodes[p->inputs[i]].name : "");
-    if (!st) {
+    if (!rc) {
         for (int i = 0; i < p->n; i++) {
             if (map[i] < 0) continue;
             struct tr_pir_node *d = &p->nodes[map[i]];
@@ -229,7 +233,7 @@ int tr_pir_compact(struct tr_pir *p, int *remap, struct tr_error *err) {
         index_outputs(p);
     }
     if (!remap) free(map);
-    return st;
+    return rc;
 }
 
 int tr_pir_reads_in_place(const struct tr_pir_node *n, int input) {
@@ -241,11 +245,8 @@ int tr_pir_reads_in_place(const struct tr_pir_node *n, int input) {
     return 0;
 }
 
-static int same_shape(const struct tr_pir_node *a, const struct tr_pir_node *b) {
-    if (a->ndim != b->ndim || a->dtype != b->dtype) return 0;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d]) return 0;
-    return 1;
+int tr_pir_same_shape(const struct tr_pir_node *a, const struct tr_pir_node *b) {
+    return tr_shape_equal(a->ndim, a->shape, b->ndim, b->shape);
 }
 
 int tr_pir_donatable(const struct tr_pir *p, int u, int (*reads_in_place)(const struct tr_pir_node *n, int input)) {
@@ -270,7 +271,7 @@ int tr_pir_donatable(const struct tr_pir *p, int u, int (*reads_in_place)(const 
                 alias[i] = 1;
                 for (int r = 0; r < p->n_outputs; r++) ok = ok && p->outputs[r] != i;
             } else if (i > v) ok = 0;
-            else if (i == v) ok = d->in[j] == pa && same_shape(&p->nodes[pa], vn) && reads_in_place(d, j);
+            else if (i == v) ok = d->in[j] == pa && tr_pir_same_shape(&p->nodes[pa], vn) && p->nodes[pa].dtype == vn->dtype && reads_in_place(d, j);
         }
     }
     free(alias);

@@ -50,6 +50,9 @@ struct tr_pir {
 };
 
 int tr_pir_from_graph(const struct tr_host_api *host, tr_graph_t g, struct tr_pir *p, struct tr_error *err);
+/* The same, for a backend's compile: its message prefixed with the backend's name. */
+int tr_pir_read(const char *backend, const struct tr_host_api *host, tr_graph_t g, struct tr_pir *p,
+                struct tr_error *err);
 void tr_pir_free(struct tr_pir *p);
 /* Append a node (inputs must be < p->n); returns its id or -1 (out of memory). */
 int tr_pir_append(struct tr_pir *p, const struct tr_pir_node *n);
@@ -78,5 +81,10 @@ int tr_pir_reads_in_place(const struct tr_pir_node *n, int input);
 /* Node ids of update u's param and value. */
 static inline int tr_pir_update_value(const struct tr_pir *p, int u) { return p->outputs[p->n_results + u]; }
 int64_t tr_pir_numel(const struct tr_pir_node *n);
+/* *buf (a malloc'd array of *cap elements of elem bytes) grown, doubling from 16, to hold
+ * at least need; 0, or -1 out of memory (*buf and *cap left as they were). */
+int tr_pir_grow(void **buf, int *cap, int need, size_t elem);
+/* 1 if the two nodes have the same rank and extents (their dtypes aside). */
+int tr_pir_same_shape(const struct tr_pir_node *a, const struct tr_pir_node *b);
 
 #endif

@@ -4,6 +4,7 @@
  * An entry counts its references and, apart, those that write the param. */
 #include <stdlib.h>
 #include <string.h>
+#include "pir.h"
 #include "resident.h"
 #include "trident/dtype.h"
 
@@ -150,4 +151,16 @@ void *tr_resident_find(const struct tr_resident *r, const void *host, int *writt
 void tr_resident_get_stats(const struct tr_resident *r, struct tr_resident_stats *st) {
     if (r) *st = r->st;
     else memset(st, 0, sizeof *st);
+}
+
+int tr_resident_acquire_pir(struct tr_resident_store **s, int device_type, int device_index, const char *who,
+                            const struct tr_pir *ir, int id, void **dev, char *shared, struct tr_error *err) {
+    const struct tr_pir_node *n = &ir->nodes[id];
+    int writes = 0;
+    for (int u = 0; u < ir->n_updates; u++) writes |= ir->update_param[u] == id;
+    struct tr_resident_param prm = {.host = n->data, .nbytes = tr_pir_nbytes(n), .dtype = n->dtype,
+                                    .name = n->name ? n->name : "", .writes = writes};
+    int rc = tr_resident_store_acquire(s, device_type, device_index, who, &prm, dev, err);
+    if (rc == TR_OK) *shared = writes ? 2 : 1;
+    return rc;
 }

@@ -76,6 +76,22 @@ struct tr_resident_store;
 int tr_resident_store_acquire(struct tr_resident_store **s, int device_type, int device_index, const char *who,
                               const struct tr_resident_param *prm, void **dev, struct tr_error *err);
 void tr_resident_store_release(struct tr_resident_store **s, const void *host, int writes);
+/* acquire for the plugin IR's node id, a PARAM with bytes, writing if an update of ir
+ * overwrites it: then *shared = 2 (writes) or 1; on failure *shared is left as it was, so
+ * that a program's free releases only what it took. */
+struct tr_pir;
+int tr_resident_acquire_pir(struct tr_resident_store **s, int device_type, int device_index, const char *who,
+                            const struct tr_pir *ir, int id, void **dev, char *shared, struct tr_error *err);
+/* cuda: a program's leaves on its device. Each PARAM with bytes is bound to the store's
+ * block of its host memory (tr_resident_acquire_pir; (*shared)[id] says how); every other
+ * PARAM or CONST gets a place in one block of the program's own (*block, from k, places
+ * rounded up to align) and its bytes copied there. dev[id]: where leaf id lives. *shared
+ * (ir->n + 1 bytes) is allocated here; on failure what was taken is in *shared and *block
+ * for the program's free. The copies are queued on k, not synchronised. */
+struct tr_kernels;
+int tr_resident_upload_leaves(struct tr_resident_store **s, int device_type, int device_index, const char *who,
+                              struct tr_kernels *k, const struct tr_pir *ir, size_t align, void **dev, char **shared,
+                              void **block, struct tr_error *err);
 /* 1 when some program holding host's block updates it. */
 int tr_resident_store_written(const struct tr_resident_store *s, const void *host);
 /* The device memory the store has held at most (its allocator's peak, rounding

@@ -6,7 +6,9 @@
  * them in a cache. Uploads are synchronised before acquire returns: the programs run on
  * their own streams and must find the bytes there. */
 #include <stdlib.h>
+#include "pir.h"
 #include "resident.h"
+#include "trident/ops.h"
 #include "trident/kernels.h"
 #include "trident/kernels_cuda.h"
 
@@ -91,4 +93,35 @@ uint64_t tr_resident_store_peak_bytes(const struct tr_resident_store *s) {
 
 void tr_resident_store_stats(const struct tr_resident_store *s, struct tr_resident_stats *st) {
     tr_resident_get_stats(s ? s->map : NULL, st);
+}
+
+int tr_resident_upload_leaves(struct tr_resident_store **s, int device_type, int device_index, const char *who,
+                              struct tr_kernels *k, const struct tr_pir *ir, size_t align, void **dev, char **shared,
+                              void **block, struct tr_error *err) {
+    size_t total = 0;
+    int rc;
+    if (!(*shared = calloc((size_t)ir->n + 1, 1)))
+        return tr_error_set(err, TR_ERR_NOMEM, "%s: out of memory uploading params", who);
+    for (int id = 0; id < ir->n; id++) {
+        const struct tr_pir_node *n = &ir->nodes[id];
+        if (n->op != TR_OP_PARAM && n->op != TR_OP_CONST) continue;
+        if (n->op == TR_OP_PARAM && n->data && tr_pir_nbytes(n) > 0) {
+            rc = tr_resident_acquire_pir(s, device_type, device_index, who, ir, id, &dev[id], &(*shared)[id], err);
+            if (rc != TR_OK) return rc;
+        } else total += (tr_pir_nbytes(n) + align - 1) / align * align;
+    }
+    rc = tr_kernels_alloc(k, total ? total : align, block, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "%s: %zu bytes of constants on the device", who, total);
+    size_t off = 0;
+    for (int id = 0; id < ir->n; id++) {
+        const struct tr_pir_node *n = &ir->nodes[id];
+        if ((n->op != TR_OP_PARAM && n->op != TR_OP_CONST) || (*shared)[id]) continue;
+        size_t nb = tr_pir_nbytes(n);
+        dev[id] = (char *)*block + off;
+        if (nb && (rc = tr_kernels_to_device(k, dev[id], n->data, nb, err)) != TR_OK)
+            return tr_error_prefix(err, "%s: uploading %s '%s' (%zu bytes)", who, tr_op_name(n->op),
+                                   n->name ? n->name : "", nb);
+        off += (nb + align - 1) / align * align;
+    }
+    return TR_OK;
 }

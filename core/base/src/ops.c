@@ -19,6 +19,17 @@ int tr_op_from_name(const char *s) {
     return -1;
 }
 
+int tr_op_is_training(int op) {
+    switch (op) {
+    case TR_OP_UNARY_GRAD: case TR_OP_SOFTMAX_GRAD: case TR_OP_LAYER_NORM_GRAD: case TR_OP_LAYER_NORM_GRAD_GAMMA:
+    case TR_OP_EMBEDDING_GRAD: case TR_OP_ATTENTION_GRAD: case TR_OP_MAX_GRAD: case TR_OP_SLICE_GRAD:
+    case TR_OP_CROSS_ENTROPY_GRAD: case TR_OP_ADAMW_STEP: case TR_OP_RMS_NORM_GRAD: case TR_OP_RMS_NORM_GRAD_W:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 int tr_op_is_elementwise_unary(int op) {
     switch (op) {
     case TR_OP_GELU: case TR_OP_TANH: case TR_OP_RELU: case TR_OP_SILU: case TR_OP_SIGMOID:

@@ -9,6 +9,26 @@ int64_t tr_shape_numel(int ndim, const int64_t *shape) {
     return n;
 }
 
+int tr_shape_equal(int na, const int64_t *a, int nb, const int64_t *b) {
+    if (na != nb) return 0;
+    for (int i = 0; i < na; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
+}
+
+int tr_broadcast_strides(int nd, const int64_t *s, int nf, const int64_t *full, int64_t *st) {
+    if (nd > nf) return 0;
+    int64_t acc = 1;
+    for (int i = nf - 1; i >= 0; i--) {
+        int j = i - (nf - nd);
+        int64_t e = j >= 0 ? s[j] : 1;
+        if (e != 1 && e != full[i]) return 0;
+        st[i] = e == 1 ? 0 : acc;
+        acc *= e;
+    }
+    return 1;
+}
+
 int tr_tensor_make(struct tr_tensor *t, void *data, enum tr_dtype dtype, int ndim, const int64_t *shape,
                    struct tr_error *err) {
     if (ndim < 0 || ndim > TR_MAX_DIMS)

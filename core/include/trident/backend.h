@@ -195,6 +195,13 @@ _Static_assert(TR_SLOT_(tr_backend_i, get_stats) == 10, "tr_backend_i layout");
 _Static_assert(TR_SLOT_(tr_backend_i, sync) == 11, "tr_backend_i layout");
 /* The smallest vtable a 1.x plugin may hand over: up to and including program_free. */
 #define TR_BACKEND_I_MIN_SIZE_1_0 (offsetof(struct tr_backend_i, program_free) + sizeof(void *))
+/* The smallest host table a 1.x host hands over (a 1.0 host's): up to kernels_to_host.
+ * A plugin reads a 1.1 slot only where tr_host_api_has_updates says it is there. */
+#define TR_HOST_API_MIN_SIZE_1_0 offsetof(struct tr_host_api, graph_n_updates)
+static inline int tr_host_api_has_updates(const struct tr_host_api *h) {
+    return TR_ABI_GET_MINOR(h->abi_version) >= 1 &&
+           h->struct_size >= offsetof(struct tr_host_api, graph_update_value) + sizeof(void *);
+}
 _Static_assert(TR_SLOT_(tr_host_api, error_set) == 1, "tr_host_api layout");
 _Static_assert(TR_SLOT_(tr_host_api, node_data) == 21, "tr_host_api layout");
 _Static_assert(TR_SLOT_(tr_host_api, kernels_to_host) == 28, "tr_host_api layout");
@@ -202,6 +209,22 @@ _Static_assert(TR_SLOT_(tr_host_api, graph_update_value) == 31, "tr_host_api lay
 _Static_assert(offsetof(struct tr_backend_stats, kernel_calls) == 8, "tr_backend_stats layout");
 _Static_assert(offsetof(struct tr_backend_stats, mode) == 48, "tr_backend_stats layout");
 _Static_assert(offsetof(struct tr_backend_params, options) == 16, "tr_backend_params layout");
+_Static_assert(offsetof(struct tr_backend_params, n_options) == 24, "tr_backend_params layout");
+_Static_assert(offsetof(struct tr_backend_params, math) == 28, "tr_backend_params layout");
+_Static_assert(sizeof(struct tr_backend_params) == 32, "tr_backend_params layout");
+_Static_assert(sizeof(struct tr_backend_stats) == 592, "tr_backend_stats layout");
+_Static_assert(offsetof(struct tr_option, line) == 24 && sizeof(struct tr_option) == 32, "tr_option layout");
+/* The structs the slots pass by pointer, defined in the base headers, are ABI too. */
+_Static_assert(offsetof(struct tr_tensor, dtype) == 8 && offsetof(struct tr_tensor, ndim) == 12, "tr_tensor layout");
+_Static_assert(offsetof(struct tr_tensor, shape) == 16 && offsetof(struct tr_tensor, strides) == 80,
+               "tr_tensor layout");
+_Static_assert(offsetof(struct tr_tensor, device) == 144 && sizeof(struct tr_tensor) == 152, "tr_tensor layout");
+_Static_assert(offsetof(struct tr_attrs, floats) == 64 && offsetof(struct tr_attrs, n_ints) == 80, "tr_attrs layout");
+_Static_assert(sizeof(struct tr_attrs) == 88, "tr_attrs layout");
+_Static_assert(offsetof(struct tr_error, msg) == 4 && sizeof(struct tr_error) == 4 + TR_ERROR_MSG_MAX,
+               "tr_error layout");
+_Static_assert(TR_MAX_DIMS == 8 && TR_ATTR_INTS == 8 && TR_ATTR_FLOATS == 4 && TR_ERROR_MSG_MAX == 1024,
+               "array extents in ABI structs");
 
 /* The entry point every plugin exports:
  *   host_abi: the host's TR_ABI_VERSION; a plugin may refuse a host whose major differs.

@@ -34,6 +34,9 @@ struct tr_plugin_search {
 
 /* The host table handed to every plugin (static, filled from TR_HOST_API_LIST). */
 const struct tr_host_api *tr_host_api_get(void);
+/* Its alloc and free slots: host memory for a plugin's own structures (malloc/free). */
+void *tr_host_api_alloc(size_t nbytes);
+void tr_host_api_free(void *p);
 
 /* Open the plugin for a name ("torch") or a path ending in .so. */
 int tr_plugin_open(const char *name_or_path, const struct tr_plugin_search *s, struct tr_plugin **out,
@@ -55,7 +58,8 @@ struct tr_plugin_candidate {
 typedef void (*tr_plugin_visit_fn)(const struct tr_plugin_candidate *c, void *user);
 int tr_plugin_scan(const struct tr_plugin_search *s, tr_plugin_visit_fn visit, void *user, struct tr_error *err);
 
-/* Instances. */
+/* Instances. compile refuses, naming the missing TR_CAP_*, a backend whose caps do not
+ * list its device, or a graph's dtype (f32, bf16, f16), training op or update. */
 int tr_backend_init(struct tr_plugin *p, const struct tr_backend_params *params, struct tr_backend **out,
                     struct tr_error *err);
 void tr_backend_free(struct tr_backend *be);
@@ -72,6 +76,9 @@ int tr_backend_get_stats(struct tr_backend *be, struct tr_program *prog, struct 
  * hold their current values; a no-op for a backend that computes in host memory. */
 int tr_backend_sync(struct tr_backend *be, struct tr_program *prog, struct tr_error *err);
 void tr_program_free(struct tr_program *prog);
+
+/* "cpu cuda f32 bf16 training" (TR_CAP_* as words, "(none)") into buf; returns buf. */
+const char *tr_caps_str(uint64_t caps, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

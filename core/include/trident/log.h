@@ -12,9 +12,6 @@ extern "C" {
 
 void tr_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void tr_log_set_level(int level);
-/* The host table's allocation hooks (malloc/free unless replaced). */
-void *tr_host_api_alloc(size_t nbytes);
-void tr_host_api_free(void *p);
 
 #ifdef __cplusplus
 }

@@ -171,12 +171,12 @@ struct attn_plan {
 static int attention_check(const struct tr_tensor *q, const struct tr_tensor *kk, const struct tr_tensor *v,
                            const struct tr_tensor *mask, float scale, int causal, int window,
                            const struct tr_tensor *out, struct attn_plan *pl, struct tr_error *err) {
-    int st = tr_cpu_check_float(q, "attention", "q", err);
-    if (!st) st = tr_cpu_check_float(kk, "attention", "k", err);
-    if (!st) st = tr_cpu_check_float(v, "attention", "v", err);
-    if (!st) st = tr_cpu_check_float(out, "attention", "out", err);
-    if (!st && mask) st = tr_cpu_check_float(mask, "attention", "mask", err);
-    if (st) return st;
+    int rc = tr_cpu_check_float(q, "attention", "q", err);
+    if (!rc) rc = tr_cpu_check_float(kk, "attention", "k", err);
+    if (!rc) rc = tr_cpu_check_float(v, "attention", "v", err);
+    if (!rc) rc = tr_cpu_check_float(out, "attention", "out", err);
+    if (!rc && mask) rc = tr_cpu_check_float(mask, "attention", "mask", err);
+    if (rc) return rc;
     char d1[200], d2[200], d3[200], d4[200];
     if (q->ndim != 4 || kk->ndim != 4 || v->ndim != 4 || out->ndim != 4)
         return tr_error_set(err, TR_ERR_SHAPE, "attention: q %s, k %s, v %s, out %s should all be 4-D (B,H,T,D)",
@@ -205,20 +205,8 @@ static int attention_check(const struct tr_tensor *q, const struct tr_tensor *kk
     };
     if (mask) {
         const int64_t full[4] = {B, H, Tq, Tk};
-        if ((mask->dtype != TR_DTYPE_F32 && mask->dtype != q->dtype) || mask->ndim > 4)
-            return tr_error_set(err, TR_ERR_SHAPE, "attention: mask %s should be f32 or %s with at most 4 dimensions",
-                                tr_cpu_desc(mask, d1, sizeof d1), tr_dtype_name((enum tr_dtype)q->dtype));
-        int64_t s = 1;
-        for (int i = 3; i >= 0; i--) {
-            int mi = i - (4 - mask->ndim);
-            int64_t e = mi >= 0 ? mask->shape[mi] : 1;
-            if (e != 1 && e != full[i])
-                return tr_error_set(err, TR_ERR_SHAPE, "attention: mask %s does not broadcast to (B,H,Tq,Tk) = "
-                                    "(%lld,%lld,%lld,%lld)", tr_cpu_desc(mask, d1, sizeof d1), (long long)B,
-                                    (long long)H, (long long)Tq, (long long)Tk);
-            A.ms[i] = e == 1 ? 0 : s;
-            s *= e;
-        }
+        rc = tr_cpu_check_mask("attention", mask, q->dtype, full, A.ms, err);
+        if (rc) return rc;
         A.mask = mask->data;
         A.mdt = mask->dtype;
     }
@@ -234,7 +222,8 @@ static int attention_check(const struct tr_tensor *q, const struct tr_tensor *kk
 
 /* Work items (batch, head, query block) over the threads, each with its slice of the
  * context's scratch as the tile workspace. */
-static void attention_compute(struct tr_kernels *k, const struct attn_plan *pl) {
+static void attention_compute(struct tr_kernels *k, const void *plan) {
+    const struct attn_plan *pl = plan;
     if (pl->nout == 0) return;
     const struct attn_args *A = &pl->A;
     const int64_t H = A->H, Tq = A->Tq, bq = pl->bq, nqb = pl->nqb, tasks = pl->tasks;
@@ -250,22 +239,15 @@ static void attention_compute(struct tr_kernels *k, const struct attn_plan *pl) 
     }
 }
 
-static int attention_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    (void)err;
-    k->stats.calls++;
-    attention_compute(k, c->prepared);
-    return TR_OK;
-}
-
 int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                    const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal, int window,
                    struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_attention(k, q, kk, v, mask, scale, causal, window, out, err));
     struct attn_plan pl;
-    int st = tr_cpu_check_ctx(k, "attention", err);
-    if (!st) st = attention_check(q, kk, v, mask, scale, causal, window, out, &pl, err);
-    if (!st && pl.nout) st = tr_cpu_scratch_reserve(k, 0, pl.wsz, "attention", err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, "attention", err);
+    if (!rc) rc = attention_check(q, kk, v, mask, scale, causal, window, out, &pl, err);
+    if (!rc && pl.nout) rc = tr_cpu_scratch_reserve(k, 0, pl.wsz, "attention", err);
+    if (rc) return rc;
     attention_compute(k, &pl);
     return TR_OK;
 }
@@ -273,10 +255,10 @@ int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct
 int tr_cpu_attention_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct attn_plan pl;
     const struct tr_attrs *at = &c->attrs;
-    int st = tr_cpu_check_ctx_bind(k, "attention", err);
-    if (!st)
-        st = attention_check(&c->in[0], &c->in[1], &c->in[2], c->n_in == 4 ? &c->in[3] : NULL, at->floats[0],
+    int rc = tr_cpu_check_ctx_bind(k, "attention", err);
+    if (!rc)
+        rc = attention_check(&c->in[0], &c->in[1], &c->in[2], c->n_in == 4 ? &c->in[3] : NULL, at->floats[0],
                              at->ints[0] != 0, (int)at->ints[1], &c->out, &pl, err);
-    if (!st && pl.nout) st = tr_cpu_scratch_reserve(k, 0, pl.wsz, "attention", err);
-    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, attention_call, "attention", err);
+    if (!rc && pl.nout) rc = tr_cpu_scratch_reserve(k, 0, pl.wsz, "attention", err);
+    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, attention_compute, "attention", err);
 }

@@ -157,25 +157,43 @@ static void ag_split(double *ws, int64_t D, int64_t Dv, struct ag_ws *w) {
     w->acc2 = w->l + AG_BQ;           /* [BK][Dv]: dv beside dk (which 3) */
 }
 
+/* The query block's Q and dY rows into w. */
+static inline void ag_load_q(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct ag_ws *w) {
+    ag_load(A->q, A->dt, A->H, A->Tq, A->D, b, h, i0, nq, w->Q);
+    ag_load(A->dy, A->dt, A->H, A->Tq, A->Dv, b, h, i0, nq, w->dY);
+}
+
+/* The key block's K, Kt and V (and Vt when vt) of kv head hk into w. */
+static inline void ag_load_kv(const struct agrad_args *A, int64_t b, int64_t hk, int64_t j0, int64_t nk, int vt,
+                              struct ag_ws *w) {
+    ag_load(A->k, A->dt, A->Hk, A->Tk, A->D, b, hk, j0, nk, w->K);
+    ag_transpose(w->K, nk, A->D, w->Kt);
+    ag_load(A->v, A->dt, A->Hk, A->Tk, A->Dv, b, hk, j0, nk, w->V);
+    if (vt) ag_transpose(w->V, nk, A->Dv, w->Vt);
+}
+
+/* Keys [*lo, *hi] that some query of the block [i0, i0 + nq) may see. */
+static inline void ag_block_keys(const struct agrad_args *A, int64_t i0, int64_t nq, int64_t *lo, int64_t *hi) {
+    int64_t hi0, lo1;
+    ag_key_range(A, i0, lo, &hi0);
+    ag_key_range(A, i0 + nq - 1, &lo1, hi);
+}
+
 /* Pass 1 for one query block: lse and delta of its rows. */
 TR_CPU_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct ag_ws *w), (A, b, h, i0, nq, w)) {
-    const int64_t D = A->D, Dv = A->Dv, hk = h / (A->H / A->Hk);
-    ag_load(A->q, A->dt, A->H, A->Tq, D, b, h, i0, nq, w->Q);
-    ag_load(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dY);
+    const int64_t Dv = A->Dv, hk = h / (A->H / A->Hk);
+    ag_load_q(A, b, h, i0, nq, w);
     double *o = w->acc;
     for (int64_t r = 0; r < nq; r++) {
         w->m[r] = -INFINITY;
         w->l[r] = 0.0;
         for (int64_t d = 0; d < Dv; d++) o[r * Dv + d] = 0.0;
     }
-    int64_t lo, hi, lo1, hi1;
-    ag_key_range(A, i0, &lo, &hi);
-    ag_key_range(A, i0 + nq - 1, &lo1, &hi1);
-    for (int64_t j0 = lo; j0 <= hi1; j0 += AG_BK) {
-        int64_t nk = hi1 + 1 - j0 < AG_BK ? hi1 + 1 - j0 : AG_BK;
-        ag_load(A->k, A->dt, A->Hk, A->Tk, D, b, hk, j0, nk, w->K);
-        ag_transpose(w->K, nk, D, w->Kt);
-        ag_load(A->v, A->dt, A->Hk, A->Tk, Dv, b, hk, j0, nk, w->V);
+    int64_t lo, hi;
+    ag_block_keys(A, i0, nq, &lo, &hi);
+    for (int64_t j0 = lo; j0 <= hi; j0 += AG_BK) {
+        int64_t nk = hi + 1 - j0 < AG_BK ? hi + 1 - j0 : AG_BK;
+        ag_load_kv(A, b, hk, j0, nk, 0, w);
         ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
         for (int64_t r = 0; r < nq; r++) {
             double *s = w->S + r * AG_BK, mx = -INFINITY;
@@ -214,21 +232,16 @@ TR_CPU_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, 
 
 /* dq of one query block. */
 TR_CPU_MULTI(void, ag_dq, (const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, char *out, struct ag_ws *w), (A, b, h, i0, nq, out, w)) {
-    const int64_t D = A->D, Dv = A->Dv, hk = h / (A->H / A->Hk);
-    ag_load(A->q, A->dt, A->H, A->Tq, D, b, h, i0, nq, w->Q);
-    ag_load(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dY);
+    const int64_t D = A->D, hk = h / (A->H / A->Hk);
+    ag_load_q(A, b, h, i0, nq, w);
     const double *lse = A->lse + (b * A->H + h) * A->Tq + i0, *delta = A->delta + (b * A->H + h) * A->Tq + i0;
     double *dq = w->acc;
     for (int64_t x = 0; x < nq * D; x++) dq[x] = 0.0;
-    int64_t lo, hi, lo1, hi1;
-    ag_key_range(A, i0, &lo, &hi);
-    ag_key_range(A, i0 + nq - 1, &lo1, &hi1);
-    for (int64_t j0 = lo; j0 <= hi1; j0 += AG_BK) {
-        int64_t nk = hi1 + 1 - j0 < AG_BK ? hi1 + 1 - j0 : AG_BK;
-        ag_load(A->k, A->dt, A->Hk, A->Tk, D, b, hk, j0, nk, w->K);
-        ag_transpose(w->K, nk, D, w->Kt);
-        ag_load(A->v, A->dt, A->Hk, A->Tk, Dv, b, hk, j0, nk, w->V);
-        ag_transpose(w->V, nk, Dv, w->Vt);
+    int64_t lo, hi;
+    ag_block_keys(A, i0, nq, &lo, &hi);
+    for (int64_t j0 = lo; j0 <= hi; j0 += AG_BK) {
+        int64_t nk = hi + 1 - j0 < AG_BK ? hi + 1 - j0 : AG_BK;
+        ag_load_kv(A, b, hk, j0, nk, 1, w);
         ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
         ag_probs(A, nq, lse, delta, w->dY, w->Vt, w->S, w->G);
         ag_accum(w->G, nq, nk, AG_BK, 1, A->scale, w->K, D, dq);
@@ -240,10 +253,7 @@ TR_CPU_MULTI(void, ag_dq, (const struct agrad_args *A, int64_t b, int64_t h, int
  * kv head hk: both share the scores and probabilities of every query block. */
 TR_CPU_MULTI(void, ag_dkv, (const struct agrad_args *A, int which, int64_t b, int64_t hk, int64_t j0, int64_t nk, char *out, char *out2, struct ag_ws *w), (A, which, b, hk, j0, nk, out, out2, w)) {
     const int64_t D = A->D, Dv = A->Dv, G = A->H / A->Hk, W = which == 2 ? Dv : D;
-    ag_load(A->k, A->dt, A->Hk, A->Tk, D, b, hk, j0, nk, w->K);
-    ag_transpose(w->K, nk, D, w->Kt);
-    ag_load(A->v, A->dt, A->Hk, A->Tk, Dv, b, hk, j0, nk, w->V);
-    ag_transpose(w->V, nk, Dv, w->Vt);
+    ag_load_kv(A, b, hk, j0, nk, 1, w);
     double *acc = w->acc, *acc2 = w->acc2;
     for (int64_t x = 0; x < nk * W; x++) acc[x] = 0.0;
     if (which == 3)
@@ -253,8 +263,7 @@ TR_CPU_MULTI(void, ag_dkv, (const struct agrad_args *A, int which, int64_t b, in
     for (int64_t h = hk * G; h < (hk + 1) * G; h++)
         for (int64_t i0 = ilo; i0 <= ihi; i0 += AG_BQ) {
             int64_t nq = ihi + 1 - i0 < AG_BQ ? ihi + 1 - i0 : AG_BQ;
-            ag_load(A->q, A->dt, A->H, A->Tq, D, b, h, i0, nq, w->Q);
-            ag_load(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dY);
+            ag_load_q(A, b, h, i0, nq, w);
             const double *lse = A->lse + (b * A->H + h) * A->Tq + i0;
             const double *delta = A->delta + (b * A->H + h) * A->Tq + i0;
             ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
@@ -302,15 +311,15 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
                               const struct tr_tensor *mask, float scale, int causal, int window,
                               struct tr_tensor *const outs[3], struct tr_error *err) {
     static const char *const onames[3] = {"dq", "dk", "dv"};
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = check_real(q, kn, "q", err);
-    if (!st) st = check_real(kk, kn, "k", err);
-    if (!st) st = check_real(v, kn, "v", err);
-    if (!st) st = check_real(dy, kn, "dy", err);
-    for (int i = 0; i < 3 && !st; i++)
-        if (outs[i]) st = check_real(outs[i], kn, onames[i], err);
-    if (!st && mask) st = check_real(mask, kn, "mask", err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = check_real(q, kn, "q", err);
+    if (!rc) rc = check_real(kk, kn, "k", err);
+    if (!rc) rc = check_real(v, kn, "v", err);
+    if (!rc) rc = check_real(dy, kn, "dy", err);
+    for (int i = 0; i < 3 && !rc; i++)
+        if (outs[i]) rc = check_real(outs[i], kn, onames[i], err);
+    if (!rc && mask) rc = check_real(mask, kn, "mask", err);
+    if (rc) return rc;
     const int which = outs[0] ? (outs[1] || outs[2] ? -1 : 0) : outs[1] && outs[2] ? 3 : outs[1] ? 1 : 2;
     struct tr_tensor *out = outs[0] ? outs[0] : outs[1] ? outs[1] : outs[2];
     if (!out) return tr_error_set(err, TR_ERR_INVALID, "%s: no gradient asked for", kn);
@@ -345,20 +354,8 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
     };
     if (mask) {
         const int64_t full[4] = {B, H, Tq, Tk};
-        if ((mask->dtype != TR_DTYPE_F32 && mask->dtype != q->dtype) || mask->ndim > 4)
-            return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s should be f32 or %s with at most 4 dimensions", kn,
-                                tr_cpu_desc(mask, d1, sizeof d1), tr_dtype_name((enum tr_dtype)q->dtype));
-        int64_t s = 1;
-        for (int i = 3; i >= 0; i--) {
-            int mi = i - (4 - mask->ndim);
-            int64_t e = mi >= 0 ? mask->shape[mi] : 1;
-            if (e != 1 && e != full[i])
-                return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s does not broadcast to (B,H,Tq,Tk) = (%lld,%lld,%lld,%lld)",
-                                    kn, tr_cpu_desc(mask, d1, sizeof d1), (long long)B, (long long)H, (long long)Tq,
-                                    (long long)Tk);
-            A.ms[i] = e == 1 ? 0 : s;
-            s *= e;
-        }
+        rc = tr_cpu_check_mask(kn, mask, q->dtype, full, A.ms, err);
+        if (rc) return rc;
         A.mask = mask->data;
         A.mdt = mask->dtype;
     }
@@ -443,8 +440,8 @@ int tr_kernels_bind_attention_backward(struct tr_kernels *k, const struct tr_ten
     if (!call || !q || !kk || !v || !dy || (!dq && !dk && !dv))
         return tr_error_set(err, TR_ERR_INVALID, "%s: NULL operand, or no gradient asked for", kn);
     memset(call, 0, sizeof *call);
-    int st = tr_cpu_check_ctx_bind(k, kn, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx_bind(k, kn, err);
+    if (rc) return rc;
     call->op = -1;
     call->in[0] = *q;
     call->in[1] = *kk;

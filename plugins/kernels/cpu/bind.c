@@ -46,11 +46,11 @@ static int dry_run(struct tr_kernels *k, const struct tr_cpu_op *r, const struct
     }
     if (o.data) o.data = zout;
     struct tr_kernels_stats saved = k->stats;
-    int st = r->invoke(k, c->op, &c->attrs, c->n_in, xs, &o, err);
+    int rc = r->invoke(k, c->op, &c->attrs, c->n_in, xs, &o, err);
     k->stats = saved;
     free(zin);
     free(zout);
-    return st;
+    return rc;
 }
 
 int tr_kernels_bind(struct tr_kernels *k, int op, const struct tr_attrs *attrs, int n_in,
@@ -59,8 +59,8 @@ int tr_kernels_bind(struct tr_kernels *k, int op, const struct tr_attrs *attrs, 
     if (!call) return tr_error_set(err, TR_ERR_INVALID, "tr_kernels_bind: call is NULL");
     memset(call, 0, sizeof *call);
     struct tr_cpu_op r;
-    int st = tr_cpu_resolve(k, "tr_kernels_bind", op, attrs, n_in, in, out, &r, err);
-    if (st) return st;
+    int rc = tr_cpu_resolve(k, "tr_kernels_bind", op, attrs, n_in, in, out, &r, err);
+    if (rc) return rc;
     if (n_in > TR_KERNEL_CALL_MAX_IN)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %d inputs; a bound call holds at most %d (run it with "
                             "tr_kernels_run)", tr_op_name(op), n_in, TR_KERNEL_CALL_MAX_IN);
@@ -70,19 +70,19 @@ int tr_kernels_bind(struct tr_kernels *k, int op, const struct tr_attrs *attrs, 
     for (int i = 0; i < n_in; i++) call->in[i] = in[i];
     call->out = *out;
     if (k->device_type == TR_DEVICE_CUDA) {
-        st = tr_cuda_bind_op(k, call, err); /* cuda/host/route.c */
+        rc = tr_cuda_bind_op(k, call, err); /* cuda/host/route.c */
     } else if (r.bind) {
-        st = r.bind(k, call, err);
+        rc = r.bind(k, call, err);
     } else if (r.bound) {
-        st = dry_run(k, &r, call, err);
+        rc = dry_run(k, &r, call, err);
         call->fn = r.bound;
     } else {
-        st = tr_error_set(err, TR_ERR_UNSUPPORTED, "tr_kernels_bind: op %s has no bound form on the cpu (run it with "
+        rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "tr_kernels_bind: op %s has no bound form on the cpu (run it with "
                           "tr_kernels_run)", tr_op_name(op));
     }
-    if (st) {
+    if (rc) {
         tr_kernels_unbind(k, call);
-        return st;
+        return rc;
     }
     return TR_OK;
 }
@@ -95,11 +95,11 @@ int tr_kernels_bind_matmul(struct tr_kernels *k, const struct tr_tensor *a, cons
     memset(call, 0, sizeof *call);
     int cuda = k && k->device_type == TR_DEVICE_CUDA;
     if (cuda && (!a || !b || !c)) return tr_error_set(err, TR_ERR_INVALID, "matmul: a, b or c is NULL");
-    int st = cuda ? TR_OK : tr_cpu_check_ctx_bind(k, "matmul", err);
-    if (!st && !cuda) st = tr_cpu_check_float(a, "matmul", "a", err);
-    if (!st && !cuda) st = tr_cpu_check_float(b, "matmul", "b", err);
-    if (!st && !cuda) st = tr_cpu_check_float(c, "matmul", "c", err);
-    if (st) return st;
+    int rc = cuda ? TR_OK : tr_cpu_check_ctx_bind(k, "matmul", err);
+    if (!rc && !cuda) rc = tr_cpu_check_float(a, "matmul", "a", err);
+    if (!rc && !cuda) rc = tr_cpu_check_float(b, "matmul", "b", err);
+    if (!rc && !cuda) rc = tr_cpu_check_float(c, "matmul", "c", err);
+    if (rc) return rc;
     call->op = TR_OP_MATMUL;
     call->in[call->n_in++] = *a;
     call->in[call->n_in++] = *b;
@@ -108,9 +108,9 @@ int tr_kernels_bind_matmul(struct tr_kernels *k, const struct tr_tensor *a, cons
     call->attrs.ints[1] = trans_b != 0;
     call->attrs.floats[0] = alpha;
     call->out = *c;
-    st = cuda ? tr_cuda_bind_matmul(k, call, bias, act, err) : tr_cpu_matmul_bind(k, call, bias, act, err);
-    if (st) tr_kernels_unbind(k, call);
-    return st;
+    rc = cuda ? tr_cuda_bind_matmul(k, call, bias, act, err) : tr_cpu_matmul_bind(k, call, bias, act, err);
+    if (rc) tr_kernels_unbind(k, call);
+    return rc;
 }
 
 void tr_kernels_unbind(struct tr_kernels *k, struct tr_kernel_call *call) {

@@ -18,17 +18,17 @@ int tr_kernels_init(struct tr_kernels **out, int device_type, int device_index, 
     if (!out) return tr_error_set(err, TR_ERR_INVALID, "tr_kernels_init: out is NULL");
     *out = NULL;
     /* the cpu's level is fixed before any context uses oneDNN, whose ISA cap it sets */
-    int st = tr_cpu_isa_fix(err);
-    if (!st) st = tr_kernels_device_available(device_type, err);
-    if (st) return st;
+    int rc = tr_cpu_isa_fix(err);
+    if (!rc) rc = tr_kernels_device_available(device_type, err);
+    if (rc) return rc;
     if (device_type == TR_DEVICE_CUDA) {
         struct tr_kernels *k = calloc(1, sizeof *k);
         if (!k) return tr_error_set(err, TR_ERR_NOMEM, "kernels: cannot allocate a context");
         k->device_type = device_type;
         k->device_index = device_index;
-        if ((st = tr_cuda_ctx_init(k, device_index, err)) != TR_OK) {
+        if ((rc = tr_cuda_ctx_init(k, device_index, err)) != TR_OK) {
             free(k);
-            return st;
+            return rc;
         }
         *out = k;
         return TR_OK;
@@ -82,12 +82,7 @@ void tr_kernels_free(struct tr_kernels *k) {
 int tr_kernels_device_type(const struct tr_kernels *k) { return k ? k->device_type : -1; }
 
 void tr_kernels_get_stats(const struct tr_kernels *k, struct tr_kernels_stats *st) {
-    if (!st) return;
-    if (!k) {
-        memset(st, 0, sizeof *st);
-        return;
-    }
-    *st = k->stats;
+    if (st) *st = k ? k->stats : (struct tr_kernels_stats){0};
 }
 
 void tr_kernels_reset_stats(struct tr_kernels *k) {
@@ -164,8 +159,8 @@ int tr_cpu_check_ctx_bind(struct tr_kernels *k, const char *kname, struct tr_err
 }
 
 int tr_cpu_check_ctx(struct tr_kernels *k, const char *kname, struct tr_error *err) {
-    int st = tr_cpu_check_ctx_bind(k, kname, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx_bind(k, kname, err);
+    if (rc) return rc;
     k->stats.calls++;
     return TR_OK;
 }
@@ -179,6 +174,22 @@ int tr_cpu_keep_plan(struct tr_kernel_call *c, const void *plan, size_t size, tr
     c->prepared = p;
     c->fn = fn;
     return TR_OK;
+}
+
+static int compute_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    (void)err;
+    const struct tr_cpu_prepared *p = c->prepared;
+    k->stats.calls++;
+    p->compute(k, p);
+    return TR_OK;
+}
+
+int tr_cpu_keep_compute(struct tr_kernel_call *c, const void *plan, size_t size,
+                        void (*compute)(struct tr_kernels *k, const void *plan), const char *kname,
+                        struct tr_error *err) {
+    int rc = tr_cpu_keep_plan(c, plan, size, compute_call, kname, err);
+    if (!rc) ((struct tr_cpu_prepared *)c->prepared)->compute = compute;
+    return rc;
 }
 
 /* ---- scratch ---- */
@@ -214,6 +225,16 @@ int tr_cpu_scratch_reserve(struct tr_kernels *k, size_t shared, size_t per_threa
     return TR_OK;
 }
 
+void tr_cpu_rows(struct tr_kernels *k, int64_t rows, int64_t per, int par, tr_cpu_rows_fn fn, const void *ctx) {
+    const int64_t items = (rows + per - 1) / per;
+#pragma omp parallel num_threads(tr_cpu_threads(k)) if (par && items > 1)
+    {
+        void *buf = tr_cpu_scratch_thread(k, tr_cpu_thread_num());
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < items; it++) fn(ctx, it * per, it * per + per < rows ? it * per + per : rows, buf);
+    }
+}
+
 void tr_cpu_scratch_free(struct tr_kernels *k) {
     free(k->scr);
     k->scr = NULL;
@@ -245,8 +266,8 @@ int tr_cpu_check_tensor(const struct tr_tensor *t, const char *kname, const char
 }
 
 int tr_cpu_check_float(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
-    int st = tr_cpu_check_tensor(t, kname, what, err);
-    if (st) return st;
+    int rc = tr_cpu_check_tensor(t, kname, what, err);
+    if (rc) return rc;
     if (t->dtype != TR_DTYPE_F32 && t->dtype != TR_DTYPE_BF16 && t->dtype != TR_DTYPE_F16) {
         char d[200];
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s: expected f32, bf16 or f16", kname, what,
@@ -259,6 +280,39 @@ int tr_cpu_same_shape(const struct tr_tensor *a, const struct tr_tensor *b) {
     if (a->ndim != b->ndim) return 0;
     for (int i = 0; i < a->ndim; i++)
         if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+
+int tr_cpu_check_like(const char *kname, const struct tr_tensor *a, const char *an, const struct tr_tensor *b,
+                      const char *bn, struct tr_error *err) {
+    if (a->dtype == b->dtype && tr_cpu_same_shape(a, b)) return TR_OK;
+    char d1[200], d2[200];
+    return tr_error_set(err, TR_ERR_SHAPE, "%s: %s %s and %s %s should have the same shape and dtype", kname, an,
+                        tr_cpu_desc(a, d1, sizeof d1), bn, tr_cpu_desc(b, d2, sizeof d2));
+}
+
+int tr_cpu_check_mask(const char *kname, const struct tr_tensor *mask, int dtype, const int64_t full[4], int64_t ms[4],
+                      struct tr_error *err) {
+    char d[200];
+    if ((mask->dtype != TR_DTYPE_F32 && mask->dtype != dtype) || mask->ndim > 4)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s should be f32 or %s with at most 4 dimensions", kname,
+                            tr_cpu_desc(mask, d, sizeof d), tr_dtype_name((enum tr_dtype)dtype));
+    if (!tr_broadcast_strides(mask->ndim, mask->shape, 4, full, ms))
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s does not broadcast to (B,H,Tq,Tk) = (%lld,%lld,%lld,%lld)",
+                            kname, tr_cpu_desc(mask, d, sizeof d), (long long)full[0], (long long)full[1],
+                            (long long)full[2], (long long)full[3]);
+    return TR_OK;
+}
+
+int tr_cpu_is_reduced(const struct tr_tensor *x, int ax, const struct tr_tensor *r, int keep) {
+    if (r->ndim != x->ndim - (keep ? 0 : 1)) return 0;
+    for (int i = 0, j = 0; i < x->ndim; i++) {
+        if (i == ax) {
+            if (keep && r->shape[j++] != 1) return 0;
+            continue;
+        }
+        if (r->shape[j++] != x->shape[i]) return 0;
+    }
     return 1;
 }
 

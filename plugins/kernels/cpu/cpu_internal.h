@@ -136,6 +136,18 @@ static inline int tr_cpu_thread_num(void) {
 #endif
 }
 
+/* ---- the row loop (context.c) ----
+ * Every per-row kernel (softmax, the norms, their gradients, the losses, the fused rows)
+ * runs rows [0, rows) as work items of `per` rows, split statically among
+ * tr_cpu_threads(k) threads when `par` (one thread otherwise), each item as
+ * fn(ctx, r0, r1, buf), buf the thread's slice of the scratch the caller reserved. fn
+ * converts its rows in and out itself; one indirect call per item keeps the per-element
+ * loops inside fn (a TR_CPU_MULTI leaf or plain static function) the compiler's to
+ * vectorize. Static scheduling keeps row ownership, and so every result, independent of
+ * timing. */
+typedef void (*tr_cpu_rows_fn)(const void *ctx, int64_t r0, int64_t r1, void *buf);
+void tr_cpu_rows(struct tr_kernels *k, int64_t rows, int64_t per, int par, tr_cpu_rows_fn fn, const void *ctx);
+
 /* ---- matmul cache (matmul.c), released by tr_kernels_free ---- */
 void tr_cpu_matmul_cache_free(struct tr_kernels *k);
 
@@ -151,6 +163,8 @@ void tr_cpu_matmul_cache_free(struct tr_kernels *k);
  * any kernel's plan without knowing the kernel. */
 struct tr_cpu_prepared {
     void (*release)(void *self);
+    /* tr_cpu_keep_compute's plans: the compute part, run on the kept plan by each call */
+    void (*compute)(struct tr_kernels *k, const void *plan);
 };
 typedef int (*tr_cpu_bind_fn)(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
 
@@ -246,14 +260,28 @@ int tr_cpu_check_tensor(const struct tr_tensor *t, const char *kname, const char
 /* f32, bf16 or f16 (the dtypes the compute kernels take). */
 int tr_cpu_check_float(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err);
 int tr_cpu_same_shape(const struct tr_tensor *a, const struct tr_tensor *b);
+/* a and b (named an, bn in the message): same shape and dtype. */
+int tr_cpu_check_like(const char *kname, const struct tr_tensor *a, const char *an, const struct tr_tensor *b,
+                      const char *bn, struct tr_error *err);
+/* r is x reduced over axis ax (0 <= ax < x->ndim): the axis dropped, or kept as 1 when keep. */
+int tr_cpu_is_reduced(const struct tr_tensor *x, int ax, const struct tr_tensor *r, int keep);
 /* "[2,3] bf16" into buf. */
 const char *tr_cpu_desc(const struct tr_tensor *t, char *buf, size_t n);
+/* An attention mask: f32 or dtype, at most 4-D, broadcasting to full (B,H,Tq,Tk); ms gets
+ * its strides in elements over those (0 where it broadcasts). */
+int tr_cpu_check_mask(const char *kname, const struct tr_tensor *mask, int dtype, const int64_t full[4], int64_t ms[4],
+                      struct tr_error *err);
 /* Normalise a possibly negative axis against ndim; -1 when out of range. */
 int tr_cpu_axis(int64_t axis, int ndim);
 /* A plan copied to the heap for a bound call: c->prepared = a copy of the `size` bytes at
  * plan (which starts with struct tr_cpu_prepared; its release is set to free), c->fn = fn. */
 int tr_cpu_keep_plan(struct tr_kernel_call *c, const void *plan, size_t size, tr_kernel_fn fn, const char *kname,
                      struct tr_error *err);
+/* The same for a kernel whose compute part cannot fail: c->fn counts the call and runs
+ * compute(k, kept plan). */
+int tr_cpu_keep_compute(struct tr_kernel_call *c, const void *plan, size_t size,
+                        void (*compute)(struct tr_kernels *k, const void *plan), const char *kname,
+                        struct tr_error *err);
 
 /* ---- block conversion between storage dtypes and f32 ---- */
 static inline void tr_cpu_load_f32(float *restrict dst, const void *restrict src, int dtype, int64_t n) {
@@ -284,6 +312,13 @@ static inline float tr_cpu_get_f32(const void *p, int dtype, int64_t i) {
     if (dtype == TR_DTYPE_F32) return ((const float *)p)[i];
     if (dtype == TR_DTYPE_BF16) return tr_bf16_to_f32(((const uint16_t *)p)[i]);
     return tr_f16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* v rounded to dtype's precision (f32: unchanged). */
+static inline float tr_cpu_round(int dtype, float v) {
+    if (dtype == TR_DTYPE_BF16) return tr_bf16_to_f32(tr_f32_to_bf16(v));
+    if (dtype == TR_DTYPE_F16) return tr_f16_to_f32(tr_f32_to_f16(v));
+    return v;
 }
 
 /* ---- branch-free f32 math that GCC vectorizes (libm calls block vectorization) ---- */

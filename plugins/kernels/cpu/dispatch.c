@@ -54,9 +54,9 @@ static int invoke_embedding(struct tr_kernels *k, int op, const struct tr_attrs 
 }
 
 static int reshape_check(const struct tr_tensor *x, const struct tr_tensor *out, struct tr_error *err) {
-    int st = tr_cpu_check_tensor(x, "reshape", "x", err);
-    if (!st) st = tr_cpu_check_tensor(out, "reshape", "out", err);
-    if (st) return st;
+    int rc = tr_cpu_check_tensor(x, "reshape", "x", err);
+    if (!rc) rc = tr_cpu_check_tensor(out, "reshape", "out", err);
+    if (rc) return rc;
     char d1[200], d2[200];
     if (x->dtype != out->dtype || tr_tensor_numel(x) != tr_tensor_numel(out))
         return tr_error_set(err, TR_ERR_SHAPE, "reshape: x %s and out %s should have the same dtype and element count",
@@ -67,9 +67,9 @@ static int reshape_check(const struct tr_tensor *x, const struct tr_tensor *out,
 static int invoke_reshape(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
                           struct tr_tensor *out, struct tr_error *err) {
     (void)op, (void)at, (void)n_in;
-    int st = tr_cpu_check_ctx(k, "reshape", err);
-    if (!st) st = reshape_check(&in[0], out, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, "reshape", err);
+    if (!rc) rc = reshape_check(&in[0], out, err);
+    if (rc) return rc;
     if (out->data != in[0].data) memcpy(out->data, in[0].data, tr_tensor_nbytes(&in[0]));
     return TR_OK;
 }
@@ -127,9 +127,9 @@ static int bound_reshape_alias(struct tr_kernels *k, const struct tr_kernel_call
 }
 
 int tr_cpu_reshape_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
-    int st = tr_cpu_check_ctx_bind(k, "reshape", err);
-    if (!st) st = reshape_check(&c->in[0], &c->out, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx_bind(k, "reshape", err);
+    if (!rc) rc = reshape_check(&c->in[0], &c->out, err);
+    if (rc) return rc;
     c->fn = c->out.data == c->in[0].data || tr_tensor_nbytes(&c->out) == 0 ? bound_reshape_alias : bound_reshape_copy;
     return TR_OK;
 }
@@ -269,7 +269,7 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
             return tr_error_set(err, TR_ERR_INVALID, "scale: attrs are NULL (floats[0]=alpha, floats[1]=beta)");
         return TR_PICK_(unary);
     }
-    int st;
+    int rc;
     switch (op) {
     case TR_OP_MATMUL:
         at->floats[0] = tr_matmul_alpha(at->floats[0]); /* a direct call's unset 0 */
@@ -289,7 +289,7 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
                                 at->n_ints, in[0].ndim);
         return TR_PICK_(transpose);
     case TR_OP_SLICE:
-        if ((st = resolve_slice(at, &in[0], out, err)) != TR_OK) return st;
+        if ((rc = resolve_slice(at, &in[0], out, err)) != TR_OK) return rc;
         return TR_PICK_(slice);
     case TR_OP_CONCAT:
         if (n_in < 1) return tr_error_set(err, TR_ERR_INVALID, "concat: no inputs");
@@ -297,7 +297,7 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
     case TR_OP_SUM:
     case TR_OP_MEAN:
     case TR_OP_MAX:
-        if ((st = resolve_reduce(op, at, &in[0], out, err)) != TR_OK) return st;
+        if ((rc = resolve_reduce(op, at, &in[0], out, err)) != TR_OK) return rc;
         return TR_PICK_(reduce);
     case TR_OP_CAST:
         if (at->ints[0] != out->dtype)
@@ -305,7 +305,7 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
                                 tr_dtype_name((enum tr_dtype)out->dtype));
         return TR_PICK_(cast);
     case TR_OP_ATTENTION:
-        if ((st = resolve_attention(at, n_in, in, err)) != TR_OK) return st;
+        if ((rc = resolve_attention(at, n_in, in, err)) != TR_OK) return rc;
         return TR_PICK_(attention);
     case TR_OP_UNARY_GRAD:
     case TR_OP_SOFTMAX_GRAD:
@@ -343,8 +343,8 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
 int tr_kernels_run(struct tr_kernels *k, int op, const struct tr_attrs *attrs, int n_in, const struct tr_tensor *in,
                    struct tr_tensor *out, struct tr_error *err) {
     struct tr_cpu_op r;
-    int st = tr_cpu_resolve(k, "tr_kernels_run", op, attrs, n_in, in, out, &r, err);
-    if (st) return st;
+    int rc = tr_cpu_resolve(k, "tr_kernels_run", op, attrs, n_in, in, out, &r, err);
+    if (rc) return rc;
     if (k->device_type == TR_DEVICE_CUDA) return tr_cuda_run(k, op, &r.attrs, n_in, in, out, err);
     return r.invoke(k, op, &r.attrs, n_in, in, out, err);
 }

@@ -91,10 +91,10 @@ static int binary_check(int op, const struct tr_tensor *a, const struct tr_tenso
     if (!tr_op_is_elementwise_binary(op))
         return tr_error_set(err, TR_ERR_INVALID, "binary: op %d (%s) is not add, sub, mul or div", op, tr_op_name(op));
     const char *name = tr_op_name(op);
-    int st = tr_cpu_check_float(a, name, "a", err);
-    if (!st) st = tr_cpu_check_float(b, name, "b", err);
-    if (!st) st = tr_cpu_check_float(out, name, "out", err);
-    if (st) return st;
+    int rc = tr_cpu_check_float(a, name, "a", err);
+    if (!rc) rc = tr_cpu_check_float(b, name, "b", err);
+    if (!rc) rc = tr_cpu_check_float(out, name, "out", err);
+    if (rc) return rc;
     char d1[200], d2[200], d3[200];
     if (a->dtype != b->dtype || a->dtype != out->dtype)
         return tr_error_set(err, TR_ERR_SHAPE, "%s: dtypes differ: a %s, b %s, out %s", name, tr_cpu_desc(a, d1, sizeof d1),
@@ -162,7 +162,9 @@ static int binary_check(int op, const struct tr_tensor *a, const struct tr_tenso
     return TR_OK;
 }
 
-static void binary_compute(const struct binary_plan *pl) {
+static void binary_compute(struct tr_kernels *k, const void *plan) {
+    (void)k;
+    const struct binary_plan *pl = plan;
     if (pl->n == 0) return;
     const int m = pl->m, sai = pl->sai, sbi = pl->sbi, op = pl->op, dt = pl->dt;
     const int64_t L = pl->L, nch = pl->nch, units = pl->units, es = (int64_t)pl->es;
@@ -185,29 +187,22 @@ static void binary_compute(const struct binary_plan *pl) {
     }
 }
 
-static int binary_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    (void)err;
-    k->stats.calls++;
-    binary_compute(c->prepared);
-    return TR_OK;
-}
-
 int tr_k_binary(struct tr_kernels *k, int op, const struct tr_tensor *a, const struct tr_tensor *b,
                 struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_binary(k, op, a, b, out, err));
     struct binary_plan pl;
-    int st = tr_cpu_check_ctx(k, "binary", err);
-    if (!st) st = binary_check(op, a, b, out, &pl, err);
-    if (st) return st;
-    binary_compute(&pl);
+    int rc = tr_cpu_check_ctx(k, "binary", err);
+    if (!rc) rc = binary_check(op, a, b, out, &pl, err);
+    if (rc) return rc;
+    binary_compute(k, &pl);
     return TR_OK;
 }
 
 int tr_cpu_binary_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct binary_plan pl;
-    int st = tr_cpu_check_ctx_bind(k, "binary", err);
-    if (!st) st = binary_check(c->op, &c->in[0], &c->in[1], &c->out, &pl, err);
-    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, binary_call, "binary", err);
+    int rc = tr_cpu_check_ctx_bind(k, "binary", err);
+    if (!rc) rc = binary_check(c->op, &c->in[0], &c->in[1], &c->out, &pl, err);
+    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, binary_compute, "binary", err);
 }
 
 /* ---- unary ---- */
@@ -227,13 +222,10 @@ static int unary_check(int op, const struct tr_attrs *attrs, const struct tr_ten
     if (!tr_op_is_elementwise_unary(op))
         return tr_error_set(err, TR_ERR_INVALID, "unary: op %d (%s) is not an elementwise unary op", op, tr_op_name(op));
     const char *name = tr_op_name(op);
-    int st = tr_cpu_check_float(x, name, "x", err);
-    if (!st) st = tr_cpu_check_float(out, name, "out", err);
-    if (st) return st;
-    char d1[200], d2[200];
-    if (x->dtype != out->dtype || !tr_cpu_same_shape(x, out))
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s and out %s should have the same shape and dtype", name,
-                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
+    int rc = tr_cpu_check_float(x, name, "x", err);
+    if (!rc) rc = tr_cpu_check_float(out, name, "out", err);
+    if (!rc) rc = tr_cpu_check_like(name, x, "x", out, "out", err);
+    if (rc) return rc;
     int variant = 0;
     float alpha = 1.0f, beta = 0.0f;
     if (attrs) {
@@ -261,7 +253,9 @@ static int unary_check(int op, const struct tr_attrs *attrs, const struct tr_ten
     return TR_OK;
 }
 
-static void unary_compute(const struct unary_plan *pl) {
+static void unary_compute(struct tr_kernels *k, const void *plan) {
+    (void)k;
+    const struct unary_plan *pl = plan;
     const int64_t n = pl->n, es = (int64_t)pl->es;
     const int op = pl->op, variant = pl->variant, dt = pl->dt;
     const float alpha = pl->alpha, beta = pl->beta;
@@ -274,27 +268,20 @@ static void unary_compute(const struct unary_plan *pl) {
     }
 }
 
-static int unary_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    (void)err;
-    k->stats.calls++;
-    unary_compute(c->prepared);
-    return TR_OK;
-}
-
 int tr_k_unary(struct tr_kernels *k, int op, const struct tr_attrs *attrs, const struct tr_tensor *x,
                struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_unary(k, op, attrs, x, out, err));
     struct unary_plan pl;
-    int st = tr_cpu_check_ctx(k, "unary", err);
-    if (!st) st = unary_check(op, attrs, x, out, &pl, err);
-    if (st) return st;
-    unary_compute(&pl);
+    int rc = tr_cpu_check_ctx(k, "unary", err);
+    if (!rc) rc = unary_check(op, attrs, x, out, &pl, err);
+    if (rc) return rc;
+    unary_compute(k, &pl);
     return TR_OK;
 }
 
 int tr_cpu_unary_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct unary_plan pl;
-    int st = tr_cpu_check_ctx_bind(k, "unary", err);
-    if (!st) st = unary_check(c->op, &c->attrs, &c->in[0], &c->out, &pl, err);
-    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, unary_call, "unary", err);
+    int rc = tr_cpu_check_ctx_bind(k, "unary", err);
+    if (!rc) rc = unary_check(c->op, &c->attrs, &c->in[0], &c->out, &pl, err);
+    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, unary_compute, "unary", err);
 }

@@ -15,10 +15,10 @@ struct embedding_plan {
 
 static int embedding_check(const struct tr_tensor *table, const struct tr_tensor *ids, const struct tr_tensor *out,
                            struct embedding_plan *pl, struct tr_error *err) {
-    int st = tr_cpu_check_tensor(table, "embedding", "table", err);
-    if (!st) st = tr_cpu_check_tensor(ids, "embedding", "ids", err);
-    if (!st) st = tr_cpu_check_tensor(out, "embedding", "out", err);
-    if (st) return st;
+    int rc = tr_cpu_check_tensor(table, "embedding", "table", err);
+    if (!rc) rc = tr_cpu_check_tensor(ids, "embedding", "ids", err);
+    if (!rc) rc = tr_cpu_check_tensor(out, "embedding", "out", err);
+    if (rc) return rc;
     char d1[200], d2[200], d3[200];
     if (table->ndim != 2)
         return tr_error_set(err, TR_ERR_SHAPE, "embedding: table %s should be 2-D (V,D)", tr_cpu_desc(table, d1, sizeof d1));
@@ -77,14 +77,14 @@ int tr_k_embedding(struct tr_kernels *k, const struct tr_tensor *table, const st
                    struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_embedding(k, table, ids, out, err));
     struct embedding_plan pl;
-    int st = tr_cpu_check_ctx(k, "embedding", err);
-    if (!st) st = embedding_check(table, ids, out, &pl, err);
-    return st ? st : embedding_compute(&pl, err);
+    int rc = tr_cpu_check_ctx(k, "embedding", err);
+    if (!rc) rc = embedding_check(table, ids, out, &pl, err);
+    return rc ? rc : embedding_compute(&pl, err);
 }
 
 int tr_cpu_embedding_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct embedding_plan pl;
-    int st = tr_cpu_check_ctx_bind(k, "embedding", err);
-    if (!st) st = embedding_check(&c->in[0], &c->in[1], &c->out, &pl, err);
-    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, embedding_call, "embedding", err);
+    int rc = tr_cpu_check_ctx_bind(k, "embedding", err);
+    if (!rc) rc = embedding_check(&c->in[0], &c->in[1], &c->out, &pl, err);
+    return rc ? rc : tr_cpu_keep_plan(c, &pl, sizeof pl, embedding_call, "embedding", err);
 }

@@ -7,7 +7,7 @@
  * runs it (cpu_internal.h), so it can be bound (tr_kernels_bind_* in kernels.h). */
 #include <stdio.h>
 #include <stdlib.h>
-#include "cpu_internal.h"
+#include "rows.h"
 
 #define FUSED_MAX_TABLES 8
 
@@ -24,35 +24,6 @@ static inline void acc_f32(float *restrict dst, const void *restrict src, int dt
         const uint16_t *s = src;
         for (int64_t i = 0; i < n; i++) dst[i] += tr_f16_to_f32(s[i]);
     }
-}
-
-/* (x - mean)·rstd·g + b over buf in place; biased variance, as tr_k_layer_norm. The row
- * is in cache here: the second pass costs no memory traffic. */
-static inline void ln_row(float *restrict buf, int64_t D, const float *restrict g, const float *restrict b, float eps) {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < D; i++) s += buf[i];
-    float mean = s / (float)D, v = 0.0f;
-#pragma omp simd reduction(+ : v)
-    for (int64_t i = 0; i < D; i++) v += (buf[i] - mean) * (buf[i] - mean);
-    float rstd = 1.0f / sqrtf(v / (float)D + eps);
-#pragma omp simd
-    for (int64_t i = 0; i < D; i++) buf[i] = (buf[i] - mean) * rstd * g[i] + b[i];
-}
-
-/* Strides in elements of a tensor of shape s (nd axes) broadcast right-aligned to
- * `full` (nf axes), 0 on axes where it broadcasts. 0 if it does not broadcast. */
-static int bcast_strides(int nd, const int64_t *s, int nf, const int64_t *full, int64_t *st) {
-    if (nd > nf) return 0;
-    int64_t acc = 1;
-    for (int i = nf - 1; i >= 0; i--) {
-        int j = i - (nf - nd);
-        int64_t e = j >= 0 ? s[j] : 1;
-        if (e != 1 && e != full[i]) return 0;
-        st[i] = e == 1 ? 0 : acc;
-        acc *= e;
-    }
-    return 1;
 }
 
 /* Offset of row r (row-major over the nl leading axes `lead`) in a broadcast operand. */
@@ -94,8 +65,8 @@ static int reserve_rows(struct tr_kernels *k, int64_t D, int vecs, int per_row, 
 /* A float vector of D elements (gamma, beta, bias): x's dtype or f32. */
 static int check_vec(const struct tr_tensor *t, int64_t D, const struct tr_tensor *x, const char *kname, const char *what,
                      struct tr_error *err) {
-    int st = tr_cpu_check_float(t, kname, what, err);
-    if (st) return st;
+    int rc = tr_cpu_check_float(t, kname, what, err);
+    if (rc) return rc;
     char d1[200], d2[200];
     if (tr_tensor_numel(t) != D || (t->ndim && t->shape[t->ndim - 1] != D) ||
         (t->dtype != x->dtype && t->dtype != TR_DTYPE_F32))
@@ -122,7 +93,9 @@ struct brln_args {
     float eps;
 };
 
-TR_CPU_MULTI(void, brln_rows, (const struct brln_args *A, int64_t r0, int64_t r1, float *buf), (A, r0, r1, buf)) {
+TR_CPU_MULTI(void, brln_rows, (const void *ctx, int64_t r0, int64_t r1, void *vbuf), (ctx, r0, r1, vbuf)) {
+    const struct brln_args *A = ctx;
+    float *restrict buf = vbuf;
     const int64_t D = A->D;
     const size_t rb = (size_t)D * tr_dtype_size((enum tr_dtype)A->dt);
     for (int64_t r = r0; r < r1; r++) {
@@ -133,7 +106,7 @@ TR_CPU_MULTI(void, brln_rows, (const struct brln_args *A, int64_t r0, int64_t r1
             for (int64_t i = 0; i < D; i++) buf[i] += bias[i];
         }
         if (A->res) acc_f32(buf, A->res + r * (int64_t)rb, A->dt, D);
-        ln_row(buf, D, A->g, A->b, A->eps);
+        tr_cpu_ln_row(buf, D, A->g, A->b, A->eps);
         tr_cpu_store_f32(A->out + r * (int64_t)rb, A->dt, buf, D);
     }
 }
@@ -149,24 +122,22 @@ static int brln_check(const struct tr_tensor *x, const struct tr_tensor *bias, c
                       const struct tr_tensor *gamma, const struct tr_tensor *beta, float eps,
                       const struct tr_tensor *out, struct brln_plan *pl, struct tr_error *err) {
     static const char kn[] = "bias_residual_layer_norm";
-    int st = tr_cpu_check_float(x, kn, "x", err);
-    if (!st) st = tr_cpu_check_float(out, kn, "out", err);
-    if (!st && residual) st = tr_cpu_check_float(residual, kn, "residual", err);
-    if (!st) st = check_eps(eps, kn, err);
-    if (st) return st;
+    int rc = tr_cpu_check_float(x, kn, "x", err);
+    if (!rc) rc = tr_cpu_check_float(out, kn, "out", err);
+    if (!rc && residual) rc = tr_cpu_check_float(residual, kn, "residual", err);
+    if (!rc) rc = check_eps(eps, kn, err);
+    if (!rc) rc = tr_cpu_check_like(kn, x, "x", out, "out", err);
+    if (rc) return rc;
     char d1[200], d2[200];
-    if (x->dtype != out->dtype || !tr_cpu_same_shape(x, out))
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s and out %s should have the same shape and dtype", kn,
-                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
     if (residual && (residual->dtype != x->dtype || !tr_cpu_same_shape(x, residual)))
         return tr_error_set(err, TR_ERR_SHAPE, "%s: residual %s should have x's shape and dtype (x is %s)", kn,
                             tr_cpu_desc(residual, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2));
     if (x->ndim < 1) return tr_error_set(err, TR_ERR_SHAPE, "%s: x is 0-d (it normalises the last axis)", kn);
     const int64_t D = x->shape[x->ndim - 1], n = tr_tensor_numel(x);
-    if (!st && bias) st = check_vec(bias, D, x, kn, "bias", err);
-    if (!st && gamma) st = check_vec(gamma, D, x, kn, "gamma", err);
-    if (!st && beta) st = check_vec(beta, D, x, kn, "beta", err);
-    if (st) return st;
+    if (!rc && bias) rc = check_vec(bias, D, x, kn, "bias", err);
+    if (!rc && gamma) rc = check_vec(gamma, D, x, kn, "gamma", err);
+    if (!rc && beta) rc = check_vec(beta, D, x, kn, "beta", err);
+    if (rc) return rc;
     memset(pl, 0, sizeof *pl);
     pl->A = (struct brln_args){.x = x->data, .res = residual ? residual->data : NULL, .out = out->data,
                                .dt = x->dtype, .D = D, .eps = eps};
@@ -178,7 +149,8 @@ static int brln_check(const struct tr_tensor *x, const struct tr_tensor *bias, c
     return TR_OK;
 }
 
-static void brln_compute(struct tr_kernels *k, const struct brln_plan *pl) {
+static void brln_compute(struct tr_kernels *k, const void *plan) {
+    const struct brln_plan *pl = plan;
     const int64_t D = pl->A.D, n = pl->n, rows = pl->rows;
     if (n == 0 || D == 0) return;
     float *pbuf = tr_cpu_scratch_shared(k);
@@ -186,19 +158,7 @@ static void brln_compute(struct tr_kernels *k, const struct brln_plan *pl) {
     A.g = params_f32(pl->gamma, 1.0f, D, pbuf);
     A.b = params_f32(pl->beta, 0.0f, D, pbuf + D);
     A.bias = pl->bias.data ? params_f32(pl->bias, 0.0f, D, pbuf + 2 * D) : NULL;
-#pragma omp parallel num_threads(tr_cpu_threads(k)) if (n > TR_CPU_PAR_MIN && rows > 1)
-    {
-        float *buf = tr_cpu_scratch_thread(k, tr_cpu_thread_num());
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r += 4) brln_rows(&A, r, r + 4 < rows ? r + 4 : rows, buf);
-    }
-}
-
-static int brln_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    (void)err;
-    k->stats.calls++;
-    brln_compute(k, c->prepared);
-    return TR_OK;
+    tr_cpu_rows(k, rows, 4, n > TR_CPU_PAR_MIN, brln_rows, &A);
 }
 
 int tr_k_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *bias,
@@ -208,10 +168,10 @@ int tr_k_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tensor *
     TR_CUDA_ROUTE(k, tr_cuda_bias_residual_layer_norm(k, x, bias, residual, gamma, beta, eps, out, err));
     static const char kn[] = "bias_residual_layer_norm";
     struct brln_plan pl;
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = brln_check(x, bias, residual, gamma, beta, eps, out, &pl, err);
-    if (!st) st = reserve_rows(k, pl.A.D, 3, 1, kn, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = brln_check(x, bias, residual, gamma, beta, eps, out, &pl, err);
+    if (!rc) rc = reserve_rows(k, pl.A.D, 3, 1, kn, err);
+    if (rc) return rc;
     brln_compute(k, &pl);
     return TR_OK;
 }
@@ -226,17 +186,17 @@ int tr_kernels_bind_bias_residual_layer_norm(struct tr_kernels *k, const struct 
     if (!call) return tr_error_set(err, TR_ERR_INVALID, "%s: call is NULL", kn);
     memset(call, 0, sizeof *call);
     struct brln_plan pl;
-    int st = tr_cpu_check_ctx_bind(k, kn, err);
-    if (!st) st = brln_check(x, bias, residual, gamma, beta, eps, out, &pl, err);
-    if (!st) st = reserve_rows(k, pl.A.D, 3, 1, kn, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx_bind(k, kn, err);
+    if (!rc) rc = brln_check(x, bias, residual, gamma, beta, eps, out, &pl, err);
+    if (!rc) rc = reserve_rows(k, pl.A.D, 3, 1, kn, err);
+    if (rc) return rc;
     const struct tr_tensor *ins[5] = {x, gamma, beta, bias, residual};
     call->op = -1;
     for (int i = 0; i < 5; i++)
         if (ins[i]) call->in[call->n_in++] = *ins[i];
     call->attrs.floats[0] = eps;
     call->out = *out;
-    return tr_cpu_keep_plan(call, &pl, sizeof pl, brln_call, kn, err);
+    return tr_cpu_keep_compute(call, &pl, sizeof pl, brln_compute, kn, err);
 }
 
 /* ---- scale + mask + softmax ---- */
@@ -252,9 +212,10 @@ struct sms_args {
     int64_t mst[TR_MAX_DIMS];   /* mask strides over x's axes (0: broadcast) */
 };
 
-/* A row whose every entry is -inf has no mass: zeros rather than NaN, as tr_k_softmax. */
-TR_CPU_MULTI(void, sms_rows, (const struct sms_args *A, int64_t r0, int64_t r1, float *buf, float *mrow), (A, r0, r1, buf, mrow)) {
+TR_CPU_MULTI(void, sms_rows, (const void *ctx, int64_t r0, int64_t r1, void *vbuf), (ctx, r0, r1, vbuf)) {
+    const struct sms_args *A = ctx;
     const int64_t D = A->D;
+    float *restrict buf = vbuf, *restrict mrow = buf + D;
     const size_t es = tr_dtype_size((enum tr_dtype)A->dt), mes = A->mask ? tr_dtype_size((enum tr_dtype)A->mdt) : 0;
     const float sc = A->scale;
     for (int64_t r = r0; r < r1; r++) {
@@ -273,22 +234,7 @@ TR_CPU_MULTI(void, sms_rows, (const struct sms_args *A, int64_t r0, int64_t r1, 
                 for (int64_t i = 0; i < D; i++) buf[i] += mrow[i];
             }
         }
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int64_t i = 0; i < D; i++) mx = buf[i] > mx ? buf[i] : mx;
-        if (mx == -INFINITY) {
-            for (int64_t i = 0; i < D; i++) buf[i] = 0.0f;
-        } else {
-            float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-            for (int64_t i = 0; i < D; i++) {
-                buf[i] = tr_fexp(buf[i] - mx);
-                s += buf[i];
-            }
-            float inv = 1.0f / s;
-#pragma omp simd
-            for (int64_t i = 0; i < D; i++) buf[i] *= inv;
-        }
+        tr_cpu_softmax_row(buf, D);
         tr_cpu_store_f32(A->out + r * D * (int64_t)es, A->dt, buf, D);
     }
 }
@@ -303,14 +249,12 @@ struct sms_plan {
 static int sms_check(const struct tr_tensor *x, float scale, const struct tr_tensor *mask, const struct tr_tensor *out,
                      struct sms_plan *pl, struct tr_error *err) {
     static const char kn[] = "scale_mask_softmax";
-    int st = tr_cpu_check_float(x, kn, "x", err);
-    if (!st) st = tr_cpu_check_float(out, kn, "out", err);
-    if (!st && mask) st = tr_cpu_check_float(mask, kn, "mask", err);
-    if (st) return st;
+    int rc = tr_cpu_check_float(x, kn, "x", err);
+    if (!rc) rc = tr_cpu_check_float(out, kn, "out", err);
+    if (!rc && mask) rc = tr_cpu_check_float(mask, kn, "mask", err);
+    if (!rc) rc = tr_cpu_check_like(kn, x, "x", out, "out", err);
+    if (rc) return rc;
     char d1[200], d2[200];
-    if (x->dtype != out->dtype || !tr_cpu_same_shape(x, out))
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s and out %s should have the same shape and dtype", kn,
-                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
     if (!isfinite(scale)) return tr_error_set(err, TR_ERR_INVALID, "%s: scale %g is not finite", kn, (double)scale);
     if (x->ndim < 1) return tr_error_set(err, TR_ERR_SHAPE, "%s: x is 0-d (softmax is over the last axis)", kn);
     memset(pl, 0, sizeof *pl);
@@ -320,7 +264,7 @@ static int sms_check(const struct tr_tensor *x, float scale, const struct tr_ten
                            .scale = scale, .nl = x->ndim - 1};
     if (mask) {
         if ((mask->dtype != TR_DTYPE_F32 && mask->dtype != x->dtype) ||
-            !bcast_strides(mask->ndim, mask->shape, x->ndim, x->shape, A->mst))
+            !tr_broadcast_strides(mask->ndim, mask->shape, x->ndim, x->shape, A->mst))
             return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s should be f32 or %s and broadcast to x %s", kn,
                                 tr_cpu_desc(mask, d1, sizeof d1), tr_dtype_name((enum tr_dtype)x->dtype),
                                 tr_cpu_desc(x, d2, sizeof d2));
@@ -332,24 +276,13 @@ static int sms_check(const struct tr_tensor *x, float scale, const struct tr_ten
     return TR_OK;
 }
 
-static void sms_compute(struct tr_kernels *k, const struct sms_plan *pl) {
+static void sms_compute(struct tr_kernels *k, const void *plan) {
+    const struct sms_plan *pl = plan;
     const int64_t D = pl->A.D, n = pl->n, rows = pl->rows;
     if (n == 0 || D == 0) return;
     struct sms_args A = pl->A;
     A.lead = pl->shape;
-#pragma omp parallel num_threads(tr_cpu_threads(k)) if (n > TR_CPU_PAR_MIN && rows > 1)
-    {
-        float *buf = tr_cpu_scratch_thread(k, tr_cpu_thread_num());
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r += 4) sms_rows(&A, r, r + 4 < rows ? r + 4 : rows, buf, buf + D);
-    }
-}
-
-static int sms_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    (void)err;
-    k->stats.calls++;
-    sms_compute(k, c->prepared);
-    return TR_OK;
+    tr_cpu_rows(k, rows, 4, n > TR_CPU_PAR_MIN, sms_rows, &A);
 }
 
 int tr_k_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, float scale, const struct tr_tensor *mask,
@@ -357,10 +290,10 @@ int tr_k_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, flo
     TR_CUDA_ROUTE(k, tr_cuda_scale_mask_softmax(k, x, scale, mask, out, err));
     static const char kn[] = "scale_mask_softmax";
     struct sms_plan pl;
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = sms_check(x, scale, mask, out, &pl, err);
-    if (!st) st = reserve_rows(k, pl.A.D, 0, 2, kn, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = sms_check(x, scale, mask, out, &pl, err);
+    if (!rc) rc = reserve_rows(k, pl.A.D, 0, 2, kn, err);
+    if (rc) return rc;
     sms_compute(k, &pl);
     return TR_OK;
 }
@@ -373,16 +306,16 @@ int tr_kernels_bind_scale_mask_softmax(struct tr_kernels *k, const struct tr_ten
     if (!call) return tr_error_set(err, TR_ERR_INVALID, "%s: call is NULL", kn);
     memset(call, 0, sizeof *call);
     struct sms_plan pl;
-    int st = tr_cpu_check_ctx_bind(k, kn, err);
-    if (!st) st = sms_check(x, scale, mask, out, &pl, err);
-    if (!st) st = reserve_rows(k, pl.A.D, 0, 2, kn, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx_bind(k, kn, err);
+    if (!rc) rc = sms_check(x, scale, mask, out, &pl, err);
+    if (!rc) rc = reserve_rows(k, pl.A.D, 0, 2, kn, err);
+    if (rc) return rc;
     call->op = -1;
     call->in[call->n_in++] = *x;
     if (mask) call->in[call->n_in++] = *mask;
     call->attrs.floats[0] = scale;
     call->out = *out;
-    return tr_cpu_keep_plan(call, &pl, sizeof pl, sms_call, kn, err);
+    return tr_cpu_keep_compute(call, &pl, sizeof pl, sms_compute, kn, err);
 }
 
 /* ---- embedding sum + layer norm ---- */
@@ -401,7 +334,9 @@ struct esln_args {
     float eps;
 };
 
-TR_CPU_MULTI(void, esln_rows, (const struct esln_args *A, int64_t r0, int64_t r1, float *buf), (A, r0, r1, buf)) {
+TR_CPU_MULTI(void, esln_rows, (const void *ctx, int64_t r0, int64_t r1, void *vbuf), (ctx, r0, r1, vbuf)) {
+    const struct esln_args *A = ctx;
+    float *restrict buf = vbuf;
     const int64_t D = A->D;
     const size_t rb = (size_t)D * tr_dtype_size((enum tr_dtype)A->dt);
     for (int64_t r = r0; r < r1; r++) {
@@ -412,7 +347,7 @@ TR_CPU_MULTI(void, esln_rows, (const struct esln_args *A, int64_t r0, int64_t r1
             if (t == 0) tr_cpu_load_f32(buf, row, A->dt, D);
             else acc_f32(buf, row, A->dt, D);
         }
-        ln_row(buf, D, A->g, A->b, A->eps);
+        tr_cpu_ln_row(buf, D, A->g, A->b, A->eps);
         tr_cpu_store_f32(A->out + r * (int64_t)rb, A->dt, buf, D);
     }
 }
@@ -432,9 +367,9 @@ static int esln_check(int n, const struct tr_tensor *tables, const struct tr_ten
                       const struct tr_tensor *beta, float eps, const struct tr_tensor *out, struct esln_plan *pl,
                       struct tr_error *err) {
     static const char kn[] = "embedding_sum_layer_norm";
-    int st = tr_cpu_check_float(out, kn, "out", err);
-    if (!st) st = check_eps(eps, kn, err);
-    if (st) return st;
+    int rc = tr_cpu_check_float(out, kn, "out", err);
+    if (!rc) rc = check_eps(eps, kn, err);
+    if (rc) return rc;
     if (n < 1 || n > FUSED_MAX_TABLES || !tables || !ids)
         return tr_error_set(err, TR_ERR_INVALID, "%s: %d tables (1 to %d, with their ids) given", kn, n,
                             FUSED_MAX_TABLES);
@@ -449,15 +384,15 @@ static int esln_check(int n, const struct tr_tensor *tables, const struct tr_ten
     for (int t = 0; t < n; t++) {
         char what[32];
         snprintf(what, sizeof what, "tables[%d]", t);
-        if ((st = tr_cpu_check_float(&tables[t], kn, what, err))) return st;
+        if ((rc = tr_cpu_check_float(&tables[t], kn, what, err))) return rc;
         snprintf(what, sizeof what, "ids[%d]", t);
-        if ((st = tr_cpu_check_tensor(&ids[t], kn, what, err))) return st;
+        if ((rc = tr_cpu_check_tensor(&ids[t], kn, what, err))) return rc;
         if (tables[t].ndim != 2 || tables[t].shape[1] != D || tables[t].dtype != out->dtype)
             return tr_error_set(err, TR_ERR_SHAPE, "%s: tables[%d] %s should be (V,%lld) of out's dtype (out is %s)", kn,
                                 t, tr_cpu_desc(&tables[t], d1, sizeof d1), (long long)D,
                                 tr_cpu_desc(out, d2, sizeof d2));
         if ((ids[t].dtype != TR_DTYPE_I32 && ids[t].dtype != TR_DTYPE_I64) ||
-            !bcast_strides(ids[t].ndim, ids[t].shape, A->nl, out->shape, A->ist[t]))
+            !tr_broadcast_strides(ids[t].ndim, ids[t].shape, A->nl, out->shape, A->ist[t]))
             return tr_error_set(err, TR_ERR_SHAPE, "%s: ids[%d] %s should be i32 or i64 and broadcast to out's leading "
                                 "axes (out is %s, table %s)", kn, t, tr_cpu_desc(&ids[t], d1, sizeof d1),
                                 tr_cpu_desc(out, d2, sizeof d2), tr_cpu_desc(&tables[t], d3, sizeof d3));
@@ -468,9 +403,9 @@ static int esln_check(int n, const struct tr_tensor *tables, const struct tr_ten
         pl->m[t] = tr_tensor_numel(&ids[t]);
         pl->tables[t] = tables[t];
     }
-    if (!st && gamma) st = check_vec(gamma, D, out, kn, "gamma", err);
-    if (!st && beta) st = check_vec(beta, D, out, kn, "beta", err);
-    if (st) return st;
+    if (!rc && gamma) rc = check_vec(gamma, D, out, kn, "gamma", err);
+    if (!rc && beta) rc = check_vec(beta, D, out, kn, "beta", err);
+    if (rc) return rc;
     pl->gamma = vec_of(gamma);
     pl->beta = vec_of(beta);
     return TR_OK;
@@ -496,8 +431,8 @@ static int esln_check_ids(const struct esln_plan *pl, struct tr_error *err) {
 }
 
 static int esln_compute(struct tr_kernels *k, const struct esln_plan *pl, struct tr_error *err) {
-    int st = esln_check_ids(pl, err);
-    if (st) return st;
+    int rc = esln_check_ids(pl, err);
+    if (rc) return rc;
     const int64_t D = pl->A.D, rows = pl->rows;
     if (rows == 0 || D == 0) return TR_OK;
     float *pbuf = tr_cpu_scratch_shared(k);
@@ -505,12 +440,7 @@ static int esln_compute(struct tr_kernels *k, const struct esln_plan *pl, struct
     A.lead = pl->shape;
     A.g = params_f32(pl->gamma, 1.0f, D, pbuf);
     A.b = params_f32(pl->beta, 0.0f, D, pbuf + D);
-#pragma omp parallel num_threads(tr_cpu_threads(k)) if (rows * D > TR_CPU_PAR_MIN && rows > 1)
-    {
-        float *buf = tr_cpu_scratch_thread(k, tr_cpu_thread_num());
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r += 4) esln_rows(&A, r, r + 4 < rows ? r + 4 : rows, buf);
-    }
+    tr_cpu_rows(k, rows, 4, rows * D > TR_CPU_PAR_MIN, esln_rows, &A);
     return TR_OK;
 }
 
@@ -526,10 +456,10 @@ int tr_k_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct tr_t
     TR_CUDA_ROUTE(k, tr_cuda_embedding_sum_layer_norm(k, n, tables, ids, gamma, beta, eps, out, err));
     static const char kn[] = "embedding_sum_layer_norm";
     struct esln_plan pl;
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = esln_check(n, tables, ids, gamma, beta, eps, out, &pl, err);
-    if (!st) st = reserve_rows(k, pl.A.D, 2, 1, kn, err);
-    return st ? st : esln_compute(k, &pl, err);
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = esln_check(n, tables, ids, gamma, beta, eps, out, &pl, err);
+    if (!rc) rc = reserve_rows(k, pl.A.D, 2, 1, kn, err);
+    return rc ? rc : esln_compute(k, &pl, err);
 }
 
 int tr_kernels_bind_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct tr_tensor *tables,
@@ -541,10 +471,10 @@ int tr_kernels_bind_embedding_sum_layer_norm(struct tr_kernels *k, int n, const 
     if (!call) return tr_error_set(err, TR_ERR_INVALID, "%s: call is NULL", kn);
     memset(call, 0, sizeof *call);
     struct esln_plan pl;
-    int st = tr_cpu_check_ctx_bind(k, kn, err);
-    if (!st) st = esln_check(n, tables, ids, gamma, beta, eps, out, &pl, err);
-    if (!st) st = reserve_rows(k, pl.A.D, 2, 1, kn, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx_bind(k, kn, err);
+    if (!rc) rc = esln_check(n, tables, ids, gamma, beta, eps, out, &pl, err);
+    if (!rc) rc = reserve_rows(k, pl.A.D, 2, 1, kn, err);
+    if (rc) return rc;
     call->op = -1;
     for (int t = 0; t < n && call->n_in < TR_KERNEL_CALL_MAX_IN; t++) call->in[call->n_in++] = tables[t];
     for (int t = 0; t < n && call->n_in < TR_KERNEL_CALL_MAX_IN; t++) call->in[call->n_in++] = ids[t];

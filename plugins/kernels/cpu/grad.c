@@ -18,20 +18,26 @@
 #define store_f64 tr_grad_store
 #define get_f64 tr_grad_get
 #define check_real tr_grad_check_real
+#define check_like tr_cpu_check_like
 
 static inline size_t esize(int dt) { return tr_dtype_size((enum tr_dtype)dt); }
 
-/* a and b: same shape and dtype. */
-static int check_like(const char *kname, const struct tr_tensor *a, const char *an, const struct tr_tensor *b,
-                      const char *bn, struct tr_error *err) {
-    if (a->dtype == b->dtype && tr_cpu_same_shape(a, b)) return TR_OK;
-    char d1[200], d2[200];
-    return tr_error_set(err, TR_ERR_SHAPE, "%s: %s %s and %s %s should have the same shape and dtype", kname, an,
-                        tr_cpu_desc(a, d1, sizeof d1), bn, tr_cpu_desc(b, d2, sizeof d2));
-}
+/* The operands of a row kernel as its row function (tr_cpu_rows) reads them. */
+struct grad_rows {
+    const char *a, *g; /* rows of D: x (or y), and dy */
+    char *o;
+    int dt;
+    int64_t D;
+    double eps;
+    const double *gam;             /* layer_norm_grad: gamma, 1 where absent */
+    double *stats;                 /* layer_norm_grad_gamma: mean and rstd per row */
+    const int64_t *start, *order;  /* embedding_grad: the positions of each id */
+};
 
-/* One row buffer of n doubles per thread, freed at the end of the region; NULL on no memory. */
-static double *row_buf(int64_t n) { return malloc((size_t)(n > 0 ? n : 1) * sizeof(double)); }
+/* Scratch for a row kernel: `shared` doubles, and `per_thread` doubles of row buffers. */
+static int reserve_f64(struct tr_kernels *k, int64_t shared, int64_t per_thread, const char *kn, struct tr_error *err) {
+    return tr_cpu_scratch_reserve(k, sizeof(double) * (size_t)shared, sizeof(double) * (size_t)per_thread, kn, err);
+}
 
 /* ---- unary_grad: dx = dy · f'(x) ---- */
 
@@ -68,18 +74,18 @@ int tr_k_unary_grad(struct tr_kernels *k, int op, int approximate, float alpha, 
                     const struct tr_tensor *dy, struct tr_tensor *dx, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_unary_grad(k, op, approximate, alpha, x, dy, dx, err));
     const char *kn = "unary_grad";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (rc) return rc;
     if (!tr_op_is_elementwise_unary(op))
         return tr_error_set(err, TR_ERR_INVALID, "unary_grad: ints[0]=%d (%s) is not one of gelu tanh relu silu sigmoid "
                             "exp neg sqrt rsqrt scale", op, tr_op_name(op));
     if (op == TR_OP_GELU && approximate != 0 && approximate != 1)
         return tr_error_set(err, TR_ERR_INVALID, "unary_grad: gelu's ints[1]=%d (0: erf form, 1: tanh approximation)",
                             approximate);
-    if (!(st = check_real(x, kn, "x", err)) && !(st = check_real(dy, kn, "dy", err)) &&
-        !(st = check_real(dx, kn, "dx", err)) && !(st = check_like(kn, x, "x", dy, "dy", err)))
-        st = check_like(kn, x, "x", dx, "dx", err);
-    if (st) return st;
+    if (!(rc = check_real(x, kn, "x", err)) && !(rc = check_real(dy, kn, "dy", err)) &&
+        !(rc = check_real(dx, kn, "dx", err)) && !(rc = check_like(kn, x, "x", dy, "dy", err)))
+        rc = check_like(kn, x, "x", dx, "dx", err);
+    if (rc) return rc;
     int64_t n = tr_tensor_numel(x);
     size_t es = esize(x->dtype);
     int dt = x->dtype;
@@ -99,44 +105,38 @@ int tr_k_unary_grad(struct tr_kernels *k, int op, int approximate, float alpha, 
 
 /* ---- softmax_grad: dx = y·(dy − Σ dy·y) per row ---- */
 
+static void softmax_grad_rows(const void *ctx, int64_t r0, int64_t r1, void *buf) {
+    const struct grad_rows *A = ctx;
+    const int64_t D = A->D;
+    const size_t es = esize(A->dt);
+    double *restrict yb = buf, *restrict gb = yb + D;
+    for (int64_t r = r0; r < r1; r++) {
+        load_f64(yb, A->a + r * D * (int64_t)es, A->dt, D);
+        load_f64(gb, A->g + r * D * (int64_t)es, A->dt, D);
+        double s = 0.0;
+        for (int64_t i = 0; i < D; i++) s += yb[i] * gb[i];
+        for (int64_t i = 0; i < D; i++) gb[i] = yb[i] * (gb[i] - s);
+        store_f64(A->o + r * D * (int64_t)es, A->dt, gb, D);
+    }
+}
+
 int tr_k_softmax_grad(struct tr_kernels *k, const struct tr_tensor *y, const struct tr_tensor *dy,
                       struct tr_tensor *dx, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_softmax_grad(k, y, dy, dx, err));
     const char *kn = "softmax_grad";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = check_real(y, kn, "y", err);
-    if (!st) st = check_real(dy, kn, "dy", err);
-    if (!st) st = check_real(dx, kn, "dx", err);
-    if (!st) st = check_like(kn, y, "y", dy, "dy", err);
-    if (!st) st = check_like(kn, y, "y", dx, "dx", err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = check_real(y, kn, "y", err);
+    if (!rc) rc = check_real(dy, kn, "dy", err);
+    if (!rc) rc = check_real(dx, kn, "dx", err);
+    if (!rc) rc = check_like(kn, y, "y", dy, "dy", err);
+    if (!rc) rc = check_like(kn, y, "y", dx, "dx", err);
+    if (rc) return rc;
     int64_t D = y->ndim ? y->shape[y->ndim - 1] : 1, n = tr_tensor_numel(y);
     if (n == 0 || D == 0) return TR_OK;
     int64_t rows = n / D;
-    size_t es = esize(y->dtype);
-    int dt = y->dtype, failed = 0;
-    const char *py = y->data, *pg = dy->data;
-    char *po = dx->data;
-#pragma omp parallel if (n > TR_CPU_PAR_MIN && rows > 1)
-    {
-        double *yb = row_buf(2 * D), *gb = yb ? yb + D : NULL;
-        if (!yb) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            if (!yb) continue;
-            load_f64(yb, py + r * D * (int64_t)es, dt, D);
-            load_f64(gb, pg + r * D * (int64_t)es, dt, D);
-            double s = 0.0;
-            for (int64_t i = 0; i < D; i++) s += yb[i] * gb[i];
-            for (int64_t i = 0; i < D; i++) gb[i] = yb[i] * (gb[i] - s);
-            store_f64(po + r * D * (int64_t)es, dt, gb, D);
-        }
-        free(yb);
-    }
-    if (failed) return tr_error_set(err, TR_ERR_NOMEM, "softmax_grad: no memory for row buffers (D=%lld)", (long long)D);
+    if ((rc = reserve_f64(k, 0, 2 * D, kn, err)) != TR_OK) return rc;
+    const struct grad_rows A = {.a = y->data, .g = dy->data, .o = dx->data, .dt = y->dtype, .D = D};
+    tr_cpu_rows(k, rows, 1, n > TR_CPU_PAR_MIN, softmax_grad_rows, &A);
     return TR_OK;
 }
 
@@ -154,10 +154,10 @@ static void row_stats(const double *x, int64_t D, double eps, double *mean, doub
 
 static int check_ln(const char *kn, const struct tr_tensor *x, const struct tr_tensor *dy, float eps,
                     struct tr_error *err) {
-    int st = check_real(x, kn, "x", err);
-    if (!st) st = check_real(dy, kn, "dy", err);
-    if (!st) st = check_like(kn, x, "x", dy, "dy", err);
-    if (st) return st;
+    int rc = check_real(x, kn, "x", err);
+    if (!rc) rc = check_real(dy, kn, "dy", err);
+    if (!rc) rc = check_like(kn, x, "x", dy, "dy", err);
+    if (rc) return rc;
     if (x->ndim < 1) return tr_error_set(err, TR_ERR_SHAPE, "%s: x is 0-d (layer norm works on the last axis)", kn);
     if (!(eps >= 0.0f) || !isfinite(eps))
         return tr_error_set(err, TR_ERR_INVALID, "%s: eps %g should be finite and >= 0", kn, (double)eps);
@@ -167,8 +167,8 @@ static int check_ln(const char *kn, const struct tr_tensor *x, const struct tr_t
 /* A (D) vector of x's dtype or f32, as the forward's gamma. */
 static int check_vec(const char *kn, const char *what, const struct tr_tensor *t, const struct tr_tensor *x,
                      struct tr_error *err) {
-    int st = check_real(t, kn, what, err);
-    if (st) return st;
+    int rc = check_real(t, kn, what, err);
+    if (rc) return rc;
     int64_t D = x->shape[x->ndim - 1];
     if (tr_tensor_numel(t) != D || (t->ndim && t->shape[t->ndim - 1] != D) ||
         (t->dtype != x->dtype && t->dtype != TR_DTYPE_F32)) {
@@ -181,60 +181,59 @@ static int check_vec(const char *kn, const char *what, const struct tr_tensor *t
 }
 
 /* dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), g = dy·gamma, x̂ = (x − mean)·rstd. */
+static void ln_grad_rows(const void *ctx, int64_t r0, int64_t r1, void *buf) {
+    const struct grad_rows *A = ctx;
+    const int64_t D = A->D;
+    const size_t es = esize(A->dt);
+    const double *restrict gam = A->gam;
+    double *restrict xb = buf, *restrict gb = xb + D;
+    for (int64_t r = r0; r < r1; r++) {
+        load_f64(xb, A->a + r * D * (int64_t)es, A->dt, D);
+        load_f64(gb, A->g + r * D * (int64_t)es, A->dt, D);
+        double mu, rs, mg = 0.0, mgx = 0.0;
+        row_stats(xb, D, A->eps, &mu, &rs);
+        for (int64_t i = 0; i < D; i++) {
+            xb[i] = (xb[i] - mu) * rs;
+            gb[i] *= gam[i];
+            mg += gb[i];
+            mgx += gb[i] * xb[i];
+        }
+        mg /= (double)D;
+        mgx /= (double)D;
+        for (int64_t i = 0; i < D; i++) gb[i] = rs * (gb[i] - mg - xb[i] * mgx);
+        store_f64(A->o + r * D * (int64_t)es, A->dt, gb, D);
+    }
+}
+
 int tr_k_layer_norm_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *gamma,
                          const struct tr_tensor *dy, float eps, struct tr_tensor *dx, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_layer_norm_grad(k, x, gamma, dy, eps, dx, err));
     const char *kn = "layer_norm_grad";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = check_ln(kn, x, dy, eps, err);
-    if (!st) st = check_real(dx, kn, "dx", err);
-    if (!st) st = check_like(kn, x, "x", dx, "dx", err);
-    if (!st && gamma) st = check_vec(kn, "gamma", gamma, x, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = check_ln(kn, x, dy, eps, err);
+    if (!rc) rc = check_real(dx, kn, "dx", err);
+    if (!rc) rc = check_like(kn, x, "x", dx, "dx", err);
+    if (!rc && gamma) rc = check_vec(kn, "gamma", gamma, x, err);
+    if (rc) return rc;
     int64_t D = x->shape[x->ndim - 1], n = tr_tensor_numel(x);
     if (n == 0 || D == 0) return TR_OK;
     int64_t rows = n / D;
-    double *gam = row_buf(D);
-    if (!gam) return tr_error_set(err, TR_ERR_NOMEM, "layer_norm_grad: no memory for gamma (D=%lld)", (long long)D);
+    if ((rc = reserve_f64(k, D, 2 * D, kn, err)) != TR_OK) return rc;
+    double *gam = tr_cpu_scratch_shared(k);
     for (int64_t i = 0; i < D; i++) gam[i] = gamma ? get_f64(gamma->data, gamma->dtype, i) : 1.0;
-    size_t es = esize(x->dtype);
-    int dt = x->dtype, failed = 0;
-    const char *px = x->data, *pg = dy->data;
-    char *po = dx->data;
-#pragma omp parallel if (n > TR_CPU_PAR_MIN && rows > 1)
-    {
-        double *xb = row_buf(2 * D), *gb = xb ? xb + D : NULL;
-        if (!xb) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            if (!xb) continue;
-            load_f64(xb, px + r * D * (int64_t)es, dt, D);
-            load_f64(gb, pg + r * D * (int64_t)es, dt, D);
-            double mu, rs, mg = 0.0, mgx = 0.0;
-            row_stats(xb, D, eps, &mu, &rs);
-            for (int64_t i = 0; i < D; i++) {
-                xb[i] = (xb[i] - mu) * rs;
-                gb[i] *= gam[i];
-                mg += gb[i];
-                mgx += gb[i] * xb[i];
-            }
-            mg /= (double)D;
-            mgx /= (double)D;
-            for (int64_t i = 0; i < D; i++) gb[i] = rs * (gb[i] - mg - xb[i] * mgx);
-            store_f64(po + r * D * (int64_t)es, dt, gb, D);
-        }
-        free(xb);
-    }
-    free(gam);
-    if (failed)
-        return tr_error_set(err, TR_ERR_NOMEM, "layer_norm_grad: no memory for row buffers (D=%lld)", (long long)D);
+    const struct grad_rows A = {.a = x->data, .g = dy->data, .o = dx->data, .dt = x->dtype, .D = D, .eps = eps, .gam = gam};
+    tr_cpu_rows(k, rows, 1, n > TR_CPU_PAR_MIN, ln_grad_rows, &A);
     return TR_OK;
 }
 
-#define LN_COLS 64 /* dgamma columns per work item */
+static void ln_stats_rows(const void *ctx, int64_t r0, int64_t r1, void *buf) {
+    const struct grad_rows *A = ctx;
+    const size_t es = esize(A->dt);
+    for (int64_t r = r0; r < r1; r++) {
+        load_f64(buf, A->a + r * A->D * (int64_t)es, A->dt, A->D);
+        row_stats(buf, A->D, A->eps, &A->stats[2 * r], &A->stats[2 * r + 1]);
+    }
+}
 
 /* dgamma = Σ over rows of dy·x̂: row statistics first (parallel over rows), then the sum
  * over rows in blocks of columns (parallel over columns, so each column is one thread's
@@ -243,56 +242,44 @@ int tr_k_layer_norm_grad_gamma(struct tr_kernels *k, const struct tr_tensor *x, 
                                struct tr_tensor *dgamma, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_layer_norm_grad_gamma(k, x, dy, eps, dgamma, err));
     const char *kn = "layer_norm_grad_gamma";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = check_ln(kn, x, dy, eps, err);
-    if (!st) st = check_vec(kn, "dgamma", dgamma, x, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = check_ln(kn, x, dy, eps, err);
+    if (!rc) rc = check_vec(kn, "dgamma", dgamma, x, err);
+    if (rc) return rc;
     int64_t D = x->shape[x->ndim - 1], n = tr_tensor_numel(x);
     if (D == 0) return TR_OK;
     int64_t rows = n / D;
-    double *stats = row_buf(2 * rows);
-    if (!stats)
-        return tr_error_set(err, TR_ERR_NOMEM, "layer_norm_grad_gamma: no memory for %lld row statistics", (long long)rows);
-    size_t es = esize(x->dtype);
-    int dt = x->dtype, failed = 0;
-    const char *px = x->data, *pg = dy->data;
-#pragma omp parallel if (n > TR_CPU_PAR_MIN && rows > 1)
-    {
-        double *xb = row_buf(D);
-        if (!xb) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            if (!xb) continue;
-            load_f64(xb, px + r * D * (int64_t)es, dt, D);
-            row_stats(xb, D, eps, &stats[2 * r], &stats[2 * r + 1]);
-        }
-        free(xb);
+    if (rows == 0) { /* a sum of nothing; all-zero bits are 0.0 in every float dtype */
+        memset(dgamma->data, 0, tr_tensor_nbytes(dgamma));
+        return TR_OK;
     }
-    if (failed) {
-        free(stats);
-        return tr_error_set(err, TR_ERR_NOMEM, "layer_norm_grad_gamma: no memory for row buffers (D=%lld)", (long long)D);
-    }
-    int64_t items = (D + LN_COLS - 1) / LN_COLS;
-    char *po = dgamma->data;
-    int odt = dgamma->dtype;
-    size_t oes = esize(odt);
-#pragma omp parallel for schedule(static) if (n > TR_CPU_PAR_MIN && items > 1)
-    for (int64_t it = 0; it < items; it++) {
-        int64_t c0 = it * LN_COLS, len = D - c0 < LN_COLS ? D - c0 : LN_COLS;
-        double acc[LN_COLS] = {0}, xb[LN_COLS], gb[LN_COLS];
-        for (int64_t r = 0; r < rows; r++) {
-            load_f64(xb, px + (r * D + c0) * (int64_t)es, dt, len);
-            load_f64(gb, pg + (r * D + c0) * (int64_t)es, dt, len);
-            const double mu = stats[2 * r], rs = stats[2 * r + 1];
-            for (int64_t c = 0; c < len; c++) acc[c] += gb[c] * (xb[c] - mu) * rs;
-        }
-        store_f64(po + c0 * (int64_t)oes, odt, acc, len);
-    }
-    free(stats);
+    if ((rc = reserve_f64(k, 2 * rows, D, kn, err)) != TR_OK) return rc;
+    double *stats = tr_cpu_scratch_shared(k);
+    const struct grad_rows A = {.a = x->data, .dt = x->dtype, .D = D, .eps = eps, .stats = stats};
+    tr_cpu_rows(k, rows, 1, n > TR_CPU_PAR_MIN, ln_stats_rows, &A);
+    tr_grad_col_sums(x->data, dy->data, x->dtype, rows, D, stats, stats + 1, 2, dgamma->data, dgamma->dtype,
+                     n > TR_CPU_PAR_MIN);
     return TR_OK;
+}
+
+#define COLS 64 /* columns per work item */
+
+void tr_grad_col_sums(const char *x, const char *dy, int dt, int64_t rows, int64_t D, const double *mu,
+                      const double *rs, int64_t step, char *out, int odt, int par) {
+    const size_t es = esize(dt), oes = esize(odt);
+    const int64_t items = (D + COLS - 1) / COLS;
+#pragma omp parallel for schedule(static) if (par && items > 1)
+    for (int64_t it = 0; it < items; it++) {
+        int64_t c0 = it * COLS, len = D - c0 < COLS ? D - c0 : COLS;
+        double acc[COLS] = {0}, xb[COLS], gb[COLS];
+        for (int64_t r = 0; r < rows; r++) {
+            load_f64(xb, x + (r * D + c0) * (int64_t)es, dt, len);
+            load_f64(gb, dy + (r * D + c0) * (int64_t)es, dt, len);
+            const double m = mu ? mu[r * step] : 0.0, s = rs[r * step];
+            for (int64_t c = 0; c < len; c++) acc[c] += gb[c] * (xb[c] - m) * s;
+        }
+        store_f64(out + c0 * (int64_t)oes, odt, acc, len);
+    }
 }
 
 /* ---- embedding_grad: dtable[v] = Σ over positions p with ids[p] = v of dy[p] ----
@@ -311,15 +298,36 @@ static int read_ids(const struct tr_tensor *ids, int64_t V, const char *kn, int6
     return TR_OK;
 }
 
+/* Table rows [v0, v1): each the sum of its positions' dy rows, in position order. */
+static void emb_grad_rows(const void *ctx, int64_t v0, int64_t v1, void *buf) {
+    const struct grad_rows *A = ctx;
+    const int64_t D = A->D, *start = A->start;
+    const size_t es = esize(A->dt);
+    double *restrict acc = buf, *restrict rb = acc + D;
+    for (int64_t v = v0; v < v1; v++) {
+        char *orow = A->o + v * D * (int64_t)es;
+        if (start[v] == start[v + 1]) {
+            memset(orow, 0, (size_t)D * es); /* all-zero bits are 0.0 in every float dtype */
+            continue;
+        }
+        for (int64_t c = 0; c < D; c++) acc[c] = 0.0;
+        for (int64_t p = start[v]; p < start[v + 1]; p++) {
+            load_f64(rb, A->g + A->order[p] * D * (int64_t)es, A->dt, D);
+            for (int64_t c = 0; c < D; c++) acc[c] += rb[c];
+        }
+        store_f64(orow, A->dt, acc, D);
+    }
+}
+
 int tr_k_embedding_grad(struct tr_kernels *k, const struct tr_tensor *ids, const struct tr_tensor *dy,
                         struct tr_tensor *dtable, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_embedding_grad(k, ids, dy, dtable, err));
     const char *kn = "embedding_grad";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = tr_cpu_check_tensor(ids, kn, "ids", err);
-    if (!st) st = check_real(dy, kn, "dy", err);
-    if (!st) st = check_real(dtable, kn, "dtable", err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = tr_cpu_check_tensor(ids, kn, "ids", err);
+    if (!rc) rc = check_real(dy, kn, "dy", err);
+    if (!rc) rc = check_real(dtable, kn, "dtable", err);
+    if (rc) return rc;
     char d1[200], d2[200], d3[200];
     if (ids->dtype != TR_DTYPE_I32 && ids->dtype != TR_DTYPE_I64)
         return tr_error_set(err, TR_ERR_SHAPE, "%s: ids %s should be i32 or i64", kn, tr_cpu_desc(ids, d1, sizeof d1));
@@ -332,12 +340,13 @@ int tr_k_embedding_grad(struct tr_kernels *k, const struct tr_tensor *ids, const
                             tr_cpu_desc(dtable, d3, sizeof d3));
     int64_t V = dtable->shape[0], D = dtable->shape[1], n = tr_tensor_numel(ids);
     if (V == 0 || D == 0) return read_ids(ids, V, kn, NULL, err);
+    if ((rc = reserve_f64(k, 0, 2 * D, kn, err)) != TR_OK) return rc;
     int64_t *id = malloc(sizeof(int64_t) * (size_t)(2 * n + V + 1));
     if (!id) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory to sort %lld ids", kn, (long long)n);
     int64_t *order = id + n, *start = order + n;
-    if ((st = read_ids(ids, V, kn, id, err)) != TR_OK) {
+    if ((rc = read_ids(ids, V, kn, id, err)) != TR_OK) {
         free(id);
-        return st;
+        return rc;
     }
     memset(start, 0, sizeof(int64_t) * (size_t)(V + 1));
     for (int64_t i = 0; i < n; i++) start[id[i] + 1]++;
@@ -345,36 +354,9 @@ int tr_k_embedding_grad(struct tr_kernels *k, const struct tr_tensor *ids, const
     for (int64_t i = 0; i < n; i++) order[start[id[i]]++] = i; /* start[v] now ends row v */
     for (int64_t v = V; v > 0; v--) start[v] = start[v - 1];
     start[0] = 0;
-    size_t es = esize(dy->dtype);
-    int dt = dy->dtype, failed = 0;
-    const char *pg = dy->data;
-    char *po = dtable->data;
-#pragma omp parallel if (V * D > TR_CPU_PAR_MIN)
-    {
-        double *acc = row_buf(2 * D), *rb = acc ? acc + D : NULL;
-        if (!acc) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t v = 0; v < V; v++) {
-            if (!acc) continue;
-            char *orow = po + v * D * (int64_t)es;
-            if (start[v] == start[v + 1]) {
-                memset(orow, 0, (size_t)D * es); /* all-zero bits are 0.0 in every float dtype */
-                continue;
-            }
-            for (int64_t c = 0; c < D; c++) acc[c] = 0.0;
-            for (int64_t p = start[v]; p < start[v + 1]; p++) {
-                load_f64(rb, pg + order[p] * D * (int64_t)es, dt, D);
-                for (int64_t c = 0; c < D; c++) acc[c] += rb[c];
-            }
-            store_f64(orow, dt, acc, D);
-        }
-        free(acc);
-    }
+    const struct grad_rows A = {.g = dy->data, .o = dtable->data, .dt = dy->dtype, .D = D, .start = start, .order = order};
+    tr_cpu_rows(k, V, 1, V * D > TR_CPU_PAR_MIN, emb_grad_rows, &A);
     free(id);
-    if (failed) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for row buffers (D=%lld)", kn, (long long)D);
     return TR_OK;
 }
 
@@ -383,21 +365,14 @@ int tr_k_embedding_grad(struct tr_kernels *k, const struct tr_tensor *ids, const
 int tr_k_broadcast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_broadcast(k, x, out, err));
     const char *kn = "broadcast";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = tr_cpu_check_tensor(x, kn, "x", err);
-    if (!st) st = tr_cpu_check_tensor(out, kn, "out", err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = tr_cpu_check_tensor(x, kn, "x", err);
+    if (!rc) rc = tr_cpu_check_tensor(out, kn, "out", err);
+    if (rc) return rc;
     char d1[200], d2[200];
-    int nd = out->ndim, ok = x->dtype == out->dtype && x->ndim <= nd;
-    int64_t xs[TR_MAX_DIMS], s = 1;
-    for (int i = nd - 1; ok && i >= 0; i--) {
-        int xi = i - (nd - x->ndim);
-        int64_t e = xi >= 0 ? x->shape[xi] : 1;
-        if (e != 1 && e != out->shape[i]) ok = 0;
-        xs[i] = e == 1 ? 0 : s;
-        s *= e;
-    }
-    if (!ok)
+    int nd = out->ndim;
+    int64_t xs[TR_MAX_DIMS];
+    if (x->dtype != out->dtype || !tr_broadcast_strides(x->ndim, x->shape, nd, out->shape, xs))
         return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s does not broadcast to out %s (numpy rules, same dtype)", kn,
                             tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
     int64_t n = tr_tensor_numel(out);
@@ -430,25 +405,18 @@ int tr_k_max_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct 
                   struct tr_tensor *dx, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_max_grad(k, x, dy, axis, keepdims, dx, err));
     const char *kn = "max_grad";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = check_real(x, kn, "x", err);
-    if (!st) st = check_real(dy, kn, "dy", err);
-    if (!st) st = check_real(dx, kn, "dx", err);
-    if (!st) st = check_like(kn, x, "x", dx, "dx", err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = check_real(x, kn, "x", err);
+    if (!rc) rc = check_real(dy, kn, "dy", err);
+    if (!rc) rc = check_real(dx, kn, "dx", err);
+    if (!rc) rc = check_like(kn, x, "x", dx, "dx", err);
+    if (rc) return rc;
     char d1[200], d2[200];
     int ax = tr_cpu_axis(axis, x->ndim);
     if (ax < 0)
         return tr_error_set(err, TR_ERR_INVALID, "%s: axis %d out of range for x %s", kn, axis, tr_cpu_desc(x, d1, sizeof d1));
-    int keep = keepdims != 0, ok = dy->dtype == x->dtype && dy->ndim == x->ndim - (keep ? 0 : 1);
-    for (int i = 0, j = 0; ok && i < x->ndim; i++) {
-        if (i == ax) {
-            if (keep && dy->shape[j++] != 1) ok = 0;
-            continue;
-        }
-        if (dy->shape[j++] != x->shape[i]) ok = 0;
-    }
-    if (!ok)
+    int keep = keepdims != 0;
+    if (dy->dtype != x->dtype || !tr_cpu_is_reduced(x, ax, dy, keep))
         return tr_error_set(err, TR_ERR_SHAPE, "%s: dy %s should be x %s reduced over axis %d with keepdims %d, same dtype",
                             kn, tr_cpu_desc(dy, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2), ax, keep);
     int64_t outer = tr_shape_numel(ax, x->shape), R = x->shape[ax];
@@ -481,10 +449,10 @@ int tr_k_slice_grad(struct tr_kernels *k, const struct tr_tensor *dy, int axis, 
                     struct tr_tensor *dx, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_slice_grad(k, dy, axis, start, step, dx, err));
     const char *kn = "slice_grad";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = tr_cpu_check_tensor(dy, kn, "dy", err);
-    if (!st) st = tr_cpu_check_tensor(dx, kn, "dx", err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = tr_cpu_check_tensor(dy, kn, "dy", err);
+    if (!rc) rc = tr_cpu_check_tensor(dx, kn, "dx", err);
+    if (rc) return rc;
     char d1[200], d2[200];
     int ax = tr_cpu_axis(axis, dx->ndim);
     if (ax < 0)

@@ -59,6 +59,14 @@ static inline int tr_grad_check_real(const struct tr_tensor *t, const char *knam
     return TR_OK;
 }
 
+
+/* out[c] = Σ over rows r of dy[r,c]·(x[r,c] − mu[r·step])·rs[r·step] (mu NULL: 0), the
+ * weight gradients of the norms (grad.c). Parallel over blocks of columns when par, so
+ * each column is one thread's sum in row order: no atomics, and the result does not
+ * depend on the thread count. */
+void tr_grad_col_sums(const char *x, const char *dy, int dt, int64_t rows, int64_t D, const double *mu,
+                      const double *rs, int64_t step, char *out, int odt, int par);
+
 /* exp in f64, branch free so that loops of it vectorize (libm's exp is a call per
  * element, and was most of the attention and cross entropy backward): Cody-Waite
  * reduction by ln 2, then the Taylor polynomial of degree 12 on |r| <= ln2/2; relative

@@ -163,8 +163,8 @@ int tr_cpu_isa_fix(struct tr_error *err) {
 
 int tr_kernels_cpu_info(struct tr_cpu_info *out, struct tr_error *err) {
     if (!out) return tr_error_set(err, TR_ERR_INVALID, "tr_kernels_cpu_info: out is NULL");
-    int st = tr_cpu_isa_fix(err);
-    if (st) return st;
+    int rc = tr_cpu_isa_fix(err);
+    if (rc) return rc;
     *out = isa_info;
 #ifdef _OPENMP
     out->threads = omp_get_max_threads();

@@ -42,10 +42,10 @@ struct transpose_plan {
 
 static int transpose_check(const struct tr_tensor *x, const int64_t *perm, const struct tr_tensor *out,
                            struct transpose_plan *pl, struct tr_error *err) {
-    int st = tr_cpu_check_tensor(x, "transpose", "x", err);
-    if (!st) st = tr_cpu_check_tensor(out, "transpose", "out", err);
-    if (!st) st = same_dtype(x, out, "transpose", err);
-    if (st) return st;
+    int rc = tr_cpu_check_tensor(x, "transpose", "x", err);
+    if (!rc) rc = tr_cpu_check_tensor(out, "transpose", "out", err);
+    if (!rc) rc = same_dtype(x, out, "transpose", err);
+    if (rc) return rc;
     char d1[200], d2[200];
     int nd = x->ndim;
     if (!perm && nd > 0) return tr_error_set(err, TR_ERR_INVALID, "transpose: perm is NULL");
@@ -119,7 +119,9 @@ static int transpose_check(const struct tr_tensor *x, const int64_t *perm, const
     return TR_OK;
 }
 
-static void transpose_compute(const struct transpose_plan *pl) {
+static void transpose_compute(struct tr_kernels *k, const void *plan) {
+    (void)k;
+    const struct transpose_plan *pl = plan;
     const int64_t n = pl->n, es = (int64_t)pl->es;
     const char *px = pl->px;
     char *po = pl->po;
@@ -169,29 +171,22 @@ static void transpose_compute(const struct transpose_plan *pl) {
     }
 }
 
-static int transpose_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    (void)err;
-    k->stats.calls++;
-    transpose_compute(c->prepared);
-    return TR_OK;
-}
-
 int tr_k_transpose(struct tr_kernels *k, const struct tr_tensor *x, const int64_t *perm, struct tr_tensor *out,
                    struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_transpose(k, x, perm, out, err));
     struct transpose_plan pl;
-    int st = tr_cpu_check_ctx(k, "transpose", err);
-    if (!st) st = transpose_check(x, perm, out, &pl, err);
-    if (st) return st;
-    transpose_compute(&pl);
+    int rc = tr_cpu_check_ctx(k, "transpose", err);
+    if (!rc) rc = transpose_check(x, perm, out, &pl, err);
+    if (rc) return rc;
+    transpose_compute(k, &pl);
     return TR_OK;
 }
 
 int tr_cpu_transpose_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct transpose_plan pl;
-    int st = tr_cpu_check_ctx_bind(k, "transpose", err);
-    if (!st) st = transpose_check(&c->in[0], c->attrs.ints, &c->out, &pl, err);
-    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, transpose_call, "transpose", err);
+    int rc = tr_cpu_check_ctx_bind(k, "transpose", err);
+    if (!rc) rc = transpose_check(&c->in[0], c->attrs.ints, &c->out, &pl, err);
+    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, transpose_compute, "transpose", err);
 }
 
 /* ---- slice ---- */
@@ -205,10 +200,10 @@ struct slice_plan {
 
 static int slice_check(const struct tr_tensor *x, int axis, int64_t start, int64_t step, const struct tr_tensor *out,
                        struct slice_plan *pl, struct tr_error *err) {
-    int st = tr_cpu_check_tensor(x, "slice", "x", err);
-    if (!st) st = tr_cpu_check_tensor(out, "slice", "out", err);
-    if (!st) st = same_dtype(x, out, "slice", err);
-    if (st) return st;
+    int rc = tr_cpu_check_tensor(x, "slice", "x", err);
+    if (!rc) rc = tr_cpu_check_tensor(out, "slice", "out", err);
+    if (!rc) rc = same_dtype(x, out, "slice", err);
+    if (rc) return rc;
     char d1[200], d2[200];
     int ax = tr_cpu_axis(axis, x->ndim);
     if (ax < 0) return tr_error_set(err, TR_ERR_INVALID, "slice: axis %d out of range for x %s", axis, tr_cpu_desc(x, d1, sizeof d1));
@@ -237,7 +232,9 @@ static int slice_check(const struct tr_tensor *x, int axis, int64_t start, int64
     return TR_OK;
 }
 
-static void slice_compute(const struct slice_plan *pl) {
+static void slice_compute(struct tr_kernels *k, const void *plan) {
+    (void)k;
+    const struct slice_plan *pl = plan;
     const int64_t outer = pl->outer, inner = pl->inner, cnt = pl->cnt, dim = pl->dim, start = pl->start;
     const int64_t step = pl->step, n = pl->n;
     const char *px = pl->px;
@@ -256,30 +253,23 @@ static void slice_compute(const struct slice_plan *pl) {
     }
 }
 
-static int slice_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    (void)err;
-    k->stats.calls++;
-    slice_compute(c->prepared);
-    return TR_OK;
-}
-
 int tr_k_slice(struct tr_kernels *k, const struct tr_tensor *x, int axis, int64_t start, int64_t step,
                struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_slice(k, x, axis, start, step, out, err));
     struct slice_plan pl;
-    int st = tr_cpu_check_ctx(k, "slice", err);
-    if (!st) st = slice_check(x, axis, start, step, out, &pl, err);
-    if (st) return st;
-    slice_compute(&pl);
+    int rc = tr_cpu_check_ctx(k, "slice", err);
+    if (!rc) rc = slice_check(x, axis, start, step, out, &pl, err);
+    if (rc) return rc;
+    slice_compute(k, &pl);
     return TR_OK;
 }
 
 int tr_cpu_slice_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct slice_plan pl;
     const struct tr_attrs *at = &c->attrs;
-    int st = tr_cpu_check_ctx_bind(k, "slice", err);
-    if (!st) st = slice_check(&c->in[0], (int)at->ints[0], at->ints[1], at->ints[3], &c->out, &pl, err);
-    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, slice_call, "slice", err);
+    int rc = tr_cpu_check_ctx_bind(k, "slice", err);
+    if (!rc) rc = slice_check(&c->in[0], (int)at->ints[0], at->ints[1], at->ints[3], &c->out, &pl, err);
+    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, slice_compute, "slice", err);
 }
 
 /* ---- concat ---- */
@@ -297,8 +287,8 @@ struct concat_plan {
 
 static int concat_check(int n, const struct tr_tensor *xs, int axis, const struct tr_tensor *out,
                         struct concat_plan *pl, struct tr_error *err) {
-    int st = tr_cpu_check_tensor(out, "concat", "out", err);
-    if (st) return st;
+    int rc = tr_cpu_check_tensor(out, "concat", "out", err);
+    if (rc) return rc;
     if (n < 1 || !xs) return tr_error_set(err, TR_ERR_INVALID, "concat: %d inputs (at least 1 needed)", n);
     char d1[200], d2[200], what[32];
     int ax = tr_cpu_axis(axis, out->ndim);
@@ -307,9 +297,9 @@ static int concat_check(int n, const struct tr_tensor *xs, int axis, const struc
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
         snprintf(what, sizeof what, "input %d", i);
-        st = tr_cpu_check_tensor(&xs[i], "concat", what, err);
-        if (!st) st = same_dtype(&xs[i], out, "concat", err);
-        if (st) return st;
+        rc = tr_cpu_check_tensor(&xs[i], "concat", what, err);
+        if (!rc) rc = same_dtype(&xs[i], out, "concat", err);
+        if (rc) return rc;
         int ok = xs[i].ndim == out->ndim;
         for (int d = 0; ok && d < out->ndim; d++)
             if (d != ax && xs[i].shape[d] != out->shape[d]) ok = 0;
@@ -365,18 +355,18 @@ int tr_k_concat(struct tr_kernels *k, int n, const struct tr_tensor *xs, int axi
                 struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_concat(k, n, xs, axis, out, err));
     struct concat_plan pl;
-    int st = tr_cpu_check_ctx(k, "concat", err);
-    if (!st) st = concat_check(n, xs, axis, out, &pl, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, "concat", err);
+    if (!rc) rc = concat_check(n, xs, axis, out, &pl, err);
+    if (rc) return rc;
     concat_compute(&pl, n > TR_KERNEL_CALL_MAX_IN ? xs : NULL);
     return TR_OK;
 }
 
 int tr_cpu_concat_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct concat_plan pl;
-    int st = tr_cpu_check_ctx_bind(k, "concat", err);
-    if (!st) st = concat_check(c->n_in, c->in, (int)c->attrs.ints[0], &c->out, &pl, err);
-    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, concat_call, "concat", err);
+    int rc = tr_cpu_check_ctx_bind(k, "concat", err);
+    if (!rc) rc = concat_check(c->n_in, c->in, (int)c->attrs.ints[0], &c->out, &pl, err);
+    return rc ? rc : tr_cpu_keep_plan(c, &pl, sizeof pl, concat_call, "concat", err);
 }
 
 /* ---- reduce ---- */
@@ -431,23 +421,16 @@ static int reduce_check(int op, const struct tr_tensor *x, int axis, const struc
     if (op != TR_OP_SUM && op != TR_OP_MEAN && op != TR_OP_MAX)
         return tr_error_set(err, TR_ERR_INVALID, "reduce: op %d (%s) is not sum, mean or max", op, tr_op_name(op));
     const char *name = tr_op_name(op);
-    int st = tr_cpu_check_float(x, name, "x", err);
-    if (!st) st = tr_cpu_check_float(out, name, "out", err);
-    if (!st) st = same_dtype(x, out, name, err);
-    if (st) return st;
+    int rc = tr_cpu_check_float(x, name, "x", err);
+    if (!rc) rc = tr_cpu_check_float(out, name, "out", err);
+    if (!rc) rc = same_dtype(x, out, name, err);
+    if (rc) return rc;
     char d1[200], d2[200];
     int ax = tr_cpu_axis(axis, x->ndim);
     if (ax < 0) return tr_error_set(err, TR_ERR_INVALID, "%s: axis %d out of range for x %s", name, axis, tr_cpu_desc(x, d1, sizeof d1));
     /* out is x without the axis, or with it kept as 1 */
-    int kept = out->ndim == x->ndim, ok = kept || out->ndim == x->ndim - 1;
-    for (int i = 0, j = 0; ok && i < x->ndim; i++) {
-        if (i == ax) {
-            if (kept && out->shape[j++] != 1) ok = 0;
-            continue;
-        }
-        if (out->shape[j++] != x->shape[i]) ok = 0;
-    }
-    if (!ok)
+    int kept = out->ndim == x->ndim;
+    if (!tr_cpu_is_reduced(x, ax, out, kept))
         return tr_error_set(err, TR_ERR_SHAPE, "%s: out %s should be x %s without axis %d (or with it as 1)", name,
                             tr_cpu_desc(out, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2), ax);
     memset(pl, 0, sizeof *pl);
@@ -464,7 +447,9 @@ static int reduce_check(int op, const struct tr_tensor *x, int axis, const struc
     return TR_OK;
 }
 
-static void reduce_compute(const struct reduce_plan *pl) {
+static void reduce_compute(struct tr_kernels *k, const void *plan) {
+    (void)k;
+    const struct reduce_plan *pl = plan;
     const int64_t outer = pl->outer, R = pl->R, inner = pl->inner, es = (int64_t)pl->es;
     const int op = pl->op, dt = pl->dt;
     const char *px = pl->px;
@@ -484,29 +469,22 @@ static void reduce_compute(const struct reduce_plan *pl) {
     }
 }
 
-static int reduce_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    (void)err;
-    k->stats.calls++;
-    reduce_compute(c->prepared);
-    return TR_OK;
-}
-
 int tr_k_reduce(struct tr_kernels *k, int op, const struct tr_tensor *x, int axis, struct tr_tensor *out,
                 struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_reduce(k, op, x, axis, out, err));
     struct reduce_plan pl;
-    int st = tr_cpu_check_ctx(k, "reduce", err);
-    if (!st) st = reduce_check(op, x, axis, out, &pl, err);
-    if (st) return st;
-    reduce_compute(&pl);
+    int rc = tr_cpu_check_ctx(k, "reduce", err);
+    if (!rc) rc = reduce_check(op, x, axis, out, &pl, err);
+    if (rc) return rc;
+    reduce_compute(k, &pl);
     return TR_OK;
 }
 
 int tr_cpu_reduce_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct reduce_plan pl;
-    int st = tr_cpu_check_ctx_bind(k, "reduce", err);
-    if (!st) st = reduce_check(c->op, &c->in[0], (int)c->attrs.ints[0], &c->out, &pl, err);
-    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, reduce_call, "reduce", err);
+    int rc = tr_cpu_check_ctx_bind(k, "reduce", err);
+    if (!rc) rc = reduce_check(c->op, &c->in[0], (int)c->attrs.ints[0], &c->out, &pl, err);
+    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, reduce_compute, "reduce", err);
 }
 
 /* ---- cast ---- */
@@ -595,9 +573,9 @@ struct cast_plan {
 
 static int cast_check(const struct tr_tensor *x, const struct tr_tensor *out, struct cast_plan *pl,
                       struct tr_error *err) {
-    int st = tr_cpu_check_tensor(x, "cast", "x", err);
-    if (!st) st = tr_cpu_check_tensor(out, "cast", "out", err);
-    if (st) return st;
+    int rc = tr_cpu_check_tensor(x, "cast", "x", err);
+    if (!rc) rc = tr_cpu_check_tensor(out, "cast", "out", err);
+    if (rc) return rc;
     char d1[200], d2[200];
     if (!tr_cpu_same_shape(x, out))
         return tr_error_set(err, TR_ERR_SHAPE, "cast: x %s and out %s should have the same shape",
@@ -613,7 +591,9 @@ static int cast_check(const struct tr_tensor *x, const struct tr_tensor *out, st
     return TR_OK;
 }
 
-static void cast_compute(const struct cast_plan *pl) {
+static void cast_compute(struct tr_kernels *k, const void *plan) {
+    (void)k;
+    const struct cast_plan *pl = plan;
     const int64_t n = pl->n;
     const size_t ses = pl->ses, des = pl->des;
     const int sdt = pl->sdt, ddt = pl->ddt;
@@ -631,26 +611,19 @@ static void cast_compute(const struct cast_plan *pl) {
     }
 }
 
-static int cast_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    (void)err;
-    k->stats.calls++;
-    cast_compute(c->prepared);
-    return TR_OK;
-}
-
 int tr_k_cast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_cast(k, x, out, err));
     struct cast_plan pl;
-    int st = tr_cpu_check_ctx(k, "cast", err);
-    if (!st) st = cast_check(x, out, &pl, err);
-    if (st) return st;
-    cast_compute(&pl);
+    int rc = tr_cpu_check_ctx(k, "cast", err);
+    if (!rc) rc = cast_check(x, out, &pl, err);
+    if (rc) return rc;
+    cast_compute(k, &pl);
     return TR_OK;
 }
 
 int tr_cpu_cast_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct cast_plan pl;
-    int st = tr_cpu_check_ctx_bind(k, "cast", err);
-    if (!st) st = cast_check(&c->in[0], &c->out, &pl, err);
-    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, cast_call, "cast", err);
+    int rc = tr_cpu_check_ctx_bind(k, "cast", err);
+    if (!rc) rc = cast_check(&c->in[0], &c->out, &pl, err);
+    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, cast_compute, "cast", err);
 }

@@ -16,8 +16,8 @@
 
 /* A loss: one element, f64 when the inputs are f64 and f32 otherwise. */
 static int check_loss_out(const char *kn, const struct tr_tensor *out, int in_dt, struct tr_error *err) {
-    int st = tr_cpu_check_tensor(out, kn, "out", err);
-    if (st) return st;
+    int rc = tr_cpu_check_tensor(out, kn, "out", err);
+    if (rc) return rc;
     int want = in_dt == TR_DTYPE_F64 ? TR_DTYPE_F64 : TR_DTYPE_F32;
     if (tr_tensor_numel(out) != 1 || out->dtype != want) {
         char d[200];
@@ -93,52 +93,77 @@ TR_CPU_MULTI(void, row_grad, (double *x, int64_t C, int64_t label, double g), (x
     x[label] -= g;
 }
 
+/* Cross entropy's rows as ce_loss_rows and ce_grad_rows read them. */
+struct ce_rows {
+    const char *x; /* logits, rows of C */
+    char *o;       /* dlogits */
+    int dt;
+    int64_t C;
+    const int64_t *lab; /* -1: ignored */
+    double g;           /* dloss / valid */
+    double *rl;         /* row losses */
+};
+
+static void ce_loss_rows(const void *ctx, int64_t r0, int64_t r1, void *buf) {
+    const struct ce_rows *A = ctx;
+    const size_t es = tr_dtype_size((enum tr_dtype)A->dt);
+    double *xb = buf;
+    for (int64_t i = r0; i < r1; i++) {
+        A->rl[i] = 0.0;
+        if (A->lab[i] < 0) continue;
+        load_f64(xb, A->x + i * A->C * (int64_t)es, A->dt, A->C);
+        A->rl[i] = row_lse(xb, A->C) - xb[A->lab[i]];
+    }
+}
+
+static void ce_grad_rows(const void *ctx, int64_t r0, int64_t r1, void *buf) {
+    const struct ce_rows *A = ctx;
+    const size_t es = tr_dtype_size((enum tr_dtype)A->dt);
+    double *xb = buf;
+    for (int64_t i = r0; i < r1; i++) {
+        char *orow = A->o + i * A->C * (int64_t)es;
+        if (A->lab[i] < 0) {
+            memset(orow, 0, (size_t)A->C * es); /* all-zero bits are 0.0 in every float dtype */
+            continue;
+        }
+        load_f64(xb, A->x + i * A->C * (int64_t)es, A->dt, A->C);
+        row_grad(xb, A->C, A->lab[i], A->g);
+        store_f64(orow, A->dt, xb, A->C);
+    }
+}
+
+/* The row losses in shared scratch, a row of C doubles per thread. */
+static int ce_reserve(struct tr_kernels *k, int64_t N, int64_t C, const char *kn, struct tr_error *err) {
+    return tr_cpu_scratch_reserve(k, sizeof(double) * (size_t)N, sizeof(double) * (size_t)C, kn, err);
+}
+
 int tr_k_cross_entropy(struct tr_kernels *k, const struct tr_tensor *logits, const struct tr_tensor *labels,
                        int has_ignore, int64_t ignore_index, struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_cross_entropy(k, logits, labels, has_ignore, ignore_index, out, err));
     const char *kn = "cross_entropy";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = check_real(logits, kn, "logits", err);
-    if (!st) st = tr_cpu_check_tensor(labels, kn, "labels", err);
-    if (!st) st = check_loss_out(kn, out, logits->dtype, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = check_real(logits, kn, "logits", err);
+    if (!rc) rc = tr_cpu_check_tensor(labels, kn, "labels", err);
+    if (!rc) rc = check_loss_out(kn, out, logits->dtype, err);
+    if (rc) return rc;
     int64_t *lab, nv;
-    if ((st = ce_labels(kn, logits, labels, has_ignore, ignore_index, &lab, &nv, err)) != TR_OK) return st;
+    if ((rc = ce_labels(kn, logits, labels, has_ignore, ignore_index, &lab, &nv, err)) != TR_OK) return rc;
     int64_t C = logits->shape[logits->ndim - 1], N = tr_tensor_numel(labels);
     if (nv == 0 || C == 0) {
         free(lab);
         write_loss(out, 0.0);
         return TR_OK;
     }
-    double *rl = malloc(sizeof(double) * (size_t)N);
-    if (!rl) {
+    if ((rc = ce_reserve(k, N, C, kn, err)) != TR_OK) {
         free(lab);
-        return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for %lld row losses", kn, (long long)N);
+        return rc;
     }
-    size_t es = tr_dtype_size((enum tr_dtype)logits->dtype);
-    int dt = logits->dtype, failed = 0;
-    const char *px = logits->data;
-#pragma omp parallel if (N * C > TR_CPU_PAR_MIN && N > 1)
-    {
-        double *xb = malloc(sizeof(double) * (size_t)C);
-        if (!xb) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < N; i++) {
-            rl[i] = 0.0;
-            if (!xb || lab[i] < 0) continue;
-            load_f64(xb, px + i * C * (int64_t)es, dt, C);
-            rl[i] = row_lse(xb, C) - xb[lab[i]];
-        }
-        free(xb);
-    }
+    double *rl = tr_cpu_scratch_shared(k);
+    const struct ce_rows A = {.x = logits->data, .dt = logits->dtype, .C = C, .lab = lab, .rl = rl};
+    tr_cpu_rows(k, N, 1, N * C > TR_CPU_PAR_MIN, ce_loss_rows, &A);
     double s = 0.0;
     for (int64_t i = 0; i < N; i++) s += rl[i];
-    free(rl);
     free(lab);
-    if (failed) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for row buffers (C=%lld)", kn, (long long)C);
     write_loss(out, s / (double)nv);
     return TR_OK;
 }
@@ -150,12 +175,12 @@ int tr_k_cross_entropy_grad(struct tr_kernels *k, const struct tr_tensor *logits
                             struct tr_tensor *dlogits, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_cross_entropy_grad(k, logits, labels, has_ignore, ignore_index, dloss, dlogits, err));
     const char *kn = "cross_entropy_grad";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = check_real(logits, kn, "logits", err);
-    if (!st) st = tr_cpu_check_tensor(labels, kn, "labels", err);
-    if (!st) st = check_real(dloss, kn, "dloss", err);
-    if (!st) st = check_real(dlogits, kn, "dlogits", err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = check_real(logits, kn, "logits", err);
+    if (!rc) rc = tr_cpu_check_tensor(labels, kn, "labels", err);
+    if (!rc) rc = check_real(dloss, kn, "dloss", err);
+    if (!rc) rc = check_real(dlogits, kn, "dlogits", err);
+    if (rc) return rc;
     char d1[200], d2[200];
     if (dlogits->dtype != logits->dtype || !tr_cpu_same_shape(dlogits, logits))
         return tr_error_set(err, TR_ERR_SHAPE, "%s: dlogits %s should have the shape and dtype of logits %s", kn,
@@ -164,7 +189,7 @@ int tr_k_cross_entropy_grad(struct tr_kernels *k, const struct tr_tensor *logits
         return tr_error_set(err, TR_ERR_SHAPE, "%s: dloss %s should be 0-d (one element)", kn,
                             tr_cpu_desc(dloss, d1, sizeof d1));
     int64_t *lab, nv;
-    if ((st = ce_labels(kn, logits, labels, has_ignore, ignore_index, &lab, &nv, err)) != TR_OK) return st;
+    if ((rc = ce_labels(kn, logits, labels, has_ignore, ignore_index, &lab, &nv, err)) != TR_OK) return rc;
     int64_t C = logits->shape[logits->ndim - 1], N = tr_tensor_numel(labels);
     if (C == 0 || N == 0) {
         free(lab);
@@ -174,34 +199,12 @@ int tr_k_cross_entropy_grad(struct tr_kernels *k, const struct tr_tensor *logits
                                                         : (double)tr_cpu_get_f32(dloss->data, dloss->dtype, 0)) /
                               (double)nv
                         : 0.0;
-    size_t es = tr_dtype_size((enum tr_dtype)logits->dtype);
-    int dt = logits->dtype, failed = 0;
-    const char *px = logits->data;
-    char *po = dlogits->data;
-#pragma omp parallel if (N * C > TR_CPU_PAR_MIN && N > 1)
-    {
-        double *xb = malloc(sizeof(double) * (size_t)C);
-        if (!xb) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < N; i++) {
-            if (!xb) continue;
-            char *orow = po + i * C * (int64_t)es;
-            if (lab[i] < 0) {
-                memset(orow, 0, (size_t)C * es); /* all-zero bits are 0.0 in every float dtype */
-                continue;
-            }
-            load_f64(xb, px + i * C * (int64_t)es, dt, C);
-            row_grad(xb, C, lab[i], g);
-            store_f64(orow, dt, xb, C);
-        }
-        free(xb);
+    if ((rc = ce_reserve(k, 0, C, kn, err)) == TR_OK) {
+        const struct ce_rows A = {.x = logits->data, .o = dlogits->data, .dt = logits->dtype, .C = C, .lab = lab, .g = g};
+        tr_cpu_rows(k, N, 1, N * C > TR_CPU_PAR_MIN, ce_grad_rows, &A);
     }
     free(lab);
-    if (failed) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for row buffers (C=%lld)", kn, (long long)C);
-    return TR_OK;
+    return rc;
 }
 
 /* ---- mean squared error ---- */
@@ -212,15 +215,13 @@ int tr_k_mse(struct tr_kernels *k, const struct tr_tensor *pred, const struct tr
              struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_mse(k, pred, target, out, err));
     const char *kn = "mse";
-    int st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = check_real(pred, kn, "pred", err);
-    if (!st) st = check_real(target, kn, "target", err);
-    if (!st) st = check_loss_out(kn, out, pred->dtype, err);
-    if (st) return st;
-    char d1[200], d2[200];
-    if (pred->dtype != target->dtype || !tr_cpu_same_shape(pred, target))
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: pred %s and target %s should have the same shape and dtype", kn,
-                            tr_cpu_desc(pred, d1, sizeof d1), tr_cpu_desc(target, d2, sizeof d2));
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = check_real(pred, kn, "pred", err);
+    if (!rc) rc = check_real(target, kn, "target", err);
+    if (!rc) rc = check_loss_out(kn, out, pred->dtype, err);
+    if (!rc) rc = tr_cpu_check_like(kn, pred, "pred", target, "target", err);
+    if (rc) return rc;
+    char d1[200];
     int64_t n = tr_tensor_numel(pred);
     if (n == 0) return tr_error_set(err, TR_ERR_SHAPE, "%s: pred %s is empty (a mean of nothing)", kn,
                                     tr_cpu_desc(pred, d1, sizeof d1));

@@ -378,11 +378,11 @@ static int mm_plan(const struct tr_tensor *a, const struct tr_tensor *b, const s
     if ((unsigned)act > TR_ACT_SILU) return tr_error_set(err, TR_ERR_INVALID, "matmul: unknown activation %d", (int)act);
     if (!isfinite(alpha)) return tr_error_set(err, TR_ERR_INVALID, "matmul: alpha %g is not finite", (double)alpha);
     struct mm_layout L = {0};
-    int st = mm_shapes(a, b, c, trans_a, trans_b, &L, err);
-    if (st) return st;
+    int rc = mm_shapes(a, b, c, trans_a, trans_b, &L, err);
+    if (rc) return rc;
     if (bias) {
-        st = tr_cpu_check_float(bias, "matmul", "bias", err);
-        if (st) return st;
+        rc = tr_cpu_check_float(bias, "matmul", "bias", err);
+        if (rc) return rc;
         if (bias->ndim < 1 || tr_tensor_numel(bias) != L.N || bias->shape[bias->ndim - 1] != L.N)
             return tr_error_set(err, TR_ERR_SHAPE, "matmul: bias %s should have shape [%lld] (N of c %s)",
                                 tr_cpu_desc(bias, d1, sizeof d1), (long long)L.N, tr_cpu_desc(c, d2, sizeof d2));
@@ -498,10 +498,10 @@ static int mm_execute(struct tr_kernels *k, const struct tr_mm_entry *e, const s
 
 static int check_operands(const struct tr_tensor *a, const struct tr_tensor *b, const struct tr_tensor *c,
                           struct tr_error *err) {
-    int st = tr_cpu_check_float(a, "matmul", "a", err);
-    if (!st) st = tr_cpu_check_float(b, "matmul", "b", err);
-    if (!st) st = tr_cpu_check_float(c, "matmul", "c", err);
-    return st;
+    int rc = tr_cpu_check_float(a, "matmul", "a", err);
+    if (!rc) rc = tr_cpu_check_float(b, "matmul", "b", err);
+    if (!rc) rc = tr_cpu_check_float(c, "matmul", "c", err);
+    return rc;
 }
 
 int tr_k_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct tr_tensor *b, struct tr_tensor *c,
@@ -587,15 +587,15 @@ static int mm_call_empty(struct tr_kernels *k, const struct tr_kernel_call *c, s
 int tr_cpu_matmul_bind(struct tr_kernels *k, struct tr_kernel_call *c, const struct tr_tensor *bias, enum tr_act act,
                        struct tr_error *err) {
     /* the context check of tr_k_matmul, without counting a call: binding is not one */
-    int st = tr_cpu_check_ctx_bind(k, "matmul", err);
+    int rc = tr_cpu_check_ctx_bind(k, "matmul", err);
     const struct tr_tensor *a = &c->in[0], *b = &c->in[1], *out = &c->out;
-    if (!st) st = check_operands(a, b, out, err);
-    if (st) return st;
+    if (!rc) rc = check_operands(a, b, out, err);
+    if (rc) return rc;
     struct mm_bound *m = calloc(1, sizeof *m);
     if (!m) return tr_error_set(err, TR_ERR_NOMEM, "matmul: no memory for a bound call");
     m->hdr.release = mm_bound_release;
-    st = mm_plan(a, b, out, c->attrs.ints[0] != 0, c->attrs.ints[1] != 0, c->attrs.floats[0], bias, act, &m->pl, err);
-    if (st) goto fail;
+    rc = mm_plan(a, b, out, c->attrs.ints[0] != 0, c->attrs.ints[1] != 0, c->attrs.floats[0], bias, act, &m->pl, err);
+    if (rc) goto fail;
     if (bias) m->bias = *bias;
     m->has_bias = bias != NULL;
     m->act = act;
@@ -604,11 +604,11 @@ int tr_cpu_matmul_bind(struct tr_kernels *k, struct tr_kernel_call *c, const str
         c->prepared = m;
         return TR_OK;
     }
-    if ((st = create_entry(k, &m->pl.key, &m->e, err)) != TR_OK) goto fail;
-    if ((st = scratch_alloc(&m->pl, &m->s, err)) != TR_OK) goto fail;
+    if ((rc = create_entry(k, &m->pl.key, &m->e, err)) != TR_OK) goto fail;
+    if ((rc = scratch_alloc(&m->pl, &m->s, err)) != TR_OK) goto fail;
     dnnl_status_t ds = set_handles(&m->e, &m->s, a, b, out, bias);
     if (ds) {
-        st = tr_error_set(err, TR_ERR_DEVICE, "matmul: oneDNN refused the bound call's data pointers (status %d)",
+        rc = tr_error_set(err, TR_ERR_DEVICE, "matmul: oneDNN refused the bound call's data pointers (status %d)",
                           (int)ds);
         goto fail;
     }
@@ -619,7 +619,7 @@ fail:
     entry_release(&m->e);
     scratch_free(&m->s);
     free(m);
-    return st;
+    return rc;
 }
 
 int tr_cpu_matmul_bind_op(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {

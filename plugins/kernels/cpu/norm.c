@@ -2,46 +2,35 @@
  * to f32 once into the thread's slice of the context's scratch, two passes with f32
  * vector accumulators. */
 #include <stdlib.h>
-#include "cpu_internal.h"
+#include "rows.h"
 
-/* A row whose every entry is -inf has no mass: it becomes zeros rather than NaN, as a
- * fully masked attention row does. */
-TR_CPU_MULTI(void, softmax_rows, (int dt, const char *x, char *o, int64_t D, int64_t r0, int64_t r1, float *buf), (dt, x, o, D, r0, r1, buf)) {
-    size_t es = tr_dtype_size((enum tr_dtype)dt);
+/* A call's rows as the leaves read them (gamma and beta already f32). */
+struct rows_args {
+    int dt;
+    const char *x;
+    char *o;
+    int64_t D;
+    const float *g, *b;
+    float eps;
+};
+
+TR_CPU_MULTI(void, softmax_rows, (const void *ctx, int64_t r0, int64_t r1, void *vbuf), (ctx, r0, r1, vbuf)) {
+    const struct rows_args *A = ctx;
+    const size_t es = tr_dtype_size((enum tr_dtype)A->dt);
     for (int64_t r = r0; r < r1; r++) {
-        tr_cpu_load_f32(buf, x + r * D * (int64_t)es, dt, D);
-        float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-        for (int64_t i = 0; i < D; i++) mx = buf[i] > mx ? buf[i] : mx;
-        if (mx == -INFINITY) {
-            for (int64_t i = 0; i < D; i++) buf[i] = 0.0f;
-        } else {
-            float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-            for (int64_t i = 0; i < D; i++) {
-                buf[i] = tr_fexp(buf[i] - mx);
-                s += buf[i];
-            }
-            float inv = 1.0f / s;
-            for (int64_t i = 0; i < D; i++) buf[i] *= inv;
-        }
-        tr_cpu_store_f32(o + r * D * (int64_t)es, dt, buf, D);
+        tr_cpu_load_f32(vbuf, A->x + r * A->D * (int64_t)es, A->dt, A->D);
+        tr_cpu_softmax_row(vbuf, A->D);
+        tr_cpu_store_f32(A->o + r * A->D * (int64_t)es, A->dt, vbuf, A->D);
     }
 }
 
-TR_CPU_MULTI(void, layer_norm_rows, (int dt, const char *x, char *o, int64_t D, int64_t r0, int64_t r1, const float *g, const float *b, float eps, float *buf), (dt, x, o, D, r0, r1, g, b, eps, buf)) {
-    size_t es = tr_dtype_size((enum tr_dtype)dt);
+TR_CPU_MULTI(void, layer_norm_rows, (const void *ctx, int64_t r0, int64_t r1, void *vbuf), (ctx, r0, r1, vbuf)) {
+    const struct rows_args *A = ctx;
+    const size_t es = tr_dtype_size((enum tr_dtype)A->dt);
     for (int64_t r = r0; r < r1; r++) {
-        tr_cpu_load_f32(buf, x + r * D * (int64_t)es, dt, D);
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < D; i++) s += buf[i];
-        float mean = s / (float)D, v = 0.0f;
-#pragma omp simd reduction(+ : v)
-        for (int64_t i = 0; i < D; i++) v += (buf[i] - mean) * (buf[i] - mean);
-        float rstd = 1.0f / sqrtf(v / (float)D + eps);
-        for (int64_t i = 0; i < D; i++) buf[i] = (buf[i] - mean) * rstd * g[i] + b[i];
-        tr_cpu_store_f32(o + r * D * (int64_t)es, dt, buf, D);
+        tr_cpu_load_f32(vbuf, A->x + r * A->D * (int64_t)es, A->dt, A->D);
+        tr_cpu_ln_row(vbuf, A->D, A->g, A->b, A->eps);
+        tr_cpu_store_f32(A->o + r * A->D * (int64_t)es, A->dt, vbuf, A->D);
     }
 }
 
@@ -66,7 +55,8 @@ static size_t rows_shared(const struct rows_plan *pl) {
 static size_t rows_per_thread(const struct rows_plan *pl) { return sizeof(float) * (size_t)pl->D; }
 
 /* Rows split among threads, each with a D-float slice of the context's scratch. */
-static void rows_compute(struct tr_kernels *k, const struct rows_plan *pl) {
+static void rows_compute(struct tr_kernels *k, const void *plan) {
+    const struct rows_plan *pl = plan;
     const int64_t D = pl->D, rows = pl->rows;
     if (pl->n == 0 || D == 0) return;
     float *g = NULL, *b = NULL;
@@ -78,40 +68,17 @@ static void rows_compute(struct tr_kernels *k, const struct rows_plan *pl) {
             b[i] = pl->b ? tr_cpu_get_f32(pl->b, pl->bdt, i) : 0.0f;
         }
     }
-    const int64_t per = rows < 16 ? 1 : 4; /* rows per work item */
-    const int64_t items = (rows + per - 1) / per;
-    const int kind = pl->kind, dt = pl->dt;
-    const char *px = pl->x;
-    char *po = pl->out;
-    const float eps = pl->eps;
-#pragma omp parallel num_threads(tr_cpu_threads(k)) if (pl->n > TR_CPU_PAR_MIN && rows > 1)
-    {
-        float *buf = tr_cpu_scratch_thread(k, tr_cpu_thread_num());
-#pragma omp for schedule(static)
-        for (int64_t it = 0; it < items; it++) {
-            int64_t r0 = it * per, r1 = r0 + per < rows ? r0 + per : rows;
-            if (kind == 0) softmax_rows(dt, px, po, D, r0, r1, buf);
-            else layer_norm_rows(dt, px, po, D, r0, r1, g, b, eps, buf);
-        }
-    }
-}
-
-static int rows_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    (void)err;
-    k->stats.calls++;
-    rows_compute(k, c->prepared);
-    return TR_OK;
+    const struct rows_args A = {pl->dt, pl->x, pl->out, D, g, b, pl->eps};
+    /* a few rows per work item amortise the scheduling of short rows */
+    tr_cpu_rows(k, rows, rows < 16 ? 1 : 4, pl->n > TR_CPU_PAR_MIN, pl->kind ? layer_norm_rows : softmax_rows, &A);
 }
 
 static int softmax_check(const struct tr_tensor *x, const struct tr_tensor *out, struct rows_plan *pl,
                          struct tr_error *err) {
-    int st = tr_cpu_check_float(x, "softmax", "x", err);
-    if (!st) st = tr_cpu_check_float(out, "softmax", "out", err);
-    if (st) return st;
-    char d1[200], d2[200];
-    if (x->dtype != out->dtype || !tr_cpu_same_shape(x, out))
-        return tr_error_set(err, TR_ERR_SHAPE, "softmax: x %s and out %s should have the same shape and dtype",
-                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
+    int rc = tr_cpu_check_float(x, "softmax", "x", err);
+    if (!rc) rc = tr_cpu_check_float(out, "softmax", "out", err);
+    if (!rc) rc = tr_cpu_check_like("softmax", x, "x", out, "out", err);
+    if (rc) return rc;
     memset(pl, 0, sizeof *pl);
     pl->kind = 0;
     pl->dt = x->dtype;
@@ -125,15 +92,13 @@ static int softmax_check(const struct tr_tensor *x, const struct tr_tensor *out,
 
 static int layer_norm_check(const struct tr_tensor *x, const struct tr_tensor *gamma, const struct tr_tensor *beta,
                             float eps, const struct tr_tensor *out, struct rows_plan *pl, struct tr_error *err) {
-    int st = tr_cpu_check_float(x, "layer_norm", "x", err);
-    if (!st) st = tr_cpu_check_float(out, "layer_norm", "out", err);
-    if (!st && gamma) st = tr_cpu_check_float(gamma, "layer_norm", "gamma", err);
-    if (!st && beta) st = tr_cpu_check_float(beta, "layer_norm", "beta", err);
-    if (st) return st;
+    int rc = tr_cpu_check_float(x, "layer_norm", "x", err);
+    if (!rc) rc = tr_cpu_check_float(out, "layer_norm", "out", err);
+    if (!rc && gamma) rc = tr_cpu_check_float(gamma, "layer_norm", "gamma", err);
+    if (!rc && beta) rc = tr_cpu_check_float(beta, "layer_norm", "beta", err);
+    if (!rc) rc = tr_cpu_check_like("layer_norm", x, "x", out, "out", err);
+    if (rc) return rc;
     char d1[200], d2[200];
-    if (x->dtype != out->dtype || !tr_cpu_same_shape(x, out))
-        return tr_error_set(err, TR_ERR_SHAPE, "layer_norm: x %s and out %s should have the same shape and dtype",
-                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
     if (x->ndim < 1) return tr_error_set(err, TR_ERR_SHAPE, "layer_norm: x is 0-d (it normalises the last axis)");
     if (!(eps >= 0.0f) || !isfinite(eps))
         return tr_error_set(err, TR_ERR_INVALID, "layer_norm: eps %g should be finite and >= 0", (double)eps);
@@ -165,46 +130,46 @@ static int layer_norm_check(const struct tr_tensor *x, const struct tr_tensor *g
 }
 
 static int rows_run(struct tr_kernels *k, const struct rows_plan *pl, const char *kname, struct tr_error *err) {
-    int st = tr_cpu_scratch_reserve(k, rows_shared(pl), rows_per_thread(pl), kname, err);
-    if (st) return st;
+    int rc = tr_cpu_scratch_reserve(k, rows_shared(pl), rows_per_thread(pl), kname, err);
+    if (rc) return rc;
     rows_compute(k, pl);
     return TR_OK;
 }
 
 static int rows_keep(struct tr_kernels *k, struct tr_kernel_call *c, const struct rows_plan *pl, const char *kname,
                      struct tr_error *err) {
-    int st = tr_cpu_scratch_reserve(k, rows_shared(pl), rows_per_thread(pl), kname, err);
-    if (st) return st;
-    return tr_cpu_keep_plan(c, pl, sizeof *pl, rows_call, kname, err);
+    int rc = tr_cpu_scratch_reserve(k, rows_shared(pl), rows_per_thread(pl), kname, err);
+    if (rc) return rc;
+    return tr_cpu_keep_compute(c, pl, sizeof *pl, rows_compute, kname, err);
 }
 
 int tr_k_softmax(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_softmax(k, x, out, err));
     struct rows_plan pl;
-    int st = tr_cpu_check_ctx(k, "softmax", err);
-    if (!st) st = softmax_check(x, out, &pl, err);
-    return st ? st : rows_run(k, &pl, "softmax", err);
+    int rc = tr_cpu_check_ctx(k, "softmax", err);
+    if (!rc) rc = softmax_check(x, out, &pl, err);
+    return rc ? rc : rows_run(k, &pl, "softmax", err);
 }
 
 int tr_k_layer_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *gamma,
                     const struct tr_tensor *beta, float eps, struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_layer_norm(k, x, gamma, beta, eps, out, err));
     struct rows_plan pl;
-    int st = tr_cpu_check_ctx(k, "layer_norm", err);
-    if (!st) st = layer_norm_check(x, gamma, beta, eps, out, &pl, err);
-    return st ? st : rows_run(k, &pl, "layer_norm", err);
+    int rc = tr_cpu_check_ctx(k, "layer_norm", err);
+    if (!rc) rc = layer_norm_check(x, gamma, beta, eps, out, &pl, err);
+    return rc ? rc : rows_run(k, &pl, "layer_norm", err);
 }
 
 int tr_cpu_softmax_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct rows_plan pl;
-    int st = tr_cpu_check_ctx_bind(k, "softmax", err);
-    if (!st) st = softmax_check(&c->in[0], &c->out, &pl, err);
-    return st ? st : rows_keep(k, c, &pl, "softmax", err);
+    int rc = tr_cpu_check_ctx_bind(k, "softmax", err);
+    if (!rc) rc = softmax_check(&c->in[0], &c->out, &pl, err);
+    return rc ? rc : rows_keep(k, c, &pl, "softmax", err);
 }
 
 int tr_cpu_layer_norm_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct rows_plan pl;
-    int st = tr_cpu_check_ctx_bind(k, "layer_norm", err);
-    if (!st) st = layer_norm_check(&c->in[0], &c->in[1], &c->in[2], c->attrs.floats[0], &c->out, &pl, err);
-    return st ? st : rows_keep(k, c, &pl, "layer_norm", err);
+    int rc = tr_cpu_check_ctx_bind(k, "layer_norm", err);
+    if (!rc) rc = layer_norm_check(&c->in[0], &c->in[1], &c->in[2], c->attrs.floats[0], &c->out, &pl, err);
+    return rc ? rc : rows_keep(k, c, &pl, "layer_norm", err);
 }

@@ -32,8 +32,8 @@ TR_CPU_MULTI(void, adamw_f64, (double *o, const double *p, const float *restrict
 }
 
 static int check_scalar(const struct tr_tensor *t, const char *what, struct tr_error *err) {
-    int st = tr_cpu_check_tensor(t, "adamw_step", what, err);
-    if (st) return st;
+    int rc = tr_cpu_check_tensor(t, "adamw_step", what, err);
+    if (rc) return rc;
     if (t->dtype != TR_DTYPE_F32 || tr_tensor_numel(t) != 1) {
         char d[200];
         return tr_error_set(err, TR_ERR_SHAPE, "adamw_step: %s %s should be a one-element f32", what,
@@ -48,13 +48,13 @@ static int adamw_check(const struct tr_tensor *p, const struct tr_tensor *m, con
                        float wd, const struct tr_tensor *out, struct tr_error *err) {
     const char *kn = "adamw_step";
     char d1[200], d2[200];
-    int st = tr_cpu_check_tensor(p, kn, "param", err);
-    if (!st) st = tr_cpu_check_tensor(m, kn, "m", err);
-    if (!st) st = tr_cpu_check_tensor(v, kn, "v", err);
-    if (!st) st = tr_cpu_check_tensor(out, kn, "out", err);
-    if (!st) st = check_scalar(lr, "lr", err);
-    if (!st) st = check_scalar(step, "step", err);
-    if (st) return st;
+    int rc = tr_cpu_check_tensor(p, kn, "param", err);
+    if (!rc) rc = tr_cpu_check_tensor(m, kn, "m", err);
+    if (!rc) rc = tr_cpu_check_tensor(v, kn, "v", err);
+    if (!rc) rc = tr_cpu_check_tensor(out, kn, "out", err);
+    if (!rc) rc = check_scalar(lr, "lr", err);
+    if (!rc) rc = check_scalar(step, "step", err);
+    if (rc) return rc;
     if (!tr_dtype_is_float((enum tr_dtype)p->dtype))
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: param %s: expected f32, bf16, f16 or f64", kn,
                             tr_cpu_desc(p, d1, sizeof d1));
@@ -113,9 +113,9 @@ int tr_k_adamw_step(struct tr_kernels *k, const struct tr_tensor *param, const s
                     const struct tr_tensor *v, const struct tr_tensor *lr, const struct tr_tensor *step, float beta1,
                     float beta2, float eps, float weight_decay, struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_adamw_step(k, param, m, v, lr, step, beta1, beta2, eps, weight_decay, out, err));
-    int st = tr_cpu_check_ctx(k, "adamw_step", err);
-    if (!st) st = adamw_check(param, m, v, lr, step, beta1, beta2, eps, weight_decay, out, err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx(k, "adamw_step", err);
+    if (!rc) rc = adamw_check(param, m, v, lr, step, beta1, beta2, eps, weight_decay, out, err);
+    if (rc) return rc;
     return adamw_compute(param, m, v, lr, step, beta1, beta2, eps, weight_decay, out, err);
 }
 
@@ -127,12 +127,12 @@ static int bound_adamw(struct tr_kernels *k, const struct tr_kernel_call *c, str
 }
 
 int tr_cpu_adamw_step_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
-    int st = tr_cpu_check_ctx_bind(k, "adamw_step", err);
-    if (st) return st;
+    int rc = tr_cpu_check_ctx_bind(k, "adamw_step", err);
+    if (rc) return rc;
     if (c->n_in != 5) return tr_error_set(err, TR_ERR_INVALID, "adamw_step: %d inputs, expected 5", c->n_in);
     const float *f = c->attrs.floats;
-    st = adamw_check(&c->in[0], &c->in[1], &c->in[2], &c->in[3], &c->in[4], f[0], f[1], f[2], f[3], &c->out, err);
-    if (st) return st;
+    rc = adamw_check(&c->in[0], &c->in[1], &c->in[2], &c->in[3], &c->in[4], f[0], f[1], f[2], f[3], &c->out, err);
+    if (rc) return rc;
     c->fn = bound_adamw;
     return TR_OK;
 }

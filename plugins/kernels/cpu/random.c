@@ -29,12 +29,12 @@ int tr_k_random(struct tr_kernels *k, enum tr_random_dist dist, uint64_t seed, f
                 struct tr_error *err) {
     static const char kn[] = "random";
     if (!k) return tr_error_set(err, TR_ERR_INVALID, "%s: kernels context is NULL", kn);
-    int st = random_check(dist, a, b, out, err);
-    if (st) return st;
+    int rc = random_check(dist, a, b, out, err);
+    if (rc) return rc;
     TR_CUDA_ROUTE(k, tr_cuda_random(k, (int)dist, seed, a, b, out, err));
-    st = tr_cpu_check_ctx(k, kn, err);
-    if (!st) st = tr_cpu_check_tensor(out, kn, "out", err);
-    if (st) return st;
+    rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = tr_cpu_check_tensor(out, kn, "out", err);
+    if (rc) return rc;
     if (out->dtype != TR_DTYPE_F32 && out->dtype != TR_DTYPE_BF16 && out->dtype != TR_DTYPE_F16 &&
         out->dtype != TR_DTYPE_F64) {
         char d[200];

@@ -18,8 +18,6 @@
  * from the context's scratch: a call allocates nothing. */
 #include "grad_internal.h"
 
-#define RMS_COLS 64 /* dw columns per work item */
-
 struct rms_plan {
     struct tr_cpu_prepared hdr;
     int op; /* TR_OP_RMS_NORM, TR_OP_RMS_NORM_GRAD or TR_OP_RMS_NORM_GRAD_W */
@@ -34,34 +32,48 @@ struct rms_plan {
 
 static inline size_t esize(int dt) { return tr_dtype_size((enum tr_dtype)dt); }
 
-/* v rounded to dt's precision (f32: unchanged). */
-static inline float round_to(int dt, float v) {
-    if (dt == TR_DTYPE_BF16) return tr_bf16_to_f32(tr_f32_to_bf16(v));
-    if (dt == TR_DTYPE_F16) return tr_f16_to_f32(tr_f32_to_f16(v));
-    return v;
-}
-
 /* ---- forward ---- */
 
-/* g is w' in f32 for Gemma (1 + w) and w for Mistral. */
-TR_CPU_MULTI(void, rms_rows_f32, (int dt, const char *x, char *o, int64_t D, int64_t r0, int64_t r1, const float *g, float eps, int add_one, float *buf), (dt, x, o, D, r0, r1, g, eps, add_one, buf)) {
-    size_t es = esize(dt);
+/* A call's rows as the leaves read them: g is w' (w, or 1 + w for Gemma) in f32, or in
+ * f64 for f64 data and the gradients; rstd the rows' 1/rms (RMS_NORM_GRAD_W). */
+struct rms_args {
+    int dt, add_one;
+    const char *x, *dy;
+    char *o;
+    int64_t D;
+    const void *g;
+    double *rstd;
+    float eps;
+};
+
+TR_CPU_MULTI(void, rms_rows_f32, (const void *ctx, int64_t r0, int64_t r1, void *vbuf), (ctx, r0, r1, vbuf)) {
+    const struct rms_args *A = ctx;
+    const int64_t D = A->D;
+    const int dt = A->dt;
+    const size_t es = esize(dt);
+    const float *restrict g = A->g, eps = A->eps;
+    float *restrict buf = vbuf;
     for (int64_t r = r0; r < r1; r++) {
-        tr_cpu_load_f32(buf, x + r * D * (int64_t)es, dt, D);
+        tr_cpu_load_f32(buf, A->x + r * D * (int64_t)es, dt, D);
         float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
         for (int64_t i = 0; i < D; i++) ss += buf[i] * buf[i];
         const float rs = 1.0f / sqrtf(ss / (float)D + eps);
-        if (add_one || dt == TR_DTYPE_F32) {
+        if (A->add_one || dt == TR_DTYPE_F32) {
             for (int64_t i = 0; i < D; i++) buf[i] = buf[i] * rs * g[i];
         } else {
-            for (int64_t i = 0; i < D; i++) buf[i] = round_to(dt, buf[i] * rs) * g[i];
+            for (int64_t i = 0; i < D; i++) buf[i] = tr_cpu_round(dt, buf[i] * rs) * g[i];
         }
-        tr_cpu_store_f32(o + r * D * (int64_t)es, dt, buf, D);
+        tr_cpu_store_f32(A->o + r * D * (int64_t)es, dt, buf, D);
     }
 }
 
-static void rms_rows_f64(const double *x, double *o, int64_t D, int64_t r0, int64_t r1, const double *g, double eps) {
+static void rms_rows_f64(const void *ctx, int64_t r0, int64_t r1, void *buf) {
+    (void)buf;
+    const struct rms_args *A = ctx;
+    const int64_t D = A->D;
+    const double *x = (const double *)(const void *)A->x, *g = A->g, eps = A->eps;
+    double *o = (double *)(void *)A->o;
     for (int64_t r = r0; r < r1; r++) {
         const double *xr = x + r * D;
         double ss = 0.0;
@@ -87,26 +99,13 @@ static void load_weight(struct tr_kernels *k, const struct rms_plan *pl, float *
 }
 
 static void rms_forward(struct tr_kernels *k, const struct rms_plan *pl) {
-    const int64_t D = pl->D, rows = pl->rows;
     float *gf;
     double *gd;
     load_weight(k, pl, &gf, &gd);
-    const int64_t per = rows < 16 ? 1 : 4; /* rows per work item */
-    const int64_t items = (rows + per - 1) / per;
-    const int dt = pl->dt, add_one = pl->add_one;
-    const char *px = pl->x;
-    char *po = pl->out;
-    const float eps = pl->eps;
-#pragma omp parallel num_threads(tr_cpu_threads(k)) if (pl->n > TR_CPU_PAR_MIN && rows > 1)
-    {
-        float *buf = tr_cpu_scratch_thread(k, tr_cpu_thread_num());
-#pragma omp for schedule(static)
-        for (int64_t it = 0; it < items; it++) {
-            int64_t r0 = it * per, r1 = r0 + per < rows ? r0 + per : rows;
-            if (gd) rms_rows_f64((const double *)(const void *)px, (double *)(void *)po, D, r0, r1, gd, eps);
-            else rms_rows_f32(dt, px, po, D, r0, r1, gf, eps, add_one, buf);
-        }
-    }
+    const struct rms_args A = {.dt = pl->dt, .add_one = pl->add_one, .x = pl->x, .o = pl->out, .D = pl->D,
+                               .g = gd ? (const void *)gd : gf, .eps = pl->eps};
+    /* a few rows per work item amortise the scheduling of short rows */
+    tr_cpu_rows(k, pl->rows, pl->rows < 16 ? 1 : 4, pl->n > TR_CPU_PAR_MIN, gd ? rms_rows_f64 : rms_rows_f32, &A);
 }
 
 /* ---- gradients (f64 inside) ---- */
@@ -117,69 +116,54 @@ static double row_rstd(const double *xr, int64_t D, double eps) {
     return 1.0 / sqrt(ss / (double)D + eps);
 }
 
-static void rms_grad_x(struct tr_kernels *k, const struct rms_plan *pl) {
-    const int64_t D = pl->D, rows = pl->rows;
-    double *g = tr_cpu_scratch_shared(k);
-    for (int64_t i = 0; i < D; i++) g[i] = tr_grad_get(pl->w, pl->wdt, i) + (pl->add_one ? 1.0 : 0.0);
-    const int dt = pl->dt;
-    const size_t es = esize(dt);
-    const char *px = pl->x, *pg = pl->dy;
-    char *po = pl->out;
-    const double eps = pl->eps;
-#pragma omp parallel num_threads(tr_cpu_threads(k)) if (pl->n > TR_CPU_PAR_MIN && rows > 1)
-    {
-        double *xb = (double *)(void *)tr_cpu_scratch_thread(k, tr_cpu_thread_num()), *gb = xb + D;
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            tr_grad_load(xb, px + r * D * (int64_t)es, dt, D);
-            tr_grad_load(gb, pg + r * D * (int64_t)es, dt, D);
-            const double rs = row_rstd(xb, D, eps);
-            double m = 0.0;
-            for (int64_t i = 0; i < D; i++) {
-                xb[i] *= rs;
-                gb[i] *= g[i];
-                m += gb[i] * xb[i];
-            }
-            m /= (double)D;
-            for (int64_t i = 0; i < D; i++) gb[i] = rs * (gb[i] - xb[i] * m);
-            tr_grad_store(po + r * D * (int64_t)es, dt, gb, D);
+static void grad_x_rows(const void *ctx, int64_t r0, int64_t r1, void *buf) {
+    const struct rms_args *A = ctx;
+    const int64_t D = A->D;
+    const size_t es = esize(A->dt);
+    const double *restrict g = A->g, eps = A->eps;
+    double *restrict xb = buf, *restrict gb = xb + D;
+    for (int64_t r = r0; r < r1; r++) {
+        tr_grad_load(xb, A->x + r * D * (int64_t)es, A->dt, D);
+        tr_grad_load(gb, A->dy + r * D * (int64_t)es, A->dt, D);
+        const double rs = row_rstd(xb, D, eps);
+        double m = 0.0;
+        for (int64_t i = 0; i < D; i++) {
+            xb[i] *= rs;
+            gb[i] *= g[i];
+            m += gb[i] * xb[i];
         }
+        m /= (double)D;
+        for (int64_t i = 0; i < D; i++) gb[i] = rs * (gb[i] - xb[i] * m);
+        tr_grad_store(A->o + r * D * (int64_t)es, A->dt, gb, D);
     }
+}
+
+static void rstd_rows(const void *ctx, int64_t r0, int64_t r1, void *buf) {
+    const struct rms_args *A = ctx;
+    const size_t es = esize(A->dt);
+    for (int64_t r = r0; r < r1; r++) {
+        tr_grad_load(buf, A->x + r * A->D * (int64_t)es, A->dt, A->D);
+        A->rstd[r] = row_rstd(buf, A->D, A->eps);
+    }
+}
+
+static void rms_grad_x(struct tr_kernels *k, const struct rms_plan *pl) {
+    double *g = tr_cpu_scratch_shared(k);
+    for (int64_t i = 0; i < pl->D; i++) g[i] = tr_grad_get(pl->w, pl->wdt, i) + (pl->add_one ? 1.0 : 0.0);
+    const struct rms_args A = {.dt = pl->dt, .x = pl->x, .dy = pl->dy, .o = pl->out, .D = pl->D, .g = g, .eps = pl->eps};
+    tr_cpu_rows(k, pl->rows, 1, pl->n > TR_CPU_PAR_MIN, grad_x_rows, &A);
 }
 
 static void rms_grad_w(struct tr_kernels *k, const struct rms_plan *pl) {
-    const int64_t D = pl->D, rows = pl->rows;
     double *rstd = tr_cpu_scratch_shared(k);
-    const int dt = pl->dt, odt = pl->odt;
-    const size_t es = esize(dt), oes = esize(odt);
-    const char *px = pl->x, *pg = pl->dy;
-    char *po = pl->out;
-    const double eps = pl->eps;
     const int par = pl->n > TR_CPU_PAR_MIN;
-#pragma omp parallel num_threads(tr_cpu_threads(k)) if (par && rows > 1)
-    {
-        double *xb = (double *)(void *)tr_cpu_scratch_thread(k, tr_cpu_thread_num());
-#pragma omp for schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            tr_grad_load(xb, px + r * D * (int64_t)es, dt, D);
-            rstd[r] = row_rstd(xb, D, eps);
-        }
-    }
-    const int64_t items = (D + RMS_COLS - 1) / RMS_COLS;
-#pragma omp parallel for num_threads(tr_cpu_threads(k)) schedule(static) if (par && items > 1)
-    for (int64_t it = 0; it < items; it++) {
-        int64_t c0 = it * RMS_COLS, len = D - c0 < RMS_COLS ? D - c0 : RMS_COLS;
-        double acc[RMS_COLS] = {0}, xb[RMS_COLS], gb[RMS_COLS];
-        for (int64_t r = 0; r < rows; r++) {
-            tr_grad_load(xb, px + (r * D + c0) * (int64_t)es, dt, len);
-            tr_grad_load(gb, pg + (r * D + c0) * (int64_t)es, dt, len);
-            for (int64_t c = 0; c < len; c++) acc[c] += gb[c] * xb[c] * rstd[r];
-        }
-        tr_grad_store(po + c0 * (int64_t)oes, odt, acc, len);
-    }
+    const struct rms_args A = {.dt = pl->dt, .x = pl->x, .D = pl->D, .rstd = rstd, .eps = pl->eps};
+    tr_cpu_rows(k, pl->rows, 1, par, rstd_rows, &A);
+    tr_grad_col_sums(pl->x, pl->dy, pl->dt, pl->rows, pl->D, NULL, rstd, 1, pl->out, pl->odt, par);
 }
 
-static void rms_compute(struct tr_kernels *k, const struct rms_plan *pl) {
+static void rms_compute(struct tr_kernels *k, const void *plan) {
+    const struct rms_plan *pl = plan;
     if (pl->D == 0 || pl->rows == 0) {
         if (pl->op == TR_OP_RMS_NORM_GRAD_W && pl->D > 0) memset(pl->out, 0, (size_t)pl->D * esize(pl->odt));
         return;
@@ -196,8 +180,8 @@ static const char *kname_of(int op) { return tr_op_name(op); }
 /* A (D) vector of x's dtype or f32. */
 static int check_vec(const char *kn, const char *what, const struct tr_tensor *t, const struct tr_tensor *x,
                      struct tr_error *err) {
-    int st = tr_grad_check_real(t, kn, what, err);
-    if (st) return st;
+    int rc = tr_grad_check_real(t, kn, what, err);
+    if (rc) return rc;
     int64_t D = x->shape[x->ndim - 1];
     if (tr_tensor_numel(t) != D || t->ndim != 1 || (t->dtype != x->dtype && t->dtype != TR_DTYPE_F32)) {
         char d1[200], d2[200];
@@ -208,27 +192,19 @@ static int check_vec(const char *kn, const char *what, const struct tr_tensor *t
     return TR_OK;
 }
 
-static int check_like(const char *kn, const struct tr_tensor *a, const char *an, const struct tr_tensor *b,
-                      const char *bn, struct tr_error *err) {
-    if (a->dtype == b->dtype && tr_cpu_same_shape(a, b)) return TR_OK;
-    char d1[200], d2[200];
-    return tr_error_set(err, TR_ERR_SHAPE, "%s: %s %s and %s %s should have the same shape and dtype", kn, an,
-                        tr_cpu_desc(a, d1, sizeof d1), bn, tr_cpu_desc(b, d2, sizeof d2));
-}
-
 /* w is NULL for RMS_NORM_GRAD_W, dy NULL for RMS_NORM. */
 static int rms_check(int op, const struct tr_tensor *x, const struct tr_tensor *w, const struct tr_tensor *dy, float eps,
                      int64_t add_one, const struct tr_tensor *out, struct rms_plan *pl, struct tr_error *err) {
     const char *kn = kname_of(op);
-    int st = tr_grad_check_real(x, kn, "x", err);
-    if (st) return st;
+    int rc = tr_grad_check_real(x, kn, "x", err);
+    if (rc) return rc;
     if (x->ndim < 1) return tr_error_set(err, TR_ERR_SHAPE, "%s: x is 0-d (it normalises the last axis)", kn);
-    if (w && (st = check_vec(kn, "w", w, x, err))) return st;
-    if (dy && ((st = tr_grad_check_real(dy, kn, "dy", err)) || (st = check_like(kn, x, "x", dy, "dy", err))))
-        return st;
-    if (op == TR_OP_RMS_NORM_GRAD_W) st = check_vec(kn, "dw", out, x, err);
-    else if (!(st = tr_grad_check_real(out, kn, "out", err))) st = check_like(kn, x, "x", out, "out", err);
-    if (st) return st;
+    if (w && (rc = check_vec(kn, "w", w, x, err))) return rc;
+    if (dy && ((rc = tr_grad_check_real(dy, kn, "dy", err)) || (rc = tr_cpu_check_like(kn, x, "x", dy, "dy", err))))
+        return rc;
+    if (op == TR_OP_RMS_NORM_GRAD_W) rc = check_vec(kn, "dw", out, x, err);
+    else if (!(rc = tr_grad_check_real(out, kn, "out", err))) rc = tr_cpu_check_like(kn, x, "x", out, "out", err);
+    if (rc) return rc;
     if (!(eps >= 0.0f) || !isfinite(eps))
         return tr_error_set(err, TR_ERR_INVALID, "%s: eps %g should be finite and >= 0", kn, (double)eps);
     if (add_one != 0 && add_one != 1)
@@ -260,74 +236,58 @@ static int rms_reserve(struct tr_kernels *k, const struct rms_plan *pl, struct t
     return tr_cpu_scratch_reserve(k, shared, per_thread, kname_of(pl->op), err);
 }
 
-static int rms_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    (void)err;
-    k->stats.calls++;
-    rms_compute(k, c->prepared);
-    return TR_OK;
+/* The op's inputs: (x, w), (x, w, dy) or (x, dy). */
+static const struct tr_tensor *op_w(int op, const struct tr_tensor *in) {
+    return op == TR_OP_RMS_NORM_GRAD_W ? NULL : &in[1];
+}
+static const struct tr_tensor *op_dy(int op, const struct tr_tensor *in) {
+    return op == TR_OP_RMS_NORM ? NULL : op == TR_OP_RMS_NORM_GRAD ? &in[2] : &in[1];
 }
 
-/* The call's arguments as the op's inputs: (x, w), (x, w, dy) or (x, dy). */
-static int rms_check_op(int op, const struct tr_attrs *at, const struct tr_tensor *in, const struct tr_tensor *out,
-                        struct rms_plan *pl, struct tr_error *err) {
-    const struct tr_tensor *w = op == TR_OP_RMS_NORM_GRAD_W ? NULL : &in[1];
-    const struct tr_tensor *dy = op == TR_OP_RMS_NORM ? NULL : op == TR_OP_RMS_NORM_GRAD ? &in[2] : &in[1];
-    return rms_check(op, &in[0], w, dy, at->floats[0], at->ints[0], out, pl, err);
+/* A whole call: the checks, the scratch, the rows. */
+static int rms_run(struct tr_kernels *k, int op, const struct tr_tensor *x, const struct tr_tensor *w,
+                   const struct tr_tensor *dy, float eps, int64_t add_one, struct tr_tensor *out,
+                   struct tr_error *err) {
+    struct rms_plan pl;
+    memset(&pl, 0, sizeof pl);
+    int rc = tr_cpu_check_ctx(k, kname_of(op), err);
+    if (!rc) rc = rms_check(op, x, w, dy, eps, add_one, out, &pl, err);
+    if (!rc) rc = rms_reserve(k, &pl, err);
+    if (!rc) rms_compute(k, &pl);
+    return rc;
 }
 
 int tr_k_rms_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *w, float eps, int add_one,
                   struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_rms_norm(k, x, w, eps, add_one, out, err));
-    struct rms_plan pl;
-    memset(&pl, 0, sizeof pl);
-    int st = tr_cpu_check_ctx(k, "rms_norm", err);
-    if (!st) st = rms_check(TR_OP_RMS_NORM, x, w, NULL, eps, add_one, out, &pl, err);
-    if (!st) st = rms_reserve(k, &pl, err);
-    if (!st) rms_compute(k, &pl);
-    return st;
+    return rms_run(k, TR_OP_RMS_NORM, x, w, NULL, eps, add_one, out, err);
 }
 
 int tr_k_rms_norm_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *w,
                        const struct tr_tensor *dy, float eps, int add_one, struct tr_tensor *dx, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_rms_norm_grad(k, x, w, dy, eps, add_one, dx, err));
-    struct rms_plan pl;
-    memset(&pl, 0, sizeof pl);
-    int st = tr_cpu_check_ctx(k, "rms_norm_grad", err);
-    if (!st) st = rms_check(TR_OP_RMS_NORM_GRAD, x, w, dy, eps, add_one, dx, &pl, err);
-    if (!st) st = rms_reserve(k, &pl, err);
-    if (!st) rms_compute(k, &pl);
-    return st;
+    return rms_run(k, TR_OP_RMS_NORM_GRAD, x, w, dy, eps, add_one, dx, err);
 }
 
 int tr_k_rms_norm_grad_w(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *dy, float eps,
                          struct tr_tensor *dw, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_rms_norm_grad_w(k, x, dy, eps, dw, err));
-    struct rms_plan pl;
-    memset(&pl, 0, sizeof pl);
-    int st = tr_cpu_check_ctx(k, "rms_norm_grad_w", err);
-    if (!st) st = rms_check(TR_OP_RMS_NORM_GRAD_W, x, NULL, dy, eps, 0, dw, &pl, err);
-    if (!st) st = rms_reserve(k, &pl, err);
-    if (!st) rms_compute(k, &pl);
-    return st;
+    return rms_run(k, TR_OP_RMS_NORM_GRAD_W, x, NULL, dy, eps, 0, dw, err);
 }
 
 int tr_cpu_rms_norm_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
                            const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
     (void)n_in;
-    struct rms_plan pl;
-    memset(&pl, 0, sizeof pl);
-    int st = tr_cpu_check_ctx(k, kname_of(op), err);
-    if (!st) st = rms_check_op(op, at, in, out, &pl, err);
-    if (!st) st = rms_reserve(k, &pl, err);
-    if (!st) rms_compute(k, &pl);
-    return st;
+    return rms_run(k, op, &in[0], op_w(op, in), op_dy(op, in), at->floats[0], at->ints[0], out, err);
 }
 
 int tr_cpu_rms_norm_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct rms_plan pl;
     memset(&pl, 0, sizeof pl);
-    int st = tr_cpu_check_ctx_bind(k, kname_of(c->op), err);
-    if (!st) st = rms_check_op(c->op, &c->attrs, c->in, &c->out, &pl, err);
-    if (!st) st = rms_reserve(k, &pl, err);
-    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, rms_call, kname_of(c->op), err);
+    int rc = tr_cpu_check_ctx_bind(k, kname_of(c->op), err);
+    if (!rc)
+        rc = rms_check(c->op, &c->in[0], op_w(c->op, c->in), op_dy(c->op, c->in), c->attrs.floats[0], c->attrs.ints[0],
+                       &c->out, &pl, err);
+    if (!rc) rc = rms_reserve(k, &pl, err);
+    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, rms_compute, kname_of(c->op), err);
 }

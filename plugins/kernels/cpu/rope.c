@@ -27,12 +27,6 @@ struct rope_plan {
 
 static inline size_t esize(int dt) { return tr_dtype_size((enum tr_dtype)dt); }
 
-static inline float round_to(int dt, float v) {
-    if (dt == TR_DTYPE_BF16) return tr_bf16_to_f32(tr_f32_to_bf16(v));
-    if (dt == TR_DTYPE_F16) return tr_f16_to_f32(tr_f32_to_f16(v));
-    return v;
-}
-
 static inline int64_t pos_at(const struct rope_plan *pl, int64_t b, int64_t t) {
     int64_t i = pl->pos_batched ? b * pl->T + t : t;
     return pl->pdt == TR_DTYPE_I64 ? ((const int64_t *)pl->pos)[i] : ((const int32_t *)pl->pos)[i];
@@ -57,8 +51,8 @@ static void angles_f32(const struct rope_plan *pl, const double *theta, int64_t 
     const float fp = (float)p, sg = pl->inverse ? -1.0f : 1.0f;
     for (int64_t i = 0; i < pl->R / 2; i++) {
         float a = fp * (float)theta[i];
-        c[i] = round_to(pl->dt, (float)cos((double)a));
-        s[i] = sg * round_to(pl->dt, (float)sin((double)a));
+        c[i] = tr_cpu_round(pl->dt, (float)cos((double)a));
+        s[i] = sg * tr_cpu_round(pl->dt, (float)sin((double)a));
     }
 }
 
@@ -82,8 +76,8 @@ TR_CPU_MULTI(void, rotate_f32, (int dt, const float *restrict x, float *restrict
         }
     } else {
         for (int64_t i = 0; i < h; i++) {
-            y[i] = round_to(dt, round_to(dt, x[i] * c[i]) + round_to(dt, -x[i + h] * s[i]));
-            y[i + h] = round_to(dt, round_to(dt, x[i + h] * c[i]) + round_to(dt, x[i] * s[i]));
+            y[i] = tr_cpu_round(dt, tr_cpu_round(dt, x[i] * c[i]) + tr_cpu_round(dt, -x[i + h] * s[i]));
+            y[i + h] = tr_cpu_round(dt, tr_cpu_round(dt, x[i + h] * c[i]) + tr_cpu_round(dt, x[i] * s[i]));
         }
     }
     for (int64_t i = R; i < D; i++) y[i] = x[i];
@@ -99,7 +93,8 @@ static void rotate_f64(const double *x, double *y, int64_t D, int64_t R, const d
     for (int64_t i = R; i < D; i++) y[i] = x[i];
 }
 
-static void rope_compute(struct tr_kernels *k, const struct rope_plan *pl) {
+static void rope_compute(struct tr_kernels *k, const void *plan) {
+    const struct rope_plan *pl = plan;
     const int64_t B = pl->B, H = pl->H, T = pl->T, D = pl->D, R = pl->R;
     const int64_t items = B * T, n = items * H * D;
     if (n == 0) return;
@@ -139,10 +134,10 @@ static void rope_compute(struct tr_kernels *k, const struct rope_plan *pl) {
 static int rope_check(const struct tr_tensor *x, const struct tr_tensor *pos, float base, int64_t rot_dims,
                       int64_t inverse, const struct tr_tensor *out, struct rope_plan *pl, struct tr_error *err) {
     const char *kn = "rope";
-    int st = tr_grad_check_real(x, kn, "x", err);
-    if (!st) st = tr_grad_check_real(out, kn, "out", err);
-    if (!st) st = tr_cpu_check_tensor(pos, kn, "pos", err);
-    if (st) return st;
+    int rc = tr_grad_check_real(x, kn, "x", err);
+    if (!rc) rc = tr_grad_check_real(out, kn, "out", err);
+    if (!rc) rc = tr_cpu_check_tensor(pos, kn, "pos", err);
+    if (rc) return rc;
     char d1[200], d2[200];
     if (x->ndim != 4 || x->dtype != out->dtype || !tr_cpu_same_shape(x, out))
         return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s should be 4-D (B,H,T,D), and out %s of its shape and dtype", kn,
@@ -185,43 +180,36 @@ static int rope_reserve(struct tr_kernels *k, const struct rope_plan *pl, struct
                                   "rope", err);
 }
 
-static int rope_call(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
-    (void)err;
-    k->stats.calls++;
-    rope_compute(k, c->prepared);
-    return TR_OK;
+/* A whole call: the checks, the scratch, the rotation. */
+static int rope_run(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *pos, float base,
+                    int64_t rot_dims, int64_t inverse, struct tr_tensor *out, struct tr_error *err) {
+    struct rope_plan pl;
+    memset(&pl, 0, sizeof pl);
+    int rc = tr_cpu_check_ctx(k, "rope", err);
+    if (!rc) rc = rope_check(x, pos, base, rot_dims, inverse, out, &pl, err);
+    if (!rc) rc = rope_reserve(k, &pl, err);
+    if (!rc) rope_compute(k, &pl);
+    return rc;
 }
 
 int tr_k_rope(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *pos, float base, int rot_dims,
               int inverse, struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_rope(k, x, pos, base, rot_dims, inverse, out, err));
-    struct rope_plan pl;
-    memset(&pl, 0, sizeof pl);
-    int st = tr_cpu_check_ctx(k, "rope", err);
-    if (!st) st = rope_check(x, pos, base, rot_dims, inverse, out, &pl, err);
-    if (!st) st = rope_reserve(k, &pl, err);
-    if (!st) rope_compute(k, &pl);
-    return st;
+    return rope_run(k, x, pos, base, rot_dims, inverse, out, err);
 }
 
 int tr_cpu_rope_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
                        struct tr_tensor *out, struct tr_error *err) {
     (void)op, (void)n_in;
-    struct rope_plan pl;
-    memset(&pl, 0, sizeof pl);
-    int st = tr_cpu_check_ctx(k, "rope", err);
-    if (!st) st = rope_check(&in[0], &in[1], at->floats[0], at->ints[0], at->ints[1], out, &pl, err);
-    if (!st) st = rope_reserve(k, &pl, err);
-    if (!st) rope_compute(k, &pl);
-    return st;
+    return rope_run(k, &in[0], &in[1], at->floats[0], at->ints[0], at->ints[1], out, err);
 }
 
 int tr_cpu_rope_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct rope_plan pl;
     memset(&pl, 0, sizeof pl);
-    int st = tr_cpu_check_ctx_bind(k, "rope", err);
-    if (!st) st = rope_check(&c->in[0], &c->in[1], c->attrs.floats[0], c->attrs.ints[0], c->attrs.ints[1], &c->out, &pl,
+    int rc = tr_cpu_check_ctx_bind(k, "rope", err);
+    if (!rc) rc = rope_check(&c->in[0], &c->in[1], c->attrs.floats[0], c->attrs.ints[0], c->attrs.ints[1], &c->out, &pl,
                              err);
-    if (!st) st = rope_reserve(k, &pl, err);
-    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, rope_call, "rope", err);
+    if (!rc) rc = rope_reserve(k, &pl, err);
+    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, rope_compute, "rope", err);
 }

@@ -48,13 +48,13 @@ static int update_slice_check(const struct tr_tensor *x, const struct tr_tensor 
                               int axis, const struct tr_tensor *out, struct update_slice_plan *pl,
                               struct tr_error *err) {
     const char *kn = "update_slice";
-    int st = tr_cpu_check_tensor(x, kn, "x", err);
-    if (!st) st = tr_cpu_check_tensor(u, kn, "update", err);
-    if (!st) st = tr_cpu_check_tensor(start, kn, "start", err);
-    if (!st) st = tr_cpu_check_tensor(out, kn, "out", err);
-    if (st) return st;
+    int rc = tr_cpu_check_tensor(x, kn, "x", err);
+    if (!rc) rc = tr_cpu_check_tensor(u, kn, "update", err);
+    if (!rc) rc = tr_cpu_check_tensor(start, kn, "start", err);
+    if (!rc) rc = tr_cpu_check_tensor(out, kn, "out", err);
+    if (rc) return rc;
     int ax;
-    if ((st = tr_cpu_update_slice_shapes(x, u, start, axis, out, &ax, err)) != TR_OK) return st;
+    if ((rc = tr_cpu_update_slice_shapes(x, u, start, axis, out, &ax, err)) != TR_OK) return rc;
     size_t es = tr_dtype_size((enum tr_dtype)x->dtype);
     memset(pl, 0, sizeof *pl);
     pl->axis = ax;
@@ -99,15 +99,15 @@ int tr_cpu_update_slice_invoke(struct tr_kernels *k, int op, const struct tr_att
     (void)op, (void)n_in;
     struct update_slice_plan pl;
     memset(&pl, 0, sizeof pl);
-    int st = tr_cpu_check_ctx(k, "update_slice", err);
-    if (!st) st = update_slice_check(&in[0], &in[1], &in[2], (int)at->ints[0], out, &pl, err);
-    return st ? st : update_slice_compute(&pl, err);
+    int rc = tr_cpu_check_ctx(k, "update_slice", err);
+    if (!rc) rc = update_slice_check(&in[0], &in[1], &in[2], (int)at->ints[0], out, &pl, err);
+    return rc ? rc : update_slice_compute(&pl, err);
 }
 
 int tr_cpu_update_slice_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct update_slice_plan pl;
     memset(&pl, 0, sizeof pl);
-    int st = tr_cpu_check_ctx_bind(k, "update_slice", err);
-    if (!st) st = update_slice_check(&c->in[0], &c->in[1], &c->in[2], (int)c->attrs.ints[0], &c->out, &pl, err);
-    return st ? st : tr_cpu_keep_plan(c, &pl, sizeof pl, update_slice_call, "update_slice", err);
+    int rc = tr_cpu_check_ctx_bind(k, "update_slice", err);
+    if (!rc) rc = update_slice_check(&c->in[0], &c->in[1], &c->in[2], (int)c->attrs.ints[0], &c->out, &pl, err);
+    return rc ? rc : tr_cpu_keep_plan(c, &pl, sizeof pl, update_slice_call, "update_slice", err);
 }

@@ -43,16 +43,8 @@ attention_fwd_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *
     }
 
     // keys any row of this block may see
-    int64_t kbeg = 0, kend = p.Tk;
-    if (bounded) {
-        int64_t last = q0 + ATT_BQ - 1 < p.Tq - 1 ? q0 + ATT_BQ - 1 : p.Tq - 1;
-        kend = last + off + 1 < p.Tk ? last + off + 1 : p.Tk;
-        if (kend < 0) kend = 0;
-        if (p.window > 0) {
-            int64_t lo = q0 + off - p.window + 1;
-            kbeg = lo > 0 ? lo : 0;
-        }
-    }
+    int64_t kbeg, kend;
+    tr_attn_key_span(p, q0, ATT_BQ, &kbeg, &kend);
 
     float m[ATT_ROWS], l[ATT_ROWS], acc[ATT_ROWS][DVC];
 #pragma unroll
@@ -138,10 +130,10 @@ static int launch_attention(cudaStream_t s, const void *q, const void *k, const 
                             const struct tr_cu_attn *p, struct tr_error *err) {
     size_t smem = ((size_t)ATT_BK * (p->D + 1) + (size_t)ATT_BK * p->Dv + (size_t)ATT_BQ * p->D) * sizeof(float);
     if (smem > 48 * 1024) {
-        int st = TR_CU_CHECK(cudaFuncSetAttribute(attention_fwd_kernel<T, DVC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        int rc = TR_CU_CHECK(cudaFuncSetAttribute(attention_fwd_kernel<T, DVC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   (int)smem),
                              "attention: cudaFuncSetAttribute (shared memory)", err);
-        if (st) return st;
+        if (rc) return rc;
     }
     dim3 grid((unsigned)((p->Tq + ATT_BQ - 1) / ATT_BQ), (unsigned)(p->B * p->H));
     attention_fwd_kernel<T, DVC><<<grid, ATT_WARPS * 32, smem, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)out, *p);
@@ -157,12 +149,12 @@ extern "C" int tr_cu_attention(cudaStream_t s, int dtype, const void *q, const v
     if (p->B * p->H > 65535 || (p->Tq + ATT_BQ - 1) / ATT_BQ > 0x7fffffffLL)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention: B*H=%lld (at most 65535 on cuda)",
                             (long long)(p->B * p->H));
-    int st;
+    int rc;
     int dvc = (int)((p->Dv + 31) / 32);
     TR_CU_FLOAT_SWITCH(dtype, T,
-                       st = dvc <= 1   ? launch_attention<T, 1>(s, q, k, v, out, p, err)
+                       rc = dvc <= 1   ? launch_attention<T, 1>(s, q, k, v, out, p, err)
                             : dvc <= 2 ? launch_attention<T, 2>(s, q, k, v, out, p, err)
                             : dvc <= 4 ? launch_attention<T, 4>(s, q, k, v, out, p, err)
                                        : launch_attention<T, 8>(s, q, k, v, out, p, err));
-    return st;
+    return rc;
 }

@@ -211,8 +211,8 @@ extern "C" int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, co
     ab_ctx c = {*p, scratch, scratch + qrows};
     TR_CU_FLOAT_SWITCH(dtype, T, ab_stats_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
                                      (const T *)q, (const T *)k, (const T *)v, (const T *)dy, c));
-    int st = TR_CU_LAUNCHED("attention_grad stats", err);
-    if (st) return st;
+    int rc = TR_CU_LAUNCHED("attention_grad stats", err);
+    if (rc) return rc;
     if (which == 0)
         TR_CU_FLOAT_SWITCH(dtype, T, ab_dq_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
                                          (const T *)q, (const T *)k, (const T *)v, (const T *)dy, (T *)out, c));

@@ -53,16 +53,8 @@ attention_fwd_kernel2(const T *__restrict__ q, const T *__restrict__ k, const T 
     const int64_t qi = q0 + warp * 16 + r;
     float m = -INFINITY, l = 0.0f;
 
-    int64_t kbeg = 0, kend = p.Tk;
-    if (bounded) {
-        int64_t last = q0 + TC_BQ - 1 < p.Tq - 1 ? q0 + TC_BQ - 1 : p.Tq - 1;
-        kend = last + off + 1 < p.Tk ? last + off + 1 : p.Tk;
-        if (kend < 0) kend = 0;
-        if (p.window > 0) {
-            int64_t lo = q0 + off - p.window + 1;
-            kbeg = lo > 0 ? lo : 0;
-        }
-    }
+    int64_t kbeg, kend;
+    tr_attn_key_span(p, q0, TC_BQ, &kbeg, &kend);
 
     for (int64_t t0 = kbeg - kbeg % TC_BK; t0 < kend; t0 += TC_BK) {
         __syncthreads(); // the previous tile is no longer read
@@ -166,10 +158,10 @@ static int launch_tc(cudaStream_t s, const void *q, const void *k, const void *v
                      struct tr_error *err) {
     size_t smem = tc_smem(p);
     if (smem > 48 * 1024) {
-        int st = TR_CU_CHECK(cudaFuncSetAttribute(attention_fwd_kernel2<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        int rc = TR_CU_CHECK(cudaFuncSetAttribute(attention_fwd_kernel2<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                   (int)smem),
                              "attention_fwd_kernel2: cudaFuncSetAttribute (shared memory)", err);
-        if (st) return st;
+        if (rc) return rc;
     }
     dim3 grid((unsigned)((p->Tq + TC_BQ - 1) / TC_BQ), (unsigned)(p->B * p->H));
     attention_fwd_kernel2<T><<<grid, TC_WARPS * 32, smem, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)out, *p);

@@ -66,49 +66,49 @@ void tr_cuda_ctx_free(struct tr_kernels *k) {
 }
 
 int tr_cuda_ctx_init(struct tr_kernels *k, int device_index, struct tr_error *err) {
-    int st = tr_cuda_available(device_index, err);
-    if (st) return st;
+    int rc = tr_cuda_available(device_index, err);
+    if (rc) return rc;
     struct tr_cuda_ctx *c = calloc(1, sizeof *c);
     if (!c) return tr_error_set(err, TR_ERR_NOMEM, "cuda: no host memory for a context");
     k->cuda = c;
     c->device = device_index;
     struct cudaDeviceProp prop;
-    st = TR_CU_CHECK(cudaSetDevice(device_index), "cuda: cudaSetDevice", err);
-    if (!st) st = TR_CU_CHECK(cudaGetDeviceProperties(&prop, device_index), "cuda: cudaGetDeviceProperties", err);
-    if (!st) {
+    rc = TR_CU_CHECK(cudaSetDevice(device_index), "cuda: cudaSetDevice", err);
+    if (!rc) rc = TR_CU_CHECK(cudaGetDeviceProperties(&prop, device_index), "cuda: cudaGetDeviceProperties", err);
+    if (!rc) {
         c->sm = prop.major * 10 + prop.minor;
-        st = TR_CU_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cuda: cudaStreamCreate", err);
+        rc = TR_CU_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cuda: cudaStreamCreate", err);
     }
-    if (!st) {
+    if (!rc) {
         struct tr_cuda_pool_device dev = {dev_malloc, dev_free, c};
-        st = tr_cuda_pool_init(&c->pool, &dev, err);
+        rc = tr_cuda_pool_init(&c->pool, &dev, err);
     }
-    if (!st) {
+    if (!rc) {
         cublasLtHandle_t h = NULL;
         cublasStatus_t bs = cublasLtCreate(&h);
         if (bs != CUBLAS_STATUS_SUCCESS)
-            st = tr_error_set(err, TR_ERR_DEVICE, "cuda: cublasLtCreate failed: %s", cublasLtGetStatusString(bs));
+            rc = tr_error_set(err, TR_ERR_DEVICE, "cuda: cublasLtCreate failed: %s", cublasLtGetStatusString(bs));
         c->lt = h;
     }
-    if (!st) st = tr_cuda_pool_alloc(c->pool, TR_CUDA_WORKSPACE, c->stream, &c->workspace, err);
-    if (!st) c->workspace_size = TR_CUDA_WORKSPACE;
-    if (!st) st = tr_cuda_plan_cache_init(&c->gemm_plans, TR_CUDA_GEMM_PLANS, tr_cuda_gemm_release, err);
-    if (!st) st = TR_CU_CHECK(cudaMalloc((void **)&c->flag, 4 * sizeof(long long)), "cuda: cudaMalloc (error flag)", err);
-    if (!st)
-        st = TR_CU_CHECK(cudaMemsetAsync(c->flag, 0, 4 * sizeof(long long), c->stream), "cuda: cudaMemset (error flag)",
+    if (!rc) rc = tr_cuda_pool_alloc(c->pool, TR_CUDA_WORKSPACE, c->stream, &c->workspace, err);
+    if (!rc) c->workspace_size = TR_CUDA_WORKSPACE;
+    if (!rc) rc = tr_cuda_plan_cache_init(&c->gemm_plans, TR_CUDA_GEMM_PLANS, tr_cuda_gemm_release, err);
+    if (!rc) rc = TR_CU_CHECK(cudaMalloc((void **)&c->flag, 4 * sizeof(long long)), "cuda: cudaMalloc (error flag)", err);
+    if (!rc)
+        rc = TR_CU_CHECK(cudaMemsetAsync(c->flag, 0, 4 * sizeof(long long), c->stream), "cuda: cudaMemset (error flag)",
                          err);
-    if (!st) {
+    if (!rc) {
         /* made now, not on first use: creating one inside a captured region is not allowed */
         curandGenerator_t g = NULL;
         curandStatus_t rs = curandCreateGenerator(&g, CURAND_RNG_PSEUDO_PHILOX4_32_10);
         if (rs != CURAND_STATUS_SUCCESS)
-            st = tr_error_set(err, TR_ERR_DEVICE, "cuda: curandCreateGenerator failed (curand status %d)", (int)rs);
+            rc = tr_error_set(err, TR_ERR_DEVICE, "cuda: curandCreateGenerator failed (curand status %d)", (int)rs);
         c->curand = g;
     }
-    if (st) {
+    if (rc) {
         tr_error_prefix(err, "cuda device %d", device_index);
         tr_cuda_ctx_free(k);
-        return st;
+        return rc;
     }
     return TR_OK;
 }
@@ -135,8 +135,8 @@ int tr_cuda_scratch(struct tr_cuda_ctx *c, size_t n, void **p, struct tr_error *
         (void)tr_cuda_pool_dealloc(c->pool, c->scratch, &ignored);
         c->scratch = NULL;
         c->scratch_size = 0;
-        int st = tr_cuda_pool_alloc(c->pool, n, c->stream, &c->scratch, err);
-        if (st) return st;
+        int rc = tr_cuda_pool_alloc(c->pool, n, c->stream, &c->scratch, err);
+        if (rc) return rc;
         c->scratch_size = n;
     }
     *p = c->scratch;
@@ -149,20 +149,20 @@ int tr_cuda_copy(struct tr_kernels *k, void *dst, const void *src, size_t n, int
                                                  cudaMemcpyDeviceToDevice};
     static const char *names[3] = {"tr_kernels_to_device: cudaMemcpyAsync", "tr_kernels_to_host: cudaMemcpyAsync",
                                    "tr_kernels_copy: cudaMemcpyAsync"};
-    int st = TR_CU_CHECK(cudaMemcpyAsync(dst, src, n, kinds[kind], c->stream), names[kind], err);
+    int rc = TR_CU_CHECK(cudaMemcpyAsync(dst, src, n, kinds[kind], c->stream), names[kind], err);
     /* the host reads dst as soon as the call returns */
-    if (!st && kind == 1) st = tr_cuda_sync(k, err);
-    return st;
+    if (!rc && kind == 1) rc = tr_cuda_sync(k, err);
+    return rc;
 }
 
 int tr_cuda_sync(struct tr_kernels *k, struct tr_error *err) {
     struct tr_cuda_ctx *c = k->cuda;
-    int st = TR_CU_CHECK(cudaStreamSynchronize(c->stream), "tr_kernels_sync: a kernel failed", err);
-    if (st) return st;
+    int rc = TR_CU_CHECK(cudaStreamSynchronize(c->stream), "tr_kernels_sync: a kernel failed", err);
+    if (rc) return rc;
     long long f[4];
-    st = TR_CU_CHECK(cudaMemcpy(f, c->flag, sizeof f, cudaMemcpyDeviceToHost), "tr_kernels_sync: reading the error flag",
+    rc = TR_CU_CHECK(cudaMemcpy(f, c->flag, sizeof f, cudaMemcpyDeviceToHost), "tr_kernels_sync: reading the error flag",
                      err);
-    if (st || f[0] == TR_CU_FLAG_NONE) return st;
+    if (rc || f[0] == TR_CU_FLAG_NONE) return rc;
     cudaMemsetAsync(c->flag, 0, sizeof f, c->stream); /* reported once */
     switch (f[0]) {
     case TR_CU_FLAG_EMBEDDING_ID:

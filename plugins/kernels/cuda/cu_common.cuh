@@ -45,24 +45,47 @@ __device__ __forceinline__ float tr_warp_max(float v) {
 }
 
 // Sum (or max) over the block; every thread gets the result. sh holds 32 floats.
-__device__ __forceinline__ float tr_block_sum(float v, float *sh) {
+template <bool MAX>
+__device__ __forceinline__ float tr_block_reduce(float v, float *sh) {
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = tr_warp_sum(v);
+    v = MAX ? tr_warp_max(v) : tr_warp_sum(v);
     __syncthreads();
     if (lane == 0) sh[w] = v;
     __syncthreads();
-    v = lane < nw ? sh[lane] : 0.0f;
-    return tr_warp_sum(v);
+    v = lane < nw ? sh[lane] : MAX ? -INFINITY : 0.0f;
+    return MAX ? tr_warp_max(v) : tr_warp_sum(v);
+}
+__device__ __forceinline__ float tr_block_sum(float v, float *sh) { return tr_block_reduce<false>(v, sh); }
+__device__ __forceinline__ float tr_block_max(float v, float *sh) { return tr_block_reduce<true>(v, sh); }
+
+// Max and Σ exp(x − max) of a row of C, over the block (cross entropy and its gradient).
+template <typename T>
+__device__ __forceinline__ void tr_block_row_max_sum(const T *x, int64_t C, float *sh, float *m, float *sum) {
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) mx = fmaxf(mx, tr_ld(x + j));
+    mx = tr_block_max(mx, sh);
+    float s = 0.0f;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) s += expf(tr_ld(x + j) - mx);
+    *m = mx;
+    *sum = tr_block_sum(s, sh);
 }
 
-__device__ __forceinline__ float tr_block_max(float v, float *sh) {
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = tr_warp_max(v);
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : -INFINITY;
-    return tr_warp_max(v);
+// Keys [*kbeg, *kend) that some query of q0 .. q0+bq-1 may see: with off = Tk − Tq,
+// query i sees keys up to i + off when causal or windowed, and from i + off − window + 1
+// when windowed; all keys otherwise.
+__device__ __forceinline__ void tr_attn_key_span(const struct tr_cu_attn &p, int64_t q0, int64_t bq, int64_t *kbeg,
+                                                 int64_t *kend) {
+    const int64_t off = p.Tk - p.Tq;
+    *kbeg = 0;
+    *kend = p.Tk;
+    if (!(p.causal || p.window > 0)) return;
+    int64_t last = q0 + bq - 1 < p.Tq - 1 ? q0 + bq - 1 : p.Tq - 1;
+    *kend = last + off + 1 < p.Tk ? last + off + 1 : p.Tk;
+    if (*kend < 0) *kend = 0;
+    if (p.window > 0) {
+        int64_t lo = q0 + off - p.window + 1;
+        *kbeg = lo > 0 ? lo : 0;
+    }
 }
 
 // Calls f.template operator()<T>() with T the storage type of a float dtype.

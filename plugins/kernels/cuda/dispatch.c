@@ -31,22 +31,18 @@ static int check_tensor(const struct tr_tensor *t, const char *kname, const char
 static int is_float(int dt) { return dt == TR_DTYPE_F32 || dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16; }
 
 static int check_float(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
-    int st = check_tensor(t, kname, what, err);
-    if (!st && !is_float(t->dtype)) {
+    int rc = check_tensor(t, kname, what, err);
+    if (!rc && !is_float(t->dtype)) {
         char d[200];
-        st = tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s: expected f32, bf16 or f16 on cuda", kname, what,
+        rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s: expected f32, bf16 or f16 on cuda", kname, what,
                           tr_cpu_desc(t, d, sizeof d));
     }
-    return st;
+    return rc;
 }
 
 static int same_dtype_shape(const struct tr_tensor *x, const struct tr_tensor *out, const char *kname,
                             struct tr_error *err) {
-    char d1[200], d2[200];
-    if (x->dtype != out->dtype || !tr_cpu_same_shape(x, out))
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s and out %s should have the same shape and dtype", kname,
-                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
-    return TR_OK;
+    return tr_cpu_check_like(kname, x, "x", out, "out", err);
 }
 
 static void contiguous_strides(int ndim, const int64_t *shape, int64_t *st) {
@@ -64,10 +60,10 @@ static int64_t last_dim(const struct tr_tensor *t) { return t->ndim ? t->shape[t
 static int run_binary(struct tr_cuda_ctx *c, int op, const struct tr_tensor *a, const struct tr_tensor *b,
                       struct tr_tensor *out, struct tr_error *err) {
     const char *kn = tr_op_name(op);
-    int st = check_float(a, kn, "a", err);
-    if (!st) st = check_float(b, kn, "b", err);
-    if (!st) st = check_float(out, kn, "out", err);
-    if (st) return st;
+    int rc = check_float(a, kn, "a", err);
+    if (!rc) rc = check_float(b, kn, "b", err);
+    if (!rc) rc = check_float(out, kn, "out", err);
+    if (rc) return rc;
     char d1[200], d2[200], d3[200];
     if (a->dtype != b->dtype || a->dtype != out->dtype)
         return tr_error_set(err, TR_ERR_SHAPE, "%s: a %s, b %s and out %s should share one dtype", kn,
@@ -97,10 +93,10 @@ bad:
 static int run_unary(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, const struct tr_tensor *x,
                      struct tr_tensor *out, struct tr_error *err) {
     const char *kn = tr_op_name(op);
-    int st = check_float(x, kn, "x", err);
-    if (!st) st = check_float(out, kn, "out", err);
-    if (!st) st = same_dtype_shape(x, out, kn, err);
-    if (st) return st;
+    int rc = check_float(x, kn, "x", err);
+    if (!rc) rc = check_float(out, kn, "out", err);
+    if (!rc) rc = same_dtype_shape(x, out, kn, err);
+    if (rc) return rc;
     if (op == TR_OP_GELU && at->ints[0] != 0 && at->ints[0] != 1)
         return tr_error_set(err, TR_ERR_INVALID, "gelu: ints[0]=%lld (0: erf, 1: tanh approximation)",
                             (long long)at->ints[0]);
@@ -112,20 +108,20 @@ static int run_rows(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, in
                     struct tr_tensor *out, struct tr_error *err) {
     const char *kn = tr_op_name(op);
     const struct tr_tensor *x = &in[0];
-    int st = check_float(x, kn, "x", err);
-    if (!st) st = check_float(out, kn, "out", err);
-    if (!st) st = same_dtype_shape(x, out, kn, err);
-    if (st) return st;
+    int rc = check_float(x, kn, "x", err);
+    if (!rc) rc = check_float(out, kn, "out", err);
+    if (!rc) rc = same_dtype_shape(x, out, kn, err);
+    if (rc) return rc;
     int64_t n = last_dim(x), rows = n ? tr_tensor_numel(x) / n : 0;
     if (op == TR_OP_SOFTMAX)
         return TR_CU_LAUNCH(c, tr_cu_softmax(c->stream, x->dtype, x->data, out->data, rows, n, err));
     const struct tr_tensor *g = n_in > 1 ? &in[1] : NULL, *b = n_in > 2 ? &in[2] : NULL;
     char d1[200];
-    if (g && ((st = check_float(g, kn, "gamma", err)) != TR_OK || tr_tensor_numel(g) != n))
-        return st ? st : tr_error_set(err, TR_ERR_SHAPE, "layer_norm: gamma %s should have %lld elements",
+    if (g && ((rc = check_float(g, kn, "gamma", err)) != TR_OK || tr_tensor_numel(g) != n))
+        return rc ? rc : tr_error_set(err, TR_ERR_SHAPE, "layer_norm: gamma %s should have %lld elements",
                                       tr_cpu_desc(g, d1, sizeof d1), (long long)n);
-    if (b && ((st = check_float(b, kn, "beta", err)) != TR_OK || tr_tensor_numel(b) != n || (g && b->dtype != g->dtype)))
-        return st ? st : tr_error_set(err, TR_ERR_SHAPE, "layer_norm: beta %s should have %lld elements, gamma's dtype",
+    if (b && ((rc = check_float(b, kn, "beta", err)) != TR_OK || tr_tensor_numel(b) != n || (g && b->dtype != g->dtype)))
+        return rc ? rc : tr_error_set(err, TR_ERR_SHAPE, "layer_norm: beta %s should have %lld elements, gamma's dtype",
                                       tr_cpu_desc(b, d1, sizeof d1), (long long)n);
     int gdt = g ? g->dtype : b ? b->dtype : TR_DTYPE_F32;
     return TR_CU_LAUNCH(c, tr_cu_layer_norm(c->stream, x->dtype, x->data, g ? g->data : NULL, b ? b->data : NULL, gdt,
@@ -134,10 +130,10 @@ static int run_rows(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, in
 
 static int run_embedding(struct tr_cuda_ctx *c, const struct tr_tensor *table, const struct tr_tensor *ids,
                          struct tr_tensor *out, struct tr_error *err) {
-    int st = check_float(table, "embedding", "table", err);
-    if (!st) st = check_tensor(ids, "embedding", "ids", err);
-    if (!st) st = check_float(out, "embedding", "out", err);
-    if (st) return st;
+    int rc = check_float(table, "embedding", "table", err);
+    if (!rc) rc = check_tensor(ids, "embedding", "ids", err);
+    if (!rc) rc = check_float(out, "embedding", "out", err);
+    if (rc) return rc;
     char d1[200], d2[200], d3[200];
     int ok = table->ndim == 2 && (ids->dtype == TR_DTYPE_I32 || ids->dtype == TR_DTYPE_I64) &&
              out->ndim == ids->ndim + 1 && out->dtype == table->dtype && out->shape[out->ndim - 1] == table->shape[1];
@@ -166,9 +162,9 @@ static int strided_copy(struct tr_cuda_ctx *c, const struct tr_tensor *x, const 
 static int run_layout(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
                       struct tr_tensor *out, struct tr_error *err) {
     const char *kn = tr_op_name(op);
-    int st = check_tensor(out, kn, "out", err);
-    for (int i = 0; !st && i < n_in; i++) st = check_tensor(&in[i], kn, "x", err);
-    if (st) return st;
+    int rc = check_tensor(out, kn, "out", err);
+    for (int i = 0; !rc && i < n_in; i++) rc = check_tensor(&in[i], kn, "x", err);
+    if (rc) return rc;
     const struct tr_tensor *x = &in[0];
     char d1[200], d2[200];
     for (int i = 0; i < n_in; i++)
@@ -230,9 +226,9 @@ static int run_layout(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, 
         for (int i = 0; i < n_in; i++) {
             int64_t is[TR_MAX_DIMS];
             contiguous_strides(in[i].ndim, in[i].shape, is);
-            st = strided_copy(c, &in[i], in[i].data, is, (char *)out->data + (size_t)(pos * os[ax]) * es, os, out->ndim,
+            rc = strided_copy(c, &in[i], in[i].data, is, (char *)out->data + (size_t)(pos * os[ax]) * es, os, out->ndim,
                               in[i].shape, err);
-            if (st) return st;
+            if (rc) return rc;
             pos += in[i].shape[ax];
         }
         return TR_OK;
@@ -257,9 +253,9 @@ static int run_layout(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, 
 static int run_reduce(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, const struct tr_tensor *x,
                       struct tr_tensor *out, struct tr_error *err) {
     const char *kn = tr_op_name(op);
-    int st = check_float(x, kn, "x", err);
-    if (!st) st = check_float(out, kn, "out", err);
-    if (st) return st;
+    int rc = check_float(x, kn, "x", err);
+    if (!rc) rc = check_float(out, kn, "out", err);
+    if (rc) return rc;
     char d1[200], d2[200];
     int ax = tr_cpu_axis(at->ints[0], x->ndim);
     if (ax < 0 || out->dtype != x->dtype || tr_tensor_numel(out) * (x->ndim ? x->shape[ax] : 1) != tr_tensor_numel(x))
@@ -272,9 +268,9 @@ static int run_reduce(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, 
 }
 
 static int run_cast(struct tr_cuda_ctx *c, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
-    int st = check_tensor(x, "cast", "x", err);
-    if (!st) st = check_tensor(out, "cast", "out", err);
-    if (st) return st;
+    int rc = check_tensor(x, "cast", "x", err);
+    if (!rc) rc = check_tensor(out, "cast", "out", err);
+    if (rc) return rc;
     if (!tr_cpu_same_shape(x, out)) {
         char d1[200], d2[200];
         return tr_error_set(err, TR_ERR_SHAPE, "cast: x %s and out %s should have the same shape",
@@ -288,12 +284,12 @@ static int run_cast(struct tr_cuda_ctx *c, const struct tr_tensor *x, struct tr_
 static int attn_params(const char *kn, const struct tr_attrs *at, float scale, const struct tr_tensor *q,
                        const struct tr_tensor *k, const struct tr_tensor *v, const struct tr_tensor *mask,
                        const struct tr_tensor *y, struct tr_cu_attn *pp, struct tr_error *err) {
-    int st = check_float(q, kn, "q", err);
-    if (!st) st = check_float(k, kn, "k", err);
-    if (!st) st = check_float(v, kn, "v", err);
-    if (!st) st = check_float(y, kn, "out/dy", err);
-    if (!st && mask) st = check_float(mask, kn, "mask", err);
-    if (st) return st;
+    int rc = check_float(q, kn, "q", err);
+    if (!rc) rc = check_float(k, kn, "k", err);
+    if (!rc) rc = check_float(v, kn, "v", err);
+    if (!rc) rc = check_float(y, kn, "out/dy", err);
+    if (!rc && mask) rc = check_float(mask, kn, "mask", err);
+    if (rc) return rc;
     char d1[200], d2[200], d3[200], d4[200];
     int ok = q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && y->ndim == 4 && k->dtype == q->dtype &&
              v->dtype == q->dtype && y->dtype == q->dtype;
@@ -337,8 +333,8 @@ bad_mask:
 static int run_attention(struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
                          struct tr_tensor *out, struct tr_error *err) {
     struct tr_cu_attn p;
-    int st = attn_params("attention", at, at->floats[0], &in[0], &in[1], &in[2], n_in == 4 ? &in[3] : NULL, out, &p, err);
-    if (st) return st;
+    int rc = attn_params("attention", at, at->floats[0], &in[0], &in[1], &in[2], n_in == 4 ? &in[3] : NULL, out, &p, err);
+    if (rc) return rc;
     /* TRIDENT_CUDA_ATTENTION=simple keeps the CUDA-core kernel (a check of the other) */
     const char *mode = getenv("TRIDENT_CUDA_ATTENTION");
     if (tr_cu_attention_tc_fits(in[0].dtype, &p) && !(mode && strcmp(mode, "simple") == 0))
@@ -360,25 +356,25 @@ static int run_attention_grad(struct tr_cuda_ctx *c, const struct tr_attrs *at, 
                             "2 dv) out of range", (long long)a[1], (long long)a[2]);
     float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
     struct tr_cu_attn p;
-    int st = attn_params("attention_grad", at, scale, &in[0], &in[1], &in[2], n_in == 5 ? &in[4] : NULL, &in[3], &p,
+    int rc = attn_params("attention_grad", at, scale, &in[0], &in[1], &in[2], n_in == 5 ? &in[4] : NULL, &in[3], &p,
                          err);
-    if (st) return st;
+    if (rc) return rc;
     const struct tr_tensor *like = &in[a[2]];
-    if ((st = check_float(out, "attention_grad", "out", err)) != TR_OK ||
-        (st = same_dtype_shape(like, out, "attention_grad", err)) != TR_OK)
-        return st;
+    if ((rc = check_float(out, "attention_grad", "out", err)) != TR_OK ||
+        (rc = same_dtype_shape(like, out, "attention_grad", err)) != TR_OK)
+        return rc;
     void *scr = NULL;
-    if ((st = tr_cuda_scratch(c, (size_t)(2 * p.B * p.H * p.Tq) * sizeof(float) + 16, &scr, err)) != TR_OK) return st;
+    if ((rc = tr_cuda_scratch(c, (size_t)(2 * p.B * p.H * p.Tq) * sizeof(float) + 16, &scr, err)) != TR_OK) return rc;
     return TR_CU_LAUNCH(c, tr_cu_attention_grad(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, in[3].data,
                                                 &p, (int)a[2], out->data, scr, err));
 }
 
 static int run_cross_entropy(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *logits,
                              const struct tr_tensor *labels, struct tr_tensor *out, struct tr_error *err) {
-    int st = check_float(logits, "cross_entropy", "logits", err);
-    if (!st) st = check_tensor(labels, "cross_entropy", "labels", err);
-    if (!st) st = check_tensor(out, "cross_entropy", "out", err);
-    if (st) return st;
+    int rc = check_float(logits, "cross_entropy", "logits", err);
+    if (!rc) rc = check_tensor(labels, "cross_entropy", "labels", err);
+    if (!rc) rc = check_tensor(out, "cross_entropy", "out", err);
+    if (rc) return rc;
     char d1[200], d2[200];
     if (logits->ndim != 2 || labels->ndim != 1 || labels->shape[0] != logits->shape[0] ||
         (labels->dtype != TR_DTYPE_I32 && labels->dtype != TR_DTYPE_I64) || out->dtype != TR_DTYPE_F32 ||
@@ -387,7 +383,7 @@ static int run_cross_entropy(struct tr_cuda_ctx *c, const struct tr_attrs *at, c
                             tr_cpu_desc(logits, d1, sizeof d1), tr_cpu_desc(labels, d2, sizeof d2));
     int64_t rows = logits->shape[0];
     void *scratch = NULL;
-    if ((st = tr_cuda_scratch(c, (size_t)rows * 8 + 16, &scratch, err)) != TR_OK) return st;
+    if ((rc = tr_cuda_scratch(c, (size_t)rows * 8 + 16, &scratch, err)) != TR_OK) return rc;
     return TR_CU_LAUNCH(c, tr_cu_cross_entropy(c->stream, logits->dtype, logits->data, labels->data, labels->dtype,
                                                rows, logits->shape[1], at->ints[1] != 0, (long long)at->ints[0],
                                                out->data, scratch, c->flag, err));
@@ -396,9 +392,9 @@ static int run_cross_entropy(struct tr_cuda_ctx *c, const struct tr_attrs *at, c
 static int run_adamw(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *in,
                      struct tr_tensor *out, struct tr_error *err) {
     static const char *names[5] = {"param", "m", "v", "lr", "step"};
-    int st = check_float(out, "adamw_step", "out", err);
-    for (int i = 0; !st && i < 5; i++) st = check_tensor(&in[i], "adamw_step", names[i], err);
-    if (st) return st;
+    int rc = check_float(out, "adamw_step", "out", err);
+    for (int i = 0; !rc && i < 5; i++) rc = check_tensor(&in[i], "adamw_step", names[i], err);
+    if (rc) return rc;
     char d1[200];
     int ok = in[0].dtype == out->dtype && tr_cpu_same_shape(&in[0], out);
     for (int i = 1; ok && i < 3; i++) ok = in[i].dtype == TR_DTYPE_F32 && tr_cpu_same_shape(&in[i], out);
@@ -419,18 +415,18 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
     const char *kn = tr_op_name(op);
     const int64_t *a = at->ints;
     char d1[200], d2[200];
-    int st = check_tensor(out, kn, "out", err);
-    for (int i = 0; !st && i < n_in; i++) st = check_tensor(&in[i], kn, "input", err);
-    if (st) return st;
+    int rc = check_tensor(out, kn, "out", err);
+    for (int i = 0; !rc && i < n_in; i++) rc = check_tensor(&in[i], kn, "input", err);
+    if (rc) return rc;
     switch (op) {
     case TR_OP_UNARY_GRAD:
     case TR_OP_SOFTMAX_GRAD:
     case TR_OP_LAYER_NORM_GRAD: {
         /* LAYER_NORM_GRAD with 2 inputs is (x, dy) without gamma: tr_k_layer_norm_grad's NULL */
         const struct tr_tensor *x = &in[0], *dy = &in[op == TR_OP_LAYER_NORM_GRAD ? n_in - 1 : 1];
-        if ((st = check_float(x, kn, "x", err)) != TR_OK) return st;
-        if ((st = same_dtype_shape(x, out, kn, err)) != TR_OK || (st = same_dtype_shape(dy, out, kn, err)) != TR_OK)
-            return st;
+        if ((rc = check_float(x, kn, "x", err)) != TR_OK) return rc;
+        if ((rc = same_dtype_shape(x, out, kn, err)) != TR_OK || (rc = same_dtype_shape(dy, out, kn, err)) != TR_OK)
+            return rc;
         int64_t n = last_dim(x), rows = n ? tr_tensor_numel(x) / n : 0;
         if (op == TR_OP_UNARY_GRAD) {
             if (!tr_op_is_elementwise_unary((int)a[0]))
@@ -449,19 +445,19 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
     }
     case TR_OP_LAYER_NORM_GRAD_GAMMA: {
         const struct tr_tensor *x = &in[0], *dy = &in[1];
-        if ((st = check_float(x, kn, "x", err)) != TR_OK || (st = same_dtype_shape(x, dy, kn, err)) != TR_OK) return st;
+        if ((rc = check_float(x, kn, "x", err)) != TR_OK || (rc = same_dtype_shape(x, dy, kn, err)) != TR_OK) return rc;
         int64_t n = last_dim(x), rows = n ? tr_tensor_numel(x) / n : 0;
         if (!is_float(out->dtype) || tr_tensor_numel(out) != n)
             return tr_error_set(err, TR_ERR_SHAPE, "layer_norm_grad_gamma: out %s should have %lld elements",
                                 tr_cpu_desc(out, d1, sizeof d1), (long long)n);
         void *stats = NULL;
-        if ((st = tr_cuda_scratch(c, (size_t)rows * 2 * sizeof(float) + 16, &stats, err)) != TR_OK) return st;
+        if ((rc = tr_cuda_scratch(c, (size_t)rows * 2 * sizeof(float) + 16, &stats, err)) != TR_OK) return rc;
         return TR_CU_LAUNCH(c, tr_cu_layer_norm_grad_gamma(c->stream, x->dtype, x->data, dy->data, out->data,
                                                            out->dtype, rows, n, at->floats[0], stats, err));
     }
     case TR_OP_EMBEDDING_GRAD: {
         const struct tr_tensor *ids = &in[0], *dy = &in[1];
-        if ((st = check_float(dy, kn, "dy", err)) != TR_OK) return st;
+        if ((rc = check_float(dy, kn, "dy", err)) != TR_OK) return rc;
         int64_t V = out->ndim == 2 ? out->shape[0] : -1, D = out->ndim == 2 ? out->shape[1] : -1;
         if (V != a[0] || out->dtype != dy->dtype || (ids->dtype != TR_DTYPE_I32 && ids->dtype != TR_DTYPE_I64) ||
             last_dim(dy) != D || tr_tensor_numel(dy) != tr_tensor_numel(ids) * D)
@@ -470,29 +466,29 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
                                 (long long)a[0]);
         void *acc = NULL;
         if (out->dtype != TR_DTYPE_F32 &&
-            (st = tr_cuda_scratch(c, (size_t)(V * D) * sizeof(float) + 16, &acc, err)) != TR_OK)
-            return st;
+            (rc = tr_cuda_scratch(c, (size_t)(V * D) * sizeof(float) + 16, &acc, err)) != TR_OK)
+            return rc;
         return TR_CU_LAUNCH(c, tr_cu_embedding_grad(c->stream, out->dtype, ids->data, ids->dtype, dy->data, out->data,
                                                     tr_tensor_numel(ids), D, V, acc, c->flag, err));
     }
     case TR_OP_CROSS_ENTROPY_GRAD: {
         const struct tr_tensor *x = &in[0], *lab = &in[1], *dl = &in[2];
-        if ((st = check_float(x, kn, "logits", err)) != TR_OK || (st = check_float(dl, kn, "dloss", err)) != TR_OK ||
-            (st = same_dtype_shape(x, out, kn, err)) != TR_OK)
-            return st;
+        if ((rc = check_float(x, kn, "logits", err)) != TR_OK || (rc = check_float(dl, kn, "dloss", err)) != TR_OK ||
+            (rc = same_dtype_shape(x, out, kn, err)) != TR_OK)
+            return rc;
         if (x->ndim != 2 || lab->ndim != 1 || lab->shape[0] != x->shape[0] || tr_tensor_numel(dl) != 1 ||
             (lab->dtype != TR_DTYPE_I32 && lab->dtype != TR_DTYPE_I64))
             return tr_error_set(err, TR_ERR_SHAPE, "cross_entropy_grad: logits %s (N,C), labels %s (N) i32/i64, dloss "
                                 "one element", tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(lab, d2, sizeof d2));
         void *scr = NULL;
-        if ((st = tr_cuda_scratch(c, 16, &scr, err)) != TR_OK) return st;
+        if ((rc = tr_cuda_scratch(c, 16, &scr, err)) != TR_OK) return rc;
         return TR_CU_LAUNCH(c, tr_cu_cross_entropy_grad(c->stream, x->dtype, x->data, lab->data, lab->dtype, dl->data,
                                                         dl->dtype, x->shape[0], x->shape[1], a[1] != 0, (long long)a[0],
                                                         scr, out->data, c->flag, err));
     }
     case TR_OP_MAX_GRAD: {
         const struct tr_tensor *x = &in[0], *dy = &in[1];
-        if ((st = check_float(x, kn, "x", err)) != TR_OK || (st = same_dtype_shape(x, out, kn, err)) != TR_OK) return st;
+        if ((rc = check_float(x, kn, "x", err)) != TR_OK || (rc = same_dtype_shape(x, out, kn, err)) != TR_OK) return rc;
         int ax = tr_cpu_axis(a[0], x->ndim);
         if (ax < 0 || dy->dtype != x->dtype || tr_tensor_numel(dy) * x->shape[ax] != tr_tensor_numel(x))
             return tr_error_set(err, TR_ERR_SHAPE, "max_grad: dy %s does not fit x %s reduced over axis %lld",
@@ -514,8 +510,8 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
             return tr_error_set(err, TR_ERR_SHAPE, "slice_grad: dy %s does not fit dx %s at axis %lld start %lld step %lld",
                                 tr_cpu_desc(dy, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2), (long long)a[0],
                                 (long long)a[1], (long long)a[3]);
-        if ((st = TR_CU_LAUNCH(c, tr_cu_fill_zero(c->stream, out->data, tr_tensor_nbytes(out), err))) != TR_OK)
-            return st;
+        if ((rc = TR_CU_LAUNCH(c, tr_cu_fill_zero(c->stream, out->data, tr_tensor_nbytes(out), err))) != TR_OK)
+            return rc;
         int64_t ds[TR_MAX_DIMS], os[TR_MAX_DIMS];
         contiguous_strides(dy->ndim, dy->shape, ds);
         contiguous_strides(out->ndim, out->shape, os);
@@ -526,7 +522,7 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
     }
     case TR_OP_MSE: {
         const struct tr_tensor *p = &in[0], *t = &in[1];
-        if ((st = check_float(p, kn, "pred", err)) != TR_OK || (st = same_dtype_shape(p, t, kn, err)) != TR_OK) return st;
+        if ((rc = check_float(p, kn, "pred", err)) != TR_OK || (rc = same_dtype_shape(p, t, kn, err)) != TR_OK) return rc;
         if (out->dtype != TR_DTYPE_F32 || tr_tensor_numel(out) != 1)
             return tr_error_set(err, TR_ERR_SHAPE, "mse: out %s should be one f32", tr_cpu_desc(out, d1, sizeof d1));
         return TR_CU_LAUNCH(c, tr_cu_mse(c->stream, p->dtype, p->data, t->data, tr_tensor_numel(p), out->data, err));
@@ -543,28 +539,28 @@ static int run_rms_norm(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at
     const struct tr_tensor *x = &in[0];
     const struct tr_tensor *w = op == TR_OP_RMS_NORM_GRAD_W ? NULL : &in[1];
     const struct tr_tensor *dy = op == TR_OP_RMS_NORM ? NULL : op == TR_OP_RMS_NORM_GRAD ? &in[2] : &in[1];
-    int st = check_float(x, kn, "x", err);
-    if (!st) st = check_float(out, kn, "out", err);
-    if (!st && w) st = check_float(w, kn, "w", err);
-    if (!st && dy) st = check_float(dy, kn, "dy", err);
-    if (!st && dy) st = same_dtype_shape(x, dy, kn, err);
-    if (st) return st;
+    int rc = check_float(x, kn, "x", err);
+    if (!rc) rc = check_float(out, kn, "out", err);
+    if (!rc && w) rc = check_float(w, kn, "w", err);
+    if (!rc && dy) rc = check_float(dy, kn, "dy", err);
+    if (!rc && dy) rc = same_dtype_shape(x, dy, kn, err);
+    if (rc) return rc;
     char d1[200];
     if (x->ndim < 1) return tr_error_set(err, TR_ERR_SHAPE, "%s: x is 0-d (it normalises the last axis)", kn);
     int64_t n = last_dim(x), rows = n ? tr_tensor_numel(x) / n : 0;
     if (w && tr_tensor_numel(w) != n)
         return tr_error_set(err, TR_ERR_SHAPE, "%s: w %s should have %lld elements", kn, tr_cpu_desc(w, d1, sizeof d1),
                             (long long)n);
-    if (op == TR_OP_RMS_NORM_GRAD_W ? tr_tensor_numel(out) != n : (st = same_dtype_shape(x, out, kn, err)) != TR_OK)
-        return st ? st : tr_error_set(err, TR_ERR_SHAPE, "%s: dw %s should have %lld elements", kn,
+    if (op == TR_OP_RMS_NORM_GRAD_W ? tr_tensor_numel(out) != n : (rc = same_dtype_shape(x, out, kn, err)) != TR_OK)
+        return rc ? rc : tr_error_set(err, TR_ERR_SHAPE, "%s: dw %s should have %lld elements", kn,
                                       tr_cpu_desc(out, d1, sizeof d1), (long long)n);
     float eps = at->floats[0];
     if (!(eps >= 0.0f) || !isfinite(eps) || (at->ints[0] != 0 && at->ints[0] != 1))
         return tr_error_set(err, TR_ERR_INVALID, "%s: eps %g (finite, >= 0) or add_one ints[0]=%lld (0 or 1) out of range",
                             kn, (double)eps, (long long)at->ints[0]);
     void *rstd = NULL;
-    if (op == TR_OP_RMS_NORM_GRAD_W && (st = tr_cuda_scratch(c, (size_t)rows * sizeof(float) + 16, &rstd, err)) != TR_OK)
-        return st;
+    if (op == TR_OP_RMS_NORM_GRAD_W && (rc = tr_cuda_scratch(c, (size_t)rows * sizeof(float) + 16, &rstd, err)) != TR_OK)
+        return rc;
     return TR_CU_LAUNCH(c, tr_cu_rms_norm(c->stream, op, x->dtype, x->data, w ? w->data : NULL, w ? w->dtype : 0,
                                           dy ? dy->data : NULL, out->data, out->dtype, rows, n, eps, (int)at->ints[0],
                                           rstd, err));
@@ -572,11 +568,11 @@ static int run_rms_norm(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at
 
 static int run_rope(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *x,
                     const struct tr_tensor *pos, struct tr_tensor *out, struct tr_error *err) {
-    int st = check_float(x, "rope", "x", err);
-    if (!st) st = check_tensor(pos, "rope", "pos", err);
-    if (!st) st = check_float(out, "rope", "out", err);
-    if (!st) st = same_dtype_shape(x, out, "rope", err);
-    if (st) return st;
+    int rc = check_float(x, "rope", "x", err);
+    if (!rc) rc = check_tensor(pos, "rope", "pos", err);
+    if (!rc) rc = check_float(out, "rope", "out", err);
+    if (!rc) rc = same_dtype_shape(x, out, "rope", err);
+    if (rc) return rc;
     char d1[200], d2[200];
     if (x->ndim != 4 || (pos->dtype != TR_DTYPE_I32 && pos->dtype != TR_DTYPE_I64) ||
         !((pos->ndim == 1 && pos->shape[0] == x->shape[2]) ||
@@ -599,13 +595,13 @@ static int run_update_slice(struct tr_cuda_ctx *c, const struct tr_attrs *at, co
                             struct tr_tensor *out, struct tr_error *err) {
     const char *kn = "update_slice";
     const struct tr_tensor *x = &in[0], *u = &in[1], *start = &in[2];
-    int st = check_tensor(x, kn, "x", err);
-    if (!st) st = check_tensor(u, kn, "update", err);
-    if (!st) st = check_tensor(start, kn, "start", err);
-    if (!st) st = check_tensor(out, kn, "out", err);
-    if (st) return st;
+    int rc = check_tensor(x, kn, "x", err);
+    if (!rc) rc = check_tensor(u, kn, "update", err);
+    if (!rc) rc = check_tensor(start, kn, "start", err);
+    if (!rc) rc = check_tensor(out, kn, "out", err);
+    if (rc) return rc;
     int ax;
-    if ((st = tr_cpu_update_slice_shapes(x, u, start, (int)at->ints[0], out, &ax, err)) != TR_OK) return st;
+    if ((rc = tr_cpu_update_slice_shapes(x, u, start, (int)at->ints[0], out, &ax, err)) != TR_OK) return rc;
     int64_t outer = tr_shape_numel(ax, x->shape), inner = tr_shape_numel(x->ndim - ax - 1, x->shape + ax + 1);
     return TR_CU_LAUNCH(c, tr_cu_update_slice(c->stream, tr_dtype_size((enum tr_dtype)x->dtype), x->data, u->data,
                                               start->data, out->data, outer, x->shape[ax], u->shape[ax], inner,

@@ -31,8 +31,8 @@ static int ctx_ok(const struct tr_kernels *k, const char *kn, struct tr_error *e
 static int check_vec(const struct tr_tensor *t, int64_t D, int dt, const char *kn, const char *what,
                      struct tr_error *err) {
     if (!t) return TR_OK;
-    int st = check(t, kn, what, 1, err);
-    if (st) return st;
+    int rc = check(t, kn, what, 1, err);
+    if (rc) return rc;
     if (tr_tensor_numel(t) != D || (t->dtype != dt && t->dtype != TR_DTYPE_F32)) {
         char d[200];
         return tr_error_set(err, TR_ERR_SHAPE, "%s: %s %s should have %lld elements, of x's dtype or f32", kn, what,
@@ -41,18 +41,12 @@ static int check_vec(const struct tr_tensor *t, int64_t D, int dt, const char *k
     return TR_OK;
 }
 
-/* Strides of shape s (nd axes) broadcast right-aligned over full (nf axes); 0 if not. */
-static int bcast(int nd, const int64_t *s, int nf, const int64_t *full, int64_t *st) {
-    if (nd > nf) return 0;
-    int64_t acc = 1;
-    for (int i = nf - 1; i >= 0; i--) {
-        int j = i - (nf - nd);
-        int64_t e = j >= 0 ? s[j] : 1;
-        if (e != 1 && e != full[i]) return 0;
-        st[i] = e == 1 ? 0 : acc;
-        acc *= e;
-    }
-    return 1;
+/* out: x's shape (of at least one axis) and dtype. */
+static int check_like_x(const struct tr_tensor *x, const struct tr_tensor *out, const char *kn, struct tr_error *err) {
+    if (x->ndim >= 1 && out->dtype == x->dtype && tr_cpu_same_shape(x, out)) return TR_OK;
+    char d1[200], d2[200];
+    return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s and out %s should have one shape (>= 1 axis) and dtype", kn,
+                        tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
 }
 
 static void lead_of(const struct tr_tensor *out, struct tr_cu_lead *L) {
@@ -65,25 +59,23 @@ int tr_cuda_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tenso
                                      const struct tr_tensor *beta, float eps, struct tr_tensor *out,
                                      struct tr_error *err) {
     static const char kn[] = "bias_residual_layer_norm";
-    int st = ctx_ok(k, kn, err);
-    if (!st) st = check(x, kn, "x", 1, err);
-    if (!st) st = check(out, kn, "out", 1, err);
-    if (st) return st;
+    int rc = ctx_ok(k, kn, err);
+    if (!rc) rc = check(x, kn, "x", 1, err);
+    if (!rc) rc = check(out, kn, "out", 1, err);
+    if (!rc) rc = check_like_x(x, out, kn, err);
+    if (rc) return rc;
     char d1[200], d2[200];
-    if (x->ndim < 1 || out->dtype != x->dtype || !tr_cpu_same_shape(x, out))
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s and out %s should have one shape (>= 1 axis) and dtype", kn,
-                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
     int64_t D = x->shape[x->ndim - 1], rows = D ? tr_tensor_numel(x) / D : 0;
-    if (!st) st = check_vec(bias, D, x->dtype, kn, "bias", err);
-    if (!st) st = check_vec(gamma, D, x->dtype, kn, "gamma", err);
-    if (!st) st = check_vec(beta, D, x->dtype, kn, "beta", err);
-    if (!st && residual && (st = check(residual, kn, "residual", 1, err)) == TR_OK &&
+    if (!rc) rc = check_vec(bias, D, x->dtype, kn, "bias", err);
+    if (!rc) rc = check_vec(gamma, D, x->dtype, kn, "gamma", err);
+    if (!rc) rc = check_vec(beta, D, x->dtype, kn, "beta", err);
+    if (!rc && residual && (rc = check(residual, kn, "residual", 1, err)) == TR_OK &&
         (residual->dtype != x->dtype || !tr_cpu_same_shape(residual, x)))
-        st = tr_error_set(err, TR_ERR_SHAPE, "%s: residual %s should be x's shape and dtype (x is %s)", kn,
+        rc = tr_error_set(err, TR_ERR_SHAPE, "%s: residual %s should be x's shape and dtype (x is %s)", kn,
                           tr_cpu_desc(residual, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2));
-    if (!st && (!(eps >= 0.0f) || !isfinite(eps)))
-        st = tr_error_set(err, TR_ERR_INVALID, "%s: eps %g should be finite and >= 0", kn, (double)eps);
-    if (st) return st;
+    if (!rc && (!(eps >= 0.0f) || !isfinite(eps)))
+        rc = tr_error_set(err, TR_ERR_INVALID, "%s: eps %g should be finite and >= 0", kn, (double)eps);
+    if (rc) return rc;
     k->stats.calls++;
     return TR_CU_LAUNCH(k->cuda, tr_cu_bias_residual_ln(k->cuda->stream, x->dtype, x->data, bias ? bias->data : NULL,
                                                         bias ? bias->dtype : 0, residual ? residual->data : NULL,
@@ -95,20 +87,18 @@ int tr_cuda_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tenso
 int tr_cuda_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, float scale,
                                const struct tr_tensor *mask, struct tr_tensor *out, struct tr_error *err) {
     static const char kn[] = "scale_mask_softmax";
-    int st = ctx_ok(k, kn, err);
-    if (!st) st = check(x, kn, "x", 1, err);
-    if (!st) st = check(out, kn, "out", 1, err);
-    if (!st && mask) st = check(mask, kn, "mask", 1, err);
-    if (st) return st;
+    int rc = ctx_ok(k, kn, err);
+    if (!rc) rc = check(x, kn, "x", 1, err);
+    if (!rc) rc = check(out, kn, "out", 1, err);
+    if (!rc && mask) rc = check(mask, kn, "mask", 1, err);
+    if (!rc) rc = check_like_x(x, out, kn, err);
+    if (rc) return rc;
     char d1[200], d2[200];
-    if (x->ndim < 1 || out->dtype != x->dtype || !tr_cpu_same_shape(x, out))
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s and out %s should have one shape (>= 1 axis) and dtype", kn,
-                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(out, d2, sizeof d2));
     struct tr_cu_lead L;
     lead_of(x, &L);
     struct tr_cu_index mi = {.ndim = x->ndim};
     if (mask && ((mask->dtype != TR_DTYPE_F32 && mask->dtype != x->dtype) ||
-                 !bcast(mask->ndim, mask->shape, x->ndim, x->shape, mi.stride[1])))
+                 !tr_broadcast_strides(mask->ndim, mask->shape, x->ndim, x->shape, mi.stride[1])))
         return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s should be f32 or x's dtype and broadcast to x %s", kn,
                             tr_cpu_desc(mask, d1, sizeof d1), tr_cpu_desc(x, d2, sizeof d2));
     int64_t D = x->shape[x->ndim - 1], rows = D ? tr_tensor_numel(x) / D : 0;
@@ -123,9 +113,9 @@ int tr_cuda_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct t
                                      const struct tr_tensor *beta, float eps, struct tr_tensor *out,
                                      struct tr_error *err) {
     static const char kn[] = "embedding_sum_layer_norm";
-    int st = ctx_ok(k, kn, err);
-    if (!st) st = check(out, kn, "out", 1, err);
-    if (st) return st;
+    int rc = ctx_ok(k, kn, err);
+    if (!rc) rc = check(out, kn, "out", 1, err);
+    if (rc) return rc;
     if (n < 1 || n > TR_CU_ESLN_MAX || !tables || !ids)
         return tr_error_set(err, TR_ERR_INVALID, "%s: %d tables (1 to %d, with their ids) given", kn, n, TR_CU_ESLN_MAX);
     if (out->ndim < 1) return tr_error_set(err, TR_ERR_SHAPE, "%s: out is 0-d (it normalises the last axis)", kn);
@@ -137,14 +127,14 @@ int tr_cuda_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct t
     for (int t = 0; t < n; t++) {
         char what[32];
         snprintf(what, sizeof what, "tables[%d]", t);
-        if ((st = check(&tables[t], kn, what, 1, err)) != TR_OK) return st;
+        if ((rc = check(&tables[t], kn, what, 1, err)) != TR_OK) return rc;
         snprintf(what, sizeof what, "ids[%d]", t);
-        if ((st = check(&ids[t], kn, what, 0, err)) != TR_OK) return st;
+        if ((rc = check(&ids[t], kn, what, 0, err)) != TR_OK) return rc;
         if (tables[t].ndim != 2 || tables[t].shape[1] != D || tables[t].dtype != out->dtype)
             return tr_error_set(err, TR_ERR_SHAPE, "%s: tables[%d] %s should be (V,%lld) of out's dtype", kn, t,
                                 tr_cpu_desc(&tables[t], d1, sizeof d1), (long long)D);
         if ((ids[t].dtype != TR_DTYPE_I32 && ids[t].dtype != TR_DTYPE_I64) ||
-            !bcast(ids[t].ndim, ids[t].shape, L.nl, out->shape, E.ist[t]))
+            !tr_broadcast_strides(ids[t].ndim, ids[t].shape, L.nl, out->shape, E.ist[t]))
             return tr_error_set(err, TR_ERR_SHAPE, "%s: ids[%d] %s should be i32 or i64 and broadcast to out's leading "
                                 "axes (out is %s)", kn, t, tr_cpu_desc(&ids[t], d1, sizeof d1),
                                 tr_cpu_desc(out, d2, sizeof d2));
@@ -153,9 +143,9 @@ int tr_cuda_embedding_sum_layer_norm(struct tr_kernels *k, int n, const struct t
         E.is64[t] = ids[t].dtype == TR_DTYPE_I64;
         E.V[t] = tables[t].shape[0];
     }
-    if ((st = check_vec(gamma, D, out->dtype, kn, "gamma", err)) != TR_OK ||
-        (st = check_vec(beta, D, out->dtype, kn, "beta", err)) != TR_OK)
-        return st;
+    if ((rc = check_vec(gamma, D, out->dtype, kn, "gamma", err)) != TR_OK ||
+        (rc = check_vec(beta, D, out->dtype, kn, "beta", err)) != TR_OK)
+        return rc;
     if (!(eps >= 0.0f) || !isfinite(eps))
         return tr_error_set(err, TR_ERR_INVALID, "%s: eps %g should be finite and >= 0", kn, (double)eps);
     k->stats.calls++;

@@ -44,17 +44,17 @@ static int lt_status(cublasStatus_t s, const char *what, struct tr_error *err) {
 
 static int layout(cublasLtMatrixLayout_t *l, int dt, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
                   int64_t stride, struct tr_error *err) {
-    int st = lt_status(cublasLtMatrixLayoutCreate(l, cu_type(dt), (uint64_t)rows, (uint64_t)cols, ld),
+    int rc = lt_status(cublasLtMatrixLayoutCreate(l, cu_type(dt), (uint64_t)rows, (uint64_t)cols, ld),
                        "cublasLtMatrixLayoutCreate", err);
-    if (st || batch <= 1) return st;
+    if (rc || batch <= 1) return rc;
     int32_t bc = (int32_t)batch;
-    st = lt_status(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc),
+    rc = lt_status(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc),
                    "layout batch count", err);
-    if (!st)
-        st = lt_status(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+    if (!rc)
+        rc = lt_status(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
                                                         sizeof stride),
                        "layout batch stride", err);
-    return st;
+    return rc;
 }
 
 static int make_plan(struct tr_cuda_ctx *c, const struct tr_cuda_gemm_key *key, const struct tr_cuda_gemm_shape *s,
@@ -63,21 +63,21 @@ static int make_plan(struct tr_cuda_ctx *c, const struct tr_cuda_gemm_key *key, 
     if (!g) return tr_error_set(err, TR_ERR_NOMEM, "matmul: no host memory for a plan");
     cublasOperation_t t1 = s->op1_trans ? CUBLAS_OP_T : CUBLAS_OP_N, t2 = s->op2_trans ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epi = (cublasLtEpilogue_t)key->epilogue;
-    int st = lt_status(cublasLtMatmulDescCreate(&g->op, (cublasComputeType_t)key->compute, CUDA_R_32F),
+    int rc = lt_status(cublasLtMatmulDescCreate(&g->op, (cublasComputeType_t)key->compute, CUDA_R_32F),
                        "cublasLtMatmulDescCreate", err);
-    if (!st)
-        st = lt_status(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &t1, sizeof t1), "transa", err);
-    if (!st)
-        st = lt_status(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &t2, sizeof t2), "transb", err);
-    if (!st)
-        st = lt_status(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
+    if (!rc)
+        rc = lt_status(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &t1, sizeof t1), "transa", err);
+    if (!rc)
+        rc = lt_status(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &t2, sizeof t2), "transb", err);
+    if (!rc)
+        rc = lt_status(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi),
                        "epilogue", err);
-    if (!st) st = layout(&g->l1, key->dtype_ab, s->rows1, s->cols1, s->ld1, s->batch, s->stride1, err);
-    if (!st) st = layout(&g->l2, key->dtype_ab, s->rows2, s->cols2, s->ld2, s->batch, s->stride2, err);
-    if (!st) st = layout(&g->lc, key->dtype_c, s->N, s->M, s->ldc, s->batch, s->stridec, err);
+    if (!rc) rc = layout(&g->l1, key->dtype_ab, s->rows1, s->cols1, s->ld1, s->batch, s->stride1, err);
+    if (!rc) rc = layout(&g->l2, key->dtype_ab, s->rows2, s->cols2, s->ld2, s->batch, s->stride2, err);
+    if (!rc) rc = layout(&g->lc, key->dtype_c, s->N, s->M, s->ldc, s->batch, s->stridec, err);
     cublasLtMatmulPreference_t pref = NULL;
-    if (!st) st = lt_status(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", err);
-    if (!st) {
+    if (!rc) rc = lt_status(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate", err);
+    if (!rc) {
         uint64_t ws = c->workspace_size;
         uint32_t al = (uint32_t)key->align;
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
@@ -87,20 +87,20 @@ static int make_plan(struct tr_cuda_ctx *c, const struct tr_cuda_gemm_key *key, 
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
         cublasLtMatmulHeuristicResult_t res;
         int n = 0;
-        st = lt_status(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, g->op, g->l1, g->l2, g->lc, g->lc, pref,
+        rc = lt_status(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, g->op, g->l1, g->l2, g->lc, g->lc, pref,
                                                       1, &res, &n),
                        "cublasLtMatmulAlgoGetHeuristic", err);
-        if (!st && n < 1)
-            st = tr_error_set(err, TR_ERR_UNSUPPORTED, "matmul: cuBLASLt has no algorithm for M=%lld N=%lld K=%lld "
+        if (!rc && n < 1)
+            rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "matmul: cuBLASLt has no algorithm for M=%lld N=%lld K=%lld "
                               "batch=%lld %s (epilogue %d, alignment %d)", (long long)s->M, (long long)s->N,
                               (long long)s->K, (long long)s->batch, tr_dtype_name((enum tr_dtype)key->dtype_ab),
                               key->epilogue, key->align);
-        if (!st) g->algo = res.algo;
+        if (!rc) g->algo = res.algo;
     }
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (st) {
+    if (rc) {
         tr_cuda_gemm_release(g);
-        return st;
+        return rc;
     }
     *out = g;
     return TR_OK;
@@ -141,11 +141,11 @@ static int gemm_check(struct tr_kernels *k, const struct tr_tensor *a, const str
     char d1[200], d2[200];
     if (!k || k->device_type != TR_DEVICE_CUDA || !k->cuda)
         return tr_error_set(err, TR_ERR_INVALID, "matmul: not a cuda kernels context");
-    int st = check_operand(a, "a", err);
-    if (!st) st = check_operand(b, "b", err);
-    if (!st) st = check_operand(c, "c", err);
-    if (!st && bias) st = check_operand(bias, "bias", err);
-    if (st) return st;
+    int rc = check_operand(a, "a", err);
+    if (!rc) rc = check_operand(b, "b", err);
+    if (!rc) rc = check_operand(c, "c", err);
+    if (!rc && bias) rc = check_operand(bias, "bias", err);
+    if (rc) return rc;
     if (a->dtype != b->dtype || a->dtype != c->dtype)
         return tr_error_set(err, TR_ERR_SHAPE, "matmul: a %s, b %s and c should share one dtype",
                             tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2));
@@ -153,7 +153,7 @@ static int gemm_check(struct tr_kernels *k, const struct tr_tensor *a, const str
         return tr_error_set(err, TR_ERR_INVALID, "matmul: unknown activation %d", (int)act);
     memset(g, 0, sizeof *g);
     struct tr_cuda_gemm_shape *s = &g->s;
-    if ((st = tr_cuda_gemm_shape(a, b, c, trans_a, trans_b, s, err)) != TR_OK) return st;
+    if ((rc = tr_cuda_gemm_shape(a, b, c, trans_a, trans_b, s, err)) != TR_OK) return rc;
     if (bias && (bias->ndim < 1 || tr_tensor_numel(bias) != s->N || bias->shape[bias->ndim - 1] != s->N ||
                  (bias->dtype != a->dtype && bias->dtype != TR_DTYPE_F32)))
         return tr_error_set(err, TR_ERR_SHAPE, "matmul: bias %s should have shape [%lld] and be %s (as a) or f32",
@@ -191,23 +191,23 @@ static int gemm_trivial(const struct gemm_args *g) { return g->rows * g->s.N == 
 /* Queues the GEMM on plan p (NULL when gemm_trivial) and its elementwise epilogue. */
 static int gemm_launch(struct tr_cuda_ctx *cx, const struct gemm_args *g, struct gemm_plan *p, float alpha,
                        const void *A, const void *B, void *C, const void *bias, struct tr_error *err) {
-    int st;
+    int rc;
     if (g->rows * g->s.N == 0) return TR_OK;
     if (g->s.K == 0) {
-        st = tr_cu_fill_zero(cx->stream, C, (size_t)(g->rows * g->s.N) * tr_dtype_size((enum tr_dtype)g->dtype), err);
-        if (!st && (bias || g->act != TR_ACT_NONE))
-            st = tr_cu_bias_act(cx->stream, g->dtype, C, bias, bias ? g->bias_dtype : 0, g->rows, g->s.N, g->act, err);
-        return st;
+        rc = tr_cu_fill_zero(cx->stream, C, (size_t)(g->rows * g->s.N) * tr_dtype_size((enum tr_dtype)g->dtype), err);
+        if (!rc && (bias || g->act != TR_ACT_NONE))
+            rc = tr_cu_bias_act(cx->stream, g->dtype, C, bias, bias ? g->bias_dtype : 0, g->rows, g->s.N, g->act, err);
+        return rc;
     }
     const float beta = 0.0f;
-    st = lt_status(cublasLtMatmul((cublasLtHandle_t)cx->lt, p->op, &alpha, B, p->l1, A, p->l2, &beta, C, p->lc, C,
+    rc = lt_status(cublasLtMatmul((cublasLtHandle_t)cx->lt, p->op, &alpha, B, p->l1, A, p->l2, &beta, C, p->lc, C,
                                   p->lc, &p->algo, cx->workspace, cx->workspace_size, cx->stream),
                    "cublasLtMatmul", err);
-    if (st) return st;
+    if (rc) return rc;
     if (g->post_bias || g->post_act)
-        st = tr_cu_bias_act(cx->stream, g->dtype, C, g->post_bias ? bias : NULL, g->post_bias ? g->bias_dtype : 0,
+        rc = tr_cu_bias_act(cx->stream, g->dtype, C, g->post_bias ? bias : NULL, g->post_bias ? g->bias_dtype : 0,
                             g->rows, g->s.N, g->post_act ? g->act : TR_ACT_NONE, err);
-    return st;
+    return rc;
 }
 
 static int set_bias_pointer(struct gemm_plan *p, const void *bias, struct tr_error *err) {
@@ -219,17 +219,17 @@ int tr_cuda_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct
                    int trans_a, int trans_b, float alpha, const struct tr_tensor *bias, enum tr_act act,
                    struct tr_error *err) {
     struct gemm_args g;
-    int st = gemm_check(k, a, b, c, trans_a, trans_b, bias, act, &g, err);
-    if (st) return st;
+    int rc = gemm_check(k, a, b, c, trans_a, trans_b, bias, act, &g, err);
+    if (rc) return rc;
     struct tr_cuda_ctx *cx = k->cuda;
     struct gemm_plan *p = NULL;
     if (!gemm_trivial(&g)) {
         p = tr_cuda_plan_cache_get(cx->gemm_plans, &g.key, sizeof g.key);
         if (!p) {
-            if ((st = make_plan(cx, &g.key, &g.s, &p, err)) != TR_OK) return st;
-            if ((st = tr_cuda_plan_cache_put(cx->gemm_plans, &g.key, sizeof g.key, p, err)) != TR_OK) return st;
+            if ((rc = make_plan(cx, &g.key, &g.s, &p, err)) != TR_OK) return rc;
+            if ((rc = tr_cuda_plan_cache_put(cx->gemm_plans, &g.key, sizeof g.key, p, err)) != TR_OK) return rc;
         }
-        if (g.bias_in_lt && (st = set_bias_pointer(p, bias->data, err)) != TR_OK) return st;
+        if (g.bias_in_lt && (rc = set_bias_pointer(p, bias->data, err)) != TR_OK) return rc;
     }
     if (cx->dry) return TR_OK; /* checked, and the plan made: what a bind wants */
     k->stats.calls++;
@@ -264,9 +264,9 @@ static int gemm_bound_call(struct tr_kernels *k, const struct tr_kernel_call *c,
 int tr_cuda_bind_matmul(struct tr_kernels *k, struct tr_kernel_call *c, const struct tr_tensor *bias, enum tr_act act,
                         struct tr_error *err) {
     struct gemm_args g;
-    int st = gemm_check(k, &c->in[0], &c->in[1], &c->out, c->attrs.ints[0] != 0, c->attrs.ints[1] != 0, bias, act, &g,
+    int rc = gemm_check(k, &c->in[0], &c->in[1], &c->out, c->attrs.ints[0] != 0, c->attrs.ints[1] != 0, bias, act, &g,
                         err);
-    if (st) return st;
+    if (rc) return rc;
     struct gemm_bound *b = calloc(1, sizeof *b);
     if (!b) return tr_error_set(err, TR_ERR_NOMEM, "matmul: no host memory for a bound call");
     b->base.release = gemm_bound_release;
@@ -277,11 +277,11 @@ int tr_cuda_bind_matmul(struct tr_kernels *k, struct tr_kernel_call *c, const st
     b->C = c->out.data;
     b->bias = bias ? bias->data : NULL;
     if (!gemm_trivial(&g)) {
-        st = make_plan(k->cuda, &g.key, &g.s, &b->plan, err);
-        if (!st && g.bias_in_lt) st = set_bias_pointer(b->plan, b->bias, err);
-        if (st) {
+        rc = make_plan(k->cuda, &g.key, &g.s, &b->plan, err);
+        if (!rc && g.bias_in_lt) rc = set_bias_pointer(b->plan, b->bias, err);
+        if (rc) {
             gemm_bound_release(b);
-            return st;
+            return rc;
         }
     }
     c->prepared = b;

@@ -130,8 +130,8 @@ extern "C" int tr_cu_layer_norm_grad_gamma(cudaStream_t s, int dtype, const void
     if (rows > 0)
         TR_CU_FLOAT_SWITCH(dtype, T, layer_norm_grad_kernel<T><<<(unsigned)rows, row_threads(n), 0, s>>>(
                                          (const T *)x, NULL, 0, (const T *)dy, NULL, stats, n, eps));
-    int st = TR_CU_LAUNCHED("layer_norm_grad_gamma stats", err);
-    if (st) return st;
+    int rc = TR_CU_LAUNCHED("layer_norm_grad_gamma stats", err);
+    if (rc) return rc;
     TR_CU_FLOAT_SWITCH(dtype, T, ln_gamma_kernel<T><<<tr_cu_blocks(n), 256, 0, s>>>((const T *)x, (const T *)dy, stats,
                                                                                    dgamma, gdt, rows, n));
     return TR_CU_LAUNCHED("layer_norm_grad_gamma", err);
@@ -161,11 +161,11 @@ extern "C" int tr_cu_embedding_grad(cudaStream_t s, int dtype, const void *ids, 
                                     int64_t rows, int64_t D, int64_t V, float *acc, long long *flag,
                                     struct tr_error *err) {
     float *a = dtype == TR_DTYPE_F32 ? (float *)dtable : acc;
-    int st = TR_CU_CHECK(cudaMemsetAsync(a, 0, (size_t)(V * D) * sizeof(float), s), "embedding_grad: zero fill", err);
-    if (st || rows * D == 0) return st;
+    int rc = TR_CU_CHECK(cudaMemsetAsync(a, 0, (size_t)(V * D) * sizeof(float), s), "embedding_grad: zero fill", err);
+    if (rc || rows * D == 0) return rc;
     TR_CU_FLOAT_SWITCH(dtype, T, embedding_grad_kernel<T><<<(unsigned)rows, row_threads(D), 0, s>>>(
                                      ids, id_dtype, (const T *)dy, a, D, V, flag));
-    if ((st = TR_CU_LAUNCHED("embedding_grad", err)) != TR_OK || dtype == TR_DTYPE_F32) return st;
+    if ((rc = TR_CU_LAUNCHED("embedding_grad", err)) != TR_OK || dtype == TR_DTYPE_F32) return rc;
     TR_CU_FLOAT_SWITCH(dtype, T, f32_to_kernel<T><<<tr_cu_blocks(V * D), 256, 0, s>>>(a, (T *)dtable, V * D));
     return TR_CU_LAUNCHED("embedding_grad cast", err);
 }
@@ -201,12 +201,8 @@ __global__ void ce_grad_kernel(const T *logits, const void *labels, int ldt, con
         for (int64_t j = threadIdx.x; j < C; j += blockDim.x) tr_st(d + j, 0.0f);
         return;
     }
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) m = fmaxf(m, tr_ld(x + j));
-    m = tr_block_max(m, sh);
-    float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) sum += expf(tr_ld(x + j) - m);
-    sum = tr_block_sum(sum, sh);
+    float m, sum;
+    tr_block_row_max_sum(x, C, sh, &m, &sum);
     float g = tr_ld_dt(dloss, ddt, 0) / *count;
     for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
         tr_st(d + j, g * (expf(tr_ld(x + j) - m) / sum - (j == lab ? 1.0f : 0.0f)));
@@ -218,8 +214,8 @@ extern "C" int tr_cu_cross_entropy_grad(cudaStream_t s, int dtype, const void *l
                                         struct tr_error *err) {
     if (rows * C == 0) return TR_OK;
     count_valid_kernel<<<1, 256, 0, s>>>(labels, ldt, rows, has_ignore, ignore, scratch);
-    int st = TR_CU_LAUNCHED("cross_entropy_grad count", err);
-    if (st) return st;
+    int rc = TR_CU_LAUNCHED("cross_entropy_grad count", err);
+    if (rc) return rc;
     TR_CU_FLOAT_SWITCH(dtype, T, ce_grad_kernel<T><<<(unsigned)rows, row_threads(C), 0, s>>>(
                                      (const T *)logits, labels, ldt, dloss, ddt, C, has_ignore, ignore, scratch, (T *)dx,
                                      flag));

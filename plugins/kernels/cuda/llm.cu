@@ -89,8 +89,8 @@ extern "C" int tr_cu_rms_norm(cudaStream_t s, int op, int dtype, const void *x, 
     if (rows > 0) {
         TR_CU_FLOAT_SWITCH(dtype, T, rms_norm_grad_kernel<T><<<(unsigned)rows, row_threads(n), 0, s>>>(
                                          (const T *)x, NULL, 0, (const T *)dy, NULL, rstd, n, eps, 0));
-        int st = TR_CU_LAUNCHED("rms_norm_grad_w rstd", err);
-        if (st) return st;
+        int rc = TR_CU_LAUNCHED("rms_norm_grad_w rstd", err);
+        if (rc) return rc;
     }
     TR_CU_FLOAT_SWITCH(dtype, T, rms_dw_kernel<T><<<tr_cu_blocks(n), 256, 0, s>>>((const T *)x, (const T *)dy, rstd, out,
                                                                                  odt, rows, n));

@@ -58,15 +58,15 @@ static int entry(const char *sym, void **fn, struct tr_error *err) {
 static int driver(struct tr_error *err) {
     if (__atomic_load_n(&drv.loaded, __ATOMIC_ACQUIRE)) return TR_OK;
     struct tr_cu_driver d = {0};
-    int st = entry("cuGetErrorName", (void **)&d.get_error_name, err);
-    if (!st) st = entry("cuGetErrorString", (void **)&d.get_error_string, err);
-    if (!st) st = entry("cuCtxGetCurrent", (void **)&d.ctx_get_current, err);
-    if (!st) st = entry("cuCtxSetCurrent", (void **)&d.ctx_set_current, err);
-    if (!st) st = entry("cuModuleLoadData", (void **)&d.module_load_data, err);
-    if (!st) st = entry("cuModuleUnload", (void **)&d.module_unload, err);
-    if (!st) st = entry("cuModuleGetFunction", (void **)&d.module_get_function, err);
-    if (!st) st = entry("cuLaunchKernel", (void **)&d.launch_kernel, err);
-    if (st) return st;
+    int rc = entry("cuGetErrorName", (void **)&d.get_error_name, err);
+    if (!rc) rc = entry("cuGetErrorString", (void **)&d.get_error_string, err);
+    if (!rc) rc = entry("cuCtxGetCurrent", (void **)&d.ctx_get_current, err);
+    if (!rc) rc = entry("cuCtxSetCurrent", (void **)&d.ctx_set_current, err);
+    if (!rc) rc = entry("cuModuleLoadData", (void **)&d.module_load_data, err);
+    if (!rc) rc = entry("cuModuleUnload", (void **)&d.module_unload, err);
+    if (!rc) rc = entry("cuModuleGetFunction", (void **)&d.module_get_function, err);
+    if (!rc) rc = entry("cuLaunchKernel", (void **)&d.launch_kernel, err);
+    if (rc) return rc;
     d.loaded = 1;
     drv = d;
     __atomic_store_n(&drv.loaded, 1, __ATOMIC_RELEASE);
@@ -91,8 +91,8 @@ static int need_cuda(const struct tr_kernels *k, const char *what, struct tr_err
 
 int tr_kernels_cuda_sm(const struct tr_kernels *k, int *sm, struct tr_error *err) {
     if (sm) *sm = 0;
-    int st = need_cuda(k, "tr_kernels_cuda_sm", err);
-    if (st) return st;
+    int rc = need_cuda(k, "tr_kernels_cuda_sm", err);
+    if (rc) return rc;
     if (!sm) return tr_error_set(err, TR_ERR_INVALID, "tr_kernels_cuda_sm: sm is NULL");
     *sm = k->cuda->sm;
     return TR_OK;
@@ -111,16 +111,16 @@ int tr_cuda_nvrtc_version(int *major, int *minor, struct tr_error *err) {
 /* The module's context current on this thread (the runtime may have left another). */
 static int make_current(CUcontext ctx, const char *subject, struct tr_error *err) {
     CUcontext cur = NULL;
-    int st = cu_status(drv.ctx_get_current(&cur), "cuCtxGetCurrent for", subject, err);
-    if (!st && cur != ctx) st = cu_status(drv.ctx_set_current(ctx), "cuCtxSetCurrent for", subject, err);
-    return st;
+    int rc = cu_status(drv.ctx_get_current(&cur), "cuCtxGetCurrent for", subject, err);
+    if (!rc && cur != ctx) rc = cu_status(drv.ctx_set_current(ctx), "cuCtxSetCurrent for", subject, err);
+    return rc;
 }
 
 int tr_cuda_module_load(struct tr_kernels *k, const void *cubin, size_t size, const char *name,
                         struct tr_cuda_module **out, struct tr_error *err) {
     if (out) *out = NULL;
-    int st = need_cuda(k, "tr_cuda_module_load", err);
-    if (st) return st;
+    int rc = need_cuda(k, "tr_cuda_module_load", err);
+    if (rc) return rc;
     if (!name) name = "(unnamed module)";
     if (!out || !cubin || size < 4)
         return tr_error_set(err, TR_ERR_INVALID, "tr_cuda_module_load %s: a cubin (%zu bytes) and out are needed", name,
@@ -128,19 +128,19 @@ int tr_cuda_module_load(struct tr_kernels *k, const void *cubin, size_t size, co
     if (memcmp(cubin, "\x7f" "ELF", 4) != 0)
         return tr_error_set(err, TR_ERR_INVALID, "tr_cuda_module_load %s: the image is not a cubin (no ELF header)",
                             name);
-    if ((st = driver(err)) != TR_OK) return st;
+    if ((rc = driver(err)) != TR_OK) return rc;
     /* the runtime's primary context of the context's device becomes current */
-    st = TR_CU_CHECK(cudaSetDevice(k->cuda->device), "tr_cuda_module_load: cudaSetDevice", err);
-    if (st) return st;
+    rc = TR_CU_CHECK(cudaSetDevice(k->cuda->device), "tr_cuda_module_load: cudaSetDevice", err);
+    if (rc) return rc;
     struct tr_cuda_module *m = calloc(1, sizeof *m);
     if (!m) return tr_error_set(err, TR_ERR_NOMEM, "tr_cuda_module_load %s: out of host memory", name);
     snprintf(m->name, sizeof m->name, "%s", name);
-    st = cu_status(drv.ctx_get_current(&m->ctx), "cuCtxGetCurrent for module", name, err);
-    if (!st && !m->ctx) st = tr_error_set(err, TR_ERR_DEVICE, "cuda: module %s: no current CUDA context", name);
-    if (!st) st = cu_status(drv.module_load_data(&m->mod, cubin), "cuModuleLoadData of module", name, err);
-    if (st) {
+    rc = cu_status(drv.ctx_get_current(&m->ctx), "cuCtxGetCurrent for module", name, err);
+    if (!rc && !m->ctx) rc = tr_error_set(err, TR_ERR_DEVICE, "cuda: module %s: no current CUDA context", name);
+    if (!rc) rc = cu_status(drv.module_load_data(&m->mod, cubin), "cuModuleLoadData of module", name, err);
+    if (rc) {
         free(m);
-        return st;
+        return rc;
     }
     *out = m;
     return TR_OK;
@@ -152,10 +152,10 @@ int tr_cuda_module_kernel(struct tr_cuda_module *m, const char *kernel, void **f
     char subject[192];
     snprintf(subject, sizeof subject, "%s in module %s", kernel, m->name);
     CUfunction f = NULL;
-    int st = make_current(m->ctx, subject, err);
-    if (!st) st = cu_status(drv.module_get_function(&f, m->mod, kernel), "cuModuleGetFunction of kernel", subject, err);
-    if (!st) *fn = f;
-    return st;
+    int rc = make_current(m->ctx, subject, err);
+    if (!rc) rc = cu_status(drv.module_get_function(&f, m->mod, kernel), "cuModuleGetFunction of kernel", subject, err);
+    if (!rc) *fn = f;
+    return rc;
 }
 
 int tr_cuda_module_launch(struct tr_kernels *k, struct tr_cuda_module *m, void *fn, const char *kernel,
@@ -164,12 +164,12 @@ int tr_cuda_module_launch(struct tr_kernels *k, struct tr_cuda_module *m, void *
     if (!kernel) kernel = "(unnamed kernel)";
     char what[160];
     snprintf(what, sizeof what, "tr_cuda_module_launch of kernel %s", kernel);
-    int st = need_cuda(k, what, err);
-    if (st) return st;
+    int rc = need_cuda(k, what, err);
+    if (rc) return rc;
     if (!m || !fn || !grid || !block)
         return tr_error_set(err, TR_ERR_INVALID, "tr_cuda_module_launch %s: module, function, grid and block are needed",
                             kernel);
-    if ((st = make_current(m->ctx, kernel, err)) != TR_OK) return st;
+    if ((rc = make_current(m->ctx, kernel, err)) != TR_OK) return rc;
     CUresult r = drv.launch_kernel((CUfunction)fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem,
                                    (CUstream)k->cuda->stream, params, NULL);
     if (r != CUDA_SUCCESS) {

@@ -21,8 +21,8 @@ int tr_cuda_nvrtc_compile(const char *src, const char *name, int sm, void **cubi
     if (!name) name = "kernel.cu";
     if (sm < 50 || sm > 200) return tr_error_set(err, TR_ERR_INVALID, "NVRTC: architecture sm_%d is not one", sm);
     nvrtcProgram prog;
-    int st = nvrtc_status(nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL), "nvrtcCreateProgram", name, err);
-    if (st) return st;
+    int rc = nvrtc_status(nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL), "nvrtcCreateProgram", name, err);
+    if (rc) return rc;
     char arch[40];
     snprintf(arch, sizeof arch, "--gpu-architecture=sm_%d", sm);
     const char *opts[] = {arch, "--std=c++17", "--use_fast_math"};
@@ -35,15 +35,15 @@ int tr_cuda_nvrtc_compile(const char *src, const char *name, int sm, void **cubi
         lg = NULL;
     }
     if (cr != NVRTC_SUCCESS) {
-        st = tr_error_set(err, TR_ERR_INVALID, "NVRTC: %s does not compile for sm_%d (%s): %.700s", name, sm,
+        rc = tr_error_set(err, TR_ERR_INVALID, "NVRTC: %s does not compile for sm_%d (%s): %.700s", name, sm,
                           nvrtcGetErrorString(cr), lg ? lg : "(no log)");
     } else {
         size_t n = 0;
-        st = nvrtc_status(nvrtcGetCUBINSize(prog, &n), "nvrtcGetCUBINSize", name, err);
-        void *bin = st ? NULL : malloc(n ? n : 1);
-        if (!st && !bin) st = tr_error_set(err, TR_ERR_NOMEM, "NVRTC: no memory for a cubin of %zu bytes", n);
-        if (!st) st = nvrtc_status(nvrtcGetCUBIN(prog, bin), "nvrtcGetCUBIN", name, err);
-        if (st) {
+        rc = nvrtc_status(nvrtcGetCUBINSize(prog, &n), "nvrtcGetCUBINSize", name, err);
+        void *bin = rc ? NULL : malloc(n ? n : 1);
+        if (!rc && !bin) rc = tr_error_set(err, TR_ERR_NOMEM, "NVRTC: no memory for a cubin of %zu bytes", n);
+        if (!rc) rc = nvrtc_status(nvrtcGetCUBIN(prog, bin), "nvrtcGetCUBIN", name, err);
+        if (rc) {
             free(bin);
         } else {
             *cubin = bin;
@@ -55,5 +55,5 @@ int tr_cuda_nvrtc_compile(const char *src, const char *name, int sm, void **cubi
         *log = lg;
     else
         free(lg);
-    return st;
+    return rc;
 }

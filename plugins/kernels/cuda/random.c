@@ -35,27 +35,27 @@ int tr_cuda_random(struct tr_kernels *k, int dist, uint64_t seed, float a, float
     const int uniform = dist == TR_RANDOM_UNIFORM;
     const size_t draws = uniform ? (size_t)n : ((size_t)n + 1) & ~(size_t)1;
     float *buf = NULL;
-    int st;
+    int rc;
     /* cuRAND writes its normals in pairs: straight into out only when that is 8-aligned */
     if (out->dtype == TR_DTYPE_F32 && draws == (size_t)n && (uniform || ((uintptr_t)out->data & 7) == 0)) {
         buf = out->data;
     } else {
         void *p = NULL;
-        if ((st = tr_cuda_scratch(c, draws * sizeof(float), &p, err)) != TR_OK) return st;
+        if ((rc = tr_cuda_scratch(c, draws * sizeof(float), &p, err)) != TR_OK) return rc;
         buf = p;
     }
     curandGenerator_t g = (curandGenerator_t)c->curand;
-    st = rand_status(curandSetStream(g, c->stream), "curandSetStream", err);
-    if (!st) st = rand_status(curandSetPseudoRandomGeneratorSeed(g, seed), "curandSetPseudoRandomGeneratorSeed", err);
-    if (!st) st = rand_status(curandSetGeneratorOffset(g, 0), "curandSetGeneratorOffset", err);
-    if (st) return st;
+    rc = rand_status(curandSetStream(g, c->stream), "curandSetStream", err);
+    if (!rc) rc = rand_status(curandSetPseudoRandomGeneratorSeed(g, seed), "curandSetPseudoRandomGeneratorSeed", err);
+    if (!rc) rc = rand_status(curandSetGeneratorOffset(g, 0), "curandSetGeneratorOffset", err);
+    if (rc) return rc;
     if (uniform) {
-        st = rand_status(curandGenerateUniform(g, buf, draws), "curandGenerateUniform", err);
+        rc = rand_status(curandGenerateUniform(g, buf, draws), "curandGenerateUniform", err);
         /* (0, 1] -> [a, b): u = 1 gives a, u -> 0 approaches b */
-        if (!st) st = tr_cu_unary(c->stream, TR_OP_SCALE, TR_DTYPE_F32, buf, buf, n, a - b, b, 0, err);
+        if (!rc) rc = tr_cu_unary(c->stream, TR_OP_SCALE, TR_DTYPE_F32, buf, buf, n, a - b, b, 0, err);
     } else {
-        st = rand_status(curandGenerateNormal(g, buf, draws, a, b), "curandGenerateNormal", err);
+        rc = rand_status(curandGenerateNormal(g, buf, draws, a, b), "curandGenerateNormal", err);
     }
-    if (st || buf == out->data) return st;
+    if (rc || buf == out->data) return rc;
     return tr_cu_cast(c->stream, buf, TR_DTYPE_F32, out->data, out->dtype, n, err);
 }

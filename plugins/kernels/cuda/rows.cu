@@ -162,12 +162,8 @@ __global__ void ce_rows_kernel(const T *logits, const void *labels, int ldt, int
         return;
     }
     const T *x = logits + r * C;
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) m = fmaxf(m, tr_ld(x + j));
-    m = tr_block_max(m, sh);
-    float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) sum += expf(tr_ld(x + j) - m);
-    sum = tr_block_sum(sum, sh);
+    float m, sum;
+    tr_block_row_max_sum(x, C, sh, &m, &sum);
     if (threadIdx.x == 0) {
         row_loss[r] = logf(sum) + m - tr_ld(x + lab);
         row_valid[r] = 1;
@@ -202,8 +198,8 @@ extern "C" int tr_cu_cross_entropy(cudaStream_t s, int dtype, const void *logits
         TR_CU_FLOAT_SWITCH(dtype, T, ce_rows_kernel<T><<<(unsigned)rows, row_threads(C), 0, s>>>(
                                          (const T *)logits, labels, label_dtype, C, has_ignore, ignore, row_loss,
                                          row_valid, flag));
-        int st = TR_CU_LAUNCHED("cross_entropy rows", err);
-        if (st) return st;
+        int rc = TR_CU_LAUNCHED("cross_entropy rows", err);
+        if (rc) return rc;
     }
     ce_mean_kernel<<<1, 256, 0, s>>>(row_loss, row_valid, rows, loss);
     return TR_CU_LAUNCHED("cross_entropy mean", err);

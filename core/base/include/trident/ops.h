@@ -157,6 +157,16 @@ enum tr_op {
     TR_OP_COUNT
 };
 
+/* An activation: a GEMM epilogue and fused ops' (kernels.h), a model's hidden_act. */
+enum tr_act {
+    TR_ACT_NONE = 0,
+    TR_ACT_GELU = 1,       /* erf form */
+    TR_ACT_GELU_TANH = 2,
+    TR_ACT_RELU = 3,
+    TR_ACT_TANH = 4,
+    TR_ACT_SILU = 5,
+};
+
 #define TR_ATTR_INTS 8
 #define TR_ATTR_FLOATS 4
 
@@ -172,6 +182,9 @@ int tr_op_arity(int op);               /* fixed input count, or -1 for variadic 
 int tr_op_from_name(const char *s);    /* -1 if unknown */
 int tr_op_is_elementwise_unary(int op);
 int tr_op_is_elementwise_binary(int op);
+/* 1 for the ops only a training step has (gradients, an optimizer step): a backend
+ * without TR_CAP_TRAINING is not given them. */
+int tr_op_is_training(int op);
 
 /* Attribute defaults, the one definition of each. Graph build (graph_infer.c) stores them
  * resolved, so a graph's nodes always carry the value; kernels called directly

@@ -44,6 +44,14 @@ size_t tr_tensor_nbytes(const struct tr_tensor *t);
 int tr_tensor_is_contiguous(const struct tr_tensor *t);
 int64_t tr_shape_numel(int ndim, const int64_t *shape);
 
+/* 1 if the two shapes have the same rank and extents. */
+int tr_shape_equal(int na, const int64_t *a, int nb, const int64_t *b);
+
+/* Element strides of a contiguous tensor of shape s (nd axes) read broadcast,
+ * numpy-style right-aligned, over `full` (nf axes): st[i] for each of the nf axes, 0
+ * where s broadcasts. Returns 1, or 0 (st unspecified) if s does not broadcast to full. */
+int tr_broadcast_strides(int nd, const int64_t *s, int nf, const int64_t *full, int64_t *st);
+
 /* "[2,128,64]" into buf (always NUL-terminated); returns buf. */
 const char *tr_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
 

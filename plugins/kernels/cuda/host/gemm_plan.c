@@ -187,10 +187,6 @@ int tr_cuda_plan_cache_put(struct tr_cuda_plan_cache *c, const void *key, size_t
 
 void tr_cuda_plan_cache_get_stats(const struct tr_cuda_plan_cache *c, struct tr_cuda_plan_cache_stats *st) {
     if (!st) return;
-    if (!c) {
-        memset(st, 0, sizeof *st);
-        return;
-    }
-    *st = c->st;
-    st->entries = c->n;
+    *st = c ? c->st : (struct tr_cuda_plan_cache_stats){0};
+    if (c) st->entries = c->n;
 }

@@ -196,12 +196,8 @@ int tr_cuda_graph_book_drop_owner(struct tr_cuda_graph_book *b, uint64_t owner) 
 
 void tr_cuda_graph_book_get_stats(const struct tr_cuda_graph_book *b, struct tr_cuda_graph_stats *st) {
     if (!st) return;
-    if (!b) {
-        memset(st, 0, sizeof *st);
-        return;
-    }
-    *st = b->st;
-    st->n_entries = b->n;
+    *st = b ? b->st : (struct tr_cuda_graph_stats){0};
+    if (b) st->n_entries = b->n;
 }
 
 int tr_cuda_graph_book_step(struct tr_cuda_graph_book *b, const struct tr_cuda_graph_ops *ops, struct tr_kernels *k,

@@ -69,15 +69,21 @@ static size_t lower_bound(const struct free_set *f, const void *stream, size_t s
     return lo;
 }
 
+/* v with room for element n of a doubling array of esz-byte elements (first capacity
+ * `first`), *cap updated; NULL on no memory, v then untouched. */
+static void *grow(void *v, size_t n, size_t *cap, size_t first, size_t esz) {
+    if (n < *cap) return v;
+    size_t c = *cap ? 2 * *cap : first;
+    void *nv = realloc(v, c * esz);
+    if (nv) *cap = c;
+    return nv;
+}
+
 static int free_insert(struct tr_cuda_pool *p, struct block *b) {
     struct free_set *f = &p->free[b->pool];
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? 2 * f->cap : 64;
-        struct block **v = realloc(f->v, cap * sizeof *v);
-        if (!v) return TR_ERR_NOMEM;
-        f->v = v;
-        f->cap = cap;
-    }
+    struct block **v = grow(f->v, f->n, &f->cap, 64, sizeof *v);
+    if (!v) return TR_ERR_NOMEM;
+    f->v = v;
     size_t i = lower_bound(f, b->stream, b->size, (uintptr_t)b->ptr);
     memmove(f->v + i + 1, f->v + i, (f->n - i) * sizeof *f->v);
     f->v[i] = b;
@@ -163,13 +169,9 @@ static void live_remove_at(struct tr_cuda_pool *p, size_t i) {
 /* ---- segments ---- */
 
 static int seg_add(struct tr_cuda_pool *p, struct block *b) {
-    if (p->n_seg == p->cap_seg) {
-        size_t cap = p->cap_seg ? 2 * p->cap_seg : 16;
-        struct block **v = realloc(p->seg, cap * sizeof *v);
-        if (!v) return TR_ERR_NOMEM;
-        p->seg = v;
-        p->cap_seg = cap;
-    }
+    struct block **v = grow(p->seg, p->n_seg, &p->cap_seg, 16, sizeof *v);
+    if (!v) return TR_ERR_NOMEM;
+    p->seg = v;
     p->seg[p->n_seg++] = b;
     p->st.n_segments++;
     return TR_OK;
@@ -363,12 +365,7 @@ int tr_cuda_pool_dealloc(struct tr_cuda_pool *p, void *ptr, struct tr_error *err
 }
 
 void tr_cuda_pool_get_stats(const struct tr_cuda_pool *p, struct tr_cuda_pool_stats *st) {
-    if (!st) return;
-    if (!p) {
-        memset(st, 0, sizeof *st);
-        return;
-    }
-    *st = p->st;
+    if (st) *st = p ? p->st : (struct tr_cuda_pool_stats){0};
 }
 
 void tr_cuda_pool_reset_peak(struct tr_cuda_pool *p) {

@@ -222,8 +222,8 @@ int tr_cuda_k_attention_backward(struct tr_kernels *k, const struct tr_tensor *q
     if (!dq && !dk && !dv) return tr_error_set(err, TR_ERR_INVALID, "attention_backward: no gradient asked for");
     for (int w = 0; w < 3; w++) {
         if (!outs[w]) continue;
-        int st = tr_cuda_k_attention_grad(k, q, kk, v, dy, mask, scale, causal, window, w, outs[w], err);
-        if (st) return st;
+        int rc = tr_cuda_k_attention_grad(k, q, kk, v, dy, mask, scale, causal, window, w, outs[w], err);
+        if (rc) return rc;
     }
     return TR_OK;
 }
@@ -327,11 +327,11 @@ int tr_cuda_k_rope(struct tr_kernels *k, const struct tr_tensor *x, const struct
 static int bind_check(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct tr_kernels_stats saved = k->stats;
     int was = tr_cuda_set_dry(k, 1);
-    int st = c->fn(k, c, err);
+    int rc = c->fn(k, c, err);
     tr_cuda_set_dry(k, was);
     k->stats = saved;
-    if (st) tr_kernels_unbind(k, c);
-    return st;
+    if (rc) tr_kernels_unbind(k, c);
+    return rc;
 }
 
 /* The call zeroed, as the cpu binders start. */

@@ -31,16 +31,6 @@ extern "C" {
 
 struct tr_kernels;
 
-/* Activation applied as a GEMM epilogue (and by fused ops). */
-enum tr_act {
-    TR_ACT_NONE = 0,
-    TR_ACT_GELU = 1,       /* erf form */
-    TR_ACT_GELU_TANH = 2,
-    TR_ACT_RELU = 3,
-    TR_ACT_TANH = 4,
-    TR_ACT_SILU = 5,
-};
-
 /* Counters a context keeps, for reports. */
 struct tr_kernels_stats {
     uint64_t calls;              /* kernel entry points called */
