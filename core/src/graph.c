@@ -516,6 +516,27 @@ int tr_update_slice(struct tr_graph *g, int x, int update, int start, int axis) 
     return tr_graph_add_node(g, TR_OP_UPDATE_SLICE, 3, in, &at);
 }
 
+int tr_conv2d(struct tr_graph *g, int x, int w, int bias, int stride, int padding) {
+    struct tr_attrs at = attrs0();
+    at.ints[0] = stride;
+    at.ints[1] = padding;
+    at.ints[2] = 1;
+    at.ints[3] = 1;
+    at.n_ints = 4;
+    int in[3] = {x, w, bias};
+    return tr_graph_add_node(g, TR_OP_CONV2D, bias < 0 ? 2 : 3, in, &at);
+}
+
+int tr_group_norm(struct tr_graph *g, int x, int gamma, int beta, int groups, float eps, int silu) {
+    struct tr_attrs at = attrs0();
+    at.ints[0] = groups;
+    at.ints[1] = silu != 0;
+    at.n_ints = 2;
+    at.floats[0] = eps;
+    int in[3] = {x, gamma, beta};
+    return tr_graph_add_node(g, TR_OP_GROUP_NORM, 3, in, &at);
+}
+
 int tr_concat(struct tr_graph *g, int n, const int *xs, int axis) {
     struct tr_attrs at = attrs0();
     at.ints[0] = axis;

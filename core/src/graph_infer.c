@@ -654,6 +654,75 @@ static int infer_update_slice(struct ctx *c, const struct arg *a, struct tr_attr
     return TR_OK;
 }
 
+/* CONV2D (x (N,H,W,Cin), w (KH,KW,Cin,Cout), [bias (Cout)]). Stores stride, dilation and
+ * groups resolved (0 means 1); only dilation 1 and groups 1 exist for now, so anything
+ * else is refused here rather than computed wrongly later. */
+static int infer_conv2d(struct ctx *c, int n, const struct arg *a, struct tr_attrs *at, int *dt, int *nd,
+                        int64_t *sh) {
+    static const char *const what[] = {"x", "w"};
+    if (n != 2 && n != 3)
+        return refuse(c, TR_ERR_INVALID, "%d inputs, expected x, w and an optional bias", n);
+    int rc = same_float(c, 2, a, what);
+    if (rc) return rc;
+    const struct arg *x = &a[0], *w = &a[1];
+    if (x->nd != 4) return refuse(c, TR_ERR_SHAPE, "x %s must be 4-D (N,H,W,Cin), channels last", x->str);
+    if (w->nd != 4) return refuse(c, TR_ERR_SHAPE, "w %s must be 4-D (KH,KW,Cin,Cout)", w->str);
+    if (w->sh[2] != x->sh[3])
+        return refuse(c, TR_ERR_SHAPE, "w %s has Cin %lld, expected x %s's channels %lld (w is (KH,KW,Cin,Cout))",
+                      w->str, (long long)w->sh[2], x->str, (long long)x->sh[3]);
+    if (n == 3) {
+        const struct arg *b = &a[2];
+        if ((b->dt != x->dt && b->dt != TR_DTYPE_F32) || b->nd != 1 || b->sh[0] != w->sh[3])
+            return refuse(c, TR_ERR_SHAPE, "bias %s, expected [%lld] (Cout of w %s) of %s or f32", b->str,
+                          (long long)w->sh[3], w->str, tr_dtype_name((enum tr_dtype)x->dt));
+    }
+    int64_t stride = at->ints[0] == 0 ? 1 : at->ints[0], pad = at->ints[1];
+    int64_t dil = at->ints[2] == 0 ? 1 : at->ints[2], groups = at->ints[3] == 0 ? 1 : at->ints[3];
+    if (stride < 1) return refuse(c, TR_ERR_INVALID, "stride %lld, expected >= 1", (long long)stride);
+    if (pad < 0) return refuse(c, TR_ERR_INVALID, "padding %lld, expected >= 0", (long long)pad);
+    if (dil != 1) return refuse(c, TR_ERR_UNSUPPORTED, "dilation %lld, only 1 is supported", (long long)dil);
+    if (groups != 1) return refuse(c, TR_ERR_UNSUPPORTED, "groups %lld, only 1 is supported", (long long)groups);
+    int64_t oh = x->sh[1] + 2 * pad - w->sh[0], ow = x->sh[2] + 2 * pad - w->sh[1];
+    if (w->sh[0] < 1 || w->sh[1] < 1 || oh < 0 || ow < 0)
+        return refuse(c, TR_ERR_SHAPE, "kernel %lldx%lld of w %s does not fit x %s padded by %lld", (long long)w->sh[0],
+                      (long long)w->sh[1], w->str, x->str, (long long)pad);
+    at->ints[0] = stride;
+    at->ints[2] = dil;
+    at->ints[3] = groups;
+    at->n_ints = 4;
+    *dt = x->dt;
+    *nd = 4;
+    sh[0] = x->sh[0];
+    sh[1] = oh / stride + 1;
+    sh[2] = ow / stride + 1;
+    sh[3] = w->sh[3];
+    return TR_OK;
+}
+
+/* GROUP_NORM (x (N,H,W,C), gamma (C), beta (C)): C divisible by the groups. */
+static int infer_group_norm(struct ctx *c, const struct arg *a, const struct tr_attrs *at, int *dt, int *nd,
+                            int64_t *sh) {
+    static const char *const what[] = {"x", "gamma", "beta"};
+    int rc = same_float(c, 3, a, what);
+    if (rc) return rc;
+    const struct arg *x = &a[0];
+    if (x->nd != 4) return refuse(c, TR_ERR_SHAPE, "x %s must be 4-D (N,H,W,C), channels last", x->str);
+    int64_t C = x->sh[3], G = at->ints[0];
+    for (int i = 1; i < 3; i++)
+        if (a[i].nd != 1 || a[i].sh[0] != C)
+            return refuse(c, TR_ERR_SHAPE, "%s is %s, expected [%lld] (the channels of x %s)", what[i], a[i].str,
+                          (long long)C, x->str);
+    if (G < 1 || C % G != 0)
+        return refuse(c, TR_ERR_INVALID, "groups %lld for x %s: expected >= 1 and dividing its %lld channels",
+                      (long long)G, x->str, (long long)C);
+    if (at->ints[1] != 0 && at->ints[1] != 1)
+        return refuse(c, TR_ERR_INVALID, "silu flag ints[1]=%lld, expected 0 or 1", (long long)at->ints[1]);
+    if (!(at->floats[0] >= 0.0f) || isinf(at->floats[0]))
+        return refuse(c, TR_ERR_INVALID, "eps %g, expected a finite value >= 0", (double)at->floats[0]);
+    copy_shape(x, dt, nd, sh);
+    return TR_OK;
+}
+
 int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *in, struct tr_attrs *attrs,
                         int *dtype, int *ndim, int64_t *shape, char *msg, size_t msg_size) {
     struct ctx c = {msg, msg_size};
@@ -737,6 +806,10 @@ int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *i
         return infer_rope(&c, a, attrs, dtype, ndim, shape);
     case TR_OP_UPDATE_SLICE:
         return infer_update_slice(&c, a, attrs, dtype, ndim, shape);
+    case TR_OP_CONV2D:
+        return infer_conv2d(&c, n_in, a, attrs, dtype, ndim, shape);
+    case TR_OP_GROUP_NORM:
+        return infer_group_norm(&c, a, attrs, dtype, ndim, shape);
     default:
         return refuse(&c, TR_ERR_UNSUPPORTED, "no shape rule for op %d", op);
     }

@@ -88,6 +88,10 @@ int tr_attention(struct tr_graph *g, int q, int k, int v, int mask, float scale,
 int tr_rms_norm(struct tr_graph *g, int x, int w, float eps, int add_one);
 /* rot_dims 0: all of D. */
 int tr_rope(struct tr_graph *g, int x, int pos, float base, int rot_dims);
+/* NHWC x, HWIO w (ops.h CONV2D); bias < 0: none. */
+int tr_conv2d(struct tr_graph *g, int x, int w, int bias, int stride, int padding);
+/* NHWC x; silu: SiLU after the affine (ops.h GROUP_NORM). */
+int tr_group_norm(struct tr_graph *g, int x, int gamma, int beta, int groups, float eps, int silu);
 
 /* Generic form used by the above (and by passes that copy nodes): checks arity, infers
  * dtype and shape, names the node. */

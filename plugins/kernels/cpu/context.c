@@ -73,6 +73,7 @@ void tr_kernels_free(struct tr_kernels *k) {
     if (!k) return;
     if (k->cuda) tr_cuda_ctx_free(k);
     tr_cpu_matmul_cache_free(k);
+    tr_cpu_conv_cache_free(k);
     tr_cpu_scratch_free(k);
     if (k->stream) dnnl_stream_destroy((dnnl_stream_t)k->stream);
     if (k->engine) dnnl_engine_destroy((dnnl_engine_t)k->engine);

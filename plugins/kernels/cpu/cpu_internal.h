@@ -61,6 +61,7 @@ int tr_cpu_isa_fix(struct tr_error *err);
 #define TR_CPU_PAR_MIN 32768
 
 struct tr_mm_entry; /* a cached oneDNN matmul primitive (matmul.c) */
+struct tr_conv_entry; /* a cached oneDNN convolution primitive (conv.c) */
 
 struct tr_kernels {
     int device_type;
@@ -70,6 +71,9 @@ struct tr_kernels {
     struct tr_mm_entry *mm;   /* matmul primitive cache (least recently used evicted) */
     int n_mm, cap_mm;
     uint64_t mm_tick;
+    struct tr_conv_entry *conv; /* convolution primitive cache, as mm */
+    int n_conv;
+    uint64_t conv_tick;
     struct tr_kernels_stats stats;
     /* Scratch kept for the context's life: one shared part, then one slice per thread.
      * It only grows (tr_cpu_scratch_reserve), so a reservation made once (at bind, or
@@ -150,6 +154,13 @@ void tr_cpu_rows(struct tr_kernels *k, int64_t rows, int64_t per, int par, tr_cp
 
 /* ---- matmul cache (matmul.c), released by tr_kernels_free ---- */
 void tr_cpu_matmul_cache_free(struct tr_kernels *k);
+void tr_cpu_conv_cache_free(struct tr_kernels *k);
+/* CONV2D and GROUP_NORM (conv.c, group_norm.c), on attributes tr_cpu_resolve resolved;
+ * no binders yet: bind checks them by one run (bind.c). */
+int tr_cpu_conv2d_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
+                         const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+int tr_cpu_group_norm_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
+                             const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
 
 /* ---- bound calls ----
  * Every kernel is split in two: a check that validates its arguments (each message as

@@ -236,6 +236,14 @@ static int bound_train(struct tr_kernels *k, const struct tr_kernel_call *c, str
     return invoke_train(k, c->op, &c->attrs, c->n_in, c->in, (struct tr_tensor *)&c->out, err);
 }
 
+/* A bound call of a kernel without a binder: its entry on the call's arguments. */
+static int bound_invoke(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    const int op = c->op;
+    if (op == TR_OP_CONV2D)
+        return tr_cpu_conv2d_invoke(k, op, &c->attrs, c->n_in, c->in, (struct tr_tensor *)&c->out, err);
+    return tr_cpu_group_norm_invoke(k, op, &c->attrs, c->n_in, c->in, (struct tr_tensor *)&c->out, err);
+}
+
 static int invoke_adamw_step(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
                              const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
     (void)op, (void)n_in;
@@ -334,6 +342,20 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
     case TR_OP_UPDATE_SLICE:
         r->invoke = tr_cpu_update_slice_invoke;
         r->bind = tr_cpu_update_slice_bind;
+        return TR_OK;
+    case TR_OP_CONV2D:
+        if (n_in != 2 && n_in != 3)
+            return tr_error_set(err, TR_ERR_INVALID, "conv2d: %d inputs given, 2 (x, w) or 3 (with bias) expected", n_in);
+        /* a direct call's unset 0s: stride, dilation and groups 1 (graph build stores them) */
+        if (at->ints[0] == 0) at->ints[0] = 1;
+        if (at->ints[2] == 0) at->ints[2] = 1;
+        if (at->ints[3] == 0) at->ints[3] = 1;
+        r->invoke = tr_cpu_conv2d_invoke;
+        r->bound = bound_invoke; /* no binder yet: bind checks by one run */
+        return TR_OK;
+    case TR_OP_GROUP_NORM:
+        r->invoke = tr_cpu_group_norm_invoke;
+        r->bound = bound_invoke;
         return TR_OK;
     default: return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: op %s has no cpu kernel", fn, tr_op_name(op));
     }

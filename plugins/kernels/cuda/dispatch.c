@@ -649,6 +649,11 @@ int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_i
     case TR_OP_MAX_GRAD:
     case TR_OP_SLICE_GRAD:
     case TR_OP_MSE: return run_train(c, op, at, n_in, in, out, err);
+    case TR_OP_CONV2D:
+    case TR_OP_GROUP_NORM:
+        k->stats.calls--;
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "tr_kernels_run: %s has no cuda kernel yet (issue 15: the cpu "
+                            "kernels come first; run it on device = cpu)", tr_op_name(op));
     default:
         k->stats.calls--;
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "tr_kernels_run: op %s has no cuda kernel yet (issue #6)",

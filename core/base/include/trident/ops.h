@@ -89,6 +89,18 @@
  *                start + n > extent is an error at run time (TR_ERR_INVALID; a device
  *                kernel skips the write and raises its error flag). A backend may
  *                compute it in x's memory (tr_pir_reads_in_place), writing only the slice.
+ *
+ *   Vision (Stable Diffusion's UNet and VAE), channels last throughout:
+ *   CONV2D       x (N,H,W,Cin), w (KH,KW,Cin,Cout), [bias (Cout)] -> (N,OH,OW,Cout) with
+ *                OH = (H + 2·pad − KH)/stride + 1 (floor), likewise OW: a cross-correlation
+ *                as torch's conv2d, in NHWC / HWIO layout. ints[0]=stride (>= 1, both axes;
+ *                0 means 1, stored resolved), ints[1]=padding (>= 0, zeros on every side),
+ *                ints[2]=dilation, ints[3]=groups: only 1 for now (0 means 1, stored
+ *                resolved; other values are refused). bias has x's dtype or is f32.
+ *   GROUP_NORM   x (N,H,W,C), gamma (C), beta (C) -> x normalised over each (n, group) of
+ *                C/G consecutive channels and all of H,W, then ·gamma + beta per channel
+ *                (torch's group_norm on NCHW). ints[0]=G groups (C % G == 0), floats[0]=eps,
+ *                ints[1]=1: SiLU applied after (the fused form the UNet uses), 0: none.
  */
 #ifndef TRIDENT_OPS_H
 #define TRIDENT_OPS_H
@@ -148,7 +160,9 @@ extern "C" {
     X(RMS_NORM_GRAD, "rms_norm_grad", 3) \
     X(RMS_NORM_GRAD_W, "rms_norm_grad_w", 2) \
     X(ROPE,       "rope",        2)    \
-    X(UPDATE_SLICE, "update_slice", 3)
+    X(UPDATE_SLICE, "update_slice", 3) \
+    X(CONV2D,     "conv2d",     -1)    \
+    X(GROUP_NORM, "group_norm",  3)
 
 enum tr_op {
 #define TR_OP_ENUM_(name, str, n) TR_OP_##name,
