@@ -16,6 +16,8 @@
  *   optimizer: ADAMW_STEP 10 per element (bias corrections, sqrt, divide, decay, update)
  *   decoder LLMs: RMS_NORM, RMS_NORM_GRAD, ROPE: 1 per output element; RMS_NORM_GRAD_W:
  *              1 per element of x
+ *   vision: CONV2D 2·KH·KW·Cin per output element (the bias not counted); GROUP_NORM 1
+ *              per output element
  */
 #include <stdio.h>
 #include "trident/graph.h"
@@ -73,6 +75,13 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
         break;
     case TR_OP_CONCAT: case TR_OP_UPDATE_SLICE:
         fprintf(f, " axis=%lld", (long long)a->ints[0]);
+        break;
+    case TR_OP_CONV2D:
+        fprintf(f, " stride=%lld padding=%lld", (long long)a->ints[0], (long long)a->ints[1]);
+        break;
+    case TR_OP_GROUP_NORM:
+        fprintf(f, " groups=%lld eps=%g", (long long)a->ints[0], (double)a->floats[0]);
+        if (a->ints[1]) fprintf(f, " silu=1");
         break;
     case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX: case TR_OP_MAX_GRAD:
         fprintf(f, " axis=%lld keepdims=%lld", (long long)a->ints[0], (long long)a->ints[1]);
@@ -188,6 +197,11 @@ double tr_graph_flops(const struct tr_graph *g) {
         } else if (op == TR_OP_UNARY_GRAD || op == TR_OP_SOFTMAX_GRAD || op == TR_OP_LAYER_NORM_GRAD ||
                    op == TR_OP_MAX_GRAD || op == TR_OP_CROSS_ENTROPY_GRAD || op == TR_OP_RMS_NORM ||
                    op == TR_OP_RMS_NORM_GRAD || op == TR_OP_ROPE) {
+            total += numel(g, id);
+        } else if (op == TR_OP_CONV2D) {
+            const int64_t *w = tr_node_shape(g, tr_node_input(g, id, 1));
+            total += 2.0 * numel(g, id) * (double)w[0] * (double)w[1] * (double)w[2];
+        } else if (op == TR_OP_GROUP_NORM) {
             total += numel(g, id);
         } else if (op == TR_OP_ADAMW_STEP) {
             total += 10.0 * numel(g, id);

@@ -106,6 +106,17 @@ void tr_ref_slice(int nd, const int64_t *xsh, const double *x, int axis, int64_t
 void tr_ref_slice_grad(int nd, const int64_t *dysh, const double *dy, int axis, int64_t start, int64_t step,
                        int64_t full, double *dx);
 
+/* ---- vision (NHWC) ---- */
+
+/* CONV2D: x (N,H,W,Ci), w (KH,KW,Ci,Co), bias (Co) or NULL -> out (N,OH,OW,Co), OH =
+ * (H + 2·pad − KH)/stride + 1; a cross-correlation with zeros outside x. */
+void tr_ref_conv2d(const double *x, const double *w, const double *bias, int64_t N, int64_t H, int64_t W, int64_t Ci,
+                   int64_t KH, int64_t KW, int64_t Co, int64_t stride, int64_t pad, double *out);
+/* GROUP_NORM: x (N,HW,C) normalised over each (n, group of C/G consecutive channels)
+ * with the biased variance, ·gamma + beta per channel, then SiLU when silu; y may be x. */
+void tr_ref_group_norm(const double *x, const double *gamma, const double *beta, int64_t N, int64_t HW, int64_t C,
+                       int64_t G, double eps, int silu, double *y);
+
 /* ---- losses ---- */
 
 /* Mean over the labels that are not ignored (has_ignore, ignore) of −log softmax(x)[label];

@@ -190,6 +190,14 @@ void tr_ref_graph_eval_node(const struct tr_graph *g, int id, double *const *lea
     case TR_OP_ATTENTION: case TR_OP_ATTENTION_GRAD: eval_attention(g, id, v, o); break;
     case TR_OP_CROSS_ENTROPY: case TR_OP_CROSS_ENTROPY_GRAD: eval_cross_entropy(g, id, v, o); break;
     case TR_OP_MSE: o[0] = tr_ref_mse(x.d, y.d, tr_shape_numel(x.nd, x.sh)); break;
+    case TR_OP_CONV2D:
+        tr_ref_conv2d(x.d, y.d, n_in > 2 ? in_view(g, v, id, 2).d : NULL, x.sh[0], x.sh[1], x.sh[2], x.sh[3], y.sh[0],
+                      y.sh[1], y.sh[3], a->ints[0] ? a->ints[0] : 1, a->ints[1], o);
+        break;
+    case TR_OP_GROUP_NORM:
+        tr_ref_group_norm(x.d, y.d, in_view(g, v, id, 2).d, x.sh[0], x.sh[1] * x.sh[2], x.sh[3], a->ints[0],
+                          (double)a->floats[0], (int)a->ints[1], o);
+        break;
     default: fail_msg("reference evaluator: no rule for node %d %s", id, tr_op_name(op));
     }
 }

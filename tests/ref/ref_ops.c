@@ -448,3 +448,51 @@ void tr_ref_attention_grad(const struct tr_ref_attn *c, const double *q, const d
             }
     free(p), free(dp);
 }
+
+/* ---- vision ---- */
+
+void tr_ref_conv2d(const double *x, const double *w, const double *bias, int64_t N, int64_t H, int64_t W, int64_t Ci,
+                   int64_t KH, int64_t KW, int64_t Co, int64_t stride, int64_t pad, double *out) {
+    const int64_t OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++)
+                for (int64_t co = 0; co < Co; co++) {
+                    double acc = bias ? bias[co] : 0.0;
+                    for (int64_t kh = 0; kh < KH; kh++) {
+                        const int64_t ih = oh * stride - pad + kh;
+                        if (ih < 0 || ih >= H) continue;
+                        for (int64_t kw = 0; kw < KW; kw++) {
+                            const int64_t iw = ow * stride - pad + kw;
+                            if (iw < 0 || iw >= W) continue;
+                            for (int64_t ci = 0; ci < Ci; ci++)
+                                acc += x[((n * H + ih) * W + iw) * Ci + ci] * w[((kh * KW + kw) * Ci + ci) * Co + co];
+                        }
+                    }
+                    out[((n * OH + oh) * OW + ow) * Co + co] = acc;
+                }
+}
+
+void tr_ref_group_norm(const double *x, const double *gamma, const double *beta, int64_t N, int64_t HW, int64_t C,
+                       int64_t G, double eps, int silu, double *y) {
+    const int64_t cg = C / G;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t gi = 0; gi < G; gi++) {
+            double s = 0, ss = 0;
+            for (int64_t p = 0; p < HW; p++)
+                for (int64_t j = 0; j < cg; j++) s += x[(n * HW + p) * C + gi * cg + j];
+            const double cnt = (double)(HW * cg), mean = s / cnt;
+            for (int64_t p = 0; p < HW; p++)
+                for (int64_t j = 0; j < cg; j++) {
+                    const double d = x[(n * HW + p) * C + gi * cg + j] - mean;
+                    ss += d * d;
+                }
+            const double rstd = 1.0 / sqrt(ss / cnt + eps);
+            for (int64_t p = 0; p < HW; p++)
+                for (int64_t j = 0; j < cg; j++) {
+                    const int64_t c = gi * cg + j, f = (n * HW + p) * C + c;
+                    double v = (x[f] - mean) * rstd * gamma[c] + beta[c];
+                    y[f] = silu ? v / (1.0 + exp(-v)) : v;
+                }
+        }
+}

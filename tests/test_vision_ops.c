@@ -1,0 +1,314 @@
+/* CONV2D and GROUP_NORM (ops.h, NHWC): the cpu kernels through the dispatcher against the
+ * float64 oracles of tests/ref, random inputs (never zero), outputs poisoned first, f32
+ * and bf16; the graph's shape rule (output shapes, and the refusals naming what is wrong);
+ * the reference evaluator's node rules against the oracles; the dump and FLOPs; a small
+ * conv/group-norm chain on every backend. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* open_memstream */
+#endif
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels_test.h"
+#include "backendutil.h"
+#include "ref/ref.h"
+#include "trident/graph.h"
+
+#define SH(...) ((const int64_t[]){__VA_ARGS__})
+
+/* ---------------------------------------------------------------- conv2d */
+
+struct conv_case {
+    int64_t N, H, W, Ci, K, Co, stride, pad;
+    int bias; /* 0 none, 1 x's dtype, 2 f32 */
+};
+
+static void conv_run(enum tr_dtype dt, const struct conv_case *c, uint64_t seed) {
+    struct tr_error err = {0};
+    const int64_t OH = (c->H + 2 * c->pad - c->K) / c->stride + 1, OW = (c->W + 2 * c->pad - c->K) / c->stride + 1;
+    struct tr_tensor x = TENSOR(dt, c->N, c->H, c->W, c->Ci), w = TENSOR(dt, c->K, c->K, c->Ci, c->Co),
+                     b = TENSOR(c->bias == 2 ? TR_DTYPE_F32 : dt, c->Co), out = TENSOR(dt, c->N, OH, OW, c->Co);
+    tr_test_randn(&x, seed, 1.0);
+    tr_test_randn(&w, seed + 1, 1.0 / sqrt((double)(c->K * c->K * c->Ci)));
+    tr_test_randn(&b, seed + 2, 0.5);
+    tr_test_poison(&out);
+    struct tr_attrs at = {.ints = {c->stride, c->pad, 1, 1}, .n_ints = 4};
+    struct tr_tensor in[3] = {x, w, b};
+    CHECK_OK(run_op(TR_OP_CONV2D, &at, c->bias ? 3 : 2, in, &out, &err));
+    double *fx = tr_test_to_f64(&x), *fw = tr_test_to_f64(&w), *fb = tr_test_to_f64(&b);
+    double *ref = malloc(sizeof(double) * (size_t)tr_tensor_numel(&out));
+    tr_ref_conv2d(fx, fw, c->bias ? fb : NULL, c->N, c->H, c->W, c->Ci, c->K, c->K, c->Co, c->stride, c->pad, ref);
+    char what[200];
+    snprintf(what, sizeof what, "conv2d %s x [%lld,%lld,%lld,%lld] k %lld Co %lld stride %lld pad %lld bias %d",
+             tr_dtype_name(dt), (long long)c->N, (long long)c->H, (long long)c->W, (long long)c->Ci, (long long)c->K,
+             (long long)c->Co, (long long)c->stride, (long long)c->pad, c->bias);
+    check_close(what, &out, ref);
+    /* the same call again: the cached primitive, fresh weights */
+    tr_test_randn(&w, seed + 3, 1.0 / sqrt((double)(c->K * c->K * c->Ci)));
+    in[1] = w;
+    tr_test_poison(&out);
+    CHECK_OK(run_op(TR_OP_CONV2D, &at, c->bias ? 3 : 2, in, &out, &err));
+    free(fw);
+    fw = tr_test_to_f64(&w);
+    tr_ref_conv2d(fx, fw, c->bias ? fb : NULL, c->N, c->H, c->W, c->Ci, c->K, c->K, c->Co, c->stride, c->pad, ref);
+    strncat(what, " (again, new w)", sizeof what - strlen(what) - 1);
+    check_close(what, &out, ref);
+    free(fx), free(fw), free(fb), free(ref);
+    tfree(&x, &w, &b, &out, NULL);
+}
+
+static void test_conv2d(void **state) {
+    (void)state;
+    static const struct conv_case cases[] = {
+        {2, 7, 9, 5, 3, 6, 1, 1, 1},  /* 3x3 same, odd H/W, bias */
+        {1, 7, 9, 5, 3, 6, 1, 0, 0},  /* 3x3 valid, no bias */
+        {2, 9, 7, 4, 3, 8, 2, 1, 2},  /* 3x3 stride 2 pad 1 (the downsampler), f32 bias */
+        {1, 8, 8, 6, 3, 5, 2, 0, 1},  /* stride 2 pad 0 */
+        {2, 5, 7, 8, 1, 12, 1, 0, 1}, /* 1x1 (the skip projection) */
+        {1, 5, 7, 8, 1, 3, 1, 0, 0},  /* 1x1 no bias */
+        {1, 6, 5, 3, 1, 4, 2, 1, 0},  /* 1x1 stride 2 padded: the border is the bias alone (none) */
+        {1, 16, 16, 32, 3, 32, 1, 1, 1}, /* channels wide enough for oneDNN's blocked kernels */
+    };
+    static const enum tr_dtype dts[] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F16};
+    for (size_t d = 0; d < 3; d++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) conv_run(dts[d], &cases[i], 100 + 10 * i + d);
+}
+
+/* ---------------------------------------------------------------- group norm */
+
+static void gn_run(enum tr_dtype dt, int64_t N, int64_t H, int64_t W, int64_t C, int64_t G, int silu,
+                   enum tr_dtype gdt, uint64_t seed) {
+    struct tr_error err = {0};
+    struct tr_tensor x = TENSOR(dt, N, H, W, C), g = TENSOR(gdt, C), b = TENSOR(gdt, C), out = TENSOR(dt, N, H, W, C);
+    /* normal(0, 2) plus an offset per channel, so that the mean is far from 0 */
+    struct tr_tensor x32 = TENSOR(TR_DTYPE_F32, N, H, W, C);
+    tr_test_randn(&x32, seed, 2.0);
+    for (int64_t f = 0; f < tr_tensor_numel(&x32); f++) ((float *)x32.data)[f] += 3.0f + 0.1f * (float)(f % C);
+    struct tr_tensor cin[1] = {x32};
+    struct tr_attrs ca = {.ints = {dt}};
+    CHECK_OK(run_op(TR_OP_CAST, &ca, 1, cin, &x, &err));
+    tr_test_randn(&g, seed + 1, 1.0);
+    tr_test_randn(&b, seed + 2, 0.5);
+    tr_test_poison(&out);
+    struct tr_attrs at = {.ints = {G, silu}, .floats = {1e-5f}, .n_ints = 2};
+    struct tr_tensor in[3] = {x, g, b};
+    CHECK_OK(run_op(TR_OP_GROUP_NORM, &at, 3, in, &out, &err));
+    double *fx = tr_test_to_f64(&x), *fg = tr_test_to_f64(&g), *fb = tr_test_to_f64(&b);
+    double *ref = malloc(sizeof(double) * (size_t)tr_tensor_numel(&out));
+    tr_ref_group_norm(fx, fg, fb, N, H * W, C, G, 1e-5, silu, ref);
+    char what[200];
+    snprintf(what, sizeof what, "group_norm %s x [%lld,%lld,%lld,%lld] G %lld silu %d gamma %s", tr_dtype_name(dt),
+             (long long)N, (long long)H, (long long)W, (long long)C, (long long)G, silu, tr_dtype_name(gdt));
+    check_close(what, &out, ref);
+    free(fx), free(fg), free(fb), free(ref);
+    tfree(&x, &g, &b, &out, &x32, NULL);
+}
+
+static void test_group_norm(void **state) {
+    (void)state;
+    static const enum tr_dtype dts[] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F16};
+    for (int d = 0; d < 3; d++)
+        for (int silu = 0; silu < 2; silu++) {
+            gn_run(dts[d], 2, 5, 7, 12, 4, silu, dts[d], 300 + d * 10 + silu);
+            gn_run(dts[d], 1, 9, 3, 6, 6, silu, TR_DTYPE_F32, 400 + d * 10 + silu); /* one channel per group */
+            gn_run(dts[d], 3, 1, 1, 8, 1, silu, dts[d], 500 + d * 10 + silu);       /* one group, one pixel */
+            gn_run(dts[d], 2, 32, 32, 64, 32, silu, dts[d], 600 + d * 10 + silu);  /* big enough to run parallel */
+        }
+}
+
+/* ---------------------------------------------------------------- graph: shapes, refusals, evaluator */
+
+static struct tr_graph *fresh_graph(void) {
+    struct tr_graph *g;
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    return g;
+}
+
+static void expect_refused(const char *what, struct tr_graph *g, int id, const char *const *needles) {
+    assert_int_equal(id, -1);
+    struct tr_error err = {0};
+    assert_int_not_equal(tr_graph_status(g, &err), TR_OK);
+    for (int i = 0; needles[i]; i++)
+        if (!strstr(err.msg, needles[i])) fail_msg("%s: message \"%s\" lacks \"%s\"", what, err.msg, needles[i]);
+    tr_graph_free(g);
+}
+
+static void expect_shape(struct tr_graph *g, int id, const int64_t *want) {
+    struct tr_error err = {0};
+    if (id < 0 || tr_graph_status(g, &err)) fail_msg("builder refused: %s", err.msg);
+    assert_int_equal(tr_node_ndim(g, id), 4);
+    for (int i = 0; i < 4; i++) assert_int_equal(tr_node_shape(g, id)[i], want[i]);
+}
+
+static void test_graph_shapes(void **state) {
+    (void)state;
+    struct tr_graph *g = fresh_graph();
+    int x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
+    int w3 = tr_param(g, "w3", TR_DTYPE_F32, 4, SH(3, 3, 4, 8), 0, 1);
+    int w1 = tr_param(g, "w1", TR_DTYPE_F32, 4, SH(1, 1, 4, 6), 0, 1);
+    int b8 = tr_param(g, "b8", TR_DTYPE_F32, 1, SH(8), 0, 1);
+    expect_shape(g, tr_conv2d(g, x, w3, b8, 1, 1), SH(2, 9, 7, 8));
+    expect_shape(g, tr_conv2d(g, x, w3, -1, 1, 0), SH(2, 7, 5, 8));
+    expect_shape(g, tr_conv2d(g, x, w3, b8, 2, 1), SH(2, 5, 4, 8));
+    expect_shape(g, tr_conv2d(g, x, w1, -1, 2, 0), SH(2, 5, 4, 6));
+    int c0 = tr_conv2d(g, x, w3, -1, 0, 1); /* stride 0 means 1, stored resolved */
+    expect_shape(g, c0, SH(2, 9, 7, 8));
+    assert_int_equal(tr_node_attrs(g, c0)->ints[0], 1);
+    int gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(4), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(4), 0, 0);
+    expect_shape(g, tr_group_norm(g, x, gm, bt, 2, 1e-5f, 1), SH(2, 9, 7, 4));
+    tr_graph_free(g);
+
+    /* conv2d refusals */
+    g = fresh_graph();
+    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
+    int w5 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 5, 8), 0, 1);
+    expect_refused("conv2d Cin", g, tr_conv2d(g, x, w5, -1, 1, 1), (const char *[]){"Cin 5", "channels 4", NULL});
+    g = fresh_graph();
+    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
+    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 4, 8), 0, 1);
+    int b5 = tr_param(g, "b", TR_DTYPE_F32, 1, SH(5), 0, 1);
+    expect_refused("conv2d bias", g, tr_conv2d(g, x, w3, b5, 1, 1), (const char *[]){"bias", "[8]", NULL});
+    g = fresh_graph();
+    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
+    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 4, 8), 0, 1);
+    {
+        struct tr_attrs a = {.ints = {1, 1, 2, 1}, .n_ints = 4};
+        int in[2] = {x, w3};
+        expect_refused("conv2d dilation", g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a),
+                       (const char *[]){"dilation 2", NULL});
+    }
+    g = fresh_graph();
+    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
+    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 4, 8), 0, 1);
+    {
+        struct tr_attrs a = {.ints = {1, 1, 1, 2}, .n_ints = 4};
+        int in[2] = {x, w3};
+        expect_refused("conv2d groups", g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a),
+                       (const char *[]){"groups 2", NULL});
+    }
+    g = fresh_graph();
+    x = tr_input(g, "x", TR_DTYPE_F32, 3, SH(9, 7, 4));
+    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 4, 8), 0, 1);
+    expect_refused("conv2d 3-D x", g, tr_conv2d(g, x, w3, -1, 1, 1), (const char *[]){"4-D", NULL});
+    g = fresh_graph();
+    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(1, 2, 2, 4));
+    w5 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(5, 5, 4, 8), 0, 1);
+    expect_refused("conv2d kernel too big", g, tr_conv2d(g, x, w5, -1, 1, 0),
+                   (const char *[]){"kernel 5x5", "does not fit", NULL});
+
+    /* group_norm refusals */
+    g = fresh_graph();
+    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
+    gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(12), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
+    expect_refused("group_norm groups", g, tr_group_norm(g, x, gm, bt, 5, 1e-5f, 0),
+                   (const char *[]){"groups 5", "12 channels", NULL});
+    g = fresh_graph();
+    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
+    gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(10), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
+    expect_refused("group_norm gamma", g, tr_group_norm(g, x, gm, bt, 4, 1e-5f, 0),
+                   (const char *[]){"gamma", "[12]", NULL});
+    g = fresh_graph();
+    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
+    gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(12), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
+    expect_refused("group_norm eps", g, tr_group_norm(g, x, gm, bt, 4, -1.0f, 0), (const char *[]){"eps", NULL});
+}
+
+/* The evaluator's rules (ref_graph.c) against the oracles called directly. */
+static void test_ref_graph(void **state) {
+    (void)state;
+    struct tr_graph *g = fresh_graph();
+    int x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(1, 5, 6, 4));
+    int w = tr_input(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 4, 4));
+    int b = tr_input(g, "b", TR_DTYPE_F32, 1, SH(4));
+    int gm = tr_input(g, "gm", TR_DTYPE_F32, 1, SH(4)), bt = tr_input(g, "bt", TR_DTYPE_F32, 1, SH(4));
+    int c = tr_conv2d(g, x, w, b, 2, 1);
+    int n = tr_group_norm(g, c, gm, bt, 2, 1e-5f, 1);
+    struct tr_error err = {0};
+    if (tr_graph_status(g, &err)) fail_msg("%s", err.msg);
+    struct tr_tensor t[5] = {TENSOR(TR_DTYPE_F32, 1, 5, 6, 4), TENSOR(TR_DTYPE_F32, 3, 3, 4, 4),
+                             TENSOR(TR_DTYPE_F32, 4), TENSOR(TR_DTYPE_F32, 4), TENSOR(TR_DTYPE_F32, 4)};
+    for (int i = 0; i < 5; i++) tr_test_randn(&t[i], 700 + i, 1.0);
+    double **v = tr_ref_graph_run(g, t);
+    double *f[5];
+    for (int i = 0; i < 5; i++) f[i] = tr_test_to_f64(&t[i]);
+    double rc[1 * 3 * 3 * 4], rn[1 * 3 * 3 * 4];
+    tr_ref_conv2d(f[0], f[1], f[2], 1, 5, 6, 4, 3, 3, 4, 2, 1, rc);
+    tr_ref_group_norm(rc, f[3], f[4], 1, 9, 4, 2, (double)1e-5f, 1, rn);
+    assert_true(tr_ref_rel_err(v[c], rc, 36) < 1e-12);
+    assert_true(tr_ref_rel_err(v[n], rn, 36) < 1e-12);
+    /* FLOPs (graph_dump.c): 2·KH·KW·Cin per conv output, 1 per group_norm output */
+    assert_true(tr_graph_flops(g) == 2.0 * 36 * 3 * 3 * 4 + 36);
+    /* the dump names the attributes */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&text, &len);
+    assert_non_null(mf);
+    if (tr_graph_dump(g, mf, &err)) fail_msg("%s", err.msg);
+    fclose(mf);
+    if (!strstr(text, "stride=2 padding=1") || !strstr(text, "groups=2") || !strstr(text, "silu=1"))
+        fail_msg("dump lacks the conv2d / group_norm attributes:\n%s", text);
+    free(text);
+    for (int i = 0; i < 5; i++) free(f[i]), tr_test_tensor_free(&t[i]);
+    tr_ref_graph_free(g, v);
+    tr_graph_free(g);
+}
+
+/* conv (3x3, bias) -> group_norm + SiLU -> conv (1x1 stride 2, no bias) on every backend
+ * (torch, torch:reduce-overhead, tf, jax: each runs the two ops through the shared
+ * kernels) against the evaluator, f32 and bf16. */
+static void test_every_backend(void **state) {
+    (void)state;
+    static const enum tr_dtype dts[] = {TR_DTYPE_F32, TR_DTYPE_BF16};
+    for (int d = 0; d < 2; d++) {
+        enum tr_dtype dt = dts[d];
+        struct tr_graph *g = fresh_graph();
+        const int64_t shapes[6][4] = {{2, 7, 9, 4}, {3, 3, 4, 8}, {8}, {8}, {8}, {1, 1, 8, 6}};
+        const int nds[6] = {4, 4, 1, 1, 1, 4};
+        const char *names[6] = {"x", "w", "b", "gamma", "beta", "w2"};
+        int id[6];
+        struct tr_tensor in[6];
+        for (int i = 0; i < 6; i++) {
+            id[i] = tr_input(g, names[i], dt, nds[i], shapes[i]);
+            in[i] = tr_test_tensor(dt, nds[i], shapes[i]);
+            tr_test_randn(&in[i], 800 + 10 * d + i, i == 1 ? 0.2 : i == 5 ? 0.35 : 1.0);
+        }
+        int c1 = tr_conv2d(g, id[0], id[1], id[2], 1, 1);
+        int gn = tr_group_norm(g, c1, id[3], id[4], 4, 1e-5f, 1);
+        int c2 = tr_conv2d(g, gn, id[5], -1, 2, 0);
+        tr_graph_set_output(g, c2, "y");
+        struct tr_error err = {0};
+        if (tr_graph_status(g, &err)) fail_msg("%s", err.msg);
+        double **v = tr_ref_graph_run(g, in);
+        for (int b = 0; b < TR_TEST_N_BACKENDS; b++) {
+            struct tr_tensor out[1];
+            tr_test_run_backend(&tr_test_backends[b], tr_test_dir, g, in, 2, out, NULL);
+            char what[96];
+            snprintf(what, sizeof what, "%s conv/group_norm/conv %s vs f64", tr_test_backends[b].label,
+                     tr_dtype_name(dt));
+            check_close(what, &out[0], v[c2]);
+            tr_test_tensor_free(&out[0]);
+        }
+        tr_ref_graph_free(g, v);
+        tr_graph_free(g);
+        for (int i = 0; i < 6; i++) tr_test_tensor_free(&in[i]);
+    }
+}
+
+static int setup(void **state) { return tr_test_kernels_setup(state) || tr_test_dir_setup(state); }
+
+static int teardown(void **state) {
+    int a = tr_test_dir_teardown(state), b = tr_test_kernels_teardown(state);
+    return a || b;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv2d),
+        cmocka_unit_test(test_group_norm),
+        cmocka_unit_test(test_graph_shapes),
+        cmocka_unit_test(test_ref_graph),
+        cmocka_unit_test(test_every_backend),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
