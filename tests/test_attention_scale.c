@@ -166,13 +166,6 @@ static void test_every_backend(void **state) {
     }
 }
 
-static int setup(void **state) { return tr_test_kernels_setup(state) || tr_test_dir_setup(state); }
-
-static int teardown(void **state) {
-    int a = tr_test_dir_teardown(state), b = tr_test_kernels_teardown(state);
-    return a || b;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_helper_rounds_once),
@@ -180,5 +173,5 @@ int main(void) {
         cmocka_unit_test(test_kernels_direct),
         cmocka_unit_test(test_every_backend),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tr_test_kernels_dir_setup, tr_test_kernels_dir_teardown);
 }

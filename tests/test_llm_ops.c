@@ -472,17 +472,6 @@ static void test_grad_pos_refused(void **state) {
 
 /* ---- shape inference, dump, FLOPs ---- */
 
-/* A builder call (its node id, -1 for a refusal) on g, a fresh graph, that must fail
- * with a message holding every needle; g is freed. */
-static void expect_refused(const char *what, struct tr_graph *g, int id, const char *const *needles) {
-    assert_int_equal(id, -1);
-    struct tr_error err = {0};
-    assert_int_not_equal(tr_graph_status(g, &err), TR_OK);
-    for (int i = 0; needles[i]; i++)
-        if (!strstr(err.msg, needles[i])) fail_msg("%s: message \"%s\" lacks \"%s\"", what, err.msg, needles[i]);
-    tr_graph_free(g);
-}
-
 static struct tr_graph *fresh_graph(void) {
     struct tr_graph *g;
     assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
@@ -538,14 +527,14 @@ static void test_infer(void **state) {
         struct tr_graph *g = fresh_graph();
         int x = c->x3d ? tr_input(g, "x", TR_DTYPE_F32, 3, SH(4, 6, 8)) : x4(g);
         int p = tr_input(g, "p", c->pos_dt, c->pos_ndim, c->pos_shape);
-        expect_refused(c->what, g, tr_rope(g, x, p, c->base, c->rot), c->needles);
+        tr_test_expect_refused(c->what, g, tr_rope(g, x, p, c->base, c->rot), c->needles);
     }
     for (size_t i = 0; i < sizeof rms_norm_refusals / sizeof rms_norm_refusals[0]; i++) {
         const struct rms_norm_refusal *c = &rms_norm_refusals[i];
         struct tr_graph *g = fresh_graph();
         int x = x4(g);
         int w = tr_param(g, "w", c->w_dt, 1, &c->w_len, 0, 1);
-        expect_refused(c->what, g, tr_rms_norm(g, x, w, c->eps, c->add_one), c->needles);
+        tr_test_expect_refused(c->what, g, tr_rms_norm(g, x, w, c->eps, c->add_one), c->needles);
     }
     {
         /* rms_norm_grad_w with a dy of another shape than x */
@@ -553,7 +542,7 @@ static void test_infer(void **state) {
         int x = x4(g);
         int in[2] = {x, tr_input(g, "dy", TR_DTYPE_BF16, 4, SH(2, 4, 6, 7))};
         struct tr_attrs a = {.floats = {1e-6f}};
-        expect_refused("grad dy", g, tr_graph_add_node(g, TR_OP_RMS_NORM_GRAD_W, 2, in, &a),
+        tr_test_expect_refused("grad dy", g, tr_graph_add_node(g, TR_OP_RMS_NORM_GRAD_W, 2, in, &a),
                        (const char *[]){"rms_norm_grad_w", "dy bf16[2,4,6,7]", NULL});
     }
 

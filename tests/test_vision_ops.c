@@ -125,15 +125,6 @@ static struct tr_graph *fresh_graph(void) {
     return g;
 }
 
-static void expect_refused(const char *what, struct tr_graph *g, int id, const char *const *needles) {
-    assert_int_equal(id, -1);
-    struct tr_error err = {0};
-    assert_int_not_equal(tr_graph_status(g, &err), TR_OK);
-    for (int i = 0; needles[i]; i++)
-        if (!strstr(err.msg, needles[i])) fail_msg("%s: message \"%s\" lacks \"%s\"", what, err.msg, needles[i]);
-    tr_graph_free(g);
-}
-
 static void expect_shape(struct tr_graph *g, int id, const int64_t *want) {
     struct tr_error err = {0};
     if (id < 0 || tr_graph_status(g, &err)) fail_msg("builder refused: %s", err.msg);
@@ -163,19 +154,19 @@ static void test_graph_shapes(void **state) {
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
     int w5 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 5, 8), 0, 1);
-    expect_refused("conv2d Cin", g, tr_conv2d(g, x, w5, -1, 1, 1), (const char *[]){"Cin 5", "channels 4", NULL});
+    tr_test_expect_refused("conv2d Cin", g, tr_conv2d(g, x, w5, -1, 1, 1), (const char *[]){"Cin 5", "channels 4", NULL});
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
     w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 4, 8), 0, 1);
     int b5 = tr_param(g, "b", TR_DTYPE_F32, 1, SH(5), 0, 1);
-    expect_refused("conv2d bias", g, tr_conv2d(g, x, w3, b5, 1, 1), (const char *[]){"bias", "[8]", NULL});
+    tr_test_expect_refused("conv2d bias", g, tr_conv2d(g, x, w3, b5, 1, 1), (const char *[]){"bias", "[8]", NULL});
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
     w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 4, 8), 0, 1);
     {
         struct tr_attrs a = {.ints = {1, 1, 2, 1}, .n_ints = 4};
         int in[2] = {x, w3};
-        expect_refused("conv2d dilation", g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a),
+        tr_test_expect_refused("conv2d dilation", g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a),
                        (const char *[]){"dilation 2", NULL});
     }
     g = fresh_graph();
@@ -184,34 +175,34 @@ static void test_graph_shapes(void **state) {
     {
         struct tr_attrs a = {.ints = {1, 1, 1, 2}, .n_ints = 4};
         int in[2] = {x, w3};
-        expect_refused("conv2d groups", g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a),
+        tr_test_expect_refused("conv2d groups", g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a),
                        (const char *[]){"groups 2", NULL});
     }
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 3, SH(9, 7, 4));
     w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 4, 8), 0, 1);
-    expect_refused("conv2d 3-D x", g, tr_conv2d(g, x, w3, -1, 1, 1), (const char *[]){"4-D", NULL});
+    tr_test_expect_refused("conv2d 3-D x", g, tr_conv2d(g, x, w3, -1, 1, 1), (const char *[]){"4-D", NULL});
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(1, 2, 2, 4));
     w5 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(5, 5, 4, 8), 0, 1);
-    expect_refused("conv2d kernel too big", g, tr_conv2d(g, x, w5, -1, 1, 0),
+    tr_test_expect_refused("conv2d kernel too big", g, tr_conv2d(g, x, w5, -1, 1, 0),
                    (const char *[]){"kernel 5x5", "does not fit", NULL});
 
     /* group_norm refusals */
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
     gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(12), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
-    expect_refused("group_norm groups", g, tr_group_norm(g, x, gm, bt, 5, 1e-5f, 0),
+    tr_test_expect_refused("group_norm groups", g, tr_group_norm(g, x, gm, bt, 5, 1e-5f, 0),
                    (const char *[]){"groups 5", "12 channels", NULL});
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
     gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(10), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
-    expect_refused("group_norm gamma", g, tr_group_norm(g, x, gm, bt, 4, 1e-5f, 0),
+    tr_test_expect_refused("group_norm gamma", g, tr_group_norm(g, x, gm, bt, 4, 1e-5f, 0),
                    (const char *[]){"gamma", "[12]", NULL});
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
     gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(12), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
-    expect_refused("group_norm eps", g, tr_group_norm(g, x, gm, bt, 4, -1.0f, 0), (const char *[]){"eps", NULL});
+    tr_test_expect_refused("group_norm eps", g, tr_group_norm(g, x, gm, bt, 4, -1.0f, 0), (const char *[]){"eps", NULL});
 }
 
 /* The evaluator's rules (ref_graph.c) against the oracles called directly. */
@@ -295,13 +286,6 @@ static void test_every_backend(void **state) {
     }
 }
 
-static int setup(void **state) { return tr_test_kernels_setup(state) || tr_test_dir_setup(state); }
-
-static int teardown(void **state) {
-    int a = tr_test_dir_teardown(state), b = tr_test_kernels_teardown(state);
-    return a || b;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d),
@@ -310,5 +294,5 @@ int main(void) {
         cmocka_unit_test(test_ref_graph),
         cmocka_unit_test(test_every_backend),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tr_test_kernels_dir_setup, tr_test_kernels_dir_teardown);
 }

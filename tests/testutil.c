@@ -154,3 +154,10 @@ int tr_test_dir_teardown(void **state) {
     (void)state;
     return nftw(tr_test_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
+
+int tr_test_kernels_dir_setup(void **state) { return tr_test_kernels_setup(state) || tr_test_dir_setup(state); }
+
+int tr_test_kernels_dir_teardown(void **state) {
+    int a = tr_test_dir_teardown(state), b = tr_test_kernels_teardown(state);
+    return a || b;
+}

@@ -44,6 +44,9 @@ extern char tr_test_dir[256];
 int tr_test_dir_setup(void **state);
 int tr_test_dir_teardown(void **state);
 int tr_test_kernels_teardown(void **state);
+/* Both: a kernels context and a scratch directory for the group. */
+int tr_test_kernels_dir_setup(void **state);
+int tr_test_kernels_dir_teardown(void **state);
 
 /* The tensor's values as a new double array (caller frees). */
 double *tr_test_to_f64(const struct tr_tensor *t);

@@ -196,6 +196,10 @@ double tr_ref_gx_grad_err(struct tr_ref_gx *t, int loss, int n_wrt, const int *w
 /* The graph's dump (tr_graph_dump) as a string, for the tests that look for a line in
  * it (caller frees). */
 char *tr_ref_dump(const struct tr_graph *g);
+
+/* A builder call that must have been refused (id -1) on g, with a message holding every
+ * needle (NULL-terminated); what names the case in a failure. g is freed. */
+void tr_test_expect_refused(const char *what, struct tr_graph *g, int id, const char *const *needles);
 /* How many nodes from `from` on have op: what a rule emitted. */
 int tr_ref_count_op(const struct tr_graph *g, int from, int op);
 /* tr_grad (at most 16 wrt, each gradient named grad.<wrt>), then grad_err < TR_REF_FD_TOL. */

@@ -143,3 +143,12 @@ char *tr_ref_dump(const struct tr_graph *g) {
     fclose(f);
     return buf;
 }
+
+void tr_test_expect_refused(const char *what, struct tr_graph *g, int id, const char *const *needles) {
+    assert_int_equal(id, -1);
+    struct tr_error err = {0};
+    assert_int_not_equal(tr_graph_status(g, &err), TR_OK);
+    for (int i = 0; needles[i]; i++)
+        if (!strstr(err.msg, needles[i])) fail_msg("%s: message \"%s\" lacks \"%s\"", what, err.msg, needles[i]);
+    tr_graph_free(g);
+}
