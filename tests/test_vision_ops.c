@@ -13,6 +13,7 @@
 #include "kernels_test.h"
 #include "backendutil.h"
 #include "ref/ref.h"
+#include "trident/autodiff.h"
 #include "trident/graph.h"
 
 #define SH(...) ((const int64_t[]){__VA_ARGS__})
@@ -20,29 +21,31 @@
 /* ---------------------------------------------------------------- conv2d */
 
 struct conv_case {
-    int64_t N, H, W, Ci, K, Co, stride, pad;
+    int64_t N, H, W, Ci, K, Co, stride, pad, pad_end;
     int bias; /* 0 none, 1 x's dtype, 2 f32 */
 };
 
+/* CONV2D, then its two gradients at a random dy, each against its oracle. */
 static void conv_run(enum tr_dtype dt, const struct conv_case *c, uint64_t seed) {
     struct tr_error err = {0};
-    const int64_t OH = (c->H + 2 * c->pad - c->K) / c->stride + 1, OW = (c->W + 2 * c->pad - c->K) / c->stride + 1;
-    struct tr_tensor x = TENSOR(dt, c->N, c->H, c->W, c->Ci), w = TENSOR(dt, c->K, c->K, c->Ci, c->Co),
+    const struct tr_ref_conv rc = {c->N, c->H, c->W, c->Ci, c->K, c->K, c->Co, c->stride, c->pad, c->pad_end};
+    const int64_t OH = tr_ref_conv_oh(&rc), OW = tr_ref_conv_ow(&rc);
+    struct tr_tensor x = TENSOR(dt, c->N, c->H, c->W, c->Ci), w = TENSOR(dt, c->Co, c->Ci, c->K, c->K),
                      b = TENSOR(c->bias == 2 ? TR_DTYPE_F32 : dt, c->Co), out = TENSOR(dt, c->N, OH, OW, c->Co);
     tr_test_randn(&x, seed, 1.0);
     tr_test_randn(&w, seed + 1, 1.0 / sqrt((double)(c->K * c->K * c->Ci)));
     tr_test_randn(&b, seed + 2, 0.5);
     tr_test_poison(&out);
-    struct tr_attrs at = {.ints = {c->stride, c->pad, 1, 1}, .n_ints = 4};
+    struct tr_attrs at = {.ints = {c->stride, c->pad, 1, 1, c->pad_end}, .n_ints = 5};
     struct tr_tensor in[3] = {x, w, b};
     CHECK_OK(run_op(TR_OP_CONV2D, &at, c->bias ? 3 : 2, in, &out, &err));
     double *fx = tr_test_to_f64(&x), *fw = tr_test_to_f64(&w), *fb = tr_test_to_f64(&b);
     double *ref = malloc(sizeof(double) * (size_t)tr_tensor_numel(&out));
-    tr_ref_conv2d(fx, fw, c->bias ? fb : NULL, c->N, c->H, c->W, c->Ci, c->K, c->K, c->Co, c->stride, c->pad, ref);
+    tr_ref_conv2d(&rc, fx, fw, c->bias ? fb : NULL, ref);
     char what[200];
-    snprintf(what, sizeof what, "conv2d %s x [%lld,%lld,%lld,%lld] k %lld Co %lld stride %lld pad %lld bias %d",
+    snprintf(what, sizeof what, "conv2d %s x [%lld,%lld,%lld,%lld] k %lld Co %lld stride %lld pad %lld+%lld bias %d",
              tr_dtype_name(dt), (long long)c->N, (long long)c->H, (long long)c->W, (long long)c->Ci, (long long)c->K,
-             (long long)c->Co, (long long)c->stride, (long long)c->pad, c->bias);
+             (long long)c->Co, (long long)c->stride, (long long)c->pad, (long long)c->pad_end, c->bias);
     check_close(what, &out, ref);
     /* the same call again: the cached primitive, fresh weights */
     tr_test_randn(&w, seed + 3, 1.0 / sqrt((double)(c->K * c->K * c->Ci)));
@@ -51,24 +54,48 @@ static void conv_run(enum tr_dtype dt, const struct conv_case *c, uint64_t seed)
     CHECK_OK(run_op(TR_OP_CONV2D, &at, c->bias ? 3 : 2, in, &out, &err));
     free(fw);
     fw = tr_test_to_f64(&w);
-    tr_ref_conv2d(fx, fw, c->bias ? fb : NULL, c->N, c->H, c->W, c->Ci, c->K, c->K, c->Co, c->stride, c->pad, ref);
-    strncat(what, " (again, new w)", sizeof what - strlen(what) - 1);
-    check_close(what, &out, ref);
-    free(fx), free(fw), free(fb), free(ref);
-    tfree(&x, &w, &b, &out, NULL);
+    tr_ref_conv2d(&rc, fx, fw, c->bias ? fb : NULL, ref);
+    char again[240];
+    snprintf(again, sizeof again, "%s (again, new w)", what);
+    check_close(again, &out, ref);
+
+    /* the gradients at dy (out's shape): dx (x's) and dw (w's) */
+    struct tr_tensor dy = TENSOR(dt, c->N, OH, OW, c->Co), dx = TENSOR(dt, c->N, c->H, c->W, c->Ci),
+                     dw = TENSOR(dt, c->Co, c->Ci, c->K, c->K);
+    tr_test_randn(&dy, seed + 4, 1.0);
+    double *fdy = tr_test_to_f64(&dy), *rdx = malloc(sizeof(double) * (size_t)tr_tensor_numel(&dx)),
+           *rdw = malloc(sizeof(double) * (size_t)tr_tensor_numel(&dw));
+    struct tr_attrs gi = at, gw = at;
+    gi.ints[5] = c->H, gi.ints[6] = c->W, gi.n_ints = 8;
+    gw.ints[5] = c->K, gw.ints[6] = c->K, gw.ints[7] = c->Co, gw.n_ints = 8;
+    struct tr_tensor ii[2] = {dy, w}, iw[2] = {x, dy};
+    tr_test_poison(&dx);
+    tr_test_poison(&dw);
+    CHECK_OK(run_op(TR_OP_CONV2D_GRAD_INPUT, &gi, 2, ii, &dx, &err));
+    CHECK_OK(run_op(TR_OP_CONV2D_GRAD_WEIGHT, &gw, 2, iw, &dw, &err));
+    tr_ref_conv2d_grad_input(&rc, fdy, fw, rdx);
+    tr_ref_conv2d_grad_weight(&rc, fx, fdy, rdw);
+    snprintf(again, sizeof again, "%s grad_input", what);
+    check_close(again, &dx, rdx);
+    snprintf(again, sizeof again, "%s grad_weight", what);
+    check_close(again, &dw, rdw);
+    free(fx), free(fw), free(fb), free(ref), free(fdy), free(rdx), free(rdw);
+    tfree(&x, &w, &b, &out, &dy, &dx, &dw, NULL);
 }
 
 static void test_conv2d(void **state) {
     (void)state;
     static const struct conv_case cases[] = {
-        {2, 7, 9, 5, 3, 6, 1, 1, 1},  /* 3x3 same, odd H/W, bias */
-        {1, 7, 9, 5, 3, 6, 1, 0, 0},  /* 3x3 valid, no bias */
-        {2, 9, 7, 4, 3, 8, 2, 1, 2},  /* 3x3 stride 2 pad 1 (the downsampler), f32 bias */
-        {1, 8, 8, 6, 3, 5, 2, 0, 1},  /* stride 2 pad 0 */
-        {2, 5, 7, 8, 1, 12, 1, 0, 1}, /* 1x1 (the skip projection) */
-        {1, 5, 7, 8, 1, 3, 1, 0, 0},  /* 1x1 no bias */
-        {1, 6, 5, 3, 1, 4, 2, 1, 0},  /* 1x1 stride 2 padded: the border is the bias alone (none) */
-        {1, 16, 16, 32, 3, 32, 1, 1, 1}, /* channels wide enough for oneDNN's blocked kernels */
+        {2, 7, 9, 5, 3, 6, 1, 1, 0, 1},  /* 3x3 same, odd H/W, bias */
+        {1, 7, 9, 5, 3, 6, 1, 0, 0, 0},  /* 3x3 valid, no bias */
+        {2, 9, 7, 4, 3, 8, 2, 1, 0, 2},  /* 3x3 stride 2 pad 1 (the UNet's downsampler), f32 bias */
+        {1, 8, 8, 6, 3, 5, 2, 0, 1, 1},  /* stride 2, pad (0,1,0,1): the VAE's downsampler */
+        {2, 9, 8, 3, 3, 4, 2, 0, 1, 0},  /* the same at an odd H */
+        {1, 8, 8, 6, 3, 5, 2, 0, 0, 1},  /* stride 2 pad 0 */
+        {2, 5, 7, 8, 1, 12, 1, 0, 0, 1}, /* 1x1 (the skip projection) */
+        {1, 5, 7, 8, 1, 3, 1, 0, 0, 0},  /* 1x1 no bias */
+        {1, 6, 5, 3, 1, 4, 2, 1, 0, 0},  /* 1x1 stride 2 padded: the border is the bias alone (none) */
+        {1, 16, 16, 32, 3, 32, 1, 1, 0, 1}, /* channels wide enough for oneDNN's blocked kernels */
     };
     static const enum tr_dtype dts[] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F16};
     for (size_t d = 0; d < 3; d++)
@@ -101,6 +128,25 @@ static void gn_run(enum tr_dtype dt, int64_t N, int64_t H, int64_t W, int64_t C,
     snprintf(what, sizeof what, "group_norm %s x [%lld,%lld,%lld,%lld] G %lld silu %d gamma %s", tr_dtype_name(dt),
              (long long)N, (long long)H, (long long)W, (long long)C, (long long)G, silu, tr_dtype_name(gdt));
     check_close(what, &out, ref);
+    if (!silu) { /* the gradients at a random dy: dx and dgamma */
+        struct tr_tensor dy = TENSOR(dt, N, H, W, C), dx = TENSOR(dt, N, H, W, C), dg = TENSOR(dt, C);
+        tr_test_randn(&dy, seed + 3, 1.0);
+        tr_test_poison(&dx);
+        tr_test_poison(&dg);
+        struct tr_tensor gi[3] = {x, g, dy}, gg[2] = {x, dy};
+        CHECK_OK(run_op(TR_OP_GROUP_NORM_GRAD, &at, 3, gi, &dx, &err));
+        CHECK_OK(run_op(TR_OP_GROUP_NORM_GRAD_GAMMA, &at, 2, gg, &dg, &err));
+        double *fdy = tr_test_to_f64(&dy), *rdg = malloc(sizeof(double) * (size_t)C);
+        tr_ref_group_norm_grad(fx, fg, fdy, N, H * W, C, G, 1e-5, ref);
+        tr_ref_group_norm_grad_gamma(fx, fdy, N, H * W, C, G, 1e-5, rdg);
+        char gw[240];
+        snprintf(gw, sizeof gw, "%s grad", what);
+        check_close(gw, &dx, ref);
+        snprintf(gw, sizeof gw, "%s grad_gamma", what);
+        check_close(gw, &dg, rdg);
+        free(fdy), free(rdg);
+        tfree(&dy, &dx, &dg, NULL);
+    }
     free(fx), free(fg), free(fb), free(ref);
     tfree(&x, &g, &b, &out, &x32, NULL);
 }
@@ -136,14 +182,15 @@ static void test_graph_shapes(void **state) {
     (void)state;
     struct tr_graph *g = fresh_graph();
     int x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
-    int w3 = tr_param(g, "w3", TR_DTYPE_F32, 4, SH(3, 3, 4, 8), 0, 1);
-    int w1 = tr_param(g, "w1", TR_DTYPE_F32, 4, SH(1, 1, 4, 6), 0, 1);
+    int w3 = tr_param(g, "w3", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
+    int w1 = tr_param(g, "w1", TR_DTYPE_F32, 4, SH(6, 4, 1, 1), 0, 1);
     int b8 = tr_param(g, "b8", TR_DTYPE_F32, 1, SH(8), 0, 1);
-    expect_shape(g, tr_conv2d(g, x, w3, b8, 1, 1), SH(2, 9, 7, 8));
-    expect_shape(g, tr_conv2d(g, x, w3, -1, 1, 0), SH(2, 7, 5, 8));
-    expect_shape(g, tr_conv2d(g, x, w3, b8, 2, 1), SH(2, 5, 4, 8));
-    expect_shape(g, tr_conv2d(g, x, w1, -1, 2, 0), SH(2, 5, 4, 6));
-    int c0 = tr_conv2d(g, x, w3, -1, 0, 1); /* stride 0 means 1, stored resolved */
+    expect_shape(g, tr_conv2d(g, x, w3, b8, 1, 1, 0), SH(2, 9, 7, 8));
+    expect_shape(g, tr_conv2d(g, x, w3, -1, 1, 0, 0), SH(2, 7, 5, 8));
+    expect_shape(g, tr_conv2d(g, x, w3, b8, 2, 1, 0), SH(2, 5, 4, 8));
+    expect_shape(g, tr_conv2d(g, x, w1, -1, 2, 0, 0), SH(2, 5, 4, 6));
+    expect_shape(g, tr_conv2d(g, x, w3, -1, 2, 0, 1), SH(2, 4, 3, 8)); /* pad_end: (9+1-3)/2+1, (7+1-3)/2+1 */
+    int c0 = tr_conv2d(g, x, w3, -1, 0, 1, 0); /* stride 0 means 1, stored resolved */
     expect_shape(g, c0, SH(2, 9, 7, 8));
     assert_int_equal(tr_node_attrs(g, c0)->ints[0], 1);
     int gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(4), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(4), 0, 0);
@@ -153,39 +200,39 @@ static void test_graph_shapes(void **state) {
     /* conv2d refusals */
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
-    int w5 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 5, 8), 0, 1);
-    tr_test_expect_refused("conv2d Cin", g, tr_conv2d(g, x, w5, -1, 1, 1), (const char *[]){"Cin 5", "channels 4", NULL});
+    int w5 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 5, 3, 3), 0, 1);
+    tr_test_expect_refused("conv2d Cin", g, tr_conv2d(g, x, w5, -1, 1, 1, 0), (const char *[]){"Cin 5", "channels 4", NULL});
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
-    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 4, 8), 0, 1);
+    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
     int b5 = tr_param(g, "b", TR_DTYPE_F32, 1, SH(5), 0, 1);
-    tr_test_expect_refused("conv2d bias", g, tr_conv2d(g, x, w3, b5, 1, 1), (const char *[]){"bias", "[8]", NULL});
+    tr_test_expect_refused("conv2d bias", g, tr_conv2d(g, x, w3, b5, 1, 1, 0), (const char *[]){"bias", "[8]", NULL});
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
-    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 4, 8), 0, 1);
+    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
     {
-        struct tr_attrs a = {.ints = {1, 1, 2, 1}, .n_ints = 4};
+        struct tr_attrs a = {.ints = {1, 1, 2, 1}, .n_ints = 5};
         int in[2] = {x, w3};
         tr_test_expect_refused("conv2d dilation", g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a),
                        (const char *[]){"dilation 2", NULL});
     }
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
-    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 4, 8), 0, 1);
+    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
     {
-        struct tr_attrs a = {.ints = {1, 1, 1, 2}, .n_ints = 4};
+        struct tr_attrs a = {.ints = {1, 1, 1, 2}, .n_ints = 5};
         int in[2] = {x, w3};
         tr_test_expect_refused("conv2d groups", g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a),
                        (const char *[]){"groups 2", NULL});
     }
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 3, SH(9, 7, 4));
-    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 4, 8), 0, 1);
-    tr_test_expect_refused("conv2d 3-D x", g, tr_conv2d(g, x, w3, -1, 1, 1), (const char *[]){"4-D", NULL});
+    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
+    tr_test_expect_refused("conv2d 3-D x", g, tr_conv2d(g, x, w3, -1, 1, 1, 0), (const char *[]){"4-D", NULL});
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(1, 2, 2, 4));
-    w5 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(5, 5, 4, 8), 0, 1);
-    tr_test_expect_refused("conv2d kernel too big", g, tr_conv2d(g, x, w5, -1, 1, 0),
+    w5 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 5, 5), 0, 1);
+    tr_test_expect_refused("conv2d kernel too big", g, tr_conv2d(g, x, w5, -1, 1, 0, 0),
                    (const char *[]){"kernel 5x5", "does not fit", NULL});
 
     /* group_norm refusals */
@@ -210,10 +257,10 @@ static void test_ref_graph(void **state) {
     (void)state;
     struct tr_graph *g = fresh_graph();
     int x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(1, 5, 6, 4));
-    int w = tr_input(g, "w", TR_DTYPE_F32, 4, SH(3, 3, 4, 4));
+    int w = tr_input(g, "w", TR_DTYPE_F32, 4, SH(4, 4, 3, 3));
     int b = tr_input(g, "b", TR_DTYPE_F32, 1, SH(4));
     int gm = tr_input(g, "gm", TR_DTYPE_F32, 1, SH(4)), bt = tr_input(g, "bt", TR_DTYPE_F32, 1, SH(4));
-    int c = tr_conv2d(g, x, w, b, 2, 1);
+    int c = tr_conv2d(g, x, w, b, 2, 1, 0);
     int n = tr_group_norm(g, c, gm, bt, 2, 1e-5f, 1);
     struct tr_error err = {0};
     if (tr_graph_status(g, &err)) fail_msg("%s", err.msg);
@@ -224,7 +271,8 @@ static void test_ref_graph(void **state) {
     double *f[5];
     for (int i = 0; i < 5; i++) f[i] = tr_test_to_f64(&t[i]);
     double rc[1 * 3 * 3 * 4], rn[1 * 3 * 3 * 4];
-    tr_ref_conv2d(f[0], f[1], f[2], 1, 5, 6, 4, 3, 3, 4, 2, 1, rc);
+    const struct tr_ref_conv cv = {1, 5, 6, 4, 3, 3, 4, 2, 1, 0};
+    tr_ref_conv2d(&cv, f[0], f[1], f[2], rc);
     tr_ref_group_norm(rc, f[3], f[4], 1, 9, 4, 2, (double)1e-5f, 1, rn);
     assert_true(tr_ref_rel_err(v[c], rc, 36) < 1e-12);
     assert_true(tr_ref_rel_err(v[n], rn, 36) < 1e-12);
@@ -254,7 +302,7 @@ static void test_every_backend(void **state) {
     for (int d = 0; d < 2; d++) {
         enum tr_dtype dt = dts[d];
         struct tr_graph *g = fresh_graph();
-        const int64_t shapes[6][4] = {{2, 7, 9, 4}, {3, 3, 4, 8}, {8}, {8}, {8}, {1, 1, 8, 6}};
+        const int64_t shapes[6][4] = {{2, 7, 9, 4}, {8, 4, 3, 3}, {8}, {8}, {8}, {6, 8, 1, 1}};
         const int nds[6] = {4, 4, 1, 1, 1, 4};
         const char *names[6] = {"x", "w", "b", "gamma", "beta", "w2"};
         int id[6];
@@ -264,9 +312,9 @@ static void test_every_backend(void **state) {
             in[i] = tr_test_tensor(dt, nds[i], shapes[i]);
             tr_test_randn(&in[i], 800 + 10 * d + i, i == 1 ? 0.2 : i == 5 ? 0.35 : 1.0);
         }
-        int c1 = tr_conv2d(g, id[0], id[1], id[2], 1, 1);
+        int c1 = tr_conv2d(g, id[0], id[1], id[2], 1, 1, 0);
         int gn = tr_group_norm(g, c1, id[3], id[4], 4, 1e-5f, 1);
-        int c2 = tr_conv2d(g, gn, id[5], -1, 2, 0);
+        int c2 = tr_conv2d(g, gn, id[5], -1, 2, 0, 0);
         tr_graph_set_output(g, c2, "y");
         struct tr_error err = {0};
         if (tr_graph_status(g, &err)) fail_msg("%s", err.msg);
@@ -286,6 +334,100 @@ static void test_every_backend(void **state) {
     }
 }
 
+/* ---------------------------------------------------------------- gradients */
+
+/* The rules (autodiff.c) and the gradient oracles against finite differences of the
+ * forward oracles, in f64 through the evaluator: conv2d (stride, padding, pad_end, bias),
+ * group norm with and without the fused SiLU, and a VAE-like chain through the nearest
+ * upsample (a broadcast). */
+static void test_gradcheck(void **state) {
+    (void)state;
+    {
+        struct tr_ref_gx *t = tr_ref_gx_new();
+        int x = tr_ref_gx_param(t, "x", TR_REF_SIGNED, 4, SH(2, 6, 5, 3));
+        int w = tr_ref_gx_param(t, "w", TR_REF_SIGNED, 4, SH(4, 3, 3, 3));
+        int b = tr_ref_gx_param(t, "b", TR_REF_SIGNED, 1, SH(4));
+        int loss = tr_ref_gx_loss(t, tr_conv2d(t->g, x, w, b, 2, 0, 1));
+        tr_ref_gx_check(t, "conv2d stride 2 pad_end 1 bias", loss, 3, (const int[]){x, w, b});
+        tr_ref_gx_free(t);
+    }
+    {
+        struct tr_ref_gx *t = tr_ref_gx_new();
+        int x = tr_ref_gx_param(t, "x", TR_REF_SIGNED, 4, SH(1, 5, 4, 2));
+        int w = tr_ref_gx_param(t, "w", TR_REF_SIGNED, 4, SH(3, 2, 3, 3));
+        int loss = tr_ref_gx_loss(t, tr_conv2d(t->g, x, w, -1, 1, 1, 0));
+        tr_ref_gx_check(t, "conv2d 3x3 same", loss, 2, (const int[]){x, w});
+        tr_ref_gx_free(t);
+    }
+    for (int silu = 0; silu < 2; silu++) {
+        struct tr_ref_gx *t = tr_ref_gx_new();
+        int x = tr_ref_gx_param(t, "x", TR_REF_SIGNED, 4, SH(2, 3, 4, 6));
+        int gm = tr_ref_gx_param(t, "gamma", TR_REF_SIGNED, 1, SH(6));
+        int bt = tr_ref_gx_param(t, "beta", TR_REF_SIGNED, 1, SH(6));
+        int loss = tr_ref_gx_loss(t, tr_group_norm(t->g, x, gm, bt, 3, 1e-5f, silu));
+        tr_ref_gx_check(t, silu ? "group_norm + silu" : "group_norm", loss, 3, (const int[]){x, gm, bt});
+        tr_ref_gx_free(t);
+    }
+    {
+        struct tr_ref_gx *t = tr_ref_gx_new();
+        int x = tr_ref_gx_param(t, "x", TR_REF_SIGNED, 4, SH(1, 3, 3, 4));
+        int w1 = tr_ref_gx_param(t, "w1", TR_REF_SIGNED, 4, SH(4, 4, 3, 3));
+        int gm = tr_ref_gx_param(t, "gamma", TR_REF_SIGNED, 1, SH(4));
+        int bt = tr_ref_gx_param(t, "beta", TR_REF_SIGNED, 1, SH(4));
+        int w2 = tr_ref_gx_param(t, "w2", TR_REF_SIGNED, 4, SH(2, 4, 3, 3));
+        struct tr_graph *g = t->g;
+        int h = tr_group_norm(g, tr_conv2d(g, x, w1, -1, 1, 1, 0), gm, bt, 2, 1e-5f, 1);
+        int loss = tr_ref_gx_loss(t, tr_conv2d(g, tr_upsample_nearest(g, h, 2), w2, -1, 2, 0, 1));
+        tr_ref_gx_check(t, "conv, group_norm+silu, upsample, strided conv", loss, 5, (const int[]){x, w1, gm, bt, w2});
+        tr_ref_gx_free(t);
+    }
+}
+
+/* The same chain in f32 as a training graph (MSE against a target, tr_grad) on every
+ * backend: the gradient kernels as each backend runs them against the evaluator. */
+static void test_every_backend_grads(void **state) {
+    (void)state;
+    struct tr_graph *g = fresh_graph();
+    const int64_t shapes[7][4] = {{2, 5, 6, 4}, {8, 4, 3, 3}, {8}, {8}, {8}, {3, 8, 3, 3}, {2, 5, 6, 3}};
+    const int nds[7] = {4, 4, 1, 1, 1, 4, 4};
+    const char *names[7] = {"x", "w", "b", "gamma", "beta", "w2", "target"};
+    int id[7];
+    struct tr_tensor in[7];
+    for (int i = 0; i < 7; i++) {
+        id[i] = tr_input(g, names[i], TR_DTYPE_F32, nds[i], shapes[i]);
+        in[i] = tr_test_tensor(TR_DTYPE_F32, nds[i], shapes[i]);
+        tr_test_randn(&in[i], 900 + i, i == 1 ? 0.2 : i == 5 ? 0.15 : 1.0);
+    }
+    /* conv, group_norm + SiLU, upsample x2, strided conv with pad_end back to 5x6 */
+    int h = tr_group_norm(g, tr_conv2d(g, id[0], id[1], id[2], 1, 1, 0), id[3], id[4], 4, 1e-5f, 1);
+    int y = tr_conv2d(g, tr_upsample_nearest(g, h, 2), id[5], -1, 2, 1, 0);
+    int loss = tr_mse(g, y, id[6]);
+    int wrt[6] = {id[0], id[1], id[2], id[3], id[4], id[5]}, grads[6];
+    struct tr_error err = {0};
+    if (tr_grad(g, loss, 6, wrt, grads, &err)) fail_msg("tr_grad: %s", err.msg);
+    for (int i = 0; i < 6; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "d%s", names[i]);
+        tr_graph_set_output(g, grads[i], nm);
+    }
+    if (tr_graph_status(g, &err)) fail_msg("%s", err.msg);
+    double **v = tr_ref_graph_run(g, in);
+    for (int b = 0; b < TR_TEST_N_BACKENDS; b++) {
+        struct tr_tensor out[6];
+        tr_test_run_backend(&tr_test_backends[b], tr_test_dir, g, in, 2, out, NULL);
+        for (int i = 0; i < 6; i++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s d%s of the conv/group_norm/upsample chain vs f64",
+                     tr_test_backends[b].label, names[i]);
+            check_close(what, &out[i], v[grads[i]]);
+            tr_test_tensor_free(&out[i]);
+        }
+    }
+    tr_ref_graph_free(g, v);
+    tr_graph_free(g);
+    for (int i = 0; i < 7; i++) tr_test_tensor_free(&in[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d),
@@ -293,6 +435,8 @@ int main(void) {
         cmocka_unit_test(test_graph_shapes),
         cmocka_unit_test(test_ref_graph),
         cmocka_unit_test(test_every_backend),
+        cmocka_unit_test(test_gradcheck),
+        cmocka_unit_test(test_every_backend_grads),
     };
     return cmocka_run_group_tests(tests, tr_test_kernels_dir_setup, tr_test_kernels_dir_teardown);
 }

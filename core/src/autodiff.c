@@ -141,6 +141,51 @@ static void rule_layer_norm(struct ad *ad, int id, int dy) {
     if (needs(ad, beta)) accumulate(ad, beta, reduce_to(g, dy, beta));
 }
 
+/* CONV2D: dx and dw by the two backward convolutions, dbias the sum of dy over N,H,W. */
+static void rule_conv2d(struct ad *ad, int id, int dy) {
+    struct tr_graph *g = ad->g;
+    int x = tr_node_input(g, id, 0), w = tr_node_input(g, id, 1);
+    struct tr_attrs a = *tr_node_attrs(g, id);
+    if (needs(ad, x)) {
+        a.ints[5] = tr_node_shape(g, x)[1];
+        a.ints[6] = tr_node_shape(g, x)[2];
+        accumulate(ad, x, node2(g, TR_OP_CONV2D_GRAD_INPUT, dy, w, &a));
+    }
+    if (needs(ad, w)) {
+        a.ints[5] = tr_node_shape(g, w)[2];
+        a.ints[6] = tr_node_shape(g, w)[3];
+        accumulate(ad, w, node2(g, TR_OP_CONV2D_GRAD_WEIGHT, x, dy, &a));
+    }
+    if (tr_node_n_inputs(g, id) == 3) {
+        int b = tr_node_input(g, id, 2);
+        if (needs(ad, b)) accumulate(ad, b, cast_to(g, reduce_to(g, dy, b), tr_node_dtype(g, b)));
+    }
+}
+
+/* GROUP_NORM: the fused SiLU's gradient first (at the affine output, recomputed), then
+ * the plain group norm's rules, as LAYER_NORM's. */
+static void rule_group_norm(struct ad *ad, int id, int dy) {
+    struct tr_graph *g = ad->g;
+    int x = tr_node_input(g, id, 0), gamma = tr_node_input(g, id, 1), beta = tr_node_input(g, id, 2);
+    struct tr_attrs a = *tr_node_attrs(g, id);
+    if (a.ints[1]) {
+        a.ints[1] = 0;
+        int in[3] = {x, gamma, beta};
+        int z = tr_graph_add_node(g, TR_OP_GROUP_NORM, 3, in, &a);
+        struct tr_attrs u = attrs0();
+        u.ints[0] = TR_OP_SILU;
+        u.n_ints = 2;
+        dy = node2(g, TR_OP_UNARY_GRAD, z, dy, &u);
+    }
+    if (needs(ad, x)) {
+        int in[3] = {x, gamma, dy};
+        accumulate(ad, x, tr_graph_add_node(g, TR_OP_GROUP_NORM_GRAD, 3, in, &a));
+    }
+    if (needs(ad, gamma))
+        accumulate(ad, gamma, cast_to(g, node2(g, TR_OP_GROUP_NORM_GRAD_GAMMA, x, dy, &a), tr_node_dtype(g, gamma)));
+    if (needs(ad, beta)) accumulate(ad, beta, cast_to(g, reduce_to(g, dy, beta), tr_node_dtype(g, beta)));
+}
+
 /* SUM/MEAN/MAX: dy has x's shape reduced over one axis. */
 static void rule_reduce(struct ad *ad, int id, int op, int dy) {
     struct tr_graph *g = ad->g;
@@ -324,6 +369,12 @@ static void apply_rule(struct ad *ad, int id, int dy) {
     case TR_OP_UPDATE_SLICE:
         rule_update_slice(ad, id, dy);
         break;
+    case TR_OP_CONV2D:
+        rule_conv2d(ad, id, dy);
+        break;
+    case TR_OP_GROUP_NORM:
+        rule_group_norm(ad, id, dy);
+        break;
     default:
         break; /* refused by check_rules before anything was added */
     }
@@ -346,6 +397,7 @@ static int check_rules(const struct ad *ad, int loss, struct tr_error *err) {
         case TR_OP_SOFTMAX: case TR_OP_LAYER_NORM: case TR_OP_RESHAPE: case TR_OP_TRANSPOSE:
         case TR_OP_SLICE: case TR_OP_CONCAT: case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX:
         case TR_OP_BROADCAST: case TR_OP_SLICE_GRAD: case TR_OP_MSE: case TR_OP_RMS_NORM:
+        case TR_OP_CONV2D: case TR_OP_GROUP_NORM:
             break;
         case TR_OP_ROPE:
             if (ad->need[tr_node_input(g, id, 1)]) bad_input = 1, why = "the positions are not differentiable";

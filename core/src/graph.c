@@ -516,13 +516,14 @@ int tr_update_slice(struct tr_graph *g, int x, int update, int start, int axis) 
     return tr_graph_add_node(g, TR_OP_UPDATE_SLICE, 3, in, &at);
 }
 
-int tr_conv2d(struct tr_graph *g, int x, int w, int bias, int stride, int padding) {
+int tr_conv2d(struct tr_graph *g, int x, int w, int bias, int stride, int padding, int pad_end) {
     struct tr_attrs at = attrs0();
     at.ints[0] = stride;
     at.ints[1] = padding;
     at.ints[2] = 1;
     at.ints[3] = 1;
-    at.n_ints = 4;
+    at.ints[4] = pad_end;
+    at.n_ints = 5;
     int in[3] = {x, w, bias};
     return tr_graph_add_node(g, TR_OP_CONV2D, bias < 0 ? 2 : 3, in, &at);
 }
@@ -535,6 +536,30 @@ int tr_group_norm(struct tr_graph *g, int x, int gamma, int beta, int groups, fl
     at.floats[0] = eps;
     int in[3] = {x, gamma, beta};
     return tr_graph_add_node(g, TR_OP_GROUP_NORM, 3, in, &at);
+}
+
+int tr_broadcast(struct tr_graph *g, int x, int ndim, const int64_t *shape) {
+    struct tr_attrs at = attrs0();
+    if (ndim < 0 || ndim > TR_ATTR_INTS || (ndim > 0 && !shape)) {
+        graph_fail(g, TR_ERR_INVALID, "tr_broadcast: %d dimensions, expected 0 to %d and a shape", ndim,
+                   TR_ATTR_INTS);
+        return -1;
+    }
+    for (int i = 0; i < ndim; i++) at.ints[i] = shape[i];
+    at.n_ints = ndim;
+    return node1(g, TR_OP_BROADCAST, x, &at);
+}
+
+int tr_upsample_nearest(struct tr_graph *g, int x, int factor) {
+    if (x < 0 || x >= tr_graph_n_nodes(g) || tr_node_ndim(g, x) != 4 || factor < 1) {
+        graph_fail(g, TR_ERR_SHAPE, "tr_upsample_nearest: x must be a 4-D (N,H,W,C) node and factor >= 1 (got %d)",
+                   factor);
+        return -1;
+    }
+    const int64_t *s = tr_node_shape(g, x), f = factor;
+    const int64_t six[6] = {s[0], s[1], 1, s[2], 1, s[3]}, big[6] = {s[0], s[1], f, s[2], f, s[3]},
+                  out[4] = {s[0], s[1] * f, s[2] * f, s[3]};
+    return tr_reshape(g, tr_broadcast(g, tr_reshape(g, x, 6, six), 6, big), 4, out);
 }
 
 int tr_concat(struct tr_graph *g, int n, const int *xs, int axis) {

@@ -16,8 +16,10 @@
  *   optimizer: ADAMW_STEP 10 per element (bias corrections, sqrt, divide, decay, update)
  *   decoder LLMs: RMS_NORM, RMS_NORM_GRAD, ROPE: 1 per output element; RMS_NORM_GRAD_W:
  *              1 per element of x
- *   vision: CONV2D 2·KH·KW·Cin per output element (the bias not counted); GROUP_NORM 1
- *              per output element
+ *   vision: CONV2D 2·KH·KW·Cin per output element (the bias not counted), its two
+ *              gradients as many (2·KH·KW·Cout per dx element; the forward's count for dw);
+ *              GROUP_NORM, GROUP_NORM_GRAD 1 per output element, GROUP_NORM_GRAD_GAMMA 1
+ *              per element of x
  */
 #include <stdio.h>
 #include "trident/graph.h"
@@ -76,10 +78,11 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
     case TR_OP_CONCAT: case TR_OP_UPDATE_SLICE:
         fprintf(f, " axis=%lld", (long long)a->ints[0]);
         break;
-    case TR_OP_CONV2D:
+    case TR_OP_CONV2D: case TR_OP_CONV2D_GRAD_INPUT: case TR_OP_CONV2D_GRAD_WEIGHT:
         fprintf(f, " stride=%lld padding=%lld", (long long)a->ints[0], (long long)a->ints[1]);
+        if (a->ints[4]) fprintf(f, " pad_end=%lld", (long long)a->ints[4]);
         break;
-    case TR_OP_GROUP_NORM:
+    case TR_OP_GROUP_NORM: case TR_OP_GROUP_NORM_GRAD: case TR_OP_GROUP_NORM_GRAD_GAMMA:
         fprintf(f, " groups=%lld eps=%g", (long long)a->ints[0], (double)a->floats[0]);
         if (a->ints[1]) fprintf(f, " silu=1");
         break;
@@ -198,11 +201,17 @@ double tr_graph_flops(const struct tr_graph *g) {
                    op == TR_OP_MAX_GRAD || op == TR_OP_CROSS_ENTROPY_GRAD || op == TR_OP_RMS_NORM ||
                    op == TR_OP_RMS_NORM_GRAD || op == TR_OP_ROPE) {
             total += numel(g, id);
-        } else if (op == TR_OP_CONV2D) {
+        } else if (op == TR_OP_CONV2D || op == TR_OP_CONV2D_GRAD_INPUT) {
             const int64_t *w = tr_node_shape(g, tr_node_input(g, id, 1));
-            total += 2.0 * numel(g, id) * (double)w[0] * (double)w[1] * (double)w[2];
-        } else if (op == TR_OP_GROUP_NORM) {
+            /* forward: Cin·KH·KW per output element; data gradient: Cout·KH·KW per dx element */
+            total += 2.0 * numel(g, id) * (double)(op == TR_OP_CONV2D ? w[1] : w[0]) * (double)w[2] * (double)w[3];
+        } else if (op == TR_OP_CONV2D_GRAD_WEIGHT) { /* as many multiply-adds as the forward */
+            const int64_t *dw = tr_node_shape(g, id);
+            total += 2.0 * numel(g, tr_node_input(g, id, 1)) * (double)dw[1] * (double)dw[2] * (double)dw[3];
+        } else if (op == TR_OP_GROUP_NORM || op == TR_OP_GROUP_NORM_GRAD) {
             total += numel(g, id);
+        } else if (op == TR_OP_GROUP_NORM_GRAD_GAMMA) {
+            total += numel(g, tr_node_input(g, id, 0));
         } else if (op == TR_OP_ADAMW_STEP) {
             total += 10.0 * numel(g, id);
         } else if (tr_op_is_elementwise_unary(op) || tr_op_is_elementwise_binary(op) || op == TR_OP_SOFTMAX ||

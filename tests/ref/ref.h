@@ -108,14 +108,27 @@ void tr_ref_slice_grad(int nd, const int64_t *dysh, const double *dy, int axis, 
 
 /* ---- vision (NHWC) ---- */
 
-/* CONV2D: x (N,H,W,Ci), w (KH,KW,Ci,Co), bias (Co) or NULL -> out (N,OH,OW,Co), OH =
- * (H + 2·pad − KH)/stride + 1; a cross-correlation with zeros outside x. */
-void tr_ref_conv2d(const double *x, const double *w, const double *bias, int64_t N, int64_t H, int64_t W, int64_t Ci,
-                   int64_t KH, int64_t KW, int64_t Co, int64_t stride, int64_t pad, double *out);
+/* A convolution's sizes: x (N,H,W,Ci), w (Co,Ci,KH,KW) (torch's layout), out (N,OH,OW,Co)
+ * with OH = (H + 2·pad + pad_end − KH)/stride + 1; zeros outside x. */
+struct tr_ref_conv {
+    int64_t N, H, W, Ci, KH, KW, Co, stride, pad, pad_end;
+};
+int64_t tr_ref_conv_oh(const struct tr_ref_conv *c);
+int64_t tr_ref_conv_ow(const struct tr_ref_conv *c);
+/* CONV2D, a cross-correlation; bias (Co) or NULL. */
+void tr_ref_conv2d(const struct tr_ref_conv *c, const double *x, const double *w, const double *bias, double *out);
+/* dx (N,H,W,Ci) and dw (Co,Ci,KH,KW) of Σ dy·conv2d(x, w). */
+void tr_ref_conv2d_grad_input(const struct tr_ref_conv *c, const double *dy, const double *w, double *dx);
+void tr_ref_conv2d_grad_weight(const struct tr_ref_conv *c, const double *x, const double *dy, double *dw);
 /* GROUP_NORM: x (N,HW,C) normalised over each (n, group of C/G consecutive channels)
  * with the biased variance, ·gamma + beta per channel, then SiLU when silu; y may be x. */
 void tr_ref_group_norm(const double *x, const double *gamma, const double *beta, int64_t N, int64_t HW, int64_t C,
                        int64_t G, double eps, int silu, double *y);
+/* dx of Σ dy·group_norm(x) (no SiLU), and dgamma (C) = Σ over N,HW of dy·x̂. */
+void tr_ref_group_norm_grad(const double *x, const double *gamma, const double *dy, int64_t N, int64_t HW, int64_t C,
+                            int64_t G, double eps, double *dx);
+void tr_ref_group_norm_grad_gamma(const double *x, const double *dy, int64_t N, int64_t HW, int64_t C, int64_t G,
+                                  double eps, double *dgamma);
 
 /* ---- losses ---- */
 

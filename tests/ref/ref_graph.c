@@ -105,6 +105,23 @@ static void eval_update_slice(const struct tr_graph *g, int id, double **v, doub
             for (int64_t i = 0; i < inner; i++) o[(b * len + s0 + j) * inner + i] = u.d[(b * nu + j) * inner + i];
 }
 
+/* CONV2D (x, w, [bias]), CONV2D_GRAD_INPUT (dy, w) or CONV2D_GRAD_WEIGHT (x, dy): the sizes
+ * from whichever tensors the op has, the rest from its attributes. */
+static void eval_conv2d(const struct tr_graph *g, int id, double **v, double *o) {
+    const int op = tr_node_op(g, id);
+    const struct tr_attrs *a = tr_node_attrs(g, id);
+    const struct tr_ref_view p = in_view(g, v, id, 0), q = in_view(g, v, id, 1);
+    const int64_t *sh = tr_node_shape(g, id);
+    const int64_t *xs = op == TR_OP_CONV2D_GRAD_INPUT ? sh : p.sh,
+                  *ws = op == TR_OP_CONV2D_GRAD_WEIGHT ? sh : q.sh;
+    const struct tr_ref_conv c = {xs[0], xs[1], xs[2], xs[3], ws[2], ws[3], ws[0], a->ints[0] ? a->ints[0] : 1,
+                                  a->ints[1], a->ints[4]};
+    if (op == TR_OP_CONV2D)
+        tr_ref_conv2d(&c, p.d, q.d, tr_node_n_inputs(g, id) > 2 ? in_view(g, v, id, 2).d : NULL, o);
+    else if (op == TR_OP_CONV2D_GRAD_INPUT) tr_ref_conv2d_grad_input(&c, p.d, q.d, o);
+    else tr_ref_conv2d_grad_weight(&c, p.d, q.d, o);
+}
+
 /* CROSS_ENTROPY (logits, labels) or its GRAD (logits, labels, dloss). */
 static void eval_cross_entropy(const struct tr_graph *g, int id, double **v, double *o) {
     const struct tr_attrs *a = tr_node_attrs(g, id);
@@ -190,13 +207,18 @@ void tr_ref_graph_eval_node(const struct tr_graph *g, int id, double *const *lea
     case TR_OP_ATTENTION: case TR_OP_ATTENTION_GRAD: eval_attention(g, id, v, o); break;
     case TR_OP_CROSS_ENTROPY: case TR_OP_CROSS_ENTROPY_GRAD: eval_cross_entropy(g, id, v, o); break;
     case TR_OP_MSE: o[0] = tr_ref_mse(x.d, y.d, tr_shape_numel(x.nd, x.sh)); break;
-    case TR_OP_CONV2D:
-        tr_ref_conv2d(x.d, y.d, n_in > 2 ? in_view(g, v, id, 2).d : NULL, x.sh[0], x.sh[1], x.sh[2], x.sh[3], y.sh[0],
-                      y.sh[1], y.sh[3], a->ints[0] ? a->ints[0] : 1, a->ints[1], o);
-        break;
+    case TR_OP_CONV2D: case TR_OP_CONV2D_GRAD_INPUT: case TR_OP_CONV2D_GRAD_WEIGHT: eval_conv2d(g, id, v, o); break;
     case TR_OP_GROUP_NORM:
         tr_ref_group_norm(x.d, y.d, in_view(g, v, id, 2).d, x.sh[0], x.sh[1] * x.sh[2], x.sh[3], a->ints[0],
                           (double)a->floats[0], (int)a->ints[1], o);
+        break;
+    case TR_OP_GROUP_NORM_GRAD:
+        tr_ref_group_norm_grad(x.d, y.d, in_view(g, v, id, 2).d, x.sh[0], x.sh[1] * x.sh[2], x.sh[3], a->ints[0],
+                               (double)a->floats[0], o);
+        break;
+    case TR_OP_GROUP_NORM_GRAD_GAMMA:
+        tr_ref_group_norm_grad_gamma(x.d, y.d, x.sh[0], x.sh[1] * x.sh[2], x.sh[3], a->ints[0], (double)a->floats[0],
+                                     o);
         break;
     default: fail_msg("reference evaluator: no rule for node %d %s", id, tr_op_name(op));
     }

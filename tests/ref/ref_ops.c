@@ -451,27 +451,57 @@ void tr_ref_attention_grad(const struct tr_ref_attn *c, const double *q, const d
 
 /* ---- vision ---- */
 
-void tr_ref_conv2d(const double *x, const double *w, const double *bias, int64_t N, int64_t H, int64_t W, int64_t Ci,
-                   int64_t KH, int64_t KW, int64_t Co, int64_t stride, int64_t pad, double *out) {
-    const int64_t OH = (H + 2 * pad - KH) / stride + 1, OW = (W + 2 * pad - KW) / stride + 1;
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t oh = 0; oh < OH; oh++)
-            for (int64_t ow = 0; ow < OW; ow++)
-                for (int64_t co = 0; co < Co; co++) {
-                    double acc = bias ? bias[co] : 0.0;
-                    for (int64_t kh = 0; kh < KH; kh++) {
-                        const int64_t ih = oh * stride - pad + kh;
-                        if (ih < 0 || ih >= H) continue;
-                        for (int64_t kw = 0; kw < KW; kw++) {
-                            const int64_t iw = ow * stride - pad + kw;
-                            if (iw < 0 || iw >= W) continue;
-                            for (int64_t ci = 0; ci < Ci; ci++)
-                                acc += x[((n * H + ih) * W + iw) * Ci + ci] * w[((kh * KW + kw) * Ci + ci) * Co + co];
-                        }
-                    }
-                    out[((n * OH + oh) * OW + ow) * Co + co] = acc;
-                }
+int64_t tr_ref_conv_oh(const struct tr_ref_conv *c) {
+    return (c->H + 2 * c->pad + c->pad_end - c->KH) / c->stride + 1;
 }
+
+int64_t tr_ref_conv_ow(const struct tr_ref_conv *c) {
+    return (c->W + 2 * c->pad + c->pad_end - c->KW) / c->stride + 1;
+}
+
+/* The one loop nest of the three: every (output pixel, kernel tap) pair that lands in x,
+ * handing f the flat offsets into x (less ci), w (less ci) and y (less co). Forward and
+ * gradients differ only in what they accumulate. */
+#define CONV_TAPS(c, BODY)                                                                              \
+    do {                                                                                                \
+        const int64_t OH_ = tr_ref_conv_oh(c), OW_ = tr_ref_conv_ow(c);                                 \
+        for (int64_t n = 0; n < (c)->N; n++)                                                            \
+            for (int64_t oh = 0; oh < OH_; oh++)                                                        \
+                for (int64_t ow = 0; ow < OW_; ow++)                                                    \
+                    for (int64_t kh = 0; kh < (c)->KH; kh++) {                                          \
+                        const int64_t ih = oh * (c)->stride - (c)->pad + kh;                            \
+                        if (ih < 0 || ih >= (c)->H) continue;                                           \
+                        for (int64_t kw = 0; kw < (c)->KW; kw++) {                                      \
+                            const int64_t iw = ow * (c)->stride - (c)->pad + kw;                        \
+                            if (iw < 0 || iw >= (c)->W) continue;                                       \
+                            const int64_t xo = ((n * (c)->H + ih) * (c)->W + iw) * (c)->Ci;             \
+                            const int64_t yo = ((n * OH_ + oh) * OW_ + ow) * (c)->Co;                   \
+                            for (int64_t co = 0; co < (c)->Co; co++)                                    \
+                                for (int64_t ci = 0; ci < (c)->Ci; ci++) {                              \
+                                    const int64_t wo = ((co * (c)->Ci + ci) * (c)->KH + kh) * (c)->KW + kw; \
+                                    BODY;                                                               \
+                                }                                                                       \
+                        }                                                                               \
+                    }                                                                                   \
+    } while (0)
+
+void tr_ref_conv2d(const struct tr_ref_conv *c, const double *x, const double *w, const double *bias, double *out) {
+    const int64_t ny = c->N * tr_ref_conv_oh(c) * tr_ref_conv_ow(c);
+    for (int64_t p = 0; p < ny; p++)
+        for (int64_t co = 0; co < c->Co; co++) out[p * c->Co + co] = bias ? bias[co] : 0.0;
+    CONV_TAPS(c, out[yo + co] += x[xo + ci] * w[wo]);
+}
+
+void tr_ref_conv2d_grad_input(const struct tr_ref_conv *c, const double *dy, const double *w, double *dx) {
+    memset(dx, 0, sizeof(double) * (size_t)(c->N * c->H * c->W * c->Ci));
+    CONV_TAPS(c, dx[xo + ci] += dy[yo + co] * w[wo]);
+}
+
+void tr_ref_conv2d_grad_weight(const struct tr_ref_conv *c, const double *x, const double *dy, double *dw) {
+    memset(dw, 0, sizeof(double) * (size_t)(c->Co * c->Ci * c->KH * c->KW));
+    CONV_TAPS(c, dw[wo] += x[xo + ci] * dy[yo + co]);
+}
+#undef CONV_TAPS
 
 void tr_ref_group_norm(const double *x, const double *gamma, const double *beta, int64_t N, int64_t HW, int64_t C,
                        int64_t G, double eps, int silu, double *y) {
@@ -493,6 +523,59 @@ void tr_ref_group_norm(const double *x, const double *gamma, const double *beta,
                     const int64_t c = gi * cg + j, f = (n * HW + p) * C + c;
                     double v = (x[f] - mean) * rstd * gamma[c] + beta[c];
                     y[f] = silu ? v / (1.0 + exp(-v)) : v;
+                }
+        }
+}
+
+/* One group's mean and 1/std (biased variance). */
+static void gn_stats(const double *x, int64_t n, int64_t gi, int64_t HW, int64_t C, int64_t cg, double eps,
+                     double *mean, double *rstd) {
+    double s = 0, ss = 0;
+    for (int64_t p = 0; p < HW; p++)
+        for (int64_t j = 0; j < cg; j++) s += x[(n * HW + p) * C + gi * cg + j];
+    *mean = s / (double)(HW * cg);
+    for (int64_t p = 0; p < HW; p++)
+        for (int64_t j = 0; j < cg; j++) {
+            const double d = x[(n * HW + p) * C + gi * cg + j] - *mean;
+            ss += d * d;
+        }
+    *rstd = 1.0 / sqrt(ss / (double)(HW * cg) + eps);
+}
+
+void tr_ref_group_norm_grad(const double *x, const double *gamma, const double *dy, int64_t N, int64_t HW, int64_t C,
+                            int64_t G, double eps, double *dx) {
+    const int64_t cg = C / G;
+    const double cnt = (double)(HW * cg);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t gi = 0; gi < G; gi++) {
+            double mean, rstd, s1 = 0, s2 = 0;
+            gn_stats(x, n, gi, HW, C, cg, eps, &mean, &rstd);
+            for (int64_t p = 0; p < HW; p++)
+                for (int64_t j = 0; j < cg; j++) {
+                    const int64_t c = gi * cg + j, f = (n * HW + p) * C + c;
+                    s1 += dy[f] * gamma[c];
+                    s2 += dy[f] * gamma[c] * (x[f] - mean) * rstd;
+                }
+            for (int64_t p = 0; p < HW; p++)
+                for (int64_t j = 0; j < cg; j++) {
+                    const int64_t c = gi * cg + j, f = (n * HW + p) * C + c;
+                    dx[f] = rstd * (dy[f] * gamma[c] - s1 / cnt - (x[f] - mean) * rstd * s2 / cnt);
+                }
+        }
+}
+
+void tr_ref_group_norm_grad_gamma(const double *x, const double *dy, int64_t N, int64_t HW, int64_t C, int64_t G,
+                                  double eps, double *dgamma) {
+    const int64_t cg = C / G;
+    for (int64_t c = 0; c < C; c++) dgamma[c] = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t gi = 0; gi < G; gi++) {
+            double mean, rstd;
+            gn_stats(x, n, gi, HW, C, cg, eps, &mean, &rstd);
+            for (int64_t p = 0; p < HW; p++)
+                for (int64_t j = 0; j < cg; j++) {
+                    const int64_t c = gi * cg + j, f = (n * HW + p) * C + c;
+                    dgamma[c] += dy[f] * (x[f] - mean) * rstd;
                 }
         }
 }

@@ -88,10 +88,17 @@ int tr_attention(struct tr_graph *g, int q, int k, int v, int mask, float scale,
 int tr_rms_norm(struct tr_graph *g, int x, int w, float eps, int add_one);
 /* rot_dims 0: all of D. */
 int tr_rope(struct tr_graph *g, int x, int pos, float base, int rot_dims);
-/* NHWC x, HWIO w (ops.h CONV2D); bias < 0: none. */
-int tr_conv2d(struct tr_graph *g, int x, int w, int bias, int stride, int padding);
+/* NHWC x, torch-layout w (Cout,Cin,KH,KW) (ops.h CONV2D); bias < 0: none; pad_end: zeros
+ * added at the bottom and right only, beyond padding. */
+int tr_conv2d(struct tr_graph *g, int x, int w, int bias, int stride, int padding, int pad_end);
 /* NHWC x; silu: SiLU after the affine (ops.h GROUP_NORM). */
 int tr_group_norm(struct tr_graph *g, int x, int gamma, int beta, int groups, float eps, int silu);
+/* x broadcast to shape (numpy rules: x's axes, aligned at the end, equal or 1). */
+int tr_broadcast(struct tr_graph *g, int x, int ndim, const int64_t *shape);
+/* NHWC x (N,H,W,C) -> (N,H·f,W·f,C), each pixel repeated f x f times: torch's
+ * interpolate(mode="nearest", scale_factor=f). A reshape, a broadcast and a reshape (so
+ * that its gradient is the broadcast's sum). */
+int tr_upsample_nearest(struct tr_graph *g, int x, int factor);
 
 /* Generic form used by the above (and by passes that copy nodes): checks arity, infers
  * dtype and shape, names the node. */

@@ -239,7 +239,7 @@ static int bound_train(struct tr_kernels *k, const struct tr_kernel_call *c, str
 /* A bound call of a kernel without a binder: its entry on the call's arguments. */
 static int bound_invoke(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
     const int op = c->op;
-    if (op == TR_OP_CONV2D)
+    if (op == TR_OP_CONV2D || op == TR_OP_CONV2D_GRAD_INPUT || op == TR_OP_CONV2D_GRAD_WEIGHT)
         return tr_cpu_conv2d_invoke(k, op, &c->attrs, c->n_in, c->in, (struct tr_tensor *)&c->out, err);
     return tr_cpu_group_norm_invoke(k, op, &c->attrs, c->n_in, c->in, (struct tr_tensor *)&c->out, err);
 }
@@ -343,9 +343,10 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
         r->invoke = tr_cpu_update_slice_invoke;
         r->bind = tr_cpu_update_slice_bind;
         return TR_OK;
-    case TR_OP_CONV2D:
-        if (n_in != 2 && n_in != 3)
-            return tr_error_set(err, TR_ERR_INVALID, "conv2d: %d inputs given, 2 (x, w) or 3 (with bias) expected", n_in);
+    case TR_OP_CONV2D: case TR_OP_CONV2D_GRAD_INPUT: case TR_OP_CONV2D_GRAD_WEIGHT:
+        if (op == TR_OP_CONV2D ? n_in != 2 && n_in != 3 : n_in != 2)
+            return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given, %s expected", tr_op_name(op), n_in,
+                                op == TR_OP_CONV2D ? "2 (x, w) or 3 (with bias)" : "2");
         /* a direct call's unset 0s: stride, dilation and groups 1 (graph build stores them) */
         if (at->ints[0] == 0) at->ints[0] = 1;
         if (at->ints[2] == 0) at->ints[2] = 1;
@@ -353,7 +354,7 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
         r->invoke = tr_cpu_conv2d_invoke;
         r->bound = bound_invoke; /* no binder yet: bind checks by one run */
         return TR_OK;
-    case TR_OP_GROUP_NORM:
+    case TR_OP_GROUP_NORM: case TR_OP_GROUP_NORM_GRAD: case TR_OP_GROUP_NORM_GRAD_GAMMA:
         r->invoke = tr_cpu_group_norm_invoke;
         r->bound = bound_invoke;
         return TR_OK;

@@ -90,17 +90,30 @@
  *                kernel skips the write and raises its error flag). A backend may
  *                compute it in x's memory (tr_pir_reads_in_place), writing only the slice.
  *
- *   Vision (Stable Diffusion's UNet and VAE), channels last throughout:
- *   CONV2D       x (N,H,W,Cin), w (KH,KW,Cin,Cout), [bias (Cout)] -> (N,OH,OW,Cout) with
- *                OH = (H + 2·pad − KH)/stride + 1 (floor), likewise OW: a cross-correlation
- *                as torch's conv2d, in NHWC / HWIO layout. ints[0]=stride (>= 1, both axes;
- *                0 means 1, stored resolved), ints[1]=padding (>= 0, zeros on every side),
- *                ints[2]=dilation, ints[3]=groups: only 1 for now (0 means 1, stored
- *                resolved; other values are refused). bias has x's dtype or is f32.
+ *   Vision (Stable Diffusion's UNet and VAE), activations channels last throughout:
+ *   CONV2D       x (N,H,W,Cin), w (Cout,Cin,KH,KW), [bias (Cout)] -> (N,OH,OW,Cout) with
+ *                OH = (H + 2·pad + pad_end − KH)/stride + 1 (floor), likewise OW: a
+ *                cross-correlation as torch's conv2d on NHWC activations, its weights in
+ *                torch's own (O,I,H,W) layout, so that a checkpoint's tensors bind as they
+ *                are. ints[0]=stride (>= 1, both axes; 0 means 1, stored resolved),
+ *                ints[1]=padding (>= 0, zeros on every side), ints[2]=dilation,
+ *                ints[3]=groups: only 1 for now (0 means 1, stored resolved; other values
+ *                are refused), ints[4]=pad_end (>= 0: more zeros at the bottom and right
+ *                only, diffusers' Downsample2D F.pad(x, (0,1,0,1))). bias has x's dtype or
+ *                is f32.
  *   GROUP_NORM   x (N,H,W,C), gamma (C), beta (C) -> x normalised over each (n, group) of
  *                C/G consecutive channels and all of H,W, then ·gamma + beta per channel
  *                (torch's group_norm on NCHW). ints[0]=G groups (C % G == 0), floats[0]=eps,
  *                ints[1]=1: SiLU applied after (the fused form the UNet uses), 0: none.
+ *   CONV2D_GRAD_INPUT  (dy (N,OH,OW,Cout), w) -> dx (N,H,W,Cin): CONV2D's attrs, and
+ *                ints[5]=H, ints[6]=W (the floor in OH loses them)
+ *   CONV2D_GRAD_WEIGHT (x, dy) -> dw (Cout,Cin,KH,KW): CONV2D's attrs, ints[5]=KH,
+ *                ints[6]=KW, ints[7]=Cout (dy's channels; stored by the shape rule).
+ *                (dbias is a SUM of dy over N,H,W)
+ *   GROUP_NORM_GRAD       (x, gamma, dy) -> dx: ints[0]=G, floats[0]=eps; no SiLU (the
+ *                gradient of the fused form takes SiLU's gradient first)
+ *   GROUP_NORM_GRAD_GAMMA (x, dy) -> dgamma (C) = Σ over N,H,W of dy·x̂: attrs as above
+ *                (dbeta is a SUM of dy over N,H,W)
  */
 #ifndef TRIDENT_OPS_H
 #define TRIDENT_OPS_H
@@ -162,7 +175,11 @@ extern "C" {
     X(ROPE,       "rope",        2)    \
     X(UPDATE_SLICE, "update_slice", 3) \
     X(CONV2D,     "conv2d",     -1)    \
-    X(GROUP_NORM, "group_norm",  3)
+    X(GROUP_NORM, "group_norm",  3)    \
+    X(CONV2D_GRAD_INPUT, "conv2d_grad_input", 2) \
+    X(CONV2D_GRAD_WEIGHT, "conv2d_grad_weight", 2) \
+    X(GROUP_NORM_GRAD, "group_norm_grad", 3) \
+    X(GROUP_NORM_GRAD_GAMMA, "group_norm_grad_gamma", 2)
 
 enum tr_op {
 #define TR_OP_ENUM_(name, str, n) TR_OP_##name,
