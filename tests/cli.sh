@@ -62,6 +62,10 @@ expect "[run] threads = 0 names file, line, key" 1 'threads0.ini:6: \[run\] thre
 expect "list shows bert and torch" 0 'preset tiny' -- "$bin" list
 expect "list shows the torch plugin" 0 'libtrident_backend_torch.so' -- "$bin" list
 expect "dump prints the graph" 0 'attention' -- "$bin" dump conf/quickstart.ini
+# Every shipped config builds its task graph (the full-size ones too: no weights are made).
+for f in conf/*.ini conf/cpu/*.ini; do
+  expect "$f builds" 0 '^# [0-9]+ nodes' -- "$bin" dump "$f"
+done
 
 # fit from a checkpoint: the model's params come from the file, the optimizer state is made
 ini fitw.ini "[run]

@@ -19,6 +19,7 @@
 #include "models.h"
 #include "trident/bench.h"
 #include "trident/graph.h"
+#include "trident/train.h"
 #include "trident/weights.h"
 
 static void test_update_api(void **state) {
@@ -164,10 +165,29 @@ static void test_fit_bad_train_key(void **state) {
     struct tr_task_graph tg;
     assert_int_not_equal(tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e), TR_OK);
     assert_non_null(strstr(e.msg, "t.ini:4: [train] lerning_rate = 1: unknown key for training"));
-    assert_int_equal(tr_config_load_string("[run]\ntask = fit\n[train]\noptimizer = adam\n", "t.ini", &cfg, &e),
+    assert_int_equal(tr_config_load_string("[run]\ntask = fit\n[train]\noptimizer = adagrad\n", "t.ini", &cfg, &e),
                      TR_OK);
     assert_int_not_equal(tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e), TR_OK);
-    assert_non_null(strstr(e.msg, "t.ini:4: [train] optimizer = adam: expected adamw or sgd"));
+    assert_non_null(strstr(e.msg, "t.ini:4: [train] optimizer = adagrad: expected adamw, adam or sgd"));
+}
+
+/* optimizer = adam is Keras' Adam: eps 1e-7 and no weight decay, unless the INI says. */
+static void test_fit_keras_adam(void **state) {
+    (void)state;
+    struct tr_config cfg;
+    struct tr_train_config tc;
+    struct tr_error e = {0};
+    assert_int_equal(tr_config_load_string("[train]\noptimizer = adam\n", "t.ini", &cfg, &e), TR_OK);
+    assert_int_equal(tr_train_config_resolve(&cfg, &tc, &e), TR_OK);
+    assert_string_equal(tc.optimizer, "adamw");
+    assert_true(tc.eps == 1e-7 && tc.weight_decay == 0.0 && tc.learning_rate == 1e-3 && tc.beta2 == 0.999);
+    assert_int_equal(tr_config_load_string("[train]\neps = 1e-6\noptimizer = adam\nweight_decay = 0.1\n", "t.ini",
+                                           &cfg, &e), TR_OK);
+    assert_int_equal(tr_train_config_resolve(&cfg, &tc, &e), TR_OK);
+    assert_true(tc.eps == 1e-6 && tc.weight_decay == 0.1);
+    assert_int_equal(tr_config_load_string("[train]\n", "t.ini", &cfg, &e), TR_OK);
+    assert_int_equal(tr_train_config_resolve(&cfg, &tc, &e), TR_OK); /* adamw: torch's defaults */
+    assert_true(tc.eps == 1e-8 && tc.weight_decay == 0.01);
 }
 
 /* ---- LoRA ---- */
@@ -251,6 +271,7 @@ int main(void) {
         cmocka_unit_test(test_update_copied),
         cmocka_unit_test(test_update_donated),
         cmocka_unit_test(test_fit_bad_train_key),
+        cmocka_unit_test(test_fit_keras_adam),
         cmocka_unit_test(test_lora_frozen),
         cmocka_unit_test(test_fit_bf16_masters),
         cmocka_unit_test(test_fit_learns_everywhere),

@@ -231,6 +231,50 @@ static void test_load_fresh(void **state) {
     tr_graph_free(gs);
 }
 
+static void expect_load_error(enum tr_dtype graph_dt, int status, const char *tensor);
+
+/* A file saved without the base prefix ("dense.weight" for the graph's "layer.dense.weight",
+ * as transformers 5 saves CLIPTextModel) loads; one that also has a name under "layer."
+ * is not taken apart that way. */
+static void write_bare(int with_prefixed) {
+    const int64_t *shapes[3] = {shape_w, shape_b, shape_g};
+    const int ndims[3] = {2, 1, 1};
+    struct tr_tensor ts[4];
+    const char *nm[4];
+    for (int i = 0; i < 3; i++) {
+        ts[i] = tr_test_tensor(TR_DTYPE_F32, ndims[i], shapes[i]);
+        tr_test_randn(&ts[i], 200 + (uint64_t)i, 1.0);
+        nm[i] = strchr(names[i], '.') + 1;
+    }
+    ts[3] = tr_test_tensor(TR_DTYPE_F32, ndims[1], shapes[1]);
+    tr_test_randn(&ts[3], 9, 1.0);
+    nm[3] = "layer.other.bias";
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_write(tmp_path, 3 + with_prefixed, nm, ts, &e), TR_OK);
+    for (int i = 0; i < 4; i++) tr_test_tensor_free(&ts[i]);
+}
+
+static void test_load_without_base_prefix(void **state) {
+    const int fwd[3] = {0, 1, 2};
+    struct tr_graph *g = make_graph(fwd, TR_DTYPE_F32);
+    struct tr_weights *w = NULL;
+    struct tr_error e = {0};
+    struct tr_safetensors *st;
+    write_bare(0);
+    assert_int_equal(tr_weights_load(g, tmp_path, &w, &e), TR_OK);
+    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    for (int i = 0; i < 3; i++) {
+        struct tr_tensor src, got = bound(g, names[i]);
+        assert_int_equal(tr_safetensors_get(st, strchr(names[i], '.') + 1, &src, &e), TR_OK);
+        assert_memory_equal(got.data, src.data, tr_tensor_nbytes(&got));
+    }
+    tr_safetensors_close(st);
+    tr_weights_free(w);
+    tr_graph_free(g);
+    write_bare(1);
+    expect_load_error(TR_DTYPE_F32, TR_ERR_NOT_FOUND, "layer.dense.weight");
+}
+
 static void expect_load_error(enum tr_dtype graph_dt, int status, const char *tensor) {
     const int fwd[3] = {0, 1, 2};
     struct tr_graph *g = make_graph(fwd, graph_dt);
@@ -281,6 +325,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_load_f32_and_convert, setup, teardown),
         cmocka_unit_test_setup_teardown(test_load_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_load_fresh, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_load_without_base_prefix, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -321,6 +321,13 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     struct tr_task_graph tg;
     rc = tr_task_graph_build(cfg, models, &tg, err);
     if (rc) return rc;
+    /* What the model is fed (the seq_len key means nothing to an image model). */
+    if (tr_graph_n_inputs(tg.graph) > 0) {
+        int id = tr_graph_input(tg.graph, 0);
+        char sh[80];
+        snprintf(rep->input, sizeof rep->input, "%s %s", tr_node_name(tg.graph, id),
+                 tr_shape_str(tr_node_ndim(tg.graph, id), tr_node_shape(tg.graph, id), sh, sizeof sh));
+    }
     /* generate: the model's params are its weights graph's (the passes' hold the KV cache too) */
     struct tr_graph *g = tg.opts.task == TR_TASK_GENERATE ? tg.gen.weights : tg.graph;
     /* The model's own params come first; fit appends its optimizer states and masters

@@ -85,9 +85,9 @@ static void print_generate(const struct tr_bench_report *rep, FILE *f) {
 }
 
 void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
-    fprintf(f, "%s/%s %s  device %s  dtype %s  batch %lld  seq_len %lld  params %.2fM (%.1f MiB)  %.3f GFLOP/step\n",
+    fprintf(f, "%s/%s %s  device %s  dtype %s  batch %lld  input %s  params %.2fM (%.1f MiB)  %.3f GFLOP/step\n",
             rep->model, rep->preset, rep->task, rep->device, rep->dtype, (long long)rep->batch,
-            (long long)rep->seq_len, (double)rep->param_count / 1e6, (double)rep->param_bytes / 1048576.0,
+            rep->input, (double)rep->param_count / 1e6, (double)rep->param_bytes / 1048576.0,
             rep->flops_per_step / 1e9);
     tr_bench_print_host(rep, f);
     fprintf(f, "%lld timed steps after %lld warm-up steps; 'first' is init + compile + step 1, left out of the rest\n\n",
@@ -169,6 +169,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
     cJSON_AddStringToObject(root, "math", rep->math);
     cJSON_AddNumberToObject(root, "batch", (double)rep->batch);
     cJSON_AddNumberToObject(root, "seq_len", (double)rep->seq_len);
+    cJSON_AddStringToObject(root, "input", rep->input);
     cJSON_AddNumberToObject(root, "steps", (double)rep->steps);
     cJSON_AddNumberToObject(root, "warmup", (double)rep->warmup);
     cJSON_AddNumberToObject(root, "seed", (double)rep->seed);

@@ -15,7 +15,7 @@
 
 #define KEY(field, type, lo, hi, doc) {#field, type, offsetof(struct tr_train_config, field), lo, hi, doc}
 static const struct tr_model_key train_keys[] = {
-    KEY(optimizer, TR_KEY_STRING, 0, 0, "adamw or sgd"),
+    KEY(optimizer, TR_KEY_STRING, 0, 0, "adamw, adam (Keras' Adam: eps 1e-7, no weight decay) or sgd"),
     KEY(learning_rate, TR_KEY_FLOAT, 0, 10, "the step size"),
     KEY(beta1, TR_KEY_FLOAT, 0, 0.999999, "AdamW's first-moment decay"),
     KEY(beta2, TR_KEY_FLOAT, 0, 0.999999, "AdamW's second-moment decay"),
@@ -37,19 +37,31 @@ void tr_train_config_defaults(struct tr_train_config *c) {
     c->master_weights = 1;
 }
 
+/* The line of [train] key in cfg, 0 when it is not given. */
+static int train_key_line(const struct tr_config *cfg, const char *key) {
+    int line = 0;
+    for (int i = 0; i < cfg->n_kv; i++)
+        if (!strcmp(cfg->kv[i].section, "train") && !strcmp(cfg->kv[i].key, key)) line = cfg->kv[i].line;
+    return line;
+}
+
 int tr_train_config_resolve(const struct tr_config *cfg, struct tr_train_config *c, struct tr_error *err) {
     tr_train_config_defaults(c);
     if (!cfg) return TR_OK;
     int rc = tr_keys_apply(cfg, "train", train_keys, (int)(sizeof train_keys / sizeof train_keys[0]), "training", c,
                            err);
     if (rc) return rc;
-    if (strcmp(c->optimizer, "adamw") != 0 && strcmp(c->optimizer, "sgd") != 0) {
-        int line = 0;
-        for (int i = 0; i < cfg->n_kv; i++)
-            if (!strcmp(cfg->kv[i].section, "train") && !strcmp(cfg->kv[i].key, "optimizer")) line = cfg->kv[i].line;
-        return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [train] optimizer = %s: expected adamw or sgd", cfg->file,
-                            line, c->optimizer);
+    if (strcmp(c->optimizer, "adam") == 0) {
+        /* keras.optimizers.Adam's defaults where the INI is silent; it runs as AdamW with no
+         * decay (Keras adds eps to √v̂·√(1−β2^t) rather than to √v̂: the same step to
+         * within eps, 1e-7). */
+        if (!train_key_line(cfg, "eps")) c->eps = 1e-7;
+        if (!train_key_line(cfg, "weight_decay")) c->weight_decay = 0.0;
+        strcpy(c->optimizer, "adamw");
     }
+    if (strcmp(c->optimizer, "adamw") != 0 && strcmp(c->optimizer, "sgd") != 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [train] optimizer = %s: expected adamw, adam or sgd",
+                            cfg->file, train_key_line(cfg, "optimizer"), c->optimizer);
     return TR_OK;
 }
 

@@ -167,6 +167,20 @@ static int load_one(const struct tr_tensor *src, struct tr_tensor *dst, const ch
                         name, tr_dtype_name((enum tr_dtype)src->dtype), tr_dtype_name((enum tr_dtype)dst->dtype));
 }
 
+/* Hugging Face's base-model prefix: a model saved bare ("embeddings.x", as transformers 5
+ * saves CLIPTextModel) loads into one whose names carry its prefix ("text_model.
+ * embeddings.x", as the published Stable Diffusion checkpoints have them). `name` is
+ * looked up without its first component only when the file holds no name at all under
+ * that component, so a file of another model is not half matched. */
+static int get_bare(const struct tr_safetensors *st, const char *name, struct tr_tensor *src, struct tr_error *err) {
+    const char *dot = strchr(name, '.');
+    if (!dot || !dot[1]) return TR_ERR_NOT_FOUND;
+    const size_t n = (size_t)(dot - name) + 1;
+    for (int i = 0; i < tr_safetensors_count(st); i++)
+        if (strncmp(tr_safetensors_name(st, i), name, n) == 0) return TR_ERR_NOT_FOUND;
+    return tr_safetensors_get(st, dot + 1, src, err);
+}
+
 int tr_weights_load(struct tr_graph *g, const char *path, struct tr_weights **out, struct tr_error *err) {
     return tr_weights_load_seeded(g, path, 0, out, err);
 }
@@ -184,6 +198,7 @@ int tr_weights_load_seeded(struct tr_graph *g, const char *path, uint64_t seed, 
         const char *name = tr_node_name(g, id);
         struct tr_tensor src, dst = tr_node_tensor(g, id);
         rc = tr_safetensors_get(st, name, &src, err);
+        if (rc == TR_ERR_NOT_FOUND) rc = get_bare(st, name, &src, err);
         if (rc == TR_ERR_NOT_FOUND && tr_param_is_fresh(g, id)) {
             rc = seed_one(w, g, i, seed, err);
             continue;

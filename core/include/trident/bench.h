@@ -86,6 +86,7 @@ struct tr_bench_report {
                                    (spin 300000)" */
     char omp_wait_by[16];       /* "trident" (the program's default), "environment", "none" */
     int64_t batch, seq_len, steps, warmup;
+    char input[96];             /* the graph's first input: "input_ids [8,128]", "sample [2,64,64,3]" */
     uint64_t seed;
     uint64_t param_count, param_bytes;
     double flops_per_step;

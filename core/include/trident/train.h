@@ -15,8 +15,9 @@
  * gradient cast to f32, and the param is its cast back; tr_train_init_masters fills the
  * masters from the params once the weights exist.
  *
- * [train] keys (tr_train_config_resolve): optimizer (adamw | sgd), learning_rate, beta1,
- * beta2, eps, weight_decay, momentum, master_weights.
+ * [train] keys (tr_train_config_resolve): optimizer (adamw | adam | sgd), learning_rate,
+ * beta1, beta2, eps, weight_decay, momentum, master_weights. adam is Keras' Adam: AdamW
+ * with eps 1e-7 and weight_decay 0 unless the INI gives them (resolved to "adamw").
  */
 #ifndef TRIDENT_TRAIN_H
 #define TRIDENT_TRAIN_H
@@ -30,7 +31,7 @@ extern "C" {
 #endif
 
 struct tr_train_config {
-    char optimizer[64];         /* "adamw" or "sgd" */
+    char optimizer[64];         /* "adamw" or "sgd" once resolved */
     double learning_rate;       /* 1e-3 */
     double beta1, beta2, eps;   /* AdamW: torch.optim.AdamW's 0.9, 0.999, 1e-8 */
     double weight_decay;        /* 0.01 (AdamW: decoupled; SGD: added to the gradient) */

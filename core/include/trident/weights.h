@@ -27,7 +27,9 @@ int tr_weights_from_seed(struct tr_graph *g, uint64_t seed, struct tr_weights **
  * converted when the PARAM is bf16 or f16 (round to nearest even); other dtype
  * mismatches are errors. A missing tensor, a wrong shape, a truncated file or a bad
  * header: an error naming the tensor and the file. Tensors in the file that the graph
- * does not use are ignored. */
+ * does not use are ignored. A file saved without the model's base prefix (Hugging Face's
+ * base_model_prefix: "embeddings.x" for the graph's "text_model.embeddings.x") loads too:
+ * a name is looked up without its first component when the file has no name under it. */
 int tr_weights_load(struct tr_graph *g, const char *path, struct tr_weights **out, struct tr_error *err);
 
 /* As tr_weights_load, except that a fresh PARAM (tr_param_set_fresh: LoRA adapters,

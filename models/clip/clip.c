@@ -1,0 +1,205 @@
+/* CLIPTextModel: transformers' CLIP text encoder as a trident graph (clip.h).
+ *
+ * embeddings (token + position), then per layer x += out_proj(attn(layer_norm1(x))) with
+ * a causal mask, x += fc2(act(fc1(layer_norm2(x)))), then final_layer_norm. Dropout is
+ * absent (0 in every CLIP config).
+ */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include "clip.h"
+#include "models.h"
+#include "trident/rng.h"
+
+#define KEY_(field, type, lo, hi, doc) {#field, type, offsetof(struct tr_clip_text_config, field), lo, hi, doc}
+
+static const struct tr_model_key clip_keys[] = {
+    KEY_(vocab_size, TR_KEY_INT, 3, 1e7, "rows of the token embedding table (the last two ids start and end a text)"),
+    KEY_(hidden_size, TR_KEY_INT, 1, 65536, "model width D; a multiple of num_attention_heads"),
+    KEY_(intermediate_size, TR_KEY_INT, 1, 1e6, "width of the feed-forward block"),
+    KEY_(num_hidden_layers, TR_KEY_INT, 1, 1024, "encoder layers"),
+    KEY_(num_attention_heads, TR_KEY_INT, 1, 4096, "attention heads per layer"),
+    KEY_(max_position_embeddings, TR_KEY_INT, 1, 1e6, "rows of the position table; seq_len may not exceed it"),
+    KEY_(layer_norm_eps, TR_KEY_FLOAT, 0, 1, "epsilon of every LayerNorm"),
+    KEY_(hidden_act, TR_KEY_STRING, 0, 0, "the feed-forward's activation: quick_gelu (x*sigmoid(1.702x)) or gelu"),
+};
+
+/* The values of transformers' CLIPTextConfig for each (sd-v1-4: the text_encoder of
+ * CompVis/stable-diffusion-v1-4, openai/clip-vit-large-patch14's text model). */
+static const struct tr_clip_text_config clip_tiny = {
+    .vocab_size = 1000, .hidden_size = 64, .intermediate_size = 256, .num_hidden_layers = 2,
+    .num_attention_heads = 4, .max_position_embeddings = 16, .layer_norm_eps = 1e-5, .hidden_act = "quick_gelu",
+};
+static const struct tr_clip_text_config clip_small = {
+    .vocab_size = 49408, .hidden_size = 256, .intermediate_size = 1024, .num_hidden_layers = 4,
+    .num_attention_heads = 4, .max_position_embeddings = 77, .layer_norm_eps = 1e-5, .hidden_act = "quick_gelu",
+};
+static const struct tr_clip_text_config clip_sd = {
+    .vocab_size = 49408, .hidden_size = 768, .intermediate_size = 3072, .num_hidden_layers = 12,
+    .num_attention_heads = 12, .max_position_embeddings = 77, .layer_norm_eps = 1e-5, .hidden_act = "quick_gelu",
+};
+
+static const struct tr_model_preset clip_presets[] = {
+    {"tiny", &clip_tiny, "2 layers, hidden 64, 4 heads, 16 positions, vocabulary 1000 (tests)"},
+    {"small", &clip_small, "4 layers, hidden 256, 4 heads, 77 positions, CLIP's vocabulary (CPU benchmarks)"},
+    {"sd-v1-4", &clip_sd,
+     "CompVis/stable-diffusion-v1-4's text_encoder (openai/clip-vit-large-patch14's text model): 12 layers, "
+     "hidden 768, 12 heads, MLP 3072, quick_gelu, 77 positions; 123,060,480 parameters"},
+};
+
+int64_t tr_clip_prompt_len(int64_t b, int64_t T) {
+    int64_t n = T - (b % 4) * T / 4; /* T, 3T/4, T/2, T/4 */
+    return n < 2 ? (T < 2 ? T : 2) : n;
+}
+
+static int is_quick_gelu(const struct tr_clip_text_config *c) { return strcmp(c->hidden_act, "quick_gelu") == 0; }
+
+static int clip_validate(const struct tr_clip_text_config *c, const struct tr_build_opts *o, struct tr_error *err) {
+    if (strnlen(c->hidden_act, sizeof c->hidden_act) == sizeof c->hidden_act ||
+        (!is_quick_gelu(c) && strcmp(c->hidden_act, "gelu") != 0))
+        return tr_error_set(err, TR_ERR_INVALID, "clip_text: hidden_act = '%.*s': expected quick_gelu or gelu",
+                            (int)sizeof c->hidden_act - 1, c->hidden_act);
+    if (c->hidden_size % c->num_attention_heads != 0)
+        return tr_error_set(err, TR_ERR_INVALID, "clip_text: hidden_size = %lld is not a multiple of "
+                            "num_attention_heads = %lld", (long long)c->hidden_size, (long long)c->num_attention_heads);
+    if (o->seq_len < 1 || o->seq_len > c->max_position_embeddings)
+        return tr_error_set(err, TR_ERR_INVALID, "clip_text: seq_len = %lld, expected 1 to max_position_embeddings = "
+                            "%lld", (long long)o->seq_len, (long long)c->max_position_embeddings);
+    if (o->batch < 1)
+        return tr_error_set(err, TR_ERR_INVALID, "clip_text: batch = %lld, expected at least 1", (long long)o->batch);
+    if (!tr_dtype_is_float(o->dtype) || o->dtype == TR_DTYPE_F64)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "clip_text: dtype %s is not provided (f32, bf16 or f16)",
+                            tr_dtype_name(o->dtype));
+    if (o->task != TR_TASK_PREDICT)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "clip_text: task '%s' is not provided (clip_text offers: "
+                            "predict)", tr_task_name(o->task));
+    return TR_OK;
+}
+
+static int linear(struct tr_graph *g, int x, int64_t in, int64_t out, enum tr_dtype dt, const char *name) {
+    const int64_t ws[2] = {out, in}, bs[1] = {out};
+    tr_graph_push_scope(g, "%s", name);
+    int w = tr_param(g, "weight", dt, 2, ws, 0.0f, 0.02f);
+    int b = tr_param(g, "bias", dt, 1, bs, 0.0f, 0.02f);
+    tr_graph_pop_scope(g);
+    int y = tr_add(g, tr_matmul(g, x, w, 0, 1), b);
+    if (y >= 0) tr_graph_set_name(g, y, name);
+    return y;
+}
+
+static int layer_norm(struct tr_graph *g, int x, int64_t d, enum tr_dtype dt, double eps, const char *name) {
+    const int64_t s[1] = {d};
+    tr_graph_push_scope(g, "%s", name);
+    int gamma = tr_param(g, "weight", dt, 1, s, 1.0f, 0.02f);
+    int beta = tr_param(g, "bias", dt, 1, s, 0.0f, 0.02f);
+    tr_graph_pop_scope(g);
+    int y = tr_layer_norm(g, x, gamma, beta, (float)eps);
+    if (y >= 0) tr_graph_set_name(g, y, name);
+    return y;
+}
+
+/* One pre-LN layer on x (B,T,D). */
+static int encoder_layer(struct tr_graph *g, const struct tr_clip_text_config *c, enum tr_dtype dt, int64_t B,
+                         int64_t T, int x) {
+    const int64_t D = c->hidden_size, H = c->num_attention_heads, Dh = D / H;
+    const int64_t split[4] = {B, T, H, Dh}, merged[3] = {B, T, D};
+    const int perm[4] = {0, 2, 1, 3}; /* (B,T,H,Dh) <-> (B,H,T,Dh) */
+    int h = layer_norm(g, x, D, dt, c->layer_norm_eps, "layer_norm1");
+    tr_graph_push_scope(g, "self_attn");
+    int qkv[3];
+    const char *names[3] = {"q_proj", "k_proj", "v_proj"};
+    for (int i = 0; i < 3; i++)
+        qkv[i] = tr_transpose(g, tr_reshape(g, linear(g, h, D, D, dt, names[i]), 4, split), 4, perm);
+    int ctx = tr_attention(g, qkv[0], qkv[1], qkv[2], -1, tr_attention_default_scale(Dh), 1, 0);
+    ctx = tr_reshape(g, tr_transpose(g, ctx, 4, perm), 3, merged);
+    x = tr_add(g, x, linear(g, ctx, D, D, dt, "out_proj"));
+    tr_graph_pop_scope(g);
+
+    h = layer_norm(g, x, D, dt, c->layer_norm_eps, "layer_norm2");
+    tr_graph_push_scope(g, "mlp");
+    int f = linear(g, h, D, c->intermediate_size, dt, "fc1");
+    if (is_quick_gelu(c)) f = tr_mul(g, f, tr_unary(g, TR_OP_SIGMOID, tr_scale(g, f, 1.702f, 0.0f)));
+    else f = tr_gelu(g, f, 0);
+    x = tr_add(g, x, linear(g, f, c->intermediate_size, D, dt, "fc2"));
+    tr_graph_pop_scope(g);
+    return x;
+}
+
+static int clip_build(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err) {
+    const struct tr_clip_text_config *c = config;
+    int rc = clip_validate(c, o, err);
+    if (rc) return rc;
+    const enum tr_dtype dt = o->dtype;
+    const int64_t B = o->batch, T = o->seq_len, D = c->hidden_size, bt[2] = {B, T};
+    int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, bt);
+    int32_t *pos_ids = malloc(sizeof(int32_t) * (size_t)T);
+    if (!pos_ids) return tr_error_set(err, TR_ERR_NOMEM, "clip_text: no memory for %lld position ids", (long long)T);
+    for (int64_t t = 0; t < T; t++) pos_ids[t] = (int32_t)t;
+    int pos = tr_const(g, "position_ids", TR_DTYPE_I32, 1, &T, pos_ids);
+    free(pos_ids);
+
+    tr_graph_push_scope(g, "text_model");
+    tr_graph_push_scope(g, "embeddings");
+    const int64_t tsh[2] = {c->vocab_size, D}, psh[2] = {c->max_position_embeddings, D};
+    int wte = tr_param(g, "token_embedding.weight", dt, 2, tsh, 0.0f, 0.02f);
+    int wpe = tr_param(g, "position_embedding.weight", dt, 2, psh, 0.0f, 0.02f);
+    int x = tr_embedding(g, wte, ids);
+    x = tr_add(g, x, tr_embedding(g, wpe, pos));
+    tr_graph_pop_scope(g);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        tr_graph_push_scope(g, "encoder.layers.%lld", (long long)l);
+        x = encoder_layer(g, c, dt, B, T, x);
+        tr_graph_pop_scope(g);
+    }
+    x = layer_norm(g, x, D, dt, c->layer_norm_eps, "final_layer_norm");
+    tr_graph_pop_scope(g);
+    tr_graph_set_output(g, x, "last_hidden_state");
+    rc = tr_graph_status(g, err);
+    if (rc) return tr_error_prefix(err, "clip_text");
+    return TR_OK;
+}
+
+/* Prompts as CLIP's tokenizer makes them: start, random words, end, end-padding. */
+static int clip_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
+                            struct tr_tensor *inputs, struct tr_error *err) {
+    const struct tr_clip_text_config *c = config;
+    int rc = clip_validate(c, o, err);
+    if (rc) return rc;
+    const int64_t B = o->batch, T = o->seq_len, bt[2] = {B, T};
+    if (n != 1) return tr_error_set(err, TR_ERR_INVALID, "clip_text: %d inputs given, expected 1 (input_ids)", n);
+    const struct tr_tensor *t = &inputs[0];
+    if (t->dtype != TR_DTYPE_I32 || !tr_shape_equal(t->ndim, t->shape, 2, bt) || !t->data ||
+        t->device != TR_DEVICE_CPU || !tr_tensor_is_contiguous(t)) {
+        char got[96], want[96];
+        return tr_error_set(err, TR_ERR_SHAPE, "clip_text: input 'input_ids' is %s%s, expected a contiguous host i32%s",
+                            tr_dtype_name((enum tr_dtype)t->dtype), tr_shape_str(t->ndim, t->shape, got, sizeof got),
+                            tr_shape_str(2, bt, want, sizeof want));
+    }
+    const int32_t bos = (int32_t)(c->vocab_size - 2), eos = (int32_t)(c->vocab_size - 1);
+    const uint64_t key = tr_hash_str("input_ids");
+    int32_t *ids = t->data;
+    for (int64_t b = 0; b < B; b++) {
+        const int64_t len = tr_clip_prompt_len(b, T);
+        for (int64_t i = 0; i < T; i++) {
+            int32_t v = eos; /* words are ids 0 .. bos-1 */
+            if (i == 0 && len > 1) v = bos;
+            else if (i < len - 1)
+                v = (int32_t)(tr_rng_uniform(seed, key, (uint64_t)(b * T + i)) * (double)bos);
+            ids[b * T + i] = v;
+        }
+    }
+    return TR_OK;
+}
+
+const struct tr_model_desc tr_model_clip_text = {
+    .name = "clip_text",
+    .description = "CLIPTextModel (transformers names; Stable Diffusion's text encoder)",
+    .config_size = sizeof(struct tr_clip_text_config),
+    .keys = clip_keys,
+    .n_keys = (int)(sizeof clip_keys / sizeof clip_keys[0]),
+    .presets = clip_presets,
+    .n_presets = (int)(sizeof clip_presets / sizeof clip_presets[0]),
+    .tasks = 1u << TR_TASK_PREDICT,
+    .build = clip_build,
+    .make_inputs = clip_make_inputs,
+};

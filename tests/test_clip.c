@@ -1,0 +1,238 @@
+/* CLIPTextModel against transformers: the tiny preset's graph, loaded with the
+ * state_dict transformers wrote (tests/fixtures/make_clip_fixture.py, the reference in
+ * float64), must give transformers' last_hidden_state on every backend configuration in
+ * f32, bf16 and f16. Also: parameter names and counts as transformers has them (sd-v1-4's
+ * text encoder in full), the causal mask, config errors, and the synthetic prompts. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backendutil.h"
+#include "clip/clip.h"
+#include "models.h"
+#include "trident/graph.h"
+#include "trident/safetensors.h"
+#include "trident/weights.h"
+
+#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/clip_tiny.safetensors"
+#define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/clip_tiny_io.safetensors"
+#define HINT " (regenerate with: python3 tests/fixtures/make_clip_fixture.py)"
+
+/* CLIPTextModel(CLIPTextConfig(<CompVis/stable-diffusion-v1-4 text_encoder/config.json>)),
+ * counted by transformers 5.x: sum(p.numel() for p in model.parameters()). */
+#define SD_CLIP_PARAMS 123060480
+
+static const struct tr_model_desc *const M = &tr_model_clip_text;
+
+static const struct tr_clip_text_config *preset(const char *name) {
+    for (int i = 0; i < M->n_presets; i++)
+        if (strcmp(M->presets[i].name, name) == 0) return M->presets[i].config;
+    fail_msg("clip_text has no preset '%s'", name);
+    return NULL;
+}
+
+static int64_t param_count(const struct tr_graph *g) {
+    int64_t n = 0;
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_param(g, i));
+        n += tr_tensor_numel(&t);
+    }
+    return n;
+}
+
+static struct tr_safetensors *open_io(void) {
+    struct tr_safetensors *io = NULL;
+    struct tr_error e = {0};
+    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s" HINT, e.msg);
+    return io;
+}
+
+static void test_param_counts(void **state) {
+    struct tr_graph *g = tr_test_model_build(M, preset("sd-v1-4"), TR_TASK_PREDICT, TR_DTYPE_F32, 1, 77);
+    assert_int_equal(param_count(g), SD_CLIP_PARAMS);
+    assert_int_equal(tr_graph_n_params(g), 2 + 12 * 16 + 2);
+    tr_graph_free(g);
+    struct tr_safetensors *io = open_io();
+    struct tr_tensor pc;
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_get(io, "param_count", &pc, &e), TR_OK);
+    assert_int_equal(((int64_t *)pc.data)[1], SD_CLIP_PARAMS);
+    g = tr_test_model_build(M, preset("tiny"), TR_TASK_PREDICT, TR_DTYPE_F32, 2, 8);
+    assert_int_equal(param_count(g), ((int64_t *)pc.data)[0]);
+    tr_graph_free(g);
+    tr_safetensors_close(io);
+}
+
+/* Every PARAM is in the state_dict with its shape, and every state_dict entry is a PARAM.
+ * transformers 5 saves CLIPTextModel without its base prefix ("embeddings.…"); the graph
+ * has the names of the published checkpoints ("text_model.embeddings.…") and the loader
+ * takes either (weights.h). */
+#define PREFIX "text_model."
+static void test_names_match_state_dict(void **state) {
+    struct tr_graph *g = tr_test_model_build(M, preset("tiny"), TR_TASK_PREDICT, TR_DTYPE_F32, 2, 16);
+    struct tr_safetensors *st = NULL;
+    struct tr_error e = {0};
+    if (tr_safetensors_open(FIXTURE, &st, &e)) fail_msg("%s" HINT, e.msg);
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        int id = tr_graph_param(g, i);
+        struct tr_tensor t, want = tr_node_tensor(g, id);
+        const char *name = tr_node_name(g, id);
+        assert_memory_equal(name, PREFIX, strlen(PREFIX));
+        if (tr_safetensors_get(st, name + strlen(PREFIX), &t, &e)) fail_msg("%s", e.msg);
+        assert_true(tr_shape_equal(t.ndim, t.shape, want.ndim, want.shape));
+    }
+    for (int i = 0; i < tr_safetensors_count(st); i++) {
+        char name[256];
+        snprintf(name, sizeof name, PREFIX "%s", tr_safetensors_name(st, i));
+        if (tr_graph_find(g, name) < 0)
+            fail_msg("state_dict entry '%s' is not a parameter of the graph", tr_safetensors_name(st, i));
+    }
+    assert_int_equal(tr_safetensors_count(st), tr_graph_n_params(g));
+    tr_safetensors_close(st);
+    /* the interface */
+    const char *in_names[1] = {"input_ids"};
+    const int in_dt[1] = {TR_DTYPE_I32};
+    tr_test_expect_inputs(g, 1, in_names, in_dt, 2, 16);
+    assert_int_equal(tr_graph_n_outputs(g), 1);
+    assert_string_equal(tr_graph_output_name(g, 0), "last_hidden_state");
+    const int64_t want[3] = {2, 16, 64};
+    int out = tr_graph_output(g, 0);
+    assert_true(tr_shape_equal(tr_node_ndim(g, out), tr_node_shape(g, out), 3, want));
+    tr_graph_free(g);
+}
+
+static void test_config_errors(void **state) {
+    struct tr_clip_text_config c = *preset("tiny");
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 17};
+    struct tr_graph *g = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    assert_int_equal(M->build(&c, &o, g, &e), TR_ERR_INVALID);
+    tr_assert_msg_has(&e, "seq_len = 17, expected 1 to max_position_embeddings = 16");
+    tr_graph_free(g);
+    c.num_attention_heads = 5;
+    const char *heads[] = {"hidden_size = 64", "num_attention_heads = 5"};
+    tr_test_build_refused(M, &c, TR_TASK_PREDICT, heads, 2);
+    c = *preset("tiny");
+    strcpy(c.hidden_act, "relu");
+    const char *act[] = {"hidden_act = 'relu'", "quick_gelu or gelu"};
+    tr_test_build_refused(M, &c, TR_TASK_PREDICT, act, 2);
+    c = *preset("tiny");
+    const char *fit[] = {"fit", "offers: predict"};
+    tr_test_build_refused(M, &c, TR_TASK_FIT, fit, 2);
+    assert_int_equal(M->tasks, 1u << TR_TASK_PREDICT);
+}
+
+static void test_make_inputs(void **state) {
+    const struct tr_clip_text_config *c = preset("small");
+    const int64_t B = 5, T = 77, sh[2] = {B, T};
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = B, .seq_len = T};
+    struct tr_tensor a = tr_test_tensor(TR_DTYPE_I32, 2, sh), b = tr_test_tensor(TR_DTYPE_I32, 2, sh);
+    tr_test_poison(&a);
+    tr_test_poison(&b);
+    struct tr_error e = {0};
+    assert_int_equal(M->make_inputs(c, &o, 42, 1, &a, &e), TR_OK);
+    assert_int_equal(M->make_inputs(c, &o, 42, 1, &b, &e), TR_OK);
+    assert_memory_equal(a.data, b.data, tr_tensor_nbytes(&a));
+    assert_int_equal(M->make_inputs(c, &o, 43, 1, &b, &e), TR_OK);
+    assert_memory_not_equal(a.data, b.data, tr_tensor_nbytes(&a));
+    const int32_t *ids = a.data, bos = 49406, eos = 49407;
+    for (int64_t bi = 0; bi < B; bi++) {
+        const int64_t len = tr_clip_prompt_len(bi, T);
+        assert_true(len >= 2 && len <= T);
+        assert_int_equal(ids[bi * T], bos);
+        for (int64_t t = 1; t < T; t++) {
+            int32_t v = ids[bi * T + t];
+            if (t < len - 1) assert_true(v >= 0 && v < bos);
+            else assert_int_equal(v, eos);
+        }
+    }
+    const int64_t kept[5] = {77, 58, 39, 20, 77};
+    for (int i = 0; i < 5; i++) assert_int_equal(tr_clip_prompt_len(i, T), kept[i]);
+    struct tr_tensor f = tr_test_tensor(TR_DTYPE_F32, 2, sh);
+    assert_int_equal(M->make_inputs(c, &o, 42, 1, &f, &e), TR_ERR_SHAPE);
+    tr_assert_msg_has(&e, "input_ids");
+    tr_test_tensor_free(&a);
+    tr_test_tensor_free(&b);
+    tr_test_tensor_free(&f);
+}
+
+static void predict_matches_hf(enum tr_dtype dt) {
+    struct tr_safetensors *io = open_io();
+    struct tr_tensor ids;
+    struct tr_error e = {0};
+    if (tr_safetensors_get(io, "input_ids", &ids, &e)) fail_msg("%s" HINT, e.msg);
+    struct tr_graph *g = tr_test_model_build(M, preset("tiny"), TR_TASK_PREDICT, dt, ids.shape[0], ids.shape[1]);
+    struct tr_weights *w = NULL;
+    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s" HINT, e.msg);
+    /* bf16, f16: DESIGN.md's 1e-2, or transformers' own error in that dtype if larger */
+    double tol = tr_test_tol(dt);
+    if (dt != TR_DTYPE_F32) {
+        struct tr_tensor lp;
+        char key[32];
+        snprintf(key, sizeof key, "lowp_err.%s", tr_dtype_name(dt));
+        if (tr_safetensors_get(io, key, &lp, &e)) fail_msg("%s" HINT, e.msg);
+        tol = fmax(tol, 1.2 * ((const float *)lp.data)[0]);
+    }
+    for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
+        struct tr_tensor out;
+        tr_test_run_backend(&tr_test_backends[c], tr_test_dir, g, &ids, 1, &out, NULL);
+        double err = tr_test_io_rel_err(io, "last_hidden_state", &out, HINT);
+        print_message("%-22s %-4s last_hidden_state rel err %.2e (bar %.2e)\n", tr_test_backends[c].label,
+                      tr_dtype_name(dt), err, tol);
+        if (!(err < tol))
+            fail_msg("%s %s: relative error %.3g vs transformers >= %.3g", tr_test_backends[c].label, tr_dtype_name(dt),
+                     err, tol);
+        tr_test_tensor_free(&out);
+    }
+    tr_weights_free(w);
+    tr_graph_free(g);
+    tr_safetensors_close(io);
+}
+
+static void test_predict_matches_hf_f32(void **state) { predict_matches_hf(TR_DTYPE_F32); }
+static void test_predict_matches_hf_bf16(void **state) { predict_matches_hf(TR_DTYPE_BF16); }
+static void test_predict_matches_hf_f16(void **state) { predict_matches_hf(TR_DTYPE_F16); }
+
+/* A token reaches the positions after it and none before it. */
+static void test_causal(void **state) {
+    const struct tr_clip_text_config *c = preset("tiny");
+    const int64_t B = 1, T = 12, D = c->hidden_size, sh[2] = {B, T}, at = 7;
+    struct tr_graph *g = tr_test_model_build(M, c, TR_TASK_PREDICT, TR_DTYPE_F32, B, T);
+    struct tr_weights *w = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_weights_from_seed(g, 3, &w, &e), TR_OK);
+    struct tr_tensor ids = tr_test_tensor(TR_DTYPE_I32, 2, sh), h1, h2;
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = B, .seq_len = T};
+    assert_int_equal(M->make_inputs(c, &o, 3, 1, &ids, &e), TR_OK);
+    tr_test_run_backend(&tr_test_backends[0], NULL, g, &ids, 1, &h1, NULL);
+    int32_t *v = ids.data;
+    v[at] = (v[at] + 17) % 998;
+    tr_test_run_backend(&tr_test_backends[0], NULL, g, &ids, 1, &h2, NULL);
+    const float *a = h1.data, *b = h2.data;
+    for (int64_t t = 0; t < T; t++) {
+        double d = 0;
+        for (int64_t k = 0; k < D; k++) d = fmax(d, fabs((double)a[t * D + k] - b[t * D + k]));
+        if (t < at && d != 0) fail_msg("position %lld changed by %.3g when token %lld did", (long long)t, d, (long long)at);
+        if (t >= at && !(d > 1e-3)) fail_msg("position %lld did not see token %lld", (long long)t, (long long)at);
+    }
+    tr_test_tensor_free(&ids);
+    tr_test_tensor_free(&h1);
+    tr_test_tensor_free(&h2);
+    tr_weights_free(w);
+    tr_graph_free(g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_param_counts),
+        cmocka_unit_test(test_names_match_state_dict),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_make_inputs),
+        cmocka_unit_test(test_predict_matches_hf_f32),
+        cmocka_unit_test(test_predict_matches_hf_bf16),
+        cmocka_unit_test(test_predict_matches_hf_f16),
+        cmocka_unit_test(test_causal),
+    };
+    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
+}
