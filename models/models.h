@@ -9,6 +9,13 @@ extern const struct tr_model_desc tr_model_gemma;
 extern const struct tr_model_desc tr_model_mistral;
 extern const struct tr_model_desc tr_model_autoencoder_kl;
 extern const struct tr_model_desc tr_model_clip_text;
+extern const struct tr_model_desc tr_model_unet_2d_condition;
+
+/* A comma-separated list of integers in [lo, hi] ("320, 640,1280"; spaces allowed) from
+ * the STRING key `key` of `model` (s, a char[cap]): *n entries into v (room for max).
+ * Errors name the model, the key, the value and what is expected (as `example`). */
+int tr_model_int_list(const char *model, const char *key, const char *s, size_t cap, int64_t lo, int64_t hi,
+                      const char *example, int64_t *v, int max, int *n, struct tr_error *err);
 
 /* NULL-terminated. */
 extern const struct tr_model_desc *const tr_builtin_models[];

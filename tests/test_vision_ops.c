@@ -163,6 +163,73 @@ static void test_group_norm(void **state) {
         }
 }
 
+/* ---------------------------------------------------------------- timestep embedding */
+
+/* The kernel against the oracle: timesteps as a scheduler makes them (0 to 999, not
+ * integers here), SD's layout (flip, shift 0) and the others, odd and tiny widths. */
+static void test_timestep_embedding(void **state) {
+    (void)state;
+    static const struct {
+        int64_t N, D;
+        int flip;
+        float shift, period;
+    } cases[] = {{3, 320, 1, 0.0f, 0.0f}, {2, 8, 0, 1.0f, 10000.0f}, {1, 2, 1, 0.0f, 100.0f}, {5, 34, 0, 0.5f, 0.0f}};
+    static const enum tr_dtype dts[] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F16};
+    struct tr_error err = {0};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int d = 0; d < 3; d++) {
+            struct tr_tensor t = TENSOR(TR_DTYPE_F32, cases[c].N), tl = TENSOR(dts[d], cases[c].N),
+                             out = TENSOR(dts[d], cases[c].N, cases[c].D);
+            for (int64_t i = 0; i < cases[c].N; i++) tr_tensor_set_f64(&t, i, 999.0 * (double)(i + 1) / 7.3 + 0.37);
+            for (int64_t i = 0; i < cases[c].N; i++) tr_tensor_set_f64(&tl, i, tr_tensor_get_f64(&t, i));
+            tr_test_poison(&out);
+            struct tr_attrs at = {.ints = {cases[c].D, cases[c].flip}, .n_ints = 2,
+                                  .floats = {cases[c].shift, cases[c].period}};
+            CHECK_OK(run_op(TR_OP_TIMESTEP_EMBEDDING, &at, 1, &tl, &out, &err));
+            double *ft = tr_test_to_f64(&tl), *ref = malloc(sizeof(double) * (size_t)tr_tensor_numel(&out));
+            tr_ref_timestep_embedding(ft, cases[c].N, cases[c].D, cases[c].flip, cases[c].shift,
+                                      cases[c].period == 0.0f ? 10000.0 : cases[c].period, ref);
+            char what[128];
+            snprintf(what, sizeof what, "timestep_embedding %s N %lld D %lld flip %d shift %g", tr_dtype_name(dts[d]),
+                     (long long)cases[c].N, (long long)cases[c].D, cases[c].flip, (double)cases[c].shift);
+            check_close(what, &out, ref);
+            free(ft), free(ref);
+            tfree(&t, &tl, &out, NULL);
+        }
+    /* SD's first row at t = 0: cos 1 then sin 0 */
+    struct tr_tensor t0 = TENSOR(TR_DTYPE_F32, 1), o0 = TENSOR(TR_DTYPE_F32, 1, 4);
+    tr_tensor_set_f64(&t0, 0, 0.0);
+    struct tr_attrs at = {.ints = {4, 1}, .n_ints = 2};
+    CHECK_OK(run_op(TR_OP_TIMESTEP_EMBEDDING, &at, 1, &t0, &o0, &err));
+    const float *o = o0.data;
+    assert_true(o[0] == 1.0f && o[1] == 1.0f && o[2] == 0.0f && o[3] == 0.0f);
+    /* the shape rule */
+    struct tr_graph *g;
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    int tt = tr_input(g, "t", TR_DTYPE_F32, 1, SH(6));
+    int e = tr_timestep_embedding(g, tt, 320, 1, 0.0f, 0.0f);
+    assert_true(e >= 0);
+    assert_int_equal(tr_node_ndim(g, e), 2);
+    assert_true(tr_node_shape(g, e)[0] == 6 && tr_node_shape(g, e)[1] == 320);
+    assert_true(tr_node_attrs(g, e)->floats[1] == 10000.0f); /* resolved */
+    tr_graph_free(g);
+    static const struct {
+        int dim;
+        float shift;
+        int two_d;
+        const char *want;
+    } bad[] = {{7, 0.0f, 0, "dim 7"}, {8, 4.0f, 0, "below dim/2 = 4"}, {8, 0.0f, 1, "must be 1-D"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+        int x = bad[i].two_d ? tr_input(g, "t", TR_DTYPE_F32, 2, SH(2, 3)) : tr_input(g, "t", TR_DTYPE_F32, 1, SH(2));
+        assert_true(tr_timestep_embedding(g, x, bad[i].dim, 0, bad[i].shift, 0.0f) < 0);
+        assert_int_not_equal(tr_graph_status(g, &err), TR_OK);
+        tr_assert_msg_has(&err, bad[i].want);
+        tr_graph_free(g);
+    }
+    tfree(&t0, &o0, NULL);
+}
+
 /* ---------------------------------------------------------------- graph: shapes, refusals, evaluator */
 
 static struct tr_graph *fresh_graph(void) {
@@ -432,6 +499,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv2d),
         cmocka_unit_test(test_group_norm),
+        cmocka_unit_test(test_timestep_embedding),
         cmocka_unit_test(test_graph_shapes),
         cmocka_unit_test(test_ref_graph),
         cmocka_unit_test(test_every_backend),

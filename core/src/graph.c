@@ -538,6 +538,16 @@ int tr_group_norm(struct tr_graph *g, int x, int gamma, int beta, int groups, fl
     return tr_graph_add_node(g, TR_OP_GROUP_NORM, 3, in, &at);
 }
 
+int tr_timestep_embedding(struct tr_graph *g, int t, int dim, int flip_sin_to_cos, float shift, float max_period) {
+    struct tr_attrs at = attrs0();
+    at.ints[0] = dim;
+    at.ints[1] = flip_sin_to_cos != 0;
+    at.n_ints = 2;
+    at.floats[0] = shift;
+    at.floats[1] = max_period;
+    return node1(g, TR_OP_TIMESTEP_EMBEDDING, t, &at);
+}
+
 int tr_broadcast(struct tr_graph *g, int x, int ndim, const int64_t *shape) {
     struct tr_attrs at = attrs0();
     if (ndim < 0 || ndim > TR_ATTR_INTS || (ndim > 0 && !shape)) {

@@ -86,6 +86,10 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
         fprintf(f, " groups=%lld eps=%g", (long long)a->ints[0], (double)a->floats[0]);
         if (a->ints[1]) fprintf(f, " silu=1");
         break;
+    case TR_OP_TIMESTEP_EMBEDDING:
+        fprintf(f, " dim=%lld flip_sin_to_cos=%lld shift=%g max_period=%g", (long long)a->ints[0],
+                (long long)a->ints[1], (double)a->floats[0], (double)a->floats[1]);
+        break;
     case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX: case TR_OP_MAX_GRAD:
         fprintf(f, " axis=%lld keepdims=%lld", (long long)a->ints[0], (long long)a->ints[1]);
         break;
@@ -208,7 +212,7 @@ double tr_graph_flops(const struct tr_graph *g) {
         } else if (op == TR_OP_CONV2D_GRAD_WEIGHT) { /* as many multiply-adds as the forward */
             const int64_t *dw = tr_node_shape(g, id);
             total += 2.0 * numel(g, tr_node_input(g, id, 1)) * (double)dw[1] * (double)dw[2] * (double)dw[3];
-        } else if (op == TR_OP_GROUP_NORM || op == TR_OP_GROUP_NORM_GRAD) {
+        } else if (op == TR_OP_GROUP_NORM || op == TR_OP_GROUP_NORM_GRAD || op == TR_OP_TIMESTEP_EMBEDDING) {
             total += numel(g, id);
         } else if (op == TR_OP_GROUP_NORM_GRAD_GAMMA) {
             total += numel(g, tr_node_input(g, id, 0));

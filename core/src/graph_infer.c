@@ -792,6 +792,30 @@ static int infer_group_norm(struct ctx *c, int op, const struct arg *a, const st
     return TR_OK;
 }
 
+/* TIMESTEP_EMBEDDING t (N) -> (N, D); max_period 0 resolved to 10000. */
+static int infer_timestep_embedding(struct ctx *c, const struct arg *t, struct tr_attrs *at, int *dt, int *nd,
+                                    int64_t *sh) {
+    static const char *const what[] = {"t"};
+    int rc = same_float(c, 1, t, what);
+    if (rc) return rc;
+    if (t->nd != 1) return refuse(c, TR_ERR_SHAPE, "t %s must be 1-D (one timestep per sample)", t->str);
+    const int64_t D = at->ints[0];
+    if (D < 2 || D % 2 != 0) return refuse(c, TR_ERR_INVALID, "dim %lld, expected an even number >= 2", (long long)D);
+    if (at->floats[1] == 0.0f) at->floats[1] = 10000.0f;
+    if (!(at->floats[1] > 0.0f) || isinf(at->floats[1]))
+        return refuse(c, TR_ERR_INVALID, "max_period %g, expected a finite value > 0", (double)at->floats[1]);
+    if (!((double)at->floats[0] < (double)(D / 2)) || isinf(at->floats[0]))
+        return refuse(c, TR_ERR_INVALID, "downscale_freq_shift %g, expected a finite value below dim/2 = %lld",
+                      (double)at->floats[0], (long long)(D / 2));
+    if (at->ints[1] != 0 && at->ints[1] != 1)
+        return refuse(c, TR_ERR_INVALID, "flip_sin_to_cos ints[1]=%lld, expected 0 or 1", (long long)at->ints[1]);
+    *dt = t->dt;
+    *nd = 2;
+    sh[0] = t->sh[0];
+    sh[1] = D;
+    return TR_OK;
+}
+
 int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *in, struct tr_attrs *attrs,
                         int *dtype, int *ndim, int64_t *shape, char *msg, size_t msg_size) {
     struct ctx c = {msg, msg_size};
@@ -881,6 +905,8 @@ int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *i
         return infer_conv2d_grad(&c, op, a, attrs, dtype, ndim, shape);
     case TR_OP_GROUP_NORM: case TR_OP_GROUP_NORM_GRAD: case TR_OP_GROUP_NORM_GRAD_GAMMA:
         return infer_group_norm(&c, op, a, attrs, dtype, ndim, shape);
+    case TR_OP_TIMESTEP_EMBEDDING:
+        return infer_timestep_embedding(&c, &a[0], attrs, dtype, ndim, shape);
     default:
         return refuse(&c, TR_ERR_UNSUPPORTED, "no shape rule for op %d", op);
     }

@@ -59,32 +59,8 @@ static const struct tr_model_preset vae_presets[] = {
 #define EPS 1e-6f /* every GroupNorm of diffusers' VAE */
 
 int tr_vae_channels(const struct tr_vae_config *c, int64_t *ch, int *n, struct tr_error *err) {
-    const char *s = c->block_out_channels;
-    size_t len = strnlen(s, sizeof c->block_out_channels);
-    if (len == sizeof c->block_out_channels)
-        return tr_error_set(err, TR_ERR_INVALID, "autoencoder_kl: block_out_channels is not terminated within %zu bytes",
-                            sizeof c->block_out_channels);
-    int k = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        while (*p == ' ') p++;
-        long long v = strtoll(p, &end, 10);
-        while (*end == ' ') end++;
-        if (end == p || v < 1 || v > 65536 || (*end && *end != ','))
-            return tr_error_set(err, TR_ERR_INVALID, "autoencoder_kl: block_out_channels = '%s': expected positive "
-                                "integers separated by commas, such as \"128,256,512,512\"", s);
-        if (k == TR_VAE_MAX_BLOCKS)
-            return tr_error_set(err, TR_ERR_INVALID, "autoencoder_kl: block_out_channels = '%s' has more than %d "
-                                "entries", s, TR_VAE_MAX_BLOCKS);
-        ch[k++] = v;
-        p = *end ? end + 1 : end;
-    }
-    if (k == 0)
-        return tr_error_set(err, TR_ERR_INVALID, "autoencoder_kl: block_out_channels is empty; expected a list such as "
-                            "\"128,256,512,512\"");
-    *n = k;
-    return TR_OK;
+    return tr_model_int_list("autoencoder_kl", "block_out_channels", c->block_out_channels,
+                             sizeof c->block_out_channels, 1, 65536, "128,256,512,512", ch, TR_VAE_MAX_BLOCKS, n, err);
 }
 
 /* The checks build and make_inputs share; ch/n_blocks get block_out_channels. */

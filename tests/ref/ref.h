@@ -130,6 +130,11 @@ void tr_ref_group_norm_grad(const double *x, const double *gamma, const double *
 void tr_ref_group_norm_grad_gamma(const double *x, const double *dy, int64_t N, int64_t HW, int64_t C, int64_t G,
                                   double eps, double *dgamma);
 
+/* TIMESTEP_EMBEDDING: out (N, D) = [sin(t·f), cos(t·f)] (flip: [cos, sin]) with
+ * f_i = period^(−i/(D/2 − shift)), as diffusers' get_timestep_embedding. */
+void tr_ref_timestep_embedding(const double *t, int64_t N, int64_t D, int flip, double shift, double period,
+                               double *out);
+
 /* ---- losses ---- */
 
 /* Mean over the labels that are not ignored (has_ignore, ignore) of −log softmax(x)[label];

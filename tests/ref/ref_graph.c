@@ -220,6 +220,10 @@ void tr_ref_graph_eval_node(const struct tr_graph *g, int id, double *const *lea
         tr_ref_group_norm_grad_gamma(x.d, y.d, x.sh[0], x.sh[1] * x.sh[2], x.sh[3], a->ints[0], (double)a->floats[0],
                                      o);
         break;
+    case TR_OP_TIMESTEP_EMBEDDING:
+        tr_ref_timestep_embedding(x.d, x.sh[0], a->ints[0], (int)a->ints[1], (double)a->floats[0],
+                                  (double)a->floats[1], o);
+        break;
     default: fail_msg("reference evaluator: no rule for node %d %s", id, tr_op_name(op));
     }
 }

@@ -579,3 +579,14 @@ void tr_ref_group_norm_grad_gamma(const double *x, const double *dy, int64_t N, 
                 }
         }
 }
+
+void tr_ref_timestep_embedding(const double *t, int64_t N, int64_t D, int flip, double shift, double period,
+                               double *out) {
+    const int64_t h = D / 2;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t i = 0; i < h; i++) {
+            double a = t[n] * pow(period, -(double)i / ((double)h - shift));
+            out[n * D + i] = flip ? cos(a) : sin(a);
+            out[n * D + h + i] = flip ? sin(a) : cos(a);
+        }
+}

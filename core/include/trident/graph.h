@@ -99,6 +99,8 @@ int tr_broadcast(struct tr_graph *g, int x, int ndim, const int64_t *shape);
  * interpolate(mode="nearest", scale_factor=f). A reshape, a broadcast and a reshape (so
  * that its gradient is the broadcast's sum). */
 int tr_upsample_nearest(struct tr_graph *g, int x, int factor);
+/* t (N) -> (N, dim) sinusoidal features (ops.h TIMESTEP_EMBEDDING; max_period 0: 10000). */
+int tr_timestep_embedding(struct tr_graph *g, int t, int dim, int flip_sin_to_cos, float shift, float max_period);
 
 /* Generic form used by the above (and by passes that copy nodes): checks arity, infers
  * dtype and shape, names the node. */

@@ -161,6 +161,9 @@ int tr_cpu_conv2d_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at
                          const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
 int tr_cpu_group_norm_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
                              const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+/* TIMESTEP_EMBEDDING (timestep.c). */
+int tr_cpu_timestep_embedding_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
+                                     const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
 
 /* ---- bound calls ----
  * Every kernel is split in two: a check that validates its arguments (each message as

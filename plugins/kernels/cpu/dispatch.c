@@ -239,9 +239,17 @@ static int bound_train(struct tr_kernels *k, const struct tr_kernel_call *c, str
 /* A bound call of a kernel without a binder: its entry on the call's arguments. */
 static int bound_invoke(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
     const int op = c->op;
-    if (op == TR_OP_CONV2D || op == TR_OP_CONV2D_GRAD_INPUT || op == TR_OP_CONV2D_GRAD_WEIGHT)
-        return tr_cpu_conv2d_invoke(k, op, &c->attrs, c->n_in, c->in, (struct tr_tensor *)&c->out, err);
-    return tr_cpu_group_norm_invoke(k, op, &c->attrs, c->n_in, c->in, (struct tr_tensor *)&c->out, err);
+    struct tr_tensor *out = (struct tr_tensor *)&c->out;
+    switch (op) {
+    case TR_OP_CONV2D: case TR_OP_CONV2D_GRAD_INPUT: case TR_OP_CONV2D_GRAD_WEIGHT:
+        return tr_cpu_conv2d_invoke(k, op, &c->attrs, c->n_in, c->in, out, err);
+    case TR_OP_GROUP_NORM: case TR_OP_GROUP_NORM_GRAD: case TR_OP_GROUP_NORM_GRAD_GAMMA:
+        return tr_cpu_group_norm_invoke(k, op, &c->attrs, c->n_in, c->in, out, err);
+    case TR_OP_TIMESTEP_EMBEDDING:
+        return tr_cpu_timestep_embedding_invoke(k, op, &c->attrs, c->n_in, c->in, out, err);
+    default:
+        return tr_error_set(err, TR_ERR_INVALID, "bound call of %s: no unbound kernel for it", tr_op_name(op));
+    }
 }
 
 static int invoke_adamw_step(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
@@ -356,6 +364,10 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
         return TR_OK;
     case TR_OP_GROUP_NORM: case TR_OP_GROUP_NORM_GRAD: case TR_OP_GROUP_NORM_GRAD_GAMMA:
         r->invoke = tr_cpu_group_norm_invoke;
+        r->bound = bound_invoke;
+        return TR_OK;
+    case TR_OP_TIMESTEP_EMBEDDING:
+        r->invoke = tr_cpu_timestep_embedding_invoke;
         r->bound = bound_invoke;
         return TR_OK;
     default: return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: op %s has no cpu kernel", fn, tr_op_name(op));

@@ -655,6 +655,7 @@ int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_i
     case TR_OP_CONV2D_GRAD_WEIGHT:
     case TR_OP_GROUP_NORM_GRAD:
     case TR_OP_GROUP_NORM_GRAD_GAMMA:
+    case TR_OP_TIMESTEP_EMBEDDING:
         k->stats.calls--;
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "tr_kernels_run: %s has no cuda kernel yet (issue 15: the cpu "
                             "kernels come first; run it on device = cpu)", tr_op_name(op));

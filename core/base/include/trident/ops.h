@@ -114,6 +114,12 @@
  *                gradient of the fused form takes SiLU's gradient first)
  *   GROUP_NORM_GRAD_GAMMA (x, dy) -> dgamma (C) = Σ over N,H,W of dy·x̂: attrs as above
  *                (dbeta is a SUM of dy over N,H,W)
+ *   TIMESTEP_EMBEDDING t (N) -> (N, D), t's float dtype: diffusers' sinusoidal
+ *                get_timestep_embedding. With h = D/2 and f_i = exp(−ln(max_period)·i/(h −
+ *                shift)), i < h, the row is [sin(t·f_0..h−1), cos(t·f_0..h−1)], or [cos, sin]
+ *                with ints[1]=1 (flip_sin_to_cos), computed in double. ints[0]=D (even, >= 2),
+ *                floats[0]=shift (downscale_freq_shift, < h), floats[1]=max_period (> 0; 0
+ *                means 10000, stored resolved). No gradient (a timestep is not trained).
  */
 #ifndef TRIDENT_OPS_H
 #define TRIDENT_OPS_H
@@ -179,7 +185,8 @@ extern "C" {
     X(CONV2D_GRAD_INPUT, "conv2d_grad_input", 2) \
     X(CONV2D_GRAD_WEIGHT, "conv2d_grad_weight", 2) \
     X(GROUP_NORM_GRAD, "group_norm_grad", 3) \
-    X(GROUP_NORM_GRAD_GAMMA, "group_norm_grad_gamma", 2)
+    X(GROUP_NORM_GRAD_GAMMA, "group_norm_grad_gamma", 2) \
+    X(TIMESTEP_EMBEDDING, "timestep_embedding", 1)
 
 enum tr_op {
 #define TR_OP_ENUM_(name, str, n) TR_OP_##name,

@@ -1,0 +1,29 @@
+/* Comma-separated integer lists of model keys (models.h). */
+#include <stdlib.h>
+#include <string.h>
+#include "models.h"
+
+int tr_model_int_list(const char *model, const char *key, const char *s, size_t cap, int64_t lo, int64_t hi,
+                      const char *example, int64_t *v, int max, int *n, struct tr_error *err) {
+    if (strnlen(s, cap) == cap)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %s is not terminated within %zu bytes", model, key, cap);
+    int k = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        while (*p == ' ') p++;
+        long long x = strtoll(p, &end, 10);
+        while (*end == ' ') end++;
+        if (end == p || x < lo || x > hi || (*end && *end != ','))
+            return tr_error_set(err, TR_ERR_INVALID, "%s: %s = '%s': expected integers from %lld to %lld separated by "
+                                "commas, such as \"%s\"", model, key, s, (long long)lo, (long long)hi, example);
+        if (k == max)
+            return tr_error_set(err, TR_ERR_INVALID, "%s: %s = '%s' has more than %d entries", model, key, s, max);
+        v[k++] = x;
+        p = *end ? end + 1 : end;
+    }
+    if (k == 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %s is empty; expected a list such as \"%s\"", model, key, example);
+    *n = k;
+    return TR_OK;
+}

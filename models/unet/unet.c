@@ -1,0 +1,356 @@
+/* UNet2DConditionModel: diffusers' Stable Diffusion UNet as a trident graph (unet.h).
+ *
+ * timestep -> sinusoid (block_out_channels[0] wide) -> time_embedding (Linear, SiLU,
+ * Linear; 4x wider), added inside every resnet through its time_emb_proj. conv_in, the
+ * down blocks (each resnet and attention output, and each downsampler's, kept for the
+ * skips), the mid block, the up blocks (each resnet takes the last kept map concatenated
+ * after its input's channels), GroupNorm + SiLU, conv_out. Dropout is absent.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include "models.h"
+#include "trident/rng.h"
+#include "unet.h"
+
+#define KEY_(field, type, lo, hi, doc) {#field, type, offsetof(struct tr_unet_config, field), lo, hi, doc}
+
+static const struct tr_model_key unet_keys[] = {
+    KEY_(sample_size, TR_KEY_INT, 1, 65536, "latent side S (S x S); a multiple of 2^(blocks - 1)"),
+    KEY_(in_channels, TR_KEY_INT, 1, 65536, "channels of the latents in (4 for SD)"),
+    KEY_(out_channels, TR_KEY_INT, 1, 65536, "channels of the prediction"),
+    KEY_(layers_per_block, TR_KEY_INT, 1, 64, "resnets per down block (the up blocks have one more)"),
+    KEY_(attention_head_dim, TR_KEY_INT, 1, 4096, "heads of every attention (diffusers' SD name for it)"),
+    KEY_(cross_attention_dim, TR_KEY_INT, 1, 65536, "width of encoder_hidden_states (the text encoder's)"),
+    KEY_(norm_num_groups, TR_KEY_INT, 1, 65536, "groups of every GroupNorm; divides every block's channels"),
+    KEY_(norm_eps, TR_KEY_FLOAT, 0, 1, "epsilon of the resnets' and the output's GroupNorm"),
+    KEY_(flip_sin_to_cos, TR_KEY_BOOL, 0, 0, "timestep features as [cos, sin] (true in SD) rather than [sin, cos]"),
+    KEY_(freq_shift, TR_KEY_FLOAT, -1e6, 1e6, "downscale_freq_shift of the timestep features (0 in SD)"),
+    KEY_(block_out_channels, TR_KEY_STRING, 0, 0, "channels of each block, comma-separated (\"320,640,1280,1280\")"),
+    KEY_(cross_attention_blocks, TR_KEY_STRING, 0, 0,
+         "per down block 1 (CrossAttnDownBlock2D) or 0 (DownBlock2D), the up blocks mirrored (\"1,1,1,0\")"),
+};
+
+/* The values of diffusers' config.json for each (sd-v1-4: CompVis/stable-diffusion-v1-4's unet). */
+#define UNET_COMMON .in_channels = 4, .out_channels = 4, .norm_eps = 1e-5, .flip_sin_to_cos = 1, .freq_shift = 0
+static const struct tr_unet_config unet_tiny = {
+    UNET_COMMON, .sample_size = 8, .layers_per_block = 1, .attention_head_dim = 2, .cross_attention_dim = 24,
+    .norm_num_groups = 4, .block_out_channels = "16,32", .cross_attention_blocks = "1,0",
+};
+static const struct tr_unet_config unet_small = {
+    UNET_COMMON, .sample_size = 32, .layers_per_block = 1, .attention_head_dim = 4, .cross_attention_dim = 256,
+    .norm_num_groups = 16, .block_out_channels = "64,128,256", .cross_attention_blocks = "1,1,0",
+};
+static const struct tr_unet_config unet_sd = {
+    UNET_COMMON, .sample_size = 64, .layers_per_block = 2, .attention_head_dim = 8, .cross_attention_dim = 768,
+    .norm_num_groups = 32, .block_out_channels = "320,640,1280,1280", .cross_attention_blocks = "1,1,1,0",
+};
+
+static const struct tr_model_preset unet_presets[] = {
+    {"tiny", &unet_tiny, "2 blocks 16,32 (cross-attention in the outer), 1 layer each, 2 heads, 4 groups, 8x8 "
+                         "latents, text width 24 (tests)"},
+    {"small", &unet_small, "3 blocks 64,128,256, 1 layer each, 4 heads, 16 groups, 32x32 latents, text width 256 "
+                           "(clip_text small's; CPU benchmarks)"},
+    {"sd-v1-4", &unet_sd,
+     "CompVis/stable-diffusion-v1-4's unet: 4 blocks 320,640,1280,1280 (cross-attention in the first three), "
+     "2 layers each, 8 heads, 32 groups, 64x64 latents (512x512 images), text width 768; 859,520,964 parameters"},
+};
+
+int tr_unet_blocks(const struct tr_unet_config *c, int64_t *ch, int64_t *attn, int *n, struct tr_error *err) {
+    int na = 0;
+    int rc = tr_model_int_list("unet_2d_condition", "block_out_channels", c->block_out_channels,
+                               sizeof c->block_out_channels, 1, 65536, "320,640,1280,1280", ch, TR_UNET_MAX_BLOCKS,
+                               n, err);
+    if (!rc)
+        rc = tr_model_int_list("unet_2d_condition", "cross_attention_blocks", c->cross_attention_blocks,
+                               sizeof c->cross_attention_blocks, 0, 1, "1,1,1,0", attn, TR_UNET_MAX_BLOCKS, &na, err);
+    if (rc) return rc;
+    if (na != *n)
+        return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: cross_attention_blocks = '%s' has %d entries, "
+                            "block_out_channels = '%s' %d: expected one per block", c->cross_attention_blocks, na,
+                            c->block_out_channels, *n);
+    return TR_OK;
+}
+
+static int unet_validate(const struct tr_unet_config *c, const struct tr_build_opts *o, int64_t *ch, int64_t *attn,
+                         int *nb, struct tr_error *err) {
+    int rc = tr_unet_blocks(c, ch, attn, nb, err);
+    if (rc) return rc;
+    for (int i = 0; i < *nb; i++) {
+        if (ch[i] % c->norm_num_groups != 0)
+            return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: block_out_channels entry %lld is not a "
+                                "multiple of norm_num_groups = %lld", (long long)ch[i], (long long)c->norm_num_groups);
+        if (ch[i] % c->attention_head_dim != 0)
+            return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: block_out_channels entry %lld is not a "
+                                "multiple of attention_head_dim = %lld (the heads split the channels)",
+                                (long long)ch[i], (long long)c->attention_head_dim);
+    }
+    if (ch[0] % 2 != 0)
+        return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: block_out_channels[0] = %lld must be even (the "
+                            "timestep's sin and cos features)", (long long)ch[0]);
+    if (!(c->freq_shift < (double)(ch[0] / 2)))
+        return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: freq_shift = %g, expected below %lld "
+                            "(block_out_channels[0] / 2)", c->freq_shift, (long long)(ch[0] / 2));
+    const int64_t f = (int64_t)1 << (*nb - 1);
+    if (c->sample_size % f != 0)
+        return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: sample_size = %lld is not a multiple of %lld, the "
+                            "downscale of %d blocks (an image side must be a multiple of %lld with the VAE's 8)",
+                            (long long)c->sample_size, (long long)f, *nb, (long long)(8 * f));
+    if (o->batch < 1 || o->seq_len < 1)
+        return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: batch = %lld and seq_len = %lld (the text's "
+                            "tokens), expected at least 1", (long long)o->batch, (long long)o->seq_len);
+    if (!tr_dtype_is_float(o->dtype) || o->dtype == TR_DTYPE_F64)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "unet_2d_condition: dtype %s is not provided (f32, bf16 or f16)",
+                            tr_dtype_name(o->dtype));
+    if (o->task != TR_TASK_PREDICT)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "unet_2d_condition: task '%s' is not provided "
+                            "(unet_2d_condition offers: predict)", tr_task_name(o->task));
+    return TR_OK;
+}
+
+struct net {
+    struct tr_graph *g;
+    const struct tr_unet_config *c;
+    enum tr_dtype dt;
+    int64_t B, T;
+    int temb;    /* the time embedding [B, 4·ch[0]] */
+    int64_t temb_dim;
+    int text;    /* encoder_hidden_states [B, T, cross_attention_dim] */
+};
+
+static int conv(struct net *n, int x, int64_t cin, int64_t cout, int64_t k, int stride, const char *name) {
+    const int64_t ws[4] = {cout, cin, k, k}, bs[1] = {cout};
+    tr_graph_push_scope(n->g, "%s", name);
+    int w = tr_param(n->g, "weight", n->dt, 4, ws, 0.0f, (float)(1.0 / sqrt((double)(cin * k * k))));
+    int b = tr_param(n->g, "bias", n->dt, 1, bs, 0.0f, 0.02f);
+    tr_graph_pop_scope(n->g);
+    int y = tr_conv2d(n->g, x, w, b, stride, (int)(k / 2), 0);
+    if (y >= 0) tr_graph_set_name(n->g, y, name);
+    return y;
+}
+
+static int group_norm(struct net *n, int x, int64_t c, double eps, int silu, const char *name) {
+    const int64_t s[1] = {c};
+    tr_graph_push_scope(n->g, "%s", name);
+    int w = tr_param(n->g, "weight", n->dt, 1, s, 1.0f, 0.02f);
+    int b = tr_param(n->g, "bias", n->dt, 1, s, 0.0f, 0.02f);
+    tr_graph_pop_scope(n->g);
+    int y = tr_group_norm(n->g, x, w, b, (int)n->c->norm_num_groups, (float)eps, silu);
+    if (y >= 0) tr_graph_set_name(n->g, y, name);
+    return y;
+}
+
+static int layer_norm(struct net *n, int x, int64_t d, const char *name) {
+    const int64_t s[1] = {d};
+    tr_graph_push_scope(n->g, "%s", name);
+    int w = tr_param(n->g, "weight", n->dt, 1, s, 1.0f, 0.02f);
+    int b = tr_param(n->g, "bias", n->dt, 1, s, 0.0f, 0.02f);
+    tr_graph_pop_scope(n->g);
+    int y = tr_layer_norm(n->g, x, w, b, 1e-5f); /* BasicTransformerBlock's nn.LayerNorm default */
+    if (y >= 0) tr_graph_set_name(n->g, y, name);
+    return y;
+}
+
+/* nn.Linear over the last axis; bias 0: none (the attention projections). */
+static int linear(struct net *n, int x, int64_t in, int64_t out, int bias, const char *name) {
+    const int64_t ws[2] = {out, in}, bs[1] = {out};
+    tr_graph_push_scope(n->g, "%s", name);
+    int w = tr_param(n->g, "weight", n->dt, 2, ws, 0.0f, (float)(1.0 / sqrt((double)in)));
+    int b = bias ? tr_param(n->g, "bias", n->dt, 1, bs, 0.0f, 0.02f) : -1;
+    tr_graph_pop_scope(n->g);
+    int y = tr_matmul(n->g, x, w, 0, 1);
+    if (bias) y = tr_add(n->g, y, b);
+    if (y >= 0) tr_graph_set_name(n->g, y, name);
+    return y;
+}
+
+/* ResnetBlock2D with the time embedding: x + conv2(silu(gn2(conv1(silu(gn1(x))) +
+ * time_emb_proj(silu(temb))))), the skip through conv_shortcut where channels change. */
+static int resnet(struct net *n, int x, int64_t cin, int64_t cout, int index) {
+    const double eps = n->c->norm_eps;
+    tr_graph_push_scope(n->g, "resnets.%d", index);
+    int h = group_norm(n, x, cin, eps, 1, "norm1");
+    h = conv(n, h, cin, cout, 3, 1, "conv1");
+    const int64_t bc[4] = {n->B, 1, 1, cout};
+    int t = linear(n, tr_unary(n->g, TR_OP_SILU, n->temb), n->temb_dim, cout, 1, "time_emb_proj");
+    h = tr_add(n->g, h, tr_reshape(n->g, t, 4, bc));
+    h = group_norm(n, h, cout, eps, 1, "norm2");
+    h = conv(n, h, cout, cout, 3, 1, "conv2");
+    int skip = cin == cout ? x : conv(n, x, cin, cout, 1, 1, "conv_shortcut");
+    int y = tr_add(n->g, skip, h);
+    tr_graph_pop_scope(n->g);
+    return y;
+}
+
+/* diffusers' Attention: queries from x (B,L,C), keys and values from ctx (B,M,Cc) (ctx < 0:
+ * x itself, self-attention), heads of C/heads. */
+static int attention(struct net *n, int x, int64_t L, int64_t C, int ctx, int64_t M, int64_t Cc, const char *name) {
+    const int64_t H = n->c->attention_head_dim, Dh = C / H;
+    const int64_t qs[4] = {n->B, L, H, Dh}, ks[4] = {n->B, M, H, Dh}, merged[3] = {n->B, L, C};
+    const int perm[4] = {0, 2, 1, 3};
+    if (ctx < 0) ctx = x; /* self-attention */
+    tr_graph_push_scope(n->g, "%s", name);
+    int q = tr_transpose(n->g, tr_reshape(n->g, linear(n, x, C, C, 0, "to_q"), 4, qs), 4, perm);
+    int k = tr_transpose(n->g, tr_reshape(n->g, linear(n, ctx, Cc, C, 0, "to_k"), 4, ks), 4, perm);
+    int v = tr_transpose(n->g, tr_reshape(n->g, linear(n, ctx, Cc, C, 0, "to_v"), 4, ks), 4, perm);
+    int a = tr_attention(n->g, q, k, v, -1, tr_attention_default_scale(Dh), 0, 0);
+    a = tr_reshape(n->g, tr_transpose(n->g, a, 4, perm), 3, merged);
+    int y = linear(n, a, C, C, 1, "to_out.0");
+    tr_graph_pop_scope(n->g);
+    return y;
+}
+
+/* Transformer2DModel (one BasicTransformerBlock) on x (B,S,S,C), plus x. */
+static int transformer(struct net *n, int x, int64_t S, int64_t C, int index) {
+    const int64_t L = S * S, seq[3] = {n->B, L, C}, img[4] = {n->B, S, S, C};
+    tr_graph_push_scope(n->g, "attentions.%d", index);
+    int h = group_norm(n, x, C, 1e-6, 0, "norm");
+    h = tr_reshape(n->g, conv(n, h, C, C, 1, 1, "proj_in"), 3, seq);
+    tr_graph_push_scope(n->g, "transformer_blocks.0");
+    h = tr_add(n->g, attention(n, layer_norm(n, h, C, "norm1"), L, C, -1, L, C, "attn1"), h);
+    h = tr_add(n->g, attention(n, layer_norm(n, h, C, "norm2"), L, C, n->text, n->T, n->c->cross_attention_dim,
+                               "attn2"), h);
+    /* FeedForward with GEGLU: proj to 2·4C, the first half times gelu(the second half) */
+    int p = linear(n, layer_norm(n, h, C, "norm3"), C, 8 * C, 1, "ff.net.0.proj");
+    int geglu = tr_mul(n->g, tr_slice(n->g, p, 2, 0, 4 * C, 1), tr_gelu(n->g, tr_slice(n->g, p, 2, 4 * C, 8 * C, 1), 0));
+    h = tr_add(n->g, linear(n, geglu, 4 * C, C, 1, "ff.net.2"), h);
+    tr_graph_pop_scope(n->g);
+    h = conv(n, tr_reshape(n->g, h, 4, img), C, C, 1, 1, "proj_out");
+    int y = tr_add(n->g, h, x);
+    tr_graph_pop_scope(n->g);
+    return y;
+}
+
+/* sinusoid -> time_embedding; t is f32 [B] whatever the graph's dtype, as diffusers
+ * computes the features in f32 and casts them to the sample's dtype. */
+static int time_embedding(struct net *n, int t, int64_t ch0) {
+    int f = tr_timestep_embedding(n->g, t, (int)ch0, n->c->flip_sin_to_cos, (float)n->c->freq_shift, 10000.0f);
+    if (n->dt != TR_DTYPE_F32) f = tr_cast(n->g, f, n->dt);
+    tr_graph_push_scope(n->g, "time_embedding");
+    int e = linear(n, f, ch0, n->temb_dim, 1, "linear_1");
+    e = linear(n, tr_unary(n->g, TR_OP_SILU, e), n->temb_dim, n->temb_dim, 1, "linear_2");
+    tr_graph_pop_scope(n->g);
+    return e;
+}
+
+static int unet_build(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err) {
+    const struct tr_unet_config *c = config;
+    int64_t ch[TR_UNET_MAX_BLOCKS], attn[TR_UNET_MAX_BLOCKS];
+    int nb;
+    int rc = unet_validate(c, o, ch, attn, &nb, err);
+    if (rc) return rc;
+    const int64_t B = o->batch, T = o->seq_len, L = c->layers_per_block;
+    int64_t S = c->sample_size;
+    const int64_t img[4] = {B, S, S, c->in_channels}, bs[1] = {B}, ts[3] = {B, T, c->cross_attention_dim};
+    struct net n = {g, c, o->dtype, B, T, -1, 4 * ch[0], -1};
+    int x = tr_input(g, "sample", o->dtype, 4, img);
+    int t = tr_input(g, "timestep", TR_DTYPE_F32, 1, bs);
+    n.text = tr_input(g, "encoder_hidden_states", o->dtype, 3, ts);
+    n.temb = time_embedding(&n, t, ch[0]);
+
+    /* the skips: every map the down path makes, with its channels */
+    int skip[TR_UNET_MAX_BLOCKS * 66 + 1];
+    int64_t skip_ch[TR_UNET_MAX_BLOCKS * 66 + 1];
+    int ns = 0;
+    x = conv(&n, x, c->in_channels, ch[0], 3, 1, "conv_in");
+    skip[ns] = x, skip_ch[ns++] = ch[0];
+    int64_t prev = ch[0];
+    for (int i = 0; i < nb; i++) {
+        tr_graph_push_scope(g, "down_blocks.%d", i);
+        for (int64_t j = 0; j < L; j++) {
+            x = resnet(&n, x, prev, ch[i], (int)j);
+            prev = ch[i];
+            if (attn[i]) x = transformer(&n, x, S, prev, (int)j);
+            skip[ns] = x, skip_ch[ns++] = prev;
+        }
+        if (i + 1 < nb) { /* Downsample2D: a stride-2 3x3 conv, padding 1 */
+            x = conv(&n, x, prev, prev, 3, 2, "downsamplers.0.conv");
+            S /= 2;
+            skip[ns] = x, skip_ch[ns++] = prev;
+        }
+        tr_graph_pop_scope(g);
+    }
+    tr_graph_push_scope(g, "mid_block");
+    x = resnet(&n, x, prev, prev, 0);
+    x = transformer(&n, x, S, prev, 0);
+    x = resnet(&n, x, prev, prev, 1);
+    tr_graph_pop_scope(g);
+    for (int i = 0; i < nb; i++) {
+        const int64_t out = ch[nb - 1 - i];
+        const int cross = (int)attn[nb - 1 - i];
+        tr_graph_push_scope(g, "up_blocks.%d", i);
+        for (int64_t j = 0; j <= L; j++) {
+            ns--;
+            const int cat[2] = {x, skip[ns]};
+            x = tr_concat(g, 2, cat, 3);
+            x = resnet(&n, x, prev + skip_ch[ns], out, (int)j);
+            prev = out;
+            if (cross) x = transformer(&n, x, S, prev, (int)j);
+        }
+        if (i + 1 < nb) { /* Upsample2D: nearest x2, a 3x3 conv */
+            x = conv(&n, tr_upsample_nearest(g, x, 2), prev, prev, 3, 1, "upsamplers.0.conv");
+            S *= 2;
+        }
+        tr_graph_pop_scope(g);
+    }
+    x = group_norm(&n, x, prev, c->norm_eps, 1, "conv_norm_out");
+    x = conv(&n, x, prev, c->out_channels, 3, 1, "conv_out");
+    tr_graph_set_output(g, x, "noise_pred");
+    rc = tr_graph_status(g, err);
+    if (rc) return tr_error_prefix(err, "unet_2d_condition");
+    return TR_OK;
+}
+
+static int check_input(const struct tr_tensor *t, const char *name, enum tr_dtype dt, int nd, const int64_t *sh,
+                       struct tr_error *err) {
+    if (t->dtype != (int32_t)dt || !tr_shape_equal(t->ndim, t->shape, nd, sh) || !t->data ||
+        t->device != TR_DEVICE_CPU || !tr_tensor_is_contiguous(t)) {
+        char got[96], want[96];
+        return tr_error_set(err, TR_ERR_SHAPE, "unet_2d_condition: input '%s' is %s%s, expected a contiguous host %s%s",
+                            name, tr_dtype_name((enum tr_dtype)t->dtype), tr_shape_str(t->ndim, t->shape, got, sizeof got),
+                            tr_dtype_name(dt), tr_shape_str(nd, sh, want, sizeof want));
+    }
+    return TR_OK;
+}
+
+/* sample: normal(0, 1) (the first step's latents are pure noise); timestep: an integer
+ * in [0, 1000) per sample, as a scheduler feeds them; encoder_hidden_states: normal(0, 1). */
+static int unet_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
+                            struct tr_tensor *inputs, struct tr_error *err) {
+    const struct tr_unet_config *c = config;
+    int64_t ch[TR_UNET_MAX_BLOCKS], attn[TR_UNET_MAX_BLOCKS];
+    int nb;
+    int rc = unet_validate(c, o, ch, attn, &nb, err);
+    if (rc) return rc;
+    if (n != 3)
+        return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: %d inputs given, expected 3 (sample, timestep, "
+                            "encoder_hidden_states)", n);
+    const int64_t B = o->batch, S = c->sample_size;
+    const int64_t img[4] = {B, S, S, c->in_channels}, bs[1] = {B}, ts[3] = {B, o->seq_len, c->cross_attention_dim};
+    rc = check_input(&inputs[0], "sample", o->dtype, 4, img, err);
+    if (!rc) rc = check_input(&inputs[1], "timestep", TR_DTYPE_F32, 1, bs, err);
+    if (!rc) rc = check_input(&inputs[2], "encoder_hidden_states", o->dtype, 3, ts, err);
+    if (rc) return rc;
+    static const char *const keys[3] = {"sample", "timestep", "encoder_hidden_states"};
+    for (int k = 0; k < 3; k++) {
+        const uint64_t key = tr_hash_str(keys[k]);
+        for (int64_t i = 0; i < tr_tensor_numel(&inputs[k]); i++)
+            tr_tensor_set_f64(&inputs[k], i, k == 1 ? floor(1000.0 * tr_rng_uniform(seed, key, (uint64_t)i))
+                                                    : tr_rng_normal(seed, key, (uint64_t)i));
+    }
+    return TR_OK;
+}
+
+const struct tr_model_desc tr_model_unet_2d_condition = {
+    .name = "unet_2d_condition",
+    .description = "UNet2DConditionModel (diffusers names; Stable Diffusion's denoiser, NHWC)",
+    .config_size = sizeof(struct tr_unet_config),
+    .keys = unet_keys,
+    .n_keys = (int)(sizeof unet_keys / sizeof unet_keys[0]),
+    .presets = unet_presets,
+    .n_presets = (int)(sizeof unet_presets / sizeof unet_presets[0]),
+    .tasks = 1u << TR_TASK_PREDICT,
+    .build = unet_build,
+    .make_inputs = unet_make_inputs,
+};

@@ -1,0 +1,51 @@
+/* UNet2DConditionModel (diffusers), Stable Diffusion's denoiser, as a trident model
+ * `unet_2d_condition`.
+ *
+ * Activations are channels last (NHWC); parameters carry the names and shapes of
+ * diffusers' state_dict (conv weights (Cout,Cin,KH,KW), Linear (out,in)), so a checkpoint
+ * saved by diffusers binds as it is. The blocks are diffusers' CrossAttnDownBlock2D /
+ * DownBlock2D going down (cross_attention_blocks says which), UNetMidBlock2DCrossAttn,
+ * and the mirror image going up (UpBlock2D / CrossAttnUpBlock2D); every attention is a
+ * Transformer2DModel with one BasicTransformerBlock (self-attention, cross-attention on
+ * the text, GEGLU feed-forward), convolution in and out (use_linear_projection false, as
+ * in SD 1.x).
+ *
+ *   predict  inputs   sample [B,S,S,in_channels] (the noisy latents), timestep f32 [B],
+ *                     encoder_hidden_states [B,T,cross_attention_dim] (the text
+ *                     encoder's last_hidden_state; T = seq_len)
+ *            outputs  noise_pred [B,S,S,out_channels] (diffusers' UNet2DConditionOutput.sample)
+ * From a seed: conv and Linear weights normal(0, 1/√fan_in), biases normal(0, 0.02), norm
+ * weights normal(1, 0.02).
+ */
+#ifndef TRIDENT_MODELS_UNET_H
+#define TRIDENT_MODELS_UNET_H
+
+#include <stdint.h>
+#include "trident/model.h"
+
+#define TR_UNET_MAX_BLOCKS 8
+
+/* The keys of [model], named as diffusers' UNet2DConditionModel config, except
+ * cross_attention_blocks, which stands for down_block_types (1: CrossAttnDownBlock2D, 0:
+ * DownBlock2D; up_block_types are their mirror image, as in every Stable Diffusion).
+ * attention_head_dim is, as in diffusers' SD configs, the number of heads of every
+ * attention (each head is channels/heads wide). */
+struct tr_unet_config {
+    int64_t sample_size;
+    int64_t in_channels;
+    int64_t out_channels;
+    int64_t layers_per_block;
+    int64_t attention_head_dim;
+    int64_t cross_attention_dim;
+    int64_t norm_num_groups;
+    double norm_eps;
+    int flip_sin_to_cos;
+    double freq_shift;
+    char block_out_channels[64];
+    char cross_attention_blocks[64];
+};
+
+/* The two lists parsed and checked against each other: *n blocks, ch[i] and attn[i]. */
+int tr_unet_blocks(const struct tr_unet_config *c, int64_t *ch, int64_t *attn, int *n, struct tr_error *err);
+
+#endif
