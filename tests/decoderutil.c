@@ -10,24 +10,12 @@
 #include "trident/weights.h"
 
 const struct tr_decoder_config *tr_test_llm_preset(const struct tr_model_desc *m, const char *name) {
-    for (int i = 0; i < m->n_presets; i++)
-        if (strcmp(m->presets[i].name, name) == 0) return m->presets[i].config;
-    fail_msg("%s has no preset '%s'", m->name, name);
-    return NULL;
+    return tr_test_preset(m, name);
 }
 
 struct tr_graph *tr_test_llm_build(const struct tr_model_desc *m, const struct tr_decoder_config *c,
                                    enum tr_dtype dt, int64_t B, int64_t T) {
     return tr_test_model_build(m, c, TR_TASK_PREDICT, dt, B, T);
-}
-
-int64_t tr_test_graph_param_count(const struct tr_graph *g) {
-    int64_t n = 0;
-    for (int i = 0; i < tr_graph_n_params(g); i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_param(g, i));
-        n += tr_tensor_numel(&t);
-    }
-    return n;
 }
 
 void tr_test_llm_check_size(const struct tr_model_desc *m, const char *preset, int64_t expected) {
@@ -40,7 +28,7 @@ void tr_test_llm_check_size(const struct tr_model_desc *m, const char *preset, i
     const struct tr_model_desc *models[2] = {m, NULL};
     struct tr_task_graph tg;
     if (tr_task_graph_build(&cfg, models, &tg, &e)) fail_msg("%s %s: %s", m->name, preset, e.msg);
-    int64_t n = tr_test_graph_param_count(tg.graph);
+    int64_t n = tr_test_param_count(tg.graph);
     print_message("%s %s: %lld parameters, %.2f GB in bf16, %d nodes\n", m->name, preset, (long long)n,
                   (double)tr_graph_param_bytes(tg.graph) / 1e9, tr_graph_n_nodes(tg.graph));
     if (n != expected) fail_msg("%s %s: %lld parameters, expected %lld", m->name, preset, (long long)n, (long long)expected);
@@ -71,7 +59,7 @@ void tr_test_llm_names_match(const struct tr_test_llm *t) {
     assert_int_equal(tr_safetensors_count(st), tr_graph_n_params(g));
     struct tr_tensor pc;
     assert_int_equal(tr_safetensors_get(io, "param_count", &pc, &e), TR_OK);
-    assert_int_equal(tr_test_graph_param_count(g), ((int64_t *)pc.data)[0]);
+    assert_int_equal(tr_test_param_count(g), ((int64_t *)pc.data)[0]);
     assert_int_equal(tr_decoder_param_count(tr_test_llm_preset(t->model, "tiny")), ((int64_t *)pc.data)[0]);
     tr_safetensors_close(st);
     tr_safetensors_close(io);
@@ -197,7 +185,7 @@ void tr_test_llm_hf_config_matches(const struct tr_model_desc *m, const char *js
     const struct tr_model_desc *models[2] = {m, NULL};
     struct tr_task_graph tg;
     if (tr_task_graph_build(&cfg, models, &tg, &e)) fail_msg("%s", e.msg);
-    assert_int_equal(tr_test_graph_param_count(tg.graph), tr_decoder_param_count(want));
+    assert_int_equal(tr_test_param_count(tg.graph), tr_decoder_param_count(want));
     tr_task_graph_free(&tg);
 }
 

@@ -6,7 +6,7 @@
 #define TRIDENT_TESTS_DECODERUTIL_H
 
 #include <stdint.h>
-#include "backendutil.h"
+#include "modelutil.h"
 #include "decoder/decoder.h"
 
 struct tr_test_llm {
@@ -19,7 +19,6 @@ struct tr_test_llm {
 const struct tr_decoder_config *tr_test_llm_preset(const struct tr_model_desc *m, const char *name);
 struct tr_graph *tr_test_llm_build(const struct tr_model_desc *m, const struct tr_decoder_config *c,
                                    enum tr_dtype dt, int64_t B, int64_t T);
-int64_t tr_test_graph_param_count(const struct tr_graph *g);
 
 /* `trident dump`'s path (tr_task_graph_build from an INI) on preset at bf16, batch 8,
  * seq_len 128: the graph builds without weights, has `expected` parameters (also what

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backendutil.h"
+#include "modelutil.h"
 #include "bert/bert.h"
 #include "models.h"
 #include "trident/graph.h"
@@ -23,25 +23,13 @@
  * counted by transformers 5.x: sum(p.numel() for p in model.parameters()). */
 #define BERT_BASE_PARAMS 108311810
 
-static const struct tr_bert_config *preset(const char *name) {
-    for (int i = 0; i < tr_model_bert.n_presets; i++)
-        if (strcmp(tr_model_bert.presets[i].name, name) == 0) return tr_model_bert.presets[i].config;
-    fail_msg("bert has no preset '%s'", name);
-    return NULL;
-}
+#define preset(name) ((const struct tr_bert_config *)tr_test_preset(&tr_model_bert, name))
 
 static struct tr_graph *build(const struct tr_bert_config *c, enum tr_dtype dt, int64_t B, int64_t T) {
     return tr_test_model_build(&tr_model_bert, c, TR_TASK_PREDICT, dt, B, T);
 }
 
-static int64_t param_count(const struct tr_graph *g) {
-    int64_t n = 0;
-    for (int i = 0; i < tr_graph_n_params(g); i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_param(g, i));
-        n += tr_tensor_numel(&t);
-    }
-    return n;
-}
+#define param_count tr_test_param_count
 
 static void test_param_count_base(void **state) {
     struct tr_graph *g = build(preset("base"), TR_DTYPE_F32, 1, 512);
@@ -53,25 +41,12 @@ static void test_param_count_base(void **state) {
 /* Every PARAM is in the state_dict with its shape, and every state_dict entry is a PARAM. */
 static void test_names_match_state_dict(void **state) {
     struct tr_graph *g = build(preset("tiny"), TR_DTYPE_F32, 2, 16);
-    struct tr_safetensors *st = NULL, *io = NULL;
+    tr_test_expect_state_dict(g, FIXTURE, "", HINT);
+    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
     struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE, &st, &e)) fail_msg("%s" HINT, e.msg);
-    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s" HINT, e.msg);
-    for (int i = 0; i < tr_graph_n_params(g); i++) {
-        int id = tr_graph_param(g, i);
-        struct tr_tensor t, want = tr_node_tensor(g, id);
-        if (tr_safetensors_get(st, tr_node_name(g, id), &t, &e)) fail_msg("%s", e.msg);
-        assert_int_equal(t.ndim, want.ndim);
-        for (int d = 0; d < t.ndim; d++) assert_int_equal(t.shape[d], want.shape[d]);
-    }
-    for (int i = 0; i < tr_safetensors_count(st); i++)
-        if (tr_graph_find(g, tr_safetensors_name(st, i)) < 0)
-            fail_msg("state_dict entry '%s' is not a parameter of the graph", tr_safetensors_name(st, i));
-    assert_int_equal(tr_safetensors_count(st), tr_graph_n_params(g));
     struct tr_tensor pc;
     assert_int_equal(tr_safetensors_get(io, "param_count", &pc, &e), TR_OK);
     assert_int_equal(param_count(g), ((int64_t *)pc.data)[0]);
-    tr_safetensors_close(st);
     tr_safetensors_close(io);
     tr_graph_free(g);
 }

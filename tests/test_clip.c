@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backendutil.h"
+#include "modelutil.h"
 #include "clip/clip.h"
 #include "models.h"
 #include "trident/graph.h"
@@ -23,29 +23,9 @@
 #define SD_CLIP_PARAMS 123060480
 
 static const struct tr_model_desc *const M = &tr_model_clip_text;
-
-static const struct tr_clip_text_config *preset(const char *name) {
-    for (int i = 0; i < M->n_presets; i++)
-        if (strcmp(M->presets[i].name, name) == 0) return M->presets[i].config;
-    fail_msg("clip_text has no preset '%s'", name);
-    return NULL;
-}
-
-static int64_t param_count(const struct tr_graph *g) {
-    int64_t n = 0;
-    for (int i = 0; i < tr_graph_n_params(g); i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_param(g, i));
-        n += tr_tensor_numel(&t);
-    }
-    return n;
-}
-
-static struct tr_safetensors *open_io(void) {
-    struct tr_safetensors *io = NULL;
-    struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s" HINT, e.msg);
-    return io;
-}
+#define preset(name) ((const struct tr_clip_text_config *)tr_test_preset(M, name))
+#define param_count tr_test_param_count
+#define open_io() tr_test_open(FIXTURE_IO, HINT)
 
 static void test_param_counts(void **state) {
     struct tr_graph *g = tr_test_model_build(M, preset("sd-v1-4"), TR_TASK_PREDICT, TR_DTYPE_F32, 1, 77);
@@ -70,25 +50,7 @@ static void test_param_counts(void **state) {
 #define PREFIX "text_model."
 static void test_names_match_state_dict(void **state) {
     struct tr_graph *g = tr_test_model_build(M, preset("tiny"), TR_TASK_PREDICT, TR_DTYPE_F32, 2, 16);
-    struct tr_safetensors *st = NULL;
-    struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE, &st, &e)) fail_msg("%s" HINT, e.msg);
-    for (int i = 0; i < tr_graph_n_params(g); i++) {
-        int id = tr_graph_param(g, i);
-        struct tr_tensor t, want = tr_node_tensor(g, id);
-        const char *name = tr_node_name(g, id);
-        assert_memory_equal(name, PREFIX, strlen(PREFIX));
-        if (tr_safetensors_get(st, name + strlen(PREFIX), &t, &e)) fail_msg("%s", e.msg);
-        assert_true(tr_shape_equal(t.ndim, t.shape, want.ndim, want.shape));
-    }
-    for (int i = 0; i < tr_safetensors_count(st); i++) {
-        char name[256];
-        snprintf(name, sizeof name, PREFIX "%s", tr_safetensors_name(st, i));
-        if (tr_graph_find(g, name) < 0)
-            fail_msg("state_dict entry '%s' is not a parameter of the graph", tr_safetensors_name(st, i));
-    }
-    assert_int_equal(tr_safetensors_count(st), tr_graph_n_params(g));
-    tr_safetensors_close(st);
+    tr_test_expect_state_dict(g, FIXTURE, PREFIX, HINT);
     /* the interface */
     const char *in_names[1] = {"input_ids"};
     const int in_dt[1] = {TR_DTYPE_I32};
@@ -165,26 +127,7 @@ static void predict_matches_hf(enum tr_dtype dt) {
     struct tr_graph *g = tr_test_model_build(M, preset("tiny"), TR_TASK_PREDICT, dt, ids.shape[0], ids.shape[1]);
     struct tr_weights *w = NULL;
     if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s" HINT, e.msg);
-    /* bf16, f16: DESIGN.md's 1e-2, or transformers' own error in that dtype if larger */
-    double tol = tr_test_tol(dt);
-    if (dt != TR_DTYPE_F32) {
-        struct tr_tensor lp;
-        char key[32];
-        snprintf(key, sizeof key, "lowp_err.%s", tr_dtype_name(dt));
-        if (tr_safetensors_get(io, key, &lp, &e)) fail_msg("%s" HINT, e.msg);
-        tol = fmax(tol, 1.2 * ((const float *)lp.data)[0]);
-    }
-    for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
-        struct tr_tensor out;
-        tr_test_run_backend(&tr_test_backends[c], tr_test_dir, g, &ids, 1, &out, NULL);
-        double err = tr_test_io_rel_err(io, "last_hidden_state", &out, HINT);
-        print_message("%-22s %-4s last_hidden_state rel err %.2e (bar %.2e)\n", tr_test_backends[c].label,
-                      tr_dtype_name(dt), err, tol);
-        if (!(err < tol))
-            fail_msg("%s %s: relative error %.3g vs transformers >= %.3g", tr_test_backends[c].label, tr_dtype_name(dt),
-                     err, tol);
-        tr_test_tensor_free(&out);
-    }
+    tr_test_expect_fixture_outputs(g, &ids, io, dt, 1, "transformers", HINT);
     tr_weights_free(w);
     tr_graph_free(g);
     tr_safetensors_close(io);

@@ -62,7 +62,7 @@ static void test_model_keys_win_over_hf_config(void **state) {
     assert_int_equal(c.max_position_embeddings, 8192);   /* the file */
     assert_int_equal(c.lora_rank, 4);                    /* the preset: not in the file */
     /* the graph is that model: 2b with 3 layers and heads of 128 */
-    assert_int_equal(tr_test_graph_param_count(tg.graph), tr_decoder_param_count(&c));
+    assert_int_equal(tr_test_param_count(tg.graph), tr_decoder_param_count(&c));
     assert_int_equal(tr_node_shape(tg.graph, tr_graph_find(tg.graph, "model.layers.2.self_attn.q_proj.weight"))[0],
                      8 * 128);
     assert_int_equal(tr_graph_find(tg.graph, "model.layers.3.self_attn.q_proj.weight"), -1);

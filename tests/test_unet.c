@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backendutil.h"
+#include "modelutil.h"
 #include "models.h"
 #include "trident/graph.h"
 #include "trident/safetensors.h"
@@ -24,29 +24,9 @@
 #define SD_UNET_PARAMS 859520964
 
 static const struct tr_model_desc *const M = &tr_model_unet_2d_condition;
-
-static const struct tr_unet_config *preset(const char *name) {
-    for (int i = 0; i < M->n_presets; i++)
-        if (strcmp(M->presets[i].name, name) == 0) return M->presets[i].config;
-    fail_msg("unet_2d_condition has no preset '%s'", name);
-    return NULL;
-}
-
-static int64_t param_count(const struct tr_graph *g) {
-    int64_t n = 0;
-    for (int i = 0; i < tr_graph_n_params(g); i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_param(g, i));
-        n += tr_tensor_numel(&t);
-    }
-    return n;
-}
-
-static struct tr_safetensors *open_io(void) {
-    struct tr_safetensors *io = NULL;
-    struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s" HINT, e.msg);
-    return io;
-}
+#define preset(name) ((const struct tr_unet_config *)tr_test_preset(M, name))
+#define param_count tr_test_param_count
+#define open_io() tr_test_open(FIXTURE_IO, HINT)
 
 static void test_param_counts(void **state) {
     struct tr_graph *g = tr_test_model_build(M, preset("sd-v1-4"), TR_TASK_PREDICT, TR_DTYPE_F32, 2, 77);
@@ -67,21 +47,8 @@ static void test_param_counts(void **state) {
  * the interface. */
 static void test_names_and_interface(void **state) {
     struct tr_graph *g = tr_test_model_build(M, preset("tiny"), TR_TASK_PREDICT, TR_DTYPE_BF16, 3, 5);
-    struct tr_safetensors *st = NULL;
-    struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE, &st, &e)) fail_msg("%s" HINT, e.msg);
-    for (int i = 0; i < tr_graph_n_params(g); i++) {
-        int id = tr_graph_param(g, i);
-        struct tr_tensor t, want = tr_node_tensor(g, id);
-        if (tr_safetensors_get(st, tr_node_name(g, id), &t, &e)) fail_msg("%s", e.msg);
-        assert_true(tr_shape_equal(t.ndim, t.shape, want.ndim, want.shape));
-        assert_int_equal(want.dtype, TR_DTYPE_BF16);
-    }
-    for (int i = 0; i < tr_safetensors_count(st); i++)
-        if (tr_graph_find(g, tr_safetensors_name(st, i)) < 0)
-            fail_msg("state_dict entry '%s' is not a parameter of the graph", tr_safetensors_name(st, i));
-    assert_int_equal(tr_safetensors_count(st), tr_graph_n_params(g));
-    tr_safetensors_close(st);
+    tr_test_expect_state_dict(g, FIXTURE, "", HINT);
+    for (int i = 0; i < tr_graph_n_params(g); i++) assert_int_equal(tr_node_dtype(g, tr_graph_param(g, i)), TR_DTYPE_BF16);
     static const char *const names[3] = {"sample", "timestep", "encoder_hidden_states"};
     static const int dts[3] = {TR_DTYPE_BF16, TR_DTYPE_F32, TR_DTYPE_BF16};
     static const int64_t shapes[3][4] = {{3, 8, 8, 4}, {3}, {3, 5, 24}};
@@ -161,46 +128,15 @@ static void test_make_inputs(void **state) {
     tr_graph_free(g);
 }
 
-/* io's tensor `name` as a new host tensor of dtype dt. */
-static struct tr_tensor io_tensor(const struct tr_safetensors *io, const char *name, enum tr_dtype dt) {
-    struct tr_tensor t;
-    struct tr_error e = {0};
-    if (tr_safetensors_get(io, name, &t, &e)) fail_msg("%s" HINT, e.msg);
-    struct tr_tensor r = tr_test_tensor(dt, t.ndim, t.shape);
-    double *v = tr_test_to_f64(&t);
-    for (int64_t i = 0; i < tr_tensor_numel(&t); i++) tr_tensor_set_f64(&r, i, v[i]);
-    free(v);
-    return r;
-}
-
 static void predict_matches_diffusers(enum tr_dtype dt) {
     struct tr_safetensors *io = open_io();
-    struct tr_tensor in[3] = {io_tensor(io, "sample", dt), io_tensor(io, "timestep", TR_DTYPE_F32),
-                              io_tensor(io, "encoder_hidden_states", dt)};
+    struct tr_tensor in[3] = {tr_test_io_tensor(io, "sample", dt, HINT), tr_test_io_tensor(io, "timestep", TR_DTYPE_F32, HINT),
+                              tr_test_io_tensor(io, "encoder_hidden_states", dt, HINT)};
     struct tr_graph *g = tr_test_model_build(M, preset("tiny"), TR_TASK_PREDICT, dt, in[0].shape[0], in[2].shape[1]);
     struct tr_weights *w = NULL;
     struct tr_error e = {0};
     if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s" HINT, e.msg);
-    /* bf16, f16: DESIGN.md's 1e-2, or diffusers' own error in that dtype (+20%) if larger */
-    double tol = tr_test_tol(dt);
-    if (dt != TR_DTYPE_F32) {
-        struct tr_tensor lp;
-        char key[32];
-        snprintf(key, sizeof key, "lowp_err.%s", tr_dtype_name(dt));
-        if (tr_safetensors_get(io, key, &lp, &e)) fail_msg("%s" HINT, e.msg);
-        tol = fmax(tol, 1.2 * ((const float *)lp.data)[0]);
-    }
-    for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
-        struct tr_tensor out;
-        tr_test_run_backend(&tr_test_backends[c], tr_test_dir, g, in, 2, &out, NULL);
-        double err = tr_test_io_rel_err(io, "noise_pred", &out, HINT);
-        print_message("%-22s %-4s noise_pred rel err %.2e (bar %.2e)\n", tr_test_backends[c].label, tr_dtype_name(dt),
-                      err, tol);
-        if (!(err < tol))
-            fail_msg("%s %s: noise_pred relative error %.3g vs diffusers >= %.3g", tr_test_backends[c].label,
-                     tr_dtype_name(dt), err, tol);
-        tr_test_tensor_free(&out);
-    }
+    tr_test_expect_fixture_outputs(g, in, io, dt, 2, "diffusers", HINT);
     for (int i = 0; i < 3; i++) tr_test_tensor_free(&in[i]);
     tr_weights_free(w);
     tr_graph_free(g);

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "backendutil.h"
+#include "modelutil.h"
 #include "models.h"
 #include "trident/autodiff.h"
 #include "trident/graph.h"
@@ -26,24 +26,12 @@
 #define SD_VAE_PARAMS 83653863
 #define SD_VAE_ENCODER_PARAMS 34163664
 
-static const struct tr_vae_config *preset(const char *name) {
-    for (int i = 0; i < tr_model_autoencoder_kl.n_presets; i++)
-        if (strcmp(tr_model_autoencoder_kl.presets[i].name, name) == 0) return tr_model_autoencoder_kl.presets[i].config;
-    fail_msg("autoencoder_kl has no preset '%s'", name);
-    return NULL;
-}
+#define preset(name) ((const struct tr_vae_config *)tr_test_preset(&tr_model_autoencoder_kl, name))
+#define param_count tr_test_param_count
+#define open_io() tr_test_open(FIXTURE_IO, HINT)
 
 static struct tr_graph *build(const struct tr_vae_config *c, enum tr_task task, enum tr_dtype dt, int64_t B) {
     return tr_test_model_build(&tr_model_autoencoder_kl, c, task, dt, B, 1);
-}
-
-static int64_t param_count(const struct tr_graph *g) {
-    int64_t n = 0;
-    for (int i = 0; i < tr_graph_n_params(g); i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_param(g, i));
-        n += tr_tensor_numel(&t);
-    }
-    return n;
 }
 
 static void test_param_count_sd(void **state) {
@@ -62,20 +50,9 @@ static void test_param_count_sd(void **state) {
 /* Every PARAM is in the state_dict with its shape, and every state_dict entry is a PARAM. */
 static void test_names_match_state_dict(void **state) {
     struct tr_graph *g = build(preset("tiny"), TR_TASK_PREDICT, TR_DTYPE_F32, 2);
-    struct tr_safetensors *st = NULL, *io = NULL;
+    tr_test_expect_state_dict(g, FIXTURE, "", HINT);
+    struct tr_safetensors *io = open_io();
     struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE, &st, &e)) fail_msg("%s" HINT, e.msg);
-    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s" HINT, e.msg);
-    for (int i = 0; i < tr_graph_n_params(g); i++) {
-        int id = tr_graph_param(g, i);
-        struct tr_tensor t, want = tr_node_tensor(g, id);
-        if (tr_safetensors_get(st, tr_node_name(g, id), &t, &e)) fail_msg("%s", e.msg);
-        assert_true(tr_shape_equal(t.ndim, t.shape, want.ndim, want.shape));
-    }
-    for (int i = 0; i < tr_safetensors_count(st); i++)
-        if (tr_graph_find(g, tr_safetensors_name(st, i)) < 0)
-            fail_msg("state_dict entry '%s' is not a parameter of the graph", tr_safetensors_name(st, i));
-    assert_int_equal(tr_safetensors_count(st), tr_graph_n_params(g));
     struct tr_tensor pc;
     assert_int_equal(tr_safetensors_get(io, "param_count", &pc, &e), TR_OK);
     assert_int_equal(param_count(g), ((int64_t *)pc.data)[0]);
@@ -83,7 +60,6 @@ static void test_names_match_state_dict(void **state) {
     g = build(preset("tiny"), TR_TASK_FIT, TR_DTYPE_F32, 2);
     assert_int_equal(param_count(g), ((int64_t *)pc.data)[1]);
     tr_graph_free(g);
-    tr_safetensors_close(st);
     tr_safetensors_close(io);
 }
 
@@ -199,57 +175,14 @@ static void test_make_inputs(void **state) {
     tr_graph_free(g);
 }
 
-/* io's tensor `name` as a new host tensor of dtype dt (free with tr_test_tensor_free). */
-static struct tr_tensor io_tensor(const struct tr_safetensors *io, const char *name, enum tr_dtype dt) {
-    struct tr_tensor t;
-    struct tr_error e = {0};
-    if (tr_safetensors_get(io, name, &t, &e)) fail_msg("%s" HINT, e.msg);
-    struct tr_tensor r = tr_test_tensor(dt, t.ndim, t.shape);
-    double *v = tr_test_to_f64(&t);
-    for (int64_t i = 0; i < tr_tensor_numel(&t); i++) tr_tensor_set_f64(&r, i, v[i]);
-    free(v);
-    return r;
-}
-
-static struct tr_safetensors *open_io(void) {
-    struct tr_safetensors *io = NULL;
-    struct tr_error e = {0};
-    if (tr_safetensors_open(FIXTURE_IO, &io, &e)) fail_msg("%s" HINT, e.msg);
-    return io;
-}
-
 static void predict_matches_diffusers(enum tr_dtype dt) {
     struct tr_safetensors *io = open_io();
-    struct tr_tensor in = io_tensor(io, "sample", dt);
+    struct tr_tensor in = tr_test_io_tensor(io, "sample", dt, HINT);
     struct tr_graph *g = build(preset("tiny"), TR_TASK_PREDICT, dt, in.shape[0]);
     struct tr_weights *w = NULL;
     struct tr_error e = {0};
     if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s" HINT, e.msg);
-    /* In bf16 and f16 the bar is DESIGN.md's tolerance or, where the model is deeper than
-     * that allows, diffusers' own error in that dtype (its float64 reference's model and
-     * sample cast down) with a 20% margin for another order of summation. */
-    double tol[2] = {tr_test_tol(dt), tr_test_tol(dt)};
-    if (dt != TR_DTYPE_F32) {
-        struct tr_tensor lp;
-        char key[32];
-        snprintf(key, sizeof key, "lowp_err.%s", tr_dtype_name(dt));
-        if (tr_safetensors_get(io, key, &lp, &e)) fail_msg("%s" HINT, e.msg);
-        for (int i = 0; i < 2; i++) tol[i] = fmax(tol[i], 1.2 * ((const float *)lp.data)[i]);
-    }
-    for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
-        struct tr_tensor out[2];
-        tr_test_run_backend(&tr_test_backends[c], tr_test_dir, g, &in, 1, out, NULL);
-        for (int i = 0; i < 2; i++) {
-            const char *name = tr_graph_output_name(g, i);
-            double err = tr_test_io_rel_err(io, name, &out[i], HINT);
-            print_message("%-22s %-4s %-8s rel err %.2e (bar %.2e)\n", tr_test_backends[c].label, tr_dtype_name(dt),
-                          name, err, tol[i]);
-            if (!(err < tol[i]))
-                fail_msg("%s %s: %s relative error %.3g vs diffusers >= %.3g", tr_test_backends[c].label,
-                         tr_dtype_name(dt), name, err, tol[i]);
-            tr_test_tensor_free(&out[i]);
-        }
-    }
+    tr_test_expect_fixture_outputs(g, &in, io, dt, 1, "diffusers", HINT);
     tr_test_tensor_free(&in);
     tr_weights_free(w);
     tr_graph_free(g);
@@ -274,7 +207,7 @@ static const char *const grad_names[] = {
 /* The fit graph's loss and its gradients, differentiated by tr_grad, on every backend. */
 static void test_fit_grads_match_pytorch(void **state) {
     struct tr_safetensors *io = open_io();
-    struct tr_tensor in[2] = {io_tensor(io, "sample", TR_DTYPE_F32), io_tensor(io, "target", TR_DTYPE_F32)};
+    struct tr_tensor in[2] = {tr_test_io_tensor(io, "sample", TR_DTYPE_F32, HINT), tr_test_io_tensor(io, "target", TR_DTYPE_F32, HINT)};
     struct tr_graph *g = build(preset("tiny"), TR_TASK_FIT, TR_DTYPE_F32, in[0].shape[0]);
     struct tr_error e = {0};
     int loss = tr_graph_find(g, "loss"), wrt[N_GRADS], grads[N_GRADS];

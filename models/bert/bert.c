@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "bert.h"
+#include "layers.h"
 #include "models.h"
 #include "trident/autodiff.h"
 #include "trident/rng.h"
@@ -175,14 +176,7 @@ static int linear(struct tr_graph *g, int x, int64_t in, int64_t out, enum tr_dt
 }
 
 static int layer_norm(struct tr_graph *g, int x, int64_t d, enum tr_dtype dt, double eps, const char *name) {
-    int64_t s[1] = {d};
-    tr_graph_push_scope(g, "%s", name);
-    int gamma = tr_param(g, "weight", dt, 1, s, 1.0f, 0.02f);
-    int beta = tr_param(g, "bias", dt, 1, s, 0.0f, 0.02f);
-    tr_graph_pop_scope(g);
-    int y = tr_layer_norm(g, x, gamma, beta, (float)eps);
-    if (y >= 0) tr_graph_set_name(g, y, name);
-    return y;
+    return tr_nn_layer_norm(g, x, d, dt, (float)eps, name);
 }
 
 /* One post-LN encoder layer; x (B,T,D), mask (B,1,1,T) additive. */

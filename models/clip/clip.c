@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "clip.h"
+#include "layers.h"
 #include "models.h"
 #include "trident/rng.h"
 
@@ -77,25 +78,11 @@ static int clip_validate(const struct tr_clip_text_config *c, const struct tr_bu
 }
 
 static int linear(struct tr_graph *g, int x, int64_t in, int64_t out, enum tr_dtype dt, const char *name) {
-    const int64_t ws[2] = {out, in}, bs[1] = {out};
-    tr_graph_push_scope(g, "%s", name);
-    int w = tr_param(g, "weight", dt, 2, ws, 0.0f, 0.02f);
-    int b = tr_param(g, "bias", dt, 1, bs, 0.0f, 0.02f);
-    tr_graph_pop_scope(g);
-    int y = tr_add(g, tr_matmul(g, x, w, 0, 1), b);
-    if (y >= 0) tr_graph_set_name(g, y, name);
-    return y;
+    return tr_nn_linear(g, x, in, out, dt, 1, 0.02f, name);
 }
 
 static int layer_norm(struct tr_graph *g, int x, int64_t d, enum tr_dtype dt, double eps, const char *name) {
-    const int64_t s[1] = {d};
-    tr_graph_push_scope(g, "%s", name);
-    int gamma = tr_param(g, "weight", dt, 1, s, 1.0f, 0.02f);
-    int beta = tr_param(g, "bias", dt, 1, s, 0.0f, 0.02f);
-    tr_graph_pop_scope(g);
-    int y = tr_layer_norm(g, x, gamma, beta, (float)eps);
-    if (y >= 0) tr_graph_set_name(g, y, name);
-    return y;
+    return tr_nn_layer_norm(g, x, d, dt, (float)eps, name);
 }
 
 /* One pre-LN layer on x (B,T,D). */
@@ -168,13 +155,7 @@ static int clip_make_inputs(const void *config, const struct tr_build_opts *o, u
     const int64_t B = o->batch, T = o->seq_len, bt[2] = {B, T};
     if (n != 1) return tr_error_set(err, TR_ERR_INVALID, "clip_text: %d inputs given, expected 1 (input_ids)", n);
     const struct tr_tensor *t = &inputs[0];
-    if (t->dtype != TR_DTYPE_I32 || !tr_shape_equal(t->ndim, t->shape, 2, bt) || !t->data ||
-        t->device != TR_DEVICE_CPU || !tr_tensor_is_contiguous(t)) {
-        char got[96], want[96];
-        return tr_error_set(err, TR_ERR_SHAPE, "clip_text: input 'input_ids' is %s%s, expected a contiguous host i32%s",
-                            tr_dtype_name((enum tr_dtype)t->dtype), tr_shape_str(t->ndim, t->shape, got, sizeof got),
-                            tr_shape_str(2, bt, want, sizeof want));
-    }
+    if ((rc = tr_model_check_input("clip_text", t, "input_ids", TR_DTYPE_I32, 2, bt, err)) != TR_OK) return rc;
     const int32_t bos = (int32_t)(c->vocab_size - 2), eos = (int32_t)(c->vocab_size - 1);
     const uint64_t key = tr_hash_str("input_ids");
     int32_t *ids = t->data;

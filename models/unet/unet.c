@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include "layers.h"
 #include "models.h"
 #include "trident/rng.h"
 #include "unet.h"
@@ -120,49 +121,21 @@ struct net {
 };
 
 static int conv(struct net *n, int x, int64_t cin, int64_t cout, int64_t k, int stride, const char *name) {
-    const int64_t ws[4] = {cout, cin, k, k}, bs[1] = {cout};
-    tr_graph_push_scope(n->g, "%s", name);
-    int w = tr_param(n->g, "weight", n->dt, 4, ws, 0.0f, (float)(1.0 / sqrt((double)(cin * k * k))));
-    int b = tr_param(n->g, "bias", n->dt, 1, bs, 0.0f, 0.02f);
-    tr_graph_pop_scope(n->g);
-    int y = tr_conv2d(n->g, x, w, b, stride, (int)(k / 2), 0);
-    if (y >= 0) tr_graph_set_name(n->g, y, name);
-    return y;
+    return tr_nn_conv2d(n->g, x, cin, cout, k, stride, (int)(k / 2), 0, n->dt, name);
 }
 
 static int group_norm(struct net *n, int x, int64_t c, double eps, int silu, const char *name) {
-    const int64_t s[1] = {c};
-    tr_graph_push_scope(n->g, "%s", name);
-    int w = tr_param(n->g, "weight", n->dt, 1, s, 1.0f, 0.02f);
-    int b = tr_param(n->g, "bias", n->dt, 1, s, 0.0f, 0.02f);
-    tr_graph_pop_scope(n->g);
-    int y = tr_group_norm(n->g, x, w, b, (int)n->c->norm_num_groups, (float)eps, silu);
-    if (y >= 0) tr_graph_set_name(n->g, y, name);
-    return y;
+    return tr_nn_group_norm(n->g, x, c, (int)n->c->norm_num_groups, (float)eps, silu, n->dt, name);
 }
 
+/* BasicTransformerBlock's nn.LayerNorm: eps 1e-5 */
 static int layer_norm(struct net *n, int x, int64_t d, const char *name) {
-    const int64_t s[1] = {d};
-    tr_graph_push_scope(n->g, "%s", name);
-    int w = tr_param(n->g, "weight", n->dt, 1, s, 1.0f, 0.02f);
-    int b = tr_param(n->g, "bias", n->dt, 1, s, 0.0f, 0.02f);
-    tr_graph_pop_scope(n->g);
-    int y = tr_layer_norm(n->g, x, w, b, 1e-5f); /* BasicTransformerBlock's nn.LayerNorm default */
-    if (y >= 0) tr_graph_set_name(n->g, y, name);
-    return y;
+    return tr_nn_layer_norm(n->g, x, d, n->dt, 1e-5f, name);
 }
 
-/* nn.Linear over the last axis; bias 0: none (the attention projections). */
+/* bias 0: none (the attention projections) */
 static int linear(struct net *n, int x, int64_t in, int64_t out, int bias, const char *name) {
-    const int64_t ws[2] = {out, in}, bs[1] = {out};
-    tr_graph_push_scope(n->g, "%s", name);
-    int w = tr_param(n->g, "weight", n->dt, 2, ws, 0.0f, (float)(1.0 / sqrt((double)in)));
-    int b = bias ? tr_param(n->g, "bias", n->dt, 1, bs, 0.0f, 0.02f) : -1;
-    tr_graph_pop_scope(n->g);
-    int y = tr_matmul(n->g, x, w, 0, 1);
-    if (bias) y = tr_add(n->g, y, b);
-    if (y >= 0) tr_graph_set_name(n->g, y, name);
-    return y;
+    return tr_nn_linear(n->g, x, in, out, n->dt, bias, -1.0f, name);
 }
 
 /* ResnetBlock2D with the time embedding: x + conv2(silu(gn2(conv1(silu(gn1(x))) +
@@ -302,18 +275,6 @@ static int unet_build(const void *config, const struct tr_build_opts *o, struct 
     return TR_OK;
 }
 
-static int check_input(const struct tr_tensor *t, const char *name, enum tr_dtype dt, int nd, const int64_t *sh,
-                       struct tr_error *err) {
-    if (t->dtype != (int32_t)dt || !tr_shape_equal(t->ndim, t->shape, nd, sh) || !t->data ||
-        t->device != TR_DEVICE_CPU || !tr_tensor_is_contiguous(t)) {
-        char got[96], want[96];
-        return tr_error_set(err, TR_ERR_SHAPE, "unet_2d_condition: input '%s' is %s%s, expected a contiguous host %s%s",
-                            name, tr_dtype_name((enum tr_dtype)t->dtype), tr_shape_str(t->ndim, t->shape, got, sizeof got),
-                            tr_dtype_name(dt), tr_shape_str(nd, sh, want, sizeof want));
-    }
-    return TR_OK;
-}
-
 /* sample: normal(0, 1) (the first step's latents are pure noise); timestep: an integer
  * in [0, 1000) per sample, as a scheduler feeds them; encoder_hidden_states: normal(0, 1). */
 static int unet_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
@@ -328,9 +289,10 @@ static int unet_make_inputs(const void *config, const struct tr_build_opts *o, u
                             "encoder_hidden_states)", n);
     const int64_t B = o->batch, S = c->sample_size;
     const int64_t img[4] = {B, S, S, c->in_channels}, bs[1] = {B}, ts[3] = {B, o->seq_len, c->cross_attention_dim};
-    rc = check_input(&inputs[0], "sample", o->dtype, 4, img, err);
-    if (!rc) rc = check_input(&inputs[1], "timestep", TR_DTYPE_F32, 1, bs, err);
-    if (!rc) rc = check_input(&inputs[2], "encoder_hidden_states", o->dtype, 3, ts, err);
+    static const char *const M = "unet_2d_condition";
+    rc = tr_model_check_input(M, &inputs[0], "sample", o->dtype, 4, img, err);
+    if (!rc) rc = tr_model_check_input(M, &inputs[1], "timestep", TR_DTYPE_F32, 1, bs, err);
+    if (!rc) rc = tr_model_check_input(M, &inputs[2], "encoder_hidden_states", o->dtype, 3, ts, err);
     if (rc) return rc;
     static const char *const keys[3] = {"sample", "timestep", "encoder_hidden_states"};
     for (int k = 0; k < 3; k++) {

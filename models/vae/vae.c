@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "layers.h"
 #include "models.h"
 #include "trident/autodiff.h"
 #include "trident/rng.h"
@@ -102,40 +103,17 @@ struct net {
     int64_t groups;
 };
 
-/* nn.Conv2d in scope `name`: weight (cout,cin,k,k), bias (cout). */
 static int conv(struct net *n, int x, int64_t cin, int64_t cout, int64_t k, int stride, int pad, int pad_end,
                 const char *name) {
-    const int64_t ws[4] = {cout, cin, k, k}, bs[1] = {cout};
-    tr_graph_push_scope(n->g, "%s", name);
-    int w = tr_param(n->g, "weight", n->dt, 4, ws, 0.0f, (float)(1.0 / sqrt((double)(cin * k * k))));
-    int b = tr_param(n->g, "bias", n->dt, 1, bs, 0.0f, 0.02f);
-    tr_graph_pop_scope(n->g);
-    int y = tr_conv2d(n->g, x, w, b, stride, pad, pad_end);
-    if (y >= 0) tr_graph_set_name(n->g, y, name);
-    return y;
+    return tr_nn_conv2d(n->g, x, cin, cout, k, stride, pad, pad_end, n->dt, name);
 }
 
 static int group_norm(struct net *n, int x, int64_t c, int silu, const char *name) {
-    const int64_t s[1] = {c};
-    tr_graph_push_scope(n->g, "%s", name);
-    int w = tr_param(n->g, "weight", n->dt, 1, s, 1.0f, 0.02f);
-    int b = tr_param(n->g, "bias", n->dt, 1, s, 0.0f, 0.02f);
-    tr_graph_pop_scope(n->g);
-    int y = tr_group_norm(n->g, x, w, b, (int)n->groups, EPS, silu);
-    if (y >= 0) tr_graph_set_name(n->g, y, name);
-    return y;
+    return tr_nn_group_norm(n->g, x, c, (int)n->groups, EPS, silu, n->dt, name);
 }
 
-/* nn.Linear over the last axis. */
 static int linear(struct net *n, int x, int64_t in, int64_t out, const char *name) {
-    const int64_t ws[2] = {out, in}, bs[1] = {out};
-    tr_graph_push_scope(n->g, "%s", name);
-    int w = tr_param(n->g, "weight", n->dt, 2, ws, 0.0f, (float)(1.0 / sqrt((double)in)));
-    int b = tr_param(n->g, "bias", n->dt, 1, bs, 0.0f, 0.02f);
-    tr_graph_pop_scope(n->g);
-    int y = tr_add(n->g, tr_matmul(n->g, x, w, 0, 1), b);
-    if (y >= 0) tr_graph_set_name(n->g, y, name);
-    return y;
+    return tr_nn_linear(n->g, x, in, out, n->dt, 1, -1.0f, name);
 }
 
 /* ResnetBlock2D without a time embedding: x + conv2(silu(gn2(conv1(silu(gn1(x)))))), the
@@ -275,18 +253,6 @@ static int vae_trainable(const void *config, const struct tr_graph *g, int *ids,
     return TR_OK;
 }
 
-static int check_input(const struct tr_tensor *t, const char *name, enum tr_dtype dt, const int64_t *sh,
-                       struct tr_error *err) {
-    if (t->dtype != (int32_t)dt || !tr_shape_equal(t->ndim, t->shape, 4, sh) || !t->data ||
-        t->device != TR_DEVICE_CPU || !tr_tensor_is_contiguous(t)) {
-        char got[96], want[96];
-        return tr_error_set(err, TR_ERR_SHAPE, "autoencoder_kl: input '%s' is %s%s, expected a contiguous host %s%s",
-                            name, tr_dtype_name((enum tr_dtype)t->dtype), tr_shape_str(t->ndim, t->shape, got, sizeof got),
-                            tr_dtype_name(dt), tr_shape_str(4, sh, want, sizeof want));
-    }
-    return TR_OK;
-}
-
 /* sample: a smooth random image in [-1,1] (a few sinusoids per channel plus noise, so
  * the convolutions see structure); target: normal(0, 1). */
 static int vae_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
@@ -302,8 +268,8 @@ static int vae_make_inputs(const void *config, const struct tr_build_opts *o, ui
                             want == 2 ? ", target" : "");
     const int64_t B = o->batch, S = c->sample_size, s = S >> (nb - 1);
     const int64_t img[4] = {B, S, S, c->in_channels}, lat[4] = {B, s, s, 2 * c->latent_channels};
-    rc = check_input(&inputs[0], "sample", o->dtype, img, err);
-    if (!rc && want == 2) rc = check_input(&inputs[1], "target", o->dtype, lat, err);
+    rc = tr_model_check_input("autoencoder_kl", &inputs[0], "sample", o->dtype, 4, img, err);
+    if (!rc && want == 2) rc = tr_model_check_input("autoencoder_kl", &inputs[1], "target", o->dtype, 4, lat, err);
     if (rc) return rc;
     const uint64_t ks = tr_hash_str("sample"), kt = tr_hash_str("target");
     const int64_t ni = tr_tensor_numel(&inputs[0]);

@@ -1,0 +1,104 @@
+/* The model tests' shared fixture checks (modelutil.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "modelutil.h"
+#include "trident/safetensors.h"
+
+const void *tr_test_preset(const struct tr_model_desc *m, const char *name) {
+    for (int i = 0; i < m->n_presets; i++)
+        if (strcmp(m->presets[i].name, name) == 0) return m->presets[i].config;
+    fail_msg("%s has no preset '%s'", m->name, name);
+    return NULL;
+}
+
+int64_t tr_test_param_count(const struct tr_graph *g) {
+    int64_t n = 0;
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_param(g, i));
+        n += tr_tensor_numel(&t);
+    }
+    return n;
+}
+
+struct tr_safetensors *tr_test_open(const char *path, const char *hint) {
+    struct tr_safetensors *st = NULL;
+    struct tr_error e = {0};
+    if (tr_safetensors_open(path, &st, &e)) fail_msg("%s%s", e.msg, hint);
+    return st;
+}
+
+struct tr_tensor tr_test_io_tensor(const struct tr_safetensors *io, const char *name, enum tr_dtype dt,
+                                   const char *hint) {
+    struct tr_tensor t;
+    struct tr_error e = {0};
+    if (tr_safetensors_get(io, name, &t, &e)) fail_msg("%s%s", e.msg, hint);
+    struct tr_tensor r = tr_test_tensor(dt, t.ndim, t.shape);
+    double *v = tr_test_to_f64(&t);
+    for (int64_t i = 0; i < tr_tensor_numel(&t); i++) tr_tensor_set_f64(&r, i, v[i]);
+    free(v);
+    return r;
+}
+
+void tr_test_expect_state_dict(const struct tr_graph *g, const char *path, const char *strip, const char *hint) {
+    struct tr_safetensors *st = tr_test_open(path, hint);
+    struct tr_error e = {0};
+    const size_t ns = strlen(strip);
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        int id = tr_graph_param(g, i);
+        const char *name = tr_node_name(g, id);
+        if (strncmp(name, strip, ns) != 0) fail_msg("parameter '%s' does not start with '%s'", name, strip);
+        struct tr_tensor t, want = tr_node_tensor(g, id);
+        if (tr_safetensors_get(st, name + ns, &t, &e)) fail_msg("%s%s", e.msg, hint);
+        if (!tr_shape_equal(t.ndim, t.shape, want.ndim, want.shape)) {
+            char a[96], b[96];
+            fail_msg("%s: %s in the state_dict, %s in the graph", name, tr_shape_str(t.ndim, t.shape, a, sizeof a),
+                     tr_shape_str(want.ndim, want.shape, b, sizeof b));
+        }
+    }
+    for (int i = 0; i < tr_safetensors_count(st); i++) {
+        char name[TR_NAME_MAX + 64];
+        snprintf(name, sizeof name, "%s%s", strip, tr_safetensors_name(st, i));
+        if (tr_graph_find(g, name) < 0)
+            fail_msg("state_dict entry '%s' is not a parameter of the graph", tr_safetensors_name(st, i));
+    }
+    assert_int_equal(tr_safetensors_count(st), tr_graph_n_params(g));
+    tr_safetensors_close(st);
+}
+
+double tr_test_fixture_bar(const struct tr_safetensors *io, enum tr_dtype dt, int i, const char *hint) {
+    double tol = tr_test_tol(dt);
+    if (dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16) {
+        struct tr_tensor lp;
+        struct tr_error e = {0};
+        char key[32];
+        snprintf(key, sizeof key, "lowp_err.%s", tr_dtype_name(dt));
+        if (tr_safetensors_get(io, key, &lp, &e)) fail_msg("%s%s", e.msg, hint);
+        if (i >= tr_tensor_numel(&lp)) fail_msg("%s has %lld entries, no %d%s", key, (long long)tr_tensor_numel(&lp), i,
+                                                hint);
+        tol = fmax(tol, 1.2 * tr_tensor_get_f64(&lp, i));
+    }
+    return tol;
+}
+
+void tr_test_expect_fixture_outputs(struct tr_graph *g, const struct tr_tensor *in, const struct tr_safetensors *io,
+                                    enum tr_dtype dt, int steps, const char *who, const char *hint) {
+    const int n = tr_graph_n_outputs(g);
+    struct tr_tensor *out = calloc((size_t)n, sizeof *out);
+    assert_non_null(out);
+    for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
+        tr_test_run_backend(&tr_test_backends[c], tr_test_dir, g, in, steps, out, NULL);
+        for (int i = 0; i < n; i++) {
+            const char *name = tr_graph_output_name(g, i);
+            const double err = tr_test_io_rel_err(io, name, &out[i], hint), bar = tr_test_fixture_bar(io, dt, i, hint);
+            print_message("%-22s %-4s %-18s rel err vs %s %.2e (bar %.2e)\n", tr_test_backends[c].label,
+                          tr_dtype_name(dt), name, who, err, bar);
+            if (!(err < bar))
+                fail_msg("%s %s: %s relative error %.3g vs %s >= %.3g", tr_test_backends[c].label, tr_dtype_name(dt),
+                         name, err, who, bar);
+            tr_test_tensor_free(&out[i]);
+        }
+    }
+    free(out);
+}

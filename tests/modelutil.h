@@ -1,0 +1,32 @@
+/* The model tests' shared checks against a Hugging Face fixture: a state_dict file and an
+ * io file holding the inputs, the reference outputs by the graph's output names, and
+ * lowp_err.bf16 / lowp_err.f16 (the reference implementation's own relative error per
+ * output when cast to that dtype). Any failure fails the test, with the error and `hint`
+ * (how to regenerate the fixture). */
+#ifndef TRIDENT_MODELUTIL_H
+#define TRIDENT_MODELUTIL_H
+
+#include "backendutil.h"
+
+struct tr_safetensors;
+
+/* m's preset `name` (its config). */
+const void *tr_test_preset(const struct tr_model_desc *m, const char *name);
+/* Elements in g's PARAMs. */
+int64_t tr_test_param_count(const struct tr_graph *g);
+struct tr_safetensors *tr_test_open(const char *path, const char *hint);
+/* io's tensor `name` as a new host tensor of dtype dt (free with tr_test_tensor_free). */
+struct tr_tensor tr_test_io_tensor(const struct tr_safetensors *io, const char *name, enum tr_dtype dt,
+                                   const char *hint);
+/* Every PARAM of g is in the state_dict at path under its name less `strip` (a prefix
+ * every PARAM name has; "" for none), with its shape; every entry there is a PARAM. */
+void tr_test_expect_state_dict(const struct tr_graph *g, const char *path, const char *strip, const char *hint);
+/* The bar for output i in dt: DESIGN.md's tolerance, or in bf16 and f16, where the model
+ * is deeper than that allows, the reference's own error in that dtype with 20% margin. */
+double tr_test_fixture_bar(const struct tr_safetensors *io, enum tr_dtype dt, int i, const char *hint);
+/* g run `steps` times on every backend configuration on in: each output within its bar
+ * of io's tensor of the same name; each error is printed after `who`. */
+void tr_test_expect_fixture_outputs(struct tr_graph *g, const struct tr_tensor *in, const struct tr_safetensors *io,
+                                    enum tr_dtype dt, int steps, const char *who, const char *hint);
+
+#endif
