@@ -7,5 +7,6 @@ const struct tr_model_desc *const tr_builtin_models[] = {
     &tr_model_autoencoder_kl,
     &tr_model_clip_text,
     &tr_model_unet_2d_condition,
+    &tr_model_stable_diffusion,
     NULL,
 };

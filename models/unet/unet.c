@@ -207,20 +207,17 @@ static int time_embedding(struct net *n, int t, int64_t ch0) {
     return e;
 }
 
-static int unet_build(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err) {
-    const struct tr_unet_config *c = config;
+int tr_unet_graph(const struct tr_unet_config *c, const struct tr_build_opts *o, struct tr_graph *g, int sample,
+                  int timestep, int text, int *out, struct tr_error *err) {
     int64_t ch[TR_UNET_MAX_BLOCKS], attn[TR_UNET_MAX_BLOCKS];
     int nb;
     int rc = unet_validate(c, o, ch, attn, &nb, err);
     if (rc) return rc;
     const int64_t B = o->batch, T = o->seq_len, L = c->layers_per_block;
     int64_t S = c->sample_size;
-    const int64_t img[4] = {B, S, S, c->in_channels}, bs[1] = {B}, ts[3] = {B, T, c->cross_attention_dim};
-    struct net n = {g, c, o->dtype, B, T, -1, 4 * ch[0], -1};
-    int x = tr_input(g, "sample", o->dtype, 4, img);
-    int t = tr_input(g, "timestep", TR_DTYPE_F32, 1, bs);
-    n.text = tr_input(g, "encoder_hidden_states", o->dtype, 3, ts);
-    n.temb = time_embedding(&n, t, ch[0]);
+    struct net n = {g, c, o->dtype, B, T, -1, 4 * ch[0], text};
+    int x = sample;
+    n.temb = time_embedding(&n, timestep, ch[0]);
 
     /* the skips: every map the down path makes, with its channels */
     int skip[TR_UNET_MAX_BLOCKS * 66 + 1];
@@ -269,10 +266,24 @@ static int unet_build(const void *config, const struct tr_build_opts *o, struct 
     }
     x = group_norm(&n, x, prev, c->norm_eps, 1, "conv_norm_out");
     x = conv(&n, x, prev, c->out_channels, 3, 1, "conv_out");
-    tr_graph_set_output(g, x, "noise_pred");
     rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "unet_2d_condition");
+    *out = x;
     return TR_OK;
+}
+
+static int unet_build(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err) {
+    const struct tr_unet_config *c = config;
+    const int64_t B = o->batch, S = c->sample_size;
+    const int64_t img[4] = {B, S, S, c->in_channels}, bs[1] = {B}, ts[3] = {B, o->seq_len, c->cross_attention_dim};
+    int x = tr_input(g, "sample", o->dtype, 4, img);
+    int t = tr_input(g, "timestep", TR_DTYPE_F32, 1, bs);
+    int text = tr_input(g, "encoder_hidden_states", o->dtype, 3, ts);
+    int y;
+    int rc = tr_unet_graph(c, o, g, x, t, text, &y, err);
+    if (rc) return rc;
+    tr_graph_set_output(g, y, "noise_pred");
+    return tr_graph_status(g, err);
 }
 
 /* sample: normal(0, 1) (the first step's latents are pure noise); timestep: an integer
@@ -308,10 +319,7 @@ const struct tr_model_desc tr_model_unet_2d_condition = {
     .name = "unet_2d_condition",
     .description = "UNet2DConditionModel (diffusers names; Stable Diffusion's denoiser, NHWC)",
     .config_size = sizeof(struct tr_unet_config),
-    .keys = unet_keys,
-    .n_keys = (int)(sizeof unet_keys / sizeof unet_keys[0]),
-    .presets = unet_presets,
-    .n_presets = (int)(sizeof unet_presets / sizeof unet_presets[0]),
+    TR_MODEL_TABLES(unet_keys, unet_presets),
     .tasks = 1u << TR_TASK_PREDICT,
     .build = unet_build,
     .make_inputs = unet_make_inputs,

@@ -48,4 +48,11 @@ struct tr_unet_config {
 /* The two lists parsed and checked against each other: *n blocks, ch[i] and attn[i]. */
 int tr_unet_blocks(const struct tr_unet_config *c, int64_t *ch, int64_t *attn, int *n, struct tr_error *err);
 
+/* The UNet on existing nodes of g: sample [B,S,S,in_channels], timestep f32 [B] and text
+ * [B,T,cross_attention_dim] (B = o->batch, T = o->seq_len; o->dtype the sample's); *out
+ * gets the prediction [B,S,S,out_channels]. Checks c and o as build does. */
+struct tr_graph;
+int tr_unet_graph(const struct tr_unet_config *c, const struct tr_build_opts *o, struct tr_graph *g, int sample,
+                  int timestep, int text, int *out, struct tr_error *err);
+
 #endif

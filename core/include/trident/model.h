@@ -53,6 +53,12 @@ struct tr_build_opts {
 
 struct tr_generate_i; /* below */
 
+/* A descriptor's key and preset tables, from two static arrays:
+ *   const struct tr_model_desc tr_model_x = {.name = "x", TR_MODEL_TABLES(x_keys, x_presets), ...}; */
+#define TR_MODEL_TABLES(keys_, presets_)                                                            \
+    .keys = (keys_), .n_keys = (int)(sizeof(keys_) / sizeof((keys_)[0])), .presets = (presets_),   \
+    .n_presets = (int)(sizeof(presets_) / sizeof((presets_)[0]))
+
 struct tr_model_desc {
     const char *name;
     const char *description;

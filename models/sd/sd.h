@@ -1,0 +1,43 @@
+/* Stable Diffusion's denoising step as a trident model `stable_diffusion`: the
+ * benchmark's "predict" row, one step of text-to-image sampling.
+ *
+ * One step runs the UNet once on a batch of 2B (the unconditional half first, then the
+ * conditional, as diffusers' StableDiffusionPipeline batches them: the weights are read
+ * once per step and every GEMM is twice as tall as with keras-cv's two calls of B, for
+ * the same numbers), classifier-free guidance ε = ε_u + guidance_scale·(ε_c − ε_u), and
+ * the DDIM update (ddim.h) in f32 whatever the graph's dtype.
+ *
+ *   predict  inputs   latents [B,S,S,4] (x_t), timestep f32 [1], encoder_hidden_states
+ *                     [2B,T,cross_attention_dim] (the text encoder's output for the
+ *                     negative and then the positive prompts; T = seq_len), ddim_coeffs
+ *                     f32 [2] (c_x, c_eps of the step, ddim.h)
+ *            outputs  prev_sample [B,S,S,4] (x_{t−1}), noise_pred [B,S,S,4] (the guided ε)
+ * The text encoder runs once per prompt batch, outside the step: `model = clip_text`
+ * times it on its own. make_inputs draws latents and text from normal(0, 1) and takes the
+ * timestep and coefficients of step `step` of the schedule.
+ */
+#ifndef TRIDENT_MODELS_SD_H
+#define TRIDENT_MODELS_SD_H
+
+#include <stdint.h>
+#include "ddim.h"
+#include "trident/model.h"
+
+struct tr_sd_config {
+    char unet[64];                  /* the unet_2d_condition preset */
+    int64_t num_inference_steps;    /* the schedule's length (50 in the benchmark) */
+    int64_t step;                   /* which of them predict runs (0: the first) */
+    double guidance_scale;          /* 7.5 */
+    int64_t num_train_timesteps;    /* the scheduler's, as its config.json names them */
+    double beta_start, beta_end;
+    int64_t steps_offset;
+    int set_alpha_to_one;
+};
+
+/* c's UNet preset (its config) and its scheduler, made for num_inference_steps; an error
+ * names the key. tr_ddim_free the schedule. */
+struct tr_unet_config;
+int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **unet, struct tr_ddim *sched,
+                  struct tr_error *err);
+
+#endif

@@ -1,0 +1,181 @@
+/* The Stable Diffusion step against diffusers: the DDIM scheduler's timesteps and update
+ * at every one of 50 steps (float64, diffusers' DDIMScheduler on SD v1.4's scheduler
+ * config), and the whole step (the tiny UNet on the doubled batch, guidance 7.5, the
+ * update) on every backend in f32, bf16 and f16 against tests/fixtures/make_sd_fixture.py.
+ * Also: config errors, the synthetic inputs, the full-size parameter count. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "modelutil.h"
+#include "models.h"
+#include "sd/sd.h"
+#include "trident/safetensors.h"
+#include "trident/weights.h"
+#include "unet/unet.h"
+
+#define UNET_WEIGHTS TR_SOURCE_DIR "/tests/fixtures/unet_tiny.safetensors"
+#define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/sd_tiny_io.safetensors"
+#define HINT " (regenerate with: cd tests/fixtures && python3 make_sd_fixture.py)"
+
+static const struct tr_model_desc *const M = &tr_model_stable_diffusion;
+#define preset(name) ((const struct tr_sd_config *)tr_test_preset(M, name))
+
+static void test_scheduler_matches_diffusers(void **state) {
+    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
+    struct tr_tensor ts, xs, es, ps;
+    struct tr_error e = {0};
+    if (tr_safetensors_get(io, "sched.timesteps", &ts, &e) || tr_safetensors_get(io, "sched.x", &xs, &e) ||
+        tr_safetensors_get(io, "sched.eps", &es, &e) || tr_safetensors_get(io, "sched.prev", &ps, &e))
+        fail_msg("%s" HINT, e.msg);
+    const struct tr_unet_config *u;
+    struct tr_ddim s;
+    assert_int_equal(tr_sd_resolve(preset("sd-v1-4"), &u, &s, &e), TR_OK);
+    assert_int_equal(s.steps, 50);
+    assert_int_equal(tr_tensor_numel(&ts), 50);
+    const int64_t K = tr_tensor_numel(&xs);
+    const double *x = xs.data, *eps = es.data, *prev = ps.data;
+    double worst = 0;
+    for (int64_t i = 0; i < 50; i++) {
+        int64_t t;
+        double cx, ce;
+        tr_ddim_step(&s, i, &t, &cx, &ce);
+        assert_int_equal(t, ((const int64_t *)ts.data)[i]);
+        double num = 0, den = 0;
+        for (int64_t k = 0; k < K; k++) {
+            double d = cx * x[k] + ce * eps[k] - prev[i * K + k];
+            num += d * d, den += prev[i * K + k] * prev[i * K + k];
+        }
+        worst = fmax(worst, sqrt(num / den));
+    }
+    print_message("ddim: 50 steps (t %lld .. %lld), worst rel err vs diffusers %.2e\n", (long long)s.timesteps[0],
+                  (long long)s.timesteps[49], worst);
+    assert_true(worst < 1e-12);
+    assert_true(s.timesteps[0] == 981 && s.timesteps[49] == 1);
+    tr_ddim_free(&s);
+    tr_safetensors_close(io);
+}
+
+static void test_scheduler_errors(void **state) {
+    struct tr_ddim s;
+    struct tr_error e = {0};
+    const struct tr_ddim_config ok = {1000, 0.00085, 0.012, 1, 0};
+    const struct tr_ddim_config bad_beta = {1000, 0.02, 0.012, 1, 0}, bad_offset = {1000, 0.00085, 0.012, 20, 0};
+    const char *want[] = {"0 inference steps", "1001 inference steps", "beta_start = 0.02", "steps_offset = 20"};
+    int rc[4] = {tr_ddim_init(&s, &ok, 0, &e)};
+    tr_assert_msg_has(&e, want[0]);
+    rc[1] = tr_ddim_init(&s, &ok, 1001, &e);
+    tr_assert_msg_has(&e, want[1]);
+    rc[2] = tr_ddim_init(&s, &bad_beta, 50, &e);
+    tr_assert_msg_has(&e, want[2]);
+    rc[3] = tr_ddim_init(&s, &bad_offset, 50, &e); /* 49·20 + 20 = 1000 */
+    tr_assert_msg_has(&e, want[3]);
+    for (int i = 0; i < 4; i++) assert_int_equal(rc[i], TR_ERR_INVALID);
+    /* one step: t = steps_offset, alpha_prev = alpha_cumprod[0] (set_alpha_to_one off) or 1 */
+    const struct tr_ddim_config one = {1000, 0.00085, 0.012, 1, 1};
+    assert_int_equal(tr_ddim_init(&s, &one, 1, &e), TR_OK);
+    int64_t t;
+    double cx, ce;
+    tr_ddim_step(&s, 0, &t, &cx, &ce);
+    assert_int_equal(t, 1);
+    assert_true(fabs(cx * sqrt(s.alphas_cumprod[1]) - 1.0) < 1e-15); /* x_prev = x0 */
+    tr_ddim_free(&s);
+}
+
+static void test_config_errors(void **state) {
+    struct tr_sd_config c = *preset("tiny");
+    strcpy(c.unet, "huge");
+    const char *unet[] = {"unet = 'huge'", "tiny, small, sd-v1-4"};
+    tr_test_build_refused(M, &c, TR_TASK_PREDICT, unet, 2);
+    c = *preset("tiny");
+    c.step = 50;
+    const char *step[] = {"step = 50", "num_inference_steps - 1 = 49"};
+    tr_test_build_refused(M, &c, TR_TASK_PREDICT, step, 2);
+    c = *preset("tiny");
+    const char *fit[] = {"fit", "autoencoder_kl"};
+    tr_test_build_refused(M, &c, TR_TASK_FIT, fit, 2);
+    /* full size: the UNet's parameters and nothing else */
+    struct tr_graph *g = tr_test_model_build(M, preset("sd-v1-4"), TR_TASK_PREDICT, TR_DTYPE_F32, 13, 77);
+    assert_int_equal(tr_test_param_count(g), 859520964);
+    const int64_t text[3] = {26, 77, 768};
+    int id = tr_graph_input(g, 2);
+    assert_string_equal(tr_node_name(g, id), "encoder_hidden_states");
+    assert_true(tr_shape_equal(tr_node_ndim(g, id), tr_node_shape(g, id), 3, text));
+    tr_graph_free(g);
+}
+
+static void test_make_inputs(void **state) {
+    struct tr_sd_config c = *preset("tiny");
+    c.step = 7;
+    struct tr_graph *g = tr_test_model_build(M, &c, TR_TASK_PREDICT, TR_DTYPE_F32, 3, 5);
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 3, .seq_len = 5};
+    struct tr_tensor in[4];
+    for (int i = 0; i < 4; i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
+        in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
+        tr_test_poison(&in[i]);
+    }
+    struct tr_error e = {0};
+    assert_int_equal(M->make_inputs(&c, &o, 9, 4, in, &e), TR_OK);
+    const struct tr_unet_config *u;
+    struct tr_ddim s;
+    assert_int_equal(tr_sd_resolve(&c, &u, &s, &e), TR_OK);
+    int64_t t;
+    double cx, ce;
+    tr_ddim_step(&s, 7, &t, &cx, &ce);
+    tr_ddim_free(&s);
+    assert_true(*(const float *)in[1].data == (float)t && t == 841);
+    assert_true(((const float *)in[3].data)[0] == (float)cx && ((const float *)in[3].data)[1] == (float)ce);
+    double mean, sd, lo, hi;
+    tr_test_moments(&in[0], &mean, &sd, &lo, &hi);
+    assert_true(fabs(mean) < 0.2 && fabs(sd - 1.0) < 0.2);
+    assert_int_equal(M->make_inputs(&c, &o, 9, 3, in, &e), TR_ERR_INVALID);
+    tr_assert_msg_has(&e, "expected 4");
+    for (int i = 0; i < 4; i++) tr_test_tensor_free(&in[i]);
+    tr_graph_free(g);
+}
+
+static void step_matches_diffusers(enum tr_dtype dt) {
+    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
+    struct tr_sd_config c = *preset("tiny");
+    c.step = 1;
+    struct tr_tensor in[4] = {tr_test_io_tensor(io, "latents", dt, HINT), tr_test_io_tensor(io, "timestep", TR_DTYPE_F32, HINT),
+                              tr_test_io_tensor(io, "encoder_hidden_states", dt, HINT),
+                              tr_test_tensor(TR_DTYPE_F32, 1, (const int64_t[]){2})};
+    struct tr_graph *g = tr_test_model_build(M, &c, TR_TASK_PREDICT, dt, in[0].shape[0], in[2].shape[1]);
+    const struct tr_unet_config *u;
+    struct tr_ddim s;
+    struct tr_error e = {0};
+    assert_int_equal(tr_sd_resolve(&c, &u, &s, &e), TR_OK);
+    int64_t t;
+    double cx, ce;
+    tr_ddim_step(&s, 1, &t, &cx, &ce);
+    tr_ddim_free(&s);
+    assert_true((float)t == *(const float *)in[1].data);
+    tr_tensor_set_f64(&in[3], 0, cx);
+    tr_tensor_set_f64(&in[3], 1, ce);
+    struct tr_weights *w = NULL;
+    if (tr_weights_load(g, UNET_WEIGHTS, &w, &e)) fail_msg("%s" HINT, e.msg);
+    tr_test_expect_fixture_outputs(g, in, io, dt, 2, "diffusers", HINT);
+    for (int i = 0; i < 4; i++) tr_test_tensor_free(&in[i]);
+    tr_weights_free(w);
+    tr_graph_free(g);
+    tr_safetensors_close(io);
+}
+
+static void test_step_matches_diffusers_f32(void **state) { step_matches_diffusers(TR_DTYPE_F32); }
+static void test_step_matches_diffusers_bf16(void **state) { step_matches_diffusers(TR_DTYPE_BF16); }
+static void test_step_matches_diffusers_f16(void **state) { step_matches_diffusers(TR_DTYPE_F16); }
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scheduler_matches_diffusers),
+        cmocka_unit_test(test_scheduler_errors),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_make_inputs),
+        cmocka_unit_test(test_step_matches_diffusers_f32),
+        cmocka_unit_test(test_step_matches_diffusers_bf16),
+        cmocka_unit_test(test_step_matches_diffusers_f16),
+    };
+    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
+}
