@@ -104,6 +104,8 @@ static int cmd_list(int argc, char **argv) {
         printf("\n");
         for (int p = 0; p < (*m)->n_presets; p++)
             printf("             preset %-8s %s\n", (*m)->presets[p].name, (*m)->presets[p].doc);
+        if ((*m)->read_hf_config)
+            printf("             [model] hf_config = PATH: a Hugging Face config.json over the preset\n");
     }
     printf("\nbackends (search order: [plugins] path, TRIDENT_PLUGIN_PATH, build tree, install dir):\n");
     struct tr_plugin_search s = {.ini_dir = cfg.plugin_path[0] ? cfg.plugin_path : NULL, .env_path = NULL};

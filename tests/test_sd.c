@@ -10,6 +10,7 @@
 #include "modelutil.h"
 #include "models.h"
 #include "sd/sd.h"
+#include "trident/config.h"
 #include "trident/safetensors.h"
 #include "trident/weights.h"
 #include "unet/unet.h"
@@ -167,12 +168,61 @@ static void test_step_matches_diffusers_f32(void **state) { step_matches_diffuse
 static void test_step_matches_diffusers_bf16(void **state) { step_matches_diffusers(TR_DTYPE_BF16); }
 static void test_step_matches_diffusers_f16(void **state) { step_matches_diffusers(TR_DTYPE_F16); }
 
+/* The published config.json of each part over the tiny preset is the sd-v1-4 preset; a
+ * [model] key after it still wins; what SD 1.x does not have is refused by its key. */
+static void test_hf_configs(void **state) {
+    static const struct {
+        const struct tr_model_desc *m;
+        const char *file;
+    } parts[] = {{&tr_model_unet_2d_condition, "sd-v1-4-unet.json"},
+                 {&tr_model_autoencoder_kl, "sd-v1-4-vae.json"},
+                 {&tr_model_clip_text, "sd-v1-4-text_encoder.json"}};
+    struct tr_error e = {0};
+    struct tr_config cfg;
+    char ini[512], a[64], b[64];
+    static char got[4096];
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        const struct tr_model_desc *m = parts[i].m;
+        assert_true(m->config_size <= sizeof got);
+        snprintf(ini, sizeof ini, "[run]\nmodel = %s\npreset = tiny\n[model]\nhf_config = tests/fixtures/hf/%s\n",
+                 m->name, parts[i].file);
+        assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+        if (tr_model_resolve(m, "tiny", &cfg, got, &e)) fail_msg("%s: %s", m->name, e.msg);
+        const void *want = tr_test_preset(m, "sd-v1-4");
+        for (int k = 0; k < m->n_keys; k++) {
+            assert_int_equal(tr_model_key_str(m, got, &m->keys[k], a, sizeof a), TR_OK);
+            assert_int_equal(tr_model_key_str(m, want, &m->keys[k], b, sizeof b), TR_OK);
+            if (strcmp(a, b) != 0) fail_msg("%s %s: %s from %s, %s in the preset", m->name, m->keys[k].name, a, parts[i].file, b);
+        }
+        print_message("%s: %s gives preset sd-v1-4 (%d keys)\n", m->name, parts[i].file, m->n_keys);
+    }
+    assert_int_equal(tr_config_load_string("[model]\nhf_config = tests/fixtures/hf/sd-v1-4-unet.json\nsample_size = 32\n",
+                                           "t.ini", &cfg, &e), TR_OK);
+    const struct tr_unet_config *u = (const void *)got;
+    assert_int_equal(tr_model_resolve(&tr_model_unet_2d_condition, "tiny", &cfg, got, &e), TR_OK);
+    assert_true(u->sample_size == 32 && u->cross_attention_dim == 768);
+    static const struct {
+        const char *line, *want;
+    } bad[] = {{"hf_config = tests/fixtures/hf/sd-2-1-unet.json", "\"use_linear_projection\" = true: only false"},
+               {"hf_config = tests/fixtures/hf/sd-v1-4-vae.json", "\"_class_name\" = AutoencoderKL: only"},
+               {"hf_config = tests/fixtures/hf/none.json", "cannot open 'tests/fixtures/hf/none.json'"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(ini, sizeof ini, "[model]\n%s\n", bad[i].line);
+        assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+        assert_int_not_equal(tr_model_resolve(&tr_model_unet_2d_condition, "tiny", &cfg, got, &e), TR_OK);
+        tr_assert_msg_has(&e, "t.ini:2: [model] hf_config = ");
+        tr_assert_msg_has(&e, bad[i].want);
+        print_message("refused: %s\n", e.msg);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scheduler_matches_diffusers),
         cmocka_unit_test(test_scheduler_errors),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_make_inputs),
+        cmocka_unit_test(test_hf_configs),
         cmocka_unit_test(test_step_matches_diffusers_f32),
         cmocka_unit_test(test_step_matches_diffusers_bf16),
         cmocka_unit_test(test_step_matches_diffusers_f16),

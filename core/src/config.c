@@ -184,6 +184,13 @@ static int resolve_path(const char *dir, const char *rel, char *out, size_t n) {
     return len >= 0 && (size_t)len < n;
 }
 
+int tr_config_path(const struct tr_config *cfg, const char *rel, char *out, size_t n, struct tr_error *err) {
+    if (!resolve_path(cfg->dir, rel, out, n))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: path '%s' (relative to '%s') is longer than %zu bytes", cfg->file,
+                            rel, cfg->dir, n - 1);
+    return TR_OK;
+}
+
 static int ends_with(const char *s, size_t len, const char *suffix) {
     size_t k = strlen(suffix);
     return len >= k && memcmp(s + len - k, suffix, k) == 0;

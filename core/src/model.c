@@ -112,6 +112,31 @@ static int key_set(const struct tr_model_key *k, const char *v, char *config) {
     return 0;
 }
 
+/* cfg's [section] keys into out; a key named `skip` (not NULL) is left to the caller. */
+static int keys_apply(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys, int n_keys,
+                      const char *owner, void *out, const char *skip, struct tr_error *err) {
+    for (int i = 0; i < cfg->n_kv; i++) {
+        const struct tr_config_kv *kv = &cfg->kv[i];
+        if (strcmp(kv->section, section) != 0 || (skip && strcmp(kv->key, skip) == 0)) continue;
+        const struct tr_model_key *k = NULL;
+        char names[768] = "";
+        for (int j = 0; j < n_keys; j++) {
+            if (strcmp(keys[j].name, kv->key) == 0) k = &keys[j];
+            list_add(names, sizeof names, keys[j].name);
+        }
+        if (!k)
+            return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [%s] %s = %s: unknown key for %s (keys: %s)", cfg->file,
+                                kv->line, section, kv->key, kv->value, owner, names[0] ? names : "none");
+        if (!key_set(k, kv->value, out)) {
+            char expect[128];
+            key_expect(k, expect, sizeof expect);
+            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [%s] %s = %s: expected %s", cfg->file, kv->line, section,
+                                kv->key, kv->value, expect);
+        }
+    }
+    return TR_OK;
+}
+
 int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const struct tr_config *cfg, void *config,
                      struct tr_error *err) {
     if (!m || !preset || !config) return tr_error_set(err, TR_ERR_INVALID, "tr_model_resolve: NULL argument");
@@ -135,33 +160,23 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
                             m->name, p->name);
     memcpy(config, p->config, m->config_size);
     if (!cfg) return TR_OK;
+    /* hf_config first: the file over the preset, the other [model] keys over the file */
+    for (int i = 0; m->read_hf_config && i < cfg->n_kv; i++) {
+        const struct tr_config_kv *kv = &cfg->kv[i];
+        if (strcmp(kv->section, "model") != 0 || strcmp(kv->key, "hf_config") != 0) continue;
+        char path[TR_CONFIG_PATH];
+        int rc = tr_config_path(cfg, kv->value, path, sizeof path, err);
+        if (!rc) rc = m->read_hf_config(config, path, err);
+        if (rc) return tr_error_prefix(err, "%s:%d: [model] hf_config = %s", cfg->file, kv->line, kv->value);
+    }
     char owner[96];
     snprintf(owner, sizeof owner, "model '%s'", m->name);
-    return tr_keys_apply(cfg, "model", m->keys, m->n_keys, owner, config, err);
+    return keys_apply(cfg, "model", m->keys, m->n_keys, owner, config, m->read_hf_config ? "hf_config" : NULL, err);
 }
 
 int tr_keys_apply(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys, int n_keys,
                   const char *owner, void *out, struct tr_error *err) {
-    for (int i = 0; i < cfg->n_kv; i++) {
-        const struct tr_config_kv *kv = &cfg->kv[i];
-        if (strcmp(kv->section, section) != 0) continue;
-        const struct tr_model_key *k = NULL;
-        char names[768] = "";
-        for (int j = 0; j < n_keys; j++) {
-            if (strcmp(keys[j].name, kv->key) == 0) k = &keys[j];
-            list_add(names, sizeof names, keys[j].name);
-        }
-        if (!k)
-            return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [%s] %s = %s: unknown key for %s (keys: %s)", cfg->file,
-                                kv->line, section, kv->key, kv->value, owner, names[0] ? names : "none");
-        if (!key_set(k, kv->value, out)) {
-            char expect[128];
-            key_expect(k, expect, sizeof expect);
-            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [%s] %s = %s: expected %s", cfg->file, kv->line, section,
-                                kv->key, kv->value, expect);
-        }
-    }
-    return TR_OK;
+    return keys_apply(cfg, section, keys, n_keys, owner, out, NULL, err);
 }
 
 /* The shortest %g that reads back as the same double, so 0.1 prints as "0.1". */

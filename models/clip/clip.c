@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "clip.h"
+#include "hf_json.h"
 #include "layers.h"
 #include "models.h"
 #include "trident/rng.h"
@@ -172,6 +173,22 @@ static int clip_make_inputs(const void *config, const struct tr_build_opts *o, u
     return TR_OK;
 }
 
+/* transformers' CLIPTextConfig config.json (a whole CLIPConfig's text_config too). */
+static int clip_read_hf_config(void *config, const char *path, struct tr_error *err) {
+    cJSON *root;
+    int rc = tr_hf_json_load(path, &root, err);
+    if (rc) return rc;
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    const cJSON *obj = cJSON_IsObject(text) ? text : root;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (mt && !(cJSON_IsString(mt) && (!strcmp(mt->valuestring, "clip_text_model") || !strcmp(mt->valuestring, "clip"))))
+        rc = tr_error_set(err, TR_ERR_INVALID, "'%s': model_type = %s, expected \"clip_text_model\" or \"clip\"", path,
+                          cJSON_IsString(mt) ? mt->valuestring : "(not a string)");
+    if (!rc) rc = tr_hf_json_apply(obj, path, clip_keys, (int)(sizeof clip_keys / sizeof clip_keys[0]), config, NULL, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
 const struct tr_model_desc tr_model_clip_text = {
     .name = "clip_text",
     .description = "CLIPTextModel (transformers names; Stable Diffusion's text encoder)",
@@ -180,4 +197,5 @@ const struct tr_model_desc tr_model_clip_text = {
     .tasks = 1u << TR_TASK_PREDICT,
     .build = clip_build,
     .make_inputs = clip_make_inputs,
+    .read_hf_config = clip_read_hf_config,
 };

@@ -6,31 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "decoder.h"
-
-/* config.json files are a few KiB; anything far larger is not one. */
-#define MAX_JSON_BYTES (1 << 20)
-
-static int read_file(const char *path, char **out, struct tr_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tr_error_set(err, TR_ERR_IO, "cannot open '%s'", path);
-    char *buf = malloc(MAX_JSON_BYTES + 1);
-    if (!buf) {
-        fclose(f);
-        return tr_error_set(err, TR_ERR_NOMEM, "no memory to read '%s'", path);
-    }
-    size_t n = fread(buf, 1, MAX_JSON_BYTES + 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || n > MAX_JSON_BYTES) {
-        free(buf);
-        return bad ? tr_error_set(err, TR_ERR_IO, "cannot read '%s'", path)
-                   : tr_error_set(err, TR_ERR_FORMAT, "'%s' is larger than %d bytes: not a config.json", path,
-                                  MAX_JSON_BYTES);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    return TR_OK;
-}
+#include "hf_json.h"
 
 /* An integer key: absent leaves *v; null sets null_value when null_ok, else an error. */
 static int get_int(const cJSON *root, const char *path, const char *key, int null_ok, int64_t null_value, int64_t *v,
@@ -94,7 +70,6 @@ static int get_rope(const cJSON *root, const char *path, double *theta, struct t
 
 static int apply(const cJSON *root, const char *path, struct tr_decoder_config *c, struct tr_error *err) {
     const char *family = c->family == TR_DECODER_GEMMA ? "gemma" : "mistral";
-    if (!cJSON_IsObject(root)) return tr_error_set(err, TR_ERR_FORMAT, "'%s' is not a JSON object", path);
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
     if (mt && !(cJSON_IsString(mt) && strcmp(mt->valuestring, family) == 0))
         return tr_error_set(err, TR_ERR_INVALID, "'%s': model_type = %s, expected \"%s\" for model '%s'", path,
@@ -137,19 +112,9 @@ static int apply(const cJSON *root, const char *path, struct tr_decoder_config *
 
 int tr_decoder_read_hf_config(const char *path, struct tr_decoder_config *c, struct tr_error *err) {
     const char *family = c->family == TR_DECODER_GEMMA ? "gemma" : "mistral";
-    char *text = NULL;
-    int rc = read_file(path, &text, err);
-    if (rc) return tr_error_prefix(err, "%s: hf_config", family);
-    cJSON *root = cJSON_Parse(text);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        rc = tr_error_set(err, TR_ERR_FORMAT, "%s: hf_config '%s' is not valid JSON (near byte %ld)", family, path,
-                          at && at >= text ? (long)(at - text) : -1L);
-        free(text);
-        return rc;
-    }
-    free(text);
-    rc = apply(root, path, c, err);
+    cJSON *root;
+    int rc = tr_hf_json_load(path, &root, err);
+    if (!rc) rc = apply(root, path, c, err);
     cJSON_Delete(root);
     if (rc) return tr_error_prefix(err, "%s: hf_config", family);
     return TR_OK;

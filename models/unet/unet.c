@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include "hf_json.h"
 #include "layers.h"
 #include "models.h"
 #include "trident/rng.h"
@@ -315,6 +316,65 @@ static int unet_make_inputs(const void *config, const struct tr_build_opts *o, u
     return TR_OK;
 }
 
+/* diffusers' UNet2DConditionModel config.json: the keys by name; the block types give
+ * cross_attention_blocks (the up blocks must mirror the down ones); a per-block
+ * attention_head_dim must be one value; what SD 1.x does not use is refused by name. */
+static int unet_read_hf_config(void *config, const char *path, struct tr_error *err) {
+    struct tr_unet_config *c = config;
+    cJSON *root;
+    int rc = tr_hf_json_load(path, &root, err);
+    if (rc) return rc;
+    static const char *const down[] = {"DownBlock2D", "CrossAttnDownBlock2D"}, *const up[] = {"UpBlock2D",
+                                                                                          "CrossAttnUpBlock2D"};
+    static const char *const nulls[] = {"class_embed_type", "addition_embed_type", "num_class_embeds",
+                                        "encoder_hid_dim", "time_cond_proj_dim", "timestep_post_act",
+                                        "cross_attention_norm", "num_attention_heads"};
+    static const char *const skip[] = {"attention_head_dim", NULL};
+    int64_t d[TR_UNET_MAX_BLOCKS], u[TR_UNET_MAX_BLOCKS];
+    int nd = 0, nu = 0;
+    rc = tr_hf_json_expect_str(root, path, "_class_name", "UNet2DConditionModel", err);
+    if (!rc) rc = tr_hf_json_expect_str(root, path, "act_fn", "silu", err);
+    if (!rc) rc = tr_hf_json_expect_str(root, path, "mid_block_type", "UNetMidBlock2DCrossAttn", err);
+    if (!rc) rc = tr_hf_json_expect_str(root, path, "time_embedding_type", "positional", err);
+    if (!rc) rc = tr_hf_json_expect_str(root, path, "resnet_time_scale_shift", "default", err);
+    if (!rc) rc = tr_hf_json_expect_bool(root, path, "use_linear_projection", 0, err);
+    if (!rc) rc = tr_hf_json_expect_bool(root, path, "only_cross_attention", 0, err);
+    if (!rc) rc = tr_hf_json_expect_bool(root, path, "dual_cross_attention", 0, err);
+    if (!rc) rc = tr_hf_json_expect_bool(root, path, "center_input_sample", 0, err);
+    if (!rc) rc = tr_hf_json_expect_num(root, path, "downsample_padding", 1, err);
+    if (!rc) rc = tr_hf_json_expect_num(root, path, "mid_block_scale_factor", 1, err);
+    if (!rc) rc = tr_hf_json_expect_num(root, path, "transformer_layers_per_block", 1, err);
+    for (size_t i = 0; !rc && i < sizeof nulls / sizeof nulls[0]; i++) rc = tr_hf_json_expect_null(root, path, nulls[i], err);
+    if (!rc) rc = tr_hf_json_names(root, path, "down_block_types", down, 2, d, TR_UNET_MAX_BLOCKS, &nd, err);
+    if (!rc) rc = tr_hf_json_names(root, path, "up_block_types", up, 2, u, TR_UNET_MAX_BLOCKS, &nu, err);
+    for (int i = 0; !rc && i < nu; i++)
+        if (nu != nd || u[i] != d[nd - 1 - i])
+            rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"up_block_types\" is not the mirror image of "
+                              "\"down_block_types\" (each CrossAttnDownBlock2D answered by a CrossAttnUpBlock2D)", path);
+    if (!rc && nd > 0) {
+        char *p = c->cross_attention_blocks;
+        for (int i = 0; i < nd; i++) p += sprintf(p, "%s%d", i ? "," : "", (int)d[i]);
+    }
+    const cJSON *heads = cJSON_GetObjectItemCaseSensitive(root, "attention_head_dim");
+    if (!rc && cJSON_IsArray(heads)) { /* one per block: trident takes one for all */
+        const cJSON *e, *first = cJSON_GetArrayItem(heads, 0);
+        cJSON_ArrayForEach(e, heads)
+            if (!cJSON_IsNumber(e) || !first || e->valuedouble != first->valuedouble)
+                rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"attention_head_dim\" differs between blocks: one "
+                                  "head count for every block is provided", path);
+        heads = first;
+    }
+    if (!rc && heads && !cJSON_IsNull(heads)) {
+        if (!cJSON_IsNumber(heads) || heads->valuedouble != floor(heads->valuedouble) || heads->valuedouble < 1 ||
+            heads->valuedouble > 4096)
+            rc = tr_error_set(err, TR_ERR_FORMAT, "'%s': \"attention_head_dim\" is not an integer from 1 to 4096", path);
+        else c->attention_head_dim = (int64_t)heads->valuedouble;
+    }
+    if (!rc) rc = tr_hf_json_apply(root, path, unet_keys, (int)(sizeof unet_keys / sizeof unet_keys[0]), config, skip, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
 const struct tr_model_desc tr_model_unet_2d_condition = {
     .name = "unet_2d_condition",
     .description = "UNet2DConditionModel (diffusers names; Stable Diffusion's denoiser, NHWC)",
@@ -323,4 +383,5 @@ const struct tr_model_desc tr_model_unet_2d_condition = {
     .tasks = 1u << TR_TASK_PREDICT,
     .build = unet_build,
     .make_inputs = unet_make_inputs,
+    .read_hf_config = unet_read_hf_config,
 };

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "hf_json.h"
 #include "layers.h"
 #include "models.h"
 #include "trident/autodiff.h"
@@ -285,6 +286,24 @@ static int vae_make_inputs(const void *config, const struct tr_build_opts *o, ui
     return TR_OK;
 }
 
+/* diffusers' AutoencoderKL config.json: the keys by name; the block types and the
+ * activation must be the ones built here. */
+static int vae_read_hf_config(void *config, const char *path, struct tr_error *err) {
+    cJSON *root;
+    int rc = tr_hf_json_load(path, &root, err);
+    if (rc) return rc;
+    static const char *const down[] = {"DownEncoderBlock2D"}, *const up[] = {"UpDecoderBlock2D"};
+    int64_t idx[TR_VAE_MAX_BLOCKS];
+    int n;
+    rc = tr_hf_json_expect_str(root, path, "_class_name", "AutoencoderKL", err);
+    if (!rc) rc = tr_hf_json_expect_str(root, path, "act_fn", "silu", err);
+    if (!rc) rc = tr_hf_json_names(root, path, "down_block_types", down, 1, idx, TR_VAE_MAX_BLOCKS, &n, err);
+    if (!rc) rc = tr_hf_json_names(root, path, "up_block_types", up, 1, idx, TR_VAE_MAX_BLOCKS, &n, err);
+    if (!rc) rc = tr_hf_json_apply(root, path, vae_keys, (int)(sizeof vae_keys / sizeof vae_keys[0]), config, NULL, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
 const struct tr_model_desc tr_model_autoencoder_kl = {
     .name = "autoencoder_kl",
     .description = "AutoencoderKL (diffusers names; Stable Diffusion's VAE, NHWC)",
@@ -294,4 +313,5 @@ const struct tr_model_desc tr_model_autoencoder_kl = {
     .build = vae_build,
     .trainable = vae_trainable,
     .make_inputs = vae_make_inputs,
+    .read_hf_config = vae_read_hf_config,
 };

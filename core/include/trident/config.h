@@ -96,6 +96,9 @@ const char *tr_config_math_name(const struct tr_config *cfg);
 
 /* Read an INI file over the defaults. */
 int tr_config_load(const char *path, struct tr_config *cfg, struct tr_error *err);
+/* rel resolved against the INI's directory (as [run] weights is): out gets dir/rel, or rel
+ * itself when absolute; TR_ERR_INVALID when it does not fit in n. */
+int tr_config_path(const struct tr_config *cfg, const char *rel, char *out, size_t n, struct tr_error *err);
 /* The same from a string (name is used in messages as the file). */
 int tr_config_load_string(const char *text, const char *name, struct tr_config *cfg, struct tr_error *err);
 

@@ -83,6 +83,11 @@ struct tr_model_desc {
     /* GENERATE (bit TR_TASK_GENERATE in tasks): the two passes and the prompts (below);
      * NULL when the model offers no generate. */
     const struct tr_generate_i *generate;
+    /* Optional: read a Hugging Face config.json (diffusers' or transformers') into config.
+     * With it, [model] hf_config = PATH (relative to the INI's directory) applies the
+     * file over the preset, before the other [model] keys; errors name the file and the
+     * JSON key. NULL: the model has no such key. */
+    int (*read_hf_config)(void *config, const char *path, struct tr_error *err);
 };
 
 /* ---- generate ----

@@ -1,0 +1,169 @@
+/* Hugging Face config.json files into model configs (hf_json.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "hf_json.h"
+
+/* config.json files are a few KiB; anything far larger is not one. */
+#define MAX_JSON_BYTES (1 << 20)
+
+int tr_hf_json_load(const char *path, cJSON **root, struct tr_error *err) {
+    *root = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return tr_error_set(err, TR_ERR_IO, "cannot open '%s'", path);
+    char *buf = malloc(MAX_JSON_BYTES + 1);
+    if (!buf) {
+        fclose(f);
+        return tr_error_set(err, TR_ERR_NOMEM, "no memory to read '%s'", path);
+    }
+    size_t n = fread(buf, 1, MAX_JSON_BYTES + 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || n > MAX_JSON_BYTES) {
+        free(buf);
+        return bad ? tr_error_set(err, TR_ERR_IO, "cannot read '%s'", path)
+                   : tr_error_set(err, TR_ERR_FORMAT, "'%s' is larger than %d bytes: not a config.json", path,
+                                  MAX_JSON_BYTES);
+    }
+    buf[n] = '\0';
+    cJSON *j = cJSON_Parse(buf);
+    int rc = TR_OK;
+    if (!j) {
+        const char *at = cJSON_GetErrorPtr();
+        rc = tr_error_set(err, TR_ERR_FORMAT, "'%s' is not valid JSON (near byte %ld)", path,
+                          at && at >= buf && at <= buf + n ? (long)(at - buf) : -1L);
+    } else if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        j = NULL;
+        rc = tr_error_set(err, TR_ERR_FORMAT, "'%s' is not a JSON object", path);
+    }
+    free(buf);
+    *root = j;
+    return rc;
+}
+
+static int is_int(const cJSON *j, double lo, double hi) {
+    return cJSON_IsNumber(j) && j->valuedouble == floor(j->valuedouble) && j->valuedouble >= lo && j->valuedouble <= hi;
+}
+
+static int apply_one(const cJSON *j, const char *path, const struct tr_model_key *k, char *config,
+                     struct tr_error *err) {
+    char *dst = config + k->offset;
+    switch (k->type) {
+    case TR_KEY_INT:
+        if (!is_int(j, k->min, k->max))
+            return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not an integer from %.17g to %.17g", path, k->name,
+                                k->min, k->max);
+        *(int64_t *)dst = (int64_t)j->valuedouble;
+        return TR_OK;
+    case TR_KEY_FLOAT:
+        if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || j->valuedouble < k->min || j->valuedouble > k->max)
+            return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not a number from %.17g to %.17g", path, k->name,
+                                k->min, k->max);
+        *(double *)dst = j->valuedouble;
+        return TR_OK;
+    case TR_KEY_BOOL:
+        if (!cJSON_IsBool(j)) return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not true or false", path, k->name);
+        *(int *)dst = cJSON_IsTrue(j);
+        return TR_OK;
+    case TR_KEY_STRING: {
+        char buf[64];
+        size_t len = 0;
+        if (cJSON_IsString(j)) {
+            len = strlen(j->valuestring);
+            if (len < sizeof buf) memcpy(buf, j->valuestring, len + 1);
+        } else if (cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0) {
+            const cJSON *e;
+            cJSON_ArrayForEach(e, j) {
+                if (!is_int(e, -9.0e15, 9.0e15))
+                    return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" holds a value that is not an integer", path,
+                                        k->name);
+                int w = snprintf(buf + len, len < sizeof buf ? sizeof buf - len : 0, "%s%.0f", len ? "," : "",
+                                 e->valuedouble);
+                len += w > 0 ? (size_t)w : 0;
+            }
+        } else {
+            return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not a string or a list of integers", path, k->name);
+        }
+        if (len >= sizeof buf)
+            return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is longer than %zu characters", path, k->name,
+                                sizeof buf - 1);
+        memcpy(dst, buf, len + 1);
+        return TR_OK;
+    }
+    }
+    return tr_error_set(err, TR_ERR_INTERNAL, "'%s': key \"%s\" has no type", path, k->name);
+}
+
+int tr_hf_json_apply(const cJSON *obj, const char *path, const struct tr_model_key *keys, int n, void *config,
+                     const char *const *skip, struct tr_error *err) {
+    for (int i = 0; i < n; i++) {
+        int skipped = 0;
+        for (const char *const *s = skip; s && *s && !skipped; s++) skipped = strcmp(*s, keys[i].name) == 0;
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, keys[i].name);
+        if (skipped || !j || cJSON_IsNull(j)) continue;
+        int rc = apply_one(j, path, &keys[i], config, err);
+        if (rc) return rc;
+    }
+    return TR_OK;
+}
+
+int tr_hf_json_expect_str(const cJSON *obj, const char *path, const char *key, const char *want,
+                          struct tr_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!j || cJSON_IsNull(j) || (cJSON_IsString(j) && strcmp(j->valuestring, want) == 0)) return TR_OK;
+    return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"%s\" = %s: only \"%s\" is provided", path, key,
+                        cJSON_IsString(j) ? j->valuestring : "(not a string)", want);
+}
+
+int tr_hf_json_expect_bool(const cJSON *obj, const char *path, const char *key, int want, struct tr_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!j || cJSON_IsNull(j) || (cJSON_IsBool(j) && cJSON_IsTrue(j) == want)) return TR_OK;
+    return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"%s\" = %s: only %s is provided", path, key,
+                        cJSON_IsBool(j) ? (cJSON_IsTrue(j) ? "true" : "false") : "(not a bool)",
+                        want ? "true" : "false");
+}
+
+int tr_hf_json_expect_num(const cJSON *obj, const char *path, const char *key, double want, struct tr_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!j || cJSON_IsNull(j) || (cJSON_IsNumber(j) && j->valuedouble == want)) return TR_OK;
+    if (!cJSON_IsNumber(j)) return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not a number", path, key);
+    return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"%s\" = %g: only %g is provided", path, key, j->valuedouble,
+                        want);
+}
+
+int tr_hf_json_expect_null(const cJSON *obj, const char *path, const char *key, struct tr_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!j || cJSON_IsNull(j)) return TR_OK;
+    char *v = cJSON_PrintUnformatted(j);
+    int rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"%s\" = %.60s: only null is provided", path, key,
+                          v ? v : "(a value)");
+    cJSON_free(v);
+    return rc;
+}
+
+int tr_hf_json_names(const cJSON *obj, const char *path, const char *key, const char *const *names, int n_names,
+                     int64_t *idx, int max, int *count, struct tr_error *err) {
+    *count = 0;
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!j || cJSON_IsNull(j)) return TR_OK;
+    if (!cJSON_IsArray(j)) return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not a list", path, key);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, j) {
+        int found = -1;
+        for (int i = 0; i < n_names && found < 0; i++)
+            if (cJSON_IsString(e) && strcmp(e->valuestring, names[i]) == 0) found = i;
+        if (found < 0) {
+            char list[256] = "";
+            for (int i = 0; i < n_names; i++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
+            return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"%s\" holds %s: the blocks provided are %s", path, key,
+                                cJSON_IsString(e) ? e->valuestring : "(not a string)", list);
+        }
+        if (*count == max)
+            return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"%s\" has more than %d entries", path, key, max);
+        idx[(*count)++] = found;
+    }
+    return TR_OK;
+}
