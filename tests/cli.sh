@@ -62,6 +62,10 @@ expect "[run] threads = 0 names file, line, key" 1 'threads0.ini:6: \[run\] thre
 expect "list shows bert and torch" 0 'preset tiny' -- "$bin" list
 expect "list shows the torch plugin" 0 'libtrident_backend_torch.so' -- "$bin" list
 expect "dump prints the graph" 0 'attention' -- "$bin" dump conf/quickstart.ini
+expect "bench-kernels matmul" 0 '^matmul +f32 +64\^3 ' -- "$bin" bench-kernels --op matmul --size 64 --reps 1
+expect "bench-kernels conv2d at the UNet's shapes" 0 '^conv2d +bf16 +2x64x64x320>320 .* of it$' -- \
+  "$bin" bench-kernels --op conv2d --reps 1
+expect "bench-kernels refuses an unknown op" 2 'conv2d or all' -- "$bin" bench-kernels --op conv3d
 # Every shipped config builds its task graph (the full-size ones too: no weights are made).
 for f in conf/*.ini conf/cpu/*.ini; do
   expect "$f builds" 0 '^# [0-9]+ nodes' -- "$bin" dump "$f"
