@@ -66,6 +66,14 @@ expect "bench-kernels matmul" 0 '^matmul +f32 +64\^3 ' -- "$bin" bench-kernels -
 expect "bench-kernels conv2d at the UNet's shapes" 0 '^conv2d +bf16 +2x64x64x320>320 .* of it$' -- \
   "$bin" bench-kernels --op conv2d --reps 1
 expect "bench-kernels refuses an unknown op" 2 'conv2d or all' -- "$bin" bench-kernels --op conv3d
+# A batch that cannot fit is refused before any weight is made, with the bytes needed and available.
+rejects big.ini "[run]
+model = stable_diffusion
+preset = sd-v1-4
+batch = 4096
+seq_len = 77
+backends = torch" "a batch that does not fit is refused" \
+  'big.ini: stable_diffusion/sd-v1-4 predict at batch 4096 does not fit: it needs about [0-9]+ bytes .* and [0-9]+ bytes .* are available'
 # Every shipped config builds its task graph (the full-size ones too: no weights are made).
 for f in conf/*.ini conf/cpu/*.ini; do
   expect "$f builds" 0 '^# [0-9]+ nodes' -- "$bin" dump "$f"

@@ -798,8 +798,39 @@ static void test_flops(void **state) {
     tr_graph_free(g);
 }
 
+/* The live-set peak: each value freed after its last reader, a reshape sharing its
+ * input's memory, outputs kept to the end. Values of 4 KiB (1024 f32): a = x+x, b = a·2,
+ * c = reshape(b), d = c+a (a, b die here), e = exp(d) (d dies): at most a, b, d alive. */
+static void test_peak_bytes(void **state) {
+    (void)state;
+    struct tr_graph *g;
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    const int64_t s1[1] = {1024}, s2[2] = {32, 32};
+    int x = tr_input(g, "x", TR_DTYPE_F32, 1, s1);
+    int a = tr_add(g, x, x);
+    int b = tr_scale(g, a, 2.0f, 0.0f);
+    int c = tr_reshape(g, b, 1, s1);
+    int d = tr_add(g, c, a);
+    int e = tr_unary(g, TR_OP_EXP, d);
+    (void)tr_reshape(g, e, 2, s2);
+    assert_int_equal(tr_graph_set_output(g, e, "e"), TR_OK);
+    assert_int_equal(tr_graph_peak_bytes(g), 3 * 4096);
+    /* an output stays: d kept alive as an output adds its 4 KiB beside e */
+    assert_int_equal(tr_graph_set_output(g, d, "d"), TR_OK);
+    assert_int_equal(tr_graph_peak_bytes(g), 3 * 4096);
+    int f = tr_unary(g, TR_OP_EXP, e);
+    assert_int_equal(tr_graph_set_output(g, f, "f"), TR_OK);
+    assert_int_equal(tr_graph_peak_bytes(g), 3 * 4096); /* d, e, f */
+    int h = tr_add(g, f, f);
+    int k = tr_add(g, h, h);
+    (void)k;
+    assert_int_equal(tr_graph_peak_bytes(g), 5 * 4096); /* d, e, f, and h read while k is written */
+    tr_graph_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_peak_bytes),
         cmocka_unit_test(test_leaves),          cmocka_unit_test(test_leaf_errors),
         cmocka_unit_test(test_matmul),          cmocka_unit_test(test_matmul_errors),
         cmocka_unit_test(test_binary),          cmocka_unit_test(test_unary),

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include "trident/bench.h"
+#include "trident/generate.h"
 #include "bench_util.h"
 #include "trident/graph.h"
 #include "trident/kernels.h"
@@ -292,6 +293,41 @@ static double tolerance_of(enum tr_dtype dt, enum tr_math math) {
     return dt == TR_DTYPE_F32 ? 1e-4 : dt == TR_DTYPE_F64 ? 1e-10 : 2e-2;
 }
 
+/* Before any weight is made: the params (and optimizer state), the inputs, the reference
+ * and result copies of the outputs, and the activations at their peak (tr_graph_peak_bytes:
+ * what a planned executor holds; one backend runs at a time) against MemAvailable. */
+static int check_memory(const struct tr_config *cfg, const struct tr_task_graph *tg, uint64_t params,
+                        struct tr_error *err) {
+    const struct tr_graph *g = tg->graph;
+    uint64_t io = 0;
+    for (int i = 0; i < tr_graph_n_inputs(g); i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
+        io += tr_tensor_nbytes(&t);
+    }
+    for (int i = 0; i < tr_graph_n_outputs(g); i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_output(g, i));
+        io += 2 * tr_tensor_nbytes(&t);
+    }
+    const uint64_t act = tr_graph_peak_bytes(g), need = params + io + act;
+    uint64_t avail = 0;
+    int rc = tr_host_mem_available(&avail, err);
+    if (rc) return rc;
+    char h[4][32];
+    fprintf(stderr, "trident: batch %lld needs about %s of memory (parameters %s, activations at their peak %s); %s "
+            "available\n", (long long)cfg->batch, tr_bench_bytes_str(need, h[0], 32), tr_bench_bytes_str(params, h[1], 32),
+            tr_bench_bytes_str(act, h[2], 32), tr_bench_bytes_str(avail, h[3], 32));
+    if (need > avail)
+        return tr_error_set(err, TR_ERR_NOMEM,
+                            "%s: %s/%s %s at batch %lld does not fit: it needs about %llu bytes (%.2f GiB: parameters "
+                            "%.2f, inputs and outputs %.2f, activations at their peak %.2f) and %llu bytes (%.2f GiB) "
+                            "are available (MemAvailable); lower [run] batch or take a smaller preset",
+                            cfg->file, cfg->model, cfg->preset, cfg->task, (long long)cfg->batch,
+                            (unsigned long long)need, (double)need / 1073741824.0, (double)params / 1073741824.0,
+                            (double)io / 1073741824.0, (double)act / 1073741824.0, (unsigned long long)avail,
+                            (double)avail / 1073741824.0);
+    return TR_OK;
+}
+
 int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const *models,
                  struct tr_bench_report *rep, struct tr_error *err) {
     memset(rep, 0, sizeof *rep);
@@ -357,6 +393,13 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
         fprintf(stderr, "; fit trains %llu of them, with %s of optimizer state and master copies",
                 (unsigned long long)trained, tr_bench_bytes_str(state_bytes, state, sizeof state));
     fputc('\n', stderr);
+    if (tg.opts.task != TR_TASK_GENERATE && cfg->device_type == TR_DEVICE_CPU) {
+        rc = check_memory(cfg, &tg, rep->param_bytes + state_bytes, err);
+        if (rc) {
+            tr_task_graph_free(&tg);
+            return rc;
+        }
+    }
     /* After the size line: a user without the device still learns what the run needs. */
     if ((rc = tr_kernels_device_available(cfg->device_type, err)) != TR_OK) {
         tr_task_graph_free(&tg);

@@ -21,7 +21,9 @@
  *              GROUP_NORM, GROUP_NORM_GRAD 1 per output element, GROUP_NORM_GRAD_GAMMA 1
  *              per element of x
  */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include "trident/graph.h"
 
 static void print_ints(FILE *f, const char *key, const int64_t *v, int n) {
@@ -234,4 +236,53 @@ uint64_t tr_graph_param_bytes(const struct tr_graph *g) {
         total += (uint64_t)n * tr_dtype_size((enum tr_dtype)tr_node_dtype(g, id));
     }
     return total;
+}
+
+static uint64_t node_bytes(const struct tr_graph *g, int id) {
+    return (uint64_t)tr_shape_numel(tr_node_ndim(g, id), tr_node_shape(g, id)) *
+           tr_dtype_size((enum tr_dtype)tr_node_dtype(g, id));
+}
+
+static int is_leaf(int op) { return op == TR_OP_INPUT || op == TR_OP_PARAM || op == TR_OP_CONST; }
+
+uint64_t tr_graph_peak_bytes(const struct tr_graph *g) {
+    const int n = tr_graph_n_nodes(g);
+    int *last = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (!last) return UINT64_MAX; /* cannot tell: fits nowhere */
+    /* a RESHAPE shares its input's memory: its readers keep the input alive */
+    int *root = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (!root) {
+        free(last);
+        return UINT64_MAX;
+    }
+    for (int id = 0; id < n; id++) {
+        last[id] = id;
+        root[id] = tr_node_op(g, id) == TR_OP_RESHAPE ? root[tr_node_input(g, id, 0)] : id;
+    }
+    for (int id = 0; id < n; id++)
+        for (int k = 0; k < tr_node_n_inputs(g, id); k++) {
+            int r = root[tr_node_input(g, id, k)];
+            if (last[r] < id) last[r] = id;
+        }
+    for (int i = 0; i < tr_graph_n_outputs(g); i++) last[root[tr_graph_output(g, i)]] = n;
+    for (int u = 0; u < tr_graph_n_updates(g); u++)
+        if (tr_graph_update_value(g, u) >= 0) last[root[tr_graph_update_value(g, u)]] = n;
+    uint64_t live = 0, peak = 0;
+    for (int id = 0; id < n; id++) {
+        const int owns = !is_leaf(tr_node_op(g, id)) && root[id] == id;
+        if (owns) live += node_bytes(g, id);
+        if (live > peak) peak = live;
+        /* values whose last reader is this node are freed after it ran */
+        for (int k = 0; k < tr_node_n_inputs(g, id); k++) {
+            int r = root[tr_node_input(g, id, k)];
+            if (last[r] == id && !is_leaf(tr_node_op(g, r))) {
+                live -= node_bytes(g, r);
+                last[r] = -1; /* freed once, however many inputs name it */
+            }
+        }
+        if (owns && last[id] == id) live -= node_bytes(g, id); /* never read */
+    }
+    free(last);
+    free(root);
+    return peak;
 }

@@ -158,6 +158,11 @@ int tr_graph_dump(const struct tr_graph *g, FILE *f, struct tr_error *err);
 double tr_graph_flops(const struct tr_graph *g);
 /* Bytes of all PARAM nodes. */
 uint64_t tr_graph_param_bytes(const struct tr_graph *g);
+/* The most bytes of computed values alive at once when the nodes run in order, each
+ * freed after its last reader (outputs and updates live to the end; a RESHAPE is its
+ * input's memory): what an executor that plans its memory needs besides the params and
+ * inputs. For checking that a batch fits before any weight is made. */
+uint64_t tr_graph_peak_bytes(const struct tr_graph *g);
 
 #ifdef __cplusplus
 }
