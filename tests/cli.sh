@@ -74,6 +74,14 @@ batch = 4096
 seq_len = 77
 backends = torch" "a batch that does not fit is refused" \
   'big.ini: stable_diffusion/sd-v1-4 predict at batch 4096 does not fit: it needs about [0-9]+ bytes .* and [0-9]+ bytes .* are available'
+# A checkpoint of another size: the tensor and both shapes.
+rejects vaew.ini "[run]
+model = autoencoder_kl
+preset = small
+batch = 1
+backends = torch
+weights = $PWD/tests/fixtures/vae_tiny.safetensors" "a checkpoint of another size names the tensor and the shapes" \
+  "tensor 'encoder.conv_in.weight' has shape \\[16,3,3,3\\], the graph expects \\[32,3,3,3\\]"
 # Every shipped config builds its task graph (the full-size ones too: no weights are made).
 for f in conf/*.ini conf/cpu/*.ini; do
   expect "$f builds" 0 '^# [0-9]+ nodes' -- "$bin" dump "$f"
