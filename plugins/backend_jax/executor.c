@@ -38,6 +38,7 @@
 #include <time.h>
 #include <dlfcn.h>
 #include "io.h"
+#include "options.h"
 #include "stats.h"
 #include "jax_internal.h"
 #include "resident.h"
@@ -363,11 +364,8 @@ int tr_jax_compile(struct tr_jax_context *ctx, tr_graph_t g, struct tr_jax_progr
     p->cuda = ctx->device_type == TR_DEVICE_CUDA;
     int *step_of = NULL, rc;
     struct tr_kernels *kcpu = NULL;
-    if ((rc = tr_kernels_init(&p->k, ctx->device_type, ctx->device_index, err)) != TR_OK ||
-        (rc = tr_kernels_set_math(p->k, (enum tr_math)ctx->math, err)) != TR_OK) {
-        tr_error_prefix(err, "jax");
+    if ((rc = tr_backend_kernels_open("jax", ctx->device_type, ctx->device_index, ctx->math, &p->k, err)) != TR_OK)
         goto fail;
-    }
     if (p->cuda && (rc = tr_kernels_init(&kcpu, TR_DEVICE_CPU, 0, err)) != TR_OK) {
         tr_error_prefix(err, "jax: the cpu context for constant folding");
         goto fail;

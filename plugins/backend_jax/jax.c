@@ -23,14 +23,12 @@ static const struct tr_opt_spec jax_options[] = {
 
 static int jax_init(const struct tr_host_api *host, const struct tr_backend_params *params, void **ctx,
                     struct tr_error *err) {
-    *ctx = NULL;
     struct tr_jax_context c = {.fuse = 1, .attn_bwd = 1};
     snprintf(c.cc, sizeof c.cc, "cc");
     snprintf(c.cc_key, sizeof c.cc_key, "the default compiler (set [backend.jax] cc)");
     const struct tr_backend_setup at = {&c.host, &c.device_type, &c.device_index, &c.math};
-    int rc = tr_backend_init_common("jax", host, jax_host, params, jax_options,
-                                    (int)(sizeof jax_options / sizeof jax_options[0]), &c, &at, err);
-    return rc != TR_OK ? rc : tr_backend_context_keep("jax", &c, sizeof c, ctx, err);
+    return tr_backend_init_common("jax", host, jax_host, params, jax_options,
+                                  (int)(sizeof jax_options / sizeof jax_options[0]), &c, sizeof c, &at, ctx, err);
 }
 
 static void jax_free(void *ctx) {
@@ -88,7 +86,5 @@ const struct tr_backend_i tr_jax_iface = {
 
 TR_BACKEND_EXPORT int tr_backend_entry(uint32_t host_abi, const struct tr_host_api *host,
                                        const struct tr_backend_i **iface, struct tr_error *err) {
-    int rc = tr_backend_entry_check("jax", host_abi, host, &tr_jax_iface, iface, err);
-    if (rc == TR_OK) jax_host = host;
-    return rc;
+    return tr_backend_entry_check("jax", host_abi, host, &tr_jax_iface, iface, &jax_host, err);
 }

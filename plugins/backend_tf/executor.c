@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "io.h"
+#include "options.h"
 #include "stats.h"
 #include "passes.h"
 #include "plan.h"
@@ -310,11 +311,8 @@ int tf_compile(struct tf_context *ctx, tr_graph_t g, struct tf_program **out, st
         goto fail;
     }
     if ((rc = check_nodes(p, err)) != TR_OK || (rc = plan(p, err)) != TR_OK) goto fail;
-    if ((rc = tr_kernels_init(&p->k, ctx->device_type, ctx->device_index, err)) != TR_OK ||
-        (rc = tr_kernels_set_math(p->k, (enum tr_math)ctx->math, err)) != TR_OK) {
-        tr_error_prefix(err, "tf");
+    if ((rc = tr_backend_kernels_open("tf", ctx->device_type, ctx->device_index, ctx->math, &p->k, err)) != TR_OK)
         goto fail;
-    }
     p->on_cuda = ctx->device_type == TR_DEVICE_CUDA;
     if (p->arena_bytes > 0 && (rc = tr_kernels_alloc(p->k, (size_t)p->arena_bytes, &p->arena, err)) != TR_OK) {
         tr_error_prefix(err, "tf: arena of %lld bytes", (long long)p->arena_bytes);

@@ -34,12 +34,10 @@ static const struct tr_opt_spec tf_options[] = {
 
 static int tf_init(const struct tr_host_api *host, const struct tr_backend_params *params, void **ctx,
                    struct tr_error *err) {
-    *ctx = NULL;
     struct tf_context c = {.fuse = 1, .simplify = 1};
     const struct tr_backend_setup at = {&c.host, &c.device_type, &c.device_index, &c.math};
-    int rc = tr_backend_init_common("tf", host, tf_host, params, tf_options,
-                                    (int)(sizeof tf_options / sizeof tf_options[0]), &c, &at, err);
-    return rc != TR_OK ? rc : tr_backend_context_keep("tf", &c, sizeof c, ctx, err);
+    return tr_backend_init_common("tf", host, tf_host, params, tf_options,
+                                  (int)(sizeof tf_options / sizeof tf_options[0]), &c, sizeof c, &at, ctx, err);
 }
 
 static void tf_free(void *ctx) {
@@ -110,7 +108,5 @@ static const struct tr_backend_i tf_iface = {
 
 TR_BACKEND_EXPORT int tr_backend_entry(uint32_t host_abi, const struct tr_host_api *host,
                                        const struct tr_backend_i **iface, struct tr_error *err) {
-    int rc = tr_backend_entry_check("tf", host_abi, host, &tf_iface, iface, err);
-    if (rc == TR_OK) tf_host = host;
-    return rc;
+    return tr_backend_entry_check("tf", host_abi, host, &tf_iface, iface, &tf_host, err);
 }

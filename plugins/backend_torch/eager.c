@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "io.h"
+#include "options.h"
 #include "pir.h"
 #include "program.h"
 #include "resident.h"
@@ -278,11 +279,8 @@ int tr_torch_compile(struct tr_torch_context *ctx, tr_graph_t g, struct tr_torch
     for (int id = 0; id < p->n_nodes; id++)
         if (p->nodes[id].kind == TORCH_WEIGHT) p->data[id] = (void *)p->pir.nodes[id].data;
 
-    if ((rc = tr_kernels_init(&p->k, ctx->device_type, ctx->device_index, err)) != TR_OK ||
-        (rc = tr_kernels_set_math(p->k, (enum tr_math)ctx->math, err)) != TR_OK) {
-        tr_error_prefix(err, "torch");
+    if ((rc = tr_backend_kernels_open("torch", ctx->device_type, ctx->device_index, ctx->math, &p->k, err)) != TR_OK)
         goto fail;
-    }
     p->on_cuda = ctx->device_type == TR_DEVICE_CUDA;
     p->serial = ++ctx->next_serial;
     if (p->on_cuda && (rc = upload_weights(p, err)) != TR_OK) goto fail;

@@ -28,12 +28,10 @@ static const struct tr_opt_spec torch_options[] = {
 
 static int torch_init(const struct tr_host_api *host, const struct tr_backend_params *params, void **ctx,
                       struct tr_error *err) {
-    *ctx = NULL;
     struct tr_torch_context c = {.mode = TR_TORCH_MODE_EAGER, .warmup_steps = TR_TORCH_WARMUP_DEFAULT};
     const struct tr_backend_setup at = {&c.host, &c.device_type, &c.device_index, &c.math};
-    int rc = tr_backend_init_common("torch", host, torch_host, params, torch_options,
-                                    (int)(sizeof torch_options / sizeof torch_options[0]), &c, &at, err);
-    return rc != TR_OK ? rc : tr_backend_context_keep("torch", &c, sizeof c, ctx, err);
+    return tr_backend_init_common("torch", host, torch_host, params, torch_options,
+                                  (int)(sizeof torch_options / sizeof torch_options[0]), &c, sizeof c, &at, ctx, err);
 }
 
 static void torch_free(void *ctx) {
@@ -97,7 +95,5 @@ static const struct tr_backend_i torch_iface = {
 
 TR_BACKEND_EXPORT int tr_backend_entry(uint32_t host_abi, const struct tr_host_api *host,
                                        const struct tr_backend_i **iface, struct tr_error *err) {
-    int rc = tr_backend_entry_check("torch", host_abi, host, &torch_iface, iface, err);
-    if (rc == TR_OK) torch_host = host;
-    return rc;
+    return tr_backend_entry_check("torch", host_abi, host, &torch_iface, iface, &torch_host, err);
 }

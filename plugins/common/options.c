@@ -99,7 +99,7 @@ int tr_opts_parse(const char *backend, const struct tr_opt_spec *specs, int n_sp
 
 int tr_backend_entry_check(const char *backend, uint32_t host_abi, const struct tr_host_api *host,
                            const struct tr_backend_i *vtable, const struct tr_backend_i **iface,
-                           struct tr_error *err) {
+                           const struct tr_host_api **kept, struct tr_error *err) {
     if (iface) *iface = NULL;
     if (TR_ABI_GET_MAJOR(host_abi) != TR_ABI_MAJOR)
         return tr_error_set(err, TR_ERR_PLUGIN, "%s: incompatible ABI (host: %u.%u, plugin: %u.%u)", backend,
@@ -113,6 +113,7 @@ int tr_backend_entry_check(const char *backend, uint32_t host_abi, const struct 
                             backend, host->struct_size, TR_ABI_GET_MAJOR(host->abi_version),
                             TR_ABI_GET_MINOR(host->abi_version), (size_t)TR_HOST_API_MIN_SIZE_1_0);
     *iface = vtable;
+    *kept = host;
     return TR_OK;
 }
 
@@ -131,9 +132,10 @@ int tr_backend_params_read(const char *backend, const struct tr_backend_params *
     return TR_OK;
 }
 
-int tr_backend_init_common(const char *backend, const struct tr_host_api *host, const struct tr_host_api *kept,
-                           const struct tr_backend_params *params, const struct tr_opt_spec *specs, int n_specs,
-                           void *dst, const struct tr_backend_setup *out, struct tr_error *err) {
+/* The checks of init's common part, on the context at dst. */
+static int init_checks(const char *backend, const struct tr_host_api *host, const struct tr_host_api *kept,
+                       const struct tr_backend_params *params, const struct tr_opt_spec *specs, int n_specs,
+                       void *dst, const struct tr_backend_setup *out, struct tr_error *err) {
     *out->host = host ? host : kept;
     if (!*out->host) return tr_error_set(err, TR_ERR_PLUGIN, "%s: init called without a host table", backend);
     int rc = tr_backend_params_read(backend, params, out->device_type, out->device_index, err);
@@ -152,10 +154,23 @@ int tr_backend_init_common(const char *backend, const struct tr_host_api *host, 
     return rc == TR_OK ? TR_OK : tr_error_prefix(err, "%s", backend);
 }
 
-int tr_backend_context_keep(const char *backend, const void *c, size_t size, void **ctx, struct tr_error *err) {
+int tr_backend_init_common(const char *backend, const struct tr_host_api *host, const struct tr_host_api *kept,
+                           const struct tr_backend_params *params, const struct tr_opt_spec *specs, int n_specs,
+                           void *dst, size_t size, const struct tr_backend_setup *out, void **ctx,
+                           struct tr_error *err) {
+    *ctx = NULL;
+    int rc = init_checks(backend, host, kept, params, specs, n_specs, dst, out, err);
+    if (rc != TR_OK) return rc;
     void *p = malloc(size);
     if (!p) return tr_error_set(err, TR_ERR_NOMEM, "%s: out of memory for the backend context", backend);
-    memcpy(p, c, size);
+    memcpy(p, dst, size);
     *ctx = p;
     return TR_OK;
+}
+
+int tr_backend_kernels_open(const char *backend, int device_type, int device_index, int math, struct tr_kernels **k,
+                            struct tr_error *err) {
+    int rc = tr_kernels_init(k, device_type, device_index, err);
+    if (rc == TR_OK) rc = tr_kernels_set_math(*k, (enum tr_math)math, err);
+    return rc == TR_OK ? TR_OK : tr_error_prefix(err, "%s", backend);
 }

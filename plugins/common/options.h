@@ -38,10 +38,12 @@ int tr_opts_parse(const char *backend, const struct tr_opt_spec *specs, int n_sp
                   int n_opts, void *dst, struct tr_error *err);
 
 /* The checks every tr_backend_entry does: the host speaks our ABI major and hands a
- * table with every 1.0 slot (a 1.0 host's is accepted). On success *iface = vtable; on failure *iface = NULL. */
+ * table with every 1.0 slot (a 1.0 host's is accepted). On success *iface = vtable and
+ * *kept = host (the backend's static, for an init handed no table); on failure *iface =
+ * NULL and *kept untouched. */
 int tr_backend_entry_check(const char *backend, uint32_t host_abi, const struct tr_host_api *host,
                            const struct tr_backend_i *vtable, const struct tr_backend_i **iface,
-                           struct tr_error *err);
+                           const struct tr_host_api **kept, struct tr_error *err);
 
 /* The checks every init does on its params: size, device, the options array. NULL
  * params leave the defaults (cpu 0). */
@@ -55,17 +57,22 @@ struct tr_backend_setup {
     int *device_type, *device_index, *math;
 };
 
-/* init's common part, before the backend's own: the host table (the one init is handed,
- * else `kept`, the one tr_backend_entry saw), the params (tr_backend_params_read), the
- * options parsed by specs into dst, the device cpu or cuda, and that device and the math
- * mode tried once on the kernels library, so that "no CUDA device found" or tf32 on the
- * cpu is refused where the configuration is named, not at the first compile. */
+/* init, on a context at dst (size bytes) that holds the backend's defaults: the host
+ * table (the one init is handed, else `kept`, the one tr_backend_entry saw), the params
+ * (tr_backend_params_read), the options parsed by specs into dst, the device cpu or
+ * cuda, and that device and the math mode tried once on the kernels library, so that
+ * "no CUDA device found" or tf32 on the cpu is refused where the configuration is
+ * named, not at the first compile. Then *ctx = a heap copy of dst; NULL on any failure. */
 int tr_backend_init_common(const char *backend, const struct tr_host_api *host, const struct tr_host_api *kept,
                            const struct tr_backend_params *params, const struct tr_opt_spec *specs, int n_specs,
-                           void *dst, const struct tr_backend_setup *out, struct tr_error *err);
+                           void *dst, size_t size, const struct tr_backend_setup *out, void **ctx,
+                           struct tr_error *err);
 
-/* An init's last step: *ctx = a heap copy of the size bytes of the context built at c
- * (else TR_ERR_NOMEM naming the backend, *ctx untouched). */
-int tr_backend_context_keep(const char *backend, const void *c, size_t size, void **ctx, struct tr_error *err);
+struct tr_kernels;
+
+/* A program's own kernels context: on the backend's device, with its math mode. Errors
+ * are prefixed with the backend's name; *k, once made, is the caller's to free even then. */
+int tr_backend_kernels_open(const char *backend, int device_type, int device_index, int math, struct tr_kernels **k,
+                            struct tr_error *err);
 
 #endif

@@ -247,9 +247,7 @@ int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct
     int rc = tr_cpu_check_ctx(k, "attention", err);
     if (!rc) rc = attention_check(q, kk, v, mask, scale, causal, window, out, &pl, err);
     if (!rc && pl.nout) rc = tr_cpu_scratch_reserve(k, 0, pl.wsz, "attention", err);
-    if (rc) return rc;
-    attention_compute(k, &pl);
-    return TR_OK;
+    return tr_cpu_compute_now(k, rc, attention_compute, &pl);
 }
 
 int tr_cpu_attention_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {

@@ -179,9 +179,19 @@ static inline void ag_block_keys(const struct agrad_args *A, int64_t i0, int64_t
     ag_key_range(A, i0 + nq - 1, &lo1, hi);
 }
 
+/* The key block at j0 (of the keys up to hi) loaded, V transposed too when vt, and its
+ * scores against the loaded query block; the block's key count. */
+static inline int64_t ag_key_block(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                                   int64_t j0, int64_t hi, int vt, struct ag_ws *w) {
+    const int64_t nk = hi + 1 - j0 < AG_BK ? hi + 1 - j0 : AG_BK;
+    ag_load_kv(A, b, h / (A->H / A->Hk), j0, nk, vt, w);
+    ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
+    return nk;
+}
+
 /* Pass 1 for one query block: lse and delta of its rows. */
 TR_CPU_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct ag_ws *w), (A, b, h, i0, nq, w)) {
-    const int64_t Dv = A->Dv, hk = h / (A->H / A->Hk);
+    const int64_t Dv = A->Dv;
     ag_load_q(A, b, h, i0, nq, w);
     double *o = w->acc;
     for (int64_t r = 0; r < nq; r++) {
@@ -192,9 +202,7 @@ TR_CPU_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, 
     int64_t lo, hi;
     ag_block_keys(A, i0, nq, &lo, &hi);
     for (int64_t j0 = lo; j0 <= hi; j0 += AG_BK) {
-        int64_t nk = hi + 1 - j0 < AG_BK ? hi + 1 - j0 : AG_BK;
-        ag_load_kv(A, b, hk, j0, nk, 0, w);
-        ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
+        const int64_t nk = ag_key_block(A, b, h, i0, nq, j0, hi, 0, w);
         for (int64_t r = 0; r < nq; r++) {
             double *s = w->S + r * AG_BK, mx = -INFINITY;
             for (int64_t c = 0; c < AG_BK; c++) mx = s[c] > mx ? s[c] : mx;
@@ -232,7 +240,7 @@ TR_CPU_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, 
 
 /* dq of one query block. */
 TR_CPU_MULTI(void, ag_dq, (const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, char *out, struct ag_ws *w), (A, b, h, i0, nq, out, w)) {
-    const int64_t D = A->D, hk = h / (A->H / A->Hk);
+    const int64_t D = A->D;
     ag_load_q(A, b, h, i0, nq, w);
     const double *lse = A->lse + (b * A->H + h) * A->Tq + i0, *delta = A->delta + (b * A->H + h) * A->Tq + i0;
     double *dq = w->acc;
@@ -240,9 +248,7 @@ TR_CPU_MULTI(void, ag_dq, (const struct agrad_args *A, int64_t b, int64_t h, int
     int64_t lo, hi;
     ag_block_keys(A, i0, nq, &lo, &hi);
     for (int64_t j0 = lo; j0 <= hi; j0 += AG_BK) {
-        int64_t nk = hi + 1 - j0 < AG_BK ? hi + 1 - j0 : AG_BK;
-        ag_load_kv(A, b, hk, j0, nk, 1, w);
-        ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
+        const int64_t nk = ag_key_block(A, b, h, i0, nq, j0, hi, 1, w);
         ag_probs(A, nq, lse, delta, w->dY, w->Vt, w->S, w->G);
         ag_accum(w->G, nq, nk, AG_BK, 1, A->scale, w->K, D, dq);
     }

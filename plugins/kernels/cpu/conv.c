@@ -14,6 +14,7 @@
  * handed to oneDNN in f32 always (converted at every call: weights may change in place).
  * f16, and bf16 where oneDNN has no native bf16 GEMM (isa.c asks it), are converted to
  * f32 whole around the f32 primitive and the result rounded once, as matmul.c does. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <oneapi/dnnl/dnnl.h>
 #include "cpu_internal.h"
@@ -144,15 +145,9 @@ static int create_entry(struct tr_kernels *k, const struct tr_conv_key *key, str
 }
 
 static struct tr_conv_entry *lookup(struct tr_kernels *k, const struct tr_conv_key *key, struct tr_error *err) {
-    k->conv_tick++;
-    for (int i = 0; i < k->n_conv; i++) {
-        if (memcmp(&k->conv[i].key, key, sizeof *key) == 0) {
-            k->stats.primitive_hits++;
-            k->conv[i].used = k->conv_tick;
-            return &k->conv[i];
-        }
-    }
-    k->stats.primitive_misses++;
+    const size_t used_at = offsetof(struct tr_conv_entry, used);
+    int hit = tr_cpu_cache_find(k, k->conv, k->n_conv, sizeof *k->conv, used_at, key, sizeof *key, ++k->conv_tick);
+    if (hit >= 0) return &k->conv[hit];
     if (!k->conv) {
         k->conv = calloc(CONV_CACHE_MAX, sizeof *k->conv);
         if (!k->conv) {
@@ -161,11 +156,7 @@ static struct tr_conv_entry *lookup(struct tr_kernels *k, const struct tr_conv_k
         }
     }
     int slot = k->n_conv;
-    if (slot == CONV_CACHE_MAX) {
-        slot = 0;
-        for (int i = 1; i < k->n_conv; i++)
-            if (k->conv[i].used < k->conv[slot].used) slot = i;
-    }
+    if (slot == CONV_CACHE_MAX) slot = tr_cpu_cache_lru(k->conv, k->n_conv, sizeof *k->conv, used_at);
     struct tr_conv_entry fresh;
     if (create_entry(k, key, &fresh, err)) return NULL;
     if (slot < k->n_conv) entry_release(&k->conv[slot]);

@@ -86,6 +86,33 @@ struct tr_kernels {
     enum tr_math math;              /* tr_kernels_set_math; the cuda GEMMs read it */
 };
 
+/* The primitive caches' (matmul.c, conv.c) bookkeeping, one way for both: entries are
+ * `stride` bytes apart, each starting with its key and holding its last use at `used_at`.
+ * tr_cpu_cache_find stamps a hit with tick and counts hits and misses (the stats report
+ * both); it returns the hit's index, else -1. tr_cpu_cache_lru is the eviction victim. */
+static inline int tr_cpu_cache_find(struct tr_kernels *k, void *entries, int n, size_t stride, size_t used_at,
+                                    const void *key, size_t key_size, uint64_t tick) {
+    for (int i = 0; i < n; i++) {
+        char *e = (char *)entries + (size_t)i * stride;
+        if (memcmp(e, key, key_size) == 0) {
+            k->stats.primitive_hits++;
+            *(uint64_t *)(e + used_at) = tick;
+            return i;
+        }
+    }
+    k->stats.primitive_misses++;
+    return -1;
+}
+
+static inline int tr_cpu_cache_lru(const void *entries, int n, size_t stride, size_t used_at) {
+    const char *base = (const char *)entries + used_at;
+    int slot = 0;
+    for (int i = 1; i < n; i++)
+        if (*(const uint64_t *)(base + (size_t)i * stride) < *(const uint64_t *)(base + (size_t)slot * stride))
+            slot = i;
+    return slot;
+}
+
 /* ---- the cuda side (plugins/kernels/cuda; where nvcc was not found, the stand-ins of
  * cuda/host/nocuda.c answer "no CUDA device found (built without CUDA)") ----
  * A cuda context is a struct tr_kernels with device_type cuda and k->cuda set; the entry
@@ -296,6 +323,14 @@ int tr_cpu_keep_plan(struct tr_kernel_call *c, const void *plan, size_t size, tr
 int tr_cpu_keep_compute(struct tr_kernel_call *c, const void *plan, size_t size,
                         void (*compute)(struct tr_kernels *k, const void *plan), const char *kname,
                         struct tr_error *err);
+/* Its direct-call counterpart: rc is the plan's checks; when they passed, compute(k, plan)
+ * runs now. */
+static inline int tr_cpu_compute_now(struct tr_kernels *k, int rc, void (*compute)(struct tr_kernels *k, const void *plan),
+                                     const void *plan) {
+    if (rc) return rc;
+    compute(k, plan);
+    return TR_OK;
+}
 
 /* ---- block conversion between storage dtypes and f32 ---- */
 static inline void tr_cpu_load_f32(float *restrict dst, const void *restrict src, int dtype, int64_t n) {

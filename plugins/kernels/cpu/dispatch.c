@@ -259,7 +259,14 @@ static int invoke_adamw_step(struct tr_kernels *k, int op, const struct tr_attrs
     return tr_k_adamw_step(k, &in[0], &in[1], &in[2], &in[3], &in[4], f[0], f[1], f[2], f[3], out, err);
 }
 
-#define TR_PICK_(name) (r->invoke = invoke_##name, r->bind = tr_cpu_##name##_bind, TR_OK)
+/* resolve's answer: the op's entry, and either its binder or (for ops without one) the
+ * bound form that runs the entry on the call's arguments. */
+static int pick(struct tr_cpu_op *r, tr_cpu_invoke_fn invoke, tr_cpu_bind_fn bind, tr_kernel_fn bound) {
+    r->invoke = invoke;
+    r->bind = bind;
+    r->bound = bound;
+    return TR_OK;
+}
 
 int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr_attrs *attrs, int n_in,
                    const struct tr_tensor *in, const struct tr_tensor *out, struct tr_cpu_op *r,
@@ -279,50 +286,46 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
     r->bind = NULL;
     r->bound = NULL;
 
-    if (tr_op_is_elementwise_binary(op)) return TR_PICK_(binary);
+    if (tr_op_is_elementwise_binary(op)) return pick(r, invoke_binary, tr_cpu_binary_bind, NULL);
     if (tr_op_is_elementwise_unary(op)) {
         if (op == TR_OP_SCALE && !attrs)
             return tr_error_set(err, TR_ERR_INVALID, "scale: attrs are NULL (floats[0]=alpha, floats[1]=beta)");
-        return TR_PICK_(unary);
+        return pick(r, invoke_unary, tr_cpu_unary_bind, NULL);
     }
     int rc;
     switch (op) {
     case TR_OP_MATMUL:
         at->floats[0] = tr_matmul_alpha(at->floats[0]); /* a direct call's unset 0 */
-        r->invoke = invoke_matmul;
-        r->bind = tr_cpu_matmul_bind_op;
-        return TR_OK;
-    case TR_OP_SOFTMAX: return TR_PICK_(softmax);
-    case TR_OP_LAYER_NORM: return TR_PICK_(layer_norm);
-    case TR_OP_EMBEDDING: return TR_PICK_(embedding);
+        return pick(r, invoke_matmul, tr_cpu_matmul_bind_op, NULL);
+    case TR_OP_SOFTMAX: return pick(r, invoke_softmax, tr_cpu_softmax_bind, NULL);
+    case TR_OP_LAYER_NORM: return pick(r, invoke_layer_norm, tr_cpu_layer_norm_bind, NULL);
+    case TR_OP_EMBEDDING: return pick(r, invoke_embedding, tr_cpu_embedding_bind, NULL);
     case TR_OP_RESHAPE:
-        r->invoke = invoke_reshape;
-        r->bind = tr_cpu_reshape_bind; /* a copy or nothing */
-        return TR_OK;
+        return pick(r, invoke_reshape, tr_cpu_reshape_bind, NULL); /* a copy or nothing */
     case TR_OP_TRANSPOSE:
         if (at->n_ints != in[0].ndim)
             return tr_error_set(err, TR_ERR_INVALID, "transpose: %d perm entries (n_ints) for a %d-D input",
                                 at->n_ints, in[0].ndim);
-        return TR_PICK_(transpose);
+        return pick(r, invoke_transpose, tr_cpu_transpose_bind, NULL);
     case TR_OP_SLICE:
         if ((rc = resolve_slice(at, &in[0], out, err)) != TR_OK) return rc;
-        return TR_PICK_(slice);
+        return pick(r, invoke_slice, tr_cpu_slice_bind, NULL);
     case TR_OP_CONCAT:
         if (n_in < 1) return tr_error_set(err, TR_ERR_INVALID, "concat: no inputs");
-        return TR_PICK_(concat);
+        return pick(r, invoke_concat, tr_cpu_concat_bind, NULL);
     case TR_OP_SUM:
     case TR_OP_MEAN:
     case TR_OP_MAX:
         if ((rc = resolve_reduce(op, at, &in[0], out, err)) != TR_OK) return rc;
-        return TR_PICK_(reduce);
+        return pick(r, invoke_reduce, tr_cpu_reduce_bind, NULL);
     case TR_OP_CAST:
         if (at->ints[0] != out->dtype)
             return tr_error_set(err, TR_ERR_SHAPE, "cast: target dtype ints[0]=%lld but out is %s", (long long)at->ints[0],
                                 tr_dtype_name((enum tr_dtype)out->dtype));
-        return TR_PICK_(cast);
+        return pick(r, invoke_cast, tr_cpu_cast_bind, NULL);
     case TR_OP_ATTENTION:
         if ((rc = resolve_attention(at, n_in, in, err)) != TR_OK) return rc;
-        return TR_PICK_(attention);
+        return pick(r, invoke_attention, tr_cpu_attention_bind, NULL);
     case TR_OP_UNARY_GRAD:
     case TR_OP_SOFTMAX_GRAD:
     case TR_OP_LAYER_NORM_GRAD:
@@ -335,22 +338,14 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
     case TR_OP_CROSS_ENTROPY:
     case TR_OP_CROSS_ENTROPY_GRAD:
     case TR_OP_MSE:
-        r->invoke = invoke_train;
-        r->bound = bound_train; /* no binder: bind checks by one run on zeroed stand-ins */
-        return TR_OK;
-    case TR_OP_ADAMW_STEP: return TR_PICK_(adamw_step);
+        return pick(r, invoke_train, NULL, bound_train); /* bind checks by one run on zeroed stand-ins */
+    case TR_OP_ADAMW_STEP: return pick(r, invoke_adamw_step, tr_cpu_adamw_step_bind, NULL);
     case TR_OP_RMS_NORM: case TR_OP_RMS_NORM_GRAD: case TR_OP_RMS_NORM_GRAD_W:
-        r->invoke = tr_cpu_rms_norm_invoke;
-        r->bind = tr_cpu_rms_norm_bind;
-        return TR_OK;
+        return pick(r, tr_cpu_rms_norm_invoke, tr_cpu_rms_norm_bind, NULL);
     case TR_OP_ROPE:
-        r->invoke = tr_cpu_rope_invoke;
-        r->bind = tr_cpu_rope_bind;
-        return TR_OK;
+        return pick(r, tr_cpu_rope_invoke, tr_cpu_rope_bind, NULL);
     case TR_OP_UPDATE_SLICE:
-        r->invoke = tr_cpu_update_slice_invoke;
-        r->bind = tr_cpu_update_slice_bind;
-        return TR_OK;
+        return pick(r, tr_cpu_update_slice_invoke, tr_cpu_update_slice_bind, NULL);
     case TR_OP_CONV2D: case TR_OP_CONV2D_GRAD_INPUT: case TR_OP_CONV2D_GRAD_WEIGHT:
         if (op == TR_OP_CONV2D ? n_in != 2 && n_in != 3 : n_in != 2)
             return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given, %s expected", tr_op_name(op), n_in,
@@ -359,21 +354,14 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
         if (at->ints[0] == 0) at->ints[0] = 1;
         if (at->ints[2] == 0) at->ints[2] = 1;
         if (at->ints[3] == 0) at->ints[3] = 1;
-        r->invoke = tr_cpu_conv2d_invoke;
-        r->bound = bound_invoke; /* no binder yet: bind checks by one run */
-        return TR_OK;
+        return pick(r, tr_cpu_conv2d_invoke, NULL, bound_invoke); /* no binder yet: bind checks by one run */
     case TR_OP_GROUP_NORM: case TR_OP_GROUP_NORM_GRAD: case TR_OP_GROUP_NORM_GRAD_GAMMA:
-        r->invoke = tr_cpu_group_norm_invoke;
-        r->bound = bound_invoke;
-        return TR_OK;
+        return pick(r, tr_cpu_group_norm_invoke, NULL, bound_invoke);
     case TR_OP_TIMESTEP_EMBEDDING:
-        r->invoke = tr_cpu_timestep_embedding_invoke;
-        r->bound = bound_invoke;
-        return TR_OK;
+        return pick(r, tr_cpu_timestep_embedding_invoke, NULL, bound_invoke);
     default: return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: op %s has no cpu kernel", fn, tr_op_name(op));
     }
 }
-#undef TR_PICK_
 
 int tr_kernels_run(struct tr_kernels *k, int op, const struct tr_attrs *attrs, int n_in, const struct tr_tensor *in,
                    struct tr_tensor *out, struct tr_error *err) {

@@ -193,9 +193,7 @@ int tr_k_binary(struct tr_kernels *k, int op, const struct tr_tensor *a, const s
     struct binary_plan pl;
     int rc = tr_cpu_check_ctx(k, "binary", err);
     if (!rc) rc = binary_check(op, a, b, out, &pl, err);
-    if (rc) return rc;
-    binary_compute(k, &pl);
-    return TR_OK;
+    return tr_cpu_compute_now(k, rc, binary_compute, &pl);
 }
 
 int tr_cpu_binary_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
@@ -274,9 +272,7 @@ int tr_k_unary(struct tr_kernels *k, int op, const struct tr_attrs *attrs, const
     struct unary_plan pl;
     int rc = tr_cpu_check_ctx(k, "unary", err);
     if (!rc) rc = unary_check(op, attrs, x, out, &pl, err);
-    if (rc) return rc;
-    unary_compute(k, &pl);
-    return TR_OK;
+    return tr_cpu_compute_now(k, rc, unary_compute, &pl);
 }
 
 int tr_cpu_unary_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {

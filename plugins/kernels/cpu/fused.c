@@ -171,9 +171,7 @@ int tr_k_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tensor *
     int rc = tr_cpu_check_ctx(k, kn, err);
     if (!rc) rc = brln_check(x, bias, residual, gamma, beta, eps, out, &pl, err);
     if (!rc) rc = reserve_rows(k, pl.A.D, 3, 1, kn, err);
-    if (rc) return rc;
-    brln_compute(k, &pl);
-    return TR_OK;
+    return tr_cpu_compute_now(k, rc, brln_compute, &pl);
 }
 
 int tr_kernels_bind_bias_residual_layer_norm(struct tr_kernels *k, const struct tr_tensor *x,
@@ -293,9 +291,7 @@ int tr_k_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, flo
     int rc = tr_cpu_check_ctx(k, kn, err);
     if (!rc) rc = sms_check(x, scale, mask, out, &pl, err);
     if (!rc) rc = reserve_rows(k, pl.A.D, 0, 2, kn, err);
-    if (rc) return rc;
-    sms_compute(k, &pl);
-    return TR_OK;
+    return tr_cpu_compute_now(k, rc, sms_compute, &pl);
 }
 
 int tr_kernels_bind_scale_mask_softmax(struct tr_kernels *k, const struct tr_tensor *x, float scale,

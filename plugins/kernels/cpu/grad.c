@@ -22,6 +22,17 @@
 
 static inline size_t esize(int dt) { return tr_dtype_size((enum tr_dtype)dt); }
 
+/* An elementwise gradient's tensors: x (named xn), dy and dx real, dy and dx shaped as x. */
+static int check_pointwise(const char *kn, const struct tr_tensor *x, const char *xn, const struct tr_tensor *dy,
+                           const struct tr_tensor *dx, struct tr_error *err) {
+    int rc = check_real(x, kn, xn, err);
+    if (!rc) rc = check_real(dy, kn, "dy", err);
+    if (!rc) rc = check_real(dx, kn, "dx", err);
+    if (!rc) rc = check_like(kn, x, xn, dy, "dy", err);
+    if (!rc) rc = check_like(kn, x, xn, dx, "dx", err);
+    return rc;
+}
+
 /* The operands of a row kernel as its row function (tr_cpu_rows) reads them. */
 struct grad_rows {
     const char *a, *g; /* rows of D: x (or y), and dy */
@@ -82,10 +93,7 @@ int tr_k_unary_grad(struct tr_kernels *k, int op, int approximate, float alpha, 
     if (op == TR_OP_GELU && approximate != 0 && approximate != 1)
         return tr_error_set(err, TR_ERR_INVALID, "unary_grad: gelu's ints[1]=%d (0: erf form, 1: tanh approximation)",
                             approximate);
-    if (!(rc = check_real(x, kn, "x", err)) && !(rc = check_real(dy, kn, "dy", err)) &&
-        !(rc = check_real(dx, kn, "dx", err)) && !(rc = check_like(kn, x, "x", dy, "dy", err)))
-        rc = check_like(kn, x, "x", dx, "dx", err);
-    if (rc) return rc;
+    if ((rc = check_pointwise(kn, x, "x", dy, dx, err)) != TR_OK) return rc;
     int64_t n = tr_tensor_numel(x);
     size_t es = esize(x->dtype);
     int dt = x->dtype;
@@ -125,11 +133,7 @@ int tr_k_softmax_grad(struct tr_kernels *k, const struct tr_tensor *y, const str
     TR_CUDA_ROUTE(k, tr_cuda_k_softmax_grad(k, y, dy, dx, err));
     const char *kn = "softmax_grad";
     int rc = tr_cpu_check_ctx(k, kn, err);
-    if (!rc) rc = check_real(y, kn, "y", err);
-    if (!rc) rc = check_real(dy, kn, "dy", err);
-    if (!rc) rc = check_real(dx, kn, "dx", err);
-    if (!rc) rc = check_like(kn, y, "y", dy, "dy", err);
-    if (!rc) rc = check_like(kn, y, "y", dx, "dx", err);
+    if (!rc) rc = check_pointwise(kn, y, "y", dy, dx, err);
     if (rc) return rc;
     int64_t D = y->ndim ? y->shape[y->ndim - 1] : 1, n = tr_tensor_numel(y);
     if (n == 0 || D == 0) return TR_OK;

@@ -177,9 +177,7 @@ int tr_k_transpose(struct tr_kernels *k, const struct tr_tensor *x, const int64_
     struct transpose_plan pl;
     int rc = tr_cpu_check_ctx(k, "transpose", err);
     if (!rc) rc = transpose_check(x, perm, out, &pl, err);
-    if (rc) return rc;
-    transpose_compute(k, &pl);
-    return TR_OK;
+    return tr_cpu_compute_now(k, rc, transpose_compute, &pl);
 }
 
 int tr_cpu_transpose_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
@@ -259,9 +257,7 @@ int tr_k_slice(struct tr_kernels *k, const struct tr_tensor *x, int axis, int64_
     struct slice_plan pl;
     int rc = tr_cpu_check_ctx(k, "slice", err);
     if (!rc) rc = slice_check(x, axis, start, step, out, &pl, err);
-    if (rc) return rc;
-    slice_compute(k, &pl);
-    return TR_OK;
+    return tr_cpu_compute_now(k, rc, slice_compute, &pl);
 }
 
 int tr_cpu_slice_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
@@ -475,9 +471,7 @@ int tr_k_reduce(struct tr_kernels *k, int op, const struct tr_tensor *x, int axi
     struct reduce_plan pl;
     int rc = tr_cpu_check_ctx(k, "reduce", err);
     if (!rc) rc = reduce_check(op, x, axis, out, &pl, err);
-    if (rc) return rc;
-    reduce_compute(k, &pl);
-    return TR_OK;
+    return tr_cpu_compute_now(k, rc, reduce_compute, &pl);
 }
 
 int tr_cpu_reduce_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
@@ -616,9 +610,7 @@ int tr_k_cast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor 
     struct cast_plan pl;
     int rc = tr_cpu_check_ctx(k, "cast", err);
     if (!rc) rc = cast_check(x, out, &pl, err);
-    if (rc) return rc;
-    cast_compute(k, &pl);
-    return TR_OK;
+    return tr_cpu_compute_now(k, rc, cast_compute, &pl);
 }
 
 int tr_cpu_cast_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {

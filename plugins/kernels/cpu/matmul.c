@@ -22,6 +22,7 @@
  * native bf16"). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <oneapi/dnnl/dnnl.h>
 #include "cpu_internal.h"
@@ -196,15 +197,9 @@ static int create_entry(struct tr_kernels *k, const struct tr_mm_key *key, struc
 
 /* The cached primitive for key, created on a miss; NULL with err set on failure. */
 static struct tr_mm_entry *lookup(struct tr_kernels *k, const struct tr_mm_key *key, struct tr_error *err) {
-    k->mm_tick++;
-    for (int i = 0; i < k->n_mm; i++) {
-        if (memcmp(&k->mm[i].key, key, sizeof *key) == 0) {
-            k->stats.primitive_hits++;
-            k->mm[i].used = k->mm_tick;
-            return &k->mm[i];
-        }
-    }
-    k->stats.primitive_misses++;
+    const size_t used_at = offsetof(struct tr_mm_entry, used);
+    int hit = tr_cpu_cache_find(k, k->mm, k->n_mm, sizeof *k->mm, used_at, key, sizeof *key, ++k->mm_tick);
+    if (hit >= 0) return &k->mm[hit];
     struct tr_mm_entry fresh;
     if (create_entry(k, key, &fresh, err)) return NULL;
     int slot;
@@ -222,9 +217,7 @@ static struct tr_mm_entry *lookup(struct tr_kernels *k, const struct tr_mm_key *
         k->cap_mm = cap;
         slot = k->n_mm++;
     } else { /* full: evict the least recently used */
-        slot = 0;
-        for (int i = 1; i < k->n_mm; i++)
-            if (k->mm[i].used < k->mm[slot].used) slot = i;
+        slot = tr_cpu_cache_lru(k->mm, k->n_mm, sizeof *k->mm, used_at);
         entry_release(&k->mm[slot]);
     }
     fresh.used = k->mm_tick;
