@@ -80,7 +80,7 @@ model = autoencoder_kl
 preset = small
 batch = 1
 backends = torch
-weights = $PWD/tests/fixtures/vae_tiny.safetensors" "a checkpoint of another size names the tensor and the shapes" \
+weights = $PWD/tests/fixtures/sd_tiny/vae/diffusion_pytorch_model.safetensors" "a checkpoint of another size names the tensor and the shapes" \
   "tensor 'encoder.conv_in.weight' has shape \\[16,3,3,3\\], the graph expects \\[32,3,3,3\\]"
 # Every shipped config builds its task graph (the full-size ones too: no weights are made).
 for f in conf/*.ini conf/cpu/*.ini; do

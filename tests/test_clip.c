@@ -14,7 +14,7 @@
 #include "trident/safetensors.h"
 #include "trident/weights.h"
 
-#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/clip_tiny.safetensors"
+#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/sd_tiny/text_encoder/model.safetensors"
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/clip_tiny_io.safetensors"
 #define HINT " (regenerate with: python3 tests/fixtures/make_clip_fixture.py)"
 

@@ -15,7 +15,7 @@
 #include "trident/weights.h"
 #include "unet/unet.h"
 
-#define UNET_WEIGHTS TR_SOURCE_DIR "/tests/fixtures/unet_tiny.safetensors"
+#define UNET_WEIGHTS TR_SOURCE_DIR "/tests/fixtures/sd_tiny/unet/diffusion_pytorch_model.safetensors"
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/sd_tiny_io.safetensors"
 #define HINT " (regenerate with: cd tests/fixtures && python3 make_sd_fixture.py)"
 

@@ -15,7 +15,7 @@
 #include "trident/weights.h"
 #include "unet/unet.h"
 
-#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/unet_tiny.safetensors"
+#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/sd_tiny/unet/diffusion_pytorch_model.safetensors"
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/unet_tiny_io.safetensors"
 #define HINT " (regenerate with: python3 tests/fixtures/make_unet_fixture.py)"
 
@@ -51,7 +51,7 @@ static void test_names_and_interface(void **state) {
     for (int i = 0; i < tr_graph_n_params(g); i++) assert_int_equal(tr_node_dtype(g, tr_graph_param(g, i)), TR_DTYPE_BF16);
     static const char *const names[3] = {"sample", "timestep", "encoder_hidden_states"};
     static const int dts[3] = {TR_DTYPE_BF16, TR_DTYPE_F32, TR_DTYPE_BF16};
-    static const int64_t shapes[3][4] = {{3, 8, 8, 4}, {3}, {3, 5, 24}};
+    static const int64_t shapes[3][4] = {{3, 8, 8, 4}, {3}, {3, 5, 64}};
     static const int nds[3] = {4, 1, 3};
     assert_int_equal(tr_graph_n_inputs(g), 3);
     for (int i = 0; i < 3; i++) {

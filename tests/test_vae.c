@@ -17,7 +17,7 @@
 #include "trident/weights.h"
 #include "vae/vae.h"
 
-#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/vae_tiny.safetensors"
+#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/sd_tiny/vae/diffusion_pytorch_model.safetensors"
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/vae_tiny_io.safetensors"
 #define HINT " (regenerate with: python3 tests/fixtures/make_vae_fixture.py)"
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "testutil.h"
 #include "trident/graph.h"
@@ -275,6 +276,66 @@ static void test_load_without_base_prefix(void **state) {
     expect_load_error(TR_DTYPE_F32, TR_ERR_NOT_FOUND, "layer.dense.weight");
 }
 
+/* A directory (a diffusers pipeline's layout): the files in it and in its subdirectories,
+ * each tensor taken from the one file that has it; in two files it is an error. */
+static void write_one(const char *path, int i, uint64_t seed) {
+    const int64_t *shapes[3] = {shape_w, shape_b, shape_g};
+    const int ndims[3] = {2, 1, 1};
+    struct tr_tensor t = tr_test_tensor(TR_DTYPE_F32, ndims[i], shapes[i]);
+    tr_test_randn(&t, seed, 1.0);
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_write(path, 1, &names[i], &t, &e), TR_OK);
+    tr_test_tensor_free(&t);
+}
+
+static void test_load_directory(void **state) {
+    char dir[600], sub[700], p[3][800];
+    snprintf(dir, sizeof dir, "%s/test_weights_dir_%d", TR_BINARY_DIR, (int)getpid());
+    snprintf(sub, sizeof sub, "%s/vae", dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    snprintf(p[0], sizeof p[0], "%s/a.safetensors", dir);
+    snprintf(p[1], sizeof p[1], "%s/b.safetensors", sub);
+    snprintf(p[2], sizeof p[2], "%s/c.safetensors", sub);
+    struct tr_error e = {0};
+    { /* two tensors in one file */
+        const int64_t *shapes[2] = {shape_w, shape_b};
+        const int ndims[2] = {2, 1};
+        struct tr_tensor ts[2];
+        for (int i = 0; i < 2; i++) {
+            ts[i] = tr_test_tensor(TR_DTYPE_F32, ndims[i], shapes[i]);
+            tr_test_randn(&ts[i], 80 + (uint64_t)i, 1.0);
+        }
+        assert_int_equal(tr_safetensors_write(p[0], 2, names, ts, &e), TR_OK);
+        for (int i = 0; i < 2; i++) tr_test_tensor_free(&ts[i]);
+    }
+    write_one(p[1], 2, 90);
+    const int fwd[3] = {0, 1, 2};
+    struct tr_graph *g = make_graph(fwd, TR_DTYPE_F32);
+    struct tr_weights *w = NULL;
+    assert_int_equal(tr_weights_load(g, dir, &w, &e), TR_OK);
+    struct tr_safetensors *st;
+    struct tr_tensor src, got = bound(g, names[2]);
+    assert_int_equal(tr_safetensors_open(p[1], &st, &e), TR_OK);
+    assert_int_equal(tr_safetensors_get(st, names[2], &src, &e), TR_OK);
+    assert_memory_equal(got.data, src.data, tr_tensor_nbytes(&got));
+    tr_safetensors_close(st);
+    tr_weights_free(w);
+    tr_graph_free(g);
+    write_one(p[2], 2, 91); /* layer.norm.weight in two files */
+    g = make_graph(fwd, TR_DTYPE_F32);
+    assert_int_equal(tr_weights_load(g, dir, &w, &e), TR_ERR_INVALID);
+    tr_assert_msg_has(&e, "'layer.norm.weight' is in both");
+    tr_graph_free(g);
+    for (int i = 0; i < 3; i++) remove(p[i]);
+    g = make_graph(fwd, TR_DTYPE_F32);
+    assert_int_equal(tr_weights_load(g, dir, &w, &e), TR_ERR_NOT_FOUND);
+    tr_assert_msg_has(&e, "no .safetensors file in");
+    tr_graph_free(g);
+    rmdir(sub);
+    rmdir(dir);
+}
+
 static void expect_load_error(enum tr_dtype graph_dt, int status, const char *tensor) {
     const int fwd[3] = {0, 1, 2};
     struct tr_graph *g = make_graph(fwd, graph_dt);
@@ -326,6 +387,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_load_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_load_fresh, setup, teardown),
         cmocka_unit_test_setup_teardown(test_load_without_base_prefix, setup, teardown),
+        cmocka_unit_test(test_load_directory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -72,6 +72,7 @@ struct tr_graph {
     int scope_len;
     int scope_stack[SCOPE_DEPTH_MAX];
     int scope_depth;
+    int instance;        /* tr_graph_set_instance */
 
     struct tr_error err; /* the first builder error */
 };
@@ -215,6 +216,16 @@ static int scoped_name(const struct tr_graph *g, const char *name, char out[TR_N
     return n >= 0 && n < TR_NAME_MAX ? TR_OK : TR_ERR_INVALID;
 }
 
+/* The scoped name of a node that is not a PARAM: in an instance k > 0, "name@k", so a
+ * block built again names its nodes apart while its PARAMs are shared. */
+static int node_name(const struct tr_graph *g, const char *name, char out[TR_NAME_MAX]) {
+    if (scoped_name(g, name, out) != TR_OK) return TR_ERR_INVALID;
+    if (g->instance <= 0) return TR_OK;
+    size_t len = strlen(out);
+    int n = snprintf(out + len, TR_NAME_MAX - len, "@%d", g->instance);
+    return n >= 0 && (size_t)n < TR_NAME_MAX - len ? TR_OK : TR_ERR_INVALID;
+}
+
 static void auto_name(const struct tr_graph *g, int op, int id, char out[TR_NAME_MAX]) {
     char base[48];
     snprintf(base, sizeof base, "%s_%d", tr_op_name(op), id);
@@ -230,7 +241,7 @@ static int resolve_name(struct tr_graph *g, int op, int id, const char *name, ch
         auto_name(g, op, id, out);
         return TR_OK;
     }
-    if (scoped_name(g, name, out) != TR_OK)
+    if ((op == TR_OP_PARAM ? scoped_name(g, name, out) : node_name(g, name, out)) != TR_OK)
         return graph_fail(g, TR_ERR_INVALID, "node %d %s: name '%s%s%s' is longer than %d characters", id,
                           tr_op_name(op), g->scope, g->scope_len ? "." : "", name, TR_NAME_MAX - 1);
     int other = index_lookup(g, out);
@@ -331,7 +342,28 @@ int tr_param(struct tr_graph *g, const char *name, enum tr_dtype dt, int ndim, c
     memset(&a, 0, sizeof a);
     a.floats[0] = init_mean;
     a.floats[1] = init_std;
+    char full[TR_NAME_MAX];
+    int other = g->instance > 0 && name && name[0] && scoped_name(g, name, full) == TR_OK ? index_lookup(g, full) : -1;
+    if (other >= 0) { /* an instance declares its block's PARAMs again: the same ones */
+        const struct tr_node *o = &g->nodes[other];
+        if (o->op == TR_OP_PARAM && o->dtype == (int)dt && tr_shape_equal(o->ndim, o->shape, ndim, shape) &&
+            o->attrs.floats[0] == init_mean && o->attrs.floats[1] == init_std)
+            return other;
+        char a1[96], a2[96];
+        graph_fail(g, TR_ERR_INVALID, "instance %d: param '%s' %s%s is declared before as %s %s%s", g->instance, full,
+                   tr_dtype_name(dt), tr_shape_str(ndim, shape, a1, sizeof a1), tr_op_name(o->op),
+                   tr_dtype_name((enum tr_dtype)o->dtype), tr_shape_str(o->ndim, o->shape, a2, sizeof a2));
+        return -1;
+    }
     return add_leaf(g, TR_OP_PARAM, name, dt, ndim, shape, &a, NULL);
+}
+
+int tr_graph_set_instance(struct tr_graph *g, int k) {
+    if (!g) return TR_ERR_INVALID;
+    if (g->err.status) return g->err.status;
+    if (k < 0) return graph_fail(g, TR_ERR_INVALID, "tr_graph_set_instance: %d, expected >= 0", k);
+    g->instance = k;
+    return TR_OK;
 }
 
 int tr_param_set_fresh(struct tr_graph *g, int id) {
@@ -642,7 +674,7 @@ int tr_graph_set_name(struct tr_graph *g, int id, const char *name) {
         return graph_fail(g, TR_ERR_INVALID, "node %d %s '%s': set_name with an empty name", id, tr_op_name(n->op),
                           n->name);
     char full[TR_NAME_MAX];
-    if (scoped_name(g, name, full))
+    if (n->op == TR_OP_PARAM ? scoped_name(g, name, full) : node_name(g, name, full))
         return graph_fail(g, TR_ERR_INVALID, "node %d %s '%s': name '%s%s%s' is longer than %d characters", id,
                           tr_op_name(n->op), n->name, g->scope, g->scope_len ? "." : "", name, TR_NAME_MAX - 1);
     int other = index_lookup(g, full);

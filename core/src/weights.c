@@ -1,6 +1,9 @@
 /* Weights: one host buffer per PARAM, made from a seed or read from a safetensors file,
  * bound to the graph so every backend compiled from it sees the same bytes. */
+#include <dirent.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -185,20 +188,107 @@ int tr_weights_load(struct tr_graph *g, const char *path, struct tr_weights **ou
     return tr_weights_load_seeded(g, path, 0, out, err);
 }
 
+/* The files a path names: itself, or for a directory (a diffusers pipeline's layout:
+ * unet/diffusion_pytorch_model.safetensors, vae/..., text_encoder/model.safetensors) every
+ * *.safetensors in it and in its immediate subdirectories, in name order. */
+#define MAX_FILES 16
+struct files {
+    int n;
+    char path[MAX_FILES][TR_WEIGHTS_PATH_MAX];
+    struct tr_safetensors *st[MAX_FILES];
+};
+
+static int by_path(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
+
+static int is_safetensors(const char *name) {
+    size_t n = strlen(name);
+    return n > 12 && strcmp(name + n - 12, ".safetensors") == 0;
+}
+
+static int collect(const char *dir, int depth, struct files *f, struct tr_error *err) {
+    DIR *d = opendir(dir);
+    if (!d) return tr_error_set(err, TR_ERR_IO, "cannot read the directory '%s'", dir);
+    struct dirent *e;
+    int rc = TR_OK;
+    while (!rc && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char p[TR_WEIGHTS_PATH_MAX];
+        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p) continue;
+        struct stat sb;
+        if (stat(p, &sb) != 0) continue;
+        if (S_ISDIR(sb.st_mode) && depth == 0) rc = collect(p, 1, f, err);
+        else if (S_ISREG(sb.st_mode) && is_safetensors(e->d_name)) {
+            if (f->n == MAX_FILES)
+                rc = tr_error_set(err, TR_ERR_INVALID, "weights: more than %d .safetensors files under '%s'", MAX_FILES,
+                                  dir);
+            else memcpy(f->path[f->n++], p, sizeof p);
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+static int open_files(const char *path, struct files *f, struct tr_error *err) {
+    memset(f, 0, sizeof *f);
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        int rc = collect(path, 0, f, err);
+        if (rc) return rc;
+        if (f->n == 0) return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: no .safetensors file in '%s' or its "
+                                           "subdirectories", path);
+        qsort(f->path, (size_t)f->n, sizeof f->path[0], by_path);
+    } else {
+        if (strlen(path) >= sizeof f->path[0])
+            return tr_error_set(err, TR_ERR_INVALID, "weights: path '%s' is too long", path);
+        strcpy(f->path[0], path);
+        f->n = 1;
+    }
+    for (int i = 0; i < f->n; i++) {
+        int rc = tr_safetensors_open(f->path[i], &f->st[i], err);
+        if (rc) return rc;
+    }
+    return TR_OK;
+}
+
+static void close_files(struct files *f) {
+    for (int i = 0; i < f->n; i++) tr_safetensors_close(f->st[i]);
+}
+
+/* name in exactly one file (under its name, or bare: get_bare); *which the file. */
+static int find(const struct files *f, const char *name, struct tr_tensor *src, int *which, struct tr_error *err) {
+    *which = -1;
+    for (int i = 0; i < f->n; i++) {
+        struct tr_tensor t;
+        int rc = tr_safetensors_get(f->st[i], name, &t, err);
+        if (rc == TR_ERR_NOT_FOUND) rc = get_bare(f->st[i], name, &t, err);
+        if (rc == TR_ERR_NOT_FOUND) continue;
+        if (rc) return rc;
+        if (*which >= 0)
+            return tr_error_set(err, TR_ERR_INVALID, "weights: '%s' is in both '%s' and '%s'", name, f->path[*which],
+                                f->path[i]);
+        *which = i;
+        *src = t;
+    }
+    return *which >= 0 ? TR_OK : TR_ERR_NOT_FOUND;
+}
+
 int tr_weights_load_seeded(struct tr_graph *g, const char *path, uint64_t seed, struct tr_weights **out,
                            struct tr_error *err) {
     *out = NULL;
     struct tr_weights *w;
     int rc = weights_new(g, &w, err);
     if (rc) return rc;
-    struct tr_safetensors *st = NULL;
-    rc = tr_safetensors_open(path, &st, err);
+    struct files *f = malloc(sizeof *f);
+    if (!f) {
+        tr_weights_free(w);
+        return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
+    }
+    rc = open_files(path, f, err);
     for (int i = 0; i < tr_graph_n_params(g) && !rc; i++) {
-        int id = tr_graph_param(g, i);
+        int id = tr_graph_param(g, i), which;
         const char *name = tr_node_name(g, id);
         struct tr_tensor src, dst = tr_node_tensor(g, id);
-        rc = tr_safetensors_get(st, name, &src, err);
-        if (rc == TR_ERR_NOT_FOUND) rc = get_bare(st, name, &src, err);
+        rc = find(f, name, &src, &which, err);
         if (rc == TR_ERR_NOT_FOUND && tr_param_is_fresh(g, id)) {
             rc = seed_one(w, g, i, seed, err);
             continue;
@@ -206,13 +296,14 @@ int tr_weights_load_seeded(struct tr_graph *g, const char *path, uint64_t seed, 
         if (rc == TR_ERR_NOT_FOUND) {
             char sh[128];
             tr_shape_str(dst.ndim, dst.shape, sh, sizeof sh);
-            rc = tr_error_set(err, TR_ERR_NOT_FOUND, "%s: no tensor '%s' (the graph's parameter %s%s)", path, name,
-                              tr_dtype_name((enum tr_dtype)dst.dtype), sh);
+            rc = tr_error_set(err, TR_ERR_NOT_FOUND, "%s: no tensor '%s' (the graph's parameter %s%s)%s", path, name,
+                              tr_dtype_name((enum tr_dtype)dst.dtype), sh, f->n > 1 ? " in any of its files" : "");
         }
         if (!rc) rc = weights_alloc(w, &dst, &dst.data, err);
-        if (!rc) rc = load_one(&src, &dst, name, path, err);
+        if (!rc) rc = load_one(&src, &dst, name, f->path[which], err);
     }
-    tr_safetensors_close(st);
+    close_files(f);
+    free(f);
     if (!rc) rc = bind_all(g, w, err);
     if (rc) {
         tr_weights_free(w);

@@ -113,13 +113,12 @@ static int encoder_layer(struct tr_graph *g, const struct tr_clip_text_config *c
     return x;
 }
 
-static int clip_build(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err) {
-    const struct tr_clip_text_config *c = config;
+int tr_clip_text_graph(const struct tr_clip_text_config *c, const struct tr_build_opts *o, struct tr_graph *g,
+                       int ids, int *out, struct tr_error *err) {
     int rc = clip_validate(c, o, err);
     if (rc) return rc;
     const enum tr_dtype dt = o->dtype;
-    const int64_t B = o->batch, T = o->seq_len, D = c->hidden_size, bt[2] = {B, T};
-    int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, bt);
+    const int64_t B = o->batch, T = o->seq_len, D = c->hidden_size;
     int32_t *pos_ids = malloc(sizeof(int32_t) * (size_t)T);
     if (!pos_ids) return tr_error_set(err, TR_ERR_NOMEM, "clip_text: no memory for %lld position ids", (long long)T);
     for (int64_t t = 0; t < T; t++) pos_ids[t] = (int32_t)t;
@@ -141,10 +140,19 @@ static int clip_build(const void *config, const struct tr_build_opts *o, struct 
     }
     x = layer_norm(g, x, D, dt, c->layer_norm_eps, "final_layer_norm");
     tr_graph_pop_scope(g);
-    tr_graph_set_output(g, x, "last_hidden_state");
     rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "clip_text");
+    *out = x;
     return TR_OK;
+}
+
+static int clip_build(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err) {
+    const int64_t bt[2] = {o->batch, o->seq_len};
+    int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, bt), h;
+    int rc = tr_clip_text_graph(config, o, g, ids, &h, err);
+    if (rc) return rc;
+    tr_graph_set_output(g, h, "last_hidden_state");
+    return tr_graph_status(g, err);
 }
 
 /* Prompts as CLIP's tokenizer makes them: start, random words, end, end-padding. */

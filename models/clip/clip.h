@@ -37,4 +37,10 @@ struct tr_clip_text_config {
  * tr_clip_prompt_len(b, T) tokens, the start and end included. */
 int64_t tr_clip_prompt_len(int64_t b, int64_t T);
 
+/* The encoder on ids, an existing i32 [B,T] node of g (B = o->batch, T = o->seq_len):
+ * *out gets last_hidden_state [B,T,hidden_size] in o->dtype. Checks c and o as build does. */
+struct tr_graph;
+int tr_clip_text_graph(const struct tr_clip_text_config *c, const struct tr_build_opts *o, struct tr_graph *g,
+                       int ids, int *out, struct tr_error *err);
+
 #endif

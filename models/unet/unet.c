@@ -37,7 +37,7 @@ static const struct tr_model_key unet_keys[] = {
 /* The values of diffusers' config.json for each (sd-v1-4: CompVis/stable-diffusion-v1-4's unet). */
 #define UNET_COMMON .in_channels = 4, .out_channels = 4, .norm_eps = 1e-5, .flip_sin_to_cos = 1, .freq_shift = 0
 static const struct tr_unet_config unet_tiny = {
-    UNET_COMMON, .sample_size = 8, .layers_per_block = 1, .attention_head_dim = 2, .cross_attention_dim = 24,
+    UNET_COMMON, .sample_size = 8, .layers_per_block = 1, .attention_head_dim = 2, .cross_attention_dim = 64,
     .norm_num_groups = 4, .block_out_channels = "16,32", .cross_attention_blocks = "1,0",
 };
 static const struct tr_unet_config unet_small = {
@@ -51,7 +51,7 @@ static const struct tr_unet_config unet_sd = {
 
 static const struct tr_model_preset unet_presets[] = {
     {"tiny", &unet_tiny, "2 blocks 16,32 (cross-attention in the outer), 1 layer each, 2 heads, 4 groups, 8x8 "
-                         "latents, text width 24 (tests)"},
+                         "latents, text width 64 (clip_text tiny's; tests)"},
     {"small", &unet_small, "3 blocks 64,128,256, 1 layer each, 4 heads, 16 groups, 32x32 latents, text width 256 "
                            "(clip_text small's; CPU benchmarks)"},
     {"sd-v1-4", &unet_sd,

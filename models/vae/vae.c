@@ -182,9 +182,9 @@ static int encode(struct net *n, const struct tr_vae_config *c, const int64_t *c
 }
 
 /* post_quant_conv and the decoder: z (B,s,s,L) -> image (B,S,S,out). */
-static int decode(struct net *n, const struct tr_vae_config *c, const int64_t *ch, int nb, int z, int64_t B) {
+static int decode(struct net *n, const struct tr_vae_config *c, const int64_t *ch, int nb, int z, int64_t B,
+                  int64_t S) {
     const int64_t L = c->latent_channels;
-    int64_t S = c->sample_size >> (nb - 1);
     if (c->use_post_quant_conv) z = conv(n, z, L, L, 1, 1, 0, 0, "post_quant_conv");
     tr_graph_push_scope(n->g, "decoder");
     int64_t prev = ch[nb - 1];
@@ -230,8 +230,25 @@ static int vae_build(const void *config, const struct tr_build_opts *o, struct t
     } else {
         tr_graph_set_output(g, moments, "moments");
         int mean = tr_slice(g, moments, 3, 0, L, 1); /* the posterior's mode */
-        tr_graph_set_output(g, decode(&n, c, ch, nb, mean, B), "decoded");
+        tr_graph_set_output(g, decode(&n, c, ch, nb, mean, B, s), "decoded");
     }
+    rc = tr_graph_status(g, err);
+    if (rc) return tr_error_prefix(err, "autoencoder_kl");
+    return TR_OK;
+}
+
+int tr_vae_decode_graph(const struct tr_vae_config *c, const struct tr_build_opts *o, struct tr_graph *g, int z,
+                        int *out, struct tr_error *err) {
+    int64_t ch[TR_VAE_MAX_BLOCKS];
+    int nb;
+    int rc = vae_validate(c, o, ch, &nb, err);
+    if (rc) return rc;
+    const int64_t *sh = tr_node_shape(g, z);
+    if (tr_node_ndim(g, z) != 4 || sh[1] != sh[2] || sh[3] != c->latent_channels)
+        return tr_error_set(err, TR_ERR_SHAPE, "autoencoder_kl: latents of %d dimensions, expected [B,s,s,%lld]",
+                            tr_node_ndim(g, z), (long long)c->latent_channels);
+    struct net n = {g, o->dtype, c->norm_num_groups};
+    *out = decode(&n, c, ch, nb, z, sh[0], sh[1]);
     rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "autoencoder_kl");
     return TR_OK;

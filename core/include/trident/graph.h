@@ -51,6 +51,11 @@ int tr_input(struct tr_graph *g, const char *name, enum tr_dtype dt, int ndim, c
 /* A weight; init: normal(mean, std) when core makes weights from a seed. */
 int tr_param(struct tr_graph *g, const char *name, enum tr_dtype dt, int ndim, const int64_t *shape,
              float init_mean, float init_std);
+/* Building one block again, sharing its weights (Stable Diffusion's UNet at every
+ * denoising step of one graph): k > 0 makes the nodes added after it instance k. A PARAM
+ * declared with the name, dtype, shape and init of an existing one is that PARAM (another
+ * shape is an error); every other explicit name gets the suffix "@k". k = 0 ends it. */
+int tr_graph_set_instance(struct tr_graph *g, int k);
 /* Marks PARAM id as one a checkpoint may not have (LoRA adapters, optimizer state, a
  * cache): when weights are read from a file and it lacks the tensor, the PARAM is made
  * from its init instead of being an error. Stored as the PARAM's attrs.ints[0] = 1. */

@@ -29,7 +29,10 @@ int tr_weights_from_seed(struct tr_graph *g, uint64_t seed, struct tr_weights **
  * header: an error naming the tensor and the file. Tensors in the file that the graph
  * does not use are ignored. A file saved without the model's base prefix (Hugging Face's
  * base_model_prefix: "embeddings.x" for the graph's "text_model.embeddings.x") loads too:
- * a name is looked up without its first component when the file has no name under it. */
+ * a name is looked up without its first component when the file has no name under it.
+ * path may be a directory, as a diffusers pipeline is saved (unet/, vae/, text_encoder/):
+ * every .safetensors in it and its immediate subdirectories, each tensor in exactly one. */
+#define TR_WEIGHTS_PATH_MAX 1024
 int tr_weights_load(struct tr_graph *g, const char *path, struct tr_weights **out, struct tr_error *err);
 
 /* As tr_weights_load, except that a fresh PARAM (tr_param_set_fresh: LoRA adapters,
