@@ -82,6 +82,28 @@ batch = 1
 backends = torch
 weights = $PWD/tests/fixtures/sd_tiny/vae/diffusion_pytorch_model.safetensors" "a checkpoint of another size names the tensor and the shapes" \
   "tensor 'encoder.conv_in.weight' has shape \\[16,3,3,3\\], the graph expects \\[32,3,3,3\\]"
+# Text to image: the tiny parts of a diffusers pipeline's directory, the picture written.
+ini gen.ini "[run]
+model = stable_diffusion
+preset = tiny
+task = generate
+backends = torch, jax
+batch = 1
+seq_len = 16
+steps = 1
+weights = $PWD/tests/fixtures/sd_tiny
+[model]
+num_inference_steps = 2
+[generate]
+image = $tmp/tiny.png"
+expect "generate writes the picture" 0 "wrote $tmp/tiny.png" -- "$bin" run "$tmp/gen.ini"
+if [ -s "$tmp/tiny.png" ] && head -c 8 "$tmp/tiny.png" | od -An -c | grep -q 'P   N   G'; then ok "the picture is a PNG"; else bad "the picture is a PNG"; fi
+rejects genbad.ini "[run]
+model = stable_diffusion
+preset = tiny
+task = generate
+[generate]
+max_length = 8" "generate of a one-graph model names its keys" 'genbad.ini:6: \[generate\] max_length = 8: unknown key for model .stable_diffusion. \(keys: image\)'
 # Every shipped config builds its task graph (the full-size ones too: no weights are made).
 for f in conf/*.ini conf/cpu/*.ini; do
   expect "$f builds" 0 '^# [0-9]+ nodes' -- "$bin" dump "$f"

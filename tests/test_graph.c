@@ -798,6 +798,37 @@ static void test_flops(void **state) {
     tr_graph_free(g);
 }
 
+/* A block built twice: the second instance's PARAMs are the first's, its other named
+ * nodes get "@1"; a PARAM declared again with another shape is refused. */
+static void test_instance(void **state) {
+    (void)state;
+    struct tr_graph *g;
+    struct tr_error e = {0};
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    const int64_t xs[2] = {2, 4}, ws[2] = {4, 4};
+    int x = tr_input(g, "x", TR_DTYPE_F32, 2, xs), ids[2], ys[2];
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(tr_graph_set_instance(g, k), TR_OK);
+        tr_graph_push_scope(g, "dense");
+        ids[k] = tr_param(g, "weight", TR_DTYPE_F32, 2, ws, 0.0f, 0.5f);
+        tr_graph_pop_scope(g);
+        ys[k] = x = tr_matmul(g, x, ids[k], 0, 1);
+        assert_int_equal(tr_graph_set_name(g, x, "dense"), TR_OK);
+    }
+    assert_int_equal(tr_graph_set_instance(g, 0), TR_OK);
+    assert_int_equal(tr_graph_status(g, &e), TR_OK);
+    assert_int_equal(ids[0], ids[1]);
+    assert_int_equal(tr_graph_n_params(g), 1);
+    assert_string_equal(tr_node_name(g, ys[0]), "dense");
+    assert_string_equal(tr_node_name(g, ys[1]), "dense@1");
+    assert_int_equal(tr_graph_set_instance(g, 2), TR_OK);
+    const int64_t other[2] = {4, 8};
+    assert_true(tr_param(g, "dense.weight", TR_DTYPE_F32, 2, other, 0.0f, 0.5f) < 0);
+    assert_int_not_equal(tr_graph_status(g, &e), TR_OK);
+    tr_assert_msg_has(&e, "param 'dense.weight' f32[4,8] is declared before as param f32[4,4]");
+    tr_graph_free(g);
+}
+
 /* The live-set peak: each value freed after its last reader, a reshape sharing its
  * input's memory, outputs kept to the end. Values of 4 KiB (1024 f32): a = x+x, b = a·2,
  * c = reshape(b), d = c+a (a, b die here), e = exp(d) (d dies): at most a, b, d alive. */
@@ -831,6 +862,7 @@ static void test_peak_bytes(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_peak_bytes),
+        cmocka_unit_test(test_instance),
         cmocka_unit_test(test_leaves),          cmocka_unit_test(test_leaf_errors),
         cmocka_unit_test(test_matmul),          cmocka_unit_test(test_matmul_errors),
         cmocka_unit_test(test_binary),          cmocka_unit_test(test_unary),

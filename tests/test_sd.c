@@ -10,7 +10,10 @@
 #include "modelutil.h"
 #include "models.h"
 #include "sd/sd.h"
+#include <png.h>
+#include "trident/bench.h"
 #include "trident/config.h"
+#include "trident/image.h"
 #include "trident/safetensors.h"
 #include "trident/weights.h"
 #include "unet/unet.h"
@@ -18,6 +21,9 @@
 #define UNET_WEIGHTS TR_SOURCE_DIR "/tests/fixtures/sd_tiny/unet/diffusion_pytorch_model.safetensors"
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/sd_tiny_io.safetensors"
 #define HINT " (regenerate with: cd tests/fixtures && python3 make_sd_fixture.py)"
+#define PARTS TR_SOURCE_DIR "/tests/fixtures/sd_tiny"
+#define PIPELINE_IO TR_SOURCE_DIR "/tests/fixtures/sd_pipeline_io.safetensors"
+#define PIPELINE_HINT " (regenerate with: cd tests/fixtures && python3 make_sd_pipeline_fixture.py)"
 
 static const struct tr_model_desc *const M = &tr_model_stable_diffusion;
 #define preset(name) ((const struct tr_sd_config *)tr_test_preset(M, name))
@@ -168,6 +174,98 @@ static void test_step_matches_diffusers_f32(void **state) { step_matches_diffuse
 static void test_step_matches_diffusers_bf16(void **state) { step_matches_diffusers(TR_DTYPE_BF16); }
 static void test_step_matches_diffusers_f16(void **state) { step_matches_diffusers(TR_DTYPE_F16); }
 
+/* A whole text-to-image run (task generate: the text encoder, 4 DDIM steps with guidance
+ * 7.5, the VAE decoder) with the weights of a diffusers pipeline's directory, against
+ * diffusers' StableDiffusionPipeline on the same parts, prompts and initial latents. */
+static void test_generate_matches_pipeline(void **state) {
+    struct tr_safetensors *io = tr_test_open(PIPELINE_IO, PIPELINE_HINT);
+    struct tr_tensor in[2] = {tr_test_io_tensor(io, "input_ids", TR_DTYPE_I32, PIPELINE_HINT),
+                              tr_test_io_tensor(io, "latents", TR_DTYPE_F32, PIPELINE_HINT)};
+    struct tr_sd_config c = *preset("tiny");
+    c.num_inference_steps = 4;
+    const int64_t B = in[1].shape[0], T = in[0].shape[1];
+    struct tr_graph *g = tr_test_model_build(M, &c, TR_TASK_GENERATE, TR_DTYPE_F32, B, T);
+    /* the three parts' parameters, each once: the UNet's shared by its 4 instances */
+    int64_t want = 0;
+    const struct tr_model_desc *parts[3] = {&tr_model_clip_text, &tr_model_unet_2d_condition, &tr_model_autoencoder_kl};
+    for (int i = 0; i < 3; i++) {
+        struct tr_graph *p = tr_test_model_build(parts[i], tr_test_preset(parts[i], "tiny"), TR_TASK_PREDICT,
+                                                 TR_DTYPE_F32, 2, 16);
+        want += tr_test_param_count(p);
+        tr_graph_free(p);
+    }
+    struct tr_graph *enc = tr_test_model_build(&tr_model_autoencoder_kl, tr_test_preset(&tr_model_autoencoder_kl, "tiny"),
+                                               TR_TASK_FIT, TR_DTYPE_F32, 2, 1);
+    want -= tr_test_param_count(enc); /* generate has no VAE encoder */
+    tr_graph_free(enc);
+    assert_int_equal(tr_test_param_count(g), want);
+    struct tr_weights *w = NULL;
+    struct tr_error e = {0};
+    if (tr_weights_load(g, PARTS, &w, &e)) fail_msg("%s", e.msg);
+    tr_test_expect_fixture_outputs(g, in, io, TR_DTYPE_F32, 1, "diffusers' pipeline", PIPELINE_HINT);
+    for (int i = 0; i < 2; i++) tr_test_tensor_free(&in[i]);
+    tr_weights_free(w);
+    tr_graph_free(g);
+    tr_safetensors_close(io);
+}
+
+/* `trident run` of generate with [generate] image: the PNG holds the reference backend's
+ * pictures side by side, each value mapped as diffusers' "pil" output maps it. */
+static void test_generate_writes_png(void **state) {
+    char ini[1024], png[512];
+    snprintf(png, sizeof png, "%s/sd.png", tr_test_dir);
+    snprintf(ini, sizeof ini,
+             "[run]\nmodel = stable_diffusion\npreset = tiny\ntask = generate\nbackends = torch, tf\nbatch = 2\n"
+             "seq_len = 16\nsteps = 1\nwarmup = 1\nweights = %s\n[model]\nnum_inference_steps = 2\n"
+             "[generate]\nimage = %s\n", PARTS, png);
+    struct tr_bench_report rep;
+    tr_test_bench_run(ini, "gen.ini", tr_builtin_models, &rep);
+    png_image pi;
+    memset(&pi, 0, sizeof pi);
+    pi.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_file(&pi, png)) fail_msg("%s: %s", png, pi.message);
+    assert_int_equal(pi.width, 2 * 16);
+    assert_int_equal(pi.height, 16);
+    pi.format = PNG_FORMAT_RGB;
+    static uint8_t px[16 * 32 * 3];
+    assert_true(png_image_finish_read(&pi, NULL, px, 0, NULL));
+    /* the same graph's image on torch, mapped here */
+    struct tr_sd_config c = *preset("tiny");
+    c.num_inference_steps = 2;
+    struct tr_graph *g = tr_test_model_build(M, &c, TR_TASK_GENERATE, TR_DTYPE_F32, 2, 16);
+    struct tr_weights *w = NULL;
+    struct tr_error e = {0};
+    if (tr_weights_load(g, PARTS, &w, &e)) fail_msg("%s", e.msg);
+    struct tr_tensor in[2], out[2];
+    struct tr_build_opts o = {.task = TR_TASK_GENERATE, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 16};
+    for (int i = 0; i < 2; i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
+        in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
+    }
+    assert_int_equal(M->make_inputs(&c, &o, 1234, 2, in, &e), TR_OK); /* the INI's default seed */
+    tr_test_run_backend(&tr_test_backends[0], NULL, g, in, 1, out, NULL);
+    int differ = 0, distinct = 0;
+    for (int64_t b = 0; b < 2; b++)
+        for (int64_t y = 0; y < 16; y++)
+            for (int64_t x = 0; x < 16; x++)
+                for (int64_t ch = 0; ch < 3; ch++) {
+                    uint8_t want = tr_image_pixel(tr_tensor_get_f64(&out[0], ((b * 16 + y) * 16 + x) * 3 + ch));
+                    uint8_t got = px[(y * 32 + b * 16 + x) * 3 + ch];
+                    differ += abs((int)want - (int)got) > 1; /* a last-bit difference may round apart */
+                    distinct += got != px[0];
+                }
+    assert_int_equal(differ, 0);
+    assert_true(distinct > 100);
+    assert_true(tr_image_pixel(-1.0) == 0 && tr_image_pixel(1.0) == 255 && tr_image_pixel(0.0) == 128 &&
+                tr_image_pixel(7.0) == 255 && tr_image_pixel(NAN) == 0);
+    for (int i = 0; i < 2; i++) {
+        tr_test_tensor_free(&in[i]);
+        tr_test_tensor_free(&out[i]);
+    }
+    tr_weights_free(w);
+    tr_graph_free(g);
+}
+
 /* The published config.json of each part over the tiny preset is the sd-v1-4 preset; a
  * [model] key after it still wins; what SD 1.x does not have is refused by its key. */
 static void test_hf_configs(void **state) {
@@ -223,6 +321,8 @@ int main(void) {
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_make_inputs),
         cmocka_unit_test(test_hf_configs),
+        cmocka_unit_test(test_generate_matches_pipeline),
+        cmocka_unit_test(test_generate_writes_png),
         cmocka_unit_test(test_step_matches_diffusers_f32),
         cmocka_unit_test(test_step_matches_diffusers_bf16),
         cmocka_unit_test(test_step_matches_diffusers_f16),

@@ -10,6 +10,7 @@
 #include <time.h>
 #include "trident/bench.h"
 #include "trident/generate.h"
+#include "trident/image.h"
 #include "bench_util.h"
 #include "trident/graph.h"
 #include "trident/kernels.h"
@@ -58,6 +59,23 @@ static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg,
     return TR_OK;
 }
 
+/* [generate] of a model whose generate is one graph (a text-to-image run): only image =
+ * PATH, the PNG of its output "image" (an output: relative to the current directory, as
+ * --json OUT is, not to the INI's). */
+static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
+    for (int i = 0; i < cfg->n_kv; i++) {
+        const struct tr_config_kv *kv = &cfg->kv[i];
+        if (strcmp(kv->section, "generate") != 0) continue;
+        if (strcmp(kv->key, "image") != 0)
+            return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [generate] %s = %s: unknown key for model '%s' "
+                                "(keys: image)", cfg->file, kv->line, kv->key, kv->value, tg->model->name);
+        if (snprintf(tg->image, sizeof tg->image, "%s", kv->value) >= (int)sizeof tg->image || !kv->value[0])
+            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] image = %s: expected a path of 1 to %zu bytes",
+                                cfg->file, kv->line, kv->value, sizeof tg->image - 1);
+    }
+    return TR_OK;
+}
+
 int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,
                         struct tr_task_graph *tg, struct tr_error *err) {
     memset(tg, 0, sizeof *tg);
@@ -83,11 +101,12 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
     rc = tr_model_resolve(m, cfg->preset, cfg, tg->config, err);
     if (rc) goto fail;
     tg->opts = (struct tr_build_opts){.task = task, .dtype = cfg->dtype, .batch = cfg->batch, .seq_len = cfg->seq_len};
-    if (task == TR_TASK_GENERATE) {
+    if (task == TR_TASK_GENERATE && m->generate) {
         rc = build_generate(cfg, tg, err);
         if (rc) goto fail;
         return TR_OK;
     }
+    if (task == TR_TASK_GENERATE && (rc = generate_keys(cfg, tg, err)) != TR_OK) goto fail;
     rc = tr_graph_init(&tg->graph, err);
     if (rc) goto fail;
     rc = m->build(tg->config, &tg->opts, tg->graph, err);
@@ -365,7 +384,9 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
                  tr_shape_str(tr_node_ndim(tg.graph, id), tr_node_shape(tg.graph, id), sh, sizeof sh));
     }
     /* generate: the model's params are its weights graph's (the passes' hold the KV cache too) */
-    struct tr_graph *g = tg.opts.task == TR_TASK_GENERATE ? tg.gen.weights : tg.graph;
+    /* token generation (the model's tr_generate_i) runs two passes; any other task one graph */
+    const int token_gen = tg.opts.task == TR_TASK_GENERATE && tg.model->generate;
+    struct tr_graph *g = token_gen ? tg.gen.weights : tg.graph;
     /* The model's own params come first; fit appends its optimizer states and masters
      * (n_updated - n_trained of them), which are state, not parameters. */
     int n_model = tr_graph_n_params(g);
@@ -393,7 +414,7 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
         fprintf(stderr, "; fit trains %llu of them, with %s of optimizer state and master copies",
                 (unsigned long long)trained, tr_bench_bytes_str(state_bytes, state, sizeof state));
     fputc('\n', stderr);
-    if (tg.opts.task != TR_TASK_GENERATE && cfg->device_type == TR_DEVICE_CPU) {
+    if (!token_gen && cfg->device_type == TR_DEVICE_CPU) {
         rc = check_memory(cfg, &tg, rep->param_bytes + state_bytes, err);
         if (rc) {
             tr_task_graph_free(&tg);
@@ -405,7 +426,7 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
         tr_task_graph_free(&tg);
         return tr_error_prefix(err, "%s: [run] device = %s", cfg->file, cfg->device);
     }
-    if (tg.opts.task == TR_TASK_GENERATE) {
+    if (token_gen) {
         rc = tr_generate_bench(cfg, &tg, rep, err);
         tr_task_graph_free(&tg);
         return rc;
@@ -503,6 +524,16 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
                           "(the %s tolerance is %.0e)",
                           disagreements, rep->n_rows, tr_bench_reference_label(rep), bad->label, bad->max_rel_diff,
                           bad->worst_output, rep->dtype, rep->tolerance);
+    if (have_ref && tg.image[0]) { /* the reference backend's pictures */
+        int k = -1;
+        for (int i = 0; i < n_out; i++)
+            if (strcmp(tr_graph_output_name(g, i), "image") == 0) k = i;
+        int irc = k < 0 ? tr_error_set(err, TR_ERR_INVALID, "%s: [generate] image: model '%s' has no output 'image'",
+                                       cfg->file, cfg->model)
+                        : tr_image_write_png(tg.image, &ref[k], err);
+        if (irc) rc = irc;
+        else fprintf(stderr, "trident: wrote %s (%s's output 'image')\n", tg.image, tr_bench_reference_label(rep));
+    }
 done:
     for (int u = 0; fs.snap && u < fs.n; u++) tr_host_free(fs.snap[u]);
     free(fs.snap);

@@ -146,7 +146,7 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
         for (int k = 0; k < r->n_fit_losses; k++) fprintf(f, " %.6f", r->fit_losses[k]);
         fputc('\n', f);
     }
-    if (strcmp(rep->task, "generate") == 0) print_generate(rep, f);
+    if (strcmp(rep->task, "generate") == 0 && rep->gen.max_length > 0) print_generate(rep, f);
     int notes = 0;
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
@@ -191,7 +191,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
     cJSON_AddNumberToObject(root, "threads", rep->threads);
     cJSON_AddStringToObject(root, "omp_wait", rep->omp_wait);
     cJSON_AddStringToObject(root, "omp_wait_set_by", rep->omp_wait_by);
-    if (strcmp(rep->task, "generate") == 0) {
+    if (strcmp(rep->task, "generate") == 0 && rep->gen.max_length > 0) {
         cJSON *g = cJSON_AddObjectToObject(root, "generate");
         cJSON_AddNumberToObject(g, "prompt_len", (double)rep->gen.prompt_len);
         cJSON_AddNumberToObject(g, "max_length", (double)rep->gen.max_length);
@@ -247,7 +247,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
             else cJSON_AddNullToObject(o, "max_rel_diff");
             cJSON_AddStringToObject(o, "worst_output", r->worst_output);
         }
-        if (strcmp(rep->task, "generate") == 0) {
+        if (strcmp(rep->task, "generate") == 0 && rep->gen.max_length > 0) {
             cJSON_AddNumberToObject(o, "prefill_ms", r->prefill_ms);
             cJSON_AddNumberToObject(o, "ms_per_token", r->ms_per_token);
             cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);

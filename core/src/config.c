@@ -376,13 +376,11 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
         struct stat sb;
         if (stat(cfg->weights, &sb) != 0)
             return fail_kv(st, TR_ERR_IO, "run", key, v,
-                           "cannot open %s: %s; expected a safetensors file (a relative path is taken from "
-                           "the INI file's directory), or nothing for weights made from the seed",
+                           "cannot open %s: %s; expected a safetensors file or a directory of them (a "
+                           "relative path is taken from the INI file's directory), or nothing for weights made "
+                           "from the seed",
                            cfg->weights, strerror(errno));
-        if (S_ISDIR(sb.st_mode))
-            return fail_kv(st, TR_ERR_IO, "run", key, v, "%s is a directory; expected a safetensors file",
-                           cfg->weights);
-        return TR_OK;
+        return TR_OK; /* a directory: its .safetensors files and its subdirectories' (weights.h) */
     }
     case RUN_MATH: {
         enum tr_math m;

@@ -254,21 +254,22 @@ static void close_files(struct files *f) {
     for (int i = 0; i < f->n; i++) tr_safetensors_close(f->st[i]);
 }
 
-/* name in exactly one file (under its name, or bare: get_bare); *which the file. */
+/* name in exactly one file: under its name, or where no file has it so, bare (get_bare);
+ * *which the file. */
 static int find(const struct files *f, const char *name, struct tr_tensor *src, int *which, struct tr_error *err) {
     *which = -1;
-    for (int i = 0; i < f->n; i++) {
-        struct tr_tensor t;
-        int rc = tr_safetensors_get(f->st[i], name, &t, err);
-        if (rc == TR_ERR_NOT_FOUND) rc = get_bare(f->st[i], name, &t, err);
-        if (rc == TR_ERR_NOT_FOUND) continue;
-        if (rc) return rc;
-        if (*which >= 0)
-            return tr_error_set(err, TR_ERR_INVALID, "weights: '%s' is in both '%s' and '%s'", name, f->path[*which],
-                                f->path[i]);
-        *which = i;
-        *src = t;
-    }
+    for (int bare = 0; bare < 2 && *which < 0; bare++)
+        for (int i = 0; i < f->n; i++) {
+            struct tr_tensor t;
+            int rc = bare ? get_bare(f->st[i], name, &t, err) : tr_safetensors_get(f->st[i], name, &t, err);
+            if (rc == TR_ERR_NOT_FOUND) continue;
+            if (rc) return rc;
+            if (*which >= 0)
+                return tr_error_set(err, TR_ERR_INVALID, "weights: '%s' is in both '%s' and '%s'", name,
+                                    f->path[*which], f->path[i]);
+            *which = i;
+            *src = t;
+        }
     return *which >= 0 ? TR_OK : TR_ERR_NOT_FOUND;
 }
 

@@ -5,12 +5,16 @@
 #include "models.h"
 #include "sd.h"
 #include "trident/rng.h"
+#include "clip/clip.h"
 #include "unet/unet.h"
+#include "vae/vae.h"
 
 #define KEY_(field, type, lo, hi, doc) {#field, type, offsetof(struct tr_sd_config, field), lo, hi, doc}
 
 static const struct tr_model_key sd_keys[] = {
     KEY_(unet, TR_KEY_STRING, 0, 0, "the UNet: a preset of unet_2d_condition (tiny, small, sd-v1-4)"),
+    KEY_(text_encoder, TR_KEY_STRING, 0, 0, "generate's text encoder: a preset of clip_text"),
+    KEY_(vae, TR_KEY_STRING, 0, 0, "generate's image decoder: a preset of autoencoder_kl"),
     KEY_(num_inference_steps, TR_KEY_INT, 1, 100000, "denoising steps of the schedule"),
     KEY_(step, TR_KEY_INT, 0, 100000, "the step predict runs, 0 (the first, noisiest) to num_inference_steps - 1"),
     KEY_(guidance_scale, TR_KEY_FLOAT, 0, 1e6, "classifier-free guidance: eps_u + scale * (eps_c - eps_u)"),
@@ -24,9 +28,9 @@ static const struct tr_model_key sd_keys[] = {
 /* CompVis/stable-diffusion-v1-4's scheduler_config.json, keras-cv's guidance and steps. */
 #define SD_COMMON .num_inference_steps = 50, .guidance_scale = 7.5, .num_train_timesteps = 1000, \
                   .beta_start = 0.00085, .beta_end = 0.012, .steps_offset = 1
-static const struct tr_sd_config sd_tiny = {SD_COMMON, .unet = "tiny"};
-static const struct tr_sd_config sd_small = {SD_COMMON, .unet = "small"};
-static const struct tr_sd_config sd_v14 = {SD_COMMON, .unet = "sd-v1-4"};
+static const struct tr_sd_config sd_tiny = {SD_COMMON, .unet = "tiny", .text_encoder = "tiny", .vae = "tiny"};
+static const struct tr_sd_config sd_small = {SD_COMMON, .unet = "small", .text_encoder = "small", .vae = "small"};
+static const struct tr_sd_config sd_v14 = {SD_COMMON, .unet = "sd-v1-4", .text_encoder = "sd-v1-4", .vae = "sd-v1-4"};
 
 static const struct tr_model_preset sd_presets[] = {
     {"tiny", &sd_tiny, "unet_2d_condition tiny, 8x8 latents, 50-step DDIM, guidance 7.5 (tests)"},
@@ -35,15 +39,22 @@ static const struct tr_model_preset sd_presets[] = {
                          "guidance 7.5 (the benchmark's row: batch 13, 77 text tokens)"},
 };
 
+static const void *find_preset(const struct tr_model_desc *m, const char *name, size_t cap) {
+    for (int i = 0; i < m->n_presets; i++)
+        if (strncmp(m->presets[i].name, name, cap) == 0) return m->presets[i].config;
+    return NULL;
+}
+
+static int no_preset(const struct tr_model_desc *m, const char *key, const char *value, size_t cap,
+                     struct tr_error *err) {
+    return tr_error_set(err, TR_ERR_NOT_FOUND, "stable_diffusion: %s = '%.*s': not a preset of %s (tiny, small, "
+                        "sd-v1-4)", key, (int)cap - 1, value, m->name);
+}
+
 int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **unet, struct tr_ddim *sched,
                   struct tr_error *err) {
-    *unet = NULL;
-    for (int i = 0; i < tr_model_unet_2d_condition.n_presets; i++)
-        if (strncmp(tr_model_unet_2d_condition.presets[i].name, c->unet, sizeof c->unet) == 0)
-            *unet = tr_model_unet_2d_condition.presets[i].config;
-    if (!*unet)
-        return tr_error_set(err, TR_ERR_NOT_FOUND, "stable_diffusion: unet = '%.*s': not a preset of "
-                            "unet_2d_condition (tiny, small, sd-v1-4)", (int)sizeof c->unet - 1, c->unet);
+    *unet = find_preset(&tr_model_unet_2d_condition, c->unet, sizeof c->unet);
+    if (!*unet) return no_preset(&tr_model_unet_2d_condition, "unet", c->unet, sizeof c->unet, err);
     if (c->step >= c->num_inference_steps)
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: step = %lld, expected 0 to num_inference_steps - 1 "
                             "= %lld", (long long)c->step, (long long)(c->num_inference_steps - 1));
@@ -54,15 +65,115 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
     return TR_OK;
 }
 
+/* generate's text encoder and decoder, and that they fit the UNet. */
+static int sd_parts(const struct tr_sd_config *c, const struct tr_unet_config *u,
+                    const struct tr_clip_text_config **clip, const struct tr_vae_config **vae, struct tr_error *err) {
+    *clip = find_preset(&tr_model_clip_text, c->text_encoder, sizeof c->text_encoder);
+    if (!*clip) return no_preset(&tr_model_clip_text, "text_encoder", c->text_encoder, sizeof c->text_encoder, err);
+    *vae = find_preset(&tr_model_autoencoder_kl, c->vae, sizeof c->vae);
+    if (!*vae) return no_preset(&tr_model_autoencoder_kl, "vae", c->vae, sizeof c->vae, err);
+    if ((*clip)->hidden_size != u->cross_attention_dim)
+        return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: text_encoder %s is %lld wide, unet %s attends to "
+                            "%lld (cross_attention_dim)", c->text_encoder, (long long)(*clip)->hidden_size, c->unet,
+                            (long long)u->cross_attention_dim);
+    if ((*vae)->latent_channels != u->out_channels || u->in_channels != u->out_channels)
+        return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: vae %s decodes %lld latent channels, unet %s makes "
+                            "%lld from %lld", c->vae, (long long)(*vae)->latent_channels, c->unet,
+                            (long long)u->out_channels, (long long)u->in_channels);
+    return TR_OK;
+}
+
 static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o, const struct tr_unet_config **u,
                     struct tr_ddim *s, struct tr_error *err) {
     int rc = tr_sd_resolve(c, u, s, err);
     if (rc) return rc;
-    if (o->task != TR_TASK_PREDICT) {
+    if (o->task != TR_TASK_PREDICT && o->task != TR_TASK_GENERATE) {
         tr_ddim_free(s);
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: task '%s' is not provided (stable_diffusion "
-                            "offers: predict; fit trains the VAE encoder: model = autoencoder_kl)", tr_task_name(o->task));
+                            "offers: predict, generate; fit trains the VAE encoder: model = autoencoder_kl)",
+                            tr_task_name(o->task));
     }
+    return TR_OK;
+}
+
+/* One denoising step on x [B,S,S,C] with the text [2B,T,D]: the UNet on the doubled batch,
+ * guidance, the DDIM update in f32 (c_x is within 1e-3 of 1 late in the schedule, which
+ * bf16 cannot hold). The coefficients are the [1] f32 nodes cx, ce, or, where cx < 0, the
+ * constants kx, ke. *guided gets the guided noise. */
+static int denoise(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
+                   const struct tr_build_opts *o, int x, int t, int text, int cx, int ce, double kx, double ke,
+                   int *guided, struct tr_error *err) {
+    const enum tr_dtype dt = o->dtype;
+    const int64_t B = o->batch, B2 = 2 * B, b2[1] = {B2};
+    const int pair[2] = {x, x};
+    const struct tr_build_opts uo = {TR_TASK_PREDICT, dt, B2, o->seq_len};
+    int eps;
+    int rc = tr_unet_graph(u, &uo, g, tr_concat(g, 2, pair, 0), tr_broadcast(g, t, 1, b2), text, &eps, err);
+    if (rc) return -1;
+    int eu = tr_slice(g, eps, 0, 0, B, 1), ec = tr_slice(g, eps, 0, B, B2, 1);
+    *guided = tr_add(g, eu, tr_scale(g, tr_sub(g, ec, eu), (float)c->guidance_scale, 0.0f));
+    tr_graph_set_name(g, *guided, "guidance");
+    int xf = dt == TR_DTYPE_F32 ? x : tr_cast(g, x, TR_DTYPE_F32);
+    int ef = dt == TR_DTYPE_F32 ? *guided : tr_cast(g, *guided, TR_DTYPE_F32);
+    int prev = cx >= 0 ? tr_add(g, tr_mul(g, xf, cx), tr_mul(g, ef, ce))
+                       : tr_add(g, tr_scale(g, xf, (float)kx, 0.0f), tr_scale(g, ef, (float)ke, 0.0f));
+    return dt == TR_DTYPE_F32 ? prev : tr_cast(g, prev, dt);
+}
+
+static int sd_predict(const struct tr_sd_config *c, const struct tr_unet_config *u, const struct tr_build_opts *o,
+                      struct tr_graph *g, struct tr_error *err) {
+    const enum tr_dtype dt = o->dtype;
+    const int64_t B = o->batch, S = u->sample_size;
+    const int64_t lat[4] = {B, S, S, u->in_channels}, one[1] = {1}, two[1] = {2},
+                  ts[3] = {2 * B, o->seq_len, u->cross_attention_dim};
+    int x = tr_input(g, "latents", dt, 4, lat);
+    int t = tr_input(g, "timestep", TR_DTYPE_F32, 1, one);
+    int text = tr_input(g, "encoder_hidden_states", dt, 3, ts);
+    int coeffs = tr_input(g, "ddim_coeffs", TR_DTYPE_F32, 1, two);
+    int guided;
+    int prev = denoise(g, c, u, o, x, t, text, tr_slice(g, coeffs, 0, 0, 1, 1), tr_slice(g, coeffs, 0, 1, 2, 1), 0, 0,
+                       &guided, err);
+    if (prev < 0 && err->status) return err->status;
+    tr_graph_set_output(g, prev, "prev_sample");
+    tr_graph_set_output(g, guided, "noise_pred");
+    return TR_OK;
+}
+
+/* A whole text-to-image run: the text encoder on the 2B prompts, every step of the
+ * schedule (each an instance of the UNet, sharing its weights; timesteps and coefficients
+ * constants), the latents scaled back and decoded. */
+static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config *u, const struct tr_ddim *s,
+                       const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err) {
+    const struct tr_clip_text_config *clip;
+    const struct tr_vae_config *vae;
+    int rc = sd_parts(c, u, &clip, &vae, err);
+    if (rc) return rc;
+    const enum tr_dtype dt = o->dtype;
+    const int64_t B = o->batch, S = u->sample_size, lat[4] = {B, S, S, u->in_channels}, ids_sh[2] = {2 * B, o->seq_len},
+                  one[1] = {1};
+    int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, ids_sh);
+    int x = tr_input(g, "latents", dt, 4, lat);
+    const struct tr_build_opts to = {TR_TASK_PREDICT, dt, 2 * B, o->seq_len};
+    int text;
+    if ((rc = tr_clip_text_graph(clip, &to, g, ids, &text, err)) != TR_OK) return rc;
+    for (int64_t i = 0; i < s->steps; i++) {
+        int64_t t;
+        double kx, ke;
+        tr_ddim_step(s, i, &t, &kx, &ke);
+        tr_graph_set_instance(g, (int)i);
+        const float tf = (float)t;
+        int guided;
+        x = denoise(g, c, u, o, x, tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, -1, -1, kx, ke, &guided,
+                    err);
+        if (x < 0 && err->status) return err->status;
+    }
+    tr_graph_set_instance(g, 0);
+    int image;
+    const struct tr_build_opts vo = {TR_TASK_PREDICT, dt, B, o->seq_len};
+    rc = tr_vae_decode_graph(vae, &vo, g, tr_scale(g, x, (float)(1.0 / vae->scaling_factor), 0.0f), &image, err);
+    if (rc) return rc;
+    tr_graph_set_output(g, image, "image");
+    tr_graph_set_output(g, x, "denoised_latents");
     return TR_OK;
 }
 
@@ -72,32 +183,34 @@ static int sd_build(const void *config, const struct tr_build_opts *o, struct tr
     struct tr_ddim sched;
     int rc = sd_check(c, o, &u, &sched, err);
     if (rc) return rc;
+    rc = o->task == TR_TASK_GENERATE ? sd_generate(c, u, &sched, o, g, err) : sd_predict(c, u, o, g, err);
     tr_ddim_free(&sched);
-    const enum tr_dtype dt = o->dtype;
-    const int64_t B = o->batch, S = u->sample_size, B2 = 2 * B;
-    const int64_t lat[4] = {B, S, S, u->in_channels}, one[1] = {1}, two[1] = {2}, b2[1] = {B2},
-                  ts[3] = {B2, o->seq_len, u->cross_attention_dim};
-    int x = tr_input(g, "latents", dt, 4, lat);
-    int t = tr_input(g, "timestep", TR_DTYPE_F32, 1, one);
-    int text = tr_input(g, "encoder_hidden_states", dt, 3, ts);
-    int coeffs = tr_input(g, "ddim_coeffs", TR_DTYPE_F32, 1, two);
-    const int pair[2] = {x, x};
-    const struct tr_build_opts uo = {TR_TASK_PREDICT, dt, B2, o->seq_len};
-    int eps;
-    rc = tr_unet_graph(u, &uo, g, tr_concat(g, 2, pair, 0), tr_broadcast(g, t, 1, b2), text, &eps, err);
+    if (!rc) rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "stable_diffusion");
-    int eu = tr_slice(g, eps, 0, 0, B, 1), ec = tr_slice(g, eps, 0, B, B2, 1);
-    int guided = tr_add(g, eu, tr_scale(g, tr_sub(g, ec, eu), (float)c->guidance_scale, 0.0f));
-    tr_graph_set_name(g, guided, "guidance");
-    /* the update in f32: c_x is within 1e-3 of 1 late in the schedule, which bf16 cannot hold */
-    int xf = dt == TR_DTYPE_F32 ? x : tr_cast(g, x, TR_DTYPE_F32);
-    int ef = dt == TR_DTYPE_F32 ? guided : tr_cast(g, guided, TR_DTYPE_F32);
-    int prev = tr_add(g, tr_mul(g, xf, tr_slice(g, coeffs, 0, 0, 1, 1)), tr_mul(g, ef, tr_slice(g, coeffs, 0, 1, 2, 1)));
-    if (dt != TR_DTYPE_F32) prev = tr_cast(g, prev, dt);
-    tr_graph_set_output(g, prev, "prev_sample");
-    tr_graph_set_output(g, guided, "noise_pred");
-    rc = tr_graph_status(g, err);
-    if (rc) return tr_error_prefix(err, "stable_diffusion");
+    return TR_OK;
+}
+
+/* generate: the prompts as CLIP's tokenizer makes them (clip_text's synthetic ones), the
+ * first B of them empty (the negative prompt "": start, then end-padding), as diffusers'
+ * pipeline batches them; the first latents normal(0, 1) (DDIM's initial noise sigma is 1). */
+static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_config *u, const struct tr_build_opts *o,
+                           uint64_t seed, int n, struct tr_tensor *inputs, struct tr_error *err) {
+    const struct tr_clip_text_config *clip;
+    const struct tr_vae_config *vae;
+    int rc = sd_parts(c, u, &clip, &vae, err);
+    if (rc) return rc;
+    if (n != 2)
+        return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected 2 (input_ids, latents)", n);
+    const int64_t B = o->batch, T = o->seq_len, S = u->sample_size, lat[4] = {B, S, S, u->in_channels};
+    const struct tr_build_opts to = {TR_TASK_PREDICT, o->dtype, 2 * B, T};
+    if ((rc = tr_model_clip_text.make_inputs(clip, &to, seed, 1, &inputs[0], err)) != TR_OK) return rc;
+    if ((rc = tr_model_check_input("stable_diffusion", &inputs[1], "latents", o->dtype, 4, lat, err)) != TR_OK)
+        return rc;
+    int32_t *ids = inputs[0].data;
+    for (int64_t i = 0; i < B * T; i++) ids[i] = (int32_t)(clip->vocab_size - (i % T == 0 ? 2 : 1));
+    const uint64_t key = tr_hash_str("latents");
+    for (int64_t i = 0; i < tr_tensor_numel(&inputs[1]); i++)
+        tr_tensor_set_f64(&inputs[1], i, tr_rng_normal(seed, key, (uint64_t)i));
     return TR_OK;
 }
 
@@ -112,6 +225,7 @@ static int sd_make_inputs(const void *config, const struct tr_build_opts *o, uin
     double cx, ce;
     tr_ddim_step(&sched, c->step, &t, &cx, &ce);
     tr_ddim_free(&sched);
+    if (o->task == TR_TASK_GENERATE) return generate_inputs(c, u, o, seed, n, inputs, err);
     if (n != 4)
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected 4 (latents, timestep, "
                             "encoder_hidden_states, ddim_coeffs)", n);
@@ -141,7 +255,7 @@ const struct tr_model_desc tr_model_stable_diffusion = {
     .description = "Stable Diffusion's denoising step: the UNet on 2B, classifier-free guidance, DDIM (NHWC)",
     .config_size = sizeof(struct tr_sd_config),
     TR_MODEL_TABLES(sd_keys, sd_presets),
-    .tasks = 1u << TR_TASK_PREDICT,
+    .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_GENERATE,
     .build = sd_build,
     .make_inputs = sd_make_inputs,
 };

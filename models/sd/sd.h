@@ -15,6 +15,14 @@
  * The text encoder runs once per prompt batch, outside the step: `model = clip_text`
  * times it on its own. make_inputs draws latents and text from normal(0, 1) and takes the
  * timestep and coefficients of step `step` of the schedule.
+ *
+ *   generate inputs   input_ids i32 [2B,T] (the negative prompts, then the positive), latents
+ *                     [B,S,S,4] (the initial noise)
+ *            outputs  image [B,8S,8S,3] in [-1,1] (the VAE decoder on latents/scaling_factor;
+ *                     [generate] image = out.png writes it), denoised_latents
+ * One graph: the text encoder, then all num_inference_steps steps, each an instance of the
+ * UNet (tr_graph_set_instance: the weights shared), then the decoder. Weights: a diffusers
+ * pipeline's directory ([run] weights = sd-v1-4/, its unet/, vae/, text_encoder/).
  */
 #ifndef TRIDENT_MODELS_SD_H
 #define TRIDENT_MODELS_SD_H
@@ -25,6 +33,8 @@
 
 struct tr_sd_config {
     char unet[64];                  /* the unet_2d_condition preset */
+    char text_encoder[64];          /* generate: the clip_text preset */
+    char vae[64];                   /* generate: the autoencoder_kl preset (its decoder) */
     int64_t num_inference_steps;    /* the schedule's length (50 in the benchmark) */
     int64_t step;                   /* which of them predict runs (0: the first) */
     double guidance_scale;          /* 7.5 */

@@ -115,7 +115,8 @@ struct tr_task_graph {
     struct tr_train_config train_cfg;   /* fit only */
     struct tr_train_step train;         /* fit only: the step's nodes */
     struct tr_generate_config gen_cfg;  /* generate only: [generate] */
-    struct tr_generate_graphs gen;      /* generate only: gen.prefill is graph */
+    struct tr_generate_graphs gen;      /* token generate only: gen.prefill is graph */
+    char image[TR_CONFIG_PATH];         /* one-graph generate: [generate] image, "" none */
 };
 
 int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,

@@ -1,0 +1,24 @@
+/* trident — pictures out of a graph: a [B,H,W,C] float tensor of values in [-1, 1] (a VAE
+ * decoder's, as diffusers' pipelines make them) written as one 8-bit PNG, the B images side
+ * by side. Each value v becomes round(255·clamp((v + 1)/2, 0, 1)), diffusers' "pil"
+ * output. C is 1 (grey), 3 (RGB) or 4 (RGBA). */
+#ifndef TRIDENT_IMAGE_H
+#define TRIDENT_IMAGE_H
+
+#include <stdint.h>
+#include "trident/status.h"
+#include "trident/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The 8-bit value of v as written. */
+uint8_t tr_image_pixel(double v);
+int tr_image_write_png(const char *path, const struct tr_tensor *img, struct tr_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,49 @@
+/* Decoded pictures as PNG files (image.h), through libpng's simplified API. */
+#include <math.h>
+#include <png.h>
+#include <stdlib.h>
+#include <string.h>
+#include "trident/image.h"
+
+uint8_t tr_image_pixel(double v) {
+    double x = (v + 1.0) * 0.5;
+    x = x < 0.0 ? 0.0 : x > 1.0 ? 1.0 : x; /* NaN: 0 (the comparisons fail, then clamp below) */
+    if (!(x >= 0.0)) x = 0.0;
+    return (uint8_t)lrint(255.0 * x);
+}
+
+int tr_image_write_png(const char *path, const struct tr_tensor *img, struct tr_error *err) {
+    if (!path || !img || !img->data)
+        return tr_error_set(err, TR_ERR_INVALID, "image: NULL path or tensor");
+    if (img->ndim != 4 || (img->shape[3] != 1 && img->shape[3] != 3 && img->shape[3] != 4) || img->shape[0] < 1 ||
+        img->shape[1] < 1 || img->shape[2] < 1 || img->shape[1] > 65535 || img->shape[0] * img->shape[2] > 65535) {
+        char sh[96];
+        return tr_error_set(err, TR_ERR_SHAPE, "image '%s': %s, expected [B,H,W,C] with C 1, 3 or 4 and B·W, H at "
+                            "most 65535", path, tr_shape_str(img->ndim, img->shape, sh, sizeof sh));
+    }
+    const int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2], C = img->shape[3];
+    const size_t stride = (size_t)(B * W * C);
+    uint8_t *px = malloc(stride * (size_t)H);
+    if (!px) return tr_error_set(err, TR_ERR_NOMEM, "image '%s': no memory for %lld x %lld pixels", path,
+                                 (long long)(B * W), (long long)H);
+    for (int64_t b = 0; b < B; b++) /* image b at columns b·W .. */
+        for (int64_t y = 0; y < H; y++)
+            for (int64_t x = 0; x < W; x++)
+                for (int64_t c = 0; c < C; c++)
+                    px[(size_t)y * stride + (size_t)((b * W + x) * C + c)] =
+                        tr_image_pixel(tr_tensor_get_f64(img, ((b * H + y) * W + x) * C + c));
+    png_image pi;
+    memset(&pi, 0, sizeof pi);
+    pi.version = PNG_IMAGE_VERSION;
+    pi.width = (png_uint_32)(B * W);
+    pi.height = (png_uint_32)H;
+    pi.format = C == 1 ? PNG_FORMAT_GRAY : C == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_RGBA;
+    int ok = png_image_write_to_file(&pi, path, 0, px, (png_int_32)stride, NULL);
+    free(px);
+    if (!ok) {
+        int rc = tr_error_set(err, TR_ERR_IO, "image '%s': cannot write the PNG (%s)", path, pi.message);
+        png_image_free(&pi);
+        return rc;
+    }
+    return TR_OK;
+}
