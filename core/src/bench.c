@@ -314,7 +314,8 @@ static double tolerance_of(enum tr_dtype dt, enum tr_math math) {
 
 /* Before any weight is made: the params (and optimizer state), the inputs, the reference
  * and result copies of the outputs, and the activations at their peak (tr_graph_peak_bytes:
- * what a planned executor holds; one backend runs at a time) against MemAvailable. */
+ * what a planned executor holds; one backend runs at a time), against MemAvailable on the
+ * cpu; on cuda said only (no device to ask yet; the backend allocates and refuses). */
 static int check_memory(const struct tr_config *cfg, const struct tr_task_graph *tg, uint64_t params,
                         struct tr_error *err) {
     const struct tr_graph *g = tg->graph;
@@ -332,10 +333,13 @@ static int check_memory(const struct tr_config *cfg, const struct tr_task_graph 
     int rc = tr_host_mem_available(&avail, err);
     if (rc) return rc;
     char h[4][32];
-    fprintf(stderr, "trident: batch %lld needs about %s of memory (parameters %s, activations at their peak %s); %s "
-            "available\n", (long long)cfg->batch, tr_bench_bytes_str(need, h[0], 32), tr_bench_bytes_str(params, h[1], 32),
-            tr_bench_bytes_str(act, h[2], 32), tr_bench_bytes_str(avail, h[3], 32));
-    if (need > avail)
+    const int on_cpu = cfg->device_type == TR_DEVICE_CPU;
+    fprintf(stderr, "trident: batch %lld needs about %s of %s memory (parameters %s, activations at their peak %s); %s%s\n",
+            (long long)cfg->batch, tr_bench_bytes_str(need, h[0], 32), on_cpu ? "host" : "device",
+            tr_bench_bytes_str(params, h[1], 32), tr_bench_bytes_str(act, h[2], 32),
+            on_cpu ? tr_bench_bytes_str(avail, h[3], 32) : "the device's own is checked by the backend",
+            on_cpu ? " available" : "");
+    if (on_cpu && need > avail)
         return tr_error_set(err, TR_ERR_NOMEM,
                             "%s: %s/%s %s at batch %lld does not fit: it needs about %llu bytes (%.2f GiB: parameters "
                             "%.2f, inputs and outputs %.2f, activations at their peak %.2f) and %llu bytes (%.2f GiB) "
@@ -414,7 +418,7 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
         fprintf(stderr, "; fit trains %llu of them, with %s of optimizer state and master copies",
                 (unsigned long long)trained, tr_bench_bytes_str(state_bytes, state, sizeof state));
     fputc('\n', stderr);
-    if (!token_gen && cfg->device_type == TR_DEVICE_CPU) {
+    if (!token_gen) {
         rc = check_memory(cfg, &tg, rep->param_bytes + state_bytes, err);
         if (rc) {
             tr_task_graph_free(&tg);
