@@ -9,6 +9,7 @@
  *                               im2col would run: "of GEMM" is the convolution's share of
  *                               that rate (--size is ignored)
  *   --size N                    default 2048 for matmul, 512 for attention
+ *   --head-dim D                attention's D (default 64; SD's UNet has 40, 80, 160)
  *   --dtype f32|bf16|all        default all
  *   --reps R                    timed runs after one warm-up (default 10); the median is shown
  *
@@ -35,8 +36,8 @@ static int cmp_double(const void *a, const void *b) {
 
 static int usage(const char *why) {
     if (why) fprintf(stderr, "trident bench-kernels: %s\n", why);
-    fprintf(stderr, "usage: trident bench-kernels [--op matmul|attention|conv2d|all] [--size N] [--dtype f32|bf16|all] "
-                    "[--reps R]\n");
+    fprintf(stderr, "usage: trident bench-kernels [--op matmul|attention|conv2d|all] [--size N] [--head-dim D] "
+                    "[--dtype f32|bf16|all] [--reps R]\n");
     return 2;
 }
 
@@ -127,7 +128,8 @@ static int bench_conv(struct tr_kernels *k, enum tr_dtype dt, int reps, struct t
 }
 
 /* One row of the table: warm-up, reps timed runs, median. */
-static int bench_one(struct tr_kernels *k, int op, enum tr_dtype dt, int64_t n, int reps, struct tr_error *err) {
+static int bench_one(struct tr_kernels *k, int op, enum tr_dtype dt, int64_t n, int64_t hd, int reps,
+                     struct tr_error *err) {
     struct tr_tensor t[4];
     memset(t, 0, sizeof t);
     int rc = TR_OK, nt;
@@ -140,9 +142,9 @@ static int bench_one(struct tr_kernels *k, int op, enum tr_dtype dt, int64_t n, 
         flops = 2.0 * (double)n * (double)n * (double)n;
     } else {
         nt = 4;
-        const int64_t shape[4] = {1, 12, n, 64};
+        const int64_t shape[4] = {1, 12, n, hd};
         for (int i = 0; i < 4 && !rc; i++) rc = make_tensor(k, &t[i], dt, 4, shape, 10 + (uint64_t)i, err);
-        flops = 4.0 * 12.0 * (double)n * (double)n * 64.0;
+        flops = 4.0 * 12.0 * (double)n * (double)n * (double)hd;
     }
     double *times = calloc((size_t)reps, sizeof(double));
     if (!times && !rc) rc = tr_error_set(err, TR_ERR_NOMEM, "bench-kernels: no memory for %d timings", reps);
@@ -158,7 +160,7 @@ static int bench_one(struct tr_kernels *k, int op, enum tr_dtype dt, int64_t n, 
         double med = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
         char shape[64];
         if (op == TR_OP_MATMUL) snprintf(shape, sizeof shape, "%lld^3", (long long)n);
-        else snprintf(shape, sizeof shape, "1x12x%lldx64", (long long)n);
+        else snprintf(shape, sizeof shape, "1x12x%lldx%lld", (long long)n, (long long)hd);
         printf("%-10s %-5s %-14s %5d %11.3f %11.3f %9.1f\n", tr_op_name(op), tr_dtype_name(dt), shape, reps, med * 1e3,
                times[0] * 1e3, flops / med * 1e-9);
     }
@@ -169,7 +171,7 @@ static int bench_one(struct tr_kernels *k, int op, enum tr_dtype dt, int64_t n, 
 }
 
 int tr_cli_bench_kernels(int argc, char **argv) {
-    int64_t size = 0;
+    int64_t size = 0, head_dim = 64;
     int reps = 10, want_mm = 1, want_attn = 0, want_conv = 0;
     int dts[2] = {1, 1}; /* f32, bf16 */
     for (int i = 0; i < argc; i++) {
@@ -184,6 +186,9 @@ int tr_cli_bench_kernels(int argc, char **argv) {
         if (strcmp(a, "--size") == 0) {
             size = strtoll(v, &end, 10);
             if (*end || size < 1 || size > 65536) return usage("--size wants an integer in 1..65536");
+        } else if (strcmp(a, "--head-dim") == 0) {
+            head_dim = strtoll(v, &end, 10);
+            if (*end || head_dim < 1 || head_dim > 1024) return usage("--head-dim wants an integer in 1..1024");
         } else if (strcmp(a, "--reps") == 0) {
             long r = strtol(v, &end, 10);
             if (*end || r < 1 || r > 100000) return usage("--reps wants an integer in 1..100000");
@@ -227,7 +232,7 @@ int tr_cli_bench_kernels(int argc, char **argv) {
         int64_t n = size ? size : (o == 0 ? 2048 : 512);
         for (int d = 0; d < 2 && !rc; d++) {
             if (!dts[d]) continue;
-            if (bench_one(k, op, dtv[d], n, reps, &err)) {
+            if (bench_one(k, op, dtv[d], n, head_dim, reps, &err)) {
                 fprintf(stderr, "trident bench-kernels: %s %s: %s\n", tr_op_name(op), tr_dtype_name(dtv[d]), err.msg);
                 rc = 1;
             }

@@ -58,7 +58,7 @@ static void check_scores(const char *name, scores_fn fn, int rows) {
 
 /* acc[r][:] += P[r][:nk] · V[:nk][:] for 4 rows (pv4_*) or 1 (pv1), acc starting random */
 static void check_pv(const char *name, pv_fn fn, int rows) {
-    const int64_t Dvs[] = {1, 7, 16, 31, 64, 80, 128}, nks[] = {1, 33, 64};
+    const int64_t Dvs[] = {1, 7, 16, 31, 40, 64, 80, 128}, nks[] = {1, 33, 64}; /* each width's tails */
     for (size_t a = 0; a < sizeof Dvs / sizeof Dvs[0]; a++)
         for (size_t b = 0; b < sizeof nks / sizeof nks[0]; b++) {
             const int64_t Dv = Dvs[a], nk = nks[b];
