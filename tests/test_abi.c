@@ -293,16 +293,6 @@ static void test_host_1_0_runs_plain_graph(void **state) {
     tr_graph_free(s.g);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_next_minor_accepted),
-        cmocka_unit_test(test_old_major_refused),
-        cmocka_unit_test(test_null_vtable_refused),
-        cmocka_unit_test(test_struct_size_short_of_its_claim_refused),
-        cmocka_unit_test(test_scan_gives_reasons),
-        cmocka_unit_test(test_example_options),
-        cmocka_unit_test(test_example_runs_and_counts),
-        cmocka_unit_test(test_host_1_0_runs_plain_graph),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_next_minor_accepted, test_old_major_refused, test_null_vtable_refused,
+             test_struct_size_short_of_its_claim_refused, test_scan_gives_reasons, test_example_options,
+             test_example_runs_and_counts, test_host_1_0_runs_plain_graph)

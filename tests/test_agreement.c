@@ -83,11 +83,4 @@ static void test_bench_all_agree(void **state) {
     assert_string_equal(rep.rows[1].stats.mode, "reduce-overhead");
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_f32),
-        cmocka_unit_test(test_bf16),
-        cmocka_unit_test(test_bench_all_agree),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_f32, test_bf16, test_bench_all_agree)

@@ -166,12 +166,5 @@ static void test_every_backend(void **state) {
     }
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_helper_rounds_once),
-        cmocka_unit_test(test_graph_stores_resolved),
-        cmocka_unit_test(test_kernels_direct),
-        cmocka_unit_test(test_every_backend),
-    };
-    return cmocka_run_group_tests(tests, tr_test_kernels_dir_setup, tr_test_kernels_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_kernels_dir_setup, tr_test_kernels_dir_teardown, test_helper_rounds_once,
+             test_graph_stores_resolved, test_kernels_direct, test_every_backend)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <cmocka.h>
+#include "testutil.h"
 #include "trident/rng.h"
 #include "../plugins/kernels/cpu/attention_tiles.h"
 
@@ -101,10 +102,4 @@ static void test_pv(void **state) {
     check_pv("pv1", pv1, 1);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_scores),
-        cmocka_unit_test(test_pv),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_scores, test_pv)

@@ -568,26 +568,7 @@ static void test_infer_training_ops(void **state) {
     tr_graph_free(g);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_binary_broadcast),
-        cmocka_unit_test(test_unaries),
-        cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_softmax_layer_norm),
-        cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_embedding),
-        cmocka_unit_test(test_layout),
-        cmocka_unit_test(test_update_slice),
-        cmocka_unit_test(test_reductions),
-        cmocka_unit_test(test_losses),
-        cmocka_unit_test(test_mlp),
-        cmocka_unit_test(test_bert_block),
-        cmocka_unit_test(test_checker_catches_wrong_rule),
-        cmocka_unit_test(test_frozen_params),
-        cmocka_unit_test(test_unreached_wrt_gets_zeros),
-        cmocka_unit_test(test_no_rule_is_an_error),
-        cmocka_unit_test(test_low_precision_graph_builds),
-        cmocka_unit_test(test_infer_training_ops),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_binary_broadcast, test_unaries, test_matmul, test_softmax_layer_norm, test_attention,
+             test_embedding, test_layout, test_update_slice, test_reductions, test_losses, test_mlp, test_bert_block,
+             test_checker_catches_wrong_rule, test_frozen_params, test_unreached_wrt_gets_zeros,
+             test_no_rule_is_an_error, test_low_precision_graph_builds, test_infer_training_ops)

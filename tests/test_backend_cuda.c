@@ -413,14 +413,5 @@ static void test_programs_share_params_cuda(void **state) {
     for (int i = 0; i < N_SHARE; i++) share_scenario(&share_cfgs[i], TR_DEVICE_CUDA);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_init_on_cuda),
-        cmocka_unit_test(test_math_on_cpu),
-        cmocka_unit_test(test_cuda_matches_cpu),
-        cmocka_unit_test(test_cuda_updates_reach_host_on_sync),
-        cmocka_unit_test(test_programs_share_params_cpu),
-        cmocka_unit_test(test_programs_share_params_cuda),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_init_on_cuda, test_math_on_cpu, test_cuda_matches_cpu,
+             test_cuda_updates_reach_host_on_sync, test_programs_share_params_cpu, test_programs_share_params_cuda)

@@ -247,13 +247,5 @@ static void test_threads_not_applied(void **state) {
     assert_int_equal(rep.n_rows, 0);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_noisy_rows),
-        cmocka_unit_test(test_host_line),
-        cmocka_unit_test(test_json),
-        cmocka_unit_test(test_host_info),
-        cmocka_unit_test(test_threads_not_applied),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_noisy_rows, test_host_line, test_json, test_host_info,
+             test_threads_not_applied)

@@ -219,16 +219,5 @@ static void test_mask_hides_padding(void **state) {
     tr_graph_free(g);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_param_count_base),
-        cmocka_unit_test(test_names_match_state_dict),
-        cmocka_unit_test(test_interface),
-        cmocka_unit_test(test_config_errors),
-        cmocka_unit_test(test_make_inputs),
-        cmocka_unit_test(test_predict_matches_hf_f32),
-        cmocka_unit_test(test_predict_matches_hf_bf16),
-        cmocka_unit_test(test_mask_hides_padding),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_param_count_base, test_names_match_state_dict, test_interface, test_config_errors,
+             test_make_inputs, test_predict_matches_hf_f32, test_predict_matches_hf_bf16, test_mask_hides_padding)

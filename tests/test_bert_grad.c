@@ -198,9 +198,4 @@ static void test_grads_match_pytorch(void **state) {
     tr_safetensors_close(io);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_grads_match_pytorch),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_grads_match_pytorch)

@@ -641,16 +641,6 @@ static void test_no_allocation_per_call(void **state) {
 #endif
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_identical_f32),
-        cmocka_unit_test(test_identical_bf16),
-        cmocka_unit_test(test_bind_has_no_effect),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_reshape_alias),
-        cmocka_unit_test(test_unbind_frees),
-        cmocka_unit_test(test_fused_bound),
-        cmocka_unit_test(test_no_allocation_per_call),
-    };
-    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
-}
+TR_TEST_MAIN(tr_test_kernels_setup, tr_test_kernels_teardown, test_identical_f32, test_identical_bf16,
+             test_bind_has_no_effect, test_refusals, test_reshape_alias, test_unbind_frees, test_fused_bound,
+             test_no_allocation_per_call)

@@ -166,16 +166,6 @@ static void test_causal(void **state) {
     tr_graph_free(g);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_param_counts),
-        cmocka_unit_test(test_names_match_state_dict),
-        cmocka_unit_test(test_config_errors),
-        cmocka_unit_test(test_make_inputs),
-        cmocka_unit_test(test_predict_matches_hf_f32),
-        cmocka_unit_test(test_predict_matches_hf_bf16),
-        cmocka_unit_test(test_predict_matches_hf_f16),
-        cmocka_unit_test(test_causal),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_counts, test_names_match_state_dict,
+             test_config_errors, test_make_inputs, test_predict_matches_hf_f32, test_predict_matches_hf_bf16,
+             test_predict_matches_hf_f16, test_causal)

@@ -532,27 +532,7 @@ static void test_path_backends(void **state) {
     expect_error("paths3.ini", "[run]\nbackends = a/t.so, a/t.so\n", TR_ERR_INVALID, "paths3.ini:2:", "repeats");
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_good_file),
-        cmocka_unit_test(test_empty_file_keeps_defaults),
-        cmocka_unit_test(test_load_string),
-        cmocka_unit_test(test_unknown_section),
-        cmocka_unit_test(test_unknown_keys),
-        cmocka_unit_test(test_bad_integers),
-        cmocka_unit_test(test_math),
-        cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_bad_names),
-        cmocka_unit_test(test_backends_errors),
-        cmocka_unit_test(test_duplicate_keys),
-        cmocka_unit_test(test_syntax_errors),
-        cmocka_unit_test(test_inline_comments),
-        cmocka_unit_test(test_bom),
-        cmocka_unit_test(test_missing_files),
-        cmocka_unit_test(test_nul_byte),
-        cmocka_unit_test(test_backend_options),
-        cmocka_unit_test(test_path_backends),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_defaults, test_good_file, test_empty_file_keeps_defaults,
+             test_load_string, test_unknown_section, test_unknown_keys, test_bad_integers, test_math, test_threads,
+             test_bad_names, test_backends_errors, test_duplicate_keys, test_syntax_errors, test_inline_comments,
+             test_bom, test_missing_files, test_nul_byte, test_backend_options, test_path_backends)

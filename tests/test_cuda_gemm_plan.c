@@ -187,12 +187,4 @@ static void test_plan_cache(void **state) {
     assert_int_equal(released, 4);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mapping),
-        cmocka_unit_test(test_mapping_refusals),
-        cmocka_unit_test(test_keys_and_alignment),
-        cmocka_unit_test(test_plan_cache),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_mapping, test_mapping_refusals, test_keys_and_alignment, test_plan_cache)

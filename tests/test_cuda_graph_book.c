@@ -373,19 +373,7 @@ static void test_public_entry_points(void **state) {
     tr_kernels_cuda_graphs_free(b);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_capture_once_then_replay),
-        cmocka_unit_test(test_new_shape_with_room_instantiates),
-        cmocka_unit_test(test_full_book_updates_lru_of_same_topology),
-        cmocka_unit_test(test_orphan_is_updated_first),
-        cmocka_unit_test(test_refused_update_instantiates_and_drops),
-        cmocka_unit_test(test_limit_evicts_lru),
-        cmocka_unit_test(test_rebound_step_replaces_its_graph),
-        cmocka_unit_test(test_failed_capture_leaves_nothing),
-        cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_hash),
-        cmocka_unit_test(test_public_entry_points),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_capture_once_then_replay, test_new_shape_with_room_instantiates,
+             test_full_book_updates_lru_of_same_topology, test_orphan_is_updated_first,
+             test_refused_update_instantiates_and_drops, test_limit_evicts_lru, test_rebound_step_replaces_its_graph,
+             test_failed_capture_leaves_nothing, test_bad_arguments, test_hash, test_public_entry_points)

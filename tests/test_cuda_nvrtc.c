@@ -81,11 +81,4 @@ static void test_nvrtc_error(void **state) {
     assert_int_equal(tr_cuda_nvrtc_compile(fused_src, "x.cu", 7, &cubin, &size, NULL, &err), TR_ERR_INVALID);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_nvrtc_sm80),
-        cmocka_unit_test(test_nvrtc_sm90),
-        cmocka_unit_test(test_nvrtc_error),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_nvrtc_sm80, test_nvrtc_sm90, test_nvrtc_error)

@@ -265,16 +265,6 @@ static void test_lora_frozen(void **state) {
     tr_task_graph_free(&tg);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_update_api),
-        cmocka_unit_test(test_update_copied),
-        cmocka_unit_test(test_update_donated),
-        cmocka_unit_test(test_fit_bad_train_key),
-        cmocka_unit_test(test_fit_keras_adam),
-        cmocka_unit_test(test_lora_frozen),
-        cmocka_unit_test(test_fit_bf16_masters),
-        cmocka_unit_test(test_fit_learns_everywhere),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_update_api, test_update_copied, test_update_donated,
+             test_fit_bad_train_key, test_fit_keras_adam, test_lora_frozen, test_fit_bf16_masters,
+             test_fit_learns_everywhere)

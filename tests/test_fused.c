@@ -311,14 +311,6 @@ static void test_embedding_sum_layer_norm_errors(void **state) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) tr_test_tensor_free(all[i]);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bias_residual_layer_norm),
-        cmocka_unit_test(test_bias_residual_layer_norm_errors),
-        cmocka_unit_test(test_scale_mask_softmax),
-        cmocka_unit_test(test_scale_mask_softmax_edges),
-        cmocka_unit_test(test_embedding_sum_layer_norm),
-        cmocka_unit_test(test_embedding_sum_layer_norm_errors),
-    };
-    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
-}
+TR_TEST_MAIN(tr_test_kernels_setup, tr_test_kernels_teardown, test_bias_residual_layer_norm,
+             test_bias_residual_layer_norm_errors, test_scale_mask_softmax, test_scale_mask_softmax_edges,
+             test_embedding_sum_layer_norm, test_embedding_sum_layer_norm_errors)

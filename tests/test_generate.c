@@ -472,22 +472,7 @@ static void test_pick(void **state) {
     tr_test_tensor_free(&l);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_prompt_len),
-        cmocka_unit_test(test_bad_max_length),
-        cmocka_unit_test(test_bad_keys),
-        cmocka_unit_test(test_does_not_fit),
-        cmocka_unit_test(test_pick),
-        cmocka_unit_test(test_cache_state_pass),
-        cmocka_unit_test(test_runner_gemma_greedy),
-        cmocka_unit_test(test_runner_mistral_greedy),
-        cmocka_unit_test(test_runner_gemma_top_k),
-        cmocka_unit_test(test_runner_mistral_bf16),
-        cmocka_unit_test(test_runner_cache_inputs),
-        cmocka_unit_test(test_gemma_matches_hf),
-        cmocka_unit_test(test_mistral_matches_hf),
-        cmocka_unit_test(test_top_k_seeds),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_bad_prompt_len, test_bad_max_length, test_bad_keys, test_does_not_fit, test_pick,
+             test_cache_state_pass, test_runner_gemma_greedy, test_runner_mistral_greedy, test_runner_gemma_top_k,
+             test_runner_mistral_bf16, test_runner_cache_inputs, test_gemma_matches_hf, test_mistral_matches_hf,
+             test_top_k_seeds)

@@ -390,11 +390,5 @@ static void test_attention_backward_dq_dv(void **state) {
     attention_backward_dq_dv(0);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_attention_backward_bert_grads),
-        cmocka_unit_test(test_attention_backward_bert_fit),
-        cmocka_unit_test(test_attention_backward_dq_dv),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_attention_backward_bert_grads,
+             test_attention_backward_bert_fit, test_attention_backward_dq_dv)

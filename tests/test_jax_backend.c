@@ -521,16 +521,5 @@ static void bert_matches_hf(enum tr_dtype dt) {
 static void test_bert_f32(void **state) { bert_matches_hf(TR_DTYPE_F32); }
 static void test_bert_bf16(void **state) { bert_matches_hf(TR_DTYPE_BF16); }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kinds_f32),
-        cmocka_unit_test(test_kinds_bf16),
-        cmocka_unit_test(test_cache),
-        cmocka_unit_test(test_unfused),
-        cmocka_unit_test(test_compiler_errors),
-        cmocka_unit_test(test_plugin),
-        cmocka_unit_test(test_bert_f32),
-        cmocka_unit_test(test_bert_bf16),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_kinds_f32, test_kinds_bf16, test_cache, test_unfused,
+             test_compiler_errors, test_plugin, test_bert_f32, test_bert_bf16)

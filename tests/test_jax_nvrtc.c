@@ -715,23 +715,8 @@ static void test_device_agrees(void **state) {
     device_agrees(&cases[1]);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cache_key),
-        cmocka_unit_test(test_cache_disk),
-        cmocka_unit_test(test_compile_error_keeps_source),
-        cmocka_unit_test(test_long_rows_unfused_on_cuda),
-        cmocka_unit_test(test_every_kind),
-        cmocka_unit_test(test_bert_tiny_predict_f32),
-        cmocka_unit_test(test_bert_tiny_fit_f32),
-        cmocka_unit_test(test_bert_tiny_predict_bf16),
-        cmocka_unit_test(test_bert_tiny_fit_bf16),
-        cmocka_unit_test(test_bert_small_predict_f32),
-        cmocka_unit_test(test_bert_small_fit_f32),
-        cmocka_unit_test(test_no_device),
-        cmocka_unit_test(test_math_mode),
-        cmocka_unit_test(test_module_without_device),
-        cmocka_unit_test(test_device_agrees),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_cache_key, test_cache_disk,
+             test_compile_error_keeps_source, test_long_rows_unfused_on_cuda, test_every_kind,
+             test_bert_tiny_predict_f32, test_bert_tiny_fit_f32, test_bert_tiny_predict_bf16,
+             test_bert_tiny_fit_bf16, test_bert_small_predict_f32, test_bert_small_fit_f32, test_no_device,
+             test_math_mode, test_module_without_device, test_device_agrees)

@@ -720,24 +720,7 @@ static void test_supports(void **state) {
     assert_false(tr_kernels_supports(TR_OP_RESHAPE, TR_DTYPE_COUNT));
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_context),
-        cmocka_unit_test(test_matmul_2d),
-        cmocka_unit_test(test_matmul_batched),
-        cmocka_unit_test(test_matmul_epilogue),
-        cmocka_unit_test(test_matmul_cache_and_errors),
-        cmocka_unit_test(test_unary),
-        cmocka_unit_test(test_binary),
-        cmocka_unit_test(test_softmax),
-        cmocka_unit_test(test_layer_norm),
-        cmocka_unit_test(test_embedding),
-        cmocka_unit_test(test_reduce),
-        cmocka_unit_test(test_cast),
-        cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_attention_errors),
-        cmocka_unit_test(test_run_rejects),
-        cmocka_unit_test(test_supports),
-    };
-    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
-}
+TR_TEST_MAIN(tr_test_kernels_setup, tr_test_kernels_teardown, test_context, test_matmul_2d, test_matmul_batched,
+             test_matmul_epilogue, test_matmul_cache_and_errors, test_unary, test_binary, test_softmax,
+             test_layer_norm, test_embedding, test_reduce, test_cast, test_attention, test_attention_errors,
+             test_run_rejects, test_supports)

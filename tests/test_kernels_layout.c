@@ -342,12 +342,5 @@ static void test_random(void **state) {
     tr_test_tensor_free(&ints);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_transpose),
-        cmocka_unit_test(test_slice_concat_reshape),
-        cmocka_unit_test(test_update_slice),
-        cmocka_unit_test(test_random),
-    };
-    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
-}
+TR_TEST_MAIN(tr_test_kernels_setup, tr_test_kernels_teardown, test_transpose, test_slice_concat_reshape,
+             test_update_slice, test_random)

@@ -414,18 +414,6 @@ static void test_lora_key_errors(void **state) {
     tr_test_build_refused(&tr_model_gemma, &c, TR_TASK_FIT, alpha, 1);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_interface),
-        cmocka_unit_test(test_make_inputs_labels),
-        cmocka_unit_test(test_lora_key_errors),
-        cmocka_unit_test(test_gemma_grads_match_peft),
-        cmocka_unit_test(test_mistral_grads_match_peft),
-        cmocka_unit_test(test_frozen_weights_unchanged),
-        cmocka_unit_test(test_gemma_fit_everywhere),
-        cmocka_unit_test(test_mistral_fit_everywhere),
-        cmocka_unit_test(test_gemma_fit_bf16),
-        cmocka_unit_test(test_mistral_fit_bf16),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_interface, test_make_inputs_labels, test_lora_key_errors,
+             test_gemma_grads_match_peft, test_mistral_grads_match_peft, test_frozen_weights_unchanged,
+             test_gemma_fit_everywhere, test_mistral_fit_everywhere, test_gemma_fit_bf16, test_mistral_fit_bf16)

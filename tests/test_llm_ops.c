@@ -693,21 +693,7 @@ static void test_backends(void **state) {
     assert_int_equal(tr_test_dir_teardown(NULL), 0);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rms_norm),
-        cmocka_unit_test(test_rms_norm_hf_rounding),
-        cmocka_unit_test(test_rms_norm_grads),
-        cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_rope_decode_offset),
-        cmocka_unit_test(test_kernel_errors),
-        cmocka_unit_test(test_hf_parity),
-        cmocka_unit_test(test_grad_rms_norm),
-        cmocka_unit_test(test_grad_rope),
-        cmocka_unit_test(test_grad_decoder_attention),
-        cmocka_unit_test(test_grad_pos_refused),
-        cmocka_unit_test(test_infer),
-        cmocka_unit_test(test_backends),
-    };
-    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
-}
+TR_TEST_MAIN(tr_test_kernels_setup, tr_test_kernels_teardown, test_rms_norm, test_rms_norm_hf_rounding,
+             test_rms_norm_grads, test_rope, test_rope_decode_offset, test_kernel_errors, test_hf_parity,
+             test_grad_rms_norm, test_grad_rope, test_grad_decoder_attention, test_grad_pos_refused, test_infer,
+             test_backends)

@@ -330,11 +330,4 @@ static void test_config_errors(void **state) {
     tr_graph_free(g);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_zero_b_is_base),
-        cmocka_unit_test(test_grads_match_peft),
-        cmocka_unit_test(test_config_errors),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_zero_b_is_base, test_grads_match_peft, test_config_errors)

@@ -111,20 +111,7 @@ static void test_config_errors(void **state) {
     tr_graph_free(g);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_size_7b),
-        cmocka_unit_test(test_preset_is_the_published_config),
-        cmocka_unit_test(test_names_match_state_dict),
-        cmocka_unit_test(test_interface),
-        cmocka_unit_test(test_make_inputs),
-        cmocka_unit_test(test_predict_matches_hf_f32),
-        cmocka_unit_test(test_predict_matches_hf_bf16),
-        cmocka_unit_test(test_sliding_window_applied),
-        cmocka_unit_test(test_kv_cache),
-        cmocka_unit_test(test_greedy_generate_matches_hf),
-        cmocka_unit_test(test_unknown_preset),
-        cmocka_unit_test(test_config_errors),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_size_7b, test_preset_is_the_published_config, test_names_match_state_dict,
+             test_interface, test_make_inputs, test_predict_matches_hf_f32, test_predict_matches_hf_bf16,
+             test_sliding_window_applied, test_kv_cache, test_greedy_generate_matches_hf, test_unknown_preset,
+             test_config_errors)

@@ -231,16 +231,5 @@ static void test_key_str(void **state) {
     assert_string_equal(buf, "2.5");
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tasks),
-        cmocka_unit_test(test_find),
-        cmocka_unit_test(test_preset_copy),
-        cmocka_unit_test(test_overrides),
-        cmocka_unit_test(test_unknown_key),
-        cmocka_unit_test(test_unknown_preset),
-        cmocka_unit_test(test_bad_values),
-        cmocka_unit_test(test_key_str),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_tasks, test_find, test_preset_copy, test_overrides, test_unknown_key,
+             test_unknown_preset, test_bad_values, test_key_str)

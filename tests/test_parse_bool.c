@@ -88,11 +88,4 @@ static void test_backend_option(void **state) {
     tr_plugin_close(p);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_words),
-        cmocka_unit_test(test_ini_section),
-        cmocka_unit_test(test_backend_option),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_words, test_ini_section, test_backend_option)

@@ -449,14 +449,5 @@ static void test_pass_all(void **state) {
     (void)v;
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cse),
-        cmocka_unit_test(test_dce),
-        cmocka_unit_test(test_constfold),
-        cmocka_unit_test(test_simplify_transpose_into_matmul),
-        cmocka_unit_test(test_simplify_identities),
-        cmocka_unit_test(test_pass_all),
-    };
-    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
-}
+TR_TEST_MAIN(tr_test_kernels_setup, tr_test_kernels_teardown, test_cse, test_dce, test_constfold,
+             test_simplify_transpose_into_matmul, test_simplify_identities, test_pass_all)

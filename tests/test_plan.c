@@ -331,14 +331,5 @@ static void test_pir_dead_and_compact(void **state) {
     tr_graph_free(s.g);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plan_random),
-        cmocka_unit_test(test_plan_chain_and_gaps),
-        cmocka_unit_test(test_plan_bad_args),
-        cmocka_unit_test(test_verify_catches_overlap),
-        cmocka_unit_test(test_pir_from_graph),
-        cmocka_unit_test(test_pir_dead_and_compact),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_plan_random, test_plan_chain_and_gaps, test_plan_bad_args, test_verify_catches_overlap,
+             test_pir_from_graph, test_pir_dead_and_compact)

@@ -487,16 +487,5 @@ static void test_new_shape_records_again(void **state) {
     for (int i = 0; i < 3; i++) tr_test_tensor_free(&w[i]);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_small_f32),
-        cmocka_unit_test(test_small_bf16),
-        cmocka_unit_test(test_warmup_steps),
-        cmocka_unit_test(test_replay_errors),
-        cmocka_unit_test(test_options),
-        cmocka_unit_test(test_new_shape_records_again),
-        cmocka_unit_test(test_bert_f32),
-        cmocka_unit_test(test_bert_bf16),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_small_f32, test_small_bf16, test_warmup_steps, test_replay_errors, test_options,
+             test_new_shape_records_again, test_bert_f32, test_bert_bf16)

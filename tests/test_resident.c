@@ -305,14 +305,6 @@ static void test_store_on_cpu_context(void **state) {
     tr_resident_store_free(NULL);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_first_uploads_second_reuses),
-        cmocka_unit_test(test_mismatch_refused_with_names),
-        cmocka_unit_test(test_release_order_and_last_frees),
-        cmocka_unit_test(test_failures_leave_nothing),
-        cmocka_unit_test(test_many_params),
-        cmocka_unit_test(test_store_on_cpu_context),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_first_uploads_second_reuses, test_mismatch_refused_with_names,
+             test_release_order_and_last_frees, test_failures_leave_nothing, test_many_params,
+             test_store_on_cpu_context)

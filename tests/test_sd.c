@@ -314,18 +314,7 @@ static void test_hf_configs(void **state) {
     }
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_scheduler_matches_diffusers),
-        cmocka_unit_test(test_scheduler_errors),
-        cmocka_unit_test(test_config_errors),
-        cmocka_unit_test(test_make_inputs),
-        cmocka_unit_test(test_hf_configs),
-        cmocka_unit_test(test_generate_matches_pipeline),
-        cmocka_unit_test(test_generate_writes_png),
-        cmocka_unit_test(test_step_matches_diffusers_f32),
-        cmocka_unit_test(test_step_matches_diffusers_bf16),
-        cmocka_unit_test(test_step_matches_diffusers_f16),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_scheduler_matches_diffusers, test_scheduler_errors,
+             test_config_errors, test_make_inputs, test_hf_configs, test_generate_matches_pipeline,
+             test_generate_writes_png, test_step_matches_diffusers_f32, test_step_matches_diffusers_bf16,
+             test_step_matches_diffusers_f16)

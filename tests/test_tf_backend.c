@@ -649,25 +649,8 @@ static void test_unsupported_op(void **state) {
     tr_graph_free(g);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_epilogues_f32),
-        cmocka_unit_test(test_gemm_epilogues_bf16),
-        cmocka_unit_test(test_gemm_not_fused),
-        cmocka_unit_test(test_layer_norm_patterns_f32),
-        cmocka_unit_test(test_layer_norm_patterns_bf16),
-        cmocka_unit_test(test_softmax_patterns_f32),
-        cmocka_unit_test(test_softmax_patterns_bf16),
-        cmocka_unit_test(test_attention_pattern),
-        cmocka_unit_test(test_attention_not_fused),
-        cmocka_unit_test(test_embedding_pattern_f32),
-        cmocka_unit_test(test_embedding_pattern_bf16),
-        cmocka_unit_test(test_bert_tiny_f32),
-        cmocka_unit_test(test_bert_tiny_bf16),
-        cmocka_unit_test(test_no_allocation_per_step),
-        cmocka_unit_test(test_options),
-        cmocka_unit_test(test_unfused_counts),
-        cmocka_unit_test(test_unsupported_op),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_gemm_epilogues_f32, test_gemm_epilogues_bf16, test_gemm_not_fused,
+             test_layer_norm_patterns_f32, test_layer_norm_patterns_bf16, test_softmax_patterns_f32,
+             test_softmax_patterns_bf16, test_attention_pattern, test_attention_not_fused,
+             test_embedding_pattern_f32, test_embedding_pattern_bf16, test_bert_tiny_f32, test_bert_tiny_bf16,
+             test_no_allocation_per_step, test_options, test_unfused_counts, test_unsupported_op)

@@ -599,20 +599,6 @@ static void test_entry_abi(void **state) {
     dlclose(so);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_alloc_round),
-        cmocka_unit_test(test_alloc_reuse),
-        cmocka_unit_test(test_alloc_peak),
-        cmocka_unit_test(test_alloc_hold),
-        cmocka_unit_test(test_alloc_two_steps),
-        cmocka_unit_test(test_alloc_out_of_memory),
-        cmocka_unit_test(test_end_to_end),
-        cmocka_unit_test(test_end_to_end_bf16),
-        cmocka_unit_test(test_end_to_end_options),
-        cmocka_unit_test(test_options_refused),
-        cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_entry_abi),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_alloc_round, test_alloc_reuse, test_alloc_peak, test_alloc_hold, test_alloc_two_steps,
+             test_alloc_out_of_memory, test_end_to_end, test_end_to_end_bf16, test_end_to_end_options,
+             test_options_refused, test_errors, test_entry_abi)

@@ -147,15 +147,6 @@ static void test_predict_matches_diffusers_f32(void **state) { predict_matches_d
 static void test_predict_matches_diffusers_bf16(void **state) { predict_matches_diffusers(TR_DTYPE_BF16); }
 static void test_predict_matches_diffusers_f16(void **state) { predict_matches_diffusers(TR_DTYPE_F16); }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_param_counts),
-        cmocka_unit_test(test_names_and_interface),
-        cmocka_unit_test(test_config_errors),
-        cmocka_unit_test(test_make_inputs),
-        cmocka_unit_test(test_predict_matches_diffusers_f32),
-        cmocka_unit_test(test_predict_matches_diffusers_bf16),
-        cmocka_unit_test(test_predict_matches_diffusers_f16),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_counts, test_names_and_interface,
+             test_config_errors, test_make_inputs, test_predict_matches_diffusers_f32,
+             test_predict_matches_diffusers_bf16, test_predict_matches_diffusers_f16)

@@ -136,10 +136,4 @@ static void test_cache_read_after_is_copied(void **state) {
     cache_steps(1);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cache_donated),
-        cmocka_unit_test(test_cache_read_after_is_copied),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_cache_donated, test_cache_read_after_is_copied)

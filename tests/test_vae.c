@@ -248,17 +248,6 @@ static void test_fit_grads_match_pytorch(void **state) {
     tr_safetensors_close(io);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_param_count_sd),
-        cmocka_unit_test(test_names_match_state_dict),
-        cmocka_unit_test(test_interface),
-        cmocka_unit_test(test_config_errors),
-        cmocka_unit_test(test_make_inputs),
-        cmocka_unit_test(test_predict_matches_diffusers_f32),
-        cmocka_unit_test(test_predict_matches_diffusers_bf16),
-        cmocka_unit_test(test_predict_matches_diffusers_f16),
-        cmocka_unit_test(test_fit_grads_match_pytorch),
-    };
-    return cmocka_run_group_tests(tests, tr_test_dir_setup, tr_test_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_count_sd, test_names_match_state_dict,
+             test_interface, test_config_errors, test_make_inputs, test_predict_matches_diffusers_f32,
+             test_predict_matches_diffusers_bf16, test_predict_matches_diffusers_f16, test_fit_grads_match_pytorch)

@@ -495,16 +495,6 @@ static void test_every_backend_grads(void **state) {
     for (int i = 0; i < 7; i++) tr_test_tensor_free(&in[i]);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv2d),
-        cmocka_unit_test(test_group_norm),
-        cmocka_unit_test(test_timestep_embedding),
-        cmocka_unit_test(test_graph_shapes),
-        cmocka_unit_test(test_ref_graph),
-        cmocka_unit_test(test_every_backend),
-        cmocka_unit_test(test_gradcheck),
-        cmocka_unit_test(test_every_backend_grads),
-    };
-    return cmocka_run_group_tests(tests, tr_test_kernels_dir_setup, tr_test_kernels_dir_teardown);
-}
+TR_TEST_MAIN(tr_test_kernels_dir_setup, tr_test_kernels_dir_teardown, test_conv2d, test_group_norm,
+             test_timestep_embedding, test_graph_shapes, test_ref_graph, test_every_backend, test_gradcheck,
+             test_every_backend_grads)

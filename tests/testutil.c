@@ -161,3 +161,22 @@ int tr_test_kernels_dir_teardown(void **state) {
     int a = tr_test_dir_teardown(state), b = tr_test_kernels_teardown(state);
     return a || b;
 }
+
+int tr_test_run(const char *names, const tr_test_fn *fns, size_t n, CMFixtureFunction setup,
+                CMFixtureFunction teardown) {
+    struct CMUnitTest *t = calloc(n, sizeof *t);
+    char *list = strdup(names);
+    if (!t || !list) {
+        fprintf(stderr, "tr_test_run: out of memory\n");
+        return 1;
+    }
+    char *save = NULL, *tok = strtok_r(list, ", \t\n", &save);
+    for (size_t i = 0; i < n; i++, tok = strtok_r(NULL, ", \t\n", &save)) {
+        t[i].name = tok ? tok : "(unnamed)";
+        t[i].test_func = fns[i];
+    }
+    int rc = _cmocka_run_group_tests("tests", t, n, setup, teardown);
+    free(list);
+    free(t);
+    return rc;
+}

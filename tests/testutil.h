@@ -13,6 +13,19 @@
 #include "trident/ops.h"
 #include "trident/tensor.h"
 
+/* A test program's main: the cmocka tests named, in order, run as one group with the
+ * group setup and teardown (NULL for none):
+ *   TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_a, test_b, test_c)
+ * The names come from the list itself, so a table and the functions cannot disagree. */
+typedef void (*tr_test_fn)(void **state);
+int tr_test_run(const char *names, const tr_test_fn *fns, size_t n, CMFixtureFunction setup,
+                CMFixtureFunction teardown);
+#define TR_TEST_MAIN(setup, teardown, ...)                                                   \
+    int main(void) {                                                                         \
+        static const tr_test_fn fns_[] = {__VA_ARGS__};                                      \
+        return tr_test_run(#__VA_ARGS__, fns_, sizeof fns_ / sizeof fns_[0], setup, teardown); \
+    }
+
 /* Tolerances of DESIGN.md: f32 1e-4, bf16 1e-2 (f16 1e-2, f64 1e-12). */
 double tr_test_tol(enum tr_dtype dt);
 
