@@ -252,7 +252,7 @@ static int sd_make_inputs(const void *config, const struct tr_build_opts *o, uin
 
 const struct tr_model_desc tr_model_stable_diffusion = {
     .name = "stable_diffusion",
-    .description = "Stable Diffusion's denoising step: the UNet on 2B, classifier-free guidance, DDIM (NHWC)",
+    .description = "Stable Diffusion v1: one denoising step (predict: the UNet on 2B, guidance, DDIM) or text to image (generate)",
     .config_size = sizeof(struct tr_sd_config),
     TR_MODEL_TABLES(sd_keys, sd_presets),
     .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_GENERATE,
