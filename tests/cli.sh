@@ -104,6 +104,23 @@ preset = tiny
 task = generate
 [generate]
 max_length = 8" "generate of a one-graph model names its keys" 'genbad.ini:6: \[generate\] max_length = 8: unknown key for model .stable_diffusion. \(keys: image\)'
+# bf16 text to image: ten guided steps drift the backends apart past bf16's 2e-2 (each
+# step multiplies the two halves' difference by 7.5); [run] tolerance says what to accept.
+ini genbf.ini "[run]
+model = stable_diffusion
+preset = tiny
+task = generate
+backends = torch, tf
+dtype = bf16
+batch = 1
+seq_len = 8
+steps = 1
+tolerance = 6e-2
+[model]
+num_inference_steps = 10"
+expect "[run] tolerance sets the agreement" 0 'all backends ran and agree' -- "$bin" run "$tmp/genbf.ini"
+rejects tol.ini "[run]
+tolerance = 2" "[run] tolerance out of range" 'tol.ini:2: \[run\] tolerance = 2: expected a relative difference above 0 and at most 1'
 # Every shipped config builds its task graph (the full-size ones too: no weights are made).
 for f in conf/*.ini conf/cpu/*.ini; do
   expect "$f builds" 0 '^# [0-9]+ nodes' -- "$bin" dump "$f"

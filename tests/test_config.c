@@ -130,7 +130,24 @@ static void test_threads(void **state) {
                  "lines 2 and 3");
     /* the unknown-key message lists it */
     expect_error("thr10.ini", "[run]\nthread = 2\n", TR_ERR_NOT_FOUND, "thr10.ini:2: [run] thread = 2:",
-                 "math, threads)");
+                 "math, threads, tolerance)");
+}
+
+/* [run] tolerance: the backends' agreement, above 0 and at most 1; absent, 0 (the dtype's). */
+static void test_tolerance(void **state) {
+    (void)state;
+    struct tr_config cfg;
+    load_ok("tol1.ini", "[run]\ntolerance = 5e-2\n", &cfg);
+    assert_true(cfg.tolerance == 5e-2);
+    load_ok("tol2.ini", "[run]\n", &cfg);
+    assert_true(cfg.tolerance == 0.0);
+    const char *bad[] = {"0", "-1e-3", "1.5", "x", "1e-2x", "nan"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[64], want[64];
+        snprintf(text, sizeof text, "[run]\ntolerance = %s\n", bad[i]);
+        snprintf(want, sizeof want, "tol.ini:2: [run] tolerance = %s:", bad[i]);
+        expect_error("tol.ini", text, TR_ERR_INVALID, want, "above 0 and at most 1");
+    }
 }
 
 /* Every key set, with the comment and spacing forms the header comment of config.c allows. */
@@ -535,4 +552,4 @@ static void test_path_backends(void **state) {
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_defaults, test_good_file, test_empty_file_keeps_defaults,
              test_load_string, test_unknown_section, test_unknown_keys, test_bad_integers, test_math, test_threads,
              test_bad_names, test_backends_errors, test_duplicate_keys, test_syntax_errors, test_inline_comments,
-             test_bom, test_missing_files, test_nul_byte, test_backend_options, test_path_backends)
+             test_bom, test_missing_files, test_nul_byte, test_backend_options, test_path_backends, test_tolerance)

@@ -150,6 +150,8 @@ static void step_matches_diffusers(enum tr_dtype dt) {
                               tr_test_io_tensor(io, "encoder_hidden_states", dt, HINT),
                               tr_test_tensor(TR_DTYPE_F32, 1, (const int64_t[]){2})};
     struct tr_graph *g = tr_test_model_build(M, &c, TR_TASK_PREDICT, dt, in[0].shape[0], in[2].shape[1]);
+    assert_int_equal(tr_graph_n_outputs(g), 1);
+    assert_int_equal(tr_graph_set_output(g, tr_graph_find(g, "guidance"), "noise_pred"), TR_OK); /* checked too */
     const struct tr_unet_config *u;
     struct tr_ddim s;
     struct tr_error e = {0};

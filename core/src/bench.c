@@ -365,7 +365,7 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     rep->steps = cfg->steps;
     rep->warmup = cfg->warmup;
     rep->seed = cfg->seed;
-    rep->tolerance = tolerance_of(cfg->dtype, cfg->math);
+    rep->tolerance = cfg->tolerance > 0 ? cfg->tolerance : tolerance_of(cfg->dtype, cfg->math);
     int rc = tr_bench_host_info(rep, err);
     if (rc) return rc;
     /* The caller applies [run] threads (core does not link OpenMP); a report that said N

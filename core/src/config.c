@@ -41,11 +41,11 @@
 enum run_key {
     RUN_MODEL, RUN_PRESET, RUN_TASK, RUN_BACKENDS, RUN_DEVICE, RUN_DTYPE,
     RUN_BATCH, RUN_SEQ_LEN, RUN_STEPS, RUN_WARMUP, RUN_SEED, RUN_WEIGHTS, RUN_MATH, RUN_THREADS,
-    RUN_KEY_COUNT
+    RUN_TOLERANCE, RUN_KEY_COUNT
 };
 static const char *const run_keys[RUN_KEY_COUNT] = {
     "model", "preset", "task", "backends", "device", "dtype",
-    "batch", "seq_len", "steps", "warmup", "seed", "weights", "math", "threads",
+    "batch", "seq_len", "steps", "warmup", "seed", "weights", "math", "threads", "tolerance",
 };
 
 struct ini_state {
@@ -398,6 +398,16 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
         cfg->threads = (int)i64;
         cfg->threads_line = st->line;
         return TR_OK;
+    case RUN_TOLERANCE: {
+        char *end = NULL;
+        double x = strtod(v, &end);
+        if (end == v || *end || !(x > 0.0 && x <= 1.0))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                           "expected a relative difference above 0 and at most 1 (the backends' agreement; "
+                           "absent: 1e-4 in f32, 2e-2 in bf16 and f16, 2e-2 with tf32 math)");
+        cfg->tolerance = x;
+        return TR_OK;
+    }
     case RUN_KEY_COUNT:
         break;
     }
@@ -416,7 +426,7 @@ static int run_key(struct ini_state *st, const char *key, const char *v) {
     }
     return fail_kv(st, TR_ERR_NOT_FOUND, "run", key, v,
                    "unknown key (expected one of model, preset, task, backends, device, dtype, batch, seq_len, "
-                   "steps, warmup, seed, weights, math, threads)");
+                   "steps, warmup, seed, weights, math, threads, tolerance)");
 }
 
 static int plugins_key(struct ini_state *st, const char *key, const char *v) {

@@ -96,16 +96,18 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
     return TR_OK;
 }
 
-/* One denoising step on x [B,S,S,C] with the text [2B,T,D]: the UNet on the doubled batch,
- * guidance, the DDIM update in f32 (c_x is within 1e-3 of 1 late in the schedule, which
- * bf16 cannot hold). The coefficients are the [1] f32 nodes cx, ce, or, where cx < 0, the
- * constants kx, ke. *guided gets the guided noise. */
+/* One denoising step on the latents xf, f32 [B,S,S,C], with the text [2B,T,D]: the UNet on
+ * the doubled batch (in the graph's dtype), guidance, the DDIM update in f32 (c_x is
+ * within 1e-3 of 1 late in the schedule, which bf16 cannot hold; and a run of steps keeps
+ * its latents in f32, so bf16 rounds only what the UNet sees). The coefficients are the
+ * [1] f32 nodes cx, ce, or, where cx < 0, the constants kx, ke. Returns x_{t-1} in f32;
+ * *guided gets the guided noise (the graph's dtype). */
 static int denoise(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
-                   const struct tr_build_opts *o, int x, int t, int text, int cx, int ce, double kx, double ke,
+                   const struct tr_build_opts *o, int xf, int t, int text, int cx, int ce, double kx, double ke,
                    int *guided, struct tr_error *err) {
     const enum tr_dtype dt = o->dtype;
     const int64_t B = o->batch, B2 = 2 * B, b2[1] = {B2};
-    const int pair[2] = {x, x};
+    const int x = dt == TR_DTYPE_F32 ? xf : tr_cast(g, xf, dt), pair[2] = {x, x};
     const struct tr_build_opts uo = {TR_TASK_PREDICT, dt, B2, o->seq_len};
     int eps;
     int rc = tr_unet_graph(u, &uo, g, tr_concat(g, 2, pair, 0), tr_broadcast(g, t, 1, b2), text, &eps, err);
@@ -113,11 +115,9 @@ static int denoise(struct tr_graph *g, const struct tr_sd_config *c, const struc
     int eu = tr_slice(g, eps, 0, 0, B, 1), ec = tr_slice(g, eps, 0, B, B2, 1);
     *guided = tr_add(g, eu, tr_scale(g, tr_sub(g, ec, eu), (float)c->guidance_scale, 0.0f));
     tr_graph_set_name(g, *guided, "guidance");
-    int xf = dt == TR_DTYPE_F32 ? x : tr_cast(g, x, TR_DTYPE_F32);
     int ef = dt == TR_DTYPE_F32 ? *guided : tr_cast(g, *guided, TR_DTYPE_F32);
-    int prev = cx >= 0 ? tr_add(g, tr_mul(g, xf, cx), tr_mul(g, ef, ce))
-                       : tr_add(g, tr_scale(g, xf, (float)kx, 0.0f), tr_scale(g, ef, (float)ke, 0.0f));
-    return dt == TR_DTYPE_F32 ? prev : tr_cast(g, prev, dt);
+    return cx >= 0 ? tr_add(g, tr_mul(g, xf, cx), tr_mul(g, ef, ce))
+                   : tr_add(g, tr_scale(g, xf, (float)kx, 0.0f), tr_scale(g, ef, (float)ke, 0.0f));
 }
 
 static int sd_predict(const struct tr_sd_config *c, const struct tr_unet_config *u, const struct tr_build_opts *o,
@@ -131,11 +131,15 @@ static int sd_predict(const struct tr_sd_config *c, const struct tr_unet_config 
     int text = tr_input(g, "encoder_hidden_states", dt, 3, ts);
     int coeffs = tr_input(g, "ddim_coeffs", TR_DTYPE_F32, 1, two);
     int guided;
-    int prev = denoise(g, c, u, o, x, t, text, tr_slice(g, coeffs, 0, 0, 1, 1), tr_slice(g, coeffs, 0, 1, 2, 1), 0, 0,
+    int xf = dt == TR_DTYPE_F32 ? x : tr_cast(g, x, TR_DTYPE_F32);
+    int prev = denoise(g, c, u, o, xf, t, text, tr_slice(g, coeffs, 0, 0, 1, 1), tr_slice(g, coeffs, 0, 1, 2, 1), 0, 0,
                        &guided, err);
     if (prev < 0 && err->status) return err->status;
+    if (dt != TR_DTYPE_F32) prev = tr_cast(g, prev, dt);
+    /* the guided noise (node "guidance") is not an output: guidance multiplies the two
+     * halves' difference by 7.5, so in bf16 two backends' last-bit differences in the UNet
+     * grow past any tolerance the step's result needs (4e-2 apart where prev_sample is 1e-2) */
     tr_graph_set_output(g, prev, "prev_sample");
-    tr_graph_set_output(g, guided, "noise_pred");
     return TR_OK;
 }
 
@@ -153,6 +157,7 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
                   one[1] = {1};
     int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, ids_sh);
     int x = tr_input(g, "latents", dt, 4, lat);
+    if (dt != TR_DTYPE_F32) x = tr_cast(g, x, TR_DTYPE_F32);
     const struct tr_build_opts to = {TR_TASK_PREDICT, dt, 2 * B, o->seq_len};
     int text;
     if ((rc = tr_clip_text_graph(clip, &to, g, ids, &text, err)) != TR_OK) return rc;
@@ -168,12 +173,14 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
         if (x < 0 && err->status) return err->status;
     }
     tr_graph_set_instance(g, 0);
+    /* the decoder in f32 whatever the dtype, as diffusers' pipeline upcasts the VAE
+     * (force_upcast): in bf16 its 30-odd layers alone are 2e-2 off */
     int image;
-    const struct tr_build_opts vo = {TR_TASK_PREDICT, dt, B, o->seq_len};
+    const struct tr_build_opts vo = {TR_TASK_PREDICT, TR_DTYPE_F32, B, o->seq_len};
     rc = tr_vae_decode_graph(vae, &vo, g, tr_scale(g, x, (float)(1.0 / vae->scaling_factor), 0.0f), &image, err);
     if (rc) return rc;
     tr_graph_set_output(g, image, "image");
-    tr_graph_set_output(g, x, "denoised_latents");
+    tr_graph_set_output(g, dt == TR_DTYPE_F32 ? x : tr_cast(g, x, dt), "denoised_latents");
     return TR_OK;
 }
 

@@ -11,14 +11,15 @@
  *                     [2B,T,cross_attention_dim] (the text encoder's output for the
  *                     negative and then the positive prompts; T = seq_len), ddim_coeffs
  *                     f32 [2] (c_x, c_eps of the step, ddim.h)
- *            outputs  prev_sample [B,S,S,4] (x_{t−1}), noise_pred [B,S,S,4] (the guided ε)
+ *            outputs  prev_sample [B,S,S,4] (x_{t−1}); the guided ε is the node "guidance"
  * The text encoder runs once per prompt batch, outside the step: `model = clip_text`
  * times it on its own. make_inputs draws latents and text from normal(0, 1) and takes the
  * timestep and coefficients of step `step` of the schedule.
  *
  *   generate inputs   input_ids i32 [2B,T] (the negative prompts, then the positive), latents
  *                     [B,S,S,4] (the initial noise)
- *            outputs  image [B,8S,8S,3] in [-1,1] (the VAE decoder on latents/scaling_factor;
+ *            outputs  image f32 [B,8S,8S,3] in [-1,1] (the VAE decoder, in f32 whatever the
+ *                     dtype as diffusers upcasts it, on latents/scaling_factor;
  *                     [generate] image = out.png writes it), denoised_latents
  * One graph: the text encoder, then all num_inference_steps steps, each an instance of the
  * UNet (tr_graph_set_instance: the weights shared), then the decoder. Weights: a diffusers

@@ -73,6 +73,7 @@ struct tr_config {
                                    program does (core does not link OpenMP), which keeps an
                                    OMP_NUM_THREADS of the environment when no line gives it */
     int threads_line;           /* the line of [run] threads; 0 when it was not given */
+    double tolerance;           /* [run] tolerance: the backends' agreement; 0: the dtype's */
 
     /* [plugins] */
     char plugin_path[TR_CONFIG_PATH]; /* resolved against dir; "" when not set */
