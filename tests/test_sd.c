@@ -276,7 +276,11 @@ static void test_hf_configs(void **state) {
         const char *file;
     } parts[] = {{&tr_model_unet_2d_condition, "sd-v1-4-unet.json"},
                  {&tr_model_autoencoder_kl, "sd-v1-4-vae.json"},
-                 {&tr_model_clip_text, "sd-v1-4-text_encoder.json"}};
+                 {&tr_model_clip_text, "sd-v1-4-text_encoder.json"},
+                 /* the same configs as diffusers 0.42 and transformers 5 save them today: every key */
+                 {&tr_model_unet_2d_condition, "sd-v1-4-unet-saved.json"},
+                 {&tr_model_autoencoder_kl, "sd-v1-4-vae-saved.json"},
+                 {&tr_model_clip_text, "sd-v1-4-text_encoder-saved.json"}};
     struct tr_error e = {0};
     struct tr_config cfg;
     char ini[512], a[64], b[64];

@@ -327,8 +327,10 @@ static int unet_read_hf_config(void *config, const char *path, struct tr_error *
     static const char *const down[] = {"DownBlock2D", "CrossAttnDownBlock2D"}, *const up[] = {"UpBlock2D",
                                                                                           "CrossAttnUpBlock2D"};
     static const char *const nulls[] = {"class_embed_type", "addition_embed_type", "num_class_embeds",
-                                        "encoder_hid_dim", "time_cond_proj_dim", "timestep_post_act",
-                                        "cross_attention_norm", "num_attention_heads"};
+                                        "encoder_hid_dim", "encoder_hid_dim_type", "time_cond_proj_dim",
+                                        "timestep_post_act", "cross_attention_norm", "num_attention_heads",
+                                        "time_embedding_dim", "time_embedding_act_fn",
+                                        "projection_class_embeddings_input_dim"};
     static const char *const skip[] = {"attention_head_dim", NULL};
     int64_t d[TR_UNET_MAX_BLOCKS], u[TR_UNET_MAX_BLOCKS];
     int nd = 0, nu = 0;
@@ -344,6 +346,12 @@ static int unet_read_hf_config(void *config, const char *path, struct tr_error *
     if (!rc) rc = tr_hf_json_expect_num(root, path, "downsample_padding", 1, err);
     if (!rc) rc = tr_hf_json_expect_num(root, path, "mid_block_scale_factor", 1, err);
     if (!rc) rc = tr_hf_json_expect_num(root, path, "transformer_layers_per_block", 1, err);
+    if (!rc) rc = tr_hf_json_expect_num(root, path, "conv_in_kernel", 3, err);
+    if (!rc) rc = tr_hf_json_expect_num(root, path, "conv_out_kernel", 3, err);
+    if (!rc) rc = tr_hf_json_expect_num(root, path, "resnet_out_scale_factor", 1, err);
+    if (!rc) rc = tr_hf_json_expect_bool(root, path, "resnet_skip_time_act", 0, err);
+    if (!rc) rc = tr_hf_json_expect_bool(root, path, "class_embeddings_concat", 0, err);
+    if (!rc) rc = tr_hf_json_expect_str(root, path, "attention_type", "default", err);
     for (size_t i = 0; !rc && i < sizeof nulls / sizeof nulls[0]; i++) rc = tr_hf_json_expect_null(root, path, nulls[i], err);
     if (!rc) rc = tr_hf_json_names(root, path, "down_block_types", down, 2, d, TR_UNET_MAX_BLOCKS, &nd, err);
     if (!rc) rc = tr_hf_json_names(root, path, "up_block_types", up, 2, u, TR_UNET_MAX_BLOCKS, &nu, err);
