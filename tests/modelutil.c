@@ -5,6 +5,7 @@
 #include <string.h>
 #include "modelutil.h"
 #include "trident/safetensors.h"
+#include "trident/weights.h"
 
 const void *tr_test_preset(const struct tr_model_desc *m, const char *name) {
     for (int i = 0; i < m->n_presets; i++)
@@ -101,4 +102,21 @@ void tr_test_expect_fixture_outputs(struct tr_graph *g, const struct tr_tensor *
         }
     }
     free(out);
+}
+
+void tr_test_fixture_predict(const struct tr_model_desc *m, const void *config, enum tr_dtype dt, const char *weights,
+                             const struct tr_safetensors *io, int n, const char *const *names, const int *dts,
+                             int t_from, int steps, const char *who, const char *hint) {
+    struct tr_tensor in[8];
+    assert_true(n >= 1 && n <= 8);
+    for (int i = 0; i < n; i++) in[i] = tr_test_io_tensor(io, names[i], dts[i] < 0 ? dt : (enum tr_dtype)dts[i], hint);
+    struct tr_graph *g =
+        tr_test_model_build(m, config, TR_TASK_PREDICT, dt, in[0].shape[0], t_from < 0 ? 1 : in[t_from].shape[1]);
+    struct tr_weights *w = NULL;
+    struct tr_error e = {0};
+    if (tr_weights_load(g, weights, &w, &e)) fail_msg("%s%s", e.msg, hint);
+    tr_test_expect_fixture_outputs(g, in, io, dt, steps, who, hint);
+    for (int i = 0; i < n; i++) tr_test_tensor_free(&in[i]);
+    tr_weights_free(w);
+    tr_graph_free(g);
 }

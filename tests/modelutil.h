@@ -29,4 +29,11 @@ double tr_test_fixture_bar(const struct tr_safetensors *io, enum tr_dtype dt, in
 void tr_test_expect_fixture_outputs(struct tr_graph *g, const struct tr_tensor *in, const struct tr_safetensors *io,
                                     enum tr_dtype dt, int steps, const char *who, const char *hint);
 
+/* m's predict graph for config in dt on io's inputs names[0..n) (input i in dtype dts[i],
+ * or dt where dts[i] < 0; batch from input 0, seq_len from input t_from's axis 1, 1
+ * where t_from < 0), weights from `weights`, then tr_test_expect_fixture_outputs. */
+void tr_test_fixture_predict(const struct tr_model_desc *m, const void *config, enum tr_dtype dt, const char *weights,
+                             const struct tr_safetensors *io, int n, const char *const *names, const int *dts,
+                             int t_from, int steps, const char *who, const char *hint);
+
 #endif

@@ -121,15 +121,9 @@ static void test_make_inputs(void **state) {
 
 static void predict_matches_hf(enum tr_dtype dt) {
     struct tr_safetensors *io = open_io();
-    struct tr_tensor ids;
-    struct tr_error e = {0};
-    if (tr_safetensors_get(io, "input_ids", &ids, &e)) fail_msg("%s" HINT, e.msg);
-    struct tr_graph *g = tr_test_model_build(M, preset("tiny"), TR_TASK_PREDICT, dt, ids.shape[0], ids.shape[1]);
-    struct tr_weights *w = NULL;
-    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s" HINT, e.msg);
-    tr_test_expect_fixture_outputs(g, &ids, io, dt, 1, "transformers", HINT);
-    tr_weights_free(w);
-    tr_graph_free(g);
+    const char *names[1] = {"input_ids"};
+    const int dts[1] = {TR_DTYPE_I32};
+    tr_test_fixture_predict(M, preset("tiny"), dt, FIXTURE, io, 1, names, dts, 0, 1, "transformers", HINT);
     tr_safetensors_close(io);
 }
 

@@ -130,16 +130,9 @@ static void test_make_inputs(void **state) {
 
 static void predict_matches_diffusers(enum tr_dtype dt) {
     struct tr_safetensors *io = open_io();
-    struct tr_tensor in[3] = {tr_test_io_tensor(io, "sample", dt, HINT), tr_test_io_tensor(io, "timestep", TR_DTYPE_F32, HINT),
-                              tr_test_io_tensor(io, "encoder_hidden_states", dt, HINT)};
-    struct tr_graph *g = tr_test_model_build(M, preset("tiny"), TR_TASK_PREDICT, dt, in[0].shape[0], in[2].shape[1]);
-    struct tr_weights *w = NULL;
-    struct tr_error e = {0};
-    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s" HINT, e.msg);
-    tr_test_expect_fixture_outputs(g, in, io, dt, 2, "diffusers", HINT);
-    for (int i = 0; i < 3; i++) tr_test_tensor_free(&in[i]);
-    tr_weights_free(w);
-    tr_graph_free(g);
+    const char *names[3] = {"sample", "timestep", "encoder_hidden_states"};
+    const int dts[3] = {-1, TR_DTYPE_F32, -1};
+    tr_test_fixture_predict(M, preset("tiny"), dt, FIXTURE, io, 3, names, dts, 2, 2, "diffusers", HINT);
     tr_safetensors_close(io);
 }
 

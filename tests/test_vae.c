@@ -177,15 +177,10 @@ static void test_make_inputs(void **state) {
 
 static void predict_matches_diffusers(enum tr_dtype dt) {
     struct tr_safetensors *io = open_io();
-    struct tr_tensor in = tr_test_io_tensor(io, "sample", dt, HINT);
-    struct tr_graph *g = build(preset("tiny"), TR_TASK_PREDICT, dt, in.shape[0]);
-    struct tr_weights *w = NULL;
-    struct tr_error e = {0};
-    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s" HINT, e.msg);
-    tr_test_expect_fixture_outputs(g, &in, io, dt, 1, "diffusers", HINT);
-    tr_test_tensor_free(&in);
-    tr_weights_free(w);
-    tr_graph_free(g);
+    const char *names[1] = {"sample"};
+    const int dts[1] = {-1};
+    tr_test_fixture_predict(&tr_model_autoencoder_kl, preset("tiny"), dt, FIXTURE, io, 1, names, dts, -1, 1,
+                            "diffusers", HINT);
     tr_safetensors_close(io);
 }
 
