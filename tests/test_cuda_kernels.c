@@ -588,6 +588,46 @@ static void test_rms_norm_rope(void **state) {
     }
 }
 
+/* Stable Diffusion's ops: conv2d (3x3 with bias, the stride-2 downsampler with pad_end, a
+ * 1x1 shortcut, a batch large enough to take several column chunks), group norm with and
+ * without SiLU (gamma f32 beside bf16 x too), the timestep embedding. */
+static void test_vision(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    static const struct {
+        int64_t N, H, W, Ci, Co, K, s, p, pe;
+    } convs[] = {{2, 9, 7, 5, 6, 3, 1, 1, 0}, {1, 8, 8, 4, 4, 3, 2, 0, 1}, {3, 5, 5, 8, 3, 1, 1, 0, 0},
+                 {70, 64, 64, 64, 32, 3, 1, 1, 0}}; /* the last: more columns than one 256 MiB chunk */
+    for (int d = 0; d < 3; d++) {
+        for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
+            const int64_t OH = (convs[i].H + 2 * convs[i].p + convs[i].pe - convs[i].K) / convs[i].s + 1,
+                          OW = (convs[i].W + 2 * convs[i].p + convs[i].pe - convs[i].K) / convs[i].s + 1;
+            const int64_t sx[4] = {convs[i].N, convs[i].H, convs[i].W, convs[i].Ci},
+                          sw[4] = {convs[i].Co, convs[i].Ci, convs[i].K, convs[i].K}, sb[1] = {convs[i].Co},
+                          so[4] = {convs[i].N, OH, OW, convs[i].Co};
+            struct tr_tensor in[3] = {randn(FLOATS[d], 4, sx, 400 + i), randn(FLOATS[d], 4, sw, 410 + i),
+                                      randn(i == 1 ? TR_DTYPE_F32 : FLOATS[d], 1, sb, 420 + i)};
+            struct tr_attrs at = {.ints = {convs[i].s, convs[i].p, 1, 1, convs[i].pe}, .n_ints = 5};
+            compare_op("conv2d", TR_OP_CONV2D, &at, i == 2 ? 2 : 3, in, FLOATS[d], 4, so);
+            free_all(3, in);
+        }
+        const int64_t sx[4] = {2, 6, 5, 12}, sc[1] = {12};
+        for (int silu = 0; silu < 2; silu++) {
+            struct tr_tensor in[3] = {randn(FLOATS[d], 4, sx, 430), randn(silu ? TR_DTYPE_F32 : FLOATS[d], 1, sc, 431),
+                                      randn(FLOATS[d], 1, sc, 432)};
+            struct tr_attrs at = {.ints = {4, silu}, .n_ints = 2, .floats = {1e-5f}};
+            compare_op("group_norm", TR_OP_GROUP_NORM, &at, 3, in, FLOATS[d], 4, sx);
+            free_all(3, in);
+        }
+        const int64_t st[1] = {5}, se[2] = {5, 320};
+        struct tr_tensor t = tr_test_tensor(FLOATS[d], 1, st);
+        for (int64_t i = 0; i < 5; i++) tr_tensor_set_f64(&t, i, 999.0 - 201.0 * (double)i);
+        struct tr_attrs at = {.ints = {320, 1}, .n_ints = 2, .floats = {0.0f, 10000.0f}};
+        compare_op("timestep_embedding", TR_OP_TIMESTEP_EMBEDDING, &at, 1, &t, FLOATS[d], 2, se);
+        tr_test_tensor_free(&t);
+    }
+}
+
 static void test_cross_entropy(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
@@ -692,7 +732,7 @@ int main(void) {
         cmocka_unit_test(test_cast),          cmocka_unit_test(test_attention),
         cmocka_unit_test(test_cross_entropy), cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_training_grads), cmocka_unit_test(test_attention_grad),
-        cmocka_unit_test(test_rms_norm_rope), cmocka_unit_test(test_fused),
+        cmocka_unit_test(test_rms_norm_rope), cmocka_unit_test(test_fused), cmocka_unit_test(test_vision),
     };
     return cmocka_run_group_tests(tests, cuda_setup, cuda_teardown);
 }

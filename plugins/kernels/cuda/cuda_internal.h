@@ -145,6 +145,16 @@ int tr_cu_rms_norm(cudaStream_t s, int op, int dtype, const void *x, const void 
 int tr_cu_rope(cudaStream_t s, int dtype, const void *x, const void *pos, int pdt, int pos_batched, void *out, int64_t B,
                int64_t H, int64_t Tn, int64_t D, int64_t R, float base, int inverse, struct tr_error *err);
 
+/* ---- vision.cu: Stable Diffusion's ops ---- */
+/* col [nb·OH·OW, Ci·KH·KW] of images n0 .. n0+nb of the NHWC x, zeros outside. */
+int tr_cu_im2col(cudaStream_t s, int dtype, const void *x, void *col, int64_t n0, int64_t nb, int64_t H, int64_t W,
+                 int64_t Ci, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t stride, int64_t pad, int64_t dil,
+                 struct tr_error *err);
+int tr_cu_group_norm(cudaStream_t s, int dtype, const void *x, const void *gamma, int gdt, const void *beta, int bdt,
+                     void *y, int64_t N, int64_t HW, int64_t C, int64_t G, float eps, int silu, struct tr_error *err);
+int tr_cu_timestep_embedding(cudaStream_t s, int dtype, const void *t, void *out, int64_t N, int64_t D, int flip,
+                             double shift, double period, struct tr_error *err);
+
 /* ---- fused.cu: the tf backend's fused kernels (cpu/fused.c's contract) ---- */
 struct tr_cu_lead {
     int nl;                       /* out's leading axes (all but the last) */
