@@ -13,8 +13,8 @@
  * one, BERT tiny predict and fit run on cuda and agree with the cpu (outputs, and the
  * params sync brings back).
  *
- * The backend's sources are compiled in (as test_jax_backend does), so the test reaches
- * its code generator and cache directly. Every cache lives in a directory made here. */
+ * The test links the backend's objects (as test_jax_backend does), so it reaches its code
+ * generator and cache directly. Every cache lives in a directory made here. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,13 +24,10 @@
 #include "models.h"
 #include "trident/trident.h"
 
-#include "../plugins/backend_jax/jax.c"
-#include "../plugins/backend_jax/fuse.c"
-#include "../plugins/backend_jax/codegen.c"
-#include "../plugins/backend_jax/compile.c"
-#include "../plugins/backend_jax/executor.c"
-#include "../plugins/backend_jax/codegen_cuda.c"
-#include "../plugins/backend_jax/cubin.c"
+#include "../plugins/backend_jax/codegen.h"
+#include "../plugins/backend_jax/entry.h"
+#include "../plugins/backend_jax/jax_internal.h"
+#include "trident/kernels_cuda.h"
 
 static void fresh_dir(char *out, size_t n, const char *name) {
     snprintf(out, n, "%s/%s", tr_test_dir, name);
