@@ -588,9 +588,10 @@ static void test_rms_norm_rope(void **state) {
     }
 }
 
-/* Stable Diffusion's ops: conv2d (3x3 with bias, the stride-2 downsampler with pad_end, a
- * 1x1 shortcut, a batch large enough to take several column chunks), group norm with and
- * without SiLU (gamma f32 beside bf16 x too), the timestep embedding. */
+/* Stable Diffusion's ops: conv2d and its two gradients (3x3 with bias, the stride-2
+ * downsampler with pad_end, a 1x1 shortcut, a batch large enough to take several column
+ * chunks: dW summed over them), group norm with and without SiLU (gamma f32 beside bf16 x
+ * too) and its gradients, the timestep embedding. */
 static void test_vision(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
@@ -609,6 +610,15 @@ static void test_vision(void **state) {
                                       randn(i == 1 ? TR_DTYPE_F32 : FLOATS[d], 1, sb, 420 + i)};
             struct tr_attrs at = {.ints = {convs[i].s, convs[i].p, 1, 1, convs[i].pe}, .n_ints = 5};
             compare_op("conv2d", TR_OP_CONV2D, &at, i == 2 ? 2 : 3, in, FLOATS[d], 4, so);
+            /* the gradients at a random dy: dx (dy, w) and dw (x, dy), on the same columns */
+            struct tr_tensor dy = randn(FLOATS[d], 4, so, 440 + i);
+            struct tr_attrs gi = at, gw = at;
+            gi.ints[5] = convs[i].H, gi.ints[6] = convs[i].W, gi.n_ints = 8;
+            gw.ints[5] = convs[i].K, gw.ints[6] = convs[i].K, gw.ints[7] = convs[i].Co, gw.n_ints = 8;
+            struct tr_tensor ii[2] = {dy, in[1]}, iw[2] = {in[0], dy};
+            compare_op("conv2d_grad_input", TR_OP_CONV2D_GRAD_INPUT, &gi, 2, ii, FLOATS[d], 4, sx);
+            compare_op("conv2d_grad_weight", TR_OP_CONV2D_GRAD_WEIGHT, &gw, 2, iw, FLOATS[d], 4, sw);
+            tr_test_tensor_free(&dy);
             free_all(3, in);
         }
         const int64_t sx[4] = {2, 6, 5, 12}, sc[1] = {12};
@@ -617,6 +627,11 @@ static void test_vision(void **state) {
                                       randn(FLOATS[d], 1, sc, 432)};
             struct tr_attrs at = {.ints = {4, silu}, .n_ints = 2, .floats = {1e-5f}};
             compare_op("group_norm", TR_OP_GROUP_NORM, &at, 3, in, FLOATS[d], 4, sx);
+            struct tr_attrs ga = {.ints = {4, 0}, .n_ints = 2, .floats = {1e-5f}};
+            struct tr_tensor dy = randn(FLOATS[d], 4, sx, 433), gi[3] = {in[0], in[1], dy}, gg[2] = {in[0], dy};
+            compare_op("group_norm_grad", TR_OP_GROUP_NORM_GRAD, &ga, 3, gi, FLOATS[d], 4, sx);
+            compare_op("group_norm_grad_gamma", TR_OP_GROUP_NORM_GRAD_GAMMA, &ga, 2, gg, FLOATS[d], 1, sc);
+            tr_test_tensor_free(&dy);
             free_all(3, in);
         }
         const int64_t st[1] = {5}, se[2] = {5, 320};

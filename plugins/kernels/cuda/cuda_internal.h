@@ -150,6 +150,20 @@ int tr_cu_rope(cudaStream_t s, int dtype, const void *x, const void *pos, int pd
 int tr_cu_im2col(cudaStream_t s, int dtype, const void *x, void *col, int64_t n0, int64_t nb, int64_t H, int64_t W,
                  int64_t Ci, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t stride, int64_t pad, int64_t dil,
                  struct tr_error *err);
+/* dx of images n0 .. n0+nb from dcol (= dy · W) [nb·OH·OW, Ci·KH·KW]: each element the sum
+ * of the columns that read it. */
+int tr_cu_col2im(cudaStream_t s, int dtype, const void *dcol, void *dx, int64_t n0, int64_t nb, int64_t H, int64_t W,
+                 int64_t Ci, int64_t KH, int64_t KW, int64_t OH, int64_t OW, int64_t stride, int64_t pad, int64_t dil,
+                 struct tr_error *err);
+/* acc (f32) += src (= src when first); dst = acc in dtype. */
+int tr_cu_accumulate(cudaStream_t s, int dtype, const void *src, float *acc, int64_t n, int first,
+                     struct tr_error *err);
+int tr_cu_from_f32(cudaStream_t s, int dtype, const float *acc, void *dst, int64_t n, struct tr_error *err);
+/* GROUP_NORM_GRAD (x, gamma, dy) -> dx, or GROUP_NORM_GRAD_GAMMA (x, dy) -> dgamma [C] of
+ * odt, through stats (2·N·G floats of scratch). */
+int tr_cu_group_norm_grad(cudaStream_t s, int op, int dtype, const void *x, const void *gamma, int gdt, const void *dy,
+                          void *out, int odt, float *stats, int64_t N, int64_t HW, int64_t C, int64_t G, float eps,
+                          struct tr_error *err);
 int tr_cu_group_norm(cudaStream_t s, int dtype, const void *x, const void *gamma, int gdt, const void *beta, int bdt,
                      void *y, int64_t N, int64_t HW, int64_t C, int64_t G, float eps, int silu, struct tr_error *err);
 int tr_cu_timestep_embedding(cudaStream_t s, int dtype, const void *t, void *out, int64_t N, int64_t D, int flip,

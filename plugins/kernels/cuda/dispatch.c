@@ -612,64 +612,150 @@ static int run_update_slice(struct tr_cuda_ctx *c, const struct tr_attrs *at, co
 
 /* CONV2D as im2col and one cuBLASLt GEMM per chunk of images (out = col · Wᵀ + bias, W the
  * (Cout, Cin·KH·KW) flattening of torch's layout, out's rows the NHWC pixels): the column
- * buffer is at most 256 MiB, so SD's 26 images at 64x64 (1.2 GB of columns) take five. */
+ * buffer is at most 256 MiB, so SD's 26 images at 64x64 (1.2 GB of columns) take five.
+ * Its gradients on the same columns: dx = col2im(dy · W), dW = Σ over chunks dyᵀ · col. */
 #define CONV_COL_BYTES ((size_t)256 << 20)
 
-static int run_conv2d(struct tr_kernels *k, struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in,
+struct conv_geom {
+    int64_t N, H, W, Ci, Co, KH, KW, OH, OW, s, p, pe, dil;
+};
+
+/* The geometry of op on its two operands (CONV2D: x, w; GRAD_INPUT: dy, w with H, W in
+ * ints[5..6]; GRAD_WEIGHT: x, dy with KH, KW, Cout in ints[5..7]) and out, checked. */
+static int conv_geom(int op, const struct tr_attrs *at, const struct tr_tensor *a, const struct tr_tensor *b,
+                     const struct tr_tensor *out, struct conv_geom *g, struct tr_error *err) {
+    const char *kn = tr_op_name(op);
+    char d1[200], d2[200], d3[200];
+    if (a->ndim != 4 || b->ndim != 4 || out->ndim != 4 || a->dtype != b->dtype || out->dtype != a->dtype)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: %s, %s and out %s should be 4-D of one dtype", kn,
+                            tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), tr_cpu_desc(out, d3, sizeof d3));
+    *g = (struct conv_geom){.s = at->ints[0] ? at->ints[0] : 1, .p = at->ints[1], .dil = at->ints[2] ? at->ints[2] : 1,
+                            .pe = at->ints[4]};
+    const int64_t groups = at->ints[3] ? at->ints[3] : 1;
+    if (g->s < 1 || g->p < 0 || g->pe < 0 || g->dil < 1 || groups != 1)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: stride %lld, padding %lld+%lld, dilation %lld, groups %lld: "
+                            "expected stride and dilation >= 1, padding >= 0, groups 1", kn, (long long)g->s,
+                            (long long)g->p, (long long)g->pe, (long long)g->dil, (long long)groups);
+    const struct tr_tensor *x = op == TR_OP_CONV2D_GRAD_INPUT ? out : a, *w = op == TR_OP_CONV2D_GRAD_WEIGHT ? out : b;
+    const struct tr_tensor *y = op == TR_OP_CONV2D ? out : op == TR_OP_CONV2D_GRAD_INPUT ? a : b;
+    g->N = x->shape[0], g->H = x->shape[1], g->W = x->shape[2], g->Ci = x->shape[3];
+    g->Co = w->shape[0], g->KH = w->shape[2], g->KW = w->shape[3];
+    g->OH = (g->H + 2 * g->p + g->pe - g->dil * (g->KH - 1) - 1) / g->s + 1;
+    g->OW = (g->W + 2 * g->p + g->pe - g->dil * (g->KW - 1) - 1) / g->s + 1;
+    const int ok = w->shape[1] == g->Ci && g->OH >= 1 && g->OW >= 1 && y->shape[0] == g->N && y->shape[1] == g->OH &&
+                   y->shape[2] == g->OW && y->shape[3] == g->Co &&
+                   (op != TR_OP_CONV2D_GRAD_INPUT || (at->ints[5] == g->H && at->ints[6] == g->W)) &&
+                   (op != TR_OP_CONV2D_GRAD_WEIGHT || (at->ints[5] == g->KH && at->ints[6] == g->KW));
+    if (!ok)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: x (N,H,W,Cin), w (Cout,Cin,KH,KW) and dy (N,OH,OW,Cout) do not fit "
+                            "(%s, %s, out %s)", kn, tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2),
+                            tr_cpu_desc(out, d3, sizeof d3));
+    return TR_OK;
+}
+
+/* A 2-D device view [rows, cols] of like's dtype and device at data. */
+static struct tr_tensor view2(const struct tr_tensor *like, void *data, int64_t rows, int64_t cols) {
+    return (struct tr_tensor){.data = data, .dtype = like->dtype, .device = like->device,
+                              .device_index = like->device_index, .ndim = 2, .shape = {rows, cols},
+                              .strides = {cols, 1}};
+}
+
+/* One GEMM of a convolution: the convolution is the call, its GEMMs count as gemm_calls. */
+static int conv_gemm(struct tr_kernels *k, struct tr_cuda_ctx *c, const struct tr_tensor *a, const struct tr_tensor *b,
+                     struct tr_tensor *o, int ta, int tb, const struct tr_tensor *bias, const char *kn,
+                     struct tr_error *err) {
+    int rc = tr_cuda_matmul(k, a, b, o, ta, tb, 1.0f, bias, TR_ACT_NONE, err);
+    if (rc) return tr_error_prefix(err, "%s", kn);
+    if (!c->dry) k->stats.calls--;
+    return TR_OK;
+}
+
+static int run_conv2d(struct tr_kernels *k, struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, int n_in,
                       const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
-    const char *kn = "conv2d";
-    const struct tr_tensor *x = &in[0], *w = &in[1], *bias = n_in == 3 ? &in[2] : NULL;
-    int rc = check_float(x, kn, "x", err);
-    if (!rc) rc = check_float(w, kn, "w", err);
+    const char *kn = tr_op_name(op);
+    const struct tr_tensor *bias = op == TR_OP_CONV2D && n_in == 3 ? &in[2] : NULL;
+    int rc = check_float(&in[0], kn, "the first input", err);
+    if (!rc) rc = check_float(&in[1], kn, "the second input", err);
     if (!rc) rc = check_float(out, kn, "out", err);
     if (!rc && bias) rc = check_float(bias, kn, "bias", err);
+    struct conv_geom g = {0};
+    if (!rc) rc = conv_geom(op, at, &in[0], &in[1], out, &g, err);
     if (rc) return rc;
-    char d1[200], d2[200], d3[200];
-    const int64_t s = at->ints[0] ? at->ints[0] : 1, p = at->ints[1], dil = at->ints[2] ? at->ints[2] : 1,
-                  groups = at->ints[3] ? at->ints[3] : 1, pe = at->ints[4];
-    if (x->ndim != 4 || w->ndim != 4 || out->ndim != 4 || w->dtype != x->dtype || out->dtype != x->dtype ||
-        w->shape[1] != x->shape[3])
-        return tr_error_set(err, TR_ERR_SHAPE, "conv2d: x %s (N,H,W,Cin), w %s (Cout,Cin,KH,KW) and out %s do not fit",
-                            tr_cpu_desc(x, d1, sizeof d1), tr_cpu_desc(w, d2, sizeof d2), tr_cpu_desc(out, d3, sizeof d3));
-    if (s < 1 || p < 0 || pe < 0 || dil < 1 || groups != 1)
-        return tr_error_set(err, TR_ERR_INVALID, "conv2d: stride %lld, padding %lld+%lld, dilation %lld, groups %lld: "
-                            "expected stride and dilation >= 1, padding >= 0, groups 1", (long long)s, (long long)p,
-                            (long long)pe, (long long)dil, (long long)groups);
-    const int64_t N = x->shape[0], H = x->shape[1], W = x->shape[2], Ci = x->shape[3], Co = w->shape[0],
-                  KH = w->shape[2], KW = w->shape[3];
-    const int64_t OH = (H + 2 * p + pe - dil * (KH - 1) - 1) / s + 1, OW = (W + 2 * p + pe - dil * (KW - 1) - 1) / s + 1;
-    if (OH < 1 || OW < 1 || out->shape[0] != N || out->shape[1] != OH || out->shape[2] != OW || out->shape[3] != Co)
-        return tr_error_set(err, TR_ERR_SHAPE, "conv2d: out %s, expected [%lld,%lld,%lld,%lld]",
-                            tr_cpu_desc(out, d1, sizeof d1), (long long)N, (long long)OH, (long long)OW, (long long)Co);
-    if (bias && (tr_tensor_numel(bias) != Co || (bias->dtype != x->dtype && bias->dtype != TR_DTYPE_F32)))
+    char d1[200];
+    if (bias && (tr_tensor_numel(bias) != g.Co || (bias->dtype != in[0].dtype && bias->dtype != TR_DTYPE_F32)))
         return tr_error_set(err, TR_ERR_SHAPE, "conv2d: bias %s should be [%lld] of x's dtype or f32",
-                            tr_cpu_desc(bias, d1, sizeof d1), (long long)Co);
+                            tr_cpu_desc(bias, d1, sizeof d1), (long long)g.Co);
     if (tr_tensor_numel(out) == 0) return TR_OK;
-    const int64_t K = Ci * KH * KW, px = OH * OW;
-    const size_t es = tr_dtype_size((enum tr_dtype)x->dtype), per_image = (size_t)(px * K) * es;
-    int64_t nb = per_image ? (int64_t)(CONV_COL_BYTES / per_image) : N;
-    nb = nb < 1 ? 1 : nb > N ? N : nb;
-    void *col = NULL;
-    if ((rc = tr_cuda_scratch(c, (size_t)nb * per_image, &col, err)) != TR_OK) return rc;
-    const struct tr_tensor wk = {.data = w->data, .dtype = w->dtype, .device = w->device, .device_index = w->device_index,
-                                 .ndim = 2, .shape = {Co, K},
-                                 .strides = {K, 1}};
-    for (int64_t n0 = 0; n0 < N; n0 += nb) {
-        const int64_t m = n0 + nb <= N ? nb : N - n0;
-        rc = TR_CU_LAUNCH(c, tr_cu_im2col(c->stream, x->dtype, x->data, col, n0, m, H, W, Ci, KH, KW, OH, OW, s, p,
-                                          dil, err));
+    const int64_t K = g.Ci * g.KH * g.KW, px = g.OH * g.OW;
+    const size_t es = tr_dtype_size((enum tr_dtype)out->dtype), per_image = (size_t)(px * K) * es;
+    int64_t nb = per_image ? (int64_t)(CONV_COL_BYTES / per_image) : g.N;
+    nb = nb < 1 ? 1 : nb > g.N ? g.N : nb;
+    const int chunks = (int)((g.N + nb - 1) / nb);
+    /* scratch: the columns; for dW with several chunks also one chunk's dW and the f32 sum */
+    const size_t col_bytes = (size_t)nb * per_image, dw_n = (size_t)(g.Co * K),
+                 extra = op == TR_OP_CONV2D_GRAD_WEIGHT && chunks > 1 ? dw_n * es + dw_n * sizeof(float) + 256 : 0;
+    char *scratch = NULL;
+    if ((rc = tr_cuda_scratch(c, col_bytes + extra, (void **)&scratch, err)) != TR_OK) return rc;
+    void *part = scratch + ((col_bytes + 255) / 256) * 256;
+    float *acc = (float *)((char *)part + ((dw_n * es + 255) / 256) * 256);
+    const struct tr_tensor *w = op == TR_OP_CONV2D_GRAD_WEIGHT ? out : &in[1];
+    struct tr_tensor wk = view2(w, w->data, g.Co, K);
+    for (int64_t n0 = 0, ci = 0; n0 < g.N; n0 += nb, ci++) {
+        const int64_t m = n0 + nb <= g.N ? nb : g.N - n0;
+        struct tr_tensor col = view2(out, scratch, m * px, K);
+        if (op == TR_OP_CONV2D || op == TR_OP_CONV2D_GRAD_WEIGHT) {
+            rc = TR_CU_LAUNCH(c, tr_cu_im2col(c->stream, out->dtype, in[0].data, scratch, n0, m, g.H, g.W, g.Ci, g.KH,
+                                              g.KW, g.OH, g.OW, g.s, g.p, g.dil, err));
+            if (rc) return rc;
+        }
+        if (op == TR_OP_CONV2D) {
+            struct tr_tensor o = view2(out, (char *)out->data + (size_t)(n0 * px * g.Co) * es, m * px, g.Co);
+            rc = conv_gemm(k, c, &col, &wk, &o, 0, 1, bias, kn, err);
+        } else if (op == TR_OP_CONV2D_GRAD_INPUT) {
+            struct tr_tensor dy = view2(out, (char *)in[0].data + (size_t)(n0 * px * g.Co) * es, m * px, g.Co);
+            rc = conv_gemm(k, c, &dy, &wk, &col, 0, 0, NULL, kn, err);
+            if (!rc)
+                rc = TR_CU_LAUNCH(c, tr_cu_col2im(c->stream, out->dtype, scratch, (char *)out->data, n0, m, g.H, g.W,
+                                                  g.Ci, g.KH, g.KW, g.OH, g.OW, g.s, g.p, g.dil, err));
+        } else {
+            struct tr_tensor dy = view2(out, (char *)in[1].data + (size_t)(n0 * px * g.Co) * es, m * px, g.Co);
+            struct tr_tensor dw = chunks > 1 ? view2(out, part, g.Co, K) : wk;
+            rc = conv_gemm(k, c, &dy, &col, &dw, 1, 0, NULL, kn, err);
+            if (!rc && chunks > 1)
+                rc = TR_CU_LAUNCH(c, tr_cu_accumulate(c->stream, out->dtype, part, acc, (int64_t)dw_n, ci == 0, err));
+        }
         if (rc) return rc;
-        struct tr_tensor a = {.data = col, .dtype = x->dtype, .device = x->device, .device_index = x->device_index,
-                              .ndim = 2, .shape = {m * px, K},
-                              .strides = {K, 1}};
-        struct tr_tensor o = {.data = (char *)out->data + (size_t)(n0 * px * Co) * es, .dtype = out->dtype,
-                              .device = out->device, .device_index = out->device_index, .ndim = 2,
-                              .shape = {m * px, Co}, .strides = {Co, 1}};
-        if ((rc = tr_cuda_matmul(k, &a, &wk, &o, 0, 1, 1.0f, bias, TR_ACT_NONE, err)) != TR_OK)
-            return tr_error_prefix(err, "conv2d");
-        if (!c->dry) k->stats.calls--; /* the convolution is the call; its GEMMs count as gemm_calls */
     }
+    if (op == TR_OP_CONV2D_GRAD_WEIGHT && chunks > 1)
+        return TR_CU_LAUNCH(c, tr_cu_from_f32(c->stream, out->dtype, acc, out->data, (int64_t)dw_n, err));
     return TR_OK;
+}
+
+static int run_group_norm_grad(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, const struct tr_tensor *in,
+                               struct tr_tensor *out, struct tr_error *err) {
+    const char *kn = tr_op_name(op);
+    const struct tr_tensor *x = &in[0], *g = op == TR_OP_GROUP_NORM_GRAD ? &in[1] : NULL,
+                           *dy = op == TR_OP_GROUP_NORM_GRAD ? &in[2] : &in[1];
+    int rc = check_float(x, kn, "x", err);
+    if (!rc && g) rc = check_float(g, kn, "gamma", err);
+    if (!rc) rc = check_float(dy, kn, "dy", err);
+    if (!rc) rc = check_float(out, kn, "out", err);
+    if (!rc) rc = same_dtype_shape(x, dy, kn, err);
+    if (!rc && g) rc = same_dtype_shape(x, out, kn, err);
+    if (rc) return rc;
+    char d1[200];
+    const int64_t G = at->ints[0], C = x->ndim == 4 ? x->shape[3] : 0;
+    if (x->ndim != 4 || G < 1 || C % G != 0 || (g && (tr_tensor_numel(g) != C ||
+                                                      (g->dtype != x->dtype && g->dtype != TR_DTYPE_F32))) ||
+        (!g && tr_tensor_numel(out) != C))
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s (N,H,W,C) with %lld groups; gamma [C] of x's dtype or f32; "
+                            "dgamma [C]", kn, tr_cpu_desc(x, d1, sizeof d1), (long long)G);
+    const int64_t N = x->shape[0], HW = x->shape[1] * x->shape[2];
+    void *stats = NULL;
+    if (!g && (rc = tr_cuda_scratch(c, (size_t)(2 * N * G) * sizeof(float) + 16, &stats, err)) != TR_OK) return rc;
+    return TR_CU_LAUNCH(c, tr_cu_group_norm_grad(c->stream, op, x->dtype, x->data, g ? g->data : NULL,
+                                                 g ? g->dtype : 0, dy->data, out->data, out->dtype, stats, N, HW, C, G,
+                                                 at->floats[0], err));
 }
 
 static int run_group_norm(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *in,
@@ -753,16 +839,13 @@ int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_i
     case TR_OP_MAX_GRAD:
     case TR_OP_SLICE_GRAD:
     case TR_OP_MSE: return run_train(c, op, at, n_in, in, out, err);
-    case TR_OP_CONV2D: return run_conv2d(k, c, at, n_in, in, out, err);
-    case TR_OP_GROUP_NORM: return run_group_norm(c, at, in, out, err);
-    case TR_OP_TIMESTEP_EMBEDDING: return run_timestep_embedding(c, at, &in[0], out, err);
+    case TR_OP_CONV2D:
     case TR_OP_CONV2D_GRAD_INPUT:
-    case TR_OP_CONV2D_GRAD_WEIGHT:
+    case TR_OP_CONV2D_GRAD_WEIGHT: return run_conv2d(k, c, op, at, n_in, in, out, err);
+    case TR_OP_GROUP_NORM: return run_group_norm(c, at, in, out, err);
     case TR_OP_GROUP_NORM_GRAD:
-    case TR_OP_GROUP_NORM_GRAD_GAMMA:
-        k->stats.calls--;
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "tr_kernels_run: %s has no cuda kernel yet (issue 15: the "
-                            "vision gradients run on device = cpu)", tr_op_name(op));
+    case TR_OP_GROUP_NORM_GRAD_GAMMA: return run_group_norm_grad(c, op, at, in, out, err);
+    case TR_OP_TIMESTEP_EMBEDDING: return run_timestep_embedding(c, at, &in[0], out, err);
     default:
         k->stats.calls--;
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "tr_kernels_run: op %s has no cuda kernel yet (issue #6)",
