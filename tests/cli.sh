@@ -95,15 +95,17 @@ weights = $PWD/tests/fixtures/sd_tiny
 [model]
 num_inference_steps = 2
 [generate]
+prompt = a photo of an astronaut riding a horse
+tokenizer = $PWD/tests/fixtures/clip_tokenizer
 image = $tmp/tiny.png"
-expect "generate writes the picture" 0 "wrote $tmp/tiny.png" -- "$bin" run "$tmp/gen.ini"
+expect "generate writes the picture of a prompt" 0 "wrote $tmp/tiny.png" -- "$bin" run "$tmp/gen.ini"
 if [ -s "$tmp/tiny.png" ] && head -c 8 "$tmp/tiny.png" | od -An -c | grep -q 'P   N   G'; then ok "the picture is a PNG"; else bad "the picture is a PNG"; fi
 rejects genbad.ini "[run]
 model = stable_diffusion
 preset = tiny
 task = generate
 [generate]
-max_length = 8" "generate of a one-graph model names its keys" 'genbad.ini:6: \[generate\] max_length = 8: unknown key for model .stable_diffusion. \(keys: image\)'
+max_length = 8" "generate of a one-graph model names its keys" 'genbad.ini:6: \[generate\] max_length = 8: unknown key for model .stable_diffusion. \(keys: image, prompt, negative_prompt, tokenizer\)'
 # bf16 text to image: ten guided steps drift the backends apart past bf16's 2e-2 (each
 # step multiplies the two halves' difference by 7.5); [run] tolerance says what to accept.
 ini genbf.ini "[run]

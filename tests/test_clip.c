@@ -9,6 +9,8 @@
 #include <string.h>
 #include "modelutil.h"
 #include "clip/clip.h"
+#include "clip/tokenizer.h"
+#include "hf_json.h"
 #include "models.h"
 #include "trident/graph.h"
 #include "trident/safetensors.h"
@@ -160,6 +162,39 @@ static void test_causal(void **state) {
     tr_graph_free(g);
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_counts, test_names_match_state_dict,
+/* The tokenizer against transformers' CLIPTokenizer on a toy vocabulary of CLIP's layout
+ * (tests/fixtures/make_clip_tokenizer_fixture.py): contractions, case, tabs and runs of
+ * spaces, punctuation, digits, non-ASCII letters, truncation and padding to 16. */
+static void test_tokenizer(void **state) {
+    const char *dir = TR_SOURCE_DIR "/tests/fixtures/clip_tokenizer";
+    struct tr_clip_tokenizer *t = NULL;
+    struct tr_error e = {0};
+    if (tr_clip_tokenizer_load(dir, &t, &e)) fail_msg("%s", e.msg);
+    char path[512];
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    cJSON *root = NULL;
+    if (tr_hf_json_load(path, &root, &e)) fail_msg("%s", e.msg);
+    const cJSON *p;
+    int n = 0;
+    cJSON_ArrayForEach(p, root) {
+        int32_t ids[16];
+        assert_int_equal(tr_clip_tokenize(t, p->string, ids, 16, &e), TR_OK);
+        assert_int_equal(cJSON_GetArraySize(p), 16);
+        for (int i = 0; i < 16; i++)
+            if (ids[i] != (int32_t)cJSON_GetArrayItem(p, i)->valuedouble)
+                fail_msg("'%s': id %d is %d, transformers says %d", p->string, i, (int)ids[i],
+                         (int)cJSON_GetArrayItem(p, i)->valuedouble);
+        n++;
+    }
+    assert_true(n >= 8);
+    print_message("tokenizer: %d prompts as transformers' CLIPTokenizer makes them\n", n);
+    cJSON_Delete(root);
+    tr_clip_tokenizer_free(t);
+    assert_int_equal(tr_clip_tokenizer_load("/nonexistent", &t, &e), TR_ERR_IO);
+    tr_assert_msg_has(&e, "cannot open '/nonexistent/vocab.json'");
+    assert_null(t);
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_tokenizer, test_param_counts, test_names_match_state_dict,
              test_config_errors, test_make_inputs, test_predict_matches_hf_f32, test_predict_matches_hf_bf16,
              test_predict_matches_hf_f16, test_causal)

@@ -268,6 +268,40 @@ static void test_generate_writes_png(void **state) {
     tr_graph_free(g);
 }
 
+/* [generate] prompt: the text through the tokenizer (the toy CLIP vocabulary of
+ * tests/fixtures/clip_tokenizer) into the positive half of input_ids, negative_prompt
+ * ("" by default) into the other; a prompt without a tokenizer is refused. */
+static void test_generate_prompt(void **state) {
+    char ini[1024];
+    snprintf(ini, sizeof ini,
+             "[run]\nmodel = stable_diffusion\npreset = tiny\ntask = generate\nbatch = 2\nseq_len = 16\n[model]\n"
+             "num_inference_steps = 2\n[generate]\nprompt = A photo of an astronaut\ntokenizer = %s\n",
+             TR_SOURCE_DIR "/tests/fixtures/clip_tokenizer");
+    struct tr_task_graph tg;
+    tr_test_task_graph(ini, "p.ini", tr_builtin_models, &tg);
+    struct tr_tensor in[2];
+    for (int i = 0; i < 2; i++) {
+        struct tr_tensor t = tr_node_tensor(tg.graph, tr_graph_input(tg.graph, i));
+        in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
+        tr_test_poison(&in[i]);
+    }
+    struct tr_error e = {0};
+    assert_int_equal(tg.model->make_inputs(tg.config, &tg.opts, 1, 2, in, &e), TR_OK);
+    /* transformers' CLIPTokenizer on that vocabulary (make_clip_tokenizer_fixture.py) */
+    const int32_t pos[16] = {536, 320, 520, 516, 64, 333, 522, 524, 525, 339, 537, 537, 537, 537, 537, 537};
+    const int32_t *ids = in[0].data;
+    for (int b = 0; b < 4; b++)
+        for (int t = 0; t < 16; t++)
+            assert_int_equal(ids[b * 16 + t], b >= 2 ? pos[t] : t == 0 ? 536 : 537);
+    for (int i = 0; i < 2; i++) tr_test_tensor_free(&in[i]);
+    tr_task_graph_free(&tg);
+    struct tr_config cfg;
+    assert_int_equal(tr_config_load_string("[run]\nmodel = stable_diffusion\npreset = tiny\ntask = generate\n"
+                                           "[generate]\nprompt = a cat\n", "q.ini", &cfg, &e), TR_OK);
+    assert_int_not_equal(tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e), TR_OK);
+    tr_assert_msg_has(&e, "q.ini:6: [generate] prompt needs a tokenizer");
+}
+
 /* The published config.json of each part over the tiny preset is the sd-v1-4 preset; a
  * [model] key after it still wins; what SD 1.x does not have is refused by its key. */
 static void test_hf_configs(void **state) {
@@ -322,5 +356,5 @@ static void test_hf_configs(void **state) {
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_scheduler_matches_diffusers, test_scheduler_errors,
              test_config_errors, test_make_inputs, test_hf_configs, test_generate_matches_pipeline,
-             test_generate_writes_png, test_step_matches_diffusers_f32, test_step_matches_diffusers_bf16,
+             test_generate_writes_png, test_generate_prompt, test_step_matches_diffusers_f32, test_step_matches_diffusers_bf16,
              test_step_matches_diffusers_f16)

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include "trident/bench.h"
 #include "trident/generate.h"
@@ -59,20 +60,52 @@ static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg,
     return TR_OK;
 }
 
-/* [generate] of a model whose generate is one graph (a text-to-image run): only image =
- * PATH, the PNG of its output "image" (an output: relative to the current directory, as
- * --json OUT is, not to the INI's). */
+/* [generate] of a model whose generate is one graph (a text-to-image run): image = PATH,
+ * the PNG of its output "image" (an output: relative to the current directory, as --json
+ * OUT is, not to the INI's); prompt and negative_prompt, tokenized by the model with
+ * tokenizer = DIR (relative to the INI's directory; by default the tokenizer/ beside a
+ * [run] weights directory, as a diffusers pipeline is saved). */
 static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
+    int prompt_line = 0;
     for (int i = 0; i < cfg->n_kv; i++) {
         const struct tr_config_kv *kv = &cfg->kv[i];
         if (strcmp(kv->section, "generate") != 0) continue;
-        if (strcmp(kv->key, "image") != 0)
-            return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [generate] %s = %s: unknown key for model '%s' "
-                                "(keys: image)", cfg->file, kv->line, kv->key, kv->value, tg->model->name);
-        if (snprintf(tg->image, sizeof tg->image, "%s", kv->value) >= (int)sizeof tg->image || !kv->value[0])
-            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] image = %s: expected a path of 1 to %zu bytes",
-                                cfg->file, kv->line, kv->value, sizeof tg->image - 1);
+        int rc = TR_OK;
+        if (strcmp(kv->key, "image") == 0) {
+            if (snprintf(tg->image, sizeof tg->image, "%s", kv->value) >= (int)sizeof tg->image || !kv->value[0])
+                rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] image = %s: expected a path of 1 to %zu "
+                                  "bytes", cfg->file, kv->line, kv->value, sizeof tg->image - 1);
+        } else if (strcmp(kv->key, "prompt") == 0) {
+            snprintf(tg->prompt, sizeof tg->prompt, "%s", kv->value);
+            tg->opts.prompt = tg->prompt;
+            prompt_line = kv->line;
+        } else if (strcmp(kv->key, "negative_prompt") == 0) {
+            snprintf(tg->negative_prompt, sizeof tg->negative_prompt, "%s", kv->value);
+            tg->opts.negative_prompt = tg->negative_prompt;
+        } else if (strcmp(kv->key, "tokenizer") == 0) {
+            rc = tr_config_path(cfg, kv->value, tg->tokenizer, sizeof tg->tokenizer, err);
+            if (rc) tr_error_prefix(err, "%s:%d: [generate] tokenizer", cfg->file, kv->line);
+        } else {
+            rc = tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [generate] %s = %s: unknown key for model '%s' (keys: "
+                              "image, prompt, negative_prompt, tokenizer)", cfg->file, kv->line, kv->key, kv->value,
+                              tg->model->name);
+        }
+        if (rc) return rc;
     }
+    if (tg->opts.negative_prompt && !tg->opts.prompt)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: [generate] negative_prompt without a prompt", cfg->file);
+    if (tg->opts.prompt && !tg->tokenizer[0]) {
+        struct stat sb;
+        const size_t n = strlen(cfg->weights);
+        if (n && n + 11 <= sizeof tg->tokenizer && stat(cfg->weights, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            memcpy(tg->tokenizer, cfg->weights, n);
+            memcpy(tg->tokenizer + n, "/tokenizer", 11);
+        } else
+            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] prompt needs a tokenizer: [generate] "
+                                "tokenizer = DIR (its vocab.json and merges.txt), or [run] weights = a pipeline's "
+                                "directory with a tokenizer/", cfg->file, prompt_line);
+    }
+    if (tg->opts.prompt) tg->opts.tokenizer = tg->tokenizer;
     return TR_OK;
 }
 

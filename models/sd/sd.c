@@ -6,6 +6,7 @@
 #include "sd.h"
 #include "trident/rng.h"
 #include "clip/clip.h"
+#include "clip/tokenizer.h"
 #include "unet/unet.h"
 #include "vae/vae.h"
 
@@ -108,7 +109,7 @@ static int denoise(struct tr_graph *g, const struct tr_sd_config *c, const struc
     const enum tr_dtype dt = o->dtype;
     const int64_t B = o->batch, B2 = 2 * B, b2[1] = {B2};
     const int x = dt == TR_DTYPE_F32 ? xf : tr_cast(g, xf, dt), pair[2] = {x, x};
-    const struct tr_build_opts uo = {TR_TASK_PREDICT, dt, B2, o->seq_len};
+    const struct tr_build_opts uo = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = B2, .seq_len = o->seq_len};
     int eps;
     int rc = tr_unet_graph(u, &uo, g, tr_concat(g, 2, pair, 0), tr_broadcast(g, t, 1, b2), text, &eps, err);
     if (rc) return -1;
@@ -158,7 +159,7 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, ids_sh);
     int x = tr_input(g, "latents", dt, 4, lat);
     if (dt != TR_DTYPE_F32) x = tr_cast(g, x, TR_DTYPE_F32);
-    const struct tr_build_opts to = {TR_TASK_PREDICT, dt, 2 * B, o->seq_len};
+    const struct tr_build_opts to = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = 2 * B, .seq_len = o->seq_len};
     int text;
     if ((rc = tr_clip_text_graph(clip, &to, g, ids, &text, err)) != TR_OK) return rc;
     for (int64_t i = 0; i < s->steps; i++) {
@@ -176,7 +177,7 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     /* the decoder in f32 whatever the dtype, as diffusers' pipeline upcasts the VAE
      * (force_upcast): in bf16 its 30-odd layers alone are 2e-2 off */
     int image;
-    const struct tr_build_opts vo = {TR_TASK_PREDICT, TR_DTYPE_F32, B, o->seq_len};
+    const struct tr_build_opts vo = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = B, .seq_len = o->seq_len};
     rc = tr_vae_decode_graph(vae, &vo, g, tr_scale(g, x, (float)(1.0 / vae->scaling_factor), 0.0f), &image, err);
     if (rc) return rc;
     tr_graph_set_output(g, image, "image");
@@ -197,6 +198,32 @@ static int sd_build(const void *config, const struct tr_build_opts *o, struct tr
     return TR_OK;
 }
 
+static void initial_noise(struct tr_tensor *latents, uint64_t seed) {
+    const uint64_t key = tr_hash_str("latents");
+    for (int64_t i = 0; i < tr_tensor_numel(latents); i++) tr_tensor_set_f64(latents, i, tr_rng_normal(seed, key, (uint64_t)i));
+}
+
+/* [generate] prompt (rows B..2B) and negative_prompt ("" by default, rows 0..B) through the
+ * tokenizer at o->tokenizer, and the initial noise. */
+static int prompt_ids(const struct tr_clip_text_config *clip, const struct tr_build_opts *o, int32_t *ids,
+                      struct tr_tensor *latents, uint64_t seed, struct tr_error *err) {
+    struct tr_clip_tokenizer *tok = NULL;
+    int rc = tr_clip_tokenizer_load(o->tokenizer, &tok, err);
+    if (rc) return tr_error_prefix(err, "stable_diffusion: [generate] tokenizer");
+    const int64_t B = o->batch, T = o->seq_len;
+    for (int64_t b = 0; b < 2 * B && !rc; b++)
+        rc = tr_clip_tokenize(tok, b < B ? (o->negative_prompt ? o->negative_prompt : "") : o->prompt, ids + b * T,
+                              (int)T, err);
+    tr_clip_tokenizer_free(tok);
+    for (int64_t i = 0; i < 2 * B * T && !rc; i++)
+        if (ids[i] < 0 || ids[i] >= clip->vocab_size)
+            rc = tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: the tokenizer at '%s' gives id %d, past the text "
+                              "encoder's vocabulary of %lld: a tokenizer of another model?", o->tokenizer, (int)ids[i],
+                              (long long)clip->vocab_size);
+    if (!rc) initial_noise(latents, seed);
+    return rc;
+}
+
 /* generate: the prompts as CLIP's tokenizer makes them (clip_text's synthetic ones), the
  * first B of them empty (the negative prompt "": start, then end-padding), as diffusers'
  * pipeline batches them; the first latents normal(0, 1) (DDIM's initial noise sigma is 1). */
@@ -209,15 +236,15 @@ static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_co
     if (n != 2)
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected 2 (input_ids, latents)", n);
     const int64_t B = o->batch, T = o->seq_len, S = u->sample_size, lat[4] = {B, S, S, u->in_channels};
-    const struct tr_build_opts to = {TR_TASK_PREDICT, o->dtype, 2 * B, T};
+    const struct tr_build_opts to = {.task = TR_TASK_PREDICT, .dtype = o->dtype, .batch = 2 * B, .seq_len = T};
     if ((rc = tr_model_clip_text.make_inputs(clip, &to, seed, 1, &inputs[0], err)) != TR_OK) return rc;
     if ((rc = tr_model_check_input("stable_diffusion", &inputs[1], "latents", o->dtype, 4, lat, err)) != TR_OK)
         return rc;
     int32_t *ids = inputs[0].data;
+    if (o->prompt) /* the user's prompt, tokenized as the pipeline tokenizes it */
+        return prompt_ids(clip, o, ids, &inputs[1], seed, err);
     for (int64_t i = 0; i < B * T; i++) ids[i] = (int32_t)(clip->vocab_size - (i % T == 0 ? 2 : 1));
-    const uint64_t key = tr_hash_str("latents");
-    for (int64_t i = 0; i < tr_tensor_numel(&inputs[1]); i++)
-        tr_tensor_set_f64(&inputs[1], i, tr_rng_normal(seed, key, (uint64_t)i));
+    initial_noise(&inputs[1], seed);
     return TR_OK;
 }
 

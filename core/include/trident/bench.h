@@ -117,6 +117,8 @@ struct tr_task_graph {
     struct tr_generate_config gen_cfg;  /* generate only: [generate] */
     struct tr_generate_graphs gen;      /* token generate only: gen.prefill is graph */
     char image[TR_CONFIG_PATH];         /* one-graph generate: [generate] image, "" none */
+    char prompt[TR_CONFIG_STR], negative_prompt[TR_CONFIG_STR]; /* [generate]; opts points here */
+    char tokenizer[TR_CONFIG_PATH];
 };
 
 int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,

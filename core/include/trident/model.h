@@ -49,6 +49,9 @@ struct tr_build_opts {
     enum tr_dtype dtype;
     int64_t batch;
     int64_t seq_len;
+    /* A one-graph generate's [generate] prompt, negative_prompt and tokenizer (a directory),
+     * for make_inputs; NULL when not given (synthetic prompts). */
+    const char *prompt, *negative_prompt, *tokenizer;
 };
 
 struct tr_generate_i; /* below */
