@@ -206,7 +206,7 @@ static void bpe(const struct tr_clip_tokenizer *t, const char *s, size_t len, in
                 w++;
                 i++;
             } else if (w != i) {
-                strcpy(sym[w++], sym[i]);
+                memmove(sym[w++], sym[i], strlen(sym[i]) + 1);
             } else {
                 w++;
             }
