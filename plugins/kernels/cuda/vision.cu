@@ -31,8 +31,25 @@ extern "C" int tr_cu_im2col(cudaStream_t s, int dtype, const void *x, void *col,
     return TR_CU_LAUNCHED("conv2d im2col", err);
 }
 
-// One block per (n, group): the mean, then the variance of the deviations (two passes, as
-// the cpu's, so a large group loses nothing to cancellation), then y = x̂·γ + β, SiLU after.
+// The statistics of group (n, g): the mean, then the variance of the deviations (two
+// passes, as the cpu's, so a large group loses nothing to cancellation), as 1/std.
+template <typename T>
+__device__ __forceinline__ void gn_stats(const T *xb, int64_t HW, int64_t C, int64_t cg, float eps, float *sh,
+                                         float *mean, float *rstd) {
+    const int64_t M = HW * cg;
+    float s = 0.0f;
+    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) s += tr_ld(xb + (i / cg) * C + i % cg);
+    const float m = tr_block_sum(s, sh) / (float)M;
+    float q = 0.0f;
+    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
+        const float d = tr_ld(xb + (i / cg) * C + i % cg) - m;
+        q += d * d;
+    }
+    *mean = m;
+    *rstd = rsqrtf(tr_block_sum(q, sh) / (float)M + eps);
+}
+
+// One block per (n, group): its statistics, then y = x̂·γ + β, SiLU after.
 template <typename T>
 __global__ void group_norm_kernel(const T *x, const void *gamma, int gdt, const void *beta, int bdt, T *y, int64_t HW,
                                   int64_t C, int64_t G, float eps, int silu) {
@@ -40,15 +57,8 @@ __global__ void group_norm_kernel(const T *x, const void *gamma, int gdt, const 
     const int64_t n = blockIdx.x / G, g = blockIdx.x % G, cg = C / G, M = HW * cg;
     const T *xb = x + n * HW * C + g * cg;
     T *yb = y + n * HW * C + g * cg;
-    float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) s += tr_ld(xb + (i / cg) * C + i % cg);
-    const float mean = tr_block_sum(s, sh) / (float)M;
-    float q = 0.0f;
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
-        const float d = tr_ld(xb + (i / cg) * C + i % cg) - mean;
-        q += d * d;
-    }
-    const float rstd = rsqrtf(tr_block_sum(q, sh) / (float)M + eps);
+    float mean, rstd;
+    gn_stats(xb, HW, C, cg, eps, sh, &mean, &rstd);
     for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
         const int64_t c = i % cg, o = (i / cg) * C + c;
         float v = (tr_ld(xb + o) - mean) * rstd * tr_ld_dt(gamma, gdt, g * cg + c) + tr_ld_dt(beta, bdt, g * cg + c);
@@ -150,23 +160,6 @@ extern "C" int tr_cu_from_f32(cudaStream_t s, int dtype, const float *acc, void 
     if (n == 0) return TR_OK;
     TR_CU_FLOAT_SWITCH(dtype, T, from_f32_kernel<T><<<tr_cu_blocks(n), 256, 0, s>>>(acc, (T *)dst, n));
     return TR_CU_LAUNCHED("conv2d_grad_weight store", err);
-}
-
-// The statistics of group (n, g): mean and 1/std, two passes (as group_norm_kernel).
-template <typename T>
-__device__ __forceinline__ void gn_stats(const T *xb, int64_t HW, int64_t C, int64_t cg, float eps, float *sh,
-                                         float *mean, float *rstd) {
-    const int64_t M = HW * cg;
-    float s = 0.0f;
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) s += tr_ld(xb + (i / cg) * C + i % cg);
-    const float m = tr_block_sum(s, sh) / (float)M;
-    float q = 0.0f;
-    for (int64_t i = threadIdx.x; i < M; i += blockDim.x) {
-        const float d = tr_ld(xb + (i / cg) * C + i % cg) - m;
-        q += d * d;
-    }
-    *mean = m;
-    *rstd = rsqrtf(tr_block_sum(q, sh) / (float)M + eps);
 }
 
 // GROUP_NORM_GRAD: dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)), ĝ = dy·γ, per (n, group) block;
