@@ -68,9 +68,10 @@ static void kernel_case(enum tr_dtype dt, int64_t n) {
         tr_assert_close(what, &out, ref, tr_test_tol(dt));
         double *o = tr_test_to_f64(&out);
         if (dt == TR_DTYPE_BF16) {
-            /* rounded once: within an ulp of the exact value (an update of ~lr is ~25 ulps) */
+            /* rounded once: within an ulp of the exact value (an update of ~lr is ~25 ulps),
+             * plus the f32 arithmetic's few ulps of the input where p and its update cancel */
             for (int64_t i = 0; i < n; i++)
-                if (!(fabs(o[i] - ref[i]) <= 0x1p-8 * fabs(ref[i])))
+                if (!(fabs(o[i] - ref[i]) <= 0x1p-8 * fabs(ref[i]) + 0x1p-21 * fabs(pin[i])))
                     fail_msg("%s: [%lld] = %.6g, reference %.6g (input %.6g)", what, (long long)i, o[i], ref[i],
                              pin[i]);
         } else {

@@ -18,12 +18,20 @@ double tr_rng_uniform(uint64_t seed, uint64_t key, uint64_t i) {
     return (double)(draw(seed, key, i) >> 11) * 0x1.0p-53;
 }
 
-double tr_rng_normal(uint64_t seed, uint64_t key, uint64_t i) {
-    /* Box–Muller on two independent draws of the same counter. */
-    uint64_t a = draw(seed, key, 2 * i), b = draw(seed, key, 2 * i + 1);
+void tr_rng_normal2(uint64_t seed, uint64_t key, uint64_t k, double *even, double *odd) {
+    /* Box–Muller on the two draws of counter pair k: both of its normals, r·cos and r·sin */
+    uint64_t a = draw(seed, key, 2 * k), b = draw(seed, key, 2 * k + 1);
     double u1 = ((double)(a >> 11) + 0.5) * 0x1.0p-53; /* (0,1): log is finite */
     double u2 = (double)(b >> 11) * 0x1.0p-53;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    double r = sqrt(-2.0 * log(u1)), t = 6.283185307179586 * u2;
+    *even = r * cos(t);
+    *odd = r * sin(t);
+}
+
+double tr_rng_normal(uint64_t seed, uint64_t key, uint64_t i) {
+    double even, odd;
+    tr_rng_normal2(seed, key, i >> 1, &even, &odd);
+    return i & 1 ? odd : even;
 }
 
 uint64_t tr_hash_str(const char *s) {
