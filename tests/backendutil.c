@@ -105,13 +105,19 @@ void tr_test_task_graph(const char *ini, const char *file, const struct tr_model
     if (tr_task_graph_build(&cfg, models, tg, &e)) fail_msg("%s", e.msg);
 }
 
+void tr_test_input_tensors(const struct tr_graph *g, int n, struct tr_tensor *in) {
+    assert_true(n <= tr_graph_n_inputs(g));
+    for (int i = 0; i < n; i++) {
+        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
+        in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
+        tr_test_poison(&in[i]);
+    }
+}
+
 void tr_test_fit_inputs(const struct tr_task_graph *tg, uint64_t seed, float lr, float step, struct tr_tensor *in) {
     const struct tr_graph *g = tg->graph;
     const int n_in = tr_graph_n_inputs(g);
-    for (int i = 0; i < n_in; i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
-        in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
-    }
+    tr_test_input_tensors(g, n_in, in);
     struct tr_error e = {0};
     if (tg->model->make_inputs(tg->config, &tg->opts, seed, tg->n_model_inputs, in, &e)) fail_msg("%s", e.msg);
     *(float *)in[n_in - 2].data = lr;

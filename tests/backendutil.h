@@ -49,6 +49,10 @@ struct tr_task_graph;
 void tr_test_task_graph(const char *ini, const char *file, const struct tr_model_desc *const *models,
                         struct tr_task_graph *tg);
 
+/* Host tensors of the shapes and dtypes of g's first n inputs, poisoned (free each with
+ * tr_test_tensor_free): what make_inputs is given to fill. */
+void tr_test_input_tensors(const struct tr_graph *g, int n, struct tr_tensor *in);
+
 /* The fit task's inputs for tg, one host tensor per graph input (free each with
  * tr_test_tensor_free): the model's batch from make_inputs(seed), then lr and step. */
 void tr_test_fit_inputs(const struct tr_task_graph *tg, uint64_t seed, float lr, float step, struct tr_tensor *in);

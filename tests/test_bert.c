@@ -104,13 +104,7 @@ static void test_config_errors(void **state) {
     assert_int_equal(tr_model_bert.tasks, 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT);
 }
 
-static void alloc_inputs(const struct tr_graph *g, struct tr_tensor in[3]) {
-    for (int i = 0; i < 3; i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
-        in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
-        tr_test_poison(&in[i]);
-    }
-}
+#define alloc_inputs(g, in) tr_test_input_tensors(g, 3, in)
 
 static void test_make_inputs(void **state) {
     const struct tr_bert_config *c = preset("tiny");

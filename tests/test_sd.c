@@ -117,11 +117,7 @@ static void test_make_inputs(void **state) {
     struct tr_graph *g = tr_test_model_build(M, &c, TR_TASK_PREDICT, TR_DTYPE_F32, 3, 5);
     struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 3, .seq_len = 5};
     struct tr_tensor in[4];
-    for (int i = 0; i < 4; i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
-        in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
-        tr_test_poison(&in[i]);
-    }
+    tr_test_input_tensors(g, 4, in);
     struct tr_error e = {0};
     assert_int_equal(M->make_inputs(&c, &o, 9, 4, in, &e), TR_OK);
     const struct tr_unet_config *u;
@@ -240,10 +236,7 @@ static void test_generate_writes_png(void **state) {
     if (tr_weights_load(g, PARTS, &w, &e)) fail_msg("%s", e.msg);
     struct tr_tensor in[2], out[2];
     struct tr_build_opts o = {.task = TR_TASK_GENERATE, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 16};
-    for (int i = 0; i < 2; i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
-        in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
-    }
+    tr_test_input_tensors(g, 2, in);
     assert_int_equal(M->make_inputs(&c, &o, 1234, 2, in, &e), TR_OK); /* the INI's default seed */
     tr_test_run_backend(&tr_test_backends[0], NULL, g, in, 1, out, NULL);
     int differ = 0, distinct = 0;
@@ -280,11 +273,7 @@ static void test_generate_prompt(void **state) {
     struct tr_task_graph tg;
     tr_test_task_graph(ini, "p.ini", tr_builtin_models, &tg);
     struct tr_tensor in[2];
-    for (int i = 0; i < 2; i++) {
-        struct tr_tensor t = tr_node_tensor(tg.graph, tr_graph_input(tg.graph, i));
-        in[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
-        tr_test_poison(&in[i]);
-    }
+    tr_test_input_tensors(tg.graph, 2, in);
     struct tr_error e = {0};
     assert_int_equal(tg.model->make_inputs(tg.config, &tg.opts, 1, 2, in, &e), TR_OK);
     /* transformers' CLIPTokenizer on that vocabulary (make_clip_tokenizer_fixture.py) */

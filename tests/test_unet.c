@@ -101,13 +101,8 @@ static void test_make_inputs(void **state) {
     struct tr_graph *g = tr_test_model_build(M, c, TR_TASK_PREDICT, TR_DTYPE_F32, 4, 6);
     struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 4, .seq_len = 6};
     struct tr_tensor a[3], b[3];
-    for (int i = 0; i < 3; i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
-        a[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
-        b[i] = tr_test_tensor((enum tr_dtype)t.dtype, t.ndim, t.shape);
-        tr_test_poison(&a[i]);
-        tr_test_poison(&b[i]);
-    }
+    tr_test_input_tensors(g, 3, a);
+    tr_test_input_tensors(g, 3, b);
     struct tr_error e = {0};
     assert_int_equal(M->make_inputs(c, &o, 42, 3, a, &e), TR_OK);
     assert_int_equal(M->make_inputs(c, &o, 42, 3, b, &e), TR_OK);

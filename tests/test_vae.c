@@ -140,15 +140,9 @@ static void test_make_inputs(void **state) {
     struct tr_graph *g = build(c, TR_TASK_FIT, TR_DTYPE_F32, 2);
     struct tr_build_opts o = {.task = TR_TASK_FIT, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 1};
     struct tr_tensor a[2], b[2], d[2];
-    for (int i = 0; i < 2; i++) {
-        struct tr_tensor t = tr_node_tensor(g, tr_graph_input(g, i));
-        a[i] = tr_test_tensor(TR_DTYPE_F32, t.ndim, t.shape);
-        b[i] = tr_test_tensor(TR_DTYPE_F32, t.ndim, t.shape);
-        d[i] = tr_test_tensor(TR_DTYPE_F32, t.ndim, t.shape);
-        tr_test_poison(&a[i]);
-        tr_test_poison(&b[i]);
-        tr_test_poison(&d[i]);
-    }
+    tr_test_input_tensors(g, 2, a);
+    tr_test_input_tensors(g, 2, b);
+    tr_test_input_tensors(g, 2, d);
     struct tr_error e = {0};
     assert_int_equal(tr_model_autoencoder_kl.make_inputs(c, &o, 42, 2, a, &e), TR_OK);
     assert_int_equal(tr_model_autoencoder_kl.make_inputs(c, &o, 42, 2, b, &e), TR_OK);

@@ -7,8 +7,8 @@
 
 uint8_t tr_image_pixel(double v) {
     double x = (v + 1.0) * 0.5;
-    x = x < 0.0 ? 0.0 : x > 1.0 ? 1.0 : x; /* NaN: 0 (the comparisons fail, then clamp below) */
-    if (!(x >= 0.0)) x = 0.0;
+    if (!(x >= 0.0)) x = 0.0; /* NaN too */
+    else if (x > 1.0) x = 1.0;
     return (uint8_t)lrint(255.0 * x);
 }
 
