@@ -21,7 +21,7 @@
 #include "trident/kernels.h"
 #include "trident/trident.h"
 
-#define CB_MAX_IN 5
+#define CB_MAX_IN 6
 #define CB_STEPS 2
 
 /* How an input is filled: floats of the case's dtype of either sign or positive (sqrt,
@@ -109,6 +109,8 @@ static const struct cb_case cases[] = {
     {"group_norm 2 groups + silu", TR_OP_GROUP_NORM, 0, 3, {IN4(2, 3, 4, 8), IN1(8), IN1(8)},
      {.ints = {2, 1}, .n_ints = 2, .floats = {1e-5f}}},
     {"timestep_embedding [3]->[3,16]", TR_OP_TIMESTEP_EMBEDDING, 0, 1, {IN1(3)}, {.ints = {16, 1}, .n_ints = 2}},
+    {"attention_rel 3x4 key grid", TR_OP_ATTENTION_REL, 0, 5,
+     {IN4(1, 2, 12, 8), IN4(1, 2, 12, 8), IN4(1, 2, 12, 8), IN4(1, 2, 12, 3), IN4(1, 2, 12, 4)}, {.floats = {0.35f}}},
     {"softmax_grad", TR_OP_SOFTMAX_GRAD, 1, 2, {IN2(4, 17), IN2(4, 17)}, {.n_ints = 0}},
     {"unary_grad gelu", TR_OP_UNARY_GRAD, 1, 2, {IN2(4, 17), IN2(4, 17)}, {.ints = {TR_OP_GELU, 0}}},
     {"layer_norm_grad", TR_OP_LAYER_NORM_GRAD, 1, 3, {IN2(4, 32), IN1(32), IN2(4, 32)}, {.floats = {1e-5f}}},
@@ -125,6 +127,8 @@ static const struct cb_case cases[] = {
      IN4(1, 2, 5, 8)}, {.ints = {1, 0, 0}, .floats = {0.35f}}},
     {"attention_grad dv", TR_OP_ATTENTION_GRAD, 1, 4, {IN4(1, 2, 5, 8), IN4(1, 2, 7, 8), IN4(1, 2, 7, 8),
      IN4(1, 2, 5, 8)}, {.ints = {0, 0, 2}, .floats = {0.35f}}},
+    {"attention_rel_grad drel_w", TR_OP_ATTENTION_REL_GRAD, 1, 6, {IN4(1, 2, 12, 8), IN4(1, 2, 12, 8),
+     IN4(1, 2, 12, 8), IN4(1, 2, 12, 3), IN4(1, 2, 12, 4), IN4(1, 2, 12, 8)}, {.ints = {4}, .n_ints = 1, .floats = {0.35f}}},
     {"conv2d_grad_input", TR_OP_CONV2D_GRAD_INPUT, 1, 2, {IN4(2, 6, 5, 4), IN4(4, 3, 3, 3)},
      {.ints = {1, 1, 1, 1, 0, 6, 5}, .n_ints = 7}},
     {"conv2d_grad_weight", TR_OP_CONV2D_GRAD_WEIGHT, 1, 2, {IN4(1, 7, 8, 4), IN4(1, 3, 4, 5)},

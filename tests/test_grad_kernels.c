@@ -280,7 +280,7 @@ struct attn_cfg {
 /* The oracle's view of a case, the mask m (NULL: none) shaped as in[4]. */
 static struct tr_ref_attn attn_of(const struct attn_cfg *c, const struct tr_tensor *mask, const double *m) {
     const double sc = c->scale != 0 ? c->scale : (double)(1.0f / sqrtf((float)c->D)); /* as dispatch fills it */
-    struct tr_ref_attn a = {c->B, c->H, c->Hk, c->Tq, c->Tk, c->D, c->Dv, sc, c->causal, c->window, {0, NULL, NULL}};
+    struct tr_ref_attn a = {c->B, c->H, c->Hk, c->Tq, c->Tk, c->D, c->Dv, sc, c->causal, c->window, {0, NULL, NULL}, NULL, NULL, 0, 0};
     if (m) a.mask = (struct tr_ref_view){mask->ndim, mask->shape, m};
     return a;
 }

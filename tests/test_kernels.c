@@ -552,7 +552,7 @@ static double *ref_attention(const struct attn_case *c, const struct tr_tensor *
     double *Q = tr_test_to_f64(q), *Kd = tr_test_to_f64(k), *V = tr_test_to_f64(v), *Mk = mask ? tr_test_to_f64(mask) : NULL;
     double *out = malloc(sizeof(double) * (size_t)(c->B * c->H * c->Tq * c->Dv));
     struct tr_ref_attn ra = {c->B, c->H, c->Hk, c->Tq, c->Tk, c->D, c->Dv, c->scale, c->causal, c->window,
-                             mask ? view(mask, Mk) : (struct tr_ref_view){0, NULL, NULL}};
+                             mask ? view(mask, Mk) : (struct tr_ref_view){0, NULL, NULL}, NULL, NULL, 0, 0};
     tr_ref_attention(&ra, Q, Kd, V, out);
     free(Q);
     free(Kd);

@@ -636,7 +636,7 @@ static void backends_case(enum tr_dtype dt) {
     tr_ref_rms_norm(xv, wv, B * H * T, D, 1e-6, 1, t1);
     ref_rope(t1, &in[1], B, H, T, D, 4, 10000.0f, 0, 1, qref);
     ref_rope(kv, &in[1], B, Hk, T, D, D, 10000.0f, 0, 1, kref);
-    const struct tr_ref_attn ac = {B, H, Hk, T, T, D, D, 0.35, 1, 3, {0, NULL, NULL}};
+    const struct tr_ref_attn ac = {B, H, Hk, T, T, D, D, 0.35, 1, 3, {0, NULL, NULL}, NULL, NULL, 0, 0};
     tr_ref_attention(&ac, qref, kref, vv_, aref);
     tr_ref_rms_norm(aref, wv, B * H * T, D, 1e-5, 0, yref);
 

@@ -224,6 +224,22 @@ static void rule_attention(struct ad *ad, int id, int dy) {
     }
 }
 
+/* ATTENTION_REL (q, k, v, rel_h, rel_w): one ATTENTION_REL_GRAD node per operand that
+ * needs a gradient; rel_h's and rel_w's flow back through the MATMULs that made them. */
+static void rule_attention_rel(struct ad *ad, int id, int dy) {
+    struct tr_graph *g = ad->g;
+    int in[6];
+    for (int i = 0; i < 5; i++) in[i] = tr_node_input(g, id, i);
+    in[5] = dy;
+    for (int which = 0; which < 5; which++) {
+        if (!needs(ad, in[which])) continue;
+        struct tr_attrs a = *tr_node_attrs(g, id);
+        a.ints[0] = which;
+        a.n_ints = 1;
+        accumulate(ad, in[which], tr_graph_add_node(g, TR_OP_ATTENTION_REL_GRAD, 6, in, &a));
+    }
+}
+
 /* RMS_NORM (x, w): dx by RMS_NORM_GRAD, dw by RMS_NORM_GRAD_W (the same for both
  * scalings, since d(1 + w) = dw). */
 static void rule_rms_norm(struct ad *ad, int id, int dy) {
@@ -351,6 +367,9 @@ static void apply_rule(struct ad *ad, int id, int dy) {
     case TR_OP_ATTENTION:
         rule_attention(ad, id, dy);
         break;
+    case TR_OP_ATTENTION_REL:
+        rule_attention_rel(ad, id, dy);
+        break;
     case TR_OP_CROSS_ENTROPY: {
         struct tr_attrs a = *at;
         int in[3] = {x, tr_node_input(g, id, 1), dy};
@@ -397,7 +416,7 @@ static int check_rules(const struct ad *ad, int loss, struct tr_error *err) {
         case TR_OP_SOFTMAX: case TR_OP_LAYER_NORM: case TR_OP_RESHAPE: case TR_OP_TRANSPOSE:
         case TR_OP_SLICE: case TR_OP_CONCAT: case TR_OP_SUM: case TR_OP_MEAN: case TR_OP_MAX:
         case TR_OP_BROADCAST: case TR_OP_SLICE_GRAD: case TR_OP_MSE: case TR_OP_RMS_NORM:
-        case TR_OP_CONV2D: case TR_OP_GROUP_NORM:
+        case TR_OP_CONV2D: case TR_OP_GROUP_NORM: case TR_OP_ATTENTION_REL:
             break;
         case TR_OP_ROPE:
             if (ad->need[tr_node_input(g, id, 1)]) bad_input = 1, why = "the positions are not differentiable";

@@ -644,6 +644,13 @@ int tr_attention(struct tr_graph *g, int q, int k, int v, int mask, float scale,
     return tr_graph_add_node(g, TR_OP_ATTENTION, mask < 0 ? 3 : 4, in, &at);
 }
 
+int tr_attention_rel(struct tr_graph *g, int q, int k, int v, int rel_h, int rel_w, float scale) {
+    struct tr_attrs at = attrs0();
+    at.floats[0] = scale;
+    int in[5] = {q, k, v, rel_h, rel_w};
+    return tr_graph_add_node(g, TR_OP_ATTENTION_REL, 5, in, &at);
+}
+
 int tr_rms_norm(struct tr_graph *g, int x, int w, float eps, int add_one) {
     struct tr_attrs at = attrs0();
     at.floats[0] = eps;

@@ -102,6 +102,13 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
         fprintf(f, " scale=%g causal=%lld", (double)a->floats[0], (long long)a->ints[0]);
         if (a->ints[1]) fprintf(f, " window=%lld", (long long)a->ints[1]);
         break;
+    case TR_OP_ATTENTION_REL:
+        fprintf(f, " scale=%g", (double)a->floats[0]);
+        break;
+    case TR_OP_ATTENTION_REL_GRAD:
+        fprintf(f, " scale=%g of=%s", (double)a->floats[0],
+                (const char *const[]){"q", "k", "v", "rel_h", "rel_w"}[a->ints[0] >= 0 && a->ints[0] < 5 ? a->ints[0] : 0]);
+        break;
     case TR_OP_UNARY_GRAD:
         fprintf(f, " of=%s", tr_op_name((int)a->ints[0]));
         if (a->ints[0] == TR_OP_GELU) fprintf(f, " approximate=%s", a->ints[1] ? "tanh" : "none");
@@ -188,7 +195,7 @@ double tr_graph_flops(const struct tr_graph *g) {
             int a = tr_node_input(g, id, 0), nd = tr_node_ndim(g, a);
             double k = (double)tr_node_shape(g, a)[tr_node_attrs(g, id)->ints[0] ? nd - 2 : nd - 1];
             total += 2.0 * numel(g, id) * k;
-        } else if (op == TR_OP_ATTENTION) {
+        } else if (op == TR_OP_ATTENTION || op == TR_OP_ATTENTION_REL) {
             const int64_t *q = tr_node_shape(g, tr_node_input(g, id, 0));
             const int64_t *k = tr_node_shape(g, tr_node_input(g, id, 1));
             const int64_t *v = tr_node_shape(g, tr_node_input(g, id, 2));
@@ -200,6 +207,12 @@ double tr_graph_flops(const struct tr_graph *g) {
             const int64_t *v = tr_node_shape(g, tr_node_input(g, id, 2));
             double fwd = 2.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)k[2] * (double)(q[3] + v[3]);
             total += tr_node_attrs(g, id)->ints[2] == 2 ? 0.5 * fwd : fwd;
+        } else if (op == TR_OP_ATTENTION_REL_GRAD) { /* as ATTENTION_GRAD; the bias gradients as dv */
+            const int64_t *q = tr_node_shape(g, tr_node_input(g, id, 0));
+            const int64_t *k = tr_node_shape(g, tr_node_input(g, id, 1));
+            const int64_t *v = tr_node_shape(g, tr_node_input(g, id, 2));
+            double fwd = 2.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)k[2] * (double)(q[3] + v[3]);
+            total += tr_node_attrs(g, id)->ints[0] >= 2 ? 0.5 * fwd : fwd;
         } else if (op == TR_OP_SUM || op == TR_OP_MEAN || op == TR_OP_MAX || op == TR_OP_LAYER_NORM_GRAD_GAMMA ||
                    op == TR_OP_CROSS_ENTROPY || op == TR_OP_MSE || op == TR_OP_RMS_NORM_GRAD_W) {
             total += numel(g, tr_node_input(g, id, 0));

@@ -437,6 +437,53 @@ static int infer_attention_grad(struct ctx *c, int n, const struct arg *a, struc
     return TR_OK;
 }
 
+/* ATTENTION_REL (q, k, v, rel_h, rel_w): q, k, v as ATTENTION's; the bias terms (B,H,Tq,Kh)
+ * and (B,H,Tq,Kw) with Kh·Kw = Tk, f32 or q's dtype. */
+static int infer_attention_rel(struct ctx *c, const struct arg *a, struct tr_attrs *at, int *dt, int *nd,
+                               int64_t *sh) {
+    at->ints[0] = at->ints[1] = 0; /* ATTENTION's causal and window: none here */
+    int rc = infer_attention(c, 3, a, at, dt, nd, sh);
+    if (rc) return rc;
+    const struct arg *q = &a[0], *rh = &a[3], *rw = &a[4];
+    int64_t B = q->sh[0], H = q->sh[1], Tq = q->sh[2], Tk = a[1].sh[2];
+    int ok = rh->nd == 4 && rw->nd == 4 && (rh->dt == TR_DTYPE_F32 || rh->dt == q->dt) &&
+             (rw->dt == TR_DTYPE_F32 || rw->dt == q->dt);
+    for (int i = 0; ok && i < 3; i++) ok = rh->sh[i] == q->sh[i] && rw->sh[i] == q->sh[i];
+    if (ok) ok = rh->sh[3] * rw->sh[3] == Tk;
+    if (!ok)
+        return refuse(c, TR_ERR_SHAPE,
+                      "rel_h %s, rel_w %s: expected (B,H,Tq,Kh) and (B,H,Tq,Kw) of f32 or %s with B,H,Tq = "
+                      "%lld,%lld,%lld (q's) and Kh·Kw = Tk = %lld (k's keys as a Kh x Kw grid)",
+                      rh->str, rw->str, tr_dtype_name((enum tr_dtype)q->dt), (long long)B, (long long)H,
+                      (long long)Tq, (long long)Tk);
+    at->n_ints = 0;
+    return TR_OK;
+}
+
+/* ATTENTION_REL_GRAD (q, k, v, rel_h, rel_w, dy) -> operand ints[0]'s gradient. */
+static int infer_attention_rel_grad(struct ctx *c, const struct arg *a, struct tr_attrs *at, int *dt, int *nd,
+                                    int64_t *sh) {
+    const int64_t which = at->ints[0];
+    if (which < 0 || which > 4)
+        return refuse(c, TR_ERR_INVALID, "which %lld, expected 0 (dq), 1 (dk), 2 (dv), 3 (drel_h) or 4 (drel_w)",
+                      (long long)which);
+    struct tr_attrs fa = *at;
+    int y_dt, y_nd;
+    int64_t y_sh[TR_MAX_DIMS];
+    int rc = infer_attention_rel(c, a, &fa, &y_dt, &y_nd, y_sh);
+    if (rc) return rc;
+    at->floats[0] = fa.floats[0];
+    const struct arg *dy = &a[5];
+    int ok = dy->dt == y_dt && dy->nd == y_nd;
+    for (int i = 0; ok && i < y_nd; i++) ok = dy->sh[i] == y_sh[i];
+    if (!ok)
+        return refuse(c, TR_ERR_SHAPE, "dy %s must be the attention output's dtype and shape (q %s, v %s)", dy->str,
+                      a[0].str, a[2].str);
+    copy_shape(&a[which], dt, nd, sh);
+    at->n_ints = 1;
+    return TR_OK;
+}
+
 static int infer_broadcast(struct ctx *c, const struct arg *x, const struct tr_attrs *at, int *dt, int *nd,
                            int64_t *sh) {
     int n = at->n_ints;
@@ -881,6 +928,10 @@ int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *i
         return infer_embedding_grad(&c, a, attrs, dtype, ndim, shape);
     case TR_OP_ATTENTION_GRAD:
         return infer_attention_grad(&c, n_in, a, attrs, dtype, ndim, shape);
+    case TR_OP_ATTENTION_REL:
+        return infer_attention_rel(&c, a, attrs, dtype, ndim, shape);
+    case TR_OP_ATTENTION_REL_GRAD:
+        return infer_attention_rel_grad(&c, a, attrs, dtype, ndim, shape);
     case TR_OP_BROADCAST:
         return infer_broadcast(&c, &a[0], attrs, dtype, ndim, shape);
     case TR_OP_MAX_GRAD:

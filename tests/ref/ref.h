@@ -151,6 +151,10 @@ struct tr_ref_attn {
     int causal;
     int64_t window;          /* 0 none; else key j seen by query i iff i − window < j <= i, aligned at the end */
     struct tr_ref_view mask; /* additive, broadcast to (B,H,Tq,Tk); d NULL: none */
+    /* ATTENTION_REL's decomposed bias (NULL: none): rel_h (B,H,Tq,Kh), rel_w (B,H,Tq,Kw),
+     * Tk = Kh·Kw; s_ij += rel_h[i, j / Kw] + rel_w[i, j % Kw] */
+    const double *rel_h, *rel_w;
+    int64_t Kh, Kw;
 };
 
 /* out (B,H,Tq,Dv) from q (B,H,Tq,D), k (B,Hk,Tk,D), v (B,Hk,Tk,Dv), the whole score
@@ -159,6 +163,9 @@ void tr_ref_attention(const struct tr_ref_attn *c, const double *q, const double
 /* dq, dk, dv of Σ dy·attention (each may be NULL). */
 void tr_ref_attention_grad(const struct tr_ref_attn *c, const double *q, const double *k, const double *v,
                            const double *dy, double *dq, double *dk, double *dv);
+/* The same, and the bias terms' drel_h (B,H,Tq,Kh) and drel_w (B,H,Tq,Kw) (each may be NULL). */
+void tr_ref_attention_rel_grad(const struct tr_ref_attn *c, const double *q, const double *k, const double *v,
+                               const double *dy, double *dq, double *dk, double *dv, double *drel_h, double *drel_w);
 
 /* ---- the graph evaluator (ref_graph.c) ---- */
 

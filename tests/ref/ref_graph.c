@@ -33,7 +33,7 @@ static void eval_attention(const struct tr_graph *g, int id, double **v, double 
     struct tr_ref_view q = in_view(g, v, id, 0), k = in_view(g, v, id, 1), vv = in_view(g, v, id, 2);
     struct tr_ref_attn c = {q.sh[0], q.sh[1], k.sh[1], q.sh[2], k.sh[2], q.sh[3], vv.sh[3],
                             (double)tr_attention_scale(a->floats[0], q.sh[3]), (int)a->ints[0], a->ints[1],
-                            {0, NULL, NULL}};
+                            {0, NULL, NULL}, NULL, NULL, 0, 0};
     if (n_in == (grad ? 5 : 4)) c.mask = in_view(g, v, id, n_in - 1);
     if (!grad) {
         tr_ref_attention(&c, q.d, k.d, vv.d, o);
@@ -42,6 +42,23 @@ static void eval_attention(const struct tr_graph *g, int id, double **v, double 
     int w = (int)a->ints[2];
     tr_ref_attention_grad(&c, q.d, k.d, vv.d, in_view(g, v, id, 3).d, w == 0 ? o : NULL, w == 1 ? o : NULL,
                           w == 2 ? o : NULL);
+}
+
+/* ATTENTION_REL (q, k, v, rel_h, rel_w) or ATTENTION_REL_GRAD (…, dy) of ints[0]. */
+static void eval_attention_rel(const struct tr_graph *g, int id, double **v, double *o) {
+    const struct tr_attrs *a = tr_node_attrs(g, id);
+    struct tr_ref_view q = in_view(g, v, id, 0), k = in_view(g, v, id, 1), vv = in_view(g, v, id, 2);
+    struct tr_ref_view rh = in_view(g, v, id, 3), rw = in_view(g, v, id, 4);
+    struct tr_ref_attn c = {q.sh[0], q.sh[1], k.sh[1], q.sh[2], k.sh[2], q.sh[3], vv.sh[3],
+                            (double)tr_attention_scale(a->floats[0], q.sh[3]), 0, 0, {0, NULL, NULL},
+                            rh.d, rw.d, rh.sh[3], rw.sh[3]};
+    if (tr_node_op(g, id) == TR_OP_ATTENTION_REL) {
+        tr_ref_attention(&c, q.d, k.d, vv.d, o);
+        return;
+    }
+    double *outs[5] = {NULL, NULL, NULL, NULL, NULL};
+    outs[a->ints[0]] = o;
+    tr_ref_attention_rel_grad(&c, q.d, k.d, vv.d, in_view(g, v, id, 5).d, outs[0], outs[1], outs[2], outs[3], outs[4]);
 }
 
 /* The norms: rows of the last axis of input 0. */
@@ -205,6 +222,7 @@ void tr_ref_graph_eval_node(const struct tr_graph *g, int id, double *const *lea
     case TR_OP_CONCAT: eval_concat(g, id, v, o); break;
     case TR_OP_UPDATE_SLICE: eval_update_slice(g, id, v, o); break;
     case TR_OP_ATTENTION: case TR_OP_ATTENTION_GRAD: eval_attention(g, id, v, o); break;
+    case TR_OP_ATTENTION_REL: case TR_OP_ATTENTION_REL_GRAD: eval_attention_rel(g, id, v, o); break;
     case TR_OP_CROSS_ENTROPY: case TR_OP_CROSS_ENTROPY_GRAD: eval_cross_entropy(g, id, v, o); break;
     case TR_OP_MSE: o[0] = tr_ref_mse(x.d, y.d, tr_shape_numel(x.nd, x.sh)); break;
     case TR_OP_CONV2D: case TR_OP_CONV2D_GRAD_INPUT: case TR_OP_CONV2D_GRAD_WEIGHT: eval_conv2d(g, id, v, o); break;

@@ -394,6 +394,10 @@ static void attn_row(const struct tr_ref_attn *c, const double *q, const double 
             int64_t idx[4] = {b, h, i, j};
             s += c->mask.d[tr_ref_bcast_off(c->mask.nd, c->mask.sh, 4, idx)];
         }
+        if (c->rel_h) {
+            const int64_t r = (b * c->H + h) * c->Tq + i;
+            s += c->rel_h[r * c->Kh + j / c->Kw] + c->rel_w[r * c->Kw + j % c->Kw];
+        }
         p[j] = seen ? s : -INFINITY;
         mx = fmax(mx, p[j]);
     }
@@ -419,7 +423,14 @@ void tr_ref_attention(const struct tr_ref_attn *c, const double *q, const double
 
 void tr_ref_attention_grad(const struct tr_ref_attn *c, const double *q, const double *k, const double *v,
                            const double *dy, double *dq, double *dk, double *dv) {
+    tr_ref_attention_rel_grad(c, q, k, v, dy, dq, dk, dv, NULL, NULL);
+}
+
+void tr_ref_attention_rel_grad(const struct tr_ref_attn *c, const double *q, const double *k, const double *v,
+                               const double *dy, double *dq, double *dk, double *dv, double *drel_h, double *drel_w) {
     const int64_t D = c->D, Dv = c->Dv, Tq = c->Tq, Tk = c->Tk;
+    if (drel_h) memset(drel_h, 0, sizeof(double) * (size_t)(c->B * c->H * Tq * c->Kh));
+    if (drel_w) memset(drel_w, 0, sizeof(double) * (size_t)(c->B * c->H * Tq * c->Kw));
     if (dq) memset(dq, 0, sizeof(double) * (size_t)(c->B * c->H * Tq * D));
     if (dk) memset(dk, 0, sizeof(double) * (size_t)(c->B * c->Hk * Tk * D));
     if (dv) memset(dv, 0, sizeof(double) * (size_t)(c->B * c->Hk * Tk * Dv));
@@ -438,6 +449,8 @@ void tr_ref_attention_grad(const struct tr_ref_attn *c, const double *q, const d
                 for (int64_t j = 0; j < Tk; j++) {
                     const int64_t ko = (b * c->Hk + hk) * Tk + j;
                     const double ds = c->scale * p[j] * (dp[j] - delta);
+                    if (drel_h) drel_h[qo * c->Kh + j / c->Kw] += p[j] * (dp[j] - delta);
+                    if (drel_w) drel_w[qo * c->Kw + j % c->Kw] += p[j] * (dp[j] - delta);
                     for (int64_t e = 0; e < D; e++) {
                         if (dq) dq[qo * D + e] += ds * k[ko * D + e];
                         if (dk) dk[ko * D + e] += ds * qi[e];

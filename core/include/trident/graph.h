@@ -89,6 +89,9 @@ int tr_reduce(struct tr_graph *g, enum tr_op op, int x, int axis, int keepdims);
 int tr_cast(struct tr_graph *g, int x, enum tr_dtype to);
 /* mask < 0: none. */
 int tr_attention(struct tr_graph *g, int q, int k, int v, int mask, float scale, int causal, int window);
+/* Attention with a decomposed relative-position bias over a Kh x Kw key grid (ops.h
+ * ATTENTION_REL): rel_h (B,H,Tq,Kh), rel_w (B,H,Tq,Kw); scale 0: 1/sqrt(D). */
+int tr_attention_rel(struct tr_graph *g, int q, int k, int v, int rel_h, int rel_w, float scale);
 /* add_one: Gemma's x̂·(1 + w). */
 int tr_rms_norm(struct tr_graph *g, int x, int w, float eps, int add_one);
 /* rot_dims 0: all of D. */

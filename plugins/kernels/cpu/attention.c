@@ -18,9 +18,10 @@
 
 struct attn_args {
     const char *q, *k, *v, *mask;
+    const char *rel_h, *rel_w; /* ATTENTION_REL's bias terms (B,H,Tq,Kh), (B,H,Tq,Kw); NULL: none */
     char *out;
-    int dt, mdt;
-    int64_t B, H, Hk, Tq, Tk, D, Dv;
+    int dt, mdt, rdt_h, rdt_w;
+    int64_t B, H, Hk, Tq, Tk, D, Dv, Kh, Kw;
     int64_t ms[4]; /* mask strides in elements over (B,H,Tq,Tk), 0 where it broadcasts */
     float scale;
     int causal, window;
@@ -33,9 +34,9 @@ static inline void key_range(const struct attn_args *A, int64_t i, int64_t *lo, 
     *lo = A->window > 0 ? pos - A->window + 1 : 0;
 }
 
-static size_t workspace_floats(int64_t D, int64_t Dv) {
+static size_t workspace_floats(int64_t D, int64_t Dv, int64_t Kh, int64_t Kw) {
     int64_t dm = D > Dv ? D : Dv;
-    return (size_t)(BQ * D + D * BK + BK * Dv + BQ * BK + BQ * Dv + 2 * BQ + dm + BK + 16 * 8);
+    return (size_t)(BQ * D + D * BK + BK * Dv + BQ * BK + BQ * Dv + 2 * BQ + dm + BK + BQ * (Kh + Kw) + 16 * 8);
 }
 
 TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, float *ws), (A, b, h, i0, nq, ws)) {
@@ -57,6 +58,8 @@ TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, 
     float *restrict lrun = mrun + BQ;       /* [BQ] running sum */
     float *restrict row = lrun + BQ;        /* [max(D,Dv)] one converted row */
     float *restrict mrow = row + (D > Dv ? D : Dv); /* [BK] mask values */
+    float *restrict rh = mrow + BK;         /* [BQ][Kh] the block's rel_h rows, then [BQ][Kw] rel_w */
+    float *restrict rw = rh + BQ * A->Kh;
 
     for (int64_t r = 0; r < nq; r++) {
         tr_cpu_load_f32(Q + r * D, qb + r * D * (int64_t)es, A->dt, D);
@@ -64,6 +67,13 @@ TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, 
         mrun[r] = -INFINITY;
         lrun[r] = 0.0f;
         for (int64_t d = 0; d < Dv; d++) acc[r * Dv + d] = 0.0f;
+    }
+    if (A->rel_h) {
+        const int64_t row0 = (b * A->H + h) * A->Tq + i0;
+        tr_cpu_load_f32(rh, A->rel_h + row0 * A->Kh * (int64_t)tr_dtype_size((enum tr_dtype)A->rdt_h), A->rdt_h,
+                        nq * A->Kh);
+        tr_cpu_load_f32(rw, A->rel_w + row0 * A->Kw * (int64_t)tr_dtype_size((enum tr_dtype)A->rdt_w), A->rdt_w,
+                        nq * A->Kw);
     }
     /* keys any row of the block may see */
     int64_t lo0, hi0, lo1, hi1;
@@ -117,6 +127,14 @@ TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, 
                 }
                 for (int64_t jj = 0; jj < nk; jj++) s[jj] += mrow[jj];
             }
+            if (A->rel_h) { /* the decomposed bias: key j on grid row j / Kw, column j % Kw */
+                const float *restrict bh = rh + r * A->Kh, *restrict bw = rw + r * A->Kw;
+                int64_t a = j0 / A->Kw, c = j0 % A->Kw;
+                for (int64_t jj = 0; jj < nk; jj++) {
+                    s[jj] += bh[a] + bw[c];
+                    if (++c == A->Kw) c = 0, a++;
+                }
+            }
             int64_t lo, hi;
             key_range(A, i, &lo, &hi);
             lo -= j0; /* as block offsets */
@@ -169,8 +187,8 @@ struct attn_plan {
 };
 
 static int attention_check(const struct tr_tensor *q, const struct tr_tensor *kk, const struct tr_tensor *v,
-                           const struct tr_tensor *mask, float scale, int causal, int window,
-                           const struct tr_tensor *out, struct attn_plan *pl, struct tr_error *err) {
+                           const struct tr_tensor *mask, const struct tr_tensor *rel, float scale, int causal,
+                           int window, const struct tr_tensor *out, struct attn_plan *pl, struct tr_error *err) {
     int rc = tr_cpu_check_float(q, "attention", "q", err);
     if (!rc) rc = tr_cpu_check_float(kk, "attention", "k", err);
     if (!rc) rc = tr_cpu_check_float(v, "attention", "v", err);
@@ -210,13 +228,23 @@ static int attention_check(const struct tr_tensor *q, const struct tr_tensor *kk
         A.mask = mask->data;
         A.mdt = mask->dtype;
     }
+    if (rel) {
+        rc = tr_cpu_check_rel_bias("attention_rel", q, kk, rel, err);
+        if (rc) return rc;
+        A.rel_h = rel[0].data;
+        A.rel_w = rel[1].data;
+        A.rdt_h = rel[0].dtype;
+        A.rdt_w = rel[1].dtype;
+        A.Kh = rel[0].shape[3];
+        A.Kw = rel[1].shape[3];
+    }
     pl->A = A;
     pl->nout = tr_tensor_numel(out);
     pl->bq = Tq < BQ ? Tq : BQ;
     pl->nqb = pl->bq ? (Tq + pl->bq - 1) / pl->bq : 0;
     pl->tasks = B * H * pl->nqb;
     pl->par = pl->tasks > 1 && B * H * Tq * Tk * (D + Dv) > 65536;
-    pl->wsz = workspace_floats(D, Dv) * sizeof(float);
+    pl->wsz = workspace_floats(D, Dv, A.Kh, A.Kw) * sizeof(float);
     return TR_OK;
 }
 
@@ -245,7 +273,7 @@ int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct
     TR_CUDA_ROUTE(k, tr_cuda_k_attention(k, q, kk, v, mask, scale, causal, window, out, err));
     struct attn_plan pl;
     int rc = tr_cpu_check_ctx(k, "attention", err);
-    if (!rc) rc = attention_check(q, kk, v, mask, scale, causal, window, out, &pl, err);
+    if (!rc) rc = attention_check(q, kk, v, mask, NULL, scale, causal, window, out, &pl, err);
     if (!rc && pl.nout) rc = tr_cpu_scratch_reserve(k, 0, pl.wsz, "attention", err);
     return tr_cpu_compute_now(k, rc, attention_compute, &pl);
 }
@@ -255,8 +283,36 @@ int tr_cpu_attention_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct
     const struct tr_attrs *at = &c->attrs;
     int rc = tr_cpu_check_ctx_bind(k, "attention", err);
     if (!rc)
-        rc = attention_check(&c->in[0], &c->in[1], &c->in[2], c->n_in == 4 ? &c->in[3] : NULL, at->floats[0],
+        rc = attention_check(&c->in[0], &c->in[1], &c->in[2], c->n_in == 4 ? &c->in[3] : NULL, NULL, at->floats[0],
                              at->ints[0] != 0, (int)at->ints[1], &c->out, &pl, err);
     if (!rc && pl.nout) rc = tr_cpu_scratch_reserve(k, 0, pl.wsz, "attention", err);
     return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, attention_compute, "attention", err);
+}
+
+/* ATTENTION_REL (q, k, v, rel_h, rel_w): the same tiles, each score row given its bias. */
+static int attention_rel_plan(struct tr_kernels *k, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                              const struct tr_tensor *out, struct attn_plan *pl, struct tr_error *err) {
+    if (n_in != 5)
+        return tr_error_set(err, TR_ERR_INVALID, "attention_rel: %d inputs given, 5 (q, k, v, rel_h, rel_w) expected",
+                            n_in);
+    float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
+    int rc = attention_check(&in[0], &in[1], &in[2], NULL, &in[3], scale, 0, 0, out, pl, err);
+    if (!rc && pl->nout) rc = tr_cpu_scratch_reserve(k, 0, pl->wsz, "attention_rel", err);
+    return rc;
+}
+
+int tr_cpu_attention_rel_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    struct attn_plan pl;
+    int rc = tr_cpu_check_ctx_bind(k, "attention_rel", err);
+    if (!rc) rc = attention_rel_plan(k, &c->attrs, c->n_in, c->in, &c->out, &pl, err);
+    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, attention_compute, "attention_rel", err);
+}
+
+int tr_cpu_attention_rel_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
+                                const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
+    (void)op;
+    struct attn_plan pl;
+    int rc = tr_cpu_check_ctx(k, "attention_rel", err);
+    if (!rc) rc = attention_rel_plan(k, at, n_in, in, out, &pl, err);
+    return tr_cpu_compute_now(k, rc, attention_compute, &pl);
 }

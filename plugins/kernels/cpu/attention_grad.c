@@ -29,8 +29,9 @@ static inline size_t esize(int dt) { return tr_dtype_size((enum tr_dtype)dt); }
 
 struct agrad_args {
     const char *q, *k, *v, *dy, *mask;
-    int dt, mdt;
-    int64_t B, H, Hk, Tq, Tk, D, Dv;
+    const char *rel_h, *rel_w; /* ATTENTION_REL's bias terms; NULL: none */
+    int dt, mdt, rdt_h, rdt_w;
+    int64_t B, H, Hk, Tq, Tk, D, Dv, Kh, Kw;
     int64_t ms[4];
     double scale;
     int causal, window;
@@ -102,6 +103,11 @@ static inline void ag_scores(const struct agrad_args *A, int64_t b, int64_t h, i
             }
             s[c] *= A->scale;
             if (A->mask) s[c] += get_f64(A->mask, A->mdt, b * A->ms[0] + h * A->ms[1] + i * A->ms[2] + j * A->ms[3]);
+            if (A->rel_h) {
+                const int64_t row = (b * A->H + h) * A->Tq + i;
+                s[c] += get_f64(A->rel_h, A->rdt_h, row * A->Kh + j / A->Kw) +
+                        get_f64(A->rel_w, A->rdt_w, row * A->Kw + j % A->Kw);
+            }
         }
     }
 }
@@ -133,16 +139,16 @@ static inline void ag_accum(const double *restrict coef, int64_t nx, int64_t ny,
 
 /* Work space of one thread, shared by the three passes. */
 struct ag_ws {
-    double *Q, *K, *Kt, *V, *Vt, *dY, *S, *G, *acc, *m, *l, *acc2;
+    double *Q, *K, *Kt, *V, *Vt, *dY, *S, *G, *acc, *m, *l, *acc2, *drh, *drw;
 };
 
-static size_t ag_workspace(int64_t D, int64_t Dv) {
+static size_t ag_workspace(int64_t D, int64_t Dv, int64_t Kh, int64_t Kw) {
     int64_t dm = D > Dv ? D : Dv;
     return (size_t)(AG_BQ * D + 2 * AG_BK * D + 2 * AG_BK * Dv + AG_BQ * Dv + 2 * AG_BQ * AG_BK +
-                    (AG_BQ > AG_BK ? AG_BQ : AG_BK) * dm + 2 * AG_BQ + AG_BK * Dv);
+                    (AG_BQ > AG_BK ? AG_BQ : AG_BK) * dm + 2 * AG_BQ + AG_BK * Dv + AG_BQ * (Kh + Kw));
 }
 
-static void ag_split(double *ws, int64_t D, int64_t Dv, struct ag_ws *w) {
+static void ag_split(double *ws, int64_t D, int64_t Dv, int64_t Kh, struct ag_ws *w) {
     w->Q = ws;                        /* [BQ][D] */
     w->K = w->Q + AG_BQ * D;          /* [BK][D] */
     w->Kt = w->K + AG_BK * D;         /* [D][BK] */
@@ -155,6 +161,8 @@ static void ag_split(double *ws, int64_t D, int64_t Dv, struct ag_ws *w) {
     w->m = w->acc + (AG_BQ > AG_BK ? AG_BQ : AG_BK) * (D > Dv ? D : Dv);
     w->l = w->m + AG_BQ;
     w->acc2 = w->l + AG_BQ;           /* [BK][Dv]: dv beside dk (which 3) */
+    w->drh = w->acc2 + AG_BK * Dv;    /* [BQ][Kh], then [BQ][Kw]: the bias terms' gradients */
+    w->drw = w->drh + AG_BQ * Kh;
 }
 
 /* The query block's Q and dY rows into w. */
@@ -238,21 +246,33 @@ TR_CPU_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, 
     }
 }
 
-/* dq of one query block. */
-TR_CPU_MULTI(void, ag_dq, (const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, char *out, struct ag_ws *w), (A, b, h, i0, nq, out, w)) {
-    const int64_t D = A->D;
+/* What one query block's rows give: dq (into out_q) and the bias terms' gradients
+ * (into out_h, out_w); each NULL when not wanted. */
+TR_CPU_MULTI(void, ag_rows, (const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, char *out_q, char *out_h, char *out_w, struct ag_ws *w), (A, b, h, i0, nq, out_q, out_h, out_w, w)) {
+    const int64_t D = A->D, Kh = A->Kh, Kw = A->Kw, row0 = (b * A->H + h) * A->Tq + i0;
     ag_load_q(A, b, h, i0, nq, w);
-    const double *lse = A->lse + (b * A->H + h) * A->Tq + i0, *delta = A->delta + (b * A->H + h) * A->Tq + i0;
+    const double *lse = A->lse + row0, *delta = A->delta + row0;
     double *dq = w->acc;
     for (int64_t x = 0; x < nq * D; x++) dq[x] = 0.0;
+    for (int64_t x = 0; x < nq * Kh; x++) w->drh[x] = 0.0;
+    for (int64_t x = 0; x < nq * Kw; x++) w->drw[x] = 0.0;
     int64_t lo, hi;
     ag_block_keys(A, i0, nq, &lo, &hi);
     for (int64_t j0 = lo; j0 <= hi; j0 += AG_BK) {
         const int64_t nk = ag_key_block(A, b, h, i0, nq, j0, hi, 1, w);
         ag_probs(A, nq, lse, delta, w->dY, w->Vt, w->S, w->G);
-        ag_accum(w->G, nq, nk, AG_BK, 1, A->scale, w->K, D, dq);
+        if (out_q) ag_accum(w->G, nq, nk, AG_BK, 1, A->scale, w->K, D, dq);
+        if (out_h || out_w) /* dS summed over each key row (rel_h) and column (rel_w) of the grid */
+            for (int64_t r = 0; r < nq; r++)
+                for (int64_t c = 0; c < nk; c++) {
+                    const double g = w->G[r * AG_BK + c];
+                    w->drh[r * Kh + (j0 + c) / Kw] += g;
+                    w->drw[r * Kw + (j0 + c) % Kw] += g;
+                }
     }
-    store_f64(out + ((b * A->H + h) * A->Tq + i0) * D * (int64_t)esize(A->dt), A->dt, dq, nq * D);
+    if (out_q) store_f64(out_q + row0 * D * (int64_t)esize(A->dt), A->dt, dq, nq * D);
+    if (out_h) store_f64(out_h + row0 * Kh * (int64_t)esize(A->rdt_h), A->rdt_h, w->drh, nq * Kh);
+    if (out_w) store_f64(out_w + row0 * Kw * (int64_t)esize(A->rdt_w), A->rdt_w, w->drw, nq * Kw);
 }
 
 /* dk (which 1), dv (which 2), or both (3: dk into out, dv into out2) of one key block of
@@ -284,12 +304,13 @@ TR_CPU_MULTI(void, ag_dkv, (const struct agrad_args *A, int which, int64_t b, in
         store_f64(out2 + ((b * A->Hk + hk) * A->Tk + j0) * Dv * (int64_t)esize(A->dt), A->dt, acc2, nk * Dv);
 }
 
-/* The gradients asked for (outs[0..2]: dq, dk, dv; NULL: not wanted): one statistics
- * pass, then dq's pass and one pass for dk and dv together. */
+/* The gradients asked for (outs[0..4]: dq, dk, dv, and with rel (ATTENTION_REL's
+ * rel_h, rel_w) drel_h, drel_w; NULL: not wanted): one statistics pass, then one pass
+ * over the query blocks (dq and the bias terms') and one for dk and dv together. */
 static int attention_backward(struct tr_kernels *k, const char *kn, const struct tr_tensor *q,
                               const struct tr_tensor *kk, const struct tr_tensor *v, const struct tr_tensor *dy,
-                              const struct tr_tensor *mask, float scale, int causal, int window,
-                              struct tr_tensor *const outs[3], struct tr_error *err);
+                              const struct tr_tensor *mask, const struct tr_tensor *rel, float scale, int causal,
+                              int window, struct tr_tensor *const outs[5], struct tr_error *err);
 
 int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                         const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
@@ -298,9 +319,9 @@ int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const s
     if (which < 0 || which > 2)
         return tr_error_set(err, TR_ERR_INVALID, "attention_grad: ints[2]=%d should be 0 (dq), 1 (dk) or 2 (dv)",
                             which);
-    struct tr_tensor *outs[3] = {NULL, NULL, NULL};
+    struct tr_tensor *outs[5] = {NULL, NULL, NULL, NULL, NULL};
     outs[which] = out;
-    return attention_backward(k, "attention_grad", q, kk, v, dy, mask, scale, causal, window, outs, err);
+    return attention_backward(k, "attention_grad", q, kk, v, dy, mask, NULL, scale, causal, window, outs, err);
 }
 
 int tr_k_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
@@ -308,30 +329,56 @@ int tr_k_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, con
                             float scale, int causal, int window, struct tr_tensor *dq, struct tr_tensor *dk,
                             struct tr_tensor *dv, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_attention_backward(k, q, kk, v, dy, mask, scale, causal, window, dq, dk, dv, err));
-    struct tr_tensor *outs[3] = {dq, dk, dv};
-    return attention_backward(k, "attention_backward", q, kk, v, dy, mask, scale, causal, window, outs, err);
+    struct tr_tensor *outs[5] = {dq, dk, dv, NULL, NULL};
+    return attention_backward(k, "attention_backward", q, kk, v, dy, mask, NULL, scale, causal, window, outs, err);
+}
+
+int tr_cpu_attention_rel_grad_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
+                                     const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
+    (void)op;
+    static const char kn[] = "attention_rel_grad";
+    if (n_in != 6)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given, 6 (q, k, v, rel_h, rel_w, dy) expected", kn,
+                            n_in);
+    const int64_t which = at->ints[0];
+    if (which < 0 || which > 4)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: ints[0]=%lld should be 0 (dq), 1 (dk), 2 (dv), 3 (drel_h) or "
+                            "4 (drel_w)", kn, (long long)which);
+    struct tr_tensor *outs[5] = {NULL, NULL, NULL, NULL, NULL};
+    outs[which] = out;
+    float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
+    return attention_backward(k, kn, &in[0], &in[1], &in[2], &in[5], NULL, &in[3], scale, 0, 0, outs, err);
 }
 
 static int attention_backward(struct tr_kernels *k, const char *kn, const struct tr_tensor *q,
                               const struct tr_tensor *kk, const struct tr_tensor *v, const struct tr_tensor *dy,
-                              const struct tr_tensor *mask, float scale, int causal, int window,
-                              struct tr_tensor *const outs[3], struct tr_error *err) {
-    static const char *const onames[3] = {"dq", "dk", "dv"};
+                              const struct tr_tensor *mask, const struct tr_tensor *rel, float scale, int causal,
+                              int window, struct tr_tensor *const outs[5], struct tr_error *err) {
+    static const char *const onames[5] = {"dq", "dk", "dv", "drel_h", "drel_w"};
     int rc = tr_cpu_check_ctx(k, kn, err);
     if (!rc) rc = check_real(q, kn, "q", err);
     if (!rc) rc = check_real(kk, kn, "k", err);
     if (!rc) rc = check_real(v, kn, "v", err);
     if (!rc) rc = check_real(dy, kn, "dy", err);
-    for (int i = 0; i < 3 && !rc; i++)
+    for (int i = 0; i < 5 && !rc; i++)
         if (outs[i]) rc = check_real(outs[i], kn, onames[i], err);
     if (!rc && mask) rc = check_real(mask, kn, "mask", err);
+    if (!rc && rel) rc = tr_cpu_check_rel_bias(kn, q, kk, rel, err);
+    if (!rc && !rel && (outs[3] || outs[4]))
+        rc = tr_error_set(err, TR_ERR_INVALID, "%s: a bias gradient asked for without the bias terms", kn);
+    for (int i = 3; i < 5 && !rc; i++)
+        if (outs[i] && (outs[i]->dtype != rel[i - 3].dtype || !tr_cpu_same_shape(outs[i], &rel[i - 3]))) {
+            char d1[200], d2[200];
+            rc = tr_error_set(err, TR_ERR_SHAPE, "%s: %s %s should be shaped and typed as %s %s", kn, onames[i],
+                              tr_cpu_desc(outs[i], d1, sizeof d1), i == 3 ? "rel_h" : "rel_w",
+                              tr_cpu_desc(&rel[i - 3], d2, sizeof d2));
+        }
     if (rc) return rc;
-    const int which = outs[0] ? (outs[1] || outs[2] ? -1 : 0) : outs[1] && outs[2] ? 3 : outs[1] ? 1 : 2;
-    struct tr_tensor *out = outs[0] ? outs[0] : outs[1] ? outs[1] : outs[2];
+    struct tr_tensor *out = outs[0] ? outs[0] : outs[1] ? outs[1] : outs[2] ? outs[2] : outs[3] ? outs[3] : outs[4];
     if (!out) return tr_error_set(err, TR_ERR_INVALID, "%s: no gradient asked for", kn);
     char d1[200], d2[200], d3[200], d4[200], d5[200];
     if (q->ndim != 4 || kk->ndim != 4 || v->ndim != 4 || dy->ndim != 4 || out->ndim != 4 || kk->dtype != q->dtype ||
-        v->dtype != q->dtype || dy->dtype != q->dtype || out->dtype != q->dtype)
+        v->dtype != q->dtype || dy->dtype != q->dtype || (out->dtype != q->dtype && out != outs[3] && out != outs[4]))
         return tr_error_set(err, TR_ERR_SHAPE, "%s: q %s, k %s, v %s, dy %s, out %s should all be 4-D (B,H,T,D) of one dtype",
                             kn, tr_cpu_desc(q, d1, sizeof d1), tr_cpu_desc(kk, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3),
                             tr_cpu_desc(dy, d4, sizeof d4), tr_cpu_desc(out, d5, sizeof d5));
@@ -365,8 +412,16 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
         A.mask = mask->data;
         A.mdt = mask->dtype;
     }
+    if (rel) {
+        A.rel_h = rel[0].data;
+        A.rel_w = rel[1].data;
+        A.rdt_h = rel[0].dtype;
+        A.rdt_w = rel[1].dtype;
+        A.Kh = rel[0].shape[3];
+        A.Kw = rel[1].shape[3];
+    }
     if (B * H * Tq == 0 || Tk == 0 || D == 0 || Dv == 0) { /* no path from the output to an operand */
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 5; i++)
             if (outs[i] && tr_tensor_nbytes(outs[i])) memset(outs[i]->data, 0, tr_tensor_nbytes(outs[i]));
         return TR_OK;
     }
@@ -376,15 +431,15 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
                             (long long)(B * H * Tq));
     A.delta = A.lse + B * H * Tq;
     const int64_t nqb = (Tq + AG_BQ - 1) / AG_BQ, nkb = (Tk + AG_BK - 1) / AG_BK;
-    const size_t wsz = ag_workspace(D, Dv) * sizeof(double);
+    const size_t wsz = ag_workspace(D, Dv, A.Kh, A.Kw) * sizeof(double);
     const int par = B * H * Tq * Tk * (D + Dv) > 65536;
     int failed = 0;
-    char *pq = outs[0] ? outs[0]->data : NULL;
-    char *pk = which == 3 ? outs[1]->data : which == 1 ? outs[1]->data : which == 2 ? outs[2]->data : NULL;
-    char *pv = which == 3 || which == -1 ? (outs[2] ? outs[2]->data : NULL) : NULL;
-    int kv_which = which == -1 ? (outs[1] && outs[2] ? 3 : outs[1] ? 1 : outs[2] ? 2 : 0) : which;
-    if (which == -1) pk = outs[1] ? outs[1]->data : outs[2] ? outs[2]->data : NULL;
-    if (which == -1 && !(outs[1] && outs[2])) pv = NULL;
+    char *pq = outs[0] ? outs[0]->data : NULL, *ph = outs[3] ? outs[3]->data : NULL;
+    char *pw = outs[4] ? outs[4]->data : NULL;
+    /* dk and dv in one pass (3), or either alone (1, 2) */
+    const int kv_which = outs[1] && outs[2] ? 3 : outs[1] ? 1 : outs[2] ? 2 : 0;
+    char *pk = outs[1] ? outs[1]->data : outs[2] ? outs[2]->data : NULL;
+    char *pv = outs[1] && outs[2] ? outs[2]->data : NULL;
 #pragma omp parallel if (par)
     {
         double *ws = malloc(wsz);
@@ -393,7 +448,7 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
 #pragma omp atomic write
             failed = 1;
         } else {
-            ag_split(ws, D, Dv, &w);
+            ag_split(ws, D, Dv, A.Kh, &w);
         }
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < B * H * nqb; t++) {
@@ -402,12 +457,12 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
             ag_stats(&A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, &w);
         }
         /* the implicit barrier: every row's lse and delta exist from here on */
-        if (pq) {
+        if (pq || ph || pw) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t t = 0; t < B * H * nqb; t++) {
                 if (!ws) continue;
                 int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * AG_BQ;
-                ag_dq(&A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, pq, &w);
+                ag_rows(&A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, pq, ph, pw, &w);
             }
         }
         if (kv_which) {

@@ -188,6 +188,12 @@ int tr_cpu_conv2d_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at
                          const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
 int tr_cpu_group_norm_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
                              const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+/* ATTENTION_REL (attention.c) and ATTENTION_REL_GRAD (attention_grad.c). */
+int tr_cpu_attention_rel_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
+                                const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+int tr_cpu_attention_rel_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_attention_rel_grad_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
+                                     const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
 /* TIMESTEP_EMBEDDING (timestep.c). */
 int tr_cpu_timestep_embedding_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
                                      const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
@@ -312,6 +318,10 @@ const char *tr_cpu_desc(const struct tr_tensor *t, char *buf, size_t n);
  * its strides in elements over those (0 where it broadcasts). */
 int tr_cpu_check_mask(const char *kname, const struct tr_tensor *mask, int dtype, const int64_t full[4], int64_t ms[4],
                       struct tr_error *err);
+/* ATTENTION_REL's bias terms rel[0] (B,H,Tq,Kh), rel[1] (B,H,Tq,Kw): f32 or q's dtype,
+ * Kh·Kw = k's Tk. */
+int tr_cpu_check_rel_bias(const char *kname, const struct tr_tensor *q, const struct tr_tensor *kk,
+                          const struct tr_tensor rel[2], struct tr_error *err);
 /* Normalise a possibly negative axis against ndim; -1 when out of range. */
 int tr_cpu_axis(int64_t axis, int ndim);
 /* A plan copied to the heap for a bound call: c->prepared = a copy of the `size` bytes at

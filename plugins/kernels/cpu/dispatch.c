@@ -247,6 +247,8 @@ static int bound_invoke(struct tr_kernels *k, const struct tr_kernel_call *c, st
         return tr_cpu_group_norm_invoke(k, op, &c->attrs, c->n_in, c->in, out, err);
     case TR_OP_TIMESTEP_EMBEDDING:
         return tr_cpu_timestep_embedding_invoke(k, op, &c->attrs, c->n_in, c->in, out, err);
+    case TR_OP_ATTENTION_REL_GRAD:
+        return tr_cpu_attention_rel_grad_invoke(k, op, &c->attrs, c->n_in, c->in, out, err);
     default:
         return tr_error_set(err, TR_ERR_INVALID, "bound call of %s: no unbound kernel for it", tr_op_name(op));
     }
@@ -359,6 +361,10 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
         return pick(r, tr_cpu_group_norm_invoke, NULL, bound_invoke);
     case TR_OP_TIMESTEP_EMBEDDING:
         return pick(r, tr_cpu_timestep_embedding_invoke, NULL, bound_invoke);
+    case TR_OP_ATTENTION_REL:
+        return pick(r, tr_cpu_attention_rel_invoke, tr_cpu_attention_rel_bind, NULL);
+    case TR_OP_ATTENTION_REL_GRAD:
+        return pick(r, tr_cpu_attention_rel_grad_invoke, NULL, bound_invoke);
     default: return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: op %s has no cpu kernel", fn, tr_op_name(op));
     }
 }

@@ -120,6 +120,21 @@
  *                with ints[1]=1 (flip_sin_to_cos), computed in double. ints[0]=D (even, >= 2),
  *                floats[0]=shift (downscale_freq_shift, < h), floats[1]=max_period (> 0; 0
  *                means 10000, stored resolved). No gradient (a timestep is not trained).
+ *
+ *   SegmentAnything's image encoder:
+ *   ATTENTION_REL q (B,H,Tq,D), k (B,Hk,Tk,D), v (B,Hk,Tk,Dv), rel_h (B,H,Tq,Kh),
+ *                rel_w (B,H,Tq,Kw) -> (B,H,Tq,Dv): attention whose scores carry a
+ *                decomposed relative-position bias (MViTv2, SAM's ViT), keys laid out as a
+ *                Kh x Kw grid (Tk = Kh·Kw, key j at row j / Kw, column j % Kw):
+ *                s_ij = scale·q_i·k_j + rel_h[i, j / Kw] + rel_w[i, j % Kw]. The (Tq,Tk)
+ *                bias is never formed: rel_h and rel_w are Kh and Kw wide (the model makes
+ *                them, q·R, with MATMULs). rel_h, rel_w: q's dtype or f32.
+ *                floats[0]=scale (0 means 1/√D, stored resolved). No causal mask.
+ *   ATTENTION_REL_GRAD (q, k, v, rel_h, rel_w, dy) -> the gradient of operand ints[0]
+ *                (0 dq, 1 dk, 2 dv, 3 drel_h, 4 drel_w), shaped and typed like it;
+ *                floats[0] as ATTENTION_REL's. drel_h[i, a] = Σ over the keys of row a
+ *                of dS_ij, drel_w[i, b] = Σ over the keys of column b (dS the scores'
+ *                gradient).
  */
 #ifndef TRIDENT_OPS_H
 #define TRIDENT_OPS_H
@@ -186,7 +201,9 @@ extern "C" {
     X(CONV2D_GRAD_WEIGHT, "conv2d_grad_weight", 2) \
     X(GROUP_NORM_GRAD, "group_norm_grad", 3) \
     X(GROUP_NORM_GRAD_GAMMA, "group_norm_grad_gamma", 2) \
-    X(TIMESTEP_EMBEDDING, "timestep_embedding", 1)
+    X(TIMESTEP_EMBEDDING, "timestep_embedding", 1) \
+    X(ATTENTION_REL, "attention_rel", 5) \
+    X(ATTENTION_REL_GRAD, "attention_rel_grad", 6)
 
 enum tr_op {
 #define TR_OP_ENUM_(name, str, n) TR_OP_##name,
