@@ -11,6 +11,7 @@ extern const struct tr_model_desc tr_model_autoencoder_kl;
 extern const struct tr_model_desc tr_model_clip_text;
 extern const struct tr_model_desc tr_model_unet_2d_condition;
 extern const struct tr_model_desc tr_model_stable_diffusion;
+extern const struct tr_model_desc tr_model_sam;
 
 /* A comma-separated list of integers in [lo, hi] ("320, 640,1280"; spaces allowed) from
  * the STRING key `key` of `model` (s, a char[cap]): *n entries into v (room for max).

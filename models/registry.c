@@ -8,5 +8,6 @@ const struct tr_model_desc *const tr_builtin_models[] = {
     &tr_model_clip_text,
     &tr_model_unet_2d_condition,
     &tr_model_stable_diffusion,
+    &tr_model_sam,
     NULL,
 };

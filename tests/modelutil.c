@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "modelutil.h"
+#include "trident/autodiff.h"
 #include "trident/safetensors.h"
 #include "trident/weights.h"
 
@@ -117,6 +118,68 @@ void tr_test_fixture_predict(const struct tr_model_desc *m, const void *config, 
     if (tr_weights_load(g, weights, &w, &e)) fail_msg("%s%s", e.msg, hint);
     tr_test_expect_fixture_outputs(g, in, io, dt, steps, who, hint);
     for (int i = 0; i < n; i++) tr_test_tensor_free(&in[i]);
+    tr_weights_free(w);
+    tr_graph_free(g);
+}
+
+#define MAX_GRADS 512
+
+void tr_test_fixture_fit_grads(const struct tr_model_desc *m, const void *config, const char *weights,
+                               const struct tr_safetensors *io, int n_in, const char *const *names, const char *zero_ok,
+                               const char *hint) {
+    struct tr_tensor in[8];
+    assert_true(n_in >= 1 && n_in <= 8);
+    for (int i = 0; i < n_in; i++) in[i] = tr_test_io_tensor(io, names[i], TR_DTYPE_F32, hint);
+    struct tr_graph *g = tr_test_model_build(m, config, TR_TASK_FIT, TR_DTYPE_F32, in[0].shape[0], 1);
+    struct tr_error e = {0};
+    int loss = tr_graph_find(g, "loss"), wrt[MAX_GRADS], grads[MAX_GRADS], n = 0;
+    if (m->trainable(config, g, wrt, MAX_GRADS, &n, &e)) fail_msg("%s trainable: %s", m->name, e.msg);
+    if (tr_grad(g, loss, n, wrt, grads, &e)) fail_msg("tr_grad: %s", e.msg);
+    assert_int_equal(tr_graph_set_output(g, loss, "loss"), TR_OK);
+    double *ref[MAX_GRADS], norm[MAX_GRADS], total = 0;
+    for (int i = 0; i < n; i++) {
+        char name[TR_NAME_MAX + 8];
+        snprintf(name, sizeof name, "grad.%s", tr_node_name(g, wrt[i]));
+        assert_int_equal(tr_graph_set_output(g, grads[i], name), TR_OK);
+        struct tr_tensor t;
+        if (tr_safetensors_get(io, name, &t, &e)) fail_msg("%s%s", e.msg, hint);
+        ref[i] = tr_test_to_f64(&t);
+        double s = 0;
+        for (int64_t k = 0; k < tr_tensor_numel(&t); k++) s += ref[i][k] * ref[i][k];
+        norm[i] = sqrt(s);
+        total += s;
+    }
+    total = sqrt(total);
+    struct tr_weights *w = NULL;
+    if (tr_weights_load(g, weights, &w, &e)) fail_msg("%s%s", e.msg, hint);
+    const double tol = tr_test_tol(TR_DTYPE_F32);
+    int n_zero = 0;
+    for (int i = 0; i < n; i++) n_zero += norm[i] < 1e-9 * total;
+    for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
+        struct tr_tensor out[1 + MAX_GRADS];
+        tr_test_run_backend(&tr_test_backends[c], tr_test_dir, g, in, 2, out, NULL);
+        double worst = tr_test_io_rel_err(io, "loss", &out[0], hint);
+        const char *worst_name = "loss";
+        for (int i = 0; i < n; i++) {
+            double *o = tr_test_to_f64(&out[1 + i]), d = 0;
+            for (int64_t k = 0; k < tr_tensor_numel(&out[1 + i]); k++) d += (o[k] - ref[i][k]) * (o[k] - ref[i][k]);
+            free(o);
+            const int zero = norm[i] < 1e-9 * total;
+            if (zero && !(zero_ok && strstr(tr_node_name(g, wrt[i]), zero_ok)))
+                fail_msg("%s is %.3g in the reference, expected nonzero%s", tr_node_name(g, wrt[i]), norm[i], hint);
+            double err = sqrt(d) / (zero ? total : norm[i]);
+            if (!(err <= worst)) worst = err, worst_name = tr_node_name(g, wrt[i]);
+            tr_test_tensor_free(&out[1 + i]);
+        }
+        tr_test_tensor_free(&out[0]);
+        print_message("%-22s loss and %d gradients (%d zero in exact arithmetic): worst rel err %.2e (%s)\n",
+                      tr_test_backends[c].label, n, n_zero, worst, worst_name);
+        if (!(worst < tol))
+            fail_msg("%s: %s relative error %.3g vs torch autograd >= %.0e", tr_test_backends[c].label, worst_name,
+                     worst, tol);
+    }
+    for (int i = 0; i < n; i++) free(ref[i]);
+    for (int i = 0; i < n_in; i++) tr_test_tensor_free(&in[i]);
     tr_weights_free(w);
     tr_graph_free(g);
 }

@@ -36,4 +36,14 @@ void tr_test_fixture_predict(const struct tr_model_desc *m, const void *config, 
                              const struct tr_safetensors *io, int n, const char *const *names, const int *dts,
                              int t_from, int steps, const char *who, const char *hint);
 
+/* m's fit graph for config (f32) on io's inputs names[0..n) (batch from input 0), its
+ * trainable PARAMs differentiated by tr_grad, weights from `weights`: on every backend
+ * the loss and each gradient against io's "loss" and "grad.<name>" (torch autograd in
+ * float64) within DESIGN.md's f32 bar. A reference gradient of zero norm fails the test
+ * unless its name holds zero_ok (a gradient that is zero in exact arithmetic: it is then
+ * held to ‖g − g_ref‖ < bar·‖∇‖, the whole gradient's norm); zero_ok NULL: none. */
+void tr_test_fixture_fit_grads(const struct tr_model_desc *m, const void *config, const char *weights,
+                               const struct tr_safetensors *io, int n, const char *const *names, const char *zero_ok,
+                               const char *hint);
+
 #endif

@@ -14,7 +14,6 @@
 #include "trident/autodiff.h"
 #include "trident/graph.h"
 #include "trident/safetensors.h"
-#include "trident/weights.h"
 #include "vae/vae.h"
 
 #define FIXTURE TR_SOURCE_DIR "/tests/fixtures/sd_tiny/vae/diffusion_pytorch_model.safetensors"
@@ -183,68 +182,13 @@ static void test_predict_matches_diffusers_bf16(void **state) { predict_matches_
 static void test_predict_matches_diffusers_f16(void **state) { predict_matches_diffusers(TR_DTYPE_F16); }
 
 /* The fit graph's loss and the gradient of every parameter it trains (the encoder and
- * quant_conv), differentiated by tr_grad, on every backend, against torch autograd in
- * float64. A gradient that is zero in exact arithmetic (the attention's to_k.bias: adding
- * q·b to every score of a row leaves the softmax as it is) holds float64 noise there, so
- * it is held to ‖g − g_ref‖ < 1e-4·‖∇‖, the norm of the whole gradient. */
-#define MAX_GRADS 256
-
+ * quant_conv) on every backend against torch autograd. The attention's to_k.bias has a
+ * zero gradient in exact arithmetic (adding q·b to every score of a row leaves the
+ * softmax as it is). */
 static void test_fit_grads_match_pytorch(void **state) {
     struct tr_safetensors *io = open_io();
-    struct tr_tensor in[2] = {tr_test_io_tensor(io, "sample", TR_DTYPE_F32, HINT),
-                              tr_test_io_tensor(io, "target", TR_DTYPE_F32, HINT)};
-    struct tr_graph *g = build(preset("tiny"), TR_TASK_FIT, TR_DTYPE_F32, in[0].shape[0]);
-    struct tr_error e = {0};
-    int loss = tr_graph_find(g, "loss"), wrt[MAX_GRADS], grads[MAX_GRADS], n = 0;
-    assert_int_equal(tr_model_autoencoder_kl.trainable(preset("tiny"), g, wrt, MAX_GRADS, &n, &e), TR_OK);
-    if (tr_grad(g, loss, n, wrt, grads, &e)) fail_msg("tr_grad: %s", e.msg);
-    assert_int_equal(tr_graph_set_output(g, loss, "loss"), TR_OK);
-    double *ref[MAX_GRADS], norm[MAX_GRADS], total = 0;
-    for (int i = 0; i < n; i++) {
-        char name[TR_NAME_MAX + 8];
-        snprintf(name, sizeof name, "grad.%s", tr_node_name(g, wrt[i]));
-        assert_int_equal(tr_graph_set_output(g, grads[i], name), TR_OK);
-        struct tr_tensor t;
-        if (tr_safetensors_get(io, name, &t, &e)) fail_msg("%s" HINT, e.msg);
-        ref[i] = tr_test_to_f64(&t);
-        double s = 0;
-        for (int64_t k = 0; k < tr_tensor_numel(&t); k++) s += ref[i][k] * ref[i][k];
-        norm[i] = sqrt(s);
-        total += s;
-    }
-    total = sqrt(total);
-    struct tr_weights *w = NULL;
-    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s" HINT, e.msg);
-    const double tol = tr_test_tol(TR_DTYPE_F32);
-    int n_zero = 0;
-    for (int i = 0; i < n; i++) n_zero += norm[i] < 1e-9 * total;
-    for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
-        struct tr_tensor out[1 + MAX_GRADS];
-        tr_test_run_backend(&tr_test_backends[c], tr_test_dir, g, in, 2, out, NULL);
-        double worst = tr_test_io_rel_err(io, "loss", &out[0], HINT);
-        const char *worst_name = "loss";
-        for (int i = 0; i < n; i++) {
-            double *o = tr_test_to_f64(&out[1 + i]), d = 0;
-            for (int64_t k = 0; k < tr_tensor_numel(&out[1 + i]); k++) d += (o[k] - ref[i][k]) * (o[k] - ref[i][k]);
-            free(o);
-            const int zero = norm[i] < 1e-9 * total;
-            if (zero && !strstr(tr_node_name(g, wrt[i]), "to_k.bias"))
-                fail_msg("%s is %.3g in the reference, expected nonzero" HINT, tr_node_name(g, wrt[i]), norm[i]);
-            double err = sqrt(d) / (zero ? total : norm[i]);
-            if (!(err <= worst)) worst = err, worst_name = tr_node_name(g, wrt[i]);
-            tr_test_tensor_free(&out[1 + i]);
-        }
-        tr_test_tensor_free(&out[0]);
-        print_message("%-22s loss and %d gradients (%d zero in exact arithmetic): worst rel err %.2e (%s)\n",
-                      tr_test_backends[c].label, n, n_zero, worst, worst_name);
-        if (!(worst < tol))
-            fail_msg("%s: %s relative error %.3g vs torch autograd >= %.0e", tr_test_backends[c].label, worst_name,
-                     worst, tol);
-    }
-    for (int i = 0; i < n; i++) free(ref[i]);
-    for (int i = 0; i < 2; i++) tr_test_tensor_free(&in[i]);
-    tr_weights_free(w);
-    tr_graph_free(g);
+    const char *names[2] = {"sample", "target"};
+    tr_test_fixture_fit_grads(&tr_model_autoencoder_kl, preset("tiny"), FIXTURE, io, 2, names, "to_k.bias", HINT);
     tr_safetensors_close(io);
 }
 

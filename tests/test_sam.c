@@ -1,0 +1,191 @@
+/* SamModel against transformers: the tiny preset's graph (windowed and global blocks, the
+ * grid padded to the window, relative positions), loaded with the state_dict transformers
+ * wrote (tests/fixtures/make_sam_fixture.py, references in float64), must give its image
+ * embedding, mask logits and IoU predictions on every backend configuration in f32 and
+ * bf16; the encoder fit's MSE loss and every gradient must match torch autograd. Also:
+ * parameter names and counts as transformers has them (vit-h in full), the graph's
+ * interface, config and prompt errors, and the synthetic batch. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "modelutil.h"
+#include "models.h"
+#include "sam/sam.h"
+#include "trident/graph.h"
+#include "trident/safetensors.h"
+
+#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/sam_tiny.safetensors"
+#define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/sam_tiny_io.safetensors"
+#define HINT " (regenerate with: python3 tests/fixtures/make_sam_fixture.py)"
+
+/* SamModel(SamConfig(<facebook/sam-vit-huge>)) counted by transformers 5.25: all
+ * parameters, and the vision encoder's (what fit trains). */
+#define VIT_H_PARAMS 641090864
+#define VIT_H_ENCODER_PARAMS 637026048
+
+#define preset(name) ((const struct tr_sam_config *)tr_test_preset(&tr_model_sam, name))
+#define open_io() tr_test_open(FIXTURE_IO, HINT)
+
+static struct tr_graph *build(const struct tr_sam_config *c, enum tr_task task, enum tr_dtype dt, int64_t B) {
+    return tr_test_model_build(&tr_model_sam, c, task, dt, B, 1);
+}
+
+static void test_param_count_vit_h(void **state) {
+    struct tr_graph *g = build(preset("vit-h"), TR_TASK_PREDICT, TR_DTYPE_F32, 1);
+    assert_int_equal(tr_test_param_count(g), VIT_H_PARAMS);
+    tr_graph_free(g);
+    g = build(preset("vit-h"), TR_TASK_FIT, TR_DTYPE_F32, 1);
+    assert_int_equal(tr_test_param_count(g), VIT_H_ENCODER_PARAMS);
+    tr_graph_free(g);
+}
+
+/* Every PARAM is in the state_dict with its shape, every entry a PARAM; the counts. */
+static void test_names_match_state_dict(void **state) {
+    struct tr_graph *g = build(preset("tiny"), TR_TASK_PREDICT, TR_DTYPE_F32, 2);
+    tr_test_expect_state_dict(g, FIXTURE, "", HINT);
+    struct tr_safetensors *io = open_io();
+    struct tr_error e = {0};
+    struct tr_tensor pc;
+    assert_int_equal(tr_safetensors_get(io, "param_count", &pc, &e), TR_OK);
+    assert_int_equal(tr_test_param_count(g), ((int64_t *)pc.data)[0]);
+    tr_graph_free(g);
+    g = build(preset("tiny"), TR_TASK_FIT, TR_DTYPE_F32, 2);
+    assert_int_equal(tr_test_param_count(g), ((int64_t *)pc.data)[1]);
+    tr_graph_free(g);
+    tr_safetensors_close(io);
+}
+
+static void test_interface(void **state) {
+    const struct tr_sam_config *c = preset("small"); /* 256x256, 16x16 tokens, C 64 */
+    struct tr_graph *g = build(c, TR_TASK_PREDICT, TR_DTYPE_BF16, 3);
+    static const char *const in_names[3] = {"pixel_values", "input_points", "input_labels"};
+    static const int in_dts[3] = {TR_DTYPE_BF16, TR_DTYPE_F32, TR_DTYPE_I32};
+    static const int64_t in_sh[3][4] = {{3, 256, 256, 3}, {3, 1, 2, 2}, {3, 1, 2}};
+    assert_int_equal(tr_graph_n_inputs(g), 3);
+    for (int i = 0; i < 3; i++) {
+        int id = tr_graph_input(g, i);
+        assert_string_equal(tr_node_name(g, id), in_names[i]);
+        assert_int_equal(tr_node_dtype(g, id), in_dts[i]);
+        assert_true(tr_shape_equal(tr_node_ndim(g, id), tr_node_shape(g, id), i == 2 ? 3 : 4, in_sh[i]));
+    }
+    static const char *const out_names[3] = {"image_embeddings", "pred_masks", "iou_scores"};
+    static const int64_t out_sh[3][5] = {{3, 16, 16, 64}, {3, 1, 3, 64, 64}, {3, 1, 3}};
+    static const int out_nd[3] = {4, 5, 3};
+    assert_int_equal(tr_graph_n_outputs(g), 3);
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(tr_graph_output_name(g, i), out_names[i]);
+        int id = tr_graph_output(g, i);
+        assert_int_equal(tr_node_dtype(g, id), TR_DTYPE_BF16);
+        assert_true(tr_shape_equal(tr_node_ndim(g, id), tr_node_shape(g, id), out_nd[i], out_sh[i]));
+    }
+    /* window blocks pad 16 to 18 (3x3 windows of 6), global blocks see the 16x16 grid */
+    int th = tr_graph_find(g, "vision_encoder.layers.0.attn.rel_pos_h");
+    int tg = tr_graph_find(g, "vision_encoder.layers.1.attn.rel_pos_h");
+    assert_true(th >= 0 && tg >= 0);
+    assert_int_equal(tr_node_shape(g, th)[0], 2 * 6 - 1);
+    assert_int_equal(tr_node_shape(g, tg)[0], 2 * 16 - 1);
+    int n_rel = 0;
+    for (int id = 0; id < tr_graph_n_nodes(g); id++) n_rel += tr_node_op(g, id) == TR_OP_ATTENTION_REL;
+    assert_int_equal(n_rel, 4);
+    tr_graph_free(g);
+    g = build(c, TR_TASK_FIT, TR_DTYPE_F32, 2);
+    assert_int_equal(tr_graph_n_inputs(g), 2);
+    assert_string_equal(tr_node_name(g, tr_graph_input(g, 1)), "target");
+    int loss = tr_graph_find(g, "loss");
+    assert_true(loss >= 0 && tr_node_ndim(g, loss) == 0);
+    assert_int_equal(tr_graph_find(g, "mask_decoder.iou_token.weight"), -1); /* the encoder alone */
+    tr_graph_free(g);
+}
+
+static void test_config_errors(void **state) {
+    const struct tr_model_desc *m = &tr_model_sam;
+    struct tr_sam_config c = *preset("tiny");
+    c.image_size = 60;
+    const char *patch[] = {"image_size = 60", "multiple of patch_size = 8"};
+    tr_test_build_refused(m, &c, TR_TASK_PREDICT, patch, 2);
+    tr_test_build_refused(m, &c, TR_TASK_FIT, patch, 2);
+    c = *preset("tiny");
+    strcpy(c.points, "31,23,64,10");
+    const char *outside[] = {"point 1 (64,10)", "outside the 64x64 image"};
+    tr_test_build_refused(m, &c, TR_TASK_PREDICT, outside, 2);
+    c = *preset("tiny");
+    strcpy(c.points, "31,-1");
+    strcpy(c.labels, "1");
+    const char *neg[] = {"point 0 (31,-1)", "outside"};
+    tr_test_build_refused(m, &c, TR_TASK_PREDICT, neg, 2);
+    c = *preset("tiny");
+    strcpy(c.labels, "1,4");
+    const char *label[] = {"label 4", "not one of -1", "3 (box corners)"};
+    tr_test_build_refused(m, &c, TR_TASK_PREDICT, label, 3);
+    c = *preset("tiny");
+    strcpy(c.labels, "1");
+    const char *count[] = {"one label per pair"};
+    tr_test_build_refused(m, &c, TR_TASK_PREDICT, count, 1);
+    c = *preset("tiny");
+    strcpy(c.global_attn_indexes, "1,4");
+    const char *glob[] = {"global_attn_indexes"};
+    tr_test_build_refused(m, &c, TR_TASK_PREDICT, glob, 1);
+    c = *preset("tiny");
+    c.num_pos_feats = 7;
+    const char *feats[] = {"num_pos_feats = 7", "output_channels / 2 = 8"};
+    tr_test_build_refused(m, &c, TR_TASK_PREDICT, feats, 2);
+    c = *preset("tiny");
+    const char *gen[] = {"generate", "predict, fit"};
+    tr_test_build_refused(m, &c, TR_TASK_GENERATE, gen, 2);
+}
+
+/* The synthetic batch: deterministic in the seed, the prompt the config's. */
+static void test_make_inputs(void **state) {
+    const struct tr_sam_config *c = preset("tiny");
+    struct tr_graph *g = build(c, TR_TASK_PREDICT, TR_DTYPE_F32, 2);
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 1};
+    struct tr_tensor a[3], b[3];
+    tr_test_input_tensors(g, 3, a);
+    tr_test_input_tensors(g, 3, b);
+    struct tr_error e = {0};
+    assert_int_equal(tr_model_sam.make_inputs(c, &o, 42, 3, a, &e), TR_OK);
+    assert_int_equal(tr_model_sam.make_inputs(c, &o, 43, 3, b, &e), TR_OK);
+    assert_memory_not_equal(a[0].data, b[0].data, tr_tensor_nbytes(&a[0]));
+    const float *p = a[1].data;
+    const int32_t *l = a[2].data;
+    for (int im = 0; im < 2; im++) { /* "31,23,15,23", "1,2" for each image */
+        assert_true(p[4 * im] == 31 && p[4 * im + 1] == 23 && p[4 * im + 2] == 15 && p[4 * im + 3] == 23);
+        assert_true(l[2 * im] == 1 && l[2 * im + 1] == 2);
+    }
+    double mean, sd, lo, hi;
+    tr_test_moments(&a[0], &mean, &sd, &lo, &hi);
+    assert_true(sd > 0.5 && fabs(mean) < 0.2);
+    struct tr_tensor swapped[3] = {a[1], a[0], a[2]};
+    assert_int_equal(tr_model_sam.make_inputs(c, &o, 42, 3, swapped, &e), TR_ERR_SHAPE);
+    tr_assert_msg_has(&e, "'pixel_values'");
+    for (int i = 0; i < 3; i++) {
+        tr_test_tensor_free(&a[i]);
+        tr_test_tensor_free(&b[i]);
+    }
+    tr_graph_free(g);
+}
+
+static void predict_matches_transformers(enum tr_dtype dt) {
+    struct tr_safetensors *io = open_io();
+    const char *names[3] = {"pixel_values", "input_points", "input_labels"};
+    const int dts[3] = {-1, TR_DTYPE_F32, TR_DTYPE_I32};
+    tr_test_fixture_predict(&tr_model_sam, preset("tiny"), dt, FIXTURE, io, 3, names, dts, -1, 1, "transformers",
+                            HINT);
+    tr_safetensors_close(io);
+}
+
+static void test_predict_matches_transformers_f32(void **state) { predict_matches_transformers(TR_DTYPE_F32); }
+static void test_predict_matches_transformers_bf16(void **state) { predict_matches_transformers(TR_DTYPE_BF16); }
+
+/* The image encoder's fit: the loss and every gradient against torch autograd. */
+static void test_fit_grads_match_pytorch(void **state) {
+    struct tr_safetensors *io = open_io();
+    const char *names[2] = {"pixel_values", "target"};
+    tr_test_fixture_fit_grads(&tr_model_sam, preset("tiny"), FIXTURE, io, 2, names, NULL, HINT);
+    tr_safetensors_close(io);
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_count_vit_h, test_names_match_state_dict,
+             test_interface, test_config_errors, test_make_inputs, test_predict_matches_transformers_f32,
+             test_predict_matches_transformers_bf16, test_fit_grads_match_pytorch)
