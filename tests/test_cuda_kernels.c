@@ -643,6 +643,32 @@ static void test_vision(void **state) {
     }
 }
 
+/* SAM's ATTENTION_REL (a 14x14 window, and a 20x20 grid: keys in several tiles) and its
+ * five gradients; f32 bias terms beside bf16 / f16 q too. */
+static void test_attention_rel(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    static const int64_t grids[2] = {14, 20};
+    for (int d = 0; d < 3; d++)
+        for (int gi = 0; gi < 2; gi++)
+            for (int f32_bias = 0; f32_bias < (d ? 2 : 1); f32_bias++) {
+                const int64_t L = grids[gi], T = L * L;
+                const int64_t sq[4] = {2, 3, T, 32}, sr[4] = {2, 3, T, L};
+                const enum tr_dtype bdt = f32_bias ? TR_DTYPE_F32 : FLOATS[d];
+                struct tr_tensor in[6] = {randn(FLOATS[d], 4, sq, 500), randn(FLOATS[d], 4, sq, 501),
+                                          randn(FLOATS[d], 4, sq, 502), randn(bdt, 4, sr, 503),
+                                          randn(bdt, 4, sr, 504),        randn(FLOATS[d], 4, sq, 505)};
+                struct tr_attrs at = {.floats = {0.0f}};
+                compare_op("attention_rel", TR_OP_ATTENTION_REL, &at, 5, in, FLOATS[d], 4, sq);
+                for (int w = 0; w < 5; w++) {
+                    struct tr_attrs ga = {.ints = {w}, .n_ints = 1};
+                    compare_op("attention_rel_grad", TR_OP_ATTENTION_REL_GRAD, &ga, 6, in, w >= 3 ? bdt : FLOATS[d], 4,
+                               w >= 3 ? sr : sq);
+                }
+                free_all(6, in);
+            }
+}
+
 static void test_cross_entropy(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
@@ -747,7 +773,7 @@ int main(void) {
         cmocka_unit_test(test_cast),          cmocka_unit_test(test_attention),
         cmocka_unit_test(test_cross_entropy), cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_training_grads), cmocka_unit_test(test_attention_grad),
-        cmocka_unit_test(test_rms_norm_rope), cmocka_unit_test(test_fused), cmocka_unit_test(test_vision),
+        cmocka_unit_test(test_rms_norm_rope), cmocka_unit_test(test_fused), cmocka_unit_test(test_vision), cmocka_unit_test(test_attention_rel),
     };
     return cmocka_run_group_tests(tests, cuda_setup, cuda_teardown);
 }

@@ -57,11 +57,11 @@ static void test_names_match_state_dict(void **state) {
 }
 
 static void test_interface(void **state) {
-    const struct tr_sam_config *c = preset("small"); /* 256x256, 16x16 tokens, C 64 */
+    const struct tr_sam_config *c = preset("small"); /* 512x512, 32x32 tokens, C 256 */
     struct tr_graph *g = build(c, TR_TASK_PREDICT, TR_DTYPE_BF16, 3);
     static const char *const in_names[3] = {"pixel_values", "input_points", "input_labels"};
     static const int in_dts[3] = {TR_DTYPE_BF16, TR_DTYPE_F32, TR_DTYPE_I32};
-    static const int64_t in_sh[3][4] = {{3, 256, 256, 3}, {3, 1, 2, 2}, {3, 1, 2}};
+    static const int64_t in_sh[3][4] = {{3, 512, 512, 3}, {3, 1, 2, 2}, {3, 1, 2}};
     assert_int_equal(tr_graph_n_inputs(g), 3);
     for (int i = 0; i < 3; i++) {
         int id = tr_graph_input(g, i);
@@ -70,7 +70,7 @@ static void test_interface(void **state) {
         assert_true(tr_shape_equal(tr_node_ndim(g, id), tr_node_shape(g, id), i == 2 ? 3 : 4, in_sh[i]));
     }
     static const char *const out_names[3] = {"image_embeddings", "pred_masks", "iou_scores"};
-    static const int64_t out_sh[3][5] = {{3, 16, 16, 64}, {3, 1, 3, 64, 64}, {3, 1, 3}};
+    static const int64_t out_sh[3][5] = {{3, 32, 32, 256}, {3, 1, 3, 128, 128}, {3, 1, 3}};
     static const int out_nd[3] = {4, 5, 3};
     assert_int_equal(tr_graph_n_outputs(g), 3);
     for (int i = 0; i < 3; i++) {
@@ -79,15 +79,15 @@ static void test_interface(void **state) {
         assert_int_equal(tr_node_dtype(g, id), TR_DTYPE_BF16);
         assert_true(tr_shape_equal(tr_node_ndim(g, id), tr_node_shape(g, id), out_nd[i], out_sh[i]));
     }
-    /* window blocks pad 16 to 18 (3x3 windows of 6), global blocks see the 16x16 grid */
+    /* window blocks pad 32 to 35 (5x5 windows of 7), global blocks see the 32x32 grid */
     int th = tr_graph_find(g, "vision_encoder.layers.0.attn.rel_pos_h");
-    int tg = tr_graph_find(g, "vision_encoder.layers.1.attn.rel_pos_h");
+    int tg = tr_graph_find(g, "vision_encoder.layers.2.attn.rel_pos_h");
     assert_true(th >= 0 && tg >= 0);
-    assert_int_equal(tr_node_shape(g, th)[0], 2 * 6 - 1);
-    assert_int_equal(tr_node_shape(g, tg)[0], 2 * 16 - 1);
+    assert_int_equal(tr_node_shape(g, th)[0], 2 * 7 - 1);
+    assert_int_equal(tr_node_shape(g, tg)[0], 2 * 32 - 1);
     int n_rel = 0;
     for (int id = 0; id < tr_graph_n_nodes(g); id++) n_rel += tr_node_op(g, id) == TR_OP_ATTENTION_REL;
-    assert_int_equal(n_rel, 4);
+    assert_int_equal(n_rel, 6);
     tr_graph_free(g);
     g = build(c, TR_TASK_FIT, TR_DTYPE_F32, 2);
     assert_int_equal(tr_graph_n_inputs(g), 2);

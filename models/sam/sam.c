@@ -63,10 +63,9 @@ static const struct tr_sam_config sam_tiny = {
     .iou_head_hidden_dim = 16, .points = "31,23,15,23", .labels = "1,2", .mask_input_channels = 4,
 };
 static const struct tr_sam_config sam_small = {
-    SAM_COMMON, .hidden_size = 192, .num_hidden_layers = 4, .num_attention_heads = 3, .mlp_dim = 768,
-    .image_size = 256, .patch_size = 16, .window_size = 6, .global_attn_indexes = "1,3", .output_channels = 64,
-    .num_pos_feats = 32, .decoder_mlp_dim = 256, .decoder_num_hidden_layers = 2, .decoder_num_attention_heads = 4,
-    .iou_head_hidden_dim = 64, .points = "125,94,62,94", .labels = "1,2", .mask_input_channels = 16,
+    SAM_COMMON, SAM_DECODER, .hidden_size = 256, .num_hidden_layers = 6, .num_attention_heads = 4, .mlp_dim = 1024,
+    .image_size = 512, .patch_size = 16, .window_size = 7, .global_attn_indexes = "2,5",
+    .points = "250,187,125,187", .labels = "1,2", .mask_input_channels = 16,
 };
 static const struct tr_sam_config sam_vit_h = {
     SAM_COMMON, SAM_DECODER, .hidden_size = 1280, .num_hidden_layers = 32, .num_attention_heads = 16, .mlp_dim = 5120,
@@ -77,8 +76,8 @@ static const struct tr_sam_config sam_vit_h = {
 static const struct tr_model_preset sam_presets[] = {
     {"tiny", &sam_tiny, "width 32, 4 blocks (1 and 3 global), 64x64 images, 8x8 tokens in 3x3 windows (tests)"},
     {"small", &sam_small,
-     "width 192, 4 blocks (1 and 3 global), 256x256 images, 16x16 tokens in 6x6 windows; decoder width 64 (CPU "
-     "benchmarks); 2,229,576 parameters"},
+     "width 256, 6 blocks (2 and 5 global), 512x512 images, 32x32 tokens in 7x7 windows (padded to 35x35, as "
+     "vit-h's 64 to 70), the full mask decoder (CPU benchmarks); 9,941,552 parameters"},
     {"vit-h", &sam_vit_h,
      "facebook/sam-vit-huge: width 1280, 32 blocks (7, 15, 23, 31 global), 1024x1024 images, 64x64 tokens in 14x14 "
      "windows; decoder width 256; 641,090,864 parameters (637,026,048 in the image encoder, what fit trains)"},

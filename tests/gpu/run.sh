@@ -21,8 +21,8 @@
 # 5. BERT base predict (batch 256) and fit (batch 32), sequence 512, on every backend
 #    (conf/bert_predict.ini, conf/bert_fit.ini, 5 timed steps);
 # 6. Gemma and Mistral small: generate (2 steps) and LoRA fit (5 steps) on every backend on cuda;
-#    Stable Diffusion's small step, the small VAE's predict and its encoder's fit (5 steps)
-#    on every backend;
+#    Stable Diffusion's small step, the small VAE's predict and its encoder's fit, the small
+#    SAM's predict and its image encoder's fit (5 steps) on every backend;
 # 7. the PyTorch peers, last, so that the trident rows exist if time runs out: the BERT
 #    tasks through the PyTorch + transformers of that machine (tests/gpu/torch_bert.py,
 #    5 timed steps, eager first, then torch.compile reduce-overhead, same math mode);
@@ -50,14 +50,15 @@ declare -A result status plan borrow gpu slot_of
 # ---- the plan: each step's budget in seconds, in the order they run ----
 order=(setup configure build tests memcheck ceilings bert_predict bert_fit
        cuda_gemma_generate cuda_mistral_generate cuda_gemma_fit cuda_mistral_fit cuda_sd_predict cuda_vae_predict cuda_sd_fit
+       cuda_sam_predict cuda_sam_fit
        torch_predict_eager torch_fit_eager torch_predict_reduce-overhead torch_fit_reduce-overhead
        summary)
-plan=([setup]=10 [configure]=20 [build]=120 [tests]=60 [memcheck]=40 [ceilings]=20
+plan=([setup]=10 [configure]=20 [build]=120 [tests]=60 [memcheck]=30 [ceilings]=20
       [bert_predict]=45 [bert_fit]=40
       [cuda_gemma_generate]=15 [cuda_mistral_generate]=15 [cuda_gemma_fit]=15 [cuda_mistral_fit]=15
-      [cuda_sd_predict]=15 [cuda_vae_predict]=10 [cuda_sd_fit]=10
+      [cuda_sd_predict]=15 [cuda_vae_predict]=10 [cuda_sd_fit]=10 [cuda_sam_predict]=10 [cuda_sam_fit]=10
       [torch_predict_eager]=15 [torch_fit_eager]=15
-      [torch_predict_reduce-overhead]=20 [torch_fit_reduce-overhead]=20
+      [torch_predict_reduce-overhead]=15 [torch_fit_reduce-overhead]=15
       [summary]=15)
 borrow=([build]=120)
 for k in "${order[@]}"; do # every step but these needs the GPU
@@ -332,9 +333,10 @@ done
 
 # ---- 6. the LLM tasks on cuda, small presets: generate with the cache as graph state, LoRA fit;
 #      then Stable Diffusion's small denoising step, the small VAE and its encoder's fit
-#      (conv2d, group norm, their gradients and the timestep embedding on cuda) ----
+#      (conv2d, group norm, their gradients and the timestep embedding on cuda), and the
+#      small SAM's predict and encoder fit (ATTENTION_REL and its gradients on cuda) ----
 llm_ok=1
-for c in gemma_generate mistral_generate gemma_fit mistral_fit sd_predict vae_predict sd_fit; do
+for c in gemma_generate mistral_generate gemma_fit mistral_fit sd_predict vae_predict sd_fit sam_predict sam_fit; do
   r=cuda_$c
   if need_build $r; then
     sed 's/^device = cpu/device = cuda/' "conf/cpu/$c.ini" >"$out/$r.ini"

@@ -24,7 +24,7 @@ import sys
 CEILING_KEY = {"bf16": "gemm_bf16_8192_tflops", "tf32": "gemm_tf32_8192_tflops", "f32": "gemm_f32_8192_tflops"}
 TORCH_MODES = ("eager", "reduce-overhead")
 LLM_ROWS = ("cuda_gemma_generate", "cuda_mistral_generate", "cuda_gemma_fit", "cuda_mistral_fit", "cuda_sd_predict",
-            "cuda_vae_predict", "cuda_sd_fit")
+            "cuda_vae_predict", "cuda_sd_fit", "cuda_sam_predict", "cuda_sam_fit")
 # every row that writes a JSON file, in run.sh's order
 JSON_ROWS = (("ceilings", "bert_predict", "bert_fit") + LLM_ROWS +
              tuple(f"torch_{t}_{m}" for m in TORCH_MODES for t in ("predict", "fit")))

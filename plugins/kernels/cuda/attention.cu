@@ -7,6 +7,7 @@
 // q (B,H,Tq,D), k (B,Hk,Tk,D), v (B,Hk,Tk,Dv) -> out (B,H,Tq,Dv); head h reads kv head
 // h / (H/Hk). With off = Tk - Tq, query i sees key j iff j <= i + off when causal or
 // windowed, and j > i + off - window when window > 0. A row that sees no key is zeros.
+// ATTENTION_REL's decomposed bias (p.rel_h) is added to each score as the mask is.
 //
 // This is the first version (CUDA cores, no tensor cores): correct for D, Dv <= 256.
 #include "cu_common.cuh"
@@ -87,6 +88,11 @@ attention_fwd_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *
             if (ok && p.mask) {
                 int64_t mi = b * p.mask_stride[0] + h * p.mask_stride[1] + i * p.mask_stride[2] + j * p.mask_stride[3];
                 s[r] += tr_ld_dt(p.mask, p.mask_dtype, mi);
+            }
+            if (ok && p.rel_h) { // the decomposed bias: key j on grid row j / Kw, column j % Kw
+                const int64_t row = bh * p.Tq + i;
+                s[r] += tr_ld_dt(p.rel_h, p.rel_h_dtype, row * p.Kh + j / p.Kw) +
+                        tr_ld_dt(p.rel_w, p.rel_w_dtype, row * p.Kw + j % p.Kw);
             }
             if (!ok) s[r] = -INFINITY;
             float mn = fmaxf(m[r], tr_warp_max(s[r]));

@@ -24,10 +24,18 @@ __device__ __forceinline__ bool ab_visible(const tr_cu_attn &p, int64_t i, int64
     return true;
 }
 
+// The additive terms of score (i, j): the mask, ATTENTION_REL's decomposed bias.
 __device__ __forceinline__ float ab_mask(const tr_cu_attn &p, int64_t b, int64_t h, int64_t i, int64_t j) {
-    if (!p.mask) return 0.0f;
-    return tr_ld_dt(p.mask, p.mask_dtype,
-                    b * p.mask_stride[0] + h * p.mask_stride[1] + i * p.mask_stride[2] + j * p.mask_stride[3]);
+    float s = 0.0f;
+    if (p.mask)
+        s = tr_ld_dt(p.mask, p.mask_dtype,
+                     b * p.mask_stride[0] + h * p.mask_stride[1] + i * p.mask_stride[2] + j * p.mask_stride[3]);
+    if (p.rel_h) {
+        const int64_t row = (b * p.H + h) * p.Tq + i;
+        s += tr_ld_dt(p.rel_h, p.rel_h_dtype, row * p.Kh + j / p.Kw) +
+             tr_ld_dt(p.rel_w, p.rel_w_dtype, row * p.Kw + j % p.Kw);
+    }
+    return s;
 }
 
 // Lane's dot product of a row held in shared memory with row r of a global operand.
@@ -138,6 +146,45 @@ ab_dq_kernel(const T *q, const T *k, const T *v, const T *dy, T *dq, ab_ctx c) {
     }
 }
 
+#define AB_MAXK 256
+
+// drel_h (which 3) or drel_w (4) of ATTENTION_REL: a warp per query row; dS_ij summed
+// over the keys of each grid row (column) in shared memory, then stored in that
+// operand's dtype (f32 or q's).
+template <typename T>
+__global__ void __launch_bounds__(AB_WARPS * 32)
+ab_drel_kernel(const T *q, const T *k, const T *v, const T *dy, void *out, int which, ab_ctx c) {
+    __shared__ float shq[AB_WARPS][AB_MAXD], shdy[AB_WARPS][AB_MAXD], acc[AB_WARPS][AB_MAXK];
+    const tr_cu_attn &p = c.p;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * AB_WARPS + warp;
+    const bool live = row < p.B * p.H * p.Tq;
+    const int64_t i = live ? row % p.Tq : 0, bh = live ? row / p.Tq : 0, b = bh / p.H, h = bh % p.H;
+    const int64_t hk = h / (p.H / p.Hk), K = which == 3 ? p.Kh : p.Kw;
+    const int D = (int)p.D, Dv = (int)p.Dv;
+    for (int d = lane; d < D; d += 32) shq[warp][d] = live ? tr_ld(q + row * D + d) * p.scale : 0.0f;
+    for (int d = lane; d < Dv; d += 32) shdy[warp][d] = live ? tr_ld(dy + row * Dv + d) : 0.0f;
+    for (int64_t a = lane; a < K; a += 32) acc[warp][a] = 0.0f;
+    __syncwarp();
+    if (!live) return;
+    const T *kb = k + (b * p.Hk + hk) * p.Tk * D, *vb = v + (b * p.Hk + hk) * p.Tk * Dv;
+    const float lse = c.lse[row], delta = c.delta[row];
+    if (lse != INFINITY)
+        for (int64_t j0 = 0; j0 < p.Tk; j0 += 32) {
+            const int64_t j = j0 + lane;
+            if (j < p.Tk) {
+                float pr = __expf(ab_dot(shq[warp], kb + j * D, D) + ab_mask(p, b, h, i, j) - lse);
+                atomicAdd(&acc[warp][which == 3 ? j / p.Kw : j % p.Kw], pr * (ab_dot(shdy[warp], vb + j * Dv, Dv) - delta));
+            }
+        }
+    __syncwarp();
+    const int odt = which == 3 ? p.rel_h_dtype : p.rel_w_dtype;
+    for (int64_t a = lane; a < K; a += 32) {
+        if (odt == TR_DTYPE_F32) ((float *)out)[row * K + a] = acc[warp][a];
+        else tr_st((T *)out + row * K + a, acc[warp][a]);
+    }
+}
+
 // dk and dv: a warp per key row of a kv head; the sums run over the group's query heads.
 template <typename T>
 __global__ void __launch_bounds__(AB_WARPS * 32)
@@ -201,8 +248,10 @@ extern "C" int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, co
                             (long long)p->D, (long long)p->Dv, AB_MAXD);
     const int64_t qrows = p->B * p->H * p->Tq, krows = p->B * p->Hk * p->Tk;
     if (qrows == 0 || krows == 0) {
-        int64_t n = which == 0 ? qrows * p->D : which == 1 ? krows * p->D : krows * p->Dv;
-        return n ? TR_CU_CHECK(cudaMemsetAsync(out, 0, (size_t)n * (dtype == TR_DTYPE_F32 ? 4 : 2), s),
+        int64_t n = which == 0 ? qrows * p->D : which == 1 ? krows * p->D : which == 2 ? krows * p->Dv
+                  : qrows * (which == 3 ? p->Kh : p->Kw);
+        const int odt = which == 3 ? p->rel_h_dtype : which == 4 ? p->rel_w_dtype : dtype;
+        return n ? TR_CU_CHECK(cudaMemsetAsync(out, 0, (size_t)n * (odt == TR_DTYPE_F32 ? 4 : 2), s),
                                "attention_grad: zero fill", err)
                  : TR_OK;
     }
@@ -213,6 +262,14 @@ extern "C" int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, co
                                      (const T *)q, (const T *)k, (const T *)v, (const T *)dy, c));
     int rc = TR_CU_LAUNCHED("attention_grad stats", err);
     if (rc) return rc;
+    if (which >= 3) {
+        if (!p->rel_h || (which == 3 ? p->Kh : p->Kw) > AB_MAXK)
+            return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_rel_grad: the bias terms are missing or wider than "
+                                "%d (Kh %lld, Kw %lld) on cuda", AB_MAXK, (long long)p->Kh, (long long)p->Kw);
+        TR_CU_FLOAT_SWITCH(dtype, T, ab_drel_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
+                                         (const T *)q, (const T *)k, (const T *)v, (const T *)dy, out, which, c));
+        return TR_CU_LAUNCHED("attention_rel_grad drel", err);
+    }
     if (which == 0)
         TR_CU_FLOAT_SWITCH(dtype, T, ab_dq_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
                                          (const T *)q, (const T *)k, (const T *)v, (const T *)dy, (T *)out, c));

@@ -203,6 +203,10 @@ struct tr_cu_attn {
     const void *mask;   /* additive, or NULL */
     int mask_dtype;
     int64_t mask_stride[4]; /* elements per step of b, h, i, j (0: broadcast) */
+    /* ATTENTION_REL's bias terms (B,H,Tq,Kh), (B,H,Tq,Kw), Tk = Kh·Kw, or NULL */
+    const void *rel_h, *rel_w;
+    int rel_h_dtype, rel_w_dtype;
+    int64_t Kh, Kw;
 };
 int tr_cu_attention(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, void *out,
                     const struct tr_cu_attn *p, struct tr_error *err);
@@ -211,7 +215,9 @@ int tr_cu_attention(cudaStream_t s, int dtype, const void *q, const void *k, con
 int tr_cu_attention_tc_fits(int dtype, const struct tr_cu_attn *p);
 int tr_cu_attention_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, void *out,
                        const struct tr_cu_attn *p, struct tr_error *err);
-/* dq, dk or dv (which 0, 1, 2) into out; scratch holds 2·B·H·Tq floats (lse, delta). */
+/* dq, dk or dv (which 0, 1, 2), or with p->rel_h drel_h or drel_w (3, 4, in that
+ * operand's dtype, Kh and Kw at most 256) into out; scratch holds 2·B·H·Tq floats (lse,
+ * delta). */
 int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, const void *dy,
                          const struct tr_cu_attn *p, int which, void *out, float *scratch, struct tr_error *err);
 

@@ -369,6 +369,56 @@ static int run_attention_grad(struct tr_cuda_ctx *c, const struct tr_attrs *at, 
                                                 &p, (int)a[2], out->data, scr, err));
 }
 
+/* ATTENTION_REL's (q, k, v, rel_h, rel_w[, dy]) as the CUDA-core kernels take them. */
+static int attn_rel_params(const char *kn, const struct tr_attrs *at, int n_in, int want, const struct tr_tensor *in,
+                           const struct tr_tensor *y, struct tr_cu_attn *p, struct tr_error *err) {
+    if (n_in != want)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given, %d expected", kn, n_in, want);
+    struct tr_attrs plain = *at;
+    plain.ints[0] = plain.ints[1] = 0; /* no causal bound, no window */
+    float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
+    int rc = attn_params(kn, &plain, scale, &in[0], &in[1], &in[2], NULL, y, p, err);
+    if (!rc) rc = check_float(&in[3], kn, "rel_h", err);
+    if (!rc) rc = check_float(&in[4], kn, "rel_w", err);
+    if (!rc) rc = tr_cpu_check_rel_bias(kn, &in[0], &in[1], &in[3], err);
+    if (rc) return rc;
+    p->rel_h = in[3].data;
+    p->rel_w = in[4].data;
+    p->rel_h_dtype = in[3].dtype;
+    p->rel_w_dtype = in[4].dtype;
+    p->Kh = in[3].shape[3];
+    p->Kw = in[4].shape[3];
+    return TR_OK;
+}
+
+static int run_attention_rel(struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                             struct tr_tensor *out, struct tr_error *err) {
+    struct tr_cu_attn p;
+    int rc = attn_rel_params("attention_rel", at, n_in, 5, in, out, &p, err);
+    if (rc) return rc;
+    return TR_CU_LAUNCH(
+        c, tr_cu_attention(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, out->data, &p, err));
+}
+
+/* (q, k, v, rel_h, rel_w, dy) -> the gradient of operand ints[0] */
+static int run_attention_rel_grad(struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in,
+                                  const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
+    const int64_t which = at->ints[0];
+    if (which < 0 || which > 4)
+        return tr_error_set(err, TR_ERR_INVALID, "attention_rel_grad: ints[0]=%lld should be 0 (dq), 1 (dk), 2 (dv), "
+                            "3 (drel_h) or 4 (drel_w)", (long long)which);
+    struct tr_cu_attn p;
+    int rc = attn_rel_params("attention_rel_grad", at, n_in, 6, in, n_in == 6 ? &in[5] : NULL, &p, err);
+    if (rc) return rc;
+    if ((rc = check_float(out, "attention_rel_grad", "out", err)) != TR_OK ||
+        (rc = same_dtype_shape(&in[which], out, "attention_rel_grad", err)) != TR_OK)
+        return rc;
+    void *scr = NULL;
+    if ((rc = tr_cuda_scratch(c, (size_t)(2 * p.B * p.H * p.Tq) * sizeof(float) + 16, &scr, err)) != TR_OK) return rc;
+    return TR_CU_LAUNCH(c, tr_cu_attention_grad(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, in[5].data,
+                                                &p, (int)which, out->data, scr, err));
+}
+
 static int run_cross_entropy(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *logits,
                              const struct tr_tensor *labels, struct tr_tensor *out, struct tr_error *err) {
     int rc = check_float(logits, "cross_entropy", "logits", err);
@@ -846,6 +896,8 @@ int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_i
     case TR_OP_GROUP_NORM_GRAD:
     case TR_OP_GROUP_NORM_GRAD_GAMMA: return run_group_norm_grad(c, op, at, in, out, err);
     case TR_OP_TIMESTEP_EMBEDDING: return run_timestep_embedding(c, at, &in[0], out, err);
+    case TR_OP_ATTENTION_REL: return run_attention_rel(c, at, n_in, in, out, err);
+    case TR_OP_ATTENTION_REL_GRAD: return run_attention_rel_grad(c, at, n_in, in, out, err);
     default:
         k->stats.calls--;
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "tr_kernels_run: op %s has no cuda kernel yet (issue #6)",
