@@ -74,6 +74,44 @@ batch = 4096
 seq_len = 77
 backends = torch" "a batch that does not fit is refused" \
   'big.ini: stable_diffusion/sd-v1-4 predict at batch 4096 does not fit: it needs about [0-9]+ bytes .* and [0-9]+ bytes .* are available'
+rejects bigsam.ini "[run]
+model = sam
+preset = vit-h
+batch = 4096
+backends = torch" "a SAM batch that does not fit is refused before any weight is made" \
+  'bigsam.ini: sam/vit-h predict at batch 4096 does not fit: it needs about [0-9]+ bytes'
+# SAM's prompt from the INI: a point outside the image, a label SAM has no meaning for
+rejects sampt.ini "[run]
+model = sam
+preset = tiny
+backends = torch
+[model]
+points = 10,10,70,5
+labels = 1,1" "a SAM point outside the image is refused" 'point 1 \(70,5\) of points = .10,10,70,5. is outside the 64x64 image'
+rejects samlb.ini "[run]
+model = sam
+preset = tiny
+backends = torch
+[model]
+labels = 1,7" "a SAM label outside -1..3 is refused" 'label 7 \(entry 1 of labels = .1,7.\) is not one of -1'
+rejects sampx.ini "[run]
+model = sam
+preset = tiny
+backends = torch
+[model]
+image_size = 60" "a SAM image size that is not a multiple of the patch is refused" \
+  'image_size = 60 is not a multiple of patch_size = 8'
+ini samrun.ini "[run]
+model = sam
+preset = tiny
+backends = torch, tf, jax
+batch = 2
+steps = 2
+warmup = 1
+[model]
+points = 5,60,40,12,63,63
+labels = 1,0,-1"
+expect "SAM predict with three points on three backends" 0 'all backends ran and agree' -- "$bin" run "$tmp/samrun.ini"
 # A checkpoint of another size: the tensor and both shapes.
 rejects vaew.ini "[run]
 model = autoencoder_kl
