@@ -250,22 +250,23 @@ static int tensor_of(const struct tr_jax_program *p, int id, struct tr_tensor *t
  * checked once by the library's binder. */
 static int bind_attn_bwd(struct tr_jax_program *p, struct jax_step *s, struct tr_error *err) {
     const struct jax_attn_bwd *a = &p->fusion.attn[s->attn];
-    struct tr_tensor g[3];
-    const struct tr_tensor *gp[3] = {NULL, NULL, NULL};
-    for (int w = 0; w < 3; w++) {
+    struct tr_tensor g[5];
+    const struct tr_tensor *gp[5] = {NULL, NULL, NULL, NULL, NULL};
+    for (int w = 0; w < 5; w++) {
         if (a->grad[w] < 0) continue;
         int rc = tensor_of(p, a->grad[w], &g[w], err);
         if (rc != TR_OK) return rc;
         gp[w] = &g[w];
     }
     s->call = &p->calls[s->attn];
-    int rc = tr_kernels_bind_attention_backward(p->k, &s->in[0], &s->in[1], &s->in[2], &s->in[3],
-                                                s->n_in > 4 ? &s->in[4] : NULL, s->attrs.floats[0],
-                                                (int)s->attrs.ints[0], (int)s->attrs.ints[1], gp[0], gp[1], gp[2],
-                                                s->call, err);
+    int rc = a->rel ? tr_kernels_bind_attention_rel_backward(p->k, s->in, s->attrs.floats[0], gp, s->call, err)
+                    : tr_kernels_bind_attention_backward(p->k, &s->in[0], &s->in[1], &s->in[2], &s->in[3],
+                                                         s->n_in > 4 ? &s->in[4] : NULL, s->attrs.floats[0],
+                                                         (int)s->attrs.ints[0], (int)s->attrs.ints[1], gp[0], gp[1],
+                                                         gp[2], s->call, err);
     if (rc != TR_OK)
-        return tr_error_prefix(err, "jax: node %d attention_grad '%s' (the fused backward of %d gradients)", a->lead,
-                               nname(p, a->lead), a->n_grads);
+        return tr_error_prefix(err, "jax: node %d %s '%s' (the fused backward of %d gradients)", a->lead,
+                               a->rel ? "attention_rel_grad" : "attention_grad", nname(p, a->lead), a->n_grads);
     return TR_OK;
 }
 
@@ -651,9 +652,16 @@ void tr_jax_program_stats(const struct tr_jax_program *p, struct tr_backend_stat
              p->cuda ? "on the device, shared by the backend's programs" : "in place");
     size_t k = strlen(st->notes);
     if (p->fusion.n_attn && k < sizeof st->notes) {
-        int partial = 0;
-        for (int i = 0; i < p->fusion.n_attn; i++) partial += p->fusion.attn[i].n_grads < 3;
+        int partial = 0, rel = 0;
+        for (int i = 0; i < p->fusion.n_attn; i++) {
+            const struct jax_attn_bwd *a = &p->fusion.attn[i];
+            rel += a->rel;
+            partial += !a->rel && a->n_grads < 3;
+        }
         snprintf(st->notes + k, sizeof st->notes - k, "; fused attention_backward x%d", p->fusion.n_attn);
+        k = strlen(st->notes);
+        if (rel && k < sizeof st->notes)
+            snprintf(st->notes + k, sizeof st->notes - k, " (%d of attention_rel)", rel);
         k = strlen(st->notes);
         if (partial && k < sizeof st->notes)
             snprintf(st->notes + k, sizeof st->notes - k, " (%d with 2 of 3 gradients)", partial);

@@ -363,12 +363,13 @@ int jax_group_attention_backward(const struct tr_pir *p, struct jax_fusion *f, s
         return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory grouping attention backwards (%d nodes)", p->n);
     for (int i = 0; i < p->n; i++) f->attn_of[i] = -1;
     for (int id = 0; id < p->n; id++) {
-        int grad[3], n = tr_attn_grad_group(p, id, f->attn_of, grad);
+        int grad[TR_ATTN_GRADS], n = tr_attn_grad_group(p, id, f->attn_of, grad);
         if (n < 2) continue;
         struct jax_attn_bwd *a = &f->attn[f->n_attn];
         a->lead = id;
         a->n_grads = n;
-        for (int w = 0; w < 3; w++) {
+        a->rel = p->nodes[id].op == TR_OP_ATTENTION_REL_GRAD;
+        for (int w = 0; w < TR_ATTN_GRADS; w++) {
             a->grad[w] = grad[w];
             if (grad[w] >= 0) f->attn_of[grad[w]] = f->n_attn;
         }

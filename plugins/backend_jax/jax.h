@@ -98,8 +98,9 @@ struct jax_cluster {
  * library call of tr_k_attention_backward at the lead's place in the schedule. */
 struct jax_attn_bwd {
     int lead;                       /* the lowest node id of the group: where it runs */
-    int grad[3];                    /* the dq, dk, dv nodes, or -1 where not used */
-    int n_grads;                    /* 2 or 3 */
+    int grad[5];                    /* the dq, dk, dv (and drel_h, drel_w) nodes, or -1 */
+    int n_grads;                    /* 2 or 3 (2 to 5 for ATTENTION_REL) */
+    int rel;                        /* ATTENTION_REL_GRAD nodes */
 };
 
 struct jax_fusion {

@@ -181,13 +181,13 @@ static int make_tensor(struct tf_program *p, int id, struct tr_tensor *t, struct
  * once here, and a step's call is the compute alone. */
 static int make_tensor(struct tf_program *p, int id, struct tr_tensor *t, struct tr_error *err);
 
-/* ATTN_BWD: its own gradient, and those of its EXTRA_OUT nodes. */
+/* ATTN_BWD: its own gradient, and those of its EXTRA_OUT nodes (ints[4]: of ATTENTION_REL). */
 static int bind_attn_bwd(struct tf_program *p, int id, const struct tr_tensor *in, const struct tr_tensor *out,
                          struct tr_kernel_call *c, struct tr_error *err) {
     const struct tr_pir *ir = &p->pir;
     const struct tr_pir_node *d = &ir->nodes[id];
-    struct tr_tensor g[3];
-    const struct tr_tensor *gp[3] = {NULL, NULL, NULL};
+    struct tr_tensor g[5];
+    const struct tr_tensor *gp[5] = {NULL, NULL, NULL, NULL, NULL};
     gp[d->attrs.ints[2]] = out;
     for (int j = id + 1; j < ir->n; j++) {
         const struct tr_pir_node *e = &ir->nodes[j];
@@ -197,6 +197,7 @@ static int bind_attn_bwd(struct tf_program *p, int id, const struct tr_tensor *i
         gp[w] = &g[w];
     }
     const struct tr_attrs *a = &d->attrs;
+    if (a->ints[4]) return tr_kernels_bind_attention_rel_backward(p->k, in, a->floats[0], gp, c, err);
     return tr_kernels_bind_attention_backward(p->k, &in[0], &in[1], &in[2], &in[3], a->ints[3] ? &in[4] : NULL,
                                               a->floats[0], (int)a->ints[0], (int)a->ints[1], gp[0], gp[1], gp[2], c,
                                               err);

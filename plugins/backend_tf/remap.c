@@ -14,7 +14,8 @@
  *   embed+ln    2 or 3 EMBEDDINGs summed by ADDs, LAYER_NORM           -> TF_OP_EMBED_LN
  *   brln        ADDs of x, [residual], [bias (D)], LAYER_NORM          -> TF_OP_BIAS_RESIDUAL_LN
  *   gemm        MATMUL [ADD bias (N)] [GELU|TANH|RELU|SILU]            -> TF_OP_GEMM
- *   attn bwd    ATTENTION_GRAD for dq, dk, dv of one attention           -> TF_OP_ATTN_BWD
+ *   attn bwd    ATTENTION_GRAD for dq, dk, dv of one attention, or ATTENTION_REL_GRAD for
+ *               its five operands                                        -> TF_OP_ATTN_BWD
  *               (+ TF_OP_EXTRA_OUT for the outputs beyond the first)
  */
 #include <stdio.h>
@@ -380,20 +381,24 @@ static int match_gemm(struct remap *r, int mm) {
 
 typedef int (*matcher)(struct remap *r, int id);
 
-/* The two or three ATTENTION_GRAD nodes of one attention (the same operands and attrs,
- * different `which`) -> one TF_OP_ATTN_BWD at the first of them, computing them all;
- * the others become TF_OP_EXTRA_OUT views of its extra outputs. Nothing is removed: the
- * statistics and scores are computed once instead of three and four times. */
+/* The ATTENTION_GRAD nodes of one attention (2 or 3), or the ATTENTION_REL_GRAD nodes of
+ * one ATTENTION_REL (2 to 5), with the same operands and attrs and different `which` ->
+ * one TF_OP_ATTN_BWD at the first of them, computing them all (ints[4] = 1 for the
+ * relative-position form; its own gradient in ints[2]); the others become
+ * TF_OP_EXTRA_OUT views of its extra outputs. Nothing is removed: the statistics and
+ * scores are computed once instead of once per gradient. */
 static int match_attn_bwd(struct remap *r, int id) {
     struct tr_pir_node *x = node_at(r, id);
-    /* the grouped nodes stop being ATTENTION_GRAD here, so none is taken twice */
-    int group[3], n = tr_attn_grad_group(r->p, id, NULL, group);
+    /* the grouped nodes stop being attention gradients here, so none is taken twice */
+    int group[TR_ATTN_GRADS], n = tr_attn_grad_group(r->p, id, NULL, group);
     if (n < 2) return 0;
-    int own = (int)x->attrs.ints[2];
+    const int rel = x->op == TR_OP_ATTENTION_REL_GRAD, own = tr_attn_grad_which(x);
     x->op = TF_OP_ATTN_BWD;
+    if (rel) memset(x->attrs.ints, 0, sizeof x->attrs.ints);
     x->attrs.ints[2] = own;
-    x->attrs.ints[3] = x->n_in > 4;
-    for (int w = 0; w < 3; w++) {
+    x->attrs.ints[3] = !rel && x->n_in > 4;
+    x->attrs.ints[4] = rel;
+    for (int w = 0; w < TR_ATTN_GRADS; w++) {
         if (group[w] < 0 || group[w] == id) continue;
         struct tr_pir_node *y = node_at(r, group[w]);
         y->op = TF_OP_EXTRA_OUT;
@@ -402,7 +407,8 @@ static int match_attn_bwd(struct remap *r, int id) {
         const int in[1] = {id};
         set_inputs(y, 1, in);
     }
-    tally(r->f, n == 3 ? "attention_backward(dq,dk,dv)" : "attention_backward(2 of 3)", 0);
+    tally(r->f, rel ? "attention_rel_backward" : n == 3 ? "attention_backward(dq,dk,dv)" : "attention_backward(2 of 3)",
+          0);
     return 1;
 }
 

@@ -350,6 +350,74 @@ int tr_cpu_attention_rel_grad_invoke(struct tr_kernels *k, int op, const struct 
     return attention_backward(k, kn, &in[0], &in[1], &in[2], &in[5], NULL, &in[3], scale, 0, 0, outs, err);
 }
 
+int tr_k_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], float scale,
+                                struct tr_tensor *const grads[5], struct tr_error *err) {
+    static const char kn[] = "attention_rel_backward";
+    if (!in || !grads || (!grads[0] && !grads[1] && !grads[2] && !grads[3] && !grads[4]))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: NULL operands, or no gradient asked for", kn);
+    if (k && k->device_type == TR_DEVICE_CUDA) { /* the cuda kernels have no joint pass: one launch each */
+        for (int w = 0; w < 5; w++) {
+            if (!grads[w]) continue;
+            struct tr_attrs at = {.ints = {w}, .n_ints = 1, .floats = {scale}};
+            int rc = tr_kernels_run(k, TR_OP_ATTENTION_REL_GRAD, &at, 6, in, grads[w], err);
+            if (rc) return rc;
+        }
+        return TR_OK;
+    }
+    float s = tr_attention_scale(scale, in[0].ndim == 4 ? in[0].shape[3] : 0);
+    return attention_backward(k, kn, &in[0], &in[1], &in[2], &in[5], NULL, &in[3], s, 0, 0, grads, err);
+}
+
+/* The bound form's plan: the operands and the gradients asked for. */
+struct rel_bwd_plan {
+    struct tr_cpu_prepared hdr;
+    struct tr_tensor in[6], g[5];
+    int want[5];
+    float scale;
+};
+
+static int bound_attention_rel_backward(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    const struct rel_bwd_plan *pl = c->prepared;
+    struct tr_tensor g[5], *gp[5];
+    for (int w = 0; w < 5; w++) {
+        g[w] = pl->g[w];
+        gp[w] = pl->want[w] ? &g[w] : NULL;
+    }
+    return tr_k_attention_rel_backward(k, pl->in, pl->scale, gp, err);
+}
+
+int tr_kernels_bind_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], float scale,
+                                           const struct tr_tensor *const grads[5], struct tr_kernel_call *call,
+                                           struct tr_error *err) {
+    static const char kn[] = "attention_rel_backward";
+    if (!call || !in || !grads) return tr_error_set(err, TR_ERR_INVALID, "%s: NULL argument", kn);
+    memset(call, 0, sizeof *call);
+    struct rel_bwd_plan pl = {.scale = scale};
+    int n = 0;
+    for (int i = 0; i < 6; i++) pl.in[i] = in[i];
+    for (int w = 0; w < 5; w++)
+        if (grads[w]) {
+            pl.g[w] = *grads[w];
+            pl.want[w] = 1;
+            if (!n++) call->out = *grads[w];
+        }
+    if (!n) return tr_error_set(err, TR_ERR_INVALID, "%s: no gradient asked for", kn);
+    /* the checks every call repeats, once here (a kernel that fails at bind fails early) */
+    int rc = tr_cpu_check_rel_bias(kn, &in[0], &in[1], &in[3], err);
+    for (int w = 0; w < 5 && !rc; w++) /* gradient w is shaped as operand w */
+        if (grads[w] && (grads[w]->dtype != in[w].dtype || !tr_cpu_same_shape(grads[w], &in[w]))) {
+            char d1[200], d2[200];
+            rc = tr_error_set(err, TR_ERR_SHAPE, "%s: gradient %d %s should be shaped and typed as its operand %s", kn,
+                              w, tr_cpu_desc(grads[w], d1, sizeof d1), tr_cpu_desc(&in[w], d2, sizeof d2));
+        }
+    if (rc) return rc;
+    call->op = -1;
+    call->n_in = 6;
+    for (int i = 0; i < 6; i++) call->in[i] = in[i];
+    call->attrs.floats[0] = scale;
+    return tr_cpu_keep_plan(call, &pl, sizeof pl, bound_attention_rel_backward, kn, err);
+}
+
 static int attention_backward(struct tr_kernels *k, const char *kn, const struct tr_tensor *q,
                               const struct tr_tensor *kk, const struct tr_tensor *v, const struct tr_tensor *dy,
                               const struct tr_tensor *mask, const struct tr_tensor *rel, float scale, int causal,

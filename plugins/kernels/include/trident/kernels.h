@@ -280,6 +280,17 @@ int tr_kernels_bind_attention_backward(struct tr_kernels *k, const struct tr_ten
                                        const struct tr_tensor *mask, float scale, int causal, int window,
                                        const struct tr_tensor *dq, const struct tr_tensor *dk,
                                        const struct tr_tensor *dv, struct tr_kernel_call *call, struct tr_error *err);
+/* ATTENTION_REL's gradients in one call: in = the op's (q, k, v, rel_h, rel_w, dy), grads
+ * = dq, dk, dv, drel_h, drel_w (any NULL: not wanted), shaped and typed as those operands.
+ * On the cpu one statistics pass, one pass over the query blocks (dq and both bias
+ * terms), one for dk and dv together, where five ATTENTION_REL_GRAD calls run ten; on cuda
+ * the gradient kernels one after another. scale 0: 1/sqrt(D). */
+int tr_k_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], float scale,
+                                struct tr_tensor *const grads[5], struct tr_error *err);
+/* Bound form: the call keeps the eleven tensors. */
+int tr_kernels_bind_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], float scale,
+                                           const struct tr_tensor *const grads[5], struct tr_kernel_call *call,
+                                           struct tr_error *err);
 /* out = x broadcast to out's shape (numpy rules); any dtype. */
 int tr_k_broadcast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err);
 /* dx = dy routed to the first maximum of x along axis (dy with the axis removed or kept as 1). */
