@@ -12,6 +12,7 @@
 #include "modelutil.h"
 #include "models.h"
 #include "sam/sam.h"
+#include "trident/config.h"
 #include "trident/graph.h"
 #include "trident/safetensors.h"
 
@@ -186,6 +187,59 @@ static void test_fit_grads_match_pytorch(void **state) {
     tr_safetensors_close(io);
 }
 
+/* transformers' saved config.json of facebook/sam-vit-huge over the tiny preset is the
+ * vit-h preset (the prompt keys aside: not in the file); what SAM's parts must share, and
+ * what trident does not build, is refused by its key. */
+static void test_hf_config(void **state) {
+    const struct tr_model_desc *m = &tr_model_sam;
+    struct tr_error e = {0};
+    struct tr_config cfg;
+    static char got[sizeof(struct tr_sam_config)];
+    char a[160], b[160];
+    assert_int_equal(tr_config_load_string("[run]\nmodel = sam\npreset = tiny\n[model]\nhf_config = "
+                                           "tests/fixtures/hf/sam-vit-huge-saved.json\npoints = 500,375,250,375\n",
+                                           "t.ini", &cfg, &e), TR_OK);
+    if (tr_model_resolve(m, "tiny", &cfg, got, &e)) fail_msg("%s", e.msg);
+    const void *want = tr_test_preset(m, "vit-h");
+    for (int k = 0; k < m->n_keys; k++) {
+        if (strcmp(m->keys[k].name, "labels") == 0) continue;
+        assert_int_equal(tr_model_key_str(m, got, &m->keys[k], a, sizeof a), TR_OK);
+        assert_int_equal(tr_model_key_str(m, want, &m->keys[k], b, sizeof b), TR_OK);
+        if (strcmp(a, b) != 0) fail_msg("sam %s: %s from the file, %s in the preset", m->keys[k].name, a, b);
+    }
+    /* the same file edited: each what trident refuses, by key */
+    FILE *f = fopen(TR_SOURCE_DIR "/tests/fixtures/hf/sam-vit-huge-saved.json", "rb");
+    assert_non_null(f);
+    static char json[8192];
+    size_t n = fread(json, 1, sizeof json - 1, f);
+    fclose(f);
+    json[n] = '\0';
+    static const struct {
+        const char *from, *to, *needle;
+    } bad[] = {{"\"hidden_act\": \"relu\"", "\"hidden_act\": \"gelu\"", "(mask_decoder_config)': \"hidden_act\" = gelu: only \"relu\""},
+               {"\"hidden_size\": 256,\n    \"iou_head_depth\"", "\"hidden_size\": 128,\n    \"iou_head_depth\"",
+                "(mask_decoder_config)': \"hidden_size\" = 128, expected 256"},
+               {"\"image_size\": 1024,\n    \"layer_norm_eps\"", "\"image_size\": 512,\n    \"layer_norm_eps\"",
+                "(prompt_encoder_config)': \"image_size\" = 512, expected 1024"},
+               {"\"model_type\": \"sam\"", "\"model_type\": \"sam2\"", "\"model_type\" = sam2"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *at = strstr(json, bad[i].from);
+        if (!at) fail_msg("the fixture lacks %s", bad[i].from);
+        char edited[8192], path[512];
+        snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - json), json, bad[i].to, at + strlen(bad[i].from));
+        snprintf(path, sizeof path, "%s/bad%zu.json", tr_test_dir, i);
+        FILE *o = fopen(path, "wb");
+        assert_non_null(o);
+        fputs(edited, o);
+        fclose(o);
+        char ini[768];
+        snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n", path);
+        assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+        assert_int_not_equal(tr_model_resolve(m, "tiny", &cfg, got, &e), TR_OK);
+        tr_assert_msg_has(&e, bad[i].needle);
+    }
+}
+
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_count_vit_h, test_names_match_state_dict,
              test_interface, test_config_errors, test_make_inputs, test_predict_matches_transformers_f32,
-             test_predict_matches_transformers_bf16, test_fit_grads_match_pytorch)
+             test_predict_matches_transformers_bf16, test_fit_grads_match_pytorch, test_hf_config)

@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "hf_json.h"
+#include "trident/config.h"
 #include "layers.h"
 #include "models.h"
 #include "sam.h"
@@ -674,6 +676,90 @@ static int sam_make_inputs(const void *config, const struct tr_build_opts *o, ui
     return TR_OK;
 }
 
+/* transformers' SamConfig config.json: vision_config's keys by name; prompt_encoder_config
+ * and mask_decoder_config's where trident has them (the decoder's under decoder_* names),
+ * their widths required equal to output_channels, the activations the ones built here. */
+#define DKEY(json, field, lo, hi) {json, TR_KEY_INT, offsetof(struct tr_sam_config, field), lo, hi, NULL}
+static const struct tr_model_key decoder_keys[] = {
+    DKEY("mlp_dim", decoder_mlp_dim, 1, 1e6),
+    DKEY("num_hidden_layers", decoder_num_hidden_layers, 1, 64),
+    DKEY("num_attention_heads", decoder_num_attention_heads, 1, 4096),
+    DKEY("attention_downsample_rate", attention_downsample_rate, 1, 4096),
+    DKEY("iou_head_hidden_dim", iou_head_hidden_dim, 1, 65536),
+    DKEY("iou_head_depth", iou_head_depth, 2, 64),
+    DKEY("num_multimask_outputs", num_multimask_outputs, 1, 64),
+};
+static const struct tr_model_key prompt_keys[] = {DKEY("mask_input_channels", mask_input_channels, 4, 65536)};
+
+/* The sub-object `name` of root, or an error naming the file. */
+static int sub_config(const cJSON *root, const char *path, const char *name, const cJSON **obj, struct tr_error *err) {
+    *obj = cJSON_GetObjectItemCaseSensitive(root, name);
+    if (!cJSON_IsObject(*obj))
+        return tr_error_set(err, TR_ERR_INVALID, "'%s': \"%s\" is missing or not an object (a SamConfig config.json has "
+                            "vision_config, prompt_encoder_config and mask_decoder_config)", path, name);
+    return TR_OK;
+}
+
+/* obj's integer `key` equals want (absent: fine): the widths SAM's parts must share. */
+static int expect_same(const cJSON *obj, const char *path, const char *key, int64_t want, const char *what,
+                       struct tr_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v || cJSON_IsNull(v)) return TR_OK;
+    if (cJSON_IsNumber(v) && v->valuedouble == (double)want) return TR_OK;
+    return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"%s\" = %g, expected %lld (%s)", path, key,
+                        cJSON_IsNumber(v) ? v->valuedouble : NAN, (long long)want, what);
+}
+
+static int sam_read_hf_config(void *config, const char *path, struct tr_error *err) {
+    struct tr_sam_config *c = config;
+    cJSON *root;
+    int rc = tr_hf_json_load(path, &root, err);
+    if (rc) return rc;
+    const cJSON *vis = NULL, *pr = NULL, *dec = NULL;
+    /* errors inside a part name it: "config.json (mask_decoder_config)" */
+    char pv[TR_CONFIG_PATH + 32], pp[TR_CONFIG_PATH + 32], pd[TR_CONFIG_PATH + 32];
+    snprintf(pv, sizeof pv, "%s (vision_config)", path);
+    snprintf(pp, sizeof pp, "%s (prompt_encoder_config)", path);
+    snprintf(pd, sizeof pd, "%s (mask_decoder_config)", path);
+    rc = tr_hf_json_expect_str(root, path, "model_type", "sam", err);
+    if (!rc) rc = sub_config(root, path, "vision_config", &vis, err);
+    if (!rc) rc = sub_config(root, path, "prompt_encoder_config", &pr, err);
+    if (!rc) rc = sub_config(root, path, "mask_decoder_config", &dec, err);
+    if (!rc) rc = tr_hf_json_expect_str(vis, pv, "hidden_act", "gelu", err);
+    if (!rc) rc = tr_hf_json_expect_num(vis, pv, "num_channels", 3, err);
+    static const char *const vskip[] = {"mlp_dim", NULL};
+    if (!rc) rc = tr_hf_json_apply(vis, pv, sam_keys, (int)(sizeof sam_keys / sizeof sam_keys[0]), config, vskip, err);
+    if (!rc) { /* mlp_dim null: hidden_size · mlp_ratio, as SamVisionConfig */
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(vis, "mlp_dim"), *r = cJSON_GetObjectItemCaseSensitive(vis, "mlp_ratio");
+        if (cJSON_IsNumber(m)) {
+            if (m->valuedouble < 1 || m->valuedouble > 1e6 || m->valuedouble != (double)(int64_t)m->valuedouble)
+                rc = tr_error_set(err, TR_ERR_INVALID, "'%s': \"mlp_dim\" = %g, expected an integer from 1 to "
+                                  "1e6", pv, m->valuedouble);
+            else c->mlp_dim = (int64_t)m->valuedouble;
+        } else {
+            double ratio = cJSON_IsNumber(r) ? r->valuedouble : 4.0;
+            c->mlp_dim = (int64_t)((double)c->hidden_size * ratio);
+        }
+    }
+    if (!rc) rc = tr_hf_json_expect_str(pr, pp, "hidden_act", "gelu", err);
+    if (!rc) rc = tr_hf_json_expect_num(pr, pp, "num_point_embeddings", 4, err);
+    if (!rc) rc = tr_hf_json_apply(pr, pp, prompt_keys, 1, config, NULL, err);
+    if (!rc) rc = expect_same(pr, pp, "hidden_size", c->output_channels,
+                              "vision_config.output_channels: the prompt encoder's width is the embedding's", err);
+    if (!rc) rc = expect_same(pr, pp, "image_size", c->image_size,
+                              "vision_config.image_size", err);
+    if (!rc) rc = expect_same(pr, pp, "patch_size", c->patch_size,
+                              "vision_config.patch_size", err);
+    if (!rc) rc = tr_hf_json_expect_str(dec, pd, "hidden_act", "relu", err);
+    if (!rc) rc = tr_hf_json_expect_num(dec, pd, "layer_norm_eps", c->layer_norm_eps, err);
+    if (!rc) rc = tr_hf_json_apply(dec, pd, decoder_keys, (int)(sizeof decoder_keys / sizeof decoder_keys[0]), config,
+                                   NULL, err);
+    if (!rc) rc = expect_same(dec, pd, "hidden_size", c->output_channels,
+                              "vision_config.output_channels: the mask decoder's width is the embedding's", err);
+    cJSON_Delete(root);
+    return rc;
+}
+
 const struct tr_model_desc tr_model_sam = {
     .name = "sam",
     .description = "SamModel (transformers names; SegmentAnything: ViT image encoder, prompt encoder, mask decoder)",
@@ -683,4 +769,5 @@ const struct tr_model_desc tr_model_sam = {
     .build = sam_build,
     .trainable = sam_trainable,
     .make_inputs = sam_make_inputs,
+    .read_hf_config = sam_read_hf_config,
 };
