@@ -19,6 +19,11 @@ extern const struct tr_model_desc tr_model_sam;
 int tr_model_int_list(const char *model, const char *key, const char *s, size_t cap, int64_t lo, int64_t hi,
                       const char *example, int64_t *v, int max, int *n, struct tr_error *err);
 
+/* A model descriptor's trainable where the fit graph builds only what fit trains (the
+ * VAE's encoder, SAM's image encoder): every PARAM of g. */
+int tr_model_trainable_all(const void *config, const struct tr_graph *g, int *ids, int max, int *n,
+                           struct tr_error *err);
+
 /* NULL-terminated. */
 extern const struct tr_model_desc *const tr_builtin_models[];
 

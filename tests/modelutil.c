@@ -183,3 +183,22 @@ void tr_test_fixture_fit_grads(const struct tr_model_desc *m, const void *config
     tr_weights_free(w);
     tr_graph_free(g);
 }
+
+int64_t tr_test_io_count(const struct tr_safetensors *io, int i, const char *hint) {
+    struct tr_error e = {0};
+    struct tr_tensor pc;
+    if (tr_safetensors_get(io, "param_count", &pc, &e)) fail_msg("%s%s", e.msg, hint);
+    if (pc.dtype != TR_DTYPE_I64 || tr_tensor_numel(&pc) <= i) fail_msg("param_count: no entry %d%s", i, hint);
+    return ((const int64_t *)pc.data)[i];
+}
+
+void tr_test_expect_fixture_counts(const struct tr_model_desc *m, const void *config, const char *weights,
+                                   const struct tr_safetensors *io, const char *hint) {
+    struct tr_graph *g = tr_test_model_build(m, config, TR_TASK_PREDICT, TR_DTYPE_F32, 2, 1);
+    tr_test_expect_state_dict(g, weights, "", hint);
+    assert_int_equal(tr_test_param_count(g), tr_test_io_count(io, 0, hint));
+    tr_graph_free(g);
+    g = tr_test_model_build(m, config, TR_TASK_FIT, TR_DTYPE_F32, 2, 1);
+    assert_int_equal(tr_test_param_count(g), tr_test_io_count(io, 1, hint));
+    tr_graph_free(g);
+}

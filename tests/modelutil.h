@@ -21,6 +21,13 @@ struct tr_tensor tr_test_io_tensor(const struct tr_safetensors *io, const char *
 /* Every PARAM of g is in the state_dict at path under its name less `strip` (a prefix
  * every PARAM name has; "" for none), with its shape; every entry there is a PARAM. */
 void tr_test_expect_state_dict(const struct tr_graph *g, const char *path, const char *strip, const char *hint);
+/* Entry i of io's param_count (i64): the reference's parameter counts. */
+int64_t tr_test_io_count(const struct tr_safetensors *io, int i, const char *hint);
+/* m's tiny-preset graphs (config) against the fixture: the predict graph's PARAMs are the
+ * state_dict at weights (tr_test_expect_state_dict) and param_count[0] elements; the fit
+ * graph's, param_count[1] (what fit trains). */
+void tr_test_expect_fixture_counts(const struct tr_model_desc *m, const void *config, const char *weights,
+                                   const struct tr_safetensors *io, const char *hint);
 /* The bar for output i in dt: DESIGN.md's tolerance, or in bf16 and f16, where the model
  * is deeper than that allows, the reference's own error in that dtype with 20% margin. */
 double tr_test_fixture_bar(const struct tr_safetensors *io, enum tr_dtype dt, int i, const char *hint);

@@ -612,22 +612,6 @@ static int sam_build(const void *config, const struct tr_build_opts *o, struct t
     return TR_OK;
 }
 
-/* fit trains what the fit graph has: the image encoder. */
-static int sam_trainable(const void *config, const struct tr_graph *g, int *ids, int max, int *n,
-                         struct tr_error *err) {
-    (void)config;
-    if (!g || !n || max < 0 || (max > 0 && !ids))
-        return tr_error_set(err, TR_ERR_INVALID, "sam trainable: NULL argument or max < 0");
-    int k = 0;
-    for (int i = 0; i < tr_graph_n_params(g); i++) {
-        if (k < max) ids[k] = tr_graph_param(g, i);
-        k++;
-    }
-    *n = k;
-    if (k > max) return tr_error_set(err, TR_ERR_INVALID, "sam trainable: %d parameters, room for %d", k, max);
-    return TR_OK;
-}
-
 /* pixel_values: a smooth random image (sinusoids and noise) normalised as SamProcessor
  * leaves it (about zero mean, unit spread); the prompt from points and labels, the same
  * for every image; target: normal(0, 1). */
@@ -767,7 +751,7 @@ const struct tr_model_desc tr_model_sam = {
     TR_MODEL_TABLES(sam_keys, sam_presets),
     .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT,
     .build = sam_build,
-    .trainable = sam_trainable,
+    .trainable = tr_model_trainable_all, /* fit builds only what it trains */
     .make_inputs = sam_make_inputs,
     .read_hf_config = sam_read_hf_config,
 };

@@ -254,23 +254,6 @@ int tr_vae_decode_graph(const struct tr_vae_config *c, const struct tr_build_opt
     return TR_OK;
 }
 
-/* fit trains what the fit graph has: the encoder and quant_conv (the decoder is not built). */
-static int vae_trainable(const void *config, const struct tr_graph *g, int *ids, int max, int *n,
-                         struct tr_error *err) {
-    (void)config;
-    if (!g || !n || max < 0 || (max > 0 && !ids))
-        return tr_error_set(err, TR_ERR_INVALID, "autoencoder_kl trainable: NULL argument or max < 0");
-    int k = 0;
-    for (int i = 0; i < tr_graph_n_params(g); i++) {
-        if (k < max) ids[k] = tr_graph_param(g, i);
-        k++;
-    }
-    *n = k;
-    if (k > max)
-        return tr_error_set(err, TR_ERR_INVALID, "autoencoder_kl trainable: %d parameters, room for %d", k, max);
-    return TR_OK;
-}
-
 /* sample: a smooth random image in [-1,1] (a few sinusoids per channel plus noise, so
  * the convolutions see structure); target: normal(0, 1). */
 static int vae_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
@@ -328,7 +311,7 @@ const struct tr_model_desc tr_model_autoencoder_kl = {
     TR_MODEL_TABLES(vae_keys, vae_presets),
     .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT,
     .build = vae_build,
-    .trainable = vae_trainable,
+    .trainable = tr_model_trainable_all, /* fit builds only what it trains */
     .make_inputs = vae_make_inputs,
     .read_hf_config = vae_read_hf_config,
 };

@@ -18,10 +18,10 @@
 
 struct attn_args {
     const char *q, *k, *v, *mask;
-    const char *rel_h, *rel_w; /* ATTENTION_REL's bias terms (B,H,Tq,Kh), (B,H,Tq,Kw); NULL: none */
+    struct tr_cpu_rel_bias rel; /* ATTENTION_REL's bias terms (rel.h NULL: none) */
     char *out;
-    int dt, mdt, rdt_h, rdt_w;
-    int64_t B, H, Hk, Tq, Tk, D, Dv, Kh, Kw;
+    int dt, mdt;
+    int64_t B, H, Hk, Tq, Tk, D, Dv;
     int64_t ms[4]; /* mask strides in elements over (B,H,Tq,Tk), 0 where it broadcasts */
     float scale;
     int causal, window;
@@ -59,7 +59,7 @@ TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, 
     float *restrict row = lrun + BQ;        /* [max(D,Dv)] one converted row */
     float *restrict mrow = row + (D > Dv ? D : Dv); /* [BK] mask values */
     float *restrict rh = mrow + BK;         /* [BQ][Kh] the block's rel_h rows, then [BQ][Kw] rel_w */
-    float *restrict rw = rh + BQ * A->Kh;
+    float *restrict rw = rh + BQ * A->rel.Kh;
 
     for (int64_t r = 0; r < nq; r++) {
         tr_cpu_load_f32(Q + r * D, qb + r * D * (int64_t)es, A->dt, D);
@@ -68,12 +68,13 @@ TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, 
         lrun[r] = 0.0f;
         for (int64_t d = 0; d < Dv; d++) acc[r * Dv + d] = 0.0f;
     }
-    if (A->rel_h) {
+    const struct tr_cpu_rel_bias *rb = &A->rel;
+    if (rb->h) {
         const int64_t row0 = (b * A->H + h) * A->Tq + i0;
-        tr_cpu_load_f32(rh, A->rel_h + row0 * A->Kh * (int64_t)tr_dtype_size((enum tr_dtype)A->rdt_h), A->rdt_h,
-                        nq * A->Kh);
-        tr_cpu_load_f32(rw, A->rel_w + row0 * A->Kw * (int64_t)tr_dtype_size((enum tr_dtype)A->rdt_w), A->rdt_w,
-                        nq * A->Kw);
+        tr_cpu_load_f32(rh, rb->h + row0 * rb->Kh * (int64_t)tr_dtype_size((enum tr_dtype)rb->dt_h), rb->dt_h,
+                        nq * rb->Kh);
+        tr_cpu_load_f32(rw, rb->w + row0 * rb->Kw * (int64_t)tr_dtype_size((enum tr_dtype)rb->dt_w), rb->dt_w,
+                        nq * rb->Kw);
     }
     /* keys any row of the block may see */
     int64_t lo0, hi0, lo1, hi1;
@@ -127,12 +128,12 @@ TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, 
                 }
                 for (int64_t jj = 0; jj < nk; jj++) s[jj] += mrow[jj];
             }
-            if (A->rel_h) { /* the decomposed bias: key j on grid row j / Kw, column j % Kw */
-                const float *restrict bh = rh + r * A->Kh, *restrict bw = rw + r * A->Kw;
-                int64_t a = j0 / A->Kw, c = j0 % A->Kw;
+            if (rb->h) { /* the decomposed bias: key j on grid row j / Kw, column j % Kw */
+                const float *restrict bh = rh + r * rb->Kh, *restrict bw = rw + r * rb->Kw;
+                int64_t a = j0 / rb->Kw, c = j0 % rb->Kw;
                 for (int64_t jj = 0; jj < nk; jj++) {
                     s[jj] += bh[a] + bw[c];
-                    if (++c == A->Kw) c = 0, a++;
+                    if (++c == rb->Kw) c = 0, a++;
                 }
             }
             int64_t lo, hi;
@@ -228,23 +229,14 @@ static int attention_check(const struct tr_tensor *q, const struct tr_tensor *kk
         A.mask = mask->data;
         A.mdt = mask->dtype;
     }
-    if (rel) {
-        rc = tr_cpu_check_rel_bias("attention_rel", q, kk, rel, err);
-        if (rc) return rc;
-        A.rel_h = rel[0].data;
-        A.rel_w = rel[1].data;
-        A.rdt_h = rel[0].dtype;
-        A.rdt_w = rel[1].dtype;
-        A.Kh = rel[0].shape[3];
-        A.Kw = rel[1].shape[3];
-    }
+    if (rel && (rc = tr_cpu_check_rel_bias("attention_rel", q, kk, rel, &A.rel, err)) != TR_OK) return rc;
     pl->A = A;
     pl->nout = tr_tensor_numel(out);
     pl->bq = Tq < BQ ? Tq : BQ;
     pl->nqb = pl->bq ? (Tq + pl->bq - 1) / pl->bq : 0;
     pl->tasks = B * H * pl->nqb;
     pl->par = pl->tasks > 1 && B * H * Tq * Tk * (D + Dv) > 65536;
-    pl->wsz = workspace_floats(D, Dv, A.Kh, A.Kw) * sizeof(float);
+    pl->wsz = workspace_floats(D, Dv, A.rel.Kh, A.rel.Kw) * sizeof(float);
     return TR_OK;
 }
 

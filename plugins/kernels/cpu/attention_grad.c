@@ -29,9 +29,9 @@ static inline size_t esize(int dt) { return tr_dtype_size((enum tr_dtype)dt); }
 
 struct agrad_args {
     const char *q, *k, *v, *dy, *mask;
-    const char *rel_h, *rel_w; /* ATTENTION_REL's bias terms; NULL: none */
-    int dt, mdt, rdt_h, rdt_w;
-    int64_t B, H, Hk, Tq, Tk, D, Dv, Kh, Kw;
+    struct tr_cpu_rel_bias rel; /* ATTENTION_REL's bias terms (rel.h NULL: none) */
+    int dt, mdt;
+    int64_t B, H, Hk, Tq, Tk, D, Dv;
     int64_t ms[4];
     double scale;
     int causal, window;
@@ -103,10 +103,11 @@ static inline void ag_scores(const struct agrad_args *A, int64_t b, int64_t h, i
             }
             s[c] *= A->scale;
             if (A->mask) s[c] += get_f64(A->mask, A->mdt, b * A->ms[0] + h * A->ms[1] + i * A->ms[2] + j * A->ms[3]);
-            if (A->rel_h) {
+            const struct tr_cpu_rel_bias *rb = &A->rel;
+            if (rb->h) {
                 const int64_t row = (b * A->H + h) * A->Tq + i;
-                s[c] += get_f64(A->rel_h, A->rdt_h, row * A->Kh + j / A->Kw) +
-                        get_f64(A->rel_w, A->rdt_w, row * A->Kw + j % A->Kw);
+                s[c] += get_f64(rb->h, rb->dt_h, row * rb->Kh + j / rb->Kw) +
+                        get_f64(rb->w, rb->dt_w, row * rb->Kw + j % rb->Kw);
             }
         }
     }
@@ -249,7 +250,7 @@ TR_CPU_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, 
 /* What one query block's rows give: dq (into out_q) and the bias terms' gradients
  * (into out_h, out_w); each NULL when not wanted. */
 TR_CPU_MULTI(void, ag_rows, (const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, char *out_q, char *out_h, char *out_w, struct ag_ws *w), (A, b, h, i0, nq, out_q, out_h, out_w, w)) {
-    const int64_t D = A->D, Kh = A->Kh, Kw = A->Kw, row0 = (b * A->H + h) * A->Tq + i0;
+    const int64_t D = A->D, Kh = A->rel.Kh, Kw = A->rel.Kw, row0 = (b * A->H + h) * A->Tq + i0;
     ag_load_q(A, b, h, i0, nq, w);
     const double *lse = A->lse + row0, *delta = A->delta + row0;
     double *dq = w->acc;
@@ -271,8 +272,8 @@ TR_CPU_MULTI(void, ag_rows, (const struct agrad_args *A, int64_t b, int64_t h, i
                 }
     }
     if (out_q) store_f64(out_q + row0 * D * (int64_t)esize(A->dt), A->dt, dq, nq * D);
-    if (out_h) store_f64(out_h + row0 * Kh * (int64_t)esize(A->rdt_h), A->rdt_h, w->drh, nq * Kh);
-    if (out_w) store_f64(out_w + row0 * Kw * (int64_t)esize(A->rdt_w), A->rdt_w, w->drw, nq * Kw);
+    if (out_h) store_f64(out_h + row0 * Kh * (int64_t)esize(A->rel.dt_h), A->rel.dt_h, w->drh, nq * Kh);
+    if (out_w) store_f64(out_w + row0 * Kw * (int64_t)esize(A->rel.dt_w), A->rel.dt_w, w->drw, nq * Kw);
 }
 
 /* dk (which 1), dv (which 2), or both (3: dk into out, dv into out2) of one key block of
@@ -403,7 +404,7 @@ int tr_kernels_bind_attention_rel_backward(struct tr_kernels *k, const struct tr
         }
     if (!n) return tr_error_set(err, TR_ERR_INVALID, "%s: no gradient asked for", kn);
     /* the checks every call repeats, once here (a kernel that fails at bind fails early) */
-    int rc = tr_cpu_check_rel_bias(kn, &in[0], &in[1], &in[3], err);
+    int rc = tr_cpu_check_rel_bias(kn, &in[0], &in[1], &in[3], NULL, err);
     for (int w = 0; w < 5 && !rc; w++) /* gradient w is shaped as operand w */
         if (grads[w] && (grads[w]->dtype != in[w].dtype || !tr_cpu_same_shape(grads[w], &in[w]))) {
             char d1[200], d2[200];
@@ -431,7 +432,7 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
     for (int i = 0; i < 5 && !rc; i++)
         if (outs[i]) rc = check_real(outs[i], kn, onames[i], err);
     if (!rc && mask) rc = check_real(mask, kn, "mask", err);
-    if (!rc && rel) rc = tr_cpu_check_rel_bias(kn, q, kk, rel, err);
+    if (!rc && rel) rc = tr_cpu_check_rel_bias(kn, q, kk, rel, NULL, err);
     if (!rc && !rel && (outs[3] || outs[4]))
         rc = tr_error_set(err, TR_ERR_INVALID, "%s: a bias gradient asked for without the bias terms", kn);
     for (int i = 3; i < 5 && !rc; i++)
@@ -480,14 +481,7 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
         A.mask = mask->data;
         A.mdt = mask->dtype;
     }
-    if (rel) {
-        A.rel_h = rel[0].data;
-        A.rel_w = rel[1].data;
-        A.rdt_h = rel[0].dtype;
-        A.rdt_w = rel[1].dtype;
-        A.Kh = rel[0].shape[3];
-        A.Kw = rel[1].shape[3];
-    }
+    if (rel) tr_cpu_check_rel_bias(kn, q, kk, rel, &A.rel, NULL); /* checked above */
     if (B * H * Tq == 0 || Tk == 0 || D == 0 || Dv == 0) { /* no path from the output to an operand */
         for (int i = 0; i < 5; i++)
             if (outs[i] && tr_tensor_nbytes(outs[i])) memset(outs[i]->data, 0, tr_tensor_nbytes(outs[i]));
@@ -499,7 +493,7 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
                             (long long)(B * H * Tq));
     A.delta = A.lse + B * H * Tq;
     const int64_t nqb = (Tq + AG_BQ - 1) / AG_BQ, nkb = (Tk + AG_BK - 1) / AG_BK;
-    const size_t wsz = ag_workspace(D, Dv, A.Kh, A.Kw) * sizeof(double);
+    const size_t wsz = ag_workspace(D, Dv, A.rel.Kh, A.rel.Kw) * sizeof(double);
     const int par = B * H * Tq * Tk * (D + Dv) > 65536;
     int failed = 0;
     char *pq = outs[0] ? outs[0]->data : NULL, *ph = outs[3] ? outs[3]->data : NULL;
@@ -516,7 +510,7 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
 #pragma omp atomic write
             failed = 1;
         } else {
-            ag_split(ws, D, Dv, A.Kh, &w);
+            ag_split(ws, D, Dv, A.rel.Kh, &w);
         }
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < B * H * nqb; t++) {

@@ -306,14 +306,17 @@ int tr_cpu_check_mask(const char *kname, const struct tr_tensor *mask, int dtype
 }
 
 int tr_cpu_check_rel_bias(const char *kname, const struct tr_tensor *q, const struct tr_tensor *kk,
-                          const struct tr_tensor rel[2], struct tr_error *err) {
+                          const struct tr_tensor rel[2], struct tr_cpu_rel_bias *rb, struct tr_error *err) {
     const struct tr_tensor *h = &rel[0], *w = &rel[1];
     int ok = h->ndim == 4 && w->ndim == 4 && q->ndim == 4 && kk->ndim == 4;
     for (int i = 0; ok && i < 3; i++) ok = h->shape[i] == q->shape[i] && w->shape[i] == q->shape[i];
     ok = ok && h->shape[3] * w->shape[3] == kk->shape[2] && tr_dtype_is_float((enum tr_dtype)h->dtype) &&
          tr_dtype_is_float((enum tr_dtype)w->dtype) && (h->dtype == TR_DTYPE_F32 || h->dtype == q->dtype) &&
          (w->dtype == TR_DTYPE_F32 || w->dtype == q->dtype) && h->data && w->data;
-    if (ok) return TR_OK;
+    if (ok) {
+        if (rb) *rb = (struct tr_cpu_rel_bias){h->data, w->data, h->dtype, w->dtype, h->shape[3], w->shape[3]};
+        return TR_OK;
+    }
     char d1[200], d2[200], d3[200], d4[200];
     return tr_error_set(err, TR_ERR_SHAPE,
                         "%s: rel_h %s and rel_w %s should be (B,H,Tq,Kh) and (B,H,Tq,Kw) of f32 or q's dtype with "

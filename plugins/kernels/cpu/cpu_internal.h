@@ -318,10 +318,17 @@ const char *tr_cpu_desc(const struct tr_tensor *t, char *buf, size_t n);
  * its strides in elements over those (0 where it broadcasts). */
 int tr_cpu_check_mask(const char *kname, const struct tr_tensor *mask, int dtype, const int64_t full[4], int64_t ms[4],
                       struct tr_error *err);
-/* ATTENTION_REL's bias terms rel[0] (B,H,Tq,Kh), rel[1] (B,H,Tq,Kw): f32 or q's dtype,
- * Kh·Kw = k's Tk. */
+/* ATTENTION_REL's bias terms as the attention kernels read them: h (B,H,Tq,Kh) and w
+ * (B,H,Tq,Kw), each f32 or q's dtype; key j sits at grid row j / Kw, column j % Kw. */
+struct tr_cpu_rel_bias {
+    const char *h, *w; /* NULL: no bias */
+    int dt_h, dt_w;
+    int64_t Kh, Kw;
+};
+/* rel[0], rel[1] checked against q and k (Kh·Kw = k's Tk) and, when rb is not NULL, read
+ * into rb. */
 int tr_cpu_check_rel_bias(const char *kname, const struct tr_tensor *q, const struct tr_tensor *kk,
-                          const struct tr_tensor rel[2], struct tr_error *err);
+                          const struct tr_tensor rel[2], struct tr_cpu_rel_bias *rb, struct tr_error *err);
 /* Normalise a possibly negative axis against ndim; -1 when out of range. */
 int tr_cpu_axis(int64_t axis, int ndim);
 /* A plan copied to the heap for a bound call: c->prepared = a copy of the `size` bytes at

@@ -380,14 +380,15 @@ static int attn_rel_params(const char *kn, const struct tr_attrs *at, int n_in, 
     int rc = attn_params(kn, &plain, scale, &in[0], &in[1], &in[2], NULL, y, p, err);
     if (!rc) rc = check_float(&in[3], kn, "rel_h", err);
     if (!rc) rc = check_float(&in[4], kn, "rel_w", err);
-    if (!rc) rc = tr_cpu_check_rel_bias(kn, &in[0], &in[1], &in[3], err);
+    struct tr_cpu_rel_bias rb;
+    if (!rc) rc = tr_cpu_check_rel_bias(kn, &in[0], &in[1], &in[3], &rb, err);
     if (rc) return rc;
-    p->rel_h = in[3].data;
-    p->rel_w = in[4].data;
-    p->rel_h_dtype = in[3].dtype;
-    p->rel_w_dtype = in[4].dtype;
-    p->Kh = in[3].shape[3];
-    p->Kw = in[4].shape[3];
+    p->rel_h = rb.h;
+    p->rel_w = rb.w;
+    p->rel_h_dtype = rb.dt_h;
+    p->rel_w_dtype = rb.dt_w;
+    p->Kh = rb.Kh;
+    p->Kw = rb.Kw;
     return TR_OK;
 }
 
