@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "trident/file.h"
 #include "hf_json.h"
 
 /* config.json files are a few KiB; anything far larger is not one. */
@@ -10,8 +11,9 @@
 
 int tr_hf_json_load(const char *path, cJSON **root, struct tr_error *err) {
     *root = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return tr_error_set(err, TR_ERR_IO, "cannot open '%s'", path);
+    FILE *f;
+    int rc0 = tr_fopen_regular(path, &f, err);
+    if (rc0) return rc0;
     char *buf = malloc(MAX_JSON_BYTES + 1);
     if (!buf) {
         fclose(f);

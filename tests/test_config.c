@@ -429,9 +429,17 @@ static void test_missing_files(void **state) {
     assert_int_equal(tr_config_load(path, &cfg, &err), TR_ERR_IO);
     assert_non_null(strstr(err.msg, path));
     assert_non_null(strstr(err.msg, strerror(ENOENT)));
-    /* A directory is not a config file. */
-    assert_int_equal(tr_config_load(tr_test_dir, &cfg, &err), TR_ERR_IO);
+    /* A directory is not a config file, nor is a FIFO (refused without blocking on it). */
+    assert_int_equal(tr_config_load(tr_test_dir, &cfg, &err), TR_ERR_INVALID);
     assert_non_null(strstr(err.msg, tr_test_dir));
+    tr_assert_msg_has(&err, "is a directory, not a regular file");
+    char fifo[PATH_MAX];
+    tmp_path(fifo, sizeof fifo, "fifo.ini", NULL);
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(tr_config_load(fifo, &cfg, &err), TR_ERR_INVALID);
+    tr_assert_msg_has(&err, "is a FIFO, not a regular file");
+    unlink(fifo);
 
     char wpath[PATH_MAX + 64];
     snprintf(wpath, sizeof wpath, "%s/sub/missing.safetensors", tr_test_dir);

@@ -113,6 +113,19 @@ static void test_leaf_errors(void **state) {
     g = new_graph();
     EXPECT_ERROR(g, tr_param(g, "w", (enum tr_dtype)42, 1, S(3), 0, 1), "node 0 param 'w'", "dtype 42");
     tr_graph_free(g);
+    /* TR_MAX_TENSOR_BYTES (2^48) on leaves and on what a shape rule makes: no byte count or
+     * stride can wrap (a config.json's vocab 2^30 x width 2^32 once made a 64-byte buffer) */
+    g = new_graph();
+    EXPECT_ERROR(g, tr_param(g, "emb", TR_DTYPE_F32, 2, S(1073741824, 4294967296), 0, 1), "node 0 param 'emb'",
+                 "f32[1073741824,4294967296] is more than 281474976710656 bytes");
+    tr_graph_free(g);
+    g = new_graph();
+    EXPECT_ERROR(g, tr_input(g, "e", TR_DTYPE_F32, 3, S(0, 16777216, 16777216)), "node 0 input 'e'", "more than");
+    tr_graph_free(g);
+    g = new_graph();
+    int a = tr_input(g, "a", TR_DTYPE_F32, 2, S(16777216, 1)), b = tr_input(g, "b", TR_DTYPE_F32, 2, S(1, 16777216));
+    EXPECT_ERROR(g, tr_matmul(g, a, b, 0, 0), "node 2 matmul", "its output f32[16777216,16777216] is more than");
+    tr_graph_free(g);
     g = new_graph();
     EXPECT_ERROR(g, tr_param(g, "w", TR_DTYPE_F32, 1, S(3), 0, -1), "node 0 param 'w'", "std");
     tr_graph_free(g);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "testutil.h"
 #include "trident/safetensors.h"
@@ -215,12 +216,71 @@ static void test_bad_offsets(void **state) {
     expect_open_error(TR_ERR_FORMAT, "out of range");
     write_raw("{\"back\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,4]}}", v, 8, -1);
     expect_open_error(TR_ERR_FORMAT, "'back'");
-    expect_open_error(TR_ERR_FORMAT, "out of range");
+    expect_open_error(TR_ERR_FORMAT, "data_offsets [8, 4] end before they begin");
     /* Bytes that do not match numel x element size. */
     write_raw("{\"size\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", v, 8, -1);
     expect_open_error(TR_ERR_FORMAT, "'size'");
     write_raw("{\"size\":{\"dtype\":\"U16\",\"shape\":[3],\"data_offsets\":[0,8]}}", v, 8, -1);
     expect_open_error(TR_ERR_FORMAT, "'size'");
+}
+
+/* The data section as the format lays it out: byte ranges from 0, in any header order,
+ * with no overlap, no gap and nothing after the last; shapes within 2^48 bytes. */
+static void test_layout_rules(void **state) {
+    float v[4] = {1, 2, 3, 4};
+    /* header order need not be offset order */
+    write_raw("{\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},"
+              "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+              "\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[16,16]}}",
+              v, 16, -1);
+    struct tr_safetensors *st = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    tr_safetensors_close(st);
+    static const struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]},"
+         "\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[12,16]}}",
+         "tensors 'a' [0, 8] and 'b' [4, 12] share bytes"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[12,16]}}",
+         "4 bytes of the data section before tensor 'b' (at 12) belong to no tensor"},
+        {"{\"b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[4,16]}}", "before tensor 'b' (at 4)"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", "last 8 bytes belong to no tensor"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"same\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"c\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+         "'a' [0, 8] and 'same' [0, 8] share bytes"},
+        /* an empty tensor whose other extents multiply past 2^48: strides would overflow */
+        {"{\"e\":{\"dtype\":\"F32\",\"shape\":[0,9007199254740992,9007199254740992],\"data_offsets\":[0,0]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
+         "tensor 'e': shape entry 1 is 9007199254740992, more than 2^48"},
+        {"{\"e\":{\"dtype\":\"F32\",\"shape\":[0,16777216,16777216],\"data_offsets\":[0,0]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
+         "tensor 'e': shape [0,16777216,16777216] is more than 2^48 bytes"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_raw(bad[i].json, v, 16, -1);
+        expect_open_error(TR_ERR_FORMAT, bad[i].needle);
+    }
+}
+
+/* A FIFO where a file is expected is refused by what it is, without blocking on it; so is
+ * a directory. */
+static void test_not_a_regular_file(void **state) {
+    char fifo[600];
+    snprintf(fifo, sizeof fifo, "%s.fifo", tmp_path);
+    unlink(fifo);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    struct tr_safetensors *st = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_open(fifo, &st, &e), TR_ERR_INVALID);
+    tr_assert_msg_has(&e, "is a FIFO, not a regular file");
+    unlink(fifo);
+    assert_int_equal(tr_safetensors_open("/tmp", &st, &e), TR_ERR_INVALID);
+    tr_assert_msg_has(&e, "'/tmp' is a directory");
 }
 
 static void test_too_many_dims(void **state) {
@@ -268,6 +328,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bad_header_length, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_json, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_offsets, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_layout_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_not_a_regular_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_too_many_dims, setup, teardown),
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_reads_hugging_face_file),

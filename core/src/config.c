@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "trident/file.h"
 #include "trident/config.h"
 #include "trident/model.h"
 #include "trident/tensor.h"
@@ -624,8 +625,9 @@ int tr_config_load_string(const char *text, const char *name, struct tr_config *
 
 int tr_config_load(const char *path, struct tr_config *cfg, struct tr_error *err) {
     if (!path || !cfg) return tr_error_set(err, TR_ERR_INVALID, "tr_config_load: NULL path or config");
-    FILE *f = fopen(path, "rb");
-    if (!f) return tr_error_set(err, TR_ERR_IO, "cannot open config file %s: %s", path, strerror(errno));
+    FILE *f;
+    int orc = tr_fopen_regular(path, &f, err);
+    if (orc) return tr_error_prefix(err, "config file");
     char *text = malloc(INI_FILE_MAX + 1);
     if (!text) {
         fclose(f);

@@ -286,17 +286,22 @@ static int add_leaf(struct tr_graph *g, int op, const char *name, enum tr_dtype 
                    n.name, ndim, ndim > 0 && !shape ? " and no shape" : "", TR_MAX_DIMS);
         return -1;
     }
-    int64_t numel = 1;
+    uint64_t bytes;
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0 || (shape[i] > 0 && numel > INT64_MAX / shape[i])) {
+        if (shape[i] < 0) {
             char buf[160];
-            graph_fail(g, TR_ERR_SHAPE, "node %d %s '%s': shape %s has %s extent on axis %d", id, tr_op_name(op),
-                       n.name, tr_shape_str(ndim, shape, buf, sizeof buf),
-                       shape[i] < 0 ? "a negative" : "an overflowing", i);
+            graph_fail(g, TR_ERR_SHAPE, "node %d %s '%s': shape %s has a negative extent on axis %d", id,
+                       tr_op_name(op), n.name, tr_shape_str(ndim, shape, buf, sizeof buf), i);
             return -1;
         }
-        numel *= shape[i];
         n.shape[i] = shape[i];
+    }
+    if (!tr_shape_bytes(ndim, shape, dt, &bytes)) {
+        char buf[160];
+        graph_fail(g, TR_ERR_SHAPE, "node %d %s '%s': %s%s is more than %llu bytes (2^48)", id, tr_op_name(op), n.name,
+                   tr_dtype_name(dt), tr_shape_str(ndim, shape, buf, sizeof buf),
+                   (unsigned long long)TR_MAX_TENSOR_BYTES);
+        return -1;
     }
     n.dtype = dt;
     n.ndim = ndim;
@@ -306,7 +311,7 @@ static int add_leaf(struct tr_graph *g, int op, const char *name, enum tr_dtype 
             graph_fail(g, TR_ERR_INVALID, "node %d const '%s': no data", id, n.name);
             return -1;
         }
-        size_t nbytes = (size_t)numel * tr_dtype_size(dt);
+        size_t nbytes = (size_t)bytes;
         n.data = malloc(nbytes ? nbytes : 1);
         if (!n.data) {
             graph_fail(g, TR_ERR_NOMEM, "node %d const '%s': out of memory for %zu bytes", id, n.name, nbytes);
@@ -452,6 +457,14 @@ int tr_graph_add_node(struct tr_graph *g, enum tr_op op, int n_inputs, const int
     int rc = tr_graph_infer_node(g, op, n_inputs, n.inputs, &n.attrs, &n.dtype, &n.ndim, n.shape, msg, sizeof msg);
     if (rc != TR_OK) {
         graph_fail(g, rc, "node %d %s '%s': %s", id, on, n.name, msg);
+        return -1;
+    }
+    uint64_t bytes;
+    if (!tr_shape_bytes(n.ndim, n.shape, n.dtype, &bytes)) {
+        char buf[160];
+        graph_fail(g, TR_ERR_SHAPE, "node %d %s '%s': its output %s%s is more than %llu bytes (2^48)", id, on, n.name,
+                   tr_dtype_name((enum tr_dtype)n.dtype), tr_shape_str(n.ndim, n.shape, buf, sizeof buf),
+                   (unsigned long long)TR_MAX_TENSOR_BYTES);
         return -1;
     }
     return append_node(g, &n, 0);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "trident/file.h"
 #include "trident/safetensors.h"
 
 struct st_entry {
@@ -114,10 +115,18 @@ static int parse_entry(const struct tr_safetensors *st, const cJSON *j, struct s
         if (!json_uint(cJSON_GetArrayItem(js, d), &v))
             return tr_error_set(err, TR_ERR_FORMAT, "%s: tensor '%s': shape entry %d is not a non-negative integer",
                                 path, e->name, d);
+        if (v > TR_MAX_TENSOR_BYTES)
+            return tr_error_set(err, TR_ERR_FORMAT, "%s: tensor '%s': shape entry %d is %llu, more than 2^48", path,
+                                e->name, d, (unsigned long long)v);
         e->shape[d] = (int64_t)v;
-        if (v && numel > UINT64_MAX / v)
-            return tr_error_set(err, TR_ERR_FORMAT, "%s: tensor '%s': shape overflows", path, e->name);
-        numel *= v;
+        /* exact while the product stays within 2^48 (tr_shape_bytes below refuses the rest) */
+        numel = v && numel > (TR_MAX_TENSOR_BYTES + 1) / v ? TR_MAX_TENSOR_BYTES + 1 : numel * v;
+    }
+    uint64_t bytes;
+    if (!tr_shape_bytes(ndim, e->shape, e->dtype, &bytes)) {
+        char sh[160];
+        return tr_error_set(err, TR_ERR_FORMAT, "%s: tensor '%s': shape %s is more than 2^48 bytes", path, e->name,
+                            tr_shape_str(ndim, e->shape, sh, sizeof sh));
     }
 
     uint64_t b, en;
@@ -125,7 +134,10 @@ static int parse_entry(const struct tr_safetensors *st, const cJSON *j, struct s
         !json_uint(cJSON_GetArrayItem(jo, 1), &en))
         return tr_error_set(err, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets must be two non-negative integers",
                             path, e->name);
-    if (en < b || en > st->data_size)
+    if (en < b)
+        return tr_error_set(err, TR_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin",
+                            path, e->name, (unsigned long long)b, (unsigned long long)en);
+    if (en > st->data_size)
         return tr_error_set(err, TR_ERR_FORMAT,
                             "%s: tensor '%s': data_offsets [%llu, %llu] out of range (the data section has %llu "
                             "bytes; truncated file?)",
@@ -148,6 +160,40 @@ static int parse_entry(const struct tr_safetensors *st, const cJSON *j, struct s
         memcpy(e->copy, st->data + b, en - b);
     }
     return TR_OK;
+}
+
+static int cmp_offsets(const void *a, const void *b) {
+    const struct st_entry *x = *(const struct st_entry *const *)a, *y = *(const struct st_entry *const *)b;
+    return x->begin != y->begin ? (x->begin < y->begin ? -1 : 1) : x->end < y->end ? -1 : x->end > y->end;
+}
+
+/* The format's rule for the data section: the tensors' byte ranges, in order, start at 0,
+ * follow each other with no gap and no overlap, and end where the file does. */
+static int check_layout(const struct tr_safetensors *st, struct tr_error *err) {
+    struct st_entry **o = malloc(sizeof *o * (size_t)(st->n ? st->n : 1));
+    if (!o) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for %d header entries", st->path, st->n);
+    for (int i = 0; i < st->n; i++) o[i] = &st->e[i];
+    qsort(o, (size_t)st->n, sizeof *o, cmp_offsets);
+    int rc = TR_OK;
+    uint64_t at = 0;
+    for (int i = 0; i < st->n && !rc; i++) {
+        if (o[i]->begin < at)
+            rc = tr_error_set(err, TR_ERR_FORMAT, "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] share bytes "
+                              "(data_offsets may not overlap)", st->path, o[i - 1]->name,
+                              (unsigned long long)o[i - 1]->begin, (unsigned long long)o[i - 1]->end, o[i]->name,
+                              (unsigned long long)o[i]->begin, (unsigned long long)o[i]->end);
+        else if (o[i]->begin > at)
+            rc = tr_error_set(err, TR_ERR_FORMAT, "%s: %llu bytes of the data section before tensor '%s' (at %llu) "
+                              "belong to no tensor (the format allows no gap)", st->path,
+                              (unsigned long long)(o[i]->begin - at), o[i]->name, (unsigned long long)o[i]->begin);
+        at = o[i]->end;
+    }
+    if (!rc && at != st->data_size)
+        rc = tr_error_set(err, TR_ERR_FORMAT, "%s: the data section's last %llu bytes belong to no tensor (the tensors "
+                          "end at %llu of %llu)", st->path, (unsigned long long)(st->data_size - at),
+                          (unsigned long long)at, (unsigned long long)st->data_size);
+    free(o);
+    return rc;
 }
 
 static int parse_header(struct tr_safetensors *st, const char *json, size_t len, struct tr_error *err) {
@@ -191,6 +237,7 @@ static int parse_header(struct tr_safetensors *st, const char *json, size_t len,
                               st->sorted[i]->name);
             goto done;
         }
+    rc = check_layout(st, err);
 done:
     cJSON_Delete(root);
     return rc;
@@ -200,8 +247,9 @@ static int read_all(FILE *f, void *p, size_t n) { return n == 0 || fread(p, 1, n
 
 int tr_safetensors_open(const char *path, struct tr_safetensors **out, struct tr_error *err) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return tr_error_set(err, TR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    int orc = tr_fopen_regular(path, &f, err);
+    if (orc) return orc;
     struct tr_safetensors *st = calloc(1, sizeof *st);
     char *json = NULL;
     int rc = TR_OK;

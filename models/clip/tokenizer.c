@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "trident/file.h"
 #include "hf_json.h"
 #include "tokenizer.h"
 
@@ -76,8 +77,9 @@ static void byte_encoder(char enc[256][3]) {
 }
 
 static int read_text(const char *path, char **out, struct tr_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tr_error_set(err, TR_ERR_IO, "clip tokenizer: cannot open '%s'", path);
+    FILE *f;
+    int rc0 = tr_fopen_regular(path, &f, err);
+    if (rc0) return tr_error_prefix(err, "clip tokenizer");
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);

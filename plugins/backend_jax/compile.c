@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "trident/file.h"
 #include "entry.h"
 #include "jax.h"
 
@@ -269,8 +270,8 @@ int jax_cache_entry(struct tr_jax_context *ctx, const char *src, size_t len, uin
 int jax_read_file(const char *path, unsigned char **data, size_t *len) {
     *data = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
+    FILE *f;
+    if (tr_fopen_regular(path, &f, NULL)) return -1; /* a FIFO or device there is no entry */
     if (fseek(f, 0, SEEK_END) != 0) {
         fclose(f);
         return -1;

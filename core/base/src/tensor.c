@@ -9,6 +9,22 @@ int64_t tr_shape_numel(int ndim, const int64_t *shape) {
     return n;
 }
 
+int tr_shape_bytes(int ndim, const int64_t *shape, int dtype, uint64_t *bytes) {
+    /* the bound holds for the extents other than 0 too, so that no stride overflows */
+    uint64_t n = tr_dtype_size((enum tr_dtype)dtype);
+    int empty = 0;
+    if (n == 0) n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) return 0;
+        if (shape[i] == 0) empty = 1;
+        else if (n > TR_MAX_TENSOR_BYTES / (uint64_t)shape[i]) return 0;
+        else n *= (uint64_t)shape[i];
+    }
+    if (n > TR_MAX_TENSOR_BYTES) return 0;
+    *bytes = empty ? 0 : n;
+    return 1;
+}
+
 int tr_shape_equal(int na, const int64_t *a, int nb, const int64_t *b) {
     if (na != nb) return 0;
     for (int i = 0; i < na; i++)
@@ -37,10 +53,17 @@ int tr_tensor_make(struct tr_tensor *t, void *data, enum tr_dtype dtype, int ndi
     t->data = data;
     t->dtype = dtype;
     t->ndim = ndim;
-    int64_t stride = 1;
+    uint64_t bytes;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0)
+            return tr_error_set(err, TR_ERR_SHAPE, "tensor: negative extent %lld on axis %d", (long long)shape[i], i);
+    if (!tr_shape_bytes(ndim, shape, dtype, &bytes)) {
+        char buf[160];
+        return tr_error_set(err, TR_ERR_SHAPE, "tensor: shape %s of %s is more than %llu bytes", tr_shape_str(ndim, shape,
+                            buf, sizeof buf), tr_dtype_name(dtype), (unsigned long long)TR_MAX_TENSOR_BYTES);
+    }
+    int64_t stride = 1; /* no overflow: the extents' product is below 2^48 */
     for (int i = ndim - 1; i >= 0; i--) {
-        if (shape[i] < 0) return tr_error_set(err, TR_ERR_SHAPE, "tensor: negative extent %lld on axis %d",
-                                              (long long)shape[i], i);
         t->shape[i] = shape[i];
         t->strides[i] = stride;
         stride *= shape[i];

@@ -43,6 +43,14 @@ int64_t tr_tensor_numel(const struct tr_tensor *t);
 size_t tr_tensor_nbytes(const struct tr_tensor *t);
 int tr_tensor_is_contiguous(const struct tr_tensor *t);
 int64_t tr_shape_numel(int ndim, const int64_t *shape);
+/* The most bytes one tensor may hold (256 TiB): every shape from an INI, a config.json, a
+ * safetensors header or a shape rule is held to it, so no element count, byte size or
+ * stride computed from a checked shape can overflow. */
+#define TR_MAX_TENSOR_BYTES ((uint64_t)1 << 48)
+/* *bytes = the size of a dt tensor of shape; 0 (and *bytes untouched) when an extent is
+ * negative or the size, counting every extent other than 0, exceeds TR_MAX_TENSOR_BYTES
+ * (so [0, 2^53, 2^53] is refused too: its strides would overflow). */
+int tr_shape_bytes(int ndim, const int64_t *shape, int dtype, uint64_t *bytes);
 
 /* 1 if the two shapes have the same rank and extents. */
 int tr_shape_equal(int na, const int64_t *a, int nb, const int64_t *b);
