@@ -37,6 +37,19 @@ static int parse_count(const char *s, int64_t *out) {
     return 0;
 }
 
+/* A run names its model: an INI without [run] model (an empty file, a typo in the
+ * section) would otherwise run every default. */
+static int need_model(const struct tr_config *cfg, struct tr_error *err) {
+    if (cfg->model_line) return TR_OK;
+    char list[512] = "";
+    for (const struct tr_model_desc *const *m = tr_builtin_models; *m; m++) {
+        size_t n = strlen(list);
+        snprintf(list + n, sizeof list - n, "%s%s", m == tr_builtin_models ? "" : ", ", (*m)->name);
+    }
+    return tr_error_set(err, TR_ERR_INVALID, "%s: no [run] model; expected a line such as 'model = bert' in [run] "
+                        "(models: %s)", cfg->file, list);
+}
+
 static int cmd_run(int argc, char **argv) {
     const char *ini = NULL, *json = NULL;
     int64_t steps = 0;
@@ -58,7 +71,7 @@ static int cmd_run(int argc, char **argv) {
     }
     struct tr_error err = {0};
     static struct tr_config cfg;
-    if (tr_config_load(ini, &cfg, &err)) return fail(&err);
+    if (tr_config_load(ini, &cfg, &err) || need_model(&cfg, &err)) return fail(&err);
     if (steps) cfg.steps = steps;
     tr_cli_apply_threads(&cfg);
 
@@ -120,7 +133,7 @@ static int cmd_dump(int argc, char **argv) {
     }
     struct tr_error err = {0};
     static struct tr_config cfg;
-    if (tr_config_load(argv[0], &cfg, &err)) return fail(&err);
+    if (tr_config_load(argv[0], &cfg, &err) || need_model(&cfg, &err)) return fail(&err);
     struct tr_task_graph tg;
     if (tr_task_graph_build(&cfg, tr_builtin_models, &tg, &err)) return fail(&err);
     int rc = tr_graph_dump(tg.graph, stdout, &err);

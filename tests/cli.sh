@@ -45,7 +45,7 @@ for key in '"cpu":' '"onednn_isa":' '"threads":' '"omp_wait":' '"noisy":'; do
 done
 # The wait policy: the program's default (it re-executes itself so that libgomp sees it),
 # and a user's setting left alone. [run] threads reaches OpenMP and the header.
-ini small.ini $'[run]\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
+ini small.ini $'[run]\nmodel = bert\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
 expect "default wait policy: a short spin" 0 "OpenMP wait spin 1000 \\(GOMP_SPINCOUNT\\) \\(trident's default\\)\$" -- \
   env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u TRIDENT_OMP_WAIT_DEFAULT "$bin" run "$tmp/small.ini"
 expect "a user's GOMP_SPINCOUNT wins" 0 'OpenMP wait spin 5000 \(GOMP_SPINCOUNT\) \(set in the environment\)$' -- \
@@ -57,7 +57,7 @@ threads = 1"
 expect "[run] threads = 1 reaches OpenMP" 0 ', 1 thread, OpenMP' -- env OMP_NUM_THREADS=2 "$bin" run "$tmp/threads1.ini"
 ini threads0.ini "$(cat "$tmp/small.ini")
 threads = 0"
-expect "[run] threads = 0 names file, line, key" 1 'threads0.ini:6: \[run\] threads = 0: expected an integer from 1 to 1024' -- \
+expect "[run] threads = 0 names file, line, key" 1 'threads0.ini:7: \[run\] threads = 0: expected an integer from 1 to 1024' -- \
   "$bin" run "$tmp/threads0.ini"
 expect "list shows bert and torch" 0 'preset tiny' -- "$bin" list
 expect "list shows the torch plugin" 0 'libtrident_backend_torch.so' -- "$bin" list
@@ -166,6 +166,15 @@ for f in conf/*.ini conf/cpu/*.ini; do
   expect "$f builds" 0 '^# [0-9]+ nodes' -- "$bin" dump "$f"
 done
 
+# Nothing silently defaulted: an INI without [run] model, a section twice, a [backend.X] for a
+# backend the run does not list
+rejects empty.ini "" "an empty INI is refused" 'empty.ini: no \[run\] model; expected a line such as .model = bert. in \[run\] \(models: bert, gemma'
+rejects nomodel.ini $'[run]\nbatch = 2' "an INI without [run] model is refused" 'nomodel.ini: no \[run\] model'
+rejects twice.ini $'[run]\nmodel = bert\n[model]\nhidden_size = 8\n[model]\nnum_hidden_layers = 1' \
+  "a repeated section is refused" 'twice.ini:5: \[model\] appears again \(first on line 3\); expected each section once'
+rejects unlisted.ini $'[run]\nmodel = bert\nbackends = torch, tf\n[backend.jax]\nfuse = false' \
+  "a [backend.X] for a backend not listed is refused" \
+  "unlisted.ini:4: \\[backend.jax\\]: 'jax' is not among the backends this run lists \\(torch, tf\\)"
 # fit from a checkpoint: the model's params come from the file, the optimizer state is made
 ini fitw.ini "[run]
 model = bert
@@ -188,19 +197,19 @@ rejects broken.ini $'[run]\nmodel = bert\nbatch = eight' "broken value names fil
 rejects unknown_key.ini $'[run]\nmodel = bert\nbatchsize = 8' "unknown key" 'unknown_key.ini:3.*batchsize'
 rejects syntax.ini $'[run\nmodel = bert' "syntax error" 'syntax.ini:1'
 expect "missing file" 1 'nosuchfile.ini' -- "$bin" run "$tmp/nosuchfile.ini"
-rejects missing_plugin.ini $'[plugins]\npath = .\n[run]\nbackends = ./libtrident_backend_gone.so\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8' \
+rejects missing_plugin.ini $'[plugins]\npath = .\n[run]\nmodel = bert\nbackends = ./libtrident_backend_gone.so\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8' \
   "missing plugin file" 'libtrident_backend_gone.so'
 echo "not a shared object" > "$tmp/libtrident_backend_text.so"
-rejects notplugin.ini $'[run]\nbackends = ./libtrident_backend_text.so\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8' \
+rejects notplugin.ini $'[run]\nmodel = bert\nbackends = ./libtrident_backend_text.so\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8' \
   "file that is not a plugin" 'libtrident_backend_text.so'
 rejects model.ini $'[run]\nmodel = gpt9\nsteps = 1' "unknown model lists models" 'bert'
 rejects preset.ini $'[run]\nmodel = bert\npreset = huge\nsteps = 1' "unknown preset lists presets" 'tiny'
 rejects modelkey.ini $'[run]\nmodel = bert\npreset = tiny\nsteps = 1\n[model]\nhidden = 3' "unknown model key" 'modelkey.ini:6.*hidden'
 rejects seq.ini $'[run]\nmodel = bert\npreset = tiny\nseq_len = 4096\nsteps = 1\nwarmup = 1\nbatch = 1' \
   "sequence longer than the positions" 'max_position_embeddings'
-rejects opt.ini $'[run]\nbackends = torch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8\n[backend.torch]\nmdoe = eager' \
+rejects opt.ini $'[run]\nmodel = bert\nbackends = torch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8\n[backend.torch]\nmdoe = eager' \
   "unknown backend option" 'mdoe'
-ini cuda.ini $'[run]\ndevice = cuda\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
+ini cuda.ini $'[run]\nmodel = bert\ndevice = cuda\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8'
 if nvidia-smi -L >/dev/null 2>&1; then
   echo "SKIPPED: cuda without a GPU (this machine has one; tests/gpu/run.sh covers device = cuda)"
 else

@@ -151,6 +151,7 @@ if grep -Eq '^minimal +[0-9.]+ +[0-9.]+ +[0-9. ]+$' "$work/out" && grep -Eq '^mi
 ini typo.ini "[plugins]
 path = $work/example
 [run]
+model = bert
 backends = minimal
 steps = 1
 warmup = 1
@@ -159,7 +160,7 @@ seq_len = 8
 [backend.minimal]
 own_ops = true
 verbsoe = true"
-expect "example refuses an unknown key by name, file and line" 1 "typo.ini:11: \[backend.minimal\] unknown key 'verbsoe'" -- \
+expect "example refuses an unknown key by name, file and line" 1 "typo.ini:12: \[backend.minimal\] unknown key 'verbsoe'" -- \
   "$bin" run "$work/typo.ini"
 
 expect "the example passes check-backend" 0 'the backend conforms' -- "$bin" check-backend minimal "$work/run.ini"

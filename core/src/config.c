@@ -37,6 +37,7 @@
 
 #define INI_FILE_MAX (1 << 20)  /* a config is small; anything bigger is the wrong file */
 #define KEY_NAME_MAX 63         /* struct tr_config_kv's key */
+#define TR_CONFIG_MAX_SECTIONS 40 /* 5 fixed kinds and a [backend.NAME] for each listed backend, and then some */
 #define BACKEND_NAME_MAX 40     /* "backend." + NAME must fit inih's 50-byte section */
 
 enum run_key {
@@ -58,6 +59,12 @@ struct ini_state {
     int fail_status;
     int run_lines[RUN_KEY_COUNT];
     int plugins_path_line;
+    /* the sections seen, for repeats and for [backend.NAME]s no listed backend has */
+    struct {
+        char name[128];
+        int line;
+    } sections[TR_CONFIG_MAX_SECTIONS];
+    int n_sections;
 };
 
 void tr_config_defaults(struct tr_config *cfg) {
@@ -516,17 +523,50 @@ static int check_section_line(struct ini_state *st, const char *s, size_t len) {
     if (j < len && s[j] != ';' && s[j] != '#')
         return fail_line(st, TR_ERR_FORMAT, "[%s]: unexpected text after the section name; expected nothing or a "
                          "comment starting with ';' or '#'", name);
-    if (strcmp(name, "run") == 0 || strcmp(name, "plugins") == 0 || strcmp(name, "model") == 0 ||
-        strcmp(name, "train") == 0 || strcmp(name, "generate") == 0)
-        return TR_OK;
-    if (strncmp(name, "backend.", 8) == 0) {
+    int known = strcmp(name, "run") == 0 || strcmp(name, "plugins") == 0 || strcmp(name, "model") == 0 ||
+                strcmp(name, "train") == 0 || strcmp(name, "generate") == 0;
+    if (!known && strncmp(name, "backend.", 8) == 0) {
         const char *be = name + 8;
-        if (all_chars(be, "_", 0) && strlen(be) <= BACKEND_NAME_MAX) return TR_OK;
-        return fail_line(st, TR_ERR_INVALID, "[%s]: bad backend name '%s'; expected [backend.NAME] with NAME "
-                         "made of a-z, 0-9 and '_' (up to %d characters)", name, be, BACKEND_NAME_MAX);
+        if (!all_chars(be, "_", 0) || strlen(be) > BACKEND_NAME_MAX)
+            return fail_line(st, TR_ERR_INVALID, "[%s]: bad backend name '%s'; expected [backend.NAME] with NAME "
+                             "made of a-z, 0-9 and '_' (up to %d characters)", name, be, BACKEND_NAME_MAX);
+        known = 1;
     }
-    return fail_line(st, TR_ERR_NOT_FOUND,
-                     "[%s]: unknown section (expected [run], [plugins], [backend.NAME], [model], [train] or [generate])", name);
+    if (!known)
+        return fail_line(st, TR_ERR_NOT_FOUND, "[%s]: unknown section (expected [run], [plugins], [backend.NAME], "
+                         "[model], [train] or [generate])", name);
+    /* a section given twice would merge its keys silently: refused, like a repeated key */
+    for (int k = 0; k < st->n_sections; k++)
+        if (strcmp(st->sections[k].name, name) == 0)
+            return fail_line(st, TR_ERR_INVALID, "[%s] appears again (first on line %d); expected each section once",
+                             name, st->sections[k].line);
+    if (st->n_sections == TR_CONFIG_MAX_SECTIONS)
+        return fail_line(st, TR_ERR_INVALID, "[%s]: more than %d sections", name, TR_CONFIG_MAX_SECTIONS);
+    snprintf(st->sections[st->n_sections].name, sizeof st->sections[0].name, "%s", name);
+    st->sections[st->n_sections++].line = st->line;
+    return TR_OK;
+}
+
+/* Every [backend.NAME] is for a backend that [run] backends lists (a section for another
+ * would be ignored silently: a typo in NAME, or a backend dropped from the list). */
+static int check_backend_sections(const struct ini_state *st, struct tr_error *err) {
+    const struct tr_config *cfg = st->cfg;
+    for (int k = 0; k < st->n_sections; k++) {
+        const char *name = st->sections[k].name;
+        if (strncmp(name, "backend.", 8) != 0) continue;
+        int found = 0;
+        for (int b = 0; b < cfg->n_backends && !found; b++) found = strcmp(cfg->backends[b].name, name + 8) == 0;
+        if (found) continue;
+        char list[TR_CONFIG_MAX_BACKENDS * (BACKEND_NAME_MAX + 2) + 1] = "";
+        for (int b = 0; b < cfg->n_backends; b++) {
+            size_t n = strlen(list);
+            snprintf(list + n, sizeof list - n, "%s%s", b ? ", " : "", cfg->backends[b].name);
+        }
+        return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [%s]: '%s' is not among the backends this run lists (%s%s); "
+                            "expected a [backend.NAME] section for one of them", cfg->file, st->sections[k].line,
+                            name, name + 8, list, cfg->backends_line ? "" : ", the default");
+    }
+    return TR_OK;
 }
 
 /* fgets for inih over our text; see the top of the file for why. */
@@ -620,6 +660,8 @@ int tr_config_load_string(const char *text, const char *name, struct tr_config *
     }
     if (st.fail_line) return st.fail_status;
     if (bad < 0) return tr_error_set(err, TR_ERR_NOMEM, "%s: the INI parser ran out of memory", cfg->file);
+    cfg->model_line = st.run_lines[RUN_MODEL];
+    if ((rc = check_backend_sections(&st, err)) != TR_OK) return rc;
     return check_math(cfg, st.run_lines, err);
 }
 

@@ -56,6 +56,7 @@ struct tr_config {
 
     /* [run] */
     char model[64];
+    int model_line;             /* the line of [run] model; 0: not given ("bert", the default) */
     char preset[64];
     char task[32];              /* "predict", ... */
     struct tr_config_backend backends[TR_CONFIG_MAX_BACKENDS];
