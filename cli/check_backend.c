@@ -118,6 +118,7 @@ static const struct cb_case cases[] = {
     {"mse", TR_OP_MSE, 1, 2, {IN2(4, 10), IN2(4, 10)}, {.n_ints = 0}},
     {"layer_norm_grad_gamma", TR_OP_LAYER_NORM_GRAD_GAMMA, 1, 2, {IN2(4, 32), IN2(4, 32)}, {.floats = {1e-5f}}},
     {"embedding_grad", TR_OP_EMBEDDING_GRAD, 1, 2, {IDS2(2, 7, 50), IN3(2, 7, 16)}, {.ints = {50}}},
+    {"embedding_grad, padding row 3", TR_OP_EMBEDDING_GRAD, 1, 2, {IDS2(2, 7, 5), IN3(2, 7, 16)}, {.ints = {5, 1, 3}}},
     {"max_grad axis 0", TR_OP_MAX_GRAD, 1, 2, {IN2(5, 7), IN1(7)}, {.ints = {0, 0}}},
     {"slice_grad axis 1, 2:9:2 of 10", TR_OP_SLICE_GRAD, 1, 1, {IN2(4, 4)}, {.ints = {1, 2, 9, 2, 10}}},
     {"cross_entropy_grad", TR_OP_CROSS_ENTROPY_GRAD, 1, 3, {IN2(4, 10), IDS1(4, 10), SCALAR(CB_F32)}, {.n_ints = 0}},

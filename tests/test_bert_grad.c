@@ -27,6 +27,7 @@
 #define FIXTURE TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors"
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
 #define FIXTURE_GRADS TR_SOURCE_DIR "/tests/fixtures/bert_tiny_grads.safetensors"
+#define FIXTURE_PAD TR_SOURCE_DIR "/tests/fixtures/bert_tiny_pad.safetensors"
 #define HINT " (regenerate with: python3 tests/fixtures/make_bert_fixture.py)"
 #define STEPS 3 /* reduce-overhead records at step 2 and replays from step 3 */
 #define LOSS_TOL 1e-5
@@ -73,12 +74,13 @@ static int by_err_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-static void test_grads_match_pytorch(void **state) {
+/* The batch, logits (io_path), labels, loss and gradients (grads_path) of one reference. */
+static void grads_match(const char *io_path, const char *grads_path) {
     struct tr_safetensors *gr = NULL;
     struct tr_error e = {0};
     struct tr_tensor in[4];
-    struct tr_safetensors *io = tr_test_bert_batch(FIXTURE_IO, in, HINT);
-    if (tr_safetensors_open(FIXTURE_GRADS, &gr, &e)) fail_msg("%s" HINT, e.msg);
+    struct tr_safetensors *io = tr_test_bert_batch(io_path, in, HINT);
+    if (tr_safetensors_open(grads_path, &gr, &e)) fail_msg("%s" HINT, e.msg);
     if (tr_safetensors_get(gr, "labels", &in[3], &e)) fail_msg("%s" HINT, e.msg);
     struct tr_tensor ref_loss;
     if (tr_safetensors_get(gr, "loss", &ref_loss, &e)) fail_msg("%s" HINT, e.msg);
@@ -198,4 +200,17 @@ static void test_grads_match_pytorch(void **state) {
     tr_safetensors_close(io);
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_grads_match_pytorch)
+static void test_grads_match_pytorch(void **state) {
+    (void)state;
+    grads_match(FIXTURE_IO, FIXTURE_GRADS);
+}
+
+/* The same with the pad token (pad_token_id 0) at two attended positions: transformers'
+ * word embedding (padding_idx 0) gives its row no gradient, and neither may trident
+ * (make_pad_grad_fixture.py; issue 18). */
+static void test_grads_match_pytorch_pad_tokens(void **state) {
+    (void)state;
+    grads_match(FIXTURE_PAD, FIXTURE_PAD);
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_grads_match_pytorch, test_grads_match_pytorch_pad_tokens)

@@ -747,6 +747,8 @@ static void test_training_grads(void **state) {
         struct tr_tensor eg[2] = {ids, dy};
         struct tr_attrs v11 = {.ints = {11}};
         compare_op("embedding_grad", TR_OP_EMBEDDING_GRAD, &v11, 2, eg, FLOATS[d], 2, (int64_t[]){11, 40});
+        struct tr_attrs v11p = {.ints = {11, 1, 4}}; /* row 4 the padding row: zeros whatever the ids */
+        compare_op("embedding_grad, padding row", TR_OP_EMBEDDING_GRAD, &v11p, 2, eg, FLOATS[d], 2, (int64_t[]){11, 40});
         /* cross_entropy_grad, with ignored rows */
         struct tr_tensor logits = randn(FLOATS[d], 2, (int64_t[]){12, 50}, 167);
         struct tr_tensor labels = tr_test_tensor(TR_DTYPE_I32, 1, (int64_t[]){12});

@@ -58,13 +58,13 @@ static void expect_error(const char *ini, int status, const char *const *parts) 
 
 /* bf16: the tokens may part at a near tie (two logits closer than bf16 resolves), which
  * the runner tells from a real difference and reports. */
-static void check_runner_dtype(const char *model, const char *dtype, const char *extra) {
-    char ini[768];
+static void check_runner_dtype(const char *model, const char *dtype, const char *run_lines, const char *extra) {
+    char ini[1024];
     const int bf16 = strcmp(dtype, "bf16") == 0;
     snprintf(ini, sizeof ini,
              "[run]\nmodel = %s\npreset = tiny\ntask = generate\nbackends = torch, torch:reduce-overhead, tf, jax\n"
-             "dtype = %s\nbatch = 4\nsteps = 2\nwarmup = 2\n[generate]\nmax_length = 20\nprompt_len = 6\n%s",
-             model, dtype, extra);
+             "dtype = %s\nbatch = 4\nsteps = 2\nwarmup = 2\n%s[generate]\nmax_length = 20\nprompt_len = 6\n%s",
+             model, dtype, run_lines, extra);
     struct tr_error e;
     int rc = run_ini(ini, &e);
     tr_bench_print(&rep, stdout);
@@ -93,7 +93,7 @@ static void check_runner_dtype(const char *model, const char *dtype, const char 
     if (replays < 40) fail_msg("torch:reduce-overhead replayed the decode pass %llu times, expected >= 40", replays);
 }
 
-static void check_runner(const char *model, const char *extra) { check_runner_dtype(model, "f32", extra); }
+static void check_runner(const char *model, const char *extra) { check_runner_dtype(model, "f32", "", extra); }
 
 static const struct tr_decoder_config *tiny_of(const char *model) {
     return tr_test_llm_preset(strcmp(model, "gemma") == 0 ? &tr_model_gemma : &tr_model_mistral, "tiny");
@@ -123,7 +123,7 @@ static void test_runner_gemma_greedy(void **state) {
     check_state_report("gemma");
 }
 static void test_runner_mistral_bf16(void **state) {
-    check_runner_dtype("mistral", "bf16", "");
+    check_runner_dtype("mistral", "bf16", "", "");
     check_state_report("mistral");
 }
 static void test_runner_mistral_greedy(void **state) {
@@ -143,9 +143,10 @@ static void test_runner_cache_inputs(void **state) {
     static const char *const modes[2] = {"inputs", "state"};
     int32_t tokens[2][8];
     for (int m = 0; m < 2; m++) {
-        char extra[256];
-        snprintf(extra, sizeof extra, "kv_cache = %s\n[run]\nweights = %s\n", modes[m], gemma.weights);
-        check_runner("gemma", extra);
+        char extra[64], run_lines[600];
+        snprintf(extra, sizeof extra, "kv_cache = %s\n", modes[m]);
+        snprintf(run_lines, sizeof run_lines, "weights = %s\n", gemma.weights);
+        check_runner_dtype("gemma", "f32", run_lines, extra);
         assert_string_equal(rep.gen.kv_cache, modes[m]);
         assert_true(rep.n_sample_tokens == 8);
         memcpy(tokens[m], rep.sample_tokens, sizeof(int32_t) * 8);

@@ -248,6 +248,15 @@ static void emb_case(enum tr_dtype idt, int64_t V, int64_t D, int64_t B, int64_t
         check("embedding_grad", dt, &dtab, ref);
         for (int64_t c = 0; c < D; c++)
             if (tr_tensor_get_f64(&dtab, (V - 1) * D + c) != 0.0) fail_msg("embedding_grad: unused row not zero");
+        /* the padding row (ids[0]'s, read at least twice): zeros, every other row as before */
+        const int64_t pad = (int64_t)ids[0];
+        for (int64_t c = 0; c < D; c++) ref[pad * D + c] = 0.0;
+        struct tr_attrs pa = {.ints = {V, 1, pad}};
+        tr_test_poison(&dtab);
+        run(TR_OP_EMBEDDING_GRAD, &pa, 2, in, &dtab);
+        check("embedding_grad with a padding row", dt, &dtab, ref);
+        for (int64_t c = 0; c < D; c++)
+            if (tr_tensor_get_f64(&dtab, pad * D + c) != 0.0) fail_msg("embedding_grad: the padding row not zero");
         free(ids), free(g), free(ref);
         tfree(&in[0], &in[1], &dtab, NULL);
     }

@@ -141,6 +141,85 @@ static void grads_match_peft(const struct tr_model_desc *m, const char *fixture)
     tr_safetensors_close(base);
 }
 
+/* The padding row (issue 18): with the pad token (id 0, pad_token_id 0) at kept
+ * positions, every weight trained, the embedding table's gradient on every backend
+ * against transformers', whose nn.Embedding(padding_idx) withholds the lookup's part from
+ * row 0 (make_pad_grad_fixture.py). Gemma's tied logits still reach that row. */
+static void pad_grad_matches_transformers(const struct tr_model_desc *m, const char *fixture) {
+    char wpath[512], ppath[512];
+    snprintf(wpath, sizeof wpath, FIX "%s.safetensors", fixture);
+    snprintf(ppath, sizeof ppath, FIX "%s_pad.safetensors", fixture);
+    struct tr_error e = {0};
+    struct tr_safetensors *pad = NULL;
+    if (tr_safetensors_open(ppath, &pad, &e)) fail_msg("%s (regenerate with: python3 tests/fixtures/"
+                                                       "make_pad_grad_fixture.py)", e.msg);
+    struct tr_tensor in[4], ref_loss, ref_grad;
+    const char *names[4] = {"input_ids", "position_ids", "attention_mask", "labels"};
+    for (int i = 0; i < 4; i++)
+        if (tr_safetensors_get(pad, names[i], &in[i], &e)) fail_msg("%s", e.msg);
+    if (tr_safetensors_get(pad, "loss", &ref_loss, &e) ||
+        tr_safetensors_get(pad, "grad.model.embed_tokens.weight", &ref_grad, &e))
+        fail_msg("%s", e.msg);
+    struct tr_decoder_config c = tiny(m);
+    c.lora_rank = 0; /* every weight trains, the table among them */
+    c.pad_token_id = 0;
+    struct tr_graph *g = build(m, &c, TR_TASK_FIT, TR_DTYPE_F32, in[0].shape[0], in[0].shape[1]);
+    int loss = tr_graph_find(g, "loss"), table = tr_graph_find(g, "model.embed_tokens.weight"), grad = -1;
+    assert_true(loss >= 0 && table >= 0);
+    if (tr_grad(g, loss, 1, &table, &grad, &e)) fail_msg("tr_grad: %s", e.msg);
+    assert_int_equal(tr_graph_set_output(g, loss, "loss"), TR_OK);
+    assert_int_equal(tr_graph_set_output(g, grad, "grad"), TR_OK);
+    struct tr_weights *w = NULL;
+    if (tr_weights_load(g, wpath, &w, &e)) fail_msg("%s", e.msg);
+    double *ref = tr_test_to_f64(&ref_grad);
+    const double loss_ref = ((const float *)ref_loss.data)[0];
+    const int64_t D = ref_grad.shape[1];
+    for (int b = 0; b < TR_TEST_N_BACKENDS; b++) {
+        struct tr_tensor out[2];
+        tr_test_run_backend(&tr_test_backends[b], tr_test_dir, g, in, 1, out, NULL);
+        const double l = ((const float *)out[0].data)[0], loss_err = fabs(l - loss_ref) / fabs(loss_ref);
+        const double r = tr_test_rel_err(&out[1], ref);
+        double row0 = 0;
+        for (int64_t d = 0; d < D; d++) row0 += fabs(tr_tensor_get_f64(&out[1], d) - ref[d]);
+        print_message("%s %s: loss %.8f (transformers %.8f), embed_tokens gradient rel err %.2e, row 0 off by %.2e "
+                      "in all\n", m->name, tr_test_backends[b].label, l, loss_ref, r, row0);
+        if (!(loss_err < LOSS_TOL) || !(r < GRAD_TOL))
+            fail_msg("%s %s: loss rel err %.3g, embed_tokens gradient rel err %.3g vs transformers", m->name,
+                     tr_test_backends[b].label, loss_err, r);
+        for (int i = 0; i < 2; i++) tr_test_tensor_free(&out[i]);
+    }
+    /* without the padding row the same graph trains row 0: the check sees the difference */
+    c.pad_token_id = -1;
+    struct tr_graph *g2 = build(m, &c, TR_TASK_FIT, TR_DTYPE_F32, in[0].shape[0], in[0].shape[1]);
+    int l2 = tr_graph_find(g2, "loss"), t2 = tr_graph_find(g2, "model.embed_tokens.weight"), d2 = -1;
+    if (tr_grad(g2, l2, 1, &t2, &d2, &e)) fail_msg("tr_grad: %s", e.msg);
+    assert_int_equal(tr_graph_set_output(g2, d2, "grad"), TR_OK);
+    struct tr_weights *w2 = NULL;
+    if (tr_weights_load(g2, wpath, &w2, &e)) fail_msg("%s", e.msg);
+    struct tr_tensor o2[1];
+    tr_test_run_backend(&tr_test_backends[0], tr_test_dir, g2, in, 1, o2, NULL);
+    const double unpadded = tr_test_rel_err(&o2[0], ref);
+    print_message("%s without the padding row: embed_tokens gradient rel err %.2e\n", m->name, unpadded);
+    assert_true(unpadded > 100 * GRAD_TOL);
+    tr_test_tensor_free(&o2[0]);
+    tr_weights_free(w2);
+    tr_graph_free(g2);
+    free(ref);
+    tr_weights_free(w);
+    tr_graph_free(g);
+    tr_safetensors_close(pad);
+}
+
+static void test_gemma_pad_grad(void **state) {
+    (void)state;
+    pad_grad_matches_transformers(&tr_model_gemma, "gemma_tiny");
+}
+
+static void test_mistral_pad_grad(void **state) {
+    (void)state;
+    pad_grad_matches_transformers(&tr_model_mistral, "mistral_tiny");
+}
+
 static void test_gemma_grads_match_peft(void **state) {
     (void)state;
     grads_match_peft(&tr_model_gemma, "gemma_tiny");
@@ -415,6 +494,6 @@ static void test_lora_key_errors(void **state) {
     tr_test_build_refused(&tr_model_gemma, &c, TR_TASK_FIT, alpha, 1);
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_interface, test_make_inputs_labels, test_lora_key_errors,
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_gemma_pad_grad, test_mistral_pad_grad, test_interface, test_make_inputs_labels, test_lora_key_errors,
              test_gemma_grads_match_peft, test_mistral_grads_match_peft, test_frozen_weights_unchanged,
              test_gemma_fit_everywhere, test_mistral_fit_everywhere, test_gemma_fit_bf16, test_mistral_fit_bf16)

@@ -319,10 +319,12 @@ static void apply_rule(struct ad *ad, int id, int dy) {
     case TR_OP_LAYER_NORM:
         rule_layer_norm(ad, id, dy);
         break;
-    case TR_OP_EMBEDDING: {
+    case TR_OP_EMBEDDING: { /* the padding row, if any, gets none */
         struct tr_attrs a = attrs0();
         a.ints[0] = tr_node_shape(g, x)[0];
-        a.n_ints = 1;
+        a.ints[1] = at->ints[0];
+        a.ints[2] = at->ints[0] ? at->ints[1] : 0;
+        a.n_ints = at->ints[0] ? 3 : 1;
         if (needs(ad, x)) accumulate(ad, x, node2(g, TR_OP_EMBEDDING_GRAD, tr_node_input(g, id, 1), dy, &a));
         break;
     }

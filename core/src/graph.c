@@ -521,8 +521,15 @@ int tr_layer_norm(struct tr_graph *g, int x, int gamma, int beta, float eps) {
     return tr_graph_add_node(g, TR_OP_LAYER_NORM, 3, in, &at);
 }
 
-int tr_embedding(struct tr_graph *g, int table, int ids) {
+int tr_embedding(struct tr_graph *g, int table, int ids) { return tr_embedding_pad(g, table, ids, -1); }
+
+int tr_embedding_pad(struct tr_graph *g, int table, int ids, int64_t padding_idx) {
     struct tr_attrs at = attrs0();
+    if (padding_idx >= 0) {
+        at.ints[0] = 1;
+        at.ints[1] = padding_idx;
+        at.n_ints = 2;
+    }
     return node2(g, TR_OP_EMBEDDING, table, ids, &at);
 }
 

@@ -116,6 +116,10 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
         break;
     case TR_OP_EMBEDDING_GRAD:
         fprintf(f, " V=%lld", (long long)a->ints[0]);
+        if (a->ints[1]) fprintf(f, " padding_idx=%lld", (long long)a->ints[2]);
+        break;
+    case TR_OP_EMBEDDING:
+        if (a->ints[0]) fprintf(f, " padding_idx=%lld", (long long)a->ints[1]);
         break;
     case TR_OP_ATTENTION_GRAD:
         fprintf(f, " d%c scale=%g causal=%lld", "qkv"[a->ints[2] >= 0 && a->ints[2] < 3 ? a->ints[2] : 0],

@@ -140,10 +140,14 @@ static int infer_layer_norm(struct ctx *c, const struct arg *a, const struct tr_
     return TR_OK;
 }
 
-static int infer_embedding(struct ctx *c, const struct arg *a, int *dt, int *nd, int64_t *sh) {
+static int infer_embedding(struct ctx *c, const struct arg *a, const struct tr_attrs *at, int *dt, int *nd,
+                           int64_t *sh) {
     const struct arg *tab = &a[0], *ids = &a[1];
     if (!is_float(tab->dt) || tab->nd != 2)
         return refuse(c, TR_ERR_SHAPE, "table %s, expected a 2-D float (V,D) table", tab->str);
+    if (at->ints[0] != 0 && (at->ints[0] != 1 || at->ints[1] < 0 || at->ints[1] >= tab->sh[0]))
+        return refuse(c, TR_ERR_INVALID, "padding row ints[0]=%lld ints[1]=%lld, expected ints[0] 0 (none) or 1 with "
+                      "a row of table %s", (long long)at->ints[0], (long long)at->ints[1], tab->str);
     if (ids->dt != TR_DTYPE_I32 && ids->dt != TR_DTYPE_I64)
         return refuse(c, TR_ERR_SHAPE, "ids %s, expected i32 or i64", ids->str);
     if (ids->nd + 1 > TR_MAX_DIMS)
@@ -402,6 +406,9 @@ static int infer_embedding_grad(struct ctx *c, const struct arg *a, const struct
     if (!ok) return refuse(c, TR_ERR_SHAPE, "dy %s must be ids %s with one more axis (D)", dy->str, ids->str);
     if (at->ints[0] <= 0)
         return refuse(c, TR_ERR_INVALID, "vocabulary size V=%lld, expected > 0", (long long)at->ints[0]);
+    if (at->ints[1] != 0 && (at->ints[1] != 1 || at->ints[2] < 0 || at->ints[2] >= at->ints[0]))
+        return refuse(c, TR_ERR_INVALID, "padding row ints[1]=%lld ints[2]=%lld, expected ints[1] 0 (none) or 1 with "
+                      "a row below V=%lld", (long long)at->ints[1], (long long)at->ints[2], (long long)at->ints[0]);
     *dt = dy->dt;
     *nd = 2;
     sh[0] = at->ints[0];
@@ -893,7 +900,7 @@ int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *i
     case TR_OP_LAYER_NORM:
         return infer_layer_norm(&c, a, attrs, dtype, ndim, shape);
     case TR_OP_EMBEDDING:
-        return infer_embedding(&c, a, dtype, ndim, shape);
+        return infer_embedding(&c, a, attrs, dtype, ndim, shape);
     case TR_OP_RESHAPE:
         *dtype = a[0].dt;
         return infer_reshape(&c, &a[0], attrs, ndim, shape);

@@ -31,6 +31,8 @@ static const struct tr_model_key bert_keys[] = {
     KEY_FLOAT(layer_norm_eps, 0, 1, "epsilon of every LayerNorm"),
     KEY_FLOAT(pad_fraction, 0, 1,
               "synthetic batch: sample b pads its last floor((b mod 4) * pad_fraction * seq_len) tokens"),
+    KEY_INT(pad_token_id, -1, 1e7,
+            "the word embedding's padding row (transformers' padding_idx: no gradient reaches it); -1: none"),
     KEY_INT(lora_rank, 0, 65536, "LoRA rank r of the adapters on lora_targets; 0: LoRA off"),
     KEY_FLOAT(lora_alpha, 0, 1e6, "LoRA alpha; the adapter output is scaled by lora_alpha / lora_rank; 0: alpha = rank"),
     KEY_STRING(lora_targets, "comma-separated Linear layers that get LoRA adapters, among query, key, value, "
@@ -54,17 +56,17 @@ struct lora {
 static const struct tr_bert_config bert_tiny = {
     .vocab_size = 1000, .hidden_size = 64, .num_hidden_layers = 2, .num_attention_heads = 2,
     .intermediate_size = 128, .max_position_embeddings = 128, .type_vocab_size = 2, .num_labels = 2,
-    .layer_norm_eps = 1e-12, .pad_fraction = 0.125, .lora_targets = LORA_DEFAULT,
+    .layer_norm_eps = 1e-12, .pad_fraction = 0.125, .pad_token_id = 0, .lora_targets = LORA_DEFAULT,
 };
 static const struct tr_bert_config bert_small = {
     .vocab_size = 28996, .hidden_size = 256, .num_hidden_layers = 4, .num_attention_heads = 4,
     .intermediate_size = 1024, .max_position_embeddings = 512, .type_vocab_size = 2, .num_labels = 2,
-    .layer_norm_eps = 1e-12, .pad_fraction = 0.125, .lora_targets = LORA_DEFAULT,
+    .layer_norm_eps = 1e-12, .pad_fraction = 0.125, .pad_token_id = 0, .lora_targets = LORA_DEFAULT,
 };
 static const struct tr_bert_config bert_base = {
     .vocab_size = 28996, .hidden_size = 768, .num_hidden_layers = 12, .num_attention_heads = 12,
     .intermediate_size = 3072, .max_position_embeddings = 512, .type_vocab_size = 2, .num_labels = 2,
-    .layer_norm_eps = 1e-12, .pad_fraction = 0.125, .lora_targets = LORA_DEFAULT,
+    .layer_norm_eps = 1e-12, .pad_fraction = 0.125, .pad_token_id = 0, .lora_targets = LORA_DEFAULT,
 };
 
 static const struct tr_model_preset bert_presets[] = {
@@ -141,6 +143,10 @@ static int bert_validate(const struct tr_bert_config *c, const struct tr_build_o
         return tr_error_set(err, TR_ERR_INVALID, "bert: layer_norm_eps = %g, expected >= 0", c->layer_norm_eps);
     if (!(c->pad_fraction >= 0 && c->pad_fraction <= 1))
         return tr_error_set(err, TR_ERR_INVALID, "bert: pad_fraction = %g, expected in [0,1]", c->pad_fraction);
+    if (c->pad_token_id >= c->vocab_size)
+        return tr_error_set(err, TR_ERR_INVALID, "bert: pad_token_id = %lld is not a row of the %lld-row word "
+                            "embedding (vocab_size); expected -1 (none) or below it", (long long)c->pad_token_id,
+                            (long long)c->vocab_size);
     if (!tr_dtype_is_float(o->dtype) || o->dtype == TR_DTYPE_F64)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "bert: dtype %s is not provided (f32, bf16 or f16)",
                             tr_dtype_name(o->dtype));
@@ -244,7 +250,7 @@ static int bert_graph(const struct tr_bert_config *c, const struct lora *lr, con
     int wtt = tr_param(g, "token_type_embeddings.weight", dt, 2, tsh, 0.0f, 0.02f);
     /* HF's order: words + token types, then + positions (T,D) broadcast over the batch.
      * One node per statement, so node order does not depend on argument evaluation. */
-    int words = tr_embedding(g, wte, ids);
+    int words = tr_embedding_pad(g, wte, ids, c->pad_token_id);
     int type_emb = tr_embedding(g, wtt, types);
     int x = tr_add(g, words, type_emb);
     x = tr_add(g, x, tr_embedding(g, wpe, pos));

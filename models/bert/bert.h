@@ -28,6 +28,7 @@ struct tr_bert_config {
     int64_t num_labels;
     double layer_norm_eps;
     double pad_fraction;
+    int64_t pad_token_id;       /* the word embedding's padding row (no gradient); -1: none */
     /* LoRA (peft's LoraConfig; keras-hub's enable_lora). lora_rank 0: off, the graph is
      * the plain model. lora_rank r > 0: every target Linear W (out,in) gets PARAMs
      * "<layer>.lora_A.weight" (r,in), normal(0, 1/r), and "<layer>.lora_B.weight" (out,r),

@@ -53,6 +53,10 @@ int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build
         if (pos[i].v < 1)
             return tr_error_set(err, TR_ERR_INVALID, "%s: %s = %lld, expected at least 1", m, pos[i].name,
                                 (long long)pos[i].v);
+    if (c->pad_token_id >= c->vocab_size)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: pad_token_id = %lld is not a row of the %lld-row embed_tokens "
+                            "(vocab_size); expected -1 (none) or below it", m, (long long)c->pad_token_id,
+                            (long long)c->vocab_size);
     if (c->vocab_size > INT32_MAX)
         return tr_error_set(err, TR_ERR_INVALID, "%s: vocab_size = %lld does not fit the i32 token ids", m,
                             (long long)c->vocab_size);
@@ -328,7 +332,7 @@ int tr_decoder_build_pass(const struct tr_decoder_config *c, const struct tr_dec
     tr_graph_push_scope(g, "model");
     const int64_t es[2] = {V, D};
     int embed = tr_param(g, "embed_tokens.weight", dt, 2, es, 0.0f, 0.02f);
-    int x = tr_embedding(g, embed, ids);
+    int x = tr_embedding_pad(g, embed, ids, c->pad_token_id);
     if (c->family == TR_DECODER_GEMMA) x = tr_scale(g, x, embed_scale(D, dt), 0.0f);
     for (int64_t l = 0; l < L; l++) {
         tr_graph_push_scope(g, "layers.%lld", (long long)l);

@@ -78,6 +78,7 @@ struct tr_decoder_config {
     int tie_word_embeddings;       /* logits = h · embed_tokensᵀ; no lm_head.weight */
     char hidden_act[64];           /* gelu_pytorch_tanh (Gemma; "gelu" means it too), silu */
     double pad_fraction;           /* synthetic batch: left padding, as BERT's */
+    int64_t pad_token_id;          /* embed_tokens' padding row (no gradient); -1: none */
     /* LoRA of the fit task (peft's LoraConfig, keras-hub's enable_lora). lora_rank r > 0:
      * each target Linear W (out,in) gets PARAMs "<layer>.lora_A.weight" f32 (r,in),
      * normal(0, 1/r), and "<layer>.lora_B.weight" f32 (out,r), zeros, and computes

@@ -218,7 +218,10 @@ void tr_ref_graph_eval_node(const struct tr_graph *g, int id, double *const *lea
         break;
     case TR_OP_ROPE: eval_rope(g, id, v, o); break;
     case TR_OP_EMBEDDING: tr_ref_embedding(x.d, x.sh[1], y.d, n / x.sh[1], o); break;
-    case TR_OP_EMBEDDING_GRAD: tr_ref_embedding_grad(x.d, tr_shape_numel(x.nd, x.sh), y.d, sh[0], sh[1], o); break;
+    case TR_OP_EMBEDDING_GRAD:
+        tr_ref_embedding_grad(x.d, tr_shape_numel(x.nd, x.sh), y.d, sh[0], sh[1], o);
+        if (a->ints[1]) memset(o + a->ints[2] * sh[1], 0, sizeof(double) * (size_t)sh[1]); /* the padding row */
+        break;
     case TR_OP_CONCAT: eval_concat(g, id, v, o); break;
     case TR_OP_UPDATE_SLICE: eval_update_slice(g, id, v, o); break;
     case TR_OP_ATTENTION: case TR_OP_ATTENTION_GRAD: eval_attention(g, id, v, o); break;

@@ -78,6 +78,9 @@ int tr_scale(struct tr_graph *g, int x, float alpha, float beta);
 int tr_softmax(struct tr_graph *g, int x);
 int tr_layer_norm(struct tr_graph *g, int x, int gamma, int beta, float eps);
 int tr_embedding(struct tr_graph *g, int table, int ids);
+/* The same with a padding row (padding_idx < 0: none): nn.Embedding(padding_idx) — no
+ * gradient reaches that row (ops.h EMBEDDING). */
+int tr_embedding_pad(struct tr_graph *g, int table, int ids, int64_t padding_idx);
 int tr_reshape(struct tr_graph *g, int x, int ndim, const int64_t *shape);
 int tr_transpose(struct tr_graph *g, int x, int ndim, const int *perm);
 int tr_slice(struct tr_graph *g, int x, int axis, int64_t start, int64_t end, int64_t step);

@@ -199,9 +199,18 @@ static int invoke_train(struct tr_kernels *k, int op, const struct tr_attrs *at,
     case TR_OP_SOFTMAX_GRAD: return tr_k_softmax_grad(k, &in[0], &in[1], out, err);
     case TR_OP_LAYER_NORM_GRAD: return tr_k_layer_norm_grad(k, &in[0], &in[1], &in[2], at->floats[0], out, err);
     case TR_OP_LAYER_NORM_GRAD_GAMMA: return tr_k_layer_norm_grad_gamma(k, &in[0], &in[1], at->floats[0], out, err);
-    case TR_OP_EMBEDDING_GRAD:
+    case TR_OP_EMBEDDING_GRAD: {
         if (out->ndim != 2 || out->shape[0] != a[0]) return train_attr_error(op, out, "ints[0] (V rows)", err);
-        return tr_k_embedding_grad(k, &in[0], &in[1], out, err);
+        if (a[1] && (a[1] != 1 || a[2] < 0 || a[2] >= a[0]))
+            return train_attr_error(op, out, "ints[1..2] (a padding row below V)", err);
+        int rc = tr_k_embedding_grad(k, &in[0], &in[1], out, err);
+        if (rc) return rc;
+        if (a[1]) { /* the padding row gets no gradient */
+            const size_t row = (size_t)out->shape[1] * tr_dtype_size((enum tr_dtype)out->dtype);
+            memset((char *)out->data + (size_t)a[2] * row, 0, row);
+        }
+        return TR_OK;
+    }
     case TR_OP_ATTENTION_GRAD: {
         if (n_in != 4 && n_in != 5)
             return tr_error_set(err, TR_ERR_INVALID, "attention_grad: %d inputs given, 4 (q, k, v, dy) or 5 (with mask) "

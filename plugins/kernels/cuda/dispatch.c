@@ -519,8 +519,17 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
         if (out->dtype != TR_DTYPE_F32 &&
             (rc = tr_cuda_scratch(c, (size_t)(V * D) * sizeof(float) + 16, &acc, err)) != TR_OK)
             return rc;
-        return TR_CU_LAUNCH(c, tr_cu_embedding_grad(c->stream, out->dtype, ids->data, ids->dtype, dy->data, out->data,
-                                                    tr_tensor_numel(ids), D, V, acc, c->flag, err));
+        if (a[1] && (a[1] != 1 || a[2] < 0 || a[2] >= V))
+            return tr_error_set(err, TR_ERR_INVALID, "embedding_grad: padding row ints[1]=%lld ints[2]=%lld, expected "
+                                "a row below V=%lld", (long long)a[1], (long long)a[2], (long long)V);
+        rc = TR_CU_LAUNCH(c, tr_cu_embedding_grad(c->stream, out->dtype, ids->data, ids->dtype, dy->data, out->data,
+                                                  tr_tensor_numel(ids), D, V, acc, c->flag, err));
+        if (!rc && a[1]) { /* the padding row gets no gradient */
+            const size_t row = (size_t)D * tr_dtype_size((enum tr_dtype)out->dtype);
+            rc = TR_CU_CHECK(cudaMemsetAsync((char *)out->data + (size_t)a[2] * row, 0, row, c->stream),
+                             "embedding_grad: the padding row", err);
+        }
+        return rc;
     }
     case TR_OP_CROSS_ENTROPY_GRAD: {
         const struct tr_tensor *x = &in[0], *lab = &in[1], *dl = &in[2];

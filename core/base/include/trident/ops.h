@@ -23,7 +23,9 @@
  *   SOFTMAX      over the last axis
  *   LAYER_NORM   x (...,D), gamma (D), beta (D) over the last axis   floats[0]=eps
  *   EMBEDDING    table (V,D), ids (...) of i32/i64 -> (...,D); an id outside [0,V) is an
- *                error at run time (the kernel returns TR_ERR_INVALID)
+ *                error at run time (the kernel returns TR_ERR_INVALID). ints[0]=1: row
+ *                ints[1] is the padding row (torch's nn.Embedding(padding_idx)): the same
+ *                forward, and no gradient ever reaches that row
  *   RESHAPE      ints[0..n_ints-1] = new shape (one entry may be -1)
  *   TRANSPOSE    ints[0..ndim-1] = perm: out.shape[i] = in.shape[perm[i]]
  *   SLICE        ints[0]=axis, ints[1]=start, ints[2]=end (exclusive), ints[3]=step (>0)
@@ -48,7 +50,8 @@
  *   LAYER_NORM_GRAD_GAMMA  (x, dy) -> dgamma (D) = Σ over rows of dy·x̂  floats[0]=eps
  *                (dbeta is a SUM of dy over the rows)
  *   EMBEDDING_GRAD (ids, dy (...,D)) -> dtable (V,D): rows of dy added at their ids,
- *                zeros elsewhere                                          ints[0]=V
+ *                zeros elsewhere                                          ints[0]=V;
+ *                ints[1]=1: row ints[2] (the padding row) zeros whatever the ids
  *   ATTENTION_GRAD (q, k, v, dy, [mask]) -> dq, dk or dv (ints[2] = 0, 1 or 2, shaped
  *                like that operand); scale, causal and window as ATTENTION's attrs
  *   BROADCAST    x -> the shape ints[0..n_ints-1] by numpy broadcasting
