@@ -3,6 +3,7 @@
  * logits on every backend configuration (f32 and bf16); the 7B and 2B presets are the
  * published models (sizes, config.json); the KV-cache pass; bad input. */
 #include <string.h>
+#include <unistd.h>
 #include "decoderutil.h"
 #include "models.h"
 #include "trident/bench.h"
@@ -42,6 +43,24 @@ static void test_hf_config_errors(void **state) {
     snprintf(c.hf_config, sizeof c.hf_config, "tests/fixtures/hf/README.md");
     assert_int_equal(tr_decoder_resolve(&c, &out, &e), TR_ERR_FORMAT);
     assert_non_null(strstr(e.msg, "not valid JSON"));
+    /* a config.json is held to [model]'s bounds (issue 18: a 2^32-wide table once overran
+     * its buffer; a million layers built for minutes) */
+    static const struct {
+        const char *json, *needle;
+    } bad[] = {{"{\"model_type\": \"gemma\", \"hidden_size\": 4294967296}", "\"hidden_size\" is not an integer from 1 to 65536"},
+               {"{\"model_type\": \"gemma\", \"num_hidden_layers\": 1000000}", "\"num_hidden_layers\" is not an integer from 1 to 1024"},
+               {"{\"model_type\": \"gemma\", \"vocab_size\": 0}", "\"vocab_size\" is not an integer from 1"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(c.hf_config, sizeof c.hf_config, "/tmp/trident_bad%zu_%d.json", i, (int)getpid());
+        FILE *f = fopen(c.hf_config, "w");
+        assert_non_null(f);
+        fputs(bad[i].json, f);
+        fclose(f);
+        int rc = tr_decoder_resolve(&c, &out, &e);
+        unlink(c.hf_config);
+        assert_int_equal(rc, TR_ERR_FORMAT);
+        tr_assert_msg_has(&e, bad[i].needle);
+    }
 }
 
 /* hf_config is the base and the [model] lines the edits, whatever their order. */

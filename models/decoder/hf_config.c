@@ -6,21 +6,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include "decoder.h"
+#include "keys.h"
 #include "hf_json.h"
 
-/* An integer key: absent leaves *v; null sets null_value when null_ok, else an error. */
+/* An integer key: absent leaves *v; null sets null_value when null_ok, else an error. The
+ * bounds are [model]'s for the same key (keys.h), so a config.json cannot pass what an
+ * INI line could not (a 2^32-wide model, a million layers). */
 static int get_int(const cJSON *root, const char *path, const char *key, int null_ok, int64_t null_value, int64_t *v,
                    struct tr_error *err) {
+    static const struct tr_model_key keys[] = {TR_DECODER_KEYS};
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!j) return TR_OK;
     if (cJSON_IsNull(j) && null_ok) {
         *v = null_value;
         return TR_OK;
     }
+    double lo = 0, hi = 9.0e15;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(keys[i].name, key) == 0) lo = keys[i].min > 0 ? keys[i].min : 0, hi = keys[i].max;
     double d = cJSON_IsNumber(j) ? j->valuedouble : NAN;
-    if (!(d >= 0 && d <= 9.0e15 && d == floor(d)))
-        return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not a non-negative integer%s", path, key,
-                            null_ok ? " or null" : "");
+    if (!(d >= lo && d <= hi && d == floor(d)))
+        return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not an integer from %.17g to %.17g%s", path, key, lo,
+                            hi, null_ok ? " or null" : "");
     *v = (int64_t)d;
     return TR_OK;
 }
@@ -88,10 +95,11 @@ static int apply(const cJSON *root, const char *path, struct tr_decoder_config *
         {"head_dim", &c->head_dim, 1},          /* null: hidden_size / heads */
         {"max_position_embeddings", &c->max_position_embeddings, 0},
         {"sliding_window", &c->sliding_window, 1}, /* null: no window */
+        {"pad_token_id", &c->pad_token_id, 1},     /* null: no padding row */
     };
     int rc = TR_OK;
     for (size_t i = 0; !rc && i < sizeof ints / sizeof ints[0]; i++)
-        rc = get_int(root, path, ints[i].key, ints[i].null_ok, 0, ints[i].v, err);
+        rc = get_int(root, path, ints[i].key, ints[i].null_ok, ints[i].v == &c->pad_token_id ? -1 : 0, ints[i].v, err);
     if (!rc) rc = get_float(root, path, "rms_norm_eps", &c->rms_norm_eps, err);
     if (!rc) rc = get_rope(root, path, &c->rope_theta, err);
     if (!rc) rc = get_string(root, path, "hidden_act", c->hidden_act, sizeof c->hidden_act, err);
