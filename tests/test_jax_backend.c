@@ -8,6 +8,7 @@
  * buffers, its clusters, the cache counters); the plugin itself is also run through the
  * loader. Every compile uses a temporary cache directory made here, never the user's. */
 #include "jax_test.h"
+#include "entry.h"
 #include "ref/ref.h" /* the float64 evaluation every output is compared with */
 
 /* Poison, run, compare every output with the float64 evaluation. */
@@ -310,15 +311,68 @@ static void test_cache(void **state) {
     assert_non_null(d);
     int n_files = 0;
     for (struct dirent *de; (de = readdir(d));) {
-        if (de->d_name[0] == '.') continue;
+        if (de->d_name[0] == '.' || strcmp(de->d_name, "secret") == 0) continue;
         n_files++;
         if (!strstr(de->d_name, ".so") || strstr(de->d_name, ".tmp") || strstr(de->d_name, ".log"))
             fail_msg("left in the cache: %s", de->d_name);
     }
     closedir(d);
     assert_int_equal(n_files, 2);
+
+    /* Forged (issue 18): the object edited and its trailer made again under another secret
+     * (all a writer of the directory who cannot read the secret can do): refused by its
+     * MAC, rebuilt, never loaded. */
+    entry_path(ctx, &s, path, sizeof path);
+    unsigned char *img;
+    size_t n;
+    assert_int_equal(jax_read_file(path, &img, &n), 0);
+    const size_t obj = n - sizeof(struct jax_trailer);
+    struct jax_trailer t;
+    memcpy(&t, img + obj, sizeof t);
+    img[obj / 2] ^= 0x01;
+    unsigned char other[JAX_SECRET_BYTES];
+    for (int i = 0; i < JAX_SECRET_BYTES; i++) other[i] = (unsigned char)(ctx->secret[i] ^ 0xa5);
+    static const char magic[8] = {'T', 'R', 'J', 'A', 'X', 'S', 'O', '2'};
+    const uint64_t key[2] = {t.key[0], t.key[1]};
+    const size_t src_len = (size_t)t.src_len;
+    assert_int_equal(jax_trailer_fill(&t, magic, key, img, obj, src_len, other), 0);
+    memcpy(img + obj, &t, sizeof t);
+    const char *why = jax_trailer_check(img, n, magic, key, src_len, ctx->secret);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "MAC does not match"));
+    assert_null(jax_trailer_check(img, n, magic, key, src_len, other)); /* whole under its own secret */
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(img, 1, n, f), n);
+    fclose(f);
+    free(img);
+    small_run(ctx, &s, 0);
+    assert_int_equal(ctx->cc_runs, 5);
+    /* an entry that is a symbolic link (to a good one) is not followed */
+    char other_path[JAX_PATH_MAX + 8];
+    snprintf(other_path, sizeof other_path, "%s.real", path);
+    assert_int_equal(rename(path, other_path), 0);
+    assert_int_equal(symlink(other_path, path), 0);
+    small_run(ctx, &s, 0);
+    assert_int_equal(ctx->cc_runs, 6);
+    unlink(other_path);
     small_free(&s);
     tr_jax_iface.free(ctx);
+
+    /* a secret others may read is not used: the cache is refused, naming the file */
+    char secret[600];
+    snprintf(secret, sizeof secret, "%s/secret", dir);
+    assert_int_equal(chmod(secret, 0644), 0);
+    struct tr_jax_context *ctx3 = ctx_make(dir, NULL, 1);
+    struct small s3;
+    small_build(&s3, 1.25f);
+    struct tr_jax_program *p3 = NULL;
+    struct tr_error e3 = {0};
+    assert_int_not_equal(tr_jax_compile(ctx3, (tr_graph_t)s3.g, &p3, &e3), TR_OK);
+    tr_assert_msg_has(&e3, "the cache's secret");
+    tr_assert_msg_has(&e3, "readable or writable by others (expected mode 0600)");
+    small_free(&s3);
+    tr_jax_iface.free(ctx3);
 }
 
 /* fuse = false: every fusable op its own kernel, same numbers. */

@@ -13,6 +13,9 @@
  * or the new one, and a library still mapped from the old file keeps its inode). The
  * source is removed after a successful build and kept when the compiler fails, so the
  * message can point at it. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memfd_create */
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +29,12 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <stddef.h>
+#include <sys/mman.h>
+#include <sys/random.h>
 #include "trident/file.h"
 #include "entry.h"
 #include "jax.h"
@@ -37,7 +46,7 @@ extern char **environ;
 #define JAX_LOG_LINES 12
 #define JAX_LOG_CHARS 480
 
-static const char trailer_magic[8] = {'T', 'R', 'J', 'A', 'X', 'S', 'O', '1'};
+static const char trailer_magic[8] = {'T', 'R', 'J', 'A', 'X', 'S', 'O', '2'}; /* 2: the HMAC trailer */
 
 
 /* The flags of the generated code: -march=native, or the level TRIDENT_CPU_ISA forces on
@@ -224,6 +233,41 @@ static int mkdir_p(const char *dir, char *failed, size_t n) {
     return 0;
 }
 
+/* The cache's secret: "<dir>/secret", 32 random bytes made on first use (O_EXCL, 0600),
+ * afterwards read only when it is a regular file of ours that no one else may read or
+ * write; an entry's trailer is an HMAC under it (entry.h). */
+static int cache_secret(struct tr_jax_context *ctx, struct tr_error *err) {
+    char path[JAX_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/secret", ctx->cache_dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        unsigned char s[JAX_SECRET_BYTES];
+        int ok = getrandom(s, sizeof s, 0) == (ssize_t)sizeof s && write(fd, s, sizeof s) == (ssize_t)sizeof s;
+        ok = close(fd) == 0 && ok;
+        if (!ok) {
+            unlink(path);
+            return tr_error_set(err, TR_ERR_IO, "jax: %s = '%s': cannot make the cache's secret %s", ctx->cache_dir_key,
+                                ctx->cache_dir, path);
+        }
+    } else if (errno != EEXIST) {
+        return tr_error_set(err, TR_ERR_IO, "jax: %s = '%s': cannot make the cache's secret %s: %s", ctx->cache_dir_key,
+                            ctx->cache_dir, path, strerror(errno));
+    }
+    fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    const char *why = fd < 0 ? strerror(errno) : fstat(fd, &st) != 0 ? strerror(errno)
+                    : !S_ISREG(st.st_mode) ? "not a regular file"
+                    : st.st_uid != geteuid() ? "owned by another user"
+                    : (st.st_mode & 077) ? "readable or writable by others (expected mode 0600)"
+                    : st.st_size != JAX_SECRET_BYTES ? "not 32 bytes"
+                    : read(fd, ctx->secret, JAX_SECRET_BYTES) != JAX_SECRET_BYTES ? "unreadable" : NULL;
+    if (fd >= 0) close(fd);
+    if (why)
+        return tr_error_set(err, TR_ERR_INVALID, "jax: %s = '%s': the cache's secret %s is %s; remove it (the cache "
+                            "is then rebuilt) or name another cache_dir", ctx->cache_dir_key, ctx->cache_dir, path, why);
+    return TR_OK;
+}
+
 int jax_cache_dir(struct tr_jax_context *ctx, struct tr_error *err) {
     if (!ctx->cache_dir[0]) {
         const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
@@ -246,7 +290,7 @@ int jax_cache_dir(struct tr_jax_context *ctx, struct tr_error *err) {
     if (access(ctx->cache_dir, W_OK | X_OK) != 0)
         return tr_error_set(err, TR_ERR_IO, "jax: %s = '%s': the cache directory is not writable (%s)",
                             ctx->cache_dir_key, ctx->cache_dir, strerror(errno));
-    return TR_OK;
+    return cache_secret(ctx, err);
 }
 
 static void key_hex(const uint64_t key[2], char out[33]) {
@@ -271,7 +315,8 @@ int jax_read_file(const char *path, unsigned char **data, size_t *len) {
     *data = NULL;
     *len = 0;
     FILE *f;
-    if (tr_fopen_regular(path, &f, NULL)) return -1; /* a FIFO or device there is no entry */
+    /* a FIFO, a device or a symbolic link there is no entry */
+    if (tr_fopen_regular_flags(path, O_NOFOLLOW, &f, NULL)) return -1;
     if (fseek(f, 0, SEEK_END) != 0) {
         fclose(f);
         return -1;
@@ -293,37 +338,83 @@ int jax_read_file(const char *path, unsigned char **data, size_t *len) {
     return 0;
 }
 
-void jax_trailer_fill(struct jax_trailer *t, const char magic[8], const uint64_t key[2], const void *d, size_t n,
-                      size_t src_len) {
+/* HMAC-SHA256 of the entry's bytes and the trailer's fields before the MAC (OpenSSL 3's
+ * EVP_MAC). */
+static int trailer_mac(const struct jax_trailer *t, const void *d, size_t n, const unsigned char *secret,
+                       unsigned char out[32]) {
+    unsigned char head[offsetof(struct jax_trailer, mac)];
+    memcpy(head, t, sizeof head);
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *c = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
+    size_t len = 0;
+    int ok = c && EVP_MAC_init(c, secret, JAX_SECRET_BYTES, params) && EVP_MAC_update(c, d, n) &&
+             EVP_MAC_update(c, head, sizeof head) && EVP_MAC_final(c, out, &len, 32) && len == 32;
+    EVP_MAC_CTX_free(c);
+    EVP_MAC_free(mac);
+    return ok ? 0 : -1;
+}
+
+int jax_trailer_fill(struct jax_trailer *t, const char magic[8], const uint64_t key[2], const void *d, size_t n,
+                     size_t src_len, const unsigned char secret[JAX_SECRET_BYTES]) {
     memset(t, 0, sizeof *t);
     memcpy(t->magic, magic, sizeof t->magic);
     t->key[0] = key[0];
     t->key[1] = key[1];
     t->len = n;
-    t->sum = jax_checksum(d, n);
     t->src_len = src_len;
+    return trailer_mac(t, d, n, secret, t->mac);
 }
 
 const char *jax_trailer_check(const unsigned char *d, size_t n, const char magic[8], const uint64_t key[2],
-                              size_t src_len) {
+                              size_t src_len, const unsigned char secret[JAX_SECRET_BYTES]) {
     struct jax_trailer t;
     if (n < sizeof t) return "shorter than its trailer";
     memcpy(&t, d + n - sizeof t, sizeof t);
-    if (memcmp(t.magic, magic, sizeof t.magic) != 0) return "no trailer (truncated or overwritten)";
+    if (memcmp(t.magic, magic, sizeof t.magic) != 0) return "no trailer of this format (truncated, overwritten, or older)";
     if (t.key[0] != key[0] || t.key[1] != key[1] || t.src_len != src_len) return "written for another source";
     if (t.len != n - sizeof t) return "its length does not match its trailer";
-    if (jax_checksum(d, (size_t)t.len) != t.sum) return "its checksum does not match";
+    unsigned char mac[32];
+    if (trailer_mac(&t, d, (size_t)t.len, secret, mac) != 0) return "its MAC cannot be computed";
+    if (CRYPTO_memcmp(mac, t.mac, sizeof mac) != 0) return "its MAC does not match this cache's secret (not made here)";
     return NULL;
 }
 
-/* NULL if the entry at path is whole and belongs to key; else why not. */
-static const char *entry_invalid(const char *path, const uint64_t key[2], size_t src_len) {
+/* The entry at path loaded when it is whole, belongs to key and carries this cache's MAC:
+ * its verified bytes are copied to a memfd and dlopen reads that, never the path again,
+ * so a file swapped after the check is not what runs. NULL and *why otherwise. */
+static void *load_verified(const struct tr_jax_context *ctx, const char *path, const uint64_t key[2], size_t src_len,
+                           const char **why) {
     unsigned char *d;
     size_t n;
-    if (jax_read_file(path, &d, &n) != 0) return "unreadable";
-    const char *why = jax_trailer_check(d, n, trailer_magic, key, src_len);
+    *why = NULL;
+    if (jax_read_file(path, &d, &n) != 0) {
+        *why = "unreadable (or not a regular file)";
+        return NULL;
+    }
+    *why = jax_trailer_check(d, n, trailer_magic, key, src_len, ctx->secret);
+    void *so = NULL;
+    if (!*why) {
+        int fd = memfd_create("trident-jax", MFD_CLOEXEC);
+        size_t len = n - sizeof(struct jax_trailer), off = 0;
+        while (fd >= 0 && off < len) {
+            ssize_t w = write(fd, d + off, len - off);
+            if (w <= 0) break;
+            off += (size_t)w;
+        }
+        if (fd >= 0 && off == len) {
+            char fdpath[64];
+            snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", fd);
+            so = dlopen(fdpath, RTLD_NOW | RTLD_LOCAL);
+            if (!so) *why = "dlopen refused it";
+        } else {
+            *why = "cannot copy it to memory (memfd)";
+        }
+        if (fd >= 0) close(fd);
+    }
     free(d);
-    return why;
+    return so;
 }
 
 static int write_file(const char *path, const void *data, size_t n) {
@@ -417,7 +508,8 @@ static int run_compiler(struct tr_jax_context *ctx, const char *src_path, const 
 }
 
 /* Append the trailer to the freshly built object at tmp, then rename it to path. */
-static int seal_entry(const char *tmp, const char *path, const uint64_t key[2], size_t src_len, struct tr_error *err) {
+static int seal_entry(const char *tmp, const char *path, const uint64_t key[2], size_t src_len,
+                      const unsigned char *secret, struct tr_error *err) {
     unsigned char *d;
     size_t n;
     if (jax_read_file(tmp, &d, &n) != 0 || n == 0) {
@@ -426,9 +518,9 @@ static int seal_entry(const char *tmp, const char *path, const uint64_t key[2], 
         return tr_error_set(err, TR_ERR_IO, "jax: the compiler wrote no shared object at %s", tmp);
     }
     struct jax_trailer t;
-    jax_trailer_fill(&t, trailer_magic, key, d, n, src_len);
+    int sealed = jax_trailer_fill(&t, trailer_magic, key, d, n, src_len, secret);
     free(d);
-    FILE *f = fopen(tmp, "ab");
+    FILE *f = sealed == 0 ? fopen(tmp, "ab") : NULL;
     int ok = f && fwrite(&t, sizeof t, 1, f) == 1;
     if (f) ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) != 0) {
@@ -446,15 +538,11 @@ int jax_build(struct tr_jax_context *ctx, const char *src, size_t len, struct ja
     if (rc != TR_OK) return rc;
     const char *why = NULL;
     if (access(b->path, F_OK) == 0) {
-        why = entry_invalid(b->path, key, len);
-        if (!why) {
-            b->so = dlopen(b->path, RTLD_NOW | RTLD_LOCAL);
-            if (b->so) {
-                b->cache_hit = 1;
-                ctx->cache_hits++;
-                return TR_OK;
-            }
-            why = "dlopen refused it";
+        b->so = load_verified(ctx, b->path, key, len, &why);
+        if (b->so) {
+            b->cache_hit = 1;
+            ctx->cache_hits++;
+            return TR_OK;
         }
         ctx->host->log(TR_LOG_WARN, "jax: cache entry %s is invalid (%s): rebuilding it", b->path, why);
     }
@@ -471,12 +559,13 @@ int jax_build(struct tr_jax_context *ctx, const char *src, size_t len, struct ja
         return tr_error_set(err, TR_ERR_IO, "jax: %s = '%s': cannot write the generated source %s: %s",
                             ctx->cache_dir_key, ctx->cache_dir, src_path, strerror(errno));
     if ((rc = run_compiler(ctx, src_path, tmp, log_path, &b->cc_ms, err)) != TR_OK) return rc;
-    if ((rc = seal_entry(tmp, b->path, key, len, err)) != TR_OK) return rc;
+    if ((rc = seal_entry(tmp, b->path, key, len, ctx->secret, err)) != TR_OK) return rc;
     unlink(src_path);
-    b->so = dlopen(b->path, RTLD_NOW | RTLD_LOCAL);
+    b->so = load_verified(ctx, b->path, key, len, &why);
     if (!b->so) {
         const char *e = dlerror();
-        return tr_error_set(err, TR_ERR_IO, "jax: cannot load the compiled kernels %s: %s", b->path, e ? e : "?");
+        return tr_error_set(err, TR_ERR_IO, "jax: cannot load the compiled kernels %s: %s%s%s", b->path, why,
+                            e ? ": " : "", e ? e : "");
     }
     return TR_OK;
 }

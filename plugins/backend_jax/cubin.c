@@ -19,7 +19,7 @@
 #include "jax.h"
 #include "trident/kernels_cuda.h"
 
-static const char cubin_magic[8] = {'T', 'R', 'J', 'A', 'X', 'C', 'U', '1'};
+static const char cubin_magic[8] = {'T', 'R', 'J', 'A', 'X', 'C', 'U', '2'}; /* 2: the HMAC trailer */
 
 void jax_cu_key(const char *src, size_t len, int sm, int nvrtc_major, int nvrtc_minor, const char *options,
                 uint64_t key[2]) {
@@ -40,8 +40,8 @@ void jax_cu_key(const char *src, size_t len, int sm, int nvrtc_major, int nvrtc_
 
 /* NULL if d (n bytes) is a whole entry of key; else why not. On NULL, *cubin_len. */
 static const char *cubin_invalid(const unsigned char *d, size_t n, const uint64_t key[2], size_t src_len,
-                                 size_t *cubin_len) {
-    const char *why = jax_trailer_check(d, n, cubin_magic, key, src_len);
+                                 const unsigned char *secret, size_t *cubin_len) {
+    const char *why = jax_trailer_check(d, n, cubin_magic, key, src_len, secret);
     if (why) return why;
     size_t len = n - sizeof(struct jax_trailer);
     if (len < 4 || memcmp(d, "\x7f" "ELF", 4) != 0) return "not a cubin";
@@ -50,13 +50,14 @@ static const char *cubin_invalid(const unsigned char *d, size_t n, const uint64_
 }
 
 /* The cubin and its trailer to a temporary name, renamed over path. */
-static int cubin_store(const char *path, const void *cubin, size_t size, const uint64_t key[2], size_t src_len) {
+static int cubin_store(const char *path, const void *cubin, size_t size, const uint64_t key[2], size_t src_len,
+                       const unsigned char *secret) {
     static unsigned counter;
     char tmp[JAX_PATH_MAX + 64];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(),
              __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
     struct jax_trailer t;
-    jax_trailer_fill(&t, cubin_magic, key, cubin, size, src_len);
+    if (jax_trailer_fill(&t, cubin_magic, key, cubin, size, src_len, secret) != 0) return -1;
     FILE *f = fopen(tmp, "wb");
     int ok = f && fwrite(cubin, 1, size, f) == size && fwrite(&t, sizeof t, 1, f) == 1;
     if (f) ok = fclose(f) == 0 && ok;
@@ -86,7 +87,7 @@ int jax_cu_build(struct tr_jax_context *ctx, const char *src, size_t len, int sm
     if (access(out->path, F_OK) == 0) {
         unsigned char *d = NULL;
         size_t n = 0, clen = 0;
-        const char *why = jax_read_file(out->path, &d, &n) != 0 ? "unreadable" : cubin_invalid(d, n, key, len, &clen);
+        const char *why = jax_read_file(out->path, &d, &n) != 0 ? "unreadable" : cubin_invalid(d, n, key, len, ctx->secret, &clen);
         if (!why) {
             out->data = d; /* the trailer stays behind the cubin, unread */
             out->size = clen;
@@ -121,7 +122,7 @@ int jax_cu_build(struct tr_jax_context *ctx, const char *src, size_t len, int sm
         return rc;
     }
     free(log);
-    if (cubin_store(out->path, out->data, out->size, key, len) != 0)
+    if (cubin_store(out->path, out->data, out->size, key, len, ctx->secret) != 0)
         ctx->host->log(TR_LOG_WARN, "jax: cannot write the cache entry %s: %s (the kernels run, uncached)", out->path,
                        strerror(errno));
     return TR_OK;

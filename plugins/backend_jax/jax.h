@@ -54,6 +54,7 @@ struct tr_jax_context {
                                             the tests compare with 0) */
     char cache_dir[JAX_PATH_MAX];        /* "" until resolved at the first compile */
     char cache_dir_key[JAX_WHERE_MAX];   /* how it was chosen, for messages */
+    unsigned char secret[32];            /* the cache's HMAC key (entry.h), read with the directory */
     char cc[JAX_PATH_MAX];
     char cc_key[JAX_WHERE_MAX];
     int math;                            /* enum tr_math from the params, set on every context */

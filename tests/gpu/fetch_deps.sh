@@ -11,6 +11,6 @@ mkdir -p build-gpu-deps
 cd build-gpu-deps
 pkgs=(libinih-dev libinih1 libinireader0 libcmocka-dev libcmocka0 libcjson-dev libcjson1 libdnnl-dev libdnnl2
       ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers pkgconf pkgconf-bin libpkgconf3
-      pkg-config ninja-build)
+      pkg-config ninja-build libpng-dev libpng16-16 zlib1g-dev libssl-dev libssl3)
 apt-get download "${pkgs[@]}" 2>/dev/null || { apt-get update -q >/dev/null && apt-get download "${pkgs[@]}"; }
 ls -la

@@ -14,9 +14,11 @@ static const char *kind(mode_t m) {
          : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
 }
 
-int tr_fopen_regular(const char *path, FILE **f, struct tr_error *err) {
+int tr_fopen_regular(const char *path, FILE **f, struct tr_error *err) { return tr_fopen_regular_flags(path, 0, f, err); }
+
+int tr_fopen_regular_flags(const char *path, int flags, FILE **f, struct tr_error *err) {
     *f = NULL;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY | flags);
     if (fd < 0) return tr_error_set(err, TR_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {

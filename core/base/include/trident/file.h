@@ -11,5 +11,7 @@
  * then switched back to blocking); else NULL and an error naming the path and what it is
  * (TR_ERR_IO: cannot open, TR_ERR_INVALID: not a regular file). err may be NULL. */
 int tr_fopen_regular(const char *path, FILE **f, struct tr_error *err);
+/* The same with more open(2) flags (O_NOFOLLOW: a symbolic link is refused too). */
+int tr_fopen_regular_flags(const char *path, int flags, FILE **f, struct tr_error *err);
 
 #endif
