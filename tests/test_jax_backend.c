@@ -279,6 +279,18 @@ static void test_cache(void **state) {
     small_build(&s2, 1.5f); /* another constant: another source */
     small_run(ctx, &s2, 0);
     assert_int_equal(ctx->cc_runs, 2);
+    /* Both loaded at once (from their verified memfd copies): each runs its own kernels. A
+     * closed memfd's number, reused, once made dlopen hand the second program the first's. */
+    {
+        struct tr_jax_program *p1 = compile_ok(ctx, s.g), *p2 = compile_ok(ctx, s2.g);
+        struct tr_tensor *o1 = alloc_outputs(s.g), *o2 = alloc_outputs(s2.g);
+        run_and_compare(p1, s.g, s.in, o1, 1e-4);
+        run_and_compare(p2, s2.g, s2.in, o2, 1e-4);
+        free_tensors(o1, 2);
+        free_tensors(o2, 2);
+        tr_jax_program_free(p2);
+        tr_jax_program_free(p1);
+    }
     small_free(&s2);
 
     /* A backend made afresh (another process, as far as the cache knows) finds it too. */

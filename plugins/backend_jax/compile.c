@@ -383,9 +383,13 @@ const char *jax_trailer_check(const unsigned char *d, size_t n, const char magic
 
 /* The entry at path loaded when it is whole, belongs to key and carries this cache's MAC:
  * its verified bytes are copied to a memfd and dlopen reads that, never the path again,
- * so a file swapped after the check is not what runs. NULL and *why otherwise. */
+ * so a file swapped after the check is not what runs. *memfd stays open while the
+ * library is loaded: dlopen knows a library by its name, and a closed fd's number (so its
+ * /proc/self/fd name) would be reused by the next one, which dlopen would then take for
+ * this one. NULL and *why otherwise. */
 static void *load_verified(const struct tr_jax_context *ctx, const char *path, const uint64_t key[2], size_t src_len,
-                           const char **why) {
+                           int *memfd, const char **why) {
+    *memfd = -1;
     unsigned char *d;
     size_t n;
     *why = NULL;
@@ -411,7 +415,8 @@ static void *load_verified(const struct tr_jax_context *ctx, const char *path, c
         } else {
             *why = "cannot copy it to memory (memfd)";
         }
-        if (fd >= 0) close(fd);
+        if (so) *memfd = fd;
+        else if (fd >= 0) close(fd);
     }
     free(d);
     return so;
@@ -533,12 +538,13 @@ static int seal_entry(const char *tmp, const char *path, const uint64_t key[2], 
 
 int jax_build(struct tr_jax_context *ctx, const char *src, size_t len, struct jax_build *b, struct tr_error *err) {
     memset(b, 0, sizeof *b);
+    b->memfd = -1;
     uint64_t key[2];
     int rc = jax_cache_entry(ctx, src, len, key, b->path, sizeof b->path, err);
     if (rc != TR_OK) return rc;
     const char *why = NULL;
     if (access(b->path, F_OK) == 0) {
-        b->so = load_verified(ctx, b->path, key, len, &why);
+        b->so = load_verified(ctx, b->path, key, len, &b->memfd, &why);
         if (b->so) {
             b->cache_hit = 1;
             ctx->cache_hits++;
@@ -561,7 +567,7 @@ int jax_build(struct tr_jax_context *ctx, const char *src, size_t len, struct ja
     if ((rc = run_compiler(ctx, src_path, tmp, log_path, &b->cc_ms, err)) != TR_OK) return rc;
     if ((rc = seal_entry(tmp, b->path, key, len, ctx->secret, err)) != TR_OK) return rc;
     unlink(src_path);
-    b->so = load_verified(ctx, b->path, key, len, &why);
+    b->so = load_verified(ctx, b->path, key, len, &b->memfd, &why);
     if (!b->so) {
         const char *e = dlerror();
         return tr_error_set(err, TR_ERR_IO, "jax: cannot load the compiled kernels %s: %s%s%s", b->path, why,
@@ -572,5 +578,6 @@ int jax_build(struct tr_jax_context *ctx, const char *src, size_t len, struct ja
 
 void jax_build_close(struct jax_build *b) {
     if (b && b->so) dlclose(b->so);
-    if (b) b->so = NULL;
+    if (b && b->so && b->memfd >= 0) close(b->memfd);
+    if (b) b->so = NULL, b->memfd = -1;
 }

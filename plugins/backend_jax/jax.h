@@ -152,6 +152,8 @@ int jax_read_file(const char *path, unsigned char **data, size_t *len);
 
 struct jax_build {
     void *so;                       /* dlopen handle */
+    int memfd;                      /* the verified copy dlopen read (compile.c), open while so is:
+                                       its /proc/self/fd name is then this library's alone */
     int cache_hit;
     double cc_ms;                   /* time in the compiler (0 on a hit) */
     char path[JAX_PATH_MAX];        /* the cache entry */
