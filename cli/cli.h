@@ -22,4 +22,18 @@ void tr_cli_omp_wait_default(char **argv);
 struct tr_config;
 void tr_cli_apply_threads(const struct tr_config *cfg);
 
+/* trident report A.json B.json (cli/report_cmd.c): for each backend in both reports (schema
+ * TR_REPORT_SCHEMA), the mean ms/step of A and of B, B/A, and CHANGED where the means
+ * differ by more than the larger of either row's spread (p90 - median of its step times)
+ * and TR_REPORT_CHANGE_REL of A's mean. The spread is the noise within a run; the floor
+ * is for what varies between runs of the same build on the same machine (frequency, other
+ * load, memory placement), which no single run's spread shows. docs/report.md. */
+#define TR_REPORT_CHANGE_REL 0.05
+int tr_cli_report(int argc, char **argv);
+
+/* `trident run --report DIR [--log-scale]`: tr_report_write_dir, the files named on stdout,
+ * an error on stderr. Returns the exit status (0, 1). */
+struct tr_bench_report;
+int tr_cli_write_report_dir(const struct tr_bench_report *rep, const char *dir, int log_scale);
+
 #endif

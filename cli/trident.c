@@ -1,13 +1,17 @@
 /* trident — the program.
  *
- *   trident run FILE.ini [--json OUT] [--steps N]   run the task on every backend listed
+ *   trident run FILE.ini [--json OUT] [--outputs F] [--steps N]
+ *                                                    run the task on every backend listed
  *   trident bench FILE.ini ...                       the same (benchmarks are runs)
  *   trident bench-kernels [--size N] [--dtype D]     GFLOP/s of the shared kernels
  *   trident list [FILE.ini]                          models, presets, tasks; backend plugins
  *   trident dump FILE.ini                            the task's graph as text
  *   trident check-backend NAME|PATH [FILE.ini]       a plugin's conformance check
+ *   trident report A.json B.json                     two runs' reports compared
  *
- * Exit status: 0 success, 1 failure (the message on stderr), 2 usage. */
+ * Exit status: 0 success, 1 failure (the message on stderr), 2 usage, 130 interrupted
+ * (Ctrl-C: the table so far, the JSON and the outputs written, marked interrupted). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,12 +20,13 @@
 #include "trident/trident.h"
 
 static const char usage[] =
-    "usage: trident run FILE.ini [--json OUT] [--steps N]\n"
-    "       trident bench FILE.ini [--json OUT] [--steps N]\n"
+    "usage: trident run FILE.ini [--json OUT] [--report DIR [--log-scale]] [--outputs OUT.safetensors] [--steps N]\n"
+    "       trident bench FILE.ini [--json OUT] [--report DIR [--log-scale]] [--outputs OUT.safetensors] [--steps N]\n"
     "       trident bench-kernels [--size N] [--dtype f32|bf16|all] [--reps R]\n"
     "       trident list [FILE.ini]\n"
     "       trident dump FILE.ini\n"
-    "       trident check-backend NAME[:MODE]|PATH.so [FILE.ini]\n";
+    "       trident check-backend NAME[:MODE]|PATH.so [FILE.ini]\n"
+    "       trident report A.json B.json\n";
 
 static int fail(const struct tr_error *err) {
     fflush(stdout); /* the table first, then the verdict */
@@ -50,11 +55,23 @@ static int need_model(const struct tr_config *cfg, struct tr_error *err) {
                         "(models: %s)", cfg->file, list);
 }
 
+/* Ctrl-C: the first asks the run to stop after its current step (the table so far, the
+ * JSON and the outputs are still written); a second one kills the program as usual. */
+static void on_sigint(int sig) {
+    (void)sig;
+    tr_bench_interrupt();
+    signal(SIGINT, SIG_DFL);
+}
+
 static int cmd_run(int argc, char **argv) {
-    const char *ini = NULL, *json = NULL;
+    const char *ini = NULL, *json = NULL, *outputs = NULL, *report = NULL;
     int64_t steps = 0;
+    int log_scale = 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
+        else if (strcmp(argv[i], "--outputs") == 0 && i + 1 < argc) outputs = argv[++i];
+        else if (strcmp(argv[i], "--report") == 0 && i + 1 < argc) report = argv[++i];
+        else if (strcmp(argv[i], "--log-scale") == 0) log_scale = 1;
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
             if (parse_count(argv[++i], &steps)) {
                 fprintf(stderr, "trident: --steps %s: expected an integer from 1 to 1000000\n", argv[i]);
@@ -69,6 +86,10 @@ static int cmd_run(int argc, char **argv) {
         fputs(usage, stderr);
         return 2;
     }
+    if (log_scale && !report) {
+        fprintf(stderr, "trident: --log-scale is the chart's, with --report DIR\n%s", usage);
+        return 2;
+    }
     struct tr_error err = {0};
     static struct tr_config cfg;
     if (tr_config_load(ini, &cfg, &err) || need_model(&cfg, &err)) return fail(&err);
@@ -76,16 +97,44 @@ static int cmd_run(int argc, char **argv) {
     tr_cli_apply_threads(&cfg);
 
     static struct tr_bench_report rep;
-    int rc = tr_bench_run(&cfg, tr_builtin_models, &rep, &err);
-    if (rep.n_rows > 0) tr_bench_print(&rep, stdout);
+    const char *out_paths[1 + TR_REPORT_N_FILES];
+    static char report_paths[TR_REPORT_N_FILES][TR_CONFIG_PATH + 32];
+    int n_out = 0;
+    if (json) out_paths[n_out++] = json;
+    if (report) { /* made now, so the check before the run finds out whether its files can be written */
+        if (tr_report_make_dir(report, &err)) return fail(&err);
+        for (int k = 0; k < TR_REPORT_N_FILES; k++) {
+            snprintf(report_paths[k], sizeof report_paths[k], "%s/%s", report, tr_report_file_name(k));
+            out_paths[n_out++] = report_paths[k];
+        }
+    }
+    const struct tr_bench_opts opts = {.outputs = outputs, .out_paths = out_paths, .n_out_paths = n_out};
+    struct sigaction sa = {.sa_handler = on_sigint}, old_sa;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, &old_sa);
+    int rc = tr_bench_run_opts(&cfg, tr_builtin_models, &opts, &rep, &err);
+    sigaction(SIGINT, &old_sa, NULL);
+    if (rep.n_rows > 0) {
+        tr_bench_print(&rep, stdout);
+        tr_bench_print_reference(&rep, &cfg, stdout);
+    }
+    /* A file that cannot be written is its own message; the run's error, if any, follows
+     * (err is empty when the run itself went well: printing it gave an empty "error:" line). */
+    int write_failed = 0;
     if (rep.n_rows > 0 && json) {
         struct tr_error jerr = {0};
         if (tr_bench_write_json(&rep, json, &jerr)) {
             fail(&jerr);
-            rc = rc ? rc : jerr.status;
+            write_failed = 1;
         }
     }
-    if (rc) return fail(&err);
+    if (rep.n_rows > 0 && report) write_failed |= tr_cli_write_report_dir(&rep, report, log_scale);
+    if (!rc && write_failed) return 1;
+    if (rc) {
+        fail(&err);
+        return rc == TR_ERR_INTERRUPTED ? 130 : 1;
+    }
     return 0;
 }
 
@@ -156,6 +205,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "list") == 0) return cmd_list(argc - 2, argv + 2);
     if (strcmp(cmd, "dump") == 0) return cmd_dump(argc - 2, argv + 2);
     if (strcmp(cmd, "check-backend") == 0) return tr_cli_check_backend(argc - 2, argv + 2);
+    if (strcmp(cmd, "report") == 0) return tr_cli_report(argc - 2, argv + 2);
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
         printf("trident %d.%d (backend ABI %d.%d)\n", 0, 1, TR_ABI_MAJOR, TR_ABI_MINOR);
         return 0;

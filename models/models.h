@@ -1,17 +1,11 @@
-/* The models built into trident. */
-#ifndef TRIDENT_MODELS_H
-#define TRIDENT_MODELS_H
+/* The models built into trident, for the code in models/ and the program: the public
+ * list and descriptors (trident/models.h, installed), and the helpers the models share,
+ * which are not part of the installed API. */
+#ifndef TRIDENT_MODELS_MODELS_H
+#define TRIDENT_MODELS_MODELS_H
 
 #include "trident/model.h"
-
-extern const struct tr_model_desc tr_model_bert;
-extern const struct tr_model_desc tr_model_gemma;
-extern const struct tr_model_desc tr_model_mistral;
-extern const struct tr_model_desc tr_model_autoencoder_kl;
-extern const struct tr_model_desc tr_model_clip_text;
-extern const struct tr_model_desc tr_model_unet_2d_condition;
-extern const struct tr_model_desc tr_model_stable_diffusion;
-extern const struct tr_model_desc tr_model_sam;
+#include "trident/models.h"
 
 /* A comma-separated list of integers in [lo, hi] ("320, 640,1280"; spaces allowed) from
  * the STRING key `key` of `model` (s, a char[cap]): *n entries into v (room for max).
@@ -23,8 +17,5 @@ int tr_model_int_list(const char *model, const char *key, const char *s, size_t 
  * VAE's encoder, SAM's image encoder): every PARAM of g. */
 int tr_model_trainable_all(const void *config, const struct tr_graph *g, int *ids, int max, int *n,
                            struct tr_error *err);
-
-/* NULL-terminated. */
-extern const struct tr_model_desc *const tr_builtin_models[];
 
 #endif

@@ -239,5 +239,71 @@ expect "check-backend fails a wrong backend" 1 'FAIL +f32 +matmul.*rel err 1.0e-
 expect "check-backend refuses a missing backend" 1 "not found" -- "$bin" check-backend nosuch
 expect "unknown command" 2 'usage' -- "$bin" frobnicate
 
+# ---- issue 17: mistakes caught before the first step, outputs, inputs, reference,
+# progress, Ctrl-C ----
+ini pre.ini $'[run]\nmodel = bert\nbackends = torch, pytorch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8\n[backend.torch]\nmdoe = eager'
+expect "every problem before any backend runs" 1 '2 problems, found before any backend ran' -- "$bin" run "$tmp/pre.ini"
+if ! grep -q 'ms/step' "$tmp/out" && grep -q "pre.ini:9: \[backend.torch\] unknown key 'mdoe' (keys: mode" "$tmp/out" &&
+   grep -Eq "pre.ini:3: \[run\] backends: 'pytorch': no such backend \(backends found: [a-z, ]*torch" "$tmp/out"; then
+  ok "preflight names both, with the backends found, and runs nothing"; else bad "preflight names both, with the backends found, and runs nothing"; fi
+expect "--json into a missing directory: refused before running" 1 "error: $tmp/nodir/x.json: cannot be written \\(No such file" -- \
+  "$bin" run "$tmp/small.ini" --json "$tmp/nodir/x.json"
+if grep -q 'ms/step\|^torch ' "$tmp/out"; then bad "--json refusal ran nothing"; else ok "--json refusal ran nothing"; fi
+expect "--outputs into a missing directory: refused" 1 "nodir/o.safetensors: cannot be written" -- \
+  "$bin" run "$tmp/small.ini" --outputs "$tmp/nodir/o.safetensors"
+ini fitcaps.ini $'[run]\nmodel = bert\ntask = fit\nbackends = torch, '"$(cd "$(dirname "$bin")" && pwd)"$'/test_plugins/libtrident_backend_good.so\nsteps = 1\nwarmup = 1\nbatch = 2\nseq_len = 8'
+if [ -f "$(dirname "$bin")/test_plugins/libtrident_backend_good.so" ]; then
+  expect "a backend's caps are checked before the run" 1 "cannot run bert/tiny fit in f32: backend '[a-z_]+' does not declare TR_CAP_TRAINING" -- "$bin" run "$tmp/fitcaps.ini"
+else echo > "$tmp/out"; bad "the test plugin libtrident_backend_good.so is built"; fi
+ini sched.ini $'[run]\nmodel = bert\ntask = fit\nschedule = interleaved\nsteps = 1\nwarmup = 1\nbatch = 2\nseq_len = 8'
+expect "interleaved fit refused with the reason" 1 'sched.ini:4: \[run\] schedule = interleaved: fit runs its backends one after another' -- "$bin" run "$tmp/sched.ini"
+ini two.ini $'[run]\nmodel = bert\nbackends = torch, tf\nsteps = 3\nwarmup = 1\nbatch = 2\nseq_len = 8'
+expect "--outputs writes every backend's outputs" 0 'wrote .*o.safetensors \(6 tensors' -- "$bin" run "$tmp/two.ini" --outputs "$tmp/o.safetensors"
+for name in torch/logits tf/logits tf/pooler_output; do
+  if grep -aq "\"$name\"" "$tmp/o.safetensors"; then ok "outputs file has $name"; else bad "outputs file has $name"; fi
+done
+if grep -Eq '^3 timed steps after 1 warm-up step.*interleaved' "$tmp/out"; then ok "the table says the schedule"; else bad "the table says the schedule"; fi
+ini twofit.ini "$(sed 's/^backends = .*/&\ntask = fit/' "$tmp/two.ini")"
+expect "--outputs of fit: each step's loss" 0 'each step.s loss' -- "$bin" run "$tmp/twofit.ini" --outputs "$tmp/of.safetensors"
+if grep -aq '"torch/loss":{"shape":\[4\],[^}]*"dtype":"F64"' "$tmp/of.safetensors"; then ok "fit loss series of 4 steps"; else bad "fit loss series of 4 steps"; fi
+# The reference: a batch and outputs made by transformers (tests/fixtures/make_reference.py).
+expect "every backend against transformers' outputs" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference/check.ini
+if [ "$(grep -cE '^  (torch|torch:reduce-overhead|tf|jax) +ok +.*worst element' "$tmp/out")" = 4 ]; then
+  ok "each backend's worst element against the reference"; else bad "each backend's worst element against the reference"; fi
+cp tests/fixtures/reference/check.ini tests/fixtures/reference/*.safetensors "$tmp/" 2>/dev/null
+sed -i 's#^weights = .*#weights = '"$PWD"'/tests/fixtures/bert_tiny.safetensors#' "$tmp/check.ini"
+sed 's/^weights = .*/weights =/' "$tmp/check.ini" > "$tmp/seeded.ini"
+expect "a reference beyond the tolerance fails, naming the element" 1 "\[run\] reference = .*reference.safetensors: 'torch' differs from it: '[a-z_]+' [0-9.e+-]+; worst element [a-z_]+\[[0-9,]+\]" -- "$bin" run "$tmp/seeded.ini"
+sed -i 's/^inputs = .*/inputs = reference.safetensors/' "$tmp/check.ini"
+expect "an inputs file without the graph's inputs" 1 "\[run\] inputs = .*/reference.safetensors: no tensor 'input_ids'; the graph's inputs are input_ids i32\[2,16\], attention_mask f32\[2,16\], token_type_ids i32\[2,16\]" -- "$bin" run "$tmp/check.ini"
+sed -i 's/^inputs = .*/inputs = batch.safetensors/; s/^batch = 2/batch = 3/; /^reference/d' "$tmp/check.ini"
+expect "an inputs file of another batch" 1 "'input_ids' is i64\[2,16\], the graph's input is i32\[3,16\]" -- "$bin" run "$tmp/check.ini"
+# Progress: one line per backend in a log; a live line on a terminal (script gives a pty).
+expect "progress: a line per backend when not a terminal" 0 'bert/tiny predict  tf  3 steps, [0-9.]+ ms/step' -- "$bin" run "$tmp/two.ini"
+if command -v script >/dev/null; then
+  script -qec "TRIDENT_PROGRESS= $bin run $tmp/two.ini --steps 40" /dev/null > "$tmp/pty" 2>&1
+  if grep -aq $'\r''bert/tiny predict  step [0-9]*/40 .*ms/step  ETA' "$tmp/pty"; then ok "progress: a live line under a pseudo-terminal"
+  else cp "$tmp/pty" "$tmp/out"; bad "progress: a live line under a pseudo-terminal"; fi
+else echo > "$tmp/out"; bad "progress: script(1) (bsdutils) is missing"; fi
+# Ctrl-C: the current step finishes, the table and the JSON are written, marked; exit 130.
+"$bin" run "$tmp/two.ini" --steps 1000000 --json "$tmp/int.json" --outputs "$tmp/int.safetensors" > "$tmp/out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q 'bert/tiny' "$tmp/out" 2>/dev/null && break; sleep 0.1; done
+sleep 1; kill -INT $pid; wait $pid; rc=$?
+if [ $rc = 130 ] && grep -Eq '^tf +f32 ' "$tmp/out" && grep -q 'interrupted' "$tmp/out" && [ -s "$tmp/int.safetensors" ]; then
+  ok "Ctrl-C: exit 130, the table so far, the outputs"; else echo "exit $rc" >> "$tmp/out"; bad "Ctrl-C: exit 130, the table so far, the outputs"; fi
+if grep -Eq '"interrupted":[[:space:]]*true' "$tmp/int.json" 2>/dev/null; then ok "Ctrl-C: the JSON says interrupted"; else bad "Ctrl-C: the JSON says interrupted"; fi
+
+# Reports: --report DIR writes the four files; trident report compares two runs.
+expect "--report writes its files" 0 'all backends ran' -- "$bin" run "$tmp/two.ini" --report "$tmp/rep" --json "$tmp/a.json"
+for f in report.md report.csv report.json chart.svg; do
+  if [ -s "$tmp/rep/$f" ]; then ok "--report wrote $f"; else echo > "$tmp/out"; bad "--report wrote $f"; fi
+done
+if grep -q '| \*\*[0-9.]*\*\* |' "$tmp/rep/report.md"; then ok "report.md puts the best in bold"; else cp "$tmp/rep/report.md" "$tmp/out"; bad "report.md puts the best in bold"; fi
+expect "report: two runs side by side" 0 'B/A' -- "$bin" report "$tmp/a.json" "$tmp/rep/report.json"
+expect "report: one argument is a usage error" 2 'usage' -- "$bin" report "$tmp/a.json"
+expect "report: a missing file" 1 'nofile.json' -- "$bin" report "$tmp/a.json" "$tmp/nofile.json"
+expect "--log-scale needs --report" 2 'with --report DIR' -- "$bin" run "$tmp/two.ini" --log-scale
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -130,7 +130,7 @@ static void test_threads(void **state) {
                  "lines 2 and 3");
     /* the unknown-key message lists it */
     expect_error("thr10.ini", "[run]\nthread = 2\n", TR_ERR_NOT_FOUND, "thr10.ini:2: [run] thread = 2:",
-                 "math, threads, tolerance)");
+                 "math, threads, tolerance, inputs, reference, missing, schedule)");
 }
 
 /* [run] tolerance: the backends' agreement, above 0 and at most 1; absent, 0 (the dtype's). */
@@ -148,6 +148,34 @@ static void test_tolerance(void **state) {
         snprintf(want, sizeof want, "tol.ini:2: [run] tolerance = %s:", bad[i]);
         expect_error("tol.ini", text, TR_ERR_INVALID, want, "above 0 and at most 1");
     }
+}
+
+/* [run] inputs and reference: files resolved against the INI's directory, that must exist
+ * and be regular files; missing and schedule: their words only. */
+static void test_run_files_and_words(void **state) {
+    (void)state;
+    struct tr_config cfg;
+    char batch[256];
+    tmp_path(batch, sizeof batch, "rf_batch.safetensors", "x");
+    load_ok("rf1.ini", "[run]\ninputs = rf_batch.safetensors\nreference = rf_batch.safetensors\nmissing = seed\n"
+            "schedule = sequential\n", &cfg);
+    assert_string_equal(cfg.inputs, batch);
+    assert_string_equal(cfg.reference, batch);
+    assert_int_equal(cfg.inputs_line, 2);
+    assert_int_equal(cfg.reference_line, 3);
+    assert_int_equal(cfg.missing_seed, 1);
+    assert_int_equal(cfg.schedule, TR_SCHEDULE_SEQUENTIAL);
+    load_ok("rf2.ini", "[run]\n", &cfg);
+    assert_int_equal(cfg.inputs[0] | cfg.reference[0], 0);
+    assert_int_equal(cfg.missing_seed, 0);
+    assert_int_equal(cfg.schedule, TR_SCHEDULE_DEFAULT);
+    expect_error("rf3.ini", "[run]\ninputs = nope.safetensors\n", TR_ERR_IO, "rf3.ini:2: [run] inputs = nope.safetensors:",
+                 "No such file or directory", "synthetic batch");
+    expect_error("rf4.ini", "[run]\nreference = .\n", TR_ERR_IO, "rf4.ini:2: [run] reference = .:", "not a regular file");
+    expect_error("rf5.ini", "[run]\nmissing = zero\n", TR_ERR_INVALID, "rf5.ini:2: [run] missing = zero:",
+                 "expected error", "or seed");
+    expect_error("rf6.ini", "[run]\nschedule = parallel\n", TR_ERR_INVALID, "rf6.ini:2: [run] schedule = parallel:",
+                 "expected interleaved", "or sequential");
 }
 
 /* Every key set, with the comment and spacing forms the header comment of config.c allows. */
@@ -560,4 +588,5 @@ static void test_path_backends(void **state) {
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_defaults, test_good_file, test_empty_file_keeps_defaults,
              test_load_string, test_unknown_section, test_unknown_keys, test_bad_integers, test_math, test_threads,
              test_bad_names, test_backends_errors, test_duplicate_keys, test_syntax_errors, test_inline_comments,
-             test_bom, test_missing_files, test_nul_byte, test_backend_options, test_path_backends, test_tolerance)
+             test_bom, test_missing_files, test_nul_byte, test_backend_options, test_path_backends, test_tolerance,
+             test_run_files_and_words)

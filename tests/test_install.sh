@@ -11,9 +11,16 @@
 #   3. the installed `trident`, with no TRIDENT_PLUGIN_PATH, lists its own installed
 #      backends and the example (through an INI's [plugins] path), runs BERT tiny
 #      predict and fit on torch and the example side by side and finds them in agreement,
-#      refuses an unknown [backend.minimal] key by name, and passes check-backend.
-# It runs in the sanitizer build too: the example is built without the sanitizer flags
-# (as a third party would) and loaded into the instrumented program.
+#      refuses an unknown [backend.minimal] key by name, and passes check-backend;
+#   4. examples/run_bert, an application on the models library, built against the moved
+#      prefix with CMake (trident::models) and with pkg-config (trident-models) and the
+#      compiler: both print the same logits as the in-tree build, from the installed torch,
+#      and `trident run` of the same INI agrees with them: the replay test plugin
+#      (tests/plugins/backend_test.c) hands it the printed logits as a second backend's,
+#      which the harness compares with torch's, and a copy 0.1% off in one value fails.
+# It runs in the sanitizer build too: the backends are built without the sanitizer flags
+# (as a third party would) and loaded into the instrumented program; an application is
+# built with them (ASan's runtime must come first in a program).
 # usage: tests/test_install.sh CMAKE BUILD_DIR   (as ctest runs it)
 set -u
 cmake=$1 build=$(cd "$2" && pwd)
@@ -50,11 +57,17 @@ for f in bin/trident lib/libtrident.so lib/libtrident_kernels.so lib/libtrident_
          include/trident/status.h include/trident/tensor.h include/trident/trident.h \
          lib/cmake/trident/trident-config.cmake \
          lib/cmake/trident/trident-config-version.cmake lib/cmake/trident/trident-backend.map \
-         lib/pkgconfig/trident.pc share/trident/conf/quickstart.ini; do
+         lib/pkgconfig/trident.pc share/trident/conf/quickstart.ini \
+         lib/libtrident_models.so include/trident/models.h include/trident/model.h \
+         lib/pkgconfig/trident-models.pc; do
   [ -e "$prefix/$f" ] || missing="$missing $f"
 done
 if [ -z "$missing" ]; then ok "installed tree complete"; else echo "missing:$missing" > "$work/out"; bad "installed tree complete"; fi
 bin=$prefix/bin/trident
+# A sanitizer build's libraries want an application instrumented as well (ASan's runtime
+# first in the program's libraries); a backend, loaded into the program, needs nothing.
+san=""
+if readelf -d "$prefix/lib/libtrident_base.so" | grep -q libasan; then san="-fsanitize=address,undefined"; fi
 # Relative RPATHs: in the moved tree each ELF resolves trident's libraries to the prefix
 # ("FILE: LIB DIR" a line, DIR with the ..s of $ORIGIN/.. resolved).
 : > "$work/out"
@@ -99,10 +112,7 @@ if command -v pkg-config >/dev/null; then
   expect "the pkg-config build passes check-backend" 0 'the backend conforms' -- \
     "$bin" check-backend "$work/pc/libtrident_backend_minimal.so"
   # An application calls the base (errors, dtypes) itself: Libs must name libtrident_base,
-  # or the link fails with "DSO missing from command line". A sanitizer build's libraries
-  # want the application instrumented as well (ASan's runtime first).
-  san=""
-  if readelf -d "$prefix/lib/libtrident_base.so" | grep -q libasan; then san="-fsanitize=address,undefined"; fi
+  # or the link fails with "DSO missing from command line".
   printf '%s\n' '#include <stdio.h>' '#include "trident/trident.h"' \
     'int main(void) { struct tr_error e; tr_error_set(&e, TR_ERR_SHAPE, "x");' \
     '  printf("%s %zu\n", tr_status_name(e.status), tr_dtype_size(TR_DTYPE_BF16)); return 0; }' > "$work/pc/app.c"
@@ -164,4 +174,83 @@ expect "example refuses an unknown key by name, file and line" 1 "typo.ini:12: \
   "$bin" run "$work/typo.ini"
 
 expect "the example passes check-backend" 0 'the backend conforms' -- "$bin" check-backend minimal "$work/run.ini"
+
+# ---- 4. an application on the models library: examples/run_bert ----
+cp -r "$src/examples/run_bert" "$work/run-bert-src"
+expect "run_bert configures with find_package(trident)" 0 'Generating done' -- \
+  "$cmake" -S "$work/run-bert-src" -B "$work/run-bert" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_FLAGS="$san"
+expect "run_bert builds" 0 '' -- "$cmake" --build "$work/run-bert"
+link=$(cat "$work/run-bert/CMakeFiles/run_bert.dir/link.txt")
+echo "link: $link" > "$work/out"
+if ! grep -Eq "$src/(core|models|plugins)|$build/(core|models|plugins)" <<<"$link" &&
+   grep -q "$prefix/lib/libtrident_models.so" <<<"$link" && grep -q "$prefix/lib/libtrident.so" <<<"$link"; then
+  ok "run_bert links the prefix's models library and core, nothing of the build"
+else bad "run_bert links the prefix's models library and core, nothing of the build"; fi
+
+# BERT tiny predict at batch 2 (4 logits); replay is the second backend, which run_bert,
+# taking the first, leaves to `trident run`.
+mkdir -p "$work/replay"
+ini bert.ini "[plugins]
+path = $work/replay
+[run]
+model = bert
+preset = tiny
+task = predict
+backends = torch, replay
+batch = 2
+seq_len = 16
+seed = 4321
+steps = 1
+warmup = 1
+[backend.replay]
+values = $work/logits.txt"
+logits_re='^logits \[2,2\]:( -?[0-9][-+.e0-9]*){4}$'
+expect "run_bert runs BERT tiny on the installed torch" 0 "$logits_re" -- "$work/run-bert/run_bert" "$work/bert.ini"
+cp "$work/out" "$work/run-bert.out"
+if grep -q "on torch ($prefix/lib/trident/libtrident_backend_torch.so)" "$work/run-bert.out"; then
+  ok "run_bert found torch in the install dir"; else bad "run_bert found torch in the install dir"; fi
+sed -n 's/^logits [^:]*: //p' "$work/run-bert.out" > "$work/logits.txt"
+# Finite, not all equal (a graph that ignored its weights or its batch would print one value).
+tr ' ' '\n' < "$work/logits.txt" > "$work/out"
+if awk '$1 != $1 + 0 || $1 ~ /nan|inf/ { bad = 1 } NR == 1 { first = $1 } $1 != first { differ = 1 }
+        END { exit !(NR == 4 && !bad && differ) }' "$work/out"; then
+  ok "run_bert's logits are 4 finite numbers, not all equal"; else bad "run_bert's logits are 4 finite numbers, not all equal"; fi
+
+# The in-tree build of the same program on the same INI prints the same logits: the
+# installed libraries are the build's.
+if [ -x "$build/examples/run_bert" ]; then
+  expect "the in-tree run_bert runs" 0 "$logits_re" -- "$build/examples/run_bert" "$work/bert.ini"
+  if [ "$(grep '^logits' "$work/out")" = "$(grep '^logits' "$work/run-bert.out")" ]; then
+    ok "installed and in-tree run_bert print the same logits"
+  else { echo "in-tree:"; grep '^logits' "$work/out"; echo "installed:"; grep '^logits' "$work/run-bert.out"; } > "$work/out.2"
+    mv "$work/out.2" "$work/out"; bad "installed and in-tree run_bert print the same logits"; fi
+else echo "missing: $build/examples/run_bert (target trident_example_run_bert)" > "$work/out"
+  bad "the in-tree run_bert is built"; fi
+
+if command -v pkg-config >/dev/null; then
+  export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+  expect "run_bert builds with pkg-config's trident-models" 0 '' -- sh -c "cc -std=c17 -Wall -Wextra -Werror $san \
+    \$(pkg-config --cflags trident-models) '$src/examples/run_bert/main.c' -o '$work/pc/run_bert' \
+    \$(pkg-config --libs trident-models) -Wl,-rpath,'$prefix/lib'"
+  expect "the pkg-config run_bert runs" 0 "$logits_re" -- "$work/pc/run_bert" "$work/bert.ini"
+  if [ "$(cat "$work/out")" = "$(cat "$work/run-bert.out")" ]; then ok "the pkg-config and CMake run_bert print the same"
+  else bad "the pkg-config and CMake run_bert print the same"; fi
+
+  # `trident run` on the same INI: replay's logits are run_bert's, compared with torch's
+  # at the f32 tolerance (1e-4); its other outputs it computes with the shared kernels.
+  expect "the replay plugin builds" 0 '' -- sh -c "cc -std=c17 -Wall -Wextra -Werror -Wno-unused-parameter -shared \
+    -fPIC -fvisibility=hidden -DTP_VARIANT_REPLAY \$(pkg-config --cflags trident) '$src/tests/plugins/backend_test.c' \
+    -o '$work/replay/libtrident_backend_replay.so' \
+    -Wl,--version-script=\$(pkg-config --variable=backend_map trident) -Wl,--no-undefined"
+  expect "trident run agrees with run_bert's logits" 0 'all backends ran and agree' -- "$bin" run "$work/bert.ini"
+  if grep -Eq '^replay +f32 .* ok *$' "$work/out"; then ok "the replayed logits row agrees with torch"
+  else bad "the replayed logits row agrees with torch"; fi
+  # The check can fail: one logit 0.1% off is ten times the tolerance.
+  cp "$work/logits.txt" "$work/logits.good"
+  awk '{ $1 = sprintf("%.9g", $1 * 1.001); print }' "$work/logits.good" > "$work/logits.txt"
+  expect "trident run refuses logits 0.1% off" 1 "'replay' differs by [0-9.e+-]+ in output 'logits'" -- \
+    "$bin" run "$work/bert.ini"
+  cp "$work/logits.good" "$work/logits.txt"
+fi
 finish

@@ -12,6 +12,9 @@
 #include "trident/bench.h"
 #include "trident/generate.h"
 #include "trident/image.h"
+#include "bench_io.h"
+#include "bench_preflight.h"
+#include "bench_progress.h"
 #include "bench_util.h"
 #include "trident/graph.h"
 #include "trident/kernels.h"
@@ -177,14 +180,6 @@ static int first_nonfinite(const struct tr_tensor *t, int64_t *where) {
     return 0;
 }
 
-static int step(struct tr_backend *be, struct tr_program *prog, int n_in, const struct tr_tensor *in, int n_out,
-                struct tr_tensor *out, double *ms, struct tr_error *err) {
-    double t0 = tr_bench_now_ms();
-    int rc = tr_backend_execute(be, prog, n_in, in, n_out, out, err);
-    *ms = tr_bench_now_ms() - t0;
-    return rc;
-}
-
 /* fit: the state every backend starts from (the updated params' initial bytes), and the
  * per-step inputs (lr, step). */
 struct fit_state {
@@ -194,107 +189,179 @@ struct fit_state {
     size_t *nbytes;
     int n;
     float *lr, *step;           /* the host tensors fed as "lr" and "step" */
-    int64_t t;                  /* steps run by this backend */
 };
 
-static int fit_restore(struct fit_state *fs) {
+static void fit_restore(struct fit_state *fs) {
     const struct tr_graph *g = fs->tg->graph;
     for (int u = 0; u < fs->n; u++)
         memcpy((void *)tr_node_data(g, tr_graph_update_param(g, u)), fs->snap[u], fs->nbytes[u]);
-    fs->t = 0;
-    return TR_OK;
 }
 
-/* After a step: the loss of each step checked finite, the first ones kept. */
-static int fit_after_step(struct fit_state *fs, const struct tr_tensor *out, struct tr_bench_row *row,
-                          struct tr_error *err) {
-    double loss = tr_tensor_get_f64(&out[0], 0);
+/* One backend of a run: its instance, its outputs and its step times. */
+struct slot {
+    const struct tr_config_backend *cb;
+    struct tr_bench_row *row;
+    struct tr_plugin *plugin;
+    struct tr_backend *be;
+    struct tr_program *prog;
+    struct tr_tensor *out;      /* this backend's outputs (of its last step) */
+    double *times;              /* timed steps, in order */
+    double *losses;             /* fit: every step's loss, first and warm-up steps too */
+    int64_t n_steps;            /* steps run (all kinds): fit's step counter */
+    double ms_sum;
+    int live;                   /* started and not failed */
+    struct tr_error err;
+};
+
+/* What the slots share. */
+struct run {
+    const struct tr_config *cfg;
+    const struct tr_graph *g;
+    struct fit_state *fs;
+    int n_in, n_out;
+    const struct tr_tensor *in;
+    struct tr_progress *pr;
+};
+
+static void slot_fail(struct slot *s, int rc) {
+    (void)rc;
+    s->live = 0;
+    s->row->ok = 0;
+    snprintf(s->row->error, sizeof s->row->error, "%s", s->err.msg);
+}
+
+static void slot_close(struct slot *s) {
+    tr_program_free(s->prog);
+    tr_backend_free(s->be);
+    tr_plugin_close(s->plugin);
+    s->prog = NULL, s->be = NULL, s->plugin = NULL;
+}
+
+/* One step; fit: the step counter fed, the loss checked finite and kept. */
+static int slot_step(struct run *r, struct slot *s, double *ms) {
+    struct fit_state *fs = r->fs;
+    if (fs->on) *fs->step = (float)(s->n_steps + 1);
+    double t0 = tr_bench_now_ms();
+    int rc = tr_backend_execute(s->be, s->prog, r->n_in, r->in, r->n_out, s->out, &s->err);
+    *ms = tr_bench_now_ms() - t0;
+    if (rc) return rc;
+    s->n_steps++;
+    if (!fs->on) return TR_OK;
+    double loss = tr_tensor_get_f64(&s->out[0], 0);
+    s->losses[s->n_steps - 1] = loss;
     if (!isfinite(loss))
-        return tr_error_set(err, TR_ERR_NUMERIC, "fit: the loss is %g at step %lld (lr %g): training diverged",
-                            loss, (long long)fs->t, (double)*fs->lr);
-    if (fs->t == 1) row->loss_first = loss;
+        return tr_error_set(&s->err, TR_ERR_NUMERIC, "fit: the loss is %g at step %lld (lr %g): training diverged",
+                            loss, (long long)s->n_steps, (double)*fs->lr);
+    struct tr_bench_row *row = s->row;
+    if (s->n_steps == 1) row->loss_first = loss;
     row->loss_last = loss;
     if (row->n_fit_losses < TR_BENCH_FIT_LOSSES) row->fit_losses[row->n_fit_losses++] = loss;
     return TR_OK;
 }
 
-static int run_step(struct fit_state *fs, struct tr_backend *be, struct tr_program *prog, int n_in,
-                    const struct tr_tensor *in, int n_out, struct tr_tensor *out, struct tr_bench_row *row,
-                    double *ms, struct tr_error *err) {
-    if (fs->on) *fs->step = (float)++fs->t;
-    int rc = step(be, prog, n_in, in, n_out, out, ms, err);
-    if (rc == TR_OK && fs->on) rc = fit_after_step(fs, out, row, err);
-    return rc;
+/* Load, init, compile, the first step (timed on its own), the untimed warm-up. */
+static int slot_start(struct run *r, struct slot *s) {
+    const struct tr_config *cfg = r->cfg;
+    struct tr_plugin_search search = {.ini_dir = cfg->plugin_path[0] ? cfg->plugin_path : NULL, .env_path = NULL};
+    tr_progress_phase(r->pr, s->row->label, "loading and compiling");
+    int rc = tr_plugin_open(s->cb->path[0] ? s->cb->path : s->cb->name, &search, &s->plugin, &s->err);
+    if (rc) return rc;
+    snprintf(s->row->plugin_path, sizeof s->row->plugin_path, "%s", tr_plugin_path(s->plugin));
+    struct tr_option opts[TR_CONFIG_MAX_KV + 1];
+    struct tr_backend_params params;
+    tr_bench_backend_params(cfg, s->cb, opts, &params);
+    if (r->fs->on) fit_restore(r->fs);
+    double t0 = tr_bench_now_ms();
+    if ((rc = tr_backend_init(s->plugin, &params, &s->be, &s->err)) != TR_OK) return rc;
+    double tc = tr_bench_now_ms();
+    if ((rc = tr_backend_compile(s->be, r->g, &s->prog, &s->err)) != TR_OK) return rc;
+    s->row->compile_ms = tr_bench_now_ms() - tc;
+    double ms;
+    if ((rc = slot_step(r, s, &ms)) != TR_OK) return rc;
+    s->row->first_ms = tr_bench_now_ms() - t0;
+    if (cfg->warmup > 1) tr_progress_phase(r->pr, s->row->label, "warm-up");
+    for (int64_t i = 1; i < cfg->warmup && rc == TR_OK; i++) rc = slot_step(r, s, &ms);
+    if (rc) return rc;
+    s->live = 1;
+    return TR_OK;
 }
 
-/* One backend: load, compile, first step, warm-up, timed steps, stats. Outputs land in out. */
-static int run_backend(const struct tr_config *cfg, const struct tr_config_backend *cb, const struct tr_graph *g,
-                       struct fit_state *fs, int n_in, const struct tr_tensor *in, int n_out, struct tr_tensor *out,
-                       struct tr_bench_row *row, struct tr_error *err) {
-    struct tr_plugin_search search = {.ini_dir = cfg->plugin_path[0] ? cfg->plugin_path : NULL, .env_path = NULL};
-    struct tr_plugin *plugin = NULL;
-    struct tr_backend *be = NULL;
-    struct tr_program *prog = NULL;
-    double *times = NULL;
-    int rc = tr_plugin_open(cb->path[0] ? cb->path : cb->name, &search, &plugin, err);
-    if (rc) goto done;
-    snprintf(row->plugin_path, sizeof row->plugin_path, "%s", tr_plugin_path(plugin));
+static int slot_timed_step(struct run *r, struct slot *s) {
+    double *t = &s->times[s->row->steps_run];
+    int rc = slot_step(r, s, t);
+    if (rc) return tr_error_prefix(&s->err, "step %lld", (long long)s->n_steps + 1);
+    s->ms_sum += *t;
+    s->row->steps_run++;
+    return TR_OK;
+}
 
-    struct tr_option opts[TR_CONFIG_MAX_KV + 1];
-    int n_opts = tr_config_backend_options(cfg, cb, opts, TR_CONFIG_MAX_KV + 1);
-    struct tr_backend_params params = {
-        .struct_size = sizeof params, .abi_version = TR_ABI_VERSION, .device_type = cfg->device_type,
-        .device_index = 0, .options = opts, .n_options = n_opts, .math = cfg->math,
-    };
-    if (fs->on) fit_restore(fs);
-    double t0 = tr_bench_now_ms();
-    rc = tr_backend_init(plugin, &params, &be, err);
-    if (rc) goto done;
-    double tc = tr_bench_now_ms();
-    rc = tr_backend_compile(be, g, &prog, err);
-    if (rc) goto done;
-    row->compile_ms = tr_bench_now_ms() - tc;
-    double ms;
-    rc = run_step(fs, be, prog, n_in, in, n_out, out, row, &ms, err);
-    if (rc) goto done;
-    row->first_ms = tr_bench_now_ms() - t0;
-    for (int64_t i = 1; i < cfg->warmup && rc == TR_OK; i++)
-        rc = run_step(fs, be, prog, n_in, in, n_out, out, row, &ms, err);
-    if (rc) goto done;
-
-    times = malloc(sizeof(double) * (size_t)cfg->steps);
-    if (!times) {
-        rc = tr_error_set(err, TR_ERR_NOMEM, "bench: out of memory");
-        goto done;
-    }
-    for (int64_t i = 0; i < cfg->steps; i++) {
-        rc = run_step(fs, be, prog, n_in, in, n_out, out, row, &times[i], err);
-        if (rc) {
-            tr_error_prefix(err, "step %lld", (long long)(cfg->warmup + i + 1));
-            goto done;
-        }
-    }
-    tr_bench_row_times(row, times, cfg->steps);
+/* After the timed steps (all or, interrupted, some): the row's figures, the stats, the
+ * outputs checked finite. */
+static int slot_finish(struct run *r, struct slot *s) {
+    struct tr_bench_row *row = s->row;
+    const struct tr_config *cfg = r->cfg;
+    if (row->steps_run < 1) return tr_error_set(&s->err, TR_ERR_INTERRUPTED, "interrupted before its timed steps");
+    tr_bench_row_times(row, s->times, row->steps_run);
     row->items_per_s = row->mean_ms > 0 ? (double)cfg->batch * 1e3 / row->mean_ms : 0;
-    row->gflops = row->mean_ms > 0 ? tr_graph_flops(g) / (row->mean_ms * 1e6) : 0;
-    rc = tr_backend_get_stats(be, prog, &row->stats, err);
-    if (rc == TR_OK && fs->on) rc = tr_backend_sync(be, prog, err);
-    if (rc) goto done;
-
-    for (int i = 0; i < n_out; i++) {
+    row->gflops = row->mean_ms > 0 ? tr_graph_flops(r->g) / (row->mean_ms * 1e6) : 0;
+    int rc = tr_backend_get_stats(s->be, s->prog, &row->stats, &s->err);
+    if (rc == TR_OK && r->fs->on) rc = tr_backend_sync(s->be, s->prog, &s->err);
+    if (rc) return rc;
+    for (int i = 0; i < r->n_out; i++) {
         int64_t where;
-        if (first_nonfinite(&out[i], &where)) {
-            rc = tr_error_set(err, TR_ERR_NUMERIC, "output '%s' has a non-finite value at element %lld",
-                              tr_graph_output_name(g, i), (long long)where);
-            goto done;
-        }
+        if (first_nonfinite(&s->out[i], &where))
+            return tr_error_set(&s->err, TR_ERR_NUMERIC, "output '%s' has a non-finite value at element %lld",
+                                tr_graph_output_name(r->g, i), (long long)where);
     }
-done:
-    free(times);
-    tr_program_free(prog);
-    tr_backend_free(be);
-    tr_plugin_close(plugin);
-    return rc;
+    row->ok = 1;
+    return TR_OK;
+}
+
+/* Each backend's steps one after another (fit always: the backends train one host copy
+ * of the parameters, restored before each). */
+static void run_sequential(struct run *r, struct slot *slots, int n) {
+    for (int b = 0; b < n && !tr_bench_stop_requested(); b++) {
+        struct slot *s = &slots[b];
+        int rc = slot_start(r, s);
+        for (int64_t i = 0; rc == TR_OK && i < r->cfg->steps && !tr_bench_stop_requested(); i++) {
+            rc = slot_timed_step(r, s);
+            tr_progress_step(r->pr, s->row->label, s->row->steps_run, r->cfg->steps, s->ms_sum);
+        }
+        if (rc == TR_OK) rc = slot_finish(r, s);
+        if (rc) slot_fail(s, rc);
+        tr_progress_done(r->pr, s->row, r->cfg->steps);
+        slot_close(s);
+    }
+}
+
+/* Every backend started, then the timed steps taken in turns: a change of the machine's
+ * load (another process, a frequency step) falls on every backend alike instead of on
+ * whichever ran then. */
+static void run_interleaved(struct run *r, struct slot *slots, int n, struct tr_bench_report *rep) {
+    for (int b = 0; b < n && !tr_bench_stop_requested(); b++)
+        if (slot_start(r, &slots[b]) != TR_OK) slot_fail(&slots[b], slots[b].err.status);
+    double sums[TR_BENCH_MAX_ROWS] = {0};
+    for (int64_t i = 0; i < r->cfg->steps && !tr_bench_stop_requested(); i++) {
+        for (int b = 0; b < n; b++) {
+            struct slot *s = &slots[b];
+            if (!s->live) continue;
+            s->row->ok = 1; /* shown in the live line while it runs */
+            if (slot_timed_step(r, s) != TR_OK) slot_fail(s, s->err.status);
+            sums[b] = s->ms_sum;
+        }
+        tr_progress_round(r->pr, rep, sums, i + 1, r->cfg->steps);
+    }
+    tr_progress_end(r->pr);
+    for (int b = 0; b < n; b++) {
+        struct slot *s = &slots[b];
+        if (s->live && slot_finish(r, s) != TR_OK) slot_fail(s, s->err.status);
+        else if (!s->live && !s->err.msg[0]) { /* never started: interrupted first */
+            tr_error_set(&s->err, TR_ERR_INTERRUPTED, "interrupted before it started");
+            slot_fail(s, TR_ERR_INTERRUPTED);
+        }
+        tr_progress_done(r->pr, s->row, r->cfg->steps);
+        slot_close(s);
+    }
 }
 
 /* libgomp reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, when it is loaded, so what the
@@ -350,7 +417,7 @@ static double tolerance_of(enum tr_dtype dt, enum tr_math math) {
  * what a planned executor holds; one backend runs at a time), against MemAvailable on the
  * cpu; on cuda said only (no device to ask yet; the backend allocates and refuses). */
 static int check_memory(const struct tr_config *cfg, const struct tr_task_graph *tg, uint64_t params,
-                        struct tr_error *err) {
+                        int n_backends, struct tr_error *err) {
     const struct tr_graph *g = tg->graph;
     uint64_t io = 0;
     for (int i = 0; i < tr_graph_n_inputs(g); i++) {
@@ -359,7 +426,7 @@ static int check_memory(const struct tr_config *cfg, const struct tr_task_graph 
     }
     for (int i = 0; i < tr_graph_n_outputs(g); i++) {
         struct tr_tensor t = tr_node_tensor(g, tr_graph_output(g, i));
-        io += 2 * tr_tensor_nbytes(&t);
+        io += (uint64_t)n_backends * tr_tensor_nbytes(&t); /* each backend's outputs are kept */
     }
     const uint64_t act = tr_graph_peak_bytes(g), need = params + io + act;
     uint64_t avail = 0;
@@ -386,7 +453,15 @@ static int check_memory(const struct tr_config *cfg, const struct tr_task_graph 
 
 int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const *models,
                  struct tr_bench_report *rep, struct tr_error *err) {
+    return tr_bench_run_opts(cfg, models, NULL, rep, err);
+}
+
+int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *const *models,
+                      const struct tr_bench_opts *o, struct tr_bench_report *rep, struct tr_error *err) {
+    static const struct tr_bench_opts none;
+    if (!o) o = &none;
     memset(rep, 0, sizeof *rep);
+    snprintf(rep->weights, sizeof rep->weights, "%s", cfg->weights);
     snprintf(rep->model, sizeof rep->model, "%s", cfg->model);
     snprintf(rep->preset, sizeof rep->preset, "%s", cfg->preset);
     snprintf(rep->task, sizeof rep->task, "%s", cfg->task);
@@ -452,7 +527,7 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
                 (unsigned long long)trained, tr_bench_bytes_str(state_bytes, state, sizeof state));
     fputc('\n', stderr);
     if (!token_gen) {
-        rc = check_memory(cfg, &tg, rep->param_bytes + state_bytes, err);
+        rc = check_memory(cfg, &tg, rep->param_bytes + state_bytes, cfg->n_backends, err);
         if (rc) {
             tr_task_graph_free(&tg);
             return rc;
@@ -463,25 +538,41 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
         tr_task_graph_free(&tg);
         return tr_error_prefix(err, "%s: [run] device = %s", cfg->file, cfg->device);
     }
+    {
+        const struct tr_graph *graphs[2] = {token_gen ? tg.gen.prefill : tg.graph, tg.gen.decode};
+        if ((rc = tr_bench_preflight(cfg, graphs, token_gen ? 2 : 1, o, err)) != TR_OK) {
+            tr_task_graph_free(&tg);
+            return rc;
+        }
+    }
     if (token_gen) {
-        rc = tr_generate_bench(cfg, &tg, rep, err);
+        rc = tr_generate_bench(cfg, &tg, o, rep, err);
         tr_task_graph_free(&tg);
         return rc;
     }
     struct tr_weights *w = NULL;
     struct fit_state fs = {.on = tg.opts.task == TR_TASK_FIT, .tg = &tg};
-    struct tr_tensor *in = NULL, *ref = NULL, *out = NULL;
+    struct tr_tensor *in = NULL;
+    struct slot slots[TR_BENCH_MAX_ROWS];
+    struct tr_bench_reference refile = {0};
+    struct tr_bench_outputs outs = {0};
+    struct tr_progress pr;
+    memset(slots, 0, sizeof slots);
     int n_in = tr_graph_n_inputs(g), n_out = tr_graph_n_outputs(g);
     rep->n_nodes = tr_graph_n_nodes(g);
     rep->flops_per_step = tr_graph_flops(g);
+    tr_progress_init(&pr, cfg);
 
+    if ((rc = tr_bench_reference_open(cfg, g, &refile, err)) != TR_OK) goto done;
     rc = cfg->weights[0] ? tr_weights_load_seeded(g, cfg->weights, cfg->seed, &w, err)
                          : tr_weights_from_seed(g, cfg->seed, &w, err);
     if (rc) goto done;
     rc = tr_bench_io_alloc(g, n_in, tr_graph_input, &in, err);
     if (rc) goto done;
-    rc = tg.model->make_inputs(tg.config, &tg.opts, cfg->seed, tg.n_model_inputs, in, err);
+    rc = cfg->inputs[0] ? tr_bench_inputs_load(cfg, g, tg.n_model_inputs, in, err)
+                        : tg.model->make_inputs(tg.config, &tg.opts, cfg->seed, tg.n_model_inputs, in, err);
     if (rc) goto done;
+    const int64_t total_steps = cfg->warmup + cfg->steps;
     if (fs.on) {
         /* the state every backend starts from: masters from their params, then a copy */
         rc = tr_train_init_masters(g, &tg.train, err);
@@ -507,44 +598,62 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
         *fs.lr = (float)tg.train_cfg.learning_rate;
         *fs.step = 1.0f;
     }
-    rc = tr_bench_io_alloc(g, n_out, tr_graph_output, &ref, err);
-    if (rc) goto done;
-    rc = tr_bench_io_alloc(g, n_out, tr_graph_output, &out, err);
-    if (rc) goto done;
+    for (int b = 0; b < cfg->n_backends; b++) {
+        struct slot *sl = &slots[b];
+        sl->cb = &cfg->backends[b];
+        sl->row = &rep->rows[rep->n_rows++];
+        tr_bench_row_label(sl->row, sl->cb);
+        rc = tr_bench_io_alloc(g, n_out, tr_graph_output, &sl->out, err);
+        if (!rc && !(sl->times = malloc(sizeof(double) * (size_t)cfg->steps)))
+            rc = tr_error_set(err, TR_ERR_NOMEM, "bench: out of memory");
+        if (!rc && fs.on && !(sl->losses = malloc(sizeof(double) * (size_t)total_steps)))
+            rc = tr_error_set(err, TR_ERR_NOMEM, "bench: out of memory");
+        if (rc) goto done;
+    }
+
+    struct run r = {.cfg = cfg, .g = g, .fs = &fs, .n_in = n_in, .n_out = n_out, .in = in, .pr = &pr};
+    const int interleaved = cfg->schedule == TR_SCHEDULE_INTERLEAVED ||
+                            (cfg->schedule == TR_SCHEDULE_DEFAULT && !fs.on && cfg->device_type == TR_DEVICE_CPU &&
+                             cfg->n_backends > 1);
+    snprintf(rep->schedule, sizeof rep->schedule, "%s", interleaved ? "interleaved" : "sequential");
+    if (interleaved) run_interleaved(&r, slots, cfg->n_backends, rep);
+    else run_sequential(&r, slots, cfg->n_backends);
+    rep->interrupted = tr_bench_stop_requested();
 
     int have_ref = 0, failures = 0, disagreements = 0;
+    const struct slot *rs = NULL;
     for (int b = 0; b < cfg->n_backends; b++) {
-        struct tr_bench_row *row = &rep->rows[rep->n_rows++];
-        const struct tr_config_backend *cb = &cfg->backends[b];
-        tr_bench_row_label(row, cb);
-        struct tr_error berr = {0};
-        int brc = run_backend(cfg, cb, g, &fs, n_in, in, n_out, have_ref ? out : ref, row, &berr);
-        if (brc) {
-            row->ok = 0;
-            snprintf(row->error, sizeof row->error, "%s", berr.msg);
-            failures++;
+        struct slot *sl = &slots[b];
+        struct tr_bench_row *row = sl->row;
+        if (!row->ok) {
+            if (!sl->err.msg[0]) {
+                tr_error_set(&sl->err, TR_ERR_INTERRUPTED, "interrupted before it started");
+                slot_fail(sl, TR_ERR_INTERRUPTED);
+            }
+            failures += sl->err.status != TR_ERR_INTERRUPTED;
             continue;
         }
-        row->ok = 1;
+        if (refile.st)
+            tr_bench_reference_compare(&refile, g, n_out, sl->out, sl->losses, sl->n_steps, rep->tolerance, row);
         if (!have_ref) {
             have_ref = 1;
             row->agrees = 1;
             row->is_reference = 1;
+            rs = sl;
             continue;
         }
         row->max_rel_diff = 0;
-        const struct tr_bench_row *rr = rep->rows;
-        while (!rr->is_reference) rr++;
+        const struct tr_bench_row *rr = rs->row;
         for (int i = 0; fs.on && i < row->n_fit_losses && i < rr->n_fit_losses; i++) {
-            double a = row->fit_losses[i], b = rr->fit_losses[i];
-            double d = fabs(a - b) / (fabs(b) > 0 ? fabs(b) : 1.0);
+            double a = row->fit_losses[i], b2 = rr->fit_losses[i];
+            double d = fabs(a - b2) / (fabs(b2) > 0 ? fabs(b2) : 1.0);
             if (!(d <= row->max_rel_diff)) {
                 row->max_rel_diff = d;
                 snprintf(row->worst_output, sizeof row->worst_output, "loss of step %d", i + 1);
             }
         }
         for (int i = 0; !fs.on && i < n_out; i++) {
-            double d = tr_bench_rel_diff(&out[i], &ref[i]);
+            double d = tr_bench_rel_diff(&sl->out[i], &rs->out[i]);
             if (!(d <= row->max_rel_diff)) {
                 row->max_rel_diff = d;
                 snprintf(row->worst_output, sizeof row->worst_output, "%s", tr_graph_output_name(g, i));
@@ -561,23 +670,61 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
                           "(the %s tolerance is %.0e)",
                           disagreements, rep->n_rows, tr_bench_reference_label(rep), bad->label, bad->max_rel_diff,
                           bad->worst_output, rep->dtype, rep->tolerance);
-    if (have_ref && tg.image[0]) { /* the reference backend's pictures */
+    for (int b = 0; !rc && refile.st && b < rep->n_rows; b++)
+        if (rep->rows[b].ok && !rep->rows[b].ref_agrees) {
+            rep->all_ok = 0;
+            rc = tr_error_set(err, TR_ERR_NUMERIC, "%s:%d: [run] reference = %s: '%s' differs from it: %s (the %s "
+                              "tolerance is %.0e)", cfg->file, cfg->reference_line, cfg->reference, rep->rows[b].label,
+                              rep->rows[b].ref_worst, rep->dtype, rep->tolerance);
+        }
+    if (rs && tg.image[0]) { /* the reference backend's pictures */
         int k = -1;
         for (int i = 0; i < n_out; i++)
             if (strcmp(tr_graph_output_name(g, i), "image") == 0) k = i;
         int irc = k < 0 ? tr_error_set(err, TR_ERR_INVALID, "%s: [generate] image: model '%s' has no output 'image'",
                                        cfg->file, cfg->model)
-                        : tr_image_write_png(tg.image, &ref[k], err);
+                        : tr_image_write_png(tg.image, &rs->out[k], err);
         if (irc) rc = irc;
         else fprintf(stderr, "trident: wrote %s (%s's output 'image')\n", tg.image, tr_bench_reference_label(rep));
     }
+    if (o->outputs) {
+        int orc = TR_OK;
+        for (int b = 0; b < cfg->n_backends && !orc; b++) {
+            const struct slot *sl = &slots[b];
+            if (!sl->n_steps) continue;
+            for (int i = 0; i < n_out && !orc; i++) {
+                const char *name = tr_graph_output_name(g, i);
+                if (fs.on && strcmp(name, "loss") == 0) continue; /* the series below */
+                orc = tr_bench_outputs_add(&outs, sl->row->label, name, &sl->out[i], err);
+            }
+            if (fs.on && !orc) {
+                struct tr_tensor t = {.dtype = TR_DTYPE_F64, .ndim = 1, .shape = {sl->n_steps}, .strides = {1},
+                                      .data = sl->losses};
+                orc = tr_bench_outputs_add(&outs, sl->row->label, "loss", &t, err);
+            }
+        }
+        if (!orc) orc = tr_bench_outputs_write(&outs, o->outputs, err);
+        if (orc) rc = orc;
+        else fprintf(stderr, "trident: wrote %s (%d tensors: every backend's outputs%s)\n", o->outputs, outs.n,
+                     fs.on ? ", each step's loss" : "");
+    }
+    if (rep->interrupted && (rc == TR_OK || rc == TR_ERR_PLUGIN))
+        rc = tr_error_set(err, TR_ERR_INTERRUPTED, "interrupted: %d of %d backends ran their timed steps (or some "
+                          "of them)", rep->n_rows - failures, rep->n_rows);
 done:
+    tr_progress_end(&pr);
+    for (int b = 0; b < TR_BENCH_MAX_ROWS; b++) {
+        slot_close(&slots[b]);
+        tr_bench_io_free(slots[b].out, n_out);
+        free(slots[b].times);
+        free(slots[b].losses);
+    }
     for (int u = 0; fs.snap && u < fs.n; u++) tr_host_free(fs.snap[u]);
     free(fs.snap);
     free(fs.nbytes);
     tr_bench_io_free(in, n_in);
-    tr_bench_io_free(ref, n_out);
-    tr_bench_io_free(out, n_out);
+    tr_bench_outputs_free(&outs);
+    tr_bench_reference_close(&refile);
     tr_weights_free(w);
     tr_task_graph_free(&tg);
     return rc;

@@ -3,8 +3,10 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "trident/bench.h"
+#include "trident/report.h"
 
 static double fastest_mean(const struct tr_bench_report *rep) {
     double best = 0;
@@ -90,8 +92,20 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
             rep->input, (double)rep->param_count / 1e6, (double)rep->param_bytes / 1048576.0,
             rep->flops_per_step / 1e9);
     tr_bench_print_host(rep, f);
-    fprintf(f, "%lld timed steps after %lld warm-up steps; 'first' is init + compile + step 1, left out of the rest\n\n",
-            (long long)rep->steps, (long long)rep->warmup);
+    fprintf(f, "%lld timed steps after %lld warm-up step%s%s%s; 'first' is init + compile + step 1, left out of the "
+            "rest\n", (long long)rep->steps, (long long)rep->warmup, rep->warmup == 1 ? "" : "s",
+            rep->schedule[0] ? ", " : "",
+            strcmp(rep->schedule, "interleaved") == 0  ? "interleaved (the backends took their steps in turns)"
+            : strcmp(rep->schedule, "sequential") == 0 ? "sequential (one backend after another)"
+                                                       : "");
+    if (rep->interrupted) {
+        fprintf(f, "INTERRUPTED: timed steps run:");
+        for (int i = 0; i < rep->n_rows; i++)
+            fprintf(f, " %s %lld%s", rep->rows[i].label, (long long)rep->rows[i].steps_run,
+                    i + 1 < rep->n_rows ? "," : "");
+        fputc('\n', f);
+    }
+    fputc('\n', f);
     fprintf(f, "%-24s %-5s %9s %9s %9s %9s %9s %10s %8s %8s %10s %9s %9s  %-14s\n", "backend", "math", "first ms", "mean ms",
             "median", "p90", "vs best", "samples/s", "GFLOP/s", "kern/st", "hit/miss", "peak MiB", "arena MiB",
             "max rel diff");
@@ -158,21 +172,45 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
     fprintf(f, "\n%s\n", rep->all_ok ? "all backends ran and agree" : "NOT all backends ran and agree");
 }
 
+/* JSON text is UTF-8 (RFC 8259), and cJSON copies bytes as they are: a label or path with
+ * an invalid byte (a file name in Latin-1) would make a file no strict reader takes. Such
+ * a string goes in with U+FFFD for what is invalid (tr_utf8_sanitize). */
+static cJSON *add_str(cJSON *o, const char *key, const char *s) {
+    if (tr_utf8_valid(s)) return cJSON_AddStringToObject(o, key, s);
+    size_t n = tr_utf8_sanitize(NULL, 0, s) + 1;
+    char *buf = malloc(n);
+    if (!buf) return NULL;
+    tr_utf8_sanitize(buf, n, s);
+    cJSON *item = cJSON_AddStringToObject(o, key, buf);
+    free(buf);
+    return item;
+}
+
 int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, struct tr_error *err) {
     cJSON *root = cJSON_CreateObject();
-    if (!root) return tr_error_set(err, TR_ERR_NOMEM, "json: out of memory");
-    cJSON_AddStringToObject(root, "model", rep->model);
-    cJSON_AddStringToObject(root, "preset", rep->preset);
-    cJSON_AddStringToObject(root, "task", rep->task);
-    cJSON_AddStringToObject(root, "device", rep->device);
-    cJSON_AddStringToObject(root, "dtype", rep->dtype);
-    cJSON_AddStringToObject(root, "math", rep->math);
+    if (!root) return tr_error_set(err, TR_ERR_NOMEM, "%s: out of memory", path);
+    /* what wrote it first: a reader checks the schema before any other field */
+    cJSON_AddNumberToObject(root, "schema", TR_REPORT_SCHEMA);
+    add_str(root, "trident_version", tr_report_version());
+    add_str(root, "git_commit", tr_report_git_commit());
+    cJSON_AddBoolToObject(root, "interrupted", rep->interrupted);
+    add_str(root, "model", rep->model);
+    add_str(root, "preset", rep->preset);
+    add_str(root, "task", rep->task);
+    add_str(root, "device", rep->device);
+    add_str(root, "dtype", rep->dtype);
+    add_str(root, "math", rep->math);
     cJSON_AddNumberToObject(root, "batch", (double)rep->batch);
     cJSON_AddNumberToObject(root, "seq_len", (double)rep->seq_len);
-    cJSON_AddStringToObject(root, "input", rep->input);
+    add_str(root, "input", rep->input);
     cJSON_AddNumberToObject(root, "steps", (double)rep->steps);
     cJSON_AddNumberToObject(root, "warmup", (double)rep->warmup);
+    add_str(root, "schedule", rep->schedule);
     cJSON_AddNumberToObject(root, "seed", (double)rep->seed);
+    cJSON *w = cJSON_AddObjectToObject(root, "weights");
+    add_str(w, "source", rep->weights[0] ? "file" : "seed");
+    if (rep->weights[0]) add_str(w, "path", rep->weights);
+    else cJSON_AddNumberToObject(w, "seed", (double)rep->seed);
     cJSON_AddNumberToObject(root, "param_count", (double)rep->param_count);
     cJSON_AddNumberToObject(root, "param_bytes", (double)rep->param_bytes);
     cJSON_AddNumberToObject(root, "flops_per_step", rep->flops_per_step);
@@ -180,28 +218,30 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
     cJSON_AddNumberToObject(root, "tolerance", rep->tolerance);
     cJSON_AddBoolToObject(root, "all_ok", rep->all_ok);
     cJSON *cpu = cJSON_AddObjectToObject(root, "cpu");
-    cJSON_AddStringToObject(cpu, "model", rep->cpu.model);
-    cJSON_AddStringToObject(cpu, "isa", tr_cpu_isa_name(rep->cpu.isa));
-    cJSON_AddStringToObject(cpu, "native_isa", tr_cpu_isa_name(rep->cpu.native));
+    add_str(cpu, "model", rep->cpu.model);
+    add_str(cpu, "isa", tr_cpu_isa_name(rep->cpu.isa));
+    add_str(cpu, "native_isa", tr_cpu_isa_name(rep->cpu.native));
     cJSON_AddBoolToObject(cpu, "isa_forced", rep->cpu.forced);
     cJSON_AddBoolToObject(cpu, "avx512_bf16", rep->cpu.avx512_bf16);
     cJSON_AddBoolToObject(cpu, "amx", rep->cpu.amx);
     cJSON_AddBoolToObject(cpu, "bf16_native", rep->cpu.bf16_native);
-    cJSON_AddStringToObject(cpu, "onednn_isa", rep->cpu.onednn_isa);
+    add_str(cpu, "onednn_isa", rep->cpu.onednn_isa);
+    if (rep->gpu[0]) add_str(root, "gpu", rep->gpu);
+    else cJSON_AddNullToObject(root, "gpu");
     cJSON_AddNumberToObject(root, "threads", rep->threads);
-    cJSON_AddStringToObject(root, "omp_wait", rep->omp_wait);
-    cJSON_AddStringToObject(root, "omp_wait_set_by", rep->omp_wait_by);
+    add_str(root, "omp_wait", rep->omp_wait);
+    add_str(root, "omp_wait_set_by", rep->omp_wait_by);
     if (strcmp(rep->task, "generate") == 0 && rep->gen.max_length > 0) {
         cJSON *g = cJSON_AddObjectToObject(root, "generate");
         cJSON_AddNumberToObject(g, "prompt_len", (double)rep->gen.prompt_len);
         cJSON_AddNumberToObject(g, "max_length", (double)rep->gen.max_length);
         cJSON_AddNumberToObject(g, "new_tokens", (double)rep->new_tokens);
-        cJSON_AddStringToObject(g, "sampling", rep->gen.sampling);
+        add_str(g, "sampling", rep->gen.sampling);
         cJSON_AddNumberToObject(g, "top_k", (double)rep->gen.top_k);
         cJSON_AddNumberToObject(g, "temperature", rep->gen.temperature);
         cJSON_AddNumberToObject(g, "seed", (double)rep->gen.seed);
         cJSON_AddNumberToObject(g, "kv_cache_bytes", (double)rep->kv_cache_bytes);
-        cJSON_AddStringToObject(g, "kv_cache", rep->gen.kv_cache);
+        add_str(g, "kv_cache", rep->gen.kv_cache);
         cJSON_AddNumberToObject(g, "mem_needed_bytes", (double)rep->mem_needed_bytes);
         cJSON_AddNumberToObject(g, "mem_available_bytes", (double)rep->mem_available_bytes);
     }
@@ -210,21 +250,31 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
         const struct tr_bench_row *r = &rep->rows[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToArray(rows, o);
-        cJSON_AddStringToObject(o, "backend", r->label);
-        cJSON_AddStringToObject(o, "plugin", r->plugin_path);
+        add_str(o, "backend", r->label);
+        add_str(o, "plugin", r->plugin_path);
         cJSON_AddBoolToObject(o, "ok", r->ok);
         if (!r->ok) {
-            cJSON_AddStringToObject(o, "error", r->error);
+            add_str(o, "error", r->error);
             continue;
         }
-        cJSON_AddStringToObject(o, "mode", r->stats.mode);
-        cJSON_AddStringToObject(o, "math", rep->math);
+        add_str(o, "mode", r->stats.mode);
+        add_str(o, "math", rep->math);
         cJSON_AddNumberToObject(o, "compile_ms", r->compile_ms);
         cJSON_AddNumberToObject(o, "first_step_ms", r->first_ms);
         cJSON_AddNumberToObject(o, "mean_ms", r->mean_ms);
         cJSON_AddNumberToObject(o, "median_ms", r->median_ms);
         cJSON_AddNumberToObject(o, "p90_ms", r->p90_ms);
         cJSON_AddNumberToObject(o, "min_ms", r->min_ms);
+        cJSON_AddNumberToObject(o, "steps_run", (double)r->steps_run);
+        cJSON_AddItemToObject(o, "step_ms", cJSON_CreateDoubleArray(r->step_ms, r->n_step_ms));
+        if (r->ref_compared > 0) {
+            cJSON *ref = cJSON_AddObjectToObject(o, "against_reference");
+            cJSON_AddNumberToObject(ref, "outputs_compared", r->ref_compared);
+            if (isfinite(r->ref_rel_diff)) cJSON_AddNumberToObject(ref, "max_rel_diff", r->ref_rel_diff);
+            else cJSON_AddNullToObject(ref, "max_rel_diff");
+            cJSON_AddBoolToObject(ref, "agrees", r->ref_agrees);
+            add_str(ref, "worst", r->ref_worst);
+        }
         cJSON_AddBoolToObject(o, "noisy", tr_bench_row_noisy(r));
         cJSON_AddNumberToObject(o, "samples_per_s", r->items_per_s);
         cJSON_AddNumberToObject(o, "gflops", r->gflops);
@@ -233,7 +283,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
         cJSON_AddNumberToObject(o, "alloc_misses", (double)r->stats.alloc_misses);
         cJSON_AddNumberToObject(o, "peak_bytes", (double)r->stats.peak_bytes);
         cJSON_AddNumberToObject(o, "arena_bytes", (double)r->stats.arena_bytes);
-        cJSON_AddStringToObject(o, "notes", r->stats.notes);
+        add_str(o, "notes", r->stats.notes);
         cJSON_AddBoolToObject(o, "reference", r->is_reference);
         if (r->n_fit_losses > 0) {
             cJSON_AddNumberToObject(o, "loss_first", r->loss_first);
@@ -245,7 +295,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
             /* JSON has no infinity: a non-finite difference is written as null. */
             if (isfinite(r->max_rel_diff)) cJSON_AddNumberToObject(o, "max_rel_diff", r->max_rel_diff);
             else cJSON_AddNullToObject(o, "max_rel_diff");
-            cJSON_AddStringToObject(o, "worst_output", r->worst_output);
+            add_str(o, "worst_output", r->worst_output);
         }
         if (strcmp(rep->task, "generate") == 0 && rep->gen.max_length > 0) {
             cJSON_AddNumberToObject(o, "prefill_ms", r->prefill_ms);
@@ -266,14 +316,15 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
     }
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
-    if (!text) return tr_error_set(err, TR_ERR_NOMEM, "json: out of memory");
+    if (!text) return tr_error_set(err, TR_ERR_NOMEM, "%s: out of memory", path);
+    /* Every way out names the file and why: the caller prints nothing else. */
     FILE *f = fopen(path, "w");
     int rc = TR_OK;
     if (!f) rc = tr_error_set(err, TR_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     else {
-        fputs(text, f);
-        fputc('\n', f);
-        if (fclose(f) != 0) rc = tr_error_set(err, TR_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        if (fputs(text, f) == EOF || fputc('\n', f) == EOF)
+            rc = tr_error_set(err, TR_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        if (fclose(f) != 0 && rc == TR_OK) rc = tr_error_set(err, TR_ERR_IO, "%s: write failed: %s", path, strerror(errno));
     }
     cJSON_free(text);
     return rc;

@@ -29,6 +29,9 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 void tr_bench_row_times(struct tr_bench_row *row, double *times, int64_t n) {
+    /* Copied before the sort below puts them in order of size. */
+    row->n_step_ms = (int)(n < TR_BENCH_MAX_STEP_TIMES ? n : TR_BENCH_MAX_STEP_TIMES);
+    memcpy(row->step_ms, times, sizeof(double) * (size_t)row->n_step_ms);
     double sum = 0;
     for (int64_t i = 0; i < n; i++) sum += times[i];
     qsort(times, (size_t)n, sizeof(double), cmp_double);
@@ -67,10 +70,9 @@ int tr_bench_verdict(struct tr_bench_report *rep, int failures, int disagreement
     *bad = NULL;
     rep->all_ok = failures == 0 && disagreements == 0;
     if (failures) return tr_bench_first_failure(rep, failures, err);
-    if (disagreements) {
-        *bad = rep->rows;
-        while ((*bad)->agrees) (*bad)++;
-    }
+    /* the first row that ran and disagrees (an interrupted row did not run) */
+    for (int i = 0; disagreements && !*bad && i < rep->n_rows; i++)
+        if (rep->rows[i].ok && !rep->rows[i].agrees) *bad = &rep->rows[i];
     return TR_OK;
 }
 

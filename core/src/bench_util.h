@@ -40,7 +40,8 @@ int tr_bench_first_failure(const struct tr_bench_report *rep, int failures, stru
 int tr_bench_verdict(struct tr_bench_report *rep, int failures, int disagreements, const struct tr_bench_row **bad,
                      struct tr_error *err);
 
-/* Sorts times (n > 0 step times in ms) and fills row's mean, median, p90 and min. */
+/* Fills row's step_ms with the first TR_BENCH_MAX_STEP_TIMES of times (n > 0 step times
+ * in ms) as measured, then sorts times and fills row's mean, median, p90 and min. */
 void tr_bench_row_times(struct tr_bench_row *row, double *times, int64_t n);
 
 #endif

@@ -43,11 +43,12 @@
 enum run_key {
     RUN_MODEL, RUN_PRESET, RUN_TASK, RUN_BACKENDS, RUN_DEVICE, RUN_DTYPE,
     RUN_BATCH, RUN_SEQ_LEN, RUN_STEPS, RUN_WARMUP, RUN_SEED, RUN_WEIGHTS, RUN_MATH, RUN_THREADS,
-    RUN_TOLERANCE, RUN_KEY_COUNT
+    RUN_TOLERANCE, RUN_INPUTS, RUN_REFERENCE, RUN_MISSING, RUN_SCHEDULE, RUN_KEY_COUNT
 };
 static const char *const run_keys[RUN_KEY_COUNT] = {
     "model", "preset", "task", "backends", "device", "dtype",
     "batch", "seq_len", "steps", "warmup", "seed", "weights", "math", "threads", "tolerance",
+    "inputs", "reference", "missing", "schedule",
 };
 
 struct ini_state {
@@ -390,6 +391,42 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
                            cfg->weights, strerror(errno));
         return TR_OK; /* a directory: its .safetensors files and its subdirectories' (weights.h) */
     }
+    case RUN_INPUTS:
+    case RUN_REFERENCE: {
+        char *dst = k == RUN_INPUTS ? cfg->inputs : cfg->reference;
+        if (!*v) {
+            dst[0] = '\0';
+            return TR_OK;
+        }
+        if (!resolve_path(cfg->dir, v, dst, TR_CONFIG_PATH))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v, "expected a shorter path");
+        struct stat sb;
+        const int found = stat(dst, &sb) == 0;
+        if (!found || !S_ISREG(sb.st_mode))
+            return fail_kv(st, TR_ERR_IO, "run", key, v,
+                           "cannot open %s: %s; expected a safetensors file (a relative path is taken from the "
+                           "INI file's directory)%s",
+                           dst, found ? "not a regular file" : strerror(errno),
+                           k == RUN_INPUTS ? ", or nothing for the synthetic batch made from the seed" : "");
+        if (k == RUN_INPUTS) cfg->inputs_line = st->line;
+        else cfg->reference_line = st->line;
+        return TR_OK;
+    }
+    case RUN_MISSING:
+        if (strcmp(v, "error") == 0) cfg->missing_seed = 0;
+        else if (strcmp(v, "seed") == 0) cfg->missing_seed = 1;
+        else return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                            "expected error (a tensor the weights file lacks is an error) or seed (made from "
+                            "[run] seed, and listed in a warning)");
+        return TR_OK;
+    case RUN_SCHEDULE:
+        if (strcmp(v, "interleaved") == 0) cfg->schedule = TR_SCHEDULE_INTERLEAVED;
+        else if (strcmp(v, "sequential") == 0) cfg->schedule = TR_SCHEDULE_SEQUENTIAL;
+        else return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                            "expected interleaved (the backends take their timed steps in turns) or sequential "
+                            "(each backend's steps one after another)");
+        cfg->schedule_line = st->line;
+        return TR_OK;
     case RUN_MATH: {
         enum tr_math m;
         if (tr_math_from_name(v, &m) != TR_OK || m == TR_MATH_DEFAULT)
@@ -434,7 +471,7 @@ static int run_key(struct ini_state *st, const char *key, const char *v) {
     }
     return fail_kv(st, TR_ERR_NOT_FOUND, "run", key, v,
                    "unknown key (expected one of model, preset, task, backends, device, dtype, batch, seq_len, "
-                   "steps, warmup, seed, weights, math, threads, tolerance)");
+                   "steps, warmup, seed, weights, math, threads, tolerance, inputs, reference, missing, schedule)");
 }
 
 static int plugins_key(struct ini_state *st, const char *key, const char *v) {

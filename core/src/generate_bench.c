@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 #include "trident/bench.h"
+#include "bench_io.h"
+#include "bench_progress.h"
 #include "bench_util.h"
 #include "trident/generate.h"
 #include "trident/loader.h"
@@ -124,7 +126,7 @@ static int open_backend(const struct tr_config *cfg, const struct tr_config_back
 
 /* One backend: init, compile both passes, the first call, warm-up, timed calls. */
 static int run_backend(const struct tr_config *cfg, const struct tr_config_backend *cb, struct tr_task_graph *tg,
-                       struct run_buffers *rb, struct tr_bench_row *row, struct tr_error *err) {
+                       struct run_buffers *rb, struct tr_progress *pr, struct tr_bench_row *row, struct tr_error *err) {
     const struct tr_generate_graphs *gg = &tg->gen;
     const int64_t B = gg->opts.batch, NEW = gg->opts.max_length - gg->opts.prompt_len;
     struct tr_plugin *plugin = NULL;
@@ -133,6 +135,7 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
     double *times = NULL;
     struct tr_generate_times tm;
     double t0 = tr_bench_now_ms();
+    tr_progress_phase(pr, row->label, "loading and compiling");
     int rc = open_backend(cfg, cb, &plugin, &be, row, err);
     if (rc) goto done;
     double tc = tr_bench_now_ms();
@@ -151,7 +154,7 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
     }
     double sum = 0, prefill = 0, writes = 0;
     int64_t passes = 0;
-    for (int64_t i = 0; i < cfg->steps; i++) {
+    for (int64_t i = 0; i < cfg->steps && !tr_bench_stop_requested(); i++) {
         double ts = tr_bench_now_ms();
         rc = tr_generator_run(gen, rb->prompt, rb->tokens, &tm, NULL, NULL, err);
         times[i] = tr_bench_now_ms() - ts;
@@ -170,9 +173,15 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
                 goto done;
             }
         sum += times[i], prefill += tm.prefill_ms, writes += tm.cache_write_ms, passes += tm.decode_passes;
+        row->steps_run = i + 1;
+        tr_progress_step(pr, row->label, row->steps_run, cfg->steps, sum);
     }
-    const double n = (double)cfg->steps;
-    tr_bench_row_times(row, times, cfg->steps);
+    if (row->steps_run < 1) {
+        rc = tr_error_set(err, TR_ERR_INTERRUPTED, "interrupted before its timed calls");
+        goto done;
+    }
+    const double n = (double)row->steps_run;
+    tr_bench_row_times(row, times, row->steps_run);
     row->prefill_ms = prefill / n;
     row->cache_write_ms = writes / n;
     row->ms_per_token = passes > 0 ? (sum - prefill) / (double)passes : 0;
@@ -195,8 +204,8 @@ done:
     return rc;
 }
 
-int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_bench_report *rep,
-                      struct tr_error *err) {
+int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, const struct tr_bench_opts *o,
+                      struct tr_bench_report *rep, struct tr_error *err) {
     struct tr_generate_graphs *gg = &tg->gen;
     const int64_t B = gg->opts.batch, T = gg->opts.prompt_len, NEW = gg->opts.max_length - T;
     const int n_prompt = gg->plan.n_prompt_inputs;
@@ -209,11 +218,17 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, str
     if (rc) return rc;
 
     struct tr_weights *w = NULL;
+    struct tr_bench_reference refile = {0};
+    struct tr_bench_outputs outs = {0};
+    struct tr_progress pr;
+    tr_progress_init(&pr, cfg);
+    snprintf(rep->schedule, sizeof rep->schedule, "sequential");
     struct tr_tensor *prompt = NULL, ref_logits = {0}, logits = {0};
     int32_t *ref_tokens = NULL, *tokens = NULL, *first = NULL, *top_id = NULL;
     float *top_val = NULL;
-    rc = cfg->weights[0] ? tr_weights_load(gg->weights, cfg->weights, &w, err)
-                         : tr_weights_from_seed(gg->weights, cfg->seed, &w, err);
+    rc = tr_bench_reference_open(cfg, gg->prefill, &refile, err);
+    if (!rc) rc = cfg->weights[0] ? tr_weights_load(gg->weights, cfg->weights, &w, err)
+                                  : tr_weights_from_seed(gg->weights, cfg->seed, &w, err);
     if (!rc) rc = tr_generate_share_params(gg, err);
     if (rc) goto done;
     if (!(prompt = calloc((size_t)n_prompt, sizeof *prompt))) {
@@ -224,7 +239,9 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, str
         prompt[i] = tr_node_tensor(gg->prefill, tr_graph_input(gg->prefill, i));
         rc = tr_host_alloc(&prompt[i].data, tr_tensor_nbytes(&prompt[i]), err);
     }
-    if (!rc) rc = tg->model->generate->make_prompt(tg->config, &gg->opts, cfg->seed, n_prompt, prompt, err);
+    if (!rc) rc = cfg->inputs[0] ? tr_bench_inputs_load(cfg, gg->prefill, n_prompt, prompt, err)
+                                 : tg->model->generate->make_prompt(tg->config, &gg->opts, cfg->seed, n_prompt, prompt,
+                                                                    err);
     ref_logits = logits = tr_node_tensor(gg->prefill, tr_graph_output(gg->prefill, 0));
     ref_logits.data = logits.data = NULL;
     if (!rc) rc = tr_host_alloc(&ref_logits.data, tr_tensor_nbytes(&ref_logits), err);
@@ -242,16 +259,32 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, str
         struct tr_bench_row *row = &rep->rows[rep->n_rows++];
         row->mismatch_sample = row->mismatch_step = -1;
         tr_bench_row_label(row, &cfg->backends[b]);
+        if (tr_bench_stop_requested()) {
+            snprintf(row->error, sizeof row->error, "interrupted before it started");
+            continue;
+        }
         struct run_buffers rb = {.prompt = prompt, .tokens = tokens, .first_tokens = have_ref ? first : ref_tokens,
                                  .first = have_ref ? &other_first : &ref_first};
         struct tr_error berr = {0};
-        if (run_backend(cfg, &cfg->backends[b], tg, &rb, row, &berr) != TR_OK) {
-            row->ok = 0;
-            snprintf(row->error, sizeof row->error, "%s", berr.msg);
-            failures++;
+        const int brc = run_backend(cfg, &cfg->backends[b], tg, &rb, &pr, row, &berr);
+        row->ok = brc == TR_OK;
+        if (!row->ok) snprintf(row->error, sizeof row->error, "%s", berr.msg);
+        tr_progress_done(&pr, row, cfg->steps);
+        if (brc != TR_OK) {
+            failures += brc != TR_ERR_INTERRUPTED;
             continue;
         }
-        row->ok = 1;
+        if (o->outputs) {
+            struct tr_tensor tt = {.data = rb.first_tokens, .dtype = TR_DTYPE_I32, .ndim = 2, .shape = {B, NEW},
+                                   .strides = {NEW, 1}};
+            rc = tr_bench_outputs_add(&outs, row->label, "tokens", &tt, err);
+            if (!rc) rc = tr_bench_outputs_add(&outs, row->label, tr_graph_output_name(gg->prefill, 0),
+                                               rb.first->dst, err);
+            if (rc) goto done;
+        }
+        if (refile.st) {
+            tr_bench_reference_compare(&refile, gg->prefill, 1, rb.first->dst, NULL, 0, rep->tolerance, row);
+        }
         int64_t where;
         const struct tr_tensor *got = rb.first->dst;
         for (where = 0; where < tr_tensor_numel(got); where++)
@@ -301,6 +334,22 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, str
                           "%s tolerance is %.0e)",
                           disagreements, rep->n_rows, ref_label, bad->label, bad->max_rel_diff, rep->dtype,
                           rep->tolerance);
+    for (int b = 0; !rc && refile.st && b < rep->n_rows; b++)
+        if (rep->rows[b].ok && !rep->rows[b].ref_agrees)
+            rc = tr_error_set(err, TR_ERR_NUMERIC, "%s:%d: [run] reference = %s: '%s' differs from it: %s (the %s "
+                              "tolerance is %.0e)", cfg->file, cfg->reference_line, cfg->reference,
+                              rep->rows[b].label, rep->rows[b].ref_worst, rep->dtype, rep->tolerance),
+            rep->all_ok = 0;
+    if (o->outputs) {
+        int orc = tr_bench_outputs_write(&outs, o->outputs, err);
+        if (orc) rc = orc;
+        else fprintf(stderr, "trident: wrote %s (%d tensors: every backend's tokens and prefill logits)\n",
+                     o->outputs, outs.n);
+    }
+    rep->interrupted = tr_bench_stop_requested();
+    if (rep->interrupted && (rc == TR_OK || rc == TR_ERR_PLUGIN))
+        rc = tr_error_set(err, TR_ERR_INTERRUPTED, "interrupted: %d of %d backends ran their timed calls (or some "
+                          "of them)", rep->n_rows - failures, rep->n_rows);
 done:
     for (int i = 0; prompt && i < n_prompt; i++) tr_host_free(prompt[i].data);
     free(prompt);
@@ -312,5 +361,8 @@ done:
     free(top_id);
     free(top_val);
     tr_weights_free(w);
+    tr_bench_outputs_free(&outs);
+    tr_bench_reference_close(&refile);
+    tr_progress_end(&pr);
     return rc;
 }

@@ -484,6 +484,18 @@ int tr_backend_supports_op(struct tr_backend *be, int op, int dtype) {
     return 1; /* runs it, through the shared kernels' default */
 }
 
+int tr_backend_check_graph(const struct tr_backend *be, const struct tr_graph *g, struct tr_error *err) {
+    if (!be || !g) return tr_error_set(err, TR_ERR_INVALID, "tr_backend_check_graph: no backend or no graph");
+    uint32_t ver = be->plugin->iface.abi_version;
+    if (tr_graph_n_updates(g) > 0 && !minor_at_least(ver, MINOR_UPDATES))
+        return tr_error_set(err, TR_ERR_UNSUPPORTED,
+                            "backend '%s' speaks ABI %u.%u: the graph updates %d params (training), which needs "
+                            "ABI %u.%u; rebuild the plugin against this trident",
+                            be_name(be), TR_ABI_GET_MAJOR(ver), TR_ABI_GET_MINOR(ver), tr_graph_n_updates(g),
+                            TR_ABI_MAJOR, MINOR_UPDATES);
+    return check_caps(be, g, err);
+}
+
 int tr_backend_compile(struct tr_backend *be, const struct tr_graph *g, struct tr_program **out, struct tr_error *err) {
     if (!out) return tr_error_set(err, TR_ERR_INVALID, "tr_backend_compile: out is NULL");
     *out = NULL;
@@ -492,14 +504,7 @@ int tr_backend_compile(struct tr_backend *be, const struct tr_graph *g, struct t
     if (tr_graph_status(g, &gerr) != TR_OK)
         return tr_error_set(err, gerr.status, "backend '%s': cannot compile a graph that failed to build: %s",
                             be_name(be), gerr.msg);
-    uint32_t ver = be->plugin->iface.abi_version;
-    if (tr_graph_n_updates(g) > 0 && !minor_at_least(ver, MINOR_UPDATES))
-        return tr_error_set(err, TR_ERR_UNSUPPORTED,
-                            "backend '%s' speaks ABI %u.%u: the graph updates %d params (training), which needs "
-                            "ABI %u.%u; rebuild the plugin against this trident",
-                            be_name(be), TR_ABI_GET_MAJOR(ver), TR_ABI_GET_MINOR(ver), tr_graph_n_updates(g),
-                            TR_ABI_MAJOR, MINOR_UPDATES);
-    int crc = check_caps(be, g, err);
+    int crc = tr_backend_check_graph(be, g, err);
     if (crc != TR_OK) return crc;
     struct tr_program *prog = calloc(1, sizeof *prog);
     if (!prog) return tr_error_set(err, TR_ERR_NOMEM, "tr_backend_compile: out of memory");

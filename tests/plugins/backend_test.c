@@ -24,6 +24,10 @@
  *   oldmajor    abi_version (TR_ABI_MAJOR - 1).9: a plugin of the previous major
  *   tiny        struct_size 8: the version fields and not one slot, though it claims
  *               this header's whole vtable
+ * Built by tests/test_install.sh against an installed trident (not here):
+ *   replay      as good, but its first output is replaced by the numbers of the text
+ *               file `values = PATH` (an option): what another program printed, which
+ *               `trident run` then compares with a real backend's
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -63,6 +67,8 @@
 #define TP_NAME "oldmajor"
 #elif defined(TP_VARIANT_TINY)
 #define TP_NAME "tiny"
+#elif defined(TP_VARIANT_REPLAY)
+#define TP_NAME "replay"
 #else
 #error "define one TP_VARIANT_<NAME>"
 #endif
@@ -71,12 +77,22 @@
  * must never call. */
 #define TP_STATS_POISON 0x5eed
 #define TP_MAX_IN 16
+#define TP_REPLAY_MAX 4096
+#if defined(TP_VARIANT_REPLAY)
+#define TP_KEYS "mode, values"
+#else
+#define TP_KEYS "mode"
+#endif
 
 static const struct tr_host_api *host;
 
 struct tp_context {
     struct tr_kernels *k;
     char mode[32];
+#if defined(TP_VARIANT_REPLAY)
+    float values[TP_REPLAY_MAX];
+    int64_t n_values;
+#endif
 };
 
 struct tp_program {
@@ -87,6 +103,24 @@ struct tp_program {
     uint64_t kernel_calls;
 };
 
+#if defined(TP_VARIANT_REPLAY)
+/* The numbers of the file that option `values` names, whitespace-separated, into c. */
+static int read_values(const struct tr_host_api *h, const struct tr_option *o, struct tp_context *c,
+                       struct tr_error *err) {
+    if (!o) return h->error_set(err, TR_ERR_INVALID, "[backend." TP_NAME "] values = PATH is required");
+    FILE *f = fopen(o->value, "r");
+    if (!f) return h->error_set(err, TR_ERR_IO, "[backend." TP_NAME "] values = %s: cannot open it", o->value);
+    c->n_values = 0;
+    while (c->n_values < TP_REPLAY_MAX && fscanf(f, "%f", &c->values[c->n_values]) == 1) c->n_values++;
+    int garbage = !feof(f) && fgetc(f) != EOF;
+    fclose(f);
+    if (garbage || c->n_values == 0)
+        return h->error_set(err, TR_ERR_FORMAT, "[backend." TP_NAME "] values = %s: expected up to %d numbers",
+                            o->value, TP_REPLAY_MAX);
+    return TR_OK;
+}
+#endif
+
 static int tp_init(const struct tr_host_api *h, const struct tr_backend_params *params, void **ctx,
                    struct tr_error *err) {
     if (params->struct_size < sizeof *params || TR_ABI_GET_MAJOR(params->abi_version) != TR_ABI_MAJOR)
@@ -96,6 +130,7 @@ static int tp_init(const struct tr_host_api *h, const struct tr_backend_params *
     return h->error_set(err, TR_ERR_DEVICE, "initfail: no device will do (this test plugin always fails init)");
 #endif
     const char *mode = "eager";
+    __attribute__((unused)) const struct tr_option *values = NULL;
     for (int i = 0; i < params->n_options; i++) {
         const struct tr_option *o = &params->options[i];
         if (strcmp(o->key, "mode") == 0) {
@@ -103,8 +138,12 @@ static int tp_init(const struct tr_host_api *h, const struct tr_backend_params *
                 return h->error_set(err, TR_ERR_INVALID, "%s:%d: [backend." TP_NAME "] mode = %s: expected eager",
                                     o->file ? o->file : "?", o->line, o->value);
             mode = o->value;
+#if defined(TP_VARIANT_REPLAY)
+        } else if (strcmp(o->key, "values") == 0) {
+            values = o;
+#endif
         } else {
-            return h->error_set(err, TR_ERR_INVALID, "%s:%d: [backend." TP_NAME "] unknown key '%s' (known: mode)",
+            return h->error_set(err, TR_ERR_INVALID, "%s:%d: [backend." TP_NAME "] unknown key '%s' (known: " TP_KEYS ")",
                                 o->file ? o->file : "?", o->line, o->key);
         }
     }
@@ -115,6 +154,13 @@ static int tp_init(const struct tr_host_api *h, const struct tr_backend_params *
     if (!c) return h->error_set(err, TR_ERR_NOMEM, "backend " TP_NAME ": out of memory");
     memset(c, 0, sizeof *c);
     snprintf(c->mode, sizeof c->mode, "%s", mode);
+#if defined(TP_VARIANT_REPLAY)
+    int vrc = read_values(h, values, c, err);
+    if (vrc != TR_OK) {
+        h->free(c);
+        return vrc;
+    }
+#endif
     int rc = h->kernels_init(&c->k, TR_DEVICE_CPU, 0, err);
     if (rc != TR_OK) {
         h->free(c);
@@ -261,6 +307,16 @@ __attribute__((unused)) static int tp_execute(void *ctx, void *prog, int n_input
         for (int d = 0; d < outputs[0].ndim; d++) n *= outputs[0].shape[d];
         for (int64_t i = 0; i < n; i++) ((float *)outputs[0].data)[i] *= 1.01f;
     }
+#endif
+#if defined(TP_VARIANT_REPLAY)
+    /* The first output is what another program computed for the same graph, weights and
+     * batch: the harness compares it with the reference backend's. */
+    int64_t n = 1;
+    for (int d = 0; n_outputs > 0 && d < outputs[0].ndim; d++) n *= outputs[0].shape[d];
+    if (n_outputs < 1 || outputs[0].dtype != TR_DTYPE_F32 || n != c->n_values)
+        return host->error_set(err, TR_ERR_SHAPE, "backend " TP_NAME ": %lld values to replay, but output 0 is not "
+                               "f32 with as many elements (%lld)", (long long)c->n_values, (long long)n);
+    memcpy(outputs[0].data, c->values, sizeof(float) * (size_t)n);
 #endif
     return TR_OK;
 }

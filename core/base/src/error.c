@@ -51,6 +51,7 @@ const char *tr_status_name(int status) {
     static const char *const names[] = {
         "ok", "invalid argument", "out of memory", "i/o error", "bad format", "shape error",
         "unsupported", "not found", "plugin refused", "device error", "numeric error", "internal error",
+        "interrupted",
     };
     if (status < 0 || status >= (int)(sizeof names / sizeof names[0])) return "unknown status";
     return names[status];

@@ -31,6 +31,8 @@ extern "C" {
 #define TR_BENCH_MAX_ROWS TR_CONFIG_MAX_BACKENDS
 /* fit: backends agree when the losses of their first steps do (state drifts after). */
 #define TR_BENCH_FIT_LOSSES 5
+/* The step times a row keeps for the reports (JSON "step_ms"): the first this many. */
+#define TR_BENCH_MAX_STEP_TIMES 1024
 
 struct tr_bench_row {
     char label[96];             /* "torch", "torch:reduce-overhead" */
@@ -40,6 +42,9 @@ struct tr_bench_row {
     double compile_ms;          /* compile() alone */
     double first_ms;            /* compile + first step */
     double mean_ms, median_ms, p90_ms, min_ms;
+    double step_ms[TR_BENCH_MAX_STEP_TIMES]; /* the first n_step_ms timed steps, in step order
+                                                (a drift or a slow first step stays visible) */
+    int n_step_ms;              /* min(steps, TR_BENCH_MAX_STEP_TIMES) */
     double items_per_s;         /* samples/s for predict and fit */
     double gflops;              /* graph FLOPs / mean step time */
     struct tr_backend_stats stats;
@@ -63,6 +68,12 @@ struct tr_bench_row {
     int tokens_tie;             /* it differs at a near tie: the reference's logits of the two
                                    tokens there are within the tolerance (of its top logit) */
     double tie_gap;             /* the reference's logit of its token minus that of this one */
+    int64_t steps_run;          /* timed steps run: steps, or fewer when interrupted */
+    /* [run] reference: this backend's outputs against the file's */
+    int ref_compared;           /* outputs compared (0: no reference) */
+    double ref_rel_diff;        /* the largest ‖out − ref‖/‖ref‖ of them */
+    int ref_agrees;             /* within the tolerance */
+    char ref_worst[192];        /* "logits[3,17]: 0.51234 vs 0.51301 (of 'logits', 2.1e-07)" */
 };
 
 /* A row is noisy when its p90 is more than this many times its median: some steps were
@@ -88,6 +99,10 @@ struct tr_bench_report {
     int64_t batch, seq_len, steps, warmup;
     char input[96];             /* the graph's first input: "input_ids [8,128]", "sample [2,64,64,3]" */
     uint64_t seed;
+    char weights[TR_CONFIG_PATH];   /* the weights' file; "" when made from [run] seed */
+    char gpu[128];              /* the GPU's name on a device other than cpu; "" on cpu */
+    int interrupted;            /* the run was stopped before every backend ran (Ctrl-C) */
+    char schedule[16];          /* how the timed steps ran: "interleaved" or "sequential" */
     uint64_t param_count, param_bytes;
     double flops_per_step;
     int n_nodes;
@@ -148,6 +163,32 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f);
 /* 1 when the row ran and its p90 is over TR_BENCH_NOISY_P90 times its median. */
 int tr_bench_row_noisy(const struct tr_bench_row *row);
 int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, struct tr_error *err);
+
+/* What a run does besides the table (all optional: zeroed means none). */
+struct tr_bench_opts {
+    const char *outputs;        /* a safetensors file of every backend's outputs, "BACKEND/OUTPUT"
+                                   (fit: "BACKEND/loss", every step's loss; generate:
+                                   "BACKEND/tokens"), written after the run (interrupted too) */
+    const char *const *out_paths;   /* paths the caller writes after the run (--json, --report
+                                       files): checked writable before any backend runs */
+    int n_out_paths;
+};
+
+/* tr_bench_run with opts (NULL: none). Before any backend runs, every listed backend is
+ * loaded, initialised with its options and held to the graph's dtype, task and device
+ * (its caps), the inputs and reference files are read and checked against the graph, and
+ * the output paths are checked: every problem found is reported at once. */
+int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *const *models,
+                      const struct tr_bench_opts *opts, struct tr_bench_report *rep, struct tr_error *err);
+
+/* Ask a running tr_bench_run to stop after the current step: the report holds what ran,
+ * rep->interrupted is 1 and the status TR_ERR_INTERRUPTED. Async-signal-safe (a SIGINT
+ * handler calls it); the flag stays set until tr_bench_interrupt_clear. */
+void tr_bench_interrupt(void);
+void tr_bench_interrupt_clear(void);
+
+/* The lines under the table for [run] reference: each backend against the file. */
+void tr_bench_print_reference(const struct tr_bench_report *rep, const struct tr_config *cfg, FILE *f);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,11 @@
  *                      from seed), math (f32, tf32 or bf16: how GEMMs compute; it must
  *                      fit dtype, and tf32 needs cuda; absent: what dtype implies),
  *                      threads (OpenMP threads, 1 to 1024; absent: the cores this
- *                      process may run on, sched_getaffinity's count)
+ *                      process may run on, sched_getaffinity's count), tolerance,
+ *                      inputs (the batch from a safetensors file, by the graph's input
+ *                      names), reference (a safetensors file of outputs every backend is
+ *                      compared with), missing (error or seed: what to do with tensors
+ *                      a weights file lacks), schedule (interleaved or sequential)
  *   [plugins]          path (a directory searched first for backends; relative to the
  *                      INI file's directory)
  *   [backend.NAME]     options handed to that backend as key/value pairs; the plugin
@@ -35,6 +39,9 @@ extern "C" {
 #define TR_CONFIG_MAX_KV 64
 #define TR_CONFIG_STR 256
 #define TR_CONFIG_PATH 1024
+
+/* How the backends take their timed steps (bench.h). */
+enum tr_schedule { TR_SCHEDULE_DEFAULT = 0, TR_SCHEDULE_INTERLEAVED = 1, TR_SCHEDULE_SEQUENTIAL = 2 };
 
 struct tr_config_kv {
     char section[64];   /* "model", "backend.torch" */
@@ -75,6 +82,16 @@ struct tr_config {
                                    OMP_NUM_THREADS of the environment when no line gives it */
     int threads_line;           /* the line of [run] threads; 0 when it was not given */
     double tolerance;           /* [run] tolerance: the backends' agreement; 0: the dtype's */
+    char inputs[TR_CONFIG_PATH];    /* [run] inputs: the batch from a safetensors file (resolved
+                                       against dir); "": made from seed */
+    int inputs_line;
+    char reference[TR_CONFIG_PATH]; /* [run] reference: outputs every backend is compared with */
+    int reference_line;
+    int missing_seed;           /* [run] missing = seed: tensors the weights file lacks are made
+                                   from seed (listed in a warning); 0 (error): refused */
+    int schedule;               /* enum tr_schedule; TR_SCHEDULE_DEFAULT: interleaved on cpu
+                                   predict, sequential otherwise */
+    int schedule_line;
 
     /* [plugins] */
     char plugin_path[TR_CONFIG_PATH]; /* resolved against dir; "" when not set */

@@ -145,9 +145,10 @@ int32_t tr_generate_pick(const struct tr_generate_config *gc, const struct tr_te
  * timed on its own), `steps` timed calls, the tokens and the first logits compared with
  * the first backend's. Fills rep as tr_bench_run does. */
 struct tr_bench_report;
+struct tr_bench_opts;
 struct tr_task_graph;
-int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_bench_report *rep,
-                      struct tr_error *err);
+int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, const struct tr_bench_opts *o,
+                      struct tr_bench_report *rep, struct tr_error *err);
 
 #ifdef __cplusplus
 }

@@ -65,6 +65,9 @@ int tr_backend_init(struct tr_plugin *p, const struct tr_backend_params *params,
 void tr_backend_free(struct tr_backend *be);
 const char *tr_backend_name(const struct tr_backend *be);
 int tr_backend_supports_op(struct tr_backend *be, int op, int dtype);
+/* What compile checks first, alone: the backend's caps and ABI against the graph's device,
+ * dtypes, training ops and updates (a run checks every backend this way before any runs). */
+int tr_backend_check_graph(const struct tr_backend *be, const struct tr_graph *g, struct tr_error *err);
 int tr_backend_compile(struct tr_backend *be, const struct tr_graph *g, struct tr_program **out,
                        struct tr_error *err);
 int tr_backend_execute(struct tr_backend *be, struct tr_program *prog, int n_inputs,

@@ -13,6 +13,7 @@
 #include "trident/backend.h"
 #include "trident/loader.h"
 #include "trident/bench.h"
+#include "trident/report.h"
 #include "trident/log.h"
 #include "trident/rng.h"
 #include "trident/autodiff.h"

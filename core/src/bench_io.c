@@ -1,0 +1,290 @@
+/* A run's inputs file, outputs file and reference file (bench_io.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bench_io.h"
+#include "trident/graph.h"
+
+/* "input_ids i32[8,128], attention_mask i32[8,128]": what a file must hold. */
+static void inputs_list(const struct tr_graph *g, int n, char *buf, size_t cap) {
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && off < cap; i++) {
+        int id = tr_graph_input(g, i);
+        char sh[96];
+        tr_shape_str(tr_node_ndim(g, id), tr_node_shape(g, id), sh, sizeof sh);
+        off += (size_t)snprintf(buf + off, cap - off, "%s%s %s%s", i ? ", " : "", tr_node_name(g, id),
+                                tr_dtype_name((enum tr_dtype)tr_node_dtype(g, id)), sh);
+    }
+}
+
+static int is_int(int dt) { return dt == TR_DTYPE_I32 || dt == TR_DTYPE_I64; }
+
+/* src into dst (same shape): the same dtype copied; ints to ints and floats to floats
+ * converted, an int that does not fit refused (its element named). */
+static int convert(const struct tr_tensor *src, struct tr_tensor *dst, const char *name, struct tr_error *err) {
+    const int64_t n = tr_tensor_numel(dst);
+    if (src->dtype == dst->dtype) {
+        memcpy(dst->data, src->data, tr_tensor_nbytes(dst));
+        return TR_OK;
+    }
+    if (is_int(src->dtype) != is_int(dst->dtype))
+        return tr_error_set(err, TR_ERR_SHAPE, "'%s' is %s, the graph's input is %s (integers convert to integers "
+                            "and floats to floats, nothing across)", name, tr_dtype_name((enum tr_dtype)src->dtype),
+                            tr_dtype_name((enum tr_dtype)dst->dtype));
+    for (int64_t i = 0; i < n; i++) {
+        if (src->dtype == TR_DTYPE_I64 && dst->dtype == TR_DTYPE_I32) {
+            const int64_t v = ((const int64_t *)src->data)[i];
+            if (v < INT32_MIN || v > INT32_MAX)
+                return tr_error_set(err, TR_ERR_INVALID, "'%s' element %lld is %lld, which does not fit the input's "
+                                    "i32", name, (long long)i, (long long)v);
+            ((int32_t *)dst->data)[i] = (int32_t)v;
+        } else {
+            tr_tensor_set_f64(dst, i, tr_tensor_get_f64(src, i));
+        }
+    }
+    return TR_OK;
+}
+
+static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g, int n, struct tr_tensor *ts,
+                       struct tr_error *err) {
+    char want[768];
+    for (int i = 0; i < n; i++) {
+        const int id = tr_graph_input(g, i);
+        const char *name = tr_node_name(g, id);
+        struct tr_tensor t;
+        struct tr_error e = {0};
+        if (tr_safetensors_get(st, name, &t, &e) != TR_OK) {
+            inputs_list(g, n, want, sizeof want);
+            return e.status == TR_ERR_NOT_FOUND
+                       ? tr_error_set(err, TR_ERR_NOT_FOUND, "no tensor '%s'; the graph's inputs are %s", name, want)
+                       : tr_error_set(err, e.status, "%s", e.msg);
+        }
+        int same = t.ndim == ts[i].ndim;
+        for (int d = 0; same && d < t.ndim; d++) same = t.shape[d] == ts[i].shape[d];
+        if (!same) {
+            char got[96], exp[96];
+            return tr_error_set(err, TR_ERR_SHAPE, "'%s' is %s%s, the graph's input is %s%s (the INI's batch, "
+                                "seq_len and the model's sizes make it)", name,
+                                tr_dtype_name((enum tr_dtype)t.dtype), tr_shape_str(t.ndim, t.shape, got, sizeof got),
+                                tr_dtype_name((enum tr_dtype)ts[i].dtype),
+                                tr_shape_str(ts[i].ndim, ts[i].shape, exp, sizeof exp));
+        }
+        int rc = convert(&t, &ts[i], name, err);
+        if (rc) return rc;
+    }
+    for (int k = 0; k < tr_safetensors_count(st); k++) {
+        const char *name = tr_safetensors_name(st, k);
+        int used = 0;
+        for (int i = 0; i < n && !used; i++) used = strcmp(tr_node_name(g, tr_graph_input(g, i)), name) == 0;
+        if (!used) {
+            inputs_list(g, n, want, sizeof want);
+            return tr_error_set(err, TR_ERR_NOT_FOUND, "tensor '%s' is not an input of the graph (its inputs: %s)",
+                                name, want);
+        }
+    }
+    return TR_OK;
+}
+
+int tr_bench_inputs_load(const struct tr_config *cfg, const struct tr_graph *g, int n, struct tr_tensor *ts,
+                         struct tr_error *err) {
+    struct tr_safetensors *st = NULL;
+    int rc = tr_safetensors_open(cfg->inputs, &st, err);
+    if (!rc) rc = inputs_fill(st, g, n, ts, err);
+    tr_safetensors_close(st);
+    return rc ? tr_error_prefix(err, "%s:%d: [run] inputs = %s", cfg->file, cfg->inputs_line, cfg->inputs) : TR_OK;
+}
+
+/* ---- outputs ---- */
+
+int tr_bench_outputs_add(struct tr_bench_outputs *o, const char *label, const char *name, const struct tr_tensor *t,
+                         struct tr_error *err) {
+    if (o->n == o->cap) {
+        int cap = o->cap ? 2 * o->cap : 16;
+        char **names = realloc(o->names, sizeof *names * (size_t)cap);
+        if (names) o->names = names;
+        struct tr_tensor *ts = names ? realloc(o->ts, sizeof *ts * (size_t)cap) : NULL;
+        if (!ts) return tr_error_set(err, TR_ERR_NOMEM, "outputs: out of memory");
+        o->ts = ts;
+        o->cap = cap;
+    }
+    const size_t len = strlen(label) + strlen(name) + 2;
+    char *full = malloc(len);
+    if (!full) return tr_error_set(err, TR_ERR_NOMEM, "outputs: out of memory");
+    snprintf(full, len, "%s/%s", label, name);
+    struct tr_tensor c = *t;
+    c.data = NULL;
+    const size_t nb = tr_tensor_nbytes(t);
+    int rc = tr_host_alloc(&c.data, nb ? nb : 1, err);
+    if (rc) {
+        free(full);
+        return rc;
+    }
+    /* a strided view is copied element by element into a contiguous tensor */
+    if (tr_tensor_is_contiguous(t)) memcpy(c.data, t->data, nb);
+    else {
+        int64_t stride = 1;
+        for (int d = c.ndim - 1; d >= 0; d--) {
+            c.strides[d] = stride;
+            stride *= c.shape[d];
+        }
+        for (int64_t i = 0; i < tr_tensor_numel(t); i++) tr_tensor_set_f64(&c, i, tr_tensor_get_f64(t, i));
+    }
+    o->names[o->n] = full;
+    o->ts[o->n++] = c;
+    return TR_OK;
+}
+
+int tr_bench_outputs_write(const struct tr_bench_outputs *o, const char *path, struct tr_error *err) {
+    int rc = tr_safetensors_write(path, o->n, (const char *const *)o->names, o->ts, err);
+    return rc ? tr_error_prefix(err, "--outputs %s", path) : TR_OK;
+}
+
+void tr_bench_outputs_free(struct tr_bench_outputs *o) {
+    for (int i = 0; i < o->n; i++) {
+        free(o->names[i]);
+        tr_host_free(o->ts[i].data);
+    }
+    free(o->names);
+    free(o->ts);
+    memset(o, 0, sizeof *o);
+}
+
+/* ---- reference ---- */
+
+static int find_output(const struct tr_graph *g, const char *name) {
+    for (int i = 0; i < tr_graph_n_outputs(g); i++)
+        if (strcmp(tr_graph_output_name(g, i), name) == 0) return i;
+    return -1;
+}
+
+static int reference_check(const struct tr_safetensors *st, const struct tr_graph *g, int fit, struct tr_error *err) {
+    int compared = 0;
+    for (int k = 0; k < tr_safetensors_count(st); k++) {
+        const char *name = tr_safetensors_name(st, k);
+        struct tr_tensor t;
+        int rc = tr_safetensors_get(st, name, &t, err);
+        if (rc) return rc;
+        if (fit && strcmp(name, "loss") == 0) {
+            if (t.ndim > 1 || !tr_dtype_is_float((enum tr_dtype)t.dtype))
+                return tr_error_set(err, TR_ERR_SHAPE, "'loss' is %s with %d dimensions; expected the loss of each "
+                                    "step, one float per step", tr_dtype_name((enum tr_dtype)t.dtype), t.ndim);
+            compared++;
+            continue;
+        }
+        int i = find_output(g, name);
+        char outs[512] = "";
+        for (int j = 0, off = 0; j < tr_graph_n_outputs(g) && off < (int)sizeof outs; j++)
+            off += snprintf(outs + off, sizeof outs - (size_t)off, "%s%s", j ? ", " : "", tr_graph_output_name(g, j));
+        if (i < 0)
+            return tr_error_set(err, TR_ERR_NOT_FOUND, "tensor '%s' is not an output of the graph (outputs: %s%s)",
+                                name, outs, fit ? "; fit compares 'loss', one value per step" : "");
+        const int id = tr_graph_output(g, i);
+        int same = t.ndim == tr_node_ndim(g, id);
+        for (int d = 0; same && d < t.ndim; d++) same = t.shape[d] == tr_node_shape(g, id)[d];
+        if (!same || tr_dtype_is_float((enum tr_dtype)t.dtype) != tr_dtype_is_float((enum tr_dtype)tr_node_dtype(g, id))) {
+            char a[96], b[96];
+            return tr_error_set(err, TR_ERR_SHAPE, "'%s' is %s%s, the graph's output is %s%s", name,
+                                tr_dtype_name((enum tr_dtype)t.dtype), tr_shape_str(t.ndim, t.shape, a, sizeof a),
+                                tr_dtype_name((enum tr_dtype)tr_node_dtype(g, id)),
+                                tr_shape_str(tr_node_ndim(g, id), tr_node_shape(g, id), b, sizeof b));
+        }
+        compared++;
+    }
+    if (!compared) return tr_error_set(err, TR_ERR_NOT_FOUND, "the file has no tensor to compare");
+    return TR_OK;
+}
+
+int tr_bench_reference_open(const struct tr_config *cfg, const struct tr_graph *g, struct tr_bench_reference *r,
+                            struct tr_error *err) {
+    memset(r, 0, sizeof *r);
+    if (!cfg->reference[0]) return TR_OK;
+    int rc = tr_safetensors_open(cfg->reference, &r->st, err);
+    if (!rc) rc = reference_check(r->st, g, tr_graph_n_updates(g) > 0, err);
+    if (rc) {
+        tr_bench_reference_close(r);
+        return tr_error_prefix(err, "%s:%d: [run] reference = %s", cfg->file, cfg->reference_line, cfg->reference);
+    }
+    return TR_OK;
+}
+
+void tr_bench_reference_close(struct tr_bench_reference *r) {
+    tr_safetensors_close(r->st);
+    r->st = NULL;
+}
+
+/* "[3,17]" for flat index i of shape. */
+static void coords(int ndim, const int64_t *shape, int64_t i, char *buf, size_t n) {
+    int64_t c[TR_MAX_DIMS];
+    for (int d = ndim - 1; d >= 0; d--) {
+        c[d] = shape[d] ? i % shape[d] : 0;
+        i = shape[d] ? i / shape[d] : 0;
+    }
+    size_t off = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && off < n; d++) off += (size_t)snprintf(buf + off, n - off, "%s%lld", d ? "," : "", (long long)c[d]);
+    if (off < n) snprintf(buf + off, n - off, "]");
+}
+
+static void note_worst(struct tr_bench_row *row, double rel, const char *name, const char *where, double got,
+                       double want) {
+    if (rel <= row->ref_rel_diff && row->ref_worst[0]) return;
+    row->ref_rel_diff = rel;
+    snprintf(row->ref_worst, sizeof row->ref_worst, "'%s' %.2e; worst element %s%s: %.9g here, %.9g in the reference",
+             name, rel, name, where, got, want);
+}
+
+void tr_bench_reference_compare(const struct tr_bench_reference *r, const struct tr_graph *g, int n_out,
+                                const struct tr_tensor *out, const double *losses, int64_t n_losses,
+                                double tolerance, struct tr_bench_row *row) {
+    row->ref_compared = 0;
+    row->ref_rel_diff = 0;
+    row->ref_worst[0] = '\0';
+    if (!r->st) return;
+    for (int k = 0; k < tr_safetensors_count(r->st); k++) {
+        const char *name = tr_safetensors_name(r->st, k);
+        struct tr_tensor ref;
+        if (tr_safetensors_get(r->st, name, &ref, NULL) != TR_OK) continue; /* checked when opened */
+        if (strcmp(name, "loss") == 0 && find_output(g, name) < 0 && losses) {
+            const int64_t n = tr_tensor_numel(&ref) < n_losses ? tr_tensor_numel(&ref) : n_losses;
+            for (int64_t s = 0; s < n; s++) {
+                const double want = tr_tensor_get_f64(&ref, s), got = losses[s];
+                double rel = fabs(got - want) / (fabs(want) > 0 ? fabs(want) : 1.0);
+                if (!isfinite(got)) rel = INFINITY;
+                char where[48];
+                snprintf(where, sizeof where, " of step %lld", (long long)s + 1);
+                note_worst(row, rel, "loss", where, got, want);
+            }
+            row->ref_compared++;
+            continue;
+        }
+        const int i = find_output(g, name);
+        if (i < 0 || i >= n_out) continue;
+        const struct tr_tensor *a = &out[i];
+        const int64_t n = tr_tensor_numel(&ref);
+        double num = 0, den = 0, worst = -1;
+        int64_t wi = 0;
+        for (int64_t e = 0; e < n; e++) {
+            const double x = tr_tensor_get_f64(a, e), y = tr_tensor_get_f64(&ref, e), d = x - y;
+            num += d * d, den += y * y;
+            if (!(fabs(d) <= worst)) worst = isfinite(d) ? fabs(d) : INFINITY, wi = e;
+        }
+        double rel = den > 0 ? sqrt(num) / sqrt(den) : sqrt(num);
+        if (!isfinite(num)) rel = INFINITY;
+        char where[96];
+        coords(ref.ndim, ref.shape, wi, where, sizeof where);
+        note_worst(row, rel, name, where, n ? tr_tensor_get_f64(a, wi) : 0, n ? tr_tensor_get_f64(&ref, wi) : 0);
+        row->ref_compared++;
+    }
+    row->ref_agrees = row->ref_compared > 0 && row->ref_rel_diff <= tolerance;
+}
+
+void tr_bench_print_reference(const struct tr_bench_report *rep, const struct tr_config *cfg, FILE *f) {
+    if (!cfg->reference[0]) return;
+    fprintf(f, "\nagainst [run] reference = %s (tolerance %.0e):\n", cfg->reference, rep->tolerance);
+    for (int i = 0; i < rep->n_rows; i++) {
+        const struct tr_bench_row *r = &rep->rows[i];
+        if (!r->ok) continue;
+        fprintf(f, "  %-24s %-3s %s\n", r->label, r->ref_agrees ? "ok" : "NO", r->ref_worst);
+    }
+}
