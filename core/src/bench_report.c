@@ -87,8 +87,8 @@ static void print_generate(const struct tr_bench_report *rep, FILE *f) {
 }
 
 void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
-    fprintf(f, "%s/%s %s  device %s  dtype %s  batch %lld  input %s  params %.2fM (%.1f MiB)  %.3f GFLOP/step\n",
-            rep->model, rep->preset, rep->task, rep->device, rep->dtype, (long long)rep->batch,
+    fprintf(f, "%s/%s %s  device %s  dtype %s  math %s  batch %lld  input %s  params %.2fM (%.1f MiB)  %.3f "
+            "GFLOP/step\n", rep->model, rep->preset, rep->task, rep->device, rep->dtype, rep->math, (long long)rep->batch,
             rep->input, (double)rep->param_count / 1e6, (double)rep->param_bytes / 1048576.0,
             rep->flops_per_step / 1e9);
     tr_bench_print_host(rep, f);
@@ -106,22 +106,25 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
         fputc('\n', f);
     }
     fputc('\n', f);
-    fprintf(f, "%-24s %-5s %9s %9s %9s %9s %9s %10s %8s %8s %10s %9s %9s  %-14s\n", "backend", "math", "first ms", "mean ms",
-            "median", "p90", "vs best", "samples/s", "GFLOP/s", "kern/st", "hit/miss", "peak MiB", "arena MiB",
-            "max rel diff");
+    /* Narrow enough for a terminal: the label column as wide as the longest label, the
+     * math (one for the run) in the header, the allocator's hits and misses in the JSON,
+     * CSV and Markdown only. */
+    int w = 7;
+    for (int i = 0; i < rep->n_rows; i++)
+        if ((int)strlen(rep->rows[i].label) > w) w = (int)strlen(rep->rows[i].label);
+    fprintf(f, "%-*s %8s %8s %8s %8s %7s %9s %7s %7s %8s %8s  %s\n", w, "backend", "first ms", "mean ms", "median",
+            "p90", "vs best", "samples/s", "GFLOP/s", "kern/st", "peak MiB", "arena", "max rel diff");
     double best = fastest_mean(rep);
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
         if (!r->ok) {
-            fprintf(f, "%-24s FAILED\n", r->label);
+            fprintf(f, "%-*s FAILED\n", w, r->label);
             continue;
         }
-        char hm[32], agree[32];
-        snprintf(hm, sizeof hm, "%llu/%llu", (unsigned long long)r->stats.alloc_hits,
-                 (unsigned long long)r->stats.alloc_misses);
-        fprintf(f, "%-24s %-5s %9.2f %9.3f %9.3f %9.3f %8.2fx %10.1f %8.1f %8llu %10s %9.1f %9.1f  %-14s\n", r->label,
-                rep->math, r->first_ms, r->mean_ms, r->median_ms, r->p90_ms, best > 0 ? r->mean_ms / best : 0, r->items_per_s,
-                r->gflops, (unsigned long long)r->stats.kernel_calls, hm, (double)r->stats.peak_bytes / 1048576.0,
+        char agree[32];
+        fprintf(f, "%-*s %8.2f %8.3f %8.3f %8.3f %6.2fx %9.1f %7.1f %7llu %8.1f %8.1f  %s\n", w, r->label, r->first_ms,
+                r->mean_ms, r->median_ms, r->p90_ms, best > 0 ? r->mean_ms / best : 0, r->items_per_s, r->gflops,
+                (unsigned long long)r->stats.kernel_calls, (double)r->stats.peak_bytes / 1048576.0,
                 (double)r->stats.arena_bytes / 1048576.0, agreement_str(r, agree, sizeof agree));
     }
     /* A slow tail means steps waited for the cores: the row's mean then measures the
