@@ -2,6 +2,8 @@
  *
  *   trident run FILE.ini [--json OUT] [--outputs F] [--steps N]
  *                                                    run the task on every backend listed
+ *   trident run FILE.ini --check nodes              every node of one step of each backend against
+ *                                                    the first's (check_nodes.h)
  *   trident bench FILE.ini ...                       the same (benchmarks are runs)
  *   trident bench-kernels [--size N] [--dtype D]     GFLOP/s of the shared kernels
  *   trident list [FILE.ini]                          models, presets, tasks; backend plugins
@@ -17,10 +19,12 @@
 #include <string.h>
 #include "cli.h"
 #include "models.h"
+#include "trident/check_nodes.h"
 #include "trident/trident.h"
 
 static const char usage[] =
     "usage: trident run FILE.ini [--json OUT] [--report DIR [--log-scale]] [--outputs OUT.safetensors] [--steps N]\n"
+    "       trident run FILE.ini --check nodes\n"
     "       trident bench FILE.ini [--json OUT] [--report DIR [--log-scale]] [--outputs OUT.safetensors] [--steps N]\n"
     "       trident bench-kernels [--size N] [--dtype f32|bf16|all] [--reps R]\n"
     "       trident list [FILE.ini]\n"
@@ -66,9 +70,15 @@ static void on_sigint(int sig) {
 static int cmd_run(int argc, char **argv) {
     const char *ini = NULL, *json = NULL, *outputs = NULL, *report = NULL;
     int64_t steps = 0;
-    int log_scale = 0;
+    int log_scale = 0, check_nodes = 0;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
+        if (strcmp(argv[i], "--check") == 0 && i + 1 < argc) {
+            if (strcmp(argv[++i], "nodes") != 0) {
+                fprintf(stderr, "trident: --check %s: expected --check nodes\n%s", argv[i], usage);
+                return 2;
+            }
+            check_nodes = 1;
+        } else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         else if (strcmp(argv[i], "--outputs") == 0 && i + 1 < argc) outputs = argv[++i];
         else if (strcmp(argv[i], "--report") == 0 && i + 1 < argc) report = argv[++i];
         else if (strcmp(argv[i], "--log-scale") == 0) log_scale = 1;
@@ -90,11 +100,22 @@ static int cmd_run(int argc, char **argv) {
         fprintf(stderr, "trident: --log-scale is the chart's, with --report DIR\n%s", usage);
         return 2;
     }
+    if (check_nodes && (json || outputs || report || steps)) {
+        fprintf(stderr, "trident: --check nodes runs one step and writes no report: it takes no --json, --report, "
+                "--outputs or --steps\n%s", usage);
+        return 2;
+    }
     struct tr_error err = {0};
     static struct tr_config cfg;
     if (tr_config_load(ini, &cfg, &err) || need_model(&cfg, &err)) return fail(&err);
     if (steps) cfg.steps = steps;
     tr_cli_apply_threads(&cfg);
+    if (check_nodes) { /* every node of one step against the reference backend (check_nodes.h) */
+        static struct tr_check_nodes_report crep;
+        int crc = tr_check_nodes_run(&cfg, tr_builtin_models, &crep, &err);
+        if (crep.n_rows > 0) tr_check_nodes_print(&crep, stdout);
+        return crc ? fail(&err) : 0;
+    }
 
     static struct tr_bench_report rep;
     const char *out_paths[1 + TR_REPORT_N_FILES];

@@ -255,8 +255,8 @@ ini fitcaps.ini $'[run]\nmodel = bert\ntask = fit\nbackends = torch, '"$(cd "$(d
 if [ -f "$(dirname "$bin")/test_plugins/libtrident_backend_good.so" ]; then
   expect "a backend's caps are checked before the run" 1 "cannot run bert/tiny fit in f32: backend '[a-z_]+' does not declare TR_CAP_TRAINING" -- "$bin" run "$tmp/fitcaps.ini"
 else echo > "$tmp/out"; bad "the test plugin libtrident_backend_good.so is built"; fi
-ini sched.ini $'[run]\nmodel = bert\ntask = fit\nschedule = interleaved\nsteps = 1\nwarmup = 1\nbatch = 2\nseq_len = 8'
-expect "interleaved fit refused with the reason" 1 'sched.ini:4: \[run\] schedule = interleaved: fit runs its backends one after another' -- "$bin" run "$tmp/sched.ini"
+ini sched.ini $'[run]\nmodel = bert\ntask = fit\nschedule = interleaved\nisolate = off\nsteps = 1\nwarmup = 1\nbatch = 2\nseq_len = 8'
+expect "interleaved fit in one process refused with the reason" 1 'sched.ini:4: \[run\] schedule = interleaved: fit runs its backends one after another \(in one process the backends train the same host copy' -- "$bin" run "$tmp/sched.ini"
 ini two.ini $'[run]\nmodel = bert\nbackends = torch, tf\nsteps = 3\nwarmup = 1\nbatch = 2\nseq_len = 8'
 expect "--outputs writes every backend's outputs" 0 'wrote .*o.safetensors \(6 tensors' -- "$bin" run "$tmp/two.ini" --outputs "$tmp/o.safetensors"
 for name in torch/logits tf/logits tf/pooler_output; do
@@ -297,6 +297,53 @@ if grep -Eq '"interrupted":[[:space:]]*true' "$tmp/int.json" 2>/dev/null; then o
 ini gen.ini $'[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbackends = torch, jax\nbatch = 2\nsteps = 1\nwarmup = 1\n[generate]\nprompt_len = 8\nmax_length = 12'
 expect "--outputs of generate: tokens and prefill logits" 0 'wrote .*og.safetensors \(4 tensors' -- "$bin" run "$tmp/gen.ini" --outputs "$tmp/og.safetensors"
 if grep -aq '"jax/tokens":{"shape":\[2,4\],[^}]*"dtype":"I32"' "$tmp/og.safetensors"; then ok "generate's tokens [2,4] i32"; else bad "generate's tokens [2,4] i32"; fi
+# A crashing, aborting, exiting or hanging plugin costs only its own row: each backend runs
+# in a child process (tests/plugins/backend_test.c's faulty variant misbehaves on request).
+faulty=$(cd "$(dirname "$bin")" && pwd)/fault_plugins/libtrident_backend_faulty.so
+for case in "segv:killed by signal 11 \(Segmentation fault\) during timed step 2" \
+            "abort:killed by signal 6 \(Aborted\) during timed step 2" \
+            "exit:exited with status 0 during timed step 2" \
+            "hang:no answer within \[run\] backend_timeout = 2 s during timed step 2"; do
+  fault=${case%%:*} why=${case#*:}
+  ini "f_$fault.ini" "[run]
+model = bert
+backends = torch, $faulty, tf
+steps = 4
+warmup = 1
+batch = 2
+seq_len = 8
+backend_timeout = 2
+[backend.faulty]
+fault = $fault
+at_step = 3"
+  expect "a plugin that does $fault costs only its row" 1 "faulty: FAILED: (the backend's process (was )?)?$why" -- \
+    "$bin" run "$tmp/f_$fault.ini" --json "$tmp/f_$fault.json"
+  if grep -Eq '^tf +[0-9.]+ +[0-9.]+ .* ok *$' "$tmp/out" && grep -q '"backend":[[:space:]]*"tf"' "$tmp/f_$fault.json"; then
+    ok "$fault: the other rows and the JSON survive"; else bad "$fault: the other rows and the JSON survive"; fi
+done
+ini f_init.ini "[run]
+model = bert
+backends = torch, $faulty
+steps = 1
+warmup = 1
+batch = 2
+seq_len = 8
+[backend.faulty]
+fault = init_segv"
+expect "a plugin that crashes in init is a problem found before the run" 1 "f_init.ini:3: \[run\] backends: '.*faulty.so': the backend's process was killed by signal 11 .* during its load and init" -- "$bin" run "$tmp/f_init.ini"
+ini inproc.ini "$(cat "$tmp/two.ini")
+isolate = off"
+expect "isolate = off runs in one process, and says so" 0 'backends: in one process \(\[run\] isolate = off\)' -- "$bin" run "$tmp/inproc.ini"
+expect "isolated by default, and says so" 0 'backends: each in its own process' -- "$bin" run "$tmp/two.ini"
+ini fitint.ini "$(sed 's/^backends = .*/&\ntask = fit\nschedule = interleaved/' "$tmp/two.ini")"
+expect "fit interleaved across processes" 0 'interleaved \(the backends took their steps in turns\).*all backends ran and agree|all backends ran and agree' -- "$bin" run "$tmp/fitint.ini"
+
+# --check nodes: every node of one step against the reference backend.
+ini chk.ini "$(sed "s#^backends = .*#backends = torch, tf, $wrong#" "$tmp/two.ini")"
+expect "--check nodes names the first node that diverges" 1 "wrong: first divergence: node [0-9]+ 'classifier' \(add\) rel 1.0e-02 > 1e-04" -- "$bin" run "$tmp/chk.ini" --check nodes
+if grep -q "tf: every node within tolerance" "$tmp/out"; then ok "--check nodes: tf agrees node by node"; else bad "--check nodes: tf agrees node by node"; fi
+expect "--check takes only nodes" 2 'expected --check nodes' -- "$bin" run "$tmp/two.ini" --check everything
+
 # Reports: --report DIR writes the four files; trident report compares two runs.
 expect "--report writes its files" 0 'all backends ran' -- "$bin" run "$tmp/two.ini" --report "$tmp/rep" --json "$tmp/a.json"
 for f in report.md report.csv report.json chart.svg; do

@@ -130,7 +130,7 @@ static void test_threads(void **state) {
                  "lines 2 and 3");
     /* the unknown-key message lists it */
     expect_error("thr10.ini", "[run]\nthread = 2\n", TR_ERR_NOT_FOUND, "thr10.ini:2: [run] thread = 2:",
-                 "math, threads, tolerance, inputs, reference, missing, schedule)");
+                 "math, threads, tolerance, inputs, reference, missing, schedule, isolate, backend_timeout)");
 }
 
 /* [run] tolerance: the backends' agreement, above 0 and at most 1; absent, 0 (the dtype's). */
@@ -176,6 +176,16 @@ static void test_run_files_and_words(void **state) {
                  "expected error", "or seed");
     expect_error("rf6.ini", "[run]\nschedule = parallel\n", TR_ERR_INVALID, "rf6.ini:2: [run] schedule = parallel:",
                  "expected interleaved", "or sequential");
+    load_ok("rf7.ini", "[run]\nisolate = off\nbackend_timeout = 2.5\n", &cfg);
+    assert_int_equal(cfg.isolate, 0);
+    assert_true(cfg.backend_timeout == 2.5);
+    load_ok("rf8.ini", "[run]\n", &cfg);
+    assert_int_equal(cfg.isolate, 1);
+    assert_true(cfg.backend_timeout == 1800);
+    expect_error("rf9.ini", "[run]\nisolate = maybe\n", TR_ERR_INVALID, "rf9.ini:2: [run] isolate = maybe:",
+                 "expected on (each backend in a child process");
+    expect_error("rf10.ini", "[run]\nbackend_timeout = 0\n", TR_ERR_INVALID, "rf10.ini:2: [run] backend_timeout = 0:",
+                 "expected seconds from 1 to 604800");
 }
 
 /* Every key set, with the comment and spacing forms the header comment of config.c allows. */

@@ -13,6 +13,7 @@
 #include "trident/generate.h"
 #include "trident/image.h"
 #include "bench_io.h"
+#include "bench_isolate.h"
 #include "bench_preflight.h"
 #include "bench_progress.h"
 #include "bench_util.h"
@@ -197,20 +198,33 @@ static void fit_restore(struct fit_state *fs) {
         memcpy((void *)tr_node_data(g, tr_graph_update_param(g, u)), fs->snap[u], fs->nbytes[u]);
 }
 
-/* One backend of a run: its instance, its outputs and its step times. */
+#define TR_MAX_OUTPUTS_SLOT 256
+
+/* What a backend's process reports back: in memory shared with the parent, so it
+ * survives the process. In-process runs use the same layout. */
+struct slot_shared {
+    struct tr_bench_row row;
+    struct tr_error err;
+    int64_t n_steps;            /* steps run (all kinds): fit's step counter */
+    double ms_sum;              /* the timed steps' time so far */
+    int live;                   /* started and not failed */
+};
+
+/* One backend of a run: its instance (in its own process when isolated), its outputs and
+ * step times (in the shared region: sh, then the outputs' data, the times, the losses). */
 struct slot {
     const struct tr_config_backend *cb;
-    struct tr_bench_row *row;
-    struct tr_plugin *plugin;
+    struct slot_shared *sh;
+    size_t sh_bytes;
+    struct tr_bench_row *row;   /* &sh->row */
+    struct tr_plugin *plugin;   /* in the process that runs the backend */
     struct tr_backend *be;
     struct tr_program *prog;
-    struct tr_tensor *out;      /* this backend's outputs (of its last step) */
+    struct tr_tensor *out;      /* this backend's outputs (of its last step); data shared */
     double *times;              /* timed steps, in order */
     double *losses;             /* fit: every step's loss, first and warm-up steps too */
-    int64_t n_steps;            /* steps run (all kinds): fit's step counter */
-    double ms_sum;
-    int live;                   /* started and not failed */
-    struct tr_error err;
+    struct tr_child child;      /* isolated: the backend's process */
+    struct run *r;              /* for the child's command handler */
 };
 
 /* What the slots share. */
@@ -221,13 +235,14 @@ struct run {
     int n_in, n_out;
     const struct tr_tensor *in;
     struct tr_progress *pr;
+    int isolate;                /* each backend in a child process */
 };
 
 static void slot_fail(struct slot *s, int rc) {
     (void)rc;
-    s->live = 0;
+    s->sh->live = 0;
     s->row->ok = 0;
-    snprintf(s->row->error, sizeof s->row->error, "%s", s->err.msg);
+    snprintf(s->row->error, sizeof s->row->error, "%s", s->sh->err.msg);
 }
 
 static void slot_close(struct slot *s) {
@@ -240,20 +255,20 @@ static void slot_close(struct slot *s) {
 /* One step; fit: the step counter fed, the loss checked finite and kept. */
 static int slot_step(struct run *r, struct slot *s, double *ms) {
     struct fit_state *fs = r->fs;
-    if (fs->on) *fs->step = (float)(s->n_steps + 1);
+    if (fs->on) *fs->step = (float)(s->sh->n_steps + 1);
     double t0 = tr_bench_now_ms();
-    int rc = tr_backend_execute(s->be, s->prog, r->n_in, r->in, r->n_out, s->out, &s->err);
+    int rc = tr_backend_execute(s->be, s->prog, r->n_in, r->in, r->n_out, s->out, &s->sh->err);
     *ms = tr_bench_now_ms() - t0;
     if (rc) return rc;
-    s->n_steps++;
+    s->sh->n_steps++;
     if (!fs->on) return TR_OK;
     double loss = tr_tensor_get_f64(&s->out[0], 0);
-    s->losses[s->n_steps - 1] = loss;
+    s->losses[s->sh->n_steps - 1] = loss;
     if (!isfinite(loss))
-        return tr_error_set(&s->err, TR_ERR_NUMERIC, "fit: the loss is %g at step %lld (lr %g): training diverged",
-                            loss, (long long)s->n_steps, (double)*fs->lr);
+        return tr_error_set(&s->sh->err, TR_ERR_NUMERIC, "fit: the loss is %g at step %lld (lr %g): training diverged",
+                            loss, (long long)s->sh->n_steps, (double)*fs->lr);
     struct tr_bench_row *row = s->row;
-    if (s->n_steps == 1) row->loss_first = loss;
+    if (s->sh->n_steps == 1) row->loss_first = loss;
     row->loss_last = loss;
     if (row->n_fit_losses < TR_BENCH_FIT_LOSSES) row->fit_losses[row->n_fit_losses++] = loss;
     return TR_OK;
@@ -263,8 +278,7 @@ static int slot_step(struct run *r, struct slot *s, double *ms) {
 static int slot_start(struct run *r, struct slot *s) {
     const struct tr_config *cfg = r->cfg;
     struct tr_plugin_search search = {.ini_dir = cfg->plugin_path[0] ? cfg->plugin_path : NULL, .env_path = NULL};
-    tr_progress_phase(r->pr, s->row->label, "loading and compiling");
-    int rc = tr_plugin_open(s->cb->path[0] ? s->cb->path : s->cb->name, &search, &s->plugin, &s->err);
+    int rc = tr_plugin_open(s->cb->path[0] ? s->cb->path : s->cb->name, &search, &s->plugin, &s->sh->err);
     if (rc) return rc;
     snprintf(s->row->plugin_path, sizeof s->row->plugin_path, "%s", tr_plugin_path(s->plugin));
     struct tr_option opts[TR_CONFIG_MAX_KV + 1];
@@ -272,9 +286,9 @@ static int slot_start(struct run *r, struct slot *s) {
     tr_bench_backend_params(cfg, s->cb, opts, &params);
     if (r->fs->on) fit_restore(r->fs);
     double t0 = tr_bench_now_ms();
-    if ((rc = tr_backend_init(s->plugin, &params, &s->be, &s->err)) != TR_OK) return rc;
+    if ((rc = tr_backend_init(s->plugin, &params, &s->be, &s->sh->err)) != TR_OK) return rc;
     double tc = tr_bench_now_ms();
-    if ((rc = tr_backend_compile(s->be, r->g, &s->prog, &s->err)) != TR_OK) return rc;
+    if ((rc = tr_backend_compile(s->be, r->g, &s->prog, &s->sh->err)) != TR_OK) return rc;
     s->row->compile_ms = tr_bench_now_ms() - tc;
     double ms;
     if ((rc = slot_step(r, s, &ms)) != TR_OK) return rc;
@@ -282,15 +296,15 @@ static int slot_start(struct run *r, struct slot *s) {
     if (cfg->warmup > 1) tr_progress_phase(r->pr, s->row->label, "warm-up");
     for (int64_t i = 1; i < cfg->warmup && rc == TR_OK; i++) rc = slot_step(r, s, &ms);
     if (rc) return rc;
-    s->live = 1;
+    s->sh->live = 1;
     return TR_OK;
 }
 
 static int slot_timed_step(struct run *r, struct slot *s) {
     double *t = &s->times[s->row->steps_run];
     int rc = slot_step(r, s, t);
-    if (rc) return tr_error_prefix(&s->err, "step %lld", (long long)s->n_steps + 1);
-    s->ms_sum += *t;
+    if (rc) return tr_error_prefix(&s->sh->err, "step %lld", (long long)s->sh->n_steps + 1);
+    s->sh->ms_sum += *t;
     s->row->steps_run++;
     return TR_OK;
 }
@@ -300,37 +314,122 @@ static int slot_timed_step(struct run *r, struct slot *s) {
 static int slot_finish(struct run *r, struct slot *s) {
     struct tr_bench_row *row = s->row;
     const struct tr_config *cfg = r->cfg;
-    if (row->steps_run < 1) return tr_error_set(&s->err, TR_ERR_INTERRUPTED, "interrupted before its timed steps");
+    if (row->steps_run < 1) return tr_error_set(&s->sh->err, TR_ERR_INTERRUPTED, "interrupted before its timed steps");
     tr_bench_row_times(row, s->times, row->steps_run);
     row->items_per_s = row->mean_ms > 0 ? (double)cfg->batch * 1e3 / row->mean_ms : 0;
     row->gflops = row->mean_ms > 0 ? tr_graph_flops(r->g) / (row->mean_ms * 1e6) : 0;
-    int rc = tr_backend_get_stats(s->be, s->prog, &row->stats, &s->err);
-    if (rc == TR_OK && r->fs->on) rc = tr_backend_sync(s->be, s->prog, &s->err);
+    int rc = tr_backend_get_stats(s->be, s->prog, &row->stats, &s->sh->err);
+    if (rc == TR_OK && r->fs->on) rc = tr_backend_sync(s->be, s->prog, &s->sh->err);
     if (rc) return rc;
     for (int i = 0; i < r->n_out; i++) {
         int64_t where;
         if (first_nonfinite(&s->out[i], &where))
-            return tr_error_set(&s->err, TR_ERR_NUMERIC, "output '%s' has a non-finite value at element %lld",
+            return tr_error_set(&s->sh->err, TR_ERR_NUMERIC, "output '%s' has a non-finite value at element %lld",
                                 tr_graph_output_name(r->g, i), (long long)where);
     }
     row->ok = 1;
     return TR_OK;
 }
 
-/* Each backend's steps one after another (fit always: the backends train one host copy
- * of the parameters, restored before each). */
+/* The commands a backend's process takes: start (load, compile, first step, warm-up), one
+ * timed step, finish (figures, stats, checks; then its instance is freed). */
+enum { CMD_START = 'B', CMD_STEP = 'S', CMD_FINISH = 'F' };
+
+/* Run cmd where the backend lives (the child, or this process). */
+static int slot_run_cmd(void *arg, int cmd) {
+    struct slot *s = arg;
+    int rc;
+    if (cmd == CMD_START) rc = slot_start(s->r, s);
+    else if (cmd == CMD_STEP) rc = slot_timed_step(s->r, s);
+    else rc = slot_finish(s->r, s);
+    if (rc && !s->sh->err.status) s->sh->err.status = rc;
+    if (rc) s->sh->live = 0;
+    if (cmd == CMD_FINISH || rc) slot_close(s);
+    return rc;
+}
+
+/* Drive one command; isolated, through the backend's process, whose death or silence
+ * becomes this backend's error. */
+static int slot_do(struct run *r, struct slot *s, int cmd) {
+    if (!r->isolate) return slot_run_cmd(s, cmd);
+    struct tr_error e = {0};
+    if (cmd == CMD_START && tr_child_spawn(&s->child, slot_run_cmd, s, &e) != TR_OK) {
+        s->sh->err = e;
+        return e.status;
+    }
+    char what[64];
+    if (cmd == CMD_START) snprintf(what, sizeof what, "its load, compile and warm-up");
+    else if (cmd == CMD_STEP) snprintf(what, sizeof what, "timed step %lld", (long long)s->row->steps_run + 1);
+    else snprintf(what, sizeof what, "its finish (stats, checks)");
+    int status = TR_OK;
+    int rc = tr_child_call(&s->child, cmd, r->cfg->backend_timeout, what, &status, &e);
+    if (rc) {
+        s->sh->err = e;
+        s->sh->live = 0;
+        return rc;
+    }
+    if (cmd == CMD_FINISH || status) tr_child_end(&s->child);
+    return status;
+}
+
+static void slot_release(struct slot *s) {
+    tr_child_end(&s->child);
+    slot_close(s);
+}
+
+/* The shared region of a slot: its report, then the outputs' data, the step times, the
+ * losses (made before any fork, so the backend's process writes where this one reads). */
+static int slot_alloc(struct slot *s, const struct tr_graph *g, int n_out, int64_t steps, int64_t n_losses,
+                      struct tr_error *err) {
+    const size_t align = 64;
+    size_t off = (sizeof(struct slot_shared) + align - 1) / align * align;
+    size_t at[TR_MAX_OUTPUTS_SLOT];
+    if (n_out > TR_MAX_OUTPUTS_SLOT)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "bench: %d outputs, at most %d", n_out, TR_MAX_OUTPUTS_SLOT);
+    s->out = calloc((size_t)(n_out ? n_out : 1), sizeof *s->out);
+    if (!s->out) return tr_error_set(err, TR_ERR_NOMEM, "bench: out of memory");
+    for (int i = 0; i < n_out; i++) {
+        s->out[i] = tr_node_tensor(g, tr_graph_output(g, i));
+        at[i] = off;
+        off += (tr_tensor_nbytes(&s->out[i]) + align - 1) / align * align;
+    }
+    const size_t t_at = off;
+    off += sizeof(double) * (size_t)steps;
+    const size_t l_at = off;
+    off += sizeof(double) * (size_t)n_losses;
+    char *base = tr_shared_alloc(off, err);
+    if (!base) return err->status;
+    s->sh = (struct slot_shared *)base;
+    s->sh_bytes = off;
+    s->row = &s->sh->row;
+    for (int i = 0; i < n_out; i++) s->out[i].data = base + at[i];
+    s->times = (double *)(base + t_at);
+    s->losses = n_losses ? (double *)(base + l_at) : NULL;
+    return TR_OK;
+}
+
+static void slot_free(struct slot *s) {
+    slot_release(s);
+    free(s->out);
+    tr_shared_free(s->sh, s->sh_bytes);
+    memset(s, 0, sizeof *s);
+}
+
+/* Each backend's steps one after another (fit in one process: the backends train one host
+ * copy of the parameters, restored before each). */
 static void run_sequential(struct run *r, struct slot *slots, int n) {
     for (int b = 0; b < n && !tr_bench_stop_requested(); b++) {
         struct slot *s = &slots[b];
-        int rc = slot_start(r, s);
+        tr_progress_phase(r->pr, s->row->label, "loading and compiling");
+        int rc = slot_do(r, s, CMD_START);
         for (int64_t i = 0; rc == TR_OK && i < r->cfg->steps && !tr_bench_stop_requested(); i++) {
-            rc = slot_timed_step(r, s);
-            tr_progress_step(r->pr, s->row->label, s->row->steps_run, r->cfg->steps, s->ms_sum);
+            rc = slot_do(r, s, CMD_STEP);
+            tr_progress_step(r->pr, s->row->label, s->row->steps_run, r->cfg->steps, s->sh->ms_sum);
         }
-        if (rc == TR_OK) rc = slot_finish(r, s);
+        if (rc == TR_OK) rc = slot_do(r, s, CMD_FINISH);
         if (rc) slot_fail(s, rc);
         tr_progress_done(r->pr, s->row, r->cfg->steps);
-        slot_close(s);
+        slot_release(s);
     }
 }
 
@@ -338,29 +437,32 @@ static void run_sequential(struct run *r, struct slot *slots, int n) {
  * load (another process, a frequency step) falls on every backend alike instead of on
  * whichever ran then. */
 static void run_interleaved(struct run *r, struct slot *slots, int n, struct tr_bench_report *rep) {
-    for (int b = 0; b < n && !tr_bench_stop_requested(); b++)
-        if (slot_start(r, &slots[b]) != TR_OK) slot_fail(&slots[b], slots[b].err.status);
+    for (int b = 0; b < n && !tr_bench_stop_requested(); b++) {
+        tr_progress_phase(r->pr, slots[b].row->label, "loading and compiling");
+        if (slot_do(r, &slots[b], CMD_START) != TR_OK) slot_fail(&slots[b], slots[b].sh->err.status);
+    }
     double sums[TR_BENCH_MAX_ROWS] = {0};
     for (int64_t i = 0; i < r->cfg->steps && !tr_bench_stop_requested(); i++) {
         for (int b = 0; b < n; b++) {
             struct slot *s = &slots[b];
-            if (!s->live) continue;
+            if (!s->sh->live) continue;
             s->row->ok = 1; /* shown in the live line while it runs */
-            if (slot_timed_step(r, s) != TR_OK) slot_fail(s, s->err.status);
-            sums[b] = s->ms_sum;
+            if (slot_do(r, s, CMD_STEP) != TR_OK) slot_fail(s, s->sh->err.status);
+            sums[b] = s->sh->ms_sum;
+            rep->rows[b] = *s->row;
         }
         tr_progress_round(r->pr, rep, sums, i + 1, r->cfg->steps);
     }
     tr_progress_end(r->pr);
     for (int b = 0; b < n; b++) {
         struct slot *s = &slots[b];
-        if (s->live && slot_finish(r, s) != TR_OK) slot_fail(s, s->err.status);
-        else if (!s->live && !s->err.msg[0]) { /* never started: interrupted first */
-            tr_error_set(&s->err, TR_ERR_INTERRUPTED, "interrupted before it started");
+        if (s->sh->live && slot_do(r, s, CMD_FINISH) != TR_OK) slot_fail(s, s->sh->err.status);
+        else if (!s->sh->live && !s->sh->err.msg[0]) { /* never started: interrupted first */
+            tr_error_set(&s->sh->err, TR_ERR_INTERRUPTED, "interrupted before it started");
             slot_fail(s, TR_ERR_INTERRUPTED);
         }
         tr_progress_done(r->pr, s->row, r->cfg->steps);
-        slot_close(s);
+        slot_release(s);
     }
 }
 
@@ -407,9 +509,10 @@ int tr_bench_host_info(struct tr_bench_report *rep, struct tr_error *err) {
  * 1.04e-2 between torch eager (every op's result rounded to bf16, as PyTorch eager does)
  * and jax (one rounding per fused kernel). f32 keeps 1e-4 between backends: their
  * differences are ~1e-7, and a looser bound would only hide a wrong kernel. */
-static double tolerance_of(enum tr_dtype dt, enum tr_math math) {
-    if (math == TR_MATH_TF32) return 2e-2; /* tf32 GEMMs keep 10 mantissa bits, as bf16 */
-    return dt == TR_DTYPE_F32 ? 1e-4 : dt == TR_DTYPE_F64 ? 1e-10 : 2e-2;
+double tr_bench_tolerance(const struct tr_config *cfg) {
+    if (cfg->tolerance > 0) return cfg->tolerance;
+    if (cfg->math == TR_MATH_TF32) return 2e-2; /* tf32 GEMMs keep 10 mantissa bits, as bf16 */
+    return cfg->dtype == TR_DTYPE_F32 ? 1e-4 : cfg->dtype == TR_DTYPE_F64 ? 1e-10 : 2e-2;
 }
 
 /* Before any weight is made: the params (and optimizer state), the inputs, the reference
@@ -451,6 +554,29 @@ static int check_memory(const struct tr_config *cfg, const struct tr_task_graph 
     return TR_OK;
 }
 
+struct device_probe {
+    int device_type;
+    struct tr_error *err;       /* shared with the child */
+};
+
+static int device_probe_run(void *arg, int cmd) {
+    (void)cmd;
+    struct device_probe *p = arg;
+    return tr_kernels_device_available(p->device_type, p->err);
+}
+
+static int device_check(const struct tr_config *cfg, int isolate, struct tr_error *err) {
+    if (!isolate || cfg->device_type == TR_DEVICE_CPU) return tr_kernels_device_available(cfg->device_type, err);
+    struct tr_error *shared = tr_shared_alloc(sizeof *shared, err);
+    if (!shared) return err->status;
+    struct device_probe p = {.device_type = cfg->device_type, .err = shared};
+    int status = TR_OK;
+    int rc = tr_child_once(device_probe_run, &p, 'D', cfg->backend_timeout, "the device check", &status, err);
+    if (!rc && status) *err = *shared, rc = status;
+    tr_shared_free(shared, sizeof *shared);
+    return rc;
+}
+
 int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const *models,
                  struct tr_bench_report *rep, struct tr_error *err) {
     return tr_bench_run_opts(cfg, models, NULL, rep, err);
@@ -473,7 +599,7 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     rep->steps = cfg->steps;
     rep->warmup = cfg->warmup;
     rep->seed = cfg->seed;
-    rep->tolerance = cfg->tolerance > 0 ? cfg->tolerance : tolerance_of(cfg->dtype, cfg->math);
+    rep->tolerance = tr_bench_tolerance(cfg);
     int rc = tr_bench_host_info(rep, err);
     if (rc) return rc;
     /* The caller applies [run] threads (core does not link OpenMP); a report that said N
@@ -533,14 +659,26 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
             return rc;
         }
     }
-    /* After the size line: a user without the device still learns what the run needs. */
-    if ((rc = tr_kernels_device_available(cfg->device_type, err)) != TR_OK) {
+    /* Each backend in a child process, when this one can fork: one thread so far (core
+     * starts none; the kernels' OpenMP pool would not survive in a child). Generate's
+     * backends run in this process. */
+    int n_threads = 0;
+    const int isolate = cfg->isolate && !token_gen && tr_fork_safe(&n_threads);
+    if (isolate) snprintf(rep->isolation, sizeof rep->isolation, "each in its own process");
+    else if (!cfg->isolate) snprintf(rep->isolation, sizeof rep->isolation, "in one process ([run] isolate = off)");
+    else if (token_gen) snprintf(rep->isolation, sizeof rep->isolation, "in one process (generate)");
+    else snprintf(rep->isolation, sizeof rep->isolation, "in one process (it had %d threads: fork copies one)",
+                  n_threads);
+    /* After the size line: a user without the device still learns what the run needs.
+     * Isolated, asked in a child: on cuda this process must not touch the device before
+     * its children do (a CUDA context does not survive fork). */
+    if ((rc = device_check(cfg, isolate, err)) != TR_OK) {
         tr_task_graph_free(&tg);
         return tr_error_prefix(err, "%s: [run] device = %s", cfg->file, cfg->device);
     }
     {
         const struct tr_graph *graphs[2] = {token_gen ? tg.gen.prefill : tg.graph, tg.gen.decode};
-        if ((rc = tr_bench_preflight(cfg, graphs, token_gen ? 2 : 1, o, err)) != TR_OK) {
+        if ((rc = tr_bench_preflight(cfg, graphs, token_gen ? 2 : 1, o, isolate, err)) != TR_OK) {
             tr_task_graph_free(&tg);
             return rc;
         }
@@ -598,26 +736,26 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
         *fs.lr = (float)tg.train_cfg.learning_rate;
         *fs.step = 1.0f;
     }
+    struct run r = {.cfg = cfg, .g = g, .fs = &fs, .n_in = n_in, .n_out = n_out, .in = in, .pr = &pr,
+                    .isolate = isolate};
     for (int b = 0; b < cfg->n_backends; b++) {
         struct slot *sl = &slots[b];
         sl->cb = &cfg->backends[b];
-        sl->row = &rep->rows[rep->n_rows++];
+        sl->r = &r;
+        rep->n_rows++;
+        if ((rc = slot_alloc(sl, g, n_out, cfg->steps, fs.on ? total_steps : 0, err)) != TR_OK) goto done;
         tr_bench_row_label(sl->row, sl->cb);
-        rc = tr_bench_io_alloc(g, n_out, tr_graph_output, &sl->out, err);
-        if (!rc && !(sl->times = malloc(sizeof(double) * (size_t)cfg->steps)))
-            rc = tr_error_set(err, TR_ERR_NOMEM, "bench: out of memory");
-        if (!rc && fs.on && !(sl->losses = malloc(sizeof(double) * (size_t)total_steps)))
-            rc = tr_error_set(err, TR_ERR_NOMEM, "bench: out of memory");
-        if (rc) goto done;
     }
-
-    struct run r = {.cfg = cfg, .g = g, .fs = &fs, .n_in = n_in, .n_out = n_out, .in = in, .pr = &pr};
     const int interleaved = cfg->schedule == TR_SCHEDULE_INTERLEAVED ||
                             (cfg->schedule == TR_SCHEDULE_DEFAULT && !fs.on && cfg->device_type == TR_DEVICE_CPU &&
                              cfg->n_backends > 1);
     snprintf(rep->schedule, sizeof rep->schedule, "%s", interleaved ? "interleaved" : "sequential");
     if (interleaved) run_interleaved(&r, slots, cfg->n_backends, rep);
     else run_sequential(&r, slots, cfg->n_backends);
+    for (int b = 0; b < cfg->n_backends; b++) {
+        rep->rows[b] = *slots[b].row;
+        slots[b].row = &rep->rows[b]; /* the verdict below writes the report's rows */
+    }
     rep->interrupted = tr_bench_stop_requested();
 
     int have_ref = 0, failures = 0, disagreements = 0;
@@ -626,15 +764,15 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
         struct slot *sl = &slots[b];
         struct tr_bench_row *row = sl->row;
         if (!row->ok) {
-            if (!sl->err.msg[0]) {
-                tr_error_set(&sl->err, TR_ERR_INTERRUPTED, "interrupted before it started");
+            if (!sl->sh->err.msg[0]) {
+                tr_error_set(&sl->sh->err, TR_ERR_INTERRUPTED, "interrupted before it started");
                 slot_fail(sl, TR_ERR_INTERRUPTED);
             }
-            failures += sl->err.status != TR_ERR_INTERRUPTED;
+            failures += sl->sh->err.status != TR_ERR_INTERRUPTED;
             continue;
         }
         if (refile.st)
-            tr_bench_reference_compare(&refile, g, n_out, sl->out, sl->losses, sl->n_steps, rep->tolerance, row);
+            tr_bench_reference_compare(&refile, g, n_out, sl->out, sl->losses, sl->sh->n_steps, rep->tolerance, row);
         if (!have_ref) {
             have_ref = 1;
             row->agrees = 1;
@@ -691,14 +829,14 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
         int orc = TR_OK;
         for (int b = 0; b < cfg->n_backends && !orc; b++) {
             const struct slot *sl = &slots[b];
-            if (!sl->n_steps) continue;
+            if (!sl->sh->n_steps) continue;
             for (int i = 0; i < n_out && !orc; i++) {
                 const char *name = tr_graph_output_name(g, i);
                 if (fs.on && strcmp(name, "loss") == 0) continue; /* the series below */
                 orc = tr_bench_outputs_add(&outs, sl->row->label, name, &sl->out[i], err);
             }
             if (fs.on && !orc) {
-                struct tr_tensor t = {.dtype = TR_DTYPE_F64, .ndim = 1, .shape = {sl->n_steps}, .strides = {1},
+                struct tr_tensor t = {.dtype = TR_DTYPE_F64, .ndim = 1, .shape = {sl->sh->n_steps}, .strides = {1},
                                       .data = sl->losses};
                 orc = tr_bench_outputs_add(&outs, sl->row->label, "loss", &t, err);
             }
@@ -713,12 +851,7 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
                           "of them)", rep->n_rows - failures, rep->n_rows);
 done:
     tr_progress_end(&pr);
-    for (int b = 0; b < TR_BENCH_MAX_ROWS; b++) {
-        slot_close(&slots[b]);
-        tr_bench_io_free(slots[b].out, n_out);
-        free(slots[b].times);
-        free(slots[b].losses);
-    }
+    for (int b = 0; b < TR_BENCH_MAX_ROWS; b++) slot_free(&slots[b]);
     for (int u = 0; fs.snap && u < fs.n; u++) tr_host_free(fs.snap[u]);
     free(fs.snap);
     free(fs.nbytes);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "bench_isolate.h"
 #include "bench_preflight.h"
 #include "trident/loader.h"
 
@@ -111,20 +112,60 @@ static void check_writable(const char *path, struct problems *p) {
     unlink(path);
 }
 
+struct probe {
+    const struct tr_config *cfg;
+    const struct tr_config_backend *cb;
+    const struct tr_graph *const *graphs;
+    int n_graphs;
+    struct problems *p;         /* in memory shared with the child */
+};
+
+static int probe_run(void *arg, int cmd) {
+    (void)cmd;
+    struct probe *q = arg;
+    check_backend(q->cfg, q->cb, q->graphs, q->n_graphs, q->p);
+    return TR_OK;
+}
+
+/* One backend checked in a child: what it finds lands in the shared problems; its death
+ * or silence is a problem of its own. */
+static void check_backend_isolated(const struct tr_config *cfg, const struct tr_config_backend *cb,
+                                   const struct tr_graph *const *graphs, int n_graphs, struct problems *p) {
+    struct probe q = {.cfg = cfg, .cb = cb, .graphs = graphs, .n_graphs = n_graphs, .p = p};
+    struct tr_error e = {0};
+    int status;
+    if (tr_child_once(probe_run, &q, 'P', cfg->backend_timeout, "its load and init", &status, &e) != TR_OK)
+        add(p, "%s:%d: [run] backends: '%s': %s", cfg->file, cfg->backends_line, cb->spec, e.msg);
+}
+
 int tr_bench_preflight(const struct tr_config *cfg, const struct tr_graph *const *graphs, int n_graphs,
-                       const struct tr_bench_opts *o, struct tr_error *err) {
-    struct tr_error all = {0};
-    struct problems p = {.err = &all};
+                       const struct tr_bench_opts *o, int isolate, struct tr_error *err) {
+    /* shared, so a probe's child writes its problems where this process reads them */
+    struct shared_problems {
+        struct tr_error all;
+        struct problems p;
+    } *sp = isolate ? tr_shared_alloc(sizeof *sp, err) : NULL;
+    if (isolate && !sp) return err->status;
+    struct shared_problems local = {0};
+    if (!sp) sp = &local;
+    sp->p = (struct problems){.err = &sp->all};
+    struct problems *pp = &sp->p;
+    int rc = TR_OK;
     const int fit = graphs[0] && tr_graph_n_updates(graphs[0]) > 0;
-    if (cfg->schedule == TR_SCHEDULE_INTERLEAVED && (fit || n_graphs > 1)) {
-        add(&p, "%s:%d: [run] schedule = interleaved: %s runs its backends one after another (%s); "
-                 "expected sequential or no schedule line", cfg->file, cfg->schedule_line, cfg->task,
-                 fit ? "the backends train the same host copy of the parameters" : "each holds its own KV cache");
+    if (cfg->schedule == TR_SCHEDULE_INTERLEAVED && ((fit && !isolate) || n_graphs > 1))
+        add(pp, "%s:%d: [run] schedule = interleaved: %s runs its backends one after another (%s); "
+            "expected sequential or no schedule line", cfg->file, cfg->schedule_line, cfg->task,
+            n_graphs > 1 ? "each holds its own KV cache" : "in one process the backends train the same host copy "
+            "of the parameters; with [run] isolate = on each has its own");
+    for (int b = 0; b < cfg->n_backends; b++) {
+        if (isolate) check_backend_isolated(cfg, &cfg->backends[b], graphs, n_graphs, pp);
+        else check_backend(cfg, &cfg->backends[b], graphs, n_graphs, pp);
     }
-    for (int b = 0; b < cfg->n_backends; b++) check_backend(cfg, &cfg->backends[b], graphs, n_graphs, &p);
-    for (int i = 0; o && o->outputs && i < 1; i++) check_writable(o->outputs, &p);
-    for (int i = 0; o && i < o->n_out_paths; i++) check_writable(o->out_paths[i], &p);
-    if (!p.n) return TR_OK;
-    if (p.n == 1) return tr_error_set(err, TR_ERR_INVALID, "%s", all.msg);
-    return tr_error_set(err, TR_ERR_INVALID, "%d problems, found before any backend ran:\n  %s", p.n, all.msg);
+    for (int i = 0; o && o->outputs && i < 1; i++) check_writable(o->outputs, pp);
+    for (int i = 0; o && i < o->n_out_paths; i++) check_writable(o->out_paths[i], pp);
+    if (pp->n == 1) rc = tr_error_set(err, TR_ERR_INVALID, "%s", sp->all.msg);
+    else if (pp->n) rc = tr_error_set(err, TR_ERR_INVALID, "%d problems, found before any backend ran:\n  %s", pp->n,
+                                      sp->all.msg);
+    if (sp != &local) tr_shared_free(sp, sizeof *sp);
+    return rc;
 }

@@ -98,6 +98,7 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
             strcmp(rep->schedule, "interleaved") == 0  ? "interleaved (the backends took their steps in turns)"
             : strcmp(rep->schedule, "sequential") == 0 ? "sequential (one backend after another)"
                                                        : "");
+    if (rep->isolation[0]) fprintf(f, "backends: %s\n", rep->isolation);
     if (rep->interrupted) {
         fprintf(f, "INTERRUPTED: timed steps run:");
         for (int i = 0; i < rep->n_rows; i++)
@@ -209,6 +210,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
     cJSON_AddNumberToObject(root, "steps", (double)rep->steps);
     cJSON_AddNumberToObject(root, "warmup", (double)rep->warmup);
     add_str(root, "schedule", rep->schedule);
+    add_str(root, "isolation", rep->isolation);
     cJSON_AddNumberToObject(root, "seed", (double)rep->seed);
     cJSON *w = cJSON_AddObjectToObject(root, "weights");
     add_str(w, "source", rep->weights[0] ? "file" : "seed");

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "trident/file.h"
+#include "trident/parse.h"
 #include "trident/config.h"
 #include "trident/model.h"
 #include "trident/tensor.h"
@@ -43,12 +44,13 @@
 enum run_key {
     RUN_MODEL, RUN_PRESET, RUN_TASK, RUN_BACKENDS, RUN_DEVICE, RUN_DTYPE,
     RUN_BATCH, RUN_SEQ_LEN, RUN_STEPS, RUN_WARMUP, RUN_SEED, RUN_WEIGHTS, RUN_MATH, RUN_THREADS,
-    RUN_TOLERANCE, RUN_INPUTS, RUN_REFERENCE, RUN_MISSING, RUN_SCHEDULE, RUN_KEY_COUNT
+    RUN_TOLERANCE, RUN_INPUTS, RUN_REFERENCE, RUN_MISSING, RUN_SCHEDULE, RUN_ISOLATE, RUN_BACKEND_TIMEOUT,
+    RUN_KEY_COUNT
 };
 static const char *const run_keys[RUN_KEY_COUNT] = {
     "model", "preset", "task", "backends", "device", "dtype",
     "batch", "seq_len", "steps", "warmup", "seed", "weights", "math", "threads", "tolerance",
-    "inputs", "reference", "missing", "schedule",
+    "inputs", "reference", "missing", "schedule", "isolate", "backend_timeout",
 };
 
 struct ini_state {
@@ -86,6 +88,8 @@ void tr_config_defaults(struct tr_config *cfg) {
     cfg->warmup = 2;
     cfg->seed = 1234;
     cfg->threads = tr_config_default_threads();
+    cfg->isolate = 1;
+    cfg->backend_timeout = 1800; /* generous: vit-h's cpu step is 20 s, its compile more */
 }
 
 #define THREADS_MAX 1024
@@ -427,6 +431,26 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
                             "(each backend's steps one after another)");
         cfg->schedule_line = st->line;
         return TR_OK;
+    case RUN_ISOLATE: {
+        int b;
+        if (tr_parse_bool(v, &b))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                           "expected on (each backend in a child process, so a crash costs only its row) or off "
+                           "(in this process, for a debugger) (%s)", TR_BOOL_WORDS);
+        cfg->isolate = b ? 1 : 0;
+        return TR_OK;
+    }
+    case RUN_BACKEND_TIMEOUT: {
+        char *end = NULL;
+        errno = 0;
+        double x = strtod(v, &end);
+        if (end == v || *end || errno || !(x >= 1 && x <= 604800))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                           "expected seconds from 1 to 604800: the longest a backend may take to answer (its "
+                           "load, compile and warm-up; one step; its finish) before it is killed");
+        cfg->backend_timeout = x;
+        return TR_OK;
+    }
     case RUN_MATH: {
         enum tr_math m;
         if (tr_math_from_name(v, &m) != TR_OK || m == TR_MATH_DEFAULT)
@@ -471,7 +495,8 @@ static int run_key(struct ini_state *st, const char *key, const char *v) {
     }
     return fail_kv(st, TR_ERR_NOT_FOUND, "run", key, v,
                    "unknown key (expected one of model, preset, task, backends, device, dtype, batch, seq_len, "
-                   "steps, warmup, seed, weights, math, threads, tolerance, inputs, reference, missing, schedule)");
+                   "steps, warmup, seed, weights, math, threads, tolerance, inputs, reference, missing, schedule, isolate, "
+                   "backend_timeout)");
 }
 
 static int plugins_key(struct ini_state *st, const char *key, const char *v) {

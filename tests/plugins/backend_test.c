@@ -31,7 +31,10 @@
  */
 #include <stddef.h>
 #include <stdio.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "trident/backend.h"
 #include "trident/kernels.h"
 
@@ -69,6 +72,8 @@
 #define TP_NAME "tiny"
 #elif defined(TP_VARIANT_REPLAY)
 #define TP_NAME "replay"
+#elif defined(TP_VARIANT_FAULTY)
+#define TP_NAME "faulty"
 #else
 #error "define one TP_VARIANT_<NAME>"
 #endif
@@ -80,6 +85,8 @@
 #define TP_REPLAY_MAX 4096
 #if defined(TP_VARIANT_REPLAY)
 #define TP_KEYS "mode, values"
+#elif defined(TP_VARIANT_FAULTY)
+#define TP_KEYS "mode, fault, at_step"
 #else
 #define TP_KEYS "mode"
 #endif
@@ -89,6 +96,13 @@ static const struct tr_host_api *host;
 struct tp_context {
     struct tr_kernels *k;
     char mode[32];
+#if defined(TP_VARIANT_FAULTY)
+    /* faulty: misbehaves as a broken plugin would, for the host's isolation tests:
+     * fault = segv | abort | exit | hang (in execute, at step at_step) or init_segv (in
+     * init, before anything) */
+    char fault[16];
+    int at_step, steps;
+#endif
 #if defined(TP_VARIANT_REPLAY)
     float values[TP_REPLAY_MAX];
     int64_t n_values;
@@ -131,6 +145,10 @@ static int tp_init(const struct tr_host_api *h, const struct tr_backend_params *
 #endif
     const char *mode = "eager";
     __attribute__((unused)) const struct tr_option *values = NULL;
+#if defined(TP_VARIANT_FAULTY)
+    char fault[16] = "";
+    int at_step = 1;
+#endif
     for (int i = 0; i < params->n_options; i++) {
         const struct tr_option *o = &params->options[i];
         if (strcmp(o->key, "mode") == 0) {
@@ -141,6 +159,13 @@ static int tp_init(const struct tr_host_api *h, const struct tr_backend_params *
 #if defined(TP_VARIANT_REPLAY)
         } else if (strcmp(o->key, "values") == 0) {
             values = o;
+#endif
+#if defined(TP_VARIANT_FAULTY)
+        } else if (strcmp(o->key, "fault") == 0) {
+            if (strcmp(o->value, "init_segv") == 0) raise(SIGSEGV);
+            snprintf(fault, sizeof fault, "%s", o->value);
+        } else if (strcmp(o->key, "at_step") == 0) {
+            at_step = atoi(o->value);
 #endif
         } else {
             return h->error_set(err, TR_ERR_INVALID, "%s:%d: [backend." TP_NAME "] unknown key '%s' (known: " TP_KEYS ")",
@@ -154,6 +179,10 @@ static int tp_init(const struct tr_host_api *h, const struct tr_backend_params *
     if (!c) return h->error_set(err, TR_ERR_NOMEM, "backend " TP_NAME ": out of memory");
     memset(c, 0, sizeof *c);
     snprintf(c->mode, sizeof c->mode, "%s", mode);
+#if defined(TP_VARIANT_FAULTY)
+    snprintf(c->fault, sizeof c->fault, "%s", fault);
+    c->at_step = at_step;
+#endif
 #if defined(TP_VARIANT_REPLAY)
     int vrc = read_values(h, values, c, err);
     if (vrc != TR_OK) {
@@ -272,6 +301,15 @@ __attribute__((unused)) static int tp_execute(void *ctx, void *prog, int n_input
     struct tp_program *p = prog;
     tr_graph_t g = p->g;
     p->kernel_calls = 0;
+#if defined(TP_VARIANT_FAULTY)
+    if (++c->steps == c->at_step) {
+        if (strcmp(c->fault, "segv") == 0) raise(SIGSEGV);
+        if (strcmp(c->fault, "abort") == 0) abort();
+        if (strcmp(c->fault, "exit") == 0) _exit(0);
+        if (strcmp(c->fault, "hang") == 0)
+            for (;;) pause();
+    }
+#endif
     for (int id = 0; id < p->n_nodes; id++) {
         int op = host->node_op(g, id);
         if (op == TR_OP_INPUT || op == TR_OP_PARAM || op == TR_OP_CONST) continue;

@@ -103,6 +103,7 @@ struct tr_bench_report {
     char gpu[128];              /* the GPU's name on a device other than cpu; "" on cpu */
     int interrupted;            /* the run was stopped before every backend ran (Ctrl-C) */
     char schedule[16];          /* how the timed steps ran: "interleaved" or "sequential" */
+    char isolation[80];         /* "each in its own process", or why in one */
     uint64_t param_count, param_bytes;
     double flops_per_step;
     int n_nodes;

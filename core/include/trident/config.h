@@ -9,7 +9,8 @@
  *                      inputs (the batch from a safetensors file, by the graph's input
  *                      names), reference (a safetensors file of outputs every backend is
  *                      compared with), missing (error or seed: what to do with tensors
- *                      a weights file lacks), schedule (interleaved or sequential)
+ *                      a weights file lacks), schedule (interleaved or sequential),
+ *                      isolate (on: each backend in a child process; off), backend_timeout
  *   [plugins]          path (a directory searched first for backends; relative to the
  *                      INI file's directory)
  *   [backend.NAME]     options handed to that backend as key/value pairs; the plugin
@@ -92,6 +93,10 @@ struct tr_config {
     int schedule;               /* enum tr_schedule; TR_SCHEDULE_DEFAULT: interleaved on cpu
                                    predict, sequential otherwise */
     int schedule_line;
+    int isolate;                /* [run] isolate: 1 (default) each backend runs in a child
+                                   process; 0 in this one */
+    double backend_timeout;     /* [run] backend_timeout, seconds a backend may take to answer
+                                   one command (load+compile+warm-up, a step, the finish) */
 
     /* [plugins] */
     char plugin_path[TR_CONFIG_PATH]; /* resolved against dir; "" when not set */
@@ -103,7 +108,7 @@ struct tr_config {
 
 /* Defaults: model bert, preset tiny, task predict, backends torch, device cpu, dtype f32,
  * batch 8, seq_len 128, steps 10, warmup 2, seed 1234, threads = the cores this process
- * may run on (tr_config_default_threads). */
+ * may run on (tr_config_default_threads), isolate on, backend_timeout 1800 s. */
 void tr_config_defaults(struct tr_config *cfg);
 
 /* The CPUs in this process's affinity mask (sched_getaffinity), at most 1024; 1 when it

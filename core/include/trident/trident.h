@@ -14,6 +14,7 @@
 #include "trident/loader.h"
 #include "trident/bench.h"
 #include "trident/report.h"
+#include "trident/check_nodes.h"
 #include "trident/log.h"
 #include "trident/rng.h"
 #include "trident/autodiff.h"
