@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "trident/isolate.h"
 #include "trident/kernels.h"
 #include "trident/trident.h"
 
@@ -150,6 +151,7 @@ struct cb_run {
 
 static void row(struct cb_run *r, const char *verdict, const char *what, const char *detail) {
     printf("  %-4s  %-38s %s\n", verdict, what, detail);
+    fflush(stdout); /* the rows so far survive a backend that kills its process */
     if (!strcmp(verdict, "PASS")) r->pass++;
     else if (!strcmp(verdict, "FAIL")) r->fail++;
     else r->skip++;
@@ -383,6 +385,14 @@ static int usage_error(void) {
     return 2;
 }
 
+struct cb_job {
+    const char *name;
+    struct tr_config *cfg;
+    const struct tr_config_backend *spec;
+    int is_path;
+};
+static int check_run(void *arg, int cmd);
+
 int tr_cli_check_backend(int argc, char **argv) {
     if (argc < 1 || argc > 2 || argv[0][0] == '-') return usage_error();
     struct tr_error err = {0};
@@ -404,11 +414,33 @@ int tr_cli_check_backend(int argc, char **argv) {
         snprintf(spec.mode, sizeof spec.mode, "%s", colon + 1);
     }
 
+    /* The check in a child process: a backend that crashes, exits or hangs in it is a
+     * failed check naming the signal, not the end of this program. */
+    struct cb_job job = {.name = argv[0], .cfg = &cfg, .spec = &spec, .is_path = is_path};
+    if (!cfg.isolate || !tr_fork_safe(NULL)) return check_run(&job, 'C');
+    int status = 0;
+    if (tr_child_once(check_run, &job, 'C', cfg.backend_timeout, "the conformance check", &status, &err) != TR_OK) {
+        printf("  FAIL  %-38s %s\n\nthe backend does not conform (the rows above are what it finished)\n",
+               "runs without killing its process", err.msg);
+        return 1;
+    }
+    return status;
+}
+
+static int check_run(void *arg, int cmd) {
+    (void)cmd;
+    struct cb_job *job = arg;
+    const char *name = job->name;
+    struct tr_config *cfgp = job->cfg;
+#define cfg (*cfgp)
+    struct tr_config_backend spec = *job->spec;
+    const int is_path = job->is_path;
+    struct tr_error err = {0};
     struct cb_run r = {0};
     struct tr_plugin_search s = {.ini_dir = cfg.plugin_path[0] ? cfg.plugin_path : NULL, .env_path = NULL};
     struct tr_plugin *p = NULL;
-    printf("check-backend %s\n\nABI\n", argv[0]);
-    if (tr_plugin_open(is_path ? argv[0] : spec.name, &s, &p, &err) != TR_OK) {
+    printf("check-backend %s\n\nABI\n", name);
+    if (tr_plugin_open(is_path ? name : spec.name, &s, &p, &err) != TR_OK) {
         row(&r, "FAIL", "loads (the loader's checks)", err.msg);
         printf("\n%d passed, %d failed: not a usable backend\n", r.pass, r.fail);
         return 1;
@@ -456,4 +488,5 @@ int tr_cli_check_backend(int argc, char **argv) {
     printf("\n%d passed, %d failed, %d skipped: %s\n", r.pass, r.fail, r.skip,
            r.fail ? "the backend does not conform" : "the backend conforms");
     return r.fail ? 1 : 0;
+#undef cfg
 }

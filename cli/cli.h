@@ -36,4 +36,15 @@ int tr_cli_report(int argc, char **argv);
 struct tr_bench_report;
 int tr_cli_write_report_dir(const struct tr_bench_report *rep, const char *dir, int log_scale);
 
+/* `trident bench SUITE.ini` (cli/suite_cmd.c): every row of the suite (suite.h), a table
+ * each, then the summary; --json OUT the suite's JSON, --report DIR suite.md, suite.csv,
+ * suite.json and a report folder per row. Returns the exit status (0, 1, 130 interrupted). */
+struct tr_cli_suite_args {
+    const char *rows;           /* --rows PATTERNS, or NULL for every row */
+    const char *json, *report;
+    int log_scale;
+    long long steps;            /* --steps N over every row's; 0: theirs */
+};
+int tr_cli_suite(const char *ini, const struct tr_cli_suite_args *a);
+
 #endif

@@ -1,5 +1,5 @@
 /* trident report A.json B.json: two runs' reports side by side, and which backends
- * changed beyond the runs' own spread. Also `trident run --report DIR` (its files are
+ * changed beyond the runs' own spread (two suites' documents: row by row). Also `trident run --report DIR` (its files are
  * core's: trident/report.h). docs/report.md states the rule for CHANGED. */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -23,6 +23,12 @@ int tr_cli_write_report_dir(const struct tr_bench_report *rep, const char *dir, 
 }
 
 /* A report file, parsed; the caller frees with cJSON_Delete. */
+/* A suite's document (trident bench SUITE.ini --json): "kind": "suite", its rows' reports inside. */
+static int is_suite(const cJSON *root) {
+    const char *k = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(root, "kind"));
+    return k && strcmp(k, "suite") == 0;
+}
+
 static int load_report(const char *path, cJSON **out, struct tr_error *err) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
@@ -65,7 +71,8 @@ static int load_report(const char *path, cJSON **out, struct tr_error *err) {
     free(text);
     if (rc) return rc;
     const cJSON *schema = cJSON_GetObjectItemCaseSensitive(root, "schema");
-    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(root, "backends");
+    const int suite = is_suite(root);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(root, suite ? "rows" : "backends");
     if (!cJSON_IsObject(root) || !cJSON_IsNumber(schema))
         rc = tr_error_set(err, TR_ERR_FORMAT, "%s: no \"schema\" field: not a trident report of schema %d (written by "
                           "trident run --json or --report; one from before schema %d has to be made again)",
@@ -74,8 +81,8 @@ static int load_report(const char *path, cJSON **out, struct tr_error *err) {
         rc = tr_error_set(err, TR_ERR_FORMAT, "%s: report schema %g; this trident reads schema %d", path,
                           schema->valuedouble, TR_REPORT_SCHEMA);
     else if (!cJSON_IsArray(rows))
-        rc = tr_error_set(err, TR_ERR_FORMAT, "%s: schema %d report without a \"backends\" array", path,
-                          TR_REPORT_SCHEMA);
+        rc = tr_error_set(err, TR_ERR_FORMAT, "%s: schema %d %s without a \"%s\" array", path, TR_REPORT_SCHEMA,
+                          suite ? "suite" : "report", suite ? "rows" : "backends");
     if (rc) {
         cJSON_Delete(root);
         return rc;
@@ -198,6 +205,49 @@ static int compare(const char *pa, const cJSON *a, const char *pb, const cJSON *
     return TR_OK;
 }
 
+static const cJSON *find_suite_row(const cJSON *suite, const char *name) {
+    const cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(suite, "rows"))
+        if (strcmp(str_of(r, "name"), name) == 0) return r;
+    return NULL;
+}
+
+/* Two suites: every row both ran, compared as two runs are, under a line naming it. */
+static int compare_suites(const char *pa, const cJSON *a, const char *pb, const cJSON *b, struct tr_error *err) {
+    printf("A: %s  suite %s; trident %s %s%s\nB: %s  suite %s; trident %s %s%s\n", pa, str_of(a, "suite"),
+           str_of(a, "trident_version"), str_of(a, "git_commit"),
+           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "interrupted")) ? " (INTERRUPTED)" : "", pb,
+           str_of(b, "suite"), str_of(b, "trident_version"), str_of(b, "git_commit"),
+           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(b, "interrupted")) ? " (INTERRUPTED)" : "");
+    int compared = 0;
+    const cJSON *ra;
+    cJSON_ArrayForEach(ra, cJSON_GetObjectItemCaseSensitive(a, "rows")) {
+        const char *name = str_of(ra, "name");
+        const cJSON *rb = find_suite_row(b, name);
+        const cJSON *xa = cJSON_GetObjectItemCaseSensitive(ra, "report");
+        const cJSON *xb = rb ? cJSON_GetObjectItemCaseSensitive(rb, "report") : NULL;
+        if (!rb) {
+            printf("\nonly in A: row %s\n", name);
+            continue;
+        }
+        printf("\n== row %s (%s)\n", name, str_of(ra, "label"));
+        if (!cJSON_IsObject(xa) || !cJSON_IsObject(xb)) {
+            printf("not compared: no backend ran in %s (A: %s, B: %s)\n", !cJSON_IsObject(xa) ? "A" : "B",
+                   str_of(ra, "status"), str_of(rb, "status"));
+            continue;
+        }
+        struct tr_error e = {0};
+        if (compare(pa, xa, pb, xb, &e)) printf("not compared: %s\n", e.msg);
+        else compared++;
+    }
+    const cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(b, "rows"))
+        if (!find_suite_row(a, str_of(r, "name"))) printf("\nonly in B: row %s\n", str_of(r, "name"));
+    if (!compared) return tr_error_set(err, TR_ERR_INVALID, "%s and %s have no row that ran in both", pa, pb);
+    printf("\n%d rows compared\n", compared);
+    return TR_OK;
+}
+
 int tr_cli_report(int argc, char **argv) {
     if (argc != 2 || argv[0][0] == '-' || argv[1][0] == '-') {
         fputs("usage: trident report A.json B.json\n", stderr);
@@ -207,7 +257,11 @@ int tr_cli_report(int argc, char **argv) {
     cJSON *a = NULL, *b = NULL;
     int rc = load_report(argv[0], &a, &err);
     if (!rc) rc = load_report(argv[1], &b, &err);
-    if (!rc) rc = compare(argv[0], a, argv[1], b, &err);
+    if (!rc && is_suite(a) != is_suite(b))
+        rc = tr_error_set(&err, TR_ERR_INVALID, "%s is %s and %s %s; compare a suite with a suite, a run with a run",
+                          argv[0], is_suite(a) ? "a suite's" : "a run's", argv[1],
+                          is_suite(b) ? "a suite's" : "a run's");
+    if (!rc) rc = is_suite(a) ? compare_suites(argv[0], a, argv[1], b, &err) : compare(argv[0], a, argv[1], b, &err);
     cJSON_Delete(a);
     cJSON_Delete(b);
     if (rc) {

@@ -5,11 +5,12 @@
  *   trident run FILE.ini --check nodes              every node of one step of each backend against
  *                                                    the first's (check_nodes.h)
  *   trident bench FILE.ini ...                       the same (benchmarks are runs)
+ *   trident bench SUITE.ini [--rows P,...]           every row of a suite, then the summary (suite.h)
  *   trident bench-kernels [--size N] [--dtype D]     GFLOP/s of the shared kernels
  *   trident list [FILE.ini]                          models, presets, tasks; backend plugins
- *   trident dump FILE.ini                            the task's graph as text
+ *   trident dump FILE.ini                            the task's graph as text (a suite: every row's)
  *   trident check-backend NAME|PATH [FILE.ini]       a plugin's conformance check
- *   trident report A.json B.json                     two runs' reports compared
+ *   trident report A.json B.json                     two runs' (or two suites') reports compared
  *
  * Exit status: 0 success, 1 failure (the message on stderr), 2 usage, 130 interrupted
  * (Ctrl-C: the table so far, the JSON and the outputs written, marked interrupted). */
@@ -20,12 +21,14 @@
 #include "cli.h"
 #include "models.h"
 #include "trident/check_nodes.h"
+#include "trident/suite.h"
 #include "trident/trident.h"
 
 static const char usage[] =
     "usage: trident run FILE.ini [--json OUT] [--report DIR [--log-scale]] [--outputs OUT.safetensors] [--steps N]\n"
     "       trident run FILE.ini --check nodes\n"
     "       trident bench FILE.ini [--json OUT] [--report DIR [--log-scale]] [--outputs OUT.safetensors] [--steps N]\n"
+    "       trident bench SUITE.ini [--rows NAME,PATTERN...] [--json OUT] [--report DIR [--log-scale]] [--steps N]\n"
     "       trident bench-kernels [--size N] [--dtype f32|bf16|all] [--reps R]\n"
     "       trident list [FILE.ini]\n"
     "       trident dump FILE.ini\n"
@@ -68,7 +71,7 @@ static void on_sigint(int sig) {
 }
 
 static int cmd_run(int argc, char **argv) {
-    const char *ini = NULL, *json = NULL, *outputs = NULL, *report = NULL;
+    const char *ini = NULL, *json = NULL, *outputs = NULL, *report = NULL, *rows = NULL;
     int64_t steps = 0;
     int log_scale = 0, check_nodes = 0;
     for (int i = 0; i < argc; i++) {
@@ -81,6 +84,7 @@ static int cmd_run(int argc, char **argv) {
         } else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) json = argv[++i];
         else if (strcmp(argv[i], "--outputs") == 0 && i + 1 < argc) outputs = argv[++i];
         else if (strcmp(argv[i], "--report") == 0 && i + 1 < argc) report = argv[++i];
+        else if (strcmp(argv[i], "--rows") == 0 && i + 1 < argc) rows = argv[++i];
         else if (strcmp(argv[i], "--log-scale") == 0) log_scale = 1;
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
             if (parse_count(argv[++i], &steps)) {
@@ -106,6 +110,28 @@ static int cmd_run(int argc, char **argv) {
         return 2;
     }
     struct tr_error err = {0};
+    int is_suite = 0;
+    if (tr_suite_detect(ini, &is_suite, &err)) return fail(&err);
+    if (is_suite) {
+        if (outputs || check_nodes) {
+            fprintf(stderr, "trident: %s is a suite: --outputs and --check nodes are for one run (give one row's "
+                    "INI)\n%s", ini, usage);
+            return 2;
+        }
+        const struct tr_cli_suite_args sa = {.rows = rows, .json = json, .report = report, .log_scale = log_scale,
+                                             .steps = steps};
+        struct sigaction sa_int = {.sa_handler = on_sigint}, old_int;
+        sigemptyset(&sa_int.sa_mask);
+        sa_int.sa_flags = SA_RESTART;
+        sigaction(SIGINT, &sa_int, &old_int);
+        int st = tr_cli_suite(ini, &sa);
+        sigaction(SIGINT, &old_int, NULL);
+        return st;
+    }
+    if (rows) {
+        fprintf(stderr, "trident: --rows picks rows of a suite; %s has no [suite] section\n%s", ini, usage);
+        return 2;
+    }
     static struct tr_config cfg;
     if (tr_config_load(ini, &cfg, &err) || need_model(&cfg, &err)) return fail(&err);
     if (steps) cfg.steps = steps;
@@ -188,12 +214,39 @@ static int cmd_list(int argc, char **argv) {
         for (int p = 0; p < (*m)->n_presets; p++)
             printf("             preset %-8s %s\n", (*m)->presets[p].name, (*m)->presets[p].doc);
         if ((*m)->read_hf_config)
-            printf("             [model] hf_config = PATH: a Hugging Face config.json over the preset\n");
+            printf("             [model] hf_config = PATH: a Hugging Face config.json over the preset (a relative "
+                   "path is taken from the INI's directory)\n");
     }
     printf("\nbackends (search order: [plugins] path, TRIDENT_PLUGIN_PATH, build tree, install dir):\n");
     struct tr_plugin_search s = {.ini_dir = cfg.plugin_path[0] ? cfg.plugin_path : NULL, .env_path = NULL};
     if (tr_plugin_scan(&s, print_candidate, NULL, &err)) return fail(&err);
     return 0;
+}
+
+static int dump_graph(const struct tr_config *cfg) {
+    struct tr_error err = {0};
+    struct tr_task_graph tg;
+    if (tr_task_graph_build(cfg, tr_builtin_models, &tg, &err)) return fail(&err);
+    int rc = tr_graph_dump(tg.graph, stdout, &err);
+    tr_task_graph_free(&tg);
+    return rc ? fail(&err) : 0;
+}
+
+/* Every row's graph, each under a line naming the row. */
+static int dump_suite(const char *path, struct tr_config *cfg) {
+    struct tr_error err = {0};
+    struct tr_suite *s = malloc(sizeof *s);
+    if (!s) {
+        fprintf(stderr, "trident: error: out of memory\n");
+        return 1;
+    }
+    int rc = tr_suite_load(path, s, &err) ? fail(&err) : 0;
+    for (int i = 0; !rc && i < s->n_rows; i++) {
+        printf("%s## [row.%s] %s: %s\n", i ? "\n" : "", s->rows[i].name, s->rows[i].label, s->rows[i].config);
+        rc = tr_suite_row_config(s, i, cfg, &err) || need_model(cfg, &err) ? fail(&err) : dump_graph(cfg);
+    }
+    free(s);
+    return rc;
 }
 
 static int cmd_dump(int argc, char **argv) {
@@ -203,12 +256,11 @@ static int cmd_dump(int argc, char **argv) {
     }
     struct tr_error err = {0};
     static struct tr_config cfg;
+    int is_suite = 0;
+    if (tr_suite_detect(argv[0], &is_suite, &err)) return fail(&err);
+    if (is_suite) return dump_suite(argv[0], &cfg);
     if (tr_config_load(argv[0], &cfg, &err) || need_model(&cfg, &err)) return fail(&err);
-    struct tr_task_graph tg;
-    if (tr_task_graph_build(&cfg, tr_builtin_models, &tg, &err)) return fail(&err);
-    int rc = tr_graph_dump(tg.graph, stdout, &err);
-    tr_task_graph_free(&tg);
-    return rc ? fail(&err) : 0;
+    return dump_graph(&cfg);
 }
 
 int main(int argc, char **argv) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up, build and run every test twice: a normal build (build/) and an
-# AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/).
+# AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/); then the fuzzers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -24,4 +24,8 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 ctest --test-dir build-asan --output-on-failure --timeout 1800
-echo "tests: both builds passed"
+
+# The libFuzzer harnesses (clang, build-fuzz/): the kept crash inputs, then a fixed number of
+# runs of each (about a minute and a half with the build; tests/fuzz/README.md).
+bash scripts/fuzz.sh
+echo "tests: both builds and the fuzzers passed"

@@ -191,6 +191,38 @@ ini fitlora.ini "$(cat "$tmp/fitw.ini")
 [model]
 lora_rank = 4"
 expect "LoRA fit from a base checkpoint" 0 'all backends ran and agree' -- "$bin" run "$tmp/fitlora.ini"
+# [run] missing = seed: a checkpoint without the task's head (as bert-base-cased ships) runs
+# with the head made from the seed, named in one warning; without the line it is refused.
+LC_ALL=C sed 's/"classifier\.weight"/"classifier_weight"/; s/"classifier\.bias"/"classifier_bias"/' \
+  tests/fixtures/bert_tiny.safetensors > "$tmp/headless.safetensors"
+ini headless.ini "[run]
+model = bert
+backends = torch, tf
+weights = headless.safetensors
+batch = 2
+seq_len = 16
+steps = 1
+warmup = 1"
+expect "a checkpoint without the head is refused, naming [run] missing" 1 \
+  "headless.safetensors: no tensor 'classifier.weight' .*\[run\] missing = seed" -- "$bin" run "$tmp/headless.ini"
+ini headless_seed.ini "$(cat "$tmp/headless.ini")
+missing = seed"
+expect "missing = seed makes the head from the seed and says so" 0 \
+  "warning: .*headless.safetensors lacks 2 tensors the model has, made from \[run\] seed 1234: classifier.weight, classifier.bias" -- \
+  "$bin" run "$tmp/headless_seed.ini"
+if grep -q 'all backends ran and agree' "$tmp/out"; then ok "missing = seed: the backends agree"; else bad "missing = seed: the backends agree"; fi
+# [model] hf_config is taken from the INI's directory, as weights is, whatever the working
+# directory, and a path longer than 63 characters is fine.
+deep=$tmp/a_directory_name_long_enough/to_make_the_path_longer_than_sixty_three_characters
+mkdir -p "$deep"
+cp tests/fixtures/hf/gemma-2b.json "$deep/config.json"
+ini hfrel.ini "[run]
+model = gemma
+preset = tiny
+[model]
+hf_config = ${deep#$tmp/}/config.json"
+expect "hf_config from the INI's directory, a long path" 0 'f32\[256000,2048\] +.model.embed_tokens.weight.' -- \
+  sh -c 'cd / && "$0" dump "$1"' "$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")" "$tmp/hfrel.ini"
 rejects unknown_backend.ini $'[run]\nmodel = bert\npreset = tiny\nbackends = nosuch\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8' \
   "unknown backend" 'nosuch'
 rejects broken.ini $'[run]\nmodel = bert\nbatch = eight' "broken value names file, line, key" 'broken.ini:3.*batch'
@@ -294,12 +326,59 @@ if [ $rc = 130 ] && grep -Eq '^tf +[0-9.]+ +[0-9.]+ ' "$tmp/out" && grep -q 'int
   ok "Ctrl-C: exit 130, the table so far, the outputs"; else echo "exit $rc" >> "$tmp/out"; bad "Ctrl-C: exit 130, the table so far, the outputs"; fi
 if grep -Eq '"interrupted":[[:space:]]*true' "$tmp/int.json" 2>/dev/null; then ok "Ctrl-C: the JSON says interrupted"; else bad "Ctrl-C: the JSON says interrupted"; fi
 
+# trident bench SUITE.ini: each row's table, then the summary in the benchmark page's shape.
+ini s_gen.ini $'[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbackends = torch, jax\nbatch = 2\n[backend.jax]\nfuse = false\n[generate]\nprompt_len = 4\nmax_length = 8'
+ini suite.ini "; two rows of the benchmark at tiny sizes
+[suite]
+backends = torch, tf
+steps = 2
+warmup = 1
+
+[row.bert_predict]
+config = two.ini
+label = BERT predict
+
+[row.gemma_generate_b1]
+config = s_gen.ini
+label = Gemma generate (batch 1)
+batch = 1"
+expect "suite: every row, then the summary" 0 '^Gemma generate \(batch 1\) +gemma/tiny generate, batch 1, f32 +' -- \
+  "$bin" bench "$tmp/suite.ini" --report "$tmp/srep" --json "$tmp/suite.json"
+if grep -q '^\[1/2\] BERT predict: ' "$tmp/out" && grep -q '^\[2/2\] Gemma generate (batch 1): ' "$tmp/out" &&
+   grep -Eq '^row +run +torch +tf *$' "$tmp/out"; then ok "suite: a table per row and a column per backend"
+else bad "suite: a table per row and a column per backend"; fi
+if grep -Eq '^BERT predict +bert/tiny predict, batch 2, f32 +(\*[0-9.]+ +[0-9.]+ \([0-9.]+x\)|[0-9.]+ \([0-9.]+x\) +\*[0-9.]+) *$' "$tmp/out"; then
+  ok "suite: the best starred, the other with its ratio"; else bad "suite: the best starred, the other with its ratio"; fi
+if grep -Eq '^\| BERT predict \| bert/tiny predict, batch 2, f32 \| .*\*\*[0-9.]+\*\*' "$tmp/srep/suite.md" 2>/dev/null &&
+   [ -s "$tmp/srep/suite.csv" ] && [ -s "$tmp/srep/gemma_generate_b1/report.json" ] &&
+   grep -q '"kind":[[:space:]]*"suite"' "$tmp/suite.json"; then ok "suite: --report and --json write the suite's files and each row's"
+else bad "suite: --report and --json write the suite's files and each row's"; fi
+expect "report: two suites, row by row" 0 '^2 rows compared' -- "$bin" report "$tmp/suite.json" "$tmp/suite.json"
+if grep -q '^== row gemma_generate_b1 (Gemma generate (batch 1))' "$tmp/out"; then ok "report: each row named"; else bad "report: each row named"; fi
+expect "report: a suite against a run is refused" 1 "is a suite's and .* a run's; compare a suite with a suite" -- \
+  "$bin" report "$tmp/suite.json" "$tmp/srep/bert_predict/report.json"
+expect "suite: --rows picks rows by pattern" 0 '^\[1/1\] Gemma generate' -- "$bin" bench "$tmp/suite.ini" --rows 'gemma_*'
+expect "suite: --rows that matches nothing lists the rows" 1 "'nope' matches no row of .*suite.ini \(rows: bert_predict, gemma_generate_b1\)" -- \
+  "$bin" bench "$tmp/suite.ini" --rows nope
+expect "suite: --rows is for suites" 2 'picks rows of a suite' -- "$bin" bench "$tmp/two.ini" --rows bert
+expect "suite: --outputs is for one run" 2 'is a suite: --outputs' -- "$bin" bench "$tmp/suite.ini" --outputs "$tmp/x.safetensors"
+ini suite_bad.ini "$(cat "$tmp/suite.ini")
+[row.broken]
+config = s_gen.ini
+dtype = f64"
+expect "suite: a bad row is found before any row runs" 1 'suite_bad.ini:17: \[row.broken\] dtype = f64: expected f32, bf16 or f16' -- \
+  "$bin" bench "$tmp/suite_bad.ini"
+if grep -q '^\[1/' "$tmp/out"; then bad "suite: nothing ran before the bad row was found"; else ok "suite: nothing ran before the bad row was found"; fi
 ini gen.ini $'[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbackends = torch, jax\nbatch = 2\nsteps = 1\nwarmup = 1\n[generate]\nprompt_len = 8\nmax_length = 12'
 expect "--outputs of generate: tokens and prefill logits" 0 'wrote .*og.safetensors \(4 tensors' -- "$bin" run "$tmp/gen.ini" --outputs "$tmp/og.safetensors"
 if grep -aq '"jax/tokens":{"shape":\[2,4\],[^}]*"dtype":"I32"' "$tmp/og.safetensors"; then ok "generate's tokens [2,4] i32"; else bad "generate's tokens [2,4] i32"; fi
 # A crashing, aborting, exiting or hanging plugin costs only its own row: each backend runs
 # in a child process (tests/plugins/backend_test.c's faulty variant misbehaves on request).
 faulty=$(cd "$(dirname "$bin")" && pwd)/fault_plugins/libtrident_backend_faulty.so
+# In the sanitizer build ASan's own SEGV handler would report the plugin's crash and abort
+# (signal 6); these cases check what trident says of the signal a plugin dies of, so ASan
+# leaves SIGSEGV to its default action here.
+nosegv=(env "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0")
 for case in "segv:killed by signal 11 \(Segmentation fault\) during timed step 2" \
             "abort:killed by signal 6 \(Aborted\) during timed step 2" \
             "exit:exited with status 0 during timed step 2" \
@@ -317,7 +396,7 @@ backend_timeout = 2
 fault = $fault
 at_step = 3"
   expect "a plugin that does $fault costs only its row" 1 "faulty: FAILED: (the backend's process (was )?)?$why" -- \
-    "$bin" run "$tmp/f_$fault.ini" --json "$tmp/f_$fault.json"
+    "${nosegv[@]}" "$bin" run "$tmp/f_$fault.ini" --json "$tmp/f_$fault.json"
   if grep -Eq '^tf +[0-9.]+ +[0-9.]+ .* ok *$' "$tmp/out" && grep -q '"backend":[[:space:]]*"tf"' "$tmp/f_$fault.json"; then
     ok "$fault: the other rows and the JSON survive"; else bad "$fault: the other rows and the JSON survive"; fi
 done
@@ -330,7 +409,37 @@ batch = 2
 seq_len = 8
 [backend.faulty]
 fault = init_segv"
-expect "a plugin that crashes in init is a problem found before the run" 1 "f_init.ini:3: \[run\] backends: '.*faulty.so': the backend's process was killed by signal 11 .* during its load and init" -- "$bin" run "$tmp/f_init.ini"
+expect "a plugin that crashes in init is a problem found before the run" 1 "f_init.ini:3: \[run\] backends: '.*faulty.so': the backend's process was killed by signal 11 .* during its load and init" -- "${nosegv[@]}" "$bin" run "$tmp/f_init.ini"
+# trident list and check-backend probe a plugin in a child process too.
+ini flist.ini "[plugins]
+path = $(dirname "$faulty")"
+for case in "segv:killed by signal 11 \(Segmentation fault\) during its load" "exit:exited with status 3 during its load"; do
+  fault=${case%%:*} why=${case#*:}
+  expect "list: a plugin whose constructor does $fault is refused" 0 "refused +.*faulty\.so +.*$why" -- \
+    env TP_FAULTY_LOAD="$fault" "${nosegv[@]}" "$bin" list "$tmp/flist.ini"
+  if grep -Eq '^  torch +' "$tmp/out"; then ok "list: the scan goes on past it ($fault)"; else bad "list: the scan goes on past it ($fault)"; fi
+done
+ini fcb.ini "[run]
+model = bert
+backends = $faulty
+[backend.faulty]
+fault = segv
+at_step = 1"
+expect "check-backend: a plugin that crashes is a failed check naming the signal" 1 \
+  "FAIL +runs without killing its process +the backend's process was killed by signal 11" -- \
+  "${nosegv[@]}" "$bin" check-backend "$faulty" "$tmp/fcb.ini"
+if grep -Eq '^  PASS ' "$tmp/out"; then ok "check-backend: the rows before the crash are kept"; else bad "check-backend: the rows before the crash are kept"; fi
+# A suite whose row crashes a backend goes on to its next row.
+ini suite_fail.ini "[suite]
+steps = 2
+warmup = 1
+[row.faulty]
+config = f_segv.ini
+[row.bert]
+config = two.ini"
+expect "suite: a failing row is a failed row, the next one runs" 1 '^bert +bert/tiny predict, batch 2, f32 ' -- \
+  "${nosegv[@]}" "$bin" bench "$tmp/suite_fail.ini" --steps 4
+if grep -Eq '^faulty +bert/tiny predict.* FAILED ' "$tmp/out"; then ok "suite: the failed backend's cell says FAILED"; else bad "suite: the failed backend's cell says FAILED"; fi
 ini inproc.ini "$(cat "$tmp/two.ini")
 isolate = off"
 expect "isolate = off runs in one process, and says so" 0 'backends: in one process \(\[run\] isolate = off\)' -- "$bin" run "$tmp/inproc.ini"

@@ -170,9 +170,8 @@ static void expect_same(const struct tr_decoder_config *a, const struct tr_decod
 void tr_test_llm_hf_config_matches(const struct tr_model_desc *m, const char *json, const char *preset) {
     const struct tr_decoder_config *want = tr_test_llm_preset(m, preset);
     struct tr_decoder_config c = *tr_test_llm_preset(m, "tiny"), got;
-    snprintf(c.hf_config, sizeof c.hf_config, "%s", json);
     struct tr_error e = {0};
-    if (tr_decoder_resolve(&c, &got, &e)) fail_msg("%s: %s", json, e.msg);
+    if (tr_decoder_read_hf_config(json, &c, &e) || tr_decoder_resolve(&c, &got, &e)) fail_msg("%s: %s", json, e.msg);
     char what[128];
     snprintf(what, sizeof what, "%s preset %s vs %s", m->name, preset, json);
     expect_same(&got, want, what);

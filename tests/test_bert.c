@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "modelutil.h"
 #include "bert/bert.h"
 #include "models.h"
+#include "trident/bench.h"
 #include "trident/graph.h"
 #include "trident/loader.h"
 #include "trident/safetensors.h"
@@ -99,6 +101,72 @@ static void test_config_errors(void **state) {
     const char *gen[] = {"generate", "predict, fit", NULL};
     expect_build_error(&c, TR_TASK_GENERATE, 16, TR_ERR_UNSUPPORTED, gen);
     assert_int_equal(tr_model_bert.tasks, 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT);
+}
+
+/* [model] hf_config: bert-base-cased's config.json over the tiny preset is the base preset,
+ * and its graph has the base model's parameter count; a classifier's id2label sets
+ * num_labels; trident's own keys (LoRA, pad_fraction) are never taken from the file; what
+ * trident's BERT is not is refused by its key. */
+static void test_hf_config(void **state) {
+    static const char *const files[] = {TR_SOURCE_DIR "/tests/fixtures/hf/bert-base-cased.json",
+                                        TR_SOURCE_DIR "/tests/fixtures/hf/bert-base-cased-saved.json"};
+    static struct tr_config cfg;
+    struct tr_error e = {0};
+    for (int f = 0; f < 2; f++) {
+        struct tr_bert_config c = *preset("tiny");
+        if (tr_model_bert.read_hf_config(&c, files[f], &e)) fail_msg("%s", e.msg);
+        const struct tr_bert_config *b = preset("base");
+        assert_int_equal(c.vocab_size, b->vocab_size);
+        assert_int_equal(c.hidden_size, b->hidden_size);
+        assert_int_equal(c.num_hidden_layers, b->num_hidden_layers);
+        assert_int_equal(c.num_attention_heads, b->num_attention_heads);
+        assert_int_equal(c.intermediate_size, b->intermediate_size);
+        assert_int_equal(c.max_position_embeddings, b->max_position_embeddings);
+        assert_int_equal(c.type_vocab_size, b->type_vocab_size);
+        assert_int_equal(c.num_labels, b->num_labels);
+        assert_int_equal(c.pad_token_id, b->pad_token_id);
+        assert_true(c.layer_norm_eps == b->layer_norm_eps);
+        char ini[512];
+        snprintf(ini, sizeof ini, "[run]\nmodel = bert\npreset = tiny\nseq_len = 16\n[model]\nhf_config = %s\n", files[f]);
+        if (tr_config_load_string(ini, "hf.ini", &cfg, &e)) fail_msg("%s", e.msg);
+        struct tr_task_graph tg;
+        if (tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e)) fail_msg("%s", e.msg);
+        assert_int_equal(param_count(tg.graph), BERT_BASE_PARAMS);
+        tr_task_graph_free(&tg);
+    }
+    static const struct {
+        const char *json, *needle;
+        int64_t labels, pad;
+    } cases[] = {
+        {"{\"model_type\": \"bert\", \"id2label\": {\"0\": \"a\", \"1\": \"b\", \"2\": \"c\"}, \"pad_token_id\": null, \"lora_rank\": 8}",
+         NULL, 3, -1},
+        {"{\"model_type\": \"roberta\"}", "model_type", 0, 0},
+        {"{\"hidden_act\": \"gelu_new\"}", "hidden_act", 0, 0},
+        {"{\"position_embedding_type\": \"relative_key\"}", "position_embedding_type", 0, 0},
+        {"{\"is_decoder\": true}", "is_decoder", 0, 0},
+        {"{\"hidden_size\": 4294967296}", "hidden_size", 0, 0},
+        {"{\"id2label\": {}}", "id2label", 0, 0},
+    };
+    char path[512];
+    snprintf(path, sizeof path, "%s/bert_hf_case_%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *fp = fopen(path, "w");
+        assert_non_null(fp);
+        fputs(cases[i].json, fp);
+        fclose(fp);
+        struct tr_bert_config c = *preset("tiny");
+        int rc = tr_model_bert.read_hf_config(&c, path, &e);
+        if (!cases[i].needle) {
+            if (rc) fail_msg("%s: %s", cases[i].json, e.msg);
+            assert_int_equal(c.num_labels, cases[i].labels);
+            assert_int_equal(c.pad_token_id, cases[i].pad);
+            assert_int_equal(c.lora_rank, preset("tiny")->lora_rank); /* trident's own keys are not the file's */
+        } else {
+            if (rc == TR_OK) fail_msg("%s was accepted", cases[i].json);
+            if (!strstr(e.msg, cases[i].needle)) fail_msg("%s: error lacks '%s': %s", cases[i].json, cases[i].needle, e.msg);
+        }
+    }
+    remove(path);
 }
 
 #define alloc_inputs(g, in) tr_test_input_tensors(g, 3, in)
@@ -211,4 +279,5 @@ static void test_mask_hides_padding(void **state) {
 }
 
 TR_TEST_MAIN(NULL, NULL, test_param_count_base, test_names_match_state_dict, test_interface, test_config_errors,
+             test_hf_config,
              test_make_inputs, test_predict_matches_hf_f32, test_predict_matches_hf_bf16, test_mask_hides_padding)

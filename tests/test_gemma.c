@@ -3,6 +3,7 @@
  * logits on every backend configuration (f32 and bf16); the 7B and 2B presets are the
  * published models (sizes, config.json); the KV-cache pass; bad input. */
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "decoderutil.h"
 #include "models.h"
@@ -30,18 +31,16 @@ static void test_presets_are_the_published_configs(void **state) {
     tr_test_llm_hf_config_matches(&tr_model_gemma, "tests/fixtures/hf/gemma-2b.json", "2b");
 }
 
+/* The errors name the file and the JSON key; through an INI, the line too. */
 static void test_hf_config_errors(void **state) {
-    struct tr_decoder_config c = *tr_test_llm_preset(&tr_model_gemma, "tiny"), out;
+    struct tr_decoder_config c = *tr_test_llm_preset(&tr_model_gemma, "tiny");
     struct tr_error e = {0};
-    snprintf(c.hf_config, sizeof c.hf_config, "tests/fixtures/hf/none.json");
-    assert_int_equal(tr_decoder_resolve(&c, &out, &e), TR_ERR_IO);
+    assert_int_equal(tr_decoder_read_hf_config("tests/fixtures/hf/none.json", &c, &e), TR_ERR_IO);
     assert_non_null(strstr(e.msg, "none.json"));
-    snprintf(c.hf_config, sizeof c.hf_config, "tests/fixtures/hf/mistral-7b-v0.1.json");
-    assert_int_equal(tr_decoder_resolve(&c, &out, &e), TR_ERR_INVALID);
+    assert_int_equal(tr_decoder_read_hf_config("tests/fixtures/hf/mistral-7b-v0.1.json", &c, &e), TR_ERR_INVALID);
     if (!strstr(e.msg, "model_type") || !strstr(e.msg, "mistral") || !strstr(e.msg, "gemma"))
         fail_msg("error lacks model_type: %s", e.msg);
-    snprintf(c.hf_config, sizeof c.hf_config, "tests/fixtures/hf/README.md");
-    assert_int_equal(tr_decoder_resolve(&c, &out, &e), TR_ERR_FORMAT);
+    assert_int_equal(tr_decoder_read_hf_config("tests/fixtures/hf/README.md", &c, &e), TR_ERR_FORMAT);
     assert_non_null(strstr(e.msg, "not valid JSON"));
     /* a config.json is held to [model]'s bounds (issue 18: a 2^32-wide table once overran
      * its buffer; a million layers built for minutes) */
@@ -51,16 +50,24 @@ static void test_hf_config_errors(void **state) {
                {"{\"model_type\": \"gemma\", \"num_hidden_layers\": 1000000}", "\"num_hidden_layers\" is not an integer from 1 to 1024"},
                {"{\"model_type\": \"gemma\", \"vocab_size\": 0}", "\"vocab_size\" is not an integer from 1"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(c.hf_config, sizeof c.hf_config, "/tmp/trident_bad%zu_%d.json", i, (int)getpid());
-        FILE *f = fopen(c.hf_config, "w");
+        char path[128];
+        snprintf(path, sizeof path, "/tmp/trident_bad%zu_%d.json", i, (int)getpid());
+        FILE *f = fopen(path, "w");
         assert_non_null(f);
         fputs(bad[i].json, f);
         fclose(f);
-        int rc = tr_decoder_resolve(&c, &out, &e);
-        unlink(c.hf_config);
+        int rc = tr_decoder_read_hf_config(path, &c, &e);
+        unlink(path);
         assert_int_equal(rc, TR_ERR_FORMAT);
         tr_assert_msg_has(&e, bad[i].needle);
     }
+    static struct tr_config cfg;
+    const char *ini = "[run]\nmodel = gemma\npreset = tiny\n[model]\nhf_config = tests/fixtures/hf/none.json\n";
+    assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+    struct tr_task_graph tg;
+    assert_int_equal(tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e), TR_ERR_IO);
+    tr_assert_msg_has(&e, "t.ini:5: [model] hf_config = tests/fixtures/hf/none.json: ");
+    tr_assert_msg_has(&e, "cannot open 'tests/fixtures/hf/none.json'");
 }
 
 /* hf_config is the base and the [model] lines the edits, whatever their order. */
@@ -86,13 +93,83 @@ static void test_model_keys_win_over_hf_config(void **state) {
                      8 * 128);
     assert_int_equal(tr_graph_find(tg.graph, "model.layers.3.self_attn.q_proj.weight"), -1);
     tr_task_graph_free(&tg);
-    /* No preset known: the file replaces every key it has. */
+    /* Read alone, the file replaces every key it has. */
     struct tr_decoder_config bare = *tr_test_llm_preset(&tr_model_gemma, "tiny");
-    bare.preset = NULL;
     bare.num_hidden_layers = 3;
-    snprintf(bare.hf_config, sizeof bare.hf_config, "tests/fixtures/hf/gemma-2b.json");
-    assert_int_equal(tr_decoder_resolve(&bare, &c, &e), TR_OK);
-    assert_int_equal(c.num_hidden_layers, 18);
+    assert_int_equal(tr_decoder_read_hf_config("tests/fixtures/hf/gemma-2b.json", &bare, &e), TR_OK);
+    assert_int_equal(bare.num_hidden_layers, 18);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) fail_msg("cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The hidden size an INI's hf_config gives, loaded from the file ini while the working
+ * directory is elsewhere. */
+static int64_t hidden_from(const char *ini) {
+    static struct tr_config cfg;
+    struct tr_error e = {0};
+    if (tr_config_load(ini, &cfg, &e)) fail_msg("%s", e.msg);
+    struct tr_task_graph tg;
+    if (tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e)) fail_msg("%s: %s", ini, e.msg);
+    struct tr_decoder_config c;
+    assert_int_equal(tr_decoder_resolve(tg.config, &c, &e), TR_OK);
+    assert_int_equal(c.num_hidden_layers, 1); /* [model], before hf_config in the file */
+    assert_int_equal(c.vocab_size, 1000);     /* the file */
+    tr_task_graph_free(&tg);
+    return c.hidden_size;
+}
+
+/* hf_config is taken from the INI's directory, as [run] weights is, not from the working
+ * directory, and a path may be longer than 63 characters (issue 17: it was a 64-byte
+ * [model] string read from the working directory). */
+static void test_hf_config_next_to_ini(void **state) {
+    static const char long_name[] = "a_directory_whose_name_alone_is_longer_than_sixty_three_characters";
+    char dir[512], sub[640], path[768], cwd[1024];
+    snprintf(dir, sizeof dir, "%s/test_gemma_hf_%d", TR_BINARY_DIR, (int)getpid());
+    snprintf(sub, sizeof sub, "%s/%s", dir, long_name);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    const char *json = "{\"model_type\": \"gemma\", \"vocab_size\": 1000, \"hidden_size\": %d, "
+                       "\"num_attention_heads\": 2, \"head_dim\": 16, \"num_hidden_layers\": 5}";
+    char text[1024];
+    snprintf(text, sizeof text, json, 96);
+    snprintf(path, sizeof path, "%s/cfg.json", dir);
+    write_text(path, text);
+    snprintf(text, sizeof text, json, 160);
+    snprintf(path, sizeof path, "%s/cfg.json", sub);
+    write_text(path, text);
+    static const char head[] = "[run]\nmodel = gemma\npreset = tiny\nbatch = 1\nseq_len = 8\n[model]\n"
+                               "num_hidden_layers = 1\nhf_config = ";
+    char ini_near[768], ini_rel[768], ini_abs[768];
+    snprintf(ini_near, sizeof ini_near, "%s/near.ini", dir);
+    snprintf(text, sizeof text, "%scfg.json\n", head);
+    write_text(ini_near, text);
+    snprintf(ini_rel, sizeof ini_rel, "%s/rel.ini", dir);
+    snprintf(text, sizeof text, "%s%s/cfg.json\n", head, long_name);
+    assert_true(strlen(long_name) + strlen("/cfg.json") > 63);
+    write_text(ini_rel, text);
+    snprintf(ini_abs, sizeof ini_abs, "%s/abs.ini", dir);
+    snprintf(text, sizeof text, "%s%s\n", head, path);
+    write_text(ini_abs, text);
+
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    assert_int_equal(chdir(sub), 0); /* where a cfg.json of another size lies */
+    int64_t near = hidden_from(ini_near), rel = hidden_from(ini_rel), abs_ = hidden_from(ini_abs);
+    assert_int_equal(chdir(cwd), 0);
+    assert_int_equal(near, 96);
+    assert_int_equal(rel, 160);
+    assert_int_equal(abs_, 160);
+
+    const char *files[] = {ini_near, ini_rel, ini_abs, path};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) unlink(files[i]);
+    snprintf(path, sizeof path, "%s/cfg.json", dir);
+    unlink(path);
+    rmdir(sub);
+    rmdir(dir);
 }
 
 static void test_names_match_state_dict(void **state) { tr_test_llm_names_match(&gemma); }
@@ -162,6 +239,6 @@ static void test_config_errors(void **state) {
 }
 
 TR_TEST_MAIN(NULL, NULL, test_size_7b, test_size_2b, test_presets_are_the_published_configs, test_hf_config_errors,
-             test_model_keys_win_over_hf_config, test_names_match_state_dict, test_interface, test_make_inputs,
+             test_model_keys_win_over_hf_config, test_hf_config_next_to_ini, test_names_match_state_dict, test_interface, test_make_inputs,
              test_predict_matches_hf_f32, test_predict_matches_hf_bf16, test_kv_cache,
              test_greedy_generate_matches_hf, test_unknown_preset, test_config_errors)

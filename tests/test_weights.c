@@ -234,6 +234,122 @@ static void test_load_fresh(void **state) {
 
 static void expect_load_error(enum tr_dtype graph_dt, int status, const char *tensor);
 
+/* make_graph's three params and a head of n_head (weight, bias) pairs the file never has:
+ * a bert-base-cased checkpoint loaded into a classifier ("classifier.weight", ...). */
+static struct tr_graph *make_headed_graph(int n_head) {
+    const int fwd[3] = {0, 1, 2};
+    struct tr_graph *g = make_graph(fwd, TR_DTYPE_F32);
+    const int64_t sw[2] = {2, 40}, sb[1] = {2};
+    for (int k = 0; k < n_head; k++) {
+        if (n_head == 1) tr_graph_push_scope(g, "classifier");
+        else tr_graph_push_scope(g, "head%d", k);
+        tr_param(g, "weight", TR_DTYPE_F32, 2, sw, 0.0f, 0.02f);
+        tr_param(g, "bias", TR_DTYPE_F32, 1, sb, 0.0f, 0.5f);
+        tr_graph_pop_scope(g);
+    }
+    assert_int_equal(tr_graph_status(g, NULL), TR_OK);
+    return g;
+}
+
+/* What tr_weights_warn_seeded writes, as a string. */
+static char *warning_of(const struct tr_weights *w, const char *path, uint64_t seed, int *named) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    *named = tr_weights_warn_seeded(w, path, seed, f);
+    fclose(f);
+    return buf;
+}
+
+/* [run] missing = seed: what the file lacks is made from the seed, byte for byte as a
+ * fully seeded run makes it, and named in one warning; without it, an error naming the
+ * tensor and the file; a wrong shape or dtype is refused either way. */
+static void test_load_missing_seed(void **state) {
+    write_file(-1, -1, TR_DTYPE_F32);  /* the three layer.* tensors, no classifier */
+    struct tr_error e = {0};
+    struct tr_weights *w = (void *)1, *ws;
+    struct tr_graph *g = make_headed_graph(1), *gs = make_headed_graph(1);
+    const struct tr_weights_load_opts strict = {.seed = 1234, .missing_seed = 0};
+    const struct tr_weights_load_opts lenient = {.seed = 1234, .missing_seed = 1};
+    assert_int_equal(tr_weights_load_opts(g, tmp_path, &strict, &w, &e), TR_ERR_NOT_FOUND);
+    assert_null(w);
+    tr_assert_msg_has(&e, "classifier.weight");
+    tr_assert_msg_has(&e, tmp_path);
+    tr_assert_msg_has(&e, "missing = seed");
+    assert_int_equal(tr_weights_load_opts(g, tmp_path, NULL, &w, &e), TR_ERR_NOT_FOUND);
+
+    assert_int_equal(tr_weights_load_opts(g, tmp_path, &lenient, &w, &e), TR_OK);
+    assert_int_equal(tr_weights_from_seed(gs, 1234, &ws, &e), TR_OK);
+    assert_int_equal(tr_weights_n_seeded(w), 2);
+    assert_string_equal(tr_weights_seeded_name(w, 0), "classifier.weight");
+    assert_string_equal(tr_weights_seeded_name(w, 1), "classifier.bias");
+    assert_null(tr_weights_seeded_name(w, 2));
+    assert_int_equal(tr_weights_n_seeded(ws), 0);
+    assert_int_equal(tr_weights_bytes(w), tr_graph_param_bytes(g));
+    const char *head[2] = {"classifier.weight", "classifier.bias"};
+    for (int i = 0; i < 2; i++) {
+        struct tr_tensor a = bound(g, head[i]), b = bound(gs, head[i]);
+        assert_memory_equal(a.data, b.data, tr_tensor_nbytes(&a));
+    }
+    struct tr_safetensors *st;
+    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    for (int i = 0; i < 3; i++) {
+        struct tr_tensor src, t = bound(g, names[i]);
+        assert_int_equal(tr_safetensors_get(st, names[i], &src, &e), TR_OK);
+        assert_memory_equal(t.data, src.data, tr_tensor_nbytes(&t));
+    }
+    tr_safetensors_close(st);
+    /* The names outlive the graph. */
+    tr_graph_free(g);
+    int named;
+    char *msg = warning_of(w, "W.safetensors", 1234, &named);
+    assert_int_equal(named, 2);
+    assert_string_equal(msg, "trident: warning: W.safetensors lacks 2 tensors the model has, made from [run] seed "
+                             "1234: classifier.weight, classifier.bias\n");
+    free(msg);
+    msg = warning_of(ws, "W.safetensors", 1234, &named);
+    assert_int_equal(named, 0);
+    assert_string_equal(msg, "");
+    free(msg);
+    tr_weights_free(w);
+    tr_weights_free(ws);
+    tr_graph_free(gs);
+
+    /* A long list ends in "and K more"; a fresh PARAM is expected absent and not named. */
+    g = make_headed_graph(6);
+    assert_int_equal(tr_param_set_fresh(g, tr_graph_find(g, "head0.weight")), TR_OK);
+    assert_int_equal(tr_weights_load_opts(g, tmp_path, &lenient, &w, &e), TR_OK);
+    assert_int_equal(tr_weights_n_seeded(w), 11);
+    assert_string_equal(tr_weights_seeded_name(w, 0), "head0.bias");
+    msg = warning_of(w, "W.safetensors", 7, &named);
+    assert_int_equal(named, 11);
+    assert_string_equal(msg, "trident: warning: W.safetensors lacks 11 tensors the model has, made from [run] seed 7: "
+                             "head0.bias, head1.weight, head1.bias, head2.weight, head2.bias, head3.weight, "
+                             "head3.bias, head4.weight and 3 more\n");
+    free(msg);
+    tr_weights_free(w);
+    tr_graph_free(g);
+
+    /* A wrong shape or dtype is another model's tensor, not a missing one. */
+    const struct {
+        int bad_shape;
+        enum tr_dtype dt;
+        const char *needle;
+    } bad[] = {{2, TR_DTYPE_F32, "[41]"}, {-1, TR_DTYPE_BF16, "bf16"}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        write_file(1, bad[k].bad_shape, bad[k].dt);
+        g = make_headed_graph(1);
+        w = (void *)1;
+        assert_int_equal(tr_weights_load_opts(g, tmp_path, &lenient, &w, &e), TR_ERR_SHAPE);
+        assert_null(w);
+        tr_assert_msg_has(&e, bad[k].needle);
+        tr_assert_msg_has(&e, tmp_path);
+        for (int i = 0; i < tr_graph_n_params(g); i++) assert_null(tr_node_data(g, tr_graph_param(g, i)));
+        tr_graph_free(g);
+    }
+}
+
 /* A file saved without the base prefix ("dense.weight" for the graph's "layer.dense.weight",
  * as transformers 5 saves CLIPTextModel) loads; one that also has a name under "layer."
  * is not taken apart that way. */
@@ -386,6 +502,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_load_f32_and_convert, setup, teardown),
         cmocka_unit_test_setup_teardown(test_load_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_load_fresh, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_load_missing_seed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_load_without_base_prefix, setup, teardown),
         cmocka_unit_test(test_load_directory),
     };

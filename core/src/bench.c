@@ -13,7 +13,7 @@
 #include "trident/generate.h"
 #include "trident/image.h"
 #include "bench_io.h"
-#include "bench_isolate.h"
+#include "trident/isolate.h"
 #include "bench_preflight.h"
 #include "bench_progress.h"
 #include "bench_util.h"
@@ -531,7 +531,10 @@ static int check_memory(const struct tr_config *cfg, const struct tr_task_graph 
         struct tr_tensor t = tr_node_tensor(g, tr_graph_output(g, i));
         io += (uint64_t)n_backends * tr_tensor_nbytes(&t); /* each backend's outputs are kept */
     }
-    const uint64_t act = tr_graph_peak_bytes(g), need = params + io + act;
+    const uint64_t act = tr_graph_peak_bytes(g);
+    if (act == UINT64_MAX) /* it could not allocate its own bookkeeping: the sum would wrap */
+        return tr_error_set(err, TR_ERR_NOMEM, "%s: out of host memory estimating the activations' peak", cfg->file);
+    const uint64_t need = params + io + act;
     uint64_t avail = 0;
     int rc = tr_host_mem_available(&avail, err);
     if (rc) return rc;
@@ -702,8 +705,10 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     tr_progress_init(&pr, cfg);
 
     if ((rc = tr_bench_reference_open(cfg, g, &refile, err)) != TR_OK) goto done;
-    rc = cfg->weights[0] ? tr_weights_load_seeded(g, cfg->weights, cfg->seed, &w, err)
+    const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed};
+    rc = cfg->weights[0] ? tr_weights_load_opts(g, cfg->weights, &wo, &w, err)
                          : tr_weights_from_seed(g, cfg->seed, &w, err);
+    if (!rc && cfg->weights[0]) tr_weights_warn_seeded(w, cfg->weights, cfg->seed, stderr);
     if (rc) goto done;
     rc = tr_bench_io_alloc(g, n_in, tr_graph_input, &in, err);
     if (rc) goto done;

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "bench_isolate.h"
+#include "trident/isolate.h"
 #include "bench_preflight.h"
 #include "trident/loader.h"
 
@@ -65,12 +65,12 @@ static void check_backend(const struct tr_config *cfg, const struct tr_config_ba
         struct names found = {{0}};
         struct tr_error se = {0};
         tr_plugin_scan(&search, collect, &found, &se);
-        add(p, "%s:%d: [run] backends: '%s': no such backend (backends found: %s; %s)", cfg->file,
+        add(p, "%s:%d: [run] backends: '%s': no such backend (backends found: %s; %s)", tr_config_backends_file(cfg),
                  cfg->backends_line, cb->spec, found.list[0] ? found.list : "none", e.msg);
         return;
     }
     if (rc) {
-        add(p, "%s:%d: [run] backends: '%s': %s", cfg->file, cfg->backends_line, cb->spec, e.msg);
+        add(p, "%s:%d: [run] backends: '%s': %s", tr_config_backends_file(cfg), cfg->backends_line, cb->spec, e.msg);
         return;
     }
     struct tr_option opts[TR_CONFIG_MAX_KV + 1];
@@ -83,7 +83,7 @@ static void check_backend(const struct tr_config *cfg, const struct tr_config_ba
     for (int i = 0; !rc && i < n_graphs; i++) {
         rc = tr_backend_check_graph(be, graphs[i], &e);
         if (rc) {
-            add(p, "%s:%d: [run] backends: '%s' cannot run %s/%s %s in %s: %s", cfg->file,
+            add(p, "%s:%d: [run] backends: '%s' cannot run %s/%s %s in %s: %s", tr_config_backends_file(cfg),
                      cfg->backends_line, cb->spec, cfg->model, cfg->preset, cfg->task, tr_dtype_name(cfg->dtype),
                      e.msg);
         }
@@ -135,7 +135,7 @@ static void check_backend_isolated(const struct tr_config *cfg, const struct tr_
     struct tr_error e = {0};
     int status;
     if (tr_child_once(probe_run, &q, 'P', cfg->backend_timeout, "its load and init", &status, &e) != TR_OK)
-        add(p, "%s:%d: [run] backends: '%s': %s", cfg->file, cfg->backends_line, cb->spec, e.msg);
+        add(p, "%s:%d: [run] backends: '%s': %s", tr_config_backends_file(cfg), cfg->backends_line, cb->spec, e.msg);
 }
 
 int tr_bench_preflight(const struct tr_config *cfg, const struct tr_graph *const *graphs, int n_graphs,

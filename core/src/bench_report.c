@@ -7,6 +7,7 @@
 #include <string.h>
 #include "trident/bench.h"
 #include "trident/report.h"
+#include "bench_json.h"
 
 static double fastest_mean(const struct tr_bench_report *rep) {
     double best = 0;
@@ -179,7 +180,7 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
 /* JSON text is UTF-8 (RFC 8259), and cJSON copies bytes as they are: a label or path with
  * an invalid byte (a file name in Latin-1) would make a file no strict reader takes. Such
  * a string goes in with U+FFFD for what is invalid (tr_utf8_sanitize). */
-static cJSON *add_str(cJSON *o, const char *key, const char *s) {
+cJSON *tr_json_add_str(cJSON *o, const char *key, const char *s) {
     if (tr_utf8_valid(s)) return cJSON_AddStringToObject(o, key, s);
     size_t n = tr_utf8_sanitize(NULL, 0, s) + 1;
     char *buf = malloc(n);
@@ -190,31 +191,31 @@ static cJSON *add_str(cJSON *o, const char *key, const char *s) {
     return item;
 }
 
-int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, struct tr_error *err) {
+cJSON *tr_bench_json(const struct tr_bench_report *rep) {
     cJSON *root = cJSON_CreateObject();
-    if (!root) return tr_error_set(err, TR_ERR_NOMEM, "%s: out of memory", path);
+    if (!root) return NULL;
     /* what wrote it first: a reader checks the schema before any other field */
     cJSON_AddNumberToObject(root, "schema", TR_REPORT_SCHEMA);
-    add_str(root, "trident_version", tr_report_version());
-    add_str(root, "git_commit", tr_report_git_commit());
+    tr_json_add_str(root, "trident_version", tr_report_version());
+    tr_json_add_str(root, "git_commit", tr_report_git_commit());
     cJSON_AddBoolToObject(root, "interrupted", rep->interrupted);
-    add_str(root, "model", rep->model);
-    add_str(root, "preset", rep->preset);
-    add_str(root, "task", rep->task);
-    add_str(root, "device", rep->device);
-    add_str(root, "dtype", rep->dtype);
-    add_str(root, "math", rep->math);
+    tr_json_add_str(root, "model", rep->model);
+    tr_json_add_str(root, "preset", rep->preset);
+    tr_json_add_str(root, "task", rep->task);
+    tr_json_add_str(root, "device", rep->device);
+    tr_json_add_str(root, "dtype", rep->dtype);
+    tr_json_add_str(root, "math", rep->math);
     cJSON_AddNumberToObject(root, "batch", (double)rep->batch);
     cJSON_AddNumberToObject(root, "seq_len", (double)rep->seq_len);
-    add_str(root, "input", rep->input);
+    tr_json_add_str(root, "input", rep->input);
     cJSON_AddNumberToObject(root, "steps", (double)rep->steps);
     cJSON_AddNumberToObject(root, "warmup", (double)rep->warmup);
-    add_str(root, "schedule", rep->schedule);
-    add_str(root, "isolation", rep->isolation);
+    tr_json_add_str(root, "schedule", rep->schedule);
+    tr_json_add_str(root, "isolation", rep->isolation);
     cJSON_AddNumberToObject(root, "seed", (double)rep->seed);
     cJSON *w = cJSON_AddObjectToObject(root, "weights");
-    add_str(w, "source", rep->weights[0] ? "file" : "seed");
-    if (rep->weights[0]) add_str(w, "path", rep->weights);
+    tr_json_add_str(w, "source", rep->weights[0] ? "file" : "seed");
+    if (rep->weights[0]) tr_json_add_str(w, "path", rep->weights);
     else cJSON_AddNumberToObject(w, "seed", (double)rep->seed);
     cJSON_AddNumberToObject(root, "param_count", (double)rep->param_count);
     cJSON_AddNumberToObject(root, "param_bytes", (double)rep->param_bytes);
@@ -223,30 +224,30 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
     cJSON_AddNumberToObject(root, "tolerance", rep->tolerance);
     cJSON_AddBoolToObject(root, "all_ok", rep->all_ok);
     cJSON *cpu = cJSON_AddObjectToObject(root, "cpu");
-    add_str(cpu, "model", rep->cpu.model);
-    add_str(cpu, "isa", tr_cpu_isa_name(rep->cpu.isa));
-    add_str(cpu, "native_isa", tr_cpu_isa_name(rep->cpu.native));
+    tr_json_add_str(cpu, "model", rep->cpu.model);
+    tr_json_add_str(cpu, "isa", tr_cpu_isa_name(rep->cpu.isa));
+    tr_json_add_str(cpu, "native_isa", tr_cpu_isa_name(rep->cpu.native));
     cJSON_AddBoolToObject(cpu, "isa_forced", rep->cpu.forced);
     cJSON_AddBoolToObject(cpu, "avx512_bf16", rep->cpu.avx512_bf16);
     cJSON_AddBoolToObject(cpu, "amx", rep->cpu.amx);
     cJSON_AddBoolToObject(cpu, "bf16_native", rep->cpu.bf16_native);
-    add_str(cpu, "onednn_isa", rep->cpu.onednn_isa);
-    if (rep->gpu[0]) add_str(root, "gpu", rep->gpu);
+    tr_json_add_str(cpu, "onednn_isa", rep->cpu.onednn_isa);
+    if (rep->gpu[0]) tr_json_add_str(root, "gpu", rep->gpu);
     else cJSON_AddNullToObject(root, "gpu");
     cJSON_AddNumberToObject(root, "threads", rep->threads);
-    add_str(root, "omp_wait", rep->omp_wait);
-    add_str(root, "omp_wait_set_by", rep->omp_wait_by);
+    tr_json_add_str(root, "omp_wait", rep->omp_wait);
+    tr_json_add_str(root, "omp_wait_set_by", rep->omp_wait_by);
     if (strcmp(rep->task, "generate") == 0 && rep->gen.max_length > 0) {
         cJSON *g = cJSON_AddObjectToObject(root, "generate");
         cJSON_AddNumberToObject(g, "prompt_len", (double)rep->gen.prompt_len);
         cJSON_AddNumberToObject(g, "max_length", (double)rep->gen.max_length);
         cJSON_AddNumberToObject(g, "new_tokens", (double)rep->new_tokens);
-        add_str(g, "sampling", rep->gen.sampling);
+        tr_json_add_str(g, "sampling", rep->gen.sampling);
         cJSON_AddNumberToObject(g, "top_k", (double)rep->gen.top_k);
         cJSON_AddNumberToObject(g, "temperature", rep->gen.temperature);
         cJSON_AddNumberToObject(g, "seed", (double)rep->gen.seed);
         cJSON_AddNumberToObject(g, "kv_cache_bytes", (double)rep->kv_cache_bytes);
-        add_str(g, "kv_cache", rep->gen.kv_cache);
+        tr_json_add_str(g, "kv_cache", rep->gen.kv_cache);
         cJSON_AddNumberToObject(g, "mem_needed_bytes", (double)rep->mem_needed_bytes);
         cJSON_AddNumberToObject(g, "mem_available_bytes", (double)rep->mem_available_bytes);
     }
@@ -255,15 +256,15 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
         const struct tr_bench_row *r = &rep->rows[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToArray(rows, o);
-        add_str(o, "backend", r->label);
-        add_str(o, "plugin", r->plugin_path);
+        tr_json_add_str(o, "backend", r->label);
+        tr_json_add_str(o, "plugin", r->plugin_path);
         cJSON_AddBoolToObject(o, "ok", r->ok);
         if (!r->ok) {
-            add_str(o, "error", r->error);
+            tr_json_add_str(o, "error", r->error);
             continue;
         }
-        add_str(o, "mode", r->stats.mode);
-        add_str(o, "math", rep->math);
+        tr_json_add_str(o, "mode", r->stats.mode);
+        tr_json_add_str(o, "math", rep->math);
         cJSON_AddNumberToObject(o, "compile_ms", r->compile_ms);
         cJSON_AddNumberToObject(o, "first_step_ms", r->first_ms);
         cJSON_AddNumberToObject(o, "mean_ms", r->mean_ms);
@@ -278,7 +279,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
             if (isfinite(r->ref_rel_diff)) cJSON_AddNumberToObject(ref, "max_rel_diff", r->ref_rel_diff);
             else cJSON_AddNullToObject(ref, "max_rel_diff");
             cJSON_AddBoolToObject(ref, "agrees", r->ref_agrees);
-            add_str(ref, "worst", r->ref_worst);
+            tr_json_add_str(ref, "worst", r->ref_worst);
         }
         cJSON_AddBoolToObject(o, "noisy", tr_bench_row_noisy(r));
         cJSON_AddNumberToObject(o, "samples_per_s", r->items_per_s);
@@ -288,7 +289,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
         cJSON_AddNumberToObject(o, "alloc_misses", (double)r->stats.alloc_misses);
         cJSON_AddNumberToObject(o, "peak_bytes", (double)r->stats.peak_bytes);
         cJSON_AddNumberToObject(o, "arena_bytes", (double)r->stats.arena_bytes);
-        add_str(o, "notes", r->stats.notes);
+        tr_json_add_str(o, "notes", r->stats.notes);
         cJSON_AddBoolToObject(o, "reference", r->is_reference);
         if (r->n_fit_losses > 0) {
             cJSON_AddNumberToObject(o, "loss_first", r->loss_first);
@@ -300,7 +301,7 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
             /* JSON has no infinity: a non-finite difference is written as null. */
             if (isfinite(r->max_rel_diff)) cJSON_AddNumberToObject(o, "max_rel_diff", r->max_rel_diff);
             else cJSON_AddNullToObject(o, "max_rel_diff");
-            add_str(o, "worst_output", r->worst_output);
+            tr_json_add_str(o, "worst_output", r->worst_output);
         }
         if (strcmp(rep->task, "generate") == 0 && rep->gen.max_length > 0) {
             cJSON_AddNumberToObject(o, "prefill_ms", r->prefill_ms);
@@ -319,8 +320,19 @@ int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, str
         }
         cJSON_AddBoolToObject(o, "agrees", r->agrees);
     }
-    char *text = cJSON_Print(root);
+    return root;
+}
+
+int tr_bench_write_json(const struct tr_bench_report *rep, const char *path, struct tr_error *err) {
+    cJSON *root = tr_bench_json(rep);
+    if (!root) return tr_error_set(err, TR_ERR_NOMEM, "%s: out of memory", path);
+    int rc = tr_json_write(root, path, err);
     cJSON_Delete(root);
+    return rc;
+}
+
+int tr_json_write(const cJSON *root, const char *path, struct tr_error *err) {
+    char *text = cJSON_Print(root);
     if (!text) return tr_error_set(err, TR_ERR_NOMEM, "%s: out of memory", path);
     /* Every way out names the file and why: the caller prints nothing else. */
     FILE *f = fopen(path, "w");

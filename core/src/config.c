@@ -16,7 +16,7 @@
  *     and it would split a longer line in two; we refuse such a line instead.
  *
  * inih hands the handler no line numbers (INI_HANDLER_LINENO is 0), so we feed it through
- * ini_parse_stream with our own reader, which counts lines (inih never reads ahead: the
+ * ini_parse_stream with the reader of ini_text.h, which counts lines (inih never reads ahead: the
  * handler runs for the line the reader returned last) and sees every section header,
  * including those of sections without keys. The first error stops the reader; the
  * handler then only returns 0 (inih keeps calling it until the reader stops).
@@ -30,13 +30,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "trident/file.h"
 #include "trident/parse.h"
 #include "trident/config.h"
 #include "trident/model.h"
 #include "trident/tensor.h"
+#include "ini_text.h"
 
-#define INI_FILE_MAX (1 << 20)  /* a config is small; anything bigger is the wrong file */
 #define KEY_NAME_MAX 63         /* struct tr_config_kv's key */
 #define TR_CONFIG_MAX_SECTIONS 40 /* 5 fixed kinds and a [backend.NAME] for each listed backend, and then some */
 #define BACKEND_NAME_MAX 40     /* "backend." + NAME must fit inih's 50-byte section */
@@ -56,11 +55,12 @@ static const char *const run_keys[RUN_KEY_COUNT] = {
 struct ini_state {
     struct tr_config *cfg;
     struct tr_error *err;
-    const char *pos;            /* the reader's position in the text */
-    int line;                   /* number of the line handed to inih last */
+    struct tr_ini_text in;      /* the reader: the position in the text, the line number */
     int fail_line;              /* where our first error is; 0 while all is well */
     int fail_status;
     int run_lines[RUN_KEY_COUNT];
+    /* while an override is applied: where it was written (fail_kv's file and section) */
+    const char *where_file, *where_section;
     int plugins_path_line;
     /* the sections seen, for repeats and for [backend.NAME]s no listed backend has */
     struct {
@@ -112,10 +112,12 @@ static int fail_kv(struct ini_state *st, int status, const char *section, const 
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    tr_error_set(st->err, status, "%s:%d: [%s] %s = %s: %.600s", st->cfg->file, st->line, section, key, value,
-                 what);
-    st->fail_line = st->line;
+    if (st->where_section && strcmp(section, "run") == 0) section = st->where_section;
+    tr_error_set(st->err, status, "%s:%d: [%s] %s = %s: %.600s", st->where_file ? st->where_file : st->cfg->file,
+                 st->in.line, section, key, value, what);
+    st->fail_line = st->in.line;
     st->fail_status = status;
+    st->in.stop = 1;
     return status;
 }
 
@@ -127,9 +129,10 @@ static int fail_line(struct ini_state *st, int status, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    tr_error_set(st->err, status, "%s:%d: %.900s", st->cfg->file, st->line, what);
-    st->fail_line = st->line;
+    tr_error_set(st->err, status, "%s:%d: %.900s", st->cfg->file, st->in.line, what);
+    st->fail_line = st->in.line;
     st->fail_status = status;
+    st->in.stop = 1;
     return status;
 }
 
@@ -317,7 +320,8 @@ static int parse_backends(struct ini_state *st, const char *v) {
     }
     memcpy(st->cfg->backends, list, (size_t)n * sizeof list[0]);
     st->cfg->n_backends = n;
-    st->cfg->backends_line = st->line;
+    st->cfg->backends_line = st->in.line;
+    snprintf(st->cfg->backends_from, sizeof st->cfg->backends_from, "%s", st->where_file ? st->where_file : "");
     return TR_OK;
 }
 
@@ -412,8 +416,8 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
                            "INI file's directory)%s",
                            dst, found ? "not a regular file" : strerror(errno),
                            k == RUN_INPUTS ? ", or nothing for the synthetic batch made from the seed" : "");
-        if (k == RUN_INPUTS) cfg->inputs_line = st->line;
-        else cfg->reference_line = st->line;
+        if (k == RUN_INPUTS) cfg->inputs_line = st->in.line;
+        else cfg->reference_line = st->in.line;
         return TR_OK;
     }
     case RUN_MISSING:
@@ -429,7 +433,7 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
         else return fail_kv(st, TR_ERR_INVALID, "run", key, v,
                             "expected interleaved (the backends take their timed steps in turns) or sequential "
                             "(each backend's steps one after another)");
-        cfg->schedule_line = st->line;
+        cfg->schedule_line = st->in.line;
         return TR_OK;
     case RUN_ISOLATE: {
         int b;
@@ -465,7 +469,7 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
                            "process may run on (%d here)",
                            THREADS_MAX, why, tr_config_default_threads());
         cfg->threads = (int)i64;
-        cfg->threads_line = st->line;
+        cfg->threads_line = st->in.line;
         return TR_OK;
     case RUN_TOLERANCE: {
         char *end = NULL;
@@ -489,8 +493,8 @@ static int run_key(struct ini_state *st, const char *key, const char *v) {
         if (st->run_lines[k])
             return fail_kv(st, TR_ERR_INVALID, "run", key, v,
                            "'%s' is given twice in [run], on lines %d and %d; expected it once", key,
-                           st->run_lines[k], st->line);
-        st->run_lines[k] = st->line;
+                           st->run_lines[k], st->in.line);
+        st->run_lines[k] = st->in.line;
         return run_set(st, (enum run_key)k, v);
     }
     return fail_kv(st, TR_ERR_NOT_FOUND, "run", key, v,
@@ -505,8 +509,8 @@ static int plugins_key(struct ini_state *st, const char *key, const char *v) {
     if (st->plugins_path_line)
         return fail_kv(st, TR_ERR_INVALID, "plugins", key, v,
                        "'path' is given twice in [plugins], on lines %d and %d; expected it once",
-                       st->plugins_path_line, st->line);
-    st->plugins_path_line = st->line;
+                       st->plugins_path_line, st->in.line);
+    st->plugins_path_line = st->in.line;
     char *dst = st->cfg->plugin_path;
     if (!*v) {
         dst[0] = '\0';
@@ -533,7 +537,7 @@ static int store_kv(struct ini_state *st, const char *section, const char *key, 
         if (strcmp(cfg->kv[i].section, section) == 0 && strcmp(cfg->kv[i].key, key) == 0)
             return fail_kv(st, TR_ERR_INVALID, section, key, v,
                            "'%s' is given twice in [%s], on lines %d and %d; expected it once", key, section,
-                           cfg->kv[i].line, st->line);
+                           cfg->kv[i].line, st->in.line);
     }
     if (cfg->n_kv == TR_CONFIG_MAX_KV)
         return fail_kv(st, TR_ERR_INVALID, section, key, v,
@@ -544,7 +548,7 @@ static int store_kv(struct ini_state *st, const char *section, const char *key, 
                        sizeof kv->value - 1);
     strcpy(kv->section, section);  /* checked by the reader: short enough */
     strcpy(kv->key, key);          /* checked by the handler */
-    kv->line = st->line;
+    kv->line = st->in.line;
     cfg->n_kv++;
     return TR_OK;
 }
@@ -605,7 +609,7 @@ static int check_section_line(struct ini_state *st, const char *s, size_t len) {
     if (st->n_sections == TR_CONFIG_MAX_SECTIONS)
         return fail_line(st, TR_ERR_INVALID, "[%s]: more than %d sections", name, TR_CONFIG_MAX_SECTIONS);
     snprintf(st->sections[st->n_sections].name, sizeof st->sections[0].name, "%s", name);
-    st->sections[st->n_sections++].line = st->line;
+    st->sections[st->n_sections++].line = st->in.line;
     return TR_OK;
 }
 
@@ -631,42 +635,10 @@ static int check_backend_sections(const struct ini_state *st, struct tr_error *e
     return TR_OK;
 }
 
-/* fgets for inih over our text; see the top of the file for why. */
-static char *reader(char *str, int num, void *stream) {
-    struct ini_state *st = stream;
-    if (st->fail_line || !*st->pos) return NULL;
-    const char *s = st->pos, *nl = strchr(s, '\n');
-    size_t len = nl ? (size_t)(nl - s) + 1 : strlen(s);
-    st->pos = s + len;
-    st->line++;
-    if (st->line == 1 && (unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB &&
-        (unsigned char)s[2] == 0xBF) {
-        s += 3;  /* a UTF-8 byte order mark; inih would skip it too */
-        len -= 3;
-    }
-    while (len && *s != '\n' && isspace((unsigned char)*s)) s++, len--;
-    /* inih needs room for the line, a '\r' it keeps, and the NUL. */
-    if (num < 2 || len > (size_t)num - 2) {
-        fail_line(st, TR_ERR_FORMAT, "line too long; expected at most %d characters", num - 3);
-        return NULL;
-    }
-    memcpy(str, s, len);
-    str[len] = '\0';
-    if (*s == '[' && check_section_line(st, s, len) != TR_OK) return NULL;
-    return str;
-}
+static int on_section(void *user, const char *s, size_t len) { return check_section_line(user, s, len) != TR_OK; }
 
-/* The line'th line of text, for the syntax-error message. */
-static void text_line(const char *text, int line, char *out, size_t n) {
-    for (int i = 1; i < line && text; i++) {
-        text = strchr(text, '\n');
-        if (text) text++;
-    }
-    if (!text) text = "";
-    while (*text == ' ' || *text == '\t') text++;
-    size_t len = strcspn(text, "\r\n");
-    if (len > 60) len = 60;
-    snprintf(out, n, "%.*s", (int)len, text);
+static void on_too_long(void *user, int max) {
+    fail_line(user, TR_ERR_FORMAT, "line too long; expected at most %d characters", max);
 }
 
 static int set_file(struct tr_config *cfg, const char *name, struct tr_error *err) {
@@ -706,16 +678,56 @@ const char *tr_config_math_name(const struct tr_config *cfg) {
     return cfg->math == TR_MATH_DEFAULT ? tr_dtype_name(cfg->dtype) : tr_math_name(cfg->math);
 }
 
-int tr_config_load_string(const char *text, const char *name, struct tr_config *cfg, struct tr_error *err) {
+int tr_config_override_key(const char *key) {
+    static const enum run_key ok[] = {RUN_BACKENDS, RUN_PRESET, RUN_DEVICE, RUN_DTYPE, RUN_BATCH, RUN_SEQ_LEN,
+                                      RUN_STEPS, RUN_WARMUP, RUN_SEED, RUN_TOLERANCE, RUN_ISOLATE,
+                                      RUN_BACKEND_TIMEOUT};
+    for (size_t i = 0; key && i < sizeof ok / sizeof ok[0]; i++)
+        if (strcmp(key, run_keys[ok[i]]) == 0) return 1;
+    return 0;
+}
+
+const char *tr_config_backends_file(const struct tr_config *cfg) {
+    return cfg->backends_from[0] ? cfg->backends_from : cfg->file;
+}
+
+/* The overrides over what the file's [run] said; *backends_set when one set the list. */
+static int apply_overrides(struct ini_state *st, const struct tr_config_override *over, int n_over,
+                           int *backends_set) {
+    for (int i = 0; i < n_over; i++) {
+        const struct tr_config_override *o = &over[i];
+        st->in.line = o->line;
+        st->where_file = o->file;
+        st->where_section = o->section;
+        int rc = TR_ERR_NOT_FOUND;
+        if (!tr_config_override_key(o->key))
+            rc = fail_kv(st, TR_ERR_INVALID, "run", o->key, o->value,
+                         "not a key a suite may set; expected one of " TR_CONFIG_OVERRIDE_KEYS
+                         " (the rest is the row's INI's)");
+        for (int k = 0; rc == TR_ERR_NOT_FOUND && k < RUN_KEY_COUNT; k++)
+            if (strcmp(o->key, run_keys[k]) == 0) {
+                st->run_lines[k] = o->line;
+                rc = run_set(st, (enum run_key)k, o->value);
+                *backends_set |= k == RUN_BACKENDS;
+            }
+        if (rc) return rc;
+    }
+    st->where_file = st->where_section = NULL;
+    return TR_OK;
+}
+
+static int load_text(const char *text, const char *name, const struct tr_config_override *over, int n_over,
+                     struct tr_config *cfg, struct tr_error *err) {
     if (!text || !cfg) return tr_error_set(err, TR_ERR_INVALID, "tr_config_load_string: NULL text or config");
     tr_config_defaults(cfg);
     int rc = set_file(cfg, name ? name : "<string>", err);
     if (rc) return rc;
-    struct ini_state st = {.cfg = cfg, .err = err, .pos = text};
-    int bad = ini_parse_stream(reader, &st, handler, &st);
+    struct ini_state st = {.cfg = cfg, .err = err};
+    st.in = (struct tr_ini_text){.pos = text, .user = &st, .section = on_section, .too_long = on_too_long};
+    int bad = ini_parse_stream(tr_ini_text_read, &st.in, handler, &st);
     if (bad > 0 && (!st.fail_line || bad < st.fail_line)) {
         char found[64];
-        text_line(text, bad, found, sizeof found);
+        tr_ini_text_line(text, bad, found, sizeof found);
         return tr_error_set(err, TR_ERR_FORMAT,
                             "%s:%d: syntax error: expected '[section]' or 'key = value' (found '%s')", cfg->file,
                             bad, found);
@@ -723,33 +735,27 @@ int tr_config_load_string(const char *text, const char *name, struct tr_config *
     if (st.fail_line) return st.fail_status;
     if (bad < 0) return tr_error_set(err, TR_ERR_NOMEM, "%s: the INI parser ran out of memory", cfg->file);
     cfg->model_line = st.run_lines[RUN_MODEL];
-    if ((rc = check_backend_sections(&st, err)) != TR_OK) return rc;
+    int backends_set = 0;
+    if ((rc = apply_overrides(&st, over, n_over, &backends_set)) != TR_OK) return rc;
+    if (!backends_set && (rc = check_backend_sections(&st, err)) != TR_OK) return rc;
     return check_math(cfg, st.run_lines, err);
 }
 
+int tr_config_load_string(const char *text, const char *name, struct tr_config *cfg, struct tr_error *err) {
+    return load_text(text, name, NULL, 0, cfg, err);
+}
+
 int tr_config_load(const char *path, struct tr_config *cfg, struct tr_error *err) {
+    return tr_config_load_over(path, NULL, 0, cfg, err);
+}
+
+int tr_config_load_over(const char *path, const struct tr_config_override *over, int n_over, struct tr_config *cfg,
+                        struct tr_error *err) {
     if (!path || !cfg) return tr_error_set(err, TR_ERR_INVALID, "tr_config_load: NULL path or config");
-    FILE *f;
-    int orc = tr_fopen_regular(path, &f, err);
-    if (orc) return tr_error_prefix(err, "config file");
-    char *text = malloc(INI_FILE_MAX + 1);
-    if (!text) {
-        fclose(f);
-        return tr_error_set(err, TR_ERR_NOMEM, "%s: out of memory reading the config file", path);
-    }
-    size_t n = fread(text, 1, INI_FILE_MAX + 1, f);
-    int rc = TR_OK;
-    if (ferror(f)) rc = tr_error_set(err, TR_ERR_IO, "cannot read config file %s: %s", path, strerror(errno));
-    else if (n > INI_FILE_MAX)
-        rc = tr_error_set(err, TR_ERR_FORMAT, "%s: larger than %d bytes; expected a small INI file", path,
-                          INI_FILE_MAX);
-    else if (memchr(text, '\0', n))
-        rc = tr_error_set(err, TR_ERR_FORMAT, "%s: contains a NUL byte; expected a text INI file", path);
-    fclose(f);
-    if (rc == TR_OK) {
-        text[n] = '\0';
-        rc = tr_config_load_string(text, path, cfg, err);
-    }
+    char *text;
+    int rc = tr_ini_text_load(path, "config file", &text, err);
+    if (rc) return rc;
+    rc = load_text(text, path, over, n_over, cfg, err);
     free(text);
     return rc;
 }

@@ -227,8 +227,10 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     int32_t *ref_tokens = NULL, *tokens = NULL, *first = NULL, *top_id = NULL;
     float *top_val = NULL;
     rc = tr_bench_reference_open(cfg, gg->prefill, &refile, err);
-    if (!rc) rc = cfg->weights[0] ? tr_weights_load(gg->weights, cfg->weights, &w, err)
+    const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed};
+    if (!rc) rc = cfg->weights[0] ? tr_weights_load_opts(gg->weights, cfg->weights, &wo, &w, err)
                                   : tr_weights_from_seed(gg->weights, cfg->seed, &w, err);
+    if (!rc && cfg->weights[0]) tr_weights_warn_seeded(w, cfg->weights, cfg->seed, stderr);
     if (!rc) rc = tr_generate_share_params(gg, err);
     if (rc) goto done;
     if (!(prompt = calloc((size_t)n_prompt, sizeof *prompt))) {

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "trident/loader.h"
+#include "trident/isolate.h"
 #include "trident/log.h"
 
 #ifndef TRIDENT_PLUGIN_BUILD_DIR
@@ -317,13 +318,53 @@ static int seen_add(struct seen *s, const char *name) {
     return TR_OK;
 }
 
+/* What a probe of one candidate found, in memory shared with the child that loaded it. */
+struct scan_probe {
+    const char *path;
+    int ok;
+    char name[64], description[TR_ERROR_MSG_MAX / 2];
+    struct tr_error why;
+};
+
+static int scan_probe_run(void *arg, int cmd) {
+    (void)cmd;
+    struct scan_probe *p = arg;
+    void *h = NULL;
+    struct tr_backend_i it = {0};
+    p->ok = plugin_load(p->path, &h, &it, &p->why) == TR_OK;
+    if (p->ok) {
+        snprintf(p->name, sizeof p->name, "%s", it.name);
+        snprintf(p->description, sizeof p->description, "%s", it.description ? it.description : "");
+    }
+    if (h) dlclose(h);
+    return TR_OK;
+}
+
+/* A candidate loaded in a child first (when this process can fork): a plugin whose
+ * constructor or entry crashes, exits or hangs is refused with why, and the scan goes on.
+ * Only one that loads cleanly there is loaded here. */
+static int scan_probe(const char *path, struct scan_probe *sp, struct tr_error *why) {
+    if (!tr_fork_safe(NULL)) return 1;
+    sp->path = path;
+    struct tr_error e = {0};
+    int status;
+    if (tr_child_once(scan_probe_run, sp, 'L', 60, "its load", &status, &e) != TR_OK) {
+        tr_error_set(why, TR_ERR_PLUGIN, "%s", e.msg);
+        return 0;
+    }
+    if (!sp->ok) *why = sp->why;
+    return sp->ok;
+}
+
 int tr_plugin_scan(const struct tr_plugin_search *s, tr_plugin_visit_fn visit, void *user, struct tr_error *err) {
     if (!visit) return tr_error_set(err, TR_ERR_INVALID, "tr_plugin_scan: visit is NULL");
     struct search_list *l = malloc(sizeof *l);
     char(*real)[PATH_MAX] = malloc(sizeof *real * MAX_SEARCH_DIRS);
     struct tr_error *why = malloc(sizeof *why);
+    struct scan_probe *probe = tr_shared_alloc(sizeof *probe, err);
     struct seen seen = {0};
     int rc = TR_OK;
+    if (!probe) rc = err->status;
     if (!l || !real || !why) {
         rc = tr_error_set(err, TR_ERR_NOMEM, "tr_plugin_scan: out of memory");
         goto done;
@@ -350,7 +391,7 @@ int tr_plugin_scan(const struct tr_plugin_search *s, tr_plugin_visit_fn visit, v
                 void *h = NULL;
                 struct tr_backend_i it = {0};
                 tr_error_clear(why);
-                int ok = plugin_load(path, &h, &it, why) == TR_OK;
+                int ok = probe && scan_probe(path, probe, why) && plugin_load(path, &h, &it, why) == TR_OK;
                 struct tr_plugin_candidate c = {
                     .path = path,
                     .origin = l->dirs[i].origin,
@@ -375,6 +416,7 @@ done:
     free(why);
     free(real);
     free(l);
+    tr_shared_free(probe, sizeof *probe);
     return rc;
 }
 

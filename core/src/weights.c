@@ -14,13 +14,44 @@ struct tr_weights {
     int n;
     void **bufs;                /* one per PARAM, in param order */
     uint64_t bytes;
+    int n_seeded;               /* non-fresh PARAMs the file lacked, made from the seed */
+    char **seeded;              /* their names, copied: the graph may go first */
 };
 
 void tr_weights_free(struct tr_weights *w) {
     if (!w) return;
     for (int i = 0; i < w->n; i++) tr_host_free(w->bufs[i]);
+    for (int i = 0; i < w->n_seeded; i++) free(w->seeded[i]);
+    free(w->seeded);
     free(w->bufs);
     free(w);
+}
+
+int tr_weights_n_seeded(const struct tr_weights *w) { return w ? w->n_seeded : 0; }
+
+const char *tr_weights_seeded_name(const struct tr_weights *w, int i) {
+    return w && i >= 0 && i < w->n_seeded ? w->seeded[i] : NULL;
+}
+
+int tr_weights_warn_seeded(const struct tr_weights *w, const char *path, uint64_t seed, FILE *f) {
+    const int n = tr_weights_n_seeded(w);
+    if (n == 0 || !f) return 0;
+    fprintf(f, "trident: warning: %s lacks %d tensor%s the model has, made from [run] seed %llu: ", path ? path : "",
+            n, n == 1 ? "" : "s", (unsigned long long)seed);
+    const int shown = n > TR_WEIGHTS_WARN_NAMES ? TR_WEIGHTS_WARN_NAMES : n;
+    for (int i = 0; i < shown; i++) fprintf(f, "%s%s", i ? ", " : "", w->seeded[i]);
+    if (n > shown) fprintf(f, " and %d more", n - shown);
+    fputc('\n', f);
+    return n;
+}
+
+/* Records that the non-fresh PARAM `name` was made from the seed (capacity: one per PARAM). */
+static int note_seeded(struct tr_weights *w, int n_params, const char *name, struct tr_error *err) {
+    if (!w->seeded) w->seeded = calloc((size_t)n_params, sizeof *w->seeded);
+    char *copy = w->seeded ? malloc(strlen(name) + 1) : NULL;
+    if (!copy) return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory for the name '%s'", name);
+    w->seeded[w->n_seeded++] = strcpy(copy, name);
+    return TR_OK;
 }
 
 uint64_t tr_weights_bytes(const struct tr_weights *w) { return w ? w->bytes : 0; }
@@ -193,7 +224,13 @@ static int get_bare(const struct tr_safetensors *st, const char *name, struct tr
 }
 
 int tr_weights_load(struct tr_graph *g, const char *path, struct tr_weights **out, struct tr_error *err) {
-    return tr_weights_load_seeded(g, path, 0, out, err);
+    return tr_weights_load_opts(g, path, NULL, out, err);
+}
+
+int tr_weights_load_seeded(struct tr_graph *g, const char *path, uint64_t seed, struct tr_weights **out,
+                           struct tr_error *err) {
+    const struct tr_weights_load_opts o = {.seed = seed, .missing_seed = 0};
+    return tr_weights_load_opts(g, path, &o, out, err);
 }
 
 /* The files a path names: itself, or for a directory (a diffusers pipeline's layout:
@@ -281,9 +318,11 @@ static int find(const struct files *f, const char *name, struct tr_tensor *src, 
     return *which >= 0 ? TR_OK : TR_ERR_NOT_FOUND;
 }
 
-int tr_weights_load_seeded(struct tr_graph *g, const char *path, uint64_t seed, struct tr_weights **out,
-                           struct tr_error *err) {
+int tr_weights_load_opts(struct tr_graph *g, const char *path, const struct tr_weights_load_opts *o,
+                         struct tr_weights **out, struct tr_error *err) {
     *out = NULL;
+    const uint64_t seed = o ? o->seed : 0;
+    const int missing_seed = o && o->missing_seed;
     struct tr_weights *w;
     int rc = weights_new(g, &w, err);
     if (rc) return rc;
@@ -298,15 +337,21 @@ int tr_weights_load_seeded(struct tr_graph *g, const char *path, uint64_t seed, 
         const char *name = tr_node_name(g, id);
         struct tr_tensor src, dst = tr_node_tensor(g, id);
         rc = find(f, name, &src, &which, err);
-        if (rc == TR_ERR_NOT_FOUND && tr_param_is_fresh(g, id)) {
+        /* Only absence is seeded: a tensor found with another shape or dtype fails in
+         * load_one below, whatever missing_seed says. */
+        const int fresh = tr_param_is_fresh(g, id);
+        if (rc == TR_ERR_NOT_FOUND && (fresh || missing_seed)) {
             rc = seed_one(w, g, i, seed, err);
+            if (!rc && !fresh) rc = note_seeded(w, tr_graph_n_params(g), name, err);
             continue;
         }
         if (rc == TR_ERR_NOT_FOUND) {
             char sh[128];
             tr_shape_str(dst.ndim, dst.shape, sh, sizeof sh);
-            rc = tr_error_set(err, TR_ERR_NOT_FOUND, "%s: no tensor '%s' (the graph's parameter %s%s)%s", path, name,
-                              tr_dtype_name((enum tr_dtype)dst.dtype), sh, f->n > 1 ? " in any of its files" : "");
+            rc = tr_error_set(err, TR_ERR_NOT_FOUND,
+                              "%s: no tensor '%s' (the graph's parameter %s%s)%s; [run] missing = seed makes what "
+                              "the file lacks from the seed", path, name, tr_dtype_name((enum tr_dtype)dst.dtype), sh,
+                              f->n > 1 ? " in any of its files" : "");
         }
         if (!rc) rc = weights_alloc(w, &dst, &dst.data, err);
         if (!rc) rc = load_one(&src, &dst, name, f->path[which], err);

@@ -91,10 +91,14 @@ static int run(const struct tr_config *cfg, struct tr_error *err) {
         goto done;
     }
 
-    /* Weights bound to the graph's PARAMs: from [run] weights, or drawn from the seed. */
-    rc = cfg->weights[0] ? tr_weights_load_seeded(g, cfg->weights, cfg->seed, &w, err)
+    /* Weights bound to the graph's PARAMs: from [run] weights, or drawn from the seed;
+     * with [run] missing = seed what the file lacks (a checkpoint without the task's
+     * head) is drawn too, and named in a warning. */
+    const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed};
+    rc = cfg->weights[0] ? tr_weights_load_opts(g, cfg->weights, &wo, &w, err)
                          : tr_weights_from_seed(g, cfg->seed, &w, err);
     if (rc) goto done;
+    tr_weights_warn_seeded(w, cfg->weights, cfg->seed, stderr);
     if ((rc = alloc_io(g, n_in, tr_graph_input, in, err)) != TR_OK) goto done;
     if ((rc = alloc_io(g, n_out, tr_graph_output, out, err)) != TR_OK) goto done;
     rc = tg.model->make_inputs(tg.config, &tg.opts, cfg->seed, tg.n_model_inputs, in, err);

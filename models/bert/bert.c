@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "bert.h"
+#include "hf_json.h"
 #include "layers.h"
 #include "models.h"
 #include "trident/autodiff.h"
@@ -404,6 +405,35 @@ static int bert_make_inputs(const void *config, const struct tr_build_opts *o, u
     return TR_OK;
 }
 
+/* [model] hf_config = PATH: transformers' BertConfig config.json (bert-base-cased's, or a
+ * BertForSequenceClassification's): the shapes by their names; num_labels from id2label
+ * as transformers counts it; pad_token_id null is no padding row. What trident's BERT is
+ * not (another activation or position embedding, a decoder) is refused by its key. */
+static int bert_read_hf_config(void *config, const char *path, struct tr_error *err) {
+    cJSON *root;
+    int rc = tr_hf_json_load(path, &root, err);
+    if (rc) return rc;
+    struct tr_bert_config *c = config;
+    static const char *const trident_only[] = {"pad_fraction", "lora_rank", "lora_alpha", "lora_targets", NULL};
+    rc = tr_hf_json_expect_str(root, path, "model_type", "bert", err);
+    if (!rc) rc = tr_hf_json_expect_str(root, path, "hidden_act", "gelu", err);
+    if (!rc) rc = tr_hf_json_expect_str(root, path, "position_embedding_type", "absolute", err);
+    if (!rc) rc = tr_hf_json_expect_bool(root, path, "is_decoder", 0, err);
+    if (!rc) rc = tr_hf_json_expect_bool(root, path, "add_cross_attention", 0, err);
+    if (!rc) rc = tr_hf_json_apply(root, path, bert_keys, (int)(sizeof bert_keys / sizeof bert_keys[0]), config,
+                                   trident_only, err);
+    const cJSON *pad = cJSON_GetObjectItemCaseSensitive(root, "pad_token_id");
+    if (!rc && cJSON_IsNull(pad)) c->pad_token_id = -1;
+    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(root, "id2label");
+    if (!rc && labels && !cJSON_IsNull(labels)) {
+        if (!cJSON_IsObject(labels) || cJSON_GetArraySize(labels) < 1)
+            rc = tr_error_set(err, TR_ERR_INVALID, "'%s': \"id2label\" is not an object of at least one label", path);
+        else c->num_labels = cJSON_GetArraySize(labels);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
 const struct tr_model_desc tr_model_bert = {
     .name = "bert",
     .description = "BertForSequenceClassification (Hugging Face names; Keras bert_base_en classifier)",
@@ -413,4 +443,5 @@ const struct tr_model_desc tr_model_bert = {
     .build = bert_build,
     .trainable = bert_trainable,
     .make_inputs = bert_make_inputs,
+    .read_hf_config = bert_read_hf_config,
 };

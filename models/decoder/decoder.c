@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "decoder.h"
-#include "keys.h"
 #include "trident/rng.h"
 
 static const char *family_name(enum tr_decoder_family f) { return f == TR_DECODER_GEMMA ? "gemma" : "mistral"; }
@@ -102,38 +101,8 @@ int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build
     return TR_OK;
 }
 
-/* The bytes of key k's value in a config. */
-static size_t key_size(const struct tr_model_key *k) {
-    switch (k->type) {
-    case TR_KEY_INT: return sizeof(int64_t);
-    case TR_KEY_FLOAT: return sizeof(double);
-    case TR_KEY_BOOL: return sizeof(int);
-    default: return 64;
-    }
-}
-
 int tr_decoder_resolve(const struct tr_decoder_config *c, struct tr_decoder_config *out, struct tr_error *err) {
-    static const struct tr_model_key keys[] = {TR_DECODER_KEYS};
     *out = *c;
-    if (strnlen(c->hf_config, sizeof c->hf_config) == sizeof c->hf_config)
-        return tr_error_set(err, TR_ERR_INVALID, "%s: hf_config is not terminated within %zu bytes",
-                            family_name(c->family), sizeof c->hf_config);
-    if (c->hf_config[0]) {
-        /* The file over the preset, then the edits over the file. core hands the model
-         * only the merged config, so an edit is a key that differs from the preset. */
-        if (c->preset && c->preset->family == c->family) {
-            *out = *c->preset;
-            memcpy(out->hf_config, c->hf_config, sizeof out->hf_config);
-        }
-        int rc = tr_decoder_read_hf_config(c->hf_config, out, err);
-        if (rc) return rc;
-        for (size_t i = 0; c->preset && i < sizeof keys / sizeof keys[0]; i++) {
-            const size_t off = keys[i].offset, n = key_size(&keys[i]);
-            const char *mine = (const char *)c + off, *base = (const char *)c->preset + off;
-            if (keys[i].type == TR_KEY_STRING ? strncmp(mine, base, n) != 0 : memcmp(mine, base, n) != 0)
-                memcpy((char *)out + off, mine, n);
-        }
-    }
     return tr_decoder_validate(out, NULL, err);
 }
 

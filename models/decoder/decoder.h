@@ -90,26 +90,19 @@ struct tr_decoder_config {
     int64_t lora_rank;
     double lora_alpha;
     char lora_targets[64];
-    /* A Hugging Face config.json read when the graph is built; "" none. Relative to the
-     * working directory. It is the base and [model] the edits: its keys replace the
-     * preset's, and a key whose value differs from the preset's (what a [model] line
-     * changed) keeps that value. A [model] line that restates the preset's value cannot
-     * be told from no line, so there the file's value wins. */
-    char hf_config[64];
-    /* The preset this config was copied from (each preset points to itself; core copies
-     * the pointer with the rest): what differs from it is an edit. NULL: no preset known,
-     * the file's keys replace every value. */
-    const struct tr_decoder_config *preset;
+    /* [model] hf_config = PATH is not a field: it is the descriptors' read_hf_config hook
+     * (model.h), which core calls with PATH resolved against the INI's directory, the
+     * file over the preset and the other [model] lines over the file. */
 };
 
-/* The resolved config: with hf_config, the preset (c->preset) with the file's keys applied
- * and then c's edits (the keys where c differs from the preset); validated. */
+/* c copied to out and validated: what build and generate start from. */
 int tr_decoder_resolve(const struct tr_decoder_config *c, struct tr_decoder_config *out, struct tr_error *err);
 
 /* Overwrite c's fields with the keys of the config.json at path (keys it does not have
  * are left alone; model_type must be the family's; head_dim null or absent means
  * hidden_size / num_attention_heads, sliding_window null means 0; rope_theta or
- * rope_parameters.rope_theta; a rope scaling other than "default" is refused). */
+ * rope_parameters.rope_theta; a rope scaling other than "default" is refused). Errors
+ * name the file and the JSON key. Gemma's and Mistral's read_hf_config. */
 int tr_decoder_read_hf_config(const char *path, struct tr_decoder_config *c, struct tr_error *err);
 
 /* Checks c (and the pass, if not NULL) and returns a message naming the key. */

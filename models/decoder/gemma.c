@@ -16,23 +16,19 @@ static const struct tr_model_key gemma_keys[] = {TR_DECODER_KEYS};
 static const struct tr_decoder_config gemma_tiny = {
     GEMMA_COMMON, .vocab_size = 512, .hidden_size = 64, .intermediate_size = 128, .num_hidden_layers = 2,
     .num_attention_heads = 4, .num_key_value_heads = 1, .head_dim = 32, .max_position_embeddings = 128,
-    .preset = &gemma_tiny,
 };
 static const struct tr_decoder_config gemma_small = {
     GEMMA_COMMON, .vocab_size = 16384, .hidden_size = 256, .intermediate_size = 1024, .num_hidden_layers = 4,
     .num_attention_heads = 4, .num_key_value_heads = 1, .head_dim = 64, .max_position_embeddings = 1024,
-    .preset = &gemma_small,
 };
 /* The config.json of google/gemma-2b and google/gemma-7b. */
 static const struct tr_decoder_config gemma_2b = {
     GEMMA_COMMON, .vocab_size = 256000, .hidden_size = 2048, .intermediate_size = 16384, .num_hidden_layers = 18,
     .num_attention_heads = 8, .num_key_value_heads = 1, .head_dim = 256, .max_position_embeddings = 8192,
-    .preset = &gemma_2b,
 };
 static const struct tr_decoder_config gemma_7b = {
     GEMMA_COMMON, .vocab_size = 256000, .hidden_size = 3072, .intermediate_size = 24576, .num_hidden_layers = 28,
     .num_attention_heads = 16, .num_key_value_heads = 16, .head_dim = 256, .max_position_embeddings = 8192,
-    .preset = &gemma_7b,
 };
 
 static const struct tr_model_preset gemma_presets[] = {
@@ -46,6 +42,11 @@ static const struct tr_model_preset gemma_presets[] = {
      "vocab 256000, 8,537,680,896 parameters"},
 };
 
+/* [model] hf_config = PATH: a transformers config.json (model_type "gemma") over the preset. */
+static int gemma_read_hf_config(void *config, const char *path, struct tr_error *err) {
+    return tr_decoder_read_hf_config(path, config, err);
+}
+
 const struct tr_model_desc tr_model_gemma = {
     .name = "gemma",
     .description = "GemmaForCausalLM (Hugging Face names; Keras gemma_7b_en)",
@@ -56,4 +57,5 @@ const struct tr_model_desc tr_model_gemma = {
     .trainable = tr_decoder_trainable,
     .make_inputs = tr_decoder_make_inputs,
     .generate = &tr_decoder_generate,
+    .read_hf_config = gemma_read_hf_config,
 };

@@ -1,5 +1,6 @@
 /* Reading a Hugging Face config.json into a decoder config (decoder.h), so a run can say
- * `hf_config = gemma-7b/config.json` and get the published shapes without retyping them. */
+ * `hf_config = gemma-7b/config.json` and get the published shapes without retyping them (the
+ * descriptors' read_hf_config: gemma.c, mistral.c). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -118,12 +119,12 @@ static int apply(const cJSON *root, const char *path, struct tr_decoder_config *
     return TR_OK;
 }
 
+/* No prefix of its own: core's names the INI line ("x.ini:4: [model] hf_config = ..."), and
+ * every message here names the file. */
 int tr_decoder_read_hf_config(const char *path, struct tr_decoder_config *c, struct tr_error *err) {
-    const char *family = c->family == TR_DECODER_GEMMA ? "gemma" : "mistral";
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
     if (!rc) rc = apply(root, path, c, err);
     cJSON_Delete(root);
-    if (rc) return tr_error_prefix(err, "%s: hf_config", family);
-    return TR_OK;
+    return rc;
 }

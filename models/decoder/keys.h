@@ -31,9 +31,6 @@
              "fit: LoRA alpha; adapter outputs are scaled by lora_alpha / lora_rank; 0: alpha = rank"),              \
     DEC_KEY_(lora_targets, TR_KEY_STRING, 0, 0,                                                                      \
              "fit: comma-separated Linears with adapters, among q_proj, k_proj, v_proj, o_proj, gate_proj, "         \
-             "up_proj, down_proj (default q_proj,v_proj)"),                                                          \
-    DEC_KEY_(hf_config, TR_KEY_STRING, 0, 0,                                                                         \
-             "a Hugging Face config.json, the base that the other [model] lines edit: its keys replace the "          \
-             "preset's (path from the working directory)")
+             "up_proj, down_proj (default q_proj,v_proj)")
 
 #endif

@@ -16,18 +16,15 @@ static const struct tr_model_key mistral_keys[] = {TR_DECODER_KEYS};
 static const struct tr_decoder_config mistral_tiny = {
     MISTRAL_COMMON, .vocab_size = 512, .hidden_size = 64, .intermediate_size = 128, .num_hidden_layers = 2,
     .num_attention_heads = 4, .num_key_value_heads = 2, .max_position_embeddings = 128, .sliding_window = 6,
-    .preset = &mistral_tiny,
 };
 static const struct tr_decoder_config mistral_small = {
     MISTRAL_COMMON, .vocab_size = 32000, .hidden_size = 256, .intermediate_size = 896, .num_hidden_layers = 4,
     .num_attention_heads = 8, .num_key_value_heads = 2, .max_position_embeddings = 1024, .sliding_window = 64,
-    .preset = &mistral_small,
 };
 /* The config.json of mistralai/Mistral-7B-v0.1. */
 static const struct tr_decoder_config mistral_7b = {
     MISTRAL_COMMON, .vocab_size = 32000, .hidden_size = 4096, .intermediate_size = 14336, .num_hidden_layers = 32,
     .num_attention_heads = 32, .num_key_value_heads = 8, .max_position_embeddings = 32768, .sliding_window = 4096,
-    .preset = &mistral_7b,
 };
 
 static const struct tr_model_preset mistral_presets[] = {
@@ -37,6 +34,11 @@ static const struct tr_model_preset mistral_presets[] = {
      "mistralai/Mistral-7B-v0.1 (Keras mistral_7b_en): 32 layers, hidden 4096, 32 heads, 8 kv heads, ffn 14336, "
      "vocab 32000, window 4096, 7,241,732,096 parameters"},
 };
+
+/* [model] hf_config = PATH: a transformers config.json (model_type "mistral") over the preset. */
+static int mistral_read_hf_config(void *config, const char *path, struct tr_error *err) {
+    return tr_decoder_read_hf_config(path, config, err);
+}
 
 const struct tr_model_desc tr_model_mistral = {
     .name = "mistral",
@@ -48,4 +50,5 @@ const struct tr_model_desc tr_model_mistral = {
     .trainable = tr_decoder_trainable,
     .make_inputs = tr_decoder_make_inputs,
     .generate = &tr_decoder_generate,
+    .read_hf_config = mistral_read_hf_config,
 };

@@ -17,6 +17,7 @@ struct tr_torch_allocator {
     struct tr_torch_pool *pools;    /* sorted by size, for binary search */
     int n_pools, cap_pools;
     struct tr_torch_block *in_use;  /* doubly linked, so the allocator can free everything */
+    int keep_cache;                 /* tr_torch_allocator_keep_cache */
     struct tr_torch_allocator_stats st;
 };
 
@@ -60,6 +61,10 @@ void tr_torch_allocator_empty_cache(struct tr_torch_allocator *a) {
         }
         a->pools[i].free_list = NULL;
     }
+}
+
+void tr_torch_allocator_keep_cache(struct tr_torch_allocator *a, int keep) {
+    if (a) a->keep_cache = keep != 0;
 }
 
 void tr_torch_allocator_free(struct tr_torch_allocator *a) {
@@ -128,7 +133,7 @@ int tr_torch_allocator_alloc(struct tr_torch_allocator *a, size_t nbytes, struct
     b = calloc(1, sizeof *b);
     if (!b) return tr_error_set(err, TR_ERR_NOMEM, "torch allocator: out of host memory for a block record");
     int rc = a->raw_alloc(a->user, size, &b->ptr, err);
-    if (rc != TR_OK && a->st.n_cached > 0) {
+    if (rc != TR_OK && a->st.n_cached > 0 && !a->keep_cache) {
         /* Cached blocks of other classes may be what the device lacks. */
         tr_torch_allocator_empty_cache(a);
         rc = a->raw_alloc(a->user, size, &b->ptr, err);

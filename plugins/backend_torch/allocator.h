@@ -76,6 +76,10 @@ int tr_torch_allocator_hold(struct tr_torch_allocator *a, struct tr_torch_block 
 void tr_torch_allocator_release(struct tr_torch_allocator *a, struct tr_torch_block *b);
 /* Hands every cached (not in use) block back to the device. */
 void tr_torch_allocator_empty_cache(struct tr_torch_allocator *a);
+/* keep 1: a refused raw allocation no longer empties the cache before it fails; 0: it does
+ * again. A recorder that remembers cached blocks to hold them afterwards (reduce-overhead)
+ * keeps the cache meanwhile, or the blocks it remembers could be freed under it. */
+void tr_torch_allocator_keep_cache(struct tr_torch_allocator *a, int keep);
 
 void tr_torch_allocator_get_stats(const struct tr_torch_allocator *a, struct tr_torch_allocator_stats *st);
 void tr_torch_allocator_reset_counters(struct tr_torch_allocator *a);

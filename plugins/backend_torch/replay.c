@@ -122,6 +122,7 @@ static int record(struct tr_torch_program *p, int n_inputs, const struct tr_tens
         if (nb && (rc = tr_kernels_to_device(p->k, p->data[id], inputs[i].data, nb, err)) != TR_OK) goto fail;
     }
     r->recording = 1;
+    tr_torch_allocator_keep_cache(p->pool, 1); /* r->held points into the cache until held */
     rc = tr_torch_walk(p, err);
     r->recording = 0;
     if (rc == TR_OK) {
@@ -147,6 +148,7 @@ static int record(struct tr_torch_program *p, int n_inputs, const struct tr_tens
         }
         r->static_bytes += r->held[i]->size;
     }
+    tr_torch_allocator_keep_cache(p->pool, 0);
     for (int i = 0; i < n_inputs; i++) r->static_bytes += r->inputs[i]->size;
     r->recorded = 1;
     r->topo = calls_topo(r);
@@ -159,6 +161,7 @@ fail:
     /* Blocks served by the walk are back in the pools already; only held ones are not. */
     for (int i = 0; r->held && i < r->n_held; i++)
         if (r->held[i] && !r->held[i]->in_use) r->held[i] = NULL;
+    tr_torch_allocator_keep_cache(p->pool, 0);
     tr_torch_replay_free(p);
     return rc;
 }

@@ -24,6 +24,10 @@
  *   oldmajor    abi_version (TR_ABI_MAJOR - 1).9: a plugin of the previous major
  *   tiny        struct_size 8: the version fields and not one slot, though it claims
  *               this header's whole vtable
+ * The runner's isolation tests (tests/cli.sh), in fault_plugins/:
+ *   faulty      as good, but misbehaves on request: [backend.faulty] fault = segv | abort |
+ *               exit | hang at execute number at_step, or init_segv in init; with
+ *               TP_FAULTY_LOAD=segv | exit in the environment, its constructor does
  * Built by tests/test_install.sh against an installed trident (not here):
  *   replay      as good, but its first output is replaced by the numbers of the text
  *               file `values = PATH` (an option): what another program printed, which
@@ -92,6 +96,16 @@
 #endif
 
 static const struct tr_host_api *host;
+
+#if defined(TP_VARIANT_FAULTY)
+/* A plugin broken before any call: with TP_FAULTY_LOAD=segv | exit in the environment its
+ * constructor crashes or exits as the library is loaded (`trident list`'s scan). */
+__attribute__((constructor)) static void tp_on_load(void) {
+    const char *f = getenv("TP_FAULTY_LOAD");
+    if (f && strcmp(f, "segv") == 0) raise(SIGSEGV);
+    if (f && strcmp(f, "exit") == 0) _exit(3);
+}
+#endif
 
 struct tp_context {
     struct tr_kernels *k;

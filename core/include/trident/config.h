@@ -70,6 +70,8 @@ struct tr_config {
     struct tr_config_backend backends[TR_CONFIG_MAX_BACKENDS];
     int n_backends;
     int backends_line;
+    char backends_from[TR_CONFIG_PATH]; /* the file backends_line is in when it is not `file`
+                                           (a suite that set the list); "" otherwise */
     char device[16];            /* "cpu" or "cuda" */
     int device_type;            /* enum tr_device_type */
     enum tr_dtype dtype;
@@ -125,6 +127,28 @@ int tr_config_load(const char *path, struct tr_config *cfg, struct tr_error *err
 int tr_config_path(const struct tr_config *cfg, const char *rel, char *out, size_t n, struct tr_error *err);
 /* The same from a string (name is used in messages as the file). */
 int tr_config_load_string(const char *text, const char *name, struct tr_config *cfg, struct tr_error *err);
+
+/* A [run] key given from outside the INI (a suite's [suite] or [row.NAME] line: suite.h),
+ * with where it was written, for messages ("suite.ini:7: [row.bert] batch = x: ..."). */
+struct tr_config_override {
+    const char *file;
+    int line;
+    const char *section;        /* "suite", "row.bert_fit" */
+    const char *key, *value;
+};
+/* The [run] keys an override may set: how a row runs, not what it is (model, task, the
+ * weights and other files stay the row's INI's). */
+#define TR_CONFIG_OVERRIDE_KEYS \
+    "backends, preset, device, dtype, batch, seq_len, steps, warmup, seed, tolerance, isolate, backend_timeout"
+/* 1 when key is one of TR_CONFIG_OVERRIDE_KEYS. */
+int tr_config_override_key(const char *key);
+/* tr_config_load, then each override over the file's [run] (in order; the last of a key
+ * wins). An override of backends also sets backends_from, and the file's [backend.NAME]
+ * sections for backends the new list lacks are left unused rather than refused. */
+int tr_config_load_over(const char *path, const struct tr_config_override *over, int n_over, struct tr_config *cfg,
+                        struct tr_error *err);
+/* The file cfg->backends_line is a line of: backends_from, or file. */
+const char *tr_config_backends_file(const struct tr_config *cfg);
 
 /* The options of [backend.NAME] as tr_option records pointing into cfg, plus
  * mode = MODE when the backends entry had one. Returns how many were written (at most max). */

@@ -28,7 +28,9 @@ int tr_task_from_name(const char *s, enum tr_task *out);
 enum tr_key_type { TR_KEY_INT = 0, TR_KEY_FLOAT = 1, TR_KEY_BOOL = 2, TR_KEY_STRING = 3 };
 
 /* One config key of a model; `offset` is into the model's config struct; an INT is an
- * int64_t, FLOAT a double, BOOL an int, STRING a char[64]. min/max bound INT and FLOAT. */
+ * int64_t, FLOAT a double, BOOL an int, STRING a char[64] (at most 63 characters: for
+ * names and lists, not paths; a path is resolved by core and handed to a hook, as
+ * read_hf_config is). min/max bound INT and FLOAT. */
 struct tr_model_key {
     const char *name;
     enum tr_key_type type;

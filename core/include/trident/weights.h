@@ -10,6 +10,7 @@
 #define TRIDENT_WEIGHTS_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include "trident/graph.h"
 #include "trident/status.h"
 #include "trident/tensor.h"
@@ -38,9 +39,39 @@ int tr_weights_load(struct tr_graph *g, const char *path, struct tr_weights **ou
 /* As tr_weights_load, except that a fresh PARAM (tr_param_set_fresh: LoRA adapters,
  * optimizer state, masters) missing from the file is made from seed as
  * tr_weights_from_seed makes it; one the file has is read from it. tr_weights_load is
- * this with seed 0. */
+ * this with seed 0; it is tr_weights_load_opts with {seed, missing_seed = 0}. */
 int tr_weights_load_seeded(struct tr_graph *g, const char *path, uint64_t seed, struct tr_weights **out,
                            struct tr_error *err);
+
+/* How tr_weights_load_opts treats what the file lacks ([run] seed and [run] missing). */
+struct tr_weights_load_opts {
+    uint64_t seed;      /* what a PARAM the file lacks is made from (fresh ones always) */
+    int missing_seed;   /* 1: any PARAM the file lacks is made from seed, as tr_weights_from_seed
+                           makes it, and recorded (tr_weights_n_seeded); 0: only fresh ones,
+                           another missing one is an error naming it and the file */
+};
+
+/* tr_weights_load_seeded with o's choices (o NULL: seed 0, missing ones an error). Only
+ * absence is forgiven: a tensor the file has with a wrong shape or dtype is an error
+ * with missing_seed too, since it means the file is another model's. */
+int tr_weights_load_opts(struct tr_graph *g, const char *path, const struct tr_weights_load_opts *o,
+                         struct tr_weights **out, struct tr_error *err);
+
+/* The non-fresh PARAMs that tr_weights_load_opts made from the seed because the file
+ * lacked them, in param order: how many, and the name of the i-th (0 .. n-1; NULL out of
+ * range). Fresh PARAMs are expected to be absent and are not counted. The names are w's
+ * own copies; 0 for weights made by tr_weights_from_seed. */
+int tr_weights_n_seeded(const struct tr_weights *w);
+const char *tr_weights_seeded_name(const struct tr_weights *w, int i);
+
+/* Writes to f, when w has seeded tensors, the one warning [run] missing = seed promises:
+ *   trident: warning: W.safetensors lacks 2 tensors the model has, made from [run] seed 1234:
+ *   classifier.weight, classifier.bias
+ * (one line; after TR_WEIGHTS_WARN_NAMES names, "and K more"). path is the weights path
+ * as the caller names it. Returns how many tensors it named (tr_weights_n_seeded), 0 when
+ * it wrote nothing. */
+#define TR_WEIGHTS_WARN_NAMES 8
+int tr_weights_warn_seeded(const struct tr_weights *w, const char *path, uint64_t seed, FILE *f);
 
 uint64_t tr_weights_bytes(const struct tr_weights *w);
 void tr_weights_free(struct tr_weights *w);

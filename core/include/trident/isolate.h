@@ -1,4 +1,4 @@
-/* A backend in a child process (internal to libtrident).
+/* trident — a backend in a child process.
  *
  * A plugin that crashes, aborts, calls exit or hangs must cost only its own row: each
  * backend of a run lives in a child made by fork, driven by one-byte commands over a pipe
@@ -8,9 +8,10 @@
  *
  * fork copies only the calling thread: a process that has started other threads (an
  * OpenMP pool, whose child would wait forever at its first parallel region) cannot fork
- * safely, so tr_fork_safe says whether this one is still single-threaded. */
-#ifndef TRIDENT_BENCH_ISOLATE_H
-#define TRIDENT_BENCH_ISOLATE_H
+ * safely, so tr_fork_safe says whether this one is still single-threaded. Used by the
+ * runner (bench.c), the plugin scan of `trident list` and `trident check-backend`. */
+#ifndef TRIDENT_ISOLATE_H
+#define TRIDENT_ISOLATE_H
 
 #include <stddef.h>
 #include <sys/types.h>

@@ -1,4 +1,4 @@
-/* Children for backends (bench_isolate.h). */
+/* Children for backends (trident/isolate.h). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "bench_isolate.h"
+#include "trident/isolate.h"
 
 int tr_fork_safe(int *n_threads) {
     int n = 0;
@@ -77,9 +77,12 @@ static void child_loop(int cmd_fd, int reply_fd, tr_child_fn fn, void *arg) {
         if (k < 0 && errno == EINTR) continue;
         if (k != 1) break;
         int status = fn(arg, cmd);
+        /* What the command printed goes out before its answer, so the parent's next line
+         * follows it (the buffers were empty at the fork: tr_child_spawn flushed them). */
+        fflush(stdout), fflush(stderr);
         if (write_all(reply_fd, &status, sizeof status)) break;
     }
-    /* _exit: no atexit handlers and no stdio flush of the parent's copied buffers */
+    /* _exit: no atexit handlers of the parent's (the buffers are flushed above) */
     _exit(0);
 }
 
