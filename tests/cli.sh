@@ -357,6 +357,16 @@ expect "report: two suites, row by row" 0 '^2 rows compared' -- "$bin" report "$
 if grep -q '^== row gemma_generate_b1 (Gemma generate (batch 1))' "$tmp/out"; then ok "report: each row named"; else bad "report: each row named"; fi
 expect "report: a suite against a run is refused" 1 "is a suite's and .* a run's; compare a suite with a suite" -- \
   "$bin" report "$tmp/suite.json" "$tmp/srep/bert_predict/report.json"
+# Ctrl-C in a suite: the current row stops after its step, the rest are not run, and the
+# summary and the JSON still come out, marked.
+"$bin" bench "$tmp/suite.ini" --steps 1000000 --json "$tmp/sint.json" > "$tmp/out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q 'bert/tiny' "$tmp/out" 2>/dev/null && break; sleep 0.1; done
+sleep 1; kill -INT $pid; wait $pid; rc=$?
+if [ $rc = 130 ] && grep -Eq '^Gemma generate \(batch 1\) +\(not run\) +not run +not run' "$tmp/out" &&
+   grep -Eq '"interrupted":[[:space:]]*true' "$tmp/sint.json" 2>/dev/null; then
+  ok "suite: Ctrl-C gives exit 130, the summary with the rest not run, the JSON marked"
+else echo "exit $rc" >> "$tmp/out"; bad "suite: Ctrl-C gives exit 130, the summary with the rest not run, the JSON marked"; fi
 expect "suite: --rows picks rows by pattern" 0 '^\[1/1\] Gemma generate' -- "$bin" bench "$tmp/suite.ini" --rows 'gemma_*'
 expect "suite: --rows that matches nothing lists the rows" 1 "'nope' matches no row of .*suite.ini \(rows: bert_predict, gemma_generate_b1\)" -- \
   "$bin" bench "$tmp/suite.ini" --rows nope

@@ -141,16 +141,6 @@ static void test_host_line(void **state) {
     free(out);
 }
 
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
-
 static void test_json(void **state) {
     (void)state;
     static struct tr_bench_report rep;
@@ -159,7 +149,7 @@ static void test_json(void **state) {
     snprintf(path, sizeof path, "%s/report.json", tr_test_dir);
     struct tr_error err = {0};
     if (tr_bench_write_json(&rep, path, &err) != TR_OK) fail_msg("%s", err.msg);
-    const char *js = read_all(path);
+    const char *js = tr_test_read_file(path, NULL);
     const char *want[] = {
         "\"cpu\":", "\"model\":\t\"AMD EPYC 9B14\"", "\"isa\":\t\"avx512\"", "\"native_isa\":\t\"avx512\"",
         "\"isa_forced\":\tfalse", "\"avx512_bf16\":\ttrue", "\"amx\":\tfalse", "\"bf16_native\":\ttrue",

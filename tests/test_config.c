@@ -14,20 +14,9 @@
 #include "testutil.h"
 #include "trident/config.h"
 
-/* tr_test_dir/name, written with text (NULL: only the path). */
-static void tmp_path(char *out, size_t n, const char *name, const char *text) {
-    int len = snprintf(out, n, "%s/%s", tr_test_dir, name);
-    assert_true(len > 0 && (size_t)len < n);
-    if (!text) return;
-    FILE *f = fopen(out, "wb");
-    assert_non_null(f);
-    assert_int_equal(fputs(text, f) >= 0, 1);
-    assert_int_equal(fclose(f), 0);
-}
-
 static void check_error(const char *name, const char *text, int status, const char *const *needles, int n) {
     char path[PATH_MAX];
-    tmp_path(path, sizeof path, name, text);
+    tr_test_dir_file(name, text, path, sizeof path);
     struct tr_config cfg;
     struct tr_error err = {0};
     tr_test_expect_failure(name, tr_config_load(path, &cfg, &err), &err, status, needles, n);
@@ -42,7 +31,7 @@ static void check_error(const char *name, const char *text, int status, const ch
 
 static void load_ok(const char *name, const char *text, struct tr_config *cfg) {
     char path[PATH_MAX];
-    tmp_path(path, sizeof path, name, text);
+    tr_test_dir_file(name, text, path, sizeof path);
     struct tr_error err = {0};
     int rc = tr_config_load(path, cfg, &err);
     if (rc != TR_OK) fail_msg("%s: status %d: %s", name, rc, err.msg);
@@ -156,7 +145,7 @@ static void test_run_files_and_words(void **state) {
     (void)state;
     struct tr_config cfg;
     char batch[256];
-    tmp_path(batch, sizeof batch, "rf_batch.safetensors", "x");
+    tr_test_dir_file("rf_batch.safetensors", "x", batch, sizeof batch);
     load_ok("rf1.ini", "[run]\ninputs = rf_batch.safetensors\nreference = rf_batch.safetensors\nmissing = seed\n"
             "schedule = sequential\n", &cfg);
     assert_string_equal(cfg.inputs, batch);
@@ -192,10 +181,10 @@ static void test_run_files_and_words(void **state) {
 static void test_good_file(void **state) {
     (void)state;
     char weights[256], plugs[256], abs_so[256], text[4096];
-    tmp_path(weights, sizeof weights, "good_weights.safetensors", "not really safetensors");
-    tmp_path(plugs, sizeof plugs, "good_plugins", NULL);
+    tr_test_dir_file("good_weights.safetensors", "not really safetensors", weights, sizeof weights);
+    tr_test_dir_file("good_plugins", NULL, plugs, sizeof plugs);
     assert_int_equal(mkdir(plugs, 0755) == 0 || errno == EEXIST, 1);
-    tmp_path(abs_so, sizeof abs_so, "x/libtrident_backend_ext.so", NULL);
+    tr_test_dir_file("x/libtrident_backend_ext.so", NULL, abs_so, sizeof abs_so);
     snprintf(text, sizeof text,
              "; a comment\n"
              "# another comment\n"
@@ -225,7 +214,7 @@ static void test_good_file(void **state) {
     struct tr_config cfg;
     load_ok("good.ini", text, &cfg);
     char expect[PATH_MAX + 64];
-    tmp_path(expect, sizeof expect, "good.ini", NULL);
+    tr_test_dir_file("good.ini", NULL, expect, sizeof expect);
     assert_string_equal(cfg.file, expect);
     assert_string_equal(cfg.dir, tr_test_dir);
     assert_string_equal(cfg.model, "gemma_2b.v1-x");
@@ -461,7 +450,7 @@ static void test_bom(void **state) {
 static void test_missing_files(void **state) {
     (void)state;
     char path[PATH_MAX];
-    tmp_path(path, sizeof path, "does_not_exist.ini", NULL);
+    tr_test_dir_file("does_not_exist.ini", NULL, path, sizeof path);
     struct tr_config cfg;
     struct tr_error err = {0};
     assert_int_equal(tr_config_load(path, &cfg, &err), TR_ERR_IO);
@@ -472,7 +461,7 @@ static void test_missing_files(void **state) {
     assert_non_null(strstr(err.msg, tr_test_dir));
     tr_assert_msg_has(&err, "is a directory, not a regular file");
     char fifo[PATH_MAX];
-    tmp_path(fifo, sizeof fifo, "fifo.ini", NULL);
+    tr_test_dir_file("fifo.ini", NULL, fifo, sizeof fifo);
     unlink(fifo);
     assert_int_equal(mkfifo(fifo, 0600), 0);
     assert_int_equal(tr_config_load(fifo, &cfg, &err), TR_ERR_INVALID);
@@ -503,7 +492,7 @@ static void test_missing_files(void **state) {
 static void test_nul_byte(void **state) {
     (void)state;
     char path[PATH_MAX];
-    tmp_path(path, sizeof path, "nul.ini", NULL);
+    tr_test_dir_file("nul.ini", NULL, path, sizeof path);
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     assert_int_equal(fwrite("[run]\n\0x = 1\n", 1, 13, f), 13);

@@ -66,17 +66,6 @@ static void make_report(struct tr_bench_report *rep) {
     snprintf(failed->error, sizeof failed->error, "line one\nline two");  /* CSV quotes a newline */
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("%s: cannot read", path);
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    if (len) *len = n;
-    return buf;
-}
-
 static void expect_in(const char *what, const char *text, const char *needle) {
     if (!strstr(text, needle)) fail_msg("%s lacks \"%s\":\n%s", what, needle, text);
 }
@@ -154,7 +143,7 @@ static void test_markdown(void **state) {
     }
     assert_null(tr_report_file_name(TR_REPORT_N_FILES));
     snprintf(path, sizeof path, "%s/report.md", dir);
-    const char *md = read_file(path, NULL);
+    const char *md = tr_test_read_file(path, NULL);
     expect_in("report.md", md, "# trident report: bert/tiny predict\n");
     expect_in("report.md", md, "| backend | math | first ms | mean ms | median | p90 | vs best | samples/s | GFLOP/s | "
                                "kern/st | hit/miss | peak MiB | arena MiB | max rel diff |\n");
@@ -214,7 +203,7 @@ static void test_csv(void **state) {
     char dir[512], path[600];
     write_dir(&rep, "csv", 0, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/report.csv", dir);
-    const char *csv = read_file(path, NULL);
+    const char *csv = tr_test_read_file(path, NULL);
     expect_in("report.csv", csv, "backend,plugin,ok,math,first_ms,mean_ms,median_ms,p90_ms,min_ms,vs_best,");
     expect_in("report.csv", csv, "\r\n\"tf, \"\"fast\"\"\",,1,f32,");   /* quoted, quotes doubled */
     expect_in("report.csv", csv, "\r\njax,,1,f32,400,4,4,4.07,3.91,1,2000,");  /* unquoted */
@@ -248,7 +237,7 @@ static void test_json(void **state) {
     write_dir(&rep, "json", 0, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/report.json", dir);
     size_t len;
-    const char *text = read_file(path, &len);
+    const char *text = tr_test_read_file(path, &len);
     /* the whole file is valid UTF-8: the bad bytes are U+FFFD, the good ones kept */
     assert_true(tr_utf8_valid(text));
     cJSON *root = cJSON_ParseWithLength(text, len);
@@ -292,7 +281,7 @@ static void test_json(void **state) {
     snprintf(rep.gpu, sizeof rep.gpu, "NVIDIA H200");
     struct tr_error err = {0};
     if (tr_bench_write_json(&rep, path, &err)) fail_msg("%s", err.msg);
-    root = cJSON_Parse(read_file(path, NULL));
+    root = cJSON_Parse(tr_test_read_file(path, NULL));
     assert_non_null(root);
     w = get(root, "weights");
     assert_string_equal(cJSON_GetStringValue(get(w, "source")), "seed");
@@ -381,7 +370,7 @@ static void check_xml(const char *s) {
 /* The PNG's IHDR width and height: signature, then the IHDR chunk first (PNG spec 5.2, 11.2.2). */
 static void png_size(const char *path, int *w, int *h) {
     size_t n;
-    const unsigned char *b = (const unsigned char *)read_file(path, &n);
+    const unsigned char *b = (const unsigned char *)tr_test_read_file(path, &n);
     assert_true(n > 24);
     if (memcmp(b, "\x89PNG\r\n\x1a\n", 8) != 0) fail_msg("%s: no PNG signature", path);
     if (memcmp(b + 12, "IHDR", 4) != 0) fail_msg("%s: the first chunk is not IHDR", path);
@@ -412,7 +401,7 @@ static void test_svg(void **state) {
         char dir[512], path[600];
         write_dir(&rep, log_scale ? "svg_log" : "svg", log_scale, dir, sizeof dir);
         snprintf(path, sizeof path, "%s/chart.svg", dir);
-        const char *svg = read_file(path, NULL);
+        const char *svg = tr_test_read_file(path, NULL);
         assert_true(tr_utf8_valid(svg));
         assert_int_equal(strncmp(svg, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg ", 44), 0);
         expect_in("chart.svg", svg, "xmlns=\"http://www.w3.org/2000/svg\"");
@@ -448,7 +437,7 @@ static void test_svg(void **state) {
     char dir[512], path[600];
     write_dir(&rep, "svg_empty", 0, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/chart.svg", dir);
-    const char *svg = read_file(path, NULL);
+    const char *svg = tr_test_read_file(path, NULL);
     check_xml(svg);
     expect_in("chart.svg", svg, "no backend ran");
     int w, h;
@@ -477,8 +466,8 @@ static int run_report(int argc, const char **args) {
     fflush(stdout), fflush(stderr);
     dup2(so, 1), dup2(se, 2);
     close(so), close(se), close(fo), close(fe);
-    snprintf(cli_out, sizeof cli_out, "%s", read_file(po, NULL));
-    snprintf(cli_err, sizeof cli_err, "%s", read_file(pe, NULL));
+    snprintf(cli_out, sizeof cli_out, "%s", tr_test_read_file(po, NULL));
+    snprintf(cli_err, sizeof cli_err, "%s", tr_test_read_file(pe, NULL));
     return rc;
 }
 

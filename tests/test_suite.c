@@ -9,31 +9,12 @@
 #include "testutil.h"
 #include "trident/suite.h"
 
-static void write_file(const char *name, const char *text, char *path, size_t n) {
-    int len = snprintf(path, n, "%s/%s", tr_test_dir, name);
-    assert_true(len > 0 && (size_t)len < n);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_true(fputs(text, f) >= 0);
-    assert_int_equal(fclose(f), 0);
-}
-
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
-
 static const char row_ini[] = "[run]\nmodel = bert\npreset = tiny\nbackends = torch, jax\nbatch = 4\nsteps = 7\n"
                               "[backend.jax]\nfuse = false\n";
 
 static void load_expect(const char *text, int status, const char *const *needles, int n) {
     char path[PATH_MAX];
-    write_file("s.ini", text, path, sizeof path);
+    tr_test_dir_file("s.ini", text, path, sizeof path);
     struct tr_suite *s = malloc(sizeof *s);
     assert_non_null(s);
     struct tr_error e = {0};
@@ -50,7 +31,7 @@ static void load_expect(const char *text, int status, const char *const *needles
 static void test_load_errors(void **state) {
     (void)state;
     char p[PATH_MAX];
-    write_file("row.ini", row_ini, p, sizeof p);
+    tr_test_dir_file("row.ini", row_ini, p, sizeof p);
     expect_refused("", TR_ERR_INVALID, "s.ini: no rows", "[row.NAME]");
     expect_refused("[suite]\nsteps = 3\n", TR_ERR_INVALID, "no rows");
     expect_refused("[row.a]\nlabel = A\n", TR_ERR_INVALID, "s.ini:1: [row.a] has no config");
@@ -74,7 +55,7 @@ static void test_load_errors(void **state) {
 
 static struct tr_suite *load_ok(const char *text) {
     char path[PATH_MAX];
-    write_file("s.ini", text, path, sizeof path);
+    tr_test_dir_file("s.ini", text, path, sizeof path);
     struct tr_suite *s = malloc(sizeof *s);
     assert_non_null(s);
     struct tr_error e = {0};
@@ -87,10 +68,10 @@ static void test_detect(void **state) {
     char p[PATH_MAX];
     struct tr_error e = {0};
     int is = -1;
-    write_file("run.ini", row_ini, p, sizeof p);
+    tr_test_dir_file("run.ini", row_ini, p, sizeof p);
     assert_int_equal(tr_suite_detect(p, &is, &e), TR_OK);
     assert_int_equal(is, 0);
-    write_file("s.ini", "; a suite\n  [suite] ; with a comment\n[row.a]\nconfig = run.ini\n", p, sizeof p);
+    tr_test_dir_file("s.ini", "; a suite\n  [suite] ; with a comment\n[row.a]\nconfig = run.ini\n", p, sizeof p);
     assert_int_equal(tr_suite_detect(p, &is, &e), TR_OK);
     assert_int_equal(is, 1);
     assert_int_equal(tr_suite_detect("/no/such/file.ini", &is, &e), TR_ERR_IO);
@@ -102,7 +83,7 @@ static void test_detect(void **state) {
 static void test_row_config(void **state) {
     (void)state;
     char p[PATH_MAX];
-    write_file("row.ini", row_ini, p, sizeof p);
+    tr_test_dir_file("row.ini", row_ini, p, sizeof p);
     struct tr_suite *s = load_ok("[suite]\nsteps = 3\nbackends = torch, tf\n\n[row.plain]\nconfig = row.ini\n\n"
                                  "[row.b1]\nconfig = row.ini\nlabel = Batch one\nbatch = 1\nsteps = 5\n");
     assert_int_equal(s->n_rows, 2);
@@ -141,7 +122,7 @@ static void test_row_config(void **state) {
 static void test_select(void **state) {
     (void)state;
     char p[PATH_MAX];
-    write_file("row.ini", row_ini, p, sizeof p);
+    tr_test_dir_file("row.ini", row_ini, p, sizeof p);
     struct tr_suite *s = load_ok("[row.bert_fit]\nconfig = row.ini\n[row.bert_predict]\nconfig = row.ini\n"
                                  "[row.gemma_fit]\nconfig = row.ini\n");
     struct tr_error e = {0};
@@ -177,7 +158,7 @@ static void backend_row(struct tr_bench_report *rep, const char *label, double m
 static void test_summary(void **state) {
     (void)state;
     char p[PATH_MAX];
-    write_file("row.ini", row_ini, p, sizeof p);
+    tr_test_dir_file("row.ini", row_ini, p, sizeof p);
     struct tr_suite *s = load_ok("[row.a]\nconfig = row.ini\nlabel = Row | A\n[row.b]\nconfig = row.ini\n"
                                  "[row.c]\nconfig = row.ini\n");
     struct tr_suite_result *res = calloc(3, sizeof *res);
@@ -217,19 +198,19 @@ static void test_summary(void **state) {
     snprintf(csv, sizeof csv, "%s/suite.csv", tr_test_dir);
     snprintf(json, sizeof json, "%s/suite.json", tr_test_dir);
     assert_int_equal(tr_suite_write_md(s, res, md, &e), TR_OK);
-    const char *m = read_all(md);
+    const char *m = tr_test_read_file(md, NULL);
     assert_non_null(strstr(m, "| row | run | torch | tf | jax |"));
     assert_non_null(strstr(m, "| Row \\| A | bert/tiny predict, batch 8, f32 | 4.00 (2.00x) | **2.00** | - |"));
     assert_non_null(strstr(m, "| FAILED | - | **3.00** (disagrees) |"));
     assert_non_null(strstr(m, "| c | (not run) | not run | not run | not run |"));
 
     assert_int_equal(tr_suite_write_csv(s, res, csv, &e), TR_OK);
-    const char *c = read_all(csv);
+    const char *c = tr_test_read_file(csv, NULL);
     assert_non_null(strstr(c, "a,Row | A,bert,tiny,predict,8,f32,torch,1,1,4,4,4.4,12,2.0000\r\n"));
     assert_non_null(strstr(c, "b,b,bert,tiny,predict,8,f32,torch,0,0,,,,,\r\n"));
 
     assert_int_equal(tr_suite_write_json(s, res, 1, json, &e), TR_OK);
-    cJSON *root = cJSON_Parse(read_all(json));
+    cJSON *root = cJSON_Parse(tr_test_read_file(json, NULL));
     assert_non_null(root);
     assert_string_equal(cJSON_GetObjectItem(root, "kind")->valuestring, "suite");
     assert_true(cJSON_IsTrue(cJSON_GetObjectItem(root, "interrupted")));

@@ -155,6 +155,27 @@ int tr_test_dir_teardown(void **state) {
     return nftw(tr_test_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+void tr_test_dir_file(const char *name, const char *text, char *path, size_t n) {
+    int len = snprintf(path, n, "%s/%s", tr_test_dir, name);
+    assert_true(len > 0 && (size_t)len < n);
+    if (!text) return;
+    FILE *f = fopen(path, "wb");
+    if (!f) fail_msg("%s: cannot write", path);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+}
+
+const char *tr_test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("%s: cannot read", path);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    if (len) *len = n;
+    return buf;
+}
+
 int tr_test_kernels_dir_setup(void **state) { return tr_test_kernels_setup(state) || tr_test_dir_setup(state); }
 
 int tr_test_kernels_dir_teardown(void **state) {

@@ -56,6 +56,11 @@ int tr_test_kernels_setup(void **state);
 extern char tr_test_dir[256];
 int tr_test_dir_setup(void **state);
 int tr_test_dir_teardown(void **state);
+/* path = tr_test_dir/name (n bytes), and the file written with text unless text is NULL. */
+void tr_test_dir_file(const char *name, const char *text, char *path, size_t n);
+/* The whole file as text (at most 1 MiB, NUL-terminated, in a buffer the next call reuses);
+ * *len its length when len is not NULL. Fails the test when it cannot be read. */
+const char *tr_test_read_file(const char *path, size_t *len);
 int tr_test_kernels_teardown(void **state);
 /* Both: a kernels context and a scratch directory for the group. */
 int tr_test_kernels_dir_setup(void **state);
