@@ -3,6 +3,9 @@
 #ifndef TRIDENT_CLI_H
 #define TRIDENT_CLI_H
 
+#include <stdio.h>
+struct tr_error;
+
 /* trident bench-kernels [--op matmul] [--size N] [--dtype f32|bf16] [--reps R]:
  * GFLOP/s of the shared kernels on this machine (cli/bench_kernels.c). */
 int tr_cli_bench_kernels(int argc, char **argv);
@@ -46,5 +49,20 @@ struct tr_cli_suite_args {
     long long steps;            /* --steps N over every row's; 0: theirs */
 };
 int tr_cli_suite(const char *ini, const struct tr_cli_suite_args *a);
+
+/* A run's processes (cli/parallel.c): under an MPI launcher (mpirun -np N) or with [run]
+ * parallel = data, MPI opened (libtrident_mpi), cfg->ranks and cfg->rank set from it and
+ * *comm its communicator; otherwise *comm NULL (one process). A build without MPI refuses
+ * either. tr_cli_parallel_close finalises MPI (NULL: nothing). */
+struct tr_comm;
+int tr_cli_parallel_open(struct tr_config *cfg, struct tr_comm **comm, struct tr_error *err);
+/* 1 when an MPI launcher started this process (its environment), *size its processes. */
+int tr_cli_mpi_launched(int *size);
+void tr_cli_parallel_close(struct tr_comm *comm);
+
+/* --baseline FILE: for each backend of rep (a data-parallel run) also in FILE (a one-process
+ * run's JSON of the same model, task and global batch), the speed-up and the scaling
+ * efficiency (speed-up / ranks). Returns 0, or 1 with the reason on stderr. */
+int tr_cli_print_scaling(const struct tr_bench_report *rep, const char *baseline, FILE *f);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "trident/bench.h"
 #include "trident/report.h"
 
 int tr_cli_write_report_dir(const struct tr_bench_report *rep, const char *dir, int log_scale) {
@@ -269,5 +270,48 @@ int tr_cli_report(int argc, char **argv) {
         fprintf(stderr, "trident: error: %s\n", err.msg);
         return 1;
     }
+    return 0;
+}
+
+int tr_cli_print_scaling(const struct tr_bench_report *rep, const char *baseline, FILE *f) {
+    struct tr_error err = {0};
+    cJSON *b = NULL;
+    int rc = load_report(baseline, &b, &err);
+    if (!rc && is_suite(b)) rc = tr_error_set(&err, TR_ERR_INVALID, "%s: a suite's JSON; expected one run's", baseline);
+    /* the same work: a speed-up over another model or batch would be no speed-up at all */
+    static const char *const keys[] = {"model", "preset", "task", "dtype"};
+    for (size_t i = 0; !rc && i < sizeof keys / sizeof keys[0]; i++) {
+        const char *mine = strcmp(keys[i], "model") == 0 ? rep->model : strcmp(keys[i], "preset") == 0 ? rep->preset
+                         : strcmp(keys[i], "task") == 0 ? rep->task : rep->dtype;
+        if (strcmp(str_of(b, keys[i]), mine) != 0)
+            rc = tr_error_set(&err, TR_ERR_INVALID, "--baseline %s: %s %s, this run %s; expected the same run in one "
+                              "process", baseline, keys[i], str_of(b, keys[i]), mine);
+    }
+    if (!rc && num_of(b, "batch") != (double)rep->batch)
+        rc = tr_error_set(&err, TR_ERR_INVALID, "--baseline %s: batch %g, this run's global batch %lld; expected the "
+                          "same global batch in one process", baseline, num_of(b, "batch"), (long long)rep->batch);
+    if (!rc && num_of(b, "ranks") > 1)
+        rc = tr_error_set(&err, TR_ERR_INVALID, "--baseline %s: a run of %g ranks; expected a run in one process",
+                          baseline, num_of(b, "ranks"));
+    if (rc) {
+        cJSON_Delete(b);
+        fflush(f);
+        fprintf(stderr, "trident: error: %s\n", err.msg);
+        return 1;
+    }
+    fprintf(f, "\nscaling against one process (%s): speed-up = its mean ms/step / this run's; efficiency = speed-up / "
+            "%d ranks\n%-24s %12s %12s %9s %11s\n", baseline, rep->ranks, "backend", "1 rank ms", "ranks ms",
+            "speed-up", "efficiency");
+    for (int i = 0; i < rep->n_rows; i++) {
+        const struct tr_bench_row *r = &rep->rows[i];
+        const cJSON *o = find_row(b, r->label);
+        if (!r->ok || !o || !row_ok(o) || !(r->mean_ms > 0)) {
+            fprintf(f, "%-24s %12s\n", r->label, !o ? "(not in the baseline)" : "-");
+            continue;
+        }
+        const double one = num_of(o, "mean_ms"), up = one / r->mean_ms;
+        fprintf(f, "%-24s %12.3f %12.3f %8.2fx %10.0f%%\n", r->label, one, r->mean_ms, up, 100.0 * up / rep->ranks);
+    }
+    cJSON_Delete(b);
     return 0;
 }

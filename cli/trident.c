@@ -2,6 +2,8 @@
  *
  *   trident run FILE.ini [--json OUT] [--outputs F] [--steps N]
  *                                                    run the task on every backend listed
+ *   mpirun -np N trident run FIT.ini [--baseline J]  data-parallel fit: each rank on its share of the
+ *                                                    batch, gradients averaged (docs/parallel.md)
  *   trident run FILE.ini --check nodes              every node of one step of each backend against
  *                                                    the first's (check_nodes.h)
  *   trident bench FILE.ini ...                       the same (benchmarks are runs)
@@ -26,6 +28,7 @@
 
 static const char usage[] =
     "usage: trident run FILE.ini [--json OUT] [--report DIR [--log-scale]] [--outputs OUT.safetensors] [--steps N]\n"
+    "       mpirun -np N trident run FIT.ini [--baseline ONE_PROCESS.json] [...]   (data-parallel fit)\n"
     "       trident run FILE.ini --check nodes\n"
     "       trident bench FILE.ini [--json OUT] [--report DIR [--log-scale]] [--outputs OUT.safetensors] [--steps N]\n"
     "       trident bench SUITE.ini [--rows NAME,PATTERN...] [--json OUT] [--report DIR [--log-scale]] [--steps N]\n"
@@ -70,8 +73,11 @@ static void on_sigint(int sig) {
     signal(SIGINT, SIG_DFL);
 }
 
+static int run_one(struct tr_config *cfg, struct tr_comm *comm, const char *json, const char *outputs,
+                   const char *report, int log_scale, const char *baseline, int check_nodes);
+
 static int cmd_run(int argc, char **argv) {
-    const char *ini = NULL, *json = NULL, *outputs = NULL, *report = NULL, *rows = NULL;
+    const char *ini = NULL, *json = NULL, *outputs = NULL, *report = NULL, *rows = NULL, *baseline = NULL;
     int64_t steps = 0;
     int log_scale = 0, check_nodes = 0;
     for (int i = 0; i < argc; i++) {
@@ -85,6 +91,7 @@ static int cmd_run(int argc, char **argv) {
         else if (strcmp(argv[i], "--outputs") == 0 && i + 1 < argc) outputs = argv[++i];
         else if (strcmp(argv[i], "--report") == 0 && i + 1 < argc) report = argv[++i];
         else if (strcmp(argv[i], "--rows") == 0 && i + 1 < argc) rows = argv[++i];
+        else if (strcmp(argv[i], "--baseline") == 0 && i + 1 < argc) baseline = argv[++i];
         else if (strcmp(argv[i], "--log-scale") == 0) log_scale = 1;
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
             if (parse_count(argv[++i], &steps)) {
@@ -113,9 +120,15 @@ static int cmd_run(int argc, char **argv) {
     int is_suite = 0;
     if (tr_suite_detect(ini, &is_suite, &err)) return fail(&err);
     if (is_suite) {
-        if (outputs || check_nodes) {
-            fprintf(stderr, "trident: %s is a suite: --outputs and --check nodes are for one run (give one row's "
-                    "INI)\n%s", ini, usage);
+        if (outputs || check_nodes || baseline) {
+            fprintf(stderr, "trident: %s is a suite: --outputs, --baseline and --check nodes are for one run (give "
+                    "one row's INI)\n%s", ini, usage);
+            return 2;
+        }
+        int np = 1;
+        if (tr_cli_mpi_launched(&np)) {
+            fprintf(stderr, "trident: %s is a suite, and suites run in one process: give mpirun one row's INI "
+                    "(a data-parallel fit)\n", ini);
             return 2;
         }
         const struct tr_cli_suite_args sa = {.rows = rows, .json = json, .report = report, .log_scale = log_scale,
@@ -136,9 +149,35 @@ static int cmd_run(int argc, char **argv) {
     if (tr_config_load(ini, &cfg, &err) || need_model(&cfg, &err)) return fail(&err);
     if (steps) cfg.steps = steps;
     tr_cli_apply_threads(&cfg);
+    /* data parallel: every rank runs what follows; rank 0 prints and writes for the run */
+    struct tr_comm *comm = NULL;
+    if (tr_cli_parallel_open(&cfg, &comm, &err)) return fail(&err);
+    if (cfg.ranks > 1 && check_nodes) {
+        tr_cli_parallel_close(comm);
+        fprintf(stderr, "trident: --check nodes runs in one process, not under mpirun\n%s", usage);
+        return 2;
+    }
+    if (baseline && cfg.ranks < 2) {
+        tr_cli_parallel_close(comm);
+        fprintf(stderr, "trident: --baseline compares a data-parallel run (mpirun -np N) with a one-process one; "
+                "this run has one process\n%s", usage);
+        return 2;
+    }
+    const int rc = run_one(&cfg, comm, json, outputs, report, log_scale, baseline, check_nodes);
+    tr_cli_parallel_close(comm);
+    return rc;
+}
+
+/* One run (every rank of a data-parallel one): the table, the JSON, the report and the
+ * outputs from rank 0. */
+static int run_one(struct tr_config *cfg, struct tr_comm *comm, const char *json, const char *outputs,
+                   const char *report, int log_scale, const char *baseline, int check_nodes) {
+    struct tr_error err = {0};
+    const int root = cfg->rank == 0;
+    if (!root) json = outputs = report = baseline = NULL;
     if (check_nodes) { /* every node of one step against the reference backend (check_nodes.h) */
         static struct tr_check_nodes_report crep;
-        int crc = tr_check_nodes_run(&cfg, tr_builtin_models, &crep, &err);
+        int crc = tr_check_nodes_run(cfg, tr_builtin_models, &crep, &err);
         if (crep.n_rows > 0) tr_check_nodes_print(&crep, stdout);
         return crc ? fail(&err) : 0;
     }
@@ -155,20 +194,22 @@ static int cmd_run(int argc, char **argv) {
             out_paths[n_out++] = report_paths[k];
         }
     }
-    const struct tr_bench_opts opts = {.outputs = outputs, .out_paths = out_paths, .n_out_paths = n_out};
+    const struct tr_bench_opts opts = {.outputs = outputs, .out_paths = out_paths, .n_out_paths = n_out, .comm = comm};
     struct sigaction sa = {.sa_handler = on_sigint}, old_sa;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, &old_sa);
-    int rc = tr_bench_run_opts(&cfg, tr_builtin_models, &opts, &rep, &err);
+    int rc = tr_bench_run_opts(cfg, tr_builtin_models, &opts, &rep, &err);
     sigaction(SIGINT, &old_sa, NULL);
+    if (!root) return rc ? (rc == TR_ERR_INTERRUPTED ? 130 : 1) : 0; /* rank 0 says what went wrong */
+    int write_failed = 0;
     if (rep.n_rows > 0) {
         tr_bench_print(&rep, stdout);
-        tr_bench_print_reference(&rep, &cfg, stdout);
+        tr_bench_print_reference(&rep, cfg, stdout);
+        if (baseline) write_failed |= tr_cli_print_scaling(&rep, baseline, stdout);
     }
     /* A file that cannot be written is its own message; the run's error, if any, follows
      * (err is empty when the run itself went well: printing it gave an empty "error:" line). */
-    int write_failed = 0;
     if (rep.n_rows > 0 && json) {
         struct tr_error jerr = {0};
         if (tr_bench_write_json(&rep, json, &jerr)) {

@@ -2,6 +2,7 @@
 #   P/bin/trident                        the program (finds P/lib/trident by itself)
 #   P/lib/libtrident.so, libtrident_kernels.so, libtrident_base.so
 #   P/lib/libtrident_models.so           the built-in models (trident/models.h)
+#   P/lib/libtrident_mpi.so              data-parallel runs over MPI, where MPI was found
 #   P/lib/trident/libtrident_backend_{torch,tf,jax}.so
 #   P/include/trident/*.h                the base's, core's, the kernels' and the models'
 #                                        public headers
@@ -30,6 +31,11 @@ if(_tr_backends)
 endif()
 
 install(TARGETS trident_models trident trident_kernels trident_base LIBRARY DESTINATION lib)
+if(TARGET trident_mpi) # the data-parallel communicator, where MPI was found (the program links it)
+  set_target_properties(trident_mpi PROPERTIES INSTALL_RPATH "$ORIGIN" INSTALL_RPATH_USE_LINK_PATH ON)
+  install(TARGETS trident_mpi LIBRARY DESTINATION lib)
+  install(FILES ${PROJECT_SOURCE_DIR}/core/mpi/include/trident/comm_mpi.h DESTINATION include/trident)
+endif()
 install(TARGETS trident_cli RUNTIME DESTINATION bin)
 if(_tr_backends)
   install(TARGETS ${_tr_backends} LIBRARY DESTINATION lib/trident)

@@ -119,7 +119,31 @@ static void test_threads(void **state) {
                  "lines 2 and 3");
     /* the unknown-key message lists it */
     expect_error("thr10.ini", "[run]\nthread = 2\n", TR_ERR_NOT_FOUND, "thr10.ini:2: [run] thread = 2:",
-                 "math, threads, tolerance, inputs, reference, missing, schedule, isolate, backend_timeout)");
+                 "math, threads, tolerance, inputs, reference, missing, schedule, isolate, backend_timeout, parallel, "
+                 "bucket_mb, collective_timeout, check_every)");
+}
+
+/* The data-parallel keys: parallel, bucket_mb, collective_timeout, check_every. */
+static void test_parallel_keys(void **state) {
+    (void)state;
+    struct tr_config cfg;
+    load_ok("par0.ini", "[run]\nbatch = 2\n", &cfg);
+    assert_int_equal(cfg.parallel, TR_PARALLEL_NONE);
+    assert_true(cfg.bucket_mb == 25 && cfg.collective_timeout == 60);
+    assert_int_equal(cfg.check_every, 10);
+    assert_int_equal(cfg.ranks, 1);
+    load_ok("par1.ini", "[run]\nparallel = data\nbucket_mb = 0.5\ncollective_timeout = 5\ncheck_every = 0\n", &cfg);
+    assert_int_equal(cfg.parallel, TR_PARALLEL_DATA);
+    assert_true(cfg.bucket_mb == 0.5 && cfg.collective_timeout == 5);
+    assert_int_equal(cfg.check_every, 0);
+    expect_error("par2.ini", "[run]\nparallel = model\n", TR_ERR_INVALID, "par2.ini:2: [run] parallel = model:",
+                 "expected none", "or data");
+    expect_error("par3.ini", "[run]\nbucket_mb = 0\n", TR_ERR_INVALID, "par3.ini:2: [run] bucket_mb = 0:",
+                 "MiB from 1/1024 to 65536");
+    expect_error("par4.ini", "[run]\ncollective_timeout = 0.5\n", TR_ERR_INVALID,
+                 "par4.ini:2: [run] collective_timeout = 0.5:", "seconds from 1 to 604800");
+    expect_error("par5.ini", "[run]\ncheck_every = -1\n", TR_ERR_INVALID, "par5.ini:2: [run] check_every = -1:",
+                 "steps from 0 to 1000000");
 }
 
 /* [run] tolerance: the backends' agreement, above 0 and at most 1; absent, 0 (the dtype's). */
@@ -584,7 +608,7 @@ static void test_path_backends(void **state) {
     expect_error("paths3.ini", "[run]\nbackends = a/t.so, a/t.so\n", TR_ERR_INVALID, "paths3.ini:2:", "repeats");
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_defaults, test_good_file, test_empty_file_keeps_defaults,
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_parallel_keys, test_defaults, test_good_file, test_empty_file_keeps_defaults,
              test_load_string, test_unknown_section, test_unknown_keys, test_bad_integers, test_math, test_threads,
              test_bad_names, test_backends_errors, test_duplicate_keys, test_syntax_errors, test_inline_comments,
              test_bom, test_missing_files, test_nul_byte, test_backend_options, test_path_backends, test_tolerance,

@@ -12,6 +12,7 @@
 #include "trident/bench.h"
 #include "trident/generate.h"
 #include "trident/image.h"
+#include "bench_dp.h"
 #include "bench_io.h"
 #include "trident/isolate.h"
 #include "bench_preflight.h"
@@ -36,6 +37,8 @@ static int add_training(const struct tr_config *cfg, struct tr_task_graph *tg, s
     int *ids = calloc((size_t)(max ? max : 1), sizeof *ids);
     if (!ids) return tr_error_set(err, TR_ERR_NOMEM, "fit: out of memory");
     rc = m->trainable(tg->config, g, ids, max, &n, err);
+    tg->train_cfg.dp_ranks = cfg->ranks > 1 ? cfg->ranks : 1;
+    tg->train_cfg.bucket_bytes = cfg->bucket_mb * 1048576.0;
     if (!rc) rc = tr_train_build(g, loss, n, ids, &tg->train_cfg, &tg->train, err);
     free(ids);
     return rc;
@@ -138,6 +141,20 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
     rc = tr_model_resolve(m, cfg->preset, cfg, tg->config, err);
     if (rc) goto fail;
     tg->opts = (struct tr_build_opts){.task = task, .dtype = cfg->dtype, .batch = cfg->batch, .seq_len = cfg->seq_len};
+    if (cfg->ranks > 1) { /* data parallel: each rank's graph takes its share of the batch */
+        if (task != TR_TASK_FIT) {
+            rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: [run] task = %s on %d ranks: data parallelism trains "
+                              "(task = fit); run %s in one process", cfg->file, cfg->task, cfg->ranks, cfg->task);
+            goto fail;
+        }
+        if (cfg->batch % cfg->ranks != 0) {
+            rc = tr_error_set(err, TR_ERR_INVALID, "%s: [run] batch = %lld on %d ranks: expected a multiple of the "
+                              "ranks (batch is the global batch; each rank takes batch / ranks samples)", cfg->file,
+                              (long long)cfg->batch, cfg->ranks);
+            goto fail;
+        }
+        tg->opts.batch = cfg->batch / cfg->ranks;
+    }
     if (task == TR_TASK_GENERATE && m->generate) {
         rc = build_generate(cfg, tg, err);
         if (rc) goto fail;
@@ -190,6 +207,7 @@ struct fit_state {
     size_t *nbytes;
     int n;
     float *lr, *step;           /* the host tensors fed as "lr" and "step" */
+    float *dp_share;            /* data parallel: fed as "dp_share" (train.h) */
 };
 
 static void fit_restore(struct fit_state *fs) {
@@ -236,6 +254,7 @@ struct run {
     const struct tr_tensor *in;
     struct tr_progress *pr;
     int isolate;                /* each backend in a child process */
+    struct tr_dp *dp;           /* data parallel (bench_dp.h) */
 };
 
 static void slot_fail(struct slot *s, int rc) {
@@ -256,11 +275,17 @@ static void slot_close(struct slot *s) {
 static int slot_step(struct run *r, struct slot *s, double *ms) {
     struct fit_state *fs = r->fs;
     if (fs->on) *fs->step = (float)(s->sh->n_steps + 1);
+    tr_dp_phase(r->dp, s->row->label, "step", s->sh->n_steps + 1);
     double t0 = tr_bench_now_ms();
     int rc = tr_backend_execute(s->be, s->prog, r->n_in, r->in, r->n_out, s->out, &s->sh->err);
     *ms = tr_bench_now_ms() - t0;
+    rc = tr_dp_step_status(r->dp, rc, s->row->label, s->sh->n_steps + 1, &s->sh->err);
     if (rc) return rc;
     s->sh->n_steps++;
+    if (fs->on && r->dp->check_every > 0 && s->sh->n_steps % r->dp->check_every == 0) {
+        if ((rc = tr_dp_check_weights(r->dp, s->sh->n_steps, &s->sh->err)) != TR_OK) return rc;
+        s->row->weight_checks += r->dp->check_weights;
+    }
     if (!fs->on) return TR_OK;
     double loss = tr_tensor_get_f64(&s->out[0], 0);
     s->losses[s->sh->n_steps - 1] = loss;
@@ -278,17 +303,24 @@ static int slot_step(struct run *r, struct slot *s, double *ms) {
 static int slot_start(struct run *r, struct slot *s) {
     const struct tr_config *cfg = r->cfg;
     struct tr_plugin_search search = {.ini_dir = cfg->plugin_path[0] ? cfg->plugin_path : NULL, .env_path = NULL};
+    tr_dp_phase(r->dp, s->row->label, "load and compile", 0);
     int rc = tr_plugin_open(s->cb->path[0] ? s->cb->path : s->cb->name, &search, &s->plugin, &s->sh->err);
-    if (rc) return rc;
-    snprintf(s->row->plugin_path, sizeof s->row->plugin_path, "%s", tr_plugin_path(s->plugin));
     struct tr_option opts[TR_CONFIG_MAX_KV + 1];
     struct tr_backend_params params;
-    tr_bench_backend_params(cfg, s->cb, opts, &params);
-    if (r->fs->on) fit_restore(r->fs);
-    double t0 = tr_bench_now_ms();
-    if ((rc = tr_backend_init(s->plugin, &params, &s->be, &s->sh->err)) != TR_OK) return rc;
-    double tc = tr_bench_now_ms();
-    if ((rc = tr_backend_compile(s->be, r->g, &s->prog, &s->sh->err)) != TR_OK) return rc;
+    double t0 = tr_bench_now_ms(), tc = t0;
+    if (!rc) {
+        snprintf(s->row->plugin_path, sizeof s->row->plugin_path, "%s", tr_plugin_path(s->plugin));
+        tr_bench_backend_params(cfg, s->cb, opts, &params);
+        if (r->fs->on) fit_restore(r->fs);
+        t0 = tr_bench_now_ms();
+        rc = tr_backend_init(s->plugin, &params, &s->be, &s->sh->err);
+    }
+    if (!rc) {
+        tc = tr_bench_now_ms();
+        rc = tr_backend_compile(s->be, r->g, &s->prog, &s->sh->err);
+    }
+    /* data parallel: a backend that failed to come up on one rank is every rank's failure */
+    if ((rc = tr_dp_step_status(r->dp, rc, s->row->label, 0, &s->sh->err)) != TR_OK) return rc;
     s->row->compile_ms = tr_bench_now_ms() - tc;
     double ms;
     if ((rc = slot_step(r, s, &ms)) != TR_OK) return rc;
@@ -302,8 +334,10 @@ static int slot_start(struct run *r, struct slot *s) {
 
 static int slot_timed_step(struct run *r, struct slot *s) {
     double *t = &s->times[s->row->steps_run];
+    const double c0 = tr_dp_seconds(r->dp);
     int rc = slot_step(r, s, t);
     if (rc) return tr_error_prefix(&s->sh->err, "step %lld", (long long)s->sh->n_steps + 1);
+    s->row->comm_ms += 1e3 * (tr_dp_seconds(r->dp) - c0); /* a sum until slot_finish */
     s->sh->ms_sum += *t;
     s->row->steps_run++;
     return TR_OK;
@@ -316,6 +350,14 @@ static int slot_finish(struct run *r, struct slot *s) {
     const struct tr_config *cfg = r->cfg;
     if (row->steps_run < 1) return tr_error_set(&s->sh->err, TR_ERR_INTERRUPTED, "interrupted before its timed steps");
     tr_bench_row_times(row, s->times, row->steps_run);
+    row->comm_ms /= (double)row->steps_run;
+    /* the state every rank ends with, whatever check_every's last check saw */
+    if (r->fs->on && r->dp->check_every > 0 && s->sh->n_steps % r->dp->check_every != 0) {
+        tr_dp_phase(r->dp, row->label, "the final check of the trained state", 0);
+        int crc = tr_dp_check_weights(r->dp, s->sh->n_steps, &s->sh->err);
+        if (crc) return crc;
+        row->weight_checks += r->dp->check_weights;
+    }
     row->items_per_s = row->mean_ms > 0 ? (double)cfg->batch * 1e3 / row->mean_ms : 0;
     row->gflops = row->mean_ms > 0 ? tr_graph_flops(r->g) / (row->mean_ms * 1e6) : 0;
     int rc = tr_backend_get_stats(s->be, s->prog, &row->stats, &s->sh->err);
@@ -540,7 +582,8 @@ static int check_memory(const struct tr_config *cfg, const struct tr_task_graph 
     if (rc) return rc;
     char h[4][32];
     const int on_cpu = cfg->device_type == TR_DEVICE_CPU;
-    fprintf(stderr, "trident: batch %lld needs about %s of %s memory (parameters %s, activations at their peak %s); %s%s\n",
+    if (cfg->rank == 0)
+        fprintf(stderr, "trident: batch %lld needs about %s of %s memory (parameters %s, activations at their peak %s); %s%s\n",
             (long long)cfg->batch, tr_bench_bytes_str(need, h[0], 32), on_cpu ? "host" : "device",
             tr_bench_bytes_str(params, h[1], 32), tr_bench_bytes_str(act, h[2], 32),
             on_cpu ? tr_bench_bytes_str(avail, h[3], 32) : "the device's own is checked by the backend",
@@ -648,13 +691,15 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     }
     /* Said before the weights are made, so a size that cannot fit is known at once. */
     char size[64], state[64];
-    fprintf(stderr, "trident: %s/%s: %llu parameters, %s in %s", cfg->model, cfg->preset,
-            (unsigned long long)rep->param_count, tr_bench_bytes_str(rep->param_bytes, size, sizeof size),
-            tr_dtype_name(cfg->dtype));
-    if (tg.opts.task == TR_TASK_FIT)
-        fprintf(stderr, "; fit trains %llu of them, with %s of optimizer state and master copies",
-                (unsigned long long)trained, tr_bench_bytes_str(state_bytes, state, sizeof state));
-    fputc('\n', stderr);
+    if (cfg->rank == 0) { /* data parallel: rank 0 speaks for the run */
+        fprintf(stderr, "trident: %s/%s: %llu parameters, %s in %s", cfg->model, cfg->preset,
+                (unsigned long long)rep->param_count, tr_bench_bytes_str(rep->param_bytes, size, sizeof size),
+                tr_dtype_name(cfg->dtype));
+        if (tg.opts.task == TR_TASK_FIT)
+            fprintf(stderr, "; fit trains %llu of them, with %s of optimizer state and master copies",
+                    (unsigned long long)trained, tr_bench_bytes_str(state_bytes, state, sizeof state));
+        fputc('\n', stderr);
+    }
     if (!token_gen) {
         rc = check_memory(cfg, &tg, rep->param_bytes + state_bytes, cfg->n_backends, err);
         if (rc) {
@@ -666,8 +711,14 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
      * starts none; the kernels' OpenMP pool would not survive in a child). Generate's
      * backends run in this process. */
     int n_threads = 0;
-    const int isolate = cfg->isolate && !token_gen && tr_fork_safe(&n_threads);
+    const int parallel = cfg->ranks > 1;
+    rep->ranks = cfg->ranks > 1 ? cfg->ranks : 1;
+    rep->check_every = cfg->check_every;
+    rep->bucket_mb = cfg->bucket_mb;
+    const int isolate = cfg->isolate && !token_gen && !parallel && tr_fork_safe(&n_threads);
     if (isolate) snprintf(rep->isolation, sizeof rep->isolation, "each in its own process");
+    else if (parallel)
+        snprintf(rep->isolation, sizeof rep->isolation, "in one process per rank (MPI does not survive a fork)");
     else if (!cfg->isolate) snprintf(rep->isolation, sizeof rep->isolation, "in one process ([run] isolate = off)");
     else if (token_gen) snprintf(rep->isolation, sizeof rep->isolation, "in one process (generate)");
     else snprintf(rep->isolation, sizeof rep->isolation, "in one process (it had %d threads: fork copies one)",
@@ -692,6 +743,11 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
         return rc;
     }
     struct tr_weights *w = NULL;
+    struct tr_dp dp;
+    if ((rc = tr_dp_begin(&dp, cfg, o->comm, tg.graph, err)) != TR_OK) {
+        tr_task_graph_free(&tg);
+        return rc;
+    }
     struct fit_state fs = {.on = tg.opts.task == TR_TASK_FIT, .tg = &tg};
     struct tr_tensor *in = NULL;
     struct slot slots[TR_BENCH_MAX_ROWS];
@@ -712,8 +768,9 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     if (rc) goto done;
     rc = tr_bench_io_alloc(g, n_in, tr_graph_input, &in, err);
     if (rc) goto done;
-    rc = cfg->inputs[0] ? tr_bench_inputs_load(cfg, g, tg.n_model_inputs, in, err)
-                        : tg.model->make_inputs(tg.config, &tg.opts, cfg->seed, tg.n_model_inputs, in, err);
+    if (dp.on) rc = tr_dp_shard_inputs(cfg, models, &tg, in, err);
+    else rc = cfg->inputs[0] ? tr_bench_inputs_load(cfg, g, tg.n_model_inputs, in, err)
+                             : tg.model->make_inputs(tg.config, &tg.opts, cfg->seed, tg.n_model_inputs, in, err);
     if (rc) goto done;
     const int64_t total_steps = cfg->warmup + cfg->steps;
     if (fs.on) {
@@ -737,11 +794,13 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
             int id = tr_graph_input(g, i);
             if (id == tg.train.lr) fs.lr = in[i].data;
             if (id == tg.train.step) fs.step = in[i].data;
+            if (id == tg.train.dp_share) fs.dp_share = in[i].data;
         }
         *fs.lr = (float)tg.train_cfg.learning_rate;
         *fs.step = 1.0f;
+        if (fs.dp_share && (rc = tr_dp_loss_share(&dp, &tg, in, fs.dp_share, err)) != TR_OK) goto done;
     }
-    struct run r = {.cfg = cfg, .g = g, .fs = &fs, .n_in = n_in, .n_out = n_out, .in = in, .pr = &pr,
+    struct run r = {.cfg = cfg, .g = g, .fs = &fs, .n_in = n_in, .n_out = n_out, .in = in, .pr = &pr, .dp = &dp,
                     .isolate = isolate};
     for (int b = 0; b < cfg->n_backends; b++) {
         struct slot *sl = &slots[b];
@@ -864,6 +923,7 @@ done:
     tr_bench_outputs_free(&outs);
     tr_bench_reference_close(&refile);
     tr_weights_free(w);
+    tr_dp_end(&dp);
     tr_task_graph_free(&tg);
     return rc;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "bench_io.h"
+#include "bench_util.h"
 #include "trident/graph.h"
 
 /* "input_ids i32[8,128], attention_mask i32[8,128]": what a file must hold. */
@@ -159,13 +160,42 @@ static int find_output(const struct tr_graph *g, const char *name) {
     return -1;
 }
 
-static int reference_check(const struct tr_safetensors *st, const struct tr_graph *g, int fit, struct tr_error *err) {
+/* A name of --outputs' file, "BACKEND/OUTPUT": the part after the backend's label and its
+ * '/', or the whole name; *label (when not NULL) the label's length (0: none). */
+static const char *output_part(const char *name, size_t *label) {
+    const char *slash = strchr(name, '/');
+    if (label) *label = slash ? (size_t)(slash - name) : 0;
+    return slash ? slash + 1 : name;
+}
+
+/* The label of a backend of cfg that is name's first len bytes, or NULL. */
+static const char *run_label(const struct tr_config *cfg, const char *name, size_t len, char *buf, size_t n) {
+    for (int b = 0; b < cfg->n_backends; b++) {
+        struct tr_bench_row row;
+        tr_bench_row_label(&row, &cfg->backends[b]);
+        if (strlen(row.label) == len && strncmp(row.label, name, len) == 0) {
+            snprintf(buf, n, "%s", row.label);
+            return buf;
+        }
+    }
+    return NULL;
+}
+
+static int reference_check(const struct tr_config *cfg, const struct tr_safetensors *st, const struct tr_graph *g,
+                           int fit, struct tr_error *err) {
     int compared = 0;
     for (int k = 0; k < tr_safetensors_count(st); k++) {
-        const char *name = tr_safetensors_name(st, k);
+        const char *full = tr_safetensors_name(st, k);
         struct tr_tensor t;
-        int rc = tr_safetensors_get(st, name, &t, err);
+        int rc = tr_safetensors_get(st, full, &t, err);
         if (rc) return rc;
+        size_t label_len;
+        const char *name = output_part(full, &label_len);
+        char label[96];
+        if (label_len && !run_label(cfg, full, label_len, label, sizeof label))
+            return tr_error_set(err, TR_ERR_NOT_FOUND, "tensor '%s' is for backend '%.*s', which this run does not list "
+                                "(a file of --outputs holds each backend's outputs as BACKEND/OUTPUT)", full,
+                                (int)label_len, full);
         if (fit && strcmp(name, "loss") == 0) {
             if (t.ndim > 1 || !tr_dtype_is_float((enum tr_dtype)t.dtype))
                 return tr_error_set(err, TR_ERR_SHAPE, "'loss' is %s with %d dimensions; expected the loss of each "
@@ -201,7 +231,7 @@ int tr_bench_reference_open(const struct tr_config *cfg, const struct tr_graph *
     memset(r, 0, sizeof *r);
     if (!cfg->reference[0]) return TR_OK;
     int rc = tr_safetensors_open(cfg->reference, &r->st, err);
-    if (!rc) rc = reference_check(r->st, g, tr_graph_n_updates(g) > 0, err);
+    if (!rc) rc = reference_check(cfg, r->st, g, tr_graph_n_updates(g) > 0, err);
     if (rc) {
         tr_bench_reference_close(r);
         return tr_error_prefix(err, "%s:%d: [run] reference = %s", cfg->file, cfg->reference_line, cfg->reference);
@@ -242,10 +272,13 @@ void tr_bench_reference_compare(const struct tr_bench_reference *r, const struct
     row->ref_worst[0] = '\0';
     if (!r->st) return;
     for (int k = 0; k < tr_safetensors_count(r->st); k++) {
-        const char *name = tr_safetensors_name(r->st, k);
+        const char *full = tr_safetensors_name(r->st, k);
         struct tr_tensor ref;
-        if (tr_safetensors_get(r->st, name, &ref, NULL) != TR_OK) continue; /* checked when opened */
-        if (strcmp(name, "loss") == 0 && find_output(g, name) < 0 && losses) {
+        if (tr_safetensors_get(r->st, full, &ref, NULL) != TR_OK) continue; /* checked when opened */
+        size_t label_len; /* "BACKEND/OUTPUT" holds that backend alone to it */
+        const char *name = output_part(full, &label_len);
+        if (label_len && (strlen(row->label) != label_len || strncmp(row->label, full, label_len) != 0)) continue;
+        if (strcmp(name, "loss") == 0 && losses) { /* fit: every step's loss, not the last one alone */
             const int64_t n = tr_tensor_numel(&ref) < n_losses ? tr_tensor_numel(&ref) : n_losses;
             for (int64_t s = 0; s < n; s++) {
                 const double want = tr_tensor_get_f64(&ref, s), got = losses[s];

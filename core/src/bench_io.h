@@ -6,7 +6,8 @@
  *                        converted, as PyTorch writes them; a value that does not fit is
  *                        refused); a tensor the graph has no input for is refused.
  *   --outputs F          every backend's outputs, "BACKEND/OUTPUT".
- *   [run] reference = F  every backend against the file's tensors of the same names. */
+ *   [run] reference = F  every backend against the file's tensors of the same names; a name
+ *                        "BACKEND/OUTPUT" (a file of --outputs) holds that backend alone. */
 #ifndef TRIDENT_BENCH_IO_H
 #define TRIDENT_BENCH_IO_H
 

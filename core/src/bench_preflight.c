@@ -50,7 +50,7 @@ void tr_bench_backend_params(const struct tr_config *cfg, const struct tr_config
     int n_opts = tr_config_backend_options(cfg, cb, opts, TR_CONFIG_MAX_KV + 1);
     *params = (struct tr_backend_params){
         .struct_size = sizeof *params, .abi_version = TR_ABI_VERSION, .device_type = cfg->device_type,
-        .device_index = 0, .options = opts, .n_options = n_opts, .math = cfg->math,
+        .device_index = cfg->device_index, .options = opts, .n_options = n_opts, .math = cfg->math,
     };
 }
 

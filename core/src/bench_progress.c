@@ -20,6 +20,7 @@ void tr_progress_init(struct tr_progress *p, const struct tr_config *cfg) {
     else if (env && strcmp(env, "lines") == 0) p->mode = TR_PROGRESS_LINES;
     else if (env && strcmp(env, "tty") == 0) p->mode = TR_PROGRESS_TTY;
     else p->mode = isatty(STDERR_FILENO) ? TR_PROGRESS_TTY : TR_PROGRESS_LINES;
+    if (cfg->rank != 0) p->mode = TR_PROGRESS_OFF; /* data parallel: rank 0 speaks for the run */
     snprintf(p->what, sizeof p->what, "%s/%s %s", cfg->model, cfg->preset, cfg->task);
 }
 

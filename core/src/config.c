@@ -44,12 +44,14 @@ enum run_key {
     RUN_MODEL, RUN_PRESET, RUN_TASK, RUN_BACKENDS, RUN_DEVICE, RUN_DTYPE,
     RUN_BATCH, RUN_SEQ_LEN, RUN_STEPS, RUN_WARMUP, RUN_SEED, RUN_WEIGHTS, RUN_MATH, RUN_THREADS,
     RUN_TOLERANCE, RUN_INPUTS, RUN_REFERENCE, RUN_MISSING, RUN_SCHEDULE, RUN_ISOLATE, RUN_BACKEND_TIMEOUT,
+    RUN_PARALLEL, RUN_BUCKET_MB, RUN_COLLECTIVE_TIMEOUT, RUN_CHECK_EVERY,
     RUN_KEY_COUNT
 };
 static const char *const run_keys[RUN_KEY_COUNT] = {
     "model", "preset", "task", "backends", "device", "dtype",
     "batch", "seq_len", "steps", "warmup", "seed", "weights", "math", "threads", "tolerance",
     "inputs", "reference", "missing", "schedule", "isolate", "backend_timeout",
+    "parallel", "bucket_mb", "collective_timeout", "check_every",
 };
 
 struct ini_state {
@@ -90,6 +92,10 @@ void tr_config_defaults(struct tr_config *cfg) {
     cfg->threads = tr_config_default_threads();
     cfg->isolate = 1;
     cfg->backend_timeout = 1800; /* generous: vit-h's cpu step is 20 s, its compile more */
+    cfg->bucket_mb = 25;         /* PyTorch DDP's bucket_cap_mb */
+    cfg->collective_timeout = 60;
+    cfg->check_every = 10;
+    cfg->ranks = 1;
 }
 
 #define THREADS_MAX 1024
@@ -481,6 +487,35 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
         cfg->tolerance = x;
         return TR_OK;
     }
+    case RUN_PARALLEL:
+        if (strcmp(v, "none") == 0) cfg->parallel = TR_PARALLEL_NONE;
+        else if (strcmp(v, "data") == 0) cfg->parallel = TR_PARALLEL_DATA;
+        else return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                            "expected none (one process) or data (the processes mpirun starts each train on "
+                            "their share of the batch and average their gradients)");
+        return TR_OK;
+    case RUN_BUCKET_MB:
+    case RUN_COLLECTIVE_TIMEOUT: {
+        char *end = NULL;
+        errno = 0;
+        double x = strtod(v, &end);
+        const double lo = k == RUN_BUCKET_MB ? 1.0 / 1024 : 1, hi = k == RUN_BUCKET_MB ? 65536 : 604800;
+        if (end == v || *end || errno || !(x >= lo && x <= hi))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v, "%s",
+                           k == RUN_BUCKET_MB ? "expected MiB from 1/1024 to 65536: the most gradient data one "
+                                                "all-reduce carries (PyTorch DDP's bucket_cap_mb, 25)"
+                                              : "expected seconds from 1 to 604800: the longest a collective may "
+                                                "wait for the other ranks before the job is stopped");
+        *(k == RUN_BUCKET_MB ? &cfg->bucket_mb : &cfg->collective_timeout) = x;
+        return TR_OK;
+    }
+    case RUN_CHECK_EVERY:
+        if (!parse_int(v, 0, 1000000, &i64, &why))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                           "expected steps from 0 to 1000000 between checks that every rank holds the same trained "
+                           "weights (0: never) (%s)", why);
+        cfg->check_every = i64;
+        return TR_OK;
     case RUN_KEY_COUNT:
         break;
     }
@@ -500,7 +535,7 @@ static int run_key(struct ini_state *st, const char *key, const char *v) {
     return fail_kv(st, TR_ERR_NOT_FOUND, "run", key, v,
                    "unknown key (expected one of model, preset, task, backends, device, dtype, batch, seq_len, "
                    "steps, warmup, seed, weights, math, threads, tolerance, inputs, reference, missing, schedule, isolate, "
-                   "backend_timeout)");
+                   "backend_timeout, parallel, bucket_mb, collective_timeout, check_every)");
 }
 
 static int plugins_key(struct ini_state *st, const char *key, const char *v) {

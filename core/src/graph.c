@@ -600,6 +600,15 @@ int tr_timestep_embedding(struct tr_graph *g, int t, int dim, int flip_sin_to_co
     return node1(g, TR_OP_TIMESTEP_EMBEDDING, t, &at);
 }
 
+int tr_allreduce(struct tr_graph *g, int x, int ranks, int bucket, float scale) {
+    struct tr_attrs at = attrs0();
+    at.ints[0] = ranks;
+    at.ints[1] = bucket;
+    at.n_ints = 2;
+    at.floats[0] = scale;
+    return node1(g, TR_OP_ALLREDUCE, x, &at);
+}
+
 int tr_broadcast(struct tr_graph *g, int x, int ndim, const int64_t *shape) {
     struct tr_attrs at = attrs0();
     if (ndim < 0 || ndim > TR_ATTR_INTS || (ndim > 0 && !shape)) {

@@ -145,6 +145,10 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
         fprintf(f, " beta1=%g beta2=%g eps=%g wd=%g", (double)a->floats[0], (double)a->floats[1],
                 (double)a->floats[2], (double)a->floats[3]);
         break;
+    case TR_OP_ALLREDUCE:
+        fprintf(f, " ranks=%lld bucket=%lld scale=%g", (long long)a->ints[0], (long long)a->ints[1],
+                (double)a->floats[0]);
+        break;
     default:
         break;
     }

@@ -870,6 +870,21 @@ static int infer_timestep_embedding(struct ctx *c, const struct arg *t, struct t
     return TR_OK;
 }
 
+/* ALLREDUCE x: f32, like x; the rank count the graph is for is at least 1. */
+static int infer_allreduce(struct ctx *c, const struct arg *x, const struct tr_attrs *at, int *dt, int *nd,
+                           int64_t *sh) {
+    if (x->dt != TR_DTYPE_F32)
+        return refuse(c, TR_ERR_SHAPE, "x is %s, expected f32 (a lower precision is cast to f32 first)", x->str);
+    if (at->ints[0] < 1 || at->ints[0] > (1 << 20))
+        return refuse(c, TR_ERR_INVALID, "ranks ints[0]=%lld, expected 1 to 2^20", (long long)at->ints[0]);
+    if (!isfinite(at->floats[0]))
+        return refuse(c, TR_ERR_INVALID, "scale %g, expected a finite number", (double)at->floats[0]);
+    *dt = x->dt;
+    *nd = x->nd;
+    memcpy(sh, x->sh, sizeof(int64_t) * (size_t)x->nd);
+    return TR_OK;
+}
+
 int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *in, struct tr_attrs *attrs,
                         int *dtype, int *ndim, int64_t *shape, char *msg, size_t msg_size) {
     struct ctx c = {msg, msg_size};
@@ -965,6 +980,8 @@ int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *i
         return infer_group_norm(&c, op, a, attrs, dtype, ndim, shape);
     case TR_OP_TIMESTEP_EMBEDDING:
         return infer_timestep_embedding(&c, &a[0], attrs, dtype, ndim, shape);
+    case TR_OP_ALLREDUCE:
+        return infer_allreduce(&c, &a[0], attrs, dtype, ndim, shape);
     default:
         return refuse(&c, TR_ERR_UNSUPPORTED, "no shape rule for op %d", op);
     }

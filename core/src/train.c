@@ -87,6 +87,85 @@ static int add_master(struct tr_graph *g, int p, int *m, struct tr_error *err) {
     return tr_graph_status(g, err);
 }
 
+static int64_t numel_of(const struct tr_graph *g, int id) {
+    return tr_shape_numel(tr_node_ndim(g, id), tr_node_shape(g, id));
+}
+
+static const int *sort_grads; /* qsort's context: gradients compare by node id */
+static int by_readiness(const void *a, const void *b) {
+    int x = sort_grads[*(const int *)a], y = sort_grads[*(const int *)b];
+    return (x > y) - (x < y);
+}
+
+int tr_train_dp_plan(const struct tr_graph *g, int n, const int *grads, double bucket_bytes, int *order,
+                     int *bucket_of) {
+    for (int i = 0; i < n; i++) order[i] = i;
+    sort_grads = grads;
+    qsort(order, (size_t)n, sizeof *order, by_readiness);
+    int buckets = 0;
+    double in_bucket = 0;
+    for (int k = 0; k < n; k++) {
+        const double bytes = 4.0 * (double)numel_of(g, grads[order[k]]);
+        if (k == 0 || (in_bucket > 0 && in_bucket + bytes > bucket_bytes)) buckets++, in_bucket = 0;
+        bucket_of[order[k]] = buckets - 1;
+        in_bucket += bytes;
+    }
+    return buckets;
+}
+
+/* One flat f32 vector of the 1-D xs[0..n), by CONCATs of at most 8 (a bound kernel call
+ * holds 8 inputs), in a tree. */
+static int concat_tree(struct tr_graph *g, int n, int *xs) {
+    while (n > 1) {
+        int m = 0;
+        for (int i = 0; i < n; i += 8) {
+            const int k = n - i < 8 ? n - i : 8;
+            xs[m++] = k == 1 ? xs[i] : tr_concat(g, k, xs + i, 0);
+        }
+        n = m;
+    }
+    return xs[0];
+}
+
+/* Every gradient g[i] (any float dtype) replaced by the global batch's: per bucket the
+ * gradients flattened into one f32 vector, scaled by this rank's share (the INPUT share),
+ * summed over the ranks (ALLREDUCE), and cut back into their shapes and dtypes. The share
+ * makes it exact for a loss that is a mean over a count that differs between the shards
+ * (tokens that are not padding): the global loss is Σ_r share_r · loss_r. */
+static int dp_average(struct tr_graph *g, int n, int *grads, int share, const struct tr_train_config *c,
+                      struct tr_error *err) {
+    int *order = calloc((size_t)n, sizeof *order), *bucket_of = calloc((size_t)n, sizeof *bucket_of);
+    int *flat = calloc((size_t)n, sizeof *flat);
+    int rc = TR_OK;
+    if (!order || !bucket_of || !flat) rc = tr_error_set(err, TR_ERR_NOMEM, "data parallel: out of memory");
+    const int buckets = rc ? 0 : tr_train_dp_plan(g, n, grads, c->bucket_bytes, order, bucket_of);
+    for (int b = 0, k = 0; b < buckets; b++) {
+        const int first = k;
+        int m = 0;
+        for (; k < n && bucket_of[order[k]] == b; k++) {
+            int x = grads[order[k]];
+            if (tr_node_dtype(g, x) != TR_DTYPE_F32) x = tr_cast(g, x, TR_DTYPE_F32);
+            const int64_t len[1] = {numel_of(g, x)};
+            flat[m++] = tr_reshape(g, x, 1, len);
+        }
+        const int red = tr_allreduce(g, tr_mul(g, concat_tree(g, m, flat), share), (int)c->dp_ranks, b, 1.0f);
+        int64_t off = 0;
+        for (int j = first; j < k; j++) {
+            const int i = order[j], x = grads[i];
+            const int64_t len = numel_of(g, x);
+            int piece = m == 1 ? red : tr_slice(g, red, 0, off, off + len, 1);
+            piece = tr_reshape(g, piece, tr_node_ndim(g, x), tr_node_shape(g, x));
+            if (tr_node_dtype(g, x) != TR_DTYPE_F32) piece = tr_cast(g, piece, (enum tr_dtype)tr_node_dtype(g, x));
+            grads[i] = piece;
+            off += len;
+        }
+    }
+    free(order);
+    free(bucket_of);
+    free(flat);
+    return rc ? rc : tr_graph_status(g, err);
+}
+
 int tr_train_build(struct tr_graph *g, int loss, int n, const int *params, const struct tr_train_config *c,
                    struct tr_train_step *ts, struct tr_error *err) {
     if (!g || !params || !c || !ts) return tr_error_set(err, TR_ERR_INVALID, "train: NULL argument");
@@ -130,6 +209,18 @@ int tr_train_build(struct tr_graph *g, int loss, int n, const int *params, const
         }
     }
     if ((rc = tr_graph_status(g, err)) != TR_OK) goto done;
+    int out_loss = loss;
+    ts->model_loss = loss;
+    ts->dp_share = -1;
+    if (c->dp_ranks > 1) {
+        /* every rank steps with the same global gradient, and reports the global loss */
+        ts->dp_share = tr_input(g, "dp_share", TR_DTYPE_F32, 0, scalar);
+        if ((rc = dp_average(g, n, opt_g, ts->dp_share, c, err)) != TR_OK) goto done;
+        const int64_t one[1] = {1};
+        out_loss = tr_reshape(g, tr_allreduce(g, tr_reshape(g, tr_mul(g, loss, ts->dp_share), 1, one),
+                                              (int)c->dp_ranks, -1, 1.0f), 0, one);
+        if ((rc = tr_graph_status(g, err)) != TR_OK) goto done;
+    }
     if (adamw) {
         struct tr_adamw hp = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay};
         rc = tr_adamw(g, &hp, n, opt_p, opt_g, ts->lr, ts->step, up, err);
@@ -151,8 +242,8 @@ int tr_train_build(struct tr_graph *g, int loss, int n, const int *params, const
             ts->n_updated++;
         }
     }
-    tr_graph_set_output(g, loss, "loss");
-    ts->loss = loss;
+    tr_graph_set_output(g, out_loss, "loss");
+    ts->loss = out_loss;
     rc = tr_graph_status(g, err);
 done:
     free(grads);

@@ -25,9 +25,11 @@
  *   tiny        struct_size 8: the version fields and not one slot, though it claims
  *               this header's whole vtable
  * The runner's isolation tests (tests/cli.sh), in fault_plugins/:
- *   faulty      as good, but misbehaves on request: [backend.faulty] fault = segv | abort |
- *               exit | hang at execute number at_step, or init_segv in init; with
- *               TP_FAULTY_LOAD=segv | exit in the environment, its constructor does
+ *   faulty      as good, but trains (it writes the graph's updates back, TR_CAP_TRAINING)
+ *               and misbehaves on request: [backend.faulty] fault = segv | abort | exit |
+ *               hang at execute number at_step, perturb (one bit of its trained state
+ *               flipped after that step), or init_segv in init; rank = N: only as MPI rank
+ *               N; with TP_FAULTY_LOAD=segv | exit in the environment, its constructor does
  * Built by tests/test_install.sh against an installed trident (not here):
  *   replay      as good, but its first output is replaced by the numbers of the text
  *               file `values = PATH` (an option): what another program printed, which
@@ -90,7 +92,7 @@
 #if defined(TP_VARIANT_REPLAY)
 #define TP_KEYS "mode, values"
 #elif defined(TP_VARIANT_FAULTY)
-#define TP_KEYS "mode, fault, at_step"
+#define TP_KEYS "mode, fault, at_step, rank"
 #else
 #define TP_KEYS "mode"
 #endif
@@ -116,6 +118,7 @@ struct tp_context {
      * init, before anything) */
     char fault[16];
     int at_step, steps;
+    int only_rank;              /* rank = N: misbehave only as MPI rank N (-1: every rank) */
 #endif
 #if defined(TP_VARIANT_REPLAY)
     float values[TP_REPLAY_MAX];
@@ -161,7 +164,7 @@ static int tp_init(const struct tr_host_api *h, const struct tr_backend_params *
     __attribute__((unused)) const struct tr_option *values = NULL;
 #if defined(TP_VARIANT_FAULTY)
     char fault[16] = "";
-    int at_step = 1;
+    int at_step = 1, only_rank = -1;
 #endif
     for (int i = 0; i < params->n_options; i++) {
         const struct tr_option *o = &params->options[i];
@@ -180,6 +183,8 @@ static int tp_init(const struct tr_host_api *h, const struct tr_backend_params *
             snprintf(fault, sizeof fault, "%s", o->value);
         } else if (strcmp(o->key, "at_step") == 0) {
             at_step = atoi(o->value);
+        } else if (strcmp(o->key, "rank") == 0) {
+            only_rank = atoi(o->value);
 #endif
         } else {
             return h->error_set(err, TR_ERR_INVALID, "%s:%d: [backend." TP_NAME "] unknown key '%s' (known: " TP_KEYS ")",
@@ -196,6 +201,7 @@ static int tp_init(const struct tr_host_api *h, const struct tr_backend_params *
 #if defined(TP_VARIANT_FAULTY)
     snprintf(c->fault, sizeof c->fault, "%s", fault);
     c->at_step = at_step;
+    c->only_rank = only_rank;
 #endif
 #if defined(TP_VARIANT_REPLAY)
     int vrc = read_values(h, values, c, err);
@@ -316,7 +322,9 @@ __attribute__((unused)) static int tp_execute(void *ctx, void *prog, int n_input
     tr_graph_t g = p->g;
     p->kernel_calls = 0;
 #if defined(TP_VARIANT_FAULTY)
-    if (++c->steps == c->at_step) {
+    const char *rank_env = getenv("OMPI_COMM_WORLD_RANK");
+    const int my_rank = rank_env ? atoi(rank_env) : 0, mine = c->only_rank < 0 || c->only_rank == my_rank;
+    if (++c->steps == c->at_step && mine) {
         if (strcmp(c->fault, "segv") == 0) raise(SIGSEGV);
         if (strcmp(c->fault, "abort") == 0) abort();
         if (strcmp(c->fault, "exit") == 0) _exit(0);
@@ -351,6 +359,20 @@ __attribute__((unused)) static int tp_execute(void *ctx, void *prog, int n_input
             host->kernels_to_host(c->k, outputs[i].data, node_value(p, id, n_inputs, inputs), node_bytes(g, id), err);
         if (rc != TR_OK) return rc;
     }
+#if defined(TP_VARIANT_FAULTY)
+    /* a training step (the faulty variant trains, for the data-parallel tests): every
+     * update's value into its PARAM's host memory, after every node read the old ones */
+    for (int u = 0; tr_host_api_has_updates(host) && u < host->graph_n_updates(g); u++) {
+        const int pa = host->graph_update_param(g, u), v = host->graph_update_value(g, u);
+        memcpy((void *)host->node_data(g, pa), node_value(p, v, n_inputs, inputs), node_bytes(g, pa));
+    }
+    /* perturb: this rank's trained state drifts from the others' by one ulp of one value */
+    if (c->steps == c->at_step && mine && strcmp(c->fault, "perturb") == 0 && tr_host_api_has_updates(host) &&
+        host->graph_n_updates(g) > 0) {
+        uint32_t *w = (uint32_t *)(void *)host->node_data(g, host->graph_update_param(g, 0));
+        w[0] ^= 1u;
+    }
+#endif
 #if defined(TP_VARIANT_WRONG)
     /* A backend that runs but computes a wrong number: its first f32 output is 1% off,
      * which the harness's agreement check must catch. */
@@ -392,10 +414,15 @@ static int tp_get_stats(void *ctx, void *prog, struct tr_backend_stats *st, stru
 /* ---- the vtable of each variant ---- */
 
 /* Every slot written, so each variant shows its whole contract; a variant differs from
- * good only in the arguments it passes here. */
+ * good only in the arguments it passes here (and faulty in that it trains). */
+#if defined(TP_VARIANT_FAULTY)
+#define TP_CAPS (TR_CAP_CPU | TR_CAP_F32 | TR_CAP_TRAINING)
+#else
+#define TP_CAPS (TR_CAP_CPU | TR_CAP_F32)
+#endif
 #define TP_VTABLE_INIT(size, version, name_, supports_op_, execute_)                                     \
     .struct_size = (size), .abi_version = (version), .name = (name_),                                    \
-    .description = "loader test plugin (" TP_NAME ")", .caps = TR_CAP_CPU | TR_CAP_F32, .init = tp_init, \
+    .description = "loader test plugin (" TP_NAME ")", .caps = TP_CAPS, .init = tp_init,                \
     .free = tp_free, .supports_op = (supports_op_), .compile = tp_compile, .execute = (execute_),        \
     .program_free = tp_program_free, .get_stats = tp_get_stats
 

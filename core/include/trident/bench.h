@@ -74,6 +74,10 @@ struct tr_bench_row {
     double ref_rel_diff;        /* the largest ‖out − ref‖/‖ref‖ of them */
     int ref_agrees;             /* within the tolerance */
     char ref_worst[192];        /* "logits[3,17]: 0.51234 vs 0.51301 (of 'logits', 2.1e-07)" */
+    /* data parallel: this rank's time in collectives per timed step, and how many times every
+     * rank's trained state was found the same */
+    double comm_ms;
+    int64_t weight_checks;
 };
 
 /* A row is noisy when its p90 is more than this many times its median: some steps were
@@ -104,6 +108,9 @@ struct tr_bench_report {
     int interrupted;            /* the run was stopped before every backend ran (Ctrl-C) */
     char schedule[16];          /* how the timed steps ran: "interleaved" or "sequential" */
     char isolation[80];         /* "each in its own process", or why in one */
+    int ranks;                  /* data parallel: processes (1: one); batch is the global batch */
+    int64_t check_every;        /* data parallel: steps between the checks of the trained state */
+    double bucket_mb;
     uint64_t param_count, param_bytes;
     double flops_per_step;
     int n_nodes;
@@ -173,6 +180,10 @@ struct tr_bench_opts {
     const char *const *out_paths;   /* paths the caller writes after the run (--json, --report
                                        files): checked writable before any backend runs */
     int n_out_paths;
+    /* A data-parallel run's communicator (kernels.h; trident/comm_mpi.h makes one from MPI),
+     * of cfg->ranks processes: each runs this on its share of the batch, the gradients
+     * averaged by the graph's ALLREDUCE nodes. NULL: one process. */
+    const struct tr_comm *comm;
 };
 
 /* tr_bench_run with opts (NULL: none). Before any backend runs, every listed backend is

@@ -10,7 +10,8 @@
  *                      names), reference (a safetensors file of outputs every backend is
  *                      compared with), missing (error or seed: what to do with tensors
  *                      a weights file lacks), schedule (interleaved or sequential),
- *                      isolate (on: each backend in a child process; off), backend_timeout
+ *                      isolate (on: each backend in a child process; off), backend_timeout,
+ *                      parallel (none | data), bucket_mb, collective_timeout, check_every
  *   [plugins]          path (a directory searched first for backends; relative to the
  *                      INI file's directory)
  *   [backend.NAME]     options handed to that backend as key/value pairs; the plugin
@@ -40,6 +41,8 @@ extern "C" {
 #define TR_CONFIG_MAX_KV 64
 #define TR_CONFIG_STR 256
 #define TR_CONFIG_PATH 1024
+
+enum tr_parallel { TR_PARALLEL_NONE = 0, TR_PARALLEL_DATA = 1 };
 
 /* How the backends take their timed steps (bench.h). */
 enum tr_schedule { TR_SCHEDULE_DEFAULT = 0, TR_SCHEDULE_INTERLEAVED = 1, TR_SCHEDULE_SEQUENTIAL = 2 };
@@ -99,6 +102,16 @@ struct tr_config {
                                    process; 0 in this one */
     double backend_timeout;     /* [run] backend_timeout, seconds a backend may take to answer
                                    one command (load+compile+warm-up, a step, the finish) */
+    /* Data parallelism (docs/parallel.md) */
+    int parallel;               /* [run] parallel: TR_PARALLEL_NONE, or TR_PARALLEL_DATA */
+    double bucket_mb;           /* [run] bucket_mb: gradients per all-reduce, MiB (25) */
+    double collective_timeout;  /* [run] collective_timeout: seconds a collective may wait (60) */
+    int64_t check_every;        /* [run] check_every: steps between checks that every rank holds
+                                   the same trained weights (10; 0 never) */
+    int ranks, rank;            /* not keys: the processes of the run and this one's, set by the
+                                   program that started them (MPI's world); 1 and 0 otherwise */
+    int device_index;           /* not a key: this process's device (data parallel on cuda: its
+                                   rank among the ranks on its host); 0 otherwise */
 
     /* [plugins] */
     char plugin_path[TR_CONFIG_PATH]; /* resolved against dir; "" when not set */

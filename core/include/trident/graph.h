@@ -112,6 +112,8 @@ int tr_broadcast(struct tr_graph *g, int x, int ndim, const int64_t *shape);
 int tr_upsample_nearest(struct tr_graph *g, int x, int factor);
 /* t (N) -> (N, dim) sinusoidal features (ops.h TIMESTEP_EMBEDDING; max_period 0: 10000). */
 int tr_timestep_embedding(struct tr_graph *g, int t, int dim, int flip_sin_to_cos, float shift, float max_period);
+/* ALLREDUCE (ops.h): x summed over `ranks` processes, times scale; bucket names it. */
+int tr_allreduce(struct tr_graph *g, int x, int ranks, int bucket, float scale);
 
 /* Generic form used by the above (and by passes that copy nodes): checks arity, infers
  * dtype and shape, names the node. */

@@ -37,6 +37,12 @@ struct tr_train_config {
     double weight_decay;        /* 0.01 (AdamW: decoupled; SGD: added to the gradient) */
     double momentum;            /* SGD: 0.9 */
     int master_weights;         /* 1: f32 masters for bf16/f16 params */
+    /* Data parallelism (not [train] keys: the run's, [run] parallel): dp_ranks > 1 averages
+     * every gradient over that many processes before the optimizer, in buckets of at most
+     * bucket_bytes (a larger gradient is a bucket alone), and the loss output is the
+     * ranks' mean. 1: one process, the step as it was. */
+    int64_t dp_ranks;
+    double bucket_bytes;
 };
 
 void tr_train_config_defaults(struct tr_train_config *c);
@@ -51,7 +57,21 @@ struct tr_train_step {
     int n_masters;
     int *master, *master_of;    /* f32 master PARAM, and the param it shadows */
     int n_updated;              /* params the graph updates: trained + states + masters */
+    int model_loss;             /* the model's own loss node (loss is its ranks' sum under dp) */
+    /* data parallel: the INPUT "dp_share" (0-d f32), this rank's share of the global loss
+     * (its loss terms over every rank's: 1/ranks when the shards count alike), fed by the
+     * harness; each gradient and the loss are scaled by it before they are summed over the
+     * ranks. -1 in one process. */
+    int dp_share;
 };
+
+/* Data parallelism's buckets: the gradients grads[0..n) by when the backward pass makes
+ * them (node id ascending: the last layer's first, as PyTorch DDP buckets parameters in
+ * reverse), order[k] the index of the k-th, cut into buckets of at most bucket_bytes
+ * (f32 bytes; a larger gradient is a bucket alone); bucket_of[i] is gradient i's bucket.
+ * Returns the number of buckets (0 for n = 0). */
+int tr_train_dp_plan(const struct tr_graph *g, int n, const int *grads, double bucket_bytes, int *order,
+                     int *bucket_of);
 
 /* Appends the step to g (see above). params: the n PARAMs to train, in any order. */
 int tr_train_build(struct tr_graph *g, int loss, int n, const int *params, const struct tr_train_config *c,

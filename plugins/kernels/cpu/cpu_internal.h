@@ -287,6 +287,9 @@ int tr_cpu_update_slice_shapes(const struct tr_tensor *x, const struct tr_tensor
 int tr_cpu_update_slice_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
                                const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
 int tr_cpu_update_slice_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cpu_allreduce_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
+                            const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+int tr_cpu_allreduce_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
 
 /* ---- matmul bound (matmul.c) ----
  * Every check tr_k_matmul makes, then a oneDNN primitive created for the call (owned by

@@ -374,6 +374,8 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
         return pick(r, tr_cpu_attention_rel_invoke, tr_cpu_attention_rel_bind, NULL);
     case TR_OP_ATTENTION_REL_GRAD:
         return pick(r, tr_cpu_attention_rel_grad_invoke, NULL, bound_invoke);
+    case TR_OP_ALLREDUCE:
+        return pick(r, tr_cpu_allreduce_invoke, tr_cpu_allreduce_bind, NULL);
     default: return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: op %s has no cpu kernel", fn, tr_op_name(op));
     }
 }
@@ -395,6 +397,8 @@ int tr_kernels_supports(int op, int dtype) {
         return tr_dtype_size((enum tr_dtype)dtype) != 0;
     case TR_OP_UPDATE_SLICE:
         return dtype != TR_DTYPE_I64 && tr_dtype_size((enum tr_dtype)dtype) != 0;
+    case TR_OP_ALLREDUCE:
+        return dtype == TR_DTYPE_F32;
     default:
         return dtype == TR_DTYPE_F32 || dtype == TR_DTYPE_BF16 || dtype == TR_DTYPE_F16;
     }

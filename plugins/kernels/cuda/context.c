@@ -55,6 +55,7 @@ void tr_cuda_ctx_free(struct tr_kernels *k) {
     struct tr_cuda_ctx *c = k->cuda;
     if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
+    tr_cuda_nccl_free(c);
     tr_cuda_plan_cache_free(c->gemm_plans);
     if (c->curand) curandDestroyGenerator((curandGenerator_t)c->curand);
     if (c->lt) cublasLtDestroy((cublasLtHandle_t)c->lt);

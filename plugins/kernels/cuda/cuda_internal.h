@@ -41,7 +41,13 @@ struct tr_cuda_ctx {
      * every check and reserve their scratch, and TR_CU_LAUNCH queues nothing. The GEMMs'
      * math (TF32 or strict f32) is the struct tr_kernels' math (tr_kernels_set_math). */
     int dry;
+    void *nccl;                   /* ncclComm_t, made at the first ALLREDUCE (collective.c) */
 };
+
+/* ALLREDUCE (collective.c), and its NCCL communicator's end (at the context's). */
+int tr_cuda_run_allreduce(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *x,
+                          struct tr_tensor *out, struct tr_error *err);
+void tr_cuda_nccl_free(struct tr_cuda_ctx *c);
 
 /* A launch (or any other stream work) of a run path: skipped while the context is dry. */
 #define TR_CU_LAUNCH(c, launch) ((c)->dry ? TR_OK : (launch))

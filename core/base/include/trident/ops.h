@@ -138,6 +138,13 @@
  *                floats[0] as ATTENTION_REL's. drel_h[i, a] = Σ over the keys of row a
  *                of dS_ij, drel_w[i, b] = Σ over the keys of column b (dS the scores'
  *                gradient).
+ *
+ *   Data parallelism (several processes; kernels.h's struct tr_comm):
+ *   ALLREDUCE    x (f32, any shape) -> Σ over the ranks of x, times floats[0] (1/ranks for
+ *                the mean), the same bits on every rank. ints[0] = the ranks the graph was
+ *                built for (run under another count, it is refused), ints[1] = its bucket's
+ *                index (for messages). Without a communicator and with ints[0] = 1 it is
+ *                x·floats[0]. No gradient (the training step's last word before the optimizer).
  */
 #ifndef TRIDENT_OPS_H
 #define TRIDENT_OPS_H
@@ -206,7 +213,8 @@ extern "C" {
     X(GROUP_NORM_GRAD_GAMMA, "group_norm_grad_gamma", 2) \
     X(TIMESTEP_EMBEDDING, "timestep_embedding", 1) \
     X(ATTENTION_REL, "attention_rel", 5) \
-    X(ATTENTION_REL_GRAD, "attention_rel_grad", 6)
+    X(ATTENTION_REL_GRAD, "attention_rel_grad", 6) \
+    X(ALLREDUCE,  "allreduce",   1)
 
 enum tr_op {
 #define TR_OP_ENUM_(name, str, n) TR_OP_##name,

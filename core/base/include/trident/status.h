@@ -28,6 +28,7 @@ enum tr_status {
     TR_ERR_NUMERIC = 10,     /* NaN/Inf, or outputs that disagree beyond tolerance */
     TR_ERR_INTERNAL = 11,    /* a broken invariant: a bug in trident */
     TR_ERR_INTERRUPTED = 12, /* stopped on request (Ctrl-C) before the work was done */
+    TR_ERR_COMM = 13,        /* a collective across the ranks of a data-parallel run failed */
 };
 
 #define TR_ERROR_MSG_MAX 1024

@@ -285,6 +285,13 @@ int tr_cuda_k_adamw_step(struct tr_kernels *k, const struct tr_tensor *param, co
     return tr_cuda_run(k, TR_OP_ADAMW_STEP, &at, 5, in, out, err);
 }
 
+int tr_cuda_k_allreduce(struct tr_kernels *k, const struct tr_tensor *x, int64_t ranks, int64_t bucket, float scale,
+                        struct tr_tensor *out, struct tr_error *err) {
+    NEED("allreduce", x, out);
+    struct tr_attrs at = {.ints = {ranks, bucket}, .floats = {scale}, .n_ints = 2};
+    return tr_cuda_run(k, TR_OP_ALLREDUCE, &at, 1, x, out, err);
+}
+
 /* ---- decoder LLM kernels ---- */
 
 int tr_cuda_k_rms_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *w, float eps,

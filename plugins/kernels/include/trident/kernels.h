@@ -319,6 +319,34 @@ int tr_k_adamw_step(struct tr_kernels *k, const struct tr_tensor *param, const s
                     const struct tr_tensor *v, const struct tr_tensor *lr, const struct tr_tensor *step, float beta1,
                     float beta2, float eps, float weight_decay, struct tr_tensor *out, struct tr_error *err);
 
+/* ---- collectives (data parallelism) ----
+ * The processes of a data-parallel run, as the host set them up (trident/comm_mpi.h makes
+ * one from MPI). ALLREDUCE (ops.h) runs through the one set here: a process has one at a
+ * time, set before any backend runs and unset (NULL) after. */
+struct tr_comm {
+    int rank, size;
+    void *user;
+    /* buf's n f32 summed over every rank, in place, the same bits on every rank; tag names
+     * the collective in a message (ALLREDUCE's bucket). */
+    int (*allreduce_f32)(void *user, float *buf, int64_t n, int tag, struct tr_error *err);
+    /* root's nbytes at buf copied into every rank's buf */
+    int (*bcast)(void *user, void *buf, size_t nbytes, int root, struct tr_error *err);
+    /* every rank's nbytes at mine, into all (size × nbytes, in rank order) on every rank */
+    int (*allgather)(void *user, const void *mine, void *all, size_t nbytes, struct tr_error *err);
+    /* optional (NULL): what this rank is doing now ("torch, step 5"), named when a collective
+     * times out; the seconds spent in collectives so far */
+    void (*set_phase)(void *user, const char *what);
+    double (*seconds)(void *user);
+};
+void tr_kernels_set_comm(const struct tr_comm *c);
+const struct tr_comm *tr_kernels_get_comm(void);
+
+/* out = (Σ over the ranks of x) · scale, x and out f32 of one shape (out may be x).
+ * ranks: what the caller's graph was built for, checked against the communicator's size
+ * (no communicator: 1 rank). bucket: the tag of the collective. */
+int tr_k_allreduce(struct tr_kernels *k, const struct tr_tensor *x, int64_t ranks, int64_t bucket, float scale,
+                   struct tr_tensor *out, struct tr_error *err);
+
 #ifdef __cplusplus
 }
 #endif

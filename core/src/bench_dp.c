@@ -1,0 +1,181 @@
+/* A data-parallel run's part of the harness (bench_dp.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bench_dp.h"
+#include "bench_io.h"
+#include "bench_util.h"
+#include "trident/kernels.h"
+
+int tr_dp_begin(struct tr_dp *dp, const struct tr_config *cfg, const struct tr_comm *comm, const struct tr_graph *g,
+                struct tr_error *err) {
+    memset(dp, 0, sizeof *dp);
+    const int have = comm ? comm->size : 1;
+    if (cfg->ranks != have)
+        return tr_error_set(err, TR_ERR_INVALID, "data parallel: the config is for %d ranks and the communicator has "
+                            "%d (the program sets [run]'s ranks from MPI)", cfg->ranks, have);
+    if (!comm || comm->size < 2) return TR_OK;
+    dp->comm = comm;
+    dp->on = 1;
+    dp->g = g;
+    dp->check_every = cfg->check_every;
+    dp->check_weights = cfg->check_every > 0 && cfg->device_type == TR_DEVICE_CPU;
+    dp->n_upd = tr_graph_n_updates(g);
+    dp->mine = calloc((size_t)dp->n_upd + 1, sizeof *dp->mine);
+    dp->all = calloc((size_t)(dp->n_upd + 1) * (size_t)comm->size, sizeof *dp->all);
+    if (!dp->mine || !dp->all) {
+        tr_dp_end(dp);
+        return tr_error_set(err, TR_ERR_NOMEM, "data parallel: out of memory");
+    }
+    tr_kernels_set_comm(comm);
+    return TR_OK;
+}
+
+void tr_dp_end(struct tr_dp *dp) {
+    if (dp->on) tr_kernels_set_comm(NULL);
+    free(dp->mine);
+    free(dp->all);
+    memset(dp, 0, sizeof *dp);
+}
+
+int tr_dp_shard_inputs(const struct tr_config *cfg, const struct tr_model_desc *const *models,
+                       const struct tr_task_graph *tg, struct tr_tensor *in, struct tr_error *err) {
+    /* the whole batch's graph, as one process builds it, for its inputs' shapes */
+    struct tr_config *one = malloc(sizeof *one);
+    if (!one) return tr_error_set(err, TR_ERR_NOMEM, "data parallel: out of memory");
+    *one = *cfg;
+    one->ranks = 1, one->rank = 0;
+    struct tr_task_graph whole;
+    struct tr_tensor *gin = NULL;
+    int rc = tr_task_graph_build(one, models, &whole, err);
+    const int n = tg->n_model_inputs;
+    if (!rc && whole.n_model_inputs != n)
+        rc = tr_error_set(err, TR_ERR_INTERNAL, "data parallel: %d model inputs on a rank, %d for the whole batch", n,
+                          whole.n_model_inputs);
+    if (!rc) rc = tr_bench_io_alloc(whole.graph, n, tr_graph_input, &gin, err);
+    if (!rc) rc = cfg->inputs[0] ? tr_bench_inputs_load(one, whole.graph, n, gin, err)
+                                 : whole.model->make_inputs(whole.config, &whole.opts, cfg->seed, n, gin, err);
+    for (int i = 0; !rc && i < n; i++) {
+        const struct tr_tensor *w = &gin[i];
+        struct tr_tensor *mine = &in[i];
+        const size_t bytes = tr_tensor_nbytes(mine);
+        int same = w->ndim == mine->ndim;
+        for (int d = 1; same && d < w->ndim; d++) same = w->shape[d] == mine->shape[d];
+        if (same && w->ndim > 0 && w->shape[0] == mine->shape[0] * cfg->ranks && w->shape[0] != mine->shape[0])
+            memcpy(mine->data, (const char *)w->data + (size_t)cfg->rank * bytes, bytes); /* rows of this rank */
+        else if (same && (w->ndim == 0 || w->shape[0] == mine->shape[0]))
+            memcpy(mine->data, w->data, bytes);
+        else
+            rc = tr_error_set(err, TR_ERR_INTERNAL, "data parallel: input '%s' is not split by the batch (%lld rows "
+                              "for the whole, %lld on a rank)", tr_node_name(tg->graph, tr_graph_input(tg->graph, i)),
+                              (long long)(w->ndim ? w->shape[0] : 0), (long long)(mine->ndim ? mine->shape[0] : 0));
+    }
+    if (gin) tr_bench_io_free(gin, n);
+    if (whole.model) tr_task_graph_free(&whole);
+    free(one);
+    return rc;
+}
+
+/* The terms of the model's loss on this rank: the labels a cross-entropy does not ignore,
+ * or -1 when the loss counts alike on every rank. */
+static double loss_terms(const struct tr_task_graph *tg, const struct tr_tensor *in) {
+    const struct tr_graph *g = tg->graph;
+    const int loss = tg->train.model_loss;
+    if (tr_node_op(g, loss) != TR_OP_CROSS_ENTROPY || !tr_node_attrs(g, loss)->ints[1]) return -1;
+    const int64_t ignore = tr_node_attrs(g, loss)->ints[0];
+    int lab = tr_node_input(g, loss, 1);
+    while (tr_node_op(g, lab) == TR_OP_RESHAPE) lab = tr_node_input(g, lab, 0);
+    for (int i = 0; i < tg->n_model_inputs; i++) {
+        if (tr_graph_input(g, i) != lab) continue;
+        double n = 0;
+        for (int64_t e = 0; e < tr_tensor_numel(&in[i]); e++) n += tr_tensor_get_f64(&in[i], e) != (double)ignore;
+        return n;
+    }
+    return -1;
+}
+
+int tr_dp_loss_share(struct tr_dp *dp, const struct tr_task_graph *tg, const struct tr_tensor *in, float *share,
+                     struct tr_error *err) {
+    if (!dp->on) return tr_error_set(err, TR_ERR_INTERNAL, "data parallel: no communicator for the loss share");
+    const struct tr_comm *c = dp->comm;
+    double mine = loss_terms(tg, in), *all = calloc((size_t)c->size, sizeof *all);
+    if (!all) return tr_error_set(err, TR_ERR_NOMEM, "data parallel: out of memory");
+    tr_dp_phase(dp, "the harness", "counting each rank's loss terms", 0);
+    int rc = c->allgather(c->user, &mine, all, sizeof mine, err);
+    double sum = 0;
+    int counted = 1;
+    for (int r = 0; !rc && r < c->size; r++) sum += all[r], counted &= all[r] >= 0;
+    free(all);
+    if (rc) return rc;
+    *share = counted && sum > 0 ? (float)(mine / sum) : (float)(1.0 / c->size);
+    return TR_OK;
+}
+
+void tr_dp_phase(struct tr_dp *dp, const char *label, const char *what, int64_t step) {
+    if (!dp->on || !dp->comm->set_phase) return;
+    char s[96];
+    if (step > 0) snprintf(s, sizeof s, "%s, %s %lld", label, what, (long long)step);
+    else snprintf(s, sizeof s, "%s, %s", label, what);
+    dp->comm->set_phase(dp->comm->user, s);
+}
+
+int tr_dp_step_status(struct tr_dp *dp, int rc, const char *label, int64_t step, struct tr_error *err) {
+    if (!dp->on) return rc;
+    const struct tr_comm *c = dp->comm;
+    if (rc && c->rank != 0) { /* rank 0 prints the table; this rank's reason is said here */
+        fprintf(stderr, "trident: rank %d: error: %s: %s\n", c->rank, label, err->msg);
+        fflush(stderr);
+    }
+    int32_t mine = rc, *all = calloc((size_t)c->size, sizeof *all);
+    if (!all) return tr_error_set(err, TR_ERR_NOMEM, "data parallel: out of memory");
+    struct tr_error e = {0};
+    int crc = c->allgather(c->user, &mine, all, sizeof mine, &e);
+    int failed = -1;
+    for (int r = 0; !crc && r < c->size && failed < 0; r++)
+        if (all[r]) failed = r;
+    free(all);
+    if (crc) return rc ? rc : (*err = e, crc);
+    if (rc || failed < 0) return rc;
+    if (step == 0)
+        return tr_error_set(err, TR_ERR_COMM, "its load and compile failed on rank %d (its error is on its stderr); "
+                            "every rank stops this backend", failed);
+    return tr_error_set(err, TR_ERR_COMM, "step %lld failed on rank %d (its error is on its stderr); every rank "
+                        "stops this backend", (long long)step, failed);
+}
+
+/* FNV-1a over the bytes: a difference in any bit shows (not a defence against anyone). */
+static uint64_t hash_bytes(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+int tr_dp_check_weights(struct tr_dp *dp, int64_t step, struct tr_error *err) {
+    if (!dp->on || !dp->check_weights) return TR_OK;
+    const struct tr_comm *c = dp->comm;
+    const struct tr_graph *g = dp->g;
+    for (int u = 0; u < dp->n_upd; u++) {
+        const int p = tr_graph_update_param(g, u);
+        struct tr_tensor t = tr_node_tensor(g, p);
+        const void *data = tr_node_data(g, p);
+        dp->mine[u] = data ? hash_bytes(data, tr_tensor_nbytes(&t)) : 0;
+    }
+    int rc = c->allgather(c->user, dp->mine, dp->all, sizeof *dp->mine * (size_t)dp->n_upd, err);
+    if (rc) return rc;
+    for (int u = 0; u < dp->n_upd; u++)
+        for (int r = 1; r < c->size; r++) {
+            const uint64_t a = dp->all[u], b = dp->all[(size_t)r * (size_t)dp->n_upd + (size_t)u];
+            if (a != b)
+                return tr_error_set(err, TR_ERR_NUMERIC, "after step %lld the ranks' trained state differs: '%s' "
+                                    "hashes to %016llx on rank 0 and %016llx on rank %d (the first of the %d states "
+                                    "the step writes that differs)", (long long)step,
+                                    tr_node_name(g, tr_graph_update_param(g, u)), (unsigned long long)a,
+                                    (unsigned long long)b, r, dp->n_upd);
+        }
+    return TR_OK;
+}
+
+double tr_dp_seconds(const struct tr_dp *dp) {
+    return dp->on && dp->comm->seconds ? dp->comm->seconds(dp->comm->user) : 0;
+}
