@@ -297,6 +297,19 @@ done
 if grep -Eq '^3 timed steps after 1 warm-up step.*interleaved' "$tmp/out"; then ok "the table says the schedule"; else bad "the table says the schedule"; fi
 ini twofit.ini "$(sed 's/^backends = .*/&\ntask = fit/' "$tmp/two.ini")"
 expect "--outputs of fit: each step's loss" 0 'each step.s loss' -- "$bin" run "$tmp/twofit.ini" --outputs "$tmp/of.safetensors"
+# A file of --outputs is a reference: each BACKEND/OUTPUT holds that backend, fit step by step.
+ini twofit_ref.ini "$(cat "$tmp/twofit.ini")
+reference = of.safetensors"
+expect "--outputs' file as a reference: the same run agrees" 0 'torch +ok +.loss. 0.00e\+00; worst element loss of step' -- \
+  "$bin" run "$tmp/twofit_ref.ini"
+ini twofit_lr.ini "$(cat "$tmp/twofit_ref.ini")
+[train]
+learning_rate = 0.05"
+expect "--outputs' file as a reference: another learning rate differs from step 2" 1 \
+  "'torch' differs from it: 'loss' [0-9.e+-]+; worst element loss of step [2-9]" -- "$bin" run "$tmp/twofit_lr.ini"
+ini twofit_jax.ini "$(sed 's/^backends = .*/backends = jax/' "$tmp/twofit_ref.ini")"
+expect "a reference of another backend's outputs is refused by name" 1 \
+  "tensor 'torch/loss' is for backend 'torch', which this run does not list" -- "$bin" run "$tmp/twofit_jax.ini"
 if grep -aq '"torch/loss":{"shape":\[4\],[^}]*"dtype":"F64"' "$tmp/of.safetensors"; then ok "fit loss series of 4 steps"; else bad "fit loss series of 4 steps"; fi
 # The reference: a batch and outputs made by transformers (tests/fixtures/make_reference.py).
 expect "every backend against transformers' outputs" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference/check.ini
