@@ -64,5 +64,10 @@ void tr_cli_parallel_close(struct tr_comm *comm);
  * run's JSON of the same model, task and global batch), the speed-up and the scaling
  * efficiency (speed-up / ranks). Returns 0, or 1 with the reason on stderr. */
 int tr_cli_print_scaling(const struct tr_bench_report *rep, const char *baseline, FILE *f);
+/* The same against a one-process run measured in this run (--scaling). */
+void tr_cli_print_scaling_run(const struct tr_bench_report *rep, const struct tr_bench_report *one_process, FILE *f);
+/* --scaling: every rank waits for rank 0's one-process run of the step (as long as cfg's
+ * backends may take), *status rank 0's status; rank 0 calls it when its run is done. */
+int tr_cli_parallel_wait_root(struct tr_comm *comm, const struct tr_config *cfg, int *status, struct tr_error *err);
 
 #endif

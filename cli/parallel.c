@@ -51,3 +51,19 @@ void tr_cli_parallel_close(struct tr_comm *comm) {
     (void)comm;
 #endif
 }
+
+int tr_cli_parallel_wait_root(struct tr_comm *comm, const struct tr_config *cfg, int *status, struct tr_error *err) {
+#ifdef TRIDENT_HAVE_MPI
+    int32_t st = *status;
+    /* rank 0 runs every backend's steps meanwhile: as long as its backends may take */
+    tr_comm_mpi_set_timeout(comm, cfg->collective_timeout + cfg->backend_timeout * cfg->n_backends);
+    if (comm->set_phase) comm->set_phase(comm->user, "waiting for rank 0's one-process run (--scaling)");
+    int rc = comm->bcast(comm->user, &st, sizeof st, 0, err);
+    tr_comm_mpi_set_timeout(comm, cfg->collective_timeout);
+    *status = st;
+    return rc;
+#else
+    (void)comm, (void)cfg, (void)status;
+    return tr_error_set(err, TR_ERR_UNSUPPORTED, "built without MPI");
+#endif
+}

@@ -273,6 +273,34 @@ int tr_cli_report(int argc, char **argv) {
     return 0;
 }
 
+/* The scaling table: each backend of rep (the ranks' run) against one[] (the one-process
+ * means by label, NAN where that backend did not run there), measured in `source`. */
+static void print_scaling(const struct tr_bench_report *rep, const char *source, const double *one, FILE *f) {
+    fprintf(f, "\nscaling against one process (%s): speed-up = its mean ms/step / this run's; efficiency = speed-up / "
+            "%d ranks\n%-24s %12s %12s %9s %11s\n", source, rep->ranks, "backend", "1 rank ms", "ranks ms",
+            "speed-up", "efficiency");
+    for (int i = 0; i < rep->n_rows; i++) {
+        const struct tr_bench_row *r = &rep->rows[i];
+        if (!r->ok || !(one[i] > 0) || !(r->mean_ms > 0)) {
+            fprintf(f, "%-24s %12s\n", r->label, "-");
+            continue;
+        }
+        const double up = one[i] / r->mean_ms;
+        fprintf(f, "%-24s %12.3f %12.3f %8.2fx %10.0f%%\n", r->label, one[i], r->mean_ms, up, 100.0 * up / rep->ranks);
+    }
+}
+
+void tr_cli_print_scaling_run(const struct tr_bench_report *rep, const struct tr_bench_report *one_process, FILE *f) {
+    double one[TR_BENCH_MAX_ROWS];
+    for (int i = 0; i < rep->n_rows; i++) {
+        one[i] = NAN;
+        for (int j = 0; j < one_process->n_rows; j++)
+            if (one_process->rows[j].ok && strcmp(one_process->rows[j].label, rep->rows[i].label) == 0)
+                one[i] = one_process->rows[j].mean_ms;
+    }
+    print_scaling(rep, "measured first, in this run", one, f);
+}
+
 int tr_cli_print_scaling(const struct tr_bench_report *rep, const char *baseline, FILE *f) {
     struct tr_error err = {0};
     cJSON *b = NULL;
@@ -299,19 +327,12 @@ int tr_cli_print_scaling(const struct tr_bench_report *rep, const char *baseline
         fprintf(stderr, "trident: error: %s\n", err.msg);
         return 1;
     }
-    fprintf(f, "\nscaling against one process (%s): speed-up = its mean ms/step / this run's; efficiency = speed-up / "
-            "%d ranks\n%-24s %12s %12s %9s %11s\n", baseline, rep->ranks, "backend", "1 rank ms", "ranks ms",
-            "speed-up", "efficiency");
+    double one[TR_BENCH_MAX_ROWS];
     for (int i = 0; i < rep->n_rows; i++) {
-        const struct tr_bench_row *r = &rep->rows[i];
-        const cJSON *o = find_row(b, r->label);
-        if (!r->ok || !o || !row_ok(o) || !(r->mean_ms > 0)) {
-            fprintf(f, "%-24s %12s\n", r->label, !o ? "(not in the baseline)" : "-");
-            continue;
-        }
-        const double one = num_of(o, "mean_ms"), up = one / r->mean_ms;
-        fprintf(f, "%-24s %12.3f %12.3f %8.2fx %10.0f%%\n", r->label, one, r->mean_ms, up, 100.0 * up / rep->ranks);
+        const cJSON *o = find_row(b, rep->rows[i].label);
+        one[i] = o && row_ok(o) ? num_of(o, "mean_ms") : NAN;
     }
+    print_scaling(rep, baseline, one, f);
     cJSON_Delete(b);
     return 0;
 }

@@ -2,7 +2,8 @@
  *
  *   trident run FILE.ini [--json OUT] [--outputs F] [--steps N]
  *                                                    run the task on every backend listed
- *   mpirun -np N trident run FIT.ini [--baseline J]  data-parallel fit: each rank on its share of the
+ *   mpirun -np N trident run FIT.ini [--baseline J | --scaling]
+ *                                                    data-parallel fit: each rank on its share of the
  *                                                    batch, gradients averaged (docs/parallel.md)
  *   trident run FILE.ini --check nodes              every node of one step of each backend against
  *                                                    the first's (check_nodes.h)
@@ -28,7 +29,7 @@
 
 static const char usage[] =
     "usage: trident run FILE.ini [--json OUT] [--report DIR [--log-scale]] [--outputs OUT.safetensors] [--steps N]\n"
-    "       mpirun -np N trident run FIT.ini [--baseline ONE_PROCESS.json] [...]   (data-parallel fit)\n"
+    "       mpirun -np N trident run FIT.ini [--baseline ONE_PROCESS.json | --scaling] [...]   (data-parallel fit)\n"
     "       trident run FILE.ini --check nodes\n"
     "       trident bench FILE.ini [--json OUT] [--report DIR [--log-scale]] [--outputs OUT.safetensors] [--steps N]\n"
     "       trident bench SUITE.ini [--rows NAME,PATTERN...] [--json OUT] [--report DIR [--log-scale]] [--steps N]\n"
@@ -74,12 +75,12 @@ static void on_sigint(int sig) {
 }
 
 static int run_one(struct tr_config *cfg, struct tr_comm *comm, const char *json, const char *outputs,
-                   const char *report, int log_scale, const char *baseline, int check_nodes);
+                   const char *report, int log_scale, const char *baseline, int scaling, int check_nodes);
 
 static int cmd_run(int argc, char **argv) {
     const char *ini = NULL, *json = NULL, *outputs = NULL, *report = NULL, *rows = NULL, *baseline = NULL;
     int64_t steps = 0;
-    int log_scale = 0, check_nodes = 0;
+    int log_scale = 0, check_nodes = 0, scaling = 0;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--check") == 0 && i + 1 < argc) {
             if (strcmp(argv[++i], "nodes") != 0) {
@@ -92,6 +93,7 @@ static int cmd_run(int argc, char **argv) {
         else if (strcmp(argv[i], "--report") == 0 && i + 1 < argc) report = argv[++i];
         else if (strcmp(argv[i], "--rows") == 0 && i + 1 < argc) rows = argv[++i];
         else if (strcmp(argv[i], "--baseline") == 0 && i + 1 < argc) baseline = argv[++i];
+        else if (strcmp(argv[i], "--scaling") == 0) scaling = 1;
         else if (strcmp(argv[i], "--log-scale") == 0) log_scale = 1;
         else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
             if (parse_count(argv[++i], &steps)) {
@@ -157,23 +159,56 @@ static int cmd_run(int argc, char **argv) {
         fprintf(stderr, "trident: --check nodes runs in one process, not under mpirun\n%s", usage);
         return 2;
     }
-    if (baseline && cfg.ranks < 2) {
+    if ((baseline || scaling) && cfg.ranks < 2) {
         tr_cli_parallel_close(comm);
-        fprintf(stderr, "trident: --baseline compares a data-parallel run (mpirun -np N) with a one-process one; "
-                "this run has one process\n%s", usage);
+        fprintf(stderr, "trident: --baseline and --scaling compare a data-parallel run (mpirun -np N) with one "
+                "process; this run has one process\n%s", usage);
         return 2;
     }
-    const int rc = run_one(&cfg, comm, json, outputs, report, log_scale, baseline, check_nodes);
+    if (baseline && scaling) {
+        tr_cli_parallel_close(comm);
+        fprintf(stderr, "trident: --baseline names a one-process run, --scaling measures one: give one of them\n%s",
+                usage);
+        return 2;
+    }
+    const int rc = run_one(&cfg, comm, json, outputs, report, log_scale, baseline, scaling, check_nodes);
     tr_cli_parallel_close(comm);
     return rc;
 }
 
 /* One run (every rank of a data-parallel one): the table, the JSON, the report and the
  * outputs from rank 0. */
+/* --scaling: the same step in one process (rank 0, on the whole batch) before the ranks
+ * run it; the other ranks wait. 1 when *one holds its rows. */
+static int measure_one_process(struct tr_config *cfg, struct tr_comm *comm, struct tr_bench_report *one) {
+    struct tr_error err = {0};
+    int status = TR_OK, have = 0;
+    if (cfg->rank == 0) {
+        struct tr_config *c1 = malloc(sizeof *c1);
+        if (!c1) {
+            status = tr_error_set(&err, TR_ERR_NOMEM, "--scaling: out of memory");
+        } else {
+            *c1 = *cfg;
+            c1->ranks = 1, c1->rank = 0, c1->isolate = 0; /* no fork in an MPI process */
+            fprintf(stderr, "trident: --scaling: the step in one process first, on the whole batch of %lld (the "
+                    "other %d rank%s wait)\n", (long long)cfg->batch, cfg->ranks - 1, cfg->ranks > 2 ? "s" : "");
+            const struct tr_bench_opts o = {0};
+            status = tr_bench_run_opts(c1, tr_builtin_models, &o, one, &err);
+            have = one->n_rows > 0;
+            if (status) fprintf(stderr, "trident: --scaling: the one-process run: %s\n", err.msg);
+            free(c1);
+        }
+    }
+    if (tr_cli_parallel_wait_root(comm, cfg, &status, &err)) fail(&err);
+    return have;
+}
+
 static int run_one(struct tr_config *cfg, struct tr_comm *comm, const char *json, const char *outputs,
-                   const char *report, int log_scale, const char *baseline, int check_nodes) {
+                   const char *report, int log_scale, const char *baseline, int scaling, int check_nodes) {
     struct tr_error err = {0};
     const int root = cfg->rank == 0;
+    static struct tr_bench_report one;
+    const int have_one = scaling && measure_one_process(cfg, comm, &one);
     if (!root) json = outputs = report = baseline = NULL;
     if (check_nodes) { /* every node of one step against the reference backend (check_nodes.h) */
         static struct tr_check_nodes_report crep;
@@ -207,6 +242,7 @@ static int run_one(struct tr_config *cfg, struct tr_comm *comm, const char *json
         tr_bench_print(&rep, stdout);
         tr_bench_print_reference(&rep, cfg, stdout);
         if (baseline) write_failed |= tr_cli_print_scaling(&rep, baseline, stdout);
+        if (have_one) tr_cli_print_scaling_run(&rep, &one, stdout);
     }
     /* A file that cannot be written is its own message; the run's error, if any, follows
      * (err is empty when the run itself went well: printing it gave an empty "error:" line). */

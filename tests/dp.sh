@@ -4,7 +4,8 @@
 #     one process on the same global batch ([run] reference = the one-process run's
 #     --outputs), and the trained state the same, bit for bit, on both ranks (checked by the
 #     run at step 10);
-#   - one table, from rank 0; --baseline gives the scaling against one process;
+#   - one table, from rank 0; --baseline (a one-process run's JSON) and --scaling (measured
+#     first in the same run) give the scaling against one process;
 #   - a rank that hangs: the other stops inside [run] collective_timeout, naming it;
 #   - a rank that dies: the job stops, the dead rank named;
 #   - a rank whose trained state drifts: the run fails naming the first state that differs.
@@ -80,6 +81,13 @@ preset = tiny"
 fit_pair gemma "model = gemma
 preset = tiny" "[model]
 lora_rank = 4"
+
+# --scaling: rank 0 measures the step in one process first, in the same run.
+expect "--scaling measures one process in the same run" 0 \
+  '^scaling against one process \(measured first, in this run\)' -- "${mpi[@]}" "$bin" run "$tmp/bert.ini" --scaling
+if grep -Eq '^tf +[0-9.]+ +[0-9.]+ +[0-9.]+x +[0-9]+%$' "$tmp/out"; then ok "--scaling: a row per backend"
+else bad "--scaling: a row per backend"; fi
+expect "--scaling in one process is refused" 2 'compare a data-parallel run' -- "$bin" run "$tmp/bert.ini" --scaling
 
 # Faults, through tests/plugins' faulty backend (it trains), misbehaving on rank 1 only.
 faulty=$(cd "$(dirname "$bin")" && pwd)/fault_plugins/libtrident_backend_faulty.so
