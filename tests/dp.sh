@@ -25,6 +25,9 @@ bad() { failed=$((failed + 1)); echo "FAIL $1"; sed 's/^/     | /' "$tmp/out" | 
 # MPI's own (its components are unloaded at MPI_Finalize, their frames unnamed): trident's
 # side of the transform is leak-checked without MPI by test_dp. SIGSEGV is left to its
 # default action, so that the dead rank's signal is what mpirun reports.
+# Open MPI's shared-memory transport copies between processes through CMA (process_vm_readv),
+# which a container's ptrace policy may forbid; plain copies always work.
+export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
 mpi=("$mpirun" -np 2 --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x XDG_CACHE_HOME
      -x "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0:handle_segv=0")
 
