@@ -23,7 +23,8 @@ int tr_dp_begin(struct tr_dp *dp, const struct tr_config *cfg, const struct tr_c
     dp->n_upd = tr_graph_n_updates(g);
     dp->mine = calloc((size_t)dp->n_upd + 1, sizeof *dp->mine);
     dp->all = calloc((size_t)(dp->n_upd + 1) * (size_t)comm->size, sizeof *dp->all);
-    if (!dp->mine || !dp->all) {
+    dp->status = calloc((size_t)comm->size, sizeof *dp->status);
+    if (!dp->mine || !dp->all || !dp->status) {
         tr_dp_end(dp);
         return tr_error_set(err, TR_ERR_NOMEM, "data parallel: out of memory");
     }
@@ -35,6 +36,7 @@ void tr_dp_end(struct tr_dp *dp) {
     if (dp->on) tr_kernels_set_comm(NULL);
     free(dp->mine);
     free(dp->all);
+    free(dp->status);
     memset(dp, 0, sizeof *dp);
 }
 
@@ -126,14 +128,12 @@ int tr_dp_step_status(struct tr_dp *dp, int rc, const char *label, int64_t step,
         fprintf(stderr, "trident: rank %d: error: %s: %s\n", c->rank, label, err->msg);
         fflush(stderr);
     }
-    int32_t mine = rc, *all = calloc((size_t)c->size, sizeof *all);
-    if (!all) return tr_error_set(err, TR_ERR_NOMEM, "data parallel: out of memory");
+    int32_t mine = rc;
     struct tr_error e = {0};
-    int crc = c->allgather(c->user, &mine, all, sizeof mine, &e);
+    int crc = c->allgather(c->user, &mine, dp->status, sizeof mine, &e);
     int failed = -1;
     for (int r = 0; !crc && r < c->size && failed < 0; r++)
-        if (all[r]) failed = r;
-    free(all);
+        if (dp->status[r]) failed = r;
     if (crc) return rc ? rc : (*err = e, crc);
     if (rc || failed < 0) return rc;
     if (step == 0)

@@ -22,6 +22,7 @@ struct tr_dp {
     const struct tr_graph *g;
     int n_upd;
     uint64_t *mine, *all;       /* per update: this rank's hash; every rank's (size x n_upd) */
+    int32_t *status;            /* every rank's status after a step (size) */
 };
 
 /* The run's communicator checked against cfg (cfg->ranks must be its size) and handed to

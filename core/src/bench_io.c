@@ -171,12 +171,8 @@ static const char *output_part(const char *name, size_t *label) {
 /* The label of a backend of cfg that is name's first len bytes, or NULL. */
 static const char *run_label(const struct tr_config *cfg, const char *name, size_t len, char *buf, size_t n) {
     for (int b = 0; b < cfg->n_backends; b++) {
-        struct tr_bench_row row;
-        tr_bench_row_label(&row, &cfg->backends[b]);
-        if (strlen(row.label) == len && strncmp(row.label, name, len) == 0) {
-            snprintf(buf, n, "%s", row.label);
-            return buf;
-        }
+        tr_bench_label(&cfg->backends[b], buf, n);
+        if (strlen(buf) == len && strncmp(buf, name, len) == 0) return buf;
     }
     return NULL;
 }

@@ -47,9 +47,9 @@ const char *tr_bench_bytes_str(uint64_t b, char *buf, size_t n) {
     return buf;
 }
 
-void tr_bench_row_label(struct tr_bench_row *row, const struct tr_config_backend *cb) {
-    if (cb->path[0] && cb->mode[0]) snprintf(row->label, sizeof row->label, "%.40s:%.50s", cb->name, cb->mode);
-    else snprintf(row->label, sizeof row->label, "%.95s", cb->path[0] ? cb->name : cb->spec);
+void tr_bench_label(const struct tr_config_backend *cb, char *buf, size_t n) {
+    if (cb->path[0] && cb->mode[0]) snprintf(buf, n, "%.40s:%.50s", cb->name, cb->mode);
+    else snprintf(buf, n, "%.95s", cb->path[0] ? cb->name : cb->spec);
 }
 
 const char *tr_bench_reference_label(const struct tr_bench_report *rep) {

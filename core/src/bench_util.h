@@ -28,9 +28,10 @@ double tr_bench_rel_diff(const struct tr_tensor *a, const struct tr_tensor *b);
 /* "75.5 MiB", "15.90 GiB" into buf; returns buf. */
 const char *tr_bench_bytes_str(uint64_t bytes, char *buf, size_t n);
 
-/* The row's label: the entry as written ("torch:reduce-overhead"), or for a path its
- * backend name (and mode): the table stays readable, the path is in plugin_path. */
-void tr_bench_row_label(struct tr_bench_row *row, const struct tr_config_backend *cb);
+/* A backend's label, into buf (n bytes): the entry as written ("torch:reduce-overhead"),
+ * or for a path its backend name (and mode): the table stays readable, the path is in
+ * plugin_path. */
+void tr_bench_label(const struct tr_config_backend *cb, char *buf, size_t n);
 
 /* The label of the reference row ("" when none ran). */
 const char *tr_bench_reference_label(const struct tr_bench_report *rep);
