@@ -142,6 +142,9 @@ static const struct cb_case cases[] = {
     {"adamw_step", TR_OP_ADAMW_STEP, 1, 5, {IN2(4, 9), F32(4, 9), F32_POS(4, 9), SCALAR(CB_F32_POS), SCALAR(CB_F32_STEP)},
      {.floats = {0.9f, 0.999f, 1e-8f, 0.01f}}},
     {"allreduce, one rank, mean of 2", TR_OP_ALLREDUCE, 1, 1, {IN2(4, 9)}, {.ints = {1, 0}, .n_ints = 2, .floats = {0.5f}}},
+    {"allreduce_start, one rank", TR_OP_ALLREDUCE_START, 1, 1, {IN2(4, 9)}, {.ints = {1, 0}, .n_ints = 2, .floats = {1}}},
+    {"allreduce_wait, one rank, mean of 2", TR_OP_ALLREDUCE_WAIT, 1, 1, {IN2(4, 9)},
+     {.ints = {1, 0}, .n_ints = 2, .floats = {0.5f}}},
 };
 
 /* ---- the table ---- */

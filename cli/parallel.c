@@ -34,6 +34,7 @@ int tr_cli_parallel_open(struct tr_config *cfg, struct tr_comm **comm, struct tr
     tr_comm_mpi_set_timeout(*comm, cfg->collective_timeout);
     cfg->ranks = (*comm)->size;
     cfg->rank = (*comm)->rank;
+    cfg->joined = 1;
     /* a GPU per rank: the ranks of a host take its devices in turn */
     if (cfg->device_type == TR_DEVICE_CUDA) cfg->device_index = tr_comm_mpi_local_rank(*comm);
     return TR_OK;

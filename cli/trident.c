@@ -189,7 +189,7 @@ static int measure_one_process(struct tr_config *cfg, struct tr_comm *comm, stru
             status = tr_error_set(&err, TR_ERR_NOMEM, "--scaling: out of memory");
         } else {
             *c1 = *cfg;
-            c1->ranks = 1, c1->rank = 0, c1->isolate = 0; /* no fork in an MPI process */
+            c1->ranks = 1, c1->rank = 0, c1->joined = 0, c1->isolate = 0; /* no fork in an MPI process */
             fprintf(stderr, "trident: --scaling: the step in one process first, on the whole batch of %lld (the "
                     "other %d rank%s wait)\n", (long long)cfg->batch, cfg->ranks - 1, cfg->ranks > 2 ? "s" : "");
             const struct tr_bench_opts o = {0};

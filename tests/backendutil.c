@@ -2,10 +2,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backendutil.h"
+#include "modelutil.h"
 #include "trident/bench.h"
 #include "trident/config.h"
 #include "trident/loader.h"
+#include "trident/models.h"
 #include "trident/safetensors.h"
+#include "trident/weights.h"
 
 const struct tr_test_backend tr_test_backends[TR_TEST_N_BACKENDS] = {
     {"torch", "torch", NULL},
@@ -164,6 +167,22 @@ struct tr_safetensors *tr_test_bert_batch(const char *io_path, struct tr_tensor 
     for (int i = 0; i < 3; i++)
         if (tr_safetensors_get(io, names[i], &in[i], &e)) fail_msg("%s%s", e.msg, hint);
     return io;
+}
+
+void tr_test_bert_open(struct tr_test_bert *b, enum tr_dtype dt, const char *hint) {
+    b->io = tr_test_bert_batch(TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors", b->in, hint);
+    b->g = tr_test_model_build(&tr_model_bert, tr_test_preset(&tr_model_bert, "tiny"), TR_TASK_PREDICT, dt,
+                               b->in[0].shape[0], b->in[0].shape[1]);
+    struct tr_error e = {0};
+    b->w = NULL;
+    if (tr_weights_load(b->g, TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors", &b->w, &e))
+        fail_msg("%s%s", e.msg, hint);
+}
+
+void tr_test_bert_close(struct tr_test_bert *b) {
+    tr_weights_free(b->w);
+    tr_graph_free(b->g);
+    tr_safetensors_close(b->io);
 }
 
 double tr_test_io_rel_err(const struct tr_safetensors *io, const char *name, const struct tr_tensor *out,

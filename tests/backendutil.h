@@ -77,6 +77,20 @@ void tr_test_build_refused(const struct tr_model_desc *m, const void *config, en
 struct tr_safetensors;
 struct tr_safetensors *tr_test_bert_batch(const char *io_path, struct tr_tensor in[3], const char *hint);
 
+/* BERT tiny on its fixture, ready to run: the batch (tr_test_bert_batch), the tiny
+ * preset's predict graph in dt sized to it, and the fixture's state_dict loaded into it.
+ * tr_test_bert_open fails the test on any error, with hint after the message;
+ * tr_test_bert_close frees all of it. */
+struct tr_weights;
+struct tr_test_bert {
+    struct tr_safetensors *io;
+    struct tr_tensor in[3];
+    struct tr_graph *g;
+    struct tr_weights *w;
+};
+void tr_test_bert_open(struct tr_test_bert *b, enum tr_dtype dt, const char *hint);
+void tr_test_bert_close(struct tr_test_bert *b);
+
 /* out's relative error (tr_test_rel_err) against the tensor `name` of io, which must have
  * as many elements; a missing tensor fails the test with the error and hint. */
 double tr_test_io_rel_err(const struct tr_safetensors *io, const char *name, const struct tr_tensor *out,

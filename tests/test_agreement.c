@@ -17,8 +17,6 @@
 #include "trident/safetensors.h"
 #include "trident/weights.h"
 
-#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors"
-#define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
 #define STEPS 3
 
 static void run(const struct tr_test_backend *c, struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
@@ -26,23 +24,17 @@ static void run(const struct tr_test_backend *c, struct tr_graph *g, const struc
 }
 
 static void all_match_hf(enum tr_dtype dt) {
-    struct tr_error e = {0};
-    struct tr_tensor in[3];
-    struct tr_safetensors *io = tr_test_bert_batch(FIXTURE_IO, in, "");
-    const struct tr_model_desc *m = &tr_model_bert;
-    const void *tiny = m->presets[0].config;
-    assert_string_equal(m->presets[0].name, "tiny");
-    struct tr_graph *g = tr_test_model_build(m, tiny, TR_TASK_PREDICT, dt, in[0].shape[0], in[0].shape[1]);
-    struct tr_weights *w = NULL;
-    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s", e.msg);
+    struct tr_test_bert b;
+    tr_test_bert_open(&b, dt, "");
+    struct tr_graph *g = b.g;
 
     struct tr_tensor out[TR_TEST_N_BACKENDS][3];
     double tol = tr_test_tol(dt);
     for (int c = 0; c < TR_TEST_N_BACKENDS; c++) {
-        run(&tr_test_backends[c], g, in, out[c]);
+        run(&tr_test_backends[c], g, b.in, out[c]);
         for (int i = 0; i < 3; i++) {
             const char *name = tr_graph_output_name(g, i);
-            double hf = tr_test_io_rel_err(io, name, &out[c][i], "");
+            double hf = tr_test_io_rel_err(b.io, name, &out[c][i], "");
             double *r0 = tr_test_to_f64(&out[0][i]);
             double vs_eager = tr_test_rel_err(&out[c][i], r0);
             free(r0);
@@ -56,9 +48,7 @@ static void all_match_hf(enum tr_dtype dt) {
     }
     for (int c = 0; c < TR_TEST_N_BACKENDS; c++)
         for (int i = 0; i < 3; i++) tr_test_tensor_free(&out[c][i]);
-    tr_weights_free(w);
-    tr_graph_free(g);
-    tr_safetensors_close(io);
+    tr_test_bert_close(&b);
 }
 
 static void test_f32(void **state) { all_match_hf(TR_DTYPE_F32); }

@@ -267,15 +267,8 @@ static void sweep(const char *task) {
     assert_int_equal(bad, 0);
 }
 
-static void test_predict(void **state) {
-    (void)state;
-    sweep("predict");
-}
-
-static void test_fit(void **state) {
-    (void)state;
-    sweep("fit");
-}
+static void test_predict(void **state) { sweep("predict"); }
+static void test_fit(void **state) { sweep("fit"); }
 
 static int setup(void **state) {
     if (tr_test_dir_setup(state)) return -1;

@@ -219,20 +219,13 @@ static void run_torch(struct tr_graph *g, const struct tr_tensor *in, struct tr_
 }
 
 static void predict_matches_hf(enum tr_dtype dt) {
-    struct tr_error e = {0};
-    struct tr_tensor in[3];
-    struct tr_safetensors *io = tr_test_bert_batch(FIXTURE_IO, in, HINT);
-    struct tr_graph *g = build(preset("tiny"), dt, in[0].shape[0], in[0].shape[1]);
-    struct tr_weights *w = NULL;
-    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s" HINT, e.msg);
-
+    struct tr_test_bert b;
+    tr_test_bert_open(&b, dt, HINT);
     struct tr_tensor out[3];
-    run_torch(g, in, out);
-    tr_test_expect_bert_hf(io, g, out, dt, "bert tiny", HINT);
+    run_torch(b.g, b.in, out);
+    tr_test_expect_bert_hf(b.io, b.g, out, dt, "bert tiny", HINT);
     for (int i = 0; i < 3; i++) tr_test_tensor_free(&out[i]);
-    tr_weights_free(w);
-    tr_graph_free(g);
-    tr_safetensors_close(io);
+    tr_test_bert_close(&b);
 }
 
 static void test_predict_matches_hf_f32(void **state) { predict_matches_hf(TR_DTYPE_F32); }

@@ -200,17 +200,11 @@ static void grads_match(const char *io_path, const char *grads_path) {
     tr_safetensors_close(io);
 }
 
-static void test_grads_match_pytorch(void **state) {
-    (void)state;
-    grads_match(FIXTURE_IO, FIXTURE_GRADS);
-}
+static void test_grads_match_pytorch(void **state) { grads_match(FIXTURE_IO, FIXTURE_GRADS); }
 
 /* The same with the pad token (pad_token_id 0) at two attended positions: transformers'
  * word embedding (padding_idx 0) gives its row no gradient, and neither may trident
  * (make_pad_grad_fixture.py; issue 18). */
-static void test_grads_match_pytorch_pad_tokens(void **state) {
-    (void)state;
-    grads_match(FIXTURE_PAD, FIXTURE_PAD);
-}
+static void test_grads_match_pytorch_pad_tokens(void **state) { grads_match(FIXTURE_PAD, FIXTURE_PAD); }
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_grads_match_pytorch, test_grads_match_pytorch_pad_tokens)

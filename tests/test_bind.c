@@ -201,15 +201,8 @@ static void check_all(int dt) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], dt);
 }
 
-static void test_identical_f32(void **state) {
-    (void)state;
-    check_all(TR_DTYPE_F32);
-}
-
-static void test_identical_bf16(void **state) {
-    (void)state;
-    check_all(TR_DTYPE_BF16);
-}
+static void test_identical_f32(void **state) { check_all(TR_DTYPE_F32); }
+static void test_identical_bf16(void **state) { check_all(TR_DTYPE_BF16); }
 
 /* Binding checks but does not compute: the bound tensors are neither read nor written,
  * and the counters do not move (a primitive made for the call is not a cache miss). */

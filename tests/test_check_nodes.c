@@ -137,21 +137,11 @@ static void expect_all_agree(const char *task, const char *dtype) {
     }
 }
 
-static void test_in_tree_agree_f32(void **state) {
-    (void)state;
-    expect_all_agree("predict", "f32");
-}
-
-static void test_in_tree_agree_bf16(void **state) {
-    (void)state;
-    expect_all_agree("predict", "bf16");
-}
+static void test_in_tree_agree_f32(void **state) { expect_all_agree("predict", "f32"); }
+static void test_in_tree_agree_bf16(void **state) { expect_all_agree("predict", "bf16"); }
 
 /* fit: the step's forward pass, gradients and AdamW updates, node by node. */
-static void test_in_tree_agree_fit(void **state) {
-    (void)state;
-    expect_all_agree("fit", "f32");
-}
+static void test_in_tree_agree_fit(void **state) { expect_all_agree("fit", "f32"); }
 
 /* A token generator's two passes are refused, naming what to check instead. */
 static void test_generate_refused(void **state) {

@@ -26,18 +26,16 @@
 
 static const struct tr_model_desc *const M = &tr_model_clip_text;
 #define preset(name) ((const struct tr_clip_text_config *)tr_test_preset(M, name))
-#define param_count tr_test_param_count
-#define open_io() tr_test_open(FIXTURE_IO, HINT)
 
 static void test_param_counts(void **state) {
     struct tr_graph *g = tr_test_model_build(M, preset("sd-v1-4"), TR_TASK_PREDICT, TR_DTYPE_F32, 1, 77);
-    assert_int_equal(param_count(g), SD_CLIP_PARAMS);
+    assert_int_equal(tr_test_param_count(g), SD_CLIP_PARAMS);
     assert_int_equal(tr_graph_n_params(g), 2 + 12 * 16 + 2);
     tr_graph_free(g);
-    struct tr_safetensors *io = open_io();
+    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
     assert_int_equal(tr_test_io_count(io, 1, HINT), SD_CLIP_PARAMS);
     g = tr_test_model_build(M, preset("tiny"), TR_TASK_PREDICT, TR_DTYPE_F32, 2, 8);
-    assert_int_equal(param_count(g), tr_test_io_count(io, 0, HINT));
+    assert_int_equal(tr_test_param_count(g), tr_test_io_count(io, 0, HINT));
     tr_graph_free(g);
     tr_safetensors_close(io);
 }
@@ -119,7 +117,7 @@ static void test_make_inputs(void **state) {
 }
 
 static void predict_matches_hf(enum tr_dtype dt) {
-    struct tr_safetensors *io = open_io();
+    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
     const char *names[1] = {"input_ids"};
     const int dts[1] = {TR_DTYPE_I32};
     tr_test_fixture_predict(M, preset("tiny"), dt, FIXTURE, io, 1, names, dts, 0, 1, "transformers", HINT);

@@ -274,12 +274,5 @@ static void test_random(void **state) {
     tr_cuda_pool_free(p);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_size_classes),    cmocka_unit_test(test_small_pool_reuse),
-        cmocka_unit_test(test_large_split_merge), cmocka_unit_test(test_streams),
-        cmocka_unit_test(test_bad_pointers),    cmocka_unit_test(test_out_of_memory),
-        cmocka_unit_test(test_random),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(NULL, NULL, test_size_classes, test_small_pool_reuse, test_large_split_merge, test_streams,
+             test_bad_pointers, test_out_of_memory, test_random)

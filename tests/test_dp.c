@@ -6,10 +6,12 @@
  * stand-in ranks. The real ranks are tests/dp.sh's (mpirun). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "backendutil.h"
 #include "models.h"
 #include "testutil.h"
 #include "../plugins/kernels/cuda/host/nccl_id.h"
+#include "trident/autodiff.h"
 #include "trident/bench.h"
 #include "trident/kernels.h"
 #include "trident/train.h"
@@ -19,7 +21,24 @@
 struct mirror {
     int size;
     long allreduces;
+    /* sums started and not yet waited for: their sum lands at the wait, so that a backend
+     * that read or reused a started buffer before its wait gets a wrong step */
+    float *flying[64];
+    int64_t flying_n[64];
+    int n_flying, most_flying;
+    /* where the sums start in a step: from the loss's start (after the forward pass) to the
+     * first wait (after the backward pass), the share of that time between the first and
+     * the last gradient bucket's start: about 0 when they all start after the backward
+     * pass, most of it when they start amid it; the best of the steps */
+    double t_loss, t_first, t_last, spread;
+    int waited;
 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int mirror_allreduce(void *user, float *buf, int64_t n, int tag, struct tr_error *err) {
     (void)tag, (void)err;
@@ -27,6 +46,35 @@ static int mirror_allreduce(void *user, float *buf, int64_t n, int tag, struct t
     for (int64_t i = 0; i < n; i++) buf[i] *= (float)m->size;
     m->allreduces++;
     return TR_OK;
+}
+
+static int mirror_start(void *user, float *buf, int64_t n, int tag, struct tr_error *err) {
+    struct mirror *m = user;
+    const double t = now_s();
+    if (tag < 0) m->t_loss = t, m->t_first = -1, m->waited = 0;
+    else if (m->t_first < 0) m->t_first = m->t_last = t;
+    else m->t_last = t;
+    if (m->n_flying == 64) return tr_error_set(err, TR_ERR_INVALID, "mirror: 64 sums in flight");
+    m->flying[m->n_flying] = buf;
+    m->flying_n[m->n_flying++] = n;
+    if (m->n_flying > m->most_flying) m->most_flying = m->n_flying;
+    return TR_OK;
+}
+
+static int mirror_wait(void *user, float *buf, struct tr_error *err) {
+    struct mirror *m = user;
+    if (!m->waited++ && m->t_first >= 0) {
+        const double spread = (m->t_last - m->t_first) / (now_s() - m->t_loss);
+        if (spread > m->spread) m->spread = spread;
+    }
+    for (int k = 0; k < m->n_flying; k++) {
+        if (m->flying[k] != buf) continue;
+        const int64_t n = m->flying_n[k];
+        m->flying[k] = m->flying[--m->n_flying];
+        m->flying_n[k] = m->flying_n[m->n_flying];
+        return mirror_allreduce(user, buf, n, 0, err);
+    }
+    return tr_error_set(err, TR_ERR_INVALID, "mirror: a wait for a buffer never started");
 }
 
 static int mirror_bcast(void *user, void *buf, size_t nbytes, int root, struct tr_error *err) {
@@ -41,28 +89,53 @@ static int mirror_allgather(void *user, const void *mine, void *all, size_t nbyt
     return TR_OK;
 }
 
-/* The buckets: by readiness (node id), cut at the byte bound, a large gradient alone. */
-static void test_plan(void **state) {
+/* The buckets: gradients in the order the backward pass finishes them (the last layer's
+ * first), a bucket closed at the gradient that fills it, its ALLREDUCE_START right there,
+ * amid the backward pass (before the gradients of the layers below), every wait after it. */
+static void test_buckets(void **state) {
     (void)state;
     struct tr_graph *g;
     struct tr_error e = {0};
     assert_int_equal(tr_graph_init(&g, &e), TR_OK);
-    /* gradients made in the order 3, 0, 2, 1 (node ids), of 100, 10, 1000, 10 floats */
-    const int64_t sizes[4] = {10, 10, 1000, 100};
-    int ids[4];
-    const char *const names[4] = {"p0", "p1", "p2", "p3"};
-    for (int i = 0; i < 4; i++) ids[i] = tr_param(g, names[i], TR_DTYPE_F32, 1, &sizes[i], 0, 1);
-    const int grads[4] = {ids[1], ids[3], ids[2], ids[0]};
-    int order[4], bucket_of[4];
-    /* 60 floats a bucket: 10 + 10 together, then 1000 alone, then 100 */
-    assert_int_equal(tr_train_dp_plan(g, 4, grads, 240.0, order, bucket_of), 3);
-    const int want_order[4] = {3, 0, 2, 1}, want_bucket[4] = {0, 2, 1, 0};
+    /* x (2,8) through four 8x8 layers w0..w3 (64 floats, 256 bytes each) to an MSE */
+    const int64_t xs[2] = {2, 8}, ws[2] = {8, 8};
+    int h = tr_input(g, "x", TR_DTYPE_F32, 2, xs), w[4];
+    const int y = tr_input(g, "y", TR_DTYPE_F32, 2, xs);
+    const char *const names[4] = {"w0", "w1", "w2", "w3"};
     for (int i = 0; i < 4; i++) {
-        assert_int_equal(order[i], want_order[i]);
-        assert_int_equal(bucket_of[i], want_bucket[i]);
+        w[i] = tr_param(g, names[i], TR_DTYPE_F32, 2, ws, 0, 1);
+        h = tr_unary(g, TR_OP_TANH, tr_matmul(g, h, w[i], 0, 0));
     }
-    assert_int_equal(tr_train_dp_plan(g, 4, grads, 1e9, order, bucket_of), 1);
-    assert_int_equal(tr_train_dp_plan(g, 0, grads, 1e9, order, bucket_of), 0);
+    const int loss = tr_mse(g, h, y);
+    struct tr_train_config c;
+    tr_train_config_defaults(&c);
+    c.dp_ranks = 2;
+    c.bucket_bytes = 400; /* two layers a bucket: 256 is not full, 512 is */
+    struct tr_train_step ts;
+    assert_int_equal(tr_train_build(g, loss, 4, w, &c, &ts, &e), TR_OK);
+    int start[4], wait[4], n_start = 0, n_wait = 0, grad_of[4];
+    for (int i = 0; i < 4; i++) {
+        char gn[16];
+        snprintf(gn, sizeof gn, "grad.%s", names[i]);
+        grad_of[i] = tr_graph_find(g, gn);
+        assert_true(grad_of[i] > loss);
+    }
+    for (int id = 0; id < tr_graph_n_nodes(g); id++) {
+        const int op = tr_node_op(g, id);
+        if (op == TR_OP_ALLREDUCE_START && n_start < 4) start[n_start++] = id;
+        if (op == TR_OP_ALLREDUCE_WAIT && n_wait < 4) wait[n_wait++] = id;
+        assert_int_not_equal(op, TR_OP_ALLREDUCE); /* every sum is split in two */
+    }
+    /* the loss's, then {w3, w2}, then {w1, w0} */
+    assert_int_equal(n_start, 3);
+    assert_int_equal(n_wait, 3);
+    assert_true(start[0] < grad_of[3]);                          /* the loss's, before the backward pass */
+    assert_true(grad_of[2] < start[1] && start[1] < grad_of[1]); /* the top bucket amid the backward pass */
+    assert_true(grad_of[0] < start[2] && start[2] < wait[0]);
+    for (int b = 0; b < 3; b++) assert_int_equal(tr_node_attrs(g, start[b])->ints[1], b - 1);
+    printf("4 layers, 2 ranks, 400-byte buckets: the loss's sum started at node %d, bucket 0 at %d (before "
+           "grad.w1 at %d), bucket 1 at %d, waits from %d\n", start[0], start[1], grad_of[1], start[2], wait[0]);
+    tr_train_step_free(&ts);
     tr_graph_free(g);
 }
 
@@ -77,7 +150,7 @@ static void build(const char *ini, int ranks, struct tr_task_graph *tg) {
 /* [run] lines model_ini (then perhaps other sections), in one process at batch 2 and on
  * `ranks` mirrored ranks at batch 2·ranks (2 each): the same
  * losses and the same trained state, bit for bit, on every backend; every bucket ran. */
-static void check_mirrored(const char *model_ini, int ranks) {
+static void check_mirrored(const char *model_ini, int ranks, int split) {
     char one_ini[512], dp_ini[512];
     snprintf(one_ini, sizeof one_ini, "[run]\nbatch = 2\n%s", model_ini);
     snprintf(dp_ini, sizeof dp_ini, "[run]\nbatch = %d\nbucket_mb = 0.002\n%s", 2 * ranks, model_ini);
@@ -104,8 +177,12 @@ static void check_mirrored(const char *model_ini, int ranks) {
             else memcpy(in2[i].data, in1[i].data, tr_tensor_nbytes(&in1[i]));
         }
         struct mirror m = {.size = ranks};
+        /* with halves, the sums land at the waits: a backend that read or reused a started
+         * buffer before its wait would not match one process bit for bit */
         const struct tr_comm comm = {.rank = 0, .size = ranks, .user = &m, .allreduce_f32 = mirror_allreduce,
-                                     .bcast = mirror_bcast, .allgather = mirror_allgather};
+                                     .bcast = mirror_bcast, .allgather = mirror_allgather,
+                                     .start_allreduce_f32 = split ? mirror_start : NULL,
+                                     .wait_f32 = split ? mirror_wait : NULL};
         tr_test_run_backend(be, tr_test_dir, one.graph, in1, 3, out1, NULL);
         tr_kernels_set_comm(&comm);
         tr_test_run_backend(be, tr_test_dir, dp.graph, in2, 3, out2, NULL);
@@ -114,9 +191,16 @@ static void check_mirrored(const char *model_ini, int ranks) {
         if (l1 != l2) fail_msg("%s, %d ranks: loss %.9g, one process %.9g", be->label, ranks, (double)l2, (double)l1);
         int buckets = 0;
         for (int id = 0; id < tr_graph_n_nodes(dp.graph); id++)
-            buckets += tr_node_op(dp.graph, id) == TR_OP_ALLREDUCE;
+            buckets += tr_node_op(dp.graph, id) == TR_OP_ALLREDUCE_START;
         assert_true(buckets > 2);                          /* 2 KiB buckets: several, and the loss's */
         assert_int_equal(m.allreduces, 3L * buckets);      /* every one ran at every step */
+        assert_int_equal(m.n_flying, 0);                   /* and was waited for */
+        if (split) { /* the sums started amid the backward pass, in the order the graph has them */
+            assert_true(m.most_flying > 1);
+            if (m.spread < 0.3)
+                fail_msg("%s: the gradient buckets' sums started within %.0f%% of the backward pass's time: "
+                         "run after it, not amid it", be->label, 100 * m.spread);
+        }
         for (int u = 0; u < tr_graph_n_updates(one.graph); u++) {
             const int p1 = tr_graph_update_param(one.graph, u);
             const int p2 = tr_graph_find(dp.graph, tr_node_name(one.graph, p1));
@@ -126,8 +210,13 @@ static void check_mirrored(const char *model_ini, int ranks) {
                 fail_msg("%s, %d ranks: '%s' differs from one process's after 3 steps", be->label, ranks,
                          tr_node_name(one.graph, p1));
         }
-        printf("%s, %d mirrored ranks: %d all-reduces a step, loss %.7f and %d trained states as one process's\n",
-               be->label, ranks, buckets, (double)l2, tr_graph_n_updates(one.graph));
+        char how[96] = "";
+        if (split)
+            snprintf(how, sizeof how, " (%d at once at most, started across %.0f%% of the backward pass)",
+                     m.most_flying, 100 * m.spread);
+        printf("%s, %d mirrored ranks%s: %d all-reduces a step%s, loss %.7f and %d trained states as one "
+               "process's\n", be->label, ranks, split ? ", sums in halves" : "", buckets, how, (double)l2,
+               tr_graph_n_updates(one.graph));
         for (int i = 0; i < n1; i++) tr_test_tensor_free(&in1[i]);
         for (int i = 0; i < n2; i++) tr_test_tensor_free(&in2[i]);
         for (int i = 0; i < tr_graph_n_outputs(one.graph); i++) tr_test_tensor_free(&out1[i]);
@@ -141,13 +230,70 @@ static void check_mirrored(const char *model_ini, int ranks) {
 
 static void test_bert_mirrored(void **state) {
     (void)state;
-    check_mirrored("model = bert\npreset = tiny\ntask = fit\nseq_len = 8\n", 2);
-    check_mirrored("model = bert\npreset = tiny\ntask = fit\nseq_len = 8\n", 4);
+    check_mirrored("model = bert\npreset = tiny\ntask = fit\nseq_len = 8\n", 2, 0);
+    check_mirrored("model = bert\npreset = tiny\ntask = fit\nseq_len = 8\n", 2, 1);
+    check_mirrored("model = bert\npreset = tiny\ntask = fit\nseq_len = 8\n", 4, 1);
 }
 
 static void test_gemma_lora_mirrored(void **state) {
     (void)state;
-    check_mirrored("model = gemma\npreset = tiny\ntask = fit\nseq_len = 8\n[model]\nlora_rank = 4\n", 2);
+    check_mirrored("model = gemma\npreset = tiny\ntask = fit\nseq_len = 8\n[model]\nlora_rank = 4\n", 2, 1);
+}
+
+/* A run joined by a communicator of one rank (mpirun -np 1, or [run] parallel = data):
+ * every sum runs over that rank, through the communicator (on cuda: NCCL where the build
+ * found it, else host memory), and every step's loss is one process's, bit for bit. The
+ * cpu always; cuda where a GPU is, else skipped, saying so. */
+static void one_rank_on(const char *device) {
+    char ini[512];
+    snprintf(ini, sizeof ini, "[run]\nmodel = bert\npreset = tiny\ntask = fit\nbackends = torch, "
+             "torch:reduce-overhead, tf, jax\ndevice = %s\nbatch = 2\nseq_len = 8\nsteps = 3\nwarmup = 1\n"
+             "isolate = off\n", device);
+    static struct tr_config cfg;
+    static struct tr_bench_report one, joined;
+    struct tr_error e = {0};
+    if (tr_config_load_string(ini, "one.ini", &cfg, &e)) fail_msg("%s", e.msg);
+    if (tr_bench_run(&cfg, tr_builtin_models, &one, &e)) fail_msg("one process: %s", e.msg);
+    assert_false(one.parallel);
+    struct mirror m = {.size = 1};
+    const struct tr_comm comm = {.rank = 0, .size = 1, .user = &m, .allreduce_f32 = mirror_allreduce,
+                                 .bcast = mirror_bcast, .allgather = mirror_allgather,
+                                 .start_allreduce_f32 = mirror_start, .wait_f32 = mirror_wait};
+    cfg.joined = 1; /* as tr_cli_parallel_open sets it */
+    const struct tr_bench_opts opts = {.comm = &comm};
+    if (tr_bench_run_opts(&cfg, tr_builtin_models, &opts, &joined, &e)) fail_msg("one rank: %s", e.msg);
+    tr_bench_print(&joined, stdout);
+    assert_true(joined.parallel);
+    assert_true(joined.all_ok);
+    assert_int_equal(joined.n_rows, one.n_rows);
+    assert_true(m.allreduces > 0);
+    assert_int_equal(m.n_flying, 0);
+    for (int i = 0; i < one.n_rows; i++) {
+        const struct tr_bench_row *a = &one.rows[i], *b = &joined.rows[i];
+        assert_int_equal(a->n_fit_losses, b->n_fit_losses);
+        for (int k = 0; k < a->n_fit_losses; k++)
+            if (a->fit_losses[k] != b->fit_losses[k])
+                fail_msg("%s on %s, step %d: loss %.9g on one rank, %.9g in one process", b->label, device, k + 1,
+                         b->fit_losses[k], a->fit_losses[k]);
+        assert_true(b->weight_checks > 0); /* on cuda too: the states read back first */
+    }
+    printf("%s: one rank's %ld sums through the communicator; every backend's losses as one process's\n", device,
+           m.allreduces);
+}
+
+static void test_one_rank(void **state) {
+    (void)state;
+    one_rank_on("cpu");
+}
+
+static void test_one_rank_cuda(void **state) {
+    (void)state;
+    struct tr_error e = {0};
+    if (tr_kernels_device_available(TR_DEVICE_CUDA, &e) != TR_OK) {
+        printf("SKIPPED: no CUDA device found (the one-rank data-parallel fit on cuda, NCCL's path)\n");
+        skip();
+    }
+    one_rank_on("cuda");
 }
 
 /* What a run refuses: a graph for other ranks than the communicator's, a task that does
@@ -238,5 +384,5 @@ static void test_nccl_id(void **state) {
     }
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_plan, test_bert_mirrored, test_gemma_lora_mirrored,
-             test_refusals, test_nccl_id)
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_buckets, test_bert_mirrored, test_gemma_lora_mirrored,
+             test_one_rank, test_one_rank_cuda, test_refusals, test_nccl_id)

@@ -103,15 +103,8 @@ static void update_paths(int read_after) {
     }
 }
 
-static void test_update_copied(void **state) {
-    (void)state;
-    update_paths(1);
-}
-
-static void test_update_donated(void **state) {
-    (void)state;
-    update_paths(0);
-}
+static void test_update_copied(void **state) { update_paths(1); }
+static void test_update_donated(void **state) { update_paths(0); }
 
 static void run_fit(const char *backends, const char *extra, struct tr_bench_report *rep) {
     char text[1024], jax[600] = ""; /* a [backend.jax] section only where jax is listed */

@@ -10,6 +10,7 @@
 #include "trident/bench.h"
 
 #define HINT " (regenerate with: python3 tests/fixtures/make_gemma_fixture.py)"
+#define tiny() tr_test_llm_preset(&tr_model_gemma, "tiny")
 
 static const struct tr_test_llm gemma = {
     .model = &tr_model_gemma,
@@ -33,7 +34,7 @@ static void test_presets_are_the_published_configs(void **state) {
 
 /* The errors name the file and the JSON key; through an INI, the line too. */
 static void test_hf_config_errors(void **state) {
-    struct tr_decoder_config c = *tr_test_llm_preset(&tr_model_gemma, "tiny");
+    struct tr_decoder_config c = *tiny();
     struct tr_error e = {0};
     assert_int_equal(tr_decoder_read_hf_config("tests/fixtures/hf/none.json", &c, &e), TR_ERR_IO);
     assert_non_null(strstr(e.msg, "none.json"));
@@ -94,7 +95,7 @@ static void test_model_keys_win_over_hf_config(void **state) {
     assert_int_equal(tr_graph_find(tg.graph, "model.layers.3.self_attn.q_proj.weight"), -1);
     tr_task_graph_free(&tg);
     /* Read alone, the file replaces every key it has. */
-    struct tr_decoder_config bare = *tr_test_llm_preset(&tr_model_gemma, "tiny");
+    struct tr_decoder_config bare = *tiny();
     bare.num_hidden_layers = 3;
     assert_int_equal(tr_decoder_read_hf_config("tests/fixtures/hf/gemma-2b.json", &bare, &e), TR_OK);
     assert_int_equal(bare.num_hidden_layers, 18);
@@ -175,7 +176,7 @@ static void test_hf_config_next_to_ini(void **state) {
 static void test_names_match_state_dict(void **state) { tr_test_llm_names_match(&gemma); }
 
 static void test_interface(void **state) {
-    const struct tr_decoder_config *c = tr_test_llm_preset(&tr_model_gemma, "tiny");
+    const struct tr_decoder_config *c = tiny();
     struct tr_graph *g = tr_test_llm_build(&tr_model_gemma, c, TR_DTYPE_BF16, 3, 20);
     const char *names[3] = {"input_ids", "position_ids", "attention_mask"};
     const int dts[3] = {TR_DTYPE_I32, TR_DTYPE_I32, TR_DTYPE_F32};
@@ -197,25 +198,20 @@ static void test_interface(void **state) {
 
 static void test_make_inputs(void **state) { tr_test_llm_make_inputs(&tr_model_gemma); }
 
-static void test_predict_matches_hf_f32(void **state) {
-    tr_test_llm_predict_vs_hf(&gemma, tr_test_llm_preset(&tr_model_gemma, "tiny"), TR_DTYPE_F32, "logits");
-}
+static void test_predict_matches_hf_f32(void **state) { tr_test_llm_predict_vs_hf(&gemma, tiny(), TR_DTYPE_F32, "logits"); }
+static void test_predict_matches_hf_bf16(void **state) { tr_test_llm_predict_vs_hf(&gemma, tiny(), TR_DTYPE_BF16, "logits"); }
 
-static void test_predict_matches_hf_bf16(void **state) {
-    tr_test_llm_predict_vs_hf(&gemma, tr_test_llm_preset(&tr_model_gemma, "tiny"), TR_DTYPE_BF16, "logits");
-}
-
-static void test_kv_cache(void **state) { tr_test_llm_kv_cache(&gemma, tr_test_llm_preset(&tr_model_gemma, "tiny")); }
+static void test_kv_cache(void **state) { tr_test_llm_kv_cache(&gemma, tiny()); }
 
 static void test_greedy_generate_matches_hf(void **state) {
     for (int b = 0; b < TR_TEST_N_BACKENDS; b++)
-        tr_test_llm_greedy_vs_hf(&gemma, tr_test_llm_preset(&tr_model_gemma, "tiny"), TR_DTYPE_F32, &tr_test_backends[b]);
+        tr_test_llm_greedy_vs_hf(&gemma, tiny(), TR_DTYPE_F32, &tr_test_backends[b]);
 }
 
 static void test_unknown_preset(void **state) { tr_test_llm_unknown_preset(&tr_model_gemma); }
 
 static void test_config_errors(void **state) {
-    struct tr_decoder_config c = *tr_test_llm_preset(&tr_model_gemma, "tiny");
+    struct tr_decoder_config c = *tiny();
     struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 1, .seq_len = 129};
     struct tr_graph *g = NULL;
     struct tr_error e = {0};
@@ -226,11 +222,11 @@ static void test_config_errors(void **state) {
     c.num_key_value_heads = 3;
     assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_INVALID);
     if (!strstr(e.msg, "num_attention_heads = 4") || !strstr(e.msg, "num_key_value_heads = 3")) fail_msg("%s", e.msg);
-    c = *tr_test_llm_preset(&tr_model_gemma, "tiny");
+    c = *tiny();
     snprintf(c.hidden_act, sizeof c.hidden_act, "relu2");
     assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_UNSUPPORTED);
     assert_non_null(strstr(e.msg, "relu2"));
-    c = *tr_test_llm_preset(&tr_model_gemma, "tiny");
+    c = *tiny();
     o.task = TR_TASK_FIT; /* more of fit's keys in test_llm_fit.c */
     snprintf(c.lora_targets, sizeof c.lora_targets, "q_proj,x_proj");
     assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_INVALID);

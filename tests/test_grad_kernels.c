@@ -658,14 +658,6 @@ static void test_errors_and_bind(void **state) {
     tfree(&x, &g16, &dx, &xi, &q, &dyb, &aout, &o1, &o2, NULL);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_unary_grad),     cmocka_unit_test(test_softmax_grad),
-        cmocka_unit_test(test_layer_norm_grad), cmocka_unit_test(test_embedding_grad),
-        cmocka_unit_test(test_attention_grad),  cmocka_unit_test(test_broadcast),
-        cmocka_unit_test(test_max_grad),        cmocka_unit_test(test_slice_grad),
-        cmocka_unit_test(test_cross_entropy),   cmocka_unit_test(test_mse),
-        cmocka_unit_test(test_errors_and_bind),
-    };
-    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
-}
+TR_TEST_MAIN(tr_test_kernels_setup, tr_test_kernels_teardown, test_unary_grad, test_softmax_grad,
+             test_layer_norm_grad, test_embedding_grad, test_attention_grad, test_broadcast, test_max_grad,
+             test_slice_grad, test_cross_entropy, test_mse, test_errors_and_bind)

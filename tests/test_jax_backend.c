@@ -546,12 +546,9 @@ static void test_plugin(void **state) {
 
 static void bert_matches_hf(enum tr_dtype dt) {
     struct tr_error e = {0};
-    struct tr_tensor in[3];
-    struct tr_safetensors *io = tr_test_bert_batch(FIXTURE_IO, in, "");
-    struct tr_graph *g =
-        tr_test_model_build(&tr_model_bert, tiny(), TR_TASK_PREDICT, dt, in[0].shape[0], in[0].shape[1]);
-    struct tr_weights *w = NULL;
-    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s", e.msg);
+    struct tr_test_bert b;
+    tr_test_bert_open(&b, dt, "");
+    struct tr_graph *g = b.g;
 
     char dir[512];
     fresh_dir(dir, sizeof dir, dt == TR_DTYPE_F32 ? "bert_f32" : "bert_bf16");
@@ -559,8 +556,8 @@ static void bert_matches_hf(enum tr_dtype dt) {
     struct tr_jax_program *p = compile_ok(ctx, g);
     struct tr_tensor *out = alloc_outputs(g);
     for (int i = 0; i < 3; i++) tr_test_poison(&out[i]);
-    if (tr_jax_execute(p, 3, in, 3, out, &e) != TR_OK) fail_msg("execute: %s", e.msg);
-    tr_test_expect_bert_hf(io, g, out, dt, "jax bert tiny", "");
+    if (tr_jax_execute(p, 3, b.in, 3, out, &e) != TR_OK) fail_msg("execute: %s", e.msg);
+    tr_test_expect_bert_hf(b.io, g, out, dt, "jax bert tiny", "");
     /* Per layer: q, k, v, output, intermediate and output GEMMs with their epilogues; three
      * transposes in and one out; attention; two residual + layer norm kernels. Plus the
      * embeddings (one kernel), the mask, the pooler's slice and GEMM, the classifier. */
@@ -579,9 +576,7 @@ static void bert_matches_hf(enum tr_dtype dt) {
     free_tensors(out, 3);
     tr_jax_program_free(p);
     tr_jax_iface.free(ctx);
-    tr_weights_free(w);
-    tr_graph_free(g);
-    tr_safetensors_close(io);
+    tr_test_bert_close(&b);
 }
 
 static void test_bert_f32(void **state) { bert_matches_hf(TR_DTYPE_F32); }

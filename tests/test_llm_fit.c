@@ -210,25 +210,10 @@ static void pad_grad_matches_transformers(const struct tr_model_desc *m, const c
     tr_safetensors_close(pad);
 }
 
-static void test_gemma_pad_grad(void **state) {
-    (void)state;
-    pad_grad_matches_transformers(&tr_model_gemma, "gemma_tiny");
-}
-
-static void test_mistral_pad_grad(void **state) {
-    (void)state;
-    pad_grad_matches_transformers(&tr_model_mistral, "mistral_tiny");
-}
-
-static void test_gemma_grads_match_peft(void **state) {
-    (void)state;
-    grads_match_peft(&tr_model_gemma, "gemma_tiny");
-}
-
-static void test_mistral_grads_match_peft(void **state) {
-    (void)state;
-    grads_match_peft(&tr_model_mistral, "mistral_tiny");
-}
+static void test_gemma_pad_grad(void **state) { pad_grad_matches_transformers(&tr_model_gemma, "gemma_tiny"); }
+static void test_mistral_pad_grad(void **state) { pad_grad_matches_transformers(&tr_model_mistral, "mistral_tiny"); }
+static void test_gemma_grads_match_peft(void **state) { grads_match_peft(&tr_model_gemma, "gemma_tiny"); }
+static void test_mistral_grads_match_peft(void **state) { grads_match_peft(&tr_model_mistral, "mistral_tiny"); }
 
 /* ---- through the harness ---- */
 
@@ -264,15 +249,8 @@ static void fit_everywhere(const char *model) {
     check_learns(model, &rep, 4, 0.97);
 }
 
-static void test_gemma_fit_everywhere(void **state) {
-    (void)state;
-    fit_everywhere("gemma");
-}
-
-static void test_mistral_fit_everywhere(void **state) {
-    (void)state;
-    fit_everywhere("mistral");
-}
+static void test_gemma_fit_everywhere(void **state) { fit_everywhere("gemma"); }
+static void test_mistral_fit_everywhere(void **state) { fit_everywhere("mistral"); }
 
 static void fit_bf16(const struct tr_model_desc *m) {
     /* bf16 base, f32 adapters and AdamW moments: nothing needs an f32 master copy. */
@@ -298,15 +276,8 @@ static void fit_bf16(const struct tr_model_desc *m) {
     check_learns(m->name, &rep, 2, 0.97);
 }
 
-static void test_gemma_fit_bf16(void **state) {
-    (void)state;
-    fit_bf16(&tr_model_gemma);
-}
-
-static void test_mistral_fit_bf16(void **state) {
-    (void)state;
-    fit_bf16(&tr_model_mistral);
-}
+static void test_gemma_fit_bf16(void **state) { fit_bf16(&tr_model_gemma); }
+static void test_mistral_fit_bf16(void **state) { fit_bf16(&tr_model_mistral); }
 
 /* ---- frozen weights ---- */
 

@@ -111,15 +111,8 @@ static void check_refusals(int by_name) {
     }
 }
 
-static void test_refusals_by_path(void **state) {
-    (void)state;
-    check_refusals(0);
-}
-
-static void test_refusals_by_name(void **state) {
-    (void)state;
-    check_refusals(1);
-}
+static void test_refusals_by_path(void **state) { check_refusals(0); }
+static void test_refusals_by_name(void **state) { check_refusals(1); }
 
 /* ---- a small graph through a plugin ---- */
 
@@ -616,16 +609,7 @@ static void test_scan(void **state) {
     free(s);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_host_api),         cmocka_unit_test(test_refusals_by_path),
-        cmocka_unit_test(test_refusals_by_name), cmocka_unit_test(test_good_runs_graph),
-        cmocka_unit_test(test_execute_checks),   cmocka_unit_test(test_compile_refuses_broken_graph),
-        cmocka_unit_test(test_init_refusals),    cmocka_unit_test(test_newminor),
-        cmocka_unit_test(test_defaults),         cmocka_unit_test(test_v10_refuses_updates),
-        cmocka_unit_test(test_compile_holds_backend_to_caps),
-        cmocka_unit_test(test_search_order),
-        cmocka_unit_test(test_not_found),        cmocka_unit_test(test_scan),
-    };
-    return cmocka_run_group_tests(tests, setup_dirs, teardown_dirs);
-}
+TR_TEST_MAIN(setup_dirs, teardown_dirs, test_host_api, test_refusals_by_path, test_refusals_by_name,
+             test_good_runs_graph, test_execute_checks, test_compile_refuses_broken_graph, test_init_refusals,
+             test_newminor, test_defaults, test_v10_refuses_updates, test_compile_holds_backend_to_caps,
+             test_search_order, test_not_found, test_scan)

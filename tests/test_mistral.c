@@ -9,6 +9,7 @@
 #include "trident/safetensors.h"
 
 #define HINT " (regenerate with: python3 tests/fixtures/make_mistral_fixture.py)"
+#define tiny() tr_test_llm_preset(&tr_model_mistral, "tiny")
 
 static const struct tr_test_llm mistral = {
     .model = &tr_model_mistral,
@@ -30,7 +31,7 @@ static void test_preset_is_the_published_config(void **state) {
 static void test_names_match_state_dict(void **state) { tr_test_llm_names_match(&mistral); }
 
 static void test_interface(void **state) {
-    const struct tr_decoder_config *c = tr_test_llm_preset(&tr_model_mistral, "tiny");
+    const struct tr_decoder_config *c = tiny();
     struct tr_graph *g = tr_test_llm_build(&tr_model_mistral, c, TR_DTYPE_F32, 2, 16);
     int lg = tr_graph_output(g, 0);
     assert_int_equal(tr_graph_n_outputs(g), 1);
@@ -55,13 +56,8 @@ static void test_interface(void **state) {
 
 static void test_make_inputs(void **state) { tr_test_llm_make_inputs(&tr_model_mistral); }
 
-static void test_predict_matches_hf_f32(void **state) {
-    tr_test_llm_predict_vs_hf(&mistral, tr_test_llm_preset(&tr_model_mistral, "tiny"), TR_DTYPE_F32, "logits");
-}
-
-static void test_predict_matches_hf_bf16(void **state) {
-    tr_test_llm_predict_vs_hf(&mistral, tr_test_llm_preset(&tr_model_mistral, "tiny"), TR_DTYPE_BF16, "logits");
-}
+static void test_predict_matches_hf_f32(void **state) { tr_test_llm_predict_vs_hf(&mistral, tiny(), TR_DTYPE_F32, "logits"); }
+static void test_predict_matches_hf_bf16(void **state) { tr_test_llm_predict_vs_hf(&mistral, tiny(), TR_DTYPE_BF16, "logits"); }
 
 /* The window changes the logits far beyond the tolerance, and both ways match HF: with
  * sliding_window 0 the graph gives HF's full-attention logits, not the windowed ones. */
@@ -75,28 +71,26 @@ static void test_sliding_window_applied(void **state) {
     assert_int_equal(tr_safetensors_get(io, "keep", &keep, &e), TR_OK);
     double apart = tr_test_llm_kept_rel_diff(&full, &win, &keep);
     print_message("mistral tiny: HF full attention vs window %lld: %.3g apart\n",
-                  (long long)tr_test_llm_preset(&tr_model_mistral, "tiny")->sliding_window, apart);
+                  (long long)tiny()->sliding_window, apart);
     assert_true(apart > 100 * tr_test_tol(TR_DTYPE_F32));
-    struct tr_decoder_config c = *tr_test_llm_preset(&tr_model_mistral, "tiny");
+    struct tr_decoder_config c = *tiny();
     assert_true(c.sliding_window > 0 && c.sliding_window < win.shape[1]);
     c.sliding_window = 0;
     tr_test_llm_predict_vs_hf(&mistral, &c, TR_DTYPE_F32, "logits_full_attention");
     tr_safetensors_close(io);
 }
 
-static void test_kv_cache(void **state) {
-    tr_test_llm_kv_cache(&mistral, tr_test_llm_preset(&tr_model_mistral, "tiny"));
-}
+static void test_kv_cache(void **state) { tr_test_llm_kv_cache(&mistral, tiny()); }
 
 static void test_greedy_generate_matches_hf(void **state) {
     for (int b = 0; b < TR_TEST_N_BACKENDS; b++)
-        tr_test_llm_greedy_vs_hf(&mistral, tr_test_llm_preset(&tr_model_mistral, "tiny"), TR_DTYPE_F32, &tr_test_backends[b]);
+        tr_test_llm_greedy_vs_hf(&mistral, tiny(), TR_DTYPE_F32, &tr_test_backends[b]);
 }
 
 static void test_unknown_preset(void **state) { tr_test_llm_unknown_preset(&tr_model_mistral); }
 
 static void test_config_errors(void **state) {
-    struct tr_decoder_config c = *tr_test_llm_preset(&tr_model_mistral, "tiny");
+    struct tr_decoder_config c = *tiny();
     struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 1, .seq_len = 16};
     struct tr_graph *g = NULL;
     struct tr_error e = {0};
@@ -104,7 +98,7 @@ static void test_config_errors(void **state) {
     c.hidden_size = 60; /* 60 / 4 heads = 15: odd, RoPE needs pairs */
     assert_int_equal(tr_model_mistral.build(&c, &o, g, &e), TR_ERR_INVALID);
     if (!strstr(e.msg, "head_dim = 15")) fail_msg("%s", e.msg);
-    c = *tr_test_llm_preset(&tr_model_mistral, "tiny");
+    c = *tiny();
     o.dtype = TR_DTYPE_I32;
     assert_int_equal(tr_model_mistral.build(&c, &o, g, &e), TR_ERR_UNSUPPORTED);
     assert_non_null(strstr(e.msg, "i32"));

@@ -97,14 +97,8 @@ static void test_kernel_f32(void **state) {
     kernel_case(TR_DTYPE_F32, 40000); /* above the parallel threshold */
     kernel_case(TR_DTYPE_F32, 1000);
 }
-static void test_kernel_bf16(void **state) {
-    (void)state;
-    kernel_case(TR_DTYPE_BF16, 3000);
-}
-static void test_kernel_f64(void **state) {
-    (void)state;
-    kernel_case(TR_DTYPE_F64, 1000);
-}
+static void test_kernel_bf16(void **state) { kernel_case(TR_DTYPE_BF16, 3000); }
+static void test_kernel_f64(void **state) { kernel_case(TR_DTYPE_F64, 1000); }
 
 /* A bad step is refused by every call (it is data), also through a bound call that was
  * bound while the step held 0; a good one runs and matches tr_k_adamw_step. */
@@ -467,13 +461,6 @@ static void test_node_rules(void **state) {
     tr_graph_free(g);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kernel_f32),   cmocka_unit_test(test_kernel_bf16),
-        cmocka_unit_test(test_kernel_f64),   cmocka_unit_test(test_kernel_step_and_bind),
-        cmocka_unit_test(test_adamw_graph),  cmocka_unit_test(test_sgd_graph),
-        cmocka_unit_test(test_adamw_graph_bf16), cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_node_rules),
-    };
-    return cmocka_run_group_tests(tests, tr_test_kernels_setup, tr_test_kernels_teardown);
-}
+TR_TEST_MAIN(tr_test_kernels_setup, tr_test_kernels_teardown, test_kernel_f32, test_kernel_bf16, test_kernel_f64,
+             test_kernel_step_and_bind, test_adamw_graph, test_sgd_graph, test_adamw_graph_bf16, test_refusals,
+             test_node_rules)

@@ -15,8 +15,6 @@
 #include "models.h"
 #include "trident/trident.h"
 
-#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors"
-#define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
 #define HINT " (regenerate with: python3 tests/fixtures/make_bert_fixture.py)"
 #define MAXIO 4
 
@@ -203,15 +201,8 @@ static void check_small(enum tr_dtype dt) {
     small_free(&m);
 }
 
-static void test_small_f32(void **state) {
-    (void)state;
-    check_small(TR_DTYPE_F32);
-}
-
-static void test_small_bf16(void **state) {
-    (void)state;
-    check_small(TR_DTYPE_BF16);
-}
+static void test_small_f32(void **state) { check_small(TR_DTYPE_F32); }
+static void test_small_bf16(void **state) { check_small(TR_DTYPE_BF16); }
 
 /* The recording comes after warmup_steps eager steps: 3, then 0 (the first step). */
 static void check_warmup(const char *warmup, int n_warm) {
@@ -332,15 +323,11 @@ static const struct tr_bert_config *tiny(void) {
 
 static void check_bert(enum tr_dtype dt) {
     struct tr_error e = {0};
-    struct tr_tensor hf_in[3];
-    struct tr_safetensors *io = tr_test_bert_batch(FIXTURE_IO, hf_in, HINT);
-    int64_t Bn = hf_in[0].shape[0], Tn = hf_in[0].shape[1];
-    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = Bn, .seq_len = Tn};
-    struct tr_graph *g = NULL;
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
-    if (tr_model_bert.build(tiny(), &o, g, &e) != TR_OK) fail_msg("bert build: %s", e.msg);
-    struct tr_weights *w = NULL;
-    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s" HINT, e.msg);
+    struct tr_test_bert b;
+    tr_test_bert_open(&b, dt, HINT);
+    struct tr_graph *g = b.g;
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = b.in[0].shape[0],
+                              .seq_len = b.in[0].shape[1]};
 
     struct tr_tensor syn[3], oe[3], oro[3];
     alloc_like(g, 3, tr_graph_input, syn);
@@ -353,7 +340,7 @@ static void check_bert(enum tr_dtype dt) {
     double tol = tr_test_tol(dt);
     for (int step = 1; step <= 5; step++) {
         /* the fixture's batch for steps 1-3 (warm-up, record, replay), then synthetic ones */
-        const struct tr_tensor *feed = hf_in;
+        const struct tr_tensor *feed = b.in;
         if (step >= 4) {
             if (tr_model_bert.make_inputs(tiny(), &o, 40 + (uint64_t)step, 3, syn, &e)) fail_msg("%s", e.msg);
             feed = syn;
@@ -368,7 +355,7 @@ static void check_bert(enum tr_dtype dt) {
         }
         if (step > 3) continue;
         for (int i = 0; i < 3; i++) {
-            double err = tr_test_io_rel_err(io, tr_graph_output_name(g, i), &oro[i], HINT);
+            double err = tr_test_io_rel_err(b.io, tr_graph_output_name(g, i), &oro[i], HINT);
             if (!(err < tol))
                 fail_msg("bert tiny %s step %d %s: relative error %.3g vs transformers >= %.0e", tr_dtype_name(dt), step,
                          tr_graph_output_name(g, i), err, tol);
@@ -383,20 +370,11 @@ static void check_bert(enum tr_dtype dt) {
         tr_test_tensor_free(&oe[i]);
         tr_test_tensor_free(&oro[i]);
     }
-    tr_weights_free(w);
-    tr_graph_free(g);
-    tr_safetensors_close(io);
+    tr_test_bert_close(&b);
 }
 
-static void test_bert_f32(void **state) {
-    (void)state;
-    check_bert(TR_DTYPE_F32);
-}
-
-static void test_bert_bf16(void **state) {
-    (void)state;
-    check_bert(TR_DTYPE_BF16);
-}
+static void test_bert_f32(void **state) { check_bert(TR_DTYPE_F32); }
+static void test_bert_bf16(void **state) { check_bert(TR_DTYPE_BF16); }
 
 /* ---- a change of input shape re-records ----
  * A compiled graph has one shape per node, so new input shapes are a new graph compiled

@@ -26,7 +26,6 @@
 #define VIT_H_ENCODER_PARAMS 637026048
 
 #define preset(name) ((const struct tr_sam_config *)tr_test_preset(&tr_model_sam, name))
-#define open_io() tr_test_open(FIXTURE_IO, HINT)
 
 static struct tr_graph *build(const struct tr_sam_config *c, enum tr_task task, enum tr_dtype dt, int64_t B) {
     return tr_test_model_build(&tr_model_sam, c, task, dt, B, 1);
@@ -43,7 +42,7 @@ static void test_param_count_vit_h(void **state) {
 
 /* Every PARAM is in the state_dict with its shape, every entry a PARAM; the counts. */
 static void test_names_match_state_dict(void **state) {
-    struct tr_safetensors *io = open_io();
+    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
     tr_test_expect_fixture_counts(&tr_model_sam, preset("tiny"), FIXTURE, io, HINT);
     tr_safetensors_close(io);
 }
@@ -159,7 +158,7 @@ static void test_make_inputs(void **state) {
 }
 
 static void predict_matches_transformers(enum tr_dtype dt) {
-    struct tr_safetensors *io = open_io();
+    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
     const char *names[3] = {"pixel_values", "input_points", "input_labels"};
     const int dts[3] = {-1, TR_DTYPE_F32, TR_DTYPE_I32};
     tr_test_fixture_predict(&tr_model_sam, preset("tiny"), dt, FIXTURE, io, 3, names, dts, -1, 1, "transformers",
@@ -172,7 +171,7 @@ static void test_predict_matches_transformers_bf16(void **state) { predict_match
 
 /* The image encoder's fit: the loss and every gradient against torch autograd. */
 static void test_fit_grads_match_pytorch(void **state) {
-    struct tr_safetensors *io = open_io();
+    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
     const char *names[2] = {"pixel_values", "target"};
     tr_test_fixture_fit_grads(&tr_model_sam, preset("tiny"), FIXTURE, io, 2, names, NULL, HINT);
     tr_safetensors_close(io);

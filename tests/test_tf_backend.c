@@ -21,8 +21,6 @@
 
 #include "../plugins/backend_tf/tf_internal.h"
 
-#define FIXTURE TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors"
-#define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
 
 /* ---- counting allocations (tests/alloccount.h): trident's code is this test's own
  * executable (the executor is compiled into it) and the kernels library ---- */
@@ -471,17 +469,11 @@ static const struct tr_bert_config *preset(const char *name) {
     return NULL;
 }
 
-static struct tr_graph *bert_graph(enum tr_dtype dt, int64_t B, int64_t T) {
-    return tr_test_model_build(&tr_model_bert, preset("tiny"), TR_TASK_PREDICT, dt, B, T);
-}
-
 static void bert_matches_hf(enum tr_dtype dt) {
-    struct tr_error e = {0};
-    struct tr_tensor in[3];
-    struct tr_safetensors *io = tr_test_bert_batch(FIXTURE_IO, in, "");
-    struct tr_graph *g = bert_graph(dt, in[0].shape[0], in[0].shape[1]);
-    struct tr_weights *w = NULL;
-    if (tr_weights_load(g, FIXTURE, &w, &e)) fail_msg("%s", e.msg);
+    struct tr_test_bert b;
+    tr_test_bert_open(&b, dt, "");
+    struct tr_graph *g = b.g;
+    const struct tr_tensor *in = b.in;
 
     /* the fused program: what BERT offers is fused, and the plan holds */
     struct tf_context ctx = test_ctx(1);
@@ -498,16 +490,14 @@ static void bert_matches_hf(enum tr_dtype dt) {
     struct tr_tensor out[3];
     struct tr_backend_stats st;
     run_on("tf", NULL, 0, g, in, out, &st);
-    tr_test_expect_bert_hf(io, g, out, dt, "tf bert tiny", "");
+    tr_test_expect_bert_hf(b.io, g, out, dt, "tf bert tiny", "");
     /* every node of a layer is one kernel call; the fused graph has about half the calls */
     assert_true(st.kernel_calls > 0 && st.kernel_calls < (uint64_t)tr_graph_n_nodes(g) / 2);
     assert_true(st.arena_bytes > 0 && st.peak_bytes == st.arena_bytes + tr_graph_param_bytes(g) + 4 * in[0].shape[1]);
     if (!strstr(st.notes, "bias+residual+ln x4") || !strstr(st.notes, "embed+ln x1"))
         fail_msg("notes: %s", st.notes);
     free_outputs(g, out);
-    tr_weights_free(w);
-    tr_graph_free(g);
-    tr_safetensors_close(io);
+    tr_test_bert_close(&b);
 }
 
 static void test_bert_tiny_f32(void **state) { bert_matches_hf(TR_DTYPE_F32); }

@@ -466,15 +466,8 @@ static void check_end_to_end(const struct tr_option *opts, int n_opts, enum tr_d
     model_free(&m);
 }
 
-static void test_end_to_end(void **state) {
-    (void)state;
-    check_end_to_end(NULL, 0, TR_DTYPE_F32);
-}
-
-static void test_end_to_end_bf16(void **state) {
-    (void)state;
-    check_end_to_end(NULL, 0, TR_DTYPE_BF16);
-}
+static void test_end_to_end(void **state) { check_end_to_end(NULL, 0, TR_DTYPE_F32); }
+static void test_end_to_end_bf16(void **state) { check_end_to_end(NULL, 0, TR_DTYPE_BF16); }
 
 /* threads = N is applied around each step and the caller's OpenMP setting restored (other
  * backends in the process run with theirs); libgomp is loaded through the kernels. */

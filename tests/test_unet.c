@@ -25,17 +25,15 @@
 
 static const struct tr_model_desc *const M = &tr_model_unet_2d_condition;
 #define preset(name) ((const struct tr_unet_config *)tr_test_preset(M, name))
-#define param_count tr_test_param_count
-#define open_io() tr_test_open(FIXTURE_IO, HINT)
 
 static void test_param_counts(void **state) {
     struct tr_graph *g = tr_test_model_build(M, preset("sd-v1-4"), TR_TASK_PREDICT, TR_DTYPE_F32, 2, 77);
-    assert_int_equal(param_count(g), SD_UNET_PARAMS);
+    assert_int_equal(tr_test_param_count(g), SD_UNET_PARAMS);
     tr_graph_free(g);
-    struct tr_safetensors *io = open_io();
+    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
     assert_int_equal(tr_test_io_count(io, 1, HINT), SD_UNET_PARAMS);
     g = tr_test_model_build(M, preset("tiny"), TR_TASK_PREDICT, TR_DTYPE_F32, 2, 7);
-    assert_int_equal(param_count(g), tr_test_io_count(io, 0, HINT));
+    assert_int_equal(tr_test_param_count(g), tr_test_io_count(io, 0, HINT));
     tr_graph_free(g);
     tr_safetensors_close(io);
 }
@@ -121,7 +119,7 @@ static void test_make_inputs(void **state) {
 }
 
 static void predict_matches_diffusers(enum tr_dtype dt) {
-    struct tr_safetensors *io = open_io();
+    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
     const char *names[3] = {"sample", "timestep", "encoder_hidden_states"};
     const int dts[3] = {-1, TR_DTYPE_F32, -1};
     tr_test_fixture_predict(M, preset("tiny"), dt, FIXTURE, io, 3, names, dts, 2, 2, "diffusers", HINT);

@@ -126,14 +126,7 @@ static void cache_steps(int read_after) {
     }
 }
 
-static void test_cache_donated(void **state) {
-    (void)state;
-    cache_steps(0);
-}
-
-static void test_cache_read_after_is_copied(void **state) {
-    (void)state;
-    cache_steps(1);
-}
+static void test_cache_donated(void **state) { cache_steps(0); }
+static void test_cache_read_after_is_copied(void **state) { cache_steps(1); }
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_cache_donated, test_cache_read_after_is_copied)

@@ -26,8 +26,6 @@
 #define SD_VAE_ENCODER_PARAMS 34163664
 
 #define preset(name) ((const struct tr_vae_config *)tr_test_preset(&tr_model_autoencoder_kl, name))
-#define param_count tr_test_param_count
-#define open_io() tr_test_open(FIXTURE_IO, HINT)
 
 static struct tr_graph *build(const struct tr_vae_config *c, enum tr_task task, enum tr_dtype dt, int64_t B) {
     return tr_test_model_build(&tr_model_autoencoder_kl, c, task, dt, B, 1);
@@ -35,10 +33,10 @@ static struct tr_graph *build(const struct tr_vae_config *c, enum tr_task task, 
 
 static void test_param_count_sd(void **state) {
     struct tr_graph *g = build(preset("sd-v1-4"), TR_TASK_PREDICT, TR_DTYPE_F32, 1);
-    assert_int_equal(param_count(g), SD_VAE_PARAMS);
+    assert_int_equal(tr_test_param_count(g), SD_VAE_PARAMS);
     tr_graph_free(g);
     g = build(preset("sd-v1-4"), TR_TASK_FIT, TR_DTYPE_F32, 1);
-    assert_int_equal(param_count(g), SD_VAE_ENCODER_PARAMS);
+    assert_int_equal(tr_test_param_count(g), SD_VAE_ENCODER_PARAMS);
     int ids[512], n = 0;
     struct tr_error e = {0};
     assert_int_equal(tr_model_autoencoder_kl.trainable(preset("sd-v1-4"), g, ids, 512, &n, &e), TR_OK);
@@ -48,7 +46,7 @@ static void test_param_count_sd(void **state) {
 
 /* Every PARAM is in the state_dict with its shape, and every state_dict entry is a PARAM. */
 static void test_names_match_state_dict(void **state) {
-    struct tr_safetensors *io = open_io();
+    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
     tr_test_expect_fixture_counts(&tr_model_autoencoder_kl, preset("tiny"), FIXTURE, io, HINT);
     tr_safetensors_close(io);
 }
@@ -160,7 +158,7 @@ static void test_make_inputs(void **state) {
 }
 
 static void predict_matches_diffusers(enum tr_dtype dt) {
-    struct tr_safetensors *io = open_io();
+    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
     const char *names[1] = {"sample"};
     const int dts[1] = {-1};
     tr_test_fixture_predict(&tr_model_autoencoder_kl, preset("tiny"), dt, FIXTURE, io, 1, names, dts, -1, 1,
@@ -177,7 +175,7 @@ static void test_predict_matches_diffusers_f16(void **state) { predict_matches_d
  * zero gradient in exact arithmetic (adding q·b to every score of a row leaves the
  * softmax as it is). */
 static void test_fit_grads_match_pytorch(void **state) {
-    struct tr_safetensors *io = open_io();
+    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
     const char *names[2] = {"sample", "target"};
     tr_test_fixture_fit_grads(&tr_model_autoencoder_kl, preset("tiny"), FIXTURE, io, 2, names, "to_k.bias", HINT);
     tr_safetensors_close(io);

@@ -17,6 +17,7 @@
  * returned through err only and leaves g alive and unchanged: graph.h has no public way
  * to set the sticky error with a message of our own.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include "trident/autodiff.h"
@@ -505,11 +506,12 @@ static int check_args(const struct tr_graph *g, int loss, int n_wrt, const int *
 }
 
 /* grads[i]'s final node: a node of its own (an identity RESHAPE when the same node is
- * already the result for an earlier wrt, or is a forward value), named grad.<wrt>. */
-static int finish(struct tr_graph *g, int n_fwd, int i, const int *wrt, int *grads) {
-    int gid = grads[i];
+ * already the result for a wrt made final earlier (done[0..n_done)), or is a forward
+ * value), named grad.<wrt>. */
+static int finish(struct tr_graph *g, int n_fwd, int i, const int *wrt, int gid, const int *grads, const int *done,
+                  int n_done) {
     int taken = gid < n_fwd;
-    for (int j = 0; j < i && !taken; j++) taken = grads[j] == gid;
+    for (int j = 0; j < n_done && !taken; j++) taken = grads[done[j]] == gid;
     if (taken) gid = tr_reshape(g, gid, tr_node_ndim(g, gid), tr_node_shape(g, gid));
     if (gid < 0) return -1;
     char name[TR_NAME_MAX + 8];
@@ -519,7 +521,74 @@ static int finish(struct tr_graph *g, int n_fwd, int i, const int *wrt, int *gra
     return tr_graph_set_name(g, gid, name) == TR_OK ? gid : -1;
 }
 
+/* The walk's bookkeeping of when each wrt's gradient is final: last[i], the lowest node
+ * on a path that consumes wrt[i] (-1: none; its gradient is zeros), and the wrt in the
+ * order the walk passes their last consumer. */
+struct finality {
+    int *last, *order, *done, n_done, next;
+};
+
+static int finality_init(struct finality *f, const struct ad *ad, int loss, int n_wrt, const int *wrt) {
+    memset(f, 0, sizeof *f);
+    const size_t cap = (size_t)n_wrt + 1;
+    f->last = malloc(cap * sizeof(int));
+    f->order = malloc(cap * sizeof(int));
+    f->done = malloc(cap * sizeof(int));
+    int *first_of = malloc(((size_t)loss + 1) * sizeof(int)); /* a node's lowest needed consumer */
+    if (!f->last || !f->order || !f->done || !first_of) {
+        free(first_of);
+        return TR_ERR_NOMEM;
+    }
+    for (int id = 0; id <= loss; id++) first_of[id] = -1;
+    for (int id = loss; id >= 0; id--) {
+        if (!ad->need[id]) continue;
+        for (int k = 0; k < tr_node_n_inputs(ad->g, id); k++) first_of[tr_node_input(ad->g, id, k)] = id;
+    }
+    for (int i = 0; i < n_wrt; i++) {
+        f->last[i] = wrt[i] <= loss ? first_of[wrt[i]] : -1;
+        f->order[i] = i;
+    }
+    free(first_of);
+    for (int k = 1; k < n_wrt; k++) { /* stable: wrt order among equals (a few hundred: no qsort state) */
+        const int x = f->order[k];
+        int j = k;
+        for (; j > 0 && f->last[f->order[j - 1]] < f->last[x]; j--) f->order[j] = f->order[j - 1];
+        f->order[j] = x;
+    }
+    return TR_OK;
+}
+
+static void finality_free(struct finality *f) {
+    free(f->last);
+    free(f->order);
+    free(f->done);
+}
+
+/* Every wrt whose last consumer is at or above node `below` (INT_MIN: all the rest) made
+ * final, named, and told to the hook. */
+static int finalize_upto(struct ad *ad, struct finality *f, int below, int n_fwd, int n_wrt, const int *wrt,
+                         int *grads, const struct tr_grad_hook *hook, struct tr_error *err) {
+    struct tr_graph *g = ad->g;
+    while (f->next < n_wrt && f->last[f->order[f->next]] >= below) {
+        const int i = f->order[f->next++];
+        int gid = ad->grad[wrt[i]];
+        if (gid < 0) gid = const_fill(g, wrt[i], 0.0); /* the loss does not depend on it */
+        if (gid == -2) return tr_error_set(err, TR_ERR_NOMEM, "tr_grad: out of memory for the zeros of wrt[%d]", i);
+        grads[i] = finish(g, n_fwd, i, wrt, gid, grads, f->done, f->n_done);
+        f->done[f->n_done++] = i;
+        int rc = tr_graph_status(g, err);
+        if (!rc && hook && hook->ready) rc = hook->ready(hook->user, g, i, grads[i], err);
+        if (rc) return rc;
+    }
+    return TR_OK;
+}
+
 int tr_grad(struct tr_graph *g, int loss, int n_wrt, const int *wrt, int *grads, struct tr_error *err) {
+    return tr_grad_hooked(g, loss, n_wrt, wrt, grads, NULL, err);
+}
+
+int tr_grad_hooked(struct tr_graph *g, int loss, int n_wrt, const int *wrt, int *grads, const struct tr_grad_hook *hook,
+                   struct tr_error *err) {
     int rc = check_args(g, loss, n_wrt, wrt, grads, err);
     if (rc) return rc;
     if ((rc = tr_graph_status(g, err))) return rc;
@@ -527,6 +596,7 @@ int tr_grad(struct tr_graph *g, int loss, int n_wrt, const int *wrt, int *grads,
     if (loss < 0 || loss >= n) return TR_ERR_INTERNAL; /* checked above; tells the compiler too */
     size_t cap = (size_t)n + 1; /* loss < n, so n >= 1; the +1 keeps the compiler's bounds check quiet */
     struct ad ad;
+    struct finality fin = {0};
     ad.g = g;
     ad.grad = malloc(cap * sizeof(int));
     ad.need = calloc(cap, 1);
@@ -549,6 +619,10 @@ int tr_grad(struct tr_graph *g, int loss, int n_wrt, const int *wrt, int *grads,
         }
     }
     if ((rc = check_rules(&ad, loss, err))) goto done;
+    if (finality_init(&fin, &ad, loss, n_wrt, wrt)) {
+        rc = tr_error_set(err, TR_ERR_NOMEM, "tr_grad: out of memory for %d wrt", n_wrt);
+        goto done;
+    }
 
     if (ad.need[loss]) {
         ad.grad[loss] = const_fill(g, loss, 1.0);
@@ -557,24 +631,17 @@ int tr_grad(struct tr_graph *g, int loss, int n_wrt, const int *wrt, int *grads,
             goto done;
         }
         for (int id = loss; id >= 0 && ad.grad[loss] >= 0; id--) {
-            if (!ad.need[id] || ad.grad[id] < 0 || tr_node_n_inputs(g, id) == 0) continue;
-            apply_rule(&ad, id, ad.grad[id]);
+            if (ad.need[id] && ad.grad[id] >= 0 && tr_node_n_inputs(g, id) > 0) apply_rule(&ad, id, ad.grad[id]);
             if (tr_graph_status(g, NULL)) break;
+            if ((rc = finalize_upto(&ad, &fin, id, n, n_wrt, wrt, grads, hook, err))) goto done;
         }
     }
-    for (int i = 0; i < n_wrt && tr_graph_status(g, NULL) == TR_OK; i++) {
-        int gid = ad.grad[wrt[i]];
-        if (gid < 0) gid = const_fill(g, wrt[i], 0.0); /* the loss does not depend on it */
-        if (gid == -2) {
-            rc = tr_error_set(err, TR_ERR_NOMEM, "tr_grad: out of memory for the zeros of wrt[%d]", i);
-            goto done;
-        }
-        grads[i] = gid;
-        grads[i] = finish(g, n, i, wrt, grads);
-    }
+    if (tr_graph_status(g, NULL) == TR_OK && (rc = finalize_upto(&ad, &fin, INT_MIN, n, n_wrt, wrt, grads, hook, err)))
+        goto done;
     rc = tr_graph_status(g, err);
     if (rc) tr_error_prefix(err, "tr_grad");
 done:
+    finality_free(&fin);
     free(ad.grad);
     free(ad.need);
     free(from_wrt);

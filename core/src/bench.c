@@ -37,7 +37,7 @@ static int add_training(const struct tr_config *cfg, struct tr_task_graph *tg, s
     int *ids = calloc((size_t)(max ? max : 1), sizeof *ids);
     if (!ids) return tr_error_set(err, TR_ERR_NOMEM, "fit: out of memory");
     rc = m->trainable(tg->config, g, ids, max, &n, err);
-    tg->train_cfg.dp_ranks = cfg->ranks > 1 ? cfg->ranks : 1;
+    tg->train_cfg.dp_ranks = tr_config_data_parallel(cfg) ? cfg->ranks : 0;
     tg->train_cfg.bucket_bytes = cfg->bucket_mb * 1048576.0;
     if (!rc) rc = tr_train_build(g, loss, n, ids, &tg->train_cfg, &tg->train, err);
     free(ids);
@@ -141,7 +141,7 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
     rc = tr_model_resolve(m, cfg->preset, cfg, tg->config, err);
     if (rc) goto fail;
     tg->opts = (struct tr_build_opts){.task = task, .dtype = cfg->dtype, .batch = cfg->batch, .seq_len = cfg->seq_len};
-    if (cfg->ranks > 1) { /* data parallel: each rank's graph takes its share of the batch */
+    if (tr_config_data_parallel(cfg)) { /* each rank's graph takes its share of the batch */
         if (task != TR_TASK_FIT) {
             rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: [run] task = %s on %d ranks: data parallelism trains "
                               "(task = fit); run %s in one process", cfg->file, cfg->task, cfg->ranks, cfg->task);
@@ -271,6 +271,16 @@ static void slot_close(struct slot *s) {
     s->prog = NULL, s->be = NULL, s->plugin = NULL;
 }
 
+/* Data parallel: every rank's trained state the same? A device's states are read back
+ * into host memory first (sync), so cuda's ranks are compared too. */
+static int check_ranks(struct run *r, struct slot *s) {
+    if (!r->dp->check_weights) return TR_OK;
+    int rc = tr_backend_sync(s->be, s->prog, &s->sh->err);
+    if (!rc) rc = tr_dp_check_weights(r->dp, s->sh->n_steps, &s->sh->err);
+    if (!rc) s->row->weight_checks++;
+    return rc;
+}
+
 /* One step; fit: the step counter fed, the loss checked finite and kept. */
 static int slot_step(struct run *r, struct slot *s, double *ms) {
     struct fit_state *fs = r->fs;
@@ -282,10 +292,8 @@ static int slot_step(struct run *r, struct slot *s, double *ms) {
     rc = tr_dp_step_status(r->dp, rc, s->row->label, s->sh->n_steps + 1, &s->sh->err);
     if (rc) return rc;
     s->sh->n_steps++;
-    if (fs->on && r->dp->check_every > 0 && s->sh->n_steps % r->dp->check_every == 0) {
-        if ((rc = tr_dp_check_weights(r->dp, s->sh->n_steps, &s->sh->err)) != TR_OK) return rc;
-        s->row->weight_checks += r->dp->check_weights;
-    }
+    if (fs->on && r->dp->check_every > 0 && s->sh->n_steps % r->dp->check_every == 0 && (rc = check_ranks(r, s)))
+        return rc;
     if (!fs->on) return TR_OK;
     double loss = tr_tensor_get_f64(&s->out[0], 0);
     s->losses[s->sh->n_steps - 1] = loss;
@@ -354,9 +362,8 @@ static int slot_finish(struct run *r, struct slot *s) {
     /* the state every rank ends with, whatever check_every's last check saw */
     if (r->fs->on && r->dp->check_every > 0 && s->sh->n_steps % r->dp->check_every != 0) {
         tr_dp_phase(r->dp, row->label, "the final check of the trained state", 0);
-        int crc = tr_dp_check_weights(r->dp, s->sh->n_steps, &s->sh->err);
+        int crc = check_ranks(r, s);
         if (crc) return crc;
-        row->weight_checks += r->dp->check_weights;
     }
     row->items_per_s = row->mean_ms > 0 ? (double)cfg->batch * 1e3 / row->mean_ms : 0;
     row->gflops = row->mean_ms > 0 ? tr_graph_flops(r->g) / (row->mean_ms * 1e6) : 0;
@@ -711,8 +718,9 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
      * starts none; the kernels' OpenMP pool would not survive in a child). Generate's
      * backends run in this process. */
     int n_threads = 0;
-    const int parallel = cfg->ranks > 1;
+    const int parallel = tr_config_data_parallel(cfg);
     rep->ranks = cfg->ranks > 1 ? cfg->ranks : 1;
+    rep->parallel = parallel;
     rep->check_every = cfg->check_every;
     rep->bucket_mb = cfg->bucket_mb;
     const int isolate = cfg->isolate && !token_gen && !parallel && tr_fork_safe(&n_threads);

@@ -14,12 +14,12 @@ int tr_dp_begin(struct tr_dp *dp, const struct tr_config *cfg, const struct tr_c
     if (cfg->ranks != have)
         return tr_error_set(err, TR_ERR_INVALID, "data parallel: the config is for %d ranks and the communicator has "
                             "%d (the program sets [run]'s ranks from MPI)", cfg->ranks, have);
-    if (!comm || comm->size < 2) return TR_OK;
+    if (!comm) return TR_OK;
     dp->comm = comm;
     dp->on = 1;
     dp->g = g;
     dp->check_every = cfg->check_every;
-    dp->check_weights = cfg->check_every > 0 && cfg->device_type == TR_DEVICE_CPU;
+    dp->check_weights = cfg->check_every > 0;
     dp->n_upd = tr_graph_n_updates(g);
     dp->mine = calloc((size_t)dp->n_upd + 1, sizeof *dp->mine);
     dp->all = calloc((size_t)(dp->n_upd + 1) * (size_t)comm->size, sizeof *dp->all);
@@ -46,7 +46,7 @@ int tr_dp_shard_inputs(const struct tr_config *cfg, const struct tr_model_desc *
     struct tr_config *one = malloc(sizeof *one);
     if (!one) return tr_error_set(err, TR_ERR_NOMEM, "data parallel: out of memory");
     *one = *cfg;
-    one->ranks = 1, one->rank = 0;
+    one->ranks = 1, one->rank = 0, one->joined = 0;
     struct tr_task_graph whole;
     struct tr_tensor *gin = NULL;
     int rc = tr_task_graph_build(one, models, &whole, err);

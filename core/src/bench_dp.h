@@ -17,7 +17,7 @@
 struct tr_dp {
     const struct tr_comm *comm; /* NULL: one process */
     int on;                     /* more than one rank */
-    int check_weights;          /* the states are in host memory (cpu) and check_every > 0 */
+    int check_weights;          /* check_every > 0 (a device's states read back by sync first) */
     int64_t check_every;
     const struct tr_graph *g;
     int n_upd;

@@ -100,12 +100,13 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
             : strcmp(rep->schedule, "sequential") == 0 ? "sequential (one backend after another)"
                                                        : "");
     if (rep->isolation[0]) fprintf(f, "backends: %s\n", rep->isolation);
-    if (rep->ranks > 1) {
-        fprintf(f, "data parallel: %d ranks, batch %lld = %d x %lld; gradients averaged in buckets of at most %g MiB; ",
-                rep->ranks, (long long)rep->batch, rep->ranks, (long long)(rep->batch / rep->ranks), rep->bucket_mb);
-        if (rep->check_every > 0 && strcmp(rep->device, "cpu") == 0)
+    if (rep->parallel) {
+        fprintf(f, "data parallel: %d rank%s, batch %lld = %d x %lld; gradients summed in buckets of about %g MiB, "
+                "each started amid the backward pass; ", rep->ranks, rep->ranks == 1 ? "" : "s", (long long)rep->batch,
+                rep->ranks, (long long)(rep->batch / rep->ranks), rep->bucket_mb);
+        if (rep->check_every > 0)
             fprintf(f, "the ranks' trained state compared every %lld steps and at the end\n", (long long)rep->check_every);
-        else fprintf(f, "the ranks' trained state not compared (%s)\n", rep->check_every > 0 ? "on the device" : "[run] check_every = 0");
+        else fprintf(f, "the ranks' trained state not compared ([run] check_every = 0)\n");
     }
     if (rep->interrupted) {
         fprintf(f, "INTERRUPTED: timed steps run:");
@@ -181,11 +182,11 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
         if (!notes++) fputc('\n', f);
         fprintf(f, "%s: %s%s\n", r->label, r->ok ? "" : "FAILED: ", text);
     }
-    for (int i = 0; rep->ranks > 1 && i < rep->n_rows; i++) {
+    for (int i = 0; rep->parallel && i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
         if (!r->ok) continue;
         if (!notes++) fputc('\n', f);
-        fprintf(f, "%s: rank 0 spent %.3f ms a step in collectives (%.1f%% of the step); ", r->label, r->comm_ms,
+        fprintf(f, "%s: rank 0 waited %.3f ms a step for collectives (%.1f%% of the step); ", r->label, r->comm_ms,
                 r->mean_ms > 0 ? 100.0 * r->comm_ms / r->mean_ms : 0.0);
         if (r->weight_checks > 0)
             fprintf(f, "the trained state was the same on all %d ranks at %lld check%s\n", rep->ranks,
@@ -231,7 +232,7 @@ cJSON *tr_bench_json(const struct tr_bench_report *rep) {
     tr_json_add_str(root, "schedule", rep->schedule);
     tr_json_add_str(root, "isolation", rep->isolation);
     cJSON_AddNumberToObject(root, "ranks", rep->ranks > 1 ? rep->ranks : 1);
-    if (rep->ranks > 1) {
+    if (rep->parallel) {
         cJSON_AddNumberToObject(root, "batch_per_rank", (double)(rep->batch / rep->ranks));
         cJSON_AddNumberToObject(root, "bucket_mb", rep->bucket_mb);
         cJSON_AddNumberToObject(root, "check_every", (double)rep->check_every);
@@ -306,7 +307,7 @@ cJSON *tr_bench_json(const struct tr_bench_report *rep) {
             tr_json_add_str(ref, "worst", r->ref_worst);
         }
         cJSON_AddBoolToObject(o, "noisy", tr_bench_row_noisy(r));
-        if (rep->ranks > 1) {
+        if (rep->parallel) {
             cJSON_AddNumberToObject(o, "comm_ms_per_step", r->comm_ms);
             cJSON_AddNumberToObject(o, "weight_checks", (double)r->weight_checks);
         }

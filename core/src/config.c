@@ -130,12 +130,10 @@ static int fail_kv(struct ini_state *st, int status, const char *section, const 
 /* "FILE:LINE: what" and stop. */
 __attribute__((format(printf, 3, 4)))
 static int fail_line(struct ini_state *st, int status, const char *fmt, ...) {
-    char what[TR_ERROR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
+    tr_error_set_atv(st->err, status, st->cfg->file, st->in.line, fmt, ap);
     va_end(ap);
-    tr_error_set(st->err, status, "%s:%d: %.900s", st->cfg->file, st->in.line, what);
     st->fail_line = st->in.line;
     st->fail_status = status;
     st->in.stop = 1;
@@ -812,3 +810,5 @@ int tr_config_backend_options(const struct tr_config *cfg, const struct tr_confi
                                       .line = cfg->backends_line};
     return n;
 }
+
+int tr_config_data_parallel(const struct tr_config *cfg) { return cfg && (cfg->joined || cfg->ranks > 1); }

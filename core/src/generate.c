@@ -389,12 +389,9 @@ int tr_generator_init(struct tr_backend *be, const struct tr_model_desc *m, cons
     if (!rc) rc = tr_bench_io_alloc(gg->decode, 1 + K, tr_graph_output, &gen->dec_out, err);
     if (!rc && !(gen->fed = calloc((size_t)gg->opts.batch, sizeof *gen->fed)))
         rc = tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory");
-    if (rc) {
-        tr_generator_free(gen);
-        return rc;
-    }
-    *out = gen;
-    return TR_OK;
+    if (rc) tr_generator_free(gen);
+    else *out = gen;
+    return rc;
 }
 
 void tr_generator_free(struct tr_generator *gen) {

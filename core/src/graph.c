@@ -600,13 +600,32 @@ int tr_timestep_embedding(struct tr_graph *g, int t, int dim, int flip_sin_to_co
     return node1(g, TR_OP_TIMESTEP_EMBEDDING, t, &at);
 }
 
-int tr_allreduce(struct tr_graph *g, int x, int ranks, int bucket, float scale) {
+static int allreduce_node(struct tr_graph *g, enum tr_op op, int x, int ranks, int bucket, float scale) {
     struct tr_attrs at = attrs0();
     at.ints[0] = ranks;
     at.ints[1] = bucket;
     at.n_ints = 2;
     at.floats[0] = scale;
-    return node1(g, TR_OP_ALLREDUCE, x, &at);
+    return node1(g, op, x, &at);
+}
+
+int tr_allreduce(struct tr_graph *g, int x, int ranks, int bucket, float scale) {
+    return allreduce_node(g, TR_OP_ALLREDUCE, x, ranks, bucket, scale);
+}
+
+int tr_allreduce_start(struct tr_graph *g, int x, int ranks, int bucket) {
+    return allreduce_node(g, TR_OP_ALLREDUCE_START, x, ranks, bucket, 1.0f);
+}
+
+int tr_allreduce_wait(struct tr_graph *g, int started, float scale) {
+    if (!g || started < 0 || started >= g->n_nodes) return node1(g, TR_OP_ALLREDUCE_WAIT, started, NULL); /* says why */
+    const struct tr_attrs *s = &g->nodes[started].attrs;
+    if (g->nodes[started].op != TR_OP_ALLREDUCE_START) {
+        graph_fail(g, TR_ERR_INVALID, "tr_allreduce_wait: node %d is %s, not an allreduce_start", started,
+                   tr_op_name(g->nodes[started].op));
+        return -1;
+    }
+    return allreduce_node(g, TR_OP_ALLREDUCE_WAIT, started, (int)s->ints[0], (int)s->ints[1], scale);
 }
 
 int tr_broadcast(struct tr_graph *g, int x, int ndim, const int64_t *shape) {

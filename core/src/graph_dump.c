@@ -145,7 +145,7 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
         fprintf(f, " beta1=%g beta2=%g eps=%g wd=%g", (double)a->floats[0], (double)a->floats[1],
                 (double)a->floats[2], (double)a->floats[3]);
         break;
-    case TR_OP_ALLREDUCE:
+    case TR_OP_ALLREDUCE: case TR_OP_ALLREDUCE_START: case TR_OP_ALLREDUCE_WAIT:
         fprintf(f, " ranks=%lld bucket=%lld scale=%g", (long long)a->ints[0], (long long)a->ints[1],
                 (double)a->floats[0]);
         break;
@@ -195,57 +195,61 @@ static double numel(const struct tr_graph *g, int id) {
     return n;
 }
 
+double tr_node_flops(const struct tr_graph *g, int id) {
+    double total = 0;
+    int op = tr_node_op(g, id);
+    if (op == TR_OP_MATMUL) {
+        int a = tr_node_input(g, id, 0), nd = tr_node_ndim(g, a);
+        double k = (double)tr_node_shape(g, a)[tr_node_attrs(g, id)->ints[0] ? nd - 2 : nd - 1];
+        total += 2.0 * numel(g, id) * k;
+    } else if (op == TR_OP_ATTENTION || op == TR_OP_ATTENTION_REL) {
+        const int64_t *q = tr_node_shape(g, tr_node_input(g, id, 0));
+        const int64_t *k = tr_node_shape(g, tr_node_input(g, id, 1));
+        const int64_t *v = tr_node_shape(g, tr_node_input(g, id, 2));
+        total += 2.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)k[2] * (double)(q[3] + v[3]);
+    } else if (op == TR_OP_ATTENTION_GRAD) {
+        /* a full backward (dq, dk, dv) counts 2.5x the forward: 1x each for dq and dk, 0.5x for dv */
+        const int64_t *q = tr_node_shape(g, tr_node_input(g, id, 0));
+        const int64_t *k = tr_node_shape(g, tr_node_input(g, id, 1));
+        const int64_t *v = tr_node_shape(g, tr_node_input(g, id, 2));
+        double fwd = 2.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)k[2] * (double)(q[3] + v[3]);
+        total += tr_node_attrs(g, id)->ints[2] == 2 ? 0.5 * fwd : fwd;
+    } else if (op == TR_OP_ATTENTION_REL_GRAD) { /* as ATTENTION_GRAD; the bias gradients as dv */
+        const int64_t *q = tr_node_shape(g, tr_node_input(g, id, 0));
+        const int64_t *k = tr_node_shape(g, tr_node_input(g, id, 1));
+        const int64_t *v = tr_node_shape(g, tr_node_input(g, id, 2));
+        double fwd = 2.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)k[2] * (double)(q[3] + v[3]);
+        total += tr_node_attrs(g, id)->ints[0] >= 2 ? 0.5 * fwd : fwd;
+    } else if (op == TR_OP_SUM || op == TR_OP_MEAN || op == TR_OP_MAX || op == TR_OP_LAYER_NORM_GRAD_GAMMA ||
+               op == TR_OP_CROSS_ENTROPY || op == TR_OP_MSE || op == TR_OP_RMS_NORM_GRAD_W) {
+        total += numel(g, tr_node_input(g, id, 0));
+    } else if (op == TR_OP_UNARY_GRAD || op == TR_OP_SOFTMAX_GRAD || op == TR_OP_LAYER_NORM_GRAD ||
+               op == TR_OP_MAX_GRAD || op == TR_OP_CROSS_ENTROPY_GRAD || op == TR_OP_RMS_NORM ||
+               op == TR_OP_RMS_NORM_GRAD || op == TR_OP_ROPE) {
+        total += numel(g, id);
+    } else if (op == TR_OP_CONV2D || op == TR_OP_CONV2D_GRAD_INPUT) {
+        const int64_t *w = tr_node_shape(g, tr_node_input(g, id, 1));
+        /* forward: Cin·KH·KW per output element; data gradient: Cout·KH·KW per dx element */
+        total += 2.0 * numel(g, id) * (double)(op == TR_OP_CONV2D ? w[1] : w[0]) * (double)w[2] * (double)w[3];
+    } else if (op == TR_OP_CONV2D_GRAD_WEIGHT) { /* as many multiply-adds as the forward */
+        const int64_t *dw = tr_node_shape(g, id);
+        total += 2.0 * numel(g, tr_node_input(g, id, 1)) * (double)dw[1] * (double)dw[2] * (double)dw[3];
+    } else if (op == TR_OP_GROUP_NORM || op == TR_OP_GROUP_NORM_GRAD || op == TR_OP_TIMESTEP_EMBEDDING) {
+        total += numel(g, id);
+    } else if (op == TR_OP_GROUP_NORM_GRAD_GAMMA) {
+        total += numel(g, tr_node_input(g, id, 0));
+    } else if (op == TR_OP_ADAMW_STEP) {
+        total += 10.0 * numel(g, id);
+    } else if (tr_op_is_elementwise_unary(op) || tr_op_is_elementwise_binary(op) || op == TR_OP_SOFTMAX ||
+               op == TR_OP_LAYER_NORM) {
+        total += numel(g, id);
+    }
+    return total;
+}
+
 double tr_graph_flops(const struct tr_graph *g) {
     double total = 0;
-    for (int id = 0; id < tr_graph_n_nodes(g); id++) {
-        int op = tr_node_op(g, id);
-        if (op == TR_OP_MATMUL) {
-            int a = tr_node_input(g, id, 0), nd = tr_node_ndim(g, a);
-            double k = (double)tr_node_shape(g, a)[tr_node_attrs(g, id)->ints[0] ? nd - 2 : nd - 1];
-            total += 2.0 * numel(g, id) * k;
-        } else if (op == TR_OP_ATTENTION || op == TR_OP_ATTENTION_REL) {
-            const int64_t *q = tr_node_shape(g, tr_node_input(g, id, 0));
-            const int64_t *k = tr_node_shape(g, tr_node_input(g, id, 1));
-            const int64_t *v = tr_node_shape(g, tr_node_input(g, id, 2));
-            total += 2.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)k[2] * (double)(q[3] + v[3]);
-        } else if (op == TR_OP_ATTENTION_GRAD) {
-            /* a full backward (dq, dk, dv) counts 2.5x the forward: 1x each for dq and dk, 0.5x for dv */
-            const int64_t *q = tr_node_shape(g, tr_node_input(g, id, 0));
-            const int64_t *k = tr_node_shape(g, tr_node_input(g, id, 1));
-            const int64_t *v = tr_node_shape(g, tr_node_input(g, id, 2));
-            double fwd = 2.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)k[2] * (double)(q[3] + v[3]);
-            total += tr_node_attrs(g, id)->ints[2] == 2 ? 0.5 * fwd : fwd;
-        } else if (op == TR_OP_ATTENTION_REL_GRAD) { /* as ATTENTION_GRAD; the bias gradients as dv */
-            const int64_t *q = tr_node_shape(g, tr_node_input(g, id, 0));
-            const int64_t *k = tr_node_shape(g, tr_node_input(g, id, 1));
-            const int64_t *v = tr_node_shape(g, tr_node_input(g, id, 2));
-            double fwd = 2.0 * (double)q[0] * (double)q[1] * (double)q[2] * (double)k[2] * (double)(q[3] + v[3]);
-            total += tr_node_attrs(g, id)->ints[0] >= 2 ? 0.5 * fwd : fwd;
-        } else if (op == TR_OP_SUM || op == TR_OP_MEAN || op == TR_OP_MAX || op == TR_OP_LAYER_NORM_GRAD_GAMMA ||
-                   op == TR_OP_CROSS_ENTROPY || op == TR_OP_MSE || op == TR_OP_RMS_NORM_GRAD_W) {
-            total += numel(g, tr_node_input(g, id, 0));
-        } else if (op == TR_OP_UNARY_GRAD || op == TR_OP_SOFTMAX_GRAD || op == TR_OP_LAYER_NORM_GRAD ||
-                   op == TR_OP_MAX_GRAD || op == TR_OP_CROSS_ENTROPY_GRAD || op == TR_OP_RMS_NORM ||
-                   op == TR_OP_RMS_NORM_GRAD || op == TR_OP_ROPE) {
-            total += numel(g, id);
-        } else if (op == TR_OP_CONV2D || op == TR_OP_CONV2D_GRAD_INPUT) {
-            const int64_t *w = tr_node_shape(g, tr_node_input(g, id, 1));
-            /* forward: Cin·KH·KW per output element; data gradient: Cout·KH·KW per dx element */
-            total += 2.0 * numel(g, id) * (double)(op == TR_OP_CONV2D ? w[1] : w[0]) * (double)w[2] * (double)w[3];
-        } else if (op == TR_OP_CONV2D_GRAD_WEIGHT) { /* as many multiply-adds as the forward */
-            const int64_t *dw = tr_node_shape(g, id);
-            total += 2.0 * numel(g, tr_node_input(g, id, 1)) * (double)dw[1] * (double)dw[2] * (double)dw[3];
-        } else if (op == TR_OP_GROUP_NORM || op == TR_OP_GROUP_NORM_GRAD || op == TR_OP_TIMESTEP_EMBEDDING) {
-            total += numel(g, id);
-        } else if (op == TR_OP_GROUP_NORM_GRAD_GAMMA) {
-            total += numel(g, tr_node_input(g, id, 0));
-        } else if (op == TR_OP_ADAMW_STEP) {
-            total += 10.0 * numel(g, id);
-        } else if (tr_op_is_elementwise_unary(op) || tr_op_is_elementwise_binary(op) || op == TR_OP_SOFTMAX ||
-                   op == TR_OP_LAYER_NORM) {
-            total += numel(g, id);
-        }
-    }
+    for (int id = 0; id < tr_graph_n_nodes(g); id++) total += tr_node_flops(g, id);
     return total;
 }
 

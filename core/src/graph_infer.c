@@ -980,7 +980,7 @@ int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *i
         return infer_group_norm(&c, op, a, attrs, dtype, ndim, shape);
     case TR_OP_TIMESTEP_EMBEDDING:
         return infer_timestep_embedding(&c, &a[0], attrs, dtype, ndim, shape);
-    case TR_OP_ALLREDUCE:
+    case TR_OP_ALLREDUCE: case TR_OP_ALLREDUCE_START: case TR_OP_ALLREDUCE_WAIT:
         return infer_allreduce(&c, &a[0], attrs, dtype, ndim, shape);
     default:
         return refuse(&c, TR_ERR_UNSUPPORTED, "no shape rule for op %d", op);

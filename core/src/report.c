@@ -115,6 +115,15 @@ static void put_text(FILE *f, const char *s, enum esc esc) {
     }
 }
 
+/* "MODEL/PRESET TASK", the name of a report in its title and headings. */
+static void put_run_name(FILE *f, const struct tr_bench_report *rep, enum esc esc) {
+    put_text(f, rep->model, esc);
+    fputc('/', f);
+    put_text(f, rep->preset, esc);
+    fputc(' ', f);
+    put_text(f, rep->task, esc);
+}
+
 /* One CSV field, quoted only when it must be (RFC 4180: it holds a comma, a quote, CR or LF). */
 static void csv_text(FILE *f, const char *s) {
     int quote = strpbrk(s, ",\"\r\n") != NULL;
@@ -181,11 +190,7 @@ static void md_host(const struct tr_bench_report *rep, FILE *f) {
 
 int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_error *err) {
     fputs("# trident report: ", f);
-    put_text(f, rep->model, ESC_MD);
-    fputc('/', f);
-    put_text(f, rep->preset, ESC_MD);
-    fputc(' ', f);
-    put_text(f, rep->task, ESC_MD);
+    put_run_name(f, rep, ESC_MD);
     fputs("\n\n", f);
     fputs("Device ", f);
     put_text(f, rep->device, ESC_MD);
@@ -366,19 +371,11 @@ int tr_report_write_svg(const struct tr_bench_report *rep, const struct tr_repor
                "font-family=\"sans-serif\" font-size=\"12\">\n",
             width, height, width, height);
     fputs("<title>", f);
-    put_text(f, rep->model, ESC_XML);
-    fputc('/', f);
-    put_text(f, rep->preset, ESC_XML);
-    fputc(' ', f);
-    put_text(f, rep->task, ESC_XML);
+    put_run_name(f, rep, ESC_XML);
     fputs(": mean ms per step</title>\n", f);
     fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", width, height);
     fprintf(f, "<text x=\"%d\" y=\"20\" font-size=\"14\" font-weight=\"bold\">", SVG_PAD);
-    put_text(f, rep->model, ESC_XML);
-    fputc('/', f);
-    put_text(f, rep->preset, ESC_XML);
-    fputc(' ', f);
-    put_text(f, rep->task, ESC_XML);
+    put_run_name(f, rep, ESC_XML);
     fputs(", ", f);
     put_text(f, rep->device, ESC_XML);
     fputc(' ', f);

@@ -27,12 +27,10 @@ struct suite_state {
 
 __attribute__((format(printf, 2, 3)))
 static int fail(struct suite_state *st, const char *fmt, ...) {
-    char what[TR_ERROR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
+    tr_error_set_atv(st->err, TR_ERR_INVALID, st->s->file, st->in.line, fmt, ap);
     va_end(ap);
-    tr_error_set(st->err, TR_ERR_INVALID, "%s:%d: %.900s", st->s->file, st->in.line, what);
     st->failed = st->in.stop = 1;
     return 1;
 }

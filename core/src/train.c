@@ -91,30 +91,25 @@ static int64_t numel_of(const struct tr_graph *g, int id) {
     return tr_shape_numel(tr_node_ndim(g, id), tr_node_shape(g, id));
 }
 
-static const int *sort_grads; /* qsort's context: gradients compare by node id */
-static int by_readiness(const void *a, const void *b) {
-    int x = sort_grads[*(const int *)a], y = sort_grads[*(const int *)b];
-    return (x > y) - (x < y);
-}
+/* Data parallelism's buckets, filled as tr_grad makes each gradient final (the last
+ * layer's first). A bucket closes at the gradient that brings it to bucket_bytes or more
+ * (as PyTorch DDP's), and its all-reduce starts right there, amid the backward pass: its
+ * gradients flattened into one f32 vector (CONCATs of at most 8, in a tree: a bound kernel
+ * call holds 8 inputs), scaled by this rank's share (INPUT dp_share), ALLREDUCE_START.
+ * After the backward pass each bucket is waited for and cut back into f32 gradients. The
+ * share makes the sum exact for a loss that is a mean over a count that differs between
+ * the shards (tokens that are not padding): the global loss is Σ_r share_r · loss_r. */
+struct dp_build {
+    const struct tr_train_config *c;
+    int share, n;
+    int *flat, *member, m;       /* the open bucket: its f32 pieces and their gradients */
+    double bytes;
+    int *bucket_of, *started;    /* per gradient: its bucket; per bucket: its START */
+    int *ready_order, n_ready;   /* the gradients as they became final */
+    int n_buckets;
+    int *avg;                    /* per gradient: the global batch's, f32 */
+};
 
-int tr_train_dp_plan(const struct tr_graph *g, int n, const int *grads, double bucket_bytes, int *order,
-                     int *bucket_of) {
-    for (int i = 0; i < n; i++) order[i] = i;
-    sort_grads = grads;
-    qsort(order, (size_t)n, sizeof *order, by_readiness);
-    int buckets = 0;
-    double in_bucket = 0;
-    for (int k = 0; k < n; k++) {
-        const double bytes = 4.0 * (double)numel_of(g, grads[order[k]]);
-        if (k == 0 || (in_bucket > 0 && in_bucket + bytes > bucket_bytes)) buckets++, in_bucket = 0;
-        bucket_of[order[k]] = buckets - 1;
-        in_bucket += bytes;
-    }
-    return buckets;
-}
-
-/* One flat f32 vector of the 1-D xs[0..n), by CONCATs of at most 8 (a bound kernel call
- * holds 8 inputs), in a tree. */
 static int concat_tree(struct tr_graph *g, int n, int *xs) {
     while (n > 1) {
         int m = 0;
@@ -127,43 +122,57 @@ static int concat_tree(struct tr_graph *g, int n, int *xs) {
     return xs[0];
 }
 
-/* Every gradient g[i] (any float dtype) replaced by the global batch's: per bucket the
- * gradients flattened into one f32 vector, scaled by this rank's share (the INPUT share),
- * summed over the ranks (ALLREDUCE), and cut back into their shapes and dtypes. The share
- * makes it exact for a loss that is a mean over a count that differs between the shards
- * (tokens that are not padding): the global loss is Σ_r share_r · loss_r. */
-static int dp_average(struct tr_graph *g, int n, int *grads, int share, const struct tr_train_config *c,
-                      struct tr_error *err) {
-    int *order = calloc((size_t)n, sizeof *order), *bucket_of = calloc((size_t)n, sizeof *bucket_of);
-    int *flat = calloc((size_t)n, sizeof *flat);
-    int rc = TR_OK;
-    if (!order || !bucket_of || !flat) rc = tr_error_set(err, TR_ERR_NOMEM, "data parallel: out of memory");
-    const int buckets = rc ? 0 : tr_train_dp_plan(g, n, grads, c->bucket_bytes, order, bucket_of);
-    for (int b = 0, k = 0; b < buckets; b++) {
+static int dp_close_bucket(struct dp_build *d, struct tr_graph *g) {
+    if (d->m == 0) return TR_OK;
+    const int b = d->n_buckets++;
+    const int sum = tr_mul(g, concat_tree(g, d->m, d->flat), d->share);
+    d->started[b] = tr_allreduce_start(g, sum, (int)d->c->dp_ranks, b);
+    for (int k = 0; k < d->m; k++) d->bucket_of[d->member[k]] = b;
+    d->m = 0;
+    d->bytes = 0;
+    return tr_graph_status(g, NULL);
+}
+
+static int dp_ready(void *user, struct tr_graph *g, int i, int grad, struct tr_error *err) {
+    struct dp_build *d = user;
+    int x = grad;
+    if (tr_node_dtype(g, x) != TR_DTYPE_F32) x = tr_cast(g, x, TR_DTYPE_F32);
+    const int64_t len[1] = {numel_of(g, x)};
+    d->flat[d->m] = tr_reshape(g, x, 1, len);
+    d->member[d->m++] = i;
+    d->ready_order[d->n_ready++] = i;
+    d->bytes += 4.0 * (double)len[0];
+    if (d->bytes >= d->c->bucket_bytes) dp_close_bucket(d, g);
+    return tr_graph_status(g, err);
+}
+
+/* After the backward pass: the last bucket started, then every bucket waited for and cut
+ * back into f32 gradients of their shapes (avg), in the order they started. */
+static int dp_finish(struct dp_build *d, struct tr_graph *g, const int *grads, struct tr_error *err) {
+    dp_close_bucket(d, g);
+    for (int b = 0, k = 0; b < d->n_buckets; b++) {
+        const int red = tr_allreduce_wait(g, d->started[b], 1.0f);
         const int first = k;
-        int m = 0;
-        for (; k < n && bucket_of[order[k]] == b; k++) {
-            int x = grads[order[k]];
-            if (tr_node_dtype(g, x) != TR_DTYPE_F32) x = tr_cast(g, x, TR_DTYPE_F32);
-            const int64_t len[1] = {numel_of(g, x)};
-            flat[m++] = tr_reshape(g, x, 1, len);
-        }
-        const int red = tr_allreduce(g, tr_mul(g, concat_tree(g, m, flat), share), (int)c->dp_ranks, b, 1.0f);
+        while (k < d->n_ready && d->bucket_of[d->ready_order[k]] == b) k++;
         int64_t off = 0;
         for (int j = first; j < k; j++) {
-            const int i = order[j], x = grads[i];
-            const int64_t len = numel_of(g, x);
-            int piece = m == 1 ? red : tr_slice(g, red, 0, off, off + len, 1);
-            piece = tr_reshape(g, piece, tr_node_ndim(g, x), tr_node_shape(g, x));
-            if (tr_node_dtype(g, x) != TR_DTYPE_F32) piece = tr_cast(g, piece, (enum tr_dtype)tr_node_dtype(g, x));
-            grads[i] = piece;
+            const int i = d->ready_order[j];
+            const int64_t len = numel_of(g, grads[i]);
+            const int piece = k - first == 1 ? red : tr_slice(g, red, 0, off, off + len, 1);
+            d->avg[i] = tr_reshape(g, piece, tr_node_ndim(g, grads[i]), tr_node_shape(g, grads[i]));
             off += len;
         }
     }
-    free(order);
-    free(bucket_of);
-    free(flat);
-    return rc ? rc : tr_graph_status(g, err);
+    return tr_graph_status(g, err);
+}
+
+static void dp_free(struct dp_build *d) {
+    free(d->flat);
+    free(d->member);
+    free(d->bucket_of);
+    free(d->started);
+    free(d->ready_order);
+    free(d->avg);
 }
 
 int tr_train_build(struct tr_graph *g, int loss, int n, const int *params, const struct tr_train_config *c,
@@ -175,7 +184,8 @@ int tr_train_build(struct tr_graph *g, int loss, int n, const int *params, const
     if (n < 1) return tr_error_set(err, TR_ERR_INVALID, "train: nothing to train (0 parameters)");
     if (loss < 0 || loss >= tr_graph_n_nodes(g) || tr_node_dtype(g, loss) != TR_DTYPE_F32 || tr_node_ndim(g, loss) != 0)
         return tr_error_set(err, TR_ERR_INVALID, "train: loss node %d is not a 0-d f32 node", loss);
-    const int adamw = strcmp(c->optimizer, "sgd") != 0;
+    const int adamw = strcmp(c->optimizer, "sgd") != 0, data_parallel = c->dp_ranks >= 1;
+    struct dp_build dp = {.c = c, .n = n};
 
     int *grads = calloc((size_t)n, sizeof *grads), *opt_p = calloc((size_t)n, sizeof *opt_p);
     int *opt_g = calloc((size_t)n, sizeof *opt_g);
@@ -189,38 +199,58 @@ int tr_train_build(struct tr_graph *g, int loss, int n, const int *params, const
     }
     memcpy(ts->trained, params, (size_t)n * sizeof *params);
     ts->n_trained = n;
-    if ((rc = tr_grad(g, loss, n, params, grads, err)) != TR_OK) goto done;
-
-    const int64_t scalar[1] = {1};
-    ts->lr = tr_input(g, "lr", TR_DTYPE_F32, 0, scalar);
-    ts->step = tr_input(g, "step", TR_DTYPE_F32, 0, scalar);
-    /* The optimizer runs on the masters of low-precision params, on the params otherwise. */
+    const int64_t scalar[1] = {1}, one[1] = {1};
+    ts->model_loss = loss;
+    ts->dp_share = ts->lr = ts->step = -1;
+    int out_loss = loss, loss_sum = -1;
+    if (data_parallel) {
+        /* every rank steps with the same global gradient, and reports the global loss: its
+         * sum starts as soon as the forward pass is done, the gradients' amid the backward
+         * pass, so the inputs come first (one process keeps tr_grad's refusal first) */
+        ts->lr = tr_input(g, "lr", TR_DTYPE_F32, 0, scalar);
+        ts->step = tr_input(g, "step", TR_DTYPE_F32, 0, scalar);
+        ts->dp_share = tr_input(g, "dp_share", TR_DTYPE_F32, 0, scalar);
+        loss_sum = tr_allreduce_start(g, tr_reshape(g, tr_mul(g, loss, ts->dp_share), 1, one), (int)c->dp_ranks, -1);
+        dp.share = ts->dp_share;
+        dp.flat = calloc((size_t)n, sizeof *dp.flat);
+        dp.member = calloc((size_t)n, sizeof *dp.member);
+        dp.bucket_of = calloc((size_t)n, sizeof *dp.bucket_of);
+        dp.started = calloc((size_t)n, sizeof *dp.started);
+        dp.ready_order = calloc((size_t)n, sizeof *dp.ready_order);
+        dp.avg = calloc((size_t)n, sizeof *dp.avg);
+        if (!dp.flat || !dp.member || !dp.bucket_of || !dp.started || !dp.ready_order || !dp.avg) {
+            rc = tr_error_set(err, TR_ERR_NOMEM, "data parallel: out of memory for %d gradients", n);
+            goto done;
+        }
+    }
+    if ((rc = tr_graph_status(g, err)) != TR_OK) goto done;
+    const struct tr_grad_hook hook = {dp_ready, &dp};
+    if ((rc = tr_grad_hooked(g, loss, n, params, grads, data_parallel ? &hook : NULL, err)) != TR_OK) goto done;
+    if (data_parallel) {
+        if ((rc = dp_finish(&dp, g, grads, err)) != TR_OK) goto done;
+        out_loss = tr_reshape(g, tr_allreduce_wait(g, loss_sum, 1.0f), 0, one);
+    } else {
+        ts->lr = tr_input(g, "lr", TR_DTYPE_F32, 0, scalar);
+        ts->step = tr_input(g, "step", TR_DTYPE_F32, 0, scalar);
+    }
+    /* The optimizer runs on the masters of low-precision params, on the params otherwise;
+     * under data parallelism on the global gradient, f32 from its sum. */
     for (int i = 0; i < n; i++) {
-        int p = params[i], dt = tr_node_dtype(g, p);
+        int p = params[i], dt = tr_node_dtype(g, p), gi = data_parallel ? dp.avg[i] : grads[i];
         opt_p[i] = p;
-        opt_g[i] = grads[i];
         if (c->master_weights && is_low_precision(dt)) {
             int m = -1;
             if ((rc = add_master(g, p, &m, err)) != TR_OK) goto done;
             ts->master[ts->n_masters] = m;
             ts->master_of[ts->n_masters++] = p;
             opt_p[i] = m;
-            opt_g[i] = tr_cast(g, grads[i], TR_DTYPE_F32);
+            opt_g[i] = tr_node_dtype(g, gi) == TR_DTYPE_F32 ? gi : tr_cast(g, gi, TR_DTYPE_F32);
+        } else {
+            opt_g[i] = tr_node_dtype(g, gi) == tr_node_dtype(g, grads[i]) ? gi
+                                                                          : tr_cast(g, gi, (enum tr_dtype)dt);
         }
     }
     if ((rc = tr_graph_status(g, err)) != TR_OK) goto done;
-    int out_loss = loss;
-    ts->model_loss = loss;
-    ts->dp_share = -1;
-    if (c->dp_ranks > 1) {
-        /* every rank steps with the same global gradient, and reports the global loss */
-        ts->dp_share = tr_input(g, "dp_share", TR_DTYPE_F32, 0, scalar);
-        if ((rc = dp_average(g, n, opt_g, ts->dp_share, c, err)) != TR_OK) goto done;
-        const int64_t one[1] = {1};
-        out_loss = tr_reshape(g, tr_allreduce(g, tr_reshape(g, tr_mul(g, loss, ts->dp_share), 1, one),
-                                              (int)c->dp_ranks, -1, 1.0f), 0, one);
-        if ((rc = tr_graph_status(g, err)) != TR_OK) goto done;
-    }
     if (adamw) {
         struct tr_adamw hp = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay};
         rc = tr_adamw(g, &hp, n, opt_p, opt_g, ts->lr, ts->step, up, err);
@@ -246,6 +276,7 @@ int tr_train_build(struct tr_graph *g, int loss, int n, const int *params, const
     ts->loss = out_loss;
     rc = tr_graph_status(g, err);
 done:
+    dp_free(&dp);
     free(grads);
     free(opt_p);
     free(opt_g);

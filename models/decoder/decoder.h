@@ -104,6 +104,8 @@ int tr_decoder_resolve(const struct tr_decoder_config *c, struct tr_decoder_conf
  * rope_parameters.rope_theta; a rope scaling other than "default" is refused). Errors
  * name the file and the JSON key. Gemma's and Mistral's read_hf_config. */
 int tr_decoder_read_hf_config(const char *path, struct tr_decoder_config *c, struct tr_error *err);
+/* The same as a descriptor's read_hf_config hook (config is a struct tr_decoder_config). */
+int tr_decoder_read_hf_config_hook(void *config, const char *path, struct tr_error *err);
 
 /* Checks c (and the pass, if not NULL) and returns a message naming the key. */
 int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build_opts *o, struct tr_error *err);

@@ -42,20 +42,8 @@ static const struct tr_model_preset gemma_presets[] = {
      "vocab 256000, 8,537,680,896 parameters"},
 };
 
-/* [model] hf_config = PATH: a transformers config.json (model_type "gemma") over the preset. */
-static int gemma_read_hf_config(void *config, const char *path, struct tr_error *err) {
-    return tr_decoder_read_hf_config(path, config, err);
-}
-
 const struct tr_model_desc tr_model_gemma = {
     .name = "gemma",
     .description = "GemmaForCausalLM (Hugging Face names; Keras gemma_7b_en)",
-    .config_size = sizeof(struct tr_decoder_config),
-    TR_MODEL_TABLES(gemma_keys, gemma_presets),
-    .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT | 1u << TR_TASK_GENERATE,
-    .build = tr_decoder_build,
-    .trainable = tr_decoder_trainable,
-    .make_inputs = tr_decoder_make_inputs,
-    .generate = &tr_decoder_generate,
-    .read_hf_config = gemma_read_hf_config,
+    TR_DECODER_MODEL(gemma_keys, gemma_presets),
 };

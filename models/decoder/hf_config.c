@@ -128,3 +128,7 @@ int tr_decoder_read_hf_config(const char *path, struct tr_decoder_config *c, str
     cJSON_Delete(root);
     return rc;
 }
+
+int tr_decoder_read_hf_config_hook(void *config, const char *path, struct tr_error *err) {
+    return tr_decoder_read_hf_config(path, config, err);
+}

@@ -1,4 +1,5 @@
-/* The [model] keys of the decoder LLMs, shared by gemma.c and mistral.c. */
+/* The [model] keys and the descriptor slots of the decoder LLMs, shared by gemma.c and
+ * mistral.c. */
 #ifndef TRIDENT_MODELS_DECODER_KEYS_H
 #define TRIDENT_MODELS_DECODER_KEYS_H
 
@@ -32,5 +33,15 @@
     DEC_KEY_(lora_targets, TR_KEY_STRING, 0, 0,                                                                      \
              "fit: comma-separated Linears with adapters, among q_proj, k_proj, v_proj, o_proj, gate_proj, "         \
              "up_proj, down_proj (default q_proj,v_proj)")
+
+
+/* A decoder family's descriptor slots, all but its name and description: the tables,
+ * the decoder's graph, training and generate, and the config.json reader (whose
+ * model_type check follows the preset's family). */
+#define TR_DECODER_MODEL(keys_, presets_)                                                                            \
+    .config_size = sizeof(struct tr_decoder_config), TR_MODEL_TABLES(keys_, presets_),                               \
+    .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT | 1u << TR_TASK_GENERATE, .build = tr_decoder_build,          \
+    .trainable = tr_decoder_trainable, .make_inputs = tr_decoder_make_inputs, .generate = &tr_decoder_generate,      \
+    .read_hf_config = tr_decoder_read_hf_config_hook
 
 #endif

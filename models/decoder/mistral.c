@@ -35,20 +35,8 @@ static const struct tr_model_preset mistral_presets[] = {
      "vocab 32000, window 4096, 7,241,732,096 parameters"},
 };
 
-/* [model] hf_config = PATH: a transformers config.json (model_type "mistral") over the preset. */
-static int mistral_read_hf_config(void *config, const char *path, struct tr_error *err) {
-    return tr_decoder_read_hf_config(path, config, err);
-}
-
 const struct tr_model_desc tr_model_mistral = {
     .name = "mistral",
     .description = "MistralForCausalLM (Hugging Face names; Keras mistral_7b_en)",
-    .config_size = sizeof(struct tr_decoder_config),
-    TR_MODEL_TABLES(mistral_keys, mistral_presets),
-    .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT | 1u << TR_TASK_GENERATE,
-    .build = tr_decoder_build,
-    .trainable = tr_decoder_trainable,
-    .make_inputs = tr_decoder_make_inputs,
-    .generate = &tr_decoder_generate,
-    .read_hf_config = mistral_read_hf_config,
+    TR_DECODER_MODEL(mistral_keys, mistral_presets),
 };

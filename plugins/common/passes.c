@@ -130,6 +130,8 @@ int tr_pass_cse(struct tr_pir *p, int *changed, struct tr_error *err) {
 
 static int foldable(const struct tr_pir *p, const struct tr_pir_node *d) {
     if (d->dead || d->op <= TR_OP_CONST || d->op >= TR_OP_COUNT || d->n_in < 1) return 0;
+    /* a collective at compile time would pair with another rank's step */
+    if (d->op == TR_OP_ALLREDUCE || d->op == TR_OP_ALLREDUCE_START || d->op == TR_OP_ALLREDUCE_WAIT) return 0;
     for (int j = 0; j < d->n_in; j++) {
         const struct tr_pir_node *s = &p->nodes[d->in[j]];
         if (s->op != TR_OP_CONST || !s->data) return 0;

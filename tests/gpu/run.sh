@@ -12,8 +12,9 @@
 #    CMAKE_CUDA_COMPILER); make, else Ninja (carried in build-gpu-deps where missing);
 # 2. the CUDA tests, each program once, through ctest (not the cpu-only kernel tests, nor
 #    their NAME@ISA repeats): every CUDA kernel against the cpu kernel on random inputs
-#    (test_cuda_kernels), the backends on cuda, the allocator, GEMM plans and NVRTC; the
-#    kernels' verdicts by name from ctest's log;
+#    (test_cuda_kernels), the backends on cuda, the allocator, GEMM plans and NVRTC, and the
+#    one-rank data-parallel fit on cuda (test_dp: NCCL's path, its losses one process's bit
+#    for bit); the kernels' verdicts by name from ctest's log;
 # 3. compute-sanitizer memcheck on one small BERT training step on one backend (torch, or
 #    TRIDENT_GPU_MEMCHECK_BACKEND; said so, and gone on, if the machine refuses it);
 # 4. the ceilings: cuBLASLt bf16 GEMM TFLOP/s at 8192^3, device-to-device copy GB/s,
@@ -251,13 +252,14 @@ if need_build tests; then
   rm -f "$bdir/Testing/Temporary/LastTest.log"
   # the programs that touch CUDA, each once: not the cpu-only kernel tests, nor any NAME@ISA
   # (the same program again under another instruction set)
-  run_row tests "$out/tests.log" ctest --test-dir "$bdir" -R 'cuda|nvrtc|^test_kernels$' -E @ -j 8 --output-on-failure \
+  # (test_dp: the one-rank data-parallel fit on cuda, whose sums take NCCL's path)
+  run_row tests "$out/tests.log" ctest --test-dir "$bdir" -R 'cuda|nvrtc|^test_kernels$|^test_dp$' -E @ -j 8 --output-on-failure \
     --timeout $((slot_of[tests] - 5))
   result[tests]=${status[tests]}
   cp "$bdir/Testing/Temporary/LastTest.log" "$out/tests_output.log" 2>/dev/null
   grep -E "tests passed|tests failed|Failed|SKIPPED|Timeout" "$out/tests.log" | head -20
   # the kernels' own verdicts, by name (a SKIPPED here means the GPU was not seen)
-  for t in test_cuda_kernels test_cuda_kernels_api test_backend_cuda; do
+  for t in test_cuda_kernels test_cuda_kernels_api test_backend_cuda test_dp; do
     awk -v t="$t" '$0 ~ ("^[0-9]+/[0-9]+ Testing: " t "$") {on = 1} on {print} on && /end time:/ {exit}' \
       "$out/tests_output.log" >"$out/$t.log" 2>/dev/null
     if [ ! -s "$out/$t.log" ]; then

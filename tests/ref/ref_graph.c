@@ -245,7 +245,11 @@ void tr_ref_graph_eval_node(const struct tr_graph *g, int id, double *const *lea
         tr_ref_timestep_embedding(x.d, x.sh[0], a->ints[0], (int)a->ints[1], (double)a->floats[0],
                                   (double)a->floats[1], o);
         break;
-    case TR_OP_ALLREDUCE: /* one process: the sum over one rank is x */
+    case TR_OP_ALLREDUCE_START: /* one process: the sum over one rank is x, scaled by the wait */
+        if (a->ints[0] != 1) fail_msg("reference evaluator: allreduce_start over %lld ranks", (long long)a->ints[0]);
+        for (int64_t i = 0; i < n; i++) o[i] = x.d[i];
+        break;
+    case TR_OP_ALLREDUCE: case TR_OP_ALLREDUCE_WAIT: /* one process: the sum over one rank is x */
         if (a->ints[0] != 1) fail_msg("reference evaluator: allreduce over %lld ranks", (long long)a->ints[0]);
         for (int64_t i = 0; i < n; i++) o[i] = x.d[i] * (double)a->floats[0];
         break;

@@ -18,6 +18,12 @@ int tr_error_set(struct tr_error *err, int status, const char *fmt, ...) {
     return status;
 }
 
+int tr_error_set_atv(struct tr_error *err, int status, const char *file, int line, const char *fmt, va_list ap) {
+    char what[TR_ERROR_MSG_MAX];
+    vsnprintf(what, sizeof what, fmt, ap);
+    return tr_error_set(err, status, "%s:%d: %.900s", file, line, what);
+}
+
 int tr_error_prefix(struct tr_error *err, const char *fmt, ...) {
     if (!err) return TR_ERR_INTERNAL;
     char prefix[TR_ERROR_MSG_MAX];

@@ -31,6 +31,19 @@ extern "C" {
  * nothing to g, which stays usable. */
 int tr_grad(struct tr_graph *g, int loss, int n_wrt, const int *wrt, int *grads, struct tr_error *err);
 
+/* Told of each gradient as soon as it is final (no later node of the walk adds to it), in
+ * that order: the last layer's first. ready may append nodes to g, which then stand
+ * amid the rest of the backward pass in program order (data parallelism starts a
+ * bucket's all-reduce there, so that it overlaps the layers still to come); a status
+ * other than TR_OK stops tr_grad_hooked, which returns it. */
+struct tr_grad_hook {
+    int (*ready)(void *user, struct tr_graph *g, int i, int grad, struct tr_error *err);
+    void *user;
+};
+/* tr_grad, telling hook (NULL: none) of each grads[i] as it becomes final. */
+int tr_grad_hooked(struct tr_graph *g, int loss, int n_wrt, const int *wrt, int *grads, const struct tr_grad_hook *hook,
+                   struct tr_error *err);
+
 /* Losses: thin builders over the CROSS_ENTROPY and MSE ops (ops.h). ignore_index < 0:
  * nothing ignored. */
 int tr_cross_entropy(struct tr_graph *g, int logits, int labels, int ignore_index);

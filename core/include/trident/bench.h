@@ -109,6 +109,7 @@ struct tr_bench_report {
     char schedule[16];          /* how the timed steps ran: "interleaved" or "sequential" */
     char isolation[80];         /* "each in its own process", or why in one */
     int ranks;                  /* data parallel: processes (1: one); batch is the global batch */
+    int parallel;               /* 1: a data-parallel run (of `ranks`, which may be 1) */
     int64_t check_every;        /* data parallel: steps between the checks of the trained state */
     double bucket_mb;
     uint64_t param_count, param_bytes;

@@ -43,6 +43,10 @@ extern "C" {
 #define TR_CONFIG_PATH 1024
 
 enum tr_parallel { TR_PARALLEL_NONE = 0, TR_PARALLEL_DATA = 1 };
+struct tr_config;
+/* 1 when the run trains data-parallel: several ranks, or a communicator of one (which
+ * then runs every collective over its one rank: the path, checked without peers). */
+int tr_config_data_parallel(const struct tr_config *cfg);
 
 /* How the backends take their timed steps (bench.h). */
 enum tr_schedule { TR_SCHEDULE_DEFAULT = 0, TR_SCHEDULE_INTERLEAVED = 1, TR_SCHEDULE_SEQUENTIAL = 2 };
@@ -110,6 +114,8 @@ struct tr_config {
                                    the same trained weights (10; 0 never) */
     int ranks, rank;            /* not keys: the processes of the run and this one's, set by the
                                    program that started them (MPI's world); 1 and 0 otherwise */
+    int joined;                 /* not a key: 1 when a communicator joined this run's processes
+                                   (mpirun, or parallel = data), even of one rank */
     int device_index;           /* not a key: this process's device (data parallel on cuda: its
                                    rank among the ranks on its host); 0 otherwise */
 

@@ -114,6 +114,10 @@ int tr_upsample_nearest(struct tr_graph *g, int x, int factor);
 int tr_timestep_embedding(struct tr_graph *g, int t, int dim, int flip_sin_to_cos, float shift, float max_period);
 /* ALLREDUCE (ops.h): x summed over `ranks` processes, times scale; bucket names it. */
 int tr_allreduce(struct tr_graph *g, int x, int ranks, int bucket, float scale);
+/* The same sum in two halves (ops.h ALLREDUCE_START / ALLREDUCE_WAIT): begun where x is
+ * ready, waited for (and scaled) where the sum is needed; the nodes between overlap it. */
+int tr_allreduce_start(struct tr_graph *g, int x, int ranks, int bucket);
+int tr_allreduce_wait(struct tr_graph *g, int started, float scale);
 
 /* Generic form used by the above (and by passes that copy nodes): checks arity, infers
  * dtype and shape, names the node. */
@@ -169,6 +173,8 @@ int tr_graph_dump(const struct tr_graph *g, FILE *f, struct tr_error *err);
 /* Floating-point operations of one execution (2·M·N·K per matmul, 4·B·H·Tq·Tk·D per
  * attention, elementwise ops counted once per element). For achieved-FLOP/s reports. */
 double tr_graph_flops(const struct tr_graph *g);
+/* The same count for node id alone (0 for leaves, views and ops not counted). */
+double tr_node_flops(const struct tr_graph *g, int id);
 /* Bytes of all PARAM nodes. */
 uint64_t tr_graph_param_bytes(const struct tr_graph *g);
 /* The most bytes of computed values alive at once when the nodes run in order, each

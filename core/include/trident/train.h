@@ -37,10 +37,14 @@ struct tr_train_config {
     double weight_decay;        /* 0.01 (AdamW: decoupled; SGD: added to the gradient) */
     double momentum;            /* SGD: 0.9 */
     int master_weights;         /* 1: f32 masters for bf16/f16 params */
-    /* Data parallelism (not [train] keys: the run's, [run] parallel): dp_ranks > 1 averages
-     * every gradient over that many processes before the optimizer, in buckets of at most
-     * bucket_bytes (a larger gradient is a bucket alone), and the loss output is the
-     * ranks' mean. 1: one process, the step as it was. */
+    /* Data parallelism (not [train] keys: the run's, [run] parallel): dp_ranks > 1 sums
+     * every gradient, weighted by the rank's share, over that many processes before the
+     * optimizer, in buckets (gradients in the order the backward pass finishes them, a
+     * bucket closed at the one that brings it to bucket_bytes or more, as PyTorch DDP's)
+     * whose all-reduce starts as soon as the bucket is closed, amid the rest of the
+     * backward pass (ALLREDUCE_START), and is waited for before the optimizer
+     * (ALLREDUCE_WAIT); the loss output is the ranks' weighted sum. 0: one process, the
+     * step as it was (1: a data-parallel run of one rank, every sum over that rank). */
     int64_t dp_ranks;
     double bucket_bytes;
 };
@@ -64,14 +68,6 @@ struct tr_train_step {
      * ranks. -1 in one process. */
     int dp_share;
 };
-
-/* Data parallelism's buckets: the gradients grads[0..n) by when the backward pass makes
- * them (node id ascending: the last layer's first, as PyTorch DDP buckets parameters in
- * reverse), order[k] the index of the k-th, cut into buckets of at most bucket_bytes
- * (f32 bytes; a larger gradient is a bucket alone); bucket_of[i] is gradient i's bucket.
- * Returns the number of buckets (0 for n = 0). */
-int tr_train_dp_plan(const struct tr_graph *g, int n, const int *grads, double bucket_bytes, int *order,
-                     int *bucket_of);
 
 /* Appends the step to g (see above). params: the n PARAMs to train, in any order. */
 int tr_train_build(struct tr_graph *g, int loss, int n, const int *params, const struct tr_train_config *c,

@@ -1,5 +1,12 @@
-/* The data-parallel communicator over MPI (trident/comm_mpi.h). */
+/* The data-parallel communicator over MPI (trident/comm_mpi.h).
+ *
+ * Open MPI's non-blocking collectives move only while some thread is inside an MPI call,
+ * so an all-reduce started amid the backward pass (start_allreduce_f32) is carried by a
+ * progress thread that tests the sums in flight every few tens of microseconds, reads
+ * the heartbeats and keeps their timeout. MPI then runs serialized: every call, from
+ * either thread, under one mutex. */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +24,25 @@ struct heartbeat {
     char what[PHASE_MAX];       /* "torch, step 5: gradient bucket 2" */
 };
 
+/* A sum started and not yet waited for. */
+struct inflight {
+    float *buf;
+    int n_req;
+    MPI_Request *req;           /* one per CHUNK */
+    char what[2 * PHASE_MAX];
+    int64_t seq;                /* its collective number (its first chunk's) */
+    double t0;
+    int state, code;            /* 0 in flight, 1 done, -1 failed with MPI error code */
+    struct inflight *next;
+};
+
 struct mpi_comm {
     struct tr_comm pub;
+    pthread_mutex_t mu;         /* held around every MPI call once the progress thread runs */
+    pthread_cond_t work, done;  /* a sum started (for the thread); one finished (for wait) */
+    pthread_t thread;
+    int thread_on, stop;
+    struct inflight *flying;    /* in the order started */
     double timeout_s;
     double busy_s;              /* time spent in collectives */
     int64_t seq;                /* collectives this rank has started */
@@ -80,95 +104,216 @@ static void send_heartbeats(struct mpi_comm *m, const char *what) {
     }
 }
 
+/* Says where every other rank last was and stops the job: a collective that never
+ * completed cannot be cancelled, and every other rank would wait for it too. Under mu. */
+static void timeout_abort(struct mpi_comm *m, const char *what, int64_t seq) {
+    poll_heartbeats(m);
+    char msg[TR_ERROR_MSG_MAX];
+    size_t off = (size_t)snprintf(msg, sizeof msg,
+                                  "trident: error: rank %d: %s (collective #%lld) did not complete within "
+                                  "[run] collective_timeout = %g s:", m->pub.rank, what, (long long)seq, m->timeout_s);
+    for (int p = 0; p < m->pub.size && off < sizeof msg; p++) {
+        if (p == m->pub.rank || m->last[p].seq == seq) continue;
+        if (m->last[p].seq == 0)
+            off += (size_t)snprintf(msg + off, sizeof msg - off, " rank %d never reached any collective;", p);
+        else
+            off += (size_t)snprintf(msg + off, sizeof msg - off, " rank %d %s #%lld (%s);", p,
+                                    m->last[p].seq < seq ? "is behind, last at" : "went on to",
+                                    (long long)m->last[p].seq, m->last[p].what);
+    }
+    if (off < sizeof msg)
+        snprintf(msg + off, sizeof msg - off, " stopping every rank (a rank that died or hangs, or ranks "
+                 "that ran different steps)\n");
+    fputs(msg, stderr);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void nap(long ns) {
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
+
 /* The collective's request polled to completion, or the job stopped with a message that
  * says which ranks never came. */
-static int wait_collective(struct mpi_comm *m, MPI_Request *req, const char *what, struct tr_error *err) {
+static int wait_collective(struct mpi_comm *m, MPI_Request *req, const char *what, int64_t seq, struct tr_error *err) {
     const double t0 = now_s(), deadline = t0 + m->timeout_s;
     long spins = 0;
     for (;;) {
-        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        int done = 0;
+        pthread_mutex_lock(&m->mu);
+        const int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc == MPI_SUCCESS && !done) poll_heartbeats(m);
+        if (rc == MPI_SUCCESS && !done && now_s() > deadline) timeout_abort(m, what, seq);
+        pthread_mutex_unlock(&m->mu);
         if (rc != MPI_SUCCESS) return mpi_fail(err, rc, what);
         if (done) break;
-        poll_heartbeats(m);
-        if (now_s() > deadline) {
-            poll_heartbeats(m);
-            char msg[TR_ERROR_MSG_MAX];
-            size_t off = (size_t)snprintf(msg, sizeof msg,
-                                          "trident: error: rank %d: %s (collective #%lld) did not complete within "
-                                          "[run] collective_timeout = %g s:", m->pub.rank, what, (long long)m->seq,
-                                          m->timeout_s);
-            for (int p = 0; p < m->pub.size && off < sizeof msg; p++) {
-                if (p == m->pub.rank || m->last[p].seq == m->seq) continue;
-                if (m->last[p].seq == 0)
-                    off += (size_t)snprintf(msg + off, sizeof msg - off, " rank %d never reached any collective;", p);
-                else
-                    off += (size_t)snprintf(msg + off, sizeof msg - off, " rank %d %s #%lld (%s);", p,
-                                            m->last[p].seq < m->seq ? "is behind, last at" : "went on to",
-                                            (long long)m->last[p].seq, m->last[p].what);
-            }
-            if (off < sizeof msg)
-                snprintf(msg + off, sizeof msg - off, " stopping every rank (a rank that died or hangs, or ranks "
-                         "that ran different steps)\n");
-            fputs(msg, stderr);
-            fflush(stderr);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-            return tr_error_set(err, TR_ERR_COMM, "%s: timed out", what); /* not reached */
-        }
-        /* spin briefly, then sleep a little: the ranks may share the cores */
-        if (++spins > 1000) {
-            struct timespec ts = {0, 50 * 1000};
-            nanosleep(&ts, NULL);
-        }
+        if (++spins > 1000) nap(50 * 1000); /* spin briefly, then sleep a little: the ranks may share the cores */
     }
     m->busy_s += now_s() - t0;
     return TR_OK;
 }
 
-/* The next collective announced to the other ranks: what (the phase and op) names it. */
+/* The next collective announced to the other ranks: what (the phase and op) names it.
+ * Under mu. */
 static void announce(struct mpi_comm *m, const char *op, char *what, size_t n) {
     snprintf(what, n, "%s%s%s", m->phase, m->phase[0] ? ": " : "", op);
     m->seq++;
     send_heartbeats(m, what);
 }
 
-/* After the MPI_I* call that started it (rc its status): the collective to its end. */
-static int finish(struct mpi_comm *m, int rc, MPI_Request *req, const char *what, struct tr_error *err) {
-    return rc != MPI_SUCCESS ? mpi_fail(err, rc, what) : wait_collective(m, req, what, err);
+static void allreduce_name(int tag, char *op, size_t n) {
+    /* ALLREDUCE's tag: its gradient bucket, or -1 for the loss (train.c) */
+    if (tag >= 0) snprintf(op, n, "the all-reduce of gradient bucket %d", tag);
+    else snprintf(op, n, "the all-reduce of the loss");
+}
+
+/* A blocking collective's start: announced and its MPI_I* call made under mu (begin
+ * locks, end unlocks), then polled to its end. */
+static int64_t begin(struct mpi_comm *m, const char *op, char *what, size_t n) {
+    pthread_mutex_lock(&m->mu);
+    announce(m, op, what, n);
+    return m->seq;
+}
+
+static int end(struct mpi_comm *m, int rc, MPI_Request *req, const char *what, int64_t seq, struct tr_error *err) {
+    pthread_mutex_unlock(&m->mu);
+    return rc != MPI_SUCCESS ? mpi_fail(err, rc, what) : wait_collective(m, req, what, seq, err);
 }
 
 static int do_allreduce(void *user, float *buf, int64_t n, int tag, struct tr_error *err) {
     struct mpi_comm *m = user;
     char what[2 * PHASE_MAX], op[48];
-    /* ALLREDUCE's tag: its gradient bucket, or -1 for the loss (train.c) */
-    if (tag >= 0) snprintf(op, sizeof op, "the all-reduce of gradient bucket %d", tag);
-    else snprintf(op, sizeof op, "the all-reduce of the loss");
+    allreduce_name(tag, op, sizeof op);
     for (int64_t off = 0; off < n; off += CHUNK) {
         const int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
-        announce(m, op, what, sizeof what);
         MPI_Request req;
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
-        if ((rc = finish(m, rc, &req, what, err)) != TR_OK) return rc;
+        const int64_t seq = begin(m, op, what, sizeof what);
+        const int rc = end(m, MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
+                           &req, what, seq, err);
+        if (rc) return rc;
     }
     return TR_OK;
+}
+
+/* ---- sums in flight: started by the kernels, carried by the progress thread ---- */
+
+/* Tests every sum in flight, wakes their waiters, reads the heartbeats, and stops the job
+ * when the oldest has outlived the timeout. */
+static void *progress_main(void *arg) {
+    struct mpi_comm *m = arg;
+    pthread_mutex_lock(&m->mu);
+    while (!m->stop) {
+        int open = 0;
+        struct inflight *oldest = NULL;
+        for (struct inflight *f = m->flying; f; f = f->next) {
+            if (f->state) continue;
+            int done = 0;
+            const int rc = MPI_Testall(f->n_req, f->req, &done, MPI_STATUSES_IGNORE);
+            if (rc != MPI_SUCCESS || done) {
+                f->state = rc == MPI_SUCCESS ? 1 : -1;
+                f->code = rc;
+                pthread_cond_broadcast(&m->done);
+            } else {
+                open++;
+                if (!oldest) oldest = f;
+            }
+        }
+        if (!open) {
+            pthread_cond_wait(&m->work, &m->mu);
+            continue;
+        }
+        poll_heartbeats(m);
+        if (now_s() > oldest->t0 + m->timeout_s) timeout_abort(m, oldest->what, oldest->seq);
+        pthread_mutex_unlock(&m->mu);
+        nap(20 * 1000);
+        pthread_mutex_lock(&m->mu);
+    }
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+static int start_allreduce(void *user, float *buf, int64_t n, int tag, struct tr_error *err) {
+    struct mpi_comm *m = user;
+    struct inflight *f = calloc(1, sizeof *f);
+    const int n_req = (int)((n + CHUNK - 1) / CHUNK);
+    if (f) f->req = calloc((size_t)(n_req > 0 ? n_req : 1), sizeof *f->req);
+    if (!f || !f->req) {
+        if (f) free(f);
+        return tr_error_set(err, TR_ERR_NOMEM, "all-reduce: out of memory");
+    }
+    char op[48];
+    allreduce_name(tag, op, sizeof op);
+    f->buf = buf;
+    f->t0 = now_s();
+    pthread_mutex_lock(&m->mu);
+    if (!m->thread_on && pthread_create(&m->thread, NULL, progress_main, m) == 0) m->thread_on = 1;
+    if (!m->thread_on) {
+        pthread_mutex_unlock(&m->mu);
+        free(f->req);
+        free(f);
+        return tr_error_set(err, TR_ERR_COMM, "all-reduce: no progress thread could be started");
+    }
+    int rc = MPI_SUCCESS;
+    for (int64_t off = 0; off < n && rc == MPI_SUCCESS; off += CHUNK) {
+        const int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
+        announce(m, op, f->what, sizeof f->what);
+        if (off == 0) f->seq = m->seq;
+        rc = MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &f->req[f->n_req++]);
+    }
+    if (rc != MPI_SUCCESS) { /* the chunks started are never waited for: the job stops on this error */
+        pthread_mutex_unlock(&m->mu);
+        int r = mpi_fail(err, rc, f->what);
+        free(f->req);
+        free(f);
+        return r;
+    }
+    struct inflight **tail = &m->flying;
+    while (*tail) tail = &(*tail)->next;
+    *tail = f;
+    pthread_cond_signal(&m->work);
+    pthread_mutex_unlock(&m->mu);
+    return TR_OK;
+}
+
+static int wait_allreduce(void *user, float *buf, struct tr_error *err) {
+    struct mpi_comm *m = user;
+    const double t0 = now_s();
+    pthread_mutex_lock(&m->mu);
+    struct inflight **at = &m->flying;
+    while (*at && (*at)->buf != buf) at = &(*at)->next;
+    struct inflight *f = *at;
+    if (!f) {
+        pthread_mutex_unlock(&m->mu);
+        return tr_error_set(err, TR_ERR_INVALID, "all-reduce: a wait for a sum that was never started");
+    }
+    while (f->state == 0) pthread_cond_wait(&m->done, &m->mu);
+    *at = f->next;
+    pthread_mutex_unlock(&m->mu);
+    m->busy_s += now_s() - t0;
+    const int rc = f->state < 0 ? mpi_fail(err, f->code, f->what) : TR_OK;
+    free(f->req);
+    free(f);
+    return rc;
 }
 
 static int do_bcast(void *user, void *buf, size_t nbytes, int root, struct tr_error *err) {
     struct mpi_comm *m = user;
     if (nbytes > (size_t)CHUNK) return tr_error_set(err, TR_ERR_INVALID, "broadcast: %zu bytes, at most %d", nbytes, CHUNK);
     char what[2 * PHASE_MAX];
-    announce(m, "a broadcast", what, sizeof what);
     MPI_Request req;
-    return finish(m, MPI_Ibcast(buf, (int)nbytes, MPI_BYTE, root, MPI_COMM_WORLD, &req), &req, what, err);
+    const int64_t seq = begin(m, "a broadcast", what, sizeof what);
+    return end(m, MPI_Ibcast(buf, (int)nbytes, MPI_BYTE, root, MPI_COMM_WORLD, &req), &req, what, seq, err);
 }
 
 static int do_allgather(void *user, const void *mine, void *all, size_t nbytes, struct tr_error *err) {
     struct mpi_comm *m = user;
     if (nbytes > (size_t)CHUNK) return tr_error_set(err, TR_ERR_INVALID, "allgather: %zu bytes, at most %d", nbytes, CHUNK);
     char what[2 * PHASE_MAX];
-    announce(m, "an exchange of the ranks' state", what, sizeof what);
     MPI_Request req;
-    return finish(m, MPI_Iallgather(mine, (int)nbytes, MPI_BYTE, all, (int)nbytes, MPI_BYTE, MPI_COMM_WORLD, &req), &req,
-                  what, err);
+    const int64_t seq = begin(m, "an exchange of the ranks' state", what, sizeof what);
+    return end(m, MPI_Iallgather(mine, (int)nbytes, MPI_BYTE, all, (int)nbytes, MPI_BYTE, MPI_COMM_WORLD, &req), &req,
+               what, seq, err);
 }
 
 static void set_phase(void *user, const char *what) {
@@ -183,13 +328,18 @@ int tr_comm_mpi_open(int *argc, char ***argv, struct tr_comm **out, struct tr_er
     int inited = 0, provided = 0;
     MPI_Initialized(&inited);
     if (!inited) {
-        int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        int rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
         if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Init_thread");
+    } else {
+        MPI_Query_thread(&provided);
     }
     /* errors come back as codes, said by trident, rather than aborting inside MPI */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     struct mpi_comm *m = calloc(1, sizeof *m);
     if (!m) return tr_error_set(err, TR_ERR_NOMEM, "MPI communicator: out of memory");
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->work, NULL);
+    pthread_cond_init(&m->done, NULL);
     MPI_Comm_rank(MPI_COMM_WORLD, &m->pub.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &m->pub.size);
     MPI_Comm host;
@@ -219,6 +369,10 @@ int tr_comm_mpi_open(int *argc, char ***argv, struct tr_comm **out, struct tr_er
     m->pub.allgather = do_allgather;
     m->pub.set_phase = set_phase;
     m->pub.seconds = seconds;
+    if (provided >= MPI_THREAD_SERIALIZED) { /* else ALLREDUCE_START sums at once */
+        m->pub.start_allreduce_f32 = start_allreduce;
+        m->pub.wait_f32 = wait_allreduce;
+    }
     *out = &m->pub;
     return TR_OK;
 }
@@ -239,6 +393,19 @@ void tr_comm_mpi_abort(struct tr_comm *c, int code) {
 void tr_comm_mpi_close(struct tr_comm *c) {
     if (!c) return;
     struct mpi_comm *m = c->user;
+    if (m->thread_on) {
+        pthread_mutex_lock(&m->mu);
+        m->stop = 1;
+        pthread_cond_signal(&m->work);
+        pthread_mutex_unlock(&m->mu);
+        pthread_join(m->thread, NULL);
+    }
+    while (m->flying) { /* started, never waited for: a run that failed mid-step */
+        struct inflight *f = m->flying;
+        m->flying = f->next;
+        free(f->req);
+        free(f);
+    }
     for (int p = 0; m->recv && p < c->size; p++) {
         if (m->recv[p] != MPI_REQUEST_NULL) {
             MPI_Cancel(&m->recv[p]);
@@ -251,6 +418,9 @@ void tr_comm_mpi_close(struct tr_comm *c) {
     free(m->last);
     free(m->recv);
     free(m->send);
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->work);
+    pthread_cond_destroy(&m->done);
     free(m);
     int fin = 0;
     MPI_Finalized(&fin);

@@ -1,6 +1,6 @@
-/* ALLREDUCE (ops.h) on the cpu, through the process's communicator (kernels.h). The sum
- * itself is the communicator's (MPI's): the same bits on every rank is its promise; the
- * kernel packs, asks, and scales. */
+/* ALLREDUCE and its halves (ops.h) on the cpu, through the process's communicator
+ * (kernels.h). The sum itself is the communicator's (MPI's): the same bits on every rank
+ * is its promise; the kernel copies, asks (or starts, or waits), and scales. */
 #include <stdatomic.h>
 #include "cpu_internal.h"
 #include "../cuda/host/cuda_entry.h"
@@ -16,11 +16,12 @@ struct allreduce_plan {
     float *out;
     int64_t n, ranks, bucket;
     float scale;
+    int op; /* ALLREDUCE, or its START or WAIT half */
 };
 
-static int allreduce_check(const struct tr_tensor *x, int64_t ranks, int64_t bucket, float scale,
+static int allreduce_check(int op, const struct tr_tensor *x, int64_t ranks, int64_t bucket, float scale,
                            const struct tr_tensor *out, struct allreduce_plan *pl, struct tr_error *err) {
-    const char *kn = "allreduce";
+    const char *kn = tr_op_name(op);
     char d1[200], d2[200];
     int rc = tr_cpu_check_tensor(x, kn, "x", err);
     if (!rc) rc = tr_cpu_check_tensor(out, kn, "out", err);
@@ -40,18 +41,29 @@ static int allreduce_check(const struct tr_tensor *x, int64_t ranks, int64_t buc
     pl->n = tr_tensor_numel(x);
     pl->ranks = ranks;
     pl->bucket = bucket;
-    pl->scale = scale;
+    pl->scale = op == TR_OP_ALLREDUCE_START ? 1.0f : scale;
+    pl->op = op;
     return TR_OK;
 }
 
+/* A communicator without the halves sums at START, and its WAIT only scales. */
+static int split(const struct tr_comm *c) { return c->start_allreduce_f32 && c->wait_f32; }
+
 static int allreduce_compute(const struct allreduce_plan *pl, struct tr_error *err) {
-    if (pl->out != pl->x) memcpy(pl->out, pl->x, (size_t)pl->n * sizeof(float));
     const struct tr_comm *c = tr_kernels_get_comm();
-    if (c && c->size > 1) {
-        int rc = c->allreduce_f32(c->user, pl->out, pl->n, (int)pl->bucket, err);
-        if (rc) return tr_error_prefix(err, "allreduce (bucket %lld, %lld values)", (long long)pl->bucket,
-                                       (long long)pl->n);
-    }
+    /* a communicator of one rank sums too: its run checks the path without peers */
+    const int many = c && pl->n > 0;
+    int rc = TR_OK;
+    /* WAIT first lets the sum land in x (START's out), then copies */
+    if (many && pl->op == TR_OP_ALLREDUCE_WAIT && split(c)) rc = c->wait_f32(c->user, (float *)pl->x, err);
+    if (!rc && pl->out != pl->x) memcpy(pl->out, pl->x, (size_t)pl->n * sizeof(float));
+    if (!rc && many && pl->op == TR_OP_ALLREDUCE_START && split(c))
+        rc = c->start_allreduce_f32(c->user, pl->out, pl->n, (int)pl->bucket, err);
+    else if (!rc && many && pl->op != TR_OP_ALLREDUCE_WAIT)
+        rc = c->allreduce_f32(c->user, pl->out, pl->n, (int)pl->bucket, err);
+    if (rc)
+        return tr_error_prefix(err, "%s (bucket %lld, %lld values)", tr_op_name(pl->op), (long long)pl->bucket,
+                               (long long)pl->n);
     if (pl->scale != 1.0f) {
         float *o = pl->out;
         const float s = pl->scale;
@@ -71,22 +83,41 @@ static int allreduce_call(struct tr_kernels *k, const struct tr_kernel_call *c, 
  * its own schedule, and a collective out of step would pair with another one). */
 int tr_cpu_allreduce_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct allreduce_plan pl;
-    int rc = tr_cpu_check_ctx_bind(k, "allreduce", err);
-    if (!rc) rc = allreduce_check(&c->in[0], c->attrs.ints[0], c->attrs.ints[1], c->attrs.floats[0], &c->out, &pl, err);
-    return rc ? rc : tr_cpu_keep_plan(c, &pl, sizeof pl, allreduce_call, "allreduce", err);
+    const char *kn = tr_op_name(c->op);
+    int rc = tr_cpu_check_ctx_bind(k, kn, err);
+    if (!rc)
+        rc = allreduce_check(c->op, &c->in[0], c->attrs.ints[0], c->attrs.ints[1], c->attrs.floats[0], &c->out, &pl,
+                             err);
+    return rc ? rc : tr_cpu_keep_plan(c, &pl, sizeof pl, allreduce_call, kn, err);
+}
+
+static int run_half(struct tr_kernels *k, int op, const struct tr_tensor *x, int64_t ranks, int64_t bucket,
+                    float scale, struct tr_tensor *out, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, op == TR_OP_ALLREDUCE ? tr_cuda_k_allreduce(k, x, ranks, bucket, scale, out, err)
+                                           : tr_cuda_k_allreduce_half(k, op, x, ranks, bucket, scale, out, err));
+    struct allreduce_plan pl;
+    int rc = tr_cpu_check_ctx(k, tr_op_name(op), err);
+    if (!rc) rc = allreduce_check(op, x, ranks, bucket, scale, out, &pl, err);
+    return rc ? rc : allreduce_compute(&pl, err);
 }
 
 int tr_cpu_allreduce_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
                             const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
-    (void)op, (void)n_in;
-    return tr_k_allreduce(k, &in[0], at->ints[0], at->ints[1], at->floats[0], out, err);
+    (void)n_in;
+    return run_half(k, op, &in[0], at->ints[0], at->ints[1], at->floats[0], out, err);
 }
 
 int tr_k_allreduce(struct tr_kernels *k, const struct tr_tensor *x, int64_t ranks, int64_t bucket, float scale,
                    struct tr_tensor *out, struct tr_error *err) {
-    TR_CUDA_ROUTE(k, tr_cuda_k_allreduce(k, x, ranks, bucket, scale, out, err));
-    struct allreduce_plan pl;
-    int rc = tr_cpu_check_ctx(k, "allreduce", err);
-    if (!rc) rc = allreduce_check(x, ranks, bucket, scale, out, &pl, err);
-    return rc ? rc : allreduce_compute(&pl, err);
+    return run_half(k, TR_OP_ALLREDUCE, x, ranks, bucket, scale, out, err);
+}
+
+int tr_k_allreduce_start(struct tr_kernels *k, const struct tr_tensor *x, int64_t ranks, int64_t bucket,
+                         struct tr_tensor *out, struct tr_error *err) {
+    return run_half(k, TR_OP_ALLREDUCE_START, x, ranks, bucket, 1.0f, out, err);
+}
+
+int tr_k_allreduce_wait(struct tr_kernels *k, const struct tr_tensor *x, int64_t ranks, int64_t bucket, float scale,
+                        struct tr_tensor *out, struct tr_error *err) {
+    return run_half(k, TR_OP_ALLREDUCE_WAIT, x, ranks, bucket, scale, out, err);
 }

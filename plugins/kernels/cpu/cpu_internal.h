@@ -179,24 +179,25 @@ static inline int tr_cpu_thread_num(void) {
 typedef void (*tr_cpu_rows_fn)(const void *ctx, int64_t r0, int64_t r1, void *buf);
 void tr_cpu_rows(struct tr_kernels *k, int64_t rows, int64_t per, int par, tr_cpu_rows_fn fn, const void *ctx);
 
+/* ---- an op's two entries (tr_cpu_op below) ----
+ * invoke runs the op's kernel on argument arrays as tr_kernels_run passes them; a binder
+ * prepares a bound call whose in, out and attrs are set. Function types, so that many
+ * ops' entries are declared in one list. */
+typedef int tr_cpu_invoker(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
+                           const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+typedef int tr_cpu_binder(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+
 /* ---- matmul cache (matmul.c), released by tr_kernels_free ---- */
 void tr_cpu_matmul_cache_free(struct tr_kernels *k);
 void tr_cpu_conv_cache_free(struct tr_kernels *k);
 /* CONV2D and GROUP_NORM (conv.c, group_norm.c), on attributes tr_cpu_resolve resolved;
  * no binders yet: bind checks them by one run (bind.c). */
-int tr_cpu_conv2d_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
-                         const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
-int tr_cpu_group_norm_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
-                             const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+tr_cpu_invoker tr_cpu_conv2d_invoke, tr_cpu_group_norm_invoke;
 /* ATTENTION_REL (attention.c) and ATTENTION_REL_GRAD (attention_grad.c). */
-int tr_cpu_attention_rel_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
-                                const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
-int tr_cpu_attention_rel_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
-int tr_cpu_attention_rel_grad_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
-                                     const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+tr_cpu_invoker tr_cpu_attention_rel_invoke, tr_cpu_attention_rel_grad_invoke;
+tr_cpu_binder tr_cpu_attention_rel_bind;
 /* TIMESTEP_EMBEDDING (timestep.c). */
-int tr_cpu_timestep_embedding_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
-                                     const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+tr_cpu_invoker tr_cpu_timestep_embedding_invoke;
 
 /* ---- bound calls ----
  * Every kernel is split in two: a check that validates its arguments (each message as
@@ -213,7 +214,7 @@ struct tr_cpu_prepared {
     /* tr_cpu_keep_compute's plans: the compute part, run on the kept plan by each call */
     void (*compute)(struct tr_kernels *k, const void *plan);
 };
-typedef int (*tr_cpu_bind_fn)(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+typedef tr_cpu_binder *tr_cpu_bind_fn;
 
 /* ---- one op resolved (dispatch.c): the single validation path of tr_kernels_run and
  * tr_kernels_bind ----
@@ -227,8 +228,7 @@ typedef int (*tr_cpu_bind_fn)(struct tr_kernels *k, struct tr_kernel_call *c, st
  * kernel, checks included): bind then validates it by one run on zeroed stand-ins.
  * `fn` names the public function in messages about the call itself ("tr_kernels_run:
  * unknown op 99"). */
-typedef int (*tr_cpu_invoke_fn)(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
-                                const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+typedef tr_cpu_invoker *tr_cpu_invoke_fn;
 struct tr_cpu_op {
     tr_cpu_invoke_fn invoke;
     tr_cpu_bind_fn bind;
@@ -240,22 +240,13 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
                    struct tr_error *err);
 /* RESHAPE's checks (dtype and element count), and its bound form: a copy, or nothing
  * when in and out alias. */
-int tr_cpu_reshape_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+tr_cpu_binder tr_cpu_reshape_bind;
 
 /* The binders of the graph ops' kernels, on a call whose in, out and (resolved) attrs
  * are set as tr_kernels_run would pass them. */
-int tr_cpu_binary_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
-int tr_cpu_unary_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
-int tr_cpu_softmax_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
-int tr_cpu_layer_norm_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
-int tr_cpu_embedding_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
-int tr_cpu_transpose_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
-int tr_cpu_slice_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
-int tr_cpu_concat_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
-int tr_cpu_reduce_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
-int tr_cpu_cast_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
-int tr_cpu_attention_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
-int tr_cpu_matmul_bind_op(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+tr_cpu_binder tr_cpu_binary_bind, tr_cpu_unary_bind, tr_cpu_softmax_bind, tr_cpu_layer_norm_bind,
+    tr_cpu_embedding_bind, tr_cpu_transpose_bind, tr_cpu_slice_bind, tr_cpu_concat_bind, tr_cpu_reduce_bind,
+    tr_cpu_cast_bind, tr_cpu_attention_bind, tr_cpu_matmul_bind_op;
 
 /* ---- decoder LLM ops (rmsnorm.c, rope.c), as ops.h defines them ----
  * Float data f32, bf16, f16 or f64 (f64 computed in f64: the finite-difference checks);
@@ -271,12 +262,8 @@ int tr_k_rms_norm_grad_w(struct tr_kernels *k, const struct tr_tensor *x, const 
 /* rot_dims 0: all of D; inverse 1 rotates by −a. */
 int tr_k_rope(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *pos, float base, int rot_dims,
               int inverse, struct tr_tensor *out, struct tr_error *err);
-int tr_cpu_rms_norm_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
-                           const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
-int tr_cpu_rms_norm_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
-int tr_cpu_rope_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                       struct tr_tensor *out, struct tr_error *err);
-int tr_cpu_rope_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err);
+tr_cpu_invoker tr_cpu_rms_norm_invoke, tr_cpu_rope_invoke;
+tr_cpu_binder tr_cpu_rms_norm_bind, tr_cpu_rope_bind;
 
 /* UPDATE_SLICE's device-independent checks (dtypes, shapes, axis, start's form), shared
  * with the cuda kernel; *axis_out gets the axis made non-negative. */

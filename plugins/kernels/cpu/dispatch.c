@@ -14,44 +14,31 @@ static int arity_error(int op, int n_in, int want, struct tr_error *err) {
     return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given, %d expected", tr_op_name(op), n_in, want);
 }
 
-/* ---- the kernels' entries, on resolved attributes ---- */
+/* ---- the kernels' entries, on resolved attributes ----
+ * Each runs its kernel on the argument arrays: `call`, written with the entry's
+ * parameters (k, op, at, n_in, in, out, err) in scope, what it does not read unused. */
+#define INVOKE(name, call)                                                                                         \
+    static int invoke_##name(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,                    \
+                             const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {            \
+        (void)op, (void)at, (void)n_in;                                                                            \
+        return call;                                                                                               \
+    }
 
-static int invoke_binary(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                         struct tr_tensor *out, struct tr_error *err) {
-    (void)at, (void)n_in;
-    return tr_k_binary(k, op, &in[0], &in[1], out, err);
-}
-
-static int invoke_unary(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                        struct tr_tensor *out, struct tr_error *err) {
-    (void)n_in;
-    return tr_k_unary(k, op, at, &in[0], out, err);
-}
-
-static int invoke_matmul(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                         struct tr_tensor *out, struct tr_error *err) {
-    (void)op, (void)n_in;
-    return tr_k_matmul(k, &in[0], &in[1], out, at->ints[0] != 0, at->ints[1] != 0, at->floats[0], NULL, TR_ACT_NONE,
-                       err);
-}
-
-static int invoke_softmax(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                          struct tr_tensor *out, struct tr_error *err) {
-    (void)op, (void)at, (void)n_in;
-    return tr_k_softmax(k, &in[0], out, err);
-}
-
-static int invoke_layer_norm(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
-                             const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
-    (void)op, (void)n_in;
-    return tr_k_layer_norm(k, &in[0], &in[1], &in[2], at->floats[0], out, err);
-}
-
-static int invoke_embedding(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
-                            const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
-    (void)op, (void)at, (void)n_in;
-    return tr_k_embedding(k, &in[0], &in[1], out, err);
-}
+INVOKE(binary, tr_k_binary(k, op, &in[0], &in[1], out, err))
+INVOKE(unary, tr_k_unary(k, op, at, &in[0], out, err))
+INVOKE(matmul, tr_k_matmul(k, &in[0], &in[1], out, at->ints[0] != 0, at->ints[1] != 0, at->floats[0], NULL,
+                           TR_ACT_NONE, err))
+INVOKE(softmax, tr_k_softmax(k, &in[0], out, err))
+INVOKE(layer_norm, tr_k_layer_norm(k, &in[0], &in[1], &in[2], at->floats[0], out, err))
+INVOKE(embedding, tr_k_embedding(k, &in[0], &in[1], out, err))
+INVOKE(transpose, tr_k_transpose(k, &in[0], at->ints, out, err))
+INVOKE(slice, tr_k_slice(k, &in[0], (int)at->ints[0], at->ints[1], at->ints[3], out, err))
+INVOKE(concat, tr_k_concat(k, n_in, in, (int)at->ints[0], out, err))
+INVOKE(reduce, tr_k_reduce(k, op, &in[0], (int)at->ints[0], out, err))
+INVOKE(cast, tr_k_cast(k, &in[0], out, err))
+INVOKE(attention, tr_k_attention(k, &in[0], &in[1], &in[2], n_in == 4 ? &in[3] : NULL, at->floats[0],
+                                 at->ints[0] != 0, (int)at->ints[1], out, err))
+#undef INVOKE
 
 static int reshape_check(const struct tr_tensor *x, const struct tr_tensor *out, struct tr_error *err) {
     int rc = tr_cpu_check_tensor(x, "reshape", "x", err);
@@ -72,43 +59,6 @@ static int invoke_reshape(struct tr_kernels *k, int op, const struct tr_attrs *a
     if (rc) return rc;
     if (out->data != in[0].data) memcpy(out->data, in[0].data, tr_tensor_nbytes(&in[0]));
     return TR_OK;
-}
-
-static int invoke_transpose(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
-                            const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
-    (void)op, (void)n_in;
-    return tr_k_transpose(k, &in[0], at->ints, out, err);
-}
-
-static int invoke_slice(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                        struct tr_tensor *out, struct tr_error *err) {
-    (void)op, (void)n_in;
-    return tr_k_slice(k, &in[0], (int)at->ints[0], at->ints[1], at->ints[3], out, err);
-}
-
-static int invoke_concat(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                         struct tr_tensor *out, struct tr_error *err) {
-    (void)op;
-    return tr_k_concat(k, n_in, in, (int)at->ints[0], out, err);
-}
-
-static int invoke_reduce(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                         struct tr_tensor *out, struct tr_error *err) {
-    (void)n_in;
-    return tr_k_reduce(k, op, &in[0], (int)at->ints[0], out, err);
-}
-
-static int invoke_cast(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                       struct tr_tensor *out, struct tr_error *err) {
-    (void)op, (void)at, (void)n_in;
-    return tr_k_cast(k, &in[0], out, err);
-}
-
-static int invoke_attention(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
-                            const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
-    (void)op;
-    return tr_k_attention(k, &in[0], &in[1], &in[2], n_in == 4 ? &in[3] : NULL, at->floats[0], at->ints[0] != 0,
-                          (int)at->ints[1], out, err);
 }
 
 /* ---- RESHAPE bound: a copy, or nothing when in and out alias ---- */
@@ -374,7 +324,7 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
         return pick(r, tr_cpu_attention_rel_invoke, tr_cpu_attention_rel_bind, NULL);
     case TR_OP_ATTENTION_REL_GRAD:
         return pick(r, tr_cpu_attention_rel_grad_invoke, NULL, bound_invoke);
-    case TR_OP_ALLREDUCE:
+    case TR_OP_ALLREDUCE: case TR_OP_ALLREDUCE_START: case TR_OP_ALLREDUCE_WAIT:
         return pick(r, tr_cpu_allreduce_invoke, tr_cpu_allreduce_bind, NULL);
     default: return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: op %s has no cpu kernel", fn, tr_op_name(op));
     }
@@ -397,7 +347,7 @@ int tr_kernels_supports(int op, int dtype) {
         return tr_dtype_size((enum tr_dtype)dtype) != 0;
     case TR_OP_UPDATE_SLICE:
         return dtype != TR_DTYPE_I64 && tr_dtype_size((enum tr_dtype)dtype) != 0;
-    case TR_OP_ALLREDUCE:
+    case TR_OP_ALLREDUCE: case TR_OP_ALLREDUCE_START: case TR_OP_ALLREDUCE_WAIT:
         return dtype == TR_DTYPE_F32;
     default:
         return dtype == TR_DTYPE_F32 || dtype == TR_DTYPE_BF16 || dtype == TR_DTYPE_F16;

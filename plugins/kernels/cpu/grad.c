@@ -364,14 +364,22 @@ int tr_k_embedding_grad(struct tr_kernels *k, const struct tr_tensor *ids, const
     return TR_OK;
 }
 
+/* The context, then src and dst as tensors of any dtype: the layout gradients below
+ * move bytes. */
+static int check_move(struct tr_kernels *k, const char *kn, const struct tr_tensor *src, const char *src_name,
+                      const struct tr_tensor *dst, const char *dst_name, struct tr_error *err) {
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc) rc = tr_cpu_check_tensor(src, kn, src_name, err);
+    if (!rc) rc = tr_cpu_check_tensor(dst, kn, dst_name, err);
+    return rc;
+}
+
 /* ---- broadcast: numpy rules, any dtype ---- */
 
 int tr_k_broadcast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_broadcast(k, x, out, err));
     const char *kn = "broadcast";
-    int rc = tr_cpu_check_ctx(k, kn, err);
-    if (!rc) rc = tr_cpu_check_tensor(x, kn, "x", err);
-    if (!rc) rc = tr_cpu_check_tensor(out, kn, "out", err);
+    int rc = check_move(k, kn, x, "x", out, "out", err);
     if (rc) return rc;
     char d1[200], d2[200];
     int nd = out->ndim;
@@ -453,9 +461,7 @@ int tr_k_slice_grad(struct tr_kernels *k, const struct tr_tensor *dy, int axis, 
                     struct tr_tensor *dx, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_slice_grad(k, dy, axis, start, step, dx, err));
     const char *kn = "slice_grad";
-    int rc = tr_cpu_check_ctx(k, kn, err);
-    if (!rc) rc = tr_cpu_check_tensor(dy, kn, "dy", err);
-    if (!rc) rc = tr_cpu_check_tensor(dx, kn, "dx", err);
+    int rc = check_move(k, kn, dy, "dy", dx, "dx", err);
     if (rc) return rc;
     char d1[200], d2[200];
     int ax = tr_cpu_axis(axis, dx->ndim);

@@ -5,6 +5,8 @@
  * host's communicator (MPI), which a capture cannot hold: refused while capturing. Then
  * the scale, as SCALE. The dry run of a bind checks and queues nothing, collective
  * included. */
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "../cpu/cpu_internal.h"
@@ -30,6 +32,9 @@ static int nccl_sum(struct tr_cuda_ctx *c, const struct tr_comm *comm, float *bu
             return tr_error_set(err, TR_ERR_DEVICE, "nccl: ncclCommInitRank (rank %d of %d): %s", comm->rank,
                                 comm->size, ncclGetErrorString(r));
         c->nccl = nc;
+        /* said once a context: which transport a GPU run's sums took is otherwise unseen */
+        fprintf(stderr, "trident: rank %d: all-reduces through NCCL (a communicator of %d rank%s)\n", comm->rank,
+                comm->size, comm->size == 1 ? "" : "s");
     }
     ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, (ncclComm_t)c->nccl, c->stream);
     if (r != ncclSuccess)
@@ -48,10 +53,14 @@ void tr_cuda_nccl_free(struct tr_cuda_ctx *c) { (void)c; }
 /* Through host memory: the stream drained, the sum on the host, back to the device. */
 static int staged_sum(struct tr_cuda_ctx *c, const struct tr_comm *comm, float *buf, int64_t n, int tag,
                       struct tr_error *err) {
-    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(c->stream, &cap) == cudaSuccess && cap != cudaStreamCaptureStatusNone)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "allreduce: this build has no NCCL, and a sum through host "
                             "memory cannot be captured in a CUDA graph (use torch's eager mode, tf or jax)");
+    static atomic_int said;
+    if (!atomic_exchange(&said, 1))
+        fprintf(stderr, "trident: rank %d: all-reduces through host memory and the host's communicator (this build "
+                "found no NCCL)\n", comm->rank);
     float *h = malloc((size_t)n * sizeof *h);
     if (!h) return tr_error_set(err, TR_ERR_NOMEM, "allreduce: no host memory for %lld floats", (long long)n);
     size_t bytes = (size_t)n * sizeof *h;
@@ -65,7 +74,7 @@ static int staged_sum(struct tr_cuda_ctx *c, const struct tr_comm *comm, float *
 }
 #endif
 
-int tr_cuda_run_allreduce(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *x,
+int tr_cuda_run_allreduce(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, const struct tr_tensor *x,
                           struct tr_tensor *out, struct tr_error *err) {
     char d1[200], d2[200];
     if (x->dtype != TR_DTYPE_F32 || out->dtype != TR_DTYPE_F32 || !tr_cpu_same_shape(x, out) ||
@@ -82,14 +91,16 @@ int tr_cuda_run_allreduce(struct tr_cuda_ctx *c, const struct tr_attrs *at, cons
     if (out->data != x->data)
         rc = TR_CU_CHECK(cudaMemcpyAsync(out->data, x->data, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice,
                                          c->stream), "allreduce: copy", err);
-    if (!rc && have > 1) {
+    /* START sums at once, on the stream (the overlap is the stream's, not a host thread's);
+     * WAIT only scales */
+    if (!rc && comm && op != TR_OP_ALLREDUCE_WAIT) { /* of one rank too: the path checked without peers */
 #ifdef TR_HAVE_NCCL
         rc = nccl_sum(c, comm, out->data, n, err);
 #else
         rc = staged_sum(c, comm, out->data, n, (int)at->ints[1], err);
 #endif
     }
-    if (!rc && at->floats[0] != 1.0f)
+    if (!rc && op != TR_OP_ALLREDUCE_START && at->floats[0] != 1.0f)
         rc = tr_cu_unary(c->stream, TR_OP_SCALE, TR_DTYPE_F32, out->data, out->data, n, at->floats[0], 0.0f, 0, err);
     return rc;
 }

@@ -45,7 +45,7 @@ struct tr_cuda_ctx {
 };
 
 /* ALLREDUCE (collective.c), and its NCCL communicator's end (at the context's). */
-int tr_cuda_run_allreduce(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *x,
+int tr_cuda_run_allreduce(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, const struct tr_tensor *x,
                           struct tr_tensor *out, struct tr_error *err);
 void tr_cuda_nccl_free(struct tr_cuda_ctx *c);
 

@@ -908,7 +908,8 @@ int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_i
     case TR_OP_TIMESTEP_EMBEDDING: return run_timestep_embedding(c, at, &in[0], out, err);
     case TR_OP_ATTENTION_REL: return run_attention_rel(c, at, n_in, in, out, err);
     case TR_OP_ATTENTION_REL_GRAD: return run_attention_rel_grad(c, at, n_in, in, out, err);
-    case TR_OP_ALLREDUCE: return tr_cuda_run_allreduce(c, at, &in[0], out, err);
+    case TR_OP_ALLREDUCE: case TR_OP_ALLREDUCE_START: case TR_OP_ALLREDUCE_WAIT:
+        return tr_cuda_run_allreduce(c, op, at, &in[0], out, err);
     default:
         k->stats.calls--;
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "tr_kernels_run: op %s has no cuda kernel yet (issue #6)",

@@ -145,6 +145,14 @@
  *                built for (run under another count, it is refused), ints[1] = its bucket's
  *                index (for messages). Without a communicator and with ints[0] = 1 it is
  *                x·floats[0]. No gradient (the training step's last word before the optimizer).
+ *   ALLREDUCE_START x -> the same sum, begun: out holds x and the sum is in flight in it
+ *                (the communicator's progress thread) until the ALLREDUCE_WAIT that
+ *                takes out as its input; nothing else may read out before then. Placed
+ *                as soon as a gradient bucket is final, so that the sum overlaps the
+ *                rest of the backward pass. Attributes as ALLREDUCE's; floats[0] is 1.
+ *   ALLREDUCE_WAIT s (an ALLREDUCE_START) -> the sum begun by s, times floats[0]; ints as
+ *                s's. All ranks start and wait their collectives in the same order (the
+ *                graph's), as MPI's non-blocking collectives require.
  */
 #ifndef TRIDENT_OPS_H
 #define TRIDENT_OPS_H
@@ -214,7 +222,9 @@ extern "C" {
     X(TIMESTEP_EMBEDDING, "timestep_embedding", 1) \
     X(ATTENTION_REL, "attention_rel", 5) \
     X(ATTENTION_REL_GRAD, "attention_rel_grad", 6) \
-    X(ALLREDUCE,  "allreduce",   1)
+    X(ALLREDUCE,  "allreduce",   1)    \
+    X(ALLREDUCE_START, "allreduce_start", 1) \
+    X(ALLREDUCE_WAIT, "allreduce_wait", 1)
 
 enum tr_op {
 #define TR_OP_ENUM_(name, str, n) TR_OP_##name,

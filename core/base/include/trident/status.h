@@ -43,6 +43,9 @@ struct tr_error {
 int tr_error_set(struct tr_error *err, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int tr_error_setv(struct tr_error *err, int status, const char *fmt, va_list ap);
+/* "FILE:LINE: message", the form of every error about a line of a text file (a
+ * config, a suite); the message is cut to fit behind a long path. */
+int tr_error_set_atv(struct tr_error *err, int status, const char *file, int line, const char *fmt, va_list ap);
 
 /* Put "prefix: " in front of an error already set, to add context on the way up
  * ("conf/x.ini:12: [run] batch: ..."). Returns err->status. */

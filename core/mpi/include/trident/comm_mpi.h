@@ -1,10 +1,13 @@
 /* trident — the data-parallel communicator over MPI (libtrident_mpi, built where MPI is
  * found: Debian's libopenmpi-dev).
  *
- * tr_comm_mpi_open initialises MPI (MPI_Init_thread, funneled: only the thread that
- * opened it calls MPI) and returns a struct tr_comm (trident/kernels.h) over
- * MPI_COMM_WORLD, which the host hands to the kernels (tr_kernels_set_comm) so that
- * ALLREDUCE nodes run through it.
+ * tr_comm_mpi_open initialises MPI (MPI_Init_thread, serialized: the thread that opened
+ * it and the communicator's progress thread call MPI, one at a time) and returns a
+ * struct tr_comm (trident/kernels.h) over MPI_COMM_WORLD, which the host hands to the
+ * kernels (tr_kernels_set_comm) so that ALLREDUCE nodes run through it. ALLREDUCE_START
+ * leaves its sum to the progress thread, which carries it while the backward pass goes
+ * on; ALLREDUCE_WAIT waits for it (where MPI gives no serialized threads, the sum runs
+ * at START).
  *
  * No collective waits forever. Each is started non-blocking and polled until it completes
  * or the timeout passes (tr_comm_mpi_set_timeout, [run] collective_timeout). Every rank

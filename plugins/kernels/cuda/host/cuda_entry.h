@@ -80,6 +80,9 @@ int tr_cuda_k_mse(struct tr_kernels *k, const struct tr_tensor *pred, const stru
                   struct tr_tensor *out, struct tr_error *err);
 int tr_cuda_k_allreduce(struct tr_kernels *k, const struct tr_tensor *x, int64_t ranks, int64_t bucket, float scale,
                         struct tr_tensor *out, struct tr_error *err);
+/* ALLREDUCE_START or ALLREDUCE_WAIT (op) */
+int tr_cuda_k_allreduce_half(struct tr_kernels *k, int op, const struct tr_tensor *x, int64_t ranks, int64_t bucket,
+                             float scale, struct tr_tensor *out, struct tr_error *err);
 int tr_cuda_k_adamw_step(struct tr_kernels *k, const struct tr_tensor *param, const struct tr_tensor *m,
                          const struct tr_tensor *v, const struct tr_tensor *lr, const struct tr_tensor *step,
                          float beta1, float beta2, float eps, float weight_decay, struct tr_tensor *out,

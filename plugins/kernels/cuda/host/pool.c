@@ -323,9 +323,9 @@ int tr_cuda_pool_alloc(struct tr_cuda_pool *p, size_t nbytes, const void *stream
     return TR_OK;
 }
 
-/* b absorbs its free neighbour n (n follows b). */
+/* b absorbs its free neighbour n (n follows b); the caller has taken both out of the
+ * free set, whose order is by size. */
 static void merge_next(struct tr_cuda_pool *p, struct block *b, struct block *n) {
-    free_remove(p, n);
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;
@@ -347,15 +347,14 @@ int tr_cuda_pool_dealloc(struct tr_cuda_pool *p, void *ptr, struct tr_error *err
     p->st.requested -= b->requested;
     b->requested = 0;
     p->st.n_dealloc++;
-    if (b->next && !b->next->allocated) merge_next(p, b, b->next);
+    if (b->next && !b->next->allocated) {
+        free_remove(p, b->next);
+        merge_next(p, b, b->next);
+    }
     if (b->prev && !b->prev->allocated) {
         struct block *prev = b->prev;
         free_remove(p, prev);
-        prev->size += b->size;
-        prev->next = b->next;
-        if (b->next) b->next->prev = prev;
-        free(b);
-        p->st.n_merges++;
+        merge_next(p, prev, b);
         b = prev;
     }
     /* the segment's head may have changed identity only through prev, which was already

@@ -292,6 +292,13 @@ int tr_cuda_k_allreduce(struct tr_kernels *k, const struct tr_tensor *x, int64_t
     return tr_cuda_run(k, TR_OP_ALLREDUCE, &at, 1, x, out, err);
 }
 
+int tr_cuda_k_allreduce_half(struct tr_kernels *k, int op, const struct tr_tensor *x, int64_t ranks, int64_t bucket,
+                             float scale, struct tr_tensor *out, struct tr_error *err) {
+    NEED("allreduce", x, out);
+    struct tr_attrs at = {.ints = {ranks, bucket}, .floats = {scale}, .n_ints = 2};
+    return tr_cuda_run(k, op, &at, 1, x, out, err);
+}
+
 /* ---- decoder LLM kernels ---- */
 
 int tr_cuda_k_rms_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *w, float eps,

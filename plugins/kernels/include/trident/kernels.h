@@ -337,6 +337,12 @@ struct tr_comm {
      * times out; the seconds spent in collectives so far */
     void (*set_phase)(void *user, const char *what);
     double (*seconds)(void *user);
+    /* optional (NULL: ALLREDUCE_START sums at once, with allreduce_f32): buf's sum begun,
+     * in place, and left in flight; wait_f32 with the same buf returns when it is done
+     * (the same bits as allreduce_f32). Sums are started and waited for in the same order
+     * on every rank; buf is not touched between the two. */
+    int (*start_allreduce_f32)(void *user, float *buf, int64_t n, int tag, struct tr_error *err);
+    int (*wait_f32)(void *user, float *buf, struct tr_error *err);
 };
 void tr_kernels_set_comm(const struct tr_comm *c);
 const struct tr_comm *tr_kernels_get_comm(void);
@@ -346,6 +352,13 @@ const struct tr_comm *tr_kernels_get_comm(void);
  * (no communicator: 1 rank). bucket: the tag of the collective. */
 int tr_k_allreduce(struct tr_kernels *k, const struct tr_tensor *x, int64_t ranks, int64_t bucket, float scale,
                    struct tr_tensor *out, struct tr_error *err);
+/* ALLREDUCE in halves (ops.h ALLREDUCE_START / _WAIT). start: out = x, its sum over the
+ * ranks begun in out (out may be x). wait: x an ALLREDUCE_START's out, waited for; out =
+ * the sum · scale (out may be x). Attributes as tr_k_allreduce's. */
+int tr_k_allreduce_start(struct tr_kernels *k, const struct tr_tensor *x, int64_t ranks, int64_t bucket,
+                         struct tr_tensor *out, struct tr_error *err);
+int tr_k_allreduce_wait(struct tr_kernels *k, const struct tr_tensor *x, int64_t ranks, int64_t bucket, float scale,
+                        struct tr_tensor *out, struct tr_error *err);
 
 #ifdef __cplusplus
 }
