@@ -23,68 +23,11 @@
 #include "trident/kernels.h"
 #include "trident/rng.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static int usage(const char *why) {
     if (why) fprintf(stderr, "trident bench-kernels: %s\n", why);
     fprintf(stderr, "usage: trident bench-kernels [--op matmul|attention|conv2d|all] [--size N] [--head-dim D] "
                     "[--dtype f32|bf16|all] [--reps R]\n");
     return 2;
-}
-
-/* A device tensor of the shape, filled with N(0, 1) values. */
-static int make_tensor(struct tr_kernels *k, struct tr_tensor *t, enum tr_dtype dt, int nd, const int64_t *shape,
-                       uint64_t seed, struct tr_error *err) {
-    int rc = tr_tensor_make(t, NULL, dt, nd, shape, err);
-    if (rc) return rc;
-    size_t nb = tr_tensor_nbytes(t);
-    rc = tr_kernels_alloc(k, nb, &t->data, err);
-    if (rc) return rc;
-    struct tr_tensor host = *t;
-    rc = tr_host_alloc(&host.data, nb, err);
-    if (rc) return rc;
-    int64_t n = tr_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) tr_tensor_set_f64(&host, i, tr_rng_normal(seed, 0xbe7c, (uint64_t)i));
-    rc = tr_kernels_to_device(k, t->data, host.data, nb, err);
-    tr_host_free(host.data);
-    return rc;
-}
-
-/* The median and best seconds of reps runs of op on t (after one warm-up). */
-struct run {
-    int op;
-    const struct tr_attrs *at;
-    int n_in;
-    struct tr_tensor *t; /* n_in inputs, then the output */
-};
-
-static int time_runs(struct tr_kernels *k, const struct run *r, int reps, double *med, double *best,
-                     struct tr_error *err) {
-    double *times = calloc((size_t)reps, sizeof(double));
-    if (!times) return tr_error_set(err, TR_ERR_NOMEM, "bench-kernels: no memory for %d timings", reps);
-    int rc = TR_OK;
-    for (int i = -1; i < reps && !rc; i++) {
-        double t0 = now_s();
-        rc = tr_kernels_run(k, r->op, r->at, r->n_in, r->t, &r->t[r->n_in], err);
-        if (!rc) rc = tr_kernels_sync(k, err);
-        if (i >= 0) times[i] = now_s() - t0;
-    }
-    if (!rc) {
-        qsort(times, (size_t)reps, sizeof(double), cmp_double);
-        *med = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
-        *best = times[0];
-    }
-    free(times);
-    return rc;
 }
 
 /* Stable Diffusion v1.4's UNet convolutions (3x3, stride 1, padding 1) at batch 2: conv_in,
@@ -100,18 +43,17 @@ static int bench_conv(struct tr_kernels *k, enum tr_dtype dt, int reps, struct t
         const int64_t M = N * H * H, K = 9 * Ci;
         struct tr_tensor t[7];
         memset(t, 0, sizeof t);
-        rc = make_tensor(k, &t[0], dt, 4, (int64_t[]){N, H, H, Ci}, 1, err);
-        if (!rc) rc = make_tensor(k, &t[1], dt, 4, (int64_t[]){Co, Ci, 3, 3}, 2, err);
-        if (!rc) rc = make_tensor(k, &t[2], dt, 1, (int64_t[]){Co}, 3, err);
-        if (!rc) rc = make_tensor(k, &t[3], dt, 4, (int64_t[]){N, H, H, Co}, 4, err);
-        if (!rc) rc = make_tensor(k, &t[4], dt, 2, (int64_t[]){M, K}, 5, err);
-        if (!rc) rc = make_tensor(k, &t[5], dt, 2, (int64_t[]){K, Co}, 6, err);
-        if (!rc) rc = make_tensor(k, &t[6], dt, 2, (int64_t[]){M, Co}, 7, err);
+        rc = tr_cli_device_tensor(k, &t[0], dt, 4, (int64_t[]){N, H, H, Ci}, 1, 0, err);
+        if (!rc) rc = tr_cli_device_tensor(k, &t[1], dt, 4, (int64_t[]){Co, Ci, 3, 3}, 2, 0, err);
+        if (!rc) rc = tr_cli_device_tensor(k, &t[2], dt, 1, (int64_t[]){Co}, 3, 0, err);
+        if (!rc) rc = tr_cli_device_tensor(k, &t[3], dt, 4, (int64_t[]){N, H, H, Co}, 4, 0, err);
+        if (!rc) rc = tr_cli_device_tensor(k, &t[4], dt, 2, (int64_t[]){M, K}, 5, 0, err);
+        if (!rc) rc = tr_cli_device_tensor(k, &t[5], dt, 2, (int64_t[]){K, Co}, 6, 0, err);
+        if (!rc) rc = tr_cli_device_tensor(k, &t[6], dt, 2, (int64_t[]){M, Co}, 7, 0, err);
         const struct tr_attrs ca = {.ints = {1, 1, 1, 1, 0}, .n_ints = 5}, ma = {0};
-        const struct run conv = {TR_OP_CONV2D, &ca, 3, &t[0]}, gemm = {TR_OP_MATMUL, &ma, 2, &t[4]};
         double cm = 0, cb = 0, gm = 0, gb = 0;
-        if (!rc) rc = time_runs(k, &conv, reps, &cm, &cb, err);
-        if (!rc) rc = time_runs(k, &gemm, reps, &gm, &gb, err);
+        if (!rc) rc = tr_cli_time_op(k, TR_OP_CONV2D, &ca, 3, &t[0], &t[3], reps, &cm, &cb, err);
+        if (!rc) rc = tr_cli_time_op(k, TR_OP_MATMUL, &ma, 2, &t[4], &t[6], reps, &gm, &gb, err);
         if (!rc) {
             const double flops = 2.0 * (double)M * (double)K * (double)Co;
             char shape[64];
@@ -136,35 +78,27 @@ static int bench_one(struct tr_kernels *k, int op, enum tr_dtype dt, int64_t n, 
     double flops;
     if (op == TR_OP_MATMUL) {
         nt = 3;
-        rc = make_tensor(k, &t[0], dt, 2, (int64_t[]){n, n}, 1, err);
-        if (!rc) rc = make_tensor(k, &t[1], dt, 2, (int64_t[]){n, n}, 2, err);
-        if (!rc) rc = make_tensor(k, &t[2], dt, 2, (int64_t[]){n, n}, 3, err);
+        rc = tr_cli_device_tensor(k, &t[0], dt, 2, (int64_t[]){n, n}, 1, 0, err);
+        if (!rc) rc = tr_cli_device_tensor(k, &t[1], dt, 2, (int64_t[]){n, n}, 2, 0, err);
+        if (!rc) rc = tr_cli_device_tensor(k, &t[2], dt, 2, (int64_t[]){n, n}, 3, 0, err);
         flops = 2.0 * (double)n * (double)n * (double)n;
     } else {
         nt = 4;
         const int64_t shape[4] = {1, 12, n, hd};
-        for (int i = 0; i < 4 && !rc; i++) rc = make_tensor(k, &t[i], dt, 4, shape, 10 + (uint64_t)i, err);
+        for (int i = 0; i < 4 && !rc; i++) rc = tr_cli_device_tensor(k, &t[i], dt, 4, shape, 10 + (uint64_t)i, 0, err);
         flops = 4.0 * 12.0 * (double)n * (double)n * (double)hd;
     }
-    double *times = calloc((size_t)reps, sizeof(double));
-    if (!times && !rc) rc = tr_error_set(err, TR_ERR_NOMEM, "bench-kernels: no memory for %d timings", reps);
-    for (int r = -1; r < reps && !rc; r++) {
-        double t0 = now_s();
-        if (op == TR_OP_MATMUL) rc = tr_k_matmul(k, &t[0], &t[1], &t[2], 0, 0, 1.0f, NULL, TR_ACT_NONE, err);
-        else rc = tr_k_attention(k, &t[0], &t[1], &t[2], NULL, 0.125f, 0, 0, &t[3], err);
-        if (!rc) rc = tr_kernels_sync(k, err);
-        if (r >= 0) times[r] = now_s() - t0;
-    }
+    struct tr_attrs at = {0};
+    if (op == TR_OP_ATTENTION) at.floats[0] = 0.125f;
+    double med = 0, best = 0;
+    if (!rc) rc = tr_cli_time_op(k, op, &at, nt - 1, t, &t[nt - 1], reps, &med, &best, err);
     if (!rc) {
-        qsort(times, (size_t)reps, sizeof(double), cmp_double);
-        double med = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
         char shape[64];
         if (op == TR_OP_MATMUL) snprintf(shape, sizeof shape, "%lld^3", (long long)n);
         else snprintf(shape, sizeof shape, "1x12x%lldx%lld", (long long)n, (long long)hd);
         printf("%-10s %-5s %-14s %5d %11.3f %11.3f %9.1f\n", tr_op_name(op), tr_dtype_name(dt), shape, reps, med * 1e3,
-               times[0] * 1e3, flops / med * 1e-9);
+               best * 1e3, flops / med * 1e-9);
     }
-    free(times);
     for (int i = 0; i < nt; i++)
         if (t[i].data) tr_kernels_dealloc(k, t[i].data);
     return rc;

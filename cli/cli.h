@@ -10,6 +10,26 @@ struct tr_error;
  * GFLOP/s of the shared kernels on this machine (cli/bench_kernels.c). */
 int tr_cli_bench_kernels(int argc, char **argv);
 
+/* cli/kernel_timing.c. A tensor of dtype and shape in k's memory: N(0,1) floats from seed
+ * (fill_one: ones), integers 0 (an id, label or start every op takes). Free its data with
+ * tr_kernels_dealloc. */
+struct tr_kernels;
+struct tr_tensor;
+struct tr_attrs;
+#include <stdint.h>
+#include "trident/dtype.h"
+int tr_cli_device_tensor(struct tr_kernels *k, struct tr_tensor *t, enum tr_dtype dt, int nd, const int64_t *shape,
+                         uint64_t seed, int fill_one, struct tr_error *err);
+/* op on in[0..n_in) into out once (a warm-up), then reps times, each to the device's end
+ * (tr_kernels_sync): the median and best seconds (best may be NULL). */
+int tr_cli_time_op(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                   struct tr_tensor *out, int reps, double *med, double *best, struct tr_error *err);
+
+/* trident roofline FILE.ini [--device-peaks h200|h100|measure] [--run] [--reps R]
+ * [--top N] [--json OUT]: the step's kernels against the device's floor
+ * (trident/roofline.h; cli/roofline_cmd.c). */
+int tr_cli_roofline(int argc, char **argv);
+
 /* trident check-backend NAME[:MODE]|PATH.so [FILE.ini]: the ABI checks and an op-by-op
  * comparison with the reference kernels, as a pass/fail table (cli/check_backend.c). */
 int tr_cli_check_backend(int argc, char **argv);

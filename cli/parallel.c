@@ -35,6 +35,9 @@ int tr_cli_parallel_open(struct tr_config *cfg, struct tr_comm **comm, struct tr
     cfg->ranks = (*comm)->size;
     cfg->rank = (*comm)->rank;
     cfg->joined = 1;
+    /* whole lines: the launcher forwards every rank's output as it comes, and a table row
+     * cut at a full buffer could have another rank's line spliced into it */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     /* a GPU per rank: the ranks of a host take its devices in turn */
     if (cfg->device_type == TR_DEVICE_CUDA) cfg->device_index = tr_comm_mpi_local_rank(*comm);
     return TR_OK;

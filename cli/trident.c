@@ -10,6 +10,7 @@
  *   trident bench FILE.ini ...                       the same (benchmarks are runs)
  *   trident bench SUITE.ini [--rows P,...]           every row of a suite, then the summary (suite.h)
  *   trident bench-kernels [--size N] [--dtype D]     GFLOP/s of the shared kernels
+ *   trident roofline FILE.ini [--run]                the step's kernels against the device's floor
  *   trident list [FILE.ini]                          models, presets, tasks; backend plugins
  *   trident dump FILE.ini                            the task's graph as text (a suite: every row's)
  *   trident check-backend NAME|PATH [FILE.ini]       a plugin's conformance check
@@ -34,6 +35,7 @@ static const char usage[] =
     "       trident bench FILE.ini [--json OUT] [--report DIR [--log-scale]] [--outputs OUT.safetensors] [--steps N]\n"
     "       trident bench SUITE.ini [--rows NAME,PATTERN...] [--json OUT] [--report DIR [--log-scale]] [--steps N]\n"
     "       trident bench-kernels [--size N] [--dtype f32|bf16|all] [--reps R]\n"
+    "       trident roofline FILE.ini [--device-peaks h200|h100|measure] [--run] [--reps R] [--top N] [--json OUT]\n"
     "       trident list [FILE.ini]\n"
     "       trident dump FILE.ini\n"
     "       trident check-backend NAME[:MODE]|PATH.so [FILE.ini]\n"
@@ -348,10 +350,12 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     /* The commands that run kernels: OpenMP's wait policy has to be in place before
      * libgomp starts, so this may execute the program again (cli/omp_env.c). */
-    if (!strcmp(cmd, "run") || !strcmp(cmd, "bench") || !strcmp(cmd, "bench-kernels") || !strcmp(cmd, "check-backend"))
+    if (!strcmp(cmd, "run") || !strcmp(cmd, "bench") || !strcmp(cmd, "bench-kernels") || !strcmp(cmd, "check-backend") ||
+        !strcmp(cmd, "roofline"))
         tr_cli_omp_wait_default(argv);
     if (strcmp(cmd, "run") == 0 || strcmp(cmd, "bench") == 0) return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "bench-kernels") == 0) return tr_cli_bench_kernels(argc - 2, argv + 2);
+    if (strcmp(cmd, "roofline") == 0) return tr_cli_roofline(argc - 2, argv + 2);
     if (strcmp(cmd, "list") == 0) return cmd_list(argc - 2, argv + 2);
     if (strcmp(cmd, "dump") == 0) return cmd_dump(argc - 2, argv + 2);
     if (strcmp(cmd, "check-backend") == 0) return tr_cli_check_backend(argc - 2, argv + 2);

@@ -66,6 +66,23 @@ expect "bench-kernels matmul" 0 '^matmul +f32 +64\^3 ' -- "$bin" bench-kernels -
 expect "bench-kernels conv2d at the UNet's shapes" 0 '^conv2d +bf16 +2x64x64x320>320 .* of it$' -- \
   "$bin" bench-kernels --op conv2d --reps 1
 expect "bench-kernels refuses an unknown op" 2 'conv2d or all' -- "$bin" bench-kernels --op conv3d
+roof_ini() { ini "$1" "[run]
+model = $2
+preset = tiny
+task = $3
+batch = 2
+seq_len = 16"; }
+roof_ini roof.ini bert fit
+expect "roofline: the step's floor on the H200" 0 '^step: [0-9]+ kernel calls in [0-9]+ groups, .* floor [0-9.]+ ms, designed [0-9.]+ ms$' -- \
+  "$bin" roofline "$tmp/roof.ini" --device-peaks h200
+expect "roofline --run times every group beside its floor" 0 'measured [0-9.]+ ms \([0-9]+% of floor\)$' -- \
+  "$bin" roofline "$tmp/roof.ini" --device-peaks h200 --run --reps 1 --top 5 --json "$tmp/roof.json"
+if grep -q '"measured_us"' "$tmp/roof.json" 2>/dev/null; then ok "roofline --json has every group"; else bad "roofline --json has every group"; fi
+roof_ini roofgen.ini gemma generate
+expect "roofline of generate is its decode step's" 0 '\(the decode step: one token\)' -- \
+  "$bin" roofline "$tmp/roofgen.ini" --device-peaks h100
+expect "roofline refuses an unknown device" 1 "no device 'b200' \(h200, h100; or measure\)" -- \
+  "$bin" roofline "$tmp/roof.ini" --device-peaks b200
 # A batch that cannot fit is refused before any weight is made, with the bytes needed and available.
 rejects big.ini "[run]
 model = stable_diffusion

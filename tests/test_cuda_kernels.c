@@ -8,11 +8,36 @@
  * and is skipped; tests/gpu/run.sh runs it on a GPU. The public tr_k_* entries, the
  * math mode and cuRAND are test_cuda_kernels_api.c's. */
 #include "test_cuda_common.h"
+#include "../plugins/kernels/cuda/host/gemm_plan.h"
 
 /* Runs op on the cpu and on cuda with the same inputs and attributes and compares; then
  * binds it on cuda and calls it twice (a replay gives the same result) and compares. */
+/* check_out with tolerance tol (0: the dtype's, test_cuda_common.h) */
+static void check_out_tol(const char *what, const char *how, const struct tr_tensor *got, const struct tr_tensor *ref,
+                          double tol) {
+    if (tol <= 0.0 || !tr_dtype_is_float((enum tr_dtype)ref->dtype)) {
+        check_out(what, how, got, ref);
+        return;
+    }
+    double *r = tr_test_to_f64(ref);
+    double e = tr_test_rel_err(got, r);
+    free(r);
+    if (!(e < tol))
+        fail_msg("%s (%s, %s): cuda vs cpu relative error %.3g >= %.3g", what,
+                 tr_dtype_name((enum tr_dtype)ref->dtype), how, e, tol);
+}
+
+static void compare_op_tol(const char *what, int op, const struct tr_attrs *at, int n_in, struct tr_tensor *in,
+                           enum tr_dtype out_dt, int out_ndim, const int64_t *out_shape, double tol);
+
 static void compare_op(const char *what, int op, const struct tr_attrs *at, int n_in, struct tr_tensor *in,
                        enum tr_dtype out_dt, int out_ndim, const int64_t *out_shape) {
+    compare_op_tol(what, op, at, n_in, in, out_dt, out_ndim, out_shape, 0.0);
+}
+
+/* compare_op with tolerance tol (0: the dtype's) */
+static void compare_op_tol(const char *what, int op, const struct tr_attrs *at, int n_in, struct tr_tensor *in,
+                           enum tr_dtype out_dt, int out_ndim, const int64_t *out_shape, double tol) {
     struct tr_tensor ref = tr_test_tensor(out_dt, out_ndim, out_shape);
     tr_test_poison(&ref);
     if (tr_kernels_run(tr_test_k, op, at, n_in, in, &ref, &err)) fail_msg("%s: cpu: %s", what, err.msg);
@@ -23,7 +48,7 @@ static void compare_op(const char *what, int op, const struct tr_attrs *at, int 
     struct tr_tensor dout = to_dev(&got);
     if (tr_kernels_run(G, op, at, n_in, din, &dout, &err)) fail_msg("%s: cuda: %s", what, err.msg);
     fetch(&got, &dout);
-    check_out(what, "tr_kernels_run", &got, &ref);
+    check_out_tol(what, "tr_kernels_run", &got, &ref, tol);
     if (n_in <= TR_KERNEL_CALL_MAX_IN) {
         poison_dev(&got, &dout);
         struct tr_kernel_call call;
@@ -39,7 +64,7 @@ static void compare_op(const char *what, int op, const struct tr_attrs *at, int 
         for (int rep = 0; rep < 2; rep++)
             if (tr_kernels_call(G, &call, &err)) fail_msg("%s: cuda bound call: %s", what, err.msg);
         fetch(&got, &dout);
-        check_out(what, "bound", &got, &ref);
+        check_out_tol(what, "bound", &got, &ref, tol);
         tr_kernels_unbind(G, &call);
     }
     for (int i = 0; i < n_in; i++) tr_kernels_dealloc(G, din[i].data);
@@ -507,55 +532,156 @@ static void padding_mask(struct tr_tensor *m, int64_t pad) {
         for (int64_t j = 0; j < Tk; j++) ((float *)m->data)[b * Tk + j] = j >= Tk - pad - b ? -10000.0f : 0.0f;
 }
 
+/* The math modes an f32 case runs under: strict (the CUDA-core kernels) and tf32 (the
+ * tensor-core ones, compared at bf16's tolerance); bf16/f16 run once. */
+static int attn_maths(enum tr_dtype dt, enum tr_math *m) {
+    m[0] = TR_MATH_DEFAULT;
+    if (dt != TR_DTYPE_F32) return 1;
+    m[1] = TR_MATH_TF32;
+    return 2;
+}
+static double attn_tol(enum tr_dtype dt, enum tr_math m) { return dt == TR_DTYPE_F32 && m == TR_MATH_TF32 ? 1e-2 : 0.0; }
+
+/* Shapes both kernels of each direction see: GQA (H/Hk 1, 2, 4, 8), causal with Tq < Tk,
+ * the sliding window, the padding mask, and head sizes 16 .. 256 (64, 80, 128, 256 on
+ * tensor cores for bf16/f16 and f32 in tf32; 16 and 32 only on the CUDA cores). */
+static const struct attn_case ATTN_CASES[] = {
+    {2, 4, 4, 33, 33, 16, 16, 0, 0, 0},    {2, 4, 2, 33, 33, 64, 64, 1, 0, 0},    {1, 8, 2, 5, 40, 64, 32, 1, 0, 0},
+    {2, 2, 1, 70, 70, 32, 32, 0, 8, 0},    {2, 4, 4, 20, 45, 128, 128, 0, 0, 1}, {1, 2, 2, 17, 17, 256, 256, 1, 0, 1},
+    {2, 8, 1, 100, 100, 64, 64, 0, 24, 1}, {1, 4, 2, 65, 130, 128, 128, 1, 0, 1}, {1, 2, 1, 70, 70, 256, 256, 0, 16, 1},
+    {1, 2, 2, 31, 31, 80, 80, 1, 0, 0},    {1, 4, 2, 129, 129, 64, 128, 1, 0, 1},
+};
+
 static void test_attention(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
-    const struct attn_case cases[] = {
-        {2, 4, 4, 33, 33, 16, 16, 0, 0, 0}, {2, 4, 2, 33, 33, 64, 64, 1, 0, 0}, {1, 8, 2, 5, 40, 64, 32, 1, 0, 0},
-        {2, 2, 1, 70, 70, 32, 32, 0, 8, 0}, {2, 4, 4, 20, 45, 128, 128, 0, 0, 1}, {1, 2, 2, 17, 17, 256, 256, 1, 0, 1},
-    };
-    /* both forward kernels: tensor cores where they fit (bf16/f16, D % 16 == 0, <= 128), and
-     * the CUDA-core one everywhere */
+    /* both forward kernels: tensor cores where they fit (attention_plan.h), and the
+     * CUDA-core one everywhere */
     for (int simple = 0; simple < 2; simple++)
-    for (int d = 0; d < 3; d++)
-        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            if (simple) setenv("TRIDENT_CUDA_ATTENTION", "simple", 1);
-            else unsetenv("TRIDENT_CUDA_ATTENTION");
-            const struct attn_shapes sh = attn_shapes(&cases[c]);
-            struct tr_tensor in[4] = {randn(FLOATS[d], 4, sh.q, 110 + c), randn(FLOATS[d], 4, sh.k, 120 + c),
-                                      randn(FLOATS[d], 4, sh.v, 130 + c), tr_test_tensor(TR_DTYPE_F32, 4, sh.mask)};
-            padding_mask(&in[3], 3);
-            struct tr_attrs at = {.ints = {cases[c].causal, cases[c].window}};
-            char what[64];
-            snprintf(what, sizeof what, "attention case %zu (%s kernel)", c, simple ? "simple" : "default");
-            compare_op(what, TR_OP_ATTENTION, &at, cases[c].mask ? 4 : 3, in, FLOATS[d], 4, sh.out);
-            free_all(4, in);
+        for (int d = 0; d < 3; d++) {
+            enum tr_math maths[2];
+            const int nm = attn_maths(FLOATS[d], maths);
+            for (int mi = 0; mi < nm; mi++)
+                for (size_t c = 0; c < sizeof ATTN_CASES / sizeof ATTN_CASES[0]; c++) {
+                    if (simple) setenv("TRIDENT_CUDA_ATTENTION", "simple", 1);
+                    else unsetenv("TRIDENT_CUDA_ATTENTION");
+                    CHECK_OK(tr_kernels_set_math(G, maths[mi], &err));
+                    const struct attn_case *ac = &ATTN_CASES[c];
+                    const struct attn_shapes sh = attn_shapes(ac);
+                    struct tr_tensor in[4] = {randn(FLOATS[d], 4, sh.q, 110 + c), randn(FLOATS[d], 4, sh.k, 120 + c),
+                                              randn(FLOATS[d], 4, sh.v, 130 + c),
+                                              tr_test_tensor(TR_DTYPE_F32, 4, sh.mask)};
+                    padding_mask(&in[3], 3);
+                    struct tr_attrs at = {.ints = {ac->causal, ac->window}};
+                    char what[96];
+                    snprintf(what, sizeof what, "attention case %zu D=%lld math %s (%s kernel)", c, (long long)ac->D,
+                             tr_math_name(maths[mi]), simple ? "simple" : "default");
+                    compare_op_tol(what, TR_OP_ATTENTION, &at, ac->mask ? 4 : 3, in, FLOATS[d], 4, sh.out,
+                                   attn_tol(FLOATS[d], maths[mi]));
+                    free_all(4, in);
+                }
         }
+    CHECK_OK(tr_kernels_set_math(G, TR_MATH_DEFAULT, &err));
     unsetenv("TRIDENT_CUDA_ATTENTION");
 }
 
 static void test_attention_grad(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
-    const struct attn_case cases[] = {
-        {2, 4, 2, 33, 33, 16, 16, 0, 0, 1}, {1, 4, 4, 40, 40, 64, 32, 1, 0, 0}, {1, 2, 1, 9, 50, 32, 32, 1, 0, 0},
-        {2, 2, 2, 45, 45, 32, 64, 0, 7, 1},
+    static const struct attn_case cases[] = {
+        {2, 4, 2, 33, 33, 16, 16, 0, 0, 1},     {1, 4, 4, 40, 40, 64, 32, 1, 0, 0},   {1, 2, 1, 9, 50, 32, 32, 1, 0, 0},
+        {2, 2, 2, 45, 45, 32, 64, 0, 7, 1},     {2, 4, 2, 70, 70, 64, 64, 1, 0, 1},   {1, 8, 2, 65, 100, 64, 64, 1, 0, 0},
+        {1, 4, 4, 50, 50, 128, 128, 0, 20, 1},  {1, 2, 1, 40, 40, 256, 256, 1, 0, 1}, {1, 2, 2, 33, 70, 256, 256, 0, 9, 0},
+        {2, 2, 2, 100, 100, 64, 64, 0, 0, 1},
     };
-    for (int d = 0; d < 3; d++)
-        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
-            for (int which = 0; which < 3; which++) {
-                const struct attn_shapes sh = attn_shapes(&cases[c]);
-                struct tr_tensor in[5] = {randn(FLOATS[d], 4, sh.q, 210 + c), randn(FLOATS[d], 4, sh.k, 220 + c),
-                                          randn(FLOATS[d], 4, sh.v, 230 + c), randn(FLOATS[d], 4, sh.out, 240 + c),
-                                          tr_test_tensor(TR_DTYPE_F32, 4, sh.mask)};
-                padding_mask(&in[4], 2);
-                struct tr_attrs at = {.ints = {cases[c].causal, cases[c].window, which}};
-                char what[64];
-                snprintf(what, sizeof what, "attention_grad case %zu d%s", c, which == 0 ? "q" : which == 1 ? "k" : "v");
-                compare_op(what, TR_OP_ATTENTION_GRAD, &at, cases[c].mask ? 5 : 4, in, FLOATS[d], 4,
-                           which == 0 ? sh.q : which == 1 ? sh.k : sh.v);
-                free_all(5, in);
-            }
+    /* the tensor-core backward (bf16/f16, f32 in tf32) and the CUDA-core one */
+    for (int simple = 0; simple < 2; simple++)
+        for (int d = 0; d < 3; d++) {
+            enum tr_math maths[2];
+            const int nm = attn_maths(FLOATS[d], maths);
+            for (int mi = 0; mi < nm; mi++)
+                for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+                    for (int which = 0; which < 3; which++) {
+                        if (simple) setenv("TRIDENT_CUDA_ATTENTION", "simple", 1);
+                        else unsetenv("TRIDENT_CUDA_ATTENTION");
+                        CHECK_OK(tr_kernels_set_math(G, maths[mi], &err));
+                        const struct attn_shapes sh = attn_shapes(&cases[c]);
+                        struct tr_tensor in[5] = {randn(FLOATS[d], 4, sh.q, 210 + c), randn(FLOATS[d], 4, sh.k, 220 + c),
+                                                  randn(FLOATS[d], 4, sh.v, 230 + c), randn(FLOATS[d], 4, sh.out, 240 + c),
+                                                  tr_test_tensor(TR_DTYPE_F32, 4, sh.mask)};
+                        padding_mask(&in[4], 2);
+                        struct tr_attrs at = {.ints = {cases[c].causal, cases[c].window, which}};
+                        char what[96];
+                        snprintf(what, sizeof what, "attention_grad case %zu d%s math %s (%s kernel)", c,
+                                 which == 0 ? "q" : which == 1 ? "k" : "v", tr_math_name(maths[mi]),
+                                 simple ? "simple" : "default");
+                        compare_op_tol(what, TR_OP_ATTENTION_GRAD, &at, cases[c].mask ? 5 : 4, in, FLOATS[d], 4,
+                                       which == 0 ? sh.q : which == 1 ? sh.k : sh.v, attn_tol(FLOATS[d], maths[mi]));
+                        free_all(5, in);
+                    }
+        }
+    CHECK_OK(tr_kernels_set_math(G, TR_MATH_DEFAULT, &err));
+    unsetenv("TRIDENT_CUDA_ATTENTION");
+}
+
+/* tr_k_attention_backward's joint path (statistics once, dk and dv in one launch, dq in
+ * another) against the cpu's, with all three gradients and with subsets of them. */
+static void test_attention_backward(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    static const struct attn_case cases[] = {
+        {2, 4, 2, 70, 70, 64, 64, 1, 0, 1}, {1, 4, 4, 50, 60, 128, 128, 0, 12, 1}, {1, 4, 1, 40, 40, 256, 256, 1, 0, 0},
+        {1, 2, 2, 33, 33, 48, 48, 0, 0, 1},
+    };
+    static const int subsets[] = {7, 1, 6, 5}; /* bits: dq, dk, dv */
+    for (int d = 0; d < 3; d++) {
+        enum tr_math maths[2];
+        const int nm = attn_maths(FLOATS[d], maths);
+        for (int mi = 0; mi < nm; mi++)
+            for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+                for (size_t si = 0; si < sizeof subsets / sizeof subsets[0]; si++) {
+                    CHECK_OK(tr_kernels_set_math(G, maths[mi], &err));
+                    const struct attn_case *ac = &cases[c];
+                    const struct attn_shapes sh = attn_shapes(ac);
+                    struct tr_tensor in[5] = {randn(FLOATS[d], 4, sh.q, 310 + c), randn(FLOATS[d], 4, sh.k, 320 + c),
+                                              randn(FLOATS[d], 4, sh.v, 330 + c), randn(FLOATS[d], 4, sh.out, 340 + c),
+                                              tr_test_tensor(TR_DTYPE_F32, 4, sh.mask)};
+                    padding_mask(&in[4], 2);
+                    const int64_t *gs[3] = {sh.q, sh.k, sh.v};
+                    struct tr_tensor ref[3], got[3], dref[3], din[5];
+                    struct tr_tensor *pr[3] = {NULL, NULL, NULL}, *pd[3] = {NULL, NULL, NULL};
+                    for (int w = 0; w < 3; w++) {
+                        ref[w] = tr_test_tensor(FLOATS[d], 4, gs[w]);
+                        got[w] = tr_test_tensor(FLOATS[d], 4, gs[w]);
+                        tr_test_poison(&ref[w]);
+                        tr_test_poison(&got[w]);
+                        dref[w] = to_dev(&got[w]);
+                        if ((subsets[si] >> w) & 1) pr[w] = &ref[w], pd[w] = &dref[w];
+                    }
+                    for (int i = 0; i < 5; i++) din[i] = to_dev(&in[i]);
+                    const struct tr_tensor *mask = ac->mask ? &in[4] : NULL, *dmask = ac->mask ? &din[4] : NULL;
+                    CHECK_OK(tr_k_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, 0.0f, ac->causal,
+                                                     ac->window, pr[0], pr[1], pr[2], &err));
+                    CHECK_OK(tr_k_attention_backward(G, &din[0], &din[1], &din[2], &din[3], dmask, 0.0f, ac->causal,
+                                                     ac->window, pd[0], pd[1], pd[2], &err));
+                    for (int w = 0; w < 3; w++) {
+                        if (!pd[w]) continue;
+                        fetch(&got[w], &dref[w]);
+                        char what[96];
+                        snprintf(what, sizeof what, "attention_backward case %zu d%c (gradients %d) math %s", c,
+                                 "qkv"[w], subsets[si], tr_math_name(maths[mi]));
+                        check_out_tol(what, "tr_k_attention_backward", &got[w], &ref[w], attn_tol(FLOATS[d], maths[mi]));
+                    }
+                    for (int w = 0; w < 3; w++) {
+                        tr_kernels_dealloc(G, dref[w].data);
+                        tr_test_tensor_free(&ref[w]);
+                        tr_test_tensor_free(&got[w]);
+                    }
+                    for (int i = 0; i < 5; i++) tr_kernels_dealloc(G, din[i].data);
+                    free_all(5, in);
+                }
+    }
+    CHECK_OK(tr_kernels_set_math(G, TR_MATH_DEFAULT, &err));
 }
 
 static void test_rms_norm_rope(void **state) {
@@ -765,6 +891,151 @@ static void test_training_grads(void **state) {
     }
 }
 
+/* ---- column reductions split across the grid (cuda/colsum.cu, host/colsum_plan.h) ---- */
+
+/* op run twice on cuda: the outputs bitwise equal (a fixed order of additions, no atomics). */
+static void check_repeat_bitwise(const char *what, int op, const struct tr_attrs *at, int n_in, struct tr_tensor *in,
+                                 enum tr_dtype out_dt, int out_ndim, const int64_t *out_shape) {
+    struct tr_tensor din[4];
+    for (int i = 0; i < n_in; i++) din[i] = to_dev(&in[i]);
+    struct tr_tensor g1 = tr_test_tensor(out_dt, out_ndim, out_shape), g2 = tr_test_tensor(out_dt, out_ndim, out_shape);
+    tr_test_poison(&g1);
+    struct tr_tensor dout = to_dev(&g1);
+    if (tr_kernels_run(G, op, at, n_in, din, &dout, &err)) fail_msg("%s: cuda: %s", what, err.msg);
+    fetch(&g1, &dout);
+    poison_dev(&g2, &dout);
+    if (tr_kernels_run(G, op, at, n_in, din, &dout, &err)) fail_msg("%s: cuda: %s", what, err.msg);
+    fetch(&g2, &dout);
+    if (memcmp(g1.data, g2.data, tr_tensor_nbytes(&g1)) != 0) fail_msg("%s: two runs differ (not deterministic)", what);
+    for (int i = 0; i < n_in; i++) tr_kernels_dealloc(G, din[i].data);
+    tr_kernels_dealloc(G, dout.data);
+    tr_test_tensor_free(&g1), tr_test_tensor_free(&g2);
+}
+
+/* BERT base's shapes (16384 rows x 768: 44 row slices and a combine on an H200), a
+ * 256000-column vocabulary (the LM head's bias; one slice), batched and narrow column
+ * sums; the bias gradient (SUM over rows), MEAN, MAX, layer-norm γ and RMS-norm weight
+ * gradients, each against the cpu and run twice bitwise equal. */
+static void test_colsum_split(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    static const int ops[3] = {TR_OP_SUM, TR_OP_MEAN, TR_OP_MAX};
+    struct {
+        int nd;
+        int64_t x[3];
+        int ax;
+    } cases[] = {{2, {16384, 768}, 0}, {2, {128, 256000}, 0}, {3, {3, 4096, 96}, 1}, {2, {20000, 3}, 0},
+                 {3, {2, 9, 300}, 1}};
+    for (int d = 0; d < 2; d++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            struct tr_tensor x = randn(FLOATS[d], cases[c].nd, cases[c].x, 400 + c);
+            int64_t so[3];
+            int n = 0;
+            for (int i = 0; i < cases[c].nd; i++)
+                if (i != cases[c].ax) so[n++] = cases[c].x[i];
+            struct tr_attrs at = {.ints = {cases[c].ax, 0}};
+            for (int o = 0; o < 3; o++) {
+                char what[96];
+                snprintf(what, sizeof what, "%s over axis %d of [%lld, %lld%s]", tr_op_name(ops[o]), cases[c].ax,
+                         (long long)cases[c].x[0], (long long)cases[c].x[1], cases[c].nd == 3 ? ", ..." : "");
+                compare_op(what, ops[o], &at, 1, &x, FLOATS[d], n, so);
+                if (o == 0 && c == 0) check_repeat_bitwise(what, ops[o], &at, 1, &x, FLOATS[d], n, so);
+            }
+            tr_test_tensor_free(&x);
+        }
+    /* the normalisations' weight gradients at the same two widths */
+    const int64_t shapes[2][2] = {{16384, 768}, {128, 256000}};
+    for (int d = 0; d < 2; d++)
+        for (int s = 0; s < 2; s++) {
+            struct tr_tensor xy[2] = {randn(FLOATS[d], 2, shapes[s], 420 + s), randn(FLOATS[d], 2, shapes[s], 430 + s)};
+            const int64_t sd[1] = {shapes[s][1]};
+            struct tr_attrs eps = {.floats = {1e-5f}};
+            compare_op("layer_norm_grad_gamma (split)", TR_OP_LAYER_NORM_GRAD_GAMMA, &eps, 2, xy, FLOATS[d], 1, sd);
+            struct tr_attrs rms = {.ints = {0}, .floats = {1e-6f}};
+            compare_op("rms_norm_grad_w (split)", TR_OP_RMS_NORM_GRAD_W, &rms, 2, xy, FLOATS[d], 1, sd);
+            if (s == 0) {
+                check_repeat_bitwise("layer_norm_grad_gamma (split)", TR_OP_LAYER_NORM_GRAD_GAMMA, &eps, 2, xy,
+                                     FLOATS[d], 1, sd);
+                check_repeat_bitwise("rms_norm_grad_w (split)", TR_OP_RMS_NORM_GRAD_W, &rms, 2, xy, FLOATS[d], 1, sd);
+            }
+            free_all(2, xy);
+        }
+    /* the embedding gradient over a 256000 vocabulary (a scatter, not split: rows added
+     * with atomics, so compared within the tolerance only) */
+    for (int d = 0; d < 2; d++) {
+        struct tr_tensor ids = tr_test_tensor(TR_DTYPE_I32, 2, (int64_t[]){4, 512});
+        tr_test_randint(&ids, 440, 256000);
+        ((int32_t *)ids.data)[7] = ((int32_t *)ids.data)[8] = 255999; /* a repeat, at the last row */
+        struct tr_tensor dy = randn(FLOATS[d], 3, (int64_t[]){4, 512, 64}, 441);
+        struct tr_tensor eg[2] = {ids, dy};
+        struct tr_attrs v = {.ints = {256000}};
+        compare_op("embedding_grad, V 256000", TR_OP_EMBEDDING_GRAD, &v, 2, eg, FLOATS[d], 2, (int64_t[]){256000, 64});
+        tr_test_tensor_free(&ids), tr_test_tensor_free(&dy);
+    }
+}
+
+/* cuBLASLt's epilogue fallback (gemm.c): with tr_cuda_gemm_force_fallback on, a GEMM with
+ * a bias and an activation cuBLASLt could fuse runs as the plain GEMM plus the elementwise
+ * kernel; its result is the cpu's and the route counts say it fell back. Shapes no other
+ * test uses, so that no cached plan answers. */
+static void test_matmul_epilogue_fallback(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    int64_t sa[2] = {37, 48}, sb[2] = {48, 88}, sc[2] = {37, 88}, sn[1] = {88};
+    static const int acts[3] = {TR_ACT_NONE, TR_ACT_RELU, TR_ACT_GELU_TANH};
+    const int was = tr_cuda_gemm_force_fallback(1);
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < 3; i++) {
+            struct tr_tensor a = randn(FLOATS[d], 2, sa, 450), b = randn(FLOATS[d], 2, sb, 451);
+            struct tr_tensor bias = randn(FLOATS[d], 1, sn, 452); /* c's dtype: cuBLASLt's epilogue but for the switch */
+            struct tr_tensor ref = tr_test_tensor(FLOATS[d], 2, sc), got = tr_test_tensor(FLOATS[d], 2, sc);
+            CHECK_OK(tr_k_matmul(tr_test_k, &a, &b, &ref, 0, 0, 1.0f, &bias, (enum tr_act)acts[i], &err));
+            struct tr_tensor da = to_dev(&a), db = to_dev(&b), dbias = to_dev(&bias);
+            tr_test_poison(&got);
+            struct tr_tensor dc = to_dev(&got);
+            struct tr_cuda_gemm_route_counts c0, c1;
+            tr_cuda_gemm_route_counts(&c0);
+            CHECK_OK(tr_k_matmul(G, &da, &db, &dc, 0, 0, 1.0f, &dbias, (enum tr_act)acts[i], &err));
+            tr_cuda_gemm_route_counts(&c1);
+            fetch(&got, &dc);
+            char what[80];
+            snprintf(what, sizeof what, "matmul %s, bias, act %d, epilogue fallback", tr_dtype_name(FLOATS[d]),
+                     acts[i]);
+            check_out(what, "tr_k_matmul", &got, &ref);
+            if (c1.fallback != c0.fallback + 1) fail_msg("%s: the plan did not fall back", what);
+            /* bound: a plan of its own, which falls back too */
+            poison_dev(&got, &dc);
+            struct tr_kernel_call call;
+            tr_cuda_gemm_route_counts(&c0);
+            CHECK_OK(tr_kernels_bind_matmul(G, &da, &db, &dc, 0, 0, 1.0f, &dbias, (enum tr_act)acts[i], &call, &err));
+            tr_cuda_gemm_route_counts(&c1);
+            if (c1.fallback != c0.fallback + 1) fail_msg("%s: the bound plan did not fall back", what);
+            CHECK_OK(tr_kernels_call(G, &call, &err));
+            fetch(&got, &dc);
+            check_out(what, "bound matmul", &got, &ref);
+            tr_kernels_unbind(G, &call);
+            tr_kernels_dealloc(G, da.data), tr_kernels_dealloc(G, db.data);
+            tr_kernels_dealloc(G, dbias.data), tr_kernels_dealloc(G, dc.data);
+            tr_test_tensor_free(&a), tr_test_tensor_free(&b), tr_test_tensor_free(&bias);
+            tr_test_tensor_free(&ref), tr_test_tensor_free(&got);
+        }
+    tr_cuda_gemm_force_fallback(was);
+    /* the switch off: a fresh shape with an epilogue is cuBLASLt's own again */
+    struct tr_tensor a = randn(TR_DTYPE_BF16, 2, (int64_t[]){41, 48}, 453), b = randn(TR_DTYPE_BF16, 2, sb, 454);
+    struct tr_tensor bias = randn(TR_DTYPE_BF16, 1, sn, 455), got = tr_test_tensor(TR_DTYPE_BF16, 2, (int64_t[]){41, 88});
+    struct tr_tensor da = to_dev(&a), db = to_dev(&b), dbias = to_dev(&bias), dc = to_dev(&got);
+    struct tr_cuda_gemm_route_counts c0, c1;
+    tr_cuda_gemm_route_counts(&c0);
+    CHECK_OK(tr_k_matmul(G, &da, &db, &dc, 0, 0, 1.0f, &dbias, TR_ACT_RELU, &err));
+    tr_cuda_gemm_route_counts(&c1);
+    assert_int_equal(c1.fallback, c0.fallback);
+    assert_int_equal(c1.lt, c0.lt + 1);
+    CHECK_OK(tr_kernels_sync(G, &err));
+    tr_kernels_dealloc(G, da.data), tr_kernels_dealloc(G, db.data);
+    tr_kernels_dealloc(G, dbias.data), tr_kernels_dealloc(G, dc.data);
+    tr_test_tensor_free(&a), tr_test_tensor_free(&b), tr_test_tensor_free(&bias), tr_test_tensor_free(&got);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_device_routing), cmocka_unit_test(test_context), cmocka_unit_test(test_unary),
@@ -775,7 +1046,9 @@ int main(void) {
         cmocka_unit_test(test_cast),          cmocka_unit_test(test_attention),
         cmocka_unit_test(test_cross_entropy), cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_training_grads), cmocka_unit_test(test_attention_grad),
+        cmocka_unit_test(test_attention_backward),
         cmocka_unit_test(test_rms_norm_rope), cmocka_unit_test(test_fused), cmocka_unit_test(test_vision), cmocka_unit_test(test_attention_rel),
+        cmocka_unit_test(test_colsum_split), cmocka_unit_test(test_matmul_epilogue_fallback),
     };
     return cmocka_run_group_tests(tests, cuda_setup, cuda_teardown);
 }

@@ -2,7 +2,10 @@
  * backends call it: cuBLASLt bf16 GEMM TFLOP/s at 8192³ (and tf32, f32 on f32 data),
  * device-to-device copy GB/s,
  * and attention forward TFLOP/s at sequence 2048. Times are CUDA events around N
- * repetitions after a warm-up. Usage: trident_bench_cuda OUT.json */
+ * repetitions after a warm-up. Every CUDA call is checked: a timing that failed (or gave
+ * no positive time) is printed as "error" and written as null, never as inf or NaN, and
+ * the exit status is then 1. Usage: trident_bench_cuda OUT.json */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,25 +51,60 @@ static struct tr_tensor dev_tensor(struct tr_kernels *k, enum tr_dtype dt, int n
     return t;
 }
 
-/* Milliseconds per call of fn over reps calls (after 2 warm-up calls). */
+static int failed; /* a timing failed: exit 1 */
+
+static int cu_ok(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 1;
+    fprintf(stderr, "bench_cuda: %s: %s: %s\n", what, cudaGetErrorName(e), cudaGetErrorString(e));
+    failed = 1;
+    return 0;
+}
+
+/* Milliseconds per call of fn over reps calls (after 2 warm-up calls); NAN when a CUDA
+ * event call failed or the time is not positive. */
 typedef void (*bench_fn)(struct tr_kernels *k, void *arg);
 static double time_ms(struct tr_kernels *k, bench_fn fn, void *arg, int reps) {
     cudaStream_t s = (cudaStream_t)tr_kernels_cuda_stream(k);
     fn(k, arg);
     fn(k, arg);
     CHECK(tr_kernels_sync(k, &err));
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    cudaEventRecord(e0, s);
-    for (int i = 0; i < reps; i++) fn(k, arg);
-    cudaEventRecord(e1, s);
-    CHECK(tr_kernels_sync(k, &err));
+    cudaEvent_t e0 = NULL, e1 = NULL;
     float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return ms / reps;
+    int ok = cu_ok(cudaEventCreate(&e0), "cudaEventCreate") && cu_ok(cudaEventCreate(&e1), "cudaEventCreate") &&
+             cu_ok(cudaEventRecord(e0, s), "cudaEventRecord (start)");
+    if (ok) {
+        for (int i = 0; i < reps; i++) fn(k, arg);
+        ok = cu_ok(cudaEventRecord(e1, s), "cudaEventRecord (end)");
+    }
+    CHECK(tr_kernels_sync(k, &err));
+    if (ok) ok = cu_ok(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+    if (e0) (void)cu_ok(cudaEventDestroy(e0), "cudaEventDestroy");
+    if (e1) (void)cu_ok(cudaEventDestroy(e1), "cudaEventDestroy");
+    if (ok && !(ms > 0.0f && isfinite(ms))) {
+        fprintf(stderr, "bench_cuda: a timing of %d calls gave %g ms\n", reps, (double)ms);
+        failed = 1;
+        ok = 0;
+    }
+    return ok ? (double)ms / reps : NAN;
+}
+
+/* work / time in units of 1/scale per second: NAN unless the time is a positive number */
+static double rate(double work, double ms, double scale) {
+    return isfinite(ms) && ms > 0 ? work / (ms * 1e-3) / scale : NAN;
+}
+
+/* One row of the table: the value, or "error". */
+static void row(const char *name, double ms, double r, const char *unit) {
+    if (isfinite(ms) && isfinite(r)) printf("%-44s %12.3f %9.1f %s\n", name, ms, r, unit);
+    else printf("%-44s %12s %9s %s\n", name, "error", "-", unit);
+}
+
+/* "key": value (with fmt) or "key": null, then sep. */
+static void jnum(FILE *f, const char *key, const char *fmt, double v, const char *sep) {
+    fprintf(f, "  \"%s\": ", key);
+    if (isfinite(v)) fprintf(f, fmt, v);
+    else fputs("null", f);
+    fputs(sep, f);
 }
 
 struct mm_arg {
@@ -105,7 +143,10 @@ int main(int argc, char **argv) {
         return 2; /* no ceiling measured: not a pass */
     }
     struct cudaDeviceProp prop;
-    cudaGetDeviceProperties(&prop, 0);
+    if (!cu_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties")) {
+        memset(&prop, 0, sizeof prop);
+        snprintf(prop.name, sizeof prop.name, "unknown");
+    }
 
     /* GEMM bf16 8192³ */
     int64_t n = 8192;
@@ -113,7 +154,7 @@ int main(int argc, char **argv) {
                         dev_tensor(k, TR_DTYPE_BF16, 2, (int64_t[]){n, n}),
                         dev_tensor(k, TR_DTYPE_BF16, 2, (int64_t[]){n, n})};
     double gemm_ms = time_ms(k, run_mm, &mm, 20);
-    double gemm_tflops = 2.0 * n * n * n / (gemm_ms * 1e-3) / 1e12;
+    double gemm_tflops = rate(2.0 * n * n * n, gemm_ms, 1e12);
 
     /* The same GEMM on f32 data, as tf32 (tensor cores) and as strict f32: the ceilings
      * of the rows whose [run] math is tf32 or f32. */
@@ -125,8 +166,8 @@ int main(int argc, char **argv) {
     CHECK(tr_kernels_set_math(k, TR_MATH_F32, &err));
     double f32_ms = time_ms(k, run_mm, &mf, 3);
     CHECK(tr_kernels_set_math(k, TR_MATH_DEFAULT, &err));
-    double tf32_tflops = 2.0 * n * n * n / (tf32_ms * 1e-3) / 1e12;
-    double f32_tflops = 2.0 * n * n * n / (f32_ms * 1e-3) / 1e12;
+    double tf32_tflops = rate(2.0 * n * n * n, tf32_ms, 1e12);
+    double f32_tflops = rate(2.0 * n * n * n, f32_ms, 1e12);
     tr_kernels_dealloc(k, mf.a.data);
     tr_kernels_dealloc(k, mf.b.data);
     tr_kernels_dealloc(k, mf.c.data);
@@ -137,7 +178,7 @@ int main(int argc, char **argv) {
     CHECK(tr_kernels_alloc(k, cp.n, &cp.dst, &err));
     CHECK(tr_kernels_copy(k, cp.src, mm.a.data, tr_tensor_nbytes(&mm.a), &err));
     double copy_ms = time_ms(k, run_copy, &cp, 20);
-    double copy_gbs = 2.0 * (double)cp.n / (copy_ms * 1e-3) / 1e9;
+    double copy_gbs = rate(2.0 * (double)cp.n, copy_ms, 1e9);
 
     /* attention forward: B=8, H=16, T=2048, D=64, bf16, no mask */
     int64_t B = 8, H = 16, T = 2048, D = 64;
@@ -150,26 +191,26 @@ int main(int argc, char **argv) {
     at.o = dev_tensor(k, TR_DTYPE_BF16, 4, sh);
     at.at.floats[0] = 0.125f;
     double att_ms = time_ms(k, run_att, &at, 10);
-    double att_tflops = 4.0 * B * H * T * T * D / (att_ms * 1e-3) / 1e12;
+    double att_tflops = rate(4.0 * B * H * T * T * D, att_ms, 1e12);
     at.at.ints[0] = 1; /* causal: half the work */
     double attc_ms = time_ms(k, run_att, &at, 10);
-    double attc_tflops = 2.0 * B * H * T * T * D / (attc_ms * 1e-3) / 1e12;
+    double attc_tflops = rate(2.0 * B * H * T * T * D, attc_ms, 1e12);
     at.at.ints[0] = 0; /* the CUDA-core kernel, for comparison */
     setenv("TRIDENT_CUDA_ATTENTION", "simple", 1);
     double atts_ms = time_ms(k, run_att, &at, 3);
-    double atts_tflops = 4.0 * B * H * T * T * D / (atts_ms * 1e-3) / 1e12;
+    double atts_tflops = rate(4.0 * B * H * T * T * D, atts_ms, 1e12);
     unsetenv("TRIDENT_CUDA_ATTENTION");
 
     struct tr_cuda_pool_stats ps;
     CHECK(tr_kernels_cuda_memory(k, &ps, &err));
     printf("\n%-44s %12s %12s\n", "ceiling (bf16 unless said)", "ms", "rate");
-    printf("%-44s %12.3f %9.1f TFLOP/s\n", "cuBLASLt GEMM 8192^3", gemm_ms, gemm_tflops);
-    printf("%-44s %12.3f %9.1f TFLOP/s\n", "cuBLASLt GEMM 8192^3, f32 data as tf32", tf32_ms, tf32_tflops);
-    printf("%-44s %12.3f %9.1f TFLOP/s\n", "cuBLASLt GEMM 8192^3, strict f32", f32_ms, f32_tflops);
-    printf("%-44s %12.3f %9.1f GB/s\n", "device-to-device copy 1 GiB (read+write)", copy_ms, copy_gbs);
-    printf("%-44s %12.3f %9.1f TFLOP/s\n", "attention fwd B8 H16 T2048 D64", att_ms, att_tflops);
-    printf("%-44s %12.3f %9.1f TFLOP/s\n", "attention fwd causal, same shape", attc_ms, attc_tflops);
-    printf("%-44s %12.3f %9.1f TFLOP/s\n", "attention fwd, CUDA-core kernel (simple)", atts_ms, atts_tflops);
+    row("cuBLASLt GEMM 8192^3", gemm_ms, gemm_tflops, "TFLOP/s");
+    row("cuBLASLt GEMM 8192^3, f32 data as tf32", tf32_ms, tf32_tflops, "TFLOP/s");
+    row("cuBLASLt GEMM 8192^3, strict f32", f32_ms, f32_tflops, "TFLOP/s");
+    row("device-to-device copy 1 GiB (read+write)", copy_ms, copy_gbs, "GB/s");
+    row("attention fwd B8 H16 T2048 D64", att_ms, att_tflops, "TFLOP/s");
+    row("attention fwd causal, same shape", attc_ms, attc_tflops, "TFLOP/s");
+    row("attention fwd, CUDA-core kernel (simple)", atts_ms, atts_tflops, "TFLOP/s");
     printf("device: %s (sm_%d%d); peak device memory through the pool: %.1f MiB\n", prop.name, prop.major, prop.minor,
            (double)ps.peak_reserved / (1 << 20));
     if (json) {
@@ -179,21 +220,26 @@ int main(int argc, char **argv) {
             return 1;
         }
         fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm\": %d,\n", prop.name, prop.major * 10 + prop.minor);
-        fprintf(f, "  \"gemm_bf16_8192_ms\": %.4f,\n  \"gemm_bf16_8192_tflops\": %.2f,\n", gemm_ms, gemm_tflops);
-        fprintf(f, "  \"gemm_tf32_8192_tflops\": %.2f,\n  \"gemm_f32_8192_tflops\": %.2f,\n", tf32_tflops,
-                f32_tflops);
-        fprintf(f, "  \"copy_d2d_1gib_ms\": %.4f,\n  \"copy_d2d_gbs\": %.1f,\n", copy_ms, copy_gbs);
-        fprintf(f, "  \"attention_fwd_b8h16t2048d64_ms\": %.4f,\n  \"attention_fwd_tflops\": %.2f,\n", att_ms,
-                att_tflops);
-        fprintf(f, "  \"attention_fwd_causal_ms\": %.4f,\n  \"attention_fwd_causal_tflops\": %.2f,\n", attc_ms,
-                attc_tflops);
-        fprintf(f, "  \"attention_fwd_simple_ms\": %.4f,\n  \"attention_fwd_simple_tflops\": %.2f,\n", atts_ms,
-                atts_tflops);
+        jnum(f, "gemm_bf16_8192_ms", "%.4f", gemm_ms, ",\n");
+        jnum(f, "gemm_bf16_8192_tflops", "%.2f", gemm_tflops, ",\n");
+        jnum(f, "gemm_tf32_8192_tflops", "%.2f", tf32_tflops, ",\n");
+        jnum(f, "gemm_f32_8192_tflops", "%.2f", f32_tflops, ",\n");
+        jnum(f, "copy_d2d_1gib_ms", "%.4f", copy_ms, ",\n");
+        jnum(f, "copy_d2d_gbs", "%.1f", copy_gbs, ",\n");
+        jnum(f, "attention_fwd_b8h16t2048d64_ms", "%.4f", att_ms, ",\n");
+        jnum(f, "attention_fwd_tflops", "%.2f", att_tflops, ",\n");
+        jnum(f, "attention_fwd_causal_ms", "%.4f", attc_ms, ",\n");
+        jnum(f, "attention_fwd_causal_tflops", "%.2f", attc_tflops, ",\n");
+        jnum(f, "attention_fwd_simple_ms", "%.4f", atts_ms, ",\n");
+        jnum(f, "attention_fwd_simple_tflops", "%.2f", atts_tflops, ",\n");
         fprintf(f, "  \"peak_reserved_bytes\": %zu\n}\n", ps.peak_reserved);
-        fclose(f);
+        if (fclose(f) != 0) {
+            fprintf(stderr, "bench_cuda: cannot write %s\n", json);
+            return 1;
+        }
     }
     tr_kernels_dealloc(k, cp.src);
     tr_kernels_dealloc(k, cp.dst);
     tr_kernels_free(k);
-    return 0;
+    return failed ? 1 : 0;
 }

@@ -18,7 +18,9 @@
 # 3. compute-sanitizer memcheck on one small BERT training step on one backend (torch, or
 #    TRIDENT_GPU_MEMCHECK_BACKEND; said so, and gone on, if the machine refuses it);
 # 4. the ceilings: cuBLASLt bf16 GEMM TFLOP/s at 8192^3, device-to-device copy GB/s,
-#    attention forward TFLOP/s at sequence 2048 (tests/gpu/bench_cuda.c);
+#    attention forward TFLOP/s at sequence 2048 (tests/gpu/bench_cuda.c); then the roofline
+#    sheets (trident roofline --run) of BERT base predict/fit and the 7B LLMs' fit and
+#    generate: each kernel timed alone beside its H200 floor and its design time;
 # 5. BERT base predict (batch 256) and fit (batch 32), sequence 512, on every backend
 #    (conf/bert_predict.ini, conf/bert_fit.ini, 5 timed steps);
 # 6. Gemma and Mistral small: generate (2 steps) and LoRA fit (5 steps) on every backend on cuda;
@@ -49,15 +51,15 @@ limit=${TRIDENT_GPU_BUDGET:-540}
 declare -A result status plan borrow gpu slot_of
 
 # ---- the plan: each step's budget in seconds, in the order they run ----
-order=(setup configure build tests memcheck ceilings bert_predict bert_fit
+order=(setup configure build tests memcheck ceilings roofline bert_predict bert_fit
        cuda_gemma_generate cuda_mistral_generate cuda_gemma_fit cuda_mistral_fit cuda_sd_predict cuda_vae_predict cuda_sd_fit
        cuda_sam_predict cuda_sam_fit
        torch_predict_eager torch_fit_eager torch_predict_reduce-overhead torch_fit_reduce-overhead
        summary)
-plan=([setup]=10 [configure]=20 [build]=120 [tests]=60 [memcheck]=30 [ceilings]=20
-      [bert_predict]=45 [bert_fit]=40
+plan=([setup]=10 [configure]=20 [build]=120 [tests]=55 [memcheck]=25 [ceilings]=20 [roofline]=20
+      [bert_predict]=40 [bert_fit]=40
       [cuda_gemma_generate]=15 [cuda_mistral_generate]=15 [cuda_gemma_fit]=15 [cuda_mistral_fit]=15
-      [cuda_sd_predict]=15 [cuda_vae_predict]=10 [cuda_sd_fit]=10 [cuda_sam_predict]=10 [cuda_sam_fit]=10
+      [cuda_sd_predict]=12 [cuda_vae_predict]=8 [cuda_sd_fit]=10 [cuda_sam_predict]=10 [cuda_sam_fit]=10
       [torch_predict_eager]=15 [torch_fit_eager]=15
       [torch_predict_reduce-overhead]=15 [torch_fit_reduce-overhead]=15
       [summary]=15)
@@ -319,6 +321,15 @@ if need_build ceilings; then
   note "ceilings: ${status[ceilings]}"
 fi
 result[ceilings]=${status[ceilings]}
+
+# ---- 4b. the roofline sheets: each kernel of the benchmark's BERT base and 7B LLM steps at
+#      their shapes, timed alone on random data, beside its H200 floor and design time
+#      (trident roofline; the sheet's step floor is the BERT table's floor column) ----
+if need_build roofline; then
+  run_row roofline "$out/roofline.log" bash tests/gpu/roofline.sh "$trident" "$out"
+  grep -E "^(step|conf/|roofline:)" "$out/roofline.log" | head -20
+  note "roofline: ${status[roofline]}"
+fi
 
 # ---- 5. BERT base on every backend ----
 bert_ok=1

@@ -5,8 +5,11 @@
   (steps.tsv, written by run.sh as each step ends);
 - the BERT table: trident's rows (bert_predict.json, bert_fit.json, from `trident run
   --json`) beside PyTorch's (torch_<task>_<mode>.json, from torch_bert.py), each with its
-  FLOP floor (the graph's FLOPs over the measured GEMM ceiling of its math mode, from
-  ceilings.json) and its ratio to PyTorch eager;
+  floor (the roofline sheet's step floor, the sum of every kernel's, from
+  roofline_bert_<task>.json; without it the graph's FLOPs over the measured GEMM ceiling
+  of its math mode, from ceilings.json) and its ratio to PyTorch eager;
+- the roofline sheets (roofline_<config>.json, from `trident roofline --run`): each step's
+  floor, design and measured sum, and its costliest kernels, each against its floor;
 - the LLM rows on cuda (cuda_{gemma,mistral}_{generate,fit}.json);
 - the rows that are missing, each with why: skipped by the time guard, timed out (its
   JSON, if any, kept as NAME.json.partial), failed, or unreadable.
@@ -26,7 +29,9 @@ TORCH_MODES = ("eager", "reduce-overhead")
 LLM_ROWS = ("cuda_gemma_generate", "cuda_mistral_generate", "cuda_gemma_fit", "cuda_mistral_fit", "cuda_sd_predict",
             "cuda_vae_predict", "cuda_sd_fit", "cuda_sam_predict", "cuda_sam_fit")
 # every row that writes a JSON file, in run.sh's order
-JSON_ROWS = (("ceilings", "bert_predict", "bert_fit") + LLM_ROWS +
+ROOF_ROWS = tuple(f"roofline_{c}" for c in ("bert_fit", "bert_predict", "gemma_fit", "mistral_fit", "gemma_generate",
+                                               "mistral_generate"))
+JSON_ROWS = (("ceilings", "bert_predict", "bert_fit") + ROOF_ROWS + LLM_ROWS +
              tuple(f"torch_{t}_{m}" for m in TORCH_MODES for t in ("predict", "fit")))
 
 
@@ -97,6 +102,9 @@ def main():
         tflops = num(ceil, CEILING_KEY.get(math, "")) or 0
         flops = num(rep, "flops_per_step")
         floor_ms = flops / (tflops * 1e12) * 1e3 if tflops and flops else None
+        sheet = reports.get(f"roofline_bert_{task}")
+        if sheet and num(sheet, "floor_ms"):  # every kernel's floor, summed
+            floor_ms = num(sheet, "floor_ms")
         base = reports[f"torch_{task}_eager"]
         base_ms = num(base, "mean_ms") if base and base.get("ok") else None
         if rep and not backends_of(rep):
@@ -152,7 +160,8 @@ def main():
     except OSError as e:
         print(f"could not write bert.json: {e}")
 
-    print(f"BERT base, sequence 512, on {device} (floor: FLOPs / measured GEMM ceiling of the math mode)")
+    print(f"BERT base, sequence 512, on {device} (floor: the roofline sheet's step floor, every kernel's summed; "
+          "else FLOPs / measured GEMM ceiling)")
     print(f"{'task':8} {'backend':26} {'math':5} {'batch':>5} {'mean ms':>9} {'first ms':>9} {'peak GiB':>8} "
           f"{'floor ms':>8} {'of floor':>8} {'vs PyTorch':>10}")
     for r in rows:
@@ -180,6 +189,23 @@ def main():
               f"{fmt(num(r, 'first_step_ms'), '9.1f', 9)} {fmt(num(r, 'ms_per_token'), '8.3f', 8)} "
               f"{fmt(num(r, 'tokens_per_s'), '8.0f', 8)} {fmt(num(r, 'loss_first'), '8.4f', 8)} "
               f"{fmt(num(r, 'loss_last'), '9.4f', 9)} {agree}")
+
+    print("\nroofline sheets (trident roofline --run: each kernel alone at its shapes; H200 peaks)")
+    for name in ROOF_ROWS:
+        sh = reports[name]
+        if not sh:
+            continue
+        m = num(sh, "measured_ms")
+        fl = num(sh, "floor_ms")
+        print(f"{name[9:]:18} floor {fmt(fl, '8.2f', 8)} ms  design {fmt(num(sh, 'design_ms'), '8.2f', 8)} ms  "
+              f"measured {fmt(m, '8.2f', 8)} ms  {fmt(100 * fl / m if fl and m else None, '5.0f', 5)}% of floor")
+        ks = [k for k in sh.get("kernels", []) if isinstance(k, dict)]
+        ks.sort(key=lambda k: -(num(k, "calls") or 0) * (num(k, "measured_us") or num(k, "design_us") or 0))
+        for k in ks[:6]:
+            mu, fu = num(k, "measured_us"), num(k, "floor_us")
+            print(f"   {str(k.get('kernel', '?'))[:58]:58} x{num(k, 'calls') or 0:<4} floor {fmt(fu, '9.1f', 9)} us  "
+                  f"design {fmt(num(k, 'design_us'), '9.1f', 9)} us  measured {fmt(mu, '9.1f', 9)} us  "
+                  f"{fmt(100 * fu / mu if fu and mu else None, '4.0f', 4)}%")
 
     if missing:
         print(f"\nmissing rows ({len(missing)} of {len(JSON_ROWS)}):")

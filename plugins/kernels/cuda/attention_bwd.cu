@@ -7,6 +7,9 @@
 //   dv_j = Σ_i P_ij dy_i           every query head of the kv head's group
 // Visibility is the forward's (attention.cu). A row that sees no key has lse = +inf and
 // gets zero gradients. First version: CUDA cores, operand rows read from L2; D, Dv <= 256.
+// The fallback of attention_bwd_tc.cu (f32 in strict math, head sizes not a multiple of
+// 16, ATTENTION_REL's terms); tr_cu_attention_backward computes the statistics once for
+// all three gradients and dk with dv in one pass.
 #include "cu_common.cuh"
 
 #define AB_WARPS 4
@@ -48,7 +51,7 @@ __device__ __forceinline__ float ab_dot(const float *sh, const T *row, int n) {
 
 // lse and delta per query row: a warp per (b, h, i).
 template <typename T>
-__global__ void __launch_bounds__(AB_WARPS * 32)
+__global__ void __launch_bounds__(AB_WARPS * 32, 4)
 ab_stats_kernel(const T *q, const T *k, const T *v, const T *dy, ab_ctx c) {
     __shared__ float shq[AB_WARPS][AB_MAXD];
     const tr_cu_attn &p = c.p;
@@ -102,7 +105,7 @@ ab_stats_kernel(const T *q, const T *k, const T *v, const T *dy, ab_ctx c) {
 
 // dq: a warp per query row.
 template <typename T>
-__global__ void __launch_bounds__(AB_WARPS * 32)
+__global__ void __launch_bounds__(AB_WARPS * 32, 4)
 ab_dq_kernel(const T *q, const T *k, const T *v, const T *dy, T *dq, ab_ctx c) {
     __shared__ float shq[AB_WARPS][AB_MAXD], shdy[AB_WARPS][AB_MAXD];
     const tr_cu_attn &p = c.p;
@@ -152,7 +155,7 @@ ab_dq_kernel(const T *q, const T *k, const T *v, const T *dy, T *dq, ab_ctx c) {
 // over the keys of each grid row (column) in shared memory, then stored in that
 // operand's dtype (f32 or q's).
 template <typename T>
-__global__ void __launch_bounds__(AB_WARPS * 32)
+__global__ void __launch_bounds__(AB_WARPS * 32, 4)
 ab_drel_kernel(const T *q, const T *k, const T *v, const T *dy, void *out, int which, ab_ctx c) {
     __shared__ float shq[AB_WARPS][AB_MAXD], shdy[AB_WARPS][AB_MAXD], acc[AB_WARPS][AB_MAXK];
     const tr_cu_attn &p = c.p;
@@ -187,7 +190,7 @@ ab_drel_kernel(const T *q, const T *k, const T *v, const T *dy, void *out, int w
 
 // dk and dv: a warp per key row of a kv head; the sums run over the group's query heads.
 template <typename T>
-__global__ void __launch_bounds__(AB_WARPS * 32)
+__global__ void __launch_bounds__(AB_WARPS * 32, 4)
 ab_dkv_kernel(const T *q, const T *k, const T *v, const T *dy, T *dk, T *dv, ab_ctx c) {
     __shared__ float shk[AB_WARPS][AB_MAXD], shv[AB_WARPS][AB_MAXD];
     const tr_cu_attn &p = c.p;
@@ -278,4 +281,44 @@ extern "C" int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, co
                                          (const T *)q, (const T *)k, (const T *)v, (const T *)dy,
                                          which == 1 ? (T *)out : (T *)NULL, which == 2 ? (T *)out : (T *)NULL, c));
     return which == 0 ? TR_CU_LAUNCHED("attention_grad dq", err) : TR_CU_LAUNCHED("attention_grad dk/dv", err);
+}
+
+// dq, dk and dv of one call (any of them NULL) on the CUDA-core kernels: the statistics
+// once, dq's pass, and one pass for dk and dv together.
+extern "C" int tr_cu_attention_backward(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
+                                        const void *dy, const struct tr_cu_attn *p, void *dq, void *dk, void *dv,
+                                        float *scratch, struct tr_error *err) {
+    if (p->D > AB_MAXD || p->Dv > AB_MAXD)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_grad: head sizes D=%lld, Dv=%lld (at most %d on cuda)",
+                            (long long)p->D, (long long)p->Dv, AB_MAXD);
+    const int64_t qrows = p->B * p->H * p->Tq, krows = p->B * p->Hk * p->Tk;
+    if (qrows == 0 || krows == 0) { // the gradients that have elements are zeros
+        const size_t e = dtype == TR_DTYPE_F32 ? 4 : 2;
+        const size_t n[3] = {(size_t)(qrows * p->D), (size_t)(krows * p->D), (size_t)(krows * p->Dv)};
+        void *o[3] = {dq, dk, dv};
+        for (int w = 0; w < 3; w++)
+            if (o[w] && n[w]) {
+                int rc = TR_CU_CHECK(cudaMemsetAsync(o[w], 0, n[w] * e, s), "attention_backward: zero fill", err);
+                if (rc) return rc;
+            }
+        return TR_OK;
+    }
+    if (ab_blocks(qrows > krows ? qrows : krows) > 0x7fffffffu)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_grad: too many rows for one grid");
+    ab_ctx c = {*p, scratch, scratch + qrows};
+    TR_CU_FLOAT_SWITCH(dtype, T, ab_stats_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
+                                     (const T *)q, (const T *)k, (const T *)v, (const T *)dy, c));
+    int rc = TR_CU_LAUNCHED("attention_backward stats", err);
+    if (rc) return rc;
+    if (dq) {
+        TR_CU_FLOAT_SWITCH(dtype, T, ab_dq_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
+                                         (const T *)q, (const T *)k, (const T *)v, (const T *)dy, (T *)dq, c));
+        if ((rc = TR_CU_LAUNCHED("attention_backward dq", err)) != TR_OK) return rc;
+    }
+    if (dk || dv) {
+        TR_CU_FLOAT_SWITCH(dtype, T, ab_dkv_kernel<T><<<ab_blocks(krows), AB_WARPS * 32, 0, s>>>(
+                                         (const T *)q, (const T *)k, (const T *)v, (const T *)dy, (T *)dk, (T *)dv, c));
+        if ((rc = TR_CU_LAUNCHED("attention_backward dk/dv", err)) != TR_OK) return rc;
+    }
+    return TR_OK;
 }

@@ -1,176 +1,173 @@
-// Attention forward on tensor cores (attention_fwd_kernel2): bf16/f16, D and Dv multiples
-// of 16 up to 128. The same contract and visibility rules as attention.cu's kernel, which
-// stays the fallback (f32, other head sizes, or TRIDENT_CUDA_ATTENTION=simple).
+// Attention forward on tensor cores (attention_fwd_tc), flash style: bf16/f16 data on
+// WMMA 16x16x16, f32 data with math = tf32 on WMMA 16x16x8 tf32; D and Dv multiples of 16
+// up to 256. The same contract and visibility rules as attention.cu's CUDA-core kernel,
+// which stays the fallback (f32 in strict math, other head sizes, ATTENTION_REL, or
+// TRIDENT_CUDA_ATTENTION=simple). The path and tiles are attention_plan.h's.
 //
-// A block takes 64 query rows of one (batch, head), 16 per warp, and walks the keys in
-// tiles of 64 staged in shared memory. Per tile each warp computes S = Q·Kᵀ (16×64) with
-// WMMA 16×16×16 into shared memory; two lanes per row apply scale, mask and visibility and
-// the online softmax (running max m and sum l per row, in registers), write P in the
-// input dtype, and rescale the row's f32 output accumulator O (in shared memory); then
-// O += P·V with WMMA. The (Tq,Tk) matrix is never stored beyond one 16×64 tile per warp.
-#include <mma.h>
-#include "cu_common.cuh"
+// A block takes br = 16·warps query rows of one (batch, head), 16 per warp, and walks the
+// keys the block may see (tr_attn_plan_key_span: the causal bound and the sliding window
+// skip every tile no row sees; a warp whose 16 rows see none of a tile skips its MMAs) in
+// tiles of bc staged in shared memory. Per tile a warp computes S = Q_w·Kᵀ (16 x bc) with
+// WMMA into shared memory; two lanes per row apply scale, mask and visibility and the
+// online softmax (running max m and sum l in registers), write P in the staged type and
+// rescale the row of the f32 output accumulator O (shared); then O += P·V with WMMA.
+// The same kernel with STATS writes lse = m + log l and delta = dy·(O/l) per row instead
+// of the output: the backward's statistics (attention_bwd_tc.cu), on tensor cores.
+//
+// Tiles (attention_plan.h on an H100/H200, 227 KB per block; warps x bc, 16 query rows
+// per warp; tests/test_attention_cuda_plan.c prints the whole table):
+//                  D=64            D=128           D=256
+//   bf16/f16       4 x 64   70 KB  4 x 64  110 KB  4 x 64  190 KB
+//   f32 (tf32)     4 x 64   85 KB  4 x 32  108 KB  4 x 32  204 KB
+//
+// Expected time on an H200 (FLOPs of the two tile GEMMs, S = Q·Kᵀ and O = P·V, 4·Tq·Tk·D
+// per head, at 40-60% of the dense peak: bf16 790, tf32 ~400 TFLOP/s):
+//   BERT base fit, B 32, T 512, H 12, D 64: 25.8 GFLOP per layer forward:
+//     bf16 55-80 µs, tf32 (f32 data) 110-160 µs per layer; the HBM floor (q, k, v, out
+//     once, f32) is 42 µs.
+//   Gemma 7B, T 512, H 16 / 16 kv, D 256, causal (tiles of 64 on the diagonal count whole:
+//     0.56 of the square): 2.4 GFLOP per sequence per layer: bf16 5-8 µs per sequence
+//     per layer (x 28 layers x batch); at T 2048 about 4x per sequence.
+// The softmax part (two lanes per row, one exp per score) and the accumulator's trip
+// through shared memory per tile are why the lower end is the likelier; tests/gpu/run.sh
+// measures it.
+#include "attention_wmma.h"
 
-using namespace nvcuda;
+using namespace tr_attn;
 
-#define TC_WARPS 4
-#define TC_BQ (16 * TC_WARPS)
-#define TC_BK 64
-
-template <typename T>
-__global__ void __launch_bounds__(TC_WARPS * 32)
-attention_fwd_kernel2(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, T *__restrict__ out,
-                      tr_cu_attn p) {
-    extern __shared__ __align__(32) unsigned char smem_raw[];
-    const int D = (int)p.D, Dv = (int)p.Dv;
-    T *Qs = (T *)smem_raw;                        // TC_BQ x D
-    T *Ks = Qs + TC_BQ * D;                       // TC_BK x D
-    T *Vs = Ks + TC_BK * D;                       // TC_BK x Dv
-    float *Ss = (float *)(Vs + TC_BK * Dv);       // TC_WARPS x 16 x TC_BK
-    float *Os = Ss + TC_WARPS * 16 * TC_BK;       // TC_WARPS x 16 x Dv
-    T *Ps = (T *)(Os + TC_WARPS * 16 * Dv);       // TC_WARPS x 16 x TC_BK
+template <typename T, bool STATS>
+__global__ void __launch_bounds__(128, 4)
+attention_fwd_tc(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, T *__restrict__ out,
+                 const T *__restrict__ dy, float *__restrict__ lse, float *__restrict__ delta, tr_cu_attn p,
+                 tr_attn_plan pl) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int D = (int)p.D, Dv = (int)p.Dv, BC = pl.bc;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    T *Qs = (T *)(smem + pl.off[TR_ATTN_R_ROWS_A]);
+    T *Ks = (T *)(smem + pl.off[TR_ATTN_R_TILE_A]);
+    T *Vs = (T *)(smem + pl.off[TR_ATTN_R_TILE_B]);
+    float *Sw = (float *)(smem + pl.off[TR_ATTN_R_S]) + warp * 16 * pl.ld_s;
+    T *Pw = (T *)(smem + pl.off[TR_ATTN_R_P]) + warp * 16 * pl.ld_p;
+    float *Ow = (float *)(smem + pl.off[TR_ATTN_R_ACC]) + warp * 16 * pl.ld_acc_dv;
+    const T *Qw = Qs + warp * 16 * pl.ld_d;
 
     const int64_t bh = blockIdx.y, b = bh / p.H, h = bh % p.H, hk = h / (p.H / p.Hk);
-    const int64_t q0 = (int64_t)blockIdx.x * TC_BQ;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t off = p.Tk - p.Tq;
-    const bool bounded = p.causal || p.window > 0;
-    const T *qb = q + bh * p.Tq * D;
+    const int64_t q0 = (int64_t)blockIdx.x * pl.br, qw0 = q0 + warp * 16;
     const T *kb = k + (b * p.Hk + hk) * p.Tk * D;
     const T *vb = v + (b * p.Hk + hk) * p.Tk * Dv;
-    const T zero = T(0.0f);
 
-    for (int i = threadIdx.x; i < TC_BQ * D; i += blockDim.x) {
-        int64_t r = q0 + i / D;
-        Qs[i] = r < p.Tq ? qb[r * D + i % D] : zero;
-    }
-    float *Sw = Ss + warp * 16 * TC_BK, *Ow = Os + warp * 16 * Dv;
-    T *Pw = Ps + warp * 16 * TC_BK;
-    for (int i = lane; i < 16 * Dv; i += 32) Ow[i] = 0.0f;
+    stage(Qs, pl.ld_d, q + bh * p.Tq * D, q0, p.Tq, pl.br, D);
+    zero_warp(Ow, 16, pl.ld_acc_dv, Dv, lane);
 
-    // two lanes per row: row r = lane / 2, columns half*32 .. half*32+31 of a tile
+    // two lanes per row: row r = lane / 2, columns half, half + 2, ...
     const int r = lane >> 1, half = lane & 1;
-    const int64_t qi = q0 + warp * 16 + r;
+    const int64_t qi = qw0 + r;
     float m = -INFINITY, l = 0.0f;
 
-    int64_t kbeg, kend;
-    tr_attn_key_span(p, q0, TC_BQ, &kbeg, &kend);
+    int64_t kbeg, kend, wbeg, wend;
+    tr_attn_plan_key_span(p.Tq, p.Tk, p.causal, p.window, q0, pl.br, &kbeg, &kend);
+    tr_attn_plan_key_span(p.Tq, p.Tk, p.causal, p.window, qw0, 16, &wbeg, &wend);
+    if (qw0 >= p.Tq) wend = wbeg; // a warp past the last row computes nothing
 
-    for (int64_t t0 = kbeg - kbeg % TC_BK; t0 < kend; t0 += TC_BK) {
+    for (int64_t t0 = kbeg; t0 < kend; t0 += BC) {
         __syncthreads(); // the previous tile is no longer read
-        for (int i = threadIdx.x; i < TC_BK * D; i += blockDim.x) {
-            int64_t j = t0 + i / D;
-            Ks[i] = j < p.Tk ? kb[j * D + i % D] : zero;
-        }
-        for (int i = threadIdx.x; i < TC_BK * Dv; i += blockDim.x) {
-            int64_t j = t0 + i / Dv;
-            Vs[i] = j < p.Tk ? vb[j * Dv + i % Dv] : zero;
-        }
+        stage(Ks, pl.ld_d, kb, t0, p.Tk, BC, D);
+        stage(Vs, pl.ld_dv, vb, t0, p.Tk, BC, Dv);
         __syncthreads();
+        if (!meets(t0, t0 + BC, wbeg, wend)) continue; // warp-uniform
 
-        // S = Q_w · Kᵀ: K (key, d) row-major is Kᵀ (d, key) column-major with ld D
-        for (int n = 0; n < TC_BK / 16; n++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int kd = 0; kd < D / 16; kd++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-                wmma::load_matrix_sync(fa, Qs + warp * 16 * D + kd * 16, D);
-                wmma::load_matrix_sync(fb, Ks + n * 16 * D + kd * 16, D);
-                wmma::mma_sync(acc, fa, fb, acc);
-            }
-            wmma::store_matrix_sync(Sw + n * 16, acc, TC_BK, wmma::mem_row_major);
-        }
+        // S = Q_w · Kᵀ: K (key, d) row-major is Kᵀ column-major with ld ld_d
+        for (int n = 0; n < BC / 16; n++) mma_set<T, true>(Sw + n * 16, pl.ld_s, Qw, pl.ld_d, Ks + n * 16 * pl.ld_d, pl.ld_d, D);
         __syncwarp();
 
-        // online softmax on the row's half tile
-        float s[32];
+        // online softmax on the row: scaled, masked scores back into S, then P
         float mx = -INFINITY;
-#pragma unroll
-        for (int c = 0; c < 32; c++) {
-            const int64_t j = t0 + half * 32 + c;
-            bool ok = j < p.Tk && qi < p.Tq;
-            if (bounded) ok = ok && j <= qi + off;
-            if (p.window > 0) ok = ok && j > qi + off - p.window;
+        for (int c = half; c < BC; c += 2) {
+            const int64_t j = t0 + c;
             float x = -INFINITY;
-            if (ok) {
-                x = Sw[r * TC_BK + half * 32 + c] * p.scale;
-                if (p.mask)
-                    x += tr_ld_dt(p.mask, p.mask_dtype,
-                                  b * p.mask_stride[0] + h * p.mask_stride[1] + qi * p.mask_stride[2] + j * p.mask_stride[3]);
-            }
-            s[c] = x;
+            if (j < p.Tk && qi < p.Tq && visible(p, qi, j)) x = Sw[r * pl.ld_s + c] * p.scale + mask_at(p, b, h, qi, j);
+            Sw[r * pl.ld_s + c] = x;
             mx = fmaxf(mx, x);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         const float mn = fmaxf(m, mx), mu = mn == -INFINITY ? 0.0f : mn;
         const float corr = __expf(m - mu);
         float sum = 0.0f;
-#pragma unroll
-        for (int c = 0; c < 32; c++) {
-            float e = __expf(s[c] - mu);
+        for (int c = half; c < BC; c += 2) {
+            const float e = __expf(Sw[r * pl.ld_s + c] - mu);
             sum += e;
-            tr_st(Pw + r * TC_BK + half * 32 + c, e);
+            tr_st(Pw + r * pl.ld_p + c, e);
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         l = l * corr + sum;
         m = mn;
-        for (int c = half; c < Dv; c += 2) Ow[r * Dv + c] *= corr;
+        for (int c = half; c < Dv; c += 2) Ow[r * pl.ld_acc_dv + c] *= corr;
         __syncwarp();
 
         // O_w += P_w · V
-        for (int n = 0; n < Dv / 16; n++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::load_matrix_sync(acc, Ow + n * 16, Dv, wmma::mem_row_major);
-            for (int kk = 0; kk < TC_BK / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-                wmma::load_matrix_sync(fa, Pw + kk * 16, TC_BK);
-                wmma::load_matrix_sync(fb, Vs + kk * 16 * Dv + n * 16, Dv);
-                wmma::mma_sync(acc, fa, fb, acc);
-            }
-            wmma::store_matrix_sync(Ow + n * 16, acc, Dv, wmma::mem_row_major);
-        }
+        for (int n = 0; n < Dv / 16; n++)
+            mma_acc<T, false>(Ow + n * 16, pl.ld_acc_dv, Pw, pl.ld_p, Vs + n * 16, pl.ld_dv, BC);
         __syncwarp();
     }
 
-    __syncwarp(); // Ow complete (also when no tile was visited)
-    if (qi < p.Tq) {
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        T *o = out + (bh * p.Tq + qi) * Dv;
-        for (int c = half; c < Dv; c += 2) tr_st(o + c, Ow[r * Dv + c] * inv);
+    // O / l in place (zeros for a row that sees no key), then whole rows out
+    __syncwarp();
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int c = half; c < Dv; c += 2) Ow[r * pl.ld_acc_dv + c] *= inv;
+    __syncwarp();
+    if (!STATS) {
+        for (int idx = lane; idx < 16 * Dv; idx += 32) {
+            const int rr = idx / Dv, c = idx - rr * Dv;
+            if (qw0 + rr < p.Tq) tr_st(out + (bh * p.Tq + qw0 + rr) * Dv + c, Ow[rr * pl.ld_acc_dv + c]);
+        }
+    } else {
+        if (half == 0 && qi < p.Tq) lse[bh * p.Tq + qi] = l > 0.0f ? m + logf(l) : INFINITY;
+        for (int rr = 0; rr < 16; rr++) {
+            const int64_t row = qw0 + rr;
+            if (row >= p.Tq) break; // warp-uniform
+            const T *g = dy + (bh * p.Tq + row) * Dv;
+            float dl = 0.0f;
+            for (int c = lane; c < Dv; c += 32) dl += tr_ld(g + c) * Ow[rr * pl.ld_acc_dv + c];
+            dl = tr_warp_sum(dl);
+            if (lane == 0) delta[bh * p.Tq + row] = dl;
+        }
     }
 }
 
-static size_t tc_smem(const struct tr_cu_attn *p) {
-    size_t e = 2; // bf16 / f16
-    return (size_t)TC_BQ * p->D * e + (size_t)TC_BK * p->D * e + (size_t)TC_BK * p->Dv * e +
-           (size_t)TC_WARPS * 16 * TC_BK * 4 + (size_t)TC_WARPS * 16 * p->Dv * 4 + (size_t)TC_WARPS * 16 * TC_BK * e;
-}
-
-extern "C" int tr_cu_attention_tc_fits(int dtype, const struct tr_cu_attn *p) {
-    return (dtype == TR_DTYPE_BF16 || dtype == TR_DTYPE_F16) && p->D % 16 == 0 && p->Dv % 16 == 0 && p->D <= 128 &&
-           p->Dv <= 128 && p->D > 0 && p->Dv > 0 && p->B * p->H <= 65535;
-}
-
-template <typename T>
-static int launch_tc(cudaStream_t s, const void *q, const void *k, const void *v, void *out, const struct tr_cu_attn *p,
-                     struct tr_error *err) {
-    size_t smem = tc_smem(p);
-    if (smem > 48 * 1024) {
-        int rc = TR_CU_CHECK(cudaFuncSetAttribute(attention_fwd_kernel2<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                  (int)smem),
-                             "attention_fwd_kernel2: cudaFuncSetAttribute (shared memory)", err);
+template <typename T, bool STATS>
+static int launch_fwd_tc(cudaStream_t s, const void *q, const void *k, const void *v, void *out, const void *dy,
+                         float *lse, float *delta, const struct tr_cu_attn *p, const struct tr_attn_plan *pl,
+                         struct tr_error *err) {
+    if (pl->smem > 48 * 1024) {
+        int rc = TR_CU_CHECK(cudaFuncSetAttribute(attention_fwd_tc<T, STATS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                  (int)pl->smem),
+                             "attention_fwd_tc: cudaFuncSetAttribute (shared memory)", err);
         if (rc) return rc;
     }
-    dim3 grid((unsigned)((p->Tq + TC_BQ - 1) / TC_BQ), (unsigned)(p->B * p->H));
-    attention_fwd_kernel2<T><<<grid, TC_WARPS * 32, smem, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)out, *p);
-    return TR_CU_LAUNCHED("attention_fwd_kernel2", err);
+    dim3 grid((unsigned)((p->Tq + pl->br - 1) / pl->br), (unsigned)(p->B * p->H));
+    attention_fwd_tc<T, STATS><<<grid, pl->warps * 32, pl->smem, s>>>((const T *)q, (const T *)k, (const T *)v,
+                                                                      (T *)out, (const T *)dy, lse, delta, *p, *pl);
+    return TR_CU_LAUNCHED("attention_fwd_tc", err);
+}
+
+template <bool STATS>
+static int fwd_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, void *out, const void *dy,
+                  float *lse, float *delta, const struct tr_cu_attn *p, const struct tr_attn_plan *pl,
+                  struct tr_error *err) {
+    if (pl->path != TR_ATTN_PATH_TC || pl->kind != TR_ATTN_FWD)
+        return tr_error_set(err, TR_ERR_INTERNAL, "attention_fwd_tc: not a tensor-core forward plan");
+    if (p->B * p->H * p->Tq == 0) return TR_OK;
+    TR_CU_FLOAT_SWITCH(dtype, T, return launch_fwd_tc<T, STATS>(s, q, k, v, out, dy, lse, delta, p, pl, err));
+    return TR_OK;
 }
 
 extern "C" int tr_cu_attention_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, void *out,
-                                  const struct tr_cu_attn *p, struct tr_error *err) {
-    if (p->B * p->H * p->Tq * p->Dv == 0) return TR_OK;
-    if (dtype == TR_DTYPE_BF16) return launch_tc<tr_bf16>(s, q, k, v, out, p, err);
-    return launch_tc<tr_f16>(s, q, k, v, out, p, err);
+                                  const struct tr_cu_attn *p, const struct tr_attn_plan *pl, struct tr_error *err) {
+    return fwd_tc<false>(s, dtype, q, k, v, out, NULL, NULL, NULL, p, pl, err);
+}
+
+extern "C" int tr_cu_attention_stats_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
+                                        const void *dy, const struct tr_cu_attn *p, const struct tr_attn_plan *pl,
+                                        float *lse, float *delta, struct tr_error *err) {
+    return fwd_tc<true>(s, dtype, q, k, v, NULL, dy, lse, delta, p, pl, err);
 }

@@ -48,20 +48,30 @@ static int dev_malloc(void *ctx, size_t n, void **p) {
 
 static void dev_free(void *ctx, void *p) {
     (void)ctx;
-    cudaFree(p);
+    /* only a fault of earlier work fails it (reported by the next tr_kernels_sync) */
+    (void)cudaFree(p);
 }
 
 void tr_cuda_ctx_free(struct tr_kernels *k) {
     struct tr_cuda_ctx *c = k->cuda;
     if (!c) return;
-    if (c->stream) cudaStreamSynchronize(c->stream);
+    if (c->stream) {
+        /* the work still queued ends before its memory goes; a failure there has no caller
+         * left to return to (the last tr_kernels_sync missed it), so it is said here */
+        cudaError_t e = cudaStreamSynchronize(c->stream);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            fprintf(stderr, "trident: cuda device %d: work queued before the context was freed failed: %s: %s\n",
+                    c->device, cudaGetErrorName(e), cudaGetErrorString(e));
+        }
+    }
     tr_cuda_nccl_free(c);
     tr_cuda_plan_cache_free(c->gemm_plans);
-    if (c->curand) curandDestroyGenerator((curandGenerator_t)c->curand);
-    if (c->lt) cublasLtDestroy((cublasLtHandle_t)c->lt);
-    if (c->flag) cudaFree(c->flag);
+    if (c->curand) (void)curandDestroyGenerator((curandGenerator_t)c->curand);
+    if (c->lt) (void)cublasLtDestroy((cublasLtHandle_t)c->lt);
+    if (c->flag) (void)cudaFree(c->flag); /* after the sync above: nothing left to report */
     tr_cuda_pool_free(c->pool); /* workspace and scratch included */
-    if (c->stream) cudaStreamDestroy(c->stream);
+    if (c->stream) (void)cudaStreamDestroy(c->stream);
     free(c);
     k->cuda = NULL;
 }
@@ -78,6 +88,7 @@ int tr_cuda_ctx_init(struct tr_kernels *k, int device_index, struct tr_error *er
     if (!rc) rc = TR_CU_CHECK(cudaGetDeviceProperties(&prop, device_index), "cuda: cudaGetDeviceProperties", err);
     if (!rc) {
         c->sm = prop.major * 10 + prop.minor;
+        c->sms = prop.multiProcessorCount;
         rc = TR_CU_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cuda: cudaStreamCreate", err);
     }
     if (!rc) {
@@ -164,7 +175,10 @@ int tr_cuda_sync(struct tr_kernels *k, struct tr_error *err) {
     rc = TR_CU_CHECK(cudaMemcpy(f, c->flag, sizeof f, cudaMemcpyDeviceToHost), "tr_kernels_sync: reading the error flag",
                      err);
     if (rc || f[0] == TR_CU_FLAG_NONE) return rc;
-    cudaMemsetAsync(c->flag, 0, sizeof f, c->stream); /* reported once */
+    /* reported once: the flag cleared (a failure to clear it is the error then) */
+    if ((rc = TR_CU_CHECK(cudaMemsetAsync(c->flag, 0, sizeof f, c->stream), "tr_kernels_sync: clearing the error flag",
+                          err)) != TR_OK)
+        return rc;
     switch (f[0]) {
     case TR_CU_FLAG_EMBEDDING_ID:
         return tr_error_set(err, TR_ERR_INVALID, "embedding: id %lld at position %lld is outside [0, %lld) (seen by the "

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "cuda_internal.h"
+#include "attention_plan.h"
 
 typedef __nv_bfloat16 tr_bf16;
 typedef __half tr_f16;
@@ -72,20 +73,10 @@ __device__ __forceinline__ void tr_block_row_max_sum(const T *x, int64_t C, floa
 
 // Keys [*kbeg, *kend) that some query of q0 .. q0+bq-1 may see: with off = Tk − Tq,
 // query i sees keys up to i + off when causal or windowed, and from i + off − window + 1
-// when windowed; all keys otherwise.
+// when windowed; all keys otherwise (attention_plan.h, unit-tested without a GPU).
 __device__ __forceinline__ void tr_attn_key_span(const struct tr_cu_attn &p, int64_t q0, int64_t bq, int64_t *kbeg,
                                                  int64_t *kend) {
-    const int64_t off = p.Tk - p.Tq;
-    *kbeg = 0;
-    *kend = p.Tk;
-    if (!(p.causal || p.window > 0)) return;
-    int64_t last = q0 + bq - 1 < p.Tq - 1 ? q0 + bq - 1 : p.Tq - 1;
-    *kend = last + off + 1 < p.Tk ? last + off + 1 : p.Tk;
-    if (*kend < 0) *kend = 0;
-    if (p.window > 0) {
-        int64_t lo = q0 + off - p.window + 1;
-        *kbeg = lo > 0 ? lo : 0;
-    }
+    tr_attn_plan_key_span(p.Tq, p.Tk, p.causal, p.window, q0, bq, kbeg, kend);
 }
 
 // Calls f.template operator()<T>() with T the storage type of a float dtype.

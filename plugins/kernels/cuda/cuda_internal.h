@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 #include "trident/cuda_pool.h"
 #include "trident/kernels.h"
+#include "attention_plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,6 +24,7 @@ struct tr_cuda_plan_cache;
 struct tr_cuda_ctx {
     int device;
     int sm;                       /* compute capability, 90 for sm_90 */
+    int sms;                      /* streaming multiprocessors (the column reductions' grid split) */
     cudaStream_t stream;
     void *lt;                     /* cublasLtHandle_t, one for the stream */
     void *workspace;              /* cuBLASLt workspace (from the pool) */
@@ -107,9 +109,11 @@ int tr_cu_fill_zero(cudaStream_t s, void *p, size_t nbytes, struct tr_error *err
 int tr_cu_softmax(cudaStream_t s, int dtype, const void *x, void *y, int64_t rows, int64_t n, struct tr_error *err);
 int tr_cu_layer_norm(cudaStream_t s, int dtype, const void *x, const void *gamma, const void *beta, int gdt, void *y,
                      int64_t rows, int64_t n, float eps, struct tr_error *err);
-/* SUM, MEAN, MAX over the middle axis of (outer, n, inner). */
+/* SUM, MEAN, MAX over the middle axis of (outer, n, inner). inner > 1 is a column
+ * reduction (tr_cu_colsum): partial holds tr_cuda_colsum_plan(outer, n, inner, sms)'s
+ * scratch_bytes. */
 int tr_cu_reduce(cudaStream_t s, int op, int dtype, const void *x, void *y, int64_t outer, int64_t n, int64_t inner,
-                 struct tr_error *err);
+                 int sms, float *partial, struct tr_error *err);
 /* out (rows, D) = table[ids] ; a bad id zero-fills its row and is left in flag. */
 int tr_cu_embedding(cudaStream_t s, int dtype, const void *table, const void *ids, int id_dtype, void *out, int64_t rows,
                     int64_t D, int64_t V, long long *flag, struct tr_error *err);
@@ -129,9 +133,10 @@ int tr_cu_softmax_grad(cudaStream_t s, int dtype, const void *y, const void *dy,
                        struct tr_error *err);
 int tr_cu_layer_norm_grad(cudaStream_t s, int dtype, const void *x, const void *gamma, int gdt, const void *dy, void *dx,
                           int64_t rows, int64_t n, float eps, struct tr_error *err);
-/* stats: 2·rows floats of scratch */
+/* stats: 2·rows floats of scratch; partial: tr_cuda_colsum_plan(1, rows, n, sms)'s scratch_bytes */
 int tr_cu_layer_norm_grad_gamma(cudaStream_t s, int dtype, const void *x, const void *dy, void *dgamma, int gdt,
-                                int64_t rows, int64_t n, float eps, float *stats, struct tr_error *err);
+                                int64_t rows, int64_t n, float eps, float *stats, int sms, float *partial,
+                                struct tr_error *err);
 /* acc: V·D floats of scratch (unused for f32) */
 int tr_cu_embedding_grad(cudaStream_t s, int dtype, const void *ids, int id_dtype, const void *dy, void *dtable,
                          int64_t rows, int64_t D, int64_t V, float *acc, long long *flag, struct tr_error *err);
@@ -145,11 +150,32 @@ int tr_cu_mse(cudaStream_t s, int dtype, const void *pred, const void *target, i
               struct tr_error *err);
 
 /* ---- llm.cu: RMS_NORM (x, w), RMS_NORM_GRAD (x, w, dy), RMS_NORM_GRAD_W (x, dy; rstd:
- * rows floats of scratch), ROPE ---- */
+ * rows floats of scratch, partial: tr_cuda_colsum_plan(1, rows, n, sms)'s scratch_bytes), ROPE ---- */
 int tr_cu_rms_norm(cudaStream_t s, int op, int dtype, const void *x, const void *w, int wdt, const void *dy, void *out,
-                   int odt, int64_t rows, int64_t n, float eps, int add_one, float *rstd, struct tr_error *err);
+                   int odt, int64_t rows, int64_t n, float eps, int add_one, float *rstd, int sms, float *partial,
+                   struct tr_error *err);
 int tr_cu_rope(cudaStream_t s, int dtype, const void *x, const void *pos, int pdt, int pos_batched, void *out, int64_t B,
                int64_t H, int64_t Tn, int64_t D, int64_t R, float base, int inverse, struct tr_error *err);
+
+/* ---- colsum.cu: column reductions split across the grid (host/colsum_plan.h) ----
+ * out (outer, cols) of odt = Σ (or max) over rows of a term of x (outer, rows, cols) in
+ * f32, in a fixed order (bitwise the same run after run on one GPU); partial holds
+ * tr_cuda_colsum_plan(outer, rows, cols, sms)'s scratch_bytes (NULL when 0). */
+enum tr_cu_colsum_term {
+    TR_CU_COLSUM_X = 0,        /* x[r, j]; op SUM, MEAN or MAX */
+    TR_CU_COLSUM_LN_GAMMA = 1, /* dy[r, j]·(x[r, j] − stats[2r])·stats[2r+1] (mean, rstd); SUM, outer 1 */
+    TR_CU_COLSUM_RMS_W = 2     /* dy[r, j]·x[r, j]·stats[r] (rstd); SUM, outer 1 */
+};
+struct tr_cu_colsum {
+    int term, op;              /* enum tr_cu_colsum_term; TR_OP_SUM, TR_OP_MEAN or TR_OP_MAX */
+    int dtype;                 /* x's and dy's */
+    const void *x, *dy;        /* dy NULL for TR_CU_COLSUM_X */
+    const float *stats;
+    void *out;
+    int odt;
+    int64_t outer, rows, cols;
+};
+int tr_cu_colsum(cudaStream_t s, const struct tr_cu_colsum *a, int sms, float *partial, struct tr_error *err);
 
 /* ---- vision.cu: Stable Diffusion's ops ---- */
 /* col [nb·OH·OW, Ci·KH·KW] of images n0 .. n0+nb of the NHWC x, zeros outside. */
@@ -216,11 +242,29 @@ struct tr_cu_attn {
 };
 int tr_cu_attention(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, void *out,
                     const struct tr_cu_attn *p, struct tr_error *err);
-/* attention_tc.cu: the tensor-core forward, for bf16/f16 with D and Dv multiples of 16
- * up to 128 (tr_cu_attention_tc_fits). */
-int tr_cu_attention_tc_fits(int dtype, const struct tr_cu_attn *p);
+/* The tensor-core kernels (attention_plan.h: pl from tr_attn_plan_make, its path TC and
+ * its kind the launcher's; q, k, v, dy, out 16-byte aligned). lse and delta: B·H·Tq
+ * floats each.
+ * attention_tc.cu: the forward (kind FWD), and with the same kernel the backward's
+ * statistics lse = log Σ exp(s) and delta = dy·out per query row (kind FWD). */
 int tr_cu_attention_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, void *out,
-                       const struct tr_cu_attn *p, struct tr_error *err);
+                       const struct tr_cu_attn *p, const struct tr_attn_plan *pl, struct tr_error *err);
+int tr_cu_attention_stats_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, const void *dy,
+                             const struct tr_cu_attn *p, const struct tr_attn_plan *pl, float *lse, float *delta,
+                             struct tr_error *err);
+/* attention_bwd_tc.cu: dk and dv in one launch (kind DKDV; either may be NULL), dq in
+ * another (kind DQ), from the statistics. */
+int tr_cu_attention_bwd_dkdv_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
+                                const void *dy, const struct tr_cu_attn *p, const struct tr_attn_plan *pl,
+                                const float *lse, const float *delta, void *dk, void *dv, struct tr_error *err);
+int tr_cu_attention_bwd_dq_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, const void *dy,
+                              const struct tr_cu_attn *p, const struct tr_attn_plan *pl, const float *lse,
+                              const float *delta, void *dq, struct tr_error *err);
+/* attention_bwd.cu, the CUDA-core backward: dq, dk and dv of one call (any NULL), the
+ * statistics computed once into scratch (2·B·H·Tq floats). */
+int tr_cu_attention_backward(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, const void *dy,
+                             const struct tr_cu_attn *p, void *dq, void *dk, void *dv, float *scratch,
+                             struct tr_error *err);
 /* dq, dk or dv (which 0, 1, 2), or with p->rel_h drel_h or drel_w (3, 4, in that
  * operand's dtype, Kh and Kw at most 256) into out; scratch holds 2·B·H·Tq floats (lse,
  * delta). */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include "../cpu/cpu_internal.h"
 #include "cuda_internal.h"
+#include "host/colsum_plan.h"
 #include "host/cuda_entry.h"
 
 static int check_tensor(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
@@ -264,7 +265,17 @@ static int run_reduce(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, 
     int64_t outer = 1, inner = 1;
     for (int i = 0; i < ax; i++) outer *= x->shape[i];
     for (int i = ax + 1; i < x->ndim; i++) inner *= x->shape[i];
-    return TR_CU_LAUNCH(c, tr_cu_reduce(c->stream, op, x->dtype, x->data, out->data, outer, x->shape[ax], inner, err));
+    /* a column reduction (inner > 1): its partials in the scratch */
+    struct tr_cuda_colsum_plan cp;
+    void *part = NULL;
+    if (inner > 1 || outer > 0x7fffffffLL) {
+        if (tr_cuda_colsum_plan(outer, x->shape[ax], inner, c->sms, &cp) != 0)
+            return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: x %s reduced over axis %lld is beyond one cuda grid", kn,
+                                tr_cpu_desc(x, d2, sizeof d2), (long long)at->ints[0]);
+        if (cp.scratch_bytes && (rc = tr_cuda_scratch(c, cp.scratch_bytes, &part, err)) != TR_OK) return rc;
+    }
+    return TR_CU_LAUNCH(c, tr_cu_reduce(c->stream, op, x->dtype, x->data, out->data, outer, x->shape[ax], inner, c->sms,
+                                        part, err));
 }
 
 static int run_cast(struct tr_cuda_ctx *c, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
@@ -330,23 +341,85 @@ bad_mask:
                         (long long)p.Tk);
 }
 
-static int run_attention(struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                         struct tr_tensor *out, struct tr_error *err) {
+/* The device's shared memory per block (opt-in: 227 KB on H100/H200, 163 KB on A100),
+ * which the tensor-core attention's tiling must fit. */
+static size_t attn_smem_max(const struct tr_cuda_ctx *c) {
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, c->device) != cudaSuccess || v <= 0) {
+        (void)cudaGetLastError(); /* not left for the next launch's check */
+        v = 48 * 1024;
+    }
+    return (size_t)v;
+}
+
+/* The tensor-core plan of kernel `kind` (attention_plan.h) for p, or the CUDA-core path:
+ * TRIDENT_CUDA_ATTENTION=simple keeps the CUDA-core kernels (a check of the others), and
+ * an operand not 16-byte aligned (a view into another buffer) keeps them too. */
+static int attn_plan(const struct tr_cuda_ctx *c, int math, int kind, int dtype, const struct tr_cu_attn *p,
+                     const void *const *ptrs, int n, struct tr_attn_plan *pl) {
+    memset(pl, 0, sizeof *pl);
+    const char *mode = getenv("TRIDENT_CUDA_ATTENTION");
+    if (mode && strcmp(mode, "simple") == 0) return TR_ATTN_PATH_SIMPLE;
+    for (int i = 0; i < n; i++)
+        if ((uintptr_t)ptrs[i] % 16) return TR_ATTN_PATH_SIMPLE;
+    return tr_attn_plan_make(pl, kind, dtype, math, p->D, p->Dv, p->rel_h != NULL,
+                             kind == TR_ATTN_DKDV ? p->B * p->Hk : p->B * p->H, attn_smem_max(c));
+}
+
+static int run_attention(struct tr_kernels *k, struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in,
+                         const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
     struct tr_cu_attn p;
     int rc = attn_params("attention", at, at->floats[0], &in[0], &in[1], &in[2], n_in == 4 ? &in[3] : NULL, out, &p, err);
     if (rc) return rc;
-    /* TRIDENT_CUDA_ATTENTION=simple keeps the CUDA-core kernel (a check of the other) */
-    const char *mode = getenv("TRIDENT_CUDA_ATTENTION");
-    if (tr_cu_attention_tc_fits(in[0].dtype, &p) && !(mode && strcmp(mode, "simple") == 0))
+    struct tr_attn_plan pl;
+    const void *ptrs[] = {in[0].data, in[1].data, in[2].data, out->data};
+    if (attn_plan(c, k->math, TR_ATTN_FWD, in[0].dtype, &p, ptrs, 4, &pl) == TR_ATTN_PATH_TC)
         return TR_CU_LAUNCH(
-            c, tr_cu_attention_tc(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, out->data, &p, err));
+            c, tr_cu_attention_tc(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, out->data, &p, &pl, err));
     return TR_CU_LAUNCH(
         c, tr_cu_attention(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, out->data, &p, err));
 }
 
+/* dq, dk and dv (any NULL) of q, k, v, dy (in[0..3], checked): on tensor cores, the
+ * statistics (one launch), dk and dv (one), dq (one), when all three kernels have a
+ * tensor-core plan; else the CUDA-core kernels, with the statistics also computed once.
+ * Scratch: lse and delta, 2·B·H·Tq floats. */
+static int attn_backward(struct tr_kernels *k, struct tr_cuda_ctx *c, const struct tr_tensor *in,
+                         const struct tr_cu_attn *p, void *dq, void *dk, void *dv, struct tr_error *err) {
+    const int dt = in[0].dtype;
+    const int64_t rows = p->B * p->H * p->Tq;
+    void *scr = NULL;
+    int rc = tr_cuda_scratch(c, (size_t)(2 * rows) * sizeof(float) + 16, &scr, err);
+    if (rc) return rc;
+    float *lse = scr, *delta = lse + rows;
+    const void *ptrs[7] = {in[0].data, in[1].data, in[2].data, in[3].data};
+    int n = 4;
+    if (dq) ptrs[n++] = dq;
+    if (dk) ptrs[n++] = dk;
+    if (dv) ptrs[n++] = dv;
+    struct tr_attn_plan pf, pq, pkv;
+    const int tc = attn_plan(c, k->math, TR_ATTN_FWD, dt, p, ptrs, n, &pf) == TR_ATTN_PATH_TC &&
+                   attn_plan(c, k->math, TR_ATTN_DQ, dt, p, ptrs, n, &pq) == TR_ATTN_PATH_TC &&
+                   attn_plan(c, k->math, TR_ATTN_DKDV, dt, p, ptrs, n, &pkv) == TR_ATTN_PATH_TC;
+    if (c->dry) return TR_OK;
+    if (!tc)
+        return tr_cu_attention_backward(c->stream, dt, in[0].data, in[1].data, in[2].data, in[3].data, p, dq, dk, dv,
+                                        lse, err);
+    if ((rc = tr_cu_attention_stats_tc(c->stream, dt, in[0].data, in[1].data, in[2].data, in[3].data, p, &pf, lse,
+                                       delta, err)) != TR_OK)
+        return rc;
+    if ((dk || dv) && (rc = tr_cu_attention_bwd_dkdv_tc(c->stream, dt, in[0].data, in[1].data, in[2].data, in[3].data,
+                                                        p, &pkv, lse, delta, dk, dv, err)) != TR_OK)
+        return rc;
+    if (dq)
+        rc = tr_cu_attention_bwd_dq_tc(c->stream, dt, in[0].data, in[1].data, in[2].data, in[3].data, p, &pq, lse,
+                                       delta, dq, err);
+    return rc;
+}
+
 /* (q, k, v, dy, [mask]) -> dq, dk or dv (ints[2]) */
-static int run_attention_grad(struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                              struct tr_tensor *out, struct tr_error *err) {
+static int run_attention_grad(struct tr_kernels *k, struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in,
+                              const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
     if (n_in != 4 && n_in != 5)
         return tr_error_set(err, TR_ERR_INVALID, "attention_grad: %d inputs given, 4 (q, k, v, dy) or 5 (with mask) "
                             "expected", n_in);
@@ -363,10 +436,34 @@ static int run_attention_grad(struct tr_cuda_ctx *c, const struct tr_attrs *at, 
     if ((rc = check_float(out, "attention_grad", "out", err)) != TR_OK ||
         (rc = same_dtype_shape(like, out, "attention_grad", err)) != TR_OK)
         return rc;
-    void *scr = NULL;
-    if ((rc = tr_cuda_scratch(c, (size_t)(2 * p.B * p.H * p.Tq) * sizeof(float) + 16, &scr, err)) != TR_OK) return rc;
-    return TR_CU_LAUNCH(c, tr_cu_attention_grad(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, in[3].data,
-                                                &p, (int)a[2], out->data, scr, err));
+    return attn_backward(k, c, in, &p, a[2] == 0 ? out->data : NULL, a[2] == 1 ? out->data : NULL,
+                         a[2] == 2 ? out->data : NULL, err);
+}
+
+/* The joint backward of route.c (TR_CUDA_OP_ATTENTION_BACKWARD, attention_plan.h):
+ * in[0..3] q, k, v, dy, in[4] the mask, in[5..7] dq, dk, dv, present by bit of ints[7]. */
+static int run_attention_backward(struct tr_kernels *k, struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in,
+                                  const struct tr_tensor *in, struct tr_error *err) {
+    static const char kn[] = "attention_backward";
+    const int64_t bits = at->ints[7];
+    if (n_in != 8 || !(bits & (7 << 5)))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: no gradient asked for", kn);
+    if (at->ints[1] < 0 || at->ints[1] > INT32_MAX)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: window %lld out of range", kn, (long long)at->ints[1]);
+    float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
+    struct tr_cu_attn p;
+    int rc = attn_params(kn, at, scale, &in[0], &in[1], &in[2], (bits >> 4) & 1 ? &in[4] : NULL, &in[3], &p, err);
+    if (rc) return rc;
+    void *g[3] = {NULL, NULL, NULL};
+    static const char *const gn[3] = {"dq", "dk", "dv"};
+    for (int w = 0; w < 3; w++) {
+        if (!((bits >> (5 + w)) & 1)) continue;
+        if ((rc = check_float(&in[5 + w], kn, gn[w], err)) != TR_OK ||
+            (rc = same_dtype_shape(&in[w], &in[5 + w], kn, err)) != TR_OK)
+            return rc;
+        g[w] = in[5 + w].data;
+    }
+    return attn_backward(k, c, in, &p, g[0], g[1], g[2], err);
 }
 
 /* ATTENTION_REL's (q, k, v, rel_h, rel_w[, dy]) as the CUDA-core kernels take them. */
@@ -501,10 +598,15 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
         if (!is_float(out->dtype) || tr_tensor_numel(out) != n)
             return tr_error_set(err, TR_ERR_SHAPE, "layer_norm_grad_gamma: out %s should have %lld elements",
                                 tr_cpu_desc(out, d1, sizeof d1), (long long)n);
-        void *stats = NULL;
-        if ((rc = tr_cuda_scratch(c, (size_t)rows * 2 * sizeof(float) + 16, &stats, err)) != TR_OK) return rc;
+        /* scratch: the row statistics, then the column reduction's partials */
+        struct tr_cuda_colsum_plan cp;
+        const size_t sb = ((size_t)rows * 2 * sizeof(float) + 255) / 256 * 256;
+        char *stats = NULL;
+        if (tr_cuda_colsum_plan(1, rows, n, c->sms, &cp) != 0) cp.scratch_bytes = 0; /* refused at the launch */
+        if ((rc = tr_cuda_scratch(c, sb + cp.scratch_bytes + 16, (void **)&stats, err)) != TR_OK) return rc;
         return TR_CU_LAUNCH(c, tr_cu_layer_norm_grad_gamma(c->stream, x->dtype, x->data, dy->data, out->data,
-                                                           out->dtype, rows, n, at->floats[0], stats, err));
+                                                           out->dtype, rows, n, at->floats[0], (float *)stats, c->sms,
+                                                           (float *)(stats + sb), err));
     }
     case TR_OP_EMBEDDING_GRAD: {
         const struct tr_tensor *ids = &in[0], *dy = &in[1];
@@ -618,12 +720,17 @@ static int run_rms_norm(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at
     if (!(eps >= 0.0f) || !isfinite(eps) || (at->ints[0] != 0 && at->ints[0] != 1))
         return tr_error_set(err, TR_ERR_INVALID, "%s: eps %g (finite, >= 0) or add_one ints[0]=%lld (0 or 1) out of range",
                             kn, (double)eps, (long long)at->ints[0]);
-    void *rstd = NULL;
-    if (op == TR_OP_RMS_NORM_GRAD_W && (rc = tr_cuda_scratch(c, (size_t)rows * sizeof(float) + 16, &rstd, err)) != TR_OK)
-        return rc;
+    /* RMS_NORM_GRAD_W's scratch: rstd per row, then the column reduction's partials */
+    char *rstd = NULL;
+    const size_t rb = ((size_t)rows * sizeof(float) + 255) / 256 * 256;
+    struct tr_cuda_colsum_plan cp = {0};
+    if (op == TR_OP_RMS_NORM_GRAD_W) {
+        if (tr_cuda_colsum_plan(1, rows, n, c->sms, &cp) != 0) cp.scratch_bytes = 0; /* refused at the launch */
+        if ((rc = tr_cuda_scratch(c, rb + cp.scratch_bytes + 16, (void **)&rstd, err)) != TR_OK) return rc;
+    }
     return TR_CU_LAUNCH(c, tr_cu_rms_norm(c->stream, op, x->dtype, x->data, w ? w->data : NULL, w ? w->dtype : 0,
                                           dy ? dy->data : NULL, out->data, out->dtype, rows, n, eps, (int)at->ints[0],
-                                          rstd, err));
+                                          (float *)rstd, c->sms, rstd ? (float *)(rstd + rb) : NULL, err));
 }
 
 static int run_rope(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *x,
@@ -881,8 +988,9 @@ int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_i
     case TR_OP_MEAN:
     case TR_OP_MAX: return run_reduce(c, op, at, &in[0], out, err);
     case TR_OP_CAST: return run_cast(c, &in[0], out, err);
-    case TR_OP_ATTENTION: return run_attention(c, at, n_in, in, out, err);
-    case TR_OP_ATTENTION_GRAD: return run_attention_grad(c, at, n_in, in, out, err);
+    case TR_OP_ATTENTION: return run_attention(k, c, at, n_in, in, out, err);
+    case TR_OP_ATTENTION_GRAD: return run_attention_grad(k, c, at, n_in, in, out, err);
+    case TR_CUDA_OP_ATTENTION_BACKWARD: return run_attention_backward(k, c, at, n_in, in, err);
     case TR_OP_RMS_NORM:
     case TR_OP_RMS_NORM_GRAD:
     case TR_OP_RMS_NORM_GRAD_W: return run_rms_norm(c, op, at, in, out, err);

@@ -9,7 +9,12 @@
  * heuristic chose) is made once per shape and kept in the context's LRU cache; a bound
  * GEMM (tr_kernels_bind_matmul) owns a plan of its own, made at bind with its bias
  * pointer set, so that the LRU cannot evict it and its call only queues cublasLtMatmul
- * (and the elementwise epilogue), without a lookup, an allocation or a sync. */
+ * (and the elementwise epilogue), without a lookup, an allocation or a sync.
+ *
+ * When the heuristic has no algorithm for the epilogue asked (an odd shape, alignment or
+ * dtype; tr_cuda_gemm_route decides), the plan is made again without it and marked
+ * fallback: the plain GEMM, then the bias and the activation in tr_cu_bias_act, counted
+ * in tr_cuda_gemm_route_counts. Only a plain GEMM without an algorithm is an error. */
 #include <stdlib.h>
 #include <cublasLt.h>
 #include "../cpu/cpu_internal.h"
@@ -21,15 +26,17 @@ struct gemm_plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t l1, l2, lc;
     cublasLtMatmulAlgo_t algo;
+    int fallback; /* no algorithm had the epilogue: the plain GEMM, bias and activation after it */
 };
 
 void tr_cuda_gemm_release(void *p) {
     struct gemm_plan *g = p;
     if (!g) return;
-    if (g->op) cublasLtMatmulDescDestroy(g->op);
-    if (g->l1) cublasLtMatrixLayoutDestroy(g->l1);
-    if (g->l2) cublasLtMatrixLayoutDestroy(g->l2);
-    if (g->lc) cublasLtMatrixLayoutDestroy(g->lc);
+    /* destroying a descriptor frees host memory; it has no failure to act on */
+    if (g->op) (void)cublasLtMatmulDescDestroy(g->op);
+    if (g->l1) (void)cublasLtMatrixLayoutDestroy(g->l1);
+    if (g->l2) (void)cublasLtMatrixLayoutDestroy(g->l2);
+    if (g->lc) (void)cublasLtMatrixLayoutDestroy(g->lc);
     free(g);
 }
 
@@ -57,6 +64,31 @@ static int layout(cublasLtMatrixLayout_t *l, int dt, int64_t rows, int64_t cols,
     return rc;
 }
 
+/* The heuristic's best algorithm for g's descriptors into g->algo; *n 0 when it has none
+ * (CUBLAS_STATUS_NOT_SUPPORTED is that answer too, for an epilogue it cannot do). */
+static int heuristic(struct tr_cuda_ctx *c, struct gemm_plan *g, cublasLtMatmulPreference_t pref, int *n,
+                     struct tr_error *err) {
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    *n = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, g->op, g->l1, g->l2, g->lc, g->lc, pref,
+                                                       1, &res, n);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+        *n = 0;
+        return TR_OK;
+    }
+    int rc = lt_status(st, "cublasLtMatmulAlgoGetHeuristic", err);
+    if (!rc && *n > 0) g->algo = res.algo;
+    return rc;
+}
+
+static int no_algorithm(const struct tr_cuda_gemm_key *key, const struct tr_cuda_gemm_shape *s, struct tr_error *err) {
+    return tr_error_set(err, TR_ERR_UNSUPPORTED, "matmul: cuBLASLt has no algorithm for M=%lld N=%lld K=%lld "
+                        "batch=%lld %s (alignment %d), with epilogue %d nor without one", (long long)s->M,
+                        (long long)s->N, (long long)s->K, (long long)s->batch,
+                        tr_dtype_name((enum tr_dtype)key->dtype_ab), key->align, key->epilogue);
+}
+
 static int make_plan(struct tr_cuda_ctx *c, const struct tr_cuda_gemm_key *key, const struct tr_cuda_gemm_shape *s,
                      struct gemm_plan **out, struct tr_error *err) {
     struct gemm_plan *g = calloc(1, sizeof *g);
@@ -80,24 +112,35 @@ static int make_plan(struct tr_cuda_ctx *c, const struct tr_cuda_gemm_key *key, 
     if (!rc) {
         uint64_t ws = c->workspace_size;
         uint32_t al = (uint32_t)key->align;
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
-        cublasLtMatmulHeuristicResult_t res;
-        int n = 0;
-        rc = lt_status(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, g->op, g->l1, g->l2, g->lc, g->lc, pref,
-                                                      1, &res, &n),
-                       "cublasLtMatmulAlgoGetHeuristic", err);
-        if (!rc && n < 1)
-            rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "matmul: cuBLASLt has no algorithm for M=%lld N=%lld K=%lld "
-                              "batch=%lld %s (epilogue %d, alignment %d)", (long long)s->M, (long long)s->N,
-                              (long long)s->K, (long long)s->batch, tr_dtype_name((enum tr_dtype)key->dtype_ab),
-                              key->epilogue, key->align);
-        if (!rc) g->algo = res.algo;
+        static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        rc = lt_status(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                            sizeof ws),
+                       "preference max workspace", err);
+        for (int i = 0; i < 4 && !rc; i++)
+            rc = lt_status(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &al, sizeof al),
+                           "preference min alignment", err);
     }
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    int n = 0;
+    if (!rc) rc = heuristic(c, g, pref, &n, err);
+    if (!rc) {
+        switch (tr_cuda_gemm_route(n, epi != CUBLASLT_EPILOGUE_DEFAULT)) {
+        case TR_CUDA_GEMM_ROUTE_LT: break;
+        case TR_CUDA_GEMM_ROUTE_RETRY_PLAIN: {
+            cublasLtEpilogue_t plain = CUBLASLT_EPILOGUE_DEFAULT;
+            rc = lt_status(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &plain, sizeof plain),
+                           "epilogue (fallback)", err);
+            if (!rc) rc = heuristic(c, g, pref, &n, err);
+            if (!rc && tr_cuda_gemm_route(n, 0) != TR_CUDA_GEMM_ROUTE_LT) rc = no_algorithm(key, s, err);
+            g->fallback = 1;
+            break;
+        }
+        case TR_CUDA_GEMM_ROUTE_NONE: rc = no_algorithm(key, s, err); break;
+        }
+    }
+    if (!rc) tr_cuda_gemm_route_note(g->fallback);
+    if (pref) (void)cublasLtMatmulPreferenceDestroy(pref);
     if (rc) {
         tr_cuda_gemm_release(g);
         return rc;
@@ -204,9 +247,12 @@ static int gemm_launch(struct tr_cuda_ctx *cx, const struct gemm_args *g, struct
                                   p->lc, &p->algo, cx->workspace, cx->workspace_size, cx->stream),
                    "cublasLtMatmul", err);
     if (rc) return rc;
-    if (g->post_bias || g->post_act)
-        rc = tr_cu_bias_act(cx->stream, g->dtype, C, g->post_bias ? bias : NULL, g->post_bias ? g->bias_dtype : 0,
-                            g->rows, g->s.N, g->post_act ? g->act : TR_ACT_NONE, err);
+    /* a fallback plan left cuBLASLt's part of the epilogue to the kernel as well */
+    const int post_bias = g->post_bias || (p->fallback && g->bias_in_lt);
+    const int post_act = g->post_act || (p->fallback && g->act != TR_ACT_NONE);
+    if (post_bias || post_act)
+        rc = tr_cu_bias_act(cx->stream, g->dtype, C, post_bias ? bias : NULL, post_bias ? g->bias_dtype : 0, g->rows,
+                            g->s.N, post_act ? g->act : TR_ACT_NONE, err);
     return rc;
 }
 
@@ -229,7 +275,7 @@ int tr_cuda_matmul(struct tr_kernels *k, const struct tr_tensor *a, const struct
             if ((rc = make_plan(cx, &g.key, &g.s, &p, err)) != TR_OK) return rc;
             if ((rc = tr_cuda_plan_cache_put(cx->gemm_plans, &g.key, sizeof g.key, p, err)) != TR_OK) return rc;
         }
-        if (g.bias_in_lt && (rc = set_bias_pointer(p, bias->data, err)) != TR_OK) return rc;
+        if (g.bias_in_lt && !p->fallback && (rc = set_bias_pointer(p, bias->data, err)) != TR_OK) return rc;
     }
     if (cx->dry) return TR_OK; /* checked, and the plan made: what a bind wants */
     k->stats.calls++;
@@ -278,7 +324,7 @@ int tr_cuda_bind_matmul(struct tr_kernels *k, struct tr_kernel_call *c, const st
     b->bias = bias ? bias->data : NULL;
     if (!gemm_trivial(&g)) {
         rc = make_plan(k->cuda, &g.key, &g.s, &b->plan, err);
-        if (!rc && g.bias_in_lt) rc = set_bias_pointer(b->plan, b->bias, err);
+        if (!rc && g.bias_in_lt && !b->plan->fallback) rc = set_bias_pointer(b->plan, b->bias, err);
         if (rc) {
             gemm_bound_release(b);
             return rc;

@@ -110,31 +110,20 @@ extern "C" int tr_cu_layer_norm_grad(cudaStream_t s, int dtype, const void *x, c
     return TR_CU_LAUNCHED("layer_norm_grad", err);
 }
 
-// dgamma[j] = Σ_r dy[r,j]·x̂[r,j]: one thread per column over the rows, in a fixed order.
-template <typename T>
-__global__ void ln_gamma_kernel(const T *x, const T *dy, const float *stats, void *dg, int gdt, int64_t rows, int64_t n) {
-    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n; j += (int64_t)gridDim.x * blockDim.x) {
-        float acc = 0.0f;
-        for (int64_t r = 0; r < rows; r++)
-            acc += tr_ld(dy + r * n + j) * (tr_ld(x + r * n + j) - stats[2 * r]) * stats[2 * r + 1];
-        if (gdt == TR_DTYPE_F32) ((float *)dg)[j] = acc;
-        else if (gdt == TR_DTYPE_BF16) ((tr_bf16 *)dg)[j] = __float2bfloat16_rn(acc);
-        else ((tr_f16 *)dg)[j] = __float2half_rn(acc);
-    }
-}
-
+// dgamma[j] = Σ_r dy[r,j]·x̂[r,j]: the row statistics, then a column reduction split
+// across the grid (colsum.cu), in a fixed order.
 extern "C" int tr_cu_layer_norm_grad_gamma(cudaStream_t s, int dtype, const void *x, const void *dy, void *dgamma,
-                                           int gdt, int64_t rows, int64_t n, float eps, float *stats,
-                                           struct tr_error *err) {
+                                           int gdt, int64_t rows, int64_t n, float eps, float *stats, int sms,
+                                           float *partial, struct tr_error *err) {
     if (n == 0) return TR_OK;
-    if (rows > 0)
+    if (rows > 0) {
         TR_CU_FLOAT_SWITCH(dtype, T, layer_norm_grad_kernel<T><<<(unsigned)rows, row_threads(n), 0, s>>>(
                                          (const T *)x, NULL, 0, (const T *)dy, NULL, stats, n, eps));
-    int rc = TR_CU_LAUNCHED("layer_norm_grad_gamma stats", err);
-    if (rc) return rc;
-    TR_CU_FLOAT_SWITCH(dtype, T, ln_gamma_kernel<T><<<tr_cu_blocks(n), 256, 0, s>>>((const T *)x, (const T *)dy, stats,
-                                                                                   dgamma, gdt, rows, n));
-    return TR_CU_LAUNCHED("layer_norm_grad_gamma", err);
+        int rc = TR_CU_LAUNCHED("layer_norm_grad_gamma stats", err);
+        if (rc) return rc;
+    }
+    struct tr_cu_colsum a = {TR_CU_COLSUM_LN_GAMMA, TR_OP_SUM, dtype, x, dy, stats, dgamma, gdt, 1, rows, n};
+    return tr_cu_colsum(s, &a, sms, partial, err);
 }
 
 // dtable (f32 accumulator acc, V·D) += rows of dy at their ids; then acc cast into dtable.

@@ -57,20 +57,9 @@ __global__ void rms_norm_grad_kernel(const T *x, const void *w, int wdt, const T
     }
 }
 
-template <typename T>
-__global__ void rms_dw_kernel(const T *x, const T *dy, const float *rstd, void *dw, int odt, int64_t rows, int64_t n) {
-    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n; j += (int64_t)gridDim.x * blockDim.x) {
-        float acc = 0.0f;
-        for (int64_t r = 0; r < rows; r++) acc += tr_ld(dy + r * n + j) * tr_ld(x + r * n + j) * rstd[r];
-        if (odt == TR_DTYPE_F32) ((float *)dw)[j] = acc;
-        else if (odt == TR_DTYPE_BF16) ((tr_bf16 *)dw)[j] = __float2bfloat16_rn(acc);
-        else ((tr_f16 *)dw)[j] = __float2half_rn(acc);
-    }
-}
-
 extern "C" int tr_cu_rms_norm(cudaStream_t s, int op, int dtype, const void *x, const void *w, int wdt, const void *dy,
                               void *out, int odt, int64_t rows, int64_t n, float eps, int add_one, float *rstd,
-                              struct tr_error *err) {
+                              int sms, float *partial, struct tr_error *err) {
     if (n == 0) return TR_OK;
     if (rows > 0x7fffffffLL)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "rms_norm: %lld rows (at most 2^31-1 on cuda)", (long long)rows);
@@ -92,9 +81,9 @@ extern "C" int tr_cu_rms_norm(cudaStream_t s, int op, int dtype, const void *x, 
         int rc = TR_CU_LAUNCHED("rms_norm_grad_w rstd", err);
         if (rc) return rc;
     }
-    TR_CU_FLOAT_SWITCH(dtype, T, rms_dw_kernel<T><<<tr_cu_blocks(n), 256, 0, s>>>((const T *)x, (const T *)dy, rstd, out,
-                                                                                 odt, rows, n));
-    return TR_CU_LAUNCHED("rms_norm_grad_w", err);
+    // dw[j] = Σ_r dy[r,j]·x[r,j]·rstd[r]: a column reduction split across the grid (colsum.cu)
+    struct tr_cu_colsum a = {TR_CU_COLSUM_RMS_W, TR_OP_SUM, dtype, x, dy, rstd, out, odt, 1, rows, n};
+    return tr_cu_colsum(s, &a, sms, partial, err);
 }
 
 // One thread per (b, h, t, i) with i < D - R/2: i < R/2 rotates the pair (i, i + R/2),

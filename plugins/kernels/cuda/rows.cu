@@ -64,7 +64,7 @@ extern "C" int tr_cu_layer_norm(cudaStream_t s, int dtype, const void *x, const 
 }
 
 // Reduction over the middle axis of (outer, n, inner). inner == 1: a block per row;
-// otherwise a thread per output, reading along n with stride inner (coalesced over inner).
+// otherwise a column reduction split across the grid (colsum.cu).
 template <typename T>
 __global__ void reduce_rows_kernel(const T *x, T *y, int64_t n, int op) {
     __shared__ float sh[32];
@@ -78,31 +78,16 @@ __global__ void reduce_rows_kernel(const T *x, T *y, int64_t n, int op) {
     if (threadIdx.x == 0) tr_st(y + blockIdx.x, op == TR_OP_MEAN ? acc / (float)n : acc);
 }
 
-template <typename T>
-__global__ void reduce_cols_kernel(const T *x, T *y, int64_t outer, int64_t n, int64_t inner, int op) {
-    int64_t total = outer * inner;
-    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < total; o += (int64_t)gridDim.x * blockDim.x) {
-        int64_t a = o / inner, c = o % inner;
-        const T *p = x + a * n * inner + c;
-        float acc = op == TR_OP_MAX ? -INFINITY : 0.0f;
-        for (int64_t j = 0; j < n; j++) {
-            float v = tr_ld(p + j * inner);
-            acc = op == TR_OP_MAX ? fmaxf(acc, v) : acc + v;
-        }
-        tr_st(y + o, op == TR_OP_MEAN ? acc / (float)n : acc);
-    }
-}
-
 extern "C" int tr_cu_reduce(cudaStream_t s, int op, int dtype, const void *x, void *y, int64_t outer, int64_t n,
-                            int64_t inner, struct tr_error *err) {
+                            int64_t inner, int sms, float *partial, struct tr_error *err) {
     if (outer * inner == 0) return TR_OK;
-    if (inner == 1 && outer <= 0x7fffffffLL)
+    if (inner == 1 && outer <= 0x7fffffffLL) {
         TR_CU_FLOAT_SWITCH(dtype, T, reduce_rows_kernel<T><<<(unsigned)outer, row_threads(n), 0, s>>>((const T *)x, (T *)y,
                                                                                                       n, op));
-    else
-        TR_CU_FLOAT_SWITCH(dtype, T, reduce_cols_kernel<T><<<tr_cu_blocks(outer * inner), 256, 0, s>>>(
-                                         (const T *)x, (T *)y, outer, n, inner, op));
-    return TR_CU_LAUNCHED("reduce", err);
+        return TR_CU_LAUNCHED("reduce", err);
+    }
+    struct tr_cu_colsum a = {TR_CU_COLSUM_X, op, dtype, x, NULL, NULL, y, dtype, outer, n, inner};
+    return tr_cu_colsum(s, &a, sms, partial, err);
 }
 
 // Leaves the first bad value seen in flag: code, position, value, bound.

@@ -1,5 +1,7 @@
 /* The CUDA GEMM's host-side logic (gemm_plan.h): shapes mapped onto cuBLASLt's
- * column-major strided batch, plan keys, and the LRU plan cache. No CUDA here. */
+ * column-major strided batch, plan keys, the LRU plan cache, and the epilogue fallback's
+ * decision. No CUDA here. */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,3 +192,25 @@ void tr_cuda_plan_cache_get_stats(const struct tr_cuda_plan_cache *c, struct tr_
     *st = c ? c->st : (struct tr_cuda_plan_cache_stats){0};
     if (c) st->entries = c->n;
 }
+
+/* ---- the epilogue fallback ---- */
+
+static atomic_int force_fallback;
+static atomic_uint_fast64_t routes_lt, routes_fallback;
+
+enum tr_cuda_gemm_route tr_cuda_gemm_route(int n_algos, int has_epilogue) {
+    if (has_epilogue && atomic_load(&force_fallback)) return TR_CUDA_GEMM_ROUTE_RETRY_PLAIN;
+    if (n_algos > 0) return TR_CUDA_GEMM_ROUTE_LT;
+    return has_epilogue ? TR_CUDA_GEMM_ROUTE_RETRY_PLAIN : TR_CUDA_GEMM_ROUTE_NONE;
+}
+
+void tr_cuda_gemm_route_note(int fallback) {
+    atomic_fetch_add(fallback ? &routes_fallback : &routes_lt, 1);
+}
+
+void tr_cuda_gemm_route_counts(struct tr_cuda_gemm_route_counts *out) {
+    out->lt = (uint64_t)atomic_load(&routes_lt);
+    out->fallback = (uint64_t)atomic_load(&routes_fallback);
+}
+
+int tr_cuda_gemm_force_fallback(int on) { return atomic_exchange(&force_fallback, on != 0); }

@@ -14,6 +14,10 @@
  *   compare with memcmp.
  * - struct tr_cuda_plan_cache: an LRU map from byte keys to plans, with the plan's
  *   release function called when one is evicted or the cache freed.
+ * - tr_cuda_gemm_route: what a plan does when cuBLASLt's heuristic finds no algorithm
+ *   for the epilogue asked (bias, ReLU, GELU): the plain GEMM, then the bias and the
+ *   activation in our elementwise kernel (tr_cu_bias_act), instead of an error.
+ *   Counted per process (tr_cuda_gemm_route_counts) so that a test sees which ran.
  */
 #ifndef TRIDENT_CUDA_GEMM_PLAN_H
 #define TRIDENT_CUDA_GEMM_PLAN_H
@@ -69,6 +73,29 @@ void *tr_cuda_plan_cache_get(struct tr_cuda_plan_cache *c, const void *key, size
 int tr_cuda_plan_cache_put(struct tr_cuda_plan_cache *c, const void *key, size_t key_size, void *plan,
                            struct tr_error *err);
 void tr_cuda_plan_cache_get_stats(const struct tr_cuda_plan_cache *c, struct tr_cuda_plan_cache_stats *st);
+
+/* What a plan does with the heuristic's answer: n_algos algorithms found for the
+ * descriptor asked (0 also when it answered CUBLAS_STATUS_NOT_SUPPORTED), has_epilogue
+ * whether that descriptor carries one (an epilogue other than CUBLASLT_EPILOGUE_DEFAULT). */
+enum tr_cuda_gemm_route {
+    TR_CUDA_GEMM_ROUTE_LT = 0,      /* use the algorithm found (with its epilogue, if any) */
+    TR_CUDA_GEMM_ROUTE_RETRY_PLAIN, /* none for the epilogue: ask again for the plain GEMM; the plan
+                                     * then runs the bias and activation after it (a fallback) */
+    TR_CUDA_GEMM_ROUTE_NONE         /* none for the plain GEMM either: TR_ERR_UNSUPPORTED */
+};
+/* Also answers RETRY_PLAIN for any epilogue while tr_cuda_gemm_force_fallback is on. */
+enum tr_cuda_gemm_route tr_cuda_gemm_route(int n_algos, int has_epilogue);
+/* Plans made since the process started: with cuBLASLt running the epilogue asked (or
+ * none asked), and falling back to the plain GEMM plus the elementwise kernel. */
+struct tr_cuda_gemm_route_counts {
+    uint64_t lt, fallback;
+};
+void tr_cuda_gemm_route_counts(struct tr_cuda_gemm_route_counts *out);
+void tr_cuda_gemm_route_note(int fallback);
+/* For tests: every plan made while on (process-wide) falls back as if the heuristic had
+ * found nothing for its epilogue. A plan already cached keeps its route. Returns the
+ * previous setting. */
+int tr_cuda_gemm_force_fallback(int on);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include "../../cpu/cpu_internal.h"
 #include "cuda_entry.h"
+#include "../attention_plan.h"
 
 static const struct tr_attrs no_attrs;
 
@@ -212,20 +213,21 @@ int tr_cuda_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, co
     return tr_cuda_run(k, TR_OP_ATTENTION_GRAD, &at, mask ? 5 : 4, in, out, err);
 }
 
-/* Three launches of the gradient kernel (dq's, dk's, dv's pass), each recomputing the row
- * statistics: the cuda kernels have no joint dk/dv pass yet. */
+/* One tr_cuda_run of the joint backward (TR_CUDA_OP_ATTENTION_BACKWARD, attention_plan.h):
+ * the row statistics computed once, dk and dv in one launch, dq in another. */
 int tr_cuda_k_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                                  const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
                                  float scale, int causal, int window, struct tr_tensor *dq, struct tr_tensor *dk,
                                  struct tr_tensor *dv, struct tr_error *err) {
-    struct tr_tensor *outs[3] = {dq, dk, dv};
     if (!dq && !dk && !dv) return tr_error_set(err, TR_ERR_INVALID, "attention_backward: no gradient asked for");
-    for (int w = 0; w < 3; w++) {
-        if (!outs[w]) continue;
-        int rc = tr_cuda_k_attention_grad(k, q, kk, v, dy, mask, scale, causal, window, w, outs[w], err);
-        if (rc) return rc;
-    }
-    return TR_OK;
+    NEED("attention_backward", q, kk, v, dy);
+    struct tr_tensor in[8] = {*q, *kk, *v, *dy};
+    struct tr_attrs at = {.ints = {causal != 0, window}, .floats = {scale}};
+    if (mask) in[4] = *mask, at.ints[7] |= (int64_t)1 << 4;
+    struct tr_tensor *g[3] = {dq, dk, dv};
+    for (int w = 0; w < 3; w++)
+        if (g[w]) in[5 + w] = *g[w], at.ints[7] |= (int64_t)1 << (5 + w);
+    return tr_cuda_run(k, TR_CUDA_OP_ATTENTION_BACKWARD, &at, 8, in, dq ? dq : dk ? dk : dv, err);
 }
 
 int tr_cuda_k_broadcast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
