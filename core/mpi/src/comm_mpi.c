@@ -39,7 +39,7 @@ struct inflight {
 struct mpi_comm {
     struct tr_comm pub;
     pthread_mutex_t mu;         /* held around every MPI call once the progress thread runs */
-    pthread_cond_t work, done;  /* a sum started (for the thread); one finished (for wait) */
+    pthread_cond_t work;        /* a sum started (the progress thread sleeps on it when none is open) */
     pthread_t thread;
     int thread_on, stop;
     struct inflight *flying;    /* in the order started */
@@ -198,28 +198,34 @@ static int do_allreduce(void *user, float *buf, int64_t n, int tag, struct tr_er
 
 /* ---- sums in flight: started by the kernels, carried by the progress thread ---- */
 
-/* Tests every sum in flight, wakes their waiters, reads the heartbeats, and stops the job
- * when the oldest has outlived the timeout. */
+/* Every sum in flight tested once (under mu): the finished marked, the number still open
+ * returned and *oldest the first of them. */
+static int test_flying(struct mpi_comm *m, struct inflight **oldest) {
+    int open = 0;
+    *oldest = NULL;
+    for (struct inflight *f = m->flying; f; f = f->next) {
+        if (f->state) continue;
+        int done = 0;
+        const int rc = MPI_Testall(f->n_req, f->req, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS || done) {
+            f->state = rc == MPI_SUCCESS ? 1 : -1;
+            f->code = rc;
+        } else if (!open++) {
+            *oldest = f;
+        }
+    }
+    return open;
+}
+
+/* While the backward pass computes: the sums in flight tested every few tens of
+ * microseconds (a nap between, so that it takes little from the cores the ranks share),
+ * the heartbeats read, and the job stopped when the oldest outlives the timeout. */
 static void *progress_main(void *arg) {
     struct mpi_comm *m = arg;
     pthread_mutex_lock(&m->mu);
     while (!m->stop) {
-        int open = 0;
-        struct inflight *oldest = NULL;
-        for (struct inflight *f = m->flying; f; f = f->next) {
-            if (f->state) continue;
-            int done = 0;
-            const int rc = MPI_Testall(f->n_req, f->req, &done, MPI_STATUSES_IGNORE);
-            if (rc != MPI_SUCCESS || done) {
-                f->state = rc == MPI_SUCCESS ? 1 : -1;
-                f->code = rc;
-                pthread_cond_broadcast(&m->done);
-            } else {
-                open++;
-                if (!oldest) oldest = f;
-            }
-        }
-        if (!open) {
+        struct inflight *oldest;
+        if (!test_flying(m, &oldest)) {
             pthread_cond_wait(&m->work, &m->mu);
             continue;
         }
@@ -276,9 +282,12 @@ static int start_allreduce(void *user, float *buf, int64_t n, int tag, struct tr
     return TR_OK;
 }
 
+/* The waiting thread drives the sums itself, as a blocking collective does: a libnbc sum
+ * moves a round per test, and the progress thread's naps would add up over its rounds. */
 static int wait_allreduce(void *user, float *buf, struct tr_error *err) {
     struct mpi_comm *m = user;
     const double t0 = now_s();
+    long spins = 0;
     pthread_mutex_lock(&m->mu);
     struct inflight **at = &m->flying;
     while (*at && (*at)->buf != buf) at = &(*at)->next;
@@ -287,8 +296,17 @@ static int wait_allreduce(void *user, float *buf, struct tr_error *err) {
         pthread_mutex_unlock(&m->mu);
         return tr_error_set(err, TR_ERR_INVALID, "all-reduce: a wait for a sum that was never started");
     }
-    while (f->state == 0) pthread_cond_wait(&m->done, &m->mu);
-    *at = f->next;
+    for (;;) {
+        struct inflight *oldest;
+        test_flying(m, &oldest);
+        if (f->state) break;
+        poll_heartbeats(m);
+        if (now_s() > oldest->t0 + m->timeout_s) timeout_abort(m, oldest->what, oldest->seq);
+        pthread_mutex_unlock(&m->mu);
+        if (++spins > 1000) nap(50 * 1000);
+        pthread_mutex_lock(&m->mu);
+    }
+    *at = f->next; /* the list may have grown behind f, never before it: at still points to f */
     pthread_mutex_unlock(&m->mu);
     m->busy_s += now_s() - t0;
     const int rc = f->state < 0 ? mpi_fail(err, f->code, f->what) : TR_OK;
@@ -339,7 +357,6 @@ int tr_comm_mpi_open(int *argc, char ***argv, struct tr_comm **out, struct tr_er
     if (!m) return tr_error_set(err, TR_ERR_NOMEM, "MPI communicator: out of memory");
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->work, NULL);
-    pthread_cond_init(&m->done, NULL);
     MPI_Comm_rank(MPI_COMM_WORLD, &m->pub.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &m->pub.size);
     MPI_Comm host;
@@ -420,7 +437,6 @@ void tr_comm_mpi_close(struct tr_comm *c) {
     free(m->send);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->work);
-    pthread_cond_destroy(&m->done);
     free(m);
     int fin = 0;
     MPI_Finalized(&fin);
