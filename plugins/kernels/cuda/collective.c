@@ -1,5 +1,7 @@
-/* ALLREDUCE (ops.h) on a cuda context. With NCCL (found at build: TR_HAVE_NCCL) the sum
- * runs on the context's stream, so a CUDA graph may capture it; each context makes its
+/* ALLREDUCE and its halves (ops.h) on a cuda context. With NCCL (found at build:
+ * TR_HAVE_NCCL) ALLREDUCE sums on the context's stream and ALLREDUCE_START on a stream of
+ * its own that its WAIT joins (so the backward pass overlaps it), both capturable in a
+ * CUDA graph; each context makes its
  * NCCL communicator at its first ALLREDUCE, the id from rank 0 over the host's
  * communicator (host/nccl_id.c). Without NCCL the buffer goes through host memory and the
  * host's communicator (MPI), which a capture cannot hold: refused while capturing. Then
@@ -21,31 +23,109 @@ static int make_id(void *id, void *user) {
     return (int)ncclGetUniqueId((ncclUniqueId *)id);
 }
 
-static int nccl_sum(struct tr_cuda_ctx *c, const struct tr_comm *comm, float *buf, int64_t n, struct tr_error *err) {
-    if (!c->nccl) {
-        ncclUniqueId id;
-        int rc = tr_cuda_nccl_share_id(comm, make_id, NULL, &id, sizeof id, err);
-        if (rc) return rc;
-        ncclComm_t nc;
-        ncclResult_t r = ncclCommInitRank(&nc, comm->size, id, comm->rank);
-        if (r != ncclSuccess)
-            return tr_error_set(err, TR_ERR_DEVICE, "nccl: ncclCommInitRank (rank %d of %d): %s", comm->rank,
-                                comm->size, ncclGetErrorString(r));
-        c->nccl = nc;
-        /* said once a context: which transport a GPU run's sums took is otherwise unseen */
-        fprintf(stderr, "trident: rank %d: all-reduces through NCCL (a communicator of %d rank%s)\n", comm->rank,
-                comm->size, comm->size == 1 ? "" : "s");
-    }
-    ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, (ncclComm_t)c->nccl, c->stream);
+static int nccl_comm(struct tr_cuda_ctx *c, const struct tr_comm *comm, struct tr_error *err) {
+    if (c->nccl) return TR_OK;
+    ncclUniqueId id;
+    int rc = tr_cuda_nccl_share_id(comm, make_id, NULL, &id, sizeof id, err);
+    if (rc) return rc;
+    ncclComm_t nc;
+    ncclResult_t r = ncclCommInitRank(&nc, comm->size, id, comm->rank);
+    if (r != ncclSuccess)
+        return tr_error_set(err, TR_ERR_DEVICE, "nccl: ncclCommInitRank (rank %d of %d): %s", comm->rank, comm->size,
+                            ncclGetErrorString(r));
+    c->nccl = nc;
+    /* said once a context: which transport a GPU run's sums took is otherwise unseen */
+    fprintf(stderr, "trident: rank %d: all-reduces through NCCL (a communicator of %d rank%s), started on a stream of "
+            "their own\n", comm->rank, comm->size, comm->size == 1 ? "" : "s");
+    return TR_OK;
+}
+
+static int nccl_sum(struct tr_cuda_ctx *c, float *buf, int64_t n, cudaStream_t s, struct tr_error *err) {
+    ncclResult_t r = ncclAllReduce(buf, buf, (size_t)n, ncclFloat32, ncclSum, (ncclComm_t)c->nccl, s);
     if (r != ncclSuccess)
         return tr_error_set(err, TR_ERR_DEVICE, "nccl: ncclAllReduce of %lld floats: %s", (long long)n,
                             ncclGetErrorString(r));
     return TR_OK;
 }
 
+/* ALLREDUCE_START's sums on a stream of their own, so that the backward pass's kernels on
+ * the context's stream run while NCCL moves the buckets: the side stream waits for the
+ * bucket (an event recorded where the START stands), its WAIT makes the context's stream
+ * wait for the sum (an event recorded after it). A CUDA graph captures the fork and the
+ * join as edges. More sums in flight than slots: the rest sum at once on the stream. */
+#define SIDE_SLOTS 64
+struct tr_cuda_side {
+    cudaStream_t stream;
+    cudaEvent_t ready[SIDE_SLOTS], done[SIDE_SLOTS];
+    const void *buf[SIDE_SLOTS];    /* the sum in flight in the slot; NULL: free */
+};
+
+static void side_free(struct tr_cuda_side *sd) {
+    if (!sd) return;
+    if (sd->stream) (void)cudaStreamSynchronize(sd->stream); /* teardown: nothing to report to */
+    for (int i = 0; i < SIDE_SLOTS; i++) {
+        if (sd->ready[i]) (void)cudaEventDestroy(sd->ready[i]);
+        if (sd->done[i]) (void)cudaEventDestroy(sd->done[i]);
+    }
+    if (sd->stream) (void)cudaStreamDestroy(sd->stream);
+    free(sd);
+}
+
+static int side_of(struct tr_cuda_ctx *c, struct tr_cuda_side **out, struct tr_error *err) {
+    if (!c->side) {
+        struct tr_cuda_side *sd = calloc(1, sizeof *sd);
+        if (!sd) return tr_error_set(err, TR_ERR_NOMEM, "allreduce: out of memory");
+        int rc = TR_CU_CHECK(cudaStreamCreateWithFlags(&sd->stream, cudaStreamNonBlocking),
+                             "allreduce: the sums' stream", err);
+        for (int i = 0; i < SIDE_SLOTS && !rc; i++) {
+            rc = TR_CU_CHECK(cudaEventCreateWithFlags(&sd->ready[i], cudaEventDisableTiming), "allreduce: event", err);
+            if (!rc)
+                rc = TR_CU_CHECK(cudaEventCreateWithFlags(&sd->done[i], cudaEventDisableTiming), "allreduce: event",
+                                 err);
+        }
+        if (rc) {
+            side_free(sd);
+            return rc;
+        }
+        c->side = sd;
+    }
+    *out = c->side;
+    return TR_OK;
+}
+
+/* START: the sum of buf on the side stream (or at once, on the stream, with no slot free). */
+static int nccl_start(struct tr_cuda_ctx *c, float *buf, int64_t n, struct tr_error *err) {
+    struct tr_cuda_side *sd = NULL;
+    int rc = side_of(c, &sd, err);
+    if (rc) return rc;
+    int i = 0;
+    while (i < SIDE_SLOTS && sd->buf[i]) i++;
+    if (i == SIDE_SLOTS) return nccl_sum(c, buf, n, c->stream, err);
+    rc = TR_CU_CHECK(cudaEventRecord(sd->ready[i], c->stream), "allreduce: the bucket's event", err);
+    if (!rc) rc = TR_CU_CHECK(cudaStreamWaitEvent(sd->stream, sd->ready[i], 0), "allreduce: the sums' stream", err);
+    if (!rc) rc = nccl_sum(c, buf, n, sd->stream, err);
+    if (!rc) rc = TR_CU_CHECK(cudaEventRecord(sd->done[i], sd->stream), "allreduce: the sum's event", err);
+    if (!rc) sd->buf[i] = buf;
+    return rc;
+}
+
+/* WAIT: the stream waits for buf's sum (nothing when it was summed at once). */
+static int nccl_wait(struct tr_cuda_ctx *c, const void *buf, struct tr_error *err) {
+    struct tr_cuda_side *sd = c->side;
+    for (int i = 0; sd && i < SIDE_SLOTS; i++)
+        if (sd->buf[i] == buf) {
+            sd->buf[i] = NULL;
+            return TR_CU_CHECK(cudaStreamWaitEvent(c->stream, sd->done[i], 0), "allreduce: the wait for a sum", err);
+        }
+    return TR_OK;
+}
+
 void tr_cuda_nccl_free(struct tr_cuda_ctx *c) {
-    if (c && c->nccl) ncclCommDestroy((ncclComm_t)c->nccl);
-    if (c) c->nccl = NULL;
+    if (!c) return;
+    side_free(c->side);
+    c->side = NULL;
+    if (c->nccl) ncclCommDestroy((ncclComm_t)c->nccl);
+    c->nccl = NULL;
 }
 #else
 void tr_cuda_nccl_free(struct tr_cuda_ctx *c) { (void)c; }
@@ -88,16 +168,21 @@ int tr_cuda_run_allreduce(struct tr_cuda_ctx *c, int op, const struct tr_attrs *
                             "this run has %lld", (long long)at->ints[1], (long long)at->ints[0], (long long)have);
     if (c->dry || n == 0) return TR_OK;
     int rc = TR_OK;
-    if (out->data != x->data)
+#ifdef TR_HAVE_NCCL
+    /* WAIT first joins the sum (into x, START's out), then copies */
+    if (comm && op == TR_OP_ALLREDUCE_WAIT) rc = nccl_wait(c, x->data, err);
+#endif
+    if (!rc && out->data != x->data)
         rc = TR_CU_CHECK(cudaMemcpyAsync(out->data, x->data, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice,
                                          c->stream), "allreduce: copy", err);
-    /* START sums at once, on the stream (the overlap is the stream's, not a host thread's);
-     * WAIT only scales */
-    if (!rc && comm && op != TR_OP_ALLREDUCE_WAIT) { /* of one rank too: the path checked without peers */
+    /* of one rank too (a communicator set): the path checked without peers */
+    if (!rc && comm && op != TR_OP_ALLREDUCE_WAIT) {
 #ifdef TR_HAVE_NCCL
-        rc = nccl_sum(c, comm, out->data, n, err);
+        rc = nccl_comm(c, comm, err);
+        if (!rc)
+            rc = op == TR_OP_ALLREDUCE_START ? nccl_start(c, out->data, n, err) : nccl_sum(c, out->data, n, c->stream, err);
 #else
-        rc = staged_sum(c, comm, out->data, n, (int)at->ints[1], err);
+        rc = staged_sum(c, comm, out->data, n, (int)at->ints[1], err); /* START sums at once; WAIT only scales */
 #endif
     }
     if (!rc && op != TR_OP_ALLREDUCE_START && at->floats[0] != 1.0f)

@@ -20,6 +20,7 @@ extern "C" {
 #endif
 
 struct tr_cuda_plan_cache;
+struct tr_cuda_side;
 
 struct tr_cuda_ctx {
     int device;
@@ -44,6 +45,7 @@ struct tr_cuda_ctx {
      * math (TF32 or strict f32) is the struct tr_kernels' math (tr_kernels_set_math). */
     int dry;
     void *nccl;                   /* ncclComm_t, made at the first ALLREDUCE (collective.c) */
+    struct tr_cuda_side *side;    /* ALLREDUCE_START's stream and events (collective.c) */
 };
 
 /* ALLREDUCE (collective.c), and its NCCL communicator's end (at the context's). */
