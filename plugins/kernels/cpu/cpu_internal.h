@@ -418,10 +418,9 @@ static inline float tr_ftanh(float x) {
     return ax < 0.25f ? s : t;
 }
 
-/* x/2·(1+erf(x/√2)) through erfc, so the negative tail is not 1 − (1 − tiny). erfc is
- * the Chebyshev fit of Numerical Recipes (erfcc), relative error < 1.2e-7 for all z >= 0. */
-static inline float tr_fgelu_erf(float x) {
-    float z = fabsf(x) * 0.70710678118654752f;
+/* erfc(z) for z >= 0: the Chebyshev fit of Numerical Recipes (erfcc), relative error
+ * < 1.2e-7 for all z >= 0. */
+static inline float tr_ferfc_pos(float z) {
     float t = 1.0f / (1.0f + 0.5f * z);
     float p = 0.17087277f;
     p = p * t - 0.82215223f;
@@ -433,8 +432,26 @@ static inline float tr_fgelu_erf(float x) {
     p = p * t + 0.37409196f;
     p = p * t + 1.00002368f;
     p = p * t - 1.26551223f;
-    float q = t * tr_fexp(p - z * z); /* erfc(z) */
+    return t * tr_fexp(p - z * z);
+}
+
+/* x/2·(1+erf(x/√2)) through erfc, so the negative tail is not 1 − (1 − tiny). */
+static inline float tr_fgelu_erf(float x) {
+    float q = tr_ferfc_pos(fabsf(x) * 0.70710678118654752f);
     return 0.5f * x * (x >= 0.0f ? 2.0f - q : q);
+}
+
+/* GELU's derivatives (UNARY_GRAD in f32): Φ(x) + x·φ(x), and the tanh form's. */
+static inline float tr_fdgelu_erf(float x) {
+    float q = tr_ferfc_pos(fabsf(x) * 0.70710678118654752f);
+    float cdf = x >= 0.0f ? 1.0f - 0.5f * q : 0.5f * q;
+    return cdf + x * tr_fexp(-0.5f * x * x) * 0.39894228040143267794f;
+}
+
+static inline float tr_fdgelu_tanh(float x) {
+    const float c = 0.79788456080286535588f, a = 0.044715f;
+    float t = tr_ftanh(c * (x + a * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * a * x * x);
 }
 
 /* x/2·(1+tanh(u)) = x·sigmoid(2u), u = √(2/π)(x + 0.044715x³). */
