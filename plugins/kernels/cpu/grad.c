@@ -191,14 +191,39 @@ int tr_k_softmax_grad(struct tr_kernels *k, const struct tr_tensor *y, const str
 
 /* ---- layer norm backward ---- */
 
-/* mean and 1/sqrt(var + eps) of a row, biased variance as the forward. */
-static void row_stats(const double *x, int64_t D, double eps, double *mean, double *rstd) {
+/* mean and 1/sqrt(var + eps) of a row, biased variance as the forward. The sums in vector
+ * lanes (a row's order is fixed: the same bits whatever the threads). */
+static inline void row_stats(const double *x, int64_t D, double eps, double *mean, double *rstd) {
     double s = 0.0, v = 0.0;
+#pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < D; i++) s += x[i];
     double mu = s / (double)D;
+#pragma omp simd reduction(+ : v)
     for (int64_t i = 0; i < D; i++) v += (x[i] - mu) * (x[i] - mu);
     *mean = mu;
     *rstd = 1.0 / sqrt(v / (double)D + eps);
+}
+
+TR_CPU_MULTI(void, row_stats_isa, (const double *x, int64_t D, double eps, double *mean, double *rstd), (x, D, eps, mean, rstd)) {
+    (void)isa;
+    row_stats(x, D, eps, mean, rstd);
+}
+
+/* One row of dx (ln_grad_rows) in the level's vectors: xb becomes x̂, gb dx. */
+TR_CPU_MULTI(void, ln_grad_row, (const double *restrict gam, double *restrict xb, double *restrict gb, int64_t D, double eps), (gam, xb, gb, D, eps)) {
+    (void)isa;
+    double mu, rs, mg = 0.0, mgx = 0.0;
+    row_stats(xb, D, eps, &mu, &rs);
+#pragma omp simd reduction(+ : mg, mgx)
+    for (int64_t i = 0; i < D; i++) {
+        xb[i] = (xb[i] - mu) * rs;
+        gb[i] *= gam[i];
+        mg += gb[i];
+        mgx += gb[i] * xb[i];
+    }
+    mg /= (double)D;
+    mgx /= (double)D;
+    for (int64_t i = 0; i < D; i++) gb[i] = rs * (gb[i] - mg - xb[i] * mgx);
 }
 
 static int check_ln(const char *kn, const struct tr_tensor *x, const struct tr_tensor *dy, float eps,
@@ -239,17 +264,7 @@ static void ln_grad_rows(const void *ctx, int64_t r0, int64_t r1, void *buf) {
     for (int64_t r = r0; r < r1; r++) {
         load_f64(xb, A->a + r * D * (int64_t)es, A->dt, D);
         load_f64(gb, A->g + r * D * (int64_t)es, A->dt, D);
-        double mu, rs, mg = 0.0, mgx = 0.0;
-        row_stats(xb, D, A->eps, &mu, &rs);
-        for (int64_t i = 0; i < D; i++) {
-            xb[i] = (xb[i] - mu) * rs;
-            gb[i] *= gam[i];
-            mg += gb[i];
-            mgx += gb[i] * xb[i];
-        }
-        mg /= (double)D;
-        mgx /= (double)D;
-        for (int64_t i = 0; i < D; i++) gb[i] = rs * (gb[i] - mg - xb[i] * mgx);
+        ln_grad_row(gam, xb, gb, D, A->eps);
         store_f64(A->o + r * D * (int64_t)es, A->dt, gb, D);
     }
 }
@@ -280,7 +295,7 @@ static void ln_stats_rows(const void *ctx, int64_t r0, int64_t r1, void *buf) {
     const size_t es = esize(A->dt);
     for (int64_t r = r0; r < r1; r++) {
         load_f64(buf, A->a + r * A->D * (int64_t)es, A->dt, A->D);
-        row_stats(buf, A->D, A->eps, &A->stats[2 * r], &A->stats[2 * r + 1]);
+        row_stats_isa(buf, A->D, A->eps, &A->stats[2 * r], &A->stats[2 * r + 1]);
     }
 }
 
@@ -313,20 +328,28 @@ int tr_k_layer_norm_grad_gamma(struct tr_kernels *k, const struct tr_tensor *x, 
 
 #define COLS 64 /* columns per work item */
 
+/* acc[0..len) += Σ over rows of dy·(x − mu)·rs at columns c0.., in the level's vectors. */
+TR_CPU_MULTI(void, col_block, (const char *x, const char *dy, int dt, int64_t rows, int64_t D, const double *mu, const double *rs, int64_t step, int64_t c0, int64_t len, double *restrict acc), (x, dy, dt, rows, D, mu, rs, step, c0, len, acc)) {
+    (void)isa;
+    const size_t es = esize(dt);
+    double xb[COLS], gb[COLS];
+    for (int64_t r = 0; r < rows; r++) {
+        load_f64(xb, x + (r * D + c0) * (int64_t)es, dt, len);
+        load_f64(gb, dy + (r * D + c0) * (int64_t)es, dt, len);
+        const double m = mu ? mu[r * step] : 0.0, s = rs[r * step];
+        for (int64_t c = 0; c < len; c++) acc[c] += gb[c] * (xb[c] - m) * s;
+    }
+}
+
 void tr_grad_col_sums(const char *x, const char *dy, int dt, int64_t rows, int64_t D, const double *mu,
                       const double *rs, int64_t step, char *out, int odt, int par) {
-    const size_t es = esize(dt), oes = esize(odt);
+    const size_t oes = esize(odt);
     const int64_t items = (D + COLS - 1) / COLS;
 #pragma omp parallel for schedule(static) if (par && items > 1)
     for (int64_t it = 0; it < items; it++) {
         int64_t c0 = it * COLS, len = D - c0 < COLS ? D - c0 : COLS;
-        double acc[COLS] = {0}, xb[COLS], gb[COLS];
-        for (int64_t r = 0; r < rows; r++) {
-            load_f64(xb, x + (r * D + c0) * (int64_t)es, dt, len);
-            load_f64(gb, dy + (r * D + c0) * (int64_t)es, dt, len);
-            const double m = mu ? mu[r * step] : 0.0, s = rs[r * step];
-            for (int64_t c = 0; c < len; c++) acc[c] += gb[c] * (xb[c] - m) * s;
-        }
+        double acc[COLS] = {0};
+        col_block(x, dy, dt, rows, D, mu, rs, step, c0, len, acc);
         store_f64(out + c0 * (int64_t)oes, odt, acc, len);
     }
 }
