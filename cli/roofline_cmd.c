@@ -71,7 +71,7 @@ static int measure_peaks(struct tr_kernels *k, struct tr_roof_device *d, struct 
 /* One call of group k's kernel, on random data of its node's shapes, timed. */
 static int run_group(struct tr_kernels *k, const struct tr_graph *g, struct tr_roof_kernel *rk, int reps,
                      struct tr_error *err) {
-    const int id = rk->node, n_in = tr_graph_n_nodes(g) > id ? tr_node_n_inputs(g, id) : 0;
+    const int id = rk->node, n_in = tr_node_n_inputs(g, id);
     struct tr_tensor in[TR_MAX_INPUTS + 1];
     memset(in, 0, sizeof in);
     int rc = TR_OK;

@@ -101,7 +101,7 @@ static int64_t numel_of(const struct tr_graph *g, int id) {
  * the shards (tokens that are not padding): the global loss is Σ_r share_r · loss_r. */
 struct dp_build {
     const struct tr_train_config *c;
-    int share, n;
+    int share;
     int *flat, *member, m;       /* the open bucket: its f32 pieces and their gradients */
     double bytes;
     int *bucket_of, *started;    /* per gradient: its bucket; per bucket: its START */
@@ -185,7 +185,7 @@ int tr_train_build(struct tr_graph *g, int loss, int n, const int *params, const
     if (loss < 0 || loss >= tr_graph_n_nodes(g) || tr_node_dtype(g, loss) != TR_DTYPE_F32 || tr_node_ndim(g, loss) != 0)
         return tr_error_set(err, TR_ERR_INVALID, "train: loss node %d is not a 0-d f32 node", loss);
     const int adamw = strcmp(c->optimizer, "sgd") != 0, data_parallel = c->dp_ranks >= 1;
-    struct dp_build dp = {.c = c, .n = n};
+    struct dp_build dp = {.c = c};
 
     int *grads = calloc((size_t)n, sizeof *grads), *opt_p = calloc((size_t)n, sizeof *opt_p);
     int *opt_g = calloc((size_t)n, sizeof *opt_g);
