@@ -123,7 +123,7 @@ static void test_kernels_direct(void **state) {
             struct tr_kernel_call c;
             struct tr_error e = {0};
             for (int j = 2; j < 4; j++) tr_test_poison(&o[pass][j]);
-            if (tr_kernels_bind_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], NULL, scale, 1, 0,
+            if (tr_kernels_bind_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], NULL, NULL, NULL, scale, 1, 0,
                                                    &o[pass][2], NULL, &o[pass][3], &c, &e) ||
                 tr_kernels_call(tr_test_k, &c, &e))
                 fail_msg("attention_backward D=%lld: %s", (long long)d, e.msg);

@@ -124,6 +124,22 @@ static void test_attention(void **state) {
         int y = tr_attention(t->g, q, k, v, mask, 0.7f, cases[c].causal, cases[c].window);
         int wrt[3] = {q, k, v};
         check(t, cases[c].what, loss_of(t, y), 3, wrt);
+        /* the backward reads the forward's statistics: one ATTENTION_LSE of this attention,
+         * and every ATTENTION_GRAD given y and it */
+        int lse = -1, grads = 0;
+        for (int id = 0; id < tr_graph_n_nodes(t->g); id++) {
+            if (tr_node_op(t->g, id) == TR_OP_ATTENTION_LSE) {
+                assert_int_equal(lse, -1);
+                lse = id;
+            }
+            if (tr_node_op(t->g, id) != TR_OP_ATTENTION_GRAD) continue;
+            const int n = tr_node_n_inputs(t->g, id);
+            assert_int_equal(n, mask >= 0 ? 7 : 6);
+            assert_int_equal(tr_node_input(t->g, id, n - 2), y);
+            assert_int_equal(tr_node_input(t->g, id, n - 1), lse);
+            grads++;
+        }
+        assert_int_equal(grads, 3);
         tr_ref_gx_free(t);
     }
 }
@@ -506,6 +522,42 @@ static void test_infer_training_ops(void **state) {
     a.ints[2] = 3;
     expect_refused(g, TR_OP_ATTENTION_GRAD, 4, qin, &a, "which 3");
     tr_graph_free(g);
+
+    /* ATTENTION_LSE: (B,H,Tq) f32 of bf16 operands, no FLOPs of its own; ATTENTION_GRAD takes
+     * the forward's y and lse last (6 inputs; 7 with the mask), each checked */
+    for (int bad = 0; bad < 3; bad++) {
+        assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+        int bq = tr_input(g, "q", TR_DTYPE_BF16, 4, SH(1, 4, 3, 8));
+        int bk = tr_input(g, "k", TR_DTYPE_BF16, 4, SH(1, 2, 5, 8));
+        int bv = tr_input(g, "v", TR_DTYPE_BF16, 4, SH(1, 2, 5, 6));
+        int bdy = tr_input(g, "dy", TR_DTYPE_BF16, 4, SH(1, 4, 3, 6));
+        int fwd[3] = {bq, bk, bv};
+        memset(&a, 0, sizeof a);
+        a.ints[0] = 1;
+        int y = tr_graph_add_node(g, TR_OP_ATTENTION, 3, fwd, &a);
+        int l = tr_graph_add_node(g, TR_OP_ATTENTION_LSE, 3, fwd, &a);
+        assert_true(y >= 0 && l >= 0);
+        assert_int_equal(tr_node_dtype(g, l), TR_DTYPE_F32);
+        assert_int_equal(tr_node_ndim(g, l), 3);
+        assert_memory_equal(tr_node_shape(g, l), SH(1, 4, 3), 3 * sizeof(int64_t));
+        assert_true(tr_node_attrs(g, l)->floats[0] == tr_attention_default_scale(8));
+        assert_true(tr_node_flops(g, l) == 0.0);
+        int gin[6] = {bq, bk, bv, bdy, y, l};
+        if (bad == 1) gin[5] = bdy; /* lse: the wrong shape and dtype */
+        if (bad == 2) gin[4] = l;   /* y: not the attention's output */
+        a.ints[2] = 1;
+        if (bad) {
+            expect_refused(g, TR_OP_ATTENTION_GRAD, 6, gin, &a, bad == 1 ? "lse" : "y");
+        } else {
+            int dk = tr_graph_add_node(g, TR_OP_ATTENTION_GRAD, 6, gin, &a);
+            assert_int_equal(tr_node_dtype(g, dk), TR_DTYPE_BF16);
+            assert_memory_equal(tr_node_shape(g, dk), SH(1, 2, 5, 8), 4 * sizeof(int64_t));
+            buf = tr_ref_dump(g);
+            assert_non_null(strstr(buf, "attention_lse(%0, %1, %2) scale="));
+            free(buf);
+        }
+        tr_graph_free(g);
+    }
 
     /* UPDATE_SLICE: like x; update's dtype, rank and extents checked; start one i32 */
     assert_int_equal(tr_graph_init(&g, NULL), TR_OK);

@@ -339,14 +339,17 @@ static void test_refusals(void **state) {
     for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) expect_same_refusal(&bads[i]);
 
     /* A concat of more inputs than a call holds: run takes it, bind says why not. */
-    struct tr_tensor nine[9], c9 = tr_test_tensor(dt, 2, (int64_t[]){36, 6});
-    for (int i = 0; i < 9; i++) nine[i] = x;
+    enum { N = TR_KERNEL_CALL_MAX_IN + 1 };
+    struct tr_tensor many[N], cn = tr_test_tensor(dt, 2, (int64_t[]){4 * N, 6});
+    for (int i = 0; i < N; i++) many[i] = x;
     struct tr_error err = {0};
     struct tr_kernel_call call;
-    assert_int_equal(tr_kernels_run(K, TR_OP_CONCAT, &(struct tr_attrs){0}, 9, nine, &c9, &err), TR_OK);
-    assert_int_equal(tr_kernels_bind(K, TR_OP_CONCAT, &(struct tr_attrs){0}, 9, nine, &c9, &call, &err),
+    assert_int_equal(tr_kernels_run(K, TR_OP_CONCAT, &(struct tr_attrs){0}, N, many, &cn, &err), TR_OK);
+    assert_int_equal(tr_kernels_bind(K, TR_OP_CONCAT, &(struct tr_attrs){0}, N, many, &cn, &call, &err),
                      TR_ERR_UNSUPPORTED);
-    if (!strstr(err.msg, "at most 8")) fail_msg("concat of 9: %s", err.msg);
+    char want[32];
+    snprintf(want, sizeof want, "at most %d", TR_KERNEL_CALL_MAX_IN);
+    if (!strstr(err.msg, want)) fail_msg("concat of %d: %s", N, err.msg);
     assert_int_equal(tr_kernels_bind(K, TR_OP_RELU, NULL, 1, &x, &y, NULL, &err), TR_ERR_INVALID);
 
     /* An id out of range is a fact of the data: bind takes it, the call refuses it as
@@ -366,7 +369,7 @@ static void test_refusals(void **state) {
     assert_int_equal(tr_kernels_call(K, &call, &eb), TR_OK);
     tr_kernels_unbind(K, &call);
 
-    struct tr_tensor *all[] = {&x, &y, &w, &o, &xb, &v7, &q, &ids, &e5, &c9, &table};
+    struct tr_tensor *all[] = {&x, &y, &w, &o, &xb, &v7, &q, &ids, &e5, &cn, &table};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tr_test_tensor_free(all[i]);
 }
 

@@ -660,9 +660,9 @@ static void test_attention_backward(void **state) {
                     }
                     for (int i = 0; i < 5; i++) din[i] = to_dev(&in[i]);
                     const struct tr_tensor *mask = ac->mask ? &in[4] : NULL, *dmask = ac->mask ? &din[4] : NULL;
-                    CHECK_OK(tr_k_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, 0.0f, ac->causal,
+                    CHECK_OK(tr_k_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, NULL, NULL, 0.0f, ac->causal,
                                                      ac->window, pr[0], pr[1], pr[2], &err));
-                    CHECK_OK(tr_k_attention_backward(G, &din[0], &din[1], &din[2], &din[3], dmask, 0.0f, ac->causal,
+                    CHECK_OK(tr_k_attention_backward(G, &din[0], &din[1], &din[2], &din[3], dmask, NULL, NULL, 0.0f, ac->causal,
                                                      ac->window, pd[0], pd[1], pd[2], &err));
                     for (int w = 0; w < 3; w++) {
                         if (!pd[w]) continue;
@@ -681,6 +681,88 @@ static void test_attention_backward(void **state) {
                     free_all(5, in);
                 }
     }
+    CHECK_OK(tr_kernels_set_math(G, TR_MATH_DEFAULT, &err));
+}
+
+/* The forward's statistics on cuda: tr_k_attention_lse's output and lse (tensor cores and
+ * CUDA cores, lse alone too) against the cpu's, and the backward reading them (delta from
+ * the saved output, no statistics pass) against the cpu's backward that recomputes. */
+static void test_attention_saved_stats(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    static const struct attn_case cases[] = {
+        {2, 4, 2, 70, 70, 64, 64, 1, 0, 1}, {1, 4, 4, 50, 60, 128, 128, 0, 12, 1}, {1, 4, 1, 40, 40, 256, 256, 1, 0, 0},
+        {1, 2, 2, 33, 33, 48, 48, 0, 0, 1},
+    };
+    for (int simple = 0; simple < 2; simple++) {
+        if (simple) setenv("TRIDENT_CUDA_ATTENTION", "simple", 1);
+        for (int d = 0; d < 3; d++) {
+            enum tr_math maths[2];
+            const int nm = attn_maths(FLOATS[d], maths);
+            for (int mi = 0; mi < nm; mi++)
+                for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+                    CHECK_OK(tr_kernels_set_math(G, maths[mi], &err));
+                    const struct attn_case *ac = &cases[c];
+                    const struct attn_shapes sh = attn_shapes(ac);
+                    const int64_t ls[3] = {ac->B, ac->H, ac->Tq};
+                    struct tr_tensor in[5] = {randn(FLOATS[d], 4, sh.q, 410 + c), randn(FLOATS[d], 4, sh.k, 420 + c),
+                                              randn(FLOATS[d], 4, sh.v, 430 + c), randn(FLOATS[d], 4, sh.out, 440 + c),
+                                              tr_test_tensor(TR_DTYPE_F32, 4, sh.mask)};
+                    padding_mask(&in[4], 2);
+                    struct tr_tensor y = tr_test_tensor(FLOATS[d], 4, sh.out), lse = tr_test_tensor(TR_DTYPE_F32, 3, ls);
+                    struct tr_tensor gy = tr_test_tensor(FLOATS[d], 4, sh.out), gl = tr_test_tensor(TR_DTYPE_F32, 3, ls);
+                    tr_test_poison(&gy);
+                    tr_test_poison(&gl);
+                    struct tr_tensor din[5], dy_ = to_dev(&gy), dl = to_dev(&gl), dl2 = to_dev(&gl);
+                    for (int i = 0; i < 5; i++) din[i] = to_dev(&in[i]);
+                    const struct tr_tensor *mask = ac->mask ? &in[4] : NULL, *dmask = ac->mask ? &din[4] : NULL;
+                    CHECK_OK(tr_k_attention_lse(tr_test_k, &in[0], &in[1], &in[2], mask, 0.0f, ac->causal, ac->window,
+                                                &y, &lse, &err));
+                    CHECK_OK(tr_k_attention_lse(G, &din[0], &din[1], &din[2], dmask, 0.0f, ac->causal, ac->window, &dy_,
+                                                &dl, &err));
+                    CHECK_OK(tr_k_attention_lse(G, &din[0], &din[1], &din[2], dmask, 0.0f, ac->causal, ac->window, NULL,
+                                                &dl2, &err));
+                    char what[128];
+                    snprintf(what, sizeof what, "attention_lse case %zu math %s%s", c, tr_math_name(maths[mi]),
+                             simple ? " simple" : "");
+                    const double tol = attn_tol(FLOATS[d], maths[mi]);
+                    fetch(&gy, &dy_);
+                    check_out_tol(what, "out", &gy, &y, tol);
+                    fetch(&gl, &dl);
+                    check_out_tol(what, "lse", &gl, &lse, tol > 0 ? tol : 1e-4);
+                    fetch(&gl, &dl2);
+                    check_out_tol(what, "lse alone", &gl, &lse, tol > 0 ? tol : 1e-4);
+                    struct tr_tensor ref[3], got[3], dg[3];
+                    const int64_t *gs[3] = {sh.q, sh.k, sh.v};
+                    for (int w = 0; w < 3; w++) {
+                        ref[w] = tr_test_tensor(FLOATS[d], 4, gs[w]);
+                        got[w] = tr_test_tensor(FLOATS[d], 4, gs[w]);
+                        tr_test_poison(&got[w]);
+                        dg[w] = to_dev(&got[w]);
+                    }
+                    CHECK_OK(tr_k_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, NULL, NULL, 0.0f,
+                                                     ac->causal, ac->window, &ref[0], &ref[1], &ref[2], &err));
+                    CHECK_OK(tr_k_attention_backward(G, &din[0], &din[1], &din[2], &din[3], dmask, &dy_, &dl, 0.0f,
+                                                     ac->causal, ac->window, &dg[0], &dg[1], &dg[2], &err));
+                    for (int w = 0; w < 3; w++) {
+                        fetch(&got[w], &dg[w]);
+                        snprintf(what, sizeof what, "attention_backward saved stats case %zu d%c math %s%s", c, "qkv"[w],
+                                 tr_math_name(maths[mi]), simple ? " simple" : "");
+                        check_out_tol(what, "tr_k_attention_backward", &got[w], &ref[w], tol);
+                        tr_kernels_dealloc(G, dg[w].data);
+                        tr_test_tensor_free(&ref[w]);
+                        tr_test_tensor_free(&got[w]);
+                    }
+                    for (int i = 0; i < 5; i++) tr_kernels_dealloc(G, din[i].data);
+                    tr_kernels_dealloc(G, dy_.data);
+                    tr_kernels_dealloc(G, dl.data);
+                    tr_kernels_dealloc(G, dl2.data);
+                    free_all(5, in);
+                    tr_test_tensor_free(&y), tr_test_tensor_free(&lse), tr_test_tensor_free(&gy), tr_test_tensor_free(&gl);
+                }
+        }
+    }
+    unsetenv("TRIDENT_CUDA_ATTENTION");
     CHECK_OK(tr_kernels_set_math(G, TR_MATH_DEFAULT, &err));
 }
 
@@ -1047,6 +1129,7 @@ int main(void) {
         cmocka_unit_test(test_cross_entropy), cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_training_grads), cmocka_unit_test(test_attention_grad),
         cmocka_unit_test(test_attention_backward),
+        cmocka_unit_test(test_attention_saved_stats),
         cmocka_unit_test(test_rms_norm_rope), cmocka_unit_test(test_fused), cmocka_unit_test(test_vision), cmocka_unit_test(test_attention_rel),
         cmocka_unit_test(test_colsum_split), cmocka_unit_test(test_matmul_epilogue_fallback),
     };

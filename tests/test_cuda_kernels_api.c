@@ -111,13 +111,13 @@ static int k_attention_backward(struct tr_kernels *k, const struct tr_tensor *in
     }
     if (P.flag) {
         struct tr_kernel_call call;
-        st = tr_kernels_bind_attention_backward(k, &in[0], &in[1], &in[2], &in[3], &in[4], 0.0f, 1, 0, &g[0], &g[1],
+        st = tr_kernels_bind_attention_backward(k, &in[0], &in[1], &in[2], &in[3], &in[4], NULL, NULL, 0.0f, 1, 0, &g[0], &g[1],
                                                 &g[2], &call, e);
         if (!st) st = tr_kernels_call(k, &call, e);
         if (!st) st = tr_kernels_call(k, &call, e);
         tr_kernels_unbind(k, &call);
     } else {
-        st = tr_k_attention_backward(k, &in[0], &in[1], &in[2], &in[3], &in[4], 0.25f, 1, 0, &g[0], &g[1], &g[2], e);
+        st = tr_k_attention_backward(k, &in[0], &in[1], &in[2], &in[3], &in[4], NULL, NULL, 0.25f, 1, 0, &g[0], &g[1], &g[2], e);
     }
     if (!st) st = tr_kernels_sync(k, e);
     for (int i = 0; i < 3; i++)
@@ -399,7 +399,7 @@ static void test_routing(void **state) {
     R(tr_k_layer_norm_grad_gamma(k, &x, &x, 1e-5f, &v, &e));
     R(tr_k_embedding_grad(k, &ids, &m, &m, &e));
     R(tr_k_attention_grad(k, &x, &x, &x, &x, NULL, 0.5f, 0, 0, 1, &o, &e));
-    R(tr_k_attention_backward(k, &x, &x, &x, &x, NULL, 0.5f, 0, 0, &o, NULL, &o, &e));
+    R(tr_k_attention_backward(k, &x, &x, &x, &x, NULL, NULL, NULL, 0.5f, 0, 0, &o, NULL, &o, &e));
     R(tr_k_broadcast(k, &v, &o, &e));
     R(tr_k_max_grad(k, &x, &x, 0, 1, &o, &e));
     R(tr_k_slice_grad(k, &x, 0, 0, 1, &o, &e));
@@ -420,7 +420,7 @@ static void test_routing(void **state) {
     R(tr_kernels_bind_bias_residual_layer_norm(k, &x, NULL, NULL, &v, &v, 1e-5f, &o, &call, &e));
     R(tr_kernels_bind_scale_mask_softmax(k, &x, 0.5f, NULL, &o, &call, &e));
     R(tr_kernels_bind_embedding_sum_layer_norm(k, 1, &m, idv, &v, &v, 1e-5f, &m, &call, &e));
-    R(tr_kernels_bind_attention_backward(k, &x, &x, &x, &x, NULL, 0.0f, 0, 0, &o, &o, &o, &call, &e));
+    R(tr_kernels_bind_attention_backward(k, &x, &x, &x, &x, NULL, NULL, NULL, 0.0f, 0, 0, &o, &o, &o, &call, &e));
 #undef R
     /* the arguments are still checked before the device: a bad distribution is refused */
     assert_int_equal(tr_k_random(k, (enum tr_random_dist)7, 1, 0.0f, 1.0f, &o, &e), TR_ERR_INVALID);

@@ -324,6 +324,93 @@ static double attn_loss(void *p) {
     return dot(c->dy, c->out, c->a->B * c->a->H * c->a->Tq * c->a->Dv);
 }
 
+/* lse (B,H,Tq) against the reference's: +inf exactly where a row sees no key, the rest
+ * by ‖got − ref‖/‖ref‖ < 1e-4 (f32 statistics of whatever dtype). */
+static void check_lse(const char *what, const struct tr_tensor *lse, const double *ref) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < tr_tensor_numel(lse); i++) {
+        const double g = tr_tensor_get_f64(lse, i);
+        if (isinf(ref[i]) || isinf(g)) {
+            if (g != ref[i]) fail_msg("%s: row %lld: lse %g, expected %g", what, (long long)i, g, ref[i]);
+            continue;
+        }
+        num += (g - ref[i]) * (g - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (!(rel < 1e-4)) fail_msg("%s: lse rel err %.3g (tol 1e-4)", what, rel);
+}
+
+/* The forward's statistics kept and read back: tr_k_attention_lse gives the output and
+ * lse in one pass (lse alone too), and the backward from them (direct and bound, as the
+ * ATTENTION_GRAD op with 6 or 7 inputs) matches the reference's gradients. */
+static void attn_saved_case(const struct attn_cfg *c, enum tr_dtype dt, const struct tr_tensor *in, int n_in,
+                            const struct tr_ref_attn *ra, const double *const refs[3], const char *name) {
+    const struct tr_tensor *mask = n_in == 5 ? &in[4] : NULL;
+    double *q = tr_test_to_f64(&in[0]), *k = tr_test_to_f64(&in[1]);
+    double *rl = malloc(sizeof(double) * (size_t)(c->B * c->H * c->Tq));
+    tr_ref_attention_lse(ra, q, k, rl);
+    struct tr_tensor y = TENSOR(dt, c->B, c->H, c->Tq, c->Dv), lse = TENSOR(TR_DTYPE_F32, c->B, c->H, c->Tq);
+    struct tr_tensor lse2 = TENSOR(TR_DTYPE_F32, c->B, c->H, c->Tq);
+    tr_test_poison(&y);
+    tr_test_poison(&lse);
+    tr_test_poison(&lse2);
+    struct tr_error e = {0};
+    const float sc = c->scale != 0.0f ? c->scale : tr_attention_default_scale(c->D);
+    char what[160];
+    snprintf(what, sizeof what, "attention_lse %s (%s)", name, tr_dtype_name(dt));
+    if (tr_k_attention_lse(tr_test_k, &in[0], &in[1], &in[2], mask, sc, c->causal, c->window, &y, &lse, &e) ||
+        tr_k_attention_lse(tr_test_k, &in[0], &in[1], &in[2], mask, sc, c->causal, c->window, NULL, &lse2, &e))
+        fail_msg("%s: %s", what, e.msg);
+    check_lse(what, &lse, rl);
+    check_lse(what, &lse2, rl);
+    struct tr_tensor gin[7] = {in[0], in[1], in[2], in[3]};
+    int gn = 4;
+    if (mask) gin[gn++] = *mask;
+    gin[gn++] = y;
+    gin[gn++] = lse;
+    for (int w = 0; w < 3; w++) { /* the op, one gradient each */
+        struct tr_attrs at = {.ints = {c->causal, c->window, w}, .floats = {c->scale}};
+        struct tr_tensor o = tr_test_tensor(dt, 4, in[w].shape);
+        snprintf(what, sizeof what, "attention_grad saved stats %s d%c", name, "qkv"[w]);
+        run(TR_OP_ATTENTION_GRAD, &at, gn, gin, &o);
+        check(what, dt, &o, refs[w]);
+        tfree(&o, NULL);
+    }
+    for (int form = 0; form < 2; form++) { /* all three at once, direct and bound */
+        struct tr_tensor o[3];
+        for (int w = 0; w < 3; w++) {
+            o[w] = tr_test_tensor(dt, 4, in[w].shape);
+            tr_test_poison(&o[w]);
+        }
+        int rc;
+        if (form) {
+            struct tr_kernel_call call;
+            rc = tr_kernels_bind_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, &y, &lse,
+                                                    c->scale, c->causal, c->window, &o[0], &o[1], &o[2], &call, &e);
+            if (rc == TR_OK) rc = tr_kernels_call(tr_test_k, &call, &e);
+            tr_kernels_unbind(tr_test_k, &call);
+        } else {
+            rc = tr_k_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, &y, &lse, sc, c->causal,
+                                         c->window, &o[0], &o[1], &o[2], &e);
+        }
+        if (rc) fail_msg("attention_backward saved stats %s: %s", name, e.msg);
+        for (int w = 0; w < 3; w++) {
+            snprintf(what, sizeof what, "attention_backward%s saved stats %s d%c", form ? " bound" : "", name, "qkv"[w]);
+            check(what, dt, &o[w], refs[w]);
+        }
+        tfree(&o[0], &o[1], &o[2], NULL);
+    }
+    /* y without lse is refused, as is a lse of the wrong shape */
+    struct tr_tensor o = tr_test_tensor(dt, 4, in[0].shape);
+    assert_int_not_equal(tr_k_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, &y, NULL, sc,
+                                                 c->causal, c->window, &o, NULL, NULL, &e), TR_OK);
+    assert_int_not_equal(tr_k_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, &y, &y, sc,
+                                                 c->causal, c->window, &o, NULL, NULL, &e), TR_OK);
+    tfree(&o, &y, &lse, &lse2, NULL);
+    free(q), free(k), free(rl);
+}
+
 static void attn_case(const struct attn_cfg *c, int fd, const char *name) {
     for (int d = 0; d < N_DTS; d++) {
         const enum tr_dtype dt = DTS[d];
@@ -368,13 +455,13 @@ static void attn_case(const struct attn_cfg *c, int fd, const char *name) {
             int rc;
             if (form == 2) {
                 struct tr_kernel_call call;
-                rc = tr_kernels_bind_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, c->scale,
+                rc = tr_kernels_bind_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, NULL, NULL, c->scale,
                                                         c->causal, c->window, &o[0], &o[1], &o[2], &call, &e);
                 if (rc == TR_OK) rc = tr_kernels_call(tr_test_k, &call, &e);
                 tr_kernels_unbind(tr_test_k, &call);
             } else {
                 const float sc = c->scale != 0.0f ? c->scale : 1.0f / sqrtf((float)c->D); /* the op's default */
-                rc = tr_k_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, sc, c->causal,
+                rc = tr_k_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, NULL, NULL, sc, c->causal,
                                              c->window, form == 0 ? &o[0] : NULL, &o[1], &o[2], &e);
             }
             if (rc) fail_msg("attention_backward %s: %s", name, e.msg);
@@ -385,6 +472,7 @@ static void attn_case(const struct attn_cfg *c, int fd, const char *name) {
             }
             for (int w = 0; w < 3; w++) tfree(&o[w], NULL);
         }
+        if (dt != TR_DTYPE_F64) attn_saved_case(c, dt, in, n_in, &ra, refs, name);
         if (dt == TR_DTYPE_F32) { /* the reference's forward is the kernel's (mask, causal, window, GQA) */
             struct tr_attrs at = {.ints = {c->causal, c->window}, .floats = {c->scale}};
             struct tr_tensor fin[4] = {in[0], in[1], in[2], n_in == 5 ? in[4] : in[0]};

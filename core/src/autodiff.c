@@ -233,17 +233,26 @@ static void rule_reduce(struct ad *ad, int id, int op, int dy) {
     accumulate(ad, x, d);
 }
 
+/* ATTENTION: one ATTENTION_GRAD per operand that needs it, each given the forward's output
+ * and its ATTENTION_LSE, so that the backward reads the softmax statistics instead of
+ * recomputing them (a backend computes the ATTENTION_LSE in the forward's own pass). */
 static void rule_attention(struct ad *ad, int id, int dy) {
     struct tr_graph *g = ad->g;
     int n = tr_node_n_inputs(g, id);
-    int in[5] = {tr_node_input(g, id, 0), tr_node_input(g, id, 1), tr_node_input(g, id, 2), dy,
-                 n == 4 ? tr_node_input(g, id, 3) : -1};
+    int fwd[4] = {tr_node_input(g, id, 0), tr_node_input(g, id, 1), tr_node_input(g, id, 2),
+                  n == 4 ? tr_node_input(g, id, 3) : -1};
+    int lse = -1, in[7] = {fwd[0], fwd[1], fwd[2], dy, fwd[3]}, k = n + 1;
     for (int which = 0; which < 3; which++) {
         if (!needs(ad, in[which])) continue;
+        if (lse < 0) {
+            lse = tr_graph_add_node(g, TR_OP_ATTENTION_LSE, n, fwd, tr_node_attrs(g, id));
+            in[k++] = id;
+            in[k++] = lse;
+        }
         struct tr_attrs a = *tr_node_attrs(g, id);
         a.ints[2] = which;
         a.n_ints = 3;
-        accumulate(ad, in[which], tr_graph_add_node(g, TR_OP_ATTENTION_GRAD, n + 1, in, &a));
+        accumulate(ad, in[which], tr_graph_add_node(g, TR_OP_ATTENTION_GRAD, k, in, &a));
     }
 }
 

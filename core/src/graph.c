@@ -419,11 +419,12 @@ int tr_graph_add_node(struct tr_graph *g, enum tr_op op, int n_inputs, const int
         return -1;
     }
     int arity = tr_op_arity(op);
-    int ok = op == TR_OP_ATTENTION ? n_inputs == 3 || n_inputs == 4
-           : arity < 0             ? n_inputs >= 1 && n_inputs <= TR_MAX_INPUTS
-                                   : n_inputs == arity;
+    const int qkv = op == TR_OP_ATTENTION || op == TR_OP_ATTENTION_LSE;
+    int ok = qkv        ? n_inputs == 3 || n_inputs == 4
+           : arity < 0 ? n_inputs >= 1 && n_inputs <= TR_MAX_INPUTS
+                       : n_inputs == arity;
     if (!ok) {
-        const char *want = op == TR_OP_ATTENTION ? "3 or 4" : arity < 0 ? "1 to 8" : NULL;
+        const char *want = qkv ? "3 or 4" : arity < 0 ? "1 to 8" : NULL;
         char buf[16];
         if (!want) snprintf(buf, sizeof buf, "%d", arity), want = buf;
         graph_fail(g, TR_ERR_INVALID, "node %d %s '%s': %d inputs, expected %s", id, on, n.name, n_inputs, want);

@@ -416,17 +416,41 @@ static int infer_embedding_grad(struct ctx *c, const struct arg *a, const struct
     return TR_OK;
 }
 
+/* The f32 statistics of ATTENTION_LSE: f64 for f64 operands, so that finite differences
+ * through them stay exact. */
+static int lse_dtype(int dt) { return dt == TR_DTYPE_F64 ? TR_DTYPE_F64 : TR_DTYPE_F32; }
+
+/* ATTENTION_LSE (q, k, v, [mask]) -> (B,H,Tq): ATTENTION's checks and attrs. */
+static int infer_attention_lse(struct ctx *c, int n, const struct arg *a, struct tr_attrs *at, int *dt, int *nd,
+                               int64_t *sh) {
+    int rc = infer_attention(c, n, a, at, dt, nd, sh);
+    if (rc) return rc;
+    *dt = lse_dtype(*dt);
+    *nd = 3;
+    return TR_OK;
+}
+
 /* Stores the scale resolved as ATTENTION does (infer_attention below writes it). */
 static int infer_attention_grad(struct ctx *c, int n, const struct arg *a, struct tr_attrs *at, int *dt,
                                 int *nd, int64_t *sh) {
-    if (n != 4 && n != 5)
-        return refuse(c, TR_ERR_INVALID, "%d inputs, expected q, k, v, dy and an optional mask (4 or 5)", n);
+    if (n < 4 || n > 7)
+        return refuse(c, TR_ERR_INVALID, "%d inputs, expected q, k, v, dy, an optional mask and optionally the "
+                      "forward's y and lse (4 to 7)", n);
+    const int saved = n >= 6, masked = n == 5 || n == 7;
     struct arg fwd[4] = {a[0], a[1], a[2]};
-    if (n == 5) fwd[3] = a[4];
+    if (masked) fwd[3] = a[4];
     int y_dt, y_nd;
     int64_t y_sh[TR_MAX_DIMS];
-    int rc = infer_attention(c, n - 1, fwd, at, &y_dt, &y_nd, y_sh);
+    int rc = infer_attention(c, 3 + masked, fwd, at, &y_dt, &y_nd, y_sh);
     if (rc) return rc;
+    for (int s = 0; saved && s < 2; s++) { /* y as dy; lse as y without its last axis */
+        const struct arg *x = &a[n - 2 + s];
+        int ok = x->dt == (s ? lse_dtype(y_dt) : y_dt) && x->nd == y_nd - s;
+        for (int i = 0; ok && i < x->nd; i++) ok = x->sh[i] == y_sh[i];
+        if (!ok)
+            return refuse(c, TR_ERR_SHAPE, "%s %s must be the attention's %s (q %s, v %s)", s ? "lse" : "y", x->str,
+                          s ? "ATTENTION_LSE: f32 (B,H,Tq)" : "output", a[0].str, a[2].str);
+    }
     const struct arg *dy = &a[3];
     int ok = dy->dt == y_dt && dy->nd == y_nd;
     for (int i = 0; ok && i < y_nd; i++) ok = dy->sh[i] == y_sh[i];
@@ -940,6 +964,8 @@ int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *i
         return TR_OK;
     case TR_OP_ATTENTION:
         return infer_attention(&c, n_in, a, attrs, dtype, ndim, shape);
+    case TR_OP_ATTENTION_LSE:
+        return infer_attention_lse(&c, n_in, a, attrs, dtype, ndim, shape);
     case TR_OP_UNARY_GRAD:
         return infer_unary_grad(&c, a, attrs, dtype, ndim, shape);
     case TR_OP_SOFTMAX_GRAD:

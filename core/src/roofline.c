@@ -37,7 +37,7 @@ struct tr_roof_design tr_roof_design_of(int op, int dtype, enum tr_math math) {
         return tensor ? (struct tr_roof_design){0.45, 0.8, "flash forward, WMMA tiles through shared memory"}
                       : (struct tr_roof_design){0.5, 0.8, "flash forward on CUDA cores (strict f32)"};
     case TR_OP_ATTENTION_GRAD: case TR_OP_ATTENTION_REL_GRAD:
-        return tensor ? (struct tr_roof_design){0.3, 0.8, "flash backward: statistics, dK·dV and dQ passes (recompute)"}
+        return tensor ? (struct tr_roof_design){0.3, 0.8, "flash backward from the forward's lse: dK·dV and dQ passes"}
                       : (struct tr_roof_design){0.3, 0.8, "flash backward on CUDA cores (strict f32)"};
     case TR_OP_CONV2D: case TR_OP_CONV2D_GRAD_INPUT: case TR_OP_CONV2D_GRAD_WEIGHT:
         return (struct tr_roof_design){0.55, 0.7, "im2col chunks into cuBLASLt (cuDNN where found)"};
@@ -92,8 +92,9 @@ static double node_flops(const struct tr_graph *g, int id) {
 }
 
 static int runs_kernel(int op) {
+    /* ATTENTION_LSE rides in its ATTENTION's pass on every backend */
     return op != TR_OP_INPUT && op != TR_OP_PARAM && op != TR_OP_CONST && op != TR_OP_RESHAPE &&
-           op != TR_OP_ALLREDUCE && op != TR_OP_ALLREDUCE_START && op != TR_OP_ALLREDUCE_WAIT;
+           op != TR_OP_ATTENTION_LSE && op != TR_OP_ALLREDUCE && op != TR_OP_ALLREDUCE_START && op != TR_OP_ALLREDUCE_WAIT;
 }
 
 static int same_call(const struct tr_graph *g, int a, int b) {

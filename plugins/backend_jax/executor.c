@@ -76,6 +76,7 @@ static int make_schedule(struct tr_jax_program *p, int *step_of, struct tr_error
     const struct tr_pir *g = &p->pir;
     p->steps = calloc((size_t)g->n + 1, sizeof *p->steps);
     if (!p->steps) return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory for the schedule");
+    int n_pairs = 0;
     for (int id = 0; id < g->n; id++) {
         const struct tr_pir_node *n = &g->nodes[id];
         step_of[id] = -1;
@@ -91,7 +92,11 @@ static int make_schedule(struct tr_jax_program *p, int *step_of, struct tr_error
             continue;
         }
         if (ci >= 0 && p->fusion.clusters[ci].root != id) continue; /* computed inside its kernel */
-        int ai = p->fusion.attn_of ? p->fusion.attn_of[id] : -1;
+        int ai = p->fusion.attn_of ? p->fusion.attn_of[id] : -1, pair = p->fusion.lse_of ? p->fusion.lse_of[id] : -1;
+        if (pair >= 0 && pair < id) { /* an ATTENTION_LSE: written by its ATTENTION's call, at its step */
+            step_of[id] = step_of[pair];
+            continue;
+        }
         if (ai >= 0 && p->fusion.attn[ai].lead != id) {
             /* written by its group's call, at the lead's step: every operand is older than
              * the lead (the same operands), every reader younger than this node */
@@ -106,6 +111,7 @@ static int make_schedule(struct tr_jax_program *p, int *step_of, struct tr_error
         s->attrs = n->attrs;
         if (ci >= 0) s->kind = JAX_STEP_GEN;
         else if (ai >= 0) s->kind = JAX_STEP_ATTN_BWD;
+        else if (pair >= 0) s->kind = JAX_STEP_ATTN_LSE, s->attn = p->fusion.n_attn + n_pairs++;
         else s->kind = n->op == JAX_OP_MATMUL_EPI ? JAX_STEP_MATMUL : JAX_STEP_LIB;
         if (s->kind == JAX_STEP_GEN) p->n_gen++;
         else p->n_lib++;
@@ -261,12 +267,27 @@ static int bind_attn_bwd(struct tr_jax_program *p, struct jax_step *s, struct tr
     s->call = &p->calls[s->attn];
     int rc = a->rel ? tr_kernels_bind_attention_rel_backward(p->k, s->in, s->attrs.floats[0], gp, s->call, err)
                     : tr_kernels_bind_attention_backward(p->k, &s->in[0], &s->in[1], &s->in[2], &s->in[3],
-                                                         s->n_in > 4 ? &s->in[4] : NULL, s->attrs.floats[0],
+                                                         s->n_in == 5 || s->n_in == 7 ? &s->in[4] : NULL,
+                                                         s->n_in >= 6 ? &s->in[s->n_in - 2] : NULL,
+                                                         s->n_in >= 6 ? &s->in[s->n_in - 1] : NULL, s->attrs.floats[0],
                                                          (int)s->attrs.ints[0], (int)s->attrs.ints[1], gp[0], gp[1],
                                                          gp[2], s->call, err);
     if (rc != TR_OK)
         return tr_error_prefix(err, "jax: node %d %s '%s' (the fused backward of %d gradients)", a->lead,
                                a->rel ? "attention_rel_grad" : "attention_grad", nname(p, a->lead), a->n_grads);
+    return TR_OK;
+}
+
+/* An ATTENTION and its ATTENTION_LSE (fusion.lse_of) in one bound call. */
+static int bind_attn_lse(struct tr_jax_program *p, struct jax_step *s, struct tr_error *err) {
+    struct tr_tensor lse;
+    int rc = tensor_of(p, p->fusion.lse_of[s->node], &lse, err);
+    if (rc != TR_OK) return rc;
+    s->call = &p->calls[s->attn];
+    rc = tr_kernels_bind_attention_lse(p->k, &s->in[0], &s->in[1], &s->in[2], s->n_in == 4 ? &s->in[3] : NULL,
+                                       s->attrs.floats[0], (int)s->attrs.ints[0], (int)s->attrs.ints[1], &s->out, &lse,
+                                       s->call, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "jax: node %d attention '%s' (with its lse)", s->node, nname(p, s->node));
     return TR_OK;
 }
 
@@ -276,7 +297,7 @@ static int bind_steps(struct tr_jax_program *p, struct tr_error *err) {
     if (p->cuda) total += (size_t)p->fusion.n_clusters; /* the flag after out */
     p->argv = calloc(total + 1, sizeof *p->argv);
     if (p->cuda) p->cu_params = calloc(total + 1, sizeof *p->cu_params);
-    p->calls = calloc((size_t)p->fusion.n_attn + 1, sizeof *p->calls);
+    p->calls = calloc((size_t)(p->fusion.n_attn + p->fusion.n_lse) + 1, sizeof *p->calls);
     if (!p->argv || (p->cuda && !p->cu_params) || !p->calls)
         return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory binding the kernels");
     size_t at = 0;
@@ -313,6 +334,7 @@ static int bind_steps(struct tr_jax_program *p, struct tr_error *err) {
             if ((rc = tensor_of(p, n->in[i], &s->in[i], err)) != TR_OK) return rc;
         if ((rc = tensor_of(p, s->node, &s->out, err)) != TR_OK) return rc;
         if (s->kind == JAX_STEP_ATTN_BWD && (rc = bind_attn_bwd(p, s, err)) != TR_OK) return rc;
+        if (s->kind == JAX_STEP_ATTN_LSE && (rc = bind_attn_lse(p, s, err)) != TR_OK) return rc;
     }
     return TR_OK;
 }
@@ -428,7 +450,7 @@ void tr_jax_program_free(struct tr_jax_program *p) {
     if (p->bad) tr_kernels_dealloc(p->k, p->bad);
     if (p->weights) tr_kernels_dealloc(p->k, p->weights);
     if (p->arena) tr_kernels_dealloc(p->k, p->arena);
-    for (int i = 0; p->calls && i < p->fusion.n_attn; i++)
+    for (int i = 0; p->calls && i < p->fusion.n_attn + p->fusion.n_lse; i++)
         if (p->calls[i].fn) tr_kernels_unbind(p->k, &p->calls[i]);
     free(p->calls);
     if (p->k) tr_kernels_free(p->k);
@@ -505,7 +527,7 @@ static int run_step(struct tr_jax_program *p, const struct jax_step *s, struct t
             return tr_error_set(err, TR_ERR_NOMEM, "jax: kernel %d (node %d '%s'): no memory for a row buffer",
                                 s->cluster, s->node, nname(p, s->node));
         return bad_id(p, s, err);
-    case JAX_STEP_ATTN_BWD:
+    case JAX_STEP_ATTN_BWD: case JAX_STEP_ATTN_LSE:
         rc = tr_kernels_call(p->k, s->call, err);
         break;
     case JAX_STEP_MATMUL:
@@ -666,6 +688,9 @@ void tr_jax_program_stats(const struct tr_jax_program *p, struct tr_backend_stat
         if (partial && k < sizeof st->notes)
             snprintf(st->notes + k, sizeof st->notes - k, " (%d with 2 of 3 gradients)", partial);
     }
+    k = strlen(st->notes);
+    if (p->fusion.n_lse && k < sizeof st->notes)
+        snprintf(st->notes + k, sizeof st->notes - k, "; attention with its lse x%d", p->fusion.n_lse);
     k = strlen(st->notes);
     if (p->pir.n_updates && k < sizeof st->notes)
         snprintf(st->notes + k, sizeof st->notes - k, "; %d of %d updates in place", p->n_donated, p->pir.n_updates);

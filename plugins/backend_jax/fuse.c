@@ -272,6 +272,7 @@ void jax_fusion_free(struct jax_fusion *f) {
     free(f->cluster_of);
     free(f->attn);
     free(f->attn_of);
+    free(f->lse_of);
     memset(f, 0, sizeof *f);
 }
 
@@ -358,10 +359,18 @@ static int build_cluster(const struct tr_pir *p, const struct consumers *c, stru
 /* Groups in program order; the lead (lowest id) is where the call runs. */
 int jax_group_attention_backward(const struct tr_pir *p, struct jax_fusion *f, struct tr_error *err) {
     f->attn_of = malloc(((size_t)p->n + 1) * sizeof *f->attn_of);
+    f->lse_of = malloc(((size_t)p->n + 1) * sizeof *f->lse_of);
     f->attn = calloc((size_t)p->n / 2 + 1, sizeof *f->attn);
-    if (!f->attn_of || !f->attn)
+    if (!f->attn_of || !f->lse_of || !f->attn)
         return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory grouping attention backwards (%d nodes)", p->n);
-    for (int i = 0; i < p->n; i++) f->attn_of[i] = -1;
+    for (int i = 0; i < p->n; i++) f->attn_of[i] = f->lse_of[i] = -1;
+    for (int id = 0; id < p->n; id++) {
+        int j = f->cluster_of && f->cluster_of[id] >= 0 ? -1 : tr_attn_lse_partner(p, id);
+        if (j < 0 || (f->cluster_of && f->cluster_of[j] >= 0)) continue;
+        f->lse_of[id] = j;
+        f->lse_of[j] = id;
+        f->n_lse++;
+    }
     for (int id = 0; id < p->n; id++) {
         int grad[TR_ATTN_GRADS], n = tr_attn_grad_group(p, id, f->attn_of, grad);
         if (n < 2) continue;

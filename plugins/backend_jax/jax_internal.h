@@ -10,7 +10,9 @@
 
 /* ATTN_BWD: one bound call of the fused attention backward writing every gradient of
  * its group (fusion.attn[attn]) at the place of the group's first node. */
-enum jax_step_kind { JAX_STEP_GEN, JAX_STEP_MATMUL, JAX_STEP_LIB, JAX_STEP_ATTN_BWD };
+/* ATTN_LSE: one bound call of tr_k_attention_lse writing an ATTENTION's output and its
+ * ATTENTION_LSE's (fusion.lse_of) at the ATTENTION's place. */
+enum jax_step_kind { JAX_STEP_GEN, JAX_STEP_MATMUL, JAX_STEP_LIB, JAX_STEP_ATTN_BWD, JAX_STEP_ATTN_LSE };
 
 typedef int (*jax_kernel_fn)(void *const *args);
 
@@ -18,7 +20,8 @@ struct jax_step {
     enum jax_step_kind kind;
     int node;                       /* the pir node it writes */
     int cluster;                    /* JAX_STEP_GEN */
-    int attn;                       /* JAX_STEP_ATTN_BWD: its group, and its bound call */
+    int attn;                       /* JAX_STEP_ATTN_BWD: its group, and its bound call;
+                                       ATTN_LSE: its bound call (calls[attn]) */
     struct tr_kernel_call *call;
     jax_kernel_fn fn;
     void **args;

@@ -181,6 +181,24 @@ static int make_tensor(struct tf_program *p, int id, struct tr_tensor *t, struct
  * once here, and a step's call is the compute alone. */
 static int make_tensor(struct tf_program *p, int id, struct tr_tensor *t, struct tr_error *err);
 
+/* ATTN_LSE: the attention's output and, into its EXTRA_OUT node's buffer, the lse. */
+static int bind_attn_lse(struct tf_program *p, int id, const struct tr_tensor *in, const struct tr_tensor *out,
+                         struct tr_kernel_call *c, struct tr_error *err) {
+    const struct tr_pir *ir = &p->pir;
+    const struct tr_pir_node *d = &ir->nodes[id];
+    for (int j = id + 1; j < ir->n; j++) {
+        const struct tr_pir_node *e = &ir->nodes[j];
+        if (e->op != TF_OP_EXTRA_OUT || e->in[0] != id) continue;
+        struct tr_tensor lse;
+        int rc = make_tensor(p, j, &lse, err);
+        if (rc != TR_OK) return rc;
+        const struct tr_attrs *a = &d->attrs;
+        return tr_kernels_bind_attention_lse(p->k, &in[0], &in[1], &in[2], d->n_in == 4 ? &in[3] : NULL, a->floats[0],
+                                             (int)a->ints[0], (int)a->ints[1], out, &lse, c, err);
+    }
+    return tr_error_set(err, TR_ERR_INTERNAL, "tf: attention_with_lse without its lse node");
+}
+
 /* ATTN_BWD: its own gradient, and those of its EXTRA_OUT nodes (ints[4]: of ATTENTION_REL). */
 static int bind_attn_bwd(struct tf_program *p, int id, const struct tr_tensor *in, const struct tr_tensor *out,
                          struct tr_kernel_call *c, struct tr_error *err) {
@@ -198,8 +216,9 @@ static int bind_attn_bwd(struct tf_program *p, int id, const struct tr_tensor *i
     }
     const struct tr_attrs *a = &d->attrs;
     if (a->ints[4]) return tr_kernels_bind_attention_rel_backward(p->k, in, a->floats[0], gp, c, err);
+    const int n = d->n_in; /* (q, k, v, dy, [mask], [y, lse]) */
     return tr_kernels_bind_attention_backward(p->k, &in[0], &in[1], &in[2], &in[3], a->ints[3] ? &in[4] : NULL,
-                                              a->floats[0], (int)a->ints[0], (int)a->ints[1], gp[0], gp[1], gp[2], c,
+                                              n >= 6 ? &in[n - 2] : NULL, n >= 6 ? &in[n - 1] : NULL, a->floats[0], (int)a->ints[0], (int)a->ints[1], gp[0], gp[1], gp[2], c,
                                               err);
 }
 
@@ -280,6 +299,7 @@ static int bind_steps(struct tf_program *p, struct tr_error *err) {
         if ((rc = make_tensor(p, i, &out, err)) != TR_OK) return rc;
         struct tr_kernel_call *c = &st->call;
         rc = d->op == TF_OP_ATTN_BWD ? bind_attn_bwd(p, i, in, &out, c, err)
+             : d->op == TF_OP_ATTN_LSE ? bind_attn_lse(p, i, in, &out, c, err)
              : d->op >= TF_OP_GEMM   ? bind_fused(p->k, d, in, &out, c, err)
                                      : tr_kernels_bind(p->k, d->op, &d->attrs, d->n_in, in, &out, c, err);
         if (rc != TR_OK)

@@ -17,6 +17,8 @@
  *   attn bwd    ATTENTION_GRAD for dq, dk, dv of one attention, or ATTENTION_REL_GRAD for
  *               its five operands                                        -> TF_OP_ATTN_BWD
  *               (+ TF_OP_EXTRA_OUT for the outputs beyond the first)
+ *   attn+lse    ATTENTION and the ATTENTION_LSE of its backward      -> TF_OP_ATTN_LSE
+ *               (+ TF_OP_EXTRA_OUT for the lse)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,7 @@ const char *tf_op_name(int op) {
     case TF_OP_SCALE_MASK_SOFTMAX: return "fused_scale_mask_softmax";
     case TF_OP_EMBED_LN: return "fused_embedding_sum_layer_norm";
     case TF_OP_ATTN_BWD: return "fused_attention_backward";
+    case TF_OP_ATTN_LSE: return "attention_with_lse";
     case TF_OP_EXTRA_OUT: return "extra_output";
     default: return tr_op_name(op);
     }
@@ -396,7 +399,7 @@ static int match_attn_bwd(struct remap *r, int id) {
     x->op = TF_OP_ATTN_BWD;
     if (rel) memset(x->attrs.ints, 0, sizeof x->attrs.ints);
     x->attrs.ints[2] = own;
-    x->attrs.ints[3] = !rel && x->n_in > 4;
+    x->attrs.ints[3] = !rel && (x->n_in == 5 || x->n_in == 7); /* the mask */
     x->attrs.ints[4] = rel;
     for (int w = 0; w < TR_ATTN_GRADS; w++) {
         if (group[w] < 0 || group[w] == id) continue;
@@ -412,6 +415,22 @@ static int match_attn_bwd(struct remap *r, int id) {
     return 1;
 }
 
+/* An ATTENTION and the ATTENTION_LSE autodiff made of it -> one TF_OP_ATTN_LSE writing the
+ * statistics into the EXTRA_OUT the ATTENTION_LSE becomes: the backward reads them
+ * instead of a pass over every score, and the forward pays nothing for them. */
+static int match_attn_lse(struct remap *r, int id) {
+    int j = tr_attn_lse_partner(r->p, id);
+    if (j < 0) return 0;
+    node_at(r, id)->op = TF_OP_ATTN_LSE;
+    struct tr_pir_node *y = node_at(r, j);
+    y->op = TF_OP_EXTRA_OUT;
+    memset(&y->attrs, 0, sizeof y->attrs);
+    const int in[1] = {id};
+    set_inputs(y, 1, in);
+    tally(r->f, "attention+lse", 0);
+    return 1;
+}
+
 int tf_remap(struct tr_pir *p, struct tf_fusions *f, struct tr_error *err) {
     memset(f, 0, sizeof *f);
     struct remap r = {.p = p, .f = f};
@@ -423,7 +442,7 @@ int tf_remap(struct tr_pir *p, struct tf_fusions *f, struct tr_error *err) {
         return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory for the remapper (%d nodes)", p->n);
     }
     static const matcher passes[] = {match_attention, match_sms, match_embed_ln, match_brln, match_gemm,
-                                     match_attn_bwd};
+                                     match_attn_bwd, match_attn_lse};
     for (size_t k = 0; k < sizeof passes / sizeof *passes; k++) {
         recount(&r);
         for (int id = 0; id < p->n; id++)

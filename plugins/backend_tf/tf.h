@@ -32,8 +32,12 @@
  *               ints[2]=which of dq/dk/dv is its own value ints[3]=has_mask:
  *               tr_k_attention_backward, writing the other gradients into the buffers
  *               of its EXTRA_OUT nodes
- *   EXTRA_OUT   in: the node that writes it      ints[0]=which (0 dq, 1 dk, 2 dv): no
- *               kernel of its own; its buffer is written at its producer's step
+ *   ATTN_LSE    in: q, k, v, [mask]             ATTENTION's attrs: the ATTENTION node
+ *               whose ATTENTION_LSE (autodiff's, for the backward) became its EXTRA_OUT:
+ *               tr_k_attention_lse, both in one pass
+ *   EXTRA_OUT   in: the node that writes it      ints[0]=which (0 dq, 1 dk, 2 dv; 0 the
+ *               lse of ATTN_LSE): no kernel of its own; its buffer is written at its
+ *               producer's step
  * An unfused attention block becomes the graph's own ATTENTION op (the tiled kernel). */
 enum tf_op {
     TF_OP_GEMM = TR_PIR_OP_PRIVATE,
@@ -41,6 +45,7 @@ enum tf_op {
     TF_OP_SCALE_MASK_SOFTMAX,
     TF_OP_EMBED_LN,
     TF_OP_ATTN_BWD,
+    TF_OP_ATTN_LSE,
     TF_OP_EXTRA_OUT,
     TF_OP_END,
 };

@@ -36,6 +36,7 @@
 #include "pir.h"
 #include "program.h"
 #include "resident.h"
+#include "attn_group.h"
 
 const char *tr_torch_node_name(const struct tr_torch_program *p, int id) {
     return id >= 0 && id < p->pir.n ? p->pir.nodes[id].name : "";
@@ -73,6 +74,7 @@ static int read_node(struct tr_torch_program *p, int id, int *n_edges, struct tr
         return tr_error_set(err, TR_ERR_INVALID, "torch: node %d %s '%s': %d inputs", id, tr_op_name(n->op),
                             tr_torch_node_name(p, id), n->n_in);
     n->root = id;
+    n->lse = -1;
     *n_edges += n->n_in;
 
     switch (n->op) {
@@ -118,6 +120,12 @@ static int read_edges(struct tr_torch_program *p, struct tr_error *err) {
     }
     for (int i = 0; i < p->n_graph_out + p->n_updates; i++) {
         p->nodes[p->graph_out[i]].uses++;
+    }
+    for (int id = 0; id < p->n_nodes; id++) {
+        int j = tr_attn_lse_partner(&p->pir, id);
+        if (j < 0) continue;
+        p->nodes[id].lse = j;
+        p->nodes[j].lse = id;
     }
     return TR_OK;
 }
@@ -347,6 +355,16 @@ int tr_torch_check_args(const struct tr_torch_program *p, int n_inputs, const st
     return TR_OK;
 }
 
+/* A block from the caching allocator for node id's output (refcount 1). */
+static int take_block(struct tr_torch_program *p, int id, struct tr_error *err) {
+    int rc = tr_torch_allocator_alloc(p->pool, p->nodes[id].nbytes, &p->blocks[id], err);
+    if (rc != TR_OK)
+        return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(p->nodes[id].op), tr_torch_node_name(p, id));
+    p->refs[id] = 1;
+    p->data[id] = p->blocks[id]->ptr;
+    return TR_OK;
+}
+
 /* A node is dead once its last consumer ran: drop its reference to its root's buffer. */
 static void node_drop(struct tr_torch_program *p, int id) {
     int r = p->nodes[id].root;
@@ -377,15 +395,13 @@ static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
         break;
     case TORCH_KERNEL: {
         int rc = TR_OK;
+        if (n->lse >= 0 && n->lse < id) break; /* an ATTENTION_LSE: its ATTENTION's call wrote it */
         if (p->donor[id] >= 0) { /* an update computed in its param's memory */
             p->data[id] = p->data[p->donor[id]];
-        } else {
-            rc = tr_torch_allocator_alloc(p->pool, n->nbytes, &p->blocks[id], err);
-            if (rc != TR_OK)
-                return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(n->op), tr_torch_node_name(p, id));
-            p->refs[id] = 1;
-            p->data[id] = p->blocks[id]->ptr;
+        } else if ((rc = take_block(p, id, err)) != TR_OK) {
+            return rc;
         }
+        if (n->lse >= 0 && (rc = take_block(p, n->lse, err)) != TR_OK) return rc;
         for (int i = 0; i < n->n_in; i++) {
             p->args[i] = p->nodes[in[i]].t;
             p->args[i].data = p->data[in[i]];
@@ -393,8 +409,18 @@ static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
         struct tr_tensor out = n->t;
         out.data = p->data[id];
         p->kernel_calls++;
-        if (p->rp.recording) rc = tr_torch_record_call(p, id, &out, err);
-        else rc = tr_kernels_run(p->k, n->op, &n->attrs, n->n_in, p->args, &out, err);
+        if (n->lse >= 0) {
+            struct tr_tensor lse = p->nodes[n->lse].t;
+            lse.data = p->data[n->lse];
+            rc = p->rp.recording ? tr_torch_record_pair(p, id, &out, &lse, err)
+                                 : tr_k_attention_lse(p->k, &p->args[0], &p->args[1], &p->args[2],
+                                                      n->n_in == 4 ? &p->args[3] : NULL, n->attrs.floats[0],
+                                                      (int)n->attrs.ints[0], (int)n->attrs.ints[1], &out, &lse, err);
+        } else if (p->rp.recording) {
+            rc = tr_torch_record_call(p, id, &out, err);
+        } else {
+            rc = tr_kernels_run(p->k, n->op, &n->attrs, n->n_in, p->args, &out, err);
+        }
         if (rc != TR_OK)
             return tr_error_prefix(err, "torch: node %d %s '%s'", id, tr_op_name(n->op), tr_torch_node_name(p, id));
         break;

@@ -28,6 +28,8 @@ struct torch_node {
     struct tr_tensor t;             /* shape, dtype, strides; data bound per step */
     size_t nbytes;
     int shared;                     /* cuda: 0 its own block; 1 a reader, 2 a writer of the backend's shared param */
+    int lse;                        /* an ATTENTION: its ATTENTION_LSE, computed by its call (as
+                                       SDPA returns its logsumexp); that node: its ATTENTION; else -1 */
 };
 
 /* What reduce-overhead records once and replays (replay.c). */
@@ -119,6 +121,9 @@ int tr_torch_bind_inputs(struct tr_torch_program *p, const struct tr_tensor *inp
 int tr_torch_ro_execute(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
                         struct tr_tensor *outputs, struct tr_error *err);
 int tr_torch_record_call(struct tr_torch_program *p, int id, const struct tr_tensor *out, struct tr_error *err);
+/* The same for an ATTENTION node with its ATTENTION_LSE (nodes[id].lse): one bound call. */
+int tr_torch_record_pair(struct tr_torch_program *p, int id, const struct tr_tensor *out, const struct tr_tensor *lse,
+                         struct tr_error *err);
 void tr_torch_replay_free(struct tr_torch_program *p);
 /* Appends the replay's facts to notes. */
 void tr_torch_replay_notes(const struct tr_torch_program *p, char *notes, size_t size);

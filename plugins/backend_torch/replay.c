@@ -65,6 +65,21 @@ int tr_torch_record_call(struct tr_torch_program *p, int id, const struct tr_ten
     return tr_kernels_call(p->k, c, err);
 }
 
+int tr_torch_record_pair(struct tr_torch_program *p, int id, const struct tr_tensor *out, const struct tr_tensor *lse,
+                         struct tr_error *err) {
+    struct torch_replay *r = &p->rp;
+    const struct torch_node *n = &p->nodes[id];
+    if (p->blocks[id]) r->held[r->n_held++] = p->blocks[id];
+    if (p->blocks[n->lse]) r->held[r->n_held++] = p->blocks[n->lse];
+    struct tr_kernel_call *c = &r->calls[r->n_calls];
+    int rc = tr_kernels_bind_attention_lse(p->k, &p->args[0], &p->args[1], &p->args[2], n->n_in == 4 ? &p->args[3] : NULL,
+                                           n->attrs.floats[0], (int)n->attrs.ints[0], (int)n->attrs.ints[1], out, lse, c,
+                                           err);
+    if (rc != TR_OK) return rc;
+    r->call_node[r->n_calls++] = id;
+    return tr_kernels_call(p->k, c, err);
+}
+
 void tr_torch_replay_free(struct tr_torch_program *p) {
     struct torch_replay *r = &p->rp;
     for (int i = 0; i < r->n_calls; i++) tr_kernels_unbind(p->k, &r->calls[i]);

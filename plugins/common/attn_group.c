@@ -5,7 +5,7 @@ int tr_attn_grad_which(const struct tr_pir_node *n) {
     int dt = n->dtype;
     if (n->dead || !(dt == TR_DTYPE_F32 || dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16)) return -1;
     int64_t w = -1;
-    if (n->op == TR_OP_ATTENTION_GRAD && (n->n_in == 4 || n->n_in == 5) && n->attrs.ints[2] <= 2)
+    if (n->op == TR_OP_ATTENTION_GRAD && n->n_in >= 4 && n->n_in <= 7 && n->attrs.ints[2] <= 2)
         w = n->attrs.ints[2];
     else if (n->op == TR_OP_ATTENTION_REL_GRAD && n->n_in == 6 && n->attrs.ints[0] <= 4)
         w = n->attrs.ints[0];
@@ -39,4 +39,21 @@ int tr_attn_grad_group(const struct tr_pir *p, int lead, const int *taken, int g
         n++;
     }
     return n;
+}
+
+int tr_attn_lse_partner(const struct tr_pir *p, int attn) {
+    const struct tr_pir_node *x = &p->nodes[attn];
+    const int dt = x->dtype;
+    if (x->op != TR_OP_ATTENTION || x->dead || !(dt == TR_DTYPE_F32 || dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16))
+        return -1;
+    for (int j = attn + 1; j < p->n; j++) {
+        const struct tr_pir_node *y = &p->nodes[j];
+        if (y->op != TR_OP_ATTENTION_LSE || y->dead || y->n_in != x->n_in || y->attrs.floats[0] != x->attrs.floats[0] ||
+            y->attrs.ints[0] != x->attrs.ints[0] || y->attrs.ints[1] != x->attrs.ints[1])
+            continue;
+        int same = 1;
+        for (int i = 0; same && i < x->n_in; i++) same = y->in[i] == x->in[i];
+        if (same) return j;
+    }
+    return -1;
 }

@@ -160,6 +160,9 @@ struct tr_ref_attn {
 /* out (B,H,Tq,Dv) from q (B,H,Tq,D), k (B,Hk,Tk,D), v (B,Hk,Tk,Dv), the whole score
  * matrix at once. */
 void tr_ref_attention(const struct tr_ref_attn *c, const double *q, const double *k, const double *v, double *out);
+/* lse (B,H,Tq): each query row's log Σ exp of its scaled, masked scores; +inf for a row
+ * that sees no key. */
+void tr_ref_attention_lse(const struct tr_ref_attn *c, const double *q, const double *k, double *lse);
 /* dq, dk, dv of Σ dy·attention (each may be NULL). */
 void tr_ref_attention_grad(const struct tr_ref_attn *c, const double *q, const double *k, const double *v,
                            const double *dy, double *dq, double *dk, double *dv);

@@ -26,15 +26,21 @@ static void from_data(const struct tr_graph *g, int id, double *o) {
     for (int64_t i = 0; i < nel(g, id); i++) o[i] = tr_tensor_get_f64(&t, i);
 }
 
-/* ATTENTION (q, k, v, [mask]) or ATTENTION_GRAD (q, k, v, dy, [mask]) of ints[2]. */
+/* ATTENTION or ATTENTION_LSE (q, k, v, [mask]), or ATTENTION_GRAD (q, k, v, dy, [mask],
+ * [y, lse]) of ints[2]: the saved y and lse are the forward's, so the reference
+ * recomputes them rather than trusting them. */
 static void eval_attention(const struct tr_graph *g, int id, double **v, double *o) {
     const struct tr_attrs *a = tr_node_attrs(g, id);
-    int grad = tr_node_op(g, id) == TR_OP_ATTENTION_GRAD, n_in = tr_node_n_inputs(g, id);
+    const int op = tr_node_op(g, id), grad = op == TR_OP_ATTENTION_GRAD, n_in = tr_node_n_inputs(g, id);
     struct tr_ref_view q = in_view(g, v, id, 0), k = in_view(g, v, id, 1), vv = in_view(g, v, id, 2);
     struct tr_ref_attn c = {q.sh[0], q.sh[1], k.sh[1], q.sh[2], k.sh[2], q.sh[3], vv.sh[3],
                             (double)tr_attention_scale(a->floats[0], q.sh[3]), (int)a->ints[0], a->ints[1],
                             {0, NULL, NULL}, NULL, NULL, 0, 0};
-    if (n_in == (grad ? 5 : 4)) c.mask = in_view(g, v, id, n_in - 1);
+    if (grad ? n_in == 5 || n_in == 7 : n_in == 4) c.mask = in_view(g, v, id, grad ? 4 : 3);
+    if (op == TR_OP_ATTENTION_LSE) {
+        tr_ref_attention_lse(&c, q.d, k.d, o);
+        return;
+    }
     if (!grad) {
         tr_ref_attention(&c, q.d, k.d, vv.d, o);
         return;
@@ -224,7 +230,7 @@ void tr_ref_graph_eval_node(const struct tr_graph *g, int id, double *const *lea
         break;
     case TR_OP_CONCAT: eval_concat(g, id, v, o); break;
     case TR_OP_UPDATE_SLICE: eval_update_slice(g, id, v, o); break;
-    case TR_OP_ATTENTION: case TR_OP_ATTENTION_GRAD: eval_attention(g, id, v, o); break;
+    case TR_OP_ATTENTION: case TR_OP_ATTENTION_GRAD: case TR_OP_ATTENTION_LSE: eval_attention(g, id, v, o); break;
     case TR_OP_ATTENTION_REL: case TR_OP_ATTENTION_REL_GRAD: eval_attention_rel(g, id, v, o); break;
     case TR_OP_CROSS_ENTROPY: case TR_OP_CROSS_ENTROPY_GRAD: eval_cross_entropy(g, id, v, o); break;
     case TR_OP_MSE: o[0] = tr_ref_mse(x.d, y.d, tr_shape_numel(x.nd, x.sh)); break;

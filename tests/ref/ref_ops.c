@@ -381,9 +381,9 @@ double tr_ref_mse(const double *p, const double *t, int64_t n) {
 /* ---- attention ---- */
 
 /* Query i's probabilities over the Tk keys of head h, batch b: zeros where hidden, and
- * all zeros where it sees nothing. */
-static void attn_row(const struct tr_ref_attn *c, const double *q, const double *k, int64_t b, int64_t h, int64_t i,
-                     double *p) {
+ * all zeros where it sees nothing. Returns the row's log-sum-exp (+inf: sees nothing). */
+static double attn_row(const struct tr_ref_attn *c, const double *q, const double *k, int64_t b, int64_t h, int64_t i,
+                       double *p) {
     const int64_t hk = h / (c->H / c->Hk), at = i + c->Tk - c->Tq; /* positions aligned at the end */
     const double *qi = q + ((b * c->H + h) * c->Tq + i) * c->D;
     double mx = -INFINITY, z = 0;
@@ -403,6 +403,15 @@ static void attn_row(const struct tr_ref_attn *c, const double *q, const double 
     }
     for (int64_t j = 0; j < c->Tk; j++) z += p[j] = mx == -INFINITY ? 0 : exp(p[j] - mx);
     for (int64_t j = 0; j < c->Tk; j++) p[j] = z > 0 ? p[j] / z : 0;
+    return z > 0 ? mx + log(z) : INFINITY;
+}
+
+void tr_ref_attention_lse(const struct tr_ref_attn *c, const double *q, const double *k, double *lse) {
+    double *p = malloc(sizeof(double) * (size_t)c->Tk);
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t h = 0; h < c->H; h++)
+            for (int64_t i = 0; i < c->Tq; i++) lse[(b * c->H + h) * c->Tq + i] = attn_row(c, q, k, b, h, i, p);
+    free(p);
 }
 
 void tr_ref_attention(const struct tr_ref_attn *c, const double *q, const double *k, const double *v, double *out) {

@@ -7,7 +7,9 @@
  * h / (H/Hk). Positions are aligned at the end of k: with off = Tk - Tq, query i sees key
  * j iff j <= i + off when causal or windowed, and also j > i + off - window when
  * window > 0 (ops.h: a window implies the causal bound). A row that sees no key, or
- * whose scores are all -inf, is zeros. Scores, softmax and the accumulator are f32. */
+ * whose scores are all -inf, is zeros. Scores, softmax and the accumulator are f32.
+ * The same pass gives ATTENTION_LSE: lse = m + log l per row (+inf where l is 0), with the
+ * output, or alone (out NULL: the p·v products are skipped). */
 #include <stdlib.h>
 #include "cpu_internal.h"
 
@@ -19,8 +21,8 @@
 struct attn_args {
     const char *q, *k, *v, *mask;
     struct tr_cpu_rel_bias rel; /* ATTENTION_REL's bias terms (rel.h NULL: none) */
-    char *out;
-    int dt, mdt;
+    char *out, *lse; /* either may be NULL (not both); lse (B,H,Tq) of ldt */
+    int dt, mdt, ldt;
     int64_t B, H, Hk, Tq, Tk, D, Dv;
     int64_t ms[4]; /* mask strides in elements over (B,H,Tq,Tk), 0 where it broadcasts */
     float scale;
@@ -47,7 +49,6 @@ TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, 
     const char *qb = A->q + ((b * A->H + h) * A->Tq + i0) * D * (int64_t)es;
     const char *kb = A->k + (b * A->Hk + hk) * Tk * D * (int64_t)es;
     const char *vb = A->v + (b * A->Hk + hk) * Tk * Dv * (int64_t)es;
-    char *ob = A->out + ((b * A->H + h) * A->Tq + i0) * Dv * (int64_t)es;
 
     float *restrict Q = ws;                 /* [BQ][D], pre-scaled */
     float *restrict Kt = Q + BQ * D;        /* [D][BK], zero past the block's keys */
@@ -98,7 +99,7 @@ TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, 
             for (int64_t d = 0; d < D; d++)
                 for (int64_t jj = nk; jj < BK; jj++) Kt[d * BK + jj] = 0.0f;
         const float *V = (const float *)(vb + j0 * Dv * (int64_t)es);
-        if (A->dt != TR_DTYPE_F32) {
+        if (A->out && A->dt != TR_DTYPE_F32) {
             tr_cpu_load_f32(Vb, vb + j0 * Dv * (int64_t)es, A->dt, nk * Dv);
             V = Vb;
         }
@@ -164,6 +165,7 @@ TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, 
                 for (int64_t d = 0; d < Dv; d++) ar[d] *= corr;
             }
         }
+        if (!A->out) continue; /* the statistics alone */
         for (r = 0; r + 4 <= nq; r += 4) {
             if (isa == TR_CPU_ISA_AVX512) pv4_v16(S + r * BK, nk, V, Dv, acc + r * Dv);
             else if (isa == TR_CPU_ISA_AVX2) pv4_v8(S + r * BK, nk, V, Dv, acc + r * Dv);
@@ -171,11 +173,17 @@ TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, 
         }
         for (; r < nq; r++) pv1(S + r * BK, nk, V, Dv, acc + r * Dv);
     }
+    const int64_t row0 = (b * A->H + h) * A->Tq + i0;
+    if (A->lse) {
+        for (int64_t r = 0; r < nq; r++) S[r] = lrun[r] > 0.0f ? mrun[r] + logf(lrun[r]) : INFINITY;
+        tr_cpu_store_f32(A->lse + row0 * (int64_t)tr_dtype_size((enum tr_dtype)A->ldt), A->ldt, S, nq);
+    }
+    if (!A->out) return;
     for (int64_t r = 0; r < nq; r++) {
         float *restrict ar = acc + r * Dv;
         const float inv = lrun[r] > 0.0f ? 1.0f / lrun[r] : 0.0f;
         for (int64_t d = 0; d < Dv; d++) ar[d] *= inv;
-        tr_cpu_store_f32(ob + r * Dv * (int64_t)es, A->dt, ar, Dv);
+        tr_cpu_store_f32(A->out + (row0 + r) * Dv * (int64_t)es, A->dt, ar, Dv);
     }
 }
 
@@ -187,51 +195,62 @@ struct attn_plan {
     size_t wsz; /* bytes of one thread's tile workspace */
 };
 
+/* ATTENTION's operands, and out and lse as given (either may be NULL, not both). */
 static int attention_check(const struct tr_tensor *q, const struct tr_tensor *kk, const struct tr_tensor *v,
                            const struct tr_tensor *mask, const struct tr_tensor *rel, float scale, int causal,
-                           int window, const struct tr_tensor *out, struct attn_plan *pl, struct tr_error *err) {
-    int rc = tr_cpu_check_float(q, "attention", "q", err);
-    if (!rc) rc = tr_cpu_check_float(kk, "attention", "k", err);
-    if (!rc) rc = tr_cpu_check_float(v, "attention", "v", err);
-    if (!rc) rc = tr_cpu_check_float(out, "attention", "out", err);
-    if (!rc && mask) rc = tr_cpu_check_float(mask, "attention", "mask", err);
+                           int window, const struct tr_tensor *out, const struct tr_tensor *lse, struct attn_plan *pl,
+                           struct tr_error *err) {
+    const char *kn = out ? "attention" : "attention_lse";
+    int rc = tr_cpu_check_float(q, kn, "q", err);
+    if (!rc) rc = tr_cpu_check_float(kk, kn, "k", err);
+    if (!rc) rc = tr_cpu_check_float(v, kn, "v", err);
+    if (!rc && out) rc = tr_cpu_check_float(out, kn, "out", err);
+    if (!rc && lse) rc = tr_cpu_check_tensor(lse, kn, "lse", err);
+    if (!rc && mask) rc = tr_cpu_check_float(mask, kn, "mask", err);
+    if (!rc && !out && !lse) rc = tr_error_set(err, TR_ERR_INVALID, "%s: neither out nor lse given", kn);
     if (rc) return rc;
     char d1[200], d2[200], d3[200], d4[200];
-    if (q->ndim != 4 || kk->ndim != 4 || v->ndim != 4 || out->ndim != 4)
-        return tr_error_set(err, TR_ERR_SHAPE, "attention: q %s, k %s, v %s, out %s should all be 4-D (B,H,T,D)",
+    if (q->ndim != 4 || kk->ndim != 4 || v->ndim != 4 || (out && out->ndim != 4))
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: q %s, k %s, v %s, out %s should all be 4-D (B,H,T,D)", kn,
                             tr_cpu_desc(q, d1, sizeof d1), tr_cpu_desc(kk, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3),
-                            tr_cpu_desc(out, d4, sizeof d4));
-    if (kk->dtype != q->dtype || v->dtype != q->dtype || out->dtype != q->dtype)
-        return tr_error_set(err, TR_ERR_SHAPE, "attention: dtypes differ: q %s, k %s, v %s, out %s",
+                            out ? tr_cpu_desc(out, d4, sizeof d4) : "-");
+    if (kk->dtype != q->dtype || v->dtype != q->dtype || (out && out->dtype != q->dtype))
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: dtypes differ: q %s, k %s, v %s, out %s", kn,
                             tr_cpu_desc(q, d1, sizeof d1), tr_cpu_desc(kk, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3),
-                            tr_cpu_desc(out, d4, sizeof d4));
+                            out ? tr_cpu_desc(out, d4, sizeof d4) : "-");
     int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = q->shape[3];
     int64_t Hk = kk->shape[1], Tk = kk->shape[2], Dv = v->shape[3];
     if (kk->shape[0] != B || v->shape[0] != B || v->shape[1] != Hk || v->shape[2] != Tk || kk->shape[3] != D ||
-        Hk < 1 || H % Hk != 0 || out->shape[0] != B || out->shape[1] != H || out->shape[2] != Tq || out->shape[3] != Dv)
+        Hk < 1 || H % Hk != 0 ||
+        (out && (out->shape[0] != B || out->shape[1] != H || out->shape[2] != Tq || out->shape[3] != Dv)))
         return tr_error_set(err, TR_ERR_SHAPE,
-                            "attention: q %s, k %s, v %s, out %s do not fit: expected q (B,H,Tq,D), k (B,Hk,Tk,D), "
-                            "v (B,Hk,Tk,Dv), out (B,H,Tq,Dv) with H a multiple of Hk",
+                            "%s: q %s, k %s, v %s, out %s do not fit: expected q (B,H,Tq,D), k (B,Hk,Tk,D), "
+                            "v (B,Hk,Tk,Dv), out (B,H,Tq,Dv) with H a multiple of Hk", kn,
                             tr_cpu_desc(q, d1, sizeof d1), tr_cpu_desc(kk, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3),
-                            tr_cpu_desc(out, d4, sizeof d4));
+                            out ? tr_cpu_desc(out, d4, sizeof d4) : "-");
+    if (lse && (lse->dtype != TR_DTYPE_F32 || lse->ndim != 3 || lse->shape[0] != B || lse->shape[1] != H ||
+                lse->shape[2] != Tq))
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: lse %s, expected f32 (B,H,Tq) [%lld,%lld,%lld]", kn,
+                            tr_cpu_desc(lse, d1, sizeof d1), (long long)B, (long long)H, (long long)Tq);
     if (!isfinite(scale)) return tr_error_set(err, TR_ERR_INVALID, "attention: scale %g is not finite", (double)scale);
     if (window < 0) return tr_error_set(err, TR_ERR_INVALID, "attention: window %d is negative", window);
     memset(pl, 0, sizeof *pl);
     struct attn_args A = {
-        .q = q->data, .k = kk->data, .v = v->data, .out = out->data, .dt = q->dtype,
+        .q = q->data, .k = kk->data, .v = v->data, .out = out ? out->data : NULL, .lse = lse ? lse->data : NULL,
+        .dt = q->dtype, .ldt = TR_DTYPE_F32,
         .B = B, .H = H, .Hk = Hk, .Tq = Tq, .Tk = Tk, .D = D, .Dv = Dv, .scale = scale,
         .causal = causal != 0, .window = window,
     };
     if (mask) {
         const int64_t full[4] = {B, H, Tq, Tk};
-        rc = tr_cpu_check_mask("attention", mask, q->dtype, full, A.ms, err);
+        rc = tr_cpu_check_mask(kn, mask, q->dtype, full, A.ms, err);
         if (rc) return rc;
         A.mask = mask->data;
         A.mdt = mask->dtype;
     }
     if (rel && (rc = tr_cpu_check_rel_bias("attention_rel", q, kk, rel, &A.rel, err)) != TR_OK) return rc;
     pl->A = A;
-    pl->nout = tr_tensor_numel(out);
+    pl->nout = (out ? tr_tensor_numel(out) : 0) + (lse ? tr_tensor_numel(lse) : 0);
     pl->bq = Tq < BQ ? Tq : BQ;
     pl->nqb = pl->bq ? (Tq + pl->bq - 1) / pl->bq : 0;
     pl->tasks = B * H * pl->nqb;
@@ -263,22 +282,66 @@ int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct
                    const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal, int window,
                    struct tr_tensor *out, struct tr_error *err) {
     TR_CUDA_ROUTE(k, tr_cuda_k_attention(k, q, kk, v, mask, scale, causal, window, out, err));
+    if (!out) return tr_error_set(err, TR_ERR_INVALID, "attention: no out");
+    return tr_k_attention_lse(k, q, kk, v, mask, scale, causal, window, out, NULL, err);
+}
+
+int tr_k_attention_lse(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                       const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal, int window,
+                       struct tr_tensor *out, struct tr_tensor *lse, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_attention_lse(k, q, kk, v, mask, scale, causal, window, out, lse, err));
     struct attn_plan pl;
-    int rc = tr_cpu_check_ctx(k, "attention", err);
-    if (!rc) rc = attention_check(q, kk, v, mask, NULL, scale, causal, window, out, &pl, err);
-    if (!rc && pl.nout) rc = tr_cpu_scratch_reserve(k, 0, pl.wsz, "attention", err);
+    const char *kn = out ? "attention" : "attention_lse";
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc && (!q || !kk || !v)) rc = tr_error_set(err, TR_ERR_INVALID, "%s: NULL operand", kn);
+    if (!rc) rc = attention_check(q, kk, v, mask, NULL, scale, causal, window, out, lse, &pl, err);
+    if (!rc && pl.nout) rc = tr_cpu_scratch_reserve(k, 0, pl.wsz, kn, err);
     return tr_cpu_compute_now(k, rc, attention_compute, &pl);
 }
 
-int tr_cpu_attention_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+/* c's operands in[0..2] (and in[3], the mask, when n_in is 4), attrs resolved; out and lse
+ * as given (the ATTENTION node's out, ATTENTION_LSE's as lse, or both). */
+static int attention_bind(struct tr_kernels *k, struct tr_kernel_call *c, const struct tr_tensor *out,
+                          const struct tr_tensor *lse, struct tr_error *err) {
     struct attn_plan pl;
     const struct tr_attrs *at = &c->attrs;
-    int rc = tr_cpu_check_ctx_bind(k, "attention", err);
+    const char *kn = out ? "attention" : "attention_lse";
+    int rc = tr_cpu_check_ctx_bind(k, kn, err);
     if (!rc)
         rc = attention_check(&c->in[0], &c->in[1], &c->in[2], c->n_in == 4 ? &c->in[3] : NULL, NULL, at->floats[0],
-                             at->ints[0] != 0, (int)at->ints[1], &c->out, &pl, err);
-    if (!rc && pl.nout) rc = tr_cpu_scratch_reserve(k, 0, pl.wsz, "attention", err);
-    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, attention_compute, "attention", err);
+                             at->ints[0] != 0, (int)at->ints[1], out, lse, &pl, err);
+    if (!rc && pl.nout) rc = tr_cpu_scratch_reserve(k, 0, pl.wsz, kn, err);
+    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, attention_compute, kn, err);
+}
+
+int tr_cpu_attention_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    return attention_bind(k, c, &c->out, NULL, err);
+}
+
+int tr_cpu_attention_lse_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
+    return attention_bind(k, c, NULL, &c->out, err);
+}
+
+int tr_kernels_bind_attention_lse(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                                  const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal,
+                                  int window, const struct tr_tensor *out, const struct tr_tensor *lse,
+                                  struct tr_kernel_call *call, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_bind_attention_lse(k, q, kk, v, mask, scale, causal, window, out, lse, call, err));
+    if (!call || !q || !kk || !v || !out || !lse)
+        return tr_error_set(err, TR_ERR_INVALID, "attention_lse: NULL operand, out or lse");
+    memset(call, 0, sizeof *call);
+    call->op = -1;
+    call->n_in = mask ? 4 : 3;
+    call->in[0] = *q;
+    call->in[1] = *kk;
+    call->in[2] = *v;
+    if (mask) call->in[3] = *mask;
+    call->in[4] = *lse; /* kept for a reader of the call; the plan holds both outputs */
+    call->out = *out;
+    call->attrs.floats[0] = tr_attention_scale(scale, q->ndim == 4 ? q->shape[3] : 0);
+    call->attrs.ints[0] = causal != 0;
+    call->attrs.ints[1] = window;
+    return attention_bind(k, call, out, lse, err);
 }
 
 /* ATTENTION_REL (q, k, v, rel_h, rel_w): the same tiles, each score row given its bias. */
@@ -288,7 +351,7 @@ static int attention_rel_plan(struct tr_kernels *k, const struct tr_attrs *at, i
         return tr_error_set(err, TR_ERR_INVALID, "attention_rel: %d inputs given, 5 (q, k, v, rel_h, rel_w) expected",
                             n_in);
     float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
-    int rc = attention_check(&in[0], &in[1], &in[2], NULL, &in[3], scale, 0, 0, out, pl, err);
+    int rc = attention_check(&in[0], &in[1], &in[2], NULL, &in[3], scale, 0, 0, out, NULL, pl, err);
     if (!rc && pl->nout) rc = tr_cpu_scratch_reserve(k, 0, pl->wsz, "attention_rel", err);
     return rc;
 }

@@ -307,11 +307,14 @@ TR_CPU_MULTI(void, ag_dkv, (const struct agrad_args *A, int which, int64_t b, in
 
 /* The gradients asked for (outs[0..4]: dq, dk, dv, and with rel (ATTENTION_REL's
  * rel_h, rel_w) drel_h, drel_w; NULL: not wanted): one statistics pass, then one pass
- * over the query blocks (dq and the bias terms') and one for dk and dv together. */
+ * over the query blocks (dq and the bias terms') and one for dk and dv together. With
+ * saved (the forward's y and lse; NULL: none) the statistics pass is lse read and
+ * delta = dy·y, a pass over the rows instead of over every score. */
 static int attention_backward(struct tr_kernels *k, const char *kn, const struct tr_tensor *q,
                               const struct tr_tensor *kk, const struct tr_tensor *v, const struct tr_tensor *dy,
-                              const struct tr_tensor *mask, const struct tr_tensor *rel, float scale, int causal,
-                              int window, struct tr_tensor *const outs[5], struct tr_error *err);
+                              const struct tr_tensor *mask, const struct tr_tensor *rel,
+                              const struct tr_tensor *const saved[2], float scale, int causal, int window,
+                              struct tr_tensor *const outs[5], struct tr_error *err);
 
 int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                         const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
@@ -322,16 +325,34 @@ int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const s
                             which);
     struct tr_tensor *outs[5] = {NULL, NULL, NULL, NULL, NULL};
     outs[which] = out;
-    return attention_backward(k, "attention_grad", q, kk, v, dy, mask, NULL, scale, causal, window, outs, err);
+    return attention_backward(k, "attention_grad", q, kk, v, dy, mask, NULL, NULL, scale, causal, window, outs, err);
+}
+
+int tr_cpu_attention_grad_saved(struct tr_kernels *k, const struct tr_tensor *in, int n_in, float scale, int causal,
+                                int window, int which, struct tr_tensor *out, struct tr_error *err) {
+    const int masked = n_in == 5 || n_in == 7;
+    const struct tr_tensor *saved[2] = {&in[n_in - 2], &in[n_in - 1]};
+    struct tr_tensor *outs[5] = {NULL, NULL, NULL, NULL, NULL};
+    if (which < 0 || which > 2 || n_in < 6)
+        return tr_error_set(err, TR_ERR_INVALID, "attention_grad: operand %d of %d inputs (6 or 7 with the saved y "
+                            "and lse)", which, n_in);
+    outs[which] = out;
+    return attention_backward(k, "attention_grad", &in[0], &in[1], &in[2], &in[3], masked ? &in[4] : NULL, NULL,
+                              saved, scale, causal, window, outs, err);
 }
 
 int tr_k_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                             const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
-                            float scale, int causal, int window, struct tr_tensor *dq, struct tr_tensor *dk,
-                            struct tr_tensor *dv, struct tr_error *err) {
-    TR_CUDA_ROUTE(k, tr_cuda_k_attention_backward(k, q, kk, v, dy, mask, scale, causal, window, dq, dk, dv, err));
+                            const struct tr_tensor *y, const struct tr_tensor *lse, float scale, int causal,
+                            int window, struct tr_tensor *dq, struct tr_tensor *dk, struct tr_tensor *dv,
+                            struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_attention_backward(k, q, kk, v, dy, mask, y, lse, scale, causal, window, dq, dk, dv,
+                                                  err));
+    if (!y != !lse) return tr_error_set(err, TR_ERR_INVALID, "attention_backward: y and lse come together or not at all");
     struct tr_tensor *outs[5] = {dq, dk, dv, NULL, NULL};
-    return attention_backward(k, "attention_backward", q, kk, v, dy, mask, NULL, scale, causal, window, outs, err);
+    const struct tr_tensor *saved[2] = {y, lse};
+    return attention_backward(k, "attention_backward", q, kk, v, dy, mask, NULL, y ? saved : NULL, scale, causal,
+                              window, outs, err);
 }
 
 int tr_cpu_attention_rel_grad_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
@@ -348,7 +369,7 @@ int tr_cpu_attention_rel_grad_invoke(struct tr_kernels *k, int op, const struct 
     struct tr_tensor *outs[5] = {NULL, NULL, NULL, NULL, NULL};
     outs[which] = out;
     float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
-    return attention_backward(k, kn, &in[0], &in[1], &in[2], &in[5], NULL, &in[3], scale, 0, 0, outs, err);
+    return attention_backward(k, kn, &in[0], &in[1], &in[2], &in[5], NULL, &in[3], NULL, scale, 0, 0, outs, err);
 }
 
 int tr_k_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], float scale,
@@ -366,7 +387,7 @@ int tr_k_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[
         return TR_OK;
     }
     float s = tr_attention_scale(scale, in[0].ndim == 4 ? in[0].shape[3] : 0);
-    return attention_backward(k, kn, &in[0], &in[1], &in[2], &in[5], NULL, &in[3], s, 0, 0, grads, err);
+    return attention_backward(k, kn, &in[0], &in[1], &in[2], &in[5], NULL, &in[3], NULL, s, 0, 0, grads, err);
 }
 
 /* The bound form's plan: the operands and the gradients asked for. */
@@ -419,10 +440,42 @@ int tr_kernels_bind_attention_rel_backward(struct tr_kernels *k, const struct tr
     return tr_cpu_keep_plan(call, &pl, sizeof pl, bound_attention_rel_backward, kn, err);
 }
 
+/* Rows [i0, i0+nq) of (b, h): lse as the forward saved it, delta = dy · y in f64. */
+static void ag_saved_stats(const struct agrad_args *A, const struct tr_tensor *y, const struct tr_tensor *lse, int64_t b,
+                           int64_t h, int64_t i0, int64_t nq) {
+    const int64_t row0 = (b * A->H + h) * A->Tq + i0, Dv = A->Dv;
+    const size_t es = esize(A->dt);
+    for (int64_t r = 0; r < nq; r++) {
+        const int64_t row = row0 + r;
+        A->lse[row] = get_f64(lse->data, lse->dtype, row);
+        double d = 0.0;
+        const char *yr = (const char *)y->data + row * Dv * (int64_t)es, *gr = A->dy + row * Dv * (int64_t)es;
+        for (int64_t c = 0; c < Dv; c++) d += get_f64(yr, A->dt, c) * get_f64(gr, A->dt, c);
+        A->delta[row] = d;
+    }
+}
+
+/* The forward's y (as dy) and lse (f32 or f64, (B,H,Tq)) fit q, v and dy. */
+static int check_saved(const char *kn, const struct tr_tensor *dy, const struct tr_tensor *const saved[2],
+                       struct tr_error *err) {
+    const struct tr_tensor *y = saved[0], *lse = saved[1];
+    int rc = check_real(y, kn, "y", err);
+    if (!rc) rc = check_real(lse, kn, "lse", err);
+    if (rc) return rc;
+    char d1[200], d2[200];
+    if (y->dtype != dy->dtype || !tr_cpu_same_shape(y, dy) || lse->ndim != 3 || lse->shape[0] != dy->shape[0] ||
+        lse->shape[1] != dy->shape[1] || lse->shape[2] != dy->shape[2])
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: the saved y %s and lse %s should be the attention's output (as dy "
+                            "%s) and its (B,H,Tq) statistics", kn, tr_cpu_desc(y, d1, sizeof d1),
+                            tr_cpu_desc(lse, d2, sizeof d2), tr_cpu_desc(dy, d2, sizeof d2));
+    return TR_OK;
+}
+
 static int attention_backward(struct tr_kernels *k, const char *kn, const struct tr_tensor *q,
                               const struct tr_tensor *kk, const struct tr_tensor *v, const struct tr_tensor *dy,
-                              const struct tr_tensor *mask, const struct tr_tensor *rel, float scale, int causal,
-                              int window, struct tr_tensor *const outs[5], struct tr_error *err) {
+                              const struct tr_tensor *mask, const struct tr_tensor *rel,
+                              const struct tr_tensor *const saved[2], float scale, int causal, int window,
+                              struct tr_tensor *const outs[5], struct tr_error *err) {
     static const char *const onames[5] = {"dq", "dk", "dv", "drel_h", "drel_w"};
     int rc = tr_cpu_check_ctx(k, kn, err);
     if (!rc) rc = check_real(q, kn, "q", err);
@@ -469,6 +522,7 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
                             onames[bad >= 0 ? bad : 0], bad == 1 ? "k" : bad == 2 ? "v" : "q");
     if (!isfinite(scale)) return tr_error_set(err, TR_ERR_INVALID, "%s: scale %g is not finite", kn, (double)scale);
     if (window < 0) return tr_error_set(err, TR_ERR_INVALID, "%s: window %d is negative", kn, window);
+    if (saved && (rc = check_saved(kn, dy, saved, err)) != TR_OK) return rc;
     struct agrad_args A = {
         .q = q->data, .k = kk->data, .v = v->data, .dy = dy->data, .dt = q->dtype,
         .B = B, .H = H, .Hk = Hk, .Tq = Tq, .Tk = Tk, .D = D, .Dv = Dv, .scale = scale,
@@ -516,7 +570,9 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
         for (int64_t t = 0; t < B * H * nqb; t++) {
             if (!ws) continue;
             int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * AG_BQ;
-            ag_stats(&A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, &w);
+            const int64_t nq = Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ;
+            if (saved) ag_saved_stats(&A, saved[0], saved[1], b, h, i0, nq);
+            else ag_stats(&A, b, h, i0, nq, &w);
         }
         /* the implicit barrier: every row's lse and delta exist from here on */
         if (pq || ph || pw) {
@@ -548,20 +604,22 @@ static int bound_attention_backward(struct tr_kernels *k, const struct tr_kernel
     const struct tr_attrs *a = &c->attrs;
     struct tr_tensor g[3] = {c->in[5], c->in[6], c->in[7]};
     return tr_k_attention_backward(k, &c->in[0], &c->in[1], &c->in[2], &c->in[3], a->ints[3] ? &c->in[4] : NULL,
-                                   a->floats[0], (int)a->ints[0], (int)a->ints[1], a->ints[4] & 1 ? &g[0] : NULL,
+                                   a->ints[5] ? &c->in[8] : NULL, a->ints[5] ? &c->in[9] : NULL, a->floats[0],
+                                   (int)a->ints[0], (int)a->ints[1], a->ints[4] & 1 ? &g[0] : NULL,
                                    a->ints[4] & 2 ? &g[1] : NULL, a->ints[4] & 4 ? &g[2] : NULL, err);
 }
 
 int tr_kernels_bind_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                                        const struct tr_tensor *v, const struct tr_tensor *dy,
-                                       const struct tr_tensor *mask, float scale, int causal, int window,
+                                       const struct tr_tensor *mask, const struct tr_tensor *y,
+                                       const struct tr_tensor *lse, float scale, int causal, int window,
                                        const struct tr_tensor *dq, const struct tr_tensor *dk,
                                        const struct tr_tensor *dv, struct tr_kernel_call *call, struct tr_error *err) {
-    TR_CUDA_ROUTE(k,
-                  tr_cuda_bind_attention_backward(k, q, kk, v, dy, mask, scale, causal, window, dq, dk, dv, call, err));
+    TR_CUDA_ROUTE(k, tr_cuda_bind_attention_backward(k, q, kk, v, dy, mask, y, lse, scale, causal, window, dq, dk, dv,
+                                                     call, err));
     static const char kn[] = "attention_backward";
-    if (!call || !q || !kk || !v || !dy || (!dq && !dk && !dv))
-        return tr_error_set(err, TR_ERR_INVALID, "%s: NULL operand, or no gradient asked for", kn);
+    if (!call || !q || !kk || !v || !dy || (!dq && !dk && !dv) || !y != !lse)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: NULL operand, no gradient asked for, or y without lse", kn);
     memset(call, 0, sizeof *call);
     int rc = tr_cpu_check_ctx_bind(k, kn, err);
     if (rc) return rc;
@@ -578,7 +636,12 @@ int tr_kernels_bind_attention_backward(struct tr_kernels *k, const struct tr_ten
             call->attrs.ints[4] |= 1 << i;
             if (!call->out.data) call->out = *g[i];
         }
-    call->n_in = 8;
+    if (y) {
+        call->in[8] = *y;
+        call->in[9] = *lse;
+        call->attrs.ints[5] = 1;
+    }
+    call->n_in = y ? 10 : 8;
     /* 0: attention's default 1/sqrt(D), as the ATTENTION_GRAD op reads it */
     call->attrs.floats[0] = tr_attention_scale(scale, q->ndim == 4 ? q->shape[3] : 0);
     call->attrs.ints[0] = causal;

@@ -196,6 +196,10 @@ tr_cpu_invoker tr_cpu_conv2d_invoke, tr_cpu_group_norm_invoke;
 /* ATTENTION_REL (attention.c) and ATTENTION_REL_GRAD (attention_grad.c). */
 tr_cpu_invoker tr_cpu_attention_rel_invoke, tr_cpu_attention_rel_grad_invoke;
 tr_cpu_binder tr_cpu_attention_rel_bind;
+/* ATTENTION_GRAD with the forward's y and lse (in[n_in-2], in[n_in-1]; n_in 6 or 7, the
+ * mask in[4] when 7), attrs resolved (attention_grad.c). */
+int tr_cpu_attention_grad_saved(struct tr_kernels *k, const struct tr_tensor *in, int n_in, float scale, int causal,
+                                int window, int which, struct tr_tensor *out, struct tr_error *err);
 /* TIMESTEP_EMBEDDING (timestep.c). */
 tr_cpu_invoker tr_cpu_timestep_embedding_invoke;
 
@@ -246,7 +250,7 @@ tr_cpu_binder tr_cpu_reshape_bind;
  * are set as tr_kernels_run would pass them. */
 tr_cpu_binder tr_cpu_binary_bind, tr_cpu_unary_bind, tr_cpu_softmax_bind, tr_cpu_layer_norm_bind,
     tr_cpu_embedding_bind, tr_cpu_transpose_bind, tr_cpu_slice_bind, tr_cpu_concat_bind, tr_cpu_reduce_bind,
-    tr_cpu_cast_bind, tr_cpu_attention_bind, tr_cpu_matmul_bind_op;
+    tr_cpu_cast_bind, tr_cpu_attention_bind, tr_cpu_attention_lse_bind, tr_cpu_matmul_bind_op;
 
 /* ---- decoder LLM ops (rmsnorm.c, rope.c), as ops.h defines them ----
  * Float data f32, bf16, f16 or f64 (f64 computed in f64: the finite-difference checks);

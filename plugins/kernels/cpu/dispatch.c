@@ -38,6 +38,8 @@ INVOKE(reduce, tr_k_reduce(k, op, &in[0], (int)at->ints[0], out, err))
 INVOKE(cast, tr_k_cast(k, &in[0], out, err))
 INVOKE(attention, tr_k_attention(k, &in[0], &in[1], &in[2], n_in == 4 ? &in[3] : NULL, at->floats[0],
                                  at->ints[0] != 0, (int)at->ints[1], out, err))
+INVOKE(attention_lse, tr_k_attention_lse(k, &in[0], &in[1], &in[2], n_in == 4 ? &in[3] : NULL, at->floats[0],
+                                         at->ints[0] != 0, (int)at->ints[1], NULL, out, err))
 #undef INVOKE
 
 static int reshape_check(const struct tr_tensor *x, const struct tr_tensor *out, struct tr_error *err) {
@@ -162,13 +164,14 @@ static int invoke_train(struct tr_kernels *k, int op, const struct tr_attrs *at,
         return TR_OK;
     }
     case TR_OP_ATTENTION_GRAD: {
-        if (n_in != 4 && n_in != 5)
-            return tr_error_set(err, TR_ERR_INVALID, "attention_grad: %d inputs given, 4 (q, k, v, dy) or 5 (with mask) "
-                                "expected", n_in);
+        if (n_in < 4 || n_in > 7)
+            return tr_error_set(err, TR_ERR_INVALID, "attention_grad: %d inputs given, 4 (q, k, v, dy), 5 (with mask), "
+                                "6 or 7 (and the forward's y and lse) expected", n_in);
         float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
         if (a[1] < 0 || a[1] > INT32_MAX || a[2] < 0 || a[2] > 2)
             return tr_error_set(err, TR_ERR_INVALID, "attention_grad: window ints[1]=%lld or operand ints[2]=%lld (0 dq, "
                                 "1 dk, 2 dv) out of range", (long long)a[1], (long long)a[2]);
+        if (n_in >= 6) return tr_cpu_attention_grad_saved(k, in, n_in, scale, a[0] != 0, (int)a[1], (int)a[2], out, err);
         return tr_k_attention_grad(k, &in[0], &in[1], &in[2], &in[3], n_in == 5 ? &in[4] : NULL, scale, a[0] != 0,
                                    (int)a[1], (int)a[2], out, err);
     }
@@ -287,6 +290,9 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
     case TR_OP_ATTENTION:
         if ((rc = resolve_attention(at, n_in, in, err)) != TR_OK) return rc;
         return pick(r, invoke_attention, tr_cpu_attention_bind, NULL);
+    case TR_OP_ATTENTION_LSE:
+        if ((rc = resolve_attention(at, n_in, in, err)) != TR_OK) return rc;
+        return pick(r, invoke_attention_lse, tr_cpu_attention_lse_bind, NULL);
     case TR_OP_UNARY_GRAD:
     case TR_OP_SOFTMAX_GRAD:
     case TR_OP_LAYER_NORM_GRAD:

@@ -8,6 +8,8 @@
 // h / (H/Hk). With off = Tk - Tq, query i sees key j iff j <= i + off when causal or
 // windowed, and j > i + off - window when window > 0. A row that sees no key is zeros.
 // ATTENTION_REL's decomposed bias (p.rel_h) is added to each score as the mask is.
+// With p.lse each row's log Σ exp (m + log l; +inf where it sees no key) is written too,
+// ATTENTION_LSE's value, and out may be NULL.
 //
 // This is the first version (CUDA cores, no tensor cores): correct for D, Dv <= 256.
 #include "cu_common.cuh"
@@ -17,8 +19,10 @@
 #define ATT_BQ (ATT_ROWS * ATT_WARPS)
 #define ATT_BK 32
 
+// 5 blocks per SM (96 registers): without the bound ptxas picked 96 for DVC 4 and spilled
+// once the lse write kept m live to the end (tests/cuda_spills.sh).
 template <typename T, int DVC>  // DVC: Dv/32 rounded up (1, 2, 4 or 8)
-__global__ void __launch_bounds__(ATT_WARPS * 32)
+__global__ void __launch_bounds__(ATT_WARPS * 32, 5)
 attention_fwd_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, T *__restrict__ out,
                      tr_cu_attn p) {
     extern __shared__ float smem[];
@@ -119,6 +123,15 @@ attention_fwd_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *
         }
     }
 
+    if (p.lse && lane < ATT_ROWS) { // lane r writes row r's
+        float mr = m[0], lr = l[0];
+#pragma unroll
+        for (int r = 1; r < ATT_ROWS; r++)
+            if (lane == r) mr = m[r], lr = l[r];
+        const int64_t i = q0 + warp * ATT_ROWS + lane;
+        if (i < p.Tq) p.lse[bh * p.Tq + i] = lr > 0.0f ? mr + logf(lr) : INFINITY;
+    }
+    if (!out) return;
 #pragma unroll
     for (int r = 0; r < ATT_ROWS; r++) {
         const int64_t i = q0 + warp * ATT_ROWS + r;
@@ -148,7 +161,7 @@ static int launch_attention(cudaStream_t s, const void *q, const void *k, const 
 
 extern "C" int tr_cu_attention(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, void *out,
                                const struct tr_cu_attn *p, struct tr_error *err) {
-    if (p->B * p->H * p->Tq * p->Dv == 0) return TR_OK;
+    if (p->B * p->H * p->Tq * (p->lse ? 1 : p->Dv) == 0) return TR_OK;
     if (p->D > 256 || p->Dv > 256)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention: head sizes D=%lld, Dv=%lld (at most 256 on cuda)",
                             (long long)p->D, (long long)p->Dv);

@@ -283,11 +283,34 @@ extern "C" int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, co
     return which == 0 ? TR_CU_LAUNCHED("attention_grad dq", err) : TR_CU_LAUNCHED("attention_grad dk/dv", err);
 }
 
+// delta per row, from the saved output: a warp per row.
+template <typename T>
+__global__ void __launch_bounds__(AB_WARPS * 32)
+ab_delta_kernel(const T *y, const T *dy, int64_t rows, int64_t Dv, float *delta) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * AB_WARPS + warp;
+    if (row >= rows) return; // whole warps only
+    float d = 0.0f;
+    for (int64_t c = lane; c < Dv; c += 32) d += tr_ld(y + row * Dv + c) * tr_ld(dy + row * Dv + c);
+    d = tr_warp_sum(d);
+    if (lane == 0) delta[row] = d;
+}
+
+extern "C" int tr_cu_attention_delta(cudaStream_t s, int dtype, const void *y, const void *dy, int64_t rows,
+                                     int64_t Dv, float *delta, struct tr_error *err) {
+    if (rows == 0) return TR_OK;
+    if (ab_blocks(rows) > 0x7fffffffu)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_backward: too many rows for one grid");
+    TR_CU_FLOAT_SWITCH(dtype, T, ab_delta_kernel<T><<<ab_blocks(rows), AB_WARPS * 32, 0, s>>>(
+                                     (const T *)y, (const T *)dy, rows, Dv, delta));
+    return TR_CU_LAUNCHED("attention_backward delta", err);
+}
+
 // dq, dk and dv of one call (any of them NULL) on the CUDA-core kernels: the statistics
-// once, dq's pass, and one pass for dk and dv together.
+// once (or as given), dq's pass, and one pass for dk and dv together.
 extern "C" int tr_cu_attention_backward(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
                                         const void *dy, const struct tr_cu_attn *p, void *dq, void *dk, void *dv,
-                                        float *scratch, struct tr_error *err) {
+                                        float *lse, float *delta, int ready, struct tr_error *err) {
     if (p->D > AB_MAXD || p->Dv > AB_MAXD)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_grad: head sizes D=%lld, Dv=%lld (at most %d on cuda)",
                             (long long)p->D, (long long)p->Dv, AB_MAXD);
@@ -305,11 +328,13 @@ extern "C" int tr_cu_attention_backward(cudaStream_t s, int dtype, const void *q
     }
     if (ab_blocks(qrows > krows ? qrows : krows) > 0x7fffffffu)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_grad: too many rows for one grid");
-    ab_ctx c = {*p, scratch, scratch + qrows};
-    TR_CU_FLOAT_SWITCH(dtype, T, ab_stats_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
-                                     (const T *)q, (const T *)k, (const T *)v, (const T *)dy, c));
-    int rc = TR_CU_LAUNCHED("attention_backward stats", err);
-    if (rc) return rc;
+    ab_ctx c = {*p, lse, delta};
+    int rc;
+    if (!ready) {
+        TR_CU_FLOAT_SWITCH(dtype, T, ab_stats_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
+                                         (const T *)q, (const T *)k, (const T *)v, (const T *)dy, c));
+        if ((rc = TR_CU_LAUNCHED("attention_backward stats", err)) != TR_OK) return rc;
+    }
     if (dq) {
         TR_CU_FLOAT_SWITCH(dtype, T, ab_dq_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
                                          (const T *)q, (const T *)k, (const T *)v, (const T *)dy, (T *)dq, c));

@@ -2,8 +2,10 @@
 // size (Tq,Tk) is stored, no atomics, the same result on every run (docs/determinism.md).
 // bf16/f16 data on WMMA 16x16x16, f32 data with math = tf32 on WMMA 16x16x8 tf32; D and Dv
 // multiples of 16 up to 256. Three launches:
-//   1. statistics: lse_i = log Σ_j exp(s_ij) and delta_i = dy_i · out_i per query row, by
-//      the forward's kernel (attention_tc.cu, STATS), on tensor cores;
+//   1. statistics: lse_i = log Σ_j exp(s_ij) and delta_i = dy_i · out_i per query row.
+//      In a training step the forward saved lse (ATTENTION_LSE, written by its own pass)
+//      and its output, so this is delta alone from them (tr_cu_attention_delta, one read
+//      of dy and out); without them, the forward's kernel again (attention_tc.cu, STATS);
 //   2. attention_bwd_dkdv_tc: a block per br keys of one (b, kv head); for every query head
 //      of the group and every query tile of bc rows that may see the block's keys
 //      (tr_attn_plan_query_span), per warp (16 keys): Sᵀ = K_w·Qᵀ, Pᵀ = exp(Sᵀ·scale +

@@ -42,6 +42,9 @@ extern "C" {
  * present when bit i of attrs.ints[7] is set; floats[0] scale (0: 1/sqrt(D)), ints[0]
  * causal, ints[1] window. A private op code: tr_kernels_run never passes a negative op. */
 #define TR_CUDA_OP_ATTENTION_BACKWARD (-1919)
+/* ATTENTION and its ATTENTION_LSE in one pass: in[0..2] q, k, v, in[3] the mask when bit 0
+ * of attrs.ints[7] is set, in[4] lse (B,H,Tq) f32; out the attention output. */
+#define TR_CUDA_OP_ATTENTION_FWD (-1920)
 
 /* Shared-memory opt-in limits per block (cudaDevAttrMaxSharedMemoryPerBlockOptin). */
 #define TR_ATTN_SMEM_H100 (227u * 1024u)

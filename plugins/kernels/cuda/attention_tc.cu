@@ -13,6 +13,8 @@
 // rescale the row of the f32 output accumulator O (shared); then O += P·V with WMMA.
 // The same kernel with STATS writes lse = m + log l and delta = dy·(O/l) per row instead
 // of the output: the backward's statistics (attention_bwd_tc.cu), on tensor cores.
+// Without STATS, p.lse (when set) gets lse beside the output: ATTENTION_LSE's value, so
+// that a training step's backward reads it instead of running the STATS pass.
 //
 // Tiles (attention_plan.h on an H100/H200, 227 KB per block; warps x bc, 16 query rows
 // per warp; tests/test_attention_cuda_plan.c prints the whole table):
@@ -116,7 +118,8 @@ attention_fwd_tc(const T *__restrict__ q, const T *__restrict__ k, const T *__re
     for (int c = half; c < Dv; c += 2) Ow[r * pl.ld_acc_dv + c] *= inv;
     __syncwarp();
     if (!STATS) {
-        for (int idx = lane; idx < 16 * Dv; idx += 32) {
+        if (p.lse && half == 0 && qi < p.Tq) p.lse[bh * p.Tq + qi] = l > 0.0f ? m + logf(l) : INFINITY;
+        for (int idx = lane; out && idx < 16 * Dv; idx += 32) {
             const int rr = idx / Dv, c = idx - rr * Dv;
             if (qw0 + rr < p.Tq) tr_st(out + (bh * p.Tq + qw0 + rr) * Dv + c, Ow[rr * pl.ld_acc_dv + c]);
         }

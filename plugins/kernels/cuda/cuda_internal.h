@@ -241,6 +241,8 @@ struct tr_cu_attn {
     const void *rel_h, *rel_w;
     int rel_h_dtype, rel_w_dtype;
     int64_t Kh, Kw;
+    /* the forwards' ATTENTION_LSE output (B,H,Tq) f32, or NULL; with it out may be NULL */
+    float *lse;
 };
 int tr_cu_attention(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, void *out,
                     const struct tr_cu_attn *p, struct tr_error *err);
@@ -262,11 +264,16 @@ int tr_cu_attention_bwd_dkdv_tc(cudaStream_t s, int dtype, const void *q, const 
 int tr_cu_attention_bwd_dq_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, const void *dy,
                               const struct tr_cu_attn *p, const struct tr_attn_plan *pl, const float *lse,
                               const float *delta, void *dq, struct tr_error *err);
-/* attention_bwd.cu, the CUDA-core backward: dq, dk and dv of one call (any NULL), the
- * statistics computed once into scratch (2·B·H·Tq floats). */
+/* attention_bwd.cu, the CUDA-core backward: dq, dk and dv of one call (any NULL), from
+ * the statistics lse and delta (B·H·Tq floats each): computed here once when ready is 0,
+ * read as they are when 1 (the forward's lse, tr_cu_attention_delta's delta). */
 int tr_cu_attention_backward(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, const void *dy,
-                             const struct tr_cu_attn *p, void *dq, void *dk, void *dv, float *scratch,
-                             struct tr_error *err);
+                             const struct tr_cu_attn *p, void *dq, void *dk, void *dv, float *lse, float *delta,
+                             int ready, struct tr_error *err);
+/* delta[row] = dy[row] · y[row] over the rows of the forward's output y (rows x Dv): the
+ * backward's second statistic, from the saved output instead of a pass over the keys. */
+int tr_cu_attention_delta(cudaStream_t s, int dtype, const void *y, const void *dy, int64_t rows, int64_t Dv,
+                          float *delta, struct tr_error *err);
 /* dq, dk or dv (which 0, 1, 2), or with p->rel_h drel_h or drel_w (3, 4, in that
  * operand's dtype, Kh and Kw at most 256) into out; scratch holds 2·B·H·Tq floats (lse,
  * delta). */

@@ -290,30 +290,31 @@ static int run_cast(struct tr_cuda_ctx *c, const struct tr_tensor *x, struct tr_
     return TR_CU_LAUNCH(c, tr_cu_cast(c->stream, x->data, x->dtype, out->data, out->dtype, tr_tensor_numel(x), err));
 }
 
-/* q, k, v, the mask and y (the forward's output shape: dy for the gradient) checked and
- * turned into the kernels' parameters. */
+/* q, k, v, the mask and y (the forward's output shape: dy for the gradient; NULL for
+ * ATTENTION_LSE alone) checked and turned into the kernels' parameters. */
 static int attn_params(const char *kn, const struct tr_attrs *at, float scale, const struct tr_tensor *q,
                        const struct tr_tensor *k, const struct tr_tensor *v, const struct tr_tensor *mask,
                        const struct tr_tensor *y, struct tr_cu_attn *pp, struct tr_error *err) {
     int rc = check_float(q, kn, "q", err);
     if (!rc) rc = check_float(k, kn, "k", err);
     if (!rc) rc = check_float(v, kn, "v", err);
-    if (!rc) rc = check_float(y, kn, "out/dy", err);
+    if (!rc && y) rc = check_float(y, kn, "out/dy", err);
     if (!rc && mask) rc = check_float(mask, kn, "mask", err);
     if (rc) return rc;
     char d1[200], d2[200], d3[200], d4[200];
-    int ok = q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && y->ndim == 4 && k->dtype == q->dtype &&
-             v->dtype == q->dtype && y->dtype == q->dtype;
+    int ok = q->ndim == 4 && k->ndim == 4 && v->ndim == 4 && (!y || y->ndim == 4) && k->dtype == q->dtype &&
+             v->dtype == q->dtype && (!y || y->dtype == q->dtype);
     if (ok) {
         int64_t B = q->shape[0], H = q->shape[1], Tq = q->shape[2], D = q->shape[3];
         ok = k->shape[0] == B && v->shape[0] == B && k->shape[1] > 0 && H % k->shape[1] == 0 &&
-             v->shape[1] == k->shape[1] && k->shape[3] == D && v->shape[2] == k->shape[2] && y->shape[0] == B &&
-             y->shape[1] == H && y->shape[2] == Tq && y->shape[3] == v->shape[3];
+             v->shape[1] == k->shape[1] && k->shape[3] == D && v->shape[2] == k->shape[2] &&
+             (!y || (y->shape[0] == B && y->shape[1] == H && y->shape[2] == Tq && y->shape[3] == v->shape[3]));
     }
     if (!ok)
         return tr_error_set(err, TR_ERR_SHAPE, "%s: q %s, k %s, v %s, out %s should be (B,H,Tq,D), (B,Hk,Tk,D), "
                             "(B,Hk,Tk,Dv), (B,H,Tq,Dv), H a multiple of Hk, one dtype", kn, tr_cpu_desc(q, d1, sizeof d1),
-                            tr_cpu_desc(k, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3), tr_cpu_desc(y, d4, sizeof d4));
+                            tr_cpu_desc(k, d2, sizeof d2), tr_cpu_desc(v, d3, sizeof d3),
+                            y ? tr_cpu_desc(y, d4, sizeof d4) : "-");
     struct tr_cu_attn p = {.B = q->shape[0], .H = q->shape[1], .Hk = k->shape[1], .Tq = q->shape[2], .Tk = k->shape[2],
                            .D = q->shape[3], .Dv = v->shape[3], .scale = scale, .causal = at->ints[0] != 0,
                            .window = (int)at->ints[1]};
@@ -366,32 +367,57 @@ static int attn_plan(const struct tr_cuda_ctx *c, int math, int kind, int dtype,
                              kind == TR_ATTN_DKDV ? p->B * p->Hk : p->B * p->H, attn_smem_max(c));
 }
 
-static int run_attention(struct tr_kernels *k, struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in,
-                         const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
-    struct tr_cu_attn p;
-    int rc = attn_params("attention", at, at->floats[0], &in[0], &in[1], &in[2], n_in == 4 ? &in[3] : NULL, out, &p, err);
+/* lse (B,H,Tq) f32 for q: ATTENTION_LSE's output, or the backward's saved statistics. */
+static int check_lse(const char *kn, const struct tr_tensor *lse, const struct tr_cu_attn *p, struct tr_error *err) {
+    int rc = tr_cpu_check_tensor(lse, kn, "lse", err);
     if (rc) return rc;
+    if (lse->dtype != TR_DTYPE_F32 || lse->ndim != 3 || lse->shape[0] != p->B || lse->shape[1] != p->H ||
+        lse->shape[2] != p->Tq) {
+        char d[200];
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: lse %s, expected f32 (B,H,Tq) [%lld,%lld,%lld]", kn,
+                            tr_cpu_desc(lse, d, sizeof d), (long long)p->B, (long long)p->H, (long long)p->Tq);
+    }
+    return TR_OK;
+}
+
+/* ATTENTION's out, its ATTENTION_LSE's lse, or both in one pass (either may be NULL). */
+static int run_attention(struct tr_kernels *k, struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in,
+                         const struct tr_tensor *in, struct tr_tensor *out, struct tr_tensor *lse,
+                         struct tr_error *err) {
+    const char *kn = out ? "attention" : "attention_lse";
+    if (n_in != 3 && n_in != 4)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given, 3 (q, k, v) or 4 (with mask) expected", kn, n_in);
+    struct tr_cu_attn p;
+    float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
+    int rc = attn_params(kn, at, scale, &in[0], &in[1], &in[2], n_in == 4 ? &in[3] : NULL, out, &p, err);
+    if (!rc && lse) rc = check_lse(kn, lse, &p, err);
+    if (rc) return rc;
+    p.lse = lse ? lse->data : NULL;
+    void *o = out ? out->data : NULL;
     struct tr_attn_plan pl;
-    const void *ptrs[] = {in[0].data, in[1].data, in[2].data, out->data};
+    const void *ptrs[] = {in[0].data, in[1].data, in[2].data, out ? out->data : in[0].data};
     if (attn_plan(c, k->math, TR_ATTN_FWD, in[0].dtype, &p, ptrs, 4, &pl) == TR_ATTN_PATH_TC)
         return TR_CU_LAUNCH(
-            c, tr_cu_attention_tc(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, out->data, &p, &pl, err));
-    return TR_CU_LAUNCH(
-        c, tr_cu_attention(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, out->data, &p, err));
+            c, tr_cu_attention_tc(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, o, &p, &pl, err));
+    return TR_CU_LAUNCH(c, tr_cu_attention(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, o, &p, err));
 }
 
 /* dq, dk and dv (any NULL) of q, k, v, dy (in[0..3], checked): on tensor cores, the
  * statistics (one launch), dk and dv (one), dq (one), when all three kernels have a
  * tensor-core plan; else the CUDA-core kernels, with the statistics also computed once.
- * Scratch: lse and delta, 2·B·H·Tq floats. */
+ * With saved (the forward's y and lse, checked) the statistics are lse as saved and
+ * delta = dy·y (one light launch) instead of a pass over every score. Scratch: lse and
+ * delta, 2·B·H·Tq floats. */
 static int attn_backward(struct tr_kernels *k, struct tr_cuda_ctx *c, const struct tr_tensor *in,
-                         const struct tr_cu_attn *p, void *dq, void *dk, void *dv, struct tr_error *err) {
+                         const struct tr_tensor *saved, const struct tr_cu_attn *p, void *dq, void *dk, void *dv,
+                         struct tr_error *err) {
     const int dt = in[0].dtype;
     const int64_t rows = p->B * p->H * p->Tq;
     void *scr = NULL;
     int rc = tr_cuda_scratch(c, (size_t)(2 * rows) * sizeof(float) + 16, &scr, err);
     if (rc) return rc;
     float *lse = scr, *delta = lse + rows;
+    if (saved) lse = saved[1].data;
     const void *ptrs[7] = {in[0].data, in[1].data, in[2].data, in[3].data};
     int n = 4;
     if (dq) ptrs[n++] = dq;
@@ -402,11 +428,13 @@ static int attn_backward(struct tr_kernels *k, struct tr_cuda_ctx *c, const stru
                    attn_plan(c, k->math, TR_ATTN_DQ, dt, p, ptrs, n, &pq) == TR_ATTN_PATH_TC &&
                    attn_plan(c, k->math, TR_ATTN_DKDV, dt, p, ptrs, n, &pkv) == TR_ATTN_PATH_TC;
     if (c->dry) return TR_OK;
+    if (saved && (rc = tr_cu_attention_delta(c->stream, dt, saved[0].data, in[3].data, rows, p->Dv, delta, err)) != TR_OK)
+        return rc;
     if (!tc)
         return tr_cu_attention_backward(c->stream, dt, in[0].data, in[1].data, in[2].data, in[3].data, p, dq, dk, dv,
-                                        lse, err);
-    if ((rc = tr_cu_attention_stats_tc(c->stream, dt, in[0].data, in[1].data, in[2].data, in[3].data, p, &pf, lse,
-                                       delta, err)) != TR_OK)
+                                        lse, delta, saved != NULL, err);
+    if (!saved && (rc = tr_cu_attention_stats_tc(c->stream, dt, in[0].data, in[1].data, in[2].data, in[3].data, p, &pf,
+                                                 lse, delta, err)) != TR_OK)
         return rc;
     if ((dk || dv) && (rc = tr_cu_attention_bwd_dkdv_tc(c->stream, dt, in[0].data, in[1].data, in[2].data, in[3].data,
                                                         p, &pkv, lse, delta, dk, dv, err)) != TR_OK)
@@ -417,42 +445,54 @@ static int attn_backward(struct tr_kernels *k, struct tr_cuda_ctx *c, const stru
     return rc;
 }
 
-/* (q, k, v, dy, [mask]) -> dq, dk or dv (ints[2]) */
+/* The saved y (as dy) and lse of a backward, checked against p and dy; NULL when absent. */
+static int check_saved(const char *kn, const struct tr_tensor *saved, const struct tr_tensor *dy,
+                       const struct tr_cu_attn *p, struct tr_error *err) {
+    int rc = same_dtype_shape(dy, &saved[0], kn, err);
+    return rc ? rc : check_lse(kn, &saved[1], p, err);
+}
+
+/* (q, k, v, dy, [mask], [y, lse]) -> dq, dk or dv (ints[2]) */
 static int run_attention_grad(struct tr_kernels *k, struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in,
                               const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
-    if (n_in != 4 && n_in != 5)
-        return tr_error_set(err, TR_ERR_INVALID, "attention_grad: %d inputs given, 4 (q, k, v, dy) or 5 (with mask) "
-                            "expected", n_in);
+    static const char kn[] = "attention_grad";
+    if (n_in < 4 || n_in > 7)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given, 4 (q, k, v, dy), 5 (with mask), 6 or 7 (and the "
+                            "forward's y and lse) expected", kn, n_in);
     const int64_t *a = at->ints;
     if (a[1] < 0 || a[1] > INT32_MAX || a[2] < 0 || a[2] > 2)
-        return tr_error_set(err, TR_ERR_INVALID, "attention_grad: window ints[1]=%lld or operand ints[2]=%lld (0 dq, 1 dk, "
-                            "2 dv) out of range", (long long)a[1], (long long)a[2]);
+        return tr_error_set(err, TR_ERR_INVALID, "%s: window ints[1]=%lld or operand ints[2]=%lld (0 dq, 1 dk, "
+                            "2 dv) out of range", kn, (long long)a[1], (long long)a[2]);
     float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
+    const struct tr_tensor *saved = n_in >= 6 ? &in[n_in - 2] : NULL;
     struct tr_cu_attn p;
-    int rc = attn_params("attention_grad", at, scale, &in[0], &in[1], &in[2], n_in == 5 ? &in[4] : NULL, &in[3], &p,
+    int rc = attn_params(kn, at, scale, &in[0], &in[1], &in[2], n_in == 5 || n_in == 7 ? &in[4] : NULL, &in[3], &p,
                          err);
+    if (!rc && saved) rc = check_saved(kn, saved, &in[3], &p, err);
     if (rc) return rc;
     const struct tr_tensor *like = &in[a[2]];
-    if ((rc = check_float(out, "attention_grad", "out", err)) != TR_OK ||
-        (rc = same_dtype_shape(like, out, "attention_grad", err)) != TR_OK)
+    if ((rc = check_float(out, kn, "out", err)) != TR_OK || (rc = same_dtype_shape(like, out, kn, err)) != TR_OK)
         return rc;
-    return attn_backward(k, c, in, &p, a[2] == 0 ? out->data : NULL, a[2] == 1 ? out->data : NULL,
+    return attn_backward(k, c, in, saved, &p, a[2] == 0 ? out->data : NULL, a[2] == 1 ? out->data : NULL,
                          a[2] == 2 ? out->data : NULL, err);
 }
 
 /* The joint backward of route.c (TR_CUDA_OP_ATTENTION_BACKWARD, attention_plan.h):
- * in[0..3] q, k, v, dy, in[4] the mask, in[5..7] dq, dk, dv, present by bit of ints[7]. */
+ * in[0..3] q, k, v, dy, in[4] the mask, in[5..7] dq, dk, dv, in[8..9] the saved y and lse,
+ * present by bit of ints[7]. */
 static int run_attention_backward(struct tr_kernels *k, struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in,
                                   const struct tr_tensor *in, struct tr_error *err) {
     static const char kn[] = "attention_backward";
     const int64_t bits = at->ints[7];
-    if (n_in != 8 || !(bits & (7 << 5)))
+    const int saved = ((bits >> 8) & 3) == 3;
+    if (n_in != (saved ? 10 : 8) || !(bits & (7 << 5)))
         return tr_error_set(err, TR_ERR_INVALID, "%s: no gradient asked for", kn);
     if (at->ints[1] < 0 || at->ints[1] > INT32_MAX)
         return tr_error_set(err, TR_ERR_INVALID, "%s: window %lld out of range", kn, (long long)at->ints[1]);
     float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
     struct tr_cu_attn p;
     int rc = attn_params(kn, at, scale, &in[0], &in[1], &in[2], (bits >> 4) & 1 ? &in[4] : NULL, &in[3], &p, err);
+    if (!rc && saved) rc = check_saved(kn, &in[8], &in[3], &p, err);
     if (rc) return rc;
     void *g[3] = {NULL, NULL, NULL};
     static const char *const gn[3] = {"dq", "dk", "dv"};
@@ -463,7 +503,7 @@ static int run_attention_backward(struct tr_kernels *k, struct tr_cuda_ctx *c, c
             return rc;
         g[w] = in[5 + w].data;
     }
-    return attn_backward(k, c, in, &p, g[0], g[1], g[2], err);
+    return attn_backward(k, c, in, saved ? &in[8] : NULL, &p, g[0], g[1], g[2], err);
 }
 
 /* ATTENTION_REL's (q, k, v, rel_h, rel_w[, dy]) as the CUDA-core kernels take them. */
@@ -988,7 +1028,11 @@ int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_i
     case TR_OP_MEAN:
     case TR_OP_MAX: return run_reduce(c, op, at, &in[0], out, err);
     case TR_OP_CAST: return run_cast(c, &in[0], out, err);
-    case TR_OP_ATTENTION: return run_attention(k, c, at, n_in, in, out, err);
+    case TR_OP_ATTENTION: return run_attention(k, c, at, n_in, in, out, NULL, err);
+    case TR_OP_ATTENTION_LSE: return run_attention(k, c, at, n_in, in, NULL, out, err);
+    case TR_CUDA_OP_ATTENTION_FWD:
+        if (n_in != 5) return tr_error_set(err, TR_ERR_INVALID, "attention_lse: %d inputs given, 5 expected", n_in);
+        return run_attention(k, c, at, at->ints[7] & 1 ? 4 : 3, in, out, (struct tr_tensor *)&in[4], err);
     case TR_OP_ATTENTION_GRAD: return run_attention_grad(k, c, at, n_in, in, out, err);
     case TR_CUDA_OP_ATTENTION_BACKWARD: return run_attention_backward(k, c, at, n_in, in, err);
     case TR_OP_RMS_NORM:

@@ -52,8 +52,16 @@
  *   EMBEDDING_GRAD (ids, dy (...,D)) -> dtable (V,D): rows of dy added at their ids,
  *                zeros elsewhere                                          ints[0]=V;
  *                ints[1]=1: row ints[2] (the padding row) zeros whatever the ids
- *   ATTENTION_GRAD (q, k, v, dy, [mask]) -> dq, dk or dv (ints[2] = 0, 1 or 2, shaped
- *                like that operand); scale, causal and window as ATTENTION's attrs
+ *   ATTENTION_GRAD (q, k, v, dy, [mask], [y, lse]) -> dq, dk or dv (ints[2] = 0, 1 or 2,
+ *                shaped like that operand); scale, causal and window as ATTENTION's
+ *                attrs. With y (the ATTENTION's output) and lse (its ATTENTION_LSE) the
+ *                backward reuses the forward's statistics instead of recomputing them
+ *                (4 or 5 inputs: without, 6 or 7: with); the result is the same function.
+ *   ATTENTION_LSE (q, k, v, [mask]) -> lse (B,H,Tq): the log-sum-exp over the keys of
+ *                ATTENTION's scaled, masked scores, per query row, with ATTENTION's
+ *                attrs; f32 (f64 for f64 operands); +inf for a row that sees no key (so
+ *                exp(s - lse) is 0 there). Autodiff emits it beside each ATTENTION it
+ *                differentiates; a backend computes both in one pass.
  *   BROADCAST    x -> the shape ints[0..n_ints-1] by numpy broadcasting
  *   MAX_GRAD     (x, dy) -> dx: dy (x reduced over ints[0], keepdims ints[1]) routed to
  *                the first maximum along that axis, zeros elsewhere
@@ -224,7 +232,8 @@ extern "C" {
     X(ATTENTION_REL_GRAD, "attention_rel_grad", 6) \
     X(ALLREDUCE,  "allreduce",   1)    \
     X(ALLREDUCE_START, "allreduce_start", 1) \
-    X(ALLREDUCE_WAIT, "allreduce_wait", 1)
+    X(ALLREDUCE_WAIT, "allreduce_wait", 1) \
+    X(ATTENTION_LSE, "attention_lse", -1)
 
 enum tr_op {
 #define TR_OP_ENUM_(name, str, n) TR_OP_##name,

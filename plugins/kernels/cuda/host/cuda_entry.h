@@ -48,6 +48,9 @@ int tr_cuda_k_cast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_te
 int tr_cuda_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                         const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal, int window,
                         struct tr_tensor *out, struct tr_error *err);
+int tr_cuda_k_attention_lse(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                            const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal,
+                            int window, struct tr_tensor *out, struct tr_tensor *lse, struct tr_error *err);
 int tr_cuda_k_unary_grad(struct tr_kernels *k, int op, int approximate, float alpha, const struct tr_tensor *x,
                          const struct tr_tensor *dy, struct tr_tensor *dx, struct tr_error *err);
 int tr_cuda_k_softmax_grad(struct tr_kernels *k, const struct tr_tensor *y, const struct tr_tensor *dy,
@@ -64,8 +67,9 @@ int tr_cuda_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, co
                              struct tr_error *err);
 int tr_cuda_k_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                                  const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
-                                 float scale, int causal, int window, struct tr_tensor *dq, struct tr_tensor *dk,
-                                 struct tr_tensor *dv, struct tr_error *err);
+                                 const struct tr_tensor *y, const struct tr_tensor *lse, float scale, int causal,
+                                 int window, struct tr_tensor *dq, struct tr_tensor *dk, struct tr_tensor *dv,
+                                 struct tr_error *err);
 int tr_cuda_k_broadcast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err);
 int tr_cuda_k_max_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *dy, int axis,
                        int keepdims, struct tr_tensor *dx, struct tr_error *err);
@@ -122,9 +126,13 @@ int tr_cuda_bind_embedding_sum_layer_norm(struct tr_kernels *k, int n, const str
                                           struct tr_kernel_call *c, struct tr_error *err);
 int tr_cuda_bind_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                                     const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
-                                    float scale, int causal, int window, const struct tr_tensor *dq,
-                                    const struct tr_tensor *dk, const struct tr_tensor *dv, struct tr_kernel_call *c,
-                                    struct tr_error *err);
+                                    const struct tr_tensor *y, const struct tr_tensor *lse, float scale, int causal,
+                                    int window, const struct tr_tensor *dq, const struct tr_tensor *dk,
+                                    const struct tr_tensor *dv, struct tr_kernel_call *c, struct tr_error *err);
+int tr_cuda_bind_attention_lse(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                               const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal,
+                               int window, const struct tr_tensor *out, const struct tr_tensor *lse,
+                               struct tr_kernel_call *c, struct tr_error *err);
 /* While on, the cuda run paths check and reserve but queue nothing (context.c). Returns
  * the previous setting. */
 int tr_cuda_set_dry(struct tr_kernels *k, int on);

@@ -154,6 +154,21 @@ int tr_cuda_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const s
     return tr_cuda_run(k, TR_OP_ATTENTION, &at, mask ? 4 : 3, in, out, err);
 }
 
+/* ATTENTION_LSE alone (out NULL) is the op; with out, the private TR_CUDA_OP_ATTENTION_FWD
+ * (attention_plan.h) writes both in one pass. */
+int tr_cuda_k_attention_lse(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                            const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal,
+                            int window, struct tr_tensor *out, struct tr_tensor *lse, struct tr_error *err) {
+    NEED("attention_lse", q, kk, v, lse);
+    struct tr_tensor in[5] = {*q, *kk, *v};
+    if (mask) in[3] = *mask;
+    struct tr_attrs at = {.ints = {causal != 0, window}, .floats = {scale}};
+    if (!out) return tr_cuda_run(k, TR_OP_ATTENTION_LSE, &at, mask ? 4 : 3, in, lse, err);
+    in[4] = *lse;
+    at.ints[7] = mask != NULL;
+    return tr_cuda_run(k, TR_CUDA_OP_ATTENTION_FWD, &at, 5, in, out, err);
+}
+
 /* ---- training kernels ---- */
 
 int tr_cuda_k_unary_grad(struct tr_kernels *k, int op, int approximate, float alpha, const struct tr_tensor *x,
@@ -217,17 +232,20 @@ int tr_cuda_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, co
  * the row statistics computed once, dk and dv in one launch, dq in another. */
 int tr_cuda_k_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                                  const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
-                                 float scale, int causal, int window, struct tr_tensor *dq, struct tr_tensor *dk,
-                                 struct tr_tensor *dv, struct tr_error *err) {
+                                 const struct tr_tensor *y, const struct tr_tensor *lse, float scale, int causal,
+                                 int window, struct tr_tensor *dq, struct tr_tensor *dk, struct tr_tensor *dv,
+                                 struct tr_error *err) {
     if (!dq && !dk && !dv) return tr_error_set(err, TR_ERR_INVALID, "attention_backward: no gradient asked for");
+    if (!y != !lse) return tr_error_set(err, TR_ERR_INVALID, "attention_backward: y and lse come together or not at all");
     NEED("attention_backward", q, kk, v, dy);
-    struct tr_tensor in[8] = {*q, *kk, *v, *dy};
+    struct tr_tensor in[10] = {*q, *kk, *v, *dy};
     struct tr_attrs at = {.ints = {causal != 0, window}, .floats = {scale}};
     if (mask) in[4] = *mask, at.ints[7] |= (int64_t)1 << 4;
     struct tr_tensor *g[3] = {dq, dk, dv};
     for (int w = 0; w < 3; w++)
         if (g[w]) in[5 + w] = *g[w], at.ints[7] |= (int64_t)1 << (5 + w);
-    return tr_cuda_run(k, TR_CUDA_OP_ATTENTION_BACKWARD, &at, 8, in, dq ? dq : dk ? dk : dv, err);
+    if (y) in[8] = *y, in[9] = *lse, at.ints[7] |= (int64_t)3 << 8;
+    return tr_cuda_run(k, TR_CUDA_OP_ATTENTION_BACKWARD, &at, y ? 10 : 8, in, dq ? dq : dk ? dk : dv, err);
 }
 
 int tr_cuda_k_broadcast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err) {
@@ -463,28 +481,54 @@ int tr_cuda_bind_embedding_sum_layer_norm(struct tr_kernels *k, int n, const str
 static int bound_attention_backward(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
     const struct tr_attrs *a = &c->attrs;
     struct tr_tensor g[3] = {c->in[5], c->in[6], c->in[7]};
-    return tr_cuda_k_attention_backward(k, &c->in[0], &c->in[1], &c->in[2], &c->in[3], PRESENT(c, 4) ? &c->in[4] : NULL,
+    return tr_cuda_k_attention_backward(k, &c->in[0], &c->in[1], &c->in[2], &c->in[3], OPT(c, 4), OPT(c, 8), OPT(c, 9),
                                         a->floats[0], (int)a->ints[0], (int)a->ints[1], PRESENT(c, 5) ? &g[0] : NULL,
                                         PRESENT(c, 6) ? &g[1] : NULL, PRESENT(c, 7) ? &g[2] : NULL, err);
 }
 
 int tr_cuda_bind_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                                     const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
-                                    float scale, int causal, int window, const struct tr_tensor *dq,
-                                    const struct tr_tensor *dk, const struct tr_tensor *dv, struct tr_kernel_call *c,
-                                    struct tr_error *err) {
+                                    const struct tr_tensor *y, const struct tr_tensor *lse, float scale, int causal,
+                                    int window, const struct tr_tensor *dq, const struct tr_tensor *dk,
+                                    const struct tr_tensor *dv, struct tr_kernel_call *c, struct tr_error *err) {
     BEGIN("attention_backward");
-    if (!q || !kk || !v || !dy || (!dq && !dk && !dv))
-        return tr_error_set(err, TR_ERR_INVALID, "attention_backward: NULL operand, or no gradient asked for");
+    if (!q || !kk || !v || !dy || (!dq && !dk && !dv) || !y != !lse)
+        return tr_error_set(err, TR_ERR_INVALID, "attention_backward: NULL operand, no gradient asked for, or y "
+                            "without lse");
     c->op = -1;
     keep(c, 0, q), keep(c, 1, kk), keep(c, 2, v), keep(c, 3, dy), keep(c, 4, mask);
-    keep(c, 5, dq), keep(c, 6, dk), keep(c, 7, dv);
-    c->n_in = 8;
+    keep(c, 5, dq), keep(c, 6, dk), keep(c, 7, dv), keep(c, 8, y), keep(c, 9, lse);
+    c->n_in = y ? 10 : 8;
     c->out = dq ? *dq : dk ? *dk : *dv;
     /* 0: attention's default 1/sqrt(D), as the cpu's bound form reads it */
     c->attrs.floats[0] = tr_attention_scale(scale, q->ndim == 4 ? q->shape[3] : 0);
     c->attrs.ints[0] = causal;
     c->attrs.ints[1] = window;
     c->fn = bound_attention_backward;
+    return bind_check(k, c, err);
+}
+
+static int bound_attention_lse(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    const struct tr_attrs *a = &c->attrs;
+    struct tr_tensor out = c->out, lse = c->in[5];
+    return tr_cuda_k_attention_lse(k, &c->in[0], &c->in[1], &c->in[2], OPT(c, 3), a->floats[0], (int)a->ints[0],
+                                   (int)a->ints[1], &out, &lse, err);
+}
+
+int tr_cuda_bind_attention_lse(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                               const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal,
+                               int window, const struct tr_tensor *out, const struct tr_tensor *lse,
+                               struct tr_kernel_call *c, struct tr_error *err) {
+    BEGIN("attention_lse");
+    if (!q || !kk || !v || !out || !lse)
+        return tr_error_set(err, TR_ERR_INVALID, "attention_lse: NULL operand, out or lse");
+    c->op = -1;
+    keep(c, 0, q), keep(c, 1, kk), keep(c, 2, v), keep(c, 3, mask), keep(c, 5, lse);
+    c->n_in = 6;
+    c->out = *out;
+    c->attrs.floats[0] = tr_attention_scale(scale, q->ndim == 4 ? q->shape[3] : 0);
+    c->attrs.ints[0] = causal != 0;
+    c->attrs.ints[1] = window;
+    c->fn = bound_attention_lse;
     return bind_check(k, c, err);
 }

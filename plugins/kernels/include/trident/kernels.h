@@ -153,6 +153,12 @@ int tr_k_cast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor 
 int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                    const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal,
                    int window, struct tr_tensor *out, struct tr_error *err);
+/* The same pass giving ATTENTION_LSE's statistics: lse (B,H,Tq) f32, log Σ exp of each
+ * query row's scaled, masked scores (+inf: the row sees no key), with the output (out)
+ * or alone (out NULL); what tr_k_attention_backward reads back instead of recomputing. */
+int tr_k_attention_lse(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                       const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal, int window,
+                       struct tr_tensor *out, struct tr_tensor *lse, struct tr_error *err);
 
 /* Random fill (synthetic data, dropout masks, initialisation): out (f32, bf16, f16; f64
  * on the cpu) = uniform in [a, b) (TR_RANDOM_UNIFORM, a < b) or normal with mean a and
@@ -172,7 +178,7 @@ int tr_k_random(struct tr_kernels *k, enum tr_random_dist dist, uint64_t seed, f
  * the call. tr_kernels_call then runs it with no dispatch, no shape logic and no
  * allocation. The tensors' memory must stay where it was bound; rebinding is needed
  * when a pointer or a shape changes. tr_kernels_unbind releases what bind made. */
-#define TR_KERNEL_CALL_MAX_IN 8
+#define TR_KERNEL_CALL_MAX_IN 10 /* the attention backward's q, k, v, dy, mask, dq, dk, dv, y, lse */
 
 struct tr_kernel_call;
 typedef int (*tr_kernel_fn)(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err);
@@ -268,18 +274,28 @@ int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const s
                         float scale, int causal, int window, int which, struct tr_tensor *out, struct tr_error *err);
 /* dq, dk and dv at once (any may be NULL): the row statistics once, dq's pass, and one
  * pass for dk and dv together, where three tr_k_attention_grad calls recompute the
- * statistics three times and the scores four times. */
+ * statistics three times and the scores four times. With the forward's y and lse
+ * (tr_k_attention_lse; both or neither) the statistics are read, not recomputed: the
+ * backward then never rebuilds the output. */
 int tr_k_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                             const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
-                            float scale, int causal, int window, struct tr_tensor *dq, struct tr_tensor *dk,
-                            struct tr_tensor *dv, struct tr_error *err);
-/* Bound form (any of dq, dk, dv may be NULL; they travel as the call's in[5..7]); scale 0
- * is attention's default 1/sqrt(D), as for the ATTENTION_GRAD op. */
+                            const struct tr_tensor *y, const struct tr_tensor *lse, float scale, int causal,
+                            int window, struct tr_tensor *dq, struct tr_tensor *dk, struct tr_tensor *dv,
+                            struct tr_error *err);
+/* Bound form (any of dq, dk, dv may be NULL; they travel as the call's in[5..7], y and lse
+ * as in[8..9]); scale 0 is attention's default 1/sqrt(D), as for the ATTENTION_GRAD op. */
 int tr_kernels_bind_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                                        const struct tr_tensor *v, const struct tr_tensor *dy,
-                                       const struct tr_tensor *mask, float scale, int causal, int window,
+                                       const struct tr_tensor *mask, const struct tr_tensor *y,
+                                       const struct tr_tensor *lse, float scale, int causal, int window,
                                        const struct tr_tensor *dq, const struct tr_tensor *dk,
                                        const struct tr_tensor *dv, struct tr_kernel_call *call, struct tr_error *err);
+/* Bound tr_k_attention_lse with both outputs (the ATTENTION node's and its ATTENTION_LSE's):
+ * one pass for the two nodes; scale 0 is 1/sqrt(D). */
+int tr_kernels_bind_attention_lse(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
+                                  const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal,
+                                  int window, const struct tr_tensor *out, const struct tr_tensor *lse,
+                                  struct tr_kernel_call *call, struct tr_error *err);
 /* ATTENTION_REL's gradients in one call: in = the op's (q, k, v, rel_h, rel_w, dy), grads
  * = dq, dk, dv, drel_h, drel_w (any NULL: not wanted), shaped and typed as those operands.
  * On the cpu one statistics pass, one pass over the query blocks (dq and both bias
