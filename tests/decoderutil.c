@@ -307,10 +307,10 @@ void tr_test_llm_kv_cache(const struct tr_test_llm *t, const struct tr_decoder_c
     tr_test_tensor_free(&sout), tr_test_tensor_free(&ref_step), tr_test_tensor_free(&keep_step);
     tr_test_tensor_free(&sin[0]), tr_test_tensor_free(&sin[1]);
     free(sin);
-    for (int i = 0; i < n_pre; i++) tr_test_tensor_free(&pout[i]);
+    tr_test_tensors_free(n_pre, pout);
     free(pout);
     tr_test_tensor_free(&ref_pre), tr_test_tensor_free(&keep_pre);
-    for (int i = 0; i < 3; i++) tr_test_tensor_free(&pin[i]);
+    tr_test_tensors_free(3, pin);
     tr_test_tensor_free(&ref);
     tr_weights_free(wd), tr_weights_free(ws), tr_weights_free(wp), tr_weights_free(w);
     tr_graph_free(dec), tr_graph_free(step), tr_graph_free(pre), tr_graph_free(full);
@@ -462,11 +462,11 @@ void tr_test_llm_greedy_vs_hf(const struct tr_test_llm *t, const struct tr_decod
                          t->model->name, tr_dtype_name(dt), be->label, (long long)b, (long long)s, tok[b],
                          want[b * NEW + s]);
         }
-        for (int i = 0; i < n_out; i++) tr_test_tensor_free(&out[i]);
+        tr_test_tensors_free(n_out, out);
     }
     print_message("%s tiny %s %-22s greedy generate: %lld tokens x %lld samples as transformers', logits within %.3g\n",
                   t->model->name, tr_dtype_name(dt), be->label, (long long)NEW, (long long)B, worst);
-    for (int i = 0; i < n_in; i++) tr_test_tensor_free(&din[i]);
+    tr_test_tensors_free(n_in, din);
     free(din), free(out);
     tr_weights_free(wp), tr_weights_free(wd);
     tr_graph_free(pre), tr_graph_free(dec);

@@ -12,6 +12,25 @@ struct tr_safetensors;
 
 /* m's preset `name` (its config). */
 const void *tr_test_preset(const struct tr_model_desc *m, const char *name);
+
+/* A config m's build must refuse: preset with up to two keys set, built for task (f32,
+ * batch 2, seq_len 8); the message holds every string of want (NULL after the last). A
+ * value is written into the config as it is, without the key's min and max, so what is
+ * tested is the build's own check, not core's range check on [model]. */
+struct tr_test_refusal {
+    enum tr_task task;
+    const char *set[2][2]; /* {key, value}; a NULL key: no more */
+    const char *want[3];
+};
+void tr_test_expect_refusals(const struct tr_model_desc *m, const char *preset, const struct tr_test_refusal *r,
+                             int n);
+#define TR_TEST_EXPECT_REFUSALS(m, preset, table) \
+    tr_test_expect_refusals((m), (preset), (table), (int)(sizeof(table) / sizeof((table)[0])))
+
+/* m's preset `name` has `predict` parameter elements in its predict graph (batch B,
+ * seq_len T) and, where fit > 0, `fit` in its fit graph (what fit trains). */
+void tr_test_expect_param_counts(const struct tr_model_desc *m, const char *name, int64_t B, int64_t T,
+                                 int64_t predict, int64_t fit);
 /* Elements in g's PARAMs. */
 int64_t tr_test_param_count(const struct tr_graph *g);
 struct tr_safetensors *tr_test_open(const char *path, const char *hint);
@@ -23,6 +42,11 @@ struct tr_tensor tr_test_io_tensor(const struct tr_safetensors *io, const char *
 void tr_test_expect_state_dict(const struct tr_graph *g, const char *path, const char *strip, const char *hint);
 /* Entry i of io's param_count (i64): the reference's parameter counts. */
 int64_t tr_test_io_count(const struct tr_safetensors *io, int i, const char *hint);
+/* The fixture at io_path counted what the graphs count: param_count[0] is the tiny
+ * preset's predict graph's (batch B, seq_len T), param_count[1] is `full` (the reference's
+ * count of the full-size model). */
+void tr_test_expect_io_counts(const struct tr_model_desc *m, const char *io_path, int64_t B, int64_t T, int64_t full,
+                              const char *hint);
 /* m's tiny-preset graphs (config) against the fixture: the predict graph's PARAMs are the
  * state_dict at weights (tr_test_expect_state_dict) and param_count[0] elements; the fit
  * graph's, param_count[1] (what fit trains). */

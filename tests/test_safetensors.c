@@ -100,7 +100,7 @@ static void test_round_trip(void **state) {
     tr_assert_msg_has(&e, tmp_path);
     assert_null(tr_safetensors_name(st, 8));
     tr_safetensors_close(st);
-    for (int i = 0; i < 8; i++) tr_test_tensor_free(&ts[i]);
+    tr_test_tensors_free(8, ts);
 }
 
 static void test_write_refuses_bad_input(void **state) {

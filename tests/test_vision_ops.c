@@ -397,7 +397,7 @@ static void test_every_backend(void **state) {
         }
         tr_ref_graph_free(g, v);
         tr_graph_free(g);
-        for (int i = 0; i < 6; i++) tr_test_tensor_free(&in[i]);
+        tr_test_tensors_free(6, in);
     }
 }
 
@@ -492,7 +492,7 @@ static void test_every_backend_grads(void **state) {
     }
     tr_ref_graph_free(g, v);
     tr_graph_free(g);
-    for (int i = 0; i < 7; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(7, in);
 }
 
 TR_TEST_MAIN(tr_test_kernels_dir_setup, tr_test_kernels_dir_teardown, test_conv2d, test_group_norm,

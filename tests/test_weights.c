@@ -159,7 +159,7 @@ static void write_file(int skip, int bad_shape, enum tr_dtype dt) {
     }
     struct tr_error e = {0};
     assert_int_equal(tr_safetensors_write(tmp_path, n, nm, ts, &e), TR_OK);
-    for (int i = 0; i < n; i++) tr_test_tensor_free(&ts[i]);
+    tr_test_tensors_free(n, ts);
 }
 
 static void test_load_f32_and_convert(void **state) {
@@ -368,7 +368,7 @@ static void write_bare(int with_prefixed) {
     nm[3] = "layer.other.bias";
     struct tr_error e = {0};
     assert_int_equal(tr_safetensors_write(tmp_path, 3 + with_prefixed, nm, ts, &e), TR_OK);
-    for (int i = 0; i < 4; i++) tr_test_tensor_free(&ts[i]);
+    tr_test_tensors_free(4, ts);
 }
 
 static void test_load_without_base_prefix(void **state) {
@@ -423,7 +423,7 @@ static void test_load_directory(void **state) {
             tr_test_randn(&ts[i], 80 + (uint64_t)i, 1.0);
         }
         assert_int_equal(tr_safetensors_write(p[0], 2, names, ts, &e), TR_OK);
-        for (int i = 0; i < 2; i++) tr_test_tensor_free(&ts[i]);
+        tr_test_tensors_free(2, ts);
     }
     write_one(p[1], 2, 90);
     const int fwd[3] = {0, 1, 2};

@@ -30,6 +30,10 @@ void tr_test_tensor_free(struct tr_tensor *t) {
     t->data = NULL;
 }
 
+void tr_test_tensors_free(int n, struct tr_tensor *t) {
+    for (int i = 0; i < n; i++) tr_test_tensor_free(&t[i]);
+}
+
 void tr_test_randn(struct tr_tensor *t, uint64_t seed, double std) {
     int64_t n = tr_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) {
