@@ -44,6 +44,15 @@ struct tr_bench_report;
 void tr_test_bench_run(const char *ini, const char *file, const struct tr_model_desc *const *models,
                        struct tr_bench_report *rep);
 
+/* A report as the printers read it, with no rows yet: BERT tiny `task` in f32 on the cpu
+ * (batch 8, seq_len 128, 20 steps after 2 of warmup), on an AMD EPYC 9B14 at AVX-512 with
+ * native bf16 and 2 threads, OpenMP wait passive (trident's choice). */
+void tr_test_report_init(struct tr_bench_report *rep, const char *task);
+/* The next row of rep, `label`, one that ran and agrees (the first row added is the
+ * reference); its times are the caller's to set. */
+struct tr_bench_row;
+struct tr_bench_row *tr_test_report_row(struct tr_bench_report *rep, const char *label);
+
 /* The task graph (tr_task_graph_build) of an INI given as text; a failure fails the test. */
 struct tr_task_graph;
 void tr_test_task_graph(const char *ini, const char *file, const struct tr_model_desc *const *models,

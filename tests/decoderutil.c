@@ -135,6 +135,18 @@ double tr_test_llm_predict_vs_hf(const struct tr_test_llm *t, const struct tr_de
     return worst;
 }
 
+void tr_test_llm_build_fails(const struct tr_model_desc *m, const struct tr_decoder_config *c, enum tr_task task,
+                             enum tr_dtype dt, int64_t T, int status, const char *a, const char *b) {
+    struct tr_build_opts o = {.task = task, .dtype = dt, .batch = 1, .seq_len = T};
+    struct tr_graph *g = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    int rc = m->build(c, &o, g, &e);
+    tr_graph_free(g);
+    if (rc != status) fail_msg("%s build: status %d, expected %d (%s)", m->name, rc, status, e.msg);
+    if (!strstr(e.msg, a) || (b && !strstr(e.msg, b))) fail_msg("%s", e.msg);
+}
+
 void tr_test_llm_unknown_preset(const struct tr_model_desc *m) {
     struct tr_error e = {0};
     static char config[4096];
@@ -471,4 +483,8 @@ void tr_test_llm_greedy_vs_hf(const struct tr_test_llm *t, const struct tr_decod
     tr_weights_free(wp), tr_weights_free(wd);
     tr_graph_free(pre), tr_graph_free(dec);
     tr_safetensors_close(io);
+}
+
+void tr_test_llm_greedy_vs_hf_all(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt) {
+    for (int b = 0; b < TR_TEST_N_BACKENDS; b++) tr_test_llm_greedy_vs_hf(t, c, dt, &tr_test_backends[b]);
 }

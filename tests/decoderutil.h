@@ -37,6 +37,11 @@ double tr_test_llm_predict_vs_hf(const struct tr_test_llm *t, const struct tr_de
 /* Relative difference of two logits tensors [B,T,V] at the positions where keep is 1. */
 double tr_test_llm_kept_rel_diff(const struct tr_tensor *a, const struct tr_tensor *b, const struct tr_tensor *keep);
 
+/* m's build of c for task in dt (batch 1, seq_len T) fails with status, with a message
+ * that holds a and, unless it is NULL, b. */
+void tr_test_llm_build_fails(const struct tr_model_desc *m, const struct tr_decoder_config *c, enum tr_task task,
+                             enum tr_dtype dt, int64_t T, int status, const char *a, const char *b);
+
 /* An unknown preset is refused with the list of the ones there are. */
 void tr_test_llm_unknown_preset(const struct tr_model_desc *m);
 
@@ -56,6 +61,8 @@ void tr_test_llm_kv_cache(const struct tr_test_llm *t, const struct tr_decoder_c
  * generate(do_sample=False) raw logits, and exactly its tokens. */
 void tr_test_llm_greedy_vs_hf(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt,
                               const struct tr_test_backend *be);
+/* tr_test_llm_greedy_vs_hf on every backend configuration in turn. */
+void tr_test_llm_greedy_vs_hf_all(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt);
 
 /* make_inputs: the same seed gives the same batch, another seed another; left padding
  * with pad id 0, mask TR_DECODER_MASK_NEG and position 1; kept tokens numbered from 0. */

@@ -82,27 +82,16 @@ static void test_sliding_window_applied(void **state) {
 
 static void test_kv_cache(void **state) { tr_test_llm_kv_cache(&mistral, tiny()); }
 
-static void test_greedy_generate_matches_hf(void **state) {
-    for (int b = 0; b < TR_TEST_N_BACKENDS; b++)
-        tr_test_llm_greedy_vs_hf(&mistral, tiny(), TR_DTYPE_F32, &tr_test_backends[b]);
-}
+static void test_greedy_generate_matches_hf(void **state) { tr_test_llm_greedy_vs_hf_all(&mistral, tiny(), TR_DTYPE_F32); }
 
 static void test_unknown_preset(void **state) { tr_test_llm_unknown_preset(&tr_model_mistral); }
 
 static void test_config_errors(void **state) {
+    const struct tr_model_desc *m = &tr_model_mistral;
     struct tr_decoder_config c = *tiny();
-    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 1, .seq_len = 16};
-    struct tr_graph *g = NULL;
-    struct tr_error e = {0};
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
     c.hidden_size = 60; /* 60 / 4 heads = 15: odd, RoPE needs pairs */
-    assert_int_equal(tr_model_mistral.build(&c, &o, g, &e), TR_ERR_INVALID);
-    if (!strstr(e.msg, "head_dim = 15")) fail_msg("%s", e.msg);
-    c = *tiny();
-    o.dtype = TR_DTYPE_I32;
-    assert_int_equal(tr_model_mistral.build(&c, &o, g, &e), TR_ERR_UNSUPPORTED);
-    assert_non_null(strstr(e.msg, "i32"));
-    tr_graph_free(g);
+    tr_test_llm_build_fails(m, &c, TR_TASK_PREDICT, TR_DTYPE_F32, 16, TR_ERR_INVALID, "head_dim = 15", NULL);
+    tr_test_llm_build_fails(m, tiny(), TR_TASK_PREDICT, TR_DTYPE_I32, 16, TR_ERR_UNSUPPORTED, "i32", NULL);
 }
 
 TR_TEST_MAIN(NULL, NULL, test_size_7b, test_preset_is_the_published_config, test_names_match_state_dict,

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "testutil.h"
+#include "backendutil.h"
 #include "cli.h"
 #include "trident/bench.h"
 #include "trident/report.h"
@@ -24,11 +24,7 @@
 
 /* A row that ran with `n` step times around `ms` (p90 - median: 0.07 ms). */
 static void add_row(struct tr_bench_report *rep, const char *label, double ms, int n) {
-    struct tr_bench_row *r = &rep->rows[rep->n_rows++];
-    snprintf(r->label, sizeof r->label, "%s", label);
-    r->ok = 1;
-    r->agrees = 1;
-    r->is_reference = rep->n_rows == 1;
+    struct tr_bench_row *r = tr_test_report_row(rep, label);
     r->max_rel_diff = r->is_reference ? 0 : 3.1e-7;
     r->first_ms = 100 * ms;
     double times[64];
@@ -41,22 +37,9 @@ static void add_row(struct tr_bench_report *rep, const char *label, double ms, i
 }
 
 static void make_report(struct tr_bench_report *rep) {
-    memset(rep, 0, sizeof *rep);
-    snprintf(rep->model, sizeof rep->model, "bert");
-    snprintf(rep->preset, sizeof rep->preset, "tiny");
-    snprintf(rep->task, sizeof rep->task, "predict");
-    snprintf(rep->device, sizeof rep->device, "cpu");
-    snprintf(rep->dtype, sizeof rep->dtype, "f32");
-    snprintf(rep->math, sizeof rep->math, "f32");
+    tr_test_report_init(rep, "predict");
     snprintf(rep->input, sizeof rep->input, "input_ids [8,128]");
-    rep->batch = 8, rep->seq_len = 128, rep->steps = 20, rep->warmup = 2, rep->seed = 7;
-    snprintf(rep->cpu.model, sizeof rep->cpu.model, "AMD EPYC 9B14");
-    rep->cpu.isa = rep->cpu.native = TR_CPU_ISA_AVX512;
-    rep->cpu.bf16_native = 1;
-    snprintf(rep->cpu.onednn_isa, sizeof rep->cpu.onednn_isa, "avx512_core_bf16");
-    rep->cpu.threads = rep->threads = 2;
-    snprintf(rep->omp_wait, sizeof rep->omp_wait, "passive");
-    snprintf(rep->omp_wait_by, sizeof rep->omp_wait_by, "trident");
+    rep->seed = 7;
     add_row(rep, "torch", 6.8, 20);
     add_row(rep, "tf, \"fast\"", 10.0, 20);          /* a comma and quotes: CSV quotes it */
     add_row(rep, "jax", 4.0, 20);                    /* the best */
@@ -471,13 +454,6 @@ static int run_report(int argc, const char **args) {
     return rc;
 }
 
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 /* The line of out that starts with label followed by spaces. */
 static const char *row_line(const char *out, const char *label) {
     char key[128];
@@ -542,29 +518,26 @@ static void test_report_cmd(void **state) {
     const char *one[] = {pa};
     assert_int_equal(run_report(1, one), 2);
     expect_in("stderr", cli_err, "usage: trident report A.json B.json");
-    char missing[600], junk[600], old[600], newer[600];
-    snprintf(missing, sizeof missing, "%s/missing.json", tr_test_dir);
-    const char *m[] = {pa, missing};
-    assert_int_equal(run_report(2, m), 1);
-    expect_in("stderr", cli_err, "missing.json: cannot read: No such file or directory");
-    snprintf(junk, sizeof junk, "%s/junk.json", tr_test_dir);
-    write_text(junk, "{\n  \"schema\": 1,\n  oops\n}\n");
-    const char *j[] = {junk, pb};
-    assert_int_equal(run_report(2, j), 1);
-    expect_in("stderr", cli_err, "junk.json: not JSON (parse error near line 3, column ");
-    snprintf(old, sizeof old, "%s/old.json", tr_test_dir);
-    write_text(old, "{\"model\": \"bert\", \"backends\": []}");
-    const char *o[] = {pa, old};
-    assert_int_equal(run_report(2, o), 1);
-    expect_in("stderr", cli_err, "old.json: no \"schema\" field: not a trident report of schema 1");
-    snprintf(newer, sizeof newer, "%s/newer.json", tr_test_dir);
-    write_text(newer, "{\"schema\": 2, \"backends\": []}");
-    const char *nw[] = {newer, pb};
-    assert_int_equal(run_report(2, nw), 1);
-    expect_in("stderr", cli_err, "newer.json: report schema 2; this trident reads schema 1");
-    write_text(newer, "{\"schema\": 1, \"backends\": [{\"backend\": \"other\", \"ok\": true, \"mean_ms\": 1}]}");
-    assert_int_equal(run_report(2, nw), 1);
-    expect_in("stderr", cli_err, "have no backend in common");
+    static const struct {
+        const char *file, *text; /* text NULL: no such file */
+        int is_a;                /* the file is A (against pb), else B (against pa) */
+        const char *want;
+    } bad[] = {
+        {"missing.json", NULL, 0, "missing.json: cannot read: No such file or directory"},
+        {"junk.json", "{\n  \"schema\": 1,\n  oops\n}\n", 1, "junk.json: not JSON (parse error near line 3, column "},
+        {"old.json", "{\"model\": \"bert\", \"backends\": []}", 0,
+         "old.json: no \"schema\" field: not a trident report of schema 1"},
+        {"newer.json", "{\"schema\": 2, \"backends\": []}", 1, "newer.json: report schema 2; this trident reads schema 1"},
+        {"newer.json", "{\"schema\": 1, \"backends\": [{\"backend\": \"other\", \"ok\": true, \"mean_ms\": 1}]}", 1,
+         "have no backend in common"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char p[600];
+        tr_test_dir_file(bad[i].file, bad[i].text, p, sizeof p);
+        const char *ab[2] = {bad[i].is_a ? p : pa, bad[i].is_a ? pb : p};
+        assert_int_equal(run_report(2, ab), 1);
+        expect_in("stderr", cli_err, bad[i].want);
+    }
 }
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_utf8, test_step_order, test_markdown, test_csv, test_json,

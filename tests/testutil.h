@@ -66,6 +66,9 @@ int tr_test_kernels_setup(void **state);
  * set up calls the setup from its own). */
 extern char tr_test_dir[256];
 int tr_test_dir_setup(void **state);
+/* tr_test_dir/scratch.safetensors (set by tr_test_dir_setup): the file of the tests that
+ * write one file each and read it back; each writes it anew. */
+extern char tr_test_file[sizeof "/scratch.safetensors" + 256];
 int tr_test_dir_teardown(void **state);
 /* path = tr_test_dir/name (n bytes), and the file written with text unless text is NULL. */
 void tr_test_dir_file(const char *name, const char *text, char *path, size_t n);
