@@ -147,6 +147,14 @@ void tr_test_llm_build_fails(const struct tr_model_desc *m, const struct tr_deco
     if (!strstr(e.msg, a) || (b && !strstr(e.msg, b))) fail_msg("%s", e.msg);
 }
 
+void tr_test_llm_expect_init(const struct tr_graph *g, const char *name, float mean) {
+    int id = tr_graph_find(g, name);
+    if (id < 0) fail_msg("no parameter '%s'", name);
+    const struct tr_attrs *a = tr_node_attrs(g, id);
+    if (!(a->floats[0] == mean && a->floats[1] == 0.02f))
+        fail_msg("%s: drawn from normal(%g, %g), expected normal(%g, 0.02)", name, a->floats[0], a->floats[1], mean);
+}
+
 void tr_test_llm_unknown_preset(const struct tr_model_desc *m) {
     struct tr_error e = {0};
     static char config[4096];

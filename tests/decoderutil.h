@@ -16,6 +16,14 @@ struct tr_test_llm {
     const char *hint;      /* how to regenerate them */
 };
 
+/* The fixture of tr_model_NAME: tests/fixtures/NAME_tiny.safetensors and
+ * NAME_tiny_io.safetensors, written by make_NAME_fixture.py. */
+#define TR_TEST_LLM_FIXTURE(name)                                                         \
+    {.model = &tr_model_##name,                                                           \
+     .weights = TR_SOURCE_DIR "/tests/fixtures/" #name "_tiny.safetensors",               \
+     .io = TR_SOURCE_DIR "/tests/fixtures/" #name "_tiny_io.safetensors",                 \
+     .hint = " (regenerate with: python3 tests/fixtures/make_" #name "_fixture.py)"}
+
 const struct tr_decoder_config *tr_test_llm_preset(const struct tr_model_desc *m, const char *name);
 struct tr_graph *tr_test_llm_build(const struct tr_model_desc *m, const struct tr_decoder_config *c,
                                    enum tr_dtype dt, int64_t B, int64_t T);
@@ -41,6 +49,9 @@ double tr_test_llm_kept_rel_diff(const struct tr_tensor *a, const struct tr_tens
  * that holds a and, unless it is NULL, b. */
 void tr_test_llm_build_fails(const struct tr_model_desc *m, const struct tr_decoder_config *c, enum tr_task task,
                              enum tr_dtype dt, int64_t T, int status, const char *a, const char *b);
+
+/* g's PARAM `name` is drawn from normal(mean, 0.02), as its attrs say. */
+void tr_test_llm_expect_init(const struct tr_graph *g, const char *name, float mean);
 
 /* An unknown preset is refused with the list of the ones there are. */
 void tr_test_llm_unknown_preset(const struct tr_model_desc *m);

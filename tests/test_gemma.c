@@ -9,15 +9,9 @@
 #include "models.h"
 #include "trident/bench.h"
 
-#define HINT " (regenerate with: python3 tests/fixtures/make_gemma_fixture.py)"
 #define tiny() tr_test_llm_preset(&tr_model_gemma, "tiny")
 
-static const struct tr_test_llm gemma = {
-    .model = &tr_model_gemma,
-    .weights = TR_SOURCE_DIR "/tests/fixtures/gemma_tiny.safetensors",
-    .io = TR_SOURCE_DIR "/tests/fixtures/gemma_tiny_io.safetensors",
-    .hint = HINT,
-};
+static const struct tr_test_llm gemma = TR_TEST_LLM_FIXTURE(gemma);
 
 /* GemmaForCausalLM(GemmaConfig(<config.json>)), counted by transformers 5.24:
  * sum(p.numel() for p in model.parameters()), the tied table once. */
@@ -191,15 +185,14 @@ static void test_interface(void **state) {
     assert_int_equal(tr_graph_find(g, "lm_head.weight"), -1);
     assert_int_equal(tr_node_input(g, lg, 1), tr_graph_find(g, "model.embed_tokens.weight"));
     /* Norm weights are drawn around 0: the model scales by 1 + w. */
-    const struct tr_attrs *a = tr_node_attrs(g, tr_graph_find(g, "model.layers.1.input_layernorm.weight"));
-    assert_true(a->floats[0] == 0.0f && a->floats[1] == 0.02f);
+    tr_test_llm_expect_init(g, "model.layers.1.input_layernorm.weight", 0.0f);
     tr_graph_free(g);
 }
 
 static void test_make_inputs(void **state) { tr_test_llm_make_inputs(&tr_model_gemma); }
 
-static void test_predict_matches_hf_f32(void **state) { tr_test_llm_predict_vs_hf(&gemma, tiny(), TR_DTYPE_F32, "logits"); }
-static void test_predict_matches_hf_bf16(void **state) { tr_test_llm_predict_vs_hf(&gemma, tiny(), TR_DTYPE_BF16, "logits"); }
+static void predict_matches_hf(enum tr_dtype dt) { tr_test_llm_predict_vs_hf(&gemma, tiny(), dt, "logits"); }
+TR_TEST_F32_BF16(test_predict_matches_hf, predict_matches_hf)
 
 static void test_kv_cache(void **state) { tr_test_llm_kv_cache(&gemma, tiny()); }
 

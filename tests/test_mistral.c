@@ -8,15 +8,9 @@
 #include "models.h"
 #include "trident/safetensors.h"
 
-#define HINT " (regenerate with: python3 tests/fixtures/make_mistral_fixture.py)"
 #define tiny() tr_test_llm_preset(&tr_model_mistral, "tiny")
 
-static const struct tr_test_llm mistral = {
-    .model = &tr_model_mistral,
-    .weights = TR_SOURCE_DIR "/tests/fixtures/mistral_tiny.safetensors",
-    .io = TR_SOURCE_DIR "/tests/fixtures/mistral_tiny_io.safetensors",
-    .hint = HINT,
-};
+static const struct tr_test_llm mistral = TR_TEST_LLM_FIXTURE(mistral);
 
 /* MistralForCausalLM(MistralConfig(<config.json>)), counted by transformers 5.24. */
 #define MISTRAL_7B_PARAMS 7241732096LL
@@ -49,22 +43,21 @@ static void test_interface(void **state) {
             assert_int_equal(tr_node_attrs(g, i)->ints[1], c->sliding_window);
         }
     assert_int_equal(n_attn, c->num_hidden_layers);
-    const struct tr_attrs *a = tr_node_attrs(g, tr_graph_find(g, "model.norm.weight"));
-    assert_true(a->floats[0] == 1.0f && a->floats[1] == 0.02f);
+    tr_test_llm_expect_init(g, "model.norm.weight", 1.0f);
     tr_graph_free(g);
 }
 
 static void test_make_inputs(void **state) { tr_test_llm_make_inputs(&tr_model_mistral); }
 
-static void test_predict_matches_hf_f32(void **state) { tr_test_llm_predict_vs_hf(&mistral, tiny(), TR_DTYPE_F32, "logits"); }
-static void test_predict_matches_hf_bf16(void **state) { tr_test_llm_predict_vs_hf(&mistral, tiny(), TR_DTYPE_BF16, "logits"); }
+static void predict_matches_hf(enum tr_dtype dt) { tr_test_llm_predict_vs_hf(&mistral, tiny(), dt, "logits"); }
+TR_TEST_F32_BF16(test_predict_matches_hf, predict_matches_hf)
 
 /* The window changes the logits far beyond the tolerance, and both ways match HF: with
  * sliding_window 0 the graph gives HF's full-attention logits, not the windowed ones. */
 static void test_sliding_window_applied(void **state) {
     struct tr_safetensors *io = NULL;
     struct tr_error e = {0};
-    if (tr_safetensors_open(mistral.io, &io, &e)) fail_msg("%s" HINT, e.msg);
+    if (tr_safetensors_open(mistral.io, &io, &e)) fail_msg("%s%s", e.msg, mistral.hint);
     struct tr_tensor win, full, keep;
     assert_int_equal(tr_safetensors_get(io, "logits", &win, &e), TR_OK);
     assert_int_equal(tr_safetensors_get(io, "logits_full_attention", &full, &e), TR_OK);
