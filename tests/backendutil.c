@@ -74,6 +74,16 @@ struct tr_plugin *tr_test_plugin_open(const char *name) {
     return p;
 }
 
+struct tr_plugin *tr_test_plugin_expect(const char *name, uint64_t caps) {
+    struct tr_plugin *p = tr_test_plugin_open(name);
+    const struct tr_backend_i *it = tr_plugin_iface(p);
+    assert_string_equal(it->name, name);
+    if ((it->caps & caps) != caps)
+        fail_msg("%s: caps 0x%llx lack 0x%llx", name, (unsigned long long)it->caps,
+                 (unsigned long long)(caps & ~it->caps));
+    return p;
+}
+
 void tr_test_init_refused(struct tr_plugin *p, const struct tr_option *opts, int n, const char *a, const char *b) {
     struct tr_backend *be = NULL;
     struct tr_error err = {0};
@@ -87,6 +97,12 @@ void tr_test_init_refused(struct tr_plugin *p, const struct tr_option *opts, int
     assert_null(be);
     if (!strstr(err.msg, a) || (b && !strstr(err.msg, b)))
         fail_msg("message '%s' lacks '%s'%s%s", err.msg, a, b ? " or " : "", b ? b : "");
+}
+
+void tr_test_option_refused(struct tr_plugin *p, const char *key, const char *value, int line, const char *a,
+                            const char *b) {
+    const struct tr_option o = {.key = key, .value = value, .file = "conf/x.ini", .line = line};
+    tr_test_init_refused(p, &o, 1, a, b);
 }
 
 void tr_test_bench_run(const char *ini, const char *file, const struct tr_model_desc *const *models,
