@@ -53,6 +53,13 @@ static void expect_in(const char *what, const char *text, const char *needle) {
     if (!strstr(text, needle)) fail_msg("%s lacks \"%s\":\n%s", what, needle, text);
 }
 
+/* make_report's report, in the one static every test starts from anew (it is large). */
+static struct tr_bench_report *new_report(void) {
+    static struct tr_bench_report rep;
+    make_report(&rep);
+    return &rep;
+}
+
 static void write_dir(const struct tr_bench_report *rep, const char *name, int log_scale, char *dir, size_t n) {
     snprintf(dir, n, "%s/%s/nested", tr_test_dir, name);  /* the parents too are made */
     struct tr_report_opts opts = {.log_scale = log_scale};
@@ -113,10 +120,9 @@ static void test_step_order(void **state) {
 
 static void test_markdown(void **state) {
     (void)state;
-    static struct tr_bench_report rep;
-    make_report(&rep);
+    struct tr_bench_report *rep = new_report();
     char dir[512], path[600];
-    write_dir(&rep, "md", 0, dir, sizeof dir);
+    write_dir(rep, "md", 0, dir, sizeof dir);
     /* the files tr_report_file_name lists, and no more */
     for (int i = 0; i < TR_REPORT_N_FILES; i++) {
         struct stat sb;
@@ -181,10 +187,9 @@ static int csv_parse(const char *s, char fields[][16][256], int max_records, int
 
 static void test_csv(void **state) {
     (void)state;
-    static struct tr_bench_report rep;
-    make_report(&rep);
+    struct tr_bench_report *rep = new_report();
     char dir[512], path[600];
-    write_dir(&rep, "csv", 0, dir, sizeof dir);
+    write_dir(rep, "csv", 0, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/report.csv", dir);
     const char *csv = tr_test_read_file(path, NULL);
     expect_in("report.csv", csv, "backend,plugin,ok,math,first_ms,mean_ms,median_ms,p90_ms,min_ms,vs_best,");
@@ -194,7 +199,7 @@ static void test_csv(void **state) {
     static char fields[8][16][256];
     int n[8];
     int recs = csv_parse(csv, fields, 8, n);
-    assert_int_equal(recs, 1 + rep.n_rows);
+    assert_int_equal(recs, 1 + rep->n_rows);
     for (int r = 0; r < recs; r++)
         if (n[r] != 22) fail_msg("record %d has %d fields, the header 22", r, n[r]);
     assert_string_equal(fields[2][0], "tf, \"fast\"");
@@ -211,13 +216,12 @@ static const cJSON *get(const cJSON *o, const char *key) {
 
 static void test_json(void **state) {
     (void)state;
-    static struct tr_bench_report rep;
-    make_report(&rep);
-    snprintf(rep.weights, sizeof rep.weights, "/data/w\xFF" "eights.safetensors");  /* not UTF-8 */
-    snprintf(rep.rows[0].stats.notes, sizeof rep.rows[0].stats.notes, "caf\xC3\xA9 \xC3");
-    rep.interrupted = 1;
+    struct tr_bench_report *rep = new_report();
+    snprintf(rep->weights, sizeof rep->weights, "/data/w\xFF" "eights.safetensors");  /* not UTF-8 */
+    snprintf(rep->rows[0].stats.notes, sizeof rep->rows[0].stats.notes, "caf\xC3\xA9 \xC3");
+    rep->interrupted = 1;
     char dir[512], path[600];
-    write_dir(&rep, "json", 0, dir, sizeof dir);
+    write_dir(rep, "json", 0, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/report.json", dir);
     size_t len;
     const char *text = tr_test_read_file(path, &len);
@@ -245,7 +249,7 @@ static void test_json(void **state) {
     assert_true(get(root, "threads")->valuedouble == 2);
     assert_string_equal(cJSON_GetStringValue(get(root, "omp_wait")), "passive");
     const cJSON *rows = get(root, "backends");
-    assert_int_equal(cJSON_GetArraySize(rows), rep.n_rows);
+    assert_int_equal(cJSON_GetArraySize(rows), rep->n_rows);
     const cJSON *torch = cJSON_GetArrayItem(rows, 0);
     assert_string_equal(cJSON_GetStringValue(get(torch, "notes")), "caf\xC3\xA9 \xEF\xBF\xBD");
     /* the step times in step order, as made: 6.71, 6.73, ... */
@@ -260,10 +264,10 @@ static void test_json(void **state) {
     cJSON_Delete(root);
 
     /* made from the seed: no path, the seed */
-    rep.weights[0] = '\0';
-    snprintf(rep.gpu, sizeof rep.gpu, "NVIDIA H200");
+    rep->weights[0] = '\0';
+    snprintf(rep->gpu, sizeof rep->gpu, "NVIDIA H200");
     struct tr_error err = {0};
-    if (tr_bench_write_json(&rep, path, &err)) fail_msg("%s", err.msg);
+    if (tr_bench_write_json(rep, path, &err)) fail_msg("%s", err.msg);
     root = cJSON_Parse(tr_test_read_file(path, NULL));
     assert_non_null(root);
     w = get(root, "weights");
@@ -277,12 +281,11 @@ static void test_json(void **state) {
 /* A write that fails says which file and why (the program prints only this message). */
 static void test_json_write_fails(void **state) {
     (void)state;
-    static struct tr_bench_report rep;
-    make_report(&rep);
+    struct tr_bench_report *rep = new_report();
     char path[700];
     snprintf(path, sizeof path, "%s/no/such/dir/r.json", tr_test_dir);
     struct tr_error err = {0};
-    assert_int_equal(tr_bench_write_json(&rep, path, &err), TR_ERR_IO);
+    assert_int_equal(tr_bench_write_json(rep, path, &err), TR_ERR_IO);
     assert_int_equal(err.status, TR_ERR_IO);
     expect_in("the message", err.msg, path);
     expect_in("the message", err.msg, "cannot write: No such file or directory");
@@ -294,12 +297,12 @@ static void test_json_write_fails(void **state) {
     fclose(f);
     memset(&err, 0, sizeof err);
     snprintf(path, sizeof path, "%s/sub", file);
-    assert_int_equal(tr_report_write_dir(&rep, path, NULL, &err), TR_ERR_IO);
+    assert_int_equal(tr_report_write_dir(rep, path, NULL, &err), TR_ERR_IO);
     expect_in("the message", err.msg, "plainfile: cannot make the report directory: it exists and is not a directory");
     /* /dev/full: every write fails; the message says so */
     if (access("/dev/full", W_OK) == 0) {
         memset(&err, 0, sizeof err);
-        assert_int_equal(tr_bench_write_json(&rep, "/dev/full", &err), TR_ERR_IO);
+        assert_int_equal(tr_bench_write_json(rep, "/dev/full", &err), TR_ERR_IO);
         expect_in("the message", err.msg, "/dev/full: write failed");
     }
 }
@@ -377,12 +380,11 @@ static void render_and_check(const char *svg_path, int w, int h) {
 
 static void test_svg(void **state) {
     (void)state;
-    static struct tr_bench_report rep;
-    make_report(&rep);
-    snprintf(rep.rows[2].label, sizeof rep.rows[2].label, "jax\xFF");  /* XML must be UTF-8 too */
+    struct tr_bench_report *rep = new_report();
+    snprintf(rep->rows[2].label, sizeof rep->rows[2].label, "jax\xFF");  /* XML must be UTF-8 too */
     for (int log_scale = 0; log_scale < 2; log_scale++) {
         char dir[512], path[600];
-        write_dir(&rep, log_scale ? "svg_log" : "svg", log_scale, dir, sizeof dir);
+        write_dir(rep, log_scale ? "svg_log" : "svg", log_scale, dir, sizeof dir);
         snprintf(path, sizeof path, "%s/chart.svg", dir);
         const char *svg = tr_test_read_file(path, NULL);
         assert_true(tr_utf8_valid(svg));
@@ -416,9 +418,9 @@ static void test_svg(void **state) {
         render_and_check(path, w, h);
     }
     /* nothing ran: still a chart that renders */
-    rep.n_rows = 0;
+    rep->n_rows = 0;
     char dir[512], path[600];
-    write_dir(&rep, "svg_empty", 0, dir, sizeof dir);
+    write_dir(rep, "svg_empty", 0, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/chart.svg", dir);
     const char *svg = tr_test_read_file(path, NULL);
     check_xml(svg);
