@@ -238,6 +238,17 @@ static struct tr_graph *fresh_graph(void) {
     return g;
 }
 
+/* A CONV2D node of x [2,9,7,4] and w [8,4,3,3] added with attrs that no tr_conv2d call
+ * makes (stride 1, pad 1, then dilation and groups) is refused, naming needle. */
+static void conv2d_attrs_refused(const char *what, int64_t dilation, int64_t groups, const char *needle) {
+    struct tr_graph *g = fresh_graph();
+    int in[2];
+    in[0] = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
+    in[1] = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
+    struct tr_attrs a = {.ints = {1, 1, dilation, groups}, .n_ints = 5};
+    tr_test_expect_refused(what, g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a), (const char *[]){needle, NULL});
+}
+
 static void expect_shape(struct tr_graph *g, int id, const int64_t *want) {
     struct tr_error err = {0};
     if (id < 0 || tr_graph_status(g, &err)) fail_msg("builder refused: %s", err.msg);
@@ -274,24 +285,8 @@ static void test_graph_shapes(void **state) {
     w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
     int b5 = tr_param(g, "b", TR_DTYPE_F32, 1, SH(5), 0, 1);
     tr_test_expect_refused("conv2d bias", g, tr_conv2d(g, x, w3, b5, 1, 1, 0), (const char *[]){"bias", "[8]", NULL});
-    g = fresh_graph();
-    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
-    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
-    {
-        struct tr_attrs a = {.ints = {1, 1, 2, 1}, .n_ints = 5};
-        int in[2] = {x, w3};
-        tr_test_expect_refused("conv2d dilation", g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a),
-                       (const char *[]){"dilation 2", NULL});
-    }
-    g = fresh_graph();
-    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
-    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
-    {
-        struct tr_attrs a = {.ints = {1, 1, 1, 2}, .n_ints = 5};
-        int in[2] = {x, w3};
-        tr_test_expect_refused("conv2d groups", g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a),
-                       (const char *[]){"groups 2", NULL});
-    }
+    conv2d_attrs_refused("conv2d dilation", 2, 1, "dilation 2");
+    conv2d_attrs_refused("conv2d groups", 1, 2, "groups 2");
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 3, SH(9, 7, 4));
     w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
