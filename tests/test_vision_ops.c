@@ -249,6 +249,16 @@ static void conv2d_attrs_refused(const char *what, int64_t dilation, int64_t gro
     tr_test_expect_refused(what, g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a), (const char *[]){needle, NULL});
 }
 
+/* group_norm of x [2,3,3,12] in `groups` with gamma [n_gamma] (beta [12]) and eps is
+ * refused, naming each of needles. */
+static void group_norm_refused(const char *what, int groups, int64_t n_gamma, float eps, const char *const *needles) {
+    struct tr_graph *g = fresh_graph();
+    int x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
+    int gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(n_gamma), 1, 0);
+    int bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
+    tr_test_expect_refused(what, g, tr_group_norm(g, x, gm, bt, groups, eps, 0), needles);
+}
+
 static void expect_shape(struct tr_graph *g, int id, const int64_t *want) {
     struct tr_error err = {0};
     if (id < 0 || tr_graph_status(g, &err)) fail_msg("builder refused: %s", err.msg);
@@ -298,20 +308,9 @@ static void test_graph_shapes(void **state) {
                    (const char *[]){"kernel 5x5", "does not fit", NULL});
 
     /* group_norm refusals */
-    g = fresh_graph();
-    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
-    gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(12), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
-    tr_test_expect_refused("group_norm groups", g, tr_group_norm(g, x, gm, bt, 5, 1e-5f, 0),
-                   (const char *[]){"groups 5", "12 channels", NULL});
-    g = fresh_graph();
-    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
-    gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(10), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
-    tr_test_expect_refused("group_norm gamma", g, tr_group_norm(g, x, gm, bt, 4, 1e-5f, 0),
-                   (const char *[]){"gamma", "[12]", NULL});
-    g = fresh_graph();
-    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
-    gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(12), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
-    tr_test_expect_refused("group_norm eps", g, tr_group_norm(g, x, gm, bt, 4, -1.0f, 0), (const char *[]){"eps", NULL});
+    group_norm_refused("group_norm groups", 5, 12, 1e-5f, (const char *[]){"groups 5", "12 channels", NULL});
+    group_norm_refused("group_norm gamma", 4, 10, 1e-5f, (const char *[]){"gamma", "[12]", NULL});
+    group_norm_refused("group_norm eps", 4, 12, -1.0f, (const char *[]){"eps", NULL});
 }
 
 /* The evaluator's rules (ref_graph.c) against the oracles called directly. */
