@@ -59,6 +59,13 @@ void tr_test_expect_param_counts(const struct tr_model_desc *m, const char *name
     tr_graph_free(g);
 }
 
+void tr_test_make_inputs_refused(const struct tr_model_desc *m, const void *config, const struct tr_build_opts *o,
+                                 int n, struct tr_tensor *in, int status, const char *needle) {
+    struct tr_error e = {0};
+    assert_int_equal(m->make_inputs(config, o, 42, n, in, &e), status);
+    tr_assert_msg_has(&e, needle);
+}
+
 int64_t tr_test_param_count(const struct tr_graph *g) {
     int64_t n = 0;
     for (int i = 0; i < tr_graph_n_params(g); i++) {
@@ -150,8 +157,9 @@ void tr_test_expect_fixture_outputs(struct tr_graph *g, const struct tr_tensor *
 }
 
 void tr_test_fixture_predict(const struct tr_model_desc *m, const void *config, enum tr_dtype dt, const char *weights,
-                             const struct tr_safetensors *io, int n, const char *const *names, const int *dts,
-                             int t_from, int steps, const char *who, const char *hint) {
+                             const char *io_path, int n, const char *const *names, const int *dts, int t_from,
+                             int steps, const char *who, const char *hint) {
+    struct tr_safetensors *io = tr_test_open(io_path, hint);
     struct tr_tensor in[8];
     assert_true(n >= 1 && n <= 8);
     for (int i = 0; i < n; i++) in[i] = tr_test_io_tensor(io, names[i], dts[i] < 0 ? dt : (enum tr_dtype)dts[i], hint);
@@ -164,6 +172,7 @@ void tr_test_fixture_predict(const struct tr_model_desc *m, const void *config, 
     tr_test_tensors_free(n, in);
     tr_weights_free(w);
     tr_graph_free(g);
+    tr_safetensors_close(io);
 }
 
 #define MAX_GRADS 512

@@ -31,6 +31,10 @@ void tr_test_expect_refusals(const struct tr_model_desc *m, const char *preset, 
  * seq_len T) and, where fit > 0, `fit` in its fit graph (what fit trains). */
 void tr_test_expect_param_counts(const struct tr_model_desc *m, const char *name, int64_t B, int64_t T,
                                  int64_t predict, int64_t fit);
+/* m's make_inputs (seed 42) on in[0..n) fails with status, with a message holding needle:
+ * for tensors in the wrong order or of the wrong count. */
+void tr_test_make_inputs_refused(const struct tr_model_desc *m, const void *config, const struct tr_build_opts *o,
+                                 int n, struct tr_tensor *in, int status, const char *needle);
 /* Elements in g's PARAMs. */
 int64_t tr_test_param_count(const struct tr_graph *g);
 struct tr_safetensors *tr_test_open(const char *path, const char *hint);
@@ -60,12 +64,13 @@ double tr_test_fixture_bar(const struct tr_safetensors *io, enum tr_dtype dt, in
 void tr_test_expect_fixture_outputs(struct tr_graph *g, const struct tr_tensor *in, const struct tr_safetensors *io,
                                     enum tr_dtype dt, int steps, const char *who, const char *hint);
 
-/* m's predict graph for config in dt on io's inputs names[0..n) (input i in dtype dts[i],
- * or dt where dts[i] < 0; batch from input 0, seq_len from input t_from's axis 1, 1
- * where t_from < 0), weights from `weights`, then tr_test_expect_fixture_outputs. */
+/* m's predict graph for config in dt on the inputs names[0..n) of the fixture at io_path
+ * (input i in dtype dts[i], or dt where dts[i] < 0; batch from input 0, seq_len from input
+ * t_from's axis 1, 1 where t_from < 0), weights from `weights`, then
+ * tr_test_expect_fixture_outputs. */
 void tr_test_fixture_predict(const struct tr_model_desc *m, const void *config, enum tr_dtype dt, const char *weights,
-                             const struct tr_safetensors *io, int n, const char *const *names, const int *dts,
-                             int t_from, int steps, const char *who, const char *hint);
+                             const char *io_path, int n, const char *const *names, const int *dts, int t_from,
+                             int steps, const char *who, const char *hint);
 
 /* m's fit graph for config (f32) on io's inputs names[0..n) (batch from input 0), its
  * trainable PARAMs differentiated by tr_grad, weights from `weights`: on every backend

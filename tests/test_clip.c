@@ -108,11 +108,8 @@ static void test_make_inputs(void **state) {
 }
 
 static void predict_matches_hf(enum tr_dtype dt) {
-    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
-    const char *names[1] = {"input_ids"};
-    const int dts[1] = {TR_DTYPE_I32};
-    tr_test_fixture_predict(M, preset("tiny"), dt, FIXTURE, io, 1, names, dts, 0, 1, "transformers", HINT);
-    tr_safetensors_close(io);
+    tr_test_fixture_predict(M, preset("tiny"), dt, FIXTURE, FIXTURE_IO, 1, (const char *[]){"input_ids"},
+                            (const int[]){TR_DTYPE_I32}, 0, 1, "transformers", HINT);
 }
 
 TR_TEST_F32_BF16_F16(test_predict_matches_hf, predict_matches_hf)

@@ -132,11 +132,9 @@ static void test_make_inputs(void **state) {
     assert_true(lo >= -1.0 && hi <= 1.0 && sd > 0.3 && fabs(mean) < 0.2);
     tr_test_moments(&a[1], &mean, &sd, &lo, &hi); /* normal(0, 1) */
     assert_true(fabs(mean) < 0.15 && fabs(sd - 1.0) < 0.15);
-    struct tr_tensor swapped[2] = {a[1], a[0]};
-    assert_int_equal(tr_model_autoencoder_kl.make_inputs(c, &o, 42, 2, swapped, &e), TR_ERR_SHAPE);
-    tr_assert_msg_has(&e, "'sample'");
-    assert_int_equal(tr_model_autoencoder_kl.make_inputs(c, &o, 42, 1, a, &e), TR_ERR_INVALID);
-    tr_assert_msg_has(&e, "expected 2");
+    tr_test_make_inputs_refused(&tr_model_autoencoder_kl, c, &o, 2, (struct tr_tensor[]){a[1], a[0]},
+                                TR_ERR_SHAPE, "'sample'");
+    tr_test_make_inputs_refused(&tr_model_autoencoder_kl, c, &o, 1, a, TR_ERR_INVALID, "expected 2");
     tr_test_tensors_free(2, a);
     tr_test_tensors_free(2, b);
     tr_test_tensors_free(2, d);
@@ -144,12 +142,8 @@ static void test_make_inputs(void **state) {
 }
 
 static void predict_matches_diffusers(enum tr_dtype dt) {
-    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
-    const char *names[1] = {"sample"};
-    const int dts[1] = {-1};
-    tr_test_fixture_predict(&tr_model_autoencoder_kl, preset("tiny"), dt, FIXTURE, io, 1, names, dts, -1, 1,
-                            "diffusers", HINT);
-    tr_safetensors_close(io);
+    tr_test_fixture_predict(&tr_model_autoencoder_kl, preset("tiny"), dt, FIXTURE, FIXTURE_IO, 1, (const char *[]){"sample"},
+                            (const int[]){-1}, -1, 1, "diffusers", HINT);
 }
 
 TR_TEST_F32_BF16_F16(test_predict_matches_diffusers, predict_matches_diffusers)
