@@ -74,6 +74,16 @@ struct tr_plugin *tr_test_plugin_open(const char *name) {
     return p;
 }
 
+struct tr_plugin *tr_test_plugin_expect(const char *name, uint64_t caps) {
+    struct tr_plugin *p = tr_test_plugin_open(name);
+    const struct tr_backend_i *it = tr_plugin_iface(p);
+    assert_string_equal(it->name, name);
+    if ((it->caps & caps) != caps)
+        fail_msg("%s: caps 0x%llx lack 0x%llx", name, (unsigned long long)it->caps,
+                 (unsigned long long)(caps & ~it->caps));
+    return p;
+}
+
 void tr_test_init_refused(struct tr_plugin *p, const struct tr_option *opts, int n, const char *a, const char *b) {
     struct tr_backend *be = NULL;
     struct tr_error err = {0};
@@ -87,6 +97,12 @@ void tr_test_init_refused(struct tr_plugin *p, const struct tr_option *opts, int
     assert_null(be);
     if (!strstr(err.msg, a) || (b && !strstr(err.msg, b)))
         fail_msg("message '%s' lacks '%s'%s%s", err.msg, a, b ? " or " : "", b ? b : "");
+}
+
+void tr_test_option_refused(struct tr_plugin *p, const char *key, const char *value, int line, const char *a,
+                            const char *b) {
+    const struct tr_option o = {.key = key, .value = value, .file = "conf/x.ini", .line = line};
+    tr_test_init_refused(p, &o, 1, a, b);
 }
 
 void tr_test_bench_run(const char *ini, const char *file, const struct tr_model_desc *const *models,
@@ -207,4 +223,31 @@ void tr_test_expect_bert_hf(const struct tr_safetensors *io, const struct tr_gra
                       tol);
         if (!(err < tol)) fail_msg("%s %s %s: relative error %.3g >= %.0e", who, tr_dtype_name(dt), name, err, tol);
     }
+}
+
+void tr_test_report_init(struct tr_bench_report *rep, const char *task) {
+    memset(rep, 0, sizeof *rep);
+    snprintf(rep->model, sizeof rep->model, "bert");
+    snprintf(rep->preset, sizeof rep->preset, "tiny");
+    snprintf(rep->task, sizeof rep->task, "%s", task);
+    snprintf(rep->device, sizeof rep->device, "cpu");
+    snprintf(rep->dtype, sizeof rep->dtype, "f32");
+    snprintf(rep->math, sizeof rep->math, "f32");
+    rep->batch = 8, rep->seq_len = 128, rep->steps = 20, rep->warmup = 2;
+    snprintf(rep->cpu.model, sizeof rep->cpu.model, "AMD EPYC 9B14");
+    rep->cpu.isa = rep->cpu.native = TR_CPU_ISA_AVX512;
+    rep->cpu.bf16_native = 1;
+    snprintf(rep->cpu.onednn_isa, sizeof rep->cpu.onednn_isa, "avx512_core_bf16");
+    rep->cpu.threads = rep->threads = 2;
+    snprintf(rep->omp_wait, sizeof rep->omp_wait, "passive");
+    snprintf(rep->omp_wait_by, sizeof rep->omp_wait_by, "trident");
+}
+
+struct tr_bench_row *tr_test_report_row(struct tr_bench_report *rep, const char *label) {
+    struct tr_bench_row *r = &rep->rows[rep->n_rows++];
+    snprintf(r->label, sizeof r->label, "%s", label);
+    r->ok = 1;
+    r->agrees = 1;
+    r->is_reference = rep->n_rows == 1;
+    return r;
 }

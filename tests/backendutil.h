@@ -31,11 +31,17 @@ void tr_test_expect_inputs(const struct tr_graph *g, int n, const char *const *n
  * TRIDENT_PLUGIN_PATH says); a failure fails the test with "open NAME: why". */
 struct tr_plugin;
 struct tr_plugin *tr_test_plugin_open(const char *name);
+/* tr_test_plugin_open, and the plugin's interface names it `name` and declares every
+ * capability of caps (TR_CAP_*). */
+struct tr_plugin *tr_test_plugin_expect(const char *name, uint64_t caps);
 
 /* tr_backend_init of p on the cpu with opts[0..n) must fail, leave no backend, and give a
  * message holding a and, unless b is NULL, b. */
 struct tr_option;
 void tr_test_init_refused(struct tr_plugin *p, const struct tr_option *opts, int n, const char *a, const char *b);
+/* tr_test_init_refused with the one option key = value, from conf/x.ini line `line`. */
+void tr_test_option_refused(struct tr_plugin *p, const char *key, const char *value, int line, const char *a,
+                            const char *b);
 
 /* The harness on an INI given as text (named `file` in messages): load it, tr_bench_run
  * over models, print the report; a failure to load or to run fails the test, and the
@@ -43,6 +49,15 @@ void tr_test_init_refused(struct tr_plugin *p, const struct tr_option *opts, int
 struct tr_bench_report;
 void tr_test_bench_run(const char *ini, const char *file, const struct tr_model_desc *const *models,
                        struct tr_bench_report *rep);
+
+/* A report as the printers read it, with no rows yet: BERT tiny `task` in f32 on the cpu
+ * (batch 8, seq_len 128, 20 steps after 2 of warmup), on an AMD EPYC 9B14 at AVX-512 with
+ * native bf16 and 2 threads, OpenMP wait passive (trident's choice). */
+void tr_test_report_init(struct tr_bench_report *rep, const char *task);
+/* The next row of rep, `label`, one that ran and agrees (the first row added is the
+ * reference); its times are the caller's to set. */
+struct tr_bench_row;
+struct tr_bench_row *tr_test_report_row(struct tr_bench_report *rep, const char *label);
 
 /* The task graph (tr_task_graph_build) of an INI given as text; a failure fails the test. */
 struct tr_task_graph;

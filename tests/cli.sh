@@ -7,34 +7,16 @@ set -u
 bin=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# The jax backend's compile cache goes here, not into the user's ~/.cache.
-export XDG_CACHE_HOME=$tmp/cache
-passed=0 failed=0
-
-ok()   { passed=$((passed + 1)); echo "ok   $1"; }
-bad()  { failed=$((failed + 1)); echo "FAIL $1"; sed 's/^/     | /' "$tmp/out" | head -n 30; }
-
-# expect NAME EXIT_WANTED REGEX -- command...
-expect() {
-  local name=$1 want=$2 re=$3; shift 4
-  "$@" >"$tmp/out" 2>&1
-  local got=$?
-  if [ "$want" = 0 ] && [ "$got" != 0 ]; then bad "$name (exit $got, wanted 0)"; return; fi
-  if [ "$want" != 0 ] && { [ "$got" = 0 ] || [ "$got" -ge 128 ]; }; then bad "$name (exit $got, wanted a clean failure)"; return; fi
-  if ! grep -Eq -- "$re" "$tmp/out"; then bad "$name (output lacks /$re/)"; return; fi
-  ok "$name"
-}
-
-ini() { printf '%s\n' "$2" > "$tmp/$1"; }
+. "$(dirname "$0")/harness.sh"
 
 # rejects FILE TEXT NAME REGEX: `trident run` on the INI FILE holding TEXT fails cleanly
 # with a message matching REGEX.
 rejects() { ini "$1" "$2"; expect "$3" 1 "$4" -- "$bin" run "$tmp/$1"; }
 
 expect "quickstart runs" 0 '^torch +[0-9.]+ +[0-9.]+ +[0-9.]+' -- "$bin" run conf/quickstart.ini --steps 3
-if grep -Eq '^jax +\|#* [0-9.]+ ms$' "$tmp/out"; then ok "quickstart draws its chart"; else bad "quickstart draws its chart"; fi
+check "quickstart draws its chart" '^jax +\|#* [0-9.]+ ms$'
 for row in 'torch:reduce-overhead' 'tf' 'jax'; do
-  if grep -Eq "^$row +[0-9.]+ +[0-9.]+.* ok *$" "$tmp/out"; then ok "quickstart row $row agrees"; else bad "quickstart row $row agrees"; fi
+  check "quickstart row $row agrees" "^$row +[0-9.]+ +[0-9.]+.* ok *$"
 done
 if grep -Eq '^cpu .+, isa [a-z0-9]+ \((native|forced .*)\), oneDNN [a-z0-9_]+, bf16 GEMM (native|via f32), [0-9]+ threads?, OpenMP wait .+$' "$tmp/out"; then
   ok "quickstart names the host"; else bad "quickstart names the host"; fi
@@ -311,7 +293,7 @@ expect "--outputs writes every backend's outputs" 0 'wrote .*o.safetensors \(6 t
 for name in torch/logits tf/logits tf/pooler_output; do
   if grep -aq "\"$name\"" "$tmp/o.safetensors"; then ok "outputs file has $name"; else bad "outputs file has $name"; fi
 done
-if grep -Eq '^3 timed steps after 1 warm-up step.*interleaved' "$tmp/out"; then ok "the table says the schedule"; else bad "the table says the schedule"; fi
+check "the table says the schedule" '^3 timed steps after 1 warm-up step.*interleaved'
 ini twofit.ini "$(sed 's/^backends = .*/&\ntask = fit/' "$tmp/two.ini")"
 expect "--outputs of fit: each step's loss" 0 'each step.s loss' -- "$bin" run "$tmp/twofit.ini" --outputs "$tmp/of.safetensors"
 # A file of --outputs is a reference: each BACKEND/OUTPUT holds that backend, fit step by step.
@@ -457,7 +439,7 @@ for case in "segv:killed by signal 11 \(Segmentation fault\) during its load" "e
   fault=${case%%:*} why=${case#*:}
   expect "list: a plugin whose constructor does $fault is refused" 0 "refused +.*faulty\.so +.*$why" -- \
     env TP_FAULTY_LOAD="$fault" "${nosegv[@]}" "$bin" list "$tmp/flist.ini"
-  if grep -Eq '^  torch +' "$tmp/out"; then ok "list: the scan goes on past it ($fault)"; else bad "list: the scan goes on past it ($fault)"; fi
+  check "list: the scan goes on past it ($fault)" '^  torch +'
 done
 ini fcb.ini "[run]
 model = bert
@@ -468,7 +450,7 @@ at_step = 1"
 expect "check-backend: a plugin that crashes is a failed check naming the signal" 1 \
   "FAIL +runs without killing its process +the backend's process was killed by signal 11" -- \
   "${nosegv[@]}" "$bin" check-backend "$faulty" "$tmp/fcb.ini"
-if grep -Eq '^  PASS ' "$tmp/out"; then ok "check-backend: the rows before the crash are kept"; else bad "check-backend: the rows before the crash are kept"; fi
+check "check-backend: the rows before the crash are kept" '^  PASS '
 # A suite whose row crashes a backend goes on to its next row.
 ini suite_fail.ini "[suite]
 steps = 2
@@ -479,7 +461,7 @@ config = f_segv.ini
 config = two.ini"
 expect "suite: a failing row is a failed row, the next one runs" 1 '^bert +bert/tiny predict, batch 2, f32 ' -- \
   "${nosegv[@]}" "$bin" bench "$tmp/suite_fail.ini" --steps 4
-if grep -Eq '^faulty +bert/tiny predict.* FAILED ' "$tmp/out"; then ok "suite: the failed backend's cell says FAILED"; else bad "suite: the failed backend's cell says FAILED"; fi
+check "suite: the failed backend's cell says FAILED" '^faulty +bert/tiny predict.* FAILED '
 ini inproc.ini "$(cat "$tmp/two.ini")
 isolate = off"
 expect "isolate = off runs in one process, and says so" 0 'backends: in one process \(\[run\] isolate = off\)' -- "$bin" run "$tmp/inproc.ini"
@@ -504,5 +486,4 @@ expect "report: one argument is a usage error" 2 'usage' -- "$bin" report "$tmp/
 expect "report: a missing file" 1 'nofile.json' -- "$bin" report "$tmp/a.json" "$tmp/nofile.json"
 expect "--log-scale needs --report" 2 'with --report DIR' -- "$bin" run "$tmp/two.ini" --log-scale
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

@@ -135,6 +135,26 @@ double tr_test_llm_predict_vs_hf(const struct tr_test_llm *t, const struct tr_de
     return worst;
 }
 
+void tr_test_llm_build_fails(const struct tr_model_desc *m, const struct tr_decoder_config *c, enum tr_task task,
+                             enum tr_dtype dt, int64_t T, int status, const char *a, const char *b) {
+    struct tr_build_opts o = {.task = task, .dtype = dt, .batch = 1, .seq_len = T};
+    struct tr_graph *g = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    int rc = m->build(c, &o, g, &e);
+    tr_graph_free(g);
+    if (rc != status) fail_msg("%s build: status %d, expected %d (%s)", m->name, rc, status, e.msg);
+    if (!strstr(e.msg, a) || (b && !strstr(e.msg, b))) fail_msg("%s", e.msg);
+}
+
+void tr_test_llm_expect_init(const struct tr_graph *g, const char *name, float mean) {
+    int id = tr_graph_find(g, name);
+    if (id < 0) fail_msg("no parameter '%s'", name);
+    const struct tr_attrs *a = tr_node_attrs(g, id);
+    if (!(a->floats[0] == mean && a->floats[1] == 0.02f))
+        fail_msg("%s: drawn from normal(%g, %g), expected normal(%g, 0.02)", name, a->floats[0], a->floats[1], mean);
+}
+
 void tr_test_llm_unknown_preset(const struct tr_model_desc *m) {
     struct tr_error e = {0};
     static char config[4096];
@@ -307,10 +327,10 @@ void tr_test_llm_kv_cache(const struct tr_test_llm *t, const struct tr_decoder_c
     tr_test_tensor_free(&sout), tr_test_tensor_free(&ref_step), tr_test_tensor_free(&keep_step);
     tr_test_tensor_free(&sin[0]), tr_test_tensor_free(&sin[1]);
     free(sin);
-    for (int i = 0; i < n_pre; i++) tr_test_tensor_free(&pout[i]);
+    tr_test_tensors_free(n_pre, pout);
     free(pout);
     tr_test_tensor_free(&ref_pre), tr_test_tensor_free(&keep_pre);
-    for (int i = 0; i < 3; i++) tr_test_tensor_free(&pin[i]);
+    tr_test_tensors_free(3, pin);
     tr_test_tensor_free(&ref);
     tr_weights_free(wd), tr_weights_free(ws), tr_weights_free(wp), tr_weights_free(w);
     tr_graph_free(dec), tr_graph_free(step), tr_graph_free(pre), tr_graph_free(full);
@@ -462,13 +482,17 @@ void tr_test_llm_greedy_vs_hf(const struct tr_test_llm *t, const struct tr_decod
                          t->model->name, tr_dtype_name(dt), be->label, (long long)b, (long long)s, tok[b],
                          want[b * NEW + s]);
         }
-        for (int i = 0; i < n_out; i++) tr_test_tensor_free(&out[i]);
+        tr_test_tensors_free(n_out, out);
     }
     print_message("%s tiny %s %-22s greedy generate: %lld tokens x %lld samples as transformers', logits within %.3g\n",
                   t->model->name, tr_dtype_name(dt), be->label, (long long)NEW, (long long)B, worst);
-    for (int i = 0; i < n_in; i++) tr_test_tensor_free(&din[i]);
+    tr_test_tensors_free(n_in, din);
     free(din), free(out);
     tr_weights_free(wp), tr_weights_free(wd);
     tr_graph_free(pre), tr_graph_free(dec);
     tr_safetensors_close(io);
+}
+
+void tr_test_llm_greedy_vs_hf_all(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt) {
+    for (int b = 0; b < TR_TEST_N_BACKENDS; b++) tr_test_llm_greedy_vs_hf(t, c, dt, &tr_test_backends[b]);
 }

@@ -16,6 +16,14 @@ struct tr_test_llm {
     const char *hint;      /* how to regenerate them */
 };
 
+/* The fixture of tr_model_NAME: tests/fixtures/NAME_tiny.safetensors and
+ * NAME_tiny_io.safetensors, written by make_NAME_fixture.py. */
+#define TR_TEST_LLM_FIXTURE(name)                                                         \
+    {.model = &tr_model_##name,                                                           \
+     .weights = TR_SOURCE_DIR "/tests/fixtures/" #name "_tiny.safetensors",               \
+     .io = TR_SOURCE_DIR "/tests/fixtures/" #name "_tiny_io.safetensors",                 \
+     .hint = " (regenerate with: python3 tests/fixtures/make_" #name "_fixture.py)"}
+
 const struct tr_decoder_config *tr_test_llm_preset(const struct tr_model_desc *m, const char *name);
 struct tr_graph *tr_test_llm_build(const struct tr_model_desc *m, const struct tr_decoder_config *c,
                                    enum tr_dtype dt, int64_t B, int64_t T);
@@ -37,6 +45,14 @@ double tr_test_llm_predict_vs_hf(const struct tr_test_llm *t, const struct tr_de
 /* Relative difference of two logits tensors [B,T,V] at the positions where keep is 1. */
 double tr_test_llm_kept_rel_diff(const struct tr_tensor *a, const struct tr_tensor *b, const struct tr_tensor *keep);
 
+/* m's build of c for task in dt (batch 1, seq_len T) fails with status, with a message
+ * that holds a and, unless it is NULL, b. */
+void tr_test_llm_build_fails(const struct tr_model_desc *m, const struct tr_decoder_config *c, enum tr_task task,
+                             enum tr_dtype dt, int64_t T, int status, const char *a, const char *b);
+
+/* g's PARAM `name` is drawn from normal(mean, 0.02), as its attrs say. */
+void tr_test_llm_expect_init(const struct tr_graph *g, const char *name, float mean);
+
 /* An unknown preset is refused with the list of the ones there are. */
 void tr_test_llm_unknown_preset(const struct tr_model_desc *m);
 
@@ -56,6 +72,8 @@ void tr_test_llm_kv_cache(const struct tr_test_llm *t, const struct tr_decoder_c
  * generate(do_sample=False) raw logits, and exactly its tokens. */
 void tr_test_llm_greedy_vs_hf(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt,
                               const struct tr_test_backend *be);
+/* tr_test_llm_greedy_vs_hf on every backend configuration in turn. */
+void tr_test_llm_greedy_vs_hf_all(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt);
 
 /* make_inputs: the same seed gives the same batch, another seed another; left padding
  * with pad id 0, mask TR_DECODER_MASK_NEG and position 1; kept tokens numbered from 0. */

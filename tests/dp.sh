@@ -15,10 +15,9 @@ bin=$1
 mpirun=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-export XDG_CACHE_HOME=$tmp/cache
-passed=0 failed=0
-ok()  { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; sed 's/^/     | /' "$tmp/out" | head -n 40; }
+# a command may run 5 minutes; a rank killed by a signal is a failure the run reports
+expect_timeout=300 expect_signal_ok=1
+. "$(dirname "$0")/harness.sh"
 
 # Two ranks on whatever cores there are, one OpenMP thread each; as root too (CI). In the
 # sanitizer build the ranks keep ASan's checks but not its leak report, which lists Open
@@ -31,19 +30,6 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy
 mpi=("$mpirun" -np 2 --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x XDG_CACHE_HOME
      -x "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0:handle_segv=0")
 
-# expect NAME EXIT_WANTED REGEX -- command... (EXIT_WANTED 1: any failure the command reports)
-expect() {
-  local name=$1 want=$2 re=$3; shift 4
-  timeout 300 "$@" >"$tmp/out" 2>&1
-  local got=$?
-  if [ "$want" = 0 ] && [ "$got" != 0 ]; then bad "$name (exit $got, wanted 0)"; return; fi
-  if [ "$want" != 0 ] && [ "$got" = 0 ]; then bad "$name (exit 0, wanted a failure)"; return; fi
-  if [ "$got" = 124 ]; then bad "$name (timed out)"; return; fi
-  if ! grep -Eq -- "$re" "$tmp/out"; then bad "$name (output lacks /$re/)"; return; fi
-  ok "$name"
-}
-
-ini() { printf '%s\n' "$2" > "$tmp/$1"; }
 
 # fit_pair NAME RUN_LINES [SECTIONS]: one process, then two ranks held to its losses.
 fit_pair() {
@@ -136,5 +122,4 @@ ini odd.ini $'[run]\nmodel = bert\npreset = tiny\ntask = fit\nbackends = torch\n
 expect "a batch two ranks do not divide is refused" 1 'batch = 3 on 2 ranks: expected a multiple of the ranks' -- \
   "${mpi[@]}" "$bin" run "$tmp/odd.ini"
 
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish

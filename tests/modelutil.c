@@ -15,6 +15,57 @@ const void *tr_test_preset(const struct tr_model_desc *m, const char *name) {
     return NULL;
 }
 
+/* key = value written into config (m's layout) with no range check. */
+static void set_key(const struct tr_model_desc *m, void *config, const char *key, const char *value) {
+    const struct tr_model_key *k = NULL;
+    for (int i = 0; i < m->n_keys && !k; i++)
+        if (strcmp(m->keys[i].name, key) == 0) k = &m->keys[i];
+    if (!k) fail_msg("%s has no key '%s'", m->name, key);
+    char *at = (char *)config + k->offset, *end = NULL;
+    switch (k->type) {
+    case TR_KEY_INT: *(int64_t *)at = strtoll(value, &end, 10); break;
+    case TR_KEY_FLOAT: *(double *)at = strtod(value, &end); break;
+    case TR_KEY_BOOL: *(int *)at = (int)strtol(value, &end, 10); break;
+    case TR_KEY_STRING:
+        if (strlen(value) >= 64) fail_msg("%s = '%s': longer than a string key holds", key, value);
+        strcpy(at, value);
+        return;
+    }
+    if (end == value || *end) fail_msg("%s = '%s': not a number", key, value);
+}
+
+void tr_test_expect_refusals(const struct tr_model_desc *m, const char *preset, const struct tr_test_refusal *r,
+                             int n) {
+    void *c = malloc(m->config_size);
+    assert_non_null(c);
+    for (int i = 0; i < n; i++) {
+        memcpy(c, tr_test_preset(m, preset), m->config_size);
+        for (int j = 0; j < 2 && r[i].set[j][0]; j++) set_key(m, c, r[i].set[j][0], r[i].set[j][1]);
+        int n_want = 0;
+        while (n_want < 3 && r[i].want[n_want]) n_want++;
+        tr_test_build_refused(m, c, r[i].task, r[i].want, n_want);
+    }
+    free(c);
+}
+
+void tr_test_expect_param_counts(const struct tr_model_desc *m, const char *name, int64_t B, int64_t T,
+                                 int64_t predict, int64_t fit) {
+    struct tr_graph *g = tr_test_model_build(m, tr_test_preset(m, name), TR_TASK_PREDICT, TR_DTYPE_F32, B, T);
+    assert_int_equal(tr_test_param_count(g), predict);
+    tr_graph_free(g);
+    if (fit <= 0) return;
+    g = tr_test_model_build(m, tr_test_preset(m, name), TR_TASK_FIT, TR_DTYPE_F32, B, T);
+    assert_int_equal(tr_test_param_count(g), fit);
+    tr_graph_free(g);
+}
+
+void tr_test_make_inputs_refused(const struct tr_model_desc *m, const void *config, const struct tr_build_opts *o,
+                                 int n, struct tr_tensor *in, int status, const char *needle) {
+    struct tr_error e = {0};
+    assert_int_equal(m->make_inputs(config, o, 42, n, in, &e), status);
+    tr_assert_msg_has(&e, needle);
+}
+
 int64_t tr_test_param_count(const struct tr_graph *g) {
     int64_t n = 0;
     for (int i = 0; i < tr_graph_n_params(g); i++) {
@@ -106,8 +157,9 @@ void tr_test_expect_fixture_outputs(struct tr_graph *g, const struct tr_tensor *
 }
 
 void tr_test_fixture_predict(const struct tr_model_desc *m, const void *config, enum tr_dtype dt, const char *weights,
-                             const struct tr_safetensors *io, int n, const char *const *names, const int *dts,
-                             int t_from, int steps, const char *who, const char *hint) {
+                             const char *io_path, int n, const char *const *names, const int *dts, int t_from,
+                             int steps, const char *who, const char *hint) {
+    struct tr_safetensors *io = tr_test_open(io_path, hint);
     struct tr_tensor in[8];
     assert_true(n >= 1 && n <= 8);
     for (int i = 0; i < n; i++) in[i] = tr_test_io_tensor(io, names[i], dts[i] < 0 ? dt : (enum tr_dtype)dts[i], hint);
@@ -117,9 +169,10 @@ void tr_test_fixture_predict(const struct tr_model_desc *m, const void *config, 
     struct tr_error e = {0};
     if (tr_weights_load(g, weights, &w, &e)) fail_msg("%s%s", e.msg, hint);
     tr_test_expect_fixture_outputs(g, in, io, dt, steps, who, hint);
-    for (int i = 0; i < n; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(n, in);
     tr_weights_free(w);
     tr_graph_free(g);
+    tr_safetensors_close(io);
 }
 
 #define MAX_GRADS 512
@@ -179,7 +232,7 @@ void tr_test_fixture_fit_grads(const struct tr_model_desc *m, const void *config
                      worst, tol);
     }
     for (int i = 0; i < n; i++) free(ref[i]);
-    for (int i = 0; i < n_in; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(n_in, in);
     tr_weights_free(w);
     tr_graph_free(g);
 }
@@ -190,6 +243,16 @@ int64_t tr_test_io_count(const struct tr_safetensors *io, int i, const char *hin
     if (tr_safetensors_get(io, "param_count", &pc, &e)) fail_msg("%s%s", e.msg, hint);
     if (pc.dtype != TR_DTYPE_I64 || tr_tensor_numel(&pc) <= i) fail_msg("param_count: no entry %d%s", i, hint);
     return ((const int64_t *)pc.data)[i];
+}
+
+void tr_test_expect_io_counts(const struct tr_model_desc *m, const char *io_path, int64_t B, int64_t T, int64_t full,
+                              const char *hint) {
+    struct tr_safetensors *io = tr_test_open(io_path, hint);
+    assert_int_equal(tr_test_io_count(io, 1, hint), full);
+    struct tr_graph *g = tr_test_model_build(m, tr_test_preset(m, "tiny"), TR_TASK_PREDICT, TR_DTYPE_F32, B, T);
+    assert_int_equal(tr_test_param_count(g), tr_test_io_count(io, 0, hint));
+    tr_graph_free(g);
+    tr_safetensors_close(io);
 }
 
 void tr_test_expect_fixture_counts(const struct tr_model_desc *m, const void *config, const char *weights,

@@ -12,6 +12,29 @@ struct tr_safetensors;
 
 /* m's preset `name` (its config). */
 const void *tr_test_preset(const struct tr_model_desc *m, const char *name);
+
+/* A config m's build must refuse: preset with up to two keys set, built for task (f32,
+ * batch 2, seq_len 8); the message holds every string of want (NULL after the last). A
+ * value is written into the config as it is, without the key's min and max, so what is
+ * tested is the build's own check, not core's range check on [model]. */
+struct tr_test_refusal {
+    enum tr_task task;
+    const char *set[2][2]; /* {key, value}; a NULL key: no more */
+    const char *want[3];
+};
+void tr_test_expect_refusals(const struct tr_model_desc *m, const char *preset, const struct tr_test_refusal *r,
+                             int n);
+#define TR_TEST_EXPECT_REFUSALS(m, preset, table) \
+    tr_test_expect_refusals((m), (preset), (table), (int)(sizeof(table) / sizeof((table)[0])))
+
+/* m's preset `name` has `predict` parameter elements in its predict graph (batch B,
+ * seq_len T) and, where fit > 0, `fit` in its fit graph (what fit trains). */
+void tr_test_expect_param_counts(const struct tr_model_desc *m, const char *name, int64_t B, int64_t T,
+                                 int64_t predict, int64_t fit);
+/* m's make_inputs (seed 42) on in[0..n) fails with status, with a message holding needle:
+ * for tensors in the wrong order or of the wrong count. */
+void tr_test_make_inputs_refused(const struct tr_model_desc *m, const void *config, const struct tr_build_opts *o,
+                                 int n, struct tr_tensor *in, int status, const char *needle);
 /* Elements in g's PARAMs. */
 int64_t tr_test_param_count(const struct tr_graph *g);
 struct tr_safetensors *tr_test_open(const char *path, const char *hint);
@@ -23,6 +46,11 @@ struct tr_tensor tr_test_io_tensor(const struct tr_safetensors *io, const char *
 void tr_test_expect_state_dict(const struct tr_graph *g, const char *path, const char *strip, const char *hint);
 /* Entry i of io's param_count (i64): the reference's parameter counts. */
 int64_t tr_test_io_count(const struct tr_safetensors *io, int i, const char *hint);
+/* The fixture at io_path counted what the graphs count: param_count[0] is the tiny
+ * preset's predict graph's (batch B, seq_len T), param_count[1] is `full` (the reference's
+ * count of the full-size model). */
+void tr_test_expect_io_counts(const struct tr_model_desc *m, const char *io_path, int64_t B, int64_t T, int64_t full,
+                              const char *hint);
 /* m's tiny-preset graphs (config) against the fixture: the predict graph's PARAMs are the
  * state_dict at weights (tr_test_expect_state_dict) and param_count[0] elements; the fit
  * graph's, param_count[1] (what fit trains). */
@@ -36,12 +64,13 @@ double tr_test_fixture_bar(const struct tr_safetensors *io, enum tr_dtype dt, in
 void tr_test_expect_fixture_outputs(struct tr_graph *g, const struct tr_tensor *in, const struct tr_safetensors *io,
                                     enum tr_dtype dt, int steps, const char *who, const char *hint);
 
-/* m's predict graph for config in dt on io's inputs names[0..n) (input i in dtype dts[i],
- * or dt where dts[i] < 0; batch from input 0, seq_len from input t_from's axis 1, 1
- * where t_from < 0), weights from `weights`, then tr_test_expect_fixture_outputs. */
+/* m's predict graph for config in dt on the inputs names[0..n) of the fixture at io_path
+ * (input i in dtype dts[i], or dt where dts[i] < 0; batch from input 0, seq_len from input
+ * t_from's axis 1, 1 where t_from < 0), weights from `weights`, then
+ * tr_test_expect_fixture_outputs. */
 void tr_test_fixture_predict(const struct tr_model_desc *m, const void *config, enum tr_dtype dt, const char *weights,
-                             const struct tr_safetensors *io, int n, const char *const *names, const int *dts,
-                             int t_from, int steps, const char *who, const char *hint);
+                             const char *io_path, int n, const char *const *names, const int *dts, int t_from,
+                             int steps, const char *who, const char *hint);
 
 /* m's fit graph for config (f32) on io's inputs names[0..n) (batch from input 0), its
  * trainable PARAMs differentiated by tr_grad, weights from `weights`: on every backend

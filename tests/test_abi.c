@@ -119,7 +119,7 @@ static void small_run(struct tr_backend *be, struct small *s, struct tr_backend_
     small_check(s, in, &out);
     if (st && tr_backend_get_stats(be, prog, st, &err) != TR_OK) fail_msg("stats: %s", err.msg);
     tr_program_free(prog);
-    for (int i = 0; i < 2; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(2, in);
     tr_test_tensor_free(&out);
 }
 
@@ -288,7 +288,7 @@ static void test_host_1_0_runs_plain_graph(void **state) {
         it->free(ctx);
         dlclose(dl);
     }
-    for (int i = 0; i < 2; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(2, in);
     tr_test_tensor_free(&out);
     tr_graph_free(s.g);
 }

@@ -162,7 +162,7 @@ static void test_every_backend(void **state) {
         }
         tr_graph_free(g0);
         tr_graph_free(g1);
-        for (int j = 0; j < 4; j++) tr_test_tensor_free(&in[j]);
+        tr_test_tensors_free(4, in);
     }
 }
 

@@ -84,22 +84,30 @@ static void check_pv(const char *name, pv_fn fn, int rows) {
     print_message("%-11s every Dv and nk within 1e-5\n", name);
 }
 
+/* The tile kernels: a scores or a pv kernel each, with the rows it handles. */
+static const struct {
+    const char *name;
+    scores_fn scores;
+    pv_fn pv;
+    int rows;
+} tiles[] = {
+    {"scores4 v16", scores4, NULL, 4},    {"scores1 v16", scores1, NULL, 1}, {"scores4 v8", scores4_v8, NULL, 4},
+    {"scores1 v8", scores1_v8, NULL, 1},  {"scores4 v4", scores4_v4, NULL, 4}, {"scores1 v4", scores1_v4, NULL, 1},
+    {"pv4 v16", NULL, pv4_v16, 4},        {"pv4 v8", NULL, pv4_v8, 4},        {"pv4 v4", NULL, pv4_v4, 4},
+    {"pv1", NULL, pv1, 1},
+};
+#define N_TILES (sizeof tiles / sizeof tiles[0])
+
 static void test_scores(void **state) {
     (void)state;
-    check_scores("scores4 v16", scores4, 4);
-    check_scores("scores1 v16", scores1, 1);
-    check_scores("scores4 v8", scores4_v8, 4);
-    check_scores("scores1 v8", scores1_v8, 1);
-    check_scores("scores4 v4", scores4_v4, 4);
-    check_scores("scores1 v4", scores1_v4, 1);
+    for (size_t i = 0; i < N_TILES; i++)
+        if (tiles[i].scores) check_scores(tiles[i].name, tiles[i].scores, tiles[i].rows);
 }
 
 static void test_pv(void **state) {
     (void)state;
-    check_pv("pv4 v16", pv4_v16, 4);
-    check_pv("pv4 v8", pv4_v8, 4);
-    check_pv("pv4 v4", pv4_v4, 4);
-    check_pv("pv1", pv1, 1);
+    for (size_t i = 0; i < N_TILES; i++)
+        if (tiles[i].pv) check_pv(tiles[i].name, tiles[i].pv, tiles[i].rows);
 }
 
 TR_TEST_MAIN(NULL, NULL, test_scores, test_pv)

@@ -8,16 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "testutil.h"
+#include "backendutil.h"
 #include "models.h"
 #include "trident/bench.h"
 
 static void add_row(struct tr_bench_report *rep, const char *label, double median, double p90) {
-    struct tr_bench_row *r = &rep->rows[rep->n_rows++];
-    snprintf(r->label, sizeof r->label, "%s", label);
-    r->ok = 1;
-    r->agrees = 1;
-    r->is_reference = rep->n_rows == 1;
+    struct tr_bench_row *r = tr_test_report_row(rep, label);
     r->median_ms = median;
     r->p90_ms = p90;
     r->mean_ms = 0.5 * (median + p90);
@@ -25,21 +21,8 @@ static void add_row(struct tr_bench_report *rep, const char *label, double media
 }
 
 static void make_report(struct tr_bench_report *rep, const char *task) {
-    memset(rep, 0, sizeof *rep);
-    snprintf(rep->model, sizeof rep->model, "bert");
-    snprintf(rep->preset, sizeof rep->preset, "tiny");
-    snprintf(rep->task, sizeof rep->task, "%s", task);
-    snprintf(rep->device, sizeof rep->device, "cpu");
-    snprintf(rep->dtype, sizeof rep->dtype, "f32");
-    snprintf(rep->math, sizeof rep->math, "f32");
-    rep->batch = 8, rep->seq_len = 128, rep->steps = 20, rep->warmup = 2;
-    snprintf(rep->cpu.model, sizeof rep->cpu.model, "AMD EPYC 9B14");
-    rep->cpu.isa = rep->cpu.native = TR_CPU_ISA_AVX512;
-    rep->cpu.avx512_bf16 = rep->cpu.bf16_native = 1;
-    snprintf(rep->cpu.onednn_isa, sizeof rep->cpu.onednn_isa, "avx512_core_bf16");
-    rep->cpu.threads = rep->threads = 2;
-    snprintf(rep->omp_wait, sizeof rep->omp_wait, "passive");
-    snprintf(rep->omp_wait_by, sizeof rep->omp_wait_by, "trident");
+    tr_test_report_init(rep, task);
+    rep->cpu.avx512_bf16 = 1;
     add_row(rep, "torch", 6.8, 12.3);                  /* 1.81x: noisy */
     add_row(rep, "tf", 10.0, 14.0);                    /* 1.4x: steady */
     add_row(rep, "jax", 4.0, 6.0);                     /* exactly 1.5x: steady */
@@ -66,6 +49,19 @@ static void expect_in(const char *text, const char *needle) {
 
 static void expect_not_in(const char *text, const char *needle) {
     if (strstr(text, needle)) fail_msg("the report has \"%s\":\n%s", needle, text);
+}
+
+/* What tr_bench_print writes of rep holds needle, or (expect_not_printed) does not. */
+static void expect_printed(const struct tr_bench_report *rep, const char *needle) {
+    char *out = printed(rep);
+    expect_in(out, needle);
+    free(out);
+}
+
+static void expect_not_printed(const struct tr_bench_report *rep, const char *needle) {
+    char *out = printed(rep);
+    expect_not_in(out, needle);
+    free(out);
 }
 
 static void check_noisy_lines(const char *out) {
@@ -106,9 +102,7 @@ static void test_noisy_rows(void **state) {
     /* a steady report has none */
     make_report(&rep, "predict");
     for (int i = 0; i < rep.n_rows; i++) rep.rows[i].p90_ms = 1.2 * rep.rows[i].median_ms;
-    out = printed(&rep);
-    expect_not_in(out, "noisy:");
-    free(out);
+    expect_not_printed(&rep, "noisy:");
 }
 
 static void test_host_line(void **state) {
@@ -129,16 +123,12 @@ static void test_host_line(void **state) {
     rep.threads = 1;
     snprintf(rep.omp_wait, sizeof rep.omp_wait, "spin 10000 (GOMP_SPINCOUNT)");
     snprintf(rep.omp_wait_by, sizeof rep.omp_wait_by, "environment");
-    out = printed(&rep);
-    expect_in(out, "cpu AMD EPYC 9B14, isa avx2 (forced by TRIDENT_CPU_ISA; native avx512), oneDNN avx2, bf16 GEMM "
-                   "via f32, 1 thread, OpenMP wait spin 10000 (GOMP_SPINCOUNT) (set in the environment)\n");
-    free(out);
+    expect_printed(&rep, "cpu AMD EPYC 9B14, isa avx2 (forced by TRIDENT_CPU_ISA; native avx512), oneDNN avx2, "
+                         "bf16 GEMM via f32, 1 thread, OpenMP wait spin 10000 (GOMP_SPINCOUNT) (set in the environment)\n");
 
     snprintf(rep.omp_wait, sizeof rep.omp_wait, "libgomp default (spin 300000)");
     snprintf(rep.omp_wait_by, sizeof rep.omp_wait_by, "none");
-    out = printed(&rep);
-    expect_in(out, ", 1 thread, OpenMP wait libgomp default (spin 300000)\n");
-    free(out);
+    expect_printed(&rep, ", 1 thread, OpenMP wait libgomp default (spin 300000)\n");
 }
 
 static void test_json(void **state) {

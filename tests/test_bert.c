@@ -205,11 +205,9 @@ static void test_make_inputs(void **state) {
     struct tr_tensor swapped[3] = {a[1], a[0], a[2]};
     assert_int_equal(tr_model_bert.make_inputs(c, &o, 42, 3, swapped, &e), TR_ERR_SHAPE);
     assert_non_null(strstr(e.msg, "input_ids"));
-    for (int i = 0; i < 3; i++) {
-        tr_test_tensor_free(&a[i]);
-        tr_test_tensor_free(&b[i]);
-        tr_test_tensor_free(&d[i]);
-    }
+    tr_test_tensors_free(3, a);
+    tr_test_tensors_free(3, b);
+    tr_test_tensors_free(3, d);
     tr_graph_free(g);
 }
 
@@ -224,7 +222,7 @@ static void predict_matches_hf(enum tr_dtype dt) {
     struct tr_tensor out[3];
     run_torch(b.g, b.in, out);
     tr_test_expect_bert_hf(b.io, b.g, out, dt, "bert tiny", HINT);
-    for (int i = 0; i < 3; i++) tr_test_tensor_free(&out[i]);
+    tr_test_tensors_free(3, out);
     tr_test_bert_close(&b);
 }
 
@@ -262,11 +260,9 @@ static void test_mask_hides_padding(void **state) {
     assert_true(seen > 1e-3);
     for (int k = 0; k < 2; k++) /* sample 0's logits */
         assert_true(fabs((double)((float *)out1[0].data)[k] - ((float *)out2[0].data)[k]) < 1e-6);
-    for (int i = 0; i < 3; i++) {
-        tr_test_tensor_free(&in[i]);
-        tr_test_tensor_free(&out1[i]);
-        tr_test_tensor_free(&out2[i]);
-    }
+    tr_test_tensors_free(3, in);
+    tr_test_tensors_free(3, out1);
+    tr_test_tensors_free(3, out2);
     tr_weights_free(w);
     tr_graph_free(g);
 }

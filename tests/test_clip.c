@@ -28,16 +28,11 @@ static const struct tr_model_desc *const M = &tr_model_clip_text;
 #define preset(name) ((const struct tr_clip_text_config *)tr_test_preset(M, name))
 
 static void test_param_counts(void **state) {
+    tr_test_expect_param_counts(M, "sd-v1-4", 1, 77, SD_CLIP_PARAMS, 0);
+    tr_test_expect_io_counts(M, FIXTURE_IO, 2, 8, SD_CLIP_PARAMS, HINT);
     struct tr_graph *g = tr_test_model_build(M, preset("sd-v1-4"), TR_TASK_PREDICT, TR_DTYPE_F32, 1, 77);
-    assert_int_equal(tr_test_param_count(g), SD_CLIP_PARAMS);
     assert_int_equal(tr_graph_n_params(g), 2 + 12 * 16 + 2);
     tr_graph_free(g);
-    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
-    assert_int_equal(tr_test_io_count(io, 1, HINT), SD_CLIP_PARAMS);
-    g = tr_test_model_build(M, preset("tiny"), TR_TASK_PREDICT, TR_DTYPE_F32, 2, 8);
-    assert_int_equal(tr_test_param_count(g), tr_test_io_count(io, 0, HINT));
-    tr_graph_free(g);
-    tr_safetensors_close(io);
 }
 
 /* Every PARAM is in the state_dict with its shape, and every state_dict entry is a PARAM.
@@ -69,16 +64,12 @@ static void test_config_errors(void **state) {
     assert_int_equal(M->build(&c, &o, g, &e), TR_ERR_INVALID);
     tr_assert_msg_has(&e, "seq_len = 17, expected 1 to max_position_embeddings = 16");
     tr_graph_free(g);
-    c.num_attention_heads = 5;
-    const char *heads[] = {"hidden_size = 64", "num_attention_heads = 5"};
-    tr_test_build_refused(M, &c, TR_TASK_PREDICT, heads, 2);
-    c = *preset("tiny");
-    strcpy(c.hidden_act, "relu");
-    const char *act[] = {"hidden_act = 'relu'", "quick_gelu or gelu"};
-    tr_test_build_refused(M, &c, TR_TASK_PREDICT, act, 2);
-    c = *preset("tiny");
-    const char *fit[] = {"fit", "offers: predict"};
-    tr_test_build_refused(M, &c, TR_TASK_FIT, fit, 2);
+    static const struct tr_test_refusal r[] = {
+        {TR_TASK_PREDICT, {{"num_attention_heads", "5"}}, {"hidden_size = 64", "num_attention_heads = 5"}},
+        {TR_TASK_PREDICT, {{"hidden_act", "relu"}}, {"hidden_act = 'relu'", "quick_gelu or gelu"}},
+        {TR_TASK_FIT, {{NULL}}, {"fit", "offers: predict"}},
+    };
+    TR_TEST_EXPECT_REFUSALS(M, "tiny", r);
     assert_int_equal(M->tasks, 1u << TR_TASK_PREDICT);
 }
 
@@ -117,16 +108,11 @@ static void test_make_inputs(void **state) {
 }
 
 static void predict_matches_hf(enum tr_dtype dt) {
-    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
-    const char *names[1] = {"input_ids"};
-    const int dts[1] = {TR_DTYPE_I32};
-    tr_test_fixture_predict(M, preset("tiny"), dt, FIXTURE, io, 1, names, dts, 0, 1, "transformers", HINT);
-    tr_safetensors_close(io);
+    tr_test_fixture_predict(M, preset("tiny"), dt, FIXTURE, FIXTURE_IO, 1, (const char *[]){"input_ids"},
+                            (const int[]){TR_DTYPE_I32}, 0, 1, "transformers", HINT);
 }
 
-static void test_predict_matches_hf_f32(void **state) { predict_matches_hf(TR_DTYPE_F32); }
-static void test_predict_matches_hf_bf16(void **state) { predict_matches_hf(TR_DTYPE_BF16); }
-static void test_predict_matches_hf_f16(void **state) { predict_matches_hf(TR_DTYPE_F16); }
+TR_TEST_F32_BF16_F16(test_predict_matches_hf, predict_matches_hf)
 
 /* A token reaches the positions after it and none before it. */
 static void test_causal(void **state) {

@@ -6,6 +6,7 @@
  * orphan; a refused update falls back to an instantiation and drops the refused graph;
  * the limit evicts the least recently used; a failing capture leaves nothing behind; the
  * counters; the public entry points' refusals on a context that is not cuda. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "testutil.h"
@@ -138,6 +139,31 @@ static struct tr_cuda_graph_stats stats(const struct tr_cuda_graph_book *b) {
     return st;
 }
 
+/* b's stats hold every "field=value" of spec (separated by spaces); the rest unchecked. */
+static void expect_stats(const struct tr_cuda_graph_book *b, const char *spec) {
+    const struct tr_cuda_graph_stats st = stats(b);
+    const struct {
+        const char *name;
+        long long v;
+    } f[] = {{"lookups", (long long)st.lookups},     {"replays", (long long)st.replays},
+             {"captures", (long long)st.captures},   {"instantiations", (long long)st.instantiations},
+             {"updates", (long long)st.updates},     {"update_failures", (long long)st.update_failures},
+             {"evictions", (long long)st.evictions}, {"orphaned", (long long)st.orphaned},
+             {"n_entries", st.n_entries},            {"max_entries", st.max_entries}};
+    for (const char *at = spec; *at;) {
+        char name[32];
+        long long want;
+        int used = 0;
+        if (sscanf(at, " %31[a-z_]=%lld%n", name, &want, &used) != 2) fail_msg("bad spec at '%s'", at);
+        at += used;
+        size_t i = 0;
+        while (i < sizeof f / sizeof f[0] && strcmp(f[i].name, name) != 0) i++;
+        if (i == sizeof f / sizeof f[0]) fail_msg("no stat '%s'", name);
+        if (f[i].v != want) fail_msg("%s is %lld, expected %lld", name, f[i].v, want);
+        while (*at == ' ') at++;
+    }
+}
+
 static void test_capture_once_then_replay(void **state) {
     (void)state;
     struct tr_cuda_graph_book *b = book_new(4);
@@ -150,14 +176,7 @@ static void test_capture_once_then_replay(void **state) {
     assert_int_equal(s.runs, 1); /* replays never run the step's calls again */
     assert_ptr_equal(F.last_launched, first);
     assert_int_equal(first->launches, 6);
-    struct tr_cuda_graph_stats st = stats(b);
-    assert_int_equal(st.lookups, 6);
-    assert_int_equal(st.captures, 1);
-    assert_int_equal(st.replays, 5);
-    assert_int_equal(st.instantiations, 1);
-    assert_int_equal(st.updates, 0);
-    assert_int_equal(st.n_entries, 1);
-    assert_int_equal(st.max_entries, 4);
+    expect_stats(b, "lookups=6 captures=1 replays=5 instantiations=1 updates=0 n_entries=1 max_entries=4");
     book_free(b);
 }
 
@@ -178,11 +197,7 @@ static void test_new_shape_with_room_instantiates(void **state) {
         assert_int_equal(step(b, 7, 8, 256, &s), 0);
         assert_ptr_equal(F.last_launched, c);
     }
-    struct tr_cuda_graph_stats st = stats(b);
-    assert_int_equal(st.captures, 2);
-    assert_int_equal(st.instantiations, 2);
-    assert_int_equal(st.replays, 6);
-    assert_int_equal(st.n_entries, 2);
+    expect_stats(b, "captures=2 instantiations=2 replays=6 n_entries=2");
     /* the same shapes under another owner are another program's: captured anew */
     assert_int_equal(step(b, 8, 8, 128, &s), 1);
     book_free(b);
@@ -205,11 +220,7 @@ static void test_full_book_updates_lru_of_same_topology(void **state) {
     assert_int_equal(step(b, 7, 1, 16, &s), 0);
     assert_ptr_equal(F.last_launched, e16);
     assert_int_equal(step(b, 7, 1, 32, &s), 1); /* its graph was given to 64 */
-    struct tr_cuda_graph_stats st = stats(b);
-    assert_int_equal(st.updates, 2);
-    assert_int_equal(st.instantiations, 2);
-    assert_int_equal(st.n_entries, 2);
-    assert_int_equal(st.evictions, 0);
+    expect_stats(b, "updates=2 instantiations=2 n_entries=2 evictions=0");
     book_free(b);
 }
 
@@ -226,10 +237,7 @@ static void test_orphan_is_updated_first(void **state) {
     /* ... but it is updated in place rather than a new one instantiated, room or not */
     assert_ptr_equal(F.last_launched, old);
     assert_int_equal(F.instantiations, 1);
-    struct tr_cuda_graph_stats st = stats(b);
-    assert_int_equal(st.orphaned, 1);
-    assert_int_equal(st.updates, 1);
-    assert_int_equal(st.n_entries, 1);
+    expect_stats(b, "orphaned=1 updates=1 n_entries=1");
     assert_int_equal(step(b, 2, 4, 64, &s), 0);
     book_free(b);
 }
@@ -245,12 +253,7 @@ static void test_refused_update_instantiates_and_drops(void **state) {
     assert_int_equal(F.updates_tried, 1);
     assert_ptr_not_equal(F.last_launched, first);
     assert_int_equal(F.destroyed, 1); /* the refused graph is not trusted again */
-    struct tr_cuda_graph_stats st = stats(b);
-    assert_int_equal(st.update_failures, 1);
-    assert_int_equal(st.updates, 0);
-    assert_int_equal(st.instantiations, 2);
-    assert_int_equal(st.evictions, 1);
-    assert_int_equal(st.n_entries, 1);
+    expect_stats(b, "update_failures=1 updates=0 instantiations=2 evictions=1 n_entries=1");
     assert_int_equal(F.live_execs, 1);
     assert_int_equal(step(b, 7, 2, 48, &s), 0);
     book_free(b);
@@ -266,9 +269,7 @@ static void test_limit_evicts_lru(void **state) {
     assert_int_equal(step(b, 7, 1, 3, &s3), 1);
     assert_int_equal(F.updates_tried, 0); /* no graph of topology 3 to update */
     assert_int_equal(F.destroyed, 1);
-    struct tr_cuda_graph_stats st = stats(b);
-    assert_int_equal(st.evictions, 1);
-    assert_int_equal(st.n_entries, 2);
+    expect_stats(b, "evictions=1 n_entries=2");
     assert_int_equal(step(b, 7, 1, 1, &s1), 0); /* kept */
     assert_int_equal(step(b, 7, 1, 3, &s3), 0); /* kept */
     assert_int_equal(step(b, 7, 1, 2, &s2), 1); /* evicted: captured again */

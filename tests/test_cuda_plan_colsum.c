@@ -9,58 +9,59 @@
 #include "testutil.h"
 #include "../plugins/kernels/cuda/host/colsum_plan.h"
 
+/* A plan and the fields it must have: X, not checked (the rule's own numbers in the
+ * comments of each case). */
+#define X (-1)
+struct plan_case {
+    int64_t outer, rows, cols;
+    int sms, rc;
+    int64_t tx, lanes, col_tiles, blocks_x, slices, slice_rows, scratch_bytes;
+};
+
+static void expect_plan(const struct plan_case *c) {
+    struct tr_cuda_colsum_plan p;
+    assert_int_equal(tr_cuda_colsum_plan(c->outer, c->rows, c->cols, c->sms, &p), c->rc);
+    const int64_t got[7] = {p.tx, p.lanes, p.col_tiles, p.blocks_x, p.slices, p.slice_rows, (int64_t)p.scratch_bytes};
+    const int64_t want[7] = {c->tx, c->lanes, c->col_tiles, c->blocks_x, c->slices, c->slice_rows, c->scratch_bytes};
+    static const char *const names[7] = {"tx", "lanes", "col_tiles", "blocks_x", "slices", "slice_rows", "scratch_bytes"};
+    for (int i = 0; i < 7; i++)
+        if (want[i] != X && got[i] != want[i])
+            fail_msg("plan (%lld, %lld, %lld) on %d SMs: %s %lld, expected %lld", (long long)c->outer,
+                     (long long)c->rows, (long long)c->cols, c->sms, names[i], (long long)got[i], (long long)want[i]);
+}
+
 static void test_rule_at_the_issue_shapes(void **state) {
     (void)state;
-    struct tr_cuda_colsum_plan p;
-    /* BERT base's bias / layer-norm gradients: 24 column tiles x 44 slices = 1056 blocks,
-     * 8 per SM on 132 SMs; 44 partial rows of 768 floats */
-    assert_int_equal(tr_cuda_colsum_plan(1, 16384, 768, 132, &p), 0);
-    assert_int_equal(p.tx, 32);
-    assert_int_equal(p.lanes, 8);
-    assert_int_equal(p.col_tiles, 24);
-    assert_int_equal(p.blocks_x, 24);
-    assert_int_equal(p.slices, 44);
-    assert_int_equal(p.slice_rows, 376);
-    assert_int_equal(p.scratch_bytes, 44 * 768 * sizeof(float));
-    /* the LM head's bias over a 256000 vocabulary: 8000 column tiles fill the GPU, no split */
-    assert_int_equal(tr_cuda_colsum_plan(1, 16384, 256000, 132, &p), 0);
-    assert_int_equal(p.col_tiles, 8000);
-    assert_int_equal(p.slices, 1);
-    assert_int_equal(p.scratch_bytes, 0);
-    /* few rows: at least 8 rows per thread, so 64 rows of 8 lanes stay one slice */
-    assert_int_equal(tr_cuda_colsum_plan(1, 64, 768, 132, &p), 0);
-    assert_int_equal(p.slices, 1);
-    assert_int_equal(tr_cuda_colsum_plan(1, 127, 768, 132, &p), 0);
-    assert_int_equal(p.slices, 1);
-    assert_int_equal(tr_cuda_colsum_plan(1, 128, 768, 132, &p), 0);
-    assert_int_equal(p.slices, 2);
-    /* narrow: 2 columns are a block of 2 x 128 (a warp reads 16 whole rows) */
-    assert_int_equal(tr_cuda_colsum_plan(1, 100000, 2, 132, &p), 0);
-    assert_int_equal(p.tx, 2);
-    assert_int_equal(p.lanes, 128);
-    /* capped at 1024 rows per slice: 97 slices of 1031 rows, rounded up to 9 x 128 lanes
-     * = 1152 rows: 87 slices */
-    assert_int_equal(p.slice_rows, 1152);
-    assert_int_equal(p.slices, 87);
-    /* an unknown SM count plans for 132 */
-    struct tr_cuda_colsum_plan q;
-    assert_int_equal(tr_cuda_colsum_plan(1, 16384, 768, 0, &q), 0);
-    assert_int_equal(q.slices, 44);
+    static const struct plan_case cases[] = {
+        /* BERT base's bias / layer-norm gradients: 24 column tiles x 44 slices = 1056 blocks,
+         * 8 per SM on 132 SMs; 44 partial rows of 768 floats */
+        {1, 16384, 768, 132, 0, 32, 8, 24, 24, 44, 376, 44 * 768 * sizeof(float)},
+        /* the LM head's bias over a 256000 vocabulary: 8000 column tiles fill the GPU, no split */
+        {1, 16384, 256000, 132, 0, X, X, 8000, X, 1, X, 0},
+        /* few rows: at least 8 rows per thread, so 64 rows of 8 lanes stay one slice */
+        {1, 64, 768, 132, 0, X, X, X, X, 1, X, X},
+        {1, 127, 768, 132, 0, X, X, X, X, 1, X, X},
+        {1, 128, 768, 132, 0, X, X, X, X, 2, X, X},
+        /* narrow: 2 columns are a block of 2 x 128 (a warp reads 16 whole rows); capped at
+         * 1024 rows per slice: 97 slices of 1031 rows, rounded up to 9 x 128 lanes = 1152
+         * rows: 87 slices */
+        {1, 100000, 2, 132, 0, 2, 128, X, X, 87, 1152, X},
+        /* an unknown SM count plans for 132 */
+        {1, 16384, 768, 0, 0, X, X, X, X, 44, X, X},
+        /* empty, refused */
+        {0, 10, 10, 132, 0, X, X, X, 0, X, X, X},
+        {1, 10, 0, 132, 0, X, X, X, 0, X, X, X},
+        {3, 0, 10, 132, 0, X, X, X, 3, 1, X, X},
+        {1, -1, 10, 132, -1, X, X, X, X, X, X, X},
+        {(int64_t)1 << 32, 10, 64, 132, -1, X, X, X, 0, X, X, X},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_plan(&cases[i]);
     /* more SMs, more slices */
+    struct tr_cuda_colsum_plan q;
     assert_int_equal(tr_cuda_colsum_plan(1, 16384, 768, 108, &q), 0);
     assert_true(q.slices < 44);
-    /* empty, refused */
-    assert_int_equal(tr_cuda_colsum_plan(0, 10, 10, 132, &p), 0);
-    assert_int_equal(p.blocks_x, 0);
-    assert_int_equal(tr_cuda_colsum_plan(1, 10, 0, 132, &p), 0);
-    assert_int_equal(p.blocks_x, 0);
-    assert_int_equal(tr_cuda_colsum_plan(3, 0, 10, 132, &p), 0);
-    assert_int_equal(p.blocks_x, 3);
-    assert_int_equal(p.slices, 1);
-    assert_int_equal(tr_cuda_colsum_plan(1, -1, 10, 132, &p), -1);
-    assert_int_equal(tr_cuda_colsum_plan((int64_t)1 << 32, 10, 64, 132, &p), -1);
-    assert_int_equal(p.blocks_x, 0);
 }
+#undef X
 
 static void test_invariants(void **state) {
     (void)state;

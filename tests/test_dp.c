@@ -221,8 +221,8 @@ static void check_mirrored(const char *model_ini, int ranks, int split) {
         printf("%s, %d mirrored ranks%s: %d all-reduces a step%s, loss %.7f and %d trained states as one "
                "process's\n", be->label, ranks, split ? ", sums in halves" : "", buckets, how, (double)l2,
                tr_graph_n_updates(one.graph));
-        for (int i = 0; i < n1; i++) tr_test_tensor_free(&in1[i]);
-        for (int i = 0; i < n2; i++) tr_test_tensor_free(&in2[i]);
+        tr_test_tensors_free(n1, in1);
+        tr_test_tensors_free(n2, in2);
         for (int i = 0; i < tr_graph_n_outputs(one.graph); i++) tr_test_tensor_free(&out1[i]);
         for (int i = 0; i < tr_graph_n_outputs(dp.graph); i++) tr_test_tensor_free(&out2[i]);
         tr_weights_free(w1);

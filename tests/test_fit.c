@@ -254,7 +254,7 @@ static void test_lora_frozen(void **state) {
     uint64_t weights = tr_graph_param_bytes(g);
     assert_true(st.peak_bytes - weights < frozen_bytes);
     tr_test_tensor_free(&out[0]);
-    for (int i = 0; i < n_in; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(n_in, in);
     tr_weights_free(w);
     tr_task_graph_free(&tg);
 }

@@ -9,15 +9,9 @@
 #include "models.h"
 #include "trident/bench.h"
 
-#define HINT " (regenerate with: python3 tests/fixtures/make_gemma_fixture.py)"
 #define tiny() tr_test_llm_preset(&tr_model_gemma, "tiny")
 
-static const struct tr_test_llm gemma = {
-    .model = &tr_model_gemma,
-    .weights = TR_SOURCE_DIR "/tests/fixtures/gemma_tiny.safetensors",
-    .io = TR_SOURCE_DIR "/tests/fixtures/gemma_tiny_io.safetensors",
-    .hint = HINT,
-};
+static const struct tr_test_llm gemma = TR_TEST_LLM_FIXTURE(gemma);
 
 /* GemmaForCausalLM(GemmaConfig(<config.json>)), counted by transformers 5.24:
  * sum(p.numel() for p in model.parameters()), the tied table once. */
@@ -191,47 +185,35 @@ static void test_interface(void **state) {
     assert_int_equal(tr_graph_find(g, "lm_head.weight"), -1);
     assert_int_equal(tr_node_input(g, lg, 1), tr_graph_find(g, "model.embed_tokens.weight"));
     /* Norm weights are drawn around 0: the model scales by 1 + w. */
-    const struct tr_attrs *a = tr_node_attrs(g, tr_graph_find(g, "model.layers.1.input_layernorm.weight"));
-    assert_true(a->floats[0] == 0.0f && a->floats[1] == 0.02f);
+    tr_test_llm_expect_init(g, "model.layers.1.input_layernorm.weight", 0.0f);
     tr_graph_free(g);
 }
 
 static void test_make_inputs(void **state) { tr_test_llm_make_inputs(&tr_model_gemma); }
 
-static void test_predict_matches_hf_f32(void **state) { tr_test_llm_predict_vs_hf(&gemma, tiny(), TR_DTYPE_F32, "logits"); }
-static void test_predict_matches_hf_bf16(void **state) { tr_test_llm_predict_vs_hf(&gemma, tiny(), TR_DTYPE_BF16, "logits"); }
+static void predict_matches_hf(enum tr_dtype dt) { tr_test_llm_predict_vs_hf(&gemma, tiny(), dt, "logits"); }
+TR_TEST_F32_BF16(test_predict_matches_hf, predict_matches_hf)
 
 static void test_kv_cache(void **state) { tr_test_llm_kv_cache(&gemma, tiny()); }
 
-static void test_greedy_generate_matches_hf(void **state) {
-    for (int b = 0; b < TR_TEST_N_BACKENDS; b++)
-        tr_test_llm_greedy_vs_hf(&gemma, tiny(), TR_DTYPE_F32, &tr_test_backends[b]);
-}
+static void test_greedy_generate_matches_hf(void **state) { tr_test_llm_greedy_vs_hf_all(&gemma, tiny(), TR_DTYPE_F32); }
 
 static void test_unknown_preset(void **state) { tr_test_llm_unknown_preset(&tr_model_gemma); }
 
 static void test_config_errors(void **state) {
+    const struct tr_model_desc *m = &tr_model_gemma;
+    tr_test_llm_build_fails(m, tiny(), TR_TASK_PREDICT, TR_DTYPE_F32, 129, TR_ERR_INVALID, "seq_len = 129",
+                            "max_position_embeddings = 128");
     struct tr_decoder_config c = *tiny();
-    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 1, .seq_len = 129};
-    struct tr_graph *g = NULL;
-    struct tr_error e = {0};
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
-    assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_INVALID);
-    if (!strstr(e.msg, "seq_len = 129") || !strstr(e.msg, "max_position_embeddings = 128")) fail_msg("%s", e.msg);
-    o.seq_len = 16;
     c.num_key_value_heads = 3;
-    assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_INVALID);
-    if (!strstr(e.msg, "num_attention_heads = 4") || !strstr(e.msg, "num_key_value_heads = 3")) fail_msg("%s", e.msg);
+    tr_test_llm_build_fails(m, &c, TR_TASK_PREDICT, TR_DTYPE_F32, 16, TR_ERR_INVALID, "num_attention_heads = 4",
+                            "num_key_value_heads = 3");
     c = *tiny();
     snprintf(c.hidden_act, sizeof c.hidden_act, "relu2");
-    assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_UNSUPPORTED);
-    assert_non_null(strstr(e.msg, "relu2"));
+    tr_test_llm_build_fails(m, &c, TR_TASK_PREDICT, TR_DTYPE_F32, 16, TR_ERR_UNSUPPORTED, "relu2", NULL);
     c = *tiny();
-    o.task = TR_TASK_FIT; /* more of fit's keys in test_llm_fit.c */
-    snprintf(c.lora_targets, sizeof c.lora_targets, "q_proj,x_proj");
-    assert_int_equal(tr_model_gemma.build(&c, &o, g, &e), TR_ERR_INVALID);
-    if (!strstr(e.msg, "lora_targets") || !strstr(e.msg, "'x_proj'")) fail_msg("%s", e.msg);
-    tr_graph_free(g);
+    snprintf(c.lora_targets, sizeof c.lora_targets, "q_proj,x_proj"); /* more of fit's keys in test_llm_fit.c */
+    tr_test_llm_build_fails(m, &c, TR_TASK_FIT, TR_DTYPE_F32, 16, TR_ERR_INVALID, "lora_targets", "'x_proj'");
 }
 
 TR_TEST_MAIN(NULL, NULL, test_size_7b, test_size_2b, test_presets_are_the_published_configs, test_hf_config_errors,

@@ -302,7 +302,7 @@ static struct tr_tensor recompute(const struct tr_test_llm *t, struct gen_fix *f
         }
     struct tr_tensor out;
     tr_test_run_backend(b, NULL, g, in, 1, &out, NULL);
-    for (int i = 0; i < 3; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(3, in);
     tr_weights_free(w);
     tr_graph_free(g);
     return out;

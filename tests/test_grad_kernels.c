@@ -484,7 +484,7 @@ static void attn_case(const struct attn_cfg *c, int fd, const char *name) {
             tfree(&o, NULL);
         }
         free(q), free(k), free(v), free(g), free(m), free(out), free(rq), free(rk), free(rv);
-        for (int i = 0; i < n_in; i++) tr_test_tensor_free(&in[i]);
+        tr_test_tensors_free(n_in, in);
     }
 }
 

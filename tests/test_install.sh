@@ -29,22 +29,8 @@ unset TRIDENT_PLUGIN_PATH
 work=$build/install-test
 rm -rf "$work"
 mkdir -p "$work"
-export XDG_CACHE_HOME=$work/cache
-passed=0 failed=0
-ok()  { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; [ -f "$work/out" ] && sed 's/^/     | /' "$work/out" | head -n 40; }
-finish() { echo "$passed passed, $failed failed"; [ "$failed" = 0 ]; exit $?; }
-
-# expect NAME EXIT_WANTED REGEX -- command...
-expect() {
-  local name=$1 want=$2 re=$3; shift 4
-  "$@" >"$work/out" 2>&1
-  local got=$?
-  if [ "$want" = 0 ] && [ "$got" != 0 ]; then bad "$name (exit $got, wanted 0)"; return 1; fi
-  if [ "$want" != 0 ] && { [ "$got" = 0 ] || [ "$got" -ge 128 ]; }; then bad "$name (exit $got, wanted a clean failure)"; return 1; fi
-  if [ -n "$re" ] && ! grep -Eq -- "$re" "$work/out"; then bad "$name (output lacks /$re/)"; return 1; fi
-  ok "$name"
-}
+tmp=$work
+. "$src/tests/harness.sh"
 
 # ---- 1. install, then move the tree ----
 expect "cmake --install" 0 'trident-config.cmake' -- "$cmake" --install "$build" --prefix "$work/staged" || finish
@@ -123,20 +109,23 @@ if command -v pkg-config >/dev/null; then
 fi
 
 # ---- 3. the installed program ----
-ini() { printf '%s\n' "$2" > "$work/$1"; }
-ini run.ini "[plugins]
-path = $work/example
+# bert_vs FILE DIR NAME [LINE...]: an INI of BERT tiny predict (batch 2, seq_len 16, warmup 1)
+# on torch and on NAME, a backend of the plugin directory DIR; the LINEs after [run]'s own.
+bert_vs() {
+  local f=$1 dir=$2 name=$3; shift 3
+  ini "$f" "[plugins]
+path = $dir
 [run]
 model = bert
 preset = tiny
 task = predict
-backends = torch, minimal
+backends = torch, $name
 batch = 2
 seq_len = 16
-steps = 2
 warmup = 1
-[backend.minimal]
-verbose = false"
+$(printf '%s\n' "$@")"
+}
+bert_vs run.ini "$work/example" minimal 'steps = 2' '[backend.minimal]' 'verbose = false'
 
 expect "installed trident lists its installed backends" 0 "$prefix/lib/trident/libtrident_backend_torch.so" -- "$bin" list "$work/run.ini"
 for be in torch tf jax; do
@@ -191,20 +180,7 @@ else bad "run_bert links the prefix's models library and core, nothing of the bu
 # BERT tiny predict at batch 2 (4 logits); replay is the second backend, which run_bert,
 # taking the first, leaves to `trident run`.
 mkdir -p "$work/replay"
-ini bert.ini "[plugins]
-path = $work/replay
-[run]
-model = bert
-preset = tiny
-task = predict
-backends = torch, replay
-batch = 2
-seq_len = 16
-seed = 4321
-steps = 1
-warmup = 1
-[backend.replay]
-values = $work/logits.txt"
+bert_vs bert.ini "$work/replay" replay 'seed = 4321' 'steps = 1' '[backend.replay]' "values = $work/logits.txt"
 logits_re='^logits \[2,2\]:( -?[0-9][-+.e0-9]*){4}$'
 expect "run_bert runs BERT tiny on the installed torch" 0 "$logits_re" -- "$work/run-bert/run_bert" "$work/bert.ini"
 cp "$work/out" "$work/run-bert.out"

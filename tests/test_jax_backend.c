@@ -478,23 +478,14 @@ static void test_compiler_errors(void **state) {
 
 /* ---- the plugin through the loader: options, the entry point ---- */
 
-static struct tr_plugin *open_jax(void) {
-    struct tr_plugin *p = tr_test_plugin_open("jax");
-    const struct tr_backend_i *it = tr_plugin_iface(p);
-    assert_string_equal(it->name, "jax");
-    assert_true(it->caps & TR_CAP_CPU);
-    assert_true(it->caps & TR_CAP_BF16);
-    return p;
-}
+static struct tr_plugin *open_jax(void) { return tr_test_plugin_expect("jax", TR_CAP_CPU | TR_CAP_BF16); }
 
 static void test_plugin(void **state) {
     struct tr_plugin *pl = open_jax();
-    struct tr_option typo = {.key = "fuze", .value = "true", .file = "conf/x.ini", .line = 7};
-    tr_test_init_refused(pl, &typo, 1, "conf/x.ini:7: [backend.jax] unknown key 'fuze'", "keys: cache_dir, cc, fuse");
-    struct tr_option bad = {.key = "fuse", .value = "maybe", .file = "conf/x.ini", .line = 8};
-    tr_test_init_refused(pl, &bad, 1, "conf/x.ini:8: [backend.jax] fuse = 'maybe'", "true or false");
-    struct tr_option empty = {.key = "cc", .value = "", .file = "conf/x.ini", .line = 9};
-    tr_test_init_refused(pl, &empty, 1, "conf/x.ini:9: [backend.jax] cc", NULL);
+    tr_test_option_refused(pl, "fuze", "true", 7, "conf/x.ini:7: [backend.jax] unknown key 'fuze'",
+                           "keys: cache_dir, cc, fuse");
+    tr_test_option_refused(pl, "fuse", "maybe", 8, "conf/x.ini:8: [backend.jax] fuse = 'maybe'", "true or false");
+    tr_test_option_refused(pl, "cc", "", 9, "conf/x.ini:9: [backend.jax] cc", NULL);
 
     char dir[512];
     fresh_dir(dir, sizeof dir, "plugin");

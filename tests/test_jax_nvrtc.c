@@ -698,7 +698,7 @@ static void device_agrees(const struct bert_case *c) {
         tr_test_tensor_free(&out_cpu[i]);
         tr_test_tensor_free(&out_cuda[i]);
     }
-    for (int i = 0; i < n_in; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(n_in, in);
     bert_free(&b);
 }
 

@@ -145,7 +145,7 @@ static void test_slice_concat_reshape(void **state) {
                 if (tr_tensor_get_f64(&yc, i) != tr_tensor_get_f64(&xs[src], xi))
                     fail_msg("concat axis %d: element %lld differs", ax, (long long)i);
             }
-            for (int i = 0; i < 3; i++) tr_test_tensor_free(&xs[i]);
+            tr_test_tensors_free(3, xs);
             tr_test_tensor_free(&yc);
         }
     struct tr_tensor c1 = TENSOR(TR_DTYPE_F32, 2, 3), c2 = TENSOR(TR_DTYPE_F32, 3, 3), co = TENSOR(TR_DTYPE_F32, 2, 6);

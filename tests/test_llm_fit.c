@@ -186,7 +186,7 @@ static void pad_grad_matches_transformers(const struct tr_model_desc *m, const c
         if (!(loss_err < LOSS_TOL) || !(r < GRAD_TOL))
             fail_msg("%s %s: loss rel err %.3g, embed_tokens gradient rel err %.3g vs transformers", m->name,
                      tr_test_backends[b].label, loss_err, r);
-        for (int i = 0; i < 2; i++) tr_test_tensor_free(&out[i]);
+        tr_test_tensors_free(2, out);
     }
     /* without the padding row the same graph trains row 0: the check sees the difference */
     c.pad_token_id = -1;
@@ -337,7 +337,7 @@ static void frozen_on(const char *model, const struct tr_test_backend *be) {
     free(before);
     if (moved != n_adapters) fail_msg("%s %s: %d of %d adapters moved", model, be->label, moved, n_adapters);
     tr_test_tensor_free(&out[0]);
-    for (int i = 0; i < n_in; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(n_in, in);
     tr_weights_free(w);
     tr_task_graph_free(&tg);
 }
@@ -437,7 +437,7 @@ static void test_make_inputs_labels(void **state) {
     /* predict takes 3 inputs, fit 4: the count is checked */
     assert_int_equal(tr_decoder_make_inputs(&c, &o, 3, 3, in, &e), TR_ERR_INVALID);
     assert_non_null(strstr(e.msg, "labels"));
-    for (int i = 0; i < 4; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(4, in);
 }
 
 static void test_lora_key_errors(void **state) {

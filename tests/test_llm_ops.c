@@ -643,7 +643,7 @@ static void backends_case(enum tr_dtype dt) {
     on_backends(g, dt, in, (const char *[]){"rms_norm+rope", "attention GQA causal window, rms_norm"},
                 (const char *[]){"q", "y"}, (const double *[]){qref, yref});
     free(xv), free(kv), free(vv_), free(wv), free(t1), free(qref), free(kref), free(aref), free(yref);
-    for (int i = 0; i < 4; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(4, in);
     tr_test_tensor_free(&wt);
     tr_graph_free(g);
 }

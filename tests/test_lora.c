@@ -157,11 +157,9 @@ static void test_zero_b_is_base(void **state) {
         print_message("%s: random lora_B moves it by %.3g (relative)\n", tr_graph_output_name(g1, i), d);
         assert_true(d > 1e-3 && isfinite(d));
     }
-    for (int i = 0; i < n_out; i++) {
-        tr_test_tensor_free(&out0[i]);
-        tr_test_tensor_free(&out1[i]);
-        tr_test_tensor_free(&out2[i]);
-    }
+    tr_test_tensors_free(n_out, out0);
+    tr_test_tensors_free(n_out, out1);
+    tr_test_tensors_free(n_out, out2);
     bound_free(&b0);
     bound_free(&b1);
     tr_graph_free(g0);
@@ -280,7 +278,7 @@ static void test_grads_match_peft(void **state) {
     if (!(logits_err < GRAD_TOL)) fail_msg("logits: relative error %.3g", logits_err);
     if (!(worst < GRAD_TOL)) fail_msg("%s: relative error %.3g vs peft", tr_node_name(g, grads[worst_i]), worst);
 
-    for (int i = 0; i < n_out; i++) tr_test_tensor_free(&out[i]);
+    tr_test_tensors_free(n_out, out);
     free(out);
     bound_free(&b);
     tr_graph_free(g);

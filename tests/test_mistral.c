@@ -8,15 +8,9 @@
 #include "models.h"
 #include "trident/safetensors.h"
 
-#define HINT " (regenerate with: python3 tests/fixtures/make_mistral_fixture.py)"
 #define tiny() tr_test_llm_preset(&tr_model_mistral, "tiny")
 
-static const struct tr_test_llm mistral = {
-    .model = &tr_model_mistral,
-    .weights = TR_SOURCE_DIR "/tests/fixtures/mistral_tiny.safetensors",
-    .io = TR_SOURCE_DIR "/tests/fixtures/mistral_tiny_io.safetensors",
-    .hint = HINT,
-};
+static const struct tr_test_llm mistral = TR_TEST_LLM_FIXTURE(mistral);
 
 /* MistralForCausalLM(MistralConfig(<config.json>)), counted by transformers 5.24. */
 #define MISTRAL_7B_PARAMS 7241732096LL
@@ -49,22 +43,21 @@ static void test_interface(void **state) {
             assert_int_equal(tr_node_attrs(g, i)->ints[1], c->sliding_window);
         }
     assert_int_equal(n_attn, c->num_hidden_layers);
-    const struct tr_attrs *a = tr_node_attrs(g, tr_graph_find(g, "model.norm.weight"));
-    assert_true(a->floats[0] == 1.0f && a->floats[1] == 0.02f);
+    tr_test_llm_expect_init(g, "model.norm.weight", 1.0f);
     tr_graph_free(g);
 }
 
 static void test_make_inputs(void **state) { tr_test_llm_make_inputs(&tr_model_mistral); }
 
-static void test_predict_matches_hf_f32(void **state) { tr_test_llm_predict_vs_hf(&mistral, tiny(), TR_DTYPE_F32, "logits"); }
-static void test_predict_matches_hf_bf16(void **state) { tr_test_llm_predict_vs_hf(&mistral, tiny(), TR_DTYPE_BF16, "logits"); }
+static void predict_matches_hf(enum tr_dtype dt) { tr_test_llm_predict_vs_hf(&mistral, tiny(), dt, "logits"); }
+TR_TEST_F32_BF16(test_predict_matches_hf, predict_matches_hf)
 
 /* The window changes the logits far beyond the tolerance, and both ways match HF: with
  * sliding_window 0 the graph gives HF's full-attention logits, not the windowed ones. */
 static void test_sliding_window_applied(void **state) {
     struct tr_safetensors *io = NULL;
     struct tr_error e = {0};
-    if (tr_safetensors_open(mistral.io, &io, &e)) fail_msg("%s" HINT, e.msg);
+    if (tr_safetensors_open(mistral.io, &io, &e)) fail_msg("%s%s", e.msg, mistral.hint);
     struct tr_tensor win, full, keep;
     assert_int_equal(tr_safetensors_get(io, "logits", &win, &e), TR_OK);
     assert_int_equal(tr_safetensors_get(io, "logits_full_attention", &full, &e), TR_OK);
@@ -82,27 +75,16 @@ static void test_sliding_window_applied(void **state) {
 
 static void test_kv_cache(void **state) { tr_test_llm_kv_cache(&mistral, tiny()); }
 
-static void test_greedy_generate_matches_hf(void **state) {
-    for (int b = 0; b < TR_TEST_N_BACKENDS; b++)
-        tr_test_llm_greedy_vs_hf(&mistral, tiny(), TR_DTYPE_F32, &tr_test_backends[b]);
-}
+static void test_greedy_generate_matches_hf(void **state) { tr_test_llm_greedy_vs_hf_all(&mistral, tiny(), TR_DTYPE_F32); }
 
 static void test_unknown_preset(void **state) { tr_test_llm_unknown_preset(&tr_model_mistral); }
 
 static void test_config_errors(void **state) {
+    const struct tr_model_desc *m = &tr_model_mistral;
     struct tr_decoder_config c = *tiny();
-    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 1, .seq_len = 16};
-    struct tr_graph *g = NULL;
-    struct tr_error e = {0};
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
     c.hidden_size = 60; /* 60 / 4 heads = 15: odd, RoPE needs pairs */
-    assert_int_equal(tr_model_mistral.build(&c, &o, g, &e), TR_ERR_INVALID);
-    if (!strstr(e.msg, "head_dim = 15")) fail_msg("%s", e.msg);
-    c = *tiny();
-    o.dtype = TR_DTYPE_I32;
-    assert_int_equal(tr_model_mistral.build(&c, &o, g, &e), TR_ERR_UNSUPPORTED);
-    assert_non_null(strstr(e.msg, "i32"));
-    tr_graph_free(g);
+    tr_test_llm_build_fails(m, &c, TR_TASK_PREDICT, TR_DTYPE_F32, 16, TR_ERR_INVALID, "head_dim = 15", NULL);
+    tr_test_llm_build_fails(m, tiny(), TR_TASK_PREDICT, TR_DTYPE_I32, 16, TR_ERR_UNSUPPORTED, "i32", NULL);
 }
 
 TR_TEST_MAIN(NULL, NULL, test_size_7b, test_preset_is_the_published_config, test_names_match_state_dict,

@@ -133,7 +133,7 @@ static void test_kernel_step_and_bind(void **state) {
     assert_non_null(strstr(err.msg, "v "));
     tr_test_tensor_free(&bad[2]);
     tr_kernels_unbind(K, &call);
-    for (int i = 0; i < 5; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(5, in);
     tr_test_tensor_free(&o1), tr_test_tensor_free(&o2);
 }
 

@@ -233,8 +233,8 @@ static void check_warmup(const char *warmup, int n_warm) {
         if (!strstr(st.notes, want)) fail_msg("warmup_steps = %s, step %d: notes '%s' lack '%s'", warmup, step, st.notes, want);
     }
     runner_close(&ro);
-    for (int i = 0; i < 2; i++) tr_test_tensor_free(&in[i]);
-    for (int i = 0; i < 4; i++) tr_test_tensor_free(&out[i]);
+    tr_test_tensors_free(2, in);
+    tr_test_tensors_free(4, out);
     small_free(&m);
 }
 
@@ -279,7 +279,7 @@ static void test_replay_errors(void **state) {
     assert_int_equal(st.alloc_hits + st.alloc_misses, 0);
     runner_close(&eager);
     runner_close(&ro);
-    for (int i = 0; i < 2; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(2, in);
     for (int i = 0; i < 4; i++) tr_test_tensor_free(&oe[i]), tr_test_tensor_free(&oro[i]);
     small_free(&m);
 }
@@ -365,11 +365,9 @@ static void check_bert(enum tr_dtype dt) {
                   (unsigned long long)sr.kernel_calls, sr.notes);
     runner_close(&eager);
     runner_close(&ro);
-    for (int i = 0; i < 3; i++) {
-        tr_test_tensor_free(&syn[i]);
-        tr_test_tensor_free(&oe[i]);
-        tr_test_tensor_free(&oro[i]);
-    }
+    tr_test_tensors_free(3, syn);
+    tr_test_tensors_free(3, oe);
+    tr_test_tensors_free(3, oro);
     tr_test_bert_close(&b);
 }
 
@@ -462,7 +460,7 @@ static void test_new_shape_records_again(void **state) {
         tr_test_tensor_free(&oro[j]);
         tr_graph_free(g[j]);
     }
-    for (int i = 0; i < 3; i++) tr_test_tensor_free(&w[i]);
+    tr_test_tensors_free(3, w);
 }
 
 TR_TEST_MAIN(NULL, NULL, test_small_f32, test_small_bf16, test_warmup_steps, test_replay_errors, test_options,

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "testutil.h"
+#include "backendutil.h"
 #include "cli.h"
 #include "trident/bench.h"
 #include "trident/report.h"
@@ -24,11 +24,7 @@
 
 /* A row that ran with `n` step times around `ms` (p90 - median: 0.07 ms). */
 static void add_row(struct tr_bench_report *rep, const char *label, double ms, int n) {
-    struct tr_bench_row *r = &rep->rows[rep->n_rows++];
-    snprintf(r->label, sizeof r->label, "%s", label);
-    r->ok = 1;
-    r->agrees = 1;
-    r->is_reference = rep->n_rows == 1;
+    struct tr_bench_row *r = tr_test_report_row(rep, label);
     r->max_rel_diff = r->is_reference ? 0 : 3.1e-7;
     r->first_ms = 100 * ms;
     double times[64];
@@ -41,22 +37,9 @@ static void add_row(struct tr_bench_report *rep, const char *label, double ms, i
 }
 
 static void make_report(struct tr_bench_report *rep) {
-    memset(rep, 0, sizeof *rep);
-    snprintf(rep->model, sizeof rep->model, "bert");
-    snprintf(rep->preset, sizeof rep->preset, "tiny");
-    snprintf(rep->task, sizeof rep->task, "predict");
-    snprintf(rep->device, sizeof rep->device, "cpu");
-    snprintf(rep->dtype, sizeof rep->dtype, "f32");
-    snprintf(rep->math, sizeof rep->math, "f32");
+    tr_test_report_init(rep, "predict");
     snprintf(rep->input, sizeof rep->input, "input_ids [8,128]");
-    rep->batch = 8, rep->seq_len = 128, rep->steps = 20, rep->warmup = 2, rep->seed = 7;
-    snprintf(rep->cpu.model, sizeof rep->cpu.model, "AMD EPYC 9B14");
-    rep->cpu.isa = rep->cpu.native = TR_CPU_ISA_AVX512;
-    rep->cpu.bf16_native = 1;
-    snprintf(rep->cpu.onednn_isa, sizeof rep->cpu.onednn_isa, "avx512_core_bf16");
-    rep->cpu.threads = rep->threads = 2;
-    snprintf(rep->omp_wait, sizeof rep->omp_wait, "passive");
-    snprintf(rep->omp_wait_by, sizeof rep->omp_wait_by, "trident");
+    rep->seed = 7;
     add_row(rep, "torch", 6.8, 20);
     add_row(rep, "tf, \"fast\"", 10.0, 20);          /* a comma and quotes: CSV quotes it */
     add_row(rep, "jax", 4.0, 20);                    /* the best */
@@ -68,6 +51,13 @@ static void make_report(struct tr_bench_report *rep) {
 
 static void expect_in(const char *what, const char *text, const char *needle) {
     if (!strstr(text, needle)) fail_msg("%s lacks \"%s\":\n%s", what, needle, text);
+}
+
+/* make_report's report, in the one static every test starts from anew (it is large). */
+static struct tr_bench_report *new_report(void) {
+    static struct tr_bench_report rep;
+    make_report(&rep);
+    return &rep;
 }
 
 static void write_dir(const struct tr_bench_report *rep, const char *name, int log_scale, char *dir, size_t n) {
@@ -130,10 +120,9 @@ static void test_step_order(void **state) {
 
 static void test_markdown(void **state) {
     (void)state;
-    static struct tr_bench_report rep;
-    make_report(&rep);
+    struct tr_bench_report *rep = new_report();
     char dir[512], path[600];
-    write_dir(&rep, "md", 0, dir, sizeof dir);
+    write_dir(rep, "md", 0, dir, sizeof dir);
     /* the files tr_report_file_name lists, and no more */
     for (int i = 0; i < TR_REPORT_N_FILES; i++) {
         struct stat sb;
@@ -198,10 +187,9 @@ static int csv_parse(const char *s, char fields[][16][256], int max_records, int
 
 static void test_csv(void **state) {
     (void)state;
-    static struct tr_bench_report rep;
-    make_report(&rep);
+    struct tr_bench_report *rep = new_report();
     char dir[512], path[600];
-    write_dir(&rep, "csv", 0, dir, sizeof dir);
+    write_dir(rep, "csv", 0, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/report.csv", dir);
     const char *csv = tr_test_read_file(path, NULL);
     expect_in("report.csv", csv, "backend,plugin,ok,math,first_ms,mean_ms,median_ms,p90_ms,min_ms,vs_best,");
@@ -211,7 +199,7 @@ static void test_csv(void **state) {
     static char fields[8][16][256];
     int n[8];
     int recs = csv_parse(csv, fields, 8, n);
-    assert_int_equal(recs, 1 + rep.n_rows);
+    assert_int_equal(recs, 1 + rep->n_rows);
     for (int r = 0; r < recs; r++)
         if (n[r] != 22) fail_msg("record %d has %d fields, the header 22", r, n[r]);
     assert_string_equal(fields[2][0], "tf, \"fast\"");
@@ -228,13 +216,12 @@ static const cJSON *get(const cJSON *o, const char *key) {
 
 static void test_json(void **state) {
     (void)state;
-    static struct tr_bench_report rep;
-    make_report(&rep);
-    snprintf(rep.weights, sizeof rep.weights, "/data/w\xFF" "eights.safetensors");  /* not UTF-8 */
-    snprintf(rep.rows[0].stats.notes, sizeof rep.rows[0].stats.notes, "caf\xC3\xA9 \xC3");
-    rep.interrupted = 1;
+    struct tr_bench_report *rep = new_report();
+    snprintf(rep->weights, sizeof rep->weights, "/data/w\xFF" "eights.safetensors");  /* not UTF-8 */
+    snprintf(rep->rows[0].stats.notes, sizeof rep->rows[0].stats.notes, "caf\xC3\xA9 \xC3");
+    rep->interrupted = 1;
     char dir[512], path[600];
-    write_dir(&rep, "json", 0, dir, sizeof dir);
+    write_dir(rep, "json", 0, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/report.json", dir);
     size_t len;
     const char *text = tr_test_read_file(path, &len);
@@ -262,7 +249,7 @@ static void test_json(void **state) {
     assert_true(get(root, "threads")->valuedouble == 2);
     assert_string_equal(cJSON_GetStringValue(get(root, "omp_wait")), "passive");
     const cJSON *rows = get(root, "backends");
-    assert_int_equal(cJSON_GetArraySize(rows), rep.n_rows);
+    assert_int_equal(cJSON_GetArraySize(rows), rep->n_rows);
     const cJSON *torch = cJSON_GetArrayItem(rows, 0);
     assert_string_equal(cJSON_GetStringValue(get(torch, "notes")), "caf\xC3\xA9 \xEF\xBF\xBD");
     /* the step times in step order, as made: 6.71, 6.73, ... */
@@ -277,10 +264,10 @@ static void test_json(void **state) {
     cJSON_Delete(root);
 
     /* made from the seed: no path, the seed */
-    rep.weights[0] = '\0';
-    snprintf(rep.gpu, sizeof rep.gpu, "NVIDIA H200");
+    rep->weights[0] = '\0';
+    snprintf(rep->gpu, sizeof rep->gpu, "NVIDIA H200");
     struct tr_error err = {0};
-    if (tr_bench_write_json(&rep, path, &err)) fail_msg("%s", err.msg);
+    if (tr_bench_write_json(rep, path, &err)) fail_msg("%s", err.msg);
     root = cJSON_Parse(tr_test_read_file(path, NULL));
     assert_non_null(root);
     w = get(root, "weights");
@@ -294,12 +281,11 @@ static void test_json(void **state) {
 /* A write that fails says which file and why (the program prints only this message). */
 static void test_json_write_fails(void **state) {
     (void)state;
-    static struct tr_bench_report rep;
-    make_report(&rep);
+    struct tr_bench_report *rep = new_report();
     char path[700];
     snprintf(path, sizeof path, "%s/no/such/dir/r.json", tr_test_dir);
     struct tr_error err = {0};
-    assert_int_equal(tr_bench_write_json(&rep, path, &err), TR_ERR_IO);
+    assert_int_equal(tr_bench_write_json(rep, path, &err), TR_ERR_IO);
     assert_int_equal(err.status, TR_ERR_IO);
     expect_in("the message", err.msg, path);
     expect_in("the message", err.msg, "cannot write: No such file or directory");
@@ -311,12 +297,12 @@ static void test_json_write_fails(void **state) {
     fclose(f);
     memset(&err, 0, sizeof err);
     snprintf(path, sizeof path, "%s/sub", file);
-    assert_int_equal(tr_report_write_dir(&rep, path, NULL, &err), TR_ERR_IO);
+    assert_int_equal(tr_report_write_dir(rep, path, NULL, &err), TR_ERR_IO);
     expect_in("the message", err.msg, "plainfile: cannot make the report directory: it exists and is not a directory");
     /* /dev/full: every write fails; the message says so */
     if (access("/dev/full", W_OK) == 0) {
         memset(&err, 0, sizeof err);
-        assert_int_equal(tr_bench_write_json(&rep, "/dev/full", &err), TR_ERR_IO);
+        assert_int_equal(tr_bench_write_json(rep, "/dev/full", &err), TR_ERR_IO);
         expect_in("the message", err.msg, "/dev/full: write failed");
     }
 }
@@ -394,12 +380,11 @@ static void render_and_check(const char *svg_path, int w, int h) {
 
 static void test_svg(void **state) {
     (void)state;
-    static struct tr_bench_report rep;
-    make_report(&rep);
-    snprintf(rep.rows[2].label, sizeof rep.rows[2].label, "jax\xFF");  /* XML must be UTF-8 too */
+    struct tr_bench_report *rep = new_report();
+    snprintf(rep->rows[2].label, sizeof rep->rows[2].label, "jax\xFF");  /* XML must be UTF-8 too */
     for (int log_scale = 0; log_scale < 2; log_scale++) {
         char dir[512], path[600];
-        write_dir(&rep, log_scale ? "svg_log" : "svg", log_scale, dir, sizeof dir);
+        write_dir(rep, log_scale ? "svg_log" : "svg", log_scale, dir, sizeof dir);
         snprintf(path, sizeof path, "%s/chart.svg", dir);
         const char *svg = tr_test_read_file(path, NULL);
         assert_true(tr_utf8_valid(svg));
@@ -433,9 +418,9 @@ static void test_svg(void **state) {
         render_and_check(path, w, h);
     }
     /* nothing ran: still a chart that renders */
-    rep.n_rows = 0;
+    rep->n_rows = 0;
     char dir[512], path[600];
-    write_dir(&rep, "svg_empty", 0, dir, sizeof dir);
+    write_dir(rep, "svg_empty", 0, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/chart.svg", dir);
     const char *svg = tr_test_read_file(path, NULL);
     check_xml(svg);
@@ -469,13 +454,6 @@ static int run_report(int argc, const char **args) {
     snprintf(cli_out, sizeof cli_out, "%s", tr_test_read_file(po, NULL));
     snprintf(cli_err, sizeof cli_err, "%s", tr_test_read_file(pe, NULL));
     return rc;
-}
-
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
 }
 
 /* The line of out that starts with label followed by spaces. */
@@ -542,29 +520,26 @@ static void test_report_cmd(void **state) {
     const char *one[] = {pa};
     assert_int_equal(run_report(1, one), 2);
     expect_in("stderr", cli_err, "usage: trident report A.json B.json");
-    char missing[600], junk[600], old[600], newer[600];
-    snprintf(missing, sizeof missing, "%s/missing.json", tr_test_dir);
-    const char *m[] = {pa, missing};
-    assert_int_equal(run_report(2, m), 1);
-    expect_in("stderr", cli_err, "missing.json: cannot read: No such file or directory");
-    snprintf(junk, sizeof junk, "%s/junk.json", tr_test_dir);
-    write_text(junk, "{\n  \"schema\": 1,\n  oops\n}\n");
-    const char *j[] = {junk, pb};
-    assert_int_equal(run_report(2, j), 1);
-    expect_in("stderr", cli_err, "junk.json: not JSON (parse error near line 3, column ");
-    snprintf(old, sizeof old, "%s/old.json", tr_test_dir);
-    write_text(old, "{\"model\": \"bert\", \"backends\": []}");
-    const char *o[] = {pa, old};
-    assert_int_equal(run_report(2, o), 1);
-    expect_in("stderr", cli_err, "old.json: no \"schema\" field: not a trident report of schema 1");
-    snprintf(newer, sizeof newer, "%s/newer.json", tr_test_dir);
-    write_text(newer, "{\"schema\": 2, \"backends\": []}");
-    const char *nw[] = {newer, pb};
-    assert_int_equal(run_report(2, nw), 1);
-    expect_in("stderr", cli_err, "newer.json: report schema 2; this trident reads schema 1");
-    write_text(newer, "{\"schema\": 1, \"backends\": [{\"backend\": \"other\", \"ok\": true, \"mean_ms\": 1}]}");
-    assert_int_equal(run_report(2, nw), 1);
-    expect_in("stderr", cli_err, "have no backend in common");
+    static const struct {
+        const char *file, *text; /* text NULL: no such file */
+        int is_a;                /* the file is A (against pb), else B (against pa) */
+        const char *want;
+    } bad[] = {
+        {"missing.json", NULL, 0, "missing.json: cannot read: No such file or directory"},
+        {"junk.json", "{\n  \"schema\": 1,\n  oops\n}\n", 1, "junk.json: not JSON (parse error near line 3, column "},
+        {"old.json", "{\"model\": \"bert\", \"backends\": []}", 0,
+         "old.json: no \"schema\" field: not a trident report of schema 1"},
+        {"newer.json", "{\"schema\": 2, \"backends\": []}", 1, "newer.json: report schema 2; this trident reads schema 1"},
+        {"newer.json", "{\"schema\": 1, \"backends\": [{\"backend\": \"other\", \"ok\": true, \"mean_ms\": 1}]}", 1,
+         "have no backend in common"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char p[600];
+        tr_test_dir_file(bad[i].file, bad[i].text, p, sizeof p);
+        const char *ab[2] = {bad[i].is_a ? p : pa, bad[i].is_a ? pb : p};
+        assert_int_equal(run_report(2, ab), 1);
+        expect_in("stderr", cli_err, bad[i].want);
+    }
 }
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_utf8, test_step_order, test_markdown, test_csv, test_json,

@@ -8,21 +8,9 @@
 #include "testutil.h"
 #include "trident/safetensors.h"
 
-static char tmp_path[512];
-
-static int setup(void **state) {
-    snprintf(tmp_path, sizeof tmp_path, "%s/test_safetensors_%d.safetensors", TR_BINARY_DIR, (int)getpid());
-    return 0;
-}
-
-static int teardown(void **state) {
-    remove(tmp_path);
-    return 0;
-}
-
 /* A file from a header string and data bytes; hlen overrides the length field when >= 0. */
 static void write_raw(const char *json, const void *data, size_t n, long long hlen) {
-    FILE *f = fopen(tmp_path, "wb");
+    FILE *f = fopen(tr_test_file, "wb");
     assert_non_null(f);
     uint64_t len = hlen >= 0 ? (uint64_t)hlen : strlen(json);
     unsigned char b[8];
@@ -37,10 +25,10 @@ static void write_raw(const char *json, const void *data, size_t n, long long hl
 static void expect_open_error(int status, const char *tensor) {
     struct tr_safetensors *st = (void *)1;
     struct tr_error e = {0};
-    int rc = tr_safetensors_open(tmp_path, &st, &e);
+    int rc = tr_safetensors_open(tr_test_file, &st, &e);
     assert_int_equal(rc, status);
     assert_null(st);
-    tr_assert_msg_has(&e, tmp_path);
+    tr_assert_msg_has(&e, tr_test_file);
     if (tensor) tr_assert_msg_has(&e, tensor);
 }
 
@@ -64,19 +52,19 @@ static void test_round_trip(void **state) {
     struct tr_tensor in[8] = {ts[0], ts[1], ts[2], ts[3], ts[4], ts[5], ts[6], tv};
     const char *names[8] = {"a.weight", "b", "ids", "big", "scalar", "half", "empty", "transposed"};
     struct tr_error e = {0};
-    assert_int_equal(tr_safetensors_write(tmp_path, 8, names, in, &e), TR_OK);
+    assert_int_equal(tr_safetensors_write(tr_test_file, 8, names, in, &e), TR_OK);
 
     /* The header is padded so the data starts 8-byte aligned. */
-    FILE *f = fopen(tmp_path, "rb");
+    FILE *f = fopen(tr_test_file, "rb");
     unsigned char len8[8];
     assert_int_equal(fread(len8, 1, 8, f), 8);
     fclose(f);
     assert_int_equal(len8[0] % 8, 0);
 
     struct tr_safetensors *st = NULL;
-    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    assert_int_equal(tr_safetensors_open(tr_test_file, &st, &e), TR_OK);
     assert_int_equal(tr_safetensors_count(st), 8);
-    assert_string_equal(tr_safetensors_path(st), tmp_path);
+    assert_string_equal(tr_safetensors_path(st), tr_test_file);
     for (int i = 0; i < 8; i++) {
         assert_string_equal(tr_safetensors_name(st, i), names[i]); /* offsets in the order given */
         struct tr_tensor t;
@@ -97,10 +85,10 @@ static void test_round_trip(void **state) {
 
     assert_int_equal(tr_safetensors_get(st, "nope", &t, &e), TR_ERR_NOT_FOUND);
     tr_assert_msg_has(&e, "nope");
-    tr_assert_msg_has(&e, tmp_path);
+    tr_assert_msg_has(&e, tr_test_file);
     assert_null(tr_safetensors_name(st, 8));
     tr_safetensors_close(st);
-    for (int i = 0; i < 8; i++) tr_test_tensor_free(&ts[i]);
+    tr_test_tensors_free(8, ts);
 }
 
 static void test_write_refuses_bad_input(void **state) {
@@ -110,10 +98,10 @@ static void test_write_refuses_bad_input(void **state) {
     struct tr_tensor two[2] = {t, t};
     const char *dup[2] = {"x", "x"};
     struct tr_error e = {0};
-    assert_int_equal(tr_safetensors_write(tmp_path, 2, dup, two, &e), TR_ERR_INVALID);
+    assert_int_equal(tr_safetensors_write(tr_test_file, 2, dup, two, &e), TR_ERR_INVALID);
     tr_assert_msg_has(&e, "'x'");
     const char *meta[1] = {"__metadata__"};
-    assert_int_equal(tr_safetensors_write(tmp_path, 1, meta, &t, &e), TR_ERR_INVALID);
+    assert_int_equal(tr_safetensors_write(tr_test_file, 1, meta, &t, &e), TR_ERR_INVALID);
     const char *ok[1] = {"x"};
     assert_int_equal(tr_safetensors_write("/nonexistent-dir/x.safetensors", 1, ok, &t, &e), TR_ERR_IO);
     tr_assert_msg_has(&e, "/nonexistent-dir/x.safetensors");
@@ -132,7 +120,7 @@ static void test_metadata_and_alignment(void **state) {
               data, sizeof data, -1);
     struct tr_safetensors *st = NULL;
     struct tr_error e = {0};
-    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    assert_int_equal(tr_safetensors_open(tr_test_file, &st, &e), TR_OK);
     assert_int_equal(tr_safetensors_count(st), 2);
     struct tr_tensor t;
     assert_int_equal(tr_safetensors_get(st, "f", &t, &e), TR_OK);
@@ -141,7 +129,7 @@ static void test_metadata_and_alignment(void **state) {
     assert_int_equal(tr_safetensors_get(st, "u", &t, &e), TR_ERR_UNSUPPORTED);
     tr_assert_msg_has(&e, "'u'");
     tr_assert_msg_has(&e, "U8");
-    tr_assert_msg_has(&e, tmp_path);
+    tr_assert_msg_has(&e, tr_test_file);
     assert_int_equal(tr_safetensors_get(st, "__metadata__", &t, &e), TR_ERR_NOT_FOUND);
     tr_safetensors_close(st);
 }
@@ -151,12 +139,12 @@ static void test_wrong_dtype_string(void **state) {
     write_raw("{\"w\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", v, 8, -1);
     struct tr_safetensors *st = NULL;
     struct tr_error e = {0};
-    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    assert_int_equal(tr_safetensors_open(tr_test_file, &st, &e), TR_OK);
     struct tr_tensor t;
     assert_int_equal(tr_safetensors_get(st, "w", &t, &e), TR_ERR_UNSUPPORTED);
     tr_assert_msg_has(&e, "'w'");
     tr_assert_msg_has(&e, "F33");
-    tr_assert_msg_has(&e, tmp_path);
+    tr_assert_msg_has(&e, tr_test_file);
     tr_safetensors_close(st);
 }
 
@@ -166,19 +154,19 @@ static void test_truncated(void **state) {
     tr_test_randn(&t, 2, 1);
     const char *names[1] = {"layer.weight"};
     struct tr_error e = {0};
-    assert_int_equal(tr_safetensors_write(tmp_path, 1, names, &t, &e), TR_OK);
+    assert_int_equal(tr_safetensors_write(tr_test_file, 1, names, &t, &e), TR_OK);
     tr_test_tensor_free(&t);
-    FILE *f = fopen(tmp_path, "rb");
+    FILE *f = fopen(tr_test_file, "rb");
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     fclose(f);
     /* Cut into the data: the tensor's offsets reach beyond the file. */
-    assert_int_equal(truncate(tmp_path, size - 4), 0);
+    assert_int_equal(truncate(tr_test_file, size - 4), 0);
     expect_open_error(TR_ERR_FORMAT, "layer.weight");
     /* Cut into the header: the header length reaches beyond the file. */
-    assert_int_equal(truncate(tmp_path, 20), 0);
+    assert_int_equal(truncate(tr_test_file, 20), 0);
     expect_open_error(TR_ERR_FORMAT, NULL);
-    assert_int_equal(truncate(tmp_path, 5), 0);
+    assert_int_equal(truncate(tr_test_file, 5), 0);
     expect_open_error(TR_ERR_FORMAT, NULL);
 }
 
@@ -187,7 +175,7 @@ static void test_bad_header_length(void **state) {
     expect_open_error(TR_ERR_FORMAT, NULL);
     struct tr_error e = {0};
     struct tr_safetensors *st;
-    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_ERR_FORMAT);
+    assert_int_equal(tr_safetensors_open(tr_test_file, &st, &e), TR_ERR_FORMAT);
     tr_assert_msg_has(&e, "header length");
 }
 
@@ -235,7 +223,7 @@ static void test_layout_rules(void **state) {
               v, 16, -1);
     struct tr_safetensors *st = NULL;
     struct tr_error e = {0};
-    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    assert_int_equal(tr_safetensors_open(tr_test_file, &st, &e), TR_OK);
     tr_safetensors_close(st);
     static const struct {
         const char *json, *needle;
@@ -271,7 +259,7 @@ static void test_layout_rules(void **state) {
  * a directory. */
 static void test_not_a_regular_file(void **state) {
     char fifo[600];
-    snprintf(fifo, sizeof fifo, "%s.fifo", tmp_path);
+    snprintf(fifo, sizeof fifo, "%s.fifo", tr_test_file);
     unlink(fifo);
     assert_int_equal(mkfifo(fifo, 0600), 0);
     struct tr_safetensors *st = NULL;
@@ -318,21 +306,7 @@ static void test_reads_hugging_face_file(void **state) {
     tr_safetensors_close(st);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_write_refuses_bad_input, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_metadata_and_alignment, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_wrong_dtype_string, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_header_length, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_json, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_offsets, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_layout_rules, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_not_a_regular_file, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_too_many_dims, setup, teardown),
-        cmocka_unit_test(test_missing_file),
-        cmocka_unit_test(test_reads_hugging_face_file),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_round_trip, test_write_refuses_bad_input,
+             test_metadata_and_alignment, test_wrong_dtype_string, test_truncated, test_bad_header_length,
+             test_bad_json, test_bad_offsets, test_layout_rules, test_not_a_regular_file, test_too_many_dims,
+             test_missing_file, test_reads_hugging_face_file)

@@ -32,12 +32,7 @@ static struct tr_graph *build(const struct tr_sam_config *c, enum tr_task task, 
 }
 
 static void test_param_count_vit_h(void **state) {
-    struct tr_graph *g = build(preset("vit-h"), TR_TASK_PREDICT, TR_DTYPE_F32, 1);
-    assert_int_equal(tr_test_param_count(g), VIT_H_PARAMS);
-    tr_graph_free(g);
-    g = build(preset("vit-h"), TR_TASK_FIT, TR_DTYPE_F32, 1);
-    assert_int_equal(tr_test_param_count(g), VIT_H_ENCODER_PARAMS);
-    tr_graph_free(g);
+    tr_test_expect_param_counts(&tr_model_sam, "vit-h", 1, 1, VIT_H_PARAMS, VIT_H_ENCODER_PARAMS);
 }
 
 /* Every PARAM is in the state_dict with its shape, every entry a PARAM; the counts. */
@@ -90,40 +85,18 @@ static void test_interface(void **state) {
 }
 
 static void test_config_errors(void **state) {
-    const struct tr_model_desc *m = &tr_model_sam;
-    struct tr_sam_config c = *preset("tiny");
-    c.image_size = 60;
-    const char *patch[] = {"image_size = 60", "multiple of patch_size = 8"};
-    tr_test_build_refused(m, &c, TR_TASK_PREDICT, patch, 2);
-    tr_test_build_refused(m, &c, TR_TASK_FIT, patch, 2);
-    c = *preset("tiny");
-    strcpy(c.points, "31,23,64,10");
-    const char *outside[] = {"point 1 (64,10)", "outside the 64x64 image"};
-    tr_test_build_refused(m, &c, TR_TASK_PREDICT, outside, 2);
-    c = *preset("tiny");
-    strcpy(c.points, "31,-1");
-    strcpy(c.labels, "1");
-    const char *neg[] = {"point 0 (31,-1)", "outside"};
-    tr_test_build_refused(m, &c, TR_TASK_PREDICT, neg, 2);
-    c = *preset("tiny");
-    strcpy(c.labels, "1,4");
-    const char *label[] = {"label 4", "not one of -1", "3 (box corners)"};
-    tr_test_build_refused(m, &c, TR_TASK_PREDICT, label, 3);
-    c = *preset("tiny");
-    strcpy(c.labels, "1");
-    const char *count[] = {"one label per pair"};
-    tr_test_build_refused(m, &c, TR_TASK_PREDICT, count, 1);
-    c = *preset("tiny");
-    strcpy(c.global_attn_indexes, "1,4");
-    const char *glob[] = {"global_attn_indexes"};
-    tr_test_build_refused(m, &c, TR_TASK_PREDICT, glob, 1);
-    c = *preset("tiny");
-    c.num_pos_feats = 7;
-    const char *feats[] = {"num_pos_feats = 7", "output_channels / 2 = 8"};
-    tr_test_build_refused(m, &c, TR_TASK_PREDICT, feats, 2);
-    c = *preset("tiny");
-    const char *gen[] = {"generate", "predict, fit"};
-    tr_test_build_refused(m, &c, TR_TASK_GENERATE, gen, 2);
+    static const struct tr_test_refusal r[] = {
+        {TR_TASK_PREDICT, {{"image_size", "60"}}, {"image_size = 60", "multiple of patch_size = 8"}},
+        {TR_TASK_FIT, {{"image_size", "60"}}, {"image_size = 60", "multiple of patch_size = 8"}},
+        {TR_TASK_PREDICT, {{"points", "31,23,64,10"}}, {"point 1 (64,10)", "outside the 64x64 image"}},
+        {TR_TASK_PREDICT, {{"points", "31,-1"}, {"labels", "1"}}, {"point 0 (31,-1)", "outside"}},
+        {TR_TASK_PREDICT, {{"labels", "1,4"}}, {"label 4", "not one of -1", "3 (box corners)"}},
+        {TR_TASK_PREDICT, {{"labels", "1"}}, {"one label per pair"}},
+        {TR_TASK_PREDICT, {{"global_attn_indexes", "1,4"}}, {"global_attn_indexes"}},
+        {TR_TASK_PREDICT, {{"num_pos_feats", "7"}}, {"num_pos_feats = 7", "output_channels / 2 = 8"}},
+        {TR_TASK_GENERATE, {{NULL}}, {"generate", "predict, fit"}},
+    };
+    TR_TEST_EXPECT_REFUSALS(&tr_model_sam, "tiny", r);
 }
 
 /* The synthetic batch: deterministic in the seed, the prompt the config's. */
@@ -147,27 +120,22 @@ static void test_make_inputs(void **state) {
     double mean, sd, lo, hi;
     tr_test_moments(&a[0], &mean, &sd, &lo, &hi);
     assert_true(sd > 0.5 && fabs(mean) < 0.2);
-    struct tr_tensor swapped[3] = {a[1], a[0], a[2]};
-    assert_int_equal(tr_model_sam.make_inputs(c, &o, 42, 3, swapped, &e), TR_ERR_SHAPE);
-    tr_assert_msg_has(&e, "'pixel_values'");
-    for (int i = 0; i < 3; i++) {
-        tr_test_tensor_free(&a[i]);
-        tr_test_tensor_free(&b[i]);
-    }
+    tr_test_make_inputs_refused(&tr_model_sam, c, &o, 3, (struct tr_tensor[]){a[1], a[0], a[2]},
+                                TR_ERR_SHAPE, "'pixel_values'");
+    tr_test_tensors_free(3, a);
+    tr_test_tensors_free(3, b);
     tr_graph_free(g);
 }
 
+/* the prompt's points in f32 and labels in i32 whatever the image's dtype */
 static void predict_matches_transformers(enum tr_dtype dt) {
-    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
-    const char *names[3] = {"pixel_values", "input_points", "input_labels"};
-    const int dts[3] = {-1, TR_DTYPE_F32, TR_DTYPE_I32};
-    tr_test_fixture_predict(&tr_model_sam, preset("tiny"), dt, FIXTURE, io, 3, names, dts, -1, 1, "transformers",
-                            HINT);
-    tr_safetensors_close(io);
+    static const char *const names[3] = {"pixel_values", "input_points", "input_labels"};
+    static const int dts[3] = {-1, TR_DTYPE_F32, TR_DTYPE_I32};
+    tr_test_fixture_predict(&tr_model_sam, preset("tiny"), dt, FIXTURE, FIXTURE_IO, 3, names, dts, -1, 1,
+                            "transformers", HINT);
 }
 
-static void test_predict_matches_transformers_f32(void **state) { predict_matches_transformers(TR_DTYPE_F32); }
-static void test_predict_matches_transformers_bf16(void **state) { predict_matches_transformers(TR_DTYPE_BF16); }
+TR_TEST_F32_BF16(test_predict_matches_transformers, predict_matches_transformers)
 
 /* The image encoder's fit: the loss and every gradient against torch autograd. */
 static void test_fit_grads_match_pytorch(void **state) {

@@ -206,7 +206,7 @@ static void test_every_backend(void **state) {
         }
         tr_ref_graph_free(g, v);
         tr_graph_free(g);
-        for (int i = 0; i < 6; i++) tr_test_tensor_free(&in[i]);
+        tr_test_tensors_free(6, in);
     }
 }
 

@@ -90,17 +90,12 @@ static void test_scheduler_errors(void **state) {
 }
 
 static void test_config_errors(void **state) {
-    struct tr_sd_config c = *preset("tiny");
-    strcpy(c.unet, "huge");
-    const char *unet[] = {"unet = 'huge'", "tiny, small, sd-v1-4"};
-    tr_test_build_refused(M, &c, TR_TASK_PREDICT, unet, 2);
-    c = *preset("tiny");
-    c.step = 50;
-    const char *step[] = {"step = 50", "num_inference_steps - 1 = 49"};
-    tr_test_build_refused(M, &c, TR_TASK_PREDICT, step, 2);
-    c = *preset("tiny");
-    const char *fit[] = {"fit", "autoencoder_kl"};
-    tr_test_build_refused(M, &c, TR_TASK_FIT, fit, 2);
+    static const struct tr_test_refusal r[] = {
+        {TR_TASK_PREDICT, {{"unet", "huge"}}, {"unet = 'huge'", "tiny, small, sd-v1-4"}},
+        {TR_TASK_PREDICT, {{"step", "50"}}, {"step = 50", "num_inference_steps - 1 = 49"}},
+        {TR_TASK_FIT, {{NULL}}, {"fit", "autoencoder_kl"}},
+    };
+    TR_TEST_EXPECT_REFUSALS(M, "tiny", r);
     /* full size: the UNet's parameters and nothing else */
     struct tr_graph *g = tr_test_model_build(M, preset("sd-v1-4"), TR_TASK_PREDICT, TR_DTYPE_F32, 13, 77);
     assert_int_equal(tr_test_param_count(g), 859520964);
@@ -134,7 +129,7 @@ static void test_make_inputs(void **state) {
     assert_true(fabs(mean) < 0.2 && fabs(sd - 1.0) < 0.2);
     assert_int_equal(M->make_inputs(&c, &o, 9, 3, in, &e), TR_ERR_INVALID);
     tr_assert_msg_has(&e, "expected 4");
-    for (int i = 0; i < 4; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(4, in);
     tr_graph_free(g);
 }
 
@@ -162,15 +157,13 @@ static void step_matches_diffusers(enum tr_dtype dt) {
     struct tr_weights *w = NULL;
     if (tr_weights_load(g, UNET_WEIGHTS, &w, &e)) fail_msg("%s" HINT, e.msg);
     tr_test_expect_fixture_outputs(g, in, io, dt, 2, "diffusers", HINT);
-    for (int i = 0; i < 4; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(4, in);
     tr_weights_free(w);
     tr_graph_free(g);
     tr_safetensors_close(io);
 }
 
-static void test_step_matches_diffusers_f32(void **state) { step_matches_diffusers(TR_DTYPE_F32); }
-static void test_step_matches_diffusers_bf16(void **state) { step_matches_diffusers(TR_DTYPE_BF16); }
-static void test_step_matches_diffusers_f16(void **state) { step_matches_diffusers(TR_DTYPE_F16); }
+TR_TEST_F32_BF16_F16(test_step_matches_diffusers, step_matches_diffusers)
 
 /* A whole text-to-image run (task generate: the text encoder, 4 DDIM steps with guidance
  * 7.5, the VAE decoder) with the weights of a diffusers pipeline's directory, against
@@ -201,7 +194,7 @@ static void test_generate_matches_pipeline(void **state) {
     struct tr_error e = {0};
     if (tr_weights_load(g, PARTS, &w, &e)) fail_msg("%s", e.msg);
     tr_test_expect_fixture_outputs(g, in, io, TR_DTYPE_F32, 1, "diffusers' pipeline", PIPELINE_HINT);
-    for (int i = 0; i < 2; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(2, in);
     tr_weights_free(w);
     tr_graph_free(g);
     tr_safetensors_close(io);
@@ -253,10 +246,8 @@ static void test_generate_writes_png(void **state) {
     assert_true(distinct > 100);
     assert_true(tr_image_pixel(-1.0) == 0 && tr_image_pixel(1.0) == 255 && tr_image_pixel(0.0) == 128 &&
                 tr_image_pixel(7.0) == 255 && tr_image_pixel(NAN) == 0);
-    for (int i = 0; i < 2; i++) {
-        tr_test_tensor_free(&in[i]);
-        tr_test_tensor_free(&out[i]);
-    }
+    tr_test_tensors_free(2, in);
+    tr_test_tensors_free(2, out);
     tr_weights_free(w);
     tr_graph_free(g);
 }
@@ -282,7 +273,7 @@ static void test_generate_prompt(void **state) {
     for (int b = 0; b < 4; b++)
         for (int t = 0; t < 16; t++)
             assert_int_equal(ids[b * 16 + t], b >= 2 ? pos[t] : t == 0 ? 536 : 537);
-    for (int i = 0; i < 2; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(2, in);
     tr_task_graph_free(&tg);
     struct tr_config cfg;
     assert_int_equal(tr_config_load_string("[run]\nmodel = stable_diffusion\npreset = tiny\ntask = generate\n"

@@ -12,6 +12,14 @@
 static const char row_ini[] = "[run]\nmodel = bert\npreset = tiny\nbackends = torch, jax\nbatch = 4\nsteps = 7\n"
                               "[backend.jax]\nfuse = false\n";
 
+/* The group's directory, with row.ini in it: the config every suite here names. */
+static int setup(void **state) {
+    char p[PATH_MAX];
+    if (tr_test_dir_setup(state)) return -1;
+    tr_test_dir_file("row.ini", row_ini, p, sizeof p);
+    return 0;
+}
+
 static void load_expect(const char *text, int status, const char *const *needles, int n) {
     char path[PATH_MAX];
     tr_test_dir_file("s.ini", text, path, sizeof path);
@@ -30,8 +38,6 @@ static void load_expect(const char *text, int status, const char *const *needles
 
 static void test_load_errors(void **state) {
     (void)state;
-    char p[PATH_MAX];
-    tr_test_dir_file("row.ini", row_ini, p, sizeof p);
     expect_refused("", TR_ERR_INVALID, "s.ini: no rows", "[row.NAME]");
     expect_refused("[suite]\nsteps = 3\n", TR_ERR_INVALID, "no rows");
     expect_refused("[row.a]\nlabel = A\n", TR_ERR_INVALID, "s.ini:1: [row.a] has no config");
@@ -82,8 +88,6 @@ static void test_detect(void **state) {
  * sections for the others unused; messages name the suite's file and line. */
 static void test_row_config(void **state) {
     (void)state;
-    char p[PATH_MAX];
-    tr_test_dir_file("row.ini", row_ini, p, sizeof p);
     struct tr_suite *s = load_ok("[suite]\nsteps = 3\nbackends = torch, tf\n\n[row.plain]\nconfig = row.ini\n\n"
                                  "[row.b1]\nconfig = row.ini\nlabel = Batch one\nbatch = 1\nsteps = 5\n");
     assert_int_equal(s->n_rows, 2);
@@ -121,8 +125,6 @@ static void test_row_config(void **state) {
 
 static void test_select(void **state) {
     (void)state;
-    char p[PATH_MAX];
-    tr_test_dir_file("row.ini", row_ini, p, sizeof p);
     struct tr_suite *s = load_ok("[row.bert_fit]\nconfig = row.ini\n[row.bert_predict]\nconfig = row.ini\n"
                                  "[row.gemma_fit]\nconfig = row.ini\n");
     struct tr_error e = {0};
@@ -157,8 +159,6 @@ static void backend_row(struct tr_bench_report *rep, const char *label, double m
  * appears, one not run; every format puts the numbers in the right cells. */
 static void test_summary(void **state) {
     (void)state;
-    char p[PATH_MAX];
-    tr_test_dir_file("row.ini", row_ini, p, sizeof p);
     struct tr_suite *s = load_ok("[row.a]\nconfig = row.ini\nlabel = Row | A\n[row.b]\nconfig = row.ini\n"
                                  "[row.c]\nconfig = row.ini\n");
     struct tr_suite_result *res = calloc(3, sizeof *res);
@@ -230,5 +230,5 @@ static void test_summary(void **state) {
     free(s);
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_load_errors, test_detect, test_row_config, test_select,
+TR_TEST_MAIN(setup, tr_test_dir_teardown, test_load_errors, test_detect, test_row_config, test_select,
              test_summary)

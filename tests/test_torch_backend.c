@@ -392,15 +392,9 @@ static void model_reference(const struct model *m, double *sm, double *ge, doubl
     free(table), free(w), free(bias), free(gamma), free(beta), free(ids), free(x);
 }
 
+/* This build's plugin first, whatever TRIDENT_PLUGIN_PATH says. */
 static struct tr_plugin *open_torch(void) {
-    /* This build's plugin first, whatever TRIDENT_PLUGIN_PATH says. */
-    struct tr_plugin *p = tr_test_plugin_open("torch");
-    const struct tr_backend_i *it = tr_plugin_iface(p);
-    assert_string_equal(it->name, "torch");
-    assert_true(it->caps & TR_CAP_CPU);
-    assert_true(it->caps & TR_CAP_F32);
-    assert_true(it->caps & TR_CAP_BF16);
-    return p;
+    return tr_test_plugin_expect("torch", TR_CAP_CPU | TR_CAP_F32 | TR_CAP_BF16);
 }
 
 static struct tr_backend *init_torch(struct tr_plugin *p, const struct tr_option *opts, int n) {
@@ -487,16 +481,12 @@ static void test_end_to_end_options(void **state) {
 static void test_options_refused(void **state) {
     (void)state;
     struct tr_plugin *p = open_torch();
-    struct tr_option typo = {.key = "mdoe", .value = "eager", .file = "conf/x.ini", .line = 7};
-    tr_test_init_refused(p, &typo, 1, "conf/x.ini:7: [backend.torch] unknown key 'mdoe'", "keys: mode");
-    struct tr_option wu = {.key = "warmup_steps", .value = "-1", .file = "conf/x.ini", .line = 8};
-    tr_test_init_refused(p, &wu, 1, "conf/x.ini:8: [backend.torch] warmup_steps = '-1'", "integer from 0");
-    struct tr_option wu2 = {.key = "warmup_steps", .value = "2x", .file = "conf/x.ini", .line = 8};
-    tr_test_init_refused(p, &wu2, 1, "[backend.torch] warmup_steps = '2x'", NULL);
-    struct tr_option bad = {.key = "mode", .value = "fast", .file = "conf/x.ini", .line = 9};
-    tr_test_init_refused(p, &bad, 1, "conf/x.ini:9: [backend.torch] mode = 'fast'", "expected eager");
-    struct tr_option thr = {.key = "threads", .value = "lots", .file = "conf/x.ini", .line = 10};
-    tr_test_init_refused(p, &thr, 1, "[backend.torch] threads = 'lots'", "integer");
+    tr_test_option_refused(p, "mdoe", "eager", 7, "conf/x.ini:7: [backend.torch] unknown key 'mdoe'", "keys: mode");
+    tr_test_option_refused(p, "warmup_steps", "-1", 8, "conf/x.ini:8: [backend.torch] warmup_steps = '-1'",
+                           "integer from 0");
+    tr_test_option_refused(p, "warmup_steps", "2x", 8, "[backend.torch] warmup_steps = '2x'", NULL);
+    tr_test_option_refused(p, "mode", "fast", 9, "conf/x.ini:9: [backend.torch] mode = 'fast'", "expected eager");
+    tr_test_option_refused(p, "threads", "lots", 10, "[backend.torch] threads = 'lots'", "integer");
     struct tr_option two[] = {{.key = "mode", .value = "eager", .file = "conf/x.ini", .line = 2},
                               {.key = "mode", .value = "reduce-overhead", .file = "conf/x.ini", .line = 5}};
     tr_test_init_refused(p, two, 2, "conf/x.ini:5:", "reduce-overhead");

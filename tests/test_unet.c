@@ -27,15 +27,8 @@ static const struct tr_model_desc *const M = &tr_model_unet_2d_condition;
 #define preset(name) ((const struct tr_unet_config *)tr_test_preset(M, name))
 
 static void test_param_counts(void **state) {
-    struct tr_graph *g = tr_test_model_build(M, preset("sd-v1-4"), TR_TASK_PREDICT, TR_DTYPE_F32, 2, 77);
-    assert_int_equal(tr_test_param_count(g), SD_UNET_PARAMS);
-    tr_graph_free(g);
-    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
-    assert_int_equal(tr_test_io_count(io, 1, HINT), SD_UNET_PARAMS);
-    g = tr_test_model_build(M, preset("tiny"), TR_TASK_PREDICT, TR_DTYPE_F32, 2, 7);
-    assert_int_equal(tr_test_param_count(g), tr_test_io_count(io, 0, HINT));
-    tr_graph_free(g);
-    tr_safetensors_close(io);
+    tr_test_expect_param_counts(M, "sd-v1-4", 2, 77, SD_UNET_PARAMS, 0);
+    tr_test_expect_io_counts(M, FIXTURE_IO, 2, 7, SD_UNET_PARAMS, HINT);
 }
 
 /* Every PARAM is in the state_dict with its shape, every state_dict entry is a PARAM;
@@ -63,32 +56,16 @@ static void test_names_and_interface(void **state) {
 }
 
 static void test_config_errors(void **state) {
-    struct tr_unet_config c = *preset("tiny");
-    c.sample_size = 9;
-    const char *odd[] = {"sample_size = 9", "multiple of 2", "multiple of 16"};
-    tr_test_build_refused(M, &c, TR_TASK_PREDICT, odd, 3);
-    c = *preset("tiny");
-    strcpy(c.cross_attention_blocks, "1,0,1");
-    const char *mismatch[] = {"cross_attention_blocks = '1,0,1' has 3 entries", "one per block"};
-    tr_test_build_refused(M, &c, TR_TASK_PREDICT, mismatch, 2);
-    strcpy(c.cross_attention_blocks, "1,2");
-    const char *flags[] = {"cross_attention_blocks = '1,2'", "from 0 to 1"};
-    tr_test_build_refused(M, &c, TR_TASK_PREDICT, flags, 2);
-    c = *preset("tiny");
-    c.attention_head_dim = 3;
-    const char *heads[] = {"16", "attention_head_dim = 3"};
-    tr_test_build_refused(M, &c, TR_TASK_PREDICT, heads, 2);
-    c = *preset("tiny");
-    c.norm_num_groups = 5;
-    const char *groups[] = {"16", "norm_num_groups = 5"};
-    tr_test_build_refused(M, &c, TR_TASK_PREDICT, groups, 2);
-    c = *preset("tiny");
-    strcpy(c.block_out_channels, "16,x");
-    const char *list[] = {"block_out_channels = '16,x'"};
-    tr_test_build_refused(M, &c, TR_TASK_PREDICT, list, 1);
-    c = *preset("tiny");
-    const char *fit[] = {"fit", "offers: predict"};
-    tr_test_build_refused(M, &c, TR_TASK_FIT, fit, 2);
+    static const struct tr_test_refusal r[] = {
+        {TR_TASK_PREDICT, {{"sample_size", "9"}}, {"sample_size = 9", "multiple of 2", "multiple of 16"}},
+        {TR_TASK_PREDICT, {{"cross_attention_blocks", "1,0,1"}}, {"cross_attention_blocks = '1,0,1' has 3 entries", "one per block"}},
+        {TR_TASK_PREDICT, {{"cross_attention_blocks", "1,2"}}, {"cross_attention_blocks = '1,2'", "from 0 to 1"}},
+        {TR_TASK_PREDICT, {{"attention_head_dim", "3"}}, {"16", "attention_head_dim = 3"}},
+        {TR_TASK_PREDICT, {{"norm_num_groups", "5"}}, {"16", "norm_num_groups = 5"}},
+        {TR_TASK_PREDICT, {{"block_out_channels", "16,x"}}, {"block_out_channels = '16,x'"}},
+        {TR_TASK_FIT, {{NULL}}, {"fit", "offers: predict"}},
+    };
+    TR_TEST_EXPECT_REFUSALS(M, "tiny", r);
 }
 
 static void test_make_inputs(void **state) {
@@ -108,27 +85,19 @@ static void test_make_inputs(void **state) {
     double mean, sd, lo, hi;
     tr_test_moments(&a[0], &mean, &sd, &lo, &hi);
     assert_true(fabs(mean) < 0.2 && fabs(sd - 1.0) < 0.2);
-    struct tr_tensor swapped[3] = {a[2], a[1], a[0]};
-    assert_int_equal(M->make_inputs(c, &o, 42, 3, swapped, &e), TR_ERR_SHAPE);
-    tr_assert_msg_has(&e, "'sample'");
-    for (int i = 0; i < 3; i++) {
-        tr_test_tensor_free(&a[i]);
-        tr_test_tensor_free(&b[i]);
-    }
+    tr_test_make_inputs_refused(M, c, &o, 3, (struct tr_tensor[]){a[2], a[1], a[0]}, TR_ERR_SHAPE, "'sample'");
+    tr_test_tensors_free(3, a);
+    tr_test_tensors_free(3, b);
     tr_graph_free(g);
 }
 
 static void predict_matches_diffusers(enum tr_dtype dt) {
-    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
-    const char *names[3] = {"sample", "timestep", "encoder_hidden_states"};
-    const int dts[3] = {-1, TR_DTYPE_F32, -1};
-    tr_test_fixture_predict(M, preset("tiny"), dt, FIXTURE, io, 3, names, dts, 2, 2, "diffusers", HINT);
-    tr_safetensors_close(io);
+    static const char *const names[3] = {"sample", "timestep", "encoder_hidden_states"};
+    tr_test_fixture_predict(M, preset("tiny"), dt, FIXTURE, FIXTURE_IO, 3, names, (const int[]){-1, TR_DTYPE_F32, -1},
+                            2, 2, "diffusers", HINT);
 }
 
-static void test_predict_matches_diffusers_f32(void **state) { predict_matches_diffusers(TR_DTYPE_F32); }
-static void test_predict_matches_diffusers_bf16(void **state) { predict_matches_diffusers(TR_DTYPE_BF16); }
-static void test_predict_matches_diffusers_f16(void **state) { predict_matches_diffusers(TR_DTYPE_F16); }
+TR_TEST_F32_BF16_F16(test_predict_matches_diffusers, predict_matches_diffusers)
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_counts, test_names_and_interface,
              test_config_errors, test_make_inputs, test_predict_matches_diffusers_f32,

@@ -32,11 +32,9 @@ static struct tr_graph *build(const struct tr_vae_config *c, enum tr_task task, 
 }
 
 static void test_param_count_sd(void **state) {
-    struct tr_graph *g = build(preset("sd-v1-4"), TR_TASK_PREDICT, TR_DTYPE_F32, 1);
-    assert_int_equal(tr_test_param_count(g), SD_VAE_PARAMS);
-    tr_graph_free(g);
-    g = build(preset("sd-v1-4"), TR_TASK_FIT, TR_DTYPE_F32, 1);
-    assert_int_equal(tr_test_param_count(g), SD_VAE_ENCODER_PARAMS);
+    tr_test_expect_param_counts(&tr_model_autoencoder_kl, "sd-v1-4", 1, 1, SD_VAE_PARAMS, SD_VAE_ENCODER_PARAMS);
+    /* fit trains every parameter its graph has */
+    struct tr_graph *g = build(preset("sd-v1-4"), TR_TASK_FIT, TR_DTYPE_F32, 1);
     int ids[512], n = 0;
     struct tr_error e = {0};
     assert_int_equal(tr_model_autoencoder_kl.trainable(preset("sd-v1-4"), g, ids, 512, &n, &e), TR_OK);
@@ -89,30 +87,20 @@ static void test_interface(void **state) {
 
 static void test_config_errors(void **state) {
     const struct tr_model_desc *m = &tr_model_autoencoder_kl;
-    struct tr_vae_config c = *preset("tiny");
-    strcpy(c.block_out_channels, "16,18");
-    const char *groups[] = {"18", "norm_num_groups = 4"};
-    tr_test_build_refused(m, &c, TR_TASK_PREDICT, groups, 2);
-    const char *const bad_lists[] = {"16,,32", "16;32", "", "16,-32", "sixteen", "1,2,3,4,5,6,7,8,9"};
-    for (size_t i = 0; i < sizeof bad_lists / sizeof bad_lists[0]; i++) {
-        c = *preset("tiny");
-        c.norm_num_groups = 1;
-        strcpy(c.block_out_channels, bad_lists[i]);
-        const char *want[] = {"block_out_channels"};
-        tr_test_build_refused(m, &c, TR_TASK_PREDICT, want, 1);
-    }
-    c = *preset("tiny");
-    c.sample_size = 15;
-    const char *odd[] = {"sample_size = 15", "multiple of 2"};
-    tr_test_build_refused(m, &c, TR_TASK_FIT, odd, 2);
-    c = *preset("tiny");
-    c.latent_channels = 0;
-    const char *lat[] = {"latent_channels = 0"};
-    tr_test_build_refused(m, &c, TR_TASK_PREDICT, lat, 1);
-    c = *preset("tiny");
-    const char *gen[] = {"generate", "predict, fit"};
-    tr_test_build_refused(m, &c, TR_TASK_GENERATE, gen, 2);
+    /* each bad list with norm_num_groups 1, so the list itself is what is refused */
+#define BAD_LIST(s) {TR_TASK_PREDICT, {{"norm_num_groups", "1"}, {"block_out_channels", s}}, {"block_out_channels"}}
+    static const struct tr_test_refusal r[] = {
+        {TR_TASK_PREDICT, {{"block_out_channels", "16,18"}}, {"18", "norm_num_groups = 4"}},
+        BAD_LIST("16,,32"), BAD_LIST("16;32"), BAD_LIST(""), BAD_LIST("16,-32"), BAD_LIST("sixteen"),
+        BAD_LIST("1,2,3,4,5,6,7,8,9"),
+        {TR_TASK_FIT, {{"sample_size", "15"}}, {"sample_size = 15", "multiple of 2"}},
+        {TR_TASK_PREDICT, {{"latent_channels", "0"}}, {"latent_channels = 0"}},
+        {TR_TASK_GENERATE, {{NULL}}, {"generate", "predict, fit"}},
+    };
+#undef BAD_LIST
+    TR_TEST_EXPECT_REFUSALS(m, "tiny", r);
     assert_int_equal(m->tasks, 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT);
+    struct tr_vae_config c = *preset("tiny");
     /* A list with spaces is read as diffusers' JSON list would be. */
     strcpy(c.block_out_channels, " 16, 32 ");
     int64_t ch[TR_VAE_MAX_BLOCKS];
@@ -144,31 +132,21 @@ static void test_make_inputs(void **state) {
     assert_true(lo >= -1.0 && hi <= 1.0 && sd > 0.3 && fabs(mean) < 0.2);
     tr_test_moments(&a[1], &mean, &sd, &lo, &hi); /* normal(0, 1) */
     assert_true(fabs(mean) < 0.15 && fabs(sd - 1.0) < 0.15);
-    struct tr_tensor swapped[2] = {a[1], a[0]};
-    assert_int_equal(tr_model_autoencoder_kl.make_inputs(c, &o, 42, 2, swapped, &e), TR_ERR_SHAPE);
-    tr_assert_msg_has(&e, "'sample'");
-    assert_int_equal(tr_model_autoencoder_kl.make_inputs(c, &o, 42, 1, a, &e), TR_ERR_INVALID);
-    tr_assert_msg_has(&e, "expected 2");
-    for (int i = 0; i < 2; i++) {
-        tr_test_tensor_free(&a[i]);
-        tr_test_tensor_free(&b[i]);
-        tr_test_tensor_free(&d[i]);
-    }
+    tr_test_make_inputs_refused(&tr_model_autoencoder_kl, c, &o, 2, (struct tr_tensor[]){a[1], a[0]},
+                                TR_ERR_SHAPE, "'sample'");
+    tr_test_make_inputs_refused(&tr_model_autoencoder_kl, c, &o, 1, a, TR_ERR_INVALID, "expected 2");
+    tr_test_tensors_free(2, a);
+    tr_test_tensors_free(2, b);
+    tr_test_tensors_free(2, d);
     tr_graph_free(g);
 }
 
 static void predict_matches_diffusers(enum tr_dtype dt) {
-    struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
-    const char *names[1] = {"sample"};
-    const int dts[1] = {-1};
-    tr_test_fixture_predict(&tr_model_autoencoder_kl, preset("tiny"), dt, FIXTURE, io, 1, names, dts, -1, 1,
-                            "diffusers", HINT);
-    tr_safetensors_close(io);
+    tr_test_fixture_predict(&tr_model_autoencoder_kl, preset("tiny"), dt, FIXTURE, FIXTURE_IO, 1, (const char *[]){"sample"},
+                            (const int[]){-1}, -1, 1, "diffusers", HINT);
 }
 
-static void test_predict_matches_diffusers_f32(void **state) { predict_matches_diffusers(TR_DTYPE_F32); }
-static void test_predict_matches_diffusers_bf16(void **state) { predict_matches_diffusers(TR_DTYPE_BF16); }
-static void test_predict_matches_diffusers_f16(void **state) { predict_matches_diffusers(TR_DTYPE_F16); }
+TR_TEST_F32_BF16_F16(test_predict_matches_diffusers, predict_matches_diffusers)
 
 /* The fit graph's loss and the gradient of every parameter it trains (the encoder and
  * quant_conv) on every backend against torch autograd. The attention's to_k.bias has a

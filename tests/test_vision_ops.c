@@ -238,6 +238,27 @@ static struct tr_graph *fresh_graph(void) {
     return g;
 }
 
+/* A CONV2D node of x [2,9,7,4] and w [8,4,3,3] added with attrs that no tr_conv2d call
+ * makes (stride 1, pad 1, then dilation and groups) is refused, naming needle. */
+static void conv2d_attrs_refused(const char *what, int64_t dilation, int64_t groups, const char *needle) {
+    struct tr_graph *g = fresh_graph();
+    int in[2];
+    in[0] = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
+    in[1] = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
+    struct tr_attrs a = {.ints = {1, 1, dilation, groups}, .n_ints = 5};
+    tr_test_expect_refused(what, g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a), (const char *[]){needle, NULL});
+}
+
+/* group_norm of x [2,3,3,12] in `groups` with gamma [n_gamma] (beta [12]) and eps is
+ * refused, naming each of needles. */
+static void group_norm_refused(const char *what, int groups, int64_t n_gamma, float eps, const char *const *needles) {
+    struct tr_graph *g = fresh_graph();
+    int x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
+    int gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(n_gamma), 1, 0);
+    int bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
+    tr_test_expect_refused(what, g, tr_group_norm(g, x, gm, bt, groups, eps, 0), needles);
+}
+
 static void expect_shape(struct tr_graph *g, int id, const int64_t *want) {
     struct tr_error err = {0};
     if (id < 0 || tr_graph_status(g, &err)) fail_msg("builder refused: %s", err.msg);
@@ -274,24 +295,8 @@ static void test_graph_shapes(void **state) {
     w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
     int b5 = tr_param(g, "b", TR_DTYPE_F32, 1, SH(5), 0, 1);
     tr_test_expect_refused("conv2d bias", g, tr_conv2d(g, x, w3, b5, 1, 1, 0), (const char *[]){"bias", "[8]", NULL});
-    g = fresh_graph();
-    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
-    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
-    {
-        struct tr_attrs a = {.ints = {1, 1, 2, 1}, .n_ints = 5};
-        int in[2] = {x, w3};
-        tr_test_expect_refused("conv2d dilation", g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a),
-                       (const char *[]){"dilation 2", NULL});
-    }
-    g = fresh_graph();
-    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 9, 7, 4));
-    w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
-    {
-        struct tr_attrs a = {.ints = {1, 1, 1, 2}, .n_ints = 5};
-        int in[2] = {x, w3};
-        tr_test_expect_refused("conv2d groups", g, tr_graph_add_node(g, TR_OP_CONV2D, 2, in, &a),
-                       (const char *[]){"groups 2", NULL});
-    }
+    conv2d_attrs_refused("conv2d dilation", 2, 1, "dilation 2");
+    conv2d_attrs_refused("conv2d groups", 1, 2, "groups 2");
     g = fresh_graph();
     x = tr_input(g, "x", TR_DTYPE_F32, 3, SH(9, 7, 4));
     w3 = tr_param(g, "w", TR_DTYPE_F32, 4, SH(8, 4, 3, 3), 0, 1);
@@ -303,20 +308,9 @@ static void test_graph_shapes(void **state) {
                    (const char *[]){"kernel 5x5", "does not fit", NULL});
 
     /* group_norm refusals */
-    g = fresh_graph();
-    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
-    gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(12), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
-    tr_test_expect_refused("group_norm groups", g, tr_group_norm(g, x, gm, bt, 5, 1e-5f, 0),
-                   (const char *[]){"groups 5", "12 channels", NULL});
-    g = fresh_graph();
-    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
-    gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(10), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
-    tr_test_expect_refused("group_norm gamma", g, tr_group_norm(g, x, gm, bt, 4, 1e-5f, 0),
-                   (const char *[]){"gamma", "[12]", NULL});
-    g = fresh_graph();
-    x = tr_input(g, "x", TR_DTYPE_F32, 4, SH(2, 3, 3, 12));
-    gm = tr_param(g, "gm", TR_DTYPE_F32, 1, SH(12), 1, 0), bt = tr_param(g, "bt", TR_DTYPE_F32, 1, SH(12), 0, 0);
-    tr_test_expect_refused("group_norm eps", g, tr_group_norm(g, x, gm, bt, 4, -1.0f, 0), (const char *[]){"eps", NULL});
+    group_norm_refused("group_norm groups", 5, 12, 1e-5f, (const char *[]){"groups 5", "12 channels", NULL});
+    group_norm_refused("group_norm gamma", 4, 10, 1e-5f, (const char *[]){"gamma", "[12]", NULL});
+    group_norm_refused("group_norm eps", 4, 12, -1.0f, (const char *[]){"eps", NULL});
 }
 
 /* The evaluator's rules (ref_graph.c) against the oracles called directly. */
@@ -397,7 +391,7 @@ static void test_every_backend(void **state) {
         }
         tr_ref_graph_free(g, v);
         tr_graph_free(g);
-        for (int i = 0; i < 6; i++) tr_test_tensor_free(&in[i]);
+        tr_test_tensors_free(6, in);
     }
 }
 
@@ -492,7 +486,7 @@ static void test_every_backend_grads(void **state) {
     }
     tr_ref_graph_free(g, v);
     tr_graph_free(g);
-    for (int i = 0; i < 7; i++) tr_test_tensor_free(&in[i]);
+    tr_test_tensors_free(7, in);
 }
 
 TR_TEST_MAIN(tr_test_kernels_dir_setup, tr_test_kernels_dir_teardown, test_conv2d, test_group_norm,

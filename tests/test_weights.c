@@ -12,18 +12,6 @@
 #include "trident/safetensors.h"
 #include "trident/weights.h"
 
-static char tmp_path[512];
-
-static int setup(void **state) {
-    snprintf(tmp_path, sizeof tmp_path, "%s/test_weights_%d.safetensors", TR_BINARY_DIR, (int)getpid());
-    return 0;
-}
-
-static int teardown(void **state) {
-    remove(tmp_path);
-    return 0;
-}
-
 static const int64_t shape_w[2] = {48, 40}, shape_b[1] = {40}, shape_g[1] = {300};
 
 /* Three params, added in the given order (0: f32 w, 1: bias of dtype bdt, 2: gamma). */
@@ -158,8 +146,8 @@ static void write_file(int skip, int bad_shape, enum tr_dtype dt) {
         b[2] = -1.0f;
     }
     struct tr_error e = {0};
-    assert_int_equal(tr_safetensors_write(tmp_path, n, nm, ts, &e), TR_OK);
-    for (int i = 0; i < n; i++) tr_test_tensor_free(&ts[i]);
+    assert_int_equal(tr_safetensors_write(tr_test_file, n, nm, ts, &e), TR_OK);
+    tr_test_tensors_free(n, ts);
 }
 
 static void test_load_f32_and_convert(void **state) {
@@ -169,13 +157,13 @@ static void test_load_f32_and_convert(void **state) {
                     *gh = make_graph(order, TR_DTYPE_F16);
     struct tr_weights *wf, *wb, *wh;
     struct tr_error e = {0};
-    assert_int_equal(tr_weights_load(gf, tmp_path, &wf, &e), TR_OK);
-    assert_int_equal(tr_weights_load(gb, tmp_path, &wb, &e), TR_OK);
-    assert_int_equal(tr_weights_load(gh, tmp_path, &wh, &e), TR_OK);
+    assert_int_equal(tr_weights_load(gf, tr_test_file, &wf, &e), TR_OK);
+    assert_int_equal(tr_weights_load(gb, tr_test_file, &wb, &e), TR_OK);
+    assert_int_equal(tr_weights_load(gh, tr_test_file, &wh, &e), TR_OK);
     assert_int_equal(tr_weights_bytes(wf), tr_graph_param_bytes(gf));
     assert_int_equal(tr_weights_bytes(wb), tr_graph_param_bytes(gb));
     struct tr_safetensors *st;
-    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    assert_int_equal(tr_safetensors_open(tr_test_file, &st, &e), TR_OK);
     for (int i = 0; i < 3; i++) {
         struct tr_tensor src, f = bound(gf, names[i]), b = bound(gb, names[i]), h = bound(gh, names[i]);
         assert_int_equal(tr_safetensors_get(st, names[i], &src, &e), TR_OK);
@@ -207,19 +195,19 @@ static void test_load_fresh(void **state) {
     struct tr_error e = {0};
     struct tr_weights *w, *ws;
     struct tr_graph *g = make_graph(fwd, TR_DTYPE_F32), *gs = make_graph(fwd, TR_DTYPE_F32);
-    assert_int_equal(tr_weights_load_seeded(g, tmp_path, 7, &w, &e), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_weights_load_seeded(g, tr_test_file, 7, &w, &e), TR_ERR_NOT_FOUND);
     tr_assert_msg_has(&e, "layer.dense.bias");
     assert_int_equal(tr_param_set_fresh(g, tr_graph_find(g, names[1])), TR_OK);
     assert_int_equal(tr_param_set_fresh(g, tr_graph_find(g, names[0])), TR_OK);
     assert_true(tr_param_is_fresh(g, tr_graph_find(g, names[1])));
     assert_false(tr_param_is_fresh(g, tr_graph_find(g, names[2])));
-    assert_int_equal(tr_weights_load_seeded(g, tmp_path, 7, &w, &e), TR_OK);
+    assert_int_equal(tr_weights_load_seeded(g, tr_test_file, 7, &w, &e), TR_OK);
     assert_int_equal(tr_weights_from_seed(gs, 7, &ws, &e), TR_OK);
     struct tr_tensor b = bound(g, names[1]), bs = bound(gs, names[1]);
     assert_memory_equal(b.data, bs.data, tr_tensor_nbytes(&b));
     struct tr_safetensors *st;
     struct tr_tensor src, wt = bound(g, names[0]);
-    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    assert_int_equal(tr_safetensors_open(tr_test_file, &st, &e), TR_OK);
     assert_int_equal(tr_safetensors_get(st, names[0], &src, &e), TR_OK);
     assert_memory_equal(wt.data, src.data, tr_tensor_nbytes(&wt));
     tr_safetensors_close(st);
@@ -272,14 +260,14 @@ static void test_load_missing_seed(void **state) {
     struct tr_graph *g = make_headed_graph(1), *gs = make_headed_graph(1);
     const struct tr_weights_load_opts strict = {.seed = 1234, .missing_seed = 0};
     const struct tr_weights_load_opts lenient = {.seed = 1234, .missing_seed = 1};
-    assert_int_equal(tr_weights_load_opts(g, tmp_path, &strict, &w, &e), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_weights_load_opts(g, tr_test_file, &strict, &w, &e), TR_ERR_NOT_FOUND);
     assert_null(w);
     tr_assert_msg_has(&e, "classifier.weight");
-    tr_assert_msg_has(&e, tmp_path);
+    tr_assert_msg_has(&e, tr_test_file);
     tr_assert_msg_has(&e, "missing = seed");
-    assert_int_equal(tr_weights_load_opts(g, tmp_path, NULL, &w, &e), TR_ERR_NOT_FOUND);
+    assert_int_equal(tr_weights_load_opts(g, tr_test_file, NULL, &w, &e), TR_ERR_NOT_FOUND);
 
-    assert_int_equal(tr_weights_load_opts(g, tmp_path, &lenient, &w, &e), TR_OK);
+    assert_int_equal(tr_weights_load_opts(g, tr_test_file, &lenient, &w, &e), TR_OK);
     assert_int_equal(tr_weights_from_seed(gs, 1234, &ws, &e), TR_OK);
     assert_int_equal(tr_weights_n_seeded(w), 2);
     assert_string_equal(tr_weights_seeded_name(w, 0), "classifier.weight");
@@ -293,7 +281,7 @@ static void test_load_missing_seed(void **state) {
         assert_memory_equal(a.data, b.data, tr_tensor_nbytes(&a));
     }
     struct tr_safetensors *st;
-    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    assert_int_equal(tr_safetensors_open(tr_test_file, &st, &e), TR_OK);
     for (int i = 0; i < 3; i++) {
         struct tr_tensor src, t = bound(g, names[i]);
         assert_int_equal(tr_safetensors_get(st, names[i], &src, &e), TR_OK);
@@ -319,7 +307,7 @@ static void test_load_missing_seed(void **state) {
     /* A long list ends in "and K more"; a fresh PARAM is expected absent and not named. */
     g = make_headed_graph(6);
     assert_int_equal(tr_param_set_fresh(g, tr_graph_find(g, "head0.weight")), TR_OK);
-    assert_int_equal(tr_weights_load_opts(g, tmp_path, &lenient, &w, &e), TR_OK);
+    assert_int_equal(tr_weights_load_opts(g, tr_test_file, &lenient, &w, &e), TR_OK);
     assert_int_equal(tr_weights_n_seeded(w), 11);
     assert_string_equal(tr_weights_seeded_name(w, 0), "head0.bias");
     msg = warning_of(w, "W.safetensors", 7, &named);
@@ -341,10 +329,10 @@ static void test_load_missing_seed(void **state) {
         write_file(1, bad[k].bad_shape, bad[k].dt);
         g = make_headed_graph(1);
         w = (void *)1;
-        assert_int_equal(tr_weights_load_opts(g, tmp_path, &lenient, &w, &e), TR_ERR_SHAPE);
+        assert_int_equal(tr_weights_load_opts(g, tr_test_file, &lenient, &w, &e), TR_ERR_SHAPE);
         assert_null(w);
         tr_assert_msg_has(&e, bad[k].needle);
-        tr_assert_msg_has(&e, tmp_path);
+        tr_assert_msg_has(&e, tr_test_file);
         for (int i = 0; i < tr_graph_n_params(g); i++) assert_null(tr_node_data(g, tr_graph_param(g, i)));
         tr_graph_free(g);
     }
@@ -367,8 +355,8 @@ static void write_bare(int with_prefixed) {
     tr_test_randn(&ts[3], 9, 1.0);
     nm[3] = "layer.other.bias";
     struct tr_error e = {0};
-    assert_int_equal(tr_safetensors_write(tmp_path, 3 + with_prefixed, nm, ts, &e), TR_OK);
-    for (int i = 0; i < 4; i++) tr_test_tensor_free(&ts[i]);
+    assert_int_equal(tr_safetensors_write(tr_test_file, 3 + with_prefixed, nm, ts, &e), TR_OK);
+    tr_test_tensors_free(4, ts);
 }
 
 static void test_load_without_base_prefix(void **state) {
@@ -378,8 +366,8 @@ static void test_load_without_base_prefix(void **state) {
     struct tr_error e = {0};
     struct tr_safetensors *st;
     write_bare(0);
-    assert_int_equal(tr_weights_load(g, tmp_path, &w, &e), TR_OK);
-    assert_int_equal(tr_safetensors_open(tmp_path, &st, &e), TR_OK);
+    assert_int_equal(tr_weights_load(g, tr_test_file, &w, &e), TR_OK);
+    assert_int_equal(tr_safetensors_open(tr_test_file, &st, &e), TR_OK);
     for (int i = 0; i < 3; i++) {
         struct tr_tensor src, got = bound(g, names[i]);
         assert_int_equal(tr_safetensors_get(st, strchr(names[i], '.') + 1, &src, &e), TR_OK);
@@ -423,7 +411,7 @@ static void test_load_directory(void **state) {
             tr_test_randn(&ts[i], 80 + (uint64_t)i, 1.0);
         }
         assert_int_equal(tr_safetensors_write(p[0], 2, names, ts, &e), TR_OK);
-        for (int i = 0; i < 2; i++) tr_test_tensor_free(&ts[i]);
+        tr_test_tensors_free(2, ts);
     }
     write_one(p[1], 2, 90);
     const int fwd[3] = {0, 1, 2};
@@ -457,9 +445,9 @@ static void expect_load_error(enum tr_dtype graph_dt, int status, const char *te
     struct tr_graph *g = make_graph(fwd, graph_dt);
     struct tr_weights *w = (void *)1;
     struct tr_error e = {0};
-    assert_int_equal(tr_weights_load(g, tmp_path, &w, &e), status);
+    assert_int_equal(tr_weights_load(g, tr_test_file, &w, &e), status);
     assert_null(w);
-    tr_assert_msg_has(&e, tmp_path);
+    tr_assert_msg_has(&e, tr_test_file);
     if (tensor) tr_assert_msg_has(&e, tensor);
     /* Nothing stays bound after a failure. */
     for (int i = 0; i < 3; i++) assert_null(tr_node_data(g, tr_graph_find(g, names[i])));
@@ -475,7 +463,7 @@ static void test_load_errors(void **state) {
     struct tr_weights *w;
     const int fwd[3] = {0, 1, 2};
     struct tr_graph *g = make_graph(fwd, TR_DTYPE_F32);
-    assert_int_equal(tr_weights_load(g, tmp_path, &w, &e), TR_ERR_SHAPE);
+    assert_int_equal(tr_weights_load(g, tr_test_file, &w, &e), TR_ERR_SHAPE);
     tr_assert_msg_has(&e, "[41]");
     tr_assert_msg_has(&e, "[300]");
     tr_graph_free(g);
@@ -484,27 +472,16 @@ static void test_load_errors(void **state) {
     expect_load_error(TR_DTYPE_F32, TR_ERR_SHAPE, "layer.");
     /* A truncated file. */
     write_file(-1, -1, TR_DTYPE_F32);
-    FILE *f = fopen(tmp_path, "rb");
+    FILE *f = fopen(tr_test_file, "rb");
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     fclose(f);
-    assert_int_equal(truncate(tmp_path, size - 8), 0);
+    assert_int_equal(truncate(tr_test_file, size - 8), 0);
     expect_load_error(TR_DTYPE_F32, TR_ERR_FORMAT, NULL);
-    remove(tmp_path);
+    remove(tr_test_file);
     expect_load_error(TR_DTYPE_F32, TR_ERR_IO, NULL);
 }
 
-int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_seed_deterministic_and_order_free),
-        cmocka_unit_test(test_seed_bf16_is_rounded_f32),
-        cmocka_unit_test(test_seed_large_tensor),
-        cmocka_unit_test_setup_teardown(test_load_f32_and_convert, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_load_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_load_fresh, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_load_missing_seed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_load_without_base_prefix, setup, teardown),
-        cmocka_unit_test(test_load_directory),
-    };
-    return cmocka_run_group_tests(tests, NULL, NULL);
-}
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_seed_deterministic_and_order_free,
+             test_seed_bf16_is_rounded_f32, test_seed_large_tensor, test_load_f32_and_convert, test_load_errors,
+             test_load_fresh, test_load_missing_seed, test_load_without_base_prefix, test_load_directory)

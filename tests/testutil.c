@@ -30,6 +30,10 @@ void tr_test_tensor_free(struct tr_tensor *t) {
     t->data = NULL;
 }
 
+void tr_test_tensors_free(int n, struct tr_tensor *t) {
+    for (int i = 0; i < n; i++) tr_test_tensor_free(&t[i]);
+}
+
 void tr_test_randn(struct tr_tensor *t, uint64_t seed, double std) {
     int64_t n = tr_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) {
@@ -136,6 +140,7 @@ void tr_test_expect_failure(const char *what, int rc, const struct tr_error *err
 }
 
 char tr_test_dir[256];
+char tr_test_file[sizeof "/scratch.safetensors" + 256];
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st, (void)flag, (void)ftw;
@@ -147,7 +152,9 @@ int tr_test_dir_setup(void **state) {
     const char *base = getenv("TMPDIR");
     int n = snprintf(tr_test_dir, sizeof tr_test_dir, "%s/trident-test-XXXXXX", base && *base ? base : "/tmp");
     if (n < 0 || (size_t)n >= sizeof tr_test_dir) return -1;
-    return mkdtemp(tr_test_dir) ? 0 : -1;
+    if (!mkdtemp(tr_test_dir)) return -1;
+    snprintf(tr_test_file, sizeof tr_test_file, "%s/scratch.safetensors", tr_test_dir);
+    return 0;
 }
 
 int tr_test_dir_teardown(void **state) {

@@ -26,6 +26,15 @@ int tr_test_run(const char *names, const tr_test_fn *fns, size_t n, CMFixtureFun
         return tr_test_run(#__VA_ARGS__, fns_, sizeof fns_ / sizeof fns_[0], setup, teardown); \
     }
 
+/* A test per dtype that calls fn(dt): name_f32 and name_bf16, and with the second form
+ * name_f16 too (for the checks a model runs in every float dtype). */
+#define TR_TEST_F32_BF16(name, fn)                                     \
+    static void name##_f32(void **state) { (void)state, fn(TR_DTYPE_F32); } \
+    static void name##_bf16(void **state) { (void)state, fn(TR_DTYPE_BF16); }
+#define TR_TEST_F32_BF16_F16(name, fn) \
+    TR_TEST_F32_BF16(name, fn)         \
+    static void name##_f16(void **state) { (void)state, fn(TR_DTYPE_F16); }
+
 /* Tolerances of DESIGN.md: f32 1e-4, bf16 1e-2 (f16 1e-2, f64 1e-12). */
 double tr_test_tol(enum tr_dtype dt);
 
@@ -33,6 +42,8 @@ double tr_test_tol(enum tr_dtype dt);
  * tr_test_tensor_free). */
 struct tr_tensor tr_test_tensor(enum tr_dtype dt, int ndim, const int64_t *shape);
 void tr_test_tensor_free(struct tr_tensor *t);
+/* tr_test_tensor_free of t[0..n). */
+void tr_test_tensors_free(int n, struct tr_tensor *t);
 
 /* Fill with normal(0, std)·sign-safe values from seed: no element is exactly 0. */
 void tr_test_randn(struct tr_tensor *t, uint64_t seed, double std);
@@ -55,6 +66,9 @@ int tr_test_kernels_setup(void **state);
  * set up calls the setup from its own). */
 extern char tr_test_dir[256];
 int tr_test_dir_setup(void **state);
+/* tr_test_dir/scratch.safetensors (set by tr_test_dir_setup): the file of the tests that
+ * write one file each and read it back; each writes it anew. */
+extern char tr_test_file[sizeof "/scratch.safetensors" + 256];
 int tr_test_dir_teardown(void **state);
 /* path = tr_test_dir/name (n bytes), and the file written with text unless text is NULL. */
 void tr_test_dir_file(const char *name, const char *text, char *path, size_t n);

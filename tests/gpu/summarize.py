@@ -72,6 +72,18 @@ def fmt(v, spec, width):
     return format(v, spec) if v is not None else "?".rjust(width)
 
 
+def print_table(title, header, rows, label, cells):
+    """title and header, then a line per row: label(r) and cells(r), or for a row that
+    failed, label(r) and its error."""
+    print(title)
+    print(header)
+    for r in rows:
+        if not r["ok"]:
+            print(f"{label(r)}  FAILED: {str(r.get('error', ''))[:80]}")
+            continue
+        print(f"{label(r)} {cells(r)}")
+
+
 def backends_of(rep):
     b = rep.get("backends")
     return [x for x in b if isinstance(x, dict)] if isinstance(b, list) else []
@@ -160,35 +172,33 @@ def main():
     except OSError as e:
         print(f"could not write bert.json: {e}")
 
-    print(f"BERT base, sequence 512, on {device} (floor: the roofline sheet's step floor, every kernel's summed; "
-          "else FLOPs / measured GEMM ceiling)")
-    print(f"{'task':8} {'backend':26} {'math':5} {'batch':>5} {'mean ms':>9} {'first ms':>9} {'peak GiB':>8} "
-          f"{'floor ms':>8} {'of floor':>8} {'vs PyTorch':>10}")
-    for r in rows:
-        if not r["ok"]:
-            print(f"{r['task']:8} {r['backend']:26} {r['math']:5} {r['batch']:>5}  FAILED: {r.get('error', '')[:80]}")
-            continue
+    def bert_cells(r):
         peak = num(r, "peak_bytes")
         ff = 100 * r["floor_fraction"] if "floor_fraction" in r else None
-        print(f"{r['task']:8} {r['backend']:26} {r['math']:5} {r['batch']:>5} {fmt(num(r, 'mean_ms'), '9.2f', 9)} "
-              f"{fmt(num(r, 'first_step_ms'), '9.1f', 9)} {fmt(peak / 2**30 if peak else None, '8.2f', 8)} "
-              f"{fmt(r.get('floor_ms'), '8.1f', 8)} {fmt(ff, '7.1f', 7)}{'%' if ff is not None else ' '} "
-              f"{fmt(r.get('vs_pytorch_eager'), '9.2f', 9)}{'x' if 'vs_pytorch_eager' in r else ' '}")
+        return (f"{fmt(num(r, 'mean_ms'), '9.2f', 9)} "
+                f"{fmt(num(r, 'first_step_ms'), '9.1f', 9)} {fmt(peak / 2**30 if peak else None, '8.2f', 8)} "
+                f"{fmt(r.get('floor_ms'), '8.1f', 8)} {fmt(ff, '7.1f', 7)}{'%' if ff is not None else ' '} "
+                f"{fmt(r.get('vs_pytorch_eager'), '9.2f', 9)}{'x' if 'vs_pytorch_eager' in r else ' '}")
 
-    print("\nGemma and Mistral small on cuda (generate: a step is one whole generate call)")
-    print(f"{'row':22} {'backend':26} {'mean ms':>9} {'first ms':>9} {'ms/token':>8} {'tok/s':>8} "
-          f"{'loss 1st':>8} {'loss last':>9} agrees")
-    for r in llm:
-        if not r["ok"]:
-            print(f"{r['row']:22} {r['backend']:26}  FAILED: {str(r.get('error', ''))[:80]}")
-            continue
+    print_table(f"BERT base, sequence 512, on {device} (floor: the roofline sheet's step floor, every kernel's summed; "
+                "else FLOPs / measured GEMM ceiling)",
+                f"{'task':8} {'backend':26} {'math':5} {'batch':>5} {'mean ms':>9} {'first ms':>9} {'peak GiB':>8} "
+                f"{'floor ms':>8} {'of floor':>8} {'vs PyTorch':>10}",
+                rows, lambda r: f"{r['task']:8} {r['backend']:26} {r['math']:5} {r['batch']:>5}", bert_cells)
+
+    def llm_cells(r):
         agree = r.get("agrees")
         if "tokens_agree" in r:
             agree = f"{agree}, tokens {r['tokens_agree']}"
-        print(f"{r['row']:22} {r['backend']:26} {fmt(num(r, 'mean_ms'), '9.2f', 9)} "
-              f"{fmt(num(r, 'first_step_ms'), '9.1f', 9)} {fmt(num(r, 'ms_per_token'), '8.3f', 8)} "
-              f"{fmt(num(r, 'tokens_per_s'), '8.0f', 8)} {fmt(num(r, 'loss_first'), '8.4f', 8)} "
-              f"{fmt(num(r, 'loss_last'), '9.4f', 9)} {agree}")
+        return (f"{fmt(num(r, 'mean_ms'), '9.2f', 9)} "
+                f"{fmt(num(r, 'first_step_ms'), '9.1f', 9)} {fmt(num(r, 'ms_per_token'), '8.3f', 8)} "
+                f"{fmt(num(r, 'tokens_per_s'), '8.0f', 8)} {fmt(num(r, 'loss_first'), '8.4f', 8)} "
+                f"{fmt(num(r, 'loss_last'), '9.4f', 9)} {agree}")
+
+    print_table("\nGemma and Mistral small on cuda (generate: a step is one whole generate call)",
+                f"{'row':22} {'backend':26} {'mean ms':>9} {'first ms':>9} {'ms/token':>8} {'tok/s':>8} "
+                f"{'loss 1st':>8} {'loss last':>9} agrees",
+                llm, lambda r: f"{r['row']:22} {r['backend']:26}", llm_cells)
 
     print("\nroofline sheets (trident roofline --run: each kernel alone at its shapes; H200 peaks)")
     for name in ROOF_ROWS:
