@@ -624,24 +624,27 @@ static void test_attention_grad(void **state) {
     unsetenv("TRIDENT_CUDA_ATTENTION");
 }
 
+/* The backward's cases: head sizes 64, 128, 256 and 48 (the CUDA-core path), GQA, causal,
+ * a window, with and without the padding mask. */
+static const struct attn_case bwd_cases[] = {
+    {2, 4, 2, 70, 70, 64, 64, 1, 0, 1}, {1, 4, 4, 50, 60, 128, 128, 0, 12, 1}, {1, 4, 1, 40, 40, 256, 256, 1, 0, 0},
+    {1, 2, 2, 33, 33, 48, 48, 0, 0, 1},
+};
+
 /* tr_k_attention_backward's joint path (statistics once, dk and dv in one launch, dq in
  * another) against the cpu's, with all three gradients and with subsets of them. */
 static void test_attention_backward(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
-    static const struct attn_case cases[] = {
-        {2, 4, 2, 70, 70, 64, 64, 1, 0, 1}, {1, 4, 4, 50, 60, 128, 128, 0, 12, 1}, {1, 4, 1, 40, 40, 256, 256, 1, 0, 0},
-        {1, 2, 2, 33, 33, 48, 48, 0, 0, 1},
-    };
     static const int subsets[] = {7, 1, 6, 5}; /* bits: dq, dk, dv */
     for (int d = 0; d < 3; d++) {
         enum tr_math maths[2];
         const int nm = attn_maths(FLOATS[d], maths);
         for (int mi = 0; mi < nm; mi++)
-            for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            for (size_t c = 0; c < sizeof bwd_cases / sizeof bwd_cases[0]; c++)
                 for (size_t si = 0; si < sizeof subsets / sizeof subsets[0]; si++) {
                     CHECK_OK(tr_kernels_set_math(G, maths[mi], &err));
-                    const struct attn_case *ac = &cases[c];
+                    const struct attn_case *ac = &bwd_cases[c];
                     const struct attn_shapes sh = attn_shapes(ac);
                     struct tr_tensor in[5] = {randn(FLOATS[d], 4, sh.q, 310 + c), randn(FLOATS[d], 4, sh.k, 320 + c),
                                               randn(FLOATS[d], 4, sh.v, 330 + c), randn(FLOATS[d], 4, sh.out, 340 + c),
@@ -690,19 +693,15 @@ static void test_attention_backward(void **state) {
 static void test_attention_saved_stats(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
-    static const struct attn_case cases[] = {
-        {2, 4, 2, 70, 70, 64, 64, 1, 0, 1}, {1, 4, 4, 50, 60, 128, 128, 0, 12, 1}, {1, 4, 1, 40, 40, 256, 256, 1, 0, 0},
-        {1, 2, 2, 33, 33, 48, 48, 0, 0, 1},
-    };
     for (int simple = 0; simple < 2; simple++) {
         if (simple) setenv("TRIDENT_CUDA_ATTENTION", "simple", 1);
         for (int d = 0; d < 3; d++) {
             enum tr_math maths[2];
             const int nm = attn_maths(FLOATS[d], maths);
             for (int mi = 0; mi < nm; mi++)
-                for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+                for (size_t c = 0; c < sizeof bwd_cases / sizeof bwd_cases[0]; c++) {
                     CHECK_OK(tr_kernels_set_math(G, maths[mi], &err));
-                    const struct attn_case *ac = &cases[c];
+                    const struct attn_case *ac = &bwd_cases[c];
                     const struct attn_shapes sh = attn_shapes(ac);
                     const int64_t ls[3] = {ac->B, ac->H, ac->Tq};
                     struct tr_tensor in[5] = {randn(FLOATS[d], 4, sh.q, 410 + c), randn(FLOATS[d], 4, sh.k, 420 + c),
