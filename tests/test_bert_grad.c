@@ -40,6 +40,9 @@ static void run(const struct tr_test_backend *c, struct tr_graph *g, const struc
     tr_test_run_backend(c, tr_test_dir, g, in, STEPS, out, &st);
     assert_true(st.kernel_calls > 0);
     print_message("%-22s %llu kernel calls; %s\n", c->label, (unsigned long long)st.kernel_calls, st.notes);
+    /* each layer's attention computes the statistics its backward reads in the same call */
+    const char *want = strcmp(c->plugin, "tf") == 0 ? "attention+lse x2" : "attention with its lse x2";
+    if (!strstr(st.notes, want)) fail_msg("%s: notes '%s' lack '%s'", c->label, st.notes, want);
 }
 
 static double norm2(const double *x, int64_t n) {

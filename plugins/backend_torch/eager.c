@@ -537,6 +537,11 @@ void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_
              (unsigned long long)a.n_classes, tr_human_bytes(a.peak_bytes, peak, sizeof peak),
              tr_human_bytes(p->weight_bytes, weights, sizeof weights),
              p->on_cuda ? "on the device (params shared by the backend's programs)" : "in place");
+    int pairs = 0;
+    for (int id = 0; id < p->n_nodes; id++) pairs += p->nodes[id].lse > id;
+    len = strlen(st->notes);
+    if (pairs && len < sizeof st->notes)
+        snprintf(st->notes + len, sizeof st->notes - len, "; attention with its lse x%d", pairs);
     len = strlen(st->notes);
     if (p->n_updates && len < sizeof st->notes)
         snprintf(st->notes + len, sizeof st->notes - len, "; %d of %d updates in place", p->n_donated, p->n_updates);
