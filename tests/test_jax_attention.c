@@ -149,8 +149,10 @@ static void test_attention_backward_bert_grads(void **state) {
         double worst = -1, worst_qkv = -1, sum = 0;
         int at = 0, at_qkv = -1;
         for (int i = 0; i < n_out; i++) {
+            /* a key bias's gradient is rounding noise of either side: its own norm means nothing */
+            const int zero = strstr(tr_graph_output_name(g, i), "attention.self.key.bias") != NULL;
             double nr = norm_of(&ref[i]);
-            double err = scaled_err(&out[k][i], &ref[i], nr > 1e-9 * total ? nr : total);
+            double err = scaled_err(&out[k][i], &ref[i], !zero && nr > 1e-9 * total ? nr : total);
             if (i >= 4) sum += pow(scaled_err(&out[k][i], &ref[i], 1.0), 2);
             if (!(err <= worst)) worst = err, at = i;
             if (strstr(tr_graph_output_name(g, i), "attention.self.") && !(err <= worst_qkv))
