@@ -5,19 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include "passes.h"
+#include "backendutil.h"
 #include "testutil.h"
 #include "trident/graph.h"
 #include "trident/loader.h"
 
 #define S(...) ((const int64_t[]){__VA_ARGS__})
 #define MAX_OUT 16
-
-static struct tr_graph *new_graph(void) {
-    struct tr_graph *g = NULL;
-    struct tr_error err = {0};
-    assert_int_equal(tr_graph_init(&g, &err), TR_OK);
-    return g;
-}
 
 static void out(struct tr_graph *g, int id, const char *name) {
     struct tr_error err = {0};
@@ -152,7 +146,7 @@ static void compact(struct tr_pir *p, int *remap) {
 
 static void test_cse(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     float ca[4] = {1, 2, 3, 4}, cb[4] = {1, 2, 3, 4}, cc[4] = {1, 2, 3, 4.5f}, wd[4] = {0.5f, -1, 2, 3};
     int x = tr_input(g, "x", TR_DTYPE_F32, 2, S(3, 4));
     int y = tr_input(g, "y", TR_DTYPE_F32, 2, S(3, 4));
@@ -207,7 +201,7 @@ static void test_cse(void **state) {
 
 static void test_dce(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int x = tr_input(g, "x", TR_DTYPE_F32, 2, S(2, 5));
     int y = tr_input(g, "y", TR_DTYPE_F32, 2, S(2, 5)); /* fed but unread: keeps its slot */
     int w = tr_param(g, "w", TR_DTYPE_F32, 1, S(5), 0, 1); /* unread weight: dead */
@@ -243,7 +237,7 @@ static void test_dce(void **state) {
 
 static void test_constfold(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     struct tr_tensor t1 = tr_test_tensor(TR_DTYPE_F32, 2, S(4, 8)), t2 = tr_test_tensor(TR_DTYPE_F32, 2, S(8, 3));
     struct tr_tensor tw = tr_test_tensor(TR_DTYPE_F32, 1, S(12));
     tr_test_randn(&t1, 1, 1.0);
@@ -308,7 +302,7 @@ static void test_constfold(void **state) {
 
 static void test_simplify_transpose_into_matmul(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     struct tr_tensor tw = tr_test_tensor(TR_DTYPE_F32, 2, S(8, 6));
     tr_test_randn(&tw, 7, 1.0);
     int x = tr_input(g, "x", TR_DTYPE_F32, 3, S(2, 4, 6));
@@ -361,7 +355,7 @@ static void test_simplify_transpose_into_matmul(void **state) {
 
 static void test_simplify_identities(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int x = tr_input(g, "x", TR_DTYPE_F32, 2, S(2, 6));
     int r1 = tr_reshape(g, x, 2, S(2, 6));        /* to its own shape: gone */
     int r2 = tr_reshape(g, r1, 2, S(3, 4));
@@ -409,7 +403,7 @@ static void test_simplify_identities(void **state) {
 
 static void test_pass_all(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     struct tr_tensor tw = tr_test_tensor(TR_DTYPE_F32, 2, S(8, 8));
     tr_test_randn(&tw, 11, 0.3);
     int x = tr_input(g, "x", TR_DTYPE_F32, 3, S(2, 4, 8));
