@@ -79,11 +79,6 @@ static void bind_all(struct tr_graph *g, const struct tr_safetensors *base, cons
     }
 }
 
-/* Run g once on the torch backend (cpu): outputs allocated here, poisoned first. */
-static void run_torch(struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
-    tr_test_run_backend(&tr_test_backends[0], NULL, g, in, 1, out, NULL);
-}
-
 /* The fixtures: the batch (in[0..2]; in[3] is the caller's), the base model's weights,
  * the LoRA reference, and predict options sized to the batch. */
 struct fixtures {
@@ -105,6 +100,11 @@ static void close_fixtures(struct fixtures *f) {
     tr_safetensors_close(f->lora);
     tr_safetensors_close(f->base);
     tr_safetensors_close(f->io);
+}
+
+/* Run g once on the torch backend (cpu): outputs allocated here, poisoned first. */
+static void run_torch(struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
+    tr_test_run_backend(&tr_test_backends[0], NULL, g, in, 1, out, NULL);
 }
 
 static void test_zero_b_is_base(void **state) {
