@@ -1,3 +1,4 @@
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,14 @@ struct tr_plugin *tr_test_plugin_expect(const char *name, uint64_t caps) {
         fail_msg("%s: caps 0x%llx lack 0x%llx", name, (unsigned long long)it->caps,
                  (unsigned long long)(caps & ~it->caps));
     return p;
+}
+
+struct tr_backend *tr_test_backend_init(struct tr_plugin *p, const struct tr_option *opts, int n) {
+    struct tr_backend_params prm = {.device_type = TR_DEVICE_CPU, .options = opts, .n_options = n};
+    struct tr_backend *be = NULL;
+    struct tr_error err = {0};
+    if (tr_backend_init(p, &prm, &be, &err) != TR_OK) fail_msg("init: %s", err.msg);
+    return be;
 }
 
 void tr_test_init_refused(struct tr_plugin *p, const struct tr_option *opts, int n, const char *a, const char *b) {
@@ -251,3 +260,67 @@ struct tr_bench_row *tr_test_report_row(struct tr_bench_report *rep, const char 
     r->is_reference = rep->n_rows == 1;
     return r;
 }
+
+struct tr_graph *tr_test_graph_new(void) {
+    struct tr_graph *g = NULL;
+    struct tr_error e = {0};
+    if (tr_graph_init(&g, &e) != TR_OK) fail_msg("graph init: %s", e.msg);
+    assert_non_null(g);
+    return g;
+}
+
+#define M TR_TEST_SMALL_M
+#define K TR_TEST_SMALL_K
+#define N TR_TEST_SMALL_N
+
+void tr_test_small_build(struct tr_test_small *s, int with_x2) {
+    struct tr_error err = {0};
+    s->g = tr_test_graph_new();
+    s->with_x2 = with_x2;
+    for (int i = 0; i < K * N; i++) s->w[i] = (float)(0.3 * sin(0.7 * i + 0.1));
+    for (int i = 0; i < N; i++) s->b[i] = (float)(0.2 * cos(1.3 * i) + 0.05);
+    const int64_t xs[] = {M, K}, ws[] = {K, N}, bs[] = {N}, x2s[] = {M, N};
+    int x = tr_input(s->g, "x", TR_DTYPE_F32, 2, xs);
+    int x2 = with_x2 ? tr_input(s->g, "x2", TR_DTYPE_F32, 2, x2s) : -1;
+    int w = tr_param(s->g, "w", TR_DTYPE_F32, 2, ws, 0.0f, 0.02f);
+    int b = tr_const(s->g, "b", TR_DTYPE_F32, 1, bs, s->b);
+    int y = tr_gelu(s->g, tr_add(s->g, tr_matmul(s->g, x, w, 0, 0), b), 0);
+    if (with_x2) y = tr_softmax(s->g, tr_mul(s->g, y, x2));
+    tr_graph_set_output(s->g, y, "out");
+    if (tr_graph_status(s->g, &err) != TR_OK) fail_msg("graph: %s", err.msg);
+    assert_int_equal(tr_graph_bind_param(s->g, w, s->w, &err), TR_OK);
+}
+
+void tr_test_small_tensors(const struct tr_test_small *s, struct tr_tensor *in, struct tr_tensor *out) {
+    const int64_t xs[] = {M, K}, os[] = {M, N};
+    in[0] = tr_test_tensor(TR_DTYPE_F32, 2, xs);
+    tr_test_randn(&in[0], 42, 1.0);
+    if (s->with_x2) {
+        in[1] = tr_test_tensor(TR_DTYPE_F32, 2, os);
+        tr_test_randn(&in[1], 43, 1.0);
+    }
+    *out = tr_test_tensor(TR_DTYPE_F32, 2, os);
+}
+
+void tr_test_small_check(const struct tr_test_small *s, const struct tr_tensor *in, const struct tr_tensor *out) {
+    double ref[M * N];
+    const float *xv = in[0].data, *x2 = s->with_x2 ? in[1].data : NULL;
+    for (int i = 0; i < M; i++) {
+        double *r = ref + i * N, mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j < N; j++) {
+            double acc = s->b[j];
+            for (int k = 0; k < K; k++) acc += (double)xv[i * K + k] * s->w[k * N + j];
+            r[j] = 0.5 * acc * (1.0 + erf(acc / sqrt(2.0)));
+            if (x2) mx = fmax(mx, r[j] *= x2[i * N + j]);
+        }
+        if (!x2) continue;
+        for (int j = 0; j < N; j++) sum += (r[j] = exp(r[j] - mx));
+        for (int j = 0; j < N; j++) r[j] /= sum;
+    }
+    tr_assert_close(x2 ? "softmax(gelu(x.w+b)*x2) through the plugin" : "matmul+add+gelu through the plugin", out,
+                    ref, tr_test_tol(TR_DTYPE_F32));
+}
+
+#undef M
+#undef K
+#undef N

@@ -35,6 +35,9 @@ struct tr_plugin *tr_test_plugin_open(const char *name);
  * capability of caps (TR_CAP_*). */
 struct tr_plugin *tr_test_plugin_expect(const char *name, uint64_t caps);
 
+/* tr_backend_init of p on the cpu with opts[0..n); a failure fails the test. */
+struct tr_option;
+struct tr_backend *tr_test_backend_init(struct tr_plugin *p, const struct tr_option *opts, int n);
 /* tr_backend_init of p on the cpu with opts[0..n) must fail, leave no backend, and give a
  * message holding a and, unless b is NULL, b. */
 struct tr_option;
@@ -116,5 +119,25 @@ double tr_test_io_rel_err(const struct tr_safetensors *io, const char *name, con
  * ("bert tiny", "tf bert tiny", ...), and one past the tolerance fails the test. */
 void tr_test_expect_bert_hf(const struct tr_safetensors *io, const struct tr_graph *g, const struct tr_tensor *out,
                             enum tr_dtype dt, const char *who, const char *hint);
+
+/* A new empty graph; a failure fails the test. */
+struct tr_graph *tr_test_graph_new(void);
+
+/* ---- a small graph through a plugin: out = gelu(x·w + b) [M,N], times x2 [M,N] and
+ * softmaxed along N when with_x2. w [K,N] is a PARAM bound to fixed values, b [N] a const. */
+#define TR_TEST_SMALL_M 4
+#define TR_TEST_SMALL_K 8
+#define TR_TEST_SMALL_N 16
+struct tr_test_small {
+    struct tr_graph *g; /* the caller frees it */
+    int with_x2;
+    float w[TR_TEST_SMALL_K * TR_TEST_SMALL_N], b[TR_TEST_SMALL_N];
+};
+void tr_test_small_build(struct tr_test_small *s, int with_x2);
+/* s's inputs in[0..n) (x, and x2 when with_x2: n is 1 + with_x2) from seeds 42 and 43, and
+ * its output out, all f32 (free each with tr_test_tensor_free). */
+void tr_test_small_tensors(const struct tr_test_small *s, struct tr_tensor *in, struct tr_tensor *out);
+/* out, as run on in, against doubles (tr_test_tol(TR_DTYPE_F32)). */
+void tr_test_small_check(const struct tr_test_small *s, const struct tr_tensor *in, const struct tr_tensor *out);
 
 #endif

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backendutil.h"
 #include "testutil.h"
 #include "trident/graph.h"
 #include "trident/loader.h"
@@ -49,74 +50,20 @@ static void expect_refusal(const char *variant, const char *reason) {
     tr_assert_msg_has(&err, reason);
 }
 
-static struct tr_backend *init_ok(struct tr_plugin *p, const struct tr_option *opts, int n) {
-    struct tr_backend_params prm = {.device_type = TR_DEVICE_CPU, .options = opts, .n_options = n};
-    struct tr_backend *be = NULL;
-    struct tr_error err = {0};
-    if (tr_backend_init(p, &prm, &be, &err) != TR_OK) fail_msg("init: %s", err.msg);
-    return be;
-}
-
-/* ---- a small graph: softmax(gelu(x·w + b) * x2), checked against doubles ---- */
-
-#define M 4
-#define K 8
-#define N 16
-
-struct small {
-    struct tr_graph *g;
-    float w[K * N], b[N];
-};
-
-static void small_build(struct small *s) {
-    struct tr_error err = {0};
-    assert_int_equal(tr_graph_init(&s->g, &err), TR_OK);
-    for (int i = 0; i < K * N; i++) s->w[i] = (float)(0.3 * sin(0.7 * i + 0.1));
-    for (int i = 0; i < N; i++) s->b[i] = (float)(0.2 * cos(1.3 * i) + 0.05);
-    const int64_t xs[] = {M, K}, ws[] = {K, N}, bs[] = {N}, x2s[] = {M, N};
-    int x = tr_input(s->g, "x", TR_DTYPE_F32, 2, xs);
-    int x2 = tr_input(s->g, "x2", TR_DTYPE_F32, 2, x2s);
-    int w = tr_param(s->g, "w", TR_DTYPE_F32, 2, ws, 0.0f, 0.02f);
-    int b = tr_const(s->g, "b", TR_DTYPE_F32, 1, bs, s->b);
-    int y = tr_softmax(s->g, tr_mul(s->g, tr_gelu(s->g, tr_add(s->g, tr_matmul(s->g, x, w, 0, 0), b), 0), x2));
-    tr_graph_set_output(s->g, y, "out");
-    if (tr_graph_status(s->g, &err) != TR_OK) fail_msg("graph: %s", err.msg);
-    assert_int_equal(tr_graph_bind_param(s->g, w, s->w, &err), TR_OK);
-}
-
-/* out against doubles, for the inputs small_inputs made. */
-static void small_check(const struct small *s, const struct tr_tensor *in, const struct tr_tensor *out) {
-    double ref[M * N];
-    const float *xv = in[0].data, *x2 = in[1].data;
-    for (int i = 0; i < M; i++) {
-        double mx = -INFINITY, sum = 0.0;
-        for (int j = 0; j < N; j++) {
-            double acc = s->b[j];
-            for (int k = 0; k < K; k++) acc += (double)xv[i * K + k] * s->w[k * N + j];
-            ref[i * N + j] = 0.5 * acc * (1.0 + erf(acc / sqrt(2.0))) * x2[i * N + j];
-            mx = fmax(mx, ref[i * N + j]);
-        }
-        for (int j = 0; j < N; j++) sum += (ref[i * N + j] = exp(ref[i * N + j] - mx));
-        for (int j = 0; j < N; j++) ref[i * N + j] /= sum;
-    }
-    tr_assert_close("softmax(gelu(x.w+b)*x2) through the plugin", out, ref, tr_test_tol(TR_DTYPE_F32));
-}
+/* ---- a small graph (backendutil.h): softmax(gelu(x·w + b) * x2), checked against doubles ---- */
 
 /* Two steps, outputs poisoned before each; the second is compared. */
-static void small_run(struct tr_backend *be, struct small *s, struct tr_backend_stats *st) {
+static void small_run(struct tr_backend *be, struct tr_test_small *s, struct tr_backend_stats *st) {
     struct tr_error err = {0};
     struct tr_program *prog = NULL;
     if (tr_backend_compile(be, s->g, &prog, &err) != TR_OK) fail_msg("compile: %s", err.msg);
-    const int64_t xs[] = {M, K}, os[] = {M, N};
-    struct tr_tensor in[2] = {tr_test_tensor(TR_DTYPE_F32, 2, xs), tr_test_tensor(TR_DTYPE_F32, 2, os)};
-    struct tr_tensor out = tr_test_tensor(TR_DTYPE_F32, 2, os);
-    tr_test_randn(&in[0], 42, 1.0);
-    tr_test_randn(&in[1], 43, 1.0);
+    struct tr_tensor in[2], out;
+    tr_test_small_tensors(s, in, &out);
     for (int step = 0; step < 2; step++) {
         tr_test_poison(&out);
         if (tr_backend_execute(be, prog, 2, in, 1, &out, &err) != TR_OK) fail_msg("execute: %s", err.msg);
     }
-    small_check(s, in, &out);
+    tr_test_small_check(s, in, &out);
     if (st && tr_backend_get_stats(be, prog, st, &err) != TR_OK) fail_msg("stats: %s", err.msg);
     tr_program_free(prog);
     tr_test_tensors_free(2, in);
@@ -132,9 +79,9 @@ static void test_next_minor_accepted(void **state) {
     assert_int_equal(TR_ABI_GET_MAJOR(it->abi_version), TR_ABI_MAJOR);
     assert_int_equal(TR_ABI_GET_MINOR(it->abi_version), TR_ABI_MINOR + 1);
     assert_true(it->struct_size > sizeof(struct tr_backend_i));
-    struct tr_backend *be = init_ok(p, NULL, 0);
-    struct small s;
-    small_build(&s);
+    struct tr_backend *be = tr_test_backend_init(p, NULL, 0);
+    struct tr_test_small s;
+    tr_test_small_build(&s, 1);
     struct tr_backend_stats st;
     small_run(be, &s, &st);
     assert_int_not_equal(st.kernel_calls, TP_STATS_POISON); /* the unknown slot was not called */
@@ -224,11 +171,11 @@ static void test_example_options(void **state) {
 static void test_example_runs_and_counts(void **state) {
     (void)state;
     struct tr_plugin *p = open_ok(EXAMPLE);
-    struct small s;
-    small_build(&s);
+    struct tr_test_small s;
+    tr_test_small_build(&s, 1);
     struct tr_backend_stats st;
 
-    struct tr_backend *be = init_ok(p, NULL, 0);
+    struct tr_backend *be = tr_test_backend_init(p, NULL, 0);
     assert_int_equal(tr_backend_supports_op(be, TR_OP_MATMUL, TR_DTYPE_F32), 1);
     assert_int_equal(tr_backend_supports_op(be, TR_OP_SOFTMAX, TR_DTYPE_F32), 0);
     assert_int_equal(tr_backend_supports_op(be, TR_OP_MATMUL, TR_DTYPE_BF16), 0);
@@ -239,7 +186,7 @@ static void test_example_runs_and_counts(void **state) {
     tr_backend_free(be);
 
     const struct tr_option off[] = {{.key = "own_ops", .value = "false", .file = "t.ini", .line = 2}};
-    be = init_ok(p, off, 1);
+    be = tr_test_backend_init(p, off, 1);
     small_run(be, &s, &st);
     if (!strstr(st.notes, "ran itself: 0 matmul, 0 elementwise; shared kernels: 5")) fail_msg("notes: %s", st.notes);
     tr_backend_free(be);
@@ -261,13 +208,10 @@ static void test_host_1_0_runs_plain_graph(void **state) {
     h.graph_n_updates = NULL;
     h.graph_update_param = NULL;
     h.graph_update_value = NULL;
-    struct small s;
-    small_build(&s);
-    const int64_t xs[] = {M, K}, os[] = {M, N};
-    struct tr_tensor in[2] = {tr_test_tensor(TR_DTYPE_F32, 2, xs), tr_test_tensor(TR_DTYPE_F32, 2, os)};
-    struct tr_tensor out = tr_test_tensor(TR_DTYPE_F32, 2, os);
-    tr_test_randn(&in[0], 42, 1.0);
-    tr_test_randn(&in[1], 43, 1.0);
+    struct tr_test_small s;
+    tr_test_small_build(&s, 1);
+    struct tr_tensor in[2], out;
+    tr_test_small_tensors(&s, in, &out);
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
         void *dl = dlopen(files[f], RTLD_NOW | RTLD_LOCAL);
         if (!dl) fail_msg("dlopen %s: %s", files[f], dlerror());
@@ -283,7 +227,7 @@ static void test_host_1_0_runs_plain_graph(void **state) {
         if (it->compile(ctx, (tr_graph_t)s.g, &prog, &err) != TR_OK) fail_msg("%s: compile: %s", files[f], err.msg);
         tr_test_poison(&out);
         if (it->execute(ctx, prog, 2, in, 1, &out, &err) != TR_OK) fail_msg("%s: execute: %s", files[f], err.msg);
-        small_check(&s, in, &out);
+        tr_test_small_check(&s, in, &out);
         it->program_free(ctx, prog);
         it->free(ctx);
         dlclose(dl);

@@ -174,93 +174,101 @@ static const int64_t TKS[] = {1, 7, 16, 40, 64, 129};
 static const int WINDOWS[] = {0, 1, 3, 17, 64, 1000};
 static const int64_t BLOCKS[] = {16, 32, 64};
 
+/* Every combination of TQS, TKS, causal or not, WINDOWS and a block size of BLOCKS. */
+typedef void span_case_fn(int64_t Tq, int64_t Tk, int causal, int win, int64_t blk, void *arg);
+static void each_span_case(span_case_fn *fn, void *arg) {
+    for (size_t a = 0; a < sizeof TQS / sizeof TQS[0]; a++)
+        for (size_t b = 0; b < sizeof TKS / sizeof TKS[0]; b++)
+            for (int causal = 0; causal < 2; causal++)
+                for (size_t w = 0; w < sizeof WINDOWS / sizeof WINDOWS[0]; w++)
+                    for (size_t bi = 0; bi < sizeof BLOCKS / sizeof BLOCKS[0]; bi++)
+                        fn(TQS[a], TKS[b], causal, WINDOWS[w], BLOCKS[bi], arg);
+}
+
+/* Whether query i sees key j: seen, and the plan's tr_attn_plan_visible must agree. */
+static int visible(int64_t Tq, int64_t Tk, int causal, int win, int64_t i, int64_t j) {
+    const int v = seen(Tq, Tk, causal, win, i, j);
+    assert_int_equal(tr_attn_plan_visible(Tq, Tk, causal, win, i, j), v);
+    return v;
+}
+
+/* The plan's span [s, e) for the block [b0, b0 + bn) of queries (by_query) or of keys is
+ * exactly the other side's indices seen from the block, which are contiguous; empty
+ * (s >= e) when there are none. Returns whether there are any. */
+static int expect_span(int64_t Tq, int64_t Tk, int causal, int win, int by_query, int64_t b0, int64_t bn, int64_t s,
+                       int64_t e) {
+    const int64_t n_block = by_query ? Tq : Tk, n_other = by_query ? Tk : Tq;
+    const int64_t b1 = b0 + bn < n_block ? b0 + bn : n_block;
+    int64_t lo = -1, hi = -1, nvis = 0;
+    for (int64_t o = 0; o < n_other; o++) {
+        int any = 0;
+        for (int64_t x = b0; x < b1; x++)
+            any |= by_query ? visible(Tq, Tk, causal, win, x, o) : visible(Tq, Tk, causal, win, o, x);
+        if (!any) continue;
+        if (lo < 0) lo = o;
+        hi = o;
+        nvis++;
+    }
+    if (nvis == 0) {
+        assert_true(s >= e);
+        return 0;
+    }
+    if (s != lo || e != hi + 1 || nvis != hi - lo + 1)
+        fail_msg("Tq %lld Tk %lld causal %d window %d %s block %lld: span [%lld,%lld), visible [%lld,%lld] (%lld %s)",
+                 (long long)Tq, (long long)Tk, causal, win, by_query ? "query" : "key", (long long)b0, (long long)s,
+                 (long long)e, (long long)lo, (long long)hi, (long long)nvis, by_query ? "keys" : "queries");
+    return 1;
+}
+
+struct tiles {
+    long long visited, full;
+};
+
+static void key_span_case(int64_t Tq, int64_t Tk, int causal, int win, int64_t br, void *arg) {
+    struct tiles *t = arg;
+    for (size_t ci = 0; ci < sizeof BLOCKS / sizeof BLOCKS[0]; ci++) {
+        const int64_t bc = BLOCKS[ci];
+        for (int64_t q0 = 0; q0 < Tq; q0 += br) {
+            int64_t kb, ke;
+            tr_attn_plan_key_span(Tq, Tk, causal, win, q0, br, &kb, &ke);
+            if (!expect_span(Tq, Tk, causal, win, 1, q0, br, kb, ke)) continue;
+            const int64_t qe = q0 + br < Tq ? q0 + br : Tq;
+            for (int64_t t0 = kb; t0 < ke; t0 += bc) {
+                int any = 0;
+                for (int64_t j = t0; j < t0 + bc && j < Tk; j++)
+                    for (int64_t i = q0; i < qe; i++) any |= seen(Tq, Tk, causal, win, i, j);
+                assert_true(any); /* no tile that no row sees */
+                t->visited++;
+            }
+            t->full += (Tk + bc - 1) / bc;
+        }
+    }
+}
+
 /* For every query block, the key span is exactly the union of the keys its rows see (a
  * contiguous range); the tiles walked from it cover every visible key and none of them is
  * wholly invisible. */
 static void test_key_span(void **state) {
     (void)state;
-    long long visited = 0, full = 0;
-    for (size_t a = 0; a < sizeof TQS / sizeof TQS[0]; a++)
-        for (size_t b = 0; b < sizeof TKS / sizeof TKS[0]; b++)
-            for (int causal = 0; causal < 2; causal++)
-                for (size_t w = 0; w < sizeof WINDOWS / sizeof WINDOWS[0]; w++)
-                    for (size_t bi = 0; bi < 3; bi++)
-                        for (size_t ci = 0; ci < 3; ci++) {
-                            const int64_t Tq = TQS[a], Tk = TKS[b], br = BLOCKS[bi], bc = BLOCKS[ci];
-                            const int win = WINDOWS[w];
-                            for (int64_t q0 = 0; q0 < Tq; q0 += br) {
-                                const int64_t qe = q0 + br < Tq ? q0 + br : Tq;
-                                int64_t lo = -1, hi = -1, nvis = 0;
-                                for (int64_t j = 0; j < Tk; j++) {
-                                    int any = 0;
-                                    for (int64_t i = q0; i < qe; i++) {
-                                        assert_int_equal(tr_attn_plan_visible(Tq, Tk, causal, win, i, j),
-                                                         seen(Tq, Tk, causal, win, i, j));
-                                        any |= seen(Tq, Tk, causal, win, i, j);
-                                    }
-                                    if (!any) continue;
-                                    if (lo < 0) lo = j;
-                                    hi = j;
-                                    nvis++;
-                                }
-                                int64_t kb, ke;
-                                tr_attn_plan_key_span(Tq, Tk, causal, win, q0, br, &kb, &ke);
-                                if (nvis == 0) {
-                                    assert_true(kb >= ke);
-                                    continue;
-                                }
-                                if (kb != lo || ke != hi + 1 || nvis != hi - lo + 1)
-                                    fail_msg("Tq %lld Tk %lld causal %d window %d block %lld: span [%lld,%lld), "
-                                             "visible [%lld,%lld] (%lld keys)", (long long)Tq, (long long)Tk, causal,
-                                             win, (long long)q0, (long long)kb, (long long)ke, (long long)lo,
-                                             (long long)hi, (long long)nvis);
-                                for (int64_t t0 = kb; t0 < ke; t0 += bc) {
-                                    int any = 0;
-                                    for (int64_t j = t0; j < t0 + bc && j < Tk; j++)
-                                        for (int64_t i = q0; i < qe; i++) any |= seen(Tq, Tk, causal, win, i, j);
-                                    assert_true(any); /* no tile that no row sees */
-                                    visited++;
-                                }
-                                full += (Tk + bc - 1) / bc;
-                            }
-                        }
-    assert_true(visited < full); /* the bounds skip tiles */
+    struct tiles t = {0};
+    each_span_case(key_span_case, &t);
+    assert_true(t.visited < t.full); /* the bounds skip tiles */
+}
+
+static void query_span_case(int64_t Tq, int64_t Tk, int causal, int win, int64_t bk, void *arg) {
+    (void)arg;
+    for (int64_t j0 = 0; j0 < Tk; j0 += bk) {
+        int64_t ib, ie;
+        tr_attn_plan_query_span(Tq, Tk, causal, win, j0, bk, &ib, &ie);
+        expect_span(Tq, Tk, causal, win, 0, j0, bk, ib, ie);
+    }
 }
 
 /* For every key block, the query span is exactly the set of queries that see one of its
  * keys (the dk/dv kernel's walk). */
 static void test_query_span(void **state) {
     (void)state;
-    for (size_t a = 0; a < sizeof TQS / sizeof TQS[0]; a++)
-        for (size_t b = 0; b < sizeof TKS / sizeof TKS[0]; b++)
-            for (int causal = 0; causal < 2; causal++)
-                for (size_t w = 0; w < sizeof WINDOWS / sizeof WINDOWS[0]; w++)
-                    for (size_t bi = 0; bi < 3; bi++) {
-                        const int64_t Tq = TQS[a], Tk = TKS[b], bk = BLOCKS[bi];
-                        const int win = WINDOWS[w];
-                        for (int64_t j0 = 0; j0 < Tk; j0 += bk) {
-                            const int64_t je = j0 + bk < Tk ? j0 + bk : Tk;
-                            int64_t lo = -1, hi = -1, nvis = 0;
-                            for (int64_t i = 0; i < Tq; i++) {
-                                int any = 0;
-                                for (int64_t j = j0; j < je; j++) any |= seen(Tq, Tk, causal, win, i, j);
-                                if (!any) continue;
-                                if (lo < 0) lo = i;
-                                hi = i;
-                                nvis++;
-                            }
-                            int64_t ib, ie;
-                            tr_attn_plan_query_span(Tq, Tk, causal, win, j0, bk, &ib, &ie);
-                            if (nvis == 0) {
-                                assert_true(ib >= ie);
-                                continue;
-                            }
-                            if (ib != lo || ie != hi + 1 || nvis != hi - lo + 1)
-                                fail_msg("Tq %lld Tk %lld causal %d window %d key block %lld: span [%lld,%lld), "
-                                         "visible [%lld,%lld]", (long long)Tq, (long long)Tk, causal, win,
-                                         (long long)j0, (long long)ib, (long long)ie, (long long)lo, (long long)hi);
-                        }
-                    }
+    each_span_case(query_span_case, NULL);
 }
 
 TR_TEST_MAIN(NULL, NULL, test_paths_fit, test_tile_table, test_fallbacks, test_key_span, test_query_span)

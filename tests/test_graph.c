@@ -3,19 +3,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backendutil.h"
 #include "testutil.h"
 #include "trident/graph.h"
 
 #define S(...) ((const int64_t[]){__VA_ARGS__})
 #define NDIM(...) ((int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
-
-static struct tr_graph *new_graph(void) {
-    struct tr_graph *g = NULL;
-    struct tr_error err = {0};
-    assert_int_equal(tr_graph_init(&g, &err), TR_OK);
-    assert_non_null(g);
-    return g;
-}
 
 static int in_f32(struct tr_graph *g, const char *name, int nd, const int64_t *sh) {
     return tr_input(g, name, TR_DTYPE_F32, nd, sh);
@@ -45,7 +38,7 @@ static void expect_error(struct tr_graph *g, int id, const char *const *subs) {
 
 static void test_leaves(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, S(2, 7));
     int w = tr_param(g, "w", TR_DTYPE_BF16, 2, S(3, 4), 0.5f, 0.02f);
     float data[6] = {1, 2, 3, 4, 5, 6};
@@ -103,40 +96,40 @@ static void test_leaves(void **state) {
 
 static void test_leaf_errors(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     EXPECT_ERROR(g, tr_input(g, "x", TR_DTYPE_F32, 2, S(2, -3)), "node 0 input 'x'", "[2,-3]", "negative");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     EXPECT_ERROR(g, tr_input(g, "x", TR_DTYPE_F32, 9, S(1, 1, 1, 1, 1, 1, 1, 1, 1)), "node 0 input 'x'",
                  "9 dimensions");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     EXPECT_ERROR(g, tr_param(g, "w", (enum tr_dtype)42, 1, S(3), 0, 1), "node 0 param 'w'", "dtype 42");
     tr_graph_free(g);
     /* TR_MAX_TENSOR_BYTES (2^48) on leaves and on what a shape rule makes: no byte count or
      * stride can wrap (a config.json's vocab 2^30 x width 2^32 once made a 64-byte buffer) */
-    g = new_graph();
+    g = tr_test_graph_new();
     EXPECT_ERROR(g, tr_param(g, "emb", TR_DTYPE_F32, 2, S(1073741824, 4294967296), 0, 1), "node 0 param 'emb'",
                  "f32[1073741824,4294967296] is more than 281474976710656 bytes");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     EXPECT_ERROR(g, tr_input(g, "e", TR_DTYPE_F32, 3, S(0, 16777216, 16777216)), "node 0 input 'e'", "more than");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     int a = tr_input(g, "a", TR_DTYPE_F32, 2, S(16777216, 1)), b = tr_input(g, "b", TR_DTYPE_F32, 2, S(1, 16777216));
     EXPECT_ERROR(g, tr_matmul(g, a, b, 0, 0), "node 2 matmul", "its output f32[16777216,16777216] is more than");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     EXPECT_ERROR(g, tr_param(g, "w", TR_DTYPE_F32, 1, S(3), 0, -1), "node 0 param 'w'", "std");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     EXPECT_ERROR(g, tr_const(g, "c", TR_DTYPE_F32, 1, S(3), NULL), "node 0 const 'c'", "no data");
     tr_graph_free(g);
 }
 
 static void test_matmul(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int x = in_f32(g, "x", 3, S(2, 8, 16));
     int w = tr_param(g, "w", TR_DTYPE_F32, 2, S(16, 32), 0, 1);
     int wt = tr_param(g, "wt", TR_DTYPE_F32, 2, S(32, 16), 0, 1);
@@ -165,7 +158,7 @@ static void test_matmul(void **state) {
 
 static void test_matmul_errors(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     assert_int_equal(tr_graph_push_scope(g, "encoder.layer.0.attention.self.query"), TR_OK);
     int x = in_f32(g, "x", 3, S(2, 8, 64));
     int w = tr_param(g, "weight", TR_DTYPE_F32, 2, S(32, 48), 0, 1);
@@ -173,25 +166,25 @@ static void test_matmul_errors(void **state) {
                  "inner dimensions differ", "a f32[2,8,64] (K=64)", "b f32[32,48]^T (K=48)");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     int a = in_f32(g, "a", 3, S(2, 4, 5));
     int b = in_f32(g, "b", 3, S(3, 5, 6));
     EXPECT_ERROR(g, tr_matmul(g, a, b, 0, 0), "node 2 matmul", "batch", "[2,4,5]", "[3,5,6]");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     a = in_f32(g, "a", 1, S(5));
     b = in_f32(g, "b", 2, S(5, 6));
     EXPECT_ERROR(g, tr_matmul(g, a, b, 0, 0), "node 2 matmul", "at least 2 dimensions", "a f32[5]");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     a = in_f32(g, "a", 2, S(4, 5));
     b = tr_input(g, "b", TR_DTYPE_BF16, 2, S(5, 6));
     EXPECT_ERROR(g, tr_matmul(g, a, b, 0, 0), "node 2 matmul", "dtypes differ", "f32[4,5]", "bf16[5,6]");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     a = tr_input(g, "a", TR_DTYPE_I32, 2, S(4, 5));
     b = tr_input(g, "b", TR_DTYPE_I32, 2, S(5, 6));
     EXPECT_ERROR(g, tr_matmul(g, a, b, 0, 0), "node 2 matmul", "i32[4,5]", "float");
@@ -200,7 +193,7 @@ static void test_matmul_errors(void **state) {
 
 static void test_binary(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int x = in_f32(g, "x", 3, S(2, 3, 4));
     int bias = tr_param(g, "bias", TR_DTYPE_F32, 1, S(4), 0, 1);
     int col = in_f32(g, "col", 2, S(3, 1));
@@ -218,19 +211,19 @@ static void test_binary(void **state) {
     assert_int_equal(tr_graph_status(g, NULL), TR_OK);
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 2, S(2, 3));
     y = in_f32(g, "y", 1, S(4));
     EXPECT_ERROR(g, tr_add(g, x, y), "node 2 add 'add_2'", "cannot broadcast", "a f32[2,3]", "b f32[4]");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 2, S(2, 3));
     y = tr_input(g, "y", TR_DTYPE_BF16, 2, S(2, 3));
     EXPECT_ERROR(g, tr_mul(g, x, y), "node 2 mul", "dtypes differ", "f32[2,3]", "bf16[2,3]");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = tr_input(g, "x", TR_DTYPE_I64, 1, S(3));
     EXPECT_ERROR(g, tr_div(g, x, x), "node 1 div", "i64[3]", "float");
     tr_graph_free(g);
@@ -238,7 +231,7 @@ static void test_binary(void **state) {
 
 static void test_unary(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int x = tr_input(g, "x", TR_DTYPE_BF16, 3, S(2, 3, 4));
     static const enum tr_op ops[] = {TR_OP_TANH, TR_OP_RELU, TR_OP_SILU, TR_OP_SIGMOID,
                                      TR_OP_EXP,  TR_OP_NEG,  TR_OP_SQRT, TR_OP_RSQRT};
@@ -257,17 +250,17 @@ static void test_unary(void **state) {
     assert_int_equal(tr_graph_status(g, NULL), TR_OK);
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 1, S(3));
     EXPECT_ERROR(g, tr_unary(g, TR_OP_MATMUL, x), "node 1 matmul", "tr_unary");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = tr_input(g, "x", TR_DTYPE_I32, 1, S(3));
     EXPECT_ERROR(g, tr_unary(g, TR_OP_EXP, x), "node 1 exp 'exp_1'", "x is i32[3]", "float");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = tr_const_scalar(g, TR_DTYPE_F32, 3.0);
     EXPECT_ERROR(g, tr_softmax(g, x), "node 1 softmax", "f32[]");
     tr_graph_free(g);
@@ -275,7 +268,7 @@ static void test_unary(void **state) {
 
 static void test_layer_norm(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int x = in_f32(g, "x", 3, S(2, 5, 8));
     int gm = tr_param(g, "gamma", TR_DTYPE_F32, 1, S(8), 1, 0);
     int bt = tr_param(g, "beta", TR_DTYPE_F32, 1, S(8), 0, 0);
@@ -287,7 +280,7 @@ static void test_layer_norm(void **state) {
                  "x f32[2,5,8]");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = tr_input(g, "x", TR_DTYPE_BF16, 2, S(2, 8));
     gm = tr_param(g, "gamma", TR_DTYPE_F32, 1, S(8), 1, 0);
     EXPECT_ERROR(g, tr_layer_norm(g, x, gm, gm, 1e-5f), "node 2 layer_norm", "dtypes differ", "bf16[2,8]", "f32[8]");
@@ -296,7 +289,7 @@ static void test_layer_norm(void **state) {
 
 static void test_embedding(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int tab = tr_param(g, "table", TR_DTYPE_BF16, 2, S(10, 4), 0, 1);
     int ids = tr_input(g, "ids", TR_DTYPE_I32, 2, S(2, 5));
     int ids64 = tr_input(g, "ids64", TR_DTYPE_I64, 1, S(7));
@@ -306,7 +299,7 @@ static void test_embedding(void **state) {
     EXPECT_ERROR(g, tr_embedding(g, tab, fid), "node 6 embedding", "ids f32[3]", "i32 or i64");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     tab = tr_param(g, "table", TR_DTYPE_F32, 3, S(10, 4, 2), 0, 1);
     ids = tr_input(g, "ids", TR_DTYPE_I32, 1, S(2));
     EXPECT_ERROR(g, tr_embedding(g, tab, ids), "node 2 embedding", "table f32[10,4,2]", "2-D");
@@ -315,7 +308,7 @@ static void test_embedding(void **state) {
 
 static void test_reshape_transpose(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int x = tr_input(g, "x", TR_DTYPE_BF16, 3, S(2, 6, 8));
     int r = tr_reshape(g, x, 4, S(2, -1, 4, 2));
     assert_node(g, r, TR_DTYPE_BF16, 2, 6, 4, 2);
@@ -328,21 +321,21 @@ static void test_reshape_transpose(void **state) {
     EXPECT_ERROR(g, tr_reshape(g, x, 2, S(5, 20)), "node 4 reshape", "[5,20] has 100 elements", "x bf16[2,6,8] has 96");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 2, S(4, 6));
     EXPECT_ERROR(g, tr_reshape(g, x, 3, S(-1, -1, 2)), "node 1 reshape", "more than one -1", "f32[4,6]");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 2, S(4, 6));
     EXPECT_ERROR(g, tr_reshape(g, x, 2, S(-1, 5)), "node 1 reshape", "cannot be inferred", "[-1,5]");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 3, S(2, 3, 4));
     EXPECT_ERROR(g, tr_transpose(g, x, 3, (const int[]){0, 0, 1}), "node 1 transpose", "[0,0,1]", "permutation",
                  "f32[2,3,4]");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 3, S(2, 3, 4));
     EXPECT_ERROR(g, tr_transpose(g, x, 2, (const int[]){1, 0}), "node 1 transpose", "2 entries", "3 dimensions");
     tr_graph_free(g);
@@ -350,7 +343,7 @@ static void test_reshape_transpose(void **state) {
 
 static void test_slice(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int x = in_f32(g, "x", 3, S(2, 10, 4));
     int s = tr_slice(g, x, 1, 2, 9, 3); /* 2, 5, 8 */
     assert_node(g, s, TR_DTYPE_F32, 2, 3, 4);
@@ -367,15 +360,15 @@ static void test_slice(void **state) {
     EXPECT_ERROR(g, tr_slice(g, x, 1, 0, 11, 1), "node 5 slice", "start 0 end 11", "f32[2,10,4]", "extent 10");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 2, S(2, 10));
     EXPECT_ERROR(g, tr_slice(g, x, 1, 5, 3, 1), "node 1 slice", "start 5 end 3");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 2, S(2, 10));
     EXPECT_ERROR(g, tr_slice(g, x, 1, 0, 10, 0), "node 1 slice", "step 0");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 2, S(2, 10));
     EXPECT_ERROR(g, tr_slice(g, x, -3, 0, 1, 1), "node 1 slice", "axis -3", "f32[2,10]");
     tr_graph_free(g);
@@ -383,7 +376,7 @@ static void test_slice(void **state) {
 
 static void test_concat(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int a = in_f32(g, "a", 3, S(2, 3, 4));
     int b = in_f32(g, "b", 3, S(2, 5, 4));
     int c = tr_concat(g, 3, (const int[]){a, b, a}, -2);
@@ -396,19 +389,19 @@ static void test_concat(void **state) {
     EXPECT_ERROR(g, tr_concat(g, 2, (const int[]){a, b}, 2), "node 4 concat", "f32[2,3,4]", "f32[2,5,4]", "axis 2");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     a = in_f32(g, "a", 1, S(3));
     b = tr_input(g, "b", TR_DTYPE_BF16, 1, S(3));
     EXPECT_ERROR(g, tr_concat(g, 2, (const int[]){a, b}, 0), "node 2 concat", "dtypes differ", "bf16[3]");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     EXPECT_ERROR(g, tr_concat(g, 0, NULL, 0), "node 0 concat", "0 inputs", "1 to 8");
     tr_graph_free(g);
 }
 
 static void test_reduce_cast(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int x = tr_input(g, "x", TR_DTYPE_BF16, 3, S(2, 3, 4));
     int s = tr_reduce(g, TR_OP_SUM, x, -1, 0);
     assert_node(g, s, TR_DTYPE_BF16, 2, 3);
@@ -423,11 +416,11 @@ static void test_reduce_cast(void **state) {
     EXPECT_ERROR(g, tr_reduce(g, TR_OP_SUM, x, 3, 0), "node 7 sum", "axis 3", "bf16[2,3,4]");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 1, S(4));
     EXPECT_ERROR(g, tr_reduce(g, TR_OP_SOFTMAX, x, 0, 0), "node 1 softmax", "sum, mean or max");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 1, S(4));
     EXPECT_ERROR(g, tr_cast(g, x, (enum tr_dtype)17), "node 1 cast", "17", "f32[4]");
     tr_graph_free(g);
@@ -435,7 +428,7 @@ static void test_reduce_cast(void **state) {
 
 static void test_attention(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int q = tr_input(g, "q", TR_DTYPE_BF16, 4, S(2, 8, 5, 16));
     int k = tr_input(g, "k", TR_DTYPE_BF16, 4, S(2, 2, 7, 16));
     int v = tr_input(g, "v", TR_DTYPE_BF16, 4, S(2, 2, 7, 12));
@@ -457,7 +450,7 @@ static void test_attention(void **state) {
                  "[2,8,5,7]");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     q = in_f32(g, "q", 4, S(1, 6, 5, 16));
     k = in_f32(g, "k", 4, S(1, 4, 7, 16));
     v = in_f32(g, "v", 4, S(1, 4, 7, 16));
@@ -465,19 +458,19 @@ static void test_attention(void **state) {
                  "f32[1,4,7,16]");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     q = in_f32(g, "q", 4, S(1, 4, 5, 16));
     k = in_f32(g, "k", 4, S(1, 4, 7, 8));
     v = in_f32(g, "v", 4, S(1, 4, 7, 16));
     EXPECT_ERROR(g, tr_attention(g, q, k, v, -1, 1.0f, 0, 0), "node 3 attention", "k f32[1,4,7,8]");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     q = in_f32(g, "q", 3, S(4, 5, 16));
     EXPECT_ERROR(g, tr_attention(g, q, q, q, -1, 1.0f, 0, 0), "node 1 attention", "4-D", "f32[4,5,16]");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     q = in_f32(g, "q", 4, S(1, 2, 3, 4));
     m = tr_input(g, "m", TR_DTYPE_BF16, 2, S(3, 3));
     EXPECT_ERROR(g, tr_attention(g, q, q, q, m, 1.0f, 0, 0), "node 2 attention", "mask bf16[3,3]", "f32 or f32");
@@ -486,7 +479,7 @@ static void test_attention(void **state) {
 
 static void test_add_node_arity(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int x = in_f32(g, "x", 2, S(2, 3));
     int in[5] = {x, x, x, x, x};
     /* attrs NULL: neutral defaults (alpha 1) */
@@ -497,24 +490,24 @@ static void test_add_node_arity(void **state) {
     EXPECT_ERROR(g, tr_graph_add_node(g, TR_OP_ADD, 3, in, NULL), "node 3 add", "3 inputs, expected 2");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 4, S(1, 1, 2, 3));
     EXPECT_ERROR(g, tr_graph_add_node(g, TR_OP_ATTENTION, 5, (const int[]){x, x, x, x, x}, NULL), "node 1 attention",
                  "5 inputs, expected 3 or 4");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     EXPECT_ERROR(g, tr_graph_add_node(g, TR_OP_PARAM, 0, NULL, NULL), "node 0 param", "tr_param");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     EXPECT_ERROR(g, tr_graph_add_node(g, (enum tr_op)999, 0, NULL, NULL), "node 0", "unknown op 999");
     tr_graph_free(g);
 
     /* ids out of range are errors too, and name the bad input */
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 1, S(3));
     EXPECT_ERROR(g, tr_add(g, x, 7), "node 1 add", "input 1 is 7", "[0,1)");
     tr_graph_free(g);
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 1, S(3));
     EXPECT_ERROR(g, tr_add(g, -5, x), "node 1 add", "input 0 is -5");
     tr_graph_free(g);
@@ -522,7 +515,7 @@ static void test_add_node_arity(void **state) {
 
 static void test_sticky(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     struct tr_error err = {0};
     int x = in_f32(g, "x", 2, S(2, 3));
     int w = tr_param(g, "w", TR_DTYPE_F32, 2, S(4, 5), 0, 1);
@@ -559,7 +552,7 @@ static void test_sticky(void **state) {
     tr_graph_free(g);
 
     /* a -1 input with no error before is reported as such */
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 1, S(3));
     EXPECT_ERROR(g, tr_add(g, x, -1), "node 1 add 'add_1'", "input 1 is -1");
     tr_graph_free(g);
@@ -567,7 +560,7 @@ static void test_sticky(void **state) {
 
 static void test_names(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, S(2, 4));
     assert_int_equal(tr_graph_push_scope(g, "encoder"), TR_OK);
     assert_int_equal(tr_graph_push_scope(g, "layer.%d", 3), TR_OK);
@@ -614,33 +607,33 @@ static void test_names(void **state) {
     EXPECT_ERROR(g, dup, "param", "'encoder.bias' is already used", id_str);
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 1, S(2));
     y = in_f32(g, "y", 1, S(2));
     assert_int_not_equal(tr_graph_set_name(g, y, "x"), TR_OK);
     EXPECT_ERROR(g, -1, "node 1 input 'y'", "'x' is already used by node 0");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     x = in_f32(g, "x", 1, S(2));
     assert_int_equal(tr_graph_set_output(g, x, "out"), TR_OK);
     assert_int_not_equal(tr_graph_set_output(g, x, "out"), TR_OK);
     EXPECT_ERROR(g, -1, "output 'out' set twice");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     tr_graph_pop_scope(g);
     EXPECT_ERROR(g, -1, "pop_scope without");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     char longname[200];
     memset(longname, 'a', sizeof longname - 1);
     longname[sizeof longname - 1] = '\0';
     EXPECT_ERROR(g, tr_input(g, longname, TR_DTYPE_F32, 1, S(2)), "node 0 input", "longer than 127");
     tr_graph_free(g);
 
-    g = new_graph();
+    g = tr_test_graph_new();
     assert_int_equal(tr_graph_push_scope(g, "%.100s", longname), TR_OK);
     assert_int_not_equal(tr_graph_push_scope(g, "%.40s", longname), TR_OK);
     tr_graph_pop_scope(g);
@@ -652,7 +645,7 @@ static void test_names(void **state) {
 /* Many nodes: the name index keeps every lookup right after several rehashes. */
 static void test_find_many(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     enum { N = 3000 };
     int ids[N];
     for (int i = 0; i < N; i++) {
@@ -676,7 +669,7 @@ static void test_find_many(void **state) {
 
 static void test_bind_param(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     struct tr_error err = {0};
     int x = in_f32(g, "x", 1, S(3));
     int w = tr_param(g, "w", TR_DTYPE_F32, 1, S(3), 0, 1);
@@ -717,7 +710,7 @@ static void expect_line(const char *text, const char *line) {
 
 static void test_dump(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int x = tr_input(g, "x", TR_DTYPE_BF16, 3, S(2, 4, 8));
     int w = tr_param(g, "w", TR_DTYPE_BF16, 2, S(6, 8), 0, 0.02f);
     int y = tr_matmul(g, x, w, 0, 1);
@@ -782,7 +775,7 @@ static void test_dump(void **state) {
 
 static void test_flops(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     const int64_t B = 2, M = 3, K = 4, N = 5, H = 2, Tq = 3, Tk = 7, D = 4, Dv = 6;
     int x = in_f32(g, "x", 3, S(B, M, K));
     int w = tr_param(g, "w", TR_DTYPE_F32, 2, S(N, K), 0, 1);

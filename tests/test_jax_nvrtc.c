@@ -29,11 +29,6 @@
 #include "../plugins/backend_jax/jax_internal.h"
 #include "trident/kernels_cuda.h"
 
-static void fresh_dir(char *out, size_t n, const char *name) {
-    snprintf(out, n, "%s/%s", tr_test_dir, name);
-    assert_int_equal(mkdir(out, 0700), 0);
-}
-
 /* NVRTC ships with the CUDA build; without it the compile checks are skipped, by name and
  * through cmocka's skip(), so the summary counts them as skipped rather than passed. */
 static void skip_without_nvrtc(const char *name) {
@@ -69,6 +64,14 @@ static struct tr_jax_context *cpu_ctx(const char *cache_dir) {
     struct tr_jax_context *c = ctx_make(TR_DEVICE_CPU, cache_dir, &e);
     if (!c) fail_msg("jax init: %s", e.msg);
     return c;
+}
+
+/* A cpu context whose cache is the new, empty directory `name` of the group's. */
+static struct tr_jax_context *fresh_ctx(const char *name) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/%s", tr_test_dir, name);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    return cpu_ctx(dir);
 }
 
 /* ---- the BERT graphs ---- */
@@ -157,11 +160,9 @@ static void nvrtc_ok(const char *what, const char *src, int sm, char names[][32]
 }
 
 static void check_bert(const struct bert_case *c) {
-    char dir[512], what[96];
+    char what[96];
     snprintf(what, sizeof what, "bert-%s-%s-%s.cu", c->preset, c->task, c->dtype);
-    snprintf(dir, sizeof dir, "%s/%s", tr_test_dir, what);
-    assert_int_equal(mkdir(dir, 0700), 0);
-    struct tr_jax_context *ctx = cpu_ctx(dir);
+    struct tr_jax_context *ctx = fresh_ctx(what);
     struct built b;
     bert_build(c, &b);
     char *src = NULL;
@@ -399,11 +400,11 @@ static void spit(const char *path, const void *d, size_t n) {
     assert_int_equal(fclose(f), 0);
 }
 
-/* A build of tiny_src for sm_90 that must be a hit (1) or a compile (0), and valid. */
-static void build_expect(struct tr_jax_context *ctx, int hit, struct jax_cubin *out) {
+/* A build of tiny_src for sm_`sm` that must be a hit (1) or a compile (0), and valid. */
+static void build_sm_expect(struct tr_jax_context *ctx, int sm, int hit, struct jax_cubin *out) {
     uint64_t runs = ctx->nvrtc_runs;
     struct tr_error e = {0};
-    if (jax_cu_build(ctx, tiny_src, strlen(tiny_src), 90, out, &e) != TR_OK) fail_msg("build: %s", e.msg);
+    if (jax_cu_build(ctx, tiny_src, strlen(tiny_src), sm, out, &e) != TR_OK) fail_msg("sm_%d: %s", sm, e.msg);
     assert_int_equal(out->cache_hit, hit);
     assert_int_equal(ctx->nvrtc_runs, runs + (hit ? 0 : 1));
     assert_true(out->size > 64);
@@ -411,12 +412,14 @@ static void build_expect(struct tr_jax_context *ctx, int hit, struct jax_cubin *
     assert_true(access(out->path, R_OK) == 0);
 }
 
+static void build_expect(struct tr_jax_context *ctx, int hit, struct jax_cubin *out) {
+    build_sm_expect(ctx, 90, hit, out);
+}
+
 static void test_cache_disk(void **state) {
     (void)state;
     skip_without_nvrtc("test_cache_disk");
-    char dir[512];
-    fresh_dir(dir, sizeof dir, "cubins");
-    struct tr_jax_context *ctx = cpu_ctx(dir);
+    struct tr_jax_context *ctx = fresh_ctx("cubins");
     struct jax_cubin first, c;
     build_expect(ctx, 0, &first);
     assert_non_null(strstr(first.path, "/jax-"));
@@ -470,11 +473,7 @@ static void test_cache_disk(void **state) {
     free(whole);
 
     /* another architecture is another entry, both kept */
-    struct tr_error e = {0};
-    uint64_t runs = ctx->nvrtc_runs;
-    if (jax_cu_build(ctx, tiny_src, strlen(tiny_src), 80, &c, &e) != TR_OK) fail_msg("sm_80: %s", e.msg);
-    assert_int_equal(c.cache_hit, 0);
-    assert_int_equal(ctx->nvrtc_runs, runs + 1);
+    build_sm_expect(ctx, 80, 0, &c);
     assert_string_not_equal(c.path, first.path);
     jax_cubin_free(&c);
     build_expect(ctx, 1, &c);
@@ -487,9 +486,7 @@ static void test_cache_disk(void **state) {
 static void test_compile_error_keeps_source(void **state) {
     (void)state;
     skip_without_nvrtc("test_compile_error_keeps_source");
-    char dir[512];
-    fresh_dir(dir, sizeof dir, "broken");
-    struct tr_jax_context *ctx = cpu_ctx(dir);
+    struct tr_jax_context *ctx = fresh_ctx("broken");
     const char *bad = "extern \"C\" __global__ void trj_k0(float *out) { out[0] = no_such_name; }\n";
     struct jax_cubin c;
     struct tr_error e = {0};

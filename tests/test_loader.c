@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "backendutil.h"
 #include "testutil.h"
 #include "trident/graph.h"
 #include "trident/loader.h"
@@ -114,66 +115,28 @@ static void check_refusals(int by_name) {
 static void test_refusals_by_path(void **state) { check_refusals(0); }
 static void test_refusals_by_name(void **state) { check_refusals(1); }
 
-/* ---- a small graph through a plugin ---- */
+/* ---- a small graph through a plugin (backendutil.h): gelu(x·w + b) ---- */
 
-#define M 4
-#define K 8
-#define N 16
-
-struct small_graph {
-    struct tr_graph *g;
-    float w[K * N], b[N];
-};
-
-static void small_graph_build(struct small_graph *sg) {
-    struct tr_error err = {0};
-    assert_int_equal(tr_graph_init(&sg->g, &err), TR_OK);
-    for (int i = 0; i < K * N; i++) sg->w[i] = (float)(0.3 * sin(0.7 * i + 0.1));
-    for (int i = 0; i < N; i++) sg->b[i] = (float)(0.2 * cos(1.3 * i) + 0.05);
-    const int64_t xs[] = {M, K}, ws[] = {K, N}, bs[] = {N};
-    int x = tr_input(sg->g, "x", TR_DTYPE_F32, 2, xs);
-    int w = tr_param(sg->g, "w", TR_DTYPE_F32, 2, ws, 0.0f, 0.02f);
-    int b = tr_const(sg->g, "b", TR_DTYPE_F32, 1, bs, sg->b);
-    int y = tr_gelu(sg->g, tr_add(sg->g, tr_matmul(sg->g, x, w, 0, 0), b), 0);
-    tr_graph_set_output(sg->g, y, "out");
-    if (tr_graph_status(sg->g, &err) != TR_OK) fail_msg("graph: %s", err.msg);
-    assert_int_equal(tr_graph_bind_param(sg->g, w, sg->w, &err), TR_OK);
-}
+#define M TR_TEST_SMALL_M
+#define K TR_TEST_SMALL_K
+#define N TR_TEST_SMALL_N
 
 /* Build sg, compile it on be and run it once, checked against a double reference. The
  * caller frees the program, then the graph (a program may keep its graph until freed):
  * run_free does it all. */
-static struct tr_program *small_graph_run(struct tr_backend *be, struct small_graph *sg) {
-    small_graph_build(sg);
+static struct tr_program *small_graph_run(struct tr_backend *be, struct tr_test_small *sg) {
+    tr_test_small_build(sg, 0);
     struct tr_error err = {0};
     struct tr_program *prog = NULL;
     if (tr_backend_compile(be, sg->g, &prog, &err) != TR_OK) fail_msg("compile: %s", err.msg);
-    const int64_t xs[] = {M, K}, os[] = {M, N};
-    struct tr_tensor x = tr_test_tensor(TR_DTYPE_F32, 2, xs), out = tr_test_tensor(TR_DTYPE_F32, 2, os);
-    tr_test_randn(&x, 42, 1.0);
+    struct tr_tensor x, out;
+    tr_test_small_tensors(sg, &x, &out);
     tr_test_poison(&out);
     if (tr_backend_execute(be, prog, 1, &x, 1, &out, &err) != TR_OK) fail_msg("execute: %s", err.msg);
-
-    double ref[M * N];
-    const float *xv = x.data;
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            double acc = sg->b[j];
-            for (int k = 0; k < K; k++) acc += (double)xv[i * K + k] * sg->w[k * N + j];
-            ref[i * N + j] = 0.5 * acc * (1.0 + erf(acc / sqrt(2.0)));
-        }
-    tr_assert_close("matmul+add+gelu through the plugin", &out, ref, tr_test_tol(TR_DTYPE_F32));
+    tr_test_small_check(sg, &x, &out);
     tr_test_tensor_free(&x);
     tr_test_tensor_free(&out);
     return prog;
-}
-
-static struct tr_backend *init_backend(struct tr_plugin *p, const struct tr_option *opts, int n_opts) {
-    struct tr_backend_params params = {.device_type = TR_DEVICE_CPU, .options = opts, .n_options = n_opts};
-    struct tr_backend *be = NULL;
-    struct tr_error err = {0};
-    if (tr_backend_init(p, &params, &be, &err) != TR_OK) fail_msg("init: %s", err.msg);
-    return be;
 }
 
 static struct tr_plugin *open_plugin(const char *variant) {
@@ -194,7 +157,7 @@ static struct tr_backend_stats stats_ok(struct tr_backend *be, struct tr_program
 }
 
 /* Free what small_graph_run and its backend made, in order: program, graph, backend, plugin. */
-static void run_free(struct tr_program *prog, struct small_graph *sg, struct tr_backend *be, struct tr_plugin *p) {
+static void run_free(struct tr_program *prog, struct tr_test_small *sg, struct tr_backend *be, struct tr_plugin *p) {
     tr_program_free(prog);
     tr_graph_free(sg->g);
     tr_backend_free(be);
@@ -207,14 +170,14 @@ static void test_good_runs_graph(void **state) {
     assert_string_equal(tr_plugin_path(p), plugin_file("good"));
     assert_string_equal(tr_plugin_iface(p)->name, "good");
     const struct tr_option opts[] = {{.key = "mode", .value = "eager", .file = "conf/t.ini", .line = 3}};
-    struct tr_backend *be = init_backend(p, opts, 1);
+    struct tr_backend *be = tr_test_backend_init(p, opts, 1);
     assert_string_equal(tr_backend_name(be), "good");
     /* The plugin's own answers, not the default of 1. */
     assert_int_equal(tr_backend_supports_op(be, TR_OP_MATMUL, TR_DTYPE_F32), 1);
     assert_int_equal(tr_backend_supports_op(be, TR_OP_ATTENTION, TR_DTYPE_F32), 0);
     assert_int_equal(tr_backend_supports_op(be, TR_OP_COUNT, TR_DTYPE_F32), 0);
 
-    struct small_graph sg;
+    struct tr_test_small sg;
     struct tr_program *prog = small_graph_run(be, &sg);
     struct tr_backend_stats st = stats_ok(be, prog);
     assert_int_equal(st.struct_size, sizeof st);
@@ -228,9 +191,9 @@ static void test_good_runs_graph(void **state) {
 static void test_execute_checks(void **state) {
     (void)state;
     struct tr_plugin *p = open_plugin("good");
-    struct tr_backend *be = init_backend(p, NULL, 0), *other = init_backend(p, NULL, 0);
-    struct small_graph sg;
-    small_graph_build(&sg);
+    struct tr_backend *be = tr_test_backend_init(p, NULL, 0), *other = tr_test_backend_init(p, NULL, 0);
+    struct tr_test_small sg;
+    tr_test_small_build(&sg, 0);
     struct tr_error err = {0};
     struct tr_program *prog = NULL;
     assert_int_equal(tr_backend_compile(be, sg.g, &prog, &err), TR_OK);
@@ -281,7 +244,7 @@ static void test_execute_checks(void **state) {
 static void test_compile_refuses_broken_graph(void **state) {
     (void)state;
     struct tr_plugin *p = open_plugin("good");
-    struct tr_backend *be = init_backend(p, NULL, 0);
+    struct tr_backend *be = tr_test_backend_init(p, NULL, 0);
     struct tr_graph *g = NULL;
     struct tr_error err = {0};
     assert_int_equal(tr_graph_init(&g, &err), TR_OK);
@@ -335,9 +298,9 @@ static void test_newminor(void **state) {
     assert_int_equal(TR_ABI_GET_MAJOR(it->abi_version), 1);
     assert_int_equal(TR_ABI_GET_MINOR(it->abi_version), 7);
     assert_true(it->struct_size > sizeof(struct tr_backend_i));
-    struct tr_backend *be = init_backend(p, NULL, 0);
+    struct tr_backend *be = tr_test_backend_init(p, NULL, 0);
     assert_int_equal(tr_backend_supports_op(be, TR_OP_ATTENTION, TR_DTYPE_F32), 0);
-    struct small_graph sg;
+    struct tr_test_small sg;
     struct tr_program *prog = small_graph_run(be, &sg);
     assert_int_equal(stats_ok(be, prog).kernel_calls, 3);
     run_free(prog, &sg, be, p);
@@ -349,9 +312,9 @@ static void test_defaults(void **state) {
     struct tr_plugin *p = open_plugin("minimal");
     assert_int_equal(tr_plugin_iface(p)->struct_size, TR_BACKEND_I_MIN_SIZE_1_0);
     assert_null(tr_plugin_iface(p)->get_stats); /* past struct_size: never read */
-    struct tr_backend *be = init_backend(p, NULL, 0);
+    struct tr_backend *be = tr_test_backend_init(p, NULL, 0);
     for (int op = 0; op < TR_OP_COUNT; op++) assert_int_equal(tr_backend_supports_op(be, op, TR_DTYPE_F32), 1);
-    struct small_graph sg;
+    struct tr_test_small sg;
     struct tr_program *prog = small_graph_run(be, &sg);
     struct tr_backend_stats st = stats_ok(be, prog), zero;
     memset(&zero, 0, sizeof zero);
@@ -372,7 +335,7 @@ static void test_compile_holds_backend_to_caps(void **state) {
     (void)state;
     struct tr_plugin *p = open_plugin("good");
     assert_int_equal(tr_plugin_iface(p)->caps, TR_CAP_CPU | TR_CAP_F32);
-    struct tr_backend *be = init_backend(p, NULL, 0);
+    struct tr_backend *be = tr_test_backend_init(p, NULL, 0);
     struct tr_error err = {0};
     struct tr_program *prog = (struct tr_program *)0x1;
     const int64_t xs[] = {2, 3};
@@ -396,8 +359,8 @@ static void test_compile_holds_backend_to_caps(void **state) {
     tr_assert_msg_has(&err, "does not declare TR_CAP_TRAINING: node 3 'dx' is softmax_grad, a training op");
     tr_graph_free(g);
 
-    struct small_graph sg;
-    small_graph_build(&sg);
+    struct tr_test_small sg;
+    tr_test_small_build(&sg, 0);
     int w = tr_graph_find(sg.g, "w");
     assert_int_equal(tr_graph_add_update(sg.g, w, tr_scale(sg.g, w, 0.5f, 0.0f)), TR_OK);
     assert_int_equal(tr_backend_compile(be, sg.g, &prog, &err), TR_ERR_UNSUPPORTED);
@@ -410,8 +373,8 @@ static void test_compile_holds_backend_to_caps(void **state) {
 static void test_v10_refuses_updates(void **state) {
     (void)state;
     struct tr_plugin *p = open_plugin("v10");
-    struct tr_backend *be = init_backend(p, NULL, 0);
-    struct small_graph sg;
+    struct tr_backend *be = tr_test_backend_init(p, NULL, 0);
+    struct tr_test_small sg;
     struct tr_program *prog = small_graph_run(be, &sg);
     tr_program_free(prog);
     int w = tr_graph_find(sg.g, "w");

@@ -79,42 +79,47 @@ static void bind_all(struct tr_graph *g, const struct tr_safetensors *base, cons
     }
 }
 
+/* The fixtures: the batch (in[0..2]; in[3] is the caller's), the base model's weights,
+ * the LoRA reference, and predict options sized to the batch. */
+struct fixtures {
+    struct tr_safetensors *io, *base, *lora;
+    struct tr_tensor in[4];
+    struct tr_build_opts o;
+};
+
+static void open_fixtures(struct fixtures *f) {
+    struct tr_error e = {0};
+    f->io = tr_test_bert_batch(FIXTURE_IO, f->in, "");
+    if (tr_safetensors_open(FIXTURE, &f->base, &e)) fail_msg("%s", e.msg);
+    if (tr_safetensors_open(FIXTURE_LORA, &f->lora, &e)) fail_msg("%s" HINT, e.msg);
+    f->o = (struct tr_build_opts){.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = f->in[0].shape[0],
+                                  .seq_len = f->in[0].shape[1]};
+}
+
+static void close_fixtures(struct fixtures *f) {
+    tr_safetensors_close(f->lora);
+    tr_safetensors_close(f->base);
+    tr_safetensors_close(f->io);
+}
+
 /* Run g once on the torch backend (cpu): outputs allocated here, poisoned first. */
 static void run_torch(struct tr_graph *g, const struct tr_tensor *in, struct tr_tensor *out) {
     tr_test_run_backend(&tr_test_backends[0], NULL, g, in, 1, out, NULL);
 }
 
-/* The fixtures: the batch (in[0..2]), the base model's weights and the LoRA reference. */
-static void open_fixtures(struct tr_safetensors **io, struct tr_safetensors **base, struct tr_safetensors **lora,
-                          struct tr_tensor *in) {
-    struct tr_error e = {0};
-    *io = tr_test_bert_batch(FIXTURE_IO, in, "");
-    if (tr_safetensors_open(FIXTURE, base, &e)) fail_msg("%s", e.msg);
-    if (tr_safetensors_open(FIXTURE_LORA, lora, &e)) fail_msg("%s" HINT, e.msg);
-}
-
-static void close_fixtures(struct tr_safetensors *io, struct tr_safetensors *base, struct tr_safetensors *lora) {
-    tr_safetensors_close(lora);
-    tr_safetensors_close(base);
-    tr_safetensors_close(io);
-}
-
 static void test_zero_b_is_base(void **state) {
     (void)state;
     struct tr_error e = {0};
-    struct tr_safetensors *io, *base, *lora;
-    struct tr_tensor in[3];
-    open_fixtures(&io, &base, &lora, in);
-    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = in[0].shape[0],
-                              .seq_len = in[0].shape[1]};
+    struct fixtures f;
+    open_fixtures(&f);
     const struct tr_bert_config *tiny = tr_model_bert.presets[0].config;
     struct tr_bert_config lc = lora_config();
 
     struct tr_graph *g0 = NULL, *g1 = NULL;
     assert_int_equal(tr_graph_init(&g0, &e), TR_OK);
     assert_int_equal(tr_graph_init(&g1, &e), TR_OK);
-    if (tr_model_bert.build(tiny, &o, g0, &e)) fail_msg("%s", e.msg);
-    if (tr_model_bert.build(&lc, &o, g1, &e)) fail_msg("%s", e.msg);
+    if (tr_model_bert.build(tiny, &f.o, g0, &e)) fail_msg("%s", e.msg);
+    if (tr_model_bert.build(&lc, &f.o, g1, &e)) fail_msg("%s", e.msg);
     /* 4 adapters more per layer (query and value, A and B); base names and shapes kept. */
     assert_int_equal(tr_graph_n_params(g1), tr_graph_n_params(g0) + 4 * (int)tiny->num_hidden_layers);
     for (int i = 0; i < tr_graph_n_params(g0); i++) {
@@ -135,21 +140,21 @@ static void test_zero_b_is_base(void **state) {
     assert_int_equal(tr_graph_find(g1, "bert.encoder.layer.0.attention.self.key.lora_A.weight"), -1);
 
     struct bound b0 = {0}, b1 = {0};
-    bind_all(g0, base, lora, 0, &b0);
-    bind_all(g1, base, lora, 1, &b1);
+    bind_all(g0, f.base, f.lora, 0, &b0);
+    bind_all(g1, f.base, f.lora, 1, &b1);
     int n_out = tr_graph_n_outputs(g0);
     assert_int_equal(n_out, 3);
     struct tr_tensor out0[3], out1[3], out2[3];
-    run_torch(g0, in, out0);
-    run_torch(g1, in, out1);
+    run_torch(g0, f.in, out0);
+    run_torch(g1, f.in, out1);
     for (int i = 0; i < n_out; i++) {
         size_t bytes = (size_t)tr_tensor_numel(&out0[i]) * sizeof(float);
         if (memcmp(out0[i].data, out1[i].data, bytes) != 0)
             fail_msg("output %s: LoRA with zero lora_B differs from the base model", tr_graph_output_name(g0, i));
     }
     /* Random lora_B: the adapters change every output. */
-    bind_all(g1, base, lora, 0, &b1);
-    run_torch(g1, in, out2);
+    bind_all(g1, f.base, f.lora, 0, &b1);
+    run_torch(g1, f.in, out2);
     for (int i = 0; i < n_out; i++) {
         double *ref = tr_test_to_f64(&out0[i]);
         double d = tr_test_rel_err(&out2[i], ref);
@@ -164,27 +169,24 @@ static void test_zero_b_is_base(void **state) {
     bound_free(&b1);
     tr_graph_free(g0);
     tr_graph_free(g1);
-    close_fixtures(io, base, lora);
+    close_fixtures(&f);
 }
 
 static void test_grads_match_peft(void **state) {
     (void)state;
     struct tr_error e = {0};
-    struct tr_safetensors *io, *base, *lora;
-    struct tr_tensor in[4];
-    open_fixtures(&io, &base, &lora, in);
-    if (tr_safetensors_get(lora, "labels", &in[3], &e)) fail_msg("%s" HINT, e.msg);
+    struct fixtures f;
+    open_fixtures(&f);
+    if (tr_safetensors_get(f.lora, "labels", &f.in[3], &e)) fail_msg("%s" HINT, e.msg);
     struct tr_tensor ref_loss;
-    if (tr_safetensors_get(lora, "loss", &ref_loss, &e)) fail_msg("%s" HINT, e.msg);
+    if (tr_safetensors_get(f.lora, "loss", &ref_loss, &e)) fail_msg("%s" HINT, e.msg);
 
     struct tr_bert_config lc = lora_config();
     /* task predict: the loss on top of the predict graph, whose outputs (logits) are checked too */
-    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = in[0].shape[0],
-                              .seq_len = in[0].shape[1]};
     struct tr_graph *g = NULL;
     assert_int_equal(tr_graph_init(&g, &e), TR_OK);
     int loss = -1;
-    if (tr_bert_build_classifier_loss(&lc, &o, g, &loss, &e)) fail_msg("%s", e.msg);
+    if (tr_bert_build_classifier_loss(&lc, &f.o, g, &loss, &e)) fail_msg("%s", e.msg);
 
     int wrt[MAX_PARAMS], grads[MAX_PARAMS], n = 0;
     if (tr_bert_trainable_params(&lc, g, wrt, MAX_PARAMS, &n, &e)) fail_msg("%s", e.msg);
@@ -219,14 +221,14 @@ static void test_grads_match_peft(void **state) {
     const int first = 4, n_out = tr_graph_n_outputs(g);
     assert_int_equal(n_out, first + n);
     struct bound b = {0};
-    bind_all(g, base, lora, 0, &b);
+    bind_all(g, f.base, f.lora, 0, &b);
     struct tr_tensor *out = calloc((size_t)n_out, sizeof *out);
     assert_non_null(out);
-    run_torch(g, in, out);
+    run_torch(g, f.in, out);
 
     const double loss_ref = ((const float *)ref_loss.data)[0], l = ((const float *)out[3].data)[0];
     const double loss_err = fabs(l - loss_ref) / fabs(loss_ref);
-    double logits_err = tr_test_io_rel_err(lora, "logits", &out[0], HINT);
+    double logits_err = tr_test_io_rel_err(f.lora, "logits", &out[0], HINT);
     struct tr_tensor t;
     /* The classifier bias's gradient is the batch mean of softmax(logits) - onehot(label):
      * with two samples and two classes it is a difference of two near-equal terms, so a
@@ -236,7 +238,7 @@ static void test_grads_match_peft(void **state) {
     double bias_scale = 0;
     {
         const int64_t B = out[0].shape[0], C = out[0].shape[1];
-        double *lg = tr_test_to_f64(&out[0]), *lab = tr_test_to_f64(&in[3]), ss = 0;
+        double *lg = tr_test_to_f64(&out[0]), *lab = tr_test_to_f64(&f.in[3]), ss = 0;
         for (int64_t c = 0; c < C; c++) {
             double a = 0;
             for (int64_t bb = 0; bb < B; bb++) {
@@ -254,7 +256,7 @@ static void test_grads_match_peft(void **state) {
     double worst = 0;
     int worst_i = 0;
     for (int i = 0; i < n; i++) {
-        if (tr_safetensors_get(lora, tr_node_name(g, grads[i]), &t, &e)) fail_msg("%s" HINT, e.msg);
+        if (tr_safetensors_get(f.lora, tr_node_name(g, grads[i]), &t, &e)) fail_msg("%s" HINT, e.msg);
         assert_int_equal(tr_tensor_numel(&t), tr_tensor_numel(&out[first + i]));
         double *ref = tr_test_to_f64(&t);
         double r = tr_test_rel_err(&out[first + i], ref);
@@ -282,7 +284,7 @@ static void test_grads_match_peft(void **state) {
     free(out);
     bound_free(&b);
     tr_graph_free(g);
-    close_fixtures(io, base, lora);
+    close_fixtures(&f);
 }
 
 static void test_config_errors(void **state) {

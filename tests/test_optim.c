@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "backendutil.h"
 #include "testutil.h"
 #include "trident/trident.h"
 #include "trident/kernels.h"
@@ -157,7 +158,7 @@ static struct net *net_new(enum tr_dtype dt) {
     struct net *n = calloc(1, sizeof *n);
     assert_non_null(n);
     struct tr_error err = {0};
-    assert_int_equal(tr_graph_init(&n->g, &err), TR_OK);
+    n->g = tr_test_graph_new();
     int64_t sx[2] = {N, DIN}, sy[2] = {N, DOUT}, sw[2] = {DIN, DOUT};
     n->dt = dt;
     n->x = tr_input(n->g, "x", dt, 2, sx);
@@ -274,6 +275,53 @@ static void add_adamw(struct net *n, const struct tr_adamw *hp) {
     if (tr_adamw(n->g, hp, 1, &n->W, &n->gW, n->lr, n->step, &n->up, &err)) fail_msg("tr_adamw: %s", err.msg);
 }
 
+/* An optimizer's step t in f64: W and its states s0, s1 updated by the gradient gW. */
+typedef void ref_update_fn(double *W, double *s0, double *s1, const double *gW, double lr, int t, const void *hp);
+
+static void adamw_ref(double *W, double *m, double *v, const double *gW, double lr, int t, const void *arg) {
+    const struct tr_adamw *hp = arg;
+    for (int i = 0; i < DIN * DOUT; i++) {
+        m[i] = hp->beta1 * m[i] + (1.0 - hp->beta1) * gW[i];
+        v[i] = hp->beta2 * v[i] + (1.0 - hp->beta2) * gW[i] * gW[i];
+        W[i] = torch_adamw(W[i], m[i], v[i], lr, t, hp->beta1, hp->beta2, hp->eps, hp->weight_decay);
+    }
+}
+
+struct sgd_hp {
+    float mu, wd;
+};
+
+static void sgd_ref(double *W, double *buf, double *unused, const double *gW, double lr, int t, const void *arg) {
+    const struct sgd_hp *hp = arg;
+    (void)unused;
+    for (int i = 0; i < DIN * DOUT; i++) { /* torch.optim.SGD, dampening 0 */
+        double d = gW[i] + (double)hp->wd * W[i];
+        buf[i] = t == 1 ? d : (double)hp->mu * buf[i] + d;
+        W[i] -= lr * buf[i];
+    }
+}
+
+/* STEPS steps of the bound net n beside update in f64, from the same W and zero states:
+ * every step's loss is the reference's, the loss falls, and W after the last step is the
+ * reference's (check_W). s0, s1: the reference's states after the last step. */
+static void run_beside(struct net *n, ref_update_fn *update, const void *hp, double *s0, double *s1,
+                       const char *name) {
+    double W[DIN * DOUT], W0[DIN * DOUT], gW[DIN * DOUT];
+    for (int i = 0; i < DIN * DOUT; i++) W0[i] = W[i] = ((float *)n->val[n->W])[i], s0[i] = s1[i] = 0;
+    double first = 0, last = 0;
+    for (int t = 1; t <= STEPS; t++) {
+        double loss = net_step(n, t), rl = ref_grad(n, W, gW);
+        if (fabs(loss - rl) > 1e-5 * rl) fail_msg("%s step %d: loss %.8g, reference %.8g", name, t, loss, rl);
+        if (t == 1) first = loss;
+        last = loss;
+        update(W, s0, s1, gW, n->lrv, t, hp);
+    }
+    char what[48];
+    snprintf(what, sizeof what, "%s W after %d steps", name, STEPS);
+    check_W(n, W, W0, what);
+    assert_true(last < first);
+}
+
 static void test_adamw_graph(void **state) {
     (void)state;
     struct net *n = net_new(TR_DTYPE_F32);
@@ -288,25 +336,11 @@ static void test_adamw_graph(void **state) {
         const float *z = n->val[n->up.state[s]];
         for (int i = 0; i < DIN * DOUT; i++) assert_true(z[i] == 0.0f && !signbit(z[i]));
     }
-    double W[DIN * DOUT], W0[DIN * DOUT], m[DIN * DOUT] = {0}, v[DIN * DOUT] = {0}, gW[DIN * DOUT];
-    for (int i = 0; i < DIN * DOUT; i++) W0[i] = W[i] = ((float *)n->val[n->W])[i];
-    double first = 0, last = 0;
-    for (int t = 1; t <= STEPS; t++) {
-        double loss = net_step(n, t), rl = ref_grad(n, W, gW);
-        if (fabs(loss - rl) > 1e-5 * rl) fail_msg("step %d: loss %.8g, reference %.8g", t, loss, rl);
-        if (t == 1) first = loss;
-        last = loss;
-        for (int i = 0; i < DIN * DOUT; i++) {
-            m[i] = hp.beta1 * m[i] + (1.0 - hp.beta1) * gW[i];
-            v[i] = hp.beta2 * v[i] + (1.0 - hp.beta2) * gW[i] * gW[i];
-            W[i] = torch_adamw(W[i], m[i], v[i], n->lrv, t, hp.beta1, hp.beta2, hp.eps, hp.weight_decay);
-        }
-    }
-    check_W(n, W, W0, "adamw W after 5 steps");
+    double m[DIN * DOUT], v[DIN * DOUT];
+    run_beside(n, adamw_ref, &hp, m, v, "adamw");
     struct tr_tensor tm = val_tensor(n, n->up.state[0]), tv = val_tensor(n, n->up.state[1]);
     tr_assert_close("adamw m after 5 steps", &tm, m, 1e-5);
     tr_assert_close("adamw v after 5 steps", &tv, v, 1e-5);
-    assert_true(last < first);
     net_free(n);
 }
 
@@ -314,30 +348,16 @@ static void test_sgd_graph(void **state) {
     (void)state;
     struct net *n = net_new(TR_DTYPE_F32);
     struct tr_error err = {0};
-    const float mu = 0.9f, wd = 0.01f;
-    if (tr_sgd(n->g, mu, wd, 1, &n->W, &n->gW, n->lr, &n->up, &err)) fail_msg("tr_sgd: %s", err.msg);
+    const struct sgd_hp hp = {0.9f, 0.01f};
+    if (tr_sgd(n->g, hp.mu, hp.wd, 1, &n->W, &n->gW, n->lr, &n->up, &err)) fail_msg("tr_sgd: %s", err.msg);
     assert_string_equal(tr_node_name(n->g, n->up.state[0]), "W.sgd_v");
     assert_int_equal(n->up.state[1], -1);
     assert_int_equal(n->up.new_state[1], -1);
     net_bind(n);
-    double W[DIN * DOUT], W0[DIN * DOUT], buf[DIN * DOUT] = {0}, gW[DIN * DOUT];
-    for (int i = 0; i < DIN * DOUT; i++) W0[i] = W[i] = ((float *)n->val[n->W])[i];
-    double first = 0, last = 0;
-    for (int t = 1; t <= STEPS; t++) {
-        double loss = net_step(n, t);
-        ref_grad(n, W, gW);
-        if (t == 1) first = loss;
-        last = loss;
-        for (int i = 0; i < DIN * DOUT; i++) { /* torch.optim.SGD, dampening 0 */
-            double d = gW[i] + (double)wd * W[i];
-            buf[i] = t == 1 ? d : (double)mu * buf[i] + d;
-            W[i] -= (double)n->lrv * buf[i];
-        }
-    }
-    check_W(n, W, W0, "sgd W after 5 steps");
+    double buf[DIN * DOUT], unused[DIN * DOUT];
+    run_beside(n, sgd_ref, &hp, buf, unused, "sgd");
     struct tr_tensor tb = val_tensor(n, n->up.state[0]);
     tr_assert_close("sgd velocity after 5 steps", &tb, buf, 1e-5);
-    assert_true(last < first);
     net_free(n);
 }
 
@@ -421,9 +441,8 @@ static void test_refusals(void **state) {
 /* ADAMW_STEP's shape rule, dump and FLOPs. */
 static void test_node_rules(void **state) {
     (void)state;
-    struct tr_graph *g;
+    struct tr_graph *g = tr_test_graph_new();
     struct tr_error err = {0};
-    assert_int_equal(tr_graph_init(&g, &err), TR_OK);
     int64_t sh[2] = {5, 7};
     int p = tr_param(g, "p", TR_DTYPE_BF16, 2, sh, 0, 1), m = tr_param(g, "m", TR_DTYPE_F32, 2, sh, 0, 0);
     int v = tr_param(g, "v", TR_DTYPE_F32, 2, sh, 0, 0);
@@ -449,7 +468,7 @@ static void test_node_rules(void **state) {
     assert_non_null(strstr(err.msg, "m is bf16[5,7], expected f32"));
     tr_graph_free(g);
     /* and a beta out of range */
-    assert_int_equal(tr_graph_init(&g, &err), TR_OK);
+    g = tr_test_graph_new();
     p = tr_param(g, "p", TR_DTYPE_F32, 2, sh, 0, 1), m = tr_param(g, "m", TR_DTYPE_F32, 2, sh, 0, 0);
     v = tr_param(g, "v", TR_DTYPE_F32, 2, sh, 0, 0);
     lr = tr_input(g, "lr", TR_DTYPE_F32, 0, NULL), st = tr_input(g, "t", TR_DTYPE_F32, 0, NULL);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "passes.h"
+#include "backendutil.h"
 #include "testutil.h"
 #include "trident/graph.h"
 #include "trident/loader.h"
@@ -12,17 +13,25 @@
 #define S(...) ((const int64_t[]){__VA_ARGS__})
 #define MAX_OUT 16
 
-static struct tr_graph *new_graph(void) {
-    struct tr_graph *g = NULL;
-    struct tr_error err = {0};
-    assert_int_equal(tr_graph_init(&g, &err), TR_OK);
-    return g;
-}
-
 static void out(struct tr_graph *g, int id, const char *name) {
     struct tr_error err = {0};
     assert_int_equal(tr_graph_set_output(g, id, name), TR_OK);
     if (tr_graph_status(g, &err)) fail_msg("graph: %s", err.msg);
+}
+
+/* Each id an output of g named as its variable: OUTS(g, a, b) is out(g, a, "a") then
+ * out(g, b, "b"). */
+#define OUTS(g, ...) \
+    outs((g), #__VA_ARGS__, (const int[]){__VA_ARGS__}, (int)(sizeof((const int[]){__VA_ARGS__}) / sizeof(int)))
+static void outs(struct tr_graph *g, const char *names, const int *ids, int n) {
+    for (int i = 0; i < n; i++) {
+        names += strspn(names, ", ");
+        int len = (int)strcspn(names, ", ");
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", len, names);
+        out(g, ids[i], name);
+        names += len;
+    }
 }
 
 static void to_pir(struct tr_graph *g, struct tr_pir *p) {
@@ -35,6 +44,29 @@ static void to_pir(struct tr_graph *g, struct tr_pir *p) {
 static void two_pirs(struct tr_graph *g, struct tr_pir *ref, struct tr_pir *p) {
     to_pir(g, ref);
     to_pir(g, p);
+}
+
+/* Random values (normal, scale) bound to g's param id; the caller frees them after g. */
+static struct tr_tensor bound_randn(struct tr_graph *g, int id, uint64_t seed, double scale) {
+    struct tr_tensor t = tr_node_tensor(g, id);
+    t = tr_test_tensor(t.dtype, t.ndim, t.shape);
+    tr_test_randn(&t, seed, scale);
+    struct tr_error err = {0};
+    if (tr_graph_bind_param(g, id, t.data, &err) != TR_OK) fail_msg("bind: %s", err.msg);
+    return t;
+}
+
+enum pass { PASS_CSE, PASS_DCE, PASS_CONSTFOLD, PASS_SIMPLIFY };
+
+/* One pass over p: it succeeds and reports `want` changes. */
+static void expect_pass(struct tr_pir *p, enum pass pass, int want) {
+    struct tr_error err = {0};
+    int changed = -1, rc = pass == PASS_CSE         ? tr_pass_cse(p, &changed, &err)
+                         : pass == PASS_DCE         ? tr_pass_dce(p, &changed, &err)
+                         : pass == PASS_CONSTFOLD   ? tr_pass_constfold(p, tr_test_k, &changed, &err)
+                                                    : tr_pass_simplify(p, &changed, &err);
+    if (rc != TR_OK) fail_msg("pass %d: %s", pass, err.msg);
+    assert_int_equal(changed, want);
 }
 
 static void free_pirs(struct tr_graph *g, struct tr_pir *ref, struct tr_pir *p) {
@@ -152,7 +184,7 @@ static void compact(struct tr_pir *p, int *remap) {
 
 static void test_cse(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     float ca[4] = {1, 2, 3, 4}, cb[4] = {1, 2, 3, 4}, cc[4] = {1, 2, 3, 4.5f}, wd[4] = {0.5f, -1, 2, 3};
     int x = tr_input(g, "x", TR_DTYPE_F32, 2, S(3, 4));
     int y = tr_input(g, "y", TR_DTYPE_F32, 2, S(3, 4));
@@ -179,10 +211,7 @@ static void test_cse(void **state) {
     }
     struct tr_pir ref, p;
     two_pirs(g, &ref, &p);
-
-    int changed = -1;
-    assert_int_equal(tr_pass_cse(&p, &changed, &err), TR_OK);
-    assert_int_equal(changed, 4); /* a2, b2, c2, d2 */
+    expect_pass(&p, PASS_CSE, 4); /* a2, b2, c2, d2 */
     const int dead[] = {a2, b2, c2, d2};
     for (int i = 0; i < 4; i++)
         if (!p.nodes[dead[i]].dead) fail_msg("node %d should have been merged", dead[i]);
@@ -195,8 +224,7 @@ static void test_cse(void **state) {
     assert_int_equal(p.nodes[b1].output_index, 0);
     assert_int_equal(p.nodes[e2].in[1], p2);
 
-    assert_int_equal(tr_pass_cse(&p, &changed, &err), TR_OK);
-    assert_int_equal(changed, 0);
+    expect_pass(&p, PASS_CSE, 0);
     compact(&p, NULL);
     assert_int_equal(p.n, ref.n - 4);
     assert_same_values(&ref, &p, 1e-7);
@@ -207,7 +235,7 @@ static void test_cse(void **state) {
 
 static void test_dce(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int x = tr_input(g, "x", TR_DTYPE_F32, 2, S(2, 5));
     int y = tr_input(g, "y", TR_DTYPE_F32, 2, S(2, 5)); /* fed but unread: keeps its slot */
     int w = tr_param(g, "w", TR_DTYPE_F32, 1, S(5), 0, 1); /* unread weight: dead */
@@ -215,18 +243,13 @@ static void test_dce(void **state) {
     int dead1 = tr_unary(g, TR_OP_EXP, a);
     int dead2 = tr_add(g, dead1, w);
     int r = tr_unary(g, TR_OP_RELU, a);
-    out(g, r, "r");
-    out(g, x, "x");
+    OUTS(g, r, x);
     struct tr_pir ref, p;
     two_pirs(g, &ref, &p);
-    struct tr_error err = {0};
-    int changed = -1;
-    assert_int_equal(tr_pass_dce(&p, &changed, &err), TR_OK);
-    assert_int_equal(changed, 3);
+    expect_pass(&p, PASS_DCE, 3);
     assert_true(p.nodes[w].dead && p.nodes[dead1].dead && p.nodes[dead2].dead);
     assert_false(p.nodes[x].dead || p.nodes[y].dead || p.nodes[a].dead || p.nodes[r].dead);
-    assert_int_equal(tr_pass_dce(&p, &changed, &err), TR_OK);
-    assert_int_equal(changed, 0);
+    expect_pass(&p, PASS_DCE, 0);
     int remap[16];
     compact(&p, remap);
     assert_int_equal(p.n, ref.n - 3);
@@ -243,18 +266,17 @@ static void test_dce(void **state) {
 
 static void test_constfold(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     struct tr_tensor t1 = tr_test_tensor(TR_DTYPE_F32, 2, S(4, 8)), t2 = tr_test_tensor(TR_DTYPE_F32, 2, S(8, 3));
-    struct tr_tensor tw = tr_test_tensor(TR_DTYPE_F32, 1, S(12));
     tr_test_randn(&t1, 1, 1.0);
     tr_test_randn(&t2, 2, 1.0);
-    tr_test_randn(&tw, 3, 1.0);
     float small[2049];
     for (int i = 0; i < 2049; i++) small[i] = (float)i * 1e-3f;
     int c1 = tr_const(g, "c1", TR_DTYPE_F32, 2, S(4, 8), t1.data);
     int c2 = tr_const(g, "c2", TR_DTYPE_F32, 2, S(8, 3), t2.data);
     int x = tr_input(g, "x", TR_DTYPE_F32, 1, S(12));
     int pw = tr_param(g, "pw", TR_DTYPE_F32, 1, S(12), 0, 1);
+    struct tr_tensor tw = bound_randn(g, pw, 3, 1.0);
     int m = tr_matmul(g, c1, c2, 0, 0);
     int t = tr_unary(g, TR_OP_TANH, m);
     int r = tr_reshape(g, t, 1, S(12));
@@ -266,17 +288,10 @@ static void test_constfold(void **state) {
     int cb = tr_const(g, "cb", TR_DTYPE_F32, 2, S(1, 2048), small);
     int big = tr_add(g, ca, cb);
     int o3 = tr_reduce(g, TR_OP_SUM, big, 0, 0);
-    out(g, o1, "o1");
-    out(g, o2, "o2");
-    out(g, o3, "o3");
-    out(g, o4, "o4");
-    struct tr_error err = {0};
-    assert_int_equal(tr_graph_bind_param(g, pw, tw.data, &err), TR_OK);
+    OUTS(g, o1, o2, o3, o4);
     struct tr_pir ref, p;
     two_pirs(g, &ref, &p);
-    int changed = -1;
-    assert_int_equal(tr_pass_constfold(&p, tr_test_k, &changed, &err), TR_OK);
-    assert_int_equal(changed, 4); /* m, t, r, o4 */
+    expect_pass(&p, PASS_CONSTFOLD, 4); /* m, t, r, o4 */
     const int folded[] = {m, t, r, o4};
     for (int i = 0; i < 4; i++) {
         const struct tr_pir_node *d = &p.nodes[folded[i]];
@@ -295,8 +310,9 @@ static void test_constfold(void **state) {
     compact(&p, NULL);
     /* r's bytes live in t's folded buffer, which the pir keeps after t is gone */
     assert_same_values(&ref, &p, 1e-6);
-    assert_int_equal(tr_pass_constfold(&p, tr_test_k, &changed, &err), TR_OK);
-    assert_int_equal(changed, 0);
+    expect_pass(&p, PASS_CONSTFOLD, 0);
+    struct tr_error err = {0};
+    int changed = -1;
     assert_int_equal(tr_pass_constfold(&p, NULL, &changed, &err), TR_ERR_INVALID);
     free_pirs(g, &ref, &p);
     tr_test_tensor_free(&t1);
@@ -308,15 +324,14 @@ static void test_constfold(void **state) {
 
 static void test_simplify_transpose_into_matmul(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
-    struct tr_tensor tw = tr_test_tensor(TR_DTYPE_F32, 2, S(8, 6));
-    tr_test_randn(&tw, 7, 1.0);
+    struct tr_graph *g = tr_test_graph_new();
     int x = tr_input(g, "x", TR_DTYPE_F32, 3, S(2, 4, 6));
     int y = tr_input(g, "y", TR_DTYPE_F32, 3, S(2, 7, 6));
     int a = tr_input(g, "a", TR_DTYPE_F32, 2, S(5, 3));
     int b = tr_input(g, "b", TR_DTYPE_F32, 2, S(5, 2));
     int z = tr_input(g, "z", TR_DTYPE_F32, 4, S(2, 3, 4, 6));
     int w = tr_param(g, "w", TR_DTYPE_F32, 2, S(8, 6), 0, 1);
+    struct tr_tensor tw = bound_randn(g, w, 7, 1.0);
     int xt = tr_transpose(g, x, 3, (const int[]){0, 2, 1});                  /* (2,6,4) */
     int yt = tr_transpose(g, y, 3, (const int[]){0, 2, 1});                  /* (2,6,7) */
     int mm = tr_matmul(g, xt, yt, 1, 0);                                     /* (2,4,7) */
@@ -327,18 +342,10 @@ static void test_simplify_transpose_into_matmul(void **state) {
     int ar = tr_unary(g, TR_OP_RELU, at);
     int zt = tr_transpose(g, z, 4, (const int[]){1, 0, 2, 3});               /* not the last two */
     int mm4 = tr_matmul(g, zt, wt, 0, 0);                                    /* (3,2,4,8) */
-    out(g, mm, "mm");
-    out(g, mm2, "mm2");
-    out(g, mm3, "mm3");
-    out(g, ar, "ar");
-    out(g, mm4, "mm4");
-    struct tr_error err = {0};
-    assert_int_equal(tr_graph_bind_param(g, w, tw.data, &err), TR_OK);
+    OUTS(g, mm, mm2, mm3, ar, mm4);
     struct tr_pir ref, p;
     two_pirs(g, &ref, &p);
-    int changed = -1;
-    assert_int_equal(tr_pass_simplify(&p, &changed, &err), TR_OK);
-    assert_int_equal(changed, 5); /* xt, yt into mm; wt into mm2 and mm4; at into mm3 */
+    expect_pass(&p, PASS_SIMPLIFY, 5); /* xt, yt into mm; wt into mm2 and mm4; at into mm3 */
     const struct tr_pir_node *n = &p.nodes[mm];
     assert_true(n->in[0] == x && n->in[1] == y && n->attrs.ints[0] == 0 && n->attrs.ints[1] == 1);
     n = &p.nodes[mm2];
@@ -361,7 +368,7 @@ static void test_simplify_transpose_into_matmul(void **state) {
 
 static void test_simplify_identities(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
+    struct tr_graph *g = tr_test_graph_new();
     int x = tr_input(g, "x", TR_DTYPE_F32, 2, S(2, 6));
     int r1 = tr_reshape(g, x, 2, S(2, 6));        /* to its own shape: gone */
     int r2 = tr_reshape(g, r1, 2, S(3, 4));
@@ -376,19 +383,10 @@ static void test_simplify_identities(void **state) {
     int oid = tr_scale(g, x, 1.0f, 0.0f);         /* identity, but an output read by nothing */
     int oid2 = tr_reshape(g, x, 2, S(2, 6));      /* identity, an output and read by exp */
     int ex = tr_unary(g, TR_OP_EXP, oid2);
-    out(g, u, "u");
-    out(g, s2, "s2");
-    out(g, rb, "rb");
-    out(g, oid, "oid");
-    out(g, oid2, "oid2");
-    out(g, ex, "ex");
+    OUTS(g, u, s2, rb, oid, oid2, ex);
     struct tr_pir ref, p;
     two_pirs(g, &ref, &p);
-    struct tr_error err = {0};
-    int changed = -1;
-    assert_int_equal(tr_pass_simplify(&p, &changed, &err), TR_OK);
-    /* r1, r3's collapse, c, s, tid, oid2's readers */
-    assert_int_equal(changed, 6);
+    expect_pass(&p, PASS_SIMPLIFY, 6); /* r1, r3's collapse, c, s, tid, oid2's readers */
     assert_int_equal(p.nodes[u].in[0], r3);
     assert_int_equal(p.nodes[r3].in[0], x);
     assert_int_equal(p.nodes[r3].op, TR_OP_RESHAPE);
@@ -398,8 +396,7 @@ static void test_simplify_identities(void **state) {
     assert_int_equal(p.nodes[ex].in[0], x);
     assert_int_equal(p.outputs[3], oid);
     assert_int_equal(p.outputs[4], oid2);
-    assert_int_equal(tr_pass_simplify(&p, &changed, &err), TR_OK);
-    assert_int_equal(changed, 0);
+    expect_pass(&p, PASS_SIMPLIFY, 0);
     compact(&p, NULL);
     assert_same_values(&ref, &p, 1e-7);
     free_pirs(g, &ref, &p);
@@ -409,11 +406,10 @@ static void test_simplify_identities(void **state) {
 
 static void test_pass_all(void **state) {
     (void)state;
-    struct tr_graph *g = new_graph();
-    struct tr_tensor tw = tr_test_tensor(TR_DTYPE_F32, 2, S(8, 8));
-    tr_test_randn(&tw, 11, 0.3);
+    struct tr_graph *g = tr_test_graph_new();
     int x = tr_input(g, "x", TR_DTYPE_F32, 3, S(2, 4, 8));
     int w = tr_param(g, "w", TR_DTYPE_F32, 2, S(8, 8), 0, 1);
+    struct tr_tensor tw = bound_randn(g, w, 11, 0.3);
     int q = tr_matmul(g, x, w, 0, 0);
     int k = tr_matmul(g, x, w, 0, 0);                          /* a duplicate of q */
     int kt = tr_transpose(g, k, 3, (const int[]){0, 2, 1});
@@ -427,7 +423,6 @@ static void test_pass_all(void **state) {
     tr_unary(g, TR_OP_EXP, o);                                 /* dead */
     out(g, o, "o");
     struct tr_error err = {0};
-    assert_int_equal(tr_graph_bind_param(g, w, tw.data, &err), TR_OK);
     struct tr_pir ref, p;
     two_pirs(g, &ref, &p);
     struct tr_pass_stats st;

@@ -2,6 +2,7 @@
  * each group's FLOPs, bytes, floor and design worked out by hand on small graphs, calls of
  * one shape grouped, views and collectives left out, the step's sums, the presets. */
 #include <math.h>
+#include "backendutil.h"
 #include "testutil.h"
 #include "trident/graph.h"
 #include "trident/roofline.h"
@@ -35,9 +36,8 @@ static const struct tr_roof_device dev = {"test", 100, 50, 10, 1000}; /* TFLOP/s
 /* x (64,128) through two (128,128) layers and a layer norm; a reshape and an all-reduce. */
 static void test_sheet(void **state) {
     (void)state;
-    struct tr_graph *g;
+    struct tr_graph *g = tr_test_graph_new();
     struct tr_error e = {0};
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
     const int64_t xs[2] = {64, 128}, ws[2] = {128, 128}, gs[1] = {128};
     int h = tr_input(g, "x", TR_DTYPE_F32, 2, xs);
     for (int l = 0; l < 2; l++) {
@@ -89,9 +89,8 @@ static void test_sheet(void **state) {
 /* Causal attention counts only the scores it sees; bf16 runs on the matrix peak. */
 static void test_attention(void **state) {
     (void)state;
-    struct tr_graph *g;
+    struct tr_graph *g = tr_test_graph_new();
     struct tr_error e = {0};
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
     const int64_t sh[4] = {2, 4, 16, 32};
     const int q = tr_input(g, "q", TR_DTYPE_BF16, 4, sh), k = tr_input(g, "k", TR_DTYPE_BF16, 4, sh),
               v = tr_input(g, "v", TR_DTYPE_BF16, 4, sh);
@@ -118,8 +117,7 @@ static void test_presets(void **state) {
     tr_assert_msg_has(&e, "no device 'b200'");
     struct tr_roof_sheet s;
     const struct tr_roof_device none = {"none", 0, 0, 0, 0};
-    struct tr_graph *g;
-    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    struct tr_graph *g = tr_test_graph_new();
     assert_int_equal(tr_roof_sheet_build(g, TR_MATH_DEFAULT, &none, &s, &e), TR_ERR_INVALID);
     tr_assert_msg_has(&e, "has no peaks");
     tr_graph_free(g);

@@ -44,11 +44,12 @@ struct gcase {
     int64_t int_hi[MAX_T];      /* per input: ids drawn from [0, hi) */
 };
 
-static void gcase_init(struct gcase *c, enum tr_dtype dt) {
+/* c cleared, with a new graph in dt, which it returns. */
+static struct tr_graph *gcase_init(struct gcase *c, enum tr_dtype dt) {
     memset(c, 0, sizeof *c);
     c->dt = dt;
-    struct tr_error e = {0};
-    assert_int_equal(tr_graph_init(&c->g, &e), TR_OK);
+    c->g = tr_test_graph_new();
+    return c->g;
 }
 
 /* Bind random weights, make random inputs (never zero), once the graph is built. */
@@ -187,6 +188,20 @@ static int ops_left(const struct tf_program *p, int op) {
     return n;
 }
 
+/* The fused plan of g keeps exactly n nodes of each op given as op, n, ..., -1. */
+static void expect_ops_left(struct tr_graph *g, ...) {
+    struct tf_context ctx = test_ctx(1);
+    struct tf_program *p = compile_here(&ctx, g);
+    va_list ap;
+    va_start(ap, g);
+    for (int op; (op = va_arg(ap, int)) >= 0;) {
+        int n = va_arg(ap, int);
+        if (ops_left(p, op) != n) fail_msg("%d %s left, expected %d", ops_left(p, op), tr_op_name(op), n);
+    }
+    va_end(ap);
+    tf_program_free(p);
+}
+
 /* The patterns found in c->g, checked against `want` ("name", count, ..., NULL) exactly:
  * nothing else is fused. Then tf (fused and not) against torch on c's inputs. */
 static void expect_fusions(struct gcase *c, ...) {
@@ -272,8 +287,7 @@ static int ln(struct gcase *c, int x, int64_t d, const char *name) {
 
 static void gemm_epilogues(enum tr_dtype dt) {
     struct gcase c;
-    gcase_init(&c, dt);
-    struct tr_graph *g = c.g;
+    struct tr_graph *g = gcase_init(&c, dt);
     int x = tr_input(g, "x", dt, 3, SH(2, 5, 24));
     int h1 = tr_gelu(g, linear(&c, x, 24, 32, "fc1", 1), 0);                 /* gemm+bias+gelu */
     int h2 = tr_unary(g, TR_OP_RELU, linear(&c, h1, 32, 16, "fc2", 1));      /* gemm+bias+relu */
@@ -289,16 +303,14 @@ static void gemm_epilogues(enum tr_dtype dt) {
     gcase_free(&c);
 }
 
-static void test_gemm_epilogues_f32(void **state) { gemm_epilogues(TR_DTYPE_F32); }
-static void test_gemm_epilogues_bf16(void **state) { gemm_epilogues(TR_DTYPE_BF16); }
+TR_TEST_F32_BF16(test_gemm_epilogues, gemm_epilogues)
 
 /* A GEMM whose product is read twice stays a GEMM; a bias that is not (N) stays an ADD;
  * a biased value that is a graph output is computed (gemm+bias) and the activation
  * after it runs on its own. */
 static void test_gemm_not_fused(void **state) {
     struct gcase c;
-    gcase_init(&c, TR_DTYPE_F32);
-    struct tr_graph *g = c.g;
+    struct tr_graph *g = gcase_init(&c, TR_DTYPE_F32);
     int x = tr_input(g, "x", c.dt, 2, SH(6, 12));
     int w = tr_param(g, "w", c.dt, 2, SH(10, 12), 0, 0.1f), b = tr_param(g, "b", c.dt, 1, SH(10), 0, 0.1f);
     int mm = tr_matmul(g, x, w, 0, 1);
@@ -317,11 +329,7 @@ static void test_gemm_not_fused(void **state) {
     tr_graph_set_output(g, tr_unary(g, TR_OP_TANH, o), "to");
     gcase_ready(&c, 12);
     expect_fusions(&c, "gemm+bias", 1, NULL);
-    struct tf_context ctx = test_ctx(1);
-    struct tf_program *p = compile_here(&ctx, c.g);
-    assert_int_equal(ops_left(p, TR_OP_MATMUL), 3);
-    assert_int_equal(ops_left(p, TR_OP_TANH), 1);
-    tf_program_free(p);
+    expect_ops_left(g, TR_OP_MATMUL, 3, TR_OP_TANH, 1, -1);
     gcase_free(&c);
 }
 
@@ -329,8 +337,7 @@ static void test_gemm_not_fused(void **state) {
 
 static void layer_norms(enum tr_dtype dt) {
     struct gcase c;
-    gcase_init(&c, dt);
-    struct tr_graph *g = c.g;
+    struct tr_graph *g = gcase_init(&c, dt);
     const int64_t D = 48;
     int x = tr_input(g, "x", dt, 3, SH(2, 7, D));
     int r = tr_input(g, "r", dt, 3, SH(2, 7, D));
@@ -347,15 +354,13 @@ static void layer_norms(enum tr_dtype dt) {
     gcase_free(&c);
 }
 
-static void test_layer_norm_patterns_f32(void **state) { layer_norms(TR_DTYPE_F32); }
-static void test_layer_norm_patterns_bf16(void **state) { layer_norms(TR_DTYPE_BF16); }
+TR_TEST_F32_BF16(test_layer_norm_patterns, layer_norms)
 
 /* ---- softmax and attention ---- */
 
 static void softmaxes(enum tr_dtype dt) {
     struct gcase c;
-    gcase_init(&c, dt);
-    struct tr_graph *g = c.g;
+    struct tr_graph *g = gcase_init(&c, dt);
     int x = tr_input(g, "x", dt, 4, SH(2, 3, 5, 9));
     int m = tr_input(g, "mask", dt, 4, SH(2, 1, 1, 9));
     int a = tr_softmax(g, tr_add(g, tr_scale(g, x, 0.3f, 0.0f), m));    /* scale+mask+softmax */
@@ -368,13 +373,11 @@ static void softmaxes(enum tr_dtype dt) {
     gcase_free(&c);
 }
 
-static void test_softmax_patterns_f32(void **state) { softmaxes(TR_DTYPE_F32); }
-static void test_softmax_patterns_bf16(void **state) { softmaxes(TR_DTYPE_BF16); }
+TR_TEST_F32_BF16(test_softmax_patterns, softmaxes)
 
 static void attention_block(enum tr_dtype dt, int with_mask, int with_scale) {
     struct gcase c;
-    gcase_init(&c, dt);
-    struct tr_graph *g = c.g;
+    struct tr_graph *g = gcase_init(&c, dt);
     const int64_t B = 2, H = 3, T = 11, Dh = 8;
     int q = tr_input(g, "q", dt, 4, SH(B, H, T, Dh)), k = tr_input(g, "k", dt, 4, SH(B, H, T, Dh)),
         v = tr_input(g, "v", dt, 4, SH(B, H, T, Dh));
@@ -389,12 +392,7 @@ static void attention_block(enum tr_dtype dt, int with_mask, int with_scale) {
     tr_graph_set_output(g, o, "ctx");
     gcase_ready(&c, 41);
     expect_fusions(&c, "attention", 1, NULL);
-    struct tf_context ctx = test_ctx(1);
-    struct tf_program *p = compile_here(&ctx, c.g);
-    assert_int_equal(ops_left(p, TR_OP_MATMUL), 0);
-    assert_int_equal(ops_left(p, TR_OP_SOFTMAX), 0);
-    assert_int_equal(ops_left(p, TR_OP_ATTENTION), 1);
-    tf_program_free(p);
+    expect_ops_left(g, TR_OP_MATMUL, 0, TR_OP_SOFTMAX, 0, TR_OP_ATTENTION, 1, -1);
     gcase_free(&c);
 }
 
@@ -410,8 +408,7 @@ static void test_attention_pattern(void **state) {
  * what is left (scale+mask+softmax) still fuses. */
 static void test_attention_not_fused(void **state) {
     struct gcase c;
-    gcase_init(&c, TR_DTYPE_F32);
-    struct tr_graph *g = c.g;
+    struct tr_graph *g = gcase_init(&c, TR_DTYPE_F32);
     int q = tr_input(g, "q", c.dt, 4, SH(1, 2, 6, 4)), k = tr_input(g, "k", c.dt, 4, SH(1, 2, 6, 4)),
         v = tr_input(g, "v", c.dt, 4, SH(1, 2, 6, 4)), m = tr_input(g, "mask", c.dt, 4, SH(1, 1, 6, 6));
     int s = tr_matmul(g, q, k, 0, 1);
@@ -427,8 +424,7 @@ static void test_attention_not_fused(void **state) {
 
 static void embeddings(enum tr_dtype dt) {
     struct gcase c;
-    gcase_init(&c, dt);
-    struct tr_graph *g = c.g;
+    struct tr_graph *g = gcase_init(&c, dt);
     const int64_t B = 3, T = 9, D = 40, V = 30;
     int ids = tr_input(g, "ids", TR_DTYPE_I32, 2, SH(B, T));
     int types = tr_input(g, "types", TR_DTYPE_I32, 2, SH(B, T));
@@ -457,8 +453,7 @@ static void embeddings(enum tr_dtype dt) {
     gcase_free(&c);
 }
 
-static void test_embedding_pattern_f32(void **state) { embeddings(TR_DTYPE_F32); }
-static void test_embedding_pattern_bf16(void **state) { embeddings(TR_DTYPE_BF16); }
+TR_TEST_F32_BF16(test_embedding_pattern, embeddings)
 
 /* ---- BERT tiny ---- */
 
@@ -500,8 +495,7 @@ static void bert_matches_hf(enum tr_dtype dt) {
     tr_test_bert_close(&b);
 }
 
-static void test_bert_tiny_f32(void **state) { bert_matches_hf(TR_DTYPE_F32); }
-static void test_bert_tiny_bf16(void **state) { bert_matches_hf(TR_DTYPE_BF16); }
+TR_TEST_F32_BF16(test_bert_tiny, bert_matches_hf)
 
 /* ---- a step allocates nothing ---- */
 
@@ -510,8 +504,7 @@ static void test_bert_tiny_bf16(void **state) { bert_matches_hf(TR_DTYPE_BF16); 
  * allocation at all in the whole process. The arena stays where it was. */
 static void test_no_allocation_per_step(void **state) {
     struct gcase c;
-    gcase_init(&c, TR_DTYPE_F32);
-    struct tr_graph *g = c.g;
+    struct tr_graph *g = gcase_init(&c, TR_DTYPE_F32);
     const int64_t B = 4, T = 16, D = 64, V = 50;
     int ids = tr_input(g, "ids", TR_DTYPE_I32, 2, SH(B, T));
     c.int_hi[0] = V;
@@ -600,8 +593,7 @@ static void test_options(void **state) {
  * included, one call each; simplify merges the repeat and drops the dead one. */
 static void test_unfused_counts(void **state) {
     struct gcase c;
-    gcase_init(&c, TR_DTYPE_F32);
-    struct tr_graph *g = c.g;
+    struct tr_graph *g = gcase_init(&c, TR_DTYPE_F32);
     int x = tr_input(g, "x", c.dt, 2, SH(4, 8));
     int y = tr_gelu(g, linear(&c, x, 8, 8, "fc", 1), 0);
     tr_unary(g, TR_OP_EXP, y); /* read by nobody */
