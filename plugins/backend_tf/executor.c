@@ -34,6 +34,7 @@
  * out". A kernel's output and its inputs are live at the same step, so they never
  * share bytes (no kernel here works in place).
  */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,7 +405,13 @@ int tf_execute(struct tf_program *p, int n_inputs, const struct tr_tensor *input
         return tr_error_set(err, TR_ERR_INVALID, "tf: execute with %d inputs and %d outputs but no arrays", n_inputs,
                             n_outputs);
     p->kernel_calls = 0;
-    return execute_steps(p, n_inputs, inputs, n_outputs, outputs, err);
+    /* The thread count is the caller's again afterwards: other backends in this process
+     * run with theirs. */
+    int saved = omp_get_max_threads();
+    if (p->ctx->threads > 0) omp_set_num_threads(p->ctx->threads);
+    int rc = execute_steps(p, n_inputs, inputs, n_outputs, outputs, err);
+    if (p->ctx->threads > 0) omp_set_num_threads(saved);
+    return rc;
 }
 
 /* ---- report ---- */
