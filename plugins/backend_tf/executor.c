@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "io.h"
+#include "mem.h"
 #include "options.h"
 #include "stats.h"
 #include "passes.h"
@@ -345,12 +346,7 @@ void tf_program_free(struct tf_program *p) {
     tr_pir_free(&p->pir);
     for (int s = 0; p->steps && s < p->n_steps; s++)
         if (p->steps[s].bound) tr_kernels_unbind(p->k, &p->steps[s].call);
-    free(p->steps);
-    free(p->data);
-    free(p->donated);
-    free(p->donor);
-    free(p->buf_of);
-    free(p->bufs);
+    TR_FREE_EACH(p->steps, p->data, p->donated, p->donor, p->buf_of, p->bufs);
     if (p->arena) tr_kernels_dealloc(p->k, p->arena);
     if (p->weights_dev) tr_kernels_dealloc(p->k, p->weights_dev);
     if (p->k) tr_kernels_free(p->k);
