@@ -10,35 +10,15 @@
 #include "host/colsum_plan.h"
 #include "host/cuda_entry.h"
 
+/* The cpu kernels' checks (context.c), on the cuda device. */
 static int check_tensor(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
-    char d[200];
-    if (!t) return tr_error_set(err, TR_ERR_INVALID, "%s: %s is NULL", kname, what);
-    if (t->ndim < 0 || t->ndim > TR_MAX_DIMS)
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: %s has %d dimensions (0 to %d allowed)", kname, what, t->ndim,
-                            TR_MAX_DIMS);
-    if (tr_dtype_size((enum tr_dtype)t->dtype) == 0)
-        return tr_error_set(err, TR_ERR_INVALID, "%s: %s has unknown dtype %d", kname, what, t->dtype);
-    if (t->device != TR_DEVICE_CUDA)
-        return tr_error_set(err, TR_ERR_DEVICE, "%s: %s %s is on device %d, not cuda", kname, what,
-                            tr_cpu_desc(t, d, sizeof d), t->device);
-    if (!tr_tensor_is_contiguous(t))
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s is not contiguous", kname, what,
-                            tr_cpu_desc(t, d, sizeof d));
-    if (!t->data && tr_tensor_numel(t) > 0)
-        return tr_error_set(err, TR_ERR_INVALID, "%s: %s %s has no data", kname, what, tr_cpu_desc(t, d, sizeof d));
-    return TR_OK;
+    return tr_cpu_check_tensor_on(t, TR_DEVICE_CUDA, kname, what, err);
 }
 
 static int is_float(int dt) { return dt == TR_DTYPE_F32 || dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16; }
 
 static int check_float(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
-    int rc = check_tensor(t, kname, what, err);
-    if (!rc && !is_float(t->dtype)) {
-        char d[200];
-        rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s: expected f32, bf16 or f16 on cuda", kname, what,
-                          tr_cpu_desc(t, d, sizeof d));
-    }
-    return rc;
+    return tr_cpu_check_float_on(t, TR_DEVICE_CUDA, kname, what, err);
 }
 
 static int same_dtype_shape(const struct tr_tensor *x, const struct tr_tensor *out, const char *kname,
@@ -760,15 +740,10 @@ static int run_rope(struct tr_cuda_ctx *c, const struct tr_attrs *at, const stru
  * device and is checked by the kernel (flag), so a bad one shows at tr_kernels_sync. */
 static int run_update_slice(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *in,
                             struct tr_tensor *out, struct tr_error *err) {
-    const char *kn = "update_slice";
     const struct tr_tensor *x = &in[0], *u = &in[1], *start = &in[2];
-    int rc = check_tensor(x, kn, "x", err);
-    if (!rc) rc = check_tensor(u, kn, "update", err);
-    if (!rc) rc = check_tensor(start, kn, "start", err);
-    if (!rc) rc = check_tensor(out, kn, "out", err);
-    if (rc) return rc;
     int ax;
-    if ((rc = tr_cpu_update_slice_shapes(x, u, start, (int)at->ints[0], out, &ax, err)) != TR_OK) return rc;
+    int rc = tr_cpu_update_slice_args(TR_DEVICE_CUDA, x, u, start, (int)at->ints[0], out, &ax, err);
+    if (rc != TR_OK) return rc;
     int64_t outer = tr_shape_numel(ax, x->shape), inner = tr_shape_numel(x->ndim - ax - 1, x->shape + ax + 1);
     return TR_CU_LAUNCH(c, tr_cu_update_slice(c->stream, tr_dtype_size((enum tr_dtype)x->dtype), x->data, u->data,
                                               start->data, out->data, outer, x->shape[ax], u->shape[ax], inner,
