@@ -265,6 +265,16 @@ int tr_k_rope(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_t
 tr_cpu_invoker tr_cpu_rms_norm_invoke, tr_cpu_rope_invoke;
 tr_cpu_binder tr_cpu_rms_norm_bind, tr_cpu_rope_bind;
 
+/* An elementwise binary op's checks of its arguments on device (cpu or cuda: shared with
+ * the cuda kernel): op add, sub, mul or div; a, b and out floats of one dtype. Whether a
+ * and b broadcast to out is each kernel's own check. */
+int tr_cpu_binary_args(int device, int op, const struct tr_tensor *a, const struct tr_tensor *b,
+                       const struct tr_tensor *out, struct tr_error *err);
+/* EMBEDDING's checks of its arguments on device (cpu or cuda: shared with the cuda
+ * kernel): table (V,D), of a float dtype on cuda; ids i32 or i64; out ids' shape plus D,
+ * table's dtype. */
+int tr_cpu_embedding_args(int device, const struct tr_tensor *table, const struct tr_tensor *ids,
+                          const struct tr_tensor *out, struct tr_error *err);
 /* UPDATE_SLICE's checks of its arguments on device (cpu or cuda: shared with the cuda
  * kernel): the tensors, then dtypes, shapes, axis and start's form; *axis_out gets the
  * axis made non-negative. */

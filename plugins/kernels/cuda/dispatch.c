@@ -41,14 +41,9 @@ static int64_t last_dim(const struct tr_tensor *t) { return t->ndim ? t->shape[t
 static int run_binary(struct tr_cuda_ctx *c, int op, const struct tr_tensor *a, const struct tr_tensor *b,
                       struct tr_tensor *out, struct tr_error *err) {
     const char *kn = tr_op_name(op);
-    int rc = check_float(a, kn, "a", err);
-    if (!rc) rc = check_float(b, kn, "b", err);
-    if (!rc) rc = check_float(out, kn, "out", err);
+    int rc = tr_cpu_binary_args(TR_DEVICE_CUDA, op, a, b, out, err);
     if (rc) return rc;
     char d1[200], d2[200], d3[200];
-    if (a->dtype != b->dtype || a->dtype != out->dtype)
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: a %s, b %s and out %s should share one dtype", kn,
-                            tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), tr_cpu_desc(out, d3, sizeof d3));
     struct tr_cu_index idx = {.ndim = out->ndim};
     int64_t sa[TR_MAX_DIMS], sb[TR_MAX_DIMS];
     contiguous_strides(a->ndim, a->shape, sa);
@@ -111,18 +106,8 @@ static int run_rows(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, in
 
 static int run_embedding(struct tr_cuda_ctx *c, const struct tr_tensor *table, const struct tr_tensor *ids,
                          struct tr_tensor *out, struct tr_error *err) {
-    int rc = check_float(table, "embedding", "table", err);
-    if (!rc) rc = check_tensor(ids, "embedding", "ids", err);
-    if (!rc) rc = check_float(out, "embedding", "out", err);
+    int rc = tr_cpu_embedding_args(TR_DEVICE_CUDA, table, ids, out, err);
     if (rc) return rc;
-    char d1[200], d2[200], d3[200];
-    int ok = table->ndim == 2 && (ids->dtype == TR_DTYPE_I32 || ids->dtype == TR_DTYPE_I64) &&
-             out->ndim == ids->ndim + 1 && out->dtype == table->dtype && out->shape[out->ndim - 1] == table->shape[1];
-    for (int i = 0; ok && i < ids->ndim; i++) ok = out->shape[i] == ids->shape[i];
-    if (!ok)
-        return tr_error_set(err, TR_ERR_SHAPE, "embedding: table %s (V,D), ids %s (i32/i64) and out %s (ids..., D) do "
-                            "not fit", tr_cpu_desc(table, d1, sizeof d1), tr_cpu_desc(ids, d2, sizeof d2),
-                            tr_cpu_desc(out, d3, sizeof d3));
     return TR_CU_LAUNCH(c, tr_cu_embedding(c->stream, table->dtype, table->data, ids->data, ids->dtype, out->data,
                                            tr_tensor_numel(ids), table->shape[1], table->shape[0], c->flag, err));
 }
