@@ -91,10 +91,7 @@ static const struct tr_model_preset sam_presets[] = {
 /* The checks build and make_inputs share; global[] gets 1 for each global block. */
 static int sam_validate(const struct tr_sam_config *c, const struct tr_build_opts *o, unsigned char *global,
                         struct tr_error *err) {
-    const struct {
-        const char *name;
-        int64_t v;
-    } pos[] = {
+    const struct tr_model_pos pos[] = {
         {"hidden_size", c->hidden_size},         {"num_hidden_layers", c->num_hidden_layers},
         {"num_attention_heads", c->num_attention_heads}, {"mlp_dim", c->mlp_dim},
         {"image_size", c->image_size},           {"patch_size", c->patch_size},
@@ -105,10 +102,8 @@ static int sam_validate(const struct tr_sam_config *c, const struct tr_build_opt
         {"iou_head_hidden_dim", c->iou_head_hidden_dim}, {"num_multimask_outputs", c->num_multimask_outputs},
         {"batch", o->batch},
     };
-    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
-        if (pos[i].v < 1)
-            return tr_error_set(err, TR_ERR_INVALID, "sam: %s = %lld, expected at least 1", pos[i].name,
-                                (long long)pos[i].v);
+    int rc = tr_model_check_positive("sam", pos, (int)(sizeof pos / sizeof pos[0]), err);
+    if (rc) return rc;
     if (c->image_size % c->patch_size != 0)
         return tr_error_set(err, TR_ERR_INVALID, "sam: image_size = %lld is not a multiple of patch_size = %lld (the "
                             "patch conv tiles the image)", (long long)c->image_size, (long long)c->patch_size);

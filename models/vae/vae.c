@@ -70,19 +70,14 @@ static int vae_validate(const struct tr_vae_config *c, const struct tr_build_opt
                         struct tr_error *err) {
     int rc = tr_vae_channels(c, ch, n_blocks, err);
     if (rc) return rc;
-    const struct {
-        const char *name;
-        int64_t v;
-    } pos[] = {
+    const struct tr_model_pos pos[] = {
         {"in_channels", c->in_channels},         {"out_channels", c->out_channels},
         {"latent_channels", c->latent_channels}, {"layers_per_block", c->layers_per_block},
         {"norm_num_groups", c->norm_num_groups}, {"sample_size", c->sample_size},
         {"batch", o->batch},
     };
-    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
-        if (pos[i].v < 1)
-            return tr_error_set(err, TR_ERR_INVALID, "autoencoder_kl: %s = %lld, expected at least 1", pos[i].name,
-                                (long long)pos[i].v);
+    rc = tr_model_check_positive("autoencoder_kl", pos, (int)(sizeof pos / sizeof pos[0]), err);
+    if (rc) return rc;
     for (int i = 0; i < *n_blocks; i++)
         if (ch[i] % c->norm_num_groups != 0)
             return tr_error_set(err, TR_ERR_INVALID, "autoencoder_kl: block_out_channels entry %lld is not a multiple "
