@@ -623,19 +623,11 @@ static int sam_make_inputs(const void *config, const struct tr_build_opts *o, ui
     const int64_t B = o->batch, S = c->image_size, G = S / c->patch_size, C = c->output_channels;
     rc = tr_model_check_input("sam", &inputs[0], "pixel_values", o->dtype, 4, (const int64_t[]){B, S, S, 3}, err);
     if (rc) return rc;
-    const uint64_t kp = tr_hash_str("pixel_values");
-    for (int64_t i = 0; i < tr_tensor_numel(&inputs[0]); i++) {
-        const int64_t ch = i % 3, x = (i / 3) % S, y = (i / (3 * S)) % S, b = i / (3 * S * S);
-        double ph = tr_rng_uniform(seed, kp, (uint64_t)(b * 3 + ch)) * 6.283185307179586;
-        tr_tensor_set_f64(&inputs[0], i, 1.2 * sin(6.283185307179586 * (double)(2 * x + y) / (double)S + ph) +
-                                             0.5 * (2.0 * tr_rng_uniform(seed, kp + 1, (uint64_t)i) - 1.0));
-    }
+    tr_model_fill_image(&inputs[0], seed, "pixel_values", 1.2, 2, 1, 0.5);
     if (fit) {
         rc = tr_model_check_input("sam", &inputs[1], "target", o->dtype, 4, (const int64_t[]){B, G, G, C}, err);
         if (rc) return rc;
-        const uint64_t kt = tr_hash_str("target");
-        for (int64_t i = 0; i < tr_tensor_numel(&inputs[1]); i++)
-            tr_tensor_set_f64(&inputs[1], i, tr_rng_normal(seed, kt, (uint64_t)i));
+        tr_model_fill_normal(&inputs[1], seed, "target");
         return TR_OK;
     }
     double xy[2 * TR_SAM_MAX_POINTS];

@@ -267,17 +267,8 @@ static int vae_make_inputs(const void *config, const struct tr_build_opts *o, ui
     rc = tr_model_check_input("autoencoder_kl", &inputs[0], "sample", o->dtype, 4, img, err);
     if (!rc && want == 2) rc = tr_model_check_input("autoencoder_kl", &inputs[1], "target", o->dtype, 4, lat, err);
     if (rc) return rc;
-    const uint64_t ks = tr_hash_str("sample"), kt = tr_hash_str("target");
-    const int64_t ni = tr_tensor_numel(&inputs[0]);
-    for (int64_t i = 0; i < ni; i++) {
-        const int64_t cc = i % img[3], px = (i / img[3]) % S, py = (i / (img[3] * S)) % S, b = i / (img[3] * S * S);
-        double ph = tr_rng_uniform(seed, ks, (uint64_t)(b * img[3] + cc)) * 6.283185307179586;
-        double v = 0.6 * sin(6.283185307179586 * (double)(px + 2 * py) / (double)S + ph) +
-                   0.3 * (2.0 * tr_rng_uniform(seed, ks + 1, (uint64_t)i) - 1.0);
-        tr_tensor_set_f64(&inputs[0], i, v);
-    }
-    for (int64_t i = 0; want == 2 && i < tr_tensor_numel(&inputs[1]); i++)
-        tr_tensor_set_f64(&inputs[1], i, tr_rng_normal(seed, kt, (uint64_t)i));
+    tr_model_fill_image(&inputs[0], seed, "sample", 0.6, 1, 2, 0.3);
+    if (want == 2) tr_model_fill_normal(&inputs[1], seed, "target");
     return TR_OK;
 }
 
