@@ -1,4 +1,5 @@
-/* Comma-separated integer lists of model keys (models.h). */
+/* Model keys' values: comma-separated integer lists, and those that must be positive
+ * (models.h). */
 #include <stdlib.h>
 #include <string.h>
 #include "models.h"
@@ -25,5 +26,13 @@ int tr_model_int_list(const char *model, const char *key, const char *s, size_t 
     if (k == 0)
         return tr_error_set(err, TR_ERR_INVALID, "%s: %s is empty; expected a list such as \"%s\"", model, key, example);
     *n = k;
+    return TR_OK;
+}
+
+int tr_model_check_positive(const char *model, const struct tr_model_pos *pos, int n, struct tr_error *err) {
+    for (int i = 0; i < n; i++)
+        if (pos[i].v < 1)
+            return tr_error_set(err, TR_ERR_INVALID, "%s: %s = %lld, expected at least 1", model, pos[i].name,
+                                (long long)pos[i].v);
     return TR_OK;
 }

@@ -216,6 +216,15 @@ static int ends_with(const char *s, size_t len, const char *suffix) {
     return len >= k && memcmp(s + len - k, suffix, k) == 0;
 }
 
+/* v one of two words: *out = the value paired with it; -1 when v is neither (the
+ * caller's message says what each word means). */
+static int parse_word2(const char *v, const char *w0, int v0, const char *w1, int v1, int *out) {
+    if (strcmp(v, w0) == 0) *out = v0;
+    else if (strcmp(v, w1) == 0) *out = v1;
+    else return -1;
+    return 0;
+}
+
 /* ---- [run] backends ---- */
 
 #define BACKENDS_EXPECTED "expected a comma-separated list of NAME, NAME:MODE or paths to .so files"
@@ -355,9 +364,8 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
     case RUN_BACKENDS:
         return parse_backends(st, v);
     case RUN_DEVICE:
-        if (strcmp(v, "cpu") == 0) cfg->device_type = TR_DEVICE_CPU;
-        else if (strcmp(v, "cuda") == 0) cfg->device_type = TR_DEVICE_CUDA;
-        else return fail_kv(st, TR_ERR_INVALID, "run", key, v, "expected cpu or cuda");
+        if (parse_word2(v, "cpu", TR_DEVICE_CPU, "cuda", TR_DEVICE_CUDA, &cfg->device_type))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v, "expected cpu or cuda");
         strcpy(cfg->device, v);
         return TR_OK;
     case RUN_DTYPE: {
@@ -425,18 +433,17 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
         return TR_OK;
     }
     case RUN_MISSING:
-        if (strcmp(v, "error") == 0) cfg->missing_seed = 0;
-        else if (strcmp(v, "seed") == 0) cfg->missing_seed = 1;
-        else return fail_kv(st, TR_ERR_INVALID, "run", key, v,
-                            "expected error (a tensor the weights file lacks is an error) or seed (made from "
-                            "[run] seed, and listed in a warning)");
+        if (parse_word2(v, "error", 0, "seed", 1, &cfg->missing_seed))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                           "expected error (a tensor the weights file lacks is an error) or seed (made from "
+                           "[run] seed, and listed in a warning)");
         return TR_OK;
     case RUN_SCHEDULE:
-        if (strcmp(v, "interleaved") == 0) cfg->schedule = TR_SCHEDULE_INTERLEAVED;
-        else if (strcmp(v, "sequential") == 0) cfg->schedule = TR_SCHEDULE_SEQUENTIAL;
-        else return fail_kv(st, TR_ERR_INVALID, "run", key, v,
-                            "expected interleaved (the backends take their timed steps in turns) or sequential "
-                            "(each backend's steps one after another)");
+        if (parse_word2(v, "interleaved", TR_SCHEDULE_INTERLEAVED, "sequential", TR_SCHEDULE_SEQUENTIAL,
+                        &cfg->schedule))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                           "expected interleaved (the backends take their timed steps in turns) or sequential "
+                           "(each backend's steps one after another)");
         cfg->schedule_line = st->in.line;
         return TR_OK;
     case RUN_ISOLATE: {
@@ -486,11 +493,10 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
         return TR_OK;
     }
     case RUN_PARALLEL:
-        if (strcmp(v, "none") == 0) cfg->parallel = TR_PARALLEL_NONE;
-        else if (strcmp(v, "data") == 0) cfg->parallel = TR_PARALLEL_DATA;
-        else return fail_kv(st, TR_ERR_INVALID, "run", key, v,
-                            "expected none (one process) or data (the processes mpirun starts each train on "
-                            "their share of the batch and average their gradients)");
+        if (parse_word2(v, "none", TR_PARALLEL_NONE, "data", TR_PARALLEL_DATA, &cfg->parallel))
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                           "expected none (one process) or data (the processes mpirun starts each train on "
+                           "their share of the batch and average their gradients)");
         return TR_OK;
     case RUN_BUCKET_MB:
     case RUN_COLLECTIVE_TIMEOUT: {

@@ -534,20 +534,24 @@ int tr_embedding_pad(struct tr_graph *g, int table, int ids, int64_t padding_idx
     return node2(g, TR_OP_EMBEDDING, table, ids, &at);
 }
 
-int tr_reshape(struct tr_graph *g, int x, int ndim, const int64_t *shape) {
+/* Attributes holding a list of n ints (a shape: i64, or a permutation: int; the other
+ * NULL). n out of range, or n > 0 with no list (n_ints -1), is reported by inference,
+ * with the node's name. */
+static struct tr_attrs attrs_list(int n, const int64_t *i64, const int *i32) {
     struct tr_attrs at = attrs0();
-    /* n_ints out of range is reported by inference, with the node's name */
-    at.n_ints = ndim;
-    for (int i = 0; shape && i < ndim && i < TR_ATTR_INTS; i++) at.ints[i] = shape[i];
-    if (ndim > 0 && !shape) at.n_ints = -1;
+    at.n_ints = n;
+    for (int i = 0; (i64 || i32) && i < n && i < TR_ATTR_INTS; i++) at.ints[i] = i64 ? i64[i] : i32[i];
+    if (n > 0 && !i64 && !i32) at.n_ints = -1;
+    return at;
+}
+
+int tr_reshape(struct tr_graph *g, int x, int ndim, const int64_t *shape) {
+    struct tr_attrs at = attrs_list(ndim, shape, NULL);
     return node1(g, TR_OP_RESHAPE, x, &at);
 }
 
 int tr_transpose(struct tr_graph *g, int x, int ndim, const int *perm) {
-    struct tr_attrs at = attrs0();
-    at.n_ints = ndim;
-    for (int i = 0; perm && i < ndim && i < TR_ATTR_INTS; i++) at.ints[i] = perm[i];
-    if (ndim > 0 && !perm) at.n_ints = -1;
+    struct tr_attrs at = attrs_list(ndim, NULL, perm);
     return node1(g, TR_OP_TRANSPOSE, x, &at);
 }
 
@@ -719,12 +723,19 @@ int tr_rope(struct tr_graph *g, int x, int pos, float base, int rot_dims) {
 
 /* ---- names and outputs ---- */
 
-int tr_graph_set_name(struct tr_graph *g, int id, const char *name) {
+/* What set_name and set_output check first: a graph, no sticky error, id a node. */
+static int check_named_call(struct tr_graph *g, const char *fn, int id, const char *name) {
     if (!g) return TR_ERR_INVALID;
     if (g->err.status) return g->err.status;
     if (!valid_id(g, id))
-        return graph_fail(g, TR_ERR_INVALID, "graph: set_name('%s'): %d is not a node id in [0,%d)",
+        return graph_fail(g, TR_ERR_INVALID, "graph: %s('%s'): %d is not a node id in [0,%d)", fn,
                           name ? name : "(null)", id, g->n_nodes);
+    return TR_OK;
+}
+
+int tr_graph_set_name(struct tr_graph *g, int id, const char *name) {
+    int rc = check_named_call(g, "set_name", id, name);
+    if (rc) return rc;
     struct tr_node *n = &g->nodes[id];
     if (!name || !name[0])
         return graph_fail(g, TR_ERR_INVALID, "node %d %s '%s': set_name with an empty name", id, tr_op_name(n->op),
@@ -745,11 +756,8 @@ int tr_graph_set_name(struct tr_graph *g, int id, const char *name) {
 }
 
 int tr_graph_set_output(struct tr_graph *g, int id, const char *name) {
-    if (!g) return TR_ERR_INVALID;
-    if (g->err.status) return g->err.status;
-    if (!valid_id(g, id))
-        return graph_fail(g, TR_ERR_INVALID, "graph: set_output('%s'): %d is not a node id in [0,%d)",
-                          name ? name : "(null)", id, g->n_nodes);
+    int rc = check_named_call(g, "set_output", id, name);
+    if (rc) return rc;
     const char *nm = name && name[0] ? name : g->nodes[id].name;
     if (strlen(nm) >= TR_NAME_MAX)
         return graph_fail(g, TR_ERR_INVALID, "graph: output name '%s' is longer than %d characters", nm,

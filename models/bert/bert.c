@@ -117,20 +117,15 @@ static int lora_validate(const struct tr_bert_config *c, struct lora *lr, struct
 }
 
 static int bert_validate(const struct tr_bert_config *c, const struct tr_build_opts *o, struct tr_error *err) {
-    const struct {
-        const char *name;
-        int64_t v;
-    } pos[] = {
+    const struct tr_model_pos pos[] = {
         {"vocab_size", c->vocab_size},           {"hidden_size", c->hidden_size},
         {"num_hidden_layers", c->num_hidden_layers}, {"num_attention_heads", c->num_attention_heads},
         {"intermediate_size", c->intermediate_size}, {"max_position_embeddings", c->max_position_embeddings},
         {"type_vocab_size", c->type_vocab_size}, {"num_labels", c->num_labels},
         {"batch", o->batch},                     {"seq_len", o->seq_len},
     };
-    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
-        if (pos[i].v < 1)
-            return tr_error_set(err, TR_ERR_INVALID, "bert: %s = %lld, expected at least 1", pos[i].name,
-                                (long long)pos[i].v);
+    int rc = tr_model_check_positive("bert", pos, (int)(sizeof pos / sizeof pos[0]), err);
+    if (rc) return rc;
     if (c->hidden_size % c->num_attention_heads != 0)
         return tr_error_set(err, TR_ERR_INVALID,
                             "bert: hidden_size = %lld is not a multiple of num_attention_heads = %lld",

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "decoder.h"
+#include "models.h"
 #include "trident/rng.h"
 
 static const char *family_name(enum tr_decoder_family f) { return f == TR_DECODER_GEMMA ? "gemma" : "mistral"; }
@@ -36,10 +37,7 @@ static int act_apply(struct tr_graph *g, enum tr_act act, int x) {
 
 int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build_opts *o, struct tr_error *err) {
     const char *m = family_name(c->family);
-    const struct {
-        const char *name;
-        int64_t v;
-    } pos[] = {
+    const struct tr_model_pos pos[] = {
         {"vocab_size", c->vocab_size},
         {"hidden_size", c->hidden_size},
         {"intermediate_size", c->intermediate_size},
@@ -48,10 +46,8 @@ int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build
         {"num_key_value_heads", c->num_key_value_heads},
         {"max_position_embeddings", c->max_position_embeddings},
     };
-    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
-        if (pos[i].v < 1)
-            return tr_error_set(err, TR_ERR_INVALID, "%s: %s = %lld, expected at least 1", m, pos[i].name,
-                                (long long)pos[i].v);
+    int rc = tr_model_check_positive(m, pos, (int)(sizeof pos / sizeof pos[0]), err);
+    if (rc) return rc;
     if (c->pad_token_id >= c->vocab_size)
         return tr_error_set(err, TR_ERR_INVALID, "%s: pad_token_id = %lld is not a row of the %lld-row embed_tokens "
                             "(vocab_size); expected -1 (none) or below it", m, (long long)c->pad_token_id,

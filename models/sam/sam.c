@@ -91,10 +91,7 @@ static const struct tr_model_preset sam_presets[] = {
 /* The checks build and make_inputs share; global[] gets 1 for each global block. */
 static int sam_validate(const struct tr_sam_config *c, const struct tr_build_opts *o, unsigned char *global,
                         struct tr_error *err) {
-    const struct {
-        const char *name;
-        int64_t v;
-    } pos[] = {
+    const struct tr_model_pos pos[] = {
         {"hidden_size", c->hidden_size},         {"num_hidden_layers", c->num_hidden_layers},
         {"num_attention_heads", c->num_attention_heads}, {"mlp_dim", c->mlp_dim},
         {"image_size", c->image_size},           {"patch_size", c->patch_size},
@@ -105,10 +102,8 @@ static int sam_validate(const struct tr_sam_config *c, const struct tr_build_opt
         {"iou_head_hidden_dim", c->iou_head_hidden_dim}, {"num_multimask_outputs", c->num_multimask_outputs},
         {"batch", o->batch},
     };
-    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
-        if (pos[i].v < 1)
-            return tr_error_set(err, TR_ERR_INVALID, "sam: %s = %lld, expected at least 1", pos[i].name,
-                                (long long)pos[i].v);
+    int rc = tr_model_check_positive("sam", pos, (int)(sizeof pos / sizeof pos[0]), err);
+    if (rc) return rc;
     if (c->image_size % c->patch_size != 0)
         return tr_error_set(err, TR_ERR_INVALID, "sam: image_size = %lld is not a multiple of patch_size = %lld (the "
                             "patch conv tiles the image)", (long long)c->image_size, (long long)c->patch_size);
@@ -628,19 +623,11 @@ static int sam_make_inputs(const void *config, const struct tr_build_opts *o, ui
     const int64_t B = o->batch, S = c->image_size, G = S / c->patch_size, C = c->output_channels;
     rc = tr_model_check_input("sam", &inputs[0], "pixel_values", o->dtype, 4, (const int64_t[]){B, S, S, 3}, err);
     if (rc) return rc;
-    const uint64_t kp = tr_hash_str("pixel_values");
-    for (int64_t i = 0; i < tr_tensor_numel(&inputs[0]); i++) {
-        const int64_t ch = i % 3, x = (i / 3) % S, y = (i / (3 * S)) % S, b = i / (3 * S * S);
-        double ph = tr_rng_uniform(seed, kp, (uint64_t)(b * 3 + ch)) * 6.283185307179586;
-        tr_tensor_set_f64(&inputs[0], i, 1.2 * sin(6.283185307179586 * (double)(2 * x + y) / (double)S + ph) +
-                                             0.5 * (2.0 * tr_rng_uniform(seed, kp + 1, (uint64_t)i) - 1.0));
-    }
+    tr_model_fill_image(&inputs[0], seed, "pixel_values", 1.2, 2, 1, 0.5);
     if (fit) {
         rc = tr_model_check_input("sam", &inputs[1], "target", o->dtype, 4, (const int64_t[]){B, G, G, C}, err);
         if (rc) return rc;
-        const uint64_t kt = tr_hash_str("target");
-        for (int64_t i = 0; i < tr_tensor_numel(&inputs[1]); i++)
-            tr_tensor_set_f64(&inputs[1], i, tr_rng_normal(seed, kt, (uint64_t)i));
+        tr_model_fill_normal(&inputs[1], seed, "target");
         return TR_OK;
     }
     double xy[2 * TR_SAM_MAX_POINTS];

@@ -198,10 +198,6 @@ static int sd_build(const void *config, const struct tr_build_opts *o, struct tr
     return TR_OK;
 }
 
-static void initial_noise(struct tr_tensor *latents, uint64_t seed) {
-    const uint64_t key = tr_hash_str("latents");
-    for (int64_t i = 0; i < tr_tensor_numel(latents); i++) tr_tensor_set_f64(latents, i, tr_rng_normal(seed, key, (uint64_t)i));
-}
 
 /* [generate] prompt (rows B..2B) and negative_prompt ("" by default, rows 0..B) through the
  * tokenizer at o->tokenizer, and the initial noise. */
@@ -220,7 +216,7 @@ static int prompt_ids(const struct tr_clip_text_config *clip, const struct tr_bu
             rc = tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: the tokenizer at '%s' gives id %d, past the text "
                               "encoder's vocabulary of %lld: a tokenizer of another model?", o->tokenizer, (int)ids[i],
                               (long long)clip->vocab_size);
-    if (!rc) initial_noise(latents, seed);
+    if (!rc) tr_model_fill_normal(latents, seed, "latents");
     return rc;
 }
 
@@ -244,7 +240,7 @@ static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_co
     if (o->prompt) /* the user's prompt, tokenized as the pipeline tokenizes it */
         return prompt_ids(clip, o, ids, &inputs[1], seed, err);
     for (int64_t i = 0; i < B * T; i++) ids[i] = (int32_t)(clip->vocab_size - (i % T == 0 ? 2 : 1));
-    initial_noise(&inputs[1], seed);
+    tr_model_fill_normal(&inputs[1], seed, "latents");
     return TR_OK;
 }
 
@@ -272,12 +268,8 @@ static int sd_make_inputs(const void *config, const struct tr_build_opts *o, uin
     if (!rc) rc = tr_model_check_input(M, &inputs[2], "encoder_hidden_states", o->dtype, 3, ts, err);
     if (!rc) rc = tr_model_check_input(M, &inputs[3], "ddim_coeffs", TR_DTYPE_F32, 1, two, err);
     if (rc) return rc;
-    static const char *const keys[3] = {"latents", "timestep", "encoder_hidden_states"};
-    for (int k = 0; k < 3; k += 2) {
-        const uint64_t key = tr_hash_str(keys[k]);
-        for (int64_t i = 0; i < tr_tensor_numel(&inputs[k]); i++)
-            tr_tensor_set_f64(&inputs[k], i, tr_rng_normal(seed, key, (uint64_t)i));
-    }
+    tr_model_fill_normal(&inputs[0], seed, "latents");
+    tr_model_fill_normal(&inputs[2], seed, "encoder_hidden_states");
     tr_tensor_set_f64(&inputs[1], 0, (double)t);
     tr_tensor_set_f64(&inputs[3], 0, cx);
     tr_tensor_set_f64(&inputs[3], 1, ce);

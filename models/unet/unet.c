@@ -306,13 +306,11 @@ static int unet_make_inputs(const void *config, const struct tr_build_opts *o, u
     if (!rc) rc = tr_model_check_input(M, &inputs[1], "timestep", TR_DTYPE_F32, 1, bs, err);
     if (!rc) rc = tr_model_check_input(M, &inputs[2], "encoder_hidden_states", o->dtype, 3, ts, err);
     if (rc) return rc;
-    static const char *const keys[3] = {"sample", "timestep", "encoder_hidden_states"};
-    for (int k = 0; k < 3; k++) {
-        const uint64_t key = tr_hash_str(keys[k]);
-        for (int64_t i = 0; i < tr_tensor_numel(&inputs[k]); i++)
-            tr_tensor_set_f64(&inputs[k], i, k == 1 ? floor(1000.0 * tr_rng_uniform(seed, key, (uint64_t)i))
-                                                    : tr_rng_normal(seed, key, (uint64_t)i));
-    }
+    tr_model_fill_normal(&inputs[0], seed, "sample");
+    const uint64_t kt = tr_hash_str("timestep");
+    for (int64_t i = 0; i < B; i++)
+        tr_tensor_set_f64(&inputs[1], i, floor(1000.0 * tr_rng_uniform(seed, kt, (uint64_t)i)));
+    tr_model_fill_normal(&inputs[2], seed, "encoder_hidden_states");
     return TR_OK;
 }
 

@@ -70,19 +70,14 @@ static int vae_validate(const struct tr_vae_config *c, const struct tr_build_opt
                         struct tr_error *err) {
     int rc = tr_vae_channels(c, ch, n_blocks, err);
     if (rc) return rc;
-    const struct {
-        const char *name;
-        int64_t v;
-    } pos[] = {
+    const struct tr_model_pos pos[] = {
         {"in_channels", c->in_channels},         {"out_channels", c->out_channels},
         {"latent_channels", c->latent_channels}, {"layers_per_block", c->layers_per_block},
         {"norm_num_groups", c->norm_num_groups}, {"sample_size", c->sample_size},
         {"batch", o->batch},
     };
-    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
-        if (pos[i].v < 1)
-            return tr_error_set(err, TR_ERR_INVALID, "autoencoder_kl: %s = %lld, expected at least 1", pos[i].name,
-                                (long long)pos[i].v);
+    rc = tr_model_check_positive("autoencoder_kl", pos, (int)(sizeof pos / sizeof pos[0]), err);
+    if (rc) return rc;
     for (int i = 0; i < *n_blocks; i++)
         if (ch[i] % c->norm_num_groups != 0)
             return tr_error_set(err, TR_ERR_INVALID, "autoencoder_kl: block_out_channels entry %lld is not a multiple "
@@ -272,17 +267,8 @@ static int vae_make_inputs(const void *config, const struct tr_build_opts *o, ui
     rc = tr_model_check_input("autoencoder_kl", &inputs[0], "sample", o->dtype, 4, img, err);
     if (!rc && want == 2) rc = tr_model_check_input("autoencoder_kl", &inputs[1], "target", o->dtype, 4, lat, err);
     if (rc) return rc;
-    const uint64_t ks = tr_hash_str("sample"), kt = tr_hash_str("target");
-    const int64_t ni = tr_tensor_numel(&inputs[0]);
-    for (int64_t i = 0; i < ni; i++) {
-        const int64_t cc = i % img[3], px = (i / img[3]) % S, py = (i / (img[3] * S)) % S, b = i / (img[3] * S * S);
-        double ph = tr_rng_uniform(seed, ks, (uint64_t)(b * img[3] + cc)) * 6.283185307179586;
-        double v = 0.6 * sin(6.283185307179586 * (double)(px + 2 * py) / (double)S + ph) +
-                   0.3 * (2.0 * tr_rng_uniform(seed, ks + 1, (uint64_t)i) - 1.0);
-        tr_tensor_set_f64(&inputs[0], i, v);
-    }
-    for (int64_t i = 0; want == 2 && i < tr_tensor_numel(&inputs[1]); i++)
-        tr_tensor_set_f64(&inputs[1], i, tr_rng_normal(seed, kt, (uint64_t)i));
+    tr_model_fill_image(&inputs[0], seed, "sample", 0.6, 1, 2, 0.3);
+    if (want == 2) tr_model_fill_normal(&inputs[1], seed, "target");
     return TR_OK;
 }
 

@@ -38,6 +38,7 @@
 #include <time.h>
 #include <dlfcn.h>
 #include "io.h"
+#include "mem.h"
 #include "options.h"
 #include "stats.h"
 #include "jax_internal.h"
@@ -458,16 +459,7 @@ void tr_jax_program_free(struct tr_jax_program *p) {
     jax_build_close(&p->build);
     jax_fusion_free(&p->fusion);
     tr_pir_free(&p->pir);
-    free(p->source);
-    free(p->steps);
-    free(p->argv);
-    free(p->bufs);
-    free(p->donor);
-    free(p->donated);
-    free(p->buf_of);
-    free(p->root_of);
-    free(p->ptr);
-    free(p);
+    TR_FREE_EACH(p->source, p->steps, p->argv, p->bufs, p->donor, p->donated, p->buf_of, p->root_of, p->ptr, p);
 }
 
 /* ---- execute ---- */

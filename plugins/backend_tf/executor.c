@@ -34,10 +34,12 @@
  * out". A kernel's output and its inputs are live at the same step, so they never
  * share bytes (no kernel here works in place).
  */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "io.h"
+#include "mem.h"
 #include "options.h"
 #include "stats.h"
 #include "passes.h"
@@ -364,12 +366,7 @@ void tf_program_free(struct tf_program *p) {
     tr_pir_free(&p->pir);
     for (int s = 0; p->steps && s < p->n_steps; s++)
         if (p->steps[s].bound) tr_kernels_unbind(p->k, &p->steps[s].call);
-    free(p->steps);
-    free(p->data);
-    free(p->donated);
-    free(p->donor);
-    free(p->buf_of);
-    free(p->bufs);
+    TR_FREE_EACH(p->steps, p->data, p->donated, p->donor, p->buf_of, p->bufs);
     if (p->arena) tr_kernels_dealloc(p->k, p->arena);
     if (p->weights_dev) tr_kernels_dealloc(p->k, p->weights_dev);
     if (p->k) tr_kernels_free(p->k);
@@ -424,7 +421,13 @@ int tf_execute(struct tf_program *p, int n_inputs, const struct tr_tensor *input
         return tr_error_set(err, TR_ERR_INVALID, "tf: execute with %d inputs and %d outputs but no arrays", n_inputs,
                             n_outputs);
     p->kernel_calls = 0;
-    return execute_steps(p, n_inputs, inputs, n_outputs, outputs, err);
+    /* The thread count is the caller's again afterwards: other backends in this process
+     * run with theirs. */
+    int saved = omp_get_max_threads();
+    if (p->ctx->threads > 0) omp_set_num_threads(p->ctx->threads);
+    int rc = execute_steps(p, n_inputs, inputs, n_outputs, outputs, err);
+    if (p->ctx->threads > 0) omp_set_num_threads(saved);
+    return rc;
 }
 
 /* ---- report ---- */

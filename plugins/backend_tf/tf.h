@@ -88,7 +88,11 @@ struct tf_context {
 
 struct tf_program;
 
+/* The backend's table (tf.c). */
+extern const struct tr_backend_i tr_tf_iface;
+
 int tf_compile(struct tf_context *ctx, tr_graph_t g, struct tf_program **out, struct tr_error *err);
+/* One step, with the context's OpenMP thread count (threads = N) while it runs. */
 int tf_execute(struct tf_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
                struct tr_tensor *outputs, struct tr_error *err);
 void tf_program_free(struct tf_program *p);

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "io.h"
+#include "mem.h"
 #include "options.h"
 #include "pir.h"
 #include "program.h"
@@ -321,18 +322,8 @@ void tr_torch_program_free(struct tr_torch_program *p) {
     if (p->k) tr_kernels_free(p->k);
     free(p->nodes);
     tr_pir_free(&p->pir);
-    free(p->in_ids);
-    free(p->graph_in);
-    free(p->graph_out);
-    free(p->update_param);
-    free(p->donated);
-    free(p->donor);
-    free(p->data);
-    free(p->pending);
-    free(p->refs);
-    free(p->blocks);
-    free(p->args);
-    free(p);
+    TR_FREE_EACH(p->in_ids, p->graph_in, p->graph_out, p->update_param, p->donated, p->donor, p->data, p->pending,
+                 p->refs, p->blocks, p->args, p);
 }
 
 /* ---- execute ---- */

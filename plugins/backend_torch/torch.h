@@ -49,6 +49,9 @@ struct tr_torch_context {
 
 struct tr_torch_program;
 
+/* The backend's table (torch.c). */
+extern const struct tr_backend_i tr_torch_iface;
+
 /* Read g through the host table into a program; creates its kernels context and pool. */
 int tr_torch_compile(struct tr_torch_context *ctx, tr_graph_t g, struct tr_torch_program **out,
                      struct tr_error *err);

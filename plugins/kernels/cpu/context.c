@@ -243,7 +243,8 @@ void tr_cpu_scratch_free(struct tr_kernels *k) {
     k->scr_threads = 0;
 }
 
-int tr_cpu_check_tensor(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
+int tr_cpu_check_tensor_on(const struct tr_tensor *t, int device, const char *kname, const char *what,
+                           struct tr_error *err) {
     char d[200];
     if (!t) return tr_error_set(err, TR_ERR_INVALID, "%s: %s is NULL", kname, what);
     if (t->ndim < 0 || t->ndim > TR_MAX_DIMS)
@@ -255,9 +256,9 @@ int tr_cpu_check_tensor(const struct tr_tensor *t, const char *kname, const char
                                 tr_cpu_desc(t, d, sizeof d));
     if (tr_dtype_size((enum tr_dtype)t->dtype) == 0)
         return tr_error_set(err, TR_ERR_INVALID, "%s: %s has unknown dtype %d", kname, what, t->dtype);
-    if (t->device != TR_DEVICE_CPU)
-        return tr_error_set(err, TR_ERR_DEVICE, "%s: %s %s is on device %d, not the cpu", kname, what,
-                            tr_cpu_desc(t, d, sizeof d), t->device);
+    if (t->device != device)
+        return tr_error_set(err, TR_ERR_DEVICE, "%s: %s %s is on device %d, not %s", kname, what,
+                            tr_cpu_desc(t, d, sizeof d), t->device, device == TR_DEVICE_CPU ? "the cpu" : "cuda");
     if (!tr_tensor_is_contiguous(t))
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s is not contiguous (strides given; this kernel "
                             "takes contiguous tensors)", kname, what, tr_cpu_desc(t, d, sizeof d));
@@ -266,15 +267,24 @@ int tr_cpu_check_tensor(const struct tr_tensor *t, const char *kname, const char
     return TR_OK;
 }
 
-int tr_cpu_check_float(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
-    int rc = tr_cpu_check_tensor(t, kname, what, err);
+int tr_cpu_check_tensor(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
+    return tr_cpu_check_tensor_on(t, TR_DEVICE_CPU, kname, what, err);
+}
+
+int tr_cpu_check_float_on(const struct tr_tensor *t, int device, const char *kname, const char *what,
+                          struct tr_error *err) {
+    int rc = tr_cpu_check_tensor_on(t, device, kname, what, err);
     if (rc) return rc;
     if (t->dtype != TR_DTYPE_F32 && t->dtype != TR_DTYPE_BF16 && t->dtype != TR_DTYPE_F16) {
         char d[200];
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s: expected f32, bf16 or f16", kname, what,
-                            tr_cpu_desc(t, d, sizeof d));
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s: expected f32, bf16 or f16%s", kname, what,
+                            tr_cpu_desc(t, d, sizeof d), device == TR_DEVICE_CPU ? "" : " on cuda");
     }
     return TR_OK;
+}
+
+int tr_cpu_check_float(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
+    return tr_cpu_check_float_on(t, TR_DEVICE_CPU, kname, what, err);
 }
 
 int tr_cpu_same_shape(const struct tr_tensor *a, const struct tr_tensor *b) {

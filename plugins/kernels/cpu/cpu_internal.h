@@ -269,10 +269,22 @@ int tr_k_rope(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_t
 tr_cpu_invoker tr_cpu_rms_norm_invoke, tr_cpu_rope_invoke;
 tr_cpu_binder tr_cpu_rms_norm_bind, tr_cpu_rope_bind;
 
-/* UPDATE_SLICE's device-independent checks (dtypes, shapes, axis, start's form), shared
- * with the cuda kernel; *axis_out gets the axis made non-negative. */
-int tr_cpu_update_slice_shapes(const struct tr_tensor *x, const struct tr_tensor *u, const struct tr_tensor *start,
-                               int axis, const struct tr_tensor *out, int *axis_out, struct tr_error *err);
+/* An elementwise binary op's checks of its arguments on device (cpu or cuda: shared with
+ * the cuda kernel): op add, sub, mul or div; a, b and out floats of one dtype. Whether a
+ * and b broadcast to out is each kernel's own check. */
+int tr_cpu_binary_args(int device, int op, const struct tr_tensor *a, const struct tr_tensor *b,
+                       const struct tr_tensor *out, struct tr_error *err);
+/* EMBEDDING's checks of its arguments on device (cpu or cuda: shared with the cuda
+ * kernel): table (V,D), of a float dtype on cuda; ids i32 or i64; out ids' shape plus D,
+ * table's dtype. */
+int tr_cpu_embedding_args(int device, const struct tr_tensor *table, const struct tr_tensor *ids,
+                          const struct tr_tensor *out, struct tr_error *err);
+/* UPDATE_SLICE's checks of its arguments on device (cpu or cuda: shared with the cuda
+ * kernel): the tensors, then dtypes, shapes, axis and start's form; *axis_out gets the
+ * axis made non-negative. */
+int tr_cpu_update_slice_args(int device, const struct tr_tensor *x, const struct tr_tensor *u,
+                             const struct tr_tensor *start, int axis, const struct tr_tensor *out, int *axis_out,
+                             struct tr_error *err);
 /* UPDATE_SLICE (update_slice.c): x, update, start (one i32, read at every call); writes
  * only the slice when out is x's memory. */
 int tr_cpu_update_slice_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
@@ -298,8 +310,14 @@ int tr_cpu_check_ctx(struct tr_kernels *k, const char *kname, struct tr_error *e
 int tr_cpu_check_ctx_bind(struct tr_kernels *k, const char *kname, struct tr_error *err);
 /* t non-NULL with data (numel > 0), contiguous, on the cpu. */
 int tr_cpu_check_tensor(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err);
+/* The same checks for a tensor on device (TR_DEVICE_CPU or TR_DEVICE_CUDA: the cuda
+ * kernels' host side checks with these too). */
+int tr_cpu_check_tensor_on(const struct tr_tensor *t, int device, const char *kname, const char *what,
+                           struct tr_error *err);
 /* f32, bf16 or f16 (the dtypes the compute kernels take). */
 int tr_cpu_check_float(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err);
+int tr_cpu_check_float_on(const struct tr_tensor *t, int device, const char *kname, const char *what,
+                          struct tr_error *err);
 int tr_cpu_same_shape(const struct tr_tensor *a, const struct tr_tensor *b);
 /* a and b (named an, bn in the message): same shape and dtype. */
 int tr_cpu_check_like(const char *kname, const struct tr_tensor *a, const char *an, const struct tr_tensor *b,

@@ -86,19 +86,28 @@ struct binary_plan {
     char *po;
 };
 
-static int binary_check(int op, const struct tr_tensor *a, const struct tr_tensor *b, const struct tr_tensor *out,
-                        struct binary_plan *pl, struct tr_error *err) {
+int tr_cpu_binary_args(int device, int op, const struct tr_tensor *a, const struct tr_tensor *b,
+                       const struct tr_tensor *out, struct tr_error *err) {
     if (!tr_op_is_elementwise_binary(op))
         return tr_error_set(err, TR_ERR_INVALID, "binary: op %d (%s) is not add, sub, mul or div", op, tr_op_name(op));
     const char *name = tr_op_name(op);
-    int rc = tr_cpu_check_float(a, name, "a", err);
-    if (!rc) rc = tr_cpu_check_float(b, name, "b", err);
-    if (!rc) rc = tr_cpu_check_float(out, name, "out", err);
+    int rc = tr_cpu_check_float_on(a, device, name, "a", err);
+    if (!rc) rc = tr_cpu_check_float_on(b, device, name, "b", err);
+    if (!rc) rc = tr_cpu_check_float_on(out, device, name, "out", err);
     if (rc) return rc;
     char d1[200], d2[200], d3[200];
     if (a->dtype != b->dtype || a->dtype != out->dtype)
         return tr_error_set(err, TR_ERR_SHAPE, "%s: dtypes differ: a %s, b %s, out %s", name, tr_cpu_desc(a, d1, sizeof d1),
                             tr_cpu_desc(b, d2, sizeof d2), tr_cpu_desc(out, d3, sizeof d3));
+    return TR_OK;
+}
+
+static int binary_check(int op, const struct tr_tensor *a, const struct tr_tensor *b, const struct tr_tensor *out,
+                        struct binary_plan *pl, struct tr_error *err) {
+    int rc = tr_cpu_binary_args(TR_DEVICE_CPU, op, a, b, out, err);
+    if (rc) return rc;
+    const char *name = tr_op_name(op);
+    char d1[200], d2[200], d3[200];
     /* the broadcast shape must be out's */
     int nd = out->ndim;
     int64_t ext[TR_MAX_DIMS], sa[TR_MAX_DIMS], sb[TR_MAX_DIMS];

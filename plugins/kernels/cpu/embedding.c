@@ -13,11 +13,14 @@ struct embedding_plan {
     char *out;
 };
 
-static int embedding_check(const struct tr_tensor *table, const struct tr_tensor *ids, const struct tr_tensor *out,
-                           struct embedding_plan *pl, struct tr_error *err) {
-    int rc = tr_cpu_check_tensor(table, "embedding", "table", err);
-    if (!rc) rc = tr_cpu_check_tensor(ids, "embedding", "ids", err);
-    if (!rc) rc = tr_cpu_check_tensor(out, "embedding", "out", err);
+int tr_cpu_embedding_args(int device, const struct tr_tensor *table, const struct tr_tensor *ids,
+                          const struct tr_tensor *out, struct tr_error *err) {
+    /* the cuda kernel gathers float rows only; the cpu one copies rows of any dtype */
+    int (*check_rows)(const struct tr_tensor *, int, const char *, const char *, struct tr_error *) =
+        device == TR_DEVICE_CPU ? tr_cpu_check_tensor_on : tr_cpu_check_float_on;
+    int rc = check_rows(table, device, "embedding", "table", err);
+    if (!rc) rc = tr_cpu_check_tensor_on(ids, device, "embedding", "ids", err);
+    if (!rc) rc = check_rows(out, device, "embedding", "out", err);
     if (rc) return rc;
     char d1[200], d2[200], d3[200];
     if (table->ndim != 2)
@@ -32,6 +35,14 @@ static int embedding_check(const struct tr_tensor *table, const struct tr_tensor
         return tr_error_set(err, TR_ERR_SHAPE, "embedding: out %s should be ids' shape %s plus (%lld) of table %s",
                             tr_cpu_desc(out, d1, sizeof d1), tr_cpu_desc(ids, d2, sizeof d2), (long long)D,
                             tr_cpu_desc(table, d3, sizeof d3));
+    return TR_OK;
+}
+
+static int embedding_check(const struct tr_tensor *table, const struct tr_tensor *ids, const struct tr_tensor *out,
+                           struct embedding_plan *pl, struct tr_error *err) {
+    int rc = tr_cpu_embedding_args(TR_DEVICE_CPU, table, ids, out, err);
+    if (rc) return rc;
+    int64_t D = table->shape[1];
     memset(pl, 0, sizeof *pl);
     pl->table = *table;
     pl->ids = ids->data;

@@ -17,9 +17,15 @@ struct update_slice_plan {
     char *po;
 };
 
-int tr_cpu_update_slice_shapes(const struct tr_tensor *x, const struct tr_tensor *u, const struct tr_tensor *start,
-                               int axis, const struct tr_tensor *out, int *axis_out, struct tr_error *err) {
+int tr_cpu_update_slice_args(int device, const struct tr_tensor *x, const struct tr_tensor *u,
+                             const struct tr_tensor *start, int axis, const struct tr_tensor *out, int *axis_out,
+                             struct tr_error *err) {
     const char *kn = "update_slice";
+    int rc = tr_cpu_check_tensor_on(x, device, kn, "x", err);
+    if (!rc) rc = tr_cpu_check_tensor_on(u, device, kn, "update", err);
+    if (!rc) rc = tr_cpu_check_tensor_on(start, device, kn, "start", err);
+    if (!rc) rc = tr_cpu_check_tensor_on(out, device, kn, "out", err);
+    if (rc) return rc;
     char d1[200], d2[200];
     if (x->dtype == TR_DTYPE_I64)
         return tr_error_set(err, TR_ERR_SHAPE, "%s: x %s should be a float dtype or i32", kn,
@@ -47,14 +53,9 @@ int tr_cpu_update_slice_shapes(const struct tr_tensor *x, const struct tr_tensor
 static int update_slice_check(const struct tr_tensor *x, const struct tr_tensor *u, const struct tr_tensor *start,
                               int axis, const struct tr_tensor *out, struct update_slice_plan *pl,
                               struct tr_error *err) {
-    const char *kn = "update_slice";
-    int rc = tr_cpu_check_tensor(x, kn, "x", err);
-    if (!rc) rc = tr_cpu_check_tensor(u, kn, "update", err);
-    if (!rc) rc = tr_cpu_check_tensor(start, kn, "start", err);
-    if (!rc) rc = tr_cpu_check_tensor(out, kn, "out", err);
-    if (rc) return rc;
     int ax;
-    if ((rc = tr_cpu_update_slice_shapes(x, u, start, axis, out, &ax, err)) != TR_OK) return rc;
+    int rc = tr_cpu_update_slice_args(TR_DEVICE_CPU, x, u, start, axis, out, &ax, err);
+    if (rc != TR_OK) return rc;
     size_t es = tr_dtype_size((enum tr_dtype)x->dtype);
     memset(pl, 0, sizeof *pl);
     pl->axis = ax;

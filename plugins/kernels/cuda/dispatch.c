@@ -10,35 +10,15 @@
 #include "host/colsum_plan.h"
 #include "host/cuda_entry.h"
 
+/* The cpu kernels' checks (context.c), on the cuda device. */
 static int check_tensor(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
-    char d[200];
-    if (!t) return tr_error_set(err, TR_ERR_INVALID, "%s: %s is NULL", kname, what);
-    if (t->ndim < 0 || t->ndim > TR_MAX_DIMS)
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: %s has %d dimensions (0 to %d allowed)", kname, what, t->ndim,
-                            TR_MAX_DIMS);
-    if (tr_dtype_size((enum tr_dtype)t->dtype) == 0)
-        return tr_error_set(err, TR_ERR_INVALID, "%s: %s has unknown dtype %d", kname, what, t->dtype);
-    if (t->device != TR_DEVICE_CUDA)
-        return tr_error_set(err, TR_ERR_DEVICE, "%s: %s %s is on device %d, not cuda", kname, what,
-                            tr_cpu_desc(t, d, sizeof d), t->device);
-    if (!tr_tensor_is_contiguous(t))
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s is not contiguous", kname, what,
-                            tr_cpu_desc(t, d, sizeof d));
-    if (!t->data && tr_tensor_numel(t) > 0)
-        return tr_error_set(err, TR_ERR_INVALID, "%s: %s %s has no data", kname, what, tr_cpu_desc(t, d, sizeof d));
-    return TR_OK;
+    return tr_cpu_check_tensor_on(t, TR_DEVICE_CUDA, kname, what, err);
 }
 
 static int is_float(int dt) { return dt == TR_DTYPE_F32 || dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16; }
 
 static int check_float(const struct tr_tensor *t, const char *kname, const char *what, struct tr_error *err) {
-    int rc = check_tensor(t, kname, what, err);
-    if (!rc && !is_float(t->dtype)) {
-        char d[200];
-        rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s: expected f32, bf16 or f16 on cuda", kname, what,
-                          tr_cpu_desc(t, d, sizeof d));
-    }
-    return rc;
+    return tr_cpu_check_float_on(t, TR_DEVICE_CUDA, kname, what, err);
 }
 
 static int same_dtype_shape(const struct tr_tensor *x, const struct tr_tensor *out, const char *kname,
@@ -61,14 +41,9 @@ static int64_t last_dim(const struct tr_tensor *t) { return t->ndim ? t->shape[t
 static int run_binary(struct tr_cuda_ctx *c, int op, const struct tr_tensor *a, const struct tr_tensor *b,
                       struct tr_tensor *out, struct tr_error *err) {
     const char *kn = tr_op_name(op);
-    int rc = check_float(a, kn, "a", err);
-    if (!rc) rc = check_float(b, kn, "b", err);
-    if (!rc) rc = check_float(out, kn, "out", err);
+    int rc = tr_cpu_binary_args(TR_DEVICE_CUDA, op, a, b, out, err);
     if (rc) return rc;
     char d1[200], d2[200], d3[200];
-    if (a->dtype != b->dtype || a->dtype != out->dtype)
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: a %s, b %s and out %s should share one dtype", kn,
-                            tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), tr_cpu_desc(out, d3, sizeof d3));
     struct tr_cu_index idx = {.ndim = out->ndim};
     int64_t sa[TR_MAX_DIMS], sb[TR_MAX_DIMS];
     contiguous_strides(a->ndim, a->shape, sa);
@@ -131,18 +106,8 @@ static int run_rows(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, in
 
 static int run_embedding(struct tr_cuda_ctx *c, const struct tr_tensor *table, const struct tr_tensor *ids,
                          struct tr_tensor *out, struct tr_error *err) {
-    int rc = check_float(table, "embedding", "table", err);
-    if (!rc) rc = check_tensor(ids, "embedding", "ids", err);
-    if (!rc) rc = check_float(out, "embedding", "out", err);
+    int rc = tr_cpu_embedding_args(TR_DEVICE_CUDA, table, ids, out, err);
     if (rc) return rc;
-    char d1[200], d2[200], d3[200];
-    int ok = table->ndim == 2 && (ids->dtype == TR_DTYPE_I32 || ids->dtype == TR_DTYPE_I64) &&
-             out->ndim == ids->ndim + 1 && out->dtype == table->dtype && out->shape[out->ndim - 1] == table->shape[1];
-    for (int i = 0; ok && i < ids->ndim; i++) ok = out->shape[i] == ids->shape[i];
-    if (!ok)
-        return tr_error_set(err, TR_ERR_SHAPE, "embedding: table %s (V,D), ids %s (i32/i64) and out %s (ids..., D) do "
-                            "not fit", tr_cpu_desc(table, d1, sizeof d1), tr_cpu_desc(ids, d2, sizeof d2),
-                            tr_cpu_desc(out, d3, sizeof d3));
     return TR_CU_LAUNCH(c, tr_cu_embedding(c->stream, table->dtype, table->data, ids->data, ids->dtype, out->data,
                                            tr_tensor_numel(ids), table->shape[1], table->shape[0], c->flag, err));
 }
@@ -369,7 +334,7 @@ static int attn_plan(const struct tr_cuda_ctx *c, int math, int kind, int dtype,
 
 /* lse (B,H,Tq) f32 for q: ATTENTION_LSE's output, or the backward's saved statistics. */
 static int check_lse(const char *kn, const struct tr_tensor *lse, const struct tr_cu_attn *p, struct tr_error *err) {
-    int rc = tr_cpu_check_tensor(lse, kn, "lse", err);
+    int rc = check_tensor(lse, kn, "lse", err);
     if (rc) return rc;
     if (lse->dtype != TR_DTYPE_F32 || lse->ndim != 3 || lse->shape[0] != p->B || lse->shape[1] != p->H ||
         lse->shape[2] != p->Tq) {
@@ -448,7 +413,8 @@ static int attn_backward(struct tr_kernels *k, struct tr_cuda_ctx *c, const stru
 /* The saved y (as dy) and lse of a backward, checked against p and dy; NULL when absent. */
 static int check_saved(const char *kn, const struct tr_tensor *saved, const struct tr_tensor *dy,
                        const struct tr_cu_attn *p, struct tr_error *err) {
-    int rc = same_dtype_shape(dy, &saved[0], kn, err);
+    int rc = check_float(&saved[0], kn, "y", err);
+    if (!rc) rc = same_dtype_shape(dy, &saved[0], kn, err);
     return rc ? rc : check_lse(kn, &saved[1], p, err);
 }
 
@@ -800,15 +766,10 @@ static int run_rope(struct tr_cuda_ctx *c, const struct tr_attrs *at, const stru
  * device and is checked by the kernel (flag), so a bad one shows at tr_kernels_sync. */
 static int run_update_slice(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *in,
                             struct tr_tensor *out, struct tr_error *err) {
-    const char *kn = "update_slice";
     const struct tr_tensor *x = &in[0], *u = &in[1], *start = &in[2];
-    int rc = check_tensor(x, kn, "x", err);
-    if (!rc) rc = check_tensor(u, kn, "update", err);
-    if (!rc) rc = check_tensor(start, kn, "start", err);
-    if (!rc) rc = check_tensor(out, kn, "out", err);
-    if (rc) return rc;
     int ax;
-    if ((rc = tr_cpu_update_slice_shapes(x, u, start, (int)at->ints[0], out, &ax, err)) != TR_OK) return rc;
+    int rc = tr_cpu_update_slice_args(TR_DEVICE_CUDA, x, u, start, (int)at->ints[0], out, &ax, err);
+    if (rc != TR_OK) return rc;
     int64_t outer = tr_shape_numel(ax, x->shape), inner = tr_shape_numel(x->ndim - ax - 1, x->shape + ax + 1);
     return TR_CU_LAUNCH(c, tr_cu_update_slice(c->stream, tr_dtype_size((enum tr_dtype)x->dtype), x->data, u->data,
                                               start->data, out->data, outer, x->shape[ax], u->shape[ax], inner,

@@ -6,19 +6,10 @@
 #include "cuda_internal.h"
 #include "host/cuda_entry.h"
 
+/* The cpu kernels' tensor checks (cpu/context.c) on the cuda device. */
 static int check(const struct tr_tensor *t, const char *kn, const char *what, int want_float, struct tr_error *err) {
-    char d[200];
-    if (!t) return tr_error_set(err, TR_ERR_INVALID, "%s: %s is NULL", kn, what);
-    if (t->device != TR_DEVICE_CUDA)
-        return tr_error_set(err, TR_ERR_DEVICE, "%s: %s %s is on device %d, not cuda", kn, what,
-                            tr_cpu_desc(t, d, sizeof d), t->device);
-    if (!tr_tensor_is_contiguous(t) || (!t->data && tr_tensor_numel(t) > 0))
-        return tr_error_set(err, TR_ERR_INVALID, "%s: %s %s is not contiguous or has no data", kn, what,
-                            tr_cpu_desc(t, d, sizeof d));
-    if (want_float && t->dtype != TR_DTYPE_F32 && t->dtype != TR_DTYPE_BF16 && t->dtype != TR_DTYPE_F16)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s: expected f32, bf16 or f16", kn, what,
-                            tr_cpu_desc(t, d, sizeof d));
-    return TR_OK;
+    return want_float ? tr_cpu_check_float_on(t, TR_DEVICE_CUDA, kn, what, err)
+                      : tr_cpu_check_tensor_on(t, TR_DEVICE_CUDA, kn, what, err);
 }
 
 static int ctx_ok(const struct tr_kernels *k, const char *kn, struct tr_error *err) {

@@ -149,20 +149,9 @@ static int make_plan(struct tr_cuda_ctx *c, const struct tr_cuda_gemm_key *key, 
     return TR_OK;
 }
 
+/* The cpu kernels' checks of a float tensor (cpu/context.c) on the cuda device. */
 static int check_operand(const struct tr_tensor *t, const char *what, struct tr_error *err) {
-    char d[200];
-    if (!t) return tr_error_set(err, TR_ERR_INVALID, "matmul: %s is NULL", what);
-    if (t->device != TR_DEVICE_CUDA)
-        return tr_error_set(err, TR_ERR_DEVICE, "matmul: %s %s is on device %d, not cuda", what,
-                            tr_cpu_desc(t, d, sizeof d), t->device);
-    if (t->dtype != TR_DTYPE_F32 && t->dtype != TR_DTYPE_BF16 && t->dtype != TR_DTYPE_F16)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "matmul: %s %s: expected f32, bf16 or f16", what,
-                            tr_cpu_desc(t, d, sizeof d));
-    if (!tr_tensor_is_contiguous(t))
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "matmul: %s %s is not contiguous", what, tr_cpu_desc(t, d, sizeof d));
-    if (!t->data && tr_tensor_numel(t) > 0)
-        return tr_error_set(err, TR_ERR_INVALID, "matmul: %s %s has no data", what, tr_cpu_desc(t, d, sizeof d));
-    return TR_OK;
+    return tr_cpu_check_float_on(t, TR_DEVICE_CUDA, "matmul", what, err);
 }
 
 /* What one GEMM is, once checked: its shape, the epilogue cuBLASLt does, what is left

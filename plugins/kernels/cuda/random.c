@@ -18,24 +18,15 @@ int tr_cuda_random(struct tr_kernels *k, int dist, uint64_t seed, float a, float
                    struct tr_error *err) {
     static const char kn[] = "random";
     struct tr_cuda_ctx *c = k->cuda;
-    char d[200];
     if (!c) return tr_error_set(err, TR_ERR_INVALID, "%s: not a cuda kernels context", kn);
-    if (out->device != TR_DEVICE_CUDA)
-        return tr_error_set(err, TR_ERR_DEVICE, "%s: out %s is on device %d, not cuda", kn,
-                            tr_cpu_desc(out, d, sizeof d), out->device);
-    if (out->dtype != TR_DTYPE_F32 && out->dtype != TR_DTYPE_BF16 && out->dtype != TR_DTYPE_F16)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: out %s: expected f32, bf16 or f16 on cuda", kn,
-                            tr_cpu_desc(out, d, sizeof d));
-    if (!tr_tensor_is_contiguous(out) || (!out->data && tr_tensor_numel(out) > 0))
-        return tr_error_set(err, TR_ERR_INVALID, "%s: out %s is not contiguous or has no data", kn,
-                            tr_cpu_desc(out, d, sizeof d));
+    int rc = tr_cpu_check_float_on(out, TR_DEVICE_CUDA, kn, "out", err);
+    if (rc) return rc;
     k->stats.calls++;
     const int64_t n = tr_tensor_numel(out);
     if (n == 0) return TR_OK;
     const int uniform = dist == TR_RANDOM_UNIFORM;
     const size_t draws = uniform ? (size_t)n : ((size_t)n + 1) & ~(size_t)1;
     float *buf = NULL;
-    int rc;
     /* cuRAND writes its normals in pairs: straight into out only when that is 8-aligned */
     if (out->dtype == TR_DTYPE_F32 && draws == (size_t)n && (uniform || ((uintptr_t)out->data & 7) == 0)) {
         buf = out->data;
