@@ -241,13 +241,8 @@ static int attention_check(const struct tr_tensor *q, const struct tr_tensor *kk
         .B = B, .H = H, .Hk = Hk, .Tq = Tq, .Tk = Tk, .D = D, .Dv = Dv, .scale = scale,
         .causal = causal != 0, .window = window,
     };
-    if (mask) {
-        const int64_t full[4] = {B, H, Tq, Tk};
-        rc = tr_cpu_check_mask(kn, mask, q->dtype, full, A.ms, err);
-        if (rc) return rc;
-        A.mask = mask->data;
-        A.mdt = mask->dtype;
-    }
+    const int64_t full[4] = {B, H, Tq, Tk};
+    if ((rc = tr_cpu_check_mask(kn, mask, q->dtype, full, A.ms, &A.mask, &A.mdt, err)) != TR_OK) return rc;
     if (rel && (rc = tr_cpu_check_rel_bias("attention_rel", q, kk, rel, &A.rel, err)) != TR_OK) return rc;
     pl->A = A;
     pl->nout = (out ? tr_tensor_numel(out) : 0) + (lse ? tr_tensor_numel(lse) : 0);

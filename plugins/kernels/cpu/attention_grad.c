@@ -528,13 +528,8 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
         .B = B, .H = H, .Hk = Hk, .Tq = Tq, .Tk = Tk, .D = D, .Dv = Dv, .scale = scale,
         .causal = causal != 0, .window = window,
     };
-    if (mask) {
-        const int64_t full[4] = {B, H, Tq, Tk};
-        rc = tr_cpu_check_mask(kn, mask, q->dtype, full, A.ms, err);
-        if (rc) return rc;
-        A.mask = mask->data;
-        A.mdt = mask->dtype;
-    }
+    const int64_t full[4] = {B, H, Tq, Tk};
+    if ((rc = tr_cpu_check_mask(kn, mask, q->dtype, full, A.ms, &A.mask, &A.mdt, err)) != TR_OK) return rc;
     if (rel) tr_cpu_check_rel_bias(kn, q, kk, rel, &A.rel, NULL); /* checked above */
     if (B * H * Tq == 0 || Tk == 0 || D == 0 || Dv == 0) { /* no path from the output to an operand */
         for (int i = 0; i < 5; i++)

@@ -303,7 +303,8 @@ int tr_cpu_check_like(const char *kname, const struct tr_tensor *a, const char *
 }
 
 int tr_cpu_check_mask(const char *kname, const struct tr_tensor *mask, int dtype, const int64_t full[4], int64_t ms[4],
-                      struct tr_error *err) {
+                      const char **data, int *mdt, struct tr_error *err) {
+    if (!mask) return TR_OK;
     char d[200];
     if ((mask->dtype != TR_DTYPE_F32 && mask->dtype != dtype) || mask->ndim > 4)
         return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s should be f32 or %s with at most 4 dimensions", kname,
@@ -312,6 +313,8 @@ int tr_cpu_check_mask(const char *kname, const struct tr_tensor *mask, int dtype
         return tr_error_set(err, TR_ERR_SHAPE, "%s: mask %s does not broadcast to (B,H,Tq,Tk) = (%lld,%lld,%lld,%lld)",
                             kname, tr_cpu_desc(mask, d, sizeof d), (long long)full[0], (long long)full[1],
                             (long long)full[2], (long long)full[3]);
+    *data = mask->data;
+    *mdt = mask->dtype;
     return TR_OK;
 }
 

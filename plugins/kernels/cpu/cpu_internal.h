@@ -327,9 +327,10 @@ int tr_cpu_is_reduced(const struct tr_tensor *x, int ax, const struct tr_tensor 
 /* "[2,3] bf16" into buf. */
 const char *tr_cpu_desc(const struct tr_tensor *t, char *buf, size_t n);
 /* An attention mask: f32 or dtype, at most 4-D, broadcasting to full (B,H,Tq,Tk); ms gets
- * its strides in elements over those (0 where it broadcasts). */
+ * its strides in elements over those (0 where it broadcasts), data and mdt its data and
+ * dtype. No mask (NULL): nothing is set. */
 int tr_cpu_check_mask(const char *kname, const struct tr_tensor *mask, int dtype, const int64_t full[4], int64_t ms[4],
-                      struct tr_error *err);
+                      const char **data, int *mdt, struct tr_error *err);
 /* ATTENTION_REL's bias terms as the attention kernels read them: h (B,H,Tq,Kh) and w
  * (B,H,Tq,Kw), each f32 or q's dtype; key j sits at grid row j / Kw, column j % Kw. */
 struct tr_cpu_rel_bias {
