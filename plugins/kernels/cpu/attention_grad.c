@@ -1,7 +1,10 @@
 /* The attention backward on the cpu (ATTENTION_GRAD and the fused attention_backward of
  * kernels.h), flash-style: per block of queries the row statistics once, then dq, and per
- * block of keys dk and dv, never a [T, T] matrix. Computes in f64 like every training
- * kernel (grad.c says why); split from grad.c. */
+ * block of keys dk and dv, never a [T, T] matrix. f64 data computes in f64 (the
+ * finite-difference checks, as grad.c); f32, bf16 and f16 data in f32, with the f32
+ * accumulation kernels.h promises: the attention backward is most of a training step's
+ * kernel time on the cpu, and f32 lanes are twice f64's. One copy of the code for both
+ * (attention_grad_impl.h); split from grad.c. */
 #include <stdlib.h>
 #include "grad_internal.h"
 
@@ -35,7 +38,7 @@ struct agrad_args {
     int64_t ms[4];
     double scale;
     int causal, window;
-    double *lse, *delta; /* (B,H,Tq) */
+    void *lse, *delta; /* (B,H,Tq), of the compute's type (attention_grad_impl.h) */
 };
 
 static inline void ag_key_range(const struct agrad_args *A, int64_t i, int64_t *lo, int64_t *hi) {
@@ -55,255 +58,26 @@ static inline void ag_query_range(const struct agrad_args *A, int64_t j0, int64_
     if (*ihi > A->Tq - 1) *ihi = A->Tq - 1;
 }
 
-/* Rows [r0, r0+n) of a (.., T, W) operand at (b, head) into dst [n][W]. */
-static inline void ag_load(const char *base, int dt, int64_t nheads, int64_t T, int64_t W, int64_t b, int64_t head,
-                           int64_t r0, int64_t n, double *dst) {
-    load_f64(dst, base + ((b * nheads + head) * T + r0) * W * (int64_t)esize(dt), dt, n * W);
-}
-
-/* dst [W][AG_BK] = src [n][W] transposed, zero past column n: the products then run
- * along keys, AG_BK wide, which vectorizes without reassociating a sum. */
-static inline void ag_transpose(const double *restrict src, int64_t n, int64_t W, double *restrict dst) {
-    for (int64_t c = 0; c < n; c++)
-        for (int64_t d = 0; d < W; d++) dst[d * AG_BK + c] = src[c * W + d];
-    for (int64_t d = 0; d < W; d++)
-        for (int64_t c = n; c < AG_BK; c++) dst[d * AG_BK + c] = 0.0;
-}
-
-/* out[r][0..AG_BK) = A_r · Bt for nq rows of A [nq][W], Bt [W][AG_BK]. */
-static inline void ag_rows_by_t(const double *restrict A, int64_t nq, int64_t W, const double *restrict Bt,
-                                double *restrict out) {
-    for (int64_t r = 0; r < nq; r++) {
-        double *restrict o = out + r * AG_BK;
-        for (int64_t c = 0; c < AG_BK; c++) o[c] = 0.0;
-        for (int64_t d = 0; d < W; d++) {
-            const double a = A[r * W + d];
-            const double *restrict bt = Bt + d * AG_BK;
-#pragma omp simd
-            for (int64_t c = 0; c < AG_BK; c++) o[c] += a * bt[c];
-        }
-    }
-}
-
-/* S[r][c] = scale·q_r·k_c + mask for queries i0+r, keys j0+c (Kt the block transposed);
- * −inf where not visible and past the block. */
-static inline void ag_scores(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
-                             int64_t nk, const double *Q, const double *Kt, double *S) {
-    ag_rows_by_t(Q, nq, A->D, Kt, S);
-    for (int64_t r = 0; r < nq; r++) {
-        const int64_t i = i0 + r;
-        int64_t lo, hi;
-        ag_key_range(A, i, &lo, &hi);
-        double *s = S + r * AG_BK;
-        for (int64_t c = 0; c < AG_BK; c++) {
-            const int64_t j = j0 + c;
-            if (c >= nk || j < lo || j > hi) {
-                s[c] = -INFINITY;
-                continue;
-            }
-            s[c] *= A->scale;
-            if (A->mask) s[c] += get_f64(A->mask, A->mdt, b * A->ms[0] + h * A->ms[1] + i * A->ms[2] + j * A->ms[3]);
-            const struct tr_cpu_rel_bias *rb = &A->rel;
-            if (rb->h) {
-                const int64_t row = (b * A->H + h) * A->Tq + i;
-                s[c] += get_f64(rb->h, rb->dt_h, row * rb->Kh + j / rb->Kw) +
-                        get_f64(rb->w, rb->dt_w, row * rb->Kw + j % rb->Kw);
-            }
-        }
-    }
-}
-
-/* S → P = exp(S − lse) in place; then, when G is given, dS = P·(dY·Vᵀ − delta) into G. */
-static inline void ag_probs(const struct agrad_args *A, int64_t nq, const double *lse, const double *delta,
-                            const double *dY, const double *Vt, double *S, double *G) {
-    for (int64_t r = 0; r < nq; r++)
-        for (int64_t c = 0; c < AG_BK; c++) S[r * AG_BK + c] = tr_grad_exp(S[r * AG_BK + c] - lse[r]);
-    if (!G) return;
-    ag_rows_by_t(dY, nq, A->Dv, Vt, G);
-    for (int64_t r = 0; r < nq; r++)
-        for (int64_t c = 0; c < AG_BK; c++) G[r * AG_BK + c] = S[r * AG_BK + c] * (G[r * AG_BK + c] - delta[r]);
-}
-
-/* acc[x][0..W) += f·Σ over y of coef(x,y)·rows[y][0..W), coef read at coef[x*cs + y*ys]. */
-static inline void ag_accum(const double *restrict coef, int64_t nx, int64_t ny, int64_t cs, int64_t ys, double f,
-                            const double *restrict rows, int64_t W, double *restrict acc) {
-    for (int64_t x = 0; x < nx; x++)
-        for (int64_t y = 0; y < ny; y++) {
-            const double g = coef[x * cs + y * ys] * f;
-            if (g == 0.0) continue; /* masked, invisible, or past the block */
-            const double *restrict src = rows + y * W;
-            double *restrict dst = acc + x * W;
-#pragma omp simd
-            for (int64_t d = 0; d < W; d++) dst[d] += g * src[d];
-        }
-}
-
-/* Work space of one thread, shared by the three passes. */
-struct ag_ws {
-    double *Q, *K, *Kt, *V, *Vt, *dY, *S, *G, *acc, *m, *l, *acc2, *drh, *drw;
-};
-
-static size_t ag_workspace(int64_t D, int64_t Dv, int64_t Kh, int64_t Kw) {
-    int64_t dm = D > Dv ? D : Dv;
-    return (size_t)(AG_BQ * D + 2 * AG_BK * D + 2 * AG_BK * Dv + AG_BQ * Dv + 2 * AG_BQ * AG_BK +
-                    (AG_BQ > AG_BK ? AG_BQ : AG_BK) * dm + 2 * AG_BQ + AG_BK * Dv + AG_BQ * (Kh + Kw));
-}
-
-static void ag_split(double *ws, int64_t D, int64_t Dv, int64_t Kh, struct ag_ws *w) {
-    w->Q = ws;                        /* [BQ][D] */
-    w->K = w->Q + AG_BQ * D;          /* [BK][D] */
-    w->Kt = w->K + AG_BK * D;         /* [D][BK] */
-    w->V = w->Kt + AG_BK * D;         /* [BK][Dv] */
-    w->Vt = w->V + AG_BK * Dv;        /* [Dv][BK] */
-    w->dY = w->Vt + AG_BK * Dv;       /* [BQ][Dv] */
-    w->S = w->dY + AG_BQ * Dv;        /* [BQ][BK] */
-    w->G = w->S + AG_BQ * AG_BK;      /* [BQ][BK] */
-    w->acc = w->G + AG_BQ * AG_BK;    /* [max(BQ,BK)][max(D,Dv)] */
-    w->m = w->acc + (AG_BQ > AG_BK ? AG_BQ : AG_BK) * (D > Dv ? D : Dv);
-    w->l = w->m + AG_BQ;
-    w->acc2 = w->l + AG_BQ;           /* [BK][Dv]: dv beside dk (which 3) */
-    w->drh = w->acc2 + AG_BK * Dv;    /* [BQ][Kh], then [BQ][Kw]: the bias terms' gradients */
-    w->drw = w->drh + AG_BQ * Kh;
-}
-
-/* The query block's Q and dY rows into w. */
-static inline void ag_load_q(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct ag_ws *w) {
-    ag_load(A->q, A->dt, A->H, A->Tq, A->D, b, h, i0, nq, w->Q);
-    ag_load(A->dy, A->dt, A->H, A->Tq, A->Dv, b, h, i0, nq, w->dY);
-}
-
-/* The key block's K, Kt and V (and Vt when vt) of kv head hk into w. */
-static inline void ag_load_kv(const struct agrad_args *A, int64_t b, int64_t hk, int64_t j0, int64_t nk, int vt,
-                              struct ag_ws *w) {
-    ag_load(A->k, A->dt, A->Hk, A->Tk, A->D, b, hk, j0, nk, w->K);
-    ag_transpose(w->K, nk, A->D, w->Kt);
-    ag_load(A->v, A->dt, A->Hk, A->Tk, A->Dv, b, hk, j0, nk, w->V);
-    if (vt) ag_transpose(w->V, nk, A->Dv, w->Vt);
-}
-
-/* Keys [*lo, *hi] that some query of the block [i0, i0 + nq) may see. */
-static inline void ag_block_keys(const struct agrad_args *A, int64_t i0, int64_t nq, int64_t *lo, int64_t *hi) {
-    int64_t hi0, lo1;
-    ag_key_range(A, i0, lo, &hi0);
-    ag_key_range(A, i0 + nq - 1, &lo1, hi);
-}
-
-/* The key block at j0 (of the keys up to hi) loaded, V transposed too when vt, and its
- * scores against the loaded query block; the block's key count. */
-static inline int64_t ag_key_block(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq,
-                                   int64_t j0, int64_t hi, int vt, struct ag_ws *w) {
-    const int64_t nk = hi + 1 - j0 < AG_BK ? hi + 1 - j0 : AG_BK;
-    ag_load_kv(A, b, h / (A->H / A->Hk), j0, nk, vt, w);
-    ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
-    return nk;
-}
-
-/* Pass 1 for one query block: lse and delta of its rows. */
-TR_CPU_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct ag_ws *w), (A, b, h, i0, nq, w)) {
-    const int64_t Dv = A->Dv;
-    ag_load_q(A, b, h, i0, nq, w);
-    double *o = w->acc;
-    for (int64_t r = 0; r < nq; r++) {
-        w->m[r] = -INFINITY;
-        w->l[r] = 0.0;
-        for (int64_t d = 0; d < Dv; d++) o[r * Dv + d] = 0.0;
-    }
-    int64_t lo, hi;
-    ag_block_keys(A, i0, nq, &lo, &hi);
-    for (int64_t j0 = lo; j0 <= hi; j0 += AG_BK) {
-        const int64_t nk = ag_key_block(A, b, h, i0, nq, j0, hi, 0, w);
-        for (int64_t r = 0; r < nq; r++) {
-            double *s = w->S + r * AG_BK, mx = -INFINITY;
-            for (int64_t c = 0; c < AG_BK; c++) mx = s[c] > mx ? s[c] : mx;
-            if (mx == -INFINITY) {
-                for (int64_t c = 0; c < AG_BK; c++) s[c] = 0.0;
-                continue;
-            }
-            const double mnew = w->m[r] > mx ? w->m[r] : mx, corr = tr_grad_exp(w->m[r] - mnew);
-            double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-            for (int64_t c = 0; c < AG_BK; c++) {
-                s[c] = tr_grad_exp(s[c] - mnew);
-                sum += s[c];
-            }
-            w->l[r] = w->l[r] * corr + sum;
-            w->m[r] = mnew;
-            if (corr != 1.0)
-                for (int64_t d = 0; d < Dv; d++) o[r * Dv + d] *= corr;
-        }
-        ag_accum(w->S, nq, nk, AG_BK, 1, 1.0, w->V, Dv, o);
-    }
-    for (int64_t r = 0; r < nq; r++) {
-        const int64_t at = (b * A->H + h) * A->Tq + i0 + r;
-        if (!(w->l[r] > 0.0)) {
-            A->lse[at] = INFINITY;
-            A->delta[at] = 0.0;
-            continue;
-        }
-        double dl = 0.0;
-        for (int64_t d = 0; d < Dv; d++) dl += w->dY[r * Dv + d] * o[r * Dv + d];
-        A->lse[at] = w->m[r] + log(w->l[r]);
-        A->delta[at] = dl / w->l[r];
-    }
-}
-
-/* What one query block's rows give: dq (into out_q) and the bias terms' gradients
- * (into out_h, out_w); each NULL when not wanted. */
-TR_CPU_MULTI(void, ag_rows, (const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, char *out_q, char *out_h, char *out_w, struct ag_ws *w), (A, b, h, i0, nq, out_q, out_h, out_w, w)) {
-    const int64_t D = A->D, Kh = A->rel.Kh, Kw = A->rel.Kw, row0 = (b * A->H + h) * A->Tq + i0;
-    ag_load_q(A, b, h, i0, nq, w);
-    const double *lse = A->lse + row0, *delta = A->delta + row0;
-    double *dq = w->acc;
-    for (int64_t x = 0; x < nq * D; x++) dq[x] = 0.0;
-    for (int64_t x = 0; x < nq * Kh; x++) w->drh[x] = 0.0;
-    for (int64_t x = 0; x < nq * Kw; x++) w->drw[x] = 0.0;
-    int64_t lo, hi;
-    ag_block_keys(A, i0, nq, &lo, &hi);
-    for (int64_t j0 = lo; j0 <= hi; j0 += AG_BK) {
-        const int64_t nk = ag_key_block(A, b, h, i0, nq, j0, hi, 1, w);
-        ag_probs(A, nq, lse, delta, w->dY, w->Vt, w->S, w->G);
-        if (out_q) ag_accum(w->G, nq, nk, AG_BK, 1, A->scale, w->K, D, dq);
-        if (out_h || out_w) /* dS summed over each key row (rel_h) and column (rel_w) of the grid */
-            for (int64_t r = 0; r < nq; r++)
-                for (int64_t c = 0; c < nk; c++) {
-                    const double g = w->G[r * AG_BK + c];
-                    w->drh[r * Kh + (j0 + c) / Kw] += g;
-                    w->drw[r * Kw + (j0 + c) % Kw] += g;
-                }
-    }
-    if (out_q) store_f64(out_q + row0 * D * (int64_t)esize(A->dt), A->dt, dq, nq * D);
-    if (out_h) store_f64(out_h + row0 * Kh * (int64_t)esize(A->rel.dt_h), A->rel.dt_h, w->drh, nq * Kh);
-    if (out_w) store_f64(out_w + row0 * Kw * (int64_t)esize(A->rel.dt_w), A->rel.dt_w, w->drw, nq * Kw);
-}
-
-/* dk (which 1), dv (which 2), or both (3: dk into out, dv into out2) of one key block of
- * kv head hk: both share the scores and probabilities of every query block. */
-TR_CPU_MULTI(void, ag_dkv, (const struct agrad_args *A, int which, int64_t b, int64_t hk, int64_t j0, int64_t nk, char *out, char *out2, struct ag_ws *w), (A, which, b, hk, j0, nk, out, out2, w)) {
-    const int64_t D = A->D, Dv = A->Dv, G = A->H / A->Hk, W = which == 2 ? Dv : D;
-    ag_load_kv(A, b, hk, j0, nk, 1, w);
-    double *acc = w->acc, *acc2 = w->acc2;
-    for (int64_t x = 0; x < nk * W; x++) acc[x] = 0.0;
-    if (which == 3)
-        for (int64_t x = 0; x < nk * Dv; x++) acc2[x] = 0.0;
-    int64_t ilo, ihi;
-    ag_query_range(A, j0, j0 + nk - 1, &ilo, &ihi);
-    for (int64_t h = hk * G; h < (hk + 1) * G; h++)
-        for (int64_t i0 = ilo; i0 <= ihi; i0 += AG_BQ) {
-            int64_t nq = ihi + 1 - i0 < AG_BQ ? ihi + 1 - i0 : AG_BQ;
-            ag_load_q(A, b, h, i0, nq, w);
-            const double *lse = A->lse + (b * A->H + h) * A->Tq + i0;
-            const double *delta = A->delta + (b * A->H + h) * A->Tq + i0;
-            ag_scores(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
-            ag_probs(A, nq, lse, delta, w->dY, w->Vt, w->S, which != 2 ? w->G : NULL);
-            /* acc[c] += f·Σ_r coef[r][c]·rows[r]: coef read transposed */
-            if (which != 2) ag_accum(w->G, nk, nq, 1, AG_BK, A->scale, w->Q, D, acc);
-            if (which == 2) ag_accum(w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc);
-            if (which == 3) ag_accum(w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc2);
-        }
-    store_f64(out + ((b * A->Hk + hk) * A->Tk + j0) * W * (int64_t)esize(A->dt), A->dt, acc, nk * W);
-    if (which == 3)
-        store_f64(out2 + ((b * A->Hk + hk) * A->Tk + j0) * Dv * (int64_t)esize(A->dt), A->dt, acc2, nk * Dv);
-}
+#define AG_T double
+#define AG_(name) name##_f64
+#define AG_LOAD tr_grad_load
+#define AG_STORE tr_grad_store
+#define AG_EXP tr_grad_exp
+#define AG_LOG log
+#include "attention_grad_impl.h"
+#undef AG_T
+#undef AG_
+#undef AG_LOAD
+#undef AG_STORE
+#undef AG_EXP
+#undef AG_LOG
+#define AG_T float
+#define AG_(name) name##_f32
+#define AG_LOAD tr_cpu_load_f32
+#define AG_STORE tr_cpu_store_f32
+#define AG_EXP tr_fexp
+#define AG_LOG logf
+#include "attention_grad_impl.h"
 
 /* The gradients asked for (outs[0..4]: dq, dk, dv, and with rel (ATTENTION_REL's
  * rel_h, rel_w) drel_h, drel_w; NULL: not wanted): one statistics pass, then one pass
@@ -440,21 +214,6 @@ int tr_kernels_bind_attention_rel_backward(struct tr_kernels *k, const struct tr
     return tr_cpu_keep_plan(call, &pl, sizeof pl, bound_attention_rel_backward, kn, err);
 }
 
-/* Rows [i0, i0+nq) of (b, h): lse as the forward saved it, delta = dy · y in f64. */
-static void ag_saved_stats(const struct agrad_args *A, const struct tr_tensor *y, const struct tr_tensor *lse, int64_t b,
-                           int64_t h, int64_t i0, int64_t nq) {
-    const int64_t row0 = (b * A->H + h) * A->Tq + i0, Dv = A->Dv;
-    const size_t es = esize(A->dt);
-    for (int64_t r = 0; r < nq; r++) {
-        const int64_t row = row0 + r;
-        A->lse[row] = get_f64(lse->data, lse->dtype, row);
-        double d = 0.0;
-        const char *yr = (const char *)y->data + row * Dv * (int64_t)es, *gr = A->dy + row * Dv * (int64_t)es;
-        for (int64_t c = 0; c < Dv; c++) d += get_f64(yr, A->dt, c) * get_f64(gr, A->dt, c);
-        A->delta[row] = d;
-    }
-}
-
 /* The forward's y (as dy) and lse (f32 or f64, (B,H,Tq)) fit q, v and dy. */
 static int check_saved(const char *kn, const struct tr_tensor *dy, const struct tr_tensor *const saved[2],
                        struct tr_error *err) {
@@ -536,60 +295,12 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
             if (outs[i] && tr_tensor_nbytes(outs[i])) memset(outs[i]->data, 0, tr_tensor_nbytes(outs[i]));
         return TR_OK;
     }
-    A.lse = malloc(sizeof(double) * (size_t)(2 * B * H * Tq));
-    if (!A.lse)
+    size_t stats_fail = 0, wsz = q->dtype == TR_DTYPE_F64 ? ag_run_f64(&A, outs, saved, &stats_fail)
+                                                          : ag_run_f32(&A, outs, saved, &stats_fail);
+    if (stats_fail)
         return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for the row statistics (%lld rows)", kn,
                             (long long)(B * H * Tq));
-    A.delta = A.lse + B * H * Tq;
-    const int64_t nqb = (Tq + AG_BQ - 1) / AG_BQ, nkb = (Tk + AG_BK - 1) / AG_BK;
-    const size_t wsz = ag_workspace(D, Dv, A.rel.Kh, A.rel.Kw) * sizeof(double);
-    const int par = B * H * Tq * Tk * (D + Dv) > 65536;
-    int failed = 0;
-    char *pq = outs[0] ? outs[0]->data : NULL, *ph = outs[3] ? outs[3]->data : NULL;
-    char *pw = outs[4] ? outs[4]->data : NULL;
-    /* dk and dv in one pass (3), or either alone (1, 2) */
-    const int kv_which = outs[1] && outs[2] ? 3 : outs[1] ? 1 : outs[2] ? 2 : 0;
-    char *pk = outs[1] ? outs[1]->data : outs[2] ? outs[2]->data : NULL;
-    char *pv = outs[1] && outs[2] ? outs[2]->data : NULL;
-#pragma omp parallel if (par)
-    {
-        double *ws = malloc(wsz);
-        struct ag_ws w = {0};
-        if (!ws) {
-#pragma omp atomic write
-            failed = 1;
-        } else {
-            ag_split(ws, D, Dv, A.rel.Kh, &w);
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < B * H * nqb; t++) {
-            if (!ws) continue;
-            int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * AG_BQ;
-            const int64_t nq = Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ;
-            if (saved) ag_saved_stats(&A, saved[0], saved[1], b, h, i0, nq);
-            else ag_stats(&A, b, h, i0, nq, &w);
-        }
-        /* the implicit barrier: every row's lse and delta exist from here on */
-        if (pq || ph || pw) {
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t t = 0; t < B * H * nqb; t++) {
-                if (!ws) continue;
-                int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * AG_BQ;
-                ag_rows(&A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, pq, ph, pw, &w);
-            }
-        }
-        if (kv_which) {
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t t = 0; t < B * Hk * nkb; t++) {
-                if (!ws) continue;
-                int64_t b = t / (Hk * nkb), hk = (t / nkb) % Hk, j0 = (t % nkb) * AG_BK;
-                ag_dkv(&A, kv_which, b, hk, j0, Tk - j0 < AG_BK ? Tk - j0 : AG_BK, pk, pv, &w);
-            }
-        }
-        free(ws);
-    }
-    free(A.lse);
-    if (failed) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for a %zu-byte tile workspace", kn, wsz);
+    if (wsz) return tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for a %zu-byte tile workspace", kn, wsz);
     return TR_OK;
 }
 

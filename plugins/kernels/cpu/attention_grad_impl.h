@@ -1,0 +1,345 @@
+/* The attention backward's compute, included twice by attention_grad.c: AG_T double for
+ * f64 data (the finite-difference checks), float for f32/bf16/f16 data (twice the lanes
+ * of f64, and the f32 accumulation kernels.h promises). AG_(name) names a function of
+ * this copy; AG_LOAD, AG_STORE, AG_EXP and AG_LOG are its conversions and math. */
+
+/* TR_CPU_MULTI on AG_(name), expanded first (## would paste the macro call itself) */
+#define AG_MULTI_(ret, name, params, args) TR_CPU_MULTI(ret, name, params, args)
+#define AG_MULTI(ret, name, params, args) AG_MULTI_(ret, AG_(name), params, args)
+/* the row statistics, AG_T per (B,H,Tq) row */
+#define AG_STAT(A, f) ((AG_T *)(A)->f)
+
+/* Rows [r0, r0+n) of a (.., T, W) operand at (b, head) into dst [n][W]. */
+static inline void AG_(ag_load)(const char *base, int dt, int64_t nheads, int64_t T, int64_t W, int64_t b, int64_t head,
+                           int64_t r0, int64_t n, AG_T *dst) {
+    AG_LOAD(dst, base + ((b * nheads + head) * T + r0) * W * (int64_t)esize(dt), dt, n * W);
+}
+
+/* dst [W][AG_BK] = src [n][W] transposed, zero past column n: the products then run
+ * along keys, AG_BK wide, which vectorizes without reassociating a sum. */
+static inline void AG_(ag_transpose)(const AG_T *restrict src, int64_t n, int64_t W, AG_T *restrict dst) {
+    for (int64_t c = 0; c < n; c++)
+        for (int64_t d = 0; d < W; d++) dst[d * AG_BK + c] = src[c * W + d];
+    for (int64_t d = 0; d < W; d++)
+        for (int64_t c = n; c < AG_BK; c++) dst[d * AG_BK + c] = 0.0;
+}
+
+/* out[r][0..AG_BK) = A_r · Bt for nq rows of A [nq][W], Bt [W][AG_BK]. */
+static inline void AG_(ag_rows_by_t)(const AG_T *restrict A, int64_t nq, int64_t W, const AG_T *restrict Bt,
+                                AG_T *restrict out) {
+    for (int64_t r = 0; r < nq; r++) {
+        AG_T *restrict o = out + r * AG_BK;
+        for (int64_t c = 0; c < AG_BK; c++) o[c] = 0.0;
+        for (int64_t d = 0; d < W; d++) {
+            const AG_T a = A[r * W + d];
+            const AG_T *restrict bt = Bt + d * AG_BK;
+#pragma omp simd
+            for (int64_t c = 0; c < AG_BK; c++) o[c] += a * bt[c];
+        }
+    }
+}
+
+/* S[r][c] = scale·q_r·k_c + mask for queries i0+r, keys j0+c (Kt the block transposed);
+ * −inf where not visible and past the block. */
+static inline void AG_(ag_scores)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
+                             int64_t nk, const AG_T *Q, const AG_T *Kt, AG_T *S) {
+    AG_(ag_rows_by_t)(Q, nq, A->D, Kt, S);
+    for (int64_t r = 0; r < nq; r++) {
+        const int64_t i = i0 + r;
+        int64_t lo, hi;
+        ag_key_range(A, i, &lo, &hi);
+        AG_T *s = S + r * AG_BK;
+        for (int64_t c = 0; c < AG_BK; c++) {
+            const int64_t j = j0 + c;
+            if (c >= nk || j < lo || j > hi) {
+                s[c] = -INFINITY;
+                continue;
+            }
+            s[c] *= A->scale;
+            if (A->mask) s[c] += get_f64(A->mask, A->mdt, b * A->ms[0] + h * A->ms[1] + i * A->ms[2] + j * A->ms[3]);
+            const struct tr_cpu_rel_bias *rb = &A->rel;
+            if (rb->h) {
+                const int64_t row = (b * A->H + h) * A->Tq + i;
+                s[c] += get_f64(rb->h, rb->dt_h, row * rb->Kh + j / rb->Kw) +
+                        get_f64(rb->w, rb->dt_w, row * rb->Kw + j % rb->Kw);
+            }
+        }
+    }
+}
+
+/* S → P = exp(S − lse) in place; then, when G is given, dS = P·(dY·Vᵀ − delta) into G. */
+static inline void AG_(ag_probs)(const struct agrad_args *A, int64_t nq, const AG_T *lse, const AG_T *delta,
+                            const AG_T *dY, const AG_T *Vt, AG_T *S, AG_T *G) {
+    for (int64_t r = 0; r < nq; r++)
+        for (int64_t c = 0; c < AG_BK; c++) S[r * AG_BK + c] = AG_EXP(S[r * AG_BK + c] - lse[r]);
+    if (!G) return;
+    AG_(ag_rows_by_t)(dY, nq, A->Dv, Vt, G);
+    for (int64_t r = 0; r < nq; r++)
+        for (int64_t c = 0; c < AG_BK; c++) G[r * AG_BK + c] = S[r * AG_BK + c] * (G[r * AG_BK + c] - delta[r]);
+}
+
+/* acc[x][0..W) += f·Σ over y of coef(x,y)·rows[y][0..W), coef read at coef[x*cs + y*ys]. */
+static inline void AG_(ag_accum)(const AG_T *restrict coef, int64_t nx, int64_t ny, int64_t cs, int64_t ys, AG_T f,
+                            const AG_T *restrict rows, int64_t W, AG_T *restrict acc) {
+    for (int64_t x = 0; x < nx; x++)
+        for (int64_t y = 0; y < ny; y++) {
+            const AG_T g = coef[x * cs + y * ys] * f;
+            if (g == 0.0) continue; /* masked, invisible, or past the block */
+            const AG_T *restrict src = rows + y * W;
+            AG_T *restrict dst = acc + x * W;
+#pragma omp simd
+            for (int64_t d = 0; d < W; d++) dst[d] += g * src[d];
+        }
+}
+
+/* Work space of one thread, shared by the three passes. */
+struct AG_(ag_ws) {
+    AG_T *Q, *K, *Kt, *V, *Vt, *dY, *S, *G, *acc, *m, *l, *acc2, *drh, *drw;
+};
+
+static size_t AG_(ag_workspace)(int64_t D, int64_t Dv, int64_t Kh, int64_t Kw) {
+    int64_t dm = D > Dv ? D : Dv;
+    return (size_t)(AG_BQ * D + 2 * AG_BK * D + 2 * AG_BK * Dv + AG_BQ * Dv + 2 * AG_BQ * AG_BK +
+                    (AG_BQ > AG_BK ? AG_BQ : AG_BK) * dm + 2 * AG_BQ + AG_BK * Dv + AG_BQ * (Kh + Kw));
+}
+
+static void AG_(ag_split)(AG_T *ws, int64_t D, int64_t Dv, int64_t Kh, struct AG_(ag_ws) *w) {
+    w->Q = ws;                        /* [BQ][D] */
+    w->K = w->Q + AG_BQ * D;          /* [BK][D] */
+    w->Kt = w->K + AG_BK * D;         /* [D][BK] */
+    w->V = w->Kt + AG_BK * D;         /* [BK][Dv] */
+    w->Vt = w->V + AG_BK * Dv;        /* [Dv][BK] */
+    w->dY = w->Vt + AG_BK * Dv;       /* [BQ][Dv] */
+    w->S = w->dY + AG_BQ * Dv;        /* [BQ][BK] */
+    w->G = w->S + AG_BQ * AG_BK;      /* [BQ][BK] */
+    w->acc = w->G + AG_BQ * AG_BK;    /* [max(BQ,BK)][max(D,Dv)] */
+    w->m = w->acc + (AG_BQ > AG_BK ? AG_BQ : AG_BK) * (D > Dv ? D : Dv);
+    w->l = w->m + AG_BQ;
+    w->acc2 = w->l + AG_BQ;           /* [BK][Dv]: dv beside dk (which 3) */
+    w->drh = w->acc2 + AG_BK * Dv;    /* [BQ][Kh], then [BQ][Kw]: the bias terms' gradients */
+    w->drw = w->drh + AG_BQ * Kh;
+}
+
+/* The query block's Q and dY rows into w. */
+static inline void AG_(ag_load_q)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct AG_(ag_ws) *w) {
+    AG_(ag_load)(A->q, A->dt, A->H, A->Tq, A->D, b, h, i0, nq, w->Q);
+    AG_(ag_load)(A->dy, A->dt, A->H, A->Tq, A->Dv, b, h, i0, nq, w->dY);
+}
+
+/* The key block's K, Kt and V (and Vt when vt) of kv head hk into w. */
+static inline void AG_(ag_load_kv)(const struct agrad_args *A, int64_t b, int64_t hk, int64_t j0, int64_t nk, int vt,
+                              struct AG_(ag_ws) *w) {
+    AG_(ag_load)(A->k, A->dt, A->Hk, A->Tk, A->D, b, hk, j0, nk, w->K);
+    AG_(ag_transpose)(w->K, nk, A->D, w->Kt);
+    AG_(ag_load)(A->v, A->dt, A->Hk, A->Tk, A->Dv, b, hk, j0, nk, w->V);
+    if (vt) AG_(ag_transpose)(w->V, nk, A->Dv, w->Vt);
+}
+
+/* Keys [*lo, *hi] that some query of the block [i0, i0 + nq) may see. */
+static inline void AG_(ag_block_keys)(const struct agrad_args *A, int64_t i0, int64_t nq, int64_t *lo, int64_t *hi) {
+    int64_t hi0, lo1;
+    ag_key_range(A, i0, lo, &hi0);
+    ag_key_range(A, i0 + nq - 1, &lo1, hi);
+}
+
+/* The key block at j0 (of the keys up to hi) loaded, V transposed too when vt, and its
+ * scores against the loaded query block; the block's key count. */
+static inline int64_t AG_(ag_key_block)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                                   int64_t j0, int64_t hi, int vt, struct AG_(ag_ws) *w) {
+    const int64_t nk = hi + 1 - j0 < AG_BK ? hi + 1 - j0 : AG_BK;
+    AG_(ag_load_kv)(A, b, h / (A->H / A->Hk), j0, nk, vt, w);
+    AG_(ag_scores)(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
+    return nk;
+}
+
+/* Pass 1 for one query block: lse and delta of its rows. */
+AG_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct AG_(ag_ws) *w), (A, b, h, i0, nq, w)) {
+    const int64_t Dv = A->Dv;
+    AG_(ag_load_q)(A, b, h, i0, nq, w);
+    AG_T *o = w->acc;
+    for (int64_t r = 0; r < nq; r++) {
+        w->m[r] = -INFINITY;
+        w->l[r] = 0.0;
+        for (int64_t d = 0; d < Dv; d++) o[r * Dv + d] = 0.0;
+    }
+    int64_t lo, hi;
+    AG_(ag_block_keys)(A, i0, nq, &lo, &hi);
+    for (int64_t j0 = lo; j0 <= hi; j0 += AG_BK) {
+        const int64_t nk = AG_(ag_key_block)(A, b, h, i0, nq, j0, hi, 0, w);
+        for (int64_t r = 0; r < nq; r++) {
+            AG_T *s = w->S + r * AG_BK, mx = -INFINITY;
+            for (int64_t c = 0; c < AG_BK; c++) mx = s[c] > mx ? s[c] : mx;
+            if (mx == -INFINITY) {
+                for (int64_t c = 0; c < AG_BK; c++) s[c] = 0.0;
+                continue;
+            }
+            const AG_T mnew = w->m[r] > mx ? w->m[r] : mx, corr = AG_EXP(w->m[r] - mnew);
+            AG_T sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+            for (int64_t c = 0; c < AG_BK; c++) {
+                s[c] = AG_EXP(s[c] - mnew);
+                sum += s[c];
+            }
+            w->l[r] = w->l[r] * corr + sum;
+            w->m[r] = mnew;
+            if (corr != 1.0)
+                for (int64_t d = 0; d < Dv; d++) o[r * Dv + d] *= corr;
+        }
+        AG_(ag_accum)(w->S, nq, nk, AG_BK, 1, 1.0, w->V, Dv, o);
+    }
+    for (int64_t r = 0; r < nq; r++) {
+        const int64_t at = (b * A->H + h) * A->Tq + i0 + r;
+        if (!(w->l[r] > 0.0)) {
+            AG_STAT(A, lse)[at] = INFINITY;
+            AG_STAT(A, delta)[at] = 0.0;
+            continue;
+        }
+        AG_T dl = 0.0;
+        for (int64_t d = 0; d < Dv; d++) dl += w->dY[r * Dv + d] * o[r * Dv + d];
+        AG_STAT(A, lse)[at] = w->m[r] + AG_LOG(w->l[r]);
+        AG_STAT(A, delta)[at] = dl / w->l[r];
+    }
+}
+
+/* What one query block's rows give: dq (into out_q) and the bias terms' gradients
+ * (into out_h, out_w); each NULL when not wanted. */
+AG_MULTI(void, ag_rows, (const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, char *out_q, char *out_h, char *out_w, struct AG_(ag_ws) *w), (A, b, h, i0, nq, out_q, out_h, out_w, w)) {
+    const int64_t D = A->D, Kh = A->rel.Kh, Kw = A->rel.Kw, row0 = (b * A->H + h) * A->Tq + i0;
+    AG_(ag_load_q)(A, b, h, i0, nq, w);
+    const AG_T *lse = AG_STAT(A, lse) + row0, *delta = AG_STAT(A, delta) + row0;
+    AG_T *dq = w->acc;
+    for (int64_t x = 0; x < nq * D; x++) dq[x] = 0.0;
+    for (int64_t x = 0; x < nq * Kh; x++) w->drh[x] = 0.0;
+    for (int64_t x = 0; x < nq * Kw; x++) w->drw[x] = 0.0;
+    int64_t lo, hi;
+    AG_(ag_block_keys)(A, i0, nq, &lo, &hi);
+    for (int64_t j0 = lo; j0 <= hi; j0 += AG_BK) {
+        const int64_t nk = AG_(ag_key_block)(A, b, h, i0, nq, j0, hi, 1, w);
+        AG_(ag_probs)(A, nq, lse, delta, w->dY, w->Vt, w->S, w->G);
+        if (out_q) AG_(ag_accum)(w->G, nq, nk, AG_BK, 1, A->scale, w->K, D, dq);
+        if (out_h || out_w) /* dS summed over each key row (rel_h) and column (rel_w) of the grid */
+            for (int64_t r = 0; r < nq; r++)
+                for (int64_t c = 0; c < nk; c++) {
+                    const AG_T g = w->G[r * AG_BK + c];
+                    w->drh[r * Kh + (j0 + c) / Kw] += g;
+                    w->drw[r * Kw + (j0 + c) % Kw] += g;
+                }
+    }
+    if (out_q) AG_STORE(out_q + row0 * D * (int64_t)esize(A->dt), A->dt, dq, nq * D);
+    if (out_h) AG_STORE(out_h + row0 * Kh * (int64_t)esize(A->rel.dt_h), A->rel.dt_h, w->drh, nq * Kh);
+    if (out_w) AG_STORE(out_w + row0 * Kw * (int64_t)esize(A->rel.dt_w), A->rel.dt_w, w->drw, nq * Kw);
+}
+
+/* dk (which 1), dv (which 2), or both (3: dk into out, dv into out2) of one key block of
+ * kv head hk: both share the scores and probabilities of every query block. */
+AG_MULTI(void, ag_dkv, (const struct agrad_args *A, int which, int64_t b, int64_t hk, int64_t j0, int64_t nk, char *out, char *out2, struct AG_(ag_ws) *w), (A, which, b, hk, j0, nk, out, out2, w)) {
+    const int64_t D = A->D, Dv = A->Dv, G = A->H / A->Hk, W = which == 2 ? Dv : D;
+    AG_(ag_load_kv)(A, b, hk, j0, nk, 1, w);
+    AG_T *acc = w->acc, *acc2 = w->acc2;
+    for (int64_t x = 0; x < nk * W; x++) acc[x] = 0.0;
+    if (which == 3)
+        for (int64_t x = 0; x < nk * Dv; x++) acc2[x] = 0.0;
+    int64_t ilo, ihi;
+    ag_query_range(A, j0, j0 + nk - 1, &ilo, &ihi);
+    for (int64_t h = hk * G; h < (hk + 1) * G; h++)
+        for (int64_t i0 = ilo; i0 <= ihi; i0 += AG_BQ) {
+            int64_t nq = ihi + 1 - i0 < AG_BQ ? ihi + 1 - i0 : AG_BQ;
+            AG_(ag_load_q)(A, b, h, i0, nq, w);
+            const AG_T *lse = AG_STAT(A, lse) + (b * A->H + h) * A->Tq + i0;
+            const AG_T *delta = AG_STAT(A, delta) + (b * A->H + h) * A->Tq + i0;
+            AG_(ag_scores)(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
+            AG_(ag_probs)(A, nq, lse, delta, w->dY, w->Vt, w->S, which != 2 ? w->G : NULL);
+            /* acc[c] += f·Σ_r coef[r][c]·rows[r]: coef read transposed */
+            if (which != 2) AG_(ag_accum)(w->G, nk, nq, 1, AG_BK, A->scale, w->Q, D, acc);
+            if (which == 2) AG_(ag_accum)(w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc);
+            if (which == 3) AG_(ag_accum)(w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc2);
+        }
+    AG_STORE(out + ((b * A->Hk + hk) * A->Tk + j0) * W * (int64_t)esize(A->dt), A->dt, acc, nk * W);
+    if (which == 3)
+        AG_STORE(out2 + ((b * A->Hk + hk) * A->Tk + j0) * Dv * (int64_t)esize(A->dt), A->dt, acc2, nk * Dv);
+}
+
+
+/* Rows [i0, i0+nq) of (b, h): lse as the forward saved it, delta = dy · y. */
+static void AG_(ag_saved_stats)(const struct agrad_args *A, const struct tr_tensor *y, const struct tr_tensor *lse, int64_t b,
+                           int64_t h, int64_t i0, int64_t nq) {
+    const int64_t row0 = (b * A->H + h) * A->Tq + i0, Dv = A->Dv;
+    const size_t es = esize(A->dt);
+    for (int64_t r = 0; r < nq; r++) {
+        const int64_t row = row0 + r;
+        AG_STAT(A, lse)[row] = get_f64(lse->data, lse->dtype, row);
+        AG_T d = 0.0;
+        const char *yr = (const char *)y->data + row * Dv * (int64_t)es, *gr = A->dy + row * Dv * (int64_t)es;
+        for (int64_t c = 0; c < Dv; c++) d += get_f64(yr, A->dt, c) * get_f64(gr, A->dt, c);
+        AG_STAT(A, delta)[row] = d;
+    }
+}
+
+
+/* The three passes over A's blocks into outs (attention_backward checked everything):
+ * statistics (or the saved ones), dq and the bias terms, dk and dv. Returns 0, or the
+ * workspace bytes a thread could not get. */
+static size_t AG_(ag_run)(struct agrad_args *A, struct tr_tensor *const outs[5], const struct tr_tensor *const saved[2],
+                          size_t *stats_fail) {
+    const int64_t B = A->B, H = A->H, Hk = A->Hk, Tq = A->Tq, Tk = A->Tk, D = A->D, Dv = A->Dv;
+    AG_T *stats = malloc(sizeof(AG_T) * (size_t)(2 * B * H * Tq));
+    if (!stats) {
+        *stats_fail = 1;
+        return 0;
+    }
+    A->lse = stats;
+    A->delta = stats + B * H * Tq;
+    const int64_t nqb = (Tq + AG_BQ - 1) / AG_BQ, nkb = (Tk + AG_BK - 1) / AG_BK;
+    const size_t wsz = AG_(ag_workspace)(D, Dv, A->rel.Kh, A->rel.Kw) * sizeof(AG_T);
+    const int par = B * H * Tq * Tk * (D + Dv) > 65536;
+    int failed = 0;
+    char *pq = outs[0] ? outs[0]->data : NULL, *ph = outs[3] ? outs[3]->data : NULL;
+    char *pw = outs[4] ? outs[4]->data : NULL;
+    /* dk and dv in one pass (3), or either alone (1, 2) */
+    const int kv_which = outs[1] && outs[2] ? 3 : outs[1] ? 1 : outs[2] ? 2 : 0;
+    char *pk = outs[1] ? outs[1]->data : outs[2] ? outs[2]->data : NULL;
+    char *pv = outs[1] && outs[2] ? outs[2]->data : NULL;
+#pragma omp parallel if (par)
+    {
+        AG_T *ws = malloc(wsz);
+        struct AG_(ag_ws) w = {0};
+        if (!ws) {
+#pragma omp atomic write
+            failed = 1;
+        } else {
+            AG_(ag_split)(ws, D, Dv, A->rel.Kh, &w);
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < B * H * nqb; t++) {
+            if (!ws) continue;
+            int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * AG_BQ;
+            const int64_t nq = Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ;
+            if (saved) AG_(ag_saved_stats)(A, saved[0], saved[1], b, h, i0, nq);
+            else AG_(ag_stats)(A, b, h, i0, nq, &w);
+        }
+        /* the implicit barrier: every row's lse and delta exist from here on */
+        if (pq || ph || pw) {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t t = 0; t < B * H * nqb; t++) {
+                if (!ws) continue;
+                int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * AG_BQ;
+                AG_(ag_rows)(A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, pq, ph, pw, &w);
+            }
+        }
+        if (kv_which) {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t t = 0; t < B * Hk * nkb; t++) {
+                if (!ws) continue;
+                int64_t b = t / (Hk * nkb), hk = (t / nkb) % Hk, j0 = (t % nkb) * AG_BK;
+                AG_(ag_dkv)(A, kv_which, b, hk, j0, Tk - j0 < AG_BK ? Tk - j0 : AG_BK, pk, pv, &w);
+            }
+        }
+        free(ws);
+    }
+    free(stats);
+    return failed ? wsz : 0;
+}
+
+#undef AG_MULTI_
+#undef AG_MULTI
+#undef AG_STAT
