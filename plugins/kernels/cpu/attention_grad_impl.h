@@ -3,6 +3,10 @@
  * of f64, and the f32 accumulation kernels.h promises). AG_(name) names a function of
  * this copy; AG_LOAD, AG_STORE, AG_EXP and AG_LOG are its conversions and math. */
 
+/* The helpers the per-ISA bodies call are inlined into each body: a helper left out of
+ * line is compiled once for the baseline ISA, and ran there (perf showed ag_rows_by_t and
+ * ag_accum as SSE2 functions taking a fifth of a BERT fit step). */
+#define AG_INLINE static inline __attribute__((always_inline))
 /* TR_CPU_MULTI on AG_(name), expanded first (## would paste the macro call itself) */
 #define AG_MULTI_(ret, name, params, args) TR_CPU_MULTI(ret, name, params, args)
 #define AG_MULTI(ret, name, params, args) AG_MULTI_(ret, AG_(name), params, args)
@@ -10,24 +14,49 @@
 #define AG_STAT(A, f) ((AG_T *)(A)->f)
 
 /* Rows [r0, r0+n) of a (.., T, W) operand at (b, head) into dst [n][W]. */
-static inline void AG_(ag_load)(const char *base, int dt, int64_t nheads, int64_t T, int64_t W, int64_t b, int64_t head,
+AG_INLINE void AG_(ag_load)(const char *base, int dt, int64_t nheads, int64_t T, int64_t W, int64_t b, int64_t head,
                            int64_t r0, int64_t n, AG_T *dst) {
     AG_LOAD(dst, base + ((b * nheads + head) * T + r0) * W * (int64_t)esize(dt), dt, n * W);
 }
 
 /* dst [W][AG_BK] = src [n][W] transposed, zero past column n: the products then run
  * along keys, AG_BK wide, which vectorizes without reassociating a sum. */
-static inline void AG_(ag_transpose)(const AG_T *restrict src, int64_t n, int64_t W, AG_T *restrict dst) {
+AG_INLINE void AG_(ag_transpose)(const AG_T *restrict src, int64_t n, int64_t W, AG_T *restrict dst) {
     for (int64_t c = 0; c < n; c++)
         for (int64_t d = 0; d < W; d++) dst[d * AG_BK + c] = src[c * W + d];
     for (int64_t d = 0; d < W; d++)
         for (int64_t c = n; c < AG_BK; c++) dst[d * AG_BK + c] = 0.0;
 }
 
-/* out[r][0..AG_BK) = A_r · Bt for nq rows of A [nq][W], Bt [W][AG_BK]. */
-static inline void AG_(ag_rows_by_t)(const AG_T *restrict A, int64_t nq, int64_t W, const AG_T *restrict Bt,
-                                AG_T *restrict out) {
-    for (int64_t r = 0; r < nq; r++) {
+/* out[r][0..AG_BK) = A_r · Bt for nq rows of A [nq][W], Bt [W][AG_BK]. Four rows at a
+ * time keep their outputs in registers over d; each output still sums over d in order,
+ * so the result is the one-row loop's. */
+AG_INLINE void AG_(ag_rows_by_t)(const AG_T *restrict A, int64_t nq, int64_t W, const AG_T *restrict Bt,
+                                     AG_T *restrict out) {
+    int64_t r = 0;
+    for (; r + 4 <= nq; r += 4) {
+        AG_T o0[AG_BK], o1[AG_BK], o2[AG_BK], o3[AG_BK];
+        for (int64_t c = 0; c < AG_BK; c++) o0[c] = o1[c] = o2[c] = o3[c] = 0.0;
+        const AG_T *a = A + r * W;
+        for (int64_t d = 0; d < W; d++) {
+            const AG_T a0 = a[d], a1 = a[W + d], a2 = a[2 * W + d], a3 = a[3 * W + d];
+            const AG_T *restrict bt = Bt + d * AG_BK;
+#pragma omp simd
+            for (int64_t c = 0; c < AG_BK; c++) {
+                o0[c] += a0 * bt[c];
+                o1[c] += a1 * bt[c];
+                o2[c] += a2 * bt[c];
+                o3[c] += a3 * bt[c];
+            }
+        }
+        for (int64_t c = 0; c < AG_BK; c++) {
+            out[r * AG_BK + c] = o0[c];
+            out[(r + 1) * AG_BK + c] = o1[c];
+            out[(r + 2) * AG_BK + c] = o2[c];
+            out[(r + 3) * AG_BK + c] = o3[c];
+        }
+    }
+    for (; r < nq; r++) {
         AG_T *restrict o = out + r * AG_BK;
         for (int64_t c = 0; c < AG_BK; c++) o[c] = 0.0;
         for (int64_t d = 0; d < W; d++) {
@@ -41,7 +70,7 @@ static inline void AG_(ag_rows_by_t)(const AG_T *restrict A, int64_t nq, int64_t
 
 /* S[r][c] = scale·q_r·k_c + mask for queries i0+r, keys j0+c (Kt the block transposed);
  * −inf where not visible and past the block. */
-static inline void AG_(ag_scores)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
+AG_INLINE void AG_(ag_scores)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
                              int64_t nk, const AG_T *Q, const AG_T *Kt, AG_T *S) {
     AG_(ag_rows_by_t)(Q, nq, A->D, Kt, S);
     for (int64_t r = 0; r < nq; r++) {
@@ -68,7 +97,7 @@ static inline void AG_(ag_scores)(const struct agrad_args *A, int64_t b, int64_t
 }
 
 /* S → P = exp(S − lse) in place; then, when G is given, dS = P·(dY·Vᵀ − delta) into G. */
-static inline void AG_(ag_probs)(const struct agrad_args *A, int64_t nq, const AG_T *lse, const AG_T *delta,
+AG_INLINE void AG_(ag_probs)(const struct agrad_args *A, int64_t nq, const AG_T *lse, const AG_T *delta,
                             const AG_T *dY, const AG_T *Vt, AG_T *S, AG_T *G) {
     for (int64_t r = 0; r < nq; r++)
         for (int64_t c = 0; c < AG_BK; c++) S[r * AG_BK + c] = AG_EXP(S[r * AG_BK + c] - lse[r]);
@@ -78,10 +107,35 @@ static inline void AG_(ag_probs)(const struct agrad_args *A, int64_t nq, const A
         for (int64_t c = 0; c < AG_BK; c++) G[r * AG_BK + c] = S[r * AG_BK + c] * (G[r * AG_BK + c] - delta[r]);
 }
 
-/* acc[x][0..W) += f·Σ over y of coef(x,y)·rows[y][0..W), coef read at coef[x*cs + y*ys]. */
-static inline void AG_(ag_accum)(const AG_T *restrict coef, int64_t nx, int64_t ny, int64_t cs, int64_t ys, AG_T f,
-                            const AG_T *restrict rows, int64_t W, AG_T *restrict acc) {
-    for (int64_t x = 0; x < nx; x++)
+/* acc[x][0..W) += f·Σ over y of coef(x,y)·rows[y][0..W), coef read at coef[x*cs + y*ys].
+ * Four x at a time over 16 columns of W, those outputs held in registers while y runs;
+ * each output still sums over y in order (a zero coefficient adds nothing), so the result
+ * is the one-row loop's. */
+#define AG_DC 16
+AG_INLINE void AG_(ag_accum)(const AG_T *restrict coef, int64_t nx, int64_t ny, int64_t cs, int64_t ys, AG_T f,
+                                 const AG_T *restrict rows, int64_t W, AG_T *restrict acc) {
+    int64_t x = 0;
+    for (; W % AG_DC == 0 && x + 4 <= nx; x += 4)
+        for (int64_t d0 = 0; d0 < W; d0 += AG_DC) {
+            AG_T o0[AG_DC], o1[AG_DC], o2[AG_DC], o3[AG_DC];
+            AG_T *restrict a = acc + x * W + d0;
+            for (int64_t d = 0; d < AG_DC; d++) o0[d] = a[d], o1[d] = a[W + d], o2[d] = a[2 * W + d], o3[d] = a[3 * W + d];
+            for (int64_t y = 0; y < ny; y++) {
+                const AG_T *cf = coef + x * cs + y * ys;
+                const AG_T g0 = cf[0] * f, g1 = cf[cs] * f, g2 = cf[2 * cs] * f, g3 = cf[3 * cs] * f;
+                if (g0 == 0.0 && g1 == 0.0 && g2 == 0.0 && g3 == 0.0) continue; /* masked, invisible, past the block */
+                const AG_T *restrict src = rows + y * W + d0;
+#pragma omp simd
+                for (int64_t d = 0; d < AG_DC; d++) {
+                    o0[d] += g0 * src[d];
+                    o1[d] += g1 * src[d];
+                    o2[d] += g2 * src[d];
+                    o3[d] += g3 * src[d];
+                }
+            }
+            for (int64_t d = 0; d < AG_DC; d++) a[d] = o0[d], a[W + d] = o1[d], a[2 * W + d] = o2[d], a[3 * W + d] = o3[d];
+        }
+    for (; x < nx; x++)
         for (int64_t y = 0; y < ny; y++) {
             const AG_T g = coef[x * cs + y * ys] * f;
             if (g == 0.0) continue; /* masked, invisible, or past the block */
@@ -91,6 +145,7 @@ static inline void AG_(ag_accum)(const AG_T *restrict coef, int64_t nx, int64_t 
             for (int64_t d = 0; d < W; d++) dst[d] += g * src[d];
         }
 }
+#undef AG_DC
 
 /* Work space of one thread, shared by the three passes. */
 struct AG_(ag_ws) {
@@ -121,13 +176,13 @@ static void AG_(ag_split)(AG_T *ws, int64_t D, int64_t Dv, int64_t Kh, struct AG
 }
 
 /* The query block's Q and dY rows into w. */
-static inline void AG_(ag_load_q)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct AG_(ag_ws) *w) {
+AG_INLINE void AG_(ag_load_q)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct AG_(ag_ws) *w) {
     AG_(ag_load)(A->q, A->dt, A->H, A->Tq, A->D, b, h, i0, nq, w->Q);
     AG_(ag_load)(A->dy, A->dt, A->H, A->Tq, A->Dv, b, h, i0, nq, w->dY);
 }
 
 /* The key block's K, Kt and V (and Vt when vt) of kv head hk into w. */
-static inline void AG_(ag_load_kv)(const struct agrad_args *A, int64_t b, int64_t hk, int64_t j0, int64_t nk, int vt,
+AG_INLINE void AG_(ag_load_kv)(const struct agrad_args *A, int64_t b, int64_t hk, int64_t j0, int64_t nk, int vt,
                               struct AG_(ag_ws) *w) {
     AG_(ag_load)(A->k, A->dt, A->Hk, A->Tk, A->D, b, hk, j0, nk, w->K);
     AG_(ag_transpose)(w->K, nk, A->D, w->Kt);
@@ -136,7 +191,7 @@ static inline void AG_(ag_load_kv)(const struct agrad_args *A, int64_t b, int64_
 }
 
 /* Keys [*lo, *hi] that some query of the block [i0, i0 + nq) may see. */
-static inline void AG_(ag_block_keys)(const struct agrad_args *A, int64_t i0, int64_t nq, int64_t *lo, int64_t *hi) {
+AG_INLINE void AG_(ag_block_keys)(const struct agrad_args *A, int64_t i0, int64_t nq, int64_t *lo, int64_t *hi) {
     int64_t hi0, lo1;
     ag_key_range(A, i0, lo, &hi0);
     ag_key_range(A, i0 + nq - 1, &lo1, hi);
@@ -144,7 +199,7 @@ static inline void AG_(ag_block_keys)(const struct agrad_args *A, int64_t i0, in
 
 /* The key block at j0 (of the keys up to hi) loaded, V transposed too when vt, and its
  * scores against the loaded query block; the block's key count. */
-static inline int64_t AG_(ag_key_block)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq,
+AG_INLINE int64_t AG_(ag_key_block)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq,
                                    int64_t j0, int64_t hi, int vt, struct AG_(ag_ws) *w) {
     const int64_t nk = hi + 1 - j0 < AG_BK ? hi + 1 - j0 : AG_BK;
     AG_(ag_load_kv)(A, b, h / (A->H / A->Hk), j0, nk, vt, w);
@@ -343,3 +398,4 @@ static size_t AG_(ag_run)(struct agrad_args *A, struct tr_tensor *const outs[5],
 #undef AG_MULTI_
 #undef AG_MULTI
 #undef AG_STAT
+#undef AG_INLINE
