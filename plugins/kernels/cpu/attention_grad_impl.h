@@ -28,6 +28,19 @@ AG_INLINE void AG_(ag_transpose)(const AG_T *restrict src, int64_t n, int64_t W,
         for (int64_t c = n; c < AG_BK; c++) dst[d * AG_BK + c] = 0.0;
 }
 
+/* o_k[0..n) += g_k · src[0..n) for the four rows k: a register tile's step (n a constant
+ * once inlined). */
+AG_INLINE void AG_(ag_fma4)(AG_T *restrict o0, AG_T *restrict o1, AG_T *restrict o2, AG_T *restrict o3, AG_T g0,
+                            AG_T g1, AG_T g2, AG_T g3, const AG_T *restrict src, int64_t n) {
+#pragma omp simd
+    for (int64_t c = 0; c < n; c++) {
+        o0[c] += g0 * src[c];
+        o1[c] += g1 * src[c];
+        o2[c] += g2 * src[c];
+        o3[c] += g3 * src[c];
+    }
+}
+
 /* out[r][0..AG_BK) = A_r · Bt for nq rows of A [nq][W], Bt [W][AG_BK]. Four rows at a
  * time keep their outputs in registers over d; each output still sums over d in order,
  * so the result is the one-row loop's. */
@@ -41,13 +54,7 @@ AG_INLINE void AG_(ag_rows_by_t)(const AG_T *restrict A, int64_t nq, int64_t W, 
         for (int64_t d = 0; d < W; d++) {
             const AG_T a0 = a[d], a1 = a[W + d], a2 = a[2 * W + d], a3 = a[3 * W + d];
             const AG_T *restrict bt = Bt + d * AG_BK;
-#pragma omp simd
-            for (int64_t c = 0; c < AG_BK; c++) {
-                o0[c] += a0 * bt[c];
-                o1[c] += a1 * bt[c];
-                o2[c] += a2 * bt[c];
-                o3[c] += a3 * bt[c];
-            }
+            AG_(ag_fma4)(o0, o1, o2, o3, a0, a1, a2, a3, bt, AG_BK);
         }
         for (int64_t c = 0; c < AG_BK; c++) {
             out[r * AG_BK + c] = o0[c];
@@ -125,13 +132,7 @@ AG_INLINE void AG_(ag_accum)(const AG_T *restrict coef, int64_t nx, int64_t ny, 
                 const AG_T g0 = cf[0] * f, g1 = cf[cs] * f, g2 = cf[2 * cs] * f, g3 = cf[3 * cs] * f;
                 if (g0 == 0.0 && g1 == 0.0 && g2 == 0.0 && g3 == 0.0) continue; /* masked, invisible, past the block */
                 const AG_T *restrict src = rows + y * W + d0;
-#pragma omp simd
-                for (int64_t d = 0; d < AG_DC; d++) {
-                    o0[d] += g0 * src[d];
-                    o1[d] += g1 * src[d];
-                    o2[d] += g2 * src[d];
-                    o3[d] += g3 * src[d];
-                }
+                AG_(ag_fma4)(o0, o1, o2, o3, g0, g1, g2, g3, src, AG_DC);
             }
             for (int64_t d = 0; d < AG_DC; d++) a[d] = o0[d], a[W + d] = o1[d], a[2 * W + d] = o2[d], a[3 * W + d] = o3[d];
         }
