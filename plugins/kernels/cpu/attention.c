@@ -21,8 +21,9 @@
 struct attn_args {
     const char *q, *k, *v, *mask;
     struct tr_cpu_rel_bias rel; /* ATTENTION_REL's bias terms (rel.h NULL: none) */
-    char *out, *lse; /* either may be NULL (not both); lse (B,H,Tq) of ldt */
-    int dt, mdt, ldt;
+    char *out;  /* may be NULL (lse alone) */
+    float *lse; /* (B,H,Tq), or NULL */
+    int dt, mdt;
     int64_t B, H, Hk, Tq, Tk, D, Dv;
     int64_t ms[4]; /* mask strides in elements over (B,H,Tq,Tk), 0 where it broadcasts */
     float scale;
@@ -176,7 +177,7 @@ TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, 
     const int64_t row0 = (b * A->H + h) * A->Tq + i0;
     if (A->lse) {
         for (int64_t r = 0; r < nq; r++) S[r] = lrun[r] > 0.0f ? mrun[r] + logf(lrun[r]) : INFINITY;
-        tr_cpu_store_f32(A->lse + row0 * (int64_t)tr_dtype_size((enum tr_dtype)A->ldt), A->ldt, S, nq);
+        memcpy(A->lse + row0, S, (size_t)nq * sizeof *S);
     }
     if (!A->out) return;
     for (int64_t r = 0; r < nq; r++) {
@@ -237,7 +238,7 @@ static int attention_check(const struct tr_tensor *q, const struct tr_tensor *kk
     memset(pl, 0, sizeof *pl);
     struct attn_args A = {
         .q = q->data, .k = kk->data, .v = v->data, .out = out ? out->data : NULL, .lse = lse ? lse->data : NULL,
-        .dt = q->dtype, .ldt = TR_DTYPE_F32,
+        .dt = q->dtype,
         .B = B, .H = H, .Hk = Hk, .Tq = Tq, .Tk = Tk, .D = D, .Dv = Dv, .scale = scale,
         .causal = causal != 0, .window = window,
     };

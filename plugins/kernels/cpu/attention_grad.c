@@ -221,12 +221,12 @@ static int check_saved(const char *kn, const struct tr_tensor *dy, const struct 
     int rc = check_real(y, kn, "y", err);
     if (!rc) rc = check_real(lse, kn, "lse", err);
     if (rc) return rc;
-    char d1[200], d2[200];
+    char d1[200], d2[200], d3[200];
     if (y->dtype != dy->dtype || !tr_cpu_same_shape(y, dy) || lse->ndim != 3 || lse->shape[0] != dy->shape[0] ||
         lse->shape[1] != dy->shape[1] || lse->shape[2] != dy->shape[2])
         return tr_error_set(err, TR_ERR_SHAPE, "%s: the saved y %s and lse %s should be the attention's output (as dy "
                             "%s) and its (B,H,Tq) statistics", kn, tr_cpu_desc(y, d1, sizeof d1),
-                            tr_cpu_desc(lse, d2, sizeof d2), tr_cpu_desc(dy, d2, sizeof d2));
+                            tr_cpu_desc(lse, d2, sizeof d2), tr_cpu_desc(dy, d3, sizeof d3));
     return TR_OK;
 }
 

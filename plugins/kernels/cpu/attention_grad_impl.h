@@ -15,7 +15,7 @@
 
 /* Rows [r0, r0+n) of a (.., T, W) operand at (b, head) into dst [n][W]. */
 AG_INLINE void AG_(ag_load)(const char *base, int dt, int64_t nheads, int64_t T, int64_t W, int64_t b, int64_t head,
-                           int64_t r0, int64_t n, AG_T *dst) {
+                            int64_t r0, int64_t n, AG_T *dst) {
     AG_LOAD(dst, base + ((b * nheads + head) * T + r0) * W * (int64_t)esize(dt), dt, n * W);
 }
 
@@ -45,7 +45,7 @@ AG_INLINE void AG_(ag_fma4)(AG_T *restrict o0, AG_T *restrict o1, AG_T *restrict
  * time keep their outputs in registers over d; each output still sums over d in order,
  * so the result is the one-row loop's. */
 AG_INLINE void AG_(ag_rows_by_t)(const AG_T *restrict A, int64_t nq, int64_t W, const AG_T *restrict Bt,
-                                     AG_T *restrict out) {
+                                 AG_T *restrict out) {
     int64_t r = 0;
     for (; r + 4 <= nq; r += 4) {
         AG_T o0[AG_BK], o1[AG_BK], o2[AG_BK], o3[AG_BK];
@@ -78,7 +78,7 @@ AG_INLINE void AG_(ag_rows_by_t)(const AG_T *restrict A, int64_t nq, int64_t W, 
 /* S[r][c] = scale·q_r·k_c + mask for queries i0+r, keys j0+c (Kt the block transposed);
  * −inf where not visible and past the block. */
 AG_INLINE void AG_(ag_scores)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
-                             int64_t nk, const AG_T *Q, const AG_T *Kt, AG_T *S) {
+                              int64_t nk, const AG_T *Q, const AG_T *Kt, AG_T *S) {
     AG_(ag_rows_by_t)(Q, nq, A->D, Kt, S);
     for (int64_t r = 0; r < nq; r++) {
         const int64_t i = i0 + r;
@@ -105,7 +105,7 @@ AG_INLINE void AG_(ag_scores)(const struct agrad_args *A, int64_t b, int64_t h, 
 
 /* S → P = exp(S − lse) in place; then, when G is given, dS = P·(dY·Vᵀ − delta) into G. */
 AG_INLINE void AG_(ag_probs)(const struct agrad_args *A, int64_t nq, const AG_T *lse, const AG_T *delta,
-                            const AG_T *dY, const AG_T *Vt, AG_T *S, AG_T *G) {
+                             const AG_T *dY, const AG_T *Vt, AG_T *S, AG_T *G) {
     for (int64_t r = 0; r < nq; r++)
         for (int64_t c = 0; c < AG_BK; c++) S[r * AG_BK + c] = AG_EXP(S[r * AG_BK + c] - lse[r]);
     if (!G) return;
@@ -120,7 +120,7 @@ AG_INLINE void AG_(ag_probs)(const struct agrad_args *A, int64_t nq, const AG_T 
  * is the one-row loop's. */
 #define AG_DC 16
 AG_INLINE void AG_(ag_accum)(const AG_T *restrict coef, int64_t nx, int64_t ny, int64_t cs, int64_t ys, AG_T f,
-                                 const AG_T *restrict rows, int64_t W, AG_T *restrict acc) {
+                             const AG_T *restrict rows, int64_t W, AG_T *restrict acc) {
     int64_t x = 0;
     for (; W % AG_DC == 0 && x + 4 <= nx; x += 4)
         for (int64_t d0 = 0; d0 < W; d0 += AG_DC) {
@@ -177,14 +177,15 @@ static void AG_(ag_split)(AG_T *ws, int64_t D, int64_t Dv, int64_t Kh, struct AG
 }
 
 /* The query block's Q and dY rows into w. */
-AG_INLINE void AG_(ag_load_q)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, struct AG_(ag_ws) *w) {
+AG_INLINE void AG_(ag_load_q)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq,
+                              struct AG_(ag_ws) *w) {
     AG_(ag_load)(A->q, A->dt, A->H, A->Tq, A->D, b, h, i0, nq, w->Q);
     AG_(ag_load)(A->dy, A->dt, A->H, A->Tq, A->Dv, b, h, i0, nq, w->dY);
 }
 
 /* The key block's K, Kt and V (and Vt when vt) of kv head hk into w. */
 AG_INLINE void AG_(ag_load_kv)(const struct agrad_args *A, int64_t b, int64_t hk, int64_t j0, int64_t nk, int vt,
-                              struct AG_(ag_ws) *w) {
+                               struct AG_(ag_ws) *w) {
     AG_(ag_load)(A->k, A->dt, A->Hk, A->Tk, A->D, b, hk, j0, nk, w->K);
     AG_(ag_transpose)(w->K, nk, A->D, w->Kt);
     AG_(ag_load)(A->v, A->dt, A->Hk, A->Tk, A->Dv, b, hk, j0, nk, w->V);
@@ -201,7 +202,7 @@ AG_INLINE void AG_(ag_block_keys)(const struct agrad_args *A, int64_t i0, int64_
 /* The key block at j0 (of the keys up to hi) loaded, V transposed too when vt, and its
  * scores against the loaded query block; the block's key count. */
 AG_INLINE int64_t AG_(ag_key_block)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq,
-                                   int64_t j0, int64_t hi, int vt, struct AG_(ag_ws) *w) {
+                                    int64_t j0, int64_t hi, int vt, struct AG_(ag_ws) *w) {
     const int64_t nk = hi + 1 - j0 < AG_BK ? hi + 1 - j0 : AG_BK;
     AG_(ag_load_kv)(A, b, h / (A->H / A->Hk), j0, nk, vt, w);
     AG_(ag_scores)(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
@@ -315,22 +316,20 @@ AG_MULTI(void, ag_dkv, (const struct agrad_args *A, int which, int64_t b, int64_
         AG_STORE(out2 + ((b * A->Hk + hk) * A->Tk + j0) * Dv * (int64_t)esize(A->dt), A->dt, acc2, nk * Dv);
 }
 
-
-/* Rows [i0, i0+nq) of (b, h): lse as the forward saved it, delta = dy · y. */
-static void AG_(ag_saved_stats)(const struct agrad_args *A, const struct tr_tensor *y, const struct tr_tensor *lse, int64_t b,
-                           int64_t h, int64_t i0, int64_t nq) {
+/* Rows [i0, i0+nq) of (b, h): lse as the forward saved it, delta = dy · y (the rows of
+ * both loaded into w's dY and acc). */
+static void AG_(ag_saved_stats)(const struct agrad_args *A, const struct tr_tensor *y, const struct tr_tensor *lse,
+                                int64_t b, int64_t h, int64_t i0, int64_t nq, struct AG_(ag_ws) *w) {
     const int64_t row0 = (b * A->H + h) * A->Tq + i0, Dv = A->Dv;
-    const size_t es = esize(A->dt);
+    AG_(ag_load)(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dY);
+    AG_(ag_load)(y->data, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->acc);
     for (int64_t r = 0; r < nq; r++) {
-        const int64_t row = row0 + r;
-        AG_STAT(A, lse)[row] = get_f64(lse->data, lse->dtype, row);
+        AG_STAT(A, lse)[row0 + r] = get_f64(lse->data, lse->dtype, row0 + r);
         AG_T d = 0.0;
-        const char *yr = (const char *)y->data + row * Dv * (int64_t)es, *gr = A->dy + row * Dv * (int64_t)es;
-        for (int64_t c = 0; c < Dv; c++) d += get_f64(yr, A->dt, c) * get_f64(gr, A->dt, c);
-        AG_STAT(A, delta)[row] = d;
+        for (int64_t c = 0; c < Dv; c++) d += w->acc[r * Dv + c] * w->dY[r * Dv + c];
+        AG_STAT(A, delta)[row0 + r] = d;
     }
 }
-
 
 /* The three passes over A's blocks into outs (attention_backward checked everything):
  * statistics (or the saved ones), dq and the bias terms, dk and dv. Returns 0, or the
@@ -370,7 +369,7 @@ static size_t AG_(ag_run)(struct agrad_args *A, struct tr_tensor *const outs[5],
             if (!ws) continue;
             int64_t b = t / (H * nqb), h = (t / nqb) % H, i0 = (t % nqb) * AG_BQ;
             const int64_t nq = Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ;
-            if (saved) AG_(ag_saved_stats)(A, saved[0], saved[1], b, h, i0, nq);
+            if (saved) AG_(ag_saved_stats)(A, saved[0], saved[1], b, h, i0, nq, &w);
             else AG_(ag_stats)(A, b, h, i0, nq, &w);
         }
         /* the implicit barrier: every row's lse and delta exist from here on */
