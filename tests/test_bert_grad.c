@@ -43,6 +43,9 @@ static void run(const struct tr_test_backend *c, struct tr_graph *g, const struc
     /* each layer's attention computes the statistics its backward reads in the same call */
     const char *want = strcmp(c->plugin, "tf") == 0 ? "attention+lse x2" : "attention with its lse x2";
     if (!strstr(st.notes, want)) fail_msg("%s: notes '%s' lack '%s'", c->label, st.notes, want);
+    /* and torch runs each attention's three gradients as one call, as SDPA's backward */
+    if (strcmp(c->plugin, "torch") == 0 && !strstr(st.notes, "attention backward x2 (its gradients in one call)"))
+        fail_msg("%s: notes '%s' lack the grouped attention backward", c->label, st.notes);
 }
 
 static double norm2(const double *x, int64_t n) {

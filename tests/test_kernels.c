@@ -551,7 +551,9 @@ static double *ref_attention(const struct attn_case *c, const struct tr_tensor *
                              const struct tr_tensor *v, const struct tr_tensor *mask) {
     double *Q = tr_test_to_f64(q), *Kd = tr_test_to_f64(k), *V = tr_test_to_f64(v), *Mk = mask ? tr_test_to_f64(mask) : NULL;
     double *out = malloc(sizeof(double) * (size_t)(c->B * c->H * c->Tq * c->Dv));
-    struct tr_ref_attn ra = {c->B, c->H, c->Hk, c->Tq, c->Tk, c->D, c->Dv, c->scale, c->causal, c->window,
+    /* scale 0 means 1/sqrt(D) to the op and to the direct kernel alike */
+    const double scale = c->scale != 0.0f ? c->scale : 1.0 / sqrt((double)c->D);
+    struct tr_ref_attn ra = {c->B, c->H, c->Hk, c->Tq, c->Tk, c->D, c->Dv, scale, c->causal, c->window,
                              mask ? view(mask, Mk) : (struct tr_ref_view){0, NULL, NULL}, NULL, NULL, 0, 0};
     tr_ref_attention(&ra, Q, Kd, V, out);
     free(Q);
@@ -629,6 +631,8 @@ static void test_attention(void **state) {
         {1, 2, 2, 6, 4, 8, 8, 1, 0, 0, 0.35f},         /* Tq > Tk causal: first rows see nothing */
         {1, 2, 2, 130, 130, 64, 64, 1, 0, 1, 0.125f},  /* BERT-like head size, blocks of both */
         {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1.0f},
+        {2, 2, 2, 9, 9, 16, 16, 0, 0, 0, 0.0f},        /* scale 0: 1/sqrt(D) */
+        {2, 2, 2, 9, 9, 16, 16, 1, 0, 0, 0.0f},        /* the same on the other path */
     };
     for (int d = 0; d < N_FLOATS; d++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)

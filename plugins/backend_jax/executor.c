@@ -37,6 +37,7 @@
 #include <string.h>
 #include <time.h>
 #include <dlfcn.h>
+#include "attn_group.h"
 #include "io.h"
 #include "mem.h"
 #include "options.h"
@@ -266,13 +267,8 @@ static int bind_attn_bwd(struct tr_jax_program *p, struct jax_step *s, struct tr
         gp[w] = &g[w];
     }
     s->call = &p->calls[s->attn];
-    int rc = a->rel ? tr_kernels_bind_attention_rel_backward(p->k, s->in, s->attrs.floats[0], gp, s->call, err)
-                    : tr_kernels_bind_attention_backward(p->k, &s->in[0], &s->in[1], &s->in[2], &s->in[3],
-                                                         s->n_in == 5 || s->n_in == 7 ? &s->in[4] : NULL,
-                                                         s->n_in >= 6 ? &s->in[s->n_in - 2] : NULL,
-                                                         s->n_in >= 6 ? &s->in[s->n_in - 1] : NULL, s->attrs.floats[0],
-                                                         (int)s->attrs.ints[0], (int)s->attrs.ints[1], gp[0], gp[1],
-                                                         gp[2], s->call, err);
+    int rc = tr_attn_backward(p->k, a->rel, s->n_in, s->in, s->attrs.floats[0], (int)s->attrs.ints[0],
+                              (int)s->attrs.ints[1], gp, s->call, err);
     if (rc != TR_OK)
         return tr_error_prefix(err, "jax: node %d %s '%s' (the fused backward of %d gradients)", a->lead,
                                a->rel ? "attention_rel_grad" : "attention_grad", nname(p, a->lead), a->n_grads);

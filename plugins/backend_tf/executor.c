@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "attn_group.h"
 #include "io.h"
 #include "mem.h"
 #include "options.h"
@@ -217,11 +218,8 @@ static int bind_attn_bwd(struct tf_program *p, int id, const struct tr_tensor *i
         gp[w] = &g[w];
     }
     const struct tr_attrs *a = &d->attrs;
-    if (a->ints[4]) return tr_kernels_bind_attention_rel_backward(p->k, in, a->floats[0], gp, c, err);
-    const int n = d->n_in; /* (q, k, v, dy, [mask], [y, lse]) */
-    return tr_kernels_bind_attention_backward(p->k, &in[0], &in[1], &in[2], &in[3], a->ints[3] ? &in[4] : NULL,
-                                              n >= 6 ? &in[n - 2] : NULL, n >= 6 ? &in[n - 1] : NULL, a->floats[0], (int)a->ints[0], (int)a->ints[1], gp[0], gp[1], gp[2], c,
-                                              err);
+    return tr_attn_backward(p->k, (int)a->ints[4], d->n_in, in, a->floats[0], (int)a->ints[0], (int)a->ints[1], gp, c,
+                            err);
 }
 
 static int bind_fused(struct tr_kernels *k, const struct tr_pir_node *d, const struct tr_tensor *in,

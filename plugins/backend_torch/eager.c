@@ -76,6 +76,7 @@ static int read_node(struct tr_torch_program *p, int id, int *n_edges, struct tr
                             tr_torch_node_name(p, id), n->n_in);
     n->root = id;
     n->lse = -1;
+    n->attn = -1;
     *n_edges += n->n_in;
 
     switch (n->op) {
@@ -145,6 +146,30 @@ static int plan_updates(struct tr_torch_program *p, struct tr_error *err) {
             p->donor[v] = p->update_param[u];
         }
     }
+    return TR_OK;
+}
+
+/* The attention gradients of one attention as one call at the first of them, as PyTorch's
+ * autograd runs SDPA's backward once for dq, dk and dv (and the bias's gradient), where
+ * one call per gradient would recompute the scores for each. A gradient that computes in
+ * its param's memory (an update) keeps its own call. */
+static int group_attention_grads(struct tr_torch_program *p, struct tr_error *err) {
+    int *taken = malloc(((size_t)p->n_nodes + 1) * sizeof *taken);
+    p->attn_groups = calloc((size_t)p->n_nodes / 2 + 1, sizeof *p->attn_groups);
+    if (!taken || !p->attn_groups) {
+        free(taken);
+        return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory grouping attention gradients");
+    }
+    for (int id = 0; id < p->n_nodes; id++) taken[id] = p->donor[id] >= 0 ? id : -1;
+    for (int id = 0; id < p->n_nodes; id++) {
+        struct torch_attn_group *a = &p->attn_groups[p->n_attn_groups];
+        if ((a->n = tr_attn_grad_group(&p->pir, id, taken, a->grad)) < 2) continue;
+        a->lead = id;
+        for (int w = 0; w < TR_ATTN_GRADS; w++)
+            if (a->grad[w] >= 0) taken[a->grad[w]] = p->nodes[a->grad[w]].attn = p->n_attn_groups;
+        p->n_attn_groups++;
+    }
+    free(taken);
     return TR_OK;
 }
 
@@ -277,7 +302,8 @@ int tr_torch_compile(struct tr_torch_context *ctx, tr_graph_t g, struct tr_torch
         rc = tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory for %d edges", n_edges);
         goto fail;
     }
-    if ((rc = read_io(p, err)) != TR_OK || (rc = read_edges(p, err)) != TR_OK || (rc = plan_updates(p, err)) != TR_OK)
+    if ((rc = read_io(p, err)) != TR_OK || (rc = read_edges(p, err)) != TR_OK || (rc = plan_updates(p, err)) != TR_OK ||
+        (rc = group_attention_grads(p, err)) != TR_OK)
         goto fail;
     p->args = calloc((size_t)p->max_in + 1, sizeof *p->args);
     if (!p->args) {
@@ -322,7 +348,7 @@ void tr_torch_program_free(struct tr_torch_program *p) {
     if (p->k) tr_kernels_free(p->k);
     free(p->nodes);
     tr_pir_free(&p->pir);
-    TR_FREE_EACH(p->in_ids, p->graph_in, p->graph_out, p->update_param, p->donated, p->donor, p->data, p->pending,
+    TR_FREE_EACH(p->attn_groups, p->in_ids, p->graph_in, p->graph_out, p->update_param, p->donated, p->donor, p->data, p->pending,
                  p->refs, p->blocks, p->args, p);
 }
 
@@ -373,6 +399,31 @@ void tr_torch_release_all(struct tr_torch_program *p) {
     }
 }
 
+/* Attention gradient group g at its lead: a block for each gradient, one call for all. */
+static int run_attn_group(struct tr_torch_program *p, int g, const int *in, struct tr_error *err) {
+    const struct torch_attn_group *a = &p->attn_groups[g];
+    const struct torch_node *n = &p->nodes[a->lead];
+    struct tr_tensor t[TR_ATTN_GRADS];
+    const struct tr_tensor *grads[TR_ATTN_GRADS] = {NULL};
+    int rc;
+    for (int w = 0; w < TR_ATTN_GRADS; w++) {
+        if (a->grad[w] < 0) continue;
+        if ((rc = take_block(p, a->grad[w], err)) != TR_OK) return rc;
+        t[w] = p->nodes[a->grad[w]].t;
+        t[w].data = p->data[a->grad[w]];
+        grads[w] = &t[w];
+    }
+    for (int i = 0; i < n->n_in; i++) {
+        p->args[i] = p->nodes[in[i]].t;
+        p->args[i].data = p->data[in[i]];
+    }
+    p->kernel_calls++;
+    if (p->rp.recording) return tr_torch_record_group(p, g, grads, err);
+    const int rel = n->op == TR_OP_ATTENTION_REL_GRAD;
+    return tr_attn_backward(p->k, rel, n->n_in, p->args, n->attrs.floats[0], rel ? 0 : (int)n->attrs.ints[0],
+                            rel ? 0 : (int)n->attrs.ints[1], grads, NULL, err);
+}
+
 static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
     struct torch_node *n = &p->nodes[id];
     const int *in = &p->in_ids[n->in_off];
@@ -387,6 +438,13 @@ static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
     case TORCH_KERNEL: {
         int rc = TR_OK;
         if (n->lse >= 0 && n->lse < id) break; /* an ATTENTION_LSE: its ATTENTION's call wrote it */
+        if (n->attn >= 0) {
+            if (p->attn_groups[n->attn].lead != id) break; /* its group's call at the lead wrote it */
+            if ((rc = run_attn_group(p, n->attn, in, err)) != TR_OK)
+                return tr_error_prefix(err, "torch: node %d %s '%s' (the backward of %d gradients)", id,
+                                       tr_op_name(n->op), tr_torch_node_name(p, id), p->attn_groups[n->attn].n);
+            break;
+        }
         if (p->donor[id] >= 0) { /* an update computed in its param's memory */
             p->data[id] = p->data[p->donor[id]];
         } else if ((rc = take_block(p, id, err)) != TR_OK) {
@@ -533,6 +591,10 @@ void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_
     len = strlen(st->notes);
     if (pairs && len < sizeof st->notes)
         snprintf(st->notes + len, sizeof st->notes - len, "; attention with its lse x%d", pairs);
+    len = strlen(st->notes);
+    if (p->n_attn_groups && len < sizeof st->notes)
+        snprintf(st->notes + len, sizeof st->notes - len, "; attention backward x%d (its gradients in one call)",
+                 p->n_attn_groups);
     len = strlen(st->notes);
     if (p->n_updates && len < sizeof st->notes)
         snprintf(st->notes + len, sizeof st->notes - len, "; %d of %d updates in place", p->n_donated, p->n_updates);

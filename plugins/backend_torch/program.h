@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 #include "allocator.h"
+#include "attn_group.h"
 #include "pir.h"
 #include "stats.h"
 #include "torch.h"
@@ -30,6 +31,16 @@ struct torch_node {
     int shared;                     /* cuda: 0 its own block; 1 a reader, 2 a writer of the backend's shared param */
     int lse;                        /* an ATTENTION: its ATTENTION_LSE, computed by its call (as
                                        SDPA returns its logsumexp); that node: its ATTENTION; else -1 */
+    int attn;                       /* an attention gradient run in its group's one call (as
+                                       SDPA's backward returns dq, dk and dv): the group's
+                                       index in attn_groups; else -1 */
+};
+
+/* The gradient nodes of one attention (attn_group.h), computed by one call at the lead. */
+struct torch_attn_group {
+    int lead;                       /* the lowest id: where the call runs */
+    int grad[TR_ATTN_GRADS];        /* gradient w's node, or -1 */
+    int n;                          /* how many */
 };
 
 /* What reduce-overhead records once and replays (replay.c). */
@@ -77,6 +88,8 @@ struct tr_torch_program {
     uint64_t weight_bytes;
     int weights_uploaded;           /* cuda: data[id] of every weight is a device block (shared or its own) */
     int n_kernel_nodes;
+    struct torch_attn_group *attn_groups;
+    int n_attn_groups;
 
     /* per step */
     void **data;                    /* per node */
@@ -124,6 +137,10 @@ int tr_torch_record_call(struct tr_torch_program *p, int id, const struct tr_ten
 /* The same for an ATTENTION node with its ATTENTION_LSE (nodes[id].lse): one bound call. */
 int tr_torch_record_pair(struct tr_torch_program *p, int id, const struct tr_tensor *out, const struct tr_tensor *lse,
                          struct tr_error *err);
+/* The same for attention gradient group g (attn_groups[g]), its gradients' tensors in
+ * grads: one bound call of the fused backward. */
+int tr_torch_record_group(struct tr_torch_program *p, int g, const struct tr_tensor *const grads[TR_ATTN_GRADS],
+                          struct tr_error *err);
 void tr_torch_replay_free(struct tr_torch_program *p);
 /* Appends the replay's facts to notes. */
 void tr_torch_replay_notes(const struct tr_torch_program *p, char *notes, size_t size);

@@ -57,3 +57,23 @@ int tr_attn_lse_partner(const struct tr_pir *p, int attn) {
     }
     return -1;
 }
+
+int tr_attn_backward(struct tr_kernels *k, int rel, int n_in, const struct tr_tensor *in, float scale, int causal,
+                     int window, const struct tr_tensor *const grads[TR_ATTN_GRADS], struct tr_kernel_call *call,
+                     struct tr_error *err) {
+    if (rel) {
+        if (call) return tr_kernels_bind_attention_rel_backward(k, in, scale, grads, call, err);
+        struct tr_tensor g[TR_ATTN_GRADS], *gp[TR_ATTN_GRADS];
+        for (int w = 0; w < TR_ATTN_GRADS; w++) gp[w] = grads[w] ? (g[w] = *grads[w], &g[w]) : NULL;
+        return tr_k_attention_rel_backward(k, in, scale, gp, err);
+    }
+    const struct tr_tensor *mask = n_in == 5 || n_in == 7 ? &in[4] : NULL;
+    const struct tr_tensor *y = n_in >= 6 ? &in[n_in - 2] : NULL, *lse = n_in >= 6 ? &in[n_in - 1] : NULL;
+    if (call)
+        return tr_kernels_bind_attention_backward(k, &in[0], &in[1], &in[2], &in[3], mask, y, lse, scale, causal,
+                                                  window, grads[0], grads[1], grads[2], call, err);
+    struct tr_tensor g[3], *gp[3];
+    for (int w = 0; w < 3; w++) gp[w] = grads[w] ? (g[w] = *grads[w], &g[w]) : NULL;
+    return tr_k_attention_backward(k, &in[0], &in[1], &in[2], &in[3], mask, y, lse, scale, causal, window, gp[0],
+                                   gp[1], gp[2], err);
+}

@@ -9,6 +9,7 @@
 #define TRIDENT_PLUGIN_ATTN_GROUP_H
 
 #include "pir.h"
+#include "trident/kernels.h"
 
 #define TR_ATTN_GRADS 5 /* the most gradients one group has (ATTENTION_REL's) */
 
@@ -27,5 +28,14 @@ int tr_attn_grad_group(const struct tr_pir *p, int lead, const int *taken, int g
  * backend computes the two in one pass (tr_k_attention_lse), as PyTorch's SDPA returns
  * its logsumexp beside the output for the backward. */
 int tr_attn_lse_partner(const struct tr_pir *p, int attn);
+
+/* One group's fused backward through the shared kernels, for every backend: rel (an
+ * ATTENTION_REL_GRAD group: in = q, k, v, rel_h, rel_w, dy) or not (ATTENTION_GRAD's n_in
+ * operands: q, k, v, dy, [mask], [y, lse]: the mask with 5 or 7, the saved statistics
+ * with 6 or 7); scale, causal and window the nodes' attrs; grads[w] gradient w's tensor
+ * (NULL: not asked for). Bound into call, or, with call NULL, run now. */
+int tr_attn_backward(struct tr_kernels *k, int rel, int n_in, const struct tr_tensor *in, float scale, int causal,
+                     int window, const struct tr_tensor *const grads[TR_ATTN_GRADS], struct tr_kernel_call *call,
+                     struct tr_error *err);
 
 #endif

@@ -277,6 +277,7 @@ static void attention_compute(struct tr_kernels *k, const void *plan) {
 int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                    const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal, int window,
                    struct tr_tensor *out, struct tr_error *err) {
+    if (q) scale = tr_attention_scale(scale, q->ndim == 4 ? q->shape[3] : 0); /* 0: 1/sqrt(D), as the op's */
     TR_CUDA_ROUTE(k, tr_cuda_k_attention(k, q, kk, v, mask, scale, causal, window, out, err));
     if (!out) return tr_error_set(err, TR_ERR_INVALID, "attention: no out");
     return tr_k_attention_lse(k, q, kk, v, mask, scale, causal, window, out, NULL, err);
@@ -285,6 +286,7 @@ int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct
 int tr_k_attention_lse(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                        const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal, int window,
                        struct tr_tensor *out, struct tr_tensor *lse, struct tr_error *err) {
+    if (q) scale = tr_attention_scale(scale, q->ndim == 4 ? q->shape[3] : 0);
     TR_CUDA_ROUTE(k, tr_cuda_k_attention_lse(k, q, kk, v, mask, scale, causal, window, out, lse, err));
     struct attn_plan pl;
     const char *kn = out ? "attention" : "attention_lse";

@@ -93,6 +93,7 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
 int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                         const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
                         float scale, int causal, int window, int which, struct tr_tensor *out, struct tr_error *err) {
+    if (q) scale = tr_attention_scale(scale, q->ndim == 4 ? q->shape[3] : 0); /* 0: 1/sqrt(D), as the op's */
     TR_CUDA_ROUTE(k, tr_cuda_k_attention_grad(k, q, kk, v, dy, mask, scale, causal, window, which, out, err));
     if (which < 0 || which > 2)
         return tr_error_set(err, TR_ERR_INVALID, "attention_grad: ints[2]=%d should be 0 (dq), 1 (dk) or 2 (dv)",
@@ -120,6 +121,7 @@ int tr_k_attention_backward(struct tr_kernels *k, const struct tr_tensor *q, con
                             const struct tr_tensor *y, const struct tr_tensor *lse, float scale, int causal,
                             int window, struct tr_tensor *dq, struct tr_tensor *dk, struct tr_tensor *dv,
                             struct tr_error *err) {
+    if (q) scale = tr_attention_scale(scale, q->ndim == 4 ? q->shape[3] : 0);
     TR_CUDA_ROUTE(k, tr_cuda_k_attention_backward(k, q, kk, v, dy, mask, y, lse, scale, causal, window, dq, dk, dv,
                                                   err));
     if (!y != !lse) return tr_error_set(err, TR_ERR_INVALID, "attention_backward: y and lse come together or not at all");

@@ -148,7 +148,8 @@ int tr_k_reduce(struct tr_kernels *k, int op, const struct tr_tensor *x, int axi
 /* Convert between any two dtypes (floats round to nearest even; float to int truncates). */
 int tr_k_cast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err);
 
-/* Scaled dot-product attention, see ATTENTION in ops.h. mask may be NULL. Tiled with an
+/* Scaled dot-product attention, see ATTENTION in ops.h (scale 0: 1/sqrt(D), in every
+ * attention kernel here, as for the op). mask may be NULL. Tiled with an
  * online softmax: the (Tq,Tk) score matrix is never stored whole. */
 int tr_k_attention(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                    const struct tr_tensor *v, const struct tr_tensor *mask, float scale, int causal,
