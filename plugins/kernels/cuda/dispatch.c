@@ -859,9 +859,10 @@ static int run_conv2d(struct tr_kernels *k, struct tr_cuda_ctx *c, int op, const
     int64_t nb = per_image ? (int64_t)(CONV_COL_BYTES / per_image) : g.N;
     nb = nb < 1 ? 1 : nb > g.N ? g.N : nb;
     const int chunks = (int)((g.N + nb - 1) / nb);
-    /* scratch: the columns; for dW with several chunks also one chunk's dW and the f32 sum */
+    /* scratch: the columns; for dW with several chunks also one chunk's dW and the f32 sum,
+     * each of the first two rounded up to 256 bytes below (up to 255 more bytes each: 512) */
     const size_t col_bytes = (size_t)nb * per_image, dw_n = (size_t)(g.Co * K),
-                 extra = op == TR_OP_CONV2D_GRAD_WEIGHT && chunks > 1 ? dw_n * es + dw_n * sizeof(float) + 256 : 0;
+                 extra = op == TR_OP_CONV2D_GRAD_WEIGHT && chunks > 1 ? dw_n * es + dw_n * sizeof(float) + 512 : 0;
     char *scratch = NULL;
     if ((rc = tr_cuda_scratch(c, col_bytes + extra, (void **)&scratch, err)) != TR_OK) return rc;
     void *part = scratch + ((col_bytes + 255) / 256) * 256;
