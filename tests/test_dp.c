@@ -270,7 +270,11 @@ static void one_rank_on(const char *device) {
     assert_true(joined.parallel);
     assert_true(joined.all_ok);
     assert_int_equal(joined.n_rows, one.n_rows);
-    assert_true(m.allreduces > 0);
+#ifdef TR_TEST_HAVE_NCCL
+    /* on cuda the sums are NCCL's (cuda/collective.c): the stand-in communicator sees none */
+    if (strcmp(device, "cuda") != 0)
+#endif
+        assert_true(m.allreduces > 0);
     assert_int_equal(m.n_flying, 0);
     for (int i = 0; i < one.n_rows; i++) {
         const struct tr_bench_row *a = &one.rows[i], *b = &joined.rows[i];

@@ -632,10 +632,10 @@ static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, i
                                 "a row below V=%lld", (long long)a[1], (long long)a[2], (long long)V);
         rc = TR_CU_LAUNCH(c, tr_cu_embedding_grad(c->stream, out->dtype, ids->data, ids->dtype, dy->data, out->data,
                                                   tr_tensor_numel(ids), D, V, acc, c->flag, err));
-        if (!rc && a[1]) { /* the padding row gets no gradient */
+        if (!rc && a[1]) { /* the padding row gets no gradient (not at bind: a dry run queues nothing) */
             const size_t row = (size_t)D * tr_dtype_size((enum tr_dtype)out->dtype);
-            rc = TR_CU_CHECK(cudaMemsetAsync((char *)out->data + (size_t)a[2] * row, 0, row, c->stream),
-                             "embedding_grad: the padding row", err);
+            rc = TR_CU_LAUNCH(c, TR_CU_CHECK(cudaMemsetAsync((char *)out->data + (size_t)a[2] * row, 0, row, c->stream),
+                                             "embedding_grad: the padding row", err));
         }
         return rc;
     }
@@ -854,14 +854,18 @@ static int run_conv2d(struct tr_kernels *k, struct tr_cuda_ctx *c, int op, const
         return tr_error_set(err, TR_ERR_SHAPE, "conv2d: bias %s should be [%lld] of x's dtype or f32",
                             tr_cpu_desc(bias, d1, sizeof d1), (long long)g.Co);
     if (tr_tensor_numel(out) == 0) return TR_OK;
+    /* dW over no images (N 0, the only empty input left here): the empty sum, zeros, as the
+     * cpu's; the chunk loop below would run no chunk and leave dW unwritten */
+    if (g.N == 0) return TR_CU_LAUNCH(c, tr_cu_fill_zero(c->stream, out->data, tr_tensor_nbytes(out), err));
     const int64_t K = g.Ci * g.KH * g.KW, px = g.OH * g.OW;
     const size_t es = tr_dtype_size((enum tr_dtype)out->dtype), per_image = (size_t)(px * K) * es;
     int64_t nb = per_image ? (int64_t)(CONV_COL_BYTES / per_image) : g.N;
     nb = nb < 1 ? 1 : nb > g.N ? g.N : nb;
     const int chunks = (int)((g.N + nb - 1) / nb);
-    /* scratch: the columns; for dW with several chunks also one chunk's dW and the f32 sum */
+    /* scratch: the columns; for dW with several chunks also one chunk's dW and the f32 sum,
+     * each of the first two rounded up to 256 bytes below (up to 255 more bytes each: 512) */
     const size_t col_bytes = (size_t)nb * per_image, dw_n = (size_t)(g.Co * K),
-                 extra = op == TR_OP_CONV2D_GRAD_WEIGHT && chunks > 1 ? dw_n * es + dw_n * sizeof(float) + 256 : 0;
+                 extra = op == TR_OP_CONV2D_GRAD_WEIGHT && chunks > 1 ? dw_n * es + dw_n * sizeof(float) + 512 : 0;
     char *scratch = NULL;
     if ((rc = tr_cuda_scratch(c, col_bytes + extra, (void **)&scratch, err)) != TR_OK) return rc;
     void *part = scratch + ((col_bytes + 255) / 256) * 256;

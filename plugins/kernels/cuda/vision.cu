@@ -216,7 +216,11 @@ extern "C" int tr_cu_group_norm_grad(cudaStream_t s, int op, int dtype, const vo
     if (N * G > 0x7fffffffLL || C > 0x7fffffffLL)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "group_norm_grad: %lld groups (at most 2^31-1 on cuda)",
                             (long long)(N * G));
-    if (N * HW * C == 0) return TR_OK;
+    if (N * HW * C == 0) /* dgamma over no pixels: the empty sum, zeros (as the cpu's), not left unwritten */
+        return op == TR_OP_GROUP_NORM_GRAD_GAMMA && C > 0
+                   ? TR_CU_CHECK(cudaMemsetAsync(out, 0, (size_t)C * (odt == TR_DTYPE_F32 ? 4 : 2), s),
+                                 "group_norm_grad_gamma: zero fill", err)
+                   : TR_OK;
     if (op == TR_OP_GROUP_NORM_GRAD) {
         TR_CU_FLOAT_SWITCH(dtype, T, group_norm_grad_kernel<T><<<(unsigned)(N * G), 256, 0, s>>>(
                                          (const T *)x, gamma, gdt, (const T *)dy, (T *)out, NULL, HW, C, G, eps));
