@@ -1,5 +1,6 @@
 /* The models' shared layers (layers.h). */
 #include <math.h>
+#include <stdio.h>
 #include "layers.h"
 #include "trident/tensor.h"
 
@@ -39,8 +40,14 @@ int tr_nn_group_norm(struct tr_graph *g, int x, int64_t c, int groups, float eps
                      const char *name) {
     int w, b;
     norm_params(g, c, dt, name, &w, &b);
-    int y = tr_group_norm(g, x, w, b, groups, eps, silu);
+    int y = tr_group_norm(g, x, w, b, groups, eps, 0);
     if (y >= 0) tr_graph_set_name(g, y, name);
+    if (y >= 0 && silu) {
+        y = tr_unary(g, TR_OP_SILU, y);
+        char nm[TR_NAME_MAX];
+        snprintf(nm, sizeof nm, "%s.silu", name);
+        if (y >= 0) tr_graph_set_name(g, y, nm);
+    }
     return y;
 }
 

@@ -15,7 +15,8 @@ int tr_nn_layer_norm(struct tr_graph *g, int x, int64_t d, enum tr_dtype dt, flo
 /* nn.Conv2d on NHWC x: weight (cout,cin,k,k), bias (cout); ops.h CONV2D for pad_end. */
 int tr_nn_conv2d(struct tr_graph *g, int x, int64_t cin, int64_t cout, int64_t k, int stride, int pad, int pad_end,
                  enum tr_dtype dt, const char *name);
-/* nn.GroupNorm on NHWC x, SiLU after when silu. */
+/* nn.GroupNorm on NHWC x, then nn.SiLU when silu: two nodes, as the model is written (the
+ * plain program); tf's remapper and jax's fusion make them one call, torch runs two. */
 int tr_nn_group_norm(struct tr_graph *g, int x, int64_t c, int groups, float eps, int silu, enum tr_dtype dt,
                      const char *name);
 

@@ -357,11 +357,15 @@ static void test_ref_graph(void **state) {
 /* conv (3x3, bias) -> group_norm + SiLU -> conv (1x1 stride 2, no bias) on every backend
  * (torch, torch:reduce-overhead, tf, jax: each runs the two ops through the shared
  * kernels) against the evaluator, f32 and bf16. */
+/* conv -> group norm + SiLU -> strided conv on every backend, the SiLU fused into the
+ * norm's op (split 0) or a node of its own (split 1, as the models write it: tf's
+ * remapper and jax's fusion must then make them one call, and torch run two). */
 static void test_every_backend(void **state) {
     (void)state;
     static const enum tr_dtype dts[] = {TR_DTYPE_F32, TR_DTYPE_BF16};
-    for (int d = 0; d < 2; d++) {
-        enum tr_dtype dt = dts[d];
+    for (int d = 0; d < 4; d++) {
+        enum tr_dtype dt = dts[d % 2];
+        const int split = d >= 2;
         struct tr_graph *g = fresh_graph();
         const int64_t shapes[6][4] = {{2, 7, 9, 4}, {8, 4, 3, 3}, {8}, {8}, {8}, {6, 8, 1, 1}};
         const int nds[6] = {4, 4, 1, 1, 1, 4};
@@ -374,7 +378,8 @@ static void test_every_backend(void **state) {
             tr_test_randn(&in[i], 800 + 10 * d + i, i == 1 ? 0.2 : i == 5 ? 0.35 : 1.0);
         }
         int c1 = tr_conv2d(g, id[0], id[1], id[2], 1, 1, 0);
-        int gn = tr_group_norm(g, c1, id[3], id[4], 4, 1e-5f, 1);
+        int gn = split ? tr_unary(g, TR_OP_SILU, tr_group_norm(g, c1, id[3], id[4], 4, 1e-5f, 0))
+                       : tr_group_norm(g, c1, id[3], id[4], 4, 1e-5f, 1);
         int c2 = tr_conv2d(g, gn, id[5], -1, 2, 0, 0);
         tr_graph_set_output(g, c2, "y");
         struct tr_error err = {0};
@@ -382,11 +387,18 @@ static void test_every_backend(void **state) {
         double **v = tr_ref_graph_run(g, in);
         for (int b = 0; b < TR_TEST_N_BACKENDS; b++) {
             struct tr_tensor out[1];
-            tr_test_run_backend(&tr_test_backends[b], tr_test_dir, g, in, 2, out, NULL);
+            struct tr_backend_stats st;
+            tr_test_run_backend(&tr_test_backends[b], tr_test_dir, g, in, 2, out, &st);
             char what[96];
-            snprintf(what, sizeof what, "%s conv/group_norm/conv %s vs f64", tr_test_backends[b].label,
-                     tr_dtype_name(dt));
+            snprintf(what, sizeof what, "%s conv/group_norm%s/conv %s vs f64", tr_test_backends[b].label,
+                     split ? "/silu" : "", tr_dtype_name(dt));
             check_close(what, &out[0], v[c2]);
+            const int fuses = strcmp(tr_test_backends[b].plugin, "torch") != 0;
+            if (split && fuses != (strstr(st.notes, "group_norm+silu x1") != NULL))
+                fail_msg("%s: notes '%s' %s group_norm+silu", what, st.notes, fuses ? "lack" : "should not have");
+            if (st.kernel_calls != (uint64_t)(3 + (split && !fuses)))
+                fail_msg("%s: %llu kernel calls, %d expected", what, (unsigned long long)st.kernel_calls,
+                         3 + (split && !fuses));
             tr_test_tensor_free(&out[0]);
         }
         tr_ref_graph_free(g, v);

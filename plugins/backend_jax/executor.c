@@ -661,6 +661,9 @@ void tr_jax_program_stats(const struct tr_jax_program *p, struct tr_backend_stat
              tr_human_bytes(p->weight_bytes, weights, sizeof weights),
              p->cuda ? "on the device, shared by the backend's programs" : "in place");
     size_t k = strlen(st->notes);
+    if (p->fusion.n_norm_silu && k < sizeof st->notes)
+        snprintf(st->notes + k, sizeof st->notes - k, "; group_norm+silu x%d", p->fusion.n_norm_silu);
+    k = strlen(st->notes);
     if (p->fusion.n_attn && k < sizeof st->notes) {
         int partial = 0, rel = 0;
         for (int i = 0; i < p->fusion.n_attn; i++) {

@@ -186,6 +186,39 @@ static int only_reader(const struct consumers *c, int id) {
     return c->node[c->off[id]];
 }
 
+/* ---- group norm + SiLU ---- */
+
+/* A GROUP_NORM read only by a SILU of its shape and dtype: the SILU becomes the norm with
+ * its fused SiLU (ops.h GROUP_NORM ints[1]), one library call where the SILU would be a
+ * kernel of its own reading the norm's output back. */
+static int fold_norm_silu(struct tr_pir *p, int *n_folded, struct tr_error *err) {
+    struct consumers c;
+    int rc = consumers_build(p, &c, err);
+    if (rc != TR_OK) return rc;
+    *n_folded = 0;
+    for (int id = 0; id < p->n; id++) {
+        const struct tr_pir_node *gn = &p->nodes[id];
+        if (gn->dead || gn->op != TR_OP_GROUP_NORM || gn->attrs.ints[1] ||
+            !(gen_float(gn->dtype) || gn->dtype == TR_DTYPE_F16))
+            continue;
+        int r = only_reader(&c, id);
+        if (r < 0) continue;
+        struct tr_pir_node *s = &p->nodes[r];
+        if (s->op != TR_OP_SILU || s->dtype != gn->dtype || !tr_pir_same_shape(s, gn)) continue;
+        s->op = TR_OP_GROUP_NORM;
+        s->attrs = gn->attrs;
+        s->attrs.ints[1] = 1;
+        s->n_in = gn->n_in;
+        for (int i = 0; i < gn->n_in; i++) s->in[i] = gn->in[i];
+        s->graph_id = -1;
+        p->nodes[id].dead = 1;
+        (*n_folded)++;
+    }
+    consumers_free(&c);
+    if (*n_folded) rc = tr_pir_compact(p, NULL, err);
+    return rc;
+}
+
 /* ---- GEMM epilogues ---- */
 
 static enum tr_act act_of(const struct tr_pir_node *n) {
@@ -394,7 +427,9 @@ int jax_fuse(struct tr_pir *p, int fuse, struct jax_fusion *f, struct tr_error *
 int jax_fuse_for(struct tr_pir *p, int fuse, int64_t max_row, struct jax_fusion *f, struct tr_error *err) {
     memset(f, 0, sizeof *f);
     int rc;
-    if (fuse && (rc = fold_epilogues(p, &f->n_epilogues, err)) != TR_OK) return rc;
+    if (fuse && ((rc = fold_epilogues(p, &f->n_epilogues, err)) != TR_OK ||
+                 (rc = fold_norm_silu(p, &f->n_norm_silu, err)) != TR_OK))
+        return rc;
     struct consumers c;
     if ((rc = consumers_build(p, &c, err)) != TR_OK) return rc;
     f->cluster_of = malloc(((size_t)p->n + 1) * sizeof *f->cluster_of);

@@ -115,6 +115,7 @@ struct jax_fusion {
                                        ATTENTION (a lower id: computed by its call), or -1 */
     int n_lse;                      /* ATTENTIONs computing their ATTENTION_LSE too */
     int n_epilogues;                /* matmuls that took a bias, alpha or activation */
+    int n_norm_silu;                /* group norms that took the SiLU after them */
     int n_functions;                /* distinct kernel functions in the source (codegen) */
 };
 

@@ -315,6 +315,26 @@ static int match_brln(struct remap *r, int root) {
     return brln_try(r, root, 1) || brln_try(r, root, 0);
 }
 
+/* ---- norm + activation ---- */
+
+/* GROUP_NORM (no SiLU of its own) read only by a SILU of its shape and dtype -> the
+ * GROUP_NORM with its fused SiLU at the SILU's place (ops.h GROUP_NORM ints[1]), as
+ * grappler fuses a norm with the activation after it: one pass instead of two. In a
+ * training step the norm's output is also read by SiLU's gradient, and stays. */
+static int match_gn_silu(struct remap *r, int id) {
+    struct tr_pir_node *gn = node_at(r, id);
+    if (gn->op != TR_OP_GROUP_NORM || gn->attrs.ints[1] || !sole(r, id) || !is_float_dt(gn->dtype)) return 0;
+    struct tr_pir_node *s = node_at(r, r->cons[id]);
+    if (s->op != TR_OP_SILU || s->dtype != gn->dtype || !tr_pir_same_shape(s, gn)) return 0;
+    s->op = TR_OP_GROUP_NORM;
+    s->attrs = gn->attrs;
+    s->attrs.ints[1] = 1;
+    set_inputs(s, gn->n_in, gn->in);
+    drop_node(r, id);
+    tally(r->f, "group_norm+silu", 1);
+    return 1;
+}
+
 /* ---- GEMM epilogues ---- */
 
 static int act_of(const struct tr_pir_node *n, enum tr_act *act) {
@@ -442,7 +462,7 @@ int tf_remap(struct tr_pir *p, struct tf_fusions *f, struct tr_error *err) {
         return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory for the remapper (%d nodes)", p->n);
     }
     static const matcher passes[] = {match_attention, match_sms, match_embed_ln, match_brln, match_gemm,
-                                     match_attn_bwd, match_attn_lse};
+                                     match_gn_silu, match_attn_bwd, match_attn_lse};
     for (size_t k = 0; k < sizeof passes / sizeof *passes; k++) {
         recount(&r);
         for (int id = 0; id < p->n; id++)
