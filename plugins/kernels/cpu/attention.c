@@ -130,12 +130,14 @@ TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, 
                 }
                 for (int64_t jj = 0; jj < nk; jj++) s[jj] += mrow[jj];
             }
-            if (rb->h) { /* the decomposed bias: key j on grid row j / Kw, column j % Kw */
+            if (rb->h) { /* the decomposed bias: key j on grid row j / Kw, column j % Kw, a
+                          * grid row segment at a time (contiguous rel_w, one rel_h value) */
                 const float *restrict bh = rh + r * rb->Kh, *restrict bw = rw + r * rb->Kw;
                 int64_t a = j0 / rb->Kw, c = j0 % rb->Kw;
-                for (int64_t jj = 0; jj < nk; jj++) {
-                    s[jj] += bh[a] + bw[c];
-                    if (++c == rb->Kw) c = 0, a++;
+                for (int64_t jj = 0; jj < nk; c = 0, a++) {
+                    const int64_t seg = nk - jj < rb->Kw - c ? nk - jj : rb->Kw - c;
+                    for (int64_t t = 0; t < seg; t++) s[jj + t] += bh[a] + bw[c + t];
+                    jj += seg;
                 }
             }
             int64_t lo, hi;

@@ -77,29 +77,69 @@ AG_INLINE void AG_(ag_rows_by_t)(const AG_T *restrict A, int64_t nq, int64_t W, 
 
 /* S[r][c] = scale·q_r·k_c + mask for queries i0+r, keys j0+c (Kt the block transposed);
  * −inf where not visible and past the block. */
+/* dst[0..n) += add + src[off + t] (src of dtype dt): the dtype decided once per row. */
+AG_INLINE void AG_(ag_add_row)(AG_T *restrict dst, const void *src, int dt, int64_t off, int64_t n, AG_T add) {
+    if (dt == TR_DTYPE_F32) {
+        const float *restrict p = (const float *)src + off;
+        for (int64_t t = 0; t < n; t++) dst[t] += add + (AG_T)p[t];
+    } else if (dt == TR_DTYPE_F64) {
+        const double *restrict p = (const double *)src + off;
+        for (int64_t t = 0; t < n; t++) dst[t] += add + (AG_T)p[t];
+    } else if (dt == TR_DTYPE_BF16) {
+        const uint16_t *restrict p = (const uint16_t *)src + off;
+        for (int64_t t = 0; t < n; t++) dst[t] += add + (AG_T)tr_bf16_to_f32(p[t]);
+    } else {
+        const uint16_t *restrict p = (const uint16_t *)src + off;
+        for (int64_t t = 0; t < n; t++) dst[t] += add + (AG_T)tr_f16_to_f32(p[t]);
+    }
+}
+
+/* out[0..AG_BK) = the mask and the decomposed bias of query i for keys j0 + c (0 past
+ * nk). The bias walks the key grid a row segment at a time (key j at grid row j / Kw,
+ * column j % Kw): contiguous rel_w, one rel_h value per segment, no division per key. */
+AG_INLINE void AG_(ag_bias_row)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i, int64_t j0, int64_t nk,
+                                AG_T *restrict out) {
+    for (int64_t c = 0; c < AG_BK; c++) out[c] = 0.0;
+    if (A->mask) {
+        const int64_t at = b * A->ms[0] + h * A->ms[1] + i * A->ms[2] + j0 * A->ms[3];
+        if (A->ms[3] == 1) {
+            AG_(ag_add_row)(out, A->mask, A->mdt, at, nk, 0.0);
+        } else {
+            for (int64_t c = 0; c < nk; c++) out[c] = get_f64(A->mask, A->mdt, at + c * A->ms[3]);
+        }
+    }
+    const struct tr_cpu_rel_bias *rb = &A->rel;
+    if (rb->h) {
+        const int64_t row = (b * A->H + h) * A->Tq + i;
+        int64_t a = j0 / rb->Kw, c0 = j0 % rb->Kw;
+        for (int64_t c = 0; c < nk; c0 = 0, a++) {
+            const int64_t seg = nk - c < rb->Kw - c0 ? nk - c : rb->Kw - c0;
+            AG_(ag_add_row)(out + c, rb->w, rb->dt_w, row * rb->Kw + c0, seg,
+                            (AG_T)get_f64(rb->h, rb->dt_h, row * rb->Kh + a));
+            c += seg;
+        }
+    }
+}
+
+/* S[r][c] = scale·q_r·k_c + mask + bias for queries i0+r, keys j0+c (Kt the block
+ * transposed); −inf where not visible and past the block. brow: AG_BK of work space. */
 AG_INLINE void AG_(ag_scores)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
-                              int64_t nk, const AG_T *Q, const AG_T *Kt, AG_T *S) {
+                              int64_t nk, const AG_T *Q, const AG_T *Kt, AG_T *S, AG_T *restrict brow) {
     AG_(ag_rows_by_t)(Q, nq, A->D, Kt, S);
+    const int biased = A->mask || A->rel.h;
+    if (!biased)
+        for (int64_t c = 0; c < AG_BK; c++) brow[c] = 0.0;
     for (int64_t r = 0; r < nq; r++) {
         const int64_t i = i0 + r;
         int64_t lo, hi;
         ag_key_range(A, i, &lo, &hi);
-        AG_T *s = S + r * AG_BK;
-        for (int64_t c = 0; c < AG_BK; c++) {
-            const int64_t j = j0 + c;
-            if (c >= nk || j < lo || j > hi) {
-                s[c] = -INFINITY;
-                continue;
-            }
-            s[c] *= A->scale;
-            if (A->mask) s[c] += get_f64(A->mask, A->mdt, b * A->ms[0] + h * A->ms[1] + i * A->ms[2] + j * A->ms[3]);
-            const struct tr_cpu_rel_bias *rb = &A->rel;
-            if (rb->h) {
-                const int64_t row = (b * A->H + h) * A->Tq + i;
-                s[c] += get_f64(rb->h, rb->dt_h, row * rb->Kh + j / rb->Kw) +
-                        get_f64(rb->w, rb->dt_w, row * rb->Kw + j % rb->Kw);
-            }
-        }
+        lo -= j0; /* as block offsets */
+        hi -= j0;
+        if (hi > nk - 1) hi = nk - 1;
+        if (biased) AG_(ag_bias_row)(A, b, h, i, j0, nk, brow);
+        AG_T *restrict s = S + r * AG_BK;
+        const AG_T scale = (AG_T)A->scale;
+        for (int64_t c = 0; c < AG_BK; c++) s[c] = c >= lo && c <= hi ? s[c] * scale + brow[c] : (AG_T)-INFINITY;
     }
 }
 
@@ -150,16 +190,16 @@ AG_INLINE void AG_(ag_accum)(const AG_T *restrict coef, int64_t nx, int64_t ny, 
 
 /* Work space of one thread, shared by the three passes. */
 struct AG_(ag_ws) {
-    AG_T *Q, *K, *Kt, *V, *Vt, *dY, *S, *G, *acc, *m, *l, *acc2, *drh, *drw;
+    AG_T *Q, *K, *Kt, *V, *Vt, *dY, *S, *G, *acc, *m, *l, *acc2, *drh, *drw, *brow;
 };
 
 static size_t AG_(ag_workspace)(int64_t D, int64_t Dv, int64_t Kh, int64_t Kw) {
     int64_t dm = D > Dv ? D : Dv;
     return (size_t)(AG_BQ * D + 2 * AG_BK * D + 2 * AG_BK * Dv + AG_BQ * Dv + 2 * AG_BQ * AG_BK +
-                    (AG_BQ > AG_BK ? AG_BQ : AG_BK) * dm + 2 * AG_BQ + AG_BK * Dv + AG_BQ * (Kh + Kw));
+                    (AG_BQ > AG_BK ? AG_BQ : AG_BK) * dm + 2 * AG_BQ + AG_BK * Dv + AG_BQ * (Kh + Kw) + AG_BK);
 }
 
-static void AG_(ag_split)(AG_T *ws, int64_t D, int64_t Dv, int64_t Kh, struct AG_(ag_ws) *w) {
+static void AG_(ag_split)(AG_T *ws, int64_t D, int64_t Dv, int64_t Kh, int64_t Kw, struct AG_(ag_ws) *w) {
     w->Q = ws;                        /* [BQ][D] */
     w->K = w->Q + AG_BQ * D;          /* [BK][D] */
     w->Kt = w->K + AG_BK * D;         /* [D][BK] */
@@ -174,6 +214,7 @@ static void AG_(ag_split)(AG_T *ws, int64_t D, int64_t Dv, int64_t Kh, struct AG
     w->acc2 = w->l + AG_BQ;           /* [BK][Dv]: dv beside dk (which 3) */
     w->drh = w->acc2 + AG_BK * Dv;    /* [BQ][Kh], then [BQ][Kw]: the bias terms' gradients */
     w->drw = w->drh + AG_BQ * Kh;
+    w->brow = w->drw + AG_BQ * Kw;   /* [BK]: one row's mask and bias */
 }
 
 /* The query block's Q and dY rows into w. */
@@ -205,7 +246,7 @@ AG_INLINE int64_t AG_(ag_key_block)(const struct agrad_args *A, int64_t b, int64
                                     int64_t j0, int64_t hi, int vt, struct AG_(ag_ws) *w) {
     const int64_t nk = hi + 1 - j0 < AG_BK ? hi + 1 - j0 : AG_BK;
     AG_(ag_load_kv)(A, b, h / (A->H / A->Hk), j0, nk, vt, w);
-    AG_(ag_scores)(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
+    AG_(ag_scores)(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S, w->brow);
     return nk;
 }
 
@@ -275,12 +316,21 @@ AG_MULTI(void, ag_rows, (const struct agrad_args *A, int64_t b, int64_t h, int64
         AG_(ag_probs)(A, nq, lse, delta, w->dY, w->Vt, w->S, w->G);
         if (out_q) AG_(ag_accum)(w->G, nq, nk, AG_BK, 1, A->scale, w->K, D, dq);
         if (out_h || out_w) /* dS summed over each key row (rel_h) and column (rel_w) of the grid */
-            for (int64_t r = 0; r < nq; r++)
-                for (int64_t c = 0; c < nk; c++) {
-                    const AG_T g = w->G[r * AG_BK + c];
-                    w->drh[r * Kh + (j0 + c) / Kw] += g;
-                    w->drw[r * Kw + (j0 + c) % Kw] += g;
+            for (int64_t r = 0; r < nq; r++) { /* a grid row segment at a time, as ag_bias_row */
+                const AG_T *restrict g = w->G + r * AG_BK;
+                AG_T *restrict dh = w->drh + r * Kh, *restrict dw = w->drw + r * Kw;
+                int64_t a = j0 / Kw, c0 = j0 % Kw;
+                for (int64_t c = 0; c < nk; c0 = 0, a++) {
+                    const int64_t seg = nk - c < Kw - c0 ? nk - c : Kw - c0;
+                    AG_T t = 0.0;
+                    for (int64_t x = 0; x < seg; x++) {
+                        t += g[c + x];
+                        dw[c0 + x] += g[c + x];
+                    }
+                    dh[a] += t;
+                    c += seg;
                 }
+            }
     }
     if (out_q) AG_STORE(out_q + row0 * D * (int64_t)esize(A->dt), A->dt, dq, nq * D);
     if (out_h) AG_STORE(out_h + row0 * Kh * (int64_t)esize(A->rel.dt_h), A->rel.dt_h, w->drh, nq * Kh);
@@ -304,7 +354,7 @@ AG_MULTI(void, ag_dkv, (const struct agrad_args *A, int which, int64_t b, int64_
             AG_(ag_load_q)(A, b, h, i0, nq, w);
             const AG_T *lse = AG_STAT(A, lse) + (b * A->H + h) * A->Tq + i0;
             const AG_T *delta = AG_STAT(A, delta) + (b * A->H + h) * A->Tq + i0;
-            AG_(ag_scores)(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S);
+            AG_(ag_scores)(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S, w->brow);
             AG_(ag_probs)(A, nq, lse, delta, w->dY, w->Vt, w->S, which != 2 ? w->G : NULL);
             /* acc[c] += f·Σ_r coef[r][c]·rows[r]: coef read transposed */
             if (which != 2) AG_(ag_accum)(w->G, nk, nq, 1, AG_BK, A->scale, w->Q, D, acc);
@@ -362,7 +412,7 @@ static size_t AG_(ag_run)(struct agrad_args *A, struct tr_tensor *const outs[5],
 #pragma omp atomic write
             failed = 1;
         } else {
-            AG_(ag_split)(ws, D, Dv, A->rel.Kh, &w);
+            AG_(ag_split)(ws, D, Dv, A->rel.Kh, A->rel.Kw, &w);
         }
 #pragma omp for schedule(dynamic, 1)
         for (int64_t t = 0; t < B * H * nqb; t++) {
