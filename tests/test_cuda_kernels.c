@@ -543,13 +543,15 @@ static int attn_maths(enum tr_dtype dt, enum tr_math *m) {
 static double attn_tol(enum tr_dtype dt, enum tr_math m) { return dt == TR_DTYPE_F32 && m == TR_MATH_TF32 ? 1e-2 : 0.0; }
 
 /* Shapes both kernels of each direction see: GQA (H/Hk 1, 2, 4, 8), causal with Tq < Tk,
- * the sliding window, the padding mask, and head sizes 16 .. 256 (64, 80, 128, 256 on
- * tensor cores for bf16/f16 and f32 in tf32; 16 and 32 only on the CUDA cores). */
+ * the sliding window, the padding mask, and head sizes 16 .. 512 (64, 80, 128, 256 on
+ * tensor cores for bf16/f16 and f32 in tf32; 16 and 32 only on the CUDA cores, and the
+ * wide instances above 256: 320, and the SD VAE mid-block's one head of 512). */
 static const struct attn_case ATTN_CASES[] = {
     {2, 4, 4, 33, 33, 16, 16, 0, 0, 0},    {2, 4, 2, 33, 33, 64, 64, 1, 0, 0},    {1, 8, 2, 5, 40, 64, 32, 1, 0, 0},
     {2, 2, 1, 70, 70, 32, 32, 0, 8, 0},    {2, 4, 4, 20, 45, 128, 128, 0, 0, 1}, {1, 2, 2, 17, 17, 256, 256, 1, 0, 1},
     {2, 8, 1, 100, 100, 64, 64, 0, 24, 1}, {1, 4, 2, 65, 130, 128, 128, 1, 0, 1}, {1, 2, 1, 70, 70, 256, 256, 0, 16, 1},
-    {1, 2, 2, 31, 31, 80, 80, 1, 0, 0},    {1, 4, 2, 129, 129, 64, 128, 1, 0, 1},
+    {1, 2, 2, 31, 31, 80, 80, 1, 0, 0},    {1, 4, 2, 129, 129, 64, 128, 1, 0, 1}, {2, 1, 1, 40, 40, 512, 512, 0, 0, 0},
+    {1, 2, 2, 33, 37, 320, 320, 1, 0, 1},
 };
 
 static void test_attention(void **state) {

@@ -11,7 +11,8 @@
 // With p.lse each row's log Σ exp (m + log l; +inf where it sees no key) is written too,
 // ATTENTION_LSE's value, and out may be NULL.
 //
-// This is the first version (CUDA cores, no tensor cores): correct for D, Dv <= 256.
+// This is the first version (CUDA cores, no tensor cores): correct for D, Dv <= 512 (the
+// SD VAE's one head of 512 takes DVC 16, at fewer blocks per SM for its registers).
 #include "cu_common.cuh"
 
 #define ATT_ROWS 4   // query rows per warp
@@ -21,8 +22,8 @@
 
 // 5 blocks per SM (96 registers): without the bound ptxas picked 96 for DVC 4 and spilled
 // once the lse write kept m live to the end (tests/cuda_spills.sh).
-template <typename T, int DVC>  // DVC: Dv/32 rounded up (1, 2, 4 or 8)
-__global__ void __launch_bounds__(ATT_WARPS * 32, 5)
+template <typename T, int DVC>  // DVC: Dv/32 rounded up (1, 2, 4, 8 or 16)
+__global__ void __launch_bounds__(ATT_WARPS * 32, DVC > 8 ? 2 : 5)
 attention_fwd_kernel(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v, T *__restrict__ out,
                      tr_cu_attn p) {
     extern __shared__ float smem[];
@@ -162,8 +163,8 @@ static int launch_attention(cudaStream_t s, const void *q, const void *k, const 
 extern "C" int tr_cu_attention(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, void *out,
                                const struct tr_cu_attn *p, struct tr_error *err) {
     if (p->B * p->H * p->Tq * (p->lse ? 1 : p->Dv) == 0) return TR_OK;
-    if (p->D > 256 || p->Dv > 256)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention: head sizes D=%lld, Dv=%lld (at most 256 on cuda)",
+    if (p->D > 512 || p->Dv > 512)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention: head sizes D=%lld, Dv=%lld (at most 512 on cuda)",
                             (long long)p->D, (long long)p->Dv);
     if (p->B * p->H > 65535 || (p->Tq + ATT_BQ - 1) / ATT_BQ > 0x7fffffffLL)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention: B*H=%lld (at most 65535 on cuda)",
@@ -174,6 +175,7 @@ extern "C" int tr_cu_attention(cudaStream_t s, int dtype, const void *q, const v
                        rc = dvc <= 1   ? launch_attention<T, 1>(s, q, k, v, out, p, err)
                             : dvc <= 2 ? launch_attention<T, 2>(s, q, k, v, out, p, err)
                             : dvc <= 4 ? launch_attention<T, 4>(s, q, k, v, out, p, err)
-                                       : launch_attention<T, 8>(s, q, k, v, out, p, err));
+                            : dvc <= 8 ? launch_attention<T, 8>(s, q, k, v, out, p, err)
+                                       : launch_attention<T, 16>(s, q, k, v, out, p, err));
     return rc;
 }

@@ -6,14 +6,23 @@
 //   dk_j = scale · Σ_i dS_ij q_i   a warp per key row, lanes over 32 queries at a time,
 //   dv_j = Σ_i P_ij dy_i           every query head of the kv head's group
 // Visibility is the forward's (attention.cu). A row that sees no key has lse = +inf and
-// gets zero gradients. First version: CUDA cores, operand rows read from L2; D, Dv <= 256.
+// gets zero gradients. First version: CUDA cores, operand rows read from L2; D, Dv <= 512
+// (each kernel in two widths: MAXD 256, and 512 for the SD VAE's one head of 512).
 // The fallback of attention_bwd_tc.cu (f32 in strict math, head sizes not a multiple of
 // 16, ATTENTION_REL's terms); tr_cu_attention_backward computes the statistics once for
 // all three gradients and dk with dv in one pass.
 #include "cu_common.cuh"
 
 #define AB_WARPS 4
-#define AB_MAXD 256
+#define AB_MAXD 256 // the narrow instances
+#define AB_WIDE 512 // head sizes above AB_MAXD, with fewer blocks per SM for the registers
+
+// kernel<T, AB_MAXD>, or <T, AB_WIDE> when wide, on `blocks` blocks of AB_WARPS warps.
+#define AB_LAUNCH(wide, kernel, blocks, s, ...)                                             \
+    do {                                                                                    \
+        if (wide) kernel<T, AB_WIDE><<<(blocks), AB_WARPS * 32, 0, (s)>>>(__VA_ARGS__);      \
+        else kernel<T, AB_MAXD><<<(blocks), AB_WARPS * 32, 0, (s)>>>(__VA_ARGS__);          \
+    } while (0)
 
 struct ab_ctx {
     tr_cu_attn p;
@@ -50,10 +59,10 @@ __device__ __forceinline__ float ab_dot(const float *sh, const T *row, int n) {
 }
 
 // lse and delta per query row: a warp per (b, h, i).
-template <typename T>
-__global__ void __launch_bounds__(AB_WARPS * 32, 4)
+template <typename T, int MAXD>
+__global__ void __launch_bounds__(AB_WARPS * 32, MAXD > AB_MAXD ? 2 : 4)
 ab_stats_kernel(const T *q, const T *k, const T *v, const T *dy, ab_ctx c) {
-    __shared__ float shq[AB_WARPS][AB_MAXD];
+    __shared__ float shq[AB_WARPS][MAXD];
     const tr_cu_attn &p = c.p;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * AB_WARPS + warp; // over B·H·Tq
@@ -65,9 +74,9 @@ ab_stats_kernel(const T *q, const T *k, const T *v, const T *dy, ab_ctx c) {
     __syncwarp();
     if (!live) return; // whole warps only
     const T *kb = k + (b * p.Hk + hk) * p.Tk * D, *vb = v + (b * p.Hk + hk) * p.Tk * Dv;
-    float m = -INFINITY, l = 0.0f, o[AB_MAXD / 32];
+    float m = -INFINITY, l = 0.0f, o[MAXD / 32];
 #pragma unroll
-    for (int c2 = 0; c2 < AB_MAXD / 32; c2++) o[c2] = 0.0f;
+    for (int c2 = 0; c2 < MAXD / 32; c2++) o[c2] = 0.0f;
     for (int64_t j0 = 0; j0 < p.Tk; j0 += 32) {
         const int64_t j = j0 + lane;
         float s = -INFINITY;
@@ -77,12 +86,12 @@ ab_stats_kernel(const T *q, const T *k, const T *v, const T *dy, ab_ctx c) {
         l = l * corr + tr_warp_sum(pj);
         m = mn;
 #pragma unroll
-        for (int c2 = 0; c2 < AB_MAXD / 32; c2++) o[c2] *= corr;
+        for (int c2 = 0; c2 < MAXD / 32; c2++) o[c2] *= corr;
         const int64_t nj = p.Tk - j0 < 32 ? p.Tk - j0 : 32;
         for (int jj = 0; jj < nj; jj++) {
             float pb = __shfl_sync(0xffffffffu, pj, jj);
 #pragma unroll
-            for (int c2 = 0; c2 < AB_MAXD / 32; c2++) {
+            for (int c2 = 0; c2 < MAXD / 32; c2++) {
                 int d = lane + 32 * c2;
                 if (d < Dv) o[c2] += pb * tr_ld(vb + (j0 + jj) * Dv + d);
             }
@@ -91,7 +100,7 @@ ab_stats_kernel(const T *q, const T *k, const T *v, const T *dy, ab_ctx c) {
     float dl = 0.0f;
     if (l > 0.0f) {
 #pragma unroll
-        for (int c2 = 0; c2 < AB_MAXD / 32; c2++) {
+        for (int c2 = 0; c2 < MAXD / 32; c2++) {
             int d = lane + 32 * c2;
             if (d < Dv) dl += tr_ld(dy + row * Dv + d) * o[c2] / l;
         }
@@ -104,10 +113,10 @@ ab_stats_kernel(const T *q, const T *k, const T *v, const T *dy, ab_ctx c) {
 }
 
 // dq: a warp per query row.
-template <typename T>
-__global__ void __launch_bounds__(AB_WARPS * 32, 4)
+template <typename T, int MAXD>
+__global__ void __launch_bounds__(AB_WARPS * 32, MAXD > AB_MAXD ? 2 : 4)
 ab_dq_kernel(const T *q, const T *k, const T *v, const T *dy, T *dq, ab_ctx c) {
-    __shared__ float shq[AB_WARPS][AB_MAXD], shdy[AB_WARPS][AB_MAXD];
+    __shared__ float shq[AB_WARPS][MAXD], shdy[AB_WARPS][MAXD];
     const tr_cu_attn &p = c.p;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * AB_WARPS + warp;
@@ -121,9 +130,9 @@ ab_dq_kernel(const T *q, const T *k, const T *v, const T *dy, T *dq, ab_ctx c) {
     if (!live) return;
     const T *kb = k + (b * p.Hk + hk) * p.Tk * D, *vb = v + (b * p.Hk + hk) * p.Tk * Dv;
     const float lse = c.lse[row], delta = c.delta[row];
-    float acc[AB_MAXD / 32];
+    float acc[MAXD / 32];
 #pragma unroll
-    for (int c2 = 0; c2 < AB_MAXD / 32; c2++) acc[c2] = 0.0f;
+    for (int c2 = 0; c2 < MAXD / 32; c2++) acc[c2] = 0.0f;
     if (lse != INFINITY)
         for (int64_t j0 = 0; j0 < p.Tk; j0 += 32) {
             const int64_t j = j0 + lane;
@@ -136,14 +145,14 @@ ab_dq_kernel(const T *q, const T *k, const T *v, const T *dy, T *dq, ab_ctx c) {
             for (int jj = 0; jj < nj; jj++) {
                 float dsb = __shfl_sync(0xffffffffu, ds, jj);
 #pragma unroll
-                for (int c2 = 0; c2 < AB_MAXD / 32; c2++) {
+                for (int c2 = 0; c2 < MAXD / 32; c2++) {
                     int d = lane + 32 * c2;
                     if (d < D) acc[c2] += dsb * tr_ld(kb + (j0 + jj) * D + d);
                 }
             }
         }
 #pragma unroll
-    for (int c2 = 0; c2 < AB_MAXD / 32; c2++) {
+    for (int c2 = 0; c2 < MAXD / 32; c2++) {
         int d = lane + 32 * c2;
         if (d < D) tr_st(dq + row * D + d, acc[c2] * p.scale);
     }
@@ -154,10 +163,10 @@ ab_dq_kernel(const T *q, const T *k, const T *v, const T *dy, T *dq, ab_ctx c) {
 // drel_h (which 3) or drel_w (4) of ATTENTION_REL: a warp per query row; dS_ij summed
 // over the keys of each grid row (column) in shared memory, then stored in that
 // operand's dtype (f32 or q's).
-template <typename T>
-__global__ void __launch_bounds__(AB_WARPS * 32, 4)
+template <typename T, int MAXD>
+__global__ void __launch_bounds__(AB_WARPS * 32, MAXD > AB_MAXD ? 2 : 4)
 ab_drel_kernel(const T *q, const T *k, const T *v, const T *dy, void *out, int which, ab_ctx c) {
-    __shared__ float shq[AB_WARPS][AB_MAXD], shdy[AB_WARPS][AB_MAXD], acc[AB_WARPS][AB_MAXK];
+    __shared__ float shq[AB_WARPS][MAXD], shdy[AB_WARPS][MAXD], acc[AB_WARPS][AB_MAXK];
     const tr_cu_attn &p = c.p;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * AB_WARPS + warp;
@@ -189,10 +198,10 @@ ab_drel_kernel(const T *q, const T *k, const T *v, const T *dy, void *out, int w
 }
 
 // dk and dv: a warp per key row of a kv head; the sums run over the group's query heads.
-template <typename T>
-__global__ void __launch_bounds__(AB_WARPS * 32, 4)
+template <typename T, int MAXD>
+__global__ void __launch_bounds__(AB_WARPS * 32, MAXD > AB_MAXD ? 2 : 4)
 ab_dkv_kernel(const T *q, const T *k, const T *v, const T *dy, T *dk, T *dv, ab_ctx c) {
-    __shared__ float shk[AB_WARPS][AB_MAXD], shv[AB_WARPS][AB_MAXD];
+    __shared__ float shk[AB_WARPS][MAXD], shv[AB_WARPS][MAXD];
     const tr_cu_attn &p = c.p;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * AB_WARPS + warp; // over B·Hk·Tk
@@ -204,9 +213,9 @@ ab_dkv_kernel(const T *q, const T *k, const T *v, const T *dy, T *dk, T *dv, ab_
     __syncwarp();
     if (!live) return;
     const int64_t group = p.H / p.Hk;
-    float ak[AB_MAXD / 32], av[AB_MAXD / 32];
+    float ak[MAXD / 32], av[MAXD / 32];
 #pragma unroll
-    for (int c2 = 0; c2 < AB_MAXD / 32; c2++) ak[c2] = av[c2] = 0.0f;
+    for (int c2 = 0; c2 < MAXD / 32; c2++) ak[c2] = av[c2] = 0.0f;
     for (int64_t h = hk * group; h < (hk + 1) * group; h++) {
         const int64_t qrow0 = (b * p.H + h) * p.Tq;
         const T *qb = q + qrow0 * D, *dyb = dy + qrow0 * Dv;
@@ -225,7 +234,7 @@ ab_dkv_kernel(const T *q, const T *k, const T *v, const T *dy, T *dk, T *dv, ab_
             for (int ii = 0; ii < ni; ii++) {
                 float pb = __shfl_sync(0xffffffffu, pr, ii), dsb = __shfl_sync(0xffffffffu, ds, ii);
 #pragma unroll
-                for (int c2 = 0; c2 < AB_MAXD / 32; c2++) {
+                for (int c2 = 0; c2 < MAXD / 32; c2++) {
                     int d = lane + 32 * c2;
                     if (dv && d < Dv) av[c2] += pb * tr_ld(dyb + (i0 + ii) * Dv + d);
                     if (dk && d < D) ak[c2] += dsb * tr_ld(qb + (i0 + ii) * D + d);
@@ -234,7 +243,7 @@ ab_dkv_kernel(const T *q, const T *k, const T *v, const T *dy, T *dk, T *dv, ab_
         }
     }
 #pragma unroll
-    for (int c2 = 0; c2 < AB_MAXD / 32; c2++) {
+    for (int c2 = 0; c2 < MAXD / 32; c2++) {
         int d = lane + 32 * c2;
         if (dk && d < D) tr_st(dk + row * D + d, ak[c2] * p.scale);
         if (dv && d < Dv) tr_st(dv + row * Dv + d, av[c2]);
@@ -246,9 +255,10 @@ static unsigned ab_blocks(int64_t rows) { return (unsigned)((rows + AB_WARPS - 1
 extern "C" int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
                                     const void *dy, const struct tr_cu_attn *p, int which, void *out, float *scratch,
                                     struct tr_error *err) {
-    if (p->D > AB_MAXD || p->Dv > AB_MAXD)
+    if (p->D > AB_WIDE || p->Dv > AB_WIDE)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_grad: head sizes D=%lld, Dv=%lld (at most %d on cuda)",
-                            (long long)p->D, (long long)p->Dv, AB_MAXD);
+                            (long long)p->D, (long long)p->Dv, AB_WIDE);
+    const bool wide = p->D > AB_MAXD || p->Dv > AB_MAXD;
     const int64_t qrows = p->B * p->H * p->Tq, krows = p->B * p->Hk * p->Tk;
     if (qrows == 0 || krows == 0) {
         int64_t n = which == 0 ? qrows * p->D : which == 1 ? krows * p->D : which == 2 ? krows * p->Dv
@@ -261,7 +271,7 @@ extern "C" int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, co
     if (ab_blocks(qrows > krows ? qrows : krows) > 0x7fffffffu)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_grad: too many rows for one grid");
     ab_ctx c = {*p, scratch, scratch + qrows};
-    TR_CU_FLOAT_SWITCH(dtype, T, ab_stats_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
+    TR_CU_FLOAT_SWITCH(dtype, T, AB_LAUNCH(wide, ab_stats_kernel, ab_blocks(qrows), s,
                                      (const T *)q, (const T *)k, (const T *)v, (const T *)dy, c));
     int rc = TR_CU_LAUNCHED("attention_grad stats", err);
     if (rc) return rc;
@@ -269,15 +279,15 @@ extern "C" int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, co
         if (!p->rel_h || (which == 3 ? p->Kh : p->Kw) > AB_MAXK)
             return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_rel_grad: the bias terms are missing or wider than "
                                 "%d (Kh %lld, Kw %lld) on cuda", AB_MAXK, (long long)p->Kh, (long long)p->Kw);
-        TR_CU_FLOAT_SWITCH(dtype, T, ab_drel_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
+        TR_CU_FLOAT_SWITCH(dtype, T, AB_LAUNCH(wide, ab_drel_kernel, ab_blocks(qrows), s,
                                          (const T *)q, (const T *)k, (const T *)v, (const T *)dy, out, which, c));
         return TR_CU_LAUNCHED("attention_rel_grad drel", err);
     }
     if (which == 0)
-        TR_CU_FLOAT_SWITCH(dtype, T, ab_dq_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
+        TR_CU_FLOAT_SWITCH(dtype, T, AB_LAUNCH(wide, ab_dq_kernel, ab_blocks(qrows), s,
                                          (const T *)q, (const T *)k, (const T *)v, (const T *)dy, (T *)out, c));
     else
-        TR_CU_FLOAT_SWITCH(dtype, T, ab_dkv_kernel<T><<<ab_blocks(krows), AB_WARPS * 32, 0, s>>>(
+        TR_CU_FLOAT_SWITCH(dtype, T, AB_LAUNCH(wide, ab_dkv_kernel, ab_blocks(krows), s,
                                          (const T *)q, (const T *)k, (const T *)v, (const T *)dy,
                                          which == 1 ? (T *)out : (T *)NULL, which == 2 ? (T *)out : (T *)NULL, c));
     return which == 0 ? TR_CU_LAUNCHED("attention_grad dq", err) : TR_CU_LAUNCHED("attention_grad dk/dv", err);
@@ -311,9 +321,10 @@ extern "C" int tr_cu_attention_delta(cudaStream_t s, int dtype, const void *y, c
 extern "C" int tr_cu_attention_backward(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
                                         const void *dy, const struct tr_cu_attn *p, void *dq, void *dk, void *dv,
                                         float *lse, float *delta, int ready, struct tr_error *err) {
-    if (p->D > AB_MAXD || p->Dv > AB_MAXD)
+    if (p->D > AB_WIDE || p->Dv > AB_WIDE)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_grad: head sizes D=%lld, Dv=%lld (at most %d on cuda)",
-                            (long long)p->D, (long long)p->Dv, AB_MAXD);
+                            (long long)p->D, (long long)p->Dv, AB_WIDE);
+    const bool wide = p->D > AB_MAXD || p->Dv > AB_MAXD;
     const int64_t qrows = p->B * p->H * p->Tq, krows = p->B * p->Hk * p->Tk;
     if (qrows == 0 || krows == 0) { // the gradients that have elements are zeros
         const size_t e = dtype == TR_DTYPE_F32 ? 4 : 2;
@@ -331,17 +342,17 @@ extern "C" int tr_cu_attention_backward(cudaStream_t s, int dtype, const void *q
     ab_ctx c = {*p, lse, delta};
     int rc;
     if (!ready) {
-        TR_CU_FLOAT_SWITCH(dtype, T, ab_stats_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
+        TR_CU_FLOAT_SWITCH(dtype, T, AB_LAUNCH(wide, ab_stats_kernel, ab_blocks(qrows), s,
                                          (const T *)q, (const T *)k, (const T *)v, (const T *)dy, c));
         if ((rc = TR_CU_LAUNCHED("attention_backward stats", err)) != TR_OK) return rc;
     }
     if (dq) {
-        TR_CU_FLOAT_SWITCH(dtype, T, ab_dq_kernel<T><<<ab_blocks(qrows), AB_WARPS * 32, 0, s>>>(
+        TR_CU_FLOAT_SWITCH(dtype, T, AB_LAUNCH(wide, ab_dq_kernel, ab_blocks(qrows), s,
                                          (const T *)q, (const T *)k, (const T *)v, (const T *)dy, (T *)dq, c));
         if ((rc = TR_CU_LAUNCHED("attention_backward dq", err)) != TR_OK) return rc;
     }
     if (dk || dv) {
-        TR_CU_FLOAT_SWITCH(dtype, T, ab_dkv_kernel<T><<<ab_blocks(krows), AB_WARPS * 32, 0, s>>>(
+        TR_CU_FLOAT_SWITCH(dtype, T, AB_LAUNCH(wide, ab_dkv_kernel, ab_blocks(krows), s,
                                          (const T *)q, (const T *)k, (const T *)v, (const T *)dy, (T *)dk, (T *)dv, c));
         if ((rc = TR_CU_LAUNCHED("attention_backward dk/dv", err)) != TR_OK) return rc;
     }
