@@ -2,7 +2,8 @@
  *
  * Epilogues: a MATMUL whose only reader is SCALE(alpha, 0), then ADD of a (N) bias, then
  * one of GELU/RELU/TANH/SILU (each step optional, in that order, each intermediate read
- * once) becomes one JAX_OP_MATMUL_EPI node: oneDNN applies them inside the GEMM.
+ * once) becomes one JAX_OP_MATMUL_EPI node: oneDNN applies them inside the GEMM. A
+ * GROUP_NORM read only by a SILU takes it the same way, as the norm's fused SiLU.
  *
  * Fusion, as XLA's producer-consumer fusion: clusters grow from a root (the last node
  * not yet taken, walking backwards) towards its producers. A producer joins when every

@@ -119,8 +119,9 @@ struct jax_fusion {
     int n_functions;                /* distinct kernel functions in the source (codegen) */
 };
 
-/* Fold GEMM epilogues into JAX_OP_MATMUL_EPI nodes (compacting p), then cluster. With
- * fuse == 0 nothing is folded and every fusable node is a cluster of its own. */
+/* Fold GEMM epilogues into JAX_OP_MATMUL_EPI nodes and SiLUs into the group norms before
+ * them (compacting p), then cluster. With fuse == 0 nothing is folded and every fusable
+ * node is a cluster of its own. */
 int jax_fuse(struct tr_pir *p, int fuse, struct jax_fusion *f, struct tr_error *err);
 /* The longest row a generated reduction may have on cuda: its row buffer (f32) and the
  * block reduction's 32 floats are shared memory, within the 48 KiB any launch may use. */

@@ -14,6 +14,7 @@
  *   embed+ln    2 or 3 EMBEDDINGs summed by ADDs, LAYER_NORM           -> TF_OP_EMBED_LN
  *   brln        ADDs of x, [residual], [bias (D)], LAYER_NORM          -> TF_OP_BIAS_RESIDUAL_LN
  *   gemm        MATMUL [ADD bias (N)] [GELU|TANH|RELU|SILU]            -> TF_OP_GEMM
+ *   gn+silu     GROUP_NORM SILU                                       -> GROUP_NORM, SiLU fused
  *   attn bwd    ATTENTION_GRAD for dq, dk, dv of one attention, or ATTENTION_REL_GRAD for
  *               its five operands                                        -> TF_OP_ATTN_BWD
  *               (+ TF_OP_EXTRA_OUT for the outputs beyond the first)
