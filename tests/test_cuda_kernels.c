@@ -852,8 +852,52 @@ static void test_vision(void **state) {
     }
 }
 
+/* tr_k_attention_rel_backward on cuda (the statistics once for every gradient asked for:
+ * the set in bit w of `want`), direct and bound, against the cpu's. */
+static void rel_backward_joint(const struct tr_tensor in[6], int want) {
+    struct tr_tensor ref[5], got[5], dout[5], din[6];
+    struct tr_tensor *rp[5] = {NULL}, *dp[5] = {NULL};
+    for (int i = 0; i < 6; i++) din[i] = to_dev(&in[i]);
+    for (int w = 0; w < 5; w++) {
+        if (!((want >> w) & 1)) continue;
+        ref[w] = tr_test_tensor((enum tr_dtype)in[w].dtype, in[w].ndim, in[w].shape);
+        got[w] = tr_test_tensor((enum tr_dtype)in[w].dtype, in[w].ndim, in[w].shape);
+        tr_test_poison(&ref[w]);
+        tr_test_poison(&got[w]);
+        dout[w] = to_dev(&got[w]);
+        rp[w] = &ref[w];
+        dp[w] = &dout[w];
+    }
+    char what[96];
+    snprintf(what, sizeof what, "attention_rel_backward %s T=%lld gradients 0x%x",
+             tr_dtype_name((enum tr_dtype)in[0].dtype), (long long)in[0].shape[2], want);
+    if (tr_k_attention_rel_backward(tr_test_k, in, 0.0f, rp, &err)) fail_msg("%s: cpu: %s", what, err.msg);
+    if (tr_k_attention_rel_backward(G, din, 0.0f, dp, &err)) fail_msg("%s: cuda: %s", what, err.msg);
+    for (int w = 0; w < 5; w++)
+        if (dp[w]) {
+            fetch(&got[w], &dout[w]);
+            check_out_tol(what, "tr_k_attention_rel_backward", &got[w], &ref[w], 0.0);
+            poison_dev(&got[w], &dout[w]);
+        }
+    struct tr_kernel_call call;
+    const struct tr_tensor *cp[5] = {dp[0], dp[1], dp[2], dp[3], dp[4]};
+    if (tr_kernels_bind_attention_rel_backward(G, din, 0.0f, cp, &call, &err)) fail_msg("%s: bind: %s", what, err.msg);
+    for (int rep = 0; rep < 2; rep++)
+        if (tr_kernels_call(G, &call, &err)) fail_msg("%s: bound call: %s", what, err.msg);
+    tr_kernels_unbind(G, &call);
+    for (int w = 0; w < 5; w++)
+        if (dp[w]) {
+            fetch(&got[w], &dout[w]);
+            check_out_tol(what, "bound", &got[w], &ref[w], 0.0);
+            tr_kernels_dealloc(G, dout[w].data);
+            tr_test_tensor_free(&ref[w]);
+            tr_test_tensor_free(&got[w]);
+        }
+    for (int i = 0; i < 6; i++) tr_kernels_dealloc(G, din[i].data);
+}
+
 /* SAM's ATTENTION_REL (a 14x14 window, and a 20x20 grid: keys in several tiles) and its
- * five gradients; f32 bias terms beside bf16 / f16 q too. */
+ * five gradients, each alone and together; f32 bias terms beside bf16 / f16 q too. */
 static void test_attention_rel(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
@@ -874,6 +918,8 @@ static void test_attention_rel(void **state) {
                     compare_op("attention_rel_grad", TR_OP_ATTENTION_REL_GRAD, &ga, 6, in, w >= 3 ? bdt : FLOATS[d], 4,
                                w >= 3 ? sr : sq);
                 }
+                rel_backward_joint(in, 31);  /* all five */
+                rel_backward_joint(in, 0x1a); /* dk and the two bias terms' */
                 free_all(6, in);
             }
 }

@@ -153,15 +153,7 @@ int tr_k_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[
     static const char kn[] = "attention_rel_backward";
     if (!in || !grads || (!grads[0] && !grads[1] && !grads[2] && !grads[3] && !grads[4]))
         return tr_error_set(err, TR_ERR_INVALID, "%s: NULL operands, or no gradient asked for", kn);
-    if (k && k->device_type == TR_DEVICE_CUDA) { /* the cuda kernels have no joint pass: one launch each */
-        for (int w = 0; w < 5; w++) {
-            if (!grads[w]) continue;
-            struct tr_attrs at = {.ints = {w}, .n_ints = 1, .floats = {scale}};
-            int rc = tr_kernels_run(k, TR_OP_ATTENTION_REL_GRAD, &at, 6, in, grads[w], err);
-            if (rc) return rc;
-        }
-        return TR_OK;
-    }
+    TR_CUDA_ROUTE(k, tr_cuda_k_attention_rel_backward(k, in, scale, grads, err));
     float s = tr_attention_scale(scale, in[0].ndim == 4 ? in[0].shape[3] : 0);
     return attention_backward(k, kn, &in[0], &in[1], &in[2], &in[5], NULL, &in[3], NULL, s, 0, 0, grads, err);
 }

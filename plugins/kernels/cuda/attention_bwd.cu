@@ -293,6 +293,36 @@ extern "C" int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, co
     return which == 0 ? TR_CU_LAUNCHED("attention_grad dq", err) : TR_CU_LAUNCHED("attention_grad dk/dv", err);
 }
 
+extern "C" int tr_cu_attention_rel_backward(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
+                                            const void *dy, const struct tr_cu_attn *p, void *dq, void *dk, void *dv,
+                                            void *drh, void *drw, float *lse, float *delta, struct tr_error *err) {
+    if ((drh && p->Kh > AB_MAXK) || (drw && p->Kw > AB_MAXK) || !p->rel_h)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_rel_backward: the bias terms are missing or wider than "
+                            "%d (Kh %lld, Kw %lld) on cuda", AB_MAXK, (long long)p->Kh, (long long)p->Kw);
+    // the statistics (and dq, dk, dv where asked): ready 0, so computed here once
+    int rc = tr_cu_attention_backward(s, dtype, q, k, v, dy, p, dq, dk, dv, lse, delta, 0, err);
+    const int64_t qrows = p->B * p->H * p->Tq, krows = p->B * p->Hk * p->Tk;
+    if (rc || qrows == 0) return rc; // no query rows: the bias terms' gradients are empty too
+    const bool wide = p->D > AB_MAXD || p->Dv > AB_MAXD;
+    ab_ctx c = {*p, lse, delta};
+    void *dr[2] = {drh, drw};
+    for (int w = 0; w < 2; w++) {
+        if (!dr[w]) continue;
+        if (krows == 0) { // no keys: zeros (a grid of Kh x 0 or 0 x Kw)
+            const int64_t n = qrows * (w ? p->Kw : p->Kh);
+            const size_t e = (w ? p->rel_w_dtype : p->rel_h_dtype) == TR_DTYPE_F32 ? 4 : 2;
+            if (n && (rc = TR_CU_CHECK(cudaMemsetAsync(dr[w], 0, (size_t)n * e, s), "attention_rel_backward: zero fill",
+                                       err)) != TR_OK)
+                return rc;
+            continue;
+        }
+        TR_CU_FLOAT_SWITCH(dtype, T, AB_LAUNCH(wide, ab_drel_kernel, ab_blocks(qrows), s,
+                                               (const T *)q, (const T *)k, (const T *)v, (const T *)dy, dr[w], 3 + w, c));
+        if ((rc = TR_CU_LAUNCHED("attention_rel_backward drel", err)) != TR_OK) return rc;
+    }
+    return TR_OK;
+}
+
 // delta per row, from the saved output: a warp per row.
 template <typename T>
 __global__ void __launch_bounds__(AB_WARPS * 32)

@@ -45,6 +45,9 @@ extern "C" {
 /* ATTENTION and its ATTENTION_LSE in one pass: in[0..2] q, k, v, in[3] the mask when bit 0
  * of attrs.ints[7] is set, in[4] lse (B,H,Tq) f32; out the attention output. */
 #define TR_CUDA_OP_ATTENTION_FWD (-1920)
+/* ATTENTION_REL's joint backward: in[0..5] q, k, v, rel_h, rel_w, dy, in[6 + w] gradient w
+ * (dq, dk, dv, drel_h, drel_w) when bit w of attrs.ints[7] is set; floats[0] scale. */
+#define TR_CUDA_OP_ATTENTION_REL_BACKWARD (-1921)
 
 /* Shared-memory opt-in limits per block (cudaDevAttrMaxSharedMemoryPerBlockOptin). */
 #define TR_ATTN_SMEM_H100 (227u * 1024u)

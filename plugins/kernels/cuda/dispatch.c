@@ -523,6 +523,35 @@ static int run_attention_rel_grad(struct tr_cuda_ctx *c, const struct tr_attrs *
                                                 &p, (int)which, out->data, scr, err));
 }
 
+/* ATTENTION_REL's joint backward (TR_CUDA_OP_ATTENTION_REL_BACKWARD, attention_plan.h):
+ * in[0..5] q, k, v, rel_h, rel_w, dy; in[6 + w] gradient w when bit w of ints[7] is set,
+ * shaped and typed as operand w. */
+static int run_attention_rel_backward(struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in,
+                                      const struct tr_tensor *in, struct tr_error *err) {
+    static const char kn[] = "attention_rel_backward";
+    const int64_t bits = at->ints[7];
+    if (n_in != 11 || !(bits & 31))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given (11 expected), or no gradient asked for", kn, n_in);
+    struct tr_cu_attn p;
+    int rc = attn_rel_params(kn, at, 6, 6, in, &in[5], &p, err);
+    if (rc) return rc;
+    void *g[5] = {NULL, NULL, NULL, NULL, NULL};
+    static const char *const gn[5] = {"dq", "dk", "dv", "drel_h", "drel_w"};
+    for (int w = 0; w < 5; w++) {
+        if (!((bits >> w) & 1)) continue;
+        if ((rc = check_float(&in[6 + w], kn, gn[w], err)) != TR_OK ||
+            (rc = same_dtype_shape(&in[w], &in[6 + w], kn, err)) != TR_OK)
+            return rc;
+        g[w] = in[6 + w].data;
+    }
+    const int64_t rows = p.B * p.H * p.Tq;
+    void *scr = NULL;
+    if ((rc = tr_cuda_scratch(c, (size_t)(2 * rows) * sizeof(float) + 16, &scr, err)) != TR_OK) return rc;
+    float *lse = scr, *delta = lse + rows;
+    return TR_CU_LAUNCH(c, tr_cu_attention_rel_backward(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data,
+                                                        in[5].data, &p, g[0], g[1], g[2], g[3], g[4], lse, delta, err));
+}
+
 static int run_cross_entropy(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *logits,
                              const struct tr_tensor *labels, struct tr_tensor *out, struct tr_error *err) {
     int rc = check_float(logits, "cross_entropy", "logits", err);
@@ -1000,6 +1029,7 @@ int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_i
         return run_attention(k, c, at, at->ints[7] & 1 ? 4 : 3, in, out, (struct tr_tensor *)&in[4], err);
     case TR_OP_ATTENTION_GRAD: return run_attention_grad(k, c, at, n_in, in, out, err);
     case TR_CUDA_OP_ATTENTION_BACKWARD: return run_attention_backward(k, c, at, n_in, in, err);
+    case TR_CUDA_OP_ATTENTION_REL_BACKWARD: return run_attention_rel_backward(c, at, n_in, in, err);
     case TR_OP_RMS_NORM:
     case TR_OP_RMS_NORM_GRAD:
     case TR_OP_RMS_NORM_GRAD_W: return run_rms_norm(c, op, at, in, out, err);

@@ -41,6 +41,7 @@ TR_CUDA_LIKE(tr_cuda_k_layer_norm_grad_gamma, tr_k_layer_norm_grad_gamma);
 TR_CUDA_LIKE(tr_cuda_k_embedding_grad, tr_k_embedding_grad);
 TR_CUDA_LIKE(tr_cuda_k_attention_grad, tr_k_attention_grad);
 TR_CUDA_LIKE(tr_cuda_k_attention_backward, tr_k_attention_backward);
+TR_CUDA_LIKE(tr_cuda_k_attention_rel_backward, tr_k_attention_rel_backward);
 TR_CUDA_LIKE(tr_cuda_k_broadcast, tr_k_broadcast);
 TR_CUDA_LIKE(tr_cuda_k_max_grad, tr_k_max_grad);
 TR_CUDA_LIKE(tr_cuda_k_slice_grad, tr_k_slice_grad);

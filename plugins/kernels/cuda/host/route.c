@@ -169,6 +169,25 @@ int tr_cuda_k_attention_lse(struct tr_kernels *k, const struct tr_tensor *q, con
     return tr_cuda_run(k, TR_CUDA_OP_ATTENTION_FWD, &at, 5, in, out, err);
 }
 
+/* One tr_cuda_run of ATTENTION_REL's joint backward (TR_CUDA_OP_ATTENTION_REL_BACKWARD,
+ * attention_plan.h): the row statistics once for every gradient asked for. */
+int tr_cuda_k_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], float scale,
+                                     struct tr_tensor *const grads[5], struct tr_error *err) {
+    struct tr_tensor all[11];
+    struct tr_attrs at = {.floats = {scale}};
+    struct tr_tensor *first = NULL;
+    memset(all, 0, sizeof all);
+    for (int i = 0; i < 6; i++) all[i] = in[i];
+    for (int w = 0; w < 5; w++) {
+        if (!grads[w]) continue;
+        all[6 + w] = *grads[w];
+        at.ints[7] |= (int64_t)1 << w;
+        if (!first) first = grads[w];
+    }
+    if (!first) return tr_error_set(err, TR_ERR_INVALID, "attention_rel_backward: no gradient asked for");
+    return tr_cuda_run(k, TR_CUDA_OP_ATTENTION_REL_BACKWARD, &at, 11, all, first, err);
+}
+
 /* ---- training kernels ---- */
 
 int tr_cuda_k_unary_grad(struct tr_kernels *k, int op, int approximate, float alpha, const struct tr_tensor *x,
