@@ -323,7 +323,9 @@ void tr_suite_print(const struct tr_suite *s, const struct tr_suite_result *res,
         int a = (int)strlen(s->rows[i].label), b = (int)strlen(buf);
         wl = a > wl ? a : wl, ww = b > ww ? b : ww;
     }
-    for (int k = 0; k < c.n; k++) {
+    /* c.n <= TR_SUITE_MAX_COLUMNS (columns_of), said again for GCC 12 at -O3, which warns
+     * of reading c past its labels (-Wmaybe-uninitialized) otherwise */
+    for (int k = 0; k < c.n && k < TR_SUITE_MAX_COLUMNS; k++) {
         w[k] = (int)strlen(c.label[k]);
         for (int i = 0; i < s->n_rows; i++) {
             cell(&res[i], c.label[k], CELL_TEXT, buf, sizeof buf);
