@@ -2,7 +2,13 @@
  * cuda context of the group (NULL without a device, and then every test that needs one
  * prints "SKIPPED: no CUDA device found (name)" and is skipped), device copies, and the
  * comparison of a cuda output with the cpu's (‖cuda − cpu‖/‖cpu‖ under tr_test_tol:
- * 1e-4 for f32, 1e-2 for bf16/f16; exact for integers). One program includes it once. */
+ * 1e-4 for f32, 1e-2 for bf16/f16; exact for integers). One program includes it once.
+ *
+ * With TRIDENT_TEST_CUDA_ON_CPU=1 (ctest's NAME@cpu-stand-in) G is a second cpu context
+ * and the "device" copies are host memory: the tests' own logic (their shapes, their
+ * references, what they compare and free) runs on a machine without a GPU, against the
+ * cpu kernels; the tests of what only cuda does (its stream and pool, errors reported at
+ * the next sync, TF32 math, cuBLASLt's routes) skip in that mode, by name. */
 #ifndef TRIDENT_TEST_CUDA_COMMON_H
 #define TRIDENT_TEST_CUDA_COMMON_H
 
@@ -15,12 +21,22 @@
 #include "trident/kernels_cuda.h"
 
 static struct tr_kernels *G;      /* the cuda context, NULL without a device */
+static int cpu_stand_in;          /* TRIDENT_TEST_CUDA_ON_CPU: G is a cpu context */
 static char no_device[TR_ERROR_MSG_MAX];
 
 #define SKIP_WITHOUT_GPU()                                                              \
     do {                                                                                \
         if (!G) {                                                                       \
             printf("SKIPPED: no CUDA device found (%s)\n", __func__);                  \
+            skip();                                                                     \
+        }                                                                               \
+    } while (0)
+
+/* A test of cuda-only behaviour: skipped on the cpu stand-in. */
+#define SKIP_ON_CPU_STAND_IN()                                                          \
+    do {                                                                                \
+        if (cpu_stand_in) {                                                             \
+            printf("SKIPPED: cuda-only behaviour, not on the cpu stand-in (%s)\n", __func__); \
             skip();                                                                     \
         }                                                                               \
     } while (0)
@@ -35,6 +51,12 @@ static struct tr_error err;
 static int cuda_setup(void **state) {
     if (tr_test_kernels_setup(state)) return -1;
     struct tr_error e = {0};
+    const char *stand_in = getenv("TRIDENT_TEST_CUDA_ON_CPU");
+    if (stand_in && strcmp(stand_in, "0") != 0) {
+        cpu_stand_in = 1;
+        printf("cuda: the cpu stand-in (TRIDENT_TEST_CUDA_ON_CPU): the tests' logic against the cpu kernels\n");
+        return tr_kernels_init(&G, TR_DEVICE_CPU, 0, &e) != TR_OK;
+    }
     if (tr_kernels_init(&G, TR_DEVICE_CUDA, 0, &e) != TR_OK) {
         G = NULL;
         snprintf(no_device, sizeof no_device, "%s", e.msg);
@@ -54,7 +76,7 @@ static inline struct tr_tensor to_dev(const struct tr_tensor *h) {
     size_t n = tr_tensor_nbytes(h);
     CHECK_OK(tr_kernels_alloc(G, n, &d.data, &err));
     CHECK_OK(tr_kernels_to_device(G, d.data, h->data, n, &err));
-    d.device = TR_DEVICE_CUDA;
+    d.device = cpu_stand_in ? TR_DEVICE_CPU : TR_DEVICE_CUDA;
     return d;
 }
 
