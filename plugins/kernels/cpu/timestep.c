@@ -1,5 +1,7 @@
-/* TIMESTEP_EMBEDDING (ops.h): diffusers' get_timestep_embedding, in double. N·D values
- * once per step, next to the UNet's convolutions: no vector path, no threads. */
+/* TIMESTEP_EMBEDDING (ops.h): diffusers' get_timestep_embedding, in double. The UNet's
+ * N·D values are few; SAM's random Fourier features run it on every grid point and
+ * prompt coordinate (N = 131072 at the small preset's 32x32 grid), so the frequencies
+ * are made once per call and the rows split among the threads. */
 #include <math.h>
 #include "cpu_internal.h"
 
@@ -23,10 +25,14 @@ int tr_cpu_timestep_embedding_invoke(struct tr_kernels *k, int op, const struct 
         return tr_error_set(err, TR_ERR_INVALID, "%s: shift %g must be below dim/2 = %lld and max_period %g above 0",
                             kn, shift, (long long)h, period);
     const int64_t sin_at = at->ints[1] ? h : 0, cos_at = at->ints[1] ? 0 : h;
+    if ((rc = tr_cpu_scratch_reserve(k, sizeof(double) * (size_t)h, 0, kn, err)) != TR_OK) return rc;
+    double *freq = tr_cpu_scratch_shared(k);
+    for (int64_t i = 0; i < h; i++) freq[i] = exp(-log(period) * (double)i / ((double)h - shift));
+#pragma omp parallel for schedule(static) num_threads(tr_cpu_threads(k)) if (N * h > TR_CPU_PAR_MIN / 4)
     for (int64_t n = 0; n < N; n++) {
         const double tn = tr_tensor_get_f64(t, n);
         for (int64_t i = 0; i < h; i++) {
-            const double a = tn * exp(-log(period) * (double)i / ((double)h - shift));
+            const double a = tn * freq[i];
             tr_tensor_set_f64(out, n * D + sin_at + i, sin(a));
             tr_tensor_set_f64(out, n * D + cos_at + i, cos(a));
         }
