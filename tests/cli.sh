@@ -486,4 +486,14 @@ expect "report: one argument is a usage error" 2 'usage' -- "$bin" report "$tmp/
 expect "report: a missing file" 1 'nofile.json' -- "$bin" report "$tmp/a.json" "$tmp/nofile.json"
 expect "--log-scale needs --report" 2 'with --report DIR' -- "$bin" run "$tmp/two.ini" --log-scale
 
+# Without [run] seq_len a Stable Diffusion prompt is the text encoder's every position (as
+# its pipeline pads it: 77 at sd-v1-4, 16 at tiny), not core's 128; with it, the INI's.
+ini sd.ini $'[run]\nmodel = stable_diffusion\npreset = tiny\ntask = generate\nbackends = torch\nsteps = 1\nwarmup = 1\nbatch = 1'
+expect "stable_diffusion: the prompt's length by default" 0 'input input_ids \[2,16\]' -- "$bin" run "$tmp/sd.ini"
+ini sd8.ini "$(cat "$tmp/sd.ini")
+seq_len = 8"
+expect "stable_diffusion: [run] seq_len wins" 0 'input input_ids \[2,8\]' -- "$bin" run "$tmp/sd8.ini"
+ini clip.ini $'[run]\nmodel = clip_text\npreset = tiny\nbackends = torch\nsteps = 1\nwarmup = 1\nbatch = 1'
+expect "clip_text: every position by default" 0 'input input_ids \[1,16\]' -- "$bin" run "$tmp/clip.ini"
+
 finish

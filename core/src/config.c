@@ -388,6 +388,7 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
         int64_t *dst = k == RUN_BATCH ? &cfg->batch : k == RUN_SEQ_LEN ? &cfg->seq_len
                      : k == RUN_STEPS ? &cfg->steps : &cfg->warmup;
         *dst = i64;
+        if (k == RUN_SEQ_LEN) cfg->seq_len_line = st->in.line;
         return TR_OK;
     }
     case RUN_SEED:

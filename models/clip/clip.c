@@ -197,6 +197,11 @@ static int clip_read_hf_config(void *config, const char *path, struct tr_error *
     return rc;
 }
 
+/* What Stable Diffusion's pipeline feeds it: every position (77 at sd-v1-4). */
+static int64_t clip_default_seq_len(const void *config) {
+    return ((const struct tr_clip_text_config *)config)->max_position_embeddings;
+}
+
 const struct tr_model_desc tr_model_clip_text = {
     .name = "clip_text",
     .description = "CLIPTextModel (transformers names; Stable Diffusion's text encoder)",
@@ -206,4 +211,5 @@ const struct tr_model_desc tr_model_clip_text = {
     .build = clip_build,
     .make_inputs = clip_make_inputs,
     .read_hf_config = clip_read_hf_config,
+    .default_seq_len = clip_default_seq_len,
 };

@@ -276,6 +276,15 @@ static int sd_make_inputs(const void *config, const struct tr_build_opts *o, uin
     return TR_OK;
 }
 
+/* The prompt's tokens: the text encoder's max_position_embeddings (77), as the pipeline
+ * pads every prompt to it; 0 (core's default) where the preset is unknown, which the
+ * build then names. */
+static int64_t sd_default_seq_len(const void *config) {
+    const struct tr_sd_config *c = config;
+    const struct tr_clip_text_config *clip = find_preset(&tr_model_clip_text, c->text_encoder, sizeof c->text_encoder);
+    return clip ? clip->max_position_embeddings : 0;
+}
+
 const struct tr_model_desc tr_model_stable_diffusion = {
     .name = "stable_diffusion",
     .description = "Stable Diffusion v1: one denoising step (predict: the UNet on 2B, guidance, DDIM) or text to image (generate)",
@@ -284,4 +293,5 @@ const struct tr_model_desc tr_model_stable_diffusion = {
     .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_GENERATE,
     .build = sd_build,
     .make_inputs = sd_make_inputs,
+    .default_seq_len = sd_default_seq_len,
 };

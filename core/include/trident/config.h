@@ -91,6 +91,8 @@ struct tr_config {
                                    program does (core does not link OpenMP), which keeps an
                                    OMP_NUM_THREADS of the environment when no line gives it */
     int threads_line;           /* the line of [run] threads; 0 when it was not given */
+    int seq_len_line;           /* the line of [run] seq_len; 0 when it was not given (then
+                                   a model may choose its own: tr_model_desc.default_seq_len) */
     double tolerance;           /* [run] tolerance: the backends' agreement; 0: the dtype's */
     char inputs[TR_CONFIG_PATH];    /* [run] inputs: the batch from a safetensors file (resolved
                                        against dir); "": made from seed */
@@ -128,8 +130,9 @@ struct tr_config {
 };
 
 /* Defaults: model bert, preset tiny, task predict, backends torch, device cpu, dtype f32,
- * batch 8, seq_len 128, steps 10, warmup 2, seed 1234, threads = the cores this process
- * may run on (tr_config_default_threads), isolate on, backend_timeout 1800 s. */
+ * batch 8, seq_len 128 (or the model's default_seq_len where the INI gives none), steps
+ * 10, warmup 2, seed 1234, threads = the cores this process may run on
+ * (tr_config_default_threads), isolate on, backend_timeout 1800 s. */
 void tr_config_defaults(struct tr_config *cfg);
 
 /* The CPUs in this process's affinity mask (sched_getaffinity), at most 1024; 1 when it

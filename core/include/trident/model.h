@@ -93,6 +93,10 @@ struct tr_model_desc {
      * file over the preset, before the other [model] keys; errors name the file and the
      * JSON key. NULL: the model has no such key. */
     int (*read_hf_config)(void *config, const char *path, struct tr_error *err);
+    /* Optional: the sequence length when the INI gives no [run] seq_len (core's 128
+     * otherwise): Stable Diffusion's prompts are always the text encoder's
+     * max_position_embeddings tokens (77), as its pipeline pads them. 0: core's. */
+    int64_t (*default_seq_len)(const void *config);
 };
 
 /* ---- generate ----
