@@ -669,9 +669,20 @@ static void device_agrees(const struct bert_case *c) {
         }
     }
     /* sync brought the device's updated params back: they are the cpu's (one AdamW step
-     * of lr 1e-3 moves weights of std 0.02 by ~5%, so a missing sync fails this) */
+     * of lr 1e-3 moves weights of std 0.02 by ~5%, so a missing sync fails this). The
+     * trained weights only: sync brings every update back alike, and some AdamW moments
+     * are rounding noise on either device, never close: the attention key bias's gradient
+     * is zero but for rounding (softmax ignores a shift of a row's scores), so its
+     * adamw_m and adamw_v (rms 1e-14, 1e-28) differ by a relative 0.8 to 1.3 between
+     * TRIDENT_CPU_ISA=avx512 and avx2 on the cpu alone, while the weight itself (its
+     * step lr·g/(|g|+eps) is ~1e-8) agrees to 5e-6. */
     for (int u = 0; u < n_up; u++) {
-        int pa = tr_graph_update_param(g, u);
+        int pa = tr_graph_update_param(g, u), trained = 0;
+        for (int t = 0; t < b.tg.train.n_trained; t++) trained |= b.tg.train.trained[t] == pa;
+        if (!trained) {
+            tr_test_tensor_free(&upd[u]);
+            continue;
+        }
         struct tr_tensor got = upd[u];
         got.data = (void *)tr_node_data(g, pa);
         double *ref = tr_test_to_f64(&upd[u]);
