@@ -292,6 +292,8 @@ batch = 2
 seq_len = 32
 steps = 1
 warmup = 1
+; in this process: compute-sanitizer need not follow a forked backend
+isolate = off
 EOF
   cs=""
   [ -n "$nvcc" ] && [ -x "$(dirname "$nvcc")/compute-sanitizer" ] && cs=$(dirname "$nvcc")/compute-sanitizer
