@@ -28,6 +28,9 @@ static int nccl_comm(struct tr_cuda_ctx *c, const struct tr_comm *comm, struct t
     ncclUniqueId id;
     int rc = tr_cuda_nccl_share_id(comm, make_id, NULL, &id, sizeof id, err);
     if (rc) return rc;
+    /* NCCL binds the communicator to the calling thread's current device: make it this
+     * context's (another context or thread may have changed it since init) */
+    if ((rc = TR_CU_CHECK(cudaSetDevice(c->device), "nccl: cudaSetDevice", err)) != TR_OK) return rc;
     ncclComm_t nc;
     ncclResult_t r = ncclCommInitRank(&nc, comm->size, id, comm->rank);
     if (r != ncclSuccess)
