@@ -141,8 +141,8 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
     rc = tr_model_resolve(m, cfg->preset, cfg, tg->config, err);
     if (rc) goto fail;
     tg->opts = (struct tr_build_opts){.task = task, .dtype = cfg->dtype, .batch = cfg->batch, .seq_len = cfg->seq_len};
-    if (!cfg->seq_len_line && m->default_seq_len && m->default_seq_len(tg->config) > 0)
-        tg->opts.seq_len = m->default_seq_len(tg->config); /* no [run] seq_len: the model's own */
+    const int64_t own_seq_len = !cfg->seq_len_line && m->default_seq_len ? m->default_seq_len(tg->config) : 0;
+    if (own_seq_len > 0) tg->opts.seq_len = own_seq_len; /* no [run] seq_len: the model's own */
     if (tr_config_data_parallel(cfg)) { /* each rank's graph takes its share of the batch */
         if (task != TR_TASK_FIT) {
             rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: [run] task = %s on %d ranks: data parallelism trains "

@@ -419,9 +419,7 @@ static int run_attn_group(struct tr_torch_program *p, int g, const int *in, stru
     }
     p->kernel_calls++;
     if (p->rp.recording) return tr_torch_record_group(p, g, grads, err);
-    const int rel = n->op == TR_OP_ATTENTION_REL_GRAD;
-    return tr_attn_backward(p->k, rel, n->n_in, p->args, n->attrs.floats[0], rel ? 0 : (int)n->attrs.ints[0],
-                            rel ? 0 : (int)n->attrs.ints[1], grads, NULL, err);
+    return tr_attn_backward_of(p->k, &p->pir.nodes[a->lead], p->args, grads, NULL, err);
 }
 
 static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {

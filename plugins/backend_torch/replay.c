@@ -84,13 +84,10 @@ int tr_torch_record_group(struct tr_torch_program *p, int g, const struct tr_ten
                           struct tr_error *err) {
     struct torch_replay *r = &p->rp;
     const struct torch_attn_group *a = &p->attn_groups[g];
-    const struct torch_node *n = &p->nodes[a->lead];
     for (int w = 0; w < TR_ATTN_GRADS; w++)
         if (a->grad[w] >= 0 && p->blocks[a->grad[w]]) r->held[r->n_held++] = p->blocks[a->grad[w]];
     struct tr_kernel_call *c = &r->calls[r->n_calls];
-    const int rel = n->op == TR_OP_ATTENTION_REL_GRAD;
-    int rc = tr_attn_backward(p->k, rel, n->n_in, p->args, n->attrs.floats[0], rel ? 0 : (int)n->attrs.ints[0],
-                              rel ? 0 : (int)n->attrs.ints[1], grads, c, err);
+    int rc = tr_attn_backward_of(p->k, &p->pir.nodes[a->lead], p->args, grads, c, err);
     if (rc != TR_OK) return rc;
     r->call_node[r->n_calls++] = a->lead;
     return tr_kernels_call(p->k, c, err);

@@ -58,6 +58,14 @@ int tr_attn_lse_partner(const struct tr_pir *p, int attn) {
     return -1;
 }
 
+int tr_attn_backward_of(struct tr_kernels *k, const struct tr_pir_node *d, const struct tr_tensor *in,
+                        const struct tr_tensor *const grads[TR_ATTN_GRADS], struct tr_kernel_call *call,
+                        struct tr_error *err) {
+    const int rel = d->op == TR_OP_ATTENTION_REL_GRAD; /* whose ints[0] is `which`, not causal */
+    return tr_attn_backward(k, rel, d->n_in, in, d->attrs.floats[0], rel ? 0 : (int)d->attrs.ints[0],
+                            rel ? 0 : (int)d->attrs.ints[1], grads, call, err);
+}
+
 int tr_attn_backward(struct tr_kernels *k, int rel, int n_in, const struct tr_tensor *in, float scale, int causal,
                      int window, const struct tr_tensor *const grads[TR_ATTN_GRADS], struct tr_kernel_call *call,
                      struct tr_error *err) {

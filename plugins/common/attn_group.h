@@ -38,4 +38,10 @@ int tr_attn_backward(struct tr_kernels *k, int rel, int n_in, const struct tr_te
                      int window, const struct tr_tensor *const grads[TR_ATTN_GRADS], struct tr_kernel_call *call,
                      struct tr_error *err);
 
+/* The same for a group led by the graph's own node d (an ATTENTION_GRAD or
+ * ATTENTION_REL_GRAD, as tr_attn_grad_group takes it): the form and attrs read from d. */
+int tr_attn_backward_of(struct tr_kernels *k, const struct tr_pir_node *d, const struct tr_tensor *in,
+                        const struct tr_tensor *const grads[TR_ATTN_GRADS], struct tr_kernel_call *call,
+                        struct tr_error *err);
+
 #endif
