@@ -293,9 +293,9 @@ void tr_test_llm_kv_cache(const struct tr_test_llm *t, const struct tr_decoder_c
     for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j <= P; j++) {
             int64_t idx = j == P ? Tp : j; /* the new key sits in the last slot */
-            int seen = (j < Tp || j == P) && pad_mask[b * T + idx] == 0.0f &&
+            int seen = (j < Tp || j == P) && pad_mask[b * T + idx] != 0.0f &&
                        (c->sliding_window == 0 || idx > Tp - c->sliding_window);
-            ((float *)din[2].data)[b * (P + 1) + j] = seen ? 0.0f : TR_DECODER_MASK_NEG;
+            ((float *)din[2].data)[b * (P + 1) + j] = seen ? 1.0f : 0.0f;
         }
     const int64_t cs[4] = {B, Hk, P, dh};
     for (int64_t i = 0; i < 2 * L; i++) {
@@ -367,11 +367,11 @@ void tr_test_llm_make_inputs(const struct tr_model_desc *m) {
             if (t < pads[bi]) {
                 assert_int_equal(ids[i], 0);
                 assert_int_equal(pos[i], 1);
-                assert_true(mask[i] == TR_DECODER_MASK_NEG);
+                assert_true(mask[i] == 0.0f);
             } else {
                 assert_true(ids[i] >= 1 && ids[i] < c->vocab_size);
                 assert_int_equal(pos[i], t - pads[bi]);
-                assert_true(mask[i] == 0.0f);
+                assert_true(mask[i] == 1.0f);
             }
         }
     }
@@ -458,10 +458,10 @@ void tr_test_llm_greedy_vs_hf(const struct tr_test_llm *t, const struct tr_decod
                 ids[b] = tok[b];
                 pos[b] = pos0[b * T + T - 1] + (int32_t)s;
                 for (int64_t j = 0; j < P; j++) {
-                    int seen = j < cur && !(j < T && pad_mask[b * T + j] != 0.0f) && (W == 0 || j > cur - W);
-                    mask[b * (P + 1) + j] = seen ? 0.0f : TR_DECODER_MASK_NEG;
+                    int seen = j < cur && !(j < T && pad_mask[b * T + j] == 0.0f) && (W == 0 || j > cur - W);
+                    mask[b * (P + 1) + j] = seen ? 1.0f : 0.0f;
                 }
-                mask[b * (P + 1) + P] = 0.0f;
+                mask[b * (P + 1) + P] = 1.0f;
             }
             tr_test_run_backend(be, NULL, dec, din, 1, out, NULL);
         }

@@ -76,7 +76,7 @@ void tr_test_llm_greedy_vs_hf(const struct tr_test_llm *t, const struct tr_decod
 void tr_test_llm_greedy_vs_hf_all(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt);
 
 /* make_inputs: the same seed gives the same batch, another seed another; left padding
- * with pad id 0, mask TR_DECODER_MASK_NEG and position 1; kept tokens numbered from 0. */
+ * with pad id 0, mask 0 and position 1; kept tokens mask 1, numbered from 0. */
 void tr_test_llm_make_inputs(const struct tr_model_desc *m);
 
 #endif

@@ -298,7 +298,7 @@ static struct tr_tensor recompute(const struct tr_test_llm *t, struct gen_fix *f
             const int64_t k = i * L + j;
             ids[k] = j < T ? ids0[i * T + j] : tokens[i * f->NEW + (j - T)];
             pos[k] = j < T ? pos0[i * T + j] : pos0[i * T + T - 1] + (int32_t)(j - T + 1);
-            m[k] = j < T ? m0[i * T + j] : 0.0f;
+            m[k] = j < T ? m0[i * T + j] : 1.0f;
         }
     struct tr_tensor out;
     tr_test_run_backend(b, NULL, g, in, 1, &out, NULL);

@@ -23,16 +23,18 @@ static void inputs_list(const struct tr_graph *g, int n, char *buf, size_t cap) 
 static int is_int(int dt) { return dt == TR_DTYPE_I32 || dt == TR_DTYPE_I64; }
 
 /* src into dst (same shape): the same dtype copied; ints to ints and floats to floats
- * converted, an int that does not fit refused (its element named). */
+ * converted, an int that does not fit refused (its element named). Ints also convert to
+ * a float input when each is exact there (a tokenizer's int64 attention_mask of 1s and
+ * 0s, fed to a model that takes it as f32); floats never become ints. */
 static int convert(const struct tr_tensor *src, struct tr_tensor *dst, const char *name, struct tr_error *err) {
     const int64_t n = tr_tensor_numel(dst);
     if (src->dtype == dst->dtype) {
         memcpy(dst->data, src->data, tr_tensor_nbytes(dst));
         return TR_OK;
     }
-    if (is_int(src->dtype) != is_int(dst->dtype))
-        return tr_error_set(err, TR_ERR_SHAPE, "'%s' is %s, the graph's input is %s (integers convert to integers "
-                            "and floats to floats, nothing across)", name, tr_dtype_name((enum tr_dtype)src->dtype),
+    if (!is_int(src->dtype) && is_int(dst->dtype))
+        return tr_error_set(err, TR_ERR_SHAPE, "'%s' is %s, the graph's input is %s (floats do not convert to "
+                            "integers)", name, tr_dtype_name((enum tr_dtype)src->dtype),
                             tr_dtype_name((enum tr_dtype)dst->dtype));
     for (int64_t i = 0; i < n; i++) {
         if (src->dtype == TR_DTYPE_I64 && dst->dtype == TR_DTYPE_I32) {
@@ -42,7 +44,11 @@ static int convert(const struct tr_tensor *src, struct tr_tensor *dst, const cha
                                     "i32", name, (long long)i, (long long)v);
             ((int32_t *)dst->data)[i] = (int32_t)v;
         } else {
-            tr_tensor_set_f64(dst, i, tr_tensor_get_f64(src, i));
+            const double v = tr_tensor_get_f64(src, i);
+            tr_tensor_set_f64(dst, i, v);
+            if (is_int(src->dtype) && !is_int(dst->dtype) && tr_tensor_get_f64(dst, i) != v)
+                return tr_error_set(err, TR_ERR_INVALID, "'%s' element %lld is %.0f, which the input's %s does not "
+                                    "hold exactly", name, (long long)i, v, tr_dtype_name((enum tr_dtype)dst->dtype));
         }
     }
     return TR_OK;

@@ -261,8 +261,10 @@ int tr_decoder_build_pass(const struct tr_decoder_config *c, const struct tr_dec
     ctx.pos = tr_input(g, "position_ids", TR_DTYPE_I32, 2, bt);
     int mask_in = p->full_mask ? tr_input(g, "attention_mask", TR_DTYPE_F32, 3, full)
                                : tr_input(g, "attention_mask", TR_DTYPE_F32, 2, keys);
+    /* Hugging Face's mask, 1 attend / 0 hide, made the attention op's additive one:
+     * 0 / TR_DECODER_MASK_NEG, exact in f32 for 1 and 0 (1e9 is a multiple of 64). */
     const int64_t ms[4] = {B, 1, p->full_mask ? T : 1, K};
-    ctx.mask = tr_reshape(g, mask_in, 4, ms);
+    ctx.mask = tr_reshape(g, tr_scale(g, mask_in, -TR_DECODER_MASK_NEG, TR_DECODER_MASK_NEG), 4, ms);
     if (S > 0) {
         const int64_t one[1] = {1};
         const int32_t zero = 0;
@@ -390,14 +392,14 @@ int tr_decoder_make_inputs(const void *config, const struct tr_build_opts *o, ui
         for (int64_t t = 0; t < T; t++) {
             const int64_t i = b * T + t;
             if (t < pad) {
-                ids[i] = 0, pos[i] = 1, mask[i] = TR_DECODER_MASK_NEG;
+                ids[i] = 0, pos[i] = 1, mask[i] = 0.0f;
                 continue;
             }
             /* Ids in [1, V): 0 is the pad token. */
             int64_t id = 1 + (int64_t)(tr_rng_uniform(seed, key, (uint64_t)i) * (double)(c.vocab_size - 1));
             ids[i] = (int32_t)(id < c.vocab_size ? id : c.vocab_size - 1);
             pos[i] = (int32_t)(t - pad);
-            mask[i] = 0.0f;
+            mask[i] = 1.0f;
         }
     }
     /* fit: each token predicts the next one; the batch is the same every step, so a

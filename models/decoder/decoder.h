@@ -9,9 +9,10 @@
  *     input_ids      i32 [B,T]
  *     position_ids   i32 [B,T]   absolute positions fed to RoPE (left padding: HF's
  *                                cumsum(mask) - 1, and 1 on pad tokens)
- *     attention_mask f32 [B,P+T] additive over the keys: 0 keep, a large negative (the
- *                                synthetic batch writes TR_DECODER_MASK_NEG) to hide a
- *                                pad token; with full_mask, f32 [B,T,P+T] instead
+ *     attention_mask f32 [B,P+T] over the keys, as Hugging Face's: 1 attend, 0 hide (a
+ *                                pad token); the graph makes it the attention op's
+ *                                additive mask (0 / TR_DECODER_MASK_NEG); with full_mask,
+ *                                f32 [B,T,P+T] instead, the same 1/0
  *     cache_pos      i32 [1]     (only with cache_slots and full_mask) the cache slot
  *                                this pass's keys and values are written at
  *     past_key_values.<l>.key, past_key_values.<l>.value   (only when P > 0), for each
@@ -51,8 +52,8 @@
 #include <stdint.h>
 #include "trident/model.h"
 
-/* What a synthetic batch writes in attention_mask to hide a pad token. Finite, so a row
- * that sees only pad keys (a pad query) stays finite on every backend. */
+/* What the graph adds to the scores of a key that attention_mask hides. Finite, so a
+ * row that sees only pad keys (a pad query) stays finite on every backend. */
 #define TR_DECODER_MASK_NEG (-1e9f)
 
 /* A label the fit loss skips (transformers' and torch's ignore_index). */
@@ -174,7 +175,7 @@ int tr_decoder_build(const void *config, const struct tr_build_opts *o, struct t
 
 /* Synthetic batch for predict and fit: tokens uniform in [1, vocab) from the seed; sample
  * b is left-padded by floor((b mod 4)·pad_fraction·T) tokens (at most T - 1): pad id 0,
- * mask TR_DECODER_MASK_NEG, position 1 (HF's generate); kept tokens get positions 0, 1,
+ * mask 0, position 1 (HF's generate); kept tokens get mask 1 and positions 0, 1,
  * ... fit's labels: the next token where position t and t + 1 both hold tokens, else
  * TR_DECODER_IGNORE (pads, the last position, and a pad position before the first token,
  * whose logits come from a row that sees only pads). */

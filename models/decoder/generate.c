@@ -128,10 +128,10 @@ static int gen_step_inputs(const void *config, const struct tr_generate_opts *o,
         p[b] = pos0[b * T + T - 1] + (int32_t)(pos - (T - 1));
         float *row = mask + b * K;
         for (int64_t j = 0; j < P; j++) {
-            int seen = j < pos && !(j < T && pad[b * T + j] != 0.0f) && (W == 0 || pos - j < W);
-            row[j] = seen || (state && j == pos) ? 0.0f : TR_DECODER_MASK_NEG;
+            int seen = j < pos && !(j < T && pad[b * T + j] == 0.0f) && (W == 0 || pos - j < W);
+            row[j] = seen || (state && j == pos) ? 1.0f : 0.0f;
         }
-        if (!state) row[P] = 0.0f;
+        if (!state) row[P] = 1.0f;
     }
     if (state) *(int32_t *)inputs[3].data = (int32_t)pos;
     return TR_OK;
