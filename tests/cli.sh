@@ -314,6 +314,17 @@ if grep -aq '"torch/loss":{"shape":\[4\],[^}]*"dtype":"F64"' "$tmp/of.safetensor
 expect "every backend against transformers' outputs" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference/check.ini
 if [ "$(grep -cE '^  (torch|torch:reduce-overhead|tf|jax) +ok +.*worst element' "$tmp/out")" = 4 ]; then
   ok "each backend's worst element against the reference"; else bad "each backend's worst element against the reference"; fi
+# Decoders fed transformers' own batch: a tokenizer's int64 attention_mask of 1s and 0s (the
+# last sample padded at the end), and a greedy generate from a left-padded prompt whose
+# tokens must equal transformers' generate's.
+expect "gemma against transformers, an HF padded batch" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_gemma/check.ini
+if [ "$(grep -cE '^  (torch|torch:reduce-overhead|tf|jax) +ok +.logits. [0-9.]+e-0[7-9]' "$tmp/out")" = 4 ]; then
+  ok "gemma: each backend within 1e-6 of transformers"; else bad "gemma: each backend within 1e-6 of transformers"; fi
+expect "mistral generate against transformers greedy tokens" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_mistral_generate/check.ini
+sed 's/^weights = .*/weights =/' tests/fixtures/reference_mistral_generate/check.ini > "$tmp/gen_seeded.ini"
+sed -i 's#^inputs = #inputs = '"$PWD"'/tests/fixtures/reference_mistral_generate/#; s#^reference = #reference = '"$PWD"'/tests/fixtures/reference_mistral_generate/#' "$tmp/gen_seeded.ini"
+expect "generate: other weights' tokens are named where they first differ" 1 \
+  "'torch' differs from it: 'tokens': [0-9]+ of 18 differ, the first tokens\[[0-9],[0-9]\]: [0-9]+ here, [0-9]+ in the reference" -- "$bin" run "$tmp/gen_seeded.ini"
 cp tests/fixtures/reference/check.ini tests/fixtures/reference/*.safetensors "$tmp/" 2>/dev/null
 sed -i 's#^weights = .*#weights = '"$PWD"'/tests/fixtures/bert_tiny.safetensors#' "$tmp/check.ini"
 sed 's/^weights = .*/weights =/' "$tmp/check.ini" > "$tmp/seeded.ini"

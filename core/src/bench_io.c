@@ -183,8 +183,14 @@ static const char *run_label(const struct tr_config *cfg, const char *name, size
     return NULL;
 }
 
+static int same_kind(const struct tr_tensor *t, int ndim, const int64_t *shape, int dtype) {
+    int same = t->ndim == ndim && tr_dtype_is_float((enum tr_dtype)t->dtype) == tr_dtype_is_float((enum tr_dtype)dtype);
+    for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
+    return same;
+}
+
 static int reference_check(const struct tr_config *cfg, const struct tr_safetensors *st, const struct tr_graph *g,
-                           int fit, struct tr_error *err) {
+                           int fit, const struct tr_bench_reference *r, struct tr_error *err) {
     int compared = 0;
     for (int k = 0; k < tr_safetensors_count(st); k++) {
         const char *full = tr_safetensors_name(st, k);
@@ -205,17 +211,27 @@ static int reference_check(const struct tr_config *cfg, const struct tr_safetens
             compared++;
             continue;
         }
+        if (r->extra_name && strcmp(name, r->extra_name) == 0) {
+            if (!same_kind(&t, r->extra.ndim, r->extra.shape, r->extra.dtype)) {
+                char a[96], b[96];
+                return tr_error_set(err, TR_ERR_SHAPE, "'%s' is %s%s, the run makes %s%s", name,
+                                    tr_dtype_name((enum tr_dtype)t.dtype), tr_shape_str(t.ndim, t.shape, a, sizeof a),
+                                    tr_dtype_name((enum tr_dtype)r->extra.dtype),
+                                    tr_shape_str(r->extra.ndim, r->extra.shape, b, sizeof b));
+            }
+            compared++;
+            continue;
+        }
         int i = find_output(g, name);
         char outs[512] = "";
         for (int j = 0, off = 0; j < tr_graph_n_outputs(g) && off < (int)sizeof outs; j++)
             off += snprintf(outs + off, sizeof outs - (size_t)off, "%s%s", j ? ", " : "", tr_graph_output_name(g, j));
         if (i < 0)
-            return tr_error_set(err, TR_ERR_NOT_FOUND, "tensor '%s' is not an output of the graph (outputs: %s%s)",
-                                name, outs, fit ? "; fit compares 'loss', one value per step" : "");
+            return tr_error_set(err, TR_ERR_NOT_FOUND, "tensor '%s' is not an output of the graph (outputs: %s%s%s%s)",
+                                name, outs, r->extra_name ? "; and " : "", r->extra_name ? r->extra_name : "",
+                                fit ? "; fit compares 'loss', one value per step" : "");
         const int id = tr_graph_output(g, i);
-        int same = t.ndim == tr_node_ndim(g, id);
-        for (int d = 0; same && d < t.ndim; d++) same = t.shape[d] == tr_node_shape(g, id)[d];
-        if (!same || tr_dtype_is_float((enum tr_dtype)t.dtype) != tr_dtype_is_float((enum tr_dtype)tr_node_dtype(g, id))) {
+        if (!same_kind(&t, tr_node_ndim(g, id), tr_node_shape(g, id), tr_node_dtype(g, id))) {
             char a[96], b[96];
             return tr_error_set(err, TR_ERR_SHAPE, "'%s' is %s%s, the graph's output is %s%s", name,
                                 tr_dtype_name((enum tr_dtype)t.dtype), tr_shape_str(t.ndim, t.shape, a, sizeof a),
@@ -230,10 +246,16 @@ static int reference_check(const struct tr_config *cfg, const struct tr_safetens
 
 int tr_bench_reference_open(const struct tr_config *cfg, const struct tr_graph *g, struct tr_bench_reference *r,
                             struct tr_error *err) {
+    return tr_bench_reference_open_extra(cfg, g, NULL, NULL, r, err);
+}
+
+int tr_bench_reference_open_extra(const struct tr_config *cfg, const struct tr_graph *g, const char *extra_name,
+                                  const struct tr_tensor *extra, struct tr_bench_reference *r, struct tr_error *err) {
     memset(r, 0, sizeof *r);
+    if (extra_name) r->extra_name = extra_name, r->extra = *extra, r->extra.data = NULL;
     if (!cfg->reference[0]) return TR_OK;
     int rc = tr_safetensors_open(cfg->reference, &r->st, err);
-    if (!rc) rc = reference_check(cfg, r->st, g, tr_graph_n_updates(g) > 0, err);
+    if (!rc) rc = reference_check(cfg, r->st, g, tr_graph_n_updates(g) > 0, r, err);
     if (rc) {
         tr_bench_reference_close(r);
         return tr_error_prefix(err, "%s:%d: [run] reference = %s", cfg->file, cfg->reference_line, cfg->reference);
@@ -310,6 +332,35 @@ void tr_bench_reference_compare(const struct tr_bench_reference *r, const struct
         coords(ref.ndim, ref.shape, wi, where, sizeof where);
         note_worst(row, rel, name, where, n ? tr_tensor_get_f64(a, wi) : 0, n ? tr_tensor_get_f64(&ref, wi) : 0);
         row->ref_compared++;
+    }
+    row->ref_agrees = row->ref_compared > 0 && row->ref_rel_diff <= tolerance;
+}
+
+void tr_bench_reference_compare_extra(const struct tr_bench_reference *r, const struct tr_tensor *t, double tolerance,
+                                      struct tr_bench_row *row) {
+    if (!r->st || !r->extra_name) return;
+    for (int k = 0; k < tr_safetensors_count(r->st); k++) {
+        const char *full = tr_safetensors_name(r->st, k);
+        size_t label_len;
+        const char *name = output_part(full, &label_len);
+        if (strcmp(name, r->extra_name) != 0) continue;
+        if (label_len && (strlen(row->label) != label_len || strncmp(row->label, full, label_len) != 0)) continue;
+        struct tr_tensor ref;
+        if (tr_safetensors_get(r->st, full, &ref, NULL) != TR_OK) continue; /* checked when opened */
+        const int64_t n = tr_tensor_numel(&ref);
+        row->ref_compared++;
+        /* ids: equal or not; the first difference in row-major order (for generate's
+         * tokens, sample by sample) and how many differ */
+        int64_t first = -1, differ = 0;
+        for (int64_t e = 0; e < n; e++)
+            if (tr_tensor_get_f64(t, e) != tr_tensor_get_f64(&ref, e)) differ++, first = first < 0 ? e : first;
+        if (!differ) continue;
+        char where[96];
+        coords(ref.ndim, ref.shape, first, where, sizeof where);
+        row->ref_rel_diff = INFINITY;
+        snprintf(row->ref_worst, sizeof row->ref_worst, "'%s': %lld of %lld differ, the first %s%s: %.0f here, %.0f "
+                 "in the reference", name, (long long)differ, (long long)n, name, where, tr_tensor_get_f64(t, first),
+                 tr_tensor_get_f64(&ref, first));
     }
     row->ref_agrees = row->ref_compared > 0 && row->ref_rel_diff <= tolerance;
 }

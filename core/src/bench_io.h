@@ -35,9 +35,19 @@ void tr_bench_outputs_free(struct tr_bench_outputs *o);
  * fit, "loss" (one value per step, any count). */
 struct tr_bench_reference {
     struct tr_safetensors *st;  /* NULL: no [run] reference */
+    const char *extra_name;     /* a tensor the task makes beside g's outputs (generate's */
+    struct tr_tensor extra;     /* "tokens"): its name, dtype and shape; NULL name: none */
 };
 int tr_bench_reference_open(const struct tr_config *cfg, const struct tr_graph *g, struct tr_bench_reference *r,
                             struct tr_error *err);
+/* The same, the file's extra_name (if it has one) checked against extra's dtype class and
+ * shape (extra.data unused). */
+int tr_bench_reference_open_extra(const struct tr_config *cfg, const struct tr_graph *g, const char *extra_name,
+                                  const struct tr_tensor *extra, struct tr_bench_reference *r, struct tr_error *err);
+/* The file's extra tensor (if any; ids, integers) against t, after
+ * tr_bench_reference_compare: every element equal, else the first difference named. */
+void tr_bench_reference_compare_extra(const struct tr_bench_reference *r, const struct tr_tensor *t, double tolerance,
+                                      struct tr_bench_row *row);
 /* row's ref_* from the outputs out[0..n_out-1] of g and, for fit, the losses of every step. */
 void tr_bench_reference_compare(const struct tr_bench_reference *r, const struct tr_graph *g, int n_out,
                                 const struct tr_tensor *out, const double *losses, int64_t n_losses,

@@ -226,7 +226,8 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     struct tr_tensor *prompt = NULL, ref_logits = {0}, logits = {0};
     int32_t *ref_tokens = NULL, *tokens = NULL, *first = NULL, *top_id = NULL;
     float *top_val = NULL;
-    rc = tr_bench_reference_open(cfg, gg->prefill, &refile, err);
+    const struct tr_tensor tokens_desc = {.dtype = TR_DTYPE_I32, .ndim = 2, .shape = {B, NEW}, .strides = {NEW, 1}};
+    rc = tr_bench_reference_open_extra(cfg, gg->prefill, "tokens", &tokens_desc, &refile, err);
     const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed};
     if (!rc) rc = cfg->weights[0] ? tr_weights_load_opts(gg->weights, cfg->weights, &wo, &w, err)
                                   : tr_weights_from_seed(gg->weights, cfg->seed, &w, err);
@@ -285,7 +286,10 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
             if (rc) goto done;
         }
         if (refile.st) {
+            struct tr_tensor tt = tokens_desc;
+            tt.data = rb.first_tokens;
             tr_bench_reference_compare(&refile, gg->prefill, 1, rb.first->dst, NULL, 0, rep->tolerance, row);
+            tr_bench_reference_compare_extra(&refile, &tt, rep->tolerance, row);
         }
         int64_t where;
         const struct tr_tensor *got = rb.first->dst;
