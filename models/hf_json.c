@@ -75,8 +75,9 @@ static int apply_one(const cJSON *j, const char *path, const struct tr_model_key
         if (cJSON_IsString(j)) {
             len = strlen(j->valuestring);
             if (len < sizeof buf) memcpy(buf, j->valuestring, len + 1);
-        } else if (cJSON_IsArray(j) && cJSON_GetArraySize(j) > 0) {
+        } else if (cJSON_IsArray(j)) { /* [] is "" (SAM's global_attn_indexes: no global block) */
             const cJSON *e;
+            buf[0] = '\0';
             cJSON_ArrayForEach(e, j) {
                 if (!is_int(e, -9.0e15, 9.0e15))
                     return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" holds a value that is not an integer", path,

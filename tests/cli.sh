@@ -321,6 +321,10 @@ expect "gemma against transformers, an HF padded batch" 0 'all backends ran and 
 if [ "$(grep -cE '^  (torch|torch:reduce-overhead|tf|jax) +ok +.logits. [0-9.]+e-0[7-9]' "$tmp/out")" = 4 ]; then
   ok "gemma: each backend within 1e-6 of transformers"; else bad "gemma: each backend within 1e-6 of transformers"; fi
 expect "mistral generate against transformers greedy tokens" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_mistral_generate/check.ini
+# A SamModel config.json of transformers' own (no global block: "global_attn_indexes": [];
+# a 48x48 image; the default prompt scaled to it), its batch and outputs in float64
+# (tests/fixtures/make_vision_reference.py --model sam --random 9).
+expect "sam from a random transformers config against its float64 outputs" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sam/check.ini
 sed 's/^weights = .*/weights =/' tests/fixtures/reference_mistral_generate/check.ini > "$tmp/gen_seeded.ini"
 sed -i 's#^inputs = #inputs = '"$PWD"'/tests/fixtures/reference_mistral_generate/#; s#^reference = #reference = '"$PWD"'/tests/fixtures/reference_mistral_generate/#' "$tmp/gen_seeded.ini"
 expect "generate: other weights' tokens are named where they first differ" 1 \

@@ -127,6 +127,23 @@ static void test_make_inputs(void **state) {
     tr_graph_free(g);
 }
 
+/* The default prompt is the benchmark's, (500,375) and (250,375) of 1024, at the image's
+ * size: another image_size (an hf_config's) keeps it inside the image. */
+static void test_default_points_scale(void **state) {
+    struct tr_sam_config c = *preset("tiny");
+    c.image_size = 40; /* 5x5 tokens of 8 */
+    struct tr_graph *g = build(&c, TR_TASK_PREDICT, TR_DTYPE_F32, 1);
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 1, .seq_len = 1};
+    struct tr_tensor a[3];
+    tr_test_input_tensors(g, 3, a);
+    struct tr_error e = {0};
+    assert_int_equal(tr_model_sam.make_inputs(&c, &o, 42, 3, a, &e), TR_OK);
+    const float *p = a[1].data; /* floor(500·40/1024) = 19, 375 -> 14, 250 -> 9 */
+    assert_true(p[0] == 19 && p[1] == 14 && p[2] == 9 && p[3] == 14);
+    tr_test_tensors_free(3, a);
+    tr_graph_free(g);
+}
+
 /* the prompt's points in f32 and labels in i32 whatever the image's dtype */
 static void predict_matches_transformers(enum tr_dtype dt) {
     static const char *const names[3] = {"pixel_values", "input_points", "input_labels"};
@@ -155,7 +172,7 @@ static void test_hf_config(void **state) {
     static char got[sizeof(struct tr_sam_config)];
     char a[160], b[160];
     assert_int_equal(tr_config_load_string("[run]\nmodel = sam\npreset = tiny\n[model]\nhf_config = "
-                                           "tests/fixtures/hf/sam-vit-huge-saved.json\npoints = 500,375,250,375\n",
+                                           "tests/fixtures/hf/sam-vit-huge-saved.json\n",
                                            "t.ini", &cfg, &e), TR_OK);
     if (tr_model_resolve(m, "tiny", &cfg, got, &e)) fail_msg("%s", e.msg);
     const void *want = tr_test_preset(m, "vit-h");
@@ -199,5 +216,6 @@ static void test_hf_config(void **state) {
 }
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_count_vit_h, test_names_match_state_dict,
-             test_interface, test_config_errors, test_make_inputs, test_predict_matches_transformers_f32,
+             test_interface, test_config_errors, test_make_inputs, test_default_points_scale,
+             test_predict_matches_transformers_f32,
              test_predict_matches_transformers_bf16, test_fit_grads_match_pytorch, test_hf_config)

@@ -50,7 +50,8 @@ static const struct tr_model_key sam_keys[] = {
     KEY_(num_multimask_outputs, TR_KEY_INT, 1, 64, "masks predicted besides the single-mask one"),
     KEY_(mask_input_channels, TR_KEY_INT, 4, 65536, "the mask prompt's embedding width (a multiple of 4; its "
          "parameters are loaded and counted, a mask prompt is not taken)"),
-    KEY_(points, TR_KEY_STRING, 0, 0, "make_inputs' prompt: x,y pairs in pixels of the image (\"500,375,250,375\")"),
+    KEY_(points, TR_KEY_STRING, 0, 0, "make_inputs' prompt: x,y pairs in pixels of the image (default: the benchmark's "
+                                      "500,375,250,375 of a 1024 image, scaled to image_size)"),
     KEY_(labels, TR_KEY_STRING, 0, 0, "one label per point: 1 foreground, 0 background, -1 none, 2/3 box corners"),
 };
 
@@ -62,17 +63,17 @@ static const struct tr_sam_config sam_tiny = {
     SAM_COMMON, .hidden_size = 32, .num_hidden_layers = 4, .num_attention_heads = 2, .mlp_dim = 64, .image_size = 64,
     .patch_size = 8, .window_size = 3, .global_attn_indexes = "1,3", .output_channels = 16, .num_pos_feats = 8,
     .decoder_mlp_dim = 32, .decoder_num_hidden_layers = 2, .decoder_num_attention_heads = 2,
-    .iou_head_hidden_dim = 16, .points = "31,23,15,23", .labels = "1,2", .mask_input_channels = 4,
+    .iou_head_hidden_dim = 16, .labels = "1,2", .mask_input_channels = 4,
 };
 static const struct tr_sam_config sam_small = {
     SAM_COMMON, SAM_DECODER, .hidden_size = 256, .num_hidden_layers = 6, .num_attention_heads = 4, .mlp_dim = 1024,
     .image_size = 512, .patch_size = 16, .window_size = 7, .global_attn_indexes = "2,5",
-    .points = "250,187,125,187", .labels = "1,2", .mask_input_channels = 16,
+    .labels = "1,2", .mask_input_channels = 16,
 };
 static const struct tr_sam_config sam_vit_h = {
     SAM_COMMON, SAM_DECODER, .hidden_size = 1280, .num_hidden_layers = 32, .num_attention_heads = 16, .mlp_dim = 5120,
     .image_size = 1024, .patch_size = 16, .window_size = 14, .global_attn_indexes = "7,15,23,31",
-    .points = "500,375,250,375", .labels = "1,2", .mask_input_channels = 16,
+    .labels = "1,2", .mask_input_channels = 16,
 };
 
 static const struct tr_model_preset sam_presets[] = {
@@ -140,15 +141,22 @@ static int sam_validate(const struct tr_sam_config *c, const struct tr_build_opt
 static int sam_prompt(const struct tr_sam_config *c, double *xy, int64_t *labels, int *n, struct tr_error *err) {
     int64_t v[2 * TR_SAM_MAX_POINTS];
     int np = 0, nl = 0;
-    int rc = tr_model_int_list("sam", "points", c->points, sizeof c->points, -((int64_t)1 << 40), (int64_t)1 << 40,
+    int rc = TR_OK;
+    if (c->points[0]) {
+        rc = tr_model_int_list("sam", "points", c->points, sizeof c->points, -((int64_t)1 << 40), (int64_t)1 << 40,
                                "500,375,250,375", v, 2 * TR_SAM_MAX_POINTS, &np, err);
+    } else { /* the benchmark's prompt, (500,375) and (250,375) of 1024, at this image's size */
+        static const int64_t bench[4] = {500, 375, 250, 375};
+        for (np = 0; np < 4; np++) v[np] = bench[np] * c->image_size / 1024;
+    }
     if (!rc)
         rc = tr_model_int_list("sam", "labels", c->labels, sizeof c->labels, -((int64_t)1 << 40), (int64_t)1 << 40,
                                "1,2", labels, TR_SAM_MAX_POINTS, &nl, err);
     if (rc) return rc;
     if (np % 2 != 0 || np / 2 != nl || nl == 0)
         return tr_error_set(err, TR_ERR_INVALID, "sam: points = '%s' gives %d coordinates and labels = '%s' %d labels: "
-                            "expected x,y pairs, one label per pair, at least one", c->points, np, c->labels, nl);
+                            "expected x,y pairs, one label per pair, at least one",
+                            c->points[0] ? c->points : "(the default)", np, c->labels, nl);
     for (int i = 0; i < nl; i++) {
         if (v[2 * i] < 0 || v[2 * i] >= c->image_size || v[2 * i + 1] < 0 || v[2 * i + 1] >= c->image_size)
             return tr_error_set(err, TR_ERR_INVALID, "sam: point %d (%lld,%lld) of points = '%s' is outside the %lldx%lld "
