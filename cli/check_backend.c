@@ -22,7 +22,7 @@
 #include "trident/kernels.h"
 #include "trident/trident.h"
 
-#define CB_MAX_IN 6
+#define CB_MAX_IN 8 /* attention_rel_grad with the saved y and lse */
 #define CB_STEPS 2
 
 /* How an input is filled: floats of the case's dtype of either sign or positive (sqrt,
@@ -135,6 +135,12 @@ static const struct cb_case cases[] = {
      {4, {1, 1, 5, 7}, CB_MASK, 0}}, {.ints = {0, 3}, .floats = {0.35f}}},
     {"attention_rel_grad drel_w", TR_OP_ATTENTION_REL_GRAD, 1, 6, {IN4(1, 2, 12, 8), IN4(1, 2, 12, 8),
      IN4(1, 2, 12, 8), IN4(1, 2, 12, 3), IN4(1, 2, 12, 4), IN4(1, 2, 12, 8)}, {.ints = {4}, .n_ints = 1, .floats = {0.35f}}},
+    {"attention_rel_lse 3x4 key grid", TR_OP_ATTENTION_REL_LSE, 1, 5, {IN4(1, 2, 12, 8), IN4(1, 2, 12, 8),
+     IN4(1, 2, 12, 8), IN4(1, 2, 12, 3), IN4(1, 2, 12, 4)}, {.floats = {0.35f}}},
+    /* y and lse any values: the op is a function of them, the same on every backend */
+    {"attention_rel_grad dq, y and lse", TR_OP_ATTENTION_REL_GRAD, 1, 8, {IN4(1, 2, 12, 8), IN4(1, 2, 12, 8),
+     IN4(1, 2, 12, 8), IN4(1, 2, 12, 3), IN4(1, 2, 12, 4), IN4(1, 2, 12, 8), IN4(1, 2, 12, 8), F32(1, 2, 12)},
+     {.ints = {0}, .n_ints = 1, .floats = {0.35f}}},
     {"conv2d_grad_input", TR_OP_CONV2D_GRAD_INPUT, 1, 2, {IN4(2, 6, 5, 4), IN4(4, 3, 3, 3)},
      {.ints = {1, 1, 1, 1, 0, 6, 5}, .n_ints = 7}},
     {"conv2d_grad_weight", TR_OP_CONV2D_GRAD_WEIGHT, 1, 2, {IN4(1, 7, 8, 4), IN4(1, 3, 4, 5)},

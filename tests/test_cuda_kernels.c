@@ -863,11 +863,25 @@ static void test_vision(void **state) {
 }
 
 /* tr_k_attention_rel_backward on cuda (the statistics once for every gradient asked for:
- * the set in bit w of `want`), direct and bound, against the cpu's. */
-static void rel_backward_joint(const struct tr_tensor in[6], int want) {
-    struct tr_tensor ref[5], got[5], dout[5], din[6];
+ * the set in bit w of `want`), direct and bound, against the cpu's that recomputes them;
+ * with saved, the cuda side reads the y and lse of its own tr_k_attention_rel_lse. */
+static void rel_backward_joint(const struct tr_tensor in[6], int want, int saved) {
+    struct tr_tensor ref[5], got[5], dout[5], din[6], dy_ = {0}, dl = {0};
     struct tr_tensor *rp[5] = {NULL}, *dp[5] = {NULL};
     for (int i = 0; i < 6; i++) din[i] = to_dev(&in[i]);
+    if (saved) {
+        const int64_t ls[3] = {in[0].shape[0], in[0].shape[1], in[0].shape[2]};
+        struct tr_tensor y = tr_test_tensor((enum tr_dtype)in[5].dtype, 4, in[5].shape);
+        struct tr_tensor l = tr_test_tensor(TR_DTYPE_F32, 3, ls);
+        tr_test_poison(&y);
+        tr_test_poison(&l);
+        dy_ = to_dev(&y);
+        dl = to_dev(&l);
+        if (tr_k_attention_rel_lse(G, din, 0.0f, &dy_, &dl, &err)) fail_msg("attention_rel_lse: cuda: %s", err.msg);
+        tr_test_tensor_free(&y);
+        tr_test_tensor_free(&l);
+    }
+    const struct tr_tensor *sy = saved ? &dy_ : NULL, *sl = saved ? &dl : NULL;
     for (int w = 0; w < 5; w++) {
         if (!((want >> w) & 1)) continue;
         ref[w] = tr_test_tensor((enum tr_dtype)in[w].dtype, in[w].ndim, in[w].shape);
@@ -879,35 +893,44 @@ static void rel_backward_joint(const struct tr_tensor in[6], int want) {
         dp[w] = &dout[w];
     }
     char what[96];
-    snprintf(what, sizeof what, "attention_rel_backward %s T=%lld gradients 0x%x",
-             tr_dtype_name((enum tr_dtype)in[0].dtype), (long long)in[0].shape[2], want);
-    if (tr_k_attention_rel_backward(tr_test_k, in, 0.0f, rp, &err)) fail_msg("%s: cpu: %s", what, err.msg);
-    if (tr_k_attention_rel_backward(G, din, 0.0f, dp, &err)) fail_msg("%s: cuda: %s", what, err.msg);
+    snprintf(what, sizeof what, "attention_rel_backward %s T=%lld gradients 0x%x%s",
+             tr_dtype_name((enum tr_dtype)in[0].dtype), (long long)in[0].shape[2], want, saved ? " saved" : "");
+    if (tr_k_attention_rel_backward(tr_test_k, in, NULL, NULL, 0.0f, rp, &err)) fail_msg("%s: cpu: %s", what, err.msg);
+    if (tr_k_attention_rel_backward(G, din, sy, sl, 0.0f, dp, &err)) fail_msg("%s: cuda: %s", what, err.msg);
+    /* delta from the saved y carries y's rounding to q's dtype: f32 bias gradients of bf16
+     * data are held to bf16's tolerance then, as the plain attention's saved backward is */
+    const double tol = saved ? tr_test_tol((enum tr_dtype)in[0].dtype) : 0.0;
     for (int w = 0; w < 5; w++)
         if (dp[w]) {
             fetch(&got[w], &dout[w]);
-            check_out_tol(what, "tr_k_attention_rel_backward", &got[w], &ref[w], 0.0);
+            check_out_tol(what, "tr_k_attention_rel_backward", &got[w], &ref[w], tol);
             poison_dev(&got[w], &dout[w]);
         }
     struct tr_kernel_call call;
     const struct tr_tensor *cp[5] = {dp[0], dp[1], dp[2], dp[3], dp[4]};
-    if (tr_kernels_bind_attention_rel_backward(G, din, 0.0f, cp, &call, &err)) fail_msg("%s: bind: %s", what, err.msg);
+    if (tr_kernels_bind_attention_rel_backward(G, din, sy, sl, 0.0f, cp, &call, &err))
+        fail_msg("%s: bind: %s", what, err.msg);
     for (int rep = 0; rep < 2; rep++)
         if (tr_kernels_call(G, &call, &err)) fail_msg("%s: bound call: %s", what, err.msg);
     tr_kernels_unbind(G, &call);
     for (int w = 0; w < 5; w++)
         if (dp[w]) {
             fetch(&got[w], &dout[w]);
-            check_out_tol(what, "bound", &got[w], &ref[w], 0.0);
+            check_out_tol(what, "bound", &got[w], &ref[w], tol);
             tr_kernels_dealloc(G, dout[w].data);
             tr_test_tensor_free(&ref[w]);
             tr_test_tensor_free(&got[w]);
         }
     for (int i = 0; i < 6; i++) tr_kernels_dealloc(G, din[i].data);
+    if (saved) {
+        tr_kernels_dealloc(G, dy_.data);
+        tr_kernels_dealloc(G, dl.data);
+    }
 }
 
-/* SAM's ATTENTION_REL (a 14x14 window, and a 20x20 grid: keys in several tiles) and its
- * five gradients, each alone and together; f32 bias terms beside bf16 / f16 q too. */
+/* SAM's ATTENTION_REL (a 14x14 window, and a 20x20 grid: keys in several tiles), its
+ * ATTENTION_REL_LSE, and its five gradients, each alone and together, with and without
+ * the forward's saved y and lse; f32 bias terms beside bf16 / f16 q too. */
 static void test_attention_rel(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
@@ -916,21 +939,28 @@ static void test_attention_rel(void **state) {
         for (int gi = 0; gi < 2; gi++)
             for (int f32_bias = 0; f32_bias < (d ? 2 : 1); f32_bias++) {
                 const int64_t L = grids[gi], T = L * L;
-                const int64_t sq[4] = {2, 3, T, 32}, sr[4] = {2, 3, T, L};
+                const int64_t sq[4] = {2, 3, T, 32}, sr[4] = {2, 3, T, L}, sl[3] = {2, 3, T};
                 const enum tr_dtype bdt = f32_bias ? TR_DTYPE_F32 : FLOATS[d];
-                struct tr_tensor in[6] = {randn(FLOATS[d], 4, sq, 500), randn(FLOATS[d], 4, sq, 501),
+                struct tr_tensor in[8] = {randn(FLOATS[d], 4, sq, 500), randn(FLOATS[d], 4, sq, 501),
                                           randn(FLOATS[d], 4, sq, 502), randn(bdt, 4, sr, 503),
-                                          randn(bdt, 4, sr, 504),        randn(FLOATS[d], 4, sq, 505)};
+                                          randn(bdt, 4, sr, 504),        randn(FLOATS[d], 4, sq, 505),
+                                          tr_test_tensor(FLOATS[d], 4, sq), tr_test_tensor(TR_DTYPE_F32, 3, sl)};
                 struct tr_attrs at = {.floats = {0.0f}};
                 compare_op("attention_rel", TR_OP_ATTENTION_REL, &at, 5, in, FLOATS[d], 4, sq);
+                compare_op("attention_rel_lse", TR_OP_ATTENTION_REL_LSE, &at, 5, in, TR_DTYPE_F32, 3, sl);
+                /* the saved statistics as the cpu's forward gives them, for both sides */
+                CHECK_OK(tr_k_attention_rel_lse(tr_test_k, in, 0.0f, &in[6], &in[7], &err));
                 for (int w = 0; w < 5; w++) {
                     struct tr_attrs ga = {.ints = {w}, .n_ints = 1};
-                    compare_op("attention_rel_grad", TR_OP_ATTENTION_REL_GRAD, &ga, 6, in, w >= 3 ? bdt : FLOATS[d], 4,
-                               w >= 3 ? sr : sq);
+                    for (int n = 6; n <= 8; n += 2)
+                        compare_op(n == 6 ? "attention_rel_grad" : "attention_rel_grad saved", TR_OP_ATTENTION_REL_GRAD,
+                                   &ga, n, in, w >= 3 ? bdt : FLOATS[d], 4, w >= 3 ? sr : sq);
                 }
-                rel_backward_joint(in, 31);  /* all five */
-                rel_backward_joint(in, 0x1a); /* dk and the two bias terms' */
-                free_all(6, in);
+                for (int saved = 0; saved < 2; saved++) {
+                    rel_backward_joint(in, 31, saved);   /* all five */
+                    rel_backward_joint(in, 0x1a, saved); /* dk and the two bias terms' */
+                }
+                free_all(8, in);
             }
 }
 

@@ -1,7 +1,10 @@
 /* ATTENTION_REL (ops.h: attention with a decomposed relative-position bias, SAM's ViT):
  * the cpu kernels through the dispatcher against the float64 oracle (random inputs, never
  * zero, outputs poisoned first, f32 and bf16, grids wider than one key tile, grouped
- * heads, f32 bias beside bf16 q); its gradient kernel for each of the five operands; the
+ * heads, f32 bias beside bf16 q); its ATTENTION_REL_LSE (alone, and with the output in
+ * one pass); its gradient kernel for each of the five operands, recomputing the
+ * statistics and reading the forward's saved y and lse (the op, the joint backward
+ * direct and bound); the
  * shape rule's refusals; the rule against finite differences; every backend, forward and
  * backward, against the evaluator; and the memory the fused form saves at SAM's 64x64
  * grid, measured as the process's peak resident size. */
@@ -27,6 +30,80 @@ struct rel_case {
     int64_t B, H, Hk, Tq, Kh, Kw, D, Dv;
     int f32_bias; /* rel_h, rel_w in f32 beside a bf16 q */
 };
+
+/* The forward's statistics: ATTENTION_REL_LSE alone and with the output in one pass
+ * (tr_k_attention_rel_lse) against the oracle's lse, then the gradients read from them:
+ * the op with 8 inputs for each operand, and all five at once, direct and bound. With
+ * the saved y in q's dtype (delta = dy·y carries its rounding) every gradient is held to
+ * q's dtype's tolerance, the f32 bias terms' of bf16 data too. */
+static void rel_saved(enum tr_dtype dt, const struct rel_case *c, const struct tr_tensor *in,
+                      const struct tr_ref_attn *ra, double *const *f, double *const *g, const char *base) {
+    struct tr_error err = {0};
+    struct tr_tensor y = TENSOR(dt, c->B, c->H, c->Tq, c->Dv), lse = TENSOR(TR_DTYPE_F32, c->B, c->H, c->Tq);
+    struct tr_tensor lse2 = TENSOR(TR_DTYPE_F32, c->B, c->H, c->Tq);
+    tr_test_poison(&y);
+    tr_test_poison(&lse);
+    tr_test_poison(&lse2);
+    double *rl = malloc(sizeof(double) * (size_t)tr_tensor_numel(&lse)), *ry = malloc(sizeof(double) * (size_t)tr_tensor_numel(&y));
+    tr_ref_attention_lse(ra, f[0], f[1], rl);
+    tr_ref_attention(ra, f[0], f[1], f[2], ry);
+    char what[240];
+    struct tr_attrs at = {.floats = {0.0f}};
+    CHECK_OK(run_op(TR_OP_ATTENTION_REL_LSE, &at, 5, in, &lse2, &err));
+    snprintf(what, sizeof what, "%s lse alone", base);
+    check_close(what, &lse2, rl);
+    CHECK_OK(tr_k_attention_rel_lse(tr_test_k, in, 0.0f, &y, &lse, &err));
+    snprintf(what, sizeof what, "%s with its lse: out", base);
+    check_close(what, &y, ry);
+    snprintf(what, sizeof what, "%s with its lse: lse", base);
+    check_close(what, &lse, rl);
+    static const char *const names[5] = {"dq", "dk", "dv", "drel_h", "drel_w"};
+    const double tol = tr_test_tol(dt);
+    struct tr_tensor gin[8] = {in[0], in[1], in[2], in[3], in[4], in[5], y, lse};
+    for (int w = 0; w < 5; w++) {
+        struct tr_tensor d = tr_test_tensor((enum tr_dtype)in[w].dtype, in[w].ndim, in[w].shape);
+        tr_test_poison(&d);
+        struct tr_attrs ga = {.ints = {w}, .n_ints = 1};
+        CHECK_OK(run_op(TR_OP_ATTENTION_REL_GRAD, &ga, 8, gin, &d, &err));
+        snprintf(what, sizeof what, "%s %s from the saved y and lse", base, names[w]);
+        tr_assert_close(what, &d, g[w], tol);
+        tr_test_tensor_free(&d);
+    }
+    for (int form = 0; form < 2; form++) {
+        struct tr_tensor d[5];
+        struct tr_tensor *dp[5];
+        for (int w = 0; w < 5; w++) {
+            d[w] = tr_test_tensor((enum tr_dtype)in[w].dtype, in[w].ndim, in[w].shape);
+            tr_test_poison(&d[w]);
+            dp[w] = &d[w];
+        }
+        if (form) {
+            struct tr_kernel_call call;
+            const struct tr_tensor *cp[5] = {dp[0], dp[1], dp[2], dp[3], dp[4]};
+            CHECK_OK(tr_kernels_bind_attention_rel_backward(tr_test_k, in, &y, &lse, 0.0f, cp, &call, &err));
+            CHECK_OK(tr_kernels_call(tr_test_k, &call, &err));
+            tr_kernels_unbind(tr_test_k, &call);
+        } else {
+            CHECK_OK(tr_k_attention_rel_backward(tr_test_k, in, &y, &lse, 0.0f, dp, &err));
+        }
+        for (int w = 0; w < 5; w++) {
+            snprintf(what, sizeof what, "%s %s joint%s, saved", base, names[w], form ? " bound" : "");
+            tr_assert_close(what, &d[w], g[w], tol);
+            tr_test_tensor_free(&d[w]);
+        }
+    }
+    /* y and lse come together */
+    struct tr_tensor *dq[5] = {NULL};
+    struct tr_tensor d0 = tr_test_tensor(dt, 4, in[0].shape);
+    dq[0] = &d0;
+    assert_int_equal(tr_k_attention_rel_backward(tr_test_k, in, &y, NULL, 0.0f, dq, &err), TR_ERR_INVALID);
+    tr_test_tensor_free(&d0);
+    free(rl);
+    free(ry);
+    tr_test_tensor_free(&y);
+    tr_test_tensor_free(&lse);
+    tr_test_tensor_free(&lse2);
+}
 
 static void rel_run(enum tr_dtype dt, const struct rel_case *c, uint64_t seed) {
     struct tr_error err = {0};
@@ -74,8 +151,9 @@ static void rel_run(enum tr_dtype dt, const struct rel_case *c, uint64_t seed) {
         check_close(what, &d, g[w]);
         what[n] = '\0';
         tr_test_tensor_free(&d);
-        free(g[w]);
     }
+    rel_saved(dt, c, in, &ra, f, g, what);
+    for (int w = 0; w < 5; w++) free(g[w]);
     for (int i = 0; i < 6; i++) {
         free(f[i]);
         tr_test_tensor_free(&in[i]);
@@ -132,11 +210,45 @@ static void test_graph_refusals(void **state) {
     assert_int_equal(tr_node_dtype(g, y), TR_DTYPE_BF16);
     assert_int_equal(tr_node_shape(g, y)[3], 8);
     assert_true(tr_node_attrs(g, y)->floats[0] == tr_attention_default_scale(16));
+    /* ATTENTION_REL_LSE: (B,H,Tq) f32 of bf16 operands, the scale resolved as the forward's */
+    int fwd[5] = {q, k, v, rh, rw};
+    struct tr_attrs la = {.floats = {0.0f}};
+    int l = tr_graph_add_node(g, TR_OP_ATTENTION_REL_LSE, 5, fwd, &la);
+    assert_true(l >= 0);
+    assert_int_equal(tr_node_dtype(g, l), TR_DTYPE_F32);
+    assert_int_equal(tr_node_ndim(g, l), 3);
+    assert_memory_equal(tr_node_shape(g, l), SH(2, 2, 12), 3 * sizeof(int64_t));
+    assert_true(tr_node_attrs(g, l)->floats[0] == tr_attention_default_scale(16));
     tr_graph_free(g);
+    /* ATTENTION_REL_GRAD takes 6 inputs, or 8 with the forward's y and lse, each checked */
+    for (int bad = 0; bad < 4; bad++) {
+        g = fresh_graph();
+        int a[8] = {tr_input(g, "q", TR_DTYPE_BF16, 4, SH(1, 2, 12, 16)), tr_input(g, "k", TR_DTYPE_BF16, 4, SH(1, 2, 12, 16)),
+                    tr_input(g, "v", TR_DTYPE_BF16, 4, SH(1, 2, 12, 8)), tr_input(g, "rh", TR_DTYPE_F32, 4, SH(1, 2, 12, 3)),
+                    tr_input(g, "rw", TR_DTYPE_F32, 4, SH(1, 2, 12, 4)), tr_input(g, "dy", TR_DTYPE_BF16, 4, SH(1, 2, 12, 8))};
+        a[6] = tr_attention_rel(g, a[0], a[1], a[2], a[3], a[4], 0.0f);
+        a[7] = tr_graph_add_node(g, TR_OP_ATTENTION_REL_LSE, 5, a, &la);
+        if (bad == 1) a[7] = a[5]; /* lse: dy's shape and dtype */
+        if (bad == 2) a[6] = a[3]; /* y: the bias term */
+        struct tr_attrs ga = {.ints = {3}, .n_ints = 1};
+        int n = bad == 3 ? 7 : 8;
+        int d = tr_graph_add_node(g, TR_OP_ATTENTION_REL_GRAD, n, a, &ga);
+        if (bad) {
+            const char *needle = bad == 1 ? "lse bf16[1,2,12,8]" : bad == 2 ? "y f32[1,2,12,3]" : "7 inputs, expected 6 or 8";
+            tr_test_expect_refused("attention_rel_grad's saved inputs", g, d,
+                                   (const char *const[]){"attention_rel_grad", needle, NULL});
+            continue;
+        }
+        assert_true(d >= 0);
+        assert_int_equal(tr_node_dtype(g, d), TR_DTYPE_F32);
+        assert_memory_equal(tr_node_shape(g, d), SH(1, 2, 12, 3), 4 * sizeof(int64_t));
+        tr_graph_free(g);
+    }
 }
 
-/* The rule (five ATTENTION_REL_GRAD nodes) against finite differences, in f64, with the
- * bias terms made as SAM makes them: q·R by MATMULs. */
+/* The rule (five ATTENTION_REL_GRAD nodes, each given the forward's y and its one
+ * ATTENTION_REL_LSE) against finite differences, in f64, with the bias terms made as SAM
+ * makes them: q·R by MATMULs. */
 static void test_gradcheck(void **state) {
     (void)state;
     struct tr_ref_gx *t = tr_ref_gx_new();
@@ -146,20 +258,39 @@ static void test_gradcheck(void **state) {
     int v = tr_ref_gx_param(t, "v", TR_REF_SIGNED, 4, SH(1, 2, 6, 3));
     int rh = tr_ref_gx_param(t, "rh", TR_REF_SIGNED, 4, SH(1, 2, 6, 2));
     int rw = tr_ref_gx_param(t, "rw", TR_REF_SIGNED, 4, SH(1, 2, 6, 3));
-    int loss = tr_ref_gx_loss(t, tr_attention_rel(g, q, k, v, rh, rw, 0.6f));
+    int y = tr_attention_rel(g, q, k, v, rh, rw, 0.6f);
+    int loss = tr_ref_gx_loss(t, y);
     tr_ref_gx_check(t, "attention_rel, its five operands", loss, 5, (const int[]){q, k, v, rh, rw});
+    int lse = -1, grads = 0;
+    for (int id = 0; id < tr_graph_n_nodes(g); id++) {
+        if (tr_node_op(g, id) == TR_OP_ATTENTION_REL_LSE) {
+            assert_int_equal(lse, -1);
+            lse = id;
+            assert_int_equal(tr_node_dtype(g, id), TR_DTYPE_F64); /* f64 operands: f64 statistics */
+            assert_int_equal(tr_node_ndim(g, id), 3);
+            assert_true(tr_node_flops(g, id) == 0.0);
+        }
+        if (tr_node_op(g, id) != TR_OP_ATTENTION_REL_GRAD) continue;
+        assert_int_equal(tr_node_n_inputs(g, id), 8);
+        assert_int_equal(tr_node_input(g, id, 6), y);
+        assert_int_equal(tr_node_input(g, id, 7), lse);
+        grads++;
+    }
+    assert_int_equal(grads, 5);
     tr_ref_gx_free(t);
 }
 
 /* Forward and the five gradients (an MSE training graph) on every backend against the
- * evaluator, f32 (tf and jax grouping the gradients into one fused backward); the
- * forward in bf16 too. */
+ * evaluator, f32 (tf and jax grouping the gradients into one fused backward, every
+ * backend computing the forward's lse in its call); the forward in bf16 too; and a graph
+ * of the 6-input gradient nodes (no saved statistics), as graphs made before
+ * ATTENTION_REL_LSE are. */
 static void test_every_backend(void **state) {
     (void)state;
-    static const enum tr_dtype dts[] = {TR_DTYPE_F32, TR_DTYPE_BF16};
-    for (int d = 0; d < 2; d++) {
+    static const enum tr_dtype dts[] = {TR_DTYPE_F32, TR_DTYPE_BF16, TR_DTYPE_F32};
+    for (int d = 0; d < 3; d++) {
         const enum tr_dtype dt = dts[d];
-        const int train = dt == TR_DTYPE_F32;
+        const int train = dt == TR_DTYPE_F32, legacy = d == 2;
         struct tr_graph *g = fresh_graph();
         const int64_t shapes[6][4] = {{2, 2, 20, 8}, {2, 2, 20, 8}, {2, 2, 20, 8},
                                       {2, 2, 20, 4}, {2, 2, 20, 5}, {2, 2, 20, 8}};
@@ -174,7 +305,12 @@ static void test_every_backend(void **state) {
         int y = tr_attention_rel(g, id[0], id[1], id[2], id[3], id[4], 0.0f);
         int outs[6] = {y}, n_out = 1;
         struct tr_error err = {0};
-        if (train) {
+        if (legacy) { /* id[5] as dy */
+            for (int w = 0; w < 5; w++) {
+                struct tr_attrs ga = {.ints = {w}, .n_ints = 1};
+                outs[n_out++] = tr_graph_add_node(g, TR_OP_ATTENTION_REL_GRAD, 6, id, &ga);
+            }
+        } else if (train) {
             int grads[5];
             if (tr_grad(g, tr_mse(g, y, id[5]), 5, id, grads, &err)) fail_msg("tr_grad: %s", err.msg);
             for (int i = 0; i < 5; i++) outs[n_out++] = grads[i];
@@ -196,6 +332,10 @@ static void test_every_backend(void **state) {
             if (train && (strcmp(label, "tf") == 0 || strcmp(label, "jax") == 0) &&
                 !strstr(st.notes, strcmp(label, "tf") == 0 ? "attention_rel_backward" : "(1 of attention_rel)"))
                 fail_msg("%s did not group the five attention_rel gradients: %s", label, st.notes);
+            /* the forward writes the statistics its backward reads, in the same call */
+            const char *pair = strcmp(label, "tf") == 0 ? "attention_rel+lse x1" : "attention with its lse x1";
+            if (train && !legacy && !strstr(st.notes, pair))
+                fail_msg("%s: notes '%s' lack '%s'", label, st.notes, pair);
             for (int i = 0; i < n_out; i++) {
                 char what[96];
                 snprintf(what, sizeof what, "%s attention_rel %s %s vs f64", tr_test_backends[b].label,

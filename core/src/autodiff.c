@@ -257,18 +257,24 @@ static void rule_attention(struct ad *ad, int id, int dy) {
 }
 
 /* ATTENTION_REL (q, k, v, rel_h, rel_w): one ATTENTION_REL_GRAD node per operand that
- * needs a gradient; rel_h's and rel_w's flow back through the MATMULs that made them. */
+ * needs a gradient, each given the forward's output and its ATTENTION_REL_LSE (as
+ * ATTENTION's rule); rel_h's and rel_w's flow back through the MATMULs that made them. */
 static void rule_attention_rel(struct ad *ad, int id, int dy) {
     struct tr_graph *g = ad->g;
-    int in[6];
+    int in[8], lse = -1;
     for (int i = 0; i < 5; i++) in[i] = tr_node_input(g, id, i);
     in[5] = dy;
     for (int which = 0; which < 5; which++) {
         if (!needs(ad, in[which])) continue;
+        if (lse < 0) {
+            lse = tr_graph_add_node(g, TR_OP_ATTENTION_REL_LSE, 5, in, tr_node_attrs(g, id));
+            in[6] = id;
+            in[7] = lse;
+        }
         struct tr_attrs a = *tr_node_attrs(g, id);
         a.ints[0] = which;
         a.n_ints = 1;
-        accumulate(ad, in[which], tr_graph_add_node(g, TR_OP_ATTENTION_REL_GRAD, 6, in, &a));
+        accumulate(ad, in[which], tr_graph_add_node(g, TR_OP_ATTENTION_REL_GRAD, 8, in, &a));
     }
 }
 

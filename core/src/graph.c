@@ -419,12 +419,13 @@ int tr_graph_add_node(struct tr_graph *g, enum tr_op op, int n_inputs, const int
         return -1;
     }
     int arity = tr_op_arity(op);
-    const int qkv = op == TR_OP_ATTENTION || op == TR_OP_ATTENTION_LSE;
+    const int qkv = op == TR_OP_ATTENTION || op == TR_OP_ATTENTION_LSE, rel_grad = op == TR_OP_ATTENTION_REL_GRAD;
     int ok = qkv        ? n_inputs == 3 || n_inputs == 4
+           : rel_grad  ? n_inputs == 6 || n_inputs == 8
            : arity < 0 ? n_inputs >= 1 && n_inputs <= TR_MAX_INPUTS
                        : n_inputs == arity;
     if (!ok) {
-        const char *want = qkv ? "3 or 4" : arity < 0 ? "1 to 8" : NULL;
+        const char *want = qkv ? "3 or 4" : rel_grad ? "6 or 8" : arity < 0 ? "1 to 8" : NULL;
         char buf[16];
         if (!want) snprintf(buf, sizeof buf, "%d", arity), want = buf;
         graph_fail(g, TR_ERR_INVALID, "node %d %s '%s': %d inputs, expected %s", id, on, n.name, n_inputs, want);

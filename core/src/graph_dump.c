@@ -9,7 +9,8 @@
  *   SUM MEAN MAX: 1 per input element
  *   leaves, EMBEDDING and layout ops (RESHAPE TRANSPOSE SLICE CONCAT CAST UPDATE_SLICE): 0
  *   training: ATTENTION_GRAD 1x the forward attention for dq and for dk, 0.5x for dv
- *              (2.5x for a full backward); ATTENTION_LSE 0 (the forward's own pass keeps it); UNARY_GRAD SOFTMAX_GRAD LAYER_NORM_GRAD MAX_GRAD
+ *              (2.5x for a full backward); ATTENTION_LSE and
+ *              ATTENTION_REL_LSE 0 (the forward's own pass keeps them); UNARY_GRAD SOFTMAX_GRAD LAYER_NORM_GRAD MAX_GRAD
  *              CROSS_ENTROPY_GRAD: 1 per output element; LAYER_NORM_GRAD_GAMMA,
  *              CROSS_ENTROPY, MSE: 1 per element of the first input; BROADCAST,
  *              SLICE_GRAD, EMBEDDING_GRAD: 0
@@ -102,7 +103,7 @@ static void print_attrs(const struct tr_graph *g, FILE *f, int id) {
         fprintf(f, " scale=%g causal=%lld", (double)a->floats[0], (long long)a->ints[0]);
         if (a->ints[1]) fprintf(f, " window=%lld", (long long)a->ints[1]);
         break;
-    case TR_OP_ATTENTION_REL:
+    case TR_OP_ATTENTION_REL: case TR_OP_ATTENTION_REL_LSE:
         fprintf(f, " scale=%g", (double)a->floats[0]);
         break;
     case TR_OP_ATTENTION_REL_GRAD:

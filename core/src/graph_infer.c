@@ -420,6 +420,20 @@ static int infer_embedding_grad(struct ctx *c, const struct arg *a, const struct
  * through them stay exact. */
 static int lse_dtype(int dt) { return dt == TR_DTYPE_F64 ? TR_DTYPE_F64 : TR_DTYPE_F32; }
 
+/* y as the attention's output (y_*), lse as y without its last axis, of lse_dtype. */
+static int check_saved_stats(struct ctx *c, const struct arg *a, const struct arg *saved, int y_dt, int y_nd,
+                             const int64_t *y_sh, const char *lse_op) {
+    for (int s = 0; s < 2; s++) {
+        const struct arg *x = &saved[s];
+        int ok = x->dt == (s ? lse_dtype(y_dt) : y_dt) && x->nd == y_nd - s;
+        for (int i = 0; ok && i < x->nd; i++) ok = x->sh[i] == y_sh[i];
+        if (!ok)
+            return refuse(c, TR_ERR_SHAPE, "%s %s must be the attention's %s%s (q %s, v %s)", s ? "lse" : "y", x->str,
+                          s ? lse_op : "output", s ? ": f32 (B,H,Tq)" : "", a[0].str, a[2].str);
+    }
+    return TR_OK;
+}
+
 /* ATTENTION_LSE (q, k, v, [mask]) -> (B,H,Tq): ATTENTION's checks and attrs. */
 static int infer_attention_lse(struct ctx *c, int n, const struct arg *a, struct tr_attrs *at, int *dt, int *nd,
                                int64_t *sh) {
@@ -443,14 +457,7 @@ static int infer_attention_grad(struct ctx *c, int n, const struct arg *a, struc
     int64_t y_sh[TR_MAX_DIMS];
     int rc = infer_attention(c, 3 + masked, fwd, at, &y_dt, &y_nd, y_sh);
     if (rc) return rc;
-    for (int s = 0; saved && s < 2; s++) { /* y as dy; lse as y without its last axis */
-        const struct arg *x = &a[n - 2 + s];
-        int ok = x->dt == (s ? lse_dtype(y_dt) : y_dt) && x->nd == y_nd - s;
-        for (int i = 0; ok && i < x->nd; i++) ok = x->sh[i] == y_sh[i];
-        if (!ok)
-            return refuse(c, TR_ERR_SHAPE, "%s %s must be the attention's %s (q %s, v %s)", s ? "lse" : "y", x->str,
-                          s ? "ATTENTION_LSE: f32 (B,H,Tq)" : "output", a[0].str, a[2].str);
-    }
+    if (saved && (rc = check_saved_stats(c, a, &a[n - 2], y_dt, y_nd, y_sh, "ATTENTION_LSE")) != TR_OK) return rc;
     const struct arg *dy = &a[3];
     int ok = dy->dt == y_dt && dy->nd == y_nd;
     for (int i = 0; ok && i < y_nd; i++) ok = dy->sh[i] == y_sh[i];
@@ -491,9 +498,22 @@ static int infer_attention_rel(struct ctx *c, const struct arg *a, struct tr_att
     return TR_OK;
 }
 
-/* ATTENTION_REL_GRAD (q, k, v, rel_h, rel_w, dy) -> operand ints[0]'s gradient. */
-static int infer_attention_rel_grad(struct ctx *c, const struct arg *a, struct tr_attrs *at, int *dt, int *nd,
+/* ATTENTION_REL_LSE (q, k, v, rel_h, rel_w) -> (B,H,Tq): ATTENTION_REL's checks and attrs. */
+static int infer_attention_rel_lse(struct ctx *c, const struct arg *a, struct tr_attrs *at, int *dt, int *nd,
+                                   int64_t *sh) {
+    int rc = infer_attention_rel(c, a, at, dt, nd, sh);
+    if (rc) return rc;
+    *dt = lse_dtype(*dt);
+    *nd = 3;
+    return TR_OK;
+}
+
+/* ATTENTION_REL_GRAD (q, k, v, rel_h, rel_w, dy, [y, lse]) -> operand ints[0]'s gradient. */
+static int infer_attention_rel_grad(struct ctx *c, int n, const struct arg *a, struct tr_attrs *at, int *dt, int *nd,
                                     int64_t *sh) {
+    if (n != 6 && n != 8)
+        return refuse(c, TR_ERR_INVALID, "%d inputs, expected q, k, v, rel_h, rel_w, dy (6) and optionally the "
+                      "forward's y and lse (8)", n);
     const int64_t which = at->ints[0];
     if (which < 0 || which > 4)
         return refuse(c, TR_ERR_INVALID, "which %lld, expected 0 (dq), 1 (dk), 2 (dv), 3 (drel_h) or 4 (drel_w)",
@@ -510,6 +530,7 @@ static int infer_attention_rel_grad(struct ctx *c, const struct arg *a, struct t
     if (!ok)
         return refuse(c, TR_ERR_SHAPE, "dy %s must be the attention output's dtype and shape (q %s, v %s)", dy->str,
                       a[0].str, a[2].str);
+    if (n == 8 && (rc = check_saved_stats(c, a, &a[6], y_dt, y_nd, y_sh, "ATTENTION_REL_LSE")) != TR_OK) return rc;
     copy_shape(&a[which], dt, nd, sh);
     at->n_ints = 1;
     return TR_OK;
@@ -979,7 +1000,9 @@ int tr_graph_infer_node(const struct tr_graph *g, int op, int n_in, const int *i
     case TR_OP_ATTENTION_REL:
         return infer_attention_rel(&c, a, attrs, dtype, ndim, shape);
     case TR_OP_ATTENTION_REL_GRAD:
-        return infer_attention_rel_grad(&c, a, attrs, dtype, ndim, shape);
+        return infer_attention_rel_grad(&c, n_in, a, attrs, dtype, ndim, shape);
+    case TR_OP_ATTENTION_REL_LSE:
+        return infer_attention_rel_lse(&c, a, attrs, dtype, ndim, shape);
     case TR_OP_BROADCAST:
         return infer_broadcast(&c, &a[0], attrs, dtype, ndim, shape);
     case TR_OP_MAX_GRAD:

@@ -92,9 +92,9 @@ static double node_flops(const struct tr_graph *g, int id) {
 }
 
 static int runs_kernel(int op) {
-    /* ATTENTION_LSE rides in its ATTENTION's pass on every backend */
+    /* ATTENTION_LSE and ATTENTION_REL_LSE ride in their forward's pass on every backend */
     return op != TR_OP_INPUT && op != TR_OP_PARAM && op != TR_OP_CONST && op != TR_OP_RESHAPE &&
-           op != TR_OP_ATTENTION_LSE && op != TR_OP_ALLREDUCE && op != TR_OP_ALLREDUCE_START && op != TR_OP_ALLREDUCE_WAIT;
+           op != TR_OP_ATTENTION_LSE && op != TR_OP_ATTENTION_REL_LSE && op != TR_OP_ALLREDUCE && op != TR_OP_ALLREDUCE_START && op != TR_OP_ALLREDUCE_WAIT;
 }
 
 static int same_call(const struct tr_graph *g, int a, int b) {

@@ -95,7 +95,7 @@ static int make_schedule(struct tr_jax_program *p, int *step_of, struct tr_error
         }
         if (ci >= 0 && p->fusion.clusters[ci].root != id) continue; /* computed inside its kernel */
         int ai = p->fusion.attn_of ? p->fusion.attn_of[id] : -1, pair = p->fusion.lse_of ? p->fusion.lse_of[id] : -1;
-        if (pair >= 0 && pair < id) { /* an ATTENTION_LSE: written by its ATTENTION's call, at its step */
+        if (pair >= 0 && pair < id) { /* an ATTENTION_(REL_)LSE: written by its forward's call, at its step */
             step_of[id] = step_of[pair];
             continue;
         }
@@ -275,16 +275,18 @@ static int bind_attn_bwd(struct tr_jax_program *p, struct jax_step *s, struct tr
     return TR_OK;
 }
 
-/* An ATTENTION and its ATTENTION_LSE (fusion.lse_of) in one bound call. */
+/* An ATTENTION and its ATTENTION_LSE (fusion.lse_of), or an ATTENTION_REL and its
+ * ATTENTION_REL_LSE, in one bound call. */
 static int bind_attn_lse(struct tr_jax_program *p, struct jax_step *s, struct tr_error *err) {
     struct tr_tensor lse;
     int rc = tensor_of(p, p->fusion.lse_of[s->node], &lse, err);
     if (rc != TR_OK) return rc;
     s->call = &p->calls[s->attn];
-    rc = tr_kernels_bind_attention_lse(p->k, &s->in[0], &s->in[1], &s->in[2], s->n_in == 4 ? &s->in[3] : NULL,
-                                       s->attrs.floats[0], (int)s->attrs.ints[0], (int)s->attrs.ints[1], &s->out, &lse,
-                                       s->call, err);
-    if (rc != TR_OK) return tr_error_prefix(err, "jax: node %d attention '%s' (with its lse)", s->node, nname(p, s->node));
+    const int rel = p->pir.nodes[s->node].op == TR_OP_ATTENTION_REL;
+    rc = tr_attn_forward_lse(p->k, rel, s->n_in, s->in, &s->attrs, &s->out, &lse, s->call, err);
+    if (rc != TR_OK)
+        return tr_error_prefix(err, "jax: node %d %s '%s' (with its lse)", s->node, rel ? "attention_rel" : "attention",
+                               nname(p, s->node));
     return TR_OK;
 }
 

@@ -111,9 +111,10 @@ struct jax_fusion {
     struct jax_attn_bwd *attn;      /* attention backward groups, in program order */
     int n_attn;
     int *attn_of;                   /* per pir node: its attention backward group, or -1 */
-    int *lse_of;                    /* per pir node: an ATTENTION's ATTENTION_LSE, that node's
-                                       ATTENTION (a lower id: computed by its call), or -1 */
-    int n_lse;                      /* ATTENTIONs computing their ATTENTION_LSE too */
+    int *lse_of;                    /* per pir node: an ATTENTION's ATTENTION_LSE (an
+                                       ATTENTION_REL's ATTENTION_REL_LSE), that node's
+                                       forward (a lower id: computed by its call), or -1 */
+    int n_lse;                      /* forwards computing their lse too */
     int n_epilogues;                /* matmuls that took a bias, alpha or activation */
     int n_norm_silu;                /* group norms that took the SiLU after them */
     int n_functions;                /* distinct kernel functions in the source (codegen) */
@@ -131,8 +132,8 @@ int jax_fuse_for(struct tr_pir *p, int fuse, int64_t max_row, struct jax_fusion 
 /* After jax_fuse: f->attn and f->attn_of, the ATTENTION_GRAD nodes (f32, bf16, f16) with
  * the same operands and attrs but a different `which`, 2 or 3 to a group, the lead the
  * lowest id; and f->lse_of, each ATTENTION paired with the ATTENTION_LSE of its backward
- * (one call computes both). Without it (attn_of NULL) every ATTENTION_GRAD and
- * ATTENTION_LSE is its own call. */
+ * (one call computes both), each ATTENTION_REL with its ATTENTION_REL_LSE. Without it
+ * (attn_of NULL) every ATTENTION_GRAD and ATTENTION_(REL_)LSE is its own call. */
 int jax_group_attention_backward(const struct tr_pir *p, struct jax_fusion *f, struct tr_error *err);
 void jax_fusion_free(struct jax_fusion *f);
 /* 1 if node id of p can be part of a generated kernel. */

@@ -195,9 +195,7 @@ static int bind_attn_lse(struct tf_program *p, int id, const struct tr_tensor *i
         struct tr_tensor lse;
         int rc = make_tensor(p, j, &lse, err);
         if (rc != TR_OK) return rc;
-        const struct tr_attrs *a = &d->attrs;
-        return tr_kernels_bind_attention_lse(p->k, &in[0], &in[1], &in[2], d->n_in == 4 ? &in[3] : NULL, a->floats[0],
-                                             (int)a->ints[0], (int)a->ints[1], out, &lse, c, err);
+        return tr_attn_forward_lse(p->k, (int)d->attrs.ints[4], d->n_in, in, &d->attrs, out, &lse, c, err);
     }
     return tr_error_set(err, TR_ERR_INTERNAL, "tf: attention_with_lse without its lse node");
 }

@@ -18,8 +18,9 @@
  *   attn bwd    ATTENTION_GRAD for dq, dk, dv of one attention, or ATTENTION_REL_GRAD for
  *               its five operands                                        -> TF_OP_ATTN_BWD
  *               (+ TF_OP_EXTRA_OUT for the outputs beyond the first)
- *   attn+lse    ATTENTION and the ATTENTION_LSE of its backward      -> TF_OP_ATTN_LSE
- *               (+ TF_OP_EXTRA_OUT for the lse)
+ *   attn+lse    ATTENTION and the ATTENTION_LSE of its backward, or  -> TF_OP_ATTN_LSE
+ *               ATTENTION_REL and its ATTENTION_REL_LSE                (+ TF_OP_EXTRA_OUT
+ *                                                                       for the lse)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -436,19 +437,23 @@ static int match_attn_bwd(struct remap *r, int id) {
     return 1;
 }
 
-/* An ATTENTION and the ATTENTION_LSE autodiff made of it -> one TF_OP_ATTN_LSE writing the
- * statistics into the EXTRA_OUT the ATTENTION_LSE becomes: the backward reads them
- * instead of a pass over every score, and the forward pays nothing for them. */
+/* An ATTENTION (or ATTENTION_REL) and the ATTENTION_LSE (ATTENTION_REL_LSE) autodiff made
+ * of it -> one TF_OP_ATTN_LSE writing the statistics into the EXTRA_OUT the lse node
+ * becomes: the backward reads them instead of a pass over every score, and the forward
+ * pays nothing for them. */
 static int match_attn_lse(struct remap *r, int id) {
     int j = tr_attn_lse_partner(r->p, id);
     if (j < 0) return 0;
-    node_at(r, id)->op = TF_OP_ATTN_LSE;
+    struct tr_pir_node *x = node_at(r, id);
+    const int rel = x->op == TR_OP_ATTENTION_REL;
+    x->op = TF_OP_ATTN_LSE;
+    x->attrs.ints[4] = rel;
     struct tr_pir_node *y = node_at(r, j);
     y->op = TF_OP_EXTRA_OUT;
     memset(&y->attrs, 0, sizeof y->attrs);
     const int in[1] = {id};
     set_inputs(y, 1, in);
-    tally(r->f, "attention+lse", 0);
+    tally(r->f, rel ? "attention_rel+lse" : "attention+lse", 0);
     return 1;
 }
 

@@ -34,7 +34,9 @@
  *               of its EXTRA_OUT nodes
  *   ATTN_LSE    in: q, k, v, [mask]             ATTENTION's attrs: the ATTENTION node
  *               whose ATTENTION_LSE (autodiff's, for the backward) became its EXTRA_OUT:
- *               tr_k_attention_lse, both in one pass
+ *               tr_k_attention_lse, both in one pass; with ints[4]=1 an ATTENTION_REL
+ *               (in: q, k, v, rel_h, rel_w) and its ATTENTION_REL_LSE:
+ *               tr_k_attention_rel_lse
  *   EXTRA_OUT   in: the node that writes it      ints[0]=which (0 dq, 1 dk, 2 dv; 0 the
  *               lse of ATTN_LSE): no kernel of its own; its buffer is written at its
  *               producer's step

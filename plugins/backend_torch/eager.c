@@ -435,7 +435,7 @@ static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
         break;
     case TORCH_KERNEL: {
         int rc = TR_OK;
-        if (n->lse >= 0 && n->lse < id) break; /* an ATTENTION_LSE: its ATTENTION's call wrote it */
+        if (n->lse >= 0 && n->lse < id) break; /* an ATTENTION_(REL_)LSE: its forward's call wrote it */
         if (n->attn >= 0) {
             if (p->attn_groups[n->attn].lead != id) break; /* its group's call at the lead wrote it */
             if ((rc = run_attn_group(p, n->attn, in, err)) != TR_OK)
@@ -460,9 +460,8 @@ static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
             struct tr_tensor lse = p->nodes[n->lse].t;
             lse.data = p->data[n->lse];
             rc = p->rp.recording ? tr_torch_record_pair(p, id, &out, &lse, err)
-                                 : tr_k_attention_lse(p->k, &p->args[0], &p->args[1], &p->args[2],
-                                                      n->n_in == 4 ? &p->args[3] : NULL, n->attrs.floats[0],
-                                                      (int)n->attrs.ints[0], (int)n->attrs.ints[1], &out, &lse, err);
+                                 : tr_attn_forward_lse(p->k, n->op == TR_OP_ATTENTION_REL, n->n_in, p->args, &n->attrs,
+                                                       &out, &lse, NULL, err);
         } else if (p->rp.recording) {
             rc = tr_torch_record_call(p, id, &out, err);
         } else {

@@ -29,8 +29,9 @@ struct torch_node {
     struct tr_tensor t;             /* shape, dtype, strides; data bound per step */
     size_t nbytes;
     int shared;                     /* cuda: 0 its own block; 1 a reader, 2 a writer of the backend's shared param */
-    int lse;                        /* an ATTENTION: its ATTENTION_LSE, computed by its call (as
-                                       SDPA returns its logsumexp); that node: its ATTENTION; else -1 */
+    int lse;                        /* an ATTENTION (ATTENTION_REL): its ATTENTION_LSE
+                                       (ATTENTION_REL_LSE), computed by its call (as SDPA
+                                       returns its logsumexp); that node: its forward; else -1 */
     int attn;                       /* an attention gradient run in its group's one call (as
                                        SDPA's backward returns dq, dk and dv): the group's
                                        index in attn_groups; else -1 */
@@ -134,7 +135,7 @@ int tr_torch_bind_inputs(struct tr_torch_program *p, const struct tr_tensor *inp
 int tr_torch_ro_execute(struct tr_torch_program *p, int n_inputs, const struct tr_tensor *inputs, int n_outputs,
                         struct tr_tensor *outputs, struct tr_error *err);
 int tr_torch_record_call(struct tr_torch_program *p, int id, const struct tr_tensor *out, struct tr_error *err);
-/* The same for an ATTENTION node with its ATTENTION_LSE (nodes[id].lse): one bound call. */
+/* The same for an ATTENTION (ATTENTION_REL) node with its lse node (nodes[id].lse): one bound call. */
 int tr_torch_record_pair(struct tr_torch_program *p, int id, const struct tr_tensor *out, const struct tr_tensor *lse,
                          struct tr_error *err);
 /* The same for attention gradient group g (attn_groups[g]), its gradients' tensors in

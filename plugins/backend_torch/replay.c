@@ -72,9 +72,7 @@ int tr_torch_record_pair(struct tr_torch_program *p, int id, const struct tr_ten
     if (p->blocks[id]) r->held[r->n_held++] = p->blocks[id];
     if (p->blocks[n->lse]) r->held[r->n_held++] = p->blocks[n->lse];
     struct tr_kernel_call *c = &r->calls[r->n_calls];
-    int rc = tr_kernels_bind_attention_lse(p->k, &p->args[0], &p->args[1], &p->args[2], n->n_in == 4 ? &p->args[3] : NULL,
-                                           n->attrs.floats[0], (int)n->attrs.ints[0], (int)n->attrs.ints[1], out, lse, c,
-                                           err);
+    int rc = tr_attn_forward_lse(p->k, n->op == TR_OP_ATTENTION_REL, n->n_in, p->args, &n->attrs, out, lse, c, err);
     if (rc != TR_OK) return rc;
     r->call_node[r->n_calls++] = id;
     return tr_kernels_call(p->k, c, err);

@@ -14,7 +14,7 @@
 #define TR_ATTN_GRADS 5 /* the most gradients one group has (ATTENTION_REL's) */
 
 /* Which gradient n computes (0 dq, 1 dk, 2 dv, 3 drel_h, 4 drel_w), or -1 if n cannot be
- * grouped: a live ATTENTION_GRAD (4 to 7 inputs) or ATTENTION_REL_GRAD (6) of a float
+ * grouped: a live ATTENTION_GRAD (4 to 7 inputs) or ATTENTION_REL_GRAD (6 or 8) of a float
  * dtype. */
 int tr_attn_grad_which(const struct tr_pir_node *n);
 
@@ -24,13 +24,24 @@ int tr_attn_grad_which(const struct tr_pir_node *n);
 int tr_attn_grad_group(const struct tr_pir *p, int lead, const int *taken, int grad[TR_ATTN_GRADS]);
 
 /* The ATTENTION_LSE node (autodiff's, for the backward) of the live ATTENTION node attn of
- * a float dtype: the first live one after it with the same operands and attrs, or -1. A
- * backend computes the two in one pass (tr_k_attention_lse), as PyTorch's SDPA returns
- * its logsumexp beside the output for the backward. */
+ * a float dtype, or the ATTENTION_REL_LSE of an ATTENTION_REL: the first live one after it
+ * with the same operands and attrs, or -1. A backend computes the two in one pass
+ * (tr_k_attention_lse, tr_k_attention_rel_lse), as PyTorch's SDPA returns its logsumexp
+ * beside the output for the backward. */
 int tr_attn_lse_partner(const struct tr_pir *p, int attn);
 
+/* A forward and its lse node in one pass through the shared kernels, for every backend:
+ * rel (ATTENTION_REL: in = q, k, v, rel_h, rel_w; scale attrs->floats[0]) or not
+ * (ATTENTION: n_in 3 or 4, the mask 4th; scale, causal and window the node's attrs); out
+ * the forward's tensor, lse its partner's (tr_attn_lse_partner). Bound into call, or,
+ * with call NULL, run now. */
+int tr_attn_forward_lse(struct tr_kernels *k, int rel, int n_in, const struct tr_tensor *in,
+                        const struct tr_attrs *attrs, const struct tr_tensor *out, const struct tr_tensor *lse,
+                        struct tr_kernel_call *call, struct tr_error *err);
+
 /* One group's fused backward through the shared kernels, for every backend: rel (an
- * ATTENTION_REL_GRAD group: in = q, k, v, rel_h, rel_w, dy) or not (ATTENTION_GRAD's n_in
+ * ATTENTION_REL_GRAD group: in = q, k, v, rel_h, rel_w, dy, and with n_in 8 the saved y
+ * and lse) or not (ATTENTION_GRAD's n_in
  * operands: q, k, v, dy, [mask], [y, lse]: the mask with 5 or 7, the saved statistics
  * with 6 or 7); scale, causal and window the nodes' attrs; grads[w] gradient w's tensor
  * (NULL: not asked for). Bound into call, or, with call NULL, run now. */

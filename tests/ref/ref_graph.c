@@ -50,7 +50,8 @@ static void eval_attention(const struct tr_graph *g, int id, double **v, double 
                           w == 2 ? o : NULL);
 }
 
-/* ATTENTION_REL (q, k, v, rel_h, rel_w) or ATTENTION_REL_GRAD (…, dy) of ints[0]. */
+/* ATTENTION_REL or ATTENTION_REL_LSE (q, k, v, rel_h, rel_w), or ATTENTION_REL_GRAD (…, dy,
+ * [y, lse]) of ints[0]: the saved y and lse recomputed here, as eval_attention does. */
 static void eval_attention_rel(const struct tr_graph *g, int id, double **v, double *o) {
     const struct tr_attrs *a = tr_node_attrs(g, id);
     struct tr_ref_view q = in_view(g, v, id, 0), k = in_view(g, v, id, 1), vv = in_view(g, v, id, 2);
@@ -60,6 +61,10 @@ static void eval_attention_rel(const struct tr_graph *g, int id, double **v, dou
                             rh.d, rw.d, rh.sh[3], rw.sh[3]};
     if (tr_node_op(g, id) == TR_OP_ATTENTION_REL) {
         tr_ref_attention(&c, q.d, k.d, vv.d, o);
+        return;
+    }
+    if (tr_node_op(g, id) == TR_OP_ATTENTION_REL_LSE) {
+        tr_ref_attention_lse(&c, q.d, k.d, o);
         return;
     }
     double *outs[5] = {NULL, NULL, NULL, NULL, NULL};
@@ -231,7 +236,9 @@ void tr_ref_graph_eval_node(const struct tr_graph *g, int id, double *const *lea
     case TR_OP_CONCAT: eval_concat(g, id, v, o); break;
     case TR_OP_UPDATE_SLICE: eval_update_slice(g, id, v, o); break;
     case TR_OP_ATTENTION: case TR_OP_ATTENTION_GRAD: case TR_OP_ATTENTION_LSE: eval_attention(g, id, v, o); break;
-    case TR_OP_ATTENTION_REL: case TR_OP_ATTENTION_REL_GRAD: eval_attention_rel(g, id, v, o); break;
+    case TR_OP_ATTENTION_REL: case TR_OP_ATTENTION_REL_GRAD: case TR_OP_ATTENTION_REL_LSE:
+        eval_attention_rel(g, id, v, o);
+        break;
     case TR_OP_CROSS_ENTROPY: case TR_OP_CROSS_ENTROPY_GRAD: eval_cross_entropy(g, id, v, o); break;
     case TR_OP_MSE: o[0] = tr_ref_mse(x.d, y.d, tr_shape_numel(x.nd, x.sh)); break;
     case TR_OP_CONV2D: case TR_OP_CONV2D_GRAD_INPUT: case TR_OP_CONV2D_GRAD_WEIGHT: eval_conv2d(g, id, v, o); break;

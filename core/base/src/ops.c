@@ -26,7 +26,7 @@ int tr_op_is_training(int op) {
     case TR_OP_CROSS_ENTROPY_GRAD: case TR_OP_ADAMW_STEP: case TR_OP_RMS_NORM_GRAD: case TR_OP_RMS_NORM_GRAD_W:
     case TR_OP_CONV2D_GRAD_INPUT: case TR_OP_CONV2D_GRAD_WEIGHT: case TR_OP_GROUP_NORM_GRAD:
     case TR_OP_GROUP_NORM_GRAD_GAMMA: case TR_OP_ALLREDUCE: case TR_OP_ALLREDUCE_START:
-    case TR_OP_ALLREDUCE_WAIT: case TR_OP_ATTENTION_LSE:
+    case TR_OP_ALLREDUCE_WAIT: case TR_OP_ATTENTION_LSE: case TR_OP_ATTENTION_REL_LSE:
         return 1;
     default:
         return 0;

@@ -8,8 +8,8 @@
  * j iff j <= i + off when causal or windowed, and also j > i + off - window when
  * window > 0 (ops.h: a window implies the causal bound). A row that sees no key, or
  * whose scores are all -inf, is zeros. Scores, softmax and the accumulator are f32.
- * The same pass gives ATTENTION_LSE: lse = m + log l per row (+inf where l is 0), with the
- * output, or alone (out NULL: the p·v products are skipped). */
+ * The same pass gives ATTENTION_LSE (and ATTENTION_REL_LSE): lse = m + log l per row (+inf
+ * where l is 0), with the output, or alone (out NULL: the p·v products are skipped). */
 #include <stdlib.h>
 #include "cpu_internal.h"
 
@@ -344,30 +344,68 @@ int tr_kernels_bind_attention_lse(struct tr_kernels *k, const struct tr_tensor *
     return attention_bind(k, call, out, lse, err);
 }
 
-/* ATTENTION_REL (q, k, v, rel_h, rel_w): the same tiles, each score row given its bias. */
-static int attention_rel_plan(struct tr_kernels *k, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                              const struct tr_tensor *out, struct attn_plan *pl, struct tr_error *err) {
+/* ATTENTION_REL (q, k, v, rel_h, rel_w): the same tiles, each score row given its bias;
+ * out, lse or both as attention_check takes them (ATTENTION_REL_LSE's is lse). */
+static int attention_rel_plan(struct tr_kernels *k, const char *kn, float scale, int n_in, const struct tr_tensor *in,
+                              const struct tr_tensor *out, const struct tr_tensor *lse, struct attn_plan *pl,
+                              struct tr_error *err) {
     if (n_in != 5)
-        return tr_error_set(err, TR_ERR_INVALID, "attention_rel: %d inputs given, 5 (q, k, v, rel_h, rel_w) expected",
-                            n_in);
-    float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
-    int rc = attention_check(&in[0], &in[1], &in[2], NULL, &in[3], scale, 0, 0, out, NULL, pl, err);
-    if (!rc && pl->nout) rc = tr_cpu_scratch_reserve(k, 0, pl->wsz, "attention_rel", err);
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given, 5 (q, k, v, rel_h, rel_w) expected", kn, n_in);
+    scale = tr_attention_scale(scale, in[0].ndim == 4 ? in[0].shape[3] : 0);
+    int rc = attention_check(&in[0], &in[1], &in[2], NULL, &in[3], scale, 0, 0, out, lse, pl, err);
+    if (!rc && pl->nout) rc = tr_cpu_scratch_reserve(k, 0, pl->wsz, kn, err);
     return rc;
 }
 
 int tr_cpu_attention_rel_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr_error *err) {
     struct attn_plan pl;
-    int rc = tr_cpu_check_ctx_bind(k, "attention_rel", err);
-    if (!rc) rc = attention_rel_plan(k, &c->attrs, c->n_in, c->in, &c->out, &pl, err);
-    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, attention_compute, "attention_rel", err);
+    const int lse = c->op == TR_OP_ATTENTION_REL_LSE;
+    const char *kn = lse ? "attention_rel_lse" : "attention_rel";
+    int rc = tr_cpu_check_ctx_bind(k, kn, err);
+    if (!rc)
+        rc = attention_rel_plan(k, kn, c->attrs.floats[0], c->n_in, c->in, lse ? NULL : &c->out, lse ? &c->out : NULL,
+                                &pl, err);
+    return rc ? rc : tr_cpu_keep_compute(c, &pl, sizeof pl, attention_compute, kn, err);
+}
+
+static int attention_rel_now(struct tr_kernels *k, int n_in, const struct tr_tensor *in, float scale,
+                             const struct tr_tensor *out, const struct tr_tensor *lse, struct tr_error *err) {
+    struct attn_plan pl;
+    const char *kn = out ? "attention_rel" : "attention_rel_lse";
+    int rc = tr_cpu_check_ctx(k, kn, err);
+    if (!rc && !in) rc = tr_error_set(err, TR_ERR_INVALID, "%s: NULL operands", kn);
+    if (!rc) rc = attention_rel_plan(k, kn, scale, n_in, in, out, lse, &pl, err);
+    return tr_cpu_compute_now(k, rc, attention_compute, &pl);
 }
 
 int tr_cpu_attention_rel_invoke(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in,
                                 const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
-    (void)op;
+    const int lse = op == TR_OP_ATTENTION_REL_LSE;
+    return attention_rel_now(k, n_in, in, at->floats[0], lse ? NULL : out, lse ? out : NULL, err);
+}
+
+int tr_k_attention_rel_lse(struct tr_kernels *k, const struct tr_tensor in[5], float scale, struct tr_tensor *out,
+                           struct tr_tensor *lse, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_k_attention_rel_lse(k, in, scale, out, lse, err));
+    return attention_rel_now(k, 5, in, scale, out, lse, err);
+}
+
+int tr_kernels_bind_attention_rel_lse(struct tr_kernels *k, const struct tr_tensor in[5], float scale,
+                                      const struct tr_tensor *out, const struct tr_tensor *lse,
+                                      struct tr_kernel_call *call, struct tr_error *err) {
+    TR_CUDA_ROUTE(k, tr_cuda_bind_attention_rel_lse(k, in, scale, out, lse, call, err));
+    static const char kn[] = "attention_rel";
+    if (!call || !in || !out || !lse) return tr_error_set(err, TR_ERR_INVALID, "%s: NULL operands, out or lse", kn);
+    memset(call, 0, sizeof *call);
     struct attn_plan pl;
-    int rc = tr_cpu_check_ctx(k, "attention_rel", err);
-    if (!rc) rc = attention_rel_plan(k, at, n_in, in, out, &pl, err);
-    return tr_cpu_compute_now(k, rc, attention_compute, &pl);
+    int rc = tr_cpu_check_ctx_bind(k, kn, err);
+    if (!rc) rc = attention_rel_plan(k, kn, scale, 5, in, out, lse, &pl, err);
+    if (rc) return rc;
+    call->op = -1;
+    call->n_in = 5;
+    for (int i = 0; i < 5; i++) call->in[i] = in[i];
+    call->in[5] = *lse; /* kept for a reader of the call; the plan holds both outputs */
+    call->out = *out;
+    call->attrs.floats[0] = tr_attention_scale(scale, in[0].ndim == 4 ? in[0].shape[3] : 0);
+    return tr_cpu_keep_compute(call, &pl, sizeof pl, attention_compute, kn, err);
 }

@@ -89,6 +89,8 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
                               const struct tr_tensor *mask, const struct tr_tensor *rel,
                               const struct tr_tensor *const saved[2], float scale, int causal, int window,
                               struct tr_tensor *const outs[5], struct tr_error *err);
+static int check_saved(const char *kn, const struct tr_tensor *dy, const struct tr_tensor *const saved[2],
+                       struct tr_error *err);
 
 int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
                         const struct tr_tensor *v, const struct tr_tensor *dy, const struct tr_tensor *mask,
@@ -135,9 +137,9 @@ int tr_cpu_attention_rel_grad_invoke(struct tr_kernels *k, int op, const struct 
                                      const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
     (void)op;
     static const char kn[] = "attention_rel_grad";
-    if (n_in != 6)
-        return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given, 6 (q, k, v, rel_h, rel_w, dy) expected", kn,
-                            n_in);
+    if (n_in != 6 && n_in != 8)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given, 6 (q, k, v, rel_h, rel_w, dy) or 8 (and the "
+                            "forward's y and lse) expected", kn, n_in);
     const int64_t which = at->ints[0];
     if (which < 0 || which > 4)
         return tr_error_set(err, TR_ERR_INVALID, "%s: ints[0]=%lld should be 0 (dq), 1 (dk), 2 (dv), 3 (drel_h) or "
@@ -145,24 +147,31 @@ int tr_cpu_attention_rel_grad_invoke(struct tr_kernels *k, int op, const struct 
     struct tr_tensor *outs[5] = {NULL, NULL, NULL, NULL, NULL};
     outs[which] = out;
     float scale = tr_attention_scale(at->floats[0], in[0].ndim == 4 ? in[0].shape[3] : 0);
-    return attention_backward(k, kn, &in[0], &in[1], &in[2], &in[5], NULL, &in[3], NULL, scale, 0, 0, outs, err);
+    const struct tr_tensor *saved[2] = {&in[6], &in[7]};
+    return attention_backward(k, kn, &in[0], &in[1], &in[2], &in[5], NULL, &in[3], n_in == 8 ? saved : NULL, scale, 0,
+                              0, outs, err);
 }
 
-int tr_k_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], float scale,
-                                struct tr_tensor *const grads[5], struct tr_error *err) {
+int tr_k_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], const struct tr_tensor *y,
+                                const struct tr_tensor *lse, float scale, struct tr_tensor *const grads[5],
+                                struct tr_error *err) {
     static const char kn[] = "attention_rel_backward";
     if (!in || !grads || (!grads[0] && !grads[1] && !grads[2] && !grads[3] && !grads[4]))
         return tr_error_set(err, TR_ERR_INVALID, "%s: NULL operands, or no gradient asked for", kn);
-    TR_CUDA_ROUTE(k, tr_cuda_k_attention_rel_backward(k, in, scale, grads, err));
+    if (!y != !lse) return tr_error_set(err, TR_ERR_INVALID, "%s: y and lse come together or not at all", kn);
+    TR_CUDA_ROUTE(k, tr_cuda_k_attention_rel_backward(k, in, y, lse, scale, grads, err));
     float s = tr_attention_scale(scale, in[0].ndim == 4 ? in[0].shape[3] : 0);
-    return attention_backward(k, kn, &in[0], &in[1], &in[2], &in[5], NULL, &in[3], NULL, s, 0, 0, grads, err);
+    const struct tr_tensor *saved[2] = {y, lse};
+    return attention_backward(k, kn, &in[0], &in[1], &in[2], &in[5], NULL, &in[3], y ? saved : NULL, s, 0, 0, grads,
+                              err);
 }
 
-/* The bound form's plan: the operands and the gradients asked for. */
+/* The bound form's plan: the operands, the saved statistics if any, and the gradients
+ * asked for. */
 struct rel_bwd_plan {
     struct tr_cpu_prepared hdr;
-    struct tr_tensor in[6], g[5];
-    int want[5];
+    struct tr_tensor in[6], y, lse, g[5];
+    int want[5], saved;
     float scale;
 };
 
@@ -173,16 +182,23 @@ static int bound_attention_rel_backward(struct tr_kernels *k, const struct tr_ke
         g[w] = pl->g[w];
         gp[w] = pl->want[w] ? &g[w] : NULL;
     }
-    return tr_k_attention_rel_backward(k, pl->in, pl->scale, gp, err);
+    return tr_k_attention_rel_backward(k, pl->in, pl->saved ? &pl->y : NULL, pl->saved ? &pl->lse : NULL, pl->scale,
+                                       gp, err);
 }
 
-int tr_kernels_bind_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], float scale,
+int tr_kernels_bind_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6],
+                                           const struct tr_tensor *y, const struct tr_tensor *lse, float scale,
                                            const struct tr_tensor *const grads[5], struct tr_kernel_call *call,
                                            struct tr_error *err) {
     static const char kn[] = "attention_rel_backward";
-    if (!call || !in || !grads) return tr_error_set(err, TR_ERR_INVALID, "%s: NULL argument", kn);
+    if (!call || !in || !grads || !y != !lse)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: NULL argument, or y without lse", kn);
     memset(call, 0, sizeof *call);
-    struct rel_bwd_plan pl = {.scale = scale};
+    struct rel_bwd_plan pl = {.scale = scale, .saved = y != NULL};
+    if (y) {
+        pl.y = *y;
+        pl.lse = *lse;
+    }
     int n = 0;
     for (int i = 0; i < 6; i++) pl.in[i] = in[i];
     for (int w = 0; w < 5; w++)
@@ -200,10 +216,15 @@ int tr_kernels_bind_attention_rel_backward(struct tr_kernels *k, const struct tr
             rc = tr_error_set(err, TR_ERR_SHAPE, "%s: gradient %d %s should be shaped and typed as its operand %s", kn,
                               w, tr_cpu_desc(grads[w], d1, sizeof d1), tr_cpu_desc(&in[w], d2, sizeof d2));
         }
+    if (!rc && y) rc = check_saved(kn, &in[5], (const struct tr_tensor *const[2]){y, lse}, err);
     if (rc) return rc;
     call->op = -1;
-    call->n_in = 6;
+    call->n_in = y ? 8 : 6;
     for (int i = 0; i < 6; i++) call->in[i] = in[i];
+    if (y) {
+        call->in[6] = *y;
+        call->in[7] = *lse;
+    }
     call->attrs.floats[0] = scale;
     return tr_cpu_keep_plan(call, &pl, sizeof pl, bound_attention_rel_backward, kn, err);
 }

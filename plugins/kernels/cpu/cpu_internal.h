@@ -193,7 +193,7 @@ void tr_cpu_conv_cache_free(struct tr_kernels *k);
 /* CONV2D and GROUP_NORM (conv.c, group_norm.c), on attributes tr_cpu_resolve resolved;
  * no binders yet: bind checks them by one run (bind.c). */
 tr_cpu_invoker tr_cpu_conv2d_invoke, tr_cpu_group_norm_invoke;
-/* ATTENTION_REL (attention.c) and ATTENTION_REL_GRAD (attention_grad.c). */
+/* ATTENTION_REL and ATTENTION_REL_LSE (attention.c), ATTENTION_REL_GRAD (attention_grad.c). */
 tr_cpu_invoker tr_cpu_attention_rel_invoke, tr_cpu_attention_rel_grad_invoke;
 tr_cpu_binder tr_cpu_attention_rel_bind;
 /* ATTENTION_GRAD with the forward's y and lse (in[n_in-2], in[n_in-1]; n_in 6 or 7, the

@@ -326,7 +326,7 @@ int tr_cpu_resolve(struct tr_kernels *k, const char *fn, int op, const struct tr
         return pick(r, tr_cpu_group_norm_invoke, NULL, bound_invoke);
     case TR_OP_TIMESTEP_EMBEDDING:
         return pick(r, tr_cpu_timestep_embedding_invoke, NULL, bound_invoke);
-    case TR_OP_ATTENTION_REL:
+    case TR_OP_ATTENTION_REL: case TR_OP_ATTENTION_REL_LSE:
         return pick(r, tr_cpu_attention_rel_invoke, tr_cpu_attention_rel_bind, NULL);
     case TR_OP_ATTENTION_REL_GRAD:
         return pick(r, tr_cpu_attention_rel_grad_invoke, NULL, bound_invoke);

@@ -295,12 +295,13 @@ extern "C" int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, co
 
 extern "C" int tr_cu_attention_rel_backward(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
                                             const void *dy, const struct tr_cu_attn *p, void *dq, void *dk, void *dv,
-                                            void *drh, void *drw, float *lse, float *delta, struct tr_error *err) {
+                                            void *drh, void *drw, float *lse, float *delta, int ready,
+                                            struct tr_error *err) {
     if ((drh && p->Kh > AB_MAXK) || (drw && p->Kw > AB_MAXK) || !p->rel_h)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_rel_backward: the bias terms are missing or wider than "
                             "%d (Kh %lld, Kw %lld) on cuda", AB_MAXK, (long long)p->Kh, (long long)p->Kw);
-    // the statistics (and dq, dk, dv where asked): ready 0, so computed here once
-    int rc = tr_cu_attention_backward(s, dtype, q, k, v, dy, p, dq, dk, dv, lse, delta, 0, err);
+    // the statistics (computed here once unless ready), and dq, dk, dv where asked
+    int rc = tr_cu_attention_backward(s, dtype, q, k, v, dy, p, dq, dk, dv, lse, delta, ready, err);
     const int64_t qrows = p->B * p->H * p->Tq, krows = p->B * p->Hk * p->Tk;
     if (rc || qrows == 0) return rc; // no query rows: the bias terms' gradients are empty too
     const bool wide = p->D > AB_MAXD || p->Dv > AB_MAXD;

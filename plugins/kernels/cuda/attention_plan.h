@@ -46,8 +46,12 @@ extern "C" {
  * of attrs.ints[7] is set, in[4] lse (B,H,Tq) f32; out the attention output. */
 #define TR_CUDA_OP_ATTENTION_FWD (-1920)
 /* ATTENTION_REL's joint backward: in[0..5] q, k, v, rel_h, rel_w, dy, in[6 + w] gradient w
- * (dq, dk, dv, drel_h, drel_w) when bit w of attrs.ints[7] is set; floats[0] scale. */
+ * (dq, dk, dv, drel_h, drel_w) when bit w of attrs.ints[7] is set; with 13 inputs
+ * in[11..12] the forward's y and lse (bits 11 and 12 set); floats[0] scale. */
 #define TR_CUDA_OP_ATTENTION_REL_BACKWARD (-1921)
+/* ATTENTION_REL and its ATTENTION_REL_LSE in one pass: in[0..4] q, k, v, rel_h, rel_w,
+ * in[5] lse (B,H,Tq) f32; out the attention output. */
+#define TR_CUDA_OP_ATTENTION_REL_FWD (-1922)
 
 /* Shared-memory opt-in limits per block (cudaDevAttrMaxSharedMemoryPerBlockOptin). */
 #define TR_ATTN_SMEM_H100 (227u * 1024u)

@@ -280,11 +280,12 @@ int tr_cu_attention_delta(cudaStream_t s, int dtype, const void *y, const void *
 int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, const void *dy,
                          const struct tr_cu_attn *p, int which, void *out, float *scratch, struct tr_error *err);
 /* ATTENTION_REL's gradients of one call (p->rel_h set; any of the five NULL): the row
- * statistics once into lse and delta (B·H·Tq floats each), then dq, dk with dv, and each
+ * statistics once into lse and delta (B·H·Tq floats each; read as they are when ready
+ * is 1: the forward's lse, tr_cu_attention_delta's delta), then dq, dk with dv, and each
  * bias term's from them, where one tr_cu_attention_grad per gradient recomputes them. */
 int tr_cu_attention_rel_backward(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
                                  const void *dy, const struct tr_cu_attn *p, void *dq, void *dk, void *dv, void *drh,
-                                 void *drw, float *lse, float *delta, struct tr_error *err);
+                                 void *drw, float *lse, float *delta, int ready, struct tr_error *err);
 
 #ifdef __cplusplus
 }

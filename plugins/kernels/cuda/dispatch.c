@@ -495,28 +495,63 @@ static int attn_rel_params(const char *kn, const struct tr_attrs *at, int n_in, 
     return TR_OK;
 }
 
+/* ATTENTION_REL's out, its ATTENTION_REL_LSE's lse, or both in one pass (either may be
+ * NULL): the CUDA-core forward, which writes lse beside the output as for ATTENTION. */
 static int run_attention_rel(struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                             struct tr_tensor *out, struct tr_error *err) {
+                             struct tr_tensor *out, struct tr_tensor *lse, struct tr_error *err) {
+    const char *kn = out ? "attention_rel" : "attention_rel_lse";
     struct tr_cu_attn p;
-    int rc = attn_rel_params("attention_rel", at, n_in, 5, in, out, &p, err);
+    int rc = attn_rel_params(kn, at, n_in, 5, in, out, &p, err);
+    if (!rc && lse) rc = check_lse(kn, lse, &p, err);
     if (rc) return rc;
-    return TR_CU_LAUNCH(
-        c, tr_cu_attention(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, out->data, &p, err));
+    p.lse = lse ? lse->data : NULL;
+    return TR_CU_LAUNCH(c, tr_cu_attention(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data,
+                                           out ? out->data : NULL, &p, err));
 }
 
-/* (q, k, v, rel_h, rel_w, dy) -> the gradient of operand ints[0] */
+/* The joint backward's body: the statistics from saved (the forward's y and lse, checked)
+ * when given (delta = dy·y, one light launch), else computed once; then the gradients
+ * g[w] asked for (NULL: not). Scratch: lse and delta, 2·B·H·Tq floats. */
+static int rel_backward(struct tr_cuda_ctx *c, const struct tr_tensor *in, const struct tr_tensor *saved,
+                        const struct tr_cu_attn *p, void *const g[5], struct tr_error *err) {
+    const int64_t rows = p->B * p->H * p->Tq;
+    void *scr = NULL;
+    int rc = tr_cuda_scratch(c, (size_t)(2 * rows) * sizeof(float) + 16, &scr, err);
+    if (rc) return rc;
+    float *lse = scr, *delta = lse + rows;
+    if (c->dry) return TR_OK;
+    if (saved) {
+        lse = saved[1].data;
+        if ((rc = tr_cu_attention_delta(c->stream, in[0].dtype, saved[0].data, in[5].data, rows, p->Dv, delta,
+                                        err)) != TR_OK)
+            return rc;
+    }
+    return tr_cu_attention_rel_backward(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, in[5].data, p,
+                                        g[0], g[1], g[2], g[3], g[4], lse, delta, saved != NULL, err);
+}
+
+/* (q, k, v, rel_h, rel_w, dy, [y, lse]) -> the gradient of operand ints[0] */
 static int run_attention_rel_grad(struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in,
                                   const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
+    static const char kn[] = "attention_rel_grad";
     const int64_t which = at->ints[0];
     if (which < 0 || which > 4)
-        return tr_error_set(err, TR_ERR_INVALID, "attention_rel_grad: ints[0]=%lld should be 0 (dq), 1 (dk), 2 (dv), "
-                            "3 (drel_h) or 4 (drel_w)", (long long)which);
+        return tr_error_set(err, TR_ERR_INVALID, "%s: ints[0]=%lld should be 0 (dq), 1 (dk), 2 (dv), 3 (drel_h) or "
+                            "4 (drel_w)", kn, (long long)which);
+    if (n_in != 6 && n_in != 8)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given, 6 (q, k, v, rel_h, rel_w, dy) or 8 (and the "
+                            "forward's y and lse) expected", kn, n_in);
     struct tr_cu_attn p;
-    int rc = attn_rel_params("attention_rel_grad", at, n_in, 6, in, n_in == 6 ? &in[5] : NULL, &p, err);
+    int rc = attn_rel_params(kn, at, 6, 6, in, &in[5], &p, err);
+    if (!rc && n_in == 8) rc = check_saved(kn, &in[6], &in[5], &p, err);
     if (rc) return rc;
-    if ((rc = check_float(out, "attention_rel_grad", "out", err)) != TR_OK ||
-        (rc = same_dtype_shape(&in[which], out, "attention_rel_grad", err)) != TR_OK)
+    if ((rc = check_float(out, kn, "out", err)) != TR_OK || (rc = same_dtype_shape(&in[which], out, kn, err)) != TR_OK)
         return rc;
+    if (n_in == 8) { /* the saved statistics: the joint backward with this one gradient */
+        void *g[5] = {NULL, NULL, NULL, NULL, NULL};
+        g[which] = out->data;
+        return rel_backward(c, in, &in[6], &p, g, err);
+    }
     void *scr = NULL;
     if ((rc = tr_cuda_scratch(c, (size_t)(2 * p.B * p.H * p.Tq) * sizeof(float) + 16, &scr, err)) != TR_OK) return rc;
     return TR_CU_LAUNCH(c, tr_cu_attention_grad(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, in[5].data,
@@ -525,15 +560,17 @@ static int run_attention_rel_grad(struct tr_cuda_ctx *c, const struct tr_attrs *
 
 /* ATTENTION_REL's joint backward (TR_CUDA_OP_ATTENTION_REL_BACKWARD, attention_plan.h):
  * in[0..5] q, k, v, rel_h, rel_w, dy; in[6 + w] gradient w when bit w of ints[7] is set,
- * shaped and typed as operand w. */
+ * shaped and typed as operand w; in[11..12] the forward's y and lse with 13 inputs. */
 static int run_attention_rel_backward(struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in,
                                       const struct tr_tensor *in, struct tr_error *err) {
     static const char kn[] = "attention_rel_backward";
     const int64_t bits = at->ints[7];
-    if (n_in != 11 || !(bits & 31))
-        return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given (11 expected), or no gradient asked for", kn, n_in);
+    if ((n_in != 11 && n_in != 13) || !(bits & 31))
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs given (11, or 13 with y and lse expected), or no "
+                            "gradient asked for", kn, n_in);
     struct tr_cu_attn p;
     int rc = attn_rel_params(kn, at, 6, 6, in, &in[5], &p, err);
+    if (!rc && n_in == 13) rc = check_saved(kn, &in[11], &in[5], &p, err);
     if (rc) return rc;
     void *g[5] = {NULL, NULL, NULL, NULL, NULL};
     static const char *const gn[5] = {"dq", "dk", "dv", "drel_h", "drel_w"};
@@ -544,12 +581,7 @@ static int run_attention_rel_backward(struct tr_cuda_ctx *c, const struct tr_att
             return rc;
         g[w] = in[6 + w].data;
     }
-    const int64_t rows = p.B * p.H * p.Tq;
-    void *scr = NULL;
-    if ((rc = tr_cuda_scratch(c, (size_t)(2 * rows) * sizeof(float) + 16, &scr, err)) != TR_OK) return rc;
-    float *lse = scr, *delta = lse + rows;
-    return TR_CU_LAUNCH(c, tr_cu_attention_rel_backward(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data,
-                                                        in[5].data, &p, g[0], g[1], g[2], g[3], g[4], lse, delta, err));
+    return rel_backward(c, in, n_in == 13 ? &in[11] : NULL, &p, g, err);
 }
 
 static int run_cross_entropy(struct tr_cuda_ctx *c, const struct tr_attrs *at, const struct tr_tensor *logits,
@@ -1030,6 +1062,9 @@ int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_i
     case TR_OP_ATTENTION_GRAD: return run_attention_grad(k, c, at, n_in, in, out, err);
     case TR_CUDA_OP_ATTENTION_BACKWARD: return run_attention_backward(k, c, at, n_in, in, err);
     case TR_CUDA_OP_ATTENTION_REL_BACKWARD: return run_attention_rel_backward(c, at, n_in, in, err);
+    case TR_CUDA_OP_ATTENTION_REL_FWD:
+        if (n_in != 6) return tr_error_set(err, TR_ERR_INVALID, "attention_rel: %d inputs given, 6 expected", n_in);
+        return run_attention_rel(c, at, 5, in, out, (struct tr_tensor *)&in[5], err);
     case TR_OP_RMS_NORM:
     case TR_OP_RMS_NORM_GRAD:
     case TR_OP_RMS_NORM_GRAD_W: return run_rms_norm(c, op, at, in, out, err);
@@ -1053,7 +1088,8 @@ int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_i
     case TR_OP_GROUP_NORM_GRAD:
     case TR_OP_GROUP_NORM_GRAD_GAMMA: return run_group_norm_grad(c, op, at, in, out, err);
     case TR_OP_TIMESTEP_EMBEDDING: return run_timestep_embedding(c, at, &in[0], out, err);
-    case TR_OP_ATTENTION_REL: return run_attention_rel(c, at, n_in, in, out, err);
+    case TR_OP_ATTENTION_REL: return run_attention_rel(c, at, n_in, in, out, NULL, err);
+    case TR_OP_ATTENTION_REL_LSE: return run_attention_rel(c, at, n_in, in, NULL, out, err);
     case TR_OP_ATTENTION_REL_GRAD: return run_attention_rel_grad(c, at, n_in, in, out, err);
     case TR_OP_ALLREDUCE: case TR_OP_ALLREDUCE_START: case TR_OP_ALLREDUCE_WAIT:
         return tr_cuda_run_allreduce(c, op, at, &in[0], out, err);

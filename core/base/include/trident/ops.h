@@ -141,11 +141,19 @@
  *                bias is never formed: rel_h and rel_w are Kh and Kw wide (the model makes
  *                them, q·R, with MATMULs). rel_h, rel_w: q's dtype or f32.
  *                floats[0]=scale (0 means 1/√D, stored resolved). No causal mask.
- *   ATTENTION_REL_GRAD (q, k, v, rel_h, rel_w, dy) -> the gradient of operand ints[0]
- *                (0 dq, 1 dk, 2 dv, 3 drel_h, 4 drel_w), shaped and typed like it;
+ *   ATTENTION_REL_GRAD (q, k, v, rel_h, rel_w, dy, [y, lse]) -> the gradient of operand
+ *                ints[0] (0 dq, 1 dk, 2 dv, 3 drel_h, 4 drel_w), shaped and typed like it;
  *                floats[0] as ATTENTION_REL's. drel_h[i, a] = Σ over the keys of row a
  *                of dS_ij, drel_w[i, b] = Σ over the keys of column b (dS the scores'
- *                gradient).
+ *                gradient). With y (the ATTENTION_REL's output) and lse (its
+ *                ATTENTION_REL_LSE) the backward reads the forward's statistics instead
+ *                of recomputing them (6 inputs: without, 8: with); the same function.
+ *   ATTENTION_REL_LSE (q, k, v, rel_h, rel_w) -> lse (B,H,Tq): ATTENTION_LSE's statistics
+ *                of ATTENTION_REL's biased scores, with ATTENTION_REL's attrs; f32 (f64
+ *                for f64 operands). Autodiff emits it beside each ATTENTION_REL it
+ *                differentiates; a backend computes both in one pass. An op of its own,
+ *                not a 5-input ATTENTION_LSE: the operands and the attrs are
+ *                ATTENTION_REL's, and ATTENTION_LSE's 4th input is a mask.
  *
  *   Data parallelism (several processes; kernels.h's struct tr_comm):
  *   ALLREDUCE    x (f32, any shape) -> Σ over the ranks of x, times floats[0] (1/ranks for
@@ -229,11 +237,12 @@ extern "C" {
     X(GROUP_NORM_GRAD_GAMMA, "group_norm_grad_gamma", 2) \
     X(TIMESTEP_EMBEDDING, "timestep_embedding", 1) \
     X(ATTENTION_REL, "attention_rel", 5) \
-    X(ATTENTION_REL_GRAD, "attention_rel_grad", 6) \
+    X(ATTENTION_REL_GRAD, "attention_rel_grad", -1) \
     X(ALLREDUCE,  "allreduce",   1)    \
     X(ALLREDUCE_START, "allreduce_start", 1) \
     X(ALLREDUCE_WAIT, "allreduce_wait", 1) \
-    X(ATTENTION_LSE, "attention_lse", -1)
+    X(ATTENTION_LSE, "attention_lse", -1) \
+    X(ATTENTION_REL_LSE, "attention_rel_lse", 5)
 
 enum tr_op {
 #define TR_OP_ENUM_(name, str, n) TR_OP_##name,

@@ -42,6 +42,7 @@ TR_CUDA_LIKE(tr_cuda_k_embedding_grad, tr_k_embedding_grad);
 TR_CUDA_LIKE(tr_cuda_k_attention_grad, tr_k_attention_grad);
 TR_CUDA_LIKE(tr_cuda_k_attention_backward, tr_k_attention_backward);
 TR_CUDA_LIKE(tr_cuda_k_attention_rel_backward, tr_k_attention_rel_backward);
+TR_CUDA_LIKE(tr_cuda_k_attention_rel_lse, tr_k_attention_rel_lse);
 TR_CUDA_LIKE(tr_cuda_k_broadcast, tr_k_broadcast);
 TR_CUDA_LIKE(tr_cuda_k_max_grad, tr_k_max_grad);
 TR_CUDA_LIKE(tr_cuda_k_slice_grad, tr_k_slice_grad);
@@ -80,6 +81,7 @@ TR_CUDA_LIKE(tr_cuda_bind_scale_mask_softmax, tr_kernels_bind_scale_mask_softmax
 TR_CUDA_LIKE(tr_cuda_bind_embedding_sum_layer_norm, tr_kernels_bind_embedding_sum_layer_norm);
 TR_CUDA_LIKE(tr_cuda_bind_attention_backward, tr_kernels_bind_attention_backward);
 TR_CUDA_LIKE(tr_cuda_bind_attention_lse, tr_kernels_bind_attention_lse);
+TR_CUDA_LIKE(tr_cuda_bind_attention_rel_lse, tr_kernels_bind_attention_rel_lse);
 /* While on, the cuda run paths check and reserve but queue nothing (context.c). Returns
  * the previous setting. */
 int tr_cuda_set_dry(struct tr_kernels *k, int on);

@@ -169,11 +169,28 @@ int tr_cuda_k_attention_lse(struct tr_kernels *k, const struct tr_tensor *q, con
     return tr_cuda_run(k, TR_CUDA_OP_ATTENTION_FWD, &at, 5, in, out, err);
 }
 
+/* ATTENTION_REL_LSE alone (out NULL) is the op; with out, the private
+ * TR_CUDA_OP_ATTENTION_REL_FWD (attention_plan.h) writes both in one pass. */
+int tr_cuda_k_attention_rel_lse(struct tr_kernels *k, const struct tr_tensor in[5], float scale, struct tr_tensor *out,
+                                struct tr_tensor *lse, struct tr_error *err) {
+    if (!in) return tr_error_set(err, TR_ERR_INVALID, "attention_rel_lse: NULL operands");
+    struct tr_attrs at = {.floats = {scale}};
+    if (!out) {
+        NEED("attention_rel_lse", lse);
+        return tr_cuda_run(k, TR_OP_ATTENTION_REL_LSE, &at, 5, in, lse, err);
+    }
+    if (!lse) return tr_cuda_run(k, TR_OP_ATTENTION_REL, &at, 5, in, out, err);
+    struct tr_tensor all[6] = {in[0], in[1], in[2], in[3], in[4], *lse};
+    return tr_cuda_run(k, TR_CUDA_OP_ATTENTION_REL_FWD, &at, 6, all, out, err);
+}
+
 /* One tr_cuda_run of ATTENTION_REL's joint backward (TR_CUDA_OP_ATTENTION_REL_BACKWARD,
- * attention_plan.h): the row statistics once for every gradient asked for. */
-int tr_cuda_k_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], float scale,
-                                     struct tr_tensor *const grads[5], struct tr_error *err) {
-    struct tr_tensor all[11];
+ * attention_plan.h): the row statistics once for every gradient asked for, or read from
+ * the forward's y and lse. */
+int tr_cuda_k_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], const struct tr_tensor *y,
+                                     const struct tr_tensor *lse, float scale, struct tr_tensor *const grads[5],
+                                     struct tr_error *err) {
+    struct tr_tensor all[13];
     struct tr_attrs at = {.floats = {scale}};
     struct tr_tensor *first = NULL;
     memset(all, 0, sizeof all);
@@ -185,7 +202,12 @@ int tr_cuda_k_attention_rel_backward(struct tr_kernels *k, const struct tr_tenso
         if (!first) first = grads[w];
     }
     if (!first) return tr_error_set(err, TR_ERR_INVALID, "attention_rel_backward: no gradient asked for");
-    return tr_cuda_run(k, TR_CUDA_OP_ATTENTION_REL_BACKWARD, &at, 11, all, first, err);
+    if (y && lse) {
+        all[11] = *y;
+        all[12] = *lse;
+        at.ints[7] |= (int64_t)3 << 11;
+    }
+    return tr_cuda_run(k, TR_CUDA_OP_ATTENTION_REL_BACKWARD, &at, y && lse ? 13 : 11, all, first, err);
 }
 
 /* ---- training kernels ---- */
@@ -532,6 +554,26 @@ static int bound_attention_lse(struct tr_kernels *k, const struct tr_kernel_call
     struct tr_tensor out = c->out, lse = c->in[5];
     return tr_cuda_k_attention_lse(k, &c->in[0], &c->in[1], &c->in[2], OPT(c, 3), a->floats[0], (int)a->ints[0],
                                    (int)a->ints[1], &out, &lse, err);
+}
+
+static int bound_attention_rel_lse(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    struct tr_tensor out = c->out, lse = c->in[5];
+    return tr_cuda_k_attention_rel_lse(k, c->in, c->attrs.floats[0], &out, &lse, err);
+}
+
+int tr_cuda_bind_attention_rel_lse(struct tr_kernels *k, const struct tr_tensor in[5], float scale,
+                                   const struct tr_tensor *out, const struct tr_tensor *lse, struct tr_kernel_call *c,
+                                   struct tr_error *err) {
+    BEGIN("attention_rel");
+    if (!in || !out || !lse) return tr_error_set(err, TR_ERR_INVALID, "attention_rel: NULL operands, out or lse");
+    c->op = -1;
+    for (int i = 0; i < 5; i++) keep(c, i, &in[i]);
+    keep(c, 5, lse);
+    c->n_in = 6;
+    c->out = *out;
+    c->attrs.floats[0] = tr_attention_scale(scale, in[0].ndim == 4 ? in[0].shape[3] : 0);
+    c->fn = bound_attention_rel_lse;
+    return bind_check(k, c, err);
 }
 
 int tr_cuda_bind_attention_lse(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,

@@ -301,13 +301,26 @@ int tr_kernels_bind_attention_lse(struct tr_kernels *k, const struct tr_tensor *
  * = dq, dk, dv, drel_h, drel_w (any NULL: not wanted), shaped and typed as those operands.
  * On the cpu one statistics pass, one pass over the query blocks (dq and both bias
  * terms), one for dk and dv together, where five ATTENTION_REL_GRAD calls run ten; on cuda
- * the gradient kernels one after another. scale 0: 1/sqrt(D). */
-int tr_k_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], float scale,
-                                struct tr_tensor *const grads[5], struct tr_error *err);
-/* Bound form: the call keeps the eleven tensors. */
-int tr_kernels_bind_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], float scale,
+ * the statistics once, then the gradient kernels. With the forward's y and lse
+ * (tr_k_attention_rel_lse; both or neither) the statistics are read, not recomputed.
+ * scale 0: 1/sqrt(D). */
+int tr_k_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6], const struct tr_tensor *y,
+                                const struct tr_tensor *lse, float scale, struct tr_tensor *const grads[5],
+                                struct tr_error *err);
+/* Bound form: the call keeps the tensors (in[0..5] the operands, in[6..7] y and lse). */
+int tr_kernels_bind_attention_rel_backward(struct tr_kernels *k, const struct tr_tensor in[6],
+                                           const struct tr_tensor *y, const struct tr_tensor *lse, float scale,
                                            const struct tr_tensor *const grads[5], struct tr_kernel_call *call,
                                            struct tr_error *err);
+/* ATTENTION_REL (in = q, k, v, rel_h, rel_w) in the pass that also gives its
+ * ATTENTION_REL_LSE: out (B,H,Tq,Dv), lse (B,H,Tq) f32, either NULL (not both), as
+ * tr_k_attention_lse for ATTENTION. scale 0: 1/sqrt(D). */
+int tr_k_attention_rel_lse(struct tr_kernels *k, const struct tr_tensor in[5], float scale, struct tr_tensor *out,
+                           struct tr_tensor *lse, struct tr_error *err);
+/* Bound form with both outputs (the ATTENTION_REL node's and its ATTENTION_REL_LSE's). */
+int tr_kernels_bind_attention_rel_lse(struct tr_kernels *k, const struct tr_tensor in[5], float scale,
+                                      const struct tr_tensor *out, const struct tr_tensor *lse,
+                                      struct tr_kernel_call *call, struct tr_error *err);
 /* out = x broadcast to out's shape (numpy rules); any dtype. */
 int tr_k_broadcast(struct tr_kernels *k, const struct tr_tensor *x, struct tr_tensor *out, struct tr_error *err);
 /* dx = dy routed to the first maximum of x along axis (dy with the axis removed or kept as 1). */
