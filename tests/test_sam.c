@@ -213,6 +213,23 @@ static void test_hf_config(void **state) {
         assert_int_not_equal(tr_model_resolve(m, "tiny", &cfg, got, &e), TR_OK);
         tr_assert_msg_has(&e, bad[i].needle);
     }
+    /* each part its own eps: the mask decoder's (the file's first) 1e-5, the vision
+     * encoder's 1e-6, as transformers reads them */
+    char *at = strstr(json, "\"layer_norm_eps\": 1e-06");
+    assert_non_null(at);
+    memcpy(at + strlen("\"layer_norm_eps\": 1e-0"), "5", 1);
+    char path[512], ini[768];
+    snprintf(path, sizeof path, "%s/eps.json", tr_test_dir);
+    FILE *o = fopen(path, "wb");
+    assert_non_null(o);
+    fputs(json, o);
+    fclose(o);
+    snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n", path);
+    assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+    if (tr_model_resolve(m, "tiny", &cfg, got, &e)) fail_msg("%s", e.msg);
+    struct tr_sam_config r;
+    memcpy(&r, got, sizeof r);
+    assert_true(r.decoder_layer_norm_eps == 1e-5 && r.layer_norm_eps == 1e-6);
 }
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_count_vit_h, test_names_match_state_dict,

@@ -37,7 +37,8 @@ static const struct tr_model_key sam_keys[] = {
     KEY_(global_attn_indexes, TR_KEY_STRING, 0, 0, "blocks with global attention, comma-separated (\"7,15,23,31\")"),
     KEY_(output_channels, TR_KEY_INT, 2, 65536, "the embedding's channels C (the neck's, the decoder's width)"),
     KEY_(num_pos_feats, TR_KEY_INT, 1, 32768, "random Fourier features of a point: output_channels / 2"),
-    KEY_(layer_norm_eps, TR_KEY_FLOAT, 0, 1, "epsilon of the image encoder's and decoder's LayerNorms"),
+    KEY_(layer_norm_eps, TR_KEY_FLOAT, 0, 1, "epsilon of the image encoder blocks' LayerNorms"),
+    KEY_(decoder_layer_norm_eps, TR_KEY_FLOAT, 0, 1, "epsilon of the two-way transformer blocks' LayerNorms"),
     KEY_(qkv_bias, TR_KEY_BOOL, 0, 0, "a bias on the image encoder's qkv projection"),
     KEY_(use_abs_pos, TR_KEY_BOOL, 0, 0, "the absolute position table (pos_embed)"),
     KEY_(use_rel_pos, TR_KEY_BOOL, 0, 0, "decomposed relative positions in every block"),
@@ -57,7 +58,7 @@ static const struct tr_model_key sam_keys[] = {
 
 #define SAM_DECODER .output_channels = 256, .num_pos_feats = 128, .decoder_mlp_dim = 2048, \
     .decoder_num_hidden_layers = 2, .decoder_num_attention_heads = 8, .iou_head_hidden_dim = 256
-#define SAM_COMMON .layer_norm_eps = 1e-6, .qkv_bias = 1, .use_abs_pos = 1, .use_rel_pos = 1, \
+#define SAM_COMMON .layer_norm_eps = 1e-6, .decoder_layer_norm_eps = 1e-6, .qkv_bias = 1, .use_abs_pos = 1, .use_rel_pos = 1, \
     .attention_downsample_rate = 2, .iou_head_depth = 3, .num_multimask_outputs = 3
 static const struct tr_sam_config sam_tiny = {
     SAM_COMMON, .hidden_size = 32, .num_hidden_layers = 4, .num_attention_heads = 2, .mlp_dim = 64, .image_size = 64,
@@ -594,7 +595,7 @@ static int sam_build(const void *config, const struct tr_build_opts *o, struct t
          * 4M parameters at full size against the encoder's 637M, and the IoU head's few
          * outputs lose to bf16 rounding what the masks do not (transformers' own bf16 run
          * is 0.8-1.8% off in them) */
-        struct net d = {g, TR_DTYPE_F32, o->dtype, (float)c->layer_norm_eps};
+        struct net d = {g, TR_DTYPE_F32, o->dtype, (float)c->decoder_layer_norm_eps};
         int pe = param(&d, "shared_image_embedding.positional_embedding", 2, (const int64_t[]){2, c->num_pos_feats},
                        0.0f, 1.0f);
         int ipe = image_pe(&d, pe, G, c->num_pos_feats);
@@ -667,6 +668,7 @@ static const struct tr_model_key decoder_keys[] = {
     DKEY("iou_head_hidden_dim", iou_head_hidden_dim, 1, 65536),
     DKEY("iou_head_depth", iou_head_depth, 2, 64),
     DKEY("num_multimask_outputs", num_multimask_outputs, 1, 64),
+    {"layer_norm_eps", TR_KEY_FLOAT, offsetof(struct tr_sam_config, decoder_layer_norm_eps), 0, 1, NULL},
 };
 static const struct tr_model_key prompt_keys[] = {DKEY("mask_input_channels", mask_input_channels, 4, 65536)};
 
@@ -730,7 +732,9 @@ static int sam_read_hf_config(void *config, const char *path, struct tr_error *e
     if (!rc) rc = expect_same(pr, pp, "patch_size", c->patch_size,
                               "vision_config.patch_size", err);
     if (!rc) rc = tr_hf_json_expect_str(dec, pd, "hidden_act", "relu", err);
-    if (!rc) rc = tr_hf_json_expect_num(dec, pd, "layer_norm_eps", c->layer_norm_eps, err);
+    /* each part's own eps, its SamConfig default (1e-6) when absent: transformers reads
+     * the vision one in the encoder, the decoder one in the two-way blocks */
+    c->decoder_layer_norm_eps = 1e-6;
     if (!rc) rc = tr_hf_json_apply(dec, pd, decoder_keys, (int)(sizeof decoder_keys / sizeof decoder_keys[0]), config,
                                    NULL, err);
     if (!rc) rc = expect_same(dec, pd, "hidden_size", c->output_channels,

@@ -38,7 +38,8 @@ struct tr_sam_config {
     int64_t window_size;          /* 0: every block global */
     int64_t output_channels;      /* the neck's (and the prompt encoder's, mask decoder's) width */
     int64_t num_pos_feats;        /* the random Fourier features: output_channels / 2 */
-    double layer_norm_eps;
+    double layer_norm_eps;        /* the image encoder's blocks (vision_config's) */
+    double decoder_layer_norm_eps; /* the two-way transformer's blocks (mask_decoder_config's) */
     int qkv_bias, use_abs_pos, use_rel_pos;
     char global_attn_indexes[128];
     int64_t decoder_mlp_dim;
