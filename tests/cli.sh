@@ -321,6 +321,7 @@ expect "gemma against transformers, an HF padded batch" 0 'all backends ran and 
 if [ "$(grep -cE '^  (torch|torch:reduce-overhead|tf|jax) +ok +.logits. [0-9.]+e-0[7-9]' "$tmp/out")" = 4 ]; then
   ok "gemma: each backend within 1e-6 of transformers"; else bad "gemma: each backend within 1e-6 of transformers"; fi
 expect "mistral generate against transformers greedy tokens" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_mistral_generate/check.ini
+expect "mistral fit, every weight trained: each step's loss against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_mistral_fit/check.ini
 # A SamModel config.json of transformers' own (no global block: "global_attn_indexes": [];
 # a 48x48 image; the default prompt scaled to it), its batch and outputs in float64
 # (tests/fixtures/make_vision_reference.py --model sam --random 9).
