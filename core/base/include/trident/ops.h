@@ -70,6 +70,7 @@
  *   CROSS_ENTROPY      (logits (N,C), labels (N) i32/i64) -> 0-d f32: mean over the
  *                labels that are not ignored of −log softmax(logits)[label]; ints[1]=1
  *                makes ints[0] the ignore index. A label outside [0,C) is an error.
+ *                Every label ignored: 0, and a zero gradient (PyTorch's mean is NaN).
  *   CROSS_ENTROPY_GRAD (logits, labels, dloss (0-d)) -> dlogits, logits' dtype and shape
  *   MSE          (pred, target) -> 0-d f32 mean of (pred − target)²
  *   ADAMW_STEP   (param, m, v, lr (0-d), step (0-d, t >= 1)) -> param': m and v are the
