@@ -288,6 +288,15 @@ static void note_worst(struct tr_bench_row *row, double rel, const char *name, c
              name, rel, name, where, got, want);
 }
 
+/* The output a reference tensor's name holds row to: "OUTPUT", or "BACKEND/OUTPUT" when
+ * BACKEND is row's label; NULL for another backend's. */
+static const char *row_output(const char *full, const struct tr_bench_row *row) {
+    size_t label_len;
+    const char *name = output_part(full, &label_len);
+    if (label_len && (strlen(row->label) != label_len || strncmp(row->label, full, label_len) != 0)) return NULL;
+    return name;
+}
+
 void tr_bench_reference_compare(const struct tr_bench_reference *r, const struct tr_graph *g, int n_out,
                                 const struct tr_tensor *out, const double *losses, int64_t n_losses,
                                 double tolerance, struct tr_bench_row *row) {
@@ -299,9 +308,8 @@ void tr_bench_reference_compare(const struct tr_bench_reference *r, const struct
         const char *full = tr_safetensors_name(r->st, k);
         struct tr_tensor ref;
         if (tr_safetensors_get(r->st, full, &ref, NULL) != TR_OK) continue; /* checked when opened */
-        size_t label_len; /* "BACKEND/OUTPUT" holds that backend alone to it */
-        const char *name = output_part(full, &label_len);
-        if (label_len && (strlen(row->label) != label_len || strncmp(row->label, full, label_len) != 0)) continue;
+        const char *name = row_output(full, row);
+        if (!name) continue;
         if (strcmp(name, "loss") == 0 && losses) { /* fit: every step's loss, not the last one alone */
             const int64_t n = tr_tensor_numel(&ref) < n_losses ? tr_tensor_numel(&ref) : n_losses;
             for (int64_t s = 0; s < n; s++) {
@@ -341,10 +349,8 @@ void tr_bench_reference_compare_extra(const struct tr_bench_reference *r, const 
     if (!r->st || !r->extra_name) return;
     for (int k = 0; k < tr_safetensors_count(r->st); k++) {
         const char *full = tr_safetensors_name(r->st, k);
-        size_t label_len;
-        const char *name = output_part(full, &label_len);
-        if (strcmp(name, r->extra_name) != 0) continue;
-        if (label_len && (strlen(row->label) != label_len || strncmp(row->label, full, label_len) != 0)) continue;
+        const char *name = row_output(full, row);
+        if (!name || strcmp(name, r->extra_name) != 0) continue;
         struct tr_tensor ref;
         if (tr_safetensors_get(r->st, full, &ref, NULL) != TR_OK) continue; /* checked when opened */
         const int64_t n = tr_tensor_numel(&ref);

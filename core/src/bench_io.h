@@ -2,9 +2,10 @@
  * libtrident; bench.h says what the user sees).
  *
  *   [run] inputs = F     the graph's inputs by name from a safetensors file, checked for
- *                        names, shapes and dtypes (i64 ids -> i32 and f32 -> bf16/f16 are
- *                        converted, as PyTorch writes them; a value that does not fit is
- *                        refused); a tensor the graph has no input for is refused.
+ *                        names, shapes and dtypes (i64 ids -> i32, f32 -> bf16/f16 and ints
+ *                        -> a float input are converted, as PyTorch writes them; a value
+ *                        that does not fit or is not exact is refused); a tensor the graph
+ *                        has no input for is refused.
  *   --outputs F          every backend's outputs, "BACKEND/OUTPUT".
  *   [run] reference = F  every backend against the file's tensors of the same names; a name
  *                        "BACKEND/OUTPUT" (a file of --outputs) holds that backend alone. */
