@@ -45,12 +45,12 @@ static void test_scheduler_matches_diffusers(void **state) {
     double worst = 0;
     for (int64_t i = 0; i < 50; i++) {
         int64_t t;
-        double cx, ce;
-        tr_ddim_step(&s, i, &t, &cx, &ce);
+        struct tr_ddim_coeffs c;
+        tr_ddim_step(&s, i, &t, &c);
         assert_int_equal(t, ((const int64_t *)ts.data)[i]);
         double num = 0, den = 0;
         for (int64_t k = 0; k < K; k++) {
-            double d = cx * x[k] + ce * eps[k] - prev[i * K + k];
+            double d = c.c_x * x[k] + c.c_o * eps[k] - prev[i * K + k];
             num += d * d, den += prev[i * K + k] * prev[i * K + k];
         }
         worst = fmax(worst, sqrt(num / den));
@@ -66,8 +66,10 @@ static void test_scheduler_matches_diffusers(void **state) {
 static void test_scheduler_errors(void **state) {
     struct tr_ddim s;
     struct tr_error e = {0};
-    const struct tr_ddim_config ok = {1000, 0.00085, 0.012, 1, 0};
-    const struct tr_ddim_config bad_beta = {1000, 0.02, 0.012, 1, 0}, bad_offset = {1000, 0.00085, 0.012, 20, 0};
+    const struct tr_ddim_config ok = {.num_train_timesteps = 1000, .beta_start = 0.00085, .beta_end = 0.012,
+                                      .steps_offset = 1};
+    struct tr_ddim_config bad_beta = ok, bad_offset = ok;
+    bad_beta.beta_start = 0.02, bad_offset.steps_offset = 20;
     const char *want[] = {"0 inference steps", "1001 inference steps", "beta_start = 0.02", "steps_offset = 20"};
     int rc[4] = {tr_ddim_init(&s, &ok, 0, &e)};
     tr_assert_msg_has(&e, want[0]);
@@ -79,14 +81,203 @@ static void test_scheduler_errors(void **state) {
     tr_assert_msg_has(&e, want[3]);
     for (int i = 0; i < 4; i++) assert_int_equal(rc[i], TR_ERR_INVALID);
     /* one step: t = steps_offset, alpha_prev = alpha_cumprod[0] (set_alpha_to_one off) or 1 */
-    const struct tr_ddim_config one = {1000, 0.00085, 0.012, 1, 1};
+    struct tr_ddim_config one = ok;
+    one.set_alpha_to_one = 1;
     assert_int_equal(tr_ddim_init(&s, &one, 1, &e), TR_OK);
     int64_t t;
-    double cx, ce;
-    tr_ddim_step(&s, 0, &t, &cx, &ce);
+    struct tr_ddim_coeffs c;
+    tr_ddim_step(&s, 0, &t, &c);
     assert_int_equal(t, 1);
-    assert_true(fabs(cx * sqrt(s.alphas_cumprod[1]) - 1.0) < 1e-15); /* x_prev = x0 */
+    assert_true(fabs(c.c_x * sqrt(s.alphas_cumprod[1]) - 1.0) < 1e-15); /* x_prev = x0 */
     tr_ddim_free(&s);
+}
+
+/* Scheduler configs unlike SD v1's (linear, cosine and zero-SNR betas; trailing and
+ * linspace spacing; v and sample prediction; the clamp; a PNDM file), each read from its
+ * scheduler_config.json by hf_config: the timesteps and every step's update against
+ * DDIMScheduler.from_config on the same file (its schedule in float32, so 1e-5). */
+#define DDIM_IO TR_SOURCE_DIR "/tests/fixtures/ddim_io.safetensors"
+#define DDIM_HINT " (regenerate with: cd tests/fixtures && python3 make_ddim_fixture.py)"
+static void test_scheduler_configs(void **state) {
+    struct tr_safetensors *io = tr_test_open(DDIM_IO, DDIM_HINT);
+    struct tr_tensor xs, os, ns, ts, as, ps;
+    struct tr_error e = {0};
+    if (tr_safetensors_get(io, "x", &xs, &e) || tr_safetensors_get(io, "o", &os, &e)) fail_msg("%s" DDIM_HINT, e.msg);
+    const int64_t K = tr_tensor_numel(&xs);
+    const double *x = xs.data, *o = os.data;
+    int n = 0;
+    for (char name[64]; snprintf(name, sizeof name, "%d.steps", n), tr_safetensors_get(io, name, &ns, &e) == TR_OK; n++) {
+        const int64_t steps = *(const int64_t *)ns.data;
+        char key[64], ini[256];
+        snprintf(ini, sizeof ini, "[model]\nhf_config = tests/fixtures/ddim/%d/scheduler_config.json\n"
+                 "num_inference_steps = %lld\n", n, (long long)steps);
+        struct tr_config cfg;
+        struct tr_sd_config c;
+        assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+        if (tr_model_resolve(M, "tiny", &cfg, &c, &e)) fail_msg("case %d: %s", n, e.msg);
+        const struct tr_unet_config *u;
+        struct tr_ddim s;
+        if (tr_sd_resolve(&c, &u, &s, &e)) fail_msg("case %d: %s", n, e.msg);
+        snprintf(key, sizeof key, "%d.timesteps", n);
+        assert_int_equal(tr_safetensors_get(io, key, &ts, &e), TR_OK);
+        snprintf(key, sizeof key, "%d.alphas_cumprod", n);
+        assert_int_equal(tr_safetensors_get(io, key, &as, &e), TR_OK);
+        snprintf(key, sizeof key, "%d.prev", n);
+        assert_int_equal(tr_safetensors_get(io, key, &ps, &e), TR_OK);
+        assert_int_equal(tr_tensor_numel(&as), s.c.num_train_timesteps);
+        double worst_a = 0, worst = 0;
+        for (int64_t t = 0; t < s.c.num_train_timesteps; t++)
+            worst_a = fmax(worst_a, fabs(s.alphas_cumprod[t] - ((const double *)as.data)[t]));
+        for (int64_t i = 0; i < steps; i++) {
+            int64_t t;
+            struct tr_ddim_coeffs k;
+            tr_ddim_step(&s, i, &t, &k);
+            if (t != ((const int64_t *)ts.data)[i])
+                fail_msg("case %d step %lld: timestep %lld, diffusers %lld", n, (long long)i, (long long)t,
+                         (long long)((const int64_t *)ts.data)[i]);
+            const double *want = (const double *)ps.data + i * K;
+            double num = 0, den = 0;
+            for (int64_t j = 0; j < K; j++) {
+                double x0 = k.x0_x * x[j] + k.x0_o * o[j];
+                if (s.c.clip > 0) x0 = fmin(fmax(x0, -s.c.clip), s.c.clip);
+                const double d = k.p_x0 * x0 + k.p_e * (k.e_x * x[j] + k.e_o * o[j]) - want[j];
+                num += d * d, den += want[j] * want[j];
+            }
+            worst = fmax(worst, sqrt(num / den));
+        }
+        print_message("ddim case %d: %s, %s, %s%s%s, %lld steps (t %lld .. %lld): alphas_cumprod within %.1e, "
+                      "updates within %.1e\n", n, c.beta_schedule, c.timestep_spacing, c.prediction_type,
+                      c.rescale_betas_zero_snr ? ", zero SNR" : "", c.clip_sample ? ", clamped" : "", (long long)steps,
+                      (long long)s.timesteps[0], (long long)s.timesteps[steps - 1], worst_a, worst);
+        assert_true(worst_a < 1e-6 && worst < 1e-5);
+        tr_ddim_free(&s);
+    }
+    assert_int_equal(n, 6);
+    tr_safetensors_close(io);
+}
+
+/* predict's step with the clamp (ddim_coeffs [6]) and v prediction, on every backend:
+ * prev_sample against ddim.h's three lines in double on the step's own guided output. */
+static void test_predict_clamped(void **state) {
+    struct tr_sd_config c = *preset("tiny");
+    c.step = 1, c.clip_sample = 1, c.clip_sample_range = 0.5;
+    snprintf(c.prediction_type, sizeof c.prediction_type, "v_prediction");
+    const int64_t B = 2, T = 5;
+    struct tr_graph *g = tr_test_model_build(M, &c, TR_TASK_PREDICT, TR_DTYPE_F32, B, T);
+    assert_int_equal(tr_graph_set_output(g, tr_graph_find(g, "guidance"), "guided"), TR_OK);
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = B, .seq_len = T};
+    struct tr_tensor in[4], out[2];
+    tr_test_input_tensors(g, 4, in);
+    struct tr_error e = {0};
+    assert_int_equal(M->make_inputs(&c, &o, 3, 4, in, &e), TR_OK);
+    assert_int_equal(tr_tensor_numel(&in[3]), 6);
+    const struct tr_unet_config *u;
+    struct tr_ddim s;
+    assert_int_equal(tr_sd_resolve(&c, &u, &s, &e), TR_OK);
+    int64_t t;
+    struct tr_ddim_coeffs k;
+    tr_ddim_step(&s, 1, &t, &k);
+    tr_ddim_free(&s);
+    const float *kf = in[3].data;
+    assert_true(kf[0] == (float)k.x0_x && kf[1] == (float)k.x0_o && kf[2] == (float)k.e_x && kf[3] == (float)k.e_o &&
+                kf[4] == (float)k.p_x0 && kf[5] == (float)k.p_e);
+    struct tr_weights *w = NULL;
+    if (tr_weights_load(g, UNET_WEIGHTS, &w, &e)) fail_msg("%s" HINT, e.msg);
+    const int64_t n = tr_tensor_numel(&in[0]);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    assert_non_null(ref);
+    for (int b = 0; b < TR_TEST_N_BACKENDS; b++) {
+        tr_test_run_backend(&tr_test_backends[b], tr_test_dir, g, in, 1, out, NULL);
+        const float *x = in[0].data, *v = out[1].data;
+        int64_t clamped = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double x0 = kf[0] * (double)x[i] + kf[1] * (double)v[i];
+            clamped += fabs(x0) > c.clip_sample_range;
+            x0 = fmin(fmax(x0, -c.clip_sample_range), c.clip_sample_range);
+            ref[i] = kf[4] * x0 + kf[5] * (kf[2] * (double)x[i] + kf[3] * (double)v[i]);
+        }
+        const double err = tr_test_rel_err(&out[0], ref);
+        print_message("%-22s predict, v prediction clamped to 0.5 (%lld of %lld x0 clamped): prev_sample within %.1e\n",
+                      tr_test_backends[b].label, (long long)clamped, (long long)n, err);
+        assert_true(clamped > 0 && clamped < n && err < 1e-5);
+        tr_test_tensors_free(2, out);
+    }
+    free(ref);
+    tr_test_tensors_free(4, in);
+    tr_weights_free(w);
+    tr_graph_free(g);
+}
+
+/* hf_config = a diffusers pipeline's directory (or its model_index.json): every part from
+ * its config.json, the scheduler's file with StableDiffusionPipeline's two rewrites; a
+ * scheduler_config.json alone, as it says; what is not a pipeline, refused by name. */
+#define PIPE_DIR "tests/fixtures/reference_sd/pipeline"
+static void test_pipeline_config(void **state) {
+    static const char *const paths[] = {PIPE_DIR, PIPE_DIR "/model_index.json", PIPE_DIR "/"};
+    struct tr_error e = {0};
+    struct tr_config cfg;
+    struct tr_sd_config c;
+    char ini[256];
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n", paths[i]);
+        assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+        if (tr_model_resolve(M, "sd-v1-4", &cfg, &c, &e)) fail_msg("%s: %s", paths[i], e.msg);
+        assert_string_equal(c.unet, "unet/config.json");
+        assert_string_equal(c.text_encoder, "text_encoder/config.json");
+        assert_string_equal(c.vae, "vae/config.json");
+        assert_string_equal(c.hf_unet.block_out_channels, "2,2,4"); /* the file's, not sd-v1-4's */
+        assert_true(c.hf_unet.cross_attention_dim == c.hf_text_encoder.hidden_size && c.hf_text_encoder.hidden_size == 8);
+        assert_string_equal(c.hf_vae.block_out_channels, "8,8");
+        assert_string_equal(c.beta_schedule, "scaled_linear");
+        assert_string_equal(c.timestep_spacing, "linspace");
+        assert_string_equal(c.prediction_type, "sample");
+        assert_true(c.steps_offset == 1 && !c.clip_sample && c.set_alpha_to_one); /* the file: 0, true, true */
+    }
+    print_message("%s: unet %s, text_encoder %s, vae %s; scheduler %s %s %s\n", PIPE_DIR, c.unet, c.text_encoder,
+                  c.vae, c.beta_schedule, c.timestep_spacing, c.prediction_type);
+    /* CompVis/stable-diffusion-v1-4's published files (a PNDMScheduler's config) over the tiny
+     * preset: every scheduler key as the sd-v1-4 preset has it, and its UNet's size */
+    assert_int_equal(tr_config_load_string("[model]\nhf_config = tests/fixtures/hf/sd-v1-4-pipeline\n", "t.ini", &cfg,
+                                           &e), TR_OK);
+    struct tr_sd_config v14;
+    if (tr_model_resolve(M, "tiny", &cfg, &v14, &e)) fail_msg("%s", e.msg);
+    for (int k = 0; k < M->n_keys; k++) {
+        char a[64], b[64];
+        const char *name = M->keys[k].name;
+        if (!strcmp(name, "unet") || !strcmp(name, "text_encoder") || !strcmp(name, "vae")) continue;
+        assert_int_equal(tr_model_key_str(M, &v14, &M->keys[k], a, sizeof a), TR_OK);
+        assert_int_equal(tr_model_key_str(M, preset("sd-v1-4"), &M->keys[k], b, sizeof b), TR_OK);
+        if (strcmp(a, b) != 0) fail_msg("%s: %s from the files, %s in the preset", name, a, b);
+    }
+    struct tr_graph *g = tr_test_model_build(M, &v14, TR_TASK_PREDICT, TR_DTYPE_F32, 13, 77);
+    assert_int_equal(tr_test_param_count(g), 859520964);
+    tr_graph_free(g);
+    /* the default prompt length follows the text encoder read */
+    assert_int_equal(M->default_seq_len(&c), c.hf_text_encoder.max_position_embeddings);
+    assert_int_equal(tr_config_load_string("[model]\nhf_config = " PIPE_DIR "/scheduler/scheduler_config.json\n", "t.ini",
+                                           &cfg, &e), TR_OK);
+    assert_int_equal(tr_model_resolve(M, "tiny", &cfg, &c, &e), TR_OK);
+    assert_true(c.steps_offset == 0 && c.clip_sample && strcmp(c.unet, "tiny") == 0);
+    static const struct {
+        const char *lines, *want;
+    } bad[] = {{"hf_config = tests/fixtures/ddim", "'tests/fixtures/ddim': no unet/config.json: expected a diffusers"},
+               {"hf_config = tests/fixtures/hf/sd-v1-4-unet.json", "expected a diffusers pipeline's directory, its "
+                                                                   "model_index.json, or a scheduler_config.json"},
+               {"hf_config = tests/fixtures/none", "cannot open 'tests/fixtures/none'"},
+               {"beta_schedule = cosine", "beta_schedule = 'cosine': expected scaled_linear, linear or squaredcos_cap_v2"},
+               {"timestep_spacing = even", "timestep_spacing = 'even': expected leading, trailing or linspace"},
+               {"prediction_type = noise", "prediction_type = 'noise': expected epsilon, v_prediction or sample"},
+               {"rescale_betas_zero_snr = true\ntimestep_spacing = trailing", "timestep 999 has alpha_cumprod 0"},
+               {"unet = unet/config.json", "unet = 'unet/config.json': not a preset of unet_2d_condition (tiny, small, "
+                                           "sd-v1-4), nor a part [model] hf_config read"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(ini, sizeof ini, "[run]\nmodel = stable_diffusion\npreset = tiny\n[model]\n%s\n", bad[i].lines);
+        assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+        struct tr_task_graph tg;
+        assert_int_not_equal(tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e), TR_OK);
+        tr_assert_msg_has(&e, bad[i].want);
+        print_message("refused: %s\n", e.msg);
+    }
 }
 
 static void test_config_errors(void **state) {
@@ -119,11 +310,11 @@ static void test_make_inputs(void **state) {
     struct tr_ddim s;
     assert_int_equal(tr_sd_resolve(&c, &u, &s, &e), TR_OK);
     int64_t t;
-    double cx, ce;
-    tr_ddim_step(&s, 7, &t, &cx, &ce);
+    struct tr_ddim_coeffs k;
+    tr_ddim_step(&s, 7, &t, &k);
     tr_ddim_free(&s);
     assert_true(*(const float *)in[1].data == (float)t && t == 841);
-    assert_true(((const float *)in[3].data)[0] == (float)cx && ((const float *)in[3].data)[1] == (float)ce);
+    assert_true(((const float *)in[3].data)[0] == (float)k.c_x && ((const float *)in[3].data)[1] == (float)k.c_o);
     double mean, sd, lo, hi;
     tr_test_moments(&in[0], &mean, &sd, &lo, &hi);
     assert_true(fabs(mean) < 0.2 && fabs(sd - 1.0) < 0.2);
@@ -148,12 +339,12 @@ static void step_matches_diffusers(enum tr_dtype dt) {
     struct tr_error e = {0};
     assert_int_equal(tr_sd_resolve(&c, &u, &s, &e), TR_OK);
     int64_t t;
-    double cx, ce;
-    tr_ddim_step(&s, 1, &t, &cx, &ce);
+    struct tr_ddim_coeffs k;
+    tr_ddim_step(&s, 1, &t, &k);
     tr_ddim_free(&s);
     assert_true((float)t == *(const float *)in[1].data);
-    tr_tensor_set_f64(&in[3], 0, cx);
-    tr_tensor_set_f64(&in[3], 1, ce);
+    tr_tensor_set_f64(&in[3], 0, k.c_x);
+    tr_tensor_set_f64(&in[3], 1, k.c_o);
     struct tr_weights *w = NULL;
     if (tr_weights_load(g, UNET_WEIGHTS, &w, &e)) fail_msg("%s" HINT, e.msg);
     tr_test_expect_fixture_outputs(g, in, io, dt, 2, "diffusers", HINT);
@@ -335,6 +526,7 @@ static void test_hf_configs(void **state) {
 }
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_scheduler_matches_diffusers, test_scheduler_errors,
+             test_scheduler_configs, test_predict_clamped, test_pipeline_config,
              test_config_errors, test_make_inputs, test_hf_configs, test_generate_matches_pipeline,
              test_generate_writes_png, test_generate_prompt, test_step_matches_diffusers_f32, test_step_matches_diffusers_bf16,
              test_step_matches_diffusers_f16)

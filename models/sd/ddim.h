@@ -1,26 +1,43 @@
 /* The DDIM scheduler (diffusers' DDIMScheduler, eta 0: the deterministic update keras-cv's
- * StableDiffusion also runs), on Stable Diffusion's noise schedule.
+ * StableDiffusion also runs), on a diffusion model's noise schedule.
  *
- * betas = linspace(√beta_start, √beta_end, num_train_timesteps)² ("scaled_linear"),
- * ᾱ_t = Π_{s<=t} (1 − β_s). With r = num_train_timesteps / steps (integer division), the
- * timesteps are i·r + steps_offset for i = steps−1 … 0 (diffusers' "leading" spacing);
- * the update at timestep t, from the noise prediction ε and with ᾱ_prev = ᾱ_{t−r} (or,
- * below 0, ᾱ_0 or 1 as set_alpha_to_one says):
- *   x0 = (x − √(1−ᾱ_t)·ε) / √ᾱ_t,   x_prev = √ᾱ_prev·x0 + √(1−ᾱ_prev)·ε
- *      = c_x·x + c_eps·ε,  c_x = √(ᾱ_prev/ᾱ_t),  c_eps = √(1−ᾱ_prev) − √(ᾱ_prev(1−ᾱ_t)/ᾱ_t).
- * Everything in double. */
+ * betas: "scaled_linear" linspace(√beta_start, √beta_end, N)² (Stable Diffusion's),
+ * "linear" linspace(beta_start, beta_end, N), or "squaredcos_cap_v2" (the cosine
+ * schedule, each beta at most 0.999); rescale_zero_snr shifts and scales √ᾱ so the last
+ * one is 0 (diffusers' rescale_betas_zero_snr). ᾱ_t = Π_{s<=t} (1 − β_s).
+ * Timesteps (spacing, as diffusers' timestep_spacing): "leading" i·(N/steps) +
+ * steps_offset (integer division), "trailing" round(N − i·N/steps) − 1, "linspace"
+ * round(i·(N−1)/(steps−1)), for i = steps−1 … 0 (leading, linspace) or 0 … steps−1
+ * (trailing), the largest first.
+ * The update at timestep t, from the model's output o, with ᾱ_prev = ᾱ_{t − N/steps} (or,
+ * below 0, 1 or ᾱ_0 as set_alpha_to_one says):
+ *   x0  = x0_x·x + x0_o·o    (epsilon: (x − √(1−ᾱ_t)·o)/√ᾱ_t; v_prediction: √ᾱ_t·x −
+ *                             √(1−ᾱ_t)·o; sample: o), clamped to [−clip, clip] if clip > 0
+ *   ε   = e_x·x + e_o·o
+ *   x_prev = √ᾱ_prev·x0 + √(1−ᾱ_prev)·ε
+ * which without the clamp is c_x·x + c_o·o (tr_ddim_step). Everything in double. */
 #ifndef TRIDENT_MODELS_DDIM_H
 #define TRIDENT_MODELS_DDIM_H
 
 #include <stdint.h>
 #include "trident/status.h"
 
-/* Stable Diffusion v1's scheduler_config.json values. */
+enum tr_ddim_betas { TR_DDIM_SCALED_LINEAR, TR_DDIM_LINEAR, TR_DDIM_COSINE };
+enum tr_ddim_spacing { TR_DDIM_LEADING, TR_DDIM_TRAILING, TR_DDIM_LINSPACE };
+enum tr_ddim_prediction { TR_DDIM_EPSILON, TR_DDIM_V, TR_DDIM_SAMPLE };
+
+/* A scheduler_config.json's values (Stable Diffusion v1's: 1000, 0.00085, 0.012, 1, 0,
+ * scaled_linear, leading, epsilon, no rescale, no clip). */
 struct tr_ddim_config {
-    int64_t num_train_timesteps;   /* 1000 */
-    double beta_start, beta_end;   /* 0.00085, 0.012 */
-    int64_t steps_offset;          /* 1 */
-    int set_alpha_to_one;          /* 0 */
+    int64_t num_train_timesteps;
+    double beta_start, beta_end;
+    int64_t steps_offset;
+    int set_alpha_to_one;
+    enum tr_ddim_betas betas;
+    enum tr_ddim_spacing spacing;
+    enum tr_ddim_prediction prediction;
+    int rescale_zero_snr;
+    double clip;                   /* clip_sample_range where clip_sample is set, else 0 */
 };
 
 struct tr_ddim {
@@ -30,10 +47,17 @@ struct tr_ddim {
     int64_t *timesteps;            /* steps, the first one run first (largest) */
 };
 
+/* One step's coefficients (above). */
+struct tr_ddim_coeffs {
+    double x0_x, x0_o, e_x, e_o;   /* the predicted x0 and ε from x and the model's output */
+    double p_x0, p_e;              /* x_prev from x0 and ε: √ᾱ_prev, √(1−ᾱ_prev) */
+    double c_x, c_o;               /* x_prev from x and o where nothing is clamped */
+};
+
 /* The schedule for `steps` denoising steps; an error names the value that cannot be. */
 int tr_ddim_init(struct tr_ddim *s, const struct tr_ddim_config *c, int64_t steps, struct tr_error *err);
 void tr_ddim_free(struct tr_ddim *s);
 /* Step i's (0 .. steps−1) timestep and update coefficients. */
-void tr_ddim_step(const struct tr_ddim *s, int64_t i, int64_t *t, double *c_x, double *c_eps);
+void tr_ddim_step(const struct tr_ddim *s, int64_t i, int64_t *t, struct tr_ddim_coeffs *k);
 
 #endif

@@ -1,6 +1,10 @@
 /* The Stable Diffusion denoising step (sd.h). */
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <cjson/cJSON.h>
+#include "hf_json.h"
 #include "layers.h"
 #include "models.h"
 #include "sd.h"
@@ -18,17 +22,25 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(vae, TR_KEY_STRING, 0, 0, "generate's image decoder: a preset of autoencoder_kl"),
     KEY_(num_inference_steps, TR_KEY_INT, 1, 100000, "denoising steps of the schedule"),
     KEY_(step, TR_KEY_INT, 0, 100000, "the step predict runs, 0 (the first, noisiest) to num_inference_steps - 1"),
-    KEY_(guidance_scale, TR_KEY_FLOAT, 0, 1e6, "classifier-free guidance: eps_u + scale * (eps_c - eps_u)"),
+    KEY_(guidance_scale, TR_KEY_FLOAT, 0, 1e6, "classifier-free guidance: eps_u + scale * (eps_c - eps_u); at or "
+         "below 1 none, the UNet on the conditional half alone (as diffusers)"),
     KEY_(num_train_timesteps, TR_KEY_INT, 2, 1e7, "the scheduler's training timesteps"),
     KEY_(beta_start, TR_KEY_FLOAT, 0, 1, "the noise schedule's first beta (scaled_linear)"),
     KEY_(beta_end, TR_KEY_FLOAT, 0, 1, "the noise schedule's last beta"),
     KEY_(steps_offset, TR_KEY_INT, 0, 1e6, "added to every timestep (1 in SD)"),
     KEY_(set_alpha_to_one, TR_KEY_BOOL, 0, 0, "the last step's alpha_prev is 1 rather than alpha_cumprod[0]"),
+    KEY_(beta_schedule, TR_KEY_STRING, 0, 0, "the betas: scaled_linear (SD's), linear or squaredcos_cap_v2"),
+    KEY_(timestep_spacing, TR_KEY_STRING, 0, 0, "which timesteps the steps visit: leading (SD's), trailing or linspace"),
+    KEY_(prediction_type, TR_KEY_STRING, 0, 0, "what the UNet predicts: epsilon (SD 1's), v_prediction or sample"),
+    KEY_(rescale_betas_zero_snr, TR_KEY_BOOL, 0, 0, "rescale the schedule to zero terminal SNR"),
+    KEY_(clip_sample, TR_KEY_BOOL, 0, 0, "clamp the predicted x0 to [-clip_sample_range, clip_sample_range]"),
+    KEY_(clip_sample_range, TR_KEY_FLOAT, 0, 1e30, "the clamp's bound"),
 };
 
 /* CompVis/stable-diffusion-v1-4's scheduler_config.json, keras-cv's guidance and steps. */
 #define SD_COMMON .num_inference_steps = 50, .guidance_scale = 7.5, .num_train_timesteps = 1000, \
-                  .beta_start = 0.00085, .beta_end = 0.012, .steps_offset = 1
+                  .beta_start = 0.00085, .beta_end = 0.012, .steps_offset = 1, .beta_schedule = "scaled_linear", \
+                  .timestep_spacing = "leading", .prediction_type = "epsilon", .clip_sample_range = 1.0
 static const struct tr_sd_config sd_tiny = {SD_COMMON, .unet = "tiny", .text_encoder = "tiny", .vae = "tiny"};
 static const struct tr_sd_config sd_small = {SD_COMMON, .unet = "small", .text_encoder = "small", .vae = "small"};
 static const struct tr_sd_config sd_v14 = {SD_COMMON, .unet = "sd-v1-4", .text_encoder = "sd-v1-4", .vae = "sd-v1-4"};
@@ -46,22 +58,64 @@ static const void *find_preset(const struct tr_model_desc *m, const char *name, 
     return NULL;
 }
 
+/* The parts hf_config reads, the bit of hf_parts each sets and the name it leaves in the key. */
+enum { PART_UNET = 1, PART_TEXT = 2, PART_VAE = 4 };
+static const char *const unet_file = "unet/config.json", *const text_file = "text_encoder/config.json",
+                  *const vae_file = "vae/config.json";
+
+/* A part: the preset the key names, or the config hf_config read into `hf`. */
+static const void *find_part(const struct tr_sd_config *c, const struct tr_model_desc *m, const char *name,
+                             size_t cap, unsigned bit, const char *file, const void *hf) {
+    if ((c->hf_parts & bit) && strncmp(name, file, cap) == 0) return hf;
+    return find_preset(m, name, cap);
+}
+
 static int no_preset(const struct tr_model_desc *m, const char *key, const char *value, size_t cap,
                      struct tr_error *err) {
     return tr_error_set(err, TR_ERR_NOT_FOUND, "stable_diffusion: %s = '%.*s': not a preset of %s (tiny, small, "
-                        "sd-v1-4)", key, (int)cap - 1, value, m->name);
+                        "sd-v1-4), nor a part [model] hf_config read", key, (int)cap - 1, value, m->name);
+}
+
+/* value's index in names (n of them), or an error naming the key and what it can be. */
+static int pick(const char *key, const char *value, const char *const *names, int n, int *out, struct tr_error *err) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(value, names[i]) == 0) return *out = i, TR_OK;
+    char list[128] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? (i == n - 1 ? " or " : ", ") : "", names[i]);
+    return tr_error_set(err, TR_ERR_INVALID, "%s = '%s': expected %s", key, value, list);
+}
+
+/* The scheduler keys as ddim.h takes them. */
+static int ddim_config(const struct tr_sd_config *c, struct tr_ddim_config *d, struct tr_error *err) {
+    static const char *const betas[] = {"scaled_linear", "linear", "squaredcos_cap_v2"},
+                      *const spacing[] = {"leading", "trailing", "linspace"},
+                      *const prediction[] = {"epsilon", "v_prediction", "sample"};
+    int b, sp, p;
+    int rc = pick("beta_schedule", c->beta_schedule, betas, 3, &b, err);
+    if (!rc) rc = pick("timestep_spacing", c->timestep_spacing, spacing, 3, &sp, err);
+    if (!rc) rc = pick("prediction_type", c->prediction_type, prediction, 3, &p, err);
+    if (!rc && c->clip_sample && !(c->clip_sample_range > 0))
+        rc = tr_error_set(err, TR_ERR_INVALID, "clip_sample_range = %g, expected more than 0",
+                          c->clip_sample_range);
+    if (rc) return rc;
+    *d = (struct tr_ddim_config){c->num_train_timesteps, c->beta_start, c->beta_end, c->steps_offset,
+                                 c->set_alpha_to_one, (enum tr_ddim_betas)b, (enum tr_ddim_spacing)sp,
+                                 (enum tr_ddim_prediction)p, c->rescale_betas_zero_snr,
+                                 c->clip_sample ? c->clip_sample_range : 0.0};
+    return TR_OK;
 }
 
 int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **unet, struct tr_ddim *sched,
                   struct tr_error *err) {
-    *unet = find_preset(&tr_model_unet_2d_condition, c->unet, sizeof c->unet);
+    *unet = find_part(c, &tr_model_unet_2d_condition, c->unet, sizeof c->unet, PART_UNET, unet_file, &c->hf_unet);
     if (!*unet) return no_preset(&tr_model_unet_2d_condition, "unet", c->unet, sizeof c->unet, err);
     if (c->step >= c->num_inference_steps)
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: step = %lld, expected 0 to num_inference_steps - 1 "
                             "= %lld", (long long)c->step, (long long)(c->num_inference_steps - 1));
-    const struct tr_ddim_config dc = {c->num_train_timesteps, c->beta_start, c->beta_end, c->steps_offset,
-                                      c->set_alpha_to_one};
-    int rc = tr_ddim_init(sched, &dc, c->num_inference_steps, err);
+    struct tr_ddim_config dc;
+    int rc = ddim_config(c, &dc, err);
+    if (!rc) rc = tr_ddim_init(sched, &dc, c->num_inference_steps, err);
     if (rc) return tr_error_prefix(err, "stable_diffusion");
     return TR_OK;
 }
@@ -69,9 +123,10 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
 /* generate's text encoder and decoder, and that they fit the UNet. */
 static int sd_parts(const struct tr_sd_config *c, const struct tr_unet_config *u,
                     const struct tr_clip_text_config **clip, const struct tr_vae_config **vae, struct tr_error *err) {
-    *clip = find_preset(&tr_model_clip_text, c->text_encoder, sizeof c->text_encoder);
+    *clip = find_part(c, &tr_model_clip_text, c->text_encoder, sizeof c->text_encoder, PART_TEXT, text_file,
+                      &c->hf_text_encoder);
     if (!*clip) return no_preset(&tr_model_clip_text, "text_encoder", c->text_encoder, sizeof c->text_encoder, err);
-    *vae = find_preset(&tr_model_autoencoder_kl, c->vae, sizeof c->vae);
+    *vae = find_part(c, &tr_model_autoencoder_kl, c->vae, sizeof c->vae, PART_VAE, vae_file, &c->hf_vae);
     if (!*vae) return no_preset(&tr_model_autoencoder_kl, "vae", c->vae, sizeof c->vae, err);
     if ((*clip)->hidden_size != u->cross_attention_dim)
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: text_encoder %s is %lld wide, unet %s attends to "
@@ -97,44 +152,69 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
     return TR_OK;
 }
 
+/* a·x, with a either coeffs[i] (an f32 [n] node) or, where coeffs < 0, the constant v. */
+static int term(struct tr_graph *g, int x, int coeffs, int i, double v) {
+    return coeffs >= 0 ? tr_mul(g, x, tr_slice(g, coeffs, 0, i, i + 1, 1)) : tr_scale(g, x, (float)v, 0.0f);
+}
+
+/* The DDIM update (ddim.h) of x by the model's output o, both f32: c_x·x + c_o·o, or with a
+ * clamp on the predicted x0 (clip > 0) the three lines of ddim.h. The coefficients are the
+ * node coeffs (f32 [2]: c_x, c_o; [6] with the clamp: x0_x, x0_o, e_x, e_o, p_x0, p_e) or,
+ * where coeffs < 0, the constants k. */
+static int ddim_update(struct tr_graph *g, int x, int o, int coeffs, const struct tr_ddim_coeffs *k, double clip) {
+    if (!(clip > 0)) return tr_add(g, term(g, x, coeffs, 0, k->c_x), term(g, o, coeffs, 1, k->c_o));
+    int x0 = tr_add(g, term(g, x, coeffs, 0, k->x0_x), term(g, o, coeffs, 1, k->x0_o));
+    /* clamp(x0, -r, r) = x0 - relu(x0 - r) + relu(-x0 - r) */
+    x0 = tr_add(g, tr_sub(g, x0, tr_unary(g, TR_OP_RELU, tr_scale(g, x0, 1.0f, (float)-clip))),
+                tr_unary(g, TR_OP_RELU, tr_scale(g, x0, -1.0f, (float)-clip)));
+    const int eps = tr_add(g, term(g, x, coeffs, 2, k->e_x), term(g, o, coeffs, 3, k->e_o));
+    return tr_add(g, term(g, x0, coeffs, 4, k->p_x0), term(g, eps, coeffs, 5, k->p_e));
+}
+
 /* One denoising step on the latents xf, f32 [B,S,S,C], with the text [2B,T,D]: the UNet on
  * the doubled batch (in the graph's dtype), guidance, the DDIM update in f32 (c_x is
  * within 1e-3 of 1 late in the schedule, which bf16 cannot hold; and a run of steps keeps
- * its latents in f32, so bf16 rounds only what the UNet sees). The coefficients are the
- * [1] f32 nodes cx, ce, or, where cx < 0, the constants kx, ke. Returns x_{t-1} in f32;
- * *guided gets the guided noise (the graph's dtype). */
+ * its latents in f32, so bf16 rounds only what the UNet sees), by the node coeffs or the
+ * constants k (ddim_update). Returns x_{t-1} in f32; *guided gets the guided output (the
+ * graph's dtype). */
 static int denoise(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
-                   const struct tr_build_opts *o, int xf, int t, int text, int cx, int ce, double kx, double ke,
+                   const struct tr_build_opts *o, int xf, int t, int text, int coeffs, const struct tr_ddim_coeffs *k,
                    int *guided, struct tr_error *err) {
     const enum tr_dtype dt = o->dtype;
-    const int64_t B = o->batch, B2 = 2 * B, b2[1] = {B2};
+    /* at or below 1 diffusers' pipeline guides nothing: the UNet on the conditional half alone */
+    const int guide = c->guidance_scale > 1;
+    const int64_t B = o->batch, B2 = 2 * B, bu[1] = {guide ? B2 : B};
     const int x = dt == TR_DTYPE_F32 ? xf : tr_cast(g, xf, dt), pair[2] = {x, x};
-    const struct tr_build_opts uo = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = B2, .seq_len = o->seq_len};
+    const struct tr_build_opts uo = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = bu[0], .seq_len = o->seq_len};
     int eps;
-    int rc = tr_unet_graph(u, &uo, g, tr_concat(g, 2, pair, 0), tr_broadcast(g, t, 1, b2), text, &eps, err);
+    int rc = tr_unet_graph(u, &uo, g, guide ? tr_concat(g, 2, pair, 0) : x, tr_broadcast(g, t, 1, bu),
+                           guide ? text : tr_slice(g, text, 0, B, B2, 1), &eps, err);
     if (rc) return -1;
-    int eu = tr_slice(g, eps, 0, 0, B, 1), ec = tr_slice(g, eps, 0, B, B2, 1);
-    *guided = tr_add(g, eu, tr_scale(g, tr_sub(g, ec, eu), (float)c->guidance_scale, 0.0f));
+    if (guide) {
+        int eu = tr_slice(g, eps, 0, 0, B, 1), ec = tr_slice(g, eps, 0, B, B2, 1);
+        *guided = tr_add(g, eu, tr_scale(g, tr_sub(g, ec, eu), (float)c->guidance_scale, 0.0f));
+    } else {
+        *guided = eps;
+    }
     tr_graph_set_name(g, *guided, "guidance");
     int ef = dt == TR_DTYPE_F32 ? *guided : tr_cast(g, *guided, TR_DTYPE_F32);
-    return cx >= 0 ? tr_add(g, tr_mul(g, xf, cx), tr_mul(g, ef, ce))
-                   : tr_add(g, tr_scale(g, xf, (float)kx, 0.0f), tr_scale(g, ef, (float)ke, 0.0f));
+    return ddim_update(g, xf, ef, coeffs, k, c->clip_sample ? c->clip_sample_range : 0.0);
 }
 
 static int sd_predict(const struct tr_sd_config *c, const struct tr_unet_config *u, const struct tr_build_opts *o,
                       struct tr_graph *g, struct tr_error *err) {
     const enum tr_dtype dt = o->dtype;
     const int64_t B = o->batch, S = u->sample_size;
-    const int64_t lat[4] = {B, S, S, u->in_channels}, one[1] = {1}, two[1] = {2},
+    const int64_t lat[4] = {B, S, S, u->in_channels}, one[1] = {1}, nk[1] = {c->clip_sample ? 6 : 2},
                   ts[3] = {2 * B, o->seq_len, u->cross_attention_dim};
     int x = tr_input(g, "latents", dt, 4, lat);
     int t = tr_input(g, "timestep", TR_DTYPE_F32, 1, one);
     int text = tr_input(g, "encoder_hidden_states", dt, 3, ts);
-    int coeffs = tr_input(g, "ddim_coeffs", TR_DTYPE_F32, 1, two);
+    int coeffs = tr_input(g, "ddim_coeffs", TR_DTYPE_F32, 1, nk);
     int guided;
     int xf = dt == TR_DTYPE_F32 ? x : tr_cast(g, x, TR_DTYPE_F32);
-    int prev = denoise(g, c, u, o, xf, t, text, tr_slice(g, coeffs, 0, 0, 1, 1), tr_slice(g, coeffs, 0, 1, 2, 1), 0, 0,
-                       &guided, err);
+    const struct tr_ddim_coeffs none = {0};
+    int prev = denoise(g, c, u, o, xf, t, text, coeffs, &none, &guided, err);
     if (prev < 0 && err->status) return err->status;
     if (dt != TR_DTYPE_F32) prev = tr_cast(g, prev, dt);
     /* the guided noise (node "guidance") is not an output: guidance multiplies the two
@@ -164,13 +244,12 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     if ((rc = tr_clip_text_graph(clip, &to, g, ids, &text, err)) != TR_OK) return rc;
     for (int64_t i = 0; i < s->steps; i++) {
         int64_t t;
-        double kx, ke;
-        tr_ddim_step(s, i, &t, &kx, &ke);
+        struct tr_ddim_coeffs k;
+        tr_ddim_step(s, i, &t, &k);
         tr_graph_set_instance(g, (int)i);
         const float tf = (float)t;
         int guided;
-        x = denoise(g, c, u, o, x, tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, -1, -1, kx, ke, &guided,
-                    err);
+        x = denoise(g, c, u, o, x, tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, -1, &k, &guided, err);
         if (x < 0 && err->status) return err->status;
     }
     tr_graph_set_instance(g, 0);
@@ -252,27 +331,27 @@ static int sd_make_inputs(const void *config, const struct tr_build_opts *o, uin
     int rc = sd_check(c, o, &u, &sched, err);
     if (rc) return rc;
     int64_t t;
-    double cx, ce;
-    tr_ddim_step(&sched, c->step, &t, &cx, &ce);
+    struct tr_ddim_coeffs k;
+    tr_ddim_step(&sched, c->step, &t, &k);
     tr_ddim_free(&sched);
     if (o->task == TR_TASK_GENERATE) return generate_inputs(c, u, o, seed, n, inputs, err);
     if (n != 4)
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected 4 (latents, timestep, "
                             "encoder_hidden_states, ddim_coeffs)", n);
     const int64_t B = o->batch, S = u->sample_size;
-    const int64_t lat[4] = {B, S, S, u->in_channels}, one[1] = {1}, two[1] = {2},
+    const int64_t lat[4] = {B, S, S, u->in_channels}, one[1] = {1}, nk[1] = {c->clip_sample ? 6 : 2},
                   ts[3] = {2 * B, o->seq_len, u->cross_attention_dim};
     static const char *const M = "stable_diffusion";
     rc = tr_model_check_input(M, &inputs[0], "latents", o->dtype, 4, lat, err);
     if (!rc) rc = tr_model_check_input(M, &inputs[1], "timestep", TR_DTYPE_F32, 1, one, err);
     if (!rc) rc = tr_model_check_input(M, &inputs[2], "encoder_hidden_states", o->dtype, 3, ts, err);
-    if (!rc) rc = tr_model_check_input(M, &inputs[3], "ddim_coeffs", TR_DTYPE_F32, 1, two, err);
+    if (!rc) rc = tr_model_check_input(M, &inputs[3], "ddim_coeffs", TR_DTYPE_F32, 1, nk, err);
     if (rc) return rc;
     tr_model_fill_normal(&inputs[0], seed, "latents");
     tr_model_fill_normal(&inputs[2], seed, "encoder_hidden_states");
     tr_tensor_set_f64(&inputs[1], 0, (double)t);
-    tr_tensor_set_f64(&inputs[3], 0, cx);
-    tr_tensor_set_f64(&inputs[3], 1, ce);
+    const double all[6] = {k.x0_x, k.x0_o, k.e_x, k.e_o, k.p_x0, k.p_e}, linear[2] = {k.c_x, k.c_o};
+    for (int i = 0; i < nk[0]; i++) tr_tensor_set_f64(&inputs[3], i, c->clip_sample ? all[i] : linear[i]);
     return TR_OK;
 }
 
@@ -281,8 +360,98 @@ static int sd_make_inputs(const void *config, const struct tr_build_opts *o, uin
  * build then names. */
 static int64_t sd_default_seq_len(const void *config) {
     const struct tr_sd_config *c = config;
-    const struct tr_clip_text_config *clip = find_preset(&tr_model_clip_text, c->text_encoder, sizeof c->text_encoder);
+    const struct tr_clip_text_config *clip = find_part(c, &tr_model_clip_text, c->text_encoder, sizeof c->text_encoder,
+                                                       PART_TEXT, text_file, &c->hf_text_encoder);
     return clip ? clip->max_position_embeddings : 0;
+}
+
+/* One part of the pipeline, DIR/file, over the preset its key names (or what an earlier
+ * hf_config read); the key then names the file. An absent optional part keeps the preset. */
+static int read_part(const char *dir, const char *file, const struct tr_model_desc *m, char *key, size_t cap,
+                     void *hf, unsigned bit, struct tr_sd_config *c, int required, struct tr_error *err) {
+    char path[4096 + 64];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (stat(path, &sb) != 0)
+        return required ? tr_error_set(err, TR_ERR_NOT_FOUND, "'%s': no %s: expected a diffusers pipeline's directory "
+                                       "(unet/, text_encoder/, vae/, scheduler/) or its model_index.json", dir, file)
+                        : TR_OK;
+    const void *base = find_part(c, m, key, cap, bit, file, hf);
+    if (!base) return no_preset(m, m == &tr_model_unet_2d_condition ? "unet" : m == &tr_model_clip_text ? "text_encoder"
+                                                                                                      : "vae",
+                                key, cap, err);
+    if (base != hf) memcpy(hf, base, m->config_size);
+    int rc = m->read_hf_config(hf, path, err);
+    if (rc) return rc;
+    snprintf(key, cap, "%s", file);
+    c->hf_parts |= bit;
+    return TR_OK;
+}
+
+/* A scheduler_config.json, as DDIMScheduler.from_config reads it: what the file lacks
+ * takes DDIMScheduler's defaults; the keys it shares with every diffusers scheduler (the
+ * betas, the spacing, the prediction) whichever one it names. */
+static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_error *err) {
+    cJSON *root;
+    int rc = tr_hf_json_load(path, &root, err);
+    if (rc) return rc;
+    c->num_train_timesteps = 1000, c->beta_start = 0.0001, c->beta_end = 0.02, c->steps_offset = 0;
+    c->set_alpha_to_one = 1, c->clip_sample = 1, c->clip_sample_range = 1.0, c->rescale_betas_zero_snr = 0;
+    snprintf(c->beta_schedule, sizeof c->beta_schedule, "linear");
+    snprintf(c->timestep_spacing, sizeof c->timestep_spacing, "leading");
+    snprintf(c->prediction_type, sizeof c->prediction_type, "epsilon");
+    static const char *const skip[] = {"unet", "text_encoder", "vae", "num_inference_steps", "step", "guidance_scale",
+                                       NULL};
+    rc = tr_hf_json_expect_null(root, path, "trained_betas", err);
+    if (!rc) rc = tr_hf_json_expect_bool(root, path, "thresholding", 0, err);
+    if (!rc) rc = tr_hf_json_apply(root, path, sd_keys, (int)(sizeof sd_keys / sizeof sd_keys[0]), c, skip, err);
+    cJSON_Delete(root);
+    struct tr_ddim_config d;
+    if (!rc && (rc = ddim_config(c, &d, err)) != TR_OK) tr_error_prefix(err, "'%s'", path);
+    return rc;
+}
+
+/* [model] hf_config = a diffusers pipeline's directory or its model_index.json, or a
+ * scheduler_config.json alone (sd.h). */
+static int sd_read_hf_config(void *config, const char *path, struct tr_error *err) {
+    struct tr_sd_config *c = config;
+    char dir[4096], index[4096 + 64];
+    struct stat sb;
+    if (stat(path, &sb) != 0) return tr_error_set(err, TR_ERR_NOT_FOUND, "cannot open '%s'", path);
+    snprintf(dir, sizeof dir, "%s", path);
+    if (!S_ISDIR(sb.st_mode)) {
+        char *slash = strrchr(dir, '/');
+        const char *name = slash ? slash + 1 : dir;
+        if (strcmp(name, "scheduler_config.json") == 0) return read_scheduler(path, c, err); /* the schedule alone */
+        if (strcmp(name, "model_index.json") != 0)
+            return tr_error_set(err, TR_ERR_INVALID, "'%s': expected a diffusers pipeline's directory, its "
+                                "model_index.json, or a scheduler_config.json", path);
+        if (slash) *slash = 0;
+        else snprintf(dir, sizeof dir, ".");
+    }
+    snprintf(index, sizeof index, "%s/model_index.json", dir);
+    if (stat(index, &sb) == 0) {
+        cJSON *root;
+        int rc = tr_hf_json_load(index, &root, err);
+        if (rc) return rc;
+        rc = tr_hf_json_expect_str(root, index, "_class_name", "StableDiffusionPipeline", err);
+        cJSON_Delete(root);
+        if (rc) return rc;
+    }
+    int rc = read_part(dir, unet_file, &tr_model_unet_2d_condition, c->unet, sizeof c->unet, &c->hf_unet, PART_UNET, c,
+                       1, err);
+    if (!rc) rc = read_part(dir, text_file, &tr_model_clip_text, c->text_encoder, sizeof c->text_encoder,
+                            &c->hf_text_encoder, PART_TEXT, c, 0, err);
+    if (!rc) rc = read_part(dir, vae_file, &tr_model_autoencoder_kl, c->vae, sizeof c->vae, &c->hf_vae, PART_VAE, c, 0,
+                            err);
+    snprintf(index, sizeof index, "%s/scheduler/scheduler_config.json", dir);
+    if (rc || stat(index, &sb) != 0) return rc;
+    rc = read_scheduler(index, c, err);
+    /* StableDiffusionPipeline's constructor rewrites these two of its scheduler (an "outdated"
+     * file, it says), so every run of the pipeline has them so; [model] keys still win */
+    c->steps_offset = 1;
+    c->clip_sample = 0;
+    return rc;
 }
 
 const struct tr_model_desc tr_model_stable_diffusion = {
@@ -294,4 +463,5 @@ const struct tr_model_desc tr_model_stable_diffusion = {
     .build = sd_build,
     .make_inputs = sd_make_inputs,
     .default_seq_len = sd_default_seq_len,
+    .read_hf_config = sd_read_hf_config,
 };

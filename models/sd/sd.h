@@ -10,7 +10,8 @@
  *   predict  inputs   latents [B,S,S,4] (x_t), timestep f32 [1], encoder_hidden_states
  *                     [2B,T,cross_attention_dim] (the text encoder's output for the
  *                     negative and then the positive prompts; T = seq_len), ddim_coeffs
- *                     f32 [2] (c_x, c_eps of the step, ddim.h)
+ *                     f32 [2] (c_x, c_o of the step, ddim.h; with clip_sample [6]: x0_x,
+ *                     x0_o, e_x, e_o, p_x0, p_e)
  *            outputs  prev_sample [B,S,S,4] (x_{t−1}); the guided ε is the node "guidance"
  * The text encoder runs once per prompt batch, outside the step: `model = clip_text`
  * times it on its own. make_inputs draws latents and text from normal(0, 1) and takes the
@@ -24,6 +25,15 @@
  * One graph: the text encoder, then all num_inference_steps steps, each an instance of the
  * UNet (tr_graph_set_instance: the weights shared), then the decoder. Weights: a diffusers
  * pipeline's directory ([run] weights = sd-v1-4/, its unet/, vae/, text_encoder/).
+ *
+ * [model] hf_config = DIR (a diffusers pipeline's directory, or its model_index.json) reads
+ * DIR/unet/config.json, and where present text_encoder/config.json, vae/config.json and
+ * scheduler/scheduler_config.json, as diffusers' from_pretrained does; the scheduler's keys
+ * as DDIMScheduler.from_config reads them (absent ones take DDIMScheduler's defaults),
+ * whichever scheduler the file names: trident's update is DDIM's (eta 0); then, as
+ * StableDiffusionPipeline's constructor does, steps_offset = 1 and clip_sample = false
+ * ([model] keys after hf_config still win). hf_config = a scheduler_config.json reads the
+ * schedule alone, as the file says (over the preset's parts).
  */
 #ifndef TRIDENT_MODELS_SD_H
 #define TRIDENT_MODELS_SD_H
@@ -31,23 +41,38 @@
 #include <stdint.h>
 #include "ddim.h"
 #include "trident/model.h"
+#include "clip/clip.h"
+#include "unet/unet.h"
+#include "vae/vae.h"
 
 struct tr_sd_config {
-    char unet[64];                  /* the unet_2d_condition preset */
-    char text_encoder[64];          /* generate: the clip_text preset */
-    char vae[64];                   /* generate: the autoencoder_kl preset (its decoder) */
+    char unet[64];                  /* the unet_2d_condition preset, or "unet/config.json" (hf_config's) */
+    char text_encoder[64];          /* generate: the clip_text preset, or "text_encoder/config.json" */
+    char vae[64];                   /* generate: the autoencoder_kl preset (its decoder), or "vae/config.json" */
     int64_t num_inference_steps;    /* the schedule's length (50 in the benchmark) */
     int64_t step;                   /* which of them predict runs (0: the first) */
     double guidance_scale;          /* 7.5 */
-    int64_t num_train_timesteps;    /* the scheduler's, as its config.json names them */
+    /* the scheduler's config.json values, by its names (ddim.h) */
+    int64_t num_train_timesteps;
     double beta_start, beta_end;
     int64_t steps_offset;
     int set_alpha_to_one;
+    char beta_schedule[32];         /* scaled_linear, linear, squaredcos_cap_v2 */
+    char timestep_spacing[32];      /* leading, trailing, linspace */
+    char prediction_type[32];       /* epsilon, v_prediction, sample */
+    int rescale_betas_zero_snr;
+    int clip_sample;                /* clamp the predicted x0 to [-clip_sample_range, clip_sample_range] */
+    double clip_sample_range;
+    /* [model] hf_config = a diffusers pipeline's directory: its parts' config.json, used
+     * where unet, text_encoder or vae holds the part's file name (as the reader sets it) */
+    unsigned hf_parts;              /* 1 unet, 2 text_encoder, 4 vae: read */
+    struct tr_unet_config hf_unet;
+    struct tr_clip_text_config hf_text_encoder;
+    struct tr_vae_config hf_vae;
 };
 
-/* c's UNet preset (its config) and its scheduler, made for num_inference_steps; an error
- * names the key. tr_ddim_free the schedule. */
-struct tr_unet_config;
+/* c's UNet (a preset's or hf_config's) and its scheduler, made for num_inference_steps;
+ * an error names the key. tr_ddim_free the schedule. */
 int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **unet, struct tr_ddim *sched,
                   struct tr_error *err);
 
