@@ -332,6 +332,7 @@ expect "sam from a random transformers config against its float64 outputs" 0 'al
 # in float64 (tests/fixtures/make_sd_reference.py --random 266 --batch 2 --steps 3
 # --guidance 7.5 --seed 1).
 expect "stable_diffusion from a random diffusers pipeline against its float64 pictures" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd/check.ini
+expect "a preset under hf_config is named so" 0 '^trident: stable_diffusion/tiny \+ hf_config: 26614 parameters' -- "$bin" run tests/fixtures/reference_sd/check.ini --steps 1
 sed 's/^weights = .*/weights =/' tests/fixtures/reference_mistral_generate/check.ini > "$tmp/gen_seeded.ini"
 sed -i 's#^inputs = #inputs = '"$PWD"'/tests/fixtures/reference_mistral_generate/#; s#^reference = #reference = '"$PWD"'/tests/fixtures/reference_mistral_generate/#' "$tmp/gen_seeded.ini"
 expect "generate: other weights' tokens are named where they first differ" 1 \

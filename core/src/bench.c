@@ -644,7 +644,7 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     memset(rep, 0, sizeof *rep);
     snprintf(rep->weights, sizeof rep->weights, "%s", cfg->weights);
     snprintf(rep->model, sizeof rep->model, "%s", cfg->model);
-    snprintf(rep->preset, sizeof rep->preset, "%s", cfg->preset);
+    tr_config_preset_label(cfg, rep->preset, sizeof rep->preset);
     snprintf(rep->task, sizeof rep->task, "%s", cfg->task);
     snprintf(rep->device, sizeof rep->device, "%s", cfg->device);
     snprintf(rep->dtype, sizeof rep->dtype, "%s", tr_dtype_name(cfg->dtype));
@@ -701,7 +701,7 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     /* Said before the weights are made, so a size that cannot fit is known at once. */
     char size[64], state[64];
     if (cfg->rank == 0) { /* data parallel: rank 0 speaks for the run */
-        fprintf(stderr, "trident: %s/%s: %llu parameters, %s in %s", cfg->model, cfg->preset,
+        fprintf(stderr, "trident: %s/%s: %llu parameters, %s in %s", cfg->model, rep->preset,
                 (unsigned long long)rep->param_count, tr_bench_bytes_str(rep->param_bytes, size, sizeof size),
                 tr_dtype_name(cfg->dtype));
         if (tg.opts.task == TR_TASK_FIT)

@@ -21,7 +21,9 @@ void tr_progress_init(struct tr_progress *p, const struct tr_config *cfg) {
     else if (env && strcmp(env, "tty") == 0) p->mode = TR_PROGRESS_TTY;
     else p->mode = isatty(STDERR_FILENO) ? TR_PROGRESS_TTY : TR_PROGRESS_LINES;
     if (cfg->rank != 0) p->mode = TR_PROGRESS_OFF; /* data parallel: rank 0 speaks for the run */
-    snprintf(p->what, sizeof p->what, "%s/%s %s", cfg->model, cfg->preset, cfg->task);
+    char preset[64];
+    tr_config_preset_label(cfg, preset, sizeof preset);
+    snprintf(p->what, sizeof p->what, "%s/%s %s", cfg->model, preset, cfg->task);
 }
 
 static void eta_str(double ms, char *buf, size_t n) {

@@ -304,7 +304,7 @@ static int check_memory(const struct tr_config *cfg, const struct tr_graph *g, u
 static void report_header(const struct tr_config *cfg, struct tr_check_nodes_report *rep) {
     memset(rep, 0, sizeof *rep);
     snprintf(rep->model, sizeof rep->model, "%s", cfg->model);
-    snprintf(rep->preset, sizeof rep->preset, "%s", cfg->preset);
+    tr_config_preset_label(cfg, rep->preset, sizeof rep->preset);
     snprintf(rep->task, sizeof rep->task, "%s", cfg->task);
     snprintf(rep->device, sizeof rep->device, "%s", cfg->device);
     snprintf(rep->dtype, sizeof rep->dtype, "%s", tr_dtype_name(cfg->dtype));

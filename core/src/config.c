@@ -204,6 +204,13 @@ static int resolve_path(const char *dir, const char *rel, char *out, size_t n) {
     return len >= 0 && (size_t)len < n;
 }
 
+void tr_config_preset_label(const struct tr_config *cfg, char *out, size_t n) {
+    int hf = 0;
+    for (int i = 0; i < cfg->n_kv && !hf; i++)
+        hf = strcmp(cfg->kv[i].section, "model") == 0 && strcmp(cfg->kv[i].key, "hf_config") == 0;
+    snprintf(out, n, "%s%s", cfg->preset, hf ? " + hf_config" : "");
+}
+
 int tr_config_path(const struct tr_config *cfg, const char *rel, char *out, size_t n, struct tr_error *err) {
     if (!resolve_path(cfg->dir, rel, out, n))
         return tr_error_set(err, TR_ERR_INVALID, "%s: path '%s' (relative to '%s') is longer than %zu bytes", cfg->file,

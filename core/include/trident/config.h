@@ -147,6 +147,9 @@ int tr_config_load(const char *path, struct tr_config *cfg, struct tr_error *err
 /* rel resolved against the INI's directory (as [run] weights is): out gets dir/rel, or rel
  * itself when absolute; TR_ERR_INVALID when it does not fit in n. */
 int tr_config_path(const struct tr_config *cfg, const char *rel, char *out, size_t n, struct tr_error *err);
+/* The run's label for the preset: "PRESET", or "PRESET + hf_config" where [model]
+ * hf_config sets the shapes (so a report never calls a vit-h config "tiny"). */
+void tr_config_preset_label(const struct tr_config *cfg, char *out, size_t n);
 /* The same from a string (name is used in messages as the file). */
 int tr_config_load_string(const char *text, const char *name, struct tr_config *cfg, struct tr_error *err);
 
