@@ -87,10 +87,8 @@ int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build
     if (o->batch < 1 || o->seq_len < 1)
         return tr_error_set(err, TR_ERR_INVALID, "%s: batch = %lld, seq_len = %lld, expected both at least 1", m,
                             (long long)o->batch, (long long)o->seq_len);
-    if (o->seq_len > c->max_position_embeddings)
-        return tr_error_set(err, TR_ERR_INVALID,
-                            "%s: seq_len = %lld is longer than max_position_embeddings = %lld", m,
-                            (long long)o->seq_len, (long long)c->max_position_embeddings);
+    /* seq_len may pass max_position_embeddings, as in transformers: RoPE has no table to
+     * run off (what the model makes of positions it was not trained on is its own) */
     if (!tr_dtype_is_float(o->dtype) || o->dtype == TR_DTYPE_F64)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: dtype %s is not provided (f32, bf16 or f16)", m,
                             tr_dtype_name(o->dtype));
@@ -248,11 +246,6 @@ int tr_decoder_build_pass(const struct tr_decoder_config *c, const struct tr_dec
                             "%s: cache_slots = %lld with past_len %lld, present %d, seq_len %lld: a pass with its cache "
                             "as state has no past inputs or present outputs, and at most cache_slots new tokens",
                             m, (long long)S, (long long)P, p->present, (long long)T);
-    if (P + T > c->max_position_embeddings || S > c->max_position_embeddings)
-        return tr_error_set(err, TR_ERR_INVALID,
-                            "%s: %s = %lld is longer than max_position_embeddings = %lld", m,
-                            S > 0 ? "cache_slots" : "past_len + seq_len", (long long)(S > 0 ? S : P + T),
-                            (long long)c->max_position_embeddings);
     /* Keys attended to: the updated cache (decode with the cache as state), else past + new. */
     const int64_t K = S > 0 && p->full_mask ? S : P + T;
     const int64_t bt[2] = {B, T}, full[3] = {B, T, K}, keys[2] = {B, K};

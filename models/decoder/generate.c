@@ -40,9 +40,6 @@ static int check_opts(const struct tr_decoder_config *c, const struct tr_generat
                             "%s: max_length = %lld is not longer than prompt_len = %lld (max_length counts the "
                             "prompt and the new tokens)",
                             m, (long long)o->max_length, (long long)o->prompt_len);
-    if (o->max_length > c->max_position_embeddings)
-        return tr_error_set(err, TR_ERR_INVALID, "%s: max_length = %lld is longer than max_position_embeddings = %lld",
-                            m, (long long)o->max_length, (long long)c->max_position_embeddings);
     return TR_OK;
 }
 

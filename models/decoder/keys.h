@@ -16,7 +16,7 @@
     DEC_KEY_(num_attention_heads, TR_KEY_INT, 1, 4096, "query heads H"),                                             \
     DEC_KEY_(num_key_value_heads, TR_KEY_INT, 1, 4096, "key/value heads; divides num_attention_heads (1: MQA)"),    \
     DEC_KEY_(head_dim, TR_KEY_INT, 0, 4096, "per-head width; 0: hidden_size / num_attention_heads"),                 \
-    DEC_KEY_(max_position_embeddings, TR_KEY_INT, 1, 1e7, "longest sequence; seq_len may not exceed it"),            \
+    DEC_KEY_(max_position_embeddings, TR_KEY_INT, 1, 1e7, "the trained length (seq_len may pass it, as in transformers)"),            \
     DEC_KEY_(sliding_window, TR_KEY_INT, 0, 1e7, "attention sees the last sliding_window keys; 0: all"),             \
     DEC_KEY_(rms_norm_eps, TR_KEY_FLOAT, 0, 1, "epsilon of every RMS norm"),                                         \
     DEC_KEY_(rope_theta, TR_KEY_FLOAT, 1e-6, 1e12, "RoPE base"),                                                     \
