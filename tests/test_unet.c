@@ -1,15 +1,18 @@
 /* UNet2DConditionModel against diffusers: the tiny preset's graph, loaded with the
  * state_dict diffusers wrote (tests/fixtures/make_unet_fixture.py, the reference in
  * float64), must give diffusers' noise prediction on every backend configuration in f32,
- * bf16 and f16, for two samples at timesteps 981 and 21 with their own text. Also:
- * parameter names and counts as diffusers has them (sd-v1-4's in full), the interface,
- * config errors, and the synthetic batch. */
+ * bf16 and f16, for two samples at timesteps 981 and 21 with their own text; so must a
+ * Stable Diffusion 2.x-shaped UNet (Linear proj_in / proj_out, heads differing per block)
+ * read through its config.json with [model] hf_config. Also: parameter names and counts
+ * as diffusers has them (sd-v1-4's and sd-2-1's in full), the interface, config errors
+ * (INI and config.json), and the synthetic batch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "modelutil.h"
 #include "models.h"
+#include "trident/config.h"
 #include "trident/graph.h"
 #include "trident/safetensors.h"
 #include "trident/weights.h"
@@ -17,14 +20,29 @@
 
 #define FIXTURE TR_SOURCE_DIR "/tests/fixtures/sd_tiny/unet/diffusion_pytorch_model.safetensors"
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/unet_tiny_io.safetensors"
+#define SD2_DIR "tests/fixtures/sd2_tiny/unet/"
+#define FIXTURE_SD2 TR_SOURCE_DIR "/" SD2_DIR "diffusion_pytorch_model.safetensors"
+#define FIXTURE_SD2_IO TR_SOURCE_DIR "/tests/fixtures/unet_sd2_tiny_io.safetensors"
 #define HINT " (regenerate with: python3 tests/fixtures/make_unet_fixture.py)"
 
 /* UNet2DConditionModel.from_config(<CompVis/stable-diffusion-v1-4 unet/config.json>),
  * counted by diffusers 0.42: sum(p.numel() for p in model.parameters()). */
 #define SD_UNET_PARAMS 859520964
+/* The same of stabilityai/stable-diffusion-2-1's unet/config.json. */
+#define SD21_UNET_PARAMS 865910724
 
 static const struct tr_model_desc *const M = &tr_model_unet_2d_condition;
 #define preset(name) ((const struct tr_unet_config *)tr_test_preset(M, name))
+
+/* The tiny preset under [model] hf_config = json (a path from the source directory, where
+ * the tests run) and `more` (further [model] lines, or ""): TR_OK and *c, or the error. */
+static int resolve_hf(const char *json, const char *more, struct tr_unet_config *c, struct tr_error *e) {
+    char ini[640];
+    struct tr_config cfg;
+    snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n%s", json, more);
+    assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, e), TR_OK);
+    return tr_model_resolve(M, "tiny", &cfg, c, e);
+}
 
 static void test_param_counts(void **state) {
     tr_test_expect_param_counts(M, "sd-v1-4", 2, 77, SD_UNET_PARAMS, 0);
@@ -60,7 +78,12 @@ static void test_config_errors(void **state) {
         {TR_TASK_PREDICT, {{"sample_size", "9"}}, {"sample_size = 9", "multiple of 2", "multiple of 16"}},
         {TR_TASK_PREDICT, {{"cross_attention_blocks", "1,0,1"}}, {"cross_attention_blocks = '1,0,1' has 3 entries", "one per block"}},
         {TR_TASK_PREDICT, {{"cross_attention_blocks", "1,2"}}, {"cross_attention_blocks = '1,2'", "from 0 to 1"}},
-        {TR_TASK_PREDICT, {{"attention_head_dim", "3"}}, {"16", "attention_head_dim = 3"}},
+        {TR_TASK_PREDICT, {{"attention_head_dim", "3"}}, {"entry 16", "attention_head_dim = '3'"}},
+        /* block 1 has no attention, but the mid block takes the last entry */
+        {TR_TASK_PREDICT, {{"attention_head_dim", "2,3"}}, {"entry 32", "entry 3", "attention_head_dim = '2,3'"}},
+        {TR_TASK_PREDICT, {{"attention_head_dim", "2,4,8"}}, {"attention_head_dim = '2,4,8' has 3 entries",
+                                                                "one per block"}},
+        {TR_TASK_PREDICT, {{"attention_head_dim", "2,0"}}, {"attention_head_dim = '2,0'", "from 1 to 4096"}},
         {TR_TASK_PREDICT, {{"norm_num_groups", "5"}}, {"16", "norm_num_groups = 5"}},
         {TR_TASK_PREDICT, {{"block_out_channels", "16,x"}}, {"block_out_channels = '16,x'"}},
         {TR_TASK_FIT, {{NULL}}, {"fit", "offers: predict"}},
@@ -99,6 +122,97 @@ static void predict_matches_diffusers(enum tr_dtype dt) {
 
 TR_TEST_F32_BF16_F16(test_predict_matches_diffusers, predict_matches_diffusers)
 
+/* The SD 2.x-shaped fixture: its config.json (diffusers' save_config: every key, upcast_attention
+ * true) gives the heads per block and Linear projections; the graph's parameters are the
+ * state_dict's with their shapes (proj_in / proj_out (C,C)) and count. */
+static void test_sd2_names_and_counts(void **state) {
+    struct tr_unet_config c;
+    struct tr_error e = {0};
+    if (resolve_hf(SD2_DIR "config.json", "", &c, &e)) fail_msg("%s", e.msg);
+    assert_string_equal(c.attention_head_dim, "1,4,2");
+    assert_string_equal(c.block_out_channels, "8,8,16");
+    assert_string_equal(c.cross_attention_blocks, "1,1,0");
+    assert_true(c.use_linear_projection && c.cross_attention_dim == 16 && c.norm_num_groups == 4);
+    struct tr_graph *g = tr_test_model_build(M, &c, TR_TASK_PREDICT, TR_DTYPE_F32, 2, 5);
+    tr_test_expect_state_dict(g, FIXTURE_SD2, "", HINT);
+    struct tr_safetensors *io = tr_test_open(FIXTURE_SD2_IO, HINT);
+    assert_int_equal(tr_test_param_count(g), tr_test_io_count(io, 0, HINT));
+    assert_int_equal(tr_test_io_count(io, 1, HINT), SD21_UNET_PARAMS);
+    tr_safetensors_close(io);
+    tr_graph_free(g);
+    tr_test_expect_param_counts(M, "sd-2-1", 2, 77, SD21_UNET_PARAMS, 0);
+}
+
+static void sd2_matches_diffusers(enum tr_dtype dt) {
+    static const char *const names[3] = {"sample", "timestep", "encoder_hidden_states"};
+    struct tr_unet_config c;
+    struct tr_error e = {0};
+    if (resolve_hf(SD2_DIR "config.json", "", &c, &e)) fail_msg("%s", e.msg);
+    tr_test_fixture_predict(M, &c, dt, FIXTURE_SD2, FIXTURE_SD2_IO, 3, names, (const int[]){-1, TR_DTYPE_F32, -1}, 2,
+                            2, "diffusers", HINT);
+}
+
+TR_TEST_F32_BF16_F16(test_sd2_matches_diffusers, sd2_matches_diffusers)
+
+/* stabilityai/stable-diffusion-2-1's unet/config.json gives the sd-2-1 preset, key by key;
+ * diffusers' own SD2 test UNet (tests/pipelines/stable_diffusion_2) loads and builds; what
+ * trident does not provide is refused with the file, the key and the value. */
+static void test_hf_configs(void **state) {
+    struct tr_unet_config c;
+    struct tr_error e = {0};
+    char a[64], b[64], path[512];
+    if (resolve_hf("tests/fixtures/hf/sd-2-1-unet.json", "", &c, &e)) fail_msg("%s", e.msg);
+    for (int k = 0; k < M->n_keys; k++) {
+        assert_int_equal(tr_model_key_str(M, &c, &M->keys[k], a, sizeof a), TR_OK);
+        assert_int_equal(tr_model_key_str(M, preset("sd-2-1"), &M->keys[k], b, sizeof b), TR_OK);
+        if (strcmp(a, b) != 0) fail_msg("%s: %s from sd-2-1-unet.json, %s in the preset", M->keys[k].name, a, b);
+    }
+    /* [model] keys over the file: one head count for all */
+    assert_int_equal(resolve_hf("tests/fixtures/hf/sd-2-1-unet.json", "attention_head_dim = 8\n", &c, &e), TR_OK);
+    assert_string_equal(c.attention_head_dim, "8");
+
+    tr_test_dir_file("sd2_test_unet.json",
+                     "{\"_class_name\": \"UNet2DConditionModel\", \"block_out_channels\": [32, 64], "
+                     "\"layers_per_block\": 2, \"sample_size\": 32, \"in_channels\": 4, \"out_channels\": 4, "
+                     "\"down_block_types\": [\"DownBlock2D\", \"CrossAttnDownBlock2D\"], "
+                     "\"up_block_types\": [\"CrossAttnUpBlock2D\", \"UpBlock2D\"], \"cross_attention_dim\": 32, "
+                     "\"attention_head_dim\": [2, 4], \"use_linear_projection\": true}",
+                     path, sizeof path);
+    if (resolve_hf(path, "", &c, &e)) fail_msg("%s", e.msg);
+    assert_string_equal(c.attention_head_dim, "2,4");
+    assert_string_equal(c.cross_attention_blocks, "0,1");
+    assert_true(c.use_linear_projection && c.layers_per_block == 2 && c.sample_size == 32);
+    tr_graph_free(tr_test_model_build(M, &c, TR_TASK_PREDICT, TR_DTYPE_F32, 1, 7));
+
+    static const struct {
+        const char *json, *want[2];
+    } bad[] = {
+        {"\"attention_head_dim\": [2, 4, 8]", {"\"attention_head_dim\" has 3 entries, \"down_block_types\" 2"}},
+        {"\"attention_head_dim\": [2, 0.5]", {"\"attention_head_dim\" is not an integer from 1 to 4096"}},
+        {"\"layers_per_block\": [1, 2]", {"\"layers_per_block\" = [1,2]", "only a single value"}},
+        {"\"transformer_layers_per_block\": [1, 2]", {"\"transformer_layers_per_block\" = [1,2]"}},
+        {"\"cross_attention_dim\": [32, 64]", {"\"cross_attention_dim\" = [32,64]"}},
+        {"\"reverse_transformer_layers_per_block\": [[1], [2]]",
+         {"\"reverse_transformer_layers_per_block\" = [[1],[2]]", "only null"}},
+        {"\"num_attention_heads\": [2, 4]", {"\"num_attention_heads\" = [2,4]: only null"}},
+        {"\"use_linear_projection\": 1", {"\"use_linear_projection\" is not true or false"}},
+        {"\"upcast_attention\": \"yes\"", {"\"upcast_attention\" is not true or false"}},
+        {"\"only_cross_attention\": true", {"\"only_cross_attention\" = true: only false"}},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"_class_name\": \"UNet2DConditionModel\", \"block_out_channels\": [32, 64], "
+                 "\"down_block_types\": [\"DownBlock2D\", \"CrossAttnDownBlock2D\"], %s}", bad[i].json);
+        tr_test_dir_file("bad_unet.json", json, path, sizeof path);
+        assert_int_not_equal(resolve_hf(path, "", &c, &e), TR_OK);
+        tr_assert_msg_has(&e, "bad_unet.json");
+        for (int k = 0; k < 2 && bad[i].want[k]; k++) tr_assert_msg_has(&e, bad[i].want[k]);
+        print_message("refused: %s\n", e.msg);
+    }
+}
+
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_counts, test_names_and_interface,
              test_config_errors, test_make_inputs, test_predict_matches_diffusers_f32,
-             test_predict_matches_diffusers_bf16, test_predict_matches_diffusers_f16)
+             test_predict_matches_diffusers_bf16, test_predict_matches_diffusers_f16, test_sd2_names_and_counts,
+             test_sd2_matches_diffusers_f32, test_sd2_matches_diffusers_bf16, test_sd2_matches_diffusers_f16,
+             test_hf_configs)

@@ -23,11 +23,14 @@ static const struct tr_model_key unet_keys[] = {
     KEY_(in_channels, TR_KEY_INT, 1, 65536, "channels of the latents in (4 for SD)"),
     KEY_(out_channels, TR_KEY_INT, 1, 65536, "channels of the prediction"),
     KEY_(layers_per_block, TR_KEY_INT, 1, 64, "resnets per down block (the up blocks have one more)"),
-    KEY_(attention_head_dim, TR_KEY_INT, 1, 4096, "heads of every attention (diffusers' SD name for it)"),
+    KEY_(attention_head_dim, TR_KEY_STRING, 0, 0,
+         "heads of the attentions (diffusers' SD name for it): one for all (\"8\") or one per block (\"5,10,20,20\")"),
     KEY_(cross_attention_dim, TR_KEY_INT, 1, 65536, "width of encoder_hidden_states (the text encoder's)"),
     KEY_(norm_num_groups, TR_KEY_INT, 1, 65536, "groups of every GroupNorm; divides every block's channels"),
     KEY_(norm_eps, TR_KEY_FLOAT, 0, 1, "epsilon of the resnets' and the output's GroupNorm"),
     KEY_(flip_sin_to_cos, TR_KEY_BOOL, 0, 0, "timestep features as [cos, sin] (true in SD) rather than [sin, cos]"),
+    KEY_(use_linear_projection, TR_KEY_BOOL, 0, 0,
+         "the transformers' proj_in / proj_out as Linear (weights [C,C], SD 2.x) rather than 1x1 convs (SD 1.x)"),
     KEY_(freq_shift, TR_KEY_FLOAT, -1e6, 1e6, "downscale_freq_shift of the timestep features (0 in SD)"),
     KEY_(block_out_channels, TR_KEY_STRING, 0, 0, "channels of each block, comma-separated (\"320,640,1280,1280\")"),
     KEY_(cross_attention_blocks, TR_KEY_STRING, 0, 0,
@@ -37,16 +40,21 @@ static const struct tr_model_key unet_keys[] = {
 /* The values of diffusers' config.json for each (sd-v1-4: CompVis/stable-diffusion-v1-4's unet). */
 #define UNET_COMMON .in_channels = 4, .out_channels = 4, .norm_eps = 1e-5, .flip_sin_to_cos = 1, .freq_shift = 0
 static const struct tr_unet_config unet_tiny = {
-    UNET_COMMON, .sample_size = 8, .layers_per_block = 1, .attention_head_dim = 2, .cross_attention_dim = 64,
+    UNET_COMMON, .sample_size = 8, .layers_per_block = 1, .attention_head_dim = "2", .cross_attention_dim = 64,
     .norm_num_groups = 4, .block_out_channels = "16,32", .cross_attention_blocks = "1,0",
 };
 static const struct tr_unet_config unet_small = {
-    UNET_COMMON, .sample_size = 32, .layers_per_block = 1, .attention_head_dim = 4, .cross_attention_dim = 256,
+    UNET_COMMON, .sample_size = 32, .layers_per_block = 1, .attention_head_dim = "4", .cross_attention_dim = 256,
     .norm_num_groups = 16, .block_out_channels = "64,128,256", .cross_attention_blocks = "1,1,0",
 };
 static const struct tr_unet_config unet_sd = {
-    UNET_COMMON, .sample_size = 64, .layers_per_block = 2, .attention_head_dim = 8, .cross_attention_dim = 768,
+    UNET_COMMON, .sample_size = 64, .layers_per_block = 2, .attention_head_dim = "8", .cross_attention_dim = 768,
     .norm_num_groups = 32, .block_out_channels = "320,640,1280,1280", .cross_attention_blocks = "1,1,1,0",
+};
+static const struct tr_unet_config unet_sd21 = {
+    UNET_COMMON, .sample_size = 96, .layers_per_block = 2, .attention_head_dim = "5,10,20,20",
+    .cross_attention_dim = 1024, .norm_num_groups = 32, .use_linear_projection = 1,
+    .block_out_channels = "320,640,1280,1280", .cross_attention_blocks = "1,1,1,0",
 };
 
 static const struct tr_model_preset unet_presets[] = {
@@ -57,36 +65,50 @@ static const struct tr_model_preset unet_presets[] = {
     {"sd-v1-4", &unet_sd,
      "CompVis/stable-diffusion-v1-4's unet: 4 blocks 320,640,1280,1280 (cross-attention in the first three), "
      "2 layers each, 8 heads, 32 groups, 64x64 latents (512x512 images), text width 768; 859,520,964 parameters"},
+    {"sd-2-1", &unet_sd21,
+     "stabilityai/stable-diffusion-2-1's unet: sd-v1-4's blocks with 5,10,20,20 heads (64 wide each), Linear "
+     "proj_in / proj_out, 96x96 latents (768x768 images), text width 1024; 865,910,724 parameters"},
 };
 
-int tr_unet_blocks(const struct tr_unet_config *c, int64_t *ch, int64_t *attn, int *n, struct tr_error *err) {
-    int na = 0;
-    int rc = tr_model_int_list("unet_2d_condition", "block_out_channels", c->block_out_channels,
-                               sizeof c->block_out_channels, 1, 65536, "320,640,1280,1280", ch, TR_UNET_MAX_BLOCKS,
-                               n, err);
+int tr_unet_blocks(const struct tr_unet_config *c, struct tr_unet_blocks *b, struct tr_error *err) {
+    static const char *const M = "unet_2d_condition";
+    int na = 0, nh = 0;
+    int rc = tr_model_int_list(M, "block_out_channels", c->block_out_channels, sizeof c->block_out_channels, 1, 65536,
+                               "320,640,1280,1280", b->ch, TR_UNET_MAX_BLOCKS, &b->n, err);
     if (!rc)
-        rc = tr_model_int_list("unet_2d_condition", "cross_attention_blocks", c->cross_attention_blocks,
-                               sizeof c->cross_attention_blocks, 0, 1, "1,1,1,0", attn, TR_UNET_MAX_BLOCKS, &na, err);
+        rc = tr_model_int_list(M, "cross_attention_blocks", c->cross_attention_blocks, sizeof c->cross_attention_blocks,
+                               0, 1, "1,1,1,0", b->cross, TR_UNET_MAX_BLOCKS, &na, err);
+    if (!rc)
+        rc = tr_model_int_list(M, "attention_head_dim", c->attention_head_dim, sizeof c->attention_head_dim, 1, 4096,
+                               "5,10,20,20", b->heads, TR_UNET_MAX_BLOCKS, &nh, err);
     if (rc) return rc;
-    if (na != *n)
-        return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: cross_attention_blocks = '%s' has %d entries, "
-                            "block_out_channels = '%s' %d: expected one per block", c->cross_attention_blocks, na,
-                            c->block_out_channels, *n);
+    if (na != b->n)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: cross_attention_blocks = '%s' has %d entries, "
+                            "block_out_channels = '%s' %d: expected one per block", M, c->cross_attention_blocks, na,
+                            c->block_out_channels, b->n);
+    if (nh != 1 && nh != b->n)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: attention_head_dim = '%s' has %d entries, block_out_channels "
+                            "= '%s' %d: expected one for every block or one per block", M, c->attention_head_dim, nh,
+                            c->block_out_channels, b->n);
+    for (int i = nh; i < b->n; i++) b->heads[i] = b->heads[0];
     return TR_OK;
 }
 
-static int unet_validate(const struct tr_unet_config *c, const struct tr_build_opts *o, int64_t *ch, int64_t *attn,
-                         int *nb, struct tr_error *err) {
-    int rc = tr_unet_blocks(c, ch, attn, nb, err);
+static int unet_validate(const struct tr_unet_config *c, const struct tr_build_opts *o, struct tr_unet_blocks *b,
+                         struct tr_error *err) {
+    int rc = tr_unet_blocks(c, b, err);
     if (rc) return rc;
-    for (int i = 0; i < *nb; i++) {
+    const int64_t *ch = b->ch;
+    const int nb = b->n;
+    for (int i = 0; i < nb; i++) {
         if (ch[i] % c->norm_num_groups != 0)
             return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: block_out_channels entry %lld is not a "
                                 "multiple of norm_num_groups = %lld", (long long)ch[i], (long long)c->norm_num_groups);
-        if (ch[i] % c->attention_head_dim != 0)
+        /* the heads of a block without attention are unused (the last block's serve the mid block) */
+        if ((b->cross[i] || i == nb - 1) && ch[i] % b->heads[i] != 0)
             return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: block_out_channels entry %lld is not a "
-                                "multiple of attention_head_dim = %lld (the heads split the channels)",
-                                (long long)ch[i], (long long)c->attention_head_dim);
+                                "multiple of its attention_head_dim entry %lld (attention_head_dim = '%s'; the heads "
+                                "split the channels)", (long long)ch[i], (long long)b->heads[i], c->attention_head_dim);
     }
     if (ch[0] % 2 != 0)
         return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: block_out_channels[0] = %lld must be even (the "
@@ -94,11 +116,11 @@ static int unet_validate(const struct tr_unet_config *c, const struct tr_build_o
     if (!(c->freq_shift < (double)(ch[0] / 2)))
         return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: freq_shift = %g, expected below %lld "
                             "(block_out_channels[0] / 2)", c->freq_shift, (long long)(ch[0] / 2));
-    const int64_t f = (int64_t)1 << (*nb - 1);
+    const int64_t f = (int64_t)1 << (nb - 1);
     if (c->sample_size % f != 0)
         return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: sample_size = %lld is not a multiple of %lld, the "
                             "downscale of %d blocks (an image side must be a multiple of %lld with the VAE's 8)",
-                            (long long)c->sample_size, (long long)f, *nb, (long long)(8 * f));
+                            (long long)c->sample_size, (long long)f, nb, (long long)(8 * f));
     if (o->batch < 1 || o->seq_len < 1)
         return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: batch = %lld and seq_len = %lld (the text's "
                             "tokens), expected at least 1", (long long)o->batch, (long long)o->seq_len);
@@ -158,9 +180,10 @@ static int resnet(struct net *n, int x, int64_t cin, int64_t cout, int index) {
 }
 
 /* diffusers' Attention: queries from x (B,L,C), keys and values from ctx (B,M,Cc) (ctx < 0:
- * x itself, self-attention), heads of C/heads. */
-static int attention(struct net *n, int x, int64_t L, int64_t C, int ctx, int64_t M, int64_t Cc, const char *name) {
-    const int64_t H = n->c->attention_head_dim, Dh = C / H;
+ * x itself, self-attention), H heads of C/H. */
+static int attention(struct net *n, int x, int64_t L, int64_t C, int64_t H, int ctx, int64_t M, int64_t Cc,
+                     const char *name) {
+    const int64_t Dh = C / H;
     const int64_t qs[4] = {n->B, L, H, Dh}, ks[4] = {n->B, M, H, Dh}, merged[3] = {n->B, L, C};
     const int perm[4] = {0, 2, 1, 3};
     if (ctx < 0) ctx = x; /* self-attention */
@@ -175,22 +198,28 @@ static int attention(struct net *n, int x, int64_t L, int64_t C, int ctx, int64_
     return y;
 }
 
-/* Transformer2DModel (one BasicTransformerBlock) on x (B,S,S,C), plus x. */
-static int transformer(struct net *n, int x, int64_t S, int64_t C, int index) {
+/* Transformer2DModel (one BasicTransformerBlock, H heads) on x (B,S,S,C), plus x. */
+static int transformer(struct net *n, int x, int64_t S, int64_t C, int64_t H, int index) {
     const int64_t L = S * S, seq[3] = {n->B, L, C}, img[4] = {n->B, S, S, C};
     tr_graph_push_scope(n->g, "attentions.%d", index);
     int h = group_norm(n, x, C, 1e-6, 0, "norm");
-    h = tr_reshape(n->g, conv(n, h, C, C, 1, 1, "proj_in"), 3, seq);
+    /* proj_in: a 1x1 conv on the map, then the tokens (SD 1.x), or the tokens, then a Linear
+     * (use_linear_projection, SD 2.x); channels last, the two are the same product over C
+     * and differ only in the weight's shape; proj_out mirrors it */
+    const int lin = n->c->use_linear_projection;
+    h = lin ? linear(n, tr_reshape(n->g, h, 3, seq), C, C, 1, "proj_in")
+            : tr_reshape(n->g, conv(n, h, C, C, 1, 1, "proj_in"), 3, seq);
     tr_graph_push_scope(n->g, "transformer_blocks.0");
-    h = tr_add(n->g, attention(n, layer_norm(n, h, C, "norm1"), L, C, -1, L, C, "attn1"), h);
-    h = tr_add(n->g, attention(n, layer_norm(n, h, C, "norm2"), L, C, n->text, n->T, n->c->cross_attention_dim,
+    h = tr_add(n->g, attention(n, layer_norm(n, h, C, "norm1"), L, C, H, -1, L, C, "attn1"), h);
+    h = tr_add(n->g, attention(n, layer_norm(n, h, C, "norm2"), L, C, H, n->text, n->T, n->c->cross_attention_dim,
                                "attn2"), h);
     /* FeedForward with GEGLU: proj to 2·4C, the first half times gelu(the second half) */
     int p = linear(n, layer_norm(n, h, C, "norm3"), C, 8 * C, 1, "ff.net.0.proj");
     int geglu = tr_mul(n->g, tr_slice(n->g, p, 2, 0, 4 * C, 1), tr_gelu(n->g, tr_slice(n->g, p, 2, 4 * C, 8 * C, 1), 0));
     h = tr_add(n->g, linear(n, geglu, 4 * C, C, 1, "ff.net.2"), h);
     tr_graph_pop_scope(n->g);
-    h = conv(n, tr_reshape(n->g, h, 4, img), C, C, 1, 1, "proj_out");
+    h = lin ? tr_reshape(n->g, linear(n, h, C, C, 1, "proj_out"), 4, img)
+            : conv(n, tr_reshape(n->g, h, 4, img), C, C, 1, 1, "proj_out");
     int y = tr_add(n->g, h, x);
     tr_graph_pop_scope(n->g);
     return y;
@@ -210,10 +239,11 @@ static int time_embedding(struct net *n, int t, int64_t ch0) {
 
 int tr_unet_graph(const struct tr_unet_config *c, const struct tr_build_opts *o, struct tr_graph *g, int sample,
                   int timestep, int text, int *out, struct tr_error *err) {
-    int64_t ch[TR_UNET_MAX_BLOCKS], attn[TR_UNET_MAX_BLOCKS];
-    int nb;
-    int rc = unet_validate(c, o, ch, attn, &nb, err);
+    struct tr_unet_blocks b;
+    int rc = unet_validate(c, o, &b, err);
     if (rc) return rc;
+    const int64_t *ch = b.ch, *attn = b.cross, *heads = b.heads;
+    const int nb = b.n;
     const int64_t B = o->batch, T = o->seq_len, L = c->layers_per_block;
     int64_t S = c->sample_size;
     struct net n = {g, c, o->dtype, B, T, -1, 4 * ch[0], text};
@@ -232,7 +262,7 @@ int tr_unet_graph(const struct tr_unet_config *c, const struct tr_build_opts *o,
         for (int64_t j = 0; j < L; j++) {
             x = resnet(&n, x, prev, ch[i], (int)j);
             prev = ch[i];
-            if (attn[i]) x = transformer(&n, x, S, prev, (int)j);
+            if (attn[i]) x = transformer(&n, x, S, prev, heads[i], (int)j);
             skip[ns] = x, skip_ch[ns++] = prev;
         }
         if (i + 1 < nb) { /* Downsample2D: a stride-2 3x3 conv, padding 1 */
@@ -244,12 +274,13 @@ int tr_unet_graph(const struct tr_unet_config *c, const struct tr_build_opts *o,
     }
     tr_graph_push_scope(g, "mid_block");
     x = resnet(&n, x, prev, prev, 0);
-    x = transformer(&n, x, S, prev, 0);
+    x = transformer(&n, x, S, prev, heads[nb - 1], 0);
     x = resnet(&n, x, prev, prev, 1);
     tr_graph_pop_scope(g);
     for (int i = 0; i < nb; i++) {
         const int64_t out = ch[nb - 1 - i];
         const int cross = (int)attn[nb - 1 - i];
+        const int64_t h = heads[nb - 1 - i]; /* diffusers' reversed list */
         tr_graph_push_scope(g, "up_blocks.%d", i);
         for (int64_t j = 0; j <= L; j++) {
             ns--;
@@ -257,7 +288,7 @@ int tr_unet_graph(const struct tr_unet_config *c, const struct tr_build_opts *o,
             x = tr_concat(g, 2, cat, 3);
             x = resnet(&n, x, prev + skip_ch[ns], out, (int)j);
             prev = out;
-            if (cross) x = transformer(&n, x, S, prev, (int)j);
+            if (cross) x = transformer(&n, x, S, prev, h, (int)j);
         }
         if (i + 1 < nb) { /* Upsample2D: nearest x2, a 3x3 conv */
             x = conv(&n, tr_upsample_nearest(g, x, 2), prev, prev, 3, 1, "upsamplers.0.conv");
@@ -292,9 +323,8 @@ static int unet_build(const void *config, const struct tr_build_opts *o, struct 
 static int unet_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
                             struct tr_tensor *inputs, struct tr_error *err) {
     const struct tr_unet_config *c = config;
-    int64_t ch[TR_UNET_MAX_BLOCKS], attn[TR_UNET_MAX_BLOCKS];
-    int nb;
-    int rc = unet_validate(c, o, ch, attn, &nb, err);
+    struct tr_unet_blocks b;
+    int rc = unet_validate(c, o, &b, err);
     if (rc) return rc;
     if (n != 3)
         return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: %d inputs given, expected 3 (sample, timestep, "
@@ -314,9 +344,46 @@ static int unet_make_inputs(const void *config, const struct tr_build_opts *o, u
     return TR_OK;
 }
 
+/* config.json's attention_head_dim, a number or one per down block (nd of them; 0: no
+ * down_block_types to count), into the key's "a,b,c". */
+static int read_heads(const cJSON *root, const char *path, int nd, struct tr_unet_config *c, struct tr_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, "attention_head_dim");
+    if (!j || cJSON_IsNull(j)) return TR_OK;
+    const int list = cJSON_IsArray(j), n = list ? cJSON_GetArraySize(j) : 1;
+    if (list && (n < 1 || n > TR_UNET_MAX_BLOCKS || (nd > 0 && n != nd)))
+        return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"attention_head_dim\" has %d entries, \"down_block_types\" %d: "
+                            "expected one number, or one per block", path, n, nd);
+    char buf[sizeof c->attention_head_dim];
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = list ? cJSON_GetArrayItem(j, i) : j;
+        if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) || e->valuedouble < 1 ||
+            e->valuedouble > 4096)
+            return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"attention_head_dim\" is not an integer from 1 to 4096 "
+                                "or a list of them", path);
+        /* at most 8 entries of 4 digits: fits */
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%d", i ? "," : "", (int)e->valuedouble);
+    }
+    memcpy(c->attention_head_dim, buf, len + 1);
+    return TR_OK;
+}
+
+/* Keys diffusers takes as one value for every block or as a list (one per block; a pair
+ * for sample_size): trident takes one value. */
+static int expect_one_value(const cJSON *root, const char *path, const char *key, struct tr_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsArray(j)) return TR_OK;
+    char *v = cJSON_PrintUnformatted(j);
+    int rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"%s\" = %.60s: only a single value (the same for every "
+                          "block, a square sample) is provided", path, key, v ? v : "(a list)");
+    cJSON_free(v);
+    return rc;
+}
+
 /* diffusers' UNet2DConditionModel config.json: the keys by name; the block types give
- * cross_attention_blocks (the up blocks must mirror the down ones); a per-block
- * attention_head_dim must be one value; what SD 1.x does not use is refused by name. */
+ * cross_attention_blocks (the up blocks must mirror the down ones); attention_head_dim
+ * gives the heads, one for all or per block (diffusers reads it as num_attention_heads,
+ * which it requires to be null); what SD 1.x and 2.x do not use is refused by name. */
 static int unet_read_hf_config(void *config, const char *path, struct tr_error *err) {
     struct tr_unet_config *c = config;
     cJSON *root;
@@ -328,16 +395,20 @@ static int unet_read_hf_config(void *config, const char *path, struct tr_error *
                                         "encoder_hid_dim", "encoder_hid_dim_type", "time_cond_proj_dim",
                                         "timestep_post_act", "cross_attention_norm", "num_attention_heads",
                                         "time_embedding_dim", "time_embedding_act_fn",
-                                        "projection_class_embeddings_input_dim"};
+                                        "projection_class_embeddings_input_dim",
+                                        "reverse_transformer_layers_per_block"};
+    static const char *const one_value[] = {"sample_size", "layers_per_block", "cross_attention_dim",
+                                            "transformer_layers_per_block", "only_cross_attention"};
     static const char *const skip[] = {"attention_head_dim", NULL};
     int64_t d[TR_UNET_MAX_BLOCKS], u[TR_UNET_MAX_BLOCKS];
     int nd = 0, nu = 0;
     rc = tr_hf_json_expect_str(root, path, "_class_name", "UNet2DConditionModel", err);
+    for (size_t i = 0; !rc && i < sizeof one_value / sizeof one_value[0]; i++)
+        rc = expect_one_value(root, path, one_value[i], err);
     if (!rc) rc = tr_hf_json_expect_str(root, path, "act_fn", "silu", err);
     if (!rc) rc = tr_hf_json_expect_str(root, path, "mid_block_type", "UNetMidBlock2DCrossAttn", err);
     if (!rc) rc = tr_hf_json_expect_str(root, path, "time_embedding_type", "positional", err);
     if (!rc) rc = tr_hf_json_expect_str(root, path, "resnet_time_scale_shift", "default", err);
-    if (!rc) rc = tr_hf_json_expect_bool(root, path, "use_linear_projection", 0, err);
     if (!rc) rc = tr_hf_json_expect_bool(root, path, "only_cross_attention", 0, err);
     if (!rc) rc = tr_hf_json_expect_bool(root, path, "dual_cross_attention", 0, err);
     if (!rc) rc = tr_hf_json_expect_bool(root, path, "center_input_sample", 0, err);
@@ -351,6 +422,16 @@ static int unet_read_hf_config(void *config, const char *path, struct tr_error *
     if (!rc) rc = tr_hf_json_expect_bool(root, path, "class_embeddings_concat", 0, err);
     if (!rc) rc = tr_hf_json_expect_str(root, path, "attention_type", "default", err);
     for (size_t i = 0; !rc && i < sizeof nulls / sizeof nulls[0]; i++) rc = tr_hf_json_expect_null(root, path, nulls[i], err);
+    /* upcast_attention (SD 2.1: true) has diffusers' AttnProcessor compute q·kᵀ and the
+     * softmax in f32 when the model runs in bf16 or f16, then cast the probabilities back
+     * for ·v (SD 2.1's scores overflow f16 otherwise; in f32 it changes nothing, and the
+     * default SDPA processor does not read it). trident's attention always does so:
+     * scores and softmax in f32 whatever the data's dtype (plugins/kernels/cpu/attention.c;
+     * the CUDA kernels too, P entering P·V in the data's type), so either value builds the
+     * same graph. */
+    const cJSON *upcast = cJSON_GetObjectItemCaseSensitive(root, "upcast_attention");
+    if (!rc && upcast && !cJSON_IsNull(upcast) && !cJSON_IsBool(upcast))
+        rc = tr_error_set(err, TR_ERR_FORMAT, "'%s': \"upcast_attention\" is not true or false", path);
     if (!rc) rc = tr_hf_json_names(root, path, "down_block_types", down, 2, d, TR_UNET_MAX_BLOCKS, &nd, err);
     if (!rc) rc = tr_hf_json_names(root, path, "up_block_types", up, 2, u, TR_UNET_MAX_BLOCKS, &nu, err);
     for (int i = 0; !rc && i < nu; i++)
@@ -361,21 +442,7 @@ static int unet_read_hf_config(void *config, const char *path, struct tr_error *
         char *p = c->cross_attention_blocks;
         for (int i = 0; i < nd; i++) p += sprintf(p, "%s%d", i ? "," : "", (int)d[i]);
     }
-    const cJSON *heads = cJSON_GetObjectItemCaseSensitive(root, "attention_head_dim");
-    if (!rc && cJSON_IsArray(heads)) { /* one per block: trident takes one for all */
-        const cJSON *e, *first = cJSON_GetArrayItem(heads, 0);
-        cJSON_ArrayForEach(e, heads)
-            if (!cJSON_IsNumber(e) || !first || e->valuedouble != first->valuedouble)
-                rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"attention_head_dim\" differs between blocks: one "
-                                  "head count for every block is provided", path);
-        heads = first;
-    }
-    if (!rc && heads && !cJSON_IsNull(heads)) {
-        if (!cJSON_IsNumber(heads) || heads->valuedouble != floor(heads->valuedouble) || heads->valuedouble < 1 ||
-            heads->valuedouble > 4096)
-            rc = tr_error_set(err, TR_ERR_FORMAT, "'%s': \"attention_head_dim\" is not an integer from 1 to 4096", path);
-        else c->attention_head_dim = (int64_t)heads->valuedouble;
-    }
+    if (!rc) rc = read_heads(root, path, nd, c, err);
     if (!rc) rc = tr_hf_json_apply(root, path, unet_keys, (int)(sizeof unet_keys / sizeof unet_keys[0]), config, skip, err);
     cJSON_Delete(root);
     return rc;
