@@ -7,6 +7,7 @@
  * The backend's sources are compiled in, so a test can look inside a program (its
  * buffers, its clusters, the cache counters); the plugin itself is also run through the
  * loader. Every compile uses a temporary cache directory made here, never the user's. */
+#include <sys/wait.h>
 #include "jax_test.h"
 #include "entry.h"
 #include "ref/ref.h" /* the float64 evaluation every output is compared with */
@@ -387,6 +388,60 @@ static void test_cache(void **state) {
     tr_jax_iface.free(ctx3);
 }
 
+/* Processes starting together on a fresh cache (ctest -j on a new machine, or the ranks of
+ * a run) each make or read its secret: none may read it half written, and all read the
+ * same one. 8 processes released at once onto each of 16 fresh directories. */
+static void test_cache_secret_race(void **state) {
+    (void)state;
+    enum { PROCS = 8, ROUNDS = 16 };
+    for (int round = 0; round < ROUNDS; round++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/race%d/cache", tr_test_dir, round); /* made by the processes */
+        int go[2], got[2];
+        assert_int_equal(pipe(go), 0);
+        assert_int_equal(pipe(got), 0);
+        pid_t pids[PROCS];
+        for (int i = 0; i < PROCS; i++) {
+            pids[i] = fork();
+            assert_true(pids[i] >= 0);
+            if (pids[i] == 0) {
+                close(go[1]);
+                char c;
+                (void)!read(go[0], &c, 1); /* released when the parent closes its end */
+                struct tr_jax_context ctx;
+                memset(&ctx, 0, sizeof ctx);
+                snprintf(ctx.cache_dir, sizeof ctx.cache_dir, "%s", dir);
+                snprintf(ctx.cache_dir_key, sizeof ctx.cache_dir_key, "cache_dir");
+                struct tr_error e = {0};
+                if (jax_cache_dir(&ctx, &e) != TR_OK) {
+                    fprintf(stderr, "process %d: %s\n", i, e.msg);
+                    _exit(1);
+                }
+                _exit(write(got[1], ctx.secret, sizeof ctx.secret) == (ssize_t)sizeof ctx.secret ? 0 : 2);
+            }
+        }
+        close(go[0]);
+        close(got[1]);
+        close(go[1]);
+        int failed = 0;
+        for (int i = 0; i < PROCS; i++) {
+            int st;
+            assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+            failed += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+        }
+        unsigned char first[32], next[32];
+        int n = 0;
+        while (read(got[0], n ? next : first, 32) == 32) {
+            if (n++ && memcmp(first, next, 32) != 0) fail_msg("round %d: two processes read different secrets", round);
+        }
+        close(got[0]);
+        if (failed || n != PROCS) fail_msg("round %d: %d of %d processes failed to make or read the secret", round,
+                                           failed, PROCS);
+    }
+    print_message("%d processes at once on each of %d fresh caches: every one read the same whole secret\n", PROCS,
+                  ROUNDS);
+}
+
 /* fuse = false: every fusable op its own kernel, same numbers. */
 static void test_unfused(void **state) {
     char dir[512];
@@ -573,5 +628,6 @@ static void bert_matches_hf(enum tr_dtype dt) {
 static void test_bert_f32(void **state) { bert_matches_hf(TR_DTYPE_F32); }
 static void test_bert_bf16(void **state) { bert_matches_hf(TR_DTYPE_BF16); }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_kinds_f32, test_kinds_bf16, test_cache, test_unfused,
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_kinds_f32, test_kinds_bf16, test_cache, test_cache_secret_race,
+             test_unfused,
              test_compiler_errors, test_plugin, test_bert_f32, test_bert_bf16)

@@ -233,28 +233,33 @@ static int mkdir_p(const char *dir, char *failed, size_t n) {
     return 0;
 }
 
-/* The cache's secret: "<dir>/secret", 32 random bytes made on first use (O_EXCL, 0600),
- * afterwards read only when it is a regular file of ours that no one else may read or
- * write; an entry's trailer is an HMAC under it (entry.h). */
+/* The cache's secret: "<dir>/secret", 32 random bytes made on first use, afterwards read
+ * only when it is a regular file of ours that no one else may read or write; an entry's
+ * trailer is an HMAC under it (entry.h). It is made whole under a temporary name (0600)
+ * and linked into place, which fails if another process got there first: so a process
+ * starting beside another on a fresh cache never reads a secret still being written
+ * (two test programs, or two ranks, on a fresh machine). */
 static int cache_secret(struct tr_jax_context *ctx, struct tr_error *err) {
-    char path[JAX_PATH_MAX + 16];
+    char path[JAX_PATH_MAX + 16], tmp[JAX_PATH_MAX + 24];
     snprintf(path, sizeof path, "%s/secret", ctx->cache_dir);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd >= 0) {
+    struct stat st;
+    if (lstat(path, &st) != 0 && errno == ENOENT) {
+        snprintf(tmp, sizeof tmp, "%s/secret.XXXXXX", ctx->cache_dir);
+        int fd = mkstemp(tmp); /* 0600 */
+        if (fd < 0)
+            return tr_error_set(err, TR_ERR_IO, "jax: %s = '%s': cannot make the cache's secret %s: %s",
+                                ctx->cache_dir_key, ctx->cache_dir, path, strerror(errno));
         unsigned char s[JAX_SECRET_BYTES];
         int ok = getrandom(s, sizeof s, 0) == (ssize_t)sizeof s && write(fd, s, sizeof s) == (ssize_t)sizeof s;
         ok = close(fd) == 0 && ok;
-        if (!ok) {
-            unlink(path);
-            return tr_error_set(err, TR_ERR_IO, "jax: %s = '%s': cannot make the cache's secret %s", ctx->cache_dir_key,
-                                ctx->cache_dir, path);
-        }
-    } else if (errno != EEXIST) {
-        return tr_error_set(err, TR_ERR_IO, "jax: %s = '%s': cannot make the cache's secret %s: %s", ctx->cache_dir_key,
-                            ctx->cache_dir, path, strerror(errno));
+        if (ok && link(tmp, path) != 0 && errno != EEXIST) ok = 0; /* EEXIST: another's, read below */
+        const int saved = errno;
+        unlink(tmp);
+        if (!ok)
+            return tr_error_set(err, TR_ERR_IO, "jax: %s = '%s': cannot make the cache's secret %s: %s",
+                                ctx->cache_dir_key, ctx->cache_dir, path, strerror(saved));
     }
-    fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    struct stat st;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     const char *why = fd < 0 ? strerror(errno) : fstat(fd, &st) != 0 ? strerror(errno)
                     : !S_ISREG(st.st_mode) ? "not a regular file"
                     : st.st_uid != geteuid() ? "owned by another user"
