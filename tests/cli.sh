@@ -326,13 +326,13 @@ expect "mistral fit, every weight trained: each step's loss against torch's Adam
 # a 48x48 image; the default prompt scaled to it), its batch and outputs in float64
 # (tests/fixtures/make_vision_reference.py --model sam --random 9).
 expect "sam from a random transformers config against its float64 outputs" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sam/check.ini
-# A whole diffusers pipeline directory (hf_config = it: its parts' config.json and its
-# scheduler's: scaled_linear betas, linspace timesteps, sample prediction, the
-# clamp on x0), text to image on every backend against diffusers' StableDiffusionPipeline
-# in float64 (tests/fixtures/make_sd_reference.py --random 266 --batch 2 --steps 3
-# --guidance 7.5 --seed 1).
+# A whole diffusers pipeline directory (hf_config = it: its parts' config.json, the UNet's
+# linear projections, and its scheduler's: linear betas rescaled to zero SNR, leading
+# timesteps, v prediction, the clamp on x0), text to image on every backend against
+# diffusers' StableDiffusionPipeline in float64 (tests/fixtures/make_sd_reference.py
+# --random 330 --batch 2 --steps 3 --guidance 7.5 --seed 1).
 expect "stable_diffusion from a random diffusers pipeline against its float64 pictures" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd/check.ini
-expect "a preset under hf_config is named so" 0 '^trident: stable_diffusion/tiny \+ hf_config: 26614 parameters' -- "$bin" run tests/fixtures/reference_sd/check.ini --steps 1
+expect "a preset under hf_config is named so" 0 '^trident: stable_diffusion/tiny \+ hf_config: 39216 parameters' -- "$bin" run tests/fixtures/reference_sd/check.ini --steps 1
 sed 's/^weights = .*/weights =/' tests/fixtures/reference_mistral_generate/check.ini > "$tmp/gen_seeded.ini"
 sed -i 's#^inputs = #inputs = '"$PWD"'/tests/fixtures/reference_mistral_generate/#; s#^reference = #reference = '"$PWD"'/tests/fixtures/reference_mistral_generate/#' "$tmp/gen_seeded.ini"
 expect "generate: other weights' tokens are named where they first differ" 1 \

@@ -225,13 +225,15 @@ static void test_pipeline_config(void **state) {
         assert_string_equal(c.unet, "unet/config.json");
         assert_string_equal(c.text_encoder, "text_encoder/config.json");
         assert_string_equal(c.vae, "vae/config.json");
-        assert_string_equal(c.hf_unet.block_out_channels, "2,2,4"); /* the file's, not sd-v1-4's */
+        assert_string_equal(c.hf_unet.block_out_channels, "4,4,4"); /* the file's, not sd-v1-4's */
+        assert_true(c.hf_unet.use_linear_projection);
         assert_true(c.hf_unet.cross_attention_dim == c.hf_text_encoder.hidden_size && c.hf_text_encoder.hidden_size == 8);
-        assert_string_equal(c.hf_vae.block_out_channels, "8,8");
-        assert_string_equal(c.beta_schedule, "scaled_linear");
-        assert_string_equal(c.timestep_spacing, "linspace");
-        assert_string_equal(c.prediction_type, "sample");
-        assert_true(c.steps_offset == 1 && !c.clip_sample && c.set_alpha_to_one); /* the file: 0, true, true */
+        assert_string_equal(c.hf_vae.block_out_channels, "12");
+        assert_string_equal(c.beta_schedule, "linear");
+        assert_string_equal(c.timestep_spacing, "leading");
+        assert_string_equal(c.prediction_type, "v_prediction");
+        assert_true(c.rescale_betas_zero_snr && !c.set_alpha_to_one && c.clip_sample_range == 1.5);
+        assert_true(c.steps_offset == 1 && !c.clip_sample); /* the file: 0 and true, as the pipeline rewrites them */
     }
     print_message("%s: unet %s, text_encoder %s, vae %s; scheduler %s %s %s\n", PIPE_DIR, c.unet, c.text_encoder,
                   c.vae, c.beta_schedule, c.timestep_spacing, c.prediction_type);

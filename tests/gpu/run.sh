@@ -25,7 +25,8 @@
 #    (conf/bert_predict.ini, conf/bert_fit.ini, 5 timed steps);
 # 6. Gemma and Mistral small: generate (2 steps) and LoRA fit (5 steps) on every backend on cuda;
 #    Stable Diffusion's small step, the small VAE's predict and its encoder's fit, the small
-#    SAM's predict and its image encoder's fit (5 steps) on every backend;
+#    SAM's predict and its image encoder's fit (5 steps) on every backend; a random diffusers
+#    pipeline's text to image against diffusers' float64 pictures (tests/fixtures/reference_sd);
 # 7. the PyTorch peers, last, so that the trident rows exist if time runs out: the BERT
 #    tasks through the PyTorch + transformers of that machine (tests/gpu/torch_bert.py,
 #    5 timed steps, eager first, then torch.compile reduce-overhead, same math mode);
@@ -53,15 +54,16 @@ declare -A result status plan borrow gpu slot_of
 # ---- the plan: each step's budget in seconds, in the order they run ----
 order=(setup configure build tests memcheck ceilings roofline bert_predict bert_fit
        cuda_gemma_generate cuda_mistral_generate cuda_gemma_fit cuda_mistral_fit cuda_sd_predict cuda_vae_predict cuda_sd_fit
-       cuda_sam_predict cuda_sam_fit
+       cuda_sam_predict cuda_sam_fit cuda_sd_reference
        torch_predict_eager torch_fit_eager torch_predict_reduce-overhead torch_fit_reduce-overhead
        summary)
-plan=([setup]=10 [configure]=20 [build]=120 [tests]=55 [memcheck]=25 [ceilings]=20 [roofline]=20
+plan=([setup]=10 [configure]=20 [build]=120 [tests]=55 [memcheck]=23 [ceilings]=20 [roofline]=20
       [bert_predict]=40 [bert_fit]=40
       [cuda_gemma_generate]=15 [cuda_mistral_generate]=15 [cuda_gemma_fit]=15 [cuda_mistral_fit]=15
       [cuda_sd_predict]=12 [cuda_vae_predict]=8 [cuda_sd_fit]=10 [cuda_sam_predict]=10 [cuda_sam_fit]=10
-      [torch_predict_eager]=15 [torch_fit_eager]=15
-      [torch_predict_reduce-overhead]=15 [torch_fit_reduce-overhead]=15
+      [cuda_sd_reference]=6
+      [torch_predict_eager]=14 [torch_fit_eager]=14
+      [torch_predict_reduce-overhead]=14 [torch_fit_reduce-overhead]=14
       [summary]=15)
 borrow=([build]=120)
 for k in "${order[@]}"; do # every step but these needs the GPU
@@ -351,12 +353,22 @@ done
 #      (conv2d, group norm, their gradients and the timestep embedding on cuda), and the
 #      small SAM's predict and encoder fit (ATTENTION_REL and its gradients on cuda) ----
 llm_ok=1
-for c in gemma_generate mistral_generate gemma_fit mistral_fit sd_predict vae_predict sd_fit sam_predict sam_fit; do
+for c in gemma_generate mistral_generate gemma_fit mistral_fit sd_predict vae_predict sd_fit sam_predict sam_fit \
+    sd_reference; do
   r=cuda_$c
   if need_build $r; then
-    sed 's/^device = cpu/device = cuda/' "conf/cpu/$c.ini" >"$out/$r.ini"
-    case $c in *generate) n=2 ;; *) n=5 ;; esac
-    run_row $r "$out/$r.log" "$trident" run "$out/$r.ini" --steps $n --json "$out/$r.json.part"
+    case $c in
+    sd_reference) # a random diffusers pipeline's text to image (3 DDIM steps, the clamp) on
+      # cuda against diffusers' StableDiffusionPipeline in float64 (tests/fixtures/reference_sd)
+      rm -rf "$out/reference_sd" && cp -r tests/fixtures/reference_sd "$out/reference_sd"
+      sed 's/^\[run\]$/[run]\ndevice = cuda/' tests/fixtures/reference_sd/check.ini >"$out/reference_sd/check.ini"
+      cp "$out/reference_sd/check.ini" "$out/$r.ini" ;;
+    *) sed 's/^device = cpu/device = cuda/' "conf/cpu/$c.ini" >"$out/$r.ini" ;;
+    esac
+    case $c in *generate) n=2 ;; sd_reference) n=1 ;; *) n=5 ;; esac
+    ini="$out/$r.ini"
+    [ $c = sd_reference ] && ini="$out/reference_sd/check.ini"
+    run_row $r "$out/$r.log" "$trident" run "$ini" --steps $n --json "$out/$r.json.part"
     json_done $r $?
     grep -E "^(torch|tf|jax)|agree" "$out/$r.log" | head -12
     note "$r: ${status[$r]}"

@@ -27,7 +27,7 @@ import sys
 CEILING_KEY = {"bf16": "gemm_bf16_8192_tflops", "tf32": "gemm_tf32_8192_tflops", "f32": "gemm_f32_8192_tflops"}
 TORCH_MODES = ("eager", "reduce-overhead")
 LLM_ROWS = ("cuda_gemma_generate", "cuda_mistral_generate", "cuda_gemma_fit", "cuda_mistral_fit", "cuda_sd_predict",
-            "cuda_vae_predict", "cuda_sd_fit", "cuda_sam_predict", "cuda_sam_fit")
+            "cuda_vae_predict", "cuda_sd_fit", "cuda_sam_predict", "cuda_sam_fit", "cuda_sd_reference")
 # every row that writes a JSON file, in run.sh's order
 ROOF_ROWS = tuple(f"roofline_{c}" for c in ("bert_fit", "bert_predict", "gemma_fit", "mistral_fit", "gemma_generate",
                                                "mistral_generate"))
@@ -152,6 +152,10 @@ def main():
                       "loss_last", "agrees", "error"):
                 if k in b:
                     r[k] = b[k]
+            ref = b.get("against_reference")
+            if ref:  # cuda_sd_reference: held to diffusers' float64 pictures
+                r["reference"] = f"{'within' if ref.get('agrees') else 'BEYOND'} the tolerance of diffusers' " \
+                                 f"({ref.get('max_rel_diff')})"
             llm.append(r)
 
     missing = {}
@@ -190,6 +194,8 @@ def main():
         agree = r.get("agrees")
         if "tokens_agree" in r:
             agree = f"{agree}, tokens {r['tokens_agree']}"
+        if "reference" in r:
+            agree = f"{agree}, {r['reference']}"
         return (f"{fmt(num(r, 'mean_ms'), '9.2f', 9)} "
                 f"{fmt(num(r, 'first_step_ms'), '9.1f', 9)} {fmt(num(r, 'ms_per_token'), '8.3f', 8)} "
                 f"{fmt(num(r, 'tokens_per_s'), '8.0f', 8)} {fmt(num(r, 'loss_first'), '8.4f', 8)} "
