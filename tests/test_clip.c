@@ -23,12 +23,15 @@
 /* CLIPTextModel(CLIPTextConfig(<CompVis/stable-diffusion-v1-4 text_encoder/config.json>)),
  * counted by transformers 5.x: sum(p.numel() for p in model.parameters()). */
 #define SD_CLIP_PARAMS 123060480
+/* ... and stabilityai/stable-diffusion-2-1's text_encoder/config.json, the same way. */
+#define SD21_CLIP_PARAMS 340387840
 
 static const struct tr_model_desc *const M = &tr_model_clip_text;
 #define preset(name) ((const struct tr_clip_text_config *)tr_test_preset(M, name))
 
 static void test_param_counts(void **state) {
     tr_test_expect_param_counts(M, "sd-v1-4", 1, 77, SD_CLIP_PARAMS, 0);
+    tr_test_expect_param_counts(M, "sd-2-1", 1, 77, SD21_CLIP_PARAMS, 0);
     tr_test_expect_io_counts(M, FIXTURE_IO, 2, 8, SD_CLIP_PARAMS, HINT);
     struct tr_graph *g = tr_test_model_build(M, preset("sd-v1-4"), TR_TASK_PREDICT, TR_DTYPE_F32, 1, 77);
     assert_int_equal(tr_graph_n_params(g), 2 + 12 * 16 + 2);

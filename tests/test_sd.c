@@ -237,23 +237,53 @@ static void test_pipeline_config(void **state) {
     }
     print_message("%s: unet %s, text_encoder %s, vae %s; scheduler %s %s %s\n", PIPE_DIR, c.unet, c.text_encoder,
                   c.vae, c.beta_schedule, c.timestep_spacing, c.prediction_type);
-    /* CompVis/stable-diffusion-v1-4's published files (a PNDMScheduler's config) over the tiny
-     * preset: every scheduler key as the sd-v1-4 preset has it, and its UNet's size */
-    assert_int_equal(tr_config_load_string("[model]\nhf_config = tests/fixtures/hf/sd-v1-4-pipeline\n", "t.ini", &cfg,
-                                           &e), TR_OK);
-    struct tr_sd_config v14;
-    if (tr_model_resolve(M, "tiny", &cfg, &v14, &e)) fail_msg("%s", e.msg);
-    for (int k = 0; k < M->n_keys; k++) {
+    /* CompVis/stable-diffusion-v1-4's and stabilityai/stable-diffusion-2-1's published files
+     * (a PNDMScheduler's config; a DDIMScheduler's predicting v) over the tiny preset: every
+     * scheduler key as the preset has it, every part's key as its preset has it (but the
+     * VAE's sample_size, 768 in 2.1's file and unused by generate), and the UNet's size */
+    static const struct {
+        const char *dir, *preset;
+        int64_t unet_params;
+    } pub[] = {{"tests/fixtures/hf/sd-v1-4-pipeline", "sd-v1-4", 859520964},
+               {"tests/fixtures/hf/sd-2-1-pipeline", "sd-2-1", 865910724}};
+    for (size_t p = 0; p < sizeof pub / sizeof pub[0]; p++) {
+        snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n", pub[p].dir);
+        assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+        struct tr_sd_config got;
+        if (tr_model_resolve(M, "tiny", &cfg, &got, &e)) fail_msg("%s", e.msg);
+        const struct tr_sd_config *want = preset(pub[p].preset);
         char a[64], b[64];
-        const char *name = M->keys[k].name;
-        if (!strcmp(name, "unet") || !strcmp(name, "text_encoder") || !strcmp(name, "vae")) continue;
-        assert_int_equal(tr_model_key_str(M, &v14, &M->keys[k], a, sizeof a), TR_OK);
-        assert_int_equal(tr_model_key_str(M, preset("sd-v1-4"), &M->keys[k], b, sizeof b), TR_OK);
-        if (strcmp(a, b) != 0) fail_msg("%s: %s from the files, %s in the preset", name, a, b);
+        for (int k = 0; k < M->n_keys; k++) {
+            const char *name = M->keys[k].name;
+            if (!strcmp(name, "unet") || !strcmp(name, "text_encoder") || !strcmp(name, "vae")) continue;
+            assert_int_equal(tr_model_key_str(M, &got, &M->keys[k], a, sizeof a), TR_OK);
+            assert_int_equal(tr_model_key_str(M, want, &M->keys[k], b, sizeof b), TR_OK);
+            if (strcmp(a, b) != 0) fail_msg("%s: %s = %s from the files, %s in the preset", pub[p].dir, name, a, b);
+        }
+        const struct {
+            const struct tr_model_desc *m;
+            const void *got;
+            const char *preset;
+        } parts[] = {{&tr_model_unet_2d_condition, &got.hf_unet, want->unet},
+                     {&tr_model_clip_text, &got.hf_text_encoder, want->text_encoder},
+                     {&tr_model_autoencoder_kl, &got.hf_vae, want->vae}};
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+            const struct tr_model_desc *m = parts[i].m;
+            const void *pw = tr_test_preset(m, parts[i].preset);
+            for (int k = 0; k < m->n_keys; k++) {
+                if (m == &tr_model_autoencoder_kl && !strcmp(m->keys[k].name, "sample_size")) continue;
+                assert_int_equal(tr_model_key_str(m, parts[i].got, &m->keys[k], a, sizeof a), TR_OK);
+                assert_int_equal(tr_model_key_str(m, pw, &m->keys[k], b, sizeof b), TR_OK);
+                if (strcmp(a, b) != 0)
+                    fail_msg("%s: %s %s = %s from the files, %s in its preset %s", pub[p].dir, m->name,
+                             m->keys[k].name, a, b, parts[i].preset);
+            }
+        }
+        struct tr_graph *g = tr_test_model_build(M, &got, TR_TASK_PREDICT, TR_DTYPE_F32, 1, 77);
+        assert_int_equal(tr_test_param_count(g), pub[p].unet_params);
+        tr_graph_free(g);
+        print_message("%s: the %s preset, every part and the scheduler\n", pub[p].dir, pub[p].preset);
     }
-    struct tr_graph *g = tr_test_model_build(M, &v14, TR_TASK_PREDICT, TR_DTYPE_F32, 13, 77);
-    assert_int_equal(tr_test_param_count(g), 859520964);
-    tr_graph_free(g);
     /* the default prompt length follows the text encoder read */
     assert_int_equal(M->default_seq_len(&c), c.hf_text_encoder.max_position_embeddings);
     assert_int_equal(tr_config_load_string("[model]\nhf_config = " PIPE_DIR "/scheduler/scheduler_config.json\n", "t.ini",
@@ -271,7 +301,7 @@ static void test_pipeline_config(void **state) {
                {"prediction_type = noise", "prediction_type = 'noise': expected epsilon, v_prediction or sample"},
                {"rescale_betas_zero_snr = true\ntimestep_spacing = trailing", "timestep 999 has alpha_cumprod 0"},
                {"unet = unet/config.json", "unet = 'unet/config.json': not a preset of unet_2d_condition (tiny, small, "
-                                           "sd-v1-4), nor a part [model] hf_config read"}};
+                                           "sd-v1-4, sd-2-1), nor a part [model] hf_config read"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(ini, sizeof ini, "[run]\nmodel = stable_diffusion\npreset = tiny\n[model]\n%s\n", bad[i].lines);
         assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
@@ -284,7 +314,7 @@ static void test_pipeline_config(void **state) {
 
 static void test_config_errors(void **state) {
     static const struct tr_test_refusal r[] = {
-        {TR_TASK_PREDICT, {{"unet", "huge"}}, {"unet = 'huge'", "tiny, small, sd-v1-4"}},
+        {TR_TASK_PREDICT, {{"unet", "huge"}}, {"unet = 'huge'", "tiny, small, sd-v1-4, sd-2-1"}},
         {TR_TASK_PREDICT, {{"step", "50"}}, {"step = 50", "num_inference_steps - 1 = 49"}},
         {TR_TASK_FIT, {{NULL}}, {"fit", "autoencoder_kl"}},
     };

@@ -41,12 +41,22 @@ static const struct tr_clip_text_config clip_sd = {
     .num_attention_heads = 12, .max_position_embeddings = 77, .layer_norm_eps = 1e-5, .hidden_act = "quick_gelu",
 };
 
+/* stabilityai/stable-diffusion-2-1's text_encoder (OpenCLIP ViT-H/14's text tower, its last
+ * layer dropped as SD 2 takes the penultimate one's output) */
+static const struct tr_clip_text_config clip_sd21 = {
+    .vocab_size = 49408, .hidden_size = 1024, .intermediate_size = 4096, .num_hidden_layers = 23,
+    .num_attention_heads = 16, .max_position_embeddings = 77, .layer_norm_eps = 1e-5, .hidden_act = "gelu",
+};
+
 static const struct tr_model_preset clip_presets[] = {
     {"tiny", &clip_tiny, "2 layers, hidden 64, 4 heads, 16 positions, vocabulary 1000 (tests)"},
     {"small", &clip_small, "4 layers, hidden 256, 4 heads, 77 positions, CLIP's vocabulary (CPU benchmarks)"},
     {"sd-v1-4", &clip_sd,
      "CompVis/stable-diffusion-v1-4's text_encoder (openai/clip-vit-large-patch14's text model): 12 layers, "
      "hidden 768, 12 heads, MLP 3072, quick_gelu, 77 positions; 123,060,480 parameters"},
+    {"sd-2-1", &clip_sd21,
+     "stabilityai/stable-diffusion-2-1's text_encoder (OpenCLIP ViT-H/14's text tower): 23 layers, hidden 1024, "
+     "16 heads, MLP 4096, gelu, 77 positions; 340,387,840 parameters"},
 };
 
 int64_t tr_clip_prompt_len(int64_t b, int64_t T) {

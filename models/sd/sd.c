@@ -37,19 +37,25 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(clip_sample_range, TR_KEY_FLOAT, 0, 1e30, "the clamp's bound"),
 };
 
-/* CompVis/stable-diffusion-v1-4's scheduler_config.json, keras-cv's guidance and steps. */
-#define SD_COMMON .num_inference_steps = 50, .guidance_scale = 7.5, .num_train_timesteps = 1000, \
+/* Stable Diffusion's scheduler_config.json (v1.4's; 2.1's predicts v), keras-cv's guidance and steps. */
+#define SD_COMMON(pred) .num_inference_steps = 50, .guidance_scale = 7.5, .num_train_timesteps = 1000, \
                   .beta_start = 0.00085, .beta_end = 0.012, .steps_offset = 1, .beta_schedule = "scaled_linear", \
-                  .timestep_spacing = "leading", .prediction_type = "epsilon", .clip_sample_range = 1.0
-static const struct tr_sd_config sd_tiny = {SD_COMMON, .unet = "tiny", .text_encoder = "tiny", .vae = "tiny"};
-static const struct tr_sd_config sd_small = {SD_COMMON, .unet = "small", .text_encoder = "small", .vae = "small"};
-static const struct tr_sd_config sd_v14 = {SD_COMMON, .unet = "sd-v1-4", .text_encoder = "sd-v1-4", .vae = "sd-v1-4"};
+                  .timestep_spacing = "leading", .prediction_type = pred, .clip_sample_range = 1.0
+static const struct tr_sd_config sd_tiny = {SD_COMMON("epsilon"), .unet = "tiny", .text_encoder = "tiny", .vae = "tiny"};
+static const struct tr_sd_config sd_small = {SD_COMMON("epsilon"), .unet = "small", .text_encoder = "small", .vae = "small"};
+static const struct tr_sd_config sd_v14 = {SD_COMMON("epsilon"), .unet = "sd-v1-4", .text_encoder = "sd-v1-4", .vae = "sd-v1-4"};
+/* stabilityai/stable-diffusion-2-1: its scheduler_config.json is a DDIMScheduler's with
+ * v_prediction; its VAE is SD 1's */
+static const struct tr_sd_config sd_v21 = {SD_COMMON("v_prediction"), .unet = "sd-2-1", .text_encoder = "sd-2-1",
+                                           .vae = "sd-v1-4"};
 
 static const struct tr_model_preset sd_presets[] = {
     {"tiny", &sd_tiny, "unet_2d_condition tiny, 8x8 latents, 50-step DDIM, guidance 7.5 (tests)"},
     {"small", &sd_small, "unet_2d_condition small, 32x32 latents (256x256 images), 50-step DDIM (CPU benchmarks)"},
     {"sd-v1-4", &sd_v14, "CompVis/stable-diffusion-v1-4's unet, 64x64 latents (512x512 images), 50-step DDIM, "
                          "guidance 7.5 (the benchmark's row: batch 13, 77 text tokens)"},
+    {"sd-2-1", &sd_v21, "stabilityai/stable-diffusion-2-1's unet, text_encoder and vae, 96x96 latents (768x768 "
+                        "images), 50-step DDIM with v prediction, guidance 7.5"},
 };
 
 static const void *find_preset(const struct tr_model_desc *m, const char *name, size_t cap) {
@@ -72,8 +78,11 @@ static const void *find_part(const struct tr_sd_config *c, const struct tr_model
 
 static int no_preset(const struct tr_model_desc *m, const char *key, const char *value, size_t cap,
                      struct tr_error *err) {
-    return tr_error_set(err, TR_ERR_NOT_FOUND, "stable_diffusion: %s = '%.*s': not a preset of %s (tiny, small, "
-                        "sd-v1-4), nor a part [model] hf_config read", key, (int)cap - 1, value, m->name);
+    char names[256] = "";
+    for (int i = 0; i < m->n_presets; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", m->presets[i].name);
+    return tr_error_set(err, TR_ERR_NOT_FOUND, "stable_diffusion: %s = '%.*s': not a preset of %s (%s), nor a part "
+                        "[model] hf_config read", key, (int)cap - 1, value, m->name, names);
 }
 
 /* value's index in names (n of them), or an error naming the key and what it can be. */
