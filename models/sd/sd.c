@@ -100,7 +100,7 @@ static int ddim_config(const struct tr_sd_config *c, struct tr_ddim_config *d, s
     static const char *const betas[] = {"scaled_linear", "linear", "squaredcos_cap_v2"},
                       *const spacing[] = {"leading", "trailing", "linspace"},
                       *const prediction[] = {"epsilon", "v_prediction", "sample"};
-    int b, sp, p;
+    int b = 0, sp = 0, p = 0; /* pick() sets them; 0 for -Wmaybe-uninitialized */
     int rc = pick("beta_schedule", c->beta_schedule, betas, 3, &b, err);
     if (!rc) rc = pick("timestep_spacing", c->timestep_spacing, spacing, 3, &sp, err);
     if (!rc) rc = pick("prediction_type", c->prediction_type, prediction, 3, &p, err);
