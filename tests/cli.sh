@@ -332,6 +332,10 @@ expect "sam from a random transformers config against its float64 outputs" 0 'al
 # diffusers' StableDiffusionPipeline in float64 (tests/fixtures/make_sd_reference.py
 # --random 330 --batch 2 --steps 3 --guidance 7.5 --seed 1).
 expect "stable_diffusion from a random diffusers pipeline against its float64 pictures" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd/check.ini
+# A UNet with no mid block ("mid_block_type": null, as the distilled BK-SDM UNets have;
+# heads that divide only the blocks that attend), against diffusers in float64
+# (tests/fixtures/make_vision_reference.py --config its config.json --batch 2 --seq-len 5 --seed 4).
+expect "unet_2d_condition without a mid block against its float64 outputs" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_unet_nomid/check.ini
 expect "a preset under hf_config is named so" 0 '^trident: stable_diffusion/tiny \+ hf_config: 39216 parameters' -- "$bin" run tests/fixtures/reference_sd/check.ini --steps 1
 sed 's/^weights = .*/weights =/' tests/fixtures/reference_mistral_generate/check.ini > "$tmp/gen_seeded.ini"
 sed -i 's#^inputs = #inputs = '"$PWD"'/tests/fixtures/reference_mistral_generate/#; s#^reference = #reference = '"$PWD"'/tests/fixtures/reference_mistral_generate/#' "$tmp/gen_seeded.ini"

@@ -86,6 +86,8 @@ static void test_config_errors(void **state) {
         {TR_TASK_PREDICT, {{"attention_head_dim", "2,0"}}, {"attention_head_dim = '2,0'", "from 1 to 4096"}},
         {TR_TASK_PREDICT, {{"norm_num_groups", "5"}}, {"16", "norm_num_groups = 5"}},
         {TR_TASK_PREDICT, {{"block_out_channels", "16,x"}}, {"block_out_channels = '16,x'"}},
+        {TR_TASK_PREDICT, {{"mid_block_type", "UNetMidBlock2D"}},
+         {"mid_block_type = 'UNetMidBlock2D'", "UNetMidBlock2DCrossAttn or none"}},
         {TR_TASK_FIT, {{NULL}}, {"fit", "offers: predict"}},
     };
     TR_TEST_EXPECT_REFUSALS(M, "tiny", r);
@@ -184,6 +186,35 @@ static void test_hf_configs(void **state) {
     assert_true(c.use_linear_projection && c.layers_per_block == 2 && c.sample_size == 32);
     tr_graph_free(tr_test_model_build(M, &c, TR_TASK_PREDICT, TR_DTYPE_F32, 1, 7));
 
+    /* "mid_block_type": null is no mid block in diffusers (the distilled BK-SDM UNets): the
+     * same UNet less exactly the mid block's parameters, and its heads free of the last
+     * block's channels */
+    tr_test_dir_file("nomid_unet.json",
+                     "{\"_class_name\": \"UNet2DConditionModel\", \"block_out_channels\": [32, 64], "
+                     "\"sample_size\": 8, \"down_block_types\": [\"CrossAttnDownBlock2D\", \"DownBlock2D\"], "
+                     "\"up_block_types\": [\"UpBlock2D\", \"CrossAttnUpBlock2D\"], \"cross_attention_dim\": 16, "
+                     "\"attention_head_dim\": [2, 3], \"norm_num_groups\": 8, \"mid_block_type\": null}",
+                     path, sizeof path);
+    if (resolve_hf(path, "", &c, &e)) fail_msg("%s", e.msg);
+    assert_string_equal(c.mid_block_type, "none");
+    struct tr_graph *g = tr_test_model_build(M, &c, TR_TASK_PREDICT, TR_DTYPE_F32, 1, 7);
+    const int64_t without = tr_test_param_count(g);
+    for (int i = 0; i < tr_graph_n_params(g); i++)
+        assert_null(strstr(tr_node_name(g, tr_graph_param(g, i)), "mid_block"));
+    tr_graph_free(g);
+    snprintf(c.attention_head_dim, sizeof c.attention_head_dim, "2,4"); /* the mid block takes 4 */
+    snprintf(c.mid_block_type, sizeof c.mid_block_type, "UNetMidBlock2DCrossAttn");
+    g = tr_test_model_build(M, &c, TR_TASK_PREDICT, TR_DTYPE_F32, 1, 7);
+    int64_t mid = 0;
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        const int id = tr_graph_param(g, i);
+        struct tr_tensor t = tr_node_tensor(g, id);
+        if (strncmp(tr_node_name(g, id), "mid_block.", 10) == 0) mid += tr_tensor_numel(&t);
+    }
+    assert_true(mid > 0);
+    assert_int_equal(tr_test_param_count(g) - mid, without);
+    tr_graph_free(g);
+
     static const struct {
         const char *json, *want[2];
     } bad[] = {
@@ -198,6 +229,7 @@ static void test_hf_configs(void **state) {
         {"\"use_linear_projection\": 1", {"\"use_linear_projection\" is not true or false"}},
         {"\"upcast_attention\": \"yes\"", {"\"upcast_attention\" is not true or false"}},
         {"\"only_cross_attention\": true", {"\"only_cross_attention\" = true: only false"}},
+        {"\"mid_block_type\": \"UNetMidBlock2D\"", {"\"mid_block_type\" = UNetMidBlock2D", "or null (no mid block)"}},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char json[512];

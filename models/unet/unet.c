@@ -35,10 +35,13 @@ static const struct tr_model_key unet_keys[] = {
     KEY_(block_out_channels, TR_KEY_STRING, 0, 0, "channels of each block, comma-separated (\"320,640,1280,1280\")"),
     KEY_(cross_attention_blocks, TR_KEY_STRING, 0, 0,
          "per down block 1 (CrossAttnDownBlock2D) or 0 (DownBlock2D), the up blocks mirrored (\"1,1,1,0\")"),
+    KEY_(mid_block_type, TR_KEY_STRING, 0, 0,
+         "UNetMidBlock2DCrossAttn (SD's), or none: no mid block (a config.json's null, as diffusers reads it)"),
 };
 
 /* The values of diffusers' config.json for each (sd-v1-4: CompVis/stable-diffusion-v1-4's unet). */
-#define UNET_COMMON .in_channels = 4, .out_channels = 4, .norm_eps = 1e-5, .flip_sin_to_cos = 1, .freq_shift = 0
+#define UNET_COMMON .in_channels = 4, .out_channels = 4, .norm_eps = 1e-5, .flip_sin_to_cos = 1, .freq_shift = 0, \
+                    .mid_block_type = "UNetMidBlock2DCrossAttn"
 static const struct tr_unet_config unet_tiny = {
     UNET_COMMON, .sample_size = 8, .layers_per_block = 1, .attention_head_dim = "2", .cross_attention_dim = 64,
     .norm_num_groups = 4, .block_out_channels = "16,32", .cross_attention_blocks = "1,0",
@@ -94,10 +97,16 @@ int tr_unet_blocks(const struct tr_unet_config *c, struct tr_unet_blocks *b, str
     return TR_OK;
 }
 
+/* 1 where the UNet has its mid block (UNetMidBlock2DCrossAttn), 0 for "none". */
+static int mid_block(const struct tr_unet_config *c) { return strcmp(c->mid_block_type, "none") != 0; }
+
 static int unet_validate(const struct tr_unet_config *c, const struct tr_build_opts *o, struct tr_unet_blocks *b,
                          struct tr_error *err) {
     int rc = tr_unet_blocks(c, b, err);
     if (rc) return rc;
+    if (strcmp(c->mid_block_type, "UNetMidBlock2DCrossAttn") != 0 && mid_block(c))
+        return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: mid_block_type = '%.31s', expected "
+                            "UNetMidBlock2DCrossAttn or none", c->mid_block_type);
     const int64_t *ch = b->ch;
     const int nb = b->n;
     for (int i = 0; i < nb; i++) {
@@ -105,7 +114,7 @@ static int unet_validate(const struct tr_unet_config *c, const struct tr_build_o
             return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: block_out_channels entry %lld is not a "
                                 "multiple of norm_num_groups = %lld", (long long)ch[i], (long long)c->norm_num_groups);
         /* the heads of a block without attention are unused (the last block's serve the mid block) */
-        if ((b->cross[i] || i == nb - 1) && ch[i] % b->heads[i] != 0)
+        if ((b->cross[i] || (i == nb - 1 && mid_block(c))) && ch[i] % b->heads[i] != 0)
             return tr_error_set(err, TR_ERR_INVALID, "unet_2d_condition: block_out_channels entry %lld is not a "
                                 "multiple of its attention_head_dim entry %lld (attention_head_dim = '%s'; the heads "
                                 "split the channels)", (long long)ch[i], (long long)b->heads[i], c->attention_head_dim);
@@ -272,11 +281,13 @@ int tr_unet_graph(const struct tr_unet_config *c, const struct tr_build_opts *o,
         }
         tr_graph_pop_scope(g);
     }
-    tr_graph_push_scope(g, "mid_block");
-    x = resnet(&n, x, prev, prev, 0);
-    x = transformer(&n, x, S, prev, heads[nb - 1], 0);
-    x = resnet(&n, x, prev, prev, 1);
-    tr_graph_pop_scope(g);
+    if (mid_block(c)) {
+        tr_graph_push_scope(g, "mid_block");
+        x = resnet(&n, x, prev, prev, 0);
+        x = transformer(&n, x, S, prev, heads[nb - 1], 0);
+        x = resnet(&n, x, prev, prev, 1);
+        tr_graph_pop_scope(g);
+    }
     for (int i = 0; i < nb; i++) {
         const int64_t out = ch[nb - 1 - i];
         const int cross = (int)attn[nb - 1 - i];
@@ -406,7 +417,14 @@ static int unet_read_hf_config(void *config, const char *path, struct tr_error *
     for (size_t i = 0; !rc && i < sizeof one_value / sizeof one_value[0]; i++)
         rc = expect_one_value(root, path, one_value[i], err);
     if (!rc) rc = tr_hf_json_expect_str(root, path, "act_fn", "silu", err);
-    if (!rc) rc = tr_hf_json_expect_str(root, path, "mid_block_type", "UNetMidBlock2DCrossAttn", err);
+    /* null is no mid block in diffusers (not its default); the string is checked with the rest */
+    const cJSON *mid = cJSON_GetObjectItemCaseSensitive(root, "mid_block_type");
+    if (!rc && mid && cJSON_IsNull(mid)) snprintf(c->mid_block_type, sizeof c->mid_block_type, "none");
+    if (!rc && mid && !cJSON_IsNull(mid) &&
+        (!cJSON_IsString(mid) || strcmp(mid->valuestring, "UNetMidBlock2DCrossAttn") != 0))
+        rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"mid_block_type\" = %s: only \"UNetMidBlock2DCrossAttn\" "
+                          "or null (no mid block) is provided", path,
+                          cJSON_IsString(mid) ? mid->valuestring : "(not a string)");
     if (!rc) rc = tr_hf_json_expect_str(root, path, "time_embedding_type", "positional", err);
     if (!rc) rc = tr_hf_json_expect_str(root, path, "resnet_time_scale_shift", "default", err);
     if (!rc) rc = tr_hf_json_expect_bool(root, path, "only_cross_attention", 0, err);

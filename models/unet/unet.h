@@ -4,8 +4,9 @@
  * Activations are channels last (NHWC); parameters carry the names and shapes of
  * diffusers' state_dict (conv weights (Cout,Cin,KH,KW), Linear (out,in)), so a checkpoint
  * saved by diffusers binds as it is. The blocks are diffusers' CrossAttnDownBlock2D /
- * DownBlock2D going down (cross_attention_blocks says which), UNetMidBlock2DCrossAttn,
- * and the mirror image going up (UpBlock2D / CrossAttnUpBlock2D); every attention is a
+ * DownBlock2D going down (cross_attention_blocks says which), UNetMidBlock2DCrossAttn
+ * (or none, as mid_block_type says), and the mirror image going up (UpBlock2D /
+ * CrossAttnUpBlock2D); every attention is a
  * Transformer2DModel with one BasicTransformerBlock (self-attention, cross-attention on
  * the text, GEGLU feed-forward). Its proj_in / proj_out are 1x1 convolutions (weights
  * (C,C,1,1), SD 1.x) or, with use_linear_projection, Linear layers on the tokens (weights
@@ -50,6 +51,8 @@ struct tr_unet_config {
     char attention_head_dim[64];
     char block_out_channels[64];
     char cross_attention_blocks[64];
+    char mid_block_type[32];     /* "UNetMidBlock2DCrossAttn" (SD's) or "none" (diffusers' null: no mid
+                                    block, as the distilled BK-SDM UNets have) */
 };
 
 /* The per-block lists of a config, parsed and checked against each other. */
