@@ -336,6 +336,10 @@ expect "stable_diffusion from a random diffusers pipeline against its float64 pi
 # heads that divide only the blocks that attend), against diffusers in float64
 # (tests/fixtures/make_vision_reference.py --config its config.json --batch 2 --seq-len 5 --seed 4).
 expect "unet_2d_condition without a mid block against its float64 outputs" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_unet_nomid/check.ini
+# A pipeline whose scheduler is a PNDMScheduler's (as SD v1's are): PNDM's PLMS steps (4
+# steps, 5 UNet runs: every order of its multistep), against the pipeline in float64
+# (tests/fixtures/make_sd_reference.py --random 817 --batch 2 --steps 4 --guidance 7.5 --seed 1).
+expect "stable_diffusion with PNDM against diffusers' pipeline in float64" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd_pndm/check.ini
 expect "a preset under hf_config is named so" 0 '^trident: stable_diffusion/tiny \+ hf_config: 39216 parameters' -- "$bin" run tests/fixtures/reference_sd/check.ini --steps 1
 sed 's/^weights = .*/weights =/' tests/fixtures/reference_mistral_generate/check.ini > "$tmp/gen_seeded.ini"
 sed -i 's#^inputs = #inputs = '"$PWD"'/tests/fixtures/reference_mistral_generate/#; s#^reference = #reference = '"$PWD"'/tests/fixtures/reference_mistral_generate/#' "$tmp/gen_seeded.ini"

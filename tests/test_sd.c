@@ -9,6 +9,7 @@
 #include <string.h>
 #include "modelutil.h"
 #include "models.h"
+#include "sd/pndm.h"
 #include "sd/sd.h"
 #include <png.h>
 #include "trident/bench.h"
@@ -98,6 +99,43 @@ static void test_scheduler_errors(void **state) {
  * DDIMScheduler.from_config on the same file (its schedule in float32, so 1e-5). */
 #define DDIM_IO TR_SOURCE_DIR "/tests/fixtures/ddim_io.safetensors"
 #define DDIM_HINT " (regenerate with: cd tests/fixtures && python3 make_ddim_fixture.py)"
+/* PNDM's runs (pndm.h) in double on the fixture's model outputs, from x: the worst relative
+ * error of the latents after a run against diffusers' PNDMScheduler. */
+static double pndm_runs(int n, const struct tr_ddim *s, const struct tr_safetensors *io, struct tr_tensor ts,
+                        struct tr_tensor ps, const double *x, int64_t K) {
+    char key[64];
+    struct tr_tensor os;
+    struct tr_error e = {0};
+    snprintf(key, sizeof key, "%d.outputs", n);
+    if (tr_safetensors_get(io, key, &os, &e)) fail_msg("case %d: %s" DDIM_HINT, n, e.msg);
+    struct tr_pndm_run runs[64];
+    int64_t runs_n;
+    assert_true(s->steps + 1 <= 64);
+    if (tr_pndm_plan(s, runs, &runs_n, &e)) fail_msg("case %d: %s", n, e.msg);
+    assert_int_equal(runs_n, tr_tensor_numel(&ts));
+    const double *out = os.data;
+    double *cur = malloc(sizeof(double) * (size_t)K), *start = malloc(sizeof(double) * (size_t)K), worst = 0;
+    memcpy(cur, x, sizeof(double) * (size_t)K);
+    memcpy(start, x, sizeof(double) * (size_t)K);
+    for (int64_t i = 0; i < runs_n; i++) {
+        if (runs[i].t != ((const int64_t *)ts.data)[i])
+            fail_msg("pndm case %d run %lld: timestep %lld, diffusers %lld", n, (long long)i, (long long)runs[i].t,
+                     (long long)((const int64_t *)ts.data)[i]);
+        const double *want = (const double *)ps.data + i * K;
+        double num = 0, den = 0;
+        for (int64_t j = 0; j < K; j++) {
+            double v = runs[i].c_x * (runs[i].from_start ? start[j] : cur[j]);
+            for (int k = 0; k < runs[i].n; k++) v += runs[i].c_e * runs[i].w[k] * out[runs[i].idx[k] * K + j];
+            cur[j] = v;
+            num += (v - want[j]) * (v - want[j]), den += want[j] * want[j];
+        }
+        worst = fmax(worst, sqrt(num / den));
+    }
+    free(cur);
+    free(start);
+    return worst;
+}
+
 static void test_scheduler_configs(void **state) {
     struct tr_safetensors *io = tr_test_open(DDIM_IO, DDIM_HINT);
     struct tr_tensor xs, os, ns, ts, as, ps;
@@ -128,6 +166,15 @@ static void test_scheduler_configs(void **state) {
         double worst_a = 0, worst = 0;
         for (int64_t t = 0; t < s.c.num_train_timesteps; t++)
             worst_a = fmax(worst_a, fabs(s.alphas_cumprod[t] - ((const double *)as.data)[t]));
+        if (strcmp(c.scheduler, "pndm") == 0) {
+            worst = pndm_runs(n, &s, io, ts, ps, x, K);
+            print_message("pndm case %d: %s, %s, %s, %lld steps in %lld runs: alphas_cumprod within %.1e, the latents "
+                          "after every run within %.1e\n", n, c.beta_schedule, c.timestep_spacing, c.prediction_type,
+                          (long long)steps, (long long)tr_tensor_numel(&ts), worst_a, worst);
+            assert_true(worst_a < 1e-6 && worst < 1e-5);
+            tr_ddim_free(&s);
+            continue;
+        }
         for (int64_t i = 0; i < steps; i++) {
             int64_t t;
             struct tr_ddim_coeffs k;
@@ -152,7 +199,7 @@ static void test_scheduler_configs(void **state) {
         assert_true(worst_a < 1e-6 && worst < 1e-5);
         tr_ddim_free(&s);
     }
-    assert_int_equal(n, 6);
+    assert_int_equal(n, 10);
     tr_safetensors_close(io);
 }
 
@@ -217,7 +264,7 @@ static void test_pipeline_config(void **state) {
     struct tr_error e = {0};
     struct tr_config cfg;
     struct tr_sd_config c;
-    char ini[256];
+    char ini[768];
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
         snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n", paths[i]);
         assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
@@ -234,6 +281,7 @@ static void test_pipeline_config(void **state) {
         assert_string_equal(c.prediction_type, "v_prediction");
         assert_true(c.rescale_betas_zero_snr && !c.set_alpha_to_one && c.clip_sample_range == 1.5);
         assert_true(c.steps_offset == 1 && !c.clip_sample); /* the file: 0 and true, as the pipeline rewrites them */
+        assert_string_equal(c.scheduler, "ddim");
     }
     print_message("%s: unet %s, text_encoder %s, vae %s; scheduler %s %s %s\n", PIPE_DIR, c.unet, c.text_encoder,
                   c.vae, c.beta_schedule, c.timestep_spacing, c.prediction_type);
@@ -242,10 +290,10 @@ static void test_pipeline_config(void **state) {
      * scheduler key as the preset has it, every part's key as its preset has it (but the
      * VAE's sample_size, 768 in 2.1's file and unused by generate), and the UNet's size */
     static const struct {
-        const char *dir, *preset;
+        const char *dir, *preset, *scheduler;
         int64_t unet_params;
-    } pub[] = {{"tests/fixtures/hf/sd-v1-4-pipeline", "sd-v1-4", 859520964},
-               {"tests/fixtures/hf/sd-2-1-pipeline", "sd-2-1", 865910724}};
+    } pub[] = {{"tests/fixtures/hf/sd-v1-4-pipeline", "sd-v1-4", "pndm", 859520964},
+               {"tests/fixtures/hf/sd-2-1-pipeline", "sd-2-1", "ddim", 865910724}};
     for (size_t p = 0; p < sizeof pub / sizeof pub[0]; p++) {
         snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n", pub[p].dir);
         assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
@@ -256,6 +304,10 @@ static void test_pipeline_config(void **state) {
         for (int k = 0; k < M->n_keys; k++) {
             const char *name = M->keys[k].name;
             if (!strcmp(name, "unet") || !strcmp(name, "text_encoder") || !strcmp(name, "vae")) continue;
+            if (!strcmp(name, "scheduler")) { /* the file's class: 1.4's PNDM (the presets run DDIM) */
+                assert_string_equal(got.scheduler, pub[p].scheduler);
+                continue;
+            }
             assert_int_equal(tr_model_key_str(M, &got, &M->keys[k], a, sizeof a), TR_OK);
             assert_int_equal(tr_model_key_str(M, want, &M->keys[k], b, sizeof b), TR_OK);
             if (strcmp(a, b) != 0) fail_msg("%s: %s = %s from the files, %s in the preset", pub[p].dir, name, a, b);
@@ -279,6 +331,7 @@ static void test_pipeline_config(void **state) {
                              m->keys[k].name, a, b, parts[i].preset);
             }
         }
+        snprintf(got.scheduler, sizeof got.scheduler, "ddim"); /* predict's one step is DDIM's */
         struct tr_graph *g = tr_test_model_build(M, &got, TR_TASK_PREDICT, TR_DTYPE_F32, 1, 77);
         assert_int_equal(tr_test_param_count(g), pub[p].unet_params);
         tr_graph_free(g);
@@ -290,6 +343,14 @@ static void test_pipeline_config(void **state) {
                                            &cfg, &e), TR_OK);
     assert_int_equal(tr_model_resolve(M, "tiny", &cfg, &c, &e), TR_OK);
     assert_true(c.steps_offset == 0 && c.clip_sample && strcmp(c.unet, "tiny") == 0);
+    char prk[512];
+    tr_test_dir_file("scheduler_config.json", "{\"_class_name\": \"PNDMScheduler\", \"beta_schedule\": "
+                     "\"scaled_linear\"}", prk, sizeof prk);
+    snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n", prk);
+    assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+    assert_int_not_equal(tr_model_resolve(M, "tiny", &cfg, &c, &e), TR_OK);
+    tr_assert_msg_has(&e, "a PNDMScheduler without \"skip_prk_steps\": true (its Runge-Kutta warm-up steps) is not "
+                          "provided");
     static const struct {
         const char *lines, *want;
     } bad[] = {{"hf_config = tests/fixtures/ddim", "'tests/fixtures/ddim': no unet/config.json: expected a diffusers"},
@@ -300,6 +361,8 @@ static void test_pipeline_config(void **state) {
                {"timestep_spacing = even", "timestep_spacing = 'even': expected leading, trailing or linspace"},
                {"prediction_type = noise", "prediction_type = 'noise': expected epsilon, v_prediction or sample"},
                {"rescale_betas_zero_snr = true\ntimestep_spacing = trailing", "timestep 999 has alpha_cumprod 0"},
+               {"scheduler = pndm", "scheduler = pndm runs in task generate"},
+               {"scheduler = plms", "scheduler = 'plms': expected ddim or pndm"},
                {"unet = unet/config.json", "unet = 'unet/config.json': not a preset of unet_2d_condition (tiny, small, "
                                            "sd-v1-4, sd-2-1), nor a part [model] hf_config read"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

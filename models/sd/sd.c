@@ -1,5 +1,6 @@
 /* The Stable Diffusion denoising step (sd.h). */
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -7,6 +8,7 @@
 #include "hf_json.h"
 #include "layers.h"
 #include "models.h"
+#include "pndm.h"
 #include "sd.h"
 #include "trident/rng.h"
 #include "clip/clip.h"
@@ -35,12 +37,14 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(rescale_betas_zero_snr, TR_KEY_BOOL, 0, 0, "rescale the schedule to zero terminal SNR"),
     KEY_(clip_sample, TR_KEY_BOOL, 0, 0, "clamp the predicted x0 to [-clip_sample_range, clip_sample_range]"),
     KEY_(clip_sample_range, TR_KEY_FLOAT, 0, 1e30, "the clamp's bound"),
+    KEY_(scheduler, TR_KEY_STRING, 0, 0, "ddim, or pndm (diffusers' PNDMScheduler for SD, PLMS steps: generate only)"),
 };
 
 /* Stable Diffusion's scheduler_config.json (v1.4's; 2.1's predicts v), keras-cv's guidance and steps. */
 #define SD_COMMON(pred) .num_inference_steps = 50, .guidance_scale = 7.5, .num_train_timesteps = 1000, \
                   .beta_start = 0.00085, .beta_end = 0.012, .steps_offset = 1, .beta_schedule = "scaled_linear", \
-                  .timestep_spacing = "leading", .prediction_type = pred, .clip_sample_range = 1.0
+                  .timestep_spacing = "leading", .prediction_type = pred, .clip_sample_range = 1.0, \
+                  .scheduler = "ddim"
 static const struct tr_sd_config sd_tiny = {SD_COMMON("epsilon"), .unet = "tiny", .text_encoder = "tiny", .vae = "tiny"};
 static const struct tr_sd_config sd_small = {SD_COMMON("epsilon"), .unet = "small", .text_encoder = "small", .vae = "small"};
 static const struct tr_sd_config sd_v14 = {SD_COMMON("epsilon"), .unet = "sd-v1-4", .text_encoder = "sd-v1-4", .vae = "sd-v1-4"};
@@ -57,6 +61,8 @@ static const struct tr_model_preset sd_presets[] = {
     {"sd-2-1", &sd_v21, "stabilityai/stable-diffusion-2-1's unet, text_encoder and vae, 96x96 latents (768x768 "
                         "images), 50-step DDIM with v prediction, guidance 7.5"},
 };
+
+static int pndm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "pndm") == 0; }
 
 static const void *find_preset(const struct tr_model_desc *m, const char *name, size_t cap) {
     for (int i = 0; i < m->n_presets; i++)
@@ -123,7 +129,10 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: step = %lld, expected 0 to num_inference_steps - 1 "
                             "= %lld", (long long)c->step, (long long)(c->num_inference_steps - 1));
     struct tr_ddim_config dc;
-    int rc = ddim_config(c, &dc, err);
+    static const char *const kinds[] = {"ddim", "pndm"};
+    int kind;
+    int rc = pick("scheduler", c->scheduler, kinds, 2, &kind, err);
+    if (!rc) rc = ddim_config(c, &dc, err);
     if (!rc) rc = tr_ddim_init(sched, &dc, c->num_inference_steps, err);
     if (rc) return tr_error_prefix(err, "stable_diffusion");
     return TR_OK;
@@ -158,6 +167,12 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
                             "offers: predict, generate; fit trains the VAE encoder: model = autoencoder_kl)",
                             tr_task_name(o->task));
     }
+    if (o->task == TR_TASK_PREDICT && pndm(c)) { /* its step needs the outputs of the steps before */
+        tr_ddim_free(s);
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = pndm runs in task generate (each "
+                            "step combines the outputs of those before); predict's one step is DDIM's: scheduler = "
+                            "ddim");
+    }
     return TR_OK;
 }
 
@@ -180,15 +195,13 @@ static int ddim_update(struct tr_graph *g, int x, int o, int coeffs, const struc
     return tr_add(g, term(g, x0, coeffs, 4, k->p_x0), term(g, eps, coeffs, 5, k->p_e));
 }
 
-/* One denoising step on the latents xf, f32 [B,S,S,C], with the text [2B,T,D]: the UNet on
- * the doubled batch (in the graph's dtype), guidance, the DDIM update in f32 (c_x is
- * within 1e-3 of 1 late in the schedule, which bf16 cannot hold; and a run of steps keeps
- * its latents in f32, so bf16 rounds only what the UNet sees), by the node coeffs or the
- * constants k (ddim_update). Returns x_{t-1} in f32; *guided gets the guided output (the
- * graph's dtype). */
-static int denoise(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
-                   const struct tr_build_opts *o, int xf, int t, int text, int coeffs, const struct tr_ddim_coeffs *k,
-                   int *guided, struct tr_error *err) {
+/* The UNet on the latents xf, f32 [B,S,S,C], with the text [2B,T,D] (in the graph's dtype)
+ * and guidance: returns the guided output in f32 (-1 on an error); *guided gets it in the
+ * graph's dtype, named "guidance". The update that follows is in f32 (c_x is within 1e-3 of
+ * 1 late in the schedule, which bf16 cannot hold; and a run of steps keeps its latents in
+ * f32, so bf16 rounds only what the UNet sees). */
+static int unet_guided(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
+                       const struct tr_build_opts *o, int xf, int t, int text, int *guided, struct tr_error *err) {
     const enum tr_dtype dt = o->dtype;
     /* at or below 1 diffusers' pipeline guides nothing: the UNet on the conditional half alone */
     const int guide = c->guidance_scale > 1;
@@ -206,8 +219,48 @@ static int denoise(struct tr_graph *g, const struct tr_sd_config *c, const struc
         *guided = eps;
     }
     tr_graph_set_name(g, *guided, "guidance");
-    int ef = dt == TR_DTYPE_F32 ? *guided : tr_cast(g, *guided, TR_DTYPE_F32);
+    return dt == TR_DTYPE_F32 ? *guided : tr_cast(g, *guided, TR_DTYPE_F32);
+}
+
+/* One DDIM step: the guided UNet, then the update by the node coeffs or the constants k
+ * (ddim_update). Returns x_{t-1} in f32. */
+static int denoise(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
+                   const struct tr_build_opts *o, int xf, int t, int text, int coeffs, const struct tr_ddim_coeffs *k,
+                   int *guided, struct tr_error *err) {
+    const int ef = unet_guided(g, c, u, o, xf, t, text, guided, err);
+    if (ef < 0) return -1;
     return ddim_update(g, xf, ef, coeffs, k, c->clip_sample ? c->clip_sample_range : 0.0);
+}
+
+/* PNDM's runs (pndm.h) on the latents x, f32: each an instance of the UNet; returns the
+ * denoised latents (-1 on an error). */
+static int pndm_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
+                      const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
+    struct tr_pndm_run *runs = malloc(sizeof *runs * (size_t)(s->steps + 1));
+    int *e = malloc(sizeof *e * (size_t)(s->steps + 1));
+    int64_t n = 0;
+    int rc = !runs || !e ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld PNDM steps",
+                                        (long long)s->steps)
+                         : tr_pndm_plan(s, runs, &n, err);
+    const int64_t one[1] = {1};
+    const int start = x;
+    for (int64_t i = 0; i < n && !rc; i++) {
+        const struct tr_pndm_run *r = &runs[i];
+        tr_graph_set_instance(g, (int)i);
+        const float tf = (float)r->t;
+        int guided;
+        e[i] = unet_guided(g, c, u, o, x, tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, &guided, err);
+        if (e[i] < 0) {
+            rc = err->status ? err->status : TR_ERR_INTERNAL;
+            break;
+        }
+        int next = tr_scale(g, r->from_start ? start : x, (float)r->c_x, 0.0f);
+        for (int k = 0; k < r->n; k++) next = tr_add(g, next, tr_scale(g, e[r->idx[k]], (float)(r->c_e * r->w[k]), 0.0f));
+        x = next;
+    }
+    free(runs);
+    free(e);
+    return rc ? -1 : x;
 }
 
 static int sd_predict(const struct tr_sd_config *c, const struct tr_unet_config *u, const struct tr_build_opts *o,
@@ -251,7 +304,8 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     const struct tr_build_opts to = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = 2 * B, .seq_len = o->seq_len};
     int text;
     if ((rc = tr_clip_text_graph(clip, &to, g, ids, &text, err)) != TR_OK) return rc;
-    for (int64_t i = 0; i < s->steps; i++) {
+    if (pndm(c) && (x = pndm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
+    for (int64_t i = 0; i < s->steps && !pndm(c); i++) {
         int64_t t;
         struct tr_ddim_coeffs k;
         tr_ddim_step(s, i, &t, &k);
@@ -397,21 +451,33 @@ static int read_part(const char *dir, const char *file, const struct tr_model_de
     return TR_OK;
 }
 
-/* A scheduler_config.json, as DDIMScheduler.from_config reads it: what the file lacks
- * takes DDIMScheduler's defaults; the keys it shares with every diffusers scheduler (the
- * betas, the spacing, the prediction) whichever one it names. */
+/* A scheduler_config.json: a PNDMScheduler's runs PNDM (PLMS, pndm.h), as PNDMScheduler
+ * reads it; any other DDIM, as DDIMScheduler.from_config reads it (the keys every diffusers
+ * scheduler shares: the betas, the spacing, the prediction). What the file lacks takes that
+ * class's defaults. */
 static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_error *err) {
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
     if (rc) return rc;
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(root, "_class_name");
+    const int is_pndm = cJSON_IsString(cls) && strcmp(cls->valuestring, "PNDMScheduler") == 0;
     c->num_train_timesteps = 1000, c->beta_start = 0.0001, c->beta_end = 0.02, c->steps_offset = 0;
-    c->set_alpha_to_one = 1, c->clip_sample = 1, c->clip_sample_range = 1.0, c->rescale_betas_zero_snr = 0;
+    c->set_alpha_to_one = !is_pndm, c->clip_sample = !is_pndm, c->clip_sample_range = 1.0;
+    c->rescale_betas_zero_snr = 0;
+    snprintf(c->scheduler, sizeof c->scheduler, "%s", is_pndm ? "pndm" : "ddim");
     snprintf(c->beta_schedule, sizeof c->beta_schedule, "linear");
     snprintf(c->timestep_spacing, sizeof c->timestep_spacing, "leading");
     snprintf(c->prediction_type, sizeof c->prediction_type, "epsilon");
     static const char *const skip[] = {"unet", "text_encoder", "vae", "num_inference_steps", "step", "guidance_scale",
-                                       NULL};
-    rc = tr_hf_json_expect_null(root, path, "trained_betas", err);
+                                       "scheduler", NULL};
+    /* PNDM's Runge-Kutta warm-up (skip_prk_steps false, its default) is not provided: SD's
+     * files skip it */
+    const cJSON *prk = cJSON_GetObjectItemCaseSensitive(root, "skip_prk_steps");
+    rc = is_pndm && !cJSON_IsTrue(prk)
+             ? tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': a PNDMScheduler without \"skip_prk_steps\": true (its "
+                            "Runge-Kutta warm-up steps) is not provided; Stable Diffusion's files skip them", path)
+             : TR_OK;
+    if (!rc) rc = tr_hf_json_expect_null(root, path, "trained_betas", err);
     if (!rc) rc = tr_hf_json_expect_bool(root, path, "thresholding", 0, err);
     if (!rc) rc = tr_hf_json_apply(root, path, sd_keys, (int)(sizeof sd_keys / sizeof sd_keys[0]), c, skip, err);
     cJSON_Delete(root);
@@ -465,7 +531,8 @@ static int sd_read_hf_config(void *config, const char *path, struct tr_error *er
 
 const struct tr_model_desc tr_model_stable_diffusion = {
     .name = "stable_diffusion",
-    .description = "Stable Diffusion v1: one denoising step (predict: the UNet on 2B, guidance, DDIM) or text to image (generate)",
+    .description = "Stable Diffusion 1.x/2.x: one denoising step (predict: the UNet on 2B, guidance, DDIM) or text to "
+                   "image (generate: DDIM or PNDM)",
     .config_size = sizeof(struct tr_sd_config),
     TR_MODEL_TABLES(sd_keys, sd_presets),
     .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_GENERATE,
