@@ -29,6 +29,18 @@
 static const struct tr_model_desc *const M = &tr_model_stable_diffusion;
 #define preset(name) ((const struct tr_sd_config *)tr_test_preset(M, name))
 
+/* Step i of c's schedule: its timestep (*t) and coefficients. */
+static struct tr_ddim_coeffs step_of(const struct tr_sd_config *c, int64_t i, int64_t *t) {
+    const struct tr_unet_config *u;
+    struct tr_ddim s;
+    struct tr_error e = {0};
+    if (tr_sd_resolve(c, &u, &s, &e)) fail_msg("%s", e.msg);
+    struct tr_ddim_coeffs k;
+    tr_ddim_step(&s, i, t, &k);
+    tr_ddim_free(&s);
+    return k;
+}
+
 static void test_scheduler_matches_diffusers(void **state) {
     struct tr_safetensors *io = tr_test_open(FIXTURE_IO, HINT);
     struct tr_tensor ts, xs, es, ps;
@@ -218,13 +230,8 @@ static void test_predict_clamped(void **state) {
     struct tr_error e = {0};
     assert_int_equal(M->make_inputs(&c, &o, 3, 4, in, &e), TR_OK);
     assert_int_equal(tr_tensor_numel(&in[3]), 6);
-    const struct tr_unet_config *u;
-    struct tr_ddim s;
-    assert_int_equal(tr_sd_resolve(&c, &u, &s, &e), TR_OK);
     int64_t t;
-    struct tr_ddim_coeffs k;
-    tr_ddim_step(&s, 1, &t, &k);
-    tr_ddim_free(&s);
+    const struct tr_ddim_coeffs k = step_of(&c, 1, &t);
     const float *kf = in[3].data;
     assert_true(kf[0] == (float)k.x0_x && kf[1] == (float)k.x0_o && kf[2] == (float)k.e_x && kf[3] == (float)k.e_o &&
                 kf[4] == (float)k.p_x0 && kf[5] == (float)k.p_e);
@@ -401,13 +408,8 @@ static void test_make_inputs(void **state) {
     tr_test_input_tensors(g, 4, in);
     struct tr_error e = {0};
     assert_int_equal(M->make_inputs(&c, &o, 9, 4, in, &e), TR_OK);
-    const struct tr_unet_config *u;
-    struct tr_ddim s;
-    assert_int_equal(tr_sd_resolve(&c, &u, &s, &e), TR_OK);
     int64_t t;
-    struct tr_ddim_coeffs k;
-    tr_ddim_step(&s, 7, &t, &k);
-    tr_ddim_free(&s);
+    const struct tr_ddim_coeffs k = step_of(&c, 7, &t);
     assert_true(*(const float *)in[1].data == (float)t && t == 841);
     assert_true(((const float *)in[3].data)[0] == (float)k.c_x && ((const float *)in[3].data)[1] == (float)k.c_o);
     double mean, sd, lo, hi;
@@ -429,14 +431,9 @@ static void step_matches_diffusers(enum tr_dtype dt) {
     struct tr_graph *g = tr_test_model_build(M, &c, TR_TASK_PREDICT, dt, in[0].shape[0], in[2].shape[1]);
     assert_int_equal(tr_graph_n_outputs(g), 1);
     assert_int_equal(tr_graph_set_output(g, tr_graph_find(g, "guidance"), "noise_pred"), TR_OK); /* checked too */
-    const struct tr_unet_config *u;
-    struct tr_ddim s;
     struct tr_error e = {0};
-    assert_int_equal(tr_sd_resolve(&c, &u, &s, &e), TR_OK);
     int64_t t;
-    struct tr_ddim_coeffs k;
-    tr_ddim_step(&s, 1, &t, &k);
-    tr_ddim_free(&s);
+    const struct tr_ddim_coeffs k = step_of(&c, 1, &t);
     assert_true((float)t == *(const float *)in[1].data);
     tr_tensor_set_f64(&in[3], 0, k.c_x);
     tr_tensor_set_f64(&in[3], 1, k.c_o);

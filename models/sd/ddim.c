@@ -90,10 +90,13 @@ void tr_ddim_free(struct tr_ddim *s) {
     s->timesteps = NULL;
 }
 
+double tr_ddim_alpha_prev(const struct tr_ddim *s, int64_t t_prev) {
+    return t_prev >= 0 ? s->alphas_cumprod[t_prev] : s->c.set_alpha_to_one ? 1.0 : s->alphas_cumprod[0];
+}
+
 void tr_ddim_step(const struct tr_ddim *s, int64_t i, int64_t *t, struct tr_ddim_coeffs *k) {
-    const int64_t ti = s->timesteps[i], prev = ti - s->ratio;
-    const double at = s->alphas_cumprod[ti];
-    const double ap = prev >= 0 ? s->alphas_cumprod[prev] : s->c.set_alpha_to_one ? 1.0 : s->alphas_cumprod[0];
+    const int64_t ti = s->timesteps[i];
+    const double at = s->alphas_cumprod[ti], ap = tr_ddim_alpha_prev(s, ti - s->ratio);
     const double ra = sqrt(at), rb = sqrt(1.0 - at);
     *t = ti;
     switch (s->c.prediction) {

@@ -57,6 +57,8 @@ struct tr_ddim_coeffs {
 /* The schedule for `steps` denoising steps; an error names the value that cannot be. */
 int tr_ddim_init(struct tr_ddim *s, const struct tr_ddim_config *c, int64_t steps, struct tr_error *err);
 void tr_ddim_free(struct tr_ddim *s);
+/* ᾱ at t_prev, the timestep a step lands on: below 0, 1 or ᾱ_0 as set_alpha_to_one says. */
+double tr_ddim_alpha_prev(const struct tr_ddim *s, int64_t t_prev);
 /* Step i's (0 .. steps−1) timestep and update coefficients. */
 void tr_ddim_step(const struct tr_ddim *s, int64_t i, int64_t *t, struct tr_ddim_coeffs *k);
 

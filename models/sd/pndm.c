@@ -4,8 +4,7 @@
 
 /* diffusers' _get_prev_sample(base, t, t_prev, o) = c_x·base + c_e·o. */
 static void prev_coeffs(const struct tr_ddim *s, int64_t t, int64_t t_prev, double *c_x, double *c_e) {
-    const double at = s->alphas_cumprod[t];
-    const double ap = t_prev >= 0 ? s->alphas_cumprod[t_prev] : s->c.set_alpha_to_one ? 1.0 : s->alphas_cumprod[0];
+    const double at = s->alphas_cumprod[t], ap = tr_ddim_alpha_prev(s, t_prev);
     const double k = (ap - at) / (at * sqrt(1.0 - ap) + sqrt(at * (1.0 - at) * ap));
     *c_x = sqrt(ap / at);
     *c_e = -k;

@@ -70,25 +70,39 @@ static const void *find_preset(const struct tr_model_desc *m, const char *name, 
     return NULL;
 }
 
-/* The parts hf_config reads, the bit of hf_parts each sets and the name it leaves in the key. */
-enum { PART_UNET = 1, PART_TEXT = 2, PART_VAE = 4 };
-static const char *const unet_file = "unet/config.json", *const text_file = "text_encoder/config.json",
-                  *const vae_file = "vae/config.json";
+/* The three parts: the [model] key naming each (a preset of its model, or the file below
+ * once hf_config read it into the config at `hf`; bit 1 << PART_x of hf_parts says so). */
+enum { PART_UNET, PART_TEXT, PART_VAE };
+#define NAME_CAP sizeof(((struct tr_sd_config *)0)->unet) /* every part's key: char[64] */
+static const struct sd_part {
+    const struct tr_model_desc *m;
+    const char *key, *file;
+    size_t name, hf; /* offsets in tr_sd_config of the key's value and of the config read */
+} parts[] = {
+    {&tr_model_unet_2d_condition, "unet", "unet/config.json", offsetof(struct tr_sd_config, unet),
+     offsetof(struct tr_sd_config, hf_unet)},
+    {&tr_model_clip_text, "text_encoder", "text_encoder/config.json", offsetof(struct tr_sd_config, text_encoder),
+     offsetof(struct tr_sd_config, hf_text_encoder)},
+    {&tr_model_autoencoder_kl, "vae", "vae/config.json", offsetof(struct tr_sd_config, vae),
+     offsetof(struct tr_sd_config, hf_vae)},
+};
 
-/* A part: the preset the key names, or the config hf_config read into `hf`. */
-static const void *find_part(const struct tr_sd_config *c, const struct tr_model_desc *m, const char *name,
-                             size_t cap, unsigned bit, const char *file, const void *hf) {
-    if ((c->hf_parts & bit) && strncmp(name, file, cap) == 0) return hf;
-    return find_preset(m, name, cap);
+/* Part p's config: the preset its key names, or the config hf_config read; NULL for neither. */
+static const void *part(const struct tr_sd_config *c, int p) {
+    const char *name = (const char *)c + parts[p].name;
+    if ((c->hf_parts & 1u << p) && strncmp(name, parts[p].file, NAME_CAP) == 0) return (const char *)c + parts[p].hf;
+    return find_preset(parts[p].m, name, NAME_CAP);
 }
 
-static int no_preset(const struct tr_model_desc *m, const char *key, const char *value, size_t cap,
-                     struct tr_error *err) {
+/* Part p's key names neither a preset nor a part hf_config read. */
+static int no_part(const struct tr_sd_config *c, int p, struct tr_error *err) {
+    const struct tr_model_desc *m = parts[p].m;
     char names[256] = "";
     for (int i = 0; i < m->n_presets; i++)
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", m->presets[i].name);
     return tr_error_set(err, TR_ERR_NOT_FOUND, "stable_diffusion: %s = '%.*s': not a preset of %s (%s), nor a part "
-                        "[model] hf_config read", key, (int)cap - 1, value, m->name, names);
+                        "[model] hf_config read", parts[p].key, (int)NAME_CAP - 1, (const char *)c + parts[p].name,
+                        m->name, names);
 }
 
 /* value's index in names (n of them), or an error naming the key and what it can be. */
@@ -123,8 +137,8 @@ static int ddim_config(const struct tr_sd_config *c, struct tr_ddim_config *d, s
 
 int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **unet, struct tr_ddim *sched,
                   struct tr_error *err) {
-    *unet = find_part(c, &tr_model_unet_2d_condition, c->unet, sizeof c->unet, PART_UNET, unet_file, &c->hf_unet);
-    if (!*unet) return no_preset(&tr_model_unet_2d_condition, "unet", c->unet, sizeof c->unet, err);
+    *unet = part(c, PART_UNET);
+    if (!*unet) return no_part(c, PART_UNET, err);
     if (c->step >= c->num_inference_steps)
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: step = %lld, expected 0 to num_inference_steps - 1 "
                             "= %lld", (long long)c->step, (long long)(c->num_inference_steps - 1));
@@ -141,11 +155,8 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
 /* generate's text encoder and decoder, and that they fit the UNet. */
 static int sd_parts(const struct tr_sd_config *c, const struct tr_unet_config *u,
                     const struct tr_clip_text_config **clip, const struct tr_vae_config **vae, struct tr_error *err) {
-    *clip = find_part(c, &tr_model_clip_text, c->text_encoder, sizeof c->text_encoder, PART_TEXT, text_file,
-                      &c->hf_text_encoder);
-    if (!*clip) return no_preset(&tr_model_clip_text, "text_encoder", c->text_encoder, sizeof c->text_encoder, err);
-    *vae = find_part(c, &tr_model_autoencoder_kl, c->vae, sizeof c->vae, PART_VAE, vae_file, &c->hf_vae);
-    if (!*vae) return no_preset(&tr_model_autoencoder_kl, "vae", c->vae, sizeof c->vae, err);
+    if (!(*clip = part(c, PART_TEXT))) return no_part(c, PART_TEXT, err);
+    if (!(*vae = part(c, PART_VAE))) return no_part(c, PART_VAE, err);
     if ((*clip)->hidden_size != u->cross_attention_dim)
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: text_encoder %s is %lld wide, unet %s attends to "
                             "%lld (cross_attention_dim)", c->text_encoder, (long long)(*clip)->hidden_size, c->unet,
@@ -423,31 +434,29 @@ static int sd_make_inputs(const void *config, const struct tr_build_opts *o, uin
  * build then names. */
 static int64_t sd_default_seq_len(const void *config) {
     const struct tr_sd_config *c = config;
-    const struct tr_clip_text_config *clip = find_part(c, &tr_model_clip_text, c->text_encoder, sizeof c->text_encoder,
-                                                       PART_TEXT, text_file, &c->hf_text_encoder);
+    const struct tr_clip_text_config *clip = part(c, PART_TEXT);
     return clip ? clip->max_position_embeddings : 0;
 }
 
-/* One part of the pipeline, DIR/file, over the preset its key names (or what an earlier
+/* Part p of the pipeline, DIR/its file, over the preset its key names (or what an earlier
  * hf_config read); the key then names the file. An absent optional part keeps the preset. */
-static int read_part(const char *dir, const char *file, const struct tr_model_desc *m, char *key, size_t cap,
-                     void *hf, unsigned bit, struct tr_sd_config *c, int required, struct tr_error *err) {
+static int read_part(const char *dir, int p, struct tr_sd_config *c, int required, struct tr_error *err) {
     char path[4096 + 64];
     struct stat sb;
-    snprintf(path, sizeof path, "%s/%s", dir, file);
+    snprintf(path, sizeof path, "%s/%s", dir, parts[p].file);
     if (stat(path, &sb) != 0)
         return required ? tr_error_set(err, TR_ERR_NOT_FOUND, "'%s': no %s: expected a diffusers pipeline's directory "
-                                       "(unet/, text_encoder/, vae/, scheduler/) or its model_index.json", dir, file)
+                                       "(unet/, text_encoder/, vae/, scheduler/) or its model_index.json", dir,
+                                       parts[p].file)
                         : TR_OK;
-    const void *base = find_part(c, m, key, cap, bit, file, hf);
-    if (!base) return no_preset(m, m == &tr_model_unet_2d_condition ? "unet" : m == &tr_model_clip_text ? "text_encoder"
-                                                                                                      : "vae",
-                                key, cap, err);
-    if (base != hf) memcpy(hf, base, m->config_size);
-    int rc = m->read_hf_config(hf, path, err);
+    const void *base = part(c, p);
+    void *hf = (char *)c + parts[p].hf;
+    if (!base) return no_part(c, p, err);
+    if (base != hf) memcpy(hf, base, parts[p].m->config_size);
+    int rc = parts[p].m->read_hf_config(hf, path, err);
     if (rc) return rc;
-    snprintf(key, cap, "%s", file);
-    c->hf_parts |= bit;
+    snprintf((char *)c + parts[p].name, NAME_CAP, "%s", parts[p].file);
+    c->hf_parts |= 1u << p;
     return TR_OK;
 }
 
@@ -513,12 +522,8 @@ static int sd_read_hf_config(void *config, const char *path, struct tr_error *er
         cJSON_Delete(root);
         if (rc) return rc;
     }
-    int rc = read_part(dir, unet_file, &tr_model_unet_2d_condition, c->unet, sizeof c->unet, &c->hf_unet, PART_UNET, c,
-                       1, err);
-    if (!rc) rc = read_part(dir, text_file, &tr_model_clip_text, c->text_encoder, sizeof c->text_encoder,
-                            &c->hf_text_encoder, PART_TEXT, c, 0, err);
-    if (!rc) rc = read_part(dir, vae_file, &tr_model_autoencoder_kl, c->vae, sizeof c->vae, &c->hf_vae, PART_VAE, c, 0,
-                            err);
+    int rc = TR_OK;
+    for (int p = PART_UNET; p <= PART_VAE && !rc; p++) rc = read_part(dir, p, c, p == PART_UNET, err);
     snprintf(index, sizeof index, "%s/scheduler/scheduler_config.json", dir);
     if (rc || stat(index, &sb) != 0) return rc;
     rc = read_scheduler(index, c, err);
