@@ -50,7 +50,8 @@ $more"
 tolerance = 1e-5
 reference = $name.one.safetensors
 $more"
-  expect "$name: two ranks" 0 'data parallel: 2 ranks, batch 4 = 2 x 2' -- \
+  # stdout alone from here: the table and its notes, never cut by a progress line
+  expect_stderr=$tmp/err expect "$name: two ranks" 0 'data parallel: 2 ranks, batch 4 = 2 x 2' -- \
     "${mpi[@]}" "$bin" run "$tmp/$name.dp.ini" --baseline "$tmp/$name.one.json"
   local agree
   agree=$(grep -Ec "^  (torch|torch:reduce-overhead|tf|jax) +ok +'loss'" "$tmp/out")
@@ -72,7 +73,7 @@ preset = tiny" "[model]
 lora_rank = 4"
 
 # --scaling: rank 0 measures the step in one process first, in the same run.
-expect "--scaling measures one process in the same run" 0 \
+expect_stderr=$tmp/err expect "--scaling measures one process in the same run" 0 \
   '^scaling against one process \(measured first, in this run\)' -- "${mpi[@]}" "$bin" run "$tmp/bert.ini" --scaling
 if grep -Eq '^tf +[0-9.]+ +[0-9.]+ +[0-9.]+x +[0-9]+%$' "$tmp/out"; then ok "--scaling: a row per backend"
 else # the table and every tf line, where the first 40 lines of the output may not reach them

@@ -2,12 +2,22 @@
 # outcome lines, expect/check on a command's output, INI files and the summary. The caller
 # sets $tmp first, a scratch directory it owns: every command's output goes to $tmp/out.
 # Optional: $expect_timeout (seconds a command may run; exit 124 is then a timeout) and
-# $expect_signal_ok (set: a failure by a signal, exit >= 128, counts as the failure wanted).
+# $expect_signal_ok (set: a failure by a signal, exit >= 128, counts as the failure wanted);
+# $expect_stderr (a file: the command's stderr goes there, and $tmp/out holds its stdout
+# alone; under mpirun the two streams come through separate pipes read in chunks, so a
+# line of one may be cut by a line of the other).
 # The jax backend's compile cache goes into $tmp, not into the user's ~/.cache.
 export XDG_CACHE_HOME=$tmp/cache
 passed=0 failed=0
 ok()  { passed=$((passed + 1)); echo "ok   $1"; }
-bad() { failed=$((failed + 1)); echo "FAIL $1"; [ -f "$tmp/out" ] && sed 's/^/     | /' "$tmp/out" | head -n 40; }
+bad() {
+  failed=$((failed + 1)); echo "FAIL $1"
+  if [ -f "$tmp/out" ]; then # its head, and its tail where the verdicts are
+    if [ "$(wc -l < "$tmp/out")" -le 50 ]; then sed 's/^/     | /' "$tmp/out"
+    else sed 's/^/     | /' "$tmp/out" | head -n 30; echo "     | ..."; sed 's/^/     | /' "$tmp/out" | tail -n 20; fi
+  fi
+  [ -n "${expect_stderr:-}" ] && [ -s "$expect_stderr" ] && sed 's/^/     ! /' "$expect_stderr" | tail -n 20
+}
 
 # check NAME REGEX: the last command's output matches REGEX.
 check() { if grep -Eq -- "$2" "$tmp/out"; then ok "$1"; else bad "$1"; fi; }
@@ -16,7 +26,8 @@ check() { if grep -Eq -- "$2" "$tmp/out"; then ok "$1"; else bad "$1"; fi; }
 # command reports; and output matching REGEX (empty: any). Returns 1 after a FAIL.
 expect() {
   local name=$1 want=$2 re=$3; shift 4
-  ${expect_timeout:+timeout "$expect_timeout"} "$@" >"$tmp/out" 2>&1
+  if [ -n "${expect_stderr:-}" ]; then ${expect_timeout:+timeout "$expect_timeout"} "$@" >"$tmp/out" 2>"$expect_stderr"
+  else ${expect_timeout:+timeout "$expect_timeout"} "$@" >"$tmp/out" 2>&1; fi
   local got=$?
   if [ "$want" = 0 ] && [ "$got" != 0 ]; then bad "$name (exit $got, wanted 0)"; return 1; fi
   if [ "$want" != 0 ] && [ "$got" = 0 ]; then bad "$name (exit 0, wanted a failure)"; return 1; fi
