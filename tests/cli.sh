@@ -226,6 +226,10 @@ rejects unknown_backend.ini $'[run]\nmodel = bert\npreset = tiny\nbackends = nos
   "unknown backend" 'nosuch'
 rejects broken.ini $'[run]\nmodel = bert\nbatch = eight' "broken value names file, line, key" 'broken.ini:3.*batch'
 rejects unknown_key.ini $'[run]\nmodel = bert\nbatchsize = 8' "unknown key" 'unknown_key.ini:3.*batchsize'
+rejects heads.ini $'[run]\nmodel = unet_2d_condition\n[model]\nsample_size = 8\n\nattention_head_dim = 3' \
+  "a model's own refusal names the INI's line" "heads.ini:6: building model 'unet_2d_condition' .*attention_head_dim = '3'"
+rejects sdpart.ini $'[run]\nmodel = stable_diffusion\n[model]\nvae = tiny\nunet = huge' \
+  "a part that is no preset names the INI's line" "sdpart.ini:5: building model 'stable_diffusion' .*unet = 'huge'"
 rejects syntax.ini $'[run\nmodel = bert' "syntax error" 'syntax.ini:1'
 expect "missing file" 1 'nosuchfile.ini' -- "$bin" run "$tmp/nosuchfile.ini"
 rejects missing_plugin.ini $'[plugins]\npath = .\n[run]\nmodel = bert\nbackends = ./libtrident_backend_gone.so\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 8' \

@@ -619,6 +619,31 @@ static void test_backend_options(void **state) {
     assert_int_equal(tr_config_backend_options(&cfg, &cfg.backends[0], opt, 0), 0);
 }
 
+/* A model's refusal names its key ("KEY = VALUE"): the line of the [model] key it names
+ * first, whole words only, never a [backend.NAME] key of the same name. */
+static void test_model_line(void **state) {
+    (void)state;
+    struct tr_config cfg;
+    load_ok("ml.ini",
+            "[run]\n"
+            "model = unet_2d_condition\n"
+            "backends = jax\n"
+            "[backend.jax]\n"
+            "cache = off\n"
+            "[model]\n"
+            "block_out_channels = 16,32\n"
+            "\n"
+            "attention_head_dim = 3\n"
+            "head_dim = 2\n",
+            &cfg);
+    assert_int_equal(tr_config_model_line(&cfg, "entry 16 (attention_head_dim = '3'; the heads)"), 9);
+    assert_int_equal(tr_config_model_line(&cfg, "head_dim = 2, attention_head_dim = '3'"), 10);
+    assert_int_equal(tr_config_model_line(&cfg, "attention_head_dim = 3 with block_out_channels = 16,32"), 9);
+    assert_int_equal(tr_config_model_line(&cfg, "block_out_channels entry 16"), 0); /* not "KEY = " */
+    assert_int_equal(tr_config_model_line(&cfg, "cache = off"), 0);
+    assert_int_equal(tr_config_model_line(&cfg, ""), 0);
+}
+
 static void test_path_backends(void **state) {
     (void)state;
     struct tr_config cfg;
@@ -655,5 +680,5 @@ static void test_path_backends(void **state) {
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_parallel_keys, test_defaults, test_good_file, test_empty_file_keeps_defaults,
              test_load_string, test_unknown_section, test_unknown_keys, test_bad_integers, test_math, test_threads,
              test_bad_names, test_backends_errors, test_duplicate_keys, test_syntax_errors, test_inline_comments,
-             test_bom, test_missing_files, test_nul_byte, test_backend_options, test_path_backends, test_tolerance,
+             test_bom, test_missing_files, test_nul_byte, test_backend_options, test_model_line, test_path_backends, test_tolerance,
              test_run_files_and_words)

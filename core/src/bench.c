@@ -170,7 +170,10 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
     tg->n_model_inputs = tr_graph_n_inputs(tg->graph);
     if (rc == TR_OK && task == TR_TASK_FIT) rc = add_training(cfg, tg, err);
     if (rc) {
-        tr_error_prefix(err, "%s: building model '%s' (preset %s, task %s)", cfg->file, m->name, cfg->preset,
+        const int line = tr_config_model_line(cfg, err->msg);
+        char where[32] = "";
+        if (line) snprintf(where, sizeof where, ":%d", line);
+        tr_error_prefix(err, "%s%s: building model '%s' (preset %s, task %s)", cfg->file, where, m->name, cfg->preset,
                         cfg->task);
         goto fail;
     }

@@ -211,6 +211,22 @@ void tr_config_preset_label(const struct tr_config *cfg, char *out, size_t n) {
     snprintf(out, n, "%s%s", cfg->preset, hf ? " + hf_config" : "");
 }
 
+int tr_config_model_line(const struct tr_config *cfg, const char *text) {
+    const char *first = NULL;
+    int line = 0;
+    for (int i = 0; i < cfg->n_kv; i++) {
+        if (strcmp(cfg->kv[i].section, "model") != 0) continue;
+        const size_t kn = strlen(cfg->kv[i].key);
+        for (const char *at = strstr(text, cfg->kv[i].key); at; at = strstr(at + 1, cfg->kv[i].key)) {
+            const int word = (at == text || !(isalnum((unsigned char)at[-1]) || at[-1] == '_')) &&
+                             strncmp(at + kn, " = ", 3) == 0;
+            if (word && (!first || at < first)) first = at, line = cfg->kv[i].line;
+            if (word) break;
+        }
+    }
+    return line;
+}
+
 int tr_config_path(const struct tr_config *cfg, const char *rel, char *out, size_t n, struct tr_error *err) {
     if (!resolve_path(cfg->dir, rel, out, n))
         return tr_error_set(err, TR_ERR_INVALID, "%s: path '%s' (relative to '%s') is longer than %zu bytes", cfg->file,

@@ -144,14 +144,18 @@ const char *tr_config_math_name(const struct tr_config *cfg);
 
 /* Read an INI file over the defaults. */
 int tr_config_load(const char *path, struct tr_config *cfg, struct tr_error *err);
+/* The same from a string (name is used in messages as the file). */
+int tr_config_load_string(const char *text, const char *name, struct tr_config *cfg, struct tr_error *err);
 /* rel resolved against the INI's directory (as [run] weights is): out gets dir/rel, or rel
  * itself when absolute; TR_ERR_INVALID when it does not fit in n. */
 int tr_config_path(const struct tr_config *cfg, const char *rel, char *out, size_t n, struct tr_error *err);
 /* The run's label for the preset: "PRESET", or "PRESET + hf_config" where [model]
  * hf_config sets the shapes (so a report never calls a vit-h config "tiny"). */
 void tr_config_preset_label(const struct tr_config *cfg, char *out, size_t n);
-/* The same from a string (name is used in messages as the file). */
-int tr_config_load_string(const char *text, const char *name, struct tr_config *cfg, struct tr_error *err);
+/* The line of the [model] key that text (a model's message) names first, as "KEY = ":
+ * where a model's own check refuses a value, the message can point at the INI's line.
+ * 0 when text names none of the INI's [model] keys. */
+int tr_config_model_line(const struct tr_config *cfg, const char *text);
 
 /* A [run] key given from outside the INI (a suite's [suite] or [row.NAME] line: suite.h),
  * with where it was written, for messages ("suite.ini:7: [row.bert] batch = x: ..."). */
