@@ -144,7 +144,8 @@ task = generate
 [generate]
 max_length = 8" "generate of a one-graph model names its keys" 'genbad.ini:6: \[generate\] max_length = 8: unknown key for model .stable_diffusion. \(keys: image, prompt, negative_prompt, tokenizer\)'
 # bf16 text to image: ten guided steps drift the backends apart past bf16's 2e-2 (each
-# step multiplies the two halves' difference by 7.5); [run] tolerance says what to accept.
+# step multiplies the two halves' difference by 7.5): a sampler's run is held to 1e-1 in
+# bf16, and says so; [run] tolerance says what to accept instead.
 ini genbf.ini "[run]
 model = stable_diffusion
 preset = tiny
@@ -157,7 +158,14 @@ steps = 1
 tolerance = 6e-2
 [model]
 num_inference_steps = 10"
-expect "[run] tolerance sets the agreement" 0 'all backends ran and agree' -- "$bin" run "$tmp/genbf.ini"
+expect "[run] tolerance sets the agreement" 0 'all backends ran and agree \(within 6e-02, \[run\] tolerance\)$' -- \
+  "$bin" run "$tmp/genbf.ini"
+grep -v '^tolerance' "$tmp/genbf.ini" > "$tmp/genbf1.ini"
+expect "bf16 text to image: the sampler's bound, said" 0 \
+  "all backends ran and agree \(within 1e-01, bf16 over a sampler's denoising steps\)$" -- \
+  "$bin" run "$tmp/genbf1.ini" --json "$tmp/genbf1.json"
+if grep -Eq '"tolerance_from":[[:space:]]*"bf16 over a sampler.s denoising steps"' "$tmp/genbf1.json"; then
+  ok "the JSON says where the bound came from"; else bad "the JSON says where the bound came from"; fi
 rejects tol.ini "[run]
 tolerance = 2" "[run] tolerance out of range" 'tol.ini:2: \[run\] tolerance = 2: expected a relative difference above 0 and at most 1'
 # Every shipped config builds its task graph (the full-size ones too: no weights are made).

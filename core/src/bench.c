@@ -569,6 +569,25 @@ double tr_bench_tolerance(const struct tr_config *cfg) {
     return cfg->dtype == TR_DTYPE_F32 ? 1e-4 : cfg->dtype == TR_DTYPE_F64 ? 1e-10 : 2e-2;
 }
 
+/* A sampler's trajectory (a graph generate: stable_diffusion's N UNet runs, each one's
+ * output the next one's input, then the decoder) carries every step's rounding into the
+ * next, and DDIM's x0 = (x - sqrt(1-a) eps) / sqrt(a) multiplies it where a is small: in
+ * bf16, diffusers' own pipeline ends 1.6e-2 to 1.1e-1 from float64 on the pipelines
+ * tests/fixtures/make_sd_reference.py --dtype bf16 draws (4 steps), and trident's backends
+ * 2.4e-2 to 5.1e-2 from each other on the tiny and small presets at 2 to 25 steps. The
+ * bf16 and f16 bound of such a run is 1e-1: a wrong kernel still lands at O(1), and the
+ * f32 run (1e-4 between backends) is the precise check. */
+static double run_tolerance(const struct tr_config *cfg, const struct tr_task_graph *tg, char *why, size_t n) {
+    const double tol = tr_bench_tolerance(cfg);
+    const int sampler = tg->opts.task == TR_TASK_GENERATE && !tg->model->generate;
+    if (cfg->tolerance > 0) snprintf(why, n, "[run] tolerance");
+    else if (sampler && tol > 1e-4 && tol < 1e-1) {
+        snprintf(why, n, "%s over a sampler's denoising steps", tr_config_math_name(cfg));
+        return 1e-1;
+    } else snprintf(why, n, "the %s tolerance", tr_config_math_name(cfg));
+    return tol;
+}
+
 /* Before any weight is made: the params (and optimizer state), the inputs, the reference
  * and result copies of the outputs, and the activations at their peak (tr_graph_peak_bytes:
  * what a planned executor holds; one backend runs at a time), against MemAvailable on the
@@ -658,6 +677,7 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     rep->warmup = cfg->warmup;
     rep->seed = cfg->seed;
     rep->tolerance = tr_bench_tolerance(cfg);
+    snprintf(rep->tolerance_why, sizeof rep->tolerance_why, "the %s tolerance", tr_config_math_name(cfg));
     int rc = tr_bench_host_info(rep, err);
     if (rc) return rc;
     /* The caller applies [run] threads (core does not link OpenMP); a report that said N
@@ -672,6 +692,7 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     struct tr_task_graph tg;
     rc = tr_task_graph_build(cfg, models, &tg, err);
     if (rc) return rc;
+    rep->tolerance = run_tolerance(cfg, &tg, rep->tolerance_why, sizeof rep->tolerance_why);
     /* What the model is fed (the seq_len key means nothing to an image model). */
     if (tr_graph_n_inputs(tg.graph) > 0) {
         int id = tr_graph_input(tg.graph, 0);
@@ -882,15 +903,15 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     if (bad)
         rc = tr_error_set(err, TR_ERR_NUMERIC,
                           "%d of %d backends disagree with '%s'; '%s' differs by %.2e in output '%s' "
-                          "(the %s tolerance is %.0e)",
+                          "(%s is %.0e)",
                           disagreements, rep->n_rows, tr_bench_reference_label(rep), bad->label, bad->max_rel_diff,
-                          bad->worst_output, rep->dtype, rep->tolerance);
+                          bad->worst_output, rep->tolerance_why, rep->tolerance);
     for (int b = 0; !rc && refile.st && b < rep->n_rows; b++)
         if (rep->rows[b].ok && !rep->rows[b].ref_agrees) {
             rep->all_ok = 0;
-            rc = tr_error_set(err, TR_ERR_NUMERIC, "%s:%d: [run] reference = %s: '%s' differs from it: %s (the %s "
-                              "tolerance is %.0e)", cfg->file, cfg->reference_line, cfg->reference, rep->rows[b].label,
-                              rep->rows[b].ref_worst, rep->dtype, rep->tolerance);
+            rc = tr_error_set(err, TR_ERR_NUMERIC, "%s:%d: [run] reference = %s: '%s' differs from it: %s (%s is "
+                              "%.0e)", cfg->file, cfg->reference_line, cfg->reference, rep->rows[b].label,
+                              rep->rows[b].ref_worst, rep->tolerance_why, rep->tolerance);
         }
     if (rs && tg.image[0]) { /* the reference backend's pictures */
         int k = -1;

@@ -193,7 +193,10 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
                     (long long)r->weight_checks, r->weight_checks == 1 ? "" : "s");
         else fprintf(f, "the trained state was not compared\n");
     }
-    fprintf(f, "\n%s\n", rep->all_ok ? "all backends ran and agree" : "NOT all backends ran and agree");
+    fprintf(f, "\n%s", rep->all_ok ? "all backends ran and agree" : "NOT all backends ran and agree");
+    if (rep->tolerance > 0) fprintf(f, " (within %.0e%s%s)", rep->tolerance, rep->tolerance_why[0] ? ", " : "",
+                                    rep->tolerance_why);
+    fputc('\n', f);
 }
 
 /* JSON text is UTF-8 (RFC 8259), and cJSON copies bytes as they are: a label or path with
@@ -247,6 +250,7 @@ cJSON *tr_bench_json(const struct tr_bench_report *rep) {
     cJSON_AddNumberToObject(root, "flops_per_step", rep->flops_per_step);
     cJSON_AddNumberToObject(root, "nodes", rep->n_nodes);
     cJSON_AddNumberToObject(root, "tolerance", rep->tolerance);
+    tr_json_add_str(root, "tolerance_from", rep->tolerance_why);
     cJSON_AddBoolToObject(root, "all_ok", rep->all_ok);
     cJSON *cpu = cJSON_AddObjectToObject(root, "cpu");
     tr_json_add_str(cpu, "model", rep->cpu.model);

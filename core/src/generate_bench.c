@@ -330,21 +330,21 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
         rc = tr_error_set(err, TR_ERR_NUMERIC,
                           "%d of %d backends disagree with '%s'; '%s' generated another token for sample %lld at "
                           "new token %lld, not a near tie (the reference's logits of the two differ by %.3g; "
-                          "prefill logits differ by %.2e; the %s tolerance is %.0e)",
+                          "prefill logits differ by %.2e; %s is %.0e)",
                           disagreements, rep->n_rows, ref_label, bad->label, (long long)bad->mismatch_sample,
-                          (long long)bad->mismatch_step + 1, bad->tie_gap, bad->max_rel_diff, rep->dtype,
+                          (long long)bad->mismatch_step + 1, bad->tie_gap, bad->max_rel_diff, rep->tolerance_why,
                           rep->tolerance);
     else if (bad)
         rc = tr_error_set(err, TR_ERR_NUMERIC,
-                          "%d of %d backends disagree with '%s'; '%s' differs by %.2e in the prefill logits (the "
-                          "%s tolerance is %.0e)",
-                          disagreements, rep->n_rows, ref_label, bad->label, bad->max_rel_diff, rep->dtype,
+                          "%d of %d backends disagree with '%s'; '%s' differs by %.2e in the prefill logits (%s "
+                          "is %.0e)",
+                          disagreements, rep->n_rows, ref_label, bad->label, bad->max_rel_diff, rep->tolerance_why,
                           rep->tolerance);
     for (int b = 0; !rc && refile.st && b < rep->n_rows; b++)
         if (rep->rows[b].ok && !rep->rows[b].ref_agrees)
-            rc = tr_error_set(err, TR_ERR_NUMERIC, "%s:%d: [run] reference = %s: '%s' differs from it: %s (the %s "
-                              "tolerance is %.0e)", cfg->file, cfg->reference_line, cfg->reference,
-                              rep->rows[b].label, rep->rows[b].ref_worst, rep->dtype, rep->tolerance),
+            rc = tr_error_set(err, TR_ERR_NUMERIC, "%s:%d: [run] reference = %s: '%s' differs from it: %s (%s is "
+                              "%.0e)", cfg->file, cfg->reference_line, cfg->reference,
+                              rep->rows[b].label, rep->rows[b].ref_worst, rep->tolerance_why, rep->tolerance),
             rep->all_ok = 0;
     if (o->outputs) {
         int orc = tr_bench_outputs_write(&outs, o->outputs, err);

@@ -262,7 +262,13 @@ int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_err
     }
     if (worst_mean(rep) > 0) fputs("\n![mean ms per step, per backend](chart.svg)\n", f);
     if (rep->interrupted) fputs("\n**Interrupted**: the run was stopped before every backend ran.\n", f);
-    fprintf(f, "\n%s\n", rep->all_ok ? "All backends ran and agree." : "**NOT** all backends ran and agree.");
+    fputs(rep->all_ok ? "\nAll backends ran and agree" : "\n**NOT** all backends ran and agree", f);
+    if (rep->tolerance > 0) {
+        fprintf(f, " (within %.0e%s", rep->tolerance, rep->tolerance_why[0] ? ", " : "");
+        put_text(f, rep->tolerance_why, ESC_MD);
+        fputc(')', f);
+    }
+    fputs(".\n", f);
     return stream_status(f, "report.md", err);
 }
 

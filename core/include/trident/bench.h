@@ -118,6 +118,8 @@ struct tr_bench_report {
     struct tr_bench_row rows[TR_BENCH_MAX_ROWS];
     int n_rows;
     double tolerance;
+    char tolerance_why[64];     /* "the bf16 tolerance", "[run] tolerance", "bf16 over a sampler's
+                                   denoising steps" */
     int all_ok;                 /* every backend ran and all agree */
     /* generate */
     struct tr_generate_config gen;
