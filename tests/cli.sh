@@ -352,6 +352,12 @@ expect "unet_2d_condition without a mid block against its float64 outputs" 0 'al
 # steps, 5 UNet runs: every order of its multistep), against the pipeline in float64
 # (tests/fixtures/make_sd_reference.py --random 817 --batch 2 --steps 4 --guidance 7.5 --seed 1).
 expect "stable_diffusion with PNDM against diffusers' pipeline in float64" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd_pndm/check.ini
+# The same pipeline in bf16: every backend no farther from its float64 pictures than twice
+# diffusers' own bf16 pipeline is (0.033; trident's backends 0.030 to 0.033) (make_sd_reference.py
+# --pipeline tests/fixtures/reference_sd_pndm/pipeline --batch 2 --seq-len 5 --steps 4
+# --guidance 7.5 --dtype bf16 --seed 3).
+expect "stable_diffusion in bf16 against diffusers' pipeline in float64, within twice diffusers' bf16 error" 0 \
+  'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd_bf16/check.ini
 expect "a preset under hf_config is named so" 0 '^trident: stable_diffusion/tiny \+ hf_config: 39216 parameters' -- "$bin" run tests/fixtures/reference_sd/check.ini --steps 1
 sed 's/^weights = .*/weights =/' tests/fixtures/reference_mistral_generate/check.ini > "$tmp/gen_seeded.ini"
 sed -i 's#^inputs = #inputs = '"$PWD"'/tests/fixtures/reference_mistral_generate/#; s#^reference = #reference = '"$PWD"'/tests/fixtures/reference_mistral_generate/#' "$tmp/gen_seeded.ini"
