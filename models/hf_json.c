@@ -112,6 +112,27 @@ int tr_hf_json_apply(const cJSON *obj, const char *path, const struct tr_model_k
     return TR_OK;
 }
 
+int tr_hf_json_defaults(cJSON *obj, const char *path, const char *defaults, struct tr_error *err) {
+    cJSON *d = cJSON_Parse(defaults);
+    if (!cJSON_IsObject(d)) {
+        cJSON_Delete(d);
+        return tr_error_set(err, TR_ERR_INTERNAL, "'%s': the class defaults do not parse: %.60s", path, defaults);
+    }
+    const cJSON *e;
+    int rc = TR_OK;
+    cJSON_ArrayForEach(e, d) {
+        if (cJSON_GetObjectItemCaseSensitive(obj, e->string)) continue;
+        cJSON *copy = cJSON_Duplicate(e, 1);
+        if (!copy || !cJSON_AddItemToObject(obj, e->string, copy)) {
+            cJSON_Delete(copy);
+            rc = tr_error_set(err, TR_ERR_NOMEM, "'%s': out of memory adding the class defaults", path);
+            break;
+        }
+    }
+    cJSON_Delete(d);
+    return rc;
+}
+
 int tr_hf_json_expect_str(const cJSON *obj, const char *path, const char *key, const char *want,
                           struct tr_error *err) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);

@@ -11,6 +11,11 @@
 
 /* The file parsed; *root is an object (cJSON_Delete it). */
 int tr_hf_json_load(const char *path, cJSON **root, struct tr_error *err);
+/* The keys of defaults (a JSON object: a config class's defaults) that obj lacks, added to
+ * obj: a file that leaves a key out means the class's default, as transformers' and
+ * diffusers' from_pretrained read it, never the preset's value. Present keys, null ones
+ * too, stay the file's. */
+int tr_hf_json_defaults(cJSON *obj, const char *path, const char *defaults, struct tr_error *err);
 /* Every key of keys[0..n) present in obj, into config by its type: INT an integral number
  * within the key's bounds, FLOAT a finite number, BOOL true or false, STRING a string or an
  * array of integers (written "a,b,c"). Absent or null: left as it is. Keys named in skip
