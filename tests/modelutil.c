@@ -265,3 +265,40 @@ void tr_test_expect_fixture_counts(const struct tr_model_desc *m, const void *co
     assert_int_equal(tr_test_param_count(g), tr_test_io_count(io, 1, hint));
     tr_graph_free(g);
 }
+
+static void resolve_file(const struct tr_model_desc *m, const char *path, void *config) {
+    char ini[1024];
+    struct tr_config cfg;
+    struct tr_error e = {0};
+    snprintf(ini, sizeof ini, "[run]\nmodel = %s\n[model]\nhf_config = %s\n", m->name, path);
+    if (tr_config_load_string(ini, "t.ini", &cfg, &e)) fail_msg("%s", e.msg);
+    if (tr_model_resolve(m, "tiny", &cfg, config, &e)) fail_msg("%s: %s", path, e.msg);
+}
+
+void tr_test_hf_defaults_match(const struct tr_model_desc *m, const char *minimal, const char *defaults, int differ) {
+    char path[512];
+    tr_test_dir_file("minimal.json", minimal, path, sizeof path);
+    void *a = calloc(1, m->config_size), *b = calloc(1, m->config_size);
+    assert_true(a && b);
+    resolve_file(m, path, a);
+    resolve_file(m, defaults, b);
+    const void *tiny = NULL;
+    for (int i = 0; i < m->n_presets; i++)
+        if (strcmp(m->presets[i].name, "tiny") == 0) tiny = m->presets[i].config;
+    assert_non_null(tiny);
+    int n_differ = 0;
+    for (int k = 0; k < m->n_keys; k++) {
+        char x[256], y[256], t[256];
+        assert_int_equal(tr_model_key_str(m, a, &m->keys[k], x, sizeof x), TR_OK);
+        assert_int_equal(tr_model_key_str(m, b, &m->keys[k], y, sizeof y), TR_OK);
+        assert_int_equal(tr_model_key_str(m, tiny, &m->keys[k], t, sizeof t), TR_OK);
+        if (strcmp(x, y) != 0)
+            fail_msg("%s: %s = %s from %s, %s from the class's defaults (%s)", m->name, m->keys[k].name, x, minimal, y,
+                     defaults);
+        n_differ += strcmp(x, t) != 0;
+    }
+    print_message("%s: %s resolves as the class's defaults; %d keys differ from tiny's\n", m->name, minimal, n_differ);
+    if (n_differ < differ) fail_msg("%s: only %d keys differ from the tiny preset's, expected %d", m->name, n_differ, differ);
+    free(a);
+    free(b);
+}

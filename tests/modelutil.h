@@ -27,6 +27,13 @@ void tr_test_expect_refusals(const struct tr_model_desc *m, const char *preset, 
 #define TR_TEST_EXPECT_REFUSALS(m, preset, table) \
     tr_test_expect_refusals((m), (preset), (table), (int)(sizeof(table) / sizeof((table)[0])))
 
+/* hf_config = a file holding only `minimal` (the keys a config must give, e.g. model_type)
+ * over the tiny preset resolves, key by key, to what hf_config = `defaults` (the class's
+ * whole defaults: tests/fixtures/make_hf_defaults.py) does: a key left out is the class's
+ * default, as transformers and diffusers read it. At least `differ` of the keys must differ
+ * from the tiny preset's own, so the defaults are seen to apply. */
+void tr_test_hf_defaults_match(const struct tr_model_desc *m, const char *minimal, const char *defaults, int differ);
+
 /* m's preset `name` has `predict` parameter elements in its predict graph (batch B,
  * seq_len T) and, where fit > 0, `fit` in its fit graph (what fit trains). */
 void tr_test_expect_param_counts(const struct tr_model_desc *m, const char *name, int64_t B, int64_t T,

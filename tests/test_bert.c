@@ -267,6 +267,14 @@ static void test_mask_hides_padding(void **state) {
     tr_graph_free(g);
 }
 
-TR_TEST_MAIN(NULL, NULL, test_param_count_base, test_names_match_state_dict, test_interface, test_config_errors,
+/* A config.json that leaves keys out means BertConfig's defaults for them (tiny's width,
+ * layers, vocabulary and positions are not what transformers would build), labels 2. */
+static void test_hf_config_defaults(void **state) {
+    (void)state;
+    tr_test_hf_defaults_match(&tr_model_bert, "{\"model_type\": \"bert\"}", TR_SOURCE_DIR "/tests/fixtures/hf/defaults/bert.json", 6);
+    tr_test_hf_defaults_match(&tr_model_bert, "{\"id2label\": null}", TR_SOURCE_DIR "/tests/fixtures/hf/defaults/bert.json", 6);
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_count_base, test_hf_config_defaults, test_names_match_state_dict, test_interface, test_config_errors,
              test_hf_config,
              test_make_inputs, test_predict_matches_hf_f32, test_predict_matches_hf_bf16, test_mask_hides_padding)

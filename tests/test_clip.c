@@ -179,6 +179,14 @@ static void test_tokenizer(void **state) {
     assert_null(t);
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_tokenizer, test_param_counts, test_names_match_state_dict,
+/* A config.json that leaves keys out means CLIPTextConfig's defaults for them; a
+ * CLIPConfig without its text_config too. */
+static void test_hf_config_defaults(void **state) {
+    (void)state;
+    tr_test_hf_defaults_match(&tr_model_clip_text, "{\"model_type\": \"clip_text_model\"}", TR_SOURCE_DIR "/tests/fixtures/hf/defaults/clip_text.json", 5);
+    tr_test_hf_defaults_match(&tr_model_clip_text, "{\"model_type\": \"clip\", \"text_config\": {}}", TR_SOURCE_DIR "/tests/fixtures/hf/defaults/clip_text.json", 5);
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_tokenizer, test_param_counts, test_hf_config_defaults, test_names_match_state_dict,
              test_config_errors, test_make_inputs, test_predict_matches_hf_f32, test_predict_matches_hf_bf16,
              test_predict_matches_hf_f16, test_causal)

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "decoderutil.h"
+#include "modelutil.h"
 #include "models.h"
 #include "trident/bench.h"
 
@@ -129,7 +130,8 @@ static void test_hf_config_next_to_ini(void **state) {
     assert_int_equal(mkdir(dir, 0755), 0);
     assert_int_equal(mkdir(sub, 0755), 0);
     const char *json = "{\"model_type\": \"gemma\", \"vocab_size\": 1000, \"hidden_size\": %d, "
-                       "\"num_attention_heads\": 2, \"head_dim\": 16, \"num_hidden_layers\": 5}";
+                       "\"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"head_dim\": 16, "
+                       "\"intermediate_size\": 128, \"num_hidden_layers\": 5}";
     char text[1024];
     snprintf(text, sizeof text, json, 96);
     snprintf(path, sizeof path, "%s/cfg.json", dir);
@@ -216,7 +218,14 @@ static void test_config_errors(void **state) {
     tr_test_llm_build_fails(m, &c, TR_TASK_FIT, TR_DTYPE_F32, 16, TR_ERR_INVALID, "lora_targets", "'x_proj'");
 }
 
-TR_TEST_MAIN(NULL, NULL, test_size_7b, test_size_2b, test_presets_are_the_published_configs, test_hf_config_errors,
+/* A config.json that leaves keys out means GemmaConfig's defaults for them (gemma-7b's
+ * sizes), not the tiny preset's. */
+static void test_hf_config_defaults(void **state) {
+    (void)state;
+    tr_test_hf_defaults_match(&tr_model_gemma, "{\"model_type\": \"gemma\"}", TR_SOURCE_DIR "/tests/fixtures/hf/defaults/gemma.json", 8);
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_size_7b, test_hf_config_defaults, test_size_2b, test_presets_are_the_published_configs, test_hf_config_errors,
              test_model_keys_win_over_hf_config, test_hf_config_next_to_ini, test_names_match_state_dict, test_interface, test_make_inputs,
              test_predict_matches_hf_f32, test_predict_matches_hf_bf16, test_kv_cache,
              test_greedy_generate_matches_hf, test_unknown_preset, test_config_errors)

@@ -5,6 +5,7 @@
  * config.json); the KV-cache pass; bad input. */
 #include <string.h>
 #include "decoderutil.h"
+#include "modelutil.h"
 #include "models.h"
 #include "trident/safetensors.h"
 
@@ -87,7 +88,14 @@ static void test_config_errors(void **state) {
     tr_test_llm_build_fails(m, tiny(), TR_TASK_PREDICT, TR_DTYPE_I32, 16, TR_ERR_UNSUPPORTED, "i32", NULL);
 }
 
-TR_TEST_MAIN(NULL, NULL, test_size_7b, test_preset_is_the_published_config, test_names_match_state_dict,
+/* A config.json that leaves keys out means MistralConfig's defaults for them: head_dim
+ * from the width and heads, the 4096-token window, no padding row. */
+static void test_hf_config_defaults(void **state) {
+    (void)state;
+    tr_test_hf_defaults_match(&tr_model_mistral, "{\"model_type\": \"mistral\"}", TR_SOURCE_DIR "/tests/fixtures/hf/defaults/mistral.json", 8);
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_size_7b, test_hf_config_defaults, test_preset_is_the_published_config, test_names_match_state_dict,
              test_interface, test_make_inputs, test_predict_matches_hf_f32, test_predict_matches_hf_bf16,
              test_sliding_window_applied, test_kv_cache, test_greedy_generate_matches_hf, test_unknown_preset,
              test_config_errors)

@@ -400,17 +400,31 @@ static int bert_make_inputs(const void *config, const struct tr_build_opts *o, u
     return TR_OK;
 }
 
+/* BertConfig's defaults (transformers 5.25) for the keys read here: what a key the file
+ * leaves out means. Labels: 2 (PretrainedConfig's), where neither id2label nor num_labels
+ * is given. */
+static const char BERT_DEFAULTS[] =
+    "{\"vocab_size\": 30522, \"hidden_size\": 768, \"num_hidden_layers\": 12, \"num_attention_heads\": 12,"
+    " \"intermediate_size\": 3072, \"hidden_act\": \"gelu\", \"max_position_embeddings\": 512,"
+    " \"type_vocab_size\": 2, \"layer_norm_eps\": 1e-12, \"pad_token_id\": 0,"
+    " \"position_embedding_type\": \"absolute\"}";
+
 /* [model] hf_config = PATH: transformers' BertConfig config.json (bert-base-cased's, or a
- * BertForSequenceClassification's): the shapes by their names; num_labels from id2label
- * as transformers counts it; pad_token_id null is no padding row. What trident's BERT is
- * not (another activation or position embedding, a decoder) is refused by its key. */
+ * BertForSequenceClassification's): the shapes by their names, a key left out BertConfig's
+ * default; num_labels from id2label as transformers counts it; pad_token_id null is no
+ * padding row. What trident's BERT is not (another activation or position embedding, a
+ * decoder) is refused by its key. */
 static int bert_read_hf_config(void *config, const char *path, struct tr_error *err) {
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
     if (rc) return rc;
     struct tr_bert_config *c = config;
+    rc = tr_hf_json_defaults(root, path, BERT_DEFAULTS, err);
+    const cJSON *id2label = cJSON_GetObjectItemCaseSensitive(root, "id2label"),
+                *n_labels = cJSON_GetObjectItemCaseSensitive(root, "num_labels");
+    if (!rc && (!id2label || cJSON_IsNull(id2label)) && (!n_labels || cJSON_IsNull(n_labels))) c->num_labels = 2;
     static const char *const trident_only[] = {"pad_fraction", "lora_rank", "lora_alpha", "lora_targets", NULL};
-    rc = tr_hf_json_expect_str(root, path, "model_type", "bert", err);
+    if (!rc) rc = tr_hf_json_expect_str(root, path, "model_type", "bert", err);
     if (!rc) rc = tr_hf_json_expect_str(root, path, "hidden_act", "gelu", err);
     if (!rc) rc = tr_hf_json_expect_str(root, path, "position_embedding_type", "absolute", err);
     if (!rc) rc = tr_hf_json_expect_bool(root, path, "is_decoder", 0, err);

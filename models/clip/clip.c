@@ -191,15 +191,23 @@ static int clip_make_inputs(const void *config, const struct tr_build_opts *o, u
     return TR_OK;
 }
 
-/* transformers' CLIPTextConfig config.json (a whole CLIPConfig's text_config too). */
+/* CLIPTextConfig's defaults (transformers 5.25) for the keys read here. */
+static const char CLIP_DEFAULTS[] =
+    "{\"vocab_size\": 49408, \"hidden_size\": 512, \"intermediate_size\": 2048, \"num_hidden_layers\": 12,"
+    " \"num_attention_heads\": 8, \"max_position_embeddings\": 77, \"layer_norm_eps\": 1e-05,"
+    " \"hidden_act\": \"quick_gelu\"}";
+
+/* transformers' CLIPTextConfig config.json (a whole CLIPConfig's text_config too); a key
+ * it leaves out is CLIPTextConfig's default. */
 static int clip_read_hf_config(void *config, const char *path, struct tr_error *err) {
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
     if (rc) return rc;
-    const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text_config");
-    const cJSON *obj = cJSON_IsObject(text) ? text : root;
+    cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    cJSON *obj = cJSON_IsObject(text) ? text : root;
+    rc = tr_hf_json_defaults(obj, path, CLIP_DEFAULTS, err);
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
-    if (mt && !(cJSON_IsString(mt) && (!strcmp(mt->valuestring, "clip_text_model") || !strcmp(mt->valuestring, "clip"))))
+    if (!rc && mt && !(cJSON_IsString(mt) && (!strcmp(mt->valuestring, "clip_text_model") || !strcmp(mt->valuestring, "clip"))))
         rc = tr_error_set(err, TR_ERR_INVALID, "'%s': model_type = %s, expected \"clip_text_model\" or \"clip\"", path,
                           cJSON_IsString(mt) ? mt->valuestring : "(not a string)");
     if (!rc) rc = tr_hf_json_apply(obj, path, clip_keys, (int)(sizeof clip_keys / sizeof clip_keys[0]), config, NULL, err);

@@ -119,11 +119,27 @@ static int apply(const cJSON *root, const char *path, struct tr_decoder_config *
     return TR_OK;
 }
 
+/* GemmaConfig's and MistralConfig's defaults (transformers 5.25) for the keys read here:
+ * what a key the file leaves out means. Mistral's head_dim is derived (hidden_size /
+ * heads: null here), its pad_token_id None (no padding row); rope_theta goes in
+ * rope_parameters in 5.x, and a file's rope_parameters still win over it. */
+static const char GEMMA_DEFAULTS[] =
+    "{\"vocab_size\": 256000, \"hidden_size\": 3072, \"intermediate_size\": 24576, \"num_hidden_layers\": 28,"
+    " \"num_attention_heads\": 16, \"num_key_value_heads\": 16, \"head_dim\": 256,"
+    " \"hidden_act\": \"gelu_pytorch_tanh\", \"max_position_embeddings\": 8192, \"rms_norm_eps\": 1e-06,"
+    " \"rope_theta\": 10000.0, \"pad_token_id\": 0, \"tie_word_embeddings\": true}";
+static const char MISTRAL_DEFAULTS[] =
+    "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 32,"
+    " \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": null, \"hidden_act\": \"silu\","
+    " \"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000.0,"
+    " \"sliding_window\": 4096, \"pad_token_id\": null, \"tie_word_embeddings\": false}";
+
 /* No prefix of its own: core's names the INI line ("x.ini:4: [model] hf_config = ..."), and
  * every message here names the file. */
 int tr_decoder_read_hf_config(const char *path, struct tr_decoder_config *c, struct tr_error *err) {
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
+    if (!rc) rc = tr_hf_json_defaults(root, path, c->family == TR_DECODER_GEMMA ? GEMMA_DEFAULTS : MISTRAL_DEFAULTS, err);
     if (!rc) rc = apply(root, path, c, err);
     cJSON_Delete(root);
     return rc;
