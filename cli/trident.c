@@ -293,8 +293,9 @@ static int cmd_list(int argc, char **argv) {
         for (int p = 0; p < (*m)->n_presets; p++)
             printf("             preset %-8s %s\n", (*m)->presets[p].name, (*m)->presets[p].doc);
         if ((*m)->read_hf_config)
-            printf("             [model] hf_config = PATH: a Hugging Face config.json over the preset (a relative "
-                   "path is taken from the INI's directory)\n");
+            printf("             [model] hf_config = PATH: a Hugging Face config.json, read as from_pretrained "
+                   "reads it (a key it leaves out is its class's default; a relative path is taken from the "
+                   "INI's directory)\n");
     }
     printf("\nbackends (search order: [plugins] path, TRIDENT_PLUGIN_PATH, build tree, install dir):\n");
     struct tr_plugin_search s = {.ini_dir = cfg.plugin_path[0] ? cfg.plugin_path : NULL, .env_path = NULL};

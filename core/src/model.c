@@ -160,7 +160,8 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
                             m->name, p->name);
     memcpy(config, p->config, m->config_size);
     if (!cfg) return TR_OK;
-    /* hf_config first: the file over the preset, the other [model] keys over the file */
+    /* hf_config first: the file (with its class's defaults) over the preset, the other
+     * [model] keys over the file */
     for (int i = 0; m->read_hf_config && i < cfg->n_kv; i++) {
         const struct tr_config_kv *kv = &cfg->kv[i];
         if (strcmp(kv->section, "model") != 0 || strcmp(kv->key, "hf_config") != 0) continue;

@@ -93,7 +93,8 @@ struct tr_decoder_config {
     char lora_targets[64];
     /* [model] hf_config = PATH is not a field: it is the descriptors' read_hf_config hook
      * (model.h), which core calls with PATH resolved against the INI's directory, the
-     * file over the preset and the other [model] lines over the file. */
+     * file (a key it leaves out the config class's default) over the preset and the other
+     * [model] lines over the file. */
 };
 
 /* c copied to out and validated: what build and generate start from. */

@@ -90,8 +90,10 @@ struct tr_model_desc {
     const struct tr_generate_i *generate;
     /* Optional: read a Hugging Face config.json (diffusers' or transformers') into config.
      * With it, [model] hf_config = PATH (relative to the INI's directory) applies the
-     * file over the preset, before the other [model] keys; errors name the file and the
-     * JSON key. NULL: the model has no such key. */
+     * file over the preset, before the other [model] keys; a key the file leaves out is its
+     * class's default (as from_pretrained reads it: tr_hf_json_defaults), so the preset
+     * gives only trident's own keys (LoRA, the synthetic batch's). Errors name the file
+     * and the JSON key. NULL: the model has no such key. */
     int (*read_hf_config)(void *config, const char *path, struct tr_error *err);
     /* Optional: the sequence length when the INI gives no [run] seq_len (core's 128
      * otherwise): Stable Diffusion's prompts are always the text encoder's
