@@ -4,7 +4,8 @@
  * embedding, mask logits and IoU predictions on every backend configuration in f32 and
  * bf16; the encoder fit's MSE loss and every gradient must match torch autograd. Also:
  * parameter names and counts as transformers has them (vit-h in full), the graph's
- * interface, config and prompt errors, and the synthetic batch. */
+ * interface, config and prompt errors, a config.json's absent keys and parts as
+ * transformers reads them, and the synthetic batch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,7 +233,90 @@ static void test_hf_config(void **state) {
     assert_true(r.decoder_layer_norm_eps == 1e-5 && r.layer_norm_eps == 1e-6);
 }
 
+/* The tiny preset under [model] hf_config = json (a path): TR_OK and *c, or the error. */
+static int resolve_hf(const char *json, struct tr_sam_config *c, struct tr_error *e) {
+    char ini[640];
+    struct tr_config cfg;
+    snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n", json);
+    assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, e), TR_OK);
+    return tr_model_resolve(&tr_model_sam, "tiny", &cfg, c, e);
+}
+
+/* key by key: the two configs the same, but for the key `except` (or NULL) */
+static void expect_same_config(const struct tr_sam_config *got, const struct tr_sam_config *want, const char *what,
+                               const char *except) {
+    const struct tr_model_desc *m = &tr_model_sam;
+    char a[160], b[160];
+    for (int k = 0; k < m->n_keys; k++) {
+        if (except && strcmp(m->keys[k].name, except) == 0) continue;
+        assert_int_equal(tr_model_key_str(m, got, &m->keys[k], a, sizeof a), TR_OK);
+        assert_int_equal(tr_model_key_str(m, want, &m->keys[k], b, sizeof b), TR_OK);
+        if (strcmp(a, b) != 0) fail_msg("sam %s: %s, expected %s (%s)", m->keys[k].name, a, b, what);
+    }
+}
+
+/* The tiny preset as a SamConfig config.json, `window` its vision_config's window_size
+ * entry ("" to leave it out), `prompt` its prompt_encoder_config (the whole entry). */
+static void tiny_json(const char *name, const char *window, const char *prompt, char *path, size_t n) {
+    char json[1536];
+    snprintf(json, sizeof json,
+             "{\"model_type\": \"sam\", \"vision_config\": {\"hidden_size\": 32, \"num_hidden_layers\": 4, "
+             "\"num_attention_heads\": 2, \"mlp_dim\": 64, \"image_size\": 64, \"patch_size\": 8, %s"
+             "\"global_attn_indexes\": [1, 3], \"output_channels\": 16, \"num_pos_feats\": 8}, %s"
+             "\"mask_decoder_config\": {\"hidden_size\": 16, \"mlp_dim\": 32, \"num_hidden_layers\": 2, "
+             "\"num_attention_heads\": 2, \"iou_head_hidden_dim\": 16}}",
+             window, prompt);
+    tr_test_dir_file(name, json, path, n);
+}
+
+/* A config.json that leaves a key out, or a whole part, means its class's default, as
+ * transformers' SamConfig reads it, never the preset's: the model type alone over the
+ * tiny preset is, key by key, SamConfig()'s every default as transformers 5.25 writes
+ * them (tests/fixtures/hf/defaults/sam.json, make_hf_defaults.py; so is {}); the tiny SAM's
+ * file without window_size has SamVisionConfig's 14, not tiny's 3; without its
+ * prompt_encoder_config (or with null) the prompt encoder is SamPromptEncoderConfig's,
+ * 256 wide: refused against the vision's 16, as transformers could not run it. */
+static void test_hf_defaults(void **state) {
+    static struct tr_sam_config c, d;
+    struct tr_error e = {0};
+    char path[512];
+    if (resolve_hf("tests/fixtures/hf/defaults/sam.json", &d, &e)) fail_msg("%s", e.msg);
+    static const char *const minimal[] = {"{\"model_type\": \"sam\"}", "{}",
+                                          "{\"vision_config\": null, \"prompt_encoder_config\": {}}"};
+    for (size_t i = 0; i < sizeof minimal / sizeof minimal[0]; i++) {
+        tr_test_dir_file("minimal_sam.json", minimal[i], path, sizeof path);
+        if (resolve_hf(path, &c, &e)) fail_msg("%s: %s", minimal[i], e.msg);
+        expect_same_config(&c, &d, minimal[i], NULL);
+    }
+    assert_string_equal(c.global_attn_indexes, "2,5,8,11");
+    assert_true(c.hidden_size == 768 && c.mlp_dim == 3072 && c.num_hidden_layers == 12 && c.image_size == 1024 &&
+                c.output_channels == 256 && c.decoder_mlp_dim == 2048 && c.mask_input_channels == 16);
+
+    static const char prompt[] = "\"prompt_encoder_config\": {\"hidden_size\": 16, \"image_size\": 64, "
+                                 "\"patch_size\": 8, \"mask_input_channels\": 4}, ";
+    tiny_json("tiny_sam.json", "\"window_size\": 3, ", prompt, path, sizeof path);
+    if (resolve_hf(path, &c, &e)) fail_msg("%s", e.msg);
+    expect_same_config(&c, preset("tiny"), "the tiny SAM's file", NULL);
+    tiny_json("no_window_sam.json", "", prompt, path, sizeof path);
+    if (resolve_hf(path, &c, &e)) fail_msg("%s", e.msg);
+    expect_same_config(&c, preset("tiny"), "the tiny SAM's file without window_size", "window_size");
+    assert_int_equal(preset("tiny")->window_size, 3);
+    assert_int_equal(c.window_size, 14);
+
+    static const char *const no_prompt[] = {"", "\"prompt_encoder_config\": null, "};
+    for (int i = 0; i < 2; i++) {
+        tiny_json("no_prompt_sam.json", "\"window_size\": 3, ", no_prompt[i], path, sizeof path);
+        assert_int_not_equal(resolve_hf(path, &c, &e), TR_OK);
+        tr_assert_msg_has(&e, "no_prompt_sam.json (prompt_encoder_config)': \"hidden_size\" = 256, expected 16");
+        print_message("refused: %s\n", e.msg);
+    }
+    tr_test_dir_file("bad_part_sam.json", "{\"mask_decoder_config\": [256]}", path, sizeof path);
+    assert_int_not_equal(resolve_hf(path, &c, &e), TR_OK);
+    tr_assert_msg_has(&e, "bad_part_sam.json': \"mask_decoder_config\" is not an object");
+}
+
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_count_vit_h, test_names_match_state_dict,
              test_interface, test_config_errors, test_make_inputs, test_default_points_scale,
              test_predict_matches_transformers_f32,
-             test_predict_matches_transformers_bf16, test_fit_grads_match_pytorch, test_hf_config)
+             test_predict_matches_transformers_bf16, test_fit_grads_match_pytorch, test_hf_config,
+             test_hf_defaults)

@@ -5,7 +5,8 @@
  * Stable Diffusion 2.x-shaped UNet (Linear proj_in / proj_out, heads differing per block)
  * read through its config.json with [model] hf_config. Also: parameter names and counts
  * as diffusers has them (sd-v1-4's and sd-2-1's in full), the interface, config errors
- * (INI and config.json), and the synthetic batch. */
+ * (INI and config.json), a config.json's absent keys as diffusers reads them, and the
+ * synthetic batch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,8 +234,10 @@ static void test_hf_configs(void **state) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char json[512];
+        /* up_block_types too: left out, it is diffusers' four, which mirror no two down blocks */
         snprintf(json, sizeof json, "{\"_class_name\": \"UNet2DConditionModel\", \"block_out_channels\": [32, 64], "
-                 "\"down_block_types\": [\"DownBlock2D\", \"CrossAttnDownBlock2D\"], %s}", bad[i].json);
+                 "\"down_block_types\": [\"DownBlock2D\", \"CrossAttnDownBlock2D\"], "
+                 "\"up_block_types\": [\"CrossAttnUpBlock2D\", \"UpBlock2D\"], %s}", bad[i].json);
         tr_test_dir_file("bad_unet.json", json, path, sizeof path);
         assert_int_not_equal(resolve_hf(path, "", &c, &e), TR_OK);
         tr_assert_msg_has(&e, "bad_unet.json");
@@ -243,8 +246,52 @@ static void test_hf_configs(void **state) {
     }
 }
 
+/* key by key: the two configs the same, but for the key `except` (or NULL) */
+static void expect_same_config(const struct tr_unet_config *got, const struct tr_unet_config *want, const char *what,
+                               const char *except) {
+    char a[64], b[64];
+    for (int k = 0; k < M->n_keys; k++) {
+        if (except && strcmp(M->keys[k].name, except) == 0) continue;
+        assert_int_equal(tr_model_key_str(M, got, &M->keys[k], a, sizeof a), TR_OK);
+        assert_int_equal(tr_model_key_str(M, want, &M->keys[k], b, sizeof b), TR_OK);
+        if (strcmp(a, b) != 0) fail_msg("%s: %s, expected %s (%s)", M->keys[k].name, a, b, what);
+    }
+}
+
+/* A config.json that leaves a key out means UNet2DConditionModel's default, as diffusers'
+ * from_config reads it, never the preset's: the class name alone over the tiny preset is,
+ * key by key, every default as diffusers 0.42 writes them (tests/fixtures/hf/defaults/
+ * unet.json, make_hf_defaults.py); the tiny UNet's file without cross_attention_dim has
+ * diffusers' 1280, not tiny's 64. sample_size's default is None (no shape in diffusers):
+ * the preset's is kept. */
+static void test_hf_defaults(void **state) {
+    struct tr_unet_config c, d;
+    struct tr_error e = {0};
+    char path[512];
+    tr_test_dir_file("class_only_unet.json", "{\"_class_name\": \"UNet2DConditionModel\"}", path, sizeof path);
+    if (resolve_hf(path, "", &c, &e)) fail_msg("%s", e.msg);
+    if (resolve_hf("tests/fixtures/hf/defaults/unet.json", "", &d, &e)) fail_msg("%s", e.msg);
+    expect_same_config(&c, &d, "the class defaults' file", NULL);
+    assert_string_equal(c.block_out_channels, "320,640,1280,1280");
+    assert_string_equal(c.cross_attention_blocks, "1,1,1,0");
+    assert_string_equal(c.attention_head_dim, "8");
+    assert_true(c.cross_attention_dim == 1280 && c.layers_per_block == 2 && c.norm_num_groups == 32);
+    assert_int_equal(c.sample_size, preset("tiny")->sample_size);
+
+    tr_test_dir_file("no_cross_dim_unet.json",
+                     "{\"_class_name\": \"UNet2DConditionModel\", \"sample_size\": 8, \"block_out_channels\": "
+                     "[16, 32], \"down_block_types\": [\"CrossAttnDownBlock2D\", \"DownBlock2D\"], "
+                     "\"up_block_types\": [\"UpBlock2D\", \"CrossAttnUpBlock2D\"], \"layers_per_block\": 1, "
+                     "\"attention_head_dim\": 2, \"norm_num_groups\": 4}",
+                     path, sizeof path);
+    if (resolve_hf(path, "", &c, &e)) fail_msg("%s", e.msg);
+    expect_same_config(&c, preset("tiny"), "the tiny UNet's file", "cross_attention_dim");
+    assert_int_equal(preset("tiny")->cross_attention_dim, 64);
+    assert_int_equal(c.cross_attention_dim, 1280);
+}
+
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_counts, test_names_and_interface,
              test_config_errors, test_make_inputs, test_predict_matches_diffusers_f32,
              test_predict_matches_diffusers_bf16, test_predict_matches_diffusers_f16, test_sd2_names_and_counts,
              test_sd2_matches_diffusers_f32, test_sd2_matches_diffusers_bf16, test_sd2_matches_diffusers_f16,
-             test_hf_configs)
+             test_hf_configs, test_hf_defaults)

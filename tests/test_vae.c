@@ -4,7 +4,7 @@
  * every backend configuration, in f32 and bf16; the fit graph's MSE loss and the
  * gradients tr_grad derives for it must match torch autograd's. Also: parameter names
  * and counts as diffusers has them (sd-v1-4 in full), the graph's interface, config
- * errors, and the synthetic batch. */
+ * errors, a config.json's absent keys as diffusers reads them, and the synthetic batch. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +12,7 @@
 #include "modelutil.h"
 #include "models.h"
 #include "trident/autodiff.h"
+#include "trident/config.h"
 #include "trident/graph.h"
 #include "trident/safetensors.h"
 #include "vae/vae.h"
@@ -159,6 +160,63 @@ static void test_fit_grads_match_pytorch(void **state) {
     tr_safetensors_close(io);
 }
 
+/* The tiny preset under [model] hf_config = json (a path from the source directory, where
+ * the tests run): TR_OK and *c, or the error. */
+static int resolve_hf(const char *json, struct tr_vae_config *c, struct tr_error *e) {
+    char ini[640];
+    struct tr_config cfg;
+    snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n", json);
+    assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, e), TR_OK);
+    return tr_model_resolve(&tr_model_autoencoder_kl, "tiny", &cfg, c, e);
+}
+
+/* key by key: the two configs the same, but for the key `except` (or NULL) */
+static void expect_same_config(const struct tr_vae_config *got, const struct tr_vae_config *want, const char *what,
+                               const char *except) {
+    const struct tr_model_desc *m = &tr_model_autoencoder_kl;
+    char a[64], b[64];
+    for (int k = 0; k < m->n_keys; k++) {
+        if (except && strcmp(m->keys[k].name, except) == 0) continue;
+        assert_int_equal(tr_model_key_str(m, got, &m->keys[k], a, sizeof a), TR_OK);
+        assert_int_equal(tr_model_key_str(m, want, &m->keys[k], b, sizeof b), TR_OK);
+        if (strcmp(a, b) != 0) fail_msg("%s: %s, expected %s (%s)", m->keys[k].name, a, b, what);
+    }
+}
+
+/* A config.json that leaves a key out means AutoencoderKL's default, as diffusers'
+ * from_config reads it, never the preset's: the class name alone over the tiny preset is,
+ * key by key, every default as diffusers 0.42 writes them (tests/fixtures/hf/defaults/
+ * vae.json, make_hf_defaults.py); the tiny VAE's file without sample_size has diffusers'
+ * 32, not tiny's 16; channels for four blocks without their types are refused (the
+ * default types are one block's). */
+static void test_hf_defaults(void **state) {
+    struct tr_vae_config c, d;
+    struct tr_error e = {0};
+    char path[512];
+    tr_test_dir_file("class_only_vae.json", "{\"_class_name\": \"AutoencoderKL\"}", path, sizeof path);
+    if (resolve_hf(path, &c, &e)) fail_msg("%s", e.msg);
+    if (resolve_hf("tests/fixtures/hf/defaults/vae.json", &d, &e)) fail_msg("%s", e.msg);
+    expect_same_config(&c, &d, "the class defaults' file", NULL);
+    assert_string_equal(c.block_out_channels, "64");
+    assert_true(c.norm_num_groups == 32 && c.sample_size == 32 && c.layers_per_block == 1);
+
+    tr_test_dir_file("no_sample_size_vae.json",
+                     "{\"_class_name\": \"AutoencoderKL\", \"block_out_channels\": [16, 32], "
+                     "\"down_block_types\": [\"DownEncoderBlock2D\", \"DownEncoderBlock2D\"], "
+                     "\"up_block_types\": [\"UpDecoderBlock2D\", \"UpDecoderBlock2D\"], \"norm_num_groups\": 4}",
+                     path, sizeof path);
+    if (resolve_hf(path, &c, &e)) fail_msg("%s", e.msg);
+    expect_same_config(&c, preset("tiny"), "the tiny VAE's file", "sample_size");
+    assert_int_equal(preset("tiny")->sample_size, 16);
+    assert_int_equal(c.sample_size, 32);
+
+    tr_test_dir_file("no_types_vae.json", "{\"block_out_channels\": [128, 256, 512, 512]}", path, sizeof path);
+    assert_int_not_equal(resolve_hf(path, &c, &e), TR_OK);
+    tr_assert_msg_has(&e, "no_types_vae.json': \"down_block_types\" has 1 entries, \"block_out_channels\" 4");
+    print_message("refused: %s\n", e.msg);
+}
+
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_count_sd, test_names_match_state_dict,
              test_interface, test_config_errors, test_make_inputs, test_predict_matches_diffusers_f32,
-             test_predict_matches_diffusers_bf16, test_predict_matches_diffusers_f16, test_fit_grads_match_pytorch)
+             test_predict_matches_diffusers_bf16, test_predict_matches_diffusers_f16, test_fit_grads_match_pytorch,
+             test_hf_defaults)

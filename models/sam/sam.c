@@ -658,7 +658,8 @@ static int sam_make_inputs(const void *config, const struct tr_build_opts *o, ui
 
 /* transformers' SamConfig config.json: vision_config's keys by name; prompt_encoder_config
  * and mask_decoder_config's where trident has them (the decoder's under decoder_* names),
- * their widths required equal to output_channels, the activations the ones built here. */
+ * their widths required equal to output_channels, the activations the ones built here; a
+ * key the file leaves out, or a whole part, is its class's default (below). */
 #define DKEY(json, field, lo, hi) {json, TR_KEY_INT, offsetof(struct tr_sam_config, field), lo, hi, NULL}
 static const struct tr_model_key decoder_keys[] = {
     DKEY("mlp_dim", decoder_mlp_dim, 1, 1e6),
@@ -672,13 +673,43 @@ static const struct tr_model_key decoder_keys[] = {
 };
 static const struct tr_model_key prompt_keys[] = {DKEY("mask_input_channels", mask_input_channels, 4, 65536)};
 
-/* The sub-object `name` of root, or an error naming the file. */
-static int sub_config(const cJSON *root, const char *path, const char *name, const cJSON **obj, struct tr_error *err) {
+/* The __init__ defaults (transformers 5.25) of the keys read below, each part's class's:
+ * a config.json that leaves one out means this, as SamConfig reads it. The keys only
+ * checked (num_channels 3, num_point_embeddings 4, the hidden_act's) are left out, their
+ * defaults being the values accepted. SamVisionConfig's mlp_dim None is hidden_size ·
+ * mlp_ratio, as the reader computes it from null. */
+static const char VISION_DEFAULTS[] = /* SamVisionConfig */
+    "{\"hidden_size\": 768, \"output_channels\": 256, \"num_hidden_layers\": 12, \"num_attention_heads\": 12, "
+    "\"image_size\": 1024, \"patch_size\": 16, \"layer_norm_eps\": 1e-06, \"qkv_bias\": true, \"mlp_ratio\": 4.0, "
+    "\"use_abs_pos\": true, \"use_rel_pos\": true, \"window_size\": 14, \"global_attn_indexes\": [2, 5, 8, 11], "
+    "\"num_pos_feats\": 128, \"mlp_dim\": null}";
+static const char PROMPT_DEFAULTS[] = /* SamPromptEncoderConfig */
+    "{\"hidden_size\": 256, \"image_size\": 1024, \"patch_size\": 16, \"mask_input_channels\": 16}";
+static const char DECODER_DEFAULTS[] = /* SamMaskDecoderConfig */
+    "{\"hidden_size\": 256, \"mlp_dim\": 2048, \"num_hidden_layers\": 2, \"num_attention_heads\": 8, "
+    "\"attention_downsample_rate\": 2, \"num_multimask_outputs\": 3, \"iou_head_depth\": 3, "
+    "\"iou_head_hidden_dim\": 256, \"layer_norm_eps\": 1e-06}";
+
+/* The sub-object `name` of root with its class defaults added (part: the path naming
+ * it in errors). Absent or null, SamConfig builds the part from its defaults alone: an
+ * empty object stands for it. Anything else is an error naming the file. */
+static int sub_config(cJSON *root, const char *path, const char *part, const char *name, const char *defaults,
+                      cJSON **obj, struct tr_error *err) {
     *obj = cJSON_GetObjectItemCaseSensitive(root, name);
+    if (!*obj || cJSON_IsNull(*obj)) {
+        cJSON *empty = cJSON_CreateObject();
+        int added = empty && (*obj ? cJSON_ReplaceItemViaPointer(root, *obj, empty)
+                                   : cJSON_AddItemToObject(root, name, empty));
+        if (!added) {
+            cJSON_Delete(empty);
+            return tr_error_set(err, TR_ERR_NOMEM, "'%s': out of memory adding \"%s\"", path, name);
+        }
+        *obj = empty;
+    }
     if (!cJSON_IsObject(*obj))
-        return tr_error_set(err, TR_ERR_INVALID, "'%s': \"%s\" is missing or not an object (a SamConfig config.json has "
+        return tr_error_set(err, TR_ERR_INVALID, "'%s': \"%s\" is not an object (a SamConfig config.json has "
                             "vision_config, prompt_encoder_config and mask_decoder_config)", path, name);
-    return TR_OK;
+    return tr_hf_json_defaults(*obj, part, defaults, err);
 }
 
 /* obj's integer `key` equals want (absent: fine): the widths SAM's parts must share. */
@@ -696,16 +727,16 @@ static int sam_read_hf_config(void *config, const char *path, struct tr_error *e
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
     if (rc) return rc;
-    const cJSON *vis = NULL, *pr = NULL, *dec = NULL;
+    cJSON *vis = NULL, *pr = NULL, *dec = NULL;
     /* errors inside a part name it: "config.json (mask_decoder_config)" */
     char pv[TR_CONFIG_PATH + 32], pp[TR_CONFIG_PATH + 32], pd[TR_CONFIG_PATH + 32];
     snprintf(pv, sizeof pv, "%s (vision_config)", path);
     snprintf(pp, sizeof pp, "%s (prompt_encoder_config)", path);
     snprintf(pd, sizeof pd, "%s (mask_decoder_config)", path);
     rc = tr_hf_json_expect_str(root, path, "model_type", "sam", err);
-    if (!rc) rc = sub_config(root, path, "vision_config", &vis, err);
-    if (!rc) rc = sub_config(root, path, "prompt_encoder_config", &pr, err);
-    if (!rc) rc = sub_config(root, path, "mask_decoder_config", &dec, err);
+    if (!rc) rc = sub_config(root, path, pv, "vision_config", VISION_DEFAULTS, &vis, err);
+    if (!rc) rc = sub_config(root, path, pp, "prompt_encoder_config", PROMPT_DEFAULTS, &pr, err);
+    if (!rc) rc = sub_config(root, path, pd, "mask_decoder_config", DECODER_DEFAULTS, &dec, err);
     if (!rc) rc = tr_hf_json_expect_str(vis, pv, "hidden_act", "gelu", err);
     if (!rc) rc = tr_hf_json_expect_num(vis, pv, "num_channels", 3, err);
     static const char *const vskip[] = {"mlp_dim", NULL};
@@ -717,7 +748,7 @@ static int sam_read_hf_config(void *config, const char *path, struct tr_error *e
                 rc = tr_error_set(err, TR_ERR_INVALID, "'%s': \"mlp_dim\" = %g, expected an integer from 1 to "
                                   "1e6", pv, m->valuedouble);
             else c->mlp_dim = (int64_t)m->valuedouble;
-        } else {
+        } else { /* mlp_ratio is there (a default), unless the file gives it null */
             double ratio = cJSON_IsNumber(r) ? r->valuedouble : 4.0;
             c->mlp_dim = (int64_t)((double)c->hidden_size * ratio);
         }
@@ -732,9 +763,8 @@ static int sam_read_hf_config(void *config, const char *path, struct tr_error *e
     if (!rc) rc = expect_same(pr, pp, "patch_size", c->patch_size,
                               "vision_config.patch_size", err);
     if (!rc) rc = tr_hf_json_expect_str(dec, pd, "hidden_act", "relu", err);
-    /* each part's own eps, its SamConfig default (1e-6) when absent: transformers reads
-     * the vision one in the encoder, the decoder one in the two-way blocks */
-    c->decoder_layer_norm_eps = 1e-6;
+    /* each part's own eps (its default 1e-6 when absent): transformers reads the vision
+     * one in the encoder, the decoder one in the two-way blocks */
     if (!rc) rc = tr_hf_json_apply(dec, pd, decoder_keys, (int)(sizeof decoder_keys / sizeof decoder_keys[0]), config,
                                    NULL, err);
     if (!rc) rc = expect_same(dec, pd, "hidden_size", c->output_channels,

@@ -391,15 +391,35 @@ static int expect_one_value(const cJSON *root, const char *path, const char *key
     return rc;
 }
 
-/* diffusers' UNet2DConditionModel config.json: the keys by name; the block types give
- * cross_attention_blocks (the up blocks must mirror the down ones); attention_head_dim
- * gives the heads, one for all or per block (diffusers reads it as num_attention_heads,
- * which it requires to be null); what SD 1.x and 2.x do not use is refused by name. */
+/* UNet2DConditionModel.__init__'s defaults (diffusers 0.42.1) of the keys read below: a
+ * config.json that leaves one out means this, as from_config reads it. The keys only
+ * checked are left out where their default is the one value accepted (act_fn "silu",
+ * the nulls, the kernels of 3, ...). sample_size's default is None: no shape in diffusers
+ * (its pipeline then has no default image size), so it stays null and the preset's side
+ * is kept. num_attention_heads None (attention_head_dim's value) is required null anyway. */
+static const char DEFAULTS[] =
+    "{\"sample_size\": null, \"in_channels\": 4, \"out_channels\": 4, \"flip_sin_to_cos\": true, "
+    "\"freq_shift\": 0, \"down_block_types\": [\"CrossAttnDownBlock2D\", \"CrossAttnDownBlock2D\", "
+    "\"CrossAttnDownBlock2D\", \"DownBlock2D\"], \"mid_block_type\": \"UNetMidBlock2DCrossAttn\", "
+    "\"up_block_types\": [\"UpBlock2D\", \"CrossAttnUpBlock2D\", \"CrossAttnUpBlock2D\", \"CrossAttnUpBlock2D\"], "
+    "\"block_out_channels\": [320, 640, 1280, 1280], \"layers_per_block\": 2, \"norm_num_groups\": 32, "
+    "\"norm_eps\": 1e-05, \"cross_attention_dim\": 1280, \"attention_head_dim\": 8, "
+    "\"use_linear_projection\": false}";
+
+/* diffusers' UNet2DConditionModel config.json: the keys by name, a key left out its class
+ * default (DEFAULTS); the block types give cross_attention_blocks (the up blocks must
+ * mirror the down ones); attention_head_dim gives the heads, one for all or per block
+ * (diffusers reads it as num_attention_heads, which it requires to be null); what SD 1.x
+ * and 2.x do not use is refused by name. */
 static int unet_read_hf_config(void *config, const char *path, struct tr_error *err) {
     struct tr_unet_config *c = config;
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
-    if (rc) return rc;
+    if (!rc) rc = tr_hf_json_defaults(root, path, DEFAULTS, err);
+    if (rc) {
+        cJSON_Delete(root);
+        return rc;
+    }
     static const char *const down[] = {"DownBlock2D", "CrossAttnDownBlock2D"}, *const up[] = {"UpBlock2D",
                                                                                           "CrossAttnUpBlock2D"};
     static const char *const nulls[] = {"class_embed_type", "addition_embed_type", "num_class_embeds",

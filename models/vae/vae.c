@@ -272,20 +272,51 @@ static int vae_make_inputs(const void *config, const struct tr_build_opts *o, ui
     return TR_OK;
 }
 
-/* diffusers' AutoencoderKL config.json: the keys by name; the block types and the
- * activation must be the ones built here. */
+/* AutoencoderKL.__init__'s defaults (diffusers 0.42.1) of the keys read below: a
+ * config.json that leaves one out means this, as from_config reads it (act_fn's "silu" is
+ * the one value accepted). */
+static const char DEFAULTS[] =
+    "{\"in_channels\": 3, \"out_channels\": 3, \"down_block_types\": [\"DownEncoderBlock2D\"], "
+    "\"up_block_types\": [\"UpDecoderBlock2D\"], \"block_out_channels\": [64], \"layers_per_block\": 1, "
+    "\"latent_channels\": 4, \"norm_num_groups\": 32, \"sample_size\": 32, \"scaling_factor\": 0.18215, "
+    "\"use_quant_conv\": true, \"use_post_quant_conv\": true, \"mid_block_add_attention\": true}";
+
+/* The entries of the file's block types (`key`, n of them; null: not counted) against
+ * block_out_channels': diffusers builds one block per type, taking its channels by index,
+ * so a mismatch is no model it builds (the defaults make it easy: a file giving four
+ * channels but no types means a single type). */
+static int vae_same_blocks(const cJSON *root, const char *path, const char *key, int n,
+                           const struct tr_vae_config *c, struct tr_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
+    int64_t ch[TR_VAE_MAX_BLOCKS];
+    int nb;
+    if (!j || cJSON_IsNull(j)) return TR_OK;
+    int rc = tr_vae_channels(c, ch, &nb, err);
+    if (rc || n == nb) return rc;
+    return tr_error_set(err, TR_ERR_INVALID, "'%s': \"%s\" has %d entries, \"block_out_channels\" %d: expected one "
+                        "per block (left out, diffusers' default is one block)", path, key, n, nb);
+}
+
+/* diffusers' AutoencoderKL config.json: the keys by name, a key left out its class
+ * default (DEFAULTS); the block types and the activation must be the ones built here. */
 static int vae_read_hf_config(void *config, const char *path, struct tr_error *err) {
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
-    if (rc) return rc;
+    if (!rc) rc = tr_hf_json_defaults(root, path, DEFAULTS, err);
+    if (rc) {
+        cJSON_Delete(root);
+        return rc;
+    }
     static const char *const down[] = {"DownEncoderBlock2D"}, *const up[] = {"UpDecoderBlock2D"};
     int64_t idx[TR_VAE_MAX_BLOCKS];
-    int n;
+    int nd = 0, nu = 0;
     rc = tr_hf_json_expect_str(root, path, "_class_name", "AutoencoderKL", err);
     if (!rc) rc = tr_hf_json_expect_str(root, path, "act_fn", "silu", err);
-    if (!rc) rc = tr_hf_json_names(root, path, "down_block_types", down, 1, idx, TR_VAE_MAX_BLOCKS, &n, err);
-    if (!rc) rc = tr_hf_json_names(root, path, "up_block_types", up, 1, idx, TR_VAE_MAX_BLOCKS, &n, err);
+    if (!rc) rc = tr_hf_json_names(root, path, "down_block_types", down, 1, idx, TR_VAE_MAX_BLOCKS, &nd, err);
+    if (!rc) rc = tr_hf_json_names(root, path, "up_block_types", up, 1, idx, TR_VAE_MAX_BLOCKS, &nu, err);
     if (!rc) rc = tr_hf_json_apply(root, path, vae_keys, (int)(sizeof vae_keys / sizeof vae_keys[0]), config, NULL, err);
+    if (!rc) rc = vae_same_blocks(root, path, "down_block_types", nd, config, err);
+    if (!rc) rc = vae_same_blocks(root, path, "up_block_types", nu, config, err);
     cJSON_Delete(root);
     return rc;
 }
