@@ -266,35 +266,41 @@ void tr_test_expect_fixture_counts(const struct tr_model_desc *m, const void *co
     tr_graph_free(g);
 }
 
-static void resolve_file(const struct tr_model_desc *m, const char *path, void *config) {
+int tr_test_resolve_hf(const struct tr_model_desc *m, const char *path, const char *more, void *config,
+                       struct tr_error *e) {
     char ini[1024];
     struct tr_config cfg;
-    struct tr_error e = {0};
-    snprintf(ini, sizeof ini, "[run]\nmodel = %s\n[model]\nhf_config = %s\n", m->name, path);
-    if (tr_config_load_string(ini, "t.ini", &cfg, &e)) fail_msg("%s", e.msg);
-    if (tr_model_resolve(m, "tiny", &cfg, config, &e)) fail_msg("%s: %s", path, e.msg);
+    snprintf(ini, sizeof ini, "[run]\nmodel = %s\n[model]\nhf_config = %s\n%s", m->name, path, more ? more : "");
+    if (tr_config_load_string(ini, "t.ini", &cfg, e)) fail_msg("%s", e->msg);
+    return tr_model_resolve(m, "tiny", &cfg, config, e);
+}
+
+void tr_test_expect_same_config(const struct tr_model_desc *m, const void *got, const void *want, const char *what,
+                                const char *except) {
+    char a[256], b[256];
+    for (int k = 0; k < m->n_keys; k++) {
+        if (except && strcmp(m->keys[k].name, except) == 0) continue;
+        assert_int_equal(tr_model_key_str(m, got, &m->keys[k], a, sizeof a), TR_OK);
+        assert_int_equal(tr_model_key_str(m, want, &m->keys[k], b, sizeof b), TR_OK);
+        if (strcmp(a, b) != 0) fail_msg("%s %s: %s, expected %s (%s)", m->name, m->keys[k].name, a, b, what);
+    }
 }
 
 void tr_test_hf_defaults_match(const struct tr_model_desc *m, const char *minimal, const char *defaults, int differ) {
     char path[512];
+    struct tr_error e = {0};
     tr_test_dir_file("minimal.json", minimal, path, sizeof path);
     void *a = calloc(1, m->config_size), *b = calloc(1, m->config_size);
     assert_true(a && b);
-    resolve_file(m, path, a);
-    resolve_file(m, defaults, b);
-    const void *tiny = NULL;
-    for (int i = 0; i < m->n_presets; i++)
-        if (strcmp(m->presets[i].name, "tiny") == 0) tiny = m->presets[i].config;
-    assert_non_null(tiny);
+    if (tr_test_resolve_hf(m, path, "", a, &e)) fail_msg("%s: %s", minimal, e.msg);
+    if (tr_test_resolve_hf(m, defaults, "", b, &e)) fail_msg("%s: %s", defaults, e.msg);
+    tr_test_expect_same_config(m, a, b, defaults, NULL);
+    const void *tiny = tr_test_preset(m, "tiny");
     int n_differ = 0;
     for (int k = 0; k < m->n_keys; k++) {
-        char x[256], y[256], t[256];
+        char x[256], t[256];
         assert_int_equal(tr_model_key_str(m, a, &m->keys[k], x, sizeof x), TR_OK);
-        assert_int_equal(tr_model_key_str(m, b, &m->keys[k], y, sizeof y), TR_OK);
         assert_int_equal(tr_model_key_str(m, tiny, &m->keys[k], t, sizeof t), TR_OK);
-        if (strcmp(x, y) != 0)
-            fail_msg("%s: %s = %s from %s, %s from the class's defaults (%s)", m->name, m->keys[k].name, x, minimal, y,
-                     defaults);
         n_differ += strcmp(x, t) != 0;
     }
     print_message("%s: %s resolves as the class's defaults; %d keys differ from tiny's\n", m->name, minimal, n_differ);

@@ -235,24 +235,7 @@ static void test_hf_config(void **state) {
 
 /* The tiny preset under [model] hf_config = json (a path): TR_OK and *c, or the error. */
 static int resolve_hf(const char *json, struct tr_sam_config *c, struct tr_error *e) {
-    char ini[640];
-    struct tr_config cfg;
-    snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n", json);
-    assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, e), TR_OK);
-    return tr_model_resolve(&tr_model_sam, "tiny", &cfg, c, e);
-}
-
-/* key by key: the two configs the same, but for the key `except` (or NULL) */
-static void expect_same_config(const struct tr_sam_config *got, const struct tr_sam_config *want, const char *what,
-                               const char *except) {
-    const struct tr_model_desc *m = &tr_model_sam;
-    char a[160], b[160];
-    for (int k = 0; k < m->n_keys; k++) {
-        if (except && strcmp(m->keys[k].name, except) == 0) continue;
-        assert_int_equal(tr_model_key_str(m, got, &m->keys[k], a, sizeof a), TR_OK);
-        assert_int_equal(tr_model_key_str(m, want, &m->keys[k], b, sizeof b), TR_OK);
-        if (strcmp(a, b) != 0) fail_msg("sam %s: %s, expected %s (%s)", m->keys[k].name, a, b, what);
-    }
+    return tr_test_resolve_hf(&tr_model_sam, json, "", c, e);
 }
 
 /* The tiny preset as a SamConfig config.json, `window` its vision_config's window_size
@@ -286,7 +269,7 @@ static void test_hf_defaults(void **state) {
     for (size_t i = 0; i < sizeof minimal / sizeof minimal[0]; i++) {
         tr_test_dir_file("minimal_sam.json", minimal[i], path, sizeof path);
         if (resolve_hf(path, &c, &e)) fail_msg("%s: %s", minimal[i], e.msg);
-        expect_same_config(&c, &d, minimal[i], NULL);
+        tr_test_expect_same_config(&tr_model_sam, &c, &d, minimal[i], NULL);
     }
     assert_string_equal(c.global_attn_indexes, "2,5,8,11");
     assert_true(c.hidden_size == 768 && c.mlp_dim == 3072 && c.num_hidden_layers == 12 && c.image_size == 1024 &&
@@ -296,10 +279,10 @@ static void test_hf_defaults(void **state) {
                                  "\"patch_size\": 8, \"mask_input_channels\": 4}, ";
     tiny_json("tiny_sam.json", "\"window_size\": 3, ", prompt, path, sizeof path);
     if (resolve_hf(path, &c, &e)) fail_msg("%s", e.msg);
-    expect_same_config(&c, preset("tiny"), "the tiny SAM's file", NULL);
+    tr_test_expect_same_config(&tr_model_sam, &c, preset("tiny"), "the tiny SAM's file", NULL);
     tiny_json("no_window_sam.json", "", prompt, path, sizeof path);
     if (resolve_hf(path, &c, &e)) fail_msg("%s", e.msg);
-    expect_same_config(&c, preset("tiny"), "the tiny SAM's file without window_size", "window_size");
+    tr_test_expect_same_config(&tr_model_sam, &c, preset("tiny"), "the tiny SAM's file without window_size", "window_size");
     assert_int_equal(preset("tiny")->window_size, 3);
     assert_int_equal(c.window_size, 14);
 

@@ -38,11 +38,7 @@ static const struct tr_model_desc *const M = &tr_model_unet_2d_condition;
 /* The tiny preset under [model] hf_config = json (a path from the source directory, where
  * the tests run) and `more` (further [model] lines, or ""): TR_OK and *c, or the error. */
 static int resolve_hf(const char *json, const char *more, struct tr_unet_config *c, struct tr_error *e) {
-    char ini[640];
-    struct tr_config cfg;
-    snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n%s", json, more);
-    assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, e), TR_OK);
-    return tr_model_resolve(M, "tiny", &cfg, c, e);
+    return tr_test_resolve_hf(M, json, more, c, e);
 }
 
 static void test_param_counts(void **state) {
@@ -246,18 +242,6 @@ static void test_hf_configs(void **state) {
     }
 }
 
-/* key by key: the two configs the same, but for the key `except` (or NULL) */
-static void expect_same_config(const struct tr_unet_config *got, const struct tr_unet_config *want, const char *what,
-                               const char *except) {
-    char a[64], b[64];
-    for (int k = 0; k < M->n_keys; k++) {
-        if (except && strcmp(M->keys[k].name, except) == 0) continue;
-        assert_int_equal(tr_model_key_str(M, got, &M->keys[k], a, sizeof a), TR_OK);
-        assert_int_equal(tr_model_key_str(M, want, &M->keys[k], b, sizeof b), TR_OK);
-        if (strcmp(a, b) != 0) fail_msg("%s: %s, expected %s (%s)", M->keys[k].name, a, b, what);
-    }
-}
-
 /* A config.json that leaves a key out means UNet2DConditionModel's default, as diffusers'
  * from_config reads it, never the preset's: the class name alone over the tiny preset is,
  * key by key, every default as diffusers 0.42 writes them (tests/fixtures/hf/defaults/
@@ -271,7 +255,7 @@ static void test_hf_defaults(void **state) {
     tr_test_dir_file("class_only_unet.json", "{\"_class_name\": \"UNet2DConditionModel\"}", path, sizeof path);
     if (resolve_hf(path, "", &c, &e)) fail_msg("%s", e.msg);
     if (resolve_hf("tests/fixtures/hf/defaults/unet.json", "", &d, &e)) fail_msg("%s", e.msg);
-    expect_same_config(&c, &d, "the class defaults' file", NULL);
+    tr_test_expect_same_config(M, &c, &d, "the class defaults' file", NULL);
     assert_string_equal(c.block_out_channels, "320,640,1280,1280");
     assert_string_equal(c.cross_attention_blocks, "1,1,1,0");
     assert_string_equal(c.attention_head_dim, "8");
@@ -285,7 +269,7 @@ static void test_hf_defaults(void **state) {
                      "\"attention_head_dim\": 2, \"norm_num_groups\": 4}",
                      path, sizeof path);
     if (resolve_hf(path, "", &c, &e)) fail_msg("%s", e.msg);
-    expect_same_config(&c, preset("tiny"), "the tiny UNet's file", "cross_attention_dim");
+    tr_test_expect_same_config(M, &c, preset("tiny"), "the tiny UNet's file", "cross_attention_dim");
     assert_int_equal(preset("tiny")->cross_attention_dim, 64);
     assert_int_equal(c.cross_attention_dim, 1280);
 }

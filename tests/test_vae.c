@@ -163,24 +163,7 @@ static void test_fit_grads_match_pytorch(void **state) {
 /* The tiny preset under [model] hf_config = json (a path from the source directory, where
  * the tests run): TR_OK and *c, or the error. */
 static int resolve_hf(const char *json, struct tr_vae_config *c, struct tr_error *e) {
-    char ini[640];
-    struct tr_config cfg;
-    snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n", json);
-    assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, e), TR_OK);
-    return tr_model_resolve(&tr_model_autoencoder_kl, "tiny", &cfg, c, e);
-}
-
-/* key by key: the two configs the same, but for the key `except` (or NULL) */
-static void expect_same_config(const struct tr_vae_config *got, const struct tr_vae_config *want, const char *what,
-                               const char *except) {
-    const struct tr_model_desc *m = &tr_model_autoencoder_kl;
-    char a[64], b[64];
-    for (int k = 0; k < m->n_keys; k++) {
-        if (except && strcmp(m->keys[k].name, except) == 0) continue;
-        assert_int_equal(tr_model_key_str(m, got, &m->keys[k], a, sizeof a), TR_OK);
-        assert_int_equal(tr_model_key_str(m, want, &m->keys[k], b, sizeof b), TR_OK);
-        if (strcmp(a, b) != 0) fail_msg("%s: %s, expected %s (%s)", m->keys[k].name, a, b, what);
-    }
+    return tr_test_resolve_hf(&tr_model_autoencoder_kl, json, "", c, e);
 }
 
 /* A config.json that leaves a key out means AutoencoderKL's default, as diffusers'
@@ -196,7 +179,7 @@ static void test_hf_defaults(void **state) {
     tr_test_dir_file("class_only_vae.json", "{\"_class_name\": \"AutoencoderKL\"}", path, sizeof path);
     if (resolve_hf(path, &c, &e)) fail_msg("%s", e.msg);
     if (resolve_hf("tests/fixtures/hf/defaults/vae.json", &d, &e)) fail_msg("%s", e.msg);
-    expect_same_config(&c, &d, "the class defaults' file", NULL);
+    tr_test_expect_same_config(&tr_model_autoencoder_kl, &c, &d, "the class defaults' file", NULL);
     assert_string_equal(c.block_out_channels, "64");
     assert_true(c.norm_num_groups == 32 && c.sample_size == 32 && c.layers_per_block == 1);
 
@@ -206,7 +189,7 @@ static void test_hf_defaults(void **state) {
                      "\"up_block_types\": [\"UpDecoderBlock2D\", \"UpDecoderBlock2D\"], \"norm_num_groups\": 4}",
                      path, sizeof path);
     if (resolve_hf(path, &c, &e)) fail_msg("%s", e.msg);
-    expect_same_config(&c, preset("tiny"), "the tiny VAE's file", "sample_size");
+    tr_test_expect_same_config(&tr_model_autoencoder_kl, &c, preset("tiny"), "the tiny VAE's file", "sample_size");
     assert_int_equal(preset("tiny")->sample_size, 16);
     assert_int_equal(c.sample_size, 32);
 
