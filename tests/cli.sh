@@ -352,6 +352,13 @@ expect "unet_2d_condition without a mid block against its float64 outputs" 0 'al
 # steps, 5 UNet runs: every order of its multistep), against the pipeline in float64
 # (tests/fixtures/make_sd_reference.py --random 817 --batch 2 --steps 4 --guidance 7.5 --seed 1).
 expect "stable_diffusion with PNDM against diffusers' pipeline in float64" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd_pndm/check.ini
+# The same pipeline with EulerDiscreteScheduler.from_config(its scheduler's config) and Karras
+# sigmas (scheduler = euler, use_karras_sigmas = true: fractional timesteps, the initial noise
+# and the UNet's input scaled by sigma), against diffusers in float64; Euler's own sigmas are
+# 0.11 away (make_sd_reference.py --pipeline tests/fixtures/reference_sd_pndm/pipeline --batch 2
+# --seq-len 5 --steps 4 --guidance 7.5 --seed 3 --scheduler euler-karras).
+expect "stable_diffusion with Euler (Karras sigmas) against diffusers' pipeline in float64" 0 \
+  'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd_euler/check.ini
 # The same pipeline in bf16: every backend no farther from its float64 pictures than twice
 # diffusers' own bf16 pipeline is (0.033; trident's backends 0.030 to 0.033) (make_sd_reference.py
 # --pipeline tests/fixtures/reference_sd_pndm/pipeline --batch 2 --seq-len 5 --steps 4

@@ -9,6 +9,7 @@
 #include <string.h>
 #include "modelutil.h"
 #include "models.h"
+#include "sd/euler.h"
 #include "sd/pndm.h"
 #include "sd/sd.h"
 #include <png.h>
@@ -148,6 +149,49 @@ static double pndm_runs(int n, const struct tr_ddim *s, const struct tr_safetens
     return worst;
 }
 
+/* An Euler case of the fixture (euler.h): its timesteps, σ, c_in and initial σ, and every
+ * step from the same x and o against diffusers'; returns the worst relative difference. */
+static double euler_steps(int n, const struct tr_sd_config *c, const struct tr_ddim *s,
+                          const struct tr_safetensors *io, const struct tr_tensor *ps, const double *x, const double *o,
+                          int64_t K) {
+    const struct tr_euler_config ec = {c->use_karras_sigmas, c->sigma_min, c->sigma_max,
+                                       strcmp(c->final_sigmas_type, "sigma_min") == 0};
+    struct tr_euler_step *st = calloc((size_t)s->steps, sizeof *st);
+    assert_non_null(st);
+    double init = 0;
+    struct tr_error e = {0};
+    if (tr_euler_plan(s, &ec, st, &init, &e)) fail_msg("case %d: %s", n, e.msg);
+    struct tr_tensor ts, sg, ci, is;
+    char key[64];
+    snprintf(key, sizeof key, "%d.timesteps_f", n);
+    assert_int_equal(tr_safetensors_get(io, key, &ts, &e), TR_OK);
+    snprintf(key, sizeof key, "%d.sigmas", n);
+    assert_int_equal(tr_safetensors_get(io, key, &sg, &e), TR_OK);
+    snprintf(key, sizeof key, "%d.c_in", n);
+    assert_int_equal(tr_safetensors_get(io, key, &ci, &e), TR_OK);
+    snprintf(key, sizeof key, "%d.init_sigma", n);
+    assert_int_equal(tr_safetensors_get(io, key, &is, &e), TR_OK);
+    const double *tw = ts.data, *sw = sg.data, *cw = ci.data;
+    double worst = fabs(init - *(const double *)is.data) / *(const double *)is.data;
+    for (int64_t i = 0; i < s->steps; i++) {
+        const struct tr_euler_step *k = &st[i];
+        /* diffusers' own timesteps and σ are float32: its 1 − ᾱ_0 = 1e-4 is off by 6e-8, σ_0 by 8e-7 */
+        if (fabs(k->t - tw[i]) > 1e-3 * fmax(1.0, tw[i]) || fabs(k->sigma - sw[i]) > 1e-5 * sw[i] + 2e-6 ||
+            fabs(k->sigma_next - sw[i + 1]) > 1e-5 * sw[i + 1] + 2e-6 || fabs(k->c_in - cw[i]) > 1e-6)
+            fail_msg("case %d step %lld: t %.6g sigma %.8g -> %.8g c_in %.8g; diffusers t %.6g sigma %.8g -> %.8g c_in "
+                     "%.8g", n, (long long)i, k->t, k->sigma, k->sigma_next, k->c_in, tw[i], sw[i], sw[i + 1], cw[i]);
+        const double *want = (const double *)ps->data + i * K;
+        double num = 0, den = 0;
+        for (int64_t j = 0; j < K; j++) {
+            const double d = k->c_x * x[j] + k->c_o * o[j] - want[j];
+            num += d * d, den += want[j] * want[j];
+        }
+        worst = fmax(worst, sqrt(num / den));
+    }
+    free(st);
+    return worst;
+}
+
 static void test_scheduler_configs(void **state) {
     struct tr_safetensors *io = tr_test_open(DDIM_IO, DDIM_HINT);
     struct tr_tensor xs, os, ns, ts, as, ps;
@@ -178,6 +222,16 @@ static void test_scheduler_configs(void **state) {
         double worst_a = 0, worst = 0;
         for (int64_t t = 0; t < s.c.num_train_timesteps; t++)
             worst_a = fmax(worst_a, fabs(s.alphas_cumprod[t] - ((const double *)as.data)[t]));
+        if (strcmp(c.scheduler, "euler") == 0) {
+            worst = euler_steps(n, &c, &s, io, &ps, x, o, K);
+            print_message("euler case %d: %s, %s, %s%s%s, %lld steps: alphas_cumprod within %.1e, the initial sigma "
+                          "and every step within %.1e\n", n, c.beta_schedule, c.timestep_spacing, c.prediction_type,
+                          c.rescale_betas_zero_snr ? ", zero SNR" : "", c.use_karras_sigmas ? ", karras" : "",
+                          (long long)steps, worst_a, worst);
+            assert_true(worst_a < 1e-6 && worst < 1e-5);
+            tr_ddim_free(&s);
+            continue;
+        }
         if (strcmp(c.scheduler, "pndm") == 0) {
             worst = pndm_runs(n, &s, io, ts, ps, x, K);
             print_message("pndm case %d: %s, %s, %s, %lld steps in %lld runs: alphas_cumprod within %.1e, the latents "
@@ -211,7 +265,7 @@ static void test_scheduler_configs(void **state) {
         assert_true(worst_a < 1e-6 && worst < 1e-5);
         tr_ddim_free(&s);
     }
-    assert_int_equal(n, 10);
+    assert_int_equal(n, 15);
     tr_safetensors_close(io);
 }
 
@@ -369,7 +423,7 @@ static void test_pipeline_config(void **state) {
                {"prediction_type = noise", "prediction_type = 'noise': expected epsilon, v_prediction or sample"},
                {"rescale_betas_zero_snr = true\ntimestep_spacing = trailing", "timestep 999 has alpha_cumprod 0"},
                {"scheduler = pndm", "scheduler = pndm runs in task generate"},
-               {"scheduler = plms", "scheduler = 'plms': expected ddim or pndm"},
+               {"scheduler = plms", "scheduler = 'plms': expected ddim, pndm or euler"},
                {"unet = unet/config.json", "unet = 'unet/config.json': not a preset of unet_2d_condition (tiny, small, "
                                            "sd-v1-4, sd-2-1), nor a part [model] hf_config read"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

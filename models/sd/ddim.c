@@ -34,6 +34,7 @@ static void alphas_cumprod(const struct tr_ddim_config *c, double *ac) {
         const double s = (sqrt(ac[t]) - aT) * a0 / (a0 - aT);
         ac[t] = s * s;
     }
+    if (c->terminal_floor) ac[N - 1] = 0x1p-24;
 }
 
 static int64_t timestep(const struct tr_ddim *s, int64_t i) {

@@ -38,6 +38,8 @@ struct tr_ddim_config {
     enum tr_ddim_prediction prediction;
     int rescale_zero_snr;
     double clip;                   /* clip_sample_range where clip_sample is set, else 0 */
+    int terminal_floor;            /* the zero-SNR schedule's last ᾱ 2^-24, not 0 (Euler's, so
+                                      its first σ is finite) */
 };
 
 struct tr_ddim {

@@ -8,6 +8,7 @@
 #include "hf_json.h"
 #include "layers.h"
 #include "models.h"
+#include "euler.h"
 #include "pndm.h"
 #include "sd.h"
 #include "trident/rng.h"
@@ -37,14 +38,19 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(rescale_betas_zero_snr, TR_KEY_BOOL, 0, 0, "rescale the schedule to zero terminal SNR"),
     KEY_(clip_sample, TR_KEY_BOOL, 0, 0, "clamp the predicted x0 to [-clip_sample_range, clip_sample_range]"),
     KEY_(clip_sample_range, TR_KEY_FLOAT, 0, 1e30, "the clamp's bound"),
-    KEY_(scheduler, TR_KEY_STRING, 0, 0, "ddim, or pndm (diffusers' PNDMScheduler for SD, PLMS steps: generate only)"),
+    KEY_(scheduler, TR_KEY_STRING, 0, 0, "ddim, pndm (diffusers' PNDMScheduler for SD, PLMS steps) or euler "
+         "(EulerDiscreteScheduler); pndm and euler: generate only"),
+    KEY_(use_karras_sigmas, TR_KEY_BOOL, 0, 0, "euler: the sigmas of Karras et al. (rho 7)"),
+    KEY_(sigma_min, TR_KEY_FLOAT, 0, 1e30, "euler with karras: the smallest sigma; 0: the schedule's"),
+    KEY_(sigma_max, TR_KEY_FLOAT, 0, 1e30, "euler with karras: the largest sigma; 0: the schedule's"),
+    KEY_(final_sigmas_type, TR_KEY_STRING, 0, 0, "euler: the sigma the last step lands on: zero or sigma_min"),
 };
 
 /* Stable Diffusion's scheduler_config.json (v1.4's; 2.1's predicts v), keras-cv's guidance and steps. */
 #define SD_COMMON(pred) .num_inference_steps = 50, .guidance_scale = 7.5, .num_train_timesteps = 1000, \
                   .beta_start = 0.00085, .beta_end = 0.012, .steps_offset = 1, .beta_schedule = "scaled_linear", \
                   .timestep_spacing = "leading", .prediction_type = pred, .clip_sample_range = 1.0, \
-                  .scheduler = "ddim"
+                  .scheduler = "ddim", .final_sigmas_type = "zero"
 static const struct tr_sd_config sd_tiny = {SD_COMMON("epsilon"), .unet = "tiny", .text_encoder = "tiny", .vae = "tiny"};
 static const struct tr_sd_config sd_small = {SD_COMMON("epsilon"), .unet = "small", .text_encoder = "small", .vae = "small"};
 static const struct tr_sd_config sd_v14 = {SD_COMMON("epsilon"), .unet = "sd-v1-4", .text_encoder = "sd-v1-4", .vae = "sd-v1-4"};
@@ -63,6 +69,7 @@ static const struct tr_model_preset sd_presets[] = {
 };
 
 static int pndm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "pndm") == 0; }
+static int euler(const struct tr_sd_config *c) { return strcmp(c->scheduler, "euler") == 0; }
 
 static const void *find_preset(const struct tr_model_desc *m, const char *name, size_t cap) {
     for (int i = 0; i < m->n_presets; i++)
@@ -131,7 +138,7 @@ static int ddim_config(const struct tr_sd_config *c, struct tr_ddim_config *d, s
     *d = (struct tr_ddim_config){c->num_train_timesteps, c->beta_start, c->beta_end, c->steps_offset,
                                  c->set_alpha_to_one, (enum tr_ddim_betas)b, (enum tr_ddim_spacing)sp,
                                  (enum tr_ddim_prediction)p, c->rescale_betas_zero_snr,
-                                 c->clip_sample ? c->clip_sample_range : 0.0};
+                                 c->clip_sample ? c->clip_sample_range : 0.0, euler(c)};
     return TR_OK;
 }
 
@@ -143,9 +150,12 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: step = %lld, expected 0 to num_inference_steps - 1 "
                             "= %lld", (long long)c->step, (long long)(c->num_inference_steps - 1));
     struct tr_ddim_config dc;
-    static const char *const kinds[] = {"ddim", "pndm"};
-    int kind;
-    int rc = pick("scheduler", c->scheduler, kinds, 2, &kind, err);
+    static const char *const kinds[] = {"ddim", "pndm", "euler"}, *const finals[] = {"zero", "sigma_min"};
+    int kind, final;
+    int rc = pick("scheduler", c->scheduler, kinds, 3, &kind, err);
+    if (!rc) rc = pick("final_sigmas_type", c->final_sigmas_type, finals, 2, &final, err);
+    if (!rc && euler(c) && c->clip_sample)
+        rc = tr_error_set(err, TR_ERR_INVALID, "clip_sample is DDIM's; scheduler = euler has no clamp");
     if (!rc) rc = ddim_config(c, &dc, err);
     if (!rc) rc = tr_ddim_init(sched, &dc, c->num_inference_steps, err);
     if (rc) return tr_error_prefix(err, "stable_diffusion");
@@ -183,6 +193,11 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = pndm runs in task generate (each "
                             "step combines the outputs of those before); predict's one step is DDIM's: scheduler = "
                             "ddim");
+    }
+    if (o->task == TR_TASK_PREDICT && euler(c)) {
+        tr_ddim_free(s);
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = euler runs in task generate; "
+                            "predict's one step is DDIM's: scheduler = ddim");
     }
     return TR_OK;
 }
@@ -274,6 +289,33 @@ static int pndm_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
     return rc ? -1 : x;
 }
 
+/* Euler's steps (euler.h) on the latents x, f32, scaled by the initial σ first: each an
+ * instance of the UNet on c_in·x; returns the denoised latents (-1 on an error). */
+static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
+                       const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
+    struct tr_euler_step *steps = malloc(sizeof *steps * (size_t)s->steps);
+    const struct tr_euler_config ec = {c->use_karras_sigmas, c->sigma_min, c->sigma_max,
+                                       strcmp(c->final_sigmas_type, "sigma_min") == 0};
+    double init = 1;
+    int rc = !steps ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld Euler steps",
+                                   (long long)s->steps)
+                    : tr_euler_plan(s, &ec, steps, &init, err);
+    const int64_t one[1] = {1};
+    if (!rc) x = tr_scale(g, x, (float)init, 0.0f);
+    for (int64_t i = 0; i < s->steps && !rc; i++) {
+        const struct tr_euler_step *k = &steps[i];
+        tr_graph_set_instance(g, (int)i);
+        const float tf = (float)k->t;
+        int guided;
+        const int e = unet_guided(g, c, u, o, tr_scale(g, x, (float)k->c_in, 0.0f),
+                                  tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, &guided, err);
+        if (e < 0) rc = err->status ? err->status : TR_ERR_INTERNAL;
+        else x = tr_add(g, tr_scale(g, x, (float)k->c_x, 0.0f), tr_scale(g, e, (float)k->c_o, 0.0f));
+    }
+    free(steps);
+    return rc ? -1 : x;
+}
+
 static int sd_predict(const struct tr_sd_config *c, const struct tr_unet_config *u, const struct tr_build_opts *o,
                       struct tr_graph *g, struct tr_error *err) {
     const enum tr_dtype dt = o->dtype;
@@ -316,7 +358,8 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     int text;
     if ((rc = tr_clip_text_graph(clip, &to, g, ids, &text, err)) != TR_OK) return rc;
     if (pndm(c) && (x = pndm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
-    for (int64_t i = 0; i < s->steps && !pndm(c); i++) {
+    if (euler(c) && (x = euler_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
+    for (int64_t i = 0; i < s->steps && !pndm(c) && !euler(c); i++) {
         int64_t t;
         struct tr_ddim_coeffs k;
         tr_ddim_step(s, i, &t, &k);
@@ -461,21 +504,24 @@ static int read_part(const char *dir, int p, struct tr_sd_config *c, int require
 }
 
 /* A scheduler_config.json: a PNDMScheduler's runs PNDM (PLMS, pndm.h), as PNDMScheduler
- * reads it; any other DDIM, as DDIMScheduler.from_config reads it (the keys every diffusers
- * scheduler shares: the betas, the spacing, the prediction). What the file lacks takes that
- * class's defaults. */
+ * reads it; an EulerDiscreteScheduler's Euler (euler.h); any other DDIM, as
+ * DDIMScheduler.from_config reads it (the keys every diffusers scheduler shares: the
+ * betas, the spacing, the prediction). What the file lacks takes that class's defaults. */
 static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_error *err) {
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
     if (rc) return rc;
     const cJSON *cls = cJSON_GetObjectItemCaseSensitive(root, "_class_name");
     const int is_pndm = cJSON_IsString(cls) && strcmp(cls->valuestring, "PNDMScheduler") == 0;
+    const int is_euler = cJSON_IsString(cls) && strcmp(cls->valuestring, "EulerDiscreteScheduler") == 0;
     c->num_train_timesteps = 1000, c->beta_start = 0.0001, c->beta_end = 0.02, c->steps_offset = 0;
-    c->set_alpha_to_one = !is_pndm, c->clip_sample = !is_pndm, c->clip_sample_range = 1.0;
+    c->set_alpha_to_one = !is_pndm, c->clip_sample = !is_pndm && !is_euler, c->clip_sample_range = 1.0;
     c->rescale_betas_zero_snr = 0;
-    snprintf(c->scheduler, sizeof c->scheduler, "%s", is_pndm ? "pndm" : "ddim");
+    c->use_karras_sigmas = 0, c->sigma_min = 0, c->sigma_max = 0;
+    snprintf(c->final_sigmas_type, sizeof c->final_sigmas_type, "zero");
+    snprintf(c->scheduler, sizeof c->scheduler, "%s", is_pndm ? "pndm" : is_euler ? "euler" : "ddim");
     snprintf(c->beta_schedule, sizeof c->beta_schedule, "linear");
-    snprintf(c->timestep_spacing, sizeof c->timestep_spacing, "leading");
+    snprintf(c->timestep_spacing, sizeof c->timestep_spacing, "%s", is_euler ? "linspace" : "leading");
     snprintf(c->prediction_type, sizeof c->prediction_type, "epsilon");
     static const char *const skip[] = {"unet", "text_encoder", "vae", "num_inference_steps", "step", "guidance_scale",
                                        "scheduler", NULL};
@@ -488,6 +534,11 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
              : TR_OK;
     if (!rc) rc = tr_hf_json_expect_null(root, path, "trained_betas", err);
     if (!rc) rc = tr_hf_json_expect_bool(root, path, "thresholding", 0, err);
+    /* Euler's other sigma schedules and EDM's timesteps are not provided */
+    if (!rc && is_euler) rc = tr_hf_json_expect_str(root, path, "interpolation_type", "linear", err);
+    if (!rc && is_euler) rc = tr_hf_json_expect_bool(root, path, "use_exponential_sigmas", 0, err);
+    if (!rc && is_euler) rc = tr_hf_json_expect_bool(root, path, "use_beta_sigmas", 0, err);
+    if (!rc && is_euler) rc = tr_hf_json_expect_str(root, path, "timestep_type", "discrete", err);
     if (!rc) rc = tr_hf_json_apply(root, path, sd_keys, (int)(sizeof sd_keys / sizeof sd_keys[0]), c, skip, err);
     cJSON_Delete(root);
     struct tr_ddim_config d;

@@ -30,8 +30,8 @@
  * DIR/unet/config.json, and where present text_encoder/config.json, vae/config.json and
  * scheduler/scheduler_config.json, as diffusers' from_pretrained does; the scheduler's keys
  * as DDIMScheduler.from_config reads them (absent ones take DDIMScheduler's defaults),
- * whichever scheduler the file names: a PNDMScheduler's runs PNDM (pndm.h), any other
- * DDIM's (eta 0); then, as
+ * whichever scheduler the file names: a PNDMScheduler's runs PNDM (pndm.h), an
+ * EulerDiscreteScheduler's Euler (euler.h), any other DDIM's (eta 0); then, as
  * StableDiffusionPipeline's constructor does, steps_offset = 1 and clip_sample = false
  * ([model] keys after hf_config still win). hf_config = a scheduler_config.json reads the
  * schedule alone, as the file says (over the preset's parts).
@@ -64,7 +64,11 @@ struct tr_sd_config {
     int rescale_betas_zero_snr;
     int clip_sample;                /* clamp the predicted x0 to [-clip_sample_range, clip_sample_range] */
     double clip_sample_range;
-    char scheduler[16];             /* ddim, or pndm (PLMS, pndm.h: generate only; the SD v1.x files') */
+    char scheduler[16];             /* ddim, pndm (PLMS, pndm.h: the SD v1.x files') or euler (euler.h);
+                                       pndm and euler: generate only */
+    int use_karras_sigmas;          /* euler (euler.h) */
+    double sigma_min, sigma_max;
+    char final_sigmas_type[16];     /* zero, sigma_min */
     /* [model] hf_config = a diffusers pipeline's directory: its parts' config.json, used
      * where unet, text_encoder or vae holds the part's file name (as the reader sets it) */
     unsigned hf_parts;              /* 1 unet, 2 text_encoder, 4 vae: read */
