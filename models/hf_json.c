@@ -9,6 +9,41 @@
 /* config.json files are a few KiB; anything far larger is not one. */
 #define MAX_JSON_BYTES (1 << 20)
 
+/* Python's json writes float("inf") as Infinity and NaN as NaN, and transformers' and
+ * diffusers' save_config pass them through (DPMSolverMultistepScheduler's
+ * lambda_min_clipped is -Infinity); JSON and cJSON have neither. Outside strings, where a
+ * value starts, Infinity becomes 1e999 (strtod's inf) and NaN null: a new string (free it),
+ * or NULL without memory. */
+static char *python_literals(const char *in, size_t n) {
+    char *out = malloc(n + n / 3 + 2), *o = out;
+    if (!out) return NULL;
+    int str = 0;
+    char last = 0; /* the last character outside strings that is not blank */
+    for (size_t i = 0; i < n; i++) {
+        const char c = in[i];
+        if (str) {
+            *o++ = c;
+            if (c == '\\' && i + 1 < n) *o++ = in[++i];
+            else if (c == '"') str = 0;
+            continue;
+        }
+        const int value = last == ':' || last == '[' || last == ',' || last == '-';
+        if (value && c == 'I' && n - i >= 8 && strncmp(in + i, "Infinity", 8) == 0) {
+            memcpy(o, "1e999", 5), o += 5, i += 7, last = '9';
+            continue;
+        }
+        if (value && c == 'N' && n - i >= 3 && strncmp(in + i, "NaN", 3) == 0) {
+            memcpy(o, "null", 4), o += 4, i += 2, last = 'l';
+            continue;
+        }
+        if (c == '"') str = 1;
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') last = c;
+        *o++ = c;
+    }
+    *o = '\0';
+    return out;
+}
+
 int tr_hf_json_load(const char *path, cJSON **root, struct tr_error *err) {
     *root = NULL;
     FILE *f;
@@ -29,6 +64,10 @@ int tr_hf_json_load(const char *path, cJSON **root, struct tr_error *err) {
                                   MAX_JSON_BYTES);
     }
     buf[n] = '\0';
+    char *text = python_literals(buf, n);
+    free(buf);
+    if (!text) return tr_error_set(err, TR_ERR_NOMEM, "no memory to read '%s'", path);
+    buf = text, n = strlen(text);
     cJSON *j = cJSON_Parse(buf);
     int rc = TR_OK;
     if (!j) {

@@ -621,6 +621,25 @@ static void test_generate_prompt(void **state) {
 
 /* The published config.json of each part over the tiny preset is the sd-v1-4 preset; a
  * [model] key after it still wins; what SD 1.x does not have is refused by its key. */
+/* Python's json writes inf and nan as Infinity and NaN, and diffusers' save_config passes
+ * them through (DPMSolverMultistepScheduler's lambda_min_clipped = -Infinity): such a file
+ * reads, the words inside strings untouched; an Infinity where a bounded number belongs
+ * is refused by its key. */
+static void test_python_json_literals(void **state) {
+    struct tr_sd_config c;
+    struct tr_error e = {0};
+    char path[512];
+    tr_test_dir_file("scheduler_config.json",
+                     "{\"_class_name\": \"DDIMScheduler\", \"lambda_min_clipped\": -Infinity, \"x\": [Infinity,NaN],"
+                     " \"note\": \"NaN, \\\"Infinity\\\"\", \"y\" :\tNaN, \"timestep_spacing\": \"trailing\"}",
+                     path, sizeof path);
+    if (tr_test_resolve_hf(M, path, "", &c, &e)) fail_msg("%s", e.msg);
+    assert_string_equal(c.timestep_spacing, "trailing");
+    tr_test_dir_file("scheduler_config.json", "{\"clip_sample_range\": Infinity}", path, sizeof path);
+    assert_int_not_equal(tr_test_resolve_hf(M, path, "", &c, &e), TR_OK);
+    tr_assert_msg_has(&e, "\"clip_sample_range\" is not a number");
+}
+
 static void test_hf_configs(void **state) {
     static const struct {
         const struct tr_model_desc *m;
@@ -673,5 +692,5 @@ static void test_hf_configs(void **state) {
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_scheduler_matches_diffusers, test_scheduler_errors,
              test_scheduler_configs, test_predict_clamped, test_pipeline_config,
              test_config_errors, test_make_inputs, test_hf_configs, test_generate_matches_pipeline,
-             test_generate_writes_png, test_generate_prompt, test_step_matches_diffusers_f32, test_step_matches_diffusers_bf16,
+             test_generate_writes_png, test_generate_prompt, test_python_json_literals, test_step_matches_diffusers_f32, test_step_matches_diffusers_bf16,
              test_step_matches_diffusers_f16)
