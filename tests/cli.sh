@@ -359,6 +359,11 @@ expect "stable_diffusion with PNDM against diffusers' pipeline in float64" 0 'al
 # --seq-len 5 --steps 4 --guidance 7.5 --seed 3 --scheduler euler-karras).
 expect "stable_diffusion with Euler (Karras sigmas) against diffusers' pipeline in float64" 0 \
   'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd_euler/check.ini
+# ... and with DPMSolverMultistepScheduler.from_config(it) and Karras sigmas, "DPM++ 2M Karras"
+# (scheduler = dpm: second-order multistep on the data predictions, the last step first
+# order), against diffusers in float64 (make_sd_reference.py ... --steps 5 --scheduler dpm-karras).
+expect "stable_diffusion with DPM-Solver++ 2M (Karras) against diffusers' pipeline in float64" 0 \
+  'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd_dpm/check.ini
 # The same pipeline in bf16: every backend no farther from its float64 pictures than twice
 # diffusers' own bf16 pipeline is (0.033; trident's backends 0.030 to 0.033) (make_sd_reference.py
 # --pipeline tests/fixtures/reference_sd_pndm/pipeline --batch 2 --seq-len 5 --steps 4

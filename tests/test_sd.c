@@ -9,6 +9,7 @@
 #include <string.h>
 #include "modelutil.h"
 #include "models.h"
+#include "sd/dpm.h"
 #include "sd/euler.h"
 #include "sd/pndm.h"
 #include "sd/sd.h"
@@ -149,6 +150,51 @@ static double pndm_runs(int n, const struct tr_ddim *s, const struct tr_safetens
     return worst;
 }
 
+/* A DPM-Solver++ case of the fixture (dpm.h): its timesteps and σ, and the latents after
+ * every step, carried from x with each step's own model output, against diffusers'. */
+static double dpm_runs(int n, const struct tr_sd_config *c, const struct tr_ddim *s, const struct tr_safetensors *io,
+                       const struct tr_tensor *ps, const double *x, int64_t K) {
+    const struct tr_dpm_config dc = {(int)c->solver_order, strcmp(c->solver_type, "heun") == 0, c->lower_order_final,
+                                     c->euler_at_final, c->use_karras_sigmas, c->sigma_min, c->sigma_max,
+                                     strcmp(c->final_sigmas_type, "sigma_min") == 0};
+    struct tr_dpm_step *st = calloc((size_t)s->steps, sizeof *st);
+    double *cur = malloc(sizeof(double) * (size_t)K), *d = malloc(sizeof(double) * (size_t)K),
+           *dp = calloc((size_t)K, sizeof(double));
+    assert_true(st && cur && d && dp);
+    struct tr_error e = {0};
+    if (tr_dpm_plan(s, &dc, st, &e)) fail_msg("case %d: %s", n, e.msg);
+    struct tr_tensor os, ts, sg;
+    char key[64];
+    snprintf(key, sizeof key, "%d.outputs", n);
+    assert_int_equal(tr_safetensors_get(io, key, &os, &e), TR_OK);
+    snprintf(key, sizeof key, "%d.timesteps_f", n);
+    assert_int_equal(tr_safetensors_get(io, key, &ts, &e), TR_OK);
+    snprintf(key, sizeof key, "%d.sigmas", n);
+    assert_int_equal(tr_safetensors_get(io, key, &sg, &e), TR_OK);
+    assert_int_equal(tr_tensor_numel(&ts), s->steps);
+    const double *out = os.data, *tw = ts.data, *sw = sg.data;
+    memcpy(cur, x, sizeof(double) * (size_t)K);
+    double worst = 0;
+    for (int64_t i = 0; i < s->steps; i++) {
+        const struct tr_dpm_step *k = &st[i];
+        if (k->t != tw[i] || fabs(k->sigma - sw[i]) > 1e-5 * sw[i] + 2e-6 ||
+            fabs(k->sigma_next - sw[i + 1]) > 1e-5 * sw[i + 1] + 2e-6)
+            fail_msg("dpm case %d step %lld: t %g sigma %.8g -> %.8g; diffusers t %g sigma %.8g -> %.8g", n,
+                     (long long)i, k->t, k->sigma, k->sigma_next, tw[i], sw[i], sw[i + 1]);
+        const double *want = (const double *)ps->data + i * K;
+        double num = 0, den = 0;
+        for (int64_t j = 0; j < K; j++) {
+            d[j] = k->d_x * cur[j] + k->d_o * out[i * K + j];
+            const double v = k->c_x * cur[j] + k->c_d * d[j] + k->c_dprev * dp[j];
+            dp[j] = d[j], cur[j] = v;
+            num += (v - want[j]) * (v - want[j]), den += want[j] * want[j];
+        }
+        worst = fmax(worst, sqrt(num / den));
+    }
+    free(st), free(cur), free(d), free(dp);
+    return worst;
+}
+
 /* An Euler case of the fixture (euler.h): its timesteps, σ, c_in and initial σ, and every
  * step from the same x and o against diffusers'; returns the worst relative difference. */
 static double euler_steps(int n, const struct tr_sd_config *c, const struct tr_ddim *s,
@@ -222,6 +268,17 @@ static void test_scheduler_configs(void **state) {
         double worst_a = 0, worst = 0;
         for (int64_t t = 0; t < s.c.num_train_timesteps; t++)
             worst_a = fmax(worst_a, fabs(s.alphas_cumprod[t] - ((const double *)as.data)[t]));
+        if (strcmp(c.scheduler, "dpm") == 0) {
+            worst = dpm_runs(n, &c, &s, io, &ps, x, K);
+            print_message("dpm case %d: %s, %s, %s%s%s, order %lld %s, %lld steps: alphas_cumprod within %.1e, the "
+                          "latents after every step within %.1e\n", n, c.beta_schedule, c.timestep_spacing,
+                          c.prediction_type, c.rescale_betas_zero_snr ? ", zero SNR" : "",
+                          c.use_karras_sigmas ? ", karras" : "", (long long)c.solver_order, c.solver_type,
+                          (long long)steps, worst_a, worst);
+            assert_true(worst_a < 1e-6 && worst < 1e-5);
+            tr_ddim_free(&s);
+            continue;
+        }
         if (strcmp(c.scheduler, "euler") == 0) {
             worst = euler_steps(n, &c, &s, io, &ps, x, o, K);
             print_message("euler case %d: %s, %s, %s%s%s, %lld steps: alphas_cumprod within %.1e, the initial sigma "
@@ -265,7 +322,7 @@ static void test_scheduler_configs(void **state) {
         assert_true(worst_a < 1e-6 && worst < 1e-5);
         tr_ddim_free(&s);
     }
-    assert_int_equal(n, 15);
+    assert_int_equal(n, 21);
     tr_safetensors_close(io);
 }
 
@@ -423,7 +480,7 @@ static void test_pipeline_config(void **state) {
                {"prediction_type = noise", "prediction_type = 'noise': expected epsilon, v_prediction or sample"},
                {"rescale_betas_zero_snr = true\ntimestep_spacing = trailing", "timestep 999 has alpha_cumprod 0"},
                {"scheduler = pndm", "scheduler = pndm runs in task generate"},
-               {"scheduler = plms", "scheduler = 'plms': expected ddim, pndm or euler"},
+               {"scheduler = plms", "scheduler = 'plms': expected ddim, pndm, euler or dpm"},
                {"unet = unet/config.json", "unet = 'unet/config.json': not a preset of unet_2d_condition (tiny, small, "
                                            "sd-v1-4, sd-2-1), nor a part [model] hf_config read"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

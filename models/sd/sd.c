@@ -1,6 +1,7 @@
 /* The Stable Diffusion denoising step (sd.h). */
 #include <stddef.h>
 #include <stdlib.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -8,6 +9,7 @@
 #include "hf_json.h"
 #include "layers.h"
 #include "models.h"
+#include "dpm.h"
 #include "euler.h"
 #include "pndm.h"
 #include "sd.h"
@@ -38,19 +40,24 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(rescale_betas_zero_snr, TR_KEY_BOOL, 0, 0, "rescale the schedule to zero terminal SNR"),
     KEY_(clip_sample, TR_KEY_BOOL, 0, 0, "clamp the predicted x0 to [-clip_sample_range, clip_sample_range]"),
     KEY_(clip_sample_range, TR_KEY_FLOAT, 0, 1e30, "the clamp's bound"),
-    KEY_(scheduler, TR_KEY_STRING, 0, 0, "ddim, pndm (diffusers' PNDMScheduler for SD, PLMS steps) or euler "
-         "(EulerDiscreteScheduler); pndm and euler: generate only"),
-    KEY_(use_karras_sigmas, TR_KEY_BOOL, 0, 0, "euler: the sigmas of Karras et al. (rho 7)"),
-    KEY_(sigma_min, TR_KEY_FLOAT, 0, 1e30, "euler with karras: the smallest sigma; 0: the schedule's"),
-    KEY_(sigma_max, TR_KEY_FLOAT, 0, 1e30, "euler with karras: the largest sigma; 0: the schedule's"),
-    KEY_(final_sigmas_type, TR_KEY_STRING, 0, 0, "euler: the sigma the last step lands on: zero or sigma_min"),
+    KEY_(scheduler, TR_KEY_STRING, 0, 0, "ddim, pndm (diffusers' PNDMScheduler for SD, PLMS steps), euler "
+         "(EulerDiscreteScheduler) or dpm (DPMSolverMultistepScheduler, DPM-Solver++); all but ddim: generate only"),
+    KEY_(use_karras_sigmas, TR_KEY_BOOL, 0, 0, "euler, dpm: the sigmas of Karras et al. (rho 7)"),
+    KEY_(sigma_min, TR_KEY_FLOAT, 0, 1e30, "euler, dpm with karras: the smallest sigma; 0: the schedule's"),
+    KEY_(sigma_max, TR_KEY_FLOAT, 0, 1e30, "euler, dpm with karras: the largest sigma; 0: the schedule's"),
+    KEY_(final_sigmas_type, TR_KEY_STRING, 0, 0, "euler, dpm: the sigma the last step lands on: zero or sigma_min"),
+    KEY_(solver_order, TR_KEY_INT, 1, 3, "dpm: 2 (DPM-Solver++ 2M) or 1"),
+    KEY_(solver_type, TR_KEY_STRING, 0, 0, "dpm: the second-order step, midpoint or heun"),
+    KEY_(lower_order_final, TR_KEY_BOOL, 0, 0, "dpm: the last step first order where there are fewer than 15"),
+    KEY_(euler_at_final, TR_KEY_BOOL, 0, 0, "dpm: the last step first order always"),
 };
 
 /* Stable Diffusion's scheduler_config.json (v1.4's; 2.1's predicts v), keras-cv's guidance and steps. */
 #define SD_COMMON(pred) .num_inference_steps = 50, .guidance_scale = 7.5, .num_train_timesteps = 1000, \
                   .beta_start = 0.00085, .beta_end = 0.012, .steps_offset = 1, .beta_schedule = "scaled_linear", \
                   .timestep_spacing = "leading", .prediction_type = pred, .clip_sample_range = 1.0, \
-                  .scheduler = "ddim", .final_sigmas_type = "zero"
+                  .scheduler = "ddim", .final_sigmas_type = "zero", .solver_order = 2, .solver_type = "midpoint", \
+                  .lower_order_final = 1
 static const struct tr_sd_config sd_tiny = {SD_COMMON("epsilon"), .unet = "tiny", .text_encoder = "tiny", .vae = "tiny"};
 static const struct tr_sd_config sd_small = {SD_COMMON("epsilon"), .unet = "small", .text_encoder = "small", .vae = "small"};
 static const struct tr_sd_config sd_v14 = {SD_COMMON("epsilon"), .unet = "sd-v1-4", .text_encoder = "sd-v1-4", .vae = "sd-v1-4"};
@@ -70,6 +77,7 @@ static const struct tr_model_preset sd_presets[] = {
 
 static int pndm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "pndm") == 0; }
 static int euler(const struct tr_sd_config *c) { return strcmp(c->scheduler, "euler") == 0; }
+static int dpm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "dpm") == 0; }
 
 static const void *find_preset(const struct tr_model_desc *m, const char *name, size_t cap) {
     for (int i = 0; i < m->n_presets; i++)
@@ -138,7 +146,7 @@ static int ddim_config(const struct tr_sd_config *c, struct tr_ddim_config *d, s
     *d = (struct tr_ddim_config){c->num_train_timesteps, c->beta_start, c->beta_end, c->steps_offset,
                                  c->set_alpha_to_one, (enum tr_ddim_betas)b, (enum tr_ddim_spacing)sp,
                                  (enum tr_ddim_prediction)p, c->rescale_betas_zero_snr,
-                                 c->clip_sample ? c->clip_sample_range : 0.0, euler(c)};
+                                 c->clip_sample ? c->clip_sample_range : 0.0, euler(c) || dpm(c)};
     return TR_OK;
 }
 
@@ -150,12 +158,17 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: step = %lld, expected 0 to num_inference_steps - 1 "
                             "= %lld", (long long)c->step, (long long)(c->num_inference_steps - 1));
     struct tr_ddim_config dc;
-    static const char *const kinds[] = {"ddim", "pndm", "euler"}, *const finals[] = {"zero", "sigma_min"};
-    int kind, final;
-    int rc = pick("scheduler", c->scheduler, kinds, 3, &kind, err);
+    static const char *const kinds[] = {"ddim", "pndm", "euler", "dpm"}, *const finals[] = {"zero", "sigma_min"},
+                      *const solvers[] = {"midpoint", "heun"};
+    int kind, final, solver;
+    int rc = pick("scheduler", c->scheduler, kinds, 4, &kind, err);
     if (!rc) rc = pick("final_sigmas_type", c->final_sigmas_type, finals, 2, &final, err);
-    if (!rc && euler(c) && c->clip_sample)
-        rc = tr_error_set(err, TR_ERR_INVALID, "clip_sample is DDIM's; scheduler = euler has no clamp");
+    if (!rc) rc = pick("solver_type", c->solver_type, solvers, 2, &solver, err);
+    if (!rc && (euler(c) || dpm(c)) && c->clip_sample)
+        rc = tr_error_set(err, TR_ERR_INVALID, "clip_sample is DDIM's; scheduler = %s has no clamp", c->scheduler);
+    if (!rc && dpm(c) && c->solver_order > 2)
+        rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "solver_order = %lld: DPM-Solver++ of order 1 or 2 is provided",
+                          (long long)c->solver_order);
     if (!rc) rc = ddim_config(c, &dc, err);
     if (!rc) rc = tr_ddim_init(sched, &dc, c->num_inference_steps, err);
     if (rc) return tr_error_prefix(err, "stable_diffusion");
@@ -194,10 +207,10 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
                             "step combines the outputs of those before); predict's one step is DDIM's: scheduler = "
                             "ddim");
     }
-    if (o->task == TR_TASK_PREDICT && euler(c)) {
+    if (o->task == TR_TASK_PREDICT && (euler(c) || dpm(c))) {
         tr_ddim_free(s);
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = euler runs in task generate; "
-                            "predict's one step is DDIM's: scheduler = ddim");
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = %s runs in task generate; "
+                            "predict's one step is DDIM's: scheduler = ddim", c->scheduler);
     }
     return TR_OK;
 }
@@ -316,6 +329,42 @@ static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
     return rc ? -1 : x;
 }
 
+/* DPM-Solver++'s steps (dpm.h) on the latents x, f32: each an instance of the UNet on x;
+ * the data predictions d_i carried to the next step; returns the denoised latents (-1 on
+ * an error). */
+static int dpm_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
+                     const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
+    struct tr_dpm_step *steps = malloc(sizeof *steps * (size_t)s->steps);
+    const struct tr_dpm_config dc = {(int)c->solver_order, strcmp(c->solver_type, "heun") == 0, c->lower_order_final,
+                                     c->euler_at_final, c->use_karras_sigmas, c->sigma_min, c->sigma_max,
+                                     strcmp(c->final_sigmas_type, "sigma_min") == 0};
+    int rc = !steps ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld DPM-Solver steps",
+                                   (long long)s->steps)
+                    : tr_dpm_plan(s, &dc, steps, err);
+    const int64_t one[1] = {1};
+    int d_prev = -1;
+    for (int64_t i = 0; i < s->steps && !rc; i++) {
+        const struct tr_dpm_step *k = &steps[i];
+        tr_graph_set_instance(g, (int)i);
+        const float tf = (float)k->t;
+        int guided;
+        const int e = unet_guided(g, c, u, o, x, tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, &guided,
+                                  err);
+        if (e < 0) {
+            rc = err->status ? err->status : TR_ERR_INTERNAL;
+            break;
+        }
+        const int d = k->d_x != 0 ? tr_add(g, tr_scale(g, x, (float)k->d_x, 0.0f), tr_scale(g, e, (float)k->d_o, 0.0f))
+                                  : tr_scale(g, e, (float)k->d_o, 0.0f);
+        int next = k->c_x != 0 ? tr_add(g, tr_scale(g, x, (float)k->c_x, 0.0f), tr_scale(g, d, (float)k->c_d, 0.0f))
+                               : tr_scale(g, d, (float)k->c_d, 0.0f);
+        if (k->c_dprev != 0) next = tr_add(g, next, tr_scale(g, d_prev, (float)k->c_dprev, 0.0f));
+        x = next, d_prev = d;
+    }
+    free(steps);
+    return rc ? -1 : x;
+}
+
 static int sd_predict(const struct tr_sd_config *c, const struct tr_unet_config *u, const struct tr_build_opts *o,
                       struct tr_graph *g, struct tr_error *err) {
     const enum tr_dtype dt = o->dtype;
@@ -359,7 +408,8 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     if ((rc = tr_clip_text_graph(clip, &to, g, ids, &text, err)) != TR_OK) return rc;
     if (pndm(c) && (x = pndm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if (euler(c) && (x = euler_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
-    for (int64_t i = 0; i < s->steps && !pndm(c) && !euler(c); i++) {
+    if (dpm(c) && (x = dpm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
+    for (int64_t i = 0; i < s->steps && !strcmp(c->scheduler, "ddim"); i++) {
         int64_t t;
         struct tr_ddim_coeffs k;
         tr_ddim_step(s, i, &t, &k);
@@ -503,6 +553,31 @@ static int read_part(const char *dir, int p, struct tr_sd_config *c, int require
     return TR_OK;
 }
 
+/* What of DPMSolverMultistepScheduler is not provided, by its key: the SDE and non-++
+ * solvers, the other sigma schedules, a clipped lambda, a learned variance. diffusers
+ * itself reads algorithm_type deis as dpmsolver++, and solver_type logrho, bh1 and bh2 as
+ * midpoint. */
+static int dpm_refusals(cJSON *root, const char *path, struct tr_error *err) {
+    const cJSON *alg = cJSON_GetObjectItemCaseSensitive(root, "algorithm_type"),
+                *lam = cJSON_GetObjectItemCaseSensitive(root, "lambda_min_clipped");
+    cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "solver_type");
+    if (alg && !(cJSON_IsString(alg) && (!strcmp(alg->valuestring, "dpmsolver++") || !strcmp(alg->valuestring, "deis"))))
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"algorithm_type\" = %s: only \"dpmsolver++\" is provided",
+                            path, cJSON_IsString(alg) ? alg->valuestring : "(not a string)");
+    if (cJSON_IsString(st) && (!strcmp(st->valuestring, "logrho") || !strcmp(st->valuestring, "bh1") ||
+                               !strcmp(st->valuestring, "bh2")) && !cJSON_SetValuestring(st, "midpoint"))
+        return tr_error_set(err, TR_ERR_NOMEM, "'%s': out of memory", path);
+    if (lam && !cJSON_IsNull(lam) && !(cJSON_IsNumber(lam) && isinf(lam->valuedouble) && lam->valuedouble < 0))
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"lambda_min_clipped\" is set: only -Infinity (none) is "
+                            "provided", path);
+    static const char *const off[] = {"use_lu_lambdas", "use_exponential_sigmas", "use_beta_sigmas", "use_flow_sigmas",
+                                      "use_dynamic_shifting"};
+    int rc = TR_OK;
+    for (size_t i = 0; !rc && i < sizeof off / sizeof off[0]; i++) rc = tr_hf_json_expect_bool(root, path, off[i], 0, err);
+    if (!rc) rc = tr_hf_json_expect_null(root, path, "variance_type", err);
+    return rc;
+}
+
 /* A scheduler_config.json: a PNDMScheduler's runs PNDM (PLMS, pndm.h), as PNDMScheduler
  * reads it; an EulerDiscreteScheduler's Euler (euler.h); any other DDIM, as
  * DDIMScheduler.from_config reads it (the keys every diffusers scheduler shares: the
@@ -514,14 +589,17 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     const cJSON *cls = cJSON_GetObjectItemCaseSensitive(root, "_class_name");
     const int is_pndm = cJSON_IsString(cls) && strcmp(cls->valuestring, "PNDMScheduler") == 0;
     const int is_euler = cJSON_IsString(cls) && strcmp(cls->valuestring, "EulerDiscreteScheduler") == 0;
+    const int is_dpm = cJSON_IsString(cls) && strcmp(cls->valuestring, "DPMSolverMultistepScheduler") == 0;
     c->num_train_timesteps = 1000, c->beta_start = 0.0001, c->beta_end = 0.02, c->steps_offset = 0;
-    c->set_alpha_to_one = !is_pndm, c->clip_sample = !is_pndm && !is_euler, c->clip_sample_range = 1.0;
+    c->set_alpha_to_one = !is_pndm, c->clip_sample = !is_pndm && !is_euler && !is_dpm, c->clip_sample_range = 1.0;
     c->rescale_betas_zero_snr = 0;
     c->use_karras_sigmas = 0, c->sigma_min = 0, c->sigma_max = 0;
+    c->solver_order = 2, c->lower_order_final = 1, c->euler_at_final = 0;
+    snprintf(c->solver_type, sizeof c->solver_type, "midpoint");
     snprintf(c->final_sigmas_type, sizeof c->final_sigmas_type, "zero");
-    snprintf(c->scheduler, sizeof c->scheduler, "%s", is_pndm ? "pndm" : is_euler ? "euler" : "ddim");
+    snprintf(c->scheduler, sizeof c->scheduler, "%s", is_pndm ? "pndm" : is_euler ? "euler" : is_dpm ? "dpm" : "ddim");
     snprintf(c->beta_schedule, sizeof c->beta_schedule, "linear");
-    snprintf(c->timestep_spacing, sizeof c->timestep_spacing, "%s", is_euler ? "linspace" : "leading");
+    snprintf(c->timestep_spacing, sizeof c->timestep_spacing, "%s", is_euler || is_dpm ? "linspace" : "leading");
     snprintf(c->prediction_type, sizeof c->prediction_type, "epsilon");
     static const char *const skip[] = {"unet", "text_encoder", "vae", "num_inference_steps", "step", "guidance_scale",
                                        "scheduler", NULL};
@@ -539,6 +617,7 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     if (!rc && is_euler) rc = tr_hf_json_expect_bool(root, path, "use_exponential_sigmas", 0, err);
     if (!rc && is_euler) rc = tr_hf_json_expect_bool(root, path, "use_beta_sigmas", 0, err);
     if (!rc && is_euler) rc = tr_hf_json_expect_str(root, path, "timestep_type", "discrete", err);
+    if (!rc && is_dpm) rc = dpm_refusals(root, path, err);
     if (!rc) rc = tr_hf_json_apply(root, path, sd_keys, (int)(sizeof sd_keys / sizeof sd_keys[0]), c, skip, err);
     cJSON_Delete(root);
     struct tr_ddim_config d;

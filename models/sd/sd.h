@@ -68,7 +68,10 @@ struct tr_sd_config {
                                        pndm and euler: generate only */
     int use_karras_sigmas;          /* euler (euler.h) */
     double sigma_min, sigma_max;
-    char final_sigmas_type[16];     /* zero, sigma_min */
+    char final_sigmas_type[16];     /* zero, sigma_min (euler, dpm) */
+    int64_t solver_order;           /* dpm (dpm.h): 2 or 1 */
+    char solver_type[16];           /* midpoint, heun */
+    int lower_order_final, euler_at_final;
     /* [model] hf_config = a diffusers pipeline's directory: its parts' config.json, used
      * where unet, text_encoder or vae holds the part's file name (as the reader sets it) */
     unsigned hf_parts;              /* 1 unet, 2 text_encoder, 4 vae: read */
