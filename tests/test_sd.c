@@ -9,8 +9,6 @@
 #include <string.h>
 #include "modelutil.h"
 #include "models.h"
-#include "sd/dpm.h"
-#include "sd/euler.h"
 #include "sd/pndm.h"
 #include "sd/sd.h"
 #include <png.h>
@@ -150,27 +148,29 @@ static double pndm_runs(int n, const struct tr_ddim *s, const struct tr_safetens
     return worst;
 }
 
+/* Case n's tensor `what` of the scheduler fixture ("N.what"). */
+static struct tr_tensor case_get(const struct tr_safetensors *io, int n, const char *what) {
+    char key[64];
+    struct tr_tensor t;
+    struct tr_error e = {0};
+    snprintf(key, sizeof key, "%d.%s", n, what);
+    if (tr_safetensors_get(io, key, &t, &e)) fail_msg("case %d: %s" DDIM_HINT, n, e.msg);
+    return t;
+}
+
 /* A DPM-Solver++ case of the fixture (dpm.h): its timesteps and σ, and the latents after
  * every step, carried from x with each step's own model output, against diffusers'. */
 static double dpm_runs(int n, const struct tr_sd_config *c, const struct tr_ddim *s, const struct tr_safetensors *io,
                        const struct tr_tensor *ps, const double *x, int64_t K) {
-    const struct tr_dpm_config dc = {(int)c->solver_order, strcmp(c->solver_type, "heun") == 0, c->lower_order_final,
-                                     c->euler_at_final, c->use_karras_sigmas, c->sigma_min, c->sigma_max,
-                                     strcmp(c->final_sigmas_type, "sigma_min") == 0};
+    const struct tr_dpm_config dc = tr_sd_dpm_config(c);
     struct tr_dpm_step *st = calloc((size_t)s->steps, sizeof *st);
     double *cur = malloc(sizeof(double) * (size_t)K), *d = malloc(sizeof(double) * (size_t)K),
            *dp = calloc((size_t)K, sizeof(double));
     assert_true(st && cur && d && dp);
     struct tr_error e = {0};
     if (tr_dpm_plan(s, &dc, st, &e)) fail_msg("case %d: %s", n, e.msg);
-    struct tr_tensor os, ts, sg;
-    char key[64];
-    snprintf(key, sizeof key, "%d.outputs", n);
-    assert_int_equal(tr_safetensors_get(io, key, &os, &e), TR_OK);
-    snprintf(key, sizeof key, "%d.timesteps_f", n);
-    assert_int_equal(tr_safetensors_get(io, key, &ts, &e), TR_OK);
-    snprintf(key, sizeof key, "%d.sigmas", n);
-    assert_int_equal(tr_safetensors_get(io, key, &sg, &e), TR_OK);
+    const struct tr_tensor os = case_get(io, n, "outputs"), ts = case_get(io, n, "timesteps_f"),
+                           sg = case_get(io, n, "sigmas");
     assert_int_equal(tr_tensor_numel(&ts), s->steps);
     const double *out = os.data, *tw = ts.data, *sw = sg.data;
     memcpy(cur, x, sizeof(double) * (size_t)K);
@@ -200,23 +200,14 @@ static double dpm_runs(int n, const struct tr_sd_config *c, const struct tr_ddim
 static double euler_steps(int n, const struct tr_sd_config *c, const struct tr_ddim *s,
                           const struct tr_safetensors *io, const struct tr_tensor *ps, const double *x, const double *o,
                           int64_t K) {
-    const struct tr_euler_config ec = {c->use_karras_sigmas, c->sigma_min, c->sigma_max,
-                                       strcmp(c->final_sigmas_type, "sigma_min") == 0};
+    const struct tr_euler_config ec = tr_sd_euler_config(c);
     struct tr_euler_step *st = calloc((size_t)s->steps, sizeof *st);
     assert_non_null(st);
     double init = 0;
     struct tr_error e = {0};
     if (tr_euler_plan(s, &ec, st, &init, &e)) fail_msg("case %d: %s", n, e.msg);
-    struct tr_tensor ts, sg, ci, is;
-    char key[64];
-    snprintf(key, sizeof key, "%d.timesteps_f", n);
-    assert_int_equal(tr_safetensors_get(io, key, &ts, &e), TR_OK);
-    snprintf(key, sizeof key, "%d.sigmas", n);
-    assert_int_equal(tr_safetensors_get(io, key, &sg, &e), TR_OK);
-    snprintf(key, sizeof key, "%d.c_in", n);
-    assert_int_equal(tr_safetensors_get(io, key, &ci, &e), TR_OK);
-    snprintf(key, sizeof key, "%d.init_sigma", n);
-    assert_int_equal(tr_safetensors_get(io, key, &is, &e), TR_OK);
+    const struct tr_tensor ts = case_get(io, n, "timesteps_f"), sg = case_get(io, n, "sigmas"),
+                           ci = case_get(io, n, "c_in"), is = case_get(io, n, "init_sigma");
     const double *tw = ts.data, *sw = sg.data, *cw = ci.data;
     double worst = fabs(init - *(const double *)is.data) / *(const double *)is.data;
     for (int64_t i = 0; i < s->steps; i++) {

@@ -9,8 +9,6 @@
 #include "hf_json.h"
 #include "layers.h"
 #include "models.h"
-#include "dpm.h"
-#include "euler.h"
 #include "pndm.h"
 #include "sd.h"
 #include "trident/rng.h"
@@ -302,13 +300,23 @@ static int pndm_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
     return rc ? -1 : x;
 }
 
+struct tr_euler_config tr_sd_euler_config(const struct tr_sd_config *c) {
+    return (struct tr_euler_config){c->use_karras_sigmas, c->sigma_min, c->sigma_max,
+                                    strcmp(c->final_sigmas_type, "sigma_min") == 0};
+}
+
+struct tr_dpm_config tr_sd_dpm_config(const struct tr_sd_config *c) {
+    return (struct tr_dpm_config){(int)c->solver_order, strcmp(c->solver_type, "heun") == 0, c->lower_order_final,
+                                  c->euler_at_final, c->use_karras_sigmas, c->sigma_min, c->sigma_max,
+                                  strcmp(c->final_sigmas_type, "sigma_min") == 0};
+}
+
 /* Euler's steps (euler.h) on the latents x, f32, scaled by the initial σ first: each an
  * instance of the UNet on c_in·x; returns the denoised latents (-1 on an error). */
 static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
                        const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
     struct tr_euler_step *steps = malloc(sizeof *steps * (size_t)s->steps);
-    const struct tr_euler_config ec = {c->use_karras_sigmas, c->sigma_min, c->sigma_max,
-                                       strcmp(c->final_sigmas_type, "sigma_min") == 0};
+    const struct tr_euler_config ec = tr_sd_euler_config(c);
     double init = 1;
     int rc = !steps ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld Euler steps",
                                    (long long)s->steps)
@@ -335,9 +343,7 @@ static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
 static int dpm_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
                      const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
     struct tr_dpm_step *steps = malloc(sizeof *steps * (size_t)s->steps);
-    const struct tr_dpm_config dc = {(int)c->solver_order, strcmp(c->solver_type, "heun") == 0, c->lower_order_final,
-                                     c->euler_at_final, c->use_karras_sigmas, c->sigma_min, c->sigma_max,
-                                     strcmp(c->final_sigmas_type, "sigma_min") == 0};
+    const struct tr_dpm_config dc = tr_sd_dpm_config(c);
     int rc = !steps ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld DPM-Solver steps",
                                    (long long)s->steps)
                     : tr_dpm_plan(s, &dc, steps, err);

@@ -31,7 +31,8 @@
  * scheduler/scheduler_config.json, as diffusers' from_pretrained does; the scheduler's keys
  * as DDIMScheduler.from_config reads them (absent ones take DDIMScheduler's defaults),
  * whichever scheduler the file names: a PNDMScheduler's runs PNDM (pndm.h), an
- * EulerDiscreteScheduler's Euler (euler.h), any other DDIM's (eta 0); then, as
+ * EulerDiscreteScheduler's Euler (euler.h), a DPMSolverMultistepScheduler's DPM-Solver++
+ * (dpm.h), any other DDIM's (eta 0); then, as
  * StableDiffusionPipeline's constructor does, steps_offset = 1 and clip_sample = false
  * ([model] keys after hf_config still win). hf_config = a scheduler_config.json reads the
  * schedule alone, as the file says (over the preset's parts).
@@ -41,6 +42,8 @@
 
 #include <stdint.h>
 #include "ddim.h"
+#include "dpm.h"
+#include "euler.h"
 #include "trident/model.h"
 #include "clip/clip.h"
 #include "unet/unet.h"
@@ -79,6 +82,10 @@ struct tr_sd_config {
     struct tr_clip_text_config hf_text_encoder;
     struct tr_vae_config hf_vae;
 };
+
+/* c's keys as euler.h and dpm.h take them. */
+struct tr_euler_config tr_sd_euler_config(const struct tr_sd_config *c);
+struct tr_dpm_config tr_sd_dpm_config(const struct tr_sd_config *c);
 
 /* c's UNet (a preset's or hf_config's) and its scheduler, made for num_inference_steps;
  * an error names the key. tr_ddim_free the schedule. */
