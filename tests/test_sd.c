@@ -688,6 +688,34 @@ static void test_python_json_literals(void **state) {
     tr_assert_msg_has(&e, "\"clip_sample_range\" is not a number");
 }
 
+/* A scheduler file of a class trident does not run (EulerAncestralDiscreteScheduler, its
+ * sampling stochastic) is refused by that name, not run as DDIM without a word; a
+ * [model] scheduler line after hf_config runs one of the four on its schedule, as
+ * X.from_config(its config) would (DDIM's clamp default ignored by the others). */
+static void test_other_scheduler_class(void **state) {
+    struct tr_sd_config c;
+    struct tr_error e = {0};
+    char path[512];
+    tr_test_dir_file("scheduler_config.json",
+                     "{\"_class_name\": \"EulerAncestralDiscreteScheduler\", \"beta_schedule\": \"scaled_linear\", "
+                     "\"beta_start\": 0.00085, \"beta_end\": 0.012, \"timestep_spacing\": \"trailing\"}",
+                     path, sizeof path);
+    assert_int_equal(tr_test_resolve_hf(M, path, "", &c, &e), TR_OK);
+    const struct tr_unet_config *u;
+    struct tr_ddim s;
+    assert_int_not_equal(tr_sd_resolve(&c, &u, &s, &e), TR_OK);
+    tr_assert_msg_has(&e, "names EulerAncestralDiscreteScheduler, which trident does not run");
+    tr_assert_msg_has(&e, "scheduler = ddim, pndm, euler or dpm after hf_config");
+    static const char *const kinds[] = {"scheduler = euler\n", "scheduler = dpm\n", "scheduler = ddim\n"};
+    for (int i = 0; i < 3; i++) {
+        if (tr_test_resolve_hf(M, path, kinds[i], &c, &e)) fail_msg("%s", e.msg);
+        if (tr_sd_resolve(&c, &u, &s, &e)) fail_msg("%s: %s", kinds[i], e.msg);
+        assert_string_equal(c.timestep_spacing, "trailing");
+        assert_true(c.clip_sample); /* DDIMScheduler's default: DDIM clamps, Euler and DPM ignore it */
+        tr_ddim_free(&s);
+    }
+}
+
 static void test_hf_configs(void **state) {
     static const struct {
         const struct tr_model_desc *m;
@@ -740,5 +768,5 @@ static void test_hf_configs(void **state) {
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_scheduler_matches_diffusers, test_scheduler_errors,
              test_scheduler_configs, test_predict_clamped, test_pipeline_config,
              test_config_errors, test_make_inputs, test_hf_configs, test_generate_matches_pipeline,
-             test_generate_writes_png, test_generate_prompt, test_python_json_literals, test_step_matches_diffusers_f32, test_step_matches_diffusers_bf16,
+             test_generate_writes_png, test_generate_prompt, test_python_json_literals, test_other_scheduler_class, test_step_matches_diffusers_f32, test_step_matches_diffusers_bf16,
              test_step_matches_diffusers_f16)

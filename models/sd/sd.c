@@ -36,7 +36,7 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(timestep_spacing, TR_KEY_STRING, 0, 0, "which timesteps the steps visit: leading (SD's), trailing or linspace"),
     KEY_(prediction_type, TR_KEY_STRING, 0, 0, "what the UNet predicts: epsilon (SD 1's), v_prediction or sample"),
     KEY_(rescale_betas_zero_snr, TR_KEY_BOOL, 0, 0, "rescale the schedule to zero terminal SNR"),
-    KEY_(clip_sample, TR_KEY_BOOL, 0, 0, "clamp the predicted x0 to [-clip_sample_range, clip_sample_range]"),
+    KEY_(clip_sample, TR_KEY_BOOL, 0, 0, "ddim: clamp the predicted x0 to [-clip_sample_range, clip_sample_range]"),
     KEY_(clip_sample_range, TR_KEY_FLOAT, 0, 1e30, "the clamp's bound"),
     KEY_(scheduler, TR_KEY_STRING, 0, 0, "ddim, pndm (diffusers' PNDMScheduler for SD, PLMS steps), euler "
          "(EulerDiscreteScheduler) or dpm (DPMSolverMultistepScheduler, DPM-Solver++); all but ddim: generate only"),
@@ -144,7 +144,9 @@ static int ddim_config(const struct tr_sd_config *c, struct tr_ddim_config *d, s
     *d = (struct tr_ddim_config){c->num_train_timesteps, c->beta_start, c->beta_end, c->steps_offset,
                                  c->set_alpha_to_one, (enum tr_ddim_betas)b, (enum tr_ddim_spacing)sp,
                                  (enum tr_ddim_prediction)p, c->rescale_betas_zero_snr,
-                                 c->clip_sample ? c->clip_sample_range : 0.0, euler(c) || dpm(c)};
+                                 /* the clamp is DDIM's alone: the others' from_config ignores it */
+                                 c->clip_sample && !strcmp(c->scheduler, "ddim") ? c->clip_sample_range : 0.0,
+                                 euler(c) || dpm(c)};
     return TR_OK;
 }
 
@@ -160,10 +162,13 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
                       *const solvers[] = {"midpoint", "heun"};
     int kind, final, solver;
     int rc = pick("scheduler", c->scheduler, kinds, 4, &kind, err);
+    if (rc && strstr(c->scheduler, "Scheduler")) /* a scheduler file's class (read_scheduler) */
+        rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "the scheduler's config names %s, which trident does not run "
+                          "(DDIMScheduler, PNDMScheduler, EulerDiscreteScheduler, DPMSolverMultistepScheduler); "
+                          "[model] scheduler = ddim, pndm, euler or dpm after hf_config runs one of those on its "
+                          "schedule", c->scheduler);
     if (!rc) rc = pick("final_sigmas_type", c->final_sigmas_type, finals, 2, &final, err);
     if (!rc) rc = pick("solver_type", c->solver_type, solvers, 2, &solver, err);
-    if (!rc && (euler(c) || dpm(c)) && c->clip_sample)
-        rc = tr_error_set(err, TR_ERR_INVALID, "clip_sample is DDIM's; scheduler = %s has no clamp", c->scheduler);
     if (!rc && dpm(c) && c->solver_order > 2)
         rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "solver_order = %lld: DPM-Solver++ of order 1 or 2 is provided",
                           (long long)c->solver_order);
@@ -585,9 +590,12 @@ static int dpm_refusals(cJSON *root, const char *path, struct tr_error *err) {
 }
 
 /* A scheduler_config.json: a PNDMScheduler's runs PNDM (PLMS, pndm.h), as PNDMScheduler
- * reads it; an EulerDiscreteScheduler's Euler (euler.h); any other DDIM, as
- * DDIMScheduler.from_config reads it (the keys every diffusers scheduler shares: the
- * betas, the spacing, the prediction). What the file lacks takes that class's defaults. */
+ * reads it; an EulerDiscreteScheduler's Euler (euler.h); a DPMSolverMultistepScheduler's
+ * DPM-Solver++ (dpm.h); a DDIMScheduler's, or a file naming no class, DDIM. Another class
+ * is named in `scheduler`, which resolving refuses unless a [model] line after hf_config
+ * picks one of those to run on its schedule (its keys read as DDIMScheduler.from_config
+ * reads them: the betas, the spacing, the prediction that every diffusers scheduler
+ * shares). What the file lacks takes that class's defaults. */
 static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_error *err) {
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
@@ -603,7 +611,9 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     c->solver_order = 2, c->lower_order_final = 1, c->euler_at_final = 0;
     snprintf(c->solver_type, sizeof c->solver_type, "midpoint");
     snprintf(c->final_sigmas_type, sizeof c->final_sigmas_type, "zero");
-    snprintf(c->scheduler, sizeof c->scheduler, "%s", is_pndm ? "pndm" : is_euler ? "euler" : is_dpm ? "dpm" : "ddim");
+    const int other = cJSON_IsString(cls) && strcmp(cls->valuestring, "DDIMScheduler") != 0;
+    snprintf(c->scheduler, sizeof c->scheduler, "%s",
+             is_pndm ? "pndm" : is_euler ? "euler" : is_dpm ? "dpm" : other ? cls->valuestring : "ddim");
     snprintf(c->beta_schedule, sizeof c->beta_schedule, "linear");
     snprintf(c->timestep_spacing, sizeof c->timestep_spacing, "%s", is_euler || is_dpm ? "linspace" : "leading");
     snprintf(c->prediction_type, sizeof c->prediction_type, "epsilon");

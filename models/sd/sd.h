@@ -32,7 +32,8 @@
  * as DDIMScheduler.from_config reads them (absent ones take DDIMScheduler's defaults),
  * whichever scheduler the file names: a PNDMScheduler's runs PNDM (pndm.h), an
  * EulerDiscreteScheduler's Euler (euler.h), a DPMSolverMultistepScheduler's DPM-Solver++
- * (dpm.h), any other DDIM's (eta 0); then, as
+ * (dpm.h), a DDIMScheduler's (or no class's) DDIM (eta 0), another class refused by name
+ * unless a [model] scheduler line after hf_config picks one of those; then, as
  * StableDiffusionPipeline's constructor does, steps_offset = 1 and clip_sample = false
  * ([model] keys after hf_config still win). hf_config = a scheduler_config.json reads the
  * schedule alone, as the file says (over the preset's parts).
@@ -67,7 +68,8 @@ struct tr_sd_config {
     int rescale_betas_zero_snr;
     int clip_sample;                /* clamp the predicted x0 to [-clip_sample_range, clip_sample_range] */
     double clip_sample_range;
-    char scheduler[16];             /* ddim, pndm (PLMS, pndm.h: the SD v1.x files') or euler (euler.h);
+    char scheduler[48];             /* ddim, pndm (PLMS, pndm.h: the SD v1.x files'), euler (euler.h) or
+                                       dpm (dpm.h); a scheduler file's other class, by name, is refused;
                                        pndm and euler: generate only */
     int use_karras_sigmas;          /* euler (euler.h) */
     double sigma_min, sigma_max;
