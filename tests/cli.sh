@@ -364,6 +364,11 @@ expect "stable_diffusion with Euler (Karras sigmas) against diffusers' pipeline 
 # order), against diffusers in float64 (make_sd_reference.py ... --steps 5 --scheduler dpm-karras).
 expect "stable_diffusion with DPM-Solver++ 2M (Karras) against diffusers' pipeline in float64" 0 \
   'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd_dpm/check.ini
+# ... and with HeunDiscreteScheduler.from_config(it) (scheduler = heun: Euler's schedule, each
+# step but the last taken twice, 5 UNet runs for 3 steps); as Euler it is 0.25 away
+# (make_sd_reference.py ... --steps 3 --scheduler heun).
+expect "stable_diffusion with Heun against diffusers' pipeline in float64" 0 \
+  'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd_heun/check.ini
 # The same pipeline in bf16: every backend no farther from its float64 pictures than twice
 # diffusers' own bf16 pipeline is (0.033; trident's backends 0.030 to 0.033) (make_sd_reference.py
 # --pipeline tests/fixtures/reference_sd_pndm/pipeline --batch 2 --seq-len 5 --steps 4

@@ -9,6 +9,7 @@
 #include <string.h>
 #include "modelutil.h"
 #include "models.h"
+#include "sd/heun.h"
 #include "sd/pndm.h"
 #include "sd/sd.h"
 #include <png.h>
@@ -195,6 +196,45 @@ static double dpm_runs(int n, const struct tr_sd_config *c, const struct tr_ddim
     return worst;
 }
 
+/* A Heun case of the fixture (heun.h): its 2·steps − 1 runs' timesteps, σ, c_in and the
+ * initial σ, and the latents after every run, carried from x with each run's own model
+ * output, against diffusers'. */
+static double heun_runs(int n, const struct tr_sd_config *c, const struct tr_ddim *s, const struct tr_safetensors *io,
+                        const struct tr_tensor *ps, const double *x, int64_t K) {
+    const struct tr_euler_config ec = tr_sd_euler_config(c);
+    struct tr_heun_run *r = calloc((size_t)(2 * s->steps), sizeof *r);
+    double *cur = malloc(sizeof(double) * (size_t)K), *saved = malloc(sizeof(double) * (size_t)K),
+           *d1 = malloc(sizeof(double) * (size_t)K);
+    assert_true(r && cur && saved && d1);
+    struct tr_error e = {0};
+    double init = 0;
+    int64_t runs = 0;
+    if (tr_heun_plan(s, &ec, r, &runs, &init, &e)) fail_msg("case %d: %s", n, e.msg);
+    const struct tr_tensor os = case_get(io, n, "outputs"), ts = case_get(io, n, "timesteps_f"),
+                           ci = case_get(io, n, "c_in"), is = case_get(io, n, "init_sigma");
+    assert_int_equal(tr_tensor_numel(&ts), runs);
+    const double *out = os.data, *tw = ts.data, *cw = ci.data;
+    double worst = fabs(init - *(const double *)is.data) / *(const double *)is.data;
+    memcpy(cur, x, sizeof(double) * (size_t)K);
+    for (int64_t i = 0; i < runs; i++) {
+        const struct tr_heun_run *k = &r[i];
+        if (fabs(k->t - tw[i]) > 1e-3 * fmax(1.0, tw[i]) || fabs(k->c_in - cw[i]) > 1e-6)
+            fail_msg("heun case %d run %lld: t %.6g c_in %.8g; diffusers t %.6g c_in %.8g", n, (long long)i, k->t,
+                     k->c_in, tw[i], cw[i]);
+        const double *want = (const double *)ps->data + i * K;
+        double num = 0, den = 0;
+        for (int64_t j = 0; j < K; j++) {
+            const double d = k->p * cur[j] + k->q * out[i * K + j];
+            if (!k->second) saved[j] = cur[j], d1[j] = d, cur[j] += k->dt * d;
+            else cur[j] = saved[j] + 0.5 * k->dt * (d1[j] + d);
+            num += (cur[j] - want[j]) * (cur[j] - want[j]), den += want[j] * want[j];
+        }
+        worst = fmax(worst, sqrt(num / den));
+    }
+    free(r), free(cur), free(saved), free(d1);
+    return worst;
+}
+
 /* An Euler case of the fixture (euler.h): its timesteps, σ, c_in and initial σ, and every
  * step from the same x and o against diffusers'; returns the worst relative difference. */
 static double euler_steps(int n, const struct tr_sd_config *c, const struct tr_ddim *s,
@@ -259,6 +299,15 @@ static void test_scheduler_configs(void **state) {
         double worst_a = 0, worst = 0;
         for (int64_t t = 0; t < s.c.num_train_timesteps; t++)
             worst_a = fmax(worst_a, fabs(s.alphas_cumprod[t] - ((const double *)as.data)[t]));
+        if (strcmp(c.scheduler, "heun") == 0) {
+            worst = heun_runs(n, &c, &s, io, &ps, x, K);
+            print_message("heun case %d: %s, %s, %s%s, %lld steps: alphas_cumprod within %.1e, the initial sigma and "
+                          "the latents after every run within %.1e\n", n, c.beta_schedule, c.timestep_spacing,
+                          c.prediction_type, c.use_karras_sigmas ? ", karras" : "", (long long)steps, worst_a, worst);
+            assert_true(worst_a < 1e-6 && worst < 1e-5);
+            tr_ddim_free(&s);
+            continue;
+        }
         if (strcmp(c.scheduler, "dpm") == 0) {
             worst = dpm_runs(n, &c, &s, io, &ps, x, K);
             print_message("dpm case %d: %s, %s, %s%s%s, order %lld %s, %lld steps: alphas_cumprod within %.1e, the "
@@ -313,7 +362,7 @@ static void test_scheduler_configs(void **state) {
         assert_true(worst_a < 1e-6 && worst < 1e-5);
         tr_ddim_free(&s);
     }
-    assert_int_equal(n, 21);
+    assert_int_equal(n, 25);
     tr_safetensors_close(io);
 }
 
@@ -471,7 +520,7 @@ static void test_pipeline_config(void **state) {
                {"prediction_type = noise", "prediction_type = 'noise': expected epsilon, v_prediction or sample"},
                {"rescale_betas_zero_snr = true\ntimestep_spacing = trailing", "timestep 999 has alpha_cumprod 0"},
                {"scheduler = pndm", "scheduler = pndm runs in task generate"},
-               {"scheduler = plms", "scheduler = 'plms': expected ddim, pndm, euler or dpm"},
+               {"scheduler = plms", "scheduler = 'plms': expected ddim, pndm, euler, heun or dpm"},
                {"unet = unet/config.json", "unet = 'unet/config.json': not a preset of unet_2d_condition (tiny, small, "
                                            "sd-v1-4, sd-2-1), nor a part [model] hf_config read"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -667,8 +716,6 @@ static void test_generate_prompt(void **state) {
     tr_assert_msg_has(&e, "q.ini:6: [generate] prompt needs a tokenizer");
 }
 
-/* The published config.json of each part over the tiny preset is the sd-v1-4 preset; a
- * [model] key after it still wins; what SD 1.x does not have is refused by its key. */
 /* Python's json writes inf and nan as Infinity and NaN, and diffusers' save_config passes
  * them through (DPMSolverMultistepScheduler's lambda_min_clipped = -Infinity): such a file
  * reads, the words inside strings untouched; an Infinity where a bounded number belongs
@@ -690,7 +737,7 @@ static void test_python_json_literals(void **state) {
 
 /* A scheduler file of a class trident does not run (EulerAncestralDiscreteScheduler, its
  * sampling stochastic) is refused by that name, not run as DDIM without a word; a
- * [model] scheduler line after hf_config runs one of the four on its schedule, as
+ * [model] scheduler line after hf_config runs one of those on its schedule, as
  * X.from_config(its config) would (DDIM's clamp default ignored by the others). */
 static void test_other_scheduler_class(void **state) {
     struct tr_sd_config c;
@@ -705,17 +752,20 @@ static void test_other_scheduler_class(void **state) {
     struct tr_ddim s;
     assert_int_not_equal(tr_sd_resolve(&c, &u, &s, &e), TR_OK);
     tr_assert_msg_has(&e, "names EulerAncestralDiscreteScheduler, which trident does not run");
-    tr_assert_msg_has(&e, "scheduler = ddim, pndm, euler or dpm after hf_config");
-    static const char *const kinds[] = {"scheduler = euler\n", "scheduler = dpm\n", "scheduler = ddim\n"};
-    for (int i = 0; i < 3; i++) {
+    tr_assert_msg_has(&e, "scheduler = ddim, pndm, euler, heun or dpm after hf_config");
+    static const char *const kinds[] = {"scheduler = euler\n", "scheduler = heun\n", "scheduler = dpm\n",
+                                        "scheduler = ddim\n"};
+    for (int i = 0; i < 4; i++) {
         if (tr_test_resolve_hf(M, path, kinds[i], &c, &e)) fail_msg("%s", e.msg);
         if (tr_sd_resolve(&c, &u, &s, &e)) fail_msg("%s: %s", kinds[i], e.msg);
         assert_string_equal(c.timestep_spacing, "trailing");
-        assert_true(c.clip_sample); /* DDIMScheduler's default: DDIM clamps, Euler and DPM ignore it */
+        assert_true(c.clip_sample); /* DDIMScheduler's default: DDIM clamps, the others ignore it */
         tr_ddim_free(&s);
     }
 }
 
+/* The published config.json of each part over the tiny preset is the sd-v1-4 preset; a
+ * [model] key after it still wins; what SD 1.x does not have is refused by its key. */
 static void test_hf_configs(void **state) {
     static const struct {
         const struct tr_model_desc *m;

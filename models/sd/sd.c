@@ -9,6 +9,7 @@
 #include "hf_json.h"
 #include "layers.h"
 #include "models.h"
+#include "heun.h"
 #include "pndm.h"
 #include "sd.h"
 #include "trident/rng.h"
@@ -39,10 +40,11 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(clip_sample, TR_KEY_BOOL, 0, 0, "ddim: clamp the predicted x0 to [-clip_sample_range, clip_sample_range]"),
     KEY_(clip_sample_range, TR_KEY_FLOAT, 0, 1e30, "the clamp's bound"),
     KEY_(scheduler, TR_KEY_STRING, 0, 0, "ddim, pndm (diffusers' PNDMScheduler for SD, PLMS steps), euler "
-         "(EulerDiscreteScheduler) or dpm (DPMSolverMultistepScheduler, DPM-Solver++); all but ddim: generate only"),
-    KEY_(use_karras_sigmas, TR_KEY_BOOL, 0, 0, "euler, dpm: the sigmas of Karras et al. (rho 7)"),
-    KEY_(sigma_min, TR_KEY_FLOAT, 0, 1e30, "euler, dpm with karras: the smallest sigma; 0: the schedule's"),
-    KEY_(sigma_max, TR_KEY_FLOAT, 0, 1e30, "euler, dpm with karras: the largest sigma; 0: the schedule's"),
+         "(EulerDiscreteScheduler), heun (HeunDiscreteScheduler) or dpm (DPMSolverMultistepScheduler, "
+         "DPM-Solver++); all but ddim: generate only"),
+    KEY_(use_karras_sigmas, TR_KEY_BOOL, 0, 0, "euler, heun, dpm: the sigmas of Karras et al. (rho 7)"),
+    KEY_(sigma_min, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm with karras: the smallest sigma; 0: the schedule's"),
+    KEY_(sigma_max, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm with karras: the largest sigma; 0: the schedule's"),
     KEY_(final_sigmas_type, TR_KEY_STRING, 0, 0, "euler, dpm: the sigma the last step lands on: zero or sigma_min"),
     KEY_(solver_order, TR_KEY_INT, 1, 3, "dpm: 2 (DPM-Solver++ 2M) or 1"),
     KEY_(solver_type, TR_KEY_STRING, 0, 0, "dpm: the second-order step, midpoint or heun"),
@@ -76,6 +78,7 @@ static const struct tr_model_preset sd_presets[] = {
 static int pndm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "pndm") == 0; }
 static int euler(const struct tr_sd_config *c) { return strcmp(c->scheduler, "euler") == 0; }
 static int dpm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "dpm") == 0; }
+static int heun(const struct tr_sd_config *c) { return strcmp(c->scheduler, "heun") == 0; }
 
 static const void *find_preset(const struct tr_model_desc *m, const char *name, size_t cap) {
     for (int i = 0; i < m->n_presets; i++)
@@ -141,9 +144,11 @@ static int ddim_config(const struct tr_sd_config *c, struct tr_ddim_config *d, s
         rc = tr_error_set(err, TR_ERR_INVALID, "clip_sample_range = %g, expected more than 0",
                           c->clip_sample_range);
     if (rc) return rc;
+    /* zero SNR is DDIM's, Euler's and DPM's: PNDMScheduler and HeunDiscreteScheduler have no
+     * such key, and their from_config drops it */
     *d = (struct tr_ddim_config){c->num_train_timesteps, c->beta_start, c->beta_end, c->steps_offset,
                                  c->set_alpha_to_one, (enum tr_ddim_betas)b, (enum tr_ddim_spacing)sp,
-                                 (enum tr_ddim_prediction)p, c->rescale_betas_zero_snr,
+                                 (enum tr_ddim_prediction)p, c->rescale_betas_zero_snr && !pndm(c) && !heun(c),
                                  /* the clamp is DDIM's alone: the others' from_config ignores it */
                                  c->clip_sample && !strcmp(c->scheduler, "ddim") ? c->clip_sample_range : 0.0,
                                  euler(c) || dpm(c)};
@@ -158,15 +163,15 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: step = %lld, expected 0 to num_inference_steps - 1 "
                             "= %lld", (long long)c->step, (long long)(c->num_inference_steps - 1));
     struct tr_ddim_config dc;
-    static const char *const kinds[] = {"ddim", "pndm", "euler", "dpm"}, *const finals[] = {"zero", "sigma_min"},
-                      *const solvers[] = {"midpoint", "heun"};
+    static const char *const kinds[] = {"ddim", "pndm", "euler", "heun", "dpm"},
+                      *const finals[] = {"zero", "sigma_min"}, *const solvers[] = {"midpoint", "heun"};
     int kind, final, solver;
-    int rc = pick("scheduler", c->scheduler, kinds, 4, &kind, err);
+    int rc = pick("scheduler", c->scheduler, kinds, 5, &kind, err);
     if (rc && strstr(c->scheduler, "Scheduler")) /* a scheduler file's class (read_scheduler) */
         rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "the scheduler's config names %s, which trident does not run "
-                          "(DDIMScheduler, PNDMScheduler, EulerDiscreteScheduler, DPMSolverMultistepScheduler); "
-                          "[model] scheduler = ddim, pndm, euler or dpm after hf_config runs one of those on its "
-                          "schedule", c->scheduler);
+                          "(DDIMScheduler, PNDMScheduler, EulerDiscreteScheduler, HeunDiscreteScheduler, "
+                          "DPMSolverMultistepScheduler); [model] scheduler = ddim, pndm, euler, heun or dpm after "
+                          "hf_config runs one of those on its schedule", c->scheduler);
     if (!rc) rc = pick("final_sigmas_type", c->final_sigmas_type, finals, 2, &final, err);
     if (!rc) rc = pick("solver_type", c->solver_type, solvers, 2, &solver, err);
     if (!rc && dpm(c) && c->solver_order > 2)
@@ -210,7 +215,7 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
                             "step combines the outputs of those before); predict's one step is DDIM's: scheduler = "
                             "ddim");
     }
-    if (o->task == TR_TASK_PREDICT && (euler(c) || dpm(c))) {
+    if (o->task == TR_TASK_PREDICT && (euler(c) || dpm(c) || heun(c))) {
         tr_ddim_free(s);
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = %s runs in task generate; "
                             "predict's one step is DDIM's: scheduler = ddim", c->scheduler);
@@ -342,6 +347,45 @@ static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
     return rc ? -1 : x;
 }
 
+/* Heun's runs (heun.h) on the latents x, f32, scaled by the initial σ first: each an
+ * instance of the UNet on c_in·x; a step's first run keeps its input and derivative for its
+ * second; returns the denoised latents (-1 on an error). */
+static int heun_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
+                      const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
+    struct tr_heun_run *runs = malloc(sizeof *runs * (size_t)(2 * s->steps));
+    const struct tr_euler_config ec = tr_sd_euler_config(c);
+    double init = 1;
+    int64_t n = 0;
+    int rc = !runs ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld Heun steps",
+                                  (long long)s->steps)
+                   : tr_heun_plan(s, &ec, runs, &n, &init, err);
+    const int64_t one[1] = {1};
+    if (!rc) x = tr_scale(g, x, (float)init, 0.0f);
+    int saved = -1, d1 = -1;
+    for (int64_t i = 0; i < n && !rc; i++) {
+        const struct tr_heun_run *r = &runs[i];
+        tr_graph_set_instance(g, (int)i);
+        const float tf = (float)r->t;
+        int guided;
+        const int e = unet_guided(g, c, u, o, tr_scale(g, x, (float)r->c_in, 0.0f),
+                                  tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, &guided, err);
+        if (e < 0) {
+            rc = err->status ? err->status : TR_ERR_INTERNAL;
+            break;
+        }
+        const int d = r->p != 0 ? tr_add(g, tr_scale(g, x, (float)r->p, 0.0f), tr_scale(g, e, (float)r->q, 0.0f))
+                                : tr_scale(g, e, (float)r->q, 0.0f);
+        if (!r->second) {
+            saved = x, d1 = d;
+            x = tr_add(g, x, tr_scale(g, d, (float)r->dt, 0.0f));
+        } else {
+            x = tr_add(g, saved, tr_scale(g, tr_add(g, d1, d), (float)(0.5 * r->dt), 0.0f));
+        }
+    }
+    free(runs);
+    return rc ? -1 : x;
+}
+
 /* DPM-Solver++'s steps (dpm.h) on the latents x, f32: each an instance of the UNet on x;
  * the data predictions d_i carried to the next step; returns the denoised latents (-1 on
  * an error). */
@@ -420,6 +464,7 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     if (pndm(c) && (x = pndm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if (euler(c) && (x = euler_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if (dpm(c) && (x = dpm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
+    if (heun(c) && (x = heun_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     for (int64_t i = 0; i < s->steps && !strcmp(c->scheduler, "ddim"); i++) {
         int64_t t;
         struct tr_ddim_coeffs k;
@@ -604,8 +649,11 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     const int is_pndm = cJSON_IsString(cls) && strcmp(cls->valuestring, "PNDMScheduler") == 0;
     const int is_euler = cJSON_IsString(cls) && strcmp(cls->valuestring, "EulerDiscreteScheduler") == 0;
     const int is_dpm = cJSON_IsString(cls) && strcmp(cls->valuestring, "DPMSolverMultistepScheduler") == 0;
+    const int is_heun = cJSON_IsString(cls) && strcmp(cls->valuestring, "HeunDiscreteScheduler") == 0;
     c->num_train_timesteps = 1000, c->beta_start = 0.0001, c->beta_end = 0.02, c->steps_offset = 0;
-    c->set_alpha_to_one = !is_pndm, c->clip_sample = !is_pndm && !is_euler && !is_dpm, c->clip_sample_range = 1.0;
+    c->set_alpha_to_one = !is_pndm, c->clip_sample = !is_pndm && !is_euler && !is_dpm && !is_heun;
+    c->clip_sample_range = 1.0;
+    if (is_heun) c->beta_start = 0.00085, c->beta_end = 0.012; /* HeunDiscreteScheduler's defaults */
     c->rescale_betas_zero_snr = 0;
     c->use_karras_sigmas = 0, c->sigma_min = 0, c->sigma_max = 0;
     c->solver_order = 2, c->lower_order_final = 1, c->euler_at_final = 0;
@@ -613,9 +661,15 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     snprintf(c->final_sigmas_type, sizeof c->final_sigmas_type, "zero");
     const int other = cJSON_IsString(cls) && strcmp(cls->valuestring, "DDIMScheduler") != 0;
     snprintf(c->scheduler, sizeof c->scheduler, "%s",
-             is_pndm ? "pndm" : is_euler ? "euler" : is_dpm ? "dpm" : other ? cls->valuestring : "ddim");
+             is_pndm    ? "pndm"
+             : is_euler ? "euler"
+             : is_heun  ? "heun"
+             : is_dpm   ? "dpm"
+             : other    ? cls->valuestring
+                        : "ddim");
     snprintf(c->beta_schedule, sizeof c->beta_schedule, "linear");
-    snprintf(c->timestep_spacing, sizeof c->timestep_spacing, "%s", is_euler || is_dpm ? "linspace" : "leading");
+    snprintf(c->timestep_spacing, sizeof c->timestep_spacing, "%s",
+             is_euler || is_dpm || is_heun ? "linspace" : "leading");
     snprintf(c->prediction_type, sizeof c->prediction_type, "epsilon");
     static const char *const skip[] = {"unet", "text_encoder", "vae", "num_inference_steps", "step", "guidance_scale",
                                        "scheduler", NULL};
@@ -630,10 +684,12 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     if (!rc) rc = tr_hf_json_expect_bool(root, path, "thresholding", 0, err);
     /* Euler's other sigma schedules and EDM's timesteps are not provided */
     if (!rc && is_euler) rc = tr_hf_json_expect_str(root, path, "interpolation_type", "linear", err);
-    if (!rc && is_euler) rc = tr_hf_json_expect_bool(root, path, "use_exponential_sigmas", 0, err);
-    if (!rc && is_euler) rc = tr_hf_json_expect_bool(root, path, "use_beta_sigmas", 0, err);
     if (!rc && is_euler) rc = tr_hf_json_expect_str(root, path, "timestep_type", "discrete", err);
     if (!rc && is_dpm) rc = dpm_refusals(root, path, err);
+    /* Heun's own clamp on x0 (its clip_sample, off by default) is not provided */
+    if (!rc && is_heun) rc = tr_hf_json_expect_bool(root, path, "clip_sample", 0, err);
+    if (!rc && (is_euler || is_heun)) rc = tr_hf_json_expect_bool(root, path, "use_exponential_sigmas", 0, err);
+    if (!rc && (is_euler || is_heun)) rc = tr_hf_json_expect_bool(root, path, "use_beta_sigmas", 0, err);
     if (!rc) rc = tr_hf_json_apply(root, path, sd_keys, (int)(sizeof sd_keys / sizeof sd_keys[0]), c, skip, err);
     cJSON_Delete(root);
     struct tr_ddim_config d;

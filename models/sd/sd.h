@@ -31,7 +31,8 @@
  * scheduler/scheduler_config.json, as diffusers' from_pretrained does; the scheduler's keys
  * as DDIMScheduler.from_config reads them (absent ones take DDIMScheduler's defaults),
  * whichever scheduler the file names: a PNDMScheduler's runs PNDM (pndm.h), an
- * EulerDiscreteScheduler's Euler (euler.h), a DPMSolverMultistepScheduler's DPM-Solver++
+ * EulerDiscreteScheduler's Euler (euler.h), a HeunDiscreteScheduler's Heun (heun.h), a
+ * DPMSolverMultistepScheduler's DPM-Solver++
  * (dpm.h), a DDIMScheduler's (or no class's) DDIM (eta 0), another class refused by name
  * unless a [model] scheduler line after hf_config picks one of those; then, as
  * StableDiffusionPipeline's constructor does, steps_offset = 1 and clip_sample = false
@@ -66,12 +67,13 @@ struct tr_sd_config {
     char timestep_spacing[32];      /* leading, trailing, linspace */
     char prediction_type[32];       /* epsilon, v_prediction, sample */
     int rescale_betas_zero_snr;
-    int clip_sample;                /* clamp the predicted x0 to [-clip_sample_range, clip_sample_range] */
+    int clip_sample;                /* ddim: clamp the predicted x0 to [-clip_sample_range, clip_sample_range] */
     double clip_sample_range;
-    char scheduler[48];             /* ddim, pndm (PLMS, pndm.h: the SD v1.x files'), euler (euler.h) or
-                                       dpm (dpm.h); a scheduler file's other class, by name, is refused;
-                                       pndm and euler: generate only */
-    int use_karras_sigmas;          /* euler (euler.h) */
+    char scheduler[48];             /* ddim, pndm (PLMS, pndm.h: the SD v1.x files'), euler (euler.h),
+                                       heun (heun.h) or dpm (dpm.h); a scheduler file's other class, by
+                                       name, is refused;
+                                       all but ddim: generate only */
+    int use_karras_sigmas;          /* euler, heun, dpm (euler.h, heun.h, dpm.h) */
     double sigma_min, sigma_max;
     char final_sigmas_type[16];     /* zero, sigma_min (euler, dpm) */
     int64_t solver_order;           /* dpm (dpm.h): 2 or 1 */
