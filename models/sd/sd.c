@@ -635,8 +635,9 @@ static int dpm_refusals(cJSON *root, const char *path, struct tr_error *err) {
 }
 
 /* A scheduler_config.json: a PNDMScheduler's runs PNDM (PLMS, pndm.h), as PNDMScheduler
- * reads it; an EulerDiscreteScheduler's Euler (euler.h); a DPMSolverMultistepScheduler's
- * DPM-Solver++ (dpm.h); a DDIMScheduler's, or a file naming no class, DDIM. Another class
+ * reads it; an EulerDiscreteScheduler's Euler (euler.h); a HeunDiscreteScheduler's Heun
+ * (heun.h); a DPMSolverMultistepScheduler's DPM-Solver++ (dpm.h); a DDIMScheduler's, or a
+ * file naming no class, DDIM. Another class
  * is named in `scheduler`, which resolving refuses unless a [model] line after hf_config
  * picks one of those to run on its schedule (its keys read as DDIMScheduler.from_config
  * reads them: the betas, the spacing, the prediction that every diffusers scheduler
