@@ -62,9 +62,17 @@ for f in "$bin" "$prefix"/lib/*.so "$prefix"/lib/trident/*.so; do
     while read -r lib at; do echo "$f: $lib $(dirname "$(realpath -m "$at")")"; done >> "$work/out"
 done
 if ! grep -q 'not found' "$work/out" && ! grep -vq " $prefix/lib\$" "$work/out" &&
-   [ "$(grep -c ' libtrident_base.so ' "$work/out")" -ge 5 ]; then
+   [ "$(grep -Ec ' libtrident_base\.so\.[0-9]+ ' "$work/out")" -ge 5 ]; then
   ok "installed libraries and program find libtrident_base and the others in the prefix"
 else bad "installed libraries and program find libtrident_base and the others in the prefix"; fi
+# Versioned SONAMEs (the top CMakeLists' trident_abi): what a backend built against this
+# tree records, so another ABI fails to load rather than to run.
+: > "$work/out"
+for l in _base _kernels "" _models; do
+  readelf -d "$prefix/lib/libtrident$l.so" | grep SONAME >> "$work/out"
+done
+if [ "$(grep -Ec 'Library soname: \[libtrident(_base|_kernels|_models)?\.so\.[0-9]+\]' "$work/out")" = 4 ]; then
+  ok "the libraries carry versioned SONAMEs"; else bad "the libraries carry versioned SONAMEs"; fi
 
 # ---- 2. the example, out of tree: CMake package ----
 cp -r "$src/examples/backend_minimal" "$work/example-src"
