@@ -31,8 +31,8 @@ void tr_test_expect_refusals(const struct tr_model_desc *m, const char *preset, 
  * the source tree) and the INI lines `more` after it: TR_OK and *config, or the error. */
 int tr_test_resolve_hf(const struct tr_model_desc *m, const char *path, const char *more, void *config,
                        struct tr_error *e);
-/* Two configs of m the same key by key (tr_model_key_str), but for the key `except` (or
- * NULL); a difference fails naming the key, both values and `what`. */
+/* Two configs of m the same key by key (tr_model_key_str), but for the keys `except` lists
+ * ("a,b,c", or NULL); a difference fails naming the key, both values and `what`. */
 void tr_test_expect_same_config(const struct tr_model_desc *m, const void *got, const void *want, const char *what,
                                 const char *except);
 /* hf_config = a file holding only `minimal` (the keys a config must give, e.g. model_type)

@@ -458,18 +458,9 @@ static void test_pipeline_config(void **state) {
         struct tr_sd_config got;
         if (tr_model_resolve(M, "tiny", &cfg, &got, &e)) fail_msg("%s", e.msg);
         const struct tr_sd_config *want = preset(pub[p].preset);
-        char a[64], b[64];
-        for (int k = 0; k < M->n_keys; k++) {
-            const char *name = M->keys[k].name;
-            if (!strcmp(name, "unet") || !strcmp(name, "text_encoder") || !strcmp(name, "vae")) continue;
-            if (!strcmp(name, "scheduler")) { /* the file's class: 1.4's PNDM (the presets run DDIM) */
-                assert_string_equal(got.scheduler, pub[p].scheduler);
-                continue;
-            }
-            assert_int_equal(tr_model_key_str(M, &got, &M->keys[k], a, sizeof a), TR_OK);
-            assert_int_equal(tr_model_key_str(M, want, &M->keys[k], b, sizeof b), TR_OK);
-            if (strcmp(a, b) != 0) fail_msg("%s: %s = %s from the files, %s in the preset", pub[p].dir, name, a, b);
-        }
+        /* the parts name their files; the scheduler is the file's class: 1.4's PNDM (the presets run DDIM) */
+        tr_test_expect_same_config(M, &got, want, pub[p].dir, "unet,text_encoder,vae,scheduler");
+        assert_string_equal(got.scheduler, pub[p].scheduler);
         const struct {
             const struct tr_model_desc *m;
             const void *got;
@@ -479,15 +470,8 @@ static void test_pipeline_config(void **state) {
                      {&tr_model_autoencoder_kl, &got.hf_vae, want->vae}};
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
             const struct tr_model_desc *m = parts[i].m;
-            const void *pw = tr_test_preset(m, parts[i].preset);
-            for (int k = 0; k < m->n_keys; k++) {
-                if (m == &tr_model_autoencoder_kl && !strcmp(m->keys[k].name, "sample_size")) continue;
-                assert_int_equal(tr_model_key_str(m, parts[i].got, &m->keys[k], a, sizeof a), TR_OK);
-                assert_int_equal(tr_model_key_str(m, pw, &m->keys[k], b, sizeof b), TR_OK);
-                if (strcmp(a, b) != 0)
-                    fail_msg("%s: %s %s = %s from the files, %s in its preset %s", pub[p].dir, m->name,
-                             m->keys[k].name, a, b, parts[i].preset);
-            }
+            tr_test_expect_same_config(m, parts[i].got, tr_test_preset(m, parts[i].preset), pub[p].dir,
+                                       m == &tr_model_autoencoder_kl ? "sample_size" : NULL);
         }
         snprintf(got.scheduler, sizeof got.scheduler, "ddim"); /* predict's one step is DDIM's */
         struct tr_graph *g = tr_test_model_build(M, &got, TR_TASK_PREDICT, TR_DTYPE_F32, 1, 77);
@@ -779,21 +763,14 @@ static void test_hf_configs(void **state) {
                  {&tr_model_clip_text, "sd-v1-4-text_encoder-saved.json"}};
     struct tr_error e = {0};
     struct tr_config cfg;
-    char ini[512], a[64], b[64];
+    char path[512], ini[512];
     static char got[4096];
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
         const struct tr_model_desc *m = parts[i].m;
         assert_true(m->config_size <= sizeof got);
-        snprintf(ini, sizeof ini, "[run]\nmodel = %s\npreset = tiny\n[model]\nhf_config = tests/fixtures/hf/%s\n",
-                 m->name, parts[i].file);
-        assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
-        if (tr_model_resolve(m, "tiny", &cfg, got, &e)) fail_msg("%s: %s", m->name, e.msg);
-        const void *want = tr_test_preset(m, "sd-v1-4");
-        for (int k = 0; k < m->n_keys; k++) {
-            assert_int_equal(tr_model_key_str(m, got, &m->keys[k], a, sizeof a), TR_OK);
-            assert_int_equal(tr_model_key_str(m, want, &m->keys[k], b, sizeof b), TR_OK);
-            if (strcmp(a, b) != 0) fail_msg("%s %s: %s from %s, %s in the preset", m->name, m->keys[k].name, a, parts[i].file, b);
-        }
+        snprintf(path, sizeof path, "tests/fixtures/hf/%s", parts[i].file);
+        if (tr_test_resolve_hf(m, path, "", got, &e)) fail_msg("%s: %s", m->name, e.msg);
+        tr_test_expect_same_config(m, got, tr_test_preset(m, "sd-v1-4"), parts[i].file, NULL);
         print_message("%s: %s gives preset sd-v1-4 (%d keys)\n", m->name, parts[i].file, m->n_keys);
     }
     assert_int_equal(tr_config_load_string("[model]\nhf_config = tests/fixtures/hf/sd-v1-4-unet.json\nsample_size = 32\n",

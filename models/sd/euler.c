@@ -30,11 +30,9 @@ int tr_euler_plan(const struct tr_ddim *s, const struct tr_euler_config *e, stru
         k->sigma_next = i + 1 < S ? steps[i + 1].sigma : e->final_sigma_min ? tr_sigma_at(s, 0) : 0.0;
         const double dt = k->sigma_next - sg;
         k->c_in = 1.0 / sqrt(q);
-        switch (s->c.prediction) { /* x' = x + dt·(x − x0)/σ with x0 = x0_x·x + x0_o·o */
-        case TR_DDIM_V: k->c_x = 1.0 + dt * sg / q, k->c_o = dt / sqrt(q); break;
-        case TR_DDIM_SAMPLE: k->c_x = 1.0 + dt / sg, k->c_o = -dt / sg; break;
-        default: k->c_x = 1.0, k->c_o = dt; break;
-        }
+        double p, d; /* x' = x + dt·(p·x + d·o) */
+        tr_sigma_derivative(s->c.prediction, sg, &p, &d);
+        k->c_x = 1.0 + dt * p, k->c_o = dt * d;
         max_sigma = fmax(max_sigma, sg);
     }
     *init_sigma = s->c.spacing == TR_DDIM_LEADING ? sqrt(max_sigma * max_sigma + 1.0) : max_sigma;

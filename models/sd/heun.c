@@ -2,16 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "heun.h"
-
-/* d = (x − x0)/σ with x0 at σ: p·x + q·o */
-static void derivative(enum tr_ddim_prediction pred, double sg, double *p, double *q) {
-    const double k = sg * sg + 1.0;
-    switch (pred) {
-    case TR_DDIM_V: *p = sg / k, *q = 1.0 / sqrt(k); break;
-    case TR_DDIM_SAMPLE: *p = 1.0 / sg, *q = -1.0 / sg; break;
-    default: *p = 0, *q = 1; break;
-    }
-}
+#include "sigma.h"
 
 int tr_heun_plan(const struct tr_ddim *s, const struct tr_euler_config *e, struct tr_heun_run *runs, int64_t *n,
                  double *init_sigma, struct tr_error *err) {
@@ -30,12 +21,12 @@ int tr_heun_plan(const struct tr_ddim *s, const struct tr_euler_config *e, struc
         const double sg = st[i].sigma, next = st[i].sigma_next;
         struct tr_heun_run *r = &runs[(*n)++];
         *r = (struct tr_heun_run){.t = st[i].t, .c_in = 1.0 / sqrt(sg * sg + 1.0), .dt = next - sg};
-        derivative(s->c.prediction, sg, &r->p, &r->q);
+        tr_sigma_derivative(s->c.prediction, sg, &r->p, &r->q);
         if (i + 1 == S) break; /* the last step lands on σ 0: Euler's alone */
         r = &runs[(*n)++];
         *r = (struct tr_heun_run){.t = st[i + 1].t, .c_in = 1.0 / sqrt(next * next + 1.0), .second = 1,
                                   .dt = next - sg};
-        derivative(s->c.prediction, next, &r->p, &r->q);
+        tr_sigma_derivative(s->c.prediction, next, &r->p, &r->q);
     }
     free(st);
     return TR_OK;

@@ -37,6 +37,15 @@ double tr_sigma_to_t(const struct tr_ddim *s, double sigma) {
     return (1.0 - w) * (double)lo + w * (double)(lo + 1);
 }
 
+void tr_sigma_derivative(enum tr_ddim_prediction pred, double sigma, double *p, double *q) {
+    const double k = sigma * sigma + 1.0;
+    switch (pred) {
+    case TR_DDIM_V: *p = sigma / k, *q = 1.0 / sqrt(k); break;
+    case TR_DDIM_SAMPLE: *p = 1.0 / sigma, *q = -1.0 / sigma; break;
+    default: *p = 0, *q = 1; break; /* x0 = x − σ·o */
+    }
+}
+
 double tr_sigma_karras(double hi, double lo, int64_t i, int64_t n) {
     const double rho = 7.0, a = pow(hi, 1.0 / rho), b = pow(lo, 1.0 / rho);
     const double ramp = n == 1 ? 0.0 : (double)i / (double)(n - 1);

@@ -13,6 +13,9 @@ int tr_sigma_check(const struct tr_ddim *s, const char *who, struct tr_error *er
 double tr_sigma_at(const struct tr_ddim *s, int64_t t);
 double tr_sigma_interp(const struct tr_ddim *s, double t);
 double tr_sigma_to_t(const struct tr_ddim *s, double sigma);
+/* The ODE derivative (x − x0)/σ of Euler and Heun at σ, with x0 from the model's output o
+ * as the prediction type reads it (euler.h), as p·x + q·o. */
+void tr_sigma_derivative(enum tr_ddim_prediction pred, double sigma, double *p, double *q);
 /* Step i of n from hi down to lo: (hi^(1/ρ) + i/(n−1)·(lo^(1/ρ) − hi^(1/ρ)))^ρ. */
 double tr_sigma_karras(double hi, double lo, int64_t i, int64_t n);
 
