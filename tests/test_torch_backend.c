@@ -322,6 +322,7 @@ static void model_build(struct model *m, int bind_params, enum tr_dtype dt) {
     for (int id = 0; id < tr_graph_n_nodes(g); id++) {
         int op = tr_node_op(g, id);
         if (op == TR_OP_INPUT || op == TR_OP_PARAM || op == TR_OP_CONST || op == TR_OP_RESHAPE) continue;
+        if (id == mm) continue; /* the bias ADD's call computes it (a linear, one addmm) */
         struct tr_tensor t = tr_node_tensor(g, id);
         uint64_t cls = tr_torch_alloc_round(tr_tensor_nbytes(&t));
         m->n_kernel_nodes++;
@@ -445,6 +446,7 @@ static void check_end_to_end(const struct tr_option *opts, int n_opts, enum tr_d
     assert_true(st1.peak_bytes >= weights + m.max_block);
     assert_true(st1.peak_bytes < weights + m.sum_blocks);
     assert_non_null(strstr(st1.notes, "pool"));
+    assert_non_null(strstr(st1.notes, "linear (matmul + bias as one addmm) x1"));
     print_message("torch stats: %llu kernel calls, %llu misses, peak %llu B; %s\n", (unsigned long long)st1.kernel_calls,
                   (unsigned long long)st1.alloc_misses, (unsigned long long)st1.peak_bytes, st1.notes);
 
@@ -462,6 +464,82 @@ static void check_end_to_end(const struct tr_option *opts, int n_opts, enum tr_d
 
 static void test_end_to_end(void **state) { check_end_to_end(NULL, 0, TR_DTYPE_F32); }
 static void test_end_to_end_bf16(void **state) { check_end_to_end(NULL, 0, TR_DTYPE_BF16); }
+
+/* x·Wᵀ + b in bf16 is one GEMM with its bias (PyTorch's addmm: the sum rounded once), in
+ * eager and in reduce-overhead's recorded replays, bit for bit the kernel's own call; a
+ * product that something else reads too stays a MATMUL and an ADD (rounded twice). */
+static void test_linear_rounds_once(void **state) {
+    (void)state;
+    const enum tr_dtype dt = TR_DTYPE_BF16;
+    struct tr_error err = {0};
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, &err), TR_OK);
+    int x = tr_input(g, "x", dt, 3, (int64_t[]){B, T, D});
+    int w = tr_param(g, "w", dt, 2, (int64_t[]){F, D}, 0, 1);
+    int w2 = tr_param(g, "w2", dt, 2, (int64_t[]){F, D}, 0, 1);
+    int b = tr_param(g, "b", dt, 1, (int64_t[]){F}, 0, 1);
+    int lin = tr_add(g, tr_matmul(g, x, w, 0, 1), b);
+    int mm2 = tr_matmul(g, x, w2, 0, 1);
+    tr_graph_set_output(g, lin, "linear");
+    tr_graph_set_output(g, tr_add(g, b, mm2), "product + bias");
+    tr_graph_set_output(g, mm2, "product");
+    if (tr_graph_status(g, &err) != TR_OK) fail_msg("graph: %s", err.msg);
+    struct tr_tensor tw = tr_test_tensor(dt, 2, (int64_t[]){F, D}), tw2 = tr_test_tensor(dt, 2, (int64_t[]){F, D});
+    struct tr_tensor tb = tr_test_tensor(dt, 1, (int64_t[]){F}), tx = tr_test_tensor(dt, 3, (int64_t[]){B, T, D});
+    tr_test_randn(&tw, 11, 1.0);
+    tr_test_randn(&tw2, 12, 1.0);
+    tr_test_randn(&tb, 13, 1.0);
+    tr_test_randn(&tx, 14, 1.0);
+    assert_int_equal(tr_graph_bind_param(g, w, tw.data, &err), TR_OK);
+    assert_int_equal(tr_graph_bind_param(g, w2, tw2.data, &err), TR_OK);
+    assert_int_equal(tr_graph_bind_param(g, b, tb.data, &err), TR_OK);
+
+    /* what the kernels give for each, called directly */
+    struct tr_kernels *k = NULL;
+    if (tr_kernels_init(&k, TR_DEVICE_CPU, 0, &err) != TR_OK) fail_msg("%s", err.msg);
+    struct tr_tensor want[3], prod = tr_test_tensor(dt, 3, (int64_t[]){B, T, F});
+    for (int i = 0; i < 3; i++) want[i] = tr_test_tensor(dt, 3, (int64_t[]){B, T, F});
+    assert_int_equal(tr_k_matmul(k, &tx, &tw, &want[0], 0, 1, 1.0f, &tb, TR_ACT_NONE, &err), TR_OK);
+    assert_int_equal(tr_k_matmul(k, &tx, &tw2, &want[2], 0, 1, 1.0f, NULL, TR_ACT_NONE, &err), TR_OK);
+    assert_int_equal(tr_k_binary(k, TR_OP_ADD, &tb, &want[2], &want[1], &err), TR_OK);
+    assert_int_equal(tr_k_matmul(k, &tx, &tw, &prod, 0, 1, 1.0f, NULL, TR_ACT_NONE, &err), TR_OK);
+    tr_kernels_free(k);
+    /* the data is drawn so that rounding twice differs somewhere */
+    struct tr_tensor twice = tr_test_tensor(dt, 3, (int64_t[]){B, T, F});
+    if (tr_kernels_init(&k, TR_DEVICE_CPU, 0, &err) != TR_OK) fail_msg("%s", err.msg);
+    assert_int_equal(tr_k_binary(k, TR_OP_ADD, &prod, &tb, &twice, &err), TR_OK);
+    tr_kernels_free(k);
+    assert_memory_not_equal(twice.data, want[0].data, tr_tensor_nbytes(&twice));
+
+    static const struct tr_option ro[] = {{.key = "mode", .value = "reduce-overhead"}};
+    for (int mode = 0; mode < 2; mode++) {
+        struct tr_plugin *p = open_torch();
+        struct tr_backend *be = init_torch(p, mode ? ro : NULL, mode);
+        struct tr_program *prog = NULL;
+        if (tr_backend_compile(be, g, &prog, &err) != TR_OK) fail_msg("compile: %s", err.msg);
+        struct tr_tensor out[3];
+        for (int i = 0; i < 3; i++) out[i] = tr_test_tensor(dt, 3, (int64_t[]){B, T, F});
+        for (int step = 0; step < 4; step++) { /* reduce-overhead: warm-up, record, replays */
+            for (int i = 0; i < 3; i++) tr_test_poison(&out[i]);
+            if (tr_backend_execute(be, prog, 1, &tx, 3, out, &err) != TR_OK) fail_msg("execute: %s", err.msg);
+            for (int i = 0; i < 3; i++)
+                if (memcmp(out[i].data, want[i].data, tr_tensor_nbytes(&out[i])))
+                    fail_msg("mode %d step %d: output %d is not the kernels' own", mode, step, i);
+        }
+        struct tr_backend_stats st;
+        if (tr_backend_get_stats(be, prog, &st, &err) != TR_OK) fail_msg("stats: %s", err.msg);
+        assert_non_null(strstr(st.notes, "linear (matmul + bias as one addmm) x1"));
+        assert_int_equal(st.kernel_calls, 3);
+        tr_test_tensors_free(3, out);
+        tr_program_free(prog);
+        tr_backend_free(be);
+        tr_plugin_close(p);
+    }
+    tr_test_tensors_free(3, want);
+    struct tr_tensor *ts[] = {&tw, &tw2, &tb, &tx, &prod, &twice};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) tr_test_tensor_free(ts[i]);
+    tr_graph_free(g);
+}
 
 /* threads = N is applied around each step and the caller's OpenMP setting restored (other
  * backends in the process run with theirs); libgomp is loaded through the kernels. */
@@ -583,5 +661,6 @@ static void test_entry_abi(void **state) {
 }
 
 TR_TEST_MAIN(NULL, NULL, test_alloc_round, test_alloc_reuse, test_alloc_peak, test_alloc_hold, test_alloc_two_steps,
-             test_alloc_out_of_memory, test_end_to_end, test_end_to_end_bf16, test_end_to_end_options,
+             test_alloc_out_of_memory, test_end_to_end, test_end_to_end_bf16, test_linear_rounds_once,
+             test_end_to_end_options,
              test_options_refused, test_errors, test_entry_abi)

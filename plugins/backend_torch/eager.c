@@ -77,6 +77,7 @@ static int read_node(struct tr_torch_program *p, int id, int *n_edges, struct tr
     n->root = id;
     n->lse = -1;
     n->attn = -1;
+    n->linear = -1;
     *n_edges += n->n_in;
 
     switch (n->op) {
@@ -171,6 +172,39 @@ static int group_attention_grads(struct tr_torch_program *p, struct tr_error *er
     }
     free(taken);
     return TR_OK;
+}
+
+/* MATMUL then ADD of a bias as one GEMM with its bias, where PyTorch's F.linear (nn.Linear)
+ * is one addmm: a weight (b 2-D, as Linear's), a 1-D bias of N, the input not transposed,
+ * alpha 1, the product read by the ADD alone. The sum is rounded once to the output's
+ * dtype, as addmm does; a MATMUL and an ADD would round the product first. */
+static int match_linear(const struct tr_torch_program *p, int id) {
+    const struct torch_node *n = &p->nodes[id];
+    if (n->op != TR_OP_ADD || n->kind != TORCH_KERNEL || p->donor[id] >= 0) return -1;
+    const int *in = &p->in_ids[n->in_off];
+    for (int s = 0; s < 2; s++) {
+        int m = in[s], bias = in[1 - s];
+        const struct torch_node *mm = &p->nodes[m], *b = &p->nodes[bias];
+        if (mm->op != TR_OP_MATMUL || mm->kind != TORCH_KERNEL || mm->uses != 1 || p->donor[m] >= 0 || m == bias)
+            continue;
+        const int *mi = &p->in_ids[mm->in_off];
+        const int64_t N = n->t.shape[n->t.ndim - 1];
+        if (mm->attrs.ints[0] || tr_matmul_alpha(mm->attrs.floats[0]) != 1.0f || p->nodes[mi[1]].t.ndim != 2 ||
+            !tr_pir_same_shape(&p->pir.nodes[m], &p->pir.nodes[id]) || mm->t.dtype != n->t.dtype)
+            continue;
+        if (b->t.ndim == 1 && b->t.shape[0] == N && (b->t.dtype == n->t.dtype || b->t.dtype == TR_DTYPE_F32)) return m;
+    }
+    return -1;
+}
+
+static void plan_linear(struct tr_torch_program *p) {
+    for (int id = 0; id < p->n_nodes; id++) {
+        int m = match_linear(p, id);
+        if (m < 0) continue;
+        p->nodes[id].linear = m;
+        p->nodes[m].linear = -2;
+        p->n_linear++;
+    }
 }
 
 int tr_torch_copy_updates(struct tr_torch_program *p, void *const *src, struct tr_error *err) {
@@ -305,7 +339,8 @@ int tr_torch_compile(struct tr_torch_context *ctx, tr_graph_t g, struct tr_torch
     if ((rc = read_io(p, err)) != TR_OK || (rc = read_edges(p, err)) != TR_OK || (rc = plan_updates(p, err)) != TR_OK ||
         (rc = group_attention_grads(p, err)) != TR_OK)
         goto fail;
-    p->args = calloc((size_t)p->max_in + 1, sizeof *p->args);
+    plan_linear(p);
+    p->args = calloc((size_t)(p->max_in > 3 ? p->max_in : 3) + 1, sizeof *p->args); /* 3: a linear */
     if (!p->args) {
         rc = tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory");
         goto fail;
@@ -422,9 +457,29 @@ static int run_attn_group(struct tr_torch_program *p, int g, const int *in, stru
     return tr_attn_backward_of(p->k, &p->pir.nodes[a->lead], p->args, grads, NULL, err);
 }
 
+/* A linear at its ADD (nodes[id].linear): the MATMUL's a and b, and the bias, in one
+ * GEMM call; then the MATMUL's inputs are released as its own run would have. */
+static int run_linear(struct tr_torch_program *p, int id, const struct tr_tensor *out, struct tr_error *err) {
+    const struct torch_node *n = &p->nodes[id], *mm = &p->nodes[n->linear];
+    const int *in = &p->in_ids[n->in_off], *mi = &p->in_ids[mm->in_off];
+    const int ids[3] = {mi[0], mi[1], in[0] == n->linear ? in[1] : in[0]};
+    for (int i = 0; i < 3; i++) {
+        p->args[i] = p->nodes[ids[i]].t;
+        p->args[i].data = p->data[ids[i]];
+    }
+    int rc = p->rp.recording ? tr_torch_record_linear(p, id, out, err)
+                             : tr_k_matmul(p->k, &p->args[0], &p->args[1], (struct tr_tensor *)out, 0, mm->attrs.ints[1],
+                                           1.0f, &p->args[2], TR_ACT_NONE, err);
+    if (rc != TR_OK) return rc;
+    for (int i = 0; i < mm->n_in; i++)
+        if (--p->pending[mi[i]] == 0) node_drop(p, mi[i]);
+    return TR_OK;
+}
+
 static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
     struct torch_node *n = &p->nodes[id];
     const int *in = &p->in_ids[n->in_off];
+    if (n->linear == -2) return TR_OK; /* its ADD runs it, and releases its inputs */
     switch (n->kind) {
     case TORCH_INPUT:
     case TORCH_WEIGHT:
@@ -456,7 +511,9 @@ static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
         struct tr_tensor out = n->t;
         out.data = p->data[id];
         p->kernel_calls++;
-        if (n->lse >= 0) {
+        if (n->linear >= 0) {
+            rc = run_linear(p, id, &out, err);
+        } else if (n->lse >= 0) {
             struct tr_tensor lse = p->nodes[n->lse].t;
             lse.data = p->data[n->lse];
             rc = p->rp.recording ? tr_torch_record_pair(p, id, &out, &lse, err)
@@ -588,6 +645,9 @@ void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_
     len = strlen(st->notes);
     if (pairs && len < sizeof st->notes)
         snprintf(st->notes + len, sizeof st->notes - len, "; attention with its lse x%d", pairs);
+    len = strlen(st->notes);
+    if (p->n_linear && len < sizeof st->notes)
+        snprintf(st->notes + len, sizeof st->notes - len, "; linear (matmul + bias as one addmm) x%d", p->n_linear);
     len = strlen(st->notes);
     if (p->n_attn_groups && len < sizeof st->notes)
         snprintf(st->notes + len, sizeof st->notes - len, "; attention backward x%d (its gradients in one call)",

@@ -35,6 +35,9 @@ struct torch_node {
     int attn;                       /* an attention gradient run in its group's one call (as
                                        SDPA's backward returns dq, dk and dv): the group's
                                        index in attn_groups; else -1 */
+    int linear;                     /* F.linear as PyTorch runs it, one addmm (GEMM + bias,
+                                       rounded once): in the ADD, its MATMUL's id; in the
+                                       MATMUL, -2 (its call is the ADD's); else -1 */
 };
 
 /* The gradient nodes of one attention (attn_group.h), computed by one call at the lead. */
@@ -91,6 +94,7 @@ struct tr_torch_program {
     int n_kernel_nodes;
     struct torch_attn_group *attn_groups;
     int n_attn_groups;
+    int n_linear;                   /* MATMUL + bias ADD pairs run as one addmm */
 
     /* per step */
     void **data;                    /* per node */
@@ -140,6 +144,9 @@ int tr_torch_record_pair(struct tr_torch_program *p, int id, const struct tr_ten
                          struct tr_error *err);
 /* The same for attention gradient group g (attn_groups[g]), its gradients' tensors in
  * grads: one bound call of the fused backward. */
+/* The same for a linear (nodes[id].linear): one bound GEMM with its bias, a, b and the
+ * bias in p->args[0..2]. */
+int tr_torch_record_linear(struct tr_torch_program *p, int id, const struct tr_tensor *out, struct tr_error *err);
 int tr_torch_record_group(struct tr_torch_program *p, int g, const struct tr_tensor *const grads[TR_ATTN_GRADS],
                           struct tr_error *err);
 void tr_torch_replay_free(struct tr_torch_program *p);

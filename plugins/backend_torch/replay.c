@@ -78,6 +78,18 @@ int tr_torch_record_pair(struct tr_torch_program *p, int id, const struct tr_ten
     return tr_kernels_call(p->k, c, err);
 }
 
+int tr_torch_record_linear(struct tr_torch_program *p, int id, const struct tr_tensor *out, struct tr_error *err) {
+    struct torch_replay *r = &p->rp;
+    const struct torch_node *mm = &p->nodes[p->nodes[id].linear];
+    if (p->blocks[id]) r->held[r->n_held++] = p->blocks[id];
+    struct tr_kernel_call *c = &r->calls[r->n_calls];
+    int rc = tr_kernels_bind_matmul(p->k, &p->args[0], &p->args[1], out, mm->attrs.ints[0], mm->attrs.ints[1], 1.0f,
+                                    &p->args[2], TR_ACT_NONE, c, err);
+    if (rc != TR_OK) return rc;
+    r->call_node[r->n_calls++] = id;
+    return tr_kernels_call(p->k, c, err);
+}
+
 int tr_torch_record_group(struct tr_torch_program *p, int g, const struct tr_tensor *const grads[TR_ATTN_GRADS],
                           struct tr_error *err) {
     struct torch_replay *r = &p->rp;
