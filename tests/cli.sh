@@ -166,6 +166,29 @@ expect "bf16 text to image: the sampler's bound, said" 0 \
   "$bin" run "$tmp/genbf1.ini" --json "$tmp/genbf1.json"
 if grep -Eq '"tolerance_from":[[:space:]]*"bf16 over a sampler.s denoising steps"' "$tmp/genbf1.json"; then
   ok "the JSON says where the bound came from"; else bad "the JSON says where the bound came from"; fi
+# bf16 through a deep network: diffusers' own VAE decoder, UNet and transformers' SAM masks
+# are themselves 3e-2 to 1.2e-1 from float64 in bf16 (make_vision_reference.py draws), so
+# two backends are held to the model's measured bound, and the run says which and why;
+# in f32 the same runs keep 1e-4.
+for m in "autoencoder_kl|6e-02, bf16 through a VAE decoder \\(diffusers': up to 2.9e-2 from f64\\)" \
+         "unet_2d_condition|6e-02, bf16 through a UNet \\(diffusers' own: up to 3.4e-2 from f64\\)" \
+         "stable_diffusion|6e-02, bf16 through a UNet \\(diffusers' own: up to 3.4e-2 from f64\\)" \
+         "sam|1e-01, bf16 through SAM's masks \\(transformers': up to 1.2e-1 off f64\\)"; do
+  ini lowp.ini "[run]
+model = ${m%%|*}
+preset = tiny
+task = predict
+backends = torch, tf
+dtype = bf16
+batch = 1
+steps = 1
+warmup = 1"
+  expect "${m%%|*} bf16: the model's bound, said" 0 "all backends ran and agree \(within ${m#*|}\)$" -- \
+    "$bin" run "$tmp/lowp.ini"
+done
+sed -i 's/^dtype = bf16/dtype = f32/' "$tmp/lowp.ini"
+expect "sam f32: the f32 tolerance" 0 'all backends ran and agree \(within 1e-04, the f32 tolerance\)$' -- \
+  "$bin" run "$tmp/lowp.ini"
 rejects tol.ini "[run]
 tolerance = 2" "[run] tolerance out of range" 'tol.ini:2: \[run\] tolerance = 2: expected a relative difference above 0 and at most 1'
 # Every shipped config builds its task graph (the full-size ones too: no weights are made).

@@ -579,11 +579,15 @@ double tr_bench_tolerance(const struct tr_config *cfg) {
  * f32 run (1e-4 between backends) is the precise check. */
 static double run_tolerance(const struct tr_config *cfg, const struct tr_task_graph *tg, char *why, size_t n) {
     const double tol = tr_bench_tolerance(cfg);
-    const int sampler = tg->opts.task == TR_TASK_GENERATE && !tg->model->generate;
+    const struct tr_model_desc *m = tg->model;
+    const int sampler = tg->opts.task == TR_TASK_GENERATE && !m->generate;
     if (cfg->tolerance > 0) snprintf(why, n, "[run] tolerance");
     else if (sampler && tol > 1e-4 && tol < 1e-1) {
         snprintf(why, n, "%s over a sampler's denoising steps", tr_config_math_name(cfg));
         return 1e-1;
+    } else if (cfg->dtype == TR_DTYPE_BF16 && m->bf16_tolerance > tol && m->bf16_why) {
+        snprintf(why, n, "bf16 through %s", m->bf16_why);
+        return m->bf16_tolerance;
     } else snprintf(why, n, "the %s tolerance", tr_config_math_name(cfg));
     return tol;
 }
