@@ -396,8 +396,25 @@ expect "stable_diffusion with Heun against diffusers' pipeline in float64" 0 \
 # diffusers' own bf16 pipeline is (0.033; trident's backends 0.030 to 0.033) (make_sd_reference.py
 # --pipeline tests/fixtures/reference_sd_pndm/pipeline --batch 2 --seq-len 5 --steps 4
 # --guidance 7.5 --dtype bf16 --seed 3).
+# Its reference_tolerance holds each backend to the pictures; the backends to each other keep
+# the sampler's bound.
 expect "stable_diffusion in bf16 against diffusers' pipeline in float64, within twice diffusers' bf16 error" 0 \
-  'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd_bf16/check.ini
+  'all backends ran and agree \(within 1e-01, bf16 over a sampler' -- "$bin" run tests/fixtures/reference_sd_bf16/check.ini
+check "the reference's own bound, said" \
+  '^against \[run\] reference = tests/fixtures/reference_sd_bf16/reference.safetensors \(within 0.067, \[run\] reference_tolerance\):$'
+d=$PWD/tests/fixtures/reference_sd_bf16
+sed -e 's/^reference_tolerance = .*/reference_tolerance = 0.01/' -e "s#^\(weights\|hf_config\) = \.\.#\1 = $d/..#" \
+  -e "s#^\(inputs\|reference\) = #\1 = $d/#" "$d/check.ini" > "$tmp/tight.ini"
+expect "reference_tolerance below the backends' error fails, naming it" 1 \
+  "reference.safetensors: '[a-z:-]+' differs from it: .*\(\[run\] reference_tolerance is 1e-02\)" -- \
+  "$bin" run "$tmp/tight.ini" --steps 1
+rejects reftol.ini "[run]
+reference_tolerance = 0.01" "reference_tolerance without a reference" \
+  'reftol.ini:2: \[run\] reference_tolerance without a \[run\] reference; expected a reference = FILE.safetensors line'
+rejects reftol.ini "[run]
+reference_tolerance = 0
+reference = x.safetensors" "reference_tolerance out of range" \
+  'reftol.ini:2: \[run\] reference_tolerance = 0: expected a relative difference above 0 and at most 1 \(each backend against \[run\] reference'
 expect "a preset under hf_config is named so" 0 '^trident: stable_diffusion/tiny \+ hf_config: 39216 parameters' -- "$bin" run tests/fixtures/reference_sd/check.ini --steps 1
 sed 's/^weights = .*/weights =/' tests/fixtures/reference_mistral_generate/check.ini > "$tmp/gen_seeded.ini"
 sed -i 's#^inputs = #inputs = '"$PWD"'/tests/fixtures/reference_mistral_generate/#; s#^reference = #reference = '"$PWD"'/tests/fixtures/reference_mistral_generate/#' "$tmp/gen_seeded.ini"

@@ -140,8 +140,8 @@ static void test_threads(void **state) {
     EXPECT_ERRORS(bad);
     /* the unknown-key message lists it */
     expect_error("thr10.ini", "[run]\nthread = 2\n", TR_ERR_NOT_FOUND, "thr10.ini:2: [run] thread = 2:",
-                 "math, threads, tolerance, inputs, reference, missing, schedule, isolate, backend_timeout, parallel, "
-                 "bucket_mb, collective_timeout, check_every)");
+                 "math, threads, tolerance, inputs, reference, reference_tolerance, missing, schedule, isolate, "
+                 "backend_timeout, parallel, bucket_mb, collective_timeout, check_every)");
 }
 
 /* The data-parallel keys: parallel, bucket_mb, collective_timeout, check_every. */
@@ -184,7 +184,18 @@ static void test_tolerance(void **state) {
         snprintf(text, sizeof text, "[run]\ntolerance = %s\n", bad[i]);
         snprintf(want, sizeof want, "tol.ini:2: [run] tolerance = %s:", bad[i]);
         expect_error("tol.ini", text, TR_ERR_INVALID, want, "above 0 and at most 1");
+        snprintf(text, sizeof text, "[run]\nreference_tolerance = %s\n", bad[i]);
+        snprintf(want, sizeof want, "tol.ini:2: [run] reference_tolerance = %s:", bad[i]);
+        expect_error("tol.ini", text, TR_ERR_INVALID, want, "each backend against [run] reference");
     }
+    /* the reference's own bound, only with a reference to hold to it */
+    char ref[256], text[512];
+    tr_test_dir_file("tol_ref.safetensors", "x", ref, sizeof ref);
+    snprintf(text, sizeof text, "[run]\nreference = %s\nreference_tolerance = 0.067\n", ref);
+    load_ok("tol3.ini", text, &cfg);
+    assert_true(cfg.reference_tolerance == 0.067 && cfg.tolerance == 0.0);
+    expect_error("tol.ini", "[run]\ntolerance = 1e-3\nreference_tolerance = 1e-2\n", TR_ERR_INVALID,
+                 "tol.ini:3: [run] reference_tolerance without a [run] reference", "reference = FILE.safetensors");
 }
 
 /* [run] inputs and reference: files resolved against the INI's directory, that must exist

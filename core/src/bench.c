@@ -569,6 +569,15 @@ double tr_bench_tolerance(const struct tr_config *cfg) {
     return cfg->dtype == TR_DTYPE_F32 ? 1e-4 : cfg->dtype == TR_DTYPE_F64 ? 1e-10 : 2e-2;
 }
 
+double tr_bench_reference_tolerance(const struct tr_config *cfg, const struct tr_bench_report *rep, const char **why) {
+    if (cfg->reference_tolerance > 0) {
+        *why = "[run] reference_tolerance";
+        return cfg->reference_tolerance;
+    }
+    *why = rep->tolerance_why;
+    return rep->tolerance;
+}
+
 /* A sampler's trajectory (a graph generate: stable_diffusion's N UNet runs, each one's
  * output the next one's input, then the decoder) carries every step's rounding into the
  * next, and DDIM's x0 = (x - sqrt(1-a) eps) / sqrt(a) multiplies it where a is small: in
@@ -861,6 +870,8 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     rep->interrupted = tr_bench_stop_requested();
 
     int have_ref = 0, failures = 0, disagreements = 0;
+    const char *ref_why;
+    const double ref_tol = tr_bench_reference_tolerance(cfg, rep, &ref_why);
     const struct slot *rs = NULL;
     for (int b = 0; b < cfg->n_backends; b++) {
         struct slot *sl = &slots[b];
@@ -874,7 +885,7 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
             continue;
         }
         if (refile.st)
-            tr_bench_reference_compare(&refile, g, n_out, sl->out, sl->losses, sl->sh->n_steps, rep->tolerance, row);
+            tr_bench_reference_compare(&refile, g, n_out, sl->out, sl->losses, sl->sh->n_steps, ref_tol, row);
         if (!have_ref) {
             have_ref = 1;
             row->agrees = 1;
@@ -915,7 +926,7 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
             rep->all_ok = 0;
             rc = tr_error_set(err, TR_ERR_NUMERIC, "%s:%d: [run] reference = %s: '%s' differs from it: %s (%s is "
                               "%.0e)", cfg->file, cfg->reference_line, cfg->reference, rep->rows[b].label,
-                              rep->rows[b].ref_worst, rep->tolerance_why, rep->tolerance);
+                              rep->rows[b].ref_worst, ref_why, ref_tol);
         }
     if (rs && tg.image[0]) { /* the reference backend's pictures */
         int k = -1;

@@ -373,7 +373,9 @@ void tr_bench_reference_compare_extra(const struct tr_bench_reference *r, const 
 
 void tr_bench_print_reference(const struct tr_bench_report *rep, const struct tr_config *cfg, FILE *f) {
     if (!cfg->reference[0]) return;
-    fprintf(f, "\nagainst [run] reference = %s (tolerance %.0e):\n", cfg->reference, rep->tolerance);
+    const char *why;
+    const double tol = tr_bench_reference_tolerance(cfg, rep, &why);
+    fprintf(f, "\nagainst [run] reference = %s (within %.2g, %s):\n", cfg->reference, tol, why);
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
         if (!r->ok) continue;

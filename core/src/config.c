@@ -44,14 +44,14 @@ enum run_key {
     RUN_MODEL, RUN_PRESET, RUN_TASK, RUN_BACKENDS, RUN_DEVICE, RUN_DTYPE,
     RUN_BATCH, RUN_SEQ_LEN, RUN_STEPS, RUN_WARMUP, RUN_SEED, RUN_WEIGHTS, RUN_MATH, RUN_THREADS,
     RUN_TOLERANCE, RUN_INPUTS, RUN_REFERENCE, RUN_MISSING, RUN_SCHEDULE, RUN_ISOLATE, RUN_BACKEND_TIMEOUT,
-    RUN_PARALLEL, RUN_BUCKET_MB, RUN_COLLECTIVE_TIMEOUT, RUN_CHECK_EVERY,
+    RUN_PARALLEL, RUN_BUCKET_MB, RUN_COLLECTIVE_TIMEOUT, RUN_CHECK_EVERY, RUN_REFERENCE_TOLERANCE,
     RUN_KEY_COUNT
 };
 static const char *const run_keys[RUN_KEY_COUNT] = {
     "model", "preset", "task", "backends", "device", "dtype",
     "batch", "seq_len", "steps", "warmup", "seed", "weights", "math", "threads", "tolerance",
     "inputs", "reference", "missing", "schedule", "isolate", "backend_timeout",
-    "parallel", "bucket_mb", "collective_timeout", "check_every",
+    "parallel", "bucket_mb", "collective_timeout", "check_every", "reference_tolerance",
 };
 
 struct ini_state {
@@ -506,14 +506,16 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
         cfg->threads = (int)i64;
         cfg->threads_line = st->in.line;
         return TR_OK;
-    case RUN_TOLERANCE: {
+    case RUN_TOLERANCE:
+    case RUN_REFERENCE_TOLERANCE: {
         char *end = NULL;
         double x = strtod(v, &end);
         if (end == v || *end || !(x > 0.0 && x <= 1.0))
-            return fail_kv(st, TR_ERR_INVALID, "run", key, v,
-                           "expected a relative difference above 0 and at most 1 (the backends' agreement; "
-                           "absent: 1e-4 in f32, 2e-2 in bf16 and f16, 2e-2 with tf32 math)");
-        cfg->tolerance = x;
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v, "expected a relative difference above 0 and at most 1 (%s)",
+                           k == RUN_TOLERANCE ? "the backends' agreement; absent: 1e-4 in f32, 2e-2 in bf16 and f16, "
+                                                "2e-2 with tf32 math, or the model's own in bf16"
+                                              : "each backend against [run] reference; absent: tolerance's");
+        *(k == RUN_TOLERANCE ? &cfg->tolerance : &cfg->reference_tolerance) = x;
         return TR_OK;
     }
     case RUN_PARALLEL:
@@ -562,8 +564,8 @@ static int run_key(struct ini_state *st, const char *key, const char *v) {
     }
     return fail_kv(st, TR_ERR_NOT_FOUND, "run", key, v,
                    "unknown key (expected one of model, preset, task, backends, device, dtype, batch, seq_len, "
-                   "steps, warmup, seed, weights, math, threads, tolerance, inputs, reference, missing, schedule, isolate, "
-                   "backend_timeout, parallel, bucket_mb, collective_timeout, check_every)");
+                   "steps, warmup, seed, weights, math, threads, tolerance, inputs, reference, reference_tolerance, "
+                   "missing, schedule, isolate, backend_timeout, parallel, bucket_mb, collective_timeout, check_every)");
 }
 
 static int plugins_key(struct ini_state *st, const char *key, const char *v) {
@@ -801,6 +803,11 @@ static int load_text(const char *text, const char *name, const struct tr_config_
     int backends_set = 0;
     if ((rc = apply_overrides(&st, over, n_over, &backends_set)) != TR_OK) return rc;
     if (!backends_set && (rc = check_backend_sections(&st, err)) != TR_OK) return rc;
+    if (cfg->reference_tolerance > 0 && !cfg->reference[0])
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s:%d: [run] reference_tolerance without a [run] reference; expected a reference = "
+                            "FILE.safetensors line to compare against (or no reference_tolerance)",
+                            cfg->file, st.run_lines[RUN_REFERENCE_TOLERANCE]);
     return check_math(cfg, st.run_lines, err);
 }
 

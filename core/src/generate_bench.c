@@ -209,6 +209,8 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     struct tr_generate_graphs *gg = &tg->gen;
     const int64_t B = gg->opts.batch, T = gg->opts.prompt_len, NEW = gg->opts.max_length - T;
     const int n_prompt = gg->plan.n_prompt_inputs;
+    const char *ref_why;
+    const double ref_tol = tr_bench_reference_tolerance(cfg, rep, &ref_why);
     rep->gen = tg->gen_cfg;
     rep->new_tokens = NEW;
     rep->seq_len = T;
@@ -288,8 +290,8 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
         if (refile.st) {
             struct tr_tensor tt = tokens_desc;
             tt.data = rb.first_tokens;
-            tr_bench_reference_compare(&refile, gg->prefill, 1, rb.first->dst, NULL, 0, rep->tolerance, row);
-            tr_bench_reference_compare_extra(&refile, &tt, rep->tolerance, row);
+            tr_bench_reference_compare(&refile, gg->prefill, 1, rb.first->dst, NULL, 0, ref_tol, row);
+            tr_bench_reference_compare_extra(&refile, &tt, ref_tol, row);
         }
         int64_t where;
         const struct tr_tensor *got = rb.first->dst;
@@ -344,7 +346,7 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
         if (rep->rows[b].ok && !rep->rows[b].ref_agrees)
             rc = tr_error_set(err, TR_ERR_NUMERIC, "%s:%d: [run] reference = %s: '%s' differs from it: %s (%s is "
                               "%.0e)", cfg->file, cfg->reference_line, cfg->reference,
-                              rep->rows[b].label, rep->rows[b].ref_worst, rep->tolerance_why, rep->tolerance),
+                              rep->rows[b].label, rep->rows[b].ref_worst, ref_why, ref_tol),
             rep->all_ok = 0;
     if (o->outputs) {
         int orc = tr_bench_outputs_write(&outs, o->outputs, err);

@@ -99,6 +99,9 @@ struct tr_config {
     int inputs_line;
     char reference[TR_CONFIG_PATH]; /* [run] reference: outputs every backend is compared with */
     int reference_line;
+    double reference_tolerance; /* [run] reference_tolerance: each backend against the reference
+                                   (two backends each so close may differ by twice it, which
+                                   tolerance bounds); 0: the agreement's */
     int missing_seed;           /* [run] missing = seed: tensors the weights file lacks are made
                                    from seed (listed in a warning); 0 (error): refused */
     int schedule;               /* enum tr_schedule; TR_SCHEDULE_DEFAULT: interleaved on cpu
