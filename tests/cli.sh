@@ -186,7 +186,10 @@ warmup = 1"
   expect "${m%%|*} bf16: the model's bound, said" 0 "all backends ran and agree \(within ${m#*|}\)$" -- \
     "$bin" run "$tmp/lowp.ini"
 done
-sed -i 's/^dtype = bf16/dtype = f32/' "$tmp/lowp.ini"
+sed -i 's/^task = predict/task = fit/' "$tmp/lowp.ini"
+expect "sam fit in bf16 (losses): the bf16 tolerance" 0 'all backends ran and agree \(within 2e-02, the bf16 tolerance\)$' -- \
+  "$bin" run "$tmp/lowp.ini"
+sed -i 's/^task = fit/task = predict/; s/^dtype = bf16/dtype = f32/' "$tmp/lowp.ini"
 expect "sam f32: the f32 tolerance" 0 'all backends ran and agree \(within 1e-04, the f32 tolerance\)$' -- \
   "$bin" run "$tmp/lowp.ini"
 rejects tol.ini "[run]

@@ -99,12 +99,12 @@ struct tr_model_desc {
      * otherwise): Stable Diffusion's prompts are always the text encoder's
      * max_position_embeddings tokens (77), as its pipeline pads them. 0: core's. */
     int64_t (*default_seq_len)(const void *config);
-    /* Optional: how far two backends' outputs may be apart in bf16, where the dtype's 2e-2
-     * is tighter than the model's own depth allows (the reference library's bf16 output is
-     * itself that far from float64: two backends each as close differ by up to twice as
-     * much), and why, measured, as the run's verdict says it after "bf16 through " (50
-     * characters at most: the report's tolerance_why). 0: the dtype's. A sampler's
-     * generate keeps its own bound (1e-1). */
+    /* Optional: how far two backends' predict outputs may be apart in bf16, where the
+     * dtype's 2e-2 is tighter than the model's depth allows (its reference library's own
+     * bf16 output is that far from float64: two backends each as close differ by up to
+     * twice as much), and why, measured, as the verdict says it after "bf16 through " (50
+     * characters at most: the report's tolerance_why). 0: the dtype's. Fit (losses) keeps
+     * the dtype's; a sampler's generate its own (1e-1). */
     double bf16_tolerance;
     const char *bf16_why;
 };
