@@ -483,6 +483,7 @@ static void test_linear_rounds_once(void **state) {
     tr_graph_set_output(g, lin, "linear");
     tr_graph_set_output(g, tr_add(g, b, mm2), "product + bias");
     tr_graph_set_output(g, mm2, "product");
+    tr_graph_set_output(g, tr_add(g, b, tr_matmul(g, x, w, 0, 1)), "bias + product"); /* a linear too */
     if (tr_graph_status(g, &err) != TR_OK) fail_msg("graph: %s", err.msg);
     struct tr_tensor tw = tr_test_tensor(dt, 2, (int64_t[]){F, D}), tw2 = tr_test_tensor(dt, 2, (int64_t[]){F, D});
     struct tr_tensor tb = tr_test_tensor(dt, 1, (int64_t[]){F}), tx = tr_test_tensor(dt, 3, (int64_t[]){B, T, D});
@@ -497,9 +498,10 @@ static void test_linear_rounds_once(void **state) {
     /* what the kernels give for each, called directly */
     struct tr_kernels *k = NULL;
     if (tr_kernels_init(&k, TR_DEVICE_CPU, 0, &err) != TR_OK) fail_msg("%s", err.msg);
-    struct tr_tensor want[3], prod = tr_test_tensor(dt, 3, (int64_t[]){B, T, F});
-    for (int i = 0; i < 3; i++) want[i] = tr_test_tensor(dt, 3, (int64_t[]){B, T, F});
+    struct tr_tensor want[4], prod = tr_test_tensor(dt, 3, (int64_t[]){B, T, F});
+    for (int i = 0; i < 4; i++) want[i] = tr_test_tensor(dt, 3, (int64_t[]){B, T, F});
     assert_int_equal(tr_k_matmul(k, &tx, &tw, &want[0], 0, 1, 1.0f, &tb, TR_ACT_NONE, &err), TR_OK);
+    assert_int_equal(tr_k_matmul(k, &tx, &tw, &want[3], 0, 1, 1.0f, &tb, TR_ACT_NONE, &err), TR_OK);
     assert_int_equal(tr_k_matmul(k, &tx, &tw2, &want[2], 0, 1, 1.0f, NULL, TR_ACT_NONE, &err), TR_OK);
     assert_int_equal(tr_k_binary(k, TR_OP_ADD, &tb, &want[2], &want[1], &err), TR_OK);
     assert_int_equal(tr_k_matmul(k, &tx, &tw, &prod, 0, 1, 1.0f, NULL, TR_ACT_NONE, &err), TR_OK);
@@ -517,25 +519,25 @@ static void test_linear_rounds_once(void **state) {
         struct tr_backend *be = init_torch(p, mode ? ro : NULL, mode);
         struct tr_program *prog = NULL;
         if (tr_backend_compile(be, g, &prog, &err) != TR_OK) fail_msg("compile: %s", err.msg);
-        struct tr_tensor out[3];
-        for (int i = 0; i < 3; i++) out[i] = tr_test_tensor(dt, 3, (int64_t[]){B, T, F});
+        struct tr_tensor out[4];
+        for (int i = 0; i < 4; i++) out[i] = tr_test_tensor(dt, 3, (int64_t[]){B, T, F});
         for (int step = 0; step < 4; step++) { /* reduce-overhead: warm-up, record, replays */
-            for (int i = 0; i < 3; i++) tr_test_poison(&out[i]);
-            if (tr_backend_execute(be, prog, 1, &tx, 3, out, &err) != TR_OK) fail_msg("execute: %s", err.msg);
-            for (int i = 0; i < 3; i++)
+            for (int i = 0; i < 4; i++) tr_test_poison(&out[i]);
+            if (tr_backend_execute(be, prog, 1, &tx, 4, out, &err) != TR_OK) fail_msg("execute: %s", err.msg);
+            for (int i = 0; i < 4; i++)
                 if (memcmp(out[i].data, want[i].data, tr_tensor_nbytes(&out[i])))
                     fail_msg("mode %d step %d: output %d is not the kernels' own", mode, step, i);
         }
         struct tr_backend_stats st;
         if (tr_backend_get_stats(be, prog, &st, &err) != TR_OK) fail_msg("stats: %s", err.msg);
-        assert_non_null(strstr(st.notes, "linear (matmul + bias as one addmm) x1"));
-        assert_int_equal(st.kernel_calls, 3);
-        tr_test_tensors_free(3, out);
+        assert_non_null(strstr(st.notes, "linear (matmul + bias as one addmm) x2"));
+        assert_int_equal(st.kernel_calls, 4);
+        tr_test_tensors_free(4, out);
         tr_program_free(prog);
         tr_backend_free(be);
         tr_plugin_close(p);
     }
-    tr_test_tensors_free(3, want);
+    tr_test_tensors_free(4, want);
     struct tr_tensor *ts[] = {&tw, &tw2, &tb, &tx, &prod, &twice};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) tr_test_tensor_free(ts[i]);
     tr_graph_free(g);
