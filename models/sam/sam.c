@@ -783,10 +783,11 @@ const struct tr_model_desc tr_model_sam = {
     .trainable = tr_model_trainable_all, /* fit builds only what it trains */
     .make_inputs = sam_make_inputs,
     .read_hf_config = sam_read_hf_config,
-    /* the low-resolution mask logits, many near 0: two backends' bf16 outputs differ by
-     * 0.4e-2 to 4.0e-2 on 6 random configs (make_vision_reference.py --model sam --dtype
-     * bf16, seeds 1 to 6), where transformers' own bf16 masks are 0.7e-2 to 1.2e-1 from
-     * float64 */
-    .bf16_tolerance = 1e-1,
+    /* the low-resolution mask logits are dot products over few channels that cancel to
+     * near 0: transformers' own bf16 masks are 0.7e-2 to 1.2e-1 from float64 on 12 random
+     * configs (make_vision_reference.py --model sam --dtype bf16, seeds 1 to 6 and 11 to
+     * 16), and trident's backends 0.4e-2 to 1.0e-1 apart there; the bound is about twice
+     * the worst */
+    .bf16_tolerance = 2e-1,
     .bf16_why = "SAM's masks (transformers': up to 1.2e-1 off f64)",
 };
