@@ -748,8 +748,7 @@ const struct tr_model_desc tr_model_stable_diffusion = {
     .make_inputs = sd_make_inputs,
     .default_seq_len = sd_default_seq_len,
     .read_hf_config = sd_read_hf_config,
-    /* predict: one UNet step (tr_model_unet_2d_condition's bound and measurement);
-     * generate: a sampler's bound (1e-1) */
-    .bf16_tolerance = 7e-2,
-    .bf16_why = "a UNet (diffusers' own: up to 3.4e-2 from f64)",
+    /* predict: one UNet step; generate: a sampler's bound (1e-1) */
+    .bf16_tolerance = TR_UNET_BF16_TOLERANCE,
+    .bf16_why = TR_UNET_BF16_WHY,
 };

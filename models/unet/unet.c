@@ -495,9 +495,6 @@ const struct tr_model_desc tr_model_unet_2d_condition = {
     .build = unet_build,
     .make_inputs = unet_make_inputs,
     .read_hf_config = unet_read_hf_config,
-    /* twice the worst of diffusers' own bf16 output against float64 on 17 random configs
-     * (tests/fixtures/make_vision_reference.py --model unet_2d_condition --dtype bf16, seeds
-     * 1 to 16): 0.8e-2 to 3.4e-2; trident's backends differ by 0.6e-2 to 2.7e-2 there */
-    .bf16_tolerance = 7e-2,
-    .bf16_why = "a UNet (diffusers' own: up to 3.4e-2 from f64)",
+    .bf16_tolerance = TR_UNET_BF16_TOLERANCE,
+    .bf16_why = TR_UNET_BF16_WHY,
 };

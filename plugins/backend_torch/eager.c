@@ -434,6 +434,14 @@ void tr_torch_release_all(struct tr_torch_program *p) {
     }
 }
 
+/* p->args[0..n) = the tensors of nodes ids[0..n), bound to this step's data. */
+static void bind_args(struct tr_torch_program *p, int n, const int *ids) {
+    for (int i = 0; i < n; i++) {
+        p->args[i] = p->nodes[ids[i]].t;
+        p->args[i].data = p->data[ids[i]];
+    }
+}
+
 /* Attention gradient group g at its lead: a block for each gradient, one call for all. */
 static int run_attn_group(struct tr_torch_program *p, int g, const int *in, struct tr_error *err) {
     const struct torch_attn_group *a = &p->attn_groups[g];
@@ -448,10 +456,7 @@ static int run_attn_group(struct tr_torch_program *p, int g, const int *in, stru
         t[w].data = p->data[a->grad[w]];
         grads[w] = &t[w];
     }
-    for (int i = 0; i < n->n_in; i++) {
-        p->args[i] = p->nodes[in[i]].t;
-        p->args[i].data = p->data[in[i]];
-    }
+    bind_args(p, n->n_in, in);
     p->kernel_calls++;
     if (p->rp.recording) return tr_torch_record_group(p, g, grads, err);
     return tr_attn_backward_of(p->k, &p->pir.nodes[a->lead], p->args, grads, NULL, err);
@@ -459,16 +464,13 @@ static int run_attn_group(struct tr_torch_program *p, int g, const int *in, stru
 
 /* A linear at its ADD (nodes[id].linear): the MATMUL's a and b, and the bias, in one
  * GEMM call; then the MATMUL's inputs are released as its own run would have. */
-static int run_linear(struct tr_torch_program *p, int id, const struct tr_tensor *out, struct tr_error *err) {
+static int run_linear(struct tr_torch_program *p, int id, struct tr_tensor *out, struct tr_error *err) {
     const struct torch_node *n = &p->nodes[id], *mm = &p->nodes[n->linear];
     const int *in = &p->in_ids[n->in_off], *mi = &p->in_ids[mm->in_off];
     const int ids[3] = {mi[0], mi[1], in[0] == n->linear ? in[1] : in[0]};
-    for (int i = 0; i < 3; i++) {
-        p->args[i] = p->nodes[ids[i]].t;
-        p->args[i].data = p->data[ids[i]];
-    }
+    bind_args(p, 3, ids);
     int rc = p->rp.recording ? tr_torch_record_linear(p, id, out, err)
-                             : tr_k_matmul(p->k, &p->args[0], &p->args[1], (struct tr_tensor *)out, 0, mm->attrs.ints[1],
+                             : tr_k_matmul(p->k, &p->args[0], &p->args[1], out, mm->attrs.ints[0], mm->attrs.ints[1],
                                            1.0f, &p->args[2], TR_ACT_NONE, err);
     if (rc != TR_OK) return rc;
     for (int i = 0; i < mm->n_in; i++)
@@ -504,10 +506,7 @@ static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
             return rc;
         }
         if (n->lse >= 0 && (rc = take_block(p, n->lse, err)) != TR_OK) return rc;
-        for (int i = 0; i < n->n_in; i++) {
-            p->args[i] = p->nodes[in[i]].t;
-            p->args[i].data = p->data[in[i]];
-        }
+        bind_args(p, n->n_in, in);
         struct tr_tensor out = n->t;
         out.data = p->data[id];
         p->kernel_calls++;

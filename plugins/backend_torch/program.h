@@ -142,11 +142,11 @@ int tr_torch_record_call(struct tr_torch_program *p, int id, const struct tr_ten
 /* The same for an ATTENTION (ATTENTION_REL) node with its lse node (nodes[id].lse): one bound call. */
 int tr_torch_record_pair(struct tr_torch_program *p, int id, const struct tr_tensor *out, const struct tr_tensor *lse,
                          struct tr_error *err);
-/* The same for attention gradient group g (attn_groups[g]), its gradients' tensors in
- * grads: one bound call of the fused backward. */
 /* The same for a linear (nodes[id].linear): one bound GEMM with its bias, a, b and the
  * bias in p->args[0..2]. */
 int tr_torch_record_linear(struct tr_torch_program *p, int id, const struct tr_tensor *out, struct tr_error *err);
+/* The same for attention gradient group g (attn_groups[g]), its gradients' tensors in
+ * grads: one bound call of the fused backward. */
 int tr_torch_record_group(struct tr_torch_program *p, int g, const struct tr_tensor *const grads[TR_ATTN_GRADS],
                           struct tr_error *err);
 void tr_torch_replay_free(struct tr_torch_program *p);
