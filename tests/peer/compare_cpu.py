@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""trident beside native PyTorch on this CPU, config by config, in one run.
+
+    python3 tests/peer/compare_cpu.py [--trident build/trident] [--compile] [--rounds 2] [--json OUT] [INI...]
+
+For each INI (default: every conf/cpu/*.ini that tests/peer/torch_cpu.py knows), runs
+`trident run INI --json` (every backend the INI names) and torch_cpu.py on the same work,
+alternating which goes first from round to round so that a drift in the machine's load
+falls on both; each side's figure is its best round's mean ms/step. Prints one table:
+trident's fastest backend, trident's torch backend (its eager model of PyTorch, the
+like-for-like row), PyTorch eager (and torch.compile with --compile), and PyTorch's time
+over trident's fastest (above 1: trident is faster). Absolute CPU times are noisy on a shared
+machine; the ratio, measured minutes apart on the same cores, is the figure to quote.
+"""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+KNOWN = ["bert_predict", "bert_fit", "gemma_predict", "gemma_fit", "gemma_generate", "mistral_predict", "mistral_fit",
+         "mistral_generate", "sd_predict", "sd_fit", "sam_predict", "sam_fit"]
+
+
+def trident(exe, ini, tmp):
+    out = os.path.join(tmp, "t.json")
+    p = subprocess.run([exe, "run", ini, "--json", out], cwd=ROOT, capture_output=True, text=True)
+    if not os.path.exists(out):
+        return None, f"trident exit {p.returncode}: {p.stderr.strip()[-300:]}"
+    d = json.load(open(out))
+    rows = [b for b in d["backends"] if b.get("ok")]
+    if not rows:
+        return None, "no trident backend ran"
+    best = min(rows, key=lambda b: b["mean_ms"])
+    return dict(backend=best["backend"], mean_ms=best["mean_ms"], first_step_ms=best["first_step_ms"],
+                all_ok=d["all_ok"], rows={b["backend"]: b["mean_ms"] for b in rows}), None
+
+
+def torch_row(ini, mode, tmp):
+    out = os.path.join(tmp, "p.json")
+    p = subprocess.run([sys.executable, os.path.join(HERE, "torch_cpu.py"), ini, "--mode", mode, "--json", out],
+                       cwd=ROOT, capture_output=True, text=True)
+    if p.returncode or not os.path.exists(out):
+        return None, f"torch_cpu.py exit {p.returncode}: {p.stderr.strip()[-300:]}"
+    return json.load(open(out)), None
+
+
+def better(a, b):
+    return b if a is None or (b is not None and b["mean_ms"] < a["mean_ms"]) else a
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("ini", nargs="*")
+    ap.add_argument("--trident", default=os.path.join(ROOT, "build", "trident"))
+    ap.add_argument("--compile", action="store_true", help="also torch.compile (inductor; needs a C++ compiler)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    inis = a.ini or [p for p in sorted(glob.glob(os.path.join(ROOT, "conf", "cpu", "*.ini")))
+                     if os.path.basename(p)[:-4] in KNOWN]
+    modes = ["eager"] + (["compile"] if a.compile else [])
+    table, failed = [], 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for ini in inis:
+            t, p, errs = None, {m: None for m in modes}, []
+            for r in range(a.rounds):
+                order = ["trident"] + modes if r % 2 == 0 else modes + ["trident"]
+                for who in order:
+                    if who == "trident":
+                        row, e = trident(a.trident, ini, tmp)
+                        t = better(t, row)
+                    else:
+                        row, e = torch_row(ini, who, tmp)
+                        p[who] = better(p[who], row)
+                    if e:
+                        errs.append(f"{who}: {e}")
+            name = os.path.relpath(ini, ROOT)
+            entry = dict(config=name, trident=t, pytorch=p, errors=errs)
+            table.append(entry)
+            cells = [f"{name:28s}"]
+            if t:
+                cells.append(f"{t['backend']:22s} {t['mean_ms']:9.2f} {t['rows'].get('torch', float('nan')):9.2f}")
+            else:
+                cells.append(f"{'FAILED':42s}")
+            for m in modes:
+                if t and p[m]:
+                    cells.append(f"{p[m]['mean_ms']:9.2f} {p[m]['mean_ms'] / t['mean_ms']:5.2f}x")
+                else:
+                    cells.append(f"{'FAILED':>16s}")
+            if errs:
+                failed += 1
+            print("  ".join(cells), flush=True)
+            for e in errs:
+                print(f"    {e}", flush=True)
+    head = f"{'config':28s}  {'trident fastest':22s} {'ms/step':>9s} {'its torch':>9s}" + "".join(
+        f"  {'pytorch' + ('' if m == 'eager' else ':compile'):>9s} {'ratio':>6s}" for m in modes)
+    print("\n" + head)
+    for e in table:
+        t = e["trident"]
+        line = f"{e['config']:28s}  " + (f"{t['backend']:22s} {t['mean_ms']:9.2f} {t['rows'].get('torch', float('nan')):9.2f}"
+                                         if t else f"{'FAILED':42s}")
+        for m in modes:
+            q = e["pytorch"][m]
+            line += f"  {q['mean_ms']:9.2f} {q['mean_ms'] / t['mean_ms']:5.2f}x" if t and q else f"  {'FAILED':>16s}"
+        print(line)
+    print("its torch = trident's torch backend (eager); ratio = PyTorch's ms/step over trident's fastest backend's "
+          "(above 1: trident is faster)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(table, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
