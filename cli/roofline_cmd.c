@@ -1,9 +1,10 @@
 /* trident roofline FILE.ini: the step's kernels against the device's floor (cli.h,
  * trident/roofline.h).
  *
- *   --device-peaks NAME   h200 or h100 (the default on cuda: h200), or measure (the
- *                         default on the cpu): this machine's f32 and bf16 GEMM rates and
- *                         copy bandwidth, measured with the shared kernels first
+ *   --device-peaks NAME   h200 or h100 (the default on cuda: the card's, by its name; h200
+ *                         where there is none, said so), or measure (the default on the
+ *                         cpu): this machine's f32 and bf16 GEMM rates and copy
+ *                         bandwidth, measured with the shared kernels first
  *   --run                 each group's kernel timed on the INI's device (random data;
  *                         integer inputs 0), beside its floor
  *   --reps R              timed calls per kernel (default 5; the median)
@@ -213,7 +214,16 @@ int tr_cli_roofline(int argc, char **argv) {
     if (!rc && !cfg.model_line) rc = tr_error_set(&err, TR_ERR_INVALID, "%s: no [run] model", ini);
     if (!rc) rc = tr_task_graph_build(&cfg, tr_builtin_models, &tg, &err);
     const struct tr_graph *g = tg.gen.decode ? tg.gen.decode : tg.graph;
-    if (!peaks) peaks = cfg.device_type == TR_DEVICE_CUDA ? "h200" : "measure";
+    if (!rc && !peaks && cfg.device_type == TR_DEVICE_CUDA) {
+        /* the card's own peaks; without a card here (a sheet needs none), the benchmark's H200 */
+        char gpu[128];
+        struct tr_error ignored = {0};
+        if (tr_kernels_device_describe(cfg.device_type, cfg.device_index, gpu, sizeof gpu, &ignored) == TR_OK &&
+            !(peaks = tr_roof_device_for_gpu(gpu)))
+            printf("roofline: no preset for %s: H200's peaks (--device-peaks names another)\n", gpu);
+        if (!peaks) peaks = "h200";
+    }
+    if (!peaks) peaks = "measure";
     const int measure = !strcmp(peaks, "measure");
     if (!rc && (run || measure)) rc = tr_kernels_init(&k, cfg.device_type, cfg.device_index, &err);
     if (!rc && k && cfg.math != TR_MATH_DEFAULT) rc = tr_kernels_set_math(k, cfg.math, &err);

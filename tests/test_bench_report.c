@@ -129,6 +129,14 @@ static void test_host_line(void **state) {
     snprintf(rep.omp_wait, sizeof rep.omp_wait, "libgomp default (spin 300000)");
     snprintf(rep.omp_wait_by, sizeof rep.omp_wait_by, "none");
     expect_printed(&rep, ", 1 thread, OpenMP wait libgomp default (spin 300000)\n");
+
+    /* a run on a GPU names the card under the cpu, before the table; the cpu's run has no line */
+    expect_not_printed(&rep, "\ngpu ");
+    snprintf(rep.gpu, sizeof rep.gpu, "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB, driver 13.0, runtime 13.0");
+    char *gpu = printed(&rep);
+    expect_in(gpu, "(spin 300000)\ngpu NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB, driver 13.0, runtime 13.0\n");
+    assert_true(strstr(gpu, "\ngpu NVIDIA") < strstr(gpu, "first ms"));
+    free(gpu);
 }
 
 static void test_json(void **state) {

@@ -112,10 +112,25 @@ static void test_device_routing(void **state) {
     if (G) {
         assert_int_equal(avail, TR_OK);
         assert_true(tr_kernels_cuda_built());
+        char gpu[128] = "";
+        assert_int_equal(tr_kernels_device_describe(TR_DEVICE_CUDA, 0, gpu, sizeof gpu, &e), TR_OK);
+        assert_non_null(strstr(gpu, ", sm_"));
+        printf("device: %s\n", gpu);
         return;
     }
     assert_int_equal(avail, TR_ERR_DEVICE);
     assert_non_null(strstr(e.msg, "no CUDA device found"));
+    /* the description a report names the card by: none without one, the cpu's brand on the cpu */
+    char name[128] = "poison";
+    struct tr_error d = {0};
+    assert_int_equal(tr_kernels_device_describe(TR_DEVICE_CUDA, 0, name, sizeof name, &d), TR_ERR_DEVICE);
+    assert_non_null(strstr(d.msg, "no CUDA device found"));
+    assert_string_equal(name, "");
+    struct tr_cpu_info cpu;
+    assert_int_equal(tr_kernels_cpu_info(&cpu, &d), TR_OK);
+    assert_int_equal(tr_kernels_device_describe(TR_DEVICE_CPU, 0, name, sizeof name, &d), TR_OK);
+    assert_string_equal(name, cpu.model);
+    assert_int_equal(tr_kernels_device_describe(7, 0, name, sizeof name, &d), TR_ERR_INVALID);
     assert_non_null(strstr(no_device, "no CUDA device found"));
     struct tr_kernels *k = NULL;
     assert_int_equal(tr_kernels_init(&k, TR_DEVICE_CUDA, 0, &e), TR_ERR_DEVICE);

@@ -121,6 +121,15 @@ static void test_presets(void **state) {
     assert_int_equal(tr_roof_sheet_build(g, TR_MATH_DEFAULT, &none, &s, &e), TR_ERR_INVALID);
     tr_assert_msg_has(&e, "has no peaks");
     tr_graph_free(g);
+
+    /* a card's preset by the name CUDA gives it; none for the parts whose peaks differ */
+    assert_string_equal(tr_roof_device_for_gpu("NVIDIA H100 80GB HBM3"), "h100");
+    assert_string_equal(tr_roof_device_for_gpu("NVIDIA H200"), "h200");
+    assert_string_equal(tr_roof_device_for_gpu("NVIDIA H200 NVL"), "h200");
+    assert_null(tr_roof_device_for_gpu("NVIDIA H100 PCIe"));
+    assert_null(tr_roof_device_for_gpu("NVIDIA H100 NVL"));
+    assert_null(tr_roof_device_for_gpu("NVIDIA A100-SXM4-80GB"));
+    assert_null(tr_roof_device_for_gpu(NULL));
 }
 
 TR_TEST_MAIN(NULL, NULL, test_visible_fraction, test_sheet, test_attention, test_presets)

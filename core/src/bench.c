@@ -648,26 +648,37 @@ static int check_memory(const struct tr_config *cfg, const struct tr_task_graph 
     return TR_OK;
 }
 
+/* The device check's answer, in memory shared with the child that asks. */
 struct device_probe {
-    int device_type;
-    struct tr_error *err;       /* shared with the child */
+    int device_type, device_index;
+    struct tr_error err;
+    char name[128];
 };
 
 static int device_probe_run(void *arg, int cmd) {
     (void)cmd;
     struct device_probe *p = arg;
-    return tr_kernels_device_available(p->device_type, p->err);
+    return tr_kernels_device_describe(p->device_type, p->device_index, p->name, sizeof p->name, &p->err);
 }
 
-static int device_check(const struct tr_config *cfg, int isolate, struct tr_error *err) {
-    if (!isolate || cfg->device_type == TR_DEVICE_CPU) return tr_kernels_device_available(cfg->device_type, err);
-    struct tr_error *shared = tr_shared_alloc(sizeof *shared, err);
-    if (!shared) return err->status;
-    struct device_probe p = {.device_type = cfg->device_type, .err = shared};
-    int status = TR_OK;
-    int rc = tr_child_once(device_probe_run, &p, 'D', cfg->backend_timeout, "the device check", &status, err);
-    if (!rc && status) *err = *shared, rc = status;
-    tr_shared_free(shared, sizeof *shared);
+/* Whether the run's device is there, and (not the cpu) its name into gpu[n], so that
+ * every report says which card its figures come from. */
+static int device_check(const struct tr_config *cfg, int isolate, char *gpu, size_t n, struct tr_error *err) {
+    if (cfg->device_type == TR_DEVICE_CPU) return tr_kernels_device_available(cfg->device_type, err);
+    struct device_probe local, *p = isolate ? tr_shared_alloc(sizeof *p, err) : &local;
+    if (!p) return err->status;
+    memset(p, 0, sizeof *p);
+    p->device_type = cfg->device_type;
+    p->device_index = cfg->device_index;
+    int status = TR_OK, rc;
+    if (isolate) {
+        rc = tr_child_once(device_probe_run, p, 'D', cfg->backend_timeout, "the device check", &status, err);
+        if (!rc && status) *err = p->err, rc = status;
+    } else if ((rc = device_probe_run(p, 'D')) != TR_OK) {
+        *err = p->err;
+    }
+    if (!rc) snprintf(gpu, n, "%s", p->name);
+    if (isolate) tr_shared_free(p, sizeof *p);
     return rc;
 }
 
@@ -777,7 +788,7 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     /* After the size line: a user without the device still learns what the run needs.
      * Isolated, asked in a child: on cuda this process must not touch the device before
      * its children do (a CUDA context does not survive fork). */
-    if ((rc = device_check(cfg, isolate, err)) != TR_OK) {
+    if ((rc = device_check(cfg, isolate, rep->gpu, sizeof rep->gpu, err)) != TR_OK) {
         tr_task_graph_free(&tg);
         return tr_error_prefix(err, "%s: [run] device = %s", cfg->file, cfg->device);
     }

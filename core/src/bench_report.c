@@ -93,6 +93,7 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
             rep->input, (double)rep->param_count / 1e6, (double)rep->param_bytes / 1048576.0,
             rep->flops_per_step / 1e9);
     tr_bench_print_host(rep, f);
+    if (rep->gpu[0]) fprintf(f, "gpu %s\n", rep->gpu);
     fprintf(f, "%lld timed steps after %lld warm-up step%s%s%s; 'first' is init + compile + step 1, left out of the "
             "rest\n", (long long)rep->steps, (long long)rep->warmup, rep->warmup == 1 ? "" : "s",
             rep->schedule[0] ? ", " : "",

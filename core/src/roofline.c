@@ -21,6 +21,13 @@ int tr_roof_device_preset(const char *name, struct tr_roof_device *d, struct tr_
     return tr_error_set(err, TR_ERR_NOT_FOUND, "roofline: no device '%s' (h200, h100; or measure)", name ? name : "");
 }
 
+const char *tr_roof_device_for_gpu(const char *gpu_name) {
+    if (!gpu_name) return NULL;
+    if (strstr(gpu_name, "H200")) return "h200";
+    if (strstr(gpu_name, "H100") && !strstr(gpu_name, "PCIe") && !strstr(gpu_name, "NVL")) return "h100";
+    return NULL;
+}
+
 static int is_matrix_op(int op) {
     return op == TR_OP_MATMUL || op == TR_OP_ATTENTION || op == TR_OP_ATTENTION_REL || op == TR_OP_ATTENTION_GRAD ||
            op == TR_OP_ATTENTION_REL_GRAD || op == TR_OP_CONV2D || op == TR_OP_CONV2D_GRAD_INPUT ||

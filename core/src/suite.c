@@ -416,6 +416,13 @@ int tr_suite_write_md(const struct tr_suite *s, const struct tr_suite_result *re
         md_text(f, res[0].rep.cpu.model);
         fprintf(f, ", isa %s, %d threads.\n", tr_cpu_isa_name(res[0].rep.cpu.isa), res[0].rep.threads);
     }
+    for (int i = 0; i < s->n_rows; i++) /* the first row that ran on a GPU names it */
+        if (res[i].rep.gpu[0]) {
+            fputs("\nGPU: ", f);
+            md_text(f, res[i].rep.gpu);
+            fputs(".\n", f);
+            break;
+        }
     return close_out(f, path, err);
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one script run where a GPU is lent (an H200, 16 cores), as one command, in at most
+# The one script run where a GPU is lent (an H100 or H200, 16 cores), as one command, in at most
 # 540 s all told (TRIDENT_GPU_BUDGET):
 #   bash tests/gpu/run.sh OUT_DIR
 # Every step has a planned budget in seconds (`plan` below, printed first; the plans add
@@ -20,7 +20,7 @@
 # 4. the ceilings: cuBLASLt bf16 GEMM TFLOP/s at 8192^3, device-to-device copy GB/s,
 #    attention forward TFLOP/s at sequence 2048 (tests/gpu/bench_cuda.c); then the roofline
 #    sheets (trident roofline --run) of BERT base predict/fit and the 7B LLMs' fit and
-#    generate: each kernel timed alone beside its H200 floor and its design time;
+#    generate: each kernel timed alone beside its floor on the card found (h100, h200) and its design time;
 # 5. BERT base predict (batch 256) and fit (batch 32), sequence 512, on every backend
 #    (conf/bert_predict.ini, conf/bert_fit.ini, 5 timed steps);
 # 6. Gemma and Mistral small: generate (2 steps) and LoRA fit (5 steps) on every backend on cuda;
@@ -327,7 +327,7 @@ fi
 result[ceilings]=${status[ceilings]}
 
 # ---- 4b. the roofline sheets: each kernel of the benchmark's BERT base and 7B LLM steps at
-#      their shapes, timed alone on random data, beside its H200 floor and design time
+#      their shapes, timed alone on random data, beside its floor on that card and its design time
 #      (trident roofline; the sheet's step floor is the BERT table's floor column) ----
 if need_build roofline; then
   run_row roofline "$out/roofline.log" bash tests/gpu/roofline.sh "$trident" "$out"

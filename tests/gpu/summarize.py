@@ -206,7 +206,8 @@ def main():
                 f"{'loss 1st':>8} {'loss last':>9} agrees",
                 llm, lambda r: f"{r['row']:22} {r['backend']:26}", llm_cells)
 
-    print("\nroofline sheets (trident roofline --run: each kernel alone at its shapes; H200 peaks)")
+    peaks = sorted({str(reports[n].get("device_peaks")) for n in ROOF_ROWS if reports[n]})
+    print(f"\nroofline sheets (trident roofline --run: each kernel alone at its shapes; peaks: {', '.join(peaks) or '-'})")
     for name in ROOF_ROWS:
         sh = reports[name]
         if not sh:

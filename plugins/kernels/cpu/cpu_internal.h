@@ -119,6 +119,7 @@ static inline int tr_cpu_cache_lru(const void *entries, int n, size_t stride, si
  * points of context.c and tr_kernels_run route to these on the context's device. */
 struct tr_cuda_ctx;
 int tr_cuda_available(int device_index, struct tr_error *err);
+int tr_cuda_describe(int device_index, char *buf, size_t n, struct tr_error *err);
 int tr_cuda_ctx_init(struct tr_kernels *k, int device_index, struct tr_error *err);
 void tr_cuda_ctx_free(struct tr_kernels *k);
 int tr_cuda_alloc(struct tr_kernels *k, size_t nbytes, void **p, struct tr_error *err);

@@ -37,6 +37,20 @@ int tr_cuda_available(int device_index, struct tr_error *err) {
     return TR_OK;
 }
 
+int tr_cuda_describe(int device_index, char *buf, size_t n, struct tr_error *err) {
+    int rc = tr_cuda_available(device_index, err);
+    struct cudaDeviceProp prop;
+    if (!rc) rc = TR_CU_CHECK(cudaGetDeviceProperties(&prop, device_index), "cuda: cudaGetDeviceProperties", err);
+    if (rc) return rc;
+    int drv = 0, rt = 0;
+    (void)cudaDriverGetVersion(&drv);
+    (void)cudaRuntimeGetVersion(&rt);
+    snprintf(buf, n, "%s, sm_%d%d, %d SMs, %.1f GiB, driver %d.%d, runtime %d.%d", prop.name, prop.major, prop.minor,
+             prop.multiProcessorCount, (double)prop.totalGlobalMem / 1073741824.0, drv / 1000, drv % 1000 / 10,
+             rt / 1000, rt % 1000 / 10);
+    return TR_OK;
+}
+
 static int dev_malloc(void *ctx, size_t n, void **p) {
     (void)ctx;
     if (cudaMalloc(p, n) != cudaSuccess) {

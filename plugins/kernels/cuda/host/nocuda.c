@@ -15,6 +15,11 @@ int tr_cuda_available(int device_index, struct tr_error *err) {
     return tr_error_set(err, TR_ERR_DEVICE, "%s", no_cuda);
 }
 
+int tr_cuda_describe(int device_index, char *buf, size_t n, struct tr_error *err) {
+    (void)buf, (void)n;
+    return tr_cuda_available(device_index, err);
+}
+
 int tr_cuda_ctx_init(struct tr_kernels *k, int device_index, struct tr_error *err) {
     (void)k;
     return tr_cuda_available(device_index, err);

@@ -80,6 +80,11 @@ const char *tr_cpu_isa_name(enum tr_cpu_isa isa);
 /* Whether this build has a device type (the cpu always; cuda where nvcc was found and a
  * device is present). Fills err with the reason when not. */
 int tr_kernels_device_available(int device_type, struct tr_error *err);
+/* What runs the kernels of a device, in words, for reports: the cpu's brand string; on
+ * cuda the GPU's name, compute capability, SMs and memory ("NVIDIA H100 80GB HBM3, sm_90,
+ * 132 SMs, 79.1 GiB"). Initialises the CUDA runtime on cuda: ask it where the device may
+ * be touched (a child of a run that forks). Fails as tr_kernels_device_available. */
+int tr_kernels_device_describe(int device_type, int device_index, char *buf, size_t n, struct tr_error *err);
 
 /* ---- device memory (host memory on the cpu; 64-byte aligned) ---- */
 int tr_kernels_alloc(struct tr_kernels *k, size_t nbytes, void **p, struct tr_error *err);
