@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """trident beside native PyTorch on this CPU, config by config, in one run.
 
-    python3 tests/peer/compare_cpu.py [--trident build/trident] [--compile] [--rounds 2] [--json OUT] [INI...]
+    python3 tests/peer/compare_cpu.py [--trident build/trident] [--compile] [--rounds 2] [--dtype bf16] [--json OUT] [INI...]
 
 For each INI (default: every conf/cpu/*.ini that tests/peer/torch_cpu.py knows), runs
 `trident run INI --json` (every backend the INI names) and torch_cpu.py on the same work,
@@ -11,6 +11,7 @@ trident's fastest backend, trident's torch backend (its eager model of PyTorch, 
 like-for-like row), PyTorch eager (and torch.compile with --compile), and PyTorch's time
 over trident's fastest (above 1: trident is faster). Absolute CPU times are noisy on a shared
 machine; the ratio, measured minutes apart on the same cores, is the figure to quote.
+--dtype bf16 runs each INI as a copy with [run] dtype = bf16 (predict and generate only).
 """
 import argparse
 import glob
@@ -49,6 +50,27 @@ def torch_row(ini, mode, tmp):
     return json.load(open(out)), None
 
 
+def with_dtype(ini, dtype, tmp):
+    """A copy of ini in tmp with [run] dtype set (the conf/cpu INIs name no relative paths)."""
+    lines, out, in_run, done = open(ini).read().splitlines(), [], False, False
+    for ln in lines:
+        s = ln.strip()
+        if s.startswith("["):
+            if in_run and not done:
+                out.append(f"dtype = {dtype}")
+                done = True
+            in_run = s.lower() == "[run]"
+        elif in_run and s.split("=")[0].strip() == "dtype":
+            ln, done = f"dtype = {dtype}", True
+        out.append(ln)
+    if in_run and not done:
+        out.append(f"dtype = {dtype}")
+    path = os.path.join(tmp, f"{os.path.basename(ini)[:-4]}.{dtype}.ini")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+    return path
+
+
 def better(a, b):
     return b if a is None or (b is not None and b["mean_ms"] < a["mean_ms"]) else a
 
@@ -59,6 +81,7 @@ def main():
     ap.add_argument("--trident", default=os.path.join(ROOT, "build", "trident"))
     ap.add_argument("--compile", action="store_true", help="also torch.compile (inductor; needs a C++ compiler)")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--dtype", choices=["f32", "bf16"], help="run each INI at this dtype (a copy of it)")
     ap.add_argument("--json")
     a = ap.parse_args()
     inis = a.ini or [p for p in sorted(glob.glob(os.path.join(ROOT, "conf", "cpu", "*.ini")))
@@ -67,6 +90,9 @@ def main():
     table, failed = [], 0
     with tempfile.TemporaryDirectory() as tmp:
         for ini in inis:
+            name = os.path.relpath(ini, ROOT) + (f" ({a.dtype})" if a.dtype else "")
+            if a.dtype:
+                ini = with_dtype(ini, a.dtype, tmp)
             t, p, errs = None, {m: None for m in modes}, []
             for r in range(a.rounds):
                 order = ["trident"] + modes if r % 2 == 0 else modes + ["trident"]
@@ -79,10 +105,9 @@ def main():
                         p[who] = better(p[who], row)
                     if e:
                         errs.append(f"{who}: {e}")
-            name = os.path.relpath(ini, ROOT)
             entry = dict(config=name, trident=t, pytorch=p, errors=errs)
             table.append(entry)
-            cells = [f"{name:28s}"]
+            cells = [f"{name:34s}"]
             if t:
                 cells.append(f"{t['backend']:22s} {t['mean_ms']:9.2f} {t['rows'].get('torch', float('nan')):9.2f}")
             else:
@@ -97,12 +122,12 @@ def main():
             print("  ".join(cells), flush=True)
             for e in errs:
                 print(f"    {e}", flush=True)
-    head = f"{'config':28s}  {'trident fastest':22s} {'ms/step':>9s} {'its torch':>9s}" + "".join(
+    head = f"{'config':34s}  {'trident fastest':22s} {'ms/step':>9s} {'its torch':>9s}" + "".join(
         f"  {'pytorch' + ('' if m == 'eager' else ':compile'):>9s} {'ratio':>6s}" for m in modes)
     print("\n" + head)
     for e in table:
         t = e["trident"]
-        line = f"{e['config']:28s}  " + (f"{t['backend']:22s} {t['mean_ms']:9.2f} {t['rows'].get('torch', float('nan')):9.2f}"
+        line = f"{e['config']:34s}  " + (f"{t['backend']:22s} {t['mean_ms']:9.2f} {t['rows'].get('torch', float('nan')):9.2f}"
                                          if t else f"{'FAILED':42s}")
         for m in modes:
             q = e["pytorch"][m]

@@ -5,6 +5,9 @@ measures (ms/step over `steps` steps after `warmup` left out; the first step on 
 
     torch_cpu.py conf/cpu/bert_predict.ini [--mode eager|compile] [--threads N] [--steps N] [--json OUT]
 
+dtype f32, or bf16 for predict and generate (weights and float inputs in bf16, as
+trident's bf16 run; a bf16 fit is refused: PyTorch's and trident's master weights differ).
+
 The model is the Hugging Face class trident names its model after (transformers' BERT,
 Gemma, Mistral, CLIP and SAM; diffusers' UNet and VAE), built from the config of the
 preset the INI names (random weights: speed does not depend on them), at the INI's batch,
@@ -78,7 +81,10 @@ SAM = {
 
 def ini(path):
     cp = configparser.ConfigParser(inline_comment_prefixes=(";", "#"))
-    cp.read(path)
+    if not cp.read(path):
+        sys.exit(f"torch_cpu.py: {path}: cannot read it")
+    if not cp.has_section("run") or "model" not in cp["run"] or "task" not in cp["run"]:
+        sys.exit(f"torch_cpu.py: {path}: no [run] model and task")
     return cp
 
 
@@ -235,8 +241,13 @@ def main():
     import torch
     cp = ini(a.ini)
     run = cp["run"]
-    if run.get("device", "cpu") != "cpu" or run.get("dtype", "f32") != "f32":
-        sys.exit("torch_cpu.py: only device = cpu and dtype = f32 are written here")
+    dtype = run.get("dtype", "f32")
+    if run.get("device", "cpu") != "cpu" or dtype not in ("f32", "bf16"):
+        sys.exit("torch_cpu.py: only device = cpu, dtype f32 or bf16, are written here")
+    if dtype == "bf16":
+        if run["task"] not in ("predict", "generate"):
+            sys.exit("torch_cpu.py: bf16 is written for predict and generate (a bf16 fit's master weights differ)")
+        torch.set_default_dtype(torch.bfloat16)  # the models' weights and the float inputs
     threads = a.threads or run.getint("threads", 0) or os.cpu_count()
     torch.set_num_threads(threads)
     steps = a.steps or run.getint("steps", 20)
@@ -246,8 +257,10 @@ def main():
         step = torch.compile(step)
     with torch.inference_mode(run["task"] in ("predict", "generate")):
         t0 = time.perf_counter()
-        step()
+        y = step()
         first = (time.perf_counter() - t0) * 1e3
+        if dtype == "bf16" and torch.is_tensor(y) and y.is_floating_point() and y.dtype != torch.bfloat16:
+            sys.exit(f"torch_cpu.py: the bf16 step's output is {y.dtype}")
         for _ in range(warmup - 1):
             step()
         times = []
@@ -256,7 +269,7 @@ def main():
             step()
             times.append((time.perf_counter() - t0) * 1e3)
     times.sort()
-    row = dict(config=a.ini, backend="pytorch" + ("" if a.mode == "eager" else ":compile"), torch=torch.__version__,
+    row = dict(config=a.ini, backend="pytorch" + ("" if a.mode == "eager" else ":compile"), torch=torch.__version__, dtype=dtype,
                threads=threads, steps=steps, first_step_ms=round(first, 2),
                mean_ms=round(sum(times) / len(times), 3), median_ms=round(times[len(times) // 2], 3))
     print(json.dumps(row))
