@@ -125,7 +125,7 @@ static void test_presets(void **state) {
     /* a card's preset by the name CUDA gives it; none for the parts whose peaks differ */
     assert_string_equal(tr_roof_device_for_gpu("NVIDIA H100 80GB HBM3"), "h100");
     assert_string_equal(tr_roof_device_for_gpu("NVIDIA H200"), "h200");
-    assert_string_equal(tr_roof_device_for_gpu("NVIDIA H200 NVL"), "h200");
+    assert_null(tr_roof_device_for_gpu("NVIDIA H200 NVL"));
     assert_null(tr_roof_device_for_gpu("NVIDIA H100 PCIe"));
     assert_null(tr_roof_device_for_gpu("NVIDIA H100 NVL"));
     assert_null(tr_roof_device_for_gpu("NVIDIA A100-SXM4-80GB"));

@@ -23,8 +23,9 @@ int tr_roof_device_preset(const char *name, struct tr_roof_device *d, struct tr_
 
 const char *tr_roof_device_for_gpu(const char *gpu_name) {
     if (!gpu_name) return NULL;
+    if (strstr(gpu_name, "PCIe") || strstr(gpu_name, "NVL")) return NULL;
     if (strstr(gpu_name, "H200")) return "h200";
-    if (strstr(gpu_name, "H100") && !strstr(gpu_name, "PCIe") && !strstr(gpu_name, "NVL")) return "h100";
+    if (strstr(gpu_name, "H100")) return "h100";
     return NULL;
 }
 

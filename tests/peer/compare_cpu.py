@@ -27,8 +27,15 @@ KNOWN = ["bert_predict", "bert_fit", "gemma_predict", "gemma_fit", "gemma_genera
          "mistral_generate", "sd_predict", "sd_fit", "sam_predict", "sam_fit"]
 
 
+def fresh(path):
+    """path with no file of an earlier call at it (each call writes the same name)."""
+    if os.path.exists(path):
+        os.remove(path)
+    return path
+
+
 def trident(exe, ini, tmp):
-    out = os.path.join(tmp, "t.json")
+    out = fresh(os.path.join(tmp, "t.json"))
     p = subprocess.run([exe, "run", ini, "--json", out], cwd=ROOT, capture_output=True, text=True)
     if not os.path.exists(out):
         return None, f"trident exit {p.returncode}: {p.stderr.strip()[-300:]}"
@@ -37,12 +44,14 @@ def trident(exe, ini, tmp):
     if not rows:
         return None, "no trident backend ran"
     best = min(rows, key=lambda b: b["mean_ms"])
-    return dict(backend=best["backend"], mean_ms=best["mean_ms"], first_step_ms=best["first_step_ms"],
-                all_ok=d["all_ok"], rows={b["backend"]: b["mean_ms"] for b in rows}), None
+    row = dict(backend=best["backend"], mean_ms=best["mean_ms"], first_step_ms=best["first_step_ms"],
+               all_ok=d["all_ok"], rows={b["backend"]: b["mean_ms"] for b in rows})
+    # a time from backends that disagree is still shown, but the config counts as failed
+    return row, None if d["all_ok"] else f"exit {p.returncode}: not all backends ran and agree"
 
 
 def torch_row(ini, mode, tmp):
-    out = os.path.join(tmp, "p.json")
+    out = fresh(os.path.join(tmp, "p.json"))
     p = subprocess.run([sys.executable, os.path.join(HERE, "torch_cpu.py"), ini, "--mode", mode, "--json", out],
                        cwd=ROOT, capture_output=True, text=True)
     if p.returncode or not os.path.exists(out):
@@ -69,6 +78,17 @@ def with_dtype(ini, dtype, tmp):
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
     return path
+
+
+def line(e, modes):
+    """One config's row of the table."""
+    t = e["trident"]
+    s = f"{e['config']:34s}  " + (f"{t['backend']:22s} {t['mean_ms']:9.2f} {t['rows'].get('torch', float('nan')):9.2f}"
+                                  if t else f"{'FAILED':42s}")
+    for m in modes:
+        q = e["pytorch"][m]
+        s += f"  {q['mean_ms']:9.2f} {q['mean_ms'] / t['mean_ms']:5.2f}x" if t and q else f"  {'FAILED':>16s}"
+    return s
 
 
 def better(a, b):
@@ -107,32 +127,16 @@ def main():
                         errs.append(f"{who}: {e}")
             entry = dict(config=name, trident=t, pytorch=p, errors=errs)
             table.append(entry)
-            cells = [f"{name:34s}"]
-            if t:
-                cells.append(f"{t['backend']:22s} {t['mean_ms']:9.2f} {t['rows'].get('torch', float('nan')):9.2f}")
-            else:
-                cells.append(f"{'FAILED':42s}")
-            for m in modes:
-                if t and p[m]:
-                    cells.append(f"{p[m]['mean_ms']:9.2f} {p[m]['mean_ms'] / t['mean_ms']:5.2f}x")
-                else:
-                    cells.append(f"{'FAILED':>16s}")
             if errs:
                 failed += 1
-            print("  ".join(cells), flush=True)
+            print(line(entry, modes), flush=True)
             for e in errs:
                 print(f"    {e}", flush=True)
     head = f"{'config':34s}  {'trident fastest':22s} {'ms/step':>9s} {'its torch':>9s}" + "".join(
         f"  {'pytorch' + ('' if m == 'eager' else ':compile'):>9s} {'ratio':>6s}" for m in modes)
     print("\n" + head)
     for e in table:
-        t = e["trident"]
-        line = f"{e['config']:34s}  " + (f"{t['backend']:22s} {t['mean_ms']:9.2f} {t['rows'].get('torch', float('nan')):9.2f}"
-                                         if t else f"{'FAILED':42s}")
-        for m in modes:
-            q = e["pytorch"][m]
-            line += f"  {q['mean_ms']:9.2f} {q['mean_ms'] / t['mean_ms']:5.2f}x" if t and q else f"  {'FAILED':>16s}"
-        print(line)
+        print(line(e, modes))
     print("its torch = trident's torch backend (eager); ratio = PyTorch's ms/step over trident's fastest backend's "
           "(above 1: trident is faster)")
     if a.json:

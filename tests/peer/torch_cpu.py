@@ -71,7 +71,6 @@ VAE = {
     "tiny": dict(layers_per_block=1, norm_num_groups=4, sample_size=16, block_out_channels=(16, 32)),
     "small": dict(layers_per_block=1, norm_num_groups=16, sample_size=64, block_out_channels=(32, 64, 128)),
 }
-SAM_DECODER = dict(output_channels=256, num_pos_feats=128)
 SAM = {
     "small": dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=4, mlp_dim=1024, image_size=512,
                   patch_size=16, window_size=7, global_attn_indexes=[2, 5], output_channels=256,
@@ -95,7 +94,7 @@ def preset(table, name, model):
 
 
 def build(cp, torch):
-    """The step function of the INI's work, and what the row says of it."""
+    """The step function of the INI's work (one call: one step as trident counts it)."""
     run = cp["run"]
     model, task, name = run["model"], run["task"], run.get("preset", "tiny")
     batch = run.getint("batch")

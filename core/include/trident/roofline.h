@@ -37,8 +37,8 @@ struct tr_roof_device {
 /* "h200" (what the benchmark's GPU rows run on), "h100": dense peaks and HBM bandwidth. */
 int tr_roof_device_preset(const char *name, struct tr_roof_device *d, struct tr_error *err);
 /* The preset for a GPU by its name as CUDA gives it ("NVIDIA H100 80GB HBM3" -> "h100",
- * "NVIDIA H200" -> "h200"); NULL for a card without one (an H100 PCIe's HBM2e and
- * clocks are not the SXM part's either). */
+ * "NVIDIA H200" -> "h200"): the presets are the SXM parts', so NULL for a PCIe or NVL
+ * card (lower clocks; an H100 PCIe's HBM2e, an H100 NVL's 3.9 TB/s) and any other. */
 const char *tr_roof_device_for_gpu(const char *gpu_name);
 
 /* The fractions of the device's peaks a kernel is designed to reach (design time =

@@ -17,9 +17,9 @@ int tr_kernels_device_available(int device_type, struct tr_error *err) {
 int tr_kernels_device_describe(int device_type, int device_index, char *buf, size_t n, struct tr_error *err) {
     if (!buf || n == 0) return tr_error_set(err, TR_ERR_INVALID, "tr_kernels_device_describe: no buffer");
     buf[0] = '\0';
+    if (device_type == TR_DEVICE_CUDA) return tr_cuda_describe(device_index, buf, n, err); /* checks the index */
     int rc = tr_kernels_device_available(device_type, err);
     if (rc) return rc;
-    if (device_type == TR_DEVICE_CUDA) return tr_cuda_describe(device_index, buf, n, err);
     struct tr_cpu_info info;
     if ((rc = tr_kernels_cpu_info(&info, err)) != TR_OK) return rc;
     snprintf(buf, n, "%s", info.model);
