@@ -89,7 +89,7 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
                               const struct tr_tensor *mask, const struct tr_tensor *rel,
                               const struct tr_tensor *const saved[2], float scale, int causal, int window,
                               struct tr_tensor *const outs[5], struct tr_error *err);
-static int check_saved(const char *kn, const struct tr_tensor *dy, const struct tr_tensor *const saved[2],
+static int check_saved(const char *kn, int device, const struct tr_tensor *dy, const struct tr_tensor *const saved[2],
                        struct tr_error *err);
 
 int tr_k_attention_grad(struct tr_kernels *k, const struct tr_tensor *q, const struct tr_tensor *kk,
@@ -216,7 +216,7 @@ int tr_kernels_bind_attention_rel_backward(struct tr_kernels *k, const struct tr
             rc = tr_error_set(err, TR_ERR_SHAPE, "%s: gradient %d %s should be shaped and typed as its operand %s", kn,
                               w, tr_cpu_desc(grads[w], d1, sizeof d1), tr_cpu_desc(&in[w], d2, sizeof d2));
         }
-    if (!rc && y) rc = check_saved(kn, &in[5], (const struct tr_tensor *const[2]){y, lse}, err);
+    if (!rc && y) rc = check_saved(kn, k->device_type, &in[5], (const struct tr_tensor *const[2]){y, lse}, err);
     if (rc) return rc;
     call->op = -1;
     call->n_in = y ? 8 : 6;
@@ -229,14 +229,20 @@ int tr_kernels_bind_attention_rel_backward(struct tr_kernels *k, const struct tr
     return tr_cpu_keep_plan(call, &pl, sizeof pl, bound_attention_rel_backward, kn, err);
 }
 
-/* The forward's y (as dy) and lse (f32 or f64, (B,H,Tq)) fit q, v and dy. */
-static int check_saved(const char *kn, const struct tr_tensor *dy, const struct tr_tensor *const saved[2],
+/* The forward's y (as dy) and lse (f32 or f64, (B,H,Tq)) fit q, v and dy; both on
+ * `device` (a cuda context's bind checks its own tensors here too). */
+static int check_saved(const char *kn, int device, const struct tr_tensor *dy, const struct tr_tensor *const saved[2],
                        struct tr_error *err) {
     const struct tr_tensor *y = saved[0], *lse = saved[1];
-    int rc = check_real(y, kn, "y", err);
-    if (!rc) rc = check_real(lse, kn, "lse", err);
-    if (rc) return rc;
     char d1[200], d2[200], d3[200];
+    for (int i = 0; i < 2; i++) {
+        const char *what = i ? "lse" : "y";
+        int rc = tr_cpu_check_tensor_on(saved[i], device, kn, what, err);
+        if (rc) return rc;
+        if (!tr_dtype_is_float((enum tr_dtype)saved[i]->dtype))
+            return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: %s %s: expected f32, bf16, f16 or f64", kn, what,
+                                tr_cpu_desc(saved[i], d1, sizeof d1));
+    }
     if (y->dtype != dy->dtype || !tr_cpu_same_shape(y, dy) || lse->ndim != 3 || lse->shape[0] != dy->shape[0] ||
         lse->shape[1] != dy->shape[1] || lse->shape[2] != dy->shape[2])
         return tr_error_set(err, TR_ERR_SHAPE, "%s: the saved y %s and lse %s should be the attention's output (as dy "
@@ -296,7 +302,7 @@ static int attention_backward(struct tr_kernels *k, const char *kn, const struct
                             onames[bad >= 0 ? bad : 0], bad == 1 ? "k" : bad == 2 ? "v" : "q");
     if (!isfinite(scale)) return tr_error_set(err, TR_ERR_INVALID, "%s: scale %g is not finite", kn, (double)scale);
     if (window < 0) return tr_error_set(err, TR_ERR_INVALID, "%s: window %d is negative", kn, window);
-    if (saved && (rc = check_saved(kn, dy, saved, err)) != TR_OK) return rc;
+    if (saved && (rc = check_saved(kn, TR_DEVICE_CPU, dy, saved, err)) != TR_OK) return rc;
     struct agrad_args A = {
         .q = q->data, .k = kk->data, .v = v->data, .dy = dy->data, .dt = q->dtype,
         .B = B, .H = H, .Hk = Hk, .Tq = Tq, .Tk = Tk, .D = D, .Dv = Dv, .scale = scale,
