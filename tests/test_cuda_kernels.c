@@ -1221,20 +1221,28 @@ static void test_matmul_epilogue_fallback(void **state) {
     tr_test_tensor_free(&a), tr_test_tensor_free(&b), tr_test_tensor_free(&bias), tr_test_tensor_free(&got);
 }
 
+/* Each test starts from the context's defaults, whatever a test that failed partway left:
+ * the math mode, the attention kernel's override, the GEMM fallback switch (else one
+ * failure shows again as TF32-sized errors in the f32 tests after it). */
+static int reset_state(void **state) {
+    (void)state;
+    unsetenv("TRIDENT_CUDA_ATTENTION");
+    tr_cuda_gemm_force_fallback(0);
+    return G && tr_kernels_set_math(G, TR_MATH_DEFAULT, &err) != TR_OK ? -1 : 0;
+}
+#define TEST(f) cmocka_unit_test_setup(f, reset_state)
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_device_routing), cmocka_unit_test(test_context), cmocka_unit_test(test_unary),
-        cmocka_unit_test(test_binary),        cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_matmul_epilogues), cmocka_unit_test(test_softmax_layer_norm),
-        cmocka_unit_test(test_embedding),     cmocka_unit_test(test_embedding_bad_id),
-        cmocka_unit_test(test_layout),        cmocka_unit_test(test_update_slice), cmocka_unit_test(test_reduce),
-        cmocka_unit_test(test_cast),          cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_cross_entropy), cmocka_unit_test(test_adamw),
-        cmocka_unit_test(test_training_grads), cmocka_unit_test(test_attention_grad),
-        cmocka_unit_test(test_attention_backward),
-        cmocka_unit_test(test_attention_saved_stats),
-        cmocka_unit_test(test_rms_norm_rope), cmocka_unit_test(test_fused), cmocka_unit_test(test_vision), cmocka_unit_test(test_attention_rel),
-        cmocka_unit_test(test_colsum_split), cmocka_unit_test(test_matmul_epilogue_fallback),
+        TEST(test_device_routing), TEST(test_context), TEST(test_unary), TEST(test_binary), TEST(test_matmul),
+        TEST(test_matmul_epilogues), TEST(test_softmax_layer_norm), TEST(test_embedding),
+        TEST(test_embedding_bad_id), TEST(test_layout), TEST(test_update_slice), TEST(test_reduce), TEST(test_cast),
+        TEST(test_attention), TEST(test_cross_entropy), TEST(test_adamw),
+        TEST(test_training_grads), TEST(test_attention_grad),
+        TEST(test_attention_backward),
+        TEST(test_attention_saved_stats),
+        TEST(test_rms_norm_rope), TEST(test_fused), TEST(test_vision), TEST(test_attention_rel),
+        TEST(test_colsum_split), TEST(test_matmul_epilogue_fallback),
     };
     return cmocka_run_group_tests(tests, cuda_setup, cuda_teardown);
 }

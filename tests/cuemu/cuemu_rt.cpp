@@ -685,3 +685,37 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *sym, void **fn, unsigne
     if (q) *q = *fn ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
     return cudaSuccess;
 }
+
+/* ---------------- NCCL: one rank ----------------
+ * A communicator of one rank, whose sum is the rank's own data: the library's device
+ * path (ALLREDUCE on the stream, captured into a CUDA graph) runs as it would with NCCL.
+ * More ranks are refused: cuemu is one process. */
+
+#ifdef TR_HAVE_NCCL
+#include <nccl.h>
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    memset(id, 0, sizeof *id);
+    snprintf(id->internal, sizeof id->internal, "cuemu");
+    return ncclSuccess;
+}
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId, int rank) {
+    if (nranks != 1 || rank != 0) {
+        fprintf(stderr, "cuemu: NCCL stand-in: a communicator of %d ranks (one only)\n", nranks);
+        return ncclInvalidUsage;
+    }
+    *comm = (ncclComm_t) new char[1];
+    return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    delete[] (char *)comm;
+    return ncclSuccess;
+}
+const char *ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "invalid usage (cuemu)"; }
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
+                           ncclComm_t, cudaStream_t) {
+    if (dt != ncclFloat32 || op != ncclSum) return ncclInvalidArgument;
+    if (send != recv && count) submit([=]() { memmove(recv, send, count * 4); });
+    return ncclSuccess;
+}
+#endif
