@@ -2,7 +2,8 @@
  * every tr_k_* (layout, elementwise, norms, attention, training, optimizer, decoder
  * kernels) on random inputs of two shapes and three dtypes, the joint attention backward
  * bound, the math mode of the GEMMs (tf32 against strict f32), and tr_k_random through
- * cuRAND (moments, [a, b), same seed same bits). Without a CUDA device each of those is
+ * cuRAND (moments, [a, b), same seed same bits), and cubins loaded side by side (each
+ * module's kernel is its own, though all share one name). Without a CUDA device each of those is
  * skipped by name; what needs none runs everywhere: every public entry, called on a
  * stand-in cuda context, reaches the cuda side and never the cpu kernels. */
 #include "test_cuda_common.h"
@@ -431,10 +432,60 @@ static void test_routing(void **state) {
     free(k);
 }
 
+/* ---- modules side by side ----
+ * A program's generated kernels are one module, and their names repeat from program to
+ * program (the jax backend's trj_k0, trj_k1, ...): a kernel must come from the module it
+ * is asked of, while others are loaded or after one was freed. cuemu once handed the
+ * second module back as the first (a generate's decode pass ran its prefill's kernels). */
+static struct tr_cuda_module *module_writing(int v) {
+    char src[160];
+    snprintf(src, sizeof src, "extern \"C\" __global__ void trj_k0(int *y) { if (threadIdx.x == 0) y[0] = %d; }\n", v);
+    void *cubin = NULL;
+    size_t size = 0;
+    int sm = 0;
+    CHECK_OK(tr_kernels_cuda_sm(G, &sm, &err));
+    CHECK_OK(tr_cuda_nvrtc_compile(src, "modules_apart.cu", sm, &cubin, &size, NULL, &err));
+    struct tr_cuda_module *m = NULL;
+    CHECK_OK(tr_cuda_module_load(G, cubin, size, "modules_apart.cubin", &m, &err));
+    free(cubin);
+    return m;
+}
+
+/* What m's trj_k0 writes. */
+static int module_runs(struct tr_cuda_module *m, int *dy) {
+    void *fn = NULL, *params[1] = {&dy};
+    const unsigned grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+    CHECK_OK(tr_cuda_module_kernel(m, "trj_k0", &fn, &err));
+    CHECK_OK(tr_cuda_module_launch(G, m, fn, "trj_k0", grid, block, 0, params, &err));
+    int y = 0;
+    CHECK_OK(tr_kernels_sync(G, &err));
+    CHECK_OK(tr_kernels_to_host(G, &y, dy, sizeof y, &err));
+    return y;
+}
+
+static void test_modules_apart(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    SKIP_ON_CPU_STAND_IN();
+    int *dy = NULL;
+    CHECK_OK(tr_kernels_alloc(G, sizeof *dy, (void **)&dy, &err));
+    struct tr_cuda_module *a = module_writing(1), *b = module_writing(2);
+    assert_int_equal(module_runs(a, dy), 1);
+    assert_int_equal(module_runs(b, dy), 2);
+    tr_cuda_module_free(a); /* a third after a free: neither the freed one nor b */
+    struct tr_cuda_module *c = module_writing(3);
+    assert_int_equal(module_runs(c, dy), 3);
+    assert_int_equal(module_runs(b, dy), 2);
+    tr_cuda_module_free(b);
+    tr_cuda_module_free(c);
+    tr_kernels_dealloc(G, dy);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routing),   cmocka_unit_test(test_public_kernels),
         cmocka_unit_test(test_math_mode), cmocka_unit_test(test_random),
+        cmocka_unit_test(test_modules_apart),
     };
     return cmocka_run_group_tests(tests, cuda_setup, cuda_teardown);
 }

@@ -624,6 +624,16 @@ CUresult drv_ctx_get(CUcontext *c) {
     return CUDA_SUCCESS;
 }
 CUresult drv_ctx_set(CUcontext) { return CUDA_SUCCESS; }
+// A loaded module: the shared object's handle and the memfd it was opened from. The fd
+// stays open until cuModuleUnload because dlopen looks an object up by the name it was
+// given before it opens anything, and that name is /proc/self/fd/N: closed at once, N was
+// the next module's fd too, and dlopen handed back the first module (the jax backend's
+// decode pass, compiled after its prefill, ran the prefill's kernels with the prefill's
+// sizes and wrote past its buffers). Held open, no two loaded modules share a name.
+struct module {
+    void *hd;
+    int fd;
+};
 // The image is the shared object; its section headers end it (as GCC lays it out), which
 // gives its size: cuModuleLoadData is told none.
 CUresult drv_load(CUmodule *m, const void *image) {
@@ -640,20 +650,23 @@ CUresult drv_load(CUmodule *m, const void *image) {
     char path[64];
     snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
     void *hd = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    close(fd);
     if (!hd) {
         fprintf(stderr, "cuemu: cuModuleLoadData: %s\n", dlerror());
+        close(fd);
         return CUDA_ERROR_INVALID_IMAGE;
     }
-    *m = (CUmodule)hd;
+    *m = (CUmodule) new module{hd, fd};
     return CUDA_SUCCESS;
 }
 CUresult drv_unload(CUmodule m) {
-    dlclose((void *)m);
+    module *x = (module *)m;
+    dlclose(x->hd); // first: the name leaves the loaded objects before N can be reused
+    close(x->fd);
+    delete x;
     return CUDA_SUCCESS;
 }
 CUresult drv_function(CUfunction *f, CUmodule m, const char *name) {
-    void *e = dlsym((void *)m, (std::string("tr_cuemu_entry_") + name).c_str());
+    void *e = dlsym(((module *)m)->hd, (std::string("tr_cuemu_entry_") + name).c_str());
     if (!e) return CUDA_ERROR_NOT_FOUND;
     *f = (CUfunction)e;
     return CUDA_SUCCESS;
