@@ -3,9 +3,9 @@
  * kernels) on random inputs of two shapes and three dtypes, the joint attention backward
  * bound, the math mode of the GEMMs (tf32 against strict f32), and tr_k_random through
  * cuRAND (moments, [a, b), same seed same bits), and cubins loaded side by side (each
- * module's kernel is its own, though all share one name). Without a CUDA device each of those is
- * skipped by name; what needs none runs everywhere: every public entry, called on a
- * stand-in cuda context, reaches the cuda side and never the cpu kernels. */
+ * module's kernel is its own, though all share one name). Without a CUDA device each of
+ * those is skipped by name; what needs none runs everywhere: every public entry, called
+ * on a stand-in cuda context, reaches the cuda side and never the cpu kernels. */
 #include "test_cuda_common.h"
 
 /* Internal to the kernels library: the context's layout, for the routing test's stand-in. */

@@ -73,9 +73,9 @@ struct cfg_t {
 inline cfg_t cfg(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = 0) { return cfg_t{grid, block, smem, stream}; }
 
 /* Runs body(arg) once per thread of the grid (or records it while the stream captures);
- * arg_copy/arg_free let a capture keep the arguments. Defined in cuemu.cpp. */
+ * arg_copy/arg_free let a capture keep the arguments. Defined in cuemu_rt.cpp. */
 typedef void (*body_fn)(void *);
-void run(const cfg_t &c, const void *kernel, body_fn body, void *arg, size_t arg_size, void *(*arg_copy)(const void *),
+void run(const cfg_t &c, const void *kernel, body_fn body, void *arg, void *(*arg_copy)(const void *),
          void (*arg_free)(void *));
 
 template <typename... P> struct launcher {
@@ -92,7 +92,7 @@ template <typename... P> struct launcher {
     // the parameters' own types, so that the arguments convert as at a call (NULL too)
     void operator()(std::decay_t<P>... a) {
         pack pk(fn, std::tuple<std::decay_t<P>...>(a...));
-        run(c, (const void *)fn, body, &pk, sizeof pk, copy, drop);
+        run(c, (const void *)fn, body, &pk, copy, drop);
     }
 };
 template <typename... P> launcher<P...> launch(cfg_t c, void (*fn)(P...)) { return launcher<P...>{fn, c}; }

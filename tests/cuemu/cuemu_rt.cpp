@@ -27,7 +27,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 namespace tr_cuemu {
@@ -57,11 +56,21 @@ bool refuse_in_capture(const char *what) {
     return true;
 }
 
+// An opaque handle (stream, event, preference, communicator) where nothing is behind it.
+template <typename H> H new_handle() { return (H) new char[1]; }
+void free_handle(void *h) { delete[] (char *)h; }
+
 struct arg_box {
     void *p;
     void (*drop)(void *);
     ~arg_box() { drop(p); }
 };
+
+// A launch now; its error is the next cudaGetLastError's.
+void launch_noting(const cfg_t &c, const void *kernel, body_fn body, void *arg) {
+    int e = launch_now(c, kernel, body, arg);
+    if (e != cudaSuccess) R.last = (cudaError_t)e;
+}
 
 } // namespace
 
@@ -70,18 +79,14 @@ int rt_max_dynamic_smem(const void *kernel) {
     return it == R.max_smem.end() ? 48 * 1024 : it->second;
 }
 
-void rt_launch(const cfg_t &c, const void *kernel, body_fn body, void *arg, void *(*arg_copy)(const void *),
-               void (*arg_free)(void *)) {
+void run(const cfg_t &c, const void *kernel, body_fn body, void *arg, void *(*arg_copy)(const void *),
+         void (*arg_free)(void *)) {
     if (!R.capture_on) {
-        int e = launch_now(c, kernel, body, arg);
-        if (e != cudaSuccess) R.last = (cudaError_t)e;
+        launch_noting(c, kernel, body, arg);
         return;
     }
     std::shared_ptr<arg_box> box(new arg_box{arg_copy(arg), arg_free});
-    R.capture->push_back([c, kernel, body, box]() {
-        int e = launch_now(c, kernel, body, box->p);
-        if (e != cudaSuccess) R.last = (cudaError_t)e;
-    });
+    R.capture->push_back([c, kernel, body, box]() { launch_noting(c, kernel, body, box->p); });
 }
 
 } // namespace tr_cuemu
@@ -137,7 +142,7 @@ cudaError_t cudaDriverGetVersion(int *v) {
 
 cudaError_t cudaMalloc(void **p, size_t n) {
     if (refuse_in_capture("cudaMalloc")) return cudaErrorStreamCaptureUnsupported;
-    *p = aligned_alloc(256, (n + 255) / 256 * 256 + 256);
+    *p = aligned_alloc(256, n ? (n + 255) / 256 * 256 : 256); // a multiple of the alignment, as it wants
     if (!*p) return cudaErrorMemoryAllocation;
     memset(*p, 0xff, n); // what a kernel that reads before it writes finds: NaN, never zeros
     return cudaSuccess;
@@ -162,11 +167,11 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int) {
-    *s = (cudaStream_t) new char[1];
+    *s = new_handle<cudaStream_t>();
     return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    delete[] (char *)s;
+    free_handle(s);
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t) {
@@ -174,11 +179,11 @@ cudaError_t cudaStreamSynchronize(cudaStream_t) {
     return cudaSuccess;
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) {
-    *e = (cudaEvent_t) new char[1];
+    *e = new_handle<cudaEvent_t>();
     return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    delete[] (char *)e;
+    free_handle(e);
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
@@ -386,11 +391,11 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublas
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
-    *p = (cublasLtMatmulPreference_t) new char[1];
+    *p = new_handle<cublasLtMatmulPreference_t>();
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
-    delete[] (char *)p;
+    free_handle(p);
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t,
@@ -502,8 +507,10 @@ curandStatus_t curandGenerateNormal(curandGenerator_t g, float *out, size_t n, f
  * A program is compiled by the host's C++ compiler (TR_CUEMU_CXX) as the library's .cu
  * files are, into a shared object with one entry per __global__ function that launches it
  * from the driver's parameter array; the "cubin" is that object (an ELF too), which
- * cuModuleLoadData opens from memory. nvrtcVersion answers 0.13, so no cubin of the real
- * NVRTC (the jax backend caches them under its version) is taken for one of these. */
+ * cuModuleLoadData opens from memory. nvrtcVersion answers 0.TR_CUEMU_ABI (a hash of
+ * what such an object is built against, tests/cuemu/CMakeLists.txt), so the jax backend,
+ * which caches cubins under the NVRTC version, takes neither a real NVRTC's cubin for one
+ * of these nor one built against another cuemu. */
 
 namespace {
 struct program {
@@ -530,7 +537,7 @@ const char *nvrtcGetErrorString(nvrtcResult r) {
 }
 nvrtcResult nvrtcVersion(int *major, int *minor) {
     *major = 0;
-    *minor = 13;
+    *minor = TR_CUEMU_ABI;
     return NVRTC_SUCCESS;
 }
 nvrtcResult nvrtcCreateProgram(nvrtcProgram *p, const char *src, const char *name, int, const char *const *,
@@ -717,11 +724,11 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId, int ra
         fprintf(stderr, "cuemu: NCCL stand-in: a communicator of %d ranks (one only)\n", nranks);
         return ncclInvalidUsage;
     }
-    *comm = (ncclComm_t) new char[1];
+    *comm = new_handle<ncclComm_t>();
     return ncclSuccess;
 }
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-    delete[] (char *)comm;
+    free_handle(comm);
     return ncclSuccess;
 }
 const char *ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "invalid usage (cuemu)"; }

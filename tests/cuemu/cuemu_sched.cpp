@@ -1,7 +1,7 @@
 // cuemu's scheduler: a launch runs its blocks one after another; a block's threads are
 // fibers on the calling thread (a six-register switch on x86-64, ucontext elsewhere:
-// ucontext's signal-mask system calls made it five times slower), each run until it reaches a barrier or returns.
-// When every thread of the block waits or has returned, the warps whose live lanes all
+// ucontext's signal-mask system calls made it five times slower), each run until it
+// reaches a barrier or returns. When every thread of the block waits or has returned, the warps whose live lanes all
 // wait at a warp barrier are released, else the block barrier is, else it is a deadlock.
 // Fibers switch only there, so shared-memory races show as results that depend on the
 // order threads run in: TR_CUEMU_ORDER=reverse runs threads and blocks last first.
@@ -10,7 +10,6 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,8 +126,11 @@ void ctx_switch(context *save, context *load) {
 #endif
 }
 
-bool reverse_order();
-void set_tid(int t);
+void set_tid(int t) {
+    env.tid.x = (unsigned)t % env.block.x;
+    env.tid.y = ((unsigned)t / env.block.x) % env.block.y;
+    env.tid.z = (unsigned)t / (env.block.x * env.block.y);
+}
 
 // Threads start in the scheduler's order, so the NEW ones are those from the cursor on.
 int take_new() {
@@ -186,6 +188,18 @@ int next_in_warp(int t) {
     return -1;
 }
 
+// From context `from` to thread t (NEW or READY), starting it on its own stack if NEW.
+void run_thread(context *from, int t) {
+    if (B.f[t].state == NEW) {
+        if (take_new() != t) fail("threads started out of order");
+        ctx_init(B.f[t]);
+    }
+    B.f[t].state = READY;
+    B.cur = t;
+    set_tid(t);
+    ctx_switch(from, &B.f[t].ctx);
+}
+
 // A thread that waits hands over to the next lane of its warp that can run, as the
 // scheduler would pick it, without the round trip through the scheduler (half the
 // switches of a shuffle); the last one goes back to the scheduler.
@@ -193,26 +207,8 @@ void yield_as(int state) {
     fiber &me = B.f[B.cur];
     me.state = state;
     const int nx = next_in_warp(B.cur);
-    if (nx < 0) {
-        ctx_switch(&me.ctx, &B.sched);
-        return;
-    }
-    if (B.f[nx].state == NEW) {
-        if (take_new() != nx) fail("threads started out of order");
-        ctx_init(B.f[nx]);
-    }
-    B.f[nx].state = READY;
-    B.cur = nx;
-    set_tid(nx);
-    ctx_switch(&me.ctx, &B.f[nx].ctx);
-}
-
-int lin(unsigned i) { return (int)i; }
-
-void set_tid(int t) {
-    env.tid.x = (unsigned)t % env.block.x;
-    env.tid.y = ((unsigned)t / env.block.x) % env.block.y;
-    env.tid.z = (unsigned)t / (env.block.x * env.block.y);
+    if (nx < 0) ctx_switch(&me.ctx, &B.sched);
+    else run_thread(&me.ctx, nx);
 }
 
 char *new_stack() {
@@ -262,16 +258,7 @@ void run_block() {
             for (;;) {
                 for (int j = 0; j < hi - lo; j++) {
                     const int t = rev ? hi - 1 - j : lo + j;
-                    if (B.f[t].state == NEW) {
-                        if (take_new() != t) fail("cuemu: threads started out of order");
-                        ctx_init(B.f[t]);
-                        B.f[t].state = READY;
-                    } else if (B.f[t].state != READY) {
-                        continue;
-                    }
-                    B.cur = t;
-                    set_tid(t);
-                    ctx_switch(&B.sched, &B.f[t].ctx);
+                    if (B.f[t].state == NEW || B.f[t].state == READY) run_thread(&B.sched, t);
                 }
                 int at_warp = 0, gone = 0;
                 for (int t = lo; t < hi; t++) {
@@ -395,8 +382,6 @@ int launch_now(const cfg_t &c, const void *kernel, body_fn body, void *arg) {
         B.f.resize(nt);
         for (size_t i = old; i < nt; i++) B.f[i].stack = new_stack();
     }
-    // a launch from inside a kernel is not a thing here; the previous one has finished
-    env_t saved = env;
     B.n = (int)nt;
     B.body = body;
     B.arg = arg;
@@ -414,15 +399,7 @@ int launch_now(const cfg_t &c, const void *kernel, body_fn body, void *arg) {
         env.bid.z = (unsigned)(b / ((uint64_t)c.grid.x * c.grid.y));
         run_block();
     }
-    env = saved;
-    (void)lin;
     return cudaSuccess;
-}
-
-void run(const cfg_t &c, const void *kernel, body_fn body, void *arg, size_t arg_size, void *(*arg_copy)(const void *),
-         void (*arg_free)(void *)) {
-    (void)arg_size;
-    rt_launch(c, kernel, body, arg, arg_copy, arg_free);
 }
 
 } // namespace tr_cuemu
