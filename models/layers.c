@@ -1,6 +1,7 @@
 /* The models' shared layers (layers.h). */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include "layers.h"
 #include "trident/tensor.h"
 
@@ -73,4 +74,40 @@ int tr_model_check_input(const char *model, const struct tr_tensor *t, const cha
                             tr_dtype_name(dt), tr_shape_str(nd, sh, want, sizeof want));
     }
     return TR_OK;
+}
+
+enum act { ACT_NONE, ACT_GELU, ACT_GELU_TANH, ACT_QUICK_GELU, ACT_RELU, ACT_SILU, ACT_TANH, ACT_SIGMOID, ACT_LINEAR };
+
+static enum act act_of(const char *name) {
+    static const struct {
+        const char *name;
+        enum act act;
+    } acts[] = {
+        {"gelu", ACT_GELU},           {"gelu_python", ACT_GELU},     {"gelu_new", ACT_GELU_TANH},
+        {"gelu_pytorch_tanh", ACT_GELU_TANH}, {"gelu_fast", ACT_GELU_TANH}, {"gelu_accurate", ACT_GELU_TANH},
+        {"quick_gelu", ACT_QUICK_GELU}, {"relu", ACT_RELU},          {"silu", ACT_SILU},
+        {"swish", ACT_SILU},          {"tanh", ACT_TANH},            {"sigmoid", ACT_SIGMOID},
+        {"linear", ACT_LINEAR},
+    };
+    for (size_t i = 0; name && i < sizeof acts / sizeof acts[0]; i++)
+        if (strcmp(name, acts[i].name) == 0) return acts[i].act;
+    return ACT_NONE;
+}
+
+int tr_nn_act_known(const char *name) { return act_of(name) != ACT_NONE; }
+
+int tr_nn_act(struct tr_graph *g, const char *name, int x) {
+    switch (act_of(name)) {
+    case ACT_GELU: return tr_gelu(g, x, 0);
+    case ACT_GELU_TANH: return tr_gelu(g, x, 1);
+    case ACT_QUICK_GELU: return tr_mul(g, x, tr_unary(g, TR_OP_SIGMOID, tr_scale(g, x, 1.702f, 0.0f)));
+    case ACT_RELU: return tr_unary(g, TR_OP_RELU, x);
+    case ACT_SILU: return tr_unary(g, TR_OP_SILU, x);
+    case ACT_TANH: return tr_unary(g, TR_OP_TANH, x);
+    case ACT_SIGMOID: return tr_unary(g, TR_OP_SIGMOID, x);
+    case ACT_LINEAR: return x;
+    case ACT_NONE: break;
+    }
+    /* as another builder's bad argument: a node of -1 makes the graph's error sticky */
+    return tr_unary(g, TR_OP_RELU, -1);
 }

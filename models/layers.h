@@ -20,6 +20,17 @@ int tr_nn_conv2d(struct tr_graph *g, int x, int64_t cin, int64_t cout, int64_t k
 int tr_nn_group_norm(struct tr_graph *g, int x, int64_t c, int groups, float eps, int silu, enum tr_dtype dt,
                      const char *name);
 
+/* transformers' ACT2FN, for the names trident computes (TR_NN_ACTS): gelu and gelu_python
+ * (erf form), gelu_new, gelu_pytorch_tanh, gelu_fast and gelu_accurate (the one tanh form,
+ * their constants equal in f32), quick_gelu (x·sigmoid(1.702x)), relu, silu and swish,
+ * tanh, sigmoid, linear (identity). tr_nn_act_known: 1 for those names, else 0;
+ * tr_nn_act: the node of act(x) (a name not known: the graph's sticky error). */
+#define TR_NN_ACTS \
+    "gelu, gelu_python, gelu_new, gelu_pytorch_tanh, gelu_fast, gelu_accurate, quick_gelu, relu, silu, swish, tanh, " \
+    "sigmoid, linear"
+int tr_nn_act_known(const char *name);
+int tr_nn_act(struct tr_graph *g, const char *name, int x);
+
 /* make_inputs' check of one input: a contiguous host tensor of dt and shape sh, or an
  * error naming `model`, the input, what it is and what is expected. */
 struct tr_tensor;

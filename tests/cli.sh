@@ -352,6 +352,12 @@ if grep -aq '"torch/loss":{"shape":\[4\],[^}]*"dtype":"F64"' "$tmp/of.safetensor
 expect "every backend against transformers' outputs" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference/check.ini
 if [ "$(grep -cE '^  (torch|torch:reduce-overhead|tf|jax) +ok +.*worst element' "$tmp/out")" = 4 ]; then
   ok "each backend's worst element against the reference"; else bad "each backend's worst element against the reference"; fi
+# BERT of another ACT2FN activation, from a config.json (tests/fixtures/reference_bert_*/
+# config.json; make_reference.py --config ... --batch 3): relu (predict, --seq-len 11 --seed 3;
+# gelu in its place is 9e-3 off) and gelu_new, the tanh form (fit, 4 AdamW steps at --lr 0.05
+# --steps 5, so that the activation shows in the losses: the erf form in its place is 1.2e-3 off).
+expect "bert with hidden_act = relu against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_relu/check.ini
+expect "bert with hidden_act = gelu_new, fit against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_gelu_new/check.ini
 # Decoders fed transformers' own batch: a tokenizer's int64 attention_mask of 1s and 0s (the
 # last sample padded at the end), and a greedy generate from a left-padded prompt whose
 # tokens must equal transformers' generate's.

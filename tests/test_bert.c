@@ -141,7 +141,7 @@ static void test_hf_config(void **state) {
         {"{\"model_type\": \"bert\", \"id2label\": {\"0\": \"a\", \"1\": \"b\", \"2\": \"c\"}, \"pad_token_id\": null, \"lora_rank\": 8}",
          NULL, 3, -1},
         {"{\"model_type\": \"roberta\"}", "model_type", 0, 0},
-        {"{\"hidden_act\": \"gelu_new\"}", "hidden_act", 0, 0},
+        {"{\"hidden_act\": \"relu2\"}", "hidden_act", 0, 0},
         {"{\"position_embedding_type\": \"relative_key\"}", "position_embedding_type", 0, 0},
         {"{\"is_decoder\": true}", "is_decoder", 0, 0},
         {"{\"hidden_size\": 4294967296}", "hidden_size", 0, 0},

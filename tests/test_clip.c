@@ -69,7 +69,7 @@ static void test_config_errors(void **state) {
     tr_graph_free(g);
     static const struct tr_test_refusal r[] = {
         {TR_TASK_PREDICT, {{"num_attention_heads", "5"}}, {"hidden_size = 64", "num_attention_heads = 5"}},
-        {TR_TASK_PREDICT, {{"hidden_act", "relu"}}, {"hidden_act = 'relu'", "quick_gelu or gelu"}},
+        {TR_TASK_PREDICT, {{"hidden_act", "relu2"}}, {"hidden_act = 'relu2'", "quick_gelu, relu"}},
         {TR_TASK_FIT, {{NULL}}, {"fit", "offers: predict"}},
     };
     TR_TEST_EXPECT_REFUSALS(M, "tiny", r);

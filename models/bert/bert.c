@@ -2,7 +2,7 @@
  * benchmark's bert_base_en classifier (bert-base-cased), as a trident graph.
  *
  * Parameters carry the names of its state_dict, so a checkpoint saved by transformers
- * loads as is (tr_weights_load). Post-LN encoder, GELU in the erf form, an additive
+ * loads as is (tr_weights_load). Post-LN encoder, hidden_act (GELU in the erf form), an additive
  * attention mask from a 1-keep/0-pad mask, pooler (token 0, dense, tanh), classifier.
  * Dropout is absent: predict is inference.
  */
@@ -30,6 +30,7 @@ static const struct tr_model_key bert_keys[] = {
     KEY_INT(type_vocab_size, 1, 1024, "rows of the token type table"),
     KEY_INT(num_labels, 1, 1e6, "classifier outputs"),
     KEY_FLOAT(layer_norm_eps, 0, 1, "epsilon of every LayerNorm"),
+    KEY_STRING(hidden_act, "the feed-forward's activation, as transformers' ACT2FN names it: " TR_NN_ACTS),
     KEY_FLOAT(pad_fraction, 0, 1,
               "synthetic batch: sample b pads its last floor((b mod 4) * pad_fraction * seq_len) tokens"),
     KEY_INT(pad_token_id, -1, 1e7,
@@ -57,17 +58,17 @@ struct lora {
 static const struct tr_bert_config bert_tiny = {
     .vocab_size = 1000, .hidden_size = 64, .num_hidden_layers = 2, .num_attention_heads = 2,
     .intermediate_size = 128, .max_position_embeddings = 128, .type_vocab_size = 2, .num_labels = 2,
-    .layer_norm_eps = 1e-12, .pad_fraction = 0.125, .pad_token_id = 0, .lora_targets = LORA_DEFAULT,
+    .layer_norm_eps = 1e-12, .hidden_act = "gelu", .pad_fraction = 0.125, .pad_token_id = 0, .lora_targets = LORA_DEFAULT,
 };
 static const struct tr_bert_config bert_small = {
     .vocab_size = 28996, .hidden_size = 256, .num_hidden_layers = 4, .num_attention_heads = 4,
     .intermediate_size = 1024, .max_position_embeddings = 512, .type_vocab_size = 2, .num_labels = 2,
-    .layer_norm_eps = 1e-12, .pad_fraction = 0.125, .pad_token_id = 0, .lora_targets = LORA_DEFAULT,
+    .layer_norm_eps = 1e-12, .hidden_act = "gelu", .pad_fraction = 0.125, .pad_token_id = 0, .lora_targets = LORA_DEFAULT,
 };
 static const struct tr_bert_config bert_base = {
     .vocab_size = 28996, .hidden_size = 768, .num_hidden_layers = 12, .num_attention_heads = 12,
     .intermediate_size = 3072, .max_position_embeddings = 512, .type_vocab_size = 2, .num_labels = 2,
-    .layer_norm_eps = 1e-12, .pad_fraction = 0.125, .pad_token_id = 0, .lora_targets = LORA_DEFAULT,
+    .layer_norm_eps = 1e-12, .hidden_act = "gelu", .pad_fraction = 0.125, .pad_token_id = 0, .lora_targets = LORA_DEFAULT,
 };
 
 static const struct tr_model_preset bert_presets[] = {
@@ -137,6 +138,9 @@ static int bert_validate(const struct tr_bert_config *c, const struct tr_build_o
                             (long long)o->seq_len, (long long)c->max_position_embeddings);
     if (!(c->layer_norm_eps >= 0))
         return tr_error_set(err, TR_ERR_INVALID, "bert: layer_norm_eps = %g, expected >= 0", c->layer_norm_eps);
+    if (!tr_nn_act_known(c->hidden_act))
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "bert: hidden_act = '%.*s' is not provided (%s)",
+                            (int)sizeof c->hidden_act - 1, c->hidden_act, TR_NN_ACTS);
     if (!(c->pad_fraction >= 0 && c->pad_fraction <= 1))
         return tr_error_set(err, TR_ERR_INVALID, "bert: pad_fraction = %g, expected in [0,1]", c->pad_fraction);
     if (c->pad_token_id >= c->vocab_size)
@@ -203,7 +207,7 @@ static int encoder_layer(struct tr_graph *g, const struct tr_bert_config *c, con
     tr_graph_pop_scope(g);
 
     tr_graph_push_scope(g, "intermediate");
-    int f = tr_gelu(g, linear(g, h, D, c->intermediate_size, dt, "dense", lr, LORA_INTERMEDIATE), 0);
+    int f = tr_nn_act(g, c->hidden_act, linear(g, h, D, c->intermediate_size, dt, "dense", lr, LORA_INTERMEDIATE));
     tr_graph_pop_scope(g);
     tr_graph_push_scope(g, "output");
     int y = tr_add(g, linear(g, f, c->intermediate_size, D, dt, "dense", lr, LORA_OUTPUT), h);
@@ -412,8 +416,8 @@ static const char BERT_DEFAULTS[] =
 /* [model] hf_config = PATH: transformers' BertConfig config.json (bert-base-cased's, or a
  * BertForSequenceClassification's): the shapes by their names, a key left out BertConfig's
  * default; num_labels from id2label as transformers counts it; pad_token_id null is no
- * padding row. What trident's BERT is not (another activation or position embedding, a
- * decoder) is refused by its key. */
+ * padding row. What trident's BERT is not (an activation it does not compute, another
+ * position embedding, a decoder) is refused by its key. */
 static int bert_read_hf_config(void *config, const char *path, struct tr_error *err) {
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
@@ -425,12 +429,14 @@ static int bert_read_hf_config(void *config, const char *path, struct tr_error *
     if (!rc && (!id2label || cJSON_IsNull(id2label)) && (!n_labels || cJSON_IsNull(n_labels))) c->num_labels = 2;
     static const char *const trident_only[] = {"pad_fraction", "lora_rank", "lora_alpha", "lora_targets", NULL};
     if (!rc) rc = tr_hf_json_expect_str(root, path, "model_type", "bert", err);
-    if (!rc) rc = tr_hf_json_expect_str(root, path, "hidden_act", "gelu", err);
     if (!rc) rc = tr_hf_json_expect_str(root, path, "position_embedding_type", "absolute", err);
     if (!rc) rc = tr_hf_json_expect_bool(root, path, "is_decoder", 0, err);
     if (!rc) rc = tr_hf_json_expect_bool(root, path, "add_cross_attention", 0, err);
     if (!rc) rc = tr_hf_json_apply(root, path, bert_keys, (int)(sizeof bert_keys / sizeof bert_keys[0]), config,
                                    trident_only, err);
+    if (!rc && !tr_nn_act_known(c->hidden_act))
+        rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"hidden_act\" = %.63s: not provided (%s)", path,
+                          c->hidden_act, TR_NN_ACTS);
     const cJSON *pad = cJSON_GetObjectItemCaseSensitive(root, "pad_token_id");
     if (!rc && cJSON_IsNull(pad)) c->pad_token_id = -1;
     const cJSON *labels = cJSON_GetObjectItemCaseSensitive(root, "id2label");

@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include "trident/model.h"
 
-/* The keys of [model]; names as in transformers' BertConfig (hidden_act is "gelu", the
- * erf form). pad_fraction shapes the synthetic attention mask (make_inputs). */
+/* The keys of [model]; names as in transformers' BertConfig (hidden_act "gelu", the erf
+ * form, in every preset). pad_fraction shapes the synthetic attention mask (make_inputs). */
 struct tr_bert_config {
     int64_t vocab_size;
     int64_t hidden_size;
@@ -27,6 +27,7 @@ struct tr_bert_config {
     int64_t type_vocab_size;
     int64_t num_labels;
     double layer_norm_eps;
+    char hidden_act[64];        /* the feed-forward's: transformers' ACT2FN name (layers.h TR_NN_ACTS) */
     double pad_fraction;
     int64_t pad_token_id;       /* the word embedding's padding row (no gradient); -1: none */
     /* LoRA (peft's LoraConfig; keras-hub's enable_lora). lora_rank 0: off, the graph is

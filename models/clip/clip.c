@@ -23,7 +23,8 @@ static const struct tr_model_key clip_keys[] = {
     KEY_(num_attention_heads, TR_KEY_INT, 1, 4096, "attention heads per layer"),
     KEY_(max_position_embeddings, TR_KEY_INT, 1, 1e6, "rows of the position table; seq_len may not exceed it"),
     KEY_(layer_norm_eps, TR_KEY_FLOAT, 0, 1, "epsilon of every LayerNorm"),
-    KEY_(hidden_act, TR_KEY_STRING, 0, 0, "the feed-forward's activation: quick_gelu (x*sigmoid(1.702x)) or gelu"),
+    KEY_(hidden_act, TR_KEY_STRING, 0, 0, "the feed-forward's activation, as transformers' ACT2FN names it: quick_gelu (x*sigmoid(1.702x), CLIP's), "
+                                     "gelu, or another of " TR_NN_ACTS),
 };
 
 /* The values of transformers' CLIPTextConfig for each (sd-v1-4: the text_encoder of
@@ -64,13 +65,11 @@ int64_t tr_clip_prompt_len(int64_t b, int64_t T) {
     return n < 2 ? (T < 2 ? T : 2) : n;
 }
 
-static int is_quick_gelu(const struct tr_clip_text_config *c) { return strcmp(c->hidden_act, "quick_gelu") == 0; }
 
 static int clip_validate(const struct tr_clip_text_config *c, const struct tr_build_opts *o, struct tr_error *err) {
-    if (strnlen(c->hidden_act, sizeof c->hidden_act) == sizeof c->hidden_act ||
-        (!is_quick_gelu(c) && strcmp(c->hidden_act, "gelu") != 0))
-        return tr_error_set(err, TR_ERR_INVALID, "clip_text: hidden_act = '%.*s': expected quick_gelu or gelu",
-                            (int)sizeof c->hidden_act - 1, c->hidden_act);
+    if (strnlen(c->hidden_act, sizeof c->hidden_act) == sizeof c->hidden_act || !tr_nn_act_known(c->hidden_act))
+        return tr_error_set(err, TR_ERR_INVALID, "clip_text: hidden_act = '%.*s': expected one of %s",
+                            (int)sizeof c->hidden_act - 1, c->hidden_act, TR_NN_ACTS);
     if (c->hidden_size % c->num_attention_heads != 0)
         return tr_error_set(err, TR_ERR_INVALID, "clip_text: hidden_size = %lld is not a multiple of "
                             "num_attention_heads = %lld", (long long)c->hidden_size, (long long)c->num_attention_heads);
@@ -116,8 +115,7 @@ static int encoder_layer(struct tr_graph *g, const struct tr_clip_text_config *c
     h = layer_norm(g, x, D, dt, c->layer_norm_eps, "layer_norm2");
     tr_graph_push_scope(g, "mlp");
     int f = linear(g, h, D, c->intermediate_size, dt, "fc1");
-    if (is_quick_gelu(c)) f = tr_mul(g, f, tr_unary(g, TR_OP_SIGMOID, tr_scale(g, f, 1.702f, 0.0f)));
-    else f = tr_gelu(g, f, 0);
+    f = tr_nn_act(g, c->hidden_act, f);
     x = tr_add(g, x, linear(g, f, c->intermediate_size, D, dt, "fc2"));
     tr_graph_pop_scope(g);
     return x;

@@ -28,7 +28,7 @@ struct tr_clip_text_config {
     int64_t num_attention_heads;
     int64_t max_position_embeddings;
     double layer_norm_eps;
-    char hidden_act[64];        /* "quick_gelu" (CLIP's) or "gelu" */
+    char hidden_act[64];        /* "quick_gelu" (CLIP's), "gelu" (OpenCLIP's), layers.h's TR_NN_ACTS */
 };
 
 /* The synthetic prompts' token ids: the start and end of text are the vocabulary's last

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "decoder.h"
+#include "layers.h"
 #include "models.h"
 #include "trident/rng.h"
 
@@ -18,21 +19,11 @@ int64_t tr_decoder_head_dim(const struct tr_decoder_config *c) {
     return c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
 }
 
-/* The MLP's activation from hidden_act; TR_ACT_NONE for a name we do not provide. Gemma
- * reads "gelu" as the tanh form, as transformers' GemmaConfig does (the official
- * configs say "gelu" but mean tanh). */
-static enum tr_act act_of(const struct tr_decoder_config *c) {
-    const char *a = c->hidden_act;
-    if (strcmp(a, "gelu_pytorch_tanh") == 0 || strcmp(a, "gelu_new") == 0 || strcmp(a, "gelu_tanh") == 0)
-        return TR_ACT_GELU_TANH;
-    if (strcmp(a, "silu") == 0 || strcmp(a, "swish") == 0) return TR_ACT_SILU;
-    if (strcmp(a, "gelu") == 0) return c->family == TR_DECODER_GEMMA ? TR_ACT_GELU_TANH : TR_ACT_GELU;
-    return TR_ACT_NONE;
-}
-
-/* act is one act_of gives. */
-static int act_apply(struct tr_graph *g, enum tr_act act, int x) {
-    return act == TR_ACT_SILU ? tr_unary(g, TR_OP_SILU, x) : tr_gelu(g, x, act == TR_ACT_GELU_TANH);
+/* The MLP's activation: hidden_act as transformers' ACT2FN names it, except that Gemma
+ * reads "gelu" as the tanh form, as transformers' GemmaConfig does (the official configs
+ * say "gelu" but mean tanh). */
+static const char *act_name(const struct tr_decoder_config *c) {
+    return c->family == TR_DECODER_GEMMA && strcmp(c->hidden_act, "gelu") == 0 ? "gelu_pytorch_tanh" : c->hidden_act;
 }
 
 int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build_opts *o, struct tr_error *err) {
@@ -79,10 +70,9 @@ int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build
         return tr_error_set(err, TR_ERR_INVALID, "%s: rope_theta = %g, expected > 0", m, c->rope_theta);
     if (!(c->pad_fraction >= 0 && c->pad_fraction <= 1))
         return tr_error_set(err, TR_ERR_INVALID, "%s: pad_fraction = %g, expected in [0,1]", m, c->pad_fraction);
-    if (strnlen(c->hidden_act, sizeof c->hidden_act) == sizeof c->hidden_act || act_of(c) == TR_ACT_NONE)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED,
-                            "%s: hidden_act = '%.63s' is not provided (gelu_pytorch_tanh, gelu_new, gelu, silu)", m,
-                            c->hidden_act);
+    if (strnlen(c->hidden_act, sizeof c->hidden_act) == sizeof c->hidden_act || !tr_nn_act_known(act_name(c)))
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: hidden_act = '%.63s' is not provided (%s)", m,
+                            c->hidden_act, TR_NN_ACTS);
     if (!o) return TR_OK;
     if (o->batch < 1 || o->seq_len < 1)
         return tr_error_set(err, TR_ERR_INVALID, "%s: batch = %lld, seq_len = %lld, expected both at least 1", m,
@@ -195,7 +185,7 @@ static int decoder_layer(struct tr_graph *g, const struct pass_ctx *ctx, int64_t
     h32 = -1;
     tr_graph_push_scope(g, "mlp");
     int gate = proj(g, h, D, c->intermediate_size, dt, "gate_proj", lr, &h32);
-    int act = act_apply(g, act_of(c), gate);
+    int act = tr_nn_act(g, act_name(c), gate);
     int up = proj(g, h, D, c->intermediate_size, dt, "up_proj", lr, &h32);
     int f = proj(g, tr_mul(g, act, up), c->intermediate_size, D, dt, "down_proj", lr, NULL);
     tr_graph_pop_scope(g);

@@ -77,7 +77,7 @@ struct tr_decoder_config {
     double rms_norm_eps;
     double rope_theta;
     int tie_word_embeddings;       /* logits = h · embed_tokensᵀ; no lm_head.weight */
-    char hidden_act[64];           /* gelu_pytorch_tanh (Gemma; "gelu" means it too), silu */
+    char hidden_act[64];           /* ACT2FN name (layers.h TR_NN_ACTS; Gemma reads "gelu" as the tanh form) */
     double pad_fraction;           /* synthetic batch: left padding, as BERT's */
     int64_t pad_token_id;          /* embed_tokens' padding row (no gradient); -1: none */
     /* LoRA of the fit task (peft's LoraConfig, keras-hub's enable_lora). lora_rank r > 0:
