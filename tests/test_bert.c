@@ -101,6 +101,24 @@ static void test_config_errors(void **state) {
     const char *gen[] = {"generate", "predict, fit", NULL};
     expect_build_error(&c, TR_TASK_GENERATE, 16, TR_ERR_UNSUPPORTED, gen);
     assert_int_equal(tr_model_bert.tasks, 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT);
+    /* what fit's cross-entropy is not: transformers' regression (one label) and BCE; the
+     * same configs predict (their logits are the same function) */
+    static const struct tr_test_refusal r[] = {
+        {TR_TASK_FIT, {{"num_labels", "1"}}, {"num_labels = 1", "regresses"}},
+        {TR_TASK_FIT, {{"problem_type", "multi_label_classification"}}, {"multi_label_classification", "not provided"}},
+        {TR_TASK_FIT, {{"problem_type", "regression"}}, {"problem_type = 'regression'"}},
+        {TR_TASK_PREDICT, {{"hidden_act", "relu2"}}, {"hidden_act = 'relu2'", "gelu_new"}},
+    };
+    TR_TEST_EXPECT_REFUSALS(&tr_model_bert, "tiny", r);
+    c = *preset("tiny");
+    c.num_labels = 1;
+    snprintf(c.problem_type, sizeof c.problem_type, "regression");
+    struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 8};
+    struct tr_graph *g = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+    if (tr_model_bert.build(&c, &o, g, &e)) fail_msg("predict with one label, regression: %s", e.msg);
+    tr_graph_free(g);
 }
 
 /* [model] hf_config: bert-base-cased's config.json over the tiny preset is the base preset,
@@ -141,6 +159,7 @@ static void test_hf_config(void **state) {
         {"{\"model_type\": \"bert\", \"id2label\": {\"0\": \"a\", \"1\": \"b\", \"2\": \"c\"}, \"pad_token_id\": null, \"lora_rank\": 8}",
          NULL, 3, -1},
         {"{\"model_type\": \"roberta\"}", "model_type", 0, 0},
+        {"{\"problem_type\": null, \"hidden_act\": \"gelu_new\"}", NULL, 2, 0},
         {"{\"hidden_act\": \"relu2\"}", "hidden_act", 0, 0},
         {"{\"position_embedding_type\": \"relative_key\"}", "position_embedding_type", 0, 0},
         {"{\"is_decoder\": true}", "is_decoder", 0, 0},

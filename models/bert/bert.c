@@ -31,6 +31,8 @@ static const struct tr_model_key bert_keys[] = {
     KEY_INT(num_labels, 1, 1e6, "classifier outputs"),
     KEY_FLOAT(layer_norm_eps, 0, 1, "epsilon of every LayerNorm"),
     KEY_STRING(hidden_act, "the feed-forward's activation, as transformers' ACT2FN names it: " TR_NN_ACTS),
+    KEY_STRING(problem_type, "fit's loss, as transformers' problem_type: single_label_classification (cross-entropy "
+                             "over num_labels >= 2, the one provided; empty means it)"),
     KEY_FLOAT(pad_fraction, 0, 1,
               "synthetic batch: sample b pads its last floor((b mod 4) * pad_fraction * seq_len) tokens"),
     KEY_INT(pad_token_id, -1, 1e7,
@@ -147,6 +149,18 @@ static int bert_validate(const struct tr_bert_config *c, const struct tr_build_o
         return tr_error_set(err, TR_ERR_INVALID, "bert: pad_token_id = %lld is not a row of the %lld-row word "
                             "embedding (vocab_size); expected -1 (none) or below it", (long long)c->pad_token_id,
                             (long long)c->vocab_size);
+    if (o->task == TR_TASK_FIT && c->problem_type[0] && strcmp(c->problem_type, "single_label_classification") != 0)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED,
+                            "bert: fit with problem_type = '%.63s' is not provided: fit's loss is the cross-entropy of "
+                            "single_label_classification (transformers' BCE of multi_label_classification and MSE of "
+                            "regression are not computed)",
+                            c->problem_type);
+    if (o->task == TR_TASK_FIT && c->num_labels < 2)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED,
+                            "bert: fit with num_labels = %lld is not provided: transformers regresses with one label "
+                            "(MSE against float labels), and fit's loss here is the cross-entropy over num_labels >= 2 "
+                            "classes",
+                            (long long)c->num_labels);
     if (!tr_dtype_is_float(o->dtype) || o->dtype == TR_DTYPE_F64)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "bert: dtype %s is not provided (f32, bf16 or f16)",
                             tr_dtype_name(o->dtype));
@@ -428,6 +442,8 @@ static int bert_read_hf_config(void *config, const char *path, struct tr_error *
                 *n_labels = cJSON_GetObjectItemCaseSensitive(root, "num_labels");
     if (!rc && (!id2label || cJSON_IsNull(id2label)) && (!n_labels || cJSON_IsNull(n_labels))) c->num_labels = 2;
     static const char *const trident_only[] = {"pad_fraction", "lora_rank", "lora_alpha", "lora_targets", NULL};
+    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "problem_type");
+    if (!rc && pt && cJSON_IsNull(pt)) cJSON_DeleteItemFromObjectCaseSensitive(root, "problem_type"); /* inferred */
     if (!rc) rc = tr_hf_json_expect_str(root, path, "model_type", "bert", err);
     if (!rc) rc = tr_hf_json_expect_str(root, path, "position_embedding_type", "absolute", err);
     if (!rc) rc = tr_hf_json_expect_bool(root, path, "is_decoder", 0, err);

@@ -28,6 +28,9 @@ struct tr_bert_config {
     int64_t num_labels;
     double layer_norm_eps;
     char hidden_act[64];        /* the feed-forward's: transformers' ACT2FN name (layers.h TR_NN_ACTS) */
+    char problem_type[64];      /* fit's loss: "" or single_label_classification (cross-entropy); regression
+                                   and multi_label_classification (and num_labels 1, transformers'
+                                   regression) are refused for fit: their losses are not computed */
     double pad_fraction;
     int64_t pad_token_id;       /* the word embedding's padding row (no gradient); -1: none */
     /* LoRA (peft's LoraConfig; keras-hub's enable_lora). lora_rank 0: off, the graph is
