@@ -42,9 +42,14 @@ static void test_hf_config_errors(void **state) {
      * its buffer; a million layers built for minutes) */
     static const struct {
         const char *json, *needle;
-    } bad[] = {{"{\"model_type\": \"gemma\", \"hidden_size\": 4294967296}", "\"hidden_size\" is not an integer from 1 to 65536"},
-               {"{\"model_type\": \"gemma\", \"num_hidden_layers\": 1000000}", "\"num_hidden_layers\" is not an integer from 1 to 1024"},
-               {"{\"model_type\": \"gemma\", \"vocab_size\": 0}", "\"vocab_size\" is not an integer from 1"}};
+        int rc;
+    } bad[] = {{"{\"model_type\": \"gemma\", \"hidden_size\": 4294967296}", "\"hidden_size\" is not an integer from 1 to 65536", TR_ERR_FORMAT},
+               {"{\"model_type\": \"gemma\", \"num_hidden_layers\": 1000000}", "\"num_hidden_layers\" is not an integer from 1 to 1024", TR_ERR_FORMAT},
+               {"{\"model_type\": \"gemma\", \"vocab_size\": 0}", "\"vocab_size\" is not an integer from 1", TR_ERR_FORMAT},
+               /* GemmaConfig's switches of another attention (biased projections, bidirectional) */
+               {"{\"model_type\": \"gemma\", \"attention_bias\": true}", "\"attention_bias\" = true: only false", TR_ERR_UNSUPPORTED},
+               {"{\"model_type\": \"gemma\", \"use_bidirectional_attention\": true}", "\"use_bidirectional_attention\" = true", TR_ERR_UNSUPPORTED},
+               {"{\"model_type\": \"gemma\", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2}}", "rope_type = linear", TR_ERR_UNSUPPORTED}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char path[128];
         snprintf(path, sizeof path, "/tmp/trident_bad%zu_%d.json", i, (int)getpid());
@@ -54,7 +59,7 @@ static void test_hf_config_errors(void **state) {
         fclose(f);
         int rc = tr_decoder_read_hf_config(path, &c, &e);
         unlink(path);
-        assert_int_equal(rc, TR_ERR_FORMAT);
+        assert_int_equal(rc, bad[i].rc);
         tr_assert_msg_has(&e, bad[i].needle);
     }
     static struct tr_config cfg;

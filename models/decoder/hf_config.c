@@ -103,6 +103,11 @@ static int apply(const cJSON *root, const char *path, struct tr_decoder_config *
         rc = get_int(root, path, ints[i].key, ints[i].null_ok, ints[i].v == &c->pad_token_id ? -1 : 0, ints[i].v, err);
     if (!rc) rc = get_float(root, path, "rms_norm_eps", &c->rms_norm_eps, err);
     if (!rc) rc = get_rope(root, path, &c->rope_theta, err);
+    /* GemmaConfig's switches of the attention that trident's is not: biased projections and
+     * bidirectional attention (transformers 5.x; MistralConfig has neither) */
+    if (!rc && c->family == TR_DECODER_GEMMA) rc = tr_hf_json_expect_bool(root, path, "attention_bias", 0, err);
+    if (!rc && c->family == TR_DECODER_GEMMA)
+        rc = tr_hf_json_expect_bool(root, path, "use_bidirectional_attention", 0, err);
     if (!rc) rc = get_string(root, path, "hidden_act", c->hidden_act, sizeof c->hidden_act, err);
     /* Gemma's configs of early 2024 name the activation hidden_activation; it wins. */
     if (!rc) rc = get_string(root, path, "hidden_activation", c->hidden_act, sizeof c->hidden_act, err);
