@@ -1,5 +1,5 @@
 /* Weights: from a seed (deterministic, keyed by name, as each PARAM's init says) and from
- * safetensors (conversion f32 -> bf16/f16, and errors naming the tensor and the file). */
+ * safetensors (conversion between float dtypes, and errors naming the tensor and the file). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,7 +131,8 @@ static void write_file(int skip, int bad_shape, enum tr_dtype dt) {
     for (int i = 0; i < 3; i++) {
         if (i == skip) continue;
         ts[n] = i == bad_shape ? tr_test_tensor(dt, 1, wrong) : tr_test_tensor(dt, ndims[i], shapes[i]);
-        tr_test_randn(&ts[n], 100 + (uint64_t)i, 1.0);
+        if (tr_dtype_is_float(dt)) tr_test_randn(&ts[n], 100 + (uint64_t)i, 1.0);
+        else tr_test_randint(&ts[n], 100 + (uint64_t)i, 9);
         nm[n++] = names[i];
     }
     int64_t s1[1] = {3};
@@ -185,6 +186,41 @@ static void test_load_f32_and_convert(void **state) {
     tr_graph_free(gf);
     tr_graph_free(gb);
     tr_graph_free(gh);
+}
+
+/* A checkpoint of another float dtype loads as torch's .to(dtype) makes it: a bf16 or f16
+ * release into an f32 graph exactly, f64 rounded once, bf16 into f16 through f32. */
+static void test_load_other_float_dtypes(void **state) {
+    const int order[3] = {0, 1, 2};
+    const enum tr_dtype files[3] = {TR_DTYPE_BF16, TR_DTYPE_F16, TR_DTYPE_F64};
+    for (int fi = 0; fi < 3; fi++) {
+        write_file(-1, -1, files[fi]);
+        struct tr_graph *gf = make_graph(order, TR_DTYPE_F32), *gh = make_graph(order, TR_DTYPE_F16);
+        struct tr_weights *wf, *wh;
+        struct tr_error e = {0};
+        if (tr_weights_load(gf, tr_test_file, &wf, &e)) fail_msg("%s into f32: %s", tr_dtype_name(files[fi]), e.msg);
+        if (tr_weights_load(gh, tr_test_file, &wh, &e)) fail_msg("%s into f16: %s", tr_dtype_name(files[fi]), e.msg);
+        struct tr_safetensors *st;
+        assert_int_equal(tr_safetensors_open(tr_test_file, &st, &e), TR_OK);
+        for (int i = 0; i < 3; i++) {
+            struct tr_tensor src, f = bound(gf, names[i]), h = bound(gh, names[i]);
+            assert_int_equal(tr_safetensors_get(st, names[i], &src, &e), TR_OK);
+            for (int64_t k = 0; k < tr_tensor_numel(&f); k++) {
+                const uint16_t *s16 = src.data;
+                float x = files[fi] == TR_DTYPE_BF16  ? tr_bf16_to_f32(s16[k])
+                          : files[fi] == TR_DTYPE_F16 ? tr_f16_to_f32(s16[k])
+                                                      : (float)((const double *)src.data)[k];
+                assert_true(x != 0.0f); /* random data, never zeros */
+                assert_memory_equal(&((float *)f.data)[k], &x, sizeof x);
+                assert_int_equal(((uint16_t *)h.data)[k], tr_f32_to_f16(x));
+            }
+        }
+        tr_safetensors_close(st);
+        tr_weights_free(wf);
+        tr_weights_free(wh);
+        tr_graph_free(gf);
+        tr_graph_free(gh);
+    }
 }
 
 /* A fresh PARAM the file lacks is made from the seed, bit for bit as tr_weights_from_seed
@@ -324,7 +360,7 @@ static void test_load_missing_seed(void **state) {
         int bad_shape;
         enum tr_dtype dt;
         const char *needle;
-    } bad[] = {{2, TR_DTYPE_F32, "[41]"}, {-1, TR_DTYPE_BF16, "bf16"}};
+    } bad[] = {{2, TR_DTYPE_F32, "[41]"}, {-1, TR_DTYPE_I32, "i32"}};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         write_file(1, bad[k].bad_shape, bad[k].dt);
         g = make_headed_graph(1);
@@ -467,8 +503,8 @@ static void test_load_errors(void **state) {
     tr_assert_msg_has(&e, "[41]");
     tr_assert_msg_has(&e, "[300]");
     tr_graph_free(g);
-    /* bf16 in the file, f32 in the graph: not converted. */
-    write_file(-1, -1, TR_DTYPE_BF16);
+    /* integers in the file, floats in the graph: not converted. */
+    write_file(-1, -1, TR_DTYPE_I32);
     expect_load_error(TR_DTYPE_F32, TR_ERR_SHAPE, "layer.");
     /* A truncated file. */
     write_file(-1, -1, TR_DTYPE_F32);
@@ -483,5 +519,6 @@ static void test_load_errors(void **state) {
 }
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_seed_deterministic_and_order_free,
-             test_seed_bf16_is_rounded_f32, test_seed_large_tensor, test_load_f32_and_convert, test_load_errors,
+             test_seed_bf16_is_rounded_f32, test_seed_large_tensor, test_load_f32_and_convert, test_load_other_float_dtypes,
+             test_load_errors,
              test_load_fresh, test_load_missing_seed, test_load_without_base_prefix, test_load_directory)

@@ -179,7 +179,19 @@ int tr_weights_from_seed(struct tr_graph *g, uint64_t seed, struct tr_weights **
     return TR_OK;
 }
 
-/* Copy src (a view into the file) into dst, converting f32 to a narrower float. */
+/* Element i of a float tensor's data as a double. */
+static double float_at(const void *data, enum tr_dtype dt, int64_t i) {
+    switch (dt) {
+    case TR_DTYPE_F64: return ((const double *)data)[i];
+    case TR_DTYPE_BF16: return tr_bf16_to_f32(((const uint16_t *)data)[i]);
+    case TR_DTYPE_F16: return tr_f16_to_f32(((const uint16_t *)data)[i]);
+    default: return ((const float *)data)[i];
+    }
+}
+
+/* Copy src (a view into the file) into dst, converting between float dtypes as torch's
+ * .to(dtype) does when transformers loads a checkpoint of another dtype (a bf16 release
+ * into an f32 model is exact; a narrower dtype rounds to nearest even). */
 static int load_one(const struct tr_tensor *src, struct tr_tensor *dst, const char *name, const char *path,
                     struct tr_error *err) {
     char s1[128], s2[128];
@@ -188,25 +200,28 @@ static int load_one(const struct tr_tensor *src, struct tr_tensor *dst, const ch
                             tr_shape_str(src->ndim, src->shape, s1, sizeof s1),
                             tr_shape_str(dst->ndim, dst->shape, s2, sizeof s2));
     int64_t n = tr_tensor_numel(dst);
-    if (src->dtype == dst->dtype) {
+    const enum tr_dtype st = (enum tr_dtype)src->dtype, dt = (enum tr_dtype)dst->dtype;
+    if (st == dt) {
         memcpy(dst->data, src->data, tr_tensor_nbytes(dst));
         return TR_OK;
     }
-    if (src->dtype == TR_DTYPE_F32 && dst->dtype == TR_DTYPE_BF16) {
-        const float *s = src->data;
-        uint16_t *d = dst->data;
-        for (int64_t i = 0; i < n; i++) d[i] = tr_f32_to_bf16(s[i]);
-        return TR_OK;
+    if (!tr_dtype_is_float(st) || !tr_dtype_is_float(dt))
+        return tr_error_set(err, TR_ERR_SHAPE,
+                            "%s: tensor '%s' is %s, the graph expects %s (floats are converted between f64, f32, bf16 "
+                            "and f16; nothing else)",
+                            path, name, tr_dtype_name(st), tr_dtype_name(dt));
+    /* through f32, except f64 to f64 (same dtype, above): bf16 and f16 round once from f32,
+     * which holds every bf16 and f16 exactly */
+    for (int64_t i = 0; i < n; i++) {
+        double v = float_at(src->data, st, i);
+        switch (dt) {
+        case TR_DTYPE_F64: ((double *)dst->data)[i] = v; break;
+        case TR_DTYPE_BF16: ((uint16_t *)dst->data)[i] = tr_f32_to_bf16((float)v); break;
+        case TR_DTYPE_F16: ((uint16_t *)dst->data)[i] = tr_f32_to_f16((float)v); break;
+        default: ((float *)dst->data)[i] = (float)v; break;
+        }
     }
-    if (src->dtype == TR_DTYPE_F32 && dst->dtype == TR_DTYPE_F16) {
-        const float *s = src->data;
-        uint16_t *d = dst->data;
-        for (int64_t i = 0; i < n; i++) d[i] = tr_f32_to_f16(s[i]);
-        return TR_OK;
-    }
-    return tr_error_set(err, TR_ERR_SHAPE,
-                        "%s: tensor '%s' is %s, the graph expects %s (only f32 is converted, to bf16 or f16)", path,
-                        name, tr_dtype_name((enum tr_dtype)src->dtype), tr_dtype_name((enum tr_dtype)dst->dtype));
+    return TR_OK;
 }
 
 /* Hugging Face's base-model prefix: a model saved bare ("embeddings.x", as transformers 5

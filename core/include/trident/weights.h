@@ -24,9 +24,10 @@ struct tr_weights;
 
 int tr_weights_from_seed(struct tr_graph *g, uint64_t seed, struct tr_weights **out, struct tr_error *err);
 
-/* Every PARAM but the fresh ones must be in the file under its name, with its shape. An f32 tensor is
- * converted when the PARAM is bf16 or f16 (round to nearest even); other dtype
- * mismatches are errors. A missing tensor, a wrong shape, a truncated file or a bad
+/* Every PARAM but the fresh ones must be in the file under its name, with its shape. A
+ * tensor of another float dtype (f64, f32, bf16, f16) is converted to the PARAM's, as
+ * torch's .to(dtype): a bf16 release into an f32 graph exactly, a narrower dtype rounded
+ * to nearest even; an integer tensor for a float PARAM is an error. A missing tensor, a wrong shape, a truncated file or a bad
  * header: an error naming the tensor and the file. Tensors in the file that the graph
  * does not use are ignored. A file saved without the model's base prefix (Hugging Face's
  * base_model_prefix: "embeddings.x" for the graph's "text_model.embeddings.x") loads too:
