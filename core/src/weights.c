@@ -251,7 +251,7 @@ int tr_weights_load_seeded(struct tr_graph *g, const char *path, uint64_t seed, 
 /* The files a path names: itself, or for a directory (a diffusers pipeline's layout:
  * unet/diffusion_pytorch_model.safetensors, vae/..., text_encoder/model.safetensors) every
  * *.safetensors in it and in its immediate subdirectories, in name order. */
-#define MAX_FILES 16
+#define MAX_FILES 128 /* a 70B model in f32 is 30 shards of 10 GB */
 struct files {
     int n;
     char path[MAX_FILES][TR_WEIGHTS_PATH_MAX];
