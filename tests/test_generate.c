@@ -183,7 +183,7 @@ static void test_max_length_past_positions(void **state) {
 }
 
 static void test_bad_keys(void **state) {
-    const char *sampling[] = {"gen.ini:7", "sampling = beam", "greedy or top_k", NULL};
+    const char *sampling[] = {"gen.ini:7", "sampling = beam", "greedy, top_k or top_p", NULL};
     expect_error("[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbatch = 2\n[generate]\nsampling = beam\n",
                  TR_ERR_INVALID, sampling);
     const char *unknown[] = {"gen.ini:7", "max_len", "max_length", NULL};
@@ -479,7 +479,91 @@ static void test_pick(void **state) {
     tr_test_tensor_free(&l);
 }
 
+/* The nucleus of row b by brute force: every token's probability in double, sorted (largest
+ * first, lower id on a tie), the prefix until top_p is reached; in[v] = 1 inside it, and
+ * p[v] the token's probability renormalised over it. */
+static void nucleus_ref(const float *x, int64_t V, double top_p, double t, int *in, double *p) {
+    double mx = -INFINITY, z = 0, kept = 0;
+    int64_t *ord = malloc(sizeof *ord * (size_t)V);
+    for (int64_t v = 0; v < V; v++) mx = fmax(mx, x[v]), ord[v] = v;
+    for (int64_t v = 0; v < V; v++) z += exp((x[v] - mx) / t);
+    for (int64_t i = 1; i < V; i++) /* insertion sort: a few thousand entries */
+        for (int64_t j = i; j > 0 && (x[ord[j]] > x[ord[j - 1]] || (x[ord[j]] == x[ord[j - 1]] && ord[j] < ord[j - 1])); j--) {
+            int64_t tmp = ord[j];
+            ord[j] = ord[j - 1], ord[j - 1] = tmp;
+        }
+    memset(in, 0, sizeof *in * (size_t)V);
+    for (int64_t i = 0; i < V && (i == 0 || kept < top_p); i++) in[ord[i]] = 1, kept += exp((x[ord[i]] - mx) / t) / z;
+    for (int64_t v = 0; v < V; v++) p[v] = in[v] ? exp((x[v] - mx) / t) / z / kept : 0;
+    free(ord);
+}
+
+/* top_p draws only inside the nucleus, in proportion to the probabilities there: on six
+ * logits with hand-worked nuclei, and on 3000 random ones against a brute-force nucleus
+ * (frequencies over 20000 draws within 0.012 of the probabilities). */
+static void test_pick_top_p(void **state) {
+    const int64_t shape[2] = {1, 6};
+    struct tr_tensor l = tr_test_tensor(TR_DTYPE_F32, 2, shape);
+    const float v[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 0.0f}; /* p: .027 .327 .006 .327 .296 .016 */
+    memcpy(l.data, v, sizeof v);
+    struct tr_generate_config gc;
+    struct tr_error e = {0};
+    assert_int_equal(tr_generate_config_resolve(NULL, 3, &gc, &e), TR_OK);
+    gc.top_p_sampling = 1, gc.temperature = 1.0;
+    const struct {
+        double top_p;
+        int allowed[6];
+    } cases[] = {{0.2, {0, 1, 0, 0, 0, 0}},  /* the first token alone crosses it */
+                 {0.5, {0, 1, 0, 1, 0, 0}},  /* the tie: lower id first */
+                 {0.95, {0, 1, 0, 1, 1, 0}}, /* .327 + .327 + .296 = .951 */
+                 {0.96, {1, 1, 0, 1, 1, 0}},
+                 {1.0, {1, 1, 1, 1, 1, 1}}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gc.top_p = cases[c].top_p;
+        int seen[6] = {0};
+        for (int64_t pos = 0; pos < 3000; pos++) {
+            int32_t id = tr_generate_pick(&gc, &l, 0, pos);
+            assert_true(id >= 0 && id < 6);
+            seen[id]++;
+        }
+        for (int i = 0; i < 6; i++)
+            if ((seen[i] > 0) != cases[c].allowed[i]) fail_msg("top_p %g: token %d drawn %d times", cases[c].top_p, i, seen[i]);
+    }
+    tr_test_tensor_free(&l);
+
+    const int64_t V = 3000, big[2] = {2, V};
+    struct tr_tensor r = tr_test_tensor(TR_DTYPE_F32, 2, big);
+    tr_test_randn(&r, 41, 2.0);
+    int *in = malloc(sizeof *in * (size_t)V);
+    double *p = malloc(sizeof *p * (size_t)V), *freq = calloc((size_t)V, sizeof *freq);
+    const double tops[2] = {0.9, 0.3}, temps[2] = {0.8, 1.3};
+    for (int k = 0; k < 2; k++) {
+        gc.top_p = tops[k], gc.temperature = temps[k];
+        nucleus_ref((const float *)r.data + k * V, V, gc.top_p, gc.temperature, in, p);
+        memset(freq, 0, sizeof *freq * (size_t)V);
+        const int draws = 20000;
+        for (int64_t pos = 0; pos < draws; pos++) {
+            int32_t id = tr_generate_pick(&gc, &r, k, pos);
+            assert_true(id >= 0 && id < V);
+            if (!in[id]) fail_msg("top_p %g: token %d is outside the nucleus", gc.top_p, id);
+            freq[id] += 1.0 / draws;
+        }
+        double worst = 0;
+        for (int64_t i = 0; i < V; i++) worst = fmax(worst, fabs(freq[i] - p[i]));
+        if (worst > 0.012) fail_msg("top_p %g: a frequency is %.4f from its probability", gc.top_p, worst);
+    }
+    free(in), free(p), free(freq);
+    tr_test_tensor_free(&r);
+}
+
+static void test_runner_gemma_top_p(void **state) {
+    check_runner("gemma", "sampling = top_p\ntop_p = 0.8\ntemperature = 0.7\nseed = 11\n");
+    assert_string_equal(rep.gen.sampling, "top_p");
+    assert_true(rep.gen.top_p == 0.8);
+    check_state_report("gemma");
+}
+
 TR_TEST_MAIN(NULL, NULL, test_bad_prompt_len, test_max_length_past_positions, test_bad_keys, test_does_not_fit, test_pick,
              test_cache_state_pass, test_runner_gemma_greedy, test_runner_mistral_greedy, test_runner_gemma_top_k,
-             test_runner_mistral_bf16, test_runner_cache_inputs, test_gemma_matches_hf, test_mistral_matches_hf,
+             test_pick_top_p, test_runner_gemma_top_p, test_runner_mistral_bf16, test_runner_cache_inputs, test_gemma_matches_hf, test_mistral_matches_hf,
              test_top_k_seeds)

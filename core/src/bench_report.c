@@ -56,6 +56,8 @@ static void print_generate(const struct tr_bench_report *rep, FILE *f) {
             (long long)(rep->new_tokens - 1), g->sampling);
     if (g->top_k_sampling) fprintf(f, " (top_k %lld, temperature %g, seed %lld)", (long long)g->top_k, g->temperature,
                                    (long long)g->seed);
+    if (g->top_p_sampling) fprintf(f, " (top_p %g, temperature %g, seed %lld)", g->top_p, g->temperature,
+                                   (long long)g->seed);
     /* The cache as state: no host writes, so no column for them (kv_cache = inputs has one). */
     const int inputs = g->cache_inputs;
     fprintf(f, "; KV cache %.2f MiB, %s; host memory needed %.1f MiB of %.2f GiB available\n",
@@ -274,6 +276,7 @@ cJSON *tr_bench_json(const struct tr_bench_report *rep) {
         cJSON_AddNumberToObject(g, "new_tokens", (double)rep->new_tokens);
         tr_json_add_str(g, "sampling", rep->gen.sampling);
         cJSON_AddNumberToObject(g, "top_k", (double)rep->gen.top_k);
+        cJSON_AddNumberToObject(g, "top_p", rep->gen.top_p);
         cJSON_AddNumberToObject(g, "temperature", rep->gen.temperature);
         cJSON_AddNumberToObject(g, "seed", (double)rep->gen.seed);
         cJSON_AddNumberToObject(g, "kv_cache_bytes", (double)rep->kv_cache_bytes);

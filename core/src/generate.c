@@ -27,10 +27,11 @@
 static const struct tr_model_key generate_keys[] = {
     KEY(max_length, TR_KEY_INT, 2, 1e7, "prompt + new tokens"),
     KEY(prompt_len, TR_KEY_INT, 1, 1e7, "prompt tokens (left-padded to it)"),
-    KEY(sampling, TR_KEY_STRING, 0, 0, "greedy or top_k"),
+    KEY(sampling, TR_KEY_STRING, 0, 0, "greedy, top_k or top_p"),
     KEY(top_k, TR_KEY_INT, 1, TR_GENERATE_TOP_K_MAX, "top_k sampling draws from the top_k largest logits"),
-    KEY(temperature, TR_KEY_FLOAT, 1e-6, 1e6, "top_k sampling divides the logits by it"),
-    KEY(seed, TR_KEY_INT, 0, 9007199254740992.0, "top_k sampling's seed"),
+    KEY(top_p, TR_KEY_FLOAT, 1e-9, 1, "top_p sampling draws from the most likely tokens whose probability reaches it"),
+    KEY(temperature, TR_KEY_FLOAT, 1e-6, 1e6, "top_k and top_p sampling divide the logits by it"),
+    KEY(seed, TR_KEY_INT, 0, 9007199254740992.0, "top_k and top_p sampling's seed"),
     KEY(kv_cache, TR_KEY_STRING, 0, 0, "state (the passes update it in place) or inputs (host memory, copied in)"),
 };
 
@@ -47,6 +48,7 @@ int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, s
     gc->prompt_len = 5;
     strcpy(gc->sampling, "greedy");
     gc->top_k = 50;
+    gc->top_p = 0.9;
     gc->temperature = 1.0;
     gc->seed = (int64_t)(run_seed & ((1ull << 53) - 1));
     strcpy(gc->kv_cache, "state");
@@ -55,10 +57,11 @@ int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, s
     int rc = tr_keys_apply(cfg, "generate", generate_keys, (int)(sizeof generate_keys / sizeof generate_keys[0]),
                            "generate", gc, err);
     if (rc) return rc;
-    if (strcmp(gc->sampling, "greedy") != 0 && strcmp(gc->sampling, "top_k") != 0)
-        return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] sampling = %s: expected greedy or top_k", file,
-                            key_line(cfg, "sampling"), gc->sampling);
+    if (strcmp(gc->sampling, "greedy") != 0 && strcmp(gc->sampling, "top_k") != 0 && strcmp(gc->sampling, "top_p") != 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] sampling = %s: expected greedy, top_k or top_p",
+                            file, key_line(cfg, "sampling"), gc->sampling);
     gc->top_k_sampling = strcmp(gc->sampling, "top_k") == 0;
+    gc->top_p_sampling = strcmp(gc->sampling, "top_p") == 0;
     if (strcmp(gc->kv_cache, "state") != 0 && strcmp(gc->kv_cache, "inputs") != 0)
         return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] kv_cache = %s: expected state or inputs", file,
                             key_line(cfg, "kv_cache"), gc->kv_cache);
@@ -302,7 +305,84 @@ static int64_t argmax_bf16(const uint16_t *r, int64_t V) {
     return best;
 }
 
-int32_t tr_generate_pick(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b, int64_t pos) {
+/* A token and its probability (top_p's candidates). */
+struct cand {
+    double p;
+    int64_t id;
+};
+
+/* a comes before b in the nucleus's order: more probable first, then the lower id */
+static int before(const struct cand *a, const struct cand *b) { return a->p > b->p || (a->p == b->p && a->id < b->id); }
+
+static void swap_cand(struct cand *a, struct cand *b) {
+    struct cand t = *a;
+    *a = *b, *b = t;
+}
+
+/* top_p (nucleus) sampling, as keras_hub's TopPSampler and transformers' top_p with
+ * top_k off: softmax(logits / temperature), the most likely tokens in order until their
+ * probability reaches top_p (the one that crosses it kept; at least one), drawn in
+ * proportion to their probabilities. A random model's logits are nearly flat, so the
+ * nucleus can be most of the vocabulary: it is found without sorting. The tokens above a
+ * threshold go first (lowered until their mass reaches top_p: every token above it
+ * outranks every token below, so the nucleus is among them), then a quickselect on the
+ * nucleus's order finds where the mass crosses top_p: expected O(V) a token. c: V
+ * entries of scratch. */
+static int32_t pick_top_p(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b, int64_t pos,
+                          struct cand *c) {
+    const int64_t V = logits->shape[logits->ndim - 1];
+    const double t = gc->temperature, need = gc->top_p;
+    double mx = -INFINITY, z = 0;
+    for (int64_t v = 0; v < V; v++) mx = fmax(mx, logit(logits, b, V, v));
+    for (int64_t v = 0; v < V; v++) c[v] = (struct cand){exp((logit(logits, b, V, v) - mx) / t), v}, z += c[v].p;
+    for (int64_t v = 0; v < V; v++) c[v].p /= z;
+    int64_t n = 0;
+    double mass = 0;
+    for (double eps = 1.0 / 64; n < V; eps /= 64) {
+        for (int64_t v = n; v < V; v++)
+            if (c[v].p >= eps || eps < 1e-300) mass += c[v].p, swap_cand(&c[n++], &c[v]);
+        /* (top_p = 1 stops a rounding's width short of the whole vocabulary) */
+        if (mass >= need * (1 - 1e-12)) break;
+    }
+    /* Invariant: c[0, lo) is in the nucleus with mass acc < need, and acc plus the mass of
+     * c[lo, hi) reaches need (or c[lo, n) is all there is). */
+    int64_t lo = 0, hi = n, k = n;
+    double acc = 0;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        swap_cand(&c[mid], &c[hi - 1]); /* the pivot at the end */
+        const struct cand pv = c[hi - 1];
+        int64_t i = lo;
+        double m = 0;
+        for (int64_t j = lo; j < hi - 1; j++)
+            if (before(&c[j], &pv)) m += c[j].p, swap_cand(&c[i++], &c[j]);
+        swap_cand(&c[i], &c[hi - 1]); /* c[lo, i) before the pivot, the pivot at i */
+        if (i > lo && acc + m >= need) {
+            hi = i;
+        } else if (acc + m + pv.p >= need) {
+            k = i + 1;
+            break;
+        } else {
+            acc += m + pv.p;
+            lo = i + 1;
+        }
+    }
+    if (lo >= hi && k == n) k = lo > 0 ? lo : 1;
+    double kept = 0;
+    for (int64_t i = 0; i < k; i++) kept += c[i].p;
+    const double u = tr_rng_uniform((uint64_t)gc->seed, tr_hash_str("generate.top_p"),
+                                    ((uint64_t)b << 32) | (uint64_t)pos) * kept;
+    double run = 0;
+    for (int64_t i = 0; i < k; i++) {
+        run += c[i].p;
+        if (u < run) return (int32_t)c[i].id;
+    }
+    return (int32_t)c[k - 1].id;
+}
+
+static int32_t pick(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b, int64_t pos,
+                    struct cand *scratch) {
+    if (gc->top_p_sampling) return pick_top_p(gc, logits, b, pos, scratch);
     const int64_t V = logits->shape[logits->ndim - 1];
     if (!gc->top_k_sampling) {
         if (logits->dtype == TR_DTYPE_F32) return (int32_t)argmax_f32((const float *)logits->data + b * V, V);
@@ -346,6 +426,15 @@ int32_t tr_generate_pick(const struct tr_generate_config *gc, const struct tr_te
     return (int32_t)pick;
 }
 
+int32_t tr_generate_pick(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b, int64_t pos) {
+    if (!gc->top_p_sampling) return pick(gc, logits, b, pos, NULL);
+    struct cand *c = malloc(sizeof *c * (size_t)logits->shape[logits->ndim - 1]);
+    if (!c) return -1;
+    int32_t id = pick(gc, logits, b, pos, c);
+    free(c);
+    return id;
+}
+
 /* ---- one backend's generator ---- */
 
 struct tr_generator {
@@ -361,6 +450,7 @@ struct tr_generator {
     struct tr_tensor *dec_in;   /* step inputs, then the cache */
     struct tr_tensor *dec_out;  /* logits, then the fed token's entries */
     int32_t *fed;
+    struct cand *scratch;       /* top_p: a vocabulary's candidates */
     int64_t calls, prefills, decodes;
 };
 
@@ -389,6 +479,9 @@ int tr_generator_init(struct tr_backend *be, const struct tr_model_desc *m, cons
     if (!rc) rc = tr_bench_io_alloc(gg->decode, 1 + K, tr_graph_output, &gen->dec_out, err);
     if (!rc && !(gen->fed = calloc((size_t)gg->opts.batch, sizeof *gen->fed)))
         rc = tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory");
+    if (!rc && gc->top_p_sampling &&
+        !(gen->scratch = malloc(sizeof *gen->scratch * (size_t)gen->pre_out[0].shape[gen->pre_out[0].ndim - 1])))
+        rc = tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory for top_p's candidates");
     if (rc) tr_generator_free(gen);
     else *out = gen;
     return rc;
@@ -401,6 +494,7 @@ void tr_generator_free(struct tr_generator *gen) {
     tr_bench_io_free(gen->dec_in, p->n_step_inputs + gen->host_cache);
     tr_bench_io_free(gen->dec_out, 1 + gen->host_cache);
     free(gen->fed);
+    free(gen->scratch);
     tr_program_free(gen->prefill);
     tr_program_free(gen->decode);
     free(gen);
@@ -432,7 +526,7 @@ int tr_generator_run(struct tr_generator *gen, const struct tr_tensor *prompt, i
     if (rc) return tr_error_prefix(err, "prefill");
     gen->prefills++;
     if (on_logits) on_logits(user, 0, &gen->pre_out[0]);
-    for (int64_t b = 0; b < B; b++) tokens[b * NEW] = tr_generate_pick(&gen->gc, &gen->pre_out[0], b, T);
+    for (int64_t b = 0; b < B; b++) tokens[b * NEW] = pick(&gen->gc, &gen->pre_out[0], b, T, gen->scratch);
     if (K > 0) { /* kv_cache = inputs; as state, the pass wrote its entries itself */
         double tw = tr_bench_now_ms();
         for (int k = 0; NEW > 1 && k < K; k++) cache_write(&cache[k], &gen->pre_out[1 + k], p->cache_axis, 0);
@@ -449,7 +543,7 @@ int tr_generator_run(struct tr_generator *gen, const struct tr_tensor *prompt, i
         gen->decodes++;
         tm.decode_passes++;
         if (on_logits) on_logits(user, s, &gen->dec_out[0]);
-        for (int64_t b = 0; b < B; b++) tokens[b * NEW + s] = tr_generate_pick(&gen->gc, &gen->dec_out[0], b, pos + 1);
+        for (int64_t b = 0; b < B; b++) tokens[b * NEW + s] = pick(&gen->gc, &gen->dec_out[0], b, pos + 1, gen->scratch);
         if (K > 0) {
             double tw = tr_bench_now_ms();
             for (int k = 0; s + 1 < NEW && k < K; k++) cache_write(&cache[k], &gen->dec_out[1 + k], p->cache_axis, pos);

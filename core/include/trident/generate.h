@@ -11,6 +11,9 @@
  *   top_k    softmax(logits / temperature) over the top_k largest, drawn with a
  *            counter-based generator keyed by (seed, sample, position): the same seed
  *            gives the same tokens on every backend and every call.
+ *   top_p    softmax(logits / temperature) over the most likely tokens until their
+ *            probability reaches top_p (keras_hub's TopPSampler; transformers' top_p
+ *            with top_k = 0), drawn as top_k's.
  *
  * The KV cache ([generate] kv_cache):
  *   state    (the default) PARAMs of both passes that each pass updates in place
@@ -32,8 +35,9 @@
  * [generate] keys (tr_generate_config_resolve; errors name FILE:LINE, key and value):
  *   max_length   50      prompt + new tokens (the Keras benchmark's max_length)
  *   prompt_len   5       T (the benchmark's 5-word prompts); less than max_length
- *   sampling     greedy  greedy | top_k
+ *   sampling     greedy  greedy | top_k | top_p
  *   top_k        50      1 .. TR_GENERATE_TOP_K_MAX (vocab_size when larger)
+ *   top_p        0.9     (0, 1]
  *   temperature  1.0
  *   seed         [run] seed
  *   kv_cache     state   state | inputs (above)
@@ -58,11 +62,13 @@ extern "C" {
 struct tr_generate_config {
     int64_t max_length;
     int64_t prompt_len;
-    char sampling[64];          /* "greedy" or "top_k" */
+    char sampling[64];          /* "greedy", "top_k" or "top_p" */
     int64_t top_k;
+    double top_p;
     double temperature;
     int64_t seed;
     int top_k_sampling;         /* sampling == "top_k" */
+    int top_p_sampling;         /* sampling == "top_p" */
     char kv_cache[64];          /* "state" or "inputs" (string keys are 64 bytes) */
     int cache_inputs;           /* kv_cache == "inputs" */
 };
@@ -135,7 +141,8 @@ int tr_generator_stats(struct tr_generator *gen, struct tr_backend_stats *decode
 void tr_generator_counts(const struct tr_generator *gen, int *compiles, int64_t *prefills, int64_t *decodes);
 
 /* The token the config chooses from row b of logits (contiguous host [B,V]) for sequence
- * position pos (the position the token will take; top_k draws number (seed, b, pos)). */
+ * position pos (the position the token will take; top_k and top_p draw number (seed, b,
+ * pos)); -1 when top_p finds no memory for its candidates. */
 int32_t tr_generate_pick(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b,
                          int64_t pos);
 
