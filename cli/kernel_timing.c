@@ -23,6 +23,7 @@ int tr_cli_device_tensor(struct tr_kernels *k, struct tr_tensor *t, enum tr_dtyp
     if (rc) return rc;
     const size_t nb = tr_tensor_nbytes(t);
     if ((rc = tr_kernels_alloc(k, nb ? nb : 1, &t->data, err)) != TR_OK) return rc;
+    t->device = tr_kernels_device_type(k); /* where the data is: the kernels refuse a cpu tensor on cuda */
     if (tr_dtype_is_float(dt) && !fill_one) { /* drawn where it lives: a vocabulary's table is 10^9 values */
         rc = tr_k_random(k, TR_RANDOM_NORMAL, seed, 0.0f, 1.0f, t, err);
     } else { /* integers (ids, labels, positions, starts) 0: in range for every op that reads one */

@@ -5,6 +5,7 @@
 # loss; generate: the prefill's logits and the tokens, equal). The CUDA side end to end:
 # the models' graphs, the backends' cuda paths (torch's pool, reduce-overhead's CUDA graph,
 # tf's device arena, jax's NVRTC kernels), and the kernels under them.
+# Last, `trident roofline --run` on cuda (tests/gpu/roofline.sh's step).
 set -u
 bin=$1 lib=$2
 tmp=$(mktemp -d)
@@ -69,6 +70,18 @@ task = predict"
 pair sam_fit "model = sam
 preset = tiny
 task = fit"
+
+# trident roofline --run on cuda: each group's kernel timed on the device (its random inputs
+# must be cuda tensors: they were cpu ones, and every kernel refused them)
+printf '[run]\nmodel = bert\npreset = tiny\ntask = fit\ndevice = cuda\nbatch = 2\nseq_len = 16\n' > "$tmp/roof.ini"
+if LD_LIBRARY_PATH=$lib OMP_NUM_THREADS=1 "$bin" roofline "$tmp/roof.ini" --run --reps 1 --top 3 > "$tmp/out" 2>&1 &&
+   grep -Eq 'measured [0-9.]+ ms \([0-9]+% of floor\)$' "$tmp/out"; then
+  echo "ok   roofline --run: every group timed on cuda (cuemu)"
+  pass=$((pass + 1))
+else
+  echo "FAIL roofline --run on cuda"; cat "$tmp/out"
+  fail=$((fail + 1))
+fi
 
 echo "models on cuemu: $pass passed, $fail failed"
 [ "$fail" = 0 ]
