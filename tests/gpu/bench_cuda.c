@@ -4,7 +4,12 @@
  * and attention forward TFLOP/s at sequence 2048. Times are CUDA events around N
  * repetitions after a warm-up. Every CUDA call is checked: a timing that failed (or gave
  * no positive time) is printed as "error" and written as null, never as inf or NaN, and
- * the exit status is then 1. Usage: trident_bench_cuda OUT.json */
+ * the exit status is then 1. The JSON's keys name what was measured, its sizes beside them
+ * (gemm_n, copy_bytes, attention_bhtd).
+ *
+ * Usage: trident_bench_cuda [--small] OUT.json
+ *   --small  GEMM 256³, a 16 MiB copy, attention at B1 H2 T128 D64: tests/gpu/run.sh's
+ *            rehearsal on cuemu (tests/cuemu), where the real sizes would take hours */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,7 +141,16 @@ static void run_att(struct tr_kernels *k, void *p) {
 }
 
 int main(int argc, char **argv) {
-    const char *json = argc > 1 ? argv[1] : NULL;
+    const char *json = NULL;
+    int small = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--small")) small = 1;
+        else if (argv[i][0] != '-' && !json) json = argv[i];
+        else {
+            fprintf(stderr, "usage: trident_bench_cuda [--small] [OUT.json]\n");
+            return 2;
+        }
+    }
     struct tr_kernels *k = NULL;
     if (tr_kernels_init(&k, TR_DEVICE_CUDA, 0, &err) != TR_OK) {
         printf("SKIPPED: %s (bench_cuda)\n", err.msg);
@@ -148,8 +162,8 @@ int main(int argc, char **argv) {
         snprintf(prop.name, sizeof prop.name, "unknown");
     }
 
-    /* GEMM bf16 8192³ */
-    int64_t n = 8192;
+    /* GEMM bf16 n³ (8192) */
+    const int64_t n = small ? 256 : 8192;
     struct mm_arg mm = {dev_tensor(k, TR_DTYPE_BF16, 2, (int64_t[]){n, n}),
                         dev_tensor(k, TR_DTYPE_BF16, 2, (int64_t[]){n, n}),
                         dev_tensor(k, TR_DTYPE_BF16, 2, (int64_t[]){n, n})};
@@ -173,15 +187,15 @@ int main(int argc, char **argv) {
     tr_kernels_dealloc(k, mf.c.data);
 
     /* device-to-device copy, 1 GiB: bytes read + written */
-    struct copy_arg cp = {NULL, NULL, (size_t)1 << 30};
+    struct copy_arg cp = {NULL, NULL, (size_t)1 << (small ? 24 : 30)};
     CHECK(tr_kernels_alloc(k, cp.n, &cp.src, &err));
     CHECK(tr_kernels_alloc(k, cp.n, &cp.dst, &err));
-    CHECK(tr_kernels_copy(k, cp.src, mm.a.data, tr_tensor_nbytes(&mm.a), &err));
+    CHECK(tr_kernels_copy(k, cp.src, mm.a.data, tr_tensor_nbytes(&mm.a) < cp.n ? tr_tensor_nbytes(&mm.a) : cp.n, &err));
     double copy_ms = time_ms(k, run_copy, &cp, 20);
     double copy_gbs = rate(2.0 * (double)cp.n, copy_ms, 1e9);
 
     /* attention forward: B=8, H=16, T=2048, D=64, bf16, no mask */
-    int64_t B = 8, H = 16, T = 2048, D = 64;
+    const int64_t B = small ? 1 : 8, H = small ? 2 : 16, T = small ? 128 : 2048, D = 64;
     int64_t sh[4] = {B, H, T, D};
     struct att_arg at;
     memset(&at, 0, sizeof at);
@@ -203,12 +217,19 @@ int main(int argc, char **argv) {
 
     struct tr_cuda_pool_stats ps;
     CHECK(tr_kernels_cuda_memory(k, &ps, &err));
+    char gemm[64], copy[64], att[64], line[96];
+    snprintf(gemm, sizeof gemm, "cuBLASLt GEMM %lld^3", (long long)n);
+    snprintf(copy, sizeof copy, "device-to-device copy %zu MiB (read+write)", cp.n >> 20);
+    snprintf(att, sizeof att, "B%lld H%lld T%lld D%lld", (long long)B, (long long)H, (long long)T, (long long)D);
     printf("\n%-44s %12s %12s\n", "ceiling (bf16 unless said)", "ms", "rate");
-    row("cuBLASLt GEMM 8192^3", gemm_ms, gemm_tflops, "TFLOP/s");
-    row("cuBLASLt GEMM 8192^3, f32 data as tf32", tf32_ms, tf32_tflops, "TFLOP/s");
-    row("cuBLASLt GEMM 8192^3, strict f32", f32_ms, f32_tflops, "TFLOP/s");
-    row("device-to-device copy 1 GiB (read+write)", copy_ms, copy_gbs, "GB/s");
-    row("attention fwd B8 H16 T2048 D64", att_ms, att_tflops, "TFLOP/s");
+    row(gemm, gemm_ms, gemm_tflops, "TFLOP/s");
+    snprintf(line, sizeof line, "%s, f32 data as tf32", gemm);
+    row(line, tf32_ms, tf32_tflops, "TFLOP/s");
+    snprintf(line, sizeof line, "%s, strict f32", gemm);
+    row(line, f32_ms, f32_tflops, "TFLOP/s");
+    row(copy, copy_ms, copy_gbs, "GB/s");
+    snprintf(line, sizeof line, "attention fwd %s", att);
+    row(line, att_ms, att_tflops, "TFLOP/s");
     row("attention fwd causal, same shape", attc_ms, attc_tflops, "TFLOP/s");
     row("attention fwd, CUDA-core kernel (simple)", atts_ms, atts_tflops, "TFLOP/s");
     printf("device: %s (sm_%d%d); peak device memory through the pool: %.1f MiB\n", prop.name, prop.major, prop.minor,
@@ -220,13 +241,15 @@ int main(int argc, char **argv) {
             return 1;
         }
         fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm\": %d,\n", prop.name, prop.major * 10 + prop.minor);
-        jnum(f, "gemm_bf16_8192_ms", "%.4f", gemm_ms, ",\n");
-        jnum(f, "gemm_bf16_8192_tflops", "%.2f", gemm_tflops, ",\n");
-        jnum(f, "gemm_tf32_8192_tflops", "%.2f", tf32_tflops, ",\n");
-        jnum(f, "gemm_f32_8192_tflops", "%.2f", f32_tflops, ",\n");
-        jnum(f, "copy_d2d_1gib_ms", "%.4f", copy_ms, ",\n");
+        fprintf(f, "  \"gemm_n\": %lld,\n  \"copy_bytes\": %zu,\n  \"attention_bhtd\": [%lld, %lld, %lld, %lld],\n",
+                (long long)n, cp.n, (long long)B, (long long)H, (long long)T, (long long)D);
+        jnum(f, "gemm_bf16_ms", "%.4f", gemm_ms, ",\n");
+        jnum(f, "gemm_bf16_tflops", "%.2f", gemm_tflops, ",\n");
+        jnum(f, "gemm_tf32_tflops", "%.2f", tf32_tflops, ",\n");
+        jnum(f, "gemm_f32_tflops", "%.2f", f32_tflops, ",\n");
+        jnum(f, "copy_d2d_ms", "%.4f", copy_ms, ",\n");
         jnum(f, "copy_d2d_gbs", "%.1f", copy_gbs, ",\n");
-        jnum(f, "attention_fwd_b8h16t2048d64_ms", "%.4f", att_ms, ",\n");
+        jnum(f, "attention_fwd_ms", "%.4f", att_ms, ",\n");
         jnum(f, "attention_fwd_tflops", "%.2f", att_tflops, ",\n");
         jnum(f, "attention_fwd_causal_ms", "%.4f", attc_ms, ",\n");
         jnum(f, "attention_fwd_causal_tflops", "%.2f", attc_tflops, ",\n");

@@ -24,7 +24,7 @@ import json
 import os
 import sys
 
-CEILING_KEY = {"bf16": "gemm_bf16_8192_tflops", "tf32": "gemm_tf32_8192_tflops", "f32": "gemm_f32_8192_tflops"}
+CEILING_KEY = {"bf16": "gemm_bf16_tflops", "tf32": "gemm_tf32_tflops", "f32": "gemm_f32_tflops"}
 TORCH_MODES = ("eager", "reduce-overhead")
 LLM_ROWS = ("cuda_gemma_generate", "cuda_mistral_generate", "cuda_gemma_fit", "cuda_mistral_fit", "cuda_sd_predict",
             "cuda_vae_predict", "cuda_sd_fit", "cuda_sam_predict", "cuda_sam_fit", "cuda_sd_reference")
