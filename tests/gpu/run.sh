@@ -42,6 +42,19 @@
 # development machine and carry build-gpu-deps (the libraries, and ninja for a machine with
 # no make). Exit status: 0 when build, tests, ceilings and bert passed, else 1 (so a dry run
 # without a GPU exits 1).
+#
+# TRIDENT_GPU_REHEARSAL=1 (off by default; tests/gpu/rehearse.sh sets it) is a dress
+# rehearsal of this script on a machine without a GPU: every step runs its success path on
+# cuemu (tests/cuemu: the CUDA side on the cpu) in the existing build TRIDENT_GPU_BUILD
+# (default build), at sizes that take seconds there. What it changes, and only then: the
+# GPU is taken as seen (as TRIDENT_GPU_FORCE=1), LD_LIBRARY_PATH starts with BUILD/cuemu;
+# configure is `cmake -S . -B BUILD` on that build's own cache (no arguments: nothing
+# rebuilt); ctest runs from a test dir of its own under OUT (its LastTest.log is not the
+# build's) and leaves out test_cuda_kernels (13 minutes on cuemu) and the NVRTC tests (they
+# check the real NVRTC, cuemu has a stand-in); memcheck runs its INI without
+# compute-sanitizer (which needs a GPU) and says so; the ceilings are trident_bench_cuda
+# --small; every INI (BERT, roofline, the LLM/SD/SAM rows) its tiny preset, batch 2,
+# sequence 16 (generate: 12 tokens after 8), and the PyTorch rows the same BERT on the cpu.
 set -uo pipefail
 out=${1:?usage: tests/gpu/run.sh OUT_DIR}
 mkdir -p "$out"
@@ -49,7 +62,8 @@ out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/../.." || exit 1
 t0=$SECONDS
 limit=${TRIDENT_GPU_BUDGET:-540}
-declare -A result status plan borrow gpu slot_of
+rehearsal=${TRIDENT_GPU_REHEARSAL:-0}
+declare -A result status plan borrow gpu slot_of used_of
 
 # ---- the plan: each step's budget in seconds, in the order they run ----
 order=(setup configure build tests memcheck ceilings roofline bert_predict bert_fit
@@ -73,11 +87,17 @@ reserve=${plan[summary]} # kept for summarize.py and the archive (and a killed s
 
 note() { echo "[gpu $((SECONDS - t0))s] $*"; }
 : >"$out/steps.tsv"
-# record NAME VERDICT SECONDS: the step's verdict, also in steps.tsv (for summarize.py):
-# name, planned s, timeout s (0: not run), used s, verdict
+# record NAME VERDICT [SECONDS]: the step's verdict, also in steps.tsv (for summarize.py):
+# name, planned s, timeout s (0: not run), used s, verdict. Again for the same NAME (a
+# verdict read from the step's output: the tests' skips, memcheck's refusal), its line is
+# replaced in place, its seconds kept.
 record() {
+  local line
   status[$1]=$2
-  printf '%s\t%s\t%s\t%s\t%s\n' "$1" "${plan[$1]}" "${slot_of[$1]:-0}" "$3" "$2" >>"$out/steps.tsv"
+  used_of[$1]=${3:-${used_of[$1]:-0}}
+  line=$(printf '%s\t%s\t%s\t%s\t%s' "$1" "${plan[$1]}" "${slot_of[$1]:-0}" "${used_of[$1]}" "$2")
+  awk -F '\t' -v n="$1" -v l="$line" '$1 == n {print l; done = 1; next} {print} END {if (!done) print l}' \
+    "$out/steps.tsv" >"$out/steps.tsv.new" && mv -f "$out/steps.tsv.new" "$out/steps.tsv"
 }
 # fits NAME: the time guard. NAME's timeout into slot_of[NAME], or, when its plan no longer
 # fits in what is left, NAME skipped, by name (status 1).
@@ -113,12 +133,14 @@ gpu_step() {
   fi
   fits "$1"
 }
-# run_row NAME LOG CMD...: CMD under timeout (NAME's slot, from fits), its output in LOG
+# run_row NAME LOG CMD...: CMD under timeout (NAME's slot, from fits), its output in LOG.
+# The timeout sends SIGINT, as Ctrl-C: trident run then writes its JSON so far, marked
+# interrupted (it does not on SIGTERM), kept as NAME.json.partial; SIGKILL 5 s later.
 run_row() {
   local name=$1 log=$2 s=$SECONDS rc v
   shift 2
   note "$name: up to ${slot_of[$name]} s (planned ${plan[$name]} s)"
-  timeout -k 5 "${slot_of[$name]}" "$@" >"$log" 2>&1
+  timeout -s INT -k 5 "${slot_of[$name]}" "$@" >"$log" 2>&1
   rc=$?
   case $rc in
     0) v=pass ;;
@@ -156,6 +178,20 @@ else
   echo "no GPU (nvidia-smi failed, no /dev/nvidia*)" >"$out/gpu.txt"
 fi
 [ "${TRIDENT_GPU_FORCE:-0}" = 1 ] && have_gpu=1
+# TRIDENT_GPU_BUILD and TRIDENT_GPU_CMAKE_ARGS let a dry run elsewhere reuse a build.
+bdir=${TRIDENT_GPU_BUILD:-build-gpu}
+if [ "$rehearsal" = 1 ]; then # the "GPU" is cuemu, in the build's own tree
+  bdir=${TRIDENT_GPU_BUILD:-build}
+  if [ -e "$bdir/cuemu/libtrident_kernels.so.1" ]; then
+    have_gpu=1
+    LD_LIBRARY_PATH="$(cd "$bdir/cuemu" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export LD_LIBRARY_PATH
+    echo "cuemu (rehearsal: no GPU, the CUDA side on the cpu, $bdir/cuemu)" >"$out/gpu.txt"
+  else
+    have_gpu=0
+    echo "no cuemu (rehearsal: $bdir/cuemu/libtrident_kernels.so.1 not built; a CUDA build makes it)" >"$out/gpu.txt"
+  fi
+fi
 cat "$out/gpu.txt"
 need_libs=0 need_gen=0
 if ! pkg-config --exists inih cmocka libcjson 2>/dev/null || [ ! -e /usr/include/oneapi/dnnl/dnnl.h ]; then need_libs=1; fi
@@ -184,8 +220,6 @@ fi
 record setup "$([ $have_gpu = 1 ] && echo pass || echo "pass (no GPU)")" $((SECONDS - s))
 
 # ---- 1. build ----
-# TRIDENT_GPU_BUILD and TRIDENT_GPU_CMAKE_ARGS let a dry run elsewhere reuse a build.
-bdir=${TRIDENT_GPU_BUILD:-build-gpu}
 read -r -a cargs <<<"${TRIDENT_GPU_CMAKE_ARGS:--DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90}"
 nvcc=$(command -v nvcc || true)
 if [ -z "$nvcc" ]; then
@@ -221,9 +255,14 @@ elif fits configure; then
   note "configure in $bdir (generator: $gen_name, $gen_why; nvcc: ${nvcc:-none}; ${cargs[*]})"
   # That machine's compilers are not CI's: their new warnings are shown, not fatal (CI keeps
   # warnings as errors). -Wno-error goes last on each C compile line, after the project's -Werror.
-  run_row configure "$out/configure.log" cmake -S . -B "$bdir" "${gen[@]}" -DTRIDENT_CUDA=ON -DTRIDENT_CUDA_WERROR=OFF \
-    "${cargs[@]}" "-DCMAKE_C_COMPILE_OBJECT=<CMAKE_C_COMPILER> <DEFINES> <INCLUDES> <FLAGS> -Wno-error -o <OBJECT> -c <SOURCE>" &&
-    configured=1
+  if [ "$rehearsal" = 1 ]; then # the build's own cache, as it is: nothing to rebuild
+    note "rehearsal: configure $bdir as it was (its own cache), not with the options above"
+    run_row configure "$out/configure.log" cmake -S . -B "$bdir" && configured=1
+  else
+    run_row configure "$out/configure.log" cmake -S . -B "$bdir" "${gen[@]}" -DTRIDENT_CUDA=ON -DTRIDENT_CUDA_WERROR=OFF \
+      "${cargs[@]}" "-DCMAKE_C_COMPILE_OBJECT=<CMAKE_C_COMPILER> <DEFINES> <INCLUDES> <FLAGS> -Wno-error -o <OBJECT> -c <SOURCE>" &&
+      configured=1
+  fi
 fi
 if [ $configured = 0 ]; then
   record build "not run (no configure)" 0
@@ -249,21 +288,40 @@ need_build() {
   fi
   gpu_step "$1"
 }
-export OMP_NUM_THREADS=8
+# ini_of SRC DEST: the INI SRC as this run runs it, into DEST: device = cuda; in a rehearsal,
+# its tiny preset, batch 2, sequence 16, and generate's 12 tokens after 8
+ini_of() {
+  local tiny=()
+  [ "$rehearsal" = 1 ] && tiny=(-e 's/^preset *=.*/preset = tiny/' -e 's/^batch *=.*/batch = 2/'
+    -e 's/^seq_len *=.*/seq_len = 16/' -e 's/^max_length *=.*/max_length = 12/' -e 's/^prompt_len *=.*/prompt_len = 8/')
+  sed -e 's/^device *= *cpu/device = cuda/' "${tiny[@]}" "$1" >"$2"
+}
+# ini_get FILE KEY: KEY's value in FILE (its first, without a trailing comment)
+ini_get() { sed -n "s/^$2 *= *\([^ ;]*\).*/\1/p" "$1" | head -n 1; }
+# 8 threads and 8 tests at once on the GPU machine's 16 cores; fewer where there are fewer
+jobs=$(nproc)
+[ "$jobs" -gt 8 ] && jobs=8
+export OMP_NUM_THREADS=$jobs
 
 # ---- 2. the CUDA tests, each program once (ctest), the verdicts by name from its log ----
 if need_build tests; then
-  rm -f "$bdir/Testing/Temporary/LastTest.log"
   # the programs that touch CUDA, each once: not the cpu-only kernel tests, nor any NAME@ISA
-  # (the same program again under another instruction set)
+  # or NAME@cuemu-* (the same program again under another instruction set, or on cuemu),
+  # nor cuda_spills (ptxas's spill counts: no GPU in it, CI runs it)
   # (test_dp: the one-rank data-parallel fit on cuda, whose sums take NCCL's path)
-  run_row tests "$out/tests.log" ctest --test-dir "$bdir" -R 'cuda|nvrtc|^test_kernels$|^test_dp$' -E @ -j 8 --output-on-failure \
-    --timeout $((slot_of[tests] - 5))
+  tdir=$bdir skip='@|^cuda_spills$' named=(test_cuda_kernels test_cuda_kernels_api test_backend_cuda test_dp)
+  if [ "$rehearsal" = 1 ]; then # a test dir of its own (ctest may be running this), fewer programs
+    tdir=$out/ctest skip='@|^cuda_spills$|^test_cuda_kernels$|nvrtc' named=(test_cuda_kernels_api test_backend_cuda test_dp)
+    mkdir -p "$tdir" && printf 'subdirs("%s")\n' "$(cd "$bdir" && pwd)" >"$tdir/CTestTestfile.cmake"
+  fi
+  rm -f "$tdir/Testing/Temporary/LastTest.log"
+  run_row tests "$out/tests.log" ctest --test-dir "$tdir" -R 'cuda|nvrtc|^test_kernels$|^test_dp$' -E "$skip" -j "$jobs" \
+    --output-on-failure --timeout $((slot_of[tests] - 5))
   result[tests]=${status[tests]}
-  cp "$bdir/Testing/Temporary/LastTest.log" "$out/tests_output.log" 2>/dev/null
+  cp "$tdir/Testing/Temporary/LastTest.log" "$out/tests_output.log" 2>/dev/null
   grep -E "tests passed|tests failed|Failed|SKIPPED|Timeout" "$out/tests.log" | head -20
   # the kernels' own verdicts, by name (a SKIPPED here means the GPU was not seen)
-  for t in test_cuda_kernels test_cuda_kernels_api test_backend_cuda test_dp; do
+  for t in "${named[@]}"; do
     awk -v t="$t" '$0 ~ ("^[0-9]+/[0-9]+ Testing: " t "$") {on = 1} on {print} on && /end time:/ {exit}' \
       "$out/tests_output.log" >"$out/$t.log" 2>/dev/null
     if [ ! -s "$out/$t.log" ]; then
@@ -274,6 +332,7 @@ if need_build tests; then
     grep -E "FAILED|ERROR|SKIPPED|PASSED|relative error|differ" "$out/$t.log" | head -20
     grep -q SKIPPED "$out/$t.log" && result[tests]="FAIL (skipped: no device seen)"
   done
+  [ "${result[tests]}" = "${status[tests]}" ] || record tests "${result[tests]}"
   note "tests: ${result[tests]}"
 else
   result[tests]=${status[tests]}
@@ -301,7 +360,13 @@ EOF
   [ -n "$nvcc" ] && [ -x "$(dirname "$nvcc")/compute-sanitizer" ] && cs=$(dirname "$nvcc")/compute-sanitizer
   [ -z "$cs" ] && cs=$(command -v compute-sanitizer)
   for c in /usr/local/cuda*/bin/compute-sanitizer; do [ -z "$cs" ] && [ -x "$c" ] && cs=$c; done
-  if [ -z "$cs" ]; then
+  if [ "$rehearsal" = 1 ]; then # compute-sanitizer needs a GPU: the step's own run, without it
+    run_row memcheck "$out/memcheck.log" "$trident" run "$out/memcheck.ini"
+    result[memcheck]="refused (rehearsal: compute-sanitizer needs a GPU; the step's run without it: ${status[memcheck]})"
+    record memcheck "${result[memcheck]}"
+    tail -n 5 "$out/memcheck.log"
+  elif [ -z "$cs" ]; then
+    unset 'slot_of[memcheck]' # not run: no timeout in steps.tsv
     record memcheck "not run (no compute-sanitizer)" 0
     result[memcheck]="not run (no compute-sanitizer beside nvcc, on PATH or in /usr/local/cuda*/bin)"
   else
@@ -310,6 +375,7 @@ EOF
     if [ $rc = 0 ]; then result[memcheck]="pass ($mcb)"
     elif grep -qE "Device not supported|not supported on this|error 999" "$out/memcheck.log"; then
       result[memcheck]="refused by the machine (see memcheck.log)"
+      record memcheck "${result[memcheck]}"
     else result[memcheck]="${status[memcheck]} ($mcb)"; fi
     tail -n 15 "$out/memcheck.log"
   fi
@@ -320,7 +386,9 @@ fi
 
 # ---- 4. ceilings ----
 if need_build ceilings; then
-  run_row ceilings "$out/bench.log" "$bdir"/plugins/kernels/trident_bench_cuda "$out/ceilings.json.part"
+  small=()
+  [ "$rehearsal" = 1 ] && small=(--small)
+  run_row ceilings "$out/bench.log" "$bdir"/plugins/kernels/trident_bench_cuda "${small[@]}" "$out/ceilings.json.part"
   json_done ceilings $?
   note "ceilings: ${status[ceilings]}"
 fi
@@ -330,17 +398,25 @@ result[ceilings]=${status[ceilings]}
 #      their shapes, timed alone on random data, beside its floor on that card and its design time
 #      (trident roofline; the sheet's step floor is the BERT table's floor column) ----
 if need_build roofline; then
-  run_row roofline "$out/roofline.log" bash tests/gpu/roofline.sh "$trident" "$out"
-  grep -E "^(step|conf/|roofline:)" "$out/roofline.log" | head -20
+  confs=conf
+  if [ "$rehearsal" = 1 ]; then # the same INIs, tiny
+    confs=$out/conf_tiny
+    mkdir -p "$confs" && for f in conf/*.ini; do ini_of "$f" "$confs/${f#conf/}"; done
+  fi
+  run_row roofline "$out/roofline.log" bash tests/gpu/roofline.sh "$trident" "$out" "$confs"
+  grep -E "^(step|conf/|roofline:|trident: error)" "$out/roofline.log" | head -20
   note "roofline: ${status[roofline]}"
 fi
 
 # ---- 5. BERT base on every backend ----
 bert_ok=1
+for task in predict fit; do # OUT/bert_TASK.ini: the INI run, also for the PyTorch rows' sizes
+  ini_of "conf/bert_$task.ini" "$out/bert_$task.ini"
+done
 for task in predict fit; do
   r=bert_$task
   if need_build $r; then
-    run_row $r "$out/$r.log" "$trident" run "conf/bert_$task.ini" --steps 5 --json "$out/$r.json.part"
+    run_row $r "$out/$r.log" "$trident" run "$out/$r.ini" --steps 5 --json "$out/$r.json.part"
     json_done $r $?
     tail -n 12 "$out/$r.log"
     note "$r: ${status[$r]}"
@@ -363,7 +439,7 @@ for c in gemma_generate mistral_generate gemma_fit mistral_fit sd_predict vae_pr
       rm -rf "$out/reference_sd" && cp -r tests/fixtures/reference_sd "$out/reference_sd"
       sed 's/^\[run\]$/[run]\ndevice = cuda/' tests/fixtures/reference_sd/check.ini >"$out/reference_sd/check.ini"
       cp "$out/reference_sd/check.ini" "$out/$r.ini" ;;
-    *) sed 's/^device = cpu/device = cuda/' "conf/cpu/$c.ini" >"$out/$r.ini" ;;
+    *) ini_of "conf/cpu/$c.ini" "$out/$r.ini" ;;
     esac
     case $c in *generate) n=2 ;; sd_reference) n=1 ;; *) n=5 ;; esac
     ini="$out/$r.ini"
@@ -371,6 +447,7 @@ for c in gemma_generate mistral_generate gemma_fit mistral_fit sd_predict vae_pr
     run_row $r "$out/$r.log" "$trident" run "$ini" --steps $n --json "$out/$r.json.part"
     json_done $r $?
     grep -E "^(torch|tf|jax)|agree" "$out/$r.log" | head -12
+    [ "${status[$r]}" = pass ] || tail -n 5 "$out/$r.log"
     note "$r: ${status[$r]}"
   fi
   [ "${status[$r]}" = pass ] || llm_ok=0
@@ -386,13 +463,22 @@ for mode in eager reduce-overhead; do
   for task in predict fit; do
     r=torch_${task}_$mode
     if need_build "$r"; then
-      math=$(sed -n 's/^math *= *//p' "conf/bert_$task.ini")
-      batch=$(sed -n 's/^batch *= *//p' "conf/bert_$task.ini")
-      run_row "$r" "$out/$r.log" python3 tests/gpu/torch_bert.py --task $task --batch "$batch" --seq 512 \
-        --math "${math:-f32}" --mode $mode --steps 5 --warmup 3 --json "$out/$r.json.part"
+      # trident's row's sizes and math (OUT/bert_TASK.ini); in a rehearsal on the cpu
+      ini=$out/bert_$task.ini dev=cuda
+      [ "$rehearsal" = 1 ] && dev=cpu
+      math=$(ini_get "$ini" math)
+      run_row "$r" "$out/$r.log" python3 tests/gpu/torch_bert.py --task $task --preset "$(ini_get "$ini" preset)" \
+        --batch "$(ini_get "$ini" batch)" --seq "$(ini_get "$ini" seq_len)" --math "${math:-f32}" --mode $mode \
+        --steps 5 --warmup 3 --device $dev --json "$out/$r.json.part"
       rc=$?
       json_done "$r" $rc
-      if [ $rc = 0 ]; then torch_ran=$((torch_ran + 1)); else note "$r: did not run (${status[$r]}, see $r.log)"; fi
+      if [ $rc = 0 ]; then
+        torch_ran=$((torch_ran + 1))
+        note "$r: ${status[$r]}"
+      else # torch_bert.py's reason, where it wrote one (exit 2: no torch, transformers or GPU)
+        why=$(sed -n 's/^ *"error": "\(.*\)",\{0,1\}$/: \1/p' "$out/$r.json" 2>/dev/null | head -n 1)
+        note "$r: did not run (${status[$r]}${why}; see $r.log)"
+      fi
     fi
   done
 done

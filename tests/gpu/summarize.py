@@ -10,7 +10,8 @@
   of its math mode, from ceilings.json) and its ratio to PyTorch eager;
 - the roofline sheets (roofline_<config>.json, from `trident roofline --run`): each step's
   floor, design and measured sum, and its costliest kernels, each against its floor;
-- the LLM rows on cuda (cuda_{gemma,mistral}_{generate,fit}.json);
+- the LLM, SD and SAM rows on cuda (cuda_{gemma,mistral}_{generate,fit}.json, cuda_sd_*, cuda_vae_predict,
+  cuda_sam_*), each with its preset;
 - the rows that are missing, each with why: skipped by the time guard, timed out (its
   JSON, if any, kept as NAME.json.partial), failed, or unreadable.
 
@@ -63,6 +64,17 @@ def steps_of(out):
     return steps
 
 
+def last_error(out, name):
+    """The last line of the row's log (NAME.log; bench.log, roofline.log) that says error, or None."""
+    log = "bench" if name == "ceilings" else "roofline" if name.startswith("roofline_") else name
+    try:
+        with open(os.path.join(out, log + ".log"), errors="replace") as f:
+            lines = [ln.strip() for ln in f if "error" in ln.lower()]
+    except OSError:
+        return None
+    return lines[-1][:120] if lines else None
+
+
 def num(d, k):
     v = d.get(k)
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -96,7 +108,12 @@ def main():
     for name in JSON_ROWS:
         reports[name], why[name] = load(os.path.join(out, name + ".json"))
     ceil = reports["ceilings"] or {}
-    device = ceil.get("device", "?")
+    bert_reps = [reports[f"bert_{t}"] for t in ("predict", "fit") if reports[f"bert_{t}"]]
+    # the card: the ceilings' name for it, else the BERT reports' (`gpu`)
+    device = ceil.get("device") or next((str(r["gpu"]) for r in bert_reps if r.get("gpu")), "?")
+    # what the BERT rows ran (base at sequence 512 on the GPU; tiny in run.sh's rehearsal)
+    bert_what = ", ".join(sorted({f"{r.get('preset', '?')}, sequence {r.get('seq_len', '?')}"
+                                  for r in bert_reps})) or "?"
 
     if steps:
         print(f"{'step':30} {'planned s':>9} {'timeout s':>9} {'used s':>6}  result")
@@ -147,15 +164,17 @@ def main():
     for name in LLM_ROWS:
         rep = reports[name]
         for b in backends_of(rep) if rep else []:
-            r = {"row": name, "backend": b.get("backend", "?"), "ok": bool(b.get("ok"))}
+            r = {"row": name, "preset": str(rep.get("preset", "?")).split(" ")[0], "backend": b.get("backend", "?"),
+                 "ok": bool(b.get("ok"))}
             for k in ("mean_ms", "first_step_ms", "ms_per_token", "tokens_per_s", "tokens_agree", "loss_first",
                       "loss_last", "agrees", "error"):
                 if k in b:
                     r[k] = b[k]
             ref = b.get("against_reference")
             if ref:  # cuda_sd_reference: held to diffusers' float64 pictures
+                d = num(ref, "max_rel_diff")
                 r["reference"] = f"{'within' if ref.get('agrees') else 'BEYOND'} the tolerance of diffusers' " \
-                                 f"({ref.get('max_rel_diff')})"
+                                 f"({fmt(d, '.1e', 1)})"
             llm.append(r)
 
     missing = {}
@@ -163,11 +182,14 @@ def main():
         if reports[name] is not None and why[name] is None:
             continue
         reason = why[name]
-        verdict = steps.get(name, (None,) * 4)[3]
+        # a roofline sheet's verdict is its step's (roofline.sh makes all six)
+        verdict = steps.get("roofline" if name.startswith("roofline_") else name, (None,) * 4)[3]
         if verdict:
             reason = f"{verdict}; JSON {reason}"
         if os.path.exists(os.path.join(out, name + ".json.partial")):
             reason += f" (what it wrote is kept as {name}.json.partial)"
+        elif verdict and verdict.startswith("FAIL") and last_error(out, name):
+            reason += f": {last_error(out, name)}"
         missing[name] = reason
 
     try:
@@ -184,7 +206,7 @@ def main():
                 f"{fmt(r.get('floor_ms'), '8.1f', 8)} {fmt(ff, '7.1f', 7)}{'%' if ff is not None else ' '} "
                 f"{fmt(r.get('vs_pytorch_eager'), '9.2f', 9)}{'x' if 'vs_pytorch_eager' in r else ' '}")
 
-    print_table(f"BERT base, sequence 512, on {device} (floor: the roofline sheet's step floor, every kernel's summed; "
+    print_table(f"BERT {bert_what}, on {device} (floor: the roofline sheet's step floor, every kernel's summed; "
                 "else FLOPs / measured GEMM ceiling)",
                 f"{'task':8} {'backend':26} {'math':5} {'batch':>5} {'mean ms':>9} {'first ms':>9} {'peak GiB':>8} "
                 f"{'floor ms':>8} {'of floor':>8} {'vs PyTorch':>10}",
@@ -201,10 +223,10 @@ def main():
                 f"{fmt(num(r, 'tokens_per_s'), '8.0f', 8)} {fmt(num(r, 'loss_first'), '8.4f', 8)} "
                 f"{fmt(num(r, 'loss_last'), '9.4f', 9)} {agree}")
 
-    print_table("\nGemma and Mistral small on cuda (generate: a step is one whole generate call)",
-                f"{'row':22} {'backend':26} {'mean ms':>9} {'first ms':>9} {'ms/token':>8} {'tok/s':>8} "
+    print_table("\nGemma, Mistral, Stable Diffusion and SAM on cuda (generate: a step is one whole generate call)",
+                f"{'row':22} {'preset':6} {'backend':22} {'mean ms':>9} {'first ms':>9} {'ms/token':>8} {'tok/s':>8} "
                 f"{'loss 1st':>8} {'loss last':>9} agrees",
-                llm, lambda r: f"{r['row']:22} {r['backend']:26}", llm_cells)
+                llm, lambda r: f"{r['row']:22} {r['preset']:6} {r['backend']:22}", llm_cells)
 
     peaks = sorted({str(reports[n].get("device_peaks")) for n in ROOF_ROWS if reports[n]})
     print(f"\nroofline sheets (trident roofline --run: each kernel alone at its shapes; peaks: {', '.join(peaks) or '-'})")
