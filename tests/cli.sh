@@ -452,6 +452,18 @@ sleep 1; kill -INT $pid; wait $pid; rc=$?
 if [ $rc = 130 ] && grep -Eq '^tf +[0-9.]+ +[0-9.]+ ' "$tmp/out" && grep -q 'interrupted' "$tmp/out" && [ -s "$tmp/int.safetensors" ]; then
   ok "Ctrl-C: exit 130, the table so far, the outputs"; else echo "exit $rc" >> "$tmp/out"; bad "Ctrl-C: exit 130, the table so far, the outputs"; fi
 if grep -Eq '"interrupted":[[:space:]]*true' "$tmp/int.json" 2>/dev/null; then ok "Ctrl-C: the JSON says interrupted"; else bad "Ctrl-C: the JSON says interrupted"; fi
+# Ctrl-C in a sequential run, during the first backend: the second never starts, and the
+# verdict says not all backends ran (it once said "all backends ran and agree").
+ini two_seq.ini "$(cat "$tmp/two.ini")
+schedule = sequential"
+"$bin" run "$tmp/two_seq.ini" --steps 1000000 --json "$tmp/sint1.json" > "$tmp/out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q 'bert/tiny' "$tmp/out" 2>/dev/null && break; sleep 0.1; done
+sleep 1; kill -INT $pid; wait $pid; rc=$?
+if [ $rc = 130 ] && grep -q 'interrupted before it started' "$tmp/out" && grep -q '^NOT all backends ran and agree' "$tmp/out" &&
+   grep -Eq '"all_ok":[[:space:]]*false' "$tmp/sint1.json" 2>/dev/null; then
+  ok "Ctrl-C before a backend started: not all backends ran"
+else echo "exit $rc" >> "$tmp/out"; bad "Ctrl-C before a backend started: not all backends ran"; fi
 
 # trident bench SUITE.ini: each row's table, then the summary in the benchmark page's shape.
 ini s_gen.ini $'[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbackends = torch, jax\nbatch = 2\n[backend.jax]\nfuse = false\n[generate]\nprompt_len = 4\nmax_length = 8'

@@ -68,7 +68,11 @@ int tr_bench_first_failure(const struct tr_bench_report *rep, int failures, stru
 int tr_bench_verdict(struct tr_bench_report *rep, int failures, int disagreements, const struct tr_bench_row **bad,
                      struct tr_error *err) {
     *bad = NULL;
-    rep->all_ok = failures == 0 && disagreements == 0;
+    /* a row interrupted before it ran is no failure (the user stopped the run), but not
+     * every backend ran: the verdict is not "all ran and agree" */
+    int ran = 0;
+    for (int i = 0; i < rep->n_rows; i++) ran += rep->rows[i].ok != 0;
+    rep->all_ok = failures == 0 && disagreements == 0 && ran == rep->n_rows;
     if (failures) return tr_bench_first_failure(rep, failures, err);
     /* the first row that ran and disagrees (an interrupted row did not run) */
     for (int i = 0; disagreements && !*bad && i < rep->n_rows; i++)

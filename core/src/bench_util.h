@@ -42,7 +42,8 @@ const char *tr_bench_reference_label(const struct tr_bench_report *rep);
 /* TR_ERR_PLUGIN, "N of M backends failed; LABEL: why" for the first row that failed. */
 int tr_bench_first_failure(const struct tr_bench_report *rep, int failures, struct tr_error *err);
 
-/* The verdict once every row ran: sets rep->all_ok; with failures, the first one's error
+/* The verdict once every row ran: sets rep->all_ok (false too where a row was interrupted
+ * before it ran, which is no failure); with failures, the first one's error
  * (tr_bench_first_failure); else TR_OK, and in *bad the first row that disagrees (NULL
  * when all agree), for the caller to say how. */
 int tr_bench_verdict(struct tr_bench_report *rep, int failures, int disagreements, const struct tr_bench_row **bad,
