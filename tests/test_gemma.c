@@ -62,6 +62,25 @@ static void test_hf_config_errors(void **state) {
         assert_int_equal(rc, bad[i].rc);
         tr_assert_msg_has(&e, bad[i].needle);
     }
+    /* hidden_act wins, as transformers 5.x reads it; hidden_activation where it is absent */
+    static const struct {
+        const char *json, *act;
+    } acts[] = {{"{\"hidden_act\": \"silu\", \"hidden_activation\": \"gelu_pytorch_tanh\"}", "silu"},
+                {"{\"hidden_act\": \"gelu\", \"hidden_activation\": \"gelu_pytorch_tanh\"}", "gelu_pytorch_tanh"},
+                {"{\"hidden_activation\": \"silu\"}", "silu"}};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "/tmp/trident_act%zu_%d.json", i, (int)getpid());
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(acts[i].json, f);
+        fclose(f);
+        c = *tiny();
+        int rc = tr_decoder_read_hf_config(path, &c, &e);
+        unlink(path);
+        if (rc) fail_msg("%s: %s", acts[i].json, e.msg);
+        assert_string_equal(c.hidden_act, acts[i].act);
+    }
     static struct tr_config cfg;
     const char *ini = "[run]\nmodel = gemma\npreset = tiny\n[model]\nhf_config = tests/fixtures/hf/none.json\n";
     assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);

@@ -109,8 +109,6 @@ static int apply(const cJSON *root, const char *path, struct tr_decoder_config *
     if (!rc && c->family == TR_DECODER_GEMMA)
         rc = tr_hf_json_expect_bool(root, path, "use_bidirectional_attention", 0, err);
     if (!rc) rc = get_string(root, path, "hidden_act", c->hidden_act, sizeof c->hidden_act, err);
-    /* Gemma's configs of early 2024 name the activation hidden_activation; it wins. */
-    if (!rc) rc = get_string(root, path, "hidden_activation", c->hidden_act, sizeof c->hidden_act, err);
     if (rc) return rc;
     /* As transformers' GemmaConfig: the official files say "gelu" and mean the tanh form. */
     if (c->family == TR_DECODER_GEMMA && strcmp(c->hidden_act, "gelu") == 0)
@@ -144,6 +142,20 @@ static const char MISTRAL_DEFAULTS[] =
 int tr_decoder_read_hf_config(const char *path, struct tr_decoder_config *c, struct tr_error *err) {
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
+    /* hidden_act, as transformers 5.x reads it; Gemma's configs of early 2024 also name the
+     * activation hidden_activation (what transformers 4.x's GemmaMLP read), taken only where
+     * hidden_act is absent: the published files say "gelu" and "gelu_pytorch_tanh", the same
+     * function once "gelu" is read as Gemma reads it (apply). */
+    const cJSON *ha = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "hidden_activation");
+    const cJSON *act = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (ha && !cJSON_IsNull(ha) && (!act || cJSON_IsNull(act))) {
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "hidden_act");
+        cJSON *copy = cJSON_Duplicate(ha, 1);
+        if (!copy || !cJSON_AddItemToObject(root, "hidden_act", copy)) {
+            cJSON_Delete(copy);
+            rc = tr_error_set(err, TR_ERR_NOMEM, "'%s': out of memory", path);
+        }
+    }
     if (!rc) rc = tr_hf_json_defaults(root, path, c->family == TR_DECODER_GEMMA ? GEMMA_DEFAULTS : MISTRAL_DEFAULTS, err);
     if (!rc) rc = apply(root, path, c, err);
     cJSON_Delete(root);
