@@ -20,7 +20,8 @@
 
 /* ---- the ISA level (isa.c) ---- */
 extern int tr_cpu_isa_level;        /* enum tr_cpu_isa in use; baseline until fixed */
-extern int tr_cpu_bf16_gemm_native; /* oneDNN has a bf16 GEMM at that level */
+extern int tr_cpu_bf16_gemm_native;   /* oneDNN has a bf16 GEMM at that level, on the cpu's bf16 units */
+extern int tr_cpu_bf16_gemm_emulated; /* oneDNN has one, emulated (AVX-512 without AVX512_BF16) */
 /* Fixes the level once per process (tr_kernels_init calls it); the error of a bad
  * TRIDENT_CPU_ISA every time. */
 int tr_cpu_isa_fix(struct tr_error *err);

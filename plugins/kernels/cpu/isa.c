@@ -4,9 +4,13 @@
  * target_clones resolvers make); TRIDENT_CPU_ISA may lower it. The level picks which
  * compiled copy of every hot loop runs (TR_CPU_MULTI in cpu_internal.h) and caps
  * oneDNN's ISA to match, so that a forced level is what a cpu of that level runs. Whether
- * oneDNN then multiplies bf16 itself is asked of oneDNN (a probe primitive), not guessed
- * from flags: Debian's oneDNN 2.6 has bf16 GEMMs from AVX-512 up (emulated below
- * AVX512_BF16), none on AVX2. */
+ * oneDNN then multiplies bf16 itself is asked of oneDNN (a probe primitive): Debian's
+ * oneDNN 2.6 has bf16 GEMMs from AVX-512 up, none on AVX2. Below AVX512_BF16 its bf16
+ * GEMM is emulated and slow (1024^3 on an AVX-512 Xeon without it: 36.6 ms, against 7.9
+ * ms for the same product converted to f32 and back), so there a bf16 GEMM counts as not
+ * native and converts (matmul.c, conv.c), except a product that uses each weight a few
+ * times only (a decode step's), which oneDNN's emulation still runs faster than a
+ * conversion of the whole weight (matmul.c). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +23,7 @@
 
 int tr_cpu_isa_level = TR_CPU_ISA_BASELINE;
 int tr_cpu_bf16_gemm_native = 0;
+int tr_cpu_bf16_gemm_emulated = 0;
 
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 static struct tr_cpu_info isa_info;
@@ -147,8 +152,14 @@ static void isa_init(void) {
         }
     }
     snprintf(info->onednn_isa, sizeof info->onednn_isa, "%s", onednn_isa_name(dnnl_get_effective_cpu_isa()));
-    info->bf16_native = probe_bf16_gemm();
+    const int has_bf16_gemm = probe_bf16_gemm();
+#if defined(__x86_64__)
+    info->bf16_native = (info->avx512_bf16 || info->amx) && has_bf16_gemm;
+#else
+    info->bf16_native = has_bf16_gemm;
+#endif
     tr_cpu_bf16_gemm_native = info->bf16_native;
+    tr_cpu_bf16_gemm_emulated = has_bf16_gemm && !info->bf16_native;
     tr_cpu_isa_level = info->isa;
 }
 

@@ -28,6 +28,7 @@
 #include "cpu_internal.h"
 
 #define MM_CACHE_MAX 256
+#define MM_EMULATED_REUSE 32
 #define MM_MAX_DIMS TR_MAX_DIMS
 
 struct tr_mm_key {
@@ -412,7 +413,15 @@ static int mm_plan(const struct tr_tensor *a, const struct tr_tensor *b, const s
     key->b_strides[nd - 1] = trans_b ? L.K : 1;
     key->c_dims[nd - 2] = L.M;
     key->c_dims[nd - 1] = L.N;
-    pl->convert = a->dtype == TR_DTYPE_F16 || (a->dtype == TR_DTYPE_BF16 && !tr_cpu_bf16_gemm_native);
+    /* bf16 without the cpu's bf16 units: converted, unless oneDNN emulates it and each
+     * element of b takes part in fewer than MM_EMULATED_REUSE multiply-adds (a decode step's
+     * few rows), where converting the whole of b costs more than the emulated product:
+     * gemma small's bf16 generate on an AVX-512 Xeon without AVX512_BF16 took 3.7 ms a
+     * token emulated and 4.8-6.4 converted; its prefill and BERT predict the other way */
+    const double reuse = pl->nb > 0 ? (double)pl->nc * (double)L.K / (double)pl->nb : 0;
+    pl->convert = a->dtype == TR_DTYPE_F16 ||
+                  (a->dtype == TR_DTYPE_BF16 && !tr_cpu_bf16_gemm_native &&
+                   !(tr_cpu_bf16_gemm_emulated && reuse < MM_EMULATED_REUSE));
     key->dtype = pl->convert ? TR_DTYPE_F32 : a->dtype;
     key->act = act;
     key->alpha = alpha;

@@ -67,8 +67,10 @@ struct tr_cpu_info {
     int forced;              /* 1 when TRIDENT_CPU_ISA named a level (even the native one:
                                 oneDNN is capped to it, so avx512 on an AMX cpu drops AMX) */
     int avx512_bf16, amx;    /* the cpu has AVX512_BF16 / AMX-BF16 */
-    int bf16_native;         /* oneDNN multiplies bf16 itself at this level; 0: bf16 GEMMs
-                                convert their operands to f32 (tr_k_matmul) */
+    int bf16_native;         /* oneDNN multiplies bf16 itself at this level, with the cpu's
+                                own bf16 instructions on x86 (AVX512_BF16 or AMX; oneDNN's
+                                emulation below them is slower than converting); 0: bf16
+                                GEMMs convert their operands to f32 (tr_k_matmul) */
     char onednn_isa[32];     /* oneDNN's ISA after the cap ("avx2", "avx512_core_bf16", ...) */
     int threads;             /* the OpenMP threads a parallel region gets now */
 };
