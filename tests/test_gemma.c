@@ -28,6 +28,19 @@ static void test_presets_are_the_published_configs(void **state) {
 }
 
 /* The errors name the file and the JSON key; through an INI, the line too. */
+/* tr_decoder_read_hf_config of json, written to a file of its own for the call. */
+static int read_json(const char *json, struct tr_decoder_config *c, struct tr_error *e) {
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/trident_gemma_%d.json", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(json, f);
+    fclose(f);
+    int rc = tr_decoder_read_hf_config(path, c, e);
+    unlink(path);
+    return rc;
+}
+
 static void test_hf_config_errors(void **state) {
     struct tr_decoder_config c = *tiny();
     struct tr_error e = {0};
@@ -51,14 +64,7 @@ static void test_hf_config_errors(void **state) {
                {"{\"model_type\": \"gemma\", \"use_bidirectional_attention\": true}", "\"use_bidirectional_attention\" = true", TR_ERR_UNSUPPORTED},
                {"{\"model_type\": \"gemma\", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2}}", "rope_type = linear", TR_ERR_UNSUPPORTED}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char path[128];
-        snprintf(path, sizeof path, "/tmp/trident_bad%zu_%d.json", i, (int)getpid());
-        FILE *f = fopen(path, "w");
-        assert_non_null(f);
-        fputs(bad[i].json, f);
-        fclose(f);
-        int rc = tr_decoder_read_hf_config(path, &c, &e);
-        unlink(path);
+        int rc = read_json(bad[i].json, &c, &e);
         assert_int_equal(rc, bad[i].rc);
         tr_assert_msg_has(&e, bad[i].needle);
     }
@@ -69,15 +75,8 @@ static void test_hf_config_errors(void **state) {
                 {"{\"hidden_act\": \"gelu\", \"hidden_activation\": \"gelu_pytorch_tanh\"}", "gelu_pytorch_tanh"},
                 {"{\"hidden_activation\": \"silu\"}", "silu"}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
-        char path[128];
-        snprintf(path, sizeof path, "/tmp/trident_act%zu_%d.json", i, (int)getpid());
-        FILE *f = fopen(path, "w");
-        assert_non_null(f);
-        fputs(acts[i].json, f);
-        fclose(f);
         c = *tiny();
-        int rc = tr_decoder_read_hf_config(path, &c, &e);
-        unlink(path);
+        int rc = read_json(acts[i].json, &c, &e);
         if (rc) fail_msg("%s: %s", acts[i].json, e.msg);
         assert_string_equal(c.hidden_act, acts[i].act);
     }
