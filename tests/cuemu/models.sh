@@ -58,18 +58,13 @@ preset = tiny
 task = fit
 seq_len = 16" "[model]
 lora_rank = 4"
-pair sd_predict "model = stable_diffusion
+tiny() { pair "$1" "model = $2
 preset = tiny
-task = predict"
-pair vae_fit "model = autoencoder_kl
-preset = tiny
-task = fit"
-pair sam_predict "model = sam
-preset = tiny
-task = predict"
-pair sam_fit "model = sam
-preset = tiny
-task = fit"
+task = $3"; } # name, model, task: the tiny preset at its own sizes
+tiny sd_predict stable_diffusion predict
+tiny vae_fit autoencoder_kl fit
+tiny sam_predict sam predict
+tiny sam_fit sam fit
 
 # trident roofline --run on cuda: each group's kernel timed on the device (its random inputs
 # must be cuda tensors: they were cpu ones, and every kernel refused them)
