@@ -356,8 +356,13 @@ if [ "$(grep -cE '^  (torch|torch:reduce-overhead|tf|jax) +ok +.*worst element' 
 # config.json; make_reference.py --config ... --batch 3): relu (predict, --seq-len 11 --seed 3;
 # gelu in its place is 9e-3 off) and gelu_new, the tanh form (fit, 4 AdamW steps at --lr 0.05
 # --steps 5, so that the activation shows in the losses: the erf form in its place is 1.2e-3 off).
+# And fit's other losses, by the config's problem_type (--task fit --lr 0.05): regression
+# (num_labels 1, problem_type null: MSE on labels [B]) and multi_label_classification (3
+# labels: BCEWithLogitsLoss), BertForSequenceClassification's own loss as the reference.
 expect "bert with hidden_act = relu against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_relu/check.ini
 expect "bert with hidden_act = gelu_new, fit against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_gelu_new/check.ini
+expect "bert regression (one label, MSE), fit against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_regression/check.ini
+expect "bert multi_label_classification (BCE with logits), fit against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_multilabel/check.ini
 # Decoders fed transformers' own batch: a tokenizer's int64 attention_mask of 1s and 0s (the
 # last sample padded at the end), and a greedy generate from a left-padded prompt whose
 # tokens must equal transformers' generate's.

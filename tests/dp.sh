@@ -68,6 +68,11 @@ $more"
 
 fit_pair bert "model = bert
 preset = tiny"
+# a loss with no labels to count (BCE): each rank's share is its rows'
+fit_pair bert_multilabel "model = bert
+preset = tiny" "[model]
+num_labels = 3
+problem_type = multi_label_classification"
 fit_pair gemma "model = gemma
 preset = tiny" "[model]
 lora_rank = 4"

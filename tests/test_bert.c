@@ -101,24 +101,89 @@ static void test_config_errors(void **state) {
     const char *gen[] = {"generate", "predict, fit", NULL};
     expect_build_error(&c, TR_TASK_GENERATE, 16, TR_ERR_UNSUPPORTED, gen);
     assert_int_equal(tr_model_bert.tasks, 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT);
-    /* what fit's cross-entropy is not: transformers' regression (one label) and BCE; the
-     * same configs predict (their logits are the same function) */
+    /* what fit cannot train: a cross-entropy over one class (always 0), an unknown
+     * problem_type; the same config predicts (its logits do not depend on the loss) */
     static const struct tr_test_refusal r[] = {
-        {TR_TASK_FIT, {{"num_labels", "1"}}, {"num_labels = 1", "regresses"}},
-        {TR_TASK_FIT, {{"problem_type", "multi_label_classification"}}, {"multi_label_classification", "not provided"}},
-        {TR_TASK_FIT, {{"problem_type", "regression"}}, {"problem_type = 'regression'"}},
+        {TR_TASK_FIT, {{"num_labels", "1"}, {"problem_type", "single_label_classification"}},
+         {"num_labels = 1", "nothing would train", "regression"}},
+        {TR_TASK_FIT, {{"problem_type", "regresion"}}, {"'regresion'", "multi_label_classification"}},
+        {TR_TASK_PREDICT, {{"problem_type", "ranking"}}, {"'ranking'", "not one of"}},
         {TR_TASK_PREDICT, {{"hidden_act", "relu2"}}, {"hidden_act = 'relu2'", "gelu_new"}},
     };
     TR_TEST_EXPECT_REFUSALS(&tr_model_bert, "tiny", r);
     c = *preset("tiny");
     c.num_labels = 1;
-    snprintf(c.problem_type, sizeof c.problem_type, "regression");
+    snprintf(c.problem_type, sizeof c.problem_type, "single_label_classification");
     struct tr_build_opts o = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 8};
     struct tr_graph *g = NULL;
     struct tr_error e = {0};
     assert_int_equal(tr_graph_init(&g, &e), TR_OK);
-    if (tr_model_bert.build(&c, &o, g, &e)) fail_msg("predict with one label, regression: %s", e.msg);
+    if (tr_model_bert.build(&c, &o, g, &e)) fail_msg("predict with one label: %s", e.msg);
     tr_graph_free(g);
+}
+
+/* fit's labels for each problem_type, as transformers takes them (one label regresses on
+ * labels [B]), and the synthetic batch's labels: classes in range, regression targets in
+ * [0,1], multi-label targets 0 or 1, not all alike. */
+static void test_fit_labels(void **state) {
+    (void)state;
+    static const struct {
+        const char *problem;
+        int64_t labels;
+        int dtype, ndim;
+    } cases[] = {
+        {"", 3, TR_DTYPE_I32, 1},
+        {"", 1, TR_DTYPE_F32, 1},
+        {"single_label_classification", 2, TR_DTYPE_I32, 1},
+        {"regression", 1, TR_DTYPE_F32, 1},
+        {"regression", 3, TR_DTYPE_F32, 2},
+        {"multi_label_classification", 4, TR_DTYPE_F32, 2},
+        {"multi_label_classification", 1, TR_DTYPE_F32, 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct tr_bert_config c = *preset("tiny");
+        c.num_labels = cases[i].labels;
+        snprintf(c.problem_type, sizeof c.problem_type, "%s", cases[i].problem);
+        const int64_t B = 8, T = 6;
+        struct tr_build_opts o = {.task = TR_TASK_FIT, .dtype = TR_DTYPE_BF16, .batch = B, .seq_len = T};
+        struct tr_graph *g = NULL;
+        struct tr_error e = {0};
+        int loss = -1;
+        assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+        if (tr_bert_build_classifier_loss(&c, &o, g, &loss, &e))
+            fail_msg("'%s' with %lld labels: %s", cases[i].problem, (long long)cases[i].labels, e.msg);
+        assert_int_equal(tr_node_dtype(g, loss), TR_DTYPE_F32);
+        assert_int_equal(tr_node_ndim(g, loss), 0);
+        assert_int_equal(tr_graph_n_inputs(g), 4);
+        const int lab = tr_graph_input(g, 3);
+        assert_string_equal(tr_node_name(g, lab), "labels");
+        assert_int_equal(tr_node_dtype(g, lab), cases[i].dtype);
+        assert_int_equal(tr_node_ndim(g, lab), cases[i].ndim);
+        assert_int_equal(tr_node_shape(g, lab)[0], B);
+        if (cases[i].ndim == 2) assert_int_equal(tr_node_shape(g, lab)[1], cases[i].labels);
+
+        struct tr_tensor in[4];
+        void *buf[4];
+        for (int k = 0; k < 4; k++) {
+            int id = tr_graph_input(g, k);
+            struct tr_tensor shape = tr_node_tensor(g, id);
+            buf[k] = malloc(tr_tensor_nbytes(&shape));
+            assert_non_null(buf[k]);
+            tr_tensor_make(&in[k], buf[k], (enum tr_dtype)shape.dtype, shape.ndim, shape.shape, NULL);
+        }
+        if (tr_model_bert.make_inputs(&c, &o, 7, 4, in, &e)) fail_msg("make_inputs: %s", e.msg);
+        double lo = 1e9, hi = -1e9;
+        for (int64_t k = 0; k < tr_tensor_numel(&in[3]); k++) {
+            double v = tr_tensor_get_f64(&in[3], k);
+            lo = v < lo ? v : lo, hi = v > hi ? v : hi;
+            if (cases[i].dtype == TR_DTYPE_I32) assert_true(v >= 0 && v < (double)cases[i].labels);
+            else if (!strcmp(cases[i].problem, "multi_label_classification")) assert_true(v == 0 || v == 1);
+            else assert_true(v >= 0 && v <= 1);
+        }
+        assert_true(hi > lo); /* a batch of one label teaches nothing */
+        for (int k = 0; k < 4; k++) free(buf[k]);
+        tr_graph_free(g);
+    }
 }
 
 /* [model] hf_config: bert-base-cased's config.json over the tiny preset is the base preset,
@@ -294,6 +359,6 @@ static void test_hf_config_defaults(void **state) {
     tr_test_hf_defaults_match(&tr_model_bert, "{\"id2label\": null}", TR_SOURCE_DIR "/tests/fixtures/hf/defaults/bert.json", 6);
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_count_base, test_hf_config_defaults, test_names_match_state_dict, test_interface, test_config_errors,
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_count_base, test_hf_config_defaults, test_names_match_state_dict, test_interface, test_config_errors, test_fit_labels,
              test_hf_config,
              test_make_inputs, test_predict_matches_hf_f32, test_predict_matches_hf_bf16, test_mask_hides_padding)

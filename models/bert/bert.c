@@ -32,7 +32,9 @@ static const struct tr_model_key bert_keys[] = {
     KEY_FLOAT(layer_norm_eps, 0, 1, "epsilon of every LayerNorm"),
     KEY_STRING(hidden_act, "the feed-forward's activation, as transformers' ACT2FN names it: " TR_NN_ACTS),
     KEY_STRING(problem_type, "fit's loss, as transformers' problem_type: single_label_classification (cross-entropy "
-                             "over num_labels >= 2, the one provided; empty means it)"),
+                             "against a class per sample), regression (MSE against num_labels floats per sample), "
+                             "multi_label_classification (BCE with logits against num_labels 0/1 floats); empty: "
+                             "regression with num_labels = 1, else single_label_classification"),
     KEY_FLOAT(pad_fraction, 0, 1,
               "synthetic batch: sample b pads its last floor((b mod 4) * pad_fraction * seq_len) tokens"),
     KEY_INT(pad_token_id, -1, 1e7,
@@ -119,6 +121,26 @@ static int lora_validate(const struct tr_bert_config *c, struct lora *lr, struct
     return TR_OK;
 }
 
+/* transformers' problem_type, which picks fit's loss. */
+enum problem { PROBLEM_SINGLE, PROBLEM_REGRESSION, PROBLEM_MULTI, PROBLEM_N };
+static const char *const problem_names[PROBLEM_N] = {"single_label_classification", "regression",
+                                                     "multi_label_classification"};
+
+/* c's problem_type, or, where it is empty, what transformers infers from integer class
+ * labels: regression for one label, else single_label_classification. */
+static int problem_of(const struct tr_bert_config *c, enum problem *p, struct tr_error *err) {
+    if (!c->problem_type[0]) {
+        *p = c->num_labels == 1 ? PROBLEM_REGRESSION : PROBLEM_SINGLE;
+        return TR_OK;
+    }
+    for (int i = 0; i < PROBLEM_N; i++)
+        if (strcmp(c->problem_type, problem_names[i]) == 0) return *p = (enum problem)i, TR_OK;
+    return tr_error_set(err, TR_ERR_INVALID,
+                        "bert: problem_type = '%.63s' is not one of single_label_classification, regression, "
+                        "multi_label_classification (or empty: transformers' inference)",
+                        c->problem_type);
+}
+
 static int bert_validate(const struct tr_bert_config *c, const struct tr_build_opts *o, struct tr_error *err) {
     const struct tr_model_pos pos[] = {
         {"vocab_size", c->vocab_size},           {"hidden_size", c->hidden_size},
@@ -149,18 +171,14 @@ static int bert_validate(const struct tr_bert_config *c, const struct tr_build_o
         return tr_error_set(err, TR_ERR_INVALID, "bert: pad_token_id = %lld is not a row of the %lld-row word "
                             "embedding (vocab_size); expected -1 (none) or below it", (long long)c->pad_token_id,
                             (long long)c->vocab_size);
-    if (o->task == TR_TASK_FIT && c->problem_type[0] && strcmp(c->problem_type, "single_label_classification") != 0)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED,
-                            "bert: fit with problem_type = '%.63s' is not provided: fit's loss is the cross-entropy of "
-                            "single_label_classification (transformers' BCE of multi_label_classification and MSE of "
-                            "regression are not computed)",
-                            c->problem_type);
-    if (o->task == TR_TASK_FIT && c->num_labels < 2)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED,
-                            "bert: fit with num_labels = %lld is not provided: transformers regresses with one label "
-                            "(MSE against float labels), and fit's loss here is the cross-entropy over num_labels >= 2 "
-                            "classes",
-                            (long long)c->num_labels);
+    enum problem p;
+    rc = problem_of(c, &p, err);
+    if (rc) return rc;
+    if (o->task == TR_TASK_FIT && p == PROBLEM_SINGLE && c->num_labels < 2)
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "bert: fit with problem_type = single_label_classification and num_labels = 1: the "
+                            "cross-entropy over one class is 0 whatever the weights, so nothing would train; use "
+                            "num_labels >= 2, or problem_type = regression (transformers' choice for one label)");
     if (!tr_dtype_is_float(o->dtype) || o->dtype == TR_DTYPE_F64)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "bert: dtype %s is not provided (f32, bf16 or f16)",
                             tr_dtype_name(o->dtype));
@@ -315,6 +333,36 @@ static int bert_build(const void *config, const struct tr_build_opts *o, struct 
     return bert_graph(c, &lr, o, g, &logits, err);
 }
 
+/* Input "labels" and fit's loss on logits (B,L), as BertForSequenceClassification
+ * computes it for problem p; the float losses in f32 whatever the model's dtype. */
+static int loss_of(struct tr_graph *g, enum problem p, int logits, int64_t B, int64_t L) {
+    if (p == PROBLEM_SINGLE) {
+        const int64_t b[1] = {B};
+        return tr_cross_entropy(g, logits, tr_input(g, "labels", TR_DTYPE_I32, 1, b), -1);
+    }
+    const int64_t bl[2] = {B, L}, n = B * L;
+    int x = tr_node_dtype(g, logits) == TR_DTYPE_F32 ? logits : tr_cast(g, logits, TR_DTYPE_F32);
+    if (p == PROBLEM_REGRESSION) { /* MSELoss; one label: logits.squeeze() against labels (B) */
+        if (L == 1) x = tr_reshape(g, x, 1, bl);
+        return tr_mse(g, x, tr_input(g, "labels", TR_DTYPE_F32, L == 1 ? 1 : 2, bl));
+    }
+    /* BCEWithLogitsLoss: the mean of softplus(x) - x·y. softplus(x) = log(1 + e^x) is the
+     * cross-entropy of the logits (0, x) against class 0, so the fused, stable
+     * CROSS_ENTROPY (and its gradient, sigmoid(x)) computes it on every backend with no
+     * op of its own; the rest is a product and a mean. */
+    int y = tr_input(g, "labels", TR_DTYPE_F32, 2, bl);
+    float *zeros = calloc((size_t)n, sizeof *zeros);
+    if (!zeros) return tr_const(g, "bce.zeros", TR_DTYPE_F32, 0, NULL, NULL); /* fails the graph: no data */
+    const int64_t bl1[3] = {B, L, 1}, pairs[2] = {n, 2};
+    int zero = tr_const(g, "bce.zero_logit", TR_DTYPE_F32, 3, bl1, zeros);
+    int class0 = tr_const(g, "bce.class0", TR_DTYPE_I32, 1, &n, zeros); /* 0.0f and (int32_t)0: both all-zero bits */
+    free(zeros);
+    const int pair[2] = {zero, tr_reshape(g, x, 3, bl1)};
+    int softplus = tr_cross_entropy(g, tr_reshape(g, tr_concat(g, 2, pair, 2), 2, pairs), class0, -1);
+    int xy = tr_reduce(g, TR_OP_MEAN, tr_reshape(g, tr_mul(g, x, y), 1, &n), 0, 0);
+    return tr_sub(g, softplus, xy);
+}
+
 int tr_bert_build_classifier_loss(const struct tr_bert_config *c, const struct tr_build_opts *o, struct tr_graph *g,
                                   int *loss, struct tr_error *err) {
     struct lora lr;
@@ -324,9 +372,9 @@ int tr_bert_build_classifier_loss(const struct tr_bert_config *c, const struct t
     int logits;
     rc = bert_graph(c, &lr, o, g, &logits, err);
     if (rc) return rc;
-    const int64_t b[1] = {o->batch};
-    int labels = tr_input(g, "labels", TR_DTYPE_I32, 1, b);
-    int l = tr_cross_entropy(g, logits, labels, -1);
+    enum problem p;
+    problem_of(c, &p, err); /* validated */
+    int l = loss_of(g, p, logits, o->batch, c->num_labels);
     if (l >= 0) tr_graph_set_name(g, l, "loss");
     rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "bert: classifier loss");
@@ -391,10 +439,19 @@ static int bert_make_inputs(const void *config, const struct tr_build_opts *o, u
     if (n != want)
         return tr_error_set(err, TR_ERR_INVALID, "bert: %d inputs given, expected %d (input_ids, attention_mask, "
                             "token_type_ids%s)", n, want, want == 4 ? ", labels" : "");
-    if (want == 4 && (inputs[3].dtype != TR_DTYPE_I32 || inputs[3].ndim != 1 || inputs[3].shape[0] != B ||
-                      !inputs[3].data))
-        return tr_error_set(err, TR_ERR_SHAPE, "bert: input 'labels' is not a host i32[%lld]", (long long)B);
-    int rc = check_input(&inputs[0], "input_ids", TR_DTYPE_I32, B, T, err);
+    enum problem p = PROBLEM_SINGLE;
+    int rc = want == 4 ? problem_of(c, &p, err) : TR_OK;
+    if (rc) return rc;
+    const int64_t L = c->num_labels;
+    const int lab_nd = p == PROBLEM_SINGLE || (p == PROBLEM_REGRESSION && L == 1) ? 1 : 2;
+    const enum tr_dtype lab_dt = p == PROBLEM_SINGLE ? TR_DTYPE_I32 : TR_DTYPE_F32;
+    if (want == 4 && (inputs[3].dtype != (int32_t)lab_dt || inputs[3].ndim != lab_nd || inputs[3].shape[0] != B ||
+                      (lab_nd == 2 && inputs[3].shape[1] != L) || !inputs[3].data))
+        return lab_nd == 1 ? tr_error_set(err, TR_ERR_SHAPE, "bert: input 'labels' is not a host %s[%lld]",
+                                          tr_dtype_name(lab_dt), (long long)B)
+                           : tr_error_set(err, TR_ERR_SHAPE, "bert: input 'labels' is not a host %s[%lld,%lld]",
+                                          tr_dtype_name(lab_dt), (long long)B, (long long)L);
+    rc = check_input(&inputs[0], "input_ids", TR_DTYPE_I32, B, T, err);
     if (!rc) rc = check_input(&inputs[1], "attention_mask", TR_DTYPE_F32, B, T, err);
     if (!rc) rc = check_input(&inputs[2], "token_type_ids", TR_DTYPE_I32, B, T, err);
     if (rc) return rc;
@@ -413,8 +470,19 @@ static int bert_make_inputs(const void *config, const struct tr_build_opts *o, u
         }
     }
     /* fit: labels a fixed function of the tokens (the first token's id), so the task can
-     * be learned and a falling loss means learning. */
-    for (int64_t b = 0; want == 4 && b < B; b++) ((int32_t *)inputs[3].data)[b] = ids[b * T] % (int32_t)c->num_labels;
+     * be learned and a falling loss means learning: a class; a label j in [0,1] (regression)
+     * or in {0,1} (multi-label) from the id's residue mod j + 2. */
+    for (int64_t b = 0; want == 4 && b < B; b++) {
+        const int32_t first = ids[b * T];
+        if (p == PROBLEM_SINGLE) {
+            ((int32_t *)inputs[3].data)[b] = first % (int32_t)L;
+            continue;
+        }
+        for (int64_t j = 0; j < L; j++) {
+            const int64_t m = first % (j + 2);
+            ((float *)inputs[3].data)[b * L + j] = p == PROBLEM_MULTI ? (float)(m == 0) : (float)m / (float)(j + 1);
+        }
+    }
     return TR_OK;
 }
 

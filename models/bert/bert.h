@@ -28,9 +28,9 @@ struct tr_bert_config {
     int64_t num_labels;
     double layer_norm_eps;
     char hidden_act[64];        /* the feed-forward's: transformers' ACT2FN name (layers.h TR_NN_ACTS) */
-    char problem_type[64];      /* fit's loss: "" or single_label_classification (cross-entropy); regression
-                                   and multi_label_classification (and num_labels 1, transformers'
-                                   regression) are refused for fit: their losses are not computed */
+    char problem_type[64];      /* fit's loss, as transformers': single_label_classification,
+                                   regression or multi_label_classification; "": regression for
+                                   num_labels 1, else single_label_classification */
     double pad_fraction;
     int64_t pad_token_id;       /* the word embedding's padding row (no gradient); -1: none */
     /* LoRA (peft's LoraConfig; keras-hub's enable_lora). lora_rank 0: off, the graph is
@@ -57,9 +57,14 @@ struct tr_error;
 
 /* The predict graph above (its three inputs, and its three outputs unless the opts' task
  * is fit: a fit graph's one output is the loss, marked by core), plus a fourth
- * input "labels" i32 [B] in [0, num_labels) and a node "loss": the 0-d f32 cross-entropy
- * of the logits against the labels, averaged over the batch (BertForSequenceClassification's
- * loss for num_labels > 1). The loss is not marked as an output; *loss gets its id. */
+ * input "labels" and a node "loss", the 0-d f32 loss BertForSequenceClassification
+ * computes for c's problem_type:
+ *   single_label_classification  labels i32 [B] in [0, num_labels): the mean cross-entropy;
+ *   regression                    labels f32 [B] (num_labels 1) or [B, num_labels]: the
+ *                                 mean squared error of the logits;
+ *   multi_label_classification    labels f32 [B, num_labels], 0 or 1: the mean binary
+ *                                 cross-entropy of the logits (BCEWithLogitsLoss).
+ * The loss is not marked as an output; *loss gets its id. */
 int tr_bert_build_classifier_loss(const struct tr_bert_config *c, const struct tr_build_opts *o, struct tr_graph *g,
                                   int *loss, struct tr_error *err);
 
