@@ -479,6 +479,11 @@ static void test_pick(void **state) {
     tr_test_tensor_free(&l);
 }
 
+static int desc_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
 /* The nucleus of row b by brute force: every token's probability in double, sorted (largest
  * first, lower id on a tie), the prefix until top_p is reached; in[v] = 1 inside it, and
  * p[v] the token's probability renormalised over it. */
@@ -556,6 +561,89 @@ static void test_pick_top_p(void **state) {
     tr_test_tensor_free(&r);
 }
 
+/* top_k and top_p both given (either sampling): transformers' chain, the nucleus among the
+ * top_k largest, ties with the k-th kept (TopKLogitsWarper); one given alone, the other
+ * plays no part. Then on 3000 random logits against a brute-force nucleus of the top 40. */
+static void test_pick_top_k_top_p(void **state) {
+    static const struct {
+        const char *lines;
+        int64_t top_k;
+    } resolve[] = {{"sampling = top_p\ntop_k = 3\n", 3},
+                   {"sampling = top_k\ntop_k = 7\ntop_p = 0.5\n", 7},
+                   {"sampling = top_p\ntop_p = 0.5\n", 0},
+                   {"sampling = greedy\ntop_k = 3\ntop_p = 0.5\n", 0}};
+    for (size_t i = 0; i < sizeof resolve / sizeof resolve[0]; i++) {
+        char ini[256];
+        struct tr_error e = {0};
+        static struct tr_config c; /* large */
+        struct tr_generate_config gc;
+        snprintf(ini, sizeof ini, "[run]\nmodel = gemma\n[generate]\n%s", resolve[i].lines);
+        if (tr_config_load_string(ini, "gen.ini", &c, &e) || tr_generate_config_resolve(&c, 1, &gc, &e))
+            fail_msg("%s: %s", resolve[i].lines, e.msg);
+        assert_int_equal(gc.top_p_top_k, resolve[i].top_k);
+        assert_int_equal(gc.top_p_sampling, resolve[i].top_k > 0 || strstr(resolve[i].lines, "= top_p\n") != NULL);
+        if (resolve[i].top_k) assert_string_equal(gc.sampling, "top_k+top_p");
+    }
+
+    const int64_t shape[2] = {1, 6};
+    struct tr_tensor l = tr_test_tensor(TR_DTYPE_F32, 2, shape);
+    const float v[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 0.0f};
+    memcpy(l.data, v, sizeof v);
+    struct tr_generate_config gc;
+    struct tr_error e = {0};
+    assert_int_equal(tr_generate_config_resolve(NULL, 3, &gc, &e), TR_OK);
+    gc.top_p_sampling = 1, gc.temperature = 1.0;
+    const struct {
+        int64_t k;
+        double top_p;
+        int allowed[6];
+    } cases[] = {{1, 1.0, {0, 1, 0, 1, 0, 0}},  /* the tie with the largest kept */
+                 {3, 1.0, {0, 1, 0, 1, 1, 0}},  /* p among the three: .345 .345 .310 */
+                 {3, 0.5, {0, 1, 0, 1, 0, 0}},
+                 {3, 0.7, {0, 1, 0, 1, 1, 0}},  /* .690 < .7 */
+                 {4, 0.96, {0, 1, 0, 1, 1, 0}}, /* .973 among four (.951 of all: alone, top_p .96 takes token 0) */
+                 {4, 0.98, {1, 1, 0, 1, 1, 0}},
+                 {5, 1.0, {1, 1, 0, 1, 1, 1}}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gc.top_p_top_k = cases[c].k, gc.top_p = cases[c].top_p;
+        int seen[6] = {0};
+        for (int64_t pos = 0; pos < 3000; pos++) {
+            int32_t id = tr_generate_pick(&gc, &l, 0, pos);
+            assert_true(id >= 0 && id < 6);
+            seen[id]++;
+        }
+        for (int i = 0; i < 6; i++)
+            if ((seen[i] > 0) != cases[c].allowed[i])
+                fail_msg("top_k %lld, top_p %g: token %d drawn %d times", (long long)cases[c].k, cases[c].top_p, i,
+                         seen[i]);
+    }
+    tr_test_tensor_free(&l);
+
+    const int64_t V = 3000, big[2] = {1, V}, K = 40;
+    struct tr_tensor r = tr_test_tensor(TR_DTYPE_F32, 2, big);
+    tr_test_randn(&r, 43, 2.0);
+    float *masked = malloc(sizeof *masked * (size_t)V), *sorted = malloc(sizeof *sorted * (size_t)V);
+    int *in = malloc(sizeof *in * (size_t)V);
+    double *p = malloc(sizeof *p * (size_t)V), *freq = calloc((size_t)V, sizeof *freq);
+    memcpy(sorted, r.data, sizeof *sorted * (size_t)V);
+    qsort(sorted, (size_t)V, sizeof *sorted, desc_float);
+    for (int64_t i = 0; i < V; i++) masked[i] = ((float *)r.data)[i] >= sorted[K - 1] ? ((float *)r.data)[i] : -INFINITY;
+    gc.top_p_top_k = K, gc.top_p = 0.8, gc.temperature = 1.1;
+    nucleus_ref(masked, V, gc.top_p, gc.temperature, in, p);
+    const int draws = 20000;
+    for (int64_t pos = 0; pos < draws; pos++) {
+        int32_t id = tr_generate_pick(&gc, &r, 0, pos);
+        assert_true(id >= 0 && id < V);
+        if (!in[id]) fail_msg("top_k %lld, top_p 0.8: token %d is outside the nucleus", (long long)K, id);
+        freq[id] += 1.0 / draws;
+    }
+    double worst = 0;
+    for (int64_t i = 0; i < V; i++) worst = fmax(worst, fabs(freq[i] - p[i]));
+    if (worst > 0.012) fail_msg("top_k %lld, top_p 0.8: a frequency is %.4f from its probability", (long long)K, worst);
+    free(masked), free(sorted), free(in), free(p), free(freq);
+    tr_test_tensor_free(&r);
+}
+
 static void test_runner_gemma_top_p(void **state) {
     check_runner("gemma", "sampling = top_p\ntop_p = 0.8\ntemperature = 0.7\nseed = 11\n");
     assert_string_equal(rep.gen.sampling, "top_p");
@@ -565,5 +653,5 @@ static void test_runner_gemma_top_p(void **state) {
 
 TR_TEST_MAIN(NULL, NULL, test_bad_prompt_len, test_max_length_past_positions, test_bad_keys, test_does_not_fit, test_pick,
              test_cache_state_pass, test_runner_gemma_greedy, test_runner_mistral_greedy, test_runner_gemma_top_k,
-             test_pick_top_p, test_runner_gemma_top_p, test_runner_mistral_bf16, test_runner_cache_inputs, test_gemma_matches_hf, test_mistral_matches_hf,
+             test_pick_top_p, test_pick_top_k_top_p, test_runner_gemma_top_p, test_runner_mistral_bf16, test_runner_cache_inputs, test_gemma_matches_hf, test_mistral_matches_hf,
              test_top_k_seeds)

@@ -56,8 +56,10 @@ static void print_generate(const struct tr_bench_report *rep, FILE *f) {
             (long long)(rep->new_tokens - 1), g->sampling);
     if (g->top_k_sampling) fprintf(f, " (top_k %lld, temperature %g, seed %lld)", (long long)g->top_k, g->temperature,
                                    (long long)g->seed);
-    if (g->top_p_sampling) fprintf(f, " (top_p %g, temperature %g, seed %lld)", g->top_p, g->temperature,
-                                   (long long)g->seed);
+    if (g->top_p_top_k) fprintf(f, " (top_k %lld, then top_p %g, temperature %g, seed %lld)", (long long)g->top_p_top_k,
+                                g->top_p, g->temperature, (long long)g->seed);
+    else if (g->top_p_sampling) fprintf(f, " (top_p %g, temperature %g, seed %lld)", g->top_p, g->temperature,
+                                        (long long)g->seed);
     /* The cache as state: no host writes, so no column for them (kv_cache = inputs has one). */
     const int inputs = g->cache_inputs;
     fprintf(f, "; KV cache %.2f MiB, %s; host memory needed %.1f MiB of %.2f GiB available\n",

@@ -28,8 +28,11 @@ static const struct tr_model_key generate_keys[] = {
     KEY(max_length, TR_KEY_INT, 2, 1e7, "prompt + new tokens"),
     KEY(prompt_len, TR_KEY_INT, 1, 1e7, "prompt tokens (left-padded to it)"),
     KEY(sampling, TR_KEY_STRING, 0, 0, "greedy, top_k or top_p"),
-    KEY(top_k, TR_KEY_INT, 1, TR_GENERATE_TOP_K_MAX, "top_k sampling draws from the top_k largest logits"),
-    KEY(top_p, TR_KEY_FLOAT, 1e-9, 1, "top_p sampling draws from the most likely tokens whose probability reaches it"),
+    KEY(top_k, TR_KEY_INT, 1, TR_GENERATE_TOP_K_MAX,
+        "top_k sampling draws from the top_k largest logits (given with top_p: the nucleus is among them)"),
+    KEY(top_p, TR_KEY_FLOAT, 1e-9, 1,
+        "top_p sampling draws from the most likely tokens whose probability reaches it (given with top_k: among the "
+        "top_k largest)"),
     KEY(temperature, TR_KEY_FLOAT, 1e-6, 1e6, "top_k and top_p sampling divide the logits by it"),
     KEY(seed, TR_KEY_INT, 0, 9007199254740992.0, "top_k and top_p sampling's seed"),
     KEY(kv_cache, TR_KEY_STRING, 0, 0, "state (the passes update it in place) or inputs (host memory, copied in)"),
@@ -62,6 +65,12 @@ int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, s
                             file, key_line(cfg, "sampling"), gc->sampling);
     gc->top_k_sampling = strcmp(gc->sampling, "top_k") == 0;
     gc->top_p_sampling = strcmp(gc->sampling, "top_p") == 0;
+    /* both given: transformers' chain, the top_k largest and then the nucleus among them */
+    if ((gc->top_k_sampling && key_line(cfg, "top_p")) || (gc->top_p_sampling && key_line(cfg, "top_k"))) {
+        gc->top_p_top_k = gc->top_k;
+        gc->top_k_sampling = 0, gc->top_p_sampling = 1;
+        strcpy(gc->sampling, "top_k+top_p"); /* what reports say */
+    }
     if (strcmp(gc->kv_cache, "state") != 0 && strcmp(gc->kv_cache, "inputs") != 0)
         return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] kv_cache = %s: expected state or inputs", file,
                             key_line(cfg, "kv_cache"), gc->kv_cache);
@@ -305,6 +314,25 @@ static int64_t argmax_bf16(const uint16_t *r, int64_t V) {
     return best;
 }
 
+/* The k largest logits of row b (k clamped to [1, min(V, TR_GENERATE_TOP_K_MAX)]) into
+ * ids and vals, largest first, the lower id first on a tie; returns how many. Most
+ * logits fail the test against the smallest kept one. */
+static int64_t top_sorted(const struct tr_tensor *logits, int64_t b, int64_t V, int64_t k, int64_t *ids,
+                          double *vals) {
+    if (k > V) k = V;
+    if (k > TR_GENERATE_TOP_K_MAX) k = TR_GENERATE_TOP_K_MAX;
+    if (k < 1) k = 1;
+    int64_t n = 0;
+    for (int64_t v = 0; v < V; v++) {
+        double x = logit(logits, b, V, v);
+        if (n == k && !(x > vals[k - 1])) continue;
+        int64_t i = n < k ? n++ : k - 1;
+        while (i > 0 && x > vals[i - 1]) vals[i] = vals[i - 1], ids[i] = ids[i - 1], i--;
+        vals[i] = x, ids[i] = v;
+    }
+    return n;
+}
+
 /* A token and its probability (top_p's candidates). */
 struct cand {
     double p;
@@ -320,9 +348,10 @@ static void swap_cand(struct cand *a, struct cand *b) {
 }
 
 /* top_p (nucleus) sampling, as keras_hub's TopPSampler and transformers' top_p with
- * top_k off: softmax(logits / temperature), the most likely tokens in order until their
- * probability reaches top_p (the one that crosses it kept; at least one), drawn in
- * proportion to their probabilities. A random model's logits are nearly flat, so the
+ * top_k off (with top_p_top_k, on: the top_k largest first): softmax(logits /
+ * temperature), the most likely tokens in order until their probability reaches top_p
+ * (the one that crosses it kept; at least one), drawn in proportion to their
+ * probabilities. A random model's logits are nearly flat, so the
  * nucleus can be most of the vocabulary: it is found without sorting. The tokens above a
  * threshold go first (lowered until their mass reaches top_p: every token above it
  * outranks every token below, so the nucleus is among them), then a quickselect on the
@@ -330,11 +359,23 @@ static void swap_cand(struct cand *a, struct cand *b) {
  * entries of scratch. */
 static int32_t pick_top_p(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b, int64_t pos,
                           struct cand *c) {
-    const int64_t V = logits->shape[logits->ndim - 1];
+    const int64_t VL = logits->shape[logits->ndim - 1];
     const double t = gc->temperature, need = gc->top_p;
+    /* top_k given too: only logits at least the k-th largest take part (ties with it
+     * included, as transformers' TopKLogitsWarper keeps them), renormalised */
+    double floor_logit = -INFINITY;
+    if (gc->top_p_top_k > 0 && gc->top_p_top_k < VL) {
+        int64_t ids[TR_GENERATE_TOP_K_MAX];
+        double vals[TR_GENERATE_TOP_K_MAX];
+        floor_logit = vals[top_sorted(logits, b, VL, gc->top_p_top_k, ids, vals) - 1];
+    }
     double mx = -INFINITY, z = 0;
-    for (int64_t v = 0; v < V; v++) mx = fmax(mx, logit(logits, b, V, v));
-    for (int64_t v = 0; v < V; v++) c[v] = (struct cand){exp((logit(logits, b, V, v) - mx) / t), v}, z += c[v].p;
+    for (int64_t v = 0; v < VL; v++) mx = fmax(mx, logit(logits, b, VL, v));
+    int64_t V = 0; /* candidates */
+    for (int64_t v = 0; v < VL; v++) {
+        const double x = logit(logits, b, VL, v);
+        if (x >= floor_logit) c[V] = (struct cand){exp((x - mx) / t), v}, z += c[V++].p;
+    }
     for (int64_t v = 0; v < V; v++) c[v].p /= z;
     int64_t n = 0;
     double mass = 0;
@@ -395,21 +436,9 @@ static int32_t pick(const struct tr_generate_config *gc, const struct tr_tensor 
         }
         return (int32_t)best;
     }
-    /* The k largest, kept sorted (largest first, lower id first on a tie); most logits
-     * fail the test against the smallest kept one. */
-    int64_t k = gc->top_k < V ? gc->top_k : V;
-    if (k > TR_GENERATE_TOP_K_MAX) k = TR_GENERATE_TOP_K_MAX;
-    if (k < 1) k = 1;
     int64_t ids[TR_GENERATE_TOP_K_MAX];
     double vals[TR_GENERATE_TOP_K_MAX];
-    int64_t n = 0;
-    for (int64_t v = 0; v < V; v++) {
-        double x = logit(logits, b, V, v);
-        if (n == k && !(x > vals[k - 1])) continue;
-        int64_t i = n < k ? n++ : k - 1;
-        while (i > 0 && x > vals[i - 1]) vals[i] = vals[i - 1], ids[i] = ids[i - 1], i--;
-        vals[i] = x, ids[i] = v;
-    }
+    const int64_t n = top_sorted(logits, b, V, gc->top_k, ids, vals);
     double sum = 0;
     for (int64_t i = 0; i < n; i++) sum += exp((vals[i] - vals[0]) / gc->temperature);
     const double u = tr_rng_uniform((uint64_t)gc->seed, tr_hash_str("generate.top_k"),

@@ -13,7 +13,8 @@
  *            gives the same tokens on every backend and every call.
  *   top_p    softmax(logits / temperature) over the most likely tokens until their
  *            probability reaches top_p (keras_hub's TopPSampler; transformers' top_p
- *            with top_k = 0), drawn as top_k's.
+ *            with top_k = 0), drawn as top_k's. With top_k given as well (either
+ *            sampling): transformers' chain, the nucleus among the top_k largest.
  *
  * The KV cache ([generate] kv_cache):
  *   state    (the default) PARAMs of both passes that each pass updates in place
@@ -35,7 +36,7 @@
  * [generate] keys (tr_generate_config_resolve; errors name FILE:LINE, key and value):
  *   max_length   50      prompt + new tokens (the Keras benchmark's max_length)
  *   prompt_len   5       T (the benchmark's 5-word prompts); less than max_length
- *   sampling     greedy  greedy | top_k | top_p
+ *   sampling     greedy  greedy | top_k | top_p (top_k and top_p both given: the chain)
  *   top_k        50      1 .. TR_GENERATE_TOP_K_MAX (vocab_size when larger)
  *   top_p        0.9     (0, 1]
  *   temperature  1.0
@@ -62,13 +63,14 @@ extern "C" {
 struct tr_generate_config {
     int64_t max_length;
     int64_t prompt_len;
-    char sampling[64];          /* "greedy", "top_k" or "top_p" */
+    char sampling[64];          /* "greedy", "top_k" or "top_p"; "top_k+top_p" once resolved with both */
     int64_t top_k;
     double top_p;
     double temperature;
     int64_t seed;
     int top_k_sampling;         /* sampling == "top_k" */
-    int top_p_sampling;         /* sampling == "top_p" */
+    int top_p_sampling;         /* sampling == "top_p", or top_k and top_p both given */
+    int64_t top_p_top_k;        /* top_p among the top_k largest (both given); 0: all */
     char kv_cache[64];          /* "state" or "inputs" (string keys are 64 bytes) */
     int cache_inputs;           /* kv_cache == "inputs" */
 };
