@@ -456,15 +456,54 @@ static void test_cache_state_pass(void **state) {
     }
 }
 
-/* Top-k picks only among the k largest, and greedy takes the largest (lowest id on a tie). */
-static void test_pick(void **state) {
+/* The six logits the pick tests draw from, (1,6) f32, p: .027 .327 .006 .327 .296 .016
+ * (temperature 1), and gc at its defaults. */
+static struct tr_tensor six_logits(struct tr_generate_config *gc) {
     const int64_t shape[2] = {1, 6};
     struct tr_tensor l = tr_test_tensor(TR_DTYPE_F32, 2, shape);
     const float v[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 0.0f};
     memcpy(l.data, v, sizeof v);
-    struct tr_generate_config gc;
     struct tr_error e = {0};
-    assert_int_equal(tr_generate_config_resolve(NULL, 3, &gc, &e), TR_OK);
+    assert_int_equal(tr_generate_config_resolve(NULL, 3, gc, &e), TR_OK);
+    return l;
+}
+
+/* 3000 draws from the six logits: exactly the tokens in allowed are drawn. */
+static void expect_drawn(const struct tr_generate_config *gc, const struct tr_tensor *l, const int *allowed,
+                         const char *what) {
+    int seen[6] = {0};
+    for (int64_t pos = 0; pos < 3000; pos++) {
+        int32_t id = tr_generate_pick(gc, l, 0, pos);
+        assert_true(id >= 0 && id < 6);
+        seen[id]++;
+    }
+    for (int i = 0; i < 6; i++)
+        if ((seen[i] > 0) != allowed[i]) fail_msg("%s: token %d drawn %d times", what, i, seen[i]);
+}
+
+/* Draws from row b of r: every one inside the reference nucleus (in), and the frequencies
+ * over 20000 draws within 0.012 of its probabilities p. */
+static void expect_frequencies(const struct tr_generate_config *gc, const struct tr_tensor *r, int64_t b,
+                               const int *in, const double *p, const char *what) {
+    const int64_t V = r->shape[1];
+    double *freq = calloc((size_t)V, sizeof *freq);
+    const int draws = 20000;
+    for (int64_t pos = 0; pos < draws; pos++) {
+        int32_t id = tr_generate_pick(gc, r, b, pos);
+        assert_true(id >= 0 && id < V);
+        if (!in[id]) fail_msg("%s: token %d is outside the nucleus", what, id);
+        freq[id] += 1.0 / draws;
+    }
+    double worst = 0;
+    for (int64_t i = 0; i < V; i++) worst = fmax(worst, fabs(freq[i] - p[i]));
+    free(freq);
+    if (worst > 0.012) fail_msg("%s: a frequency is %.4f from its probability", what, worst);
+}
+
+/* Top-k picks only among the k largest, and greedy takes the largest (lowest id on a tie). */
+static void test_pick(void **state) {
+    struct tr_generate_config gc;
+    struct tr_tensor l = six_logits(&gc);
     assert_int_equal(tr_generate_pick(&gc, &l, 0, 0), 1);
     gc.top_k_sampling = 1, gc.top_k = 3, gc.temperature = 1.0;
     int seen[6] = {0};
@@ -507,13 +546,8 @@ static void nucleus_ref(const float *x, int64_t V, double top_p, double t, int *
  * logits with hand-worked nuclei, and on 3000 random ones against a brute-force nucleus
  * (frequencies over 20000 draws within 0.012 of the probabilities). */
 static void test_pick_top_p(void **state) {
-    const int64_t shape[2] = {1, 6};
-    struct tr_tensor l = tr_test_tensor(TR_DTYPE_F32, 2, shape);
-    const float v[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 0.0f}; /* p: .027 .327 .006 .327 .296 .016 */
-    memcpy(l.data, v, sizeof v);
     struct tr_generate_config gc;
-    struct tr_error e = {0};
-    assert_int_equal(tr_generate_config_resolve(NULL, 3, &gc, &e), TR_OK);
+    struct tr_tensor l = six_logits(&gc);
     gc.top_p_sampling = 1, gc.temperature = 1.0;
     const struct {
         double top_p;
@@ -525,14 +559,9 @@ static void test_pick_top_p(void **state) {
                  {1.0, {1, 1, 1, 1, 1, 1}}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         gc.top_p = cases[c].top_p;
-        int seen[6] = {0};
-        for (int64_t pos = 0; pos < 3000; pos++) {
-            int32_t id = tr_generate_pick(&gc, &l, 0, pos);
-            assert_true(id >= 0 && id < 6);
-            seen[id]++;
-        }
-        for (int i = 0; i < 6; i++)
-            if ((seen[i] > 0) != cases[c].allowed[i]) fail_msg("top_p %g: token %d drawn %d times", cases[c].top_p, i, seen[i]);
+        char what[32];
+        snprintf(what, sizeof what, "top_p %g", cases[c].top_p);
+        expect_drawn(&gc, &l, cases[c].allowed, what);
     }
     tr_test_tensor_free(&l);
 
@@ -540,24 +569,16 @@ static void test_pick_top_p(void **state) {
     struct tr_tensor r = tr_test_tensor(TR_DTYPE_F32, 2, big);
     tr_test_randn(&r, 41, 2.0);
     int *in = malloc(sizeof *in * (size_t)V);
-    double *p = malloc(sizeof *p * (size_t)V), *freq = calloc((size_t)V, sizeof *freq);
+    double *p = malloc(sizeof *p * (size_t)V);
     const double tops[2] = {0.9, 0.3}, temps[2] = {0.8, 1.3};
     for (int k = 0; k < 2; k++) {
         gc.top_p = tops[k], gc.temperature = temps[k];
         nucleus_ref((const float *)r.data + k * V, V, gc.top_p, gc.temperature, in, p);
-        memset(freq, 0, sizeof *freq * (size_t)V);
-        const int draws = 20000;
-        for (int64_t pos = 0; pos < draws; pos++) {
-            int32_t id = tr_generate_pick(&gc, &r, k, pos);
-            assert_true(id >= 0 && id < V);
-            if (!in[id]) fail_msg("top_p %g: token %d is outside the nucleus", gc.top_p, id);
-            freq[id] += 1.0 / draws;
-        }
-        double worst = 0;
-        for (int64_t i = 0; i < V; i++) worst = fmax(worst, fabs(freq[i] - p[i]));
-        if (worst > 0.012) fail_msg("top_p %g: a frequency is %.4f from its probability", gc.top_p, worst);
+        char what[32];
+        snprintf(what, sizeof what, "top_p %g", gc.top_p);
+        expect_frequencies(&gc, &r, k, in, p, what);
     }
-    free(in), free(p), free(freq);
+    free(in), free(p);
     tr_test_tensor_free(&r);
 }
 
@@ -585,13 +606,8 @@ static void test_pick_top_k_top_p(void **state) {
         if (resolve[i].top_k) assert_string_equal(gc.sampling, "top_k+top_p");
     }
 
-    const int64_t shape[2] = {1, 6};
-    struct tr_tensor l = tr_test_tensor(TR_DTYPE_F32, 2, shape);
-    const float v[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 0.0f};
-    memcpy(l.data, v, sizeof v);
     struct tr_generate_config gc;
-    struct tr_error e = {0};
-    assert_int_equal(tr_generate_config_resolve(NULL, 3, &gc, &e), TR_OK);
+    struct tr_tensor l = six_logits(&gc);
     gc.top_p_sampling = 1, gc.temperature = 1.0;
     const struct {
         int64_t k;
@@ -606,16 +622,9 @@ static void test_pick_top_k_top_p(void **state) {
                  {5, 1.0, {1, 1, 0, 1, 1, 1}}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         gc.top_p_top_k = cases[c].k, gc.top_p = cases[c].top_p;
-        int seen[6] = {0};
-        for (int64_t pos = 0; pos < 3000; pos++) {
-            int32_t id = tr_generate_pick(&gc, &l, 0, pos);
-            assert_true(id >= 0 && id < 6);
-            seen[id]++;
-        }
-        for (int i = 0; i < 6; i++)
-            if ((seen[i] > 0) != cases[c].allowed[i])
-                fail_msg("top_k %lld, top_p %g: token %d drawn %d times", (long long)cases[c].k, cases[c].top_p, i,
-                         seen[i]);
+        char what[48];
+        snprintf(what, sizeof what, "top_k %lld, top_p %g", (long long)cases[c].k, cases[c].top_p);
+        expect_drawn(&gc, &l, cases[c].allowed, what);
     }
     tr_test_tensor_free(&l);
 
@@ -624,23 +633,14 @@ static void test_pick_top_k_top_p(void **state) {
     tr_test_randn(&r, 43, 2.0);
     float *masked = malloc(sizeof *masked * (size_t)V), *sorted = malloc(sizeof *sorted * (size_t)V);
     int *in = malloc(sizeof *in * (size_t)V);
-    double *p = malloc(sizeof *p * (size_t)V), *freq = calloc((size_t)V, sizeof *freq);
+    double *p = malloc(sizeof *p * (size_t)V);
     memcpy(sorted, r.data, sizeof *sorted * (size_t)V);
     qsort(sorted, (size_t)V, sizeof *sorted, desc_float);
     for (int64_t i = 0; i < V; i++) masked[i] = ((float *)r.data)[i] >= sorted[K - 1] ? ((float *)r.data)[i] : -INFINITY;
     gc.top_p_top_k = K, gc.top_p = 0.8, gc.temperature = 1.1;
     nucleus_ref(masked, V, gc.top_p, gc.temperature, in, p);
-    const int draws = 20000;
-    for (int64_t pos = 0; pos < draws; pos++) {
-        int32_t id = tr_generate_pick(&gc, &r, 0, pos);
-        assert_true(id >= 0 && id < V);
-        if (!in[id]) fail_msg("top_k %lld, top_p 0.8: token %d is outside the nucleus", (long long)K, id);
-        freq[id] += 1.0 / draws;
-    }
-    double worst = 0;
-    for (int64_t i = 0; i < V; i++) worst = fmax(worst, fabs(freq[i] - p[i]));
-    if (worst > 0.012) fail_msg("top_k %lld, top_p 0.8: a frequency is %.4f from its probability", (long long)K, worst);
-    free(masked), free(sorted), free(in), free(p), free(freq);
+    expect_frequencies(&gc, &r, 0, in, p, "top_k 40, top_p 0.8");
+    free(masked), free(sorted), free(in), free(p);
     tr_test_tensor_free(&r);
 }
 
