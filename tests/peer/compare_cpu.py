@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """trident beside native PyTorch on this CPU, config by config, in one run.
 
-    python3 tests/peer/compare_cpu.py [--trident build/trident] [--compile] [--rounds 2] [--dtype bf16] [--json OUT] [INI...]
+    python3 tests/peer/compare_cpu.py [--trident build/trident] [--compile] [--keras jax,torch] [--rounds 2] [--dtype bf16] [--json OUT] [INI...]
 
 For each INI (default: every conf/cpu/*.ini that tests/peer/torch_cpu.py knows), runs
 `trident run INI --json` (every backend the INI names) and torch_cpu.py on the same work,
@@ -12,6 +12,10 @@ like-for-like row), PyTorch eager (and torch.compile with --compile), and PyTorc
 over trident's fastest (above 1: trident is faster). Absolute CPU times are noisy on a shared
 machine; the ratio, measured minutes apart on the same cores, is the figure to quote.
 --dtype bf16 runs each INI as a copy with [run] dtype = bf16 (predict and generate only).
+--keras jax,torch adds Keras 3 on those backends (tests/peer/keras_cpu.py: keras_hub's
+models, Keras' default jit_compile), each two more columns, its ms/step and its ratio over
+trident's fastest, run in the same alternating rounds; a config with no Keras model written
+(Stable Diffusion's) shows n/a there and does not count as failed.
 """
 import argparse
 import glob
@@ -59,6 +63,18 @@ def torch_row(ini, mode, tmp):
     return json.load(open(out)), None
 
 
+def keras_row(ini, backend, tmp):
+    """keras_cpu.py's row; (None, None) where it has no model for the INI (exit status 3)."""
+    out = fresh(os.path.join(tmp, "k.json"))
+    p = subprocess.run([sys.executable, os.path.join(HERE, "keras_cpu.py"), ini, "--backend", backend, "--json", out],
+                       cwd=ROOT, capture_output=True, text=True)
+    if p.returncode == 3:
+        return None, None
+    if p.returncode or not os.path.exists(out):
+        return None, f"keras_cpu.py exit {p.returncode}: {p.stderr.strip()[-300:]}"
+    return json.load(open(out)), None
+
+
 def with_dtype(ini, dtype, tmp):
     """A copy of ini in tmp with [run] dtype set (the conf/cpu INIs name no relative paths)."""
     lines, out, in_run, done = open(ini).read().splitlines(), [], False, False
@@ -80,7 +96,7 @@ def with_dtype(ini, dtype, tmp):
     return path
 
 
-def line(e, modes):
+def line(e, modes, kbs=()):
     """One config's row of the table."""
     t = e["trident"]
     s = f"{e['config']:34s}  " + (f"{t['backend']:22s} {t['mean_ms']:9.2f} {t['rows'].get('torch', float('nan')):9.2f}"
@@ -88,6 +104,10 @@ def line(e, modes):
     for m in modes:
         q = e["pytorch"][m]
         s += f"  {q['mean_ms']:9.2f} {q['mean_ms'] / t['mean_ms']:5.2f}x" if t and q else f"  {'FAILED':>16s}"
+    for b in kbs:
+        q = e["keras"][b]
+        s += (f"  {q['mean_ms']:11.2f} {q['mean_ms'] / t['mean_ms']:5.2f}x" if t and q else
+              f"  {'n/a' if b in e['keras_na'] else 'FAILED':>18s}")
     return s
 
 
@@ -100,6 +120,7 @@ def main():
     ap.add_argument("ini", nargs="*")
     ap.add_argument("--trident", default=os.path.join(ROOT, "build", "trident"))
     ap.add_argument("--compile", action="store_true", help="also torch.compile (inductor; needs a C++ compiler)")
+    ap.add_argument("--keras", default="", help="Keras 3 backends to add, comma-separated: jax, torch, tensorflow")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--dtype", choices=["f32", "bf16"], help="run each INI at this dtype (a copy of it)")
     ap.add_argument("--json")
@@ -107,6 +128,10 @@ def main():
     inis = a.ini or [p for p in sorted(glob.glob(os.path.join(ROOT, "conf", "cpu", "*.ini")))
                      if os.path.basename(p)[:-4] in KNOWN]
     modes = ["eager"] + (["compile"] if a.compile else [])
+    kbs = [b.strip() for b in a.keras.split(",") if b.strip()]
+    if any(b not in ("jax", "torch", "tensorflow") for b in kbs):
+        ap.error(f"--keras {a.keras}: the backends are jax, torch, tensorflow")
+    peers = modes + ["keras:" + b for b in kbs]
     table, failed = [], 0
     with tempfile.TemporaryDirectory() as tmp:
         for ini in inis:
@@ -114,31 +139,43 @@ def main():
             if a.dtype:
                 ini = with_dtype(ini, a.dtype, tmp)
             t, p, errs = None, {m: None for m in modes}, []
+            k, kna = {b: None for b in kbs}, set()
             for r in range(a.rounds):
-                order = ["trident"] + modes if r % 2 == 0 else modes + ["trident"]
+                order = ["trident"] + peers if r % 2 == 0 else peers + ["trident"]
                 for who in order:
                     if who == "trident":
                         row, e = trident(a.trident, ini, tmp)
                         t = better(t, row)
+                    elif who.startswith("keras:"):
+                        b = who[6:]
+                        if b in kna:
+                            continue
+                        row, e = keras_row(ini, b, tmp)
+                        if row is None and e is None:
+                            kna.add(b)
+                        k[b] = better(k[b], row)
                     else:
                         row, e = torch_row(ini, who, tmp)
                         p[who] = better(p[who], row)
                     if e:
                         errs.append(f"{who}: {e}")
             entry = dict(config=name, trident=t, pytorch=p, errors=errs)
+            if kbs:
+                entry.update(keras=k, keras_na=sorted(kna))
             table.append(entry)
             if errs:
                 failed += 1
-            print(line(entry, modes), flush=True)
+            print(line(entry, modes, kbs), flush=True)
             for e in errs:
                 print(f"    {e}", flush=True)
     head = f"{'config':34s}  {'trident fastest':22s} {'ms/step':>9s} {'its torch':>9s}" + "".join(
-        f"  {'pytorch' + ('' if m == 'eager' else ':compile'):>9s} {'ratio':>6s}" for m in modes)
+        f"  {'pytorch' + ('' if m == 'eager' else ':compile'):>9s} {'ratio':>6s}" for m in modes) + "".join(
+        f"  {'keras:' + b:>11s} {'ratio':>6s}" for b in kbs)
     print("\n" + head)
     for e in table:
-        print(line(e, modes))
+        print(line(e, modes, kbs))
     print("its torch = trident's torch backend (eager); ratio = PyTorch's ms/step over trident's fastest backend's "
-          "(above 1: trident is faster)")
+          "(above 1: trident is faster)" + ("; keras:B = Keras 3 on backend B, its ratio likewise" if kbs else ""))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(table, f, indent=1)
