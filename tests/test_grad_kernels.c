@@ -288,7 +288,8 @@ struct attn_cfg {
 
 /* The oracle's view of a case, the mask m (NULL: none) shaped as in[4]. */
 static struct tr_ref_attn attn_of(const struct attn_cfg *c, const struct tr_tensor *mask, const double *m) {
-    const double sc = c->scale != 0 ? c->scale : (double)(1.0f / sqrtf((float)c->D)); /* as dispatch fills it */
+    /* as dispatch fills it (1.0f / sqrtf(D) differs from it by an ulp at D = 96) */
+    const double sc = c->scale != 0 ? c->scale : (double)tr_attention_default_scale(c->D);
     struct tr_ref_attn a = {c->B, c->H, c->Hk, c->Tq, c->Tk, c->D, c->Dv, sc, c->causal, c->window, {0, NULL, NULL}, NULL, NULL, 0, 0};
     if (m) a.mask = (struct tr_ref_view){mask->ndim, mask->shape, m};
     return a;
@@ -460,7 +461,7 @@ static void attn_case(const struct attn_cfg *c, int fd, const char *name) {
                 if (rc == TR_OK) rc = tr_kernels_call(tr_test_k, &call, &e);
                 tr_kernels_unbind(tr_test_k, &call);
             } else {
-                const float sc = c->scale != 0.0f ? c->scale : 1.0f / sqrtf((float)c->D); /* the op's default */
+                const float sc = c->scale != 0.0f ? c->scale : tr_attention_default_scale(c->D); /* the op's default */
                 rc = tr_k_attention_backward(tr_test_k, &in[0], &in[1], &in[2], &in[3], mask, NULL, NULL, sc, c->causal,
                                              c->window, form == 0 ? &o[0] : NULL, &o[1], &o[2], &e);
             }
@@ -504,6 +505,11 @@ static void test_attention_grad(void **state) {
     attn_case(&big, 0, "blocks, mask, causal, window 40, GQA");
     const struct attn_cfg big2 = {1, 2, 1, 67, 33, 8, 8, 2, 0, 0, 0};
     attn_case(&big2, 0, "blocks, 2-D mask, Tq>Tk");
+    /* head widths through every tile of the f32 products (attention_grad.c): D = 96 is a
+     * 64-column AVX-512 tile and a 32-column one, Dv = 43 a 32, an 8 and 3 columns left;
+     * Tq = 38 leaves rows outside the 4-row tiles */
+    const struct attn_cfg wide = {1, 2, 1, 38, 45, 96, 43, 1, 0, 0, 0};
+    attn_case(&wide, 0, "wide heads (D 96, Dv 43), mask");
 }
 
 /* ---- broadcast, max_grad, slice_grad ---- */

@@ -58,6 +58,124 @@ static inline void ag_query_range(const struct agrad_args *A, int64_t j0, int64_
     if (*ihi > A->Tq - 1) *ihi = A->Tq - 1;
 }
 
+/* ---- the f32 copy's products on register tiles ----
+ * The two products of the backward, S = A·Bt (scores, dY·Vᵀ) and acc += coef·rows (dq,
+ * dk, dv), written as loops over arrays o0[AG_BK]..o3[AG_BK] left GCC holding part of
+ * the accumulators on the stack (a load and a store beside each FMA): the backward ran
+ * at about half the forward's rate per product (BERT small's [8,4,128,64] on one thread:
+ * 15 ms for its 7 products, the forward 2.4 ms for 2). The f32 copy runs them on the
+ * forward's vector tiles (attention_tiles.h, at this file's key block) and on the
+ * accumulate tiles below, every accumulator a named vector local (8.8 ms, the forward's
+ * rate); each output still sums in the same order, so the results are the same bits. */
+#define BK AG_BK /* attention_tiles.h's column count: its 64-wide scores4/scores1 are not for this */
+#include "attention_tiles.h"
+DEF_SCORES_NARROW(v16) /* scores4_v16: 4 rows x 2 v16, one AG_BK = 32 chunk */
+
+/* out[r][0..AG_BK) = A_r · Bt for nq rows of A [nq][W], Bt [W][AG_BK]. */
+TILE_INLINE void ag_rows_by_t_tiled(int isa, const float *restrict A, int64_t nq, int64_t W,
+                                    const float *restrict Bt, float *restrict out) {
+    int64_t r = 0;
+    if (isa == TR_CPU_ISA_AVX512) {
+        for (; r + 4 <= nq; r += 4) scores4_v16(A + r * W, W, Bt, out + r * AG_BK);
+        for (; r < nq; r++) scores1_v8(A + r * W, W, Bt, out + r * AG_BK);
+    } else if (isa == TR_CPU_ISA_AVX2) {
+        for (; r + 4 <= nq; r += 4) scores4_v8(A + r * W, W, Bt, out + r * AG_BK);
+        for (; r < nq; r++) scores1_v8(A + r * W, W, Bt, out + r * AG_BK);
+    } else {
+        for (; r + 4 <= nq; r += 4) scores4_v4(A + r * W, W, Bt, out + r * AG_BK);
+        for (; r < nq; r++) scores1_v4(A + r * W, W, Bt, out + r * AG_BK);
+    }
+}
+
+/* a[x][0..NV·L) += Σ_y g(x,y)·rows[y][0..NV·L) for the four x (a rows W apart), with
+ * g(x,y) = f·coef[x·cs + y·ys]; a y whose four coefficients are 0 (masked, invisible,
+ * past the block) is skipped, as the f64 copy does. NV = 2 vectors (8 accumulators: AVX2
+ * and the baseline have 16 registers) or 4 (16 of AVX-512's 32). */
+#define AG_ACC_G                                                                                   \
+    const float *cf = coef + y * ys;                                                               \
+    const float g0 = cf[0] * f, g1 = cf[cs] * f, g2 = cf[2 * cs] * f, g3 = cf[3 * cs] * f;         \
+    if (g0 == 0.0f && g1 == 0.0f && g2 == 0.0f && g3 == 0.0f) continue;                            \
+    const float *src = rows + y * W;
+#define DEF_AG_ACC2(VT)                                                                            \
+    TILE_INLINE void ag_acc2_##VT(const float *restrict coef, int64_t cs, int64_t ys, int64_t ny,  \
+                                  float f, const float *restrict rows, int64_t W, float *restrict a) { \
+        enum { L = sizeof(VT) / sizeof(float) };                                                   \
+        VT c00 = ld_##VT(a), c01 = ld_##VT(a + L), c10 = ld_##VT(a + W), c11 = ld_##VT(a + W + L); \
+        VT c20 = ld_##VT(a + 2 * W), c21 = ld_##VT(a + 2 * W + L);                                 \
+        VT c30 = ld_##VT(a + 3 * W), c31 = ld_##VT(a + 3 * W + L);                                 \
+        for (int64_t y = 0; y < ny; y++) {                                                         \
+            AG_ACC_G                                                                               \
+            const VT r0 = ld_##VT(src), r1 = ld_##VT(src + L);                                     \
+            c00 += g0 * r0, c01 += g0 * r1, c10 += g1 * r0, c11 += g1 * r1;                        \
+            c20 += g2 * r0, c21 += g2 * r1, c30 += g3 * r0, c31 += g3 * r1;                        \
+        }                                                                                          \
+        st_##VT(a, c00), st_##VT(a + L, c01), st_##VT(a + W, c10), st_##VT(a + W + L, c11);        \
+        st_##VT(a + 2 * W, c20), st_##VT(a + 2 * W + L, c21);                                      \
+        st_##VT(a + 3 * W, c30), st_##VT(a + 3 * W + L, c31);                                      \
+    }
+DEF_AG_ACC2(v4)
+DEF_AG_ACC2(v8)
+DEF_AG_ACC2(v16)
+
+TILE_INLINE void ag_acc4_v16(const float *restrict coef, int64_t cs, int64_t ys, int64_t ny, float f,
+                             const float *restrict rows, int64_t W, float *restrict a) {
+    v16 c00 = ld16(a), c01 = ld16(a + 16), c02 = ld16(a + 32), c03 = ld16(a + 48);
+    v16 c10 = ld16(a + W), c11 = ld16(a + W + 16), c12 = ld16(a + W + 32), c13 = ld16(a + W + 48);
+    v16 c20 = ld16(a + 2 * W), c21 = ld16(a + 2 * W + 16), c22 = ld16(a + 2 * W + 32), c23 = ld16(a + 2 * W + 48);
+    v16 c30 = ld16(a + 3 * W), c31 = ld16(a + 3 * W + 16), c32 = ld16(a + 3 * W + 32), c33 = ld16(a + 3 * W + 48);
+    for (int64_t y = 0; y < ny; y++) {
+        AG_ACC_G
+        const v16 r0 = ld16(src), r1 = ld16(src + 16), r2 = ld16(src + 32), r3 = ld16(src + 48);
+        c00 += g0 * r0, c01 += g0 * r1, c02 += g0 * r2, c03 += g0 * r3;
+        c10 += g1 * r0, c11 += g1 * r1, c12 += g1 * r2, c13 += g1 * r3;
+        c20 += g2 * r0, c21 += g2 * r1, c22 += g2 * r2, c23 += g2 * r3;
+        c30 += g3 * r0, c31 += g3 * r1, c32 += g3 * r2, c33 += g3 * r3;
+    }
+    st16(a, c00), st16(a + 16, c01), st16(a + 32, c02), st16(a + 48, c03);
+    st16(a + W, c10), st16(a + W + 16, c11), st16(a + W + 32, c12), st16(a + W + 48, c13);
+    st16(a + 2 * W, c20), st16(a + 2 * W + 16, c21), st16(a + 2 * W + 32, c22), st16(a + 2 * W + 48, c23);
+    st16(a + 3 * W, c30), st16(a + 3 * W + 16, c31), st16(a + 3 * W + 32, c32), st16(a + 3 * W + 48, c33);
+}
+
+/* acc[x][0..W) += f·Σ over y of coef(x,y)·rows[y][0..W), coef read at coef[x*cs + y*ys]
+ * (attention_grad_impl.h's ag_accum): four x at a time in column chunks of the widest
+ * tile that fits, the columns left and the x left one at a time. */
+TILE_INLINE void ag_accum_tiled(int isa, const float *restrict coef, int64_t nx, int64_t ny, int64_t cs,
+                                int64_t ys, float f, const float *restrict rows, int64_t W, float *restrict acc) {
+    int64_t x = 0;
+    for (; x + 4 <= nx; x += 4) {
+        const float *c = coef + x * cs;
+        float *a = acc + x * W;
+        int64_t d0 = 0;
+        if (isa == TR_CPU_ISA_AVX512) {
+            for (; d0 + 64 <= W; d0 += 64) ag_acc4_v16(c, cs, ys, ny, f, rows + d0, W, a + d0);
+            for (; d0 + 32 <= W; d0 += 32) ag_acc2_v16(c, cs, ys, ny, f, rows + d0, W, a + d0);
+        } else if (isa == TR_CPU_ISA_AVX2) {
+            for (; d0 + 16 <= W; d0 += 16) ag_acc2_v8(c, cs, ys, ny, f, rows + d0, W, a + d0);
+        }
+        for (; d0 + 8 <= W; d0 += 8) ag_acc2_v4(c, cs, ys, ny, f, rows + d0, W, a + d0);
+        for (; d0 < W; d0++)
+            for (int64_t k = 0; k < 4; k++) {
+                float s = a[k * W + d0];
+                for (int64_t y = 0; y < ny; y++) {
+                    const float g = c[k * cs + y * ys] * f;
+                    if (g != 0.0f) s += g * rows[y * W + d0];
+                }
+                a[k * W + d0] = s;
+            }
+    }
+    for (; x < nx; x++)
+        for (int64_t y = 0; y < ny; y++) {
+            const float g = coef[x * cs + y * ys] * f;
+            if (g == 0.0f) continue; /* masked, invisible, or past the block */
+            const float *restrict src = rows + y * W;
+            float *restrict dst = acc + x * W;
+#pragma omp simd
+            for (int64_t d = 0; d < W; d++) dst[d] += g * src[d];
+        }
+}
+#undef AG_ACC_G
+
 #define AG_T double
 #define AG_(name) name##_f64
 #define AG_LOAD tr_grad_load
@@ -72,6 +190,7 @@ static inline void ag_query_range(const struct agrad_args *A, int64_t j0, int64_
 #undef AG_EXP
 #undef AG_LOG
 #define AG_T float
+#define AG_TILES /* the products on the tiles above */
 #define AG_(name) name##_f32
 #define AG_LOAD tr_cpu_load_f32
 #define AG_STORE tr_cpu_store_f32

@@ -44,8 +44,12 @@ AG_INLINE void AG_(ag_fma4)(AG_T *restrict o0, AG_T *restrict o1, AG_T *restrict
 /* out[r][0..AG_BK) = A_r · Bt for nq rows of A [nq][W], Bt [W][AG_BK]. Four rows at a
  * time keep their outputs in registers over d; each output still sums over d in order,
  * so the result is the one-row loop's. */
-AG_INLINE void AG_(ag_rows_by_t)(const AG_T *restrict A, int64_t nq, int64_t W, const AG_T *restrict Bt,
+AG_INLINE void AG_(ag_rows_by_t)(int isa, const AG_T *restrict A, int64_t nq, int64_t W, const AG_T *restrict Bt,
                                  AG_T *restrict out) {
+#ifdef AG_TILES
+    ag_rows_by_t_tiled(isa, A, nq, W, Bt, out);
+#else
+    (void)isa;
     int64_t r = 0;
     for (; r + 4 <= nq; r += 4) {
         AG_T o0[AG_BK], o1[AG_BK], o2[AG_BK], o3[AG_BK];
@@ -73,6 +77,7 @@ AG_INLINE void AG_(ag_rows_by_t)(const AG_T *restrict A, int64_t nq, int64_t W, 
             for (int64_t c = 0; c < AG_BK; c++) o[c] += a * bt[c];
         }
     }
+#endif
 }
 
 /* S[r][c] = scale·q_r·k_c + mask for queries i0+r, keys j0+c (Kt the block transposed);
@@ -123,9 +128,9 @@ AG_INLINE void AG_(ag_bias_row)(const struct agrad_args *A, int64_t b, int64_t h
 
 /* S[r][c] = scale·q_r·k_c + mask + bias for queries i0+r, keys j0+c (Kt the block
  * transposed); −inf where not visible and past the block. brow: AG_BK of work space. */
-AG_INLINE void AG_(ag_scores)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
+AG_INLINE void AG_(ag_scores)(int isa, const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq, int64_t j0,
                               int64_t nk, const AG_T *Q, const AG_T *Kt, AG_T *S, AG_T *restrict brow) {
-    AG_(ag_rows_by_t)(Q, nq, A->D, Kt, S);
+    AG_(ag_rows_by_t)(isa, Q, nq, A->D, Kt, S);
     const int biased = A->mask || A->rel.h;
     if (!biased)
         for (int64_t c = 0; c < AG_BK; c++) brow[c] = 0.0;
@@ -144,12 +149,12 @@ AG_INLINE void AG_(ag_scores)(const struct agrad_args *A, int64_t b, int64_t h, 
 }
 
 /* S → P = exp(S − lse) in place; then, when G is given, dS = P·(dY·Vᵀ − delta) into G. */
-AG_INLINE void AG_(ag_probs)(const struct agrad_args *A, int64_t nq, const AG_T *lse, const AG_T *delta,
+AG_INLINE void AG_(ag_probs)(int isa, const struct agrad_args *A, int64_t nq, const AG_T *lse, const AG_T *delta,
                              const AG_T *dY, const AG_T *Vt, AG_T *S, AG_T *G) {
     for (int64_t r = 0; r < nq; r++)
         for (int64_t c = 0; c < AG_BK; c++) S[r * AG_BK + c] = AG_EXP(S[r * AG_BK + c] - lse[r]);
     if (!G) return;
-    AG_(ag_rows_by_t)(dY, nq, A->Dv, Vt, G);
+    AG_(ag_rows_by_t)(isa, dY, nq, A->Dv, Vt, G);
     for (int64_t r = 0; r < nq; r++)
         for (int64_t c = 0; c < AG_BK; c++) G[r * AG_BK + c] = S[r * AG_BK + c] * (G[r * AG_BK + c] - delta[r]);
 }
@@ -159,8 +164,12 @@ AG_INLINE void AG_(ag_probs)(const struct agrad_args *A, int64_t nq, const AG_T 
  * each output still sums over y in order (a zero coefficient adds nothing), so the result
  * is the one-row loop's. */
 #define AG_DC 16
-AG_INLINE void AG_(ag_accum)(const AG_T *restrict coef, int64_t nx, int64_t ny, int64_t cs, int64_t ys, AG_T f,
+AG_INLINE void AG_(ag_accum)(int isa, const AG_T *restrict coef, int64_t nx, int64_t ny, int64_t cs, int64_t ys, AG_T f,
                              const AG_T *restrict rows, int64_t W, AG_T *restrict acc) {
+#ifdef AG_TILES
+    ag_accum_tiled(isa, coef, nx, ny, cs, ys, f, rows, W, acc);
+#else
+    (void)isa;
     int64_t x = 0;
     for (; W % AG_DC == 0 && x + 4 <= nx; x += 4)
         for (int64_t d0 = 0; d0 < W; d0 += AG_DC) {
@@ -185,6 +194,7 @@ AG_INLINE void AG_(ag_accum)(const AG_T *restrict coef, int64_t nx, int64_t ny, 
 #pragma omp simd
             for (int64_t d = 0; d < W; d++) dst[d] += g * src[d];
         }
+#endif
 }
 #undef AG_DC
 
@@ -242,11 +252,11 @@ AG_INLINE void AG_(ag_block_keys)(const struct agrad_args *A, int64_t i0, int64_
 
 /* The key block at j0 (of the keys up to hi) loaded, V transposed too when vt, and its
  * scores against the loaded query block; the block's key count. */
-AG_INLINE int64_t AG_(ag_key_block)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq,
+AG_INLINE int64_t AG_(ag_key_block)(int isa, const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq,
                                     int64_t j0, int64_t hi, int vt, struct AG_(ag_ws) *w) {
     const int64_t nk = hi + 1 - j0 < AG_BK ? hi + 1 - j0 : AG_BK;
     AG_(ag_load_kv)(A, b, h / (A->H / A->Hk), j0, nk, vt, w);
-    AG_(ag_scores)(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S, w->brow);
+    AG_(ag_scores)(isa, A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S, w->brow);
     return nk;
 }
 
@@ -263,7 +273,7 @@ AG_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, int6
     int64_t lo, hi;
     AG_(ag_block_keys)(A, i0, nq, &lo, &hi);
     for (int64_t j0 = lo; j0 <= hi; j0 += AG_BK) {
-        const int64_t nk = AG_(ag_key_block)(A, b, h, i0, nq, j0, hi, 0, w);
+        const int64_t nk = AG_(ag_key_block)(isa, A, b, h, i0, nq, j0, hi, 0, w);
         for (int64_t r = 0; r < nq; r++) {
             AG_T *s = w->S + r * AG_BK, mx = -INFINITY;
             for (int64_t c = 0; c < AG_BK; c++) mx = s[c] > mx ? s[c] : mx;
@@ -283,7 +293,7 @@ AG_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, int6
             if (corr != 1.0)
                 for (int64_t d = 0; d < Dv; d++) o[r * Dv + d] *= corr;
         }
-        AG_(ag_accum)(w->S, nq, nk, AG_BK, 1, 1.0, w->V, Dv, o);
+        AG_(ag_accum)(isa, w->S, nq, nk, AG_BK, 1, 1.0, w->V, Dv, o);
     }
     for (int64_t r = 0; r < nq; r++) {
         const int64_t at = (b * A->H + h) * A->Tq + i0 + r;
@@ -312,9 +322,9 @@ AG_MULTI(void, ag_rows, (const struct agrad_args *A, int64_t b, int64_t h, int64
     int64_t lo, hi;
     AG_(ag_block_keys)(A, i0, nq, &lo, &hi);
     for (int64_t j0 = lo; j0 <= hi; j0 += AG_BK) {
-        const int64_t nk = AG_(ag_key_block)(A, b, h, i0, nq, j0, hi, 1, w);
-        AG_(ag_probs)(A, nq, lse, delta, w->dY, w->Vt, w->S, w->G);
-        if (out_q) AG_(ag_accum)(w->G, nq, nk, AG_BK, 1, A->scale, w->K, D, dq);
+        const int64_t nk = AG_(ag_key_block)(isa, A, b, h, i0, nq, j0, hi, 1, w);
+        AG_(ag_probs)(isa, A, nq, lse, delta, w->dY, w->Vt, w->S, w->G);
+        if (out_q) AG_(ag_accum)(isa, w->G, nq, nk, AG_BK, 1, A->scale, w->K, D, dq);
         if (out_h || out_w) /* dS summed over each key row (rel_h) and column (rel_w) of the grid */
             for (int64_t r = 0; r < nq; r++) { /* a grid row segment at a time, as ag_bias_row */
                 const AG_T *restrict g = w->G + r * AG_BK;
@@ -354,12 +364,12 @@ AG_MULTI(void, ag_dkv, (const struct agrad_args *A, int which, int64_t b, int64_
             AG_(ag_load_q)(A, b, h, i0, nq, w);
             const AG_T *lse = AG_STAT(A, lse) + (b * A->H + h) * A->Tq + i0;
             const AG_T *delta = AG_STAT(A, delta) + (b * A->H + h) * A->Tq + i0;
-            AG_(ag_scores)(A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S, w->brow);
-            AG_(ag_probs)(A, nq, lse, delta, w->dY, w->Vt, w->S, which != 2 ? w->G : NULL);
+            AG_(ag_scores)(isa, A, b, h, i0, nq, j0, nk, w->Q, w->Kt, w->S, w->brow);
+            AG_(ag_probs)(isa, A, nq, lse, delta, w->dY, w->Vt, w->S, which != 2 ? w->G : NULL);
             /* acc[c] += f·Σ_r coef[r][c]·rows[r]: coef read transposed */
-            if (which != 2) AG_(ag_accum)(w->G, nk, nq, 1, AG_BK, A->scale, w->Q, D, acc);
-            if (which == 2) AG_(ag_accum)(w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc);
-            if (which == 3) AG_(ag_accum)(w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc2);
+            if (which != 2) AG_(ag_accum)(isa, w->G, nk, nq, 1, AG_BK, A->scale, w->Q, D, acc);
+            if (which == 2) AG_(ag_accum)(isa, w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc);
+            if (which == 3) AG_(ag_accum)(isa, w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, acc2);
         }
     AG_STORE(out + ((b * A->Hk + hk) * A->Tk + j0) * W * (int64_t)esize(A->dt), A->dt, acc, nk * W);
     if (which == 3)

@@ -23,7 +23,11 @@
  *   independent chains to cover the FMA latency. A v16 tile there is 32 ymm registers:
  *   it spilled every accumulator to the stack (5 GFLOP/s at seq 512 against 133).
  * Loads and stores go through memcpy: rows of v and acc need not be aligned. The
- * disassembly check is scripts/check_spills.sh. */
+ * disassembly check is scripts/check_spills.sh.
+ * Every tile is always inlined: one left out of line (GCC's choice where a tile has
+ * several callers, as in the backward, attention_grad.c) is compiled once for the file's
+ * baseline target, its v16 as four xmm, 6x slower than inlined into the AVX-512 copy. */
+#define TILE_INLINE static inline __attribute__((always_inline))
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v4 __attribute__((vector_size(16)));
@@ -32,12 +36,12 @@ typedef float v4 __attribute__((vector_size(16)));
 #endif
 
 #define DEF_LDST(VT)                                                                                   \
-    static inline VT ld_##VT(const float *p) {                                                         \
+    TILE_INLINE VT ld_##VT(const float *p) {                                                           \
         VT v;                                                                                          \
         memcpy(&v, p, sizeof v);                                                                       \
         return v;                                                                                      \
     }                                                                                                  \
-    static inline void st_##VT(float *p, VT v) { memcpy(p, &v, sizeof v); }
+    TILE_INLINE void st_##VT(float *p, VT v) { memcpy(p, &v, sizeof v); }
 DEF_LDST(v16)
 DEF_LDST(v8)
 DEF_LDST(v4)
@@ -45,7 +49,7 @@ DEF_LDST(v4)
 #define st16 st_v16
 
 /* S[r][0..BK) = q_r · Kt for 4 rows (q rows D apart, S rows BK apart). */
-static inline void scores4(const float *restrict q, int64_t D, const float *restrict Kt, float *restrict S) {
+TILE_INLINE void scores4(const float *restrict q, int64_t D, const float *restrict Kt, float *restrict S) {
     v16 c00 = {0}, c01 = {0}, c02 = {0}, c03 = {0}, c10 = {0}, c11 = {0}, c12 = {0}, c13 = {0};
     v16 c20 = {0}, c21 = {0}, c22 = {0}, c23 = {0}, c30 = {0}, c31 = {0}, c32 = {0}, c33 = {0};
     for (int64_t d = 0; d < D; d++) {
@@ -66,7 +70,7 @@ static inline void scores4(const float *restrict q, int64_t D, const float *rest
     st16(S, c30), st16(S + 16, c31), st16(S + 32, c32), st16(S + 48, c33);
 }
 
-static inline void scores1(const float *restrict q, int64_t D, const float *restrict Kt, float *restrict S) {
+TILE_INLINE void scores1(const float *restrict q, int64_t D, const float *restrict Kt, float *restrict S) {
     v16 c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
     for (int64_t d = 0; d < D; d++) {
         const float *kt = Kt + d * BK;
@@ -78,7 +82,7 @@ static inline void scores1(const float *restrict q, int64_t D, const float *rest
 
 /* The narrow tiles: 4 rows (or 1) x 2 vectors of VT, the keys in BK/(2W) column chunks. */
 #define DEF_SCORES_NARROW(VT)                                                                          \
-    static inline void scores4_##VT(const float *restrict q, int64_t D, const float *restrict Kt,     \
+    TILE_INLINE void scores4_##VT(const float *restrict q, int64_t D, const float *restrict Kt,       \
                                     float *restrict S) {                                               \
         enum { W = sizeof(VT) / sizeof(float) };                                                       \
         for (int c = 0; c < BK; c += 2 * W) {                                                          \
@@ -96,7 +100,7 @@ static inline void scores1(const float *restrict q, int64_t D, const float *rest
             st_##VT(s + 3 * BK, c30), st_##VT(s + 3 * BK + W, c31);                                    \
         }                                                                                              \
     }                                                                                                  \
-    static inline void scores1_##VT(const float *restrict q, int64_t D, const float *restrict Kt,     \
+    TILE_INLINE void scores1_##VT(const float *restrict q, int64_t D, const float *restrict Kt,       \
                                     float *restrict S) {                                               \
         enum { W = sizeof(VT) / sizeof(float) };                                                       \
         for (int c = 0; c < BK; c += 4 * W) {                                                          \
@@ -118,7 +122,7 @@ DEF_SCORES_NARROW(v4)
  * apart), in column chunks of 2 vectors of VT, then one, then what is left to the next
  * narrower width (v16 -> v8 -> v4 -> scalar): a head of 16 or 40 columns (Stable
  * Diffusion's UNet) ran scalar under 2-vector chunks alone, 10x slower than one of 64. */
-static inline void pv4_cols_scalar(const float *restrict P, int64_t nk, const float *restrict V, int64_t Dv,
+TILE_INLINE void pv4_cols_scalar(const float *restrict P, int64_t nk, const float *restrict V, int64_t Dv,
                                    float *restrict acc, int64_t n) {
     for (int64_t d0 = 0; d0 < n; d0++)
         for (int64_t r = 0; r < 4; r++) {
@@ -129,7 +133,7 @@ static inline void pv4_cols_scalar(const float *restrict P, int64_t nk, const fl
 }
 
 #define DEF_PV4(VT, NEXT)                                                                              \
-    static inline void pv4_cols_##VT(const float *restrict P, int64_t nk, const float *restrict V, int64_t Dv, \
+    TILE_INLINE void pv4_cols_##VT(const float *restrict P, int64_t nk, const float *restrict V, int64_t Dv,   \
                                      float *restrict acc, int64_t n) {                                 \
         enum { W = sizeof(VT) / sizeof(float) };                                                       \
         int64_t d0 = 0;                                                                                \
@@ -160,7 +164,7 @@ static inline void pv4_cols_scalar(const float *restrict P, int64_t nk, const fl
         }                                                                                              \
         if (d0 < n) NEXT(P, nk, V + d0, Dv, acc + d0, n - d0);                                         \
     }                                                                                                  \
-    static inline void pv4_##VT(const float *restrict P, int64_t nk, const float *restrict V, int64_t Dv, \
+    TILE_INLINE void pv4_##VT(const float *restrict P, int64_t nk, const float *restrict V, int64_t Dv,   \
                                 float *restrict acc) {                                                 \
         pv4_cols_##VT(P, nk, V, Dv, acc, Dv);                                                          \
     }
@@ -168,7 +172,7 @@ DEF_PV4(v4, pv4_cols_scalar)
 DEF_PV4(v8, pv4_cols_v4)
 DEF_PV4(v16, pv4_cols_v8)
 
-static inline void pv1(const float *restrict P, int64_t nk, const float *restrict V, int64_t Dv, float *restrict acc) {
+TILE_INLINE void pv1(const float *restrict P, int64_t nk, const float *restrict V, int64_t Dv, float *restrict acc) {
     for (int64_t j = 0; j < nk; j++) {
         const float p = P[j];
         const float *restrict vr = V + j * Dv;
