@@ -177,6 +177,7 @@ TILE_INLINE void ag_accum_tiled(int isa, const float *restrict coef, int64_t nx,
 #undef AG_ACC_G
 
 #define AG_T double
+#define AG_DT TR_DTYPE_F64
 #define AG_(name) name##_f64
 #define AG_LOAD tr_grad_load
 #define AG_STORE tr_grad_store
@@ -184,12 +185,14 @@ TILE_INLINE void ag_accum_tiled(int isa, const float *restrict coef, int64_t nx,
 #define AG_LOG log
 #include "attention_grad_impl.h"
 #undef AG_T
+#undef AG_DT
 #undef AG_
 #undef AG_LOAD
 #undef AG_STORE
 #undef AG_EXP
 #undef AG_LOG
 #define AG_T float
+#define AG_DT TR_DTYPE_F32
 #define AG_TILES /* the products on the tiles above */
 #define AG_(name) name##_f32
 #define AG_LOAD tr_cpu_load_f32

@@ -1,7 +1,8 @@
 /* The attention backward's compute, included twice by attention_grad.c: AG_T double for
  * f64 data (the finite-difference checks), float for f32/bf16/f16 data (twice the lanes
  * of f64, and the f32 accumulation kernels.h promises). AG_(name) names a function of
- * this copy; AG_LOAD, AG_STORE, AG_EXP and AG_LOG are its conversions and math. */
+ * this copy; AG_LOAD, AG_STORE, AG_EXP and AG_LOG are its conversions and math, AG_DT
+ * the storage dtype that is AG_T itself. */
 
 /* The helpers the per-ISA bodies call are inlined into each body: a helper left out of
  * line is compiled once for the baseline ISA, and ran there (perf showed ag_rows_by_t and
@@ -13,10 +14,16 @@
 /* the row statistics, AG_T per (B,H,Tq) row */
 #define AG_STAT(A, f) ((AG_T *)(A)->f)
 
-/* Rows [r0, r0+n) of a (.., T, W) operand at (b, head) into dst [n][W]. */
-AG_INLINE void AG_(ag_load)(const char *base, int dt, int64_t nheads, int64_t T, int64_t W, int64_t b, int64_t head,
-                            int64_t r0, int64_t n, AG_T *dst) {
-    AG_LOAD(dst, base + ((b * nheads + head) * T + r0) * W * (int64_t)esize(dt), dt, n * W);
+/* Rows [r0, r0+n) of a (.., T, W) operand at (b, head), as AG_T: the operand's own
+ * memory where it already is (data of dtype AG_DT: the rows are contiguous), else
+ * converted into buf [n][W]. Read only. Copying every block (f32 to f32) was about a
+ * sixth of the backward's time in a BERT fit (perf). */
+AG_INLINE const AG_T *AG_(ag_load)(const char *base, int dt, int64_t nheads, int64_t T, int64_t W, int64_t b,
+                                   int64_t head, int64_t r0, int64_t n, AG_T *buf) {
+    const char *src = base + ((b * nheads + head) * T + r0) * W * (int64_t)esize(dt);
+    if (dt == AG_DT) return (const AG_T *)src;
+    AG_LOAD(buf, src, dt, n * W);
+    return buf;
 }
 
 /* dst [W][AG_BK] = src [n][W] transposed, zero past column n: the products then run
@@ -200,7 +207,8 @@ AG_INLINE void AG_(ag_accum)(int isa, const AG_T *restrict coef, int64_t nx, int
 
 /* Work space of one thread, shared by the three passes. */
 struct AG_(ag_ws) {
-    AG_T *Q, *K, *Kt, *V, *Vt, *dY, *S, *G, *acc, *m, *l, *acc2, *drh, *drw, *brow;
+    const AG_T *Q, *K, *V, *dY, *Y; /* the loaded blocks (ag_load: the operands' memory, or the buffers) */
+    AG_T *Qb, *Kb, *Kt, *Vb, *Vt, *dYb, *S, *G, *acc, *m, *l, *acc2, *drh, *drw, *brow;
 };
 
 static size_t AG_(ag_workspace)(int64_t D, int64_t Dv, int64_t Kh, int64_t Kw) {
@@ -210,13 +218,13 @@ static size_t AG_(ag_workspace)(int64_t D, int64_t Dv, int64_t Kh, int64_t Kw) {
 }
 
 static void AG_(ag_split)(AG_T *ws, int64_t D, int64_t Dv, int64_t Kh, int64_t Kw, struct AG_(ag_ws) *w) {
-    w->Q = ws;                        /* [BQ][D] */
-    w->K = w->Q + AG_BQ * D;          /* [BK][D] */
-    w->Kt = w->K + AG_BK * D;         /* [D][BK] */
-    w->V = w->Kt + AG_BK * D;         /* [BK][Dv] */
-    w->Vt = w->V + AG_BK * Dv;        /* [Dv][BK] */
-    w->dY = w->Vt + AG_BK * Dv;       /* [BQ][Dv] */
-    w->S = w->dY + AG_BQ * Dv;        /* [BQ][BK] */
+    w->Qb = ws;                       /* [BQ][D] */
+    w->Kb = w->Qb + AG_BQ * D;        /* [BK][D] */
+    w->Kt = w->Kb + AG_BK * D;        /* [D][BK] */
+    w->Vb = w->Kt + AG_BK * D;        /* [BK][Dv] */
+    w->Vt = w->Vb + AG_BK * Dv;       /* [Dv][BK] */
+    w->dYb = w->Vt + AG_BK * Dv;      /* [BQ][Dv] */
+    w->S = w->dYb + AG_BQ * Dv;       /* [BQ][BK] */
     w->G = w->S + AG_BQ * AG_BK;      /* [BQ][BK] */
     w->acc = w->G + AG_BQ * AG_BK;    /* [max(BQ,BK)][max(D,Dv)] */
     w->m = w->acc + (AG_BQ > AG_BK ? AG_BQ : AG_BK) * (D > Dv ? D : Dv);
@@ -230,16 +238,16 @@ static void AG_(ag_split)(AG_T *ws, int64_t D, int64_t Dv, int64_t Kh, int64_t K
 /* The query block's Q and dY rows into w. */
 AG_INLINE void AG_(ag_load_q)(const struct agrad_args *A, int64_t b, int64_t h, int64_t i0, int64_t nq,
                               struct AG_(ag_ws) *w) {
-    AG_(ag_load)(A->q, A->dt, A->H, A->Tq, A->D, b, h, i0, nq, w->Q);
-    AG_(ag_load)(A->dy, A->dt, A->H, A->Tq, A->Dv, b, h, i0, nq, w->dY);
+    w->Q = AG_(ag_load)(A->q, A->dt, A->H, A->Tq, A->D, b, h, i0, nq, w->Qb);
+    w->dY = AG_(ag_load)(A->dy, A->dt, A->H, A->Tq, A->Dv, b, h, i0, nq, w->dYb);
 }
 
 /* The key block's K, Kt and V (and Vt when vt) of kv head hk into w. */
 AG_INLINE void AG_(ag_load_kv)(const struct agrad_args *A, int64_t b, int64_t hk, int64_t j0, int64_t nk, int vt,
                                struct AG_(ag_ws) *w) {
-    AG_(ag_load)(A->k, A->dt, A->Hk, A->Tk, A->D, b, hk, j0, nk, w->K);
+    w->K = AG_(ag_load)(A->k, A->dt, A->Hk, A->Tk, A->D, b, hk, j0, nk, w->Kb);
     AG_(ag_transpose)(w->K, nk, A->D, w->Kt);
-    AG_(ag_load)(A->v, A->dt, A->Hk, A->Tk, A->Dv, b, hk, j0, nk, w->V);
+    w->V = AG_(ag_load)(A->v, A->dt, A->Hk, A->Tk, A->Dv, b, hk, j0, nk, w->Vb);
     if (vt) AG_(ag_transpose)(w->V, nk, A->Dv, w->Vt);
 }
 
@@ -381,12 +389,12 @@ AG_MULTI(void, ag_dkv, (const struct agrad_args *A, int which, int64_t b, int64_
 static void AG_(ag_saved_stats)(const struct agrad_args *A, const struct tr_tensor *y, const struct tr_tensor *lse,
                                 int64_t b, int64_t h, int64_t i0, int64_t nq, struct AG_(ag_ws) *w) {
     const int64_t row0 = (b * A->H + h) * A->Tq + i0, Dv = A->Dv;
-    AG_(ag_load)(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dY);
-    AG_(ag_load)(y->data, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->acc);
+    w->dY = AG_(ag_load)(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dYb);
+    w->Y = AG_(ag_load)(y->data, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->acc);
     for (int64_t r = 0; r < nq; r++) {
         AG_STAT(A, lse)[row0 + r] = get_f64(lse->data, lse->dtype, row0 + r);
         AG_T d = 0.0;
-        for (int64_t c = 0; c < Dv; c++) d += w->acc[r * Dv + c] * w->dY[r * Dv + c];
+        for (int64_t c = 0; c < Dv; c++) d += w->Y[r * Dv + c] * w->dY[r * Dv + c];
         AG_STAT(A, delta)[row0 + r] = d;
     }
 }
