@@ -367,13 +367,19 @@ int tr_cpu_concat_bind(struct tr_kernels *k, struct tr_kernel_call *c, struct tr
 
 /* ---- reduce ---- */
 
-/* out[c] = op over r < R of x[r*inner + c], for c < len (f32 accumulation). */
+/* out[c] = op over r < R of x[r*inner + c], for c < len (f32 accumulation). f32 rows are
+ * read in place: a copy of each into a buffer first was a third of the time of BERT's
+ * bias-gradient sums (perf: memmove under reduce_compute, 1.1% of a fit step). */
 TR_CPU_MULTI(void, reduce_cols, (int op, int dt, const char *x, int64_t R, int64_t inner, int64_t len, char *o), (op, dt, x, R, inner, len, o)) {
     size_t es = tr_dtype_size((enum tr_dtype)dt);
-    float acc[TR_CPU_CHUNK], row[TR_CPU_CHUNK];
+    float acc[TR_CPU_CHUNK], buf[TR_CPU_CHUNK];
     for (int64_t c = 0; c < len; c++) acc[c] = op == TR_OP_MAX ? -INFINITY : 0.0f;
     for (int64_t r = 0; r < R; r++) {
-        tr_cpu_load_f32(row, x + r * inner * (int64_t)es, dt, len);
+        const float *row = (const float *)(x + r * inner * (int64_t)es);
+        if (dt != TR_DTYPE_F32) {
+            tr_cpu_load_f32(buf, x + r * inner * (int64_t)es, dt, len);
+            row = buf;
+        }
         if (op == TR_OP_MAX)
             for (int64_t c = 0; c < len; c++) acc[c] = row[c] > acc[c] ? row[c] : acc[c];
         else
