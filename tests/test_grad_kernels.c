@@ -507,9 +507,13 @@ static void test_attention_grad(void **state) {
     attn_case(&big2, 0, "blocks, 2-D mask, Tq>Tk");
     /* head widths through every tile of the f32 products (attention_grad.c): D = 96 is a
      * 64-column AVX-512 tile and a 32-column one, Dv = 43 a 32, an 8 and 3 columns left;
-     * Tq = 38 leaves rows outside the 4-row tiles */
+     * Tq = 38 leaves rows outside the 4-row tiles. The backward takes its one-pass form
+     * (ag_fused) where B·Hk is at least twice the threads (the tests run 2): the first
+     * case checks the two passes, the second the one pass, both on every tile. */
     const struct attn_cfg wide = {1, 2, 1, 38, 45, 96, 43, 1, 0, 0, 0};
-    attn_case(&wide, 0, "wide heads (D 96, Dv 43), mask");
+    attn_case(&wide, 0, "wide heads (D 96, Dv 43), mask, two passes");
+    const struct attn_cfg wide_gqa = {2, 4, 2, 38, 45, 96, 43, 1, 0, 0, 0};
+    attn_case(&wide_gqa, 0, "wide heads (D 96, Dv 43), mask, GQA, one pass");
 }
 
 /* ---- broadcast, max_grad, slice_grad ---- */

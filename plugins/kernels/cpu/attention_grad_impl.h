@@ -384,6 +384,39 @@ AG_MULTI(void, ag_dkv, (const struct agrad_args *A, int which, int64_t b, int64_
         AG_STORE(out2 + ((b * A->Hk + hk) * A->Tk + j0) * Dv * (int64_t)esize(A->dt), A->dt, acc2, nk * Dv);
 }
 
+/* dq, dk and dv of kv head hk of batch b in one pass (ag_run picks it where the keys are
+ * few): per query block of each head of the group and per key block it sees, the
+ * scores, P and dS once, then dq_i += dS·K_j, dk_j += dSᵀ·Q_i, dv_j += Pᵀ·dY_i, where the
+ * two passes (ag_rows, ag_dkv) build S, P and dS each: 5 products instead of 7. dk and
+ * dv of every key of the head sum in dkv [Tk][D] then [Tk][Dv]. Each output still sums
+ * over the same terms in the same order as the two passes (dq over key blocks; dk, dv
+ * over the group's heads, then the queries in order), so the results are their bits. */
+AG_MULTI(void, ag_fused, (const struct agrad_args *A, int64_t b, int64_t hk, char *out_q, char *out_k, char *out_v, AG_T *dkv, struct AG_(ag_ws) *w), (A, b, hk, out_q, out_k, out_v, dkv, w)) {
+    const int64_t D = A->D, Dv = A->Dv, G = A->H / A->Hk, Tq = A->Tq, Tk = A->Tk;
+    AG_T *dk = dkv, *dv = dkv + Tk * D, *dq = w->acc;
+    for (int64_t x = 0; x < Tk * (D + Dv); x++) dkv[x] = 0.0;
+    for (int64_t h = hk * G; h < (hk + 1) * G; h++)
+        for (int64_t i0 = 0; i0 < Tq; i0 += AG_BQ) {
+            const int64_t nq = Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, row0 = (b * A->H + h) * Tq + i0;
+            AG_(ag_load_q)(A, b, h, i0, nq, w);
+            const AG_T *lse = AG_STAT(A, lse) + row0, *delta = AG_STAT(A, delta) + row0;
+            for (int64_t x = 0; x < nq * D; x++) dq[x] = 0.0;
+            int64_t lo, hi;
+            AG_(ag_block_keys)(A, i0, nq, &lo, &hi);
+            for (int64_t j0 = lo; j0 <= hi; j0 += AG_BK) {
+                const int64_t nk = AG_(ag_key_block)(isa, A, b, h, i0, nq, j0, hi, 1, w);
+                AG_(ag_probs)(isa, A, nq, lse, delta, w->dY, w->Vt, w->S, w->G);
+                AG_(ag_accum)(isa, w->G, nq, nk, AG_BK, 1, A->scale, w->K, D, dq);
+                AG_(ag_accum)(isa, w->G, nk, nq, 1, AG_BK, A->scale, w->Q, D, dk + j0 * D);
+                AG_(ag_accum)(isa, w->S, nk, nq, 1, AG_BK, 1.0, w->dY, Dv, dv + j0 * Dv);
+            }
+            AG_STORE(out_q + row0 * D * (int64_t)esize(A->dt), A->dt, dq, nq * D);
+        }
+    const int64_t kv0 = (b * A->Hk + hk) * Tk;
+    AG_STORE(out_k + kv0 * D * (int64_t)esize(A->dt), A->dt, dk, Tk * D);
+    AG_STORE(out_v + kv0 * Dv * (int64_t)esize(A->dt), A->dt, dv, Tk * Dv);
+}
+
 /* Rows [i0, i0+nq) of (b, h): lse as the forward saved it, delta = dy · y (the rows of
  * both loaded into w's dY and acc). */
 static void AG_(ag_saved_stats)(const struct agrad_args *A, const struct tr_tensor *y, const struct tr_tensor *lse,
@@ -422,6 +455,17 @@ static size_t AG_(ag_run)(struct agrad_args *A, struct tr_tensor *const outs[5],
     const int kv_which = outs[1] && outs[2] ? 3 : outs[1] ? 1 : outs[2] ? 2 : 0;
     char *pk = outs[1] ? outs[1]->data : outs[2] ? outs[2]->data : NULL;
     char *pv = outs[1] && outs[2] ? outs[2]->data : NULL;
+    /* dq, dk and dv in one pass per (b, kv head) (ag_fused) where all three are asked
+     * for, without the bias terms, when a head's dk and dv fit a thread's L2 (256 KiB)
+     * and the heads keep every thread busy; else the two passes, whose work items are
+     * blocks (long sequences, few heads) */
+#ifdef _OPENMP
+    const int64_t threads = omp_get_max_threads();
+#else
+    const int64_t threads = 1;
+#endif
+    const size_t dkv_sz = sizeof(AG_T) * (size_t)(Tk * (D + Dv));
+    const int fused = pq && kv_which == 3 && !ph && !pw && dkv_sz <= (256u << 10) && B * Hk >= 2 * threads;
 #pragma omp parallel if (par)
     {
         AG_T *ws = malloc(wsz);
@@ -441,7 +485,18 @@ static size_t AG_(ag_run)(struct agrad_args *A, struct tr_tensor *const outs[5],
             else AG_(ag_stats)(A, b, h, i0, nq, &w);
         }
         /* the implicit barrier: every row's lse and delta exist from here on */
-        if (pq || ph || pw) {
+        AG_T *dkv = fused && ws ? malloc(dkv_sz) : NULL;
+        if (fused && ws && !dkv) {
+#pragma omp atomic write
+            failed = 1;
+        }
+        if (fused) {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t t = 0; t < B * Hk; t++)
+                if (dkv) AG_(ag_fused)(A, t / Hk, t % Hk, pq, pk, pv, dkv, &w);
+        }
+        free(dkv);
+        if (!fused && (pq || ph || pw)) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t t = 0; t < B * H * nqb; t++) {
                 if (!ws) continue;
@@ -449,7 +504,7 @@ static size_t AG_(ag_run)(struct agrad_args *A, struct tr_tensor *const outs[5],
                 AG_(ag_rows)(A, b, h, i0, Tq - i0 < AG_BQ ? Tq - i0 : AG_BQ, pq, ph, pw, &w);
             }
         }
-        if (kv_which) {
+        if (!fused && kv_which) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t t = 0; t < B * Hk * nkb; t++) {
                 if (!ws) continue;
@@ -460,7 +515,7 @@ static size_t AG_(ag_run)(struct agrad_args *A, struct tr_tensor *const outs[5],
         free(ws);
     }
     free(stats);
-    return failed ? wsz : 0;
+    return failed ? wsz + (fused ? dkv_sz : 0) : 0; /* a thread's whole workspace */
 }
 
 #undef AG_MULTI_
