@@ -193,7 +193,8 @@ int tr_k_softmax_grad(struct tr_kernels *k, const struct tr_tensor *y, const str
 
 /* mean and 1/sqrt(var + eps) of a row, biased variance as the forward. The sums in vector
  * lanes (a row's order is fixed: the same bits whatever the threads). */
-static inline void row_stats(const double *x, int64_t D, double eps, double *mean, double *rstd) {
+static inline __attribute__((always_inline)) void row_stats(const double *x, int64_t D, double eps, double *mean,
+                                                           double *rstd) {
     double s = 0.0, v = 0.0;
 #pragma omp simd reduction(+ : s)
     for (int64_t i = 0; i < D; i++) s += x[i];
@@ -204,14 +205,9 @@ static inline void row_stats(const double *x, int64_t D, double eps, double *mea
     *rstd = 1.0 / sqrt(v / (double)D + eps);
 }
 
-TR_CPU_MULTI(void, row_stats_isa, (const double *x, int64_t D, double eps, double *mean, double *rstd), (x, D, eps, mean, rstd)) {
-    (void)isa;
-    row_stats(x, D, eps, mean, rstd);
-}
-
-/* One row of dx (ln_grad_rows) in the level's vectors: xb becomes x̂, gb dx. */
-TR_CPU_MULTI(void, ln_grad_row, (const double *restrict gam, double *restrict xb, double *restrict gb, int64_t D, double eps), (gam, xb, gb, D, eps)) {
-    (void)isa;
+/* One row of dx (ln_grad_rows): xb becomes x̂, gb dx. */
+static inline __attribute__((always_inline)) void ln_grad_row(const double *restrict gam, double *restrict xb,
+                                                             double *restrict gb, int64_t D, double eps) {
     double mu, rs, mg = 0.0, mgx = 0.0;
     row_stats(xb, D, eps, &mu, &rs);
 #pragma omp simd reduction(+ : mg, mgx)
@@ -254,8 +250,11 @@ static int check_vec(const char *kn, const char *what, const struct tr_tensor *t
     return TR_OK;
 }
 
-/* dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), g = dy·gamma, x̂ = (x − mean)·rstd. */
-static void ln_grad_rows(const void *ctx, int64_t r0, int64_t r1, void *buf) {
+/* dx = rstd·(g − mean(g) − x̂·mean(g·x̂)), g = dy·gamma, x̂ = (x − mean)·rstd. The rows'
+ * loads and stores compile per level with the math: converting them in a baseline
+ * function around an AVX-512 row took two thirds of the kernel's time (perf, BERT fit). */
+TR_CPU_MULTI(void, ln_grad_rows, (const void *ctx, int64_t r0, int64_t r1, void *buf), (ctx, r0, r1, buf)) {
+    (void)isa;
     const struct grad_rows *A = ctx;
     const int64_t D = A->D;
     const size_t es = esize(A->dt);
@@ -290,12 +289,13 @@ int tr_k_layer_norm_grad(struct tr_kernels *k, const struct tr_tensor *x, const 
     return TR_OK;
 }
 
-static void ln_stats_rows(const void *ctx, int64_t r0, int64_t r1, void *buf) {
+TR_CPU_MULTI(void, ln_stats_rows, (const void *ctx, int64_t r0, int64_t r1, void *buf), (ctx, r0, r1, buf)) {
+    (void)isa;
     const struct grad_rows *A = ctx;
     const size_t es = esize(A->dt);
     for (int64_t r = r0; r < r1; r++) {
         load_f64(buf, A->a + r * A->D * (int64_t)es, A->dt, A->D);
-        row_stats_isa(buf, A->D, A->eps, &A->stats[2 * r], &A->stats[2 * r + 1]);
+        row_stats(buf, A->D, A->eps, &A->stats[2 * r], &A->stats[2 * r + 1]);
     }
 }
 
