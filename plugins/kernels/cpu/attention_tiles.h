@@ -23,7 +23,7 @@
  *   independent chains to cover the FMA latency. A v16 tile there is 32 ymm registers:
  *   it spilled every accumulator to the stack (5 GFLOP/s at seq 512 against 133).
  * Loads and stores go through memcpy: rows of v and acc need not be aligned. The
- * disassembly check is scripts/check_spills.sh.
+ * disassembly check is scripts/check_spills.py.
  * Every tile is always inlined: one left out of line (GCC's choice where a tile has
  * several callers, as in the backward, attention_grad.c) is compiled once for the file's
  * baseline target, its v16 as four xmm, 6x slower than inlined into the AVX-512 copy. */
