@@ -171,7 +171,7 @@ static int bert_validate(const struct tr_bert_config *c, const struct tr_build_o
         return tr_error_set(err, TR_ERR_INVALID, "bert: pad_token_id = %lld is not a row of the %lld-row word "
                             "embedding (vocab_size); expected -1 (none) or below it", (long long)c->pad_token_id,
                             (long long)c->vocab_size);
-    enum problem p;
+    enum problem p = PROBLEM_SINGLE;
     rc = problem_of(c, &p, err);
     if (rc) return rc;
     if (o->task == TR_TASK_FIT && p == PROBLEM_SINGLE && c->num_labels < 2)
@@ -372,7 +372,7 @@ int tr_bert_build_classifier_loss(const struct tr_bert_config *c, const struct t
     int logits;
     rc = bert_graph(c, &lr, o, g, &logits, err);
     if (rc) return rc;
-    enum problem p;
+    enum problem p = PROBLEM_SINGLE;
     problem_of(c, &p, err); /* validated */
     int l = loss_of(g, p, logits, o->batch, c->num_labels);
     if (l >= 0) tr_graph_set_name(g, l, "loss");
