@@ -200,8 +200,9 @@ static void check_mirrored(const char *model_ini, int ranks, int split) {
         if (split) { /* the sums started amid the backward pass, in the order the graph has them */
             assert_true(m.most_flying > 1);
             /* held where there are buckets enough for a time measure to be robust on a loaded
-             * machine (BERT's 15: 85-100%; Gemma LoRA's 3 are printed: 40-90%) */
-            if (buckets >= 8 && m.spread < 0.2) /* all after it: a few percent (the concatenations) */
+             * machine (BERT's 15: 85-100% quiet, 18% seen once in CI beside other tests;
+             * Gemma LoRA's 3 are printed: 40-90%) */
+            if (buckets >= 8 && m.spread < 0.1) /* all after it: a few percent (the concatenations) */
                 fail_msg("%s: the gradient buckets' sums started within %.0f%% of the backward pass's time: "
                          "run after it, not amid it", be->label, 100 * m.spread);
         }
@@ -232,11 +233,13 @@ static void check_mirrored(const char *model_ini, int ranks, int split) {
     }
 }
 
+/* The split runs at 32 tokens: a backward pass long enough beside the fixed costs around
+ * it (the loss's sum, the concatenations) for the spread's time measure. */
 static void test_bert_mirrored(void **state) {
     (void)state;
     check_mirrored("model = bert\npreset = tiny\ntask = fit\nseq_len = 8\n", 2, 0);
-    check_mirrored("model = bert\npreset = tiny\ntask = fit\nseq_len = 8\n", 2, 1);
-    check_mirrored("model = bert\npreset = tiny\ntask = fit\nseq_len = 8\n", 4, 1);
+    check_mirrored("model = bert\npreset = tiny\ntask = fit\nseq_len = 32\n", 2, 1);
+    check_mirrored("model = bert\npreset = tiny\ntask = fit\nseq_len = 32\n", 4, 1);
 }
 
 static void test_gemma_lora_mirrored(void **state) {
