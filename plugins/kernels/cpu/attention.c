@@ -17,6 +17,7 @@
 #define BK 64
 
 #include "attention_tiles.h"
+DEF_SCORES_ROWS(scores_rows, scores4, scores1)
 
 struct attn_args {
     const char *q, *k, *v, *mask;
@@ -104,17 +105,8 @@ TR_CPU_MULTI(void, attn_task, (const struct attn_args *A, int64_t b, int64_t h, 
             tr_cpu_load_f32(Vb, vb + j0 * Dv * (int64_t)es, A->dt, nk * Dv);
             V = Vb;
         }
-        int64_t r = 0;
-        if (isa == TR_CPU_ISA_AVX512) {
-            for (; r + 4 <= nq; r += 4) scores4(Q + r * D, D, Kt, S + r * BK);
-            for (; r < nq; r++) scores1(Q + r * D, D, Kt, S + r * BK);
-        } else if (isa == TR_CPU_ISA_AVX2) {
-            for (; r + 4 <= nq; r += 4) scores4_v8(Q + r * D, D, Kt, S + r * BK);
-            for (; r < nq; r++) scores1_v8(Q + r * D, D, Kt, S + r * BK);
-        } else {
-            for (; r + 4 <= nq; r += 4) scores4_v4(Q + r * D, D, Kt, S + r * BK);
-            for (; r < nq; r++) scores1_v4(Q + r * D, D, Kt, S + r * BK);
-        }
+        scores_rows(isa, Q, nq, D, Kt, S);
+        int64_t r;
 
         /* mask, visibility, and the online softmax, row by row */
         for (r = 0; r < nq; r++) {

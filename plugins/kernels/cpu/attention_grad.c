@@ -72,20 +72,7 @@ static inline void ag_query_range(const struct agrad_args *A, int64_t j0, int64_
 DEF_SCORES_NARROW(v16) /* scores4_v16: 4 rows x 2 v16, one AG_BK = 32 chunk */
 
 /* out[r][0..AG_BK) = A_r · Bt for nq rows of A [nq][W], Bt [W][AG_BK]. */
-TILE_INLINE void ag_rows_by_t_tiled(int isa, const float *restrict A, int64_t nq, int64_t W,
-                                    const float *restrict Bt, float *restrict out) {
-    int64_t r = 0;
-    if (isa == TR_CPU_ISA_AVX512) {
-        for (; r + 4 <= nq; r += 4) scores4_v16(A + r * W, W, Bt, out + r * AG_BK);
-        for (; r < nq; r++) scores1_v8(A + r * W, W, Bt, out + r * AG_BK);
-    } else if (isa == TR_CPU_ISA_AVX2) {
-        for (; r + 4 <= nq; r += 4) scores4_v8(A + r * W, W, Bt, out + r * AG_BK);
-        for (; r < nq; r++) scores1_v8(A + r * W, W, Bt, out + r * AG_BK);
-    } else {
-        for (; r + 4 <= nq; r += 4) scores4_v4(A + r * W, W, Bt, out + r * AG_BK);
-        for (; r < nq; r++) scores1_v4(A + r * W, W, Bt, out + r * AG_BK);
-    }
-}
+DEF_SCORES_ROWS(ag_rows_by_t_tiled, scores4_v16, scores1_v8)
 
 /* a[x][0..NV·L) += Σ_y g(x,y)·rows[y][0..NV·L) for the four x (a rows W apart), with
  * g(x,y) = f·coef[x·cs + y·ys]; a y whose four coefficients are 0 (masked, invisible,
@@ -138,9 +125,10 @@ TILE_INLINE void ag_acc4_v16(const float *restrict coef, int64_t cs, int64_t ys,
 }
 
 /* acc[x][0..W) += f·Σ over y of coef(x,y)·rows[y][0..W), coef read at coef[x*cs + y*ys]
- * (attention_grad_impl.h's ag_accum): four x at a time in column chunks of the widest
- * tile that fits, the columns left and the x left one at a time. */
-TILE_INLINE void ag_accum_tiled(int isa, const float *restrict coef, int64_t nx, int64_t ny, int64_t cs,
+ * (attention_grad_impl.h's ag_accum), for the x in fours: column chunks of the widest
+ * tile that fits, then the columns left one at a time. Returns the x done; ag_accum's
+ * one-row loop takes the rest. */
+TILE_INLINE int64_t ag_accum_tiled(int isa, const float *restrict coef, int64_t nx, int64_t ny, int64_t cs,
                                 int64_t ys, float f, const float *restrict rows, int64_t W, float *restrict acc) {
     int64_t x = 0;
     for (; x + 4 <= nx; x += 4) {
@@ -164,15 +152,7 @@ TILE_INLINE void ag_accum_tiled(int isa, const float *restrict coef, int64_t nx,
                 a[k * W + d0] = s;
             }
     }
-    for (; x < nx; x++)
-        for (int64_t y = 0; y < ny; y++) {
-            const float g = coef[x * cs + y * ys] * f;
-            if (g == 0.0f) continue; /* masked, invisible, or past the block */
-            const float *restrict src = rows + y * W;
-            float *restrict dst = acc + x * W;
-#pragma omp simd
-            for (int64_t d = 0; d < W; d++) dst[d] += g * src[d];
-        }
+    return x;
 }
 #undef AG_ACC_G
 

@@ -174,7 +174,7 @@ AG_INLINE void AG_(ag_probs)(int isa, const struct agrad_args *A, int64_t nq, co
 AG_INLINE void AG_(ag_accum)(int isa, const AG_T *restrict coef, int64_t nx, int64_t ny, int64_t cs, int64_t ys, AG_T f,
                              const AG_T *restrict rows, int64_t W, AG_T *restrict acc) {
 #ifdef AG_TILES
-    ag_accum_tiled(isa, coef, nx, ny, cs, ys, f, rows, W, acc);
+    int64_t x = ag_accum_tiled(isa, coef, nx, ny, cs, ys, f, rows, W, acc);
 #else
     (void)isa;
     int64_t x = 0;
@@ -192,6 +192,7 @@ AG_INLINE void AG_(ag_accum)(int isa, const AG_T *restrict coef, int64_t nx, int
             }
             for (int64_t d = 0; d < AG_DC; d++) a[d] = o0[d], a[W + d] = o1[d], a[2 * W + d] = o2[d], a[3 * W + d] = o3[d];
         }
+#endif
     for (; x < nx; x++)
         for (int64_t y = 0; y < ny; y++) {
             const AG_T g = coef[x * cs + y * ys] * f;
@@ -201,7 +202,6 @@ AG_INLINE void AG_(ag_accum)(int isa, const AG_T *restrict coef, int64_t nx, int
 #pragma omp simd
             for (int64_t d = 0; d < W; d++) dst[d] += g * src[d];
         }
-#endif
 }
 #undef AG_DC
 

@@ -27,7 +27,9 @@
  * Every tile is always inlined: one left out of line (GCC's choice where a tile has
  * several callers, as in the backward, attention_grad.c) is compiled once for the file's
  * baseline target, its v16 as four xmm, 6x slower than inlined into the AVX-512 copy. */
-#define TILE_INLINE static inline __attribute__((always_inline))
+/* (unused: a file may expand a tile macro whose every width it does not call; clang warns
+ * of an unused static function defined in the file itself) */
+#define TILE_INLINE static inline __attribute__((always_inline, unused))
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v4 __attribute__((vector_size(16)));
@@ -117,6 +119,26 @@ TILE_INLINE void scores1(const float *restrict q, int64_t D, const float *restri
     }
 DEF_SCORES_NARROW(v8)
 DEF_SCORES_NARROW(v4)
+
+/* name(isa, A, nq, W, Bt, out): out[r][0..BK) = A_r · Bt for nq rows of A [nq][W] (Bt
+ * [W][BK]), four rows at a time on the widest tiles the isa runs, then one: s4 and s1 at
+ * AVX-512 (the user's: scores4/scores1 at BK 64, the v16 narrow tiles at a narrower key
+ * block), the v8 tiles at AVX2, the v4 at the baseline. Expanded where TR_CPU_ISA_* are. */
+#define DEF_SCORES_ROWS(name, s4, s1)                                                                  \
+    TILE_INLINE void name(int isa, const float *restrict A, int64_t nq, int64_t W,                     \
+                          const float *restrict Bt, float *restrict out) {                             \
+        int64_t r = 0;                                                                                 \
+        if (isa == TR_CPU_ISA_AVX512) {                                                                \
+            for (; r + 4 <= nq; r += 4) s4(A + r * W, W, Bt, out + r * BK);                            \
+            for (; r < nq; r++) s1(A + r * W, W, Bt, out + r * BK);                                    \
+        } else if (isa == TR_CPU_ISA_AVX2) {                                                           \
+            for (; r + 4 <= nq; r += 4) scores4_v8(A + r * W, W, Bt, out + r * BK);                    \
+            for (; r < nq; r++) scores1_v8(A + r * W, W, Bt, out + r * BK);                            \
+        } else {                                                                                       \
+            for (; r + 4 <= nq; r += 4) scores4_v4(A + r * W, W, Bt, out + r * BK);                    \
+            for (; r < nq; r++) scores1_v4(A + r * W, W, Bt, out + r * BK);                            \
+        }                                                                                              \
+    }
 
 /* acc[r][0..n) += Σ_j P[r][j] · V[j][0..n) for 4 rows (P rows BK apart; V and acc rows Dv
  * apart), in column chunks of 2 vectors of VT, then one, then what is left to the next
