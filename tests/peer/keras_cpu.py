@@ -46,11 +46,8 @@ if present; with preprocessor=None they are never used, and JAX and PyTorch run 
 never run this script (tests/peer/compare_cpu.py --keras does, beside trident).
 """
 import argparse
-import configparser
-import json
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -63,15 +60,6 @@ def fail(msg, code=1):
 
 
 NO_PEER = 3  # the exit status of a config with no Keras model written for it (compare_cpu.py shows n/a)
-
-
-def ini(path):
-    cp = configparser.ConfigParser(inline_comment_prefixes=(";", "#"))
-    if not cp.read(path):
-        fail(f"{path}: cannot read it")
-    if not cp.has_section("run") or "model" not in cp["run"] or "task" not in cp["run"]:
-        fail(f"{path}: no [run] model and task")
-    return cp
 
 
 def preset(table, name, model):
@@ -226,13 +214,9 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="default: the INI's steps")
     ap.add_argument("--json")
     a = ap.parse_args()
-    cp = ini(a.ini)
+    cp = presets.ini(a.ini, "keras_cpu.py")
     run = cp["run"]
     dtype = run.get("dtype", "f32")
-    if run.get("device", "cpu") != "cpu" or dtype not in ("f32", "bf16"):
-        fail("only device = cpu, dtype f32 or bf16, are written here")
-    if dtype == "bf16" and run["task"] not in ("predict", "generate"):
-        fail("bf16 is written for predict and generate (a bf16 fit's master weights differ)")
     ncpu = os.cpu_count()
     threads = a.threads or run.getint("threads", 0) or ncpu
 
@@ -265,29 +249,15 @@ def main():
     steps = a.steps or run.getint("steps", 20)
     warmup = max(run.getint("warmup", 2), 1)
     m, step, info = build(cp, keras, kh, np)
-    t0 = time.perf_counter()
-    y = step()  # numpy out of Keras' per-batch calls: the step has finished
-    first = (time.perf_counter() - t0) * 1e3
-    if dtype == "bf16" and hasattr(y, "dtype") and y.dtype.kind == "f" and y.dtype.itemsize != 2:
-        fail(f"the bf16 step's output is {y.dtype}")
-    for _ in range(warmup - 1):
-        step()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
+    def check_first(y):  # numpy out of Keras' per-batch calls: the step has finished
+        if dtype == "bf16" and hasattr(y, "dtype") and y.dtype.kind == "f" and y.dtype.itemsize != 2:
+            fail(f"the bf16 step's output is {y.dtype}")
+    timing = presets.measure(step, warmup, steps, check_first)
     trainable = sum(int(np.prod(w.shape)) for w in m.trainable_weights)
     row = dict(config=a.ini, backend=f"keras:{a.backend}", keras=keras.__version__, keras_hub=kh.__version__,
                **{a.backend: bk.__version__}, jit_compile=bool(getattr(m, "jit_compile", False)), dtype=dtype,
-               threads=threads, steps=steps, first_step_ms=round(first, 2),
-               mean_ms=round(sum(times) / len(times), 3), median_ms=round(times[len(times) // 2], 3),
-               params=int(m.count_params()), trainable=trainable, **info)
-    print(json.dumps(row))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(row, f, indent=1)
+               threads=threads, **timing, params=int(m.count_params()), trainable=trainable, **info)
+    presets.emit(row, a.json)
 
 
 if __name__ == "__main__":

@@ -78,13 +78,49 @@ SAM = {
 }
 
 
-def ini(path):
+def ini(path, who="torch_cpu.py"):
+    """The INI, with [run] model and task; its dtype checked as the peers take it (f32, or
+    bf16 for predict and generate: a bf16 fit's master weights differ). Shared with
+    keras_cpu.py, as the timing below."""
     cp = configparser.ConfigParser(inline_comment_prefixes=(";", "#"))
     if not cp.read(path):
-        sys.exit(f"torch_cpu.py: {path}: cannot read it")
+        sys.exit(f"{who}: {path}: cannot read it")
     if not cp.has_section("run") or "model" not in cp["run"] or "task" not in cp["run"]:
-        sys.exit(f"torch_cpu.py: {path}: no [run] model and task")
+        sys.exit(f"{who}: {path}: no [run] model and task")
+    run = cp["run"]
+    if run.get("device", "cpu") != "cpu" or run.get("dtype", "f32") not in ("f32", "bf16"):
+        sys.exit(f"{who}: only device = cpu, dtype f32 or bf16, are written here")
+    if run.get("dtype", "f32") == "bf16" and run["task"] not in ("predict", "generate"):
+        sys.exit(f"{who}: bf16 is written for predict and generate (a bf16 fit's master weights differ)")
     return cp
+
+
+def emit(row, path):
+    """The row as one JSON line, and into path where given."""
+    print(json.dumps(row))
+    if path:
+        with open(path, "w") as f:
+            json.dump(row, f, indent=1)
+
+
+def measure(step, warmup, steps, check_first=None):
+    """As trident counts: the first call on its own (check_first sees its output), warmup - 1
+    more left out, then steps timed calls. Returns the row's timing fields."""
+    t0 = time.perf_counter()
+    y = step()
+    first = (time.perf_counter() - t0) * 1e3
+    if check_first:
+        check_first(y)
+    for _ in range(warmup - 1):
+        step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    return dict(steps=steps, first_step_ms=round(first, 2), mean_ms=round(sum(times) / len(times), 3),
+                median_ms=round(times[len(times) // 2], 3))
 
 
 def preset(table, name, model):
@@ -241,11 +277,7 @@ def main():
     cp = ini(a.ini)
     run = cp["run"]
     dtype = run.get("dtype", "f32")
-    if run.get("device", "cpu") != "cpu" or dtype not in ("f32", "bf16"):
-        sys.exit("torch_cpu.py: only device = cpu, dtype f32 or bf16, are written here")
     if dtype == "bf16":
-        if run["task"] not in ("predict", "generate"):
-            sys.exit("torch_cpu.py: bf16 is written for predict and generate (a bf16 fit's master weights differ)")
         torch.set_default_dtype(torch.bfloat16)  # the models' weights and the float inputs
     threads = a.threads or run.getint("threads", 0) or os.cpu_count()
     torch.set_num_threads(threads)
@@ -254,27 +286,14 @@ def main():
     step = build(cp, torch)
     if a.mode == "compile":
         step = torch.compile(step)
-    with torch.inference_mode(run["task"] in ("predict", "generate")):
-        t0 = time.perf_counter()
-        y = step()
-        first = (time.perf_counter() - t0) * 1e3
+    def check_first(y):
         if dtype == "bf16" and torch.is_tensor(y) and y.is_floating_point() and y.dtype != torch.bfloat16:
             sys.exit(f"torch_cpu.py: the bf16 step's output is {y.dtype}")
-        for _ in range(warmup - 1):
-            step()
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t0) * 1e3)
-    times.sort()
-    row = dict(config=a.ini, backend="pytorch" + ("" if a.mode == "eager" else ":compile"), torch=torch.__version__, dtype=dtype,
-               threads=threads, steps=steps, first_step_ms=round(first, 2),
-               mean_ms=round(sum(times) / len(times), 3), median_ms=round(times[len(times) // 2], 3))
-    print(json.dumps(row))
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(row, f, indent=1)
+    with torch.inference_mode(run["task"] in ("predict", "generate")):
+        timing = measure(step, warmup, steps, check_first)
+    row = dict(config=a.ini, backend="pytorch" + ("" if a.mode == "eager" else ":compile"), torch=torch.__version__,
+               dtype=dtype, threads=threads, **timing)
+    emit(row, a.json)
 
 
 if __name__ == "__main__":
