@@ -1019,6 +1019,61 @@ static void test_adamw(void **state) {
     }
 }
 
+/* The whole AdamW update in one pass (tr_k_adamw_update) against the cpu's: updated in
+ * place on cuda (as a donated update), out of place on the cpu; then bound on cuda
+ * (nothing written at bind) and called. The gradient f32 or the param's dtype. */
+static void test_adamw_update(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    int64_t sp[2] = {37, 129};
+    for (int d = 0; d < 3; d++)
+        for (int gf = 0; gf < 2; gf++) {
+            enum tr_dtype dt = FLOATS[d], gdt = gf ? TR_DTYPE_F32 : dt;
+            struct tr_tensor in[6] = {randn(dt, 2, sp, 160), randn(TR_DTYPE_F32, 2, sp, 161),
+                                      randn(TR_DTYPE_F32, 2, sp, 162), randn(gdt, 2, sp, 163),
+                                      tr_test_tensor(TR_DTYPE_F32, 0, NULL), tr_test_tensor(TR_DTYPE_F32, 0, NULL)};
+            for (int64_t i = 0; i < tr_tensor_numel(&in[2]); i++)
+                tr_tensor_set_f64(&in[2], i, fabs(tr_tensor_get_f64(&in[2], i)) * 0.01);
+            *(float *)in[4].data = 1e-2f;
+            *(float *)in[5].data = 4.0f;
+            struct tr_tensor ref[3] = {tr_test_tensor(dt, 2, sp), tr_test_tensor(TR_DTYPE_F32, 2, sp),
+                                       tr_test_tensor(TR_DTYPE_F32, 2, sp)};
+            CHECK_OK(tr_k_adamw_update(tr_test_k, &in[0], &in[1], &in[2], &in[3], &in[4], &in[5], 0.9f, 0.999f, 1e-8f,
+                                       0.01f, &ref[0], &ref[1], &ref[2], &err));
+            static const char *const names[3] = {"param", "m", "v"};
+            for (int bound = 0; bound < 2; bound++) {
+                struct tr_tensor din[6];
+                for (int i = 0; i < 6; i++) din[i] = to_dev(&in[i]);
+                if (!bound) {
+                    CHECK_OK(tr_k_adamw_update(G, &din[0], &din[1], &din[2], &din[3], &din[4], &din[5], 0.9f, 0.999f,
+                                               1e-8f, 0.01f, &din[0], &din[1], &din[2], &err));
+                } else {
+                    struct tr_kernel_call call;
+                    CHECK_OK(tr_kernels_bind_adamw_update(G, &din[0], &din[1], &din[2], &din[3], &din[4], &din[5],
+                                                          0.9f, 0.999f, 1e-8f, 0.01f, &din[0], &din[1], &din[2], &call,
+                                                          &err));
+                    struct tr_tensor got = tr_test_tensor(dt, 2, sp);
+                    fetch(&got, &din[0]);
+                    assert_memory_equal(got.data, in[0].data, tr_tensor_nbytes(&got)); /* bind wrote nothing */
+                    tr_test_tensor_free(&got);
+                    CHECK_OK(tr_kernels_call(G, &call, &err));
+                    tr_kernels_unbind(G, &call);
+                }
+                for (int o = 0; o < 3; o++) {
+                    struct tr_tensor got = tr_test_tensor((enum tr_dtype)ref[o].dtype, 2, sp);
+                    fetch(&got, &din[o]);
+                    char what[64];
+                    snprintf(what, sizeof what, "adamw_update %s (grad %s)", names[o], tr_dtype_name(gdt));
+                    check_out(what, bound ? "bound, in place" : "in place", &got, &ref[o]);
+                    tr_test_tensor_free(&got);
+                }
+                for (int i = 0; i < 6; i++) tr_kernels_dealloc(G, din[i].data);
+            }
+            free_all(6, in);
+            free_all(3, ref);
+        }
+}
+
 static void test_training_grads(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
@@ -1244,7 +1299,7 @@ int main(void) {
         TEST(test_device_routing), TEST(test_context), TEST(test_unary), TEST(test_binary), TEST(test_matmul),
         TEST(test_matmul_epilogues), TEST(test_softmax_layer_norm), TEST(test_embedding),
         TEST(test_embedding_bad_id), TEST(test_layout), TEST(test_update_slice), TEST(test_reduce), TEST(test_cast),
-        TEST(test_attention), TEST(test_cross_entropy), TEST(test_adamw),
+        TEST(test_attention), TEST(test_cross_entropy), TEST(test_adamw), TEST(test_adamw_update),
         TEST(test_training_grads), TEST(test_attention_grad),
         TEST(test_attention_backward),
         TEST(test_attention_saved_stats),

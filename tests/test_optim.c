@@ -138,6 +138,176 @@ static void test_kernel_step_and_bind(void **state) {
     tr_test_tensor_free(&o1), tr_test_tensor_free(&o2);
 }
 
+/* ---- the whole update in one pass (tr_k_adamw_update) ---- */
+
+/* The unfused graph's ops, as core's tr_adamw builds them, through the op dispatcher:
+ * m' = SCALE(m, β1) + SCALE(g32, 1−β1), v' = SCALE(v, β2) + SCALE(g32·g32, 1−β2), then
+ * ADAMW_STEP; g32 = CAST(g) when g is not f32. */
+static void unfused(const struct tr_tensor *p, const struct tr_tensor *m, const struct tr_tensor *v,
+                    const struct tr_tensor *g, const struct tr_tensor *lr, const struct tr_tensor *t, float b1,
+                    float b2, struct tr_tensor *po, struct tr_tensor *mo, struct tr_tensor *vo) {
+    const int nd = p->ndim;
+    const int64_t *sh = p->shape;
+    struct tr_tensor g32 = tr_test_tensor(TR_DTYPE_F32, nd, sh), a = tr_test_tensor(TR_DTYPE_F32, nd, sh),
+                     b = tr_test_tensor(TR_DTYPE_F32, nd, sh), gg = tr_test_tensor(TR_DTYPE_F32, nd, sh);
+    struct tr_error err = {0};
+    int rc = g->dtype == TR_DTYPE_F32 ? tr_k_unary(K, TR_OP_SCALE, NULL, g, &g32, &err)
+                                      : tr_kernels_run(K, TR_OP_CAST, NULL, 1, g, &g32, &err);
+    struct tr_attrs s1 = {.floats = {b1, 0.0f}}, s2 = {.floats = {1.0f - b1, 0.0f}};
+    struct tr_attrs s3 = {.floats = {b2, 0.0f}}, s4 = {.floats = {1.0f - b2, 0.0f}};
+    struct tr_tensor pair[2];
+    if (!rc) rc = tr_k_unary(K, TR_OP_SCALE, &s1, m, &a, &err);
+    if (!rc) rc = tr_k_unary(K, TR_OP_SCALE, &s2, &g32, &b, &err);
+    if (!rc) pair[0] = a, pair[1] = b, rc = tr_kernels_run(K, TR_OP_ADD, NULL, 2, pair, mo, &err);
+    if (!rc) pair[0] = g32, pair[1] = g32, rc = tr_kernels_run(K, TR_OP_MUL, NULL, 2, pair, &gg, &err);
+    if (!rc) rc = tr_k_unary(K, TR_OP_SCALE, &s3, v, &a, &err);
+    if (!rc) rc = tr_k_unary(K, TR_OP_SCALE, &s4, &gg, &b, &err);
+    if (!rc) pair[0] = a, pair[1] = b, rc = tr_kernels_run(K, TR_OP_ADD, NULL, 2, pair, vo, &err);
+    if (!rc) rc = tr_k_adamw_step(K, p, mo, vo, lr, t, b1, b2, 1e-8f, 0.01f, po, &err);
+    if (rc) fail_msg("unfused adamw: %s", err.msg);
+    tr_test_tensor_free(&g32), tr_test_tensor_free(&a), tr_test_tensor_free(&b), tr_test_tensor_free(&gg);
+}
+
+static struct tr_tensor copy_of(const struct tr_tensor *x) {
+    struct tr_tensor c = tr_test_tensor((enum tr_dtype)x->dtype, x->ndim, x->shape);
+    memcpy(c.data, x->data, tr_tensor_nbytes(x));
+    return c;
+}
+
+static void assert_same_bits(const char *what, const struct tr_tensor *a, const struct tr_tensor *b) {
+    if (memcmp(a->data, b->data, tr_tensor_nbytes(a)) != 0) fail_msg("%s: not the same bits", what);
+}
+
+/* param dtype dt, gradient dtype gdt, n elements, step t: against the float64 update
+ * (moments included), bit for bit against the unfused ops, in place as out of place, and
+ * bound as called. */
+static void update_case(enum tr_dtype dt, enum tr_dtype gdt, int64_t n, int t) {
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f, lr = 0.05f;
+    int64_t shape[2] = {n / 8, 8};
+    char what[96];
+    snprintf(what, sizeof what, "adamw_update %s grad %s n=%lld t=%d", tr_dtype_name(dt), tr_dtype_name(gdt),
+             (long long)n, t);
+    struct tr_tensor p = tr_test_tensor(dt, 2, shape), g = tr_test_tensor(gdt, 2, shape);
+    struct tr_tensor m = tr_test_tensor(TR_DTYPE_F32, 2, shape), v = tr_test_tensor(TR_DTYPE_F32, 2, shape);
+    struct tr_tensor tl = scalar_f32(lr), ts = scalar_f32((float)t);
+    tr_test_randn(&p, 21, 1.0), tr_test_randn(&g, 22, 0.5), tr_test_randn(&m, 23, 0.1), tr_test_randn(&v, 24, 0.1);
+    float *vf = v.data;
+    for (int64_t i = 0; i < n; i++) vf[i] = vf[i] * vf[i]; /* a second moment: >= 0 */
+    /* float64: the moments from the f32 moments and the gradient as read, then the step */
+    double *pin = tr_test_to_f64(&p), *gin = tr_test_to_f64(&g);
+    double *mr = malloc(sizeof(double) * (size_t)n), *vr = malloc(sizeof(double) * (size_t)n);
+    double *pr = malloc(sizeof(double) * (size_t)n);
+    assert_non_null(mr), assert_non_null(vr), assert_non_null(pr);
+    for (int64_t i = 0; i < n; i++) {
+        double gi = gdt == TR_DTYPE_F64 ? (float)gin[i] : gin[i]; /* an f64 gradient is read as f32 */
+        mr[i] = b1 * (double)((float *)m.data)[i] + (1.0 - b1) * gi;
+        vr[i] = b2 * (double)vf[i] + (1.0 - b2) * gi * gi;
+    }
+    struct tr_tensor po = tr_test_tensor(dt, 2, shape), mo = tr_test_tensor(TR_DTYPE_F32, 2, shape),
+                     vo = tr_test_tensor(TR_DTYPE_F32, 2, shape);
+    tr_test_poison(&po), tr_test_poison(&mo), tr_test_poison(&vo);
+    struct tr_error err = {0};
+    if (tr_k_adamw_update(K, &p, &m, &v, &g, &tl, &ts, b1, b2, eps, wd, &po, &mo, &vo, &err))
+        fail_msg("%s: %s", what, err.msg);
+    char w2[128];
+    snprintf(w2, sizeof w2, "%s: m", what);
+    tr_assert_close(w2, &mo, mr, 1e-6);
+    snprintf(w2, sizeof w2, "%s: v", what);
+    tr_assert_close(w2, &vo, vr, 1e-6);
+    /* the step from the moments as stored (f32, checked just above) */
+    for (int64_t i = 0; i < n; i++)
+        pr[i] = torch_adamw(pin[i], ((float *)mo.data)[i], ((float *)vo.data)[i], lr, t, b1, b2, eps, wd);
+    snprintf(w2, sizeof w2, "%s: param", what);
+    tr_assert_close(w2, &po, pr, tr_test_tol(dt));
+    if (dt == TR_DTYPE_F32 || dt == TR_DTYPE_F64) { /* the update itself, not only the rounded weight */
+        double *o = tr_test_to_f64(&po), num = 0, den = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double d = (o[i] - pin[i]) - (pr[i] - pin[i]);
+            num += d * d, den += (pr[i] - pin[i]) * (pr[i] - pin[i]);
+        }
+        if (!(sqrt(num / den) < (dt == TR_DTYPE_F64 ? 1e-6 : 1e-5)))
+            fail_msg("%s: update rel err %.3g", what, sqrt(num / den));
+        free(o);
+    }
+    /* the unfused graph ops: the same bits */
+    struct tr_tensor pu = tr_test_tensor(dt, 2, shape), mu = tr_test_tensor(TR_DTYPE_F32, 2, shape),
+                     vu = tr_test_tensor(TR_DTYPE_F32, 2, shape);
+    unfused(&p, &m, &v, &g, &tl, &ts, b1, b2, &pu, &mu, &vu);
+    snprintf(w2, sizeof w2, "%s: m against the unfused ops", what);
+    assert_same_bits(w2, &mo, &mu);
+    snprintf(w2, sizeof w2, "%s: v against the unfused ops", what);
+    assert_same_bits(w2, &vo, &vu);
+    snprintf(w2, sizeof w2, "%s: param against the unfused ops", what);
+    assert_same_bits(w2, &po, &pu);
+    /* bound, each output in its input's memory (as a donated update) */
+    struct tr_tensor pi = copy_of(&p), mi = copy_of(&m), vi = copy_of(&v);
+    struct tr_kernel_call call;
+    if (tr_kernels_bind_adamw_update(K, &pi, &mi, &vi, &g, &tl, &ts, b1, b2, eps, wd, &pi, &mi, &vi, &call, &err))
+        fail_msg("%s: bind: %s", what, err.msg);
+    assert_memory_equal(pi.data, p.data, tr_tensor_nbytes(&p)); /* binding computes nothing */
+    if (tr_kernels_call(K, &call, &err)) fail_msg("%s: bound call: %s", what, err.msg);
+    snprintf(w2, sizeof w2, "%s: in place, bound", what);
+    assert_same_bits(w2, &pi, &po), assert_same_bits(w2, &mi, &mo), assert_same_bits(w2, &vi, &vo);
+    tr_kernels_unbind(K, &call);
+    free(pin), free(gin), free(mr), free(vr), free(pr);
+    struct tr_tensor all[15] = {p, g, m, v, tl, ts, po, mo, vo, pu, mu, vu, pi, mi, vi};
+    tr_test_tensors_free(15, all);
+}
+
+static void test_update_kernel(void **state) {
+    (void)state;
+    update_case(TR_DTYPE_F32, TR_DTYPE_F32, 40000, 1); /* above the parallel threshold */
+    update_case(TR_DTYPE_F32, TR_DTYPE_F32, 1000, 7);
+    update_case(TR_DTYPE_F32, TR_DTYPE_F32, 8, 2); /* one short chunk */
+    update_case(TR_DTYPE_BF16, TR_DTYPE_BF16, 3000, 3);
+    update_case(TR_DTYPE_BF16, TR_DTYPE_F32, 3000, 3);
+    update_case(TR_DTYPE_F16, TR_DTYPE_F16, 2000, 2);
+    update_case(TR_DTYPE_F64, TR_DTYPE_F64, 1000, 4);
+}
+
+/* What the one-pass update refuses, by name: a gradient of a third dtype, outputs that
+ * overlap another operand, a step of 0 (data: refused by the bound call too). */
+static void test_update_refusals(void **state) {
+    (void)state;
+    int64_t shape[1] = {64};
+    struct tr_tensor p = tr_test_tensor(TR_DTYPE_BF16, 1, shape), m = tr_test_tensor(TR_DTYPE_F32, 1, shape),
+                     v = tr_test_tensor(TR_DTYPE_F32, 1, shape), g = tr_test_tensor(TR_DTYPE_F16, 1, shape),
+                     po = tr_test_tensor(TR_DTYPE_BF16, 1, shape), mo = tr_test_tensor(TR_DTYPE_F32, 1, shape);
+    struct tr_tensor tl = scalar_f32(0.01f), ts = scalar_f32(1);
+    tr_test_randn(&p, 1, 1), tr_test_randn(&m, 2, 1), tr_test_randn(&v, 3, 1), tr_test_randn(&g, 4, 1);
+    struct tr_error err = {0};
+    assert_int_equal(tr_k_adamw_update(K, &p, &m, &v, &g, &tl, &ts, 0.9f, 0.999f, 1e-8f, 0, &po, &mo, &v, &err),
+                     TR_ERR_SHAPE);
+    if (!strstr(err.msg, "grad [64] f16")) fail_msg("%s", err.msg);
+    struct tr_tensor g32 = tr_test_tensor(TR_DTYPE_F32, 1, shape);
+    tr_test_randn(&g32, 5, 1);
+    /* m_out in v's memory */
+    assert_int_equal(tr_k_adamw_update(K, &p, &m, &v, &g32, &tl, &ts, 0.9f, 0.999f, 1e-8f, 0, &po, &v, &mo, &err),
+                     TR_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "m_out overlaps v"));
+    /* v_out half over the gradient */
+    struct tr_tensor big = tr_test_tensor(TR_DTYPE_F32, 1, (int64_t[1]){128});
+    tr_test_randn(&big, 6, 1);
+    struct tr_tensor gg = big, vv = big;
+    gg.shape[0] = 64, vv.shape[0] = 64;
+    vv.data = (float *)big.data + 32;
+    assert_int_equal(tr_k_adamw_update(K, &p, &m, &v, &gg, &tl, &ts, 0.9f, 0.999f, 1e-8f, 0, &po, &mo, &vv, &err),
+                     TR_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "v_out overlaps grad"));
+    *(float *)ts.data = 0;
+    assert_int_equal(tr_k_adamw_update(K, &p, &m, &v, &g32, &tl, &ts, 0.9f, 0.999f, 1e-8f, 0, &p, &m, &v, &err),
+                     TR_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "adamw_update: step 0"));
+    struct tr_kernel_call call;
+    if (tr_kernels_bind_adamw_update(K, &p, &m, &v, &g32, &tl, &ts, 0.9f, 0.999f, 1e-8f, 0, &p, &m, &v, &call, &err))
+        fail_msg("bind: %s", err.msg);
+    assert_int_equal(tr_kernels_call(K, &call, &err), TR_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "step 0"));
+    tr_kernels_unbind(K, &call);
+    struct tr_tensor all[10] = {p, m, v, g, po, mo, tl, ts, g32, big};
+    tr_test_tensors_free(10, all);
+}
+
 /* ---- the builders, run by an interpreter over the graph ---- */
 
 enum { N = 6, DIN = 4, DOUT = 3, STEPS = 5 };
@@ -481,5 +651,5 @@ static void test_node_rules(void **state) {
 }
 
 TR_TEST_MAIN(tr_test_kernels_setup, tr_test_kernels_teardown, test_kernel_f32, test_kernel_bf16, test_kernel_f64,
-             test_kernel_step_and_bind, test_adamw_graph, test_sgd_graph, test_adamw_graph_bf16, test_refusals,
+             test_kernel_step_and_bind, test_update_kernel, test_update_refusals, test_adamw_graph, test_sgd_graph, test_adamw_graph_bf16, test_refusals,
              test_node_rules)

@@ -127,6 +127,11 @@ int tr_cu_cross_entropy(cudaStream_t s, int dtype, const void *logits, const voi
 int tr_cu_adamw(cudaStream_t s, int dtype, const void *param, const float *m, const float *v, const float *lr,
                 const float *step, float b1, float b2, float eps, float wd, void *out, int64_t n, long long *flag,
                 struct tr_error *err);
+/* The moments from grad (f32 when grad_f32, else dtype) into mo and vo, then the step:
+ * tr_k_adamw_update. */
+int tr_cu_adamw_update(cudaStream_t s, int dtype, const void *param, const float *m, const float *v, const void *grad,
+                       int grad_f32, const float *lr, const float *step, float b1, float b2, float eps, float wd,
+                       void *out, float *mo, float *vo, int64_t n, long long *flag, struct tr_error *err);
 
 /* ---- grads.cu: training kernels (the ops ops.h lists under "Training") ---- */
 int tr_cu_unary_grad(cudaStream_t s, int op, int dtype, const void *x, const void *dy, void *dx, int64_t n, int approx,

@@ -623,6 +623,32 @@ static int run_adamw(struct tr_cuda_ctx *c, const struct tr_attrs *at, const str
                                     f[0], f[1], f[2], f[3], out->data, tr_tensor_numel(out), c->flag, err));
 }
 
+/* tr_k_adamw_update (TR_CUDA_OP_ADAMW_UPDATE, cuda_entry.h): in[0..5] param, m, v, grad,
+ * lr, step, in[6..7] m_out, v_out; out param_out. */
+static int run_adamw_update(struct tr_cuda_ctx *c, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                            struct tr_tensor *out, struct tr_error *err) {
+    static const char kn[] = "adamw_update";
+    static const char *names[8] = {"param", "m", "v", "grad", "lr", "step", "m_out", "v_out"};
+    if (n_in != 8) return tr_error_set(err, TR_ERR_INVALID, "%s: %d inputs, 8 expected", kn, n_in);
+    int rc = check_float(out, kn, "param_out", err);
+    for (int i = 0; !rc && i < 8; i++) rc = check_tensor(&in[i], kn, names[i], err);
+    if (rc) return rc;
+    char d1[200];
+    int ok = in[0].dtype == out->dtype && tr_cpu_same_shape(&in[0], out) && tr_cpu_same_shape(&in[3], out) &&
+             (in[3].dtype == out->dtype || in[3].dtype == TR_DTYPE_F32);
+    for (int i = 1; ok && i < 8; i += i == 2 ? 4 : 1) ok = in[i].dtype == TR_DTYPE_F32 && tr_cpu_same_shape(&in[i], out);
+    for (int i = 4; ok && i < 6; i++) ok = in[i].dtype == TR_DTYPE_F32 && tr_tensor_numel(&in[i]) == 1;
+    if (!ok)
+        return tr_error_set(err, TR_ERR_SHAPE, "%s: param/param_out %s with grad (its shape; f32 or its dtype), m, v, "
+                            "m_out, v_out (f32, its shape), lr and step (one f32 each) expected", kn,
+                            tr_cpu_desc(out, d1, sizeof d1));
+    const float *f = at->floats;
+    return TR_CU_LAUNCH(c, tr_cu_adamw_update(c->stream, out->dtype, in[0].data, in[1].data, in[2].data, in[3].data,
+                                              in[3].dtype == TR_DTYPE_F32, in[4].data, in[5].data, f[0], f[1], f[2],
+                                              f[3], out->data, in[6].data, in[7].data, tr_tensor_numel(out), c->flag,
+                                              err));
+}
+
 /* ---- the training ops ---- */
 
 static int run_train(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
@@ -1072,6 +1098,7 @@ int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_i
     case TR_OP_UPDATE_SLICE: return run_update_slice(c, at, in, out, err);
     case TR_OP_CROSS_ENTROPY: return run_cross_entropy(c, at, &in[0], &in[1], out, err);
     case TR_OP_ADAMW_STEP: return run_adamw(c, at, in, out, err);
+    case TR_CUDA_OP_ADAMW_UPDATE: return run_adamw_update(c, at, n_in, in, out, err);
     case TR_OP_UNARY_GRAD:
     case TR_OP_SOFTMAX_GRAD:
     case TR_OP_LAYER_NORM_GRAD:

@@ -54,6 +54,11 @@ TR_CUDA_LIKE(tr_cuda_k_allreduce, tr_k_allreduce);
 int tr_cuda_k_allreduce_half(struct tr_kernels *k, int op, const struct tr_tensor *x, int64_t ranks, int64_t bucket,
                              float scale, struct tr_tensor *out, struct tr_error *err);
 TR_CUDA_LIKE(tr_cuda_k_adamw_step, tr_k_adamw_step);
+TR_CUDA_LIKE(tr_cuda_k_adamw_update, tr_k_adamw_update);
+/* tr_k_adamw_update as tr_cuda_run takes it: in[0..5] param, m, v, grad, lr, step, in[6..7]
+ * m_out, v_out; out param_out; floats[0..3] β1, β2, eps, weight decay. A private op code:
+ * tr_kernels_run never passes a negative op. */
+#define TR_CUDA_OP_ADAMW_UPDATE (-1930)
 int tr_cuda_k_rms_norm(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *w, float eps,
                        int add_one, struct tr_tensor *out, struct tr_error *err);
 int tr_cuda_k_rms_norm_grad(struct tr_kernels *k, const struct tr_tensor *x, const struct tr_tensor *w,
@@ -80,6 +85,7 @@ TR_CUDA_LIKE(tr_cuda_bind_bias_residual_layer_norm, tr_kernels_bind_bias_residua
 TR_CUDA_LIKE(tr_cuda_bind_scale_mask_softmax, tr_kernels_bind_scale_mask_softmax);
 TR_CUDA_LIKE(tr_cuda_bind_embedding_sum_layer_norm, tr_kernels_bind_embedding_sum_layer_norm);
 TR_CUDA_LIKE(tr_cuda_bind_attention_backward, tr_kernels_bind_attention_backward);
+TR_CUDA_LIKE(tr_cuda_bind_adamw_update, tr_kernels_bind_adamw_update);
 TR_CUDA_LIKE(tr_cuda_bind_attention_lse, tr_kernels_bind_attention_lse);
 TR_CUDA_LIKE(tr_cuda_bind_attention_rel_lse, tr_kernels_bind_attention_rel_lse);
 /* While on, the cuda run paths check and reserve but queue nothing (context.c). Returns

@@ -346,6 +346,17 @@ int tr_cuda_k_adamw_step(struct tr_kernels *k, const struct tr_tensor *param, co
     return tr_cuda_run(k, TR_OP_ADAMW_STEP, &at, 5, in, out, err);
 }
 
+int tr_cuda_k_adamw_update(struct tr_kernels *k, const struct tr_tensor *param, const struct tr_tensor *m,
+                           const struct tr_tensor *v, const struct tr_tensor *grad, const struct tr_tensor *lr,
+                           const struct tr_tensor *step, float beta1, float beta2, float eps, float weight_decay,
+                           struct tr_tensor *param_out, struct tr_tensor *m_out, struct tr_tensor *v_out,
+                           struct tr_error *err) {
+    NEED("adamw_update", param, m, v, grad, lr, step, param_out, m_out, v_out);
+    struct tr_tensor in[8] = {*param, *m, *v, *grad, *lr, *step, *m_out, *v_out};
+    struct tr_attrs at = {.floats = {beta1, beta2, eps, weight_decay}};
+    return tr_cuda_run(k, TR_CUDA_OP_ADAMW_UPDATE, &at, 8, in, param_out, err);
+}
+
 int tr_cuda_k_allreduce(struct tr_kernels *k, const struct tr_tensor *x, int64_t ranks, int64_t bucket, float scale,
                         struct tr_tensor *out, struct tr_error *err) {
     NEED("allreduce", x, out);
@@ -546,6 +557,27 @@ int tr_cuda_bind_attention_backward(struct tr_kernels *k, const struct tr_tensor
     c->attrs.ints[0] = causal;
     c->attrs.ints[1] = window;
     c->fn = bound_attention_backward;
+    return bind_check(k, c, err);
+}
+
+static int bound_adamw_update(struct tr_kernels *k, const struct tr_kernel_call *c, struct tr_error *err) {
+    return tr_cuda_run(k, TR_CUDA_OP_ADAMW_UPDATE, &c->attrs, 8, c->in, (struct tr_tensor *)&c->out, err);
+}
+
+int tr_cuda_bind_adamw_update(struct tr_kernels *k, const struct tr_tensor *param, const struct tr_tensor *m,
+                              const struct tr_tensor *v, const struct tr_tensor *grad, const struct tr_tensor *lr,
+                              const struct tr_tensor *step, float beta1, float beta2, float eps, float weight_decay,
+                              const struct tr_tensor *param_out, const struct tr_tensor *m_out,
+                              const struct tr_tensor *v_out, struct tr_kernel_call *c, struct tr_error *err) {
+    BEGIN("adamw_update");
+    NEED("adamw_update", param, m, v, grad, lr, step, param_out, m_out, v_out);
+    const struct tr_tensor *in[8] = {param, m, v, grad, lr, step, m_out, v_out};
+    for (int i = 0; i < 8; i++) c->in[i] = *in[i];
+    c->op = -1;
+    c->n_in = 8;
+    c->out = *param_out;
+    c->attrs.floats[0] = beta1, c->attrs.floats[1] = beta2, c->attrs.floats[2] = eps, c->attrs.floats[3] = weight_decay;
+    c->fn = bound_adamw_update;
     return bind_check(k, c, err);
 }
 

@@ -355,6 +355,23 @@ int tr_k_mse(struct tr_kernels *k, const struct tr_tensor *pred, const struct tr
 int tr_k_adamw_step(struct tr_kernels *k, const struct tr_tensor *param, const struct tr_tensor *m,
                     const struct tr_tensor *v, const struct tr_tensor *lr, const struct tr_tensor *step, float beta1,
                     float beta2, float eps, float weight_decay, struct tr_tensor *out, struct tr_error *err);
+/* The whole AdamW update in one pass over its operands, as PyTorch's AdamW(fused=True):
+ * m_out = β1·m + (1−β1)·grad and v_out = β2·v + (1−β2)·grad² (f32, rounded as the graph's
+ * SCALE, MUL and ADD round them: on the cpu the same bits as those ops), then param_out =
+ * ADAMW_STEP(param, m_out, v_out, lr, step). grad has param's shape and is f32 or param's
+ * dtype (read as a CAST to f32 would); m, v f32. Each output may be its own input's memory
+ * (an update in place) and must share no byte with any other operand. */
+int tr_k_adamw_update(struct tr_kernels *k, const struct tr_tensor *param, const struct tr_tensor *m,
+                      const struct tr_tensor *v, const struct tr_tensor *grad, const struct tr_tensor *lr,
+                      const struct tr_tensor *step, float beta1, float beta2, float eps, float weight_decay,
+                      struct tr_tensor *param_out, struct tr_tensor *m_out, struct tr_tensor *v_out,
+                      struct tr_error *err);
+/* Bound form (in[0..5] param, m, v, grad, lr, step; in[6..7] m_out, v_out; out param_out). */
+int tr_kernels_bind_adamw_update(struct tr_kernels *k, const struct tr_tensor *param, const struct tr_tensor *m,
+                                 const struct tr_tensor *v, const struct tr_tensor *grad, const struct tr_tensor *lr,
+                                 const struct tr_tensor *step, float beta1, float beta2, float eps, float weight_decay,
+                                 const struct tr_tensor *param_out, const struct tr_tensor *m_out,
+                                 const struct tr_tensor *v_out, struct tr_kernel_call *call, struct tr_error *err);
 
 /* ---- collectives (data parallelism) ----
  * The processes of a data-parallel run, as the host set them up (trident/comm_mpi.h makes
