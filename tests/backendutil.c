@@ -12,18 +12,19 @@
 #include "trident/weights.h"
 
 const struct tr_test_backend tr_test_backends[TR_TEST_N_BACKENDS] = {
-    {"torch", "torch", NULL},
-    {"torch:reduce-overhead", "torch", "reduce-overhead"},
-    {"tf", "tf", NULL},
-    {"jax", "jax", NULL},
+    {"torch", "torch", NULL, NULL, NULL},
+    {"torch:reduce-overhead", "torch", "reduce-overhead", NULL, NULL},
+    {"tf", "tf", NULL, NULL, NULL},
+    {"jax", "jax", NULL, NULL, NULL},
 };
 
 void tr_test_run_backend(const struct tr_test_backend *b, const char *jax_cache_dir, struct tr_graph *g,
                          const struct tr_tensor *in, int steps, struct tr_tensor *out, struct tr_backend_stats *st) {
     struct tr_plugin_search s = {.ini_dir = TR_BINARY_DIR "/plugins", .env_path = ""};
-    struct tr_option opts[2];
+    struct tr_option opts[3];
     int n_opts = 0;
     if (b->mode) opts[n_opts++] = (struct tr_option){.key = "mode", .value = b->mode, .file = "test", .line = 1};
+    if (b->key) opts[n_opts++] = (struct tr_option){.key = b->key, .value = b->value, .file = "test", .line = 3};
     if (jax_cache_dir && strcmp(b->plugin, "jax") == 0)
         opts[n_opts++] = (struct tr_option){.key = "cache_dir", .value = jax_cache_dir, .file = "test", .line = 2};
     struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,

@@ -11,6 +11,7 @@
 
 struct tr_test_backend {
     const char *label, *plugin, *mode;
+    const char *key, *value;        /* one more option (NULL: none) */
 };
 
 /* torch, torch:reduce-overhead, tf, jax. */

@@ -94,6 +94,7 @@ static int check_nodes(struct tf_program *p, struct tr_error *err) {
 }
 
 static int tf_reads_in_place(const struct tr_pir_node *n, int input) {
+    if (n->op == TF_OP_ADAMW) return input < 3; /* param, m, v: element i read, then written */
     return n->op < TR_OP_COUNT && tr_pir_reads_in_place(n, input);
 }
 
@@ -133,6 +134,7 @@ static int plan(struct tf_program *p, struct tr_error *err) {
         p->buf_of[i] = -1;
         step_of[i] = is_step(d->op) || p->donor[i] >= 0 ? s + 1 : -1;
         if (d->op == TF_OP_EXTRA_OUT) { /* written by its producer, at the producer's step */
+            if (p->donor[i] >= 0) continue; /* into its param's memory (an ADAMW's) */
             int at = step_of[d->in[0]];
             p->bufs[p->n_bufs] = (struct tr_plan_buf){.size = (int64_t)tr_pir_nbytes(d), .first = at, .last = at};
             p->buf_of[i] = p->n_bufs++;
@@ -220,6 +222,27 @@ static int bind_attn_bwd(struct tf_program *p, int id, const struct tr_tensor *i
                             err);
 }
 
+/* ADAMW: param', m' and v', its own value (ints[0]) and its EXTRA_OUT nodes'. */
+static int bind_adamw(struct tf_program *p, int id, const struct tr_tensor *in, const struct tr_tensor *out,
+                      struct tr_kernel_call *c, struct tr_error *err) {
+    const struct tr_pir *ir = &p->pir;
+    const struct tr_pir_node *d = &ir->nodes[id];
+    struct tr_tensor t[3];
+    int have = 1 << d->attrs.ints[0];
+    t[d->attrs.ints[0]] = *out;
+    for (int j = id + 1; j < ir->n; j++) {
+        const struct tr_pir_node *e = &ir->nodes[j];
+        if (e->op != TF_OP_EXTRA_OUT || e->in[0] != id) continue;
+        int w = (int)e->attrs.ints[0], rc = make_tensor(p, j, &t[w], err);
+        if (rc != TR_OK) return rc;
+        have |= 1 << w;
+    }
+    if (have != 7) return tr_error_set(err, TR_ERR_INTERNAL, "tf: fused_adamw without its three outputs");
+    const float *f = d->attrs.floats;
+    return tr_kernels_bind_adamw_update(p->k, &in[0], &in[1], &in[2], &in[3], &in[4], &in[5], f[0], f[1], f[2], f[3],
+                                        &t[0], &t[1], &t[2], c, err);
+}
+
 static int bind_fused(struct tr_kernels *k, const struct tr_pir_node *d, const struct tr_tensor *in,
                       const struct tr_tensor *out, struct tr_kernel_call *c, struct tr_error *err) {
     const struct tr_attrs *a = &d->attrs;
@@ -298,6 +321,7 @@ static int bind_steps(struct tf_program *p, struct tr_error *err) {
         struct tr_kernel_call *c = &st->call;
         rc = d->op == TF_OP_ATTN_BWD ? bind_attn_bwd(p, i, in, &out, c, err)
              : d->op == TF_OP_ATTN_LSE ? bind_attn_lse(p, i, in, &out, c, err)
+             : d->op == TF_OP_ADAMW    ? bind_adamw(p, i, in, &out, c, err)
              : d->op >= TF_OP_GEMM   ? bind_fused(p->k, d, in, &out, c, err)
                                      : tr_kernels_bind(p->k, d->op, &d->attrs, d->n_in, in, &out, c, err);
         if (rc != TR_OK)

@@ -21,10 +21,15 @@
  *   attn+lse    ATTENTION and the ATTENTION_LSE of its backward, or  -> TF_OP_ATTN_LSE
  *               ATTENTION_REL and its ATTENTION_REL_LSE                (+ TF_OP_EXTRA_OUT
  *                                                                       for the lse)
+ *   adamw       AdamW's SCALEs, MUL, ADDs, [CAST] and ADAMW_STEP  -> TF_OP_ADAMW
+ *               of one parameter (adamw_group.h)                     (+ TF_OP_EXTRA_OUT
+ *                                                                       for two of
+ *                                                                       param', m', v')
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "adamw_group.h"
 #include "attn_group.h"
 #include "tf.h"
 #include "trident/kernels.h"
@@ -45,6 +50,7 @@ const char *tf_op_name(int op) {
     case TF_OP_ATTN_BWD: return "fused_attention_backward";
     case TF_OP_ATTN_LSE: return "attention_with_lse";
     case TF_OP_EXTRA_OUT: return "extra_output";
+    case TF_OP_ADAMW: return "fused_adamw";
     default: return tr_op_name(op);
     }
 }
@@ -457,6 +463,64 @@ static int match_attn_lse(struct remap *r, int id) {
     return 1;
 }
 
+/* Whether a live node after `at`, outside the group (in[] ids, n of them), reads x or a
+ * view of it. */
+static int read_after(const struct tr_pir *p, int x, int at, const int *in, int n) {
+    for (int i = at + 1; i < p->n; i++) {
+        const struct tr_pir_node *d = &p->nodes[i];
+        if (d->dead) continue;
+        int member = 0;
+        for (int k = 0; k < n; k++) member |= in[k] == i;
+        if (member) continue;
+        for (int j = 0; j < d->n_in; j++) {
+            int r = d->in[j];
+            while (p->nodes[r].op == TR_OP_RESHAPE) r = p->nodes[r].in[0];
+            if (r == x) return 1;
+        }
+    }
+    return 0;
+}
+
+/* AdamW's update of one parameter (adamw_group.h) -> one TF_OP_ADAMW at the first of
+ * m', v' and param' (whose inputs all come before it), the other two its EXTRA_OUT
+ * nodes, the SCALEs, the MUL and the CAST dead: one pass over the parameter's size
+ * where the eight ops made about 21. The call moves the updates of param, m and v up to
+ * that first node, so nothing outside the group may read them after it. */
+static int match_adamw(struct remap *r, int id) {
+    struct tr_adamw_group g;
+    if (!tr_adamw_group_at(r->p, id, r->uses, &g)) return 0;
+    int ids[TR_ADAMW_INNER + 3], n = tr_adamw_group_nodes(&g, ids);
+    const int made[3] = {g.step, g.m2, g.v2};
+    int at = made[0];
+    for (int w = 1; w < 3; w++)
+        if (made[w] < at) at = made[w];
+    const int ops[6] = {g.param, g.m, g.v, g.grad, g.lr, g.t};
+    for (int i = 0; i < 6; i++)
+        if (ops[i] >= at) return 0;
+    for (int i = 0; i < 3; i++)
+        if (read_after(r->p, ops[i], at, ids, n)) return 0;
+    const float *f = node_at(r, g.step)->attrs.floats;
+    struct tr_attrs a;
+    memset(&a, 0, sizeof a);
+    for (int k = 0; k < 4; k++) a.floats[k] = f[k];
+    for (int i = 0; i < n - 3; i++) drop_node(r, ids[i]); /* the inner nodes */
+    for (int w = 0; w < 3; w++) {
+        struct tr_pir_node *x = node_at(r, made[w]);
+        x->attrs = a;
+        x->attrs.ints[0] = w;
+        if (made[w] == at) {
+            x->op = TF_OP_ADAMW;
+            set_inputs(x, 6, ops);
+        } else {
+            x->op = TF_OP_EXTRA_OUT;
+            const int in[1] = {at};
+            set_inputs(x, 1, in);
+        }
+    }
+    tally(r->f, "adamw", n - 3);
+    return 1;
+}
+
 int tf_remap(struct tr_pir *p, struct tf_fusions *f, struct tr_error *err) {
     memset(f, 0, sizeof *f);
     struct remap r = {.p = p, .f = f};
@@ -468,7 +532,7 @@ int tf_remap(struct tr_pir *p, struct tf_fusions *f, struct tr_error *err) {
         return tr_error_set(err, TR_ERR_NOMEM, "tf: out of memory for the remapper (%d nodes)", p->n);
     }
     static const matcher passes[] = {match_attention, match_sms, match_embed_ln, match_brln, match_gemm,
-                                     match_gn_silu, match_attn_bwd, match_attn_lse};
+                                     match_gn_silu, match_attn_bwd, match_attn_lse, match_adamw};
     for (size_t k = 0; k < sizeof passes / sizeof *passes; k++) {
         recount(&r);
         for (int id = 0; id < p->n; id++)

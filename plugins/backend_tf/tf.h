@@ -37,9 +37,13 @@
  *               tr_k_attention_lse, both in one pass; with ints[4]=1 an ATTENTION_REL
  *               (in: q, k, v, rel_h, rel_w) and its ATTENTION_REL_LSE:
  *               tr_k_attention_rel_lse
+ *   ADAMW       in: param, m, v, grad, lr, t     floats[0..3]=β1, β2, eps, wd ints[0]=which
+ *               of param', m', v' (0, 1, 2) is its own value: AdamW's update of one
+ *               parameter (adamw_group.h), tr_k_adamw_update, writing the other two
+ *               into its EXTRA_OUT nodes (in the params' memory when donated)
  *   EXTRA_OUT   in: the node that writes it      ints[0]=which (0 dq, 1 dk, 2 dv; 0 the
- *               lse of ATTN_LSE): no kernel of its own; its buffer is written at its
- *               producer's step
+ *               lse of ATTN_LSE; ADAMW's): no kernel of its own; its buffer (or, for a
+ *               donated update, its param's memory) is written at its producer's step
  * An unfused attention block becomes the graph's own ATTENTION op (the tiled kernel). */
 enum tf_op {
     TF_OP_GEMM = TR_PIR_OP_PRIVATE,
@@ -49,6 +53,7 @@ enum tf_op {
     TF_OP_ATTN_BWD,
     TF_OP_ATTN_LSE,
     TF_OP_EXTRA_OUT,
+    TF_OP_ADAMW,
     TF_OP_END,
 };
 

@@ -78,6 +78,7 @@ static int read_node(struct tr_torch_program *p, int id, int *n_edges, struct tr
     n->lse = -1;
     n->attn = -1;
     n->linear = -1;
+    n->adamw = -1;
     *n_edges += n->n_in;
 
     switch (n->op) {
@@ -174,13 +175,38 @@ static int group_attention_grads(struct tr_torch_program *p, struct tr_error *er
     return TR_OK;
 }
 
+/* AdamW's update of each parameter as one call at its ADAMW_STEP (adamw_group.h), as
+ * PyTorch's AdamW(fused=True) runs one kernel over a parameter's weight, moments and
+ * gradient where the graph's ops make eight passes. The call is made where the step was,
+ * after every operand; the gradient is kept until then. */
+static int group_adamw(struct tr_torch_program *p, struct tr_error *err) {
+    int *uses = malloc(((size_t)p->n_nodes + 1) * sizeof *uses);
+    p->adamw_groups = calloc((size_t)p->n_nodes / 8 + 1, sizeof *p->adamw_groups);
+    if (!uses || !p->adamw_groups) {
+        free(uses);
+        return tr_error_set(err, TR_ERR_NOMEM, "torch: out of memory grouping AdamW updates");
+    }
+    tr_pir_count_uses(&p->pir, uses);
+    for (int id = 0; id < p->n_nodes; id++) {
+        struct tr_adamw_group *a = &p->adamw_groups[p->n_adamw];
+        if (!tr_adamw_group_at(&p->pir, id, uses, a)) continue;
+        int ids[TR_ADAMW_INNER + 3], n = tr_adamw_group_nodes(a, ids), ok = 1;
+        for (int i = 0; i < n; i++) ok &= p->nodes[ids[i]].kind == TORCH_KERNEL && p->nodes[ids[i]].adamw == -1;
+        if (!ok) continue;
+        for (int i = 0; i < n; i++) p->nodes[ids[i]].adamw = -2;
+        p->nodes[id].adamw = p->n_adamw++;
+    }
+    free(uses);
+    return TR_OK;
+}
+
 /* MATMUL then ADD of a bias as one GEMM with its bias, where PyTorch's F.linear (nn.Linear)
  * is one addmm: a weight (b 2-D, as Linear's), a 1-D bias of N, the input not transposed,
  * alpha 1, the product read by the ADD alone. The sum is rounded once to the output's
  * dtype, as addmm does; a MATMUL and an ADD would round the product first. */
 static int match_linear(const struct tr_torch_program *p, int id) {
     const struct torch_node *n = &p->nodes[id];
-    if (n->op != TR_OP_ADD || n->kind != TORCH_KERNEL || p->donor[id] >= 0) return -1;
+    if (n->op != TR_OP_ADD || n->kind != TORCH_KERNEL || p->donor[id] >= 0 || n->adamw != -1) return -1;
     const int *in = &p->in_ids[n->in_off];
     for (int s = 0; s < 2; s++) {
         int m = in[s], bias = in[1 - s];
@@ -337,7 +363,7 @@ int tr_torch_compile(struct tr_torch_context *ctx, tr_graph_t g, struct tr_torch
         goto fail;
     }
     if ((rc = read_io(p, err)) != TR_OK || (rc = read_edges(p, err)) != TR_OK || (rc = plan_updates(p, err)) != TR_OK ||
-        (rc = group_attention_grads(p, err)) != TR_OK)
+        (rc = group_attention_grads(p, err)) != TR_OK || (rc = group_adamw(p, err)) != TR_OK)
         goto fail;
     plan_linear(p);
     p->args = calloc((size_t)(p->max_in > 3 ? p->max_in : 3) + 1, sizeof *p->args); /* 3: a linear */
@@ -383,7 +409,7 @@ void tr_torch_program_free(struct tr_torch_program *p) {
     if (p->k) tr_kernels_free(p->k);
     free(p->nodes);
     tr_pir_free(&p->pir);
-    TR_FREE_EACH(p->attn_groups, p->in_ids, p->graph_in, p->graph_out, p->update_param, p->donated, p->donor, p->data, p->pending,
+    TR_FREE_EACH(p->attn_groups, p->adamw_groups, p->in_ids, p->graph_in, p->graph_out, p->update_param, p->donated, p->donor, p->data, p->pending,
                  p->refs, p->blocks, p->args, p);
 }
 
@@ -478,10 +504,59 @@ static int run_linear(struct tr_torch_program *p, int id, struct tr_tensor *out,
     return TR_OK;
 }
 
+/* A node's output: its param's memory (a donated update) or a block from the pool. */
+static int place_output(struct tr_torch_program *p, int id, struct tr_error *err) {
+    if (p->donor[id] < 0) return take_block(p, id, err);
+    p->data[id] = p->data[p->donor[id]];
+    return TR_OK;
+}
+
+static struct tr_tensor bound_tensor(const struct tr_torch_program *p, int id) {
+    struct tr_tensor t = p->nodes[id].t;
+    t.data = p->data[id];
+    return t;
+}
+
+/* AdamW group g at its step: places for p2, m2 and v2, one call, then every input of
+ * every node of the group released as their own runs would have. */
+static int run_adamw(struct tr_torch_program *p, int g, struct tr_error *err) {
+    const struct tr_adamw_group *a = &p->adamw_groups[g];
+    int rc;
+    if ((rc = place_output(p, a->step, err)) != TR_OK || (rc = place_output(p, a->m2, err)) != TR_OK ||
+        (rc = place_output(p, a->v2, err)) != TR_OK)
+        return rc;
+    const int ops[6] = {a->param, a->m, a->v, a->grad, a->lr, a->t};
+    bind_args(p, 6, ops);
+    struct tr_tensor out = bound_tensor(p, a->step), m2 = bound_tensor(p, a->m2), v2 = bound_tensor(p, a->v2);
+    const float *f = p->pir.nodes[a->step].attrs.floats;
+    const struct tr_tensor *x = p->args;
+    p->kernel_calls++;
+    rc = p->rp.recording ? tr_torch_record_adamw(p, g, &out, &m2, &v2, err)
+                         : tr_k_adamw_update(p->k, &x[0], &x[1], &x[2], &x[3], &x[4], &x[5], f[0], f[1], f[2], f[3],
+                                             &out, &m2, &v2, err);
+    if (rc != TR_OK) return rc;
+    int ids[TR_ADAMW_INNER + 3], n = tr_adamw_group_nodes(a, ids);
+    for (int k = 0; k < n; k++) {
+        const struct torch_node *x2 = &p->nodes[ids[k]];
+        const int *in = &p->in_ids[x2->in_off];
+        for (int i = 0; i < x2->n_in; i++)
+            if (--p->pending[in[i]] == 0) node_drop(p, in[i]);
+    }
+    return TR_OK;
+}
+
 static int run_node(struct tr_torch_program *p, int id, struct tr_error *err) {
     struct torch_node *n = &p->nodes[id];
     const int *in = &p->in_ids[n->in_off];
     if (n->linear == -2) return TR_OK; /* its ADD runs it, and releases its inputs */
+    if (n->adamw == -2) return TR_OK;  /* its group's step runs it, and releases its inputs */
+    if (n->adamw >= 0) {
+        int rc = run_adamw(p, n->adamw, err);
+        if (rc != TR_OK)
+            return tr_error_prefix(err, "torch: node %d %s '%s' (AdamW's update in one call)", id, tr_op_name(n->op),
+                                   tr_torch_node_name(p, id));
+        return TR_OK;
+    }
     switch (n->kind) {
     case TORCH_INPUT:
     case TORCH_WEIGHT:
@@ -651,6 +726,9 @@ void tr_torch_program_stats(const struct tr_torch_program *p, struct tr_backend_
     if (p->n_attn_groups && len < sizeof st->notes)
         snprintf(st->notes + len, sizeof st->notes - len, "; attention backward x%d (its gradients in one call)",
                  p->n_attn_groups);
+    len = strlen(st->notes);
+    if (p->n_adamw && len < sizeof st->notes)
+        snprintf(st->notes + len, sizeof st->notes - len, "; AdamW fused (one call per parameter) x%d", p->n_adamw);
     len = strlen(st->notes);
     if (p->n_updates && len < sizeof st->notes)
         snprintf(st->notes + len, sizeof st->notes - len, "; %d of %d updates in place", p->n_donated, p->n_updates);

@@ -4,6 +4,7 @@
 #define TRIDENT_TORCH_PROGRAM_H
 
 #include <stdint.h>
+#include "adamw_group.h"
 #include "allocator.h"
 #include "attn_group.h"
 #include "pir.h"
@@ -38,6 +39,10 @@ struct torch_node {
     int linear;                     /* F.linear as PyTorch runs it, one addmm (GEMM + bias,
                                        rounded once): in the ADD, its MATMUL's id; in the
                                        MATMUL, -2 (its call is the ADD's); else -1 */
+    int adamw;                      /* AdamW as PyTorch's AdamW(fused=True) runs it, one call
+                                       per parameter (adamw_group.h): in the ADAMW_STEP, its
+                                       group's index in adamw_groups; in the group's other
+                                       nodes, -2 (the step's call computes them); else -1 */
 };
 
 /* The gradient nodes of one attention (attn_group.h), computed by one call at the lead. */
@@ -95,6 +100,8 @@ struct tr_torch_program {
     struct torch_attn_group *attn_groups;
     int n_attn_groups;
     int n_linear;                   /* MATMUL + bias ADD pairs run as one addmm */
+    struct tr_adamw_group *adamw_groups;
+    int n_adamw;
 
     /* per step */
     void **data;                    /* per node */
@@ -149,6 +156,10 @@ int tr_torch_record_linear(struct tr_torch_program *p, int id, const struct tr_t
  * grads: one bound call of the fused backward. */
 int tr_torch_record_group(struct tr_torch_program *p, int g, const struct tr_tensor *const grads[TR_ATTN_GRADS],
                           struct tr_error *err);
+/* The same for AdamW group g (adamw_groups[g]): one bound tr_k_adamw_update, its operands
+ * in p->args[0..5] (param, m, v, grad, lr, t), p2 in out, m2 and v2 in m2, v2. */
+int tr_torch_record_adamw(struct tr_torch_program *p, int g, const struct tr_tensor *out, const struct tr_tensor *m2,
+                          const struct tr_tensor *v2, struct tr_error *err);
 void tr_torch_replay_free(struct tr_torch_program *p);
 /* Appends the replay's facts to notes. */
 void tr_torch_replay_notes(const struct tr_torch_program *p, char *notes, size_t size);

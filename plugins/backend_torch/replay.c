@@ -103,6 +103,23 @@ int tr_torch_record_group(struct tr_torch_program *p, int g, const struct tr_ten
     return tr_kernels_call(p->k, c, err);
 }
 
+int tr_torch_record_adamw(struct tr_torch_program *p, int g, const struct tr_tensor *out, const struct tr_tensor *m2,
+                          const struct tr_tensor *v2, struct tr_error *err) {
+    struct torch_replay *r = &p->rp;
+    const struct tr_adamw_group *a = &p->adamw_groups[g];
+    const int made[3] = {a->step, a->m2, a->v2};
+    for (int i = 0; i < 3; i++)
+        if (p->blocks[made[i]]) r->held[r->n_held++] = p->blocks[made[i]];
+    const float *f = p->pir.nodes[a->step].attrs.floats;
+    struct tr_kernel_call *c = &r->calls[r->n_calls];
+    const struct tr_tensor *x = p->args;
+    int rc = tr_kernels_bind_adamw_update(p->k, &x[0], &x[1], &x[2], &x[3], &x[4], &x[5], f[0], f[1], f[2], f[3], out,
+                                          m2, v2, c, err);
+    if (rc != TR_OK) return rc;
+    r->call_node[r->n_calls++] = a->step;
+    return tr_kernels_call(p->k, c, err);
+}
+
 void tr_torch_replay_free(struct tr_torch_program *p) {
     struct torch_replay *r = &p->rp;
     for (int i = 0; i < r->n_calls; i++) tr_kernels_unbind(p->k, &r->calls[i]);
