@@ -8,6 +8,11 @@
  *                               of the same M x K x N (M = N·H·W, K = 9·Cin) that an
  *                               im2col would run: "of GEMM" is the convolution's share of
  *                               that rate (--size is ignored)
+ *                               adamw: AdamW's update of N weights (f32 moments) as one
+ *                               call of tr_k_adamw_update, beside the graph's eight ops
+ *                               (SCALE x4, MUL, ADD x2, ADAMW_STEP) as bound calls, each
+ *                               update in its input's memory (as donated): GB/s of the 7
+ *                               passes over N a fused update needs (--size default 2^23)
  *   --size N                    default 2048 for matmul, 512 for attention
  *   --head-dim D                attention's D (default 64; SD's UNet has 40, 80, 160)
  *   --dtype f32|bf16|all        default all
@@ -25,7 +30,7 @@
 
 static int usage(const char *why) {
     if (why) fprintf(stderr, "trident bench-kernels: %s\n", why);
-    fprintf(stderr, "usage: trident bench-kernels [--op matmul|attention|conv2d|all] [--size N] [--head-dim D] "
+    fprintf(stderr, "usage: trident bench-kernels [--op matmul|attention|conv2d|adamw|all] [--size N] [--head-dim D] "
                     "[--dtype f32|bf16|all] [--reps R]\n");
     return 2;
 }
@@ -69,6 +74,72 @@ static int bench_conv(struct tr_kernels *k, enum tr_dtype dt, int reps, struct t
     return rc;
 }
 
+/* AdamW over n weights of dtype dt: the fused call against the graph's eight ops. */
+static int bench_adamw(struct tr_kernels *k, enum tr_dtype dt, int64_t n, int reps, struct tr_error *err) {
+    enum { P, M, V, G, LR, T, A, B, GG, C, D, NT };
+    struct tr_tensor t[NT];
+    memset(t, 0, sizeof t);
+    const int64_t shape[1] = {n};
+    int rc = TR_OK;
+    for (int i = 0; i < NT && !rc; i++) {
+        const enum tr_dtype d = i == P || i == G ? dt : TR_DTYPE_F32;
+        /* v, lr and step 1 (a valid second moment, step >= 1); the rest normal(0, 1) */
+        rc = i == LR || i == T ? tr_cli_device_tensor(k, &t[i], d, 0, NULL, 0, 1, err)
+                               : tr_cli_device_tensor(k, &t[i], d, 1, shape, 20 + (uint64_t)i, i == V, err);
+    }
+    struct tr_kernel_call calls[10];
+    memset(calls, 0, sizeof calls);
+    int n_calls = 0;
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
+    if (!rc) rc = tr_kernels_bind_adamw_update(k, &t[P], &t[M], &t[V], &t[G], &t[LR], &t[T], b1, b2, eps, wd, &t[P],
+                                               &t[M], &t[V], &calls[n_calls++], err);
+    /* the graph's order (core's tr_adamw), a gradient of the weights' dtype cast first */
+    struct tr_tensor g32 = t[G];
+    const struct tr_attrs s_m = {.floats = {b1, 0.0f}}, s_g = {.floats = {1.0f - b1, 0.0f}},
+                          s_v = {.floats = {b2, 0.0f}}, s_gg = {.floats = {1.0f - b2, 0.0f}},
+                          step = {.floats = {b1, b2, eps, wd}}, none = {0};
+    struct {
+        int op;
+        const struct tr_attrs *at;
+        int n_in;
+        struct tr_tensor in[5], out;
+    } ops[9];
+    int n_ops = 0;
+    if (dt != TR_DTYPE_F32) { /* into the (f32) C buffer, free until the MUL's scale */
+        g32 = t[C];
+        ops[n_ops++] = (__typeof__(ops[0])){TR_OP_CAST, &none, 1, {t[G]}, g32};
+    }
+    ops[n_ops++] = (__typeof__(ops[0])){TR_OP_SCALE, &s_m, 1, {t[M]}, t[A]};
+    ops[n_ops++] = (__typeof__(ops[0])){TR_OP_SCALE, &s_g, 1, {g32}, t[B]};
+    ops[n_ops++] = (__typeof__(ops[0])){TR_OP_ADD, &none, 2, {t[A], t[B]}, t[M]};
+    ops[n_ops++] = (__typeof__(ops[0])){TR_OP_MUL, &none, 2, {g32, g32}, t[GG]};
+    ops[n_ops++] = (__typeof__(ops[0])){TR_OP_SCALE, &s_gg, 1, {t[GG]}, t[D]};
+    ops[n_ops++] = (__typeof__(ops[0])){TR_OP_SCALE, &s_v, 1, {t[V]}, t[A]};
+    ops[n_ops++] = (__typeof__(ops[0])){TR_OP_ADD, &none, 2, {t[A], t[D]}, t[V]};
+    ops[n_ops++] = (__typeof__(ops[0])){TR_OP_ADAMW_STEP, &step, 5, {t[P], t[M], t[V], t[LR], t[T]}, t[P]};
+    for (int i = 0; i < n_ops && !rc; i++)
+        rc = tr_kernels_bind(k, ops[i].op, ops[i].at, ops[i].n_in, ops[i].in, &ops[i].out, &calls[n_calls++], err);
+    double fm = 0, fb = 0, um = 0, ub = 0;
+    if (!rc) rc = tr_cli_time_calls(k, 1, calls, reps, &fm, &fb, err);
+    if (!rc) rc = tr_cli_time_calls(k, n_calls - 1, calls + 1, reps, &um, &ub, err);
+    if (!rc) {
+        /* a fused update's traffic: param, m, v and the gradient read, param, m, v written */
+        const size_t es = tr_dtype_size(dt);
+        const double bytes = (double)n * (double)(2 * es + es + 4 * 4);
+        char sh[32];
+        snprintf(sh, sizeof sh, "%lld", (long long)n);
+        printf("%-10s %-5s %-14s %5d %11.3f %11.3f %9.1f GB/s  the graph's %d ops: %.3f ms (%.1f GB/s), fused "
+               "%.2fx\n",
+               "adamw", tr_dtype_name(dt), sh, reps, fm * 1e3, fb * 1e3, bytes / fm * 1e-9, n_ops, um * 1e3,
+               bytes / um * 1e-9, um / fm);
+    }
+    for (int i = 0; i < n_calls; i++)
+        if (calls[i].fn) tr_kernels_unbind(k, &calls[i]);
+    for (int i = 0; i < NT; i++)
+        if (t[i].data) tr_kernels_dealloc(k, t[i].data);
+    return rc;
+}
+
 /* One row of the table: warm-up, reps timed runs, median. */
 static int bench_one(struct tr_kernels *k, int op, enum tr_dtype dt, int64_t n, int64_t hd, int reps,
                      struct tr_error *err) {
@@ -106,7 +177,7 @@ static int bench_one(struct tr_kernels *k, int op, enum tr_dtype dt, int64_t n, 
 
 int tr_cli_bench_kernels(int argc, char **argv) {
     int64_t size = 0, head_dim = 64;
-    int reps = 10, want_mm = 1, want_attn = 0, want_conv = 0;
+    int reps = 10, want_mm = 1, want_attn = 0, want_conv = 0, want_adamw = 0;
     int dts[2] = {1, 1}; /* f32, bf16 */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -119,7 +190,7 @@ int tr_cli_bench_kernels(int argc, char **argv) {
         i++;
         if (strcmp(a, "--size") == 0) {
             size = strtoll(v, &end, 10);
-            if (*end || size < 1 || size > 65536) return usage("--size wants an integer in 1..65536");
+            if (*end || size < 1 || size > ((int64_t)1 << 31)) return usage("--size wants an integer in 1..2^31");
         } else if (strcmp(a, "--head-dim") == 0) {
             head_dim = strtoll(v, &end, 10);
             if (*end || head_dim < 1 || head_dim > 1024) return usage("--head-dim wants an integer in 1..1024");
@@ -136,7 +207,9 @@ int tr_cli_bench_kernels(int argc, char **argv) {
             want_mm = strcmp(v, "matmul") == 0 || strcmp(v, "all") == 0;
             want_attn = strcmp(v, "attention") == 0 || strcmp(v, "all") == 0;
             want_conv = strcmp(v, "conv2d") == 0 || strcmp(v, "all") == 0;
-            if (!want_mm && !want_attn && !want_conv) return usage("--op wants matmul, attention, conv2d or all");
+            want_adamw = strcmp(v, "adamw") == 0 || strcmp(v, "all") == 0;
+            if (!want_mm && !want_attn && !want_conv && !want_adamw)
+                return usage("--op wants matmul, attention, conv2d, adamw or all");
         } else {
             fprintf(stderr, "trident bench-kernels: unknown option '%s'\n", a);
             return usage(NULL);
@@ -176,6 +249,13 @@ int tr_cli_bench_kernels(int argc, char **argv) {
         if (!dts[d]) continue;
         if (bench_conv(k, dtv[d], reps, &err)) {
             fprintf(stderr, "trident bench-kernels: conv2d %s: %s\n", tr_dtype_name(dtv[d]), err.msg);
+            rc = 1;
+        }
+    }
+    for (int d = 0; d < 2 && !rc && want_adamw; d++) {
+        if (!dts[d]) continue;
+        if (bench_adamw(k, dtv[d], size ? size : (int64_t)1 << 23, reps, &err)) {
+            fprintf(stderr, "trident bench-kernels: adamw %s: %s\n", tr_dtype_name(dtv[d]), err.msg);
             rc = 1;
         }
     }

@@ -24,6 +24,10 @@ int tr_cli_device_tensor(struct tr_kernels *k, struct tr_tensor *t, enum tr_dtyp
  * (tr_kernels_sync): the median and best seconds (best may be NULL). */
 int tr_cli_time_op(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
                    struct tr_tensor *out, int reps, double *med, double *best, struct tr_error *err);
+/* The same for a sequence of n bound calls (tr_kernels_bind*), run in order each time. */
+struct tr_kernel_call;
+int tr_cli_time_calls(struct tr_kernels *k, int n, const struct tr_kernel_call *calls, int reps, double *med,
+                      double *best, struct tr_error *err);
 
 /* trident roofline FILE.ini [--device-peaks h200|h100|measure] [--run] [--reps R]
  * [--top N] [--json OUT]: the step's kernels against the device's floor

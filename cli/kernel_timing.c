@@ -41,14 +41,17 @@ int tr_cli_device_tensor(struct tr_kernels *k, struct tr_tensor *t, enum tr_dtyp
     return rc;
 }
 
-int tr_cli_time_op(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
-                   struct tr_tensor *out, int reps, double *med, double *best, struct tr_error *err) {
+/* One op (n < 0: op, at, n_in, in, out) or n bound calls, timed reps times after a warm-up. */
+static int time_runs(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                     struct tr_tensor *out, int n, const struct tr_kernel_call *calls, int reps, double *med,
+                     double *best, struct tr_error *err) {
     double *times = calloc((size_t)reps, sizeof(double));
     if (!times) return tr_error_set(err, TR_ERR_NOMEM, "no memory for %d timings", reps);
     int rc = TR_OK;
     for (int i = -1; i < reps && !rc; i++) {
         const double t0 = now_s();
-        rc = tr_kernels_run(k, op, at, n_in, in, out, err);
+        if (n < 0) rc = tr_kernels_run(k, op, at, n_in, in, out, err);
+        for (int c = 0; c < n && !rc; c++) rc = tr_kernels_call(k, &calls[c], err);
         if (!rc) rc = tr_kernels_sync(k, err);
         if (i >= 0) times[i] = now_s() - t0;
     }
@@ -59,4 +62,14 @@ int tr_cli_time_op(struct tr_kernels *k, int op, const struct tr_attrs *at, int 
     }
     free(times);
     return rc;
+}
+
+int tr_cli_time_op(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_in, const struct tr_tensor *in,
+                   struct tr_tensor *out, int reps, double *med, double *best, struct tr_error *err) {
+    return time_runs(k, op, at, n_in, in, out, -1, NULL, reps, med, best, err);
+}
+
+int tr_cli_time_calls(struct tr_kernels *k, int n, const struct tr_kernel_call *calls, int reps, double *med,
+                      double *best, struct tr_error *err) {
+    return time_runs(k, 0, NULL, 0, NULL, NULL, n, calls, reps, med, best, err);
 }
