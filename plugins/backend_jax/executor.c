@@ -51,7 +51,12 @@ static const char *nname(const struct tr_jax_program *p, int id) {
     return s ? s : "";
 }
 
-const char *tr_jax_op_str(int op) { return op == JAX_OP_MATMUL_EPI ? "matmul+epilogue" : tr_op_name(op); }
+const char *tr_jax_op_str(int op) {
+    return op == JAX_OP_MATMUL_EPI ? "matmul+epilogue"
+           : op == JAX_OP_ADAMW    ? "adamw_update"
+           : op == JAX_OP_ADAMW_OUT ? "adamw_update output"
+                                   : tr_op_name(op);
+}
 
 /* ---- compile ---- */
 
@@ -78,7 +83,7 @@ static int make_schedule(struct tr_jax_program *p, int *step_of, struct tr_error
     const struct tr_pir *g = &p->pir;
     p->steps = calloc((size_t)g->n + 1, sizeof *p->steps);
     if (!p->steps) return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory for the schedule");
-    int n_pairs = 0;
+    int n_pairs = 0, n_adamw = 0;
     for (int id = 0; id < g->n; id++) {
         const struct tr_pir_node *n = &g->nodes[id];
         step_of[id] = -1;
@@ -99,6 +104,10 @@ static int make_schedule(struct tr_jax_program *p, int *step_of, struct tr_error
             step_of[id] = step_of[pair];
             continue;
         }
+        if (n->op == JAX_OP_ADAMW_OUT) { /* written by its ADAMW's call, at its step */
+            step_of[id] = step_of[n->in[0]];
+            continue;
+        }
         if (ai >= 0 && p->fusion.attn[ai].lead != id) {
             /* written by its group's call, at the lead's step: every operand is older than
              * the lead (the same operands), every reader younger than this node */
@@ -114,10 +123,11 @@ static int make_schedule(struct tr_jax_program *p, int *step_of, struct tr_error
         if (ci >= 0) s->kind = JAX_STEP_GEN;
         else if (ai >= 0) s->kind = JAX_STEP_ATTN_BWD;
         else if (pair >= 0) s->kind = JAX_STEP_ATTN_LSE, s->attn = p->fusion.n_attn + n_pairs++;
+        else if (n->op == JAX_OP_ADAMW) s->kind = JAX_STEP_ADAMW, s->attn = p->fusion.n_attn + p->fusion.n_lse + n_adamw++;
         else s->kind = n->op == JAX_OP_MATMUL_EPI ? JAX_STEP_MATMUL : JAX_STEP_LIB;
         if (s->kind == JAX_STEP_GEN) p->n_gen++;
         else p->n_lib++;
-        if (n->op >= TR_OP_COUNT && n->op != JAX_OP_MATMUL_EPI)
+        if (n->op >= TR_OP_COUNT && n->op != JAX_OP_MATMUL_EPI && n->op != JAX_OP_ADAMW)
             return tr_error_set(err, TR_ERR_INTERNAL, "jax: node %d '%s' has private op %d", id, nname(p, id), n->op);
         step_of[id] = ++p->n_steps; /* step 0 stages the inputs */
     }
@@ -157,6 +167,12 @@ static int donatable(const struct tr_jax_program *p, const int *step_of, int u) 
             if (p->root_of[d->in[j]] != pa) continue;
             int sr = step_of_node(p, step_of, r);
             if (sr < sv) continue;
+            if (d->op == JAX_OP_ADAMW) { /* its own operand j, updated in place: v is its value j */
+                const struct tr_pir_node *vn = &g->nodes[v];
+                const int writer = vn->op == JAX_OP_ADAMW_OUT ? vn->in[0] : v;
+                if (sr > sv || writer != r || d->in[j] != pa || j >= 3 || vn->attrs.ints[0] != j) return 0;
+                continue;
+            }
             if (sr > sv || d->in[j] != pa || !tr_pir_reads_in_place(d, j)) return 0;
             if (ci >= 0 ? p->fusion.clusters[ci].kind != JAX_K_EW : r != v) return 0;
         }
@@ -275,6 +291,29 @@ static int bind_attn_bwd(struct tr_jax_program *p, struct jax_step *s, struct tr
     return TR_OK;
 }
 
+/* An ADAMW and its two ADAMW_OUT nodes: param', m' and v' in their places (a donated one:
+ * its param's memory), one bound tr_k_adamw_update. */
+static int bind_adamw(struct tr_jax_program *p, struct jax_step *s, struct tr_error *err) {
+    const struct tr_pir *g = &p->pir;
+    struct tr_tensor t[3];
+    int have = 0, rc;
+    for (int id = s->node; id < g->n; id++) {
+        const struct tr_pir_node *n = &g->nodes[id];
+        if (id != s->node && (n->op != JAX_OP_ADAMW_OUT || n->in[0] != s->node)) continue;
+        const int w = (int)n->attrs.ints[0];
+        if ((rc = tensor_of(p, id, &t[w], err)) != TR_OK) return rc;
+        have |= 1 << w;
+    }
+    if (have != 7) return tr_error_set(err, TR_ERR_INTERNAL, "jax: node %d adamw_update without its three outputs",
+                                       s->node);
+    s->call = &p->calls[s->attn];
+    const float *f = s->attrs.floats;
+    rc = tr_kernels_bind_adamw_update(p->k, &s->in[0], &s->in[1], &s->in[2], &s->in[3], &s->in[4], &s->in[5], f[0],
+                                      f[1], f[2], f[3], &t[0], &t[1], &t[2], s->call, err);
+    if (rc != TR_OK) return tr_error_prefix(err, "jax: node %d adamw_update '%s'", s->node, nname(p, s->node));
+    return TR_OK;
+}
+
 /* An ATTENTION and its ATTENTION_LSE (fusion.lse_of), or an ATTENTION_REL and its
  * ATTENTION_REL_LSE, in one bound call. */
 static int bind_attn_lse(struct tr_jax_program *p, struct jax_step *s, struct tr_error *err) {
@@ -296,7 +335,7 @@ static int bind_steps(struct tr_jax_program *p, struct tr_error *err) {
     if (p->cuda) total += (size_t)p->fusion.n_clusters; /* the flag after out */
     p->argv = calloc(total + 1, sizeof *p->argv);
     if (p->cuda) p->cu_params = calloc(total + 1, sizeof *p->cu_params);
-    p->calls = calloc((size_t)(p->fusion.n_attn + p->fusion.n_lse) + 1, sizeof *p->calls);
+    p->calls = calloc((size_t)(p->fusion.n_attn + p->fusion.n_lse + p->fusion.n_adamw) + 1, sizeof *p->calls);
     if (!p->argv || (p->cuda && !p->cu_params) || !p->calls)
         return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory binding the kernels");
     size_t at = 0;
@@ -334,6 +373,7 @@ static int bind_steps(struct tr_jax_program *p, struct tr_error *err) {
         if ((rc = tensor_of(p, s->node, &s->out, err)) != TR_OK) return rc;
         if (s->kind == JAX_STEP_ATTN_BWD && (rc = bind_attn_bwd(p, s, err)) != TR_OK) return rc;
         if (s->kind == JAX_STEP_ATTN_LSE && (rc = bind_attn_lse(p, s, err)) != TR_OK) return rc;
+        if (s->kind == JAX_STEP_ADAMW && (rc = bind_adamw(p, s, err)) != TR_OK) return rc;
     }
     return TR_OK;
 }
@@ -449,7 +489,7 @@ void tr_jax_program_free(struct tr_jax_program *p) {
     if (p->bad) tr_kernels_dealloc(p->k, p->bad);
     if (p->weights) tr_kernels_dealloc(p->k, p->weights);
     if (p->arena) tr_kernels_dealloc(p->k, p->arena);
-    for (int i = 0; p->calls && i < p->fusion.n_attn + p->fusion.n_lse; i++)
+    for (int i = 0; p->calls && i < p->fusion.n_attn + p->fusion.n_lse + p->fusion.n_adamw; i++)
         if (p->calls[i].fn) tr_kernels_unbind(p->k, &p->calls[i]);
     free(p->calls);
     if (p->k) tr_kernels_free(p->k);
@@ -517,7 +557,7 @@ static int run_step(struct tr_jax_program *p, const struct jax_step *s, struct t
             return tr_error_set(err, TR_ERR_NOMEM, "jax: kernel %d (node %d '%s'): no memory for a row buffer",
                                 s->cluster, s->node, nname(p, s->node));
         return bad_id(p, s, err);
-    case JAX_STEP_ATTN_BWD: case JAX_STEP_ATTN_LSE:
+    case JAX_STEP_ATTN_BWD: case JAX_STEP_ATTN_LSE: case JAX_STEP_ADAMW:
         rc = tr_kernels_call(p->k, s->call, err);
         break;
     case JAX_STEP_MATMUL:
@@ -681,6 +721,9 @@ void tr_jax_program_stats(const struct tr_jax_program *p, struct tr_backend_stat
         if (partial && k < sizeof st->notes)
             snprintf(st->notes + k, sizeof st->notes - k, " (%d with 2 of 3 gradients)", partial);
     }
+    k = strlen(st->notes);
+    if (p->fusion.n_adamw && k < sizeof st->notes)
+        snprintf(st->notes + k, sizeof st->notes - k, "; adamw x%d (one call per parameter)", p->fusion.n_adamw);
     k = strlen(st->notes);
     if (p->fusion.n_lse && k < sizeof st->notes)
         snprintf(st->notes + k, sizeof st->notes - k, "; attention with its lse x%d", p->fusion.n_lse);

@@ -29,6 +29,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "adamw_group.h"
 #include "attn_group.h"
 #include "jax.h"
 
@@ -218,6 +219,52 @@ static int fold_norm_silu(struct tr_pir *p, int *n_folded, struct tr_error *err)
     consumers_free(&c);
     if (*n_folded) rc = tr_pir_compact(p, NULL, err);
     return rc;
+}
+
+/* ---- AdamW ---- */
+
+/* Each parameter's AdamW update (adamw_group.h) -> one JAX_OP_ADAMW at the first of
+ * m', v' and param' (every operand comes before it) and two JAX_OP_ADAMW_OUT; the SCALEs,
+ * the MUL and the CAST go. Where an update may be computed in its param's memory is
+ * decided later by steps (executor.c), so no reader can see a value early. */
+static int fold_adamw(struct tr_pir *p, int *n_folded, struct tr_error *err) {
+    int *uses = malloc(((size_t)p->n + 1) * sizeof *uses);
+    if (!uses) return tr_error_set(err, TR_ERR_NOMEM, "jax: out of memory grouping AdamW updates (%d nodes)", p->n);
+    tr_pir_count_uses(p, uses);
+    *n_folded = 0;
+    for (int id = 0; id < p->n; id++) {
+        struct tr_adamw_group g;
+        if (!tr_adamw_group_at(p, id, uses, &g)) continue;
+        const int made[3] = {g.step, g.m2, g.v2}, ops[6] = {g.param, g.m, g.v, g.grad, g.lr, g.t};
+        int at = made[0], ok = 1;
+        for (int w = 1; w < 3; w++)
+            if (made[w] < at) at = made[w];
+        for (int i = 0; i < 6; i++) ok &= ops[i] < at;
+        if (!ok) continue;
+        int ids[TR_ADAMW_INNER + 3], n = tr_adamw_group_nodes(&g, ids);
+        for (int i = 0; i < n - 3; i++) p->nodes[ids[i]].dead = 1;
+        struct tr_attrs a;
+        memset(&a, 0, sizeof a);
+        for (int k = 0; k < 4; k++) a.floats[k] = p->nodes[g.step].attrs.floats[k];
+        for (int w = 0; w < 3; w++) {
+            struct tr_pir_node *x = &p->nodes[made[w]];
+            x->attrs = a;
+            x->attrs.ints[0] = w;
+            memset(x->in, 0, sizeof x->in);
+            if (made[w] == at) {
+                x->op = JAX_OP_ADAMW;
+                x->n_in = 6;
+                memcpy(x->in, ops, sizeof ops);
+            } else {
+                x->op = JAX_OP_ADAMW_OUT;
+                x->n_in = 1;
+                x->in[0] = at;
+            }
+        }
+        (*n_folded)++;
+    }
+    free(uses);
+    return *n_folded ? tr_pir_compact(p, NULL, err) : TR_OK;
 }
 
 /* ---- GEMM epilogues ---- */
@@ -428,7 +475,7 @@ int jax_fuse(struct tr_pir *p, int fuse, struct jax_fusion *f, struct tr_error *
 int jax_fuse_for(struct tr_pir *p, int fuse, int64_t max_row, struct jax_fusion *f, struct tr_error *err) {
     memset(f, 0, sizeof *f);
     int rc;
-    if (fuse && ((rc = fold_epilogues(p, &f->n_epilogues, err)) != TR_OK ||
+    if (fuse && ((rc = fold_adamw(p, &f->n_adamw, err)) != TR_OK || (rc = fold_epilogues(p, &f->n_epilogues, err)) != TR_OK ||
                  (rc = fold_norm_silu(p, &f->n_norm_silu, err)) != TR_OK))
         return rc;
     struct consumers c;

@@ -41,6 +41,13 @@
 /* c = act(alpha · op(a) · op(b) + bias): in a, b, [bias]; ints[0] trans_a, ints[1] trans_b,
  * ints[2] enum tr_act; floats[0] alpha. */
 #define JAX_OP_MATMUL_EPI (TR_PIR_OP_PRIVATE + 1)
+/* AdamW's update of one parameter (adamw_group.h) as one library call, as XLA's
+ * multi-output fusion makes one kernel of it: in param, m, v, grad, lr, t; floats[0..3]
+ * β1, β2, eps, wd; ints[0] which of param', m', v' (0, 1, 2) the node's own value is. The
+ * other two are JAX_OP_ADAMW_OUT nodes (in[0] the ADAMW, ints[0] which), written by its
+ * call at its step. */
+#define JAX_OP_ADAMW (TR_PIR_OP_PRIVATE + 2)
+#define JAX_OP_ADAMW_OUT (TR_PIR_OP_PRIVATE + 3)
 
 /* One initialised backend (the ctx of the vtable). */
 struct tr_resident_store;
@@ -117,6 +124,7 @@ struct jax_fusion {
     int n_lse;                      /* forwards computing their lse too */
     int n_epilogues;                /* matmuls that took a bias, alpha or activation */
     int n_norm_silu;                /* group norms that took the SiLU after them */
+    int n_adamw;                    /* parameters updated by one JAX_OP_ADAMW call */
     int n_functions;                /* distinct kernel functions in the source (codegen) */
 };
 

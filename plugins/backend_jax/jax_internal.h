@@ -13,7 +13,7 @@
 /* ATTN_LSE: one bound call of tr_k_attention_lse (tr_k_attention_rel_lse) writing an
  * ATTENTION's (ATTENTION_REL's) output and its lse node's (fusion.lse_of) at the
  * forward's place. */
-enum jax_step_kind { JAX_STEP_GEN, JAX_STEP_MATMUL, JAX_STEP_LIB, JAX_STEP_ATTN_BWD, JAX_STEP_ATTN_LSE };
+enum jax_step_kind { JAX_STEP_GEN, JAX_STEP_MATMUL, JAX_STEP_LIB, JAX_STEP_ATTN_BWD, JAX_STEP_ATTN_LSE, JAX_STEP_ADAMW };
 
 typedef int (*jax_kernel_fn)(void *const *args);
 
@@ -22,7 +22,7 @@ struct jax_step {
     int node;                       /* the pir node it writes */
     int cluster;                    /* JAX_STEP_GEN */
     int attn;                       /* JAX_STEP_ATTN_BWD: its group, and its bound call;
-                                       ATTN_LSE: its bound call (calls[attn]) */
+                                       ATTN_LSE and ADAMW: its bound call (calls[attn]) */
     struct tr_kernel_call *call;
     jax_kernel_fn fn;
     void **args;
