@@ -47,7 +47,9 @@ expect "dump prints the graph" 0 'attention' -- "$bin" dump conf/quickstart.ini
 expect "bench-kernels matmul" 0 '^matmul +f32 +64\^3 ' -- "$bin" bench-kernels --op matmul --size 64 --reps 1
 expect "bench-kernels conv2d at the UNet's shapes" 0 '^conv2d +bf16 +2x64x64x320>320 .* of it$' -- \
   "$bin" bench-kernels --op conv2d --reps 1
-expect "bench-kernels refuses an unknown op" 2 'conv2d or all' -- "$bin" bench-kernels --op conv3d
+expect "bench-kernels adamw: fused beside the graph's ops" 0 '^adamw +f32 +4096 .* GB/s  the graph.s 8 ops: .* fused [0-9.]+x$' -- \
+  "$bin" bench-kernels --op adamw --dtype f32 --size 4096 --reps 1
+expect "bench-kernels refuses an unknown op" 2 'conv2d, adamw or all' -- "$bin" bench-kernels --op conv3d
 roof_ini() { ini "$1" "[run]
 model = $2
 preset = tiny
