@@ -53,6 +53,21 @@ TR_CPU_MULTI(void, adamw_moments_f32, (float *mo, float *vo, const float *m, con
     }
 }
 
+/* A chunk of bf16/f16 weights (and gradient, unless f32): converted, updated and rounded
+ * back in one copy per ISA level, so that the conversions vectorise at its width. */
+TR_CPU_MULTI(void, adamw_update_lowp, (int dt, void *po, const void *p, float *mo, float *vo, const float *m, const float *v, const void *g, int gdt, int64_t n, float b1, float b2, const struct adamw_scalars *s), (dt, po, p, mo, vo, m, v, g, gdt, n, b1, b2, s)) {
+    float gb[TR_CPU_CHUNK], pb[TR_CPU_CHUNK], ob[TR_CPU_CHUNK];
+    const float *gf = g;
+    if (gdt != TR_DTYPE_F32) {
+        tr_cpu_load_f32(gb, g, gdt, n);
+        gf = gb;
+    }
+    tr_cpu_load_f32(pb, p, dt, n);
+    adamw_moments_f32_body(isa, mo, vo, m, v, gf, n, b1, b2);
+    adamw_f32_body(isa, ob, pb, mo, vo, n, s);
+    tr_cpu_store_f32(po, dt, ob, n);
+}
+
 static int check_scalar(const char *kn, const struct tr_tensor *t, const char *what, struct tr_error *err) {
     int rc = tr_cpu_check_tensor(t, kn, what, err);
     if (rc) return rc;
@@ -227,26 +242,22 @@ static int update_compute(const struct tr_tensor *p, const struct tr_tensor *m, 
 #pragma omp parallel for schedule(static) if (n > TR_CPU_PAR_MIN)
     for (int64_t b = 0; b < nb; b++) {
         int64_t lo = b * TR_CPU_CHUNK, len = n - lo < TR_CPU_CHUNK ? n - lo : TR_CPU_CHUNK;
-        float gb[TR_CPU_CHUNK];
-        const float *gf = gb;
         const char *gsrc = (const char *)g->data + lo * (int64_t)ges;
-        if (gdt == TR_DTYPE_F32) gf = (const float *)gsrc;
-        else if (gdt == TR_DTYPE_F64)
-            for (int64_t i = 0; i < len; i++) gb[i] = (float)((const double *)gsrc)[i]; /* as a CAST to f32 */
-        else tr_cpu_load_f32(gb, gsrc, gdt, len);
-        adamw_moments_f32(om + lo, ov + lo, pm + lo, pv + lo, gf, len, beta1, beta2);
         const char *src = (const char *)p->data + lo * (int64_t)es;
         char *dst = (char *)po->data + lo * (int64_t)es;
-        if (dt == TR_DTYPE_F64) {
-            adamw_f64((double *)dst, (const double *)src, om + lo, ov + lo, len, &s);
-        } else if (dt == TR_DTYPE_F32) {
-            adamw_f32((float *)dst, (const float *)src, om + lo, ov + lo, len, &s);
-        } else {
-            float pb[TR_CPU_CHUNK], ob[TR_CPU_CHUNK];
-            tr_cpu_load_f32(pb, src, dt, len);
-            adamw_f32(ob, pb, om + lo, ov + lo, len, &s);
-            tr_cpu_store_f32(dst, dt, ob, len);
+        if (dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16) {
+            adamw_update_lowp(dt, dst, src, om + lo, ov + lo, pm + lo, pv + lo, gsrc, gdt, len, beta1, beta2, &s);
+            continue;
         }
+        float gb[TR_CPU_CHUNK];
+        const float *gf = (const float *)gsrc;
+        if (gdt == TR_DTYPE_F64) {
+            for (int64_t i = 0; i < len; i++) gb[i] = (float)((const double *)gsrc)[i]; /* as a CAST to f32 */
+            gf = gb;
+        }
+        adamw_moments_f32(om + lo, ov + lo, pm + lo, pv + lo, gf, len, beta1, beta2);
+        if (dt == TR_DTYPE_F64) adamw_f64((double *)dst, (const double *)src, om + lo, ov + lo, len, &s);
+        else adamw_f32((float *)dst, (const float *)src, om + lo, ov + lo, len, &s);
     }
     return TR_OK;
 }
