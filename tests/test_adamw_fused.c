@@ -1,12 +1,12 @@
 /* AdamW as one call per parameter (plugins/common/adamw_group.h): every backend runs each
  * parameter's SCALEs, MUL, ADDs, [CAST] and ADAMW_STEP as one tr_k_adamw_update (torch as
- * PyTorch's AdamW(fused=True), tf and jax as XLA's multi-output fusion). On a small training graph (two GEMMs with biases and a
- * GELU, MSE, tr_grad, tr_adamw), three steps on each configuration must leave every
- * weight and moment with the same bits as tf with `fuse = false` (the graph's own ops,
- * one kernel each), and their notes must say how many updates ran fused. jax (its own
- * generated code) is held to the f32 tolerance. Cases where the grouping must not be
- * taken still give the same bits: a moment that another node reads, and (tf) a weight
- * read after the optimizer. */
+ * PyTorch's AdamW(fused=True), tf and jax as XLA's multi-output fusion). On a small
+ * training graph (two GEMMs with biases and a GELU, MSE, tr_grad, tr_adamw), three steps
+ * on each configuration must leave every weight and moment in f32 with the same bits as
+ * tf with `fuse = false` (the graph's own ops, one kernel each; jax, whose other kernels
+ * are its own generated code, within the f32 tolerance), and the notes must say how many
+ * updates ran fused. Cases where the grouping must not be taken give the same bits: a
+ * moment that another node reads, and a weight read after the optimizer. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +61,8 @@ static struct case_ *build(enum tr_dtype dt, enum twist tw) {
         for (int s = 0; s < 2; s++) tr_graph_add_update(g, up[i].state[s], up[i].new_state[s]);
     }
     if (tw == MOMENT_READ) /* W2's new m read by another output: its group stays as ops */
-        tr_graph_set_output(g, tr_reduce(g, TR_OP_SUM, tr_reshape(g, up[2].new_state[0], 1, (int64_t[1]){DH * DOUT}), 0, 0), "m");
+        tr_graph_set_output(
+            g, tr_reduce(g, TR_OP_SUM, tr_reshape(g, up[2].new_state[0], 1, (int64_t[1]){DH * DOUT}), 0, 0), "m");
     if (tw == WEIGHT_READ_AFTER) /* b1 read after the optimizer (its old value) */
         tr_graph_set_output(g, tr_reduce(g, TR_OP_SUM, tr_cast(g, p[1], TR_DTYPE_F32), 0, 0), "b1 sum");
     if (tr_graph_status(g, &err)) fail_msg("graph: %s", err.msg);

@@ -123,7 +123,8 @@ static int make_schedule(struct tr_jax_program *p, int *step_of, struct tr_error
         if (ci >= 0) s->kind = JAX_STEP_GEN;
         else if (ai >= 0) s->kind = JAX_STEP_ATTN_BWD;
         else if (pair >= 0) s->kind = JAX_STEP_ATTN_LSE, s->attn = p->fusion.n_attn + n_pairs++;
-        else if (n->op == JAX_OP_ADAMW) s->kind = JAX_STEP_ADAMW, s->attn = p->fusion.n_attn + p->fusion.n_lse + n_adamw++;
+        else if (n->op == JAX_OP_ADAMW)
+            s->kind = JAX_STEP_ADAMW, s->attn = p->fusion.n_attn + p->fusion.n_lse + n_adamw++;
         else s->kind = n->op == JAX_OP_MATMUL_EPI ? JAX_STEP_MATMUL : JAX_STEP_LIB;
         if (s->kind == JAX_STEP_GEN) p->n_gen++;
         else p->n_lib++;

@@ -475,7 +475,8 @@ int jax_fuse(struct tr_pir *p, int fuse, struct jax_fusion *f, struct tr_error *
 int jax_fuse_for(struct tr_pir *p, int fuse, int64_t max_row, struct jax_fusion *f, struct tr_error *err) {
     memset(f, 0, sizeof *f);
     int rc;
-    if (fuse && ((rc = fold_adamw(p, &f->n_adamw, err)) != TR_OK || (rc = fold_epilogues(p, &f->n_epilogues, err)) != TR_OK ||
+    if (fuse && ((rc = fold_adamw(p, &f->n_adamw, err)) != TR_OK ||
+                 (rc = fold_epilogues(p, &f->n_epilogues, err)) != TR_OK ||
                  (rc = fold_norm_silu(p, &f->n_norm_silu, err)) != TR_OK))
         return rc;
     struct consumers c;

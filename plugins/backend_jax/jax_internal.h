@@ -13,7 +13,9 @@
 /* ATTN_LSE: one bound call of tr_k_attention_lse (tr_k_attention_rel_lse) writing an
  * ATTENTION's (ATTENTION_REL's) output and its lse node's (fusion.lse_of) at the
  * forward's place. */
-enum jax_step_kind { JAX_STEP_GEN, JAX_STEP_MATMUL, JAX_STEP_LIB, JAX_STEP_ATTN_BWD, JAX_STEP_ATTN_LSE, JAX_STEP_ADAMW };
+enum jax_step_kind {
+    JAX_STEP_GEN, JAX_STEP_MATMUL, JAX_STEP_LIB, JAX_STEP_ATTN_BWD, JAX_STEP_ATTN_LSE, JAX_STEP_ADAMW
+};
 
 typedef int (*jax_kernel_fn)(void *const *args);
 

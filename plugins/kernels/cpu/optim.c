@@ -113,8 +113,8 @@ static int adamw_check(const char *kn, const struct tr_tensor *p, const struct t
 }
 
 /* lr and the bias corrections of this step (step and lr are data, checked on every call). */
-static int adamw_scalars_of(const char *kn, const struct tr_tensor *lr, const struct tr_tensor *step, float beta1, float beta2,
-                            float eps, float wd, struct adamw_scalars *s, struct tr_error *err) {
+static int adamw_scalars_of(const char *kn, const struct tr_tensor *lr, const struct tr_tensor *step, float beta1,
+                            float beta2, float eps, float wd, struct adamw_scalars *s, struct tr_error *err) {
     double t = *(const float *)step->data, rate = *(const float *)lr->data;
     if (!(t >= 1.0) || isinf(t) || t != floor(t))
         return tr_error_set(err, TR_ERR_INVALID, "%s: step %g, expected an integer >= 1 (steps count from 1)",
@@ -176,7 +176,8 @@ int tr_cpu_adamw_step_bind(struct tr_kernels *k, struct tr_kernel_call *c, struc
     if (rc) return rc;
     if (c->n_in != 5) return tr_error_set(err, TR_ERR_INVALID, "adamw_step: %d inputs, expected 5", c->n_in);
     const float *f = c->attrs.floats;
-    rc = adamw_check("adamw_step", &c->in[0], &c->in[1], &c->in[2], &c->in[3], &c->in[4], f[0], f[1], f[2], f[3], &c->out, err);
+    rc = adamw_check("adamw_step", &c->in[0], &c->in[1], &c->in[2], &c->in[3], &c->in[4], f[0], f[1], f[2], f[3],
+                     &c->out, err);
     if (rc) return rc;
     c->fn = bound_adamw;
     return TR_OK;
@@ -270,7 +271,8 @@ int tr_k_adamw_update(struct tr_kernels *k, const struct tr_tensor *param, const
     TR_CUDA_ROUTE(k, tr_cuda_k_adamw_update(k, param, m, v, grad, lr, step, beta1, beta2, eps, weight_decay, param_out,
                                             m_out, v_out, err));
     int rc = tr_cpu_check_ctx(k, "adamw_update", err);
-    if (!rc) rc = update_check(param, m, v, grad, lr, step, beta1, beta2, eps, weight_decay, param_out, m_out, v_out, err);
+    if (!rc)
+        rc = update_check(param, m, v, grad, lr, step, beta1, beta2, eps, weight_decay, param_out, m_out, v_out, err);
     if (rc) return rc;
     return update_compute(param, m, v, grad, lr, step, beta1, beta2, eps, weight_decay, param_out, m_out, v_out, err);
 }

@@ -636,7 +636,9 @@ static int run_adamw_update(struct tr_cuda_ctx *c, const struct tr_attrs *at, in
     char d1[200];
     int ok = in[0].dtype == out->dtype && tr_cpu_same_shape(&in[0], out) && tr_cpu_same_shape(&in[3], out) &&
              (in[3].dtype == out->dtype || in[3].dtype == TR_DTYPE_F32);
-    for (int i = 1; ok && i < 8; i += i == 2 ? 4 : 1) ok = in[i].dtype == TR_DTYPE_F32 && tr_cpu_same_shape(&in[i], out);
+    static const int moments[4] = {1, 2, 6, 7}; /* m, v, m_out, v_out */
+    for (int i = 0; ok && i < 4; i++)
+        ok = in[moments[i]].dtype == TR_DTYPE_F32 && tr_cpu_same_shape(&in[moments[i]], out);
     for (int i = 4; ok && i < 6; i++) ok = in[i].dtype == TR_DTYPE_F32 && tr_tensor_numel(&in[i]) == 1;
     if (!ok)
         return tr_error_set(err, TR_ERR_SHAPE, "%s: param/param_out %s with grad (its shape; f32 or its dtype), m, v, "
