@@ -234,33 +234,8 @@ static int fold_adamw(struct tr_pir *p, int *n_folded, struct tr_error *err) {
     *n_folded = 0;
     for (int id = 0; id < p->n; id++) {
         struct tr_adamw_group g;
-        if (!tr_adamw_group_at(p, id, uses, &g)) continue;
-        const int made[3] = {g.step, g.m2, g.v2}, ops[6] = {g.param, g.m, g.v, g.grad, g.lr, g.t};
-        int at = made[0], ok = 1;
-        for (int w = 1; w < 3; w++)
-            if (made[w] < at) at = made[w];
-        for (int i = 0; i < 6; i++) ok &= ops[i] < at;
-        if (!ok) continue;
-        int ids[TR_ADAMW_INNER + 3], n = tr_adamw_group_nodes(&g, ids);
-        for (int i = 0; i < n - 3; i++) p->nodes[ids[i]].dead = 1;
-        struct tr_attrs a;
-        memset(&a, 0, sizeof a);
-        for (int k = 0; k < 4; k++) a.floats[k] = p->nodes[g.step].attrs.floats[k];
-        for (int w = 0; w < 3; w++) {
-            struct tr_pir_node *x = &p->nodes[made[w]];
-            x->attrs = a;
-            x->attrs.ints[0] = w;
-            memset(x->in, 0, sizeof x->in);
-            if (made[w] == at) {
-                x->op = JAX_OP_ADAMW;
-                x->n_in = 6;
-                memcpy(x->in, ops, sizeof ops);
-            } else {
-                x->op = JAX_OP_ADAMW_OUT;
-                x->n_in = 1;
-                x->in[0] = at;
-            }
-        }
+        if (!tr_adamw_group_at(p, id, uses, &g) || tr_adamw_group_first(&g) < 0) continue;
+        tr_adamw_group_rewrite(p, &g, JAX_OP_ADAMW, JAX_OP_ADAMW_OUT);
         (*n_folded)++;
     }
     free(uses);

@@ -489,34 +489,12 @@ static int read_after(const struct tr_pir *p, int x, int at, const int *in, int 
 static int match_adamw(struct remap *r, int id) {
     struct tr_adamw_group g;
     if (!tr_adamw_group_at(r->p, id, r->uses, &g)) return 0;
-    int ids[TR_ADAMW_INNER + 3], n = tr_adamw_group_nodes(&g, ids);
-    const int made[3] = {g.step, g.m2, g.v2};
-    int at = made[0];
-    for (int w = 1; w < 3; w++)
-        if (made[w] < at) at = made[w];
-    const int ops[6] = {g.param, g.m, g.v, g.grad, g.lr, g.t};
-    for (int i = 0; i < 6; i++)
-        if (ops[i] >= at) return 0;
+    int ids[TR_ADAMW_INNER + 3], n = tr_adamw_group_nodes(&g, ids), at = tr_adamw_group_first(&g);
+    if (at < 0) return 0;
+    const int ops[3] = {g.param, g.m, g.v};
     for (int i = 0; i < 3; i++)
         if (read_after(r->p, ops[i], at, ids, n)) return 0;
-    const float *f = node_at(r, g.step)->attrs.floats;
-    struct tr_attrs a;
-    memset(&a, 0, sizeof a);
-    for (int k = 0; k < 4; k++) a.floats[k] = f[k];
-    for (int i = 0; i < n - 3; i++) drop_node(r, ids[i]); /* the inner nodes */
-    for (int w = 0; w < 3; w++) {
-        struct tr_pir_node *x = node_at(r, made[w]);
-        x->attrs = a;
-        x->attrs.ints[0] = w;
-        if (made[w] == at) {
-            x->op = TF_OP_ADAMW;
-            set_inputs(x, 6, ops);
-        } else {
-            x->op = TF_OP_EXTRA_OUT;
-            const int in[1] = {at};
-            set_inputs(x, 1, in);
-        }
-    }
+    tr_adamw_group_rewrite(r->p, &g, TF_OP_ADAMW, TF_OP_EXTRA_OUT);
     tally(r->f, "adamw", n - 3);
     return 1;
 }

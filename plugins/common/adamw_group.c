@@ -1,4 +1,5 @@
 /* Matching AdamW's update of one parameter (adamw_group.h). */
+#include <string.h>
 #include "adamw_group.h"
 
 static const struct tr_pir_node *live(const struct tr_pir *p, int id, int op) {
@@ -84,6 +85,36 @@ int tr_adamw_group_at(const struct tr_pir *p, int id, const int *uses, struct tr
     r.inner[5] = cast;
     *g = r;
     return 1;
+}
+
+int tr_adamw_group_first(const struct tr_adamw_group *g) {
+    int at = g->step;
+    if (g->m2 < at) at = g->m2;
+    if (g->v2 < at) at = g->v2;
+    const int ops[6] = {g->param, g->m, g->v, g->grad, g->lr, g->t};
+    for (int i = 0; i < 6; i++)
+        if (ops[i] >= at) return -1;
+    return at;
+}
+
+void tr_adamw_group_rewrite(struct tr_pir *p, const struct tr_adamw_group *g, int op_call, int op_out) {
+    const int at = tr_adamw_group_first(g), made[3] = {g->step, g->m2, g->v2};
+    const int ops[6] = {g->param, g->m, g->v, g->grad, g->lr, g->t};
+    struct tr_attrs a;
+    memset(&a, 0, sizeof a);
+    for (int k = 0; k < 4; k++) a.floats[k] = p->nodes[g->step].attrs.floats[k];
+    for (int i = 0; i < TR_ADAMW_INNER; i++)
+        if (g->inner[i] >= 0) p->nodes[g->inner[i]].dead = 1;
+    for (int w = 0; w < 3; w++) {
+        struct tr_pir_node *x = &p->nodes[made[w]];
+        x->attrs = a;
+        x->attrs.ints[0] = w;
+        memset(x->in, 0, sizeof x->in);
+        x->op = made[w] == at ? op_call : op_out;
+        x->n_in = made[w] == at ? 6 : 1;
+        if (made[w] == at) memcpy(x->in, ops, sizeof ops);
+        else x->in[0] = at;
+    }
 }
 
 int tr_adamw_group_nodes(const struct tr_adamw_group *g, int *ids) {

@@ -30,4 +30,13 @@ int tr_adamw_group_at(const struct tr_pir *p, int id, const int *uses, struct tr
  * order, into ids (TR_ADAMW_INNER + 3 ints); returns how many. */
 int tr_adamw_group_nodes(const struct tr_adamw_group *g, int *ids);
 
+/* For a backend that runs the group where its first value is (tf, jax): the lowest of
+ * step, m2 and v2, or -1 when an operand does not come before it. */
+int tr_adamw_group_first(const struct tr_adamw_group *g);
+/* Rewrites g in place around its first value (tr_adamw_group_first, >= 0): that node
+ * becomes op_call(param, m, v, grad, lr, t) with floats[0..3] = β1, β2, eps, wd and
+ * ints[0] = which value it is (0 param', 1 m', 2 v'); the other two become op_out(first)
+ * with their own ints[0]; the inner nodes are marked dead. */
+void tr_adamw_group_rewrite(struct tr_pir *p, const struct tr_adamw_group *g, int op_call, int op_out);
+
 #endif
