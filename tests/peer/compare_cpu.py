@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """trident beside native PyTorch on this CPU, config by config, in one run.
 
-    python3 tests/peer/compare_cpu.py [--trident build/trident] [--compile] [--keras jax,torch] [--rounds 2] [--dtype bf16] [--json OUT] [INI...]
+    python3 tests/peer/compare_cpu.py [--trident build/trident] [--compile] [--fused] [--keras jax,torch] [--rounds 2] [--dtype bf16] [--json OUT] [INI...]
 
 For each INI (default: every conf/cpu/*.ini that tests/peer/torch_cpu.py knows), runs
 `trident run INI --json` (every backend the INI names) and torch_cpu.py on the same work,
@@ -11,6 +11,8 @@ trident's fastest backend, trident's torch backend (its eager model of PyTorch, 
 like-for-like row), PyTorch eager (and torch.compile with --compile), and PyTorch's time
 over trident's fastest (above 1: trident is faster). Absolute CPU times are noisy on a shared
 machine; the ratio, measured minutes apart on the same cores, is the figure to quote.
+--fused adds PyTorch eager with the fit's optimizer fused (`AdamW(fused=True)`, not
+PyTorch's default) for the fit configs, beside trident's fused AdamW; other rows show n/a.
 --dtype bf16 runs each INI as a copy with [run] dtype = bf16 (predict and generate only).
 --keras jax,torch adds Keras 3 on those backends (tests/peer/keras_cpu.py: keras_hub's
 models, Keras' default jit_compile), each two more columns, its ms/step and its ratio over
@@ -18,6 +20,7 @@ trident's fastest, run in the same alternating rounds; a config with no Keras mo
 (Stable Diffusion's) shows n/a there and does not count as failed.
 """
 import argparse
+import configparser
 import glob
 import json
 import os
@@ -96,6 +99,13 @@ def with_dtype(ini, dtype, tmp):
     return path
 
 
+def task_of(ini):
+    """[run] task of an INI (the conf/cpu INIs: no includes)."""
+    cp = configparser.ConfigParser(inline_comment_prefixes=(";", "#"))
+    cp.read(ini)
+    return cp.get("run", "task", fallback="")
+
+
 def line(e, modes, kbs=()):
     """One config's row of the table."""
     t = e["trident"]
@@ -103,7 +113,8 @@ def line(e, modes, kbs=()):
                                   if t else f"{'FAILED':42s}")
     for m in modes:
         q = e["pytorch"][m]
-        s += f"  {q['mean_ms']:9.2f} {q['mean_ms'] / t['mean_ms']:5.2f}x" if t and q else f"  {'FAILED':>16s}"
+        s += (f"  {q['mean_ms']:9.2f} {q['mean_ms'] / t['mean_ms']:5.2f}x" if t and q else
+              f"  {'n/a' if m in e['pytorch_na'] else 'FAILED':>16s}")
     for b in kbs:
         q = e["keras"][b]
         s += (f"  {q['mean_ms']:11.2f} {q['mean_ms'] / t['mean_ms']:5.2f}x" if t and q else
@@ -120,6 +131,7 @@ def main():
     ap.add_argument("ini", nargs="*")
     ap.add_argument("--trident", default=os.path.join(ROOT, "build", "trident"))
     ap.add_argument("--compile", action="store_true", help="also torch.compile (inductor; needs a C++ compiler)")
+    ap.add_argument("--fused", action="store_true", help="also PyTorch eager with a fused optimizer (fit rows)")
     ap.add_argument("--keras", default="", help="Keras 3 backends to add, comma-separated: jax, torch, tensorflow")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--dtype", choices=["f32", "bf16"], help="run each INI at this dtype (a copy of it)")
@@ -127,7 +139,7 @@ def main():
     a = ap.parse_args()
     inis = a.ini or [p for p in sorted(glob.glob(os.path.join(ROOT, "conf", "cpu", "*.ini")))
                      if os.path.basename(p)[:-4] in KNOWN]
-    modes = ["eager"] + (["compile"] if a.compile else [])
+    modes = ["eager"] + (["fused"] if a.fused else []) + (["compile"] if a.compile else [])
     kbs = [b.strip() for b in a.keras.split(",") if b.strip()]
     if any(b not in ("jax", "torch", "tensorflow") for b in kbs):
         ap.error(f"--keras {a.keras}: the backends are jax, torch, tensorflow")
@@ -140,6 +152,7 @@ def main():
                 ini = with_dtype(ini, a.dtype, tmp)
             t, p, errs = None, {m: None for m in modes}, []
             k, kna = {b: None for b in kbs}, set()
+            pna = {"fused"} if a.fused and task_of(ini) != "fit" else set()
             for r in range(a.rounds):
                 order = ["trident"] + peers if r % 2 == 0 else peers + ["trident"]
                 for who in order:
@@ -154,12 +167,14 @@ def main():
                         if row is None and e is None:
                             kna.add(b)
                         k[b] = better(k[b], row)
+                    elif who in pna:
+                        continue
                     else:
                         row, e = torch_row(ini, who, tmp)
                         p[who] = better(p[who], row)
                     if e:
                         errs.append(f"{who}: {e}")
-            entry = dict(config=name, trident=t, pytorch=p, errors=errs)
+            entry = dict(config=name, trident=t, pytorch=p, pytorch_na=sorted(pna), errors=errs)
             if kbs:
                 entry.update(keras=k, keras_na=sorted(kna))
             table.append(entry)
@@ -169,7 +184,7 @@ def main():
             for e in errs:
                 print(f"    {e}", flush=True)
     head = f"{'config':34s}  {'trident fastest':22s} {'ms/step':>9s} {'its torch':>9s}" + "".join(
-        f"  {'pytorch' + ('' if m == 'eager' else ':compile'):>9s} {'ratio':>6s}" for m in modes) + "".join(
+        f"  {'pytorch' + ('' if m == 'eager' else ':' + m):>9s} {'ratio':>6s}" for m in modes) + "".join(
         f"  {'keras:' + b:>11s} {'ratio':>6s}" for b in kbs)
     print("\n" + head)
     for e in table:

@@ -3,7 +3,11 @@
 that the Keras 3 benchmark sets beside Keras ("native PyTorch"), measured as trident
 measures (ms/step over `steps` steps after `warmup` left out; the first step on its own).
 
-    torch_cpu.py conf/cpu/bert_predict.ini [--mode eager|compile] [--threads N] [--steps N] [--json OUT]
+    torch_cpu.py conf/cpu/bert_predict.ini [--mode eager|fused|compile] [--threads N] [--steps N] [--json OUT]
+
+--mode fused is eager with the fit's optimizer as `fused=True` (PyTorch's one-kernel
+Adam/AdamW step on the CPU, since 2.4; not the default), beside trident's fused AdamW; a
+predict or generate INI is refused in that mode (it has no optimizer).
 
 dtype f32, or bf16 for predict and generate (weights and float inputs in bf16, as
 trident's bf16 run; a bf16 fit is refused: PyTorch's and trident's master weights differ).
@@ -129,6 +133,9 @@ def preset(table, name, model):
     return table[name]
 
 
+FUSED = {}  # {"fused": True} in --mode fused: every fit's Adam/AdamW as one kernel per step
+
+
 def build(cp, torch):
     """The step function of the INI's work (one call: one step as trident counts it)."""
     run = cp["run"]
@@ -151,7 +158,7 @@ def build(cp, torch):
             m.eval()
             return lambda: m(input_ids=ids, attention_mask=mask).logits
         m.train()
-        opt = torch.optim.AdamW(m.parameters(), lr=float(train.get("learning_rate", 1e-4)),
+        opt = torch.optim.AdamW(m.parameters(), **FUSED, lr=float(train.get("learning_rate", 1e-4)),
                                 weight_decay=float(train.get("weight_decay", 0.01)))
 
         def fit():
@@ -188,7 +195,7 @@ def build(cp, torch):
         m = peft.get_peft_model(m, peft.LoraConfig(r=rank, lora_alpha=rank, target_modules=targets,
                                                    lora_dropout=0.0))
         m.train()
-        opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad],
+        opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], **FUSED,
                                 lr=float(train.get("learning_rate", 1e-2)),
                                 weight_decay=float(train.get("weight_decay", 0.004)), eps=float(train.get("eps", 1e-7)))
         labels = ids.masked_fill(mask == 0, -100)
@@ -225,7 +232,7 @@ def build(cp, torch):
                             up_block_types=["UpDecoderBlock2D"] * nb, **c)
         enc, quant = vae.encoder.train(), vae.quant_conv.train()
         params = list(enc.parameters()) + list(quant.parameters())
-        opt = torch.optim.Adam(params, lr=float(train.get("learning_rate", 1e-3)), eps=1e-7)
+        opt = torch.optim.Adam(params, **FUSED, lr=float(train.get("learning_rate", 1e-3)), eps=1e-7)
         s, down = c["sample_size"], 2 ** (nb - 1)
         x = torch.randn(batch, 3, s, s)
         target = torch.randn(batch, 8, s // down, s // down)
@@ -252,7 +259,7 @@ def build(cp, torch):
             lab = torch.tensor([[[1, 2]]]).repeat(batch, 1, 1)
             return lambda: m(pixel_values=px, input_points=pts, input_labels=lab, multimask_output=True).pred_masks
         enc = m.vision_encoder.train()
-        opt = torch.optim.Adam(enc.parameters(), lr=float(train.get("learning_rate", 1e-3)), eps=1e-7)
+        opt = torch.optim.Adam(enc.parameters(), **FUSED, lr=float(train.get("learning_rate", 1e-3)), eps=1e-7)
         grid = side // v["patch_size"]
         target = torch.randn(batch, 256, grid, grid)
 
@@ -268,7 +275,7 @@ def build(cp, torch):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("ini")
-    ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
+    ap.add_argument("--mode", choices=["eager", "fused", "compile"], default="eager")
     ap.add_argument("--threads", type=int, default=0, help="default: [run] threads, else every core")
     ap.add_argument("--steps", type=int, default=0, help="default: the INI's steps")
     ap.add_argument("--json")
@@ -283,6 +290,10 @@ def main():
     torch.set_num_threads(threads)
     steps = a.steps or run.getint("steps", 20)
     warmup = max(run.getint("warmup", 2), 1)
+    if a.mode == "fused":
+        if run["task"] != "fit":
+            sys.exit(f"torch_cpu.py: --mode fused is for fit (a fused optimizer); '{a.ini}' is task {run['task']}")
+        FUSED["fused"] = True
     step = build(cp, torch)
     if a.mode == "compile":
         step = torch.compile(step)
@@ -291,7 +302,7 @@ def main():
             sys.exit(f"torch_cpu.py: the bf16 step's output is {y.dtype}")
     with torch.inference_mode(run["task"] in ("predict", "generate")):
         timing = measure(step, warmup, steps, check_first)
-    row = dict(config=a.ini, backend="pytorch" + ("" if a.mode == "eager" else ":compile"), torch=torch.__version__,
+    row = dict(config=a.ini, backend="pytorch" + ("" if a.mode == "eager" else ":" + a.mode), torch=torch.__version__,
                dtype=dtype, threads=threads, **timing)
     emit(row, a.json)
 
