@@ -89,10 +89,13 @@ static dnnl_alg_kind_t dnnl_act(enum tr_act act) {
 /* oneDNN's first choice, except f32 products of at least 2^24 multiply-adds: there its jit
  * sgemm ("gemm:jit") ran 1.1-2.5x faster than the f32 brgemm it lists first (2 cores,
  * Sapphire Rapids, BERT shapes 1024x768x768 .. 1024x3072x768, plain and transposed b;
- * Ice Lake: up to 2.4x with a plain b). Except again under 512 rows, with b transposed (a
- * Linear's weight) or a plain b of K <= 1024: there the brgemm is the faster (Ice Lake,
+ * Ice Lake: up to 2.4x with a plain b). Except again from 4 to 511 rows, with b transposed
+ * (a Linear's weight) or a plain b of K <= 1024: there the brgemm is the faster (Ice Lake,
  * cold caches: a decode step's LM head, 4x256 by 256x16384, 1.25x; 32 rows 1.74x; 256
  * rows 1.1-1.7x, 5x at 256x256x256; a plain b of K 16384-32000 0.8-1.0x, so jit stays).
+ * And 1-3 rows (a decode step at batch 1) take the jit sgemm from 2^20 multiply-adds:
+ * its matrix-vector path beat the brgemm 1.15-1.35x on an LM head (1x256 by 256x16384,
+ * 1x1024 by 1024x16384); on a layer's 2^16-2^18 the two were even over a whole step.
  * A fixed rule, not a timing race, so that reruns pick the same kernel and give the
  * same bits. For bf16 the AMX brgemm listed first is the fastest. */
 static dnnl_status_t pick_impl(dnnl_primitive_desc_t *out, const dnnl_matmul_desc_t *md, dnnl_primitive_attr_t attr,
@@ -102,8 +105,9 @@ static dnnl_status_t pick_impl(dnnl_primitive_desc_t *out, const dnnl_matmul_des
     for (int i = 0; i < nd - 2; i++) rows *= (double)key->c_dims[i];
     double work = rows * (double)key->c_dims[nd - 1] * (double)key->a_dims[nd - 1];
     int b_plain = key->b_strides[nd - 1] == 1 && key->b_dims[nd - 1] > 1;
-    int few_rows = rows < 512.0 && (!b_plain || key->a_dims[nd - 1] <= 1024);
-    if (key->dtype != TR_DTYPE_F32 || work < 16777216.0 || few_rows)
+    int few_rows = rows >= 4.0 && rows < 512.0 && (!b_plain || key->a_dims[nd - 1] <= 1024);
+    int gemv = rows < 4.0 && work >= 1048576.0;
+    if (key->dtype != TR_DTYPE_F32 || (!gemv && (work < 16777216.0 || few_rows)))
         return dnnl_primitive_desc_create(out, md, attr, eng, NULL);
     dnnl_primitive_desc_iterator_t it = NULL;
     dnnl_status_t st = dnnl_primitive_desc_iterator_create(&it, md, attr, eng, NULL);
