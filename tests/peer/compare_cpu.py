@@ -106,15 +106,24 @@ def task_of(ini):
     return cp.get("run", "task", fallback="")
 
 
+def peer_name(mode):
+    return "pytorch" + ("" if mode == "eager" else ":" + mode)
+
+
+def width(mode):
+    """The ms/step column's width under a peer's name."""
+    return max(9, len(peer_name(mode)))
+
+
 def line(e, modes, kbs=()):
     """One config's row of the table."""
     t = e["trident"]
     s = f"{e['config']:34s}  " + (f"{t['backend']:22s} {t['mean_ms']:9.2f} {t['rows'].get('torch', float('nan')):9.2f}"
                                   if t else f"{'FAILED':42s}")
     for m in modes:
-        q = e["pytorch"][m]
-        s += (f"  {q['mean_ms']:9.2f} {q['mean_ms'] / t['mean_ms']:5.2f}x" if t and q else
-              f"  {'n/a' if m in e['pytorch_na'] else 'FAILED':>16s}")
+        q, w = e["pytorch"][m], width(m)
+        s += (f"  {q['mean_ms']:{w}.2f} {q['mean_ms'] / t['mean_ms']:5.2f}x" if t and q else
+              f"  {'n/a' if m in e['pytorch_na'] else 'FAILED':>{w + 7}s}")
     for b in kbs:
         q = e["keras"][b]
         s += (f"  {q['mean_ms']:11.2f} {q['mean_ms'] / t['mean_ms']:5.2f}x" if t and q else
@@ -184,7 +193,7 @@ def main():
             for e in errs:
                 print(f"    {e}", flush=True)
     head = f"{'config':34s}  {'trident fastest':22s} {'ms/step':>9s} {'its torch':>9s}" + "".join(
-        f"  {'pytorch' + ('' if m == 'eager' else ':' + m):>9s} {'ratio':>6s}" for m in modes) + "".join(
+        f"  {peer_name(m):>{width(m)}s} {'ratio':>6s}" for m in modes) + "".join(
         f"  {'keras:' + b:>11s} {'ratio':>6s}" for b in kbs)
     print("\n" + head)
     for e in table:
