@@ -5,6 +5,7 @@
 #include "backendutil.h"
 #include "testutil.h"
 #include "trident/graph.h"
+#include "trident/optim.h"
 #include "trident/roofline.h"
 
 static void assert_near(double a, double b) {
@@ -107,6 +108,63 @@ static void test_attention(void **state) {
     tr_graph_free(g);
 }
 
+/* AdamW's eight ops per parameter are one call (as every backend makes them): 7 passes,
+ * the CAST of a bf16 gradient inside; a group whose moment is read elsewhere stays ops. */
+static void test_adamw(void **state) {
+    (void)state;
+    struct tr_graph *g = tr_test_graph_new();
+    struct tr_error e = {0};
+    const int64_t big[1] = {300}, small[1] = {40}, other[1] = {50};
+    const int lr = tr_input(g, "lr", TR_DTYPE_F32, 0, NULL), step = tr_input(g, "step", TR_DTYPE_F32, 0, NULL);
+    int p[4], gr[4];
+    p[0] = tr_param(g, "W", TR_DTYPE_F32, 1, big, 0, 1), gr[0] = tr_input(g, "gW", TR_DTYPE_F32, 1, big);
+    p[1] = tr_param(g, "C", TR_DTYPE_F32, 1, big, 0, 1), gr[1] = tr_input(g, "gC", TR_DTYPE_F32, 1, big);
+    p[2] = tr_param(g, "B", TR_DTYPE_BF16, 1, small, 0, 1), gr[2] = tr_input(g, "gB", TR_DTYPE_BF16, 1, small);
+    p[3] = tr_param(g, "D", TR_DTYPE_F32, 1, other, 0, 1), gr[3] = tr_input(g, "gD", TR_DTYPE_F32, 1, other);
+    const struct tr_adamw hp = {0.9f, 0.999f, 1e-8f, 0.01f};
+    struct tr_optim_update up[4];
+    assert_int_equal(tr_adamw(g, &hp, 4, p, gr, lr, step, up, &e), TR_OK);
+    for (int i = 0; i < 4; i++) {
+        tr_graph_add_update(g, up[i].param, up[i].new_param);
+        for (int k = 0; k < 2; k++) tr_graph_add_update(g, up[i].state[k], up[i].new_state[k]);
+    }
+    tr_graph_set_output(g, tr_reduce(g, TR_OP_SUM, up[3].new_state[0], 0, 0), "D's m"); /* D's group stays ops */
+    assert_int_equal(tr_graph_status(g, &e), TR_OK);
+
+    struct tr_roof_sheet s;
+    assert_int_equal(tr_roof_sheet_build(g, TR_MATH_DEFAULT, &dev, &s, &e), TR_OK);
+    int fused_f32 = -1, fused_bf16 = -1, plain_step = -1, scales = 0, casts = 0;
+    for (int i = 0; i < s.n; i++) {
+        const struct tr_roof_kernel *k = &s.k[i];
+        if (k->op == TR_OP_ADAMW_STEP && k->adamw_grad >= 0 && k->dtype == TR_DTYPE_F32) fused_f32 = i;
+        if (k->op == TR_OP_ADAMW_STEP && k->adamw_grad >= 0 && k->dtype == TR_DTYPE_BF16) fused_bf16 = i;
+        if (k->op == TR_OP_ADAMW_STEP && k->adamw_grad < 0) plain_step = i;
+        scales += k->op == TR_OP_SCALE ? k->count : 0;
+        casts += k->op == TR_OP_CAST ? k->count : 0;
+    }
+    assert_true(fused_f32 >= 0 && fused_bf16 >= 0 && plain_step >= 0);
+    const struct tr_roof_kernel *f = &s.k[fused_f32], *b = &s.k[fused_bf16], *d = &s.k[plain_step];
+    assert_int_equal(f->count, 2); /* W and C: one shape */
+    assert_int_equal(b->count, 1);
+    assert_int_equal(d->count, 1);
+    /* param, m, v, the gradient read, param', m', v' written, and the two scalars */
+    assert_near(f->bytes, 7.0 * 4 * 300 + 8);
+    assert_near(b->bytes, 2.0 * 2 * 40 + 4.0 * 4 * 40 + 2.0 * 40 + 8);
+    assert_true(f->memory_bound && f->flops > tr_node_flops(g, up[0].new_param));
+    assert_non_null(strstr(f->what, "adamw_update f32 [300] grad f32"));
+    assert_non_null(strstr(b->what, "adamw_update bf16 [40] grad bf16"));
+    assert_int_equal(b->adamw_grad, gr[2]);
+    assert_int_equal(scales, 4); /* D's alone */
+    assert_int_equal(casts, 0);  /* B's gradient's CAST is in its call */
+    assert_near(d->bytes, 4.0 * (4 * 50) + 8);
+    /* 4 ADAMW_STEPs (one of them D's with its 7 ops), D's sum */
+    int calls = 0;
+    for (int i = 0; i < s.n; i++) calls += s.k[i].count;
+    assert_int_equal(calls, 3 + 8 + 1);
+    tr_roof_sheet_free(&s);
+    tr_graph_free(g);
+}
+
 static void test_presets(void **state) {
     (void)state;
     struct tr_roof_device d;
@@ -132,4 +190,4 @@ static void test_presets(void **state) {
     assert_null(tr_roof_device_for_gpu(NULL));
 }
 
-TR_TEST_MAIN(NULL, NULL, test_visible_fraction, test_sheet, test_attention, test_presets)
+TR_TEST_MAIN(NULL, NULL, test_visible_fraction, test_sheet, test_attention, test_adamw, test_presets)

@@ -105,6 +105,34 @@ static int runs_kernel(int op) {
            op != TR_OP_ATTENTION_LSE && op != TR_OP_ATTENTION_REL_LSE && op != TR_OP_ALLREDUCE && op != TR_OP_ALLREDUCE_START && op != TR_OP_ALLREDUCE_WAIT;
 }
 
+/* An op of one input, read by one node only (readers: input edges per node). */
+static int lone(const struct tr_graph *g, const int *readers, int id, int op) {
+    return id >= 0 && tr_node_op(g, id) == op && readers[id] == 1;
+}
+
+/* AdamW's update of one parameter as core's tr_adamw builds it, found from its ADAMW_STEP
+ * s: m' = ADD(SCALE(m), SCALE(g)), v' = ADD(SCALE(v), SCALE(MUL(g, g))), s = ADAMW_STEP(p,
+ * m', v', lr, step), g the gradient or its CAST to f32. The SCALEs, the MUL and the CAST
+ * read by the group alone, m' and v' by s alone (outputs too: the moments' updates). The
+ * gradient node (before a CAST) and its part nodes in part[0..7] (-1 where none), or -1. */
+static int adamw_group(const struct tr_graph *g, const int *readers, int s, int part[8]) {
+    if (tr_node_op(g, s) != TR_OP_ADAMW_STEP || tr_node_n_inputs(g, s) != 5) return -1;
+    const int m2 = tr_node_input(g, s, 1), v2 = tr_node_input(g, s, 2);
+    if (!lone(g, readers, m2, TR_OP_ADD) || !lone(g, readers, v2, TR_OP_ADD)) return -1;
+    const int sm = tr_node_input(g, m2, 0), sg = tr_node_input(g, m2, 1);
+    const int sv = tr_node_input(g, v2, 0), sgg = tr_node_input(g, v2, 1);
+    if (!lone(g, readers, sm, TR_OP_SCALE) || !lone(g, readers, sg, TR_OP_SCALE) ||
+        !lone(g, readers, sv, TR_OP_SCALE) || !lone(g, readers, sgg, TR_OP_SCALE))
+        return -1;
+    const int mul = tr_node_input(g, sgg, 0), g32 = tr_node_input(g, sg, 0);
+    if (!lone(g, readers, mul, TR_OP_MUL) || tr_node_input(g, mul, 0) != g32 || tr_node_input(g, mul, 1) != g32)
+        return -1;
+    const int cast = tr_node_op(g, g32) == TR_OP_CAST && readers[g32] == 3 ? g32 : -1;
+    const int p[8] = {m2, v2, sm, sg, sv, sgg, mul, cast};
+    memcpy(part, p, sizeof p);
+    return cast >= 0 ? tr_node_input(g, cast, 0) : g32;
+}
+
 static int same_call(const struct tr_graph *g, int a, int b) {
     if (tr_node_op(g, a) != tr_node_op(g, b) || tr_node_dtype(g, a) != tr_node_dtype(g, b) ||
         tr_node_n_inputs(g, a) != tr_node_n_inputs(g, b) ||
@@ -151,12 +179,32 @@ int tr_roof_sheet_build(const struct tr_graph *g, enum tr_math math, const struc
     s->math = math;
     const int n = tr_graph_n_nodes(g);
     s->k = calloc((size_t)(n > 0 ? n : 1), sizeof *s->k);
-    if (!s->k) return tr_error_set(err, TR_ERR_NOMEM, "roofline: out of memory for %d nodes", n);
+    /* per node: input edges reading it; the gradient of the AdamW update it ends (else -1);
+     * whether it is a part of one (not a call of its own) */
+    int *readers = calloc((size_t)(n > 0 ? n : 1), sizeof *readers);
+    int *grad = malloc((size_t)(n > 0 ? n : 1) * sizeof *grad);
+    unsigned char *absorbed = calloc((size_t)(n > 0 ? n : 1), 1);
+    double *part_flops = calloc((size_t)(n > 0 ? n : 1), sizeof *part_flops);
+    if (!s->k || !readers || !grad || !absorbed || !part_flops) {
+        free(readers), free(grad), free(absorbed), free(part_flops);
+        tr_roof_sheet_free(s);
+        return tr_error_set(err, TR_ERR_NOMEM, "roofline: out of memory for %d nodes", n);
+    }
+    for (int id = 0; id < n; id++)
+        for (int k = 0; k < tr_node_n_inputs(g, id); k++) readers[tr_node_input(g, id, k)]++;
+    for (int id = 0; id < n; id++) {
+        int part[8];
+        grad[id] = adamw_group(g, readers, id, part);
+        for (int j = 0; grad[id] >= 0 && j < 8; j++)
+            if (part[j] >= 0) absorbed[part[j]] = 1, part_flops[id] += node_flops(g, part[j]);
+    }
     for (int id = 0; id < n; id++) {
         const int op = tr_node_op(g, id);
-        if (!runs_kernel(op)) continue;
+        if (!runs_kernel(op) || absorbed[id]) continue;
         int i = 0;
-        while (i < s->n && !same_call(g, s->k[i].node, id)) i++;
+        while (i < s->n && !(same_call(g, s->k[i].node, id) && (s->k[i].adamw_grad < 0) == (grad[id] < 0) &&
+                             (grad[id] < 0 || tr_node_dtype(g, s->k[i].adamw_grad) == tr_node_dtype(g, grad[id]))))
+            i++;
         struct tr_roof_kernel *k = &s->k[i];
         if (i == s->n) {
             s->n++;
@@ -165,9 +213,18 @@ int tr_roof_sheet_build(const struct tr_graph *g, enum tr_math math, const struc
             k->dtype = dt;
             k->node = id;
             k->measured_s = -1;
+            k->adamw_grad = grad[id];
             describe(g, id, k->what, sizeof k->what);
-            k->flops = node_flops(g, id);
+            k->flops = node_flops(g, id) + part_flops[id];
             k->bytes = node_bytes(g, id);
+            if (grad[id] >= 0) { /* param, lr, step, m, v and the gradient read; param', m', v' written */
+                const int p = tr_node_input(g, id, 0), m2 = tr_node_input(g, id, 1), v2 = tr_node_input(g, id, 2);
+                k->bytes += bytes_of(g, grad[id]) + bytes_of(g, m2) + bytes_of(g, v2);
+                char sh[96];
+                tr_shape_str(tr_node_ndim(g, p), tr_node_shape(g, p), sh, sizeof sh);
+                snprintf(k->what, sizeof k->what, "adamw_update %s %s grad %s",
+                         tr_dtype_name((enum tr_dtype)dt), sh, tr_dtype_name((enum tr_dtype)tr_node_dtype(g, grad[id])));
+            }
             const int tensor = dt == TR_DTYPE_BF16 || dt == TR_DTYPE_F16;
             k->peak_tflops = !is_matrix_op(op) ? d->f32_tflops
                              : tensor          ? d->tc_tflops
@@ -181,6 +238,7 @@ int tr_roof_sheet_build(const struct tr_graph *g, enum tr_math math, const struc
         }
         k->count++;
     }
+    free(readers), free(grad), free(absorbed), free(part_flops);
     for (int i = 0; i < s->n; i++) {
         const struct tr_roof_kernel *k = &s->k[i];
         s->flops += k->count * k->flops;

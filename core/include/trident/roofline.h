@@ -9,7 +9,9 @@
  * larger of FLOPs at the device's peak for that op's math and bytes at its bandwidth),
  * and the time it is designed to take (the same at the fractions of peak the kernel is
  * built to reach: struct tr_roof_design). Summed over the groups, the step's floor and
- * design. `trident roofline FILE.ini --run` measures each group's kernel beside them.
+ * design. AdamW's update of a parameter (core's eight ops: SCALEs, MUL, ADDs, ADAMW_STEP,
+ * a CAST of the gradient) is one call, as every backend makes it (tr_k_adamw_update:
+ * param, m, v and the gradient read once, param', m', v' written once). `trident roofline FILE.ini --run` measures each group's kernel beside them.
  *
  * The device's peaks are a preset ("h200", "h100", the published dense figures) or
  * measured on this machine by the caller (tr_roof_device filled by hand: the cpu has no
@@ -59,6 +61,7 @@ struct tr_roof_kernel {
     double floor_s, design_s;   /* one call's */
     int memory_bound;       /* its floor is the bytes' */
     double measured_s;      /* one call's, < 0: not measured */
+    int adamw_grad;         /* a fused AdamW update's gradient node (op ADAMW_STEP), else -1 */
 };
 
 struct tr_roof_sheet {
