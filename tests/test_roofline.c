@@ -116,15 +116,19 @@ static void test_adamw(void **state) {
     struct tr_error e = {0};
     const int64_t big[1] = {300}, small[1] = {40}, other[1] = {50};
     const int lr = tr_input(g, "lr", TR_DTYPE_F32, 0, NULL), step = tr_input(g, "step", TR_DTYPE_F32, 0, NULL);
-    int p[4], gr[4];
+    int p[5], gr[5];
     p[0] = tr_param(g, "W", TR_DTYPE_F32, 1, big, 0, 1), gr[0] = tr_input(g, "gW", TR_DTYPE_F32, 1, big);
     p[1] = tr_param(g, "C", TR_DTYPE_F32, 1, big, 0, 1), gr[1] = tr_input(g, "gC", TR_DTYPE_F32, 1, big);
     p[2] = tr_param(g, "B", TR_DTYPE_BF16, 1, small, 0, 1), gr[2] = tr_input(g, "gB", TR_DTYPE_BF16, 1, small);
     p[3] = tr_param(g, "D", TR_DTYPE_F32, 1, other, 0, 1), gr[3] = tr_input(g, "gD", TR_DTYPE_F32, 1, other);
+    /* an f32 master weight's gradient cast from bf16 (mixed precision's): that CAST stays a
+     * kernel before the call, as on the backends */
+    p[4] = tr_param(g, "E", TR_DTYPE_F32, 1, small, 0, 1);
+    gr[4] = tr_cast(g, tr_input(g, "gE", TR_DTYPE_BF16, 1, small), TR_DTYPE_F32);
     const struct tr_adamw hp = {0.9f, 0.999f, 1e-8f, 0.01f};
-    struct tr_optim_update up[4];
-    assert_int_equal(tr_adamw(g, &hp, 4, p, gr, lr, step, up, &e), TR_OK);
-    for (int i = 0; i < 4; i++) {
+    struct tr_optim_update up[5];
+    assert_int_equal(tr_adamw(g, &hp, 5, p, gr, lr, step, up, &e), TR_OK);
+    for (int i = 0; i < 5; i++) {
         tr_graph_add_update(g, up[i].param, up[i].new_param);
         for (int k = 0; k < 2; k++) tr_graph_add_update(g, up[i].state[k], up[i].new_state[k]);
     }
@@ -133,16 +137,17 @@ static void test_adamw(void **state) {
 
     struct tr_roof_sheet s;
     assert_int_equal(tr_roof_sheet_build(g, TR_MATH_DEFAULT, &dev, &s, &e), TR_OK);
-    int fused_f32 = -1, fused_bf16 = -1, plain_step = -1, scales = 0, casts = 0;
+    int fused_f32 = -1, fused_bf16 = -1, fused_e = -1, plain_step = -1, scales = 0, casts = 0;
     for (int i = 0; i < s.n; i++) {
         const struct tr_roof_kernel *k = &s.k[i];
-        if (k->op == TR_OP_ADAMW_STEP && k->adamw_grad >= 0 && k->dtype == TR_DTYPE_F32) fused_f32 = i;
+        if (k->op == TR_OP_ADAMW_STEP && k->adamw_grad >= 0 && k->dtype == TR_DTYPE_F32)
+            *(tr_node_shape(g, k->node)[0] == 300 ? &fused_f32 : &fused_e) = i;
         if (k->op == TR_OP_ADAMW_STEP && k->adamw_grad >= 0 && k->dtype == TR_DTYPE_BF16) fused_bf16 = i;
         if (k->op == TR_OP_ADAMW_STEP && k->adamw_grad < 0) plain_step = i;
         scales += k->op == TR_OP_SCALE ? k->count : 0;
         casts += k->op == TR_OP_CAST ? k->count : 0;
     }
-    assert_true(fused_f32 >= 0 && fused_bf16 >= 0 && plain_step >= 0);
+    assert_true(fused_f32 >= 0 && fused_bf16 >= 0 && fused_e >= 0 && plain_step >= 0);
     const struct tr_roof_kernel *f = &s.k[fused_f32], *b = &s.k[fused_bf16], *d = &s.k[plain_step];
     assert_int_equal(f->count, 2); /* W and C: one shape */
     assert_int_equal(b->count, 1);
@@ -155,12 +160,14 @@ static void test_adamw(void **state) {
     assert_non_null(strstr(b->what, "adamw_update bf16 [40] grad bf16"));
     assert_int_equal(b->adamw_grad, gr[2]);
     assert_int_equal(scales, 4); /* D's alone */
-    assert_int_equal(casts, 0);  /* B's gradient's CAST is in its call */
+    assert_int_equal(casts, 1);  /* E's; B's gradient's CAST is in its call */
+    assert_int_equal(tr_node_op(g, s.k[fused_e].adamw_grad), TR_OP_CAST);
+    assert_near(s.k[fused_e].bytes, 7.0 * 4 * 40 + 8);
     assert_near(d->bytes, 4.0 * (4 * 50) + 8);
-    /* 4 ADAMW_STEPs (one of them D's with its 7 ops), D's sum */
+    /* W's, C's, B's and E's calls, E's CAST, D's 8 ops, D's sum */
     int calls = 0;
     for (int i = 0; i < s.n; i++) calls += s.k[i].count;
-    assert_int_equal(calls, 3 + 8 + 1);
+    assert_int_equal(calls, 4 + 1 + 8 + 1);
     tr_roof_sheet_free(&s);
     tr_graph_free(g);
 }

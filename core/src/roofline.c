@@ -114,7 +114,8 @@ static int lone(const struct tr_graph *g, const int *readers, int id, int op) {
  * s: m' = ADD(SCALE(m), SCALE(g)), v' = ADD(SCALE(v), SCALE(MUL(g, g))), s = ADAMW_STEP(p,
  * m', v', lr, step), g the gradient or its CAST to f32. The SCALEs, the MUL and the CAST
  * read by the group alone, m' and v' by s alone (outputs too: the moments' updates). The
- * gradient node (before a CAST) and its part nodes in part[0..7] (-1 where none), or -1. */
+ * gradient node (before a CAST) and its part nodes in part[0..7] (-1 where none), or -1.
+ * The same conditions as the backends' grouping (plugins/common/adamw_group.h). */
 static int adamw_group(const struct tr_graph *g, const int *readers, int s, int part[8]) {
     if (tr_node_op(g, s) != TR_OP_ADAMW_STEP || tr_node_n_inputs(g, s) != 5) return -1;
     const int m2 = tr_node_input(g, s, 1), v2 = tr_node_input(g, s, 2);
@@ -127,10 +128,18 @@ static int adamw_group(const struct tr_graph *g, const int *readers, int s, int 
     const int mul = tr_node_input(g, sgg, 0), g32 = tr_node_input(g, sg, 0);
     if (!lone(g, readers, mul, TR_OP_MUL) || tr_node_input(g, mul, 0) != g32 || tr_node_input(g, mul, 1) != g32)
         return -1;
-    const int cast = tr_node_op(g, g32) == TR_OP_CAST && readers[g32] == 3 ? g32 : -1;
+    /* tr_k_adamw_update takes an f32 gradient or one of the weight's dtype: the CAST is in
+     * the call only from the weight's (non-f32) dtype; any other stays a kernel before it */
+    const int pdt = tr_node_dtype(g, tr_node_input(g, s, 0));
+    const int cast = tr_node_op(g, g32) == TR_OP_CAST && readers[g32] == 3 && pdt != TR_DTYPE_F32 &&
+                             tr_node_dtype(g, tr_node_input(g, g32, 0)) == pdt
+                         ? g32
+                         : -1;
+    const int grad = cast >= 0 ? tr_node_input(g, cast, 0) : g32;
+    if (tr_node_dtype(g, grad) != TR_DTYPE_F32 && tr_node_dtype(g, grad) != pdt) return -1;
     const int p[8] = {m2, v2, sm, sg, sv, sgg, mul, cast};
     memcpy(part, p, sizeof p);
-    return cast >= 0 ? tr_node_input(g, cast, 0) : g32;
+    return grad;
 }
 
 static int same_call(const struct tr_graph *g, int a, int b) {
