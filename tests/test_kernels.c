@@ -163,13 +163,15 @@ static void test_matmul_epilogue(void **state) {
     mm_check(TR_DTYPE_BF16, &plain, 0, 0, 2.0f, 1, TR_DTYPE_F32, TR_ACT_GELU, 0, 231);
     mm_check(TR_DTYPE_BF16, &batched, 0, 0, 0.125f, 0, TR_DTYPE_BF16, TR_ACT_NONE, 1, 232);
     /* f32 products of 2^24 multiply-adds and more over 512 rows and more take oneDNN's jit
-     * sgemm (matmul.c); fewer rows (a decode step's LM head) keep its first choice, and 1-3
-     * rows take the jit sgemm from 2^20 */
+     * sgemm (matmul.c's want_jit: on a cpu without AMX only with a plain b); fewer rows
+     * (a decode step's LM head) keep its first choice, and 1-3 rows take the jit sgemm
+     * from 2^20 */
     const struct mm_case big = {.nba = 1, .ba = {2}, .M = 256, .N = 260, .K = 256};
     const struct mm_case big2 = {.nba = 1, .ba = {2}, .nbb = 1, .bb = {2}, .M = 256, .N = 260, .K = 256};
     const struct mm_case head = {.M = 4, .N = 4100, .K = 1024}, gemv = {.nba = 1, .ba = {3}, .M = 1, .N = 1100, .K = 320};
     mm_check(TR_DTYPE_F32, &big, 0, 1, 0.5f, 1, TR_DTYPE_F32, TR_ACT_GELU, 0, 233);
     mm_check(TR_DTYPE_F32, &big2, 1, 0, 1.0f, 1, TR_DTYPE_F32, TR_ACT_RELU, 0, 234);
+    mm_check(TR_DTYPE_F32, &big, 0, 0, 1.0f, 1, TR_DTYPE_F32, TR_ACT_NONE, 0, 237); /* b plain: jit everywhere */
     mm_check(TR_DTYPE_F32, &head, 0, 1, 1.0f, 0, TR_DTYPE_F32, TR_ACT_NONE, 0, 235);
     mm_check(TR_DTYPE_F32, &gemv, 0, 1, 1.0f, 1, TR_DTYPE_F32, TR_ACT_GELU, 0, 236);
 }

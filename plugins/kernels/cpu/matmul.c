@@ -86,29 +86,41 @@ static dnnl_alg_kind_t dnnl_act(enum tr_act act) {
     }
 }
 
-/* oneDNN's first choice, except f32 products of at least 2^24 multiply-adds: there its jit
- * sgemm ("gemm:jit") ran 1.1-2.5x faster than the f32 brgemm it lists first (2 cores,
- * Sapphire Rapids, BERT shapes 1024x768x768 .. 1024x3072x768, plain and transposed b;
- * Ice Lake: up to 2.4x with a plain b). Except again from 4 to 511 rows, with b transposed
- * (a Linear's weight) or a plain b of K <= 1024: there the brgemm is the faster (Ice Lake,
- * cold caches: a decode step's LM head, 4x256 by 256x16384, 1.25x; 32 rows 1.74x; 256
- * rows 1.1-1.7x, 5x at 256x256x256; a plain b of K 16384-32000 0.8-1.0x, so jit stays).
- * And 1-3 rows (a decode step at batch 1) take the jit sgemm from 2^20 multiply-adds:
- * its matrix-vector path beat the brgemm 1.15-1.35x on an LM head (1x256 by 256x16384,
- * 1x1024 by 1024x16384); on a layer's 2^16-2^18 the two were even over a whole step.
- * A fixed rule, not a timing race, so that reruns pick the same kernel and give the
- * same bits. For bf16 the AMX brgemm listed first is the fastest. */
-static dnnl_status_t pick_impl(dnnl_primitive_desc_t *out, const dnnl_matmul_desc_t *md, dnnl_primitive_attr_t attr,
-                               dnnl_engine_t eng, const struct tr_mm_key *key) {
-    int nd = key->ndims;
+/* Whether an f32 product takes oneDNN's jit sgemm ("gemm:jit") rather than the brgemm it
+ * lists first. Fixed rules, not a timing race, so that reruns pick the same kernel and
+ * give the same bits (measured one implementation after the other in one process, caches
+ * flushed; docs/perf.md, "oneDNN's f32 GEMM for few rows"):
+ * - 1-3 rows (a decode step at batch 1), from 2^20 multiply-adds: the jit's matrix-vector
+ *   path beat the brgemm 1.15-1.35x on an LM head (Ice Lake); on a layer's 2^16-2^18 the
+ *   two were even over a whole step.
+ * - Under 2^24 multiply-adds: the brgemm.
+ * - 4-511 rows with b transposed (a Linear's weight) or a plain b of K <= 1024: the brgemm
+ *   (Ice Lake: a decode step's 4x256 by 256x16384 1.25x, 32 rows 1.74x, 256 rows 1.1-1.7x;
+ *   a plain b of K 16384-32000 0.8-1.0x, so there the jit).
+ * - 512 rows and more: the jit on an AMX cpu (Sapphire Rapids: 1.1-2.5x at BERT base's
+ *   1024x768x768 .. 1024x3072x768, plain and transposed b). Elsewhere the jit only with a
+ *   plain b: with b transposed (a Linear's forward) the brgemm ran 1.05-1.3x faster alone
+ *   on an Ice Lake, and 1.1-1.8x in BERT small's fit (oneDNN's own times), as fast or
+ *   faster on a Zen 4; with a plain b it lost up to 2.4x, and with a transposed a (a
+ *   weight's gradient) it was faster alone but 0.86x in the fit.
+ * For bf16 the brgemm listed first is the fastest. */
+static int want_jit(const struct tr_mm_key *key) {
+    const int nd = key->ndims;
     double rows = (double)key->c_dims[nd - 2];
     for (int i = 0; i < nd - 2; i++) rows *= (double)key->c_dims[i];
-    double work = rows * (double)key->c_dims[nd - 1] * (double)key->a_dims[nd - 1];
-    int b_plain = key->b_strides[nd - 1] == 1 && key->b_dims[nd - 1] > 1;
-    int few_rows = rows >= 4.0 && rows < 512.0 && (!b_plain || key->a_dims[nd - 1] <= 1024);
-    int gemv = rows < 4.0 && work >= 1048576.0;
-    if (key->dtype != TR_DTYPE_F32 || (!gemv && (work < 16777216.0 || few_rows)))
-        return dnnl_primitive_desc_create(out, md, attr, eng, NULL);
+    const double K = (double)key->a_dims[nd - 1], work = rows * (double)key->c_dims[nd - 1] * K;
+    const int b_plain = key->b_strides[nd - 1] == 1 && key->b_dims[nd - 1] > 1;
+    if (key->dtype != TR_DTYPE_F32) return 0;
+    if (rows < 4.0) return work >= 1048576.0;
+    if (work < 16777216.0) return 0;
+    if (rows < 512.0) return b_plain && K > 1024.0;
+    const dnnl_cpu_isa_t amx = dnnl_cpu_isa_avx512_core_amx;
+    return (dnnl_get_effective_cpu_isa() & amx) == amx || b_plain;
+}
+
+static dnnl_status_t pick_impl(dnnl_primitive_desc_t *out, const dnnl_matmul_desc_t *md, dnnl_primitive_attr_t attr,
+                               dnnl_engine_t eng, const struct tr_mm_key *key) {
+    if (!want_jit(key)) return dnnl_primitive_desc_create(out, md, attr, eng, NULL);
     dnnl_primitive_desc_iterator_t it = NULL;
     dnnl_status_t st = dnnl_primitive_desc_iterator_create(&it, md, attr, eng, NULL);
     if (st) return st;
