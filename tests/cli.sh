@@ -34,6 +34,16 @@ expect "a user's GOMP_SPINCOUNT wins" 0 'OpenMP wait spin 5000 \(GOMP_SPINCOUNT\
   env -u OMP_WAIT_POLICY -u TRIDENT_OMP_WAIT_DEFAULT GOMP_SPINCOUNT=5000 "$bin" run "$tmp/small.ini"
 expect "a user's OMP_WAIT_POLICY wins" 0 'OpenMP wait active \(set in the environment\)$' -- \
   env -u GOMP_SPINCOUNT -u TRIDENT_OMP_WAIT_DEFAULT OMP_WAIT_POLICY=active "$bin" run "$tmp/small.ini"
+# TRIDENT_F32_GEMM: each f32 product on oneDNN's jit sgemm or its first choice (to measure
+# matmul.c's rules again); the backends agree either way; a wrong value stops at once
+expect "TRIDENT_F32_GEMM=jit runs and agrees" 0 'all backends ran and agree' -- \
+  env TRIDENT_F32_GEMM=jit "$bin" run "$tmp/small.ini"
+expect "TRIDENT_F32_GEMM=jit reaches oneDNN" 0 '^onednn_verbose,exec,cpu,matmul,gemm:jit,' -- \
+  env TRIDENT_F32_GEMM=jit ONEDNN_VERBOSE=1 "$bin" run "$tmp/small.ini"
+expect "TRIDENT_F32_GEMM=first runs and agrees" 0 'all backends ran and agree' -- \
+  env TRIDENT_F32_GEMM=first "$bin" run "$tmp/small.ini"
+expect "TRIDENT_F32_GEMM=fast is refused" 1 'TRIDENT_F32_GEMM=fast is not a choice: expected auto' -- \
+  env TRIDENT_F32_GEMM=fast "$bin" run "$tmp/small.ini"
 ini threads1.ini "$(cat "$tmp/small.ini")
 threads = 1"
 expect "[run] threads = 1 reaches OpenMP" 0 ', 1 thread, OpenMP' -- env OMP_NUM_THREADS=2 "$bin" run "$tmp/threads1.ini"

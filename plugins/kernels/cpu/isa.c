@@ -119,6 +119,15 @@ static void isa_init(void) {
     cpu_model(info->model, sizeof info->model);
     info->native = native_level(info);
     info->isa = info->native;
+    /* matmul.c reads it at each primitive it makes; a wrong value stops the library here */
+    const char *gemm = getenv("TRIDENT_F32_GEMM");
+    if (gemm && *gemm && strcmp(gemm, "auto") != 0 && strcmp(gemm, "jit") != 0 && strcmp(gemm, "first") != 0) {
+        tr_error_set(&isa_err, TR_ERR_INVALID,
+                     "kernels: TRIDENT_F32_GEMM=%s is not a choice: expected auto (matmul.c's rules), jit (oneDNN's "
+                     "jit sgemm for every f32 product) or first (oneDNN's first choice)",
+                     gemm);
+        return;
+    }
     const char *env = getenv("TRIDENT_CPU_ISA");
     if (env && *env && strcasecmp(env, "native") != 0) {
         enum tr_cpu_isa want = TR_CPU_ISA_COUNT;
