@@ -80,19 +80,14 @@ static int bench_adamw(struct tr_kernels *k, enum tr_dtype dt, int64_t n, int re
     struct tr_tensor t[NT];
     memset(t, 0, sizeof t);
     const int64_t shape[1] = {n};
-    int rc = TR_OK;
-    for (int i = 0; i < NT && !rc; i++) {
-        const enum tr_dtype d = i == P || i == G ? dt : TR_DTYPE_F32;
-        /* v, lr and step 1 (a valid second moment, step >= 1); the rest normal(0, 1) */
-        rc = i == LR || i == T ? tr_cli_device_tensor(k, &t[i], d, 0, NULL, 0, 1, err)
-                               : tr_cli_device_tensor(k, &t[i], d, 1, shape, 20 + (uint64_t)i, i == V, err);
-    }
     struct tr_kernel_call calls[10];
     memset(calls, 0, sizeof calls);
-    int n_calls = 0;
-    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
-    if (!rc) rc = tr_kernels_bind_adamw_update(k, &t[P], &t[M], &t[V], &t[G], &t[LR], &t[T], b1, b2, eps, wd, &t[P],
-                                               &t[M], &t[V], &calls[n_calls++], err);
+    int n_calls = 1;
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f, hp[4] = {b1, b2, eps, wd};
+    /* the fused call on t[P..T]; the graph's ops' temporaries after them, f32 normal(0, 1) */
+    int rc = tr_cli_adamw_update_call(k, dt, dt, 1, shape, hp, t, &calls[0], err);
+    for (int i = A; i < NT && !rc; i++)
+        rc = tr_cli_device_tensor(k, &t[i], TR_DTYPE_F32, 1, shape, 20 + (uint64_t)i, 0, err);
     /* the graph's order (core's tr_adamw), a gradient of the weights' dtype cast first */
     struct tr_tensor g32 = t[G];
     const struct tr_attrs s_m = {.floats = {b1, 0.0f}}, s_g = {.floats = {1.0f - b1, 0.0f}},

@@ -28,6 +28,14 @@ int tr_cli_time_op(struct tr_kernels *k, int op, const struct tr_attrs *at, int 
 struct tr_kernel_call;
 int tr_cli_time_calls(struct tr_kernels *k, int n, const struct tr_kernel_call *calls, int reps, double *med,
                       double *best, struct tr_error *err);
+/* AdamW's fused update bound in place (each output in its input's memory, as the backends
+ * donate it), on new device tensors t[0..6): param (pdt), m, v (f32), the gradient (gdt),
+ * all of shape[nd], and 0-d f32 lr and step; v, lr and step ones (a valid second moment,
+ * step >= 1), the rest normal(0, 1). hp: beta1, beta2, eps, weight decay. On an error
+ * what was made is freed; else the caller unbinds the call and frees t. */
+int tr_cli_adamw_update_call(struct tr_kernels *k, enum tr_dtype pdt, enum tr_dtype gdt, int nd, const int64_t *shape,
+                             const float hp[4], struct tr_tensor *t, struct tr_kernel_call *call,
+                             struct tr_error *err);
 
 /* trident roofline FILE.ini [--device-peaks h200|h100|measure] [--run] [--reps R]
  * [--top N] [--json OUT]: the step's kernels against the device's floor

@@ -73,3 +73,22 @@ int tr_cli_time_calls(struct tr_kernels *k, int n, const struct tr_kernel_call *
                       double *best, struct tr_error *err) {
     return time_runs(k, 0, NULL, 0, NULL, NULL, n, calls, reps, med, best, err);
 }
+
+int tr_cli_adamw_update_call(struct tr_kernels *k, enum tr_dtype pdt, enum tr_dtype gdt, int nd, const int64_t *shape,
+                             const float hp[4], struct tr_tensor *t, struct tr_kernel_call *call,
+                             struct tr_error *err) {
+    enum { P, M, V, G, LR, T, NT };
+    memset(t, 0, NT * sizeof *t);
+    int rc = TR_OK;
+    for (int i = 0; i < NT && !rc; i++) {
+        const enum tr_dtype d = i == P ? pdt : i == G ? gdt : TR_DTYPE_F32;
+        rc = i >= LR ? tr_cli_device_tensor(k, &t[i], d, 0, NULL, 0, 1, err)
+                     : tr_cli_device_tensor(k, &t[i], d, nd, shape, 20 + (uint64_t)i, i == V, err);
+    }
+    if (!rc)
+        rc = tr_kernels_bind_adamw_update(k, &t[P], &t[M], &t[V], &t[G], &t[LR], &t[T], hp[0], hp[1], hp[2], hp[3],
+                                          &t[P], &t[M], &t[V], call, err);
+    for (int i = 0; rc && i < NT; i++)
+        if (t[i].data) tr_kernels_dealloc(k, t[i].data), t[i].data = NULL;
+    return rc;
+}

@@ -69,31 +69,21 @@ static int measure_peaks(struct tr_kernels *k, struct tr_roof_device *d, struct 
     return TR_OK;
 }
 
-/* A fused AdamW update (tr_k_adamw_update), each output in its input's memory as the
- * backends donate it: param and gradient of the group's dtypes, f32 moments (v, lr and
- * step ones: a valid second moment, step >= 1). */
+/* A fused AdamW update (tr_k_adamw_update) at the group's dtypes and shape, in place. */
 static int run_adamw(struct tr_kernels *k, const struct tr_graph *g, struct tr_roof_kernel *rk, int reps,
                      struct tr_error *err) {
-    enum { P, M, V, G, LR, T, NT };
-    const int p = tr_node_input(g, rk->node, 0), nd = tr_node_ndim(g, p);
-    const struct tr_attrs *a = tr_node_attrs(g, rk->node);
-    struct tr_tensor t[NT];
-    memset(t, 0, sizeof t);
-    int rc = TR_OK;
-    for (int i = 0; i < NT && !rc; i++) {
-        const int dt = i == P ? tr_node_dtype(g, p) : i == G ? tr_node_dtype(g, rk->adamw_grad) : TR_DTYPE_F32;
-        rc = tr_cli_device_tensor(k, &t[i], (enum tr_dtype)dt, i >= LR ? 0 : nd, tr_node_shape(g, p),
-                                  200 + (uint64_t)i, i == V || i >= LR, err);
-    }
+    const int p = tr_node_input(g, rk->node, 0);
+    struct tr_tensor t[6];
     struct tr_kernel_call call;
     memset(&call, 0, sizeof call);
     double med = 0;
-    if (!rc)
-        rc = tr_kernels_bind_adamw_update(k, &t[P], &t[M], &t[V], &t[G], &t[LR], &t[T], a->floats[0], a->floats[1],
-                                          a->floats[2], a->floats[3], &t[P], &t[M], &t[V], &call, err);
-    if (!rc) rc = tr_cli_time_calls(k, 1, &call, reps, &med, NULL, err);
-    for (int i = 0; i < NT; i++)
-        if (t[i].data) tr_kernels_dealloc(k, t[i].data);
+    int rc = tr_cli_adamw_update_call(k, (enum tr_dtype)tr_node_dtype(g, p),
+                                      (enum tr_dtype)tr_node_dtype(g, rk->adamw_grad), tr_node_ndim(g, p),
+                                      tr_node_shape(g, p), tr_node_attrs(g, rk->node)->floats, t, &call, err);
+    if (rc) return rc;
+    rc = tr_cli_time_calls(k, 1, &call, reps, &med, NULL, err);
+    tr_kernels_unbind(k, &call);
+    for (int i = 0; i < 6; i++) tr_kernels_dealloc(k, t[i].data);
     if (!rc) rk->measured_s = med;
     return rc;
 }

@@ -168,7 +168,8 @@ static void test_matmul_epilogue(void **state) {
      * from 2^20 */
     const struct mm_case big = {.nba = 1, .ba = {2}, .M = 256, .N = 260, .K = 256};
     const struct mm_case big2 = {.nba = 1, .ba = {2}, .nbb = 1, .bb = {2}, .M = 256, .N = 260, .K = 256};
-    const struct mm_case head = {.M = 4, .N = 4100, .K = 1024}, gemv = {.nba = 1, .ba = {3}, .M = 1, .N = 1100, .K = 320};
+    const struct mm_case head = {.M = 4, .N = 4100, .K = 1024};
+    const struct mm_case gemv = {.nba = 1, .ba = {3}, .M = 1, .N = 1100, .K = 320};
     mm_check(TR_DTYPE_F32, &big, 0, 1, 0.5f, 1, TR_DTYPE_F32, TR_ACT_GELU, 0, 233);
     mm_check(TR_DTYPE_F32, &big2, 1, 0, 1.0f, 1, TR_DTYPE_F32, TR_ACT_RELU, 0, 234);
     mm_check(TR_DTYPE_F32, &big, 0, 0, 1.0f, 1, TR_DTYPE_F32, TR_ACT_NONE, 0, 237); /* b plain: jit everywhere */

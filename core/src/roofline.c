@@ -142,7 +142,10 @@ static int adamw_group(const struct tr_graph *g, const int *readers, int s, int 
     return grad;
 }
 
-static int same_call(const struct tr_graph *g, int a, int b) {
+/* grad: per node, the gradient of the fused AdamW update it ends, else -1 (adamw_group) */
+static int same_call(const struct tr_graph *g, const int *grad, int a, int b) {
+    if ((grad[a] < 0) != (grad[b] < 0) || (grad[a] >= 0 && tr_node_dtype(g, grad[a]) != tr_node_dtype(g, grad[b])))
+        return 0;
     if (tr_node_op(g, a) != tr_node_op(g, b) || tr_node_dtype(g, a) != tr_node_dtype(g, b) ||
         tr_node_n_inputs(g, a) != tr_node_n_inputs(g, b) ||
         !tr_shape_equal(tr_node_ndim(g, a), tr_node_shape(g, a), tr_node_ndim(g, b), tr_node_shape(g, b)) ||
@@ -211,9 +214,7 @@ int tr_roof_sheet_build(const struct tr_graph *g, enum tr_math math, const struc
         const int op = tr_node_op(g, id);
         if (!runs_kernel(op) || absorbed[id]) continue;
         int i = 0;
-        while (i < s->n && !(same_call(g, s->k[i].node, id) && (s->k[i].adamw_grad < 0) == (grad[id] < 0) &&
-                             (grad[id] < 0 || tr_node_dtype(g, s->k[i].adamw_grad) == tr_node_dtype(g, grad[id]))))
-            i++;
+        while (i < s->n && !same_call(g, grad, s->k[i].node, id)) i++;
         struct tr_roof_kernel *k = &s->k[i];
         if (i == s->n) {
             s->n++;

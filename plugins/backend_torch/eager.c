@@ -410,8 +410,7 @@ void tr_torch_program_free(struct tr_torch_program *p) {
     free(p->nodes);
     tr_pir_free(&p->pir);
     TR_FREE_EACH(p->attn_groups, p->adamw_groups, p->in_ids, p->graph_in, p->graph_out, p->update_param, p->donated,
-                 p->donor, p->data, p->pending,
-                 p->refs, p->blocks, p->args, p);
+                 p->donor, p->data, p->pending, p->refs, p->blocks, p->args, p);
 }
 
 /* ---- execute ---- */

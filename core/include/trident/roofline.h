@@ -11,7 +11,8 @@
  * built to reach: struct tr_roof_design). Summed over the groups, the step's floor and
  * design. AdamW's update of a parameter (core's eight ops: SCALEs, MUL, ADDs, ADAMW_STEP,
  * a CAST of the gradient) is one call, as every backend makes it (tr_k_adamw_update:
- * param, m, v and the gradient read once, param', m', v' written once). `trident roofline FILE.ini --run` measures each group's kernel beside them.
+ * param, m, v and the gradient read once, param', m', v' written once). `trident roofline
+ * FILE.ini --run` measures each group's kernel beside them.
  *
  * The device's peaks are a preset ("h200", "h100", the published dense figures) or
  * measured on this machine by the caller (tr_roof_device filled by hand: the cpu has no

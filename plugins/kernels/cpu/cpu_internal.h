@@ -22,8 +22,11 @@
 extern int tr_cpu_isa_level;        /* enum tr_cpu_isa in use; baseline until fixed */
 extern int tr_cpu_bf16_gemm_native;   /* oneDNN has a bf16 GEMM at that level, on the cpu's bf16 units */
 extern int tr_cpu_bf16_gemm_emulated; /* oneDNN has one, emulated (AVX-512 without AVX512_BF16) */
-/* Fixes the level once per process (tr_kernels_init calls it); the error of a bad
- * TRIDENT_CPU_ISA every time. */
+/* TRIDENT_F32_GEMM: how an f32 GEMM picks oneDNN's kernel (matmul.c) */
+enum tr_cpu_f32_gemm { TR_CPU_F32_GEMM_AUTO, TR_CPU_F32_GEMM_JIT, TR_CPU_F32_GEMM_FIRST };
+extern int tr_cpu_f32_gemm;
+/* Fixes the level and the f32 GEMM choice once per process (tr_kernels_init calls it);
+ * the error of a bad TRIDENT_CPU_ISA or TRIDENT_F32_GEMM every time. */
 int tr_cpu_isa_fix(struct tr_error *err);
 
 #define TR_CPU_UNPAREN(...) __VA_ARGS__

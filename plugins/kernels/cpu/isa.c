@@ -23,6 +23,7 @@
 
 int tr_cpu_isa_level = TR_CPU_ISA_BASELINE;
 int tr_cpu_bf16_gemm_native = 0;
+int tr_cpu_f32_gemm = TR_CPU_F32_GEMM_AUTO;
 int tr_cpu_bf16_gemm_emulated = 0;
 
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
@@ -119,9 +120,10 @@ static void isa_init(void) {
     cpu_model(info->model, sizeof info->model);
     info->native = native_level(info);
     info->isa = info->native;
-    /* matmul.c reads it at each primitive it makes; a wrong value stops the library here */
     const char *gemm = getenv("TRIDENT_F32_GEMM");
-    if (gemm && *gemm && strcmp(gemm, "auto") != 0 && strcmp(gemm, "jit") != 0 && strcmp(gemm, "first") != 0) {
+    if (gemm && strcmp(gemm, "jit") == 0) tr_cpu_f32_gemm = TR_CPU_F32_GEMM_JIT;
+    else if (gemm && strcmp(gemm, "first") == 0) tr_cpu_f32_gemm = TR_CPU_F32_GEMM_FIRST;
+    else if (gemm && *gemm && strcmp(gemm, "auto") != 0) {
         tr_error_set(&isa_err, TR_ERR_INVALID,
                      "kernels: TRIDENT_F32_GEMM=%s is not a choice: expected auto (matmul.c's rules), jit (oneDNN's "
                      "jit sgemm for every f32 product) or first (oneDNN's first choice)",

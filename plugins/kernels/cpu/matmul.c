@@ -118,19 +118,12 @@ static int want_jit(const struct tr_mm_key *key) {
     return (dnnl_get_effective_cpu_isa() & amx) == amx || b_plain;
 }
 
-/* TRIDENT_F32_GEMM: the rules (auto, the default), or every f32 product on the jit
- * sgemm or on oneDNN's first choice, to measure the rules again on another cpu
- * (`TRIDENT_F32_GEMM=jit trident roofline INI --run` beside `=first`). 0, 1, 2; -1 when the
- * value is none of those. */
-static int f32_gemm_mode(void) {
-    const char *v = getenv("TRIDENT_F32_GEMM");
-    if (!v || !*v || strcmp(v, "auto") == 0) return 0;
-    return strcmp(v, "jit") == 0 ? 1 : strcmp(v, "first") == 0 ? 2 : -1;
-}
-
 static dnnl_status_t pick_impl(dnnl_primitive_desc_t *out, const dnnl_matmul_desc_t *md, dnnl_primitive_attr_t attr,
-                               dnnl_engine_t eng, const struct tr_mm_key *key, int mode) {
-    const int jit = key->dtype == TR_DTYPE_F32 && (mode == 1 || (mode == 0 && want_jit(key)));
+                               dnnl_engine_t eng, const struct tr_mm_key *key) {
+    /* TRIDENT_F32_GEMM (isa.c): the rules, or every f32 product on one kernel, to measure
+     * the rules again on another cpu (`=jit trident roofline INI --run` beside `=first`) */
+    const int jit = key->dtype == TR_DTYPE_F32 && (tr_cpu_f32_gemm == TR_CPU_F32_GEMM_JIT ||
+                                                   (tr_cpu_f32_gemm == TR_CPU_F32_GEMM_AUTO && want_jit(key)));
     if (!jit) return dnnl_primitive_desc_create(out, md, attr, eng, NULL);
     dnnl_primitive_desc_iterator_t it = NULL;
     dnnl_status_t st = dnnl_primitive_desc_iterator_create(&it, md, attr, eng, NULL);
@@ -193,10 +186,6 @@ static int create_entry(struct tr_kernels *k, const struct tr_mm_key *key, struc
     dnnl_matmul_desc_t md;
     if (!st) st = dnnl_matmul_desc_init(&md, &amd, &bmd, key->bias_dtype >= 0 ? &biasmd : NULL, &cmd);
     if (st) return tr_error_set(err, TR_ERR_INTERNAL, "matmul: oneDNN refused the memory descriptors (status %d)", (int)st);
-    const int mode = f32_gemm_mode();
-    if (mode < 0)
-        return tr_error_set(err, TR_ERR_INVALID, "matmul: TRIDENT_F32_GEMM=%s, expected auto, jit or first",
-                            getenv("TRIDENT_F32_GEMM"));
 
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t ops = NULL;
@@ -210,7 +199,7 @@ static int create_entry(struct tr_kernels *k, const struct tr_mm_key *key, struc
         if (!st) st = dnnl_primitive_attr_set_post_ops(attr, ops);
     }
     dnnl_primitive_desc_t pd = NULL;
-    if (!st) st = pick_impl(&pd, &md, attr, eng, key, mode);
+    if (!st) st = pick_impl(&pd, &md, attr, eng, key);
     if (ops) dnnl_post_ops_destroy(ops);
     if (attr) dnnl_primitive_attr_destroy(attr);
     if (st) {
