@@ -295,6 +295,12 @@ if nvidia-smi -L >/dev/null 2>&1; then
   echo "SKIPPED: cuda without a GPU (this machine has one; tests/gpu/run.sh covers device = cuda)"
 else
   expect "cuda without a GPU" 1 'no CUDA device' -- "$bin" run "$tmp/cuda.ini"
+  if [ "${TRIDENT_TEST_CUDA_BUILT:-0}" = 1 ]; then # checked before the device is looked for
+    expect "TRIDENT_CUDA_CONV=fast is refused" 1 'TRIDENT_CUDA_CONV=fast is not a choice: expected auto' -- \
+      env TRIDENT_CUDA_CONV=fast "$bin" run "$tmp/cuda.ini"
+    expect "TRIDENT_CUDA_CONV=im2col is a choice" 1 'no CUDA device' -- \
+      env TRIDENT_CUDA_CONV=im2col "$bin" run "$tmp/cuda.ini"
+  fi
   # the 7B rows say their size before the device check stops them
   expect "gemma 7b size before the device check" 1 'gemma/7b: 8537680896 parameters, 15.90 GiB in bf16' -- \
     "$bin" run conf/gemma_generate.ini

@@ -8,6 +8,7 @@
  * and is skipped; tests/gpu/run.sh runs it on a GPU. The public tr_k_* entries, the
  * math mode and cuRAND are test_cuda_kernels_api.c's. */
 #include "test_cuda_common.h"
+#include "../plugins/kernels/cuda/host/conv_plan.h"
 #include "../plugins/kernels/cuda/host/gemm_plan.h"
 
 /* Runs op on the cpu and on cuda with the same inputs and attributes and compares; then
@@ -822,39 +823,67 @@ static void test_rms_norm_rope(void **state) {
     }
 }
 
-/* Stable Diffusion's ops: conv2d and its two gradients (3x3 with bias, the stride-2
- * downsampler with pad_end, a 1x1 shortcut, a batch large enough to take several column
- * chunks: dW summed over them), group norm with and without SiLU (gamma f32 beside bf16 x
+/* conv2d and its two gradients on both paths (cuda/conv.c): cuDNN where the library has it
+ * (the 3x3 with bias, a 1x1 shortcut, a stride-2 3x3 padded by 2; the downsampler's padding at
+ * the end goes through im2col even so), then everything through im2col (TRIDENT_CUDA_CONV=
+ * im2col), with a batch large enough to take several column chunks there (dW summed over
+ * them). The route counts say which path ran each call. */
+static void test_conv(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    static const struct {
+        int64_t N, H, W, Ci, Co, K, s, p, pe, dil;
+    } convs[] = {{2, 9, 7, 5, 6, 3, 1, 1, 0, 1}, {1, 8, 8, 4, 4, 3, 2, 0, 1, 1}, {3, 5, 5, 8, 3, 1, 1, 0, 0, 1},
+                 {2, 11, 10, 6, 5, 3, 2, 2, 0, 1}, {70, 64, 64, 64, 32, 3, 1, 1, 0, 1}};
+    const int n_conv = (int)(sizeof convs / sizeof convs[0]);
+    const int cudnn = tr_cuda_conv_cudnn_built();
+    for (int path = cudnn ? 0 : 1; path < 2; path++) {
+        const enum tr_cuda_conv_mode was = tr_cuda_conv_force(path ? TR_CUDA_CONV_IM2COL : TR_CUDA_CONV_AUTO);
+        printf("conv2d through %s\n", path ? "im2col" : "cuDNN");
+        for (int d = 0; d < 3; d++) {
+            for (int i = 0; i < n_conv - !path; i++) { /* the chunked batch only where chunks exist */
+                const int64_t ext = convs[i].dil * (convs[i].K - 1) + 1;
+                const int64_t OH = (convs[i].H + 2 * convs[i].p + convs[i].pe - ext) / convs[i].s + 1,
+                              OW = (convs[i].W + 2 * convs[i].p + convs[i].pe - ext) / convs[i].s + 1;
+                const int64_t sx[4] = {convs[i].N, convs[i].H, convs[i].W, convs[i].Ci},
+                              sw[4] = {convs[i].Co, convs[i].Ci, convs[i].K, convs[i].K}, sb[1] = {convs[i].Co},
+                              so[4] = {convs[i].N, OH, OW, convs[i].Co};
+                struct tr_tensor in[3] = {randn(FLOATS[d], 4, sx, 400 + i), randn(FLOATS[d], 4, sw, 410 + i),
+                                          randn(i == 1 ? TR_DTYPE_F32 : FLOATS[d], 1, sb, 420 + i)};
+                struct tr_attrs at = {.ints = {convs[i].s, convs[i].p, convs[i].dil, 1, convs[i].pe}, .n_ints = 5};
+                struct tr_cuda_conv_route_counts c0, c1;
+                tr_cuda_conv_route_counts(&c0);
+                compare_op("conv2d", TR_OP_CONV2D, &at, i == 2 ? 2 : 3, in, FLOATS[d], 4, so);
+                /* the gradients at a random dy: dx (dy, w) and dw (x, dy) */
+                struct tr_tensor dy = randn(FLOATS[d], 4, so, 440 + i);
+                struct tr_attrs gi = at, gw = at;
+                gi.ints[5] = convs[i].H, gi.ints[6] = convs[i].W, gi.n_ints = 8;
+                gw.ints[5] = convs[i].K, gw.ints[6] = convs[i].K, gw.ints[7] = convs[i].Co, gw.n_ints = 8;
+                struct tr_tensor ii[2] = {dy, in[1]}, iw[2] = {in[0], dy};
+                compare_op("conv2d_grad_input", TR_OP_CONV2D_GRAD_INPUT, &gi, 2, ii, FLOATS[d], 4, sx);
+                compare_op("conv2d_grad_weight", TR_OP_CONV2D_GRAD_WEIGHT, &gw, 2, iw, FLOATS[d], 4, sw);
+                tr_cuda_conv_route_counts(&c1);
+                /* each compare_op runs the op three times (direct, then bound twice); the
+                 * cpu stand-in runs the cpu kernels, on no path of these */
+                const int want_cudnn = !path && convs[i].pe == 0;
+                if (!cpu_stand_in && (c1.cudnn - c0.cudnn != (want_cudnn ? 9u : 0u) || c1.im2col - c0.im2col != (want_cudnn ? 0u : 9u)))
+                    fail_msg("conv %d (%s): %llu calls through cuDNN and %llu through im2col, expected 9 through %s", i,
+                             tr_dtype_name(FLOATS[d]), (unsigned long long)(c1.cudnn - c0.cudnn),
+                             (unsigned long long)(c1.im2col - c0.im2col), want_cudnn ? "cuDNN" : "im2col");
+                tr_test_tensor_free(&dy);
+                free_all(3, in);
+            }
+        }
+        tr_cuda_conv_force(was);
+    }
+}
+
+/* Stable Diffusion's other ops: group norm with and without SiLU (gamma f32 beside bf16 x
  * too) and its gradients, the timestep embedding. */
 static void test_vision(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
-    static const struct {
-        int64_t N, H, W, Ci, Co, K, s, p, pe;
-    } convs[] = {{2, 9, 7, 5, 6, 3, 1, 1, 0}, {1, 8, 8, 4, 4, 3, 2, 0, 1}, {3, 5, 5, 8, 3, 1, 1, 0, 0},
-                 {70, 64, 64, 64, 32, 3, 1, 1, 0}}; /* the last: more columns than one 256 MiB chunk */
     for (int d = 0; d < 3; d++) {
-        for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
-            const int64_t OH = (convs[i].H + 2 * convs[i].p + convs[i].pe - convs[i].K) / convs[i].s + 1,
-                          OW = (convs[i].W + 2 * convs[i].p + convs[i].pe - convs[i].K) / convs[i].s + 1;
-            const int64_t sx[4] = {convs[i].N, convs[i].H, convs[i].W, convs[i].Ci},
-                          sw[4] = {convs[i].Co, convs[i].Ci, convs[i].K, convs[i].K}, sb[1] = {convs[i].Co},
-                          so[4] = {convs[i].N, OH, OW, convs[i].Co};
-            struct tr_tensor in[3] = {randn(FLOATS[d], 4, sx, 400 + i), randn(FLOATS[d], 4, sw, 410 + i),
-                                      randn(i == 1 ? TR_DTYPE_F32 : FLOATS[d], 1, sb, 420 + i)};
-            struct tr_attrs at = {.ints = {convs[i].s, convs[i].p, 1, 1, convs[i].pe}, .n_ints = 5};
-            compare_op("conv2d", TR_OP_CONV2D, &at, i == 2 ? 2 : 3, in, FLOATS[d], 4, so);
-            /* the gradients at a random dy: dx (dy, w) and dw (x, dy), on the same columns */
-            struct tr_tensor dy = randn(FLOATS[d], 4, so, 440 + i);
-            struct tr_attrs gi = at, gw = at;
-            gi.ints[5] = convs[i].H, gi.ints[6] = convs[i].W, gi.n_ints = 8;
-            gw.ints[5] = convs[i].K, gw.ints[6] = convs[i].K, gw.ints[7] = convs[i].Co, gw.n_ints = 8;
-            struct tr_tensor ii[2] = {dy, in[1]}, iw[2] = {in[0], dy};
-            compare_op("conv2d_grad_input", TR_OP_CONV2D_GRAD_INPUT, &gi, 2, ii, FLOATS[d], 4, sx);
-            compare_op("conv2d_grad_weight", TR_OP_CONV2D_GRAD_WEIGHT, &gw, 2, iw, FLOATS[d], 4, sw);
-            tr_test_tensor_free(&dy);
-            free_all(3, in);
-        }
         const int64_t sx[4] = {2, 6, 5, 12}, sc[1] = {12};
         for (int silu = 0; silu < 2; silu++) {
             struct tr_tensor in[3] = {randn(FLOATS[d], 4, sx, 430), randn(silu ? TR_DTYPE_F32 : FLOATS[d], 1, sc, 431),
@@ -1290,6 +1319,7 @@ static int reset_state(void **state) {
     (void)state;
     unsetenv("TRIDENT_CUDA_ATTENTION");
     tr_cuda_gemm_force_fallback(0);
+    tr_cuda_conv_force(TR_CUDA_CONV_AUTO);
     return G && tr_kernels_set_math(G, TR_MATH_DEFAULT, &err) != TR_OK ? -1 : 0;
 }
 #define TEST(f) cmocka_unit_test_setup(f, reset_state)
@@ -1303,8 +1333,10 @@ int main(void) {
         TEST(test_training_grads), TEST(test_attention_grad),
         TEST(test_attention_backward),
         TEST(test_attention_saved_stats),
-        TEST(test_rms_norm_rope), TEST(test_fused), TEST(test_vision), TEST(test_attention_rel),
+        TEST(test_rms_norm_rope), TEST(test_fused), TEST(test_conv), TEST(test_vision), TEST(test_attention_rel),
         TEST(test_colsum_split), TEST(test_matmul_epilogue_fallback),
     };
+    /* TR_TEST_FILTER=test_conv runs the tests whose names match (cmocka's pattern) */
+    if (getenv("TR_TEST_FILTER")) cmocka_set_test_filter(getenv("TR_TEST_FILTER"));
     return cmocka_run_group_tests(tests, cuda_setup, cuda_teardown);
 }

@@ -48,7 +48,7 @@ struct tr_roof_design tr_roof_design_of(int op, int dtype, enum tr_math math) {
         return tensor ? (struct tr_roof_design){0.3, 0.8, "flash backward from the forward's lse: dK·dV and dQ passes"}
                       : (struct tr_roof_design){0.3, 0.8, "flash backward on CUDA cores (strict f32)"};
     case TR_OP_CONV2D: case TR_OP_CONV2D_GRAD_INPUT: case TR_OP_CONV2D_GRAD_WEIGHT:
-        return (struct tr_roof_design){0.55, 0.7, "im2col chunks into cuBLASLt (cuDNN where found)"};
+        return (struct tr_roof_design){0.55, 0.7, "cuDNN on NHWC (else im2col chunks into cuBLASLt)"};
     case TR_OP_EMBEDDING_GRAD:
         return (struct tr_roof_design){0.5, 0.5, "rows scattered by id"};
     default:

@@ -43,6 +43,7 @@ struct rt_state {
     bool capture_on = false, capture_bad = false;
     work_list *capture = nullptr;
 } R;
+} // namespace
 
 // Queues f: recorded while a capture is on, else run now.
 void submit(std::function<void()> f) {
@@ -57,6 +58,19 @@ bool refuse_in_capture(const char *what) {
     R.capture_bad = true;
     return true;
 }
+
+double ld_elem(const void *p, cudaDataType t, size_t i) {
+    if (t == CUDA_R_32F) return ((const float *)p)[i];
+    if (t == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return __half2float(((const __half *)p)[i]);
+}
+void st_elem(void *p, cudaDataType t, size_t i, double v) {
+    if (t == CUDA_R_32F) ((float *)p)[i] = (float)v;
+    else if (t == CUDA_R_16BF) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v);
+    else ((__half *)p)[i] = __float2half_rn((float)v);
+}
+
+namespace {
 
 // An opaque handle (stream, event, preference, communicator) where nothing is behind it.
 template <typename H> H new_handle() { return (H) new char[1]; }
@@ -309,16 +323,6 @@ struct lt_layout {
     int32_t batch = 1;
 };
 
-double ld_elem(const void *p, cudaDataType t, size_t i) {
-    if (t == CUDA_R_32F) return ((const float *)p)[i];
-    if (t == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    return __half2float(((const __half *)p)[i]);
-}
-void st_elem(void *p, cudaDataType t, size_t i, double v) {
-    if (t == CUDA_R_32F) ((float *)p)[i] = (float)v;
-    else if (t == CUDA_R_16BF) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn((float)v);
-    else ((__half *)p)[i] = __float2half_rn((float)v);
-}
 double tf32(double v) { return nvcuda::wmma::__float_to_tf32((float)v); }
 
 void matmul(lt_desc d, float alpha, const void *A, lt_layout la, const void *B, lt_layout lb, float beta,

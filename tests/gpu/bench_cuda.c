@@ -1,14 +1,16 @@
 /* The ceilings tests/gpu/run.sh measures on a GPU, through the kernels library as the
  * backends call it: cuBLASLt bf16 GEMM TFLOP/s at 8192³ (and tf32, f32 on f32 data),
  * device-to-device copy GB/s,
- * and attention forward TFLOP/s at sequence 2048. Times are CUDA events around N
+ * attention forward TFLOP/s at sequence 2048, and Stable Diffusion's UNet 3x3 convolution
+ * at the predict row's batch (26 = 13 prompts, guided) through cuDNN and through im2col
+ * into cuBLASLt (TRIDENT_CUDA_CONV's two paths), bf16 and f32 as tf32. Times are CUDA events around N
  * repetitions after a warm-up. Every CUDA call is checked: a timing that failed (or gave
  * no positive time) is printed as "error" and written as null, never as inf or NaN, and
  * the exit status is then 1. The JSON's keys name what was measured, its sizes beside them
  * (gemm_n, copy_bytes, attention_bhtd).
  *
  * Usage: trident_bench_cuda [--small] OUT.json
- *   --small  GEMM 256³, a 16 MiB copy, attention at B1 H2 T128 D64: tests/gpu/run.sh's
+ *   --small  GEMM 256³, a 16 MiB copy, attention at B1 H2 T128 D64, conv 1x16x16x32: tests/gpu/run.sh's
  *            rehearsal on cuemu (tests/cuemu), where the real sizes would take hours */
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include <cuda_runtime_api.h>
 #include "trident/kernels.h"
 #include "trident/kernels_cuda.h"
+#include "../../plugins/kernels/cuda/host/conv_plan.h"
 
 #define CHECK(x)                                                                  \
     do {                                                                          \
@@ -140,6 +143,35 @@ static void run_att(struct tr_kernels *k, void *p) {
     CHECK(tr_kernels_run(k, TR_OP_ATTENTION, &a->at, 3, in, &a->o, &err));
 }
 
+struct conv_arg {
+    struct tr_tensor x, w, b, y;
+    struct tr_attrs at;
+};
+static void run_conv(struct tr_kernels *k, void *p) {
+    struct conv_arg *c = p;
+    struct tr_tensor in[3] = {c->x, c->w, c->b};
+    CHECK(tr_kernels_run(k, TR_OP_CONV2D, &c->at, 3, in, &c->y, &err));
+}
+
+/* The UNet's 3x3 (N, S, S, C) -> C with bias, dtype dt, through path; *ran_cudnn says
+ * whether cuDNN took it (else im2col did). NAN when the timing failed. */
+static double time_conv(struct tr_kernels *k, enum tr_dtype dt, int64_t N, int64_t S, int64_t C,
+                        enum tr_cuda_conv_mode path, int *ran_cudnn) {
+    struct conv_arg c = {dev_tensor(k, dt, 4, (int64_t[]){N, S, S, C}), dev_tensor(k, dt, 4, (int64_t[]){C, C, 3, 3}),
+                         dev_tensor(k, dt, 1, (int64_t[]){C}), dev_tensor(k, dt, 4, (int64_t[]){N, S, S, C}),
+                         {.ints = {1, 1, 1, 1, 0}, .n_ints = 5}};
+    const enum tr_cuda_conv_mode was = tr_cuda_conv_force(path);
+    struct tr_cuda_conv_route_counts c0, c1;
+    tr_cuda_conv_route_counts(&c0);
+    double ms = time_ms(k, run_conv, &c, 10);
+    tr_cuda_conv_route_counts(&c1);
+    *ran_cudnn = c1.cudnn > c0.cudnn;
+    tr_cuda_conv_force(was);
+    tr_kernels_dealloc(k, c.x.data), tr_kernels_dealloc(k, c.w.data);
+    tr_kernels_dealloc(k, c.b.data), tr_kernels_dealloc(k, c.y.data);
+    return ms;
+}
+
 int main(int argc, char **argv) {
     const char *json = NULL;
     int small = 0;
@@ -215,6 +247,18 @@ int main(int argc, char **argv) {
     double atts_tflops = rate(4.0 * B * H * T * T * D, atts_ms, 1e12);
     unsetenv("TRIDENT_CUDA_ATTENTION");
 
+    /* SD's UNet 3x3 at 64x64, 320 channels, batch 26: each path, bf16 and f32 as tf32 */
+    const int64_t cN = small ? 1 : 26, cS = small ? 16 : 64, cC = small ? 32 : 320;
+    const double conv_flops = 2.0 * cN * cS * cS * cC * cC * 9;
+    double conv_ms[2][2]; /* [dtype bf16, f32 as tf32][cuDNN, im2col] */
+    int conv_cudnn[2][2];
+    CHECK(tr_kernels_set_math(k, TR_MATH_TF32, &err));
+    for (int d = 0; d < 2; d++)
+        for (int p = 0; p < 2; p++)
+            conv_ms[d][p] = time_conv(k, d ? TR_DTYPE_F32 : TR_DTYPE_BF16, cN, cS, cC,
+                                      p ? TR_CUDA_CONV_IM2COL : TR_CUDA_CONV_AUTO, &conv_cudnn[d][p]);
+    CHECK(tr_kernels_set_math(k, TR_MATH_DEFAULT, &err));
+
     struct tr_cuda_pool_stats ps;
     CHECK(tr_kernels_cuda_memory(k, &ps, &err));
     char gemm[64], copy[64], att[64], line[96];
@@ -232,6 +276,13 @@ int main(int argc, char **argv) {
     row(line, att_ms, att_tflops, "TFLOP/s");
     row("attention fwd causal, same shape", attc_ms, attc_tflops, "TFLOP/s");
     row("attention fwd, CUDA-core kernel (simple)", atts_ms, atts_tflops, "TFLOP/s");
+    for (int d = 0; d < 2; d++)
+        for (int p = 0; p < 2; p++) {
+            snprintf(line, sizeof line, "conv2d 3x3 %lldx%lldx%lldx%lld, %s, %s%s", (long long)cN, (long long)cS,
+                     (long long)cS, (long long)cC, d ? "f32 as tf32" : "bf16", conv_cudnn[d][p] ? "cuDNN" : "im2col",
+                     !p && !conv_cudnn[d][p] ? " (no cuDNN)" : "");
+            row(line, conv_ms[d][p], rate(conv_flops, conv_ms[d][p], 1e12), "TFLOP/s");
+        }
     printf("device: %s (sm_%d%d); peak device memory through the pool: %.1f MiB\n", prop.name, prop.major, prop.minor,
            (double)ps.peak_reserved / (1 << 20));
     if (json) {
@@ -255,6 +306,17 @@ int main(int argc, char **argv) {
         jnum(f, "attention_fwd_causal_tflops", "%.2f", attc_tflops, ",\n");
         jnum(f, "attention_fwd_simple_ms", "%.4f", atts_ms, ",\n");
         jnum(f, "attention_fwd_simple_tflops", "%.2f", atts_tflops, ",\n");
+        fprintf(f, "  \"conv_nshw\": [%lld, %lld, %lld, %lld],\n", (long long)cN, (long long)cS, (long long)cS,
+                (long long)cC);
+        fprintf(f, "  \"conv_auto_path\": \"%s\",\n", conv_cudnn[0][0] ? "cudnn" : "im2col");
+        jnum(f, "conv_bf16_auto_tflops", "%.2f", rate(conv_flops, conv_ms[0][0], 1e12), ",\n");
+        jnum(f, "conv_bf16_im2col_tflops", "%.2f", rate(conv_flops, conv_ms[0][1], 1e12), ",\n");
+        jnum(f, "conv_tf32_auto_tflops", "%.2f", rate(conv_flops, conv_ms[1][0], 1e12), ",\n");
+        jnum(f, "conv_tf32_im2col_tflops", "%.2f", rate(conv_flops, conv_ms[1][1], 1e12), ",\n");
+        jnum(f, "conv_bf16_auto_ms", "%.4f", conv_ms[0][0], ",\n");
+        jnum(f, "conv_bf16_im2col_ms", "%.4f", conv_ms[0][1], ",\n");
+        jnum(f, "conv_tf32_auto_ms", "%.4f", conv_ms[1][0], ",\n");
+        jnum(f, "conv_tf32_im2col_ms", "%.4f", conv_ms[1][1], ",\n");
         fprintf(f, "  \"peak_reserved_bytes\": %zu\n}\n", ps.peak_reserved);
         if (fclose(f) != 0) {
             fprintf(stderr, "bench_cuda: cannot write %s\n", json);

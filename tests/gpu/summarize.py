@@ -228,6 +228,15 @@ def main():
                 f"{'loss 1st':>8} {'loss last':>9} agrees",
                 llm, lambda r: f"{r['row']:22} {r['preset']:6} {r['backend']:22}", llm_cells)
 
+    if "conv_nshw" in ceil:  # SD's UNet 3x3 on each of cuda/conv.c's paths (bench_cuda.c)
+        print(f"\nconv2d 3x3 {'x'.join(str(v) for v in ceil['conv_nshw'])} (TFLOP/s): auto took "
+              f"{ceil.get('conv_auto_path', '?')}")
+        for m in ("bf16", "tf32"):
+            a, i = num(ceil, f"conv_{m}_auto_tflops"), num(ceil, f"conv_{m}_im2col_tflops")
+            am, im = num(ceil, f"conv_{m}_auto_ms"), num(ceil, f"conv_{m}_im2col_ms")
+            print(f"   {m:5} auto {fmt(a, '7.1f', 7)}  im2col {fmt(i, '7.1f', 7)}  "
+                  f"auto {fmt(im / am if am and im else None, '5.2f', 5)}x as fast as im2col")
+
     peaks = sorted({str(reports[n].get("device_peaks")) for n in ROOF_ROWS if reports[n]})
     print(f"\nroofline sheets (trident roofline --run: each kernel alone at its shapes; peaks: {', '.join(peaks) or '-'})")
     for name in ROOF_ROWS:

@@ -23,6 +23,10 @@ int tr_cu_status(cudaError_t e, const char *what, const char *file, int line, st
 }
 
 int tr_cuda_available(int device_index, struct tr_error *err) {
+    /* the environment's choices first: a run that cannot be what it asked for stops here,
+     * with or without a device */
+    int rc = tr_cuda_conv_start(err);
+    if (rc) return rc;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -45,9 +49,11 @@ int tr_cuda_describe(int device_index, char *buf, size_t n, struct tr_error *err
     int drv = 0, rt = 0;
     (void)cudaDriverGetVersion(&drv);
     (void)cudaRuntimeGetVersion(&rt);
-    snprintf(buf, n, "%s, sm_%d%d, %d SMs, %.1f GiB, driver %d.%d, runtime %d.%d", prop.name, prop.major, prop.minor,
-             prop.multiProcessorCount, (double)prop.totalGlobalMem / 1073741824.0, drv / 1000, drv % 1000 / 10,
-             rt / 1000, rt % 1000 / 10);
+    char conv[96];
+    tr_cuda_conv_describe(conv, sizeof conv);
+    snprintf(buf, n, "%s, sm_%d%d, %d SMs, %.1f GiB, driver %d.%d, runtime %d.%d, %s", prop.name, prop.major,
+             prop.minor, prop.multiProcessorCount, (double)prop.totalGlobalMem / 1073741824.0, drv / 1000,
+             drv % 1000 / 10, rt / 1000, rt % 1000 / 10, conv);
     return TR_OK;
 }
 
@@ -80,6 +86,7 @@ void tr_cuda_ctx_free(struct tr_kernels *k) {
         }
     }
     tr_cuda_nccl_free(c);
+    tr_cuda_conv_free(c);
     tr_cuda_plan_cache_free(c->gemm_plans);
     if (c->curand) (void)curandDestroyGenerator((curandGenerator_t)c->curand);
     if (c->lt) (void)cublasLtDestroy((cublasLtHandle_t)c->lt);

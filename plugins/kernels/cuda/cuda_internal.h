@@ -46,7 +46,19 @@ struct tr_cuda_ctx {
     int dry;
     void *nccl;                   /* ncclComm_t, made at the first ALLREDUCE (collective.c) */
     struct tr_cuda_side *side;    /* ALLREDUCE_START's stream and events (collective.c) */
+    void *cudnn;                  /* cudnnHandle_t, made at the first cuDNN convolution (conv.c) */
+    struct tr_cuda_plan_cache *conv_plans; /* cuDNN's descriptors and algorithm per shape */
 };
+
+/* CONV2D and its gradients (conv.c): cuDNN or im2col into cuBLASLt (host/conv_plan.h). */
+int tr_cuda_run_conv2d(struct tr_kernels *k, struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, int n_in,
+                       const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err);
+/* TRIDENT_CUDA_CONV checked when a context starts; the handle and plans freed at its end;
+ * "conv cuDNN 9.19.0", "conv im2col (TRIDENT_CUDA_CONV)" or "conv im2col (no cuDNN)" for
+ * the device's description (tr_cuda_describe; a report's gpu line). */
+int tr_cuda_conv_start(struct tr_error *err);
+void tr_cuda_conv_free(struct tr_cuda_ctx *c);
+void tr_cuda_conv_describe(char *buf, size_t n);
 
 /* ALLREDUCE (collective.c), and its NCCL communicator's end (at the context's). */
 int tr_cuda_run_allreduce(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, const struct tr_tensor *x,

@@ -867,131 +867,6 @@ static int run_update_slice(struct tr_cuda_ctx *c, const struct tr_attrs *at, co
 
 /* ---- Stable Diffusion's ops ---- */
 
-/* CONV2D as im2col and one cuBLASLt GEMM per chunk of images (out = col · Wᵀ + bias, W the
- * (Cout, Cin·KH·KW) flattening of torch's layout, out's rows the NHWC pixels): the column
- * buffer is at most 256 MiB, so SD's 26 images at 64x64 (1.2 GB of columns) take five.
- * Its gradients on the same columns: dx = col2im(dy · W), dW = Σ over chunks dyᵀ · col. */
-#define CONV_COL_BYTES ((size_t)256 << 20)
-
-struct conv_geom {
-    int64_t N, H, W, Ci, Co, KH, KW, OH, OW, s, p, pe, dil;
-};
-
-/* The geometry of op on its two operands (CONV2D: x, w; GRAD_INPUT: dy, w with H, W in
- * ints[5..6]; GRAD_WEIGHT: x, dy with KH, KW, Cout in ints[5..7]) and out, checked. */
-static int conv_geom(int op, const struct tr_attrs *at, const struct tr_tensor *a, const struct tr_tensor *b,
-                     const struct tr_tensor *out, struct conv_geom *g, struct tr_error *err) {
-    const char *kn = tr_op_name(op);
-    char d1[200], d2[200], d3[200];
-    if (a->ndim != 4 || b->ndim != 4 || out->ndim != 4 || a->dtype != b->dtype || out->dtype != a->dtype)
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: %s, %s and out %s should be 4-D of one dtype", kn,
-                            tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2), tr_cpu_desc(out, d3, sizeof d3));
-    *g = (struct conv_geom){.s = at->ints[0] ? at->ints[0] : 1, .p = at->ints[1], .dil = at->ints[2] ? at->ints[2] : 1,
-                            .pe = at->ints[4]};
-    const int64_t groups = at->ints[3] ? at->ints[3] : 1;
-    if (g->s < 1 || g->p < 0 || g->pe < 0 || g->dil < 1 || groups != 1)
-        return tr_error_set(err, TR_ERR_INVALID, "%s: stride %lld, padding %lld+%lld, dilation %lld, groups %lld: "
-                            "expected stride and dilation >= 1, padding >= 0, groups 1", kn, (long long)g->s,
-                            (long long)g->p, (long long)g->pe, (long long)g->dil, (long long)groups);
-    const struct tr_tensor *x = op == TR_OP_CONV2D_GRAD_INPUT ? out : a, *w = op == TR_OP_CONV2D_GRAD_WEIGHT ? out : b;
-    const struct tr_tensor *y = op == TR_OP_CONV2D ? out : op == TR_OP_CONV2D_GRAD_INPUT ? a : b;
-    g->N = x->shape[0], g->H = x->shape[1], g->W = x->shape[2], g->Ci = x->shape[3];
-    g->Co = w->shape[0], g->KH = w->shape[2], g->KW = w->shape[3];
-    g->OH = (g->H + 2 * g->p + g->pe - g->dil * (g->KH - 1) - 1) / g->s + 1;
-    g->OW = (g->W + 2 * g->p + g->pe - g->dil * (g->KW - 1) - 1) / g->s + 1;
-    const int ok = w->shape[1] == g->Ci && g->OH >= 1 && g->OW >= 1 && y->shape[0] == g->N && y->shape[1] == g->OH &&
-                   y->shape[2] == g->OW && y->shape[3] == g->Co &&
-                   (op != TR_OP_CONV2D_GRAD_INPUT || (at->ints[5] == g->H && at->ints[6] == g->W)) &&
-                   (op != TR_OP_CONV2D_GRAD_WEIGHT || (at->ints[5] == g->KH && at->ints[6] == g->KW));
-    if (!ok)
-        return tr_error_set(err, TR_ERR_SHAPE, "%s: x (N,H,W,Cin), w (Cout,Cin,KH,KW) and dy (N,OH,OW,Cout) do not fit "
-                            "(%s, %s, out %s)", kn, tr_cpu_desc(a, d1, sizeof d1), tr_cpu_desc(b, d2, sizeof d2),
-                            tr_cpu_desc(out, d3, sizeof d3));
-    return TR_OK;
-}
-
-/* A 2-D device view [rows, cols] of like's dtype and device at data. */
-static struct tr_tensor view2(const struct tr_tensor *like, void *data, int64_t rows, int64_t cols) {
-    return (struct tr_tensor){.data = data, .dtype = like->dtype, .device = like->device,
-                              .device_index = like->device_index, .ndim = 2, .shape = {rows, cols},
-                              .strides = {cols, 1}};
-}
-
-/* One GEMM of a convolution: the convolution is the call, its GEMMs count as gemm_calls. */
-static int conv_gemm(struct tr_kernels *k, struct tr_cuda_ctx *c, const struct tr_tensor *a, const struct tr_tensor *b,
-                     struct tr_tensor *o, int ta, int tb, const struct tr_tensor *bias, const char *kn,
-                     struct tr_error *err) {
-    int rc = tr_cuda_matmul(k, a, b, o, ta, tb, 1.0f, bias, TR_ACT_NONE, err);
-    if (rc) return tr_error_prefix(err, "%s", kn);
-    if (!c->dry) k->stats.calls--;
-    return TR_OK;
-}
-
-static int run_conv2d(struct tr_kernels *k, struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, int n_in,
-                      const struct tr_tensor *in, struct tr_tensor *out, struct tr_error *err) {
-    const char *kn = tr_op_name(op);
-    const struct tr_tensor *bias = op == TR_OP_CONV2D && n_in == 3 ? &in[2] : NULL;
-    int rc = check_float(&in[0], kn, "the first input", err);
-    if (!rc) rc = check_float(&in[1], kn, "the second input", err);
-    if (!rc) rc = check_float(out, kn, "out", err);
-    if (!rc && bias) rc = check_float(bias, kn, "bias", err);
-    struct conv_geom g = {0};
-    if (!rc) rc = conv_geom(op, at, &in[0], &in[1], out, &g, err);
-    if (rc) return rc;
-    char d1[200];
-    if (bias && (tr_tensor_numel(bias) != g.Co || (bias->dtype != in[0].dtype && bias->dtype != TR_DTYPE_F32)))
-        return tr_error_set(err, TR_ERR_SHAPE, "conv2d: bias %s should be [%lld] of x's dtype or f32",
-                            tr_cpu_desc(bias, d1, sizeof d1), (long long)g.Co);
-    if (tr_tensor_numel(out) == 0) return TR_OK;
-    /* dW over no images (N 0, the only empty input left here): the empty sum, zeros, as the
-     * cpu's; the chunk loop below would run no chunk and leave dW unwritten */
-    if (g.N == 0) return TR_CU_LAUNCH(c, tr_cu_fill_zero(c->stream, out->data, tr_tensor_nbytes(out), err));
-    const int64_t K = g.Ci * g.KH * g.KW, px = g.OH * g.OW;
-    const size_t es = tr_dtype_size((enum tr_dtype)out->dtype), per_image = (size_t)(px * K) * es;
-    int64_t nb = per_image ? (int64_t)(CONV_COL_BYTES / per_image) : g.N;
-    nb = nb < 1 ? 1 : nb > g.N ? g.N : nb;
-    const int chunks = (int)((g.N + nb - 1) / nb);
-    /* scratch: the columns; for dW with several chunks also one chunk's dW and the f32 sum,
-     * each of the first two rounded up to 256 bytes below (up to 255 more bytes each: 512) */
-    const size_t col_bytes = (size_t)nb * per_image, dw_n = (size_t)(g.Co * K),
-                 extra = op == TR_OP_CONV2D_GRAD_WEIGHT && chunks > 1 ? dw_n * es + dw_n * sizeof(float) + 512 : 0;
-    char *scratch = NULL;
-    if ((rc = tr_cuda_scratch(c, col_bytes + extra, (void **)&scratch, err)) != TR_OK) return rc;
-    void *part = scratch + ((col_bytes + 255) / 256) * 256;
-    float *acc = (float *)((char *)part + ((dw_n * es + 255) / 256) * 256);
-    const struct tr_tensor *w = op == TR_OP_CONV2D_GRAD_WEIGHT ? out : &in[1];
-    struct tr_tensor wk = view2(w, w->data, g.Co, K);
-    for (int64_t n0 = 0, ci = 0; n0 < g.N; n0 += nb, ci++) {
-        const int64_t m = n0 + nb <= g.N ? nb : g.N - n0;
-        struct tr_tensor col = view2(out, scratch, m * px, K);
-        if (op == TR_OP_CONV2D || op == TR_OP_CONV2D_GRAD_WEIGHT) {
-            rc = TR_CU_LAUNCH(c, tr_cu_im2col(c->stream, out->dtype, in[0].data, scratch, n0, m, g.H, g.W, g.Ci, g.KH,
-                                              g.KW, g.OH, g.OW, g.s, g.p, g.dil, err));
-            if (rc) return rc;
-        }
-        if (op == TR_OP_CONV2D) {
-            struct tr_tensor o = view2(out, (char *)out->data + (size_t)(n0 * px * g.Co) * es, m * px, g.Co);
-            rc = conv_gemm(k, c, &col, &wk, &o, 0, 1, bias, kn, err);
-        } else if (op == TR_OP_CONV2D_GRAD_INPUT) {
-            struct tr_tensor dy = view2(out, (char *)in[0].data + (size_t)(n0 * px * g.Co) * es, m * px, g.Co);
-            rc = conv_gemm(k, c, &dy, &wk, &col, 0, 0, NULL, kn, err);
-            if (!rc)
-                rc = TR_CU_LAUNCH(c, tr_cu_col2im(c->stream, out->dtype, scratch, (char *)out->data, n0, m, g.H, g.W,
-                                                  g.Ci, g.KH, g.KW, g.OH, g.OW, g.s, g.p, g.dil, err));
-        } else {
-            struct tr_tensor dy = view2(out, (char *)in[1].data + (size_t)(n0 * px * g.Co) * es, m * px, g.Co);
-            struct tr_tensor dw = chunks > 1 ? view2(out, part, g.Co, K) : wk;
-            rc = conv_gemm(k, c, &dy, &col, &dw, 1, 0, NULL, kn, err);
-            if (!rc && chunks > 1)
-                rc = TR_CU_LAUNCH(c, tr_cu_accumulate(c->stream, out->dtype, part, acc, (int64_t)dw_n, ci == 0, err));
-        }
-        if (rc) return rc;
-    }
-    if (op == TR_OP_CONV2D_GRAD_WEIGHT && chunks > 1)
-        return TR_CU_LAUNCH(c, tr_cu_from_f32(c->stream, out->dtype, acc, out->data, (int64_t)dw_n, err));
-    return TR_OK;
-}
-
 static int run_group_norm_grad(struct tr_cuda_ctx *c, int op, const struct tr_attrs *at, const struct tr_tensor *in,
                                struct tr_tensor *out, struct tr_error *err) {
     const char *kn = tr_op_name(op);
@@ -1112,7 +987,7 @@ int tr_cuda_run(struct tr_kernels *k, int op, const struct tr_attrs *at, int n_i
     case TR_OP_MSE: return run_train(c, op, at, n_in, in, out, err);
     case TR_OP_CONV2D:
     case TR_OP_CONV2D_GRAD_INPUT:
-    case TR_OP_CONV2D_GRAD_WEIGHT: return run_conv2d(k, c, op, at, n_in, in, out, err);
+    case TR_OP_CONV2D_GRAD_WEIGHT: return tr_cuda_run_conv2d(k, c, op, at, n_in, in, out, err);
     case TR_OP_GROUP_NORM: return run_group_norm(c, at, in, out, err);
     case TR_OP_GROUP_NORM_GRAD:
     case TR_OP_GROUP_NORM_GRAD_GAMMA: return run_group_norm_grad(c, op, at, in, out, err);
