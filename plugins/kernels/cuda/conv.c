@@ -13,6 +13,7 @@
  *   pixels): the column buffer is at most 256 MiB, so SD's 26 images at 64x64 (1.2 GB of
  *   columns) take five. Its gradients on the same columns: dx = col2im(dy · W), dW = the
  *   sum over chunks of dyᵀ · col. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,10 +162,14 @@ static void plan_release(void *p) {
     free(q);
 }
 
+/* cuDNN's status as ours: its BAD_PARAM and NOT_SUPPORTED families (2000s, 3000s) are
+ * TR_ERR_UNSUPPORTED, which a plan answers by im2col (plan_make). */
 static int dnn_status(cudnnStatus_t s, const char *what, struct tr_error *err) {
     if (s == CUDNN_STATUS_SUCCESS) return TR_OK;
-    return tr_error_set(err, s == CUDNN_STATUS_ALLOC_FAILED ? TR_ERR_NOMEM : TR_ERR_DEVICE, "cuDNN: %s: %s", what,
-                        cudnnGetErrorString(s));
+    const int code = s == CUDNN_STATUS_ALLOC_FAILED                ? TR_ERR_NOMEM
+                     : (int)s / 1000 == 2 || (int)s / 1000 == 3 ? TR_ERR_UNSUPPORTED
+                                                                 : TR_ERR_DEVICE;
+    return tr_error_set(err, code, "cuDNN: %s: %s", what, cudnnGetErrorString(s));
 }
 #define DNN(call, what)                                                \
     do {                                                               \
@@ -240,6 +245,18 @@ static int plan_make(struct tr_cuda_ctx *c, const struct conv_key *key, struct c
         "cudnnSetConvolution2dDescriptor");
     rc = plan_pick(c, key->op, key->strict_f32, q, err);
 out:
+    if (rc == TR_ERR_UNSUPPORTED) {
+        /* cuDNN refused the problem itself: im2col runs this shape, said once a process
+         * (the route counts tell a test) rather than a run stopped on a path with a twin */
+        static atomic_int said;
+        if (!atomic_exchange(&said, 1))
+            fprintf(stderr, "trident: cuda %s (%lld,%lld,%lld,%lld) by %lldx%lld to %lld: %s; im2col runs it "
+                            "(said once)\n", tr_op_name(key->op), (long long)key->N, (long long)key->H,
+                    (long long)key->W, (long long)key->Ci, (long long)key->KH, (long long)key->KW, (long long)key->Co,
+                    err ? err->msg : "refused");
+        q->use = 0;
+        rc = TR_OK;
+    }
     if (rc) {
         plan_release(q);
         return tr_error_prefix(err, "cuda %s", tr_op_name(key->op));

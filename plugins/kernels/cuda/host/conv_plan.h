@@ -11,7 +11,8 @@
  * - which of cuDNN's algorithms, from its heuristic's list (best first): the first that
  *   runs, is deterministic (a fit reruns to the same losses, as every other kernel here),
  *   uses no TF32 where the math is strict f32, and needs at most max_workspace bytes; if
- *   none is deterministic, the first that satisfies the rest. None: im2col for that shape.
+ *   none is deterministic, the first that satisfies the rest. None, or cuDNN refusing the
+ *   problem outright (BAD_PARAM, NOT_SUPPORTED): im2col for that shape, said once.
  *
  * Counted per process (tr_cuda_conv_route_counts) so that a test or the GPU script sees
  * which path ran. */
