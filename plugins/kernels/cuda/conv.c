@@ -243,6 +243,12 @@ static int plan_make(struct tr_cuda_ctx *c, const struct conv_key *key, struct c
     DNN(cudnnSetConvolution2dDescriptor(q->conv, (int)key->p, (int)key->p, (int)key->s, (int)key->s, (int)key->dil,
                                         (int)key->dil, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
         "cudnnSetConvolution2dDescriptor");
+    /* the math asked before the heuristic is (as PyTorch does): FMA alone under strict f32,
+     * TF32 allowed under tf32, tensor cores for bf16 and f16 */
+    DNN(cudnnSetConvolutionMathType(q->conv, key->strict_f32            ? CUDNN_FMA_MATH
+                                             : dt == CUDNN_DATA_FLOAT ? CUDNN_DEFAULT_MATH
+                                                                      : CUDNN_TENSOR_OP_MATH),
+        "cudnnSetConvolutionMathType");
     rc = plan_pick(c, key->op, key->strict_f32, q, err);
 out:
     if (rc == TR_ERR_UNSUPPORTED) {
