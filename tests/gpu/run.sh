@@ -18,7 +18,8 @@
 # 3. compute-sanitizer memcheck on one small BERT training step on one backend (torch, or
 #    TRIDENT_GPU_MEMCHECK_BACKEND; said so, and gone on, if the machine refuses it);
 # 4. the ceilings: cuBLASLt bf16 GEMM TFLOP/s at 8192^3, device-to-device copy GB/s,
-#    attention forward TFLOP/s at sequence 2048 (tests/gpu/bench_cuda.c); then the roofline
+#    attention forward TFLOP/s at sequence 2048, SD's UNet 3x3 conv through cuDNN and through
+#    im2col (tests/gpu/bench_cuda.c); then the roofline
 #    sheets (trident roofline --run) of BERT base predict/fit and the 7B LLMs' fit and
 #    generate: each kernel timed alone beside its floor on the card found (h100, h200) and its design time;
 # 5. BERT base predict (batch 256) and fit (batch 32), sequence 512, on every backend
@@ -27,6 +28,7 @@
 #    Stable Diffusion's small step, the small VAE's predict and its encoder's fit, the small
 #    SAM's predict and its image encoder's fit (5 steps) on every backend; a random diffusers
 #    pipeline's text to image against diffusers' float64 pictures (tests/fixtures/reference_sd);
+#    which path ran their convolutions (cuDNN, im2col, a shape cuDNN turned down) is said;
 # 7. the PyTorch peers, last, so that the trident rows exist if time runs out: the BERT
 #    tasks through the PyTorch + transformers of that machine (tests/gpu/torch_bert.py,
 #    5 timed steps, eager first, then torch.compile reduce-overhead, same math mode);
@@ -452,6 +454,11 @@ for c in gemma_generate mistral_generate gemma_fit mistral_fit sd_predict vae_pr
   fi
   [ "${status[$r]}" = pass ] || llm_ok=0
 done
+# which path ran the convolutions: the gpu line names the mode; a shape cuDNN turned down
+# (and im2col ran) is said once per process in the row's log (plugins/kernels/cuda/conv.c)
+grep -h -m1 -o 'conv cuDNN [0-9.]*\|conv im2col ([^)]*)' "$out"/cuda_sd_predict.log 2>/dev/null | head -1 |
+  while read -r path; do note "SD rows' convolutions: $path"; done
+grep -h 'im2col runs it' "$out"/cuda_*.log 2>/dev/null | sort -u | while read -r line; do note "$line"; done
 if [ $built = 0 ]; then result[llm]="not run (no build)"
 elif [ $have_gpu = 0 ]; then result[llm]="skipped (no GPU)"
 elif [ $llm_ok = 1 ]; then result[llm]=pass
