@@ -873,12 +873,19 @@ static void test_conv(void **state) {
                 compare_op("conv2d_grad_weight", TR_OP_CONV2D_GRAD_WEIGHT, &gw, 2, iw, FLOATS[d], 4, sw);
                 tr_cuda_conv_route_counts(&c1);
                 /* each compare_op runs the op three times (direct, then bound twice); the
-                 * cpu stand-in runs the cpu kernels, on no path of these */
+                 * cpu stand-in runs the cpu kernels, on no path of these. On a GPU, cuDNN may
+                 * turn an f32 or f16 shape down (the calls then go through im2col, said on
+                 * stderr): counted and said here; bf16, the benchmark's tensor-core case,
+                 * must go through cuDNN, and cuemu's cuDNN takes every shape it is asked */
                 const int want_cudnn = !path && convs[i].pe == 0 && convs[i].Ci != 13 && convs[i].Ci != 11;
-                if (!cpu_stand_in && (c1.cudnn - c0.cudnn != (want_cudnn ? 9u : 0u) || c1.im2col - c0.im2col != (want_cudnn ? 0u : 9u)))
+                const uint64_t nd = c1.cudnn - c0.cudnn, ni = c1.im2col - c0.im2col;
+                const int may_refuse = want_cudnn && !cuemu && FLOATS[d] != TR_DTYPE_BF16 && nd + ni == 9;
+                if (may_refuse && ni)
+                    printf("conv %d (%s): cuDNN turned it down, im2col ran it\n", i, tr_dtype_name(FLOATS[d]));
+                if (!cpu_stand_in && !may_refuse && (nd != (want_cudnn ? 9u : 0u) || ni != (want_cudnn ? 0u : 9u)))
                     fail_msg("conv %d (%s): %llu calls through cuDNN and %llu through im2col, expected 9 through %s", i,
-                             tr_dtype_name(FLOATS[d]), (unsigned long long)(c1.cudnn - c0.cudnn),
-                             (unsigned long long)(c1.im2col - c0.im2col), want_cudnn ? "cuDNN" : "im2col");
+                             tr_dtype_name(FLOATS[d]), (unsigned long long)nd, (unsigned long long)ni,
+                             want_cudnn ? "cuDNN" : "im2col");
                 tr_test_tensor_free(&dy);
                 free_all(3, in);
             }
