@@ -389,6 +389,11 @@ if [ "$(grep -cE '^  (torch|torch:reduce-overhead|tf|jax) +ok +.logits. [0-9.]+e
   ok "gemma: each backend within 1e-6 of transformers"; else bad "gemma: each backend within 1e-6 of transformers"; fi
 expect "mistral generate against transformers greedy tokens" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_mistral_generate/check.ini
 expect "mistral fit, every weight trained: each step's loss against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_mistral_fit/check.ini
+# GemmaConfig's attention_bias (q/k/v/o_proj with biases, drawn at std 0.5 so a lost one
+# shows): the fit's losses, every weight and bias trained, and a greedy generate's prefill
+# logits and tokens (a reference that differs is exit 1).
+expect "gemma attention_bias fit against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_gemma_bias/check.ini
+expect "gemma attention_bias generate against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_gemma_bias_generate/check.ini
 # A SamModel config.json of transformers' own (no global block: "global_attn_indexes": [];
 # a 48x48 image; the default prompt scaled to it), its batch and outputs in float64
 # (tests/fixtures/make_vision_reference.py --model sam --random 9).

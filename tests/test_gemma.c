@@ -59,8 +59,8 @@ static void test_hf_config_errors(void **state) {
     } bad[] = {{"{\"model_type\": \"gemma\", \"hidden_size\": 4294967296}", "\"hidden_size\" is not an integer from 1 to 65536", TR_ERR_FORMAT},
                {"{\"model_type\": \"gemma\", \"num_hidden_layers\": 1000000}", "\"num_hidden_layers\" is not an integer from 1 to 1024", TR_ERR_FORMAT},
                {"{\"model_type\": \"gemma\", \"vocab_size\": 0}", "\"vocab_size\" is not an integer from 1", TR_ERR_FORMAT},
-               /* GemmaConfig's switches of another attention (biased projections, bidirectional) */
-               {"{\"model_type\": \"gemma\", \"attention_bias\": true}", "\"attention_bias\" = true: only false", TR_ERR_UNSUPPORTED},
+               /* GemmaConfig's switch of another attention (bidirectional); a bias is a bool */
+               {"{\"model_type\": \"gemma\", \"attention_bias\": 1}", "\"attention_bias\" is not true or false", TR_ERR_FORMAT},
                {"{\"model_type\": \"gemma\", \"use_bidirectional_attention\": true}", "\"use_bidirectional_attention\" = true", TR_ERR_UNSUPPORTED},
                {"{\"model_type\": \"gemma\", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2}}", "rope_type = linear", TR_ERR_UNSUPPORTED}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -80,6 +80,15 @@ static void test_hf_config_errors(void **state) {
         if (rc) fail_msg("%s: %s", acts[i].json, e.msg);
         assert_string_equal(c.hidden_act, acts[i].act);
     }
+    /* GemmaConfig's attention_bias: q/k/v/o_proj's biases, counted as transformers counts */
+    c = *tiny();
+    if (read_json("{\"model_type\": \"gemma\", \"attention_bias\": true}", &c, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(c.attention_bias, 1);
+    struct tr_decoder_config nb = c;
+    nb.attention_bias = 0;
+    const int64_t plain = tr_decoder_param_count(&nb), dh = tr_decoder_head_dim(&c);
+    assert_int_equal(tr_decoder_param_count(&c), plain + c.num_hidden_layers * (c.num_attention_heads * dh +
+                                                  2 * c.num_key_value_heads * dh + c.hidden_size));
     static struct tr_config cfg;
     const char *ini = "[run]\nmodel = gemma\npreset = tiny\n[model]\nhf_config = tests/fixtures/hf/none.json\n";
     assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);

@@ -68,6 +68,9 @@ int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build
         return tr_error_set(err, TR_ERR_INVALID, "%s: rms_norm_eps = %g, expected >= 0", m, c->rms_norm_eps);
     if (!(c->rope_theta > 0 && isfinite(c->rope_theta)))
         return tr_error_set(err, TR_ERR_INVALID, "%s: rope_theta = %g, expected > 0", m, c->rope_theta);
+    if (c->attention_bias && c->family != TR_DECODER_GEMMA)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: attention_bias = true: MistralConfig's projections have no bias "
+                            "(GemmaConfig's attention_bias is the one provided)", m);
     if (!(c->pad_fraction >= 0 && c->pad_fraction <= 1))
         return tr_error_set(err, TR_ERR_INVALID, "%s: pad_fraction = %g, expected in [0,1]", m, c->pad_fraction);
     if (strnlen(c->hidden_act, sizeof c->hidden_act) == sizeof c->hidden_act || !tr_nn_act_known(act_name(c)))
@@ -93,19 +96,23 @@ int tr_decoder_resolve(const struct tr_decoder_config *c, struct tr_decoder_conf
 int64_t tr_decoder_param_count(const struct tr_decoder_config *c) {
     const int64_t D = c->hidden_size, V = c->vocab_size, I = c->intermediate_size, dh = tr_decoder_head_dim(c);
     const int64_t q = c->num_attention_heads * dh, kv = c->num_key_value_heads * dh;
-    const int64_t layer = D * q + 2 * D * kv + q * D + 3 * D * I + 2 * D;
+    const int64_t layer = D * q + 2 * D * kv + q * D + 3 * D * I + 2 * D + (c->attention_bias ? q + 2 * kv + D : 0);
     return V * D + c->num_hidden_layers * layer + D + (c->tie_word_embeddings ? 0 : V * D);
 }
 
-/* HF nn.Linear without bias inside scope `name`: x (..., in) · weight (out, in)ᵀ, plus
- * the LoRA term when lr adapts this layer (lr NULL: never). The one place every Linear
- * is made. x32: x's f32 cast shared by the layers that read x (lora.c), or NULL. */
+/* HF nn.Linear inside scope `name`: x (..., in) · weight (out, in)ᵀ (+ bias (out) where
+ * `bias`: the attention projections of a GemmaConfig with attention_bias), plus the LoRA
+ * term when lr adapts this layer (lr NULL: never), added last as peft does. The one place
+ * every Linear is made. x32: x's f32 cast shared by the layers that read x (lora.c), or
+ * NULL. */
 static int proj(struct tr_graph *g, int x, int64_t in, int64_t out, enum tr_dtype dt, const char *name,
-                const struct tr_decoder_lora *lr, int *x32) {
-    const int64_t ws[2] = {out, in};
+                const struct tr_decoder_lora *lr, int *x32, int bias) {
+    const int64_t ws[2] = {out, in}, bs[1] = {out};
     tr_graph_push_scope(g, "%s", name);
     int w = tr_param(g, "weight", dt, 2, ws, 0.0f, 0.02f);
+    int b = bias ? tr_param(g, "bias", dt, 1, bs, 0.0f, 0.02f) : -1;
     int y = tr_matmul(g, x, w, 0, 1);
+    if (bias) y = tr_add(g, y, b);
     y = tr_decoder_lora_apply(g, lr, tr_decoder_lora_target(name), x, x32, y, in, out, dt);
     tr_graph_pop_scope(g);
     if (y >= 0) tr_graph_set_name(g, y, name);
@@ -151,13 +158,14 @@ static int decoder_layer(struct tr_graph *g, const struct pass_ctx *ctx, int64_t
     const float theta = (float)c->rope_theta;
 
     const struct tr_decoder_lora *lr = p->lora;
+    const int ab = c->attention_bias;
     int h = rms_norm(g, c, x, dt, "input_layernorm"), h32 = -1;
     tr_graph_push_scope(g, "self_attn");
-    int q = tr_rope(g, split_heads(g, proj(g, h, D, H * dh, dt, "q_proj", lr, &h32), B, T, H, dh), ctx->pos, theta,
+    int q = tr_rope(g, split_heads(g, proj(g, h, D, H * dh, dt, "q_proj", lr, &h32, ab), B, T, H, dh), ctx->pos, theta,
                     0);
-    int k = tr_rope(g, split_heads(g, proj(g, h, D, Hk * dh, dt, "k_proj", lr, &h32), B, T, Hk, dh), ctx->pos, theta,
+    int k = tr_rope(g, split_heads(g, proj(g, h, D, Hk * dh, dt, "k_proj", lr, &h32, ab), B, T, Hk, dh), ctx->pos, theta,
                     0);
-    int v = split_heads(g, proj(g, h, D, Hk * dh, dt, "v_proj", lr, &h32), B, T, Hk, dh);
+    int v = split_heads(g, proj(g, h, D, Hk * dh, dt, "v_proj", lr, &h32, ab), B, T, Hk, dh);
     *k_new = k;
     *v_new = v;
     if (ctx->cache) {
@@ -178,16 +186,16 @@ static int decoder_layer(struct tr_graph *g, const struct pass_ctx *ctx, int64_t
     const int perm[4] = {0, 2, 1, 3};
     const int64_t merged[3] = {B, T, H * dh};
     a = tr_reshape(g, tr_transpose(g, a, 4, perm), 3, merged);
-    int y = tr_add(g, proj(g, a, H * dh, D, dt, "o_proj", lr, NULL), x);
+    int y = tr_add(g, proj(g, a, H * dh, D, dt, "o_proj", lr, NULL, ab), x);
     tr_graph_pop_scope(g);
 
     h = rms_norm(g, c, y, dt, "post_attention_layernorm");
     h32 = -1;
     tr_graph_push_scope(g, "mlp");
-    int gate = proj(g, h, D, c->intermediate_size, dt, "gate_proj", lr, &h32);
+    int gate = proj(g, h, D, c->intermediate_size, dt, "gate_proj", lr, &h32, 0);
     int act = tr_nn_act(g, act_name(c), gate);
-    int up = proj(g, h, D, c->intermediate_size, dt, "up_proj", lr, &h32);
-    int f = proj(g, tr_mul(g, act, up), c->intermediate_size, D, dt, "down_proj", lr, NULL);
+    int up = proj(g, h, D, c->intermediate_size, dt, "up_proj", lr, &h32, 0);
+    int f = proj(g, tr_mul(g, act, up), c->intermediate_size, D, dt, "down_proj", lr, NULL, 0);
     tr_graph_pop_scope(g);
     return tr_add(g, f, y);
 }
@@ -297,7 +305,7 @@ int tr_decoder_build_pass(const struct tr_decoder_config *c, const struct tr_dec
     }
     x = rms_norm(g, c, x, dt, "norm");
     tr_graph_pop_scope(g);
-    int logits = c->tie_word_embeddings ? tr_matmul(g, x, embed, 0, 1) : proj(g, x, D, V, dt, "lm_head", NULL, NULL);
+    int logits = c->tie_word_embeddings ? tr_matmul(g, x, embed, 0, 1) : proj(g, x, D, V, dt, "lm_head", NULL, NULL, 0);
     if (logits >= 0 && c->tie_word_embeddings) tr_graph_set_name(g, logits, "logits");
     if (p->loss) causal_lm_loss(g, logits, B, T, V);
     else tr_graph_set_output(g, logits, "logits");

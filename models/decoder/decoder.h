@@ -77,6 +77,7 @@ struct tr_decoder_config {
     double rms_norm_eps;
     double rope_theta;
     int tie_word_embeddings;       /* logits = h · embed_tokensᵀ; no lm_head.weight */
+    int attention_bias;            /* q/k/v/o_proj carry a bias (GemmaConfig's; Mistral's never) */
     char hidden_act[64];           /* ACT2FN name (layers.h TR_NN_ACTS; Gemma reads "gelu" as the tanh form) */
     double pad_fraction;           /* synthetic batch: left padding, as BERT's */
     int64_t pad_token_id;          /* embed_tokens' padding row (no gradient); -1: none */

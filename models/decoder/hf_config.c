@@ -103,9 +103,15 @@ static int apply(const cJSON *root, const char *path, struct tr_decoder_config *
         rc = get_int(root, path, ints[i].key, ints[i].null_ok, ints[i].v == &c->pad_token_id ? -1 : 0, ints[i].v, err);
     if (!rc) rc = get_float(root, path, "rms_norm_eps", &c->rms_norm_eps, err);
     if (!rc) rc = get_rope(root, path, &c->rope_theta, err);
-    /* GemmaConfig's switches of the attention that trident's is not: biased projections and
-     * bidirectional attention (transformers 5.x; MistralConfig has neither) */
-    if (!rc && c->family == TR_DECODER_GEMMA) rc = tr_hf_json_expect_bool(root, path, "attention_bias", 0, err);
+    /* GemmaConfig's biased projections; its bidirectional attention (transformers 5.x) is not
+     * trident's. MistralConfig has neither: a Mistral file's attention_bias is ignored, as
+     * transformers ignores it. */
+    const cJSON *ab = c->family == TR_DECODER_GEMMA ? cJSON_GetObjectItemCaseSensitive(root, "attention_bias") : NULL;
+    if (!rc && ab && !cJSON_IsNull(ab)) {
+        if (!cJSON_IsBool(ab))
+            rc = tr_error_set(err, TR_ERR_FORMAT, "'%s': \"attention_bias\" is not true or false", path);
+        else c->attention_bias = cJSON_IsTrue(ab);
+    }
     if (!rc && c->family == TR_DECODER_GEMMA)
         rc = tr_hf_json_expect_bool(root, path, "use_bidirectional_attention", 0, err);
     if (!rc) rc = get_string(root, path, "hidden_act", c->hidden_act, sizeof c->hidden_act, err);
@@ -130,7 +136,7 @@ static const char GEMMA_DEFAULTS[] =
     "{\"vocab_size\": 256000, \"hidden_size\": 3072, \"intermediate_size\": 24576, \"num_hidden_layers\": 28,"
     " \"num_attention_heads\": 16, \"num_key_value_heads\": 16, \"head_dim\": 256,"
     " \"hidden_act\": \"gelu_pytorch_tanh\", \"max_position_embeddings\": 8192, \"rms_norm_eps\": 1e-06,"
-    " \"rope_theta\": 10000.0, \"pad_token_id\": 0, \"tie_word_embeddings\": true}";
+    " \"rope_theta\": 10000.0, \"pad_token_id\": 0, \"tie_word_embeddings\": true, \"attention_bias\": false}";
 static const char MISTRAL_DEFAULTS[] =
     "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 32,"
     " \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": null, \"hidden_act\": \"silu\","

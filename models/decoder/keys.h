@@ -21,6 +21,7 @@
     DEC_KEY_(rms_norm_eps, TR_KEY_FLOAT, 0, 1, "epsilon of every RMS norm"),                                         \
     DEC_KEY_(rope_theta, TR_KEY_FLOAT, 1e-6, 1e12, "RoPE base"),                                                     \
     DEC_KEY_(tie_word_embeddings, TR_KEY_BOOL, 0, 0, "logits from the embedding table (no lm_head.weight)"),         \
+    DEC_KEY_(attention_bias, TR_KEY_BOOL, 0, 0, "q_proj, k_proj, v_proj and o_proj carry a bias (Gemma only)"),       \
     DEC_KEY_(hidden_act, TR_KEY_STRING, 0, 0, "feed-forward gate's activation (ACT2FN's name): gelu_pytorch_tanh (GeGLU), silu (SwiGLU), ..."),     \
     DEC_KEY_(pad_fraction, TR_KEY_FLOAT, 0, 1,                                                                       \
              "synthetic batch: sample b left-pads floor((b mod 4) * pad_fraction * seq_len) tokens"),                \
