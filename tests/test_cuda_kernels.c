@@ -823,6 +823,14 @@ static void test_rms_norm_rope(void **state) {
     }
 }
 
+/* The "device" is tests/cuemu's (the CUDA side on the cpu), by the name it gives. */
+static int on_cuemu(void) {
+    char gpu[256] = "";
+    struct tr_error de = {0};
+    return !cpu_stand_in && tr_kernels_device_describe(TR_DEVICE_CUDA, 0, gpu, sizeof gpu, &de) == TR_OK &&
+           strncmp(gpu, "cuemu", 5) == 0;
+}
+
 /* conv2d and its two gradients on both paths (cuda/conv.c): cuDNN where the library has it
  * (the 3x3 with bias, a 1x1 shortcut, a stride-2 3x3 padded by 2; the downsampler's padding at
  * the end goes through im2col even so), then everything through im2col (TRIDENT_CUDA_CONV=
@@ -839,12 +847,9 @@ static void test_conv(void **state) {
                  {2, 6, 5, 13, 4, 3, 1, 1, 0, 1}, {1, 5, 6, 11, 3, 3, 1, 1, 0, 1}};
     const int n_conv = (int)(sizeof convs / sizeof convs[0]) - 2;
     const int cudnn = tr_cuda_conv_cudnn_built();
-    char gpu[256];
-    struct tr_error de;
     /* cuemu's cuDNN refuses x of 13 channels and has no algorithm for 11 (cuemu_cudnn.cpp):
      * those go through im2col however the mode says, and still agree */
-    const int cuemu = !cpu_stand_in && tr_kernels_device_describe(TR_DEVICE_CUDA, 0, gpu, sizeof gpu, &de) == TR_OK &&
-                      strncmp(gpu, "cuemu", 5) == 0;
+    const int cuemu = on_cuemu();
     for (int path = cudnn ? 0 : 1; path < 2; path++) {
         const enum tr_cuda_conv_mode was = tr_cuda_conv_force(path ? TR_CUDA_CONV_IM2COL : TR_CUDA_CONV_AUTO);
         printf("conv2d through %s\n", path ? "im2col" : "cuDNN");
@@ -997,10 +1002,7 @@ static void test_attention_rel(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
     static const int64_t grids[2] = {14, 20};
-    char gpu[256] = "";
-    struct tr_error de = {0};
-    const int cuemu = !cpu_stand_in && tr_kernels_device_describe(TR_DEVICE_CUDA, 0, gpu, sizeof gpu, &de) == TR_OK &&
-                      strncmp(gpu, "cuemu", 5) == 0;
+    const int cuemu = on_cuemu();
     const int64_t B = cuemu ? 1 : 2, H = cuemu ? 2 : 3;
     for (int d = 0; d < 3; d++)
         for (int gi = 0; gi < 2; gi++)

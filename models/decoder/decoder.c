@@ -96,7 +96,8 @@ int tr_decoder_resolve(const struct tr_decoder_config *c, struct tr_decoder_conf
 int64_t tr_decoder_param_count(const struct tr_decoder_config *c) {
     const int64_t D = c->hidden_size, V = c->vocab_size, I = c->intermediate_size, dh = tr_decoder_head_dim(c);
     const int64_t q = c->num_attention_heads * dh, kv = c->num_key_value_heads * dh;
-    const int64_t layer = D * q + 2 * D * kv + q * D + 3 * D * I + 2 * D + (c->attention_bias ? q + 2 * kv + D : 0);
+    const int64_t bias = c->attention_bias ? q + 2 * kv + D : 0;
+    const int64_t layer = D * q + 2 * D * kv + q * D + 3 * D * I + 2 * D + bias;
     return V * D + c->num_hidden_layers * layer + D + (c->tie_word_embeddings ? 0 : V * D);
 }
 

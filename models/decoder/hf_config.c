@@ -52,6 +52,16 @@ static int get_string(const cJSON *root, const char *path, const char *key, char
     return TR_OK;
 }
 
+/* A bool key: absent leaves *v; null too where null_ok; anything else but true or false is
+ * the error. */
+static int get_bool(const cJSON *root, const char *path, const char *key, int null_ok, int *v, struct tr_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!j || (null_ok && cJSON_IsNull(j))) return TR_OK;
+    if (!cJSON_IsBool(j)) return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not true or false", path, key);
+    *v = cJSON_IsTrue(j);
+    return TR_OK;
+}
+
 /* rope_theta at the top (transformers 4.x) or in rope_parameters (5.x); a scaled RoPE
  * (linear, dynamic, yarn, llama3 ...) is not what the ROPE op computes. */
 static int get_rope(const cJSON *root, const char *path, double *theta, struct tr_error *err) {
@@ -106,12 +116,7 @@ static int apply(const cJSON *root, const char *path, struct tr_decoder_config *
     /* GemmaConfig's biased projections; its bidirectional attention (transformers 5.x) is not
      * trident's. MistralConfig has neither: a Mistral file's attention_bias is ignored, as
      * transformers ignores it. */
-    const cJSON *ab = c->family == TR_DECODER_GEMMA ? cJSON_GetObjectItemCaseSensitive(root, "attention_bias") : NULL;
-    if (!rc && ab && !cJSON_IsNull(ab)) {
-        if (!cJSON_IsBool(ab))
-            rc = tr_error_set(err, TR_ERR_FORMAT, "'%s': \"attention_bias\" is not true or false", path);
-        else c->attention_bias = cJSON_IsTrue(ab);
-    }
+    if (!rc && c->family == TR_DECODER_GEMMA) rc = get_bool(root, path, "attention_bias", 1, &c->attention_bias, err);
     if (!rc && c->family == TR_DECODER_GEMMA)
         rc = tr_hf_json_expect_bool(root, path, "use_bidirectional_attention", 0, err);
     if (!rc) rc = get_string(root, path, "hidden_act", c->hidden_act, sizeof c->hidden_act, err);
@@ -119,13 +124,7 @@ static int apply(const cJSON *root, const char *path, struct tr_decoder_config *
     /* As transformers' GemmaConfig: the official files say "gelu" and mean the tanh form. */
     if (c->family == TR_DECODER_GEMMA && strcmp(c->hidden_act, "gelu") == 0)
         memcpy(c->hidden_act, "gelu_pytorch_tanh", sizeof "gelu_pytorch_tanh");
-    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
-    if (tie) {
-        if (!cJSON_IsBool(tie))
-            return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"tie_word_embeddings\" is not true or false", path);
-        c->tie_word_embeddings = cJSON_IsTrue(tie);
-    }
-    return TR_OK;
+    return get_bool(root, path, "tie_word_embeddings", 0, &c->tie_word_embeddings, err);
 }
 
 /* GemmaConfig's and MistralConfig's defaults (transformers 5.25) for the keys read here:

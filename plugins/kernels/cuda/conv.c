@@ -134,10 +134,11 @@ static int run_im2col(struct tr_kernels *k, struct tr_cuda_ctx *c, int op, const
 
 #ifdef TR_HAVE_CUDNN
 
-/* What a plan depends on; zeroed before it is filled, so keys compare with memcmp. */
+/* What a plan depends on (the shape as conv_geom checked it); zeroed before it is filled,
+ * so keys compare with memcmp. */
 struct conv_key {
     int32_t op, dtype, strict_f32, pad_;
-    int64_t N, H, W, Ci, Co, KH, KW, s, p, dil;
+    struct tr_cuda_conv_shape g;
 };
 
 /* A shape's cuDNN plan: its descriptors and algorithm, or use 0 (no algorithm fits:
@@ -226,22 +227,21 @@ static int plan_make(struct tr_cuda_ctx *c, const struct conv_key *key, struct c
     struct conv_plan *q = calloc(1, sizeof *q);
     if (!q) return tr_error_set(err, TR_ERR_NOMEM, "cuda conv2d: no host memory for a cuDNN plan");
     const cudnnDataType_t dt = dnn_dtype(key->dtype);
-    const int OH = (int)((key->H + 2 * key->p - key->dil * (key->KH - 1) - 1) / key->s + 1),
-              OW = (int)((key->W + 2 * key->p - key->dil * (key->KW - 1) - 1) / key->s + 1);
+    const struct tr_cuda_conv_shape *g = &key->g;
     int rc = TR_OK;
     DNN(cudnnCreateTensorDescriptor(&q->x), "cudnnCreateTensorDescriptor");
     DNN(cudnnCreateTensorDescriptor(&q->y), "cudnnCreateTensorDescriptor");
     DNN(cudnnCreateFilterDescriptor(&q->w), "cudnnCreateFilterDescriptor");
     DNN(cudnnCreateConvolutionDescriptor(&q->conv), "cudnnCreateConvolutionDescriptor");
     /* dims in cuDNN's logical order (N, C, H, W; K, C, R, S), laid out NHWC and KRSC */
-    DNN(cudnnSetTensor4dDescriptor(q->x, CUDNN_TENSOR_NHWC, dt, (int)key->N, (int)key->Ci, (int)key->H, (int)key->W),
+    DNN(cudnnSetTensor4dDescriptor(q->x, CUDNN_TENSOR_NHWC, dt, (int)g->N, (int)g->Ci, (int)g->H, (int)g->W),
         "cudnnSetTensor4dDescriptor (x)");
-    DNN(cudnnSetTensor4dDescriptor(q->y, CUDNN_TENSOR_NHWC, dt, (int)key->N, (int)key->Co, OH, OW),
+    DNN(cudnnSetTensor4dDescriptor(q->y, CUDNN_TENSOR_NHWC, dt, (int)g->N, (int)g->Co, (int)g->OH, (int)g->OW),
         "cudnnSetTensor4dDescriptor (y)");
-    DNN(cudnnSetFilter4dDescriptor(q->w, dt, CUDNN_TENSOR_NHWC, (int)key->Co, (int)key->Ci, (int)key->KH, (int)key->KW),
+    DNN(cudnnSetFilter4dDescriptor(q->w, dt, CUDNN_TENSOR_NHWC, (int)g->Co, (int)g->Ci, (int)g->KH, (int)g->KW),
         "cudnnSetFilter4dDescriptor");
-    DNN(cudnnSetConvolution2dDescriptor(q->conv, (int)key->p, (int)key->p, (int)key->s, (int)key->s, (int)key->dil,
-                                        (int)key->dil, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+    DNN(cudnnSetConvolution2dDescriptor(q->conv, (int)g->p, (int)g->p, (int)g->s, (int)g->s, (int)g->dil, (int)g->dil,
+                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
         "cudnnSetConvolution2dDescriptor");
     /* the math asked before the heuristic is (as PyTorch does): FMA alone under strict f32,
      * TF32 allowed under tf32, tensor cores for bf16 and f16 */
@@ -257,8 +257,8 @@ out:
         static atomic_int said;
         if (!atomic_exchange(&said, 1))
             fprintf(stderr, "trident: cuda %s (%lld,%lld,%lld,%lld) by %lldx%lld to %lld: %s; im2col runs it "
-                            "(said once)\n", tr_op_name(key->op), (long long)key->N, (long long)key->H,
-                    (long long)key->W, (long long)key->Ci, (long long)key->KH, (long long)key->KW, (long long)key->Co,
+                            "(said once)\n", tr_op_name(key->op), (long long)g->N, (long long)g->H,
+                    (long long)g->W, (long long)g->Ci, (long long)g->KH, (long long)g->KW, (long long)g->Co,
                     err ? err->msg : "refused");
         q->use = 0;
         rc = TR_OK;
@@ -306,8 +306,7 @@ static int run_cudnn(struct tr_kernels *k, struct tr_cuda_ctx *c, int op, const 
     struct conv_key key;
     memset(&key, 0, sizeof key);
     key.op = op, key.dtype = out->dtype, key.strict_f32 = out->dtype == TR_DTYPE_F32 && k->math != TR_MATH_TF32;
-    key.N = g->N, key.H = g->H, key.W = g->W, key.Ci = g->Ci, key.Co = g->Co, key.KH = g->KH, key.KW = g->KW;
-    key.s = g->s, key.p = g->p, key.dil = g->dil;
+    key.g = *g;
     struct conv_plan *q = tr_cuda_plan_cache_get(c->conv_plans, &key, sizeof key);
     if (!q) {
         if ((rc = plan_make(c, &key, &q, err)) != TR_OK) return rc;
