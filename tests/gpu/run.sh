@@ -12,7 +12,7 @@
 #    CMAKE_CUDA_COMPILER); make, else Ninja (carried in build-gpu-deps where missing);
 # 2. the CUDA tests, each program once, through ctest (not the cpu-only kernel tests, nor
 #    their NAME@ISA repeats): every CUDA kernel against the cpu kernel on random inputs
-#    (test_cuda_kernels), the backends on cuda, the allocator, GEMM plans and NVRTC, and the
+#    (test_cuda_kernels, test_cuda_vision), the backends on cuda, the allocator, GEMM plans and NVRTC, and the
 #    one-rank data-parallel fit on cuda (test_dp: NCCL's path, its losses one process's bit
 #    for bit); the kernels' verdicts by name from ctest's log;
 # 3. compute-sanitizer memcheck on one small BERT training step on one backend (torch, or
@@ -52,8 +52,8 @@
 # GPU is taken as seen (as TRIDENT_GPU_FORCE=1), LD_LIBRARY_PATH starts with BUILD/cuemu;
 # configure is `cmake -S . -B BUILD` on that build's own cache (no arguments: nothing
 # rebuilt); ctest runs from a test dir of its own under OUT (its LastTest.log is not the
-# build's) and leaves out test_cuda_kernels (13 minutes on cuemu) and the NVRTC tests (they
-# check the real NVRTC, cuemu has a stand-in); memcheck runs its INI without
+# build's) and leaves out test_cuda_kernels and test_cuda_vision (3 and 8 minutes on cuemu)
+# and the NVRTC tests (they check the real NVRTC, cuemu has a stand-in); memcheck runs its INI without
 # compute-sanitizer (which needs a GPU) and says so; the ceilings are trident_bench_cuda
 # --small; every INI (BERT, roofline, the LLM/SD/SAM rows) its tiny preset, batch 2,
 # sequence 16 (generate: 12 tokens after 8), and the PyTorch rows the same BERT on the cpu.
@@ -311,9 +311,9 @@ if need_build tests; then
   # or NAME@cuemu-* (the same program again under another instruction set, or on cuemu),
   # nor cuda_spills (ptxas's spill counts: no GPU in it, CI runs it)
   # (test_dp: the one-rank data-parallel fit on cuda, whose sums take NCCL's path)
-  tdir=$bdir skip='@|^cuda_spills$' named=(test_cuda_kernels test_cuda_kernels_api test_backend_cuda test_dp)
+  tdir=$bdir skip='@|^cuda_spills$' named=(test_cuda_kernels test_cuda_vision test_cuda_kernels_api test_backend_cuda test_dp)
   if [ "$rehearsal" = 1 ]; then # a test dir of its own (ctest may be running this), fewer programs
-    tdir=$out/ctest skip='@|^cuda_spills$|^test_cuda_kernels$|nvrtc' named=(test_cuda_kernels_api test_backend_cuda test_dp)
+    tdir=$out/ctest skip='@|^cuda_spills$|^test_cuda_kernels$|^test_cuda_vision$|nvrtc' named=(test_cuda_kernels_api test_backend_cuda test_dp)
     mkdir -p "$tdir" && printf 'subdirs("%s")\n' "$(cd "$bdir" && pwd)" >"$tdir/CTestTestfile.cmake"
   fi
   rm -f "$tdir/Testing/Temporary/LastTest.log"
