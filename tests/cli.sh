@@ -148,6 +148,9 @@ prompt = a photo of an astronaut riding a horse
 tokenizer = $PWD/tests/fixtures/clip_tokenizer
 image = $tmp/tiny.png"
 expect "generate writes the picture of a prompt" 0 "wrote $tmp/tiny.png" -- "$bin" run "$tmp/gen.ini"
+# the pipeline's VAE encoder is left out by design (tr_graph_omit): no warning of it
+if grep -q "the model's" "$tmp/out"; then bad "a pipeline's parts generate leaves out are not warned of"
+else ok "a pipeline's parts generate leaves out are not warned of"; fi
 if [ -s "$tmp/tiny.png" ] && head -c 8 "$tmp/tiny.png" | od -An -c | grep -q 'P   N   G'; then ok "the picture is a PNG"; else bad "the picture is a PNG"; fi
 rejects genbad.ini "[run]
 model = stable_diffusion
@@ -394,6 +397,15 @@ expect "mistral fit, every weight trained: each step's loss against torch's Adam
 # logits and tokens (a reference that differs is exit 1).
 expect "gemma attention_bias fit against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_gemma_bias/check.ini
 expect "gemma attention_bias generate against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_gemma_bias_generate/check.ini
+if grep -q "the model's" "$tmp/out"; then bad "a checkpoint read whole warns of nothing"; else ok "a checkpoint read whole warns of nothing"; fi
+# The same checkpoint under a config that leaves its biases out loads, and the tensors it
+# did not read are named, by pattern: the model is not the checkpoint's.
+d=$PWD/tests/fixtures/reference_gemma_bias
+sed -e "s#^\(weights\|hf_config\) = #\1 = $d/#" -e '/^\(inputs\|reference\) = /d' -e 's/^backends = .*/backends = torch/' \
+  -e 's/^task = .*/task = predict/' -e 's/^\[model\]/&\nattention_bias = false/' "$d/check.ini" > "$tmp/nobias.ini"
+expect "a checkpoint's tensors the model does not read are named in a warning" 0 \
+  "^trident: warning: $d/model.safetensors: 8 of its 28 tensors are not the model's \(not read; .*\): model.layers.\\*.self_attn.k_proj.bias \(2\), model.layers.\\*.self_attn.o_proj.bias \(2\), .*v_proj.bias \(2\)$" \
+  -- "$bin" run "$tmp/nobias.ini"
 # A SamModel config.json of transformers' own (no global block: "global_attn_indexes": [];
 # a 48x48 image; the default prompt scaled to it), its batch and outputs in float64
 # (tests/fixtures/make_vision_reference.py --model sam --random 9).

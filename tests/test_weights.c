@@ -476,6 +476,154 @@ static void test_load_directory(void **state) {
     rmdir(dir);
 }
 
+/* make_graph's three tensors (bare: without "layer.", -1: none) and the extra names, one
+ * float each, written to path. */
+static void write_with(const char *path, int bare, int n_extra, const char *const *extra) {
+    const int64_t *shapes[3] = {shape_w, shape_b, shape_g}, one[1] = {1};
+    const int ndims[3] = {2, 1, 1};
+    struct tr_tensor ts[32];
+    const char *nm[32];
+    int n = 0;
+    for (int i = 0; i < 3 && bare >= 0; i++, n++) {
+        ts[n] = tr_test_tensor(TR_DTYPE_F32, ndims[i], shapes[i]);
+        tr_test_randn(&ts[n], 300 + (uint64_t)i, 1.0);
+        nm[n] = bare ? strchr(names[i], '.') + 1 : names[i];
+    }
+    for (int i = 0; i < n_extra; i++, n++) {
+        ts[n] = tr_test_tensor(TR_DTYPE_F32, 1, one);
+        tr_test_randn(&ts[n], 310 + (uint64_t)i, 1.0);
+        nm[n] = extra[i];
+    }
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_write(path, n, nm, ts, &e), TR_OK);
+    tr_test_tensors_free(n, ts);
+}
+
+#define tr_assert_str_has(str, s)                                                    \
+    do {                                                                             \
+        if (!strstr((str), (s))) fail_msg("\"%s\"\n  lacks \"%s\"", (str), (s)); \
+    } while (0)
+
+/* What tr_weights_warn_unused writes for w, in buf. */
+static void warned(const struct tr_weights *w, char *buf, size_t cap) {
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    tr_weights_warn_unused(w, f);
+    rewind(f);
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = 0;
+    fclose(f);
+}
+
+/* Loads dir_or_file into make_graph's graph with the omitted prefixes; checks how many
+ * tensors were unused and returns the warning in buf. */
+static void load_unused(const char *path, int n_omit, const char *const *omit, int want, char *buf, size_t cap) {
+    const int fwd[3] = {0, 1, 2};
+    struct tr_graph *g = make_graph(fwd, TR_DTYPE_F32);
+    for (int i = 0; i < n_omit; i++) assert_int_equal(tr_graph_omit(g, omit[i]), TR_OK);
+    struct tr_weights *w = NULL;
+    struct tr_error e = {0};
+    assert_int_equal(tr_weights_load(g, path, &w, &e), TR_OK);
+    assert_int_equal(tr_weights_n_unused(w), want);
+    warned(w, buf, cap);
+    assert_int_equal(buf[0] == 0, want == 0);
+    tr_weights_free(w);
+    tr_graph_free(g);
+}
+
+/* The tensors of a checkpoint no PARAM reads (a pretraining head, biases the config leaves
+ * out) are counted and named in a warning, by pattern (layer numbers as "*") or, past
+ * TR_WEIGHTS_WARN_NAMES patterns, by first component; the parts a graph leaves out by
+ * design (tr_graph_omit: a name prefix, a bare file's, a directory's subdirectory) and
+ * transformers' old position_ids buffers are not. */
+static void test_load_unused(void **state) {
+    (void)state;
+    char buf[4096];
+    static const char *const extra[] = {"head.layers.0.bias", "cls.x", "head.layers.1.bias",
+                                        "text.embeddings.position_ids", "head.out.weight"};
+    write_with(tr_test_file, 0, 5, extra);
+    load_unused(tr_test_file, 0, NULL, 4, buf, sizeof buf);
+    tr_assert_str_has(buf, "trident: warning: ");
+    tr_assert_str_has(buf, tr_test_file);
+    tr_assert_str_has(buf, ": 4 of its 8 tensors are not the model's (not read");
+    tr_assert_str_has(buf, "): head.layers.*.bias (2), cls.x, head.out.weight\n");
+    assert_null(strstr(buf, "position_ids"));
+    { /* the names, in the file's order */
+        const int fwd[3] = {0, 1, 2};
+        struct tr_graph *g = make_graph(fwd, TR_DTYPE_F32);
+        struct tr_weights *w = NULL;
+        struct tr_error e = {0};
+        assert_int_equal(tr_weights_load(g, tr_test_file, &w, &e), TR_OK);
+        assert_string_equal(tr_weights_unused_name(w, 1), "cls.x");
+        assert_string_equal(tr_weights_unused_name(w, 3), "head.out.weight");
+        assert_null(tr_weights_unused_name(w, 4));
+        assert_null(tr_weights_unused_name(w, -1));
+        tr_weights_free(w);
+        assert_int_equal(tr_weights_from_seed(g, 1, &w, &e), TR_OK);
+        assert_int_equal(tr_weights_n_unused(w), 0);
+        tr_weights_free(w);
+        tr_graph_free(g);
+    }
+    static const char *const head[] = {"head.", "cls."};
+    load_unused(tr_test_file, 1, head, 1, buf, sizeof buf);
+    tr_assert_str_has(buf, ": 1 of its 8 tensors are not the model's");
+    tr_assert_str_has(buf, "): cls.x\n");
+    load_unused(tr_test_file, 2, head, 0, buf, sizeof buf);
+    /* a file bare of "layer.": "layer.head." covers its "head.*" too */
+    static const char *const bare_extra[] = {"head.w", "other.w"}, *const lhead[] = {"layer.head."};
+    write_with(tr_test_file, 1, 2, bare_extra);
+    load_unused(tr_test_file, 1, lhead, 1, buf, sizeof buf);
+    tr_assert_str_has(buf, "): other.w\n");
+    /* many patterns: by first component */
+    static const char *const many[] = {"dec.a", "dec.b", "dec.c", "dec.d", "dec.e", "dec.f", "dec.g",
+                                       "dec.h", "dec.i", "mid.x", "top"};
+    write_with(tr_test_file, 0, 11, many);
+    load_unused(tr_test_file, 0, NULL, 11, buf, sizeof buf);
+    tr_assert_str_has(buf, "): dec.* (9), mid.*, top\n");
+    /* a directory: a file nothing was read from, and the same with its subdirectory left out */
+    char dir[600], sub[700], p[2][800];
+    snprintf(dir, sizeof dir, "%s/test_weights_unused_%d", TR_BINARY_DIR, (int)getpid());
+    snprintf(sub, sizeof sub, "%s/safety_checker", dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    assert_int_equal(mkdir(sub, 0700), 0);
+    snprintf(p[0], sizeof p[0], "%s/model.safetensors", dir);
+    snprintf(p[1], sizeof p[1], "%s/model.safetensors", sub);
+    write_with(p[0], 0, 0, NULL);
+    static const char *const other[] = {"vision.layers.0.w", "concept"};
+    write_with(p[1], -1, 2, other);
+    load_unused(dir, 0, NULL, 2, buf, sizeof buf);
+    tr_assert_str_has(buf, "safety_checker/model.safetensors: none of its 2 tensors is the model's (not read): "
+                           "vision.layers.*.w, concept\n");
+    static const char *const sc[] = {"safety_checker/"}, *const wrong[] = {"safety/"};
+    load_unused(dir, 1, sc, 0, buf, sizeof buf);
+    load_unused(dir, 1, wrong, 2, buf, sizeof buf);
+    remove(p[0]);
+    remove(p[1]);
+    rmdir(sub);
+    rmdir(dir);
+    /* the prefixes a graph takes */
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    assert_int_equal(tr_graph_omit(g, "a."), TR_OK);
+    assert_int_equal(tr_graph_omit(g, "a."), TR_OK);
+    assert_int_equal(tr_graph_n_omitted(g), 1);
+    assert_string_equal(tr_graph_omitted(g, 0), "a.");
+    assert_null(tr_graph_omitted(g, 1));
+    for (int i = 1; i < TR_GRAPH_OMIT_MAX; i++) {
+        char pre[16];
+        snprintf(pre, sizeof pre, "p%d.", i);
+        assert_int_equal(tr_graph_omit(g, pre), TR_OK);
+    }
+    assert_int_equal(tr_graph_omit(g, "one.too.many."), TR_ERR_INVALID);
+    struct tr_error e = {0};
+    assert_int_equal(tr_graph_status(g, &e), TR_ERR_INVALID);
+    tr_assert_msg_has(&e, "more than 16 prefixes");
+    tr_graph_free(g);
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    assert_int_equal(tr_graph_omit(g, ""), TR_ERR_INVALID);
+    tr_graph_free(g);
+}
+
 static void expect_load_error(enum tr_dtype graph_dt, int status, const char *tensor) {
     const int fwd[3] = {0, 1, 2};
     struct tr_graph *g = make_graph(fwd, graph_dt);
@@ -521,4 +669,5 @@ static void test_load_errors(void **state) {
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_seed_deterministic_and_order_free,
              test_seed_bf16_is_rounded_f32, test_seed_large_tensor, test_load_f32_and_convert, test_load_other_float_dtypes,
              test_load_errors,
-             test_load_fresh, test_load_missing_seed, test_load_without_base_prefix, test_load_directory)
+             test_load_fresh, test_load_missing_seed, test_load_without_base_prefix, test_load_directory,
+             test_load_unused)

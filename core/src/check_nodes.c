@@ -382,6 +382,7 @@ int tr_check_nodes_run(const struct tr_config *cfg, const struct tr_model_desc *
     rc = cfg->weights[0] ? tr_weights_load_seeded(g, cfg->weights, cfg->seed, &w, err)
                          : tr_weights_from_seed(g, cfg->seed, &w, err);
     if (rc) goto done;
+    tr_weights_warn_unused(w, stderr);
     if ((rc = tr_bench_io_alloc(g, n_in, tr_graph_input, &in, err)) != TR_OK) goto done;
     rc = cfg->inputs[0] ? tr_bench_inputs_load(cfg, g, tg.n_model_inputs, in, err)
                         : tg.model->make_inputs(tg.config, &tg.opts, cfg->seed, tg.n_model_inputs, in, err);

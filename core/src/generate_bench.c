@@ -233,7 +233,10 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed};
     if (!rc) rc = cfg->weights[0] ? tr_weights_load_opts(gg->weights, cfg->weights, &wo, &w, err)
                                   : tr_weights_from_seed(gg->weights, cfg->seed, &w, err);
-    if (!rc && cfg->weights[0]) tr_weights_warn_seeded(w, cfg->weights, cfg->seed, stderr);
+    if (!rc && cfg->weights[0]) {
+        tr_weights_warn_seeded(w, cfg->weights, cfg->seed, stderr);
+        tr_weights_warn_unused(w, stderr);
+    }
     if (!rc) rc = tr_generate_share_params(gg, err);
     if (rc) goto done;
     if (!(prompt = calloc((size_t)n_prompt, sizeof *prompt))) {

@@ -73,6 +73,8 @@ struct tr_graph {
     int scope_stack[SCOPE_DEPTH_MAX];
     int scope_depth;
     int instance;        /* tr_graph_set_instance */
+    char omitted[TR_GRAPH_OMIT_MAX][TR_NAME_MAX]; /* tr_graph_omit */
+    int n_omitted;
 
     struct tr_error err; /* the first builder error */
 };
@@ -383,6 +385,25 @@ int tr_param_set_fresh(struct tr_graph *g, int id) {
 
 int tr_param_is_fresh(const struct tr_graph *g, int id) {
     return valid_id(g, id) && g->nodes[id].op == TR_OP_PARAM && g->nodes[id].attrs.ints[0] == 1;
+}
+
+int tr_graph_omit(struct tr_graph *g, const char *prefix) {
+    if (!g || g->err.status) return g ? g->err.status : TR_ERR_INVALID;
+    if (!prefix || !prefix[0] || strlen(prefix) >= TR_NAME_MAX)
+        return graph_fail(g, TR_ERR_INVALID, "tr_graph_omit: the prefix is empty or %d characters or more",
+                          TR_NAME_MAX);
+    for (int i = 0; i < g->n_omitted; i++)
+        if (strcmp(g->omitted[i], prefix) == 0) return TR_OK;
+    if (g->n_omitted == TR_GRAPH_OMIT_MAX)
+        return graph_fail(g, TR_ERR_INVALID, "tr_graph_omit: more than %d prefixes", TR_GRAPH_OMIT_MAX);
+    strcpy(g->omitted[g->n_omitted++], prefix);
+    return TR_OK;
+}
+
+int tr_graph_n_omitted(const struct tr_graph *g) { return g ? g->n_omitted : 0; }
+
+const char *tr_graph_omitted(const struct tr_graph *g, int i) {
+    return g && i >= 0 && i < g->n_omitted ? g->omitted[i] : NULL;
 }
 
 int tr_const(struct tr_graph *g, const char *name, enum tr_dtype dt, int ndim, const int64_t *shape,

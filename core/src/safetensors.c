@@ -310,12 +310,17 @@ const char *tr_safetensors_name(const struct tr_safetensors *st, int i) {
 
 const char *tr_safetensors_path(const struct tr_safetensors *st) { return st->path; }
 
-int tr_safetensors_get(const struct tr_safetensors *st, const char *name, struct tr_tensor *out,
-                       struct tr_error *err) {
+int tr_safetensors_find(const struct tr_safetensors *st, const char *name) {
     struct st_entry key = {.name = (char *)name}, *pkey = &key;
     struct st_entry **hit = bsearch(&pkey, st->sorted, (size_t)st->n, sizeof *st->sorted, cmp_entry);
-    if (!hit) return tr_error_set(err, TR_ERR_NOT_FOUND, "%s: no tensor '%s' in the file", st->path, name);
-    const struct st_entry *e = *hit;
+    return hit ? (int)(*hit - st->e) : -1;
+}
+
+int tr_safetensors_get(const struct tr_safetensors *st, const char *name, struct tr_tensor *out,
+                       struct tr_error *err) {
+    const int i = tr_safetensors_find(st, name);
+    if (i < 0) return tr_error_set(err, TR_ERR_NOT_FOUND, "%s: no tensor '%s' in the file", st->path, name);
+    const struct st_entry *e = &st->e[i];
     if (e->dtype < 0)
         return tr_error_set(err, TR_ERR_UNSUPPORTED,
                             "%s: tensor '%s': dtype '%s' is not supported (trident reads F32, BF16, F16, I32, I64, "

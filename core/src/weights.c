@@ -16,6 +16,14 @@ struct tr_weights {
     uint64_t bytes;
     int n_seeded;               /* non-fresh PARAMs the file lacked, made from the seed */
     char **seeded;              /* their names, copied: the graph may go first */
+    int n_unused;               /* the files' tensors no PARAM read (tr_weights_n_unused) */
+    int n_unused_files;
+    struct unused_file {        /* one per file with any */
+        char *path;
+        int n_tensors;          /* all of the file's */
+        int n;                  /* those not read, named in the file's order */
+        char **names;
+    } *unused;
 };
 
 void tr_weights_free(struct tr_weights *w) {
@@ -23,6 +31,12 @@ void tr_weights_free(struct tr_weights *w) {
     for (int i = 0; i < w->n; i++) tr_host_free(w->bufs[i]);
     for (int i = 0; i < w->n_seeded; i++) free(w->seeded[i]);
     free(w->seeded);
+    for (int i = 0; i < w->n_unused_files; i++) {
+        for (int j = 0; j < w->unused[i].n; j++) free(w->unused[i].names[j]);
+        free(w->unused[i].names);
+        free(w->unused[i].path);
+    }
+    free(w->unused);
     free(w->bufs);
     free(w);
 }
@@ -43,6 +57,82 @@ int tr_weights_warn_seeded(const struct tr_weights *w, const char *path, uint64_
     if (n > shown) fprintf(f, " and %d more", n - shown);
     fputc('\n', f);
     return n;
+}
+
+int tr_weights_n_unused(const struct tr_weights *w) { return w ? w->n_unused : 0; }
+
+const char *tr_weights_unused_name(const struct tr_weights *w, int i) {
+    if (!w || i < 0) return NULL;
+    for (int k = 0; k < w->n_unused_files; i -= w->unused[k++].n)
+        if (i < w->unused[k].n) return w->unused[k].names[i];
+    return NULL;
+}
+
+/* name with every all-digit component as "*" (model.layers.*.self_attn.q_proj.bias): the
+ * warning names a layer's tensor once for all layers */
+#define TR_NAME_PATTERN_MAX 160
+static void name_pattern(const char *name, char *out, size_t cap) {
+    size_t o = 0;
+    for (const char *c = name; *c && o + 2 < cap;) {
+        size_t len = strcspn(c, ".");
+        const int digits = len > 0 && strspn(c, "0123456789") == len;
+        if (digits) out[o++] = '*';
+        else {
+            if (len > cap - o - 2) len = cap - o - 2;
+            memcpy(out + o, c, len), o += len;
+        }
+        c += len;
+        if (*c == '.') out[o++] = *c++;
+    }
+    out[o] = 0;
+}
+
+/* Writes (with f) each of pat[0..n) once, in order, with how many it stands for, the first
+ * TR_WEIGHTS_WARN_NAMES of them and "and K more"; returns how many distinct ones there are. */
+static int list_patterns(FILE *f, char (*pat)[TR_NAME_PATTERN_MAX], int n) {
+    int distinct = 0;
+    for (int i = 0; i < n; i++) {
+        int earlier = 0, count = 1;
+        for (int j = 0; j < i && !earlier; j++) earlier = strcmp(pat[i], pat[j]) == 0;
+        if (earlier) continue;
+        for (int j = i + 1; j < n; j++) count += strcmp(pat[i], pat[j]) == 0;
+        if (f && distinct < TR_WEIGHTS_WARN_NAMES) {
+            fprintf(f, "%s%s", distinct ? ", " : "", pat[i]);
+            if (count > 1) fprintf(f, " (%d)", count);
+        }
+        distinct++;
+    }
+    if (f && distinct > TR_WEIGHTS_WARN_NAMES) fprintf(f, " and %d more", distinct - TR_WEIGHTS_WARN_NAMES);
+    return distinct;
+}
+
+int tr_weights_warn_unused(const struct tr_weights *w, FILE *f) {
+    if (!w || !f) return 0;
+    for (int k = 0; k < w->n_unused_files; k++) {
+        const struct unused_file *u = &w->unused[k];
+        if (u->n == u->n_tensors)
+            fprintf(f, "trident: warning: %s: none of its %d tensor%s is the model's (not read): ", u->path,
+                    u->n_tensors, u->n_tensors == 1 ? "" : "s");
+        else
+            fprintf(f, "trident: warning: %s: %d of its %d tensors are not the model's (not read; a checkpoint of "
+                    "another task, or a config that leaves them out?): ", u->path, u->n, u->n_tensors);
+        char (*pat)[TR_NAME_PATTERN_MAX] = malloc((size_t)u->n * sizeof *pat);
+        if (!pat) {
+            fputs("(no memory to name them)\n", f);
+            continue;
+        }
+        for (int i = 0; i < u->n; i++) name_pattern(u->names[i], pat[i], sizeof pat[i]);
+        /* too many to name one by one: by their first component ("decoder.*") */
+        if (list_patterns(NULL, pat, u->n) > TR_WEIGHTS_WARN_NAMES)
+            for (int i = 0; i < u->n; i++) {
+                char *dot = strchr(pat[i], '.');
+                if (dot) strcpy(dot, ".*");
+            }
+        list_patterns(f, pat, u->n);
+        free(pat);
+        fputc('\n', f);
+    }
+    return w->n_unused;
 }
 
 /* Records that the non-fresh PARAM `name` was made from the seed (capacity: one per PARAM). */
@@ -256,6 +346,8 @@ struct files {
     int n;
     char path[MAX_FILES][TR_WEIGHTS_PATH_MAX];
     struct tr_safetensors *st[MAX_FILES];
+    unsigned char *read[MAX_FILES]; /* per tensor, in header order: a PARAM read it */
+    size_t dir_len;                 /* a directory's: strlen(path) + 1, where a file's own name begins */
 };
 
 static int by_path(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
@@ -297,6 +389,7 @@ static int open_files(const char *path, struct files *f, struct tr_error *err) {
         if (f->n == 0) return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: no .safetensors file in '%s' or its "
                                            "subdirectories", path);
         qsort(f->path, (size_t)f->n, sizeof f->path[0], by_path);
+        f->dir_len = strlen(path) + 1;
     } else {
         if (strlen(path) >= sizeof f->path[0])
             return tr_error_set(err, TR_ERR_INVALID, "weights: path '%s' is too long", path);
@@ -306,12 +399,18 @@ static int open_files(const char *path, struct files *f, struct tr_error *err) {
     for (int i = 0; i < f->n; i++) {
         int rc = tr_safetensors_open(f->path[i], &f->st[i], err);
         if (rc) return rc;
+        const int n = tr_safetensors_count(f->st[i]);
+        if (!(f->read[i] = calloc(n > 0 ? (size_t)n : 1, 1)))
+            return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
     }
     return TR_OK;
 }
 
 static void close_files(struct files *f) {
-    for (int i = 0; i < f->n; i++) tr_safetensors_close(f->st[i]);
+    for (int i = 0; i < f->n; i++) {
+        tr_safetensors_close(f->st[i]);
+        free(f->read[i]);
+    }
 }
 
 /* name in exactly one file: under its name, or where no file has it so, bare (get_bare);
@@ -329,8 +428,62 @@ static int find(const struct files *f, const char *name, struct tr_tensor *src, 
                                     f->path[*which], f->path[i]);
             *which = i;
             *src = t;
+            f->read[i][tr_safetensors_find(f->st[i], bare ? strchr(name, '.') + 1 : name)] = 1;
         }
     return *which >= 0 ? TR_OK : TR_ERR_NOT_FOUND;
+}
+
+/* The i-th file's tensor `name` falls under one of the parts g leaves out (tr_graph_omit):
+ * a prefix ending in '/' names a subdirectory of a weights directory (a pipeline's
+ * safety_checker/); any other starts the name, or its rest after the first component
+ * where the file holds its names bare of that component (as find reads them: get_bare).
+ * A "position_ids" is no part: transformers saved that buffer in its older checkpoints
+ * (BERT's, CLIP's) and skips it on loading too. */
+static int omitted(const struct tr_graph *g, const struct files *f, int i, const char *name) {
+    const char *last = strrchr(name, '.');
+    if (strcmp(last ? last + 1 : name, "position_ids") == 0) return 1;
+    for (int k = 0; k < tr_graph_n_omitted(g); k++) {
+        const char *p = tr_graph_omitted(g, k), *dot = strchr(p, '.');
+        const size_t len = strlen(p);
+        if (p[len - 1] == '/') {
+            if (f->dir_len && strncmp(f->path[i] + f->dir_len, p, len) == 0) return 1;
+            continue;
+        }
+        if (strncmp(name, p, len) == 0) return 1;
+        if (!dot || strncmp(name, dot + 1, strlen(dot + 1)) != 0) continue;
+        int bare = 1;
+        for (int j = 0; j < tr_safetensors_count(f->st[i]) && bare; j++)
+            bare = strncmp(tr_safetensors_name(f->st[i], j), p, (size_t)(dot - p) + 1) != 0;
+        if (bare) return 1;
+    }
+    return 0;
+}
+
+/* Records, file by file, the tensors no PARAM read, outside the parts g leaves out: a
+ * checkpoint of another task (a pretraining head), or a config that leaves out what the
+ * checkpoint has (biases, an untied head), would otherwise load without a word and give
+ * other numbers than the model it came from. */
+static int note_unused(struct tr_weights *w, const struct tr_graph *g, const struct files *f, struct tr_error *err) {
+    if (!(w->unused = calloc((size_t)f->n, sizeof *w->unused)))
+        return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
+    for (int i = 0; i < f->n; i++) {
+        const int n = tr_safetensors_count(f->st[i]);
+        struct unused_file *u = &w->unused[w->n_unused_files];
+        for (int j = 0; j < n; j++) {
+            const char *name = tr_safetensors_name(f->st[i], j);
+            if (f->read[i][j] || omitted(g, f, i, name)) continue;
+            if (!u->names && !(u->names = calloc((size_t)n, sizeof *u->names)))
+                return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
+            if (!(u->names[u->n] = strdup(name))) return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
+            u->n++;
+        }
+        if (!u->n) continue;
+        if (!(u->path = strdup(f->path[i]))) return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
+        u->n_tensors = n;
+        w->n_unused += u->n;
+        w->n_unused_files++;
+    }
+    return TR_OK;
 }
 
 int tr_weights_load_opts(struct tr_graph *g, const char *path, const struct tr_weights_load_opts *o,
@@ -371,6 +524,7 @@ int tr_weights_load_opts(struct tr_graph *g, const char *path, const struct tr_w
         if (!rc) rc = weights_alloc(w, &dst, &dst.data, err);
         if (!rc) rc = load_one(&src, &dst, name, f->path[which], err);
     }
+    if (!rc) rc = note_unused(w, g, f, err);
     close_files(f);
     free(f);
     if (!rc) rc = bind_all(g, w, err);

@@ -99,6 +99,7 @@ static int run(const struct tr_config *cfg, struct tr_error *err) {
                          : tr_weights_from_seed(g, cfg->seed, &w, err);
     if (rc) goto done;
     tr_weights_warn_seeded(w, cfg->weights, cfg->seed, stderr);
+    tr_weights_warn_unused(w, stderr);
     if ((rc = alloc_io(g, n_in, tr_graph_input, in, err)) != TR_OK) goto done;
     if ((rc = alloc_io(g, n_out, tr_graph_output, out, err)) != TR_OK) goto done;
     rc = tg.model->make_inputs(tg.config, &tg.opts, cfg->seed, tg.n_model_inputs, in, err);

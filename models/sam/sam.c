@@ -589,6 +589,9 @@ static int sam_build(const void *config, const struct tr_build_opts *o, struct t
         int target = tr_input(g, "target", o->dtype, 4, (const int64_t[]){B, G, G, C});
         int loss = tr_mse(g, emb, target);
         if (loss >= 0) tr_graph_set_name(g, loss, "loss");
+        /* the benchmark's fit trains the image encoder alone */
+        tr_graph_omit(g, "shared_image_embedding."), tr_graph_omit(g, "prompt_encoder.");
+        tr_graph_omit(g, "mask_decoder.");
     } else {
         tr_graph_set_output(g, emb, "image_embeddings");
         /* the prompt encoder and the mask decoder in f32 whatever the parameters' dtype:

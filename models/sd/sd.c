@@ -495,6 +495,10 @@ static int sd_build(const void *config, const struct tr_build_opts *o, struct tr
     if (rc) return rc;
     rc = o->task == TR_TASK_GENERATE ? sd_generate(c, u, &sched, o, g, err) : sd_predict(c, u, o, g, err);
     tr_ddim_free(&sched);
+    /* what a diffusers pipeline's directory holds that this graph does not run: the safety
+     * checker always, and a step (predict) takes the prompts' embeddings as an input */
+    tr_graph_omit(g, "safety_checker/");
+    if (o->task == TR_TASK_PREDICT) tr_graph_omit(g, "text_encoder/"), tr_graph_omit(g, "vae/");
     if (!rc) rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "stable_diffusion");
     return TR_OK;

@@ -222,6 +222,7 @@ static int vae_build(const void *config, const struct tr_build_opts *o, struct t
         int target = tr_input(g, "target", o->dtype, 4, lat);
         int loss = tr_mse(g, moments, target);
         if (loss >= 0) tr_graph_set_name(g, loss, "loss");
+        tr_graph_omit(g, "decoder."), tr_graph_omit(g, "post_quant_conv.");
     } else {
         tr_graph_set_output(g, moments, "moments");
         int mean = tr_slice(g, moments, 3, 0, L, 1); /* the posterior's mode */
@@ -244,6 +245,7 @@ int tr_vae_decode_graph(const struct tr_vae_config *c, const struct tr_build_opt
                             tr_node_ndim(g, z), (long long)c->latent_channels);
     struct net n = {g, o->dtype, c->norm_num_groups};
     *out = decode(&n, c, ch, nb, z, sh[0], sh[1]);
+    tr_graph_omit(g, "encoder."), tr_graph_omit(g, "quant_conv.");
     rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "autoencoder_kl");
     return TR_OK;

@@ -46,7 +46,8 @@ struct tr_vae_config {
 int tr_vae_channels(const struct tr_vae_config *c, int64_t *ch, int *n, struct tr_error *err);
 
 /* post_quant_conv and the decoder on z, an existing [B,s,s,latent_channels] node of g
- * (any s; o->dtype its dtype): *out gets the image [B,s·f,s·f,out_channels]. */
+ * (any s; o->dtype its dtype): *out gets the image [B,s·f,s·f,out_channels]. The encoder
+ * and quant_conv are marked left out (tr_graph_omit): a whole VAE checkpoint loads quietly. */
 struct tr_graph;
 int tr_vae_decode_graph(const struct tr_vae_config *c, const struct tr_build_opts *o, struct tr_graph *g, int z,
                         int *out, struct tr_error *err);

@@ -61,6 +61,15 @@ int tr_graph_set_instance(struct tr_graph *g, int k);
  * from its init instead of being an error. Stored as the PARAM's attrs.ints[0] = 1. */
 int tr_param_set_fresh(struct tr_graph *g, int id);
 int tr_param_is_fresh(const struct tr_graph *g, int id);
+/* Names a part of the model this graph leaves out by design (prefix "decoder.": a fit of
+ * the VAE's encoder only; "safety_checker/": a subdirectory of a pipeline's weights
+ * directory): a checkpoint's tensors under it are the model's, though no PARAM reads
+ * them, and tr_weights_load_opts does not count them as unused. At most
+ * TR_GRAPH_OMIT_MAX prefixes, each shorter than TR_NAME_MAX; the same one twice is one. */
+#define TR_GRAPH_OMIT_MAX 16
+int tr_graph_omit(struct tr_graph *g, const char *prefix);
+int tr_graph_n_omitted(const struct tr_graph *g);
+const char *tr_graph_omitted(const struct tr_graph *g, int i); /* NULL out of range */
 /* A constant; data (host, contiguous, dtype dt) is copied into the graph. */
 int tr_const(struct tr_graph *g, const char *name, enum tr_dtype dt, int ndim, const int64_t *shape,
              const void *data);

@@ -22,6 +22,8 @@ int tr_safetensors_open(const char *path, struct tr_safetensors **out, struct tr
 void tr_safetensors_close(struct tr_safetensors *st);
 int tr_safetensors_count(const struct tr_safetensors *st);
 const char *tr_safetensors_name(const struct tr_safetensors *st, int i);
+/* The header-order index of the named tensor (tr_safetensors_name's i), -1 if absent. */
+int tr_safetensors_find(const struct tr_safetensors *st, const char *name);
 /* A view of the named tensor (data points into st). TR_ERR_NOT_FOUND if absent. Dtypes
  * F32, BF16, F16, I32, I64, F64 are read; others are TR_ERR_UNSUPPORTED. */
 int tr_safetensors_get(const struct tr_safetensors *st, const char *name, struct tr_tensor *out,

@@ -74,6 +74,21 @@ const char *tr_weights_seeded_name(const struct tr_weights *w, int i);
 #define TR_WEIGHTS_WARN_NAMES 8
 int tr_weights_warn_seeded(const struct tr_weights *w, const char *path, uint64_t seed, FILE *f);
 
+/* The tensors of the file (or of the directory's files) that tr_weights_load_opts read
+ * into no PARAM, outside the parts the graph leaves out by design (tr_graph_omit): how
+ * many, and the name of the i-th (file by file, in each file's order; NULL out of range).
+ * 0 for weights made by tr_weights_from_seed. */
+int tr_weights_n_unused(const struct tr_weights *w);
+const char *tr_weights_unused_name(const struct tr_weights *w, int i);
+
+/* Writes to f one warning line per file with unused tensors, every all-digit component of
+ * their names as "*", each such pattern once with its count:
+ *   trident: warning: gemma.safetensors: 8 of its 26 tensors are not the model's (not read;
+ *   a checkpoint of another task, or a config that leaves them out?): model.layers.*.self_attn.q_proj.bias (2), ...
+ * (after TR_WEIGHTS_WARN_NAMES patterns, "and K more"); a file of which nothing was read
+ * says so ("none of its N tensors is the model's"). Returns tr_weights_n_unused. */
+int tr_weights_warn_unused(const struct tr_weights *w, FILE *f);
+
 uint64_t tr_weights_bytes(const struct tr_weights *w);
 void tr_weights_free(struct tr_weights *w);
 
