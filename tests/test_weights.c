@@ -428,12 +428,17 @@ static void write_one(const char *path, int i, uint64_t seed) {
     tr_test_tensor_free(&t);
 }
 
-static void test_load_directory(void **state) {
-    char dir[600], sub[700], p[3][800];
-    snprintf(dir, sizeof dir, "%s/test_weights_dir_%d", TR_BINARY_DIR, (int)getpid());
-    snprintf(sub, sizeof sub, "%s/vae", dir);
+/* A fresh directory TR_BINARY_DIR/tag_PID (dir) with the subdirectory sub_name (sub). */
+static void make_dirs(char dir[600], char sub[700], const char *tag, const char *sub_name) {
+    snprintf(dir, 600, "%s/%s_%d", TR_BINARY_DIR, tag, (int)getpid());
+    snprintf(sub, 700, "%s/%s", dir, sub_name);
     assert_int_equal(mkdir(dir, 0700), 0);
     assert_int_equal(mkdir(sub, 0700), 0);
+}
+
+static void test_load_directory(void **state) {
+    char dir[600], sub[700], p[3][800];
+    make_dirs(dir, sub, "test_weights_dir", "vae");
     snprintf(p[0], sizeof p[0], "%s/a.safetensors", dir);
     snprintf(p[1], sizeof p[1], "%s/b.safetensors", sub);
     snprintf(p[2], sizeof p[2], "%s/c.safetensors", sub);
@@ -582,10 +587,7 @@ static void test_load_unused(void **state) {
     tr_assert_str_has(buf, "): dec.* (9), mid.*, top\n");
     /* a directory: a file nothing was read from, and the same with its subdirectory left out */
     char dir[600], sub[700], p[2][800];
-    snprintf(dir, sizeof dir, "%s/test_weights_unused_%d", TR_BINARY_DIR, (int)getpid());
-    snprintf(sub, sizeof sub, "%s/safety_checker", dir);
-    assert_int_equal(mkdir(dir, 0700), 0);
-    assert_int_equal(mkdir(sub, 0700), 0);
+    make_dirs(dir, sub, "test_weights_unused", "safety_checker");
     snprintf(p[0], sizeof p[0], "%s/model.safetensors", dir);
     snprintf(p[1], sizeof p[1], "%s/model.safetensors", sub);
     write_with(p[0], 0, 0, NULL);
