@@ -826,7 +826,7 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed};
     rc = cfg->weights[0] ? tr_weights_load_opts(g, cfg->weights, &wo, &w, err)
                          : tr_weights_from_seed(g, cfg->seed, &w, err);
-    if (!rc && cfg->weights[0]) {
+    if (!rc && cfg->weights[0] && cfg->rank == 0) { /* every rank read the same file */
         tr_weights_warn_seeded(w, cfg->weights, cfg->seed, stderr);
         tr_weights_warn_unused(w, stderr);
     }
