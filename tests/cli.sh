@@ -151,6 +151,18 @@ expect "generate writes the picture of a prompt" 0 "wrote $tmp/tiny.png" -- "$bi
 # the pipeline's VAE encoder is left out by design (tr_graph_omit): no warning of it
 if grep -q "the model's" "$tmp/out"; then bad "a pipeline's parts generate leaves out are not warned of"
 else ok "a pipeline's parts generate leaves out are not warned of"; fi
+# A pipeline downloaded whole has variants beside its files (unet/diffusion_pytorch_model.
+# fp16.safetensors): the plain files are read, as diffusers reads them without variant=;
+# [run] weights_variant = fp16 reads those; a variant it lacks is refused, naming its own.
+mkdir -p "$tmp/pipe" && cp -r tests/fixtures/sd_tiny/. "$tmp/pipe/" &&
+  cp "$tmp/pipe/unet/diffusion_pytorch_model.safetensors" "$tmp/pipe/unet/diffusion_pytorch_model.fp16.safetensors"
+ini genvar.ini "$(sed "s#^weights = .*#weights = $tmp/pipe#" "$tmp/gen.ini")"
+expect "a pipeline with variants: its plain files read" 0 "wrote $tmp/tiny.png" -- "$bin" run "$tmp/genvar.ini"
+ini genvar16.ini "$(sed "s#^weights = .*#weights = $tmp/pipe\nweights_variant = fp16#" "$tmp/gen.ini")"
+expect "weights_variant = fp16 reads the fp16 files" 0 "wrote $tmp/tiny.png" -- "$bin" run "$tmp/genvar16.ini"
+ini genvarno.ini "$(sed "s#^weights = .*#weights = $tmp/pipe\nweights_variant = bf16#" "$tmp/gen.ini")"
+expect "a variant the pipeline lacks is refused, naming those it has" 1 \
+  "no file of variant 'bf16' under '$tmp/pipe' .*; its variants: fp16" -- "$bin" run "$tmp/genvarno.ini"
 if [ -s "$tmp/tiny.png" ] && head -c 8 "$tmp/tiny.png" | od -An -c | grep -q 'P   N   G'; then ok "the picture is a PNG"; else bad "the picture is a PNG"; fi
 rejects genbad.ini "[run]
 model = stable_diffusion

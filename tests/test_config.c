@@ -140,7 +140,8 @@ static void test_threads(void **state) {
     EXPECT_ERRORS(bad);
     /* the unknown-key message lists it */
     expect_error("thr10.ini", "[run]\nthread = 2\n", TR_ERR_NOT_FOUND, "thr10.ini:2: [run] thread = 2:",
-                 "math, threads, tolerance, inputs, reference, reference_tolerance, missing, schedule, isolate, "
+                 "math, threads, tolerance, inputs, reference, reference_tolerance, weights_variant, missing, "
+                 "schedule, isolate, "
                  "backend_timeout, parallel, bucket_mb, collective_timeout, check_every)");
 }
 
@@ -237,6 +238,22 @@ static void test_run_files_and_words(void **state) {
                  "expected on (each backend in a child process");
     expect_error("rf10.ini", "[run]\nbackend_timeout = 0\n", TR_ERR_INVALID, "rf10.ini:2: [run] backend_timeout = 0:",
                  "expected seconds from 1 to 604800");
+    /* weights_variant: a variant's name, with weights to pick from */
+    char text[512];
+    snprintf(text, sizeof text, "[run]\nweights = %s\nweights_variant = fp16\n", batch);
+    load_ok("rf11.ini", text, &cfg);
+    assert_string_equal(cfg.weights_variant, "fp16");
+    load_ok("rf12.ini", "[run]\n", &cfg);
+    assert_string_equal(cfg.weights_variant, "");
+    static const struct refusal badv[] = {
+        {"rf13.ini", "[run]\nweights_variant = fp16\n", TR_ERR_INVALID,
+         {"rf13.ini:2: [run] weights_variant = fp16 without [run] weights", "weights = DIR"}},
+        {"rf14.ini", "[run]\nweights_variant = FP16\n", TR_ERR_INVALID,
+         {"rf14.ini:2: [run] weights_variant = FP16:", "expected a variant's name", "fp16, non_ema"}},
+        {"rf15.ini", "[run]\nweights_variant = fp16.safetensors\n", TR_ERR_INVALID,
+         {"rf15.ini:2: [run] weights_variant = fp16.safetensors:"}},
+    };
+    EXPECT_ERRORS(badv);
 }
 
 /* Every key set, with the comment and spacing forms the header comment of config.c allows. */

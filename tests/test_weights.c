@@ -626,6 +626,107 @@ static void test_load_unused(void **state) {
     tr_graph_free(g);
 }
 
+/* make_graph's tensors drawn from seed into dir/name (tensors [from, to) of the three: a
+ * shard of them) */
+static void write_seeded(const char *dir, const char *name, int from, int to, uint64_t seed) {
+    const int64_t *shapes[3] = {shape_w, shape_b, shape_g};
+    const int ndims[3] = {2, 1, 1};
+    struct tr_tensor ts[3];
+    char p[900];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    for (int i = from; i < to; i++) {
+        ts[i - from] = tr_test_tensor(TR_DTYPE_F32, ndims[i], shapes[i]);
+        tr_test_randn(&ts[i - from], seed + (uint64_t)i, 1.0);
+    }
+    struct tr_error e = {0};
+    assert_int_equal(tr_safetensors_write(p, to - from, names + from, ts, &e), TR_OK);
+    tr_test_tensors_free(to - from, ts);
+}
+
+static void remove_all(const char *dir, int n, const char *const *names_) {
+    for (int i = 0; i < n; i++) {
+        char p[900];
+        snprintf(p, sizeof p, "%s/%s", dir, names_[i]);
+        remove(p);
+    }
+}
+
+/* Loads dir with variant into make_graph's graph; checks each tensor is the one drawn
+ * from seed (write_seeded) and that nothing was unused. */
+static void expect_variant(const char *dir, const char *variant, uint64_t seed) {
+    const int fwd[3] = {0, 1, 2};
+    struct tr_graph *g = make_graph(fwd, TR_DTYPE_F32);
+    struct tr_weights *w = NULL;
+    struct tr_error e = {0};
+    const struct tr_weights_load_opts o = {.variant = variant};
+    if (tr_weights_load_opts(g, dir, &o, &w, &e) != TR_OK) fail_msg("%s", e.msg);
+    assert_int_equal(tr_weights_n_unused(w), 0);
+    const int64_t *shapes[3] = {shape_w, shape_b, shape_g};
+    const int ndims[3] = {2, 1, 1};
+    for (int i = 0; i < 3; i++) {
+        struct tr_tensor want = tr_test_tensor(TR_DTYPE_F32, ndims[i], shapes[i]), got = bound(g, names[i]);
+        tr_test_randn(&want, seed + (uint64_t)i, 1.0);
+        assert_memory_equal(got.data, want.data, tr_tensor_nbytes(&got));
+        tr_test_tensor_free(&want);
+    }
+    tr_weights_free(w);
+    tr_graph_free(g);
+}
+
+/* A directory of a pipeline's layout with variants (diffusers' unet/diffusion_pytorch_model
+ * .fp16.safetensors and .non_ema beside the plain file; transformers' sharded model.fp16-
+ * 00001-of-00002 beside model-00001-of-00002): the plain files by default, the variant's
+ * where asked, an absent variant refused naming those there, a dotted name without a
+ * plain sibling read as it is. */
+static void test_load_variants(void **state) {
+    (void)state;
+    char dir[600], sub[700];
+    make_dirs(dir, sub, "test_weights_variants", "unet");
+    write_seeded(sub, "diffusion_pytorch_model.safetensors", 0, 3, 500);
+    write_seeded(sub, "diffusion_pytorch_model.fp16.safetensors", 0, 3, 510);
+    write_seeded(sub, "diffusion_pytorch_model.non_ema.safetensors", 0, 3, 520);
+    expect_variant(dir, NULL, 500);
+    expect_variant(dir, "", 500);
+    expect_variant(dir, "fp16", 510);
+    expect_variant(dir, "non_ema", 520);
+    const int fwd[3] = {0, 1, 2};
+    struct tr_graph *g = make_graph(fwd, TR_DTYPE_F32);
+    struct tr_weights *w = NULL;
+    struct tr_error e = {0};
+    const struct tr_weights_load_opts bf16 = {.variant = "bf16"};
+    assert_int_equal(tr_weights_load_opts(g, dir, &bf16, &w, &e), TR_ERR_NOT_FOUND);
+    tr_assert_msg_has(&e, "no file of variant 'bf16' under");
+    tr_assert_msg_has(&e, "its variants: fp16, non_ema");
+    char file[900];
+    snprintf(file, sizeof file, "%s/diffusion_pytorch_model.safetensors", sub);
+    const struct tr_weights_load_opts fp16 = {.variant = "fp16"};
+    assert_int_equal(tr_weights_load_opts(g, file, &fp16, &w, &e), TR_ERR_INVALID);
+    tr_assert_msg_has(&e, "is not a directory");
+    tr_graph_free(g);
+    static const char *const unet_files[] = {"diffusion_pytorch_model.safetensors",
+                                             "diffusion_pytorch_model.fp16.safetensors",
+                                             "diffusion_pytorch_model.non_ema.safetensors"};
+    remove_all(sub, 3, unet_files);
+    /* shards, plain and fp16 */
+    write_seeded(sub, "model-00001-of-00002.safetensors", 0, 2, 600);
+    write_seeded(sub, "model-00002-of-00002.safetensors", 2, 3, 600);
+    write_seeded(sub, "model.fp16-00001-of-00002.safetensors", 0, 2, 610);
+    write_seeded(sub, "model.fp16-00002-of-00002.safetensors", 2, 3, 610);
+    expect_variant(dir, NULL, 600);
+    expect_variant(dir, "fp16", 610);
+    static const char *const shards[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                                         "model.fp16-00001-of-00002.safetensors",
+                                         "model.fp16-00002-of-00002.safetensors"};
+    remove_all(sub, 4, shards);
+    /* a dot in a name with no plain sibling: no variant */
+    write_seeded(dir, "sd_xl_base_1.0.safetensors", 0, 3, 700);
+    expect_variant(dir, NULL, 700);
+    snprintf(file, sizeof file, "%s/sd_xl_base_1.0.safetensors", dir);
+    remove(file);
+    rmdir(sub);
+    rmdir(dir);
+}
+
 static void expect_load_error(enum tr_dtype graph_dt, int status, const char *tensor) {
     const int fwd[3] = {0, 1, 2};
     struct tr_graph *g = make_graph(fwd, graph_dt);
@@ -672,4 +773,4 @@ TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_seed_deterministic_an
              test_seed_bf16_is_rounded_f32, test_seed_large_tensor, test_load_f32_and_convert, test_load_other_float_dtypes,
              test_load_errors,
              test_load_fresh, test_load_missing_seed, test_load_without_base_prefix, test_load_directory,
-             test_load_unused)
+             test_load_unused, test_load_variants)

@@ -823,7 +823,8 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     tr_progress_init(&pr, cfg);
 
     if ((rc = tr_bench_reference_open(cfg, g, &refile, err)) != TR_OK) goto done;
-    const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed};
+    const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed,
+                                            .variant = cfg->weights_variant};
     rc = cfg->weights[0] ? tr_weights_load_opts(g, cfg->weights, &wo, &w, err)
                          : tr_weights_from_seed(g, cfg->seed, &w, err);
     if (!rc && cfg->weights[0] && cfg->rank == 0) { /* every rank read the same file */

@@ -45,13 +45,13 @@ enum run_key {
     RUN_BATCH, RUN_SEQ_LEN, RUN_STEPS, RUN_WARMUP, RUN_SEED, RUN_WEIGHTS, RUN_MATH, RUN_THREADS,
     RUN_TOLERANCE, RUN_INPUTS, RUN_REFERENCE, RUN_MISSING, RUN_SCHEDULE, RUN_ISOLATE, RUN_BACKEND_TIMEOUT,
     RUN_PARALLEL, RUN_BUCKET_MB, RUN_COLLECTIVE_TIMEOUT, RUN_CHECK_EVERY, RUN_REFERENCE_TOLERANCE,
-    RUN_KEY_COUNT
+    RUN_WEIGHTS_VARIANT, RUN_KEY_COUNT
 };
 static const char *const run_keys[RUN_KEY_COUNT] = {
     "model", "preset", "task", "backends", "device", "dtype",
     "batch", "seq_len", "steps", "warmup", "seed", "weights", "math", "threads", "tolerance",
     "inputs", "reference", "missing", "schedule", "isolate", "backend_timeout",
-    "parallel", "bucket_mb", "collective_timeout", "check_every", "reference_tolerance",
+    "parallel", "bucket_mb", "collective_timeout", "check_every", "reference_tolerance", "weights_variant",
 };
 
 struct ini_state {
@@ -435,6 +435,16 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
                            cfg->weights, strerror(errno));
         return TR_OK; /* a directory: its .safetensors files and its subdirectories' (weights.h) */
     }
+    case RUN_WEIGHTS_VARIANT: { /* diffusers' and transformers' variant= (weights.h) */
+        const size_t n = strlen(v);
+        if (n >= sizeof cfg->weights_variant || strspn(v, "abcdefghijklmnopqrstuvwxyz0123456789_") != n)
+            return fail_kv(st, TR_ERR_INVALID, "run", key, v,
+                           "expected a variant's name, as in NAME.fp16.safetensors (fp16, non_ema: letters, digits "
+                           "and _, at most %d), or nothing for the files without one",
+                           (int)sizeof cfg->weights_variant - 1);
+        memcpy(cfg->weights_variant, v, n + 1);
+        return TR_OK;
+    }
     case RUN_INPUTS:
     case RUN_REFERENCE: {
         char *dst = k == RUN_INPUTS ? cfg->inputs : cfg->reference;
@@ -565,7 +575,8 @@ static int run_key(struct ini_state *st, const char *key, const char *v) {
     return fail_kv(st, TR_ERR_NOT_FOUND, "run", key, v,
                    "unknown key (expected one of model, preset, task, backends, device, dtype, batch, seq_len, "
                    "steps, warmup, seed, weights, math, threads, tolerance, inputs, reference, reference_tolerance, "
-                   "missing, schedule, isolate, backend_timeout, parallel, bucket_mb, collective_timeout, check_every)");
+                   "weights_variant, missing, schedule, isolate, backend_timeout, parallel, bucket_mb, "
+                   "collective_timeout, check_every)");
 }
 
 static int plugins_key(struct ini_state *st, const char *key, const char *v) {
@@ -803,6 +814,11 @@ static int load_text(const char *text, const char *name, const struct tr_config_
     int backends_set = 0;
     if ((rc = apply_overrides(&st, over, n_over, &backends_set)) != TR_OK) return rc;
     if (!backends_set && (rc = check_backend_sections(&st, err)) != TR_OK) return rc;
+    if (cfg->weights_variant[0] && !cfg->weights[0])
+        return tr_error_set(err, TR_ERR_INVALID,
+                            "%s:%d: [run] weights_variant = %s without [run] weights; expected a weights = DIR line "
+                            "whose files it picks (or no weights_variant)",
+                            cfg->file, st.run_lines[RUN_WEIGHTS_VARIANT], cfg->weights_variant);
     if (cfg->reference_tolerance > 0 && !cfg->reference[0])
         return tr_error_set(err, TR_ERR_INVALID,
                             "%s:%d: [run] reference_tolerance without a [run] reference; expected a reference = "

@@ -380,7 +380,68 @@ static int collect(const char *dir, int depth, struct files *f, struct tr_error 
     return rc;
 }
 
-static int open_files(const char *path, struct files *f, struct tr_error *err) {
+/* The length of a trailing shard suffix "-00001-of-00002" of s[0..n) (save_pretrained's),
+ * 0 when there is none. */
+static size_t shard_suffix(const char *s, size_t n) {
+    size_t i = n, d = 0;
+    for (; i > 0 && s[i - 1] >= '0' && s[i - 1] <= '9'; i--) d++;
+    if (!d || i < 4 || strncmp(s + i - 4, "-of-", 4) != 0) return 0;
+    i -= 4, d = 0;
+    for (; i > 0 && s[i - 1] >= '0' && s[i - 1] <= '9'; i--) d++;
+    return d && i > 0 && s[i - 1] == '-' ? n - (i - 1) : 0;
+}
+
+/* f's i-th file is a variant (weights.h): DIR/NAME.V[-shard].safetensors, with its plain
+ * sibling DIR/NAME[-shard].safetensors among f's files: *plain its index, v its V. */
+static int variant_of(const struct files *f, int i, int *plain, char *v, size_t vcap) {
+    const char *p = f->path[i], *slash = strrchr(p, '/'), *base = slash ? slash + 1 : p;
+    const size_t n = strlen(p) - 12, sh = shard_suffix(p, n);
+    const char *end = p + n - sh, *dot = NULL;
+    for (const char *c = base; c < end; c++)
+        if (*c == '.') dot = c;
+    if (!dot || (size_t)(end - dot - 1) >= vcap) return 0;
+    char want[TR_WEIGHTS_PATH_MAX];
+    snprintf(want, sizeof want, "%.*s%.*s.safetensors", (int)(dot - p), p, (int)sh, end);
+    for (int j = 0; j < f->n; j++)
+        if (j != i && strcmp(f->path[j], want) == 0) {
+            memcpy(v, dot + 1, (size_t)(end - dot - 1));
+            v[end - dot - 1] = 0;
+            *plain = j;
+            return 1;
+        }
+    return 0;
+}
+
+/* Keeps of f's files (a directory's) those a load of `variant` reads (weights.h). */
+static int pick_variants(struct files *f, const char *dir, const char *variant, struct tr_error *err) {
+    unsigned char drop[MAX_FILES] = {0};
+    char others[256] = "";
+    int found = 0;
+    for (int i = 0; i < f->n; i++) {
+        char v[64];
+        int plain;
+        if (!variant_of(f, i, &plain, v, sizeof v)) continue;
+        if (variant && strcmp(v, variant) == 0) {
+            found = 1, drop[plain] = 1;
+            continue;
+        }
+        drop[i] = 1;
+        const size_t len = strlen(others);
+        if (!strstr(others, v) && len + strlen(v) + 3 < sizeof others)
+            snprintf(others + len, sizeof others - len, "%s%s", len ? ", " : "", v);
+    }
+    if (variant && !found)
+        return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: no file of variant '%s' under '%s' (NAME.%s.safetensors "
+                            "beside NAME.safetensors); its variants: %s", variant, dir, variant,
+                            others[0] ? others : "none");
+    int n = 0;
+    for (int i = 0; i < f->n; i++)
+        if (!drop[i]) memmove(f->path[n++], f->path[i], sizeof f->path[i]);
+    f->n = n;
+    return TR_OK;
+}
+
+static int open_files(const char *path, const char *variant, struct files *f, struct tr_error *err) {
     memset(f, 0, sizeof *f);
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
@@ -390,7 +451,11 @@ static int open_files(const char *path, struct files *f, struct tr_error *err) {
                                            "subdirectories", path);
         qsort(f->path, (size_t)f->n, sizeof f->path[0], by_path);
         f->dir_len = strlen(path) + 1;
+        if ((rc = pick_variants(f, path, variant && variant[0] ? variant : NULL, err)) != TR_OK) return rc;
     } else {
+        if (variant && variant[0])
+            return tr_error_set(err, TR_ERR_INVALID, "weights: variant '%s' picks among a directory's files; '%s' is "
+                                "not a directory (name the directory, or no variant)", variant, path);
         if (strlen(path) >= sizeof f->path[0])
             return tr_error_set(err, TR_ERR_INVALID, "weights: path '%s' is too long", path);
         strcpy(f->path[0], path);
@@ -499,7 +564,7 @@ int tr_weights_load_opts(struct tr_graph *g, const char *path, const struct tr_w
         tr_weights_free(w);
         return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
     }
-    rc = open_files(path, f, err);
+    rc = open_files(path, o ? o->variant : NULL, f, err);
     for (int i = 0; i < tr_graph_n_params(g) && !rc; i++) {
         int id = tr_graph_param(g, i), which;
         const char *name = tr_node_name(g, id);

@@ -94,7 +94,8 @@ static int run(const struct tr_config *cfg, struct tr_error *err) {
     /* Weights bound to the graph's PARAMs: from [run] weights, or drawn from the seed;
      * with [run] missing = seed what the file lacks (a checkpoint without the task's
      * head) is drawn too, and named in a warning. */
-    const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed};
+    const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed,
+                                            .variant = cfg->weights_variant};
     rc = cfg->weights[0] ? tr_weights_load_opts(g, cfg->weights, &wo, &w, err)
                          : tr_weights_from_seed(g, cfg->seed, &w, err);
     if (rc) goto done;

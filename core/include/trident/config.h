@@ -86,6 +86,8 @@ struct tr_config {
     int64_t batch, seq_len, steps, warmup;
     uint64_t seed;
     char weights[TR_CONFIG_PATH]; /* resolved against dir; "" when weights come from seed */
+    char weights_variant[32];   /* [run] weights_variant: a directory's NAME.VARIANT.safetensors
+                                   files read in place of NAME.safetensors; "": none (weights.h) */
     int threads;                /* OpenMP threads for the run; the caller applies them
                                    (omp_set_num_threads) before tr_bench_run, as the trident
                                    program does (core does not link OpenMP), which keeps an

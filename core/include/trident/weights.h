@@ -50,7 +50,16 @@ struct tr_weights_load_opts {
     int missing_seed;   /* 1: any PARAM the file lacks is made from seed, as tr_weights_from_seed
                            makes it, and recorded (tr_weights_n_seeded); 0: only fresh ones,
                            another missing one is an error naming it and the file */
+    const char *variant; /* a directory's variant files (below); NULL or "": none */
 };
+
+/* Variants. In a directory, NAME.V.safetensors beside NAME.safetensors in the same folder
+ * (and NAME.V-00001-of-00002.safetensors beside NAME-00001-of-00002.safetensors) is NAME's
+ * variant V, as diffusers and transformers save them (unet/diffusion_pytorch_model.fp16.
+ * safetensors, .non_ema.safetensors). As their from_pretrained does by default, a load
+ * reads NAME and none of its variants; with variant V it reads NAME.V in place of NAME
+ * where there is one (NAME elsewhere), and refuses a directory without any file of V,
+ * naming the variants it has. A file without its plain sibling is no variant: read. */
 
 /* tr_weights_load_seeded with o's choices (o NULL: seed 0, missing ones an error). Only
  * absence is forgiven: a tensor the file has with a wrong shape or dtype is an error
