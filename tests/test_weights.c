@@ -727,6 +727,45 @@ static void test_load_variants(void **state) {
     rmdir(dir);
 }
 
+/* transformers' older BERT checkpoints name a LayerNorm's weight and bias "gamma" and
+ * "beta" (from_pretrained renames them): read as the graph's LayerNorm.weight and .bias,
+ * bare too, none left unused; a file with both names gives the current one. */
+static void test_load_legacy_layer_norm(void **state) {
+    (void)state;
+    const int64_t sh[1] = {40};
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    tr_param(g, "bert.embeddings.LayerNorm.weight", TR_DTYPE_F32, 1, sh, 1.0f, 0.02f);
+    tr_param(g, "bert.embeddings.LayerNorm.bias", TR_DTYPE_F32, 1, sh, 0.0f, 0.02f);
+    tr_param(g, "bert.pooler.dense.bias", TR_DTYPE_F32, 1, sh, 0.0f, 0.02f);
+    assert_int_equal(tr_graph_status(g, NULL), TR_OK);
+    static const char *const cases[3][4] = {
+        {"bert.embeddings.LayerNorm.gamma", "bert.embeddings.LayerNorm.beta", "bert.pooler.dense.bias", NULL},
+        {"embeddings.LayerNorm.gamma", "embeddings.LayerNorm.beta", "pooler.dense.bias", NULL},
+        {"bert.embeddings.LayerNorm.gamma", "bert.embeddings.LayerNorm.beta", "bert.pooler.dense.bias",
+         "bert.embeddings.LayerNorm.weight"}};
+    for (int c = 0; c < 3; c++) {
+        const int n = cases[c][3] ? 4 : 3;
+        struct tr_tensor ts[4];
+        for (int i = 0; i < n; i++) {
+            ts[i] = tr_test_tensor(TR_DTYPE_F32, 1, sh);
+            tr_test_randn(&ts[i], 800 + (uint64_t)i, 1.0);
+        }
+        struct tr_error e = {0};
+        assert_int_equal(tr_safetensors_write(tr_test_file, n, (const char *const *)cases[c], ts, &e), TR_OK);
+        struct tr_weights *w = NULL;
+        if (tr_weights_load(g, tr_test_file, &w, &e) != TR_OK) fail_msg("case %d: %s", c, e.msg);
+        /* the weight: gamma's, or where the file has both, weight's (unused then: gamma) */
+        assert_memory_equal(bound(g, "bert.embeddings.LayerNorm.weight").data, ts[n == 4 ? 3 : 0].data, 40 * 4);
+        assert_memory_equal(bound(g, "bert.embeddings.LayerNorm.bias").data, ts[1].data, 40 * 4);
+        assert_int_equal(tr_weights_n_unused(w), n == 4);
+        if (n == 4) assert_string_equal(tr_weights_unused_name(w, 0), "bert.embeddings.LayerNorm.gamma");
+        tr_weights_free(w);
+        tr_test_tensors_free(n, ts);
+    }
+    tr_graph_free(g);
+}
+
 static void expect_load_error(enum tr_dtype graph_dt, int status, const char *tensor) {
     const int fwd[3] = {0, 1, 2};
     struct tr_graph *g = make_graph(fwd, graph_dt);
@@ -773,4 +812,4 @@ TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_seed_deterministic_an
              test_seed_bf16_is_rounded_f32, test_seed_large_tensor, test_load_f32_and_convert, test_load_other_float_dtypes,
              test_load_errors,
              test_load_fresh, test_load_missing_seed, test_load_without_base_prefix, test_load_directory,
-             test_load_unused, test_load_variants)
+             test_load_unused, test_load_variants, test_load_legacy_layer_norm)

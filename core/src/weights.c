@@ -478,23 +478,41 @@ static void close_files(struct files *f) {
     }
 }
 
-/* name in exactly one file: under its name, or where no file has it so, bare (get_bare);
- * *which the file. */
+/* The name transformers' older checkpoints (BERT's, converted from TensorFlow) give a
+ * LayerNorm's weight and bias, which from_pretrained renames on loading: "LayerNorm.gamma"
+ * and "LayerNorm.beta". NULL for any other name. */
+static const char *legacy_name(const char *name, char *buf, size_t cap) {
+    static const char *const now[2] = {"LayerNorm.weight", "LayerNorm.bias"}, *const then[2] = {"gamma", "beta"};
+    const size_t n = strlen(name);
+    for (int k = 0; k < 2; k++) {
+        const size_t m = strlen(now[k]);
+        if (n < m || strcmp(name + n - m, now[k]) != 0 || n + 1 > cap) continue;
+        snprintf(buf, cap, "%.*sLayerNorm.%s", (int)(n - m), name, then[k]);
+        return buf;
+    }
+    return NULL;
+}
+
+/* name in exactly one file: under its name, or where no file has it so, bare (get_bare),
+ * then the same under its legacy name (legacy_name); *which the file. */
 static int find(const struct files *f, const char *name, struct tr_tensor *src, int *which, struct tr_error *err) {
+    char buf[TR_WEIGHTS_PATH_MAX];
+    const char *keys[2] = {name, legacy_name(name, buf, sizeof buf)};
     *which = -1;
-    for (int bare = 0; bare < 2 && *which < 0; bare++)
-        for (int i = 0; i < f->n; i++) {
-            struct tr_tensor t;
-            int rc = bare ? get_bare(f->st[i], name, &t, err) : tr_safetensors_get(f->st[i], name, &t, err);
-            if (rc == TR_ERR_NOT_FOUND) continue;
-            if (rc) return rc;
-            if (*which >= 0)
-                return tr_error_set(err, TR_ERR_INVALID, "weights: '%s' is in both '%s' and '%s'", name,
-                                    f->path[*which], f->path[i]);
-            *which = i;
-            *src = t;
-            f->read[i][tr_safetensors_find(f->st[i], bare ? strchr(name, '.') + 1 : name)] = 1;
-        }
+    for (int k = 0; k < 2 && keys[k] && *which < 0; k++)
+        for (int bare = 0; bare < 2 && *which < 0; bare++)
+            for (int i = 0; i < f->n; i++) {
+                struct tr_tensor t;
+                int rc = bare ? get_bare(f->st[i], keys[k], &t, err) : tr_safetensors_get(f->st[i], keys[k], &t, err);
+                if (rc == TR_ERR_NOT_FOUND) continue;
+                if (rc) return rc;
+                if (*which >= 0)
+                    return tr_error_set(err, TR_ERR_INVALID, "weights: '%s' is in both '%s' and '%s'", keys[k],
+                                        f->path[*which], f->path[i]);
+                *which = i;
+                *src = t;
+                f->read[i][tr_safetensors_find(f->st[i], bare ? strchr(keys[k], '.') + 1 : keys[k])] = 1;
+            }
     return *which >= 0 ? TR_OK : TR_ERR_NOT_FOUND;
 }
 
