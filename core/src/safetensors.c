@@ -1,5 +1,5 @@
-/* safetensors: read a whole file, check every header entry against the data section
- * before handing out views, and write files the same way Hugging Face's writer does
+/* safetensors: map a file (its data section read only where touched), check every header
+ * entry against the data section before handing out views, and write files the same way Hugging Face's writer does
  * (header padded with spaces to a multiple of 8, offsets in the order given). */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "trident/file.h"
 #include "trident/safetensors.h"
 
@@ -22,7 +23,9 @@ struct st_entry {
 
 struct tr_safetensors {
     char *path;
-    unsigned char *data;        /* the data section, 64-byte aligned */
+    unsigned char *data;        /* the data section: in map, else read into 64-byte aligned memory */
+    void *map;                  /* the whole file, mapped copy-on-write; NULL where mmap failed */
+    size_t map_size;
     uint64_t data_size;
     int n;
     struct st_entry *e;         /* header order */
@@ -65,7 +68,8 @@ void tr_safetensors_close(struct tr_safetensors *st) {
     }
     free(st->e);
     free(st->sorted);
-    tr_host_free(st->data);
+    if (st->map) munmap(st->map, st->map_size);
+    else tr_host_free(st->data);
     free(st->path);
     free(st);
 }
@@ -152,9 +156,10 @@ static int parse_entry(const struct tr_safetensors *st, const cJSON *j, struct s
                             path, e->name, (unsigned long long)(en - b), e->dtype_str,
                             tr_shape_str(ndim, e->shape, sh, sizeof sh), (unsigned long long)numel, elsize);
     }
-    /* Views are typed pointers: an offset that is not a multiple of the element size
-     * (legal in the format) gets an aligned copy rather than an unaligned view. */
-    if (e->dtype >= 0 && elsize && b % (uint64_t)elsize != 0) {
+    /* Views are typed pointers: a tensor not aligned to its element (an offset the format
+     * allows, or a header length that leaves the mapped data section unaligned) gets an
+     * aligned copy rather than an unaligned view. */
+    if (e->dtype >= 0 && elsize && (uintptr_t)(st->data + b) % (uintptr_t)elsize != 0) {
         int rc = tr_host_alloc(&e->copy, en - b, err);
         if (rc) return rc;
         memcpy(e->copy, st->data + b, en - b);
@@ -279,15 +284,32 @@ int tr_safetensors_open(const char *path, struct tr_safetensors **out, struct tr
     }
     json = malloc((size_t)hlen + 1);
     st->data_size = (uint64_t)size - 8 - hlen;
-    void *data = NULL;
-    if (!json || tr_host_alloc(&data, (size_t)st->data_size, err)) {
-        rc = tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for %lld bytes", path, size);
+    if (!json) {
+        rc = tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for its %llu-byte header", path, (unsigned long long)hlen);
         goto done;
     }
-    st->data = data;
-    if (!read_all(f, json, (size_t)hlen) || !read_all(f, st->data, (size_t)st->data_size)) {
+    if (!read_all(f, json, (size_t)hlen)) {
         rc = tr_error_set(err, TR_ERR_IO, "%s: read failed: %s", path, ferror(f) ? strerror(errno) : "short read");
         goto done;
+    }
+    /* The data section mapped, not read: a tensor costs memory only when it is read (a
+     * checkpoint's unused parts, a 7B model's shards, stay on disk); copy-on-write, so a
+     * view written to is this process's own, as when it was read. Read where mmap fails. */
+    void *m = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fileno(f), 0);
+    if (m != MAP_FAILED) {
+        st->map = m, st->map_size = (size_t)size;
+        st->data = (unsigned char *)m + 8 + hlen;
+    } else {
+        void *data = NULL;
+        if (tr_host_alloc(&data, (size_t)st->data_size, err)) {
+            rc = tr_error_set(err, TR_ERR_NOMEM, "%s: no memory for %lld bytes", path, size);
+            goto done;
+        }
+        st->data = data;
+        if (!read_all(f, st->data, (size_t)st->data_size)) {
+            rc = tr_error_set(err, TR_ERR_IO, "%s: read failed: %s", path, ferror(f) ? strerror(errno) : "short read");
+            goto done;
+        }
     }
     json[hlen] = '\0';
     rc = parse_header(st, json, (size_t)hlen, err);
