@@ -306,7 +306,34 @@ static void test_reads_hugging_face_file(void **state) {
     tr_safetensors_close(st);
 }
 
+/* A checkpoint of another format (what the Hub holds beside safetensors) is named as
+ * what it is, with how to convert it, rather than as a bad header length. */
+static void test_other_formats(void **state) {
+    (void)state;
+    static const struct {
+        const char *bytes;
+        size_t n;
+        const char *what;
+    } files[] = {{"PK\x03\x04\x14\x00\x00\x00\x08\x00rest of a zip", 24, "a zip archive: PyTorch's torch.save"},
+                 {"\x80\x02}q\x00(X\x05\x00\x00\x00model", 20, "a Python pickle"},
+                 {"GGUF\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", 16, "a GGUF file"},
+                 {"\x89HDF\r\n\x1a\n\x00\x00\x00\x00\x00\x00\x00\x00", 16, "an HDF5 file"}};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        FILE *f = fopen(tr_test_file, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(files[i].bytes, 1, files[i].n, f), files[i].n);
+        fclose(f);
+        struct tr_error e = {0};
+        struct tr_safetensors *st = (void *)1;
+        assert_int_equal(tr_safetensors_open(tr_test_file, &st, &e), TR_ERR_FORMAT);
+        assert_null(st);
+        tr_assert_msg_has(&e, "not a safetensors file but ");
+        tr_assert_msg_has(&e, files[i].what);
+        tr_assert_msg_has(&e, "safetensors.torch.save_file");
+    }
+}
+
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_round_trip, test_write_refuses_bad_input,
              test_metadata_and_alignment, test_wrong_dtype_string, test_truncated, test_bad_header_length,
              test_bad_json, test_bad_offsets, test_layout_rules, test_not_a_regular_file, test_too_many_dims,
-             test_missing_file, test_reads_hugging_face_file)
+             test_missing_file, test_reads_hugging_face_file, test_other_formats)

@@ -476,6 +476,20 @@ static void test_load_directory(void **state) {
     g = make_graph(fwd, TR_DTYPE_F32);
     assert_int_equal(tr_weights_load(g, dir, &w, &e), TR_ERR_NOT_FOUND);
     tr_assert_msg_has(&e, "no .safetensors file in");
+    /* another format's files there: named, with how to convert them */
+    snprintf(p[0], sizeof p[0], "%s/pytorch_model.bin", dir);
+    snprintf(p[1], sizeof p[1], "%s/unet.ckpt", sub);
+    for (int i = 0; i < 2; i++) {
+        FILE *bin = fopen(p[i], "wb");
+        assert_non_null(bin);
+        fclose(bin);
+    }
+    assert_int_equal(tr_weights_load(g, dir, &w, &e), TR_ERR_NOT_FOUND);
+    tr_assert_msg_has(&e, "subdirectories, only ");
+    tr_assert_msg_has(&e, "pytorch_model.bin");
+    tr_assert_msg_has(&e, "vae/unet.ckpt");
+    tr_assert_msg_has(&e, "which trident does not read (save_pretrained");
+    for (int i = 0; i < 2; i++) remove(p[i]);
     tr_graph_free(g);
     rmdir(sub);
     rmdir(dir);

@@ -250,6 +250,18 @@ done:
 
 static int read_all(FILE *f, void *p, size_t n) { return n == 0 || fread(p, 1, n, f) == n; }
 
+/* What a file that is not safetensors is, by its first bytes (NULL: not known): the
+ * formats a checkpoint on the Hub comes in besides. */
+static const char *other_format(const unsigned char *b, long long size) {
+    if (size >= 4 && memcmp(b, "PK\x03\x04", 4) == 0)
+        return "a zip archive: PyTorch's torch.save (pytorch_model.bin, .pt, .pth) or a Keras .keras file";
+    if (size >= 2 && b[0] == 0x80 && b[1] >= 2 && b[1] <= 5)
+        return "a Python pickle: an older torch.save (.ckpt, .bin)";
+    if (size >= 4 && memcmp(b, "GGUF", 4) == 0) return "a GGUF file (llama.cpp's)";
+    if (size >= 4 && memcmp(b, "\x89HDF", 4) == 0) return "an HDF5 file (Keras 2's .h5)";
+    return NULL;
+}
+
 int tr_safetensors_open(const char *path, struct tr_safetensors **out, struct tr_error *err) {
     *out = NULL;
     FILE *f;
@@ -275,6 +287,13 @@ int tr_safetensors_open(const char *path, struct tr_safetensors **out, struct tr
     }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | len8[i];
+    const char *other = hlen > (uint64_t)size - 8 ? other_format(len8, size) : NULL;
+    if (other) {
+        rc = tr_error_set(err, TR_ERR_FORMAT, "%s: not a safetensors file but %s; trident reads safetensors "
+                          "(save_pretrained(..., safe_serialization=True), or safetensors.torch.save_file of its "
+                          "state dict, converts it)", path, other);
+        goto done;
+    }
     if (hlen > (uint64_t)size - 8) {
         rc = tr_error_set(err, TR_ERR_FORMAT,
                           "%s: header length %llu goes beyond the end of the file (%lld bytes; truncated, or not "

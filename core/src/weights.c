@@ -441,14 +441,54 @@ static int pick_variants(struct files *f, const char *dir, const char *variant, 
     return TR_OK;
 }
 
+/* The weight files of other formats in dir (prefix: its name under the weights
+ * directory, "" at the top), appended to found; *n counts them all, 3 are named. */
+static void other_weight_files(const char *dir, const char *prefix, char *found, size_t cap, int *n) {
+    static const char *const exts[] = {".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx"};
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        const size_t ln = strlen(e->d_name);
+        for (size_t k = 0; k < sizeof exts / sizeof exts[0]; k++) {
+            const size_t le = strlen(exts[k]);
+            if (e->d_name[0] == '.' || ln <= le || strcmp(e->d_name + ln - le, exts[k]) != 0) continue;
+            const size_t used = strlen(found);
+            if ((*n)++ < 3) snprintf(found + used, cap - used, "%s%s%s", used ? ", " : "", prefix, e->d_name);
+        }
+    }
+    if (d) closedir(d);
+}
+
+/* A directory without .safetensors (collect's depth): the error names the weight files of
+ * other formats there, which trident does not read, and how to convert them. */
+static int no_safetensors(const char *dir, struct tr_error *err) {
+    char found[320] = "";
+    int n = 0;
+    other_weight_files(dir, "", found, sizeof found, &n);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char p[TR_WEIGHTS_PATH_MAX], prefix[300];
+        if (e->d_name[0] == '.' || snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p) continue;
+        snprintf(prefix, sizeof prefix, "%s/", e->d_name);
+        other_weight_files(p, prefix, found, sizeof found, &n);
+    }
+    if (d) closedir(d);
+    if (!n)
+        return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: no .safetensors file in '%s' or its subdirectories", dir);
+    return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: no .safetensors file in '%s' or its subdirectories, only "
+                        "%s%s, which trident does not read (save_pretrained(..., safe_serialization=True), or "
+                        "safetensors.torch.save_file of the state dict, converts them)", dir, found,
+                        n > 3 ? " and more" : "");
+}
+
 static int open_files(const char *path, const char *variant, struct files *f, struct tr_error *err) {
     memset(f, 0, sizeof *f);
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         int rc = collect(path, 0, f, err);
         if (rc) return rc;
-        if (f->n == 0) return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: no .safetensors file in '%s' or its "
-                                           "subdirectories", path);
+        if (f->n == 0) return no_safetensors(path, err);
         qsort(f->path, (size_t)f->n, sizeof f->path[0], by_path);
         f->dir_len = strlen(path) + 1;
         if ((rc = pick_variants(f, path, variant && variant[0] ? variant : NULL, err)) != TR_OK) return rc;
