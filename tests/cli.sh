@@ -418,6 +418,10 @@ sed -e "s#^\(weights\|hf_config\) = #\1 = $d/#" -e '/^\(inputs\|reference\) = /d
 expect "a checkpoint's tensors the model does not read are named in a warning" 0 \
   "^trident: warning: $d/model.safetensors: 8 of its 28 tensors are not the model's \(not read; .*\): model.layers.\\*.self_attn.k_proj.bias \(2\), model.layers.\\*.self_attn.o_proj.bias \(2\), .*v_proj.bias \(2\)$" \
   -- "$bin" run "$tmp/nobias.ini"
+# hf_config = a model's directory (a Hub download, as from_pretrained takes it): its
+# config.json, here the biased one the reference was made with
+sed -e "s#^\(weights\|inputs\|reference\) = #\1 = $d/#" -e "s#^hf_config = .*#hf_config = $d#" "$d/check.ini" > "$tmp/hfdir.ini"
+expect "hf_config = a model's directory reads its config.json" 0 'all backends ran and agree' -- "$bin" run "$tmp/hfdir.ini"
 # A SamModel config.json of transformers' own (no global block: "global_attn_indexes": [];
 # a 48x48 image; the default prompt scaled to it), its batch and outputs in float64
 # (tests/fixtures/make_vision_reference.py --model sam --random 9).

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "trident/parse.h"
 #include "trident/model.h"
 
@@ -167,6 +168,14 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
         if (strcmp(kv->section, "model") != 0 || strcmp(kv->key, "hf_config") != 0) continue;
         char path[TR_CONFIG_PATH];
         int rc = tr_config_path(cfg, kv->value, path, sizeof path, err);
+        /* a model's directory (a Hub download, as from_pretrained takes it): its config.json */
+        struct stat sb;
+        const size_t n = strlen(path);
+        if (!rc && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && n + 13 < sizeof path) {
+            char file[TR_CONFIG_PATH];
+            snprintf(file, sizeof file, "%s/config.json", path);
+            if (stat(file, &sb) == 0 && S_ISREG(sb.st_mode)) memcpy(path, file, n + 13);
+        }
         if (!rc) rc = m->read_hf_config(config, path, err);
         if (rc) return tr_error_prefix(err, "%s:%d: [model] hf_config = %s", cfg->file, kv->line, kv->value);
     }
