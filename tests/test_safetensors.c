@@ -314,10 +314,14 @@ static void test_other_formats(void **state) {
         const char *bytes;
         size_t n;
         const char *what;
-    } files[] = {{"PK\x03\x04\x14\x00\x00\x00\x08\x00rest of a zip", 24, "a zip archive: PyTorch's torch.save"},
-                 {"\x80\x02}q\x00(X\x05\x00\x00\x00model", 20, "a Python pickle"},
-                 {"GGUF\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00", 16, "a GGUF file"},
-                 {"\x89HDF\r\n\x1a\n\x00\x00\x00\x00\x00\x00\x00\x00", 16, "an HDF5 file"}};
+    } files[] = {
+#define BYTES(s) s, sizeof s - 1
+        {BYTES("PK\x03\x04\x14\x00\x00\x00\x08\x00rest of a zip"), "a zip archive: PyTorch's torch.save"},
+        {BYTES("\x80\x02}q\x00(X\x05\x00\x00\x00model"), "a Python pickle"},
+        {BYTES("GGUF\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"), "a GGUF file"},
+        {BYTES("\x89HDF\r\n\x1a\n\x00\x00\x00\x00\x00\x00\x00\x00"), "an HDF5 file"},
+#undef BYTES
+    };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         FILE *f = fopen(tr_test_file, "wb");
         assert_non_null(f);
