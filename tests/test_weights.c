@@ -780,6 +780,49 @@ static void test_load_legacy_layer_norm(void **state) {
     tr_graph_free(g);
 }
 
+/* peft's adapter_model.safetensors names a LoRA factor "base_model.model." + the model's
+ * name: read into the graph's adapter (a fresh PARAM, which a base checkpoint lacks) from
+ * a directory of the base model and the adapter, nothing left unused; another name under
+ * base_model.model. is not taken for the model's. */
+static void test_load_peft_adapter(void **state) {
+    (void)state;
+    const int64_t sa[2] = {4, 40}, sb[1] = {40};
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    tr_param(g, "model.norm.weight", TR_DTYPE_F32, 1, sb, 1.0f, 0.02f);
+    const int a = tr_param(g, "model.layers.0.self_attn.q_proj.lora_A.weight", TR_DTYPE_F32, 2, sa, 0.0f, 0.5f);
+    tr_param_set_fresh(g, a);
+    assert_int_equal(tr_graph_status(g, NULL), TR_OK);
+    char dir[600], sub[700], p[2][800];
+    make_dirs(dir, sub, "test_weights_peft", "adapter");
+    snprintf(p[0], sizeof p[0], "%s/model.safetensors", dir);
+    snprintf(p[1], sizeof p[1], "%s/adapter_model.safetensors", sub);
+    struct tr_tensor base = tr_test_tensor(TR_DTYPE_F32, 1, sb), ad[2] = {tr_test_tensor(TR_DTYPE_F32, 2, sa),
+                                                                          tr_test_tensor(TR_DTYPE_F32, 1, sb)};
+    tr_test_randn(&base, 900, 1.0);
+    tr_test_randn(&ad[0], 901, 1.0);
+    tr_test_randn(&ad[1], 902, 1.0);
+    struct tr_error e = {0};
+    static const char *const bn[1] = {"model.norm.weight"},
+                             *const an[2] = {"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+                                             "base_model.model.model.norm.weight"};
+    assert_int_equal(tr_safetensors_write(p[0], 1, bn, &base, &e), TR_OK);
+    assert_int_equal(tr_safetensors_write(p[1], 2, an, ad, &e), TR_OK);
+    struct tr_weights *w = NULL;
+    if (tr_weights_load(g, dir, &w, &e) != TR_OK) fail_msg("%s", e.msg);
+    assert_memory_equal(bound(g, "model.layers.0.self_attn.q_proj.lora_A.weight").data, ad[0].data, 160 * 4);
+    assert_memory_equal(bound(g, "model.norm.weight").data, base.data, 40 * 4);
+    assert_int_equal(tr_weights_n_unused(w), 1);
+    assert_string_equal(tr_weights_unused_name(w, 0), "base_model.model.model.norm.weight");
+    tr_weights_free(w);
+    tr_graph_free(g);
+    tr_test_tensor_free(&base);
+    tr_test_tensors_free(2, ad);
+    for (int i = 0; i < 2; i++) remove(p[i]);
+    rmdir(sub);
+    rmdir(dir);
+}
+
 static void expect_load_error(enum tr_dtype graph_dt, int status, const char *tensor) {
     const int fwd[3] = {0, 1, 2};
     struct tr_graph *g = make_graph(fwd, graph_dt);
@@ -826,4 +869,5 @@ TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_seed_deterministic_an
              test_seed_bf16_is_rounded_f32, test_seed_large_tensor, test_load_f32_and_convert, test_load_other_float_dtypes,
              test_load_errors,
              test_load_fresh, test_load_missing_seed, test_load_without_base_prefix, test_load_directory,
-             test_load_unused, test_load_variants, test_load_legacy_layer_norm)
+             test_load_unused, test_load_variants, test_load_legacy_layer_norm,
+             test_load_peft_adapter)

@@ -533,13 +533,23 @@ static const char *legacy_name(const char *name, char *buf, size_t cap) {
     return NULL;
 }
 
+/* The name peft saves a LoRA factor under (adapter_model.safetensors: the PeftModel's
+ * "base_model.model." before the model's own name, the adapter's name left out), for a
+ * LoRA factor's name; NULL for any other. */
+static const char *peft_name(const char *name, char *buf, size_t cap) {
+    if (!strstr(name, ".lora_A.") && !strstr(name, ".lora_B.")) return NULL;
+    return snprintf(buf, cap, "base_model.model.%s", name) < (int)cap ? buf : NULL;
+}
+
 /* name in exactly one file: under its name, or where no file has it so, bare (get_bare),
- * then the same under its legacy name (legacy_name); *which the file. */
+ * then the same under its legacy name (legacy_name), then peft's (peft_name); *which the
+ * file. */
 static int find(const struct files *f, const char *name, struct tr_tensor *src, int *which, struct tr_error *err) {
-    char buf[TR_WEIGHTS_PATH_MAX];
-    const char *keys[2] = {name, legacy_name(name, buf, sizeof buf)};
+    char buf[TR_WEIGHTS_PATH_MAX], pbuf[TR_WEIGHTS_PATH_MAX];
+    const char *keys[3] = {name, legacy_name(name, buf, sizeof buf), peft_name(name, pbuf, sizeof pbuf)};
     *which = -1;
-    for (int k = 0; k < 2 && keys[k] && *which < 0; k++)
+    for (int k = 0; k < 3 && *which < 0; k++) {
+        if (!keys[k]) continue;
         for (int bare = 0; bare < 2 && *which < 0; bare++)
             for (int i = 0; i < f->n; i++) {
                 struct tr_tensor t;
@@ -553,6 +563,7 @@ static int find(const struct files *f, const char *name, struct tr_tensor *src, 
                 *src = t;
                 f->read[i][tr_safetensors_find(f->st[i], bare ? strchr(keys[k], '.') + 1 : keys[k])] = 1;
             }
+    }
     return *which >= 0 ? TR_OK : TR_ERR_NOT_FOUND;
 }
 
