@@ -588,6 +588,9 @@ static void test_load_unused(void **state) {
     tr_assert_str_has(buf, ": 1 of its 8 tensors are not the model's");
     tr_assert_str_has(buf, "): cls.x\n");
     load_unused(tr_test_file, 2, head, 0, buf, sizeof buf);
+    /* a one-component prefix the file has no name under leaves out nothing of it */
+    static const char *const decoder[] = {"decoder."};
+    load_unused(tr_test_file, 1, decoder, 4, buf, sizeof buf);
     /* a file bare of "layer.": "layer.head." covers its "head.*" too */
     static const char *const bare_extra[] = {"head.w", "other.w"}, *const lhead[] = {"layer.head."};
     write_with(tr_test_file, 1, 2, bare_extra);

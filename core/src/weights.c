@@ -584,7 +584,9 @@ static int omitted(const struct tr_graph *g, const struct files *f, int i, const
             continue;
         }
         if (strncmp(name, p, len) == 0) return 1;
-        if (!dot || strncmp(name, dot + 1, strlen(dot + 1)) != 0) continue;
+        /* bare: only a prefix of two components or more has a rest to match ("encoder."
+         * bare of "encoder" would be every name) */
+        if (!dot || !dot[1] || strncmp(name, dot + 1, strlen(dot + 1)) != 0) continue;
         int bare = 1;
         for (int j = 0; j < tr_safetensors_count(f->st[i]) && bare; j++)
             bare = strncmp(tr_safetensors_name(f->st[i], j), p, (size_t)(dot - p) + 1) != 0;
@@ -606,16 +608,15 @@ static int note_unused(struct tr_weights *w, const struct tr_graph *g, const str
         for (int j = 0; j < n; j++) {
             const char *name = tr_safetensors_name(f->st[i], j);
             if (f->read[i][j] || omitted(g, f, i, name)) continue;
-            if (!u->names && !(u->names = calloc((size_t)n, sizeof *u->names)))
-                return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
+            if (!u->names) { /* the file's first: counted at once, so tr_weights_free frees it */
+                w->n_unused_files++;
+                u->n_tensors = n;
+                if (!(u->names = calloc((size_t)n, sizeof *u->names)) || !(u->path = strdup(f->path[i])))
+                    return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
+            }
             if (!(u->names[u->n] = strdup(name))) return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
-            u->n++;
+            u->n++, w->n_unused++;
         }
-        if (!u->n) continue;
-        if (!(u->path = strdup(f->path[i]))) return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
-        u->n_tensors = n;
-        w->n_unused += u->n;
-        w->n_unused_files++;
     }
     return TR_OK;
 }
