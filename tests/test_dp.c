@@ -197,15 +197,7 @@ static void check_mirrored(const char *model_ini, int ranks, int split) {
         assert_true(buckets > 2);                          /* 2 KiB buckets: several, and the loss's */
         assert_int_equal(m.allreduces, 3L * buckets);      /* every one ran at every step */
         assert_int_equal(m.n_flying, 0);                   /* and was waited for */
-        if (split) { /* the sums started amid the backward pass, in the order the graph has them */
-            assert_true(m.most_flying > 1);
-            /* held where there are buckets enough for a time measure to be robust on a loaded
-             * machine (BERT's 15: 85-100% quiet, 18% seen once in CI beside other tests;
-             * Gemma LoRA's 3 are printed: 40-90%) */
-            if (buckets >= 8 && m.spread < 0.1) /* all after it: a few percent (the concatenations) */
-                fail_msg("%s: the gradient buckets' sums started within %.0f%% of the backward pass's time: "
-                         "run after it, not amid it", be->label, 100 * m.spread);
-        }
+        if (split) assert_true(m.most_flying > 1); /* several sums in flight at once */
         for (int u = 0; u < tr_graph_n_updates(one.graph); u++) {
             const int p1 = tr_graph_update_param(one.graph, u);
             const int p2 = tr_graph_find(dp.graph, tr_node_name(one.graph, p1));
@@ -215,10 +207,27 @@ static void check_mirrored(const char *model_ini, int ranks, int split) {
                 fail_msg("%s, %d ranks: '%s' differs from one process's after 3 steps", be->label, ranks,
                          tr_node_name(one.graph, p1));
         }
-        char how[96] = "";
+        /* The sums started amid the backward pass, not after it. Held where there are buckets
+         * enough for a time measure to mean something (BERT's 15: 85-100% quiet, 18% seen
+         * once in CI beside other tests; Gemma LoRA's 3 are printed: 40-90%). All after it
+         * gives a few percent (the concatenations) at every run; a loaded machine gives a low
+         * figure now and then (9% once, in the GPU rehearsal beside the main suite), so a low
+         * figure is measured again, 3 steps a time, and only a low figure every time fails. */
+        int measures = 1;
+        for (; split && buckets >= 8 && m.spread < 0.1 && measures < 4; measures++) {
+            struct tr_tensor again[4];
+            tr_kernels_set_comm(&comm);
+            tr_test_run_backend(be, tr_test_dir, dp.graph, in2, 3, again, NULL);
+            tr_kernels_set_comm(NULL);
+            for (int i = 0; i < tr_graph_n_outputs(dp.graph); i++) tr_test_tensor_free(&again[i]);
+        }
+        if (split && buckets >= 8 && m.spread < 0.1)
+            fail_msg("%s: the gradient buckets' sums started within %.0f%% of the backward pass's time, the best "
+                     "of %d runs: run after it, not amid it", be->label, 100 * m.spread, measures);
+        char how[128] = "";
         if (split)
-            snprintf(how, sizeof how, " (%d at once at most, started across %.0f%% of the backward pass)",
-                     m.most_flying, 100 * m.spread);
+            snprintf(how, sizeof how, " (%d at once at most, started across %.0f%% of the backward pass%s)",
+                     m.most_flying, 100 * m.spread, measures > 1 ? ", measured again" : "");
         printf("%s, %d mirrored ranks%s: %d all-reduces a step%s, loss %.7f and %d trained states as one "
                "process's\n", be->label, ranks, split ? ", sums in halves" : "", buckets, how, (double)l2,
                tr_graph_n_updates(one.graph));
