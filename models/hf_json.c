@@ -45,23 +45,34 @@ static char *python_literals(const char *in, size_t n) {
 }
 
 int tr_hf_json_load(const char *path, cJSON **root, struct tr_error *err) {
+    return tr_hf_json_load_max(path, MAX_JSON_BYTES, "a config.json", root, err);
+}
+
+int tr_hf_json_load_max(const char *path, size_t max, const char *what, cJSON **root, struct tr_error *err) {
     *root = NULL;
     FILE *f;
     int rc0 = tr_fopen_regular(path, &f, err);
     if (rc0) return rc0;
-    char *buf = malloc(MAX_JSON_BYTES + 1);
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return tr_error_set(err, TR_ERR_IO, "cannot read '%s'", path);
+    }
+    if ((unsigned long)size > max) {
+        fclose(f);
+        return tr_error_set(err, TR_ERR_FORMAT, "'%s' is %ld bytes, larger than %zu: not %s", path, size, max, what);
+    }
+    char *buf = malloc((size_t)size + 1);
     if (!buf) {
         fclose(f);
         return tr_error_set(err, TR_ERR_NOMEM, "no memory to read '%s'", path);
     }
-    size_t n = fread(buf, 1, MAX_JSON_BYTES + 1, f);
+    size_t n = fread(buf, 1, (size_t)size, f);
     int bad = ferror(f);
     fclose(f);
-    if (bad || n > MAX_JSON_BYTES) {
+    if (bad || n != (size_t)size) {
         free(buf);
-        return bad ? tr_error_set(err, TR_ERR_IO, "cannot read '%s'", path)
-                   : tr_error_set(err, TR_ERR_FORMAT, "'%s' is larger than %d bytes: not a config.json", path,
-                                  MAX_JSON_BYTES);
+        return tr_error_set(err, TR_ERR_IO, "cannot read '%s'", path);
     }
     buf[n] = '\0';
     char *text = python_literals(buf, n);

@@ -11,6 +11,9 @@
 
 /* The file parsed; *root is an object (cJSON_Delete it). */
 int tr_hf_json_load(const char *path, cJSON **root, struct tr_error *err);
+/* The same for a file of at most max bytes (a tokenizer.json: tens of MB); what names
+ * the kind of file in the error for a larger one. */
+int tr_hf_json_load_max(const char *path, size_t max, const char *what, cJSON **root, struct tr_error *err);
 /* The keys of defaults (a JSON object: a config class's defaults) that obj lacks, added to
  * obj: a file that leaves a key out means the class's default, as transformers' and
  * diffusers' from_pretrained read it, never the preset's value. Present keys, null ones

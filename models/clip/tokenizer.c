@@ -1,5 +1,5 @@
 /* CLIP's byte-level BPE tokenizer (tokenizer.h). The vocabulary and the merge ranks are
- * open-addressing tables of their strings (a merge is "left right", as merges.txt writes
+ * tables of their strings (strtab.h) (a merge is "left right", as merges.txt writes
  * it); a word is merged as GPT-2's BPE does: the adjacent pair of lowest rank, everywhere
  * in the word, until none is left. */
 #include <cjson/cJSON.h>
@@ -8,59 +8,11 @@
 #include <string.h>
 #include "trident/file.h"
 #include "hf_json.h"
+#include "strtab.h"
 #include "tokenizer.h"
 
-struct entry {
-    char *key;
-    int32_t value;
-};
-
-struct table {
-    struct entry *e;
-    size_t cap;
-};
-
-static uint64_t hash(const char *s, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-    return h;
-}
-
-static int table_init(struct table *t, size_t n) {
-    t->cap = 16;
-    while (t->cap < 2 * n + 16) t->cap *= 2;
-    t->e = calloc(t->cap, sizeof *t->e);
-    return t->e ? TR_OK : TR_ERR_NOMEM;
-}
-
-static void table_free(struct table *t) {
-    for (size_t i = 0; t->e && i < t->cap; i++) free(t->e[i].key);
-    free(t->e);
-}
-
-/* key's slot: its entry, or the empty one where it would go */
-static struct entry *slot(const struct table *t, const char *key, size_t n) {
-    size_t i = hash(key, n) & (t->cap - 1);
-    while (t->e[i].key && (strlen(t->e[i].key) != n || memcmp(t->e[i].key, key, n) != 0)) i = (i + 1) & (t->cap - 1);
-    return &t->e[i];
-}
-
-static int table_put(struct table *t, const char *key, int32_t v) {
-    struct entry *e = slot(t, key, strlen(key));
-    if (e->key) return TR_OK; /* the first one stands, as a dict's last would not matter here */
-    e->key = strdup(key);
-    if (!e->key) return TR_ERR_NOMEM;
-    e->value = v;
-    return TR_OK;
-}
-
-static int32_t table_get(const struct table *t, const char *key, size_t n) {
-    const struct entry *e = slot(t, key, n);
-    return e->key ? e->value : -1;
-}
-
 struct tr_clip_tokenizer {
-    struct table vocab, ranks;
+    struct tr_strtab vocab, ranks;
     char byte_enc[256][3]; /* each byte as the UTF-8 of GPT-2's bytes_to_unicode character */
     int32_t bos, eos;
 };
@@ -104,14 +56,14 @@ int tr_clip_tokenizer_load(const char *dir, struct tr_clip_tokenizer **out, stru
     cJSON *root = NULL;
     snprintf(path, sizeof path, "%s/vocab.json", dir);
     int rc = tr_hf_json_load(path, &root, err);
-    if (!rc && table_init(&t->vocab, (size_t)cJSON_GetArraySize(root))) rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
+    if (!rc && tr_strtab_init(&t->vocab, (size_t)cJSON_GetArraySize(root))) rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
     const cJSON *e, *entries = rc ? NULL : root;
     cJSON_ArrayForEach(e, entries) {
         if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e8) {
             rc = tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not a token id", path, e->string);
             break;
         }
-        if ((rc = table_put(&t->vocab, e->string, (int32_t)e->valuedouble)) != TR_OK) break;
+        if ((rc = tr_strtab_put(&t->vocab, e->string, strlen(e->string), (int32_t)e->valuedouble, NULL)) != TR_OK) break;
     }
     cJSON_Delete(root);
     char *merges = NULL;
@@ -119,7 +71,7 @@ int tr_clip_tokenizer_load(const char *dir, struct tr_clip_tokenizer **out, stru
     if (!rc) rc = read_text(path, &merges, err);
     size_t lines = 0;
     for (const char *p = merges; !rc && *p; p++) lines += *p == '\n';
-    if (!rc && table_init(&t->ranks, lines + 1)) rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
+    if (!rc && tr_strtab_init(&t->ranks, lines + 1)) rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
     int32_t rank = 0, lineno = 0;
     for (char *line = rc ? NULL : merges, *next; line && *line; line = next) {
         next = strchr(line, '\n');
@@ -134,11 +86,11 @@ int tr_clip_tokenizer_load(const char *dir, struct tr_clip_tokenizer **out, stru
                               lineno, line);
             break;
         }
-        if ((rc = table_put(&t->ranks, line, rank++)) != TR_OK) break;
+        if ((rc = tr_strtab_put(&t->ranks, line, n, rank++, NULL)) != TR_OK) break;
     }
     free(merges);
-    t->bos = rc ? -1 : table_get(&t->vocab, "<|startoftext|>", 15);
-    t->eos = rc ? -1 : table_get(&t->vocab, "<|endoftext|>", 13);
+    t->bos = rc ? -1 : tr_strtab_get(&t->vocab, "<|startoftext|>", 15);
+    t->eos = rc ? -1 : tr_strtab_get(&t->vocab, "<|endoftext|>", 13);
     if (!rc && (t->bos < 0 || t->eos < 0))
         rc = tr_error_set(err, TR_ERR_FORMAT, "'%s/vocab.json' has no <|startoftext|> or <|endoftext|>", dir);
     if (rc) {
@@ -151,8 +103,8 @@ int tr_clip_tokenizer_load(const char *dir, struct tr_clip_tokenizer **out, stru
 
 void tr_clip_tokenizer_free(struct tr_clip_tokenizer *t) {
     if (!t) return;
-    table_free(&t->vocab);
-    table_free(&t->ranks);
+    tr_strtab_free(&t->vocab);
+    tr_strtab_free(&t->ranks);
     free(t);
 }
 
@@ -192,7 +144,7 @@ static void bpe(const struct tr_clip_tokenizer *t, const char *s, size_t len, in
         char pair[130];
         for (int i = 0; i + 1 < ns; i++) {
             int k = snprintf(pair, sizeof pair, "%s %s", sym[i], sym[i + 1]);
-            int32_t r = k < (int)sizeof pair ? table_get(&t->ranks, pair, (size_t)k) : -1;
+            int32_t r = k < (int)sizeof pair ? tr_strtab_get(&t->ranks, pair, (size_t)k) : -1;
             if (r >= 0 && r < best_rank) best_rank = r, best = i;
         }
         if (best < 0) break;
@@ -216,7 +168,7 @@ static void bpe(const struct tr_clip_tokenizer *t, const char *s, size_t len, in
         ns = w;
     }
     for (int i = 0; i < ns && *n < max; i++) {
-        int32_t id = table_get(&t->vocab, sym[i], strlen(sym[i]));
+        int32_t id = tr_strtab_get(&t->vocab, sym[i], strlen(sym[i]));
         ids[(*n)++] = id >= 0 ? id : t->eos; /* unknown: CLIP's unk is <|endoftext|> */
     }
 }
