@@ -1,13 +1,20 @@
 /* The LLMs' tokenizer.json (models/decoder/tokenizer.h) against Hugging Face's tokenizers
  * on toy vocabularies in each layout trident reads (tests/fixtures/llm_tokenizer, made by
  * make_llm_tokenizer_fixture.py): every text's ids, every id list's text (byte fallback,
- * bytes that are not UTF-8, special tokens), and the refusals of what it does not read. */
+ * bytes that are not UTF-8, special tokens), and the refusals of what it does not read;
+ * then a whole text generate ([generate] prompt) against transformers' generate and
+ * decode on the tiny fixtures' weights, on every backend, and its refusals. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "decoder/tokenizer.h"
 #include "hf_json.h"
+#include "models.h"
 #include "testutil.h"
+#include "trident/bench.h"
+#include "trident/config.h"
 
 #define FIXTURES TR_SOURCE_DIR "/tests/fixtures/llm_tokenizer"
 
@@ -115,4 +122,95 @@ static void test_refusals(void **state) {
     assert_null(t);
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_against_tokenizers, test_refusals)
+/* `trident run` of ini (a [run] + [generate] text): its error, or "" and the report. */
+static struct tr_bench_report rep;
+static const char *run(const char *ini) {
+    static struct tr_config cfg;
+    static struct tr_error e;
+    memset(&e, 0, sizeof e);
+    memset(&rep, 0, sizeof rep);
+    if (tr_config_load_string(ini, "text.ini", &cfg, &e) || tr_bench_run(&cfg, tr_builtin_models, &rep, &e))
+        return e.msg;
+    return "";
+}
+
+/* The expected.json's generate of a style: a greedy run of transformers on the tiny
+ * fixture's weights, its new tokens decoded. */
+static void generate_as_transformers(const char *model) {
+    char path[600], ini[2048];
+    snprintf(path, sizeof path, "%s/%s/expected.json", FIXTURES, model);
+    cJSON *root = NULL;
+    struct tr_error e = {0};
+    if (tr_hf_json_load_max(path, 1 << 20, "a fixture", &root, &e)) fail_msg("%s", e.msg);
+    const cJSON *g = cJSON_GetObjectItem(root, "generate");
+    const char *prompt = cJSON_GetObjectItem(g, "prompt")->valuestring, *want = cJSON_GetObjectItem(g, "text")->valuestring;
+    const int max_length = cJSON_GetObjectItem(g, "max_length")->valueint;
+    const int n_prompt = cJSON_GetArraySize(cJSON_GetObjectItem(g, "prompt_ids"));
+    const char *const head = "[run]\nmodel = %s\npreset = tiny\ntask = generate\nbackends = torch, "
+                             "torch:reduce-overhead, tf, jax\nbatch = 2\nsteps = 1\nwarmup = 1\nisolate = off\n"
+                             "weights = %s/tests/fixtures/%s_tiny.safetensors\n[generate]\nmax_length = %d\nprompt = %s\n"
+                             "tokenizer = %s/%s\n";
+    snprintf(ini, sizeof ini, head, model, TR_SOURCE_DIR, model, max_length, prompt, FIXTURES, model);
+    const char *msg = run(ini);
+    if (*msg) fail_msg("%s: %s", model, msg);
+    assert_true(rep.all_ok);
+    assert_int_equal(rep.gen.prompt_len, n_prompt); /* the prompt's tokens, no padding */
+    if (strcmp(rep.text, want) != 0) fail_msg("%s: generated '%s', transformers '%s'", model, rep.text, want);
+    print_message("%s: '%s' -> '%s' on %d backends, as transformers generates and decodes it\n", model, prompt,
+                  rep.text, rep.n_rows);
+    /* left-padded to more than the prompt: the same new tokens (fewer of them) */
+    snprintf(ini, sizeof ini, head, model, TR_SOURCE_DIR, model, max_length, prompt, FIXTURES, model);
+    strcat(ini, "prompt_len = 12\n");
+    if (*(msg = run(ini))) fail_msg("%s, padded: %s", model, msg);
+    assert_int_equal(rep.gen.prompt_len, 12);
+    if (strncmp(rep.text, want, 8) != 0) fail_msg("%s, padded: generated '%s', unpadded '%s'", model, rep.text, want);
+    cJSON_Delete(root);
+}
+
+static void test_generate_text(void **state) {
+    (void)state;
+    generate_as_transformers("gemma");
+    generate_as_transformers("mistral");
+}
+
+static void must_fail(const char *msg, const char *want) {
+    if (!*msg) fail_msg("ran, where it should have failed with \"%s\"", want);
+    if (!strstr(msg, want)) fail_msg("message \"%s\"\n  lacks \"%s\"", msg, want);
+}
+
+static void test_generate_text_refusals(void **state) {
+    (void)state;
+    char ini[2048], base[1024];
+    snprintf(base, sizeof base, "[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbackends = torch\nbatch = 1\n"
+             "steps = 1\nwarmup = 1\nisolate = off\n%%s[generate]\nprompt = A photo of an "
+             "astronaut\n%%s");
+    snprintf(ini, sizeof ini, base, "", "");
+    must_fail(run(ini), "text.ini:11: [generate] prompt needs a tokenizer");
+    snprintf(ini, sizeof ini, base, "", "tokenizer = " FIXTURES "/gemma\nprompt_len = 4\n");
+    must_fail(run(ini), "text.ini:13: [generate] prompt_len = 4 is shorter than the prompt's 9 tokens");
+    snprintf(ini, sizeof ini, base, "", "tokenizer = " FIXTURES "/gemma\nmax_length = 9\n");
+    must_fail(run(ini), "max_length = 9 leaves no new token after the prompt's 9 tokens");
+    snprintf(ini, sizeof ini, base, "[model]\nvocab_size = 256\n", "tokenizer = " FIXTURES "/gemma\n");
+    must_fail(run(ini), "has 512 ids, the model's vocab_size is 256: not this model's tokenizer");
+    snprintf(ini, sizeof ini, base, "", "tokenizer = " FIXTURES "\n");
+    must_fail(run(ini), FIXTURES "/tokenizer.json");
+    /* by default the tokenizer beside the weights: a model's directory as the Hub keeps it */
+    char repo[512], ln[600], defaults[1024];
+    snprintf(repo, sizeof repo, "%s/repo", tr_test_dir);
+    assert_int_equal(mkdir(repo, 0755), 0);
+    snprintf(ln, sizeof ln, "%s/model.safetensors", repo);
+    assert_int_equal(symlink(TR_SOURCE_DIR "/tests/fixtures/gemma_tiny.safetensors", ln), 0);
+    snprintf(ln, sizeof ln, "%s/tokenizer.json", repo);
+    assert_int_equal(symlink(FIXTURES "/gemma/tokenizer.json", ln), 0);
+    snprintf(defaults, sizeof defaults, "weights = %s\n", repo);
+    snprintf(ini, sizeof ini, base, defaults, "max_length = 12\n");
+    const char *msg = run(ini);
+    if (*msg) fail_msg("the tokenizer in the weights' directory: %s", msg);
+    assert_string_equal(rep.text, "autautaut");
+    /* by default the tokenizer beside the weights: its directory */
+    snprintf(ini, sizeof ini, base, "weights = " TR_SOURCE_DIR "/tests/fixtures/gemma_tiny.safetensors\n", "");
+    must_fail(run(ini), "cannot open '" TR_SOURCE_DIR "/tests/fixtures/tokenizer.json'");
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_against_tokenizers, test_refusals, test_generate_text,
+             test_generate_text_refusals)

@@ -47,10 +47,12 @@ static int add_training(const struct tr_config *cfg, struct tr_task_graph *tg, s
 /* generate: [generate] resolved, then the model's two passes; graph is the prefill. */
 static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
     int rc = tr_generate_config_resolve(cfg, cfg->seed, &tg->gen_cfg, err);
+    if (!rc) rc = tr_generate_text_prompt(cfg, tg->model, tg->config, &tg->gen_cfg, &tg->text, err);
     if (rc) return rc;
     const struct tr_generate_opts o = {.dtype = cfg->dtype, .batch = cfg->batch,
                                        .prompt_len = tg->gen_cfg.prompt_len, .max_length = tg->gen_cfg.max_length,
-                                       .cache_inputs = tg->gen_cfg.cache_inputs};
+                                       .cache_inputs = tg->gen_cfg.cache_inputs, .prompt_ids = tg->text.ids,
+                                       .n_prompt_ids = tg->text.n_ids};
     rc = tr_generate_build(tg->model, tg->config, &o, &tg->gen, err);
     if (rc) {
         int line = 0;
@@ -185,6 +187,7 @@ fail:
 
 void tr_task_graph_free(struct tr_task_graph *tg) {
     tr_train_step_free(&tg->train);
+    tr_generate_text_free(tg->model, &tg->text);
     if (tg->gen.prefill) tg->graph = NULL; /* the prefill pass, freed with the decode pass */
     tr_generate_graphs_free(&tg->gen);
     tr_graph_free(tg->graph);

@@ -89,6 +89,7 @@ static void print_generate(const struct tr_bench_report *rep, FILE *f) {
         for (int k = 0; k < rep->n_sample_tokens; k++) fprintf(f, " %d", rep->sample_tokens[k]);
         fputc('\n', f);
     }
+    if (rep->prompt[0]) fprintf(f, "prompt: %s\nsample 0, its new tokens as text: %s\n", rep->prompt, rep->text);
 }
 
 void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
@@ -283,6 +284,10 @@ cJSON *tr_bench_json(const struct tr_bench_report *rep) {
         cJSON_AddNumberToObject(g, "seed", (double)rep->gen.seed);
         cJSON_AddNumberToObject(g, "kv_cache_bytes", (double)rep->kv_cache_bytes);
         tr_json_add_str(g, "kv_cache", rep->gen.kv_cache);
+        if (rep->prompt[0]) {
+            tr_json_add_str(g, "prompt", rep->prompt);
+            tr_json_add_str(g, "text", rep->text);
+        }
         cJSON_AddNumberToObject(g, "mem_needed_bytes", (double)rep->mem_needed_bytes);
         cJSON_AddNumberToObject(g, "mem_available_bytes", (double)rep->mem_available_bytes);
     }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <time.h>
 #include "trident/bench.h"
@@ -57,8 +58,10 @@ int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, s
     strcpy(gc->kv_cache, "state");
     if (!cfg) return TR_OK;
     const char *file = cfg->file;
-    int rc = tr_keys_apply(cfg, "generate", generate_keys, (int)(sizeof generate_keys / sizeof generate_keys[0]),
-                           "generate", gc, err);
+    /* prompt and tokenizer are the task graph's (bench.c: they decide prompt_len) */
+    static const char *const text_keys[] = {"prompt", "tokenizer", NULL};
+    int rc = tr_keys_apply_except(cfg, "generate", generate_keys,
+                                  (int)(sizeof generate_keys / sizeof generate_keys[0]), "generate", gc, text_keys, err);
     if (rc) return rc;
     if (strcmp(gc->sampling, "greedy") != 0 && strcmp(gc->sampling, "top_k") != 0 && strcmp(gc->sampling, "top_p") != 0)
         return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] sampling = %s: expected greedy, top_k or top_p",
@@ -83,6 +86,68 @@ int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, s
                             file, line, (long long)gc->prompt_len, (long long)gc->max_length);
     }
     return TR_OK;
+}
+
+/* ---- a prompt as text ---- */
+
+int tr_generate_text_prompt(const struct tr_config *cfg, const struct tr_model_desc *m, const void *config,
+                            struct tr_generate_config *gc, struct tr_generate_text *text, struct tr_error *err) {
+    memset(text, 0, sizeof *text);
+    int prompt_line = 0, rc = TR_OK;
+    for (int i = 0; cfg && i < cfg->n_kv && !rc; i++) {
+        const struct tr_config_kv *kv = &cfg->kv[i];
+        if (strcmp(kv->section, "generate") != 0) continue;
+        if (strcmp(kv->key, "prompt") == 0) {
+            snprintf(text->prompt, sizeof text->prompt, "%s", kv->value);
+            prompt_line = kv->line;
+        } else if (strcmp(kv->key, "tokenizer") == 0 &&
+                   (rc = tr_config_path(cfg, kv->value, text->tokenizer, sizeof text->tokenizer, err)) != TR_OK) {
+            tr_error_prefix(err, "%s:%d: [generate] tokenizer", cfg->file, kv->line);
+        }
+    }
+    if (rc || !prompt_line) return rc;
+    if (!m->generate->text_open)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s:%d: [generate] prompt: model '%s' reads no text (its prompts "
+                            "are synthetic); leave prompt out", cfg->file, prompt_line, m->name);
+    if (!text->tokenizer[0]) { /* the tokenizer beside the weights, as a Hub repo keeps them */
+        const char *slash = strrchr(cfg->weights, '/');
+        struct stat sb;
+        if (cfg->weights[0] && stat(cfg->weights, &sb) == 0 && S_ISDIR(sb.st_mode))
+            snprintf(text->tokenizer, sizeof text->tokenizer, "%s", cfg->weights);
+        else if (slash)
+            snprintf(text->tokenizer, sizeof text->tokenizer, "%.*s", (int)(slash - cfg->weights), cfg->weights);
+        else
+            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] prompt needs a tokenizer: [generate] "
+                                "tokenizer = its tokenizer.json (or the directory), or [run] weights = a model's "
+                                "directory that holds one", cfg->file, prompt_line);
+    }
+    rc = m->generate->text_open(config, text->tokenizer, &text->tok, err);
+    if (!rc) rc = m->generate->text_encode(text->tok, text->prompt, &text->ids, &text->n_ids, err);
+    if (rc) {
+        tr_generate_text_free(m, text);
+        return tr_error_prefix(err, "%s:%d: [generate] prompt", cfg->file, prompt_line);
+    }
+    const int asked = key_line(cfg, "prompt_len");
+    if (asked && gc->prompt_len < text->n_ids) {
+        rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] prompt_len = %lld is shorter than the prompt's %d "
+                          "tokens (leave prompt_len out: it is then the prompt's)", cfg->file, asked,
+                          (long long)gc->prompt_len, text->n_ids);
+    } else {
+        if (!asked) gc->prompt_len = text->n_ids; /* else left-padded to prompt_len */
+        if (gc->prompt_len >= gc->max_length)
+            rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] max_length = %lld leaves no new token after the "
+                              "prompt's %lld tokens (max_length counts the prompt and the new tokens)", cfg->file,
+                              key_line(cfg, "max_length") ? key_line(cfg, "max_length") : prompt_line,
+                              (long long)gc->max_length, (long long)gc->prompt_len);
+    }
+    if (rc) tr_generate_text_free(m, text);
+    return rc;
+}
+
+void tr_generate_text_free(const struct tr_model_desc *m, struct tr_generate_text *text) {
+    if (text->tok && m && m->generate && m->generate->text_close) m->generate->text_close(text->tok);
+    free(text->ids);
+    text->tok = NULL, text->ids = NULL, text->n_ids = 0;
 }
 
 /* ---- the passes ---- */

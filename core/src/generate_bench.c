@@ -204,6 +204,19 @@ done:
     return rc;
 }
 
+/* A [generate] prompt's run: sample 0's new tokens as text, special tokens left out (as
+ * transformers' decode(skip_special_tokens=True)), truncated to the report's room. */
+static void decode_text(const struct tr_task_graph *tg, const int32_t *tokens, int64_t n, struct tr_bench_report *rep) {
+    if (!tg->text.tok) return;
+    char *text = NULL;
+    struct tr_error e = {0};
+    if (tg->model->generate->text_decode(tg->text.tok, tokens, (int)n, &text, &e) == TR_OK)
+        snprintf(rep->text, sizeof rep->text, "%s", text);
+    else
+        snprintf(rep->text, sizeof rep->text, "(not decoded: %s)", e.msg);
+    free(text);
+}
+
 int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, const struct tr_bench_opts *o,
                       struct tr_bench_report *rep, struct tr_error *err) {
     struct tr_generate_graphs *gg = &tg->gen;
@@ -212,6 +225,7 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     const char *ref_why;
     const double ref_tol = tr_bench_reference_tolerance(cfg, rep, &ref_why);
     rep->gen = tg->gen_cfg;
+    snprintf(rep->prompt, sizeof rep->prompt, "%s", tg->text.tok ? tg->text.prompt : "");
     rep->new_tokens = NEW;
     rep->seq_len = T;
     rep->flops_per_step = tr_graph_flops(gg->prefill) + (double)(NEW - 1) * tr_graph_flops(gg->decode);
@@ -313,6 +327,7 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
             row->agrees = row->tokens_agree = row->is_reference = 1;
             rep->n_sample_tokens = (int)(NEW < 8 ? NEW : 8);
             memcpy(rep->sample_tokens, ref_tokens, sizeof(int32_t) * (size_t)rep->n_sample_tokens);
+            decode_text(tg, ref_tokens, NEW, rep);
             continue;
         }
         row->max_rel_diff = tr_bench_rel_diff(&logits, &ref_logits);

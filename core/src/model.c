@@ -115,10 +115,12 @@ static int key_set(const struct tr_model_key *k, const char *v, char *config) {
 
 /* cfg's [section] keys into out; a key named `skip` (not NULL) is left to the caller. */
 static int keys_apply(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys, int n_keys,
-                      const char *owner, void *out, const char *skip, struct tr_error *err) {
+                      const char *owner, void *out, const char *const *skip, struct tr_error *err) {
     for (int i = 0; i < cfg->n_kv; i++) {
         const struct tr_config_kv *kv = &cfg->kv[i];
-        if (strcmp(kv->section, section) != 0 || (skip && strcmp(kv->key, skip) == 0)) continue;
+        int skipped = 0;
+        for (int k = 0; skip && skip[k] && !skipped; k++) skipped = strcmp(kv->key, skip[k]) == 0;
+        if (strcmp(kv->section, section) != 0 || skipped) continue;
         const struct tr_model_key *k = NULL;
         char names[768] = "";
         for (int j = 0; j < n_keys; j++) {
@@ -181,12 +183,18 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
     }
     char owner[96];
     snprintf(owner, sizeof owner, "model '%s'", m->name);
-    return keys_apply(cfg, "model", m->keys, m->n_keys, owner, config, m->read_hf_config ? "hf_config" : NULL, err);
+    static const char *const hf[] = {"hf_config", NULL};
+    return keys_apply(cfg, "model", m->keys, m->n_keys, owner, config, m->read_hf_config ? hf : NULL, err);
 }
 
 int tr_keys_apply(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys, int n_keys,
                   const char *owner, void *out, struct tr_error *err) {
     return keys_apply(cfg, section, keys, n_keys, owner, out, NULL, err);
+}
+
+int tr_keys_apply_except(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys,
+                         int n_keys, const char *owner, void *out, const char *const *skip, struct tr_error *err) {
+    return keys_apply(cfg, section, keys, n_keys, owner, out, skip, err);
 }
 
 /* The shortest %g that reads back as the same double, so 0.1 prints as "0.1". */

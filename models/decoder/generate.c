@@ -23,8 +23,10 @@
  * the last prompt token's position + the tokens since. */
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include "decoder.h"
 #include "models.h"
+#include "tokenizer.h"
 
 static const char *family_of(const struct tr_decoder_config *c) {
     return c->family == TR_DECODER_GEMMA ? "gemma" : "mistral";
@@ -76,8 +78,62 @@ static int gen_make_prompt(const void *config, const struct tr_generate_opts *o,
     /* The predict batch at seq_len T: sample b left-padded by floor((b mod 4)·pad_fraction·T). */
     const struct tr_build_opts bo = {.task = TR_TASK_GENERATE, .dtype = o->dtype, .batch = o->batch,
                                      .seq_len = o->prompt_len};
-    return tr_decoder_make_inputs(config, &bo, seed, n, inputs, err);
+    int rc = tr_decoder_make_inputs(config, &bo, seed, n, inputs, err);
+    if (rc || !o->prompt_ids) return rc;
+    /* A prompt given as text: every sample's, left-padded to T as transformers pads a batch
+     * for generate (positions cumsum(mask) - 1, the padding's 1 as the synthetic ones) */
+    struct tr_decoder_config c;
+    if ((rc = tr_decoder_resolve(config, &c, err)) != TR_OK) return rc;
+    const int64_t B = o->batch, T = o->prompt_len, P = o->n_prompt_ids, pad = T - P;
+    if (P < 1 || P > T)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: a prompt of %lld tokens for prompt_len %lld", family_of(&c),
+                            (long long)P, (long long)T);
+    int32_t *ids = inputs[0].data, *pos = inputs[1].data;
+    float *mask = inputs[2].data;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t i = b * T + t;
+            ids[i] = t < pad ? (int32_t)(c.pad_token_id >= 0 ? c.pad_token_id : 0) : o->prompt_ids[t - pad];
+            pos[i] = t < pad ? 1 : (int32_t)(t - pad);
+            mask[i] = t < pad ? 0.0f : 1.0f;
+        }
+    return TR_OK;
 }
+
+/* ---- text: the model's tokenizer.json (tokenizer.h) ---- */
+
+static int text_open(const void *config, const char *path, void **tok, struct tr_error *err) {
+    struct tr_decoder_config c;
+    int rc = tr_decoder_resolve(config, &c, err);
+    struct tr_hf_tokenizer *t = NULL;
+    if (!rc) rc = tr_hf_tokenizer_load(path, &t, err);
+    if (!rc && tr_hf_tokenizer_n_ids(t) > c.vocab_size)
+        rc = tr_error_set(err, TR_ERR_INVALID, "%s: the tokenizer '%s' has %d ids, the model's vocab_size is %lld: "
+                          "not this model's tokenizer", family_of(&c), path, (int)tr_hf_tokenizer_n_ids(t),
+                          (long long)c.vocab_size);
+    if (rc) {
+        tr_hf_tokenizer_free(t);
+        return rc;
+    }
+    *tok = t;
+    return TR_OK;
+}
+
+static int text_encode(void *tok, const char *text, int32_t **ids, int *n, struct tr_error *err) {
+    int rc = tr_hf_encode(tok, text, ids, n, err);
+    if (!rc && *n == 0) {
+        free(*ids);
+        *ids = NULL;
+        rc = tr_error_set(err, TR_ERR_INVALID, "'%s' is no token at all (a prompt needs one)", text);
+    }
+    return rc;
+}
+
+static int text_decode(void *tok, const int32_t *ids, int n, char **text, struct tr_error *err) {
+    return tr_hf_decode(tok, ids, n, text, err);
+}
+
+static void text_close(void *tok) { tr_hf_tokenizer_free(tok); }
 
 static int check_step_tensor(const char *m, const struct tr_tensor *t, const char *name, enum tr_dtype dt, int ndim,
                              const int64_t *shape, struct tr_error *err) {
@@ -138,4 +194,8 @@ const struct tr_generate_i tr_decoder_generate = {
     .build = gen_build,
     .make_prompt = gen_make_prompt,
     .step_inputs = gen_step_inputs,
+    .text_open = text_open,
+    .text_encode = text_encode,
+    .text_decode = text_decode,
+    .text_close = text_close,
 };

@@ -127,6 +127,8 @@ struct tr_bench_report {
     uint64_t kv_cache_bytes, mem_needed_bytes, mem_available_bytes;
     int32_t sample_tokens[8];   /* the reference's first new tokens of sample 0 */
     int n_sample_tokens;
+    char prompt[TR_CONFIG_STR]; /* a [generate] prompt given as text ("" none), and */
+    char text[2048];            /* the reference's new tokens of sample 0 as text (truncated) */
 };
 
 /* A task's graph, built once from a config: the model found in the registry, its config
@@ -142,6 +144,7 @@ struct tr_task_graph {
     struct tr_train_step train;         /* fit only: the step's nodes */
     struct tr_generate_config gen_cfg;  /* generate only: [generate] */
     struct tr_generate_graphs gen;      /* token generate only: gen.prefill is graph */
+    struct tr_generate_text text;       /* token generate with a [generate] prompt */
     char image[TR_CONFIG_PATH];         /* one-graph generate: [generate] image, "" none */
     char prompt[TR_CONFIG_STR], negative_prompt[TR_CONFIG_STR]; /* [generate]; opts points here */
     char tokenizer[TR_CONFIG_PATH];

@@ -42,6 +42,10 @@
  *   temperature  1.0
  *   seed         [run] seed
  *   kv_cache     state   state | inputs (above)
+ *   prompt       (none)  the prompt as text, every sample's (tr_generate_text_prompt);
+ *                        without it the prompts are synthetic, from the seed
+ *   tokenizer    (the [run] weights' directory)  the model's tokenizer file, or its
+ *                        directory, relative to the INI's
  */
 #ifndef TRIDENT_GENERATE_H
 #define TRIDENT_GENERATE_H
@@ -79,6 +83,25 @@ struct tr_generate_config {
  * sampling's value and prompt_len < max_length. */
 int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, struct tr_generate_config *gc,
                                struct tr_error *err);
+
+/* A [generate] prompt given as text: the model's tokenizer (its text_open), the prompt's
+ * ids, and what the run prints them with. */
+struct tr_generate_text {
+    char prompt[TR_CONFIG_STR];
+    char tokenizer[TR_CONFIG_PATH];
+    void *tok;                  /* the model's, NULL without a prompt */
+    int32_t *ids;               /* the prompt's n_ids ids (malloc'd) */
+    int n_ids;
+};
+
+/* [generate] prompt and tokenizer of cfg into text; without a prompt text->tok is NULL and
+ * nothing else changes. With one, gc->prompt_len becomes the prompt's token count unless
+ * [generate] prompt_len gives more (the prompt is then left-padded to it); fewer, or a
+ * max_length with no room for a new token, is an error naming the key. A model whose
+ * generate reads no text refuses the key. */
+int tr_generate_text_prompt(const struct tr_config *cfg, const struct tr_model_desc *m, const void *config,
+                            struct tr_generate_config *gc, struct tr_generate_text *text, struct tr_error *err);
+void tr_generate_text_free(const struct tr_model_desc *m, struct tr_generate_text *text);
 
 /* The two passes of a model, built from a resolved model config, and `weights`: a graph
  * of the model's PARAMs alone (the passes' PARAMs less the cache; the same names, shapes

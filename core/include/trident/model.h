@@ -141,6 +141,10 @@ struct tr_generate_opts {
     int64_t prompt_len;         /* T: every prompt left-padded to T */
     int64_t max_length;         /* T + new tokens */
     int cache_inputs;           /* 1: the cache as decode inputs (host); 0: as state */
+    /* A [generate] prompt's ids (text_encode's, every sample's; n_prompt_ids <= prompt_len,
+     * left-padded to it), or NULL: synthetic prompts from the seed. */
+    const int32_t *prompt_ids;
+    int64_t n_prompt_ids;
 };
 
 struct tr_generate_plan {
@@ -165,6 +169,14 @@ struct tr_generate_i {
      * (and with cache_state the pass writes slot pos). */
     int (*step_inputs)(const void *config, const struct tr_generate_opts *o, const struct tr_tensor *prompt,
                        int64_t pos, const int32_t *tokens, int n, struct tr_tensor *inputs, struct tr_error *err);
+    /* Text (optional; NULL: the model takes no [generate] prompt). text_open reads the
+     * tokenizer at path (a file, or a directory that holds the model's tokenizer file) and
+     * refuses one whose ids the model cannot embed; text_encode gives a prompt's ids (the
+     * model's special tokens included) and text_decode new ids' text, each malloc'd. */
+    int (*text_open)(const void *config, const char *path, void **tok, struct tr_error *err);
+    int (*text_encode)(void *tok, const char *text, int32_t **ids, int *n, struct tr_error *err);
+    int (*text_decode)(void *tok, const int32_t *ids, int n, char **text, struct tr_error *err);
+    void (*text_close)(void *tok);
 };
 
 /* Look a model up in a NULL-terminated list; the error lists the names there are. */
@@ -182,6 +194,9 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
  * ("model 'bert'", "training"). */
 int tr_keys_apply(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys, int n_keys,
                   const char *owner, void *out, struct tr_error *err);
+/* The same, leaving the keys named in skip (NULL-terminated) to the caller. */
+int tr_keys_apply_except(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys,
+                         int n_keys, const char *owner, void *out, const char *const *skip, struct tr_error *err);
 /* A comma-separated list of names (spaces around them ignored), such as a STRING key's
  * "query, value", as a bit mask over names[0..n): bit i for names[i]. An unknown name
  * gives TR_ERR_NOT_FOUND with *bad / *bad_len pointing at it in list (for the caller's
