@@ -410,6 +410,12 @@ expect "mistral fit, every weight trained: each step's loss against torch's Adam
 expect "gemma attention_bias fit against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_gemma_bias/check.ini
 expect "gemma attention_bias generate against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_gemma_bias_generate/check.ini
 if grep -q "the model's" "$tmp/out"; then bad "a checkpoint read whole warns of nothing"; else ok "a checkpoint read whole warns of nothing"; fi
+# A peft adapter as PeftModel.save_pretrained writes it, beside its base model (LoRA on
+# query and value, and modules_to_save's trained copy of the classifier, which replaces the
+# base model's), against the PeftModel's logits (tests/fixtures/make_peft_fixture.py).
+expect "a peft adapter (LoRA + modules_to_save) beside its base model against the PeftModel" 0 \
+  'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_peft/check.ini
+if grep -q "warning" "$tmp/out"; then bad "a peft adapter and its base model warn of nothing"; else ok "a peft adapter and its base model warn of nothing"; fi
 # The same checkpoint under a config that leaves its biases out loads, and the tensors it
 # did not read are named, by pattern: the model is not the checkpoint's.
 d=$PWD/tests/fixtures/reference_gemma_bias

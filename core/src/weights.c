@@ -533,24 +533,25 @@ static const char *legacy_name(const char *name, char *buf, size_t cap) {
     return NULL;
 }
 
-/* The name peft saves a LoRA factor under (adapter_model.safetensors: the PeftModel's
- * "base_model.model." before the model's own name, the adapter's name left out), for a
- * LoRA factor's name; NULL for any other. */
+/* The name peft saves a tensor of an adapter under (adapter_model.safetensors: the
+ * PeftModel's "base_model.model." before the model's own name, the adapter's name left
+ * out): the LoRA factors, and the trained copies of modules_to_save (a classifier head)
+ * and of biases (bias = "all" or "lora_only"), which a PeftModel uses in place of the base
+ * model's. */
 static const char *peft_name(const char *name, char *buf, size_t cap) {
-    if (!strstr(name, ".lora_A.") && !strstr(name, ".lora_B.")) return NULL;
     return snprintf(buf, cap, "base_model.model.%s", name) < (int)cap ? buf : NULL;
 }
 
-/* name in exactly one file: under its name, or where no file has it so, bare (get_bare),
- * then the same under its legacy name (legacy_name), then peft's (peft_name); *which the
- * file. */
+/* name in exactly one file: peft's name for it first (peft_name: an adapter's copy wins
+ * over the base model's, which is then read too, as shadowed), then its own name, or where
+ * no file has it so, bare (get_bare), then its legacy name (legacy_name); *which the file. */
 static int find(const struct files *f, const char *name, struct tr_tensor *src, int *which, struct tr_error *err) {
     char buf[TR_WEIGHTS_PATH_MAX], pbuf[TR_WEIGHTS_PATH_MAX];
-    const char *keys[3] = {name, legacy_name(name, buf, sizeof buf), peft_name(name, pbuf, sizeof pbuf)};
+    const char *keys[3] = {peft_name(name, pbuf, sizeof pbuf), name, legacy_name(name, buf, sizeof buf)};
     *which = -1;
     for (int k = 0; k < 3 && *which < 0; k++) {
         if (!keys[k]) continue;
-        for (int bare = 0; bare < 2 && *which < 0; bare++)
+        for (int bare = 0; bare < (k ? 2 : 1) && *which < 0; bare++)
             for (int i = 0; i < f->n; i++) {
                 struct tr_tensor t;
                 int rc = bare ? get_bare(f->st[i], keys[k], &t, err) : tr_safetensors_get(f->st[i], keys[k], &t, err);
@@ -563,6 +564,10 @@ static int find(const struct files *f, const char *name, struct tr_tensor *src, 
                 *src = t;
                 f->read[i][tr_safetensors_find(f->st[i], bare ? strchr(keys[k], '.') + 1 : keys[k])] = 1;
             }
+        for (int i = 0; k == 0 && *which >= 0 && i < f->n; i++) { /* the base model's, shadowed */
+            const int j = tr_safetensors_find(f->st[i], name);
+            if (j >= 0) f->read[i][j] = 1;
+        }
     }
     return *which >= 0 ? TR_OK : TR_ERR_NOT_FOUND;
 }
