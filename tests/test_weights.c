@@ -735,6 +735,29 @@ static void test_load_variants(void **state) {
                                          "model.fp16-00001-of-00002.safetensors",
                                          "model.fp16-00002-of-00002.safetensors"};
     remove_all(sub, 4, shards);
+    /* a diffusers pipeline (model_index.json): its top level's single-file checkpoint is
+     * not one of its parts, as DiffusionPipeline.from_pretrained reads it */
+    write_seeded(sub, "diffusion_pytorch_model.safetensors", 0, 3, 800);
+    write_seeded(dir, "v1-5-pruned-emaonly.safetensors", 0, 3, 810);
+    char index[800];
+    snprintf(index, sizeof index, "%s/model_index.json", dir);
+    FILE *fi = fopen(index, "w");
+    assert_non_null(fi);
+    fputs("{\"_class_name\": \"StableDiffusionPipeline\"}\n", fi);
+    fclose(fi);
+    expect_variant(dir, NULL, 800);
+    remove_all(sub, 1, unet_files);
+    {
+        struct tr_graph *g2 = make_graph(fwd, TR_DTYPE_F32);
+        assert_int_equal(tr_weights_load(g2, dir, &w, &e), TR_ERR_NOT_FOUND);
+        tr_assert_msg_has(&e, "is a diffusers pipeline (model_index.json) with no .safetensors in its parts'");
+        tr_assert_msg_has(&e, "(v1-5-pruned-emaonly.safetensors)");
+        tr_graph_free(g2);
+    }
+    remove(index);
+    expect_variant(dir, NULL, 810); /* without model_index.json: a directory of files */
+    snprintf(file, sizeof file, "%s/v1-5-pruned-emaonly.safetensors", dir);
+    remove(file);
     /* a dot in a name with no plain sibling: no variant */
     write_seeded(dir, "sd_xl_base_1.0.safetensors", 0, 3, 700);
     expect_variant(dir, NULL, 700);

@@ -482,6 +482,32 @@ static int no_safetensors(const char *dir, struct tr_error *err) {
                         n > 3 ? " and more" : "");
 }
 
+/* A diffusers pipeline's directory (its model_index.json): DiffusionPipeline.from_pretrained
+ * reads the parts' subdirectories, never a file at the top, where a Hub repo keeps the
+ * original single-file checkpoints (v1-5-pruned-emaonly.safetensors, under the LDM's names):
+ * those are left out here too. */
+static int pipeline_parts(struct files *f, const char *dir, struct tr_error *err) {
+    char index[TR_WEIGHTS_PATH_MAX], top[200] = "";
+    struct stat sb;
+    if (snprintf(index, sizeof index, "%s/model_index.json", dir) >= (int)sizeof index || stat(index, &sb) != 0)
+        return TR_OK;
+    int n = 0;
+    for (int i = 0; i < f->n; i++) {
+        const char *rel = f->path[i] + f->dir_len;
+        if (strchr(rel, '/')) {
+            memmove(f->path[n++], f->path[i], sizeof f->path[i]);
+        } else if (!top[0]) {
+            snprintf(top, sizeof top, "%s", rel);
+        }
+    }
+    f->n = n;
+    if (n == 0)
+        return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: '%s' is a diffusers pipeline (model_index.json) with no "
+                            ".safetensors in its parts' subdirectories; its top level's (%s) are not the pipeline's, "
+                            "as diffusers reads them (name that file as [run] weights to read it)", dir, top);
+    return TR_OK;
+}
+
 static int open_files(const char *path, const char *variant, struct files *f, struct tr_error *err) {
     memset(f, 0, sizeof *f);
     struct stat sb;
@@ -491,6 +517,7 @@ static int open_files(const char *path, const char *variant, struct files *f, st
         if (f->n == 0) return no_safetensors(path, err);
         qsort(f->path, (size_t)f->n, sizeof f->path[0], by_path);
         f->dir_len = strlen(path) + 1;
+        if ((rc = pipeline_parts(f, path, err)) != TR_OK) return rc;
         if ((rc = pick_variants(f, path, variant && variant[0] ? variant : NULL, err)) != TR_OK) return rc;
     } else {
         if (variant && variant[0])
