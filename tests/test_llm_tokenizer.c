@@ -164,6 +164,21 @@ static void generate_as_transformers(const char *model) {
     if (*(msg = run(ini))) fail_msg("%s, padded: %s", model, msg);
     assert_int_equal(rep.gen.prompt_len, 12);
     if (strncmp(rep.text, want, 8) != 0) fail_msg("%s, padded: generated '%s', unpadded '%s'", model, rep.text, want);
+    /* the text ends at the model's first end-of-sequence id, where transformers' generate
+     * stops (the run still makes all of them) */
+    snprintf(ini, sizeof ini, head, model, TR_SOURCE_DIR, model, max_length, prompt, FIXTURES, model);
+    const cJSON *new_ids = cJSON_GetObjectItem(g, "new_ids");
+    const int n_new = cJSON_GetArraySize(new_ids);
+    int at = 1; /* the first new id unlike the first one (none: the first) */
+    while (at < n_new && cJSON_GetArrayItem(new_ids, at)->valueint == cJSON_GetArrayItem(new_ids, 0)->valueint) at++;
+    if (at == n_new) at = 0;
+    snprintf(ini + strlen(ini), sizeof ini - strlen(ini), "[model]\neos_token_id = 0, %d\n",
+             cJSON_GetArrayItem(new_ids, at)->valueint);
+    if (*(msg = run(ini))) fail_msg("%s, eos: %s", model, msg);
+    assert_int_equal(rep.text_tokens, at);
+    assert_int_equal(rep.new_tokens, max_length - n_prompt);
+    if (strlen(rep.text) >= strlen(want) || strncmp(rep.text, want, strlen(rep.text)) != 0)
+        fail_msg("%s: up to the end of sequence '%s', all of it '%s'", model, rep.text, want);
     cJSON_Delete(root);
 }
 
@@ -194,6 +209,21 @@ static void test_generate_text_refusals(void **state) {
     must_fail(run(ini), "has 512 ids, the model's vocab_size is 256: not this model's tokenizer");
     snprintf(ini, sizeof ini, base, "", "tokenizer = " FIXTURES "\n");
     must_fail(run(ini), FIXTURES "/tokenizer.json");
+    snprintf(ini, sizeof ini, base, "[model]\neos_token_id = 512\n", "tokenizer = " FIXTURES "/gemma\n");
+    must_fail(run(ini), "eos_token_id = '512': expected integers from 0 to 511");
+    /* config.json's list of end-of-sequence ids (Gemma 2's [1, 107]) */
+    char cj[600], with[700];
+    tr_test_dir_file("config.json", "{\"model_type\": \"gemma\", \"vocab_size\": 512, \"hidden_size\": 64, "
+                     "\"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                     "\"num_key_value_heads\": 1, \"head_dim\": 32, \"max_position_embeddings\": 128, "
+                     "\"eos_token_id\": [1, 396]}", cj, sizeof cj);
+    snprintf(with, sizeof with, "weights = " TR_SOURCE_DIR "/tests/fixtures/gemma_tiny.safetensors\n[model]\n"
+             "hf_config = %s\n", cj);
+    snprintf(ini, sizeof ini, base, with, "tokenizer = " FIXTURES "/gemma\nmax_length = 12\n");
+    const char *m2 = run(ini);
+    if (*m2) fail_msg("eos_token_id from config.json: %s", m2);
+    assert_int_equal(rep.text_tokens, 0); /* gemma tiny's first new token is 396 */
+    assert_string_equal(rep.text, "");
     /* by default the tokenizer beside the weights: a model's directory as the Hub keeps it */
     char repo[512], ln[600], defaults[1024];
     snprintf(repo, sizeof repo, "%s/repo", tr_test_dir);

@@ -89,7 +89,13 @@ static void print_generate(const struct tr_bench_report *rep, FILE *f) {
         for (int k = 0; k < rep->n_sample_tokens; k++) fprintf(f, " %d", rep->sample_tokens[k]);
         fputc('\n', f);
     }
-    if (rep->prompt[0]) fprintf(f, "prompt: %s\nsample 0, its new tokens as text: %s\n", rep->prompt, rep->text);
+    if (rep->prompt[0]) {
+        fprintf(f, "prompt: %s\nsample 0, its new tokens as text: %s\n", rep->prompt, rep->text);
+        if (rep->text_tokens < rep->new_tokens)
+            fprintf(f, "(then the end-of-sequence token, after %lld new tokens: transformers' generate stops there; "
+                    "the run made all %lld, as the benchmark counts)\n", (long long)rep->text_tokens,
+                    (long long)rep->new_tokens);
+    }
 }
 
 void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
@@ -287,6 +293,7 @@ cJSON *tr_bench_json(const struct tr_bench_report *rep) {
         if (rep->prompt[0]) {
             tr_json_add_str(g, "prompt", rep->prompt);
             tr_json_add_str(g, "text", rep->text);
+            cJSON_AddNumberToObject(g, "text_tokens", (double)rep->text_tokens);
         }
         cJSON_AddNumberToObject(g, "mem_needed_bytes", (double)rep->mem_needed_bytes);
         cJSON_AddNumberToObject(g, "mem_available_bytes", (double)rep->mem_available_bytes);

@@ -204,14 +204,16 @@ done:
     return rc;
 }
 
-/* A [generate] prompt's run: sample 0's new tokens as text, special tokens left out (as
- * transformers' decode(skip_special_tokens=True)), truncated to the report's room. */
+/* A [generate] prompt's run: sample 0's new tokens as text up to the model's end of
+ * sequence, special tokens left out (as transformers' generate and decode(...,
+ * skip_special_tokens=True)), truncated to the report's room. */
 static void decode_text(const struct tr_task_graph *tg, const int32_t *tokens, int64_t n, struct tr_bench_report *rep) {
     if (!tg->text.tok) return;
     char *text = NULL;
     struct tr_error e = {0};
-    if (tg->model->generate->text_decode(tg->text.tok, tokens, (int)n, &text, &e) == TR_OK)
-        snprintf(rep->text, sizeof rep->text, "%s", text);
+    int used = 0;
+    if (tg->model->generate->text_decode(tg->text.tok, tokens, (int)n, &text, &used, &e) == TR_OK)
+        snprintf(rep->text, sizeof rep->text, "%s", text), rep->text_tokens = used;
     else
         snprintf(rep->text, sizeof rep->text, "(not decoded: %s)", e.msg);
     free(text);

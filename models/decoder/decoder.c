@@ -43,6 +43,12 @@ int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build
         return tr_error_set(err, TR_ERR_INVALID, "%s: pad_token_id = %lld is not a row of the %lld-row embed_tokens "
                             "(vocab_size); expected -1 (none) or below it", m, (long long)c->pad_token_id,
                             (long long)c->vocab_size);
+    int64_t eos[8];
+    int n_eos = 0;
+    if (c->eos_token_id[0] &&
+        (rc = tr_model_int_list(m, "eos_token_id", c->eos_token_id, sizeof c->eos_token_id, 0, c->vocab_size - 1, "1",
+                                eos, 8, &n_eos, err)) != TR_OK)
+        return rc;
     if (c->vocab_size > INT32_MAX)
         return tr_error_set(err, TR_ERR_INVALID, "%s: vocab_size = %lld does not fit the i32 token ids", m,
                             (long long)c->vocab_size);

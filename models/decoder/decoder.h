@@ -81,6 +81,9 @@ struct tr_decoder_config {
     char hidden_act[64];           /* ACT2FN name (layers.h TR_NN_ACTS; Gemma reads "gelu" as the tanh form) */
     double pad_fraction;           /* synthetic batch: left padding, as BERT's */
     int64_t pad_token_id;          /* embed_tokens' padding row (no gradient); -1: none */
+    char eos_token_id[64];         /* end-of-sequence ids, "1" or "1,107" (config.json's int or
+                                      list); "": none. A [generate] prompt's printed text ends
+                                      at the first, where transformers' generate stops */
     /* LoRA of the fit task (peft's LoraConfig, keras-hub's enable_lora). lora_rank r > 0:
      * each target Linear W (out,in) gets PARAMs "<layer>.lora_A.weight" f32 (r,in),
      * normal(0, 1/r), and "<layer>.lora_B.weight" f32 (out,r), zeros, and computes

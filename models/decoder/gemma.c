@@ -9,6 +9,7 @@ static const struct tr_model_key gemma_keys[] = {TR_DECODER_KEYS};
 #define GEMMA_COMMON                                                                                                 \
     .family = TR_DECODER_GEMMA, .sliding_window = 0, .rms_norm_eps = 1e-6, .rope_theta = 10000.0,                   \
     .tie_word_embeddings = 1, .hidden_act = "gelu_pytorch_tanh", .pad_fraction = 0.125, .pad_token_id = 0,         \
+    .eos_token_id = "1",                                                                                             \
     .lora_rank = 4, .lora_alpha = 0, .lora_targets = TR_DECODER_LORA_DEFAULT
 
 /* tiny equals GEMMA_TINY in tests/fixtures/make_gemma_fixture.py: MQA as 2b, and

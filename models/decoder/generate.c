@@ -100,27 +100,44 @@ static int gen_make_prompt(const void *config, const struct tr_generate_opts *o,
     return TR_OK;
 }
 
-/* ---- text: the model's tokenizer.json (tokenizer.h) ---- */
+/* ---- text: the model's tokenizer.json (tokenizer.h) and its end-of-sequence ids ---- */
 
-static int text_open(const void *config, const char *path, void **tok, struct tr_error *err) {
+struct text {
+    struct tr_hf_tokenizer *tok;
+    int64_t eos[8];
+    int n_eos;
+};
+
+static void text_close(void *p) {
+    struct text *t = p;
+    if (!t) return;
+    tr_hf_tokenizer_free(t->tok);
+    free(t);
+}
+
+static int text_open(const void *config, const char *path, void **out, struct tr_error *err) {
     struct tr_decoder_config c;
     int rc = tr_decoder_resolve(config, &c, err);
-    struct tr_hf_tokenizer *t = NULL;
-    if (!rc) rc = tr_hf_tokenizer_load(path, &t, err);
-    if (!rc && tr_hf_tokenizer_n_ids(t) > c.vocab_size)
+    struct text *t = rc ? NULL : calloc(1, sizeof *t);
+    if (!rc && !t) rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
+    if (!rc && c.eos_token_id[0])
+        rc = tr_model_int_list(family_of(&c), "eos_token_id", c.eos_token_id, sizeof c.eos_token_id, 0,
+                               c.vocab_size - 1, "1", t->eos, 8, &t->n_eos, err);
+    if (!rc) rc = tr_hf_tokenizer_load(path, &t->tok, err);
+    if (!rc && tr_hf_tokenizer_n_ids(t->tok) > c.vocab_size)
         rc = tr_error_set(err, TR_ERR_INVALID, "%s: the tokenizer '%s' has %d ids, the model's vocab_size is %lld: "
-                          "not this model's tokenizer", family_of(&c), path, (int)tr_hf_tokenizer_n_ids(t),
+                          "not this model's tokenizer", family_of(&c), path, (int)tr_hf_tokenizer_n_ids(t->tok),
                           (long long)c.vocab_size);
     if (rc) {
-        tr_hf_tokenizer_free(t);
+        text_close(t);
         return rc;
     }
-    *tok = t;
+    *out = t;
     return TR_OK;
 }
 
-static int text_encode(void *tok, const char *text, int32_t **ids, int *n, struct tr_error *err) {
-    int rc = tr_hf_encode(tok, text, ids, n, err);
+static int text_encode(void *p, const char *text, int32_t **ids, int *n, struct tr_error *err) {
+    int rc = tr_hf_encode(((struct text *)p)->tok, text, ids, n, err);
     if (!rc && *n == 0) {
         free(*ids);
         *ids = NULL;
@@ -129,11 +146,14 @@ static int text_encode(void *tok, const char *text, int32_t **ids, int *n, struc
     return rc;
 }
 
-static int text_decode(void *tok, const int32_t *ids, int n, char **text, struct tr_error *err) {
-    return tr_hf_decode(tok, ids, n, text, err);
+static int text_decode(void *p, const int32_t *ids, int n, char **text, int *used, struct tr_error *err) {
+    const struct text *t = p;
+    int k = 0, end = 0;
+    for (; k < n && !end; k += !end)
+        for (int e = 0; e < t->n_eos; e++) end |= ids[k] == t->eos[e];
+    *used = k;
+    return tr_hf_decode(t->tok, ids, k, text, err);
 }
-
-static void text_close(void *tok) { tr_hf_tokenizer_free(tok); }
 
 static int check_step_tensor(const char *m, const struct tr_tensor *t, const char *name, enum tr_dtype dt, int ndim,
                              const int64_t *shape, struct tr_error *err) {

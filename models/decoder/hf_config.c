@@ -52,6 +52,29 @@ static int get_string(const cJSON *root, const char *path, const char *key, char
     return TR_OK;
 }
 
+/* eos_token_id: an integer or a list of them (Gemma 2's [1, 107]) as "1,107"; null "". */
+static int get_eos(const cJSON *root, const char *path, char *v, size_t n, struct tr_error *err) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, "eos_token_id");
+    if (!j) return TR_OK;
+    v[0] = 0;
+    if (cJSON_IsNull(j)) return TR_OK;
+    const int items = cJSON_IsArray(j) ? cJSON_GetArraySize(j) : cJSON_IsNumber(j) ? 1 : -1;
+    int ok = items >= 0;
+    size_t used = 0;
+    for (int i = 0; ok && i < items; i++) {
+        const cJSON *e = cJSON_IsArray(j) ? cJSON_GetArrayItem(j, i) : j;
+        const double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        const int k = d >= 0 && d <= 2147483647.0 && d == floor(d)
+                          ? snprintf(v + used, n - used, "%s%lld", used ? "," : "", (long long)d) : -1;
+        ok = k >= 0 && (size_t)k < n - used;
+        used += ok ? (size_t)k : 0;
+    }
+    if (!ok)
+        return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"eos_token_id\" is not a token id, a list of them (at most %zu "
+                            "characters written) or null", path, n - 1);
+    return TR_OK;
+}
+
 /* A bool key: absent leaves *v; null too where null_ok; anything else but true or false is
  * the error. */
 static int get_bool(const cJSON *root, const char *path, const char *key, int null_ok, int *v, struct tr_error *err) {
@@ -120,6 +143,7 @@ static int apply(const cJSON *root, const char *path, struct tr_decoder_config *
     if (!rc && c->family == TR_DECODER_GEMMA)
         rc = tr_hf_json_expect_bool(root, path, "use_bidirectional_attention", 0, err);
     if (!rc) rc = get_string(root, path, "hidden_act", c->hidden_act, sizeof c->hidden_act, err);
+    if (!rc) rc = get_eos(root, path, c->eos_token_id, sizeof c->eos_token_id, err);
     if (rc) return rc;
     /* As transformers' GemmaConfig: the official files say "gelu" and mean the tanh form. */
     if (c->family == TR_DECODER_GEMMA && strcmp(c->hidden_act, "gelu") == 0)
@@ -135,12 +159,13 @@ static const char GEMMA_DEFAULTS[] =
     "{\"vocab_size\": 256000, \"hidden_size\": 3072, \"intermediate_size\": 24576, \"num_hidden_layers\": 28,"
     " \"num_attention_heads\": 16, \"num_key_value_heads\": 16, \"head_dim\": 256,"
     " \"hidden_act\": \"gelu_pytorch_tanh\", \"max_position_embeddings\": 8192, \"rms_norm_eps\": 1e-06,"
-    " \"rope_theta\": 10000.0, \"pad_token_id\": 0, \"tie_word_embeddings\": true, \"attention_bias\": false}";
+    " \"rope_theta\": 10000.0, \"pad_token_id\": 0, \"eos_token_id\": 1, \"tie_word_embeddings\": true,"
+    " \"attention_bias\": false}";
 static const char MISTRAL_DEFAULTS[] =
     "{\"vocab_size\": 32000, \"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_hidden_layers\": 32,"
     " \"num_attention_heads\": 32, \"num_key_value_heads\": 8, \"head_dim\": null, \"hidden_act\": \"silu\","
     " \"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000.0,"
-    " \"sliding_window\": 4096, \"pad_token_id\": null, \"tie_word_embeddings\": false}";
+    " \"sliding_window\": 4096, \"pad_token_id\": null, \"eos_token_id\": 2, \"tie_word_embeddings\": false}";
 
 /* No prefix of its own: core's names the INI line ("x.ini:4: [model] hf_config = ..."), and
  * every message here names the file. */

@@ -27,6 +27,8 @@
              "synthetic batch: sample b left-pads floor((b mod 4) * pad_fraction * seq_len) tokens"),                \
     DEC_KEY_(pad_token_id, TR_KEY_INT, -1, 2147483647.0,                                                             \
              "embed_tokens' padding row (transformers' padding_idx: no gradient reaches it); -1: none"),             \
+    DEC_KEY_(eos_token_id, TR_KEY_STRING, 0, 0,                                                                      \
+             "end-of-sequence ids, comma-separated: a [generate] prompt's text ends at the first; empty: none"),      \
     DEC_KEY_(lora_rank, TR_KEY_INT, 0, 65536,                                                                        \
              "fit: LoRA rank r of the adapters on lora_targets; 0: no adapters, every weight trains"),               \
     DEC_KEY_(lora_alpha, TR_KEY_FLOAT, 0, 1e6,                                                                       \

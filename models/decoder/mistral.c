@@ -9,6 +9,7 @@ static const struct tr_model_key mistral_keys[] = {TR_DECODER_KEYS};
 #define MISTRAL_COMMON                                                                                               \
     .family = TR_DECODER_MISTRAL, .head_dim = 0, .rms_norm_eps = 1e-5, .rope_theta = 10000.0,                       \
     .tie_word_embeddings = 0, .hidden_act = "silu", .pad_fraction = 0.125, .pad_token_id = -1,                      \
+    .eos_token_id = "2",                                                                                             \
     .lora_rank = 4, .lora_alpha = 0, .lora_targets = TR_DECODER_LORA_DEFAULT
 
 /* tiny equals MISTRAL_TINY in tests/fixtures/make_mistral_fixture.py; its window (6) is

@@ -128,7 +128,8 @@ struct tr_bench_report {
     int32_t sample_tokens[8];   /* the reference's first new tokens of sample 0 */
     int n_sample_tokens;
     char prompt[TR_CONFIG_STR]; /* a [generate] prompt given as text ("" none), and */
-    char text[2048];            /* the reference's new tokens of sample 0 as text (truncated) */
+    char text[2048];            /* the reference's new tokens of sample 0 as text (truncated), */
+    int64_t text_tokens;        /* of its first text_tokens: those before an end of sequence */
 };
 
 /* A task's graph, built once from a config: the model found in the registry, its config

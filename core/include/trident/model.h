@@ -172,10 +172,12 @@ struct tr_generate_i {
     /* Text (optional; NULL: the model takes no [generate] prompt). text_open reads the
      * tokenizer at path (a file, or a directory that holds the model's tokenizer file) and
      * refuses one whose ids the model cannot embed; text_encode gives a prompt's ids (the
-     * model's special tokens included) and text_decode new ids' text, each malloc'd. */
+     * model's special tokens included) and text_decode new ids' text, each malloc'd: the
+     * ids up to the model's first end-of-sequence id (*used of them: n where none is),
+     * where transformers' generate stops. */
     int (*text_open)(const void *config, const char *path, void **tok, struct tr_error *err);
     int (*text_encode)(void *tok, const char *text, int32_t **ids, int *n, struct tr_error *err);
-    int (*text_decode)(void *tok, const int32_t *ids, int n, char **text, struct tr_error *err);
+    int (*text_decode)(void *tok, const int32_t *ids, int n, char **text, int *used, struct tr_error *err);
     void (*text_close)(void *tok);
 };
 
