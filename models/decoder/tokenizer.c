@@ -457,6 +457,80 @@ static void ids_add(struct ids *v, int32_t id) {
 
 static size_t utf8_len(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
 
+/* ---- merging: tokenizers' word.rs, a heap of the adjacent pairs by (rank, position) ---- */
+
+struct cand {
+    int32_t rank, pos, left, right; /* the pair (left, right) at symbol pos */
+};
+
+static int cand_less(const struct cand *a, const struct cand *b) {
+    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
+}
+
+static void heap_push(struct cand *h, int *n, struct cand c) {
+    int i = (*n)++;
+    for (; i > 0 && cand_less(&c, &h[(i - 1) / 2]); i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
+    h[i] = c;
+}
+
+static struct cand heap_pop(struct cand *h, int *n) {
+    const struct cand top = h[0], last = h[--*n];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && cand_less(&h[c + 1], &h[c])) c++;
+        if (!cand_less(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0) h[i] = last;
+    return top;
+}
+
+/* The candidate of symbols a and b (b = next[a]) onto the heap, where they merge. */
+static void push_pair(const struct tr_hf_tokenizer *t, const int32_t *id, int a, int b, struct cand *h, int *n) {
+    if (a < 0 || b < 0) return;
+    const int32_t key[2] = {id[a], id[b]};
+    const int32_t r = tr_strtab_get(&t->merges, (const char *)key, sizeof key);
+    if (r >= 0) heap_push(h, n, (struct cand){r, a, id[a], id[b]});
+}
+
+/* sym's ids merged in place: the pair of lowest rank, the leftmost of equals, until no
+ * adjacent pair merges. O(n log n): a word may be a whole prompt (no pre-tokenizer). 0, or
+ * -1 without memory. */
+static int merge_all(const struct tr_hf_tokenizer *t, struct ids *sym) {
+    const int n = sym->n;
+    if (n < 2) return 0;
+    int32_t *id = sym->p;
+    int *prev = malloc((size_t)n * sizeof *prev), *next = malloc((size_t)n * sizeof *next), nh = 0;
+    /* each merge removes a symbol and pushes at most two pairs: n + 2n candidates at most */
+    struct cand *h = malloc((size_t)3 * (size_t)n * sizeof *h);
+    if (!prev || !next || !h) {
+        free(prev), free(next), free(h);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) prev[i] = i - 1, next[i] = i + 1 < n ? i + 1 : -1;
+    for (int i = 0; i + 1 < n; i++) push_pair(t, id, i, i + 1, h, &nh);
+    while (nh) {
+        const struct cand c = heap_pop(h, &nh);
+        const int b = next[c.pos];
+        /* stale: its left symbol merged away or changed, or its right one did */
+        if (id[c.pos] != c.left || b < 0 || id[b] != c.right || prev[c.pos] == -2) continue;
+        id[c.pos] = t->merged[c.rank];
+        next[c.pos] = next[b];
+        if (next[b] >= 0) prev[next[b]] = c.pos;
+        prev[b] = -2, id[b] = -1; /* gone */
+        push_pair(t, id, prev[c.pos], c.pos, h, &nh);
+        push_pair(t, id, c.pos, next[c.pos], h, &nh);
+    }
+    int o = 0;
+    for (int i = 0; i >= 0; i = next[i]) id[o++] = id[i];
+    sym->n = o;
+    free(prev), free(next), free(h);
+    return 0;
+}
+
 /* The BPE of one word into out. */
 static int bpe_word(const struct tr_hf_tokenizer *t, const char *w, size_t n, struct ids *out, struct tr_error *err) {
     int32_t whole;
@@ -484,25 +558,10 @@ static int bpe_word(const struct tr_hf_tokenizer *t, const char *w, size_t n, st
         }
         i += k;
     }
-    for (;;) {
-        int32_t best = INT32_MAX;
-        for (int i = 0; i + 1 < sym.n; i++) {
-            const int32_t key[2] = {sym.p[i], sym.p[i + 1]};
-            int32_t r = tr_strtab_get(&t->merges, (const char *)key, sizeof key);
-            if (r >= 0 && r < best) best = r;
-        }
-        if (best == INT32_MAX) break;
-        int o = 0;
-        for (int i = 0; i < sym.n; i++) {
-            const int32_t key[2] = {sym.p[i], i + 1 < sym.n ? sym.p[i + 1] : -1};
-            if (i + 1 < sym.n && tr_strtab_get(&t->merges, (const char *)key, sizeof key) == best) {
-                sym.p[o++] = t->merged[best];
-                i++;
-            } else {
-                sym.p[o++] = sym.p[i];
-            }
-        }
-        sym.n = o;
+    const int rc = merge_all(t, &sym);
+    if (rc) {
+        free(sym.p);
+        return tr_error_set(err, TR_ERR_NOMEM, "no memory");
     }
     for (int i = 0; i < sym.n; i++) ids_add(out, sym.p[i]);
     const int oom = sym.oom;

@@ -5,6 +5,8 @@ corpus/config       conf/*.ini, conf/cpu/*.ini, and small configs of every model
 corpus/hf_config    tests/fixtures/hf/*.json, and tiny configs of each model family
 corpus/safetensors  bert_mini.safetensors (written by fuzz_safetensors, FUZZ_WRITE_SEED)
                     and variants of it, the fixtures under 64 KiB, bert_tiny's header
+corpus/tokenizer    "\0" + texts (encoded by the toy tokenizers), "\1" + each toy
+                    tokenizer.json of tests/fixtures/llm_tokenizer (fuzz_tokenizer.c)
 corpus/report       left alone: reports written by `trident run --json` (README.md)
 regressions/*       the reproducers of the bugs fuzzing is there to keep fixed; crash
                     inputs found later are added by hand (README.md), never removed
@@ -96,6 +98,14 @@ def main():
         shutil.copy(js, h / js.name)
     for name, obj in HF.items():
         write(h / name, json.dumps(obj, indent=2) + "\n")
+
+    t = HERE / "corpus" / "tokenizer"
+    toks = ROOT / "tests" / "fixtures" / "llm_tokenizer"
+    for style in sorted(p.name for p in toks.iterdir() if p.is_dir()):
+        write(t / f"json_{style}", b"\x01" + (toks / style / "tokenizer.json").read_bytes())
+    texts = json.loads((toks / "gemma" / "expected.json").read_text(encoding="utf-8"))["encode"]
+    for i, (text, _) in enumerate(texts):
+        write(t / f"text_{i:02d}", b"\x00" + text.encode())
 
     s = HERE / "corpus" / "safetensors"
     for st in sorted((ROOT / "tests" / "fixtures").glob("*.safetensors")):
