@@ -134,6 +134,11 @@ static const char *run(const char *ini) {
     return "";
 }
 
+static void must_fail(const char *msg, const char *want) {
+    if (!*msg) fail_msg("ran, where it should have failed with \"%s\"", want);
+    if (!strstr(msg, want)) fail_msg("message \"%s\"\n  lacks \"%s\"", msg, want);
+}
+
 /* The expected.json's generate of a style: a greedy run of transformers on the tiny
  * fixture's weights, its new tokens decoded. */
 static void generate_as_transformers(const char *model) {
@@ -155,15 +160,15 @@ static void generate_as_transformers(const char *model) {
     if (*msg) fail_msg("%s: %s", model, msg);
     assert_true(rep.all_ok);
     assert_int_equal(rep.gen.prompt_len, n_prompt); /* the prompt's tokens, no padding */
-    if (strcmp(rep.text, want) != 0) fail_msg("%s: generated '%s', transformers '%s'", model, rep.text, want);
+    if (strcmp(rep.texts[0].text, want) != 0) fail_msg("%s: generated '%s', transformers '%s'", model, rep.texts[0].text, want);
     print_message("%s: '%s' -> '%s' on %d backends, as transformers generates and decodes it\n", model, prompt,
-                  rep.text, rep.n_rows);
+                  rep.texts[0].text, rep.n_rows);
     /* left-padded to more than the prompt: the same new tokens (fewer of them) */
     snprintf(ini, sizeof ini, head, model, TR_SOURCE_DIR, model, max_length, prompt, FIXTURES, model);
     strcat(ini, "prompt_len = 12\n");
     if (*(msg = run(ini))) fail_msg("%s, padded: %s", model, msg);
     assert_int_equal(rep.gen.prompt_len, 12);
-    if (strncmp(rep.text, want, 8) != 0) fail_msg("%s, padded: generated '%s', unpadded '%s'", model, rep.text, want);
+    if (strncmp(rep.texts[0].text, want, 8) != 0) fail_msg("%s, padded: generated '%s', unpadded '%s'", model, rep.texts[0].text, want);
     /* the text ends at the model's first end-of-sequence id, where transformers' generate
      * stops (the run still makes all of them) */
     snprintf(ini, sizeof ini, head, model, TR_SOURCE_DIR, model, max_length, prompt, FIXTURES, model);
@@ -175,10 +180,58 @@ static void generate_as_transformers(const char *model) {
     snprintf(ini + strlen(ini), sizeof ini - strlen(ini), "[model]\neos_token_id = 0, %d\n",
              cJSON_GetArrayItem(new_ids, at)->valueint);
     if (*(msg = run(ini))) fail_msg("%s, eos: %s", model, msg);
-    assert_int_equal(rep.text_tokens, at);
+    assert_int_equal(rep.texts[0].text_tokens, at);
     assert_int_equal(rep.new_tokens, max_length - n_prompt);
-    if (strlen(rep.text) >= strlen(want) || strncmp(rep.text, want, strlen(rep.text)) != 0)
-        fail_msg("%s: up to the end of sequence '%s', all of it '%s'", model, rep.text, want);
+    if (strlen(rep.texts[0].text) >= strlen(want) || strncmp(rep.texts[0].text, want, strlen(rep.texts[0].text)) != 0)
+        fail_msg("%s: up to the end of sequence '%s', all of it '%s'", model, rep.texts[0].text, want);
+    /* a file of prompts of other lengths, one a sample, left-padded to the longest: each
+     * sample's text as transformers' batch generate makes it */
+    const cJSON *bt = cJSON_GetObjectItem(g, "batch"), *p;
+    char file[600], list[1024] = "", many[2048];
+    cJSON_ArrayForEach(p, cJSON_GetObjectItem(bt, "prompts")) {
+        strcat(list, p->valuestring);
+        strcat(list, strlen(list) % 2 ? "\r\n\n" : "\n"); /* CRLF and blank lines too */
+    }
+    tr_test_dir_file("prompts.txt", list, file, sizeof file);
+    const int n_batch = cJSON_GetArraySize(cJSON_GetObjectItem(bt, "prompts"));
+    const char *const many_head = "[run]\nmodel = %s\npreset = tiny\ntask = generate\nbackends = torch, tf, jax\n"
+                                  "batch = %d\nsteps = 1\nwarmup = 1\nisolate = off\nweights = %s/tests/fixtures/"
+                                  "%s_tiny.safetensors\n[generate]\nmax_length = %d\nprompts = %s\ntokenizer = %s/%s\n";
+    int longest = 0;
+    for (int k = 0; k < n_batch; k++) {
+        int32_t *ids;
+        int n;
+        struct tr_hf_tokenizer *t;
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/%s", FIXTURES, model);
+        assert_int_equal(tr_hf_tokenizer_load(dir, &t, &e), TR_OK);
+        assert_int_equal(tr_hf_encode(t, cJSON_GetArrayItem(cJSON_GetObjectItem(bt, "prompts"), k)->valuestring, &ids,
+                                      &n, &e), TR_OK);
+        if (n > longest) longest = n;
+        free(ids);
+        tr_hf_tokenizer_free(t);
+    }
+    const int new_tokens = cJSON_GetObjectItem(bt, "new_tokens")->valueint;
+    snprintf(many, sizeof many, many_head, model, n_batch, TR_SOURCE_DIR, model, longest + new_tokens, file, FIXTURES,
+             model);
+    if (*(msg = run(many))) fail_msg("%s, prompts: %s", model, msg);
+    assert_true(rep.all_ok);
+    assert_int_equal(rep.n_texts, n_batch);
+    for (int k = 0; k < n_batch; k++) {
+        const char *w = cJSON_GetArrayItem(cJSON_GetObjectItem(bt, "texts"), k)->valuestring;
+        if (strcmp(rep.texts[k].text, w) != 0)
+            fail_msg("%s, sample %d of a batch of prompts: '%s', transformers '%s'", model, k, rep.texts[k].text, w);
+    }
+    print_message("%s: a batch of %d prompts, left-padded to %d tokens, as transformers generates it\n", model,
+                  n_batch, longest);
+    /* more samples than prompts: they cycle (greedy: the first ones shown) */
+    snprintf(many, sizeof many, many_head, model, n_batch + 2, TR_SOURCE_DIR, model, longest + new_tokens, file,
+             FIXTURES, model);
+    if (*(msg = run(many))) fail_msg("%s, cycled prompts: %s", model, msg);
+    assert_int_equal(rep.n_texts, n_batch);
+    snprintf(many, sizeof many, many_head, model, n_batch - 1, TR_SOURCE_DIR, model, longest + new_tokens, file,
+             FIXTURES, model);
+    must_fail(run(many), "prompts: 3 prompts for [run] batch = 2: expected at most one a sample");
     cJSON_Delete(root);
 }
 
@@ -186,11 +239,6 @@ static void test_generate_text(void **state) {
     (void)state;
     generate_as_transformers("gemma");
     generate_as_transformers("mistral");
-}
-
-static void must_fail(const char *msg, const char *want) {
-    if (!*msg) fail_msg("ran, where it should have failed with \"%s\"", want);
-    if (!strstr(msg, want)) fail_msg("message \"%s\"\n  lacks \"%s\"", msg, want);
 }
 
 static void test_generate_text_refusals(void **state) {
@@ -209,6 +257,14 @@ static void test_generate_text_refusals(void **state) {
     must_fail(run(ini), "has 512 ids, the model's vocab_size is 256: not this model's tokenizer");
     snprintf(ini, sizeof ini, base, "", "tokenizer = " FIXTURES "\n");
     must_fail(run(ini), FIXTURES "/tokenizer.json");
+    char empty[600], both[900];
+    tr_test_dir_file("empty.txt", "\n  \n\r\n", empty, sizeof empty);
+    snprintf(both, sizeof both, "tokenizer = " FIXTURES "/gemma\nprompts = %s\n", empty);
+    snprintf(ini, sizeof ini, base, "", both);
+    must_fail(run(ini), "text.ini:13: [generate] prompts: prompt is given on line 11; give one of prompt and prompts");
+    snprintf(ini, sizeof ini, "[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbackends = torch\n"
+             "isolate = off\n[generate]\n%s", both);
+    must_fail(run(ini), "holds no prompt (one a line)");
     snprintf(ini, sizeof ini, base, "[model]\neos_token_id = 512\n", "tokenizer = " FIXTURES "/gemma\n");
     must_fail(run(ini), "eos_token_id = '512': expected integers from 0 to 511");
     /* config.json's list of end-of-sequence ids (Gemma 2's [1, 107]) */
@@ -222,8 +278,8 @@ static void test_generate_text_refusals(void **state) {
     snprintf(ini, sizeof ini, base, with, "tokenizer = " FIXTURES "/gemma\nmax_length = 12\n");
     const char *m2 = run(ini);
     if (*m2) fail_msg("eos_token_id from config.json: %s", m2);
-    assert_int_equal(rep.text_tokens, 0); /* gemma tiny's first new token is 396 */
-    assert_string_equal(rep.text, "");
+    assert_int_equal(rep.texts[0].text_tokens, 0); /* gemma tiny's first new token is 396 */
+    assert_string_equal(rep.texts[0].text, "");
     /* by default the tokenizer beside the weights: a model's directory as the Hub keeps it */
     char repo[512], ln[600], defaults[1024];
     snprintf(repo, sizeof repo, "%s/repo", tr_test_dir);
@@ -236,7 +292,7 @@ static void test_generate_text_refusals(void **state) {
     snprintf(ini, sizeof ini, base, defaults, "max_length = 12\n");
     const char *msg = run(ini);
     if (*msg) fail_msg("the tokenizer in the weights' directory: %s", msg);
-    assert_string_equal(rep.text, "autautaut");
+    assert_string_equal(rep.texts[0].text, "autautaut");
     /* by default the tokenizer beside the weights: its directory */
     snprintf(ini, sizeof ini, base, "weights = " TR_SOURCE_DIR "/tests/fixtures/gemma_tiny.safetensors\n", "");
     must_fail(run(ini), "cannot open '" TR_SOURCE_DIR "/tests/fixtures/tokenizer.json'");

@@ -47,12 +47,12 @@ static int add_training(const struct tr_config *cfg, struct tr_task_graph *tg, s
 /* generate: [generate] resolved, then the model's two passes; graph is the prefill. */
 static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
     int rc = tr_generate_config_resolve(cfg, cfg->seed, &tg->gen_cfg, err);
-    if (!rc) rc = tr_generate_text_prompt(cfg, tg->model, tg->config, &tg->gen_cfg, &tg->text, err);
+    if (!rc) rc = tr_generate_text_prompt(cfg, tg->model, tg->config, cfg->batch, &tg->gen_cfg, &tg->text, err);
     if (rc) return rc;
     const struct tr_generate_opts o = {.dtype = cfg->dtype, .batch = cfg->batch,
                                        .prompt_len = tg->gen_cfg.prompt_len, .max_length = tg->gen_cfg.max_length,
-                                       .cache_inputs = tg->gen_cfg.cache_inputs, .prompt_ids = tg->text.ids,
-                                       .n_prompt_ids = tg->text.n_ids};
+                                       .cache_inputs = tg->gen_cfg.cache_inputs, .prompt_ids = (const int32_t *const *)tg->text.ids,
+                                       .n_prompt_ids = tg->text.n_ids, .n_prompts = tg->text.n};
     rc = tr_generate_build(tg->model, tg->config, &o, &tg->gen, err);
     if (rc) {
         int line = 0;

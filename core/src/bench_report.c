@@ -89,11 +89,12 @@ static void print_generate(const struct tr_bench_report *rep, FILE *f) {
         for (int k = 0; k < rep->n_sample_tokens; k++) fprintf(f, " %d", rep->sample_tokens[k]);
         fputc('\n', f);
     }
-    if (rep->prompt[0]) {
-        fprintf(f, "prompt: %s\nsample 0, its new tokens as text: %s\n", rep->prompt, rep->text);
-        if (rep->text_tokens < rep->new_tokens)
-            fprintf(f, "(then the end-of-sequence token, after %lld new tokens: transformers' generate stops there; "
-                    "the run made all %lld, as the benchmark counts)\n", (long long)rep->text_tokens,
+    for (int k = 0; k < rep->n_texts; k++) {
+        const struct tr_bench_text *t = &rep->texts[k];
+        fprintf(f, "sample %lld: %s|%s\n", (long long)t->sample, t->prompt, t->text);
+        if (t->text_tokens < rep->new_tokens)
+            fprintf(f, "  (then the end-of-sequence token, after %lld new tokens: transformers' generate stops "
+                    "there; the run made all %lld, as the benchmark counts)\n", (long long)t->text_tokens,
                     (long long)rep->new_tokens);
     }
 }
@@ -290,10 +291,14 @@ cJSON *tr_bench_json(const struct tr_bench_report *rep) {
         cJSON_AddNumberToObject(g, "seed", (double)rep->gen.seed);
         cJSON_AddNumberToObject(g, "kv_cache_bytes", (double)rep->kv_cache_bytes);
         tr_json_add_str(g, "kv_cache", rep->gen.kv_cache);
-        if (rep->prompt[0]) {
-            tr_json_add_str(g, "prompt", rep->prompt);
-            tr_json_add_str(g, "text", rep->text);
-            cJSON_AddNumberToObject(g, "text_tokens", (double)rep->text_tokens);
+        cJSON *texts = rep->n_texts ? cJSON_AddArrayToObject(g, "texts") : NULL;
+        for (int k = 0; texts && k < rep->n_texts; k++) {
+            cJSON *t = cJSON_CreateObject();
+            cJSON_AddItemToArray(texts, t);
+            cJSON_AddNumberToObject(t, "sample", (double)rep->texts[k].sample);
+            tr_json_add_str(t, "prompt", rep->texts[k].prompt);
+            tr_json_add_str(t, "text", rep->texts[k].text);
+            cJSON_AddNumberToObject(t, "text_tokens", (double)rep->texts[k].text_tokens);
         }
         cJSON_AddNumberToObject(g, "mem_needed_bytes", (double)rep->mem_needed_bytes);
         cJSON_AddNumberToObject(g, "mem_available_bytes", (double)rep->mem_available_bytes);

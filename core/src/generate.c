@@ -15,6 +15,7 @@
 #include <sys/sysinfo.h>
 #include <time.h>
 #include "trident/bench.h"
+#include "trident/file.h"
 #include "bench_util.h"
 #include "trident/generate.h"
 #include "trident/kernels.h"
@@ -59,7 +60,7 @@ int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, s
     if (!cfg) return TR_OK;
     const char *file = cfg->file;
     /* prompt and tokenizer are the task graph's (bench.c: they decide prompt_len) */
-    static const char *const text_keys[] = {"prompt", "tokenizer", NULL};
+    static const char *const text_keys[] = {"prompt", "prompts", "tokenizer", NULL};
     int rc = tr_keys_apply_except(cfg, "generate", generate_keys,
                                   (int)(sizeof generate_keys / sizeof generate_keys[0]), "generate", gc, text_keys, err);
     if (rc) return rc;
@@ -90,26 +91,82 @@ int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, s
 
 /* ---- a prompt as text ---- */
 
+/* text->n more prompts' room; 0, or -1 without memory */
+static int text_grow(struct tr_generate_text *text, int cap) {
+    char **p = realloc(text->prompt, (size_t)cap * sizeof *p);
+    if (p) text->prompt = p;
+    int32_t **ids = p ? realloc(text->ids, (size_t)cap * sizeof *ids) : NULL;
+    if (ids) text->ids = ids;
+    int *n = ids ? realloc(text->n_ids, (size_t)cap * sizeof *n) : NULL;
+    if (n) text->n_ids = n;
+    return n ? 0 : -1;
+}
+
+static int text_add(struct tr_generate_text *text, const char *s, size_t len, int *cap) {
+    if (text->n == *cap && text_grow(text, *cap = *cap ? 2 * *cap : 8)) return -1;
+    char *copy = malloc(len + 1);
+    if (!copy) return -1;
+    memcpy(copy, s, len);
+    copy[len] = 0;
+    text->prompt[text->n] = copy, text->ids[text->n] = NULL, text->n_ids[text->n] = 0;
+    text->n++;
+    return 0;
+}
+
+/* The prompts of a file: one a line, "\r\n" too, blank lines skipped. */
+static int read_prompts(const char *path, struct tr_generate_text *text, struct tr_error *err) {
+    FILE *f;
+    int rc = tr_fopen_regular(path, &f, err), cap = 0;
+    if (rc) return rc;
+    char *line = NULL;
+    size_t room = 0;
+    ssize_t len;
+    while (!rc && (len = getline(&line, &room, f)) >= 0) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
+        int blank = 1;
+        for (ssize_t i = 0; i < len && blank; i++) blank = line[i] == ' ' || line[i] == '\t';
+        if (!blank && text_add(text, line, (size_t)len, &cap)) rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
+    }
+    if (!rc && ferror(f)) rc = tr_error_set(err, TR_ERR_IO, "cannot read '%s'", path);
+    free(line);
+    fclose(f);
+    if (!rc && text->n == 0) rc = tr_error_set(err, TR_ERR_INVALID, "'%s' holds no prompt (one a line)", path);
+    return rc;
+}
+
 int tr_generate_text_prompt(const struct tr_config *cfg, const struct tr_model_desc *m, const void *config,
-                            struct tr_generate_config *gc, struct tr_generate_text *text, struct tr_error *err) {
+                            int64_t batch, struct tr_generate_config *gc, struct tr_generate_text *text,
+                            struct tr_error *err) {
     memset(text, 0, sizeof *text);
-    int prompt_line = 0, rc = TR_OK;
+    int line = 0, rc = TR_OK, cap = 0;
+    const char *key = "prompt";
+    char file[TR_CONFIG_PATH] = "";
     for (int i = 0; cfg && i < cfg->n_kv && !rc; i++) {
         const struct tr_config_kv *kv = &cfg->kv[i];
         if (strcmp(kv->section, "generate") != 0) continue;
-        if (strcmp(kv->key, "prompt") == 0) {
-            snprintf(text->prompt, sizeof text->prompt, "%s", kv->value);
-            prompt_line = kv->line;
-        } else if (strcmp(kv->key, "tokenizer") == 0 &&
-                   (rc = tr_config_path(cfg, kv->value, text->tokenizer, sizeof text->tokenizer, err)) != TR_OK) {
+        const int one = strcmp(kv->key, "prompt") == 0, many = strcmp(kv->key, "prompts") == 0;
+        if ((one || many) && line)
+            rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] %s: %s is given on line %d; give one of prompt "
+                              "and prompts", cfg->file, kv->line, kv->key, key, line);
+        else if (one)
+            rc = text_add(text, kv->value, strlen(kv->value), &cap) ? tr_error_set(err, TR_ERR_NOMEM, "no memory") : 0;
+        else if (many && (rc = tr_config_path(cfg, kv->value, file, sizeof file, err)) != TR_OK)
+            tr_error_prefix(err, "%s:%d: [generate] prompts", cfg->file, kv->line);
+        if (one || many) line = kv->line, key = kv->key;
+        if (!rc && strcmp(kv->key, "tokenizer") == 0 &&
+            (rc = tr_config_path(cfg, kv->value, text->tokenizer, sizeof text->tokenizer, err)) != TR_OK)
             tr_error_prefix(err, "%s:%d: [generate] tokenizer", cfg->file, kv->line);
-        }
     }
-    if (rc || !prompt_line) return rc;
-    if (!m->generate->text_open)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s:%d: [generate] prompt: model '%s' reads no text (its prompts "
-                            "are synthetic); leave prompt out", cfg->file, prompt_line, m->name);
-    if (!text->tokenizer[0]) { /* the tokenizer beside the weights, as a Hub repo keeps them */
+    if (!rc && file[0] && (rc = read_prompts(file, text, err)) != TR_OK)
+        tr_error_prefix(err, "%s:%d: [generate] prompts", cfg->file, line);
+    if (!rc && line && text->n > batch)
+        rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] prompts: %d prompts for [run] batch = %lld: expected "
+                          "at most one a sample (sample b takes prompt b mod their count)", cfg->file, line, text->n,
+                          (long long)batch);
+    if (!rc && line && !m->generate->text_open)
+        rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "%s:%d: [generate] %s: model '%s' reads no text (its prompts are "
+                          "synthetic); leave %s out", cfg->file, line, key, m->name, key);
+    if (!rc && line && !text->tokenizer[0]) { /* the tokenizer beside the weights, as a Hub repo keeps them */
         const char *slash = strrchr(cfg->weights, '/');
         struct stat sb;
         if (cfg->weights[0] && stat(cfg->weights, &sb) == 0 && S_ISDIR(sb.st_mode))
@@ -117,28 +174,39 @@ int tr_generate_text_prompt(const struct tr_config *cfg, const struct tr_model_d
         else if (slash)
             snprintf(text->tokenizer, sizeof text->tokenizer, "%.*s", (int)(slash - cfg->weights), cfg->weights);
         else
-            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] prompt needs a tokenizer: [generate] "
-                                "tokenizer = its tokenizer.json (or the directory), or [run] weights = a model's "
-                                "directory that holds one", cfg->file, prompt_line);
+            rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] %s needs a tokenizer: [generate] tokenizer = "
+                              "its tokenizer.json (or the directory), or [run] weights = a model's directory that "
+                              "holds one", cfg->file, line, key);
+    }
+    if (rc || !line) {
+        tr_generate_text_free(m, text);
+        return rc;
     }
     rc = m->generate->text_open(config, text->tokenizer, &text->tok, err);
-    if (!rc) rc = m->generate->text_encode(text->tok, text->prompt, &text->ids, &text->n_ids, err);
+    int longest = 0;
+    for (int k = 0; !rc && k < text->n; k++) {
+        rc = m->generate->text_encode(text->tok, text->prompt[k], &text->ids[k], &text->n_ids[k], err);
+        if (rc && text->n > 1) tr_error_prefix(err, "prompt %d", k + 1);
+        if (!rc && text->n_ids[k] > longest) longest = text->n_ids[k];
+    }
     if (rc) {
         tr_generate_text_free(m, text);
-        return tr_error_prefix(err, "%s:%d: [generate] prompt", cfg->file, prompt_line);
+        return tr_error_prefix(err, "%s:%d: [generate] %s", cfg->file, line, key);
     }
     const int asked = key_line(cfg, "prompt_len");
-    if (asked && gc->prompt_len < text->n_ids) {
-        rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] prompt_len = %lld is shorter than the prompt's %d "
-                          "tokens (leave prompt_len out: it is then the prompt's)", cfg->file, asked,
-                          (long long)gc->prompt_len, text->n_ids);
+    if (asked && gc->prompt_len < longest) {
+        rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] prompt_len = %lld is shorter than the %s's %d "
+                          "tokens (leave prompt_len out: it is then the %s's)", cfg->file, asked,
+                          (long long)gc->prompt_len, text->n > 1 ? "longest prompt" : "prompt", longest,
+                          text->n > 1 ? "longest prompt" : "prompt");
     } else {
-        if (!asked) gc->prompt_len = text->n_ids; /* else left-padded to prompt_len */
+        if (!asked) gc->prompt_len = longest; /* else left-padded to prompt_len */
         if (gc->prompt_len >= gc->max_length)
             rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] max_length = %lld leaves no new token after the "
-                              "prompt's %lld tokens (max_length counts the prompt and the new tokens)", cfg->file,
-                              key_line(cfg, "max_length") ? key_line(cfg, "max_length") : prompt_line,
-                              (long long)gc->max_length, (long long)gc->prompt_len);
+                              "%s's %lld tokens (max_length counts the prompt and the new tokens)", cfg->file,
+                              key_line(cfg, "max_length") ? key_line(cfg, "max_length") : line,
+                              (long long)gc->max_length, text->n > 1 ? "longest prompt" : "prompt",
+                              (long long)gc->prompt_len);
     }
     if (rc) tr_generate_text_free(m, text);
     return rc;
@@ -146,8 +214,11 @@ int tr_generate_text_prompt(const struct tr_config *cfg, const struct tr_model_d
 
 void tr_generate_text_free(const struct tr_model_desc *m, struct tr_generate_text *text) {
     if (text->tok && m && m->generate && m->generate->text_close) m->generate->text_close(text->tok);
+    for (int k = 0; k < text->n; k++) free(text->prompt[k]), free(text->ids[k]);
+    free(text->prompt);
     free(text->ids);
-    text->tok = NULL, text->ids = NULL, text->n_ids = 0;
+    free(text->n_ids);
+    text->tok = NULL, text->prompt = NULL, text->ids = NULL, text->n_ids = NULL, text->n = 0;
 }
 
 /* ---- the passes ---- */

@@ -204,19 +204,30 @@ done:
     return rc;
 }
 
-/* A [generate] prompt's run: sample 0's new tokens as text up to the model's end of
- * sequence, special tokens left out (as transformers' generate and decode(...,
- * skip_special_tokens=True)), truncated to the report's room. */
-static void decode_text(const struct tr_task_graph *tg, const int32_t *tokens, int64_t n, struct tr_bench_report *rep) {
-    if (!tg->text.tok) return;
-    char *text = NULL;
-    struct tr_error e = {0};
-    int used = 0;
-    if (tg->model->generate->text_decode(tg->text.tok, tokens, (int)n, &text, &used, &e) == TR_OK)
-        snprintf(rep->text, sizeof rep->text, "%s", text), rep->text_tokens = used;
-    else
-        snprintf(rep->text, sizeof rep->text, "(not decoded: %s)", e.msg);
-    free(text);
+/* Prompts given as text: the first samples' new tokens (tokens [B, n]) as text up to the
+ * model's end of sequence, special tokens left out (as transformers' generate and
+ * decode(..., skip_special_tokens=True)), truncated to the report's room. With greedy
+ * choice a sample whose prompt an earlier one had would only repeat it. */
+static void decode_text(const struct tr_task_graph *tg, const int32_t *tokens, int64_t B, int64_t n,
+                        struct tr_bench_report *rep) {
+    const struct tr_generate_text *tx = &tg->text;
+    if (!tx->tok) return;
+    const int greedy = !tg->gen_cfg.top_k_sampling && !tg->gen_cfg.top_p_sampling;
+    int64_t show = greedy && tx->n < B ? tx->n : B;
+    if (show > (int64_t)(sizeof rep->texts / sizeof rep->texts[0])) show = sizeof rep->texts / sizeof rep->texts[0];
+    for (int64_t b = 0; b < show; b++) {
+        struct tr_bench_text *t = &rep->texts[rep->n_texts++];
+        char *text = NULL;
+        struct tr_error e = {0};
+        int used = 0;
+        t->sample = b;
+        snprintf(t->prompt, sizeof t->prompt, "%s", tx->prompt[b % tx->n]);
+        if (tg->model->generate->text_decode(tx->tok, tokens + b * n, (int)n, &text, &used, &e) == TR_OK)
+            snprintf(t->text, sizeof t->text, "%s", text), t->text_tokens = used;
+        else
+            snprintf(t->text, sizeof t->text, "(not decoded: %.900s)", e.msg), t->text_tokens = n;
+        free(text);
+    }
 }
 
 int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, const struct tr_bench_opts *o,
@@ -227,7 +238,6 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     const char *ref_why;
     const double ref_tol = tr_bench_reference_tolerance(cfg, rep, &ref_why);
     rep->gen = tg->gen_cfg;
-    snprintf(rep->prompt, sizeof rep->prompt, "%s", tg->text.tok ? tg->text.prompt : "");
     rep->new_tokens = NEW;
     rep->seq_len = T;
     rep->flops_per_step = tr_graph_flops(gg->prefill) + (double)(NEW - 1) * tr_graph_flops(gg->decode);
@@ -329,7 +339,7 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
             row->agrees = row->tokens_agree = row->is_reference = 1;
             rep->n_sample_tokens = (int)(NEW < 8 ? NEW : 8);
             memcpy(rep->sample_tokens, ref_tokens, sizeof(int32_t) * (size_t)rep->n_sample_tokens);
-            decode_text(tg, ref_tokens, NEW, rep);
+            decode_text(tg, ref_tokens, B, NEW, rep);
             continue;
         }
         row->max_rel_diff = tr_bench_rel_diff(&logits, &ref_logits);

@@ -80,23 +80,27 @@ static int gen_make_prompt(const void *config, const struct tr_generate_opts *o,
                                      .seq_len = o->prompt_len};
     int rc = tr_decoder_make_inputs(config, &bo, seed, n, inputs, err);
     if (rc || !o->prompt_ids) return rc;
-    /* A prompt given as text: every sample's, left-padded to T as transformers pads a batch
-     * for generate (positions cumsum(mask) - 1, the padding's 1 as the synthetic ones) */
+    /* Prompts given as text: sample b's is prompt b mod n_prompts, left-padded to T as
+     * transformers pads a batch for generate (positions cumsum(mask) - 1, the padding's 1
+     * as the synthetic ones) */
     struct tr_decoder_config c;
     if ((rc = tr_decoder_resolve(config, &c, err)) != TR_OK) return rc;
-    const int64_t B = o->batch, T = o->prompt_len, P = o->n_prompt_ids, pad = T - P;
-    if (P < 1 || P > T)
-        return tr_error_set(err, TR_ERR_INVALID, "%s: a prompt of %lld tokens for prompt_len %lld", family_of(&c),
-                            (long long)P, (long long)T);
+    const int64_t B = o->batch, T = o->prompt_len;
     int32_t *ids = inputs[0].data, *pos = inputs[1].data;
     float *mask = inputs[2].data;
-    for (int64_t b = 0; b < B; b++)
+    for (int64_t b = 0; b < B; b++) {
+        const int k = o->n_prompts > 0 ? (int)(b % o->n_prompts) : 0;
+        const int64_t P = o->n_prompts > 0 ? o->n_prompt_ids[k] : 0, pad = T - P;
+        if (P < 1 || P > T)
+            return tr_error_set(err, TR_ERR_INVALID, "%s: a prompt of %lld tokens for prompt_len %lld", family_of(&c),
+                                (long long)P, (long long)T);
         for (int64_t t = 0; t < T; t++) {
             const int64_t i = b * T + t;
-            ids[i] = t < pad ? (int32_t)(c.pad_token_id >= 0 ? c.pad_token_id : 0) : o->prompt_ids[t - pad];
+            ids[i] = t < pad ? (int32_t)(c.pad_token_id >= 0 ? c.pad_token_id : 0) : o->prompt_ids[k][t - pad];
             pos[i] = t < pad ? 1 : (int32_t)(t - pad);
             mask[i] = t < pad ? 0.0f : 1.0f;
         }
+    }
     return TR_OK;
 }
 

@@ -358,7 +358,9 @@ static int read_model(struct tr_hf_tokenizer *t, const cJSON *root, struct tr_er
     cJSON_ArrayForEach(e, merges) {
         const char *l = NULL, *r = NULL;
         char *sp = NULL;
-        if (cJSON_IsString(e) && (sp = strchr(e->valuestring, ' ')) != NULL && !strchr(sp + 1, ' ')) {
+        /* a string splits at its first space, as tokenizers reads it (a piece with a space
+         * in it needs the array form) */
+        if (cJSON_IsString(e) && (sp = strchr(e->valuestring, ' ')) != NULL) {
             *sp = 0; /* the parsed file is ours */
             l = e->valuestring, r = sp + 1;
         } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 && cJSON_IsString(cJSON_GetArrayItem(e, 0)) &&

@@ -127,9 +127,16 @@ struct tr_bench_report {
     uint64_t kv_cache_bytes, mem_needed_bytes, mem_available_bytes;
     int32_t sample_tokens[8];   /* the reference's first new tokens of sample 0 */
     int n_sample_tokens;
-    char prompt[TR_CONFIG_STR]; /* a [generate] prompt given as text ("" none), and */
-    char text[2048];            /* the reference's new tokens of sample 0 as text (truncated), */
-    int64_t text_tokens;        /* of its first text_tokens: those before an end of sequence */
+    /* prompts given as text: the first samples' (those with their own prompt, or all of
+     * the first 8 when sampling draws), the reference's new tokens as text up to the end of
+     * sequence (text_tokens of them), truncated to the room here */
+    struct tr_bench_text {
+        int64_t sample;
+        char prompt[TR_CONFIG_STR];
+        char text[1024];
+        int64_t text_tokens;
+    } texts[8];
+    int n_texts;
 };
 
 /* A task's graph, built once from a config: the model found in the registry, its config

@@ -43,7 +43,9 @@
  *   seed         [run] seed
  *   kv_cache     state   state | inputs (above)
  *   prompt       (none)  the prompt as text, every sample's (tr_generate_text_prompt);
- *                        without it the prompts are synthetic, from the seed
+ *                        without it (or prompts) the prompts are synthetic, from the seed
+ *   prompts      (none)  a file of prompts, one a line (blank lines skipped), relative to
+ *                        the INI's directory: sample b takes prompt b mod their count
  *   tokenizer    (the [run] weights' directory)  the model's tokenizer file, or its
  *                        directory, relative to the INI's
  */
@@ -84,23 +86,26 @@ struct tr_generate_config {
 int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, struct tr_generate_config *gc,
                                struct tr_error *err);
 
-/* A [generate] prompt given as text: the model's tokenizer (its text_open), the prompt's
- * ids, and what the run prints them with. */
+/* Prompts given as text ([generate] prompt, or a file of them): the model's tokenizer (its
+ * text_open), each prompt and its ids, which the run prints its text with. */
 struct tr_generate_text {
-    char prompt[TR_CONFIG_STR];
     char tokenizer[TR_CONFIG_PATH];
-    void *tok;                  /* the model's, NULL without a prompt */
-    int32_t *ids;               /* the prompt's n_ids ids (malloc'd) */
-    int n_ids;
+    void *tok;                  /* the model's, NULL without prompts */
+    int n;                      /* prompts (1 for [generate] prompt) */
+    char **prompt;              /* each one's text */
+    int32_t **ids;              /* each one's n_ids[k] ids */
+    int *n_ids;
 };
 
-/* [generate] prompt and tokenizer of cfg into text; without a prompt text->tok is NULL and
- * nothing else changes. With one, gc->prompt_len becomes the prompt's token count unless
- * [generate] prompt_len gives more (the prompt is then left-padded to it); fewer, or a
+/* [generate] prompt or prompts, and tokenizer, of cfg into text for a batch of `batch`
+ * samples; without them text->tok is NULL and nothing else changes. With them,
+ * gc->prompt_len becomes the longest prompt's token count unless [generate] prompt_len
+ * gives more (every prompt is left-padded to it); fewer, more prompts than samples, or a
  * max_length with no room for a new token, is an error naming the key. A model whose
- * generate reads no text refuses the key. */
+ * generate reads no text refuses the keys. */
 int tr_generate_text_prompt(const struct tr_config *cfg, const struct tr_model_desc *m, const void *config,
-                            struct tr_generate_config *gc, struct tr_generate_text *text, struct tr_error *err);
+                            int64_t batch, struct tr_generate_config *gc, struct tr_generate_text *text,
+                            struct tr_error *err);
 void tr_generate_text_free(const struct tr_model_desc *m, struct tr_generate_text *text);
 
 /* The two passes of a model, built from a resolved model config, and `weights`: a graph

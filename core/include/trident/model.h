@@ -141,10 +141,12 @@ struct tr_generate_opts {
     int64_t prompt_len;         /* T: every prompt left-padded to T */
     int64_t max_length;         /* T + new tokens */
     int cache_inputs;           /* 1: the cache as decode inputs (host); 0: as state */
-    /* A [generate] prompt's ids (text_encode's, every sample's; n_prompt_ids <= prompt_len,
-     * left-padded to it), or NULL: synthetic prompts from the seed. */
-    const int32_t *prompt_ids;
-    int64_t n_prompt_ids;
+    /* Prompts given as text (text_encode's ids): sample b takes prompt b mod n_prompts,
+     * prompt_ids[k] of n_prompt_ids[k] <= prompt_len ids, left-padded to prompt_len; NULL:
+     * synthetic prompts from the seed. */
+    const int32_t *const *prompt_ids;
+    const int *n_prompt_ids;
+    int n_prompts;
 };
 
 struct tr_generate_plan {
