@@ -668,8 +668,7 @@ int tr_hf_encode(const struct tr_hf_tokenizer *t, const char *text, int32_t **id
 
 /* ---- decoding ---- */
 
-/* Rust's str::from_utf8: no overlong forms, no surrogates, nothing past U+10FFFF. */
-static int valid_utf8(const unsigned char *s, size_t n) {
+int tr_hf_utf8_valid(const unsigned char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         const unsigned c = s[i];
         size_t k = c < 0x80 ? 1 : (c >= 0xC2 && c < 0xE0) ? 2 : (c >= 0xE0 && c < 0xF0) ? 3 : (c >= 0xF0 && c < 0xF5) ? 4 : 0;
@@ -730,7 +729,7 @@ static int decode_step(const struct step *st, struct toks *tk) {
                 continue;
             }
             if (b.oom) return free(b.p), -1;
-            if (valid_utf8((const unsigned char *)b.p, b.n)) {
+            if (tr_hf_utf8_valid((const unsigned char *)b.p, b.n)) {
                 for (int k = i; k < j; k++) free(tk->s[k]);
                 tk->s[o++] = b.p;
             } else { /* each byte becomes U+FFFD */

@@ -21,6 +21,7 @@
 #ifndef TRIDENT_MODELS_DECODER_TOKENIZER_H
 #define TRIDENT_MODELS_DECODER_TOKENIZER_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "trident/status.h"
 
@@ -33,6 +34,9 @@ void tr_hf_tokenizer_free(struct tr_hf_tokenizer *t);
 int32_t tr_hf_tokenizer_n_ids(const struct tr_hf_tokenizer *t);
 /* tokenizer(text).input_ids: the template's special tokens included. *ids is malloc'd. */
 int tr_hf_encode(const struct tr_hf_tokenizer *t, const char *text, int32_t **ids, int *n, struct tr_error *err);
+/* s[0..n) is UTF-8 as Rust's str::from_utf8 takes it (no overlong forms, no surrogates,
+ * nothing past U+10FFFF): what ByteFallback's decoder asks of a run of bytes. */
+int tr_hf_utf8_valid(const unsigned char *s, size_t n);
 /* decode(ids, skip_special_tokens=True), NUL-terminated; *text is malloc'd. An id outside
  * the vocabulary is an error. */
 int tr_hf_decode(const struct tr_hf_tokenizer *t, const int32_t *ids, int n, char **text, struct tr_error *err);

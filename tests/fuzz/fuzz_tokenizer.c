@@ -18,20 +18,6 @@ static const char *const styles[] = {"gemma", "mistral", "metaspace", "metaspace
 #define N_STYLES (sizeof styles / sizeof styles[0])
 #define N_LOSSLESS 2 /* gemma, mistral */
 
-static int valid_utf8(const unsigned char *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        const unsigned c = s[i];
-        size_t k = c < 0x80 ? 1 : (c >= 0xC2 && c < 0xE0) ? 2 : (c >= 0xE0 && c < 0xF0) ? 3 : (c >= 0xF0 && c < 0xF5) ? 4 : 0;
-        if (!k || i + k > n) return 0;
-        for (size_t j = 1; j < k; j++)
-            if ((s[i + j] & 0xC0) != 0x80) return 0;
-        if (k == 3 && ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] >= 0xA0))) return 0;
-        if (k == 4 && ((c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] >= 0x90))) return 0;
-        i += k;
-    }
-    return 1;
-}
-
 static void round_trip(const struct tr_hf_tokenizer *t, const char *text, int lossless) {
     int32_t *ids = NULL;
     int n = 0;
@@ -71,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* a prompt's length (an INI value is at most 255 bytes): the JSON seeds' 16 KiB as
          * one word would spend the runs in coverage tracing */
         char *text = fuzz_string(data + 1, size - 1 < 1024 ? size - 1 : 1024);
-        const int plain = valid_utf8((const unsigned char *)text, strlen(text)) && !strstr(text, "\xE2\x96\x81") &&
+        const int plain = tr_hf_utf8_valid((const unsigned char *)text, strlen(text)) && !strstr(text, "\xE2\x96\x81") &&
                           !strstr(text, "<pad>") && !strstr(text, "<eos>") && !strstr(text, "<bos>") &&
                           !strstr(text, "<unk>") && !strstr(text, "<s>") && !strstr(text, "</s>");
         for (size_t i = 0; i < N_STYLES; i++) round_trip(tok[i], text, plain && i < N_LOSSLESS);
