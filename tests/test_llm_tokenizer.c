@@ -198,19 +198,19 @@ static void generate_as_transformers(const char *model) {
                                   "batch = %d\nsteps = 1\nwarmup = 1\nisolate = off\nweights = %s/tests/fixtures/"
                                   "%s_tiny.safetensors\n[generate]\nmax_length = %d\nprompts = %s\ntokenizer = %s/%s\n";
     int longest = 0;
+    struct tr_hf_tokenizer *t;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s", FIXTURES, model);
+    assert_int_equal(tr_hf_tokenizer_load(dir, &t, &e), TR_OK);
     for (int k = 0; k < n_batch; k++) {
         int32_t *ids;
         int n;
-        struct tr_hf_tokenizer *t;
-        char dir[600];
-        snprintf(dir, sizeof dir, "%s/%s", FIXTURES, model);
-        assert_int_equal(tr_hf_tokenizer_load(dir, &t, &e), TR_OK);
         assert_int_equal(tr_hf_encode(t, cJSON_GetArrayItem(cJSON_GetObjectItem(bt, "prompts"), k)->valuestring, &ids,
                                       &n, &e), TR_OK);
         if (n > longest) longest = n;
         free(ids);
-        tr_hf_tokenizer_free(t);
     }
+    tr_hf_tokenizer_free(t);
     const int new_tokens = cJSON_GetObjectItem(bt, "new_tokens")->valueint;
     snprintf(many, sizeof many, many_head, model, n_batch, TR_SOURCE_DIR, model, longest + new_tokens, file, FIXTURES,
              model);

@@ -141,6 +141,16 @@ static int add_step(struct tr_hf_tokenizer *t, struct step *steps, int *n, struc
     return TR_OK;
 }
 
+/* A Replace (a string pattern -> content) of the normalizer or the decoder. */
+static int add_replace(struct tr_hf_tokenizer *t, const cJSON *o, const char *part, struct step *steps, int *n,
+                       struct tr_error *err) {
+    const char *s, *c = str_of(o, "content");
+    int rc = string_pattern(t, o, part, &s, err);
+    if (rc) return rc;
+    if (!c) return tr_error_set(err, TR_ERR_FORMAT, "'%s': %s Replace without a content", t->path, part);
+    return add_step(t, steps, n, (struct step){STEP_REPLACE, dup_str(s), dup_str(c), 0, 0}, part, err);
+}
+
 static int read_normalizer(struct tr_hf_tokenizer *t, const cJSON *o, struct tr_error *err) {
     if (!o || cJSON_IsNull(o)) return TR_OK;
     const char *type = type_of(o), *s;
@@ -150,13 +160,7 @@ static int read_normalizer(struct tr_hf_tokenizer *t, const cJSON *o, struct tr_
         cJSON_ArrayForEach(e, list) if ((rc = read_normalizer(t, e, err)) != TR_OK) return rc;
         return TR_OK;
     }
-    if (strcmp(type, "Replace") == 0) {
-        if ((rc = string_pattern(t, o, "normalizer", &s, err)) != TR_OK) return rc;
-        const char *c = str_of(o, "content");
-        if (!c) return tr_error_set(err, TR_ERR_FORMAT, "'%s': normalizer Replace without a content", t->path);
-        return add_step(t, t->norm, &t->n_norm, (struct step){STEP_REPLACE, dup_str(s), dup_str(c), 0, 0},
-                        "normalizer", err);
-    }
+    if (strcmp(type, "Replace") == 0) return add_replace(t, o, "normalizer", t->norm, &t->n_norm, err);
     if (strcmp(type, "Prepend") == 0 && (s = str_of(o, "prepend")) != NULL)
         return add_step(t, t->norm, &t->n_norm, (struct step){STEP_PREPEND, dup_str(s), NULL, 0, 0}, "normalizer",
                         err);
@@ -210,20 +214,14 @@ static int read_pre_tokenizer(struct tr_hf_tokenizer *t, const cJSON *o, struct 
 static int read_decoder(struct tr_hf_tokenizer *t, const cJSON *o, struct tr_error *err) {
     if (!o || cJSON_IsNull(o)) return TR_OK;
     t->has_decoder = 1;
-    const char *type = type_of(o), *s;
+    const char *type = type_of(o);
     int rc;
     if (strcmp(type, "Sequence") == 0) {
         const cJSON *e, *list = cJSON_GetObjectItemCaseSensitive(o, "decoders");
         cJSON_ArrayForEach(e, list) if ((rc = read_decoder(t, e, err)) != TR_OK) return rc;
         return TR_OK;
     }
-    if (strcmp(type, "Replace") == 0) {
-        if ((rc = string_pattern(t, o, "decoder", &s, err)) != TR_OK) return rc;
-        const char *c = str_of(o, "content");
-        if (!c) return tr_error_set(err, TR_ERR_FORMAT, "'%s': decoder Replace without a content", t->path);
-        return add_step(t, t->dec, &t->n_dec, (struct step){STEP_REPLACE, dup_str(s), dup_str(c), 0, 0}, "decoder",
-                        err);
-    }
+    if (strcmp(type, "Replace") == 0) return add_replace(t, o, "decoder", t->dec, &t->n_dec, err);
     if (strcmp(type, "ByteFallback") == 0)
         return add_step(t, t->dec, &t->n_dec, (struct step){STEP_BYTE_FALLBACK, NULL, NULL, 0, 0}, "decoder", err);
     if (strcmp(type, "Fuse") == 0)
