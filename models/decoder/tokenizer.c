@@ -120,6 +120,7 @@ static int string_pattern(const struct tr_hf_tokenizer *t, const cJSON *o, const
                           struct tr_error *err) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "pattern");
     const char *s = str_of(p, "String");
+    *out = NULL; /* set on every path: gcc -O1 cannot see that tr_error_set returns nonzero */
     if (!s || !*s)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': %s %s's pattern is not a string (a regex is not "
                             "supported)", t->path, part, type_of(o));
@@ -144,7 +145,7 @@ static int add_step(struct tr_hf_tokenizer *t, struct step *steps, int *n, struc
 /* A Replace (a string pattern -> content) of the normalizer or the decoder. */
 static int add_replace(struct tr_hf_tokenizer *t, const cJSON *o, const char *part, struct step *steps, int *n,
                        struct tr_error *err) {
-    const char *s, *c = str_of(o, "content");
+    const char *s = NULL, *c = str_of(o, "content");
     int rc = string_pattern(t, o, part, &s, err);
     if (rc) return rc;
     if (!c) return tr_error_set(err, TR_ERR_FORMAT, "'%s': %s Replace without a content", t->path, part);
@@ -190,7 +191,7 @@ static int read_pre_tokenizer(struct tr_hf_tokenizer *t, const cJSON *o, struct 
         return (t->meta = dup_str(r)) ? TR_OK : tr_error_set(err, TR_ERR_NOMEM, "no memory");
     }
     if (strcmp(type, "Split") == 0) {
-        const char *s, *how = str_of(o, "behavior");
+        const char *s = NULL, *how = str_of(o, "behavior");
         int rc = string_pattern(t, o, "pre_tokenizer", &s, err);
         if (rc) return rc;
         static const char *const hows[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext"};
