@@ -1,6 +1,7 @@
 /* The synthetic inputs make_inputs fills (models.h): the same draws for the same seed and
  * input name on every machine, so that backends and runs compare. */
 #include <math.h>
+#include <stdlib.h>
 #include "models.h"
 #include "trident/rng.h"
 
@@ -19,4 +20,19 @@ void tr_model_fill_image(struct tr_tensor *t, uint64_t seed, const char *name, d
         tr_tensor_set_f64(t, i, amp * sin(6.283185307179586 * (double)(fx * x + fy * y) / (double)S + ph) +
                                     noise * (2.0 * tr_rng_uniform(seed, key + 1, (uint64_t)i) - 1.0));
     }
+}
+
+int tr_model_fill_torch_randn_nhwc(struct tr_tensor *t, uint64_t seed, struct tr_error *err) {
+    const int64_t N = t->shape[0], H = t->shape[1], W = t->shape[2], C = t->shape[3], n = N * H * W * C;
+    float *nchw = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    if (!nchw) return tr_error_set(err, TR_ERR_NOMEM, "no memory for %lld initial latents", (long long)n);
+    struct tr_torch_rng r;
+    tr_torch_rng_seed(&r, seed);
+    tr_torch_randn(&r, nchw, n);
+    for (int64_t b = 0; b < N; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t p = 0; p < H * W; p++)
+                tr_tensor_set_f64(t, (b * H * W + p) * C + c, nchw[(b * C + c) * H * W + p]);
+    free(nchw);
+    return TR_OK;
 }

@@ -463,6 +463,12 @@ expect "stable_diffusion with DPM-Solver++ 2M (Karras) against diffusers' pipeli
 # (make_sd_reference.py ... --steps 3 --scheduler heun).
 expect "stable_diffusion with Heun against diffusers' pipeline in float64" 0 \
   'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd_heun/check.ini
+# From a prompt and a seed, no batch file: trident tokenizes the prompt and draws the
+# initial latents as torch does for diffusers' pipeline(prompt, generator=torch.manual_seed(
+# 2024)) (tr_torch_randn), so the pictures are the pipeline's (make_sd_seed_fixture.py; with
+# seed 2025 every backend is 0.97 away).
+expect "stable_diffusion: a prompt and a seed give diffusers' pictures for that generator" 0 \
+  '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_seed/check.ini
 # The same pipeline in bf16: every backend no farther from its float64 pictures than twice
 # diffusers' own bf16 pipeline is (0.033; trident's backends 0.030 to 0.033) (make_sd_reference.py
 # --pipeline tests/fixtures/reference_sd_pndm/pipeline --batch 2 --seq-len 5 --steps 4

@@ -522,13 +522,14 @@ static int prompt_ids(const struct tr_clip_text_config *clip, const struct tr_bu
             rc = tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: the tokenizer at '%s' gives id %d, past the text "
                               "encoder's vocabulary of %lld: a tokenizer of another model?", o->tokenizer, (int)ids[i],
                               (long long)clip->vocab_size);
-    if (!rc) tr_model_fill_normal(latents, seed, "latents");
-    return rc;
+    return rc ? rc : tr_model_fill_torch_randn_nhwc(latents, seed, err);
 }
 
 /* generate: the prompts as CLIP's tokenizer makes them (clip_text's synthetic ones), the
  * first B of them empty (the negative prompt "": start, then end-padding), as diffusers'
- * pipeline batches them; the first latents normal(0, 1) (DDIM's initial noise sigma is 1). */
+ * pipeline batches them; the first latents normal(0, 1) as torch draws them for
+ * diffusers' pipeline given generator=torch.manual_seed(seed) (the scheduler's initial
+ * noise sigma scales them in the graph). */
 static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_config *u, const struct tr_build_opts *o,
                            uint64_t seed, int n, struct tr_tensor *inputs, struct tr_error *err) {
     const struct tr_clip_text_config *clip;
@@ -546,8 +547,7 @@ static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_co
     if (o->prompt) /* the user's prompt, tokenized as the pipeline tokenizes it */
         return prompt_ids(clip, o, ids, &inputs[1], seed, err);
     for (int64_t i = 0; i < B * T; i++) ids[i] = (int32_t)(clip->vocab_size - (i % T == 0 ? 2 : 1));
-    tr_model_fill_normal(&inputs[1], seed, "latents");
-    return TR_OK;
+    return tr_model_fill_torch_randn_nhwc(&inputs[1], seed, err);
 }
 
 static int sd_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,

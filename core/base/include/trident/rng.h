@@ -16,6 +16,23 @@ void tr_rng_normal2(uint64_t seed, uint64_t key, uint64_t k, double *even, doubl
 double tr_rng_uniform(uint64_t seed, uint64_t key, uint64_t i);  /* [0,1) */
 uint64_t tr_hash_str(const char *s);                             /* FNV-1a 64 */
 
+/* PyTorch's CPU generator, for a draw a user compares with PyTorch's: after
+ * tr_torch_rng_seed(r, s) (torch.Generator().manual_seed(s), torch.manual_seed(s)), each
+ * tr_torch_randn(r, out, n) gives the n values of the next torch.randn(n, generator=g) of a
+ * float32 tensor, in order (diffusers' initial latents, shape (B, C, H, W) flattened).
+ * torch's mt19937 and both of its normal paths (Box-Muller over blocks of 16 from n = 16
+ * on, one double at a time below), to within float rounding of its vectorised log, sin
+ * and cos (1 or 2 ulp). Sequential by nature: for inputs that must not depend on the
+ * order they are drawn in, the counter-based stream above. */
+struct tr_torch_rng {
+    uint32_t mt[624];
+    int idx;
+    int has_next;        /* the second normal of a double Box-Muller, kept for the next call */
+    double next;
+};
+void tr_torch_rng_seed(struct tr_torch_rng *r, uint64_t seed);
+void tr_torch_randn(struct tr_torch_rng *r, float *out, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif
