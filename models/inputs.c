@@ -22,17 +22,17 @@ void tr_model_fill_image(struct tr_tensor *t, uint64_t seed, const char *name, d
     }
 }
 
-int tr_model_fill_torch_randn_nhwc(struct tr_tensor *t, uint64_t seed, struct tr_error *err) {
-    const int64_t N = t->shape[0], H = t->shape[1], W = t->shape[2], C = t->shape[3], n = N * H * W * C;
+int tr_model_fill_torch_randn_nhwc(struct tr_tensor *t, struct tr_torch_rng *r, int64_t calls, struct tr_error *err) {
+    const int64_t N = t->shape[0] / calls, H = t->shape[1], W = t->shape[2], C = t->shape[3], n = N * H * W * C;
     float *nchw = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    if (!nchw) return tr_error_set(err, TR_ERR_NOMEM, "no memory for %lld initial latents", (long long)n);
-    struct tr_torch_rng r;
-    tr_torch_rng_seed(&r, seed);
-    tr_torch_randn(&r, nchw, n);
-    for (int64_t b = 0; b < N; b++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t p = 0; p < H * W; p++)
-                tr_tensor_set_f64(t, (b * H * W + p) * C + c, nchw[(b * C + c) * H * W + p]);
+    if (!nchw) return tr_error_set(err, TR_ERR_NOMEM, "no memory for %lld random values", (long long)n);
+    for (int64_t k = 0; k < calls; k++) {
+        tr_torch_randn(r, nchw, n);
+        for (int64_t b = 0; b < N; b++)
+            for (int64_t c = 0; c < C; c++)
+                for (int64_t p = 0; p < H * W; p++)
+                    tr_tensor_set_f64(t, k * n + (b * H * W + p) * C + c, nchw[(b * C + c) * H * W + p]);
+    }
     free(nchw);
     return TR_OK;
 }

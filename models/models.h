@@ -4,6 +4,7 @@
 #ifndef TRIDENT_MODELS_MODELS_H
 #define TRIDENT_MODELS_MODELS_H
 
+#include "trident/rng.h"
 #include "trident/model.h"
 #include "trident/models.h"
 
@@ -28,10 +29,11 @@ int tr_model_check_positive(const char *model, const struct tr_model_pos *pos, i
 void tr_model_fill_normal(struct tr_tensor *t, uint64_t seed, const char *name);
 void tr_model_fill_image(struct tr_tensor *t, uint64_t seed, const char *name, double amp, int64_t fx, int64_t fy,
                          double noise);
-/* t, an NHWC tensor (N,H,W,C), filled with what torch.randn((N, C, H, W),
- * generator=torch.Generator().manual_seed(seed)) draws in float32, permuted: diffusers'
- * initial latents for that generator (0 on success; TR_ERR_NOMEM). */
-int tr_model_fill_torch_randn_nhwc(struct tr_tensor *t, uint64_t seed, struct tr_error *err);
+/* t, an NHWC tensor (N,H,W,C), filled by `calls` draws torch.randn((N / calls, C, H, W),
+ * generator=g) in float32 one after another on r (rng.h), each permuted to NHWC: with r
+ * just seeded and one call, diffusers' initial latents for that generator (0 on success;
+ * TR_ERR_NOMEM). */
+int tr_model_fill_torch_randn_nhwc(struct tr_tensor *t, struct tr_torch_rng *r, int64_t calls, struct tr_error *err);
 
 /* A model descriptor's trainable where the fit graph builds only what fit trains (the
  * VAE's encoder, SAM's image encoder): every PARAM of g. */

@@ -469,6 +469,31 @@ expect "stable_diffusion with Heun against diffusers' pipeline in float64" 0 \
 # seed 2025 every backend is 0.97 away).
 expect "stable_diffusion: a prompt and a seed give diffusers' pictures for that generator" 0 \
   '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_seed/check.ini
+# EulerAncestralDiscreteScheduler: fresh noise every step, drawn after the latents from the
+# same generator (the graph's input "noise"); every backend within 5e-6 of the pipeline's
+# pictures, whether `scheduler = euler_ancestral` or the scheduler's own file names it.
+expect "stable_diffusion with Euler ancestral: the seed's noise every step, as diffusers draws it" 0 \
+  '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_ancestral/check.ini
+anc=$PWD/tests/fixtures/reference_sd_ancestral
+sed -e "s|^weights = ..|weights = $PWD/tests/fixtures|" -e "s|^tokenizer = ..|tokenizer = $PWD/tests/fixtures|" \
+  -e "s|^reference = |reference = $anc/|" -e '/^scheduler = /d' -e '/^timestep_spacing = /d' \
+  -e "s|^\[model\]|[model]\nhf_config = $anc/scheduler_config.json|" "$anc/check.ini" > "$tmp/anc.ini"
+expect "stable_diffusion: an EulerAncestralDiscreteScheduler's file runs it" 0 '^  jax +ok ' -- "$bin" run "$tmp/anc.ini"
+rejects anckarras.ini "[run]
+model = stable_diffusion
+preset = tiny
+task = generate
+backends = jax
+[model]
+scheduler = euler_ancestral
+use_karras_sigmas = true" "euler_ancestral refuses karras sigmas, as diffusers' class has none" \
+  'anckarras.ini:8: .*euler_ancestral: use_karras_sigmas = true is not provided'
+rejects ancpredict.ini "[run]
+model = stable_diffusion
+preset = tiny
+backends = jax
+[model]
+scheduler = euler_ancestral" "euler_ancestral is generate's" 'scheduler = euler_ancestral runs in task generate'
 # The same pipeline in bf16: every backend no farther from its float64 pictures than twice
 # diffusers' own bf16 pipeline is (0.033; trident's backends 0.030 to 0.033) (make_sd_reference.py
 # --pipeline tests/fixtures/reference_sd_pndm/pipeline --batch 2 --seq-len 5 --steps 4

@@ -7,8 +7,12 @@
 int tr_euler_plan(const struct tr_ddim *s, const struct tr_euler_config *e, struct tr_euler_step *steps,
                   double *init_sigma, struct tr_error *err) {
     const int64_t S = s->steps, N = s->c.num_train_timesteps;
-    int rc = tr_sigma_check(s, "euler", err);
+    int rc = tr_sigma_check(s, e->ancestral ? "euler_ancestral" : "euler", err);
     if (rc) return rc;
+    if (e->ancestral && (e->karras || e->final_sigma_min || s->c.prediction == TR_DDIM_SAMPLE))
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "euler_ancestral: %s is not provided (nor by diffusers' "
+                            "EulerAncestralDiscreteScheduler)", e->karras ? "use_karras_sigmas = true"
+                            : e->final_sigma_min ? "final_sigmas_type = sigma_min" : "prediction_type = sample");
     for (int64_t i = 0; i < S; i++) {
         double t = (double)s->timesteps[i];
         if (s->c.spacing == TR_DDIM_LINSPACE) /* linspace(0, N−1, steps), largest first, unrounded */
@@ -28,7 +32,11 @@ int tr_euler_plan(const struct tr_ddim *s, const struct tr_euler_config *e, stru
         struct tr_euler_step *k = &steps[i];
         const double sg = k->sigma, q = sg * sg + 1.0;
         k->sigma_next = i + 1 < S ? steps[i + 1].sigma : e->final_sigma_min ? tr_sigma_at(s, 0) : 0.0;
-        const double dt = k->sigma_next - sg;
+        /* ancestral: down to σ_down, the rest of the way to σ' by fresh noise */
+        const double up = e->ancestral ? sqrt(k->sigma_next * k->sigma_next * (sg * sg - k->sigma_next * k->sigma_next)
+                                              / (sg * sg)) : 0.0;
+        const double dt = (e->ancestral ? sqrt(fmax(0.0, k->sigma_next * k->sigma_next - up * up)) : k->sigma_next) - sg;
+        k->c_n = up;
         k->c_in = 1.0 / sqrt(q);
         double p, d; /* x' = x + dt·(p·x + d·o) */
         tr_sigma_derivative(s->c.prediction, sg, &p, &d);

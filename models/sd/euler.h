@@ -13,6 +13,10 @@
  * at the step's timestep, and steps to σ' (the next σ) with the model's output o:
  *   x0 = x − σ·o (epsilon), −σ/√(σ²+1)·o + x/(σ²+1) (v_prediction), o (sample);
  *   x' = x + (σ' − σ)·(x − x0)/σ = c_x·x + c_o·o.
+ * Ancestral (EulerAncestralDiscreteScheduler: no karras, no final σ_min, no sample
+ * prediction) steps to σ_down instead and adds fresh noise n of scale σ_up:
+ *   σ_up = √(σ'²(σ² − σ'²)/σ²), σ_down = √(σ'² − σ_up²),
+ *   x' = x + (σ_down − σ)·(x − x0)/σ + σ_up·n = c_x·x + c_o·o + c_n·n.
  * Everything in double. */
 #ifndef TRIDENT_MODELS_EULER_H
 #define TRIDENT_MODELS_EULER_H
@@ -25,12 +29,14 @@ struct tr_euler_config {
     int karras;                  /* use_karras_sigmas */
     double sigma_min, sigma_max; /* karras' ends; 0: the schedule's */
     int final_sigma_min;         /* final_sigmas_type sigma_min: the last σ is σ_0, not 0 */
+    int ancestral;               /* EulerAncestralDiscreteScheduler's step */
 };
 
 struct tr_euler_step {
     double t;                    /* the UNet's timestep (fractional where interpolated) */
     double sigma, sigma_next;
     double c_in, c_x, c_o;
+    double c_n;                  /* ancestral: the fresh noise's scale σ_up (0 otherwise, and at the last step) */
 };
 
 /* s's steps (s->steps of them) into steps, and the initial noise's scale; s made with

@@ -40,7 +40,8 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(clip_sample, TR_KEY_BOOL, 0, 0, "ddim: clamp the predicted x0 to [-clip_sample_range, clip_sample_range]"),
     KEY_(clip_sample_range, TR_KEY_FLOAT, 0, 1e30, "the clamp's bound"),
     KEY_(scheduler, TR_KEY_STRING, 0, 0, "ddim, pndm (diffusers' PNDMScheduler for SD, PLMS steps), euler "
-         "(EulerDiscreteScheduler), heun (HeunDiscreteScheduler) or dpm (DPMSolverMultistepScheduler, "
+         "(EulerDiscreteScheduler), euler_ancestral (EulerAncestralDiscreteScheduler, noise from [run] seed as "
+         "torch's generator draws it), heun (HeunDiscreteScheduler) or dpm (DPMSolverMultistepScheduler, "
          "DPM-Solver++); all but ddim: generate only"),
     KEY_(use_karras_sigmas, TR_KEY_BOOL, 0, 0, "euler, heun, dpm: the sigmas of Karras et al. (rho 7)"),
     KEY_(sigma_min, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm with karras: the smallest sigma; 0: the schedule's"),
@@ -77,6 +78,7 @@ static const struct tr_model_preset sd_presets[] = {
 
 static int pndm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "pndm") == 0; }
 static int euler(const struct tr_sd_config *c) { return strcmp(c->scheduler, "euler") == 0; }
+static int euler_a(const struct tr_sd_config *c) { return strcmp(c->scheduler, "euler_ancestral") == 0; }
 static int dpm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "dpm") == 0; }
 static int heun(const struct tr_sd_config *c) { return strcmp(c->scheduler, "heun") == 0; }
 
@@ -151,7 +153,7 @@ static int ddim_config(const struct tr_sd_config *c, struct tr_ddim_config *d, s
                                  (enum tr_ddim_prediction)p, c->rescale_betas_zero_snr && !pndm(c) && !heun(c),
                                  /* the clamp is DDIM's alone: the others' from_config ignores it */
                                  c->clip_sample && !strcmp(c->scheduler, "ddim") ? c->clip_sample_range : 0.0,
-                                 euler(c) || dpm(c)};
+                                 euler(c) || euler_a(c) || dpm(c)};
     return TR_OK;
 }
 
@@ -163,15 +165,16 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: step = %lld, expected 0 to num_inference_steps - 1 "
                             "= %lld", (long long)c->step, (long long)(c->num_inference_steps - 1));
     struct tr_ddim_config dc;
-    static const char *const kinds[] = {"ddim", "pndm", "euler", "heun", "dpm"},
+    static const char *const kinds[] = {"ddim", "pndm", "euler", "euler_ancestral", "heun", "dpm"},
                       *const finals[] = {"zero", "sigma_min"}, *const solvers[] = {"midpoint", "heun"};
     int kind, final, solver;
-    int rc = pick("scheduler", c->scheduler, kinds, 5, &kind, err);
+    int rc = pick("scheduler", c->scheduler, kinds, 6, &kind, err);
     if (rc && strstr(c->scheduler, "Scheduler")) /* a scheduler file's class (read_scheduler) */
         rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "the scheduler's config names %s, which trident does not run "
-                          "(DDIMScheduler, PNDMScheduler, EulerDiscreteScheduler, HeunDiscreteScheduler, "
-                          "DPMSolverMultistepScheduler); [model] scheduler = ddim, pndm, euler, heun or dpm after "
-                          "hf_config runs one of those on its schedule", c->scheduler);
+                          "(DDIMScheduler, PNDMScheduler, EulerDiscreteScheduler, EulerAncestralDiscreteScheduler, "
+                          "HeunDiscreteScheduler, DPMSolverMultistepScheduler); [model] scheduler = ddim, pndm, euler, "
+                          "euler_ancestral, heun or dpm after hf_config runs one of those on its schedule",
+                          c->scheduler);
     if (!rc) rc = pick("final_sigmas_type", c->final_sigmas_type, finals, 2, &final, err);
     if (!rc) rc = pick("solver_type", c->solver_type, solvers, 2, &solver, err);
     if (!rc && dpm(c) && c->solver_order > 2)
@@ -215,7 +218,7 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
                             "step combines the outputs of those before); predict's one step is DDIM's: scheduler = "
                             "ddim");
     }
-    if (o->task == TR_TASK_PREDICT && (euler(c) || dpm(c) || heun(c))) {
+    if (o->task == TR_TASK_PREDICT && (euler(c) || euler_a(c) || dpm(c) || heun(c))) {
         tr_ddim_free(s);
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = %s runs in task generate; "
                             "predict's one step is DDIM's: scheduler = ddim", c->scheduler);
@@ -312,7 +315,7 @@ static int pndm_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
 
 struct tr_euler_config tr_sd_euler_config(const struct tr_sd_config *c) {
     return (struct tr_euler_config){c->use_karras_sigmas, c->sigma_min, c->sigma_max,
-                                    strcmp(c->final_sigmas_type, "sigma_min") == 0};
+                                    strcmp(c->final_sigmas_type, "sigma_min") == 0, euler_a(c)};
 }
 
 struct tr_dpm_config tr_sd_dpm_config(const struct tr_sd_config *c) {
@@ -322,9 +325,11 @@ struct tr_dpm_config tr_sd_dpm_config(const struct tr_sd_config *c) {
 }
 
 /* Euler's steps (euler.h) on the latents x, f32, scaled by the initial σ first: each an
- * instance of the UNet on c_in·x; returns the denoised latents (-1 on an error). */
+ * instance of the UNet on c_in·x; ancestral ones add c_n times step i's rows of noise
+ * (f32 [steps·B,S,S,C]; -1 otherwise). Returns the denoised latents (-1 on an error). */
 static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
-                       const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
+                       const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, int noise,
+                       struct tr_error *err) {
     struct tr_euler_step *steps = malloc(sizeof *steps * (size_t)s->steps);
     const struct tr_euler_config ec = tr_sd_euler_config(c);
     double init = 1;
@@ -342,6 +347,9 @@ static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
                                   tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, &guided, err);
         if (e < 0) rc = err->status ? err->status : TR_ERR_INTERNAL;
         else x = tr_add(g, tr_scale(g, x, (float)k->c_x, 0.0f), tr_scale(g, e, (float)k->c_o, 0.0f));
+        if (!rc && noise >= 0 && k->c_n > 0)
+            x = tr_add(g, x, tr_scale(g, tr_slice(g, noise, 0, i * o->batch, (i + 1) * o->batch, 1), (float)k->c_n,
+                                      0.0f));
     }
     free(steps);
     return rc ? -1 : x;
@@ -456,13 +464,18 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     const int64_t B = o->batch, S = u->sample_size, lat[4] = {B, S, S, u->in_channels}, ids_sh[2] = {2 * B, o->seq_len},
                   one[1] = {1};
     int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, ids_sh);
-    int x = tr_input(g, "latents", dt, 4, lat);
+    int x = tr_input(g, "latents", dt, 4, lat), noise = -1;
     if (dt != TR_DTYPE_F32) x = tr_cast(g, x, TR_DTYPE_F32);
+    if (euler_a(c)) { /* each step's fresh noise, B rows a step (sd.h) */
+        const int64_t nz[4] = {s->steps * B, S, S, u->in_channels};
+        noise = tr_input(g, "noise", dt, 4, nz);
+        if (dt != TR_DTYPE_F32) noise = tr_cast(g, noise, TR_DTYPE_F32);
+    }
     const struct tr_build_opts to = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = 2 * B, .seq_len = o->seq_len};
     int text;
     if ((rc = tr_clip_text_graph(clip, &to, g, ids, &text, err)) != TR_OK) return rc;
     if (pndm(c) && (x = pndm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
-    if (euler(c) && (x = euler_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
+    if ((euler(c) || euler_a(c)) && (x = euler_steps(g, c, u, o, s, x, text, noise, err)) < 0) return err->status;
     if (dpm(c) && (x = dpm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if (heun(c) && (x = heun_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     for (int64_t i = 0; i < s->steps && !strcmp(c->scheduler, "ddim"); i++) {
@@ -506,9 +519,9 @@ static int sd_build(const void *config, const struct tr_build_opts *o, struct tr
 
 
 /* [generate] prompt (rows B..2B) and negative_prompt ("" by default, rows 0..B) through the
- * tokenizer at o->tokenizer, and the initial noise. */
+ * tokenizer at o->tokenizer. */
 static int prompt_ids(const struct tr_clip_text_config *clip, const struct tr_build_opts *o, int32_t *ids,
-                      struct tr_tensor *latents, uint64_t seed, struct tr_error *err) {
+                      struct tr_error *err) {
     struct tr_clip_tokenizer *tok = NULL;
     int rc = tr_clip_tokenizer_load(o->tokenizer, &tok, err);
     if (rc) return tr_error_prefix(err, "stable_diffusion: [generate] tokenizer");
@@ -522,32 +535,44 @@ static int prompt_ids(const struct tr_clip_text_config *clip, const struct tr_bu
             rc = tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: the tokenizer at '%s' gives id %d, past the text "
                               "encoder's vocabulary of %lld: a tokenizer of another model?", o->tokenizer, (int)ids[i],
                               (long long)clip->vocab_size);
-    return rc ? rc : tr_model_fill_torch_randn_nhwc(latents, seed, err);
+    return rc;
 }
 
 /* generate: the prompts as CLIP's tokenizer makes them (clip_text's synthetic ones), the
  * first B of them empty (the negative prompt "": start, then end-padding), as diffusers'
  * pipeline batches them; the first latents normal(0, 1) as torch draws them for
  * diffusers' pipeline given generator=torch.manual_seed(seed) (the scheduler's initial
- * noise sigma scales them in the graph). */
+ * noise sigma scales them in the graph), and an ancestral sampler's noise as its steps
+ * draw it next from that generator, one randn of the latents' shape a step. */
 static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_config *u, const struct tr_build_opts *o,
-                           uint64_t seed, int n, struct tr_tensor *inputs, struct tr_error *err) {
+                           const struct tr_ddim *s, uint64_t seed, int n, struct tr_tensor *inputs,
+                           struct tr_error *err) {
     const struct tr_clip_text_config *clip;
     const struct tr_vae_config *vae;
     int rc = sd_parts(c, u, &clip, &vae, err);
     if (rc) return rc;
-    if (n != 2)
-        return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected 2 (input_ids, latents)", n);
-    const int64_t B = o->batch, T = o->seq_len, S = u->sample_size, lat[4] = {B, S, S, u->in_channels};
+    const int want = euler_a(c) ? 3 : 2;
+    if (n != want)
+        return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected %d (input_ids, latents%s)",
+                            n, want, want == 3 ? ", noise" : "");
+    const int64_t B = o->batch, T = o->seq_len, S = u->sample_size, lat[4] = {B, S, S, u->in_channels},
+                  nz[4] = {s->steps * B, S, S, u->in_channels};
     const struct tr_build_opts to = {.task = TR_TASK_PREDICT, .dtype = o->dtype, .batch = 2 * B, .seq_len = T};
     if ((rc = tr_model_clip_text.make_inputs(clip, &to, seed, 1, &inputs[0], err)) != TR_OK) return rc;
     if ((rc = tr_model_check_input("stable_diffusion", &inputs[1], "latents", o->dtype, 4, lat, err)) != TR_OK)
         return rc;
+    if (want == 3 && (rc = tr_model_check_input("stable_diffusion", &inputs[2], "noise", o->dtype, 4, nz, err)) != TR_OK)
+        return rc;
     int32_t *ids = inputs[0].data;
-    if (o->prompt) /* the user's prompt, tokenized as the pipeline tokenizes it */
-        return prompt_ids(clip, o, ids, &inputs[1], seed, err);
-    for (int64_t i = 0; i < B * T; i++) ids[i] = (int32_t)(clip->vocab_size - (i % T == 0 ? 2 : 1));
-    return tr_model_fill_torch_randn_nhwc(&inputs[1], seed, err);
+    if (o->prompt) { /* the user's prompt, tokenized as the pipeline tokenizes it */
+        if ((rc = prompt_ids(clip, o, ids, err)) != TR_OK) return rc;
+    } else {
+        for (int64_t i = 0; i < B * T; i++) ids[i] = (int32_t)(clip->vocab_size - (i % T == 0 ? 2 : 1));
+    }
+    struct tr_torch_rng r;
+    tr_torch_rng_seed(&r, seed);
+    rc = tr_model_fill_torch_randn_nhwc(&inputs[1], &r, 1, err);
+    return rc || want == 2 ? rc : tr_model_fill_torch_randn_nhwc(&inputs[2], &r, s->steps, err);
 }
 
 static int sd_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
@@ -560,8 +585,9 @@ static int sd_make_inputs(const void *config, const struct tr_build_opts *o, uin
     int64_t t;
     struct tr_ddim_coeffs k;
     tr_ddim_step(&sched, c->step, &t, &k);
+    if (o->task == TR_TASK_GENERATE) rc = generate_inputs(c, u, o, &sched, seed, n, inputs, err);
     tr_ddim_free(&sched);
-    if (o->task == TR_TASK_GENERATE) return generate_inputs(c, u, o, seed, n, inputs, err);
+    if (o->task == TR_TASK_GENERATE) return rc;
     if (n != 4)
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected 4 (latents, timestep, "
                             "encoder_hidden_states, ddim_coeffs)", n);
@@ -653,10 +679,11 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     const cJSON *cls = cJSON_GetObjectItemCaseSensitive(root, "_class_name");
     const int is_pndm = cJSON_IsString(cls) && strcmp(cls->valuestring, "PNDMScheduler") == 0;
     const int is_euler = cJSON_IsString(cls) && strcmp(cls->valuestring, "EulerDiscreteScheduler") == 0;
+    const int is_euler_a = cJSON_IsString(cls) && strcmp(cls->valuestring, "EulerAncestralDiscreteScheduler") == 0;
     const int is_dpm = cJSON_IsString(cls) && strcmp(cls->valuestring, "DPMSolverMultistepScheduler") == 0;
     const int is_heun = cJSON_IsString(cls) && strcmp(cls->valuestring, "HeunDiscreteScheduler") == 0;
     c->num_train_timesteps = 1000, c->beta_start = 0.0001, c->beta_end = 0.02, c->steps_offset = 0;
-    c->set_alpha_to_one = !is_pndm, c->clip_sample = !is_pndm && !is_euler && !is_dpm && !is_heun;
+    c->set_alpha_to_one = !is_pndm, c->clip_sample = !is_pndm && !is_euler && !is_euler_a && !is_dpm && !is_heun;
     c->clip_sample_range = 1.0;
     if (is_heun) c->beta_start = 0.00085, c->beta_end = 0.012; /* HeunDiscreteScheduler's defaults */
     c->rescale_betas_zero_snr = 0;
@@ -668,13 +695,14 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     snprintf(c->scheduler, sizeof c->scheduler, "%s",
              is_pndm    ? "pndm"
              : is_euler ? "euler"
+             : is_euler_a ? "euler_ancestral"
              : is_heun  ? "heun"
              : is_dpm   ? "dpm"
              : other    ? cls->valuestring
                         : "ddim");
     snprintf(c->beta_schedule, sizeof c->beta_schedule, "linear");
     snprintf(c->timestep_spacing, sizeof c->timestep_spacing, "%s",
-             is_euler || is_dpm || is_heun ? "linspace" : "leading");
+             is_euler || is_euler_a || is_dpm || is_heun ? "linspace" : "leading");
     snprintf(c->prediction_type, sizeof c->prediction_type, "epsilon");
     static const char *const skip[] = {"unet", "text_encoder", "vae", "num_inference_steps", "step", "guidance_scale",
                                        "scheduler", NULL};

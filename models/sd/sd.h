@@ -31,7 +31,10 @@
  * scheduler/scheduler_config.json, as diffusers' from_pretrained does; the scheduler's keys
  * as DDIMScheduler.from_config reads them (absent ones take DDIMScheduler's defaults),
  * whichever scheduler the file names: a PNDMScheduler's runs PNDM (pndm.h), an
- * EulerDiscreteScheduler's Euler (euler.h), a HeunDiscreteScheduler's Heun (heun.h), a
+ * EulerDiscreteScheduler's Euler (euler.h), an EulerAncestralDiscreteScheduler's ancestral
+ * Euler (euler.h; generate's third input "noise" [steps·B,S,S,C], step i's rows i·B..(i+1)·B,
+ * drawn after the latents from [run] seed as torch's generator draws them for diffusers),
+ * a HeunDiscreteScheduler's Heun (heun.h), a
  * DPMSolverMultistepScheduler's DPM-Solver++
  * (dpm.h), a DDIMScheduler's (or no class's) DDIM (eta 0), another class refused by name
  * unless a [model] scheduler line after hf_config picks one of those; then, as
@@ -69,7 +72,8 @@ struct tr_sd_config {
     int rescale_betas_zero_snr;
     int clip_sample;                /* ddim: clamp the predicted x0 to [-clip_sample_range, clip_sample_range] */
     double clip_sample_range;
-    char scheduler[48];             /* ddim, pndm (PLMS, pndm.h: the SD v1.x files'), euler (euler.h),
+    char scheduler[48];             /* ddim, pndm (PLMS, pndm.h: the SD v1.x files'), euler or
+                                       euler_ancestral (euler.h: the latter's noise an input),
                                        heun (heun.h) or dpm (dpm.h); a scheduler file's other class, by
                                        name, is refused;
                                        all but ddim: generate only */
