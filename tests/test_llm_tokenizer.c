@@ -280,6 +280,16 @@ static void test_generate_text_refusals(void **state) {
     if (*m2) fail_msg("eos_token_id from config.json: %s", m2);
     assert_int_equal(rep.texts[0].text_tokens, 0); /* gemma tiny's first new token is 396 */
     assert_string_equal(rep.texts[0].text, "");
+    /* generation_config.json beside it: its eos_token_id is where generate stops */
+    char gc[600];
+    tr_test_dir_file("generation_config.json", "{\"bos_token_id\": 2, \"eos_token_id\": 1, \"pad_token_id\": 0}",
+                     gc, sizeof gc);
+    m2 = run(ini);
+    if (*m2) fail_msg("eos_token_id from generation_config.json: %s", m2);
+    assert_string_equal(rep.texts[0].text, "autautaut");
+    tr_test_dir_file("generation_config.json", "{\"eos_token_id\": \"1\"}", gc, sizeof gc);
+    must_fail(run(ini), "generation_config.json': \"eos_token_id\" is not a token id");
+    assert_int_equal(unlink(gc), 0);
     /* by default the tokenizer beside the weights: a model's directory as the Hub keeps it */
     char repo[512], ln[600], defaults[1024];
     snprintf(repo, sizeof repo, "%s/repo", tr_test_dir);

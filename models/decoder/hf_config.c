@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "decoder.h"
 #include "keys.h"
 #include "hf_json.h"
@@ -167,6 +168,24 @@ static const char MISTRAL_DEFAULTS[] =
     " \"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000.0,"
     " \"sliding_window\": 4096, \"pad_token_id\": null, \"eos_token_id\": 2, \"tie_word_embeddings\": false}";
 
+/* The generation_config.json beside config.json, as from_pretrained reads it into the
+ * model's generation_config: where it names eos_token_id, that is where generate stops
+ * (Llama 3 and Gemma 2's instruction-tuned files list more ids there than config.json). */
+static int read_generation_config(const char *path, struct tr_decoder_config *c, struct tr_error *err) {
+    const char *slash = strrchr(path, '/');
+    const int dir = slash ? (int)(slash - path) + 1 : 0;
+    char gen[4096];
+    struct stat sb;
+    if (snprintf(gen, sizeof gen, "%.*sgeneration_config.json", dir, path) >= (int)sizeof gen ||
+        stat(gen, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return TR_OK;
+    cJSON *root = NULL;
+    int rc = tr_hf_json_load(gen, &root, err);
+    if (!rc) rc = get_eos(root, gen, c->eos_token_id, sizeof c->eos_token_id, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
 /* No prefix of its own: core's names the INI line ("x.ini:4: [model] hf_config = ..."), and
  * every message here names the file. */
 int tr_decoder_read_hf_config(const char *path, struct tr_decoder_config *c, struct tr_error *err) {
@@ -189,7 +208,7 @@ int tr_decoder_read_hf_config(const char *path, struct tr_decoder_config *c, str
     if (!rc) rc = tr_hf_json_defaults(root, path, c->family == TR_DECODER_GEMMA ? GEMMA_DEFAULTS : MISTRAL_DEFAULTS, err);
     if (!rc) rc = apply(root, path, c, err);
     cJSON_Delete(root);
-    return rc;
+    return rc ? rc : read_generation_config(path, c, err);
 }
 
 int tr_decoder_read_hf_config_hook(void *config, const char *path, struct tr_error *err) {
