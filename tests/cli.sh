@@ -479,6 +479,24 @@ sed -e "s|^weights = ..|weights = $PWD/tests/fixtures|" -e "s|^tokenizer = ..|to
   -e "s|^reference = |reference = $anc/|" -e '/^scheduler = /d' -e '/^timestep_spacing = /d' \
   -e "s|^\[model\]|[model]\nhf_config = $anc/scheduler_config.json|" "$anc/check.ini" > "$tmp/anc.ini"
 expect "stable_diffusion: an EulerAncestralDiscreteScheduler's file runs it" 0 '^  jax +ok ' -- "$bin" run "$tmp/anc.ini"
+# DDIM at eta 0.8 (the pipeline's argument): fresh noise each step from the same generator
+# (0.17 away at eta 0).
+expect "stable_diffusion: DDIM with eta, its noise as diffusers draws it" 0 \
+  '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_eta/check.ini
+rejects etaeuler.ini "[run]
+model = stable_diffusion
+preset = tiny
+task = generate
+backends = jax
+[model]
+scheduler = euler
+eta = 0.5" "eta is DDIM's" "etaeuler.ini:8: .*eta = 0.5: eta is DDIM's .*scheduler = euler"
+rejects etapredict.ini "[run]
+model = stable_diffusion
+preset = tiny
+backends = jax
+[model]
+eta = 0.5" "eta is generate's" 'eta = 0.5 runs in task generate'
 rejects anckarras.ini "[run]
 model = stable_diffusion
 preset = tiny

@@ -1,5 +1,5 @@
-/* The DDIM scheduler (diffusers' DDIMScheduler, eta 0: the deterministic update keras-cv's
- * StableDiffusion also runs), on a diffusion model's noise schedule.
+/* The DDIM scheduler (diffusers' DDIMScheduler; eta 0 by default, the deterministic update
+ * keras-cv's StableDiffusion also runs), on a diffusion model's noise schedule.
  *
  * betas: "scaled_linear" linspace(√beta_start, √beta_end, N)² (Stable Diffusion's),
  * "linear" linspace(beta_start, beta_end, N), or "squaredcos_cap_v2" (the cosine
@@ -14,8 +14,10 @@
  *   x0  = x0_x·x + x0_o·o    (epsilon: (x − √(1−ᾱ_t)·o)/√ᾱ_t; v_prediction: √ᾱ_t·x −
  *                             √(1−ᾱ_t)·o; sample: o), clamped to [−clip, clip] if clip > 0
  *   ε   = e_x·x + e_o·o
- *   x_prev = √ᾱ_prev·x0 + √(1−ᾱ_prev)·ε
- * which without the clamp is c_x·x + c_o·o (tr_ddim_step). Everything in double. */
+ *   x_prev = √ᾱ_prev·x0 + √(1−ᾱ_prev−σ²)·ε + σ·n
+ * which without the clamp is c_x·x + c_o·o + σ·n (tr_ddim_step), where with eta > 0 (the
+ * pipeline's argument) σ = eta·√((1−ᾱ_prev)/(1−ᾱ_t)·(1−ᾱ_t/ᾱ_prev)) and n is fresh noise
+ * (σ = 0 at eta 0). Everything in double. */
 #ifndef TRIDENT_MODELS_DDIM_H
 #define TRIDENT_MODELS_DDIM_H
 
@@ -40,6 +42,7 @@ struct tr_ddim_config {
     double clip;                   /* clip_sample_range where clip_sample is set, else 0 */
     int terminal_floor;            /* the zero-SNR schedule's last ᾱ 2^-24, not 0 (Euler's, so
                                       its first σ is finite) */
+    double eta;                    /* the noise's weight, 0 to 1 (0: deterministic) */
 };
 
 struct tr_ddim {
@@ -54,6 +57,7 @@ struct tr_ddim_coeffs {
     double x0_x, x0_o, e_x, e_o;   /* the predicted x0 and ε from x and the model's output */
     double p_x0, p_e;              /* x_prev from x0 and ε: √ᾱ_prev, √(1−ᾱ_prev) */
     double c_x, c_o;               /* x_prev from x and o where nothing is clamped */
+    double p_n;                    /* the fresh noise's scale σ (0 at eta 0) */
 };
 
 /* The schedule for `steps` denoising steps; an error names the value that cannot be. */

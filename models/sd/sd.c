@@ -28,6 +28,8 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(step, TR_KEY_INT, 0, 100000, "the step predict runs, 0 (the first, noisiest) to num_inference_steps - 1"),
     KEY_(guidance_scale, TR_KEY_FLOAT, 0, 1e6, "classifier-free guidance: eps_u + scale * (eps_c - eps_u); at or "
          "below 1 none, the UNet on the conditional half alone (as diffusers)"),
+    KEY_(eta, TR_KEY_FLOAT, 0, 1, "ddim, generate: the pipeline's eta (0 deterministic; above, fresh noise each "
+         "step from [run] seed, as torch's generator draws it for diffusers)"),
     KEY_(num_train_timesteps, TR_KEY_INT, 2, 1e7, "the scheduler's training timesteps"),
     KEY_(beta_start, TR_KEY_FLOAT, 0, 1, "the noise schedule's first beta (scaled_linear)"),
     KEY_(beta_end, TR_KEY_FLOAT, 0, 1, "the noise schedule's last beta"),
@@ -79,6 +81,9 @@ static const struct tr_model_preset sd_presets[] = {
 static int pndm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "pndm") == 0; }
 static int euler(const struct tr_sd_config *c) { return strcmp(c->scheduler, "euler") == 0; }
 static int euler_a(const struct tr_sd_config *c) { return strcmp(c->scheduler, "euler_ancestral") == 0; }
+static int ddim(const struct tr_sd_config *c) { return strcmp(c->scheduler, "ddim") == 0; }
+/* generate draws fresh noise each step (its third input, "noise") */
+static int noisy(const struct tr_sd_config *c) { return euler_a(c) || (ddim(c) && c->eta > 0); }
 static int dpm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "dpm") == 0; }
 static int heun(const struct tr_sd_config *c) { return strcmp(c->scheduler, "heun") == 0; }
 
@@ -153,7 +158,7 @@ static int ddim_config(const struct tr_sd_config *c, struct tr_ddim_config *d, s
                                  (enum tr_ddim_prediction)p, c->rescale_betas_zero_snr && !pndm(c) && !heun(c),
                                  /* the clamp is DDIM's alone: the others' from_config ignores it */
                                  c->clip_sample && !strcmp(c->scheduler, "ddim") ? c->clip_sample_range : 0.0,
-                                 euler(c) || euler_a(c) || dpm(c)};
+                                 euler(c) || euler_a(c) || dpm(c), c->eta};
     return TR_OK;
 }
 
@@ -177,6 +182,9 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
                           c->scheduler);
     if (!rc) rc = pick("final_sigmas_type", c->final_sigmas_type, finals, 2, &final, err);
     if (!rc) rc = pick("solver_type", c->solver_type, solvers, 2, &solver, err);
+    if (!rc && c->eta > 0 && !ddim(c))
+        rc = tr_error_set(err, TR_ERR_INVALID, "eta = %g: eta is DDIM's (the pipeline passes it to DDIMScheduler's "
+                          "step alone), and scheduler = %s", c->eta, c->scheduler);
     if (!rc && dpm(c) && c->solver_order > 2)
         rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "solver_order = %lld: DPM-Solver++ of order 1 or 2 is provided",
                           (long long)c->solver_order);
@@ -217,6 +225,11 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = pndm runs in task generate (each "
                             "step combines the outputs of those before); predict's one step is DDIM's: scheduler = "
                             "ddim");
+    }
+    if (o->task == TR_TASK_PREDICT && c->eta > 0) {
+        tr_ddim_free(s);
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: eta = %g runs in task generate (each step draws "
+                            "fresh noise); predict's one step is eta 0's", c->eta);
     }
     if (o->task == TR_TASK_PREDICT && (euler(c) || euler_a(c) || dpm(c) || heun(c))) {
         tr_ddim_free(s);
@@ -466,7 +479,7 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, ids_sh);
     int x = tr_input(g, "latents", dt, 4, lat), noise = -1;
     if (dt != TR_DTYPE_F32) x = tr_cast(g, x, TR_DTYPE_F32);
-    if (euler_a(c)) { /* each step's fresh noise, B rows a step (sd.h) */
+    if (noisy(c)) { /* each step's fresh noise, B rows a step (sd.h) */
         const int64_t nz[4] = {s->steps * B, S, S, u->in_channels};
         noise = tr_input(g, "noise", dt, 4, nz);
         if (dt != TR_DTYPE_F32) noise = tr_cast(g, noise, TR_DTYPE_F32);
@@ -478,7 +491,7 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     if ((euler(c) || euler_a(c)) && (x = euler_steps(g, c, u, o, s, x, text, noise, err)) < 0) return err->status;
     if (dpm(c) && (x = dpm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if (heun(c) && (x = heun_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
-    for (int64_t i = 0; i < s->steps && !strcmp(c->scheduler, "ddim"); i++) {
+    for (int64_t i = 0; i < s->steps && ddim(c); i++) {
         int64_t t;
         struct tr_ddim_coeffs k;
         tr_ddim_step(s, i, &t, &k);
@@ -487,6 +500,8 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
         int guided;
         x = denoise(g, c, u, o, x, tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, -1, &k, &guided, err);
         if (x < 0 && err->status) return err->status;
+        if (noise >= 0 && k.p_n > 0)
+            x = tr_add(g, x, tr_scale(g, tr_slice(g, noise, 0, i * B, (i + 1) * B, 1), (float)k.p_n, 0.0f));
     }
     tr_graph_set_instance(g, 0);
     /* the decoder in f32 whatever the dtype, as diffusers' pipeline upcasts the VAE
@@ -551,7 +566,7 @@ static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_co
     const struct tr_vae_config *vae;
     int rc = sd_parts(c, u, &clip, &vae, err);
     if (rc) return rc;
-    const int want = euler_a(c) ? 3 : 2;
+    const int want = noisy(c) ? 3 : 2;
     if (n != want)
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected %d (input_ids, latents%s)",
                             n, want, want == 3 ? ", noise" : "");
@@ -704,8 +719,8 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     snprintf(c->timestep_spacing, sizeof c->timestep_spacing, "%s",
              is_euler || is_euler_a || is_dpm || is_heun ? "linspace" : "leading");
     snprintf(c->prediction_type, sizeof c->prediction_type, "epsilon");
-    static const char *const skip[] = {"unet", "text_encoder", "vae", "num_inference_steps", "step", "guidance_scale",
-                                       "scheduler", NULL};
+    static const char *const skip[] = {"unet",          "text_encoder", "vae", "num_inference_steps", "step",
+                                       "guidance_scale", "eta",         "scheduler", NULL};
     /* PNDM's Runge-Kutta warm-up (skip_prk_steps false, its default) is not provided: SD's
      * files skip it */
     const cJSON *prk = cJSON_GetObjectItemCaseSensitive(root, "skip_prk_steps");

@@ -61,6 +61,9 @@ struct tr_sd_config {
     int64_t num_inference_steps;    /* the schedule's length (50 in the benchmark) */
     int64_t step;                   /* which of them predict runs (0: the first) */
     double guidance_scale;          /* 7.5 */
+    double eta;                     /* ddim, generate: the pipeline's eta, 0 to 1 (0: deterministic;
+                                       above, fresh noise each step: the input "noise" as for
+                                       euler_ancestral) */
     /* the scheduler's config.json values, by its names (ddim.h) */
     int64_t num_train_timesteps;
     double beta_start, beta_end;
