@@ -28,6 +28,8 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(step, TR_KEY_INT, 0, 100000, "the step predict runs, 0 (the first, noisiest) to num_inference_steps - 1"),
     KEY_(guidance_scale, TR_KEY_FLOAT, 0, 1e6, "classifier-free guidance: eps_u + scale * (eps_c - eps_u); at or "
          "below 1 none, the UNet on the conditional half alone (as diffusers)"),
+    KEY_(guidance_rescale, TR_KEY_FLOAT, 0, 1, "the pipeline's guidance_rescale (0: none): the guided output "
+         "rescaled to the conditional one's standard deviation, that much (for zero-SNR models)"),
     KEY_(eta, TR_KEY_FLOAT, 0, 1, "ddim, generate: the pipeline's eta (0 deterministic; above, fresh noise each "
          "step from [run] seed, as torch's generator draws it for diffusers)"),
     KEY_(num_train_timesteps, TR_KEY_INT, 2, 1e7, "the scheduler's training timesteps"),
@@ -258,6 +260,22 @@ static int ddim_update(struct tr_graph *g, int x, int o, int coeffs, const struc
     return tr_add(g, term(g, x0, coeffs, 4, k->p_x0), term(g, eps, coeffs, 5, k->p_e));
 }
 
+/* diffusers' rescale_noise_cfg on the guided output cfg and the conditional one cond (f32
+ * [B,...], n values a sample): cfg·(r·std(cond)/std(cfg) + 1 − r), each std a sample's, as
+ * torch's std takes it (over n − 1). */
+static int rescale_cfg(struct tr_graph *g, int cfg, int cond, double r, int64_t B, int64_t n, const int64_t *shape) {
+    const int64_t flat[2] = {B, n};
+    int sd[2];
+    for (int k = 0; k < 2; k++) {
+        const int x = tr_reshape(g, k ? cond : cfg, 2, flat);
+        const int d = tr_sub(g, x, tr_broadcast(g, tr_reduce(g, TR_OP_MEAN, x, 1, 1), 2, flat));
+        sd[k] = tr_unary(g, TR_OP_SQRT, tr_scale(g, tr_reduce(g, TR_OP_SUM, tr_mul(g, d, d), 1, 1),
+                                                  (float)(1.0 / (double)(n > 1 ? n - 1 : 1)), 0.0f));
+    }
+    const int f = tr_scale(g, tr_div(g, sd[1], sd[0]), (float)r, (float)(1.0 - r));
+    return tr_reshape(g, tr_mul(g, tr_reshape(g, cfg, 2, flat), tr_broadcast(g, f, 2, flat)), 4, shape);
+}
+
 /* The UNet on the latents xf, f32 [B,S,S,C], with the text [2B,T,D] (in the graph's dtype)
  * and guidance: returns the guided output in f32 (-1 on an error); *guided gets it in the
  * graph's dtype, named "guidance". The update that follows is in f32 (c_x is within 1e-3 of
@@ -278,6 +296,15 @@ static int unet_guided(struct tr_graph *g, const struct tr_sd_config *c, const s
     if (guide) {
         int eu = tr_slice(g, eps, 0, 0, B, 1), ec = tr_slice(g, eps, 0, B, B2, 1);
         *guided = tr_add(g, eu, tr_scale(g, tr_sub(g, ec, eu), (float)c->guidance_scale, 0.0f));
+        if (c->guidance_rescale > 0) { /* in f32, as the update after it */
+            const int64_t S = u->sample_size, C = u->out_channels, shape[4] = {B, S, S, C};
+            const int gf = dt == TR_DTYPE_F32 ? *guided : tr_cast(g, *guided, TR_DTYPE_F32);
+            const int cf = dt == TR_DTYPE_F32 ? ec : tr_cast(g, ec, TR_DTYPE_F32);
+            const int r = rescale_cfg(g, gf, cf, c->guidance_rescale, B, S * S * C, shape);
+            *guided = dt == TR_DTYPE_F32 ? r : tr_cast(g, r, dt);
+            tr_graph_set_name(g, *guided, "guidance");
+            return r;
+        }
     } else {
         *guided = eps;
     }
@@ -720,7 +747,8 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
              is_euler || is_euler_a || is_dpm || is_heun ? "linspace" : "leading");
     snprintf(c->prediction_type, sizeof c->prediction_type, "epsilon");
     static const char *const skip[] = {"unet",          "text_encoder", "vae", "num_inference_steps", "step",
-                                       "guidance_scale", "eta",         "scheduler", NULL};
+                                       "guidance_scale", "eta",         "scheduler",
+                                       "guidance_rescale", NULL};
     /* PNDM's Runge-Kutta warm-up (skip_prk_steps false, its default) is not provided: SD's
      * files skip it */
     const cJSON *prk = cJSON_GetObjectItemCaseSensitive(root, "skip_prk_steps");

@@ -61,6 +61,8 @@ struct tr_sd_config {
     int64_t num_inference_steps;    /* the schedule's length (50 in the benchmark) */
     int64_t step;                   /* which of them predict runs (0: the first) */
     double guidance_scale;          /* 7.5 */
+    double guidance_rescale;        /* the pipeline's guidance_rescale, 0 to 1 (0: none): the guided
+                                       output scaled towards the conditional one's per-sample std */
     double eta;                     /* ddim, generate: the pipeline's eta, 0 to 1 (0: deterministic;
                                        above, fresh noise each step: the input "noise" as for
                                        euler_ancestral) */
