@@ -7,7 +7,9 @@
  * The backend's sources are compiled in, so a test can look inside a program (its
  * buffers, its clusters, the cache counters); the plugin itself is also run through the
  * loader. Every compile uses a temporary cache directory made here, never the user's. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <sys/wait.h>
+#include <time.h>
 #include "jax_test.h"
 #include "entry.h"
 #include "ref/ref.h" /* the float64 evaluation every output is compared with */
@@ -442,6 +444,61 @@ static void test_cache_secret_race(void **state) {
                   ROUNDS);
 }
 
+/* Processes building one entry at once on a fresh cache (the ranks of a data-parallel run):
+ * each compiles from a source file of its own. When they shared one, a process truncated
+ * it under another's compiler, which then built, sealed and loaded a library without its
+ * kernels ("has no kernel trj_k0", in a CI run of tests/dp.sh). 4 processes released a
+ * few ms apart onto each of 6 fresh directories, each compiling the small graph. */
+static void test_cache_build_race(void **state) {
+    (void)state;
+    enum { PROCS = 4, ROUNDS = 8 };
+    struct small s;
+    small_build(&s, 1.75f);
+    for (int round = 0; round < ROUNDS; round++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s/build_race%d", tr_test_dir, round);
+        int go[2];
+        assert_int_equal(pipe(go), 0);
+        pid_t pids[PROCS];
+        for (int i = 0; i < PROCS; i++) {
+            pids[i] = fork();
+            assert_true(pids[i] >= 0);
+            if (pids[i] == 0) {
+                close(go[1]);
+                char c;
+                (void)!read(go[0], &c, 1); /* released when the parent closes its end */
+                /* staggered by a few ms: the moment a compiler reads its source */
+                const struct timespec ts = {0, (long)(i * 7 + round % 3 * 3) * 1000000L};
+                nanosleep(&ts, NULL);
+                struct tr_option opt = {.key = "cache_dir", .value = dir, .file = "test.ini", .line = 2};
+                struct tr_backend_params prm = {.struct_size = sizeof prm, .abi_version = TR_ABI_VERSION,
+                                                .device_type = TR_DEVICE_CPU, .options = &opt, .n_options = 1};
+                void *ctx = NULL;
+                struct tr_jax_program *p = NULL;
+                struct tr_error e = {0};
+                if (tr_jax_iface.init(tr_host_api_get(), &prm, &ctx, &e) != TR_OK ||
+                    tr_jax_compile(ctx, (tr_graph_t)s.g, &p, &e) != TR_OK) {
+                    fprintf(stderr, "process %d: %s\n", i, e.msg);
+                    _exit(1);
+                }
+                _exit(0);
+            }
+        }
+        close(go[0]);
+        close(go[1]);
+        int failed = 0;
+        for (int i = 0; i < PROCS; i++) {
+            int st;
+            assert_int_equal(waitpid(pids[i], &st, 0), pids[i]);
+            failed += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+        }
+        if (failed) fail_msg("round %d: %d of %d processes could not build or load the entry", round, failed, PROCS);
+    }
+    small_free(&s);
+    print_message("%d processes building one entry at once on each of %d fresh caches: every one loaded it\n", PROCS,
+                  ROUNDS);
+}
+
 /* fuse = false: every fusable op its own kernel, same numbers. */
 static void test_unfused(void **state) {
     char dir[512];
@@ -628,6 +685,6 @@ static void bert_matches_hf(enum tr_dtype dt) {
 static void test_bert_f32(void **state) { bert_matches_hf(TR_DTYPE_F32); }
 static void test_bert_bf16(void **state) { bert_matches_hf(TR_DTYPE_BF16); }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_kinds_f32, test_kinds_bf16, test_cache, test_cache_secret_race,
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_kinds_f32, test_kinds_bf16, test_cache, test_cache_secret_race, test_cache_build_race,
              test_unfused,
              test_compiler_errors, test_plugin, test_bert_f32, test_bert_bf16)

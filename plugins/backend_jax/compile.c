@@ -8,7 +8,8 @@
  * hash, the object's length and an FNV-1a checksum of its bytes. A file that is short,
  * overwritten or from another key fails the check and is rebuilt, never loaded.
  *
- * A build writes the source next to the entry, runs the compiler into a temporary name,
+ * A build writes the source next to the entry (under a name of its own, as two processes
+ * may build one entry at once), runs the compiler into a temporary name,
  * appends the trailer and renames it over the entry (atomic: a reader sees the old file
  * or the new one, and a library still mapped from the old file keeps its inode). The
  * source is removed after a successful build and kept when the compiler fails, so the
@@ -563,7 +564,11 @@ int jax_build(struct tr_jax_context *ctx, const char *src, size_t len, struct ja
     char src_path[JAX_PATH_MAX + 32], tmp[JAX_PATH_MAX + 64], log_path[JAX_PATH_MAX + 64];
     static unsigned counter;
     unsigned id = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
-    snprintf(src_path, sizeof src_path, "%.*s.c", (int)(plen - 3), b->path);
+    /* the source under a name of this build's own: two processes building one entry at once
+     * (the ranks of a data-parallel run on a fresh cache) must not truncate each other's
+     * source under the other's compiler, which would build, seal and load a library without
+     * its kernels */
+    snprintf(src_path, sizeof src_path, "%.*s.%ld.%u.c", (int)(plen - 3), b->path, (long)getpid(), id);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", b->path, (long)getpid(), id);
     snprintf(log_path, sizeof log_path, "%s.log.%ld.%u", b->path, (long)getpid(), id);
     if (write_file(src_path, src, len) != 0)
