@@ -504,7 +504,7 @@ static void test_pipeline_config(void **state) {
                {"prediction_type = noise", "prediction_type = 'noise': expected epsilon, v_prediction or sample"},
                {"rescale_betas_zero_snr = true\ntimestep_spacing = trailing", "timestep 999 has alpha_cumprod 0"},
                {"scheduler = pndm", "scheduler = pndm runs in task generate"},
-               {"scheduler = plms", "scheduler = 'plms': expected ddim, pndm, euler, euler_ancestral, heun or dpm"},
+               {"scheduler = plms", "scheduler = 'plms': expected ddim, pndm, euler, euler_ancestral, lms, heun or dpm"},
                {"unet = unet/config.json", "unet = 'unet/config.json': not a preset of unet_2d_condition (tiny, small, "
                                            "sd-v1-4, sd-2-1), nor a part [model] hf_config read"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -719,11 +719,11 @@ static void test_python_json_literals(void **state) {
     tr_assert_msg_has(&e, "\"clip_sample_range\" is not a number");
 }
 
-/* A scheduler file of a class trident does not run (LMSDiscreteScheduler) is refused by
+/* A scheduler file of a class trident does not run (UniPCMultistepScheduler) is refused by
  * that name, not run as DDIM without a word; a [model] scheduler line after hf_config runs
  * one of those on its schedule, as X.from_config(its config) would (DDIM's clamp default
- * ignored by the others). An EulerAncestralDiscreteScheduler's file is run as that, with
- * its class's defaults (no clamp). */
+ * ignored by the others). An EulerAncestralDiscreteScheduler's or LMSDiscreteScheduler's
+ * file is run as that, with its class's defaults (no clamp, linspace). */
 static void test_other_scheduler_class(void **state) {
     struct tr_sd_config c;
     struct tr_error e = {0};
@@ -738,17 +738,24 @@ static void test_other_scheduler_class(void **state) {
     assert_string_equal(c.scheduler, "euler_ancestral");
     assert_false(c.clip_sample);
     tr_ddim_free(&s);
+    tr_test_dir_file("scheduler_config.json", "{\"_class_name\": \"LMSDiscreteScheduler\", \"use_karras_sigmas\": true}",
+                     path, sizeof path);
+    if (tr_test_resolve_hf(M, path, "", &c, &e) || tr_sd_resolve(&c, &u, &s, &e)) fail_msg("%s", e.msg);
+    assert_string_equal(c.scheduler, "lms");
+    assert_string_equal(c.timestep_spacing, "linspace"); /* LMSDiscreteScheduler's default */
+    assert_true(c.use_karras_sigmas);
+    tr_ddim_free(&s);
     tr_test_dir_file("scheduler_config.json",
-                     "{\"_class_name\": \"LMSDiscreteScheduler\", \"beta_schedule\": \"scaled_linear\", "
+                     "{\"_class_name\": \"UniPCMultistepScheduler\", \"beta_schedule\": \"scaled_linear\", "
                      "\"beta_start\": 0.00085, \"beta_end\": 0.012, \"timestep_spacing\": \"trailing\"}",
                      path, sizeof path);
     assert_int_equal(tr_test_resolve_hf(M, path, "", &c, &e), TR_OK);
     assert_int_not_equal(tr_sd_resolve(&c, &u, &s, &e), TR_OK);
-    tr_assert_msg_has(&e, "names LMSDiscreteScheduler, which trident does not run");
-    tr_assert_msg_has(&e, "scheduler = ddim, pndm, euler, euler_ancestral, heun or dpm after hf_config");
+    tr_assert_msg_has(&e, "names UniPCMultistepScheduler, which trident does not run");
+    tr_assert_msg_has(&e, "scheduler = ddim, pndm, euler, euler_ancestral, lms, heun or dpm after hf_config");
     static const char *const kinds[] = {"scheduler = euler\n", "scheduler = heun\n", "scheduler = dpm\n",
-                                        "scheduler = ddim\n"};
-    for (int i = 0; i < 4; i++) {
+                                        "scheduler = ddim\n", "scheduler = lms\n"};
+    for (int i = 0; i < 5; i++) {
         if (tr_test_resolve_hf(M, path, kinds[i], &c, &e)) fail_msg("%s", e.msg);
         if (tr_sd_resolve(&c, &u, &s, &e)) fail_msg("%s: %s", kinds[i], e.msg);
         assert_string_equal(c.timestep_spacing, "trailing");

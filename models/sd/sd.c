@@ -10,6 +10,7 @@
 #include "layers.h"
 #include "models.h"
 #include "heun.h"
+#include "lms.h"
 #include "pndm.h"
 #include "sd.h"
 #include "trident/rng.h"
@@ -45,9 +46,9 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(clip_sample_range, TR_KEY_FLOAT, 0, 1e30, "the clamp's bound"),
     KEY_(scheduler, TR_KEY_STRING, 0, 0, "ddim, pndm (diffusers' PNDMScheduler for SD, PLMS steps), euler "
          "(EulerDiscreteScheduler), euler_ancestral (EulerAncestralDiscreteScheduler, noise from [run] seed as "
-         "torch's generator draws it), heun (HeunDiscreteScheduler) or dpm (DPMSolverMultistepScheduler, "
+         "torch's generator draws it), lms (LMSDiscreteScheduler, order 4), heun (HeunDiscreteScheduler) or dpm (DPMSolverMultistepScheduler, "
          "DPM-Solver++); all but ddim: generate only"),
-    KEY_(use_karras_sigmas, TR_KEY_BOOL, 0, 0, "euler, heun, dpm: the sigmas of Karras et al. (rho 7)"),
+    KEY_(use_karras_sigmas, TR_KEY_BOOL, 0, 0, "euler, lms, heun, dpm: the sigmas of Karras et al. (rho 7)"),
     KEY_(sigma_min, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm with karras: the smallest sigma; 0: the schedule's"),
     KEY_(sigma_max, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm with karras: the largest sigma; 0: the schedule's"),
     KEY_(final_sigmas_type, TR_KEY_STRING, 0, 0, "euler, dpm: the sigma the last step lands on: zero or sigma_min"),
@@ -84,6 +85,7 @@ static int pndm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "pnd
 static int euler(const struct tr_sd_config *c) { return strcmp(c->scheduler, "euler") == 0; }
 static int euler_a(const struct tr_sd_config *c) { return strcmp(c->scheduler, "euler_ancestral") == 0; }
 static int ddim(const struct tr_sd_config *c) { return strcmp(c->scheduler, "ddim") == 0; }
+static int lms(const struct tr_sd_config *c) { return strcmp(c->scheduler, "lms") == 0; }
 /* generate draws fresh noise each step (its third input, "noise") */
 static int noisy(const struct tr_sd_config *c) { return euler_a(c) || (ddim(c) && c->eta > 0); }
 static int dpm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "dpm") == 0; }
@@ -157,7 +159,7 @@ static int ddim_config(const struct tr_sd_config *c, struct tr_ddim_config *d, s
      * such key, and their from_config drops it */
     *d = (struct tr_ddim_config){c->num_train_timesteps, c->beta_start, c->beta_end, c->steps_offset,
                                  c->set_alpha_to_one, (enum tr_ddim_betas)b, (enum tr_ddim_spacing)sp,
-                                 (enum tr_ddim_prediction)p, c->rescale_betas_zero_snr && !pndm(c) && !heun(c),
+                                 (enum tr_ddim_prediction)p, c->rescale_betas_zero_snr && !pndm(c) && !heun(c) && !lms(c),
                                  /* the clamp is DDIM's alone: the others' from_config ignores it */
                                  c->clip_sample && !strcmp(c->scheduler, "ddim") ? c->clip_sample_range : 0.0,
                                  euler(c) || euler_a(c) || dpm(c), c->eta};
@@ -172,15 +174,16 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: step = %lld, expected 0 to num_inference_steps - 1 "
                             "= %lld", (long long)c->step, (long long)(c->num_inference_steps - 1));
     struct tr_ddim_config dc;
-    static const char *const kinds[] = {"ddim", "pndm", "euler", "euler_ancestral", "heun", "dpm"},
+    static const char *const kinds[] = {"ddim", "pndm", "euler", "euler_ancestral", "lms", "heun", "dpm"},
                       *const finals[] = {"zero", "sigma_min"}, *const solvers[] = {"midpoint", "heun"};
     int kind, final, solver;
-    int rc = pick("scheduler", c->scheduler, kinds, 6, &kind, err);
+    int rc = pick("scheduler", c->scheduler, kinds, 7, &kind, err);
     if (rc && strstr(c->scheduler, "Scheduler")) /* a scheduler file's class (read_scheduler) */
         rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "the scheduler's config names %s, which trident does not run "
                           "(DDIMScheduler, PNDMScheduler, EulerDiscreteScheduler, EulerAncestralDiscreteScheduler, "
-                          "HeunDiscreteScheduler, DPMSolverMultistepScheduler); [model] scheduler = ddim, pndm, euler, "
-                          "euler_ancestral, heun or dpm after hf_config runs one of those on its schedule",
+                          "LMSDiscreteScheduler, HeunDiscreteScheduler, DPMSolverMultistepScheduler); [model] scheduler "
+                          "= ddim, pndm, euler, euler_ancestral, lms, heun or dpm after hf_config runs one of those on "
+                          "its schedule",
                           c->scheduler);
     if (!rc) rc = pick("final_sigmas_type", c->final_sigmas_type, finals, 2, &final, err);
     if (!rc) rc = pick("solver_type", c->solver_type, solvers, 2, &solver, err);
@@ -233,7 +236,7 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: eta = %g runs in task generate (each step draws "
                             "fresh noise); predict's one step is eta 0's", c->eta);
     }
-    if (o->task == TR_TASK_PREDICT && (euler(c) || euler_a(c) || dpm(c) || heun(c))) {
+    if (o->task == TR_TASK_PREDICT && (euler(c) || euler_a(c) || lms(c) || dpm(c) || heun(c))) {
         tr_ddim_free(s);
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = %s runs in task generate; "
                             "predict's one step is DDIM's: scheduler = ddim", c->scheduler);
@@ -395,6 +398,39 @@ static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
     return rc ? -1 : x;
 }
 
+/* LMS's steps (lms.h) on the latents x, f32, scaled by the initial σ first: each an
+ * instance of the UNet on c_in·x, its derivative kept for the steps after; returns the
+ * denoised latents (-1 on an error). */
+static int lms_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
+                     const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
+    struct tr_lms_step *steps = malloc(sizeof *steps * (size_t)s->steps);
+    int *d = malloc(sizeof *d * (size_t)s->steps);
+    const struct tr_euler_config ec = tr_sd_euler_config(c);
+    double init = 1;
+    int rc = !steps || !d ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld LMS steps",
+                                         (long long)s->steps)
+                          : tr_lms_plan(s, &ec, steps, &init, err);
+    const int64_t one[1] = {1};
+    if (!rc) x = tr_scale(g, x, (float)init, 0.0f);
+    for (int64_t i = 0; i < s->steps && !rc; i++) {
+        const struct tr_lms_step *k = &steps[i];
+        tr_graph_set_instance(g, (int)i);
+        const float tf = (float)k->t;
+        int guided;
+        const int e = unet_guided(g, c, u, o, tr_scale(g, x, (float)k->c_in, 0.0f),
+                                  tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, &guided, err);
+        if (e < 0) {
+            rc = err->status ? err->status : TR_ERR_INTERNAL;
+            break;
+        }
+        d[i] = tr_add(g, tr_scale(g, x, (float)k->p, 0.0f), tr_scale(g, e, (float)k->q, 0.0f));
+        for (int j = 0; j < k->k; j++) x = tr_add(g, x, tr_scale(g, d[i - j], (float)k->c[j], 0.0f));
+    }
+    free(steps);
+    free(d);
+    return rc ? -1 : x;
+}
+
 /* Heun's runs (heun.h) on the latents x, f32, scaled by the initial σ first: each an
  * instance of the UNet on c_in·x; a step's first run keeps its input and derivative for its
  * second; returns the denoised latents (-1 on an error). */
@@ -517,6 +553,7 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     if (pndm(c) && (x = pndm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if ((euler(c) || euler_a(c)) && (x = euler_steps(g, c, u, o, s, x, text, noise, err)) < 0) return err->status;
     if (dpm(c) && (x = dpm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
+    if (lms(c) && (x = lms_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if (heun(c) && (x = heun_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     for (int64_t i = 0; i < s->steps && ddim(c); i++) {
         int64_t t;
@@ -722,10 +759,11 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     const int is_pndm = cJSON_IsString(cls) && strcmp(cls->valuestring, "PNDMScheduler") == 0;
     const int is_euler = cJSON_IsString(cls) && strcmp(cls->valuestring, "EulerDiscreteScheduler") == 0;
     const int is_euler_a = cJSON_IsString(cls) && strcmp(cls->valuestring, "EulerAncestralDiscreteScheduler") == 0;
+    const int is_lms = cJSON_IsString(cls) && strcmp(cls->valuestring, "LMSDiscreteScheduler") == 0;
     const int is_dpm = cJSON_IsString(cls) && strcmp(cls->valuestring, "DPMSolverMultistepScheduler") == 0;
     const int is_heun = cJSON_IsString(cls) && strcmp(cls->valuestring, "HeunDiscreteScheduler") == 0;
     c->num_train_timesteps = 1000, c->beta_start = 0.0001, c->beta_end = 0.02, c->steps_offset = 0;
-    c->set_alpha_to_one = !is_pndm, c->clip_sample = !is_pndm && !is_euler && !is_euler_a && !is_dpm && !is_heun;
+    c->set_alpha_to_one = !is_pndm, c->clip_sample = !is_pndm && !is_euler && !is_euler_a && !is_lms && !is_dpm && !is_heun;
     c->clip_sample_range = 1.0;
     if (is_heun) c->beta_start = 0.00085, c->beta_end = 0.012; /* HeunDiscreteScheduler's defaults */
     c->rescale_betas_zero_snr = 0;
@@ -738,13 +776,14 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
              is_pndm    ? "pndm"
              : is_euler ? "euler"
              : is_euler_a ? "euler_ancestral"
+             : is_lms   ? "lms"
              : is_heun  ? "heun"
              : is_dpm   ? "dpm"
              : other    ? cls->valuestring
                         : "ddim");
     snprintf(c->beta_schedule, sizeof c->beta_schedule, "linear");
     snprintf(c->timestep_spacing, sizeof c->timestep_spacing, "%s",
-             is_euler || is_euler_a || is_dpm || is_heun ? "linspace" : "leading");
+             is_euler || is_euler_a || is_lms || is_dpm || is_heun ? "linspace" : "leading");
     snprintf(c->prediction_type, sizeof c->prediction_type, "epsilon");
     static const char *const skip[] = {"unet",          "text_encoder", "vae", "num_inference_steps", "step",
                                        "guidance_scale", "eta",         "scheduler",
@@ -764,8 +803,8 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     if (!rc && is_dpm) rc = dpm_refusals(root, path, err);
     /* Heun's own clamp on x0 (its clip_sample, off by default) is not provided */
     if (!rc && is_heun) rc = tr_hf_json_expect_bool(root, path, "clip_sample", 0, err);
-    if (!rc && (is_euler || is_heun)) rc = tr_hf_json_expect_bool(root, path, "use_exponential_sigmas", 0, err);
-    if (!rc && (is_euler || is_heun)) rc = tr_hf_json_expect_bool(root, path, "use_beta_sigmas", 0, err);
+    if (!rc && (is_euler || is_heun || is_lms)) rc = tr_hf_json_expect_bool(root, path, "use_exponential_sigmas", 0, err);
+    if (!rc && (is_euler || is_heun || is_lms)) rc = tr_hf_json_expect_bool(root, path, "use_beta_sigmas", 0, err);
     if (!rc) rc = tr_hf_json_apply(root, path, sd_keys, (int)(sizeof sd_keys / sizeof sd_keys[0]), c, skip, err);
     cJSON_Delete(root);
     struct tr_ddim_config d;
