@@ -46,8 +46,8 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(clip_sample_range, TR_KEY_FLOAT, 0, 1e30, "the clamp's bound"),
     KEY_(scheduler, TR_KEY_STRING, 0, 0, "ddim, pndm (diffusers' PNDMScheduler for SD, PLMS steps), euler "
          "(EulerDiscreteScheduler), euler_ancestral (EulerAncestralDiscreteScheduler, noise from [run] seed as "
-         "torch's generator draws it), lms (LMSDiscreteScheduler, order 4), heun (HeunDiscreteScheduler) or dpm (DPMSolverMultistepScheduler, "
-         "DPM-Solver++); all but ddim: generate only"),
+         "torch's generator draws it), lms (LMSDiscreteScheduler, order 4), heun (HeunDiscreteScheduler) or dpm "
+         "(DPMSolverMultistepScheduler, DPM-Solver++); all but ddim: generate only"),
     KEY_(use_karras_sigmas, TR_KEY_BOOL, 0, 0, "euler, lms, heun, dpm: the sigmas of Karras et al. (rho 7)"),
     KEY_(sigma_min, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm with karras: the smallest sigma; 0: the schedule's"),
     KEY_(sigma_max, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm with karras: the largest sigma; 0: the schedule's"),
@@ -763,7 +763,8 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     const int is_dpm = cJSON_IsString(cls) && strcmp(cls->valuestring, "DPMSolverMultistepScheduler") == 0;
     const int is_heun = cJSON_IsString(cls) && strcmp(cls->valuestring, "HeunDiscreteScheduler") == 0;
     c->num_train_timesteps = 1000, c->beta_start = 0.0001, c->beta_end = 0.02, c->steps_offset = 0;
-    c->set_alpha_to_one = !is_pndm, c->clip_sample = !is_pndm && !is_euler && !is_euler_a && !is_lms && !is_dpm && !is_heun;
+    c->set_alpha_to_one = !is_pndm;
+    c->clip_sample = !is_pndm && !is_euler && !is_euler_a && !is_lms && !is_dpm && !is_heun;
     c->clip_sample_range = 1.0;
     if (is_heun) c->beta_start = 0.00085, c->beta_end = 0.012; /* HeunDiscreteScheduler's defaults */
     c->rescale_betas_zero_snr = 0;
