@@ -34,7 +34,7 @@
  * EulerDiscreteScheduler's Euler (euler.h), an EulerAncestralDiscreteScheduler's ancestral
  * Euler (euler.h; generate's third input "noise" [steps·B,S,S,C], step i's rows i·B..(i+1)·B,
  * drawn after the latents from [run] seed as torch's generator draws them for diffusers),
- * a HeunDiscreteScheduler's Heun (heun.h), a
+ * an LMSDiscreteScheduler's LMS (lms.h), a HeunDiscreteScheduler's Heun (heun.h), a
  * DPMSolverMultistepScheduler's DPM-Solver++
  * (dpm.h), a DDIMScheduler's (or no class's) DDIM (eta 0), another class refused by name
  * unless a [model] scheduler line after hf_config picks one of those; then, as
@@ -78,11 +78,11 @@ struct tr_sd_config {
     int clip_sample;                /* ddim: clamp the predicted x0 to [-clip_sample_range, clip_sample_range] */
     double clip_sample_range;
     char scheduler[48];             /* ddim, pndm (PLMS, pndm.h: the SD v1.x files'), euler or
-                                       euler_ancestral (euler.h: the latter's noise an input),
+                                       euler_ancestral (euler.h: the latter's noise an input), lms (lms.h),
                                        heun (heun.h) or dpm (dpm.h); a scheduler file's other class, by
                                        name, is refused;
                                        all but ddim: generate only */
-    int use_karras_sigmas;          /* euler, heun, dpm (euler.h, heun.h, dpm.h) */
+    int use_karras_sigmas;          /* euler, lms, heun, dpm (euler.h, lms.h, heun.h, dpm.h) */
     double sigma_min, sigma_max;
     char final_sigmas_type[16];     /* zero, sigma_min (euler, dpm) */
     int64_t solver_order;           /* dpm (dpm.h): 2 or 1 */
