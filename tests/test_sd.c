@@ -505,6 +505,8 @@ static void test_pipeline_config(void **state) {
                {"rescale_betas_zero_snr = true\ntimestep_spacing = trailing", "timestep 999 has alpha_cumprod 0"},
                {"scheduler = pndm", "scheduler = pndm runs in task generate"},
                {"scheduler = plms", "scheduler = 'plms': expected ddim, pndm, euler, euler_ancestral, lms, heun or dpm"},
+               {"scheduler = dpm\nalgorithm_type = dpmsolver", "algorithm_type = 'dpmsolver': expected dpmsolver++ or "
+                                                                "sde-dpmsolver++"},
                {"unet = unet/config.json", "unet = 'unet/config.json': not a preset of unet_2d_condition (tiny, small, "
                                            "sd-v1-4, sd-2-1), nor a part [model] hf_config read"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -745,6 +747,27 @@ static void test_other_scheduler_class(void **state) {
     assert_string_equal(c.timestep_spacing, "linspace"); /* LMSDiscreteScheduler's default */
     assert_true(c.use_karras_sigmas);
     tr_ddim_free(&s);
+    /* DPMSolverMultistepScheduler's algorithms: ++ and its SDE read, deis read as ++ (as
+     * diffusers reads it), the non-++ ones refused */
+    static const struct {
+        const char *alg, *want;
+    } algs[] = {{"sde-dpmsolver++", "sde-dpmsolver++"}, {"deis", "dpmsolver++"}, {"dpmsolver++", "dpmsolver++"},
+                {"sde-dpmsolver", NULL}, {"dpmsolver", NULL}};
+    for (size_t i = 0; i < sizeof algs / sizeof algs[0]; i++) {
+        char json[160];
+        snprintf(json, sizeof json, "{\"_class_name\": \"DPMSolverMultistepScheduler\", \"algorithm_type\": \"%s\"}",
+                 algs[i].alg);
+        tr_test_dir_file("scheduler_config.json", json, path, sizeof path);
+        const int rc = tr_test_resolve_hf(M, path, "", &c, &e);
+        if (!algs[i].want) {
+            assert_int_not_equal(rc, TR_OK);
+            tr_assert_msg_has(&e, "\"dpmsolver++\" and \"sde-dpmsolver++\" are provided");
+            continue;
+        }
+        if (rc || tr_sd_resolve(&c, &u, &s, &e)) fail_msg("%s: %s", algs[i].alg, e.msg);
+        assert_string_equal(c.algorithm_type, algs[i].want);
+        tr_ddim_free(&s);
+    }
     tr_test_dir_file("scheduler_config.json",
                      "{\"_class_name\": \"UniPCMultistepScheduler\", \"beta_schedule\": \"scaled_linear\", "
                      "\"beta_start\": 0.00085, \"beta_end\": 0.012, \"timestep_spacing\": \"trailing\"}",

@@ -55,12 +55,15 @@ int tr_dpm_plan(const struct tr_ddim *s, const struct tr_dpm_config *e, struct t
         const double an = 1.0 / sqrt(k->sigma_next * k->sigma_next + 1.0), sn = k->sigma_next * an;
         const double lam = log(a) - log(sg), lam_n = log(an) - log(sn), h = lam_n - lam, E = an * (exp(-h) - 1.0);
         k->c_x = sn / sg, k->c_d = -E, k->c_dprev = 0;
+        const double e2 = 1.0 - exp(-2.0 * h); /* sde: the part of the step the fresh noise takes */
+        if (e->sde) k->c_x = sn / sg * exp(-h), k->c_d = an * e2, k->c_n = sn * sqrt(e2);
         const int first = e->order == 1 || i == 0 ||
                           (i == S - 1 && (e->euler_at_final || (e->lower_order_final && S < 15) || last == 0));
         if (first) continue;
         const double ap = 1.0 / sqrt(steps[i - 1].sigma * steps[i - 1].sigma + 1.0), sp = steps[i - 1].sigma * ap;
         const double r = (lam - (log(ap) - log(sp))) / h; /* D1 = (d_i − d_{i−1}) / r */
-        const double w = e->heun ? an * ((exp(-h) - 1.0) / h + 1.0) : -0.5 * E;
+        const double w = e->sde ? (e->heun ? an * (e2 / (-2.0 * h) + 1.0) : 0.5 * an * e2)
+                         : e->heun ? an * ((exp(-h) - 1.0) / h + 1.0) : -0.5 * E;
         k->c_d += w / r, k->c_dprev = -w / r;
     }
     return TR_OK;

@@ -16,6 +16,9 @@
  *   first order:  x' = (s_{i+1}/s_i)·x − E·d_i            (x' = d_i where σ_{i+1} = 0)
  *   second order: D1 = (d_i − d_{i−1})·h/(λ_i − λ_{i−1});
  *                 midpoint: x' = first − E/2·D1;  heun: x' = first + α_{i+1}((e^{−h} − 1)/h + 1)·D1
+ * sde-dpmsolver++ ("DPM++ 2M SDE") instead, with fresh noise n each step:
+ *   first order:  x' = (s_{i+1}/s_i)·e^{−h}·x + α_{i+1}(1 − e^{−2h})·d_i + s_{i+1}√(1 − e^{−2h})·n
+ *   second order: + α_{i+1}(1 − e^{−2h})/2·D1 (midpoint), + α_{i+1}((1 − e^{−2h})/(−2h) + 1)·D1 (heun)
  * The first step is first order (nothing before it), and so is the last where
  * lower_order_final holds with fewer than 15 steps, euler_at_final, or the last σ is 0.
  * The UNet sees x as it is; the initial noise is not scaled. Everything in double. */
@@ -29,6 +32,7 @@
 struct tr_dpm_config {
     int order;                   /* solver_order: 1 or 2 */
     int heun;                    /* solver_type heun, else midpoint */
+    int sde;                     /* algorithm_type sde-dpmsolver++ */
     int lower_order_final, euler_at_final;
     int karras;                  /* use_karras_sigmas */
     double sigma_min, sigma_max; /* karras' ends; 0: the schedule's */
@@ -39,7 +43,8 @@ struct tr_dpm_step {
     double t;                    /* the UNet's timestep */
     double sigma, sigma_next;
     double d_x, d_o;             /* d_i = d_x·x + d_o·o */
-    double c_x, c_d, c_dprev;    /* x' = c_x·x + c_d·d_i + c_dprev·d_{i−1} */
+    double c_x, c_d, c_dprev;    /* x' = c_x·x + c_d·d_i + c_dprev·d_{i−1} (+ c_n·n) */
+    double c_n;                  /* sde: the fresh noise n's scale, s_{i+1}·√(1 − e^{−2h}) */
 };
 
 /* s's steps into steps (room for s->steps); an error names what cannot be. */

@@ -54,6 +54,8 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(final_sigmas_type, TR_KEY_STRING, 0, 0, "euler, dpm: the sigma the last step lands on: zero or sigma_min"),
     KEY_(solver_order, TR_KEY_INT, 1, 3, "dpm: 2 (DPM-Solver++ 2M) or 1"),
     KEY_(solver_type, TR_KEY_STRING, 0, 0, "dpm: the second-order step, midpoint or heun"),
+    KEY_(algorithm_type, TR_KEY_STRING, 0, 0, "dpm: dpmsolver++ (DPM++ 2M) or sde-dpmsolver++ (DPM++ 2M SDE: fresh "
+         "noise each step from [run] seed, as torch's generator draws it)"),
     KEY_(lower_order_final, TR_KEY_BOOL, 0, 0, "dpm: the last step first order where there are fewer than 15"),
     KEY_(euler_at_final, TR_KEY_BOOL, 0, 0, "dpm: the last step first order always"),
 };
@@ -63,6 +65,7 @@ static const struct tr_model_key sd_keys[] = {
                   .beta_start = 0.00085, .beta_end = 0.012, .steps_offset = 1, .beta_schedule = "scaled_linear", \
                   .timestep_spacing = "leading", .prediction_type = pred, .clip_sample_range = 1.0, \
                   .scheduler = "ddim", .final_sigmas_type = "zero", .solver_order = 2, .solver_type = "midpoint", \
+                  .algorithm_type = "dpmsolver++", \
                   .lower_order_final = 1
 static const struct tr_sd_config sd_tiny = {SD_COMMON("epsilon"), .unet = "tiny", .text_encoder = "tiny", .vae = "tiny"};
 static const struct tr_sd_config sd_small = {SD_COMMON("epsilon"), .unet = "small", .text_encoder = "small", .vae = "small"};
@@ -86,10 +89,13 @@ static int euler(const struct tr_sd_config *c) { return strcmp(c->scheduler, "eu
 static int euler_a(const struct tr_sd_config *c) { return strcmp(c->scheduler, "euler_ancestral") == 0; }
 static int ddim(const struct tr_sd_config *c) { return strcmp(c->scheduler, "ddim") == 0; }
 static int lms(const struct tr_sd_config *c) { return strcmp(c->scheduler, "lms") == 0; }
-/* generate draws fresh noise each step (its third input, "noise") */
-static int noisy(const struct tr_sd_config *c) { return euler_a(c) || (ddim(c) && c->eta > 0); }
 static int dpm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "dpm") == 0; }
 static int heun(const struct tr_sd_config *c) { return strcmp(c->scheduler, "heun") == 0; }
+static int dpm_sde(const struct tr_sd_config *c) { return strcmp(c->algorithm_type, "sde-dpmsolver++") == 0; }
+/* generate draws fresh noise each step (its third input, "noise") */
+static int noisy(const struct tr_sd_config *c) {
+    return euler_a(c) || (ddim(c) && c->eta > 0) || (dpm(c) && dpm_sde(c));
+}
 
 static const void *find_preset(const struct tr_model_desc *m, const char *name, size_t cap) {
     for (int i = 0; i < m->n_presets; i++)
@@ -175,8 +181,9 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
                             "= %lld", (long long)c->step, (long long)(c->num_inference_steps - 1));
     struct tr_ddim_config dc;
     static const char *const kinds[] = {"ddim", "pndm", "euler", "euler_ancestral", "lms", "heun", "dpm"},
-                      *const finals[] = {"zero", "sigma_min"}, *const solvers[] = {"midpoint", "heun"};
-    int kind, final, solver;
+                      *const finals[] = {"zero", "sigma_min"}, *const solvers[] = {"midpoint", "heun"},
+                      *const algorithms[] = {"dpmsolver++", "sde-dpmsolver++"};
+    int kind, final, solver, algorithm;
     int rc = pick("scheduler", c->scheduler, kinds, 7, &kind, err);
     if (rc && strstr(c->scheduler, "Scheduler")) /* a scheduler file's class (read_scheduler) */
         rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "the scheduler's config names %s, which trident does not run "
@@ -187,6 +194,7 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
                           c->scheduler);
     if (!rc) rc = pick("final_sigmas_type", c->final_sigmas_type, finals, 2, &final, err);
     if (!rc) rc = pick("solver_type", c->solver_type, solvers, 2, &solver, err);
+    if (!rc) rc = pick("algorithm_type", c->algorithm_type, algorithms, 2, &algorithm, err);
     if (!rc && c->eta > 0 && !ddim(c))
         rc = tr_error_set(err, TR_ERR_INVALID, "eta = %g: eta is DDIM's (the pipeline passes it to DDIMScheduler's "
                           "step alone), and scheduler = %s", c->eta, c->scheduler);
@@ -362,7 +370,8 @@ struct tr_euler_config tr_sd_euler_config(const struct tr_sd_config *c) {
 }
 
 struct tr_dpm_config tr_sd_dpm_config(const struct tr_sd_config *c) {
-    return (struct tr_dpm_config){(int)c->solver_order, strcmp(c->solver_type, "heun") == 0, c->lower_order_final,
+    return (struct tr_dpm_config){(int)c->solver_order, strcmp(c->solver_type, "heun") == 0, dpm_sde(c),
+                                  c->lower_order_final,
                                   c->euler_at_final, c->use_karras_sigmas, c->sigma_min, c->sigma_max,
                                   strcmp(c->final_sigmas_type, "sigma_min") == 0};
 }
@@ -474,7 +483,8 @@ static int heun_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
  * the data predictions d_i carried to the next step; returns the denoised latents (-1 on
  * an error). */
 static int dpm_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
-                     const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
+                     const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, int noise,
+                     struct tr_error *err) {
     struct tr_dpm_step *steps = malloc(sizeof *steps * (size_t)s->steps);
     const struct tr_dpm_config dc = tr_sd_dpm_config(c);
     int rc = !steps ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld DPM-Solver steps",
@@ -498,6 +508,9 @@ static int dpm_steps(struct tr_graph *g, const struct tr_sd_config *c, const str
         int next = k->c_x != 0 ? tr_add(g, tr_scale(g, x, (float)k->c_x, 0.0f), tr_scale(g, d, (float)k->c_d, 0.0f))
                                : tr_scale(g, d, (float)k->c_d, 0.0f);
         if (k->c_dprev != 0) next = tr_add(g, next, tr_scale(g, d_prev, (float)k->c_dprev, 0.0f));
+        if (noise >= 0 && k->c_n > 0)
+            next = tr_add(g, next, tr_scale(g, tr_slice(g, noise, 0, i * o->batch, (i + 1) * o->batch, 1),
+                                            (float)k->c_n, 0.0f));
         x = next, d_prev = d;
     }
     free(steps);
@@ -552,7 +565,7 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     if ((rc = tr_clip_text_graph(clip, &to, g, ids, &text, err)) != TR_OK) return rc;
     if (pndm(c) && (x = pndm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if ((euler(c) || euler_a(c)) && (x = euler_steps(g, c, u, o, s, x, text, noise, err)) < 0) return err->status;
-    if (dpm(c) && (x = dpm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
+    if (dpm(c) && (x = dpm_steps(g, c, u, o, s, x, text, noise, err)) < 0) return err->status;
     if (lms(c) && (x = lms_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if (heun(c) && (x = heun_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     for (int64_t i = 0; i < s->steps && ddim(c); i++) {
@@ -718,17 +731,21 @@ static int read_part(const char *dir, int p, struct tr_sd_config *c, int require
     return TR_OK;
 }
 
-/* What of DPMSolverMultistepScheduler is not provided, by its key: the SDE and non-++
- * solvers, the other sigma schedules, a clipped lambda, a learned variance. diffusers
- * itself reads algorithm_type deis as dpmsolver++, and solver_type logrho, bh1 and bh2 as
- * midpoint. */
+/* What of DPMSolverMultistepScheduler is not provided, by its key: the non-++ solvers
+ * (dpmsolver, sde-dpmsolver), the other sigma schedules, a clipped lambda, a learned
+ * variance. diffusers itself reads algorithm_type deis as dpmsolver++, and solver_type
+ * logrho, bh1 and bh2 as midpoint. */
 static int dpm_refusals(cJSON *root, const char *path, struct tr_error *err) {
     const cJSON *alg = cJSON_GetObjectItemCaseSensitive(root, "algorithm_type"),
                 *lam = cJSON_GetObjectItemCaseSensitive(root, "lambda_min_clipped");
     cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "solver_type");
-    if (alg && !(cJSON_IsString(alg) && (!strcmp(alg->valuestring, "dpmsolver++") || !strcmp(alg->valuestring, "deis"))))
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"algorithm_type\" = %s: only \"dpmsolver++\" is provided",
-                            path, cJSON_IsString(alg) ? alg->valuestring : "(not a string)");
+    if (alg && !(cJSON_IsString(alg) && (!strcmp(alg->valuestring, "dpmsolver++") || !strcmp(alg->valuestring, "deis") ||
+                                         !strcmp(alg->valuestring, "sde-dpmsolver++"))))
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"algorithm_type\" = %s: \"dpmsolver++\" and "
+                            "\"sde-dpmsolver++\" are provided", path,
+                            cJSON_IsString(alg) ? alg->valuestring : "(not a string)");
+    if (alg && !strcmp(alg->valuestring, "deis") && !cJSON_SetValuestring((cJSON *)alg, "dpmsolver++"))
+        return tr_error_set(err, TR_ERR_NOMEM, "'%s': out of memory", path);
     if (cJSON_IsString(st) && (!strcmp(st->valuestring, "logrho") || !strcmp(st->valuestring, "bh1") ||
                                !strcmp(st->valuestring, "bh2")) && !cJSON_SetValuestring(st, "midpoint"))
         return tr_error_set(err, TR_ERR_NOMEM, "'%s': out of memory", path);
@@ -771,6 +788,7 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     c->use_karras_sigmas = 0, c->sigma_min = 0, c->sigma_max = 0;
     c->solver_order = 2, c->lower_order_final = 1, c->euler_at_final = 0;
     snprintf(c->solver_type, sizeof c->solver_type, "midpoint");
+    snprintf(c->algorithm_type, sizeof c->algorithm_type, "dpmsolver++");
     snprintf(c->final_sigmas_type, sizeof c->final_sigmas_type, "zero");
     const int other = cJSON_IsString(cls) && strcmp(cls->valuestring, "DDIMScheduler") != 0;
     snprintf(c->scheduler, sizeof c->scheduler, "%s",

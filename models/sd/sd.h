@@ -87,6 +87,8 @@ struct tr_sd_config {
     char final_sigmas_type[16];     /* zero, sigma_min (euler, dpm) */
     int64_t solver_order;           /* dpm (dpm.h): 2 or 1 */
     char solver_type[16];           /* midpoint, heun */
+    char algorithm_type[20];        /* dpm: dpmsolver++, or sde-dpmsolver++ (fresh noise each step, an
+                                       input as for euler_ancestral) */
     int lower_order_final, euler_at_final;
     /* [model] hf_config = a diffusers pipeline's directory: its parts' config.json, used
      * where unet, text_encoder or vae holds the part's file name (as the reader sets it) */
