@@ -486,6 +486,9 @@ expect "stable_diffusion: DDIM with eta, its noise as diffusers draws it" 0 \
 # "DPM++ 2M SDE Karras": DPMSolverMultistepScheduler's sde-dpmsolver++, fresh noise each step.
 expect "stable_diffusion with DPM++ 2M SDE Karras, its noise as diffusers draws it" 0 \
   '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_dpm_sde/check.ini
+# DDPMScheduler: the posterior's mean and fresh noise each step.
+expect "stable_diffusion with DDPM, its noise as diffusers draws it" 0 \
+  '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_ddpm/check.ini
 # LMSDiscreteScheduler over 6 steps (order 4 from the fourth).
 expect "stable_diffusion with LMS against diffusers' pipeline" 0 \
   '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_lms/check.ini

@@ -504,7 +504,7 @@ static void test_pipeline_config(void **state) {
                {"prediction_type = noise", "prediction_type = 'noise': expected epsilon, v_prediction or sample"},
                {"rescale_betas_zero_snr = true\ntimestep_spacing = trailing", "timestep 999 has alpha_cumprod 0"},
                {"scheduler = pndm", "scheduler = pndm runs in task generate"},
-               {"scheduler = plms", "scheduler = 'plms': expected ddim, pndm, euler, euler_ancestral, lms, heun or dpm"},
+               {"scheduler = plms", "scheduler = 'plms': expected ddim, ddpm, pndm, euler, euler_ancestral, lms, heun or dpm"},
                {"scheduler = dpm\nalgorithm_type = dpmsolver", "algorithm_type = 'dpmsolver': expected dpmsolver++ or "
                                                                 "sde-dpmsolver++"},
                {"unet = unet/config.json", "unet = 'unet/config.json': not a preset of unet_2d_condition (tiny, small, "
@@ -747,6 +747,19 @@ static void test_other_scheduler_class(void **state) {
     assert_string_equal(c.timestep_spacing, "linspace"); /* LMSDiscreteScheduler's default */
     assert_true(c.use_karras_sigmas);
     tr_ddim_free(&s);
+    /* a DDPMScheduler's file: its defaults (the clamp, leading), its variance */
+    tr_test_dir_file("scheduler_config.json", "{\"_class_name\": \"DDPMScheduler\", \"variance_type\": \"fixed_large\"}",
+                     path, sizeof path);
+    if (tr_test_resolve_hf(M, path, "", &c, &e) || tr_sd_resolve(&c, &u, &s, &e)) fail_msg("%s", e.msg);
+    assert_string_equal(c.scheduler, "ddpm");
+    assert_true(c.clip_sample);
+    assert_true(c.ddpm_large);
+    assert_string_equal(c.timestep_spacing, "leading");
+    tr_ddim_free(&s);
+    tr_test_dir_file("scheduler_config.json", "{\"_class_name\": \"DDPMScheduler\", \"variance_type\": \"learned\"}",
+                     path, sizeof path);
+    assert_int_not_equal(tr_test_resolve_hf(M, path, "", &c, &e), TR_OK);
+    tr_assert_msg_has(&e, "\"variance_type\" = learned: fixed_small, fixed_small_log and fixed_large are provided");
     /* DPMSolverMultistepScheduler's algorithms: ++ and its SDE read, deis read as ++ (as
      * diffusers reads it), the non-++ ones refused */
     static const struct {
@@ -775,7 +788,7 @@ static void test_other_scheduler_class(void **state) {
     assert_int_equal(tr_test_resolve_hf(M, path, "", &c, &e), TR_OK);
     assert_int_not_equal(tr_sd_resolve(&c, &u, &s, &e), TR_OK);
     tr_assert_msg_has(&e, "names UniPCMultistepScheduler, which trident does not run");
-    tr_assert_msg_has(&e, "scheduler = ddim, pndm, euler, euler_ancestral, lms, heun or dpm after hf_config");
+    tr_assert_msg_has(&e, "scheduler = ddim, ddpm, pndm, euler, euler_ancestral, lms, heun or dpm after hf_config");
     static const char *const kinds[] = {"scheduler = euler\n", "scheduler = heun\n", "scheduler = dpm\n",
                                         "scheduler = ddim\n", "scheduler = lms\n"};
     for (int i = 0; i < 5; i++) {

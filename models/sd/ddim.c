@@ -105,6 +105,16 @@ void tr_ddim_step(const struct tr_ddim *s, int64_t i, int64_t *t, struct tr_ddim
     case TR_DDIM_SAMPLE: *k = (struct tr_ddim_coeffs){.x0_x = 0, .x0_o = 1, .e_x = 1 / rb, .e_o = -ra / rb}; break;
     default: *k = (struct tr_ddim_coeffs){.x0_x = 1 / ra, .x0_o = -rb / ra, .e_x = 0, .e_o = 1}; break;
     }
+    if (s->c.ddpm) { /* x0's coefficients as above; the posterior's mean from x0 and x itself */
+        const double apn = i + 1 < s->steps ? s->alphas_cumprod[s->timesteps[i + 1]] : 1.0, beta = 1.0 - at / apn;
+        k->e_x = 1, k->e_o = 0;
+        k->p_x0 = sqrt(apn) * beta / (1.0 - at);
+        k->p_e = sqrt(1.0 - beta) * (1.0 - apn) / (1.0 - at);
+        k->p_n = ti == 0 ? 0.0 : s->c.ddpm == 2 ? sqrt(beta) : sqrt(fmax((1.0 - apn) / (1.0 - at) * beta, 1e-20));
+        k->c_x = k->p_x0 * k->x0_x + k->p_e * k->e_x;
+        k->c_o = k->p_x0 * k->x0_o + k->p_e * k->e_o;
+        return;
+    }
     /* DDIMScheduler._get_variance: 1 − ᾱ_t is 1 − 0 at a zero-SNR schedule's end, never 0 */
     const double var = s->c.eta > 0 ? (1.0 - ap) / (1.0 - at) * (1.0 - at / ap) : 0.0;
     k->p_n = s->c.eta * sqrt(fmax(var, 0.0));

@@ -17,7 +17,11 @@
  *   x_prev = √ᾱ_prev·x0 + √(1−ᾱ_prev−σ²)·ε + σ·n
  * which without the clamp is c_x·x + c_o·o + σ·n (tr_ddim_step), where with eta > 0 (the
  * pipeline's argument) σ = eta·√((1−ᾱ_prev)/(1−ᾱ_t)·(1−ᾱ_t/ᾱ_prev)) and n is fresh noise
- * (σ = 0 at eta 0). Everything in double. */
+ * (σ = 0 at eta 0). DDPM (DDPMScheduler) lands on the next timestep of the list (ᾱ_prev 1
+ * after the last) with the posterior's mean and fresh noise, β = 1 − ᾱ_t/ᾱ_prev:
+ *   x_prev = √ᾱ_prev·β/(1−ᾱ_t)·x0 + √(1−β)·(1−ᾱ_prev)/(1−ᾱ_t)·x + σ·n,
+ *   σ² = max((1−ᾱ_prev)/(1−ᾱ_t)·β, 1e-20) (fixed_small) or β (fixed_large), 0 at t = 0.
+ * Everything in double. */
 #ifndef TRIDENT_MODELS_DDIM_H
 #define TRIDENT_MODELS_DDIM_H
 
@@ -43,6 +47,8 @@ struct tr_ddim_config {
     int terminal_floor;            /* the zero-SNR schedule's last ᾱ 2^-24, not 0 (Euler's, so
                                       its first σ is finite) */
     double eta;                    /* the noise's weight, 0 to 1 (0: deterministic) */
+    int ddpm;                      /* DDPMScheduler's ancestral step instead (below): 1 with the
+                                      fixed_small variance, 2 fixed_large */
 };
 
 struct tr_ddim {

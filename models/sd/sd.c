@@ -44,10 +44,11 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(rescale_betas_zero_snr, TR_KEY_BOOL, 0, 0, "rescale the schedule to zero terminal SNR"),
     KEY_(clip_sample, TR_KEY_BOOL, 0, 0, "ddim: clamp the predicted x0 to [-clip_sample_range, clip_sample_range]"),
     KEY_(clip_sample_range, TR_KEY_FLOAT, 0, 1e30, "the clamp's bound"),
-    KEY_(scheduler, TR_KEY_STRING, 0, 0, "ddim, pndm (diffusers' PNDMScheduler for SD, PLMS steps), euler "
-         "(EulerDiscreteScheduler), euler_ancestral (EulerAncestralDiscreteScheduler, noise from [run] seed as "
-         "torch's generator draws it), lms (LMSDiscreteScheduler, order 4), heun (HeunDiscreteScheduler) or dpm "
-         "(DPMSolverMultistepScheduler, DPM-Solver++); all but ddim: generate only"),
+    KEY_(scheduler, TR_KEY_STRING, 0, 0, "ddim, ddpm (DDPMScheduler, noise as euler_ancestral's), pndm (diffusers' "
+         "PNDMScheduler for SD, PLMS steps), euler (EulerDiscreteScheduler), euler_ancestral "
+         "(EulerAncestralDiscreteScheduler, noise from [run] seed as torch's generator draws it), lms "
+         "(LMSDiscreteScheduler, order 4), heun (HeunDiscreteScheduler) or dpm (DPMSolverMultistepScheduler, "
+         "DPM-Solver++); all but ddim: generate only"),
     KEY_(use_karras_sigmas, TR_KEY_BOOL, 0, 0, "euler, lms, heun, dpm: the sigmas of Karras et al. (rho 7)"),
     KEY_(sigma_min, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm with karras: the smallest sigma; 0: the schedule's"),
     KEY_(sigma_max, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm with karras: the largest sigma; 0: the schedule's"),
@@ -89,12 +90,13 @@ static int euler(const struct tr_sd_config *c) { return strcmp(c->scheduler, "eu
 static int euler_a(const struct tr_sd_config *c) { return strcmp(c->scheduler, "euler_ancestral") == 0; }
 static int ddim(const struct tr_sd_config *c) { return strcmp(c->scheduler, "ddim") == 0; }
 static int lms(const struct tr_sd_config *c) { return strcmp(c->scheduler, "lms") == 0; }
+static int ddpm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "ddpm") == 0; }
 static int dpm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "dpm") == 0; }
 static int heun(const struct tr_sd_config *c) { return strcmp(c->scheduler, "heun") == 0; }
 static int dpm_sde(const struct tr_sd_config *c) { return strcmp(c->algorithm_type, "sde-dpmsolver++") == 0; }
 /* generate draws fresh noise each step (its third input, "noise") */
 static int noisy(const struct tr_sd_config *c) {
-    return euler_a(c) || (ddim(c) && c->eta > 0) || (dpm(c) && dpm_sde(c));
+    return euler_a(c) || (ddim(c) && c->eta > 0) || (dpm(c) && dpm_sde(c)) || ddpm(c);
 }
 
 static const void *find_preset(const struct tr_model_desc *m, const char *name, size_t cap) {
@@ -167,8 +169,8 @@ static int ddim_config(const struct tr_sd_config *c, struct tr_ddim_config *d, s
                                  c->set_alpha_to_one, (enum tr_ddim_betas)b, (enum tr_ddim_spacing)sp,
                                  (enum tr_ddim_prediction)p, c->rescale_betas_zero_snr && !pndm(c) && !heun(c) && !lms(c),
                                  /* the clamp is DDIM's alone: the others' from_config ignores it */
-                                 c->clip_sample && !strcmp(c->scheduler, "ddim") ? c->clip_sample_range : 0.0,
-                                 euler(c) || euler_a(c) || dpm(c), c->eta};
+                                 c->clip_sample && (ddim(c) || ddpm(c)) ? c->clip_sample_range : 0.0,
+                                 euler(c) || euler_a(c) || dpm(c), c->eta, ddpm(c) ? 1 + c->ddpm_large : 0};
     return TR_OK;
 }
 
@@ -180,17 +182,17 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: step = %lld, expected 0 to num_inference_steps - 1 "
                             "= %lld", (long long)c->step, (long long)(c->num_inference_steps - 1));
     struct tr_ddim_config dc;
-    static const char *const kinds[] = {"ddim", "pndm", "euler", "euler_ancestral", "lms", "heun", "dpm"},
+    static const char *const kinds[] = {"ddim", "ddpm", "pndm", "euler", "euler_ancestral", "lms", "heun", "dpm"},
                       *const finals[] = {"zero", "sigma_min"}, *const solvers[] = {"midpoint", "heun"},
                       *const algorithms[] = {"dpmsolver++", "sde-dpmsolver++"};
     int kind, final, solver, algorithm;
-    int rc = pick("scheduler", c->scheduler, kinds, 7, &kind, err);
+    int rc = pick("scheduler", c->scheduler, kinds, 8, &kind, err);
     if (rc && strstr(c->scheduler, "Scheduler")) /* a scheduler file's class (read_scheduler) */
         rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "the scheduler's config names %s, which trident does not run "
-                          "(DDIMScheduler, PNDMScheduler, EulerDiscreteScheduler, EulerAncestralDiscreteScheduler, "
-                          "LMSDiscreteScheduler, HeunDiscreteScheduler, DPMSolverMultistepScheduler); [model] scheduler "
-                          "= ddim, pndm, euler, euler_ancestral, lms, heun or dpm after hf_config runs one of those on "
-                          "its schedule",
+                          "(DDIMScheduler, DDPMScheduler, PNDMScheduler, EulerDiscreteScheduler, "
+                          "EulerAncestralDiscreteScheduler, LMSDiscreteScheduler, HeunDiscreteScheduler, "
+                          "DPMSolverMultistepScheduler); [model] scheduler = ddim, ddpm, pndm, euler, euler_ancestral, "
+                          "lms, heun or dpm after hf_config runs one of those on its schedule",
                           c->scheduler);
     if (!rc) rc = pick("final_sigmas_type", c->final_sigmas_type, finals, 2, &final, err);
     if (!rc) rc = pick("solver_type", c->solver_type, solvers, 2, &solver, err);
@@ -244,7 +246,7 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: eta = %g runs in task generate (each step draws "
                             "fresh noise); predict's one step is eta 0's", c->eta);
     }
-    if (o->task == TR_TASK_PREDICT && (euler(c) || euler_a(c) || lms(c) || dpm(c) || heun(c))) {
+    if (o->task == TR_TASK_PREDICT && (euler(c) || euler_a(c) || lms(c) || dpm(c) || heun(c) || ddpm(c))) {
         tr_ddim_free(s);
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = %s runs in task generate; "
                             "predict's one step is DDIM's: scheduler = ddim", c->scheduler);
@@ -568,7 +570,7 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     if (dpm(c) && (x = dpm_steps(g, c, u, o, s, x, text, noise, err)) < 0) return err->status;
     if (lms(c) && (x = lms_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if (heun(c) && (x = heun_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
-    for (int64_t i = 0; i < s->steps && ddim(c); i++) {
+    for (int64_t i = 0; i < s->steps && (ddim(c) || ddpm(c)); i++) {
         int64_t t;
         struct tr_ddim_coeffs k;
         tr_ddim_step(s, i, &t, &k);
@@ -731,6 +733,18 @@ static int read_part(const char *dir, int p, struct tr_sd_config *c, int require
     return TR_OK;
 }
 
+/* A DDPMScheduler's variance_type: fixed_small (its default) and fixed_small_log give the same
+ * σ, fixed_large its own; the learned ones need a model that predicts them. */
+static int ddpm_variance(const cJSON *root, const char *path, struct tr_sd_config *c, struct tr_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "variance_type");
+    if (!v || cJSON_IsNull(v)) return TR_OK;
+    const char *s = cJSON_IsString(v) ? v->valuestring : "(not a string)";
+    if (!strcmp(s, "fixed_small") || !strcmp(s, "fixed_small_log") || !strcmp(s, "fixed_large"))
+        return c->ddpm_large = !strcmp(s, "fixed_large"), TR_OK;
+    return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': \"variance_type\" = %s: fixed_small, fixed_small_log and "
+                        "fixed_large are provided", path, s);
+}
+
 /* What of DPMSolverMultistepScheduler is not provided, by its key: the non-++ solvers
  * (dpmsolver, sde-dpmsolver), the other sigma schedules, a clipped lambda, a learned
  * variance. diffusers itself reads algorithm_type deis as dpmsolver++, and solver_type
@@ -777,10 +791,12 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     const int is_euler = cJSON_IsString(cls) && strcmp(cls->valuestring, "EulerDiscreteScheduler") == 0;
     const int is_euler_a = cJSON_IsString(cls) && strcmp(cls->valuestring, "EulerAncestralDiscreteScheduler") == 0;
     const int is_lms = cJSON_IsString(cls) && strcmp(cls->valuestring, "LMSDiscreteScheduler") == 0;
+    const int is_ddpm = cJSON_IsString(cls) && strcmp(cls->valuestring, "DDPMScheduler") == 0;
     const int is_dpm = cJSON_IsString(cls) && strcmp(cls->valuestring, "DPMSolverMultistepScheduler") == 0;
     const int is_heun = cJSON_IsString(cls) && strcmp(cls->valuestring, "HeunDiscreteScheduler") == 0;
     c->num_train_timesteps = 1000, c->beta_start = 0.0001, c->beta_end = 0.02, c->steps_offset = 0;
     c->set_alpha_to_one = !is_pndm;
+    c->ddpm_large = 0;
     c->clip_sample = !is_pndm && !is_euler && !is_euler_a && !is_lms && !is_dpm && !is_heun;
     c->clip_sample_range = 1.0;
     if (is_heun) c->beta_start = 0.00085, c->beta_end = 0.012; /* HeunDiscreteScheduler's defaults */
@@ -796,6 +812,7 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
              : is_euler ? "euler"
              : is_euler_a ? "euler_ancestral"
              : is_lms   ? "lms"
+             : is_ddpm  ? "ddpm"
              : is_heun  ? "heun"
              : is_dpm   ? "dpm"
              : other    ? cls->valuestring
@@ -820,6 +837,7 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     if (!rc && is_euler) rc = tr_hf_json_expect_str(root, path, "interpolation_type", "linear", err);
     if (!rc && is_euler) rc = tr_hf_json_expect_str(root, path, "timestep_type", "discrete", err);
     if (!rc && is_dpm) rc = dpm_refusals(root, path, err);
+    if (!rc && is_ddpm) rc = ddpm_variance(root, path, c, err);
     /* Heun's own clamp on x0 (its clip_sample, off by default) is not provided */
     if (!rc && is_heun) rc = tr_hf_json_expect_bool(root, path, "clip_sample", 0, err);
     if (!rc && (is_euler || is_heun || is_lms)) rc = tr_hf_json_expect_bool(root, path, "use_exponential_sigmas", 0, err);

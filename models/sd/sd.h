@@ -34,7 +34,8 @@
  * EulerDiscreteScheduler's Euler (euler.h), an EulerAncestralDiscreteScheduler's ancestral
  * Euler (euler.h; generate's third input "noise" [steps·B,S,S,C], step i's rows i·B..(i+1)·B,
  * drawn after the latents from [run] seed as torch's generator draws them for diffusers),
- * an LMSDiscreteScheduler's LMS (lms.h), a HeunDiscreteScheduler's Heun (heun.h), a
+ * an LMSDiscreteScheduler's LMS (lms.h), a DDPMScheduler's DDPM (ddim.h; noise as euler_ancestral's),
+ * a HeunDiscreteScheduler's Heun (heun.h), a
  * DPMSolverMultistepScheduler's DPM-Solver++
  * (dpm.h), a DDIMScheduler's (or no class's) DDIM (eta 0), another class refused by name
  * unless a [model] scheduler line after hf_config picks one of those; then, as
@@ -85,6 +86,8 @@ struct tr_sd_config {
     int use_karras_sigmas;          /* euler, lms, heun, dpm (euler.h, lms.h, heun.h, dpm.h) */
     double sigma_min, sigma_max;
     char final_sigmas_type[16];     /* zero, sigma_min (euler, dpm) */
+    int ddpm_large;                 /* ddpm: a DDPMScheduler file's variance_type fixed_large (else
+                                       fixed_small, or fixed_small_log: the same σ) */
     int64_t solver_order;           /* dpm (dpm.h): 2 or 1 */
     char solver_type[16];           /* midpoint, heun */
     char algorithm_type[20];        /* dpm: dpmsolver++, or sde-dpmsolver++ (fresh noise each step, an
