@@ -463,38 +463,28 @@ expect "stable_diffusion with DPM-Solver++ 2M (Karras) against diffusers' pipeli
 # (make_sd_reference.py ... --steps 3 --scheduler heun).
 expect "stable_diffusion with Heun against diffusers' pipeline in float64" 0 \
   'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd_heun/check.ini
-# From a prompt and a seed, no batch file: trident tokenizes the prompt and draws the
-# initial latents as torch does for diffusers' pipeline(prompt, generator=torch.manual_seed(
-# 2024)) (tr_torch_randn), so the pictures are the pipeline's (make_sd_seed_fixture.py; with
-# seed 2025 every backend is 0.97 away).
-expect "stable_diffusion: a prompt and a seed give diffusers' pictures for that generator" 0 \
-  '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_seed/check.ini
-# EulerAncestralDiscreteScheduler: fresh noise every step, drawn after the latents from the
-# same generator (the graph's input "noise"); every backend within 5e-6 of the pipeline's
-# pictures, whether `scheduler = euler_ancestral` or the scheduler's own file names it.
-expect "stable_diffusion with Euler ancestral: the seed's noise every step, as diffusers draws it" 0 \
-  '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_ancestral/check.ini
+# From a prompt and a seed, no batch file (make_sd_seed_fixture.py): trident tokenizes the
+# prompt and draws the initial latents as torch does for diffusers' pipeline(prompt,
+# generator=torch.manual_seed(2024)) (tr_torch_randn), so the pictures are the pipeline's
+# (with seed 2025 every backend is 0.97 away); the samplers that draw fresh noise each step
+# (the graph's input "noise") draw it after the latents from the same generator. Away from
+# each reference without what it checks: ancestral run as Euler 0.095, eta 0 0.17, the
+# deterministic DPM++ 2M 0.41, LMS as Euler 0.025, no guidance_rescale 0.026.
+for case in "seed|a prompt and a seed give diffusers' pictures for that generator" \
+    "ancestral|Euler ancestral, its noise as diffusers draws it" \
+    "eta|DDIM with eta 0.8, its noise as diffusers draws it" \
+    "dpm_sde|DPM++ 2M SDE Karras, its noise as diffusers draws it" \
+    "ddpm|DDPM, its noise as diffusers draws it" \
+    "lms|LMS over 6 steps (order 4 from the fourth)" \
+    "rescale|guidance_rescale 0.7 as diffusers' pipeline rescales"; do
+  expect "stable_diffusion: ${case#*|}" 0 '^  jax +ok ' -- "$bin" run "tests/fixtures/reference_sd_${case%%|*}/check.ini"
+done
+# The ancestral run again from the scheduler's own file rather than `scheduler = euler_ancestral`.
 anc=$PWD/tests/fixtures/reference_sd_ancestral
 sed -e "s|^weights = ..|weights = $PWD/tests/fixtures|" -e "s|^tokenizer = ..|tokenizer = $PWD/tests/fixtures|" \
   -e "s|^reference = |reference = $anc/|" -e '/^scheduler = /d' -e '/^timestep_spacing = /d' \
   -e "s|^\[model\]|[model]\nhf_config = $anc/scheduler_config.json|" "$anc/check.ini" > "$tmp/anc.ini"
 expect "stable_diffusion: an EulerAncestralDiscreteScheduler's file runs it" 0 '^  jax +ok ' -- "$bin" run "$tmp/anc.ini"
-# DDIM at eta 0.8 (the pipeline's argument): fresh noise each step from the same generator
-# (0.17 away at eta 0).
-expect "stable_diffusion: DDIM with eta, its noise as diffusers draws it" 0 \
-  '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_eta/check.ini
-# "DPM++ 2M SDE Karras": DPMSolverMultistepScheduler's sde-dpmsolver++, fresh noise each step.
-expect "stable_diffusion with DPM++ 2M SDE Karras, its noise as diffusers draws it" 0 \
-  '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_dpm_sde/check.ini
-# DDPMScheduler: the posterior's mean and fresh noise each step.
-expect "stable_diffusion with DDPM, its noise as diffusers draws it" 0 \
-  '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_ddpm/check.ini
-# LMSDiscreteScheduler over 6 steps (order 4 from the fourth).
-expect "stable_diffusion with LMS against diffusers' pipeline" 0 \
-  '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_lms/check.ini
-# The pipeline's guidance_rescale 0.7 (0.026 away without it).
-expect "stable_diffusion: guidance_rescale as diffusers' pipeline rescales" 0 \
-  '^  jax +ok ' -- "$bin" run tests/fixtures/reference_sd_rescale/check.ini
 rejects etaeuler.ini "[run]
 model = stable_diffusion
 preset = tiny

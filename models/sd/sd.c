@@ -325,6 +325,11 @@ static int unet_guided(struct tr_graph *g, const struct tr_sd_config *c, const s
     return dt == TR_DTYPE_F32 ? *guided : tr_cast(g, *guided, TR_DTYPE_F32);
 }
 
+/* x plus scale times step i's B rows of the fresh noise (f32 [steps·B,S,S,C], sd.h) */
+static int add_noise(struct tr_graph *g, int x, int noise, int64_t i, int64_t B, double scale) {
+    return tr_add(g, x, tr_scale(g, tr_slice(g, noise, 0, i * B, (i + 1) * B, 1), (float)scale, 0.0f));
+}
+
 /* One DDIM step: the guided UNet, then the update by the node coeffs or the constants k
  * (ddim_update). Returns x_{t-1} in f32. */
 static int denoise(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
@@ -402,8 +407,7 @@ static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
         if (e < 0) rc = err->status ? err->status : TR_ERR_INTERNAL;
         else x = tr_add(g, tr_scale(g, x, (float)k->c_x, 0.0f), tr_scale(g, e, (float)k->c_o, 0.0f));
         if (!rc && noise >= 0 && k->c_n > 0)
-            x = tr_add(g, x, tr_scale(g, tr_slice(g, noise, 0, i * o->batch, (i + 1) * o->batch, 1), (float)k->c_n,
-                                      0.0f));
+            x = add_noise(g, x, noise, i, o->batch, k->c_n);
     }
     free(steps);
     return rc ? -1 : x;
@@ -511,8 +515,7 @@ static int dpm_steps(struct tr_graph *g, const struct tr_sd_config *c, const str
                                : tr_scale(g, d, (float)k->c_d, 0.0f);
         if (k->c_dprev != 0) next = tr_add(g, next, tr_scale(g, d_prev, (float)k->c_dprev, 0.0f));
         if (noise >= 0 && k->c_n > 0)
-            next = tr_add(g, next, tr_scale(g, tr_slice(g, noise, 0, i * o->batch, (i + 1) * o->batch, 1),
-                                            (float)k->c_n, 0.0f));
+            next = add_noise(g, next, noise, i, o->batch, k->c_n);
         x = next, d_prev = d;
     }
     free(steps);
@@ -580,7 +583,7 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
         x = denoise(g, c, u, o, x, tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, -1, &k, &guided, err);
         if (x < 0 && err->status) return err->status;
         if (noise >= 0 && k.p_n > 0)
-            x = tr_add(g, x, tr_scale(g, tr_slice(g, noise, 0, i * B, (i + 1) * B, 1), (float)k.p_n, 0.0f));
+            x = add_noise(g, x, noise, i, B, k.p_n);
     }
     tr_graph_set_instance(g, 0);
     /* the decoder in f32 whatever the dtype, as diffusers' pipeline upcasts the VAE
