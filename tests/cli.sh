@@ -169,7 +169,7 @@ model = stable_diffusion
 preset = tiny
 task = generate
 [generate]
-max_length = 8" "generate of a one-graph model names its keys" 'genbad.ini:6: \[generate\] max_length = 8: unknown key for model .stable_diffusion. \(keys: image, prompt, negative_prompt, tokenizer\)'
+max_length = 8" "generate of a one-graph model names its keys" 'genbad.ini:6: \[generate\] max_length = 8: unknown key for model .stable_diffusion. \(keys: image, prompt, negative_prompt, tokenizer, init_image\)'
 # bf16 text to image: ten guided steps drift the backends apart past bf16's 2e-2 (each
 # step multiplies the two halves' difference by 7.5): a sampler's run is held to 1e-1 in
 # bf16, and says so; [run] tolerance says what to accept instead.
@@ -469,14 +469,29 @@ expect "stable_diffusion with Heun against diffusers' pipeline in float64" 0 \
 # (with seed 2025 every backend is 0.97 away); the samplers that draw fresh noise each step
 # (the graph's input "noise") draw it after the latents from the same generator. Away from
 # each reference without what it checks: ancestral run as Euler 0.095, eta 0 0.17, the
-# deterministic DPM++ 2M 0.41, LMS as Euler 0.025, no guidance_rescale 0.026.
+# deterministic DPM++ 2M 0.41, LMS as Euler 0.025, no guidance_rescale 0.026, UniPC without
+# its corrector 0.031 (DPM++ 2M's picture) and with bh1 0.057.
 for case in "seed|a prompt and a seed give diffusers' pictures for that generator" \
     "ancestral|Euler ancestral, its noise as diffusers draws it" \
     "eta|DDIM with eta 0.8, its noise as diffusers draws it" \
     "dpm_sde|DPM++ 2M SDE Karras, its noise as diffusers draws it" \
     "ddpm|DDPM, its noise as diffusers draws it" \
     "lms|LMS over 6 steps (order 4 from the fourth)" \
+    "unipc|UniPC (bh2, order 2: predictor and corrector)" \
+    "unipc3|UniPC of order 3 with Karras sigmas" \
     "rescale|guidance_rescale 0.7 as diffusers' pipeline rescales"; do
+  expect "stable_diffusion: ${case#*|}" 0 '^  jax +ok ' -- "$bin" run "tests/fixtures/reference_sd_${case%%|*}/check.ini"
+done
+# Image to image ([model] strength, [generate] init_image, make_sd_img2img_fixture.py): the
+# PNG through the VAE's encoder, its posterior's sample and the noise drawn from the seed as
+# diffusers' StableDiffusionImg2ImgPipeline draws them, the last int(steps * strength) steps.
+for case in "img2img|image to image with DDIM (the last 3 of 5 steps)" \
+    "img2img_ancestral|image to image with Euler ancestral" \
+    "img2img_lms|image to image with LMS (diffusers' coefficients from t_start)" \
+    "img2img_unipc|image to image with UniPC (Karras)" \
+    "img2img_dpm|image to image with DPM++ 2M" \
+    "img2img_heun|image to image with Heun (from run 2 * t_start)" \
+    "img2img_ddpm|image to image with DDPM, its noise as diffusers draws it"; do
   expect "stable_diffusion: ${case#*|}" 0 '^  jax +ok ' -- "$bin" run "tests/fixtures/reference_sd_${case%%|*}/check.ini"
 done
 # The ancestral run again from the scheduler's own file rather than `scheduler = euler_ancestral`.

@@ -13,6 +13,7 @@
 #include "sd/pndm.h"
 #include "sd/sd.h"
 #include <png.h>
+#include "trident/image.h"
 #include "trident/bench.h"
 #include "trident/config.h"
 #include "trident/image.h"
@@ -159,6 +160,15 @@ static struct tr_tensor case_get(const struct tr_safetensors *io, int n, const c
     return t;
 }
 
+/* Step i of a multistep case: its timestep as diffusers' (tw), its σ and the next as
+ * diffusers' float32 ones (sw). */
+static void expect_step(const char *kind, int n, int64_t i, double t, double sigma, double sigma_next,
+                        const double *tw, const double *sw) {
+    if (t != tw[i] || fabs(sigma - sw[i]) > 1e-5 * sw[i] + 2e-6 || fabs(sigma_next - sw[i + 1]) > 1e-5 * sw[i + 1] + 2e-6)
+        fail_msg("%s case %d step %lld: t %g sigma %.8g -> %.8g; diffusers t %g sigma %.8g -> %.8g", kind, n,
+                 (long long)i, t, sigma, sigma_next, tw[i], sw[i], sw[i + 1]);
+}
+
 /* A DPM-Solver++ case of the fixture (dpm.h): its timesteps and σ, and the latents after
  * every step, carried from x with each step's own model output, against diffusers'. */
 static double dpm_runs(int n, const struct tr_sd_config *c, const struct tr_ddim *s, const struct tr_safetensors *io,
@@ -178,10 +188,7 @@ static double dpm_runs(int n, const struct tr_sd_config *c, const struct tr_ddim
     double worst = 0;
     for (int64_t i = 0; i < s->steps; i++) {
         const struct tr_dpm_step *k = &st[i];
-        if (k->t != tw[i] || fabs(k->sigma - sw[i]) > 1e-5 * sw[i] + 2e-6 ||
-            fabs(k->sigma_next - sw[i + 1]) > 1e-5 * sw[i + 1] + 2e-6)
-            fail_msg("dpm case %d step %lld: t %g sigma %.8g -> %.8g; diffusers t %g sigma %.8g -> %.8g", n,
-                     (long long)i, k->t, k->sigma, k->sigma_next, tw[i], sw[i], sw[i + 1]);
+        expect_step("dpm", n, i, k->t, k->sigma, k->sigma_next, tw, sw);
         const double *want = (const double *)ps->data + i * K;
         double num = 0, den = 0;
         for (int64_t j = 0; j < K; j++) {
@@ -193,6 +200,49 @@ static double dpm_runs(int n, const struct tr_sd_config *c, const struct tr_ddim
         worst = fmax(worst, sqrt(num / den));
     }
     free(st), free(cur), free(d), free(dp);
+    return worst;
+}
+
+/* A UniPC case of the fixture (unipc.h): its timesteps and σ, and the latents after every
+ * step (the predictor's, from the corrected sample), carried from x with each step's own
+ * model output, against diffusers'. */
+static double unipc_runs(int n, const struct tr_sd_config *c, const struct tr_ddim *s, const struct tr_safetensors *io,
+                         const struct tr_tensor *ps, const double *x, int64_t K) {
+    const struct tr_unipc_config uc = tr_sd_unipc_config(c);
+    struct tr_unipc_step *st = calloc((size_t)s->steps, sizeof *st);
+    double *cur = malloc(sizeof(double) * (size_t)K), *last = malloc(sizeof(double) * (size_t)K),
+           *d = malloc(sizeof(double) * (size_t)(K * s->steps));
+    assert_true(st && cur && last && d);
+    struct tr_error e = {0};
+    if (tr_unipc_plan(s, &uc, st, &e)) fail_msg("case %d: %s", n, e.msg);
+    const struct tr_tensor os = case_get(io, n, "outputs"), ts = case_get(io, n, "timesteps_f"),
+                           sg = case_get(io, n, "sigmas");
+    assert_int_equal(tr_tensor_numel(&ts), s->steps);
+    const double *out = os.data, *tw = ts.data, *sw = sg.data;
+    memcpy(cur, x, sizeof(double) * (size_t)K);
+    double worst = 0;
+    for (int64_t i = 0; i < s->steps; i++) {
+        const struct tr_unipc_step *k = &st[i];
+        expect_step("unipc", n, i, k->t, k->sigma, k->sigma_next, tw, sw);
+        const double *want = (const double *)ps->data + i * K;
+        double num = 0, den = 0;
+        for (int64_t j = 0; j < K; j++) {
+            double *di = d + i * K;
+            di[j] = k->d_x * cur[j] + k->d_o * out[i * K + j];
+            if (k->corrected) {
+                double v = k->k_last * last[j];
+                for (int q = 0; q <= st[i - 1].order; q++) v += k->k_d[q] * d[(i - q) * K + j];
+                cur[j] = v;
+            }
+            last[j] = cur[j];
+            double v = k->p_x * cur[j];
+            for (int q = 0; q < k->order; q++) v += k->p_d[q] * d[(i - q) * K + j];
+            cur[j] = v;
+            num += (v - want[j]) * (v - want[j]), den += want[j] * want[j];
+        }
+        worst = fmax(worst, sqrt(num / den));
+    }
+    free(st), free(cur), free(last), free(d);
     return worst;
 }
 
@@ -319,6 +369,18 @@ static void test_scheduler_configs(void **state) {
             tr_ddim_free(&s);
             continue;
         }
+        if (strcmp(c.scheduler, "unipc") == 0) {
+            worst = unipc_runs(n, &c, &s, io, &ps, x, K);
+            print_message("unipc case %d: %s, %s, %s%s%s, order %lld %s%s%s, %lld steps: alphas_cumprod within %.1e, "
+                          "the latents after every step within %.1e\n", n, c.beta_schedule, c.timestep_spacing,
+                          c.prediction_type, c.rescale_betas_zero_snr ? ", zero SNR" : "",
+                          c.use_karras_sigmas ? ", karras" : "", (long long)c.solver_order, c.solver_type,
+                          c.disable_corrector[0] ? ", no corrector after " : "", c.disable_corrector,
+                          (long long)steps, worst_a, worst);
+            assert_true(worst_a < 1e-6 && worst < 1e-5);
+            tr_ddim_free(&s);
+            continue;
+        }
         if (strcmp(c.scheduler, "euler") == 0) {
             worst = euler_steps(n, &c, &s, io, &ps, x, o, K);
             print_message("euler case %d: %s, %s, %s%s%s, %lld steps: alphas_cumprod within %.1e, the initial sigma "
@@ -362,7 +424,7 @@ static void test_scheduler_configs(void **state) {
         assert_true(worst_a < 1e-6 && worst < 1e-5);
         tr_ddim_free(&s);
     }
-    assert_int_equal(n, 25);
+    assert_int_equal(n, 32);
     tr_safetensors_close(io);
 }
 
@@ -504,7 +566,8 @@ static void test_pipeline_config(void **state) {
                {"prediction_type = noise", "prediction_type = 'noise': expected epsilon, v_prediction or sample"},
                {"rescale_betas_zero_snr = true\ntimestep_spacing = trailing", "timestep 999 has alpha_cumprod 0"},
                {"scheduler = pndm", "scheduler = pndm runs in task generate"},
-               {"scheduler = plms", "scheduler = 'plms': expected ddim, ddpm, pndm, euler, euler_ancestral, lms, heun or dpm"},
+               {"scheduler = plms", "scheduler = 'plms': expected ddim, ddpm, pndm, euler, euler_ancestral, lms, heun, dpm "
+                                    "or unipc"},
                {"scheduler = dpm\nalgorithm_type = dpmsolver", "algorithm_type = 'dpmsolver': expected dpmsolver++ or "
                                                                 "sde-dpmsolver++"},
                {"unet = unet/config.json", "unet = 'unet/config.json': not a preset of unet_2d_condition (tiny, small, "
@@ -515,6 +578,21 @@ static void test_pipeline_config(void **state) {
         struct tr_task_graph tg;
         assert_int_not_equal(tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e), TR_OK);
         tr_assert_msg_has(&e, bad[i].want);
+        print_message("refused: %s\n", e.msg);
+    }
+    /* what generate's UniPC plan refuses */
+    static const struct {
+        const char *lines, *want;
+    } plan[] = {{"lower_order_final = false", "unipc: the last step is of order 2 onto sigma 0, where diffusers' UniPC "
+                                              "divides by 0 (NaN)"},
+                {"disable_corrector = 1;2", "disable_corrector = '1;2': expected step numbers"}};
+    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
+        snprintf(ini, sizeof ini, "[run]\nmodel = stable_diffusion\npreset = tiny\ntask = generate\n[model]\n"
+                 "scheduler = unipc\nnum_inference_steps = 3\n%s\n", plan[i].lines);
+        assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+        struct tr_task_graph tg;
+        assert_int_not_equal(tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e), TR_OK);
+        tr_assert_msg_has(&e, plan[i].want);
         print_message("refused: %s\n", e.msg);
     }
 }
@@ -675,6 +753,65 @@ static void test_generate_writes_png(void **state) {
 /* [generate] prompt: the text through the tokenizer (the toy CLIP vocabulary of
  * tests/fixtures/clip_tokenizer) into the positive half of input_ids, negative_prompt
  * ("" by default) into the other; a prompt without a tokenizer is refused. */
+/* A PNG read back as written (v = 2·p/255 − 1 for every 8-bit p, into every image of the
+ * batch); a size other than the tensor's, or no PNG, refused with the sizes. */
+static void test_read_png(void **state) {
+    (void)state;
+    char png[512];
+    snprintf(png, sizeof png, "%s/in.png", tr_test_dir);
+    static float src[1 * 3 * 5 * 3], dst[2 * 3 * 5 * 3];
+    for (int i = 0; i < 45; i++) src[i] = 2.0f * ((float)((i * 37 + 11) % 256) / 255.0f) - 1.0f;
+    struct tr_tensor in, out;
+    struct tr_error e = {0};
+    assert_int_equal(tr_tensor_make(&in, src, TR_DTYPE_F32, 4, (int64_t[]){1, 3, 5, 3}, &e), TR_OK);
+    assert_int_equal(tr_image_write_png(png, &in, &e), TR_OK);
+    for (int i = 0; i < 90; i++) dst[i] = NAN;
+    assert_int_equal(tr_tensor_make(&out, dst, TR_DTYPE_F32, 4, (int64_t[]){2, 3, 5, 3}, &e), TR_OK);
+    if (tr_image_read_png(png, &out, &e)) fail_msg("%s", e.msg);
+    for (int i = 0; i < 90; i++) assert_true(dst[i] == src[i % 45]);
+    assert_int_equal(tr_tensor_make(&out, dst, TR_DTYPE_F32, 4, (int64_t[]){1, 5, 3, 3}, &e), TR_OK);
+    assert_int_not_equal(tr_image_read_png(png, &out, &e), TR_OK);
+    tr_assert_msg_has(&e, "is 5x3 (width x height), expected 3x5: resize it first");
+    assert_int_not_equal(tr_image_read_png(PARTS "/model_index.json", &out, &e), TR_OK);
+    tr_assert_msg_has(&e, "cannot read it as a PNG");
+}
+
+/* Image to image: what it refuses, by key; and the inputs it adds. */
+static void test_img2img_config(void **state) {
+    (void)state;
+    static const struct {
+        const char *task, *lines, *want;
+    } bad[] = {{"predict", "[model]\nstrength = 0.5", "strength = 0.5 (image to image) runs in task generate"},
+               {"generate", "[model]\nstrength = 0.5\nscheduler = pndm", "image to image with PNDM is not provided"},
+               {"generate", "[model]\nstrength = 0.1\nnum_inference_steps = 5",
+                "strength = 0.1 over num_inference_steps = 5 runs no step"},
+               {"generate", "[model]\nstrength = 1.5", "strength"},
+               {"generate", "[model]\nstrength = 0.5\n[generate]\ninit_image = nowhere.png",
+                "[generate] init_image: image '"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char ini[512];
+        snprintf(ini, sizeof ini, "[run]\nmodel = stable_diffusion\npreset = tiny\ntask = %s\nbackends = torch\n"
+                 "steps = 1\nwarmup = 1\nweights = %s\n%s\n", bad[i].task, PARTS, bad[i].lines);
+        struct tr_config cfg;
+        struct tr_error e = {0};
+        int rc = tr_config_load_string(ini, "t.ini", &cfg, &e);
+        if (!rc) {
+            struct tr_bench_report rep;
+            rc = tr_bench_run(&cfg, tr_builtin_models, &rep, &e);
+        }
+        assert_int_not_equal(rc, TR_OK);
+        tr_assert_msg_has(&e, bad[i].want);
+        print_message("refused: %s\n", e.msg);
+    }
+    struct tr_sd_config c = *preset("tiny");
+    c.num_inference_steps = 4, c.strength = 0.5;
+    struct tr_graph *g = tr_test_model_build(M, &c, TR_TASK_GENERATE, TR_DTYPE_F32, 2, 16);
+    assert_int_equal(tr_graph_n_inputs(g), 4);
+    static const char *const names[] = {"input_ids", "latents", "image", "image_noise"};
+    for (int i = 0; i < 4; i++) assert_string_equal(tr_node_name(g, tr_graph_input(g, i)), names[i]);
+    tr_graph_free(g);
+}
+
 static void test_generate_prompt(void **state) {
     char ini[1024];
     snprintf(ini, sizeof ini,
@@ -781,17 +918,50 @@ static void test_other_scheduler_class(void **state) {
         assert_string_equal(c.algorithm_type, algs[i].want);
         tr_ddim_free(&s);
     }
+    /* UniPCMultistepScheduler: its defaults, its solver types as diffusers reads them
+     * (midpoint, heun and logrho as bh2), disable_corrector's list; the noise-prediction
+     * form, another predictor and the other sigma schedules refused by key */
+    static const struct {
+        const char *keys, *type, *disabled, *refused;
+    } uni[] = {{"", "bh2", "", NULL},
+               {", \"solver_type\": \"bh1\", \"disable_corrector\": [0, 3]", "bh1", "0,3", NULL},
+               {", \"solver_type\": \"logrho\"", "bh2", "", NULL},
+               {", \"solver_type\": \"midpoint\"", "bh2", "", NULL},
+               {", \"predict_x0\": false", NULL, NULL, "\"predict_x0\" = false: only true is provided"},
+               {", \"solver_p\": {}", NULL, NULL, "\"solver_p\" = {}: only null is provided"},
+               {", \"use_flow_sigmas\": true", NULL, NULL, "\"use_flow_sigmas\" = true: only false is provided"}};
+    for (size_t i = 0; i < sizeof uni / sizeof uni[0]; i++) {
+        char json[200];
+        snprintf(json, sizeof json, "{\"_class_name\": \"UniPCMultistepScheduler\"%s}", uni[i].keys);
+        tr_test_dir_file("scheduler_config.json", json, path, sizeof path);
+        const int rc = tr_test_resolve_hf(M, path, "", &c, &e);
+        if (uni[i].refused) {
+            assert_int_not_equal(rc, TR_OK);
+            tr_assert_msg_has(&e, uni[i].refused);
+            continue;
+        }
+        if (rc || tr_sd_resolve(&c, &u, &s, &e)) fail_msg("%s: %s", json, e.msg);
+        assert_string_equal(c.scheduler, "unipc");
+        assert_string_equal(c.solver_type, uni[i].type);
+        assert_string_equal(c.disable_corrector, uni[i].disabled);
+        assert_string_equal(c.timestep_spacing, "linspace");
+        assert_false(c.clip_sample);
+        assert_int_equal(c.solver_order, 2);
+        assert_true(c.lower_order_final);
+        tr_ddim_free(&s);
+    }
     tr_test_dir_file("scheduler_config.json",
-                     "{\"_class_name\": \"UniPCMultistepScheduler\", \"beta_schedule\": \"scaled_linear\", "
+                     "{\"_class_name\": \"DEISMultistepScheduler\", \"beta_schedule\": \"scaled_linear\", "
                      "\"beta_start\": 0.00085, \"beta_end\": 0.012, \"timestep_spacing\": \"trailing\"}",
                      path, sizeof path);
     assert_int_equal(tr_test_resolve_hf(M, path, "", &c, &e), TR_OK);
     assert_int_not_equal(tr_sd_resolve(&c, &u, &s, &e), TR_OK);
-    tr_assert_msg_has(&e, "names UniPCMultistepScheduler, which trident does not run");
-    tr_assert_msg_has(&e, "scheduler = ddim, ddpm, pndm, euler, euler_ancestral, lms, heun or dpm after hf_config");
+    tr_assert_msg_has(&e, "names DEISMultistepScheduler, which trident does not run");
+    tr_assert_msg_has(&e, "scheduler = ddim, ddpm, pndm, euler, euler_ancestral, lms, heun, dpm or unipc after "
+                      "hf_config");
     static const char *const kinds[] = {"scheduler = euler\n", "scheduler = heun\n", "scheduler = dpm\n",
-                                        "scheduler = ddim\n", "scheduler = lms\n"};
-    for (int i = 0; i < 5; i++) {
+                                        "scheduler = ddim\n", "scheduler = lms\n", "scheduler = unipc\n"};
+    for (int i = 0; i < 6; i++) {
         if (tr_test_resolve_hf(M, path, kinds[i], &c, &e)) fail_msg("%s", e.msg);
         if (tr_sd_resolve(&c, &u, &s, &e)) fail_msg("%s: %s", kinds[i], e.msg);
         assert_string_equal(c.timestep_spacing, "trailing");
@@ -847,5 +1017,5 @@ static void test_hf_configs(void **state) {
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_scheduler_matches_diffusers, test_scheduler_errors,
              test_scheduler_configs, test_predict_clamped, test_pipeline_config,
              test_config_errors, test_make_inputs, test_hf_configs, test_generate_matches_pipeline,
-             test_generate_writes_png, test_generate_prompt, test_python_json_literals, test_other_scheduler_class, test_step_matches_diffusers_f32, test_step_matches_diffusers_bf16,
+             test_generate_writes_png, test_read_png, test_img2img_config, test_generate_prompt, test_python_json_literals, test_other_scheduler_class, test_step_matches_diffusers_f32, test_step_matches_diffusers_bf16,
              test_step_matches_diffusers_f16)

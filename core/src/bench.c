@@ -73,7 +73,8 @@ static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg,
  * the PNG of its output "image" (an output: relative to the current directory, as --json
  * OUT is, not to the INI's); prompt and negative_prompt, tokenized by the model with
  * tokenizer = DIR (relative to the INI's directory; by default the tokenizer/ beside a
- * [run] weights directory, as a diffusers pipeline is saved). */
+ * [run] weights directory, as a diffusers pipeline is saved); init_image = PNG (relative
+ * to the INI's directory), an input picture (image to image). */
 static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
     int prompt_line = 0;
     for (int i = 0; i < cfg->n_kv; i++) {
@@ -94,9 +95,13 @@ static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, 
         } else if (strcmp(kv->key, "tokenizer") == 0) {
             rc = tr_config_path(cfg, kv->value, tg->tokenizer, sizeof tg->tokenizer, err);
             if (rc) tr_error_prefix(err, "%s:%d: [generate] tokenizer", cfg->file, kv->line);
+        } else if (strcmp(kv->key, "init_image") == 0) {
+            rc = tr_config_path(cfg, kv->value, tg->init_image, sizeof tg->init_image, err);
+            if (rc) tr_error_prefix(err, "%s:%d: [generate] init_image", cfg->file, kv->line);
+            else tg->opts.init_image = tg->init_image;
         } else {
             rc = tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [generate] %s = %s: unknown key for model '%s' (keys: "
-                              "image, prompt, negative_prompt, tokenizer)", cfg->file, kv->line, kv->key, kv->value,
+                              "image, prompt, negative_prompt, tokenizer, init_image)", cfg->file, kv->line, kv->key, kv->value,
                               tg->model->name);
         }
         if (rc) return rc;

@@ -47,3 +47,46 @@ int tr_image_write_png(const char *path, const struct tr_tensor *img, struct tr_
     }
     return TR_OK;
 }
+
+int tr_image_read_png(const char *path, struct tr_tensor *img, struct tr_error *err) {
+    if (!path || !img || !img->data) return tr_error_set(err, TR_ERR_INVALID, "image: NULL path or tensor");
+    if (img->ndim != 4 || img->shape[3] != 3) {
+        char sh[96];
+        return tr_error_set(err, TR_ERR_SHAPE, "image '%s': read into %s, expected [B,H,W,3]", path,
+                            tr_shape_str(img->ndim, img->shape, sh, sizeof sh));
+    }
+    png_image pi;
+    memset(&pi, 0, sizeof pi);
+    pi.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_file(&pi, path))
+        return tr_error_set(err, TR_ERR_IO, "image '%s': cannot read it as a PNG (%s)", path, pi.message);
+    const int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2];
+    if ((int64_t)pi.width != W || (int64_t)pi.height != H) {
+        const int rc = tr_error_set(err, TR_ERR_SHAPE, "image '%s' is %ux%u (width x height), expected %lldx%lld: "
+                                    "resize it first", path, (unsigned)pi.width, (unsigned)pi.height, (long long)W,
+                                    (long long)H);
+        png_image_free(&pi);
+        return rc;
+    }
+    pi.format = PNG_FORMAT_RGBA; /* grey made RGB; alpha read apart, then dropped */
+    uint8_t *px = malloc((size_t)(W * H * 4));
+    if (!px) {
+        png_image_free(&pi);
+        return tr_error_set(err, TR_ERR_NOMEM, "image '%s': no memory for %lld x %lld pixels", path, (long long)W,
+                            (long long)H);
+    }
+    if (!png_image_finish_read(&pi, NULL, px, 0, NULL)) {
+        const int rc = tr_error_set(err, TR_ERR_IO, "image '%s': cannot decode the PNG (%s)", path, pi.message);
+        free(px);
+        png_image_free(&pi);
+        return rc;
+    }
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t i = 0; i < H * W; i++)
+            for (int64_t c = 0; c < 3; c++) { /* float32, as numpy's /255 then 2x − 1 */
+                const float v = 2.0f * ((float)px[i * 4 + c] / 255.0f) - 1.0f;
+                tr_tensor_set_f64(img, (b * H * W + i) * 3 + c, (double)v);
+            }
+    free(px);
+    return TR_OK;
+}

@@ -35,7 +35,7 @@ int tr_dpm_plan(const struct tr_ddim *s, const struct tr_dpm_config *e, struct t
             steps[i].sigma = tr_sigma_karras(hi, lo, i, S);
             /* rounded, but for the cosine betas; then diffusers keeps them as int64 */
             const double t = tr_sigma_to_t(s, steps[i].sigma);
-            steps[i].t = s->c.betas != TR_DDIM_COSINE ? nearbyint(t) : trunc(t);
+            steps[i].t = s->c.betas != TR_DDIM_COSINE || e->karras_round ? nearbyint(t) : trunc(t);
         }
     }
     const double last = e->final_sigma_min ? tr_sigma_at(s, 0) : 0.0;
@@ -57,7 +57,7 @@ int tr_dpm_plan(const struct tr_ddim *s, const struct tr_dpm_config *e, struct t
         k->c_x = sn / sg, k->c_d = -E, k->c_dprev = 0;
         const double e2 = 1.0 - exp(-2.0 * h); /* sde: the part of the step the fresh noise takes */
         if (e->sde) k->c_x = sn / sg * exp(-h), k->c_d = an * e2, k->c_n = sn * sqrt(e2);
-        const int first = e->order == 1 || i == 0 ||
+        const int first = e->order == 1 || i <= e->begin ||
                           (i == S - 1 && (e->euler_at_final || (e->lower_order_final && S < 15) || last == 0));
         if (first) continue;
         const double ap = 1.0 / sqrt(steps[i - 1].sigma * steps[i - 1].sigma + 1.0), sp = steps[i - 1].sigma * ap;

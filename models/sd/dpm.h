@@ -19,7 +19,7 @@
  * sde-dpmsolver++ ("DPM++ 2M SDE") instead, with fresh noise n each step:
  *   first order:  x' = (s_{i+1}/s_i)·e^{−h}·x + α_{i+1}(1 − e^{−2h})·d_i + s_{i+1}√(1 − e^{−2h})·n
  *   second order: + α_{i+1}(1 − e^{−2h})/2·D1 (midpoint), + α_{i+1}((1 − e^{−2h})/(−2h) + 1)·D1 (heun)
- * The first step is first order (nothing before it), and so is the last where
+ * The first step run is first order (nothing before it), and so is the last where
  * lower_order_final holds with fewer than 15 steps, euler_at_final, or the last σ is 0.
  * The UNet sees x as it is; the initial noise is not scaled. Everything in double. */
 #ifndef TRIDENT_MODELS_DPM_H
@@ -37,6 +37,8 @@ struct tr_dpm_config {
     int karras;                  /* use_karras_sigmas */
     double sigma_min, sigma_max; /* karras' ends; 0: the schedule's */
     int final_sigma_min;         /* final_sigmas_type sigma_min: the last σ is σ_0, not 0 */
+    int karras_round;            /* Karras timesteps rounded for the cosine betas too (UniPC's) */
+    int64_t begin;               /* image to image: the first step run, first order as step 0 is */
 };
 
 struct tr_dpm_step {

@@ -30,6 +30,7 @@ struct tr_euler_config {
     double sigma_min, sigma_max; /* karras' ends; 0: the schedule's */
     int final_sigma_min;         /* final_sigmas_type sigma_min: the last σ is σ_0, not 0 */
     int ancestral;               /* EulerAncestralDiscreteScheduler's step */
+    int64_t begin;               /* image to image: the first step run (lms.h counts its order from it) */
 };
 
 struct tr_euler_step {

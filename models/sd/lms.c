@@ -35,6 +35,8 @@ int tr_lms_plan(const struct tr_ddim *s, const struct tr_euler_config *e, struct
         double x[TR_LMS_ORDER];
         for (int m = 0; m < k->k; m++) x[m] = es[i - m].sigma;
         for (int j = 0; j < k->k; j++) k->c[j] = lagrange_integral(x, k->k, j, es[i].sigma, es[i].sigma_next);
+        const int64_t run = i - e->begin + 1; /* the derivatives there are since the first step run */
+        if (run < k->k) k->k = (int)(run > 0 ? run : 1);
     }
     free(es);
     return rc;

@@ -5,7 +5,9 @@
  *   x' = x + Σ_{j<k} c_ij·d_{i−j},  k = min(i + 1, 4),
  *   c_ij = ∫_{σ_i}^{σ_{i+1}} Π_{m<k, m≠j} (τ − σ_{i−m})/(σ_{i−j} − σ_{i−m}) dτ,
  * integrated exactly (a polynomial of degree k − 1 at most; diffusers' quadrature is
- * exact to rounding there). Everything in double. */
+ * exact to rounding there). Image to image (begin > 0) keeps those coefficients and sums
+ * the derivatives since the first step run alone, min(k, i + 1 − begin) of them, as
+ * diffusers' zip of the two lists does. Everything in double. */
 #ifndef TRIDENT_MODELS_LMS_H
 #define TRIDENT_MODELS_LMS_H
 

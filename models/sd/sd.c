@@ -12,7 +12,9 @@
 #include "heun.h"
 #include "lms.h"
 #include "pndm.h"
+#include "unipc.h"
 #include "sd.h"
+#include "trident/image.h"
 #include "trident/rng.h"
 #include "clip/clip.h"
 #include "clip/tokenizer.h"
@@ -33,6 +35,9 @@ static const struct tr_model_key sd_keys[] = {
          "rescaled to the conditional one's standard deviation, that much (for zero-SNR models)"),
     KEY_(eta, TR_KEY_FLOAT, 0, 1, "ddim, generate: the pipeline's eta (0 deterministic; above, fresh noise each "
          "step from [run] seed, as torch's generator draws it for diffusers)"),
+    KEY_(strength, TR_KEY_FLOAT, 0, 1, "generate: image to image from [generate] init_image, as "
+         "StableDiffusionImg2ImgPipeline's strength (the last int(steps * strength) steps run on the image's latents "
+         "noised to the first of them); 0 (the default): text to image"),
     KEY_(num_train_timesteps, TR_KEY_INT, 2, 1e7, "the scheduler's training timesteps"),
     KEY_(beta_start, TR_KEY_FLOAT, 0, 1, "the noise schedule's first beta (scaled_linear)"),
     KEY_(beta_end, TR_KEY_FLOAT, 0, 1, "the noise schedule's last beta"),
@@ -47,18 +52,22 @@ static const struct tr_model_key sd_keys[] = {
     KEY_(scheduler, TR_KEY_STRING, 0, 0, "ddim, ddpm (DDPMScheduler, noise as euler_ancestral's), pndm (diffusers' "
          "PNDMScheduler for SD, PLMS steps), euler (EulerDiscreteScheduler), euler_ancestral "
          "(EulerAncestralDiscreteScheduler, noise from [run] seed as torch's generator draws it), lms "
-         "(LMSDiscreteScheduler, order 4), heun (HeunDiscreteScheduler) or dpm (DPMSolverMultistepScheduler, "
-         "DPM-Solver++); all but ddim: generate only"),
-    KEY_(use_karras_sigmas, TR_KEY_BOOL, 0, 0, "euler, lms, heun, dpm: the sigmas of Karras et al. (rho 7)"),
+         "(LMSDiscreteScheduler, order 4), heun (HeunDiscreteScheduler), dpm (DPMSolverMultistepScheduler, "
+         "DPM-Solver++) or unipc (UniPCMultistepScheduler); all but ddim: generate only"),
+    KEY_(use_karras_sigmas, TR_KEY_BOOL, 0, 0, "euler, lms, heun, dpm, unipc: the sigmas of Karras et al. (rho 7)"),
     KEY_(sigma_min, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm with karras: the smallest sigma; 0: the schedule's"),
     KEY_(sigma_max, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm with karras: the largest sigma; 0: the schedule's"),
-    KEY_(final_sigmas_type, TR_KEY_STRING, 0, 0, "euler, dpm: the sigma the last step lands on: zero or sigma_min"),
-    KEY_(solver_order, TR_KEY_INT, 1, 3, "dpm: 2 (DPM-Solver++ 2M) or 1"),
-    KEY_(solver_type, TR_KEY_STRING, 0, 0, "dpm: the second-order step, midpoint or heun"),
+    KEY_(final_sigmas_type, TR_KEY_STRING, 0, 0, "euler, dpm, unipc: the sigma the last step lands on: zero or sigma_min"),
+    KEY_(solver_order, TR_KEY_INT, 1, 3, "dpm: 2 (DPM-Solver++ 2M) or 1; unipc: 1 to 3"),
+    KEY_(solver_type, TR_KEY_STRING, 0, 0, "dpm: the second-order step, midpoint or heun; unipc: B(h), bh1 or bh2 "
+         "(as diffusers, dpm reads bh1 and bh2 as midpoint, unipc midpoint and heun as bh2)"),
     KEY_(algorithm_type, TR_KEY_STRING, 0, 0, "dpm: dpmsolver++ (DPM++ 2M) or sde-dpmsolver++ (DPM++ 2M SDE: fresh "
          "noise each step from [run] seed, as torch's generator draws it)"),
-    KEY_(lower_order_final, TR_KEY_BOOL, 0, 0, "dpm: the last step first order where there are fewer than 15"),
+    KEY_(lower_order_final, TR_KEY_BOOL, 0, 0, "dpm: the last step first order where there are fewer than 15; "
+         "unipc: each step's order at most the steps left"),
     KEY_(euler_at_final, TR_KEY_BOOL, 0, 0, "dpm: the last step first order always"),
+    KEY_(disable_corrector, TR_KEY_STRING, 0, 0, "unipc: the steps after which the corrector does not run, as "
+         "\"0,1\" (none by default)"),
 };
 
 /* Stable Diffusion's scheduler_config.json (v1.4's; 2.1's predicts v), keras-cv's guidance and steps. */
@@ -92,8 +101,17 @@ static int ddim(const struct tr_sd_config *c) { return strcmp(c->scheduler, "ddi
 static int lms(const struct tr_sd_config *c) { return strcmp(c->scheduler, "lms") == 0; }
 static int ddpm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "ddpm") == 0; }
 static int dpm(const struct tr_sd_config *c) { return strcmp(c->scheduler, "dpm") == 0; }
+static int unipc(const struct tr_sd_config *c) { return strcmp(c->scheduler, "unipc") == 0; }
 static int heun(const struct tr_sd_config *c) { return strcmp(c->scheduler, "heun") == 0; }
 static int dpm_sde(const struct tr_sd_config *c) { return strcmp(c->algorithm_type, "sde-dpmsolver++") == 0; }
+static int img2img(const struct tr_sd_config *c) { return c->strength > 0; }
+/* image to image's first step: diffusers' t_start, num_inference_steps − int(steps·strength)
+ * (in double, as Python multiplies); 0 for text to image */
+static int64_t sd_begin(const struct tr_sd_config *c) {
+    if (!img2img(c)) return 0;
+    const int64_t S = c->num_inference_steps, n = (int64_t)((double)S * c->strength);
+    return S - (n < S ? n : S);
+}
 /* generate draws fresh noise each step (its third input, "noise") */
 static int noisy(const struct tr_sd_config *c) {
     return euler_a(c) || (ddim(c) && c->eta > 0) || (dpm(c) && dpm_sde(c)) || ddpm(c);
@@ -170,7 +188,7 @@ static int ddim_config(const struct tr_sd_config *c, struct tr_ddim_config *d, s
                                  (enum tr_ddim_prediction)p, c->rescale_betas_zero_snr && !pndm(c) && !heun(c) && !lms(c),
                                  /* the clamp is DDIM's alone: the others' from_config ignores it */
                                  c->clip_sample && (ddim(c) || ddpm(c)) ? c->clip_sample_range : 0.0,
-                                 euler(c) || euler_a(c) || dpm(c), c->eta, ddpm(c) ? 1 + c->ddpm_large : 0};
+                                 euler(c) || euler_a(c) || dpm(c) || unipc(c), c->eta, ddpm(c) ? 1 + c->ddpm_large : 0};
     return TR_OK;
 }
 
@@ -182,20 +200,21 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: step = %lld, expected 0 to num_inference_steps - 1 "
                             "= %lld", (long long)c->step, (long long)(c->num_inference_steps - 1));
     struct tr_ddim_config dc;
-    static const char *const kinds[] = {"ddim", "ddpm", "pndm", "euler", "euler_ancestral", "lms", "heun", "dpm"},
-                      *const finals[] = {"zero", "sigma_min"}, *const solvers[] = {"midpoint", "heun"},
+    static const char *const kinds[] = {"ddim", "ddpm", "pndm", "euler", "euler_ancestral", "lms", "heun", "dpm", "unipc"},
+                      *const finals[] = {"zero", "sigma_min"}, *const solvers[] = {"midpoint", "heun", "bh1", "bh2"},
                       *const algorithms[] = {"dpmsolver++", "sde-dpmsolver++"};
     int kind, final, solver, algorithm;
-    int rc = pick("scheduler", c->scheduler, kinds, 8, &kind, err);
+    int rc = pick("scheduler", c->scheduler, kinds, 9, &kind, err);
     if (rc && strstr(c->scheduler, "Scheduler")) /* a scheduler file's class (read_scheduler) */
         rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "the scheduler's config names %s, which trident does not run "
                           "(DDIMScheduler, DDPMScheduler, PNDMScheduler, EulerDiscreteScheduler, "
                           "EulerAncestralDiscreteScheduler, LMSDiscreteScheduler, HeunDiscreteScheduler, "
-                          "DPMSolverMultistepScheduler); [model] scheduler = ddim, ddpm, pndm, euler, euler_ancestral, "
-                          "lms, heun or dpm after hf_config runs one of those on its schedule",
+                          "DPMSolverMultistepScheduler, UniPCMultistepScheduler); [model] scheduler = ddim, ddpm, pndm, "
+                          "euler, euler_ancestral, lms, heun, dpm or unipc after hf_config runs one of those on its "
+                          "schedule",
                           c->scheduler);
     if (!rc) rc = pick("final_sigmas_type", c->final_sigmas_type, finals, 2, &final, err);
-    if (!rc) rc = pick("solver_type", c->solver_type, solvers, 2, &solver, err);
+    if (!rc) rc = pick("solver_type", c->solver_type, solvers, 4, &solver, err);
     if (!rc) rc = pick("algorithm_type", c->algorithm_type, algorithms, 2, &algorithm, err);
     if (!rc && c->eta > 0 && !ddim(c))
         rc = tr_error_set(err, TR_ERR_INVALID, "eta = %g: eta is DDIM's (the pipeline passes it to DDIMScheduler's "
@@ -246,10 +265,23 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: eta = %g runs in task generate (each step draws "
                             "fresh noise); predict's one step is eta 0's", c->eta);
     }
-    if (o->task == TR_TASK_PREDICT && (euler(c) || euler_a(c) || lms(c) || dpm(c) || heun(c) || ddpm(c))) {
+    if (o->task == TR_TASK_PREDICT && (euler(c) || euler_a(c) || lms(c) || dpm(c) || heun(c) || ddpm(c) || unipc(c))) {
         tr_ddim_free(s);
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = %s runs in task generate; "
                             "predict's one step is DDIM's: scheduler = ddim", c->scheduler);
+    }
+    if (img2img(c) && (o->task == TR_TASK_PREDICT || pndm(c) || sd_begin(c) >= c->num_inference_steps)) {
+        tr_ddim_free(s);
+        if (o->task == TR_TASK_PREDICT)
+            return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: strength = %g (image to image) runs in "
+                                "task generate", c->strength);
+        if (pndm(c))
+            return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: strength = %g: image to image with PNDM "
+                                "is not provided (its warm-up step from an image's noised latents); scheduler = ddim, "
+                                "euler, dpm or unipc runs it", c->strength);
+        return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: strength = %g over num_inference_steps = %lld runs "
+                            "no step (int(steps * strength) = 0, where diffusers' pipeline fails too)", c->strength,
+                            (long long)c->num_inference_steps);
     }
     return TR_OK;
 }
@@ -259,6 +291,12 @@ static int term(struct tr_graph *g, int x, int coeffs, int i, double v) {
     return coeffs >= 0 ? tr_mul(g, x, tr_slice(g, coeffs, 0, i, i + 1, 1)) : tr_scale(g, x, (float)v, 0.0f);
 }
 
+/* clamp(x, lo, hi) = x − relu(x − hi) + relu(lo − x): x itself, bit for bit, between. */
+static int clamp(struct tr_graph *g, int x, double lo, double hi) {
+    return tr_add(g, tr_sub(g, x, tr_unary(g, TR_OP_RELU, tr_scale(g, x, 1.0f, (float)-hi))),
+                  tr_unary(g, TR_OP_RELU, tr_scale(g, x, -1.0f, (float)lo)));
+}
+
 /* The DDIM update (ddim.h) of x by the model's output o, both f32: c_x·x + c_o·o, or with a
  * clamp on the predicted x0 (clip > 0) the three lines of ddim.h. The coefficients are the
  * node coeffs (f32 [2]: c_x, c_o; [6] with the clamp: x0_x, x0_o, e_x, e_o, p_x0, p_e) or,
@@ -266,9 +304,7 @@ static int term(struct tr_graph *g, int x, int coeffs, int i, double v) {
 static int ddim_update(struct tr_graph *g, int x, int o, int coeffs, const struct tr_ddim_coeffs *k, double clip) {
     if (!(clip > 0)) return tr_add(g, term(g, x, coeffs, 0, k->c_x), term(g, o, coeffs, 1, k->c_o));
     int x0 = tr_add(g, term(g, x, coeffs, 0, k->x0_x), term(g, o, coeffs, 1, k->x0_o));
-    /* clamp(x0, -r, r) = x0 - relu(x0 - r) + relu(-x0 - r) */
-    x0 = tr_add(g, tr_sub(g, x0, tr_unary(g, TR_OP_RELU, tr_scale(g, x0, 1.0f, (float)-clip))),
-                tr_unary(g, TR_OP_RELU, tr_scale(g, x0, -1.0f, (float)-clip)));
+    x0 = clamp(g, x0, -clip, clip);
     const int eps = tr_add(g, term(g, x, coeffs, 2, k->e_x), term(g, o, coeffs, 3, k->e_o));
     return tr_add(g, term(g, x0, coeffs, 4, k->p_x0), term(g, eps, coeffs, 5, k->p_e));
 }
@@ -325,6 +361,21 @@ static int unet_guided(struct tr_graph *g, const struct tr_sd_config *c, const s
     return dt == TR_DTYPE_F32 ? *guided : tr_cast(g, *guided, TR_DTYPE_F32);
 }
 
+/* Run i of a sampler: instance i of the guided UNet on c_in·x (x where c_in is 1) at the
+ * constant timestep t; its f32 output, or -1 with err set. */
+static int unet_run(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
+                    const struct tr_build_opts *o, int64_t i, int x, double c_in, double t, int text,
+                    struct tr_error *err) {
+    const int64_t one[1] = {1};
+    const float tf = (float)t;
+    int guided;
+    tr_graph_set_instance(g, (int)i);
+    if (c_in != 1) x = tr_scale(g, x, (float)c_in, 0.0f);
+    const int e = unet_guided(g, c, u, o, x, tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, &guided, err);
+    if (e < 0 && !err->status) tr_error_set(err, TR_ERR_INTERNAL, "stable_diffusion: run %lld's UNet failed", (long long)i);
+    return e;
+}
+
 /* x plus scale times step i's B rows of the fresh noise (f32 [steps·B,S,S,C], sd.h) */
 static int add_noise(struct tr_graph *g, int x, int noise, int64_t i, int64_t B, double scale) {
     return tr_add(g, x, tr_scale(g, tr_slice(g, noise, 0, i * B, (i + 1) * B, 1), (float)scale, 0.0f));
@@ -350,16 +401,11 @@ static int pndm_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
     int rc = !runs || !e ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld PNDM steps",
                                         (long long)s->steps)
                          : tr_pndm_plan(s, runs, &n, err);
-    const int64_t one[1] = {1};
     const int start = x;
     for (int64_t i = 0; i < n && !rc; i++) {
         const struct tr_pndm_run *r = &runs[i];
-        tr_graph_set_instance(g, (int)i);
-        const float tf = (float)r->t;
-        int guided;
-        e[i] = unet_guided(g, c, u, o, x, tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, &guided, err);
-        if (e[i] < 0) {
-            rc = err->status ? err->status : TR_ERR_INTERNAL;
+        if ((e[i] = unet_run(g, c, u, o, i, x, 1, r->t, text, err)) < 0) {
+            rc = err->status;
             break;
         }
         int next = tr_scale(g, r->from_start ? start : x, (float)r->c_x, 0.0f);
@@ -373,14 +419,20 @@ static int pndm_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
 
 struct tr_euler_config tr_sd_euler_config(const struct tr_sd_config *c) {
     return (struct tr_euler_config){c->use_karras_sigmas, c->sigma_min, c->sigma_max,
-                                    strcmp(c->final_sigmas_type, "sigma_min") == 0, euler_a(c)};
+                                    strcmp(c->final_sigmas_type, "sigma_min") == 0, euler_a(c), sd_begin(c)};
 }
 
 struct tr_dpm_config tr_sd_dpm_config(const struct tr_sd_config *c) {
     return (struct tr_dpm_config){(int)c->solver_order, strcmp(c->solver_type, "heun") == 0, dpm_sde(c),
                                   c->lower_order_final,
                                   c->euler_at_final, c->use_karras_sigmas, c->sigma_min, c->sigma_max,
-                                  strcmp(c->final_sigmas_type, "sigma_min") == 0};
+                                  strcmp(c->final_sigmas_type, "sigma_min") == 0, 0, sd_begin(c)};
+}
+
+struct tr_unipc_config tr_sd_unipc_config(const struct tr_sd_config *c) {
+    return (struct tr_unipc_config){(int)c->solver_order, strcmp(c->solver_type, "bh1") == 0, c->lower_order_final,
+                                    c->use_karras_sigmas, strcmp(c->final_sigmas_type, "sigma_min") == 0,
+                                    c->disable_corrector, sd_begin(c)};
 }
 
 /* Euler's steps (euler.h) on the latents x, f32, scaled by the initial σ first: each an
@@ -395,16 +447,11 @@ static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
     int rc = !steps ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld Euler steps",
                                    (long long)s->steps)
                     : tr_euler_plan(s, &ec, steps, &init, err);
-    const int64_t one[1] = {1};
-    if (!rc) x = tr_scale(g, x, (float)init, 0.0f);
-    for (int64_t i = 0; i < s->steps && !rc; i++) {
+    if (!rc && !img2img(c)) x = tr_scale(g, x, (float)init, 0.0f);
+    for (int64_t i = sd_begin(c); i < s->steps && !rc; i++) {
         const struct tr_euler_step *k = &steps[i];
-        tr_graph_set_instance(g, (int)i);
-        const float tf = (float)k->t;
-        int guided;
-        const int e = unet_guided(g, c, u, o, tr_scale(g, x, (float)k->c_in, 0.0f),
-                                  tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, &guided, err);
-        if (e < 0) rc = err->status ? err->status : TR_ERR_INTERNAL;
+        const int e = unet_run(g, c, u, o, i, x, k->c_in, k->t, text, err);
+        if (e < 0) rc = err->status;
         else x = tr_add(g, tr_scale(g, x, (float)k->c_x, 0.0f), tr_scale(g, e, (float)k->c_o, 0.0f));
         if (!rc && noise >= 0 && k->c_n > 0)
             x = add_noise(g, x, noise, i, o->batch, k->c_n);
@@ -425,17 +472,12 @@ static int lms_steps(struct tr_graph *g, const struct tr_sd_config *c, const str
     int rc = !steps || !d ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld LMS steps",
                                          (long long)s->steps)
                           : tr_lms_plan(s, &ec, steps, &init, err);
-    const int64_t one[1] = {1};
-    if (!rc) x = tr_scale(g, x, (float)init, 0.0f);
-    for (int64_t i = 0; i < s->steps && !rc; i++) {
+    if (!rc && !img2img(c)) x = tr_scale(g, x, (float)init, 0.0f);
+    for (int64_t i = sd_begin(c); i < s->steps && !rc; i++) {
         const struct tr_lms_step *k = &steps[i];
-        tr_graph_set_instance(g, (int)i);
-        const float tf = (float)k->t;
-        int guided;
-        const int e = unet_guided(g, c, u, o, tr_scale(g, x, (float)k->c_in, 0.0f),
-                                  tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, &guided, err);
+        const int e = unet_run(g, c, u, o, i, x, k->c_in, k->t, text, err);
         if (e < 0) {
-            rc = err->status ? err->status : TR_ERR_INTERNAL;
+            rc = err->status;
             break;
         }
         d[i] = tr_add(g, tr_scale(g, x, (float)k->p, 0.0f), tr_scale(g, e, (float)k->q, 0.0f));
@@ -458,18 +500,13 @@ static int heun_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
     int rc = !runs ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld Heun steps",
                                   (long long)s->steps)
                    : tr_heun_plan(s, &ec, runs, &n, &init, err);
-    const int64_t one[1] = {1};
-    if (!rc) x = tr_scale(g, x, (float)init, 0.0f);
+    if (!rc && !img2img(c)) x = tr_scale(g, x, (float)init, 0.0f);
     int saved = -1, d1 = -1;
-    for (int64_t i = 0; i < n && !rc; i++) {
+    for (int64_t i = 2 * sd_begin(c); i < n && !rc; i++) { /* step b's first run is run 2b */
         const struct tr_heun_run *r = &runs[i];
-        tr_graph_set_instance(g, (int)i);
-        const float tf = (float)r->t;
-        int guided;
-        const int e = unet_guided(g, c, u, o, tr_scale(g, x, (float)r->c_in, 0.0f),
-                                  tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, &guided, err);
+        const int e = unet_run(g, c, u, o, i, x, r->c_in, r->t, text, err);
         if (e < 0) {
-            rc = err->status ? err->status : TR_ERR_INTERNAL;
+            rc = err->status;
             break;
         }
         const int d = r->p != 0 ? tr_add(g, tr_scale(g, x, (float)r->p, 0.0f), tr_scale(g, e, (float)r->q, 0.0f))
@@ -496,17 +533,12 @@ static int dpm_steps(struct tr_graph *g, const struct tr_sd_config *c, const str
     int rc = !steps ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld DPM-Solver steps",
                                    (long long)s->steps)
                     : tr_dpm_plan(s, &dc, steps, err);
-    const int64_t one[1] = {1};
     int d_prev = -1;
-    for (int64_t i = 0; i < s->steps && !rc; i++) {
+    for (int64_t i = sd_begin(c); i < s->steps && !rc; i++) {
         const struct tr_dpm_step *k = &steps[i];
-        tr_graph_set_instance(g, (int)i);
-        const float tf = (float)k->t;
-        int guided;
-        const int e = unet_guided(g, c, u, o, x, tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, &guided,
-                                  err);
+        const int e = unet_run(g, c, u, o, i, x, 1, k->t, text, err);
         if (e < 0) {
-            rc = err->status ? err->status : TR_ERR_INTERNAL;
+            rc = err->status;
             break;
         }
         const int d = k->d_x != 0 ? tr_add(g, tr_scale(g, x, (float)k->d_x, 0.0f), tr_scale(g, e, (float)k->d_o, 0.0f))
@@ -519,6 +551,56 @@ static int dpm_steps(struct tr_graph *g, const struct tr_sd_config *c, const str
         x = next, d_prev = d;
     }
     free(steps);
+    return rc ? -1 : x;
+}
+
+/* Σ w[j]·nodes[j] over the w that are not 0 (one of them is not). */
+static int lincomb(struct tr_graph *g, int n, const int *nodes, const double *w) {
+    int acc = -1;
+    for (int j = 0; j < n; j++) {
+        if (w[j] == 0) continue;
+        const int t = tr_scale(g, nodes[j], (float)w[j], 0.0f);
+        acc = acc < 0 ? t : tr_add(g, acc, t);
+    }
+    return acc;
+}
+
+/* UniPC's steps (unipc.h) on the latents x, f32: each an instance of the UNet on x, then
+ * the corrector on x and the predictor from it; the data predictions d_i kept for the
+ * steps after. Returns the denoised latents (-1 on an error). */
+static int unipc_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
+                       const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
+    struct tr_unipc_step *steps = malloc(sizeof *steps * (size_t)s->steps);
+    int *d = malloc(sizeof *d * (size_t)s->steps);
+    const struct tr_unipc_config uc = tr_sd_unipc_config(c);
+    int rc = !steps || !d ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld UniPC steps",
+                                         (long long)s->steps)
+                          : tr_unipc_plan(s, &uc, steps, err);
+    int last = -1; /* the sample the step before's predictor started from */
+    for (int64_t i = sd_begin(c); i < s->steps && !rc; i++) {
+        const struct tr_unipc_step *k = &steps[i];
+        const int e = unet_run(g, c, u, o, i, x, 1, k->t, text, err);
+        if (e < 0) {
+            rc = err->status;
+            break;
+        }
+        d[i] = k->d_x != 0 ? tr_add(g, tr_scale(g, x, (float)k->d_x, 0.0f), tr_scale(g, e, (float)k->d_o, 0.0f))
+                           : tr_scale(g, e, (float)k->d_o, 0.0f);
+        int nodes[TR_UNIPC_MAX_ORDER + 2];
+        double w[TR_UNIPC_MAX_ORDER + 2];
+        if (k->corrected) {
+            const int q = steps[i - 1].order;
+            nodes[0] = last, w[0] = k->k_last;
+            for (int j = 0; j <= q; j++) nodes[1 + j] = d[i - j], w[1 + j] = k->k_d[j];
+            x = lincomb(g, q + 2, nodes, w);
+        }
+        last = x;
+        nodes[0] = x, w[0] = k->p_x;
+        for (int j = 0; j < k->order; j++) nodes[1 + j] = d[i - j], w[1 + j] = k->p_d[j];
+        x = lincomb(g, k->order + 1, nodes, w);
+    }
+    free(steps);
+    free(d);
     return rc ? -1 : x;
 }
 
@@ -545,6 +627,75 @@ static int sd_predict(const struct tr_sd_config *c, const struct tr_unet_config 
     return TR_OK;
 }
 
+/* The VAE's downscale f (2^(blocks − 1)): an image is f times the latents' side. */
+static int vae_factor(const struct tr_vae_config *v, int64_t *f, struct tr_error *err) {
+    int64_t ch[TR_VAE_MAX_BLOCKS];
+    int nb = 1;
+    const int rc = tr_vae_channels(v, ch, &nb, err);
+    *f = (int64_t)1 << (nb - 1);
+    return rc;
+}
+
+/* Image to image's start, diffusers' scheduler.add_noise at the first step run: the noised
+ * latents a·x0 + b·ε, by ᾱ there (DDIM, DDPM), by its σ (Euler and the others on its
+ * schedule: a = 1, b = σ; DPM-Solver's and UniPC's: a = α, b = σ·α). */
+static int start_coeffs(const struct tr_sd_config *c, const struct tr_ddim *s, double *a, double *b,
+                        struct tr_error *err) {
+    const int64_t begin = sd_begin(c), S = s->steps;
+    if (ddim(c) || ddpm(c)) {
+        const double ab = s->alphas_cumprod[s->timesteps[begin]];
+        *a = sqrt(ab), *b = sqrt(1.0 - ab);
+        return TR_OK;
+    }
+    const int dpm_like = dpm(c) || unipc(c);
+    void *st = malloc(dpm_like ? sizeof(struct tr_dpm_step) * (size_t)S : sizeof(struct tr_euler_step) * (size_t)S);
+    if (!st) return tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld steps", (long long)S);
+    double sigma = 0, init;
+    int rc;
+    if (dpm_like) { /* UniPC's schedule as unipc.h takes it: no sigma_min, sigma_max */
+        const struct tr_unipc_config uc = tr_sd_unipc_config(c);
+        struct tr_dpm_config dc = tr_sd_dpm_config(c);
+        if (unipc(c)) dc = (struct tr_dpm_config){.karras = uc.karras, .final_sigma_min = uc.final_sigma_min,
+                                                  .karras_round = 1};
+        dc.order = 1;
+        rc = tr_dpm_plan(s, &dc, st, err);
+        if (!rc) sigma = ((struct tr_dpm_step *)st)[begin].sigma;
+        *a = 1.0 / sqrt(sigma * sigma + 1.0), *b = sigma * *a;
+    } else { /* Euler's σ, which LMS, Heun and the ancestral step share */
+        struct tr_euler_config ec = tr_sd_euler_config(c);
+        ec.ancestral = 0, ec.final_sigma_min = 0;
+        rc = tr_euler_plan(s, &ec, st, &init, err);
+        if (!rc) sigma = ((struct tr_euler_step *)st)[begin].sigma;
+        *a = 1.0, *b = sigma;
+    }
+    free(st);
+    return rc;
+}
+
+/* Image to image: the graph's inputs image [B,8S,8S,3] (in [-1,1]) and image_noise
+ * [B,S,S,C] (the posterior's sample: mean + std·image_noise, the log-variance clamped to
+ * [−30, 20] as diffusers' DiagonalGaussianDistribution does), through the VAE's encoder in
+ * f32; then scaling_factor·that, noised with ε (the input latents) to the first step run.
+ * Returns the start's node (-1 on an error). */
+static int image_start(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
+                       const struct tr_vae_config *vae, const struct tr_build_opts *o, const struct tr_ddim *s, int eps,
+                       struct tr_error *err) {
+    const enum tr_dtype dt = o->dtype;
+    int64_t f;
+    if (vae_factor(vae, &f, err)) return -1;
+    const int64_t B = o->batch, S = u->sample_size, L = vae->latent_channels, img[4] = {B, S * f, S * f, vae->in_channels},
+                  lat[4] = {B, S, S, L};
+    int image = tr_input(g, "image", dt, 4, img), noise = tr_input(g, "image_noise", dt, 4, lat), m;
+    if (dt != TR_DTYPE_F32) image = tr_cast(g, image, TR_DTYPE_F32), noise = tr_cast(g, noise, TR_DTYPE_F32);
+    double a = 0, b = 0; /* start_coeffs sets them; 0 for -Wmaybe-uninitialized */
+    const struct tr_build_opts vo = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = B, .seq_len = o->seq_len};
+    if (start_coeffs(c, s, &a, &b, err) || tr_vae_encode_graph(vae, &vo, g, image, &m, err)) return -1;
+    const int mean = tr_slice(g, m, 3, 0, L, 1), lv = tr_slice(g, m, 3, L, 2 * L, 1);
+    const int std = tr_unary(g, TR_OP_EXP, tr_scale(g, clamp(g, lv, -30.0, 20.0), 0.5f, 0.0f));
+    const int x0 = tr_scale(g, tr_add(g, mean, tr_mul(g, std, noise)), (float)vae->scaling_factor, 0.0f);
+    return tr_add(g, tr_scale(g, x0, (float)a, 0.0f), tr_scale(g, eps, (float)b, 0.0f));
+}
+
 /* A whole text-to-image run: the text encoder on the 2B prompts, every step of the
  * schedule (each an instance of the UNet, sharing its weights; timesteps and coefficients
  * constants), the latents scaled back and decoded. */
@@ -565,15 +716,17 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
         noise = tr_input(g, "noise", dt, 4, nz);
         if (dt != TR_DTYPE_F32) noise = tr_cast(g, noise, TR_DTYPE_F32);
     }
+    if (img2img(c) && (x = image_start(g, c, u, vae, o, s, x, err)) < 0) return err->status;
     const struct tr_build_opts to = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = 2 * B, .seq_len = o->seq_len};
     int text;
     if ((rc = tr_clip_text_graph(clip, &to, g, ids, &text, err)) != TR_OK) return rc;
     if (pndm(c) && (x = pndm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if ((euler(c) || euler_a(c)) && (x = euler_steps(g, c, u, o, s, x, text, noise, err)) < 0) return err->status;
     if (dpm(c) && (x = dpm_steps(g, c, u, o, s, x, text, noise, err)) < 0) return err->status;
+    if (unipc(c) && (x = unipc_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if (lms(c) && (x = lms_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if (heun(c) && (x = heun_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
-    for (int64_t i = 0; i < s->steps && (ddim(c) || ddpm(c)); i++) {
+    for (int64_t i = sd_begin(c); i < s->steps && (ddim(c) || ddpm(c)); i++) {
         int64_t t;
         struct tr_ddim_coeffs k;
         tr_ddim_step(s, i, &t, &k);
@@ -635,6 +788,21 @@ static int prompt_ids(const struct tr_clip_text_config *clip, const struct tr_bu
     return rc;
 }
 
+/* Image to image's picture into every row of t: [generate] init_image (a PNG of t's size),
+ * or one smooth random picture from the seed. */
+static int init_image(const struct tr_build_opts *o, struct tr_tensor *t, uint64_t seed, struct tr_error *err) {
+    if (o->init_image) {
+        const int rc = tr_image_read_png(o->init_image, t, err);
+        return rc ? tr_error_prefix(err, "stable_diffusion: [generate] init_image") : TR_OK;
+    }
+    struct tr_tensor one = *t;
+    one.shape[0] = 1;
+    tr_model_fill_image(&one, seed, "image", 0.6, 1, 2, 0.3);
+    const size_t row = (size_t)(t->shape[1] * t->shape[2] * t->shape[3]) * tr_dtype_size((enum tr_dtype)t->dtype);
+    for (int64_t b = 1; b < t->shape[0]; b++) memcpy((char *)t->data + (size_t)b * row, t->data, row);
+    return TR_OK;
+}
+
 /* generate: the prompts as CLIP's tokenizer makes them (clip_text's synthetic ones), the
  * first B of them empty (the negative prompt "": start, then end-padding), as diffusers'
  * pipeline batches them; the first latents normal(0, 1) as torch draws them for
@@ -648,17 +816,21 @@ static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_co
     const struct tr_vae_config *vae;
     int rc = sd_parts(c, u, &clip, &vae, err);
     if (rc) return rc;
-    const int want = noisy(c) ? 3 : 2;
+    const int want = 2 + noisy(c) + 2 * img2img(c), at_image = 2 + noisy(c);
     if (n != want)
-        return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected %d (input_ids, latents%s)",
-                            n, want, want == 3 ? ", noise" : "");
+        return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected %d (input_ids, latents%s%s)",
+                            n, want, noisy(c) ? ", noise" : "", img2img(c) ? ", image, image_noise" : "");
+    int64_t f;
+    if ((rc = vae_factor(vae, &f, err)) != TR_OK) return rc;
     const int64_t B = o->batch, T = o->seq_len, S = u->sample_size, lat[4] = {B, S, S, u->in_channels},
-                  nz[4] = {s->steps * B, S, S, u->in_channels};
+                  nz[4] = {s->steps * B, S, S, u->in_channels}, img[4] = {B, S * f, S * f, vae->in_channels};
     const struct tr_build_opts to = {.task = TR_TASK_PREDICT, .dtype = o->dtype, .batch = 2 * B, .seq_len = T};
     if ((rc = tr_model_clip_text.make_inputs(clip, &to, seed, 1, &inputs[0], err)) != TR_OK) return rc;
-    if ((rc = tr_model_check_input("stable_diffusion", &inputs[1], "latents", o->dtype, 4, lat, err)) != TR_OK)
-        return rc;
-    if (want == 3 && (rc = tr_model_check_input("stable_diffusion", &inputs[2], "noise", o->dtype, 4, nz, err)) != TR_OK)
+    static const char *const M = "stable_diffusion";
+    if ((rc = tr_model_check_input(M, &inputs[1], "latents", o->dtype, 4, lat, err)) != TR_OK) return rc;
+    if (noisy(c) && (rc = tr_model_check_input(M, &inputs[2], "noise", o->dtype, 4, nz, err)) != TR_OK) return rc;
+    if (img2img(c) && ((rc = tr_model_check_input(M, &inputs[at_image], "image", o->dtype, 4, img, err)) != TR_OK ||
+                       (rc = tr_model_check_input(M, &inputs[at_image + 1], "image_noise", o->dtype, 4, lat, err))))
         return rc;
     int32_t *ids = inputs[0].data;
     if (o->prompt) { /* the user's prompt, tokenized as the pipeline tokenizes it */
@@ -668,8 +840,22 @@ static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_co
     }
     struct tr_torch_rng r;
     tr_torch_rng_seed(&r, seed);
-    rc = tr_model_fill_torch_randn_nhwc(&inputs[1], &r, 1, err);
-    return rc || want == 2 ? rc : tr_model_fill_torch_randn_nhwc(&inputs[2], &r, s->steps, err);
+    if (img2img(c)) { /* the picture, then the posterior's sample drawn for it (one image: one draw, repeated) */
+        if ((rc = init_image(o, &inputs[at_image], seed, err)) != TR_OK) return rc;
+        struct tr_tensor one = inputs[at_image + 1];
+        one.shape[0] = 1;
+        if ((rc = tr_model_fill_torch_randn_nhwc(&one, &r, 1, err)) != TR_OK) return rc;
+        const size_t row = (size_t)(S * S * u->in_channels) * tr_dtype_size((enum tr_dtype)one.dtype);
+        for (int64_t b = 1; b < B; b++) memcpy((char *)one.data + (size_t)b * row, one.data, row);
+    }
+    if ((rc = tr_model_fill_torch_randn_nhwc(&inputs[1], &r, 1, err)) != TR_OK || !noisy(c)) return rc;
+    /* the steps run draw theirs in turn; image to image's skipped ones draw none (their rows 0) */
+    struct tr_tensor run = inputs[2];
+    const int64_t begin = sd_begin(c), row = B * S * S * u->in_channels;
+    memset(run.data, 0, (size_t)(begin * row) * tr_dtype_size((enum tr_dtype)run.dtype));
+    run.data = (char *)run.data + (size_t)(begin * row) * tr_dtype_size((enum tr_dtype)run.dtype);
+    run.shape[0] = (s->steps - begin) * B;
+    return tr_model_fill_torch_randn_nhwc(&run, &r, s->steps - begin, err);
 }
 
 static int sd_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
@@ -777,9 +963,27 @@ static int dpm_refusals(cJSON *root, const char *path, struct tr_error *err) {
     return rc;
 }
 
+/* What of UniPCMultistepScheduler is not provided, by its key: the noise-prediction form
+ * (predict_x0 false, whose last step onto σ 0 is NaN in diffusers), another solver as its
+ * predictor, the other sigma schedules. diffusers itself reads solver_type midpoint, heun
+ * and logrho as bh2. */
+static int unipc_refusals(cJSON *root, const char *path, struct tr_error *err) {
+    cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "solver_type");
+    if (cJSON_IsString(st) && (!strcmp(st->valuestring, "midpoint") || !strcmp(st->valuestring, "heun") ||
+                               !strcmp(st->valuestring, "logrho")) && !cJSON_SetValuestring(st, "bh2"))
+        return tr_error_set(err, TR_ERR_NOMEM, "'%s': out of memory", path);
+    static const char *const off[] = {"use_exponential_sigmas", "use_beta_sigmas", "use_flow_sigmas",
+                                      "use_dynamic_shifting"};
+    int rc = tr_hf_json_expect_bool(root, path, "predict_x0", 1, err);
+    for (size_t i = 0; !rc && i < sizeof off / sizeof off[0]; i++) rc = tr_hf_json_expect_bool(root, path, off[i], 0, err);
+    if (!rc) rc = tr_hf_json_expect_null(root, path, "solver_p", err);
+    return rc;
+}
+
 /* A scheduler_config.json: a PNDMScheduler's runs PNDM (PLMS, pndm.h), as PNDMScheduler
  * reads it; an EulerDiscreteScheduler's Euler (euler.h); a HeunDiscreteScheduler's Heun
- * (heun.h); a DPMSolverMultistepScheduler's DPM-Solver++ (dpm.h); a DDIMScheduler's, or a
+ * (heun.h); a DPMSolverMultistepScheduler's DPM-Solver++ (dpm.h); a UniPCMultistepScheduler's
+ * UniPC (unipc.h); a DDIMScheduler's, or a
  * file naming no class, DDIM. Another class
  * is named in `scheduler`, which resolving refuses unless a [model] line after hf_config
  * picks one of those to run on its schedule (its keys read as DDIMScheduler.from_config
@@ -797,16 +1001,18 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     const int is_ddpm = cJSON_IsString(cls) && strcmp(cls->valuestring, "DDPMScheduler") == 0;
     const int is_dpm = cJSON_IsString(cls) && strcmp(cls->valuestring, "DPMSolverMultistepScheduler") == 0;
     const int is_heun = cJSON_IsString(cls) && strcmp(cls->valuestring, "HeunDiscreteScheduler") == 0;
+    const int is_unipc = cJSON_IsString(cls) && strcmp(cls->valuestring, "UniPCMultistepScheduler") == 0;
     c->num_train_timesteps = 1000, c->beta_start = 0.0001, c->beta_end = 0.02, c->steps_offset = 0;
     c->set_alpha_to_one = !is_pndm;
     c->ddpm_large = 0;
-    c->clip_sample = !is_pndm && !is_euler && !is_euler_a && !is_lms && !is_dpm && !is_heun;
+    c->clip_sample = !is_pndm && !is_euler && !is_euler_a && !is_lms && !is_dpm && !is_heun && !is_unipc;
     c->clip_sample_range = 1.0;
     if (is_heun) c->beta_start = 0.00085, c->beta_end = 0.012; /* HeunDiscreteScheduler's defaults */
     c->rescale_betas_zero_snr = 0;
     c->use_karras_sigmas = 0, c->sigma_min = 0, c->sigma_max = 0;
     c->solver_order = 2, c->lower_order_final = 1, c->euler_at_final = 0;
-    snprintf(c->solver_type, sizeof c->solver_type, "midpoint");
+    snprintf(c->solver_type, sizeof c->solver_type, "%s", is_unipc ? "bh2" : "midpoint");
+    c->disable_corrector[0] = 0;
     snprintf(c->algorithm_type, sizeof c->algorithm_type, "dpmsolver++");
     snprintf(c->final_sigmas_type, sizeof c->final_sigmas_type, "zero");
     const int other = cJSON_IsString(cls) && strcmp(cls->valuestring, "DDIMScheduler") != 0;
@@ -818,11 +1024,12 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
              : is_ddpm  ? "ddpm"
              : is_heun  ? "heun"
              : is_dpm   ? "dpm"
+             : is_unipc ? "unipc"
              : other    ? cls->valuestring
                         : "ddim");
     snprintf(c->beta_schedule, sizeof c->beta_schedule, "linear");
     snprintf(c->timestep_spacing, sizeof c->timestep_spacing, "%s",
-             is_euler || is_euler_a || is_lms || is_dpm || is_heun ? "linspace" : "leading");
+             is_euler || is_euler_a || is_lms || is_dpm || is_heun || is_unipc ? "linspace" : "leading");
     snprintf(c->prediction_type, sizeof c->prediction_type, "epsilon");
     static const char *const skip[] = {"unet",          "text_encoder", "vae", "num_inference_steps", "step",
                                        "guidance_scale", "eta",         "scheduler",
@@ -840,6 +1047,7 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     if (!rc && is_euler) rc = tr_hf_json_expect_str(root, path, "interpolation_type", "linear", err);
     if (!rc && is_euler) rc = tr_hf_json_expect_str(root, path, "timestep_type", "discrete", err);
     if (!rc && is_dpm) rc = dpm_refusals(root, path, err);
+    if (!rc && is_unipc) rc = unipc_refusals(root, path, err);
     if (!rc && is_ddpm) rc = ddpm_variance(root, path, c, err);
     /* Heun's own clamp on x0 (its clip_sample, off by default) is not provided */
     if (!rc && is_heun) rc = tr_hf_json_expect_bool(root, path, "clip_sample", 0, err);
@@ -894,7 +1102,7 @@ static int sd_read_hf_config(void *config, const char *path, struct tr_error *er
 const struct tr_model_desc tr_model_stable_diffusion = {
     .name = "stable_diffusion",
     .description = "Stable Diffusion 1.x/2.x: one denoising step (predict: the UNet on 2B, guidance, DDIM) or text to "
-                   "image (generate: DDIM or PNDM)",
+                   "image (generate: DDIM, DDPM, PNDM, Euler, Euler ancestral, LMS, Heun, DPM-Solver++ or UniPC)",
     .config_size = sizeof(struct tr_sd_config),
     TR_MODEL_TABLES(sd_keys, sd_presets),
     .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_GENERATE,

@@ -18,13 +18,21 @@
  * timestep and coefficients of step `step` of the schedule.
  *
  *   generate inputs   input_ids i32 [2B,T] (the negative prompts, then the positive), latents
- *                     [B,S,S,4] (the initial noise)
+ *                     [B,S,S,4] (the initial noise), noise (a sampler's fresh noise,
+ *                     below); image to image ([model] strength > 0) then image [B,8S,8S,3]
+ *                     (in [-1,1]: [generate] init_image, a PNG) and image_noise [B,S,S,4]
  *            outputs  image f32 [B,8S,8S,3] in [-1,1] (the VAE decoder, in f32 whatever the
  *                     dtype as diffusers upcasts it, on latents/scaling_factor;
  *                     [generate] image = out.png writes it), denoised_latents
  * One graph: the text encoder, then all num_inference_steps steps, each an instance of the
  * UNet (tr_graph_set_instance: the weights shared), then the decoder. Weights: a diffusers
  * pipeline's directory ([run] weights = sd-v1-4/, its unet/, vae/, text_encoder/).
+ * Image to image is StableDiffusionImg2ImgPipeline's: the VAE's encoder (f32) on the image,
+ * the posterior's sample mean + std·image_noise times scaling_factor, noised with latents
+ * as the scheduler's add_noise does to the first step run (num_inference_steps −
+ * int(num_inference_steps·strength)), then the steps from there (every sampler but PNDM).
+ * From a seed, as diffusers' generator draws them: image_noise (one draw for the one
+ * picture, repeated), latents, then each step run's noise.
  *
  * [model] hf_config = DIR (a diffusers pipeline's directory, or its model_index.json) reads
  * DIR/unet/config.json, and where present text_encoder/config.json, vae/config.json and
@@ -35,12 +43,11 @@
  * Euler (euler.h; generate's third input "noise" [steps·B,S,S,C], step i's rows i·B..(i+1)·B,
  * drawn after the latents from [run] seed as torch's generator draws them for diffusers),
  * an LMSDiscreteScheduler's LMS (lms.h), a DDPMScheduler's DDPM (ddim.h; noise as euler_ancestral's),
- * a HeunDiscreteScheduler's Heun (heun.h), a
- * DPMSolverMultistepScheduler's DPM-Solver++
- * (dpm.h), a DDIMScheduler's (or no class's) DDIM (eta 0), another class refused by name
- * unless a [model] scheduler line after hf_config picks one of those; then, as
- * StableDiffusionPipeline's constructor does, steps_offset = 1 and clip_sample = false
- * ([model] keys after hf_config still win). hf_config = a scheduler_config.json reads the
+ * a HeunDiscreteScheduler's Heun (heun.h), a DPMSolverMultistepScheduler's DPM-Solver++
+ * (dpm.h), a UniPCMultistepScheduler's UniPC (unipc.h), a DDIMScheduler's (or no class's)
+ * DDIM (eta 0), another class refused by name unless a [model] scheduler line after
+ * hf_config picks one of those; then, as StableDiffusionPipeline's constructor does,
+ * steps_offset = 1 and clip_sample = false ([model] keys after hf_config still win). hf_config = a scheduler_config.json reads the
  * schedule alone, as the file says (over the preset's parts).
  */
 #ifndef TRIDENT_MODELS_SD_H
@@ -50,6 +57,7 @@
 #include "ddim.h"
 #include "dpm.h"
 #include "euler.h"
+#include "unipc.h"
 #include "trident/model.h"
 #include "clip/clip.h"
 #include "unet/unet.h"
@@ -67,6 +75,9 @@ struct tr_sd_config {
     double eta;                     /* ddim, generate: the pipeline's eta, 0 to 1 (0: deterministic;
                                        above, fresh noise each step: the input "noise" as for
                                        euler_ancestral) */
+    double strength;                /* generate: image to image (StableDiffusionImg2ImgPipeline's
+                                       strength, 0 to 1; 0: text to image): the last
+                                       int(steps·strength) steps, from the image's latents noised */
     /* the scheduler's config.json values, by its names (ddim.h) */
     int64_t num_train_timesteps;
     double beta_start, beta_end;
@@ -80,7 +91,8 @@ struct tr_sd_config {
     double clip_sample_range;
     char scheduler[48];             /* ddim, pndm (PLMS, pndm.h: the SD v1.x files'), euler or
                                        euler_ancestral (euler.h: the latter's noise an input), lms (lms.h),
-                                       heun (heun.h) or dpm (dpm.h); a scheduler file's other class, by
+                                       heun (heun.h), dpm (dpm.h) or unipc (unipc.h); a scheduler
+                                       file's other class, by
                                        name, is refused;
                                        all but ddim: generate only */
     int use_karras_sigmas;          /* euler, lms, heun, dpm (euler.h, lms.h, heun.h, dpm.h) */
@@ -88,11 +100,12 @@ struct tr_sd_config {
     char final_sigmas_type[16];     /* zero, sigma_min (euler, dpm) */
     int ddpm_large;                 /* ddpm: a DDPMScheduler file's variance_type fixed_large (else
                                        fixed_small, or fixed_small_log: the same σ) */
-    int64_t solver_order;           /* dpm (dpm.h): 2 or 1 */
-    char solver_type[16];           /* midpoint, heun */
+    int64_t solver_order;           /* dpm (dpm.h): 2 or 1; unipc (unipc.h): 1 to 3 */
+    char solver_type[16];           /* dpm: midpoint, heun; unipc: bh1, bh2 (midpoint, heun read as bh2) */
     char algorithm_type[20];        /* dpm: dpmsolver++, or sde-dpmsolver++ (fresh noise each step, an
                                        input as for euler_ancestral) */
     int lower_order_final, euler_at_final;
+    char disable_corrector[64];     /* unipc: the steps after which no corrector runs, "0,1" */
     /* [model] hf_config = a diffusers pipeline's directory: its parts' config.json, used
      * where unet, text_encoder or vae holds the part's file name (as the reader sets it) */
     unsigned hf_parts;              /* 1 unet, 2 text_encoder, 4 vae: read */
@@ -101,9 +114,10 @@ struct tr_sd_config {
     struct tr_vae_config hf_vae;
 };
 
-/* c's keys as euler.h and dpm.h take them. */
+/* c's keys as euler.h, dpm.h and unipc.h take them. */
 struct tr_euler_config tr_sd_euler_config(const struct tr_sd_config *c);
 struct tr_dpm_config tr_sd_dpm_config(const struct tr_sd_config *c);
+struct tr_unipc_config tr_sd_unipc_config(const struct tr_sd_config *c);
 
 /* c's UNet (a preset's or hf_config's) and its scheduler, made for num_inference_steps;
  * an error names the key. tr_ddim_free the schedule. */

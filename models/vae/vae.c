@@ -150,8 +150,8 @@ static int mid_block(struct net *n, const struct tr_vae_config *c, int x, int64_
 }
 
 /* Encoder and quant_conv: sample (B,S,S,in) -> moments (B,S/f,S/f,2L). */
-static int encode(struct net *n, const struct tr_vae_config *c, const int64_t *ch, int nb, int x, int64_t B) {
-    int64_t S = c->sample_size;
+static int encode(struct net *n, const struct tr_vae_config *c, const int64_t *ch, int nb, int x, int64_t B,
+                  int64_t S) {
     tr_graph_push_scope(n->g, "encoder");
     x = conv(n, x, c->in_channels, ch[0], 3, 1, 1, 0, "conv_in");
     int64_t prev = ch[0];
@@ -217,7 +217,7 @@ static int vae_build(const void *config, const struct tr_build_opts *o, struct t
     const int64_t img[4] = {B, S, S, c->in_channels}, lat[4] = {B, s, s, 2 * L};
     struct net n = {g, o->dtype, c->norm_num_groups};
     int x = tr_input(g, "sample", o->dtype, 4, img);
-    int moments = encode(&n, c, ch, nb, x, B);
+    int moments = encode(&n, c, ch, nb, x, B, S);
     if (o->task == TR_TASK_FIT) {
         int target = tr_input(g, "target", o->dtype, 4, lat);
         int loss = tr_mse(g, moments, target);
@@ -246,6 +246,23 @@ int tr_vae_decode_graph(const struct tr_vae_config *c, const struct tr_build_opt
     struct net n = {g, o->dtype, c->norm_num_groups};
     *out = decode(&n, c, ch, nb, z, sh[0], sh[1]);
     tr_graph_omit(g, "encoder."), tr_graph_omit(g, "quant_conv.");
+    rc = tr_graph_status(g, err);
+    if (rc) return tr_error_prefix(err, "autoencoder_kl");
+    return TR_OK;
+}
+
+int tr_vae_encode_graph(const struct tr_vae_config *c, const struct tr_build_opts *o, struct tr_graph *g, int image,
+                        int *moments, struct tr_error *err) {
+    int64_t ch[TR_VAE_MAX_BLOCKS];
+    int nb;
+    int rc = vae_validate(c, o, ch, &nb, err);
+    if (rc) return rc;
+    const int64_t *sh = tr_node_shape(g, image), f = (int64_t)1 << (nb - 1);
+    if (tr_node_ndim(g, image) != 4 || sh[1] != sh[2] || sh[1] % f || sh[3] != c->in_channels)
+        return tr_error_set(err, TR_ERR_SHAPE, "autoencoder_kl: an image of %d dimensions, expected [B,S,S,%lld] with S "
+                            "a multiple of %lld", tr_node_ndim(g, image), (long long)c->in_channels, (long long)f);
+    struct net n = {g, o->dtype, c->norm_num_groups};
+    *moments = encode(&n, c, ch, nb, image, sh[0], sh[1]);
     rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "autoencoder_kl");
     return TR_OK;

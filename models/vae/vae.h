@@ -52,4 +52,10 @@ struct tr_graph;
 int tr_vae_decode_graph(const struct tr_vae_config *c, const struct tr_build_opts *o, struct tr_graph *g, int z,
                         int *out, struct tr_error *err);
 
+/* The encoder and quant_conv on image, an existing [B,S,S,in_channels] node of g (S a
+ * multiple of f; o->dtype its dtype): *moments gets [B,S/f,S/f,2·latent_channels], the
+ * posterior's mean and log-variance. */
+int tr_vae_encode_graph(const struct tr_vae_config *c, const struct tr_build_opts *o, struct tr_graph *g, int image,
+                        int *moments, struct tr_error *err);
+
 #endif

@@ -1,7 +1,11 @@
 /* trident — pictures out of a graph: a [B,H,W,C] float tensor of values in [-1, 1] (a VAE
  * decoder's, as diffusers' pipelines make them) written as one 8-bit PNG, the B images side
  * by side. Each value v becomes round(255·clamp((v + 1)/2, 0, 1)), diffusers' "pil"
- * output. C is 1 (grey), 3 (RGB) or 4 (RGBA). */
+ * output. C is 1 (grey), 3 (RGB) or 4 (RGBA).
+ *
+ * And pictures in: a PNG read into every one of the B images of a [B,H,W,3] tensor (its
+ * size H×W exactly; grey made RGB, alpha dropped, as PIL's convert("RGB")), each 8-bit
+ * value p as 2·(p/255) − 1 in float32, diffusers' VaeImageProcessor's. */
 #ifndef TRIDENT_IMAGE_H
 #define TRIDENT_IMAGE_H
 
@@ -16,6 +20,7 @@ extern "C" {
 /* The 8-bit value of v as written. */
 uint8_t tr_image_pixel(double v);
 int tr_image_write_png(const char *path, const struct tr_tensor *img, struct tr_error *err);
+int tr_image_read_png(const char *path, struct tr_tensor *img, struct tr_error *err);
 
 #ifdef __cplusplus
 }

@@ -52,8 +52,9 @@ struct tr_build_opts {
     int64_t batch;
     int64_t seq_len;
     /* A one-graph generate's [generate] prompt, negative_prompt and tokenizer (a directory),
-     * for make_inputs; NULL when not given (synthetic prompts). */
-    const char *prompt, *negative_prompt, *tokenizer;
+     * and init_image (a PNG, image to image's picture), for make_inputs; NULL when not
+     * given (synthetic prompts and picture). */
+    const char *prompt, *negative_prompt, *tokenizer, *init_image;
 };
 
 struct tr_generate_i; /* below */
