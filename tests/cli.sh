@@ -491,7 +491,9 @@ for case in "img2img|image to image with DDIM (the last 3 of 5 steps)" \
     "img2img_unipc|image to image with UniPC (Karras)" \
     "img2img_dpm|image to image with DPM++ 2M" \
     "img2img_heun|image to image with Heun (from run 2 * t_start)" \
-    "img2img_ddpm|image to image with DDPM, its noise as diffusers draws it"; do
+    "img2img_ddpm|image to image with DDPM, its noise as diffusers draws it" \
+    "img2img_pndm|image to image with PNDM (from run 2 of its list)" \
+    "img2img_pndm1|image to image with PNDM from run 1 (its counter 1 from one step higher)"; do
   expect "stable_diffusion: ${case#*|}" 0 '^  jax +ok ' -- "$bin" run "tests/fixtures/reference_sd_${case%%|*}/check.ini"
 done
 # The ancestral run again from the scheduler's own file rather than `scheduler = euler_ancestral`.

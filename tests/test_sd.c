@@ -125,7 +125,7 @@ static double pndm_runs(int n, const struct tr_ddim *s, const struct tr_safetens
     struct tr_pndm_run runs[64];
     int64_t runs_n;
     assert_true(s->steps + 1 <= 64);
-    if (tr_pndm_plan(s, runs, &runs_n, &e)) fail_msg("case %d: %s", n, e.msg);
+    if (tr_pndm_plan(s, 0, runs, &runs_n, &e)) fail_msg("case %d: %s", n, e.msg);
     assert_int_equal(runs_n, tr_tensor_numel(&ts));
     const double *out = os.data;
     double *cur = malloc(sizeof(double) * (size_t)K), *start = malloc(sizeof(double) * (size_t)K), worst = 0;
@@ -782,7 +782,6 @@ static void test_img2img_config(void **state) {
     static const struct {
         const char *task, *lines, *want;
     } bad[] = {{"predict", "[model]\nstrength = 0.5", "strength = 0.5 (image to image) runs in task generate"},
-               {"generate", "[model]\nstrength = 0.5\nscheduler = pndm", "image to image with PNDM is not provided"},
                {"generate", "[model]\nstrength = 0.1\nnum_inference_steps = 5",
                 "strength = 0.1 over num_inference_steps = 5 runs no step"},
                {"generate", "[model]\nstrength = 1.5", "strength"},

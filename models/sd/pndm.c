@@ -14,7 +14,10 @@ static void prev_coeffs(const struct tr_ddim *s, int64_t t, int64_t t_prev, doub
     }
 }
 
-int tr_pndm_plan(const struct tr_ddim *s, struct tr_pndm_run *runs, int64_t *n, struct tr_error *err) {
+int64_t tr_pndm_timestep(const struct tr_ddim *s, int64_t i) { return s->timesteps[i < 2 ? i : i - 1]; }
+
+int tr_pndm_plan(const struct tr_ddim *s, int64_t begin, struct tr_pndm_run *runs, int64_t *n,
+                 struct tr_error *err) {
     if (s->c.prediction == TR_DDIM_SAMPLE)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "pndm: prediction_type sample is not PNDM's (epsilon or "
                             "v_prediction)");
@@ -23,13 +26,13 @@ int tr_pndm_plan(const struct tr_ddim *s, struct tr_pndm_run *runs, int64_t *n, 
     const int64_t S = s->steps, N = s->c.num_train_timesteps, r = s->ratio;
     *n = S == 1 ? 1 : S + 1;
     int ets[4], n_ets = 0;
-    for (int64_t i = 0; i < *n; i++) {
+    for (int64_t i = begin; i < *n; i++) {
         struct tr_pndm_run *u = &runs[i];
-        *u = (struct tr_pndm_run){.t = s->timesteps[i < 2 ? i : i - 1]};
+        *u = (struct tr_pndm_run){.t = tr_pndm_timestep(s, i)};
         int64_t t = u->t, t_prev = t - r;
-        if (i == 1) { /* diffusers' counter 1: the first step again, from its start, on the two outputs' mean */
+        if (i == begin + 1) { /* diffusers' counter 1: the first step again, from its start, on the two outputs' mean */
             t = u->t + r, t_prev = u->t, u->from_start = 1;
-            u->n = 2, u->idx[0] = 1, u->idx[1] = 0, u->w[0] = u->w[1] = 0.5;
+            u->n = 2, u->idx[0] = (int)i, u->idx[1] = (int)begin, u->w[0] = u->w[1] = 0.5;
         } else {
             if (n_ets == 4) {
                 for (int k = 0; k < 3; k++) ets[k] = ets[k + 1];

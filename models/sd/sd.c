@@ -270,15 +270,11 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = %s runs in task generate; "
                             "predict's one step is DDIM's: scheduler = ddim", c->scheduler);
     }
-    if (img2img(c) && (o->task == TR_TASK_PREDICT || pndm(c) || sd_begin(c) >= c->num_inference_steps)) {
+    if (img2img(c) && (o->task == TR_TASK_PREDICT || sd_begin(c) >= c->num_inference_steps)) {
         tr_ddim_free(s);
         if (o->task == TR_TASK_PREDICT)
             return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: strength = %g (image to image) runs in "
                                 "task generate", c->strength);
-        if (pndm(c))
-            return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: strength = %g: image to image with PNDM "
-                                "is not provided (its warm-up step from an image's noised latents); scheduler = ddim, "
-                                "euler, dpm or unipc runs it", c->strength);
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: strength = %g over num_inference_steps = %lld runs "
                             "no step (int(steps * strength) = 0, where diffusers' pipeline fails too)", c->strength,
                             (long long)c->num_inference_steps);
@@ -400,9 +396,9 @@ static int pndm_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
     int64_t n = 0;
     int rc = !runs || !e ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld PNDM steps",
                                         (long long)s->steps)
-                         : tr_pndm_plan(s, runs, &n, err);
+                         : tr_pndm_plan(s, sd_begin(c), runs, &n, err);
     const int start = x;
-    for (int64_t i = 0; i < n && !rc; i++) {
+    for (int64_t i = sd_begin(c); i < n && !rc; i++) {
         const struct tr_pndm_run *r = &runs[i];
         if ((e[i] = unet_run(g, c, u, o, i, x, 1, r->t, text, err)) < 0) {
             rc = err->status;
@@ -637,13 +633,13 @@ static int vae_factor(const struct tr_vae_config *v, int64_t *f, struct tr_error
 }
 
 /* Image to image's start, diffusers' scheduler.add_noise at the first step run: the noised
- * latents a·x0 + b·ε, by ᾱ there (DDIM, DDPM), by its σ (Euler and the others on its
+ * latents a·x0 + b·ε, by ᾱ there (DDIM, DDPM, PNDM), by its σ (Euler and the others on its
  * schedule: a = 1, b = σ; DPM-Solver's and UniPC's: a = α, b = σ·α). */
 static int start_coeffs(const struct tr_sd_config *c, const struct tr_ddim *s, double *a, double *b,
                         struct tr_error *err) {
     const int64_t begin = sd_begin(c), S = s->steps;
-    if (ddim(c) || ddpm(c)) {
-        const double ab = s->alphas_cumprod[s->timesteps[begin]];
+    if (ddim(c) || ddpm(c) || pndm(c)) { /* PNDM's run `begin` of its list (pndm.h) */
+        const double ab = s->alphas_cumprod[pndm(c) ? tr_pndm_timestep(s, begin) : s->timesteps[begin]];
         *a = sqrt(ab), *b = sqrt(1.0 - ab);
         return TR_OK;
     }

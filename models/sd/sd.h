@@ -30,7 +30,8 @@
  * Image to image is StableDiffusionImg2ImgPipeline's: the VAE's encoder (f32) on the image,
  * the posterior's sample mean + std·image_noise times scaling_factor, noised with latents
  * as the scheduler's add_noise does to the first step run (num_inference_steps −
- * int(num_inference_steps·strength)), then the steps from there (every sampler but PNDM).
+ * int(num_inference_steps·strength)), then the steps from there (PNDM's runs from that
+ * run of its list, pndm.h).
  * From a seed, as diffusers' generator draws them: image_noise (one draw for the one
  * picture, repeated), latents, then each step run's noise.
  *
