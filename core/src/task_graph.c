@@ -1,0 +1,185 @@
+/* The task's graph from a config (bench.h's tr_task_graph_build): the model's graph for its
+ * task, fit's training step on it, generate's graphs and its [generate] keys. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "trident/bench.h"
+#include "trident/generate.h"
+#include "trident/graph.h"
+
+/* fit: the model's loss, its trainable params, then backward + optimizer (train.h). */
+static int add_training(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
+    const struct tr_model_desc *m = tg->model;
+    struct tr_graph *g = tg->graph;
+    if (!m->trainable)
+        return tr_error_set(err, TR_ERR_INTERNAL, "model '%s' offers fit but lists no trainable params", m->name);
+    int loss = tr_graph_find(g, "loss");
+    if (loss < 0) return tr_error_set(err, TR_ERR_INTERNAL, "model '%s' built no node named 'loss' for fit", m->name);
+    int rc = tr_train_config_resolve(cfg, &tg->train_cfg, err);
+    if (rc) return rc;
+    int max = tr_graph_n_params(g), n = 0;
+    int *ids = calloc((size_t)(max ? max : 1), sizeof *ids);
+    if (!ids) return tr_error_set(err, TR_ERR_NOMEM, "fit: out of memory");
+    rc = m->trainable(tg->config, g, ids, max, &n, err);
+    tg->train_cfg.dp_ranks = tr_config_data_parallel(cfg) ? cfg->ranks : 0;
+    tg->train_cfg.bucket_bytes = cfg->bucket_mb * 1048576.0;
+    if (!rc) rc = tr_train_build(g, loss, n, ids, &tg->train_cfg, &tg->train, err);
+    free(ids);
+    return rc;
+}
+
+/* generate: [generate] resolved, then the model's two passes; graph is the prefill. */
+static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
+    int rc = tr_generate_config_resolve(cfg, cfg->seed, &tg->gen_cfg, err);
+    if (!rc) rc = tr_generate_text_prompt(cfg, tg->model, tg->config, cfg->batch, &tg->gen_cfg, &tg->text, err);
+    if (rc) return rc;
+    const struct tr_generate_opts o = {.dtype = cfg->dtype, .batch = cfg->batch,
+                                       .prompt_len = tg->gen_cfg.prompt_len, .max_length = tg->gen_cfg.max_length,
+                                       .cache_inputs = tg->gen_cfg.cache_inputs, .prompt_ids = (const int32_t *const *)tg->text.ids,
+                                       .n_prompt_ids = tg->text.n_ids, .n_prompts = tg->text.n};
+    rc = tr_generate_build(tg->model, tg->config, &o, &tg->gen, err);
+    if (rc) {
+        int line = 0;
+        for (int i = 0; i < cfg->n_kv; i++)
+            if (!strcmp(cfg->kv[i].section, "generate") && !strcmp(cfg->kv[i].key, "max_length")) line = cfg->kv[i].line;
+        return tr_error_prefix(err, "%s:%d: building model '%s' (preset %s) for generate ([generate] max_length = %lld, "
+                               "prompt_len = %lld; [run] batch = %lld)",
+                               cfg->file, line, tg->model->name, cfg->preset, (long long)o.max_length,
+                               (long long)o.prompt_len, (long long)o.batch);
+    }
+    tg->graph = tg->gen.prefill;
+    tg->n_model_inputs = tr_graph_n_inputs(tg->graph);
+    tg->opts.seq_len = o.prompt_len;
+    return TR_OK;
+}
+
+/* [generate] of a model whose generate is one graph (a text-to-image run): image = PATH,
+ * the PNG of its output "image" (an output: relative to the current directory, as --json
+ * OUT is, not to the INI's); prompt and negative_prompt, tokenized by the model with
+ * tokenizer = DIR (relative to the INI's directory; by default the tokenizer/ beside a
+ * [run] weights directory, as a diffusers pipeline is saved); init_image = PNG (relative
+ * to the INI's directory), an input picture (image to image). */
+static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
+    int prompt_line = 0;
+    for (int i = 0; i < cfg->n_kv; i++) {
+        const struct tr_config_kv *kv = &cfg->kv[i];
+        if (strcmp(kv->section, "generate") != 0) continue;
+        int rc = TR_OK;
+        if (strcmp(kv->key, "image") == 0) {
+            if (snprintf(tg->image, sizeof tg->image, "%s", kv->value) >= (int)sizeof tg->image || !kv->value[0])
+                rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] image = %s: expected a path of 1 to %zu "
+                                  "bytes", cfg->file, kv->line, kv->value, sizeof tg->image - 1);
+        } else if (strcmp(kv->key, "prompt") == 0) {
+            snprintf(tg->prompt, sizeof tg->prompt, "%s", kv->value);
+            tg->opts.prompt = tg->prompt;
+            prompt_line = kv->line;
+        } else if (strcmp(kv->key, "negative_prompt") == 0) {
+            snprintf(tg->negative_prompt, sizeof tg->negative_prompt, "%s", kv->value);
+            tg->opts.negative_prompt = tg->negative_prompt;
+        } else if (strcmp(kv->key, "tokenizer") == 0) {
+            rc = tr_config_path(cfg, kv->value, tg->tokenizer, sizeof tg->tokenizer, err);
+            if (rc) tr_error_prefix(err, "%s:%d: [generate] tokenizer", cfg->file, kv->line);
+        } else if (strcmp(kv->key, "init_image") == 0) {
+            rc = tr_config_path(cfg, kv->value, tg->init_image, sizeof tg->init_image, err);
+            if (rc) tr_error_prefix(err, "%s:%d: [generate] init_image", cfg->file, kv->line);
+            else tg->opts.init_image = tg->init_image;
+        } else {
+            rc = tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [generate] %s = %s: unknown key for model '%s' (keys: "
+                              "image, prompt, negative_prompt, tokenizer, init_image)", cfg->file, kv->line, kv->key, kv->value,
+                              tg->model->name);
+        }
+        if (rc) return rc;
+    }
+    if (tg->opts.negative_prompt && !tg->opts.prompt)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: [generate] negative_prompt without a prompt", cfg->file);
+    if (tg->opts.prompt && !tg->tokenizer[0]) {
+        struct stat sb;
+        const size_t n = strlen(cfg->weights);
+        if (n && n + 11 <= sizeof tg->tokenizer && stat(cfg->weights, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            memcpy(tg->tokenizer, cfg->weights, n);
+            memcpy(tg->tokenizer + n, "/tokenizer", 11);
+        } else
+            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] prompt needs a tokenizer: [generate] "
+                                "tokenizer = DIR (its vocab.json and merges.txt), or [run] weights = a pipeline's "
+                                "directory with a tokenizer/", cfg->file, prompt_line);
+    }
+    if (tg->opts.prompt) tg->opts.tokenizer = tg->tokenizer;
+    return TR_OK;
+}
+
+int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,
+                        struct tr_task_graph *tg, struct tr_error *err) {
+    memset(tg, 0, sizeof *tg);
+    int rc = tr_model_find(models, cfg->model, &tg->model, err);
+    if (rc) return tr_error_prefix(err, "%s: [run] model = %s", cfg->file, cfg->model);
+    const struct tr_model_desc *m = tg->model;
+    enum tr_task task;
+    if (tr_task_from_name(cfg->task, &task) != TR_OK)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: [run] task = %s: expected predict, fit or generate",
+                            cfg->file, cfg->task);
+    if (!(m->tasks & (1u << task))) {
+        char have[128] = "";
+        for (int t = 0; t < TR_TASK_COUNT; t++)
+            if (m->tasks & (1u << t)) {
+                if (have[0]) strcat(have, ", ");
+                strcat(have, tr_task_name((enum tr_task)t));
+            }
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: [run] task = %s: model '%s' offers %s", cfg->file,
+                            cfg->task, m->name, have);
+    }
+    tg->config = calloc(1, m->config_size);
+    if (!tg->config) return tr_error_set(err, TR_ERR_NOMEM, "model config: out of memory");
+    rc = tr_model_resolve(m, cfg->preset, cfg, tg->config, err);
+    if (rc) goto fail;
+    tg->opts = (struct tr_build_opts){.task = task, .dtype = cfg->dtype, .batch = cfg->batch, .seq_len = cfg->seq_len};
+    const int64_t own_seq_len = !cfg->seq_len_line && m->default_seq_len ? m->default_seq_len(tg->config) : 0;
+    if (own_seq_len > 0) tg->opts.seq_len = own_seq_len; /* no [run] seq_len: the model's own */
+    if (tr_config_data_parallel(cfg)) { /* each rank's graph takes its share of the batch */
+        if (task != TR_TASK_FIT) {
+            rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: [run] task = %s on %d ranks: data parallelism trains "
+                              "(task = fit); run %s in one process", cfg->file, cfg->task, cfg->ranks, cfg->task);
+            goto fail;
+        }
+        if (cfg->batch % cfg->ranks != 0) {
+            rc = tr_error_set(err, TR_ERR_INVALID, "%s: [run] batch = %lld on %d ranks: expected a multiple of the "
+                              "ranks (batch is the global batch; each rank takes batch / ranks samples)", cfg->file,
+                              (long long)cfg->batch, cfg->ranks);
+            goto fail;
+        }
+        tg->opts.batch = cfg->batch / cfg->ranks;
+    }
+    if (task == TR_TASK_GENERATE && m->generate) {
+        rc = build_generate(cfg, tg, err);
+        if (rc) goto fail;
+        return TR_OK;
+    }
+    if (task == TR_TASK_GENERATE && (rc = generate_keys(cfg, tg, err)) != TR_OK) goto fail;
+    rc = tr_graph_init(&tg->graph, err);
+    if (rc) goto fail;
+    rc = m->build(tg->config, &tg->opts, tg->graph, err);
+    if (rc == TR_OK) rc = tr_graph_status(tg->graph, err);
+    tg->n_model_inputs = tr_graph_n_inputs(tg->graph);
+    if (rc == TR_OK && task == TR_TASK_FIT) rc = add_training(cfg, tg, err);
+    if (rc) {
+        const int line = tr_config_model_line(cfg, err->msg);
+        char where[32] = "";
+        if (line) snprintf(where, sizeof where, ":%d", line);
+        tr_error_prefix(err, "%s%s: building model '%s' (preset %s, task %s)", cfg->file, where, m->name, cfg->preset,
+                        cfg->task);
+        goto fail;
+    }
+    return TR_OK;
+fail:
+    tr_task_graph_free(tg);
+    return rc;
+}
+
+void tr_task_graph_free(struct tr_task_graph *tg) {
+    tr_train_step_free(&tg->train);
+    tr_generate_text_free(tg->model, &tg->text);
+    if (tg->gen.prefill) tg->graph = NULL; /* the prefill pass, freed with the decode pass */
+    tr_generate_graphs_free(&tg->gen);
+    tr_graph_free(tg->graph);
+    free(tg->config);
+    memset(tg, 0, sizeof *tg);
+}
