@@ -470,7 +470,7 @@ expect "stable_diffusion with Heun against diffusers' pipeline in float64" 0 \
 # (the graph's input "noise") draw it after the latents from the same generator. Away from
 # each reference without what it checks: ancestral run as Euler 0.095, eta 0 0.17, the
 # deterministic DPM++ 2M 0.41, LMS as Euler 0.025, no guidance_rescale 0.026, UniPC without
-# its corrector 0.031 (DPM++ 2M's picture) and with bh1 0.057.
+# its corrector 0.031 (DPM++ 2M's picture) and with bh1 0.057, without clip_skip 0.84.
 for case in "seed|a prompt and a seed give diffusers' pictures for that generator" \
     "ancestral|Euler ancestral, its noise as diffusers draws it" \
     "eta|DDIM with eta 0.8, its noise as diffusers draws it" \
@@ -479,6 +479,7 @@ for case in "seed|a prompt and a seed give diffusers' pictures for that generato
     "lms|LMS over 6 steps (order 4 from the fourth)" \
     "unipc|UniPC (bh2, order 2: predictor and corrector)" \
     "unipc3|UniPC of order 3 with Karras sigmas" \
+    "clip_skip|the pipeline's clip_skip 1 (the prompt's embeddings from the layer before the last)" \
     "rescale|guidance_rescale 0.7 as diffusers' pipeline rescales"; do
   expect "stable_diffusion: ${case#*|}" 0 '^  jax +ok ' -- "$bin" run "tests/fixtures/reference_sd_${case%%|*}/check.ini"
 done

@@ -566,6 +566,7 @@ static void test_pipeline_config(void **state) {
                {"prediction_type = noise", "prediction_type = 'noise': expected epsilon, v_prediction or sample"},
                {"rescale_betas_zero_snr = true\ntimestep_spacing = trailing", "timestep 999 has alpha_cumprod 0"},
                {"scheduler = pndm", "scheduler = pndm runs in task generate"},
+               {"clip_skip = 1", "clip_skip = 1 is generate's text encoder's"},
                {"scheduler = plms", "scheduler = 'plms': expected ddim, ddpm, pndm, euler, euler_ancestral, lms, heun, dpm "
                                     "or unipc"},
                {"scheduler = dpm\nalgorithm_type = dpmsolver", "algorithm_type = 'dpmsolver': expected dpmsolver++ or "
@@ -585,7 +586,8 @@ static void test_pipeline_config(void **state) {
         const char *lines, *want;
     } plan[] = {{"lower_order_final = false", "unipc: the last step is of order 2 onto sigma 0, where diffusers' UniPC "
                                               "divides by 0 (NaN)"},
-                {"disable_corrector = 1;2", "disable_corrector = '1;2': expected step numbers"}};
+                {"disable_corrector = 1;2", "disable_corrector = '1;2': expected step numbers"},
+                {"clip_skip = 2", "clip_skip = 2, expected 0 to num_hidden_layers - 1 = 1"}};
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
         snprintf(ini, sizeof ini, "[run]\nmodel = stable_diffusion\npreset = tiny\ntask = generate\n[model]\n"
                  "scheduler = unipc\nnum_inference_steps = 3\n%s\n", plan[i].lines);

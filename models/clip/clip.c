@@ -123,8 +123,16 @@ static int encoder_layer(struct tr_graph *g, const struct tr_clip_text_config *c
 
 int tr_clip_text_graph(const struct tr_clip_text_config *c, const struct tr_build_opts *o, struct tr_graph *g,
                        int ids, int *out, struct tr_error *err) {
+    return tr_clip_text_graph_skip(c, o, g, ids, 0, out, NULL, err);
+}
+
+int tr_clip_text_graph_skip(const struct tr_clip_text_config *c, const struct tr_build_opts *o, struct tr_graph *g,
+                            int ids, int64_t skip, int *out, int *skipped, struct tr_error *err) {
     int rc = clip_validate(c, o, err);
     if (rc) return rc;
+    if (skip < 0 || skip >= c->num_hidden_layers || (skip > 0 && !skipped))
+        return tr_error_set(err, TR_ERR_INVALID, "clip_text: clip_skip = %lld, expected 0 to num_hidden_layers - 1 = "
+                            "%lld", (long long)skip, (long long)(c->num_hidden_layers - 1));
     const enum tr_dtype dt = o->dtype;
     const int64_t B = o->batch, T = o->seq_len, D = c->hidden_size;
     int32_t *pos_ids = malloc(sizeof(int32_t) * (size_t)T);
@@ -141,12 +149,19 @@ int tr_clip_text_graph(const struct tr_clip_text_config *c, const struct tr_buil
     int x = tr_embedding(g, wte, ids);
     x = tr_add(g, x, tr_embedding(g, wpe, pos));
     tr_graph_pop_scope(g);
+    int before_skip = -1;
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        if (skip > 0 && l == c->num_hidden_layers - skip) before_skip = x;
         tr_graph_push_scope(g, "encoder.layers.%lld", (long long)l);
         x = encoder_layer(g, c, dt, B, T, x);
         tr_graph_pop_scope(g);
     }
     x = layer_norm(g, x, D, dt, c->layer_norm_eps, "final_layer_norm");
+    if (skip > 0) { /* final_layer_norm again, its weights shared (an instance of it) */
+        tr_graph_set_instance(g, 1);
+        *skipped = layer_norm(g, before_skip, D, dt, c->layer_norm_eps, "final_layer_norm");
+        tr_graph_set_instance(g, 0);
+    }
     tr_graph_pop_scope(g);
     rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "clip_text");

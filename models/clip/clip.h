@@ -42,5 +42,10 @@ int64_t tr_clip_prompt_len(int64_t b, int64_t T);
 struct tr_graph;
 int tr_clip_text_graph(const struct tr_clip_text_config *c, const struct tr_build_opts *o, struct tr_graph *g,
                        int ids, int *out, struct tr_error *err);
+/* The same, and with skip > 0 (below num_hidden_layers) *skipped too: the hidden state
+ * after layer num_hidden_layers − skip through final_layer_norm, as diffusers' pipelines
+ * take it for clip_skip = skip (hidden_states[−(skip + 1)]). */
+int tr_clip_text_graph_skip(const struct tr_clip_text_config *c, const struct tr_build_opts *o, struct tr_graph *g,
+                            int ids, int64_t skip, int *out, int *skipped, struct tr_error *err);
 
 #endif

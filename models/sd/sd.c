@@ -60,6 +60,11 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = %s runs in task generate; "
                             "predict's one step is DDIM's: scheduler = ddim", c->scheduler);
     }
+    if (o->task == TR_TASK_PREDICT && c->clip_skip > 0) {
+        tr_ddim_free(s);
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: clip_skip = %lld is generate's text encoder's; "
+                            "predict takes the text's embeddings as an input", (long long)c->clip_skip);
+    }
     if (img2img(c) && (o->task == TR_TASK_PREDICT || sd_begin(c) >= c->num_inference_steps)) {
         tr_ddim_free(s);
         if (o->task == TR_TASK_PREDICT)
@@ -488,7 +493,12 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     if (img2img(c) && (x = image_start(g, c, u, vae, o, s, x, err)) < 0) return err->status;
     const struct tr_build_opts to = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = 2 * B, .seq_len = o->seq_len};
     int text;
-    if ((rc = tr_clip_text_graph(clip, &to, g, ids, &text, err)) != TR_OK) return rc;
+    int skipped = -1;
+    if ((rc = tr_clip_text_graph_skip(clip, &to, g, ids, c->clip_skip, &text, &skipped, err)) != TR_OK) return rc;
+    if (c->clip_skip > 0) { /* diffusers skips layers for the prompt alone: the negative rows keep the last */
+        const int halves[2] = {tr_slice(g, text, 0, 0, B, 1), tr_slice(g, skipped, 0, B, 2 * B, 1)};
+        text = tr_concat(g, 2, halves, 0);
+    }
     if (pndm(c) && (x = pndm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
     if ((euler(c) || euler_a(c)) && (x = euler_steps(g, c, u, o, s, x, text, noise, err)) < 0) return err->status;
     if (dpm(c) && (x = dpm_steps(g, c, u, o, s, x, text, noise, err)) < 0) return err->status;

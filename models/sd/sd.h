@@ -76,6 +76,10 @@ struct tr_sd_config {
     double eta;                     /* ddim, generate: the pipeline's eta, 0 to 1 (0: deterministic;
                                        above, fresh noise each step: the input "noise" as for
                                        euler_ancestral) */
+    int64_t clip_skip;              /* generate: the pipeline's clip_skip (0: none): the prompt's
+                                       embeddings from the text encoder's layer L − clip_skip
+                                       (then its final layer norm); the negative prompt's from
+                                       layer L, as diffusers' pipelines take them */
     double strength;                /* generate: image to image (StableDiffusionImg2ImgPipeline's
                                        strength, 0 to 1; 0: text to image): the last
                                        int(steps·strength) steps, from the image's latents noised */

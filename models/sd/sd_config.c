@@ -28,6 +28,9 @@ static const struct tr_model_key sd_keys[] = {
          "rescaled to the conditional one's standard deviation, that much (for zero-SNR models)"),
     KEY_(eta, TR_KEY_FLOAT, 0, 1, "ddim, generate: the pipeline's eta (0 deterministic; above, fresh noise each "
          "step from [run] seed, as torch's generator draws it for diffusers)"),
+    KEY_(clip_skip, TR_KEY_INT, 0, 1000, "generate: the pipeline's clip_skip (0: none): the prompt's embeddings "
+         "from the text encoder's layer num_hidden_layers - clip_skip, then its final layer norm; the negative "
+         "prompt's from the last layer, as diffusers' pipelines take them"),
     KEY_(strength, TR_KEY_FLOAT, 0, 1, "generate: image to image from [generate] init_image, as "
          "StableDiffusionImg2ImgPipeline's strength (the last int(steps * strength) steps run on the image's latents "
          "noised to the first of them); 0 (the default): text to image"),
@@ -358,7 +361,7 @@ static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_er
     snprintf(c->prediction_type, sizeof c->prediction_type, "epsilon");
     static const char *const skip[] = {"unet",          "text_encoder", "vae", "num_inference_steps", "step",
                                        "guidance_scale", "eta",         "scheduler",
-                                       "guidance_rescale", NULL};
+                                       "guidance_rescale", "clip_skip", "strength", NULL};
     /* PNDM's Runge-Kutta warm-up (skip_prk_steps false, its default) is not provided: SD's
      * files skip it */
     const cJSON *prk = cJSON_GetObjectItemCaseSensitive(root, "skip_prk_steps");
