@@ -169,7 +169,7 @@ model = stable_diffusion
 preset = tiny
 task = generate
 [generate]
-max_length = 8" "generate of a one-graph model names its keys" 'genbad.ini:6: \[generate\] max_length = 8: unknown key for model .stable_diffusion. \(keys: image, prompt, negative_prompt, tokenizer, init_image\)'
+max_length = 8" "generate of a one-graph model names its keys" 'genbad.ini:6: \[generate\] max_length = 8: unknown key for model .stable_diffusion. \(keys: image, prompt, negative_prompt, tokenizer, init_image, mask_image\)'
 # bf16 text to image: ten guided steps drift the backends apart past bf16's 2e-2 (each
 # step multiplies the two halves' difference by 7.5): a sampler's run is held to 1e-1 in
 # bf16, and says so; [run] tolerance says what to accept instead.
@@ -494,7 +494,9 @@ for case in "img2img|image to image with DDIM (the last 3 of 5 steps)" \
     "img2img_heun|image to image with Heun (from run 2 * t_start)" \
     "img2img_ddpm|image to image with DDPM, its noise as diffusers draws it" \
     "img2img_pndm|image to image with PNDM (from run 2 of its list)" \
-    "img2img_pndm1|image to image with PNDM from run 1 (its counter 1 from one step higher)"; do
+    "img2img_pndm1|image to image with PNDM from run 1 (its counter 1 from one step higher)" \
+    "inpaint|inpainting (an inpainting UNet, mask_image) from noise at strength 1" \
+    "inpaint_ancestral|inpainting from the picture at strength 0.6 with Euler ancestral"; do
   expect "stable_diffusion: ${case#*|}" 0 '^  jax +ok ' -- "$bin" run "tests/fixtures/reference_sd_${case%%|*}/check.ini"
 done
 # The ancestral run again from the scheduler's own file rather than `scheduler = euler_ancestral`.

@@ -804,6 +804,16 @@ static void test_img2img_config(void **state) {
         tr_assert_msg_has(&e, bad[i].want);
         print_message("refused: %s\n", e.msg);
     }
+    /* an inpainting UNet: generate only */
+    char ini[512];
+    snprintf(ini, sizeof ini, "[run]\nmodel = stable_diffusion\npreset = tiny\ntask = predict\n[model]\n"
+             "hf_config = tests/fixtures/sd_tiny_inpaint\n");
+    struct tr_config cfg;
+    struct tr_error e = {0};
+    struct tr_task_graph tg;
+    assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+    assert_int_not_equal(tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e), TR_OK);
+    tr_assert_msg_has(&e, "takes 9 channels, an inpainting UNet's");
     struct tr_sd_config c = *preset("tiny");
     c.num_inference_steps = 4, c.strength = 0.5;
     struct tr_graph *g = tr_test_model_build(M, &c, TR_TASK_GENERATE, TR_DTYPE_F32, 2, 16);

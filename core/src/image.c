@@ -50,9 +50,9 @@ int tr_image_write_png(const char *path, const struct tr_tensor *img, struct tr_
 
 int tr_image_read_png(const char *path, struct tr_tensor *img, struct tr_error *err) {
     if (!path || !img || !img->data) return tr_error_set(err, TR_ERR_INVALID, "image: NULL path or tensor");
-    if (img->ndim != 4 || img->shape[3] != 3) {
+    if (img->ndim != 4 || (img->shape[3] != 3 && img->shape[3] != 1)) {
         char sh[96];
-        return tr_error_set(err, TR_ERR_SHAPE, "image '%s': read into %s, expected [B,H,W,3]", path,
+        return tr_error_set(err, TR_ERR_SHAPE, "image '%s': read into %s, expected [B,H,W,3] or [B,H,W,1]", path,
                             tr_shape_str(img->ndim, img->shape, sh, sizeof sh));
     }
     png_image pi;
@@ -81,12 +81,19 @@ int tr_image_read_png(const char *path, struct tr_tensor *img, struct tr_error *
         png_image_free(&pi);
         return rc;
     }
+    const int64_t C = img->shape[3];
     for (int64_t b = 0; b < B; b++)
-        for (int64_t i = 0; i < H * W; i++)
-            for (int64_t c = 0; c < 3; c++) { /* float32, as numpy's /255 then 2x − 1 */
-                const float v = 2.0f * ((float)px[i * 4 + c] / 255.0f) - 1.0f;
-                tr_tensor_set_f64(img, (b * H * W + i) * 3 + c, (double)v);
+        for (int64_t i = 0; i < H * W; i++) {
+            const uint8_t *p = px + i * 4;
+            if (C == 1) { /* PIL's L: ITU-R 601-2 luma in 16-bit fixed point, rounded; then /255 */
+                const uint32_t l = ((uint32_t)p[0] * 19595u + (uint32_t)p[1] * 38470u + (uint32_t)p[2] * 7471u +
+                                    0x8000u) >> 16;
+                tr_tensor_set_f64(img, b * H * W + i, (double)((float)l / 255.0f));
+                continue;
             }
+            for (int64_t c = 0; c < 3; c++) /* float32, as numpy's /255 then 2x − 1 */
+                tr_tensor_set_f64(img, (b * H * W + i) * 3 + c, (double)(2.0f * ((float)p[c] / 255.0f) - 1.0f));
+        }
     free(px);
     return TR_OK;
 }

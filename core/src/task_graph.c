@@ -57,8 +57,9 @@ static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg,
  * the PNG of its output "image" (an output: relative to the current directory, as --json
  * OUT is, not to the INI's); prompt and negative_prompt, tokenized by the model with
  * tokenizer = DIR (relative to the INI's directory; by default the tokenizer/ beside a
- * [run] weights directory, as a diffusers pipeline is saved); init_image = PNG (relative
- * to the INI's directory), an input picture (image to image). */
+ * [run] weights directory, as a diffusers pipeline is saved); init_image = PNG and
+ * mask_image = PNG (relative to the INI's directory): the picture to start from (image to
+ * image, inpainting) and the part of it to repaint (inpainting). */
 static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
     int prompt_line = 0;
     for (int i = 0; i < cfg->n_kv; i++) {
@@ -79,13 +80,16 @@ static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, 
         } else if (strcmp(kv->key, "tokenizer") == 0) {
             rc = tr_config_path(cfg, kv->value, tg->tokenizer, sizeof tg->tokenizer, err);
             if (rc) tr_error_prefix(err, "%s:%d: [generate] tokenizer", cfg->file, kv->line);
-        } else if (strcmp(kv->key, "init_image") == 0) {
-            rc = tr_config_path(cfg, kv->value, tg->init_image, sizeof tg->init_image, err);
-            if (rc) tr_error_prefix(err, "%s:%d: [generate] init_image", cfg->file, kv->line);
-            else tg->opts.init_image = tg->init_image;
+        } else if (strcmp(kv->key, "init_image") == 0 || strcmp(kv->key, "mask_image") == 0) {
+            const int init = kv->key[0] == 'i';
+            char *path = init ? tg->init_image : tg->mask_image;
+            rc = tr_config_path(cfg, kv->value, path, sizeof tg->init_image, err);
+            if (rc) tr_error_prefix(err, "%s:%d: [generate] %s", cfg->file, kv->line, kv->key);
+            else if (init) tg->opts.init_image = path;
+            else tg->opts.mask_image = path;
         } else {
             rc = tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [generate] %s = %s: unknown key for model '%s' (keys: "
-                              "image, prompt, negative_prompt, tokenizer, init_image)", cfg->file, kv->line, kv->key, kv->value,
+                              "image, prompt, negative_prompt, tokenizer, init_image, mask_image)", cfg->file, kv->line, kv->key, kv->value,
                               tg->model->name);
         }
         if (rc) return rc;

@@ -27,10 +27,11 @@ static int sd_parts(const struct tr_sd_config *c, const struct tr_unet_config *u
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: text_encoder %s is %lld wide, unet %s attends to "
                             "%lld (cross_attention_dim)", c->text_encoder, (long long)(*clip)->hidden_size, c->unet,
                             (long long)u->cross_attention_dim);
-    if ((*vae)->latent_channels != u->out_channels || u->in_channels != u->out_channels)
+    if ((*vae)->latent_channels != u->out_channels || (u->in_channels != u->out_channels && !inpainting(u)))
         return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: vae %s decodes %lld latent channels, unet %s makes "
-                            "%lld from %lld", c->vae, (long long)(*vae)->latent_channels, c->unet,
-                            (long long)u->out_channels, (long long)u->in_channels);
+                            "%lld from %lld (the latents', or an inpainting UNet's 2 * %lld + 1)", c->vae,
+                            (long long)(*vae)->latent_channels, c->unet, (long long)u->out_channels,
+                            (long long)u->in_channels, (long long)u->out_channels);
     return TR_OK;
 }
 
@@ -59,6 +60,12 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
         tr_ddim_free(s);
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: scheduler = %s runs in task generate; "
                             "predict's one step is DDIM's: scheduler = ddim", c->scheduler);
+    }
+    if (o->task == TR_TASK_PREDICT && inpainting(*u)) {
+        tr_ddim_free(s);
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: unet %s takes %lld channels, an inpainting "
+                            "UNet's (the latents', the mask's, the masked picture's): it runs in task generate, with "
+                            "[generate] init_image and mask_image", c->unet, (long long)(*u)->in_channels);
     }
     if (o->task == TR_TASK_PREDICT && c->clip_skip > 0) {
         tr_ddim_free(s);
@@ -152,17 +159,27 @@ static int unet_guided(struct tr_graph *g, const struct tr_sd_config *c, const s
     return dt == TR_DTYPE_F32 ? *guided : tr_cast(g, *guided, TR_DTYPE_F32);
 }
 
-/* Run i of a sampler: instance i of the guided UNet on c_in·x (x where c_in is 1) at the
- * constant timestep t; its f32 output, or -1 with err set. */
+/* What every run of a sampler takes besides the latents: the text's embeddings [2B,T,D]; the
+ * fresh noise (f32 [steps·B,S,S,C], -1 none); what an inpainting UNet takes after the
+ * latents' channels (f32 [B,S,S,C + 1]: the mask and the masked picture's latents; -1
+ * none); whether the latents start from a picture (not scaled by the initial σ then). */
+struct sd_run {
+    int text, noise, extra, from_image;
+};
+
+/* Run i of a sampler: instance i of the guided UNet on c_in·x (x where c_in is 1), then
+ * r->extra's channels, at the constant timestep t; its f32 output, or -1 with err set. */
 static int unet_run(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
-                    const struct tr_build_opts *o, int64_t i, int x, double c_in, double t, int text,
+                    const struct tr_build_opts *o, int64_t i, int x, double c_in, double t, const struct sd_run *r,
                     struct tr_error *err) {
     const int64_t one[1] = {1};
     const float tf = (float)t;
     int guided;
     tr_graph_set_instance(g, (int)i);
     if (c_in != 1) x = tr_scale(g, x, (float)c_in, 0.0f);
-    const int e = unet_guided(g, c, u, o, x, tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, &guided, err);
+    if (r->extra >= 0) x = tr_concat(g, 2, (const int[2]){x, r->extra}, 3);
+    const int e = unet_guided(g, c, u, o, x, tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), r->text, &guided,
+                              err);
     if (e < 0 && !err->status) tr_error_set(err, TR_ERR_INTERNAL, "stable_diffusion: run %lld's UNet failed", (long long)i);
     return e;
 }
@@ -185,7 +202,8 @@ static int denoise(struct tr_graph *g, const struct tr_sd_config *c, const struc
 /* PNDM's runs (pndm.h) on the latents x, f32: each an instance of the UNet; returns the
  * denoised latents (-1 on an error). */
 static int pndm_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
-                      const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
+                      const struct tr_build_opts *o, const struct tr_ddim *s, int x, const struct sd_run *sr,
+                      struct tr_error *err) {
     struct tr_pndm_run *runs = malloc(sizeof *runs * (size_t)(s->steps + 1));
     int *e = malloc(sizeof *e * (size_t)(s->steps + 1));
     int64_t n = 0;
@@ -195,7 +213,7 @@ static int pndm_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
     const int start = x;
     for (int64_t i = sd_begin(c); i < n && !rc; i++) {
         const struct tr_pndm_run *r = &runs[i];
-        if ((e[i] = unet_run(g, c, u, o, i, x, 1, r->t, text, err)) < 0) {
+        if ((e[i] = unet_run(g, c, u, o, i, x, 1, r->t, sr, err)) < 0) {
             rc = err->status;
             break;
         }
@@ -213,7 +231,7 @@ static int pndm_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
  * instance of the UNet on c_in·x; ancestral ones add c_n times step i's rows of noise
  * (f32 [steps·B,S,S,C]; -1 otherwise). Returns the denoised latents (-1 on an error). */
 static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
-                       const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, int noise,
+                       const struct tr_build_opts *o, const struct tr_ddim *s, int x, const struct sd_run *sr,
                        struct tr_error *err) {
     struct tr_euler_step *steps = malloc(sizeof *steps * (size_t)s->steps);
     const struct tr_euler_config ec = tr_sd_euler_config(c);
@@ -221,14 +239,14 @@ static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
     int rc = !steps ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld Euler steps",
                                    (long long)s->steps)
                     : tr_euler_plan(s, &ec, steps, &init, err);
-    if (!rc && !img2img(c)) x = tr_scale(g, x, (float)init, 0.0f);
+    if (!rc && !sr->from_image) x = tr_scale(g, x, (float)init, 0.0f);
     for (int64_t i = sd_begin(c); i < s->steps && !rc; i++) {
         const struct tr_euler_step *k = &steps[i];
-        const int e = unet_run(g, c, u, o, i, x, k->c_in, k->t, text, err);
+        const int e = unet_run(g, c, u, o, i, x, k->c_in, k->t, sr, err);
         if (e < 0) rc = err->status;
         else x = tr_add(g, tr_scale(g, x, (float)k->c_x, 0.0f), tr_scale(g, e, (float)k->c_o, 0.0f));
-        if (!rc && noise >= 0 && k->c_n > 0)
-            x = add_noise(g, x, noise, i, o->batch, k->c_n);
+        if (!rc && sr->noise >= 0 && k->c_n > 0)
+            x = add_noise(g, x, sr->noise, i, o->batch, k->c_n);
     }
     free(steps);
     return rc ? -1 : x;
@@ -238,7 +256,8 @@ static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
  * instance of the UNet on c_in·x, its derivative kept for the steps after; returns the
  * denoised latents (-1 on an error). */
 static int lms_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
-                     const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
+                     const struct tr_build_opts *o, const struct tr_ddim *s, int x, const struct sd_run *sr,
+                      struct tr_error *err) {
     struct tr_lms_step *steps = malloc(sizeof *steps * (size_t)s->steps);
     int *d = malloc(sizeof *d * (size_t)s->steps);
     const struct tr_euler_config ec = tr_sd_euler_config(c);
@@ -246,10 +265,10 @@ static int lms_steps(struct tr_graph *g, const struct tr_sd_config *c, const str
     int rc = !steps || !d ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld LMS steps",
                                          (long long)s->steps)
                           : tr_lms_plan(s, &ec, steps, &init, err);
-    if (!rc && !img2img(c)) x = tr_scale(g, x, (float)init, 0.0f);
+    if (!rc && !sr->from_image) x = tr_scale(g, x, (float)init, 0.0f);
     for (int64_t i = sd_begin(c); i < s->steps && !rc; i++) {
         const struct tr_lms_step *k = &steps[i];
-        const int e = unet_run(g, c, u, o, i, x, k->c_in, k->t, text, err);
+        const int e = unet_run(g, c, u, o, i, x, k->c_in, k->t, sr, err);
         if (e < 0) {
             rc = err->status;
             break;
@@ -266,7 +285,8 @@ static int lms_steps(struct tr_graph *g, const struct tr_sd_config *c, const str
  * instance of the UNet on c_in·x; a step's first run keeps its input and derivative for its
  * second; returns the denoised latents (-1 on an error). */
 static int heun_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
-                      const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
+                      const struct tr_build_opts *o, const struct tr_ddim *s, int x, const struct sd_run *sr,
+                      struct tr_error *err) {
     struct tr_heun_run *runs = malloc(sizeof *runs * (size_t)(2 * s->steps));
     const struct tr_euler_config ec = tr_sd_euler_config(c);
     double init = 1;
@@ -274,11 +294,11 @@ static int heun_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
     int rc = !runs ? tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld Heun steps",
                                   (long long)s->steps)
                    : tr_heun_plan(s, &ec, runs, &n, &init, err);
-    if (!rc && !img2img(c)) x = tr_scale(g, x, (float)init, 0.0f);
+    if (!rc && !sr->from_image) x = tr_scale(g, x, (float)init, 0.0f);
     int saved = -1, d1 = -1;
     for (int64_t i = 2 * sd_begin(c); i < n && !rc; i++) { /* step b's first run is run 2b */
         const struct tr_heun_run *r = &runs[i];
-        const int e = unet_run(g, c, u, o, i, x, r->c_in, r->t, text, err);
+        const int e = unet_run(g, c, u, o, i, x, r->c_in, r->t, sr, err);
         if (e < 0) {
             rc = err->status;
             break;
@@ -300,7 +320,7 @@ static int heun_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
  * the data predictions d_i carried to the next step; returns the denoised latents (-1 on
  * an error). */
 static int dpm_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
-                     const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, int noise,
+                     const struct tr_build_opts *o, const struct tr_ddim *s, int x, const struct sd_run *sr,
                      struct tr_error *err) {
     struct tr_dpm_step *steps = malloc(sizeof *steps * (size_t)s->steps);
     const struct tr_dpm_config dc = tr_sd_dpm_config(c);
@@ -310,7 +330,7 @@ static int dpm_steps(struct tr_graph *g, const struct tr_sd_config *c, const str
     int d_prev = -1;
     for (int64_t i = sd_begin(c); i < s->steps && !rc; i++) {
         const struct tr_dpm_step *k = &steps[i];
-        const int e = unet_run(g, c, u, o, i, x, 1, k->t, text, err);
+        const int e = unet_run(g, c, u, o, i, x, 1, k->t, sr, err);
         if (e < 0) {
             rc = err->status;
             break;
@@ -320,8 +340,8 @@ static int dpm_steps(struct tr_graph *g, const struct tr_sd_config *c, const str
         int next = k->c_x != 0 ? tr_add(g, tr_scale(g, x, (float)k->c_x, 0.0f), tr_scale(g, d, (float)k->c_d, 0.0f))
                                : tr_scale(g, d, (float)k->c_d, 0.0f);
         if (k->c_dprev != 0) next = tr_add(g, next, tr_scale(g, d_prev, (float)k->c_dprev, 0.0f));
-        if (noise >= 0 && k->c_n > 0)
-            next = add_noise(g, next, noise, i, o->batch, k->c_n);
+        if (sr->noise >= 0 && k->c_n > 0)
+            next = add_noise(g, next, sr->noise, i, o->batch, k->c_n);
         x = next, d_prev = d;
     }
     free(steps);
@@ -343,7 +363,8 @@ static int lincomb(struct tr_graph *g, int n, const int *nodes, const double *w)
  * the corrector on x and the predictor from it; the data predictions d_i kept for the
  * steps after. Returns the denoised latents (-1 on an error). */
 static int unipc_steps(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
-                       const struct tr_build_opts *o, const struct tr_ddim *s, int x, int text, struct tr_error *err) {
+                       const struct tr_build_opts *o, const struct tr_ddim *s, int x, const struct sd_run *sr,
+                      struct tr_error *err) {
     struct tr_unipc_step *steps = malloc(sizeof *steps * (size_t)s->steps);
     int *d = malloc(sizeof *d * (size_t)s->steps);
     const struct tr_unipc_config uc = tr_sd_unipc_config(c);
@@ -353,7 +374,7 @@ static int unipc_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
     int last = -1; /* the sample the step before's predictor started from */
     for (int64_t i = sd_begin(c); i < s->steps && !rc; i++) {
         const struct tr_unipc_step *k = &steps[i];
-        const int e = unet_run(g, c, u, o, i, x, 1, k->t, text, err);
+        const int e = unet_run(g, c, u, o, i, x, 1, k->t, sr, err);
         if (e < 0) {
             rc = err->status;
             break;
@@ -446,28 +467,65 @@ static int start_coeffs(const struct tr_sd_config *c, const struct tr_ddim *s, d
     return rc;
 }
 
-/* Image to image: the graph's inputs image [B,8S,8S,3] (in [-1,1]) and image_noise
- * [B,S,S,C] (the posterior's sample: mean + std·image_noise, the log-variance clamped to
- * [−30, 20] as diffusers' DiagonalGaussianDistribution does), through the VAE's encoder in
- * f32; then scaling_factor·that, noised with ε (the input latents) to the first step run.
- * Returns the start's node (-1 on an error). */
-static int image_start(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
-                       const struct tr_vae_config *vae, const struct tr_build_opts *o, const struct tr_ddim *s, int eps,
-                       struct tr_error *err) {
-    const enum tr_dtype dt = o->dtype;
-    int64_t f;
-    if (vae_factor(vae, &f, err)) return -1;
-    const int64_t B = o->batch, S = u->sample_size, L = vae->latent_channels, img[4] = {B, S * f, S * f, vae->in_channels},
-                  lat[4] = {B, S, S, L};
-    int image = tr_input(g, "image", dt, 4, img), noise = tr_input(g, "image_noise", dt, 4, lat), m;
-    if (dt != TR_DTYPE_F32) image = tr_cast(g, image, TR_DTYPE_F32), noise = tr_cast(g, noise, TR_DTYPE_F32);
-    double a = 0, b = 0; /* start_coeffs sets them; 0 for -Wmaybe-uninitialized */
-    const struct tr_build_opts vo = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = B, .seq_len = o->seq_len};
-    if (start_coeffs(c, s, &a, &b, err) || tr_vae_encode_graph(vae, &vo, g, image, &m, err)) return -1;
+/* The latents' encoding of n pictures (f32 [n,8S,8S,3] in [-1,1]) with their posterior's
+ * noise (f32 [n,S,S,C]): the VAE's encoder in f32, mean + std·noise (the log-variance
+ * clamped to [−30, 20], as diffusers' DiagonalGaussianDistribution), times scaling_factor;
+ * -1 on an error. */
+static int encode_pictures(struct tr_graph *g, const struct tr_vae_config *vae, const struct tr_build_opts *o, int pics,
+                           int noise, struct tr_error *err) {
+    const int64_t L = vae->latent_channels, n = tr_node_shape(g, pics)[0];
+    const struct tr_build_opts vo = {.task = TR_TASK_PREDICT, .dtype = TR_DTYPE_F32, .batch = n, .seq_len = o->seq_len};
+    int m;
+    if (tr_vae_encode_graph(vae, &vo, g, pics, &m, err)) return -1;
     const int mean = tr_slice(g, m, 3, 0, L, 1), lv = tr_slice(g, m, 3, L, 2 * L, 1);
     const int std = tr_unary(g, TR_OP_EXP, tr_scale(g, clamp(g, lv, -30.0, 20.0), 0.5f, 0.0f));
-    const int x0 = tr_scale(g, tr_add(g, mean, tr_mul(g, std, noise)), (float)vae->scaling_factor, 0.0f);
-    return tr_add(g, tr_scale(g, x0, (float)a, 0.0f), tr_scale(g, eps, (float)b, 0.0f));
+    return tr_scale(g, tr_add(g, mean, tr_mul(g, std, noise)), (float)vae->scaling_factor, 0.0f);
+}
+
+/* The picture's part of a run (sd.h): the inputs image [B,8S,8S,3] (in [-1,1]), image_noise
+ * [B,S,S,C] where the run starts from the picture (image to image; inpainting below
+ * strength 1), and for an inpainting UNet mask [B,8S,8S,1] (1: repaint) and
+ * masked_image_noise [B,S,S,C]. Image to image's start, *x: the picture's latents noised
+ * with ε (the input latents) to the first step run, as the scheduler's add_noise;
+ * inpainting's *extra: the mask at the latents' size (nearest: every f-th pixel) and the
+ * latents of the picture where the mask is 0, the channels the UNet takes after the
+ * latents'. The pictures are encoded in one batch. Returns the status. */
+static int picture(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
+                   const struct tr_vae_config *vae, const struct tr_build_opts *o, const struct tr_ddim *s, int *x,
+                   int *extra, struct tr_error *err) {
+    const enum tr_dtype dt = o->dtype;
+    int64_t f;
+    if (vae_factor(vae, &f, err)) return err->status;
+    const int64_t B = o->batch, S = u->sample_size, L = vae->latent_channels, P = S * f,
+                  img[4] = {B, P, P, vae->in_channels}, lat[4] = {B, S, S, L}, msk[4] = {B, P, P, 1};
+    const int start = from_image(c, u), inpaint = inpainting(u);
+    int image = tr_input(g, "image", dt, 4, img), noise = start ? tr_input(g, "image_noise", dt, 4, lat) : -1;
+    int mask = inpaint ? tr_input(g, "mask", dt, 4, msk) : -1;
+    int masked_noise = inpaint ? tr_input(g, "masked_image_noise", dt, 4, lat) : -1;
+    if (dt != TR_DTYPE_F32) {
+        image = tr_cast(g, image, TR_DTYPE_F32);
+        if (start) noise = tr_cast(g, noise, TR_DTYPE_F32);
+        if (inpaint) mask = tr_cast(g, mask, TR_DTYPE_F32), masked_noise = tr_cast(g, masked_noise, TR_DTYPE_F32);
+    }
+    int pics = image, eps = noise;
+    if (inpaint) { /* the picture where the mask is 0 (diffusers' image · (mask < 0.5) on its 0/1 mask) */
+        const int masked = tr_mul(g, image, tr_scale(g, mask, -1.0f, 1.0f));
+        pics = start ? tr_concat(g, 2, (const int[2]){image, masked}, 0) : masked;
+        eps = start ? tr_concat(g, 2, (const int[2]){noise, masked_noise}, 0) : masked_noise;
+    }
+    const int z = encode_pictures(g, vae, o, pics, eps, err);
+    if (z < 0) return err->status;
+    if (start) {
+        double a = 0, b = 0; /* start_coeffs sets them; 0 for -Wmaybe-uninitialized */
+        if (start_coeffs(c, s, &a, &b, err)) return err->status;
+        const int x0 = inpaint ? tr_slice(g, z, 0, 0, B, 1) : z;
+        *x = tr_add(g, tr_scale(g, x0, (float)a, 0.0f), tr_scale(g, *x, (float)b, 0.0f));
+    }
+    if (inpaint) {
+        const int small = tr_slice(g, tr_slice(g, mask, 1, 0, P, f), 2, 0, P, f);
+        *extra = tr_concat(g, 2, (const int[2]){small, start ? tr_slice(g, z, 0, B, 2 * B, 1) : z}, 3);
+    }
+    return TR_OK;
 }
 
 /* A whole text-to-image run: the text encoder on the 2B prompts, every step of the
@@ -480,17 +538,18 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
     int rc = sd_parts(c, u, &clip, &vae, err);
     if (rc) return rc;
     const enum tr_dtype dt = o->dtype;
-    const int64_t B = o->batch, S = u->sample_size, lat[4] = {B, S, S, u->in_channels}, ids_sh[2] = {2 * B, o->seq_len},
-                  one[1] = {1};
+    const int64_t B = o->batch, S = u->sample_size, lat[4] = {B, S, S, u->out_channels},
+                  ids_sh[2] = {2 * B, o->seq_len};
     int ids = tr_input(g, "input_ids", TR_DTYPE_I32, 2, ids_sh);
     int x = tr_input(g, "latents", dt, 4, lat), noise = -1;
     if (dt != TR_DTYPE_F32) x = tr_cast(g, x, TR_DTYPE_F32);
     if (noisy(c)) { /* each step's fresh noise, B rows a step (sd.h) */
-        const int64_t nz[4] = {s->steps * B, S, S, u->in_channels};
+        const int64_t nz[4] = {s->steps * B, S, S, u->out_channels};
         noise = tr_input(g, "noise", dt, 4, nz);
         if (dt != TR_DTYPE_F32) noise = tr_cast(g, noise, TR_DTYPE_F32);
     }
-    if (img2img(c) && (x = image_start(g, c, u, vae, o, s, x, err)) < 0) return err->status;
+    int extra = -1;
+    if ((img2img(c) || inpainting(u)) && (rc = picture(g, c, u, vae, o, s, &x, &extra, err)) != TR_OK) return rc;
     const struct tr_build_opts to = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = 2 * B, .seq_len = o->seq_len};
     int text;
     int skipped = -1;
@@ -499,21 +558,20 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
         const int halves[2] = {tr_slice(g, text, 0, 0, B, 1), tr_slice(g, skipped, 0, B, 2 * B, 1)};
         text = tr_concat(g, 2, halves, 0);
     }
-    if (pndm(c) && (x = pndm_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
-    if ((euler(c) || euler_a(c)) && (x = euler_steps(g, c, u, o, s, x, text, noise, err)) < 0) return err->status;
-    if (dpm(c) && (x = dpm_steps(g, c, u, o, s, x, text, noise, err)) < 0) return err->status;
-    if (unipc(c) && (x = unipc_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
-    if (lms(c) && (x = lms_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
-    if (heun(c) && (x = heun_steps(g, c, u, o, s, x, text, err)) < 0) return err->status;
+    const struct sd_run run = {text, noise, extra, from_image(c, u)};
+    if (pndm(c) && (x = pndm_steps(g, c, u, o, s, x, &run, err)) < 0) return err->status;
+    if ((euler(c) || euler_a(c)) && (x = euler_steps(g, c, u, o, s, x, &run, err)) < 0) return err->status;
+    if (dpm(c) && (x = dpm_steps(g, c, u, o, s, x, &run, err)) < 0) return err->status;
+    if (unipc(c) && (x = unipc_steps(g, c, u, o, s, x, &run, err)) < 0) return err->status;
+    if (lms(c) && (x = lms_steps(g, c, u, o, s, x, &run, err)) < 0) return err->status;
+    if (heun(c) && (x = heun_steps(g, c, u, o, s, x, &run, err)) < 0) return err->status;
     for (int64_t i = sd_begin(c); i < s->steps && (ddim(c) || ddpm(c)); i++) {
         int64_t t;
         struct tr_ddim_coeffs k;
         tr_ddim_step(s, i, &t, &k);
-        tr_graph_set_instance(g, (int)i);
-        const float tf = (float)t;
-        int guided;
-        x = denoise(g, c, u, o, x, tr_const(g, "timestep", TR_DTYPE_F32, 1, one, &tf), text, -1, &k, &guided, err);
-        if (x < 0 && err->status) return err->status;
+        const int e = unet_run(g, c, u, o, i, x, 1, (double)t, &run, err);
+        if (e < 0) return err->status;
+        x = ddim_update(g, x, e, -1, &k, c->clip_sample ? c->clip_sample_range : 0.0);
         if (noise >= 0 && k.p_n > 0)
             x = add_noise(g, x, noise, i, B, k.p_n);
     }
@@ -567,27 +625,54 @@ static int prompt_ids(const struct tr_clip_text_config *clip, const struct tr_bu
     return rc;
 }
 
-/* Image to image's picture into every row of t: [generate] init_image (a PNG of t's size),
- * or one smooth random picture from the seed. */
-static int init_image(const struct tr_build_opts *o, struct tr_tensor *t, uint64_t seed, struct tr_error *err) {
-    if (o->init_image) {
-        const int rc = tr_image_read_png(o->init_image, t, err);
-        return rc ? tr_error_prefix(err, "stable_diffusion: [generate] init_image") : TR_OK;
-    }
-    struct tr_tensor one = *t;
-    one.shape[0] = 1;
-    tr_model_fill_image(&one, seed, "image", 0.6, 1, 2, 0.3);
+/* Every row of t the same: the value at the first row's bytes. */
+static void repeat_rows(struct tr_tensor *t) {
     const size_t row = (size_t)(t->shape[1] * t->shape[2] * t->shape[3]) * tr_dtype_size((enum tr_dtype)t->dtype);
     for (int64_t b = 1; b < t->shape[0]; b++) memcpy((char *)t->data + (size_t)b * row, t->data, row);
+}
+
+/* t (every row the same) from `path` (the [generate] key `key`): a PNG of t's size, the
+ * picture in [-1, 1] (3 channels) or the mask binarized as diffusers' mask processor does
+ * (1 channel: 1 where its grey level is 0.5 or more); without one, a smooth random picture
+ * from the seed, or a mask of the middle half. */
+static int picture_input(const char *path, const char *key, struct tr_tensor *t, uint64_t seed, struct tr_error *err) {
+    const int64_t H = t->shape[1], W = t->shape[2];
+    if (path) {
+        const int rc = tr_image_read_png(path, t, err);
+        if (rc) return tr_error_prefix(err, "stable_diffusion: [generate] %s", key);
+    } else if (t->shape[3] == 1) {
+        for (int64_t i = 0; i < H * W; i++) {
+            const int64_t y = i / W, x = i % W;
+            tr_tensor_set_f64(t, i, y >= H / 4 && y < H - H / 4 && x >= W / 4 && x < W - W / 4 ? 1.0 : 0.0);
+        }
+    } else {
+        struct tr_tensor one = *t;
+        one.shape[0] = 1;
+        tr_model_fill_image(&one, seed, "image", 0.6, 1, 2, 0.3);
+    }
+    if (t->shape[3] == 1) /* image[image < 0.5] = 0, image[image >= 0.5] = 1 */
+        for (int64_t i = 0; i < H * W; i++) tr_tensor_set_f64(t, i, tr_tensor_get_f64(t, i) >= 0.5 ? 1.0 : 0.0);
+    repeat_rows(t);
     return TR_OK;
+}
+
+/* One posterior's draw for the one picture, torch.randn((1, C, S, S)), in every row of t. */
+static int draw_once(struct tr_tensor *t, struct tr_torch_rng *r, struct tr_error *err) {
+    struct tr_tensor one = *t;
+    one.shape[0] = 1;
+    const int rc = tr_model_fill_torch_randn_nhwc(&one, r, 1, err);
+    if (!rc) repeat_rows(t);
+    return rc;
 }
 
 /* generate: the prompts as CLIP's tokenizer makes them (clip_text's synthetic ones), the
  * first B of them empty (the negative prompt "": start, then end-padding), as diffusers'
- * pipeline batches them; the first latents normal(0, 1) as torch draws them for
- * diffusers' pipeline given generator=torch.manual_seed(seed) (the scheduler's initial
- * noise sigma scales them in the graph), and an ancestral sampler's noise as its steps
- * draw it next from that generator, one randn of the latents' shape a step. */
+ * pipeline batches them; the picture and the mask ([generate] init_image and mask_image,
+ * or synthetic ones); then what diffusers' pipeline draws with generator =
+ * torch.manual_seed(seed), in its order and in float32: the picture's posterior sample
+ * (one draw for the one picture, repeated) where the run starts from it, the first latents
+ * normal(0, 1) (the scheduler's initial σ scales them in the graph) or the noise added to
+ * the picture's, the masked picture's posterior sample, then each step run's fresh noise. */
 static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_config *u, const struct tr_build_opts *o,
                            const struct tr_ddim *s, uint64_t seed, int n, struct tr_tensor *inputs,
                            struct tr_error *err) {
@@ -595,21 +680,29 @@ static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_co
     const struct tr_vae_config *vae = NULL;
     int rc = sd_parts(c, u, &clip, &vae, err);
     if (rc) return rc;
-    const int want = 2 + noisy(c) + 2 * img2img(c), at_image = 2 + noisy(c);
+    const int pic = img2img(c) || inpainting(u), start = from_image(c, u), inpaint = inpainting(u);
+    const int want = 2 + noisy(c) + pic + start + 2 * inpaint, at = 2 + noisy(c); /* the picture's inputs from at */
     if (n != want)
-        return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected %d (input_ids, latents%s%s)",
-                            n, want, noisy(c) ? ", noise" : "", img2img(c) ? ", image, image_noise" : "");
+        return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected %d (input_ids, latents%s%s%s%s)",
+                            n, want, noisy(c) ? ", noise" : "", pic ? ", image" : "", start ? ", image_noise" : "",
+                            inpaint ? ", mask, masked_image_noise" : "");
     int64_t f;
     if ((rc = vae_factor(vae, &f, err)) != TR_OK) return rc;
-    const int64_t B = o->batch, T = o->seq_len, S = u->sample_size, lat[4] = {B, S, S, u->in_channels},
-                  nz[4] = {s->steps * B, S, S, u->in_channels}, img[4] = {B, S * f, S * f, vae->in_channels};
+    const int64_t B = o->batch, T = o->seq_len, S = u->sample_size, C = u->out_channels, P = S * f,
+                  lat[4] = {B, S, S, C}, nz[4] = {s->steps * B, S, S, C}, img[4] = {B, P, P, vae->in_channels},
+                  msk[4] = {B, P, P, 1};
     const struct tr_build_opts to = {.task = TR_TASK_PREDICT, .dtype = o->dtype, .batch = 2 * B, .seq_len = T};
     if ((rc = tr_model_clip_text.make_inputs(clip, &to, seed, 1, &inputs[0], err)) != TR_OK) return rc;
     static const char *const M = "stable_diffusion";
-    if ((rc = tr_model_check_input(M, &inputs[1], "latents", o->dtype, 4, lat, err)) != TR_OK) return rc;
-    if (noisy(c) && (rc = tr_model_check_input(M, &inputs[2], "noise", o->dtype, 4, nz, err)) != TR_OK) return rc;
-    if (img2img(c) && ((rc = tr_model_check_input(M, &inputs[at_image], "image", o->dtype, 4, img, err)) != TR_OK ||
-                       (rc = tr_model_check_input(M, &inputs[at_image + 1], "image_noise", o->dtype, 4, lat, err))))
+    struct tr_tensor *image = pic ? &inputs[at] : NULL, *image_noise = start ? &inputs[at + 1] : NULL,
+                     *mask = inpaint ? &inputs[at + 1 + start] : NULL,
+                     *masked_noise = inpaint ? &inputs[at + 2 + start] : NULL;
+    if ((rc = tr_model_check_input(M, &inputs[1], "latents", o->dtype, 4, lat, err)) ||
+        (noisy(c) && (rc = tr_model_check_input(M, &inputs[2], "noise", o->dtype, 4, nz, err))) ||
+        (pic && (rc = tr_model_check_input(M, image, "image", o->dtype, 4, img, err))) ||
+        (start && (rc = tr_model_check_input(M, image_noise, "image_noise", o->dtype, 4, lat, err))) ||
+        (inpaint && (rc = tr_model_check_input(M, mask, "mask", o->dtype, 4, msk, err))) ||
+        (inpaint && (rc = tr_model_check_input(M, masked_noise, "masked_image_noise", o->dtype, 4, lat, err))))
         return rc;
     int32_t *ids = inputs[0].data;
     if (o->prompt) { /* the user's prompt, tokenized as the pipeline tokenizes it */
@@ -617,20 +710,17 @@ static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_co
     } else {
         for (int64_t i = 0; i < B * T; i++) ids[i] = (int32_t)(clip->vocab_size - (i % T == 0 ? 2 : 1));
     }
+    if ((pic && (rc = picture_input(o->init_image, "init_image", image, seed, err))) ||
+        (inpaint && (rc = picture_input(o->mask_image, "mask_image", mask, seed, err))))
+        return rc;
     struct tr_torch_rng r;
     tr_torch_rng_seed(&r, seed);
-    if (img2img(c)) { /* the picture, then the posterior's sample drawn for it (one image: one draw, repeated) */
-        if ((rc = init_image(o, &inputs[at_image], seed, err)) != TR_OK) return rc;
-        struct tr_tensor one = inputs[at_image + 1];
-        one.shape[0] = 1;
-        if ((rc = tr_model_fill_torch_randn_nhwc(&one, &r, 1, err)) != TR_OK) return rc;
-        const size_t row = (size_t)(S * S * u->in_channels) * tr_dtype_size((enum tr_dtype)one.dtype);
-        for (int64_t b = 1; b < B; b++) memcpy((char *)one.data + (size_t)b * row, one.data, row);
-    }
-    if ((rc = tr_model_fill_torch_randn_nhwc(&inputs[1], &r, 1, err)) != TR_OK || !noisy(c)) return rc;
+    if ((start && (rc = draw_once(image_noise, &r, err))) || (rc = tr_model_fill_torch_randn_nhwc(&inputs[1], &r, 1, err)) ||
+        (inpaint && (rc = draw_once(masked_noise, &r, err))) || !noisy(c))
+        return rc;
     /* the steps run draw theirs in turn; image to image's skipped ones draw none (their rows 0) */
     struct tr_tensor run = inputs[2];
-    const int64_t begin = sd_begin(c), row = B * S * S * u->in_channels;
+    const int64_t begin = sd_begin(c), row = B * S * S * C;
     memset(run.data, 0, (size_t)(begin * row) * tr_dtype_size((enum tr_dtype)run.dtype));
     run.data = (char *)run.data + (size_t)(begin * row) * tr_dtype_size((enum tr_dtype)run.dtype);
     run.shape[0] = (s->steps - begin) * B;

@@ -32,8 +32,15 @@
  * as the scheduler's add_noise does to the first step run (num_inference_steps −
  * int(num_inference_steps·strength)), then the steps from there (PNDM's runs from that
  * run of its list, pndm.h).
- * From a seed, as diffusers' generator draws them: image_noise (one draw for the one
- * picture, repeated), latents, then each step run's noise.
+ * Inpainting is StableDiffusionInpaintPipeline's with an inpainting UNet (in_channels
+ * 2·C + 1: runwayml/stable-diffusion-inpainting's 9): the inputs image, [image_noise,]
+ * mask [B,8S,8S,1] (1: repaint; [generate] mask_image binarized at grey 0.5) and
+ * masked_image_noise; the picture where the mask is 0 encoded as above, the mask taken at
+ * every 8th pixel, the two after the latents' channels at every run of the UNet; from
+ * noise (strength 0 or 1, diffusers' default 1) or, below 1, from the picture as image to
+ * image does. From a seed, as diffusers' generator draws them: image_noise (one draw for
+ * the one picture, repeated), latents, masked_image_noise (likewise), then each step run's
+ * noise.
  *
  * [model] hf_config = DIR (a diffusers pipeline's directory, or its model_index.json) reads
  * DIR/unet/config.json, and where present text_encoder/config.json, vae/config.json and

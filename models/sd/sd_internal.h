@@ -31,6 +31,15 @@ static inline int noisy(const struct tr_sd_config *c) {
     return euler_a(c) || (ddim(c) && c->eta > 0) || (dpm(c) && dpm_sde(c)) || ddpm(c);
 }
 
+/* An inpainting UNet (runwayml/stable-diffusion-inpainting's): the latents' channels, the
+ * mask's and the masked picture's latents' in (9 for 4). */
+static inline int inpainting(const struct tr_unet_config *u) { return u->in_channels == 2 * u->out_channels + 1; }
+/* The run starts from the picture's latents noised (image to image; inpainting with
+ * strength below 1), not from noise: diffusers' is_strength_max is false. */
+static inline int from_image(const struct tr_sd_config *c, const struct tr_unet_config *u) {
+    return img2img(c) && !(inpainting(u) && c->strength >= 1.0);
+}
+
 /* The three parts: the [model] key naming each (a preset of its model, or the file
  * hf_config read). Part p's config (NULL for neither), and the error naming the key. */
 enum { TR_SD_PART_UNET, TR_SD_PART_TEXT, TR_SD_PART_VAE };

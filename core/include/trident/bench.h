@@ -157,6 +157,7 @@ struct tr_task_graph {
     char prompt[TR_CONFIG_STR], negative_prompt[TR_CONFIG_STR]; /* [generate]; opts points here */
     char tokenizer[TR_CONFIG_PATH];
     char init_image[TR_CONFIG_PATH];    /* [generate] init_image, "" none */
+    char mask_image[TR_CONFIG_PATH];    /* [generate] mask_image, "" none */
 };
 
 int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,

@@ -5,7 +5,8 @@
  *
  * And pictures in: a PNG read into every one of the B images of a [B,H,W,3] tensor (its
  * size H×W exactly; grey made RGB, alpha dropped, as PIL's convert("RGB")), each 8-bit
- * value p as 2·(p/255) − 1 in float32, diffusers' VaeImageProcessor's. */
+ * value p as 2·(p/255) − 1 in float32, diffusers' VaeImageProcessor's; or of a [B,H,W,1]
+ * one, a mask's: its grey level as PIL's convert("L") makes it, p/255 in [0, 1]. */
 #ifndef TRIDENT_IMAGE_H
 #define TRIDENT_IMAGE_H
 

@@ -52,9 +52,9 @@ struct tr_build_opts {
     int64_t batch;
     int64_t seq_len;
     /* A one-graph generate's [generate] prompt, negative_prompt and tokenizer (a directory),
-     * and init_image (a PNG, image to image's picture), for make_inputs; NULL when not
-     * given (synthetic prompts and picture). */
-    const char *prompt, *negative_prompt, *tokenizer, *init_image;
+     * init_image and mask_image (PNGs: the picture to start from, the part to repaint),
+     * for make_inputs; NULL when not given (synthetic prompts, picture and mask). */
+    const char *prompt, *negative_prompt, *tokenizer, *init_image, *mask_image;
 };
 
 struct tr_generate_i; /* below */
