@@ -169,7 +169,7 @@ model = stable_diffusion
 preset = tiny
 task = generate
 [generate]
-max_length = 8" "generate of a one-graph model names its keys" 'genbad.ini:6: \[generate\] max_length = 8: unknown key for model .stable_diffusion. \(keys: image, prompt, negative_prompt, tokenizer, init_image, mask_image\)'
+max_length = 8" "generate of a one-graph model names its keys" 'genbad.ini:6: \[generate\] max_length = 8: unknown key for model .stable_diffusion. \(keys: image, prompt, prompts, negative_prompt, tokenizer, init_image, mask_image\)'
 # bf16 text to image: ten guided steps drift the backends apart past bf16's 2e-2 (each
 # step multiplies the two halves' difference by 7.5): a sampler's run is held to 1e-1 in
 # bf16, and says so; [run] tolerance says what to accept instead.
@@ -480,6 +480,7 @@ for case in "seed|a prompt and a seed give diffusers' pictures for that generato
     "unipc|UniPC (bh2, order 2: predictor and corrector)" \
     "unipc3|UniPC of order 3 with Karras sigmas" \
     "clip_skip|the pipeline's clip_skip 1 (the prompt's embeddings from the layer before the last)" \
+    "prompts|a prompt for each sample ([generate] prompts = a file)" \
     "rescale|guidance_rescale 0.7 as diffusers' pipeline rescales"; do
   expect "stable_diffusion: ${case#*|}" 0 '^  jax +ok ' -- "$bin" run "tests/fixtures/reference_sd_${case%%|*}/check.ini"
 done

@@ -788,7 +788,10 @@ static void test_img2img_config(void **state) {
                 "strength = 0.1 over num_inference_steps = 5 runs no step"},
                {"generate", "[model]\nstrength = 1.5", "strength"},
                {"generate", "[model]\nstrength = 0.5\n[generate]\ninit_image = nowhere.png",
-                "[generate] init_image: image '"}};
+                "[generate] init_image: image '"},
+               {"generate", "[generate]\nprompt = a cat\nprompts = p.txt", "give one of prompt and prompts"},
+               {"generate", "[generate]\nprompts = nowhere.txt\ntokenizer = tests/fixtures/clip_tokenizer",
+                "[generate] prompts 'nowhere.txt': cannot open it"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char ini[512];
         snprintf(ini, sizeof ini, "[run]\nmodel = stable_diffusion\npreset = tiny\ntask = %s\nbackends = torch\n"

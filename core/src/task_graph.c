@@ -57,7 +57,8 @@ static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg,
  * the PNG of its output "image" (an output: relative to the current directory, as --json
  * OUT is, not to the INI's); prompt and negative_prompt, tokenized by the model with
  * tokenizer = DIR (relative to the INI's directory; by default the tokenizer/ beside a
- * [run] weights directory, as a diffusers pipeline is saved); init_image = PNG and
+ * [run] weights directory, as a diffusers pipeline is saved), or prompts = FILE (one a
+ * line, relative to the INI's directory); init_image = PNG and
  * mask_image = PNG (relative to the INI's directory): the picture to start from (image to
  * image, inpainting) and the part of it to repaint (inpainting). */
 static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
@@ -70,9 +71,18 @@ static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, 
             if (snprintf(tg->image, sizeof tg->image, "%s", kv->value) >= (int)sizeof tg->image || !kv->value[0])
                 rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] image = %s: expected a path of 1 to %zu "
                                   "bytes", cfg->file, kv->line, kv->value, sizeof tg->image - 1);
-        } else if (strcmp(kv->key, "prompt") == 0) {
-            snprintf(tg->prompt, sizeof tg->prompt, "%s", kv->value);
-            tg->opts.prompt = tg->prompt;
+        } else if (strcmp(kv->key, "prompt") == 0 || strcmp(kv->key, "prompts") == 0) {
+            if (prompt_line)
+                return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] %s: a prompt is given on line %d; give one "
+                                    "of prompt and prompts", cfg->file, kv->line, kv->key, prompt_line);
+            if (kv->key[6] == 's') {
+                rc = tr_config_path(cfg, kv->value, tg->prompts, sizeof tg->prompts, err);
+                if (rc) tr_error_prefix(err, "%s:%d: [generate] prompts", cfg->file, kv->line);
+                else tg->opts.prompts = tg->prompts;
+            } else {
+                snprintf(tg->prompt, sizeof tg->prompt, "%s", kv->value);
+                tg->opts.prompt = tg->prompt;
+            }
             prompt_line = kv->line;
         } else if (strcmp(kv->key, "negative_prompt") == 0) {
             snprintf(tg->negative_prompt, sizeof tg->negative_prompt, "%s", kv->value);
@@ -89,14 +99,14 @@ static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, 
             else tg->opts.mask_image = path;
         } else {
             rc = tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [generate] %s = %s: unknown key for model '%s' (keys: "
-                              "image, prompt, negative_prompt, tokenizer, init_image, mask_image)", cfg->file, kv->line, kv->key, kv->value,
-                              tg->model->name);
+                              "image, prompt, prompts, negative_prompt, tokenizer, init_image, mask_image)", cfg->file,
+                              kv->line, kv->key, kv->value, tg->model->name);
         }
         if (rc) return rc;
     }
-    if (tg->opts.negative_prompt && !tg->opts.prompt)
+    if (tg->opts.negative_prompt && !prompt_line)
         return tr_error_set(err, TR_ERR_INVALID, "%s: [generate] negative_prompt without a prompt", cfg->file);
-    if (tg->opts.prompt && !tg->tokenizer[0]) {
+    if (prompt_line && !tg->tokenizer[0]) {
         struct stat sb;
         const size_t n = strlen(cfg->weights);
         if (n && n + 11 <= sizeof tg->tokenizer && stat(cfg->weights, &sb) == 0 && S_ISDIR(sb.st_mode)) {
@@ -107,7 +117,7 @@ static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, 
                                 "tokenizer = DIR (its vocab.json and merges.txt), or [run] weights = a pipeline's "
                                 "directory with a tokenizer/", cfg->file, prompt_line);
     }
-    if (tg->opts.prompt) tg->opts.tokenizer = tg->tokenizer;
+    if (prompt_line) tg->opts.tokenizer = tg->tokenizer;
     return TR_OK;
 }
 

@@ -605,18 +605,65 @@ int tr_sd_build(const void *config, const struct tr_build_opts *o, struct tr_gra
 }
 
 
-/* [generate] prompt (rows B..2B) and negative_prompt ("" by default, rows 0..B) through the
- * tokenizer at o->tokenizer. */
+/* [generate] prompts' lines, blank ones skipped, into *lines (malloc'd, one block; *n of
+ * them; at most max). */
+static int read_prompts(const char *path, int64_t max, char ***lines, int64_t *n, struct tr_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return tr_error_set(err, TR_ERR_IO, "stable_diffusion: [generate] prompts '%s': cannot open it", path);
+    char *buf = NULL, *line = NULL;
+    size_t cap = 0, used = 0, lcap = 0;
+    int64_t k = 0;
+    int rc = TR_OK;
+    for (ssize_t len; !rc && (len = getline(&line, &lcap, f)) >= 0;) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (!len) continue;
+        if (++k > max) {
+            rc = tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: [generate] prompts '%s': more than %lld prompts "
+                              "for [run] batch = %lld: expected at most one a sample", path, (long long)max,
+                              (long long)max);
+            break;
+        }
+        char *grown = used + (size_t)len + 1 > cap ? realloc(buf, cap = 2 * (used + (size_t)len + 1)) : buf;
+        if (!grown) {
+            rc = tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for the prompts");
+            break;
+        }
+        buf = grown;
+        memcpy(buf + used, line, (size_t)len + 1);
+        used += (size_t)len + 1;
+    }
+    free(line);
+    fclose(f);
+    if (!rc && !k) rc = tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: [generate] prompts '%s' holds no prompt", path);
+    char **v = rc ? NULL : malloc(sizeof *v * (size_t)k + used);
+    if (!rc && !v) rc = tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for the prompts");
+    if (!rc) { /* the pointers, then the text they point into */
+        char *text = (char *)(v + k);
+        memcpy(text, buf, used);
+        for (int64_t i = 0; i < k; i++, text += strlen(text) + 1) v[i] = text;
+        *lines = v, *n = k;
+    }
+    free(buf);
+    return rc;
+}
+
+/* [generate] prompt, or prompts (row B + b takes prompt b mod their count), in rows B..2B,
+ * and negative_prompt ("" by default) in rows 0..B, through the tokenizer at o->tokenizer. */
 static int prompt_ids(const struct tr_clip_text_config *clip, const struct tr_build_opts *o, int32_t *ids,
                       struct tr_error *err) {
-    struct tr_clip_tokenizer *tok = NULL;
-    int rc = tr_clip_tokenizer_load(o->tokenizer, &tok, err);
-    if (rc) return tr_error_prefix(err, "stable_diffusion: [generate] tokenizer");
     const int64_t B = o->batch, T = o->seq_len;
-    for (int64_t b = 0; b < 2 * B && !rc; b++)
-        rc = tr_clip_tokenize(tok, b < B ? (o->negative_prompt ? o->negative_prompt : "") : o->prompt, ids + b * T,
-                              (int)T, err);
+    char **lines = NULL;
+    int64_t n = 0;
+    int rc = o->prompts ? read_prompts(o->prompts, B, &lines, &n, err) : TR_OK;
+    struct tr_clip_tokenizer *tok = NULL;
+    if (!rc && (rc = tr_clip_tokenizer_load(o->tokenizer, &tok, err)) != TR_OK)
+        tr_error_prefix(err, "stable_diffusion: [generate] tokenizer");
+    for (int64_t b = 0; b < 2 * B && !rc; b++) {
+        const char *text = b < B ? (o->negative_prompt ? o->negative_prompt : "") : lines ? lines[(b - B) % n] : o->prompt;
+        rc = tr_clip_tokenize(tok, text, ids + b * T, (int)T, err);
+    }
     tr_clip_tokenizer_free(tok);
+    free(lines);
     for (int64_t i = 0; i < 2 * B * T && !rc; i++)
         if (ids[i] < 0 || ids[i] >= clip->vocab_size)
             rc = tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: the tokenizer at '%s' gives id %d, past the text "
@@ -705,7 +752,7 @@ static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_co
         (inpaint && (rc = tr_model_check_input(M, masked_noise, "masked_image_noise", o->dtype, 4, lat, err))))
         return rc;
     int32_t *ids = inputs[0].data;
-    if (o->prompt) { /* the user's prompt, tokenized as the pipeline tokenizes it */
+    if (o->prompt || o->prompts) { /* the user's prompts, tokenized as the pipeline tokenizes them */
         if ((rc = prompt_ids(clip, o, ids, err)) != TR_OK) return rc;
     } else {
         for (int64_t i = 0; i < B * T; i++) ids[i] = (int32_t)(clip->vocab_size - (i % T == 0 ? 2 : 1));

@@ -158,6 +158,7 @@ struct tr_task_graph {
     char tokenizer[TR_CONFIG_PATH];
     char init_image[TR_CONFIG_PATH];    /* [generate] init_image, "" none */
     char mask_image[TR_CONFIG_PATH];    /* [generate] mask_image, "" none */
+    char prompts[TR_CONFIG_PATH];       /* [generate] prompts, "" none */
 };
 
 int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,

@@ -51,10 +51,12 @@ struct tr_build_opts {
     enum tr_dtype dtype;
     int64_t batch;
     int64_t seq_len;
-    /* A one-graph generate's [generate] prompt, negative_prompt and tokenizer (a directory),
-     * init_image and mask_image (PNGs: the picture to start from, the part to repaint),
-     * for make_inputs; NULL when not given (synthetic prompts, picture and mask). */
-    const char *prompt, *negative_prompt, *tokenizer, *init_image, *mask_image;
+    /* A one-graph generate's [generate] prompt (or prompts: a file of them, one a line,
+     * blank lines skipped, sample b taking prompt b mod their count), negative_prompt and
+     * tokenizer (a directory), init_image and mask_image (PNGs: the picture to start from,
+     * the part to repaint), for make_inputs; NULL when not given (synthetic prompts,
+     * picture and mask). */
+    const char *prompt, *prompts, *negative_prompt, *tokenizer, *init_image, *mask_image;
 };
 
 struct tr_generate_i; /* below */
