@@ -6,7 +6,9 @@
  * And pictures in: a PNG read into every one of the B images of a [B,H,W,3] tensor (its
  * size H×W exactly; grey made RGB, alpha dropped, as PIL's convert("RGB")), each 8-bit
  * value p as 2·(p/255) − 1 in float32, diffusers' VaeImageProcessor's; or of a [B,H,W,1]
- * one, a mask's: its grey level as PIL's convert("L") makes it, p/255 in [0, 1]. */
+ * one, a mask's: its grey level as PIL's convert("L") makes it, p/255 in [0, 1]. As PIL
+ * reads them for 8-bit PNGs; a 16-bit one libpng converts to 8-bit sRGB as if linear,
+ * where PIL keeps the high byte, so its values differ. */
 #ifndef TRIDENT_IMAGE_H
 #define TRIDENT_IMAGE_H
 
