@@ -497,7 +497,10 @@ for case in "img2img|image to image with DDIM (the last 3 of 5 steps)" \
     "img2img_pndm|image to image with PNDM (from run 2 of its list)" \
     "img2img_pndm1|image to image with PNDM from run 1 (its counter 1 from one step higher)" \
     "inpaint|inpainting (an inpainting UNet, mask_image) from noise at strength 1" \
-    "inpaint_ancestral|inpainting from the picture at strength 0.6 with Euler ancestral"; do
+    "inpaint_ancestral|inpainting from the picture at strength 0.6 with Euler ancestral" \
+    "inpaint_blend|inpainting with the 4-channel UNet (the known region blended back each step)" \
+    "inpaint_blend_heun|inpainting's blend after every Heun run" \
+    "inpaint_blend_unipc|inpainting's blend with UniPC (strength 0.8)"; do
   expect "stable_diffusion: ${case#*|}" 0 '^  jax +ok ' -- "$bin" run "tests/fixtures/reference_sd_${case%%|*}/check.ini"
 done
 # The ancestral run again from the scheduler's own file rather than `scheduler = euler_ancestral`.

@@ -20,12 +20,12 @@ int tr_heun_plan(const struct tr_ddim *s, const struct tr_euler_config *e, struc
     for (int64_t i = 0; i < S; i++) {
         const double sg = st[i].sigma, next = st[i].sigma_next;
         struct tr_heun_run *r = &runs[(*n)++];
-        *r = (struct tr_heun_run){.t = st[i].t, .c_in = 1.0 / sqrt(sg * sg + 1.0), .dt = next - sg};
+        *r = (struct tr_heun_run){.t = st[i].t, .c_in = 1.0 / sqrt(sg * sg + 1.0), .dt = next - sg, .sigma_to = next};
         tr_sigma_derivative(s->c.prediction, sg, &r->p, &r->q);
         if (i + 1 == S) break; /* the last step lands on σ 0: Euler's alone */
         r = &runs[(*n)++];
         *r = (struct tr_heun_run){.t = st[i + 1].t, .c_in = 1.0 / sqrt(next * next + 1.0), .second = 1,
-                                  .dt = next - sg};
+                                  .dt = next - sg, .sigma_to = next};
         tr_sigma_derivative(s->c.prediction, next, &r->p, &r->q);
     }
     free(st);

@@ -18,6 +18,7 @@ struct tr_heun_run {
     int second;                  /* 1: the step's second run (Heun's correction) */
     double p, q;                 /* its derivative d = p·x + q·o */
     double dt;                   /* σ_(i+1) − σ_i of its step */
+    double sigma_to;             /* σ_(i+1): where the latents are after the run */
 };
 
 /* s's 2·steps − 1 runs into runs (room for 2·s->steps), *n their count, and the initial

@@ -162,10 +162,34 @@ static int unet_guided(struct tr_graph *g, const struct tr_sd_config *c, const s
 /* What every run of a sampler takes besides the latents: the text's embeddings [2B,T,D]; the
  * fresh noise (f32 [steps·B,S,S,C], -1 none); what an inpainting UNet takes after the
  * latents' channels (f32 [B,S,S,C + 1]: the mask and the masked picture's latents; -1
- * none); whether the latents start from a picture (not scaled by the initial σ then). */
+ * none); whether the latents start from a picture (not scaled by the initial σ then); and
+ * for the blend after every run (inpainting with a UNet of the latents' channels; keep -1
+ * otherwise) the mask at the latents' size, the picture's latents and the first noise. */
 struct sd_run {
     int text, noise, extra, from_image;
+    int keep, x0, eps;
 };
+
+/* diffusers' inpainting blend after a run: (1 − mask)·(a·x0 + b·ε) + mask·x, the known
+ * region put back at the level the latents are at (a = 1, b = 0 after the last). */
+static int blend(struct tr_graph *g, const struct sd_run *sr, int x, double a, double b) {
+    if (sr->keep < 0) return x;
+    const int known = tr_add(g, tr_scale(g, sr->x0, (float)a, 0.0f), tr_scale(g, sr->eps, (float)b, 0.0f));
+    return tr_add(g, tr_mul(g, tr_scale(g, sr->keep, -1.0f, 1.0f), known), tr_mul(g, sr->keep, x));
+}
+
+/* The blend's a and b at timestep t by ᾱ (DDIM, DDPM, PNDM), or by σ (a = 1, b = σ), or
+ * DPM-Solver's (α, σ·α). */
+static void alpha_ab(const struct tr_ddim *s, int64_t t, double *a, double *b) {
+    *a = sqrt(s->alphas_cumprod[t]), *b = sqrt(1.0 - s->alphas_cumprod[t]);
+}
+static int blend_sigma(struct tr_graph *g, const struct sd_run *sr, int x, double sigma, int last) {
+    return blend(g, sr, x, 1.0, last ? 0.0 : sigma);
+}
+static int blend_alpha_sigma(struct tr_graph *g, const struct sd_run *sr, int x, double sigma, int last) {
+    const double al = 1.0 / sqrt(sigma * sigma + 1.0);
+    return last ? blend(g, sr, x, 1.0, 0.0) : blend(g, sr, x, al, sigma * al);
+}
 
 /* Run i of a sampler: instance i of the guided UNet on c_in·x (x where c_in is 1), then
  * r->extra's channels, at the constant timestep t; its f32 output, or -1 with err set. */
@@ -219,7 +243,9 @@ static int pndm_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
         }
         int next = tr_scale(g, r->from_start ? start : x, (float)r->c_x, 0.0f);
         for (int k = 0; k < r->n; k++) next = tr_add(g, next, tr_scale(g, e[r->idx[k]], (float)(r->c_e * r->w[k]), 0.0f));
-        x = next;
+        double a = 1, b = 0;
+        if (i + 1 < n) alpha_ab(s, tr_pndm_timestep(s, i + 1), &a, &b);
+        x = blend(g, sr, next, a, b);
     }
     free(runs);
     free(e);
@@ -247,6 +273,7 @@ static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
         else x = tr_add(g, tr_scale(g, x, (float)k->c_x, 0.0f), tr_scale(g, e, (float)k->c_o, 0.0f));
         if (!rc && sr->noise >= 0 && k->c_n > 0)
             x = add_noise(g, x, sr->noise, i, o->batch, k->c_n);
+        if (!rc) x = blend_sigma(g, sr, x, k->sigma_next, i + 1 == s->steps);
     }
     free(steps);
     return rc ? -1 : x;
@@ -275,6 +302,7 @@ static int lms_steps(struct tr_graph *g, const struct tr_sd_config *c, const str
         }
         d[i] = tr_add(g, tr_scale(g, x, (float)k->p, 0.0f), tr_scale(g, e, (float)k->q, 0.0f));
         for (int j = 0; j < k->k; j++) x = tr_add(g, x, tr_scale(g, d[i - j], (float)k->c[j], 0.0f));
+        x = blend_sigma(g, sr, x, i + 1 < s->steps ? steps[i + 1].sigma : 0.0, i + 1 == s->steps);
     }
     free(steps);
     free(d);
@@ -311,6 +339,7 @@ static int heun_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
         } else {
             x = tr_add(g, saved, tr_scale(g, tr_add(g, d1, d), (float)(0.5 * r->dt), 0.0f));
         }
+        x = blend_sigma(g, sr, x, r->sigma_to, i + 1 == n);
     }
     free(runs);
     return rc ? -1 : x;
@@ -342,7 +371,7 @@ static int dpm_steps(struct tr_graph *g, const struct tr_sd_config *c, const str
         if (k->c_dprev != 0) next = tr_add(g, next, tr_scale(g, d_prev, (float)k->c_dprev, 0.0f));
         if (sr->noise >= 0 && k->c_n > 0)
             next = add_noise(g, next, sr->noise, i, o->batch, k->c_n);
-        x = next, d_prev = d;
+        x = blend_alpha_sigma(g, sr, next, k->sigma_next, i + 1 == s->steps), d_prev = d;
     }
     free(steps);
     return rc ? -1 : x;
@@ -392,7 +421,7 @@ static int unipc_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
         last = x;
         nodes[0] = x, w[0] = k->p_x;
         for (int j = 0; j < k->order; j++) nodes[1 + j] = d[i - j], w[1 + j] = k->p_d[j];
-        x = lincomb(g, k->order + 1, nodes, w);
+        x = blend_alpha_sigma(g, sr, lincomb(g, k->order + 1, nodes, w), k->sigma_next, i + 1 == s->steps);
     }
     free(steps);
     free(d);
@@ -484,47 +513,48 @@ static int encode_pictures(struct tr_graph *g, const struct tr_vae_config *vae, 
 
 /* The picture's part of a run (sd.h): the inputs image [B,8S,8S,3] (in [-1,1]), image_noise
  * [B,S,S,C] where the run starts from the picture (image to image; inpainting below
- * strength 1), and for an inpainting UNet mask [B,8S,8S,1] (1: repaint) and
- * masked_image_noise [B,S,S,C]. Image to image's start, *x: the picture's latents noised
- * with ε (the input latents) to the first step run, as the scheduler's add_noise;
- * inpainting's *extra: the mask at the latents' size (nearest: every f-th pixel) and the
- * latents of the picture where the mask is 0, the channels the UNet takes after the
- * latents'. The pictures are encoded in one batch. Returns the status. */
+ * strength 1) or blends it in, mask [B,8S,8S,1] (1: repaint) when inpainting, and for an
+ * inpainting UNet masked_image_noise [B,S,S,C]. The pictures are encoded in one batch.
+ * Image to image's start, *x: the picture's latents noised with ε (the input latents, *x
+ * as given) to the first step run, as the scheduler's add_noise. An inpainting UNet's
+ * r->extra: the mask at the latents' size (nearest: every f-th pixel) and the latents of
+ * the picture where the mask is 0, the channels it takes after the latents'. The blend's
+ * r->keep, x0 and eps: that mask, the picture's latents, ε. Returns the status. */
 static int picture(struct tr_graph *g, const struct tr_sd_config *c, const struct tr_unet_config *u,
                    const struct tr_vae_config *vae, const struct tr_build_opts *o, const struct tr_ddim *s, int *x,
-                   int *extra, struct tr_error *err) {
+                   struct sd_run *r, struct tr_error *err) {
     const enum tr_dtype dt = o->dtype;
     int64_t f;
     if (vae_factor(vae, &f, err)) return err->status;
     const int64_t B = o->batch, S = u->sample_size, L = vae->latent_channels, P = S * f,
                   img[4] = {B, P, P, vae->in_channels}, lat[4] = {B, S, S, L}, msk[4] = {B, P, P, 1};
-    const int start = from_image(c, u), inpaint = inpainting(u);
-    int image = tr_input(g, "image", dt, 4, img), noise = start ? tr_input(g, "image_noise", dt, 4, lat) : -1;
-    int mask = inpaint ? tr_input(g, "mask", dt, 4, msk) : -1;
+    const int start = from_image(c, u, o), inpaint = inpainting(u), blends = blending(u, o), own = start || blends;
+    int image = tr_input(g, "image", dt, 4, img), noise = own ? tr_input(g, "image_noise", dt, 4, lat) : -1;
+    int mask = masked(u, o) ? tr_input(g, "mask", dt, 4, msk) : -1;
     int masked_noise = inpaint ? tr_input(g, "masked_image_noise", dt, 4, lat) : -1;
     if (dt != TR_DTYPE_F32) {
         image = tr_cast(g, image, TR_DTYPE_F32);
-        if (start) noise = tr_cast(g, noise, TR_DTYPE_F32);
-        if (inpaint) mask = tr_cast(g, mask, TR_DTYPE_F32), masked_noise = tr_cast(g, masked_noise, TR_DTYPE_F32);
+        if (own) noise = tr_cast(g, noise, TR_DTYPE_F32);
+        if (mask >= 0) mask = tr_cast(g, mask, TR_DTYPE_F32);
+        if (inpaint) masked_noise = tr_cast(g, masked_noise, TR_DTYPE_F32);
     }
     int pics = image, eps = noise;
     if (inpaint) { /* the picture where the mask is 0 (diffusers' image · (mask < 0.5) on its 0/1 mask) */
-        const int masked = tr_mul(g, image, tr_scale(g, mask, -1.0f, 1.0f));
-        pics = start ? tr_concat(g, 2, (const int[2]){image, masked}, 0) : masked;
-        eps = start ? tr_concat(g, 2, (const int[2]){noise, masked_noise}, 0) : masked_noise;
+        const int hidden = tr_mul(g, image, tr_scale(g, mask, -1.0f, 1.0f));
+        pics = own ? tr_concat(g, 2, (const int[2]){image, hidden}, 0) : hidden;
+        eps = own ? tr_concat(g, 2, (const int[2]){noise, masked_noise}, 0) : masked_noise;
     }
     const int z = encode_pictures(g, vae, o, pics, eps, err);
     if (z < 0) return err->status;
+    const int z_image = !own ? -1 : inpaint ? tr_slice(g, z, 0, 0, B, 1) : z;
+    const int small = mask >= 0 ? tr_slice(g, tr_slice(g, mask, 1, 0, P, f), 2, 0, P, f) : -1;
+    if (blends) r->keep = small, r->x0 = z_image, r->eps = *x;
     if (start) {
         double a = 0, b = 0; /* start_coeffs sets them; 0 for -Wmaybe-uninitialized */
         if (start_coeffs(c, s, &a, &b, err)) return err->status;
-        const int x0 = inpaint ? tr_slice(g, z, 0, 0, B, 1) : z;
-        *x = tr_add(g, tr_scale(g, x0, (float)a, 0.0f), tr_scale(g, *x, (float)b, 0.0f));
+        *x = tr_add(g, tr_scale(g, z_image, (float)a, 0.0f), tr_scale(g, *x, (float)b, 0.0f));
     }
-    if (inpaint) {
-        const int small = tr_slice(g, tr_slice(g, mask, 1, 0, P, f), 2, 0, P, f);
-        *extra = tr_concat(g, 2, (const int[2]){small, start ? tr_slice(g, z, 0, B, 2 * B, 1) : z}, 3);
-    }
+    if (inpaint) r->extra = tr_concat(g, 2, (const int[2]){small, own ? tr_slice(g, z, 0, B, 2 * B, 1) : z}, 3);
     return TR_OK;
 }
 
@@ -548,8 +578,8 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
         noise = tr_input(g, "noise", dt, 4, nz);
         if (dt != TR_DTYPE_F32) noise = tr_cast(g, noise, TR_DTYPE_F32);
     }
-    int extra = -1;
-    if ((img2img(c) || inpainting(u)) && (rc = picture(g, c, u, vae, o, s, &x, &extra, err)) != TR_OK) return rc;
+    struct sd_run run = {.noise = noise, .extra = -1, .from_image = from_image(c, u, o), .keep = -1, .x0 = -1, .eps = -1};
+    if ((img2img(c) || masked(u, o)) && (rc = picture(g, c, u, vae, o, s, &x, &run, err)) != TR_OK) return rc;
     const struct tr_build_opts to = {.task = TR_TASK_PREDICT, .dtype = dt, .batch = 2 * B, .seq_len = o->seq_len};
     int text;
     int skipped = -1;
@@ -558,7 +588,7 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
         const int halves[2] = {tr_slice(g, text, 0, 0, B, 1), tr_slice(g, skipped, 0, B, 2 * B, 1)};
         text = tr_concat(g, 2, halves, 0);
     }
-    const struct sd_run run = {text, noise, extra, from_image(c, u)};
+    run.text = text;
     if (pndm(c) && (x = pndm_steps(g, c, u, o, s, x, &run, err)) < 0) return err->status;
     if ((euler(c) || euler_a(c)) && (x = euler_steps(g, c, u, o, s, x, &run, err)) < 0) return err->status;
     if (dpm(c) && (x = dpm_steps(g, c, u, o, s, x, &run, err)) < 0) return err->status;
@@ -574,6 +604,9 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
         x = ddim_update(g, x, e, -1, &k, c->clip_sample ? c->clip_sample_range : 0.0);
         if (noise >= 0 && k.p_n > 0)
             x = add_noise(g, x, noise, i, B, k.p_n);
+        double a = 1, b = 0;
+        if (i + 1 < s->steps) alpha_ab(s, s->timesteps[i + 1], &a, &b);
+        x = blend(g, &run, x, a, b);
     }
     tr_graph_set_instance(g, 0);
     /* the decoder in f32 whatever the dtype, as diffusers' pipeline upcasts the VAE
@@ -727,12 +760,13 @@ static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_co
     const struct tr_vae_config *vae = NULL;
     int rc = sd_parts(c, u, &clip, &vae, err);
     if (rc) return rc;
-    const int pic = img2img(c) || inpainting(u), start = from_image(c, u), inpaint = inpainting(u);
-    const int want = 2 + noisy(c) + pic + start + 2 * inpaint, at = 2 + noisy(c); /* the picture's inputs from at */
+    const int pic = img2img(c) || masked(u, o), inpaint = inpainting(u), mask_in = masked(u, o);
+    const int start = from_image(c, u, o) || blending(u, o); /* the picture's own posterior drawn */
+    const int want = 2 + noisy(c) + pic + start + mask_in + inpaint, at = 2 + noisy(c); /* the picture's from at */
     if (n != want)
-        return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected %d (input_ids, latents%s%s%s%s)",
+        return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %d inputs given, expected %d (input_ids, latents%s%s%s%s%s)",
                             n, want, noisy(c) ? ", noise" : "", pic ? ", image" : "", start ? ", image_noise" : "",
-                            inpaint ? ", mask, masked_image_noise" : "");
+                            mask_in ? ", mask" : "", inpaint ? ", masked_image_noise" : "");
     int64_t f;
     if ((rc = vae_factor(vae, &f, err)) != TR_OK) return rc;
     const int64_t B = o->batch, T = o->seq_len, S = u->sample_size, C = u->out_channels, P = S * f,
@@ -742,13 +776,13 @@ static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_co
     if ((rc = tr_model_clip_text.make_inputs(clip, &to, seed, 1, &inputs[0], err)) != TR_OK) return rc;
     static const char *const M = "stable_diffusion";
     struct tr_tensor *image = pic ? &inputs[at] : NULL, *image_noise = start ? &inputs[at + 1] : NULL,
-                     *mask = inpaint ? &inputs[at + 1 + start] : NULL,
+                     *mask = mask_in ? &inputs[at + 1 + start] : NULL,
                      *masked_noise = inpaint ? &inputs[at + 2 + start] : NULL;
     if ((rc = tr_model_check_input(M, &inputs[1], "latents", o->dtype, 4, lat, err)) ||
         (noisy(c) && (rc = tr_model_check_input(M, &inputs[2], "noise", o->dtype, 4, nz, err))) ||
         (pic && (rc = tr_model_check_input(M, image, "image", o->dtype, 4, img, err))) ||
         (start && (rc = tr_model_check_input(M, image_noise, "image_noise", o->dtype, 4, lat, err))) ||
-        (inpaint && (rc = tr_model_check_input(M, mask, "mask", o->dtype, 4, msk, err))) ||
+        (mask_in && (rc = tr_model_check_input(M, mask, "mask", o->dtype, 4, msk, err))) ||
         (inpaint && (rc = tr_model_check_input(M, masked_noise, "masked_image_noise", o->dtype, 4, lat, err))))
         return rc;
     int32_t *ids = inputs[0].data;
@@ -758,13 +792,20 @@ static int generate_inputs(const struct tr_sd_config *c, const struct tr_unet_co
         for (int64_t i = 0; i < B * T; i++) ids[i] = (int32_t)(clip->vocab_size - (i % T == 0 ? 2 : 1));
     }
     if ((pic && (rc = picture_input(o->init_image, "init_image", image, seed, err))) ||
-        (inpaint && (rc = picture_input(o->mask_image, "mask_image", mask, seed, err))))
+        (mask_in && (rc = picture_input(o->mask_image, "mask_image", mask, seed, err))))
         return rc;
     struct tr_torch_rng r;
     tr_torch_rng_seed(&r, seed);
     if ((start && (rc = draw_once(image_noise, &r, err))) || (rc = tr_model_fill_torch_randn_nhwc(&inputs[1], &r, 1, err)) ||
-        (inpaint && (rc = draw_once(masked_noise, &r, err))) || !noisy(c))
+        (inpaint && (rc = draw_once(masked_noise, &r, err))))
         return rc;
+    if (blending(u, o)) { /* the pipeline encodes the masked picture all the same: its draw, unused */
+        float *skip = malloc(sizeof(float) * (size_t)(S * S * C));
+        if (!skip) return tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for a draw");
+        tr_torch_randn(&r, skip, S * S * C);
+        free(skip);
+    }
+    if (!noisy(c)) return TR_OK;
     /* the steps run draw theirs in turn; image to image's skipped ones draw none (their rows 0) */
     struct tr_tensor run = inputs[2];
     const int64_t begin = sd_begin(c), row = B * S * S * C;

@@ -38,7 +38,9 @@
  * masked_image_noise; the picture where the mask is 0 encoded as above, the mask taken at
  * every 8th pixel, the two after the latents' channels at every run of the UNet; from
  * noise (strength 0 or 1, diffusers' default 1) or, below 1, from the picture as image to
- * image does. From a seed, as diffusers' generator draws them: image_noise (one draw for
+ * image does. A mask given to a UNet of the latents' channels inpaints as that pipeline does
+ * with one: after every run the known region is blended back at the latents' noise level
+ * (the inputs image, image_noise and mask). From a seed, as diffusers' generator draws them: image_noise (one draw for
  * the one picture, repeated), latents, masked_image_noise (likewise), then each step run's
  * noise.
  *

@@ -34,10 +34,19 @@ static inline int noisy(const struct tr_sd_config *c) {
 /* An inpainting UNet (runwayml/stable-diffusion-inpainting's): the latents' channels, the
  * mask's and the masked picture's latents' in (9 for 4). */
 static inline int inpainting(const struct tr_unet_config *u) { return u->in_channels == 2 * u->out_channels + 1; }
+/* Inpainting with a UNet of the latents' channels: a mask given (diffusers' blend of the
+ * known region after every step); and inpainting of either kind. */
+static inline int blending(const struct tr_unet_config *u, const struct tr_build_opts *o) {
+    return !inpainting(u) && o->mask_image;
+}
+static inline int masked(const struct tr_unet_config *u, const struct tr_build_opts *o) {
+    return inpainting(u) || blending(u, o);
+}
 /* The run starts from the picture's latents noised (image to image; inpainting with
  * strength below 1), not from noise: diffusers' is_strength_max is false. */
-static inline int from_image(const struct tr_sd_config *c, const struct tr_unet_config *u) {
-    return img2img(c) && !(inpainting(u) && c->strength >= 1.0);
+static inline int from_image(const struct tr_sd_config *c, const struct tr_unet_config *u,
+                             const struct tr_build_opts *o) {
+    return img2img(c) && !(masked(u, o) && c->strength >= 1.0);
 }
 
 /* The three parts: the [model] key naming each (a preset of its model, or the file
