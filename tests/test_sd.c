@@ -791,7 +791,7 @@ static void test_img2img_config(void **state) {
                 "[generate] init_image: image '"},
                {"generate", "[generate]\nprompt = a cat\nprompts = p.txt", "give one of prompt and prompts"},
                {"generate", "[generate]\nprompts = nowhere.txt\ntokenizer = tests/fixtures/clip_tokenizer",
-                "[generate] prompts 'nowhere.txt': cannot open it"}};
+                "[generate] prompts: cannot open 'nowhere.txt'"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char ini[512];
         snprintf(ini, sizeof ini, "[run]\nmodel = stable_diffusion\npreset = tiny\ntask = %s\nbackends = torch\n"

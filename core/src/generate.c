@@ -113,24 +113,54 @@ static int text_add(struct tr_generate_text *text, const char *s, size_t len, in
     return 0;
 }
 
-/* The prompts of a file: one a line, "\r\n" too, blank lines skipped. */
-static int read_prompts(const char *path, struct tr_generate_text *text, struct tr_error *err) {
+int tr_generate_read_prompts(const char *path, char ***lines, int *n, struct tr_error *err) {
+    *lines = NULL, *n = 0;
     FILE *f;
-    int rc = tr_fopen_regular(path, &f, err), cap = 0;
+    int rc = tr_fopen_regular(path, &f, err), k = 0;
     if (rc) return rc;
-    char *line = NULL;
-    size_t room = 0;
+    char *line = NULL, *buf = NULL; /* the prompts one after another, each 0-terminated */
+    size_t room = 0, used = 0, cap = 0;
     ssize_t len;
     while (!rc && (len = getline(&line, &room, f)) >= 0) {
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
         int blank = 1;
         for (ssize_t i = 0; i < len && blank; i++) blank = line[i] == ' ' || line[i] == '\t';
-        if (!blank && text_add(text, line, (size_t)len, &cap)) rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
+        if (blank) continue;
+        if (used + (size_t)len + 1 > cap) {
+            char *grown = realloc(buf, cap = 2 * (used + (size_t)len + 1));
+            if (!grown) {
+                rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
+                break;
+            }
+            buf = grown;
+        }
+        memcpy(buf + used, line, (size_t)len);
+        buf[used + (size_t)len] = 0;
+        used += (size_t)len + 1, k++;
     }
     if (!rc && ferror(f)) rc = tr_error_set(err, TR_ERR_IO, "cannot read '%s'", path);
     free(line);
     fclose(f);
-    if (!rc && text->n == 0) rc = tr_error_set(err, TR_ERR_INVALID, "'%s' holds no prompt (one a line)", path);
+    if (!rc && k == 0) rc = tr_error_set(err, TR_ERR_INVALID, "'%s' holds no prompt (one a line)", path);
+    char **v = rc ? NULL : malloc(sizeof *v * (size_t)k + used);
+    if (!rc && !v) rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
+    if (!rc) { /* the pointers, then the text they point into */
+        char *text = memcpy(v + k, buf, used);
+        for (int i = 0; i < k; i++, text += strlen(text) + 1) v[i] = text;
+        *lines = v, *n = k;
+    }
+    free(buf);
+    return rc;
+}
+
+/* The prompts of a file (tr_generate_read_prompts) added to text. */
+static int read_prompts(const char *path, struct tr_generate_text *text, struct tr_error *err) {
+    char **lines;
+    int n, cap = 0;
+    int rc = tr_generate_read_prompts(path, &lines, &n, err);
+    for (int i = 0; i < n && !rc; i++)
+        if (text_add(text, lines[i], strlen(lines[i]), &cap)) rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
+    free(lines);
     return rc;
 }
 

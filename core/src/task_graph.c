@@ -75,7 +75,7 @@ static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, 
             if (prompt_line)
                 return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] %s: a prompt is given on line %d; give one "
                                     "of prompt and prompts", cfg->file, kv->line, kv->key, prompt_line);
-            if (kv->key[6] == 's') {
+            if (strcmp(kv->key, "prompts") == 0) {
                 rc = tr_config_path(cfg, kv->value, tg->prompts, sizeof tg->prompts, err);
                 if (rc) tr_error_prefix(err, "%s:%d: [generate] prompts", cfg->file, kv->line);
                 else tg->opts.prompts = tg->prompts;
@@ -91,7 +91,7 @@ static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, 
             rc = tr_config_path(cfg, kv->value, tg->tokenizer, sizeof tg->tokenizer, err);
             if (rc) tr_error_prefix(err, "%s:%d: [generate] tokenizer", cfg->file, kv->line);
         } else if (strcmp(kv->key, "init_image") == 0 || strcmp(kv->key, "mask_image") == 0) {
-            const int init = kv->key[0] == 'i';
+            const int init = strcmp(kv->key, "init_image") == 0;
             char *path = init ? tg->init_image : tg->mask_image;
             rc = tr_config_path(cfg, kv->value, path, sizeof tg->init_image, err);
             if (rc) tr_error_prefix(err, "%s:%d: [generate] %s", cfg->file, kv->line, kv->key);

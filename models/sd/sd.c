@@ -10,6 +10,7 @@
 #include "pndm.h"
 #include "unipc.h"
 #include "sd_internal.h"
+#include "trident/generate.h"
 #include "trident/image.h"
 #include "trident/rng.h"
 #include "clip/clip.h"
@@ -159,6 +160,22 @@ static int unet_guided(struct tr_graph *g, const struct tr_sd_config *c, const s
     return dt == TR_DTYPE_F32 ? *guided : tr_cast(g, *guided, TR_DTYPE_F32);
 }
 
+/* Σ w[j]·nodes[j] over the w that are not 0 (one of them is not). */
+static int lincomb(struct tr_graph *g, int n, const int *nodes, const double *w) {
+    int acc = -1;
+    for (int j = 0; j < n; j++) {
+        if (w[j] == 0) continue;
+        const int t = tr_scale(g, nodes[j], (float)w[j], 0.0f);
+        acc = acc < 0 ? t : tr_add(g, acc, t);
+    }
+    return acc;
+}
+
+/* a·x + b·y, the terms whose weight is 0 left out (not both). */
+static int lin2(struct tr_graph *g, int x, double a, int y, double b) {
+    return lincomb(g, 2, (const int[2]){x, y}, (const double[2]){a, b});
+}
+
 /* What every run of a sampler takes besides the latents: the text's embeddings [2B,T,D]; the
  * fresh noise (f32 [steps·B,S,S,C], -1 none); what an inpainting UNet takes after the
  * latents' channels (f32 [B,S,S,C + 1]: the mask and the masked picture's latents; -1
@@ -170,25 +187,30 @@ struct sd_run {
     int keep, x0, eps;
 };
 
+/* The scheduler's add_noise, a·x0 + b·ε, at a noise level: by ᾱ at timestep t (DDIM, DDPM,
+ * PNDM), or by σ (a = 1, b = σ for Euler and the samplers on its schedule; α = 1/√(σ²+1)
+ * and σ·α for DPM-Solver's and UniPC's). */
+static void level_alpha(const struct tr_ddim *s, int64_t t, double *a, double *b) {
+    *a = sqrt(s->alphas_cumprod[t]), *b = sqrt(1.0 - s->alphas_cumprod[t]);
+}
+static void level_sigma(const struct tr_sd_config *c, double sigma, double *a, double *b) {
+    const double al = dpm(c) || unipc(c) ? 1.0 / sqrt(sigma * sigma + 1.0) : 1.0;
+    *a = al, *b = sigma * al;
+}
+
 /* diffusers' inpainting blend after a run: (1 − mask)·(a·x0 + b·ε) + mask·x, the known
  * region put back at the level the latents are at (a = 1, b = 0 after the last). */
 static int blend(struct tr_graph *g, const struct sd_run *sr, int x, double a, double b) {
     if (sr->keep < 0) return x;
-    const int known = tr_add(g, tr_scale(g, sr->x0, (float)a, 0.0f), tr_scale(g, sr->eps, (float)b, 0.0f));
+    const int known = lin2(g, sr->x0, a, sr->eps, b);
     return tr_add(g, tr_mul(g, tr_scale(g, sr->keep, -1.0f, 1.0f), known), tr_mul(g, sr->keep, x));
 }
-
-/* The blend's a and b at timestep t by ᾱ (DDIM, DDPM, PNDM), or by σ (a = 1, b = σ), or
- * DPM-Solver's (α, σ·α). */
-static void alpha_ab(const struct tr_ddim *s, int64_t t, double *a, double *b) {
-    *a = sqrt(s->alphas_cumprod[t]), *b = sqrt(1.0 - s->alphas_cumprod[t]);
-}
-static int blend_sigma(struct tr_graph *g, const struct sd_run *sr, int x, double sigma, int last) {
-    return blend(g, sr, x, 1.0, last ? 0.0 : sigma);
-}
-static int blend_alpha_sigma(struct tr_graph *g, const struct sd_run *sr, int x, double sigma, int last) {
-    const double al = 1.0 / sqrt(sigma * sigma + 1.0);
-    return last ? blend(g, sr, x, 1.0, 0.0) : blend(g, sr, x, al, sigma * al);
+/* The blend at σ (level_sigma), noise-free after the last run. */
+static int blend_sigma(struct tr_graph *g, const struct tr_sd_config *c, const struct sd_run *sr, int x, double sigma,
+                       int last) {
+    double a = 1, b = 0;
+    if (!last) level_sigma(c, sigma, &a, &b);
+    return blend(g, sr, x, a, b);
 }
 
 /* Run i of a sampler: instance i of the guided UNet on c_in·x (x where c_in is 1), then
@@ -244,7 +266,7 @@ static int pndm_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
         int next = tr_scale(g, r->from_start ? start : x, (float)r->c_x, 0.0f);
         for (int k = 0; k < r->n; k++) next = tr_add(g, next, tr_scale(g, e[r->idx[k]], (float)(r->c_e * r->w[k]), 0.0f));
         double a = 1, b = 0;
-        if (i + 1 < n) alpha_ab(s, tr_pndm_timestep(s, i + 1), &a, &b);
+        if (i + 1 < n) level_alpha(s, tr_pndm_timestep(s, i + 1), &a, &b);
         x = blend(g, sr, next, a, b);
     }
     free(runs);
@@ -273,7 +295,7 @@ static int euler_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
         else x = tr_add(g, tr_scale(g, x, (float)k->c_x, 0.0f), tr_scale(g, e, (float)k->c_o, 0.0f));
         if (!rc && sr->noise >= 0 && k->c_n > 0)
             x = add_noise(g, x, sr->noise, i, o->batch, k->c_n);
-        if (!rc) x = blend_sigma(g, sr, x, k->sigma_next, i + 1 == s->steps);
+        if (!rc) x = blend_sigma(g, c, sr, x, k->sigma_next, i + 1 == s->steps);
     }
     free(steps);
     return rc ? -1 : x;
@@ -302,7 +324,7 @@ static int lms_steps(struct tr_graph *g, const struct tr_sd_config *c, const str
         }
         d[i] = tr_add(g, tr_scale(g, x, (float)k->p, 0.0f), tr_scale(g, e, (float)k->q, 0.0f));
         for (int j = 0; j < k->k; j++) x = tr_add(g, x, tr_scale(g, d[i - j], (float)k->c[j], 0.0f));
-        x = blend_sigma(g, sr, x, i + 1 < s->steps ? steps[i + 1].sigma : 0.0, i + 1 == s->steps);
+        x = blend_sigma(g, c, sr, x, i + 1 < s->steps ? steps[i + 1].sigma : 0.0, i + 1 == s->steps);
     }
     free(steps);
     free(d);
@@ -331,15 +353,14 @@ static int heun_steps(struct tr_graph *g, const struct tr_sd_config *c, const st
             rc = err->status;
             break;
         }
-        const int d = r->p != 0 ? tr_add(g, tr_scale(g, x, (float)r->p, 0.0f), tr_scale(g, e, (float)r->q, 0.0f))
-                                : tr_scale(g, e, (float)r->q, 0.0f);
+        const int d = lin2(g, x, r->p, e, r->q);
         if (!r->second) {
             saved = x, d1 = d;
             x = tr_add(g, x, tr_scale(g, d, (float)r->dt, 0.0f));
         } else {
             x = tr_add(g, saved, tr_scale(g, tr_add(g, d1, d), (float)(0.5 * r->dt), 0.0f));
         }
-        x = blend_sigma(g, sr, x, r->sigma_to, i + 1 == n);
+        x = blend_sigma(g, c, sr, x, r->sigma_to, i + 1 == n);
     }
     free(runs);
     return rc ? -1 : x;
@@ -364,28 +385,15 @@ static int dpm_steps(struct tr_graph *g, const struct tr_sd_config *c, const str
             rc = err->status;
             break;
         }
-        const int d = k->d_x != 0 ? tr_add(g, tr_scale(g, x, (float)k->d_x, 0.0f), tr_scale(g, e, (float)k->d_o, 0.0f))
-                                  : tr_scale(g, e, (float)k->d_o, 0.0f);
-        int next = k->c_x != 0 ? tr_add(g, tr_scale(g, x, (float)k->c_x, 0.0f), tr_scale(g, d, (float)k->c_d, 0.0f))
-                               : tr_scale(g, d, (float)k->c_d, 0.0f);
+        const int d = lin2(g, x, k->d_x, e, k->d_o);
+        int next = lin2(g, x, k->c_x, d, k->c_d);
         if (k->c_dprev != 0) next = tr_add(g, next, tr_scale(g, d_prev, (float)k->c_dprev, 0.0f));
         if (sr->noise >= 0 && k->c_n > 0)
             next = add_noise(g, next, sr->noise, i, o->batch, k->c_n);
-        x = blend_alpha_sigma(g, sr, next, k->sigma_next, i + 1 == s->steps), d_prev = d;
+        x = blend_sigma(g, c, sr, next, k->sigma_next, i + 1 == s->steps), d_prev = d;
     }
     free(steps);
     return rc ? -1 : x;
-}
-
-/* Σ w[j]·nodes[j] over the w that are not 0 (one of them is not). */
-static int lincomb(struct tr_graph *g, int n, const int *nodes, const double *w) {
-    int acc = -1;
-    for (int j = 0; j < n; j++) {
-        if (w[j] == 0) continue;
-        const int t = tr_scale(g, nodes[j], (float)w[j], 0.0f);
-        acc = acc < 0 ? t : tr_add(g, acc, t);
-    }
-    return acc;
 }
 
 /* UniPC's steps (unipc.h) on the latents x, f32: each an instance of the UNet on x, then
@@ -408,8 +416,7 @@ static int unipc_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
             rc = err->status;
             break;
         }
-        d[i] = k->d_x != 0 ? tr_add(g, tr_scale(g, x, (float)k->d_x, 0.0f), tr_scale(g, e, (float)k->d_o, 0.0f))
-                           : tr_scale(g, e, (float)k->d_o, 0.0f);
+        d[i] = lin2(g, x, k->d_x, e, k->d_o);
         int nodes[TR_UNIPC_MAX_ORDER + 2];
         double w[TR_UNIPC_MAX_ORDER + 2];
         if (k->corrected) {
@@ -421,7 +428,7 @@ static int unipc_steps(struct tr_graph *g, const struct tr_sd_config *c, const s
         last = x;
         nodes[0] = x, w[0] = k->p_x;
         for (int j = 0; j < k->order; j++) nodes[1 + j] = d[i - j], w[1 + j] = k->p_d[j];
-        x = blend_alpha_sigma(g, sr, lincomb(g, k->order + 1, nodes, w), k->sigma_next, i + 1 == s->steps);
+        x = blend_sigma(g, c, sr, lincomb(g, k->order + 1, nodes, w), k->sigma_next, i + 1 == s->steps);
     }
     free(steps);
     free(d);
@@ -460,39 +467,34 @@ static int vae_factor(const struct tr_vae_config *v, int64_t *f, struct tr_error
     return rc;
 }
 
-/* Image to image's start, diffusers' scheduler.add_noise at the first step run: the noised
- * latents a·x0 + b·ε, by ᾱ there (DDIM, DDPM, PNDM), by its σ (Euler and the others on its
- * schedule: a = 1, b = σ; DPM-Solver's and UniPC's: a = α, b = σ·α). */
+/* Image to image's start, diffusers' scheduler.add_noise at the first step run (level_*):
+ * by ᾱ at its timestep, or by its σ, which the sampler's own plan gives. */
 static int start_coeffs(const struct tr_sd_config *c, const struct tr_ddim *s, double *a, double *b,
                         struct tr_error *err) {
     const int64_t begin = sd_begin(c), S = s->steps;
     if (ddim(c) || ddpm(c) || pndm(c)) { /* PNDM's run `begin` of its list (pndm.h) */
-        const double ab = s->alphas_cumprod[pndm(c) ? tr_pndm_timestep(s, begin) : s->timesteps[begin]];
-        *a = sqrt(ab), *b = sqrt(1.0 - ab);
+        level_alpha(s, pndm(c) ? tr_pndm_timestep(s, begin) : s->timesteps[begin], a, b);
         return TR_OK;
     }
-    const int dpm_like = dpm(c) || unipc(c);
-    void *st = malloc(dpm_like ? sizeof(struct tr_dpm_step) * (size_t)S : sizeof(struct tr_euler_step) * (size_t)S);
+    const size_t size = dpm(c) ? sizeof(struct tr_dpm_step) : unipc(c) ? sizeof(struct tr_unipc_step)
+                                                                      : sizeof(struct tr_euler_step);
+    void *st = malloc(size * (size_t)S);
     if (!st) return tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for %lld steps", (long long)S);
-    double sigma = 0, init;
+    double init, sigma = 0;
     int rc;
-    if (dpm_like) { /* UniPC's schedule as unipc.h takes it: no sigma_min, sigma_max */
+    if (dpm(c)) {
+        const struct tr_dpm_config dc = tr_sd_dpm_config(c);
+        if (!(rc = tr_dpm_plan(s, &dc, st, err))) sigma = ((struct tr_dpm_step *)st)[begin].sigma;
+    } else if (unipc(c)) {
         const struct tr_unipc_config uc = tr_sd_unipc_config(c);
-        struct tr_dpm_config dc = tr_sd_dpm_config(c);
-        if (unipc(c)) dc = (struct tr_dpm_config){.karras = uc.karras, .final_sigma_min = uc.final_sigma_min,
-                                                  .karras_round = 1};
-        dc.order = 1;
-        rc = tr_dpm_plan(s, &dc, st, err);
-        if (!rc) sigma = ((struct tr_dpm_step *)st)[begin].sigma;
-        *a = 1.0 / sqrt(sigma * sigma + 1.0), *b = sigma * *a;
+        if (!(rc = tr_unipc_plan(s, &uc, st, err))) sigma = ((struct tr_unipc_step *)st)[begin].sigma;
     } else { /* Euler's σ, which LMS, Heun and the ancestral step share */
         struct tr_euler_config ec = tr_sd_euler_config(c);
         ec.ancestral = 0, ec.final_sigma_min = 0;
-        rc = tr_euler_plan(s, &ec, st, &init, err);
-        if (!rc) sigma = ((struct tr_euler_step *)st)[begin].sigma;
-        *a = 1.0, *b = sigma;
+        if (!(rc = tr_euler_plan(s, &ec, st, &init, err))) sigma = ((struct tr_euler_step *)st)[begin].sigma;
     }
     free(st);
+    level_sigma(c, sigma, a, b);
     return rc;
 }
 
@@ -552,7 +554,7 @@ static int picture(struct tr_graph *g, const struct tr_sd_config *c, const struc
     if (start) {
         double a = 0, b = 0; /* start_coeffs sets them; 0 for -Wmaybe-uninitialized */
         if (start_coeffs(c, s, &a, &b, err)) return err->status;
-        *x = tr_add(g, tr_scale(g, z_image, (float)a, 0.0f), tr_scale(g, *x, (float)b, 0.0f));
+        *x = lin2(g, z_image, a, *x, b);
     }
     if (inpaint) r->extra = tr_concat(g, 2, (const int[2]){small, own ? tr_slice(g, z, 0, B, 2 * B, 1) : z}, 3);
     return TR_OK;
@@ -605,7 +607,7 @@ static int sd_generate(const struct tr_sd_config *c, const struct tr_unet_config
         if (noise >= 0 && k.p_n > 0)
             x = add_noise(g, x, noise, i, B, k.p_n);
         double a = 1, b = 0;
-        if (i + 1 < s->steps) alpha_ab(s, s->timesteps[i + 1], &a, &b);
+        if (i + 1 < s->steps) level_alpha(s, s->timesteps[i + 1], &a, &b);
         x = blend(g, &run, x, a, b);
     }
     tr_graph_set_instance(g, 0);
@@ -638,56 +640,18 @@ int tr_sd_build(const void *config, const struct tr_build_opts *o, struct tr_gra
 }
 
 
-/* [generate] prompts' lines, blank ones skipped, into *lines (malloc'd, one block; *n of
- * them; at most max). */
-static int read_prompts(const char *path, int64_t max, char ***lines, int64_t *n, struct tr_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return tr_error_set(err, TR_ERR_IO, "stable_diffusion: [generate] prompts '%s': cannot open it", path);
-    char *buf = NULL, *line = NULL;
-    size_t cap = 0, used = 0, lcap = 0;
-    int64_t k = 0;
-    int rc = TR_OK;
-    for (ssize_t len; !rc && (len = getline(&line, &lcap, f)) >= 0;) {
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (!len) continue;
-        if (++k > max) {
-            rc = tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: [generate] prompts '%s': more than %lld prompts "
-                              "for [run] batch = %lld: expected at most one a sample", path, (long long)max,
-                              (long long)max);
-            break;
-        }
-        char *grown = used + (size_t)len + 1 > cap ? realloc(buf, cap = 2 * (used + (size_t)len + 1)) : buf;
-        if (!grown) {
-            rc = tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for the prompts");
-            break;
-        }
-        buf = grown;
-        memcpy(buf + used, line, (size_t)len + 1);
-        used += (size_t)len + 1;
-    }
-    free(line);
-    fclose(f);
-    if (!rc && !k) rc = tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: [generate] prompts '%s' holds no prompt", path);
-    char **v = rc ? NULL : malloc(sizeof *v * (size_t)k + used);
-    if (!rc && !v) rc = tr_error_set(err, TR_ERR_NOMEM, "stable_diffusion: no memory for the prompts");
-    if (!rc) { /* the pointers, then the text they point into */
-        char *text = (char *)(v + k);
-        memcpy(text, buf, used);
-        for (int64_t i = 0; i < k; i++, text += strlen(text) + 1) v[i] = text;
-        *lines = v, *n = k;
-    }
-    free(buf);
-    return rc;
-}
-
 /* [generate] prompt, or prompts (row B + b takes prompt b mod their count), in rows B..2B,
  * and negative_prompt ("" by default) in rows 0..B, through the tokenizer at o->tokenizer. */
 static int prompt_ids(const struct tr_clip_text_config *clip, const struct tr_build_opts *o, int32_t *ids,
                       struct tr_error *err) {
     const int64_t B = o->batch, T = o->seq_len;
     char **lines = NULL;
-    int64_t n = 0;
-    int rc = o->prompts ? read_prompts(o->prompts, B, &lines, &n, err) : TR_OK;
+    int n = 0;
+    int rc = o->prompts ? tr_generate_read_prompts(o->prompts, &lines, &n, err) : TR_OK;
+    if (rc) tr_error_prefix(err, "stable_diffusion: [generate] prompts");
+    else if (n > B)
+        rc = tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: [generate] prompts '%s': %d prompts for [run] batch = "
+                          "%lld: expected at most one a sample", o->prompts, n, (long long)B);
     struct tr_clip_tokenizer *tok = NULL;
     if (!rc && (rc = tr_clip_tokenizer_load(o->tokenizer, &tok, err)) != TR_OK)
         tr_error_prefix(err, "stable_diffusion: [generate] tokenizer");

@@ -107,6 +107,9 @@ int tr_generate_text_prompt(const struct tr_config *cfg, const struct tr_model_d
                             int64_t batch, struct tr_generate_config *gc, struct tr_generate_text *text,
                             struct tr_error *err);
 void tr_generate_text_free(const struct tr_model_desc *m, struct tr_generate_text *text);
+/* A [generate] prompts file: one prompt a line ("\r\n" too), blank lines skipped, into
+ * *lines (*n of them; one block: free(*lines) frees them all). No prompt is an error. */
+int tr_generate_read_prompts(const char *path, char ***lines, int *n, struct tr_error *err);
 
 /* The two passes of a model, built from a resolved model config, and `weights`: a graph
  * of the model's PARAMs alone (the passes' PARAMs less the cache; the same names, shapes
