@@ -432,6 +432,39 @@ expect "hf_config = a model's directory reads its config.json" 0 'all backends r
 # a 48x48 image; the default prompt scaled to it), its batch and outputs in float64
 # (tests/fixtures/make_vision_reference.py --model sam --random 9).
 expect "sam from a random transformers config against its float64 outputs" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sam/check.ini
+# SAM on a photo (task = generate, [generate] init_image; make_sam_photo_fixture.py):
+# SamProcessor's resize (Pillow's, enlarging 40x30 and shrinking 97x150 and 150x97),
+# normalisation and padding, the prompt scaled with the photo, and post_process_masks'
+# logits at the photo's size, against transformers in float64.
+for case in "photo|two points (foreground, background) on a photo enlarged to the model's size" \
+    "photo_box|a box and a point on a shrunk photo, the single-mask output" \
+    "photo_box_only|a box alone, three masks"; do
+  expect "sam: ${case#*|}" 0 '^  jax +ok ' -- "$bin" run "tests/fixtures/reference_sam_${case%%|*}/check.ini"
+done
+sed -e "s|^weights = ..|weights = $PWD/tests/fixtures|" -e "s|^reference = |reference = $PWD/tests/fixtures/reference_sam_photo/|" \
+  -e "s|^init_image = |init_image = $PWD/tests/fixtures/reference_sam_photo/|" -e "s|^backends = .*|backends = jax|" \
+  tests/fixtures/reference_sam_photo/check.ini > "$tmp/samphoto.ini"
+printf 'image = %s\n' "$tmp/sammask.png" >> "$tmp/samphoto.ini"
+expect "sam: [generate] image writes the best mask of each image" 0 "wrote $tmp/sammask.png \\(jax's outputs\\)" -- "$bin" run "$tmp/samphoto.ini"
+check "sam: the IoU predictions are printed" '^sample 1: IoU predictions -?[0-9.]+ -?[0-9.]+ -?[0-9.]+; mask [0-2] drawn$'
+rejects samprompt.ini "[run]
+model = sam
+preset = tiny
+task = generate
+backends = jax
+[generate]
+mask_image = m.png" "sam: a mask image is refused" 'sam: \[generate\] mask_image: SAM takes no text prompt and no mask image'
+rejects samout.ini "[run]
+model = sam
+preset = tiny
+task = generate
+backends = jax
+[model]
+points = 39,29,40,10
+labels = 1,1
+[generate]
+init_image = $PWD/tests/fixtures/reference_sam_photo/photo.png" "sam: a point outside the photo (not the model's 64x64) is refused" \
+  'point 1 \(40,10\) of points = .39,29,40,10. is outside the 40x30 image \(x from 0 to 39, y from 0 to 29\)'
 # A whole diffusers pipeline directory (hf_config = it: its parts' config.json, the UNet's
 # linear projections, and its scheduler's: linear betas rescaled to zero SNR, leading
 # timesteps, v prediction, the clamp on x0), text to image on every backend against

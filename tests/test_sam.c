@@ -15,6 +15,7 @@
 #include "sam/sam.h"
 #include "trident/config.h"
 #include "trident/graph.h"
+#include "trident/image.h"
 #include "trident/safetensors.h"
 
 #define FIXTURE TR_SOURCE_DIR "/tests/fixtures/sam_tiny.safetensors"
@@ -89,13 +90,16 @@ static void test_config_errors(void **state) {
     static const struct tr_test_refusal r[] = {
         {TR_TASK_PREDICT, {{"image_size", "60"}}, {"image_size = 60", "multiple of patch_size = 8"}},
         {TR_TASK_FIT, {{"image_size", "60"}}, {"image_size = 60", "multiple of patch_size = 8"}},
-        {TR_TASK_PREDICT, {{"points", "31,23,64,10"}}, {"point 1 (64,10)", "outside the 64x64 image"}},
+        {TR_TASK_PREDICT, {{"points", "31,23,64,10"}, {"labels", "1,1"}}, {"point 1 (64,10)", "outside the 64x64 image"}},
         {TR_TASK_PREDICT, {{"points", "31,-1"}, {"labels", "1"}}, {"point 0 (31,-1)", "outside"}},
         {TR_TASK_PREDICT, {{"labels", "1,4"}}, {"label 4", "not one of -1", "3 (box corners)"}},
         {TR_TASK_PREDICT, {{"labels", "1"}}, {"one label per pair"}},
         {TR_TASK_PREDICT, {{"global_attn_indexes", "1,4"}}, {"global_attn_indexes"}},
         {TR_TASK_PREDICT, {{"num_pos_feats", "7"}}, {"num_pos_feats = 7", "output_channels / 2 = 8"}},
-        {TR_TASK_GENERATE, {{NULL}}, {"generate", "predict, fit"}},
+        {TR_TASK_PREDICT, {{"boxes", "1,2,3"}}, {"boxes = '1,2,3' gives 3 numbers", "x0,y0,x1,y1"}},
+        {TR_TASK_PREDICT, {{"boxes", "10,10,70,20"}}, {"not a box inside the 64x64 image", "x1 <= 64"}},
+        {TR_TASK_PREDICT, {{"boxes", "30,10,20,20"}}, {"boxes = '30,10,20,20' is not a box"}},
+        {TR_TASK_GENERATE, {{"labels", "1"}, {"boxes", "1,1,9,9"}}, {"points = '' gives 0 coordinates", "labels = '1' 1"}},
     };
     TR_TEST_EXPECT_REFUSALS(&tr_model_sam, "tiny", r);
 }
@@ -126,6 +130,76 @@ static void test_make_inputs(void **state) {
     tr_test_tensors_free(3, a);
     tr_test_tensors_free(3, b);
     tr_graph_free(g);
+}
+
+#define PHOTO TR_SOURCE_DIR "/tests/fixtures/reference_sam_photo/photo.png"
+#define RESIZE TR_SOURCE_DIR "/tests/fixtures/sam_photo_resize.safetensors"
+#define PHOTO_HINT " (regenerate with: python3 tests/fixtures/make_sam_photo_fixture.py)"
+
+/* SamProcessor on a photo: Pillow's bilinear resize to the bit (shrinking, enlarging, one
+ * side kept, a 5x5 picture to 64x64), and pixel_values as the Pillow processor makes them
+ * (a resize one level off would be 1/255/0.229 = 0.017 away). */
+static void test_processor_matches_pillow(void **state) {
+    (void)state;
+    struct tr_error e = {0};
+    struct tr_safetensors *io;
+    if (tr_safetensors_open(RESIZE, &io, &e)) fail_msg("%s" PHOTO_HINT, e.msg);
+    int cases = 0;
+    for (int k = 0;; k++, cases++) {
+        char in_name[16], out_name[16];
+        snprintf(in_name, sizeof in_name, "in.%d", k), snprintf(out_name, sizeof out_name, "out.%d", k);
+        struct tr_tensor in, want;
+        if (tr_safetensors_find(io, in_name) < 0) break;
+        if (tr_safetensors_get(io, in_name, &in, &e) || tr_safetensors_get(io, out_name, &want, &e))
+            fail_msg("%s" PHOTO_HINT, e.msg);
+        const int64_t h = in.shape[0], w = in.shape[1], oh = want.shape[0], ow = want.shape[1];
+        uint8_t *a = malloc((size_t)(h * w * 3)), *b = malloc((size_t)(oh * ow * 3));
+        for (int64_t i = 0; i < h * w * 3; i++) a[i] = (uint8_t)tr_tensor_get_f64(&in, i);
+        memset(b, 0xA5, (size_t)(oh * ow * 3)); /* poisoned */
+        assert_int_equal(tr_image_resize_bilinear(a, h, w, 3, b, oh, ow, &e), TR_OK);
+        int64_t off = 0;
+        for (int64_t i = 0; i < oh * ow * 3; i++) off += b[i] != (uint8_t)tr_tensor_get_f64(&want, i);
+        if (off) fail_msg("resize %lldx%lld to %lldx%lld: %lld of %lld values differ from Pillow's", (long long)w,
+                          (long long)h, (long long)ow, (long long)oh, (long long)off, (long long)(oh * ow * 3));
+        free(a), free(b);
+    }
+    assert_true(cases >= 7);
+    const struct tr_sam_config *c = preset("tiny");
+    struct tr_tensor ref, px;
+    if (tr_safetensors_get(io, "pixel_values", &ref, &e)) fail_msg("%s" PHOTO_HINT, e.msg);
+    float *buf = malloc(sizeof *buf * (size_t)tr_tensor_numel(&ref));
+    for (int64_t i = 0; i < tr_tensor_numel(&ref); i++) buf[i] = NAN;
+    assert_int_equal(tr_tensor_make(&px, buf, TR_DTYPE_F32, 4, ref.shape, &e), TR_OK);
+    if (tr_sam_pixel_values(c, PHOTO, &px, &e)) fail_msg("%s", e.msg);
+    double worst = 0;
+    for (int64_t i = 0; i < tr_tensor_numel(&ref); i++)
+        worst = fmax(worst, fabs(tr_tensor_get_f64(&px, i) - tr_tensor_get_f64(&ref, i)));
+    if (!(worst < 1e-6)) fail_msg("pixel_values %.3g from SamProcessor's", worst);
+    struct tr_sam_photo ph;
+    assert_int_equal(tr_sam_photo_size(c, PHOTO, &ph, &e), TR_OK);
+    assert_true(ph.w == 40 && ph.h == 30 && ph.neww == 64 && ph.newh == 48);
+    assert_int_not_equal(tr_sam_photo_size(c, TR_SOURCE_DIR "/tests/fixtures/sam_tiny.safetensors", &ph, &e), TR_OK);
+    assert_non_null(strstr(e.msg, "cannot read it as a PNG"));
+    free(buf);
+    tr_safetensors_close(io);
+}
+
+/* post_process_masks' two interpolations as one matrix: rows sum to 1 (bilinear weights),
+ * and a constant stays constant; an S x S photo (no crop) is the plain 4x upscale. */
+static void test_upscale_matrix(void **state) {
+    (void)state;
+    float *m = tr_sam_upscale_matrix(16, 64, 41, 97);
+    assert_non_null(m);
+    for (int o = 0; o < 97; o++) {
+        double s = 0;
+        for (int j = 0; j < 16; j++) s += m[o * 16 + j], assert_true(m[o * 16 + j] >= 0);
+        assert_true(fabs(s - 1) < 1e-6);
+    }
+    free(m);
+    m = tr_sam_upscale_matrix(2, 8, 8, 8); /* 2 -> 8: src = (o + 0.5)/4 - 0.5, clamped */
+    const float want0[8] = {1, 1, 0.875f, 0.625f, 0.375f, 0.125f, 0, 0};
+    for (int o = 0; o < 8; o++) assert_true(fabsf(m[2 * o] - want0[o]) < 1e-7f);
+    free(m);
 }
 
 /* The default prompt is the benchmark's, (500,375) and (250,375) of 1024, at the image's
@@ -293,6 +367,7 @@ static void test_hf_defaults(void **state) {
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_count_vit_h, test_names_match_state_dict,
              test_interface, test_config_errors, test_make_inputs, test_default_points_scale,
+             test_processor_matches_pillow, test_upscale_matrix,
              test_predict_matches_transformers_f32,
              test_predict_matches_transformers_bf16, test_fit_grads_match_pytorch, test_hf_config,
              test_hf_defaults)

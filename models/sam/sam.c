@@ -22,6 +22,7 @@
 #include "models.h"
 #include "sam.h"
 #include "trident/autodiff.h"
+#include "trident/image.h"
 #include "trident/rng.h"
 
 #define KEY_(field, type, lo, hi, doc) {#field, type, offsetof(struct tr_sam_config, field), lo, hi, doc}
@@ -53,28 +54,32 @@ static const struct tr_model_key sam_keys[] = {
          "parameters are loaded and counted, a mask prompt is not taken)"),
     KEY_(points, TR_KEY_STRING, 0, 0, "make_inputs' prompt: x,y pairs in pixels of the image (default: the benchmark's "
                                       "500,375,250,375 of a 1024 image, scaled to image_size)"),
-    KEY_(labels, TR_KEY_STRING, 0, 0, "one label per point: 1 foreground, 0 background, -1 none, 2/3 box corners"),
+    KEY_(labels, TR_KEY_STRING, 0, 0, "one label per point: 1 foreground, 0 background, -1 none, 2/3 box corners "
+                                      "(default with the default points: 1,2)"),
+    KEY_(boxes, TR_KEY_STRING, 0, 0, "make_inputs' box prompt: x0,y0,x1,y1 in pixels of the image (one box; with it "
+                                     "and no points, the box alone)"),
+    KEY_(multimask_output, TR_KEY_BOOL, 0, 0, "3 masks and their IoU predictions (true), or the single-mask output"),
 };
 
 #define SAM_DECODER .output_channels = 256, .num_pos_feats = 128, .decoder_mlp_dim = 2048, \
     .decoder_num_hidden_layers = 2, .decoder_num_attention_heads = 8, .iou_head_hidden_dim = 256
 #define SAM_COMMON .layer_norm_eps = 1e-6, .decoder_layer_norm_eps = 1e-6, .qkv_bias = 1, .use_abs_pos = 1, .use_rel_pos = 1, \
-    .attention_downsample_rate = 2, .iou_head_depth = 3, .num_multimask_outputs = 3
+    .attention_downsample_rate = 2, .iou_head_depth = 3, .num_multimask_outputs = 3, .multimask_output = 1
 static const struct tr_sam_config sam_tiny = {
     SAM_COMMON, .hidden_size = 32, .num_hidden_layers = 4, .num_attention_heads = 2, .mlp_dim = 64, .image_size = 64,
     .patch_size = 8, .window_size = 3, .global_attn_indexes = "1,3", .output_channels = 16, .num_pos_feats = 8,
     .decoder_mlp_dim = 32, .decoder_num_hidden_layers = 2, .decoder_num_attention_heads = 2,
-    .iou_head_hidden_dim = 16, .labels = "1,2", .mask_input_channels = 4,
+    .iou_head_hidden_dim = 16, .mask_input_channels = 4,
 };
 static const struct tr_sam_config sam_small = {
     SAM_COMMON, SAM_DECODER, .hidden_size = 256, .num_hidden_layers = 6, .num_attention_heads = 4, .mlp_dim = 1024,
     .image_size = 512, .patch_size = 16, .window_size = 7, .global_attn_indexes = "2,5",
-    .labels = "1,2", .mask_input_channels = 16,
+    .mask_input_channels = 16,
 };
 static const struct tr_sam_config sam_vit_h = {
     SAM_COMMON, SAM_DECODER, .hidden_size = 1280, .num_hidden_layers = 32, .num_attention_heads = 16, .mlp_dim = 5120,
     .image_size = 1024, .patch_size = 16, .window_size = 14, .global_attn_indexes = "7,15,23,31",
-    .labels = "1,2", .mask_input_channels = 16,
+    .mask_input_channels = 16,
 };
 
 static const struct tr_model_preset sam_presets[] = {
@@ -138,40 +143,63 @@ static int sam_validate(const struct tr_sam_config *c, const struct tr_build_opt
     return TR_OK;
 }
 
-/* The prompt: *n points (x, y) in pixels and their labels, each checked. */
-static int sam_prompt(const struct tr_sam_config *c, double *xy, int64_t *labels, int *n, struct tr_error *err) {
-    int64_t v[2 * TR_SAM_MAX_POINTS];
-    int np = 0, nl = 0;
+/* The prompt, in pixels of a picture w x h (the model's S x S, or a generate's photo): *n
+ * points (x, y) and their labels, and *has_box boxes (0 or 1) x0, y0, x1, y1, each
+ * checked. No points and no box: the benchmark's two points. */
+struct prompt {
+    double xy[2 * TR_SAM_MAX_POINTS], box[4];
+    int64_t labels[TR_SAM_MAX_POINTS];
+    int n, has_box;
+};
+
+static int sam_prompt(const struct tr_sam_config *c, int64_t h, int64_t w, struct prompt *p, struct tr_error *err) {
+    int64_t v[2 * TR_SAM_MAX_POINTS], bx[5];
+    int np = 0, nl = 0, nb = 0;
     int rc = TR_OK;
+    const int64_t big = (int64_t)1 << 40;
+    if (c->boxes[0]) {
+        rc = tr_model_int_list("sam", "boxes", c->boxes, sizeof c->boxes, -big, big, "75,275,1725,850", bx, 5, &nb, err);
+        if (!rc && nb != 4)
+            rc = tr_error_set(err, TR_ERR_INVALID, "sam: boxes = '%s' gives %d numbers, expected one box x0,y0,x1,y1 "
+                              "(4 numbers)", c->boxes, nb);
+        if (!rc && (bx[0] < 0 || bx[1] < 0 || bx[2] > w || bx[3] > h || bx[0] > bx[2] || bx[1] > bx[3]))
+            rc = tr_error_set(err, TR_ERR_INVALID, "sam: boxes = '%s' is not a box inside the %lldx%lld image "
+                              "(expected 0 <= x0 <= x1 <= %lld and 0 <= y0 <= y1 <= %lld)", c->boxes, (long long)w,
+                              (long long)h, (long long)w, (long long)h);
+        if (rc) return rc;
+        for (int i = 0; i < 4; i++) p->box[i] = (double)bx[i];
+    }
+    p->has_box = c->boxes[0] != 0;
     if (c->points[0]) {
-        rc = tr_model_int_list("sam", "points", c->points, sizeof c->points, -((int64_t)1 << 40), (int64_t)1 << 40,
-                               "500,375,250,375", v, 2 * TR_SAM_MAX_POINTS, &np, err);
-    } else { /* the benchmark's prompt, (500,375) and (250,375) of 1024, at this image's size */
+        rc = tr_model_int_list("sam", "points", c->points, sizeof c->points, -big, big, "500,375,250,375", v,
+                               2 * TR_SAM_MAX_POINTS, &np, err);
+    } else if (!p->has_box) { /* the benchmark's prompt, (500,375) and (250,375) of 1024, at this image's size */
         static const int64_t bench[4] = {500, 375, 250, 375};
-        for (np = 0; np < 4; np++) v[np] = bench[np] * c->image_size / 1024;
+        for (np = 0; np < 4; np++) v[np] = bench[np] * (np % 2 ? h : w) / 1024;
     }
-    if (!rc)
-        rc = tr_model_int_list("sam", "labels", c->labels, sizeof c->labels, -((int64_t)1 << 40), (int64_t)1 << 40,
-                               "1,2", labels, TR_SAM_MAX_POINTS, &nl, err);
+    const char *labels = c->labels[0] || c->points[0] || p->has_box ? c->labels : "1,2"; /* the benchmark's */
+    if (!rc && (np || labels[0]))
+        rc = tr_model_int_list("sam", "labels", labels, sizeof c->labels, -big, big, "1,2", p->labels,
+                               TR_SAM_MAX_POINTS, &nl, err);
     if (rc) return rc;
-    if (np % 2 != 0 || np / 2 != nl || nl == 0)
+    if (np % 2 != 0 || np / 2 != nl || (nl == 0 && !p->has_box))
         return tr_error_set(err, TR_ERR_INVALID, "sam: points = '%s' gives %d coordinates and labels = '%s' %d labels: "
-                            "expected x,y pairs, one label per pair, at least one",
-                            c->points[0] ? c->points : "(the default)", np, c->labels, nl);
+                            "expected x,y pairs, one label per pair, at least one (or a box)",
+                            c->points[0] ? c->points : p->has_box ? "" : "(the default)", np, labels, nl);
     for (int i = 0; i < nl; i++) {
-        if (v[2 * i] < 0 || v[2 * i] >= c->image_size || v[2 * i + 1] < 0 || v[2 * i + 1] >= c->image_size)
+        if (v[2 * i] < 0 || v[2 * i] >= w || v[2 * i + 1] < 0 || v[2 * i + 1] >= h)
             return tr_error_set(err, TR_ERR_INVALID, "sam: point %d (%lld,%lld) of points = '%s' is outside the %lldx%lld "
-                                "image (x and y from 0 to %lld)", i, (long long)v[2 * i], (long long)v[2 * i + 1],
-                                c->points, (long long)c->image_size, (long long)c->image_size,
-                                (long long)(c->image_size - 1));
-        if (labels[i] < -1 || labels[i] > 3)
+                                "image (x from 0 to %lld, y from 0 to %lld)", i, (long long)v[2 * i],
+                                (long long)v[2 * i + 1], c->points, (long long)w, (long long)h, (long long)(w - 1),
+                                (long long)(h - 1));
+        if (p->labels[i] < -1 || p->labels[i] > 3)
             return tr_error_set(err, TR_ERR_INVALID, "sam: label %lld (entry %d of labels = '%s') is not one of -1 (not "
-                                "a point), 0 (background), 1 (foreground), 2, 3 (box corners)", (long long)labels[i], i,
-                                c->labels);
-        xy[2 * i] = (double)v[2 * i];
-        xy[2 * i + 1] = (double)v[2 * i + 1];
+                                "a point), 0 (background), 1 (foreground), 2, 3 (box corners)", (long long)p->labels[i],
+                                i, c->labels);
+        p->xy[2 * i] = (double)v[2 * i];
+        p->xy[2 * i + 1] = (double)v[2 * i + 1];
     }
-    *n = nl;
+    p->n = nl;
     return TR_OK;
 }
 
@@ -366,52 +394,66 @@ static int image_pe(struct net *n, int pe, int64_t G, int64_t F) {
     return fourier(n, grid, pe, G * G, F);
 }
 
-/* The sparse prompt (B, N+1, C): the points' encoding (a padding point (0,0), label -1,
- * appended), replaced by not_a_point_embed where the label is -1, point_embed.0 / .1
- * added where it is 0 / 1 (transformers' _embed_points). As table lookups by label + 1:
- * keep[label] (0 for -1) times the encoding plus add[label]. */
-static int sparse_prompt(struct net *n, const struct tr_sam_config *c, int pts, int labels, int pe, int64_t B,
-                         int64_t N) {
+/* The sparse prompt (B, T, C). The points' encoding (a padding point (0,0), label -1,
+ * appended when there is no box), replaced by not_a_point_embed where the label is -1,
+ * point_embed.0 / .1 added where it is 0 / 1 (transformers' _embed_points): as table
+ * lookups by label + 1, keep[label] (0 for -1) times the encoding plus add[label]. Then
+ * the box's two corners' encodings plus point_embed.2 and .3 (_embed_boxes). pts and
+ * labels -1 for no points (N = 0), box -1 for none; *T gets the token count. */
+static int sparse_prompt(struct net *n, const struct tr_sam_config *c, int pts, int labels, int box, int pe,
+                         int64_t B, int64_t N, int64_t *T) {
     struct tr_graph *g = n->g;
-    const int64_t C = c->output_channels, M = B * (N + 1);
-    static const float zero2[2 * TR_SAM_MAX_POINTS] = {0};
-    int32_t minus1[TR_SAM_MAX_POINTS];
-    for (int i = 0; i < TR_SAM_MAX_POINTS; i++) minus1[i] = -1;
-    /* B may exceed the static rows: broadcast one padding entry */
-    int pad_pt = tr_broadcast(g, tr_const(g, "pad_point", TR_DTYPE_F32, 4, (const int64_t[]){1, 1, 1, 2}, zero2), 4,
-                              (const int64_t[]){B, 1, 1, 2});
-    int pad_lb = tr_const(g, "pad_label", TR_DTYPE_I32, 3, (const int64_t[]){1, 1, 1}, minus1);
-    int pl[2] = {pts, pad_pt};
-    int all = tr_concat(g, 2, pl, 2);
-    int lb_b = tr_cast(g, tr_broadcast(g, tr_cast(g, pad_lb, TR_DTYPE_F32), 3, (const int64_t[]){B, 1, 1}),
-                       TR_DTYPE_I32);
-    int ll[2] = {labels, lb_b};
-    int lab = tr_concat(g, 2, ll, 2);
-    /* (x + 0.5) / S: the pixel's centre, in [0, 1] */
+    const int64_t C = c->output_channels, P = N + (box < 0), M = B * P;
     const float inv = 1.0f / (float)c->image_size;
-    int coords = tr_scale(g, reshape(g, all, 2, (const int64_t[]){M, 2}), inv, 0.5f * inv);
-    int enc = fourier(n, coords, pe, M, c->num_pos_feats);
-    int ids = tr_cast(g, tr_scale(g, tr_cast(g, reshape(g, lab, 1, (const int64_t[]){M}), TR_DTYPE_F32), 1.0f, 1.0f),
-                      TR_DTYPE_I32);
-    const float keep_v[5] = {0, 1, 1, 1, 1};
-    int keep = tr_const(g, "label_keep", TR_DTYPE_F32, 2, (const int64_t[]){5, 1}, keep_v);
-    if (n->dt != TR_DTYPE_F32) keep = tr_cast(g, keep, n->dt);
     tr_graph_push_scope(g, "prompt_encoder");
     const int64_t one[2] = {1, C};
     int rows[4] = {param(n, "not_a_point_embed.weight", 2, one, 0.0f, 1.0f),
                    param(n, "point_embed.0.weight", 2, one, 0.0f, 1.0f),
                    param(n, "point_embed.1.weight", 2, one, 0.0f, 1.0f), -1};
-    /* the box corners' embeddings: in the checkpoint (and the count), unused by points */
-    param(n, "point_embed.2.weight", 2, one, 0.0f, 1.0f);
-    param(n, "point_embed.3.weight", 2, one, 0.0f, 1.0f);
+    int corners[2] = {param(n, "point_embed.2.weight", 2, one, 0.0f, 1.0f),
+                      param(n, "point_embed.3.weight", 2, one, 0.0f, 1.0f)};
     tr_graph_pop_scope(g);
-    float *zeros = calloc((size_t)(2 * C), sizeof(float));
-    rows[3] = tr_const(g, "label_zero_rows", TR_DTYPE_F32, 2, (const int64_t[]){2, C}, zeros);
-    free(zeros);
-    if (n->dt != TR_DTYPE_F32) rows[3] = tr_cast(g, rows[3], n->dt);
-    int add = tr_concat(g, 4, rows, 0);
-    int e = tr_add(g, tr_mul(g, enc, tr_embedding(g, keep, ids)), tr_embedding(g, add, ids));
-    return reshape(g, e, 3, (const int64_t[]){B, N + 1, C});
+    int parts[2], np = 0;
+    if (N > 0) {
+        static const float zero2[2 * TR_SAM_MAX_POINTS] = {0};
+        int32_t minus1[TR_SAM_MAX_POINTS];
+        for (int i = 0; i < TR_SAM_MAX_POINTS; i++) minus1[i] = -1;
+        int all = pts, lab = labels;
+        if (box < 0) { /* B may exceed the static rows: broadcast one padding entry */
+            int pad_pt = tr_broadcast(g, tr_const(g, "pad_point", TR_DTYPE_F32, 4, (const int64_t[]){1, 1, 1, 2}, zero2),
+                                      4, (const int64_t[]){B, 1, 1, 2});
+            int pad_lb = tr_const(g, "pad_label", TR_DTYPE_I32, 3, (const int64_t[]){1, 1, 1}, minus1);
+            int pl[2] = {pts, pad_pt};
+            all = tr_concat(g, 2, pl, 2);
+            int lb_b = tr_cast(g, tr_broadcast(g, tr_cast(g, pad_lb, TR_DTYPE_F32), 3, (const int64_t[]){B, 1, 1}),
+                               TR_DTYPE_I32);
+            int ll[2] = {labels, lb_b};
+            lab = tr_concat(g, 2, ll, 2);
+        }
+        /* (x + 0.5) / S: the pixel's centre, in [0, 1] */
+        int coords = tr_scale(g, reshape(g, all, 2, (const int64_t[]){M, 2}), inv, 0.5f * inv);
+        int enc = fourier(n, coords, pe, M, c->num_pos_feats);
+        int ids = tr_cast(g, tr_scale(g, tr_cast(g, reshape(g, lab, 1, (const int64_t[]){M}), TR_DTYPE_F32), 1.0f, 1.0f),
+                          TR_DTYPE_I32);
+        const float keep_v[5] = {0, 1, 1, 1, 1};
+        int keep = tr_const(g, "label_keep", TR_DTYPE_F32, 2, (const int64_t[]){5, 1}, keep_v);
+        if (n->dt != TR_DTYPE_F32) keep = tr_cast(g, keep, n->dt);
+        float *zeros = calloc((size_t)(2 * C), sizeof(float));
+        rows[3] = tr_const(g, "label_zero_rows", TR_DTYPE_F32, 2, (const int64_t[]){2, C}, zeros);
+        free(zeros);
+        if (n->dt != TR_DTYPE_F32) rows[3] = tr_cast(g, rows[3], n->dt);
+        int add = tr_concat(g, 4, rows, 0);
+        int e = tr_add(g, tr_mul(g, enc, tr_embedding(g, keep, ids)), tr_embedding(g, add, ids));
+        parts[np++] = reshape(g, e, 3, (const int64_t[]){B, P, C});
+    }
+    if (box >= 0) {
+        int coords = tr_scale(g, reshape(g, box, 2, (const int64_t[]){2 * B, 2}), inv, 0.5f * inv);
+        int enc = reshape(g, fourier(n, coords, pe, 2 * B, c->num_pos_feats), 3, (const int64_t[]){B, 2, C});
+        int add = tr_broadcast(g, tr_concat(g, 2, corners, 0), 3, (const int64_t[]){B, 2, C});
+        parts[np++] = tr_add(g, enc, add);
+    }
+    *T = (N > 0 ? P : 0) + (box >= 0 ? 2 : 0);
+    return np == 1 ? parts[0] : tr_concat(g, 2, parts, 1);
 }
 
 /* SamMaskEmbedding's parameters (conv1 1 -> m/4, conv2 m/4 -> m, conv3 m -> C, two layer
@@ -524,9 +566,10 @@ static void two_way_block(struct net *n, const struct tr_sam_config *c, int *que
 /* SamMaskDecoder: emb (B, E, E, C), pe (E², C), sparse (B, N+1, C), dense (1, C) ->
  * masks (B, 1, 3, 4E, 4E), iou (B, 1, 3). */
 static void mask_decoder(struct net *n, const struct tr_sam_config *c, int emb, int pe, int sparse, int dense,
-                         int64_t B, int64_t E, int64_t N, int *masks, int *iou) {
+                         int64_t B, int64_t E, int64_t Ts, int *masks, int *iou) {
     struct tr_graph *g = n->g;
-    const int64_t C = c->output_channels, nm = c->num_multimask_outputs + 1, Tt = 1 + nm + N + 1, Ti = E * E;
+    const int64_t C = c->output_channels, nm = c->num_multimask_outputs + 1, Tt = 1 + nm + Ts, Ti = E * E;
+    const int64_t m0 = c->multimask_output ? 1 : 0, m1 = c->multimask_output ? nm : 1; /* the masks kept */
     tr_graph_push_scope(g, "mask_decoder");
     int out_tok[2] = {param(n, "iou_token.weight", 2, (const int64_t[]){1, C}, 0.0f, 1.0f),
                       param(n, "mask_tokens.weight", 2, (const int64_t[]){nm, C}, 0.0f, 1.0f)};
@@ -558,10 +601,39 @@ static void mask_decoder(struct net *n, const struct tr_sam_config *c, int emb, 
     int hyper_in = tr_concat(g, (int)nm, hyper, 1); /* (B, nm, C/8) */
     int m = tr_matmul(g, hyper_in, reshape(g, up, 3, (const int64_t[]){B, 16 * E * E, C / 8}), 0, 1);
     m = reshape(g, m, 5, (const int64_t[]){B, 1, nm, 4 * E, 4 * E});
-    *masks = tr_slice(g, m, 2, 1, nm, 1);
+    *masks = tr_slice(g, m, 2, m0, m1, 1);
     int s = feed_forward(n, iou_out, C, c->iou_head_hidden_dim, nm, c->iou_head_depth, "iou_prediction_head");
-    *iou = tr_slice(g, reshape(g, s, 3, (const int64_t[]){B, 1, nm}), 2, 1, nm, 1);
+    *iou = tr_slice(g, reshape(g, s, 3, (const int64_t[]){B, 1, nm}), 2, m0, m1, 1);
     tr_graph_pop_scope(g);
+}
+
+/* A generate's picture: the photo's size (or the model's S x S, with no photo). */
+static int sam_photo(const struct tr_sam_config *c, const struct tr_build_opts *o, struct tr_sam_photo *p,
+                     struct tr_error *err) {
+    return tr_sam_photo_size(c, o->task == TR_TASK_GENERATE ? o->init_image : NULL, p, err);
+}
+
+/* post_process_masks: masks (B,1,M,L,L) f32 to (B,1,M,H,W), Rh · X · Rwᵀ with each R
+ * (S up, crop, down) composed into one (out, L) constant: along y first, on X's transpose,
+ * so the two transposes move (L, H) planes, not (H, W) ones. */
+static int upscale_masks(struct tr_graph *g, const struct tr_sam_config *c, const struct tr_sam_photo *p, int masks,
+                         int64_t B, int64_t M, int64_t L, struct tr_error *err) {
+    float *rh = tr_sam_upscale_matrix(L, c->image_size, p->newh, p->h);
+    float *rw = tr_sam_upscale_matrix(L, c->image_size, p->neww, p->w);
+    if (!rh || !rw) {
+        free(rh), free(rw);
+        return tr_error_set(err, TR_ERR_NOMEM, "sam: the masks' upscaling to %lldx%lld: out of memory",
+                            (long long)p->w, (long long)p->h);
+    }
+    int Rh = tr_const(g, "upscale_h", TR_DTYPE_F32, 2, (const int64_t[]){p->h, L}, rh);
+    int Rw = tr_const(g, "upscale_w", TR_DTYPE_F32, 2, (const int64_t[]){p->w, L}, rw);
+    free(rh), free(rw);
+    const int swap[3] = {0, 2, 1};
+    int x = transpose(g, reshape(g, masks, 3, (const int64_t[]){B * M, L, L}), 3, swap); /* (BM, x, y) */
+    x = transpose(g, tr_matmul(g, x, Rh, 0, 1), 3, swap);                               /* (BM, H, x) */
+    x = reshape(g, tr_matmul(g, x, Rw, 0, 1), 5, (const int64_t[]){B, 1, M, p->h, p->w});
+    tr_graph_set_output(g, x, "masks");
+    return TR_OK;
 }
 
 static int sam_build(const void *config, const struct tr_build_opts *o, struct tr_graph *g, struct tr_error *err) {
@@ -569,23 +641,29 @@ static int sam_build(const void *config, const struct tr_build_opts *o, struct t
     unsigned char global[TR_SAM_MAX_LAYERS];
     int rc = sam_validate(c, o, global, err);
     if (rc) return rc;
-    if (o->task != TR_TASK_PREDICT && o->task != TR_TASK_FIT)
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "sam: task '%s' is not provided (sam offers: predict, fit)",
-                            tr_task_name(o->task));
-    double xy[2 * TR_SAM_MAX_POINTS];
-    int64_t labels[TR_SAM_MAX_POINTS];
-    int np = 0;
-    if (o->task == TR_TASK_PREDICT && (rc = sam_prompt(c, xy, labels, &np, err))) return rc;
+    if (o->task != TR_TASK_PREDICT && o->task != TR_TASK_FIT && o->task != TR_TASK_GENERATE)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "sam: task '%s' is not provided (sam offers: predict, fit, "
+                            "generate)", tr_task_name(o->task));
+    const int fit = o->task == TR_TASK_FIT;
+    if (o->prompt || o->prompts || o->negative_prompt || o->mask_image)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "sam: [generate] %s: SAM takes no text prompt and no mask image; "
+                            "its prompt is [model] points, labels and boxes, its picture [generate] init_image",
+                            o->prompt ? "prompt" : o->prompts ? "prompts" : o->negative_prompt ? "negative_prompt"
+                                                                                               : "mask_image");
+    struct tr_sam_photo photo;
+    struct prompt pr;
+    if (!fit && ((rc = sam_photo(c, o, &photo, err)) || (rc = sam_prompt(c, photo.h, photo.w, &pr, err)))) return rc;
     const int64_t B = o->batch, S = c->image_size, G = S / c->patch_size, C = c->output_channels;
     struct net n = {g, o->dtype, o->dtype, (float)c->layer_norm_eps};
     int px = tr_input(g, "pixel_values", o->dtype, 4, (const int64_t[]){B, S, S, 3});
-    int pts = -1, lab = -1;
-    if (o->task == TR_TASK_PREDICT) {
-        pts = tr_input(g, "input_points", TR_DTYPE_F32, 4, (const int64_t[]){B, 1, np, 2});
-        lab = tr_input(g, "input_labels", TR_DTYPE_I32, 3, (const int64_t[]){B, 1, np});
+    int pts = -1, lab = -1, box = -1;
+    if (!fit && pr.n > 0) {
+        pts = tr_input(g, "input_points", TR_DTYPE_F32, 4, (const int64_t[]){B, 1, pr.n, 2});
+        lab = tr_input(g, "input_labels", TR_DTYPE_I32, 3, (const int64_t[]){B, 1, pr.n});
     }
+    if (!fit && pr.has_box) box = tr_input(g, "input_boxes", TR_DTYPE_F32, 3, (const int64_t[]){B, 1, 4});
     int emb = vision_encoder(&n, c, global, px, B);
-    if (o->task == TR_TASK_FIT) {
+    if (fit) {
         int target = tr_input(g, "target", o->dtype, 4, (const int64_t[]){B, G, G, C});
         int loss = tr_mse(g, emb, target);
         if (loss >= 0) tr_graph_set_name(g, loss, "loss");
@@ -602,17 +680,22 @@ static int sam_build(const void *config, const struct tr_build_opts *o, struct t
         int pe = param(&d, "shared_image_embedding.positional_embedding", 2, (const int64_t[]){2, c->num_pos_feats},
                        0.0f, 1.0f);
         int ipe = image_pe(&d, pe, G, c->num_pos_feats);
-        int sparse = sparse_prompt(&d, c, pts, lab, pe, B, np);
+        int64_t Ts;
+        int sparse = sparse_prompt(&d, c, pts, lab, box, pe, B, pr.n, &Ts);
         tr_graph_push_scope(g, "prompt_encoder");
         int dense = reshape(g, param(&d, "no_mask_embed.weight", 2, (const int64_t[]){1, C}, 0.0f, 1.0f), 4,
                             (const int64_t[]){1, 1, 1, C});
         mask_embed_params(&d, c);
         tr_graph_pop_scope(g);
         int masks, iou, emb32 = o->dtype == TR_DTYPE_F32 ? emb : tr_cast(g, emb, TR_DTYPE_F32);
-        mask_decoder(&d, c, emb32, ipe, sparse, dense, B, G, np, &masks, &iou);
+        mask_decoder(&d, c, emb32, ipe, sparse, dense, B, G, Ts, &masks, &iou);
+        const int masks32 = masks;
         if (o->dtype != TR_DTYPE_F32) masks = tr_cast(g, masks, o->dtype), iou = tr_cast(g, iou, o->dtype);
         tr_graph_set_output(g, masks, "pred_masks");
         tr_graph_set_output(g, iou, "iou_scores");
+        if (o->task == TR_TASK_GENERATE && (rc = tr_graph_status(g, err)) == TR_OK)
+            rc = upscale_masks(g, c, &photo, masks32, B, c->multimask_output ? c->num_multimask_outputs : 1, 4 * G, err);
+        if (rc) return tr_error_prefix(err, "sam");
     }
     rc = tr_graph_status(g, err);
     if (rc) return tr_error_prefix(err, "sam");
@@ -620,8 +703,9 @@ static int sam_build(const void *config, const struct tr_build_opts *o, struct t
 }
 
 /* pixel_values: a smooth random image (sinusoids and noise) normalised as SamProcessor
- * leaves it (about zero mean, unit spread); the prompt from points and labels, the same
- * for every image; target: normal(0, 1). */
+ * leaves it (about zero mean, unit spread), or (generate) the photo SamProcessor makes of
+ * [generate] init_image; the prompt from points, labels and boxes, the same for every
+ * image (a photo's scaled as the photo was); target: normal(0, 1). */
 static int sam_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
                            struct tr_tensor *inputs, struct tr_error *err) {
     const struct tr_sam_config *c = config;
@@ -629,34 +713,88 @@ static int sam_make_inputs(const void *config, const struct tr_build_opts *o, ui
     int rc = sam_validate(c, o, global, err);
     if (rc) return rc;
     const int fit = o->task == TR_TASK_FIT;
-    if (n != (fit ? 2 : 3))
-        return tr_error_set(err, TR_ERR_INVALID, "sam: %d inputs given, expected %s", n,
-                            fit ? "2 (pixel_values, target)" : "3 (pixel_values, input_points, input_labels)");
     const int64_t B = o->batch, S = c->image_size, G = S / c->patch_size, C = c->output_channels;
+    struct tr_sam_photo photo;
+    struct prompt pr = {0};
+    if (!fit && ((rc = sam_photo(c, o, &photo, err)) || (rc = sam_prompt(c, photo.h, photo.w, &pr, err)))) return rc;
+    const int want = fit ? 2 : 1 + 2 * (pr.n > 0) + pr.has_box;
+    if (n != want)
+        return tr_error_set(err, TR_ERR_INVALID, "sam: %d inputs given, expected %d (pixel_values, %s)", n, want,
+                            fit ? "target" : pr.n && pr.has_box ? "input_points, input_labels, input_boxes"
+                                                                : pr.n ? "input_points, input_labels" : "input_boxes");
     rc = tr_model_check_input("sam", &inputs[0], "pixel_values", o->dtype, 4, (const int64_t[]){B, S, S, 3}, err);
     if (rc) return rc;
-    tr_model_fill_image(&inputs[0], seed, "pixel_values", 1.2, 2, 1, 0.5);
+    const char *pic = o->task == TR_TASK_GENERATE ? o->init_image : NULL;
+    if (pic && (rc = tr_sam_pixel_values(c, pic, &inputs[0], err))) return rc;
+    if (!pic) tr_model_fill_image(&inputs[0], seed, "pixel_values", 1.2, 2, 1, 0.5);
     if (fit) {
         rc = tr_model_check_input("sam", &inputs[1], "target", o->dtype, 4, (const int64_t[]){B, G, G, C}, err);
         if (rc) return rc;
         tr_model_fill_normal(&inputs[1], seed, "target");
         return TR_OK;
     }
-    double xy[2 * TR_SAM_MAX_POINTS];
-    int64_t labels[TR_SAM_MAX_POINTS];
-    int np;
-    if ((rc = sam_prompt(c, xy, labels, &np, err))) return rc;
-    rc = tr_model_check_input("sam", &inputs[1], "input_points", TR_DTYPE_F32, 4, (const int64_t[]){B, 1, np, 2}, err);
-    if (!rc) rc = tr_model_check_input("sam", &inputs[2], "input_labels", TR_DTYPE_I32, 3, (const int64_t[]){B, 1, np},
-                                       err);
-    if (rc) return rc;
-    for (int64_t b = 0; b < B; b++)
-        for (int i = 0; i < np; i++) {
-            tr_tensor_set_f64(&inputs[1], (b * np + i) * 2, xy[2 * i]);
-            tr_tensor_set_f64(&inputs[1], (b * np + i) * 2 + 1, xy[2 * i + 1]);
-            tr_tensor_set_f64(&inputs[2], b * np + i, (double)labels[i]);
-        }
+    /* SamProcessor._normalize_coordinates: x by neww / w, y by newh / h */
+    const double sx = (double)photo.neww / (double)photo.w, sy = (double)photo.newh / (double)photo.h;
+    const int64_t np = pr.n;
+    int k = 1;
+    if (np) {
+        rc = tr_model_check_input("sam", &inputs[k], "input_points", TR_DTYPE_F32, 4, (const int64_t[]){B, 1, np, 2},
+                                  err);
+        if (!rc) rc = tr_model_check_input("sam", &inputs[k + 1], "input_labels", TR_DTYPE_I32, 3,
+                                           (const int64_t[]){B, 1, np}, err);
+        if (rc) return rc;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < np; i++) {
+                tr_tensor_set_f64(&inputs[k], (b * np + i) * 2, pr.xy[2 * i] * sx);
+                tr_tensor_set_f64(&inputs[k], (b * np + i) * 2 + 1, pr.xy[2 * i + 1] * sy);
+                tr_tensor_set_f64(&inputs[k + 1], b * np + i, (double)pr.labels[i]);
+            }
+        k += 2;
+    }
+    if (pr.has_box) {
+        rc = tr_model_check_input("sam", &inputs[k], "input_boxes", TR_DTYPE_F32, 3, (const int64_t[]){B, 1, 4}, err);
+        if (rc) return rc;
+        for (int64_t b = 0; b < B; b++)
+            for (int i = 0; i < 4; i++) tr_tensor_set_f64(&inputs[k], b * 4 + i, pr.box[i] * (i % 2 ? sy : sx));
+    }
     return TR_OK;
+}
+
+/* [generate] image: each image's mask of the highest IoU prediction (the first of equals),
+ * logits > 0 white (post_process_masks' threshold), the images side by side. */
+static int sam_write_image(const void *config, const char *path, const struct tr_graph *g,
+                           const struct tr_tensor *outs, struct tr_error *err) {
+    (void)config;
+    const struct tr_tensor *m = NULL, *iou = NULL;
+    for (int i = 0; i < tr_graph_n_outputs(g); i++) {
+        if (!strcmp(tr_graph_output_name(g, i), "masks")) m = &outs[i];
+        if (!strcmp(tr_graph_output_name(g, i), "iou_scores")) iou = &outs[i];
+    }
+    if (!m || !iou || m->ndim != 5 || iou->ndim != 3)
+        return tr_error_set(err, TR_ERR_INVALID, "sam: [generate] image: the graph has no outputs masks [B,1,M,H,W] "
+                            "and iou_scores [B,1,M]");
+    const int64_t B = m->shape[0], M = m->shape[2], H = m->shape[3], W = m->shape[4];
+    const int64_t shape[4] = {B, H, W, 1};
+    float *px = malloc(sizeof *px * (size_t)(B * H * W));
+    if (!px) return tr_error_set(err, TR_ERR_NOMEM, "sam: [generate] image: out of memory");
+    struct tr_tensor pic;
+    int rc = tr_tensor_make(&pic, px, TR_DTYPE_F32, 4, shape, err);
+    for (int64_t b = 0; !rc && b < B; b++) {
+        int64_t best = 0;
+        for (int64_t k = 1; k < M; k++)
+            if (tr_tensor_get_f64(iou, b * M + k) > tr_tensor_get_f64(iou, b * M + best)) best = k;
+        if (b < 8) {
+            fprintf(stderr, "sample %lld: IoU predictions", (long long)b);
+            for (int64_t k = 0; k < M; k++) fprintf(stderr, " %.4f", tr_tensor_get_f64(iou, b * M + k));
+            fprintf(stderr, "; mask %lld drawn\n", (long long)best);
+        }
+        const int64_t off = (b * M + best) * H * W;
+        for (int64_t i = 0; i < H * W; i++)
+            px[b * H * W + i] = tr_tensor_get_f64(m, off + i) > 0.0 ? 1.0f : -1.0f;
+    }
+    if (!rc) rc = tr_image_write_png(path, &pic, err);
+    free(px);
+    return rc;
 }
 
 /* transformers' SamConfig config.json: vision_config's keys by name; prompt_encoder_config
@@ -781,11 +919,12 @@ const struct tr_model_desc tr_model_sam = {
     .description = "SamModel (transformers names; SegmentAnything: ViT image encoder, prompt encoder, mask decoder)",
     .config_size = sizeof(struct tr_sam_config),
     TR_MODEL_TABLES(sam_keys, sam_presets),
-    .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT,
+    .tasks = 1u << TR_TASK_PREDICT | 1u << TR_TASK_FIT | 1u << TR_TASK_GENERATE,
     .build = sam_build,
     .trainable = tr_model_trainable_all, /* fit builds only what it trains */
     .make_inputs = sam_make_inputs,
     .read_hf_config = sam_read_hf_config,
+    .write_image = sam_write_image,
     /* the low-resolution mask logits are dot products over few channels that cancel to
      * near 0: transformers' own bf16 masks are 0.7e-2 to 1.2e-1 from float64 on 12 random
      * configs (make_vision_reference.py --model sam --dtype bf16, seeds 1 to 6 and 11 to

@@ -27,7 +27,8 @@
 # 6. Gemma and Mistral small: generate (2 steps) and LoRA fit (5 steps) on every backend on cuda;
 #    Stable Diffusion's small step, the small VAE's predict and its encoder's fit, the small
 #    SAM's predict and its image encoder's fit (5 steps) on every backend; a random diffusers
-#    pipeline's text to image against diffusers' float64 pictures (tests/fixtures/reference_sd);
+#    pipeline's text to image against diffusers' float64 pictures (tests/fixtures/reference_sd),
+#    then image to image, inpainting, UniPC and SAM on a photo against theirs (references.sh);
 #    which path ran their convolutions (cuDNN, im2col, a shape cuDNN turned down) is said;
 # 7. the PyTorch peers, last, so that the trident rows exist if time runs out: the BERT
 #    tasks through the PyTorch + transformers of that machine (tests/gpu/torch_bert.py,
@@ -77,7 +78,7 @@ plan=([setup]=10 [configure]=20 [build]=120 [tests]=55 [memcheck]=23 [ceilings]=
       [bert_predict]=40 [bert_fit]=40
       [cuda_gemma_generate]=15 [cuda_mistral_generate]=15 [cuda_gemma_fit]=15 [cuda_mistral_fit]=15
       [cuda_sd_predict]=12 [cuda_vae_predict]=8 [cuda_sd_fit]=10 [cuda_sam_predict]=10 [cuda_sam_fit]=10
-      [cuda_sd_reference]=6
+      [cuda_sd_reference]=12
       [torch_predict_eager]=14 [torch_fit_eager]=14
       [torch_predict_reduce-overhead]=14 [torch_fit_reduce-overhead]=14
       [summary]=15)
@@ -437,16 +438,20 @@ for c in gemma_generate mistral_generate gemma_fit mistral_fit sd_predict vae_pr
   if need_build $r; then
     case $c in
     sd_reference) # a random diffusers pipeline's text to image (3 DDIM steps, the clamp) on
-      # cuda against diffusers' StableDiffusionPipeline in float64 (tests/fixtures/reference_sd)
-      rm -rf "$out/reference_sd" && cp -r tests/fixtures/reference_sd "$out/reference_sd"
-      sed 's/^\[run\]$/[run]\ndevice = cuda/' tests/fixtures/reference_sd/check.ini >"$out/reference_sd/check.ini"
-      cp "$out/reference_sd/check.ini" "$out/$r.ini" ;;
+      # cuda against diffusers' StableDiffusionPipeline in float64 (tests/fixtures/reference_sd);
+      # then (tests/gpu/references.sh) image to image, inpainting's blend, UniPC and SAM on a
+      # photo against theirs (in a rehearsal, SAM's alone: cuemu is slow)
+      refs=(reference_sd reference_sam_photo_box)
+      [ "$rehearsal" = 1 ] || refs=(reference_sd reference_sd_img2img reference_sd_inpaint_blend reference_sd_unipc3
+        reference_sam_photo_box) ;;
     *) ini_of "conf/cpu/$c.ini" "$out/$r.ini" ;;
     esac
-    case $c in *generate) n=2 ;; sd_reference) n=1 ;; *) n=5 ;; esac
-    ini="$out/$r.ini"
-    [ $c = sd_reference ] && ini="$out/reference_sd/check.ini"
-    run_row $r "$out/$r.log" "$trident" run "$ini" --steps $n --json "$out/$r.json.part"
+    case $c in *generate) n=2 ;; *) n=5 ;; esac
+    if [ $c = sd_reference ]; then
+      run_row $r "$out/$r.log" bash tests/gpu/references.sh "$trident" "$out" "$out/$r.json.part" "${refs[@]}"
+    else
+      run_row $r "$out/$r.log" "$trident" run "$out/$r.ini" --steps $n --json "$out/$r.json.part"
+    fi
     json_done $r $?
     grep -E "^(torch|tf|jax)|agree" "$out/$r.log" | head -12
     [ "${status[$r]}" = pass ] || tail -n 5 "$out/$r.log"

@@ -8,7 +8,11 @@
  * value p as 2·(p/255) − 1 in float32, diffusers' VaeImageProcessor's; or of a [B,H,W,1]
  * one, a mask's: its grey level as PIL's convert("L") makes it, p/255 in [0, 1]. As PIL
  * reads them for 8-bit PNGs; a 16-bit one libpng converts to 8-bit sRGB as if linear,
- * where PIL keeps the high byte, so its values differ. */
+ * where PIL keeps the high byte, so its values differ.
+ *
+ * For a model that takes pictures of any size (SegmentAnything's processor): a PNG's size,
+ * or its pixels as 8-bit RGB, and Pillow's Image.resize(..., BILINEAR) of 8-bit pixels to
+ * the bit (the filter widened to antialias when shrinking; rows, then columns). */
 #ifndef TRIDENT_IMAGE_H
 #define TRIDENT_IMAGE_H
 
@@ -24,6 +28,12 @@ extern "C" {
 uint8_t tr_image_pixel(double v);
 int tr_image_write_png(const char *path, const struct tr_tensor *img, struct tr_error *err);
 int tr_image_read_png(const char *path, struct tr_tensor *img, struct tr_error *err);
+int tr_image_png_size(const char *path, int64_t *h, int64_t *w, struct tr_error *err);
+/* *rgb: h·w·3 bytes, row-major, malloc'd (the caller frees it). */
+int tr_image_read_rgb8(const char *path, uint8_t **rgb, int64_t *h, int64_t *w, struct tr_error *err);
+/* in: h×w pixels of C bytes each, row-major; out: oh×ow of them. */
+int tr_image_resize_bilinear(const uint8_t *in, int64_t h, int64_t w, int64_t C, uint8_t *out, int64_t oh,
+                             int64_t ow, struct tr_error *err);
 
 #ifdef __cplusplus
 }

@@ -98,6 +98,11 @@ struct tr_model_desc {
      * gives only trident's own keys (LoRA, the synthetic batch's). Errors name the file
      * and the JSON key. NULL: the model has no such key. */
     int (*read_hf_config)(void *config, const char *path, struct tr_error *err);
+    /* Optional: a one-graph generate's [generate] image = PATH written from the reference
+     * backend's outputs (outs[i] the graph's output i, on the host), where the picture is
+     * not the output "image" as image.h writes it (SAM's masks, thresholded). NULL: that. */
+    int (*write_image)(const void *config, const char *path, const struct tr_graph *g, const struct tr_tensor *outs,
+                       struct tr_error *err);
     /* Optional: the sequence length when the INI gives no [run] seq_len (core's 128
      * otherwise): Stable Diffusion's prompts are always the text encoder's
      * max_position_embeddings tokens (77), as its pipeline pads them. 0: core's. */
