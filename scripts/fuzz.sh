@@ -14,12 +14,12 @@ root=$PWD
 build=${TRIDENT_FUZZ_BUILD:-build-fuzz}
 jobs=$(nproc)
 
-# Runs per harness for CI, chosen so that the five take about a minute and a quarter in all
+# Runs per harness for CI, chosen so that the six take about a minute and a quarter in all
 # on 2 cores (exec/s measured on the seeds: config ~1100, safetensors ~2700, hf_config ~330,
-# report ~3000, tokenizer ~260).
-declare -A runs=([config]=20000 [safetensors]=50000 [hf_config]=6000 [report]=60000 [tokenizer]=4000)
+# report ~3000, tokenizer ~260, png ~21000).
+declare -A runs=([config]=20000 [safetensors]=50000 [hf_config]=6000 [report]=60000 [tokenizer]=4000 [png]=100000)
 harnesses=("$@")
-((${#harnesses[@]})) || harnesses=(config safetensors hf_config report tokenizer)
+((${#harnesses[@]})) || harnesses=(config safetensors hf_config report tokenizer png)
 
 cmake -S . -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRIDENT_FUZZ=ON \
   -DTRIDENT_CUDA=OFF >/dev/null

@@ -1,6 +1,10 @@
-/* Decoded pictures as PNG files (image.h), through libpng's simplified API. */
+/* Decoded pictures as PNG files (image.h): written through libpng's simplified API, read
+ * through its low-level one (as PIL reads them). */
+#include <errno.h>
 #include <math.h>
 #include <png.h>
+#include <setjmp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "trident/image.h"
@@ -48,46 +52,115 @@ int tr_image_write_png(const char *path, const struct tr_tensor *img, struct tr_
     return TR_OK;
 }
 
-/* The PNG at path decoded as 8-bit RGBA (grey made RGB; alpha not premultiplied), into
- * *px (malloc'd) with its size; or, px NULL, the size alone. */
-static int decode_rgba(const char *path, uint8_t **px, int64_t *h, int64_t *w, struct tr_error *err) {
-    png_image pi;
-    memset(&pi, 0, sizeof pi);
-    pi.version = PNG_IMAGE_VERSION;
+/* ---- Reading: libpng's low-level API, so the pixels are PIL's ----
+ * The simplified API would gamma-correct a file whose gAMA is not sRGB's and turn 16-bit
+ * samples to 8 bits as if linear; PIL does neither. PIL keeps a 16-bit sample's high byte
+ * (RGB;16B, LA;16B, RGBA;16B), except 16-bit grey, which it opens as I;16 and whose
+ * convert("RGB"/"L") clamps the value at 255. Palettes expand to their colours, 1/2/4-bit
+ * grey scales to 8 bits (x255, x85, x17), tRNS is ignored (convert drops alpha anyway). */
+struct png_ctx {
+    jmp_buf jmp;
+    char msg[160];
+};
+
+static void png_on_error(png_structp png, png_const_charp msg) {
+    struct png_ctx *c = png_get_error_ptr(png);
+    snprintf(c->msg, sizeof c->msg, "%s", msg);
+    longjmp(c->jmp, 1);
+}
+
+static void png_on_warning(png_structp png, png_const_charp msg) { /* PIL reads on too */
+    (void)png, (void)msg;
+}
+
+/* The PNG at path decoded as 8-bit RGBA as PIL decodes it (alpha as stored, 255 where the
+ * file has none), into *px (malloc'd) with its size; or, px NULL, the size alone. With
+ * want_h > 0, a size other than want_h x want_w is refused before anything is decoded. */
+static int decode_rgba(const char *path, uint8_t **px, int64_t *h, int64_t *w, int64_t want_h, int64_t want_w,
+                       struct tr_error *err) {
     if (!path) return tr_error_set(err, TR_ERR_INVALID, "image: NULL path");
-    if (!png_image_begin_read_from_file(&pi, path))
-        return tr_error_set(err, TR_ERR_IO, "image '%s': cannot read it as a PNG (%s)", path, pi.message);
-    *h = pi.height, *w = pi.width;
-    if (!px) {
-        png_image_free(&pi);
-        return TR_OK;
+    FILE *f = fopen(path, "rb");
+    if (!f) return tr_error_set(err, TR_ERR_IO, "image '%s': cannot open it (%s)", path, strerror(errno));
+    uint8_t sig[8];
+    if (fread(sig, 1, 8, f) != 8 || png_sig_cmp(sig, 0, 8)) {
+        fclose(f);
+        return tr_error_set(err, TR_ERR_IO, "image '%s': cannot read it as a PNG (not a PNG signature)", path);
     }
-    pi.format = PNG_FORMAT_RGBA;
-    *px = malloc((size_t)(*w * *h * 4));
-    if (!*px) {
-        png_image_free(&pi);
-        return tr_error_set(err, TR_ERR_NOMEM, "image '%s': no memory for %lld x %lld pixels", path, (long long)*w,
-                            (long long)*h);
+    struct png_ctx ctx = {.msg = ""};
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx, png_on_error, png_on_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    uint8_t *volatile out = NULL, *volatile wide = NULL; /* live across longjmp */
+    uint8_t **volatile rows = NULL;
+    if (!info) {
+        png_destroy_read_struct(png ? &png : NULL, NULL, NULL);
+        fclose(f);
+        return tr_error_set(err, TR_ERR_NOMEM, "image '%s': no memory for libpng", path);
     }
-    if (!png_image_finish_read(&pi, NULL, *px, 0, NULL)) {
-        const int rc = tr_error_set(err, TR_ERR_IO, "image '%s': cannot decode the PNG (%s)", path, pi.message);
-        free(*px);
-        *px = NULL;
-        png_image_free(&pi);
-        return rc;
+    int rc = TR_OK;
+    if (setjmp(ctx.jmp)) {
+        rc = tr_error_set(err, TR_ERR_IO, "image '%s': cannot read it as a PNG (%s)", path, ctx.msg);
+        goto done;
     }
-    return TR_OK;
+    png_init_io(png, f);
+    png_set_sig_bytes(png, 8);
+    png_read_info(png, info);
+    *h = png_get_image_height(png, info), *w = png_get_image_width(png, info);
+    if (*h * *w > TR_IMAGE_MAX_PIXELS) {
+        rc = tr_error_set(err, TR_ERR_INVALID, "image '%s' is %lldx%lld (width x height), %lld pixels: over the "
+                          "limit of %lld (PIL's, against decompression bombs)", path, (long long)*w, (long long)*h,
+                          (long long)(*h * *w), (long long)TR_IMAGE_MAX_PIXELS);
+        goto done;
+    }
+    if (want_h > 0 && (*h != want_h || *w != want_w)) {
+        rc = tr_error_set(err, TR_ERR_SHAPE, "image '%s' is %lldx%lld (width x height), expected %lldx%lld: "
+                          "resize it first", path, (long long)*w, (long long)*h, (long long)want_w, (long long)want_h);
+        goto done;
+    }
+    if (!px) goto done;
+    const int depth = png_get_bit_depth(png, info), type = png_get_color_type(png, info);
+    const int grey16 = depth == 16 && type == PNG_COLOR_TYPE_GRAY; /* PIL's I;16 */
+    if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+    if (type == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+    if (depth == 16 && !grey16) png_set_strip_16(png); /* the high byte */
+    if (!grey16 && (type == PNG_COLOR_TYPE_GRAY || type == PNG_COLOR_TYPE_GRAY_ALPHA)) png_set_gray_to_rgb(png);
+    if (!grey16 && !(type & PNG_COLOR_MASK_ALPHA)) png_set_filler(png, 0xff, PNG_FILLER_AFTER);
+    png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    const size_t rowbytes = png_get_rowbytes(png, info), n = (size_t)(*w * *h);
+    if (rowbytes != (size_t)*w * (grey16 ? 2 : 4)) png_error(png, "unexpected row layout");
+    out = malloc(n * 4);
+    wide = grey16 ? malloc(n * 2) : NULL;
+    rows = malloc(sizeof *rows * (size_t)*h);
+    if (!out || !rows || (grey16 && !wide)) {
+        rc = tr_error_set(err, TR_ERR_NOMEM, "image '%s': no memory for %lld x %lld pixels", path, (long long)*w,
+                          (long long)*h);
+        goto done;
+    }
+    for (int64_t y = 0; y < *h; y++) rows[y] = (grey16 ? wide : out) + (size_t)y * rowbytes;
+    png_read_image(png, rows);
+    for (size_t i = 0; grey16 && i < n; i++) { /* big-endian 16-bit, clamped as PIL's I;16 -> L */
+        const unsigned v = (unsigned)wide[2 * i] << 8 | wide[2 * i + 1];
+        out[4 * i] = out[4 * i + 1] = out[4 * i + 2] = (uint8_t)(v > 255 ? 255 : v), out[4 * i + 3] = 255;
+    }
+    *px = out, out = NULL;
+done:
+    free(rows);
+    free(wide);
+    free(out);
+    png_destroy_read_struct(&png, &info, NULL);
+    fclose(f);
+    return rc;
 }
 
 int tr_image_png_size(const char *path, int64_t *h, int64_t *w, struct tr_error *err) {
     if (!h || !w) return tr_error_set(err, TR_ERR_INVALID, "image: NULL size");
-    return decode_rgba(path, NULL, h, w, err);
+    return decode_rgba(path, NULL, h, w, 0, 0, err);
 }
 
 int tr_image_read_rgb8(const char *path, uint8_t **rgb, int64_t *h, int64_t *w, struct tr_error *err) {
     if (!rgb || !h || !w) return tr_error_set(err, TR_ERR_INVALID, "image: NULL output");
     uint8_t *px;
-    int rc = decode_rgba(path, &px, h, w, err);
+    int rc = decode_rgba(path, &px, h, w, 0, 0, err);
     if (rc) return rc;
     for (int64_t i = 0; i < *h * *w; i++) /* in place: pixel i's RGB never overtakes its RGBA */
         memmove(px + 3 * i, px + 4 * i, 3);
@@ -105,13 +178,8 @@ int tr_image_read_png(const char *path, struct tr_tensor *img, struct tr_error *
     const int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2];
     int64_t h, w;
     uint8_t *px;
-    int rc = decode_rgba(path, &px, &h, &w, err);
+    int rc = decode_rgba(path, &px, &h, &w, H, W, err);
     if (rc) return rc;
-    if (w != W || h != H) {
-        free(px);
-        return tr_error_set(err, TR_ERR_SHAPE, "image '%s' is %lldx%lld (width x height), expected %lldx%lld: "
-                            "resize it first", path, (long long)w, (long long)h, (long long)W, (long long)H);
-    }
     const int64_t C = img->shape[3];
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < H * W; i++) {

@@ -8,15 +8,10 @@
 #include "sam.h"
 #include "trident/image.h"
 
-int tr_sam_photo_size(const struct tr_sam_config *c, const char *path, struct tr_sam_photo *p, struct tr_error *err) {
+/* _get_preprocess_shape: scale = S / max(h, w), each side int(side·scale + 0.5). */
+static int preprocess_shape(const struct tr_sam_config *c, const char *path, struct tr_sam_photo *p,
+                            struct tr_error *err) {
     const int64_t S = c->image_size;
-    if (!path) {
-        *p = (struct tr_sam_photo){S, S, S, S};
-        return TR_OK;
-    }
-    int rc = tr_image_png_size(path, &p->h, &p->w, err);
-    if (rc) return tr_error_prefix(err, "sam: [generate] init_image");
-    /* _get_preprocess_shape: scale = S / max(h, w), each side int(side·scale + 0.5) */
     const double scale = (double)S / (double)(p->h > p->w ? p->h : p->w);
     p->newh = (int64_t)((double)p->h * scale + 0.5), p->neww = (int64_t)((double)p->w * scale + 0.5);
     if (p->newh < 1 || p->neww < 1)
@@ -26,22 +21,34 @@ int tr_sam_photo_size(const struct tr_sam_config *c, const char *path, struct tr
     return TR_OK;
 }
 
+int tr_sam_photo_size(const struct tr_sam_config *c, const char *path, struct tr_sam_photo *p, struct tr_error *err) {
+    const int64_t S = c->image_size;
+    if (!path) {
+        *p = (struct tr_sam_photo){S, S, S, S};
+        return TR_OK;
+    }
+    int rc = tr_image_png_size(path, &p->h, &p->w, err);
+    if (rc) return tr_error_prefix(err, "sam: [generate] init_image");
+    return preprocess_shape(c, path, p, err);
+}
+
 int tr_sam_pixel_values(const struct tr_sam_config *c, const char *path, struct tr_tensor *px, struct tr_error *err) {
     static const double mean[3] = {0.485, 0.456, 0.406}, std[3] = {0.229, 0.224, 0.225};
     struct tr_sam_photo p;
-    int rc = tr_sam_photo_size(c, path, &p, err);
-    if (rc) return rc;
-    const int64_t S = c->image_size, B = px->shape[0];
-    uint8_t *rgb = NULL, *small = malloc((size_t)(p.newh * p.neww * 3));
-    if (!small) return tr_error_set(err, TR_ERR_NOMEM, "sam: init_image: out of memory");
-    int64_t h, w;
-    rc = tr_image_read_rgb8(path, &rgb, &h, &w, err);
-    if (!rc) rc = tr_image_resize_bilinear(rgb, h, w, 3, small, p.newh, p.neww, err);
+    uint8_t *rgb = NULL, *small = NULL;
+    int rc = tr_image_read_rgb8(path, &rgb, &p.h, &p.w, err); /* one read: the size comes with the pixels */
+    if (rc) return tr_error_prefix(err, "sam: [generate] init_image");
+    rc = preprocess_shape(c, path, &p, err);
+    if (!rc && !(small = malloc((size_t)(p.newh * p.neww * 3))))
+        rc = tr_error_set(err, TR_ERR_NOMEM, "sam: [generate] init_image: out of memory");
+    if (!rc && (rc = tr_image_resize_bilinear(rgb, p.h, p.w, 3, small, p.newh, p.neww, err)))
+        tr_error_prefix(err, "sam: [generate] init_image");
     free(rgb);
     if (rc) {
         free(small);
-        return tr_error_prefix(err, "sam: [generate] init_image");
+        return rc;
     }
+    const int64_t S = c->image_size, B = px->shape[0];
     for (int64_t b = 0; b < B; b++)
         for (int64_t y = 0; y < S; y++)
             for (int64_t x = 0; x < S; x++)

@@ -143,8 +143,8 @@ static int sam_validate(const struct tr_sam_config *c, const struct tr_build_opt
     return TR_OK;
 }
 
-/* The prompt, in pixels of a picture w x h (the model's S x S, or a generate's photo): *n
- * points (x, y) and their labels, and *has_box boxes (0 or 1) x0, y0, x1, y1, each
+/* The prompt, in pixels of a picture w x h (the model's S x S, or a generate's photo): n
+ * points (x, y) and their labels, and has_box boxes (0 or 1) x0, y0, x1, y1, each
  * checked. No points and no box: the benchmark's two points. */
 struct prompt {
     double xy[2 * TR_SAM_MAX_POINTS], box[4];

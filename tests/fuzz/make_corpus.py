@@ -7,6 +7,7 @@ corpus/safetensors  bert_mini.safetensors (written by fuzz_safetensors, FUZZ_WRI
                     and variants of it, the fixtures under 64 KiB, bert_tiny's header
 corpus/tokenizer    "\0" + texts (encoded by the toy tokenizers), "\1" + each toy
                     tokenizer.json of tests/fixtures/llm_tokenizer (fuzz_tokenizer.c)
+corpus/png          tests/fixtures/png_zoo/*.png (every colour type and bit depth, a bomb)
 corpus/report       left alone: reports written by `trident run --json` (README.md)
 regressions/*       the reproducers of the bugs fuzzing is there to keep fixed; crash
                     inputs found later are added by hand (README.md), never removed
@@ -131,6 +132,11 @@ def main():
             out += half
             off += len(half)
         write(s / "bert_mini_bf16.safetensors", safetensors(bf, out))
+
+    p = HERE / "corpus" / "png"
+    p.mkdir(parents=True, exist_ok=True)
+    for png in sorted((ROOT / "tests" / "fixtures" / "png_zoo").glob("*.png")):
+        shutil.copy(png, p / png.name)
 
     # The reproducers of issue 18 (fixed before fuzzing came): each must load or fail
     # cleanly, never crash.

@@ -6,9 +6,11 @@
  * And pictures in: a PNG read into every one of the B images of a [B,H,W,3] tensor (its
  * size H×W exactly; grey made RGB, alpha dropped, as PIL's convert("RGB")), each 8-bit
  * value p as 2·(p/255) − 1 in float32, diffusers' VaeImageProcessor's; or of a [B,H,W,1]
- * one, a mask's: its grey level as PIL's convert("L") makes it, p/255 in [0, 1]. As PIL
- * reads them for 8-bit PNGs; a 16-bit one libpng converts to 8-bit sRGB as if linear,
- * where PIL keeps the high byte, so its values differ.
+ * one, a mask's: its grey level as PIL's convert("L") makes it, p/255 in [0, 1].
+ *
+ * Every kind of PNG is read as PIL reads it (palettes, 1/2/4-bit grey, 16-bit samples,
+ * interlacing, a gAMA ignored); one of more than TR_IMAGE_MAX_PIXELS pixels is refused, as
+ * PIL refuses it (DecompressionBombError), from its header alone.
  *
  * For a model that takes pictures of any size (SegmentAnything's processor): a PNG's size,
  * or its pixels as 8-bit RGB, and Pillow's Image.resize(..., BILINEAR) of 8-bit pixels to
@@ -23,6 +25,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* PIL's Image.MAX_IMAGE_PIXELS times two: where PIL stops warning and refuses. */
+#define TR_IMAGE_MAX_PIXELS (2LL * 89478485LL)
 
 /* The 8-bit value of v as written. */
 uint8_t tr_image_pixel(double v);
