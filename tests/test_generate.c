@@ -644,6 +644,73 @@ static void test_pick_top_k_top_p(void **state) {
     tr_test_tensor_free(&r);
 }
 
+/* The tokens within reach of a draw (tr_generate_pick_reach), which the runner accepts
+ * from another backend in place of the reference's: on random logits rounded to bf16
+ * (ties and near ties, as a bf16 model's logits have them), each draw is made again from
+ * the logits with every one moved by up to e; whatever it draws must be in the reach.
+ * top_k's reach must be tight too at a small e (some the pick alone, few unbounded, a few
+ * tokens on average); top_p's rules nothing out (its draw's order is its quickselect's). */
+static void test_pick_reach(void **state) {
+    (void)state;
+    const int64_t V = 300, shape[2] = {1, V};
+    struct tr_tensor r = tr_test_tensor(TR_DTYPE_F32, 2, shape), q = tr_test_tensor(TR_DTYPE_F32, 2, shape);
+    tr_test_randn(&r, 47, 1.5);
+    float *x = r.data, *y = q.data;
+    for (int64_t v = 0; v < V; v++) x[v] = tr_bf16_to_f32(tr_f32_to_bf16(x[v]));
+    const struct {
+        int top_k, top_p;
+        int64_t k, chain_k;
+        double p, t;
+    } cases[] = {{1, 0, 40, 0, 0, 1.0}, {1, 0, 12, 0, 0, 0.6}, {0, 1, 0, 0, 0.9, 0.8}, {0, 1, 0, 30, 0.7, 1.2}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        struct tr_generate_config gc;
+        struct tr_error e = {0};
+        assert_int_equal(tr_generate_config_resolve(NULL, 3, &gc, &e), TR_OK);
+        gc.top_k_sampling = cases[c].top_k, gc.top_p_sampling = cases[c].top_p, gc.top_k = cases[c].k;
+        gc.top_p_top_k = cases[c].chain_k, gc.top_p = cases[c].p, gc.temperature = cases[c].t;
+        for (int tight = 0; tight < 2; tight++) {
+            const double eps = tight ? 0.01 : 0.02 * 1.5 * 3; /* tol · |a top logit|, and a tighter one */
+            int alone = 0, changed = 0, many = 0, draws = 3000;
+            double sizes = 0;
+            uint64_t rng = 99;
+            for (int64_t pos = 0; pos < draws; pos++) {
+                int32_t ids[32];
+                const int n = tr_generate_pick_reach(&gc, &r, 0, pos, eps, ids, 32);
+                assert_true(n >= 1);
+                alone += n == 1, many += n > 32, sizes += n > 32 ? 0 : n;
+                for (int64_t v = 0; v < V; v++) { /* a perturbation within eps, half of them at its ends */
+                    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                    const double u = (double)(rng >> 11) / 9007199254740992.0;
+                    y[v] = x[v] + (float)(eps * 0.999 * (u < 0.25 ? -1 : u > 0.75 ? 1 : 4 * u - 2));
+                }
+                const int32_t other = tr_generate_pick(&gc, &q, 0, pos);
+                if (other == ids[0]) continue;
+                changed++;
+                int in = n > 32;
+                for (int i = 1; i < n && i < 32; i++) in |= ids[i] == other;
+                if (!in) fail_msg("case %zu, e %g, draw %lld: logits within it drew %d, outside the reach of %d (%d "
+                                  "tokens)", c, eps, (long long)pos, other, ids[0], n);
+            }
+            print_message("case %zu, e %g: %d of %d draws changed under the perturbation, all within reach; reaches: "
+                          "%d the pick alone, %d any token, %.2f tokens on average otherwise\n", c, eps, changed,
+                          draws, alone, many, many < draws ? sizes / (draws - many) : 0.0);
+            assert_true(changed > 10);
+            if (gc.top_p_sampling) assert_int_equal(many, draws); /* top_p: no token ruled out */
+            else if (tight) assert_true(alone > 0 && many < draws / 10 && sizes / (draws - many) < 16); /* it bites */
+        }
+    }
+    tr_test_tensor_free(&r);
+    tr_test_tensor_free(&q);
+}
+
+/* bf16 with top_k or top_p: the backends' logits differ by bf16's rounding, so draws part
+ * where that can move them (the runner accepts those, and only those). */
+static void test_runner_sampled_bf16(void **state) {
+    (void)state;
+    check_runner_dtype("gemma", "bf16", "", "sampling = top_k\ntop_k = 50\n");
+    check_runner_dtype("mistral", "bf16", "", "sampling = top_p\ntop_p = 0.9\n");
+}
+
 static void test_runner_gemma_top_p(void **state) {
     check_runner("gemma", "sampling = top_p\ntop_p = 0.8\ntemperature = 0.7\nseed = 11\n");
     assert_string_equal(rep.gen.sampling, "top_p");
@@ -654,4 +721,4 @@ static void test_runner_gemma_top_p(void **state) {
 TR_TEST_MAIN(NULL, NULL, test_bad_prompt_len, test_max_length_past_positions, test_bad_keys, test_does_not_fit, test_pick,
              test_cache_state_pass, test_runner_gemma_greedy, test_runner_mistral_greedy, test_runner_gemma_top_k,
              test_pick_top_p, test_pick_top_k_top_p, test_runner_gemma_top_p, test_runner_mistral_bf16, test_runner_cache_inputs, test_gemma_matches_hf, test_mistral_matches_hf,
-             test_top_k_seeds)
+             test_top_k_seeds, test_pick_reach, test_runner_sampled_bf16)

@@ -75,9 +75,14 @@ static void print_generate(const struct tr_bench_report *rep, FILE *f) {
         char tok[96];
         if (r->is_reference) snprintf(tok, sizeof tok, "reference");
         else if (r->tokens_agree) snprintf(tok, sizeof tok, "same");
-        else if (r->tokens_tie)
-            snprintf(tok, sizeof tok, "same up to a near tie (sample %lld, new token %lld: gap %.2g)",
-                     (long long)r->mismatch_sample, (long long)r->mismatch_step + 1, r->tie_gap);
+        else if (r->tokens_tie && isfinite(r->tie_gap))
+            snprintf(tok, sizeof tok, "same up to a near tie (sample %lld, new token %lld: %d for %d, gap %.2g)",
+                     (long long)r->mismatch_sample, (long long)r->mismatch_step + 1, (int)r->mismatch_token,
+                     (int)r->reference_token, r->tie_gap);
+        else if (r->tokens_tie) /* sampled: within reach of the draw, no logit gap */
+            snprintf(tok, sizeof tok, "same up to a near tie (sample %lld, new token %lld: drew %d for %d)",
+                     (long long)r->mismatch_sample, (long long)r->mismatch_step + 1, (int)r->mismatch_token,
+                     (int)r->reference_token);
         else snprintf(tok, sizeof tok, "DIFFER (sample %lld, new token %lld)", (long long)r->mismatch_sample,
                       (long long)r->mismatch_step + 1);
         fprintf(f, "%-24s %10.3f %10.3f %10.1f ", r->label, r->prefill_ms, r->ms_per_token, r->tokens_per_s);
@@ -371,6 +376,8 @@ cJSON *tr_bench_json(const struct tr_bench_report *rep) {
                 cJSON_AddNumberToObject(o, "mismatch_sample", (double)r->mismatch_sample);
                 cJSON_AddNumberToObject(o, "mismatch_new_token", (double)r->mismatch_step + 1);
                 cJSON_AddBoolToObject(o, "near_tie", r->tokens_tie);
+                cJSON_AddNumberToObject(o, "mismatch_token", r->mismatch_token);
+                cJSON_AddNumberToObject(o, "reference_token", r->reference_token);
                 if (isfinite(r->tie_gap)) cJSON_AddNumberToObject(o, "tie_gap", r->tie_gap);
             }
         }

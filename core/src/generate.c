@@ -499,6 +499,16 @@ static int64_t top_sorted(const struct tr_tensor *logits, int64_t b, int64_t V, 
     return n;
 }
 
+/* Where a top_k or top_p draw fell, for tr_generate_pick_reach: its distance to the lower
+ * and upper edges of the chosen token's share (fractions of the candidates' mass; +inf at
+ * the ends of the candidates, which no error crosses); a candidate j's share,
+ * exp((l_j − top)/temperature)/norm; the last candidate's logit; and for top_p, the mass
+ * before the nucleus's last token and all of it (the nucleus may change near top_p). */
+struct draw {
+    double lo, hi, top, norm, last;
+    double before_last, kept;
+};
+
 /* A token and its probability (top_p's candidates). */
 struct cand {
     double p;
@@ -524,7 +534,7 @@ static void swap_cand(struct cand *a, struct cand *b) {
  * nucleus's order finds where the mass crosses top_p: expected O(V) a token. c: V
  * entries of scratch. */
 static int32_t pick_top_p(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b, int64_t pos,
-                          struct cand *c) {
+                          struct cand *c, struct draw *d) {
     const int64_t VL = logits->shape[logits->ndim - 1];
     const double t = gc->temperature, need = gc->top_p;
     /* top_k given too: only logits at least the k-th largest take part (ties with it
@@ -582,14 +592,21 @@ static int32_t pick_top_p(const struct tr_generate_config *gc, const struct tr_t
     double run = 0;
     for (int64_t i = 0; i < k; i++) {
         run += c[i].p;
-        if (u < run) return (int32_t)c[i].id;
+        if (u < run || i == k - 1) {
+            if (d)
+                *d = (struct draw){i > 0 ? (u - (run - c[i].p)) / kept : INFINITY,
+                                   i < k - 1 ? (run - u) / kept : INFINITY, mx, z * kept,
+                                   logit(logits, b, VL, c[k - 1].id), kept - c[k - 1].p, kept};
+            return (int32_t)c[i].id;
+        }
     }
     return (int32_t)c[k - 1].id;
 }
 
 static int32_t pick(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b, int64_t pos,
-                    struct cand *scratch) {
-    if (gc->top_p_sampling) return pick_top_p(gc, logits, b, pos, scratch);
+                    struct cand *scratch, struct draw *d) {
+    if (d) *d = (struct draw){INFINITY, INFINITY, 0, 1, -INFINITY, 0, 1};
+    if (gc->top_p_sampling) return pick_top_p(gc, logits, b, pos, scratch, d);
     const int64_t V = logits->shape[logits->ndim - 1];
     if (!gc->top_k_sampling) {
         if (logits->dtype == TR_DTYPE_F32) return (int32_t)argmax_f32((const float *)logits->data + b * V, V);
@@ -612,20 +629,99 @@ static int32_t pick(const struct tr_generate_config *gc, const struct tr_tensor 
     double acc = 0;
     int64_t pick = ids[n - 1];
     for (int64_t i = 0; i < n; i++) {
-        acc += exp((vals[i] - vals[0]) / gc->temperature);
-        if (u < acc) {
+        const double w = exp((vals[i] - vals[0]) / gc->temperature);
+        acc += w;
+        if (u < acc || i == n - 1) {
             pick = ids[i];
+            if (d)
+                *d = (struct draw){i > 0 ? (u - (acc - w)) / sum : INFINITY, i < n - 1 ? (acc - u) / sum : INFINITY,
+                                   vals[0], sum, vals[n - 1], 0, 1};
             break;
         }
     }
     return (int32_t)pick;
 }
 
+/* The tokens nearest a logit, by logit (tr_generate_pick_reach's neighbourhood). */
+#define REACH_NEAR 64
+
+struct near {
+    double l;
+    int32_t id;
+};
+
+static int near_desc(const void *a, const void *b) { /* the sampler's order: larger first, lower id on a tie */
+    const struct near *x = a, *y = b;
+    return x->l != y->l ? (x->l < y->l) - (x->l > y->l) : (x->id > y->id) - (x->id < y->id);
+}
+
+int tr_generate_pick_reach(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b,
+                           int64_t pos, double e, int32_t *ids, int max) {
+    struct cand *c = NULL;
+    if (gc->top_p_sampling && !(c = malloc(sizeof *c * (size_t)logits->shape[logits->ndim - 1]))) return -1;
+    struct draw d;
+    const int32_t r = pick(gc, logits, b, pos, c, &d);
+    free(c);
+    if (max < 1) return -1;
+    ids[0] = r;
+    if (!gc->top_k_sampling && !gc->top_p_sampling) return 1;
+    /* Logits within e scale every odds ratio by at most k = exp(2e/t), which moves a share's
+     * edge F = A/(A + B) by at most (√k − 1)/(√k + 1) = tanh(e/2t). */
+    const double t = gc->temperature, delta = tanh(e / (2.0 * t));
+    /* top_p draws over its nucleus in the order its quickselect leaves it, which one changed
+     * comparison rearranges: no token can be ruled out. */
+    if (gc->top_p_sampling) return max + 1;
+    const double reach = delta, last = d.last;
+    /* The REACH_NEAR tokens nearest r's logit, sorted as the sampler orders them: every
+     * token within `far` of it is among them (all of them when the vocabulary is smaller). */
+    const int64_t V = logits->shape[logits->ndim - 1];
+    const double lr = logit(logits, b, V, r);
+    struct near nb[REACH_NEAR];
+    int n = 0, worst = 0;
+    for (int64_t v = 0; v < V; v++) {
+        const double x = logit(logits, b, V, v);
+        if (n < REACH_NEAR) {
+            nb[n++] = (struct near){x, (int32_t)v};
+        } else if (fabs(x - lr) < fabs(nb[worst].l - lr)) {
+            nb[worst] = (struct near){x, (int32_t)v};
+        } else {
+            continue;
+        }
+        if (n == REACH_NEAR)
+            for (int i = 0; i < n; i++)
+                if (fabs(nb[i].l - lr) > fabs(nb[worst].l - lr)) worst = i;
+    }
+    const int all = n < REACH_NEAR || V == REACH_NEAR;
+    const double far = all ? INFINITY : fabs(nb[worst].l - lr);
+    qsort(nb, (size_t)n, sizeof *nb, near_desc);
+    int ir = 0;
+    while (nb[ir].id != r) ir++;
+    /* Every edge moves by less than delta: the tokens whose shares lie within delta of the
+     * draw, walked out from r on both sides (within the candidates), span [lmin, lmax]. */
+    double lmin = lr, lmax = lr, need = reach - d.lo;
+    int i = ir - 1;
+    for (; need > 0 && i >= 0; i--) lmax = nb[i].l, need -= exp((nb[i].l - d.top) / t) / d.norm;
+    if (need > 0 && i < 0 && !all && nb[0].l < d.top) return max + 1; /* (at d.top: the first candidate) */
+    need = (isfinite(d.hi) || !isfinite(last) ? reach : -INFINITY) - (isfinite(d.hi) ? d.hi : 0);
+    for (i = ir + 1; need > 0 && i < n && nb[i].l >= last; i++) lmin = nb[i].l, need -= exp((nb[i].l - d.top) / t) / d.norm;
+    if (need > 0 && i >= n && !all) return max + 1;
+    /* and the order may swap any of them with a token whose logit is within 2e */
+    const double lo = lmin - 2.0 * e, hi = lmax + 2.0 * e;
+    if (lr - lo >= far || hi - lr >= far) return max + 1;
+    int k = 1;
+    for (i = 0; i < n; i++)
+        if (nb[i].id != r && nb[i].l >= lo && nb[i].l <= hi) {
+            if (k < max) ids[k] = nb[i].id;
+            k++;
+        }
+    return k;
+}
+
 int32_t tr_generate_pick(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b, int64_t pos) {
-    if (!gc->top_p_sampling) return pick(gc, logits, b, pos, NULL);
+    if (!gc->top_p_sampling) return pick(gc, logits, b, pos, NULL, NULL);
     struct cand *c = malloc(sizeof *c * (size_t)logits->shape[logits->ndim - 1]);
     if (!c) return -1;
-    int32_t id = pick(gc, logits, b, pos, c);
+    int32_t id = pick(gc, logits, b, pos, c, NULL);
     free(c);
     return id;
 }
@@ -721,7 +817,7 @@ int tr_generator_run(struct tr_generator *gen, const struct tr_tensor *prompt, i
     if (rc) return tr_error_prefix(err, "prefill");
     gen->prefills++;
     if (on_logits) on_logits(user, 0, &gen->pre_out[0]);
-    for (int64_t b = 0; b < B; b++) tokens[b * NEW] = pick(&gen->gc, &gen->pre_out[0], b, T, gen->scratch);
+    for (int64_t b = 0; b < B; b++) tokens[b * NEW] = pick(&gen->gc, &gen->pre_out[0], b, T, gen->scratch, NULL);
     if (K > 0) { /* kv_cache = inputs; as state, the pass wrote its entries itself */
         double tw = tr_bench_now_ms();
         for (int k = 0; NEW > 1 && k < K; k++) cache_write(&cache[k], &gen->pre_out[1 + k], p->cache_axis, 0);
@@ -738,7 +834,7 @@ int tr_generator_run(struct tr_generator *gen, const struct tr_tensor *prompt, i
         gen->decodes++;
         tm.decode_passes++;
         if (on_logits) on_logits(user, s, &gen->dec_out[0]);
-        for (int64_t b = 0; b < B; b++) tokens[b * NEW + s] = pick(&gen->gc, &gen->dec_out[0], b, pos + 1, gen->scratch);
+        for (int64_t b = 0; b < B; b++) tokens[b * NEW + s] = pick(&gen->gc, &gen->dec_out[0], b, pos + 1, gen->scratch, NULL);
         if (K > 0) {
             double tw = tr_bench_now_ms();
             for (int k = 0; s + 1 < NEW && k < K; k++) cache_write(&cache[k], &gen->dec_out[1 + k], p->cache_axis, pos);

@@ -67,7 +67,17 @@ struct first_logits {
     int32_t *top_id;   /* [B, NEW, TOP_M] */
     float *top_val;
     int64_t NEW;
+    /* sampled (top_k, top_p): at every step the tokens within reach of logits within tol ·
+     * |the top logit| of these (tr_generate_pick_reach), reach [B, NEW, REACH_M], n_reach
+     * how many (more than REACH_M: any token) */
+    const struct tr_generate_config *gc;
+    int64_t T; /* the prompt's length: step s draws for position T + s */
+    double tol;
+    int32_t *reach;
+    int *n_reach;
 };
+
+#define REACH_M 32
 
 static void keep_first(void *user, int64_t step, const struct tr_tensor *logits) {
     struct first_logits *f = user;
@@ -86,12 +96,27 @@ static void keep_first(void *user, int64_t step, const struct tr_tensor *logits)
             val[i] = x, id[i] = (int32_t)v;
         }
         for (; n < TOP_M; n++) id[n] = -1, val[n] = -INFINITY;
+        if (f->reach) {
+            const int64_t at = b * f->NEW + step;
+            f->n_reach[at] = tr_generate_pick_reach(f->gc, logits, b, f->T + step, f->tol * fmax(fabs(val[0]), 1e-6),
+                                                    f->reach + at * REACH_M, REACH_M);
+        }
     }
 }
 
 /* A differing token at (b, s) is a near tie when the reference ranked it among its top
- * logits there, within tol · |its top logit| of its own choice. */
+ * logits there, within tol · |its top logit| of its own choice; sampled, when logits within
+ * that of the reference's could have drawn it there. */
 static int near_tie(const struct first_logits *ref, int64_t b, int64_t s, int32_t other, double tol, double *gap) {
+    if (ref->reach) { /* sampled: a token within reach of the reference's logits */
+        *gap = INFINITY;
+        const int64_t at = b * ref->NEW + s;
+        const int n = ref->n_reach[at];
+        if (n > REACH_M) return 1;
+        for (int i = 1; i < n; i++)
+            if (ref->reach[at * REACH_M + i] == other) return 1;
+        return 0;
+    }
     const int32_t *id = ref->top_id + (b * ref->NEW + s) * TOP_M;
     const float *val = ref->top_val + (b * ref->NEW + s) * TOP_M;
     for (int i = 1; i < TOP_M; i++)
@@ -254,6 +279,8 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     struct tr_tensor *prompt = NULL, ref_logits = {0}, logits = {0};
     int32_t *ref_tokens = NULL, *tokens = NULL, *first = NULL, *top_id = NULL;
     float *top_val = NULL;
+    int32_t *reach = NULL; /* sampled: the tokens within reach at each step (first_logits) */
+    int *n_reach = NULL;
     const struct tr_tensor tokens_desc = {.dtype = TR_DTYPE_I32, .ndim = 2, .shape = {B, NEW}, .strides = {NEW, 1}};
     rc = tr_bench_reference_open_extra(cfg, gg->prefill, "tokens", &tokens_desc, &refile, err);
     const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed,
@@ -286,7 +313,15 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
                 !(top_id = malloc(tok_bytes * TOP_M)) || !(top_val = malloc(sizeof(float) * TOP_M * (size_t)(B * NEW)))))
         rc = tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory for %lld tokens", (long long)(B * NEW));
     if (rc) goto done;
-    struct first_logits ref_first = {.dst = &ref_logits, .top_id = top_id, .top_val = top_val, .NEW = NEW};
+    const struct tr_generate_config *gc = &tg->gen_cfg;
+    const int sampled = gc->top_k_sampling || gc->top_p_sampling;
+    if (sampled && (!(reach = malloc(sizeof *reach * REACH_M * (size_t)(B * NEW))) ||
+                    !(n_reach = malloc(sizeof *n_reach * (size_t)(B * NEW)))))
+        rc = tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory for %lld draws", (long long)(B * NEW));
+    if (rc) goto done;
+    struct first_logits ref_first = {.dst = &ref_logits, .top_id = top_id, .top_val = top_val, .NEW = NEW,
+                                     .gc = gc, .T = gc->prompt_len, .tol = rep->tolerance, .reach = reach,
+                                     .n_reach = n_reach};
     struct first_logits other_first = {.dst = &logits, .NEW = NEW};
 
     int have_ref = 0, failures = 0, disagreements = 0;
@@ -351,6 +386,7 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
                 if (first[i * NEW + s] != ref_tokens[i * NEW + s]) {
                     row->tokens_agree = 0;
                     row->mismatch_sample = i, row->mismatch_step = s;
+                    row->mismatch_token = first[i * NEW + s], row->reference_token = ref_tokens[i * NEW + s];
                     row->tokens_tie = near_tie(&ref_first, i, s, first[i * NEW + s], rep->tolerance, &row->tie_gap);
                 }
         row->agrees = row->max_rel_diff <= rep->tolerance && (row->tokens_agree || row->tokens_tie);
@@ -359,7 +395,20 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     const struct tr_bench_row *bad;
     rc = tr_bench_verdict(rep, failures, disagreements, &bad, err);
     const char *ref_label = tr_bench_reference_label(rep);
-    if (bad && !bad->tokens_agree && !bad->tokens_tie)
+    if (bad && !bad->tokens_agree && !bad->tokens_tie && sampled) {
+        const int64_t at = bad->mismatch_sample * NEW + bad->mismatch_step;
+        char within[96] = "";
+        for (int i = 1, n = 0; i < n_reach[at] && i < REACH_M; i++)
+            n += snprintf(within + n, sizeof within - (size_t)n, "%s%d", i > 1 ? ", " : " (or ", reach[at * REACH_M + i]);
+        rc = tr_error_set(err, TR_ERR_NUMERIC,
+                          "%d of %d backends disagree with '%s'; '%s' drew token %d for sample %lld at new token "
+                          "%lld, where logits within %s (%.0e) of the reference's draw only %d%s%s (prefill "
+                          "logits differ by %.2e)",
+                          disagreements, rep->n_rows, ref_label, bad->label, (int)bad->mismatch_token,
+                          (long long)bad->mismatch_sample, (long long)bad->mismatch_step + 1, rep->tolerance_why,
+                          rep->tolerance, (int)bad->reference_token, within, within[0] ? ")" : "", bad->max_rel_diff);
+    }
+    else if (bad && !bad->tokens_agree && !bad->tokens_tie)
         rc = tr_error_set(err, TR_ERR_NUMERIC,
                           "%d of %d backends disagree with '%s'; '%s' generated another token for sample %lld at "
                           "new token %lld, not a near tie (the reference's logits of the two differ by %.3g; "
@@ -398,6 +447,8 @@ done:
     free(tokens);
     free(first);
     free(top_id);
+    free(reach);
+    free(n_reach);
     free(top_val);
     tr_weights_free(w);
     tr_bench_outputs_free(&outs);

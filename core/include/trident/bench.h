@@ -65,9 +65,12 @@ struct tr_bench_row {
     int64_t decode_execs;       /* decode passes executed, all calls */
     int tokens_agree;           /* every generated token equals the reference's */
     int64_t mismatch_sample, mismatch_step;   /* the first token that differs (-1: none) */
+    int32_t mismatch_token, reference_token;   /* there: this backend's and the reference's */
     int tokens_tie;             /* it differs at a near tie: the reference's logits of the two
-                                   tokens there are within the tolerance (of its top logit) */
-    double tie_gap;             /* the reference's logit of its token minus that of this one */
+                                   tokens there are within the tolerance (of its top logit);
+                                   sampled, logits that close could have drawn it there */
+    double tie_gap;             /* the reference's logit of its token minus that of this one
+                                   (+inf: sampled, or not among its top logits) */
     int64_t steps_run;          /* timed steps run: steps, or fewer when interrupted */
     /* [run] reference: this backend's outputs against the file's */
     int ref_compared;           /* outputs compared (0: no reference) */

@@ -178,6 +178,17 @@ void tr_generator_counts(const struct tr_generator *gen, int *compiles, int64_t 
  * pos)); -1 when top_p finds no memory for its candidates. */
 int32_t tr_generate_pick(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b,
                          int64_t pos);
+/* For top_k: the tokens another backend may draw here when its logits differ from these
+ * by at most e each. ids[0] is this pick; then the tokens whose logits lie
+ * whose shares lie within delta = tanh(e/2·temperature) of the draw (how far such logits
+ * move any edge between the shares), and every token whose logit is within 2e of theirs
+ * (the order may swap those). Returns how many (ids holds the first max); more than max
+ * where it cannot say (the neighbourhood is wider than the 64 tokens nearest the pick's
+ * logit; or top_p, whose draw runs over the nucleus in its quickselect's order, which one
+ * flipped comparison rearranges): any token may be drawn there. -1 out of memory. Greedy:
+ * the pick alone (near ties there are told from the logits' gap). */
+int tr_generate_pick_reach(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b,
+                           int64_t pos, double e, int32_t *ids, int max);
 
 /* The runner's generate task (generate_bench.c), called by tr_bench_run with the task
  * graph built: the memory check (the estimate against MemAvailable, both said) before
