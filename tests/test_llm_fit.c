@@ -465,6 +465,27 @@ static void test_lora_key_errors(void **state) {
     tr_test_build_refused(&tr_model_gemma, &c, TR_TASK_FIT, alpha, 1);
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_gemma_pad_grad, test_mistral_pad_grad, test_interface, test_make_inputs_labels, test_lora_key_errors,
+/* A fit of one token a row predicts nothing (transformers' shifted loss is NaN there):
+ * refused, where it used to train on a loss of 0; predict of one token still builds. */
+static void test_fit_one_token_refused(void **state) {
+    (void)state;
+    const struct tr_model_desc *ms[2] = {&tr_model_gemma, &tr_model_mistral};
+    for (int i = 0; i < 2; i++) {
+        struct tr_decoder_config c = tiny(ms[i]);
+        struct tr_error e = {0};
+        struct tr_build_opts o = {.task = TR_TASK_FIT, .dtype = TR_DTYPE_F32, .batch = 2, .seq_len = 1};
+        struct tr_graph *g = NULL;
+        assert_int_equal(tr_graph_init(&g, &e), TR_OK);
+        assert_int_not_equal(ms[i]->build(&c, &o, g, &e), TR_OK);
+        tr_graph_free(g);
+        tr_assert_msg_has(&e, "fit with seq_len = 1: the causal LM loss predicts each token from those before it");
+        g = build(ms[i], &c, TR_TASK_PREDICT, TR_DTYPE_F32, 2, 1);
+        tr_graph_free(g);
+        g = build(ms[i], &c, TR_TASK_FIT, TR_DTYPE_F32, 2, 2);
+        tr_graph_free(g);
+    }
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_gemma_pad_grad, test_mistral_pad_grad, test_interface, test_make_inputs_labels, test_lora_key_errors, test_fit_one_token_refused,
              test_gemma_grads_match_peft, test_mistral_grads_match_peft, test_frozen_weights_unchanged,
              test_gemma_fit_everywhere, test_mistral_fit_everywhere, test_gemma_fit_bf16, test_mistral_fit_bf16)

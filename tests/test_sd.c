@@ -790,6 +790,11 @@ static void test_img2img_config(void **state) {
                {"generate", "[model]\nstrength = 1.5", "strength"},
                {"generate", "[model]\nstrength = 0.5\n[generate]\ninit_image = nowhere.png",
                 "[generate] init_image: image '"},
+               {"generate", "[generate]\ninit_image = png_zoo/rgb8.png",
+                "init_image is read by image to image, which needs [model] strength"},
+               {"generate", "[model]\nstrength = 0\n[generate]\ninit_image = png_zoo/rgb8.png",
+                "init_image is read by image to image, which needs [model] strength"},
+               {"generate", "[generate]\nmask_image = png_zoo/rgb8.png", "[generate] mask_image needs init_image"},
                {"generate", "[generate]\nprompt = a cat\nprompts = p.txt", "give one of prompt and prompts"},
                {"generate", "[generate]\nprompts = nowhere.txt\ntokenizer = tests/fixtures/clip_tokenizer",
                 "[generate] prompts: cannot open 'nowhere.txt'"}};

@@ -1,6 +1,7 @@
 /* The task's graph from a config (bench.h's tr_task_graph_build): the model's graph for its
  * task, fit's training step on it, generate's graphs and its [generate] keys. */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "trident/bench.h"
@@ -121,6 +122,17 @@ static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, 
     return TR_OK;
 }
 
+/* A section only another task reads ([generate], [train]) is said, not silently skipped: a
+ * config whose task was switched keeps it, so it is a warning, not an error. */
+static void warn_unread(const struct tr_config *cfg, const char *section, const char *by) {
+    for (int i = 0; i < cfg->n_kv; i++)
+        if (strcmp(cfg->kv[i].section, section) == 0) {
+            fprintf(stderr, "trident: warning: %s:%d: [%s] is read by %s only; task = %s leaves it unread\n",
+                    cfg->file, cfg->kv[i].line, section, by, cfg->task);
+            return;
+        }
+}
+
 int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,
                         struct tr_task_graph *tg, struct tr_error *err) {
     memset(tg, 0, sizeof *tg);
@@ -168,6 +180,8 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
         return TR_OK;
     }
     if (task == TR_TASK_GENERATE && (rc = generate_keys(cfg, tg, err)) != TR_OK) goto fail;
+    if (task != TR_TASK_GENERATE) warn_unread(cfg, "generate", "task = generate");
+    if (task != TR_TASK_FIT) warn_unread(cfg, "train", "task = fit");
     rc = tr_graph_init(&tg->graph, err);
     if (rc) goto fail;
     rc = m->build(tg->config, &tg->opts, tg->graph, err);

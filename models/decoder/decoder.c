@@ -86,6 +86,10 @@ int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build
     if (o->batch < 1 || o->seq_len < 1)
         return tr_error_set(err, TR_ERR_INVALID, "%s: batch = %lld, seq_len = %lld, expected both at least 1", m,
                             (long long)o->batch, (long long)o->seq_len);
+    if (o->task == TR_TASK_FIT && o->seq_len < 2) /* transformers' shifted loss over no token: NaN */
+        return tr_error_set(err, TR_ERR_INVALID, "%s: fit with seq_len = %lld: the causal LM loss predicts each "
+                            "token from those before it, so one token leaves nothing to predict; expected at "
+                            "least 2", m, (long long)o->seq_len);
     /* seq_len may pass max_position_embeddings, as in transformers: RoPE has no table to
      * run off (what the model makes of positions it was not trained on is its own) */
     if (!tr_dtype_is_float(o->dtype) || o->dtype == TR_DTYPE_F64)

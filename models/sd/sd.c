@@ -68,6 +68,21 @@ static int sd_check(const struct tr_sd_config *c, const struct tr_build_opts *o,
                             "UNet's (the latents', the mask's, the masked picture's): it runs in task generate, with "
                             "[generate] init_image and mask_image", c->unet, (long long)(*u)->in_channels);
     }
+    /* [generate] pictures that would go unread, or half of an inpainting's pair */
+    const char *unread = NULL;
+    if (o->mask_image && !o->init_image)
+        unread = "[generate] mask_image needs init_image, the picture whose masked part is repainted (diffusers' "
+                 "inpainting pipelines take both)";
+    else if (inpainting(*u) && o->init_image && !o->mask_image)
+        unread = "[generate] init_image with an inpainting UNet needs mask_image, the part to repaint (or give "
+                 "neither: a synthetic picture and mask stand in)";
+    else if (o->init_image && !img2img(c) && !masked(*u, o))
+        unread = "[generate] init_image is read by image to image, which needs [model] strength (0 < strength <= "
+                 "1; diffusers' default 0.8), or by inpainting (with mask_image): without either it would go unread";
+    if (o->task == TR_TASK_GENERATE && unread) {
+        tr_ddim_free(s);
+        return tr_error_set(err, TR_ERR_INVALID, "stable_diffusion: %s", unread);
+    }
     if (o->task == TR_TASK_PREDICT && c->clip_skip > 0) {
         tr_ddim_free(s);
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "stable_diffusion: clip_skip = %lld is generate's text encoder's; "
