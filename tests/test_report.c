@@ -542,5 +542,23 @@ static void test_report_cmd(void **state) {
     }
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_utf8, test_step_order, test_markdown, test_csv, test_json,
+/* Rows are known by their labels, so entries that would share one (two builds of one
+ * backend, a backend by name and by path) are told apart: "#2" on the later one. */
+static void test_labels_unique(void **state) {
+    (void)state;
+    static struct tr_config cfg;
+    struct tr_error e = {0};
+    if (tr_config_load_string("[run]\nbackends = tf, old/libtrident_backend_tf.so, new/libtrident_backend_tf.so, "
+                              "torch:reduce-overhead, /x/libtrident_backend_torch.so:reduce-overhead, jax\n",
+                              "labels.ini", &cfg, &e))
+        fail_msg("%s", e.msg);
+    static const char *const want[] = {"tf", "tf#2", "tf#3", "torch:reduce-overhead", "torch:reduce-overhead#2", "jax"};
+    for (int b = 0; b < cfg.n_backends; b++) {
+        char label[96];
+        tr_bench_label(&cfg, b, label, sizeof label);
+        assert_string_equal(label, want[b]);
+    }
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_labels_unique, test_utf8, test_step_order, test_markdown, test_csv, test_json,
              test_json_write_fails, test_svg, test_report_cmd)

@@ -705,7 +705,7 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
         sl->r = &r;
         rep->n_rows++;
         if ((rc = slot_alloc(sl, g, n_out, cfg->steps, fs.on ? total_steps : 0, err)) != TR_OK) goto done;
-        tr_bench_label(sl->cb, sl->row->label, sizeof sl->row->label);
+        tr_bench_label(cfg, b, sl->row->label, sizeof sl->row->label);
     }
     const int interleaved = cfg->schedule == TR_SCHEDULE_INTERLEAVED ||
                             (cfg->schedule == TR_SCHEDULE_DEFAULT && !fs.on && cfg->device_type == TR_DEVICE_CPU &&

@@ -177,7 +177,7 @@ static const char *output_part(const char *name, size_t *label) {
 /* The label of a backend of cfg that is name's first len bytes, or NULL. */
 static const char *run_label(const struct tr_config *cfg, const char *name, size_t len, char *buf, size_t n) {
     for (int b = 0; b < cfg->n_backends; b++) {
-        tr_bench_label(&cfg->backends[b], buf, n);
+        tr_bench_label(cfg, b, buf, n);
         if (strlen(buf) == len && strncmp(buf, name, len) == 0) return buf;
     }
     return NULL;

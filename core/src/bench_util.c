@@ -47,9 +47,23 @@ const char *tr_bench_bytes_str(uint64_t b, char *buf, size_t n) {
     return buf;
 }
 
-void tr_bench_label(const struct tr_config_backend *cb, char *buf, size_t n) {
+static void base_label(const struct tr_config_backend *cb, char *buf, size_t n) {
     if (cb->path[0] && cb->mode[0]) snprintf(buf, n, "%.40s:%.50s", cb->name, cb->mode);
-    else snprintf(buf, n, "%.95s", cb->path[0] ? cb->name : cb->spec);
+    else snprintf(buf, n, "%.90s", cb->path[0] ? cb->name : cb->spec);
+}
+
+void tr_bench_label(const struct tr_config *cfg, int b, char *buf, size_t n) {
+    base_label(&cfg->backends[b], buf, n);
+    int same = 0; /* earlier entries of the same label: two builds of one backend, a name and its path */
+    for (int j = 0; j < b; j++) {
+        char other[96];
+        base_label(&cfg->backends[j], other, sizeof other);
+        same += strcmp(other, buf) == 0;
+    }
+    if (same) {
+        const size_t len = strlen(buf);
+        snprintf(buf + len, n > len ? n - len : 0, "#%d", same + 1);
+    }
 }
 
 const char *tr_bench_reference_label(const struct tr_bench_report *rep) {

@@ -31,10 +31,12 @@ double tr_bench_rel_diff(const struct tr_tensor *a, const struct tr_tensor *b);
 /* "75.5 MiB", "15.90 GiB" into buf; returns buf. */
 const char *tr_bench_bytes_str(uint64_t bytes, char *buf, size_t n);
 
-/* A backend's label, into buf (n bytes): the entry as written ("torch:reduce-overhead"),
+/* Backend b's label, into buf (n bytes): the entry as written ("torch:reduce-overhead"),
  * or for a path its backend name (and mode): the table stays readable, the path is in
- * plugin_path. */
-void tr_bench_label(const struct tr_config_backend *cb, char *buf, size_t n);
+ * plugin_path. Labels name rows (tables, reports, `trident report`'s matching), so one
+ * that an earlier entry has too (two builds of one backend, a name and its path) gets
+ * "#2", "#3". */
+void tr_bench_label(const struct tr_config *cfg, int b, char *buf, size_t n);
 
 /* The label of the reference row ("" when none ran). */
 const char *tr_bench_reference_label(const struct tr_bench_report *rep);

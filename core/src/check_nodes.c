@@ -405,7 +405,7 @@ int tr_check_nodes_run(const struct tr_config *cfg, const struct tr_model_desc *
     for (int b = 0; b < cfg->n_backends; b++) {
         const struct tr_config_backend *cb = &cfg->backends[b];
         struct tr_check_nodes_row *row = &rep->rows[rep->n_rows++];
-        tr_bench_label(cb, row->label, sizeof row->label);
+        tr_bench_label(cfg, b, row->label, sizeof row->label);
         row->first.id = row->nonfinite.id = -1;
         fprintf(stderr, "trident: check nodes: %s: one step with %d outputs\n", row->label, n_out);
         if (fit) fit_restore(g, &fs);

@@ -328,7 +328,7 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     for (int b = 0; b < cfg->n_backends; b++) {
         struct tr_bench_row *row = &rep->rows[rep->n_rows++];
         row->mismatch_sample = row->mismatch_step = -1;
-        tr_bench_label(&cfg->backends[b], row->label, sizeof row->label);
+        tr_bench_label(cfg, b, row->label, sizeof row->label);
         if (tr_bench_stop_requested()) {
             snprintf(row->error, sizeof row->error, "interrupted before it started");
             continue;
