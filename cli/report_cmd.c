@@ -159,7 +159,33 @@ static void print_differences(const cJSON *a, const cJSON *b) {
     }
 }
 
+/* What compare reads of each row: a label once per report (rows are matched by it), and a
+ * finite, non-negative mean_ms where the row ran. */
+static int check_rows(const char *name, const char *path, const cJSON *rep, struct tr_error *err) {
+    const cJSON *r;
+    int i = 0;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(rep, "backends")) {
+        const char *label = str_of(r, "backend");
+        if (find_row(rep, label) != r)
+            return tr_error_set(err, TR_ERR_INVALID, "%s: %s: backends[%d]: backend '%s' is there twice; rows are "
+                                "matched by their label", name, path, i, label);
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "mean_ms");
+        if (row_ok(r) && !(cJSON_IsNumber(m) && isfinite(m->valuedouble) && m->valuedouble >= 0)) {
+            char *text = m ? cJSON_PrintUnformatted(m) : NULL;
+            const int rc = tr_error_set(err, TR_ERR_INVALID, "%s: %s: backends[%d] ('%s'): mean_ms is %s, expected "
+                                        "a number of milliseconds", name, path, i, label, text ? text : "missing");
+            cJSON_free(text);
+            return rc;
+        }
+        i++;
+    }
+    return TR_OK;
+}
+
 static int compare(const char *pa, const cJSON *a, const char *pb, const cJSON *b, struct tr_error *err) {
+    int rc = check_rows("A", pa, a, err);
+    if (!rc) rc = check_rows("B", pb, b, err);
+    if (rc) return rc;
     print_source("A", pa, a);
     print_source("B", pb, b);
     print_differences(a, b);

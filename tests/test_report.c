@@ -276,6 +276,14 @@ static void test_json(void **state) {
     assert_null(cJSON_GetObjectItemCaseSensitive(w, "path"));
     assert_string_equal(cJSON_GetStringValue(get(root, "gpu")), "NVIDIA H200");
     cJSON_Delete(root);
+    /* a seed past 2^53 written as the integer it is (a double would round it) */
+    rep->seed = 18446744073709551557ull;
+    if (tr_bench_write_json(rep, path, &err)) fail_msg("%s", err.msg);
+    const char *json = tr_test_read_file(path, NULL);
+    if (!strstr(json, "\"seed\":\t18446744073709551557")) fail_msg("the seed is not exact: %s", json);
+    root = cJSON_Parse(json);
+    assert_non_null(root); /* still JSON */
+    cJSON_Delete(root);
 }
 
 /* A write that fails says which file and why (the program prints only this message). */
@@ -532,6 +540,10 @@ static void test_report_cmd(void **state) {
         {"newer.json", "{\"schema\": 2, \"backends\": []}", 1, "newer.json: report schema 2; this trident reads schema 1"},
         {"newer.json", "{\"schema\": 1, \"backends\": [{\"backend\": \"other\", \"ok\": true, \"mean_ms\": 1}]}", 1,
          "have no backend in common"},
+        {"text.json", "{\"schema\": 1, \"backends\": [{\"backend\": \"tf\", \"ok\": true, \"mean_ms\": \"x\"}]}", 0,
+         "text.json: backends[0] ('tf'): mean_ms is \"x\", expected a number of milliseconds"},
+        {"twice.json", "{\"schema\": 1, \"backends\": [{\"backend\": \"tf\", \"ok\": true, \"mean_ms\": 1}, "
+         "{\"backend\": \"tf\", \"ok\": true, \"mean_ms\": 2}]}", 1, "backends[1]: backend 'tf' is there twice"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char p[600];

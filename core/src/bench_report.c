@@ -231,6 +231,14 @@ cJSON *tr_json_add_str(cJSON *o, const char *key, const char *s) {
     return item;
 }
 
+/* A seed as the integer it is: cJSON's numbers are doubles, which round those past 2^53
+ * (a report must let the run be made again). */
+static void add_u64(cJSON *o, const char *key, uint64_t v) {
+    char digits[24];
+    snprintf(digits, sizeof digits, "%llu", (unsigned long long)v);
+    cJSON_AddRawToObject(o, key, digits);
+}
+
 cJSON *tr_bench_json(const struct tr_bench_report *rep) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
@@ -258,11 +266,11 @@ cJSON *tr_bench_json(const struct tr_bench_report *rep) {
         cJSON_AddNumberToObject(root, "bucket_mb", rep->bucket_mb);
         cJSON_AddNumberToObject(root, "check_every", (double)rep->check_every);
     }
-    cJSON_AddNumberToObject(root, "seed", (double)rep->seed);
+    add_u64(root, "seed", rep->seed);
     cJSON *w = cJSON_AddObjectToObject(root, "weights");
     tr_json_add_str(w, "source", rep->weights[0] ? "file" : "seed");
     if (rep->weights[0]) tr_json_add_str(w, "path", rep->weights);
-    else cJSON_AddNumberToObject(w, "seed", (double)rep->seed);
+    else add_u64(w, "seed", rep->seed);
     cJSON_AddNumberToObject(root, "param_count", (double)rep->param_count);
     cJSON_AddNumberToObject(root, "param_bytes", (double)rep->param_bytes);
     cJSON_AddNumberToObject(root, "flops_per_step", rep->flops_per_step);
@@ -293,7 +301,7 @@ cJSON *tr_bench_json(const struct tr_bench_report *rep) {
         cJSON_AddNumberToObject(g, "top_k", (double)rep->gen.top_k);
         cJSON_AddNumberToObject(g, "top_p", rep->gen.top_p);
         cJSON_AddNumberToObject(g, "temperature", rep->gen.temperature);
-        cJSON_AddNumberToObject(g, "seed", (double)rep->gen.seed);
+        add_u64(g, "seed", (uint64_t)rep->gen.seed);
         cJSON_AddNumberToObject(g, "kv_cache_bytes", (double)rep->kv_cache_bytes);
         tr_json_add_str(g, "kv_cache", rep->gen.kv_cache);
         cJSON *texts = rep->n_texts ? cJSON_AddArrayToObject(g, "texts") : NULL;
