@@ -83,6 +83,21 @@ static int cmd_run(int argc, char **argv) {
     const char *ini = NULL, *json = NULL, *outputs = NULL, *report = NULL, *rows = NULL, *baseline = NULL;
     int64_t steps = 0;
     int log_scale = 0, check_nodes = 0, scaling = 0;
+    static const char *const valued[] = {"--check", "--json", "--outputs", "--report", "--rows", "--baseline",
+                                         "--steps"};
+    for (int i = 0; i < argc; i++)
+        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) {
+            if (strcmp(argv[i], valued[k]) != 0) continue;
+            if (i + 1 == argc) {
+                fprintf(stderr, "trident: %s needs a value\n%s", argv[i], usage);
+                return 2;
+            }
+            for (int j = 0; j < i; j++)
+                if (strcmp(argv[j], argv[i]) == 0) {
+                    fprintf(stderr, "trident: %s is given twice; expected it once\n%s", argv[i], usage);
+                    return 2;
+                }
+        }
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--check") == 0 && i + 1 < argc) {
             if (strcmp(argv[++i], "nodes") != 0) {

@@ -44,6 +44,31 @@ static char *python_literals(const char *in, size_t n) {
     return out;
 }
 
+/* A key an object holds twice: Python's json (and so transformers) keeps the last value,
+ * cJSON would find the first. The earlier ones are dropped, as Python drops them, and said.
+ * Objects of a config's size only (pairwise, so quadratic): a vocabulary of 50,000 words
+ * read through here is left as it is. */
+#define KEEP_LAST_MAX 1024
+
+static void keep_last(cJSON *o, const char *path) {
+    const int small = cJSON_IsObject(o) && cJSON_GetArraySize(o) <= KEEP_LAST_MAX;
+    cJSON *c = o ? o->child : NULL;
+    while (c) {
+        cJSON *next = c->next;
+        if (small && c->string)
+            for (const cJSON *d = next; d; d = d->next)
+                if (d->string && strcmp(d->string, c->string) == 0) {
+                    fprintf(stderr, "trident: warning: '%s': \"%s\" is given twice; the last is read, as Python's "
+                            "json reads it\n", path, c->string);
+                    cJSON_Delete(cJSON_DetachItemViaPointer(o, c));
+                    c = NULL;
+                    break;
+                }
+        if (c) keep_last(c, path);
+        c = next;
+    }
+}
+
 int tr_hf_json_load(const char *path, cJSON **root, struct tr_error *err) {
     return tr_hf_json_load_max(path, MAX_JSON_BYTES, "a config.json", root, err);
 }
@@ -89,6 +114,8 @@ int tr_hf_json_load_max(const char *path, size_t max, const char *what, cJSON **
         cJSON_Delete(j);
         j = NULL;
         rc = tr_error_set(err, TR_ERR_FORMAT, "'%s' is not a JSON object", path);
+    } else {
+        keep_last(j, path);
     }
     free(buf);
     *root = j;

@@ -21,6 +21,9 @@ done
 if grep -Eq '^cpu .+, isa [a-z0-9]+ \((native|forced .*)\), oneDNN [a-z0-9_]+, bf16 GEMM (native|via f32), [0-9]+ threads?, OpenMP wait .+$' "$tmp/out"; then
   ok "quickstart names the host"; else bad "quickstart names the host"; fi
 expect "quickstart writes json" 0 'all backends ran' -- "$bin" run conf/quickstart.ini --steps 2 --json "$tmp/q.json"
+expect "an option without its value is refused" 2 'trident: --steps needs a value' -- "$bin" run conf/quickstart.ini --steps
+expect "an option given twice is refused" 2 'trident: --json is given twice' -- \
+  "$bin" run conf/quickstart.ini --json "$tmp/a.json" --json "$tmp/b.json"
 if grep -q '"mean_ms"' "$tmp/q.json" 2>/dev/null; then ok "json has mean_ms"; else echo > "$tmp/out"; bad "json has mean_ms"; fi
 for key in '"cpu":' '"onednn_isa":' '"threads":' '"omp_wait":' '"noisy":'; do
   if grep -q "$key" "$tmp/q.json" 2>/dev/null; then ok "json has $key"; else echo > "$tmp/out"; bad "json has $key"; fi

@@ -876,6 +876,12 @@ static void test_python_json_literals(void **state) {
     tr_test_dir_file("scheduler_config.json", "{\"clip_sample_range\": Infinity}", path, sizeof path);
     assert_int_not_equal(tr_test_resolve_hf(M, path, "", &c, &e), TR_OK);
     tr_assert_msg_has(&e, "\"clip_sample_range\" is not a number");
+    /* a key given twice: the last, as Python's json (and so diffusers) reads it */
+    tr_test_dir_file("scheduler_config.json",
+                     "{\"timestep_spacing\": \"leading\", \"x\": {\"a\": 1, \"a\": 2}, \"timestep_spacing\": \"trailing\"}",
+                     path, sizeof path);
+    if (tr_test_resolve_hf(M, path, "", &c, &e)) fail_msg("%s", e.msg);
+    assert_string_equal(c.timestep_spacing, "trailing");
 }
 
 /* A scheduler file of a class trident does not run (UniPCMultistepScheduler) is refused by
