@@ -1,5 +1,6 @@
-/* Model keys' values: comma-separated integer lists, and those that must be positive
- * (models.h). */
+/* Model keys' values: comma-separated integer and number lists, and those that must be
+ * positive (models.h). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "models.h"
@@ -18,6 +19,31 @@ int tr_model_int_list(const char *model, const char *key, const char *s, size_t 
         if (end == p || x < lo || x > hi || (*end && *end != ','))
             return tr_error_set(err, TR_ERR_INVALID, "%s: %s = '%s': expected integers from %lld to %lld separated by "
                                 "commas, such as \"%s\"", model, key, s, (long long)lo, (long long)hi, example);
+        if (k == max)
+            return tr_error_set(err, TR_ERR_INVALID, "%s: %s = '%s' has more than %d entries", model, key, s, max);
+        v[k++] = x;
+        p = *end ? end + 1 : end;
+    }
+    if (k == 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %s is empty; expected a list such as \"%s\"", model, key, example);
+    *n = k;
+    return TR_OK;
+}
+
+int tr_model_num_list(const char *model, const char *key, const char *s, size_t cap, double lo, double hi,
+                      const char *example, double *v, int max, int *n, struct tr_error *err) {
+    if (strnlen(s, cap) == cap)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: %s is not terminated within %zu bytes", model, key, cap);
+    int k = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        while (*p == ' ') p++;
+        const double x = strtod(p, &end);
+        while (*end == ' ') end++;
+        if (end == p || !isfinite(x) || x < lo || x > hi || (*end && *end != ','))
+            return tr_error_set(err, TR_ERR_INVALID, "%s: %s = '%s': expected numbers from %g to %g separated by "
+                                "commas, such as \"%s\"", model, key, s, lo, hi, example);
         if (k == max)
             return tr_error_set(err, TR_ERR_INVALID, "%s: %s = '%s' has more than %d entries", model, key, s, max);
         v[k++] = x;

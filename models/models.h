@@ -14,6 +14,10 @@
 int tr_model_int_list(const char *model, const char *key, const char *s, size_t cap, int64_t lo, int64_t hi,
                       const char *example, int64_t *v, int max, int *n, struct tr_error *err);
 
+/* The same for numbers (finite, in [lo, hi]; "450.5, 600"): *n entries into v. */
+int tr_model_num_list(const char *model, const char *key, const char *s, size_t cap, double lo, double hi,
+                      const char *example, double *v, int max, int *n, struct tr_error *err);
+
 /* A config value (or a build option) a model needs to be at least 1, named as its key. */
 struct tr_model_pos {
     const char *name;

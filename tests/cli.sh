@@ -463,11 +463,11 @@ preset = tiny
 task = generate
 backends = jax
 [model]
-points = 39,29,40,10
+points = 39,29,40.5,10
 labels = 1,1
 [generate]
 init_image = $PWD/tests/fixtures/reference_sam_photo/photo.png" "sam: a point outside the photo (not the model's 64x64) is refused" \
-  'point 1 \(40,10\) of points = .39,29,40,10. is outside the 40x30 image \(x from 0 to 39, y from 0 to 29\)'
+  'point 1 \(40.5,10\) of points = .39,29,40.5,10. is outside the 40x30 image \(x from 0 to 40, y from 0 to 30\)'
 # A whole diffusers pipeline directory (hf_config = it: its parts' config.json, the UNet's
 # linear projections, and its scheduler's: linear betas rescaled to zero SNR, leading
 # timesteps, v prediction, the clamp on x0), text to image on every backend against

@@ -98,6 +98,10 @@ static void test_png_refusals(void **state) {
     print_message("refused: %s\n", e.msg);
     assert_int_not_equal(tr_image_read_rgb8(ZOO "/pil.safetensors", &rgb, &h, &w, &e), TR_OK);
     tr_assert_msg_has(&e, "pil.safetensors': cannot read it as a PNG (not a PNG signature)");
+    char empty[512];
+    tr_test_dir_file("empty.png", "", empty, sizeof empty);
+    assert_int_not_equal(tr_image_png_size(empty, &h, &w, &e), TR_OK);
+    tr_assert_msg_has(&e, "empty.png': cannot read it as a PNG (the file is empty)");
     assert_int_not_equal(tr_image_png_size(ZOO "/nowhere.png", &h, &w, &e), TR_OK);
     tr_assert_msg_has(&e, "nowhere.png': cannot open it (No such file or directory)");
     static float px[1 * 7 * 5 * 3];

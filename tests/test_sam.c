@@ -90,7 +90,9 @@ static void test_config_errors(void **state) {
     static const struct tr_test_refusal r[] = {
         {TR_TASK_PREDICT, {{"image_size", "60"}}, {"image_size = 60", "multiple of patch_size = 8"}},
         {TR_TASK_FIT, {{"image_size", "60"}}, {"image_size = 60", "multiple of patch_size = 8"}},
-        {TR_TASK_PREDICT, {{"points", "31,23,64,10"}, {"labels", "1,1"}}, {"point 1 (64,10)", "outside the 64x64 image"}},
+        {TR_TASK_PREDICT, {{"points", "31,23,64.5,10"}, {"labels", "1,1"}}, {"point 1 (64.5,10)", "outside the 64x64 image", "x from 0 to 64"}},
+        {TR_TASK_PREDICT, {{"points", "31,2x"}, {"labels", "1"}}, {"points = '31,2x'", "expected numbers"}},
+        {TR_TASK_PREDICT, {{"boxes", "1,1,5,5,2,2,6,6"}}, {"gives 8 numbers", "one box an image"}},
         {TR_TASK_PREDICT, {{"points", "31,-1"}, {"labels", "1"}}, {"point 0 (31,-1)", "outside"}},
         {TR_TASK_PREDICT, {{"labels", "1,4"}}, {"label 4", "not one of -1", "3 (box corners)"}},
         {TR_TASK_PREDICT, {{"labels", "1"}}, {"one label per pair"}},

@@ -795,6 +795,8 @@ static void test_img2img_config(void **state) {
                {"generate", "[model]\nstrength = 0\n[generate]\ninit_image = png_zoo/rgb8.png",
                 "init_image is read by image to image, which needs [model] strength"},
                {"generate", "[generate]\nmask_image = png_zoo/rgb8.png", "[generate] mask_image needs init_image"},
+               {"generate", "[generate]\nimage = out.jpg", "t.ini:10: [generate] image = out.jpg: expected a .png file"},
+               {"generate", "[generate]\nimage = /nowhere/x/out.png", "the directory '/nowhere/x' is not there"},
                {"generate", "[generate]\nprompt = a cat\nprompts = p.txt", "give one of prompt and prompts"},
                {"generate", "[generate]\nprompts = nowhere.txt\ntokenizer = tests/fixtures/clip_tokenizer",
                 "[generate] prompts: cannot open 'nowhere.txt'"}};

@@ -82,9 +82,11 @@ static int decode_rgba(const char *path, uint8_t **px, int64_t *h, int64_t *w, i
     FILE *f = fopen(path, "rb");
     if (!f) return tr_error_set(err, TR_ERR_IO, "image '%s': cannot open it (%s)", path, strerror(errno));
     uint8_t sig[8];
-    if (fread(sig, 1, 8, f) != 8 || png_sig_cmp(sig, 0, 8)) {
+    const size_t got = fread(sig, 1, 8, f);
+    if (got != 8 || png_sig_cmp(sig, 0, 8)) {
         fclose(f);
-        return tr_error_set(err, TR_ERR_IO, "image '%s': cannot read it as a PNG (not a PNG signature)", path);
+        return tr_error_set(err, TR_ERR_IO, "image '%s': cannot read it as a PNG (%s)", path,
+                            got == 0 ? "the file is empty" : "not a PNG signature");
     }
     struct png_ctx ctx = {.msg = ""};
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx, png_on_error, png_on_warning);

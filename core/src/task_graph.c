@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include "trident/bench.h"
 #include "trident/generate.h"
@@ -62,6 +63,24 @@ static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg,
  * line, relative to the INI's directory); init_image = PNG and
  * mask_image = PNG (relative to the INI's directory): the picture to start from (image to
  * image, inpainting) and the part of it to repaint (inpainting). */
+/* [generate] image: a PNG (by its name) in a directory that is there, so a run of minutes
+ * does not end in "cannot write". */
+static int check_out_png(const struct tr_config *cfg, const struct tr_config_kv *kv, struct tr_error *err) {
+    const char *v = kv->value, *slash = strrchr(v, '/');
+    const size_t n = strlen(v);
+    if (n < 5 || strcasecmp(v + n - 4, ".png") != 0)
+        return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] image = %s: expected a .png file (the picture is "
+                            "written as PNG)", cfg->file, kv->line, v);
+    char dir[TR_CONFIG_PATH];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == v ? 1 : slash - v) : 1, slash ? v : ".");
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [generate] image = %s: the directory '%s' is not there "
+                            "(the path is relative to the current directory, as --json's)", cfg->file, kv->line, v,
+                            dir);
+    return TR_OK;
+}
+
 static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
     int prompt_line = 0;
     for (int i = 0; i < cfg->n_kv; i++) {
@@ -72,6 +91,7 @@ static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, 
             if (snprintf(tg->image, sizeof tg->image, "%s", kv->value) >= (int)sizeof tg->image || !kv->value[0])
                 rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] image = %s: expected a path of 1 to %zu "
                                   "bytes", cfg->file, kv->line, kv->value, sizeof tg->image - 1);
+            else rc = check_out_png(cfg, kv, err); /* now, not after the whole run */
         } else if (strcmp(kv->key, "prompt") == 0 || strcmp(kv->key, "prompts") == 0) {
             if (prompt_line)
                 return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] %s: a prompt is given on line %d; give one "

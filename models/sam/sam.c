@@ -153,33 +153,33 @@ struct prompt {
 };
 
 static int sam_prompt(const struct tr_sam_config *c, int64_t h, int64_t w, struct prompt *p, struct tr_error *err) {
-    int64_t v[2 * TR_SAM_MAX_POINTS], bx[5];
+    double v[2 * TR_SAM_MAX_POINTS], bx[64];
     int np = 0, nl = 0, nb = 0;
     int rc = TR_OK;
-    const int64_t big = (int64_t)1 << 40;
+    const double big = 1e12;
     if (c->boxes[0]) {
-        rc = tr_model_int_list("sam", "boxes", c->boxes, sizeof c->boxes, -big, big, "75,275,1725,850", bx, 5, &nb, err);
+        rc = tr_model_num_list("sam", "boxes", c->boxes, sizeof c->boxes, -big, big, "75,275,1725,850", bx, 64, &nb, err);
         if (!rc && nb != 4)
             rc = tr_error_set(err, TR_ERR_INVALID, "sam: boxes = '%s' gives %d numbers, expected one box x0,y0,x1,y1 "
-                              "(4 numbers)", c->boxes, nb);
-        if (!rc && (bx[0] < 0 || bx[1] < 0 || bx[2] > w || bx[3] > h || bx[0] > bx[2] || bx[1] > bx[3]))
+                              "(4 numbers; one box an image)", c->boxes, nb);
+        if (!rc && (bx[0] < 0 || bx[1] < 0 || bx[2] > (double)w || bx[3] > (double)h || bx[0] > bx[2] || bx[1] > bx[3]))
             rc = tr_error_set(err, TR_ERR_INVALID, "sam: boxes = '%s' is not a box inside the %lldx%lld image "
                               "(expected 0 <= x0 <= x1 <= %lld and 0 <= y0 <= y1 <= %lld)", c->boxes, (long long)w,
                               (long long)h, (long long)w, (long long)h);
         if (rc) return rc;
-        for (int i = 0; i < 4; i++) p->box[i] = (double)bx[i];
+        for (int i = 0; i < 4; i++) p->box[i] = bx[i];
     }
     p->has_box = c->boxes[0] != 0;
     if (c->points[0]) {
-        rc = tr_model_int_list("sam", "points", c->points, sizeof c->points, -big, big, "500,375,250,375", v,
+        rc = tr_model_num_list("sam", "points", c->points, sizeof c->points, -big, big, "500,375,250,375", v,
                                2 * TR_SAM_MAX_POINTS, &np, err);
     } else if (!p->has_box) { /* the benchmark's prompt, (500,375) and (250,375) of 1024, at this image's size */
         static const int64_t bench[4] = {500, 375, 250, 375};
-        for (np = 0; np < 4; np++) v[np] = bench[np] * (np % 2 ? h : w) / 1024;
+        for (np = 0; np < 4; np++) v[np] = (double)(bench[np] * (np % 2 ? h : w) / 1024);
     }
     const char *labels = c->labels[0] || c->points[0] || p->has_box ? c->labels : "1,2"; /* the benchmark's */
     if (!rc && (np || labels[0]))
-        rc = tr_model_int_list("sam", "labels", labels, sizeof c->labels, -big, big, "1,2", p->labels,
+        rc = tr_model_int_list("sam", "labels", labels, sizeof c->labels, -(1ll << 40), 1ll << 40, "1,2", p->labels,
                                TR_SAM_MAX_POINTS, &nl, err);
     if (rc) return rc;
     if (np % 2 != 0 || np / 2 != nl || (nl == 0 && !p->has_box))
@@ -187,17 +187,17 @@ static int sam_prompt(const struct tr_sam_config *c, int64_t h, int64_t w, struc
                             "expected x,y pairs, one label per pair, at least one (or a box)",
                             c->points[0] ? c->points : p->has_box ? "" : "(the default)", np, labels, nl);
     for (int i = 0; i < nl; i++) {
-        if (v[2 * i] < 0 || v[2 * i] >= w || v[2 * i + 1] < 0 || v[2 * i + 1] >= h)
-            return tr_error_set(err, TR_ERR_INVALID, "sam: point %d (%lld,%lld) of points = '%s' is outside the %lldx%lld "
-                                "image (x from 0 to %lld, y from 0 to %lld)", i, (long long)v[2 * i],
-                                (long long)v[2 * i + 1], c->points, (long long)w, (long long)h, (long long)(w - 1),
-                                (long long)(h - 1));
+        /* pixels are continuous, as SamProcessor scales them: x in [0, w], y in [0, h], as a box's corners */
+        if (v[2 * i] < 0 || v[2 * i] > (double)w || v[2 * i + 1] < 0 || v[2 * i + 1] > (double)h)
+            return tr_error_set(err, TR_ERR_INVALID, "sam: point %d (%g,%g) of points = '%s' is outside the %lldx%lld "
+                                "image (x from 0 to %lld, y from 0 to %lld)", i, v[2 * i], v[2 * i + 1], c->points,
+                                (long long)w, (long long)h, (long long)w, (long long)h);
         if (p->labels[i] < -1 || p->labels[i] > 3)
             return tr_error_set(err, TR_ERR_INVALID, "sam: label %lld (entry %d of labels = '%s') is not one of -1 (not "
                                 "a point), 0 (background), 1 (foreground), 2, 3 (box corners)", (long long)p->labels[i],
                                 i, c->labels);
-        p->xy[2 * i] = (double)v[2 * i];
-        p->xy[2 * i + 1] = (double)v[2 * i + 1];
+        p->xy[2 * i] = v[2 * i];
+        p->xy[2 * i + 1] = v[2 * i + 1];
     }
     p->n = nl;
     return TR_OK;
