@@ -714,7 +714,8 @@ static int check_backend_sections(const struct ini_state *st, struct tr_error *e
 static int on_section(void *user, const char *s, size_t len) { return check_section_line(user, s, len) != TR_OK; }
 
 static void on_too_long(void *user, int max) {
-    fail_line(user, TR_ERR_FORMAT, "line too long; expected at most %d characters", max);
+    fail_line(user, TR_ERR_FORMAT, "line too long; expected at most %d characters (a longer prompt goes in a "
+              "file: [generate] prompts = FILE, one prompt a line)", max);
 }
 
 static int set_file(struct tr_config *cfg, const char *name, struct tr_error *err) {
