@@ -507,6 +507,9 @@ static int64_t top_sorted(const struct tr_tensor *logits, int64_t b, int64_t V, 
 struct draw {
     double lo, hi, top, norm, last;
     double before_last, kept;
+    double u;  /* top_p: the draw, a fraction of the nucleus's mass */
+    double floor; /* top_p with top_k: the k-th largest logit (-inf: no top_k) */
+    int64_t k; /* top_p: the nucleus's size (c[0, k); c[k - 1] its last in probability order) */
 };
 
 /* A token and its probability (top_p's candidates). */
@@ -514,6 +517,12 @@ struct cand {
     double p;
     int64_t id;
 };
+
+/* top_p's scratch for a vocabulary of V: V candidates, then V doubles that start (and are
+ * left) zero. */
+static struct cand *scratch_alloc(int64_t V) {
+    return calloc(1, (sizeof(struct cand) + sizeof(double)) * (size_t)V);
+}
 
 /* a comes before b in the nucleus's order: more probable first, then the lower id */
 static int before(const struct cand *a, const struct cand *b) { return a->p > b->p || (a->p == b->p && a->id < b->id); }
@@ -531,10 +540,10 @@ static void swap_cand(struct cand *a, struct cand *b) {
  * nucleus can be most of the vocabulary: it is found without sorting. The tokens above a
  * threshold go first (lowered until their mass reaches top_p: every token above it
  * outranks every token below, so the nucleus is among them), then a quickselect on the
- * nucleus's order finds where the mass crosses top_p: expected O(V) a token. c: V
- * entries of scratch. */
+ * nucleus's order finds where the mass crosses top_p: expected O(V) a token. c: the
+ * scratch of scratch_alloc (V candidates, then V zeros). */
 static int32_t pick_top_p(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b, int64_t pos,
-                          struct cand *c, struct draw *d) {
+                          struct cand *c, struct draw *d, int keep_marks) {
     const int64_t VL = logits->shape[logits->ndim - 1];
     const double t = gc->temperature, need = gc->top_p;
     /* top_k given too: only logits at least the k-th largest take part (ties with it
@@ -587,26 +596,38 @@ static int32_t pick_top_p(const struct tr_generate_config *gc, const struct tr_t
     if (lo >= hi && k == n) k = lo > 0 ? lo : 1;
     double kept = 0;
     for (int64_t i = 0; i < k; i++) kept += c[i].p;
-    const double u = tr_rng_uniform((uint64_t)gc->seed, tr_hash_str("generate.top_p"),
-                                    ((uint64_t)b << 32) | (uint64_t)pos) * kept;
-    double run = 0;
-    for (int64_t i = 0; i < k; i++) {
-        run += c[i].p;
-        if (u < run || i == k - 1) {
-            if (d)
-                *d = (struct draw){i > 0 ? (u - (run - c[i].p)) / kept : INFINITY,
-                                   i < k - 1 ? (run - u) / kept : INFINITY, mx, z * kept,
-                                   logit(logits, b, VL, c[k - 1].id), kept - c[k - 1].p, kept};
-            return (int32_t)c[i].id;
+    const double f = tr_rng_uniform((uint64_t)gc->seed, tr_hash_str("generate.top_p"),
+                                    ((uint64_t)b << 32) | (uint64_t)pos), u = f * kept;
+    /* The draw walks the nucleus in vocabulary order, as transformers' multinomial over the
+     * masked probabilities does: each token's share then sits where it sits whatever the
+     * other logits are, so logits that differ a little move the draw a little (the order
+     * the quickselect leaves would reshuffle on one changed comparison). w: VL zeros of
+     * scratch, given back as zeros. */
+    double *w = (double *)(c + VL);
+    for (int64_t i = 0; i < k; i++) w[c[i].id] = c[i].p;
+    double run = 0, before = 0;
+    int64_t id = -1, last_member = 0;
+    for (int64_t v = 0; v < VL; v++)
+        if (w[v] > 0) {
+            before = run, run += w[v], last_member = v;
+            if (u < run) {
+                id = v;
+                break;
+            }
         }
-    }
-    return (int32_t)c[k - 1].id;
+    if (id < 0) id = last_member, before = run - w[last_member]; /* u at the very end, by rounding */
+    if (d)
+        *d = (struct draw){(u - before) / kept, (run - u) / kept, mx, z * kept, logit(logits, b, VL, c[k - 1].id),
+                           kept - c[k - 1].p, kept, f, floor_logit, k};
+    if (!keep_marks) /* (tr_generate_pick_reach reads them, then clears them) */
+        for (int64_t i = 0; i < k; i++) w[c[i].id] = 0;
+    return (int32_t)id;
 }
 
 static int32_t pick(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b, int64_t pos,
                     struct cand *scratch, struct draw *d) {
-    if (d) *d = (struct draw){INFINITY, INFINITY, 0, 1, -INFINITY, 0, 1};
-    if (gc->top_p_sampling) return pick_top_p(gc, logits, b, pos, scratch, d);
+    if (d) *d = (struct draw){INFINITY, INFINITY, 0, 1, -INFINITY, 0, 1, 0, -INFINITY, 0};
+    if (gc->top_p_sampling) return pick_top_p(gc, logits, b, pos, scratch, d, 0);
     const int64_t V = logits->shape[logits->ndim - 1];
     if (!gc->top_k_sampling) {
         if (logits->dtype == TR_DTYPE_F32) return (int32_t)argmax_f32((const float *)logits->data + b * V, V);
@@ -635,7 +656,7 @@ static int32_t pick(const struct tr_generate_config *gc, const struct tr_tensor 
             pick = ids[i];
             if (d)
                 *d = (struct draw){i > 0 ? (u - (acc - w)) / sum : INFINITY, i < n - 1 ? (acc - u) / sum : INFINITY,
-                                   vals[0], sum, vals[n - 1], 0, 1};
+                                   vals[0], sum, vals[n - 1], 0, 1, 0, -INFINITY, 0};
             break;
         }
     }
@@ -643,7 +664,7 @@ static int32_t pick(const struct tr_generate_config *gc, const struct tr_tensor 
 }
 
 /* The tokens nearest a logit, by logit (tr_generate_pick_reach's neighbourhood). */
-#define REACH_NEAR 64
+#define REACH_NEAR 256
 
 struct near {
     double l;
@@ -655,45 +676,128 @@ static int near_desc(const void *a, const void *b) { /* the sampler's order: lar
     return x->l != y->l ? (x->l < y->l) - (x->l > y->l) : (x->id > y->id) - (x->id < y->id);
 }
 
-int tr_generate_pick_reach(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b,
-                           int64_t pos, double e, int32_t *ids, int max) {
-    struct cand *c = NULL;
-    if (gc->top_p_sampling && !(c = malloc(sizeof *c * (size_t)logits->shape[logits->ndim - 1]))) return -1;
-    struct draw d;
-    const int32_t r = pick(gc, logits, b, pos, c, &d);
-    free(c);
-    if (max < 1) return -1;
-    ids[0] = r;
-    if (!gc->top_k_sampling && !gc->top_p_sampling) return 1;
-    /* Logits within e scale every odds ratio by at most k = exp(2e/t), which moves a share's
-     * edge F = A/(A + B) by at most (√k − 1)/(√k + 1) = tanh(e/2t). */
-    const double t = gc->temperature, delta = tanh(e / (2.0 * t));
-    /* top_p draws over its nucleus in the order its quickselect leaves it, which one changed
-     * comparison rearranges: no token can be ruled out. */
-    if (gc->top_p_sampling) return max + 1;
-    const double reach = delta, last = d.last;
-    /* The REACH_NEAR tokens nearest r's logit, sorted as the sampler orders them: every
-     * token within `far` of it is among them (all of them when the vocabulary is smaller). */
+/* The REACH_NEAR tokens of row b whose logits are nearest l, sorted as the sampler orders
+ * them (nb, *n of them): every token within *far of l is among them (*far infinite when
+ * they are the whole vocabulary). */
+static void nearest(const struct tr_tensor *logits, int64_t b, double l, struct near *nb, int *n, double *far) {
     const int64_t V = logits->shape[logits->ndim - 1];
-    const double lr = logit(logits, b, V, r);
-    struct near nb[REACH_NEAR];
-    int n = 0, worst = 0;
+    int worst = 0;
+    *n = 0;
     for (int64_t v = 0; v < V; v++) {
         const double x = logit(logits, b, V, v);
-        if (n < REACH_NEAR) {
-            nb[n++] = (struct near){x, (int32_t)v};
-        } else if (fabs(x - lr) < fabs(nb[worst].l - lr)) {
+        if (*n < REACH_NEAR) {
+            nb[(*n)++] = (struct near){x, (int32_t)v};
+        } else if (fabs(x - l) < fabs(nb[worst].l - l)) {
             nb[worst] = (struct near){x, (int32_t)v};
         } else {
             continue;
         }
-        if (n == REACH_NEAR)
-            for (int i = 0; i < n; i++)
-                if (fabs(nb[i].l - lr) > fabs(nb[worst].l - lr)) worst = i;
+        if (*n == REACH_NEAR)
+            for (int i = 0; i < *n; i++)
+                if (fabs(nb[i].l - l) > fabs(nb[worst].l - l)) worst = i;
     }
-    const int all = n < REACH_NEAR || V == REACH_NEAR;
-    const double far = all ? INFINITY : fabs(nb[worst].l - lr);
-    qsort(nb, (size_t)n, sizeof *nb, near_desc);
+    *far = V <= REACH_NEAR ? INFINITY : fabs(nb[worst].l - l);
+    qsort(nb, (size_t)*n, sizeof *nb, near_desc);
+}
+
+/* top_p's reach: the nucleus is marked in w (c's second half, by pick_top_p). A token's
+ * membership may change where the mass before it (in probability order) lies within delta
+ * of top_p, widened by the mass of the tokens within 2e of it (which may swap with it);
+ * those tokens (U), found around the nucleus's last token, may join or leave, moving every
+ * share's edge by up to 2·mass(U)/kept more. Every token, of the nucleus or of U, whose
+ * share (in vocabulary order) lies within that of the draw is within reach. */
+static int reach_top_p(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b, double e,
+                       double delta, const struct draw *d, struct cand *c, int32_t *ids, int max) {
+    const int64_t VL = logits->shape[logits->ndim - 1];
+    double *w = (double *)(c + VL);
+    const double t = gc->temperature, z = d->norm / d->kept;
+    const int32_t th = (int32_t)c[d->k - 1].id;
+    static _Thread_local struct near nb[REACH_NEAR];
+    int n, it = 0, any = 0;
+    double far, mass_u = 0;
+    if (isfinite(d->floor)) { /* top_k's floor: tokens within 2e of it may enter or leave the candidates */
+        nearest(logits, b, d->floor, nb, &n, &far);
+        for (int i = 0; i < n; i++)
+            if (fabs(nb[i].l - d->floor) <= 2.0 * e) {
+                const double q = exp((nb[i].l - d->top) / t) / z;
+                mass_u += q;
+                if (w[nb[i].id] == 0) w[nb[i].id] = -q;
+            }
+        if (2.0 * e >= far) any = 1;
+    }
+    nearest(logits, b, d->last, nb, &n, &far);
+    while (nb[it].id != th) it++;
+    double p[REACH_NEAR], before[REACH_NEAR]; /* each one's probability, and the mass before it */
+    for (int i = 0; i < n; i++) p[i] = exp((nb[i].l - d->top) / t) / z;
+    before[it] = d->before_last;
+    for (int i = it - 1; i >= 0; i--) before[i] = before[i + 1] - p[i];
+    for (int i = it + 1; i < n; i++) before[i] = before[i - 1] + p[i - 1];
+    for (int i = 0; i < n && !any; i++) {
+        double g = 0;
+        for (int j = 0; j < n; j++)
+            if (j != i && fabs(nb[j].l - nb[i].l) <= 2.0 * e) g += p[j];
+        if (fabs(before[i] - gc->top_p) > delta + g) continue;
+        if ((i == 0 || i == n - 1) && isfinite(far)) any = 1; /* U may reach past what was looked at */
+        if (fabs(nb[i].l - d->last) + 2.0 * e >= far) any = 1;
+        mass_u += p[i];
+        if (w[nb[i].id] == 0) w[nb[i].id] = -p[i]; /* outside the nucleus: marked to be placed */
+    }
+    const double win = delta + 2.0 * mass_u / d->kept;
+    int k = 0;
+    double f = 0;
+    for (int64_t v = 0; v < VL && !any; v++) {
+        if (w[v] == 0) continue;
+        const double share = fabs(w[v]) / d->kept;
+        if (f <= d->u + win && f + share >= d->u - win) {
+            if (k < max) ids[k] = (int32_t)v;
+            k++;
+        }
+        if (w[v] > 0) f += share;
+        if (f > d->u + win + 1.0) break;
+    }
+    for (int64_t v = 0; v < VL; v++) /* U's marks (the nucleus's are cleared by the caller) */
+        if (w[v] < 0) w[v] = 0;
+    return any ? max + 1 : k;
+}
+
+int tr_generate_pick_reach(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b,
+                           int64_t pos, double e, int32_t *ids, int max) {
+    if (max < 1) return -1;
+    /* Logits within e scale every odds ratio by at most k = exp(2e/t), which moves a share's
+     * edge F = A/(A + B) by at most (√k − 1)/(√k + 1) = tanh(e/2t). */
+    const double t = gc->temperature, delta = tanh(e / (2.0 * t));
+    struct draw d;
+    if (gc->top_p_sampling) {
+        const int64_t VL = logits->shape[logits->ndim - 1];
+        struct cand *c = scratch_alloc(VL);
+        if (!c) return -1;
+        const int32_t r = pick_top_p(gc, logits, b, pos, c, &d, 1);
+        int32_t got[REACH_NEAR + 1];
+        int n = reach_top_p(gc, logits, b, e, delta, &d, c, got, REACH_NEAR + 1);
+        double *w = (double *)(c + VL);
+        for (int64_t i = 0; i < d.k; i++) w[c[i].id] = 0;
+        free(c);
+        ids[0] = r; /* the pick first, then the others within reach */
+        int k = 1;
+        for (int i = 0; i < n && i < REACH_NEAR + 1; i++)
+            if (got[i] != r) {
+                if (k < max) ids[k] = got[i];
+                k++;
+            }
+        return n > REACH_NEAR + 1 ? max + 1 : k;
+    }
+    const int32_t r = pick(gc, logits, b, pos, NULL, &d);
+    ids[0] = r;
+    if (!gc->top_k_sampling) return 1;
+    const double reach = delta, last = d.last;
+    /* The tokens nearest r's logit: every token within `far` of it is among them. */
+    const int64_t V = logits->shape[logits->ndim - 1];
+    const double lr = logit(logits, b, V, r);
+    struct near nb[REACH_NEAR];
+    int n;
+    double far;
+    nearest(logits, b, lr, nb, &n, &far);
+    const int all = !isfinite(far);
     int ir = 0;
     while (nb[ir].id != r) ir++;
     /* Every edge moves by less than delta: the tokens whose shares lie within delta of the
@@ -719,7 +823,7 @@ int tr_generate_pick_reach(const struct tr_generate_config *gc, const struct tr_
 
 int32_t tr_generate_pick(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b, int64_t pos) {
     if (!gc->top_p_sampling) return pick(gc, logits, b, pos, NULL, NULL);
-    struct cand *c = malloc(sizeof *c * (size_t)logits->shape[logits->ndim - 1]);
+    struct cand *c = scratch_alloc(logits->shape[logits->ndim - 1]);
     if (!c) return -1;
     int32_t id = pick(gc, logits, b, pos, c, NULL);
     free(c);
@@ -771,7 +875,7 @@ int tr_generator_init(struct tr_backend *be, const struct tr_model_desc *m, cons
     if (!rc && !(gen->fed = calloc((size_t)gg->opts.batch, sizeof *gen->fed)))
         rc = tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory");
     if (!rc && gc->top_p_sampling &&
-        !(gen->scratch = malloc(sizeof *gen->scratch * (size_t)gen->pre_out[0].shape[gen->pre_out[0].ndim - 1])))
+        !(gen->scratch = scratch_alloc(gen->pre_out[0].shape[gen->pre_out[0].ndim - 1])))
         rc = tr_error_set(err, TR_ERR_NOMEM, "generate: out of memory for top_p's candidates");
     if (rc) tr_generator_free(gen);
     else *out = gen;

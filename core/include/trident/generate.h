@@ -13,8 +13,11 @@
  *            gives the same tokens on every backend and every call.
  *   top_p    softmax(logits / temperature) over the most likely tokens until their
  *            probability reaches top_p (keras_hub's TopPSampler; transformers' top_p
- *            with top_k = 0), drawn as top_k's. With top_k given as well (either
- *            sampling): transformers' chain, the nucleus among the top_k largest.
+ *            with top_k = 0), drawn as top_k's but walking the nucleus in vocabulary
+ *            order (as transformers' multinomial over the masked probabilities), so
+ *            logits that differ a little move each token's share a little. With top_k
+ *            given as well (either sampling): transformers' chain, the nucleus among
+ *            the top_k largest.
  *
  * The KV cache ([generate] kv_cache):
  *   state    (the default) PARAMs of both passes that each pass updates in place
@@ -178,15 +181,17 @@ void tr_generator_counts(const struct tr_generator *gen, int *compiles, int64_t 
  * pos)); -1 when top_p finds no memory for its candidates. */
 int32_t tr_generate_pick(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b,
                          int64_t pos);
-/* For top_k: the tokens another backend may draw here when its logits differ from these
- * by at most e each. ids[0] is this pick; then the tokens whose logits lie
- * whose shares lie within delta = tanh(e/2·temperature) of the draw (how far such logits
- * move any edge between the shares), and every token whose logit is within 2e of theirs
- * (the order may swap those). Returns how many (ids holds the first max); more than max
- * where it cannot say (the neighbourhood is wider than the 64 tokens nearest the pick's
- * logit; or top_p, whose draw runs over the nucleus in its quickselect's order, which one
- * flipped comparison rearranges): any token may be drawn there. -1 out of memory. Greedy:
- * the pick alone (near ties there are told from the logits' gap). */
+/* For top_k and top_p: the tokens another backend may draw here when its logits differ
+ * from these by at most e each. ids[0] is this pick, then the others. Such logits move
+ * every edge between the shares by less than delta = tanh(e/2·temperature); top_k's
+ * order (largest first) may swap tokens whose logits are within 2e; top_p's nucleus may
+ * gain or lose the tokens near its threshold (the mass before them within delta of
+ * top_p, or their logits within 2e of a neighbour's; with top_k, those within 2e of the
+ * k-th largest), which moves every share by up to twice their mass more. Returns how
+ * many (ids holds the first max); more than max where it cannot say (the neighbourhood
+ * is wider than the 256 tokens nearest the logit it is centred on): any token may be
+ * drawn there. -1 out of memory. Greedy: the pick alone (near ties there are told from
+ * the logits' gap). */
 int tr_generate_pick_reach(const struct tr_generate_config *gc, const struct tr_tensor *logits, int64_t b,
                            int64_t pos, double e, int32_t *ids, int max);
 
