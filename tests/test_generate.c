@@ -702,6 +702,23 @@ static void test_pick_reach(void **state) {
     tr_test_tensor_free(&q);
 }
 
+/* kern/st of a generate step is the whole call's: the prefill's kernels, plus a decode
+ * pass's for every token after the first (one new token: the prefill's alone, not 0). */
+static void test_kernel_calls_per_call(void **state) {
+    (void)state;
+    uint64_t calls[2];
+    for (int i = 0; i < 2; i++) {
+        char ini[512];
+        snprintf(ini, sizeof ini, "[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbackends = tf\nbatch = 2\n"
+                 "steps = 1\nwarmup = 1\n[generate]\nprompt_len = 4\nmax_length = %d\n", i ? 7 : 5);
+        struct tr_error e;
+        if (run_ini(ini, &e)) fail_msg("%s", e.msg);
+        calls[i] = rep.rows[0].stats.kernel_calls;
+    }
+    assert_true(calls[0] > 0);
+    assert_true((calls[1] - calls[0]) % 2 == 0 && calls[1] > calls[0]); /* two more decode passes */
+}
+
 /* bf16 with top_k or top_p: the backends' logits differ by bf16's rounding, so draws part
  * where that can move them (the runner accepts those, and only those). */
 static void test_runner_sampled_bf16(void **state) {
@@ -720,4 +737,4 @@ static void test_runner_gemma_top_p(void **state) {
 TR_TEST_MAIN(NULL, NULL, test_bad_prompt_len, test_max_length_past_positions, test_bad_keys, test_does_not_fit, test_pick,
              test_cache_state_pass, test_runner_gemma_greedy, test_runner_mistral_greedy, test_runner_gemma_top_k,
              test_pick_top_p, test_pick_top_k_top_p, test_runner_gemma_top_p, test_runner_mistral_bf16, test_runner_cache_inputs, test_gemma_matches_hf, test_mistral_matches_hf,
-             test_top_k_seeds, test_pick_reach, test_runner_sampled_bf16)
+             test_top_k_seeds, test_pick_reach, test_runner_sampled_bf16, test_kernel_calls_per_call)

@@ -226,6 +226,8 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
     rc = tr_generator_stats(gen, &row->stats, &pre, err);
     if (rc) goto done;
     if (pre.peak_bytes > row->stats.peak_bytes) row->stats.peak_bytes = pre.peak_bytes;
+    /* a step is a whole call: the prefill's kernels and every decode pass's */
+    row->stats.kernel_calls = pre.kernel_calls + (NEW > 1 ? (uint64_t)(NEW - 1) * row->stats.kernel_calls : 0);
     int64_t prefills;
     tr_generator_counts(gen, &row->compiles, &prefills, &row->decode_execs);
 done:
