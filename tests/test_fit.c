@@ -20,6 +20,7 @@
 #include "trident/bench.h"
 #include "trident/graph.h"
 #include "trident/train.h"
+#include "trident/safetensors.h"
 #include "trident/weights.h"
 
 static void test_update_api(void **state) {
@@ -165,6 +166,44 @@ static void test_fit_bad_train_key(void **state) {
     assert_non_null(strstr(e.msg, "t.ini:4: [train] optimizer = adagrad: expected adamw, adam or sgd"));
 }
 
+/* A checkpoint holding a NaN: the fit's first loss is NaN before any update, which is
+ * said as such (not blamed on the learning rate as a divergence would be). */
+static void test_fit_nan_weights(void **state) {
+    (void)state;
+    struct tr_error e = {0};
+    struct tr_safetensors *st;
+    if (tr_safetensors_open(TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors", &st, &e)) fail_msg("%s", e.msg);
+    const int n = tr_safetensors_count(st);
+    const char **names = calloc((size_t)n, sizeof *names);
+    struct tr_tensor *ts = calloc((size_t)n, sizeof *ts);
+    float *poisoned = NULL;
+    for (int i = 0; i < n; i++) {
+        names[i] = tr_safetensors_name(st, i);
+        if (tr_safetensors_get(st, names[i], &ts[i], &e)) fail_msg("%s", e.msg);
+        if (!poisoned && ts[i].dtype == TR_DTYPE_F32 && strstr(names[i], "classifier.weight")) {
+            poisoned = malloc(tr_tensor_nbytes(&ts[i]));
+            memcpy(poisoned, ts[i].data, tr_tensor_nbytes(&ts[i]));
+            poisoned[0] = NAN;
+            ts[i].data = poisoned;
+        }
+    }
+    assert_non_null(poisoned);
+    char path[512], ini[768];
+    tr_test_dir_file("nan.safetensors", NULL, path, sizeof path);
+    if (tr_safetensors_write(path, n, names, ts, &e)) fail_msg("%s", e.msg);
+    tr_safetensors_close(st);
+    free(poisoned), free(names), free(ts);
+    snprintf(ini, sizeof ini, "[run]\nmodel = bert\npreset = tiny\ntask = fit\nbackends = tf\nbatch = 2\nseq_len = 8\n"
+             "steps = 2\nwarmup = 1\nweights = %s\n", path);
+    static struct tr_config cfg;
+    static struct tr_bench_report rep;
+    if (tr_config_load_string(ini, "nan.ini", &cfg, &e)) fail_msg("%s", e.msg);
+    assert_int_not_equal(tr_bench_run(&cfg, tr_builtin_models, &rep, &e), TR_OK);
+    if (!strstr(e.msg, "the loss is nan at step 1, before any update") &&
+        !strstr(rep.rows[0].error, "the loss is nan at step 1, before any update"))
+        fail_msg("not said as a non-finite start: %s / %s", e.msg, rep.rows[0].error);
+}
+
 /* optimizer = adam is Keras' Adam: eps 1e-7 and no weight decay, unless the INI says. */
 static void test_fit_keras_adam(void **state) {
     (void)state;
@@ -261,4 +300,4 @@ static void test_lora_frozen(void **state) {
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_update_api, test_update_copied, test_update_donated,
              test_fit_bad_train_key, test_fit_keras_adam, test_lora_frozen, test_fit_bf16_masters,
-             test_fit_learns_everywhere)
+             test_fit_learns_everywhere, test_fit_nan_weights)

@@ -168,8 +168,8 @@ static void test_unknown_preset(void **state) {
     assert_non_null(strstr(err.msg, "'huge'"));
     assert_non_null(strstr(err.msg, "'fake'"));
     assert_non_null(strstr(err.msg, "presets: tiny, base"));
-    /* When the preset is the config's, the file is named too. */
-    expect_resolve_error("[run]\npreset = huge\n", "huge", TR_ERR_NOT_FOUND, "conf/m.ini", "[run] preset = huge",
+    /* When the preset is the config's, the file and line are named too. */
+    expect_resolve_error("[run]\npreset = huge\n", "huge", TR_ERR_NOT_FOUND, "conf/m.ini:2: [run] preset = huge",
                          "presets: tiny, base");
     assert_int_equal(tr_model_resolve(&fake_model, NULL, NULL, &c, &err), TR_ERR_INVALID);
 }

@@ -132,6 +132,10 @@ static int slot_step(struct run *r, struct slot *s, double *ms) {
     if (!fs->on) return TR_OK;
     double loss = tr_tensor_get_f64(&s->out[0], 0);
     s->losses[s->sh->n_steps - 1] = loss;
+    if (!isfinite(loss) && s->sh->n_steps == 1) /* no update has run: not the learning rate's doing */
+        return tr_error_set(&s->sh->err, TR_ERR_NUMERIC, "fit: the loss is %g at step 1, before any update: the "
+                            "weights or the inputs hold a value that is not finite, or the model overflows in this "
+                            "dtype", loss);
     if (!isfinite(loss))
         return tr_error_set(&s->sh->err, TR_ERR_NUMERIC, "fit: the loss is %g at step %lld (lr %g): training diverged",
                             loss, (long long)s->sh->n_steps, (double)*fs->lr);

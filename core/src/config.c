@@ -812,6 +812,8 @@ static int load_text(const char *text, const char *name, const struct tr_config_
     if (st.fail_line) return st.fail_status;
     if (bad < 0) return tr_error_set(err, TR_ERR_NOMEM, "%s: the INI parser ran out of memory", cfg->file);
     cfg->model_line = st.run_lines[RUN_MODEL];
+    cfg->preset_line = st.run_lines[RUN_PRESET];
+    cfg->task_line = st.run_lines[RUN_TASK];
     int backends_set = 0;
     if ((rc = apply_overrides(&st, over, n_over, &backends_set)) != TR_OK) return rc;
     if (!backends_set && (rc = check_backend_sections(&st, err)) != TR_OK) return rc;

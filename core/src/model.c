@@ -150,11 +150,13 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
         list_add(names, sizeof names, m->presets[i].name);
     }
     if (!p) {
-        /* The config does not keep the line of [run] preset; the file still helps. */
-        if (cfg && strcmp(cfg->preset, preset) == 0)
+        if (cfg && strcmp(cfg->preset, preset) == 0) {
+            char where[24] = "";
+            if (cfg->preset_line) snprintf(where, sizeof where, ":%d", cfg->preset_line);
             return tr_error_set(err, TR_ERR_NOT_FOUND,
-                                "%s: [run] preset = %s: model '%s' has no such preset (presets: %s)", cfg->file,
-                                preset, m->name, names[0] ? names : "none");
+                                "%s%s: [run] preset = %s: model '%s' has no such preset (presets: %s)", cfg->file,
+                                where, preset, m->name, names[0] ? names : "none");
+        }
         return tr_error_set(err, TR_ERR_NOT_FOUND, "preset '%s' of model '%s' does not exist; presets: %s", preset,
                             m->name, names[0] ? names : "none");
     }

@@ -156,13 +156,16 @@ static void warn_unread(const struct tr_config *cfg, const char *section, const 
 int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc *const *models,
                         struct tr_task_graph *tg, struct tr_error *err) {
     memset(tg, 0, sizeof *tg);
+    char at_model[24] = "", at_task[24] = ""; /* ":LINE" where the INI gave the key */
+    if (cfg->model_line) snprintf(at_model, sizeof at_model, ":%d", cfg->model_line);
+    if (cfg->task_line) snprintf(at_task, sizeof at_task, ":%d", cfg->task_line);
     int rc = tr_model_find(models, cfg->model, &tg->model, err);
-    if (rc) return tr_error_prefix(err, "%s: [run] model = %s", cfg->file, cfg->model);
+    if (rc) return tr_error_prefix(err, "%s%s: [run] model = %s", cfg->file, at_model, cfg->model);
     const struct tr_model_desc *m = tg->model;
     enum tr_task task;
     if (tr_task_from_name(cfg->task, &task) != TR_OK)
-        return tr_error_set(err, TR_ERR_INVALID, "%s: [run] task = %s: expected predict, fit or generate",
-                            cfg->file, cfg->task);
+        return tr_error_set(err, TR_ERR_INVALID, "%s%s: [run] task = %s: expected predict, fit or generate",
+                            cfg->file, at_task, cfg->task);
     if (!(m->tasks & (1u << task))) {
         char have[128] = "";
         for (int t = 0; t < TR_TASK_COUNT; t++)
@@ -170,8 +173,8 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
                 if (have[0]) strcat(have, ", ");
                 strcat(have, tr_task_name((enum tr_task)t));
             }
-        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: [run] task = %s: model '%s' offers %s", cfg->file,
-                            cfg->task, m->name, have);
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s%s: [run] task = %s: model '%s' offers %s", cfg->file,
+                            at_task, cfg->task, m->name, have);
     }
     tg->config = calloc(1, m->config_size);
     if (!tg->config) return tr_error_set(err, TR_ERR_NOMEM, "model config: out of memory");
@@ -208,6 +211,8 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
     if (rc == TR_OK) rc = tr_graph_status(tg->graph, err);
     tg->n_model_inputs = tr_graph_n_inputs(tg->graph);
     if (rc == TR_OK && task == TR_TASK_FIT) rc = add_training(cfg, tg, err);
+    if (rc && strncmp(err->msg, cfg->file, strlen(cfg->file)) == 0 && err->msg[strlen(cfg->file)] == ':')
+        goto fail; /* it names the INI's line already ([train] keys): said once */
     if (rc) {
         const int line = tr_config_model_line(cfg, err->msg);
         char where[32] = "";

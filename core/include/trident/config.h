@@ -73,7 +73,9 @@ struct tr_config {
     char model[64];
     int model_line;             /* the line of [run] model; 0: not given ("bert", the default) */
     char preset[64];
+    int preset_line;            /* the line of [run] preset; 0: not given */
     char task[32];              /* "predict", ... */
+    int task_line;              /* the line of [run] task; 0: not given */
     struct tr_config_backend backends[TR_CONFIG_MAX_BACKENDS];
     int n_backends;
     int backends_line;
