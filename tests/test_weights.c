@@ -224,7 +224,9 @@ static void test_load_other_float_dtypes(void **state) {
 }
 
 /* A fresh PARAM the file lacks is made from the seed, bit for bit as tr_weights_from_seed
- * makes it; a fresh one the file has is read; a plain one it lacks is still an error. */
+ * makes it (and named in the warning when the file holds other fresh ones, as a peft
+ * adapter lacking some of the targets); a fresh one the file has is read; a plain one it
+ * lacks is still an error. */
 static void test_load_fresh(void **state) {
     write_file(1, -1, TR_DTYPE_F32);  /* the file lacks layer.dense.bias */
     const int fwd[3] = {0, 1, 2};
@@ -238,6 +240,18 @@ static void test_load_fresh(void **state) {
     assert_true(tr_param_is_fresh(g, tr_graph_find(g, names[1])));
     assert_false(tr_param_is_fresh(g, tr_graph_find(g, names[2])));
     assert_int_equal(tr_weights_load_seeded(g, tr_test_file, 7, &w, &e), TR_OK);
+    /* the file holds one fresh PARAM (an adapter of a peft file) and lacks the other: said */
+    assert_int_equal(tr_weights_n_seeded(w), 1);
+    assert_string_equal(tr_weights_seeded_name(w, 0), names[1]);
+    {   /* holding none of them (a base model's file): made without a word */
+        struct tr_graph *g1 = make_graph(fwd, TR_DTYPE_F32);
+        struct tr_weights *w1;
+        assert_int_equal(tr_param_set_fresh(g1, tr_graph_find(g1, names[1])), TR_OK);
+        assert_int_equal(tr_weights_load_seeded(g1, tr_test_file, 7, &w1, &e), TR_OK);
+        assert_int_equal(tr_weights_n_seeded(w1), 0);
+        tr_weights_free(w1);
+        tr_graph_free(g1);
+    }
     assert_int_equal(tr_weights_from_seed(gs, 7, &ws, &e), TR_OK);
     struct tr_tensor b = bound(g, names[1]), bs = bound(gs, names[1]);
     assert_memory_equal(b.data, bs.data, tr_tensor_nbytes(&b));

@@ -667,6 +667,12 @@ int tr_weights_load_opts(struct tr_graph *g, const char *path, const struct tr_w
         return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
     }
     rc = open_files(path, o ? o->variant : NULL, f, err);
+    /* Fresh PARAMs (LoRA adapters, optimizer state) the file lacks are made from the seed
+     * without a word, a fit from a base model; but where the file holds some of them (a
+     * peft adapter), those it lacks are said, as peft warns of missing adapter keys. */
+    int *fresh_missing = calloc((size_t)tr_graph_n_params(g) + 1, sizeof *fresh_missing), n_fresh_missing = 0;
+    int fresh_found = 0;
+    if (!fresh_missing && !rc) rc = tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
     for (int i = 0; i < tr_graph_n_params(g) && !rc; i++) {
         int id = tr_graph_param(g, i), which;
         const char *name = tr_node_name(g, id);
@@ -675,9 +681,11 @@ int tr_weights_load_opts(struct tr_graph *g, const char *path, const struct tr_w
         /* Only absence is seeded: a tensor found with another shape or dtype fails in
          * load_one below, whatever missing_seed says. */
         const int fresh = tr_param_is_fresh(g, id);
+        fresh_found += fresh && rc == TR_OK;
         if (rc == TR_ERR_NOT_FOUND && (fresh || missing_seed)) {
             rc = seed_one(w, g, i, seed, err);
             if (!rc && !fresh) rc = note_seeded(w, tr_graph_n_params(g), name, err);
+            if (!rc && fresh) fresh_missing[n_fresh_missing++] = id;
             continue;
         }
         if (rc == TR_ERR_NOT_FOUND) {
@@ -691,6 +699,15 @@ int tr_weights_load_opts(struct tr_graph *g, const char *path, const struct tr_w
         if (!rc) rc = weights_alloc(w, &dst, &dst.data, err);
         if (!rc) rc = load_one(&src, &dst, name, f->path[which], err);
     }
+    for (int k = 0; !rc && fresh_found && k < n_fresh_missing; k++) {
+        /* an adapter, not state kept for another PARAM ("<param>.adamw_m": an optimizer's) */
+        const char *name = tr_node_name(g, fresh_missing[k]), *dot = strrchr(name, '.');
+        char owner[512];
+        const int state = dot && (size_t)(dot - name) < sizeof owner &&
+                          (snprintf(owner, sizeof owner, "%.*s", (int)(dot - name), name), tr_graph_find(g, owner) >= 0);
+        if (!state) rc = note_seeded(w, tr_graph_n_params(g), name, err);
+    }
+    free(fresh_missing);
     if (!rc) rc = note_unused(w, g, f, err);
     close_files(f);
     free(f);
