@@ -605,6 +605,20 @@ static void test_pick_top_k_top_p(void **state) {
         assert_int_equal(gc.top_p_sampling, resolve[i].top_k > 0 || strstr(resolve[i].lines, "= top_p\n") != NULL);
         if (resolve[i].top_k) assert_string_equal(gc.sampling, "top_k+top_p");
     }
+    /* top_k = 0 is no top_k, as transformers reads it: top_k sampling over the whole
+     * softmax, or top_p alone */
+    static const char *const zero[] = {"sampling = top_k\ntop_k = 0\n", "sampling = top_p\ntop_k = 0\ntop_p = 0.5\n"};
+    for (int i = 0; i < 2; i++) {
+        char ini[256];
+        struct tr_error e = {0};
+        static struct tr_config c;
+        struct tr_generate_config gc;
+        snprintf(ini, sizeof ini, "[run]\nmodel = gemma\n[generate]\n%s", zero[i]);
+        if (tr_config_load_string(ini, "gen.ini", &c, &e) || tr_generate_config_resolve(&c, 1, &gc, &e))
+            fail_msg("%s: %s", zero[i], e.msg);
+        assert_true(gc.top_p_sampling && !gc.top_k_sampling && gc.top_p_top_k == 0);
+        assert_true(gc.top_p == (i ? 0.5 : 1.0));
+    }
 
     struct tr_generate_config gc;
     struct tr_tensor l = six_logits(&gc);

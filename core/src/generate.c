@@ -30,8 +30,9 @@ static const struct tr_model_key generate_keys[] = {
     KEY(max_length, TR_KEY_INT, 2, 1e7, "prompt + new tokens"),
     KEY(prompt_len, TR_KEY_INT, 1, 1e7, "prompt tokens (left-padded to it)"),
     KEY(sampling, TR_KEY_STRING, 0, 0, "greedy, top_k or top_p"),
-    KEY(top_k, TR_KEY_INT, 1, TR_GENERATE_TOP_K_MAX,
-        "top_k sampling draws from the top_k largest logits (given with top_p: the nucleus is among them)"),
+    KEY(top_k, TR_KEY_INT, 0, TR_GENERATE_TOP_K_MAX,
+        "top_k sampling draws from the top_k largest logits (given with top_p: the nucleus is among them; 0: no "
+        "top_k, as transformers reads it)"),
     KEY(top_p, TR_KEY_FLOAT, 1e-9, 1,
         "top_p sampling draws from the most likely tokens whose probability reaches it (given with top_k: among the "
         "top_k largest)"),
@@ -69,8 +70,18 @@ int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, s
                             file, key_line(cfg, "sampling"), gc->sampling);
     gc->top_k_sampling = strcmp(gc->sampling, "top_k") == 0;
     gc->top_p_sampling = strcmp(gc->sampling, "top_p") == 0;
+    if (!gc->top_k_sampling && !gc->top_p_sampling) /* greedy: what only sampling reads is said, as transformers does */
+        for (int i = 0; i < cfg->n_kv; i++)
+            if (!strcmp(cfg->kv[i].section, "generate") &&
+                (!strcmp(cfg->kv[i].key, "top_k") || !strcmp(cfg->kv[i].key, "top_p") ||
+                 !strcmp(cfg->kv[i].key, "temperature")))
+                fprintf(stderr, "trident: warning: %s:%d: [generate] %s is read by top_k and top_p sampling; sampling "
+                        "= greedy leaves it unread\n", file, cfg->kv[i].line, cfg->kv[i].key);
+    if (gc->top_k == 0 && gc->top_k_sampling && !key_line(cfg, "top_p")) { /* no top_k: the whole softmax */
+        gc->top_k_sampling = 0, gc->top_p_sampling = 1, gc->top_p = 1.0;
+    }
     /* both given: transformers' chain, the top_k largest and then the nucleus among them */
-    if ((gc->top_k_sampling && key_line(cfg, "top_p")) || (gc->top_p_sampling && key_line(cfg, "top_k"))) {
+    if ((gc->top_k_sampling && key_line(cfg, "top_p")) || (gc->top_p_sampling && key_line(cfg, "top_k") && gc->top_k)) {
         gc->top_p_top_k = gc->top_k;
         gc->top_k_sampling = 0, gc->top_p_sampling = 1;
         strcpy(gc->sampling, "top_k+top_p"); /* what reports say */
