@@ -219,6 +219,9 @@ int tr_generate_text_prompt(const struct tr_config *cfg, const struct tr_model_d
                               "its tokenizer.json (or the directory), or [run] weights = a model's directory that "
                               "holds one", cfg->file, line, key);
     }
+    if (!rc && !line && text->tokenizer[0]) /* a tokenizer with nothing to tokenize: said */
+        fprintf(stderr, "trident: warning: %s: [generate] tokenizer is read for prompt or prompts; without either "
+                "the prompts are synthetic ids and it goes unread\n", cfg->file);
     if (rc || !line) {
         tr_generate_text_free(m, text);
         return rc;

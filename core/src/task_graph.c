@@ -52,6 +52,10 @@ static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg,
     tg->graph = tg->gen.prefill;
     tg->n_model_inputs = tr_graph_n_inputs(tg->graph);
     tg->opts.seq_len = o.prompt_len;
+    if (cfg->seq_len_line && cfg->seq_len != o.prompt_len) /* said, not silently replaced */
+        fprintf(stderr, "trident: warning: %s:%d: [run] seq_len = %lld is not read by generate: the prompts are "
+                "[generate] prompt_len = %lld tokens\n", cfg->file, cfg->seq_len_line, (long long)cfg->seq_len,
+                (long long)o.prompt_len);
     return TR_OK;
 }
 
