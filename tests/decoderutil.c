@@ -100,14 +100,20 @@ static struct tr_safetensors *io_open_batch(const struct tr_test_llm *t, struct 
 
 double tr_test_llm_predict_vs_hf(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt,
                                  const char *ref_name) {
+    return tr_test_llm_predict_vs(t, c, dt, t->weights, NULL, ref_name);
+}
+
+double tr_test_llm_predict_vs(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt,
+                              const char *weights, const char *ref_path, const char *ref_name) {
     struct tr_error e = {0};
     struct tr_tensor in[3], keep, ref;
-    struct tr_safetensors *io = io_open_batch(t, in);
+    struct tr_safetensors *io = io_open_batch(t, in), *rf = NULL;
     io_get(t, io, "keep", &keep);
-    io_get(t, io, ref_name, &ref);
+    if (ref_path && tr_safetensors_open(ref_path, &rf, &e)) fail_msg("%s%s", e.msg, t->hint);
+    io_get(t, rf ? rf : io, ref_name, &ref);
     struct tr_graph *g = tr_test_llm_build(t->model, c, dt, in[0].shape[0], in[0].shape[1]);
     struct tr_weights *w = NULL;
-    if (tr_weights_load(g, t->weights, &w, &e)) fail_msg("%s%s", e.msg, t->hint);
+    if (tr_weights_load(g, weights, &w, &e)) fail_msg("%s%s", e.msg, t->hint);
     const double tol = tr_test_tol(dt);
     double worst = 0;
     for (int b = 0; b < TR_TEST_N_BACKENDS; b++) {
@@ -132,6 +138,7 @@ double tr_test_llm_predict_vs_hf(const struct tr_test_llm *t, const struct tr_de
     tr_weights_free(w);
     tr_graph_free(g);
     tr_safetensors_close(io);
+    tr_safetensors_close(rf);
     return worst;
 }
 

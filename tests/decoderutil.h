@@ -39,6 +39,10 @@ void tr_test_llm_names_match(const struct tr_test_llm *t);
 /* Run the fixture's batch through config c (weights from the fixture) on every backend
  * configuration; the logits at the kept positions must be within dt's tolerance of the
  * fixture's tensor `ref`, every logit finite. Returns the worst error seen. */
+/* The same with the weights from `weights` (a file or a directory) and the reference
+ * logits `ref_name` from ref_path (NULL: the fixture's io file). */
+double tr_test_llm_predict_vs(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt,
+                              const char *weights, const char *ref_path, const char *ref_name);
 double tr_test_llm_predict_vs_hf(const struct tr_test_llm *t, const struct tr_decoder_config *c, enum tr_dtype dt,
                                  const char *ref);
 

@@ -77,6 +77,9 @@ int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build
     if (c->attention_bias && c->family != TR_DECODER_GEMMA)
         return tr_error_set(err, TR_ERR_INVALID, "%s: attention_bias = true: MistralConfig's projections have no bias "
                             "(GemmaConfig's attention_bias is the one provided)", m);
+    if (c->lora_predict && c->lora_rank < 1)
+        return tr_error_set(err, TR_ERR_INVALID, "%s: lora_predict = true with lora_rank = %lld: there are no adapters "
+                            "to apply; expected lora_rank >= 1 (the adapter's r)", m, (long long)c->lora_rank);
     if (!(c->pad_fraction >= 0 && c->pad_fraction <= 1))
         return tr_error_set(err, TR_ERR_INVALID, "%s: pad_fraction = %g, expected in [0,1]", m, c->pad_fraction);
     if (strnlen(c->hidden_act, sizeof c->hidden_act) == sizeof c->hidden_act || !tr_nn_act_known(act_name(c)))
@@ -348,7 +351,7 @@ int tr_decoder_build(const void *config, const struct tr_build_opts *o, struct t
                             family_name(c.family), tr_task_name(o->task));
     const int fit = o->task == TR_TASK_FIT;
     const struct tr_decoder_pass p = {.dtype = o->dtype, .batch = o->batch, .seq_len = o->seq_len,
-                                      .lora = fit && lr.rank > 0 ? &lr : NULL, .loss = fit};
+                                      .lora = (fit || c.lora_predict) && lr.rank > 0 ? &lr : NULL, .loss = fit};
     return tr_decoder_build_pass(&c, &p, g, NULL, err);
 }
 

@@ -91,10 +91,12 @@ struct tr_decoder_config {
      * adapters, fit trains every parameter. lora_alpha 0 means alpha = r (scaling 1, as
      * Keras' enable_lora). lora_targets: comma-separated among q_proj, k_proj, v_proj,
      * o_proj, gate_proj, up_proj, down_proj; "" means "q_proj,v_proj". Predict and the
-     * decoding passes are the plain model: a fresh lora_B is zero and changes nothing. */
+     * decoding passes are the plain model (the presets carry a rank for the fit benchmark),
+     * unless lora_predict: then they apply the adapters too, as a PeftModel does. */
     int64_t lora_rank;
     double lora_alpha;
     char lora_targets[64];
+    int lora_predict; /* predict and generate apply the adapters too (a PeftModel's outputs) */
     /* [model] hf_config = PATH is not a field: it is the descriptors' read_hf_config hook
      * (model.h), which core calls with PATH resolved against the INI's directory, the
      * file (a key it leaves out the config class's default) over the preset and the other

@@ -56,13 +56,17 @@ static int gen_build(const void *config, const struct tr_generate_opts *o, struc
                                      .seq_len = o->prompt_len};
     rc = tr_decoder_validate(&c, &bo, err);
     if (rc) return rc;
+    struct tr_decoder_lora lr;
+    if ((rc = tr_decoder_lora_resolve(&c, &lr, err))) return rc;
+    const struct tr_decoder_lora *lora = c.lora_predict && lr.rank > 0 ? &lr : NULL; /* the same adapters in both */
     const int64_t P = o->max_length - 1;
     const int state = !o->cache_inputs;
     const struct tr_decoder_pass pre = {.dtype = o->dtype, .batch = o->batch, .seq_len = o->prompt_len,
-                                        .present = !state, .last_logits = 1, .cache_slots = state ? P : 0};
+                                        .present = !state, .last_logits = 1, .cache_slots = state ? P : 0,
+                                        .lora = lora};
     const struct tr_decoder_pass dec = {.dtype = o->dtype, .batch = o->batch, .seq_len = 1,
                                         .past_len = state ? 0 : P, .full_mask = 1, .present = !state,
-                                        .last_logits = 1, .cache_slots = state ? P : 0};
+                                        .last_logits = 1, .cache_slots = state ? P : 0, .lora = lora};
     rc = tr_decoder_build_pass(&c, &pre, prefill, NULL, err);
     if (rc) return tr_error_prefix(err, "prefill");
     rc = tr_decoder_build_pass(&c, &dec, decode, NULL, err);

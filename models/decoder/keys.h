@@ -35,7 +35,10 @@
              "fit: LoRA alpha; adapter outputs are scaled by lora_alpha / lora_rank; 0: alpha = rank"),              \
     DEC_KEY_(lora_targets, TR_KEY_STRING, 0, 0,                                                                      \
              "fit: comma-separated Linears with adapters, among q_proj, k_proj, v_proj, o_proj, gate_proj, "         \
-             "up_proj, down_proj (default q_proj,v_proj)")
+             "up_proj, down_proj (default q_proj,v_proj)"),                                                           \
+    DEC_KEY_(lora_predict, TR_KEY_BOOL, 0, 0,                                                                        \
+             "predict and generate apply the adapters too (a peft adapter beside the weights: what its PeftModel "   \
+             "computes); false: the plain model, the benchmark's")
 
 
 /* A decoder family's descriptor slots, all but its name and description: the tables,
