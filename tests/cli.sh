@@ -722,6 +722,28 @@ at_step = 3"
   if grep -Eq '^tf +[0-9.]+ +[0-9.]+ .* ok *$' "$tmp/out" && grep -q '"backend":[[:space:]]*"tf"' "$tmp/f_$fault.json"; then
     ok "$fault: the other rows and the JSON survive"; else bad "$fault: the other rows and the JSON survive"; fi
 done
+# A plugin that rewrites an output's descriptor (a NULL data pointer, another shape) in a
+# step: refused by the host, naming the output, in the step it did it (the last one here),
+# in process too (isolate = off), and under --check nodes.
+for case in "nullout:data pointer" "reshape:shape or strides"; do
+  fault=${case%%:*} why=${case#*:}
+  ini "o_$fault.ini" "[run]
+model = bert
+backends = torch, $faulty, tf
+steps = 3
+warmup = 1
+batch = 2
+seq_len = 8
+isolate = off
+[backend.faulty]
+fault = $fault
+at_step = 4"
+  expect "a plugin that rewrites an output ($fault) is refused" 1 \
+    "faulty: FAILED: step 4: backend 'faulty': execute changed output 0 \('logits'\)'s $why" -- "$bin" run "$tmp/o_$fault.ini"
+done
+ini o_check.ini "$(sed 's/^at_step = 4/at_step = 1/' "$tmp/o_nullout.ini")"
+expect "--check nodes survives a plugin that rewrites an output" 1 "faulty: backend 'faulty': execute changed output 0" -- \
+  "$bin" run "$tmp/o_check.ini" --check nodes
 ini f_init.ini "[run]
 model = bert
 backends = torch, $faulty

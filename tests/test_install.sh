@@ -114,6 +114,13 @@ if command -v pkg-config >/dev/null; then
     \$(pkg-config --cflags trident) '$work/pc/app.c' -o '$work/pc/app' \$(pkg-config --libs trident) \
     -Wl,-rpath,'$prefix/lib'"
   expect "the application runs on the installed libraries" 0 '^shape error 2$' -- "$work/pc/app"
+  # A backend may be written in C++: every installed header compiles as C++ too.
+  if command -v c++ >/dev/null; then
+    for h in "$prefix"/include/trident/*.h; do echo "#include \"trident/$(basename "$h")\""; done > "$work/pc/all.cpp"
+    echo 'int main() { return 0; }' >> "$work/pc/all.cpp"
+    expect "every installed header compiles as C++" 0 '' -- sh -c "c++ -std=c++17 -fsyntax-only \
+      \$(pkg-config --cflags trident) '$work/pc/all.cpp'"
+  fi
 fi
 
 # ---- 3. the installed program ----

@@ -615,11 +615,33 @@ int tr_backend_execute(struct tr_backend *be, struct tr_program *prog, int n_inp
         int rc = check_tensor(be, g, "output", i, name && name[0] ? name : tr_node_name(g, id), id, &outputs[i], err);
         if (rc != TR_OK) return rc;
     }
+    /* The outputs' descriptors as given: a plugin writes values into those buffers, and one
+     * that rewrote a descriptor (another pointer, shape or dtype) would have the host read
+     * the wrong memory later; it is put back and the step refused, naming the output. */
+    struct tr_tensor given[16], *keep = gout <= 16 ? given : malloc(sizeof *keep * (size_t)gout);
+    if (!keep) return tr_error_set(err, TR_ERR_NOMEM, "backend '%s': execute: no memory", be_name(be));
+    memcpy(keep, outputs, sizeof *keep * (size_t)gout);
     struct tr_error perr = {0};
     int rc = be->plugin->iface.execute(be->ctx, prog->prog, n_inputs, inputs, n_outputs, outputs, &perr);
-    if (rc != TR_OK)
+    int changed = -1, said = 0;
+    for (int i = 0; i < gout; i++)
+        if (memcmp(&keep[i], &outputs[i], sizeof *keep) != 0) {
+            if (changed < 0) changed = i;
+            const char *what = keep[i].data != outputs[i].data ? "data pointer" : keep[i].dtype != outputs[i].dtype ? "dtype"
+                               : "shape or strides";
+            if (changed == i && rc == TR_OK) {
+                const char *name = tr_graph_output_name(g, i);
+                rc = tr_error_set(err, TR_ERR_PLUGIN, "backend '%s': execute changed output %d ('%s')'s %s; a backend "
+                                  "writes the values into the buffer it is given", be_name(be), i,
+                                  name && name[0] ? name : tr_node_name(g, tr_graph_output(g, i)), what);
+                said = 1;
+            }
+            outputs[i] = keep[i];
+        }
+    if (keep != given) free(keep);
+    if (rc != TR_OK && !said)
         return tr_error_set(err, rc, "backend '%s': %s", be_name(be), perr.msg[0] ? perr.msg : tr_status_name(rc));
-    return TR_OK;
+    return rc;
 }
 
 int tr_backend_get_stats(struct tr_backend *be, struct tr_program *prog, struct tr_backend_stats *st,

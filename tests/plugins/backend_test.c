@@ -28,7 +28,8 @@
  *   faulty      as good, but trains (it writes the graph's updates back, TR_CAP_TRAINING)
  *               and misbehaves on request: [backend.faulty] fault = segv | abort | exit |
  *               hang at execute number at_step, perturb (one bit of its trained state
- *               flipped after that step), or init_segv in init; rank = N: only as MPI rank
+ *               flipped after that step), nullout | reshape (output 0's data pointer
+ *               or shape rewritten at that step), or init_segv in init; rank = N: only as MPI rank
  *               N; with TP_FAULTY_LOAD=segv | exit in the environment, its constructor does
  * Built by tests/test_install.sh against an installed trident (not here):
  *   replay      as good, but its first output is replaced by the numbers of the text
@@ -371,6 +372,14 @@ __attribute__((unused)) static int tp_execute(void *ctx, void *prog, int n_input
         host->graph_n_updates(g) > 0) {
         uint32_t *w = (uint32_t *)(void *)host->node_data(g, host->graph_update_param(g, 0));
         w[0] ^= 1u;
+    }
+#endif
+#if defined(TP_VARIANT_FAULTY)
+    /* nullout / reshape: the step's output descriptor rewritten, which the host must refuse
+     * (and put back) rather than read through */
+    if (c->steps == c->at_step && mine && n_outputs > 0) {
+        if (strcmp(c->fault, "nullout") == 0) outputs[0].data = NULL;
+        if (strcmp(c->fault, "reshape") == 0) outputs[0].shape[0] = 1;
     }
 #endif
 #if defined(TP_VARIANT_WRONG)

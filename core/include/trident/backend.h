@@ -8,7 +8,7 @@
  * second copy of it (the SQLite extension pattern). It may link libtrident_kernels.
  *
  * Versions: both structs start with struct_size and abi_version. Slots are only ever
- * appended, never moved: the offsets below are pinned by _Static_asserts. The host
+ * appended, never moved: the offsets below are pinned by static asserts. The host
  * refuses a plugin whose major version differs or whose vtable is shorter than the
  * required slots of its version; a newer minor is accepted and slots the host does not
  * know are ignored. Before calling an optional slot added in minor N, the host checks
@@ -43,6 +43,13 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* The layout pins below, in C and in C++ (a backend may be written in either). */
+#ifdef __cplusplus
+#define TR_STATIC_ASSERT(e, m) static_assert(e, m)
+#else
+#define TR_STATIC_ASSERT(e, m) _Static_assert(e, m)
 #endif
 
 #define TR_ABI_MAJOR 1
@@ -183,16 +190,16 @@ struct tr_backend_i {
 
 /* The offsets of ABI 1.0 and 1.1. Moving a slot breaks every plugin built before: don't. */
 #define TR_SLOT_(type, field) (offsetof(struct type, field) / sizeof(void *))
-_Static_assert(offsetof(struct tr_backend_i, struct_size) == 0, "tr_backend_i layout");
-_Static_assert(offsetof(struct tr_backend_i, name) == 8, "tr_backend_i layout");
-_Static_assert(TR_SLOT_(tr_backend_i, init) == 4, "tr_backend_i layout");
-_Static_assert(TR_SLOT_(tr_backend_i, free) == 5, "tr_backend_i layout");
-_Static_assert(TR_SLOT_(tr_backend_i, supports_op) == 6, "tr_backend_i layout");
-_Static_assert(TR_SLOT_(tr_backend_i, compile) == 7, "tr_backend_i layout");
-_Static_assert(TR_SLOT_(tr_backend_i, execute) == 8, "tr_backend_i layout");
-_Static_assert(TR_SLOT_(tr_backend_i, program_free) == 9, "tr_backend_i layout");
-_Static_assert(TR_SLOT_(tr_backend_i, get_stats) == 10, "tr_backend_i layout");
-_Static_assert(TR_SLOT_(tr_backend_i, sync) == 11, "tr_backend_i layout");
+TR_STATIC_ASSERT(offsetof(struct tr_backend_i, struct_size) == 0, "tr_backend_i layout");
+TR_STATIC_ASSERT(offsetof(struct tr_backend_i, name) == 8, "tr_backend_i layout");
+TR_STATIC_ASSERT(TR_SLOT_(tr_backend_i, init) == 4, "tr_backend_i layout");
+TR_STATIC_ASSERT(TR_SLOT_(tr_backend_i, free) == 5, "tr_backend_i layout");
+TR_STATIC_ASSERT(TR_SLOT_(tr_backend_i, supports_op) == 6, "tr_backend_i layout");
+TR_STATIC_ASSERT(TR_SLOT_(tr_backend_i, compile) == 7, "tr_backend_i layout");
+TR_STATIC_ASSERT(TR_SLOT_(tr_backend_i, execute) == 8, "tr_backend_i layout");
+TR_STATIC_ASSERT(TR_SLOT_(tr_backend_i, program_free) == 9, "tr_backend_i layout");
+TR_STATIC_ASSERT(TR_SLOT_(tr_backend_i, get_stats) == 10, "tr_backend_i layout");
+TR_STATIC_ASSERT(TR_SLOT_(tr_backend_i, sync) == 11, "tr_backend_i layout");
 /* The smallest vtable a 1.x plugin may hand over: up to and including program_free. */
 #define TR_BACKEND_I_MIN_SIZE_1_0 (offsetof(struct tr_backend_i, program_free) + sizeof(void *))
 /* The smallest host table a 1.x host hands over (a 1.0 host's): up to kernels_to_host.
@@ -202,28 +209,28 @@ static inline int tr_host_api_has_updates(const struct tr_host_api *h) {
     return TR_ABI_GET_MINOR(h->abi_version) >= 1 &&
            h->struct_size >= offsetof(struct tr_host_api, graph_update_value) + sizeof(void *);
 }
-_Static_assert(TR_SLOT_(tr_host_api, error_set) == 1, "tr_host_api layout");
-_Static_assert(TR_SLOT_(tr_host_api, node_data) == 21, "tr_host_api layout");
-_Static_assert(TR_SLOT_(tr_host_api, kernels_to_host) == 28, "tr_host_api layout");
-_Static_assert(TR_SLOT_(tr_host_api, graph_update_value) == 31, "tr_host_api layout");
-_Static_assert(offsetof(struct tr_backend_stats, kernel_calls) == 8, "tr_backend_stats layout");
-_Static_assert(offsetof(struct tr_backend_stats, mode) == 48, "tr_backend_stats layout");
-_Static_assert(offsetof(struct tr_backend_params, options) == 16, "tr_backend_params layout");
-_Static_assert(offsetof(struct tr_backend_params, n_options) == 24, "tr_backend_params layout");
-_Static_assert(offsetof(struct tr_backend_params, math) == 28, "tr_backend_params layout");
-_Static_assert(sizeof(struct tr_backend_params) == 32, "tr_backend_params layout");
-_Static_assert(sizeof(struct tr_backend_stats) == 592, "tr_backend_stats layout");
-_Static_assert(offsetof(struct tr_option, line) == 24 && sizeof(struct tr_option) == 32, "tr_option layout");
+TR_STATIC_ASSERT(TR_SLOT_(tr_host_api, error_set) == 1, "tr_host_api layout");
+TR_STATIC_ASSERT(TR_SLOT_(tr_host_api, node_data) == 21, "tr_host_api layout");
+TR_STATIC_ASSERT(TR_SLOT_(tr_host_api, kernels_to_host) == 28, "tr_host_api layout");
+TR_STATIC_ASSERT(TR_SLOT_(tr_host_api, graph_update_value) == 31, "tr_host_api layout");
+TR_STATIC_ASSERT(offsetof(struct tr_backend_stats, kernel_calls) == 8, "tr_backend_stats layout");
+TR_STATIC_ASSERT(offsetof(struct tr_backend_stats, mode) == 48, "tr_backend_stats layout");
+TR_STATIC_ASSERT(offsetof(struct tr_backend_params, options) == 16, "tr_backend_params layout");
+TR_STATIC_ASSERT(offsetof(struct tr_backend_params, n_options) == 24, "tr_backend_params layout");
+TR_STATIC_ASSERT(offsetof(struct tr_backend_params, math) == 28, "tr_backend_params layout");
+TR_STATIC_ASSERT(sizeof(struct tr_backend_params) == 32, "tr_backend_params layout");
+TR_STATIC_ASSERT(sizeof(struct tr_backend_stats) == 592, "tr_backend_stats layout");
+TR_STATIC_ASSERT(offsetof(struct tr_option, line) == 24 && sizeof(struct tr_option) == 32, "tr_option layout");
 /* The structs the slots pass by pointer, defined in the base headers, are ABI too. */
-_Static_assert(offsetof(struct tr_tensor, dtype) == 8 && offsetof(struct tr_tensor, ndim) == 12, "tr_tensor layout");
-_Static_assert(offsetof(struct tr_tensor, shape) == 16 && offsetof(struct tr_tensor, strides) == 80,
+TR_STATIC_ASSERT(offsetof(struct tr_tensor, dtype) == 8 && offsetof(struct tr_tensor, ndim) == 12, "tr_tensor layout");
+TR_STATIC_ASSERT(offsetof(struct tr_tensor, shape) == 16 && offsetof(struct tr_tensor, strides) == 80,
                "tr_tensor layout");
-_Static_assert(offsetof(struct tr_tensor, device) == 144 && sizeof(struct tr_tensor) == 152, "tr_tensor layout");
-_Static_assert(offsetof(struct tr_attrs, floats) == 64 && offsetof(struct tr_attrs, n_ints) == 80, "tr_attrs layout");
-_Static_assert(sizeof(struct tr_attrs) == 88, "tr_attrs layout");
-_Static_assert(offsetof(struct tr_error, msg) == 4 && sizeof(struct tr_error) == 4 + TR_ERROR_MSG_MAX,
+TR_STATIC_ASSERT(offsetof(struct tr_tensor, device) == 144 && sizeof(struct tr_tensor) == 152, "tr_tensor layout");
+TR_STATIC_ASSERT(offsetof(struct tr_attrs, floats) == 64 && offsetof(struct tr_attrs, n_ints) == 80, "tr_attrs layout");
+TR_STATIC_ASSERT(sizeof(struct tr_attrs) == 88, "tr_attrs layout");
+TR_STATIC_ASSERT(offsetof(struct tr_error, msg) == 4 && sizeof(struct tr_error) == 4 + TR_ERROR_MSG_MAX,
                "tr_error layout");
-_Static_assert(TR_MAX_DIMS == 8 && TR_ATTR_INTS == 8 && TR_ATTR_FLOATS == 4 && TR_ERROR_MSG_MAX == 1024,
+TR_STATIC_ASSERT(TR_MAX_DIMS == 8 && TR_ATTR_INTS == 8 && TR_ATTR_FLOATS == 4 && TR_ERROR_MSG_MAX == 1024,
                "array extents in ABI structs");
 
 /* The entry point every plugin exports:
