@@ -491,6 +491,14 @@ static int check_run(void *arg, int cmd) {
                     row(&r, "SKIP", what, "a training op; the backend does not declare TR_CAP_TRAINING");
                     continue;
                 }
+                if (cases[i].op == TR_OP_CAST) { /* a cast makes its target's dtype: that cap too */
+                    const int64_t to = cases[i].at.ints[0];
+                    const uint64_t need = to == TR_DTYPE_BF16 ? TR_CAP_BF16 : to == TR_DTYPE_F16 ? TR_CAP_F16 : TR_CAP_F32;
+                    if (!(it->caps & need)) {
+                        row(&r, "SKIP", what, "casts to a dtype the backend does not declare in its caps");
+                        continue;
+                    }
+                }
                 const char *v = check_case(&env, &cases[i], dts[d], detail, sizeof detail);
                 row(&r, v, what, detail);
             }

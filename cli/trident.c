@@ -18,6 +18,7 @@
  *
  * Exit status: 0 success, 1 failure (the message on stderr), 2 usage, 130 interrupted
  * (Ctrl-C: the table so far, the JSON and the outputs written, marked interrupted). */
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +80,16 @@ static void on_sigint(int sig) {
 static int run_one(struct tr_config *cfg, struct tr_comm *comm, const char *json, const char *outputs,
                    const char *report, int log_scale, const char *baseline, int scaling, int check_nodes);
 
+/* a and b name one file: the same directory (resolved) and name, whether it exists yet or not. */
+static int same_file(const char *a, const char *b) {
+    char da[PATH_MAX], db[PATH_MAX], ra[PATH_MAX], rb[PATH_MAX];
+    const char *sa = strrchr(a, '/'), *sb = strrchr(b, '/');
+    snprintf(da, sizeof da, "%.*s", sa ? (int)(sa - a + 1) : 2, sa ? a : "./");
+    snprintf(db, sizeof db, "%.*s", sb ? (int)(sb - b + 1) : 2, sb ? b : "./");
+    if (!realpath(da, ra) || !realpath(db, rb)) return strcmp(a, b) == 0;
+    return strcmp(ra, rb) == 0 && strcmp(sa ? sa + 1 : a, sb ? sb + 1 : b) == 0;
+}
+
 static int cmd_run(int argc, char **argv) {
     const char *ini = NULL, *json = NULL, *outputs = NULL, *report = NULL, *rows = NULL, *baseline = NULL;
     int64_t steps = 0;
@@ -124,6 +135,10 @@ static int cmd_run(int argc, char **argv) {
     }
     if (!ini) {
         fputs(usage, stderr);
+        return 2;
+    }
+    if (json && outputs && same_file(json, outputs)) {
+        fprintf(stderr, "trident: --json %s and --outputs %s are one file; give each its own\n%s", json, outputs, usage);
         return 2;
     }
     if (log_scale && !report) {

@@ -24,6 +24,8 @@ expect "quickstart writes json" 0 'all backends ran' -- "$bin" run conf/quicksta
 expect "an option without its value is refused" 2 'trident: --steps needs a value' -- "$bin" run conf/quickstart.ini --steps
 expect "an option given twice is refused" 2 'trident: --json is given twice' -- \
   "$bin" run conf/quickstart.ini --json "$tmp/a.json" --json "$tmp/b.json"
+expect "--json and --outputs into one file is refused" 2 'are one file; give each its own' -- \
+  "$bin" run conf/quickstart.ini --json "$tmp/same.x" --outputs "$tmp/../$(basename "$tmp")/same.x"
 if grep -q '"mean_ms"' "$tmp/q.json" 2>/dev/null; then ok "json has mean_ms"; else echo > "$tmp/out"; bad "json has mean_ms"; fi
 for key in '"cpu":' '"onednn_isa":' '"threads":' '"omp_wait":' '"noisy":'; do
   if grep -q "$key" "$tmp/q.json" 2>/dev/null; then ok "json has $key"; else echo > "$tmp/out"; bad "json has $key"; fi
@@ -341,6 +343,10 @@ for be in torch torch:reduce-overhead tf jax; do
   expect "check-backend $be conforms" 0 'the backend conforms' -- "$bin" check-backend "$be"
 done
 expect "check-backend fails a wrong backend" 1 'FAIL +f32 +matmul.*rel err 1.0e-02' -- "$bin" check-backend "$wrong"
+# An f32-only backend (the loader tests' good plugin) conforms: no cast to bf16 is asked of it.
+expect "check-backend passes an f32-only backend" 0 'the backend conforms' -- \
+  "$bin" check-backend "$(dirname "$wrong")/libtrident_backend_good.so"
+check "check-backend skips a cast to a dtype the caps leave out" 'SKIP +f32 +cast to bf16 +casts to a dtype'
 expect "check-backend refuses a missing backend" 1 "not found" -- "$bin" check-backend nosuch
 expect "unknown command" 2 'usage' -- "$bin" frobnicate
 
@@ -722,6 +728,27 @@ at_step = 3"
   if grep -Eq '^tf +[0-9.]+ +[0-9.]+ .* ok *$' "$tmp/out" && grep -q '"backend":[[:space:]]*"tf"' "$tmp/f_$fault.json"; then
     ok "$fault: the other rows and the JSON survive"; else bad "$fault: the other rows and the JSON survive"; fi
 done
+# generate runs its backends one after another in one child: a plugin that crashes there
+# costs the run's remaining rows, not trident (the JSON is written, the row says why).
+ini g_crash.ini "[run]
+model = gemma
+preset = tiny
+task = generate
+backends = torch, $faulty
+steps = 1
+warmup = 1
+batch = 2
+[backend.faulty]
+fault = segv
+at_step = 3
+[generate]
+max_length = 10
+prompt_len = 4"
+expect "generate: a plugin that crashes costs its row, not trident" 1 \
+  "faulty: FAILED: the backend's process was killed by signal 11 \(Segmentation fault\) during generate" -- \
+  "${nosegv[@]}" "$bin" run "$tmp/g_crash.ini" --json "$tmp/g_crash.json"
+if grep -q '"backend":[[:space:]]*"torch"' "$tmp/g_crash.json" 2>/dev/null; then ok "generate: the torch row survives in the JSON"
+else bad "generate: the torch row survives in the JSON"; fi
 # A plugin that rewrites an output's descriptor (a NULL data pointer, another shape) in a
 # step: refused by the host, naming the output, in the step it did it (the last one here),
 # in process too (isolate = off), and under --check nodes.

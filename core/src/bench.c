@@ -517,6 +517,50 @@ static int device_check(const struct tr_config *cfg, int isolate, char *gpu, siz
     return rc;
 }
 
+/* generate in a child (tr_child_once): the report and the error in shared memory, so the
+ * rows a crashed child finished survive it, and the row it was running says why. */
+struct gen_child {
+    const struct tr_config *cfg;
+    struct tr_task_graph *tg;
+    const struct tr_bench_opts *o;
+    struct gen_shared {
+        struct tr_bench_report rep;
+        struct tr_error err;
+    } *sh;
+};
+
+static int gen_child_run(void *arg, int cmd) {
+    (void)cmd;
+    struct gen_child *g = arg;
+    const int rc = tr_generate_bench(g->cfg, g->tg, g->o, &g->sh->rep, &g->sh->err);
+    fflush(NULL);
+    return rc;
+}
+
+static int generate_in_child(const struct tr_config *cfg, struct tr_task_graph *tg, const struct tr_bench_opts *o,
+                             struct tr_bench_report *rep, struct tr_error *err) {
+    struct gen_shared *sh = tr_shared_alloc(sizeof *sh, err);
+    if (!sh) return err ? err->status : TR_ERR_NOMEM;
+    sh->rep = *rep;
+    struct gen_child g = {.cfg = cfg, .tg = tg, .o = o, .sh = sh};
+    fflush(NULL); /* or the child would print the parent's buffered lines again */
+    const double timeout = cfg->backend_timeout * (double)(cfg->n_backends * (cfg->warmup + cfg->steps + 2));
+    int status = TR_OK;
+    int rc = tr_child_once(gen_child_run, &g, 1, timeout, "generate", &status, err);
+    *rep = sh->rep;
+    if (rc == TR_OK) {
+        rc = status;
+        if (rc && err) *err = sh->err;
+    } else if (rep->n_rows > 0 && !rep->rows[rep->n_rows - 1].ok && !rep->rows[rep->n_rows - 1].error[0]) {
+        /* the row it was running: the backend's process died there */
+        struct tr_bench_row *row = &rep->rows[rep->n_rows - 1];
+        snprintf(row->error, sizeof row->error, "%.900s", err ? err->msg : "the backends' process died");
+        tr_error_prefix(err, "'%s'", row->label);
+    }
+    tr_shared_free(sh, sizeof *sh);
+    return rc;
+}
+
 int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const *models,
                  struct tr_bench_report *rep, struct tr_error *err) {
     return tr_bench_run_opts(cfg, models, NULL, rep, err);
@@ -613,7 +657,12 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     rep->check_every = cfg->check_every;
     rep->bucket_mb = cfg->bucket_mb;
     const int isolate = cfg->isolate && !token_gen && !parallel && tr_fork_safe(&n_threads);
+    /* generate: its backends one after another in one child (a token's host loop between
+     * passes is the runner's own), so a backend that crashes costs the run, not trident,
+     * and a suite's later rows can still fork */
+    const int gen_child = token_gen && cfg->isolate && tr_fork_safe(&n_threads);
     if (isolate) snprintf(rep->isolation, sizeof rep->isolation, "each in its own process");
+    else if (gen_child) snprintf(rep->isolation, sizeof rep->isolation, "in one child process, one after another (generate)");
     else if (parallel)
         snprintf(rep->isolation, sizeof rep->isolation, "in one process per rank (MPI does not survive a fork)");
     else if (!cfg->isolate) snprintf(rep->isolation, sizeof rep->isolation, "in one process ([run] isolate = off)");
@@ -623,19 +672,19 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     /* After the size line: a user without the device still learns what the run needs.
      * Isolated, asked in a child: on cuda this process must not touch the device before
      * its children do (a CUDA context does not survive fork). */
-    if ((rc = device_check(cfg, isolate, rep->gpu, sizeof rep->gpu, err)) != TR_OK) {
+    if ((rc = device_check(cfg, isolate || gen_child, rep->gpu, sizeof rep->gpu, err)) != TR_OK) {
         tr_task_graph_free(&tg);
         return tr_error_prefix(err, "%s: [run] device = %s", cfg->file, cfg->device);
     }
     {
         const struct tr_graph *graphs[2] = {token_gen ? tg.gen.prefill : tg.graph, tg.gen.decode};
-        if ((rc = tr_bench_preflight(cfg, graphs, token_gen ? 2 : 1, o, isolate, err)) != TR_OK) {
+        if ((rc = tr_bench_preflight(cfg, graphs, token_gen ? 2 : 1, o, isolate || gen_child, err)) != TR_OK) {
             tr_task_graph_free(&tg);
             return rc;
         }
     }
     if (token_gen) {
-        rc = tr_generate_bench(cfg, &tg, o, rep, err);
+        rc = gen_child ? generate_in_child(cfg, &tg, o, rep, err) : tr_generate_bench(cfg, &tg, o, rep, err);
         tr_task_graph_free(&tg);
         return rc;
     }
