@@ -115,6 +115,16 @@ else bad "a rank that hangs: stopped within the timeout ($((SECONDS - start)) s)
 fault_ini segv
 expect "a rank that dies: the job stops, naming it" 1 'rank 1 .*(signal 11|Segmentation fault)' -- \
   "${mpi[@]}" "$bin" run "$tmp/f_segv.ini"
+# A step that fails (an error, not a crash) on rank 1 alone: rank 1 goes on to the step's
+# status exchange while rank 0 sums a gradient; every rank stops at once, naming both
+# (it used to pair the two collectives and write a bucket into an 8-byte buffer).
+fault_ini fail
+start=$SECONDS
+expect "a step that fails on one rank: every rank stops at once, naming both" 1 \
+  "collective #[0-9]+ is .* here and .* on rank [01]: the ranks left the step in different places" -- \
+  "${mpi[@]}" "$bin" run "$tmp/f_fail.ini"
+if [ $((SECONDS - start)) -lt 3 ]; then ok "a step that fails on one rank: stopped before the collective timeout"
+else bad "a step that fails on one rank: stopped before the collective timeout ($((SECONDS - start)) s)"; fi
 fault_ini perturb
 expect "a rank whose trained state drifts: named" 1 \
   "after step 4 the ranks' trained state differs: '[^']+' hashes to [0-9a-f]{16} on rank 0 and [0-9a-f]{16} on rank 1" -- \

@@ -29,7 +29,8 @@
  *               and misbehaves on request: [backend.faulty] fault = segv | abort | exit |
  *               hang at execute number at_step, perturb (one bit of its trained state
  *               flipped after that step), nullout | reshape (output 0's data pointer
- *               or shape rewritten at that step), or init_segv in init; rank = N: only as MPI rank
+ *               or shape rewritten at that step), fail (an error returned there), or
+ *               init_segv in init; rank = N: only as MPI rank
  *               N; with TP_FAULTY_LOAD=segv | exit in the environment, its constructor does
  * Built by tests/test_install.sh against an installed trident (not here):
  *   replay      as good, but its first output is replaced by the numbers of the text
@@ -331,6 +332,8 @@ __attribute__((unused)) static int tp_execute(void *ctx, void *prog, int n_input
         if (strcmp(c->fault, "exit") == 0) _exit(0);
         if (strcmp(c->fault, "hang") == 0)
             for (;;) pause();
+        if (strcmp(c->fault, "fail") == 0)
+            return host->error_set(err, TR_ERR_NUMERIC, "backend " TP_NAME ": a step that fails (fault = fail)");
     }
 #endif
     for (int id = 0; id < p->n_nodes; id++) {

@@ -21,8 +21,17 @@
 /* What a rank tells the others before each collective. */
 struct heartbeat {
     int64_t seq;                /* the collective's number on the sender, from 1 */
+    int32_t kind;               /* KIND_SUM (a gradient's or the loss's) or KIND_CTL (state, a broadcast) */
     char what[PHASE_MAX];       /* "torch, step 5: gradient bucket 2" */
 };
+
+/* Sums go over MPI_COMM_WORLD, the ranks' exchanges of state and broadcasts over a
+ * communicator of their own (ctl): a rank whose step failed before a sum goes on to the
+ * exchange of the step's status, and on one communicator MPI would pair that with the
+ * others' sum (a buffer of 8 bytes written with a bucket's). Its heartbeat then says a
+ * control collective where the others' says a sum of the same number: seen, every rank
+ * stops at once, naming both. */
+enum { KIND_SUM = 0, KIND_CTL = 1 };
 
 /* A sum started and not yet waited for. */
 struct inflight {
@@ -50,6 +59,7 @@ struct mpi_comm {
     char phase[PHASE_MAX];      /* the host's: "torch, step 5" */
     struct heartbeat *in, *out, *last; /* per peer: receive buffer, send buffer, last received */
     MPI_Request *recv, *send;   /* per peer */
+    MPI_Comm ctl;               /* the exchanges' and broadcasts' communicator (KIND_CTL) */
 };
 
 static double now_s(void) {
@@ -92,14 +102,15 @@ static void poll_heartbeats(struct mpi_comm *m) {
     }
 }
 
-/* Every other rank told that this one joins collective seq, for `what`. */
-static void send_heartbeats(struct mpi_comm *m, const char *what) {
+/* Every other rank told that this one joins collective seq (of kind), for `what`. */
+static void send_heartbeats(struct mpi_comm *m, const char *what, int kind) {
     for (int p = 0; p < m->pub.size; p++) {
         if (p == m->pub.rank) continue;
         /* the previous one went out long ago (a small message is sent eagerly) */
         MPI_Wait(&m->send[p], MPI_STATUS_IGNORE);
         m->out[p].seq = m->seq;
-        snprintf(m->out[p].what, sizeof m->out[p].what, "%s", what);
+        m->out[p].kind = kind;
+        snprintf(m->out[p].what, sizeof m->out[p].what, "%.*s", (int)sizeof m->out[p].what - 1, what);
         MPI_Isend(&m->out[p], (int)sizeof m->out[p], MPI_BYTE, p, TAG_HEARTBEAT, MPI_COMM_WORLD, &m->send[p]);
     }
 }
@@ -129,6 +140,19 @@ static void timeout_abort(struct mpi_comm *m, const char *what, int64_t seq) {
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+/* A peer at the same collective number in a collective of another kind: the ranks left a
+ * step in different places, and would wait for each other forever. Under mu. */
+static void mismatch_check(struct mpi_comm *m, const char *what, int64_t seq, int kind) {
+    for (int p = 0; p < m->pub.size; p++) {
+        if (p == m->pub.rank || m->last[p].seq != seq || m->last[p].kind == kind) continue;
+        fprintf(stderr, "trident: error: rank %d: collective #%lld is %s here and %s on rank %d: the ranks left the "
+                "step in different places (a step that failed on some ranks and not others); stopping every rank\n",
+                m->pub.rank, (long long)seq, what, m->last[p].what, p);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
 static void nap(long ns) {
     struct timespec ts = {0, ns};
     nanosleep(&ts, NULL);
@@ -136,14 +160,15 @@ static void nap(long ns) {
 
 /* The collective's request polled to completion, or the job stopped with a message that
  * says which ranks never came. */
-static int wait_collective(struct mpi_comm *m, MPI_Request *req, const char *what, int64_t seq, struct tr_error *err) {
+static int wait_collective(struct mpi_comm *m, MPI_Request *req, const char *what, int64_t seq, int kind,
+                           struct tr_error *err) {
     const double t0 = now_s(), deadline = t0 + m->timeout_s;
     long spins = 0;
     for (;;) {
         int done = 0;
         pthread_mutex_lock(&m->mu);
         const int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (rc == MPI_SUCCESS && !done) poll_heartbeats(m);
+        if (rc == MPI_SUCCESS && !done) poll_heartbeats(m), mismatch_check(m, what, seq, kind);
         if (rc == MPI_SUCCESS && !done && now_s() > deadline) timeout_abort(m, what, seq);
         pthread_mutex_unlock(&m->mu);
         if (rc != MPI_SUCCESS) return mpi_fail(err, rc, what);
@@ -156,10 +181,10 @@ static int wait_collective(struct mpi_comm *m, MPI_Request *req, const char *wha
 
 /* The next collective announced to the other ranks: what (the phase and op) names it.
  * Under mu. */
-static void announce(struct mpi_comm *m, const char *op, char *what, size_t n) {
+static void announce(struct mpi_comm *m, const char *op, char *what, size_t n, int kind) {
     snprintf(what, n, "%s%s%s", m->phase, m->phase[0] ? ": " : "", op);
     m->seq++;
-    send_heartbeats(m, what);
+    send_heartbeats(m, what, kind);
 }
 
 static void allreduce_name(int tag, char *op, size_t n) {
@@ -170,15 +195,16 @@ static void allreduce_name(int tag, char *op, size_t n) {
 
 /* A blocking collective's start: announced and its MPI_I* call made under mu (begin
  * locks, end unlocks), then polled to its end. */
-static int64_t begin(struct mpi_comm *m, const char *op, char *what, size_t n) {
+static int64_t begin(struct mpi_comm *m, const char *op, char *what, size_t n, int kind) {
     pthread_mutex_lock(&m->mu);
-    announce(m, op, what, n);
+    announce(m, op, what, n, kind);
     return m->seq;
 }
 
-static int end(struct mpi_comm *m, int rc, MPI_Request *req, const char *what, int64_t seq, struct tr_error *err) {
+static int end(struct mpi_comm *m, int rc, MPI_Request *req, const char *what, int64_t seq, int kind,
+               struct tr_error *err) {
     pthread_mutex_unlock(&m->mu);
-    return rc != MPI_SUCCESS ? mpi_fail(err, rc, what) : wait_collective(m, req, what, seq, err);
+    return rc != MPI_SUCCESS ? mpi_fail(err, rc, what) : wait_collective(m, req, what, seq, kind, err);
 }
 
 static int do_allreduce(void *user, float *buf, int64_t n, int tag, struct tr_error *err) {
@@ -188,9 +214,9 @@ static int do_allreduce(void *user, float *buf, int64_t n, int tag, struct tr_er
     for (int64_t off = 0; off < n; off += CHUNK) {
         const int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
         MPI_Request req;
-        const int64_t seq = begin(m, op, what, sizeof what);
+        const int64_t seq = begin(m, op, what, sizeof what, KIND_SUM);
         const int rc = end(m, MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req),
-                           &req, what, seq, err);
+                           &req, what, seq, KIND_SUM, err);
         if (rc) return rc;
     }
     return TR_OK;
@@ -230,6 +256,7 @@ static void *progress_main(void *arg) {
             continue;
         }
         poll_heartbeats(m);
+        mismatch_check(m, oldest->what, oldest->seq, KIND_SUM);
         if (now_s() > oldest->t0 + m->timeout_s) timeout_abort(m, oldest->what, oldest->seq);
         pthread_mutex_unlock(&m->mu);
         nap(20 * 1000);
@@ -263,7 +290,7 @@ static int start_allreduce(void *user, float *buf, int64_t n, int tag, struct tr
     int rc = MPI_SUCCESS;
     for (int64_t off = 0; off < n && rc == MPI_SUCCESS; off += CHUNK) {
         const int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
-        announce(m, op, f->what, sizeof f->what);
+        announce(m, op, f->what, sizeof f->what, KIND_SUM);
         if (off == 0) f->seq = m->seq;
         rc = MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &f->req[f->n_req++]);
     }
@@ -301,6 +328,7 @@ static int wait_allreduce(void *user, float *buf, struct tr_error *err) {
         test_flying(m, &oldest);
         if (f->state) break;
         poll_heartbeats(m);
+        mismatch_check(m, oldest->what, oldest->seq, KIND_SUM);
         if (now_s() > oldest->t0 + m->timeout_s) timeout_abort(m, oldest->what, oldest->seq);
         pthread_mutex_unlock(&m->mu);
         if (++spins > 1000) nap(50 * 1000);
@@ -320,8 +348,8 @@ static int do_bcast(void *user, void *buf, size_t nbytes, int root, struct tr_er
     if (nbytes > (size_t)CHUNK) return tr_error_set(err, TR_ERR_INVALID, "broadcast: %zu bytes, at most %d", nbytes, CHUNK);
     char what[2 * PHASE_MAX];
     MPI_Request req;
-    const int64_t seq = begin(m, "a broadcast", what, sizeof what);
-    return end(m, MPI_Ibcast(buf, (int)nbytes, MPI_BYTE, root, MPI_COMM_WORLD, &req), &req, what, seq, err);
+    const int64_t seq = begin(m, "a broadcast", what, sizeof what, KIND_CTL);
+    return end(m, MPI_Ibcast(buf, (int)nbytes, MPI_BYTE, root, m->ctl, &req), &req, what, seq, KIND_CTL, err);
 }
 
 static int do_allgather(void *user, const void *mine, void *all, size_t nbytes, struct tr_error *err) {
@@ -329,9 +357,9 @@ static int do_allgather(void *user, const void *mine, void *all, size_t nbytes, 
     if (nbytes > (size_t)CHUNK) return tr_error_set(err, TR_ERR_INVALID, "allgather: %zu bytes, at most %d", nbytes, CHUNK);
     char what[2 * PHASE_MAX];
     MPI_Request req;
-    const int64_t seq = begin(m, "an exchange of the ranks' state", what, sizeof what);
-    return end(m, MPI_Iallgather(mine, (int)nbytes, MPI_BYTE, all, (int)nbytes, MPI_BYTE, MPI_COMM_WORLD, &req), &req,
-               what, seq, err);
+    const int64_t seq = begin(m, "an exchange of the ranks' state", what, sizeof what, KIND_CTL);
+    return end(m, MPI_Iallgather(mine, (int)nbytes, MPI_BYTE, all, (int)nbytes, MPI_BYTE, m->ctl, &req), &req,
+               what, seq, KIND_CTL, err);
 }
 
 static void set_phase(void *user, const char *what) {
@@ -359,6 +387,12 @@ int tr_comm_mpi_open(int *argc, char ***argv, struct tr_comm **out, struct tr_er
     pthread_cond_init(&m->work, NULL);
     MPI_Comm_rank(MPI_COMM_WORLD, &m->pub.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &m->pub.size);
+    m->ctl = MPI_COMM_NULL;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &m->ctl) != MPI_SUCCESS) {
+        free(m);
+        return tr_error_set(err, TR_ERR_COMM, "MPI_Comm_dup: no communicator for the ranks' exchanges");
+    }
+    MPI_Comm_set_errhandler(m->ctl, MPI_ERRORS_RETURN);
     MPI_Comm host;
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, m->pub.rank, MPI_INFO_NULL, &host) == MPI_SUCCESS) {
         MPI_Comm_rank(host, &m->local_rank);
@@ -435,6 +469,7 @@ void tr_comm_mpi_close(struct tr_comm *c) {
     free(m->last);
     free(m->recv);
     free(m->send);
+    if (m->ctl != MPI_COMM_NULL) MPI_Comm_free(&m->ctl);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->work);
     free(m);
