@@ -204,6 +204,25 @@ static void test_fit_nan_weights(void **state) {
         fail_msg("not said as a non-finite start: %s / %s", e.msg, rep.rows[0].error);
 }
 
+/* optimizer = sgd is torch.optim.SGD's (and Keras') plain SGD: momentum 0 and no weight
+ * decay, unless the INI says. */
+static void test_fit_sgd_defaults(void **state) {
+    (void)state;
+    static struct tr_config cfg;
+    struct tr_error e = {0};
+    struct tr_train_config c;
+    assert_int_equal(tr_config_load_string("[run]\ntask = fit\n[train]\noptimizer = sgd\n", "t.ini", &cfg, &e), TR_OK);
+    assert_int_equal(tr_train_config_resolve(&cfg, &c, &e), TR_OK);
+    assert_true(c.momentum == 0.0 && c.weight_decay == 0.0);
+    assert_int_equal(tr_config_load_string("[run]\ntask = fit\n[train]\noptimizer = sgd\nmomentum = 0.5\n"
+                                           "weight_decay = 0.1\n", "t.ini", &cfg, &e), TR_OK);
+    assert_int_equal(tr_train_config_resolve(&cfg, &c, &e), TR_OK);
+    assert_true(c.momentum == 0.5 && c.weight_decay == 0.1);
+    assert_int_equal(tr_config_load_string("[run]\ntask = fit\n", "t.ini", &cfg, &e), TR_OK);
+    assert_int_equal(tr_train_config_resolve(&cfg, &c, &e), TR_OK);
+    assert_true(c.weight_decay == 0.01); /* AdamW's, as torch's */
+}
+
 /* optimizer = adam is Keras' Adam: eps 1e-7 and no weight decay, unless the INI says. */
 static void test_fit_keras_adam(void **state) {
     (void)state;
@@ -300,4 +319,4 @@ static void test_lora_frozen(void **state) {
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_update_api, test_update_copied, test_update_donated,
              test_fit_bad_train_key, test_fit_keras_adam, test_lora_frozen, test_fit_bf16_masters,
-             test_fit_learns_everywhere, test_fit_nan_weights)
+             test_fit_learns_everywhere, test_fit_nan_weights, test_fit_sgd_defaults)

@@ -20,8 +20,8 @@ static const struct tr_model_key train_keys[] = {
     KEY(beta1, TR_KEY_FLOAT, 0, 0.999999, "AdamW's first-moment decay"),
     KEY(beta2, TR_KEY_FLOAT, 0, 0.999999, "AdamW's second-moment decay"),
     KEY(eps, TR_KEY_FLOAT, 1e-30, 1, "AdamW's denominator term"),
-    KEY(weight_decay, TR_KEY_FLOAT, 0, 10, "decoupled (AdamW) or L2 (SGD) weight decay"),
-    KEY(momentum, TR_KEY_FLOAT, 0, 0.999999, "SGD's momentum"),
+    KEY(weight_decay, TR_KEY_FLOAT, 0, 10, "decoupled (AdamW: 0.01 by default) or L2 (SGD: 0 by default) weight decay"),
+    KEY(momentum, TR_KEY_FLOAT, 0, 0.999999, "SGD's momentum (0 by default, as torch.optim.SGD)"),
     KEY(master_weights, TR_KEY_BOOL, 0, 0, "f32 master copies of bf16/f16 params"),
 };
 
@@ -62,6 +62,20 @@ int tr_train_config_resolve(const struct tr_config *cfg, struct tr_train_config 
     if (strcmp(c->optimizer, "adamw") != 0 && strcmp(c->optimizer, "sgd") != 0)
         return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [train] optimizer = %s: expected adamw, adam or sgd",
                             cfg->file, train_key_line(cfg, "optimizer"), c->optimizer);
+    const int sgd = strcmp(c->optimizer, "sgd") == 0;
+    if (sgd) { /* torch.optim.SGD's (and Keras') defaults where the INI is silent: plain SGD */
+        if (!train_key_line(cfg, "momentum")) c->momentum = 0.0;
+        if (!train_key_line(cfg, "weight_decay")) c->weight_decay = 0.0;
+    }
+    /* a key the chosen optimizer does not read is said, not silently dropped */
+    static const char *const adam_only[] = {"beta1", "beta2", "eps"};
+    for (int k = 0; sgd && k < 3; k++)
+        if (train_key_line(cfg, adam_only[k]))
+            fprintf(stderr, "trident: warning: %s:%d: [train] %s is AdamW's; optimizer = sgd leaves it unread\n",
+                    cfg->file, train_key_line(cfg, adam_only[k]), adam_only[k]);
+    if (!sgd && train_key_line(cfg, "momentum"))
+        fprintf(stderr, "trident: warning: %s:%d: [train] momentum is SGD's; optimizer = %s leaves it unread\n",
+                cfg->file, train_key_line(cfg, "momentum"), c->optimizer);
     return TR_OK;
 }
 
