@@ -80,6 +80,14 @@ static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g
         }
         int rc = convert(&t, &ts[i], name, err);
         if (rc) return rc;
+        /* a tokenizer's mask is 0 or 1: another value would weigh a key where transformers
+         * (which reads any nonzero as 1) attends to it plainly */
+        for (int64_t k = 0; strcmp(name, "attention_mask") == 0 && ts[i].ndim == 2 && k < tr_tensor_numel(&ts[i]); k++) {
+            const double v = tr_tensor_get_f64(&ts[i], k);
+            if (v != 0.0 && v != 1.0)
+                return tr_error_set(err, TR_ERR_INVALID, "'attention_mask' element %lld is %g: expected 0 (a pad) or 1 "
+                                    "(a token), as a tokenizer writes it", (long long)k, v);
+        }
     }
     for (int k = 0; k < tr_safetensors_count(st); k++) {
         const char *name = tr_safetensors_name(st, k);
