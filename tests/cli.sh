@@ -386,6 +386,8 @@ ini twofit_lr.ini "$(cat "$tmp/twofit_ref.ini")
 learning_rate = 0.05"
 expect "--outputs' file as a reference: another learning rate differs from step 2" 1 \
   "'torch' differs from it: 'loss' [0-9.e+-]+; worst element loss of step [2-9]" -- "$bin" run "$tmp/twofit_lr.ini"
+expect "--outputs' file as a reference: a run of another length is said, not cut to the shorter" 1 \
+  "'loss' holds 4 steps' losses in the reference, the run took 6 steps" -- "$bin" run "$tmp/twofit_ref.ini" --steps 5
 ini twofit_jax.ini "$(sed 's/^backends = .*/backends = jax/' "$tmp/twofit_ref.ini")"
 expect "a reference of another backend's outputs is refused by name" 1 \
   "tensor 'torch/loss' is for backend 'torch', which this run does not list" -- "$bin" run "$tmp/twofit_jax.ini"

@@ -328,6 +328,12 @@ void tr_bench_reference_compare(const struct tr_bench_reference *r, const struct
                 snprintf(where, sizeof where, " of step %lld", (long long)s + 1);
                 note_worst(row, rel, "loss", where, got, want);
             }
+            if (tr_tensor_numel(&ref) != n_losses) { /* a reference of another run's length: said, not cut */
+                row->ref_rel_diff = INFINITY;
+                snprintf(row->ref_worst, sizeof row->ref_worst, "'loss' holds %lld steps' losses in the reference, "
+                         "the run took %lld steps (warm-up and timed): compare runs of the same length",
+                         (long long)tr_tensor_numel(&ref), (long long)n_losses);
+            }
             row->ref_compared++;
             continue;
         }
