@@ -797,13 +797,13 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
             continue;
         }
         row->max_rel_diff = 0;
-        const struct tr_bench_row *rr = rs->row;
-        for (int i = 0; fs.on && i < row->n_fit_losses && i < rr->n_fit_losses; i++) {
-            double a = row->fit_losses[i], b2 = rr->fit_losses[i];
+        /* fit: every step's loss (the row keeps the first few for the reports) */
+        for (int64_t i = 0; fs.on && i < sl->sh->n_steps && i < rs->sh->n_steps; i++) {
+            double a = sl->losses[i], b2 = rs->losses[i];
             double d = fabs(a - b2) / (fabs(b2) > 0 ? fabs(b2) : 1.0);
             if (!(d <= row->max_rel_diff)) {
                 row->max_rel_diff = d;
-                snprintf(row->worst_output, sizeof row->worst_output, "loss of step %d", i + 1);
+                snprintf(row->worst_output, sizeof row->worst_output, "loss of step %lld", (long long)i + 1);
             }
         }
         for (int i = 0; !fs.on && i < n_out; i++) {
