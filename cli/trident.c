@@ -379,6 +379,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
+    /* `trident COMMAND --help`: the usage, which covers every command, rather than
+     * "--help" read as a file */
+    for (int i = 2; strcmp(cmd, "bench-kernels") != 0 && strcmp(cmd, "roofline") != 0 && i < argc; i++) /* (own help) */
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        }
     /* The commands that run kernels: OpenMP's wait policy has to be in place before
      * libgomp starts, so this may execute the program again (cli/omp_env.c). */
     if (!strcmp(cmd, "run") || !strcmp(cmd, "bench") || !strcmp(cmd, "bench-kernels") || !strcmp(cmd, "check-backend") ||

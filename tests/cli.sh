@@ -21,6 +21,7 @@ done
 if grep -Eq '^cpu .+, isa [a-z0-9]+ \((native|forced .*)\), oneDNN [a-z0-9_]+, bf16 GEMM (native|via f32), [0-9]+ threads?, OpenMP wait .+$' "$tmp/out"; then
   ok "quickstart names the host"; else bad "quickstart names the host"; fi
 expect "quickstart writes json" 0 'all backends ran' -- "$bin" run conf/quickstart.ini --steps 2 --json "$tmp/q.json"
+expect "trident list --help prints the usage" 0 '^usage: trident run' -- "$bin" list --help
 expect "an option without its value is refused" 2 'trident: --steps needs a value' -- "$bin" run conf/quickstart.ini --steps
 expect "an option given twice is refused" 2 'trident: --json is given twice' -- \
   "$bin" run conf/quickstart.ini --json "$tmp/a.json" --json "$tmp/b.json"
