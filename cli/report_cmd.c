@@ -30,6 +30,20 @@ static int is_suite(const cJSON *root) {
     return k && strcmp(k, "suite") == 0;
 }
 
+/* Every string of the report made safe to print: a control character (a label or path
+ * edited to hold an escape sequence) becomes '?', before anything reads or prints it. */
+static void printable(cJSON *j) {
+    for (; j; j = j->next) {
+        if (cJSON_IsString(j) && j->valuestring)
+            for (char *c = j->valuestring; *c; c++)
+                if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+        if (j->string)
+            for (char *c = j->string; *c; c++)
+                if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+        printable(j->child);
+    }
+}
+
 static int load_report(const char *path, cJSON **out, struct tr_error *err) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
@@ -88,6 +102,7 @@ static int load_report(const char *path, cJSON **out, struct tr_error *err) {
         cJSON_Delete(root);
         return rc;
     }
+    printable(root);
     *out = root;
     return TR_OK;
 }

@@ -554,6 +554,19 @@ static void test_report_cmd(void **state) {
     }
 }
 
+/* A report edited to hold control characters (an escape sequence in a label): printed
+ * with '?' in their place, never raw to the terminal. */
+static void test_report_cmd_control_chars(void **state) {
+    (void)state;
+    char p[600];
+    tr_test_dir_file("esc.json", "{\"schema\": 1, \"backends\": [{\"backend\": \"a\\u001b[31mb\\nc\", \"ok\": true, "
+                     "\"mean_ms\": 1}]}", p, sizeof p);
+    const char *ab[2] = {p, p};
+    assert_int_equal(run_report(2, ab), 0);
+    expect_in("the output", cli_out, "a?[31mb?c");
+    assert_null(strchr(cli_out, 0x1b));
+}
+
 /* Rows are known by their labels, so entries that would share one (two builds of one
  * backend, a backend by name and by path) are told apart: "#2" on the later one. */
 static void test_labels_unique(void **state) {
@@ -572,5 +585,5 @@ static void test_labels_unique(void **state) {
     }
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_labels_unique, test_utf8, test_step_order, test_markdown, test_csv, test_json,
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_labels_unique, test_report_cmd_control_chars, test_utf8, test_step_order, test_markdown, test_csv, test_json,
              test_json_write_fails, test_svg, test_report_cmd)
