@@ -77,6 +77,19 @@ static void check_noisy_lines(const char *out) {
     assert_true(strstr(out, "noisy: torch ") < strstr(out, "broken: FAILED: it broke"));
 }
 
+/* A backend's stats are printed whatever they are: a peak of UINT64_MAX bytes keeps the
+ * table's columns (8 characters, in e-notation), where it printed 17592186044416.0. */
+static void test_huge_stats(void **state) {
+    (void)state;
+    static struct tr_bench_report rep;
+    make_report(&rep, "predict");
+    rep.rows[1].stats.peak_bytes = UINT64_MAX;
+    char *out = printed(&rep);
+    expect_in(out, " 1.76e+13 ");
+    expect_not_in(out, "17592186044416");
+    free(out);
+}
+
 static void test_noisy_rows(void **state) {
     (void)state;
     static struct tr_bench_report rep;
@@ -235,5 +248,5 @@ static void test_threads_not_applied(void **state) {
     assert_int_equal(rep.n_rows, 0);
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_noisy_rows, test_host_line, test_json, test_host_info,
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_huge_stats, test_noisy_rows, test_host_line, test_json, test_host_info,
              test_threads_not_applied)

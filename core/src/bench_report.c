@@ -28,6 +28,14 @@ int tr_bench_row_noisy(const struct tr_bench_row *r) {
 }
 
 /* A time for a sentence: three significant digits, no exponent. */
+/* MiB in a column of 8: "%.1f", or "%.2e" past what 8 characters hold (a backend's
+ * stats are its own word: UINT64_MAX must not push the table out of line). */
+static const char *mib_str(uint64_t bytes, char *buf, size_t n) {
+    const double mib = (double)bytes / 1048576.0;
+    snprintf(buf, n, mib < 1e6 ? "%.1f" : "%.2e", mib);
+    return buf;
+}
+
 static const char *ms_str(double ms, char *buf, size_t n) {
     snprintf(buf, n, ms < 1000 ? "%.3g" : "%.0f", ms);
     return buf;
@@ -149,11 +157,11 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
             fprintf(f, "%-*s FAILED\n", w, r->label);
             continue;
         }
-        char agree[32];
-        fprintf(f, "%-*s %8.2f %8.3f %8.3f %8.3f %6.2fx %9.1f %7.1f %7llu %8.1f %8.1f  %s\n", w, r->label, r->first_ms,
+        char agree[32], peak[24], arena[24];
+        fprintf(f, "%-*s %8.2f %8.3f %8.3f %8.3f %6.2fx %9.1f %7.1f %7llu %8s %8s  %s\n", w, r->label, r->first_ms,
                 r->mean_ms, r->median_ms, r->p90_ms, best > 0 ? r->mean_ms / best : 0, r->items_per_s, r->gflops,
-                (unsigned long long)r->stats.kernel_calls, (double)r->stats.peak_bytes / 1048576.0,
-                (double)r->stats.arena_bytes / 1048576.0, agreement_str(r, agree, sizeof agree));
+                (unsigned long long)r->stats.kernel_calls, mib_str(r->stats.peak_bytes, peak, sizeof peak),
+                mib_str(r->stats.arena_bytes, arena, sizeof arena), agreement_str(r, agree, sizeof agree));
     }
     /* A slow tail means steps waited for the cores: the row's mean then measures the
      * machine's other load as much as the backend. Said under the table it qualifies. */
