@@ -263,7 +263,7 @@ static void test_losses(void **state) {
     lg = leaf(t, "logits", SIGNED, 2, SH(3, 4));
     lb = ids_input(t, "labels", 1, SH(3), SH(3, 0, 1));
     /* through a scaled loss, so dloss is not 1 */
-    check(t, "cross_entropy", tr_scale(t->g, tr_cross_entropy(t->g, lg, lb, -1), 3.0f, 0.0f), 1, &lg);
+    check(t, "cross_entropy", tr_scale(t->g, tr_cross_entropy(t->g, lg, lb, TR_IGNORE_NONE), 3.0f, 0.0f), 1, &lg);
     tr_ref_gx_free(t);
 
     t = tr_ref_gx_new();
@@ -286,7 +286,7 @@ static void test_mlp(void **state) {
     int y = tr_add(g, tr_matmul(g, h, w2, 0, 0), b2);
     int lb = ids_input(t, "labels", 1, SH(4), SH(0, 2, 1, 2));
     int wrt[5] = {w1, b1, w2, b2, x};
-    check(t, "2-layer MLP", tr_cross_entropy(g, y, lb, -1), 5, wrt);
+    check(t, "2-layer MLP", tr_cross_entropy(g, y, lb, TR_IGNORE_NONE), 5, wrt);
     tr_ref_gx_free(t);
 }
 
@@ -488,7 +488,7 @@ static void test_infer_training_ops(void **state) {
     assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
     int lg = tr_input(g, "logits", TR_DTYPE_BF16, 2, s23);
     int lb = tr_input(g, "labels", TR_DTYPE_I32, 1, SH(2));
-    int ce = tr_cross_entropy(g, lg, lb, -1);
+    int ce = tr_cross_entropy(g, lg, lb, TR_IGNORE_NONE);
     assert_true(ce >= 0);
     assert_int_equal(tr_node_dtype(g, ce), TR_DTYPE_F32);
     assert_int_equal(tr_node_ndim(g, ce), 0);

@@ -28,6 +28,7 @@
 #define FIXTURE_IO TR_SOURCE_DIR "/tests/fixtures/bert_tiny_io.safetensors"
 #define FIXTURE_GRADS TR_SOURCE_DIR "/tests/fixtures/bert_tiny_grads.safetensors"
 #define FIXTURE_PAD TR_SOURCE_DIR "/tests/fixtures/bert_tiny_pad.safetensors"
+#define FIXTURE_IGNORE TR_SOURCE_DIR "/tests/fixtures/bert_tiny_ignore.safetensors"
 #define HINT " (regenerate with: python3 tests/fixtures/make_bert_fixture.py)"
 #define STEPS 3 /* reduce-overhead records at step 2 and replays from step 3 */
 #define LOSS_TOL 1e-5
@@ -213,4 +214,9 @@ static void test_grads_match_pytorch(void **state) { grads_match(FIXTURE_IO, FIX
  * (make_pad_grad_fixture.py; issue 18). */
 static void test_grads_match_pytorch_pad_tokens(void **state) { grads_match(FIXTURE_PAD, FIXTURE_PAD); }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_grads_match_pytorch, test_grads_match_pytorch_pad_tokens)
+/* Sample 0 labelled -100: CrossEntropyLoss's ignore_index leaves it out of the loss and of
+ * the mean, so loss and gradients are sample 1's alone (make_bert_ignore_fixture.py). */
+static void test_grads_match_pytorch_ignored_label(void **state) { grads_match(FIXTURE_IGNORE, FIXTURE_IGNORE); }
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_grads_match_pytorch, test_grads_match_pytorch_pad_tokens,
+             test_grads_match_pytorch_ignored_label)

@@ -687,10 +687,10 @@ done:
 
 /* ---- losses ---- */
 
-int tr_cross_entropy(struct tr_graph *g, int logits, int labels, int ignore_index) {
+int tr_cross_entropy(struct tr_graph *g, int logits, int labels, int64_t ignore_index) {
     struct tr_attrs a = attrs0();
-    a.ints[0] = ignore_index < 0 ? 0 : ignore_index;
-    a.ints[1] = ignore_index >= 0;
+    a.ints[0] = ignore_index == TR_IGNORE_NONE ? 0 : ignore_index;
+    a.ints[1] = ignore_index != TR_IGNORE_NONE;
     a.n_ints = 2;
     return node2(g, TR_OP_CROSS_ENTROPY, logits, labels, &a);
 }

@@ -338,7 +338,7 @@ static int bert_build(const void *config, const struct tr_build_opts *o, struct 
 static int loss_of(struct tr_graph *g, enum problem p, int logits, int64_t B, int64_t L) {
     if (p == PROBLEM_SINGLE) {
         const int64_t b[1] = {B};
-        return tr_cross_entropy(g, logits, tr_input(g, "labels", TR_DTYPE_I32, 1, b), -1);
+        return tr_cross_entropy(g, logits, tr_input(g, "labels", TR_DTYPE_I32, 1, b), -100);
     }
     const int64_t bl[2] = {B, L}, n = B * L;
     int x = tr_node_dtype(g, logits) == TR_DTYPE_F32 ? logits : tr_cast(g, logits, TR_DTYPE_F32);
@@ -358,7 +358,7 @@ static int loss_of(struct tr_graph *g, enum problem p, int logits, int64_t B, in
     int class0 = tr_const(g, "bce.class0", TR_DTYPE_I32, 1, &n, zeros); /* 0.0f and (int32_t)0: both all-zero bits */
     free(zeros);
     const int pair[2] = {zero, tr_reshape(g, x, 3, bl1)};
-    int softplus = tr_cross_entropy(g, tr_reshape(g, tr_concat(g, 2, pair, 2), 2, pairs), class0, -1);
+    int softplus = tr_cross_entropy(g, tr_reshape(g, tr_concat(g, 2, pair, 2), 2, pairs), class0, TR_IGNORE_NONE);
     int xy = tr_reduce(g, TR_OP_MEAN, tr_reshape(g, tr_mul(g, x, y), 1, &n), 0, 0);
     return tr_sub(g, softplus, xy);
 }

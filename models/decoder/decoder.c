@@ -10,6 +10,7 @@
 #include "decoder.h"
 #include "layers.h"
 #include "models.h"
+#include "trident/autodiff.h"
 #include "trident/rng.h"
 
 static const char *family_name(enum tr_decoder_family f) { return f == TR_DECODER_GEMMA ? "gemma" : "mistral"; }
@@ -229,15 +230,7 @@ static float embed_scale(int64_t D, enum tr_dtype dt) {
 static int causal_lm_loss(struct tr_graph *g, int logits, int64_t B, int64_t T, int64_t V) {
     const int64_t bt[2] = {B, T}, rows[2] = {B * T, V}, n[1] = {B * T};
     int labels = tr_input(g, "labels", TR_DTYPE_I32, 2, bt);
-    struct tr_attrs a;
-    memset(&a, 0, sizeof a);
-    a.ints[0] = TR_DECODER_IGNORE; /* tr_cross_entropy takes only ignore indices >= 0 */
-    a.ints[1] = 1;
-    a.n_ints = 2;
-    int in[2];
-    in[0] = tr_reshape(g, logits, 2, rows);
-    in[1] = tr_reshape(g, labels, 1, n);
-    int loss = tr_graph_add_node(g, TR_OP_CROSS_ENTROPY, 2, in, &a);
+    int loss = tr_cross_entropy(g, tr_reshape(g, logits, 2, rows), tr_reshape(g, labels, 1, n), TR_DECODER_IGNORE);
     if (loss >= 0) tr_graph_set_name(g, loss, "loss");
     return loss;
 }

@@ -44,9 +44,11 @@ struct tr_grad_hook {
 int tr_grad_hooked(struct tr_graph *g, int loss, int n_wrt, const int *wrt, int *grads, const struct tr_grad_hook *hook,
                    struct tr_error *err);
 
-/* Losses: thin builders over the CROSS_ENTROPY and MSE ops (ops.h). ignore_index < 0:
- * nothing ignored. */
-int tr_cross_entropy(struct tr_graph *g, int logits, int labels, int ignore_index);
+/* Losses: thin builders over the CROSS_ENTROPY and MSE ops (ops.h). Labels equal to
+ * ignore_index (PyTorch's default is -100) are left out of the loss and of its mean;
+ * TR_IGNORE_NONE: every label counts. */
+#define TR_IGNORE_NONE INT64_MIN
+int tr_cross_entropy(struct tr_graph *g, int logits, int labels, int64_t ignore_index);
 int tr_mse(struct tr_graph *g, int pred, int target);
 
 #ifdef __cplusplus
