@@ -392,6 +392,16 @@ static void check_abi(struct cb_run *r, const struct tr_backend_i *it) {
         d);
     row(r, it->description && it->description[0] ? "PASS" : "FAIL", "has a description",
         it->description && it->description[0] ? it->description : "(empty: `trident list` shows nothing)");
+    /* fit's graphs update params, which ABI 1.1 added: the loader refuses them on a 1.0
+     * plugin whatever its caps say, so a 1.0 plugin declaring training cannot train */
+    if (it->caps & TR_CAP_TRAINING) {
+        int can = TR_ABI_GET_MINOR(it->abi_version) >= 1;
+        snprintf(d, sizeof d, "%s", can ? "declares TR_CAP_TRAINING and speaks ABI 1.1 or later (graph updates)"
+                                        : "declares TR_CAP_TRAINING but speaks ABI 1.0: fit's graphs update params, "
+                                          "which needs ABI 1.1, so `trident run` refuses fit on it; rebuild it "
+                                          "against this trident's headers");
+        row(r, can ? "PASS" : "FAIL", "training needs ABI 1.1", d);
+    }
 }
 
 static int usage_error(void) {

@@ -348,6 +348,10 @@ expect "check-backend fails a wrong backend" 1 'FAIL +f32 +matmul.*rel err 1.0e-
 expect "check-backend passes an f32-only backend" 0 'the backend conforms' -- \
   "$bin" check-backend "$(dirname "$wrong")/libtrident_backend_good.so"
 check "check-backend skips a cast to a dtype the caps leave out" 'SKIP +f32 +cast to bf16 +casts to a dtype'
+# A 1.0 plugin that declares training: fit would be refused (no graph updates before 1.1).
+expect "check-backend fails a 1.0 plugin that declares training" 1 \
+  'FAIL +training needs ABI 1.1 +declares TR_CAP_TRAINING but speaks ABI 1.0' -- \
+  "$bin" check-backend "$(dirname "$wrong")/libtrident_backend_v10.so"
 expect "check-backend refuses a missing backend" 1 "not found" -- "$bin" check-backend nosuch
 expect "unknown command" 2 'usage' -- "$bin" frobnicate
 
