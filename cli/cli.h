@@ -37,6 +37,10 @@ int tr_cli_adamw_update_call(struct tr_kernels *k, enum tr_dtype pdt, enum tr_dt
                              const float hp[4], struct tr_tensor *t, struct tr_kernel_call *call,
                              struct tr_error *err);
 
+/* a and b name one file (cli/trident.c): one inode where both exist, else the same
+ * resolved directory and name. The commands refuse an output that is an input. */
+int tr_cli_same_file(const char *a, const char *b);
+
 /* trident roofline FILE.ini [--device-peaks h200|h100|measure] [--run] [--reps R]
  * [--top N] [--json OUT]: the step's kernels against the device's floor
  * (trident/roofline.h; cli/roofline_cmd.c). */

@@ -223,6 +223,7 @@ int tr_cli_roofline(int argc, char **argv) {
         }
     }
     if (!ini) return usage("no FILE.ini");
+    if (json && tr_cli_same_file(json, ini)) return usage("--json names the config itself; write to another file");
     struct tr_error err = {0};
     static struct tr_config cfg;
     struct tr_task_graph tg;

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "cli.h"
 #include "models.h"
 #include "trident/check_nodes.h"
@@ -80,8 +81,11 @@ static void on_sigint(int sig) {
 static int run_one(struct tr_config *cfg, struct tr_comm *comm, const char *json, const char *outputs,
                    const char *report, int log_scale, const char *baseline, int scaling, int check_nodes);
 
-/* a and b name one file: the same directory (resolved) and name, whether it exists yet or not. */
-static int same_file(const char *a, const char *b) {
+/* a and b name one file: one inode where both exist, else the same directory (resolved)
+ * and name, whether it exists yet or not. */
+int tr_cli_same_file(const char *a, const char *b) {
+    struct stat st_a, st_b;
+    if (stat(a, &st_a) == 0 && stat(b, &st_b) == 0) return st_a.st_dev == st_b.st_dev && st_a.st_ino == st_b.st_ino;
     char da[PATH_MAX], db[PATH_MAX], ra[PATH_MAX], rb[PATH_MAX];
     const char *sa = strrchr(a, '/'), *sb = strrchr(b, '/');
     snprintf(da, sizeof da, "%.*s", sa ? (int)(sa - a + 1) : 2, sa ? a : "./");
@@ -137,7 +141,18 @@ static int cmd_run(int argc, char **argv) {
         fputs(usage, stderr);
         return 2;
     }
-    if (json && outputs && same_file(json, outputs)) {
+    /* the files the run reads are never its outputs: writing one would leave the config (or
+     * the baseline) replaced by a report */
+    const char *const outs[2][2] = {{"--json", json}, {"--outputs", outputs}};
+    const char *const ins[2][2] = {{"the config", ini}, {"--baseline", baseline}};
+    for (int o = 0; o < 2; o++)
+        for (int r = 0; r < 2; r++)
+            if (outs[o][1] && ins[r][1] && tr_cli_same_file(outs[o][1], ins[r][1])) {
+                fprintf(stderr, "trident: %s %s is %s %s, which the run reads; write to another file\n%s", outs[o][0],
+                        outs[o][1], ins[r][0], ins[r][1], usage);
+                return 2;
+            }
+    if (json && outputs && tr_cli_same_file(json, outputs)) {
         fprintf(stderr, "trident: --json %s and --outputs %s are one file; give each its own\n%s", json, outputs, usage);
         return 2;
     }

@@ -27,6 +27,15 @@ expect "an option given twice is refused" 2 'trident: --json is given twice' -- 
   "$bin" run conf/quickstart.ini --json "$tmp/a.json" --json "$tmp/b.json"
 expect "--json and --outputs into one file is refused" 2 'are one file; give each its own' -- \
   "$bin" run conf/quickstart.ini --json "$tmp/same.x" --outputs "$tmp/../$(basename "$tmp")/same.x"
+cp conf/quickstart.ini "$tmp/self.ini"
+expect "--json naming the config itself is refused" 2 'json .*self.ini is the config .*self.ini, which the run reads' -- \
+  "$bin" run "$tmp/self.ini" --json "$tmp/../$(basename "$tmp")/self.ini"
+ln -s "$tmp/self.ini" "$tmp/link.ini"
+expect "--outputs onto the config through a link is refused" 2 'outputs .*link.ini is the config' -- \
+  "$bin" run "$tmp/self.ini" --outputs "$tmp/link.ini"
+expect "roofline --json naming the config is refused" 2 'json names the config itself' -- \
+  "$bin" roofline "$tmp/self.ini" --json "$tmp/self.ini"
+if cmp -s conf/quickstart.ini "$tmp/self.ini"; then ok "the config is left as it was"; else bad "the config is left as it was"; fi
 if grep -q '"mean_ms"' "$tmp/q.json" 2>/dev/null; then ok "json has mean_ms"; else echo > "$tmp/out"; bad "json has mean_ms"; fi
 for key in '"cpu":' '"onednn_isa":' '"threads":' '"omp_wait":' '"noisy":'; do
   if grep -q "$key" "$tmp/q.json" 2>/dev/null; then ok "json has $key"; else echo > "$tmp/out"; bad "json has $key"; fi

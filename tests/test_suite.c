@@ -155,15 +155,16 @@ static void backend_row(struct tr_bench_report *rep, const char *label, double m
     if (!ok) snprintf(r->error, sizeof r->error, "the backend's process was killed by signal 11");
 }
 
-/* Three rows: one with both backends (tf best), one where torch failed and a third backend
- * appears, one not run; every format puts the numbers in the right cells. */
+/* Four rows: one with both backends (tf best) and a faster jax that disagrees and is
+ * noisy, one where torch failed and a third backend appears, one not run, one that failed
+ * before any backend ran; every format puts the numbers in the right cells. */
 static void test_summary(void **state) {
     (void)state;
-    struct tr_suite *s = load_ok("[row.a]\nconfig = row.ini\nlabel = Row | A\n[row.b]\nconfig = row.ini\n"
-                                 "[row.c]\nconfig = row.ini\n");
-    struct tr_suite_result *res = calloc(3, sizeof *res);
+    struct tr_suite *s = load_ok("[row.a]\nconfig = row.ini\nlabel = Row | A <b>*x*</b>\n[row.b]\nconfig = row.ini\n"
+                                 "[row.c]\nconfig = row.ini\n[row.d]\nconfig = row.ini\n");
+    struct tr_suite_result *res = calloc(4, sizeof *res);
     assert_non_null(res);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i += i == 1 ? 2 : 1) { /* a, b and d got as far as the model */
         struct tr_bench_report *rep = &res[i].rep;
         snprintf(rep->model, sizeof rep->model, "bert");
         snprintf(rep->preset, sizeof rep->preset, "tiny");
@@ -173,20 +174,26 @@ static void test_summary(void **state) {
     }
     backend_row(&res[0].rep, "torch", 4.0, 1, 1);
     backend_row(&res[0].rep, "tf", 2.0, 1, 1);
-    res[0].status = TR_SUITE_OK;
+    backend_row(&res[0].rep, "jax", 1.0, 1, 0);
+    res[0].rep.rows[2].p90_ms = 3.0; /* 3x its median: noisy */
+    res[0].status = TR_SUITE_FAILED;
     backend_row(&res[1].rep, "torch", 0, 0, 0);
     backend_row(&res[1].rep, "jax", 3.0, 1, 0);
     res[1].status = TR_SUITE_FAILED;
     snprintf(res[1].error, sizeof res[1].error, "a backend failed");
+    res[3].status = TR_SUITE_FAILED;
+    snprintf(res[3].error, sizeof res[3].error, "row.ini:7: [run] inputs = x.safetensors: wrong shape");
 
     char text[8192];
     FILE *f = fmemopen(text, sizeof text, "w");
     assert_non_null(f);
     tr_suite_print(s, res, f);
     fclose(f);
-    assert_non_null(strstr(text, "3 rows, 2 ran, 1 of them"));
+    assert_non_null(strstr(text, "4 rows, 2 ran, 0 of them with every backend ran and agreeing; 1 failed before any "
+                                 "backend ran"));
     assert_non_null(strstr(text, "4.00 (2.00x)"));
     assert_non_null(strstr(text, "*2.00"));
+    assert_non_null(strstr(text, "1.00 (0.50x, disagrees, noisy)")); /* fastest, but wrong: not the best */
     assert_non_null(strstr(text, "FAILED"));
     assert_non_null(strstr(text, "*3.00 (disagrees)"));
     assert_non_null(strstr(text, "(not run)"));
@@ -200,14 +207,18 @@ static void test_summary(void **state) {
     assert_int_equal(tr_suite_write_md(s, res, md, &e), TR_OK);
     const char *m = tr_test_read_file(md, NULL);
     assert_non_null(strstr(m, "| row | run | torch | tf | jax |"));
-    assert_non_null(strstr(m, "| Row \\| A | bert/tiny predict, batch 8, f32 | 4.00 (2.00x) | **2.00** | - |"));
+    assert_non_null(strstr(m, "| Row \\| A \\<b\\>\\*x\\*\\</b\\> | bert/tiny predict, batch 8, f32 | 4.00 (2.00x) | "
+                              "**2.00** | 1.00 (0.50x, disagrees, noisy) |"));
     assert_non_null(strstr(m, "| FAILED | - | **3.00** (disagrees) |"));
     assert_non_null(strstr(m, "| c | (not run) | not run | not run | not run |"));
+    assert_non_null(strstr(m, "| d | bert/tiny predict, batch 8, f32 | not run | not run | not run |"));
 
     assert_int_equal(tr_suite_write_csv(s, res, csv, &e), TR_OK);
     const char *c = tr_test_read_file(csv, NULL);
-    assert_non_null(strstr(c, "a,Row | A,bert,tiny,predict,8,f32,torch,1,1,4,4,4.4,12,2.0000\r\n"));
+    assert_non_null(strstr(c, "a,Row | A <b>*x*</b>,bert,tiny,predict,8,f32,torch,1,1,4,4,4.4,12,2.0000\r\n"));
     assert_non_null(strstr(c, "b,b,bert,tiny,predict,8,f32,torch,0,0,,,,,\r\n"));
+    assert_non_null(strstr(c, "\nc,c,,,,,,,0,0,,,,,\r\n"));
+    assert_non_null(strstr(c, "\nd,d,bert,tiny,predict,8,f32,,0,0,,,,,\r\n"));
 
     assert_int_equal(tr_suite_write_json(s, res, 1, json, &e), TR_OK);
     cJSON *root = cJSON_Parse(tr_test_read_file(json, NULL));
@@ -215,7 +226,7 @@ static void test_summary(void **state) {
     assert_string_equal(cJSON_GetObjectItem(root, "kind")->valuestring, "suite");
     assert_true(cJSON_IsTrue(cJSON_GetObjectItem(root, "interrupted")));
     cJSON *rows = cJSON_GetObjectItem(root, "rows");
-    assert_int_equal(cJSON_GetArraySize(rows), 3);
+    assert_int_equal(cJSON_GetArraySize(rows), 4);
     cJSON *r1 = cJSON_GetArrayItem(rows, 1);
     assert_string_equal(cJSON_GetObjectItem(r1, "status")->valuestring, "failed");
     cJSON *be = cJSON_GetObjectItem(cJSON_GetObjectItem(r1, "report"), "backends");

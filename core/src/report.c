@@ -115,6 +115,8 @@ static void put_text(FILE *f, const char *s, enum esc esc) {
     }
 }
 
+void tr_md_text(FILE *f, const char *s) { put_text(f, s, ESC_MD); }
+
 /* "MODEL/PRESET TASK", the name of a report in its title and headings. */
 static void put_run_name(FILE *f, const struct tr_bench_report *rep, enum esc esc) {
     put_text(f, rep->model, esc);

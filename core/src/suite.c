@@ -258,13 +258,24 @@ static const struct tr_bench_row *row_of(const struct tr_suite_result *r, const 
     return NULL;
 }
 
+/* A row's best: the lowest mean of the backends that ran and agree with the reference (a
+ * wrong answer fast is no one's best); of those that ran when none agrees. */
 static double best_of(const struct tr_suite_result *r) {
     double best = 0;
-    for (int b = 0; b < r->rep.n_rows; b++) {
-        const struct tr_bench_row *x = &r->rep.rows[b];
-        if (x->ok && x->steps_run > 0 && (best == 0 || x->mean_ms < best)) best = x->mean_ms;
-    }
+    for (int pass = 0; pass < 2 && best == 0; pass++)
+        for (int b = 0; b < r->rep.n_rows; b++) {
+            const struct tr_bench_row *x = &r->rep.rows[b];
+            if (x->ok && x->steps_run > 0 && (pass || x->agrees) && (best == 0 || x->mean_ms < best))
+                best = x->mean_ms;
+        }
     return best;
+}
+
+/* A backend of the row took timed steps. */
+static int row_ran(const struct tr_suite_result *r) {
+    for (int b = 0; b < r->rep.n_rows; b++)
+        if (r->rep.rows[b].ok && r->rep.rows[b].steps_run > 0) return 1;
+    return 0;
 }
 
 /* What ran: "bert/small fit, batch 8, f32". */
@@ -282,8 +293,8 @@ enum cell_style { CELL_TEXT, CELL_MD };
 /* One backend's cell of one row. */
 static void cell(const struct tr_suite_result *r, const char *label, enum cell_style style, char *buf, size_t n) {
     const struct tr_bench_row *x = row_of(r, label);
-    if (!x) {
-        snprintf(buf, n, "%s", r->status == TR_SUITE_NOT_RUN ? "not run" : "-");
+    if (!x) { /* no backend row at all: the row never reached its backends */
+        snprintf(buf, n, "%s", r->rep.n_rows == 0 ? "not run" : "-");
         return;
     }
     if (!x->ok) {
@@ -295,18 +306,27 @@ static void cell(const struct tr_suite_result *r, const char *label, enum cell_s
         return;
     }
     const double best = best_of(r);
-    const char *agree = x->agrees ? "" : ", disagrees";
+    /* what a reader must weigh the number by: wrong outputs, or a p90 far above the median */
+    char tags[40];
+    snprintf(tags, sizeof tags, "%s%s%s", x->agrees ? "" : "disagrees", !x->agrees && tr_bench_row_noisy(x) ? ", " : "",
+             tr_bench_row_noisy(x) ? "noisy" : "");
     if (x->mean_ms == best) {
-        if (style == CELL_MD) snprintf(buf, n, "**%.2f**%s", x->mean_ms, x->agrees ? "" : " (disagrees)");
-        else snprintf(buf, n, "*%.2f%s", x->mean_ms, x->agrees ? "" : " (disagrees)");
-    } else snprintf(buf, n, "%.2f (%.2fx%s)", x->mean_ms, x->mean_ms / best, agree);
+        const char *open = tags[0] ? " (" : "", *close = tags[0] ? ")" : "";
+        if (style == CELL_MD) snprintf(buf, n, "**%.2f**%s%s%s", x->mean_ms, open, tags, close);
+        else snprintf(buf, n, "*%.2f%s%s%s", x->mean_ms, open, tags, close);
+    } else snprintf(buf, n, "%.2f (%.2fx%s%s)", x->mean_ms, x->mean_ms / best, tags[0] ? ", " : "", tags);
 }
 
 static void summary_title(const struct tr_suite *s, const struct tr_suite_result *res, char *buf, size_t n) {
-    int ran = 0, ok = 0;
-    for (int i = 0; i < s->n_rows; i++) ran += res[i].status != TR_SUITE_NOT_RUN, ok += res[i].status == TR_SUITE_OK;
-    snprintf(buf, n, "suite %s: %d rows, %d ran, %d of them with every backend ran and agreeing", s->file, s->n_rows,
-             ran, ok);
+    int ran = 0, ok = 0, early = 0;
+    for (int i = 0; i < s->n_rows; i++) {
+        ran += row_ran(&res[i]), ok += res[i].status == TR_SUITE_OK;
+        early += res[i].status == TR_SUITE_FAILED && !row_ran(&res[i]);
+    }
+    char tail[64] = "";
+    if (early) snprintf(tail, sizeof tail, "; %d failed before any backend ran", early);
+    snprintf(buf, n, "suite %s: %d rows, %d ran, %d of them with every backend ran and agreeing%s", s->file, s->n_rows,
+             ran, ok, tail);
 }
 
 void tr_suite_print(const struct tr_suite *s, const struct tr_suite_result *res, FILE *f) {
@@ -361,16 +381,7 @@ static int close_out(FILE *f, const char *path, struct tr_error *err) {
     return TR_OK;
 }
 
-/* Markdown's table cells: '|' would end the cell, a newline the row. */
-static void md_text(FILE *f, const char *s) {
-    char clean[512];
-    tr_utf8_sanitize(clean, sizeof clean, s);
-    for (const char *p = clean; *p; p++) {
-        if (*p == '|') fputs("\\|", f);
-        else if (*p == '\n' || *p == '\r') fputc(' ', f);
-        else fputc(*p, f);
-    }
-}
+static void md_text(FILE *f, const char *s) { tr_md_text(f, s); }
 
 int tr_suite_write_md(const struct tr_suite *s, const struct tr_suite_result *res, const char *path,
                       struct tr_error *err) {
@@ -450,14 +461,18 @@ int tr_suite_write_csv(const struct tr_suite *s, const struct tr_suite_result *r
     for (int i = 0; i < s->n_rows; i++) {
         const struct tr_suite_result *r = &res[i];
         const double best = best_of(r);
-        for (int b = 0; b < r->rep.n_rows; b++) {
-            const struct tr_bench_row *x = &r->rep.rows[b];
+        /* a row that reached no backend still has its record, the backend empty */
+        for (int b = 0; b < (r->rep.n_rows ? r->rep.n_rows : 1); b++) {
+            const struct tr_bench_row *x = r->rep.n_rows ? &r->rep.rows[b] : &(const struct tr_bench_row){0};
             const int ran = x->ok && x->steps_run > 0;
             csv_field(f, s->rows[i].name);
             fputc(',', f);
             csv_field(f, s->rows[i].label);
-            fprintf(f, ",%s,%s,%s,%lld,%s,", r->rep.model, r->rep.preset, r->rep.task, (long long)r->rep.batch,
-                    r->rep.math[0] ? r->rep.math : r->rep.dtype);
+            fputc(',', f);
+            if (r->rep.model[0])
+                fprintf(f, "%s,%s,%s,%lld,%s,", r->rep.model, r->rep.preset, r->rep.task, (long long)r->rep.batch,
+                        r->rep.math[0] ? r->rep.math : r->rep.dtype);
+            else fputs(",,,,,", f);
             csv_field(f, x->label);
             fprintf(f, ",%d,%d,", x->ok, x->agrees);
             if (ran)

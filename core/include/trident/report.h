@@ -69,6 +69,11 @@ int tr_utf8_valid(const char *s);
  * whole result has (as snprintf: n <= return value means it was cut short). */
 size_t tr_utf8_sanitize(char *dst, size_t n, const char *src);
 
+/* s into f as one Markdown table cell's text: valid UTF-8, line breaks as spaces, and
+ * Markdown's table and emphasis characters (\\ | * _ ` < > [ ]) behind a backslash, so a
+ * label from outside shows as written. */
+void tr_md_text(FILE *f, const char *s);
+
 #ifdef __cplusplus
 }
 #endif
