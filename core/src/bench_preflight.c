@@ -56,6 +56,7 @@ void tr_bench_backend_params(const struct tr_config *cfg, const struct tr_config
 
 static void check_backend(const struct tr_config *cfg, const struct tr_config_backend *cb,
                           const struct tr_graph *const *graphs, int n_graphs, struct problems *p) {
+    char wb[TR_CONFIG_PATH + 96];
     struct tr_plugin_search search = {.ini_dir = cfg->plugin_path[0] ? cfg->plugin_path : NULL, .env_path = NULL};
     struct tr_plugin *plugin = NULL;
     struct tr_backend *be = NULL;
@@ -65,12 +66,13 @@ static void check_backend(const struct tr_config *cfg, const struct tr_config_ba
         struct names found = {{0}};
         struct tr_error se = {0};
         tr_plugin_scan(&search, collect, &found, &se);
-        add(p, "%s:%d: [run] backends: '%s': no such backend (backends found: %s; %s)", tr_config_backends_file(cfg),
-                 cfg->backends_line, cb->spec, found.list[0] ? found.list : "none", e.msg);
+        add(p, "%s: '%s': no such backend (backends found: %s; %s)",
+            tr_config_where(cfg, "backends", cfg->backends_line, wb, sizeof wb), cb->spec,
+            found.list[0] ? found.list : "none", e.msg);
         return;
     }
     if (rc) {
-        add(p, "%s:%d: [run] backends: '%s': %s", tr_config_backends_file(cfg), cfg->backends_line, cb->spec, e.msg);
+        add(p, "%s: '%s': %s", tr_config_where(cfg, "backends", cfg->backends_line, wb, sizeof wb), cb->spec, e.msg);
         return;
     }
     struct tr_option opts[TR_CONFIG_MAX_KV + 1];
@@ -83,9 +85,9 @@ static void check_backend(const struct tr_config *cfg, const struct tr_config_ba
     for (int i = 0; !rc && i < n_graphs; i++) {
         rc = tr_backend_check_graph(be, graphs[i], &e);
         if (rc) {
-            add(p, "%s:%d: [run] backends: '%s' cannot run %s/%s %s in %s: %s", tr_config_backends_file(cfg),
-                     cfg->backends_line, cb->spec, cfg->model, cfg->preset, cfg->task, tr_dtype_name(cfg->dtype),
-                     e.msg);
+            add(p, "%s: '%s' cannot run %s/%s %s in %s: %s",
+                tr_config_where(cfg, "backends", cfg->backends_line, wb, sizeof wb), cb->spec, cfg->model,
+                cfg->preset, cfg->task, tr_dtype_name(cfg->dtype), e.msg);
         }
     }
     tr_backend_free(be);
@@ -131,11 +133,12 @@ static int probe_run(void *arg, int cmd) {
  * or silence is a problem of its own. */
 static void check_backend_isolated(const struct tr_config *cfg, const struct tr_config_backend *cb,
                                    const struct tr_graph *const *graphs, int n_graphs, struct problems *p) {
+    char wb[TR_CONFIG_PATH + 96];
     struct probe q = {.cfg = cfg, .cb = cb, .graphs = graphs, .n_graphs = n_graphs, .p = p};
     struct tr_error e = {0};
     int status;
     if (tr_child_once(probe_run, &q, 'P', cfg->backend_timeout, "its load and init", &status, &e) != TR_OK)
-        add(p, "%s:%d: [run] backends: '%s': %s", tr_config_backends_file(cfg), cfg->backends_line, cb->spec, e.msg);
+        add(p, "%s: '%s': %s", tr_config_where(cfg, "backends", cfg->backends_line, wb, sizeof wb), cb->spec, e.msg);
 }
 
 int tr_bench_preflight(const struct tr_config *cfg, const struct tr_graph *const *graphs, int n_graphs,

@@ -768,6 +768,27 @@ const char *tr_config_backends_file(const struct tr_config *cfg) {
     return cfg->backends_from[0] ? cfg->backends_from : cfg->file;
 }
 
+const char *tr_config_where(const struct tr_config *cfg, const char *key, int line, char *buf, size_t n) {
+    for (int i = cfg->n_over - 1; i >= 0; i--) /* the last override of a key is the one that holds */
+        if (strcmp(cfg->over[i].key, key) == 0) {
+            snprintf(buf, n, "%s:%d: [%s] %s", cfg->over_file, cfg->over[i].line, cfg->over[i].section, key);
+            return buf;
+        }
+    if (line > 0) snprintf(buf, n, "%s:%d: [run] %s", cfg->file, line, key);
+    else snprintf(buf, n, "%s: [run] %s", cfg->file, key);
+    return buf;
+}
+
+const char *tr_config_overrides_str(const struct tr_config *cfg, char *buf, size_t n) {
+    size_t off = 0;
+    if (n) buf[0] = '\0';
+    for (int i = 0; i < cfg->n_over && off < n; i++)
+        off += (size_t)snprintf(buf + off, n - off, "%s%s = %s (%s:%d [%s])", i ? ", " : "; the suite set ",
+                                cfg->over[i].key, cfg->over[i].value, cfg->over_file, cfg->over[i].line,
+                                cfg->over[i].section);
+    return buf;
+}
+
 /* The overrides over what the file's [run] said; *backends_set when one set the list. */
 static int apply_overrides(struct ini_state *st, const struct tr_config_override *over, int n_over,
                            int *backends_set) {
@@ -788,6 +809,15 @@ static int apply_overrides(struct ini_state *st, const struct tr_config_override
                 *backends_set |= k == RUN_BACKENDS;
             }
         if (rc) return rc;
+        struct tr_config *cfg = st->cfg;
+        if (cfg->n_over < (int)(sizeof cfg->over / sizeof cfg->over[0])) {
+            struct tr_config_origin *g = &cfg->over[cfg->n_over++];
+            snprintf(cfg->over_file, sizeof cfg->over_file, "%s", o->file);
+            snprintf(g->key, sizeof g->key, "%s", o->key);
+            snprintf(g->section, sizeof g->section, "%s", o->section);
+            snprintf(g->value, sizeof g->value, "%s", o->value);
+            g->line = o->line;
+        }
     }
     st->where_file = st->where_section = NULL;
     return TR_OK;

@@ -151,11 +151,10 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
     }
     if (!p) {
         if (cfg && strcmp(cfg->preset, preset) == 0) {
-            char where[24] = "";
-            if (cfg->preset_line) snprintf(where, sizeof where, ":%d", cfg->preset_line);
-            return tr_error_set(err, TR_ERR_NOT_FOUND,
-                                "%s%s: [run] preset = %s: model '%s' has no such preset (presets: %s)", cfg->file,
-                                where, preset, m->name, names[0] ? names : "none");
+            char where[TR_CONFIG_PATH + 96];
+            return tr_error_set(err, TR_ERR_NOT_FOUND, "%s = %s: model '%s' has no such preset (presets: %s)",
+                                tr_config_where(cfg, "preset", cfg->preset_line, where, sizeof where), preset, m->name,
+                                names[0] ? names : "none");
         }
         return tr_error_set(err, TR_ERR_NOT_FOUND, "preset '%s' of model '%s' does not exist; presets: %s", preset,
                             m->name, names[0] ? names : "none");

@@ -231,6 +231,8 @@ int tr_suite_row_config(const struct tr_suite *s, int i, struct tr_config *cfg, 
     for (int k = 0; k < r->n_keys; k++)
         over[n++] = (struct tr_config_override){s->file, r->keys[k].line, r->section, r->keys[k].key, r->keys[k].value};
     int rc = tr_config_load_over(r->config, over, n, cfg, err);
+    const size_t len = strlen(s->file);
+    if (rc && strncmp(err->msg, s->file, len) == 0 && err->msg[len] == ':') return rc; /* an override's: named */
     return rc ? tr_error_prefix(err, "%s:%d: [%s]", s->file, r->line, r->section) : TR_OK;
 }
 

@@ -52,10 +52,12 @@ static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg,
     tg->graph = tg->gen.prefill;
     tg->n_model_inputs = tr_graph_n_inputs(tg->graph);
     tg->opts.seq_len = o.prompt_len;
-    if (cfg->seq_len_line && cfg->seq_len != o.prompt_len) /* said, not silently replaced */
-        fprintf(stderr, "trident: warning: %s:%d: [run] seq_len = %lld is not read by generate: the prompts are "
-                "[generate] prompt_len = %lld tokens\n", cfg->file, cfg->seq_len_line, (long long)cfg->seq_len,
-                (long long)o.prompt_len);
+    if (cfg->seq_len_line && cfg->seq_len != o.prompt_len) { /* said, not silently replaced */
+        char where[TR_CONFIG_PATH + 96];
+        fprintf(stderr, "trident: warning: %s = %lld is not read by generate: the prompts are [generate] prompt_len "
+                "= %lld tokens\n", tr_config_where(cfg, "seq_len", cfg->seq_len_line, where, sizeof where),
+                (long long)cfg->seq_len, (long long)o.prompt_len);
+    }
     return TR_OK;
 }
 
@@ -221,8 +223,9 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
         const int line = tr_config_model_line(cfg, err->msg);
         char where[32] = "";
         if (line) snprintf(where, sizeof where, ":%d", line);
-        tr_error_prefix(err, "%s%s: building model '%s' (preset %s, task %s)", cfg->file, where, m->name, cfg->preset,
-                        cfg->task);
+        char over[512];
+        tr_error_prefix(err, "%s%s: building model '%s' (preset %s, task %s%s)", cfg->file, where, m->name,
+                        cfg->preset, cfg->task, tr_config_overrides_str(cfg, over, sizeof over));
         goto fail;
     }
     return TR_OK;

@@ -81,6 +81,16 @@ struct tr_config {
     int backends_line;
     char backends_from[TR_CONFIG_PATH]; /* the file backends_line is in when it is not `file`
                                            (a suite that set the list); "" otherwise */
+    /* the [run] keys a suite's overrides set (tr_config_where): the suite file (one for all),
+     * and each key's line and section */
+    char over_file[TR_CONFIG_PATH];
+    struct tr_config_origin {
+        char key[24];
+        char section[56];       /* "suite", "row.bert_fit" */
+        int line;
+        char value[48];
+    } over[16];
+    int n_over;
     char device[16];            /* "cpu" or "cuda" */
     int device_type;            /* enum tr_device_type */
     enum tr_dtype dtype;
@@ -185,6 +195,13 @@ int tr_config_load_over(const char *path, const struct tr_config_override *over,
                         struct tr_error *err);
 /* The file cfg->backends_line is a line of: backends_from, or file. */
 const char *tr_config_backends_file(const struct tr_config *cfg);
+/* Where [run] key was set, for a message: "SUITE:LINE: [row.NAME] key" when a suite's
+ * override set it, else "FILE:LINE: [run] key" (line: the file's line of it; 0 leaves
+ * ":LINE" out). Returns buf. */
+const char *tr_config_where(const struct tr_config *cfg, const char *key, int line, char *buf, size_t n);
+/* The overrides that set this run's keys, for a message about the run as a whole:
+ * "; the suite set seq_len = 5000 (suite.ini:2 [suite])", or "" when none did. Returns buf. */
+const char *tr_config_overrides_str(const struct tr_config *cfg, char *buf, size_t n);
 
 /* The options of [backend.NAME] as tr_option records pointing into cfg, plus
  * mode = MODE when the backends entry had one. Returns how many were written (at most max). */
