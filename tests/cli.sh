@@ -418,6 +418,15 @@ if [ "$(grep -cE '^  (torch|torch:reduce-overhead|tf|jax) +ok +.*worst element' 
 # (num_labels 1, problem_type null: MSE on labels [B]) and multi_label_classification (3
 # labels: BCEWithLogitsLoss), BertForSequenceClassification's own loss as the reference.
 expect "bert with hidden_act = relu against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_relu/check.ini
+# The same directory as [run] weights without hf_config: from_pretrained would build the model
+# from its config.json; trident builds the preset, and says where the two differ (here the
+# sizes too, so the weights then fail to bind).
+sed -e "s|^weights = .*|weights = $PWD/tests/fixtures/reference_bert_relu|" -e '/^hf_config/d' -e '/^reference/d' \
+  -e "s|^inputs = .*|inputs = $PWD/tests/fixtures/reference_bert_relu/batch.safetensors|" \
+  -e 's/^backends = .*/backends = torch/' tests/fixtures/reference_bert_relu/check.ini > "$tmp/noconf.ini"
+expect "a config.json beside the weights that no hf_config names is said, with the keys that differ" 1 \
+  'holds a config.json that \[model\] hf_config does not name, and it differs from preset tiny in .*hidden_act = relu there, gelu here.*add \[model\] hf_config = ' \
+  -- "$bin" run "$tmp/noconf.ini"
 expect "bert with hidden_act = gelu_new, fit against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_gelu_new/check.ini
 expect "bert regression (one label, MSE), fit against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_regression/check.ini
 expect "bert multi_label_classification (BCE with logits), fit against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_multilabel/check.ini

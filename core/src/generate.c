@@ -179,7 +179,7 @@ int tr_generate_text_prompt(const struct tr_config *cfg, const struct tr_model_d
                             int64_t batch, struct tr_generate_config *gc, struct tr_generate_text *text,
                             struct tr_error *err) {
     memset(text, 0, sizeof *text);
-    int line = 0, rc = TR_OK, cap = 0;
+    int line = 0, rc = TR_OK, cap = 0, tok_line = 0;
     const char *key = "prompt";
     char file[TR_CONFIG_PATH] = "";
     for (int i = 0; cfg && i < cfg->n_kv && !rc; i++) {
@@ -194,10 +194,14 @@ int tr_generate_text_prompt(const struct tr_config *cfg, const struct tr_model_d
         else if (many && (rc = tr_config_path(cfg, kv->value, file, sizeof file, err)) != TR_OK)
             tr_error_prefix(err, "%s:%d: [generate] prompts", cfg->file, kv->line);
         if (one || many) line = kv->line, key = kv->key;
+        if (strcmp(kv->key, "tokenizer") == 0) tok_line = kv->line;
         if (!rc && strcmp(kv->key, "tokenizer") == 0 &&
             (rc = tr_config_path(cfg, kv->value, text->tokenizer, sizeof text->tokenizer, err)) != TR_OK)
             tr_error_prefix(err, "%s:%d: [generate] tokenizer", cfg->file, kv->line);
     }
+    if (!rc && line && cfg->inputs[0]) /* one source of prompts: the file's ids would run under the text's name */
+        rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] %s and [run] inputs (line %d) both give the "
+                          "prompts; give one of them", cfg->file, line, key, cfg->inputs_line);
     if (!rc && file[0] && (rc = read_prompts(file, text, err)) != TR_OK)
         tr_error_prefix(err, "%s:%d: [generate] prompts", cfg->file, line);
     if (!rc && line && text->n > batch)
@@ -227,6 +231,14 @@ int tr_generate_text_prompt(const struct tr_config *cfg, const struct tr_model_d
         return rc;
     }
     rc = m->generate->text_open(config, text->tokenizer, &text->tok, err);
+    if (rc) { /* a [model] key's fault (its eos_token_id), else the tokenizer's line, else the prompt's */
+        const int ml = tr_config_model_line(cfg, err->msg);
+        tr_generate_text_free(m, text);
+        if (ml) return tr_error_prefix(err, "%s:%d: [model]", cfg->file, ml);
+        return tok_line ? tr_error_prefix(err, "%s:%d: [generate] tokenizer", cfg->file, tok_line)
+                        : tr_error_prefix(err, "%s:%d: [generate] %s (the tokenizer beside [run] weights)", cfg->file,
+                                          line, key);
+    }
     int longest = 0;
     for (int k = 0; !rc && k < text->n; k++) {
         rc = m->generate->text_encode(text->tok, text->prompt[k], &text->ids[k], &text->n_ids[k], err);

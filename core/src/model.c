@@ -140,6 +140,55 @@ static int keys_apply(const struct tr_config *cfg, const char *section, const st
     return TR_OK;
 }
 
+static int model_key_given(const struct tr_config *cfg, const char *key) {
+    for (int i = 0; i < cfg->n_kv; i++)
+        if (!strcmp(cfg->kv[i].section, "model") && !strcmp(cfg->kv[i].key, key)) return 1;
+    return 0;
+}
+
+/* [run] weights = a model's directory (a Hub download) whose config.json no hf_config
+ * names: from_pretrained would build the model from it, trident builds the preset. Where
+ * the two differ the logits do, so the keys that differ are said (the [model] lines' own
+ * keys left out: the user chose those). */
+static void warn_unread_config_json(const struct tr_model_desc *m, const struct tr_config *cfg, const void *config) {
+    if (!m->read_hf_config || !cfg->weights[0] || model_key_given(cfg, "hf_config")) return;
+    char path[TR_CONFIG_PATH + 16];
+    struct stat sb;
+    if (stat(cfg->weights, &sb) != 0 || !S_ISDIR(sb.st_mode)) return;
+    snprintf(path, sizeof path, "%s/config.json", cfg->weights);
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return;
+    void *file = malloc(m->config_size);
+    if (!file) return;
+    memcpy(file, config, m->config_size);
+    struct tr_error e = {0};
+    char diff[768] = "";
+    size_t off = 0;
+    int n = 0;
+    if (m->read_hf_config(file, path, &e) != TR_OK) {
+        fprintf(stderr, "trident: warning: %s: [run] weights = %s holds a config.json that [model] hf_config does "
+                "not name, and it does not read as model '%s''s (%s); the model is preset %s\n", cfg->file,
+                cfg->weights, m->name, e.msg, cfg->preset);
+        free(file);
+        return;
+    }
+    for (int k = 0; k < m->n_keys; k++) {
+        char a[80], b[80];
+        if (model_key_given(cfg, m->keys[k].name) || tr_model_key_str(m, config, &m->keys[k], a, sizeof a) ||
+            tr_model_key_str(m, file, &m->keys[k], b, sizeof b) || !strcmp(a, b))
+            continue;
+        if (off < sizeof diff)
+            off += (size_t)snprintf(diff + off, sizeof diff - off, "%s%s = %s there, %s here", n ? "; " : "",
+                                    m->keys[k].name, b, a);
+        n++;
+    }
+    if (n)
+        fprintf(stderr, "trident: warning: %s: [run] weights = %s holds a config.json that [model] hf_config does "
+                "not name, and it differs from preset %s in %d key%s (%s): the outputs will not be that model's; add "
+                "[model] hf_config = %s to build the model from it, as from_pretrained does\n", cfg->file,
+                cfg->weights, cfg->preset, n, n == 1 ? "" : "s", diff, cfg->weights);
+    free(file);
+}
+
 int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const struct tr_config *cfg, void *config,
                      struct tr_error *err) {
     if (!m || !preset || !config) return tr_error_set(err, TR_ERR_INVALID, "tr_model_resolve: NULL argument");
@@ -185,7 +234,9 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
     char owner[96];
     snprintf(owner, sizeof owner, "model '%s'", m->name);
     static const char *const hf[] = {"hf_config", NULL};
-    return keys_apply(cfg, "model", m->keys, m->n_keys, owner, config, m->read_hf_config ? hf : NULL, err);
+    int rc = keys_apply(cfg, "model", m->keys, m->n_keys, owner, config, m->read_hf_config ? hf : NULL, err);
+    if (!rc) warn_unread_config_json(m, cfg, config);
+    return rc;
 }
 
 int tr_keys_apply(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys, int n_keys,
