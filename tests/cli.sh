@@ -629,6 +629,22 @@ reference_tolerance = 0
 reference = x.safetensors" "reference_tolerance out of range" \
   'reftol.ini:2: \[run\] reference_tolerance = 0: expected a relative difference above 0 and at most 1 \(each backend against \[run\] reference'
 expect "a preset under hf_config is named so" 0 '^trident: stable_diffusion/tiny \+ hf_config: 39216 parameters' -- "$bin" run tests/fixtures/reference_sd/check.ini --steps 1
+# One source of prompts: text and an inputs file are refused together (the file's ids would
+# run under the text's name); a [model] key's fault met while opening the tokenizer names its line.
+d=$PWD/tests/fixtures/reference_mistral_generate
+sed -e "s|^weights = ..|weights = $PWD/tests/fixtures|" -e "s|^inputs = |inputs = $d/|" -e '/^reference/d' \
+  -e 's/^backends = .*/backends = torch/' -e '/^prompt_len/d' "$d/check.ini" > "$tmp/pi.ini"
+printf 'prompt = Hello world\ntokenizer = %s/tests/fixtures/llm_tokenizer/mistral\n' "$PWD" >> "$tmp/pi.ini"
+expect "generate: prompt with [run] inputs is refused" 1 \
+  'pi.ini:16: \[generate\] prompt and \[run\] inputs \(line 11\) both give the prompts; give one of them' -- \
+  "$bin" run "$tmp/pi.ini"
+sed -e "s|^inputs = .*|inputs = $PWD/tests/fixtures/right_padded_batch.safetensors|" "$tmp/pi.ini" | sed '/^prompt = /d;/^tokenizer = /d' > "$tmp/rp.ini"
+expect "generate: a prompt padded on the right is refused, naming the sample" 1 \
+  "sample 2's prompt ends in padding \\(attention_mask\\[2\\]\\[11\\] = 0\\).*padded on the left" -- "$bin" run "$tmp/rp.ini"
+sed -i '/^inputs = /d' "$tmp/pi.ini"
+printf '[model]\neos_token_id = 9999\n' >> "$tmp/pi.ini"
+expect "generate: a bad [model] eos_token_id names its own line" 1 'pi.ini:18: \[model\]: mistral: eos_token_id' -- \
+  "$bin" run "$tmp/pi.ini"
 sed 's/^weights = .*/weights =/' tests/fixtures/reference_mistral_generate/check.ini > "$tmp/gen_seeded.ini"
 sed -i 's#^inputs = #inputs = '"$PWD"'/tests/fixtures/reference_mistral_generate/#; s#^reference = #reference = '"$PWD"'/tests/fixtures/reference_mistral_generate/#' "$tmp/gen_seeded.ini"
 expect "generate: other weights' tokens are named where they first differ" 1 \

@@ -610,12 +610,28 @@ static void test_load_unused(void **state) {
     write_with(tr_test_file, 1, 2, bare_extra);
     load_unused(tr_test_file, 1, lhead, 1, buf, sizeof buf);
     tr_assert_str_has(buf, "): other.w\n");
-    /* many patterns: by first component */
+    /* many patterns: cut to fewer components */
     static const char *const many[] = {"dec.a", "dec.b", "dec.c", "dec.d", "dec.e", "dec.f", "dec.g",
                                        "dec.h", "dec.i", "mid.x", "top"};
     write_with(tr_test_file, 0, 11, many);
     load_unused(tr_test_file, 0, NULL, 11, buf, sizeof buf);
-    tr_assert_str_has(buf, "): dec.* (9), mid.*, top\n");
+    tr_assert_str_has(buf, "): dec.* (9), mid.x, top\n"); /* a cut that stands for one name shows it */
+    /* a whole layer over: cut as written, so its number shows */
+    static const char *const layer[] = {"m.layers.1.attn.q.weight", "m.layers.1.attn.k.weight", "m.layers.1.attn.v.weight",
+                                        "m.layers.1.attn.o.weight", "m.layers.1.mlp.up.weight",
+                                        "m.layers.1.mlp.gate.weight", "m.layers.1.mlp.down.weight",
+                                        "m.layers.1.norm1.weight", "m.layers.1.norm2.weight"};
+    write_with(tr_test_file, 0, 9, layer);
+    load_unused(tr_test_file, 0, NULL, 9, buf, sizeof buf);
+    tr_assert_str_has(buf, "): m.layers.1.attn.* (4), m.layers.1.mlp.* (3), m.layers.1.norm1.weight, "
+                           "m.layers.1.norm2.weight\n");
+    /* a peft adapter's tensors say how they are read; a name's control bytes are not written */
+    static const char *const adapter[] = {"base_model.model.q.lora_A.weight", "base_model.model.q.lora_B.weight",
+                                          "evil\x1b[31m\nname"};
+    write_with(tr_test_file, 0, 3, adapter);
+    load_unused(tr_test_file, 0, NULL, 3, buf, sizeof buf);
+    tr_assert_str_has(buf, "lora_A.weight, base_model.model.q.lora_B.weight, evil?[31m?name (LoRA adapter tensors: "
+                           "predict and generate read them with [model] lora_predict = true)\n");
     /* a directory: a file nothing was read from, and the same with its subdirectory left out */
     char dir[600], sub[700], p[2][800];
     make_dirs(dir, sub, "test_weights_unused", "safety_checker");

@@ -313,6 +313,17 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     if (!rc) rc = cfg->inputs[0] ? tr_bench_inputs_load(cfg, gg->prefill, n_prompt, prompt, err)
                                  : tg->model->generate->make_prompt(tg->config, &gg->opts, cfg->seed, n_prompt, prompt,
                                                                     err);
+    for (int i = 0; !rc && cfg->inputs[0] && i < n_prompt; i++) { /* decoding goes on from the last position */
+        const struct tr_tensor *m = &prompt[i];
+        if (strcmp(tr_node_name(gg->prefill, tr_graph_input(gg->prefill, i)), "attention_mask") || m->ndim != 2) continue;
+        for (int64_t b = 0; b < m->shape[0] && !rc; b++)
+            if (tr_tensor_get_f64(m, b * m->shape[1] + m->shape[1] - 1) == 0.0)
+                rc = tr_error_set(err, TR_ERR_INVALID, "%s:%d: [run] inputs = %s: sample %lld's prompt ends in padding "
+                                  "(attention_mask[%lld][%lld] = 0): generate continues from the last position, so "
+                                  "prompts are padded on the left (a tokenizer's padding_side = \"left\")",
+                                  cfg->file, cfg->inputs_line, cfg->inputs, (long long)b, (long long)b,
+                                  (long long)(m->shape[1] - 1));
+    }
     ref_logits = logits = tr_node_tensor(gg->prefill, tr_graph_output(gg->prefill, 0));
     ref_logits.data = logits.data = NULL;
     if (!rc) rc = tr_host_alloc(&ref_logits.data, tr_tensor_nbytes(&ref_logits), err);

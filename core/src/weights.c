@@ -87,6 +87,30 @@ static void name_pattern(const char *name, char *out, size_t cap) {
     out[o] = 0;
 }
 
+/* src cut to its first d dot-separated components and ".*" when it has more */
+static void cut_pattern(const char *src, int d, char *out, size_t cap) {
+    const char *c = src;
+    for (int k = 0; k < d && c; k++) {
+        c = strchr(c, '.');
+        if (c) c++;
+    }
+    if (!c || !*c) snprintf(out, cap, "%s", src);
+    else snprintf(out, cap, "%.*s*", (int)(c - src), src);
+}
+
+static int n_components(const char *s) {
+    int n = 1;
+    for (; *s; s++) n += *s == '.';
+    return n;
+}
+
+/* A name as a warning shows it: control characters (a file's names are anyone's bytes)
+ * as '?', so a name cannot forge or garble a log line. */
+static void clean_name(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
 /* Writes (with f) each of pat[0..n) once, in order, with how many it stands for, the first
  * TR_WEIGHTS_WARN_NAMES of them and "and K more"; returns how many distinct ones there are. */
 static int list_patterns(FILE *f, char (*pat)[TR_NAME_PATTERN_MAX], int n) {
@@ -121,15 +145,35 @@ int tr_weights_warn_unused(const struct tr_weights *w, FILE *f) {
             fputs("(no memory to name them)\n", f);
             continue;
         }
-        for (int i = 0; i < u->n; i++) name_pattern(u->names[i], pat[i], sizeof pat[i]);
-        /* too many to name one by one: by their first component ("decoder.*") */
-        if (list_patterns(NULL, pat, u->n) > TR_WEIGHTS_WARN_NAMES)
-            for (int i = 0; i < u->n; i++) {
-                char *dot = strchr(pat[i], '.');
-                if (dot) strcpy(dot, ".*");
+        int depth = 1, lora = 0;
+        for (int i = 0; i < u->n; i++) {
+            name_pattern(u->names[i], pat[i], sizeof pat[i]);
+            depth = n_components(u->names[i]) > depth ? n_components(u->names[i]) : depth;
+            lora |= strstr(u->names[i], "lora_A") || strstr(u->names[i], "lora_B");
+        }
+        /* too many to name one by one: cut to fewer components until they fit, the names
+         * as written (a whole layer left over shows as "model.layers.1.*") before layer
+         * numbers as "*" at each depth, down to the first component ("decoder.*") */
+        int cut = 0;
+        for (int d = depth; d >= 1 && list_patterns(NULL, pat, u->n) > TR_WEIGHTS_WARN_NAMES; d--, cut = 1)
+            for (int as_written = 1; as_written >= 0; as_written--) {
+                for (int i = 0; i < u->n; i++) {
+                    char full[TR_NAME_PATTERN_MAX];
+                    if (as_written) snprintf(full, sizeof full, "%s", u->names[i]);
+                    else name_pattern(u->names[i], full, sizeof full);
+                    cut_pattern(full, d, pat[i], sizeof pat[i]);
+                }
+                if (list_patterns(NULL, pat, u->n) <= TR_WEIGHTS_WARN_NAMES || (d == 1 && !as_written)) break;
             }
+        for (int i = 0; cut && i < u->n; i++) { /* a cut that stands for one name: the name itself */
+            int same = 0;
+            for (int j = 0; j < u->n && same < 2; j++) same += strcmp(pat[i], pat[j]) == 0;
+            if (same == 1) snprintf(pat[i], sizeof pat[i], "%s", u->names[i]);
+        }
+        for (int i = 0; i < u->n; i++) clean_name(pat[i]);
         list_patterns(f, pat, u->n);
         free(pat);
+        if (lora) fputs(" (LoRA adapter tensors: predict and generate read them with [model] lora_predict = true)", f);
         fputc('\n', f);
     }
     return w->n_unused;

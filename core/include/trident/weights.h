@@ -94,7 +94,9 @@ const char *tr_weights_unused_name(const struct tr_weights *w, int i);
  * their names as "*", each such pattern once with its count:
  *   trident: warning: gemma.safetensors: 8 of its 26 tensors are not the model's (not read;
  *   a checkpoint of another task, or a config that leaves them out?): model.layers.*.self_attn.q_proj.bias (2), ...
- * (after TR_WEIGHTS_WARN_NAMES patterns, "and K more"); a file of which nothing was read
+ * More than TR_WEIGHTS_WARN_NAMES patterns are cut to fewer components until they fit
+ * ("model.layers.1.*" for a whole layer over), then "and K more"; control bytes show as
+ * '?'; LoRA adapter tensors get a hint of lora_predict. A file of which nothing was read
  * says so ("none of its N tensors is the model's"). Returns tr_weights_n_unused. */
 int tr_weights_warn_unused(const struct tr_weights *w, FILE *f);
 
