@@ -443,6 +443,14 @@ expect "mistral fit, every weight trained: each step's loss against torch's Adam
 # logits and tokens (a reference that differs is exit 1).
 expect "gemma attention_bias fit against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_gemma_bias/check.ini
 expect "gemma attention_bias generate against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_gemma_bias_generate/check.ini
+# A value the model refuses that came from hf_config's file names the hf_config line and file.
+d=$PWD/tests/fixtures/reference_gemma_bias_generate
+sed 's/"rope_theta": *[0-9.e+]*/"rope_theta": 0/' "$d/config.json" > "$tmp/bad_config.json"
+sed -e "s|^hf_config = .*|hf_config = $tmp/bad_config.json|" -e "s#^\(weights\|inputs\) = #\1 = $d/#" -e '/^reference/d' \
+  "$d/check.ini" > "$tmp/badhf.ini"
+expect "a bad value from hf_config's file names its line and the file" 1 \
+  "badhf.ini:14: building model 'gemma' \\(preset tiny \\+ hf_config = $tmp/bad_config.json\\) for generate.*rope_theta = 0" \
+  -- "$bin" run "$tmp/badhf.ini"
 if grep -q "the model's" "$tmp/out"; then bad "a checkpoint read whole warns of nothing"; else ok "a checkpoint read whole warns of nothing"; fi
 # A peft adapter as PeftModel.save_pretrained writes it, beside its base model (LoRA on
 # query and value, and modules_to_save's trained copy of the classifier, which replaces the

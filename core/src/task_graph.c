@@ -30,6 +30,19 @@ static int add_training(const struct tr_config *cfg, struct tr_task_graph *tg, s
     return rc;
 }
 
+/* Where a model's refusal (msg) comes from: the [model] line of the key it names, else
+ * hf_config's line (a value no line gave is the preset's or that file's; from says
+ * " + hf_config = FILE"), else 0. */
+static int model_source(const struct tr_config *cfg, const char *msg, char *from, size_t n) {
+    const struct tr_config_kv *hf = NULL;
+    for (int i = 0; i < cfg->n_kv; i++)
+        if (!strcmp(cfg->kv[i].section, "model") && !strcmp(cfg->kv[i].key, "hf_config")) hf = &cfg->kv[i];
+    if (n) from[0] = '\0';
+    if (hf) snprintf(from, n, " + hf_config = %s", hf->value);
+    const int line = tr_config_model_line(cfg, msg);
+    return line ? line : hf ? hf->line : 0;
+}
+
 /* generate: [generate] resolved, then the model's two passes; graph is the prefill. */
 static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
     int rc = tr_generate_config_resolve(cfg, cfg->seed, &tg->gen_cfg, err);
@@ -40,13 +53,16 @@ static int build_generate(const struct tr_config *cfg, struct tr_task_graph *tg,
                                        .cache_inputs = tg->gen_cfg.cache_inputs, .prompt_ids = (const int32_t *const *)tg->text.ids,
                                        .n_prompt_ids = tg->text.n_ids, .n_prompts = tg->text.n};
     rc = tr_generate_build(tg->model, tg->config, &o, &tg->gen, err);
-    if (rc) {
-        int line = 0;
+    if (rc) { /* a model's key (its line or hf_config's), else the sizes generate asked for */
+        char from[TR_CONFIG_STR + 32];
+        int line = model_source(cfg, err->msg, from, sizeof from), len_line = 0;
         for (int i = 0; i < cfg->n_kv; i++)
-            if (!strcmp(cfg->kv[i].section, "generate") && !strcmp(cfg->kv[i].key, "max_length")) line = cfg->kv[i].line;
-        return tr_error_prefix(err, "%s:%d: building model '%s' (preset %s) for generate ([generate] max_length = %lld, "
-                               "prompt_len = %lld; [run] batch = %lld)",
-                               cfg->file, line, tg->model->name, cfg->preset, (long long)o.max_length,
+            if (!strcmp(cfg->kv[i].section, "generate") && !strcmp(cfg->kv[i].key, "max_length")) len_line = cfg->kv[i].line;
+        if (len_line && (!line || (!tr_config_model_line(cfg, err->msg) && strstr(err->msg, "max_length"))))
+            line = len_line;
+        return tr_error_prefix(err, "%s:%d: building model '%s' (preset %s%s) for generate ([generate] max_length = "
+                               "%lld, prompt_len = %lld; [run] batch = %lld)",
+                               cfg->file, line, tg->model->name, cfg->preset, from, (long long)o.max_length,
                                (long long)o.prompt_len, (long long)o.batch);
     }
     tg->graph = tg->gen.prefill;
@@ -220,12 +236,11 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
     if (rc && strncmp(err->msg, cfg->file, strlen(cfg->file)) == 0 && err->msg[strlen(cfg->file)] == ':')
         goto fail; /* it names the INI's line already ([train] keys): said once */
     if (rc) {
-        const int line = tr_config_model_line(cfg, err->msg);
-        char where[32] = "";
+        char where[32] = "", over[512], from[TR_CONFIG_STR + 32] = "";
+        const int line = model_source(cfg, err->msg, from, sizeof from);
         if (line) snprintf(where, sizeof where, ":%d", line);
-        char over[512];
-        tr_error_prefix(err, "%s%s: building model '%s' (preset %s, task %s%s)", cfg->file, where, m->name,
-                        cfg->preset, cfg->task, tr_config_overrides_str(cfg, over, sizeof over));
+        tr_error_prefix(err, "%s%s: building model '%s' (preset %s%s, task %s%s)", cfg->file, where, m->name,
+                        cfg->preset, from, cfg->task, tr_config_overrides_str(cfg, over, sizeof over));
         goto fail;
     }
     return TR_OK;
