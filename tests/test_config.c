@@ -628,12 +628,15 @@ static void test_backend_options(void **state) {
     assert_int_equal(opt[1].line, 2);
     assert_ptr_equal(opt[1].value, cfg.backends[0].mode);
 
+    /* An entry without a mode takes the section's, and says so in its name (the row's label). */
     n = tr_config_backend_options(&cfg, &cfg.backends[1], opt, TR_CONFIG_MAX_KV + 1);
     assert_int_equal(n, 2);
     assert_string_equal(opt[0].key, "threads");
     assert_string_equal(opt[1].key, "mode");
     assert_string_equal(opt[1].value, "eager");
     assert_int_equal(opt[1].line, 5);
+    assert_string_equal(cfg.backends[1].spec, "torch:eager");
+    assert_string_equal(cfg.backends[1].mode, "eager");
 
     n = tr_config_backend_options(&cfg, &cfg.backends[2], opt, TR_CONFIG_MAX_KV + 1);
     assert_int_equal(n, 1);
@@ -645,6 +648,14 @@ static void test_backend_options(void **state) {
     /* max is respected. */
     assert_int_equal(tr_config_backend_options(&cfg, &cfg.backends[0], opt, 1), 1);
     assert_int_equal(tr_config_backend_options(&cfg, &cfg.backends[0], opt, 0), 0);
+
+    /* A section mode no entry takes (each gives its own) is refused, as is one that makes
+     * two entries the same. */
+    expect_error("t.ini", "[run]\nbackends = torch:eager\n[backend.torch]\nmode = reduce-overhead\n", TR_ERR_INVALID,
+                 "t.ini:4: [backend.torch] mode = reduce-overhead: the backends entry 'torch:eager' (", "t.ini:2) gives "
+                 "mode eager, and no 'torch' entry goes without one");
+    expect_error("t.ini", "[run]\nbackends = torch, torch:eager\n[backend.torch]\nmode = eager\n", TR_ERR_INVALID,
+                 "t.ini:4: [backend.torch] mode = eager makes the backends entry 'torch' the same as 'torch:eager'");
 }
 
 /* A model's refusal names its key ("KEY = VALUE"): the line of the [model] key it names

@@ -711,6 +711,47 @@ static int check_backend_sections(const struct ini_state *st, struct tr_error *e
     return TR_OK;
 }
 
+/* A [backend.NAME] mode is for the NAME entries that give none: they take it (so the
+ * row's label says the mode that runs). One that no entry takes (each gives its own) is
+ * refused, as entries that become the same are (written twice). */
+static int fold_section_modes(struct tr_config *cfg, struct tr_error *err) {
+    for (int b = 0; b < cfg->n_backends; b++) {
+        struct tr_config_backend *be = &cfg->backends[b];
+        char section[80];
+        snprintf(section, sizeof section, "backend.%s", be->name);
+        const struct tr_config_kv *mode = NULL;
+        for (int i = 0; i < cfg->n_kv; i++)
+            if (!strcmp(cfg->kv[i].section, section) && !strcmp(cfg->kv[i].key, "mode")) mode = &cfg->kv[i];
+        if (!mode) continue;
+        int taker = 0;
+        for (int j = 0; j < cfg->n_backends; j++)
+            taker |= !strcmp(cfg->backends[j].name, be->name) &&
+                     (!cfg->backends[j].mode[0] || !strcmp(cfg->backends[j].mode, mode->value)); /* or took it */
+        if (be->mode[0] && !taker && strcmp(be->mode, mode->value) != 0)
+            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [%s] mode = %s: the backends entry '%s' (%s:%d) gives "
+                                "mode %s, and no '%s' entry goes without one to take this; expected the mode given "
+                                "once, in the entry or in the section", cfg->file, mode->line, section, mode->value,
+                                be->spec, tr_config_backends_file(cfg), cfg->backends_line, be->mode, be->name);
+        if (be->mode[0]) continue;
+        if (strlen(mode->value) >= sizeof be->mode || strlen(be->spec) + strlen(mode->value) + 2 > sizeof be->spec)
+            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [%s] mode = %s: too long", cfg->file, mode->line, section,
+                                mode->value);
+        snprintf(be->mode, sizeof be->mode, "%s", mode->value);
+        be->mode_line = mode->line;
+        if (!be->path[0]) {
+            const size_t len = strlen(be->spec);
+            snprintf(be->spec + len, sizeof be->spec - len, ":%s", mode->value);
+        }
+        for (int j = 0; j < cfg->n_backends; j++)
+            if (j != b && !strcmp(cfg->backends[j].name, be->name) && !strcmp(cfg->backends[j].mode, be->mode) &&
+                !strcmp(cfg->backends[j].path, be->path))
+                return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [%s] mode = %s makes the backends entry '%s' the "
+                                    "same as '%s'; expected each backend (and mode) once", cfg->file, mode->line,
+                                    section, mode->value, be->path[0] ? be->spec : be->name, cfg->backends[j].spec);
+    }
+    return TR_OK;
+}
+
 static int on_section(void *user, const char *s, size_t len) { return check_section_line(user, s, len) != TR_OK; }
 
 static void on_too_long(void *user, int max) {
@@ -847,6 +888,7 @@ static int load_text(const char *text, const char *name, const struct tr_config_
     int backends_set = 0;
     if ((rc = apply_overrides(&st, over, n_over, &backends_set)) != TR_OK) return rc;
     if (!backends_set && (rc = check_backend_sections(&st, err)) != TR_OK) return rc;
+    if ((rc = fold_section_modes(cfg, err)) != TR_OK) return rc;
     if (cfg->weights_variant[0] && !cfg->weights[0])
         return tr_error_set(err, TR_ERR_INVALID,
                             "%s:%d: [run] weights_variant = %s without [run] weights; expected a weights = DIR line "
@@ -891,9 +933,9 @@ int tr_config_backend_options(const struct tr_config *cfg, const struct tr_confi
         if (be->mode[0] && strcmp(kv->key, "mode") == 0) continue;
         out[n++] = (struct tr_option){.key = kv->key, .value = kv->value, .file = cfg->file, .line = kv->line};
     }
-    if (be->mode[0] && n < max)
+    if (be->mode[0] && n < max) /* the line that gave it: the entry's, or the section's it took */
         out[n++] = (struct tr_option){.key = "mode", .value = be->mode, .file = cfg->file,
-                                      .line = cfg->backends_line};
+                                      .line = be->mode_line ? be->mode_line : cfg->backends_line};
     return n;
 }
 

@@ -62,6 +62,7 @@ struct tr_config_backend {
     char spec[TR_CONFIG_STR];   /* as written: "torch:reduce-overhead" */
     char name[64];              /* "torch", or the file's stem for a path */
     char mode[64];              /* "reduce-overhead", or "" */
+    int mode_line;              /* the [backend.NAME] mode line it came from; 0: the entry's own */
     char path[TR_CONFIG_PATH];  /* set when the entry is a path to a .so */
 };
 
