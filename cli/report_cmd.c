@@ -161,11 +161,26 @@ static void print_source(const char *name, const char *path, const cJSON *rep) {
            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rep, "interrupted")) ? " (INTERRUPTED)" : "");
 }
 
-/* A and B measured different things: said above the table, which still compares them. */
+/* rep's item at "key" or "object.key" */
+static const cJSON *item_at(const cJSON *rep, const char *path) {
+    const char *dot = strchr(path, '.');
+    if (!dot) return cJSON_GetObjectItemCaseSensitive(rep, path);
+    char head[32];
+    snprintf(head, sizeof head, "%.*s", (int)(dot - path), path);
+    return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(rep, head), dot + 1);
+}
+
+/* A and B measured different things, or on different hosts, threads, weights: said above
+ * the table, which still compares them (a ratio across hosts is the hosts' as much as the
+ * code's). */
 static void print_differences(const cJSON *a, const cJSON *b) {
-    static const char *const keys[] = {"model", "preset", "task", "device", "dtype", "math", "batch", "seq_len"};
+    static const char *const keys[] = {"model",     "preset",  "task",      "device",         "dtype",
+                                       "math",      "batch",   "seq_len",   "cpu.model",      "cpu.isa",
+                                       "gpu",       "threads", "omp_wait",  "ranks",          "weights",
+                                       "seed",      "schedule", "isolation"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(a, keys[i]), *y = cJSON_GetObjectItemCaseSensitive(b, keys[i]);
+        const cJSON *x = item_at(a, keys[i]), *y = item_at(b, keys[i]);
+        if (!x && !y) continue; /* neither has it: an older report, or no GPU */
         char *sx = x ? cJSON_PrintUnformatted(x) : NULL, *sy = y ? cJSON_PrintUnformatted(y) : NULL;
         if (!(sx && sy && strcmp(sx, sy) == 0))
             printf("note: A and B differ in %s: %s vs %s\n", keys[i], sx ? sx : "(none)", sy ? sy : "(none)");

@@ -880,6 +880,11 @@ for f in report.md report.csv report.json chart.svg; do
 done
 if grep -q '| \*\*[0-9.]*\*\* |' "$tmp/rep/report.md"; then ok "report.md puts the best in bold"; else cp "$tmp/rep/report.md" "$tmp/out"; bad "report.md puts the best in bold"; fi
 expect "report: two runs side by side" 0 'B/A' -- "$bin" report "$tmp/a.json" "$tmp/rep/report.json"
+if ! grep -q '^note: A and B differ' "$tmp/out"; then ok "report: one host and setup: no note"; else bad "report: one host and setup: no note"; fi
+sed -e 's/"threads":[[:space:]]*[0-9]*/"threads": 77/' -e 's/"seed":[[:space:]]*[0-9]*/"seed": 99/' "$tmp/a.json" > "$tmp/b.json"
+expect "report: runs of other threads and seeds say so above the table" 0 \
+  'note: A and B differ in threads: [0-9]+ vs 77' -- "$bin" report "$tmp/a.json" "$tmp/b.json"
+check "report: ... and in the seed" 'note: A and B differ in seed: [0-9]+ vs 99'
 expect "report: one argument is a usage error" 2 'usage' -- "$bin" report "$tmp/a.json"
 expect "report: a missing file" 1 'nofile.json' -- "$bin" report "$tmp/a.json" "$tmp/nofile.json"
 expect "--log-scale needs --report" 2 'with --report DIR' -- "$bin" run "$tmp/two.ini" --log-scale

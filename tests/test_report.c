@@ -30,6 +30,7 @@ static void add_row(struct tr_bench_report *rep, const char *label, double ms, i
     double times[64];
     for (int i = 0; i < n; i++) times[i] = ms + 0.02 * (i % 10) - 0.09;  /* mean ms, p90 - median 0.07 */
     tr_bench_row_times(r, times, n);
+    r->steps_run = n;
     r->items_per_s = 8e3 / r->mean_ms;
     r->stats.kernel_calls = 42;
     r->stats.alloc_hits = 40, r->stats.alloc_misses = 2;
@@ -154,6 +155,19 @@ static void test_markdown(void **state) {
         for (const char *p = l; *p && *p != '\n'; p++) pipes += *p == '|' && (p == l || p[-1] != '\\');
         if (pipes != 15) fail_msg("a table line with %d cells' pipes, not 15: %.*s", pipes, (int)strcspn(l, "\n"), l);
     }
+    expect_in("report.md", md, ". 20 timed steps after 2 warm-up steps;");
+    assert_null(strstr(md, "Interrupted"));
+
+    /* stopped after 20 of 200 steps: said where the step count is, and in the chart */
+    rep = new_report();
+    rep->steps = 200, rep->interrupted = 1;
+    write_dir(rep, "md_int", 0, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/report.md", dir);
+    md = tr_test_read_file(path, NULL);
+    expect_in("report.md", md, ". Interrupted after 20 of 200 timed steps, after 2 warm-up steps;");
+    expect_in("report.md", md, "**Interrupted**: the run was stopped (Ctrl-C) after 20 of its 200 timed steps");
+    snprintf(path, sizeof path, "%s/chart.svg", dir);
+    expect_in("chart.svg", tr_test_read_file(path, NULL), "interrupted after 20 of 200 timed steps");
 }
 
 /* The CSV's records, split by RFC 4180's rules: fields at commas outside quotes, records at
@@ -192,16 +206,16 @@ static void test_csv(void **state) {
     write_dir(rep, "csv", 0, dir, sizeof dir);
     snprintf(path, sizeof path, "%s/report.csv", dir);
     const char *csv = tr_test_read_file(path, NULL);
-    expect_in("report.csv", csv, "backend,plugin,ok,math,first_ms,mean_ms,median_ms,p90_ms,min_ms,vs_best,");
-    expect_in("report.csv", csv, "\r\n\"tf, \"\"fast\"\"\",,1,f32,");   /* quoted, quotes doubled */
-    expect_in("report.csv", csv, "\r\njax,,1,f32,400,4,4,4.07,3.91,1,2000,");  /* unquoted */
+    expect_in("report.csv", csv, "backend,plugin,ok,steps_run,math,first_ms,mean_ms,median_ms,p90_ms,min_ms,vs_best,");
+    expect_in("report.csv", csv, "\r\n\"tf, \"\"fast\"\"\",,1,20,f32,");   /* quoted, quotes doubled */
+    expect_in("report.csv", csv, "\r\njax,,1,20,f32,400,4,4,4.07,3.91,1,2000,");  /* unquoted */
     expect_in("report.csv", csv, ",\"line one\nline two\"\r\n");
     static char fields[8][16][256];
     int n[8];
     int recs = csv_parse(csv, fields, 8, n);
     assert_int_equal(recs, 1 + rep->n_rows);
     for (int r = 0; r < recs; r++)
-        if (n[r] != 22) fail_msg("record %d has %d fields, the header 22", r, n[r]);
+        if (n[r] != 23) fail_msg("record %d has %d fields, the header 23", r, n[r]);
     assert_string_equal(fields[2][0], "tf, \"fast\"");
     assert_string_equal(fields[5][0], "broken");
     assert_string_equal(fields[5][2], "0");

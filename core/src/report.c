@@ -117,6 +117,13 @@ static void put_text(FILE *f, const char *s, enum esc esc) {
 
 void tr_md_text(FILE *f, const char *s) { put_text(f, s, ESC_MD); }
 
+/* The timed steps the run took: its rows' most (fewer than steps when interrupted). */
+static int64_t steps_taken(const struct tr_bench_report *rep) {
+    int64_t n = 0;
+    for (int i = 0; i < rep->n_rows; i++) n = rep->rows[i].steps_run > n ? rep->rows[i].steps_run : n;
+    return n;
+}
+
 /* "MODEL/PRESET TASK", the name of a report in its title and headings. */
 static void put_run_name(FILE *f, const struct tr_bench_report *rep, enum esc esc) {
     put_text(f, rep->model, esc);
@@ -206,8 +213,14 @@ int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_err
         fputs("Weights from ", f);
         put_text(f, rep->weights, ESC_MD);
     } else fprintf(f, "Weights made from [run] seed %llu", (unsigned long long)rep->seed);
-    fprintf(f, ". %lld timed steps after %lld warm-up steps; trident %s, commit %s.\n\n", (long long)rep->steps,
-            (long long)rep->warmup, tr_report_version(), tr_report_git_commit());
+    const int64_t ran = steps_taken(rep);
+    if (rep->interrupted && ran < rep->steps)
+        fprintf(f, ". Interrupted after %lld of %lld timed steps, after %lld warm-up steps; trident %s, commit %s.\n\n",
+                (long long)ran, (long long)rep->steps, (long long)rep->warmup, tr_report_version(),
+                tr_report_git_commit());
+    else
+        fprintf(f, ". %lld timed steps after %lld warm-up steps; trident %s, commit %s.\n\n", (long long)rep->steps,
+                (long long)rep->warmup, tr_report_version(), tr_report_git_commit());
     md_host(rep, f);
     if (rep->gpu[0]) {
         fputs("GPU: ", f);
@@ -263,7 +276,10 @@ int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_err
         fputc('\n', f);
     }
     if (worst_mean(rep) > 0) fputs("\n![mean ms per step, per backend](chart.svg)\n", f);
-    if (rep->interrupted) fputs("\n**Interrupted**: the run was stopped before every backend ran.\n", f);
+    if (rep->interrupted)
+        fprintf(f, "\n**Interrupted**: the run was stopped (Ctrl-C) after %lld of its %lld timed steps; each row's "
+                "times are over the steps it ran (`steps_run` in report.csv).\n", (long long)steps_taken(rep),
+                (long long)rep->steps);
     fputs(rep->all_ok ? "\nAll backends ran and agree" : "\n**NOT** all backends ran and agree", f);
     if (rep->tolerance > 0) {
         fprintf(f, " (within %.0e%s", rep->tolerance, rep->tolerance_why[0] ? ", " : "");
@@ -282,7 +298,7 @@ static void csv_num(FILE *f, double v) {
 }
 
 int tr_report_write_csv(const struct tr_bench_report *rep, FILE *f, struct tr_error *err) {
-    fputs("backend,plugin,ok,math,first_ms,mean_ms,median_ms,p90_ms,min_ms,vs_best,samples_per_s,gflops,"
+    fputs("backend,plugin,ok,steps_run,math,first_ms,mean_ms,median_ms,p90_ms,min_ms,vs_best,samples_per_s,gflops,"
           "kernel_calls_per_step,alloc_hits,alloc_misses,peak_bytes,arena_bytes,max_rel_diff,agrees,reference,noisy,"
           "error\r\n",
           f);
@@ -292,7 +308,7 @@ int tr_report_write_csv(const struct tr_bench_report *rep, FILE *f, struct tr_er
         csv_text(f, r->label);
         fputc(',', f);
         csv_text(f, r->plugin_path);
-        fprintf(f, ",%d,", r->ok);
+        fprintf(f, ",%d,%lld,", r->ok, (long long)r->steps_run);
         if (!r->ok) {
             /* math .. noisy empty (18 fields): a failed row has no numbers, only its error */
             for (int k = 0; k < 18; k++) fputc(',', f);
@@ -389,8 +405,13 @@ int tr_report_write_svg(const struct tr_bench_report *rep, const struct tr_repor
     fputc(' ', f);
     put_text(f, rep->dtype, ESC_XML);
     fprintf(f, ": mean ms per step (lower is better)%s</text>\n", ax.log ? ", log scale" : "");
-    fprintf(f, "<text x=\"%d\" y=\"36\" fill=\"#555555\">batch %lld, %lld timed steps; the fastest in green</text>\n",
-            SVG_PAD, (long long)rep->batch, (long long)rep->steps);
+    if (rep->interrupted && steps_taken(rep) < rep->steps)
+        fprintf(f, "<text x=\"%d\" y=\"36\" fill=\"#555555\">batch %lld, interrupted after %lld of %lld timed steps; the "
+                "fastest in green</text>\n", SVG_PAD, (long long)rep->batch, (long long)steps_taken(rep),
+                (long long)rep->steps);
+    else
+        fprintf(f, "<text x=\"%d\" y=\"36\" fill=\"#555555\">batch %lld, %lld timed steps; the fastest in green</text>\n",
+                SVG_PAD, (long long)rep->batch, (long long)rep->steps);
 
     /* the grid and the axis's ticks, under the bars */
     fprintf(f, "<g stroke=\"#dddddd\">\n");
