@@ -248,5 +248,19 @@ static void test_threads_not_applied(void **state) {
     assert_int_equal(rep.n_rows, 0);
 }
 
+/* A model's text keeps its line: control characters (a newline, a terminal's escape) are
+ * written as C escapes, the rest (UTF-8 too) as it is. */
+static void test_generate_text_visible(void **state) {
+    (void)state;
+    static struct tr_bench_report rep;
+    tr_test_report_init(&rep, "generate");
+    rep.n_texts = 1;
+    snprintf(rep.texts[0].prompt, sizeof rep.texts[0].prompt, "Hi\tthere");
+    snprintf(rep.texts[0].text, sizeof rep.texts[0].text, " caf\xC3\xA9\n\x1b[31mred\x07");
+    rep.new_tokens = rep.texts[0].text_tokens = 4;
+    rep.gen.max_length = 9, rep.gen.prompt_len = 5;
+    expect_printed(&rep, "sample 0: Hi\\tthere| caf\xC3\xA9\\n\\x1b[31mred\\x07\n");
+}
+
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_huge_stats, test_noisy_rows, test_host_line, test_json, test_host_info,
-             test_threads_not_applied)
+             test_threads_not_applied, test_generate_text_visible)

@@ -187,7 +187,7 @@ static void generate_as_transformers(const char *model) {
     /* a file of prompts of other lengths, one a sample, left-padded to the longest: each
      * sample's text as transformers' batch generate makes it */
     const cJSON *bt = cJSON_GetObjectItem(g, "batch"), *p;
-    char file[600], list[1024] = "", many[2048];
+    char file[600], list[1024] = "\xEF\xBB\xBF", many[2048]; /* an editor's byte order mark: not prompt 0's text */
     cJSON_ArrayForEach(p, cJSON_GetObjectItem(bt, "prompts")) {
         strcat(list, p->valuestring);
         strcat(list, strlen(list) % 2 ? "\r\n\n" : "\n"); /* CRLF and blank lines too */

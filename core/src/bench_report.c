@@ -23,6 +23,18 @@ static const char *agreement_str(const struct tr_bench_row *r, char *buf, size_t
     return buf;
 }
 
+/* A model's text on one line of the terminal: a control character (a newline, a bell, an
+ * escape sequence's start) as its C escape, the rest as it is. */
+static void put_visible(FILE *f, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '\n') fputs("\\n", f);
+        else if (*p == '\t') fputs("\\t", f);
+        else if (*p == '\r') fputs("\\r", f);
+        else if (*p < 0x20 || *p == 0x7f) fprintf(f, "\\x%02x", *p);
+        else fputc(*p, f);
+    }
+}
+
 int tr_bench_row_noisy(const struct tr_bench_row *r) {
     return r->ok && r->median_ms > 0 && r->p90_ms > TR_BENCH_NOISY_P90 * r->median_ms;
 }
@@ -104,7 +116,11 @@ static void print_generate(const struct tr_bench_report *rep, FILE *f) {
     }
     for (int k = 0; k < rep->n_texts; k++) {
         const struct tr_bench_text *t = &rep->texts[k];
-        fprintf(f, "sample %lld: %s|%s\n", (long long)t->sample, t->prompt, t->text);
+        fprintf(f, "sample %lld: ", (long long)t->sample);
+        put_visible(f, t->prompt);
+        fputc('|', f);
+        put_visible(f, t->text);
+        fputc('\n', f);
         if (t->text_tokens < rep->new_tokens)
             fprintf(f, "  (then the end-of-sequence token, after %lld new tokens: transformers' generate stops "
                     "there; the run made all %lld, as the benchmark counts)\n", (long long)t->text_tokens,

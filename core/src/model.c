@@ -127,6 +127,7 @@ static int keys_apply(const struct tr_config *cfg, const char *section, const st
             if (strcmp(keys[j].name, kv->key) == 0) k = &keys[j];
             list_add(names, sizeof names, keys[j].name);
         }
+        for (int j = 0; skip && skip[j]; j++) list_add(names, sizeof names, skip[j]); /* read elsewhere, but keys */
         if (!k)
             return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [%s] %s = %s: unknown key for %s (keys: %s)", cfg->file,
                                 kv->line, section, kv->key, kv->value, owner, names[0] ? names : "none");
