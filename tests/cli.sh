@@ -647,6 +647,7 @@ expect "generate: prompt with [run] inputs is refused" 1 \
   'pi.ini:16: \[generate\] prompt and \[run\] inputs \(line 11\) both give the prompts; give one of them' -- \
   "$bin" run "$tmp/pi.ini"
 sed -e "s|^inputs = .*|inputs = $PWD/tests/fixtures/right_padded_batch.safetensors|" "$tmp/pi.ini" | sed '/^prompt = /d;/^tokenizer = /d' > "$tmp/rp.ini"
+echo 'prompt_len = 12' >> "$tmp/rp.ini"
 expect "generate: a prompt padded on the right is refused, naming the sample" 1 \
   "sample 2's prompt ends in padding \\(attention_mask\\[2\\]\\[11\\] = 0\\).*padded on the left" -- "$bin" run "$tmp/rp.ini"
 sed -i '/^inputs = /d' "$tmp/pi.ini"
@@ -714,7 +715,7 @@ expect "suite: every row, then the summary" 0 '^Gemma generate \(batch 1\) +gemm
 if grep -q '^\[1/2\] BERT predict: ' "$tmp/out" && grep -q '^\[2/2\] Gemma generate (batch 1): ' "$tmp/out" &&
    grep -Eq '^row +run +torch +tf *$' "$tmp/out"; then ok "suite: a table per row and a column per backend"
 else bad "suite: a table per row and a column per backend"; fi
-if grep -Eq '^BERT predict +bert/tiny predict, batch 2, f32 +(\*[0-9.]+ +[0-9.]+ \([0-9.]+x\)|[0-9.]+ \([0-9.]+x\) +\*[0-9.]+) *$' "$tmp/out"; then
+if grep -Eq '^BERT predict +bert/tiny predict, batch 2, f32 +(\*[0-9.]+( \(noisy\))? +[0-9.]+ \([0-9.]+x(, noisy)?\)|[0-9.]+ \([0-9.]+x(, noisy)?\) +\*[0-9.]+( \(noisy\))?) *$' "$tmp/out"; then
   ok "suite: the best starred, the other with its ratio"; else bad "suite: the best starred, the other with its ratio"; fi
 if grep -Eq '^\| BERT predict \| bert/tiny predict, batch 2, f32 \| .*\*\*[0-9.]+\*\*' "$tmp/srep/suite.md" 2>/dev/null &&
    [ -s "$tmp/srep/suite.csv" ] && [ -s "$tmp/srep/gemma_generate_b1/report.json" ] &&

@@ -626,6 +626,11 @@ static void test_load_unused(void **state) {
     tr_assert_str_has(buf, "): m.layers.1.attn.* (4), m.layers.1.mlp.* (3), m.layers.1.norm1.weight, "
                            "m.layers.1.norm2.weight\n");
     /* a peft adapter's tensors say how they are read; a name's control bytes are not written */
+    static const char *const headx[] = {"lm_head.weight"};
+    write_with(tr_test_file, 0, 1, headx);
+    load_unused(tr_test_file, 0, NULL, 1, buf, sizeof buf);
+    tr_assert_str_has(buf, "): lm_head.weight (lm_head.weight: the config ties the head to the embedding table "
+                           "(tie_word_embeddings); transformers uses the file's head where the two differ");
     static const char *const adapter[] = {"base_model.model.q.lora_A.weight", "base_model.model.q.lora_B.weight",
                                           "evil\x1b[31m\nname"};
     write_with(tr_test_file, 0, 3, adapter);

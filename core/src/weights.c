@@ -145,11 +145,12 @@ int tr_weights_warn_unused(const struct tr_weights *w, FILE *f) {
             fputs("(no memory to name them)\n", f);
             continue;
         }
-        int depth = 1, lora = 0;
+        int depth = 1, lora = 0, head = 0;
         for (int i = 0; i < u->n; i++) {
             name_pattern(u->names[i], pat[i], sizeof pat[i]);
             depth = n_components(u->names[i]) > depth ? n_components(u->names[i]) : depth;
             lora |= strstr(u->names[i], "lora_A") || strstr(u->names[i], "lora_B");
+            head |= !strcmp(u->names[i], "lm_head.weight");
         }
         /* too many to name one by one: cut to fewer components until they fit, the names
          * as written (a whole layer left over shows as "model.layers.1.*") before layer
@@ -174,6 +175,10 @@ int tr_weights_warn_unused(const struct tr_weights *w, FILE *f) {
         list_patterns(f, pat, u->n);
         free(pat);
         if (lora) fputs(" (LoRA adapter tensors: predict and generate read them with [model] lora_predict = true)", f);
+        if (head) /* a tied config over a checkpoint with its own head: transformers keeps the file's where they differ */
+            fputs(" (lm_head.weight: the config ties the head to the embedding table (tie_word_embeddings); "
+                  "transformers uses the file's head where the two differ: [model] tie_word_embeddings = false "
+                  "reads it)", f);
         fputc('\n', f);
     }
     return w->n_unused;
