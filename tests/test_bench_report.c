@@ -260,6 +260,19 @@ static void test_generate_text_visible(void **state) {
     rep.new_tokens = rep.texts[0].text_tokens = 4;
     rep.gen.max_length = 9, rep.gen.prompt_len = 5;
     expect_printed(&rep, "sample 0: Hi\\tthere| caf\xC3\xA9\\n\\x1b[31mred\\x07\n");
+
+    /* greedy reads no sampling key: the JSON says null, not the defaults it left unread */
+    rep.gen.top_k = 50, rep.gen.top_p = 0.9, rep.gen.temperature = 1.0, rep.gen.seed = 3;
+    char path[512];
+    struct tr_error err = {0};
+    snprintf(path, sizeof path, "%s/gen.json", tr_test_dir);
+    if (tr_bench_write_json(&rep, path, &err) != TR_OK) fail_msg("%s", err.msg);
+    const char *js = tr_test_read_file(path, NULL);
+    expect_in(js, "\"top_k\":\tnull,\n\t\t\"top_p\":\tnull,\n\t\t\"temperature\":\tnull,\n\t\t\"seed\":\tnull");
+    rep.gen.top_k_sampling = 1; /* top_k: its k, temperature and seed; no top_p */
+    if (tr_bench_write_json(&rep, path, &err) != TR_OK) fail_msg("%s", err.msg);
+    js = tr_test_read_file(path, NULL);
+    expect_in(js, "\"top_k\":\t50,\n\t\t\"top_p\":\tnull,\n\t\t\"temperature\":\t1,\n\t\t\"seed\":\t3");
 }
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_huge_stats, test_noisy_rows, test_host_line, test_json, test_host_info,

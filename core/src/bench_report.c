@@ -322,10 +322,21 @@ cJSON *tr_bench_json(const struct tr_bench_report *rep) {
         cJSON_AddNumberToObject(g, "max_length", (double)rep->gen.max_length);
         cJSON_AddNumberToObject(g, "new_tokens", (double)rep->new_tokens);
         tr_json_add_str(g, "sampling", rep->gen.sampling);
-        cJSON_AddNumberToObject(g, "top_k", (double)rep->gen.top_k);
-        cJSON_AddNumberToObject(g, "top_p", rep->gen.top_p);
-        cJSON_AddNumberToObject(g, "temperature", rep->gen.temperature);
-        add_u64(g, "seed", (uint64_t)rep->gen.seed);
+        /* what the sampler read; null where it read nothing (greedy reads none of them) */
+        const struct tr_generate_config *gc = &rep->gen;
+        const int sampled = gc->top_k_sampling || gc->top_p_sampling;
+        const int64_t k = gc->top_k_sampling ? gc->top_k : gc->top_p_top_k;
+        if (k > 0) cJSON_AddNumberToObject(g, "top_k", (double)k);
+        else cJSON_AddNullToObject(g, "top_k");
+        if (gc->top_p_sampling) cJSON_AddNumberToObject(g, "top_p", gc->top_p);
+        else cJSON_AddNullToObject(g, "top_p");
+        if (sampled) {
+            cJSON_AddNumberToObject(g, "temperature", gc->temperature);
+            add_u64(g, "seed", (uint64_t)gc->seed);
+        } else {
+            cJSON_AddNullToObject(g, "temperature");
+            cJSON_AddNullToObject(g, "seed");
+        }
         cJSON_AddNumberToObject(g, "kv_cache_bytes", (double)rep->kv_cache_bytes);
         tr_json_add_str(g, "kv_cache", rep->gen.kv_cache);
         cJSON *texts = rep->n_texts ? cJSON_AddArrayToObject(g, "texts") : NULL;
