@@ -481,6 +481,21 @@ static void test_load_directory(void **state) {
     tr_safetensors_close(st);
     tr_weights_free(w);
     tr_graph_free(g);
+    { /* a shard index naming a shard that is not there: said by name before any tensor is missed */
+        char index[900];
+        snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+        FILE *ix = fopen(index, "w");
+        assert_non_null(ix);
+        fputs("{\"metadata\": {}, \"weight_map\": {\"layer.w\": \"a.safetensors\", "
+              "\"layer.x\": \"model-00002-of-00002.safetensors\"}}", ix);
+        fclose(ix);
+        g = make_graph(fwd, TR_DTYPE_F32);
+        assert_int_equal(tr_weights_load(g, dir, &w, &e), TR_ERR_NOT_FOUND);
+        tr_assert_msg_has(&e, "model.safetensors.index.json names the shard model-00002-of-00002.safetensors (of "
+                              "'layer.x' and others), which is not in ");
+        tr_graph_free(g);
+        remove(index);
+    }
     write_one(p[2], 2, 91); /* layer.norm.weight in two files */
     g = make_graph(fwd, TR_DTYPE_F32);
     assert_int_equal(tr_weights_load(g, dir, &w, &e), TR_ERR_INVALID);

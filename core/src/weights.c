@@ -1,5 +1,6 @@
 /* Weights: one host buffer per PARAM, made from a seed or read from a safetensors file,
  * bound to the graph so every backend compiled from it sees the same bytes. */
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 #include "trident/safetensors.h"
 #include "trident/weights.h"
+#include "ini_text.h"
 
 struct tr_weights {
     int n;
@@ -557,11 +559,46 @@ static int pipeline_parts(struct files *f, const char *dir, struct tr_error *err
     return TR_OK;
 }
 
+/* A sharded checkpoint's index (DIR/NAME.safetensors.index.json, as save_pretrained writes
+ * it) names the shard of each tensor: a shard it names that is not there is said by name,
+ * before a tensor of it is missed (whose message would invite making it from the seed). */
+static int check_shard_index(const char *dir, struct tr_error *err) {
+    DIR *d = opendir(dir);
+    if (!d) return TR_OK;
+    int rc = TR_OK;
+    for (struct dirent *e; rc == TR_OK && (e = readdir(d)) != NULL;) {
+        const size_t n = strlen(e->d_name), suf = strlen(".safetensors.index.json");
+        if (n <= suf || strcmp(e->d_name + n - suf, ".safetensors.index.json") != 0) continue;
+        char index[4096], *text = NULL;
+        snprintf(index, sizeof index, "%s/%s", dir, e->d_name);
+        struct tr_error ignored = {0};
+        if (tr_ini_text_load(index, "index", &text, &ignored) != TR_OK) continue; /* unreadable: the shards speak */
+        cJSON *root = cJSON_Parse(text);
+        free(text);
+        const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map"), *t;
+        cJSON_ArrayForEach(t, map) {
+            if (!cJSON_IsString(t) || strchr(t->valuestring, '/')) continue;
+            char shard[4096];
+            struct stat sb;
+            snprintf(shard, sizeof shard, "%s/%s", dir, t->valuestring);
+            if (stat(shard, &sb) != 0) {
+                rc = tr_error_set(err, TR_ERR_NOT_FOUND, "weights: %s names the shard %s (of '%s' and others), which is "
+                                  "not in %s: a download that stopped short?", index, t->valuestring, t->string, dir);
+                break;
+            }
+        }
+        cJSON_Delete(root);
+    }
+    closedir(d);
+    return rc;
+}
+
 static int open_files(const char *path, const char *variant, struct files *f, struct tr_error *err) {
     memset(f, 0, sizeof *f);
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        int rc = collect(path, 0, f, err);
+        int rc = check_shard_index(path, err);
+        if (!rc) rc = collect(path, 0, f, err);
         if (rc) return rc;
         if (f->n == 0) return no_safetensors(path, err);
         qsort(f->path, (size_t)f->n, sizeof f->path[0], by_path);
