@@ -352,7 +352,17 @@ static int dump_graph(const struct tr_config *cfg) {
     struct tr_error err = {0};
     struct tr_task_graph tg;
     if (tr_task_graph_build(cfg, tr_builtin_models, &tg, &err)) return fail(&err);
+    /* a token generate is two passes: the prefill once, the decode once a new token after
+     * the first (their params include the KV cache, which the passes update) */
+    const int passes = tg.gen.decode != NULL;
+    if (passes)
+        printf("# prefill (once a call)\n");
     int rc = tr_graph_dump(tg.graph, stdout, &err);
+    if (!rc && passes) {
+        printf("\n# decode (once a new token after the first: %lld a call)\n",
+               (long long)(tg.gen_cfg.max_length - tg.gen_cfg.prompt_len - 1));
+        rc = tr_graph_dump(tg.gen.decode, stdout, &err);
+    }
     tr_task_graph_free(&tg);
     return rc ? fail(&err) : 0;
 }

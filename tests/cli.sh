@@ -69,6 +69,9 @@ expect "[run] threads = 0 names file, line, key" 1 'threads0.ini:7: \[run\] thre
 expect "list shows bert and torch" 0 'preset tiny' -- "$bin" list
 expect "list shows the torch plugin" 0 'libtrident_backend_torch.so' -- "$bin" list
 expect "dump prints the graph" 0 'attention' -- "$bin" dump conf/quickstart.ini
+expect "dump prints a token generate's two passes" 0 '^# decode \(once a new token after the first: [0-9]+ a call\)$' -- \
+  "$bin" dump conf/gemma_generate.ini
+check "dump: the prefill first" '^# prefill \(once a call\)$'
 expect "bench-kernels matmul" 0 '^matmul +f32 +64\^3 ' -- "$bin" bench-kernels --op matmul --size 64 --reps 1
 expect "bench-kernels conv2d at the UNet's shapes" 0 '^conv2d +bf16 +2x64x64x320>320 .* of it$' -- \
   "$bin" bench-kernels --op conv2d --reps 1
