@@ -316,3 +316,32 @@ void tr_test_hf_defaults_match(const struct tr_model_desc *m, const char *minima
     free(a);
     free(b);
 }
+
+void tr_test_copy_poisoned(const char *src, const char *tensor, int64_t index, double value, const char *name,
+                           char *path, size_t cap) {
+    struct tr_error e = {0};
+    struct tr_safetensors *st;
+    if (tr_safetensors_open(src, &st, &e)) fail_msg("%s", e.msg);
+    const int n = tr_safetensors_count(st);
+    const char **names = calloc((size_t)n, sizeof *names);
+    struct tr_tensor *ts = calloc((size_t)n, sizeof *ts);
+    void *copy = NULL;
+    assert_true(names && ts);
+    for (int i = 0; i < n; i++) {
+        names[i] = tr_safetensors_name(st, i);
+        if (tr_safetensors_get(st, names[i], &ts[i], &e)) fail_msg("%s", e.msg);
+        if (!copy && strstr(names[i], tensor)) { /* the file is mapped read-only: a copy takes the change */
+            assert_true(index < tr_tensor_numel(&ts[i]));
+            copy = malloc(tr_tensor_nbytes(&ts[i]));
+            assert_non_null(copy);
+            memcpy(copy, ts[i].data, tr_tensor_nbytes(&ts[i]));
+            ts[i].data = copy;
+            tr_tensor_set_f64(&ts[i], index, value);
+        }
+    }
+    if (!copy) fail_msg("%s has no tensor named like '%s'", src, tensor);
+    tr_test_dir_file(name, NULL, path, cap);
+    if (tr_safetensors_write(path, n, names, ts, &e)) fail_msg("%s", e.msg);
+    tr_safetensors_close(st);
+    free(copy), free(names), free(ts);
+}

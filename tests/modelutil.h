@@ -50,6 +50,10 @@ void tr_test_expect_param_counts(const struct tr_model_desc *m, const char *name
  * for tensors in the wrong order or of the wrong count. */
 void tr_test_make_inputs_refused(const struct tr_model_desc *m, const void *config, const struct tr_build_opts *o,
                                  int n, struct tr_tensor *in, int status, const char *needle);
+/* src's tensors written to tr_test_dir/name (its path in path), the first tensor whose name
+ * holds `tensor` with element index set to value: a file with one bad number. */
+void tr_test_copy_poisoned(const char *src, const char *tensor, int64_t index, double value, const char *name,
+                           char *path, size_t cap);
 /* Elements in g's PARAMs. */
 int64_t tr_test_param_count(const struct tr_graph *g);
 struct tr_safetensors *tr_test_open(const char *path, const char *hint);

@@ -365,36 +365,30 @@ static void test_hf_config_defaults(void **state) {
 static void test_inputs_mask_values(void **state) {
     (void)state;
     struct tr_error e = {0};
-    struct tr_safetensors *st;
-    if (tr_safetensors_open(TR_SOURCE_DIR "/tests/fixtures/reference/batch.safetensors", &st, &e)) fail_msg("%s", e.msg);
-    const int n = tr_safetensors_count(st);
-    const char *names[8];
-    struct tr_tensor ts[8];
-    void *copy = NULL;
-    assert_true(n <= 8);
-    for (int i = 0; i < n; i++) {
-        names[i] = tr_safetensors_name(st, i);
-        if (tr_safetensors_get(st, names[i], &ts[i], &e)) fail_msg("%s", e.msg);
-        if (!strcmp(names[i], "attention_mask")) {
-            copy = malloc(tr_tensor_nbytes(&ts[i]));
-            memcpy(copy, ts[i].data, tr_tensor_nbytes(&ts[i]));
-            ts[i].data = copy;
-            tr_tensor_set_f64(&ts[i], 3, 2.0);
-        }
-    }
-    assert_non_null(copy);
     char path[512], ini[768];
-    tr_test_dir_file("mask2.safetensors", NULL, path, sizeof path);
-    if (tr_safetensors_write(path, n, names, ts, &e)) fail_msg("%s", e.msg);
-    tr_safetensors_close(st);
-    free(copy);
-    snprintf(ini, sizeof ini, "[run]\nmodel = bert\npreset = tiny\nbackends = tf\nbatch = 2\nseq_len = 16\nsteps = 1\n"
-             "warmup = 1\ninputs = %s\n", path);
     static struct tr_config cfg;
     static struct tr_bench_report rep;
-    if (tr_config_load_string(ini, "m.ini", &cfg, &e)) fail_msg("%s", e.msg);
-    assert_int_not_equal(tr_bench_run(&cfg, tr_builtin_models, &rep, &e), TR_OK);
-    tr_assert_msg_has(&e, "'attention_mask' element 3 is 2: expected 0 (a pad) or 1 (a token)");
+    /* a mask value other than 0 or 1; an id past the embedding table, named by sample and
+     * position before any backend runs */
+    static const struct {
+        const char *tensor;
+        int64_t index;
+        double value;
+        const char *needle;
+    } bad[] = {{"attention_mask", 3, 2.0, "'attention_mask' element 3 is 2: expected 0 (a pad) or 1 (a token)"},
+               {"input_ids", 19, 5000.0, "'input_ids' element 19 (sample 1, position 3) is 5000, outside the embedding "
+                                         "table's [0, 1000)"},
+               {"token_type_ids", 2, 7.0, "'token_type_ids' element 2 (sample 0, position 2) is 7, outside the "
+                                          "embedding table's [0, 2)"}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        tr_test_copy_poisoned(TR_SOURCE_DIR "/tests/fixtures/reference/batch.safetensors", bad[k].tensor, bad[k].index,
+                              bad[k].value, "bad_batch.safetensors", path, sizeof path);
+        snprintf(ini, sizeof ini, "[run]\nmodel = bert\npreset = tiny\nbackends = tf\nbatch = 2\nseq_len = 16\n"
+                 "steps = 1\nwarmup = 1\ninputs = %s\n", path);
+        if (tr_config_load_string(ini, "m.ini", &cfg, &e)) fail_msg("%s", e.msg);
+        assert_int_not_equal(tr_bench_run(&cfg, tr_builtin_models, &rep, &e), TR_OK);
+        tr_assert_msg_has(&e, bad[k].needle);
+    }
 }
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_inputs_mask_values, test_param_count_base, test_hf_config_defaults, test_names_match_state_dict, test_interface, test_config_errors, test_fit_labels,

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backendutil.h"
+#include "modelutil.h"
 #include "models.h"
 #include "trident/bench.h"
 #include "trident/graph.h"
@@ -171,28 +172,9 @@ static void test_fit_bad_train_key(void **state) {
 static void test_fit_nan_weights(void **state) {
     (void)state;
     struct tr_error e = {0};
-    struct tr_safetensors *st;
-    if (tr_safetensors_open(TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors", &st, &e)) fail_msg("%s", e.msg);
-    const int n = tr_safetensors_count(st);
-    const char **names = calloc((size_t)n, sizeof *names);
-    struct tr_tensor *ts = calloc((size_t)n, sizeof *ts);
-    float *poisoned = NULL;
-    for (int i = 0; i < n; i++) {
-        names[i] = tr_safetensors_name(st, i);
-        if (tr_safetensors_get(st, names[i], &ts[i], &e)) fail_msg("%s", e.msg);
-        if (!poisoned && ts[i].dtype == TR_DTYPE_F32 && strstr(names[i], "classifier.weight")) {
-            poisoned = malloc(tr_tensor_nbytes(&ts[i]));
-            memcpy(poisoned, ts[i].data, tr_tensor_nbytes(&ts[i]));
-            poisoned[0] = NAN;
-            ts[i].data = poisoned;
-        }
-    }
-    assert_non_null(poisoned);
     char path[512], ini[768];
-    tr_test_dir_file("nan.safetensors", NULL, path, sizeof path);
-    if (tr_safetensors_write(path, n, names, ts, &e)) fail_msg("%s", e.msg);
-    tr_safetensors_close(st);
-    free(poisoned), free(names), free(ts);
+    tr_test_copy_poisoned(TR_SOURCE_DIR "/tests/fixtures/bert_tiny.safetensors", "classifier.weight", 0, NAN,
+                          "nan.safetensors", path, sizeof path);
     snprintf(ini, sizeof ini, "[run]\nmodel = bert\npreset = tiny\ntask = fit\nbackends = tf\nbatch = 2\nseq_len = 8\n"
              "steps = 2\nwarmup = 1\nweights = %s\n", path);
     static struct tr_config cfg;

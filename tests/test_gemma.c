@@ -68,12 +68,13 @@ static void test_hf_config_errors(void **state) {
         assert_int_equal(rc, bad[i].rc);
         tr_assert_msg_has(&e, bad[i].needle);
     }
-    /* hidden_act wins, as transformers 5.x reads it; hidden_activation where it is absent */
+    /* hidden_act, as transformers 5.x reads it; hidden_activation (4.x's) is not read: absent
+     * hidden_act, GemmaConfig's default gelu_pytorch_tanh (a warning says so) */
     static const struct {
         const char *json, *act;
     } acts[] = {{"{\"hidden_act\": \"silu\", \"hidden_activation\": \"gelu_pytorch_tanh\"}", "silu"},
                 {"{\"hidden_act\": \"gelu\", \"hidden_activation\": \"gelu_pytorch_tanh\"}", "gelu_pytorch_tanh"},
-                {"{\"hidden_activation\": \"silu\"}", "silu"}};
+                {"{\"hidden_activation\": \"silu\"}", "gelu_pytorch_tanh"}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
         c = *tiny();
         int rc = read_json(acts[i].json, &c, &e);

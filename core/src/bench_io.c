@@ -54,6 +54,21 @@ static int convert(const struct tr_tensor *src, struct tr_tensor *dst, const cha
     return TR_OK;
 }
 
+/* The rows of the smallest embedding table input node `in` indexes (through reshapes), or
+ * 0 when it indexes none: an id outside them is said here, naming the file's tensor and
+ * element, rather than by each backend's kernel as a flat index. */
+static int64_t embedding_rows(const struct tr_graph *g, int in) {
+    int64_t rows = 0;
+    for (int id = 0; id < tr_graph_n_nodes(g); id++) {
+        if (tr_node_op(g, id) != TR_OP_EMBEDDING) continue;
+        int src = tr_node_input(g, id, 1);
+        while (src >= 0 && src != in && tr_node_op(g, src) == TR_OP_RESHAPE) src = tr_node_input(g, src, 0);
+        const int64_t v = tr_node_shape(g, tr_node_input(g, id, 0))[0];
+        if (src == in && (rows == 0 || v < rows)) rows = v;
+    }
+    return rows;
+}
+
 static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g, int n, struct tr_tensor *ts,
                        struct tr_error *err) {
     char want[768];
@@ -80,6 +95,19 @@ static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g
         }
         int rc = convert(&t, &ts[i], name, err);
         if (rc) return rc;
+        const int64_t rows = is_int(ts[i].dtype) ? embedding_rows(g, id) : 0;
+        for (int64_t k = 0; rows > 0 && k < tr_tensor_numel(&ts[i]); k++) {
+            const double v = tr_tensor_get_f64(&ts[i], k);
+            if (v < 0 || v >= (double)rows) {
+                char at[64] = "";
+                if (ts[i].ndim == 2)
+                    snprintf(at, sizeof at, " (sample %lld, position %lld)", (long long)(k / ts[i].shape[1]),
+                             (long long)(k % ts[i].shape[1]));
+                return tr_error_set(err, TR_ERR_INVALID, "'%s' element %lld%s is %.0f, outside the embedding table's "
+                                    "[0, %lld) (a vocab_size or type_vocab_size other than the tokenizer's?)", name,
+                                    (long long)k, at, v, (long long)rows);
+            }
+        }
         /* a tokenizer's mask is 0 or 1: another value would weigh a key where transformers
          * (which reads any nonzero as 1) attends to it plainly */
         for (int64_t k = 0; strcmp(name, "attention_mask") == 0 && ts[i].ndim == 2 && k < tr_tensor_numel(&ts[i]); k++) {

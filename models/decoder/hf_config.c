@@ -191,20 +191,18 @@ static int read_generation_config(const char *path, struct tr_decoder_config *c,
 int tr_decoder_read_hf_config(const char *path, struct tr_decoder_config *c, struct tr_error *err) {
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
-    /* hidden_act, as transformers 5.x reads it; Gemma's configs of early 2024 also name the
-     * activation hidden_activation (what transformers 4.x's GemmaMLP read), taken only where
-     * hidden_act is absent: the published files say "gelu" and "gelu_pytorch_tanh", the same
-     * function once "gelu" is read as Gemma reads it (apply). */
+    /* hidden_act, as transformers 5.x reads it (default gelu_pytorch_tanh). Gemma's configs of
+     * early 2024 also name the activation hidden_activation, which transformers 4.x's
+     * GemmaMLP read and 5.x does not: the published files say "gelu" or "gelu_pytorch_tanh",
+     * the same function as 5.x's default once "gelu" is read as Gemma reads it; another
+     * value is said, since transformers 5 computes gelu_pytorch_tanh in its place too. */
     const cJSON *ha = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "hidden_activation");
     const cJSON *act = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
-    if (ha && !cJSON_IsNull(ha) && (!act || cJSON_IsNull(act))) {
-        cJSON_DeleteItemFromObjectCaseSensitive(root, "hidden_act");
-        cJSON *copy = cJSON_Duplicate(ha, 1);
-        if (!copy || !cJSON_AddItemToObject(root, "hidden_act", copy)) {
-            cJSON_Delete(copy);
-            rc = tr_error_set(err, TR_ERR_NOMEM, "'%s': out of memory", path);
-        }
-    }
+    if (cJSON_IsString(ha) && (!act || cJSON_IsNull(act)) && strcmp(ha->valuestring, "gelu") != 0 &&
+        strcmp(ha->valuestring, "gelu_pytorch_tanh") != 0)
+        fprintf(stderr, "trident: warning: '%s': \"hidden_activation\" = %s is not read, as transformers 5 does not "
+                "read it: the activation is hidden_act's (absent: gelu_pytorch_tanh); give hidden_act to choose it\n",
+                path, ha->valuestring);
     if (!rc) rc = tr_hf_json_defaults(root, path, c->family == TR_DECODER_GEMMA ? GEMMA_DEFAULTS : MISTRAL_DEFAULTS, err);
     if (!rc) rc = apply(root, path, c, err);
     cJSON_Delete(root);
