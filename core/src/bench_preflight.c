@@ -80,7 +80,7 @@ static void check_backend(const struct tr_config *cfg, const struct tr_config_ba
     tr_bench_backend_params(cfg, cb, opts, &params);
     rc = tr_backend_init(plugin, &params, &be, &e);
     if (rc) {
-        add(p, "'%s': %s", cb->spec, e.msg);
+        add(p, "%s", e.msg); /* it names the backend and its file */
     }
     for (int i = 0; !rc && i < n_graphs; i++) {
         rc = tr_backend_check_graph(be, graphs[i], &e);
