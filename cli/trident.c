@@ -11,7 +11,8 @@
  *   trident bench SUITE.ini [--rows P,...]           every row of a suite, then the summary (suite.h)
  *   trident bench-kernels [--size N] [--dtype D]     GFLOP/s of the shared kernels
  *   trident roofline FILE.ini [--run]                the step's kernels against the device's floor
- *   trident list [FILE.ini]                          models, presets, tasks; backend plugins
+ *   trident list [FILE.ini | MODEL]                 models, presets, tasks; backend plugins (MODEL:
+ *                                                    its INI keys, section by section)
  *   trident dump FILE.ini                            the task's graph as text (a suite: every row's)
  *   trident check-backend NAME|PATH [FILE.ini]       a plugin's conformance check
  *   trident report A.json B.json                     two runs' (or two suites') reports compared
@@ -38,7 +39,7 @@ static const char usage[] =
     "       trident bench SUITE.ini [--rows NAME,PATTERN...] [--json OUT] [--report DIR [--log-scale]] [--steps N]\n"
     "       trident bench-kernels [--size N] [--dtype f32|bf16|all] [--reps R]\n"
     "       trident roofline FILE.ini [--device-peaks h200|h100|measure] [--run] [--reps R] [--top N] [--json OUT]\n"
-    "       trident list [FILE.ini]\n"
+    "       trident list [FILE.ini | MODEL]\n"
     "       trident dump FILE.ini\n"
     "       trident check-backend NAME[:MODE]|PATH.so [FILE.ini]\n"
     "       trident report A.json B.json\n";
@@ -318,6 +319,51 @@ static void print_candidate(const struct tr_plugin_candidate *c, void *user) {
     printf("           from %s\n", c->origin);
 }
 
+/* "  name   value   what it is", a key of a section, its value in config (NULL: none) */
+static void print_key(const struct tr_model_desc *m, const void *config, const struct tr_model_key *k) {
+    char v[80] = "";
+    if (config) tr_model_key_str(m, config, k, v, sizeof v);
+    printf("  %-28s %-12s %s\n", k->name, v[0] ? v : "\"\"", k->doc ? k->doc : "");
+}
+
+/* `trident list MODEL`: what an INI may say to it, section by section, with the first
+ * preset's values (and the defaults of [train] and [generate]). */
+static int list_model(const struct tr_model_desc *m) {
+    struct tr_error err = {0};
+    printf("%s: %s\ntasks:", m->name, m->description);
+    for (int t = 0; t < TR_TASK_COUNT; t++)
+        if (m->tasks & (1u << t)) printf(" %s", tr_task_name((enum tr_task)t));
+    printf("\npresets:");
+    for (int p = 0; p < m->n_presets; p++) printf(" %s", m->presets[p].name);
+    printf("\n\n[model] keys, each over the preset (values: preset %s's)%s:\n", m->presets[0].name,
+           m->read_hf_config ? "; hf_config = PATH reads a Hugging Face config.json under them" : "");
+    for (int k = 0; k < m->n_keys; k++) print_key(m, m->presets[0].config, &m->keys[k]);
+    if (m->tasks & (1u << TR_TASK_FIT)) {
+        struct tr_train_config tc;
+        tr_train_config_defaults(&tc);
+        int n;
+        const struct tr_model_key *keys = tr_train_keys(&n);
+        printf("\n[train] keys (task = fit; values: the defaults):\n");
+        for (int k = 0; k < n; k++) print_key(m, &tc, &keys[k]);
+    }
+    if ((m->tasks & (1u << TR_TASK_GENERATE)) && m->generate) {
+        struct tr_generate_config gc;
+        if (tr_generate_config_resolve(NULL, 1234, &gc, &err)) return fail(&err);
+        int n;
+        const struct tr_model_key *keys = tr_generate_keys(&n);
+        printf("\n[generate] keys (task = generate; values: the defaults, seed [run] seed's):\n");
+        for (int k = 0; k < n; k++) print_key(m, &gc, &keys[k]);
+        printf("  %-28s %-12s %s\n", "prompt", "", "every sample's prompt as text (else synthetic ids)");
+        printf("  %-28s %-12s %s\n", "prompts", "", "a file of prompts, one a line (sample b: prompt b mod their count)");
+        printf("  %-28s %-12s %s\n", "tokenizer", "", "its tokenizer.json (or directory); default: beside [run] weights");
+    } else if (m->tasks & (1u << TR_TASK_GENERATE))
+        printf("\n[generate] keys (task = generate): image, prompt, prompts, negative_prompt, tokenizer, init_image, "
+               "mask_image (README.md)\n");
+    printf("\n[run] keys: README.md (\"Writing an INI file\"); [backend.NAME] keys: each backend's, in its "
+           "refusal of an unknown one\n");
+    return 0;
+}
+
 static int cmd_list(int argc, char **argv) {
     struct tr_config cfg;
     struct tr_error err = {0};
@@ -326,6 +372,9 @@ static int cmd_list(int argc, char **argv) {
         fputs(usage, stderr);
         return 2;
     }
+    struct stat sb;
+    for (const struct tr_model_desc *const *m = tr_builtin_models; argc == 1 && *m; m++)
+        if (strcmp((*m)->name, argv[0]) == 0 && stat(argv[0], &sb) != 0) return list_model(*m);
     if (argc == 1 && tr_config_load(argv[0], &cfg, &err)) return fail(&err);
 
     printf("models:\n");

@@ -22,6 +22,10 @@ if grep -Eq '^cpu .+, isa [a-z0-9]+ \((native|forced .*)\), oneDNN [a-z0-9_]+, b
   ok "quickstart names the host"; else bad "quickstart names the host"; fi
 expect "quickstart writes json" 0 'all backends ran' -- "$bin" run conf/quickstart.ini --steps 2 --json "$tmp/q.json"
 expect "trident list --help prints the usage" 0 '^usage: trident run' -- "$bin" list --help
+expect "trident list MODEL lists its INI keys with their meaning" 0 '^  num_hidden_layers +2 +encoder layers$' -- \
+  "$bin" list bert
+check "trident list MODEL: [train] keys and their defaults" '^  beta2 +0.999 +AdamW'
+expect "trident list MODEL: [generate] keys of a token generate" 0 '^  top_k +50 +top_k sampling' -- "$bin" list gemma
 expect "an option without its value is refused" 2 'trident: --steps needs a value' -- "$bin" run conf/quickstart.ini --steps
 expect "an option given twice is refused" 2 'trident: --json is given twice' -- \
   "$bin" run conf/quickstart.ini --json "$tmp/a.json" --json "$tmp/b.json"

@@ -619,6 +619,7 @@ static void test_pick_top_k_top_p(void **state) {
             fail_msg("%s: %s", zero[i], e.msg);
         assert_true(gc.top_p_sampling && !gc.top_k_sampling && gc.top_p_top_k == 0);
         assert_true(gc.top_p == (i ? 0.5 : 1.0));
+        assert_string_equal(gc.sampling, "top_p"); /* reports name what draws: the nucleus (of 1: every token) */
     }
 
     struct tr_generate_config gc;

@@ -41,6 +41,11 @@ static const struct tr_model_key generate_keys[] = {
     KEY(kv_cache, TR_KEY_STRING, 0, 0, "state (the passes update it in place) or inputs (host memory, copied in)"),
 };
 
+const struct tr_model_key *tr_generate_keys(int *n) {
+    *n = (int)(sizeof generate_keys / sizeof generate_keys[0]);
+    return generate_keys;
+}
+
 static int key_line(const struct tr_config *cfg, const char *key) {
     for (int i = 0; cfg && i < cfg->n_kv; i++)
         if (!strcmp(cfg->kv[i].section, "generate") && !strcmp(cfg->kv[i].key, key)) return cfg->kv[i].line;
@@ -79,6 +84,7 @@ int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, s
                         "= greedy leaves it unread\n", file, cfg->kv[i].line, cfg->kv[i].key);
     if (gc->top_k == 0 && gc->top_k_sampling && !key_line(cfg, "top_p")) { /* no top_k: the whole softmax */
         gc->top_k_sampling = 0, gc->top_p_sampling = 1, gc->top_p = 1.0;
+        strcpy(gc->sampling, "top_p"); /* what reports say: the nucleus of p = 1, every token */
     }
     /* both given: transformers' chain, the top_k largest and then the nucleus among them */
     if ((gc->top_k_sampling && key_line(cfg, "top_p")) || (gc->top_p_sampling && key_line(cfg, "top_k") && gc->top_k)) {

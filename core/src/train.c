@@ -33,7 +33,7 @@ void tr_train_config_defaults(struct tr_train_config *c) {
     c->beta2 = 0.999;
     c->eps = 1e-8;
     c->weight_decay = 0.01;
-    c->momentum = 0.9;
+    c->momentum = 0.0; /* torch.optim.SGD's, its only reader */
     c->master_weights = 1;
 }
 
@@ -43,6 +43,11 @@ static int train_key_line(const struct tr_config *cfg, const char *key) {
     for (int i = 0; i < cfg->n_kv; i++)
         if (!strcmp(cfg->kv[i].section, "train") && !strcmp(cfg->kv[i].key, key)) line = cfg->kv[i].line;
     return line;
+}
+
+const struct tr_model_key *tr_train_keys(int *n) {
+    *n = (int)(sizeof train_keys / sizeof train_keys[0]);
+    return train_keys;
 }
 
 int tr_train_config_resolve(const struct tr_config *cfg, struct tr_train_config *c, struct tr_error *err) {
@@ -63,10 +68,8 @@ int tr_train_config_resolve(const struct tr_config *cfg, struct tr_train_config 
         return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [train] optimizer = %s: expected adamw, adam or sgd",
                             cfg->file, train_key_line(cfg, "optimizer"), c->optimizer);
     const int sgd = strcmp(c->optimizer, "sgd") == 0;
-    if (sgd) { /* torch.optim.SGD's (and Keras') defaults where the INI is silent: plain SGD */
-        if (!train_key_line(cfg, "momentum")) c->momentum = 0.0;
-        if (!train_key_line(cfg, "weight_decay")) c->weight_decay = 0.0;
-    }
+    if (sgd && !train_key_line(cfg, "weight_decay")) /* torch.optim.SGD's (and Keras') plain SGD */
+        c->weight_decay = 0.0;
     /* a key the chosen optimizer does not read is said, not silently dropped */
     static const char *const adam_only[] = {"beta1", "beta2", "eps"};
     for (int k = 0; sgd && k < 3; k++)

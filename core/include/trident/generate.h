@@ -84,6 +84,10 @@ struct tr_generate_config {
     int cache_inputs;           /* kv_cache == "inputs" */
 };
 
+/* The [generate] keys of a token generate besides prompt, prompts and tokenizer, each with
+ * its range and meaning (for `trident list MODEL`); *n of them. */
+const struct tr_model_key *tr_generate_keys(int *n);
+
 /* Defaults (seed: run_seed), then the [generate] section of cfg (may be NULL). Checks
  * sampling's value and prompt_len < max_length. */
 int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, struct tr_generate_config *gc,

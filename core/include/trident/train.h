@@ -50,6 +50,9 @@ struct tr_train_config {
 };
 
 void tr_train_config_defaults(struct tr_train_config *c);
+/* The [train] keys, each with its range and meaning (for `trident list MODEL`); *n of them. */
+struct tr_model_key;
+const struct tr_model_key *tr_train_keys(int *n);
 /* Defaults, then the [train] section of cfg; errors name FILE:LINE, key and value. */
 int tr_train_config_resolve(const struct tr_config *cfg, struct tr_train_config *c, struct tr_error *err);
 
