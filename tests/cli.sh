@@ -26,6 +26,9 @@ expect "trident list MODEL lists its INI keys with their meaning" 0 '^  num_hidd
   "$bin" list bert
 check "trident list MODEL: [train] keys and their defaults" '^  beta2 +0.999 +AdamW'
 expect "trident list MODEL: [generate] keys of a token generate" 0 '^  top_k +50 +top_k sampling' -- "$bin" list gemma
+# [train] and [generate] keys are checked whatever the task: a typo in an unread section is an error
+rejects unreadtypo.ini $'[run]\nmodel = bert\nbatch = 1\nseq_len = 8\n[train]\noptimiser = adamw' \
+  "a typo in a section the task leaves unread is refused" 'unreadtypo.ini:6: \[train\] optimiser = adamw: unknown key for training'
 expect "an option without its value is refused" 2 'trident: --steps needs a value' -- "$bin" run conf/quickstart.ini --steps
 expect "an option given twice is refused" 2 'trident: --json is given twice' -- \
   "$bin" run conf/quickstart.ini --json "$tmp/a.json" --json "$tmp/b.json"

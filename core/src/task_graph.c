@@ -161,11 +161,42 @@ static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, 
                                 "directory with a tokenizer/", cfg->file, prompt_line);
     }
     if (prompt_line) tg->opts.tokenizer = tg->tokenizer;
+    else if (tg->tokenizer[0]) /* a tokenizer with nothing to tokenize: said, as the token generate says it */
+        fprintf(stderr, "trident: warning: %s: [generate] tokenizer is read for prompt or prompts; without either it "
+                "goes unread\n", cfg->file);
     return TR_OK;
 }
 
 /* A section only another task reads ([generate], [train]) is said, not silently skipped: a
  * config whose task was switched keeps it, so it is a warning, not an error. */
+/* [train] and [generate] keys are checked whatever the task: a typo in a section this
+ * task leaves unread is still a typo (the section itself gets a warning). */
+static int check_section_keys(const struct tr_config *cfg, struct tr_error *err) {
+    static const char *const more_generate[] = {"prompt", "prompts", "tokenizer", "image", "negative_prompt",
+                                                "init_image", "mask_image"};
+    for (int i = 0; i < cfg->n_kv; i++) {
+        const struct tr_config_kv *kv = &cfg->kv[i];
+        const int train = !strcmp(kv->section, "train");
+        if (!train && strcmp(kv->section, "generate") != 0) continue;
+        int n, known = 0;
+        const struct tr_model_key *keys = train ? tr_train_keys(&n) : tr_generate_keys(&n);
+        char names[512] = "";
+        for (int k = 0; k < n; k++) {
+            known |= !strcmp(keys[k].name, kv->key);
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "", keys[k].name);
+        }
+        for (size_t k = 0; !train && k < sizeof more_generate / sizeof more_generate[0]; k++) {
+            known |= !strcmp(more_generate[k], kv->key);
+            snprintf(names + strlen(names), sizeof names - strlen(names), ", %s", more_generate[k]);
+        }
+        if (!known)
+            return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [%s] %s = %s: unknown key for %s (keys: %s)",
+                                cfg->file, kv->line, kv->section, kv->key, kv->value, train ? "training" : "generate",
+                                names);
+    }
+    return TR_OK;
+}
+
 static void warn_unread(const struct tr_config *cfg, const char *section, const char *by) {
     for (int i = 0; i < cfg->n_kv; i++)
         if (strcmp(cfg->kv[i].section, section) == 0) {
@@ -219,14 +250,15 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
         }
         tg->opts.batch = cfg->batch / cfg->ranks;
     }
+    if ((rc = check_section_keys(cfg, err)) != TR_OK) goto fail;
+    if (task != TR_TASK_GENERATE) warn_unread(cfg, "generate", "task = generate");
+    if (task != TR_TASK_FIT) warn_unread(cfg, "train", "task = fit");
     if (task == TR_TASK_GENERATE && m->generate) {
         rc = build_generate(cfg, tg, err);
         if (rc) goto fail;
         return TR_OK;
     }
     if (task == TR_TASK_GENERATE && (rc = generate_keys(cfg, tg, err)) != TR_OK) goto fail;
-    if (task != TR_TASK_GENERATE) warn_unread(cfg, "generate", "task = generate");
-    if (task != TR_TASK_FIT) warn_unread(cfg, "train", "task = fit");
     rc = tr_graph_init(&tg->graph, err);
     if (rc) goto fail;
     rc = m->build(tg->config, &tg->opts, tg->graph, err);
