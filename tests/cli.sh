@@ -66,6 +66,17 @@ expect "TRIDENT_F32_GEMM=first runs and agrees" 0 'all backends ran and agree' -
   env TRIDENT_F32_GEMM=first "$bin" run "$tmp/small.ini"
 expect "TRIDENT_F32_GEMM=fast is refused" 1 'TRIDENT_F32_GEMM=fast is not a choice: expected auto' -- \
   env TRIDENT_F32_GEMM=fast "$bin" run "$tmp/small.ini"
+# TRIDENT_BF16_GEMM: oneDNN's bf16 kernels (where AMX is, by default) or f32; the header says which
+ini small_bf16.ini "$(cat "$tmp/small.ini")
+dtype = bf16
+backends = tf, jax"
+expect "TRIDENT_BF16_GEMM=f32 runs bf16 via f32 and agrees" 0 'bf16 GEMM via f32, ' -- \
+  env TRIDENT_BF16_GEMM=f32 "$bin" run "$tmp/small_bf16.ini"
+check "TRIDENT_BF16_GEMM=f32: the backends agree" 'all backends ran and agree'
+expect "TRIDENT_BF16_GEMM=native runs and agrees" 0 'all backends ran and agree' -- \
+  env TRIDENT_BF16_GEMM=native "$bin" run "$tmp/small_bf16.ini"
+expect "TRIDENT_BF16_GEMM=fast is refused" 1 'TRIDENT_BF16_GEMM=fast is not a choice: expected auto' -- \
+  env TRIDENT_BF16_GEMM=fast "$bin" run "$tmp/small_bf16.ini"
 ini threads1.ini "$(cat "$tmp/small.ini")
 threads = 1"
 expect "[run] threads = 1 reaches OpenMP" 0 ', 1 thread, OpenMP' -- env OMP_NUM_THREADS=2 "$bin" run "$tmp/threads1.ini"

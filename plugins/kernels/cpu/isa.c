@@ -165,10 +165,24 @@ static void isa_init(void) {
     snprintf(info->onednn_isa, sizeof info->onednn_isa, "%s", onednn_isa_name(dnnl_get_effective_cpu_isa()));
     const int has_bf16_gemm = probe_bf16_gemm();
 #if defined(__x86_64__)
-    info->bf16_native = (info->avx512_bf16 || info->amx) && has_bf16_gemm;
+    /* AMX's tiles make oneDNN's bf16 GEMM the fastest; AVX512_BF16's dot products alone do
+     * not: on a Xeon with AVX512_BF16 and no AMX a 1024^3 bf16 product took 16 ms against 8
+     * in f32 (PyTorch's alike), and BERT small's bf16 predict ran 1.1-1.3x faster converted
+     * (docs/perf.md). Converted, the products are the same bf16 values' in f32. */
+    info->bf16_native = info->amx && !info->forced && has_bf16_gemm; /* a forced level caps oneDNN below AMX */
 #else
     info->bf16_native = has_bf16_gemm;
 #endif
+    const char *bf16 = getenv("TRIDENT_BF16_GEMM");
+    if (bf16 && strcmp(bf16, "f32") == 0) info->bf16_native = 0;
+    else if (bf16 && strcmp(bf16, "native") == 0) info->bf16_native = has_bf16_gemm;
+    else if (bf16 && *bf16 && strcmp(bf16, "auto") != 0) {
+        tr_error_set(&isa_err, TR_ERR_INVALID,
+                     "kernels: TRIDENT_BF16_GEMM=%s is not a choice: expected auto (oneDNN's bf16 GEMM where the cpu "
+                     "has AMX), native (oneDNN's bf16 GEMM wherever it has one) or f32 (every bf16 product converted "
+                     "to f32)", bf16);
+        return;
+    }
     tr_cpu_bf16_gemm_native = info->bf16_native;
     tr_cpu_bf16_gemm_emulated = has_bf16_gemm && !info->bf16_native;
     tr_cpu_isa_level = info->isa;
