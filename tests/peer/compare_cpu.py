@@ -9,7 +9,8 @@ alternating which goes first from round to round so that a drift in the machine'
 falls on both; each side's figure is its best round's mean ms/step. Prints one table:
 trident's fastest backend, trident's torch backend (its eager model of PyTorch, the
 like-for-like row), PyTorch eager (and torch.compile with --compile), and PyTorch's time
-over trident's fastest (above 1: trident is faster). Absolute CPU times are noisy on a shared
+over trident's fastest (above 1: trident is faster). The peers run with OpenMP's wait as
+trident's (GOMP_SPINCOUNT=1000, unless the environment sets a wait). Absolute CPU times are noisy on a shared
 machine; the ratio, measured minutes apart on the same cores, is the figure to quote.
 --fused adds PyTorch eager with the fit's optimizer fused (`AdamW(fused=True)`, not
 PyTorch's default) for the fit configs, beside trident's fused AdamW; other rows show n/a.
@@ -57,10 +58,21 @@ def trident(exe, ini, tmp):
     return row, None if d["all_ok"] else f"exit {p.returncode}: not all backends ran and agree"
 
 
+def peer_env():
+    """The environment of the peers' processes: OpenMP's wait as trident sets its own (a
+    short spin, GOMP_SPINCOUNT=1000) unless the user chose one, so that both sides wait
+    alike. On a shared machine libgomp's default spin made PyTorch BERT small predict
+    6.5-7.7x slower (638-648 ms against 84-100), which would credit trident with it."""
+    env = dict(os.environ)
+    if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env:
+        env["GOMP_SPINCOUNT"] = "1000"
+    return env
+
+
 def torch_row(ini, mode, tmp):
     out = fresh(os.path.join(tmp, "p.json"))
     p = subprocess.run([sys.executable, os.path.join(HERE, "torch_cpu.py"), ini, "--mode", mode, "--json", out],
-                       cwd=ROOT, capture_output=True, text=True)
+                       cwd=ROOT, capture_output=True, text=True, env=peer_env())
     if p.returncode or not os.path.exists(out):
         return None, f"torch_cpu.py exit {p.returncode}: {p.stderr.strip()[-300:]}"
     return json.load(open(out)), None
@@ -70,7 +82,7 @@ def keras_row(ini, backend, tmp):
     """keras_cpu.py's row; (None, None) where it has no model for the INI (exit status 3)."""
     out = fresh(os.path.join(tmp, "k.json"))
     p = subprocess.run([sys.executable, os.path.join(HERE, "keras_cpu.py"), ini, "--backend", backend, "--json", out],
-                       cwd=ROOT, capture_output=True, text=True)
+                       cwd=ROOT, capture_output=True, text=True, env=peer_env())
     if p.returncode == 3:
         return None, None
     if p.returncode or not os.path.exists(out):
