@@ -5,9 +5,11 @@
  * preflight: backends, options, caps, output paths). A failed row is reported and the
  * suite goes on; Ctrl-C stops after the current step of the current row, and the summary,
  * the JSON and the report still come out, marked interrupted. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cli.h"
 #include "models.h"
 #include "trident/trident.h"
@@ -19,10 +21,28 @@ static int fail_msg(const struct tr_error *err) {
     return 1;
 }
 
+/* stderr to /dev/null while the rows are checked, and back (quiet_stderr(saved)): a row's
+ * warnings come when it runs, once, not here as well. Returns the saved descriptor, or -1
+ * (nothing changed) where it cannot. */
+static int quiet_stderr(int saved) {
+    fflush(stderr);
+    if (saved >= 0) {
+        dup2(saved, STDERR_FILENO);
+        close(saved);
+        return -1;
+    }
+    const int null = open("/dev/null", O_WRONLY);
+    saved = null < 0 ? -1 : dup(STDERR_FILENO);
+    if (saved >= 0) dup2(null, STDERR_FILENO);
+    if (null >= 0) close(null);
+    return saved;
+}
+
 /* Every row's config and graph, before anything runs: all problems at once. */
 static int check_rows(const struct tr_suite *s, struct tr_config *cfg, struct tr_error *err) {
     char all[TR_ERROR_MSG_MAX] = "";
     int bad = 0, status = TR_OK;
+    const int saved = quiet_stderr(-1);
     for (int i = 0; i < s->n_rows; i++) {
         struct tr_error e = {0};
         int rc = tr_suite_row_config(s, i, cfg, &e);
@@ -37,6 +57,7 @@ static int check_rows(const struct tr_suite *s, struct tr_config *cfg, struct tr
         if (n + 4 < sizeof all) snprintf(all + n, sizeof all - n, "%s%.*s", bad ? "\n  " : "", (int)(sizeof all - n - 4), e.msg);
         bad++;
     }
+    quiet_stderr(saved);
     return bad ? tr_error_set(err, status, "%s", all) : TR_OK;
 }
 

@@ -759,6 +759,12 @@ else echo "exit $rc" >> "$tmp/out"; bad "suite: Ctrl-C gives exit 130, the summa
 expect "suite: --rows picks rows by pattern" 0 '^\[1/1\] Gemma generate' -- "$bin" bench "$tmp/suite.ini" --rows 'gemma_*'
 expect "suite: --rows that matches nothing lists the rows" 1 "'nope' matches no row of .*suite.ini \(rows: bert_predict, gemma_generate_b1\)" -- \
   "$bin" bench "$tmp/suite.ini" --rows nope
+# A row's warning is said once, when the row runs (not also while every row is checked first)
+ini suite_warn.ini "$(cat "$tmp/suite.ini")
+seq_len = 9"
+expect "suite: a row's warning" 0 '\[row.gemma_generate_b1\] seq_len = 9 is not read by generate' -- \
+  "$bin" bench "$tmp/suite_warn.ini" --rows 'gemma_*'
+if [ "$(grep -c 'seq_len = 9 is not read by generate' "$tmp/out")" = 1 ]; then ok "suite: ... said once"; else bad "suite: ... said once"; fi
 expect "suite: --rows is for suites" 2 'picks rows of a suite' -- "$bin" bench "$tmp/two.ini" --rows bert
 expect "suite: --outputs is for one run" 2 'is a suite: --outputs' -- "$bin" bench "$tmp/suite.ini" --outputs "$tmp/x.safetensors"
 ini suite_bad.ini "$(cat "$tmp/suite.ini")
