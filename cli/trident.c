@@ -375,7 +375,9 @@ static int cmd_list(int argc, char **argv) {
     struct stat sb;
     for (const struct tr_model_desc *const *m = tr_builtin_models; argc == 1 && *m; m++)
         if (strcmp((*m)->name, argv[0]) == 0 && stat(argv[0], &sb) != 0) return list_model(*m);
-    if (argc == 1 && tr_config_load(argv[0], &cfg, &err)) return fail(&err);
+    int is_suite = 0; /* a suite names no [plugins] path of its own: the default search */
+    if (argc == 1 && tr_suite_detect(argv[0], &is_suite, &err)) return fail(&err);
+    if (argc == 1 && !is_suite && tr_config_load(argv[0], &cfg, &err)) return fail(&err);
 
     printf("models:\n");
     for (const struct tr_model_desc *const *m = tr_builtin_models; *m; m++) {

@@ -22,6 +22,7 @@ if grep -Eq '^cpu .+, isa [a-z0-9]+ \((native|forced .*)\), oneDNN [a-z0-9_]+, b
   ok "quickstart names the host"; else bad "quickstart names the host"; fi
 expect "quickstart writes json" 0 'all backends ran' -- "$bin" run conf/quickstart.ini --steps 2 --json "$tmp/q.json"
 expect "trident list --help prints the usage" 0 '^usage: trident run' -- "$bin" list --help
+expect "trident list SUITE.ini lists the models and backends" 0 '^backends \(search order' -- "$bin" list conf/suite.ini
 expect "trident list MODEL lists its INI keys with their meaning" 0 '^  num_hidden_layers +2 +encoder layers$' -- \
   "$bin" list bert
 check "trident list MODEL: [train] keys and their defaults" '^  beta2 +0.999 +AdamW'
