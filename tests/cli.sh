@@ -74,6 +74,10 @@ backends = tf, jax"
 expect "TRIDENT_BF16_GEMM=f32 runs bf16 via f32 and agrees" 0 'bf16 GEMM via f32, ' -- \
   env TRIDENT_BF16_GEMM=f32 "$bin" run "$tmp/small_bf16.ini"
 check "TRIDENT_BF16_GEMM=f32: the backends agree" 'all backends ran and agree'
+expect "TRIDENT_BF16_GEMM=f32 reaches oneDNN" 0 '^onednn_verbose,exec,cpu,matmul,' -- \
+  env TRIDENT_BF16_GEMM=f32 ONEDNN_VERBOSE=1 "$bin" run "$tmp/small_bf16.ini"
+if grep -q '^onednn_verbose,exec,cpu,matmul,.*src_bf16' "$tmp/out"; then bad "TRIDENT_BF16_GEMM=f32: no bf16 product, decode-sized ones neither"
+else ok "TRIDENT_BF16_GEMM=f32: no bf16 product, decode-sized ones neither"; fi
 expect "TRIDENT_BF16_GEMM=native runs and agrees" 0 'all backends ran and agree' -- \
   env TRIDENT_BF16_GEMM=native "$bin" run "$tmp/small_bf16.ini"
 expect "TRIDENT_BF16_GEMM=fast is refused" 1 'TRIDENT_BF16_GEMM=fast is not a choice: expected auto' -- \

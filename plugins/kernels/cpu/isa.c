@@ -174,7 +174,8 @@ static void isa_init(void) {
     info->bf16_native = has_bf16_gemm;
 #endif
     const char *bf16 = getenv("TRIDENT_BF16_GEMM");
-    if (bf16 && strcmp(bf16, "f32") == 0) info->bf16_native = 0;
+    int all_f32 = 0; /* f32 asked for: even a decode step's few rows (matmul.c's reuse rule) */
+    if (bf16 && strcmp(bf16, "f32") == 0) info->bf16_native = 0, all_f32 = 1;
     else if (bf16 && strcmp(bf16, "native") == 0) info->bf16_native = has_bf16_gemm;
     else if (bf16 && *bf16 && strcmp(bf16, "auto") != 0) {
         tr_error_set(&isa_err, TR_ERR_INVALID,
@@ -184,7 +185,7 @@ static void isa_init(void) {
         return;
     }
     tr_cpu_bf16_gemm_native = info->bf16_native;
-    tr_cpu_bf16_gemm_emulated = has_bf16_gemm && !info->bf16_native;
+    tr_cpu_bf16_gemm_emulated = has_bf16_gemm && !info->bf16_native && !all_f32;
     tr_cpu_isa_level = info->isa;
 }
 
