@@ -453,6 +453,12 @@ sed -e "s|^weights = .*|weights = $PWD/tests/fixtures/reference_bert_relu|" -e '
 expect "a config.json beside the weights that no hf_config names is said, with the keys that differ" 1 \
   'holds a config.json that \[model\] hf_config does not name, and it differs from preset tiny in .*hidden_act = relu there, gelu here.*add \[model\] hf_config = ' \
   -- "$bin" run "$tmp/noconf.ini"
+# The directory as [run] weights, the run's batch and reference in it: they are not weights
+d=$PWD/tests/fixtures/reference_bert_relu
+sed -e "s|^weights = .*|weights = $d|" -e "s#^\(inputs\|reference\|hf_config\) = #\1 = $d/#" "$d/check.ini" > "$tmp/wdir.ini"
+expect "weights = a directory that also holds the run's batch and reference" 0 'all backends ran and agree' -- \
+  "$bin" run "$tmp/wdir.ini" --steps 1
+if grep -q 'is the model.s\|are not the model.s' "$tmp/out"; then bad "... reads neither as weights"; else ok "... reads neither as weights"; fi
 expect "bert with hidden_act = gelu_new, fit against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_gelu_new/check.ini
 expect "bert regression (one label, MSE), fit against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_regression/check.ini
 expect "bert multi_label_classification (BCE with logits), fit against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_multilabel/check.ini

@@ -708,7 +708,8 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
 
     if ((rc = tr_bench_reference_open(cfg, g, &refile, err)) != TR_OK) goto done;
     const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed,
-                                            .variant = cfg->weights_variant};
+                                            .variant = cfg->weights_variant,
+                                            .skip = {cfg->inputs, cfg->reference, o ? o->outputs : NULL}};
     rc = cfg->weights[0] ? tr_weights_load_opts(g, cfg->weights, &wo, &w, err)
                          : tr_weights_from_seed(g, cfg->seed, &w, err);
     if (!rc && cfg->weights[0] && cfg->rank == 0) { /* every rank read the same file */

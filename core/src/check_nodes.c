@@ -379,7 +379,8 @@ int tr_check_nodes_run(const struct tr_config *cfg, const struct tr_model_desc *
         goto done;
     }
     if ((rc = check_memory(cfg, g, rep->value_bytes, err)) != TR_OK) goto done;
-    const struct tr_weights_load_opts wo = {.seed = cfg->seed, .variant = cfg->weights_variant};
+    const struct tr_weights_load_opts wo = {.seed = cfg->seed, .variant = cfg->weights_variant,
+                                            .skip = {cfg->inputs, cfg->reference}};
     rc = cfg->weights[0] ? tr_weights_load_opts(g, cfg->weights, &wo, &w, err)
                          : tr_weights_from_seed(g, cfg->seed, &w, err);
     if (rc) goto done;

@@ -293,7 +293,8 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     const struct tr_tensor tokens_desc = {.dtype = TR_DTYPE_I32, .ndim = 2, .shape = {B, NEW}, .strides = {NEW, 1}};
     rc = tr_bench_reference_open_extra(cfg, gg->prefill, "tokens", &tokens_desc, &refile, err);
     const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed,
-                                            .variant = cfg->weights_variant};
+                                            .variant = cfg->weights_variant,
+                                            .skip = {cfg->inputs, cfg->reference, o ? o->outputs : NULL}};
     if (!rc) rc = cfg->weights[0] ? tr_weights_load_opts(gg->weights, cfg->weights, &wo, &w, err)
                                   : tr_weights_from_seed(gg->weights, cfg->seed, &w, err);
     if (!rc && cfg->weights[0]) {

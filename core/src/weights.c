@@ -593,13 +593,30 @@ static int check_shard_index(const char *dir, struct tr_error *err) {
     return rc;
 }
 
-static int open_files(const char *path, const char *variant, struct files *f, struct tr_error *err) {
+/* Drops from f the files that are one of skip's (by inode): a run's batch or outputs kept
+ * beside its weights are not weights. */
+static void drop_skipped(struct files *f, const char *const *skip, int n_skip) {
+    struct stat a, b;
+    int kept = 0;
+    for (int i = 0; i < f->n; i++) {
+        int drop = 0;
+        for (int k = 0; k < n_skip && !drop && stat(f->path[i], &a) == 0; k++)
+            drop = skip[k] && skip[k][0] && stat(skip[k], &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+        if (!drop && kept != i) memcpy(f->path[kept], f->path[i], sizeof f->path[i]);
+        kept += !drop;
+    }
+    f->n = kept;
+}
+
+static int open_files(const char *path, const struct tr_weights_load_opts *o, struct files *f, struct tr_error *err) {
+    const char *variant = o ? o->variant : NULL;
     memset(f, 0, sizeof *f);
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         int rc = check_shard_index(path, err);
         if (!rc) rc = collect(path, 0, f, err);
         if (rc) return rc;
+        if (o) drop_skipped(f, o->skip, (int)(sizeof o->skip / sizeof o->skip[0]));
         if (f->n == 0) return no_safetensors(path, err);
         qsort(f->path, (size_t)f->n, sizeof f->path[0], by_path);
         f->dir_len = strlen(path) + 1;
@@ -752,7 +769,7 @@ int tr_weights_load_opts(struct tr_graph *g, const char *path, const struct tr_w
         tr_weights_free(w);
         return tr_error_set(err, TR_ERR_NOMEM, "weights: no memory");
     }
-    rc = open_files(path, o ? o->variant : NULL, f, err);
+    rc = open_files(path, o, f, err);
     /* Fresh PARAMs (LoRA adapters, optimizer state) the file lacks are made from the seed
      * without a word, a fit from a base model; but where the file holds some of them (a
      * peft adapter), those it lacks are said, as peft warns of missing adapter keys. */

@@ -51,6 +51,8 @@ struct tr_weights_load_opts {
                            makes it, and recorded (tr_weights_n_seeded); 0: only fresh ones,
                            another missing one is an error naming it and the file */
     const char *variant; /* a directory's variant files (below); NULL or "": none */
+    const char *skip[4]; /* files a directory's .safetensors leave out: the run's own batch,
+                            reference and outputs where they lie in it (NULL or "": none) */
 };
 
 /* Variants. In a directory, NAME.V.safetensors beside NAME.safetensors in the same folder
