@@ -117,8 +117,8 @@ static int parse_entry(const struct tr_safetensors *st, const cJSON *j, struct s
     for (int d = 0; d < ndim; d++) {
         uint64_t v;
         if (!json_uint(cJSON_GetArrayItem(js, d), &v))
-            return tr_error_set(err, TR_ERR_FORMAT, "%s: tensor '%s': shape entry %d is not a non-negative integer",
-                                path, e->name, d);
+            return tr_error_set(err, TR_ERR_FORMAT, "%s: tensor '%s': shape entry %d is not a non-negative integer "
+                                "of at most 2^53 (JSON's exact integers)", path, e->name, d);
         if (v > TR_MAX_TENSOR_BYTES)
             return tr_error_set(err, TR_ERR_FORMAT, "%s: tensor '%s': shape entry %d is %llu, more than 2^48", path,
                                 e->name, d, (unsigned long long)v);
