@@ -436,6 +436,11 @@ if grep -aq '"torch/loss":{"shape":\[4\],[^}]*"dtype":"F64"' "$tmp/of.safetensor
 expect "every backend against transformers' outputs" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference/check.ini
 if [ "$(grep -cE '^  (torch|torch:reduce-overhead|tf|jax) +ok +.*worst element' "$tmp/out")" = 4 ]; then
   ok "each backend's worst element against the reference"; else bad "each backend's worst element against the reference"; fi
+# The same batch with a torch.bool attention_mask (make_bool_mask_fixture.py): read as 0/1, as transformers does
+sed -e "s|^weights = ..|weights = $PWD/tests/fixtures|" -e "s|^reference = |reference = $PWD/tests/fixtures/reference/|" \
+  -e "s|^inputs = .*|inputs = $PWD/tests/fixtures/reference/batch_bool_mask.safetensors|" \
+  -e 's/^backends = .*/backends = torch, tf/' tests/fixtures/reference/check.ini > "$tmp/boolmask.ini"
+expect "a bool attention_mask against transformers' outputs" 0 'all backends ran and agree' -- "$bin" run "$tmp/boolmask.ini"
 # BERT of another ACT2FN activation, from a config.json (tests/fixtures/reference_bert_*/
 # config.json; make_reference.py --config ... --batch 3): relu (predict, --seq-len 11 --seed 3;
 # gelu in its place is 9e-3 off) and gelu_new, the tanh form (fit, 4 AdamW steps at --lr 0.05

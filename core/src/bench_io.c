@@ -69,6 +69,30 @@ static int64_t embedding_rows(const struct tr_graph *g, int in) {
     return rows;
 }
 
+/* A BOOL, U8 or I8 tensor of the file (torch's bool attention mask, a uint8 one) as an i32
+ * tensor in *buf (the caller frees it), so that convert takes it as any integers: true 1,
+ * false 0. Another dtype keeps the reader's refusal. */
+static int small_ints(const struct tr_safetensors *st, const char *name, struct tr_tensor *t, int32_t **buf,
+                      const char **file_dt, struct tr_error *err) {
+    const char *dt;
+    int nd;
+    int64_t shape[TR_MAX_DIMS];
+    const void *data;
+    int rc = tr_safetensors_get_bytes(st, name, &dt, &nd, shape, &data, err);
+    if (rc) return rc;
+    const int kind = !strcmp(dt, "BOOL") ? 1 : !strcmp(dt, "U8") ? 2 : !strcmp(dt, "I8") ? 3 : 0;
+    if (!kind) return err->status;
+    *file_dt = dt;
+    int64_t numel = 1;
+    for (int d = 0; d < nd; d++) numel *= shape[d];
+    if (!(*buf = malloc((size_t)(numel ? numel : 1) * sizeof **buf))) return tr_error_set(err, TR_ERR_NOMEM, "no memory");
+    const unsigned char *b = data;
+    for (int64_t k = 0; k < numel; k++)
+        (*buf)[k] = kind == 1 ? b[k] != 0 : kind == 2 ? (int32_t)b[k] : (int32_t)(signed char)b[k];
+    if ((rc = tr_tensor_make(t, *buf, TR_DTYPE_I32, nd, shape, err)) != TR_OK) free(*buf), *buf = NULL;
+    return rc;
+}
+
 static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g, int n, struct tr_tensor *ts,
                        struct tr_error *err) {
     char want[768];
@@ -77,7 +101,13 @@ static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g
         const char *name = tr_node_name(g, id);
         struct tr_tensor t;
         struct tr_error e = {0};
-        if (tr_safetensors_get(st, name, &t, &e) != TR_OK) {
+        int32_t *bytes_as_i32 = NULL; /* a BOOL, U8 or I8 tensor (a bool mask) widened to i32 */
+        const char *file_dt = NULL;  /* then its dtype as the file names it */
+        if (tr_safetensors_get(st, name, &t, &e) == TR_ERR_UNSUPPORTED) {
+            int rc = small_ints(st, name, &t, &bytes_as_i32, &file_dt, &e);
+            if (rc == TR_OK) e.status = TR_OK;
+        }
+        if (e.status != TR_OK) {
             inputs_list(g, n, want, sizeof want);
             return e.status == TR_ERR_NOT_FOUND
                        ? tr_error_set(err, TR_ERR_NOT_FOUND, "no tensor '%s'; the graph's inputs are %s", name, want)
@@ -86,14 +116,17 @@ static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g
         int same = t.ndim == ts[i].ndim;
         for (int d = 0; same && d < t.ndim; d++) same = t.shape[d] == ts[i].shape[d];
         if (!same) {
+            free(bytes_as_i32);
             char got[96], exp[96];
             return tr_error_set(err, TR_ERR_SHAPE, "'%s' is %s%s, the graph's input is %s%s (the INI's batch, "
                                 "seq_len and the model's sizes make it)", name,
-                                tr_dtype_name((enum tr_dtype)t.dtype), tr_shape_str(t.ndim, t.shape, got, sizeof got),
+                                file_dt ? file_dt : tr_dtype_name((enum tr_dtype)t.dtype),
+                                tr_shape_str(t.ndim, t.shape, got, sizeof got),
                                 tr_dtype_name((enum tr_dtype)ts[i].dtype),
                                 tr_shape_str(ts[i].ndim, ts[i].shape, exp, sizeof exp));
         }
         int rc = convert(&t, &ts[i], name, err);
+        free(bytes_as_i32);
         if (rc) return rc;
         const int64_t rows = is_int(ts[i].dtype) ? embedding_rows(g, id) : 0;
         for (int64_t k = 0; rows > 0 && k < tr_tensor_numel(&ts[i]); k++) {

@@ -371,6 +371,18 @@ int tr_safetensors_get(const struct tr_safetensors *st, const char *name, struct
     return tr_tensor_make(out, data, (enum tr_dtype)e->dtype, e->ndim, e->shape, err);
 }
 
+int tr_safetensors_get_bytes(const struct tr_safetensors *st, const char *name, const char **dtype, int *ndim,
+                             int64_t *shape, const void **data, struct tr_error *err) {
+    const int i = tr_safetensors_find(st, name);
+    if (i < 0) return tr_error_set(err, TR_ERR_NOT_FOUND, "%s: no tensor '%s' in the file", st->path, name);
+    const struct st_entry *e = &st->e[i];
+    *dtype = e->dtype_str;
+    *ndim = e->ndim;
+    memcpy(shape, e->shape, sizeof e->shape);
+    *data = e->copy ? e->copy : st->data + e->begin;
+    return TR_OK;
+}
+
 /* ---- writer ---- */
 
 /* Copy a host tensor's elements in row-major order, whatever its strides. */

@@ -29,6 +29,11 @@ int tr_safetensors_find(const struct tr_safetensors *st, const char *name);
 int tr_safetensors_get(const struct tr_safetensors *st, const char *name, struct tr_tensor *out,
                        struct tr_error *err);
 const char *tr_safetensors_path(const struct tr_safetensors *st);
+/* The named tensor's bytes whatever its dtype: *dtype the file's name for it ("BOOL", "U8",
+ * ...), its dimensions into ndim and shape (TR_MAX_DIMS), data pointing into st, one
+ * element every elsize bytes. TR_ERR_NOT_FOUND if absent. For what tr_tensor cannot hold. */
+int tr_safetensors_get_bytes(const struct tr_safetensors *st, const char *name, const char **dtype, int *ndim,
+                             int64_t *shape, const void **data, struct tr_error *err);
 
 /* Write n named host tensors to path. */
 int tr_safetensors_write(const char *path, int n, const char *const *names, const struct tr_tensor *ts,
