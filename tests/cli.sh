@@ -800,22 +800,27 @@ faulty=$(cd "$(dirname "$bin")" && pwd)/fault_plugins/libtrident_backend_faulty.
 # (signal 6); these cases check what trident says of the signal a plugin dies of, so ASan
 # leaves SIGSEGV to its default action here.
 nosegv=(env "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}handle_segv=0")
+# faulty_bert FILE FAULT AT_STEP RUN_LINES: BERT tiny on torch, the faulty plugin and tf,
+# the plugin doing FAULT at step AT_STEP; RUN_LINES go in [run] (steps, ...)
+faulty_bert() {
+  ini "$1" "[run]
+model = bert
+backends = torch, $faulty, tf
+warmup = 1
+batch = 2
+seq_len = 8
+$4
+[backend.faulty]
+fault = $2
+at_step = $3"
+}
 for case in "segv:killed by signal 11 \(Segmentation fault\) during timed step 2" \
             "abort:killed by signal 6 \(Aborted\) during timed step 2" \
             "exit:exited with status 0 during timed step 2" \
             "hang:no answer within \[run\] backend_timeout = 2 s during timed step 2"; do
   fault=${case%%:*} why=${case#*:}
-  ini "f_$fault.ini" "[run]
-model = bert
-backends = torch, $faulty, tf
-steps = 4
-warmup = 1
-batch = 2
-seq_len = 8
-backend_timeout = 2
-[backend.faulty]
-fault = $fault
-at_step = 3"
+  faulty_bert "f_$fault.ini" "$fault" 3 "steps = 4
+backend_timeout = 2"
   expect "a plugin that does $fault costs only its row" 1 "faulty: FAILED: (the backend's process (was )?)?$why" -- \
     "${nosegv[@]}" "$bin" run "$tmp/f_$fault.ini" --json "$tmp/f_$fault.json"
   if grep -Eq '^tf +[0-9.]+ +[0-9.]+ .* ok *$' "$tmp/out" && grep -q '"backend":[[:space:]]*"tf"' "$tmp/f_$fault.json"; then
@@ -847,17 +852,8 @@ else bad "generate: the torch row survives in the JSON"; fi
 # in process too (isolate = off), and under --check nodes.
 for case in "nullout:data pointer" "reshape:shape or strides"; do
   fault=${case%%:*} why=${case#*:}
-  ini "o_$fault.ini" "[run]
-model = bert
-backends = torch, $faulty, tf
-steps = 3
-warmup = 1
-batch = 2
-seq_len = 8
-isolate = off
-[backend.faulty]
-fault = $fault
-at_step = 4"
+  faulty_bert "o_$fault.ini" "$fault" 4 "steps = 3
+isolate = off"
   expect "a plugin that rewrites an output ($fault) is refused" 1 \
     "faulty: FAILED: step 4: backend 'faulty': execute changed output 0 \('logits'\)'s $why" -- "$bin" run "$tmp/o_$fault.ini"
 done

@@ -106,12 +106,13 @@ rank = 1
 at_step = 3"
 }
 fault_ini hang
+# within SECONDS NAME: the last `expect` (begun at $start) took less than SECONDS
+within() { local took=$((SECONDS - start)); if [ "$took" -lt "$1" ]; then ok "$2 ($took s)"; else bad "$2 ($took s)"; fi; }
 start=$SECONDS
 expect "a rank that hangs: the other stops, naming it" 1 \
   "rank 0: .*did not complete within \[run\] collective_timeout = 3 s: rank 1 is behind, last at #[0-9]+ \(faulty, step 2" -- \
   "${mpi[@]}" "$bin" run "$tmp/f_hang.ini"
-if [ $((SECONDS - start)) -lt 60 ]; then ok "a rank that hangs: stopped within the timeout ($((SECONDS - start)) s)"
-else bad "a rank that hangs: stopped within the timeout ($((SECONDS - start)) s)"; fi
+within 60 "a rank that hangs: stopped within the timeout"
 fault_ini segv
 expect "a rank that dies: the job stops, naming it" 1 'rank 1 .*(signal 11|Segmentation fault)' -- \
   "${mpi[@]}" "$bin" run "$tmp/f_segv.ini"
@@ -123,8 +124,7 @@ start=$SECONDS
 expect "a step that fails on one rank: every rank stops at once, naming both" 1 \
   "collective #[0-9]+ is .* here and .* on rank [01]: the ranks left the step in different places" -- \
   "${mpi[@]}" "$bin" run "$tmp/f_fail.ini"
-if [ $((SECONDS - start)) -lt 3 ]; then ok "a step that fails on one rank: stopped before the collective timeout"
-else bad "a step that fails on one rank: stopped before the collective timeout ($((SECONDS - start)) s)"; fi
+within 3 "a step that fails on one rank: stopped before the collective timeout"
 fault_ini perturb
 expect "a rank whose trained state drifts: named" 1 \
   "after step 4 the ranks' trained state differs: '[^']+' hashes to [0-9a-f]{16} on rank 0 and [0-9a-f]{16} on rank 1" -- \

@@ -113,30 +113,52 @@ static int key_set(const struct tr_model_key *k, const char *v, char *config) {
     return 0;
 }
 
+/* kv's key among keys (or skip's, the keys read elsewhere: *k NULL); an unknown key is
+ * an error listing every key of the section. */
+static int find_key(const struct tr_config *cfg, const struct tr_config_kv *kv, const struct tr_model_key *keys,
+                    int n_keys, const char *owner, const char *const *skip, const struct tr_model_key **k,
+                    struct tr_error *err) {
+    *k = NULL;
+    for (int j = 0; skip && skip[j]; j++)
+        if (strcmp(kv->key, skip[j]) == 0) return TR_OK;
+    for (int j = 0; j < n_keys; j++)
+        if (strcmp(keys[j].name, kv->key) == 0) {
+            *k = &keys[j];
+            return TR_OK;
+        }
+    char names[768] = "";
+    for (int j = 0; j < n_keys; j++) list_add(names, sizeof names, keys[j].name);
+    for (int j = 0; skip && skip[j]; j++) list_add(names, sizeof names, skip[j]);
+    return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [%s] %s = %s: unknown key for %s (keys: %s)", cfg->file,
+                        kv->line, kv->section, kv->key, kv->value, owner, names[0] ? names : "none");
+}
+
 /* cfg's [section] keys into out; a key named `skip` (not NULL) is left to the caller. */
 static int keys_apply(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys, int n_keys,
                       const char *owner, void *out, const char *const *skip, struct tr_error *err) {
     for (int i = 0; i < cfg->n_kv; i++) {
         const struct tr_config_kv *kv = &cfg->kv[i];
-        int skipped = 0;
-        for (int k = 0; skip && skip[k] && !skipped; k++) skipped = strcmp(kv->key, skip[k]) == 0;
-        if (strcmp(kv->section, section) != 0 || skipped) continue;
-        const struct tr_model_key *k = NULL;
-        char names[768] = "";
-        for (int j = 0; j < n_keys; j++) {
-            if (strcmp(keys[j].name, kv->key) == 0) k = &keys[j];
-            list_add(names, sizeof names, keys[j].name);
-        }
-        for (int j = 0; skip && skip[j]; j++) list_add(names, sizeof names, skip[j]); /* read elsewhere, but keys */
-        if (!k)
-            return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [%s] %s = %s: unknown key for %s (keys: %s)", cfg->file,
-                                kv->line, section, kv->key, kv->value, owner, names[0] ? names : "none");
-        if (!key_set(k, kv->value, out)) {
+        if (strcmp(kv->section, section) != 0) continue;
+        const struct tr_model_key *k;
+        int rc = find_key(cfg, kv, keys, n_keys, owner, skip, &k, err);
+        if (rc) return rc;
+        if (k && !key_set(k, kv->value, out)) {
             char expect[128];
             key_expect(k, expect, sizeof expect);
             return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [%s] %s = %s: expected %s", cfg->file, kv->line, section,
                                 kv->key, kv->value, expect);
         }
+    }
+    return TR_OK;
+}
+
+int tr_keys_check_names(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys,
+                        int n_keys, const char *owner, const char *const *also, struct tr_error *err) {
+    for (int i = 0; i < cfg->n_kv; i++) {
+        const struct tr_model_key *k;
+        int rc = strcmp(cfg->kv[i].section, section) ? TR_OK
+                                                     : find_key(cfg, &cfg->kv[i], keys, n_keys, owner, also, &k, err);
+        if (rc) return rc;
     }
     return TR_OK;
 }

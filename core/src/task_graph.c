@@ -167,36 +167,19 @@ static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, 
     return TR_OK;
 }
 
-/* A section only another task reads ([generate], [train]) is said, not silently skipped: a
- * config whose task was switched keeps it, so it is a warning, not an error. */
 /* [train] and [generate] keys are checked whatever the task: a typo in a section this
- * task leaves unread is still a typo (the section itself gets a warning). */
+ * task leaves unread is still a typo (the section itself gets a warning, warn_unread). */
 static int check_section_keys(const struct tr_config *cfg, struct tr_error *err) {
     static const char *const more_generate[] = {"prompt", "prompts", "tokenizer", "image", "negative_prompt",
-                                                "init_image", "mask_image"};
-    for (int i = 0; i < cfg->n_kv; i++) {
-        const struct tr_config_kv *kv = &cfg->kv[i];
-        const int train = !strcmp(kv->section, "train");
-        if (!train && strcmp(kv->section, "generate") != 0) continue;
-        int n, known = 0;
-        const struct tr_model_key *keys = train ? tr_train_keys(&n) : tr_generate_keys(&n);
-        char names[512] = "";
-        for (int k = 0; k < n; k++) {
-            known |= !strcmp(keys[k].name, kv->key);
-            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "", keys[k].name);
-        }
-        for (size_t k = 0; !train && k < sizeof more_generate / sizeof more_generate[0]; k++) {
-            known |= !strcmp(more_generate[k], kv->key);
-            snprintf(names + strlen(names), sizeof names - strlen(names), ", %s", more_generate[k]);
-        }
-        if (!known)
-            return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [%s] %s = %s: unknown key for %s (keys: %s)",
-                                cfg->file, kv->line, kv->section, kv->key, kv->value, train ? "training" : "generate",
-                                names);
-    }
-    return TR_OK;
+                                                "init_image", "mask_image", NULL};
+    int n_train, n_gen;
+    const struct tr_model_key *train = tr_train_keys(&n_train), *gen = tr_generate_keys(&n_gen);
+    int rc = tr_keys_check_names(cfg, "train", train, n_train, "training", NULL, err);
+    return rc ? rc : tr_keys_check_names(cfg, "generate", gen, n_gen, "generate", more_generate, err);
 }
 
+/* A section only another task reads ([generate], [train]) is said, not silently skipped: a
+ * config whose task was switched keeps it, so it is a warning, not an error. */
 static void warn_unread(const struct tr_config *cfg, const char *section, const char *by) {
     for (int i = 0; i < cfg->n_kv; i++)
         if (strcmp(cfg->kv[i].section, section) == 0) {

@@ -572,12 +572,15 @@ static int check_shard_index(const char *dir, struct tr_error *err) {
         char index[4096], *text = NULL;
         snprintf(index, sizeof index, "%s/%s", dir, e->d_name);
         struct tr_error ignored = {0};
-        if (tr_ini_text_load(index, "index", &text, &ignored) != TR_OK) continue; /* unreadable: the shards speak */
+        /* a small text file (tens of KiB for 7B), read as an INI is; unreadable: the shards speak */
+        if (tr_ini_text_load(index, "index", &text, &ignored) != TR_OK) continue;
         cJSON *root = cJSON_Parse(text);
         free(text);
         const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map"), *t;
-        cJSON_ArrayForEach(t, map) {
-            if (!cJSON_IsString(t) || strchr(t->valuestring, '/')) continue;
+        const char *last = "";
+        cJSON_ArrayForEach(t, map) { /* a shard names many tensors in a row: each shard stat'ed once a run of them */
+            if (!cJSON_IsString(t) || strchr(t->valuestring, '/') || !strcmp(t->valuestring, last)) continue;
+            last = t->valuestring;
             char shard[4096];
             struct stat sb;
             snprintf(shard, sizeof shard, "%s/%s", dir, t->valuestring);

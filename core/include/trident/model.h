@@ -209,6 +209,10 @@ int tr_keys_apply(const struct tr_config *cfg, const char *section, const struct
 /* The same, leaving the keys named in skip (NULL-terminated) to the caller. */
 int tr_keys_apply_except(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys,
                          int n_keys, const char *owner, void *out, const char *const *skip, struct tr_error *err);
+/* Only that every key of cfg's [section] is one of keys or of also (NULL-terminated, may
+ * be NULL), with tr_keys_apply's message: a section the task does not read is checked too. */
+int tr_keys_check_names(const struct tr_config *cfg, const char *section, const struct tr_model_key *keys,
+                        int n_keys, const char *owner, const char *const *also, struct tr_error *err);
 /* A comma-separated list of names (spaces around them ignored), such as a STRING key's
  * "query, value", as a bit mask over names[0..n): bit i for names[i]. An unknown name
  * gives TR_ERR_NOT_FOUND with *bad / *bad_len pointing at it in list (for the caller's
