@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "cli.h"
 #include "trident/isolate.h"
 #include "trident/kernels.h"
@@ -163,6 +164,15 @@ struct cb_run {
     int pass, fail, skip;
 };
 
+/* What the check is doing now, in memory the parent shares (MAP_SHARED, made before the
+ * child forks): a backend that kills its process is reported with the case it was in. */
+static char *cb_stage;
+#define CB_STAGE_MAX 160
+
+static void stage(const char *fmt, const char *what) {
+    if (cb_stage) snprintf(cb_stage, CB_STAGE_MAX, fmt, what);
+}
+
 static void row(struct cb_run *r, const char *verdict, const char *what, const char *detail) {
     printf("  %-4s  %-38s %s\n", verdict, what, detail);
     fflush(stdout); /* the rows so far survive a backend that kills its process */
@@ -296,6 +306,99 @@ done:
     return verdict;
 }
 
+/* ---- a program's stats and state ---- */
+
+/* y = p + x with p updated to y (a training step's shape: state carried between
+ * executes, tr_graph_add_update), or a matmul with no state; returns the graph or NULL. */
+static struct tr_graph *program_graph(enum tr_dtype dt, int with_update, const void *pdata, struct tr_error *err) {
+    struct tr_graph *g = NULL;
+    if (tr_graph_init(&g, err) != TR_OK) return NULL;
+    const int64_t shape[2] = {4, 9};
+    int x = tr_input(g, "x", dt, 2, shape), y;
+    if (with_update) {
+        int pid = tr_param(g, "p", dt, 2, shape, 0.0f, 1.0f);
+        int ids[2] = {pid, x};
+        struct tr_attrs at = {.n_ints = 0};
+        y = tr_graph_add_node(g, TR_OP_ADD, 2, ids, &at);
+        tr_graph_add_update(g, pid, y);
+        if (tr_graph_status(g, err) == TR_OK) tr_graph_bind_param(g, pid, pdata, err);
+    } else {
+        int ids[2] = {x, x};
+        struct tr_attrs at = {.ints = {0, 1}, .floats = {1.0f}};
+        y = tr_graph_add_node(g, TR_OP_MATMUL, 2, ids, &at);
+    }
+    tr_graph_set_output(g, y, "out");
+    if (tr_graph_status(g, err) != TR_OK) {
+        tr_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* get_stats after an execute (a run reports them on every row), and for a training
+ * backend, state: three executes of p += x, then sync, must leave p0 + 3x in p's host
+ * memory and in the last output, as fit's optimizer steps need. */
+static void check_program(struct cb_run *r, struct cb_env *env, uint64_t caps) {
+    const enum tr_dtype dt = caps & TR_CAP_F32 ? TR_DTYPE_F32 : TR_DTYPE_BF16;
+    const double tol = dt == TR_DTYPE_F32 ? 1e-5 : 2e-2;
+    printf("\nprogram (%s)\n", tr_dtype_name(dt));
+    fflush(stdout);
+    for (int upd = 0; upd < 2; upd++) {
+        const char *what = upd ? "state: 3 updates, then sync" : "get_stats after execute";
+        if (upd && !(caps & TR_CAP_TRAINING)) {
+            row(r, "SKIP", what, "the backend does not declare TR_CAP_TRAINING");
+            continue;
+        }
+        stage("%s", what);
+        struct tr_error err = {0};
+        struct tr_tensor x = {0}, out = {0}, p = {0}, want = {0};
+        struct tr_program *prog = NULL;
+        struct tr_graph *g = NULL;
+        char detail[TR_ERROR_MSG_MAX + 96] = "";
+        const char *verdict = "FAIL";
+        const int64_t shape[2] = {4, 9}, oshape[2] = {4, 4};
+        const struct cb_input any = IN2(4, 9);
+        uint64_t seed = env->seed * 31u + 17u + (uint64_t)upd;
+        if (alloc_tensor(&x, dt, 2, shape, &err) || alloc_tensor(&p, dt, 2, shape, &err) ||
+            alloc_tensor(&want, TR_DTYPE_F32, 2, shape, &err) ||
+            alloc_tensor(&out, dt, 2, upd ? shape : oshape, &err))
+            goto done;
+        fill(&x, &any, &seed);
+        fill(&p, &any, &seed);
+        for (int64_t i = 0; i < 36; i++) /* p0 + 3x, from the values as stored */
+            tr_tensor_set_f64(&want, i, tr_tensor_get_f64(&p, i) + 3.0 * tr_tensor_get_f64(&x, i));
+        if (!(g = program_graph(dt, upd, p.data, &err)) || tr_backend_compile(env->be, g, &prog, &err) != TR_OK)
+            goto done;
+        for (int step = 0; step < (upd ? 3 : 1); step++) {
+            poison(&out);
+            if (tr_backend_execute(env->be, prog, 1, &x, 1, &out, &err) != TR_OK) goto done;
+        }
+        if (!upd) {
+            struct tr_backend_stats st = {.struct_size = sizeof st};
+            if (tr_backend_get_stats(env->be, prog, &st, &err) != TR_OK) goto done;
+            snprintf(detail, sizeof detail, "kernel calls %llu, peak %.1f KiB%s%s",
+                     (unsigned long long)st.kernel_calls, (double)st.peak_bytes / 1024.0, st.mode[0] ? ", mode " : "",
+                     st.mode);
+            verdict = "PASS";
+            goto done;
+        }
+        if (tr_backend_sync(env->be, prog, &err) != TR_OK) goto done;
+        double ep = rel_err(&p, &want), eo = rel_err(&out, &want);
+        snprintf(detail, sizeof detail, "rel err: p's host memory %.1e, last output %.1e (tol %.0e)%s", ep, eo, tol,
+                 ep >= tol ? ": the updates are not in p after sync (ignored, or kept elsewhere without sync?)" : "");
+        verdict = ep < tol && eo < tol ? "PASS" : "FAIL";
+    done:
+        if (!strcmp(verdict, "FAIL") && err.msg[0]) snprintf(detail, sizeof detail, "%s", err.msg);
+        row(r, verdict, what, detail);
+        tr_program_free(prog);
+        tr_graph_free(g);
+        tr_host_free(x.data);
+        tr_host_free(p.data);
+        tr_host_free(want.data);
+        tr_host_free(out.data);
+    }
+}
+
 /* ---- the ABI ---- */
 
 /* init must refuse an option it does not know, and say which. */
@@ -427,27 +530,32 @@ int tr_cli_check_backend(int argc, char **argv) {
         return 1;
     }
     tr_cli_apply_threads(&cfg);
-    /* NAME:MODE the way [run] backends reads it (a path keeps its colons). */
-    struct tr_config_backend spec = {0};
-    snprintf(spec.spec, sizeof spec.spec, "%s", argv[0]);
-    snprintf(spec.name, sizeof spec.name, "%s", argv[0]);
-    const char *colon = strchr(argv[0], ':');
-    int is_path = strchr(argv[0], '/') != NULL || strstr(argv[0], ".so") != NULL;
-    if (colon && !is_path) {
-        snprintf(spec.name, sizeof spec.name, "%.*s", (int)(colon - argv[0]), argv[0]);
-        snprintf(spec.mode, sizeof spec.mode, "%s", colon + 1);
+    /* the entry as [run] backends reads it: NAME[:MODE], or a path whose file stem names
+     * the [backend.NAME] section it reads, as in `trident run` */
+    struct tr_config_backend spec;
+    if (tr_config_backend_parse(argv[0], &spec, &err) != TR_OK) {
+        fprintf(stderr, "trident: error: check-backend %s\n", err.msg);
+        return 2;
     }
+    const int is_path = spec.path[0] != '\0';
 
     /* The check in a child process: a backend that crashes, exits or hangs in it is a
      * failed check naming the signal, not the end of this program. */
     struct cb_job job = {.name = argv[0], .cfg = &cfg, .spec = &spec, .is_path = is_path};
     if (!cfg.isolate || !tr_fork_safe(NULL)) return check_run(&job, 'C');
     int status = 0;
+    void *shared = mmap(NULL, CB_STAGE_MAX, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cb_stage = shared == MAP_FAILED ? NULL : shared;
+    if (cb_stage) cb_stage[0] = '\0';
+    fflush(stdout); /* nothing buffered twice in the child */
     if (tr_child_once(check_run, &job, 'C', cfg.backend_timeout, "the conformance check", &status, &err) != TR_OK) {
-        printf("  FAIL  %-38s %s\n\nthe backend does not conform (the rows above are what it finished)\n",
-               "runs without killing its process", err.msg);
-        return 1;
+        printf("  FAIL  %-38s %s%s%s\n\nthe backend does not conform (the rows above are what it finished)\n",
+               "runs without killing its process", err.msg, cb_stage && cb_stage[0] ? "; it was in: " : "",
+               cb_stage ? cb_stage : "");
+        status = 1;
     }
+    if (cb_stage) munmap(cb_stage, CB_STAGE_MAX);
+    cb_stage = NULL;
     return status;
 }
 
@@ -464,7 +572,9 @@ static int check_run(void *arg, int cmd) {
     struct tr_plugin_search s = {.ini_dir = cfg.plugin_path[0] ? cfg.plugin_path : NULL, .env_path = NULL};
     struct tr_plugin *p = NULL;
     printf("check-backend %s\n\nABI\n", name);
-    if (tr_plugin_open(is_path ? name : spec.name, &s, &p, &err) != TR_OK) {
+    fflush(stdout);
+    stage("%s", "loading the plugin (its entry point)");
+    if (tr_plugin_open(is_path ? spec.path : spec.name, &s, &p, &err) != TR_OK) {
         row(&r, "FAIL", "loads (the loader's checks)", err.msg);
         printf("\n%d passed, %d failed: not a usable backend\n", r.pass, r.fail);
         return 1;
@@ -473,16 +583,19 @@ static int check_run(void *arg, int cmd) {
     row(&r, "PASS", "loads (the loader's checks)", tr_plugin_path(p));
     check_exports(&r, tr_plugin_path(p));
     check_abi(&r, it);
-    if (is_path) snprintf(spec.name, sizeof spec.name, "%s", it->name); /* [backend.NAME] of the vtable's name */
 
     struct tr_option opts[TR_CONFIG_MAX_KV + 1];
     int n_opts = tr_config_backend_options(&cfg, &spec, opts, TR_CONFIG_MAX_KV + 1);
     struct tr_backend_params prm = {.device_type = cfg.device_type, .device_index = 0, .options = opts,
                                     .n_options = n_opts};
     struct cb_env env = {.seed = cfg.seed};
+    stage("%s", "init with the INI's options");
     int rc = tr_backend_init(p, &prm, &env.be, &err);
     row(&r, rc == TR_OK ? "PASS" : "FAIL", "init with the INI's options", rc == TR_OK ? cfg.device : err.msg);
-    check_unknown_option(&r, p, &prm);
+    /* with the INI's options refused already, the unknown key is tried alone */
+    struct tr_backend_params bare = prm;
+    bare.n_options = 0;
+    check_unknown_option(&r, p, rc == TR_OK ? &prm : &bare);
     if (rc == TR_OK && tr_kernels_init(&env.ref, TR_DEVICE_CPU, 0, &err) != TR_OK) {
         row(&r, "FAIL", "reference kernels", err.msg);
         rc = err.status;
@@ -490,6 +603,7 @@ static int check_run(void *arg, int cmd) {
 
     if (rc == TR_OK) {
         printf("\nops (compared with the shared CPU kernels; %d runs each, outputs poisoned)\n", CB_STEPS);
+        fflush(stdout);
         const enum tr_dtype dts[] = {TR_DTYPE_F32, TR_DTYPE_BF16};
         const uint64_t dt_caps[] = {TR_CAP_F32, TR_CAP_BF16};
         for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
@@ -509,13 +623,17 @@ static int check_run(void *arg, int cmd) {
                         continue;
                     }
                 }
+                stage("the case %s", what);
                 const char *v = check_case(&env, &cases[i], dts[d], detail, sizeof detail);
                 row(&r, v, what, detail);
             }
         }
     }
+    if (rc == TR_OK) check_program(&r, &env, it->caps);
     tr_kernels_free(env.ref);
+    stage("%s", "free");
     tr_backend_free(env.be);
+    stage("%s", "closing the plugin");
     tr_plugin_close(p);
     printf("\n%d passed, %d failed, %d skipped: %s\n", r.pass, r.fail, r.skip,
            r.fail ? "the backend does not conform" : "the backend conforms");

@@ -41,6 +41,20 @@ int tr_cli_adamw_update_call(struct tr_kernels *k, enum tr_dtype pdt, enum tr_dt
  * resolved directory and name. The commands refuse an output that is an input. */
 int tr_cli_same_file(const char *a, const char *b);
 
+struct tr_config;
+struct tr_error;
+
+/* What a run writes, and the command-line files it reads (NULL: not given). */
+struct tr_cli_outs {
+    const char *json, *outputs, *report; /* --report's DIR: its four files */
+    const char *ini, *baseline;
+};
+/* Refuses, naming both, an output that is a file the run reads (the config, --baseline,
+ * [run] weights, inputs, reference, any key's value that names a file: hf_config,
+ * init_image, prompts) or another output ([generate] image, the report's files): checked
+ * before the run, since an output replaces its file (cli/clobber.c). */
+int tr_cli_check_clobber(const struct tr_config *cfg, const struct tr_cli_outs *o, struct tr_error *err);
+
 /* trident roofline FILE.ini [--device-peaks h200|h100|measure] [--run] [--reps R]
  * [--top N] [--json OUT]: the step's kernels against the device's floor
  * (trident/roofline.h; cli/roofline_cmd.c). */

@@ -28,6 +28,7 @@
 #include "cli.h"
 #include "trident/bench.h"
 
+#define TR_CLI_THREADS_MAX 1024 /* [run] threads' bound (core/src/config.c) */
 #define DEFAULT_NAME "GOMP_SPINCOUNT"
 #define DEFAULT_VALUE "1000"
 
@@ -58,5 +59,17 @@ void tr_cli_omp_wait_default(char **argv) {
 
 void tr_cli_apply_threads(const struct tr_config *cfg) {
     /* The INI's threads win; without them, OMP_NUM_THREADS, else every core we may use. */
-    if (cfg->threads_line || !getenv("OMP_NUM_THREADS")) omp_set_num_threads(cfg->threads);
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (!cfg->threads_line && env) {
+        /* libgomp takes any count (100000 threads ended in a crash, not an error): past
+         * [run] threads' bound it is said and the default kept */
+        char *end;
+        errno = 0;
+        const unsigned long long n = strtoull(env, &end, 10);
+        if (end != env && !errno && n >= 1 && n <= TR_CLI_THREADS_MAX) return;
+        fprintf(stderr, "trident: warning: OMP_NUM_THREADS=%.40s: expected a count from 1 to %d, as [run] threads "
+                "takes; the run uses %d (every core this process may run on)\n", env, TR_CLI_THREADS_MAX,
+                cfg->threads);
+    }
+    omp_set_num_threads(cfg->threads);
 }

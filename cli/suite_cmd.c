@@ -39,7 +39,7 @@ static int quiet_stderr(int saved) {
 }
 
 /* Every row's config and graph, before anything runs: all problems at once. */
-static int check_rows(const struct tr_suite *s, struct tr_config *cfg, struct tr_error *err) {
+static int check_rows(const struct tr_suite *s, const char *json, struct tr_config *cfg, struct tr_error *err) {
     char all[TR_ERROR_MSG_MAX] = "";
     int bad = 0, status = TR_OK;
     const int saved = quiet_stderr(-1);
@@ -49,6 +49,9 @@ static int check_rows(const struct tr_suite *s, struct tr_config *cfg, struct tr
         if (!rc && !cfg->model_line)
             rc = tr_error_set(&e, TR_ERR_INVALID, "%s:%d: [%s]: %s has no [run] model", s->file, s->rows[i].line,
                               s->rows[i].section, s->rows[i].config);
+        const struct tr_cli_outs co = {.json = json, .ini = s->rows[i].config};
+        if (!rc && (rc = tr_cli_check_clobber(cfg, &co, &e)) != TR_OK)
+            tr_error_prefix(&e, "%s:%d: [%s]", s->file, s->rows[i].line, s->rows[i].section);
         struct tr_task_graph tg;
         if (!rc && (rc = tr_task_graph_build(cfg, tr_builtin_models, &tg, &e)) == TR_OK) tr_task_graph_free(&tg);
         if (!rc) continue;
@@ -75,7 +78,7 @@ int tr_cli_suite(const char *ini, const struct tr_cli_suite_args *a) {
         free(s);
         return fail_msg(&err);
     }
-    if ((rc = check_rows(s, &cfg, &err))) {
+    if ((rc = check_rows(s, a->json, &cfg, &err))) {
         free(s);
         return fail_msg(&err);
     }

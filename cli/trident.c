@@ -197,6 +197,12 @@ static int cmd_run(int argc, char **argv) {
     }
     static struct tr_config cfg;
     if (tr_config_load(ini, &cfg, &err) || need_model(&cfg, &err)) return fail(&err);
+    const struct tr_cli_outs co = {.json = json, .outputs = outputs, .report = report, .ini = ini,
+                                   .baseline = baseline};
+    if (tr_cli_check_clobber(&cfg, &co, &err)) {
+        fprintf(stderr, "trident: %s\n%s", err.msg, usage);
+        return 2;
+    }
     if (steps) cfg.steps = steps;
     tr_cli_apply_threads(&cfg);
     /* data parallel: every rank runs what follows; rank 0 prints and writes for the run */

@@ -44,6 +44,30 @@ expect "--outputs onto the config through a link is refused" 2 'outputs .*link.i
 expect "roofline --json naming the config is refused" 2 'json names the config itself' -- \
   "$bin" roofline "$tmp/self.ini" --json "$tmp/self.ini"
 if cmp -s conf/quickstart.ini "$tmp/self.ini"; then ok "the config is left as it was"; else bad "the config is left as it was"; fi
+# nor any file the run reads ([run] reference, inputs, a key's file), nor another output
+echo keep > "$tmp/clob_ref.st"
+echo keep > "$tmp/clob_in.st"
+ini clob.ini "[run]
+model = bert
+preset = tiny
+batch = 1
+seq_len = 4
+reference = clob_ref.st
+inputs = clob_in.st"
+expect "--outputs onto [run] reference is refused" 2 'outputs .*clob_ref.st is \[run\] reference \(.*clob.ini:6\), which the run reads' -- \
+  "$bin" run "$tmp/clob.ini" --outputs "$tmp/clob_ref.st"
+expect "--json onto [run] inputs is refused" 2 'json .*clob_in.st is \[run\] inputs \(.*clob.ini:7\)' -- \
+  "$bin" run "$tmp/clob.ini" --json "$tmp/clob_in.st"
+if [ "$(cat "$tmp/clob_ref.st" "$tmp/clob_in.st")" = "$(printf 'keep\nkeep')" ]; then ok "the run's inputs are left as they were"
+else bad "the run's inputs are left as they were"; fi
+expect "--outputs into --report's own report.json is refused" 2 'outputs .*rr/report.json and --report .*rr \(its report.json\) .* are one file' -- \
+  "$bin" run conf/quickstart.ini --report "$tmp/rr" --outputs "$tmp/rr/report.json"
+ini clob_suite.ini "[suite]
+steps = 1
+[row.a]
+config = clob.ini"
+expect "bench SUITE --json onto a row's config is refused" 1 'clob_suite.ini:3: \[row.a\]: --json .*clob.ini is the config' -- \
+  "$bin" bench "$tmp/clob_suite.ini" --json "$tmp/clob.ini"
 if grep -q '"mean_ms"' "$tmp/q.json" 2>/dev/null; then ok "json has mean_ms"; else echo > "$tmp/out"; bad "json has mean_ms"; fi
 for key in '"cpu":' '"onednn_isa":' '"threads":' '"omp_wait":' '"noisy":'; do
   if grep -q "$key" "$tmp/q.json" 2>/dev/null; then ok "json has $key"; else echo > "$tmp/out"; bad "json has $key"; fi
@@ -273,9 +297,14 @@ rejects empty.ini "" "an empty INI is refused" 'empty.ini: no \[run\] model; exp
 rejects nomodel.ini $'[run]\nbatch = 2' "an INI without [run] model is refused" 'nomodel.ini: no \[run\] model'
 rejects twice.ini $'[run]\nmodel = bert\n[model]\nhidden_size = 8\n[model]\nnum_hidden_layers = 1' \
   "a repeated section is refused" 'twice.ini:5: \[model\] appears again \(first on line 3\); expected each section once'
-rejects unlisted.ini $'[run]\nmodel = bert\nbackends = torch, tf\n[backend.jax]\nfuse = false' \
-  "a [backend.X] for a backend not listed is refused" \
-  "unlisted.ini:4: \\[backend.jax\\]: 'jax' is not among the backends this run lists \\(torch, tf\\)"
+# a [backend.X] for a backend not listed: kept unused and said (backends = jax is the one
+# line that swaps a file that configures torch and tf too)
+ini unlisted.ini $'[run]\nmodel = bert\nbackends = torch, tf\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 4\n[backend.jax]\nfuse = false'
+expect "a [backend.X] for a backend not listed is said, and the run goes on" 0 \
+  "warning: .*unlisted.ini:8: \\[backend.jax\\]: 'jax' is not among the backends this run lists \\(torch, tf\\): its options are not used" \
+  -- "$bin" run "$tmp/unlisted.ini"
+expect "OMP_NUM_THREADS past [run] threads' bound: said, the default kept" 0 \
+  'warning: OMP_NUM_THREADS=100000: expected a count from 1 to 1024' -- env OMP_NUM_THREADS=100000 "$bin" run "$tmp/unlisted.ini"
 # fit from a checkpoint: the model's params come from the file, the optimizer state is made
 ini fitw.ini "[run]
 model = bert
@@ -857,6 +886,14 @@ isolate = off"
   expect "a plugin that rewrites an output ($fault) is refused" 1 \
     "faulty: FAILED: step 4: backend 'faulty': execute changed output 0 \('logits'\)'s $why" -- "$bin" run "$tmp/o_$fault.ini"
 done
+# isolate = off: every backend reads the one host copy of the weights; one that writes
+# into it is named (not the next backend, whose numbers it changed)
+faulty_bert w_param.ini writeparam 2 "steps = 3
+isolate = off"
+expect "isolate = off: a plugin that writes into a weight is named" 1 \
+  "faulty: FAILED: wrote into the memory of PARAM 'bert\.embeddings\.word_embeddings\.weight', which the graph does not update" \
+  -- "$bin" run "$tmp/w_param.ini"
+check "isolate = off: the backend after it still runs" '^tf +[0-9.]+ '
 ini o_check.ini "$(sed 's/^at_step = 4/at_step = 1/' "$tmp/o_nullout.ini")"
 expect "--check nodes survives a plugin that rewrites an output" 1 "faulty: backend 'faulty': execute changed output 0" -- \
   "$bin" run "$tmp/o_check.ini" --check nodes
@@ -869,7 +906,9 @@ batch = 2
 seq_len = 8
 [backend.faulty]
 fault = init_segv"
-expect "a plugin that crashes in init is a problem found before the run" 1 "f_init.ini:3: \[run\] backends: '.*faulty.so': the backend's process was killed by signal 11 .* during its load and init" -- "${nosegv[@]}" "$bin" run "$tmp/f_init.ini"
+expect "a plugin that crashes in init costs its row, found before the run" 1 "faulty: FAILED: the backend's process was killed by signal 11 .* during the check before the run \(in its init\)" -- "${nosegv[@]}" "$bin" run "$tmp/f_init.ini"
+check "a plugin that crashes in init: the other backends run" '^torch +[0-9.]+ +[0-9.]+ .*reference$'
+
 # trident list and check-backend probe a plugin in a child process too.
 ini flist.ini "[plugins]
 path = $(dirname "$faulty")"
@@ -889,6 +928,25 @@ expect "check-backend: a plugin that crashes is a failed check naming the signal
   "FAIL +runs without killing its process +the backend's process was killed by signal 11" -- \
   "${nosegv[@]}" "$bin" check-backend "$faulty" "$tmp/fcb.ini"
 check "check-backend: the rows before the crash are kept" '^  PASS '
+check "check-backend: the crash names the case it was in" 'it was in: the case f32  matmul \[4,8\]x\[8,16\]'
+ini fcb_noupd.ini "[run]
+model = bert
+backends = $faulty
+[backend.faulty]
+fault = noupdate"
+expect "check-backend: a training backend that drops its updates fails the state check" 1 \
+  "FAIL +state: 3 updates, then sync +rel err: p's host memory" -- "$bin" check-backend "$faulty" "$tmp/fcb_noupd.ini"
+check "check-backend: get_stats is called" 'PASS +get_stats after execute +kernel calls'
+# A path's [backend.NAME] is its file's stem, as in run, not the vtable's name.
+cp "$(dirname "$wrong")/libtrident_backend_minimal.so" "$tmp/stemname.so"
+ini stem.ini "[run]
+model = bert
+backends = ./stemname.so
+[backend.stemname]
+verbsoe = true"
+expect "check-backend reads a path's [backend.STEM] section, as run does" 1 \
+  "FAIL +init with the INI's options .*unknown key 'verbsoe'" -- "$bin" check-backend "$tmp/stemname.so" "$tmp/stem.ini"
+check "check-backend tries the unknown key alone after the INI's options fail" 'PASS +unknown option refused by name'
 # A suite whose row crashes a backend goes on to its next row.
 ini suite_fail.ini "[suite]
 steps = 2

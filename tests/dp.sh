@@ -130,6 +130,29 @@ expect "a rank whose trained state drifts: named" 1 \
   "after step 4 the ranks' trained state differs: '[^']+' hashes to [0-9a-f]{16} on rank 0 and [0-9a-f]{16} on rank 1" -- \
   "${mpi[@]}" "$bin" run "$tmp/f_perturb.ini"
 
+# A rank whose setup fails (rank 0 alone cannot write --outputs) meets the others before
+# the first collective: every rank stops at once, not after collective_timeout.
+ini setup.ini $'[run]\nmodel = bert\npreset = tiny\ntask = fit\nbackends = torch\nbatch = 4\nseq_len = 8\nsteps = 2\ncollective_timeout = 60'
+start=$SECONDS
+expect "a rank whose setup fails: every rank stops" 1 'cannot be written' -- \
+  "${mpi[@]}" "$bin" run "$tmp/setup.ini" --outputs "$tmp/no/such/dir/o.safetensors"
+within 30 "a rank whose setup fails: stopped before the collective timeout"
+# Ranks that do not run one config (an INI each, as two hosts' copies could differ).
+ini setup_s.ini "$(sed 's/^steps = 2/steps = 3/' "$tmp/setup.ini")"
+ini setup_w.ini "$(cat "$tmp/setup.ini")
+weights = $tmp/setup.ini"
+mpmd=("$mpirun" --oversubscribe --allow-run-as-root -x OMP_NUM_THREADS=1 -x XDG_CACHE_HOME
+      -x "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0:handle_segv=0")
+expect "ranks of another [run] steps: refused before the first step, naming it" 1 \
+  'the ranks do not run one config: \[run\] steps is 2 on rank 0 and 3 on rank 1' -- \
+  "${mpmd[@]}" -np 1 "$bin" run "$tmp/setup.ini" : -np 1 "$bin" run "$tmp/setup_s.ini"
+start=$SECONDS
+expect "a rank whose weights fail to load: its error said, every rank stops" 1 \
+  'rank 1: error: .*setup_w.ini:[0-9]+: \[run\] weights: ' -- \
+  "${mpmd[@]}" -np 1 "$bin" run "$tmp/setup.ini" : -np 1 "$bin" run "$tmp/setup_w.ini"
+check "a rank whose weights fail to load: rank 0 names it" 'rank 1 failed before its first step'
+within 30 "a rank whose weights fail to load: stopped before the collective timeout"
+
 # What a data-parallel run refuses.
 ini pred.ini $'[run]\nmodel = bert\npreset = tiny\nbackends = torch'
 expect "predict on two ranks is refused" 1 'task = predict on 2 ranks: data parallelism trains' -- \

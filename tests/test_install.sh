@@ -120,7 +120,19 @@ if command -v pkg-config >/dev/null; then
     echo 'int main() { return 0; }' >> "$work/pc/all.cpp"
     expect "every installed header compiles as C++" 0 '' -- sh -c "c++ -std=c++17 -fsyntax-only \
       \$(pkg-config --cflags trident) '$work/pc/all.cpp'"
+    # the header declares the entry point inside its extern "C": a C++ definition written
+    # as the docs write it keeps its C name (mangled, the loader would find no entry)
+    printf '%s\n' '#include "trident/backend.h"' \
+      'TR_BACKEND_EXPORT int tr_backend_entry(uint32_t, const struct tr_host_api *, const struct tr_backend_i **iface,' \
+      '                                       struct tr_error *) { *iface = nullptr; return TR_ERR_UNSUPPORTED; }' \
+      > "$work/pc/entry.cpp"
+    expect "a C++ plugin's entry point keeps its C name" 0 '' -- sh -c "c++ -std=c++17 -shared -fPIC \
+      -fvisibility=hidden \$(pkg-config --cflags trident) '$work/pc/entry.cpp' -o '$work/pc/libcxx.so'"
+    nm -D --defined-only "$work/pc/libcxx.so" > "$work/out" 2>&1
+    check "a C++ plugin exports tr_backend_entry unmangled" ' T tr_backend_entry$'
   fi
+  expect "the example builds with -Wmissing-prototypes -pedantic" 0 '' -- sh -c "cc -std=c17 -Wall -Wextra -Werror \
+    -Wmissing-prototypes -pedantic -fsyntax-only \$(pkg-config --cflags trident) '$src/examples/backend_minimal/minimal.c'"
 fi
 
 # ---- 3. the installed program ----

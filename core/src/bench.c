@@ -14,6 +14,7 @@
 #include "bench_dp.h"
 #include "bench_io.h"
 #include "trident/isolate.h"
+#include "bench_guard.h"
 #include "bench_preflight.h"
 #include "bench_progress.h"
 #include "bench_util.h"
@@ -78,6 +79,7 @@ struct slot {
     double *losses;             /* fit: every step's loss, first and warm-up steps too */
     struct tr_child child;      /* isolated: the backend's process */
     struct run *r;              /* for the child's command handler */
+    int dead;                   /* its process died in the check before the run: not started */
 };
 
 /* What the slots share. */
@@ -90,6 +92,7 @@ struct run {
     struct tr_progress *pr;
     int isolate;                /* each backend in a child process */
     struct tr_dp *dp;           /* data parallel (bench_dp.h) */
+    struct tr_bench_guard *guard; /* not isolated: the shared weights' checksums */
 };
 
 static void slot_fail(struct slot *s, int rc) {
@@ -231,8 +234,21 @@ static int slot_run_cmd(void *arg, int cmd) {
     else if (cmd == CMD_STEP) rc = slot_timed_step(s->r, s);
     else rc = slot_finish(s->r, s);
     if (rc && !s->sh->err.status) s->sh->err.status = rc;
-    if (rc) s->sh->live = 0;
     if (cmd == CMD_FINISH || rc) slot_close(s);
+    /* in this process, after every command (at start and finish alone over 1 GiB of
+     * weights: a pass over them costs as much as a memory-bound step) */
+    struct tr_bench_guard *gd = s->r->guard;
+    int changed = gd && (cmd != CMD_STEP || gd->bytes <= (1ull << 30)) ? tr_bench_guard_check(gd, s->r->g) : -1;
+    if (changed >= 0 && !rc) {
+        rc = tr_error_set(&s->sh->err, TR_ERR_PLUGIN,
+                          "wrote into the memory of %s '%s', which the graph does not update: a backend reads "
+                          "weights and never writes them (docs/writing-a-backend.md, 5); the backends after it ran "
+                          "on the changed values ([run] isolate = on gives each its own copy)",
+                          tr_node_op(s->r->g, changed) == TR_OP_CONST ? "CONST" : "PARAM",
+                          tr_node_name(s->r->g, changed));
+        if (cmd != CMD_FINISH) slot_close(s);
+    }
+    if (rc) s->sh->live = 0;
     return rc;
 }
 
@@ -308,6 +324,7 @@ static void slot_free(struct slot *s) {
 static void run_sequential(struct run *r, struct slot *slots, int n) {
     for (int b = 0; b < n && !tr_bench_stop_requested(); b++) {
         struct slot *s = &slots[b];
+        if (s->dead) continue;
         tr_progress_phase(r->pr, s->row->label, "loading and compiling");
         int rc = slot_do(r, s, CMD_START);
         for (int64_t i = 0; rc == TR_OK && i < r->cfg->steps && !tr_bench_stop_requested(); i++) {
@@ -326,6 +343,7 @@ static void run_sequential(struct run *r, struct slot *slots, int n) {
  * whichever ran then. */
 static void run_interleaved(struct run *r, struct slot *slots, int n, struct tr_bench_report *rep) {
     for (int b = 0; b < n && !tr_bench_stop_requested(); b++) {
+        if (slots[b].dead) continue;
         tr_progress_phase(r->pr, slots[b].row->label, "loading and compiling");
         if (slot_do(r, &slots[b], CMD_START) != TR_OK) slot_fail(&slots[b], slots[b].sh->err.status);
     }
@@ -566,8 +584,21 @@ int tr_bench_run(const struct tr_config *cfg, const struct tr_model_desc *const 
     return tr_bench_run_opts(cfg, models, NULL, rep, err);
 }
 
+static int bench_run(const struct tr_config *cfg, const struct tr_model_desc *const *models,
+                     const struct tr_bench_opts *o, struct tr_bench_report *rep, int *gated, struct tr_error *err);
+
 int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *const *models,
                       const struct tr_bench_opts *o, struct tr_bench_report *rep, struct tr_error *err) {
+    int gated = 0;
+    int rc = bench_run(cfg, models, o, rep, &gated, err);
+    /* data parallel: a rank whose setup failed still meets the others at their first
+     * collective, which then stops them all (tr_dp_gate) */
+    if (rc && !gated && o && o->comm && o->comm->size > 1) tr_dp_gate(o->comm, cfg, NULL, rc, err);
+    return rc;
+}
+
+static int bench_run(const struct tr_config *cfg, const struct tr_model_desc *const *models,
+                     const struct tr_bench_opts *o, struct tr_bench_report *rep, int *gated, struct tr_error *err) {
     static const struct tr_bench_opts none;
     if (!o) o = &none;
     memset(rep, 0, sizeof *rep);
@@ -676,9 +707,18 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
         tr_task_graph_free(&tg);
         return tr_error_prefix(err, "%s: [run] device = %s", cfg->file, cfg->device);
     }
+    struct tr_error *dead = NULL; /* [b]: the backend's process died in the check before the run */
+    struct tr_bench_guard guard = {0};
     {
         const struct tr_graph *graphs[2] = {token_gen ? tg.gen.prefill : tg.graph, tg.gen.decode};
-        if ((rc = tr_bench_preflight(cfg, graphs, token_gen ? 2 : 1, o, isolate || gen_child, err)) != TR_OK) {
+        /* isolated predict and fit: a backend whose process dies in the check fails its
+         * row and the others run (generate's backends share one child: it stops there) */
+        if (isolate && !(dead = calloc((size_t)cfg->n_backends, sizeof *dead))) {
+            tr_task_graph_free(&tg);
+            return tr_error_set(err, TR_ERR_NOMEM, "bench: out of memory");
+        }
+        if ((rc = tr_bench_preflight(cfg, graphs, token_gen ? 2 : 1, o, isolate || gen_child, dead, err)) != TR_OK) {
+            free(dead);
             tr_task_graph_free(&tg);
             return rc;
         }
@@ -691,6 +731,7 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     struct tr_weights *w = NULL;
     struct tr_dp dp;
     if ((rc = tr_dp_begin(&dp, cfg, o->comm, tg.graph, err)) != TR_OK) {
+        free(dead);
         tr_task_graph_free(&tg);
         return rc;
     }
@@ -710,8 +751,7 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
     const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed,
                                             .variant = cfg->weights_variant,
                                             .skip = {cfg->inputs, cfg->reference, o ? o->outputs : NULL}};
-    rc = cfg->weights[0] ? tr_weights_load_opts(g, cfg->weights, &wo, &w, err)
-                         : tr_weights_from_seed(g, cfg->seed, &w, err);
+    rc = tr_bench_weights(cfg, g, &wo, &w, err);
     if (!rc && cfg->weights[0] && cfg->rank == 0) { /* every rank read the same file */
         tr_weights_warn_seeded(w, cfg->weights, cfg->seed, stderr);
         tr_weights_warn_unused(w, stderr);
@@ -749,10 +789,18 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
         }
         *fs.lr = (float)tg.train_cfg.learning_rate;
         *fs.step = 1.0f;
-        if (fs.dp_share && (rc = tr_dp_loss_share(&dp, &tg, in, fs.dp_share, err)) != TR_OK) goto done;
     }
+    if (dp.on) { /* every rank ready and alike: the first collective (a failure before it meets it in tr_bench_run_opts) */
+        *gated = 1;
+        if ((rc = tr_dp_gate(dp.comm, cfg, g, TR_OK, err)) != TR_OK) goto done;
+    }
+    if (fs.dp_share && (rc = tr_dp_loss_share(&dp, &tg, in, fs.dp_share, err)) != TR_OK) goto done;
     struct run r = {.cfg = cfg, .g = g, .fs = &fs, .n_in = n_in, .n_out = n_out, .in = in, .pr = &pr, .dp = &dp,
                     .isolate = isolate};
+    if (!isolate) {
+        if ((rc = tr_bench_guard_init(&guard, g, err)) != TR_OK) goto done;
+        r.guard = &guard;
+    }
     for (int b = 0; b < cfg->n_backends; b++) {
         struct slot *sl = &slots[b];
         sl->cb = &cfg->backends[b];
@@ -760,6 +808,11 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
         rep->n_rows++;
         if ((rc = slot_alloc(sl, g, n_out, cfg->steps, fs.on ? total_steps : 0, err)) != TR_OK) goto done;
         tr_bench_label(cfg, b, sl->row->label, sizeof sl->row->label);
+        if (dead && dead[b].msg[0]) {
+            sl->sh->err = dead[b];
+            sl->dead = 1;
+            slot_fail(sl, dead[b].status);
+        }
     }
     const int interleaved = cfg->schedule == TR_SCHEDULE_INTERLEAVED ||
                             (cfg->schedule == TR_SCHEDULE_DEFAULT && !fs.on && cfg->device_type == TR_DEVICE_CPU &&
@@ -870,6 +923,8 @@ int tr_bench_run_opts(const struct tr_config *cfg, const struct tr_model_desc *c
         rc = tr_error_set(err, TR_ERR_INTERRUPTED, "interrupted: %d of %d backends ran their timed steps (or some "
                           "of them)", rep->n_rows - failures, rep->n_rows);
 done:
+    free(dead);
+    tr_bench_guard_free(&guard);
     tr_progress_end(&pr);
     for (int b = 0; b < TR_BENCH_MAX_ROWS; b++) slot_free(&slots[b]);
     for (int u = 0; fs.snap && u < fs.n; u++) tr_host_free(fs.snap[u]);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "bench_dp.h"
+#include "bench_guard.h"
 #include "bench_io.h"
 #include "bench_util.h"
 #include "trident/kernels.h"
@@ -30,6 +31,92 @@ int tr_dp_begin(struct tr_dp *dp, const struct tr_config *cfg, const struct tr_c
     }
     tr_kernels_set_comm(comm);
     return TR_OK;
+}
+
+/* What must be alike on every rank of one run. */
+struct dp_gate {
+    int32_t status, pad;
+    int64_t steps, warmup, seed, batch, check_every;
+    uint64_t keys, graph, weights;
+};
+
+static uint64_t mix(uint64_t h, const void *p, size_t n) { return (h ^ tr_bench_checksum(p, n)) * 0x100000001b3ull; }
+
+static void gate_fill(struct dp_gate *m, const struct tr_config *cfg, const struct tr_graph *g) {
+    m->steps = cfg->steps, m->warmup = cfg->warmup, m->seed = (int64_t)cfg->seed, m->batch = cfg->batch;
+    m->check_every = cfg->check_every;
+    for (int i = 0; i < cfg->n_kv; i++) {
+        const struct tr_config_kv *kv = &cfg->kv[i];
+        if (!strncmp(kv->section, "backend.", 8)) continue; /* a backend's threads may differ by host */
+        m->keys = mix(m->keys, kv->section, strlen(kv->section) + 1);
+        m->keys = mix(m->keys, kv->key, strlen(kv->key) + 1);
+        m->keys = mix(m->keys, kv->value, strlen(kv->value) + 1);
+    }
+    for (int id = 0; id < tr_graph_n_nodes(g); id++) {
+        const int rec[3] = {tr_node_op(g, id), tr_node_dtype(g, id), tr_node_ndim(g, id)};
+        const char *name = tr_node_name(g, id);
+        m->graph = mix(m->graph, rec, sizeof rec);
+        m->graph = mix(m->graph, tr_node_shape(g, id), sizeof(int64_t) * (size_t)rec[2]);
+        const struct tr_attrs *at = tr_node_attrs(g, id); /* field by field: no padding bytes */
+        m->graph = mix(m->graph, at->ints, sizeof at->ints);
+        m->graph = mix(m->graph, at->floats, sizeof at->floats);
+        m->graph = mix(m->graph, &at->n_ints, sizeof at->n_ints);
+        if (name) m->graph = mix(m->graph, name, strlen(name));
+        if ((rec[0] == TR_OP_PARAM || rec[0] == TR_OP_CONST) && tr_node_data(g, id)) {
+            struct tr_tensor t = tr_node_tensor(g, id);
+            m->weights = mix(m->weights, tr_node_data(g, id), tr_tensor_nbytes(&t));
+        }
+    }
+}
+
+int tr_dp_gate(const struct tr_comm *c, const struct tr_config *cfg, const struct tr_graph *g, int rc,
+               struct tr_error *err) {
+    struct dp_gate mine = {.status = rc}, *all = calloc((size_t)c->size, sizeof *all);
+    if (rc && c->rank != 0) { /* rank 0 prints the run's error; this rank's is said here */
+        fprintf(stderr, "trident: rank %d: error: %s\n", c->rank, err ? err->msg : "(no message)");
+        fflush(stderr);
+    }
+    if (!rc && g) gate_fill(&mine, cfg, g);
+    struct tr_error e = {0};
+    int crc = all ? c->allgather(c->user, &mine, all, sizeof mine, &e)
+                  : tr_error_set(&e, TR_ERR_NOMEM, "data parallel: out of memory");
+    if (crc || rc) {
+        free(all);
+        return rc ? rc : (*err = e, crc);
+    }
+    int failed = -1;
+    for (int r = 0; r < c->size && failed < 0; r++)
+        if (all[r].status) failed = r;
+    if (failed >= 0) {
+        free(all);
+        return tr_error_set(err, TR_ERR_COMM, "rank %d failed before its first step (its error is on its stderr); "
+                            "every rank stops", failed);
+    }
+    static const char *const what[] = {"[run] steps", "[run] warmup", "[run] seed", "[run] batch",
+                                       "[run] check_every"};
+    for (int r = 1; r < c->size; r++) {
+        const int64_t a[5] = {all[0].steps, all[0].warmup, all[0].seed, all[0].batch, all[0].check_every};
+        const int64_t b[5] = {all[r].steps, all[r].warmup, all[r].seed, all[r].batch, all[r].check_every};
+        for (int k = 0; k < 5; k++)
+            if (a[k] != b[k]) {
+                rc = tr_error_set(err, TR_ERR_INVALID, "the ranks do not run one config: %s is %lld on rank 0 and "
+                                  "%lld on rank %d; every rank reads the same INI and command line", what[k],
+                                  (long long)a[k], (long long)b[k], r);
+                break;
+            }
+        const char *diff = rc                             ? NULL
+                           : all[r].keys != all[0].keys   ? "its [model], [train] or [generate] keys"
+                           : all[r].graph != all[0].graph ? "the model's graph (another preset, dtype or LoRA rank?)"
+                           : all[r].weights != all[0].weights
+                               ? "the weights' bytes (another checkpoint, or another file in [run] weights?)"
+                               : NULL;
+        if (diff)
+            rc = tr_error_set(err, TR_ERR_INVALID, "the ranks do not run one config: rank %d differs from rank 0 "
+                              "in %s; every rank reads the same INI, weights and command line", r, diff);
+        if (rc) break;
+    }
+    free(all);
+    return rc;
 }
 
 void tr_dp_end(struct tr_dp *dp) {

@@ -29,6 +29,19 @@ struct tr_dp {
  * the kernels. comm NULL with cfg->ranks 1: off. */
 int tr_dp_begin(struct tr_dp *dp, const struct tr_config *cfg, const struct tr_comm *comm, const struct tr_graph *g,
                 struct tr_error *err);
+/* Before its first step every rank meets here once, whether its setup went well (rc
+ * TR_OK, g the rank's graph with its weights bound) or not (rc its error, g NULL): the
+ * ranks' statuses, and what must be alike on every rank (steps, warm-up, seed, batch,
+ * check_every, the [model], [train] and [generate] keys, the graph, the weights),
+ * exchanged. A rank whose setup failed (a missing file on one host, an output rank 0
+ * cannot write) then stops every rank at once instead of leaving them to wait out
+ * collective_timeout at the first collective; this rank's own failure is said on stderr
+ * when it is not rank 0 (rank 0 prints the run's error). TR_OK when every rank is ready
+ * and alike; rc when this rank failed; TR_ERR_COMM naming the rank that failed, or
+ * TR_ERR_INVALID naming what differs, otherwise. */
+int tr_dp_gate(const struct tr_comm *c, const struct tr_config *cfg, const struct tr_graph *g, int rc,
+               struct tr_error *err);
+
 /* The kernels' communicator unset, memory freed. */
 void tr_dp_end(struct tr_dp *dp);
 

@@ -18,6 +18,7 @@ struct problems {
     struct tr_error *err;
     int n;
     size_t off;
+    char stage[48];             /* what the probe is doing: said when its process dies */
 };
 
 static void add(struct problems *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -61,6 +62,7 @@ static void check_backend(const struct tr_config *cfg, const struct tr_config_ba
     struct tr_plugin *plugin = NULL;
     struct tr_backend *be = NULL;
     struct tr_error e = {0};
+    snprintf(p->stage, sizeof p->stage, "its load (the entry point)");
     int rc = tr_plugin_open(cb->path[0] ? cb->path : cb->name, &search, &plugin, &e);
     if (rc == TR_ERR_NOT_FOUND && !cb->path[0]) {
         struct names found = {{0}};
@@ -78,6 +80,7 @@ static void check_backend(const struct tr_config *cfg, const struct tr_config_ba
     struct tr_option opts[TR_CONFIG_MAX_KV + 1];
     struct tr_backend_params params;
     tr_bench_backend_params(cfg, cb, opts, &params);
+    snprintf(p->stage, sizeof p->stage, "its init");
     rc = tr_backend_init(plugin, &params, &be, &e);
     if (rc) {
         add(p, "%s", e.msg); /* it names the backend and its file */
@@ -90,7 +93,9 @@ static void check_backend(const struct tr_config *cfg, const struct tr_config_ba
                 cfg->preset, cfg->task, tr_dtype_name(cfg->dtype), e.msg);
         }
     }
+    snprintf(p->stage, sizeof p->stage, "its free");
     tr_backend_free(be);
+    snprintf(p->stage, sizeof p->stage, "its unload");
     tr_plugin_close(plugin);
 }
 
@@ -129,20 +134,27 @@ static int probe_run(void *arg, int cmd) {
     return TR_OK;
 }
 
-/* One backend checked in a child: what it finds lands in the shared problems; its death
- * or silence is a problem of its own. */
+/* One backend checked in a child: what it finds lands in the shared problems. Its death
+ * or silence goes to *dead where the caller takes it (a crash costs that backend its
+ * row, not the run), else is a problem of its own. */
 static void check_backend_isolated(const struct tr_config *cfg, const struct tr_config_backend *cb,
-                                   const struct tr_graph *const *graphs, int n_graphs, struct problems *p) {
+                                   const struct tr_graph *const *graphs, int n_graphs, struct problems *p,
+                                   struct tr_error *dead) {
     char wb[TR_CONFIG_PATH + 96];
     struct probe q = {.cfg = cfg, .cb = cb, .graphs = graphs, .n_graphs = n_graphs, .p = p};
     struct tr_error e = {0};
     int status;
-    if (tr_child_once(probe_run, &q, 'P', cfg->backend_timeout, "its load and init", &status, &e) != TR_OK)
-        add(p, "%s: '%s': %s", tr_config_where(cfg, "backends", cfg->backends_line, wb, sizeof wb), cb->spec, e.msg);
+    p->stage[0] = '\0';
+    if (tr_child_once(probe_run, &q, 'P', cfg->backend_timeout, "the check before the run", &status, &e) == TR_OK)
+        return;
+    const size_t len = strlen(e.msg);
+    if (p->stage[0] && len < sizeof e.msg) snprintf(e.msg + len, sizeof e.msg - len, " (in %s)", p->stage);
+    if (dead) *dead = e;
+    else add(p, "%s: '%s': %s", tr_config_where(cfg, "backends", cfg->backends_line, wb, sizeof wb), cb->spec, e.msg);
 }
 
 int tr_bench_preflight(const struct tr_config *cfg, const struct tr_graph *const *graphs, int n_graphs,
-                       const struct tr_bench_opts *o, int isolate, struct tr_error *err) {
+                       const struct tr_bench_opts *o, int isolate, struct tr_error *dead, struct tr_error *err) {
     /* shared, so a probe's child writes its problems where this process reads them */
     struct shared_problems {
         struct tr_error all;
@@ -161,7 +173,7 @@ int tr_bench_preflight(const struct tr_config *cfg, const struct tr_graph *const
             n_graphs > 1 ? "each holds its own KV cache" : "in one process the backends train the same host copy "
             "of the parameters; with [run] isolate = on each has its own");
     for (int b = 0; b < cfg->n_backends; b++) {
-        if (isolate) check_backend_isolated(cfg, &cfg->backends[b], graphs, n_graphs, pp);
+        if (isolate) check_backend_isolated(cfg, &cfg->backends[b], graphs, n_graphs, pp, dead ? &dead[b] : NULL);
         else check_backend(cfg, &cfg->backends[b], graphs, n_graphs, pp);
     }
     for (int i = 0; o && o->outputs && i < 1; i++) check_writable(o->outputs, pp);

@@ -8,10 +8,13 @@
 
 #include "trident/bench.h"
 
-/* isolate: each backend probed in a child process (a plugin that crashes in its load or
- * init is a problem named, not the end of the program). */
+/* isolate: each backend probed in a child process. A plugin whose process dies in its
+ * load, init or free (a signal, an exit, no answer within backend_timeout) is, with dead
+ * given (an array of cfg->n_backends, zeroed), written to dead[b] and not counted as a
+ * problem: the caller fails that backend's row and runs the others; with dead NULL it is
+ * a problem named, as a bad option is. */
 int tr_bench_preflight(const struct tr_config *cfg, const struct tr_graph *const *graphs, int n_graphs,
-                       const struct tr_bench_opts *o, int isolate, struct tr_error *err);
+                       const struct tr_bench_opts *o, int isolate, struct tr_error *dead, struct tr_error *err);
 
 /* init params for a backend of cfg: opts has room for TR_CONFIG_MAX_KV + 1 options. */
 void tr_bench_backend_params(const struct tr_config *cfg, const struct tr_config_backend *cb, struct tr_option *opts,

@@ -115,3 +115,12 @@ void tr_bench_io_free(struct tr_tensor *ts, int n) {
     for (int i = 0; i < n; i++) tr_host_free(ts[i].data);
     free(ts);
 }
+
+int tr_bench_weights(const struct tr_config *cfg, struct tr_graph *g, const struct tr_weights_load_opts *wo,
+                     struct tr_weights **w, struct tr_error *err) {
+    if (!cfg->weights[0]) return tr_weights_from_seed(g, cfg->seed, w, err);
+    int rc = tr_weights_load_opts(g, cfg->weights, wo, w, err);
+    char where[TR_CONFIG_PATH + 96];
+    if (rc) tr_error_prefix(err, "%s", tr_config_where(cfg, "weights", cfg->weights_line, where, sizeof where));
+    return rc;
+}

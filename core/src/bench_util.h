@@ -9,8 +9,14 @@
 #include "trident/bench.h"
 #include "trident/graph.h"
 #include "trident/tensor.h"
+#include "trident/weights.h"
 
 double tr_bench_now_ms(void);
+
+/* The run's weights: [run] weights read with wo's choices (an error then names the INI's
+ * line first), or made from [run] seed without one. */
+int tr_bench_weights(const struct tr_config *cfg, struct tr_graph *g, const struct tr_weights_load_opts *wo,
+                     struct tr_weights **w, struct tr_error *err);
 
 /* How far two backends' outputs may be apart: [run] tolerance, else the dtype's (f32 1e-4;
  * bf16, f16 and tf32 math 2e-2); bench.c says why. */

@@ -381,8 +381,7 @@ int tr_check_nodes_run(const struct tr_config *cfg, const struct tr_model_desc *
     if ((rc = check_memory(cfg, g, rep->value_bytes, err)) != TR_OK) goto done;
     const struct tr_weights_load_opts wo = {.seed = cfg->seed, .variant = cfg->weights_variant,
                                             .skip = {cfg->inputs, cfg->reference}};
-    rc = cfg->weights[0] ? tr_weights_load_opts(g, cfg->weights, &wo, &w, err)
-                         : tr_weights_from_seed(g, cfg->seed, &w, err);
+    rc = tr_bench_weights(cfg, g, &wo, &w, err);
     if (rc) goto done;
     tr_weights_warn_unused(w, stderr);
     if ((rc = tr_bench_io_alloc(g, n_in, tr_graph_input, &in, err)) != TR_OK) goto done;

@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include "trident/parse.h"
 #include "trident/config.h"
+#include "trident/log.h"
 #include "trident/model.h"
 #include "trident/tensor.h"
 #include "ini_text.h"
@@ -119,7 +120,10 @@ static int fail_kv(struct ini_state *st, int status, const char *section, const 
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
     if (st->where_section && strcmp(section, "run") == 0) section = st->where_section;
-    tr_error_set(st->err, status, "%s:%d: [%s] %s = %s: %.600s", st->where_file ? st->where_file : st->cfg->file,
+    if (!st->cfg) /* tr_config_backend_parse: an entry from the command line */
+        tr_error_set(st->err, status, "%s: %.600s", value, what);
+    else
+        tr_error_set(st->err, status, "%s:%d: [%s] %s = %s: %.600s", st->where_file ? st->where_file : st->cfg->file,
                  st->in.line, section, key, value, what);
     st->fail_line = st->in.line;
     st->fail_status = status;
@@ -252,7 +256,7 @@ static int parse_word2(const char *v, const char *w0, int v0, const char *w1, in
 
 #define BACKENDS_EXPECTED "expected a comma-separated list of NAME, NAME:MODE or paths to .so files"
 
-static int parse_backend(struct ini_state *st, const char *v, int idx, const char *e,
+static int parse_backend(struct ini_state *st, const char *dir, const char *v, int idx, const char *e,
                          struct tr_config_backend *be) {
     memset(be, 0, sizeof *be);
     if (!copy_str(be->spec, sizeof be->spec, e))
@@ -296,7 +300,7 @@ static int parse_backend(struct ini_state *st, const char *v, int idx, const cha
     memcpy(rel, e, base_len);
     rel[base_len] = '\0';
     if (base_len < len) strcpy(be->mode, colon + 1);
-    if (!resolve_path(st->cfg->dir, rel, be->path, sizeof be->path))
+    if (!resolve_path(dir, rel, be->path, sizeof be->path))
         return fail_kv(st, TR_ERR_INVALID, "run", "backends", v, "entry %d: the resolved path is too long", idx);
     const char *stem = strrchr(rel, '/') ? strrchr(rel, '/') + 1 : rel;
     size_t stem_len = strlen(stem);
@@ -316,6 +320,12 @@ bad_stem:
                    "entry %d ('%s'): the file name gives no usable backend name; expected "
                    "libtrident_backend_NAME.so or NAME.so with NAME made of a-z, 0-9 and '_'",
                    idx, e);
+}
+
+int tr_config_backend_parse(const char *entry, struct tr_config_backend *out, struct tr_error *err) {
+    struct ini_state st = {.err = err};
+    if (!entry || !out) return tr_error_set(err, TR_ERR_INVALID, "tr_config_backend_parse: NULL argument");
+    return parse_backend(&st, ".", entry, 1, entry, out);
 }
 
 static int parse_backends(struct ini_state *st, const char *v) {
@@ -339,7 +349,7 @@ static int parse_backends(struct ini_state *st, const char *v) {
             return fail_kv(st, TR_ERR_INVALID, "run", "backends", v, "entry %d is too long", idx);
         memcpy(e, p, elen);
         e[elen] = '\0';
-        int rc = parse_backend(st, v, idx, e, &list[n]);
+        int rc = parse_backend(st, st->cfg->dir, v, idx, e, &list[n]);
         if (rc) return rc;
         /* The same backend in two modes, or two builds of one backend, may run side by
          * side; the same one twice is a mistake. */
@@ -426,6 +436,7 @@ static int run_set(struct ini_state *st, enum run_key k, const char *v) {
         }
         if (!resolve_path(cfg->dir, v, cfg->weights, sizeof cfg->weights))
             return fail_kv(st, TR_ERR_INVALID, "run", key, v, "expected a shorter path");
+        cfg->weights_line = st->in.line;
         struct stat sb;
         if (stat(cfg->weights, &sb) != 0)
             return fail_kv(st, TR_ERR_IO, "run", key, v,
@@ -691,7 +702,10 @@ static int check_section_line(struct ini_state *st, const char *s, size_t len) {
 
 /* Every [backend.NAME] is for a backend that [run] backends lists (a section for another
  * would be ignored silently: a typo in NAME, or a backend dropped from the list). */
-static int check_backend_sections(const struct ini_state *st, struct tr_error *err) {
+/* A [backend.NAME] for a backend the run does not list: kept, unused, and said, so that
+ * swapping the backends is the one line (`backends = jax` over a file that configures
+ * torch and tf too) and a misspelt section is not silently without effect. */
+static void warn_backend_sections(const struct ini_state *st) {
     const struct tr_config *cfg = st->cfg;
     for (int k = 0; k < st->n_sections; k++) {
         const char *name = st->sections[k].name;
@@ -704,11 +718,10 @@ static int check_backend_sections(const struct ini_state *st, struct tr_error *e
             size_t n = strlen(list);
             snprintf(list + n, sizeof list - n, "%s%s", b ? ", " : "", cfg->backends[b].name);
         }
-        return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [%s]: '%s' is not among the backends this run lists (%s%s); "
-                            "expected a [backend.NAME] section for one of them", cfg->file, st->sections[k].line,
-                            name, name + 8, list, cfg->backends_line ? "" : ", the default");
+        tr_log(TR_LOG_WARN, "warning: %s:%d: [%s]: '%s' is not among the backends this run lists (%s%s): its "
+               "options are not used", cfg->file, st->sections[k].line, name, name + 8, list,
+               cfg->backends_line ? "" : ", the default");
     }
-    return TR_OK;
 }
 
 /* A [backend.NAME] mode is for the NAME entries that give none: they take it (so the
@@ -887,7 +900,7 @@ static int load_text(const char *text, const char *name, const struct tr_config_
     cfg->task_line = st.run_lines[RUN_TASK];
     int backends_set = 0;
     if ((rc = apply_overrides(&st, over, n_over, &backends_set)) != TR_OK) return rc;
-    if (!backends_set && (rc = check_backend_sections(&st, err)) != TR_OK) return rc;
+    if (!backends_set) warn_backend_sections(&st);
     if ((rc = fold_section_modes(cfg, err)) != TR_OK) return rc;
     if (cfg->weights_variant[0] && !cfg->weights[0])
         return tr_error_set(err, TR_ERR_INVALID,

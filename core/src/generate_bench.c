@@ -295,8 +295,7 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     const struct tr_weights_load_opts wo = {.seed = cfg->seed, .missing_seed = cfg->missing_seed,
                                             .variant = cfg->weights_variant,
                                             .skip = {cfg->inputs, cfg->reference, o ? o->outputs : NULL}};
-    if (!rc) rc = cfg->weights[0] ? tr_weights_load_opts(gg->weights, cfg->weights, &wo, &w, err)
-                                  : tr_weights_from_seed(gg->weights, cfg->seed, &w, err);
+    if (!rc) rc = tr_bench_weights(cfg, gg->weights, &wo, &w, err);
     if (!rc && cfg->weights[0]) {
         tr_weights_warn_seeded(w, cfg->weights, cfg->seed, stderr);
         tr_weights_warn_unused(w, stderr);

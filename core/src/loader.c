@@ -54,6 +54,21 @@ struct tr_program {
 /* The minor that added graph updates (training state). */
 #define MINOR_UPDATES 1u
 
+/* Text from a plugin made safe to print: cut at its buffer's last byte (a plugin that
+ * filled the whole buffer left no NUL) and its control bytes (escape sequences, line
+ * breaks that would forge a log line) shown as '?'. */
+static void printable(char *s, size_t n) {
+    s[n - 1] = '\0';
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
+/* A plugin's error message, printable; empty: `none`. */
+static const char *plugin_msg(struct tr_error *e, const char *none) {
+    printable(e->msg, sizeof e->msg);
+    return e->msg[0] ? e->msg : none;
+}
+
 static int minor_at_least(uint32_t abi_version, uint32_t minor) { return TR_ABI_GET_MINOR(abi_version) >= minor; }
 
 /* An optional slot may be called only when the plugin's header had it (the minor that
@@ -185,7 +200,7 @@ static int plugin_load(const char *path, void **handle_out, struct tr_backend_i 
     int rc = entry(TR_ABI_VERSION, tr_host_api_get(), &it, &perr);
     if (rc != TR_OK) {
         tr_error_set(err, TR_ERR_PLUGIN, "plugin [%s]: %s failed (%s): %s", path, TR_BACKEND_ENTRY_SYMBOL,
-                     tr_status_name(rc), perr.msg[0] ? perr.msg : "(no message)");
+                     tr_status_name(rc), plugin_msg(&perr, "(no message)"));
         dlclose(h);
         return TR_ERR_PLUGIN;
     }
@@ -505,7 +520,7 @@ int tr_backend_init(struct tr_plugin *p, const struct tr_backend_params *params,
     if (rc != TR_OK) {
         free(be);
         return tr_error_set(err, TR_ERR_PLUGIN, "backend '%s' (%s): init failed: %s", p->iface.name, p->path,
-                            perr.msg[0] ? perr.msg : tr_status_name(rc));
+                            plugin_msg(&perr, tr_status_name(rc)));
     }
     *out = be;
     return TR_OK;
@@ -557,7 +572,7 @@ int tr_backend_compile(struct tr_backend *be, const struct tr_graph *g, struct t
     if (rc != TR_OK) {
         free(prog);
         return tr_error_set(err, rc, "backend '%s': compile failed: %s", be_name(be),
-                            perr.msg[0] ? perr.msg : tr_status_name(rc));
+                            plugin_msg(&perr, tr_status_name(rc)));
     }
     *out = prog;
     return TR_OK;
@@ -640,7 +655,7 @@ int tr_backend_execute(struct tr_backend *be, struct tr_program *prog, int n_inp
         }
     if (keep != given) free(keep);
     if (rc != TR_OK && !said)
-        return tr_error_set(err, rc, "backend '%s': %s", be_name(be), perr.msg[0] ? perr.msg : tr_status_name(rc));
+        return tr_error_set(err, rc, "backend '%s': %s", be_name(be), plugin_msg(&perr, tr_status_name(rc)));
     return rc;
 }
 
@@ -660,11 +675,11 @@ int tr_backend_get_stats(struct tr_backend *be, struct tr_program *prog, struct 
     int rc = it->get_stats(be->ctx, prog->prog, st, &perr);
     st->struct_size = sizeof *st;
     st->abi_version = TR_ABI_VERSION;
-    st->mode[sizeof st->mode - 1] = '\0';
-    st->notes[sizeof st->notes - 1] = '\0';
+    printable(st->mode, sizeof st->mode); /* both printed in the report */
+    printable(st->notes, sizeof st->notes);
     if (rc != TR_OK)
         return tr_error_set(err, rc, "backend '%s': get_stats failed: %s", be_name(be),
-                            perr.msg[0] ? perr.msg : tr_status_name(rc));
+                            plugin_msg(&perr, tr_status_name(rc)));
     return TR_OK;
 }
 
@@ -679,7 +694,7 @@ int tr_backend_sync(struct tr_backend *be, struct tr_program *prog, struct tr_er
     int rc = it->sync(be->ctx, prog->prog, &perr);
     if (rc != TR_OK)
         return tr_error_set(err, rc, "backend '%s': sync failed: %s", be_name(be),
-                            perr.msg[0] ? perr.msg : tr_status_name(rc));
+                            plugin_msg(&perr, tr_status_name(rc)));
     return TR_OK;
 }
 

@@ -29,8 +29,9 @@
  *               and misbehaves on request: [backend.faulty] fault = segv | abort | exit |
  *               hang at execute number at_step, perturb (one bit of its trained state
  *               flipped after that step), nullout | reshape (output 0's data pointer
- *               or shape rewritten at that step), fail (an error returned there), or
- *               init_segv in init; rank = N: only as MPI rank
+ *               or shape rewritten at that step), fail (an error returned there),
+ *               noupdate (the graph's updates dropped, every step), writeparam (a bit
+ *               of a weight flipped at that step), or init_segv in init; rank = N: only as MPI rank
  *               N; with TP_FAULTY_LOAD=segv | exit in the environment, its constructor does
  * Built by tests/test_install.sh against an installed trident (not here):
  *   replay      as good, but its first output is replaced by the numbers of the text
@@ -366,7 +367,9 @@ __attribute__((unused)) static int tp_execute(void *ctx, void *prog, int n_input
 #if defined(TP_VARIANT_FAULTY)
     /* a training step (the faulty variant trains, for the data-parallel tests): every
      * update's value into its PARAM's host memory, after every node read the old ones */
-    for (int u = 0; tr_host_api_has_updates(host) && u < host->graph_n_updates(g); u++) {
+    /* noupdate: a backend that declares training but drops its updates */
+    for (int u = 0; strcmp(c->fault, "noupdate") != 0 && tr_host_api_has_updates(host) && u < host->graph_n_updates(g);
+         u++) {
         const int pa = host->graph_update_param(g, u), v = host->graph_update_value(g, u);
         memcpy((void *)host->node_data(g, pa), node_value(p, v, n_inputs, inputs), node_bytes(g, pa));
     }
@@ -378,6 +381,17 @@ __attribute__((unused)) static int tp_execute(void *ctx, void *prog, int n_input
     }
 #endif
 #if defined(TP_VARIANT_FAULTY)
+    /* writeparam: one bit of the first PARAM the graph does not update flipped, in the
+     * host memory every backend of an isolate = off run shares */
+    if (c->steps == c->at_step && mine && strcmp(c->fault, "writeparam") == 0)
+        for (int id = 0; id < p->n_nodes; id++) {
+            int updated = 0;
+            for (int u = 0; tr_host_api_has_updates(host) && u < host->graph_n_updates(g); u++)
+                updated |= host->graph_update_param(g, u) == id;
+            if (host->node_op(g, id) != TR_OP_PARAM || updated) continue;
+            *(unsigned char *)(void *)host->node_data(g, id) ^= 0x40u;
+            break;
+        }
     /* nullout / reshape: the step's output descriptor rewritten, which the host must refuse
      * (and put back) rather than read through */
     if (c->steps == c->at_step && mine && n_outputs > 0) {

@@ -240,6 +240,11 @@ TR_STATIC_ASSERT(TR_MAX_DIMS == 8 && TR_ATTR_INTS == 8 && TR_ATTR_FLOATS == 4 &&
  * Returns TR_OK, or a status with err filled. */
 typedef int (*tr_backend_entry_fn)(uint32_t host_abi, const struct tr_host_api *host,
                                    const struct tr_backend_i **iface, struct tr_error *err);
+/* Its declaration, so that a plugin's definition has a prototype (-Wmissing-prototypes)
+ * and, from C++, C linkage: defined without extern "C" the name would be mangled and the
+ * loader would find no entry point. The host declares it here and never defines it. */
+TR_BACKEND_EXPORT int tr_backend_entry(uint32_t host_abi, const struct tr_host_api *host,
+                                       const struct tr_backend_i **iface, struct tr_error *err);
 
 #ifdef __cplusplus
 }

@@ -99,6 +99,7 @@ struct tr_config {
     int64_t batch, seq_len, steps, warmup;
     uint64_t seed;
     char weights[TR_CONFIG_PATH]; /* resolved against dir; "" when weights come from seed */
+    int weights_line;           /* the line of [run] weights; 0 when it was not given */
     char weights_variant[32];   /* [run] weights_variant: a directory's NAME.VARIANT.safetensors
                                    files read in place of NAME.safetensors; "": none (weights.h) */
     int threads;                /* OpenMP threads for the run; the caller applies them
@@ -203,6 +204,12 @@ const char *tr_config_where(const struct tr_config *cfg, const char *key, int li
 /* The overrides that set this run's keys, for a message about the run as a whole:
  * "; the suite set seq_len = 5000 (suite.ini:2 [suite])", or "" when none did. Returns buf. */
 const char *tr_config_overrides_str(const struct tr_config *cfg, char *buf, size_t n);
+
+/* One [run] backends entry read as the INI reads it (NAME, NAME:MODE, PATH.so[:MODE]; a
+ * path's NAME is the file's stem less libtrident_backend_, the [backend.NAME] section it
+ * reads), a relative path kept relative to the working directory: for an entry given on
+ * the command line. */
+int tr_config_backend_parse(const char *entry, struct tr_config_backend *out, struct tr_error *err);
 
 /* The options of [backend.NAME] as tr_option records pointing into cfg, plus
  * mode = MODE when the backends entry had one. Returns how many were written (at most max). */
