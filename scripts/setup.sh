@@ -8,7 +8,7 @@ set -euo pipefail
 # clang, libclang-rt-dev (libclang_rt.fuzzer, the sanitizers' runtimes), libomp-dev (clang's
 # OpenMP) and llvm (llvm-symbolizer, for readable reports): the fuzz build (scripts/fuzz.sh).
 # libopenmpi-dev and openmpi-bin (mpirun): data-parallel fit (libtrident_mpi, tests/dp.sh).
-pkgs=(build-essential cmake pkg-config libinih-dev libcmocka-dev libdnnl-dev ocl-icd-opencl-dev libcjson-dev libpng-dev libssl-dev
+pkgs=(build-essential cmake pkg-config libinih-dev libcmocka-dev libdnnl-dev ocl-icd-opencl-dev libcjson-dev libutf8proc-dev libpng-dev libssl-dev
       librsvg2-bin clang libclang-rt-dev libomp-dev llvm libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do

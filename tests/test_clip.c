@@ -146,11 +146,8 @@ static void test_causal(void **state) {
     tr_graph_free(g);
 }
 
-/* The tokenizer against transformers' CLIPTokenizer on a toy vocabulary of CLIP's layout
- * (tests/fixtures/make_clip_tokenizer_fixture.py): contractions, case, tabs and runs of
- * spaces, punctuation, digits, non-ASCII letters, truncation and padding to 16. */
-static void test_tokenizer(void **state) {
-    const char *dir = TR_SOURCE_DIR "/tests/fixtures/clip_tokenizer";
+/* dir's expected.json ({prompt: ids at 16}) against the tokenizer read from dir. */
+static int tokenizer_expected(const char *dir) {
     struct tr_clip_tokenizer *t = NULL;
     struct tr_error e = {0};
     if (tr_clip_tokenizer_load(dir, &t, &e)) fail_msg("%s", e.msg);
@@ -162,21 +159,45 @@ static void test_tokenizer(void **state) {
     int n = 0;
     cJSON_ArrayForEach(p, root) {
         int32_t ids[16];
+        for (int i = 0; i < 16; i++) ids[i] = -7; /* poisoned */
         assert_int_equal(tr_clip_tokenize(t, p->string, ids, 16, &e), TR_OK);
         assert_int_equal(cJSON_GetArraySize(p), 16);
         for (int i = 0; i < 16; i++)
             if (ids[i] != (int32_t)cJSON_GetArrayItem(p, i)->valuedouble)
-                fail_msg("'%s': id %d is %d, transformers says %d", p->string, i, (int)ids[i],
+                fail_msg("%s: '%s': id %d is %d, transformers says %d", dir, p->string, i, (int)ids[i],
                          (int)cJSON_GetArrayItem(p, i)->valuedouble);
         n++;
     }
-    assert_true(n >= 8);
-    print_message("tokenizer: %d prompts as transformers' CLIPTokenizer makes them\n", n);
     cJSON_Delete(root);
     tr_clip_tokenizer_free(t);
+    return n;
+}
+
+/* The tokenizer against transformers' CLIPTokenizer on a toy vocabulary of CLIP's layout
+ * (tests/fixtures/make_clip_tokenizer_fixture.py): contractions, case, tabs and runs of
+ * spaces, punctuation, digits, truncation and padding to 16; Unicode as the tokenizer's
+ * normalizer and pattern have it (NFC, lowering, letters, numbers and spaces beyond
+ * ASCII, emoji); and transformers 5's save_pretrained (tokenizer.json alone) with Stable
+ * Diffusion 2's pad token "!". */
+static void test_tokenizer(void **state) {
+    (void)state;
+    int n = tokenizer_expected(TR_SOURCE_DIR "/tests/fixtures/clip_tokenizer");
+    assert_true(n >= 18);
+    int n_pad = tokenizer_expected(TR_SOURCE_DIR "/tests/fixtures/clip_tokenizer_pad");
+    assert_true(n_pad >= 4);
+    print_message("tokenizer: %d prompts (vocab.json, merges.txt) and %d (tokenizer.json, pad \"!\") as "
+                  "transformers' CLIPTokenizer makes them\n", n, n_pad);
+    struct tr_clip_tokenizer *t = NULL;
+    struct tr_error e = {0};
     assert_int_equal(tr_clip_tokenizer_load("/nonexistent", &t, &e), TR_ERR_IO);
-    tr_assert_msg_has(&e, "cannot open '/nonexistent/vocab.json'");
+    tr_assert_msg_has(&e, "'/nonexistent' has neither vocab.json and merges.txt nor tokenizer.json");
     assert_null(t);
+    /* text that is not UTF-8 is refused, not tokenized byte by byte */
+    assert_int_equal(tr_clip_tokenizer_load(TR_SOURCE_DIR "/tests/fixtures/clip_tokenizer", &t, &e), TR_OK);
+    int32_t ids[16];
+    assert_int_equal(tr_clip_tokenize(t, "caf\xe9", ids, 16, &e), TR_ERR_INVALID);
+    tr_assert_msg_has(&e, "not UTF-8");
+    tr_clip_tokenizer_free(t);
 }
 
 /* A config.json that leaves keys out means CLIPTextConfig's defaults for them; a
@@ -185,6 +206,18 @@ static void test_hf_config_defaults(void **state) {
     (void)state;
     tr_test_hf_defaults_match(&tr_model_clip_text, "{\"model_type\": \"clip_text_model\"}", TR_SOURCE_DIR "/tests/fixtures/hf/defaults/clip_text.json", 5);
     tr_test_hf_defaults_match(&tr_model_clip_text, "{\"model_type\": \"clip\", \"text_config\": {}}", TR_SOURCE_DIR "/tests/fixtures/hf/defaults/clip_text.json", 5);
+    /* use_attention_mask: the pipeline would mask the text encoder's padding; refused */
+    char path[600];
+    snprintf(path, sizeof path, "%s/um.json", tr_test_dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"model_type\": \"clip_text_model\", \"use_attention_mask\": true}", f);
+    fclose(f);
+    struct tr_clip_text_config c;
+    memcpy(&c, tr_model_clip_text.presets[0].config, sizeof c);
+    struct tr_error e = {0};
+    assert_int_equal(tr_model_clip_text.read_hf_config(&c, path, &e), TR_ERR_UNSUPPORTED);
+    tr_assert_msg_has(&e, "use_attention_mask = true");
 }
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_tokenizer, test_param_counts, test_hf_config_defaults, test_names_match_state_dict,

@@ -427,10 +427,11 @@ static void test_make_inputs_labels(void **state) {
     for (int64_t b = 0; b < B; b++) {
         const int64_t pad = tr_decoder_pad_len(&c, b, T);
         assert_int_equal(pad, b); /* pad_fraction 1/8 of 8 tokens: 0, 1, 2, 3 */
-        for (int64_t t = 0; t < T; t++) {
-            const int32_t want = t >= pad && t + 1 < T ? ids[b * T + t + 1] : TR_DECODER_IGNORE;
+        for (int64_t t = 0; t < T; t++) { /* transformers' labels: the tokens, ignored on pads and on a padded
+                                           * sample's first token; labels[:, 0] is never read */
+            const int32_t want = pad == 0 || t > pad ? ids[b * T + t] : TR_DECODER_IGNORE;
             assert_int_equal(lab[b * T + t], want);
-            n_kept += want != TR_DECODER_IGNORE;
+            n_kept += t > 0 && want != TR_DECODER_IGNORE;
         }
     }
     assert_int_equal(n_kept, 7 + 6 + 5 + 4);

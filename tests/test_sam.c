@@ -13,6 +13,7 @@
 #include "modelutil.h"
 #include "models.h"
 #include "sam/sam.h"
+#include "trident/bench.h"
 #include "trident/config.h"
 #include "trident/graph.h"
 #include "trident/image.h"
@@ -367,7 +368,32 @@ static void test_hf_defaults(void **state) {
     tr_assert_msg_has(&e, "bad_part_sam.json': \"mask_decoder_config\" is not an object");
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_param_count_vit_h, test_names_match_state_dict,
+/* [run] inputs' input_labels outside {-1, 0, 1, 2, 3} (transformers' -10, a 4): refused
+ * before any backend runs, naming the element and the values taken, not by each
+ * backend's embedding kernel as an index of its table. */
+static void test_inputs_labels(void **state) {
+    (void)state;
+    struct tr_error e = {0};
+    char path[512], ini[768];
+    static struct tr_config cfg;
+    static struct tr_bench_report rep;
+    static const double bad[] = {-10, 4};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        tr_test_copy_poisoned(TR_SOURCE_DIR "/tests/fixtures/reference_sam/batch.safetensors", "input_labels", 3,
+                              bad[k], "bad_labels.safetensors", path, sizeof path);
+        snprintf(ini, sizeof ini, "[run]\nmodel = sam\npreset = tiny\nbackends = tf\nbatch = 2\nsteps = 1\n"
+                 "warmup = 1\ninputs = %s\nweights = " TR_SOURCE_DIR "/tests/fixtures/reference_sam/model.safetensors\n"
+                 "[model]\nhf_config = " TR_SOURCE_DIR "/tests/fixtures/reference_sam/config.json\n", path);
+        if (tr_config_load_string(ini, "m.ini", &cfg, &e)) fail_msg("%s", e.msg);
+        assert_int_not_equal(tr_bench_run(&cfg, tr_builtin_models, &rep, &e), TR_OK);
+        char want[96];
+        snprintf(want, sizeof want, "'input_labels' element 3 is %.0f, outside [-1, 4), the values the model takes",
+                 bad[k]);
+        tr_assert_msg_has(&e, want);
+    }
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_inputs_labels, test_param_count_vit_h, test_names_match_state_dict,
              test_interface, test_config_errors, test_make_inputs, test_default_points_scale,
              test_processor_matches_pillow, test_upscale_matrix,
              test_predict_matches_transformers_f32,

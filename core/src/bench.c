@@ -185,8 +185,9 @@ static int slot_start(struct run *r, struct slot *s) {
 static int slot_timed_step(struct run *r, struct slot *s) {
     double *t = &s->times[s->row->steps_run];
     const double c0 = tr_dp_seconds(r->dp);
+    const int64_t step = s->sh->n_steps + 1; /* the one that fails, whether before or after its count */
     int rc = slot_step(r, s, t);
-    if (rc) return tr_error_prefix(&s->sh->err, "step %lld", (long long)s->sh->n_steps + 1);
+    if (rc) return tr_error_prefix(&s->sh->err, "step %lld", (long long)step);
     s->row->comm_ms += 1e3 * (tr_dp_seconds(r->dp) - c0); /* a sum until slot_finish */
     s->sh->ms_sum += *t;
     s->row->steps_run++;

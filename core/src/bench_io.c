@@ -54,19 +54,53 @@ static int convert(const struct tr_tensor *src, struct tr_tensor *dst, const cha
     return TR_OK;
 }
 
-/* The rows of the smallest embedding table input node `in` indexes (through reshapes), or
- * 0 when it indexes none: an id outside them is said here, naming the file's tensor and
- * element, rather than by each backend's kernel as a flat index. */
-static int64_t embedding_rows(const struct tr_graph *g, int in) {
-    int64_t rows = 0;
-    for (int id = 0; id < tr_graph_n_nodes(g); id++) {
-        if (tr_node_op(g, id) != TR_OP_EMBEDDING) continue;
-        int src = tr_node_input(g, id, 1);
-        while (src >= 0 && src != in && tr_node_op(g, src) == TR_OP_RESHAPE) src = tr_node_input(g, src, 0);
-        const int64_t v = tr_node_shape(g, tr_node_input(g, id, 0))[0];
-        if (src == in && (rows == 0 || v < rows)) rows = v;
+/* Whether ids node `src` is a*x + b of input node `in` (through reshapes, casts, scales
+ * and concatenations: SAM's labels + 1 beside its padding label), *a and *b set. */
+static int affine_of(const struct tr_graph *g, int src, int in, double a, double b, double *ao, double *bo, int depth) {
+    for (; src >= 0 && depth < 64; depth++) {
+        if (src == in) {
+            *ao = a, *bo = b;
+            return 1;
+        }
+        const int op = tr_node_op(g, src);
+        if (op == TR_OP_SCALE) { /* a(alpha x + beta) + b */
+            const struct tr_attrs *at = tr_node_attrs(g, src);
+            b += a * (double)at->floats[1];
+            a *= (double)at->floats[0];
+        } else if (op == TR_OP_CONCAT) {
+            for (int i = 0; i < tr_node_n_inputs(g, src); i++)
+                if (affine_of(g, tr_node_input(g, src, i), in, a, b, ao, bo, depth + 1)) return 1;
+            return 0;
+        } else if (op != TR_OP_RESHAPE && op != TR_OP_CAST && op != TR_OP_BROADCAST) {
+            return 0;
+        }
+        src = tr_node_input(g, src, 0);
     }
-    return rows;
+    return 0;
+}
+
+/* The ids input node `in` may hold: [lo, hi) of the values that index the smallest
+ * embedding table it reaches (as a*x + b, affine_of), so that an id outside is said here,
+ * naming the file's tensor and element, rather than by each backend's kernel as a flat
+ * index. 0 when it indexes none. */
+static int embedding_range(const struct tr_graph *g, int in, double *lo, double *hi) {
+    int found = 0;
+    for (int id = 0; id < tr_graph_n_nodes(g); id++) {
+        double a, b;
+        if (tr_node_op(g, id) != TR_OP_EMBEDDING || !affine_of(g, tr_node_input(g, id, 1), in, 1, 0, &a, &b, 0) ||
+            a == 0)
+            continue;
+        const double rows = (double)tr_node_shape(g, tr_node_input(g, id, 0))[0];
+        double l = (0 - b) / a, h = (rows - b) / a; /* a*x + b in [0, rows) */
+        if (a < 0) {
+            const double t = l;
+            l = h, h = t;
+        }
+        if (!found || l > *lo) *lo = l;
+        if (!found || h < *hi) *hi = h;
+        found = 1;
+    }
+    return found;
 }
 
 /* A BOOL, U8 or I8 tensor of the file (torch's bool attention mask, a uint8 one) as an i32
@@ -128,17 +162,20 @@ static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g
         int rc = convert(&t, &ts[i], name, err);
         free(bytes_as_i32);
         if (rc) return rc;
-        const int64_t rows = is_int(ts[i].dtype) ? embedding_rows(g, id) : 0;
-        for (int64_t k = 0; rows > 0 && k < tr_tensor_numel(&ts[i]); k++) {
+        double lo = 0, hi = 0;
+        const int ranged = is_int(ts[i].dtype) && embedding_range(g, id, &lo, &hi);
+        for (int64_t k = 0; ranged && k < tr_tensor_numel(&ts[i]); k++) {
             const double v = tr_tensor_get_f64(&ts[i], k);
-            if (v < 0 || v >= (double)rows) {
-                char at[64] = "";
+            if (v < lo || v >= hi) {
+                char at[64] = "", range[160];
                 if (ts[i].ndim == 2)
                     snprintf(at, sizeof at, " (sample %lld, position %lld)", (long long)(k / ts[i].shape[1]),
                              (long long)(k % ts[i].shape[1]));
-                return tr_error_set(err, TR_ERR_INVALID, "'%s' element %lld%s is %.0f, outside the embedding table's "
-                                    "[0, %lld) (a vocab_size or type_vocab_size other than the tokenizer's?)", name,
-                                    (long long)k, at, v, (long long)rows);
+                if (lo == 0) snprintf(range, sizeof range, "outside the embedding table's [0, %.0f) (a vocab_size or "
+                                      "type_vocab_size other than the tokenizer's?)", hi);
+                else snprintf(range, sizeof range, "outside [%.0f, %.0f), the values the model takes", lo, hi);
+                return tr_error_set(err, TR_ERR_INVALID, "'%s' element %lld%s is %.0f, %s", name, (long long)k, at, v,
+                                    range);
             }
         }
         /* a tokenizer's mask is 0 or 1: another value would weigh a key where transformers

@@ -5,6 +5,7 @@
  * later builder error is sticky in the graph, so a failed build never leaves a half
  * step that compiles. */
 #include <stddef.h>
+#include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 
 #define KEY(field, type, lo, hi, doc) {#field, type, offsetof(struct tr_train_config, field), lo, hi, doc}
 static const struct tr_model_key train_keys[] = {
-    KEY(optimizer, TR_KEY_STRING, 0, 0, "adamw, adam (Keras' Adam: eps 1e-7, no weight decay) or sgd"),
+    KEY(optimizer, TR_KEY_STRING, 0, 0, "adamw, adam (torch's Adam with Keras' defaults: eps 1e-7, no weight decay) or sgd"),
     KEY(learning_rate, TR_KEY_FLOAT, 0, 10, "the step size"),
     KEY(beta1, TR_KEY_FLOAT, 0, 0.999999, "AdamW's first-moment decay"),
     KEY(beta2, TR_KEY_FLOAT, 0, 0.999999, "AdamW's second-moment decay"),
@@ -58,8 +59,9 @@ int tr_train_config_resolve(const struct tr_config *cfg, struct tr_train_config 
     if (rc) return rc;
     if (strcmp(c->optimizer, "adam") == 0) {
         /* keras.optimizers.Adam's defaults where the INI is silent; it runs as AdamW with no
-         * decay (Keras adds eps to √v̂·√(1−β2^t) rather than to √v̂: the same step to
-         * within eps, 1e-7). */
+         * decay, torch.optim.Adam's step. Keras' differs: it adds eps to √v rather than to
+         * √v̂, an eps of eps/√(1−β2^t) in torch's form (3e-6 at step 1 for 1e-7), which moves
+         * the parameters whose √v̂ is near that. */
         if (!train_key_line(cfg, "eps")) c->eps = 1e-7;
         if (!train_key_line(cfg, "weight_decay")) c->weight_decay = 0.0;
         strcpy(c->optimizer, "adamw");
@@ -79,6 +81,11 @@ int tr_train_config_resolve(const struct tr_config *cfg, struct tr_train_config 
     if (!sgd && train_key_line(cfg, "momentum"))
         fprintf(stderr, "trident: warning: %s:%d: [train] momentum is SGD's; optimizer = %s leaves it unread\n",
                 cfg->file, train_key_line(cfg, "momentum"), c->optimizer);
+    /* the step takes lr as an f32 input: a rate below f32's normal range trains nothing */
+    if (c->learning_rate > 0 && c->learning_rate < (double)FLT_MIN)
+        return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [train] learning_rate = %g: below f32's smallest normal "
+                            "%g, the step's lr would be 0 (or subnormal); expected 0 or at least %g", cfg->file,
+                            train_key_line(cfg, "learning_rate"), c->learning_rate, (double)FLT_MIN, (double)FLT_MIN);
     return TR_OK;
 }
 

@@ -267,10 +267,12 @@ static int bert_graph(const struct tr_bert_config *c, const struct lora *lr, con
     int pos = tr_const(g, "position_ids", TR_DTYPE_I32, 1, &T, pos_ids);
     free(pos_ids);
 
-    /* 1 keep / 0 pad -> 0 / -10000 added to the scores, kept in f32 (the attention op
-     * takes an f32 mask whatever q's dtype), broadcast over heads and queries. */
+    /* 1 keep / 0 pad -> 0 / -1e9 added to the scores, kept in f32 (the attention op
+     * takes an f32 mask whatever q's dtype), broadcast over heads and queries. transformers'
+     * mask is now the dtype's minimum: its older -10000 let a padded key through once the
+     * scores reach 1e4 (a diverging fit). */
     const int64_t ms[4] = {B, 1, 1, T};
-    int mask = tr_reshape(g, tr_scale(g, keep, 10000.0f, -10000.0f), 4, ms);
+    int mask = tr_reshape(g, tr_scale(g, keep, 1e9f, -1e9f), 4, ms);
     if (mask >= 0) tr_graph_set_name(g, mask, "extended_attention_mask");
 
     tr_graph_push_scope(g, "bert");

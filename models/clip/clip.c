@@ -223,6 +223,13 @@ static int clip_read_hf_config(void *config, const char *path, struct tr_error *
     if (!rc && mt && !(cJSON_IsString(mt) && (!strcmp(mt->valuestring, "clip_text_model") || !strcmp(mt->valuestring, "clip"))))
         rc = tr_error_set(err, TR_ERR_INVALID, "'%s': model_type = %s, expected \"clip_text_model\" or \"clip\"", path,
                           cJSON_IsString(mt) ? mt->valuestring : "(not a string)");
+    /* diffusers' pipelines then hand the tokenizer's attention mask to the text encoder,
+     * which this one (every position attended, as CLIP's checkpoints run) does not take */
+    const cJSON *um = cJSON_GetObjectItemCaseSensitive(obj, "use_attention_mask");
+    if (!rc && cJSON_IsTrue(um))
+        rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': use_attention_mask = true: Stable Diffusion's pipeline then "
+                          "masks the padding in the text encoder, which trident's does not; expected false or absent",
+                          path);
     if (!rc) rc = tr_hf_json_apply(obj, path, clip_keys, (int)(sizeof clip_keys / sizeof clip_keys[0]), config, NULL, err);
     cJSON_Delete(root);
     return rc;

@@ -1,9 +1,10 @@
 /* CLIP's byte-level BPE tokenizer (tokenizer.h). The vocabulary and the merge ranks are
  * tables of their strings (strtab.h) (a merge is "left right", as merges.txt writes
  * it); a word is merged as GPT-2's BPE does: the adjacent pair of lowest rank, everywhere
- * in the word, until none is left. */
+ * in the word, until none is left. Unicode (NFC, letters, numbers, lowering) is utf8proc's. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <utf8proc.h>
 #include <stdlib.h>
 #include <string.h>
 #include "trident/file.h"
@@ -14,8 +15,26 @@
 struct tr_clip_tokenizer {
     struct tr_strtab vocab, ranks;
     char byte_enc[256][3]; /* each byte as the UTF-8 of GPT-2's bytes_to_unicode character */
-    int32_t bos, eos;
+    int32_t bos, eos, pad;
+    char pad_text[64];
+    /* tokens matched in the raw text before any normalizing (transformers' special and
+     * added tokens: <|startoftext|>, <|endoftext|>, the pad token), each its own id */
+    struct {
+        char text[64];
+        int32_t id;
+    } special[16];
+    int n_special;
 };
+
+static void add_special(struct tr_clip_tokenizer *t, const char *text, int32_t id) {
+    const size_t n = strlen(text);
+    if (!n || n >= sizeof t->special[0].text || id < 0) return;
+    for (int i = 0; i < t->n_special; i++)
+        if (!strcmp(t->special[i].text, text)) return;
+    if (t->n_special == (int)(sizeof t->special / sizeof t->special[0])) return;
+    memcpy(t->special[t->n_special].text, text, n + 1);
+    t->special[t->n_special++].id = id;
+}
 
 /* GPT-2's bytes_to_unicode: the printable bytes stand for themselves, the others for 256 + k. */
 static void byte_encoder(char enc[256][3]) {
@@ -47,28 +66,34 @@ static int read_text(const char *path, char **out, struct tr_error *err) {
     return TR_OK;
 }
 
-int tr_clip_tokenizer_load(const char *dir, struct tr_clip_tokenizer **out, struct tr_error *err) {
-    *out = NULL;
-    char path[4096];
-    struct tr_clip_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return tr_error_set(err, TR_ERR_NOMEM, "clip tokenizer: no memory");
-    byte_encoder(t->byte_enc);
-    cJSON *root = NULL;
-    snprintf(path, sizeof path, "%s/vocab.json", dir);
-    int rc = tr_hf_json_load(path, &root, err);
-    if (!rc && tr_strtab_init(&t->vocab, (size_t)cJSON_GetArraySize(root))) rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
-    const cJSON *e, *entries = rc ? NULL : root;
+/* vocab.json: {token: id}; or tokenizer.json's model.vocab (transformers 5 saves that alone). */
+static int put_vocab(struct tr_clip_tokenizer *t, const cJSON *entries, const char *path, struct tr_error *err) {
+    if (!cJSON_IsObject(entries)) return tr_error_set(err, TR_ERR_FORMAT, "'%s': no vocabulary object", path);
+    if (tr_strtab_init(&t->vocab, (size_t)cJSON_GetArraySize(entries) + 2))
+        return tr_error_set(err, TR_ERR_NOMEM, "no memory");
+    const cJSON *e;
     cJSON_ArrayForEach(e, entries) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e8) {
-            rc = tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not a token id", path, e->string);
-            break;
-        }
-        if ((rc = tr_strtab_put(&t->vocab, e->string, strlen(e->string), (int32_t)e->valuedouble, NULL)) != TR_OK) break;
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e8)
+            return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not a token id", path, e->string);
+        int rc = tr_strtab_put(&t->vocab, e->string, strlen(e->string), (int32_t)e->valuedouble, NULL);
+        if (rc) return rc;
     }
-    cJSON_Delete(root);
+    return TR_OK;
+}
+
+/* One merge "left right" (either written so, or as tokenizer.json's ["left", "right"]). */
+static int put_merge(struct tr_clip_tokenizer *t, const char *line, size_t n, int32_t *rank, const char *path,
+                     int lineno, struct tr_error *err) {
+    const char *sp = memchr(line, ' ', n);
+    if (!sp || sp == line || sp + 1 == line + n || memchr(sp + 1, ' ', (size_t)(line + n - sp - 1)))
+        return tr_error_set(err, TR_ERR_FORMAT, "'%s':%d: '%.40s' is not a merge (two symbols, one space)", path,
+                            lineno, line);
+    return tr_strtab_put(&t->ranks, line, n, (*rank)++, NULL);
+}
+
+static int load_merges_txt(struct tr_clip_tokenizer *t, const char *path, struct tr_error *err) {
     char *merges = NULL;
-    snprintf(path, sizeof path, "%s/merges.txt", dir);
-    if (!rc) rc = read_text(path, &merges, err);
+    int rc = read_text(path, &merges, err);
     size_t lines = 0;
     for (const char *p = merges; !rc && *p; p++) lines += *p == '\n';
     if (!rc && tr_strtab_init(&t->ranks, lines + 1)) rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
@@ -80,19 +105,120 @@ int tr_clip_tokenizer_load(const char *dir, struct tr_clip_tokenizer **out, stru
         size_t n = strlen(line);
         if (n && line[n - 1] == '\r') line[--n] = 0;
         if (n == 0 || (lineno == 1 && strncmp(line, "#version", 8) == 0)) continue;
-        char *sp = strchr(line, ' ');
-        if (!sp || sp == line || !sp[1] || strchr(sp + 1, ' ')) {
-            rc = tr_error_set(err, TR_ERR_FORMAT, "'%s':%d: '%.40s' is not a merge (two symbols, one space)", path,
-                              lineno, line);
-            break;
-        }
-        if ((rc = tr_strtab_put(&t->ranks, line, n, rank++, NULL)) != TR_OK) break;
+        if ((rc = put_merge(t, line, n, &rank, path, lineno, err)) != TR_OK) break;
     }
     free(merges);
+    return rc;
+}
+
+/* tokenizer.json: model.vocab, model.merges (strings or pairs), and the added tokens. */
+static int load_tokenizer_json(struct tr_clip_tokenizer *t, const char *path, struct tr_error *err) {
+    cJSON *root = NULL;
+    int rc = tr_hf_json_load_max(path, (size_t)256 << 20, "tokenizer.json", &root, err);
+    const cJSON *model = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    if (!rc && (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE") != 0 || !cJSON_IsArray(merges)))
+        rc = tr_error_set(err, TR_ERR_FORMAT, "'%s': expected a BPE model with its vocab and merges (CLIP's)", path);
+    if (!rc) rc = put_vocab(t, cJSON_GetObjectItemCaseSensitive(model, "vocab"), path, err);
+    const cJSON *a, *added = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+    cJSON_ArrayForEach(a, added) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id"), *c = cJSON_GetObjectItemCaseSensitive(a, "content");
+        if (!cJSON_IsNumber(id) || !cJSON_IsString(c)) continue;
+        if (tr_strtab_get(&t->vocab, c->valuestring, strlen(c->valuestring)) < 0 &&
+            (rc = tr_strtab_put(&t->vocab, c->valuestring, strlen(c->valuestring), (int32_t)id->valuedouble,
+                                NULL)) != TR_OK)
+            break;
+        add_special(t, c->valuestring, (int32_t)id->valuedouble);
+    }
+    if (!rc && tr_strtab_init(&t->ranks, (size_t)cJSON_GetArraySize(merges) + 1))
+        rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
+    int32_t rank = 0;
+    const cJSON *m;
+    const cJSON *list = rc ? NULL : merges;
+    cJSON_ArrayForEach(m, list) {
+        char pair[256];
+        int n = -1;
+        if (cJSON_IsString(m)) n = snprintf(pair, sizeof pair, "%s", m->valuestring);
+        else if (cJSON_GetArraySize(m) == 2 && cJSON_IsString(cJSON_GetArrayItem(m, 0)) &&
+                 cJSON_IsString(cJSON_GetArrayItem(m, 1)))
+            n = snprintf(pair, sizeof pair, "%s %s", cJSON_GetArrayItem(m, 0)->valuestring,
+                         cJSON_GetArrayItem(m, 1)->valuestring);
+        if (n < 0 || n >= (int)sizeof pair) {
+            rc = tr_error_set(err, TR_ERR_FORMAT, "'%s': merge %d is not two symbols", path, rank + 1);
+            break;
+        }
+        if ((rc = put_merge(t, pair, (size_t)n, &rank, path, rank + 1, err)) != TR_OK) break;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* The pad token as tokenizer_config.json (or special_tokens_map.json) names it: Stable
+ * Diffusion 2's "!" (id 0), where v1 pads with <|endoftext|>. -1: none named. */
+static int pad_token(struct tr_clip_tokenizer *t, const char *dir, struct tr_error *err) {
+    static const char *const files[] = {"tokenizer_config.json", "special_tokens_map.json"};
+    t->pad = -1;
+    for (int f = 0; f < 2 && t->pad < 0; f++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, files[f]);
+        FILE *probe = fopen(path, "rb");
+        if (!probe) continue;
+        fclose(probe);
+        cJSON *root = NULL;
+        int rc = tr_hf_json_load(path, &root, err);
+        if (rc) return rc;
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "pad_token");
+        if (cJSON_IsObject(p)) p = cJSON_GetObjectItemCaseSensitive(p, "content");
+        if (cJSON_IsString(p)) {
+            snprintf(t->pad_text, sizeof t->pad_text, "%s", p->valuestring);
+            t->pad = tr_strtab_get(&t->vocab, p->valuestring, strlen(p->valuestring));
+            if (t->pad < 0)
+                rc = tr_error_set(err, TR_ERR_FORMAT, "'%s': pad_token \"%.40s\" is not in the vocabulary", path,
+                                  p->valuestring);
+        }
+        cJSON_Delete(root);
+        if (rc) return rc;
+    }
+    return TR_OK;
+}
+
+int tr_clip_tokenizer_load(const char *dir, struct tr_clip_tokenizer **out, struct tr_error *err) {
+    *out = NULL;
+    char path[4096];
+    struct tr_clip_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return tr_error_set(err, TR_ERR_NOMEM, "clip tokenizer: no memory");
+    byte_encoder(t->byte_enc);
+    int rc;
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    FILE *probe = fopen(path, "rb");
+    if (probe) { /* the Hub's CLIP files */
+        fclose(probe);
+        cJSON *root = NULL;
+        rc = tr_hf_json_load(path, &root, err);
+        if (!rc) rc = put_vocab(t, root, path, err);
+        cJSON_Delete(root);
+        snprintf(path, sizeof path, "%s/merges.txt", dir);
+        if (!rc) rc = load_merges_txt(t, path, err);
+    } else { /* what transformers 5's save_pretrained writes */
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        probe = fopen(path, "rb");
+        if (probe) fclose(probe);
+        rc = probe ? load_tokenizer_json(t, path, err)
+                   : tr_error_set(err, TR_ERR_IO, "clip tokenizer: '%s' has neither vocab.json and merges.txt nor "
+                                  "tokenizer.json", dir);
+    }
     t->bos = rc ? -1 : tr_strtab_get(&t->vocab, "<|startoftext|>", 15);
     t->eos = rc ? -1 : tr_strtab_get(&t->vocab, "<|endoftext|>", 13);
     if (!rc && (t->bos < 0 || t->eos < 0))
-        rc = tr_error_set(err, TR_ERR_FORMAT, "'%s/vocab.json' has no <|startoftext|> or <|endoftext|>", dir);
+        rc = tr_error_set(err, TR_ERR_FORMAT, "'%s': the vocabulary has no <|startoftext|> or <|endoftext|>", dir);
+    if (!rc) rc = pad_token(t, dir, err);
+    if (!rc && t->pad < 0) t->pad = t->eos;
+    if (!rc) {
+        add_special(t, "<|startoftext|>", t->bos);
+        add_special(t, "<|endoftext|>", t->eos);
+        if (t->pad != t->eos) add_special(t, t->pad_text, t->pad);
+    }
     if (rc) {
         tr_clip_tokenizer_free(t);
         return rc;
@@ -108,25 +234,35 @@ void tr_clip_tokenizer_free(struct tr_clip_tokenizer *t) {
     free(t);
 }
 
-static int is_letter(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80; }
-static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
-static int is_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+/* Unicode's classes as the tokenizer's pattern has them: \p{L}, \p{N}, \s (White_Space). */
+static int is_letter(int32_t c) {
+    const utf8proc_category_t k = utf8proc_category(c);
+    return k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO;
+}
+static int is_number(int32_t c) {
+    const utf8proc_category_t k = utf8proc_category(c);
+    return k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO;
+}
+static int is_space(int32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
 
-/* The length of the piece at s (CLIP's pre-tokenizer pattern, in its order), 0 at a space. */
-static size_t piece(const char *s) {
+/* The length in code points of the piece at cp[0..n) (CLIP's pre-tokenizer pattern, in
+ * its order: a contraction, letters, one number, other non-spaces), its UTF-8 at s. */
+static size_t piece(const int32_t *cp, size_t n, const char *s) {
     static const char *const contractions[] = {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
     for (size_t i = 0; i < sizeof contractions / sizeof contractions[0]; i++)
         if (strncmp(s, contractions[i], strlen(contractions[i])) == 0) return strlen(contractions[i]);
-    const unsigned char *u = (const unsigned char *)s;
-    size_t n = 0;
-    if (is_letter(u[0])) {
-        while (u[n] && is_letter(u[n])) n++;
-    } else if (is_digit(u[0])) {
-        n = 1;
-    } else if (!is_space(u[0])) {
-        while (u[n] && !is_space(u[n]) && !is_letter(u[n]) && !is_digit(u[n])) n++;
+    size_t m = 0;
+    if (is_letter(cp[0])) {
+        while (m < n && is_letter(cp[m])) m++;
+    } else if (is_number(cp[0])) {
+        m = 1;
+    } else {
+        while (m < n && !is_space(cp[m]) && !is_letter(cp[m]) && !is_number(cp[m])) m++;
     }
-    return n;
+    return m;
 }
 
 #define MAX_SYMBOLS 256
@@ -173,28 +309,106 @@ static void bpe(const struct tr_clip_tokenizer *t, const char *s, size_t len, in
     }
 }
 
+/* The normalizer of CLIP's tokenizer.json: NFC, every run of spaces one ' ', lowered (the
+ * one lowering into two code points, U+0130, as Unicode's SpecialCasing has it). Code
+ * points into cp, their UTF-8 into s with each one's offset (off[n] the end); NULL on
+ * text that is not UTF-8. */
+struct normal {
+    int32_t *cp;
+    size_t *off, n;
+    char *s;
+};
+
+static int normalize(const char *text, struct normal *o, struct tr_error *err) {
+    memset(o, 0, sizeof *o);
+    utf8proc_uint8_t *nfc = utf8proc_NFC((const utf8proc_uint8_t *)text);
+    if (!nfc) return tr_error_set(err, TR_ERR_INVALID, "clip tokenizer: the prompt is not UTF-8 text");
+    const size_t len = strlen((const char *)nfc);
+    o->cp = malloc((2 * len + 1) * sizeof *o->cp);
+    o->off = malloc((2 * len + 2) * sizeof *o->off);
+    o->s = malloc(8 * len + 1);
+    if (!o->cp || !o->off || !o->s) {
+        free(nfc);
+        return tr_error_set(err, TR_ERR_NOMEM, "clip tokenizer: no memory");
+    }
+    size_t w = 0;
+    for (utf8proc_ssize_t i = 0, step; i < (utf8proc_ssize_t)len; i += step) {
+        int32_t c;
+        step = utf8proc_iterate(nfc + i, (utf8proc_ssize_t)len - i, &c);
+        if (step <= 0) break; /* NFC gave valid UTF-8 */
+        if (is_space(c)) {
+            if (o->n && o->cp[o->n - 1] == ' ') continue; /* one space for the run */
+            c = ' ';
+        } else if (c == 0x130) {
+            o->off[o->n] = w;
+            o->cp[o->n++] = 'i';
+            w += (size_t)utf8proc_encode_char('i', (utf8proc_uint8_t *)o->s + w);
+            c = 0x307;
+        } else {
+            c = utf8proc_tolower(c);
+        }
+        o->off[o->n] = w;
+        o->cp[o->n++] = c;
+        w += (size_t)utf8proc_encode_char(c, (utf8proc_uint8_t *)o->s + w);
+    }
+    o->off[o->n] = w;
+    o->s[w] = 0;
+    free(nfc);
+    return TR_OK;
+}
+
+/* The special token at s (the longest), or -1. */
+static int special_at(const struct tr_clip_tokenizer *t, const char *s) {
+    int best = -1;
+    size_t best_n = 0;
+    for (int i = 0; i < t->n_special; i++) {
+        const size_t n = strlen(t->special[i].text);
+        if (n > best_n && strncmp(s, t->special[i].text, n) == 0) best = i, best_n = n;
+    }
+    return best;
+}
+
+/* text[0..len) (no special token in it): normalized, split, merged, appended to ids. */
+static int tokenize_span(const struct tr_clip_tokenizer *t, const char *text, size_t len, int32_t *ids, int max,
+                         int *k, struct tr_error *err) {
+    char *span = malloc(len + 1);
+    if (!span) return tr_error_set(err, TR_ERR_NOMEM, "clip tokenizer: no memory");
+    memcpy(span, text, len);
+    span[len] = 0;
+    struct normal nm;
+    int rc = normalize(span, &nm, err);
+    free(span);
+    for (size_t i = 0; !rc && i < nm.n && *k < max;) {
+        if (nm.cp[i] == ' ') {
+            i++;
+            continue;
+        }
+        const size_t m = piece(nm.cp + i, nm.n - i, nm.s + nm.off[i]);
+        bpe(t, nm.s + nm.off[i], nm.off[i + m] - nm.off[i], ids, max, k);
+        i += m;
+    }
+    free(nm.cp);
+    free(nm.off);
+    free(nm.s);
+    return rc;
+}
+
 int tr_clip_tokenize(const struct tr_clip_tokenizer *t, const char *text, int32_t *ids, int n, struct tr_error *err) {
     if (!t || !text || !ids || n < 2)
         return tr_error_set(err, TR_ERR_INVALID, "clip tokenizer: NULL argument or length %d below 2", n);
-    size_t len = strlen(text);
-    char *low = malloc(len + 1);
-    if (!low) return tr_error_set(err, TR_ERR_NOMEM, "clip tokenizer: no memory");
-    for (size_t i = 0; i <= len; i++) {
-        unsigned char c = (unsigned char)text[i];
-        low[i] = (char)(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-    }
-    int k = 0;
+    int k = 0, rc = TR_OK;
     ids[k++] = t->bos;
-    for (const char *p = low; *p && k < n - 1;) {
-        if (is_space((unsigned char)*p)) {
-            p++;
-            continue;
+    for (const char *p = text, *start = text;; p++) {
+        const int sp = *p ? special_at(t, p) : -1;
+        if (!*p || sp >= 0) { /* the text before it, then the token itself */
+            if ((rc = tokenize_span(t, start, (size_t)(p - start), ids, n - 1, &k, err)) != TR_OK || !*p) break;
+            if (k < n - 1) ids[k++] = t->special[sp].id;
+            p += strlen(t->special[sp].text) - 1;
+            start = p + 1;
         }
-        size_t m = piece(p);
-        bpe(t, p, m, ids, n - 1, &k);
-        p += m;
     }
-    free(low);
-    while (k < n) ids[k++] = t->eos;
+    if (rc) return rc;
+    ids[k++] = t->eos;
+    while (k < n) ids[k++] = t->pad;
     return TR_OK;
 }

@@ -225,12 +225,22 @@ static float embed_scale(int64_t D, enum tr_dtype dt) {
 }
 
 /* fit: input "labels" i32 [B,T] and the node "loss", the mean cross-entropy of logits
- * (B,T,V) against the labels that are not TR_DECODER_IGNORE (decoder.h). The labels come
- * shifted, so neither the logits nor the labels are sliced: the logits rows stay a view. */
+ * (B,T,V) against the labels that are not TR_DECODER_IGNORE (decoder.h). The labels are
+ * transformers' (labels = input_ids, -100 where nothing is learnt): position t predicts
+ * labels[t + 1]. The shift is the labels', not the logits': labels[:, 1:] and an ignored
+ * last column, so the logits rows stay a view (a slice of them would copy B·T·V). The
+ * labels go through f32 for the slice and the concatenation (exact: ids below 2^24). */
 static int causal_lm_loss(struct tr_graph *g, int logits, int64_t B, int64_t T, int64_t V) {
-    const int64_t bt[2] = {B, T}, rows[2] = {B * T, V}, n[1] = {B * T};
+    const int64_t bt[2] = {B, T}, rows[2] = {B * T, V}, n[1] = {B * T}, b1[2] = {B, 1};
     int labels = tr_input(g, "labels", TR_DTYPE_I32, 2, bt);
-    int loss = tr_cross_entropy(g, tr_reshape(g, logits, 2, rows), tr_reshape(g, labels, 1, n), TR_DECODER_IGNORE);
+    float *ignored = malloc((size_t)B * sizeof *ignored);
+    if (!ignored) return -1;
+    for (int64_t b = 0; b < B; b++) ignored[b] = (float)TR_DECODER_IGNORE;
+    int parts[2] = {tr_slice(g, tr_cast(g, labels, TR_DTYPE_F32), 1, 1, T, 1),
+                    tr_const(g, "labels_last", TR_DTYPE_F32, 2, b1, ignored)};
+    free(ignored);
+    int next = tr_cast(g, tr_concat(g, 2, parts, 1), TR_DTYPE_I32);
+    int loss = tr_cross_entropy(g, tr_reshape(g, logits, 2, rows), tr_reshape(g, next, 1, n), TR_DECODER_IGNORE);
     if (loss >= 0) tr_graph_set_name(g, loss, "loss");
     return loss;
 }
@@ -400,12 +410,14 @@ int tr_decoder_make_inputs(const void *config, const struct tr_build_opts *o, ui
             mask[i] = 1.0f;
         }
     }
-    /* fit: each token predicts the next one; the batch is the same every step, so a
-     * falling loss is the model fitting it. */
+    /* fit: each token predicts the next one, the labels as transformers takes them (the
+     * tokens, ignored on pads and on a padded sample's first token, which a pad position
+     * would predict); the batch is the same every step, so a falling loss is the model
+     * fitting it. */
     for (int64_t b = 0; fit && b < B; b++) {
         const int64_t pad = tr_decoder_pad_len(&c, b, T);
         int32_t *labels = (int32_t *)inputs[3].data + b * T;
-        for (int64_t t = 0; t < T; t++) labels[t] = t >= pad && t + 1 < T ? ids[b * T + t + 1] : TR_DECODER_IGNORE;
+        for (int64_t t = 0; t < T; t++) labels[t] = pad == 0 || t > pad ? ids[b * T + t] : TR_DECODER_IGNORE;
     }
     return TR_OK;
 }

@@ -17,11 +17,13 @@
  *                                this pass's keys and values are written at
  *     past_key_values.<l>.key, past_key_values.<l>.value   (only when P > 0), for each
  *                                layer l: [B,Hk,P,Dh], keys already rotated (as HF caches)
- *     labels         i32 [B,T]   (fit only) the token position t is trained to predict:
- *                                input_ids shifted left by one (transformers' shift_labels),
- *                                TR_DECODER_IGNORE (-100, HF's ignore index) where nothing is
+ *     labels         i32 [B,T]   (fit only) transformers' labels: the tokens (labels =
+ *                                input_ids), TR_DECODER_IGNORE (-100, HF's ignore index)
+ *                                where nothing is learnt; position t is trained to
+ *                                predict labels[t + 1] (the graph shifts them, as
+ *                                transformers' loss does; labels[:, 0] is never read)
  *   fit: no output; the 0-d f32 node "loss" is the causal LM cross-entropy, the mean over
- *   the labels not ignored of −log softmax(logits[b,t])[labels[b,t]] (what transformers
+ *   the labels not ignored of −log softmax(logits[b,t])[labels[b,t+1]] (what transformers
  *   computes with labels=input_ids), and core makes it the graph's output (train.h).
  *   outputs, in order (predict, decoding):
  *     logits         [B,T,V] (or [B,V], the last position's, with last_logits)
@@ -183,9 +185,8 @@ int tr_decoder_build(const void *config, const struct tr_build_opts *o, struct t
 /* Synthetic batch for predict and fit: tokens uniform in [1, vocab) from the seed; sample
  * b is left-padded by floor((b mod 4)·pad_fraction·T) tokens (at most T - 1): pad id 0,
  * mask 0, position 1 (HF's generate); kept tokens get mask 1 and positions 0, 1,
- * ... fit's labels: the next token where position t and t + 1 both hold tokens, else
- * TR_DECODER_IGNORE (pads, the last position, and a pad position before the first token,
- * whose logits come from a row that sees only pads). */
+ * ... fit's labels: the tokens, TR_DECODER_IGNORE on pads and on a padded sample's first
+ * token (which the pad position before it would predict, from a row that sees only pads). */
 int tr_decoder_make_inputs(const void *config, const struct tr_build_opts *o, uint64_t seed, int n,
                            struct tr_tensor *inputs, struct tr_error *err);
 int tr_decoder_pad_len(const struct tr_decoder_config *c, int64_t b, int64_t seq_len);
