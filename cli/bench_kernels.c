@@ -181,6 +181,18 @@ int tr_cli_bench_kernels(int argc, char **argv) {
             usage(NULL);
             return 0;
         }
+        static const char *const known[] = {"--size", "--head-dim", "--reps", "--dtype", "--op"};
+        int k = 0;
+        while (k < 5 && strcmp(a, known[k]) != 0) k++;
+        if (k == 5) {
+            fprintf(stderr, "trident bench-kernels: unknown option '%s'\n", a);
+            return usage(NULL);
+        }
+        for (int j = 0; j < i; j++)
+            if (strcmp(argv[j], a) == 0) {
+                fprintf(stderr, "trident bench-kernels: %s is given twice; expected it once\n", a);
+                return usage(NULL);
+            }
         if (!v) return usage("an option is missing its value");
         i++;
         if (strcmp(a, "--size") == 0) {

@@ -591,6 +591,7 @@ static int check_run(void *arg, int cmd) {
     struct cb_env env = {.seed = cfg.seed};
     stage("%s", "init with the INI's options");
     int rc = tr_backend_init(p, &prm, &env.be, &err);
+    const int init_refused = rc != TR_OK;
     row(&r, rc == TR_OK ? "PASS" : "FAIL", "init with the INI's options", rc == TR_OK ? cfg.device : err.msg);
     /* with the INI's options refused already, the unknown key is tried alone */
     struct tr_backend_params bare = prm;
@@ -635,6 +636,12 @@ static int check_run(void *arg, int cmd) {
     tr_backend_free(env.be);
     stage("%s", "closing the plugin");
     tr_plugin_close(p);
+    if (init_refused) { /* the user's options (or device), not the backend, stopped the check */
+        printf("\n%d passed, %d failed, %d skipped: init refused the options given (the INI's [backend.%s], a "
+               "NAME:MODE, [run] device), so no op was checked; fix them and run again\n", r.pass, r.fail, r.skip,
+               spec.name);
+        return 2;
+    }
     printf("\n%d passed, %d failed, %d skipped: %s\n", r.pass, r.fail, r.skip,
            r.fail ? "the backend does not conform" : "the backend conforms");
     return r.fail ? 1 : 0;

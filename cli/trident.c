@@ -104,7 +104,7 @@ static int cmd_run(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++) {
             if (strcmp(argv[i], valued[k]) != 0) continue;
-            if (i + 1 == argc) {
+            if (i + 1 == argc || !argv[i + 1][0]) { /* "" too: no file is called that */
                 fprintf(stderr, "trident: %s needs a value\n%s", argv[i], usage);
                 return 2;
             }
@@ -381,6 +381,16 @@ static int cmd_list(int argc, char **argv) {
     struct stat sb;
     for (const struct tr_model_desc *const *m = tr_builtin_models; argc == 1 && *m; m++)
         if (strcmp((*m)->name, argv[0]) == 0 && stat(argv[0], &sb) != 0) return list_model(*m);
+    /* a word that is no file and no model's name: a model misspelt ("BERT"), not a config */
+    if (argc == 1 && stat(argv[0], &sb) != 0 && !strchr(argv[0], '/') && !strchr(argv[0], '.')) {
+        char names[512] = "";
+        for (const struct tr_model_desc *const *m = tr_builtin_models; *m; m++) {
+            const size_t n = strlen(names);
+            snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "", (*m)->name);
+        }
+        fprintf(stderr, "trident: list %s: no such model (models: %s) and no such file\n", argv[0], names);
+        return 1;
+    }
     int is_suite = 0; /* a suite names no [plugins] path of its own: the default search */
     if (argc == 1 && tr_suite_detect(argv[0], &is_suite, &err)) return fail(&err);
     if (argc == 1 && !is_suite && tr_config_load(argv[0], &cfg, &err)) return fail(&err);

@@ -31,6 +31,13 @@ expect "trident list MODEL: [generate] keys of a token generate" 0 '^  top_k +50
 rejects unreadtypo.ini $'[run]\nmodel = bert\nbatch = 1\nseq_len = 8\n[train]\noptimiser = adamw' \
   "a typo in a section the task leaves unread is refused" 'unreadtypo.ini:6: \[train\] optimiser = adamw: unknown key for training'
 expect "an option without its value is refused" 2 'trident: --steps needs a value' -- "$bin" run conf/quickstart.ini --steps
+expect "an empty value is refused as none" 2 'trident: --json needs a value' -- "$bin" run conf/quickstart.ini --json ''
+expect "list: a misspelt model is said as such" 1 "list BERT: no such model \(models: bert, gemma" -- "$bin" list BERT
+expect "bench-kernels: an unknown argument is named" 2 "unknown option 'extra'" -- "$bin" bench-kernels extra
+expect "bench-kernels: an option twice is refused" 2 '--reps is given twice' -- "$bin" bench-kernels --reps 1 --reps 2
+# a CRLF line may be as long as an LF one (197 characters)
+printf '[run]\r\nmodel = bert\r\npreset = tiny\r\n; %s\r\n' "$(printf 'x%.0s' $(seq 1 195))" > "$tmp/crlf.ini"
+expect "a CRLF line of 197 characters is read" 0 '' -- "$bin" dump "$tmp/crlf.ini"
 expect "an option given twice is refused" 2 'trident: --json is given twice' -- \
   "$bin" run conf/quickstart.ini --json "$tmp/a.json" --json "$tmp/b.json"
 expect "--json and --outputs into one file is refused" 2 'are one file; give each its own' -- \
@@ -811,6 +818,8 @@ expect "suite: a row's warning" 0 '\[row.gemma_generate_b1\] seq_len = 9 is not 
   "$bin" bench "$tmp/suite_warn.ini" --rows 'gemma_*'
 if [ "$(grep -c 'seq_len = 9 is not read by generate' "$tmp/out")" = 1 ]; then ok "suite: ... said once"; else bad "suite: ... said once"; fi
 expect "suite: --rows is for suites" 2 'picks rows of a suite' -- "$bin" bench "$tmp/two.ini" --rows bert
+expect "suite: --rows with no name in it is refused, not an empty suite" 1 "--rows ',': no row name or pattern in it" -- \
+  "$bin" bench "$tmp/suite.ini" --rows ','
 expect "suite: --outputs is for one run" 2 'is a suite: --outputs' -- "$bin" bench "$tmp/suite.ini" --outputs "$tmp/x.safetensors"
 ini suite_bad.ini "$(cat "$tmp/suite.ini")
 [row.broken]
@@ -944,9 +953,10 @@ model = bert
 backends = ./stemname.so
 [backend.stemname]
 verbsoe = true"
-expect "check-backend reads a path's [backend.STEM] section, as run does" 1 \
+expect "check-backend reads a path's [backend.STEM] section, as run does (options refused: exit 2)" 2 \
   "FAIL +init with the INI's options .*unknown key 'verbsoe'" -- "$bin" check-backend "$tmp/stemname.so" "$tmp/stem.ini"
 check "check-backend tries the unknown key alone after the INI's options fail" 'PASS +unknown option refused by name'
+check "check-backend: refused options are the user's to fix, not a verdict on the backend" 'init refused the options given'
 # A suite whose row crashes a backend goes on to its next row.
 ini suite_fail.ini "[suite]
 steps = 2

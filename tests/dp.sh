@@ -153,6 +153,28 @@ expect "a rank whose weights fail to load: its error said, every rank stops" 1 \
 check "a rank whose weights fail to load: rank 0 names it" 'rank 1 failed before its first step'
 within 30 "a rank whose weights fail to load: stopped before the collective timeout"
 
+# Ctrl-C on one rank (its own SIGINT; mpirun's own stops the job): every rank stops
+# after the same step, as its status exchange says, and the table and JSON come out
+# marked interrupted, exit 130, not a rank left in a collective until collective_timeout.
+ini long.ini $'[run]\nmodel = bert\npreset = tiny\ntask = fit\nbackends = torch\nbatch = 4\nseq_len = 8\nsteps = 1000000\ncollective_timeout = 60'
+start=$SECONDS
+"${mpi[@]}" "$bin" run "$tmp/long.ini" --json "$tmp/long.json" > "$tmp/out" 2>&1 &
+launcher=$!
+rank=""
+for _ in $(seq 1 120); do
+  sleep 0.5
+  rank=$(pgrep -f "^$bin run $tmp/long.ini" | head -1)
+  [ -n "$rank" ] && grep -q 'needs about' "$tmp/out" && break
+done
+sleep 2
+[ -n "$rank" ] && kill -INT "$rank"
+wait "$launcher"
+rc=$?
+if [ "$rc" = 130 ] && grep -q '^INTERRUPTED: timed steps run: torch [0-9]' "$tmp/out" && grep -Eq '"interrupted":[[:space:]]*true' "$tmp/long.json"; then
+  ok "Ctrl-C on one rank: every rank stops, the table and JSON marked interrupted, exit 130"
+else echo "exit $rc" >> "$tmp/out"; bad "Ctrl-C on one rank: every rank stops, the table and JSON marked interrupted, exit 130"; fi
+within 40 "Ctrl-C on one rank: stopped at once"
+
 # What a data-parallel run refuses.
 ini pred.ini $'[run]\nmodel = bert\npreset = tiny\nbackends = torch'
 expect "predict on two ranks is refused" 1 'task = predict on 2 ranks: data parallelism trains' -- \

@@ -173,6 +173,25 @@ static void test_bad_prompt_len(void **state) {
 
 /* A generation past max_position_embeddings runs, as transformers' does (RoPE has no
  * table to run off): every backend, the tokens agreeing. */
+/* A prompts file whose line holds a NUL byte is refused, naming the line: read as a C
+ * string the prompt would end there and the rest of the line vanish. */
+static void test_prompts_nul(void **state) {
+    (void)state;
+    char path[] = "/tmp/trident_prompts_XXXXXX";
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char text[] = "first\nhe\0llo\nx\n";
+    assert_int_equal(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+    close(fd);
+    char **lines = NULL;
+    int n = 0;
+    struct tr_error e = {0};
+    assert_int_equal(tr_generate_read_prompts(path, &lines, &n, &e), TR_ERR_FORMAT);
+    tr_assert_msg_has(&e, ":2: a NUL byte in the line");
+    assert_null(lines);
+    unlink(path);
+}
+
 static void test_max_length_past_positions(void **state) {
     struct tr_error e;
     int rc = run_ini("[run]\nmodel = mistral\npreset = tiny\ntask = generate\nbatch = 1\nsteps = 1\nwarmup = 1\n"
@@ -798,7 +817,7 @@ static void test_runner_gemma_top_p(void **state) {
     check_state_report("gemma");
 }
 
-TR_TEST_MAIN(NULL, NULL, test_bad_prompt_len, test_max_length_past_positions, test_bad_keys, test_does_not_fit, test_pick,
+TR_TEST_MAIN(NULL, NULL, test_prompts_nul, test_bad_prompt_len, test_max_length_past_positions, test_bad_keys, test_does_not_fit, test_pick,
              test_cache_state_pass, test_runner_gemma_greedy, test_runner_mistral_greedy, test_runner_gemma_top_k,
              test_pick_top_p, test_pick_top_k_top_p, test_runner_gemma_top_p, test_runner_mistral_bf16, test_runner_cache_inputs, test_gemma_matches_hf, test_mistral_matches_hf,
              test_top_k_seeds, test_pick_reach, test_runner_sampled_bf16, test_kernel_calls_per_call,

@@ -80,6 +80,7 @@ struct slot {
     struct tr_child child;      /* isolated: the backend's process */
     struct run *r;              /* for the child's command handler */
     int dead;                   /* its process died in the check before the run: not started */
+    double comm_s;              /* the last step's time in collectives, within its execute */
 };
 
 /* What the slots share. */
@@ -124,9 +125,10 @@ static int slot_step(struct run *r, struct slot *s, double *ms) {
     struct fit_state *fs = r->fs;
     if (fs->on) *fs->step = (float)(s->sh->n_steps + 1);
     tr_dp_phase(r->dp, s->row->label, "step", s->sh->n_steps + 1);
-    double t0 = tr_bench_now_ms();
+    const double c0 = tr_dp_seconds(r->dp), t0 = tr_bench_now_ms();
     int rc = tr_backend_execute(s->be, s->prog, r->n_in, r->in, r->n_out, s->out, &s->sh->err);
     *ms = tr_bench_now_ms() - t0;
+    s->comm_s = tr_dp_seconds(r->dp) - c0; /* the step's own collectives, not the exchanges after it */
     rc = tr_dp_step_status(r->dp, rc, s->row->label, s->sh->n_steps + 1, &s->sh->err);
     if (rc) return rc;
     s->sh->n_steps++;
@@ -184,11 +186,10 @@ static int slot_start(struct run *r, struct slot *s) {
 
 static int slot_timed_step(struct run *r, struct slot *s) {
     double *t = &s->times[s->row->steps_run];
-    const double c0 = tr_dp_seconds(r->dp);
     const int64_t step = s->sh->n_steps + 1; /* the one that fails, whether before or after its count */
     int rc = slot_step(r, s, t);
     if (rc) return tr_error_prefix(&s->sh->err, "step %lld", (long long)step);
-    s->row->comm_ms += 1e3 * (tr_dp_seconds(r->dp) - c0); /* a sum until slot_finish */
+    s->row->comm_ms += 1e3 * s->comm_s; /* a sum until slot_finish */
     s->sh->ms_sum += *t;
     s->row->steps_run++;
     return TR_OK;
@@ -322,13 +323,17 @@ static void slot_free(struct slot *s) {
 
 /* Each backend's steps one after another (fit in one process: the backends train one host
  * copy of the parameters, restored before each). */
+/* Ctrl-C: data parallel, what every rank agreed at the last step's status exchange (one
+ * rank's signal stops them all after the same step); else this process's. */
+static int stop_now(const struct run *r) { return r->dp->on ? r->dp->stop : tr_bench_stop_requested(); }
+
 static void run_sequential(struct run *r, struct slot *slots, int n) {
-    for (int b = 0; b < n && !tr_bench_stop_requested(); b++) {
+    for (int b = 0; b < n && !stop_now(r); b++) {
         struct slot *s = &slots[b];
         if (s->dead) continue;
         tr_progress_phase(r->pr, s->row->label, "loading and compiling");
         int rc = slot_do(r, s, CMD_START);
-        for (int64_t i = 0; rc == TR_OK && i < r->cfg->steps && !tr_bench_stop_requested(); i++) {
+        for (int64_t i = 0; rc == TR_OK && i < r->cfg->steps && !stop_now(r); i++) {
             rc = slot_do(r, s, CMD_STEP);
             tr_progress_step(r->pr, s->row->label, s->row->steps_run, r->cfg->steps, s->sh->ms_sum);
         }
@@ -343,13 +348,13 @@ static void run_sequential(struct run *r, struct slot *slots, int n) {
  * load (another process, a frequency step) falls on every backend alike instead of on
  * whichever ran then. */
 static void run_interleaved(struct run *r, struct slot *slots, int n, struct tr_bench_report *rep) {
-    for (int b = 0; b < n && !tr_bench_stop_requested(); b++) {
+    for (int b = 0; b < n && !stop_now(r); b++) {
         if (slots[b].dead) continue;
         tr_progress_phase(r->pr, slots[b].row->label, "loading and compiling");
         if (slot_do(r, &slots[b], CMD_START) != TR_OK) slot_fail(&slots[b], slots[b].sh->err.status);
     }
     double sums[TR_BENCH_MAX_ROWS] = {0};
-    for (int64_t i = 0; i < r->cfg->steps && !tr_bench_stop_requested(); i++) {
+    for (int64_t i = 0; i < r->cfg->steps && !stop_now(r); i++) {
         for (int b = 0; b < n; b++) {
             struct slot *s = &slots[b];
             if (!s->sh->live) continue;
@@ -478,15 +483,23 @@ static int check_memory(const struct tr_config *cfg, const struct tr_task_graph 
     const uint64_t act = tr_graph_peak_bytes(g);
     if (act == UINT64_MAX) /* it could not allocate its own bookkeeping: the sum would wrap */
         return tr_error_set(err, TR_ERR_NOMEM, "%s: out of host memory estimating the activations' peak", cfg->file);
-    const uint64_t need = params + io + act;
+    /* data parallel: the graph is one rank's share, and the ranks on this host (Open MPI's
+     * OMPI_COMM_WORLD_LOCAL_SIZE, MPICH's MPI_LOCALNRANKS) each hold one */
+    const char *ls = cfg->ranks > 1 ? getenv("OMPI_COMM_WORLD_LOCAL_SIZE") : NULL;
+    if (cfg->ranks > 1 && !ls) ls = getenv("MPI_LOCALNRANKS");
+    const long local = ls && atol(ls) > 0 ? atol(ls) : 1;
+    const uint64_t one = params + io + act, need = one * (uint64_t)local;
     uint64_t avail = 0;
     int rc = tr_host_mem_available(&avail, err);
     if (rc) return rc;
-    char h[4][32];
+    char h[5][32], share[96] = "";
     const int on_cpu = cfg->device_type == TR_DEVICE_CPU;
+    if (cfg->ranks > 1)
+        snprintf(share, sizeof share, " (%lld a rank: %s each, %ld rank%s on this host)",
+                 (long long)(cfg->batch / cfg->ranks), tr_bench_bytes_str(one, h[4], 32), local, local == 1 ? "" : "s");
     if (cfg->rank == 0)
-        fprintf(stderr, "trident: batch %lld needs about %s of %s memory (parameters %s, activations at their peak %s); %s%s\n",
-            (long long)cfg->batch, tr_bench_bytes_str(need, h[0], 32), on_cpu ? "host" : "device",
+        fprintf(stderr, "trident: batch %lld%s needs about %s of %s memory (parameters %s, activations at their peak %s); %s%s\n",
+            (long long)cfg->batch, share, tr_bench_bytes_str(need, h[0], 32), on_cpu ? "host" : "device",
             tr_bench_bytes_str(params, h[1], 32), tr_bench_bytes_str(act, h[2], 32),
             on_cpu ? tr_bench_bytes_str(avail, h[3], 32) : "the device's own is checked by the backend",
             on_cpu ? " available" : "");
@@ -825,7 +838,7 @@ static int bench_run(const struct tr_config *cfg, const struct tr_model_desc *co
         rep->rows[b] = *slots[b].row;
         slots[b].row = &rep->rows[b]; /* the verdict below writes the report's rows */
     }
-    rep->interrupted = tr_bench_stop_requested();
+    rep->interrupted = tr_bench_stop_requested() || dp.stop;
 
     int have_ref = 0, failures = 0, disagreements = 0;
     const char *ref_why;

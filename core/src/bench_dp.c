@@ -1,10 +1,12 @@
 /* A data-parallel run's part of the harness (bench_dp.h). */
+#define DP_STOP_BIT 0x40000000
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "bench_dp.h"
 #include "bench_guard.h"
 #include "bench_io.h"
+#include "bench_progress.h"
 #include "bench_util.h"
 #include "trident/kernels.h"
 
@@ -255,12 +257,18 @@ int tr_dp_step_status(struct tr_dp *dp, int rc, const char *label, int64_t step,
         fprintf(stderr, "trident: rank %d: error: %s: %s\n", c->rank, label, err->msg);
         fflush(stderr);
     }
-    int32_t mine = rc;
+    /* the status, and bit 30 for this rank's Ctrl-C: shared so that every rank stops after
+     * the same step (one that stopped alone would leave the others in a collective) */
+    int32_t mine = rc | (tr_bench_stop_requested() ? DP_STOP_BIT : 0);
     struct tr_error e = {0};
     int crc = c->allgather(c->user, &mine, dp->status, sizeof mine, &e);
     int failed = -1;
-    for (int r = 0; !crc && r < c->size && failed < 0; r++)
-        if (dp->status[r]) failed = r;
+    for (int r = 0; !crc && r < c->size; r++) {
+        if (dp->status[r] & DP_STOP_BIT) dp->stop = 1;
+        dp->status[r] &= ~DP_STOP_BIT;
+        if (dp->status[r] && failed < 0) failed = r;
+    }
+    if (dp->stop) tr_bench_interrupt(); /* this rank's report says interrupted too */
     if (crc) return rc ? rc : (*err = e, crc);
     if (rc || failed < 0) return rc;
     if (step == 0)

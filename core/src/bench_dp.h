@@ -23,6 +23,7 @@ struct tr_dp {
     int n_upd;
     uint64_t *mine, *all;       /* per update: this rank's hash; every rank's (size x n_upd) */
     int32_t *status;            /* every rank's status after a step (size) */
+    int stop;                   /* a rank was interrupted (Ctrl-C): every rank stops after this step */
 };
 
 /* The run's communicator checked against cfg (cfg->ranks must be its size) and handed to
@@ -60,7 +61,8 @@ int tr_dp_loss_share(struct tr_dp *dp, const struct tr_task_graph *tg, const str
 /* What this rank is doing, named if a collective times out ("torch, step 5"). */
 void tr_dp_phase(struct tr_dp *dp, const char *label, const char *what, int64_t step);
 
-/* After a step (rc its status on this rank): every rank's status. TR_OK when all went
+/* After a step (rc its status on this rank): every rank's status, and whether any rank
+ * was interrupted (dp->stop, the same on every rank after the exchange). TR_OK when all went
  * well; this rank's rc when it failed (it has said why on stderr if it is not rank 0);
  * TR_ERR_COMM naming the rank that failed otherwise. */
 int tr_dp_step_status(struct tr_dp *dp, int rc, const char *label, int64_t step, struct tr_error *err);

@@ -138,9 +138,15 @@ int tr_generate_read_prompts(const char *path, char ***lines, int *n, struct tr_
     char *line = NULL, *buf = NULL; /* the prompts one after another, each 0-terminated */
     size_t room = 0, used = 0, cap = 0;
     ssize_t len;
+    int lineno = 0;
     for (int first = 1; !rc && (len = getline(&line, &room, f)) >= 0; first = 0) {
+        lineno++;
         if (first && len >= 3 && !memcmp(line, "\xEF\xBB\xBF", 3)) /* a UTF-8 byte order mark is not the text's */
             memmove(line, line + 3, (size_t)(len -= 3) + 1);
+        if (memchr(line, '\0', (size_t)len)) { /* it would end the prompt there, the rest dropped */
+            rc = tr_error_set(err, TR_ERR_FORMAT, "'%s':%d: a NUL byte in the line; expected text", path, lineno);
+            break;
+        }
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
         int blank = 1;
         for (ssize_t i = 0; i < len && blank; i++) blank = line[i] == ' ' || line[i] == '\t';

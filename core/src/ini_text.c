@@ -47,14 +47,19 @@ char *tr_ini_text_read(char *str, int num, void *stream) {
         len -= 3;
     }
     while (len && *s != '\n' && isspace((unsigned char)*s)) s++, len--;
+    /* a CRLF line is its text and '\n' (inih would strip the '\r'), so that it may be as
+     * long as an LF one */
+    const int crlf = len >= 2 && s[len - 1] == '\n' && s[len - 2] == '\r';
+    const size_t out = crlf ? len - 1 : len;
     /* inih needs room for the line, a '\r' it keeps, and the NUL. */
-    if (num < 2 || len > (size_t)num - 2) {
+    if (num < 2 || out > (size_t)num - 2) {
         if (t->too_long) t->too_long(t->user, num - 3);
         t->stop = 1;
         return NULL;
     }
-    memcpy(str, s, len);
-    str[len] = '\0';
+    memcpy(str, s, out);
+    if (crlf) str[out - 1] = '\n';
+    str[out] = '\0';
     if (*s == '[' && t->section && t->section(t->user, s, len)) {
         t->stop = 1;
         return NULL;

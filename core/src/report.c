@@ -214,13 +214,18 @@ int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_err
         put_text(f, rep->weights, ESC_MD);
     } else fprintf(f, "Weights made from [run] seed %llu", (unsigned long long)rep->seed);
     const int64_t ran = steps_taken(rep);
+    const char *ws = rep->warmup == 1 ? "" : "s";
     if (rep->interrupted && ran < rep->steps)
-        fprintf(f, ". Interrupted after %lld of %lld timed steps, after %lld warm-up steps; trident %s, commit %s.\n\n",
-                (long long)ran, (long long)rep->steps, (long long)rep->warmup, tr_report_version(),
+        fprintf(f, ". Interrupted after %lld of %lld timed steps, after %lld warm-up step%s; trident %s, commit %s.\n\n",
+                (long long)ran, (long long)rep->steps, (long long)rep->warmup, ws, tr_report_version(),
                 tr_report_git_commit());
     else
-        fprintf(f, ". %lld timed steps after %lld warm-up steps; trident %s, commit %s.\n\n", (long long)rep->steps,
-                (long long)rep->warmup, tr_report_version(), tr_report_git_commit());
+        fprintf(f, ". %lld timed steps after %lld warm-up step%s; trident %s, commit %s.\n\n", (long long)rep->steps,
+                (long long)rep->warmup, ws, tr_report_version(), tr_report_git_commit());
+    if (rep->ranks > 1) /* the figures are rank 0's, each on its share of the batch */
+        fprintf(f, "Data parallel: %d ranks, batch %lld = %d x %lld; ms/step, memory and GFLOP/s are rank 0's, on "
+                "its share; samples/s is the whole batch's.\n\n", rep->ranks, (long long)rep->batch, rep->ranks,
+                (long long)(rep->batch / rep->ranks));
     md_host(rep, f);
     if (rep->gpu[0]) {
         fputs("GPU: ", f);

@@ -217,6 +217,9 @@ int tr_suite_select(struct tr_suite *s, const char *rows, struct tr_error *err) 
     int n = 0;
     for (int i = 0; i < s->n_rows; i++)
         if (keep[i]) s->rows[n++] = s->rows[i];
+    if (n == 0) /* "" or "," names no row: a suite of nothing is no answer */
+        return tr_error_set(err, TR_ERR_INVALID, "--rows '%s': no row name or pattern in it; expected NAME,PATTERN...",
+                            rows);
     s->n_rows = n;
     return TR_OK;
 }
