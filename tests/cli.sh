@@ -531,6 +531,14 @@ if grep -q "the model's" "$tmp/out"; then bad "a checkpoint read whole warns of 
 expect "a peft adapter (LoRA + modules_to_save) beside its base model against the PeftModel" 0 \
   'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_peft/check.ini
 if grep -q "warning" "$tmp/out"; then bad "a peft adapter and its base model warn of nothing"; else ok "a peft adapter and its base model warn of nothing"; fi
+# [model] LoRA keys that differ from the adapter's adapter_config.json (another scale):
+# said, since trident takes r, alpha and the targets from [model]
+p=$PWD/tests/fixtures/reference_bert_peft
+sed -e 's/^lora_alpha = 8/lora_alpha = 4/' -e "s|^weights = weights|weights = $p/weights|" -e "s|^inputs = |inputs = $p/|" \
+  -e "s|^reference = |reference = $p/|" -e 's/^backends = .*/backends = tf/' "$p/check.ini" > "$tmp/peft_alpha.ini"
+expect "a peft adapter under other [model] LoRA keys: the difference said" 1 \
+  "warning: .*adapter/adapter_config.json \(peft's\), which trident does not read, differs from the run's \[model\] LoRA keys \(lora_alpha = 8 there \(scale 2\), 4 here \(scale 1\)\)" \
+  -- "$bin" run "$tmp/peft_alpha.ini"
 # The same checkpoint under a config that leaves its biases out loads, and the tensors it
 # did not read are named, by pattern: the model is not the checkpoint's.
 d=$PWD/tests/fixtures/reference_gemma_bias

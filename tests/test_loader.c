@@ -98,6 +98,7 @@ static void check_refusals(int by_name) {
         {"short", too_short},
         {"nullslot", "required slot 'execute' is NULL"},
         {"noname", "the vtable has no name"},
+        {"badname", "the vtable's name is not a word"},
         {"garbage", "not a loadable shared object"},
     };
     struct tr_plugin_search s = {.ini_dir = NULL, .env_path = TR_TEST_PLUGIN_DIR};
@@ -525,6 +526,7 @@ static void test_scan(void **state) {
         {"short", "vtable too short"},
         {"nullslot", "'execute' is NULL"},
         {"noname", "no name"},
+        {"badname", "not a word"},
         {"garbage", "not a loadable shared object"},
     };
     const int n_expected = (int)(sizeof expected / sizeof expected[0]);

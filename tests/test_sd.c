@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
 #include "modelutil.h"
 #include "models.h"
 #include "sd/heun.h"
@@ -505,6 +507,31 @@ static void test_pipeline_config(void **state) {
     }
     print_message("%s: unet %s, text_encoder %s, vae %s; scheduler %s %s %s\n", PIPE_DIR, c.unet, c.text_encoder,
                   c.vae, c.beta_schedule, c.timestep_spacing, c.prediction_type);
+    /* model_index.json names the scheduler's class, as from_pretrained builds it: an Euler
+     * pipeline over a file whose own _class_name is DDIM's runs Euler */
+    {
+        char dir[600], path[700], src[700];
+        snprintf(dir, sizeof dir, "%s/pipe_euler", tr_test_dir);
+        assert_int_equal(mkdir(dir, 0700), 0);
+        static const char *const parts[] = {"unet", "text_encoder", "vae"};
+        for (int k = 0; k < 3; k++) {
+            snprintf(src, sizeof src, "%s/" PIPE_DIR "/%s", TR_SOURCE_DIR, parts[k]);
+            snprintf(path, sizeof path, "%s/%s", dir, parts[k]);
+            assert_int_equal(symlink(src, path), 0);
+        }
+        snprintf(path, sizeof path, "pipe_euler/model_index.json");
+        tr_test_dir_file(path, "{\"_class_name\": \"StableDiffusionPipeline\", \"scheduler\": [\"diffusers\", "
+                         "\"EulerDiscreteScheduler\"]}", src, sizeof src);
+        snprintf(path, sizeof path, "%s/scheduler", dir);
+        assert_int_equal(mkdir(path, 0700), 0);
+        tr_test_dir_file("pipe_euler/scheduler/scheduler_config.json", "{\"_class_name\": \"DDIMScheduler\"}", src,
+                         sizeof src);
+        snprintf(ini, sizeof ini, "[model]\nhf_config = %s\n", dir);
+        assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+        if (tr_model_resolve(M, "sd-v1-4", &cfg, &c, &e)) fail_msg("%s: %s", dir, e.msg);
+        assert_string_equal(c.scheduler, "euler");
+        assert_string_equal(c.timestep_spacing, "linspace"); /* EulerDiscreteScheduler's default */
+    }
     /* CompVis/stable-diffusion-v1-4's and stabilityai/stable-diffusion-2-1's published files
      * (a PNDMScheduler's config; a DDIMScheduler's predicting v) over the tiny preset: every
      * scheduler key as the preset has it, every part's key as its preset has it (but the

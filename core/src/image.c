@@ -283,6 +283,23 @@ int tr_image_resize_bilinear(const uint8_t *in, int64_t h, int64_t w, int64_t C,
     const uint8_t *src = in;
     uint8_t *tmp = NULL;
     int64_t rows = h;
+    /* Pillow 13 (its Resample.c): where the height shrinks by more than twice as many
+     * pixels as the width, the vertical pass first. The 8-bit rounding between the two
+     * passes makes the order show in the pixels. */
+    if (h - oh > 0 && h - oh > (w - ow) * 2) {
+        if (ow == w) {
+            pass(in, out, w, C, w * C, C, w * C, oh, C, &tv);
+        } else if (!(tmp = malloc((size_t)(oh * w * C)))) {
+            taps_free(&th), taps_free(&tv);
+            return tr_error_set(err, TR_ERR_NOMEM, "image resize: out of memory");
+        } else {
+            pass(in, tmp, w, C, w * C, C, w * C, oh, C, &tv);
+            pass(tmp, out, oh, w * C, C, ow * C, C, ow, C, &th);
+        }
+        free(tmp);
+        taps_free(&th), taps_free(&tv);
+        return TR_OK;
+    }
     if (ow != w) { /* the rows the column pass reads, narrowed */
         const int64_t y0 = tv.first[0], y1 = tv.first[oh - 1] + tv.n[oh - 1];
         tmp = malloc((size_t)((y1 - y0) * ow * C));

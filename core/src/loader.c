@@ -4,6 +4,7 @@
  * struct_size: a plugin built against an older header has no memory behind the slots
  * it never knew, and reading them in place would read whatever the plugin put next.
  * The wrappers at the end of this file are the only code that calls a slot. */
+#include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <limits.h>
@@ -232,6 +233,16 @@ static int plugin_load(const char *path, void **handle_out, struct tr_backend_i 
     if (!iface_out->name || !iface_out->name[0]) {
         dlclose(h);
         return tr_error_set(err, TR_ERR_PLUGIN, "plugin [%s]: the vtable has no name", path);
+    }
+    /* the name goes into tables, labels and messages: a word, as the backends list's */
+    size_t len = strnlen(iface_out->name, 65);
+    for (size_t i = 0; i < len; i++)
+        if (!(isalnum((unsigned char)iface_out->name[i]) || iface_out->name[i] == '_' || iface_out->name[i] == '-'))
+            len = 0;
+    if (len == 0 || len > 64) {
+        dlclose(h);
+        return tr_error_set(err, TR_ERR_PLUGIN, "plugin [%s]: the vtable's name is not a word of at most 64 letters, "
+                            "digits, '_' and '-'", path);
     }
     if (!iface_out->description) iface_out->description = "";
     *handle_out = h;
@@ -571,7 +582,7 @@ int tr_backend_compile(struct tr_backend *be, const struct tr_graph *g, struct t
     int rc = be->plugin->iface.compile(be->ctx, (tr_graph_t)g, &prog->prog, &perr);
     if (rc != TR_OK) {
         free(prog);
-        return tr_error_set(err, rc, "backend '%s': compile failed: %s", be_name(be),
+        return tr_error_set(err, rc, "backend '%s' (%s): compile failed: %s", be_name(be), be->plugin->path,
                             plugin_msg(&perr, tr_status_name(rc)));
     }
     *out = prog;
@@ -655,7 +666,8 @@ int tr_backend_execute(struct tr_backend *be, struct tr_program *prog, int n_inp
         }
     if (keep != given) free(keep);
     if (rc != TR_OK && !said)
-        return tr_error_set(err, rc, "backend '%s': %s", be_name(be), plugin_msg(&perr, tr_status_name(rc)));
+        return tr_error_set(err, rc, "backend '%s' (%s): %s", be_name(be), be->plugin->path,
+                            plugin_msg(&perr, tr_status_name(rc)));
     return rc;
 }
 

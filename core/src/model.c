@@ -5,9 +5,11 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include "trident/parse.h"
 #include "trident/model.h"
@@ -212,6 +214,100 @@ static void warn_unread_config_json(const struct tr_model_desc *m, const struct 
     free(file);
 }
 
+/* The model's key `name` as text, "" where it has none. */
+static const char *key_text(const struct tr_model_desc *m, const void *config, const char *name, char *buf, size_t n) {
+    buf[0] = '\0';
+    for (int k = 0; k < m->n_keys; k++)
+        if (!strcmp(m->keys[k].name, name) && tr_model_key_str(m, config, &m->keys[k], buf, n)) buf[0] = '\0';
+    return buf;
+}
+
+/* The names of a comma list, or of a JSON array of strings, sorted into one canonical
+ * "a,b,c" (peft's target_modules against [model] lora_targets). */
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+static void canonical_list(const char *text, char *out, size_t n) {
+    char buf[512], *names[64];
+    int k = 0;
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t && k < 64; t = strtok_r(NULL, ", ", &save)) names[k++] = t;
+    qsort(names, (size_t)k, sizeof *names, cmp_str);
+    out[0] = '\0';
+    for (int i = 0; i < k; i++) {
+        const size_t l = strlen(out);
+        snprintf(out + l, n - l, "%s%s", i ? "," : "", names[i]);
+    }
+}
+
+/* [run] weights = a directory with peft's adapter_config.json: trident reads the adapters'
+ * tensors but takes r, alpha and the targets from [model] (lora_rank, lora_alpha,
+ * lora_targets); where they differ from the file's, the PeftModel computes another scale
+ * (alpha / r) or other layers, so each difference is said. */
+static void warn_adapter_config(const struct tr_model_desc *m, const struct tr_config *cfg, const void *config) {
+    char path[TR_CONFIG_PATH + 128], rank[80], alpha[80], targets[512];
+    struct stat sb;
+    if (!cfg->weights[0] || stat(cfg->weights, &sb) != 0 || !S_ISDIR(sb.st_mode) ||
+        !key_text(m, config, "lora_rank", rank, sizeof rank)[0])
+        return;
+    /* in the directory or one below it (weights/adapter/), as the weights are read */
+    snprintf(path, sizeof path, "%s/adapter_config.json", cfg->weights);
+    int found = stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+    DIR *d = found ? NULL : opendir(cfg->weights);
+    for (struct dirent *de; d && !found && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%.64s/adapter_config.json", cfg->weights, de->d_name);
+        found = stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+    }
+    if (d) closedir(d);
+    if (!found) return;
+    FILE *f = fopen(path, "rb");
+    char *text = f ? malloc((size_t)sb.st_size + 1) : NULL;
+    const size_t got = text ? fread(text, 1, (size_t)sb.st_size, f) : 0;
+    if (f) fclose(f);
+    if (!text) return;
+    text[got] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root) return;
+    key_text(m, config, "lora_alpha", alpha, sizeof alpha);
+    key_text(m, config, "lora_targets", targets, sizeof targets);
+    const double r = atof(rank), a = atof(alpha) > 0 ? atof(alpha) : r;
+    char diff[768] = "";
+    size_t off = 0;
+    const cJSON *fr = cJSON_GetObjectItemCaseSensitive(root, "r"), *fa = cJSON_GetObjectItemCaseSensitive(root, "lora_alpha");
+    const cJSON *ft = cJSON_GetObjectItemCaseSensitive(root, "target_modules");
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "use_rslora");
+    if (cJSON_IsNumber(fr) && fr->valuedouble != r)
+        off += (size_t)snprintf(diff + off, sizeof diff - off, "%sr = %g there, lora_rank = %g here", off ? "; " : "",
+                                fr->valuedouble, r);
+    if (cJSON_IsNumber(fa) && cJSON_IsNumber(fr) && fr->valuedouble > 0 && r > 0 &&
+        fa->valuedouble / fr->valuedouble != a / r && off < sizeof diff)
+        off += (size_t)snprintf(diff + off, sizeof diff - off, "%slora_alpha = %g there (scale %g), %g here (scale %g)",
+                                off ? "; " : "", fa->valuedouble, fa->valuedouble / fr->valuedouble, a, a / r);
+    if (cJSON_IsTrue(rs) && off < sizeof diff)
+        off += (size_t)snprintf(diff + off, sizeof diff - off, "%suse_rslora = true there (scale alpha/sqrt(r)), "
+                                "which trident does not compute", off ? "; " : "");
+    if ((cJSON_IsArray(ft) || cJSON_IsString(ft)) && targets[0] && off < sizeof diff) {
+        char list[512] = "", a_c[512], b_c[512];
+        const cJSON *e;
+        if (cJSON_IsString(ft)) snprintf(list, sizeof list, "%s", ft->valuestring);
+        const cJSON *arr = cJSON_IsArray(ft) ? ft : NULL;
+        cJSON_ArrayForEach(e, arr) {
+            const size_t l = strlen(list);
+            if (cJSON_IsString(e)) snprintf(list + l, sizeof list - l, "%s%s", l ? "," : "", e->valuestring);
+        }
+        canonical_list(list, a_c, sizeof a_c);
+        canonical_list(targets, b_c, sizeof b_c);
+        if (strcmp(a_c, b_c) != 0)
+            off += (size_t)snprintf(diff + off, sizeof diff - off, "%starget_modules = %s there, lora_targets = %s here",
+                                    off ? "; " : "", a_c, b_c);
+    }
+    cJSON_Delete(root);
+    if (off)
+        fprintf(stderr, "trident: warning: %s: [run] weights: %s (peft's), which trident does not read, differs from "
+                "the run's [model] LoRA keys (%s): the outputs will not be the PeftModel's; set [model] lora_rank, "
+                "lora_alpha and lora_targets as the file says\n", cfg->file, path, diff);
+}
+
 int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const struct tr_config *cfg, void *config,
                      struct tr_error *err) {
     if (!m || !preset || !config) return tr_error_set(err, TR_ERR_INVALID, "tr_model_resolve: NULL argument");
@@ -259,6 +355,7 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
     static const char *const hf[] = {"hf_config", NULL};
     int rc = keys_apply(cfg, "model", m->keys, m->n_keys, owner, config, m->read_hf_config ? hf : NULL, err);
     if (!rc) warn_unread_config_json(m, cfg, config);
+    if (!rc) warn_adapter_config(m, cfg, config);
     return rc;
 }
 

@@ -317,10 +317,22 @@ static int unipc_refusals(cJSON *root, const char *path, struct tr_error *err) {
  * picks one of those to run on its schedule (its keys read as DDIMScheduler.from_config
  * reads them: the betas, the spacing, the prediction that every diffusers scheduler
  * shares). What the file lacks takes that class's defaults. */
-static int read_scheduler(const char *path, struct tr_sd_config *c, struct tr_error *err) {
+static int read_scheduler(const char *path, const char *index_class, struct tr_sd_config *c, struct tr_error *err) {
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
     if (rc) return rc;
+    /* a pipeline's model_index.json names the class from_pretrained builds, whatever the
+     * file's own _class_name says: the file's keys go to that class */
+    if (index_class) {
+        cJSON *name = cJSON_CreateString(index_class);
+        if (!name || (cJSON_HasObjectItem(root, "_class_name")
+                          ? !cJSON_ReplaceItemInObjectCaseSensitive(root, "_class_name", name)
+                          : !cJSON_AddItemToObject(root, "_class_name", name))) {
+            cJSON_Delete(name);
+            cJSON_Delete(root);
+            return tr_error_set(err, TR_ERR_NOMEM, "'%s': no memory", path);
+        }
+    }
     const cJSON *cls = cJSON_GetObjectItemCaseSensitive(root, "_class_name");
     const int is_pndm = cJSON_IsString(cls) && strcmp(cls->valuestring, "PNDMScheduler") == 0;
     const int is_euler = cJSON_IsString(cls) && strcmp(cls->valuestring, "EulerDiscreteScheduler") == 0;
@@ -399,7 +411,7 @@ static int sd_read_hf_config(void *config, const char *path, struct tr_error *er
     if (!S_ISDIR(sb.st_mode)) {
         char *slash = strrchr(dir, '/');
         const char *name = slash ? slash + 1 : dir;
-        if (strcmp(name, "scheduler_config.json") == 0) return read_scheduler(path, c, err); /* the schedule alone */
+        if (strcmp(name, "scheduler_config.json") == 0) return read_scheduler(path, NULL, c, err); /* the schedule alone */
         if (strcmp(name, "model_index.json") != 0)
             return tr_error_set(err, TR_ERR_INVALID, "'%s': expected a diffusers pipeline's directory, its "
                                 "model_index.json, or a scheduler_config.json", path);
@@ -407,11 +419,15 @@ static int sd_read_hf_config(void *config, const char *path, struct tr_error *er
         else snprintf(dir, sizeof dir, ".");
     }
     snprintf(index, sizeof index, "%s/model_index.json", dir);
+    char sched_class[96] = "";
     if (stat(index, &sb) == 0) {
         cJSON *root;
         int rc = tr_hf_json_load(index, &root, err);
         if (rc) return rc;
         rc = tr_hf_json_expect_str(root, index, "_class_name", "StableDiffusionPipeline", err);
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(root, "scheduler"); /* ["diffusers", "PNDMScheduler"] */
+        if (cJSON_GetArraySize(sc) == 2 && cJSON_IsString(cJSON_GetArrayItem(sc, 1)))
+            snprintf(sched_class, sizeof sched_class, "%s", cJSON_GetArrayItem(sc, 1)->valuestring);
         cJSON_Delete(root);
         if (rc) return rc;
     }
@@ -419,7 +435,7 @@ static int sd_read_hf_config(void *config, const char *path, struct tr_error *er
     for (int p = TR_SD_PART_UNET; p <= TR_SD_PART_VAE && !rc; p++) rc = read_part(dir, p, c, p == TR_SD_PART_UNET, err);
     snprintf(index, sizeof index, "%s/scheduler/scheduler_config.json", dir);
     if (rc || stat(index, &sb) != 0) return rc;
-    rc = read_scheduler(index, c, err);
+    rc = read_scheduler(index, sched_class[0] ? sched_class : NULL, c, err);
     /* StableDiffusionPipeline's constructor rewrites these two of its scheduler (an "outdated"
      * file, it says), so every run of the pipeline has them so; [model] keys still win */
     c->steps_offset = 1;

@@ -14,6 +14,7 @@
  *   short       struct_size one slot short of ABI 1.0's required slots
  *   nullslot    execute is NULL
  *   noname      name is NULL
+ *   badname     name holds a line break (it would forge a line of a table)
  *   initfail    init returns an error with a message
  *   newminor    abi_version 1.7, a larger vtable with slots this host does not know
  *   minimal     struct_size = TR_BACKEND_I_MIN_SIZE_1_0, no supports_op; get_stats is
@@ -63,6 +64,8 @@
 #define TP_NAME "nullslot"
 #elif defined(TP_VARIANT_NONAME)
 #define TP_NAME "noname"
+#elif defined(TP_VARIANT_BADNAME)
+#define TP_NAME "bad\nname"
 #elif defined(TP_VARIANT_INITFAIL)
 #define TP_NAME "initfail"
 #elif defined(TP_VARIANT_NEWMINOR)

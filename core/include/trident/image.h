@@ -14,7 +14,9 @@
  *
  * For a model that takes pictures of any size (SegmentAnything's processor): a PNG's size,
  * or its pixels as 8-bit RGB, and Pillow's Image.resize(..., BILINEAR) of 8-bit pixels to
- * the bit (the filter widened to antialias when shrinking; rows, then columns). */
+ * the bit (the filter widened to antialias when shrinking; rows, then columns, or, as
+ * Pillow 13 does where the height shrinks by more than twice as many pixels as the width,
+ * columns first). */
 #ifndef TRIDENT_IMAGE_H
 #define TRIDENT_IMAGE_H
 
