@@ -12,10 +12,11 @@
 /* Python's json writes float("inf") as Infinity and NaN as NaN, and transformers' and
  * diffusers' save_config pass them through (DPMSolverMultistepScheduler's
  * lambda_min_clipped is -Infinity); JSON and cJSON have neither. Outside strings, where a
- * value starts, Infinity becomes 1e999 (strtod's inf) and NaN null: a new string (free it),
- * or NULL without memory. */
+ * value starts, Infinity becomes 1e999 (strtod's inf) and NaN the string "NaN", which a
+ * key read as a number refuses (null would have meant the class's default, where
+ * transformers computes with the NaN): a new string (free it), or NULL without memory. */
 static char *python_literals(const char *in, size_t n) {
-    char *out = malloc(n + n / 3 + 2), *o = out;
+    char *out = malloc(2 * n + 2), *o = out;
     if (!out) return NULL;
     int str = 0;
     char last = 0; /* the last character outside strings that is not blank */
@@ -33,7 +34,7 @@ static char *python_literals(const char *in, size_t n) {
             continue;
         }
         if (value && c == 'N' && n - i >= 3 && strncmp(in + i, "NaN", 3) == 0) {
-            memcpy(o, "null", 4), o += 4, i += 2, last = 'l';
+            memcpy(o, "\"NaN\"", 5), o += 5, i += 2, last = '"';
             continue;
         }
         if (c == '"') str = 1;

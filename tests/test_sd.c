@@ -905,6 +905,11 @@ static void test_python_json_literals(void **state) {
     tr_test_dir_file("scheduler_config.json", "{\"clip_sample_range\": Infinity}", path, sizeof path);
     assert_int_not_equal(tr_test_resolve_hf(M, path, "", &c, &e), TR_OK);
     tr_assert_msg_has(&e, "\"clip_sample_range\" is not a number");
+    /* NaN where a number is read: refused, not the class's default (transformers would
+     * compute with it) */
+    tr_test_dir_file("scheduler_config.json", "{\"beta_end\": NaN}", path, sizeof path);
+    assert_int_not_equal(tr_test_resolve_hf(M, path, "", &c, &e), TR_OK);
+    tr_assert_msg_has(&e, "\"beta_end\"");
     /* a key given twice: the last, as Python's json (and so diffusers) reads it */
     tr_test_dir_file("scheduler_config.json",
                      "{\"timestep_spacing\": \"leading\", \"x\": {\"a\": 1, \"a\": 2}, \"timestep_spacing\": \"trailing\"}",
