@@ -487,6 +487,35 @@ static void test_fit_one_token_refused(void **state) {
     }
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_gemma_pad_grad, test_mistral_pad_grad, test_interface, test_make_inputs_labels, test_lora_key_errors, test_fit_one_token_refused,
+/* [run] inputs without position_ids (transformers' forward makes 0..T-1 itself): the fit
+ * takes those, and its losses are the reference's (tests/fixtures/reference_mistral_fit,
+ * whose batch has them as arange). */
+static void test_inputs_default_positions(void **state) {
+    (void)state;
+    const char *dir = TR_SOURCE_DIR "/tests/fixtures/reference_mistral_fit";
+    char path[600], out[600], ini[2048];
+    snprintf(path, sizeof path, "%s/batch.safetensors", dir);
+    struct tr_error e = {0};
+    struct tr_safetensors *st = NULL;
+    if (tr_safetensors_open(path, &st, &e)) fail_msg("%s", e.msg);
+    static const char *const names[3] = {"input_ids", "attention_mask", "labels"};
+    struct tr_tensor ts[3];
+    for (int i = 0; i < 3; i++)
+        if (tr_safetensors_get(st, names[i], &ts[i], &e)) fail_msg("%s", e.msg);
+    snprintf(out, sizeof out, "%s/nopos.safetensors", tr_test_dir);
+    assert_int_equal(tr_safetensors_write(out, 3, names, ts, &e), TR_OK);
+    tr_safetensors_close(st);
+    snprintf(ini, sizeof ini, "[run]\nmodel = mistral\npreset = tiny\ntask = fit\nbackends = tf\nbatch = 3\n"
+             "seq_len = 12\nsteps = 3\nwarmup = 1\nweights = %s/../mistral_tiny.safetensors\ninputs = %s\n"
+             "reference = %s/reference.safetensors\n[model]\nlora_rank = 0\n", dir, out, dir);
+    static struct tr_config cfg;
+    static struct tr_bench_report rep;
+    if (tr_config_load_string(ini, "m.ini", &cfg, &e)) fail_msg("%s", e.msg);
+    if (tr_bench_run(&cfg, tr_builtin_models, &rep, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(rep.n_rows, 1);
+    assert_true(rep.rows[0].ok && rep.rows[0].ref_compared && rep.rows[0].ref_agrees);
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_inputs_default_positions, test_gemma_pad_grad, test_mistral_pad_grad, test_interface, test_make_inputs_labels, test_lora_key_errors, test_fit_one_token_refused,
              test_gemma_grads_match_peft, test_mistral_grads_match_peft, test_frozen_weights_unchanged,
              test_gemma_fit_everywhere, test_mistral_fit_everywhere, test_gemma_fit_bf16, test_mistral_fit_bf16)

@@ -861,6 +861,48 @@ static void test_img2img_config(void **state) {
     tr_graph_free(g);
 }
 
+/* The prompt's length is the tokenizer's model_max_length where its tokenizer_config.json
+ * gives one (StableDiffusionPipeline pads and cuts to it), not the text encoder's
+ * positions; one past those positions is refused, as the pipeline refuses it. */
+static void test_prompt_length_of_tokenizer(void **state) {
+    (void)state;
+    char dir[600], path[700], ini[1024];
+    snprintf(dir, sizeof dir, "%s/tok12", tr_test_dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    static const char *const files[] = {"vocab.json", "merges.txt"};
+    for (int k = 0; k < 2; k++) {
+        char src[700];
+        snprintf(src, sizeof src, "%s/tests/fixtures/clip_tokenizer/%s", TR_SOURCE_DIR, files[k]);
+        snprintf(path, sizeof path, "%s/%s", dir, files[k]);
+        assert_int_equal(symlink(src, path), 0);
+    }
+    static const struct {
+        int max;
+        int ok;
+    } cases[] = {{12, 1}, {77, 0}};
+    for (size_t i = 0; i < 2; i++) {
+        char json[96];
+        snprintf(json, sizeof json, "{\"model_max_length\": %d}", cases[i].max);
+        tr_test_dir_file("tok12/tokenizer_config.json", json, path, sizeof path);
+        snprintf(ini, sizeof ini, "[run]\nmodel = stable_diffusion\npreset = tiny\ntask = generate\nbatch = 1\n"
+                 "[model]\nnum_inference_steps = 2\n[generate]\nprompt = a cat\ntokenizer = %s\n", dir);
+        struct tr_config cfg;
+        struct tr_error e = {0};
+        struct tr_task_graph tg;
+        assert_int_equal(tr_config_load_string(ini, "t.ini", &cfg, &e), TR_OK);
+        const int rc = tr_task_graph_build(&cfg, tr_builtin_models, &tg, &e);
+        if (cases[i].ok) {
+            if (rc) fail_msg("%s", e.msg);
+            assert_int_equal(tg.opts.seq_len, 12);
+            assert_int_equal(tr_node_shape(tg.graph, tr_graph_input(tg.graph, 0))[1], 12);
+            tr_task_graph_free(&tg);
+        } else {
+            assert_int_not_equal(rc, TR_OK);
+            tr_assert_msg_has(&e, "the tokenizer's model_max_length 77");
+        }
+    }
+}
+
 static void test_generate_prompt(void **state) {
     char ini[1024];
     snprintf(ini, sizeof ini,
@@ -1074,7 +1116,7 @@ static void test_hf_configs(void **state) {
     }
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_scheduler_matches_diffusers, test_scheduler_errors,
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_prompt_length_of_tokenizer, test_scheduler_matches_diffusers, test_scheduler_errors,
              test_scheduler_configs, test_predict_clamped, test_pipeline_config,
              test_config_errors, test_make_inputs, test_hf_configs, test_generate_matches_pipeline,
              test_generate_writes_png, test_read_png, test_img2img_config, test_generate_prompt, test_python_json_literals, test_other_scheduler_class, test_step_matches_diffusers_f32, test_step_matches_diffusers_bf16,

@@ -39,20 +39,27 @@ int tr_dp_begin(struct tr_dp *dp, const struct tr_config *cfg, const struct tr_c
 struct dp_gate {
     int32_t status, pad;
     int64_t steps, warmup, seed, batch, check_every;
-    uint64_t keys, graph, weights;
+    uint64_t keys[4], graph, weights; /* keys: [model], [train], [generate], [run] backends */
 };
+
+static const char *const gate_sections[4] = {"model", "train", "generate", "backends"};
 
 static uint64_t mix(uint64_t h, const void *p, size_t n) { return (h ^ tr_bench_checksum(p, n)) * 0x100000001b3ull; }
 
 static void gate_fill(struct dp_gate *m, const struct tr_config *cfg, const struct tr_graph *g) {
     m->steps = cfg->steps, m->warmup = cfg->warmup, m->seed = (int64_t)cfg->seed, m->batch = cfg->batch;
     m->check_every = cfg->check_every;
-    for (int i = 0; i < cfg->n_kv; i++) {
+    for (int i = 0; i < cfg->n_kv; i++) { /* a backend's own section may differ by host (its threads) */
         const struct tr_config_kv *kv = &cfg->kv[i];
-        if (!strncmp(kv->section, "backend.", 8)) continue; /* a backend's threads may differ by host */
-        m->keys = mix(m->keys, kv->section, strlen(kv->section) + 1);
-        m->keys = mix(m->keys, kv->key, strlen(kv->key) + 1);
-        m->keys = mix(m->keys, kv->value, strlen(kv->value) + 1);
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(kv->section, gate_sections[k])) {
+                m->keys[k] = mix(m->keys[k], kv->key, strlen(kv->key) + 1);
+                m->keys[k] = mix(m->keys[k], kv->value, strlen(kv->value) + 1);
+            }
+    }
+    for (int b = 0; b < cfg->n_backends; b++) { /* the rows, in order: each rank runs its list's */
+        m->keys[3] = mix(m->keys[3], cfg->backends[b].name, strlen(cfg->backends[b].name) + 1);
+        m->keys[3] = mix(m->keys[3], cfg->backends[b].mode, strlen(cfg->backends[b].mode) + 1);
     }
     for (int id = 0; id < tr_graph_n_nodes(g); id++) {
         const int rec[3] = {tr_node_op(g, id), tr_node_dtype(g, id), tr_node_ndim(g, id)};
@@ -106,8 +113,13 @@ int tr_dp_gate(const struct tr_comm *c, const struct tr_config *cfg, const struc
                                   (long long)a[k], (long long)b[k], r);
                 break;
             }
+        char sec[64] = "";
+        for (int k = 0; k < 4 && !rc && !sec[0]; k++)
+            if (all[r].keys[k] != all[0].keys[k])
+                snprintf(sec, sizeof sec, k < 3 ? "its [%s] keys" : "its [run] %s (their names, modes, order)",
+                         gate_sections[k]);
         const char *diff = rc                             ? NULL
-                           : all[r].keys != all[0].keys   ? "its [model], [train] or [generate] keys"
+                           : sec[0]                       ? sec
                            : all[r].graph != all[0].graph ? "the model's graph (another preset, dtype or LoRA rank?)"
                            : all[r].weights != all[0].weights
                                ? "the weights' bytes (another checkpoint, or another file in [run] weights?)"

@@ -127,14 +127,64 @@ static int small_ints(const struct tr_safetensors *st, const char *name, struct 
     return rc;
 }
 
+/* The input named `name` among ts[0..n), or NULL. */
+static struct tr_tensor *input_named(const struct tr_graph *g, int n, struct tr_tensor *ts, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(tr_node_name(g, tr_graph_input(g, i)), name)) return &ts[i];
+    return NULL;
+}
+
+/* position_ids the file leaves out, as transformers makes them: its forward (fit,
+ * predict) 0..T-1 in every row; its generate cumsum(attention_mask) - 1, 1 on pads. */
+static void default_positions(struct tr_tensor *pos, const struct tr_tensor *mask, int generate) {
+    const int64_t B = pos->shape[0], T = pos->shape[1];
+    for (int64_t b = 0; b < B; b++) {
+        double c = 0;
+        for (int64_t t = 0; t < T; t++) {
+            const int keep = !generate || !mask || tr_tensor_get_f64(mask, b * T + t) != 0;
+            c += keep;
+            tr_tensor_set_f64(pos, b * T + t, !generate ? (double)t : keep ? c - 1 : 1);
+        }
+    }
+}
+
+/* A causal LM's label right after a pad (labels[b][t+1] with attention_mask[b][t] = 0):
+ * the pad position predicts it from a row that sees only padding, which transformers
+ * computes one way in eager attention, another in sdpa, and trident a third; the loss then
+ * cannot agree. Said once; -100 there (what trident's own batch has) makes it agree. */
+static void warn_label_after_pad(const struct tr_graph *g, int n, struct tr_tensor *ts) {
+    const struct tr_tensor *lab = input_named(g, n, ts, "labels"), *mask = input_named(g, n, ts, "attention_mask");
+    if (!lab || !mask || lab->ndim != 2 || mask->ndim != 2 || lab->shape[0] != mask->shape[0] ||
+        lab->shape[1] != mask->shape[1])
+        return;
+    const int64_t B = lab->shape[0], T = lab->shape[1];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t + 1 < T; t++)
+            if (tr_tensor_get_f64(mask, b * T + t) == 0 && tr_tensor_get_f64(lab, b * T + t + 1) != -100) {
+                fprintf(stderr, "trident: warning: [run] inputs: labels[%lld][%lld] = %.0f follows a pad "
+                        "(attention_mask[%lld][%lld] = 0): that position predicts it from a row that sees only "
+                        "padding, which transformers computes differently in eager and sdpa attention (and trident "
+                        "otherwise), so the losses will differ; -100 there (a padded sample's first token) makes "
+                        "them agree\n", (long long)b, (long long)t + 1, tr_tensor_get_f64(lab, b * T + t + 1),
+                        (long long)b, (long long)t);
+                return;
+            }
+}
+
 static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g, int n, struct tr_tensor *ts,
-                       struct tr_error *err) {
+                       int generate, struct tr_error *err) {
     char want[768];
+    int made_pos = -1;
     for (int i = 0; i < n; i++) {
         const int id = tr_graph_input(g, i);
         const char *name = tr_node_name(g, id);
         struct tr_tensor t;
         struct tr_error e = {0};
+        if (!strcmp(name, "position_ids") && ts[i].ndim == 2 && is_int(ts[i].dtype) &&
+            tr_safetensors_find(st, name) < 0) { /* made below, once the mask is read */
+            made_pos = i;
+            continue;
+        }
         int32_t *bytes_as_i32 = NULL; /* a BOOL, U8 or I8 tensor (a bool mask) widened to i32 */
         const char *file_dt = NULL;  /* then its dtype as the file names it */
         if (tr_safetensors_get(st, name, &t, &e) == TR_ERR_UNSUPPORTED) {
@@ -187,6 +237,13 @@ static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g
                                     "(a token), as a tokenizer writes it", (long long)k, v);
         }
     }
+    if (made_pos >= 0) {
+        default_positions(&ts[made_pos], input_named(g, n, ts, "attention_mask"), generate);
+        fprintf(stderr, "trident: note: [run] inputs has no position_ids: %s, as transformers' %s makes them\n",
+                generate ? "cumsum(attention_mask) - 1 (1 on pads)" : "0 .. seq_len-1 in every row",
+                generate ? "generate" : "forward");
+    }
+    if (!generate) warn_label_after_pad(g, n, ts);
     for (int k = 0; k < tr_safetensors_count(st); k++) {
         const char *name = tr_safetensors_name(st, k);
         int used = 0;
@@ -204,7 +261,7 @@ int tr_bench_inputs_load(const struct tr_config *cfg, const struct tr_graph *g, 
                          struct tr_error *err) {
     struct tr_safetensors *st = NULL;
     int rc = tr_safetensors_open(cfg->inputs, &st, err);
-    if (!rc) rc = inputs_fill(st, g, n, ts, err);
+    if (!rc) rc = inputs_fill(st, g, n, ts, !strcmp(cfg->task, "generate"), err);
     tr_safetensors_close(st);
     return rc ? tr_error_prefix(err, "%s:%d: [run] inputs = %s", cfg->file, cfg->inputs_line, cfg->inputs) : TR_OK;
 }

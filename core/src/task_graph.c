@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <cjson/cJSON.h>
 #include "trident/bench.h"
 #include "trident/generate.h"
 #include "trident/graph.h"
@@ -103,6 +104,28 @@ static int check_out_png(const struct tr_config *cfg, const struct tr_config_kv 
     return TR_OK;
 }
 
+/* model_max_length of the tokenizer_config.json in dir (StableDiffusionPipeline pads and
+ * cuts every prompt to it), 0 where the file or the key is absent or is transformers'
+ * "no limit" (1e30). */
+static int tokenizer_max_length(const char *dir, int64_t *out, struct tr_error *err) {
+    char path[TR_CONFIG_PATH + 32];
+    *out = 0;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return TR_OK;
+    char *text = malloc(1 << 20);
+    const size_t n = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (!text) return tr_error_set(err, TR_ERR_NOMEM, "out of memory reading %s", path);
+    text[n] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "model_max_length");
+    if (cJSON_IsNumber(m) && m->valuedouble >= 1 && m->valuedouble <= 1e6) *out = (int64_t)m->valuedouble;
+    cJSON_Delete(root);
+    return TR_OK;
+}
+
 static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, struct tr_error *err) {
     int prompt_line = 0;
     for (int i = 0; i < cfg->n_kv; i++) {
@@ -161,7 +184,18 @@ static int generate_keys(const struct tr_config *cfg, struct tr_task_graph *tg, 
                                 "directory with a tokenizer/", cfg->file, prompt_line);
     }
     if (prompt_line) tg->opts.tokenizer = tg->tokenizer;
-    else if (tg->tokenizer[0]) /* a tokenizer with nothing to tokenize: said, as the token generate says it */
+    if (prompt_line && !cfg->seq_len_line) { /* the tokenizer's length, as the pipeline pads prompts to it */
+        int64_t max_len = 0;
+        int rc = tokenizer_max_length(tg->tokenizer, &max_len, err);
+        if (rc) return rc;
+        if (max_len > tg->opts.seq_len)
+            return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [generate] prompt: the tokenizer's model_max_length %lld "
+                                "(%s/tokenizer_config.json) is past the text encoder's %lld positions; the pipeline "
+                                "refuses such a prompt too (give [run] seq_len to pad to fewer)", cfg->file,
+                                prompt_line, (long long)max_len, tg->tokenizer, (long long)tg->opts.seq_len);
+        if (max_len > 0) tg->opts.seq_len = max_len;
+    }
+    if (!prompt_line && tg->tokenizer[0]) /* a tokenizer with nothing to tokenize: said, as the token generate says it */
         fprintf(stderr, "trident: warning: %s: [generate] tokenizer is read for prompt or prompts; without either it "
                 "goes unread\n", cfg->file);
     return TR_OK;

@@ -777,10 +777,10 @@ int tr_hf_decode(const struct tr_hf_tokenizer *t, const int32_t *ids, int n, cha
     if (!tk.s) return tr_error_set(err, TR_ERR_NOMEM, "no memory");
     int rc = TR_OK;
     for (int i = 0; i < n && !rc; i++) {
-        if (ids[i] < 0 || ids[i] >= t->n_ids || !t->piece[ids[i]])
-            rc = tr_error_set(err, TR_ERR_INVALID, "tokenizer '%s': id %d is not in its vocabulary (%d ids)", t->path,
-                              ids[i], t->n_ids);
-        else if (!t->special[ids[i]] && !(tk.s[tk.n++] = dup_str(t->piece[ids[i]])))
+        /* an id the vocabulary lacks (a model's vocab_size past the tokenizer's): skipped,
+         * as tokenizers' decode skips it, the rest of the text kept */
+        if (ids[i] < 0 || ids[i] >= t->n_ids || !t->piece[ids[i]]) continue;
+        if (!t->special[ids[i]] && !(tk.s[tk.n++] = dup_str(t->piece[ids[i]])))
             rc = tr_error_set(err, TR_ERR_NOMEM, "no memory");
     }
     for (int i = 0; i < t->n_dec && !rc; i++)

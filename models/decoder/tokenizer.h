@@ -38,7 +38,7 @@ int tr_hf_encode(const struct tr_hf_tokenizer *t, const char *text, int32_t **id
  * nothing past U+10FFFF): what ByteFallback's decoder asks of a run of bytes. */
 int tr_hf_utf8_valid(const unsigned char *s, size_t n);
 /* decode(ids, skip_special_tokens=True), NUL-terminated; *text is malloc'd. An id outside
- * the vocabulary is an error. */
+ * the vocabulary is skipped, as tokenizers' decode skips it. */
 int tr_hf_decode(const struct tr_hf_tokenizer *t, const int32_t *ids, int n, char **text, struct tr_error *err);
 
 #endif
