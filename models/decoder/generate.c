@@ -160,7 +160,9 @@ static int text_decode(void *p, const int32_t *ids, int n, char **text, int *use
     for (; k < n && !end; k += !end)
         for (int e = 0; e < t->n_eos; e++) end |= ids[k] == t->eos[e];
     *used = k;
-    return tr_hf_decode(t->tok, ids, k, text, err);
+    /* the end-of-sequence token decoded too: a special one is skipped there, an ordinary
+     * token named as one (a generation_config's) kept, as transformers' decode keeps it */
+    return tr_hf_decode(t->tok, ids, k + (end && k < n), text, err);
 }
 
 static int check_step_tensor(const char *m, const struct tr_tensor *t, const char *name, enum tr_dtype dt, int ndim,
