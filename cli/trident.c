@@ -318,8 +318,16 @@ static int run_one(struct tr_config *cfg, struct tr_comm *comm, const char *json
 
 static void print_candidate(const struct tr_plugin_candidate *c, void *user) {
     (void)user;
+    /* the name to write in backends = is the file's (libtrident_backend_NAME.so); where
+     * the vtable calls itself otherwise, both are said */
+    char stem[128] = "";
+    const char *base = strrchr(c->path, '/') ? strrchr(c->path, '/') + 1 : c->path;
+    if (!strncmp(base, "libtrident_backend_", 19)) base += 19;
+    snprintf(stem, sizeof stem, "%.*s", (int)(strlen(base) > 3 ? strlen(base) - 3 : strlen(base)), base);
     if (c->accepted)
-        printf("  %-8s %-44s %s%s\n", c->name, c->path, c->shadowed ? "(shadowed by an earlier one) " : "",
+        printf("  %-8s %-44s %s%s%s%s%s\n", stem, c->path, c->shadowed ? "(shadowed by an earlier one) " : "",
+               c->name && strcmp(c->name, stem) ? "(its vtable's name: " : "",
+               c->name && strcmp(c->name, stem) ? c->name : "", c->name && strcmp(c->name, stem) ? ") " : "",
                c->description ? c->description : "");
     else printf("  refused  %-44s %s\n", c->path, c->reason);
     printf("           from %s\n", c->origin);

@@ -926,6 +926,14 @@ fault = init_segv"
 expect "a plugin that crashes in init costs its row, found before the run" 1 "faulty: FAILED: the backend's process was killed by signal 11 .* during the check before the run \(in its init\)" -- "${nosegv[@]}" "$bin" run "$tmp/f_init.ini"
 check "a plugin that crashes in init: the other backends run" '^torch +[0-9.]+ +[0-9.]+ .*reference$'
 
+# trident list names a plugin as backends = takes it (its file's), and its vtable's name
+# where that differs
+mkdir -p "$tmp/renamed"
+cp "$(dirname "$wrong")/libtrident_backend_minimal.so" "$tmp/renamed/libtrident_backend_other.so"
+ini rlist.ini "[plugins]
+path = $tmp/renamed"
+expect "list: a renamed plugin by its file's name, its vtable's said" 0 \
+  "^  other +.*libtrident_backend_other.so +\(its vtable's name: minimal\)" -- "$bin" list "$tmp/rlist.ini"
 # trident list and check-backend probe a plugin in a child process too.
 ini flist.ini "[plugins]
 path = $(dirname "$faulty")"

@@ -179,7 +179,8 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
     int kind, final, solver, algorithm;
     int rc = pick("scheduler", c->scheduler, kinds, 9, &kind, err);
     if (rc && strstr(c->scheduler, "Scheduler")) /* a scheduler file's class (read_scheduler) */
-        rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "the scheduler's config names %s, which trident does not run "
+        rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "the pipeline's model_index.json (else its scheduler_config.json's "
+                          "_class_name) names %s, which trident does not run "
                           "(DDIMScheduler, DDPMScheduler, PNDMScheduler, EulerDiscreteScheduler, "
                           "EulerAncestralDiscreteScheduler, LMSDiscreteScheduler, HeunDiscreteScheduler, "
                           "DPMSolverMultistepScheduler, UniPCMultistepScheduler); [model] scheduler = ddim, ddpm, pndm, "
