@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "trident/parse.h"
 #include "cli.h"
 #include "trident/bench.h"
 #include "trident/report.h"
@@ -34,12 +35,8 @@ static int is_suite(const cJSON *root) {
  * edited to hold an escape sequence) becomes '?', before anything reads or prints it. */
 static void printable(cJSON *j) {
     for (; j; j = j->next) {
-        if (cJSON_IsString(j) && j->valuestring)
-            for (char *c = j->valuestring; *c; c++)
-                if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
-        if (j->string)
-            for (char *c = j->string; *c; c++)
-                if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+        if (cJSON_IsString(j)) tr_text_printable(j->valuestring);
+        tr_text_printable(j->string);
         printable(j->child);
     }
 }

@@ -290,14 +290,6 @@ int tr_dp_step_status(struct tr_dp *dp, int rc, const char *label, int64_t step,
                         "stops this backend", (long long)step, failed);
 }
 
-/* FNV-1a over the bytes: a difference in any bit shows (not a defence against anyone). */
-static uint64_t hash_bytes(const void *p, size_t n) {
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 int tr_dp_check_weights(struct tr_dp *dp, int64_t step, struct tr_error *err) {
     if (!dp->on || !dp->check_weights) return TR_OK;
     const struct tr_comm *c = dp->comm;
@@ -306,7 +298,7 @@ int tr_dp_check_weights(struct tr_dp *dp, int64_t step, struct tr_error *err) {
         const int p = tr_graph_update_param(g, u);
         struct tr_tensor t = tr_node_tensor(g, p);
         const void *data = tr_node_data(g, p);
-        dp->mine[u] = data ? hash_bytes(data, tr_tensor_nbytes(&t)) : 0;
+        dp->mine[u] = data ? tr_bench_checksum(data, tr_tensor_nbytes(&t)) : 0;
     }
     int rc = c->allgather(c->user, dp->mine, dp->all, sizeof *dp->mine * (size_t)dp->n_upd, err);
     if (rc) return rc;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "trident/parse.h"
 #include "trident/loader.h"
 #include "trident/isolate.h"
 #include "trident/log.h"
@@ -60,8 +61,7 @@ struct tr_program {
  * breaks that would forge a log line) shown as '?'. */
 static void printable(char *s, size_t n) {
     s[n - 1] = '\0';
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+    tr_text_printable(s);
 }
 
 /* A plugin's error message, printable; empty: `none`. */

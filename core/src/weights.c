@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "trident/parse.h"
 #include "trident/safetensors.h"
 #include "trident/weights.h"
 #include "ini_text.h"
@@ -108,10 +109,6 @@ static int n_components(const char *s) {
 
 /* A name as a warning shows it: control characters (a file's names are anyone's bytes)
  * as '?', so a name cannot forge or garble a log line. */
-static void clean_name(char *s) {
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
-}
 
 /* Writes (with f) each of pat[0..n) once, in order, with how many it stands for, the first
  * TR_WEIGHTS_WARN_NAMES of them and "and K more"; returns how many distinct ones there are. */
@@ -173,7 +170,7 @@ int tr_weights_warn_unused(const struct tr_weights *w, FILE *f) {
             for (int j = 0; j < u->n && same < 2; j++) same += strcmp(pat[i], pat[j]) == 0;
             if (same == 1) snprintf(pat[i], sizeof pat[i], "%s", u->names[i]);
         }
-        for (int i = 0; i < u->n; i++) clean_name(pat[i]);
+        for (int i = 0; i < u->n; i++) tr_text_printable(pat[i]);
         list_patterns(f, pat, u->n);
         free(pat);
         if (lora) fputs(" (LoRA adapter tensors: predict and generate read them with [model] lora_predict = true)", f);

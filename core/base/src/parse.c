@@ -20,3 +20,8 @@ int tr_parse_bool(const char *s, int *out) {
     }
     return -1;
 }
+
+void tr_text_printable(char *s) {
+    for (; s && *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}

@@ -16,6 +16,11 @@ extern "C" {
  * as it is). The caller's message names file, line, key and value. */
 int tr_parse_bool(const char *s, int *out);
 
+/* Text from outside (a plugin's message, a file's tensor name, a report's label) made safe
+ * to print, in place: each control byte (an escape sequence, a line break that would forge
+ * a log line) becomes '?'. */
+void tr_text_printable(char *s);
+
 #ifdef __cplusplus
 }
 #endif
