@@ -321,12 +321,12 @@ static void slot_free(struct slot *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Each backend's steps one after another (fit in one process: the backends train one host
- * copy of the parameters, restored before each). */
 /* Ctrl-C: data parallel, what every rank agreed at the last step's status exchange (one
  * rank's signal stops them all after the same step); else this process's. */
 static int stop_now(const struct run *r) { return r->dp->on ? r->dp->stop : tr_bench_stop_requested(); }
 
+/* Each backend's steps one after another (fit in one process: the backends train one host
+ * copy of the parameters, restored before each). */
 static void run_sequential(struct run *r, struct slot *slots, int n) {
     for (int b = 0; b < n && !stop_now(r); b++) {
         struct slot *s = &slots[b];
