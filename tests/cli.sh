@@ -312,6 +312,11 @@ expect "a [backend.X] for a backend not listed is said, and the run goes on" 0 \
   -- "$bin" run "$tmp/unlisted.ini"
 expect "OMP_NUM_THREADS past [run] threads' bound: said, the default kept" 0 \
   'warning: OMP_NUM_THREADS=100000: expected a count from 1 to 1024' -- env OMP_NUM_THREADS=100000 "$bin" run "$tmp/unlisted.ini"
+# a [run] seq_len a model of images does not read: said, not silently dropped
+ini seqsam.ini $'[run]\nmodel = sam\npreset = tiny\nbackends = tf\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 77'
+expect "[run] seq_len for SAM is said to be unread" 0 \
+  "warning: .*seqsam.ini:8: \\[run\\] seq_len = 77 is not read: model 'sam' takes images, no sequence" \
+  -- "$bin" run "$tmp/seqsam.ini"
 # fit from a checkpoint: the model's params come from the file, the optimizer state is made
 ini fitw.ini "[run]
 model = bert
@@ -555,6 +560,8 @@ expect "hf_config = a model's directory reads its config.json" 0 'all backends r
 # a 48x48 image; the default prompt scaled to it), its batch and outputs in float64
 # (tests/fixtures/make_vision_reference.py --model sam --random 9).
 expect "sam from a random transformers config against its float64 outputs" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sam/check.ini
+expect "sam with the processor's padding label -10 against transformers" 0 'all backends ran and agree' -- \
+  "$bin" run tests/fixtures/reference_sam_pad_label/check.ini
 # SAM on a photo (task = generate, [generate] init_image; make_sam_photo_fixture.py):
 # SamProcessor's resize (Pillow's, enlarging 40x30 and shrinking 97x150 and 150x97),
 # normalisation and padding, the prompt scaled with the photo, and post_process_masks'

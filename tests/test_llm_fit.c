@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backendutil.h"
+#include "modelutil.h"
 #include "decoder/decoder.h"
 #include "models.h"
 #include "trident/autodiff.h"
@@ -516,6 +517,39 @@ static void test_inputs_default_positions(void **state) {
     assert_true(rep.rows[0].ok && rep.rows[0].ref_compared && rep.rows[0].ref_agrees);
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_inputs_default_positions, test_gemma_pad_grad, test_mistral_pad_grad, test_interface, test_make_inputs_labels, test_lora_key_errors, test_fit_one_token_refused,
+/* A label outside the vocabulary in [run] inputs: refused before any backend runs, named
+ * by the file's sample and position (the kernel sees it shifted and flattened); one in
+ * the first column, which the shift drops (as transformers' does), is not read. */
+static void test_inputs_label_range(void **state) {
+    (void)state;
+    const char *dir = TR_SOURCE_DIR "/tests/fixtures/reference_mistral_fit";
+    char src[600], path[600], ini[2048];
+    snprintf(src, sizeof src, "%s/batch.safetensors", dir);
+    static const struct { int64_t index; double value; const char *want; } cases[] = {
+        {12 + 5, 4096, "'labels' element 17 (sample 1, position 5) is 4096: outside the loss's classes [0, "},
+        {2 * 12 + 11, -3, "'labels' element 35 (sample 2, position 11) is -3: outside"},
+        {12, 99999, NULL},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tr_test_copy_poisoned(src, "labels", cases[k].index, cases[k].value, "bad_labels.safetensors", path, sizeof path);
+        snprintf(ini, sizeof ini, "[run]\nmodel = mistral\npreset = tiny\ntask = fit\nbackends = tf\nbatch = 3\n"
+                 "seq_len = 12\nsteps = 1\nwarmup = 1\nweights = %s/../mistral_tiny.safetensors\ninputs = %s\n"
+                 "[model]\nlora_rank = 0\n", dir, path);
+        static struct tr_config cfg;
+        static struct tr_bench_report rep;
+        struct tr_error e = {0};
+        if (tr_config_load_string(ini, "m.ini", &cfg, &e)) fail_msg("%s", e.msg);
+        const int rc = tr_bench_run(&cfg, tr_builtin_models, &rep, &e);
+        if (!cases[k].want) {
+            if (rc) fail_msg("%s", e.msg);
+            continue;
+        }
+        assert_int_not_equal(rc, TR_OK);
+        tr_assert_msg_has(&e, cases[k].want);
+        tr_assert_msg_has(&e, "and is not the ignore index -100");
+    }
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_inputs_default_positions, test_inputs_label_range, test_gemma_pad_grad, test_mistral_pad_grad, test_interface, test_make_inputs_labels, test_lora_key_errors, test_fit_one_token_refused,
              test_gemma_grads_match_peft, test_mistral_grads_match_peft, test_frozen_weights_unchanged,
              test_gemma_fit_everywhere, test_mistral_fit_everywhere, test_gemma_fit_bf16, test_mistral_fit_bf16)

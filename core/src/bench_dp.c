@@ -179,59 +179,21 @@ int tr_dp_shard_inputs(const struct tr_config *cfg, const struct tr_model_desc *
     return rc;
 }
 
-/* Whether CONST node id holds `ignore` alone (a column of ignored labels beside a slice). */
-static int const_all(const struct tr_graph *g, int id, double ignore) {
-    struct tr_tensor t = tr_node_tensor(g, id);
-    t.data = (void *)tr_node_data(g, id);
-    for (int64_t e = 0; t.data && e < tr_tensor_numel(&t); e++)
-        if (tr_tensor_get_f64(&t, e) != ignore) return 0;
-    return t.data != NULL;
-}
-
 /* The terms of the model's loss on this rank: the labels a cross-entropy does not ignore,
- * or -1 when the loss counts alike on every rank. The labels may reach it through
- * reshapes, casts, one slice and a concatenation with ignored constants (a causal LM's
- * labels[:, 1:] and an ignored last column): only the sliced elements count. */
+ * or -1 when the loss counts alike on every rank (tr_bench_loss_labels: only the sliced
+ * elements count). */
 static double loss_terms(const struct tr_task_graph *tg, const struct tr_tensor *in) {
     const struct tr_graph *g = tg->graph;
     const int loss = tg->train.model_loss;
     if (tr_node_op(g, loss) != TR_OP_CROSS_ENTROPY || !tr_node_attrs(g, loss)->ints[1]) return -1;
     const int64_t ignore = tr_node_attrs(g, loss)->ints[0];
-    int lab = tr_node_input(g, loss, 1), slice = -1;
-    for (int depth = 0; lab >= 0 && depth < 16; depth++) {
-        const int op = tr_node_op(g, lab);
-        if (op == TR_OP_RESHAPE || op == TR_OP_CAST) {
-            lab = tr_node_input(g, lab, 0);
-        } else if (op == TR_OP_SLICE && slice < 0) {
-            slice = lab;
-            lab = tr_node_input(g, lab, 0);
-        } else if (op == TR_OP_CONCAT) {
-            int next = -1;
-            for (int i = 0; i < tr_node_n_inputs(g, lab); i++) {
-                const int x = tr_node_input(g, lab, i);
-                if (tr_node_op(g, x) == TR_OP_CONST && const_all(g, x, (double)ignore)) continue;
-                if (next >= 0) return -1;
-                next = x;
-            }
-            lab = next;
-        } else {
-            break;
-        }
-    }
+    int slice;
+    const int lab = tr_bench_loss_labels(g, loss, &slice);
     for (int i = 0; i < tg->n_model_inputs; i++) {
         if (tr_graph_input(g, i) != lab) continue;
-        const struct tr_tensor *t = &in[i];
-        const int64_t *sl = slice >= 0 ? tr_node_attrs(g, slice)->ints : NULL; /* axis, start, end, step */
-        int64_t inner = 1;
-        for (int d = sl ? (int)sl[0] + 1 : 0; d < t->ndim; d++) inner *= t->shape[d];
         double n = 0;
-        for (int64_t e = 0; e < tr_tensor_numel(t); e++) {
-            if (sl) {
-                const int64_t k = (e / inner) % t->shape[sl[0]];
-                if (k < sl[1] || k >= sl[2] || (k - sl[1]) % sl[3] != 0) continue;
-            }
-            n += tr_tensor_get_f64(t, e) != (double)ignore;
-        }
+        for (int64_t e = 0; e < tr_tensor_numel(&in[i]); e++)
+            n += tr_bench_slice_keeps(g, slice, &in[i], e) && tr_tensor_get_f64(&in[i], e) != (double)ignore;
         return n;
     }
     return -1;

@@ -103,6 +103,79 @@ static int embedding_range(const struct tr_graph *g, int in, double *lo, double 
     return found;
 }
 
+/* Whether CONST node id holds `ignore` alone (a column of ignored labels beside a slice). */
+static int const_all(const struct tr_graph *g, int id, double ignore) {
+    struct tr_tensor t = tr_node_tensor(g, id);
+    t.data = (void *)tr_node_data(g, id);
+    for (int64_t e = 0; t.data && e < tr_tensor_numel(&t); e++)
+        if (tr_tensor_get_f64(&t, e) != ignore) return 0;
+    return t.data != NULL;
+}
+
+int tr_bench_loss_labels(const struct tr_graph *g, int loss, int *slice) {
+    const int64_t ignore = tr_node_attrs(g, loss)->ints[1] ? tr_node_attrs(g, loss)->ints[0] : INT64_MIN;
+    int lab = tr_node_input(g, loss, 1);
+    *slice = -1;
+    for (int depth = 0; lab >= 0 && depth < 16; depth++) {
+        const int op = tr_node_op(g, lab);
+        if (op == TR_OP_RESHAPE || op == TR_OP_CAST) {
+            lab = tr_node_input(g, lab, 0);
+        } else if (op == TR_OP_SLICE && *slice < 0) {
+            *slice = lab;
+            lab = tr_node_input(g, lab, 0);
+        } else if (op == TR_OP_CONCAT) {
+            int next = -1;
+            for (int i = 0; i < tr_node_n_inputs(g, lab); i++) {
+                const int x = tr_node_input(g, lab, i);
+                if (tr_node_op(g, x) == TR_OP_CONST && ignore != INT64_MIN && const_all(g, x, (double)ignore)) continue;
+                if (next >= 0) return -1;
+                next = x;
+            }
+            lab = next;
+        } else {
+            break;
+        }
+    }
+    return lab;
+}
+
+int tr_bench_slice_keeps(const struct tr_graph *g, int slice, const struct tr_tensor *t, int64_t e) {
+    if (slice < 0) return 1;
+    const int64_t *sl = tr_node_attrs(g, slice)->ints; /* axis, start, end, step */
+    int64_t inner = 1;
+    for (int d = (int)sl[0] + 1; d < t->ndim; d++) inner *= t->shape[d];
+    const int64_t k = (e / inner) % t->shape[sl[0]];
+    return k >= sl[1] && k < sl[2] && (k - sl[1]) % sl[3] == 0;
+}
+
+/* Input node `in`'s labels against every cross-entropy they reach: each element the loss
+ * reads is a class of its logits or the ignore index, else it is named here by the file's
+ * [sample][position] (the kernel would name it after the shift, flattened). */
+static int labels_check(const struct tr_graph *g, int in, const struct tr_tensor *t, const char *name,
+                        struct tr_error *err) {
+    for (int id = 0; id < tr_graph_n_nodes(g); id++) {
+        int slice;
+        if (tr_node_op(g, id) != TR_OP_CROSS_ENTROPY || tr_bench_loss_labels(g, id, &slice) != in) continue;
+        const struct tr_attrs *at = tr_node_attrs(g, id);
+        const int logits = tr_node_input(g, id, 0);
+        const double classes = (double)tr_node_shape(g, logits)[tr_node_ndim(g, logits) - 1];
+        for (int64_t e = 0; e < tr_tensor_numel(t); e++) {
+            const double v = tr_tensor_get_f64(t, e);
+            if (!tr_bench_slice_keeps(g, slice, t, e) || (v >= 0 && v < classes) || (at->ints[1] && v == (double)at->ints[0]))
+                continue;
+            char at_s[64] = "", ign[48] = "";
+            if (t->ndim == 2)
+                snprintf(at_s, sizeof at_s, " (sample %lld, position %lld)", (long long)(e / t->shape[1]),
+                         (long long)(e % t->shape[1]));
+            if (at->ints[1]) snprintf(ign, sizeof ign, " and is not the ignore index %lld", (long long)at->ints[0]);
+            return tr_error_set(err, TR_ERR_INVALID, "'%s' element %lld%s is %.0f: outside the loss's classes [0, %.0f) "
+                                "(the logits' last dimension: vocab_size or num_labels)%s", name, (long long)e, at_s, v,
+                                classes, ign);
+        }
+    }
+    return TR_OK;
+}
+
 /* A BOOL, U8 or I8 tensor of the file (torch's bool attention mask, a uint8 one) as an i32
  * tensor in *buf (the caller frees it), so that convert takes it as any integers: true 1,
  * false 0. Another dtype keeps the reader's refusal. */
@@ -228,6 +301,7 @@ static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g
                                     range);
             }
         }
+        if (is_int(ts[i].dtype) && (rc = labels_check(g, id, &ts[i], name, err))) return rc;
         /* a tokenizer's mask is 0 or 1: another value would weigh a key where transformers
          * (which reads any nonzero as 1) attends to it plainly */
         for (int64_t k = 0; strcmp(name, "attention_mask") == 0 && ts[i].ndim == 2 && k < tr_tensor_numel(&ts[i]); k++) {

@@ -19,6 +19,13 @@
 int tr_bench_inputs_load(const struct tr_config *cfg, const struct tr_graph *g, int n, struct tr_tensor *ts,
                          struct tr_error *err);
 
+/* The node whose values are the labels of cross-entropy node `loss`, through reshapes,
+ * casts, one slice (*slice, else -1) and a concatenation with ignored constants (a causal
+ * LM's labels[:, 1:] and an ignored last column); -1 when another op makes them. */
+int tr_bench_loss_labels(const struct tr_graph *g, int loss, int *slice);
+/* Whether slice node `slice` (-1: none) keeps element e of t, the tensor it slices. */
+int tr_bench_slice_keeps(const struct tr_graph *g, int slice, const struct tr_tensor *t, int64_t e);
+
 /* Named host tensors collected during a run, written to one file at the end. */
 struct tr_bench_outputs {
     int n, cap;

@@ -253,6 +253,12 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
     tg->opts = (struct tr_build_opts){.task = task, .dtype = cfg->dtype, .batch = cfg->batch, .seq_len = cfg->seq_len};
     const int64_t own_seq_len = !cfg->seq_len_line && m->default_seq_len ? m->default_seq_len(tg->config) : 0;
     if (own_seq_len > 0) tg->opts.seq_len = own_seq_len; /* no [run] seq_len: the model's own */
+    if (cfg->seq_len_line && m->default_seq_len && m->default_seq_len(tg->config) < 0) {
+        char where[TR_CONFIG_PATH + 96];
+        fprintf(stderr, "trident: warning: %s = %lld is not read: model '%s' takes images, no sequence\n",
+                tr_config_where(cfg, "seq_len", cfg->seq_len_line, where, sizeof where), (long long)cfg->seq_len,
+                m->name);
+    }
     if (tr_config_data_parallel(cfg)) { /* each rank's graph takes its share of the batch */
         if (task != TR_TASK_FIT) {
             rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: [run] task = %s on %d ranks: data parallelism trains "

@@ -395,9 +395,11 @@ static int image_pe(struct net *n, int pe, int64_t G, int64_t F) {
 }
 
 /* The sparse prompt (B, T, C). The points' encoding (a padding point (0,0), label -1,
- * appended when there is no box), replaced by not_a_point_embed where the label is -1,
+ * appended when there is no box), replaced by not_a_point_embed where the label is -1 and
+ * by zeros where it is -10 (the processor's padding of a sample with fewer points),
  * point_embed.0 / .1 added where it is 0 / 1 (transformers' _embed_points): as table
- * lookups by label + 1, keep[label] (0 for -1) times the encoding plus add[label]. Then
+ * lookups by label + 10, keep[label] (0 for -10 and -1) times the encoding plus
+ * add[label] (labels -9 .. -2, 2 and 3 keep the encoding alone, as there). Then
  * the box's two corners' encodings plus point_embed.2 and .3 (_embed_boxes). pts and
  * labels -1 for no points (N = 0), box -1 for none; *T gets the token count. */
 static int sparse_prompt(struct net *n, const struct tr_sam_config *c, int pts, int labels, int box, int pe,
@@ -407,7 +409,7 @@ static int sparse_prompt(struct net *n, const struct tr_sam_config *c, int pts, 
     const float inv = 1.0f / (float)c->image_size;
     tr_graph_push_scope(g, "prompt_encoder");
     const int64_t one[2] = {1, C};
-    int rows[4] = {param(n, "not_a_point_embed.weight", 2, one, 0.0f, 1.0f),
+    int rows[5] = {-1, param(n, "not_a_point_embed.weight", 2, one, 0.0f, 1.0f),
                    param(n, "point_embed.0.weight", 2, one, 0.0f, 1.0f),
                    param(n, "point_embed.1.weight", 2, one, 0.0f, 1.0f), -1};
     int corners[2] = {param(n, "point_embed.2.weight", 2, one, 0.0f, 1.0f),
@@ -433,16 +435,18 @@ static int sparse_prompt(struct net *n, const struct tr_sam_config *c, int pts, 
         /* (x + 0.5) / S: the pixel's centre, in [0, 1] */
         int coords = tr_scale(g, reshape(g, all, 2, (const int64_t[]){M, 2}), inv, 0.5f * inv);
         int enc = fourier(n, coords, pe, M, c->num_pos_feats);
-        int ids = tr_cast(g, tr_scale(g, tr_cast(g, reshape(g, lab, 1, (const int64_t[]){M}), TR_DTYPE_F32), 1.0f, 1.0f),
+        int ids = tr_cast(g, tr_scale(g, tr_cast(g, reshape(g, lab, 1, (const int64_t[]){M}), TR_DTYPE_F32), 1.0f, 10.0f),
                           TR_DTYPE_I32);
-        const float keep_v[5] = {0, 1, 1, 1, 1};
-        int keep = tr_const(g, "label_keep", TR_DTYPE_F32, 2, (const int64_t[]){5, 1}, keep_v);
+        /* labels -10 .. 3 */
+        const float keep_v[14] = {0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1};
+        int keep = tr_const(g, "label_keep", TR_DTYPE_F32, 2, (const int64_t[]){14, 1}, keep_v);
         if (n->dt != TR_DTYPE_F32) keep = tr_cast(g, keep, n->dt);
-        float *zeros = calloc((size_t)(2 * C), sizeof(float));
-        rows[3] = tr_const(g, "label_zero_rows", TR_DTYPE_F32, 2, (const int64_t[]){2, C}, zeros);
+        float *zeros = calloc((size_t)(9 * C), sizeof(float));
+        rows[0] = tr_const(g, "label_zero_rows_low", TR_DTYPE_F32, 2, (const int64_t[]){9, C}, zeros);
+        rows[4] = tr_const(g, "label_zero_rows", TR_DTYPE_F32, 2, (const int64_t[]){2, C}, zeros);
         free(zeros);
-        if (n->dt != TR_DTYPE_F32) rows[3] = tr_cast(g, rows[3], n->dt);
-        int add = tr_concat(g, 4, rows, 0);
+        if (n->dt != TR_DTYPE_F32) rows[0] = tr_cast(g, rows[0], n->dt), rows[4] = tr_cast(g, rows[4], n->dt);
+        int add = tr_concat(g, 5, rows, 0);
         int e = tr_add(g, tr_mul(g, enc, tr_embedding(g, keep, ids)), tr_embedding(g, add, ids));
         parts[np++] = reshape(g, e, 3, (const int64_t[]){B, P, C});
     }
@@ -914,6 +918,12 @@ static int sam_read_hf_config(void *config, const char *path, struct tr_error *e
     return rc;
 }
 
+/* images, no sequence: a [run] seq_len is said to be unread */
+static int64_t sam_no_seq_len(const void *config) {
+    (void)config;
+    return -1;
+}
+
 const struct tr_model_desc tr_model_sam = {
     .name = "sam",
     .description = "SamModel (transformers names; SegmentAnything: ViT image encoder, prompt encoder, mask decoder)",
@@ -923,6 +933,7 @@ const struct tr_model_desc tr_model_sam = {
     .build = sam_build,
     .trainable = tr_model_trainable_all, /* fit builds only what it trains */
     .make_inputs = sam_make_inputs,
+    .default_seq_len = sam_no_seq_len,
     .read_hf_config = sam_read_hf_config,
     .write_image = sam_write_image,
     /* the low-resolution mask logits are dot products over few channels that cancel to

@@ -340,6 +340,12 @@ static int vae_read_hf_config(void *config, const char *path, struct tr_error *e
     return rc;
 }
 
+/* images, no sequence: a [run] seq_len is said to be unread */
+static int64_t vae_no_seq_len(const void *config) {
+    (void)config;
+    return -1;
+}
+
 const struct tr_model_desc tr_model_autoencoder_kl = {
     .name = "autoencoder_kl",
     .description = "AutoencoderKL (diffusers names; Stable Diffusion's VAE, NHWC)",
@@ -349,6 +355,7 @@ const struct tr_model_desc tr_model_autoencoder_kl = {
     .build = vae_build,
     .trainable = tr_model_trainable_all, /* fit builds only what it trains */
     .make_inputs = vae_make_inputs,
+    .default_seq_len = vae_no_seq_len,
     .read_hf_config = vae_read_hf_config,
     /* twice the worst of diffusers' own bf16 image against float64 on 14 random configs
      * (make_vision_reference.py --model autoencoder_kl --dtype bf16, seeds 1 to 8 and 11 to

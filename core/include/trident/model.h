@@ -105,7 +105,8 @@ struct tr_model_desc {
                        struct tr_error *err);
     /* Optional: the sequence length when the INI gives no [run] seq_len (core's 128
      * otherwise): Stable Diffusion's prompts are always the text encoder's
-     * max_position_embeddings tokens (77), as its pipeline pads them. 0: core's. */
+     * max_position_embeddings tokens (77), as its pipeline pads them. 0: core's. -1: the
+     * model reads no sequence (its inputs are images): a [run] seq_len is warned unread. */
     int64_t (*default_seq_len)(const void *config);
     /* Optional: how far two backends' predict outputs may be apart in bf16, where the
      * dtype's 2e-2 is tighter than the model's depth allows (its reference library's own
