@@ -105,12 +105,19 @@ int tr_hf_json_load_max(const char *path, size_t max, const char *what, cJSON **
     free(buf);
     if (!text) return tr_error_set(err, TR_ERR_NOMEM, "no memory to read '%s'", path);
     buf = text, n = strlen(text);
-    cJSON *j = cJSON_Parse(buf);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(buf, &end, 0);
     int rc = TR_OK;
+    while (j && end && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
     if (!j) {
         const char *at = cJSON_GetErrorPtr();
         rc = tr_error_set(err, TR_ERR_FORMAT, "'%s' is not valid JSON (near byte %ld)", path,
                           at && at >= buf && at <= buf + n ? (long)(at - buf) : -1L);
+    } else if (end && *end) { /* json.load's "Extra data": from_pretrained stops there too */
+        rc = tr_error_set(err, TR_ERR_FORMAT, "'%s' is not valid JSON: more follows the value that ends at byte %ld",
+                          path, (long)(end - buf));
+        cJSON_Delete(j);
+        j = NULL;
     } else if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
         j = NULL;
@@ -165,7 +172,9 @@ static int apply_one(const cJSON *j, const char *path, const struct tr_model_key
                 len += w > 0 ? (size_t)w : 0;
             }
         } else {
-            return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not a string or a list of integers", path, k->name);
+            return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is %s, expected a string", path, k->name,
+                                cJSON_IsNumber(j) ? "a number" : cJSON_IsBool(j) ? "true or false"
+                                : cJSON_IsNull(j) ? "null" : "an object");
         }
         if (len >= sizeof buf)
             return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is longer than %zu characters", path, k->name,

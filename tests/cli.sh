@@ -312,6 +312,9 @@ expect "a [backend.X] for a backend not listed is said, and the run goes on" 0 \
   -- "$bin" run "$tmp/unlisted.ini"
 expect "OMP_NUM_THREADS past [run] threads' bound: said, the default kept" 0 \
   'warning: OMP_NUM_THREADS=100000: expected a count from 1 to 1024' -- env OMP_NUM_THREADS=100000 "$bin" run "$tmp/unlisted.ini"
+# the noise schedule's errors name the scheduler the run takes (every sampler's, not DDIM's)
+rejects eusched.ini $'[run]\nmodel = stable_diffusion\npreset = tiny\ntask = generate\nbackends = torch\nbatch = 1\nsteps = 1\nwarmup = 1\n[model]\nscheduler = euler\nsteps_offset = 5000\nnum_inference_steps = 3' \
+  "a schedule's error names the scheduler" 'stable_diffusion: scheduler = euler: steps_offset = 5000 puts the first timestep past 999'
 # a [run] seq_len a model of images does not read: said, not silently dropped
 ini seqsam.ini $'[run]\nmodel = sam\npreset = tiny\nbackends = tf\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 77'
 expect "[run] seq_len for SAM is said to be unread" 0 \

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "modelutil.h"
 #include "clip/clip.h"
 #include "clip/tokenizer.h"
@@ -198,6 +199,23 @@ static void test_tokenizer(void **state) {
     assert_int_equal(tr_clip_tokenize(t, "caf\xe9", ids, 16, &e), TR_ERR_INVALID);
     tr_assert_msg_has(&e, "not UTF-8");
     tr_clip_tokenizer_free(t);
+    /* an id that is not an integer (CLIPTokenizer's int() would refuse it) */
+    char dir[600], path[700];
+    snprintf(dir, sizeof dir, "%s/frac_tok", tr_test_dir);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("{\"<|startoftext|>\": 0, \"<|endoftext|>\": 1, \"a</w>\": 1.5}", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/merges.txt", dir);
+    assert_non_null(f = fopen(path, "w"));
+    fputs("#version: 0.2\n", f);
+    fclose(f);
+    t = NULL;
+    assert_int_not_equal(tr_clip_tokenizer_load(dir, &t, &e), TR_OK);
+    tr_assert_msg_has(&e, "vocab.json': \"a</w>\" is not a token id");
+    assert_null(t);
 }
 
 /* A config.json that leaves keys out means CLIPTextConfig's defaults for them; a
@@ -218,6 +236,14 @@ static void test_hf_config_defaults(void **state) {
     struct tr_error e = {0};
     assert_int_equal(tr_model_clip_text.read_hf_config(&c, path, &e), TR_ERR_UNSUPPORTED);
     tr_assert_msg_has(&e, "use_attention_mask = true");
+    /* what from_pretrained's json.load refuses: more after the object ("Extra data"); a
+     * string key of another type, said as what it is */
+    tr_test_dir_file("tail.json", "{\"model_type\": \"clip_text_model\"} {\"hidden_size\": 8", path, sizeof path);
+    assert_int_equal(tr_model_clip_text.read_hf_config(&c, path, &e), TR_ERR_FORMAT);
+    tr_assert_msg_has(&e, "tail.json' is not valid JSON: more follows the value that ends at byte 34");
+    tr_test_dir_file("act.json", "{\"model_type\": \"clip_text_model\", \"hidden_act\": 3}", path, sizeof path);
+    assert_int_equal(tr_model_clip_text.read_hf_config(&c, path, &e), TR_ERR_FORMAT);
+    tr_assert_msg_has(&e, "act.json': \"hidden_act\" is a number, expected a string");
 }
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_tokenizer, test_param_counts, test_hf_config_defaults, test_names_match_state_dict,

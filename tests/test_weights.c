@@ -547,6 +547,45 @@ static void write_with(const char *path, int bare, int n_extra, const char *cons
     tr_test_tensors_free(n, ts);
 }
 
+/* Links in a directory: a link to the directory itself (its files reached twice) reads
+ * each file once; a .safetensors link to nothing (a Hub cache's interrupted download) is
+ * refused by name, not skipped; a file deeper than the immediate subdirectories (a Hub
+ * cache's snapshots/REV/) is named with the directory to give. */
+static void test_load_directory_links(void **state) {
+    (void)state;
+    char dir[600], sub[700], p[800], link[800];
+    make_dirs(dir, sub, "test_weights_links", "snapshots");
+    snprintf(p, sizeof p, "%s/a.safetensors", dir);
+    write_with(p, 0, 0, NULL);
+    snprintf(link, sizeof link, "%s/self", dir);
+    assert_int_equal(symlink(".", link), 0);
+    const int fwd[3] = {0, 1, 2};
+    struct tr_graph *g = make_graph(fwd, TR_DTYPE_F32);
+    struct tr_weights *w = NULL;
+    struct tr_error e = {0};
+    if (tr_weights_load(g, dir, &w, &e)) fail_msg("%s", e.msg);
+    tr_weights_free(w);
+    remove(link);
+    snprintf(link, sizeof link, "%s/model-00002-of-00002.safetensors", dir);
+    assert_int_equal(symlink("../blobs/deadbeef", link), 0);
+    assert_int_equal(tr_weights_load(g, dir, &w, &e), TR_ERR_IO);
+    tr_assert_msg_has(&e, "model-00002-of-00002.safetensors' is a link to '../blobs/deadbeef', which is not there");
+    remove(link);
+    char rev[800], deep[900];
+    snprintf(rev, sizeof rev, "%s/abc123", sub);
+    assert_int_equal(mkdir(rev, 0700), 0);
+    snprintf(deep, sizeof deep, "%s/model.safetensors", rev);
+    assert_int_equal(rename(p, deep), 0);
+    assert_int_equal(tr_weights_load(g, dir, &w, &e), TR_ERR_NOT_FOUND);
+    tr_assert_msg_has(&e, "deeper, 'snapshots/abc123/model.safetensors': name its directory");
+    tr_assert_msg_has(&e, "/snapshots/abc123') as [run] weights");
+    tr_graph_free(g);
+    remove(deep);
+    rmdir(rev);
+    rmdir(sub);
+    rmdir(dir);
+}
+
 #define tr_assert_str_has(str, s)                                                    \
     do {                                                                             \
         if (!strstr((str), (s))) fail_msg("\"%s\"\n  lacks \"%s\"", (str), (s)); \
@@ -942,7 +981,7 @@ static void test_load_errors(void **state) {
     expect_load_error(TR_DTYPE_F32, TR_ERR_IO, NULL);
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_seed_deterministic_and_order_free,
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_seed_deterministic_and_order_free, test_load_directory_links,
              test_seed_bf16_is_rounded_f32, test_seed_large_tensor, test_load_f32_and_convert, test_load_other_float_dtypes,
              test_load_errors,
              test_load_fresh, test_load_missing_seed, test_load_without_base_prefix, test_load_directory,

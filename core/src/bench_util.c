@@ -121,6 +121,8 @@ int tr_bench_weights(const struct tr_config *cfg, struct tr_graph *g, const stru
     if (!cfg->weights[0]) return tr_weights_from_seed(g, cfg->seed, w, err);
     int rc = tr_weights_load_opts(g, cfg->weights, wo, w, err);
     char where[TR_CONFIG_PATH + 96];
+    if (rc && !strncmp(err->msg, "weights: ", 9)) /* the prefix says it: not "[run] weights: weights: " */
+        memmove(err->msg, err->msg + 9, strlen(err->msg + 9) + 1);
     if (rc) tr_error_prefix(err, "%s", tr_config_where(cfg, "weights", cfg->weights_line, where, sizeof where));
     return rc;
 }

@@ -396,6 +396,8 @@ struct files {
     struct tr_safetensors *st[MAX_FILES];
     unsigned char *read[MAX_FILES]; /* per tensor, in header order: a PARAM read it */
     size_t dir_len;                 /* a directory's: strlen(path) + 1, where a file's own name begins */
+    dev_t dev[MAX_FILES];           /* collect's, of path[i] until the paths are sorted */
+    ino_t ino[MAX_FILES];
 };
 
 static int by_path(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
@@ -405,27 +407,64 @@ static int is_safetensors(const char *name) {
     return n > 12 && strcmp(name + n - 12, ".safetensors") == 0;
 }
 
+/* One directory's part of f: its .safetensors files first, then (depth 0) its
+ * subdirectories', so that a file reached twice (a link to it, a link to its directory)
+ * is read once, by its shallowest path. A .safetensors link to nothing (a Hub cache's
+ * blob of an interrupted download) is refused by name, not skipped. */
 static int collect(const char *dir, int depth, struct files *f, struct tr_error *err) {
     DIR *d = opendir(dir);
     if (!d) return tr_error_set(err, TR_ERR_IO, "cannot read the directory '%s'", dir);
     struct dirent *e;
     int rc = TR_OK;
-    while (!rc && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        char p[TR_WEIGHTS_PATH_MAX];
-        if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p) continue;
-        struct stat sb;
-        if (stat(p, &sb) != 0) continue;
-        if (S_ISDIR(sb.st_mode) && depth == 0) rc = collect(p, 1, f, err);
-        else if (S_ISREG(sb.st_mode) && is_safetensors(e->d_name)) {
+    for (int pass = 0; pass < 2 && !rc; pass++, rewinddir(d)) {
+        while (!rc && (e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.') continue;
+            char p[TR_WEIGHTS_PATH_MAX];
+            if (snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p) continue;
+            struct stat sb, lb;
+            if (stat(p, &sb) != 0) {
+                char to[TR_WEIGHTS_PATH_MAX];
+                const ssize_t n = readlink(p, to, sizeof to - 1);
+                if (pass == 0 && is_safetensors(e->d_name) && lstat(p, &lb) == 0 && S_ISLNK(lb.st_mode) && n >= 0)
+                    rc = tr_error_set(err, TR_ERR_IO, "weights: '%s' is a link to '%.*s', which is not there (an "
+                                      "interrupted download?)", p, (int)n, to);
+                continue;
+            }
+            if (pass == 1) {
+                if (S_ISDIR(sb.st_mode) && depth == 0) rc = collect(p, 1, f, err);
+                continue;
+            }
+            if (!S_ISREG(sb.st_mode) || !is_safetensors(e->d_name)) continue;
+            int seen = 0;
+            for (int i = 0; i < f->n && !seen; i++) seen = f->dev[i] == sb.st_dev && f->ino[i] == sb.st_ino;
+            if (seen) continue;
             if (f->n == MAX_FILES)
                 rc = tr_error_set(err, TR_ERR_INVALID, "weights: more than %d .safetensors files under '%s'", MAX_FILES,
                                   dir);
-            else memcpy(f->path[f->n++], p, sizeof p);
+            else f->dev[f->n] = sb.st_dev, f->ino[f->n] = sb.st_ino, memcpy(f->path[f->n++], p, sizeof p);
         }
     }
     closedir(d);
     return rc;
+}
+
+/* The first .safetensors below dir, 2 to 4 levels down (a Hub cache's
+ * snapshots/REV/model.safetensors), its path under dir in found; 0 when none. */
+static int deeper_safetensors(const char *dir, const char *rel, int depth, char *found, size_t cap) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int hit = 0;
+    while (d && !hit && (e = readdir(d)) != NULL) {
+        char p[TR_WEIGHTS_PATH_MAX], r[TR_WEIGHTS_PATH_MAX];
+        struct stat sb;
+        if (e->d_name[0] == '.' || snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= (int)sizeof p ||
+            snprintf(r, sizeof r, "%s%s%s", rel, rel[0] ? "/" : "", e->d_name) >= (int)sizeof r || stat(p, &sb) != 0)
+            continue;
+        if (S_ISREG(sb.st_mode) && is_safetensors(e->d_name) && depth >= 2) hit = snprintf(found, cap, "%s", r) > 0;
+        else if (S_ISDIR(sb.st_mode) && depth < 4) hit = deeper_safetensors(p, r, depth + 1, found, cap);
+    }
+    if (d) closedir(d);
+    return hit;
 }
 
 /* The length of a trailing shard suffix "-00001-of-00002" of s[0..n) (save_pretrained's),
@@ -522,9 +561,17 @@ static int no_safetensors(const char *dir, struct tr_error *err) {
         other_weight_files(p, prefix, found, sizeof found, &n);
     }
     if (d) closedir(d);
+    char deep[TR_WEIGHTS_PATH_MAX];
+    if (!n && deeper_safetensors(dir, "", 0, deep, sizeof deep)) {
+        const char *slash = strrchr(deep, '/');
+        return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: no .safetensors file in '%s' or its immediate "
+                            "subdirectories (where a directory's are read); deeper, '%s': name its directory "
+                            "('%s/%.*s') as [run] weights", dir, deep, dir, (int)(slash - deep), deep);
+    }
     if (!n)
-        return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: no .safetensors file in '%s' or its subdirectories", dir);
-    return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: no .safetensors file in '%s' or its subdirectories, only "
+        return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: no .safetensors file in '%s' or its immediate "
+                            "subdirectories", dir);
+    return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: no .safetensors file in '%s' or its immediate subdirectories, only "
                         "%s%s, which trident does not read (save_pretrained(..., safe_serialization=True), or "
                         "safetensors.torch.save_file of the state dict, converts them)", dir, found,
                         n > 3 ? " and more" : "");

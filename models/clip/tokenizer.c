@@ -3,6 +3,7 @@
  * it); a word is merged as GPT-2's BPE does: the adjacent pair of lowest rank, everywhere
  * in the word, until none is left. Unicode (NFC, letters, numbers, lowering) is utf8proc's. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <utf8proc.h>
 #include <stdlib.h>
@@ -73,7 +74,7 @@ static int put_vocab(struct tr_clip_tokenizer *t, const cJSON *entries, const ch
         return tr_error_set(err, TR_ERR_NOMEM, "no memory");
     const cJSON *e;
     cJSON_ArrayForEach(e, entries) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e8)
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e8 || e->valuedouble != floor(e->valuedouble))
             return tr_error_set(err, TR_ERR_FORMAT, "'%s': \"%s\" is not a token id", path, e->string);
         int rc = tr_strtab_put(&t->vocab, e->string, strlen(e->string), (int32_t)e->valuedouble, NULL);
         if (rc) return rc;

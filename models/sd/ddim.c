@@ -52,24 +52,24 @@ int tr_ddim_init(struct tr_ddim *s, const struct tr_ddim_config *c, int64_t step
     *s = (struct tr_ddim){.c = *c, .steps = steps};
     const int64_t N = c->num_train_timesteps;
     if (N < 2)
-        return tr_error_set(err, TR_ERR_INVALID, "ddim: num_train_timesteps = %lld, expected at least 2", (long long)N);
+        return tr_error_set(err, TR_ERR_INVALID, "num_train_timesteps = %lld, expected at least 2", (long long)N);
     if (steps < 1 || steps > N)
-        return tr_error_set(err, TR_ERR_INVALID, "ddim: %lld inference steps, expected 1 to num_train_timesteps = %lld",
+        return tr_error_set(err, TR_ERR_INVALID, "%lld inference steps, expected 1 to num_train_timesteps = %lld",
                             (long long)steps, (long long)N);
     if (c->betas != TR_DDIM_COSINE && !(c->beta_start > 0 && c->beta_start <= c->beta_end && c->beta_end < 1))
-        return tr_error_set(err, TR_ERR_INVALID, "ddim: beta_start = %g, beta_end = %g: expected 0 < start <= end < 1",
+        return tr_error_set(err, TR_ERR_INVALID, "beta_start = %g, beta_end = %g: expected 0 < start <= end < 1",
                             c->beta_start, c->beta_end);
     if (!(c->clip >= 0 && c->clip < INFINITY))
-        return tr_error_set(err, TR_ERR_INVALID, "ddim: clip_sample_range = %g, expected a positive number", c->clip);
+        return tr_error_set(err, TR_ERR_INVALID, "clip_sample_range = %g, expected a positive number", c->clip);
     s->ratio = N / steps;
     if (c->spacing == TR_DDIM_LEADING && (c->steps_offset < 0 || (steps - 1) * s->ratio + c->steps_offset >= N))
-        return tr_error_set(err, TR_ERR_INVALID, "ddim: steps_offset = %lld puts the first timestep past %lld",
+        return tr_error_set(err, TR_ERR_INVALID, "steps_offset = %lld puts the first timestep past %lld",
                             (long long)c->steps_offset, (long long)(N - 1));
     s->alphas_cumprod = malloc(sizeof(double) * (size_t)N);
     s->timesteps = malloc(sizeof(int64_t) * (size_t)steps);
     if (!s->alphas_cumprod || !s->timesteps) {
         tr_ddim_free(s);
-        return tr_error_set(err, TR_ERR_NOMEM, "ddim: no memory for %lld timesteps", (long long)N);
+        return tr_error_set(err, TR_ERR_NOMEM, "no memory for %lld timesteps", (long long)N);
     }
     alphas_cumprod(c, s->alphas_cumprod);
     for (int64_t i = 0; i < steps; i++) {
@@ -77,7 +77,7 @@ int tr_ddim_init(struct tr_ddim *s, const struct tr_ddim_config *c, int64_t step
         /* the epsilon update divides by √ᾱ_t, which the zero-SNR schedule makes 0 at its end */
         if (c->prediction == TR_DDIM_EPSILON && !(s->alphas_cumprod[t] > 0)) {
             tr_ddim_free(s);
-            return tr_error_set(err, TR_ERR_INVALID, "ddim: timestep %lld has alpha_cumprod 0 (rescale_betas_zero_snr), "
+            return tr_error_set(err, TR_ERR_INVALID, "timestep %lld has alpha_cumprod 0 (rescale_betas_zero_snr), "
                                 "which prediction_type epsilon divides by: expected v_prediction", (long long)t);
         }
     }

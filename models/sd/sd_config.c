@@ -197,7 +197,8 @@ int tr_sd_resolve(const struct tr_sd_config *c, const struct tr_unet_config **un
         rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "solver_order = %lld: DPM-Solver++ of order 1 or 2 is provided",
                           (long long)c->solver_order);
     if (!rc) rc = ddim_config(c, &dc, err);
-    if (!rc) rc = tr_ddim_init(sched, &dc, c->num_inference_steps, err);
+    if (!rc && (rc = tr_ddim_init(sched, &dc, c->num_inference_steps, err)) != TR_OK)
+        tr_error_prefix(err, "scheduler = %s", c->scheduler); /* every sampler's schedule, not DDIM's alone */
     if (rc) return tr_error_prefix(err, "stable_diffusion");
     return TR_OK;
 }
