@@ -9,6 +9,7 @@
  * kernel in f32: the gradient is that of the function the forward kernel computes
  * (erf vs tanh GELU, the window's alignment, a fully masked row). Cross entropy's
  * forward kernel takes f64, and its differences are taken of the kernel itself. */
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -281,7 +282,8 @@ static void test_embedding_grad(void **state) {
 
 struct attn_cfg {
     int64_t B, H, Hk, Tq, Tk, D, Dv;
-    int mask; /* 0 none, 1 (B,1,1,Tk) with a -inf key, 2 (Tq,Tk) */
+    int mask; /* 0 none, 1 (B,1,1,Tk) with a -inf key, 2 (Tq,Tk), 3 as 1 with sample 0 all
+                 -FLT_MAX (transformers' padding mask on a sample of padding alone) */
     int causal, window;
     float scale; /* 0: 1/sqrt(D) */
 };
@@ -301,10 +303,11 @@ static int attn_inputs(const struct attn_cfg *c, enum tr_dtype dt, struct tr_ten
     in[2] = TENSOR(dt, c->B, c->Hk, c->Tk, c->Dv);
     in[3] = TENSOR(dt, c->B, c->H, c->Tq, c->Dv);
     for (int i = 0; i < 4; i++) tr_test_randn(&in[i], seed + i, 1.0);
-    if (c->mask == 1) {
+    if (c->mask == 1 || c->mask == 3) {
         in[4] = TENSOR(TR_DTYPE_F32, c->B, 1, 1, c->Tk);
         tr_test_randn(&in[4], seed + 4, 1.0);
         tr_tensor_set_f64(&in[4], 1, -INFINITY);
+        for (int64_t j = 0; c->mask == 3 && j < c->Tk; j++) tr_tensor_set_f64(&in[4], j, -FLT_MAX);
     } else if (c->mask == 2) {
         in[4] = TENSOR(dt, c->Tq, c->Tk);
         tr_test_randn(&in[4], seed + 4, 0.5);
@@ -514,6 +517,14 @@ static void test_attention_grad(void **state) {
     attn_case(&wide, 0, "wide heads (D 96, Dv 43), mask, two passes");
     const struct attn_cfg wide_gqa = {2, 4, 2, 38, 45, 96, 43, 1, 0, 0, 0};
     attn_case(&wide_gqa, 0, "wide heads (D 96, Dv 43), mask, GQA, one pass");
+    /* a sample of padding alone under a finite mask: its rows' scores all round to
+     * -FLT_MAX, P is 1/Tk (as torch's softmax gives), which exp(s - lse) lost when lse =
+     * m + log(l) rounded to m (every gradient Tk times too large). Not by differences:
+     * the loss is flat there in any float, the softmax's gradient is not. */
+    const struct attn_cfg padded = {2, 2, 1, 40, 37, 4, 3, 3, 0, 0, 0};
+    attn_case(&padded, 0, "a sample masked whole by -FLT_MAX, blocks, GQA");
+    const struct attn_cfg padded1 = {2, 2, 2, 3, 5, 4, 3, 3, 0, 0, 0};
+    attn_case(&padded1, 0, "a sample masked whole by -FLT_MAX, one pass");
 }
 
 /* ---- broadcast, max_grad, slice_grad ---- */

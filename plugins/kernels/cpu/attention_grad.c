@@ -25,7 +25,12 @@ static inline size_t esize(int dt) { return tr_dtype_size((enum tr_dtype)dt); }
  *   dv_j = Σ_i P_ij dy_i             every query head of the group and every query that
  *                                    sees the block, inside one thread
  * A row that sees no key has lse = +inf, so its P, and every gradient through it, is 0
- * (the forward gives it zeros). Visibility is the forward's (attention.c). */
+ * (the forward gives it zeros). Visibility is the forward's (attention.c).
+ * A row whose scores are huge (every key under a finite mask such as -1e9 or finfo.min:
+ * a sample of padding alone) keeps its max m and 1/l apart, P = exp(s - m) / l: there
+ * m + log(l) rounds to m (log Tk is below the float's spacing), and exp(s - lse) would
+ * be 1 for every key instead of 1/Tk. The forward's saved lse cannot say l, so such a
+ * row's block is recomputed. */
 
 #define AG_BQ 32
 #define AG_BK 32
@@ -38,7 +43,9 @@ struct agrad_args {
     int64_t ms[4];
     double scale;
     int causal, window;
-    void *lse, *delta; /* (B,H,Tq), of the compute's type (attention_grad_impl.h) */
+    /* (B,H,Tq), of the compute's type (attention_grad_impl.h): P = exp(s - lse) * pscale,
+     * lse = m + log(l) and pscale 1, or for a row of huge scores m and 1 / l */
+    void *lse, *delta, *pscale;
 };
 
 static inline void ag_key_range(const struct agrad_args *A, int64_t i, int64_t *lo, int64_t *hi) {

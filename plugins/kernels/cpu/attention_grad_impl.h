@@ -13,6 +13,9 @@
 #define AG_MULTI(ret, name, params, args) AG_MULTI_(ret, AG_(name), params, args)
 /* the row statistics, AG_T per (B,H,Tq) row */
 #define AG_STAT(A, f) ((AG_T *)(A)->f)
+/* a row max (or lse) past which m + log(l) loses l: the float's spacing there is 3e-5,
+ * log(l)'s own error past it would be P's. Scores of real attention stay far below. */
+#define AG_HUGE(m) (isfinite(m) && ((m) > (AG_T)256 || (m) < (AG_T)-256))
 
 /* Rows [r0, r0+n) of a (.., T, W) operand at (b, head), as AG_T: the operand's own
  * memory where it already is (data of dtype AG_DT: the rows are contiguous), else
@@ -155,11 +158,13 @@ AG_INLINE void AG_(ag_scores)(int isa, const struct agrad_args *A, int64_t b, in
     }
 }
 
-/* S → P = exp(S − lse) in place; then, when G is given, dS = P·(dY·Vᵀ − delta) into G. */
+/* S → P = exp(S − lse) · pscale in place; then, when G is given, dS = P·(dY·Vᵀ − delta)
+ * into G. */
 AG_INLINE void AG_(ag_probs)(int isa, const struct agrad_args *A, int64_t nq, const AG_T *lse, const AG_T *delta,
                              const AG_T *dY, const AG_T *Vt, AG_T *S, AG_T *G) {
+    const AG_T *ps = AG_STAT(A, pscale) + (lse - AG_STAT(A, lse));
     for (int64_t r = 0; r < nq; r++)
-        for (int64_t c = 0; c < AG_BK; c++) S[r * AG_BK + c] = AG_EXP(S[r * AG_BK + c] - lse[r]);
+        for (int64_t c = 0; c < AG_BK; c++) S[r * AG_BK + c] = AG_EXP(S[r * AG_BK + c] - lse[r]) * ps[r];
     if (!G) return;
     AG_(ag_rows_by_t)(isa, dY, nq, A->Dv, Vt, G);
     for (int64_t r = 0; r < nq; r++)
@@ -305,6 +310,7 @@ AG_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, int6
     }
     for (int64_t r = 0; r < nq; r++) {
         const int64_t at = (b * A->H + h) * A->Tq + i0 + r;
+        AG_STAT(A, pscale)[at] = 1.0;
         if (!(w->l[r] > 0.0)) {
             AG_STAT(A, lse)[at] = INFINITY;
             AG_STAT(A, delta)[at] = 0.0;
@@ -312,7 +318,9 @@ AG_MULTI(void, ag_stats, (const struct agrad_args *A, int64_t b, int64_t h, int6
         }
         AG_T dl = 0.0;
         for (int64_t d = 0; d < Dv; d++) dl += w->dY[r * Dv + d] * o[r * Dv + d];
-        AG_STAT(A, lse)[at] = w->m[r] + AG_LOG(w->l[r]);
+        const int huge = AG_HUGE(w->m[r]);
+        AG_STAT(A, lse)[at] = huge ? w->m[r] : w->m[r] + AG_LOG(w->l[r]);
+        if (huge) AG_STAT(A, pscale)[at] = 1.0 / w->l[r];
         AG_STAT(A, delta)[at] = dl / w->l[r];
     }
 }
@@ -424,12 +432,17 @@ static void AG_(ag_saved_stats)(const struct agrad_args *A, const struct tr_tens
     const int64_t row0 = (b * A->H + h) * A->Tq + i0, Dv = A->Dv;
     w->dY = AG_(ag_load)(A->dy, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->dYb);
     w->Y = AG_(ag_load)(y->data, A->dt, A->H, A->Tq, Dv, b, h, i0, nq, w->acc);
+    int huge = 0;
     for (int64_t r = 0; r < nq; r++) {
-        AG_STAT(A, lse)[row0 + r] = get_f64(lse->data, lse->dtype, row0 + r);
+        const AG_T l = (AG_T)get_f64(lse->data, lse->dtype, row0 + r);
+        AG_STAT(A, lse)[row0 + r] = l;
+        AG_STAT(A, pscale)[row0 + r] = 1.0;
+        huge |= AG_HUGE(l);
         AG_T d = 0.0;
         for (int64_t c = 0; c < Dv; c++) d += w->Y[r * Dv + c] * w->dY[r * Dv + c];
         AG_STAT(A, delta)[row0 + r] = d;
     }
+    if (huge) AG_(ag_stats)(A, b, h, i0, nq, w); /* the saved lse lost l: the block's m and l again */
 }
 
 /* The three passes over A's blocks into outs (attention_backward checked everything):
@@ -438,13 +451,14 @@ static void AG_(ag_saved_stats)(const struct agrad_args *A, const struct tr_tens
 static size_t AG_(ag_run)(struct agrad_args *A, struct tr_tensor *const outs[5], const struct tr_tensor *const saved[2],
                           size_t *stats_fail) {
     const int64_t B = A->B, H = A->H, Hk = A->Hk, Tq = A->Tq, Tk = A->Tk, D = A->D, Dv = A->Dv;
-    AG_T *stats = malloc(sizeof(AG_T) * (size_t)(2 * B * H * Tq));
+    AG_T *stats = malloc(sizeof(AG_T) * (size_t)(3 * B * H * Tq));
     if (!stats) {
         *stats_fail = 1;
         return 0;
     }
     A->lse = stats;
     A->delta = stats + B * H * Tq;
+    A->pscale = stats + 2 * B * H * Tq;
     const int64_t nqb = (Tq + AG_BQ - 1) / AG_BQ, nkb = (Tk + AG_BK - 1) / AG_BK;
     const size_t wsz = AG_(ag_workspace)(D, Dv, A->rel.Kh, A->rel.Kw) * sizeof(AG_T);
     const int par = B * H * Tq * Tk * (D + Dv) > 65536;
@@ -521,4 +535,5 @@ static size_t AG_(ag_run)(struct agrad_args *A, struct tr_tensor *const outs[5],
 #undef AG_MULTI_
 #undef AG_MULTI
 #undef AG_STAT
+#undef AG_HUGE
 #undef AG_INLINE
