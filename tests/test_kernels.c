@@ -269,6 +269,10 @@ static void test_unary(void **state) {
     xp[3] = 100.0f;
     CHECK_OK(tr_k_unary(K, TR_OP_EXP, NULL, &x, &y, &err));
     assert_true(yp[0] == 0.0f && yp[1] == 0.0f && isinf(yp[2]) && isinf(yp[3]));
+    /* relu keeps a NaN (torch's relu does), not 0 */
+    xp[0] = NAN;
+    CHECK_OK(tr_k_unary(K, TR_OP_RELU, NULL, &x, &y, &err));
+    assert_true(isnan(yp[0]) && yp[1] == 0.0f && isinf(yp[2]) && yp[3] == 100.0f);
     assert_int_equal(tr_k_unary(K, TR_OP_ADD, NULL, &x, &y, &err), TR_ERR_INVALID);
     struct tr_tensor y2 = TENSOR(TR_DTYPE_F32, 2000);
     assert_int_equal(tr_k_unary(K, TR_OP_EXP, NULL, &x, &y2, &err), TR_ERR_SHAPE);
@@ -476,6 +480,23 @@ static void test_reduce(void **state) {
                     free(ref);
                     tfree(&x, &y, NULL);
                 }
+    /* a NaN is the max wherever it stands (torch's amax), along a row and down columns */
+    for (int ax = 0; ax < 2; ax++)
+        for (int at = 0; at < 3; at++) {
+            struct tr_tensor xn = TENSOR(TR_DTYPE_F32, 3, 40), yn = TENSOR(TR_DTYPE_F32, ax ? 3 : 40);
+            tr_test_randn(&xn, 1390 + at, 1.0);
+            const int64_t col = at == 0 ? 0 : at == 1 ? 17 : 39;
+            tr_tensor_set_f64(&xn, 40 + col, NAN); /* row 1 */
+            tr_test_poison(&yn);
+            CHECK_OK(tr_k_reduce(K, TR_OP_MAX, &xn, ax, &yn, &err));
+            for (int64_t i = 0; i < tr_tensor_numel(&yn); i++) {
+                const int want_nan = ax ? i == 1 : i == col;
+                if ((isnan(tr_tensor_get_f64(&yn, i)) != 0) != want_nan)
+                    fail_msg("max axis %d, NaN at [1][%lld]: out[%lld] = %g", ax, (long long)col, (long long)i,
+                             tr_tensor_get_f64(&yn, i));
+            }
+            tfree(&xn, &yn, NULL);
+        }
     struct tr_tensor x = TENSOR(TR_DTYPE_F32, 3, 4), y = TENSOR(TR_DTYPE_F32, 4);
     assert_int_equal(tr_k_reduce(K, TR_OP_SUM, &x, 1, &y, &err), TR_ERR_SHAPE);
     assert_int_equal(tr_k_reduce(K, TR_OP_SUM, &x, 2, &y, &err), TR_ERR_INVALID);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "trident/parse.h"
 #include "trident/bench.h"
 #include "trident/generate.h"
 #include "trident/image.h"
@@ -889,15 +890,15 @@ static int bench_run(const struct tr_config *cfg, const struct tr_model_desc *co
     if (bad)
         rc = tr_error_set(err, TR_ERR_NUMERIC,
                           "%d of %d backends disagree with '%s'; '%s' differs by %.2e in output '%s' "
-                          "(%s is %.0e)",
+                          "(%s is %s)",
                           disagreements, rep->n_rows, tr_bench_reference_label(rep), bad->label, bad->max_rel_diff,
-                          bad->worst_output, rep->tolerance_why, rep->tolerance);
+                          bad->worst_output, rep->tolerance_why, tr_tol_str(rep->tolerance, (char[32]){0}, 32));
     for (int b = 0; !rc && refile.st && b < rep->n_rows; b++)
         if (rep->rows[b].ok && !rep->rows[b].ref_agrees) {
             rep->all_ok = 0;
             rc = tr_error_set(err, TR_ERR_NUMERIC, "%s:%d: [run] reference = %s: '%s' differs from it: %s (%s is "
-                              "%.0e)", cfg->file, cfg->reference_line, cfg->reference, rep->rows[b].label,
-                              rep->rows[b].ref_worst, ref_why, ref_tol);
+                              "%s)", cfg->file, cfg->reference_line, cfg->reference, rep->rows[b].label,
+                              rep->rows[b].ref_worst, ref_why, tr_tol_str(ref_tol, (char[32]){0}, 32));
         }
     if (rs && tg.image[0]) { /* the reference backend's pictures */
         int k = -1;

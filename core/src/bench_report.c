@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "trident/parse.h"
 #include "trident/bench.h"
 #include "trident/report.h"
 #include "bench_json.h"
@@ -236,7 +237,7 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
         else fprintf(f, "the trained state was not compared\n");
     }
     fprintf(f, "\n%s", rep->all_ok ? "all backends ran and agree" : "NOT all backends ran and agree");
-    if (rep->tolerance > 0) fprintf(f, " (within %.0e%s%s)", rep->tolerance, rep->tolerance_why[0] ? ", " : "",
+    if (rep->tolerance > 0) fprintf(f, " (within %s%s%s)", tr_tol_str(rep->tolerance, (char[32]){0}, 32), rep->tolerance_why[0] ? ", " : "",
                                     rep->tolerance_why);
     fputc('\n', f);
 }

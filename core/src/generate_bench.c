@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "trident/parse.h"
 #include "trident/bench.h"
 #include "bench_io.h"
 #include "bench_progress.h"
@@ -422,31 +423,31 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
             n += snprintf(within + n, sizeof within - (size_t)n, "%s%d", i > 1 ? ", " : " (or ", reach[at * REACH_M + i]);
         rc = tr_error_set(err, TR_ERR_NUMERIC,
                           "%d of %d backends disagree with '%s'; '%s' drew token %d for sample %lld at new token "
-                          "%lld, where logits within %s (%.0e) of the reference's draw only %d%s%s (prefill "
+                          "%lld, where logits within %s (%s) of the reference's draw only %d%s%s (prefill "
                           "logits differ by %.2e)",
                           disagreements, rep->n_rows, ref_label, bad->label, (int)bad->mismatch_token,
                           (long long)bad->mismatch_sample, (long long)bad->mismatch_step + 1, rep->tolerance_why,
-                          rep->tolerance, (int)bad->reference_token, within, within[0] ? ")" : "", bad->max_rel_diff);
+                          tr_tol_str(rep->tolerance, (char[32]){0}, 32), (int)bad->reference_token, within, within[0] ? ")" : "", bad->max_rel_diff);
     }
     else if (bad && !bad->tokens_agree && !bad->tokens_tie)
         rc = tr_error_set(err, TR_ERR_NUMERIC,
                           "%d of %d backends disagree with '%s'; '%s' generated another token for sample %lld at "
                           "new token %lld, not a near tie (the reference's logits of the two differ by %.3g; "
-                          "prefill logits differ by %.2e; %s is %.0e)",
+                          "prefill logits differ by %.2e; %s is %s)",
                           disagreements, rep->n_rows, ref_label, bad->label, (long long)bad->mismatch_sample,
                           (long long)bad->mismatch_step + 1, bad->tie_gap, bad->max_rel_diff, rep->tolerance_why,
-                          rep->tolerance);
+                          tr_tol_str(rep->tolerance, (char[32]){0}, 32));
     else if (bad)
         rc = tr_error_set(err, TR_ERR_NUMERIC,
                           "%d of %d backends disagree with '%s'; '%s' differs by %.2e in the prefill logits (%s "
-                          "is %.0e)",
+                          "is %s)",
                           disagreements, rep->n_rows, ref_label, bad->label, bad->max_rel_diff, rep->tolerance_why,
-                          rep->tolerance);
+                          tr_tol_str(rep->tolerance, (char[32]){0}, 32));
     for (int b = 0; !rc && refile.st && b < rep->n_rows; b++)
         if (rep->rows[b].ok && !rep->rows[b].ref_agrees)
             rc = tr_error_set(err, TR_ERR_NUMERIC, "%s:%d: [run] reference = %s: '%s' differs from it: %s (%s is "
-                              "%.0e)", cfg->file, cfg->reference_line, cfg->reference,
-                              rep->rows[b].label, rep->rows[b].ref_worst, ref_why, ref_tol),
+                              "%s)", cfg->file, cfg->reference_line, cfg->reference,
+                              rep->rows[b].label, rep->rows[b].ref_worst, ref_why, tr_tol_str(ref_tol, (char[32]){0}, 32)),
             rep->all_ok = 0;
     if (o->outputs) {
         int orc = tr_bench_outputs_write(&outs, o->outputs, err);

@@ -1,6 +1,7 @@
 /* The report as files (report.h): Markdown, CSV and an SVG chart beside the JSON of
  * bench_report.c. Our own writers, no library: the formats are small, and what goes into
  * them from outside (labels, paths, notes) is escaped here, for each format its way. */
+#include "trident/parse.h"
 #include "trident/report.h"
 #include <errno.h>
 #include <math.h>
@@ -287,7 +288,7 @@ int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_err
                 (long long)rep->steps);
     fputs(rep->all_ok ? "\nAll backends ran and agree" : "\n**NOT** all backends ran and agree", f);
     if (rep->tolerance > 0) {
-        fprintf(f, " (within %.0e%s", rep->tolerance, rep->tolerance_why[0] ? ", " : "");
+        fprintf(f, " (within %s%s", tr_tol_str(rep->tolerance, (char[32]){0}, 32), rep->tolerance_why[0] ? ", " : "");
         put_text(f, rep->tolerance_why, ESC_MD);
         fputc(')', f);
     }

@@ -316,7 +316,7 @@ void cg_emit_member(struct sb *b, const struct kgen *g, int id) {
     case TR_OP_SQRT: tmpl = "sqrtf($0)"; break;
     case TR_OP_RSQRT: tmpl = "1.0f / sqrtf($0)"; break;
     case TR_OP_NEG: tmpl = "-$0"; break;
-    case TR_OP_RELU: tmpl = "$0 > 0.0f ? $0 : 0.0f"; break;
+    case TR_OP_RELU: tmpl = "$0 < 0.0f ? 0.0f : $0"; /* NaN kept, as torch */ break;
     case TR_OP_SILU: tmpl = "$0 * fsigmoid($0)"; break;
     case TR_OP_CAST:
         tmpl = n->dtype == TR_DTYPE_BF16 && g->p->nodes[n->in[0]].dtype != TR_DTYPE_BF16 ? "bfround($0)" : "$0";

@@ -1,6 +1,8 @@
 /* Value words (trident/parse.h). */
 #include <ctype.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <strings.h>
 #include "trident/parse.h"
 
@@ -24,4 +26,12 @@ int tr_parse_bool(const char *s, int *out) {
 void tr_text_printable(char *s) {
     for (; s && *s; s++)
         if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
+}
+
+const char *tr_tol_str(double v, char *buf, size_t cap) {
+    for (int digits = 0; digits <= 16; digits++) {
+        snprintf(buf, cap, "%.*e", digits, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return buf;
 }

@@ -492,7 +492,7 @@ static inline float tr_fact(float x, enum tr_act act) {
     switch (act) {
     case TR_ACT_GELU: return tr_fgelu_erf(x);
     case TR_ACT_GELU_TANH: return tr_fgelu_tanh(x);
-    case TR_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case TR_ACT_RELU: return x < 0.0f ? 0.0f : x; /* NaN kept, as torch */
     case TR_ACT_TANH: return tr_ftanh(x);
     case TR_ACT_SILU: return x * tr_fsigmoid(x);
     default: return x;

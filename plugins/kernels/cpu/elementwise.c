@@ -60,7 +60,7 @@ TR_CPU_MULTI(void, unary_block, (int op, int variant, float alpha, float beta, i
         else for (int64_t i = 0; i < m; i++) fo[i] = tr_fgelu_erf(fx[i]);
         break;
     case TR_OP_TANH: for (int64_t i = 0; i < m; i++) fo[i] = tr_ftanh(fx[i]); break;
-    case TR_OP_RELU: for (int64_t i = 0; i < m; i++) fo[i] = fx[i] > 0.0f ? fx[i] : 0.0f; break;
+    case TR_OP_RELU: for (int64_t i = 0; i < m; i++) fo[i] = fx[i] < 0.0f ? 0.0f : fx[i]; break; /* NaN kept, as torch */
     case TR_OP_SILU: for (int64_t i = 0; i < m; i++) fo[i] = fx[i] * tr_fsigmoid(fx[i]); break;
     case TR_OP_SIGMOID: for (int64_t i = 0; i < m; i++) fo[i] = tr_fsigmoid(fx[i]); break;
     case TR_OP_EXP: for (int64_t i = 0; i < m; i++) fo[i] = tr_fexp(fx[i]); break;

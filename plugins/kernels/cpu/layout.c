@@ -381,7 +381,7 @@ TR_CPU_MULTI(void, reduce_cols, (int op, int dt, const char *x, int64_t R, int64
             row = buf;
         }
         if (op == TR_OP_MAX)
-            for (int64_t c = 0; c < len; c++) acc[c] = row[c] > acc[c] ? row[c] : acc[c];
+            for (int64_t c = 0; c < len; c++) acc[c] = row[c] > acc[c] || row[c] != row[c] ? row[c] : acc[c];
         else
             for (int64_t c = 0; c < len; c++) acc[c] += row[c];
     }
@@ -394,18 +394,23 @@ TR_CPU_MULTI(void, reduce_cols, (int op, int dt, const char *x, int64_t R, int64
 TR_CPU_MULTI(void, reduce_row, (int op, int dt, const char *x, int64_t R, char *o), (op, dt, x, R, o)) {
     size_t es = tr_dtype_size((enum tr_dtype)dt);
     float buf[TR_CPU_CHUNK], acc = op == TR_OP_MAX ? -INFINITY : 0.0f;
+    int nan = 0; /* a NaN is the max, as torch's amax says: max() itself drops it */
     for (int64_t i = 0; i < R; i += TR_CPU_CHUNK) {
         int64_t len = R - i < TR_CPU_CHUNK ? R - i : TR_CPU_CHUNK;
         tr_cpu_load_f32(buf, x + i * (int64_t)es, dt, len);
         if (op == TR_OP_MAX) {
-#pragma omp simd reduction(max : acc)
-            for (int64_t c = 0; c < len; c++) acc = buf[c] > acc ? buf[c] : acc;
+#pragma omp simd reduction(max : acc) reduction(| : nan)
+            for (int64_t c = 0; c < len; c++) {
+                acc = buf[c] > acc ? buf[c] : acc;
+                nan |= buf[c] != buf[c];
+            }
         } else {
 #pragma omp simd reduction(+ : acc)
             for (int64_t c = 0; c < len; c++) acc += buf[c];
         }
     }
     if (op == TR_OP_MEAN) acc /= (float)R;
+    if (nan) acc = NAN;
     tr_cpu_store_f32(o, dt, &acc, 1);
 }
 

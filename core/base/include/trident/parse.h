@@ -4,6 +4,8 @@
 #ifndef TRIDENT_PARSE_H
 #define TRIDENT_PARSE_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -20,6 +22,10 @@ int tr_parse_bool(const char *s, int *out);
  * to print, in place: each control byte (an escape sequence, a line break that would forge
  * a log line) becomes '?'. */
 void tr_text_printable(char *s);
+
+/* A tolerance as the INI gave it, in the fewest digits that still say it ("1e-04",
+ * "1.5e-07", not "2e-07"): up to 17 significant digits. Returns buf. */
+const char *tr_tol_str(double v, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }
