@@ -547,6 +547,19 @@ sed -e 's/^lora_alpha = 8/lora_alpha = 4/' -e "s|^weights = weights|weights = $p
 expect "a peft adapter under other [model] LoRA keys: the difference said" 1 \
   "warning: .*adapter/adapter_config.json \(peft's\), which trident does not read, differs from the run's \[model\] LoRA keys \(lora_alpha = 8 there \(scale 2\), 4 here \(scale 1\)\)" \
   -- "$bin" run "$tmp/peft_alpha.ini"
+# peft's names for the targeted modules are its module paths, matched by suffix: another
+# spelling of the same layers is no difference; one that reaches other layers ("dense":
+# every dense Linear) is said, with the lora_targets it means
+mkdir -p "$tmp/peft_paths"; cp -rL "$p/weights/." "$tmp/peft_paths/"
+printf '{"r": 4, "lora_alpha": 8, "target_modules": ["attention.self.query", "value"]}' > "$tmp/peft_paths/adapter/adapter_config.json"
+sed -e "s|^weights = weights|weights = $tmp/peft_paths|" -e "s|^inputs = |inputs = $p/|" -e "s|^reference = |reference = $p/|" \
+  -e 's/^backends = .*/backends = tf/' "$p/check.ini" > "$tmp/peft_paths.ini"
+expect "peft's module paths for lora_targets' layers: no difference" 0 'all backends ran and agree' -- "$bin" run "$tmp/peft_paths.ini"
+if grep -q "warning" "$tmp/out"; then bad "... and no warning"; else ok "... and no warning"; fi
+printf '{"r": 4, "lora_alpha": 8, "target_modules": ["query", "dense"]}' > "$tmp/peft_paths/adapter/adapter_config.json"
+expect "peft's 'dense' reaching three more layers is said, with the lora_targets it means" 0 \
+  "target_modules = dense,query \(lora_targets = attention_output,intermediate,output,query\) there, lora_targets = query,value here" \
+  -- "$bin" run "$tmp/peft_paths.ini"
 # The same checkpoint under a config that leaves its biases out loads, and the tensors it
 # did not read are named, by pattern: the model is not the checkpoint's.
 d=$PWD/tests/fixtures/reference_gemma_bias

@@ -238,6 +238,28 @@ static void canonical_list(const char *text, char *out, size_t n) {
     }
 }
 
+/* The lora_targets names whose module (m->lora_modules' PATH) peft's target_modules list
+ * (comma-separated) reaches as peft matches a list: the path itself or a suffix of it
+ * after a dot; into out, comma-separated. 0 when the model names no modules. */
+static int peft_targets(const struct tr_model_desc *m, const char *list, char *out, size_t n) {
+    out[0] = '\0';
+    if (!m->lora_modules) return 0;
+    for (const char *const *e = m->lora_modules; *e; e++) {
+        const char *eq = strchr(*e, '='), *path = eq ? eq + 1 : *e;
+        const size_t pl = strlen(path);
+        int hit = 0;
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s", list);
+        for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t && !hit; t = strtok_r(NULL, ", ", &save)) {
+            const size_t tl = strlen(t);
+            hit = !strcmp(path, t) || (tl < pl && path[pl - tl - 1] == '.' && !strcmp(path + pl - tl, t));
+        }
+        const size_t l = strlen(out);
+        if (hit) snprintf(out + l, n - l, "%s%.*s", l ? "," : "", eq ? (int)(eq - *e) : (int)strlen(*e), *e);
+    }
+    return 1;
+}
+
 /* [run] weights = a directory with peft's adapter_config.json: trident reads the adapters'
  * tensors but takes r, alpha and the targets from [model] (lora_rank, lora_alpha,
  * lora_targets); where they differ from the file's, the PeftModel computes another scale
@@ -295,11 +317,18 @@ static void warn_adapter_config(const struct tr_model_desc *m, const struct tr_c
             const size_t l = strlen(list);
             if (cJSON_IsString(e)) snprintf(list + l, sizeof list - l, "%s%s", l ? "," : "", e->valuestring);
         }
-        canonical_list(list, a_c, sizeof a_c);
+        char mapped[512];
+        const int by_module = cJSON_IsArray(ft) && peft_targets(m, list, mapped, sizeof mapped);
+        canonical_list(by_module ? mapped : list, a_c, sizeof a_c);
         canonical_list(targets, b_c, sizeof b_c);
+        char file_list[600];
+        canonical_list(list, file_list, sizeof file_list);
+        if (by_module && strcmp(file_list, a_c) != 0) /* peft's names are not trident's: say both */
+            snprintf(file_list + strlen(file_list), sizeof file_list - strlen(file_list), " (lora_targets = %s)",
+                     a_c[0] ? a_c : "none of trident's");
         if (strcmp(a_c, b_c) != 0)
             off += (size_t)snprintf(diff + off, sizeof diff - off, "%starget_modules = %s there, lora_targets = %s here",
-                                    off ? "; " : "", a_c, b_c);
+                                    off ? "; " : "", file_list, b_c);
     }
     cJSON_Delete(root);
     if (off)

@@ -48,6 +48,10 @@ static const struct tr_model_key bert_keys[] = {
 /* LoRA target names (lora_targets) and the bit of each in a mask. */
 enum { LORA_QUERY, LORA_KEY, LORA_VALUE, LORA_ATTENTION_OUTPUT, LORA_INTERMEDIATE, LORA_OUTPUT, LORA_N };
 static const char *const lora_names[LORA_N] = {"query", "key", "value", "attention_output", "intermediate", "output"};
+/* each one's module in a layer (tr_model_desc.lora_modules) */
+static const char *const lora_modules[] = {"query=attention.self.query", "key=attention.self.key",
+                                           "value=attention.self.value", "attention_output=attention.output.dense",
+                                           "intermediate=intermediate.dense", "output=output.dense", NULL};
 #define LORA_VALID "query, key, value, attention_output, intermediate, output"
 #define LORA_DEFAULT "query,value"
 
@@ -545,4 +549,5 @@ const struct tr_model_desc tr_model_bert = {
     .trainable = bert_trainable,
     .make_inputs = bert_make_inputs,
     .read_hf_config = bert_read_hf_config,
+    .lora_modules = lora_modules,
 };

@@ -142,6 +142,8 @@ struct tr_decoder_lora {
 int tr_decoder_lora_resolve(const struct tr_decoder_config *c, struct tr_decoder_lora *lr, struct tr_error *err);
 
 /* The target index of a Linear's name ("v_proj"), -1 when it is none. */
+/* The targets' module paths in a layer (tr_model_desc.lora_modules). */
+extern const char *const tr_decoder_lora_modules[];
 int tr_decoder_lora_target(const char *layer);
 
 /* Inside the Linear's scope: when lr adapts target, add its adapters (PARAMs named above)

@@ -47,4 +47,5 @@ const struct tr_model_desc tr_model_gemma = {
     .name = "gemma",
     .description = "GemmaForCausalLM (Hugging Face names; Keras gemma_7b_en)",
     TR_DECODER_MODEL(gemma_keys, gemma_presets),
+    .lora_modules = tr_decoder_lora_modules,
 };

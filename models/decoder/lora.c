@@ -14,6 +14,11 @@ static const char *const target_names[TR_DECODER_LORA_N] = {"q_proj",    "k_proj
                                                              "gate_proj", "up_proj", "down_proj"};
 #define VALID "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
 
+const char *const tr_decoder_lora_modules[] = {"q_proj=self_attn.q_proj", "k_proj=self_attn.k_proj",
+                                               "v_proj=self_attn.v_proj", "o_proj=self_attn.o_proj",
+                                               "gate_proj=mlp.gate_proj", "up_proj=mlp.up_proj",
+                                               "down_proj=mlp.down_proj", NULL};
+
 static const char *family_name(enum tr_decoder_family f) { return f == TR_DECODER_GEMMA ? "gemma" : "mistral"; }
 
 int tr_decoder_lora_target(const char *layer) {

@@ -40,4 +40,5 @@ const struct tr_model_desc tr_model_mistral = {
     .name = "mistral",
     .description = "MistralForCausalLM (Hugging Face names; Keras mistral_7b_en)",
     TR_DECODER_MODEL(mistral_keys, mistral_presets),
+    .lora_modules = tr_decoder_lora_modules,
 };

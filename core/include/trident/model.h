@@ -116,6 +116,11 @@ struct tr_model_desc {
      * the dtype's; a sampler's generate its own (1e-1). */
     double bf16_tolerance;
     const char *bf16_why;
+    /* Optional: each lora_targets name as "NAME=PATH", PATH the Linear's module path in a
+     * layer as the checkpoint names it ("intermediate=intermediate.dense"), NULL-ended:
+     * peft's adapter_config.json target_modules are matched against PATH as peft matches
+     * them (the path, or a suffix of it after a dot). NULL: a name is its own path. */
+    const char *const *lora_modules;
 };
 
 /* ---- generate ----
