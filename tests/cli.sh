@@ -560,6 +560,11 @@ printf '{"r": 4, "lora_alpha": 8, "target_modules": ["query", "dense"]}' > "$tmp
 expect "peft's 'dense' reaching three more layers is said, with the lora_targets it means" 0 \
   "target_modules = dense,query \(lora_targets = attention_output,intermediate,output,query\) there, lora_targets = query,value here" \
   -- "$bin" run "$tmp/peft_paths.ini"
+# LoRA on, the adapters of a layer lora_targets leaves out: named, with that as the reason
+sed -e 's/^lora_targets = .*/lora_targets = query/' "$tmp/peft_paths.ini" > "$tmp/peft_query.ini"
+expect "adapters of layers outside lora_targets are said to be so" 1 \
+  'value.lora_B.weight \(2\) \(LoRA adapter tensors of layers outside \[model\] lora_targets: name those layers there to read them\)$' \
+  -- "$bin" run "$tmp/peft_query.ini"
 # The same checkpoint under a config that leaves its biases out loads, and the tensors it
 # did not read are named, by pattern: the model is not the checkpoint's.
 d=$PWD/tests/fixtures/reference_gemma_bias

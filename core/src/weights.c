@@ -21,6 +21,7 @@ struct tr_weights {
     char **seeded;              /* their names, copied: the graph may go first */
     int n_unused;               /* the files' tensors no PARAM read (tr_weights_n_unused) */
     int n_unused_files;
+    int lora_read;              /* the files' LoRA adapters a PARAM read (LoRA is on) */
     struct unused_file {        /* one per file with any */
         char *path;
         int n_tensors;          /* all of the file's */
@@ -173,7 +174,10 @@ int tr_weights_warn_unused(const struct tr_weights *w, FILE *f) {
         for (int i = 0; i < u->n; i++) tr_text_printable(pat[i]);
         list_patterns(f, pat, u->n);
         free(pat);
-        if (lora) fputs(" (LoRA adapter tensors: predict and generate read them with [model] lora_predict = true)", f);
+        if (lora && w->lora_read) /* LoRA is on: these are of layers it leaves out */
+            fputs(" (LoRA adapter tensors of layers outside [model] lora_targets: name those layers there to read "
+                  "them)", f);
+        else if (lora) fputs(" (LoRA adapter tensors: predict and generate read them with [model] lora_predict = true)", f);
         if (head) /* a tied config over a checkpoint with its own head: transformers keeps the file's where they differ */
             fputs(" (lm_head.weight: the config ties the head to the embedding table (tie_word_embeddings); "
                   "transformers uses the file's head where the two differ: [model] tie_word_embeddings = false "
@@ -789,6 +793,7 @@ static int note_unused(struct tr_weights *w, const struct tr_graph *g, const str
         struct unused_file *u = &w->unused[w->n_unused_files];
         for (int j = 0; j < n; j++) {
             const char *name = tr_safetensors_name(f->st[i], j);
+            w->lora_read += f->read[i][j] && strstr(name, "lora_A") != NULL;
             if (f->read[i][j] || omitted(g, f, i, name)) continue;
             if (!u->names) { /* the file's first: counted at once, so tr_weights_free frees it */
                 w->n_unused_files++;
