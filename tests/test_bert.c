@@ -391,6 +391,45 @@ static void test_inputs_mask_values(void **state) {
     }
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_inputs_mask_values, test_param_count_base, test_hf_config_defaults, test_names_match_state_dict, test_interface, test_config_errors, test_fit_labels,
+/* A regression's labels as [B, 1] (what a [B, num_labels] target is at num_labels 1;
+ * transformers squeezes it): read as the [B] the graph takes, the same losses; a shape
+ * that is not the graph's with 1s dropped is refused. */
+static void test_inputs_labels_squeezed(void **state) {
+    (void)state;
+    struct tr_error e = {0};
+    struct tr_safetensors *st = NULL;
+    if (tr_safetensors_open(TR_SOURCE_DIR "/tests/fixtures/reference/batch.safetensors", &st, &e)) fail_msg("%s", e.msg);
+    const char *names[4] = {"input_ids", "attention_mask", "token_type_ids", "labels"};
+    struct tr_tensor ts[4];
+    for (int i = 0; i < 3; i++)
+        if (tr_safetensors_get(st, names[i], &ts[i], &e)) fail_msg("%s", e.msg);
+    static const int64_t shapes[3][2] = {{2, 1}, {2, 0}, {2, 2}}; /* [2,1], [2], [2,2] */
+    double first[2] = {0};
+    for (int k = 0; k < 3; k++) {
+        ts[3] = tr_test_tensor(TR_DTYPE_F32, shapes[k][1] ? 2 : 1, shapes[k]);
+        for (int64_t j = 0; j < tr_tensor_numel(&ts[3]); j++) tr_tensor_set_f64(&ts[3], j, 0.5 + (double)j);
+        char path[512], ini[768];
+        snprintf(path, sizeof path, "%s/regression.safetensors", tr_test_dir);
+        assert_int_equal(tr_safetensors_write(path, 4, names, ts, &e), TR_OK);
+        tr_test_tensor_free(&ts[3]);
+        snprintf(ini, sizeof ini, "[run]\nmodel = bert\npreset = tiny\ntask = fit\nbackends = tf\nbatch = 2\n"
+                 "seq_len = 16\nsteps = 2\nwarmup = 1\ninputs = %s\n[model]\nnum_labels = 1\n", path);
+        static struct tr_config cfg;
+        static struct tr_bench_report rep;
+        if (tr_config_load_string(ini, "m.ini", &cfg, &e)) fail_msg("%s", e.msg);
+        const int rc = tr_bench_run(&cfg, tr_builtin_models, &rep, &e);
+        if (k == 2) {
+            assert_int_not_equal(rc, TR_OK);
+            tr_assert_msg_has(&e, "'labels' is f32[2,2], the graph's input is f32[2]");
+            continue;
+        }
+        if (rc) fail_msg("%s", e.msg);
+        first[k] = rep.rows[0].loss_first;
+    }
+    assert_true(first[0] > 0 && first[0] == first[1]);
+    tr_safetensors_close(st);
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_inputs_mask_values, test_inputs_labels_squeezed, test_param_count_base, test_hf_config_defaults, test_names_match_state_dict, test_interface, test_config_errors, test_fit_labels,
              test_hf_config,
              test_make_inputs, test_predict_matches_hf_f32, test_predict_matches_hf_bf16, test_mask_hides_padding)

@@ -200,6 +200,17 @@ static int small_ints(const struct tr_safetensors *st, const char *name, struct 
     return rc;
 }
 
+/* Whether a and b have the same sizes once their 1s are dropped ([B,1] and [B]). */
+static int squeezed_same(const struct tr_tensor *a, const struct tr_tensor *b) {
+    int i = 0, j = 0;
+    for (;;) {
+        while (i < a->ndim && a->shape[i] == 1) i++;
+        while (j < b->ndim && b->shape[j] == 1) j++;
+        if (i == a->ndim || j == b->ndim) return i == a->ndim && j == b->ndim;
+        if (a->shape[i++] != b->shape[j++]) return 0;
+    }
+}
+
 /* The input named `name` among ts[0..n), or NULL. */
 static struct tr_tensor *input_named(const struct tr_graph *g, int n, struct tr_tensor *ts, const char *name) {
     for (int i = 0; i < n; i++)
@@ -272,6 +283,12 @@ static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g
         }
         int same = t.ndim == ts[i].ndim;
         for (int d = 0; same && d < t.ndim; d++) same = t.shape[d] == ts[i].shape[d];
+        if (!same && squeezed_same(&t, &ts[i])) { /* [B,1] for [B] (a regression's labels): the same values, as
+                                                     transformers squeezes them */
+            t.ndim = ts[i].ndim;
+            for (int d = 0; d < t.ndim; d++) t.shape[d] = ts[i].shape[d], t.strides[d] = ts[i].strides[d];
+            same = 1;
+        }
         if (!same) {
             free(bytes_as_i32);
             char got[96], exp[96];
