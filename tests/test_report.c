@@ -215,11 +215,58 @@ static void test_csv(void **state) {
     int recs = csv_parse(csv, fields, 8, n);
     assert_int_equal(recs, 1 + rep->n_rows);
     for (int r = 0; r < recs; r++)
-        if (n[r] != 23) fail_msg("record %d has %d fields, the header 23", r, n[r]);
+        if (n[r] != 25) fail_msg("record %d has %d fields, the header 25", r, n[r]);
     assert_string_equal(fields[2][0], "tf, \"fast\"");
     assert_string_equal(fields[5][0], "broken");
     assert_string_equal(fields[5][2], "0");
     assert_string_equal(fields[1][0], "torch");
+}
+
+/* [run] reference: report.md's table of each row against the file, its last line's count
+ * of those that do not agree (the rows agreeing among themselves), report.csv's
+ * ref_max_rel_diff and ref_agrees, report.json's reference. */
+static void test_reference(void **state) {
+    (void)state;
+    struct tr_bench_report *rep = new_report();
+    rep->n_rows = 2;
+    for (int i = 0; i < 2; i++) {
+        struct tr_bench_row *r = &rep->rows[i];
+        r->ok = r->agrees = 1;
+        r->ref_compared = 1;
+        r->ref_rel_diff = i ? 3e-7 : 2e-3;
+        r->ref_agrees = i == 1;
+        snprintf(r->ref_worst, sizeof r->ref_worst, "'logits' %.2e", r->ref_rel_diff);
+    }
+    rep->all_ok = 0;
+    rep->tolerance = 1e-4;
+    snprintf(rep->tolerance_why, sizeof rep->tolerance_why, "the f32 tolerance");
+    snprintf(rep->reference, sizeof rep->reference, "ref.safetensors");
+    rep->reference_tolerance = 1.5e-4;
+    snprintf(rep->reference_why, sizeof rep->reference_why, "[run] reference_tolerance");
+    char dir[512], path[600];
+    write_dir(rep, "reference", 0, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/report.md", dir);
+    const char *md = tr_test_read_file(path, NULL);
+    expect_in("report.md", md, "Against [run] reference = ref.safetensors (within 1.5e-04, \\[run\\] reference\\_tolerance):");
+    expect_in("report.md", md, "| torch | **NO** | 'logits' 2.00e-03 |\n");
+    expect_in("report.md", md, " | ok | 'logits' 3.00e-07 |\n");
+    expect_in("report.md", md, "All backends ran and agree (within 1e-04, the f32 tolerance); **1 does NOT** agree with "
+                               "[run] reference.\n");
+    snprintf(path, sizeof path, "%s/report.csv", dir);
+    const char *csv = tr_test_read_file(path, NULL);
+    expect_in("report.csv", csv, ",noisy,ref_max_rel_diff,ref_agrees,error\r\n");
+    expect_in("report.csv", csv, ",0.002,0,\r\n");
+    expect_in("report.csv", csv, ",3e-07,1,\r\n");
+    snprintf(path, sizeof path, "%s/report.json", dir);
+    size_t len;
+    const char *text = tr_test_read_file(path, &len);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    assert_non_null(root);
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "reference");
+    assert_non_null(rf);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rf, "path")), "ref.safetensors");
+    assert_true(cJSON_GetObjectItemCaseSensitive(rf, "tolerance")->valuedouble == 1.5e-4);
+    cJSON_Delete(root);
 }
 
 static const cJSON *get(const cJSON *o, const char *key) {
@@ -599,5 +646,5 @@ static void test_labels_unique(void **state) {
     }
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_labels_unique, test_report_cmd_control_chars, test_utf8, test_step_order, test_markdown, test_csv, test_json,
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_labels_unique, test_report_cmd_control_chars, test_utf8, test_step_order, test_markdown, test_csv, test_reference, test_json,
              test_json_write_fails, test_svg, test_report_cmd)

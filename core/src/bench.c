@@ -844,6 +844,9 @@ static int bench_run(const struct tr_config *cfg, const struct tr_model_desc *co
     int have_ref = 0, failures = 0, disagreements = 0;
     const char *ref_why;
     const double ref_tol = tr_bench_reference_tolerance(cfg, rep, &ref_why);
+    snprintf(rep->reference, sizeof rep->reference, "%s", cfg->reference);
+    rep->reference_tolerance = ref_tol;
+    snprintf(rep->reference_why, sizeof rep->reference_why, "%s", ref_why);
     const struct slot *rs = NULL;
     for (int b = 0; b < cfg->n_backends; b++) {
         struct slot *sl = &slots[b];

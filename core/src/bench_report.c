@@ -296,6 +296,12 @@ cJSON *tr_bench_json(const struct tr_bench_report *rep) {
     tr_json_add_str(w, "source", rep->weights[0] ? "file" : "seed");
     if (rep->weights[0]) tr_json_add_str(w, "path", rep->weights);
     else add_u64(w, "seed", rep->seed);
+    if (rep->reference[0]) { /* each row's against_reference is held to this */
+        cJSON *rf = cJSON_AddObjectToObject(root, "reference");
+        tr_json_add_str(rf, "path", rep->reference);
+        cJSON_AddNumberToObject(rf, "tolerance", rep->reference_tolerance);
+        tr_json_add_str(rf, "tolerance_why", rep->reference_why);
+    }
     cJSON_AddNumberToObject(root, "param_count", (double)rep->param_count);
     cJSON_AddNumberToObject(root, "param_bytes", (double)rep->param_bytes);
     cJSON_AddNumberToObject(root, "flops_per_step", rep->flops_per_step);

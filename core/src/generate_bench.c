@@ -272,6 +272,9 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     const int n_prompt = gg->plan.n_prompt_inputs;
     const char *ref_why;
     const double ref_tol = tr_bench_reference_tolerance(cfg, rep, &ref_why);
+    snprintf(rep->reference, sizeof rep->reference, "%s", cfg->reference);
+    rep->reference_tolerance = ref_tol;
+    snprintf(rep->reference_why, sizeof rep->reference_why, "%s", ref_why);
     rep->gen = tg->gen_cfg;
     rep->new_tokens = NEW;
     rep->seq_len = T;

@@ -281,17 +281,39 @@ int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_err
         put_text(f, text, ESC_MD);
         fputc('\n', f);
     }
+    int ref_no = 0;
+    if (rep->reference[0]) { /* each row against the file, as the terminal's block after the table */
+        fputs("\nAgainst [run] reference = ", f);
+        put_text(f, rep->reference, ESC_MD);
+        fprintf(f, " (within %s, ", tr_tol_str(rep->reference_tolerance, (char[32]){0}, 32));
+        put_text(f, rep->reference_why, ESC_MD);
+        fputs("):\n\n| backend | agrees | worst |\n|---|---|---|\n", f);
+        for (int i = 0; i < rep->n_rows; i++) {
+            const struct tr_bench_row *r = &rep->rows[i];
+            if (!r->ok) continue;
+            ref_no += !r->ref_agrees;
+            fputs("| ", f);
+            put_text(f, r->label, ESC_MD);
+            fputs(r->ref_agrees ? " | ok | " : " | **NO** | ", f);
+            put_text(f, r->ref_worst, ESC_MD);
+            fputs(" |\n", f);
+        }
+    }
     if (worst_mean(rep) > 0) fputs("\n![mean ms per step, per backend](chart.svg)\n", f);
     if (rep->interrupted)
         fprintf(f, "\n**Interrupted**: the run was stopped (Ctrl-C) after %lld of its %lld timed steps; each row's "
                 "times are over the steps it ran (`steps_run` in report.csv).\n", (long long)steps_taken(rep),
                 (long long)rep->steps);
-    fputs(rep->all_ok ? "\nAll backends ran and agree" : "\n**NOT** all backends ran and agree", f);
+    int ran_agree = 1; /* among themselves; the reference's verdict is said apart */
+    for (int i = 0; i < rep->n_rows; i++) ran_agree &= rep->rows[i].ok && rep->rows[i].agrees;
+    fputs(ran_agree && (rep->all_ok || ref_no) ? "\nAll backends ran and agree" : "\n**NOT** all backends ran and agree",
+          f);
     if (rep->tolerance > 0) {
         fprintf(f, " (within %s%s", tr_tol_str(rep->tolerance, (char[32]){0}, 32), rep->tolerance_why[0] ? ", " : "");
         put_text(f, rep->tolerance_why, ESC_MD);
         fputc(')', f);
     }
+    if (ref_no) fprintf(f, "; **%d %s NOT** agree with [run] reference", ref_no, ref_no == 1 ? "does" : "do");
     fputs(".\n", f);
     return stream_status(f, "report.md", err);
 }
@@ -306,7 +328,7 @@ static void csv_num(FILE *f, double v) {
 int tr_report_write_csv(const struct tr_bench_report *rep, FILE *f, struct tr_error *err) {
     fputs("backend,plugin,ok,steps_run,math,first_ms,mean_ms,median_ms,p90_ms,min_ms,vs_best,samples_per_s,gflops,"
           "kernel_calls_per_step,alloc_hits,alloc_misses,peak_bytes,arena_bytes,max_rel_diff,agrees,reference,noisy,"
-          "error\r\n",
+          "ref_max_rel_diff,ref_agrees,error\r\n",
           f);
     const double best = best_mean(rep);
     for (int i = 0; i < rep->n_rows; i++) {
@@ -316,8 +338,8 @@ int tr_report_write_csv(const struct tr_bench_report *rep, FILE *f, struct tr_er
         csv_text(f, r->plugin_path);
         fprintf(f, ",%d,%lld,", r->ok, (long long)r->steps_run);
         if (!r->ok) {
-            /* math .. noisy empty (18 fields): a failed row has no numbers, only its error */
-            for (int k = 0; k < 18; k++) fputc(',', f);
+            /* math .. ref_agrees empty (20 fields): a failed row has no numbers, only its error */
+            for (int k = 0; k < 20; k++) fputc(',', f);
             csv_text(f, r->error);
             fputs("\r\n", f);
             continue;
@@ -336,7 +358,11 @@ int tr_report_write_csv(const struct tr_bench_report *rep, FILE *f, struct tr_er
                 (unsigned long long)r->stats.peak_bytes, (unsigned long long)r->stats.arena_bytes);
         if (r->is_reference) fputc(',', f);  /* the reference is compared with nothing */
         else csv_num(f, r->max_rel_diff);
-        fprintf(f, ",%d,%d,%d,\r\n", r->agrees, r->is_reference, tr_bench_row_noisy(r));
+        fprintf(f, ",%d,%d,%d", r->agrees, r->is_reference, tr_bench_row_noisy(r));
+        if (r->ref_compared > 0) { /* against [run] reference; empty without one */
+            csv_num(f, r->ref_rel_diff);
+            fprintf(f, ",%d,\r\n", r->ref_agrees);
+        } else fputs(",,,\r\n", f);
     }
     return stream_status(f, "report.csv", err);
 }

@@ -107,6 +107,10 @@ struct tr_bench_report {
     char input[96];             /* the graph's first input: "input_ids [8,128]", "sample [2,64,64,3]" */
     uint64_t seed;
     char weights[TR_CONFIG_PATH];   /* the weights' file; "" when made from [run] seed */
+    char reference[TR_CONFIG_PATH]; /* [run] reference (rows' ref_*); "" when none */
+    double reference_tolerance;
+    char reference_why[64];
+
     char gpu[128];              /* the GPU's name on a device other than cpu; "" on cpu */
     int interrupted;            /* the run was stopped before every backend ran (Ctrl-C) */
     char schedule[16];          /* how the timed steps ran: "interleaved" or "sequential" */
