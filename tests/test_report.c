@@ -497,6 +497,27 @@ static void test_svg(void **state) {
     int w, h;
     svg_size(svg, &w, &h);
     render_and_check(path, w, h);
+    /* every row failed: each says so, and the chart says why it has no bars, apart from them */
+    rep = new_report();
+    for (int i = 0; i < rep->n_rows; i++) rep->rows[i].ok = 0;
+    write_dir(rep, "svg_failed", 0, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/chart.svg", dir);
+    svg = tr_test_read_file(path, NULL);
+    check_xml(svg);
+    expect_in("chart.svg", svg, "every backend failed: no times to draw");
+    assert_null(strstr(svg, "no backend ran"));
+    const char *msg = strstr(svg, "every backend failed"), *failed = strstr(svg, ">FAILED<");
+    assert_non_null(failed);
+    /* not drawn where a row's FAILED is: another x */
+    int mx = 0, fx = 0;
+    const char *m0 = msg, *f0 = failed;
+    while (m0 > svg && strncmp(m0, "<text", 5)) m0--;
+    while (f0 > svg && strncmp(f0, "<text", 5)) f0--;
+    assert_int_equal(sscanf(m0, "<text x=\"%d\"", &mx), 1);
+    assert_int_equal(sscanf(f0, "<text x=\"%d\"", &fx), 1);
+    assert_true(mx - fx > 100);
+    svg_size(svg, &w, &h);
+    render_and_check(path, w, h);
 }
 
 /* ---- trident report A B, in process ---- */

@@ -478,9 +478,10 @@ int tr_report_write_svg(const struct tr_bench_report *rep, const struct tr_repor
         if (top) fputs(" ms (best)</text>\n", f);
         else fprintf(f, " ms (%.2fx)</text>\n", r->mean_ms / best);
     }
-    if (worst <= 0)
-        fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#c0392b\">no backend ran</text>\n", x0 + 4,
-                SVG_TOP + SVG_ROW_H / 2 + 4);
+    if (worst <= 0) /* beside the rows' FAILED, not on them */
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#c0392b\">%s</text>\n",
+                x0 + SVG_PLOT_W / 2, SVG_TOP + SVG_ROW_H / 2 + 4,
+                rep->n_rows ? "every backend failed: no times to draw" : "no backend ran");
 
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#000000\"/>\n", x0, axis_y, x0 + SVG_PLOT_W,
             axis_y);
