@@ -75,6 +75,16 @@ steps = 1
 config = clob.ini"
 expect "bench SUITE --json onto a row's config is refused" 1 'clob_suite.ini:3: \[row.a\]: --json .*clob.ini is the config' -- \
   "$bin" bench "$tmp/clob_suite.ini" --json "$tmp/clob.ini"
+# a row whose config is not there is one of the suite's problems, said with the others
+ini miss_suite.ini "[suite]
+[row.a]
+config = missing.ini
+[row.b]
+config = clob.ini
+batch = 0"
+expect "suite: a missing row config and another row's bad key, said together" 1 \
+  'miss_suite.ini:3: \[row.a\] config = missing.ini: cannot open ' -- "$bin" bench "$tmp/miss_suite.ini"
+check "... the other row's too" 'miss_suite.ini:6: \[row.b\] batch = 0: expected an integer'
 if grep -q '"mean_ms"' "$tmp/q.json" 2>/dev/null; then ok "json has mean_ms"; else echo > "$tmp/out"; bad "json has mean_ms"; fi
 for key in '"cpu":' '"onednn_isa":' '"threads":' '"omp_wait":' '"noisy":'; do
   if grep -q "$key" "$tmp/q.json" 2>/dev/null; then ok "json has $key"; else echo > "$tmp/out"; bad "json has $key"; fi

@@ -9,6 +9,7 @@
 #include "modelutil.h"
 #include "models.h"
 #include "trident/bench.h"
+#include "trident/safetensors.h"
 
 #define tiny() tr_test_llm_preset(&tr_model_gemma, "tiny")
 
@@ -258,7 +259,34 @@ static void test_hf_config_defaults(void **state) {
     tr_test_hf_defaults_match(&tr_model_gemma, "{\"model_type\": \"gemma\"}", TR_SOURCE_DIR "/tests/fixtures/hf/defaults/gemma.json", 8);
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_size_7b, test_hf_config_defaults, test_size_2b, test_presets_are_the_published_configs, test_hf_config_errors,
+/* A tied config (gemma's) over a checkpoint with an lm_head.weight of its own: untied
+ * where the two differ, as from_pretrained does (it will "NOT tie them"); tied where they
+ * are equal, or where [model] tie_word_embeddings says so. */
+static void test_untie_own_head(void **state) {
+    (void)state;
+    const struct tr_decoder_config *tiny = tr_model_gemma.presets[0].config;
+    const int64_t sh[2] = {tiny->vocab_size, tiny->hidden_size};
+    const char *names[2] = {"model.embed_tokens.weight", "lm_head.weight"};
+    for (int k = 0; k < 3; k++) {
+        struct tr_tensor ts[2] = {tr_test_tensor(TR_DTYPE_F32, 2, sh), tr_test_tensor(TR_DTYPE_F32, 2, sh)};
+        tr_test_randn(&ts[0], 71, 1.0);
+        tr_test_randn(&ts[1], k == 1 ? 71 : 72, 1.0); /* k 1: the same values */
+        char path[512], ini[1024];
+        struct tr_error e = {0};
+        snprintf(path, sizeof path, "%s/own_head.safetensors", tr_test_dir);
+        assert_int_equal(tr_safetensors_write(path, 2, names, ts, &e), TR_OK);
+        tr_test_tensors_free(2, ts);
+        snprintf(ini, sizeof ini, "[run]\nmodel = gemma\npreset = %s\nweights = %s\n%s", tr_model_gemma.presets[0].name,
+                 path, k == 2 ? "[model]\ntie_word_embeddings = true\n" : "");
+        static struct tr_config cfg;
+        if (tr_config_load_string(ini, "m.ini", &cfg, &e)) fail_msg("%s", e.msg);
+        struct tr_decoder_config c;
+        if (tr_model_resolve(&tr_model_gemma, cfg.preset, &cfg, &c, &e)) fail_msg("%s", e.msg);
+        assert_int_equal(c.tie_word_embeddings, k != 0);
+    }
+}
+
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_untie_own_head, test_size_7b, test_hf_config_defaults, test_size_2b, test_presets_are_the_published_configs, test_hf_config_errors,
              test_model_keys_win_over_hf_config, test_hf_config_next_to_ini, test_names_match_state_dict, test_interface, test_make_inputs,
              test_predict_matches_hf_f32, test_predict_matches_hf_bf16, test_kv_cache,
              test_greedy_generate_matches_hf, test_unknown_preset, test_config_errors)

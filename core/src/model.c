@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include "trident/parse.h"
 #include "trident/model.h"
+#include "trident/safetensors.h"
 
 static const char *const task_names[TR_TASK_COUNT] = {"predict", "fit", "generate"};
 
@@ -337,6 +338,71 @@ static void warn_adapter_config(const struct tr_model_desc *m, const struct tr_c
                 "lora_alpha and lora_targets as the file says\n", cfg->file, path, diff);
 }
 
+/* Tensor `name` of the .safetensors files at path (a file, or a directory and its
+ * immediate subdirectories, as the weights are read): its dtype, shape and bytes into
+ * *t (the file stays open in *st, the caller closes it). 0 when none has it. */
+static int find_tensor(const char *path, const char *name, struct tr_safetensors **st, const char **dt, int *nd,
+                       int64_t shape[TR_MAX_DIMS], const void **data, int depth) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return 0;
+    if (S_ISREG(sb.st_mode)) {
+        const size_t n = strlen(path);
+        struct tr_error e = {0};
+        if (n < 12 || strcmp(path + n - 12, ".safetensors") || tr_safetensors_open(path, st, &e)) return 0;
+        if (tr_safetensors_find(*st, name) >= 0 && tr_safetensors_get_bytes(*st, name, dt, nd, shape, data, &e) == TR_OK)
+            return 1;
+        tr_safetensors_close(*st);
+        *st = NULL;
+        return 0;
+    }
+    DIR *d = S_ISDIR(sb.st_mode) && depth < 2 ? opendir(path) : NULL;
+    int hit = 0;
+    for (struct dirent *de; d && !hit && (de = readdir(d));) {
+        char p[TR_CONFIG_PATH + 300];
+        if (de->d_name[0] == '.' || snprintf(p, sizeof p, "%s/%s", path, de->d_name) >= (int)sizeof p) continue;
+        hit = find_tensor(p, name, st, dt, nd, shape, data, depth + 1);
+    }
+    if (d) closedir(d);
+    return hit;
+}
+
+/* A config that ties the head to the embedding table (tie_word_embeddings, from the preset
+ * or hf_config, not a [model] line) over a checkpoint with its own lm_head.weight that
+ * differs from the table: transformers' from_pretrained then does not tie them and uses
+ * the file's head (its tie_weights: "both are present in the checkpoints with different
+ * values, so we will NOT tie them"); so does trident, with a note. Equal ones stay tied. */
+static void untie_head(const struct tr_model_desc *m, const struct tr_config *cfg, void *config) {
+    const struct tr_model_key *k = NULL;
+    for (int i = 0; i < m->n_keys; i++)
+        if (!strcmp(m->keys[i].name, "tie_word_embeddings") && m->keys[i].type == TR_KEY_BOOL) k = &m->keys[i];
+    int tied = 0;
+    if (!k || !cfg->weights[0] || model_key_given(cfg, "tie_word_embeddings")) return;
+    memcpy(&tied, (char *)config + k->offset, sizeof tied);
+    if (!tied) return;
+    struct tr_safetensors *sh = NULL, *se = NULL;
+    const char *dh, *de;
+    int nh, ne;
+    int64_t shh[TR_MAX_DIMS], she[TR_MAX_DIMS];
+    const void *ph, *pe;
+    if (find_tensor(cfg->weights, "lm_head.weight", &sh, &dh, &nh, shh, &ph, 0) &&
+        find_tensor(cfg->weights, "model.embed_tokens.weight", &se, &de, &ne, she, &pe, 0)) {
+        int same = !strcmp(dh, de) && nh == ne;
+        size_t bytes = strcmp(dh, "F32") ? 2 : 4;
+        for (int d = 0; same && d < nh; d++) same = shh[d] == she[d], bytes *= (size_t)shh[d];
+        same = same && (!strcmp(dh, "F32") || !strcmp(dh, "BF16") || !strcmp(dh, "F16")) && !memcmp(ph, pe, bytes);
+        if (!same) {
+            const int untied = 0;
+            memcpy((char *)config + k->offset, &untied, sizeof untied);
+            fprintf(stderr, "trident: note: %s: [run] weights = %s has an lm_head.weight of its own, not the "
+                    "embedding table: the head is untied (tie_word_embeddings = false), as transformers' "
+                    "from_pretrained reads such a checkpoint; [model] tie_word_embeddings = true ties it\n",
+                    cfg->file, cfg->weights);
+        }
+    }
+    tr_safetensors_close(sh);
+    tr_safetensors_close(se);
+}
+
 int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const struct tr_config *cfg, void *config,
                      struct tr_error *err) {
     if (!m || !preset || !config) return tr_error_set(err, TR_ERR_INVALID, "tr_model_resolve: NULL argument");
@@ -383,6 +449,7 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
     snprintf(owner, sizeof owner, "model '%s'", m->name);
     static const char *const hf[] = {"hf_config", NULL};
     int rc = keys_apply(cfg, "model", m->keys, m->n_keys, owner, config, m->read_hf_config ? hf : NULL, err);
+    if (!rc) untie_head(m, cfg, config);
     if (!rc) warn_unread_config_json(m, cfg, config);
     if (!rc) warn_adapter_config(m, cfg, config);
     return rc;

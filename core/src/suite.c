@@ -126,11 +126,10 @@ static int handler(void *user, const char *section, const char *key, const char 
         int rc = tr_config_path(base, value, r->config, sizeof r->config, &e);
         free(base);
         if (rc) return !fail(st, "[%s] config = %.200s: %s", r->section, value, e.msg);
-        struct stat sb;
-        if (stat(r->config, &sb) != 0 || !S_ISREG(sb.st_mode))
-            return !fail(st, "[%s] config = %.200s: cannot open %s: %s; expected a run INI (a relative path is taken "
-                         "from the suite's directory)", r->section, value, r->config,
-                         stat(r->config, &sb) != 0 ? strerror(errno) : "not a regular file");
+        /* a file that is not there is the row's problem (tr_suite_row_config), said with
+         * every other row's, not the suite's */
+        snprintf(r->config_value, sizeof r->config_value, "%s", value);
+        r->config_line = st->in.line;
         return 1;
     }
     return !add_key(st, r->keys, &r->n_keys, r->section, key, value);
@@ -227,6 +226,11 @@ int tr_suite_select(struct tr_suite *s, const char *rows, struct tr_error *err) 
 int tr_suite_row_config(const struct tr_suite *s, int i, struct tr_config *cfg, struct tr_error *err) {
     if (i < 0 || i >= s->n_rows) return tr_error_set(err, TR_ERR_INVALID, "tr_suite_row_config: no row %d", i);
     const struct tr_suite_row *r = &s->rows[i];
+    struct stat sb;
+    if (stat(r->config, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return tr_error_set(err, TR_ERR_IO, "%s:%d: [%s] config = %.200s: cannot open %s: %s; expected a run INI (a "
+                            "relative path is taken from the suite's directory)", s->file, r->config_line, r->section,
+                            r->config_value, r->config, stat(r->config, &sb) != 0 ? strerror(errno) : "not a regular file");
     struct tr_config_override over[2 * TR_SUITE_MAX_KEYS];
     int n = 0;
     for (int k = 0; k < s->n_keys; k++)

@@ -43,7 +43,9 @@ struct tr_suite_row {
     char section[72];           /* "row.NAME", for messages */
     char label[96];             /* label =, or NAME */
     char config[TR_CONFIG_PATH]; /* resolved against the suite's directory */
+    char config_value[TR_CONFIG_PATH]; /* as the suite writes it */
     int line;                   /* of its section header */
+    int config_line;            /* of its config = */
     struct tr_suite_key keys[TR_SUITE_MAX_KEYS];
     int n_keys;
 };
