@@ -65,8 +65,8 @@ static void expect_not_printed(const struct tr_bench_report *rep, const char *ne
 }
 
 static void check_noisy_lines(const char *out) {
-    expect_in(out, "\nnoisy: torch p90 12.3 ms is 1.8x its median 6.8 ms (other load on the machine?)\n");
-    expect_in(out, "\nnoisy: torch:reduce-overhead p90 0.5 ms is 2.0x its median 0.25 ms (other load on the machine?)\n");
+    expect_in(out, "\nnoisy: torch p90 12.3 ms is 1.8x its median 6.80 ms (other load on the machine?)\n");
+    expect_in(out, "\nnoisy: torch:reduce-overhead p90 0.500 ms is 2.0x its median 0.250 ms (other load on the machine?)\n");
     expect_not_in(out, "noisy: tf ");
     expect_not_in(out, "noisy: jax ");
     expect_not_in(out, "noisy: broken");

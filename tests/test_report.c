@@ -469,8 +469,8 @@ static void test_svg(void **state) {
         /* labels escaped; one bar per row that ran; the best bold and green */
         expect_in("chart.svg", svg, ">t&lt;&amp;&gt;|x</text>");
         expect_in("chart.svg", svg, " font-weight=\"bold\">jax\xEF\xBF\xBD</text>");
-        expect_in("chart.svg", svg, " font-weight=\"bold\">4 ms (best)</text>");
-        expect_in("chart.svg", svg, ">6.8 ms (1.70x)</text>");
+        expect_in("chart.svg", svg, " font-weight=\"bold\">4.00 ms (best)</text>");
+        expect_in("chart.svg", svg, ">6.80 ms (1.70x)</text>");
         expect_in("chart.svg", svg, ">FAILED</text>");
         int bars = 0, green = 0;
         for (const char *p = svg; (p = strstr(p, "<rect x=")); p++) bars++, green += !strncmp(strstr(p, "fill="), "fill=\"#2e9e5b\"", 14);

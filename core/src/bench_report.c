@@ -9,6 +9,7 @@
 #include "trident/bench.h"
 #include "trident/report.h"
 #include "bench_json.h"
+#include "bench_util.h"
 
 static double fastest_mean(const struct tr_bench_report *rep) {
     double best = 0;
@@ -46,11 +47,6 @@ int tr_bench_row_noisy(const struct tr_bench_row *r) {
 static const char *mib_str(uint64_t bytes, char *buf, size_t n) {
     const double mib = (double)bytes / 1048576.0;
     snprintf(buf, n, mib < 1e6 ? "%.1f" : "%.2e", mib);
-    return buf;
-}
-
-static const char *ms_str(double ms, char *buf, size_t n) {
-    snprintf(buf, n, ms < 1000 ? "%.3g" : "%.0f", ms);
     return buf;
 }
 
@@ -188,7 +184,8 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
         char p90[32], med[32];
         if (!head++) fputc('\n', f);
         fprintf(f, "noisy: %s p90 %s ms is %.1fx its median %s ms (other load on the machine?)\n", r->label,
-                ms_str(r->p90_ms, p90, sizeof p90), r->p90_ms / r->median_ms, ms_str(r->median_ms, med, sizeof med));
+                tr_bench_ms_str(r->p90_ms, p90, sizeof p90), r->p90_ms / r->median_ms,
+                tr_bench_ms_str(r->median_ms, med, sizeof med));
     }
     /* A bar per backend, mean ms/step to scale (the slowest fills the width): the chart of
      * the table's "vs best" column, for a glance. */

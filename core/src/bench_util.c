@@ -41,6 +41,11 @@ void tr_bench_row_times(struct tr_bench_row *row, double *times, int64_t n) {
     row->min_ms = times[0];
 }
 
+const char *tr_bench_ms_str(double ms, char *buf, size_t n) {
+    snprintf(buf, n, ms < 1 ? "%.3f" : ms < 10 ? "%.2f" : ms < 100 ? "%.1f" : "%.0f", ms);
+    return buf;
+}
+
 const char *tr_bench_bytes_str(uint64_t b, char *buf, size_t n) {
     if (b >= (1ull << 30)) snprintf(buf, n, "%.2f GiB", (double)b / (1ull << 30));
     else snprintf(buf, n, "%.1f MiB", (double)b / (1ull << 20));

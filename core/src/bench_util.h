@@ -34,6 +34,10 @@ void tr_bench_io_free(struct tr_tensor *ts, int n);
 /* ‖a − b‖ / ‖b‖ over all elements; +inf when a has a non-finite value. */
 double tr_bench_rel_diff(const struct tr_tensor *a, const struct tr_tensor *b);
 
+/* Milliseconds in three significant digits, trailing zeros kept ("0.250", "1.00", "12.5", "123",
+ * "4210"): the noisy notes and the chart's labels; returns buf. */
+const char *tr_bench_ms_str(double ms, char *buf, size_t n);
+
 /* "75.5 MiB", "15.90 GiB" into buf; returns buf. */
 const char *tr_bench_bytes_str(uint64_t bytes, char *buf, size_t n);
 

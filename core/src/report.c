@@ -3,6 +3,7 @@
  * them from outside (labels, paths, notes) is escaped here, for each format its way. */
 #include "trident/parse.h"
 #include "trident/report.h"
+#include "bench_util.h"
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -267,8 +268,9 @@ int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_err
         if (!head++) fputc('\n', f);
         fputs("- noisy: ", f);
         put_text(f, r->label, ESC_MD);
-        fprintf(f, " p90 %.3g ms is %.1fx its median %.3g ms (other load on the machine?)\n", r->p90_ms,
-                r->p90_ms / r->median_ms, r->median_ms);
+        fprintf(f, " p90 %s ms is %.1fx its median %s ms (other load on the machine?)\n",
+                tr_bench_ms_str(r->p90_ms, (char[32]){0}, 32), r->p90_ms / r->median_ms,
+                tr_bench_ms_str(r->median_ms, (char[32]){0}, 32));
     }
     for (int i = 0, head = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
@@ -393,7 +395,7 @@ static double axis_x(const struct svg_axis *ax, double v) {
     return SVG_PLOT_W * (t < 0 ? 0 : t > 1 ? 1 : t);
 }
 
-static void svg_ms(FILE *f, double ms) { fprintf(f, ms < 1000 ? "%.3g" : "%.0f", ms); }
+static void svg_ms(FILE *f, double ms) { fprintf(f, "%s", tr_bench_ms_str(ms, (char[32]){0}, 32)); }
 
 int tr_report_write_svg(const struct tr_bench_report *rep, const struct tr_report_opts *opts, FILE *f,
                         struct tr_error *err) {
