@@ -234,8 +234,9 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
         else fprintf(f, "the trained state was not compared\n");
     }
     fprintf(f, "\n%s", rep->all_ok ? "all backends ran and agree" : "NOT all backends ran and agree");
-    if (rep->tolerance > 0) fprintf(f, " (within %s%s%s)", tr_tol_str(rep->tolerance, (char[32]){0}, 32), rep->tolerance_why[0] ? ", " : "",
-                                    rep->tolerance_why);
+    if (rep->tolerance > 0)
+        fprintf(f, " (within %s%s%s)", tr_tol_str(rep->tolerance, (char[32]){0}, 32), rep->tolerance_why[0] ? ", " : "",
+                rep->tolerance_why);
     fputc('\n', f);
 }
 

@@ -308,8 +308,8 @@ int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_err
                 (long long)rep->steps);
     int ran_agree = 1; /* among themselves; the reference's verdict is said apart */
     for (int i = 0; i < rep->n_rows; i++) ran_agree &= rep->rows[i].ok && rep->rows[i].agrees;
-    fputs(ran_agree && (rep->all_ok || ref_no) ? "\nAll backends ran and agree" : "\n**NOT** all backends ran and agree",
-          f);
+    const int agree = ran_agree && (rep->all_ok || ref_no);
+    fputs(agree ? "\nAll backends ran and agree" : "\n**NOT** all backends ran and agree", f);
     if (rep->tolerance > 0) {
         fprintf(f, " (within %s%s", tr_tol_str(rep->tolerance, (char[32]){0}, 32), rep->tolerance_why[0] ? ", " : "");
         put_text(f, rep->tolerance_why, ESC_MD);
