@@ -222,6 +222,13 @@ int tr_cli_bench_kernels(int argc, char **argv) {
             return usage(NULL);
         }
     }
+    /* an option no asked-for op reads is refused, not ignored */
+    int given_size = 0, given_hd = 0;
+    for (int j = 0; j < argc; j++) given_size |= !strcmp(argv[j], "--size"), given_hd |= !strcmp(argv[j], "--head-dim");
+    if (given_size && !want_mm && !want_attn && !want_adamw)
+        return usage("--size is not read by --op conv2d (it times Stable Diffusion's UNet convolutions, fixed "
+                     "shapes)");
+    if (given_hd && !want_attn) return usage("--head-dim is attention's; --op attention (or all) reads it");
     struct tr_error err = {0};
     struct tr_kernels *k = NULL;
     if (tr_kernels_init(&k, TR_DEVICE_CPU, 0, &err)) {

@@ -9,7 +9,7 @@
  *                                                    the first's (check_nodes.h)
  *   trident bench FILE.ini ...                       the same (benchmarks are runs)
  *   trident bench SUITE.ini [--rows P,...]           every row of a suite, then the summary (suite.h)
- *   trident bench-kernels [--size N] [--dtype D]     GFLOP/s of the shared kernels
+ *   trident bench-kernels [--op OP] [--size N] ...   GFLOP/s of the shared kernels
  *   trident roofline FILE.ini [--run]                the step's kernels against the device's floor
  *   trident list [FILE.ini | MODEL]                 models, presets, tasks; backend plugins (MODEL:
  *                                                    its INI keys, section by section)
@@ -37,7 +37,8 @@ static const char usage[] =
     "       trident run FILE.ini --check nodes\n"
     "       trident bench FILE.ini [--json OUT] [--report DIR [--log-scale]] [--outputs OUT.safetensors] [--steps N]\n"
     "       trident bench SUITE.ini [--rows NAME,PATTERN...] [--json OUT] [--report DIR [--log-scale]] [--steps N]\n"
-    "       trident bench-kernels [--size N] [--dtype f32|bf16|all] [--reps R]\n"
+    "       trident bench-kernels [--op matmul|attention|conv2d|adamw|all] [--size N] [--head-dim D] "
+    "[--dtype f32|bf16|all] [--reps R]\n"
     "       trident roofline FILE.ini [--device-peaks h200|h100|measure] [--run] [--reps R] [--top N] [--json OUT]\n"
     "       trident list [FILE.ini | MODEL]\n"
     "       trident dump FILE.ini\n"

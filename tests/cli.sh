@@ -35,6 +35,10 @@ expect "an empty value is refused as none" 2 'trident: --json needs a value' -- 
 expect "list: a misspelt model is said as such" 1 "list BERT: no such model \(models: bert, gemma" -- "$bin" list BERT
 expect "bench-kernels: an unknown argument is named" 2 "unknown option 'extra'" -- "$bin" bench-kernels extra
 expect "bench-kernels: an option twice is refused" 2 '--reps is given twice' -- "$bin" bench-kernels --reps 1 --reps 2
+expect "bench-kernels: --size for conv2d's fixed shapes is refused" 2 '--size is not read by --op conv2d' -- \
+  "$bin" bench-kernels --op conv2d --size 8
+expect "bench-kernels: --head-dim without attention is refused" 2 "--head-dim is attention's" -- \
+  "$bin" bench-kernels --op matmul --head-dim 8
 # a CRLF line may be as long as an LF one (197 characters)
 printf '[run]\r\nmodel = bert\r\npreset = tiny\r\n; %s\r\n' "$(printf 'x%.0s' $(seq 1 195))" > "$tmp/crlf.ini"
 expect "a CRLF line of 197 characters is read" 0 '' -- "$bin" dump "$tmp/crlf.ini"
@@ -322,6 +326,8 @@ expect "a [backend.X] for a backend not listed is said, and the run goes on" 0 \
   -- "$bin" run "$tmp/unlisted.ini"
 expect "OMP_NUM_THREADS past [run] threads' bound: said, the default kept" 0 \
   'warning: OMP_NUM_THREADS=100000: expected a count from 1 to 1024' -- env OMP_NUM_THREADS=100000 "$bin" run "$tmp/unlisted.ini"
+expect "an OMP_WAIT_POLICY libgomp rejects is reported as its default, not as the value" 0 \
+  'OpenMP wait libgomp default \(OMP_WAIT_POLICY=bogus is invalid\)' -- env OMP_WAIT_POLICY=bogus "$bin" run "$tmp/unlisted.ini"
 # the noise schedule's errors name the scheduler the run takes (every sampler's, not DDIM's)
 rejects eusched.ini $'[run]\nmodel = stable_diffusion\npreset = tiny\ntask = generate\nbackends = torch\nbatch = 1\nsteps = 1\nwarmup = 1\n[model]\nscheduler = euler\nsteps_offset = 5000\nnum_inference_steps = 3' \
   "a schedule's error names the scheduler" 'stable_diffusion: scheduler = euler: steps_offset = 5000 puts the first timestep past 999'
@@ -812,6 +818,10 @@ if [ $rc = 130 ] && grep -q 'interrupted before it started' "$tmp/out" && grep -
    grep -Eq '"all_ok":[[:space:]]*false' "$tmp/sint1.json" 2>/dev/null; then
   ok "Ctrl-C before a backend started: not all backends ran"
 else echo "exit $rc" >> "$tmp/out"; bad "Ctrl-C before a backend started: not all backends ran"; fi
+if grep -q 'interrupted: 1 of 2 backends ran their timed steps' "$tmp/out" &&
+   [ "$(grep -c '"plugin":[[:space:]]*".*libtrident_backend_[a-z]*\.so"' "$tmp/sint1.json")" = 2 ]; then
+  ok "... 1 of 2 ran, and the one that never started keeps its plugin's file"
+else bad "... 1 of 2 ran, and the one that never started keeps its plugin's file"; fi
 
 # trident bench SUITE.ini: each row's table, then the summary in the benchmark page's shape.
 ini s_gen.ini $'[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbackends = torch, jax\nbatch = 2\n[backend.jax]\nfuse = false\n[generate]\nprompt_len = 4\nmax_length = 8'

@@ -4,9 +4,11 @@
  * and runs it. The first step (init + compile + first run) is timed on its own and left
  * out, as the Keras 3 benchmark does; the remaining warm-up steps are untimed; then
  * `steps` steps are timed one by one so that the median and p90 are real. */
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include "trident/parse.h"
 #include "trident/bench.h"
@@ -383,11 +385,39 @@ static void run_interleaved(struct run *r, struct slot *slots, int n, struct tr_
  * environment holds now is what the run's threads wait with. GOMP_SPINCOUNT wins over
  * the policy's spin count; without either libgomp spins 300000 times (about 3 ms) before
  * sleeping (libgomp/env.c). */
+/* What libgomp's env.c takes: OMP_WAIT_POLICY active or passive (any case, blanks
+ * around); GOMP_SPINCOUNT infinite, infinity or a count with a k, M, G or T suffix. Another
+ * value it says is invalid and ignores. */
+static int omp_policy_ok(const char *v) {
+    while (isspace((unsigned char)*v)) v++;
+    const size_t n = !strncasecmp(v, "active", 6) ? 6 : !strncasecmp(v, "passive", 7) ? 7 : 0;
+    for (v += n; n && isspace((unsigned char)*v);) v++;
+    return n && !*v;
+}
+static int omp_spin_ok(const char *v) {
+    while (isspace((unsigned char)*v)) v++;
+    if (!strncasecmp(v, "infinite", 8) || !strncasecmp(v, "infinity", 8)) v += 8;
+    else {
+        if (!isdigit((unsigned char)*v)) return 0;
+        while (isdigit((unsigned char)*v)) v++;
+        while (isspace((unsigned char)*v)) v++;
+        if (*v && strchr("kKmMgGtT", *v)) v++;
+    }
+    while (isspace((unsigned char)*v)) v++;
+    return !*v;
+}
+
 static void describe_omp_wait(struct tr_bench_report *rep) {
     const char *pol = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
     if (pol && !*pol) pol = NULL;
     if (spin && !*spin) spin = NULL;
-    if (spin)
+    const char *bad_pol = pol && !omp_policy_ok(pol) ? pol : NULL, *bad_spin = spin && !omp_spin_ok(spin) ? spin : NULL;
+    if (bad_pol) pol = NULL; /* libgomp's default then, and the report says the value was not taken */
+    if (bad_spin) spin = NULL;
+    if ((bad_pol || bad_spin) && !spin && !pol)
+        snprintf(rep->omp_wait, sizeof rep->omp_wait, "libgomp default (%s=%.8s is invalid)",
+                 bad_spin ? "GOMP_SPINCOUNT" : "OMP_WAIT_POLICY", bad_spin ? bad_spin : bad_pol);
+    else if (spin)
         snprintf(rep->omp_wait, sizeof rep->omp_wait, "spin %.16s (GOMP_SPINCOUNT)%s%.16s", spin,
                  pol ? ", OMP_WAIT_POLICY=" : "", pol ? pol : "");
     else if (pol) snprintf(rep->omp_wait, sizeof rep->omp_wait, "%.32s", pol);
@@ -404,7 +434,7 @@ static void describe_omp_wait(struct tr_bench_report *rep) {
         by_trident = now && strcmp(now, eq + 1) == 0 && (strcmp(name, "OMP_WAIT_POLICY") ? !pol : !spin);
     }
     snprintf(rep->omp_wait_by, sizeof rep->omp_wait_by, "%s",
-             by_trident ? "trident" : (pol || spin) ? "environment" : "none");
+             by_trident ? "trident" : (pol || spin || bad_pol || bad_spin) ? "environment" : "none");
 }
 
 int tr_bench_host_info(struct tr_bench_report *rep, struct tr_error *err) {
@@ -823,6 +853,12 @@ static int bench_run(const struct tr_config *cfg, const struct tr_model_desc *co
         rep->n_rows++;
         if ((rc = slot_alloc(sl, g, n_out, cfg->steps, fs.on ? total_steps : 0, err)) != TR_OK) goto done;
         tr_bench_label(cfg, b, sl->row->label, sizeof sl->row->label);
+        { /* the file, also for a row that never starts (a run stopped before it) */
+            const struct tr_plugin_search ps = {.ini_dir = cfg->plugin_path[0] ? cfg->plugin_path : NULL};
+            struct tr_error le = {0};
+            tr_plugin_locate(sl->cb->path[0] ? sl->cb->path : sl->cb->name, &ps, sl->row->plugin_path,
+                             sizeof sl->row->plugin_path, &le);
+        }
         if (dead && dead[b].msg[0]) {
             sl->sh->err = dead[b];
             sl->dead = 1;
@@ -937,9 +973,12 @@ static int bench_run(const struct tr_config *cfg, const struct tr_model_desc *co
         else fprintf(stderr, "trident: wrote %s (%d tensors: every backend's outputs%s)\n", o->outputs, outs.n,
                      fs.on ? ", each step's loss" : "");
     }
-    if (rep->interrupted && (rc == TR_OK || rc == TR_ERR_PLUGIN))
+    if (rep->interrupted && (rc == TR_OK || rc == TR_ERR_PLUGIN)) {
+        int ran = 0;
+        for (int b = 0; b < rep->n_rows; b++) ran += rep->rows[b].ok && rep->rows[b].steps_run > 0;
         rc = tr_error_set(err, TR_ERR_INTERRUPTED, "interrupted: %d of %d backends ran their timed steps (or some "
-                          "of them)", rep->n_rows - failures, rep->n_rows);
+                          "of them)", ran, rep->n_rows);
+    }
 done:
     free(dead);
     tr_bench_guard_free(&guard);

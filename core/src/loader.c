@@ -251,44 +251,51 @@ static int plugin_load(const char *path, void **handle_out, struct tr_backend_i 
 
 /* ---- public: plugins ---- */
 
+int tr_plugin_locate(const char *name_or_path, const struct tr_plugin_search *s, char *path, size_t cap,
+                     struct tr_error *err) {
+    if (!name_or_path || !name_or_path[0])
+        return tr_error_set(err, TR_ERR_INVALID, "tr_plugin_open: no backend name or path given");
+    if (strchr(name_or_path, '/') || ends_with(name_or_path, PLUGIN_SUFFIX)) {
+        if (strlen(name_or_path) >= cap)
+            return tr_error_set(err, TR_ERR_INVALID, "plugin path too long: %s", name_or_path);
+        if (!is_file(name_or_path))
+            return tr_error_set(err, TR_ERR_NOT_FOUND, "plugin file not found: %s", name_or_path);
+        snprintf(path, cap, "%s", name_or_path);
+        return TR_OK;
+    }
+    struct search_list *l = malloc(sizeof *l);
+    if (!l) return tr_error_set(err, TR_ERR_NOMEM, "tr_plugin_open: out of memory");
+    search_build(s, l);
+    int found = 0;
+    for (int i = 0; i < l->n && !found; i++) {
+        int n = snprintf(path, cap, "%s/" PLUGIN_PREFIX "%s" PLUGIN_SUFFIX, l->dirs[i].path, name_or_path);
+        found = n < (int)cap && is_file(path);
+    }
+    if (!found) {
+        char where[TR_ERROR_MSG_MAX];
+        size_t off = 0;
+        where[0] = '\0';
+        for (int i = 0; i < l->n && off < sizeof where; i++)
+            off += (size_t)snprintf(where + off, sizeof where - off, "%s%s (%s)", i ? ", " : "", l->dirs[i].path,
+                                    l->dirs[i].origin);
+        int none = l->n == 0;
+        free(l);
+        path[0] = '\0';
+        return tr_error_set(err, TR_ERR_NOT_FOUND,
+                            "backend '%s' not found: no " PLUGIN_PREFIX "%s" PLUGIN_SUFFIX " in %s", name_or_path,
+                            name_or_path, none ? "(no directory to search)" : where);
+    }
+    free(l);
+    return TR_OK;
+}
+
 int tr_plugin_open(const char *name_or_path, const struct tr_plugin_search *s, struct tr_plugin **out,
                    struct tr_error *err) {
     if (!out) return tr_error_set(err, TR_ERR_INVALID, "tr_plugin_open: out is NULL");
     *out = NULL;
-    if (!name_or_path || !name_or_path[0])
-        return tr_error_set(err, TR_ERR_INVALID, "tr_plugin_open: no backend name or path given");
-
     char path[PATH_MAX];
-    if (strchr(name_or_path, '/') || ends_with(name_or_path, PLUGIN_SUFFIX)) {
-        if (strlen(name_or_path) >= sizeof path)
-            return tr_error_set(err, TR_ERR_INVALID, "plugin path too long: %s", name_or_path);
-        if (!is_file(name_or_path))
-            return tr_error_set(err, TR_ERR_NOT_FOUND, "plugin file not found: %s", name_or_path);
-        snprintf(path, sizeof path, "%s", name_or_path);
-    } else {
-        struct search_list *l = malloc(sizeof *l);
-        if (!l) return tr_error_set(err, TR_ERR_NOMEM, "tr_plugin_open: out of memory");
-        search_build(s, l);
-        int found = 0;
-        for (int i = 0; i < l->n && !found; i++) {
-            int n = snprintf(path, sizeof path, "%s/" PLUGIN_PREFIX "%s" PLUGIN_SUFFIX, l->dirs[i].path, name_or_path);
-            found = n < (int)sizeof path && is_file(path);
-        }
-        if (!found) {
-            char where[TR_ERROR_MSG_MAX];
-            size_t off = 0;
-            where[0] = '\0';
-            for (int i = 0; i < l->n && off < sizeof where; i++)
-                off += (size_t)snprintf(where + off, sizeof where - off, "%s%s (%s)", i ? ", " : "", l->dirs[i].path,
-                                        l->dirs[i].origin);
-            int none = l->n == 0;
-            free(l);
-            return tr_error_set(err, TR_ERR_NOT_FOUND,
-                                "backend '%s' not found: no " PLUGIN_PREFIX "%s" PLUGIN_SUFFIX " in %s", name_or_path,
-                                name_or_path, none ? "(no directory to search)" : where);
-        }
-        free(l);
-    }
+    int rc0 = tr_plugin_locate(name_or_path, s, path, sizeof path, err);
+    if (rc0) return rc0;
 
     struct tr_plugin *p = calloc(1, sizeof *p);
     if (!p) return tr_error_set(err, TR_ERR_NOMEM, "tr_plugin_open: out of memory");

@@ -44,6 +44,10 @@ int tr_plugin_open(const char *name_or_path, const struct tr_plugin_search *s, s
 void tr_plugin_close(struct tr_plugin *p);
 const struct tr_backend_i *tr_plugin_iface(const struct tr_plugin *p);
 const char *tr_plugin_path(const struct tr_plugin *p);
+/* The file tr_plugin_open would load for name_or_path, into path (cap bytes), without
+ * loading it; the same errors as tr_plugin_open's search. */
+int tr_plugin_locate(const char *name_or_path, const struct tr_plugin_search *s, char *path, size_t cap,
+                     struct tr_error *err);
 
 /* Every candidate file in every search directory, as `trident list` shows them. */
 struct tr_plugin_candidate {
