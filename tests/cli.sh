@@ -663,6 +663,18 @@ expect "stable_diffusion with DPM-Solver++ 2M (Karras) against diffusers' pipeli
 # (make_sd_reference.py ... --steps 3 --scheduler heun).
 expect "stable_diffusion with Heun against diffusers' pipeline in float64" 0 \
   'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sd_heun/check.ini
+# A pipeline whose HeunDiscreteScheduler file has clip_sample = true: the pipeline's
+# constructor turns it off, so it runs as reference_sd_heun (from_config of the PNDM file)
+mkdir -p "$tmp/heunpipe/scheduler"
+for p in unet vae text_encoder; do ln -sfn "$PWD/tests/fixtures/reference_sd_pndm/pipeline/$p" "$tmp/heunpipe/$p"; done
+sed 's/PNDMScheduler/HeunDiscreteScheduler/' tests/fixtures/reference_sd_pndm/pipeline/model_index.json > "$tmp/heunpipe/model_index.json"
+sed -e 's/"PNDMScheduler"/"HeunDiscreteScheduler"/' -e 's/"set_alpha_to_one": true,/"clip_sample": true,/' \
+  tests/fixtures/reference_sd_pndm/pipeline/scheduler/scheduler_config.json > "$tmp/heunpipe/scheduler/scheduler_config.json"
+d=$PWD/tests/fixtures/reference_sd_heun
+sed -e "s|^hf_config = .*|hf_config = $tmp/heunpipe|" -e "s|^weights = .*|weights = $tmp/heunpipe|" -e "s#^\(inputs\|reference\) = #\1 = $d/#" \
+  -e '/^scheduler = heun/d' -e 's/^backends = .*/backends = tf/' "$d/check.ini" > "$tmp/heun_clip.ini"
+expect "stable_diffusion: a pipeline's Heun file with clip_sample = true runs as the pipeline turns it off" 0 \
+  '^  tf +ok ' -- "$bin" run "$tmp/heun_clip.ini"
 # From a prompt and a seed, no batch file (make_sd_seed_fixture.py): trident tokenizes the
 # prompt and draws the initial latents as torch does for diffusers' pipeline(prompt,
 # generator=torch.manual_seed(2024)) (tr_torch_randn), so the pictures are the pipeline's
@@ -679,6 +691,9 @@ for case in "seed|a prompt and a seed give diffusers' pictures for that generato
     "lms|LMS over 6 steps (order 4 from the fourth)" \
     "unipc|UniPC (bh2, order 2: predictor and corrector)" \
     "unipc3|UniPC of order 3 with Karras sigmas" \
+    "unipc_range|UniPC with Karras sigmas between sigma_min 0.5 and sigma_max 5" \
+    "unipc1_final|UniPC, one step, Karras, final_sigmas_type sigma_min (the ramp's last sigma: no move)" \
+    "lms_karras|LMS with Karras sigmas, its schedule's ends (LMS reads no sigma_min)" \
     "clip_skip|the pipeline's clip_skip 1 (the prompt's embeddings from the layer before the last)" \
     "prompts|a prompt for each sample ([generate] prompts = a file)" \
     "rescale|guidance_rescale 0.7 as diffusers' pipeline rescales"; do

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "bench_io.h"
 #include "bench_util.h"
+#include "trident/parse.h"
 #include "trident/graph.h"
 
 /* "input_ids i32[8,128], attention_mask i32[8,128]": what a file must hold. */
@@ -635,7 +636,8 @@ void tr_bench_print_reference(const struct tr_bench_report *rep, const struct tr
     if (!cfg->reference[0]) return;
     const char *why;
     const double tol = tr_bench_reference_tolerance(cfg, rep, &why);
-    fprintf(f, "\nagainst [run] reference = %s (within %.2g, %s):\n", cfg->reference, tol, why);
+    fprintf(f, "\nagainst [run] reference = %s (within %s, %s):\n", cfg->reference, tr_tol_str(tol, (char[32]){0}, 32),
+            why);
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
         if (!r->ok) continue;

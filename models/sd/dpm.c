@@ -38,7 +38,8 @@ int tr_dpm_plan(const struct tr_ddim *s, const struct tr_dpm_config *e, struct t
             steps[i].t = s->c.betas != TR_DDIM_COSINE || e->karras_round ? nearbyint(t) : trunc(t);
         }
     }
-    const double last = e->final_sigma_min ? tr_sigma_at(s, 0) : 0.0;
+    const double last = !e->final_sigma_min ? 0.0 : e->karras && e->final_karras_last ? steps[S - 1].sigma
+                                                                                      : tr_sigma_at(s, 0);
     for (int64_t i = 0; i < S; i++) {
         struct tr_dpm_step *k = &steps[i];
         k->sigma_next = i + 1 < S ? steps[i + 1].sigma : last;

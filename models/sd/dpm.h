@@ -38,6 +38,8 @@ struct tr_dpm_config {
     double sigma_min, sigma_max; /* karras' ends; 0: the schedule's */
     int final_sigma_min;         /* final_sigmas_type sigma_min: the last σ is σ_0, not 0 */
     int karras_round;            /* Karras timesteps rounded for the cosine betas too (UniPC's) */
+    int final_karras_last;       /* with karras, final sigma_min is the ramp's last σ, σ_max at
+                                    one step (UniPC's), not σ_0 */
     int64_t begin;               /* image to image: the first step run, first order as step 0 is */
 };
 

@@ -25,7 +25,9 @@ int tr_lms_plan(const struct tr_ddim *s, const struct tr_euler_config *e, struct
     struct tr_euler_step *es = malloc(sizeof *es * (size_t)S);
     if (!es) return tr_error_set(err, TR_ERR_NOMEM, "lms: no memory for %lld steps", (long long)S);
     struct tr_euler_config ec = *e;
-    ec.final_sigma_min = 0, ec.ancestral = 0;
+    /* LMSDiscreteScheduler's Karras ramp runs between the schedule's own ends: it has no
+     * sigma_min or sigma_max (a file's are not read, as diffusers does not) */
+    ec.final_sigma_min = 0, ec.ancestral = 0, ec.sigma_min = ec.sigma_max = 0;
     int rc = tr_euler_plan(s, &ec, es, init_sigma, err);
     for (int64_t i = 0; i < S && !rc; i++) {
         struct tr_lms_step *k = &steps[i];

@@ -51,8 +51,9 @@ static const struct tr_model_key sd_keys[] = {
          "(LMSDiscreteScheduler, order 4), heun (HeunDiscreteScheduler), dpm (DPMSolverMultistepScheduler, "
          "DPM-Solver++) or unipc (UniPCMultistepScheduler); all but ddim: generate only"),
     KEY_(use_karras_sigmas, TR_KEY_BOOL, 0, 0, "euler, lms, heun, dpm, unipc: the sigmas of Karras et al. (rho 7)"),
-    KEY_(sigma_min, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm with karras: the smallest sigma; 0: the schedule's"),
-    KEY_(sigma_max, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm with karras: the largest sigma; 0: the schedule's"),
+    KEY_(sigma_min, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm, unipc with karras: the smallest sigma; 0: the schedule's "
+                                           "(lms: always its schedule's, as LMSDiscreteScheduler has no such key)"),
+    KEY_(sigma_max, TR_KEY_FLOAT, 0, 1e30, "euler, heun, dpm, unipc with karras: the largest sigma; 0: the schedule's"),
     KEY_(final_sigmas_type, TR_KEY_STRING, 0, 0, "euler, dpm, unipc: the sigma the last step lands on: zero or sigma_min"),
     KEY_(solver_order, TR_KEY_INT, 1, 3, "dpm: 2 (DPM-Solver++ 2M) or 1; unipc: 1 to 3"),
     KEY_(solver_type, TR_KEY_STRING, 0, 0, "dpm: the second-order step, midpoint or heun; unipc: B(h), bh1 or bh2 "
@@ -212,13 +213,13 @@ struct tr_dpm_config tr_sd_dpm_config(const struct tr_sd_config *c) {
     return (struct tr_dpm_config){(int)c->solver_order, strcmp(c->solver_type, "heun") == 0, dpm_sde(c),
                                   c->lower_order_final,
                                   c->euler_at_final, c->use_karras_sigmas, c->sigma_min, c->sigma_max,
-                                  strcmp(c->final_sigmas_type, "sigma_min") == 0, 0, sd_begin(c)};
+                                  strcmp(c->final_sigmas_type, "sigma_min") == 0, 0, 0, sd_begin(c)};
 }
 
 struct tr_unipc_config tr_sd_unipc_config(const struct tr_sd_config *c) {
     return (struct tr_unipc_config){(int)c->solver_order, strcmp(c->solver_type, "bh1") == 0, c->lower_order_final,
-                                    c->use_karras_sigmas, strcmp(c->final_sigmas_type, "sigma_min") == 0,
-                                    c->disable_corrector, sd_begin(c)};
+                                    c->use_karras_sigmas, c->sigma_min, c->sigma_max,
+                                    strcmp(c->final_sigmas_type, "sigma_min") == 0, c->disable_corrector, sd_begin(c)};
 }
 
 /* The prompt's tokens: the text encoder's max_position_embeddings (77), as the pipeline
@@ -318,8 +319,10 @@ static int unipc_refusals(cJSON *root, const char *path, struct tr_error *err) {
  * is named in `scheduler`, which resolving refuses unless a [model] line after hf_config
  * picks one of those to run on its schedule (its keys read as DDIMScheduler.from_config
  * reads them: the betas, the spacing, the prediction that every diffusers scheduler
- * shares). What the file lacks takes that class's defaults. */
-static int read_scheduler(const char *path, const char *index_class, struct tr_sd_config *c, struct tr_error *err) {
+ * shares). What the file lacks takes that class's defaults. pipeline: the file is a
+ * pipeline's (whose constructor rewrites clip_sample and steps_offset). */
+static int read_scheduler(const char *path, const char *index_class, int pipeline, struct tr_sd_config *c,
+                          struct tr_error *err) {
     cJSON *root;
     int rc = tr_hf_json_load(path, &root, err);
     if (rc) return rc;
@@ -391,8 +394,9 @@ static int read_scheduler(const char *path, const char *index_class, struct tr_s
     if (!rc && is_dpm) rc = dpm_refusals(root, path, err);
     if (!rc && is_unipc) rc = unipc_refusals(root, path, err);
     if (!rc && is_ddpm) rc = ddpm_variance(root, path, c, err);
-    /* Heun's own clamp on x0 (its clip_sample, off by default) is not provided */
-    if (!rc && is_heun) rc = tr_hf_json_expect_bool(root, path, "clip_sample", 0, err);
+    /* Heun's own clamp on x0 (its clip_sample, off by default) is not provided; in a
+     * pipeline the pipeline's constructor turns it off (below), so it is not asked */
+    if (!rc && is_heun && !pipeline) rc = tr_hf_json_expect_bool(root, path, "clip_sample", 0, err);
     if (!rc && (is_euler || is_heun || is_lms)) rc = tr_hf_json_expect_bool(root, path, "use_exponential_sigmas", 0, err);
     if (!rc && (is_euler || is_heun || is_lms)) rc = tr_hf_json_expect_bool(root, path, "use_beta_sigmas", 0, err);
     if (!rc) rc = tr_hf_json_apply(root, path, sd_keys, (int)(sizeof sd_keys / sizeof sd_keys[0]), c, skip, err);
@@ -413,7 +417,7 @@ static int sd_read_hf_config(void *config, const char *path, struct tr_error *er
     if (!S_ISDIR(sb.st_mode)) {
         char *slash = strrchr(dir, '/');
         const char *name = slash ? slash + 1 : dir;
-        if (strcmp(name, "scheduler_config.json") == 0) return read_scheduler(path, NULL, c, err); /* the schedule alone */
+        if (strcmp(name, "scheduler_config.json") == 0) return read_scheduler(path, NULL, 0, c, err); /* the schedule alone */
         if (strcmp(name, "model_index.json") != 0)
             return tr_error_set(err, TR_ERR_INVALID, "'%s': expected a diffusers pipeline's directory, its "
                                 "model_index.json, or a scheduler_config.json", path);
@@ -437,7 +441,7 @@ static int sd_read_hf_config(void *config, const char *path, struct tr_error *er
     for (int p = TR_SD_PART_UNET; p <= TR_SD_PART_VAE && !rc; p++) rc = read_part(dir, p, c, p == TR_SD_PART_UNET, err);
     snprintf(index, sizeof index, "%s/scheduler/scheduler_config.json", dir);
     if (rc || stat(index, &sb) != 0) return rc;
-    rc = read_scheduler(index, sched_class[0] ? sched_class : NULL, c, err);
+    rc = read_scheduler(index, sched_class[0] ? sched_class : NULL, 1, c, err);
     /* StableDiffusionPipeline's constructor rewrites these two of its scheduler (an "outdated"
      * file, it says), so every run of the pipeline has them so; [model] keys still win */
     c->steps_offset = 1;

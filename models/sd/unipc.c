@@ -90,8 +90,9 @@ int tr_unipc_plan(const struct tr_ddim *s, const struct tr_unipc_config *e, stru
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "unipc: solver_order = %d: 1 to %d is provided", e->order, P);
     struct tr_dpm_step *d = malloc(sizeof *d * (size_t)S);
     unsigned char *off = calloc((size_t)S, 1);
-    const struct tr_dpm_config dc = {.order = 1, .karras = e->karras, .final_sigma_min = e->final_sigma_min,
-                                     .karras_round = 1};
+    const struct tr_dpm_config dc = {.order = 1, .karras = e->karras, .sigma_min = e->sigma_min,
+                                     .sigma_max = e->sigma_max, .final_sigma_min = e->final_sigma_min,
+                                     .karras_round = 1, .final_karras_last = 1};
     int rc = !d || !off ? tr_error_set(err, TR_ERR_NOMEM, "unipc: no memory for %lld steps", (long long)S)
                         : tr_dpm_plan(s, &dc, d, err);
     if (!rc) rc = parse_disabled(e->disable_corrector ? e->disable_corrector : "", S, off, err);

@@ -33,6 +33,7 @@ struct tr_unipc_config {
     int bh1;                       /* solver_type bh1 (B = −h), else bh2 (B = e^{−h} − 1) */
     int lower_order_final;         /* the predictor's order at most the steps left */
     int karras;                    /* use_karras_sigmas */
+    double sigma_min, sigma_max;   /* karras' ends; 0: the schedule's */
     int final_sigma_min;           /* final_sigmas_type sigma_min: the last σ is σ_0, not 0 */
     const char *disable_corrector; /* "i,j,..": no corrector after those steps ("" none) */
     int64_t begin;                 /* image to image: the first step run (orders count from it) */
