@@ -599,6 +599,8 @@ expect "hf_config = a model's directory reads its config.json" 0 'all backends r
 expect "sam from a random transformers config against its float64 outputs" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sam/check.ini
 expect "sam with the processor's padding label -10 against transformers" 0 'all backends ran and agree' -- \
   "$bin" run tests/fixtures/reference_sam_pad_label/check.ini
+expect "sam with attention_downsample_rate 4 (the two-way blocks keep 2, as transformers builds them)" 0 \
+  'all backends ran and agree' -- "$bin" run tests/fixtures/reference_sam_rate4/check.ini
 # SAM on a photo (task = generate, [generate] init_image; make_sam_photo_fixture.py):
 # SamProcessor's resize (Pillow's, enlarging 40x30 and shrinking 97x150 and 150x97),
 # normalisation and padding, the prompt scaled with the photo, and post_process_masks'

@@ -17,6 +17,7 @@
 #define HINT " (regenerate with: python3 tests/fixtures/make_png_zoo.py)"
 
 /* Every <kind>.rgb in pil.safetensors: tr_image_read_rgb8 gives PIL's convert("RGB"),
+ * tr_image_read_rgb8_over_white transformers' convert_to_rgb (<kind>.white),
  * tr_image_read_png into [2,H,W,3] gives 2·p/255 − 1 of it in both images, into
  * [1,H,W,1] PIL's convert("L")/255. */
 static void test_png_matches_pil(void **state) {
@@ -48,6 +49,19 @@ static void test_png_matches_pil(void **state) {
         int bad = 0;
         for (int64_t j = 0; j < H * W * 3; j++) bad += rgb[j] != (uint8_t)tr_tensor_get_f64(&rgb_ref, j);
         if (bad) fail_msg("%s: %d of %lld RGB values differ from PIL's", kind, bad, (long long)(H * W * 3));
+        { /* transformers' convert_to_rgb: transparency (alpha, tRNS) over white */
+            char wname[80];
+            snprintf(wname, sizeof wname, "%s.white", kind);
+            struct tr_tensor white_ref;
+            if (tr_safetensors_get(st, wname, &white_ref, &e)) fail_msg("%s" HINT, e.msg);
+            uint8_t *ow = NULL;
+            if (tr_image_read_rgb8_over_white(path, &ow, &h, &w, &e)) fail_msg("%s: %s", kind, e.msg);
+            assert_true(h == H && w == W);
+            for (int64_t j = 0; j < H * W * 3; j++) bad += ow[j] != (uint8_t)tr_tensor_get_f64(&white_ref, j);
+            if (bad) fail_msg("%s: %d of %lld values over white differ from convert_to_rgb's", kind, bad,
+                              (long long)(H * W * 3));
+            free(ow);
+        }
         float *img = malloc(sizeof *img * (size_t)(2 * H * W * 3)), *grey = malloc(sizeof *grey * (size_t)(H * W));
         assert_non_null(img);
         assert_non_null(grey);

@@ -57,7 +57,8 @@ int tr_image_write_png(const char *path, const struct tr_tensor *img, struct tr_
  * samples to 8 bits as if linear; PIL does neither. PIL keeps a 16-bit sample's high byte
  * (RGB;16B, LA;16B, RGBA;16B), except 16-bit grey, which it opens as I;16 and whose
  * convert("RGB"/"L") clamps the value at 255. Palettes expand to their colours, 1/2/4-bit
- * grey scales to 8 bits (x255, x85, x17), tRNS is ignored (convert drops alpha anyway). */
+ * grey scales to 8 bits (x255, x85, x17), tRNS is ignored (convert("RGB") drops alpha
+ * anyway) but where asked (trns): convert("RGBA") makes it the alpha of its colour. */
 struct png_ctx {
     jmp_buf jmp;
     char msg[160];
@@ -77,7 +78,7 @@ static void png_on_warning(png_structp png, png_const_charp msg) { /* PIL reads 
  * file has none), into *px (malloc'd) with its size; or, px NULL, the size alone. With
  * want_h > 0, a size other than want_h x want_w is refused before anything is decoded. */
 static int decode_rgba(const char *path, uint8_t **px, int64_t *h, int64_t *w, int64_t want_h, int64_t want_w,
-                       struct tr_error *err) {
+                       int trns, struct tr_error *err) {
     if (!path) return tr_error_set(err, TR_ERR_INVALID, "image: NULL path");
     FILE *f = fopen(path, "rb");
     if (!f) return tr_error_set(err, TR_ERR_IO, "image '%s': cannot open it (%s)", path, strerror(errno));
@@ -122,10 +123,12 @@ static int decode_rgba(const char *path, uint8_t **px, int64_t *h, int64_t *w, i
     const int depth = png_get_bit_depth(png, info), type = png_get_color_type(png, info);
     const int grey16 = depth == 16 && type == PNG_COLOR_TYPE_GRAY; /* PIL's I;16 */
     if (type == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+    const int alpha = type & PNG_COLOR_MASK_ALPHA || (trns && !grey16 && png_get_valid(png, info, PNG_INFO_tRNS));
+    if (alpha && !(type & PNG_COLOR_MASK_ALPHA)) png_set_tRNS_to_alpha(png);
     if (type == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
     if (depth == 16 && !grey16) png_set_strip_16(png); /* the high byte */
     if (!grey16 && (type == PNG_COLOR_TYPE_GRAY || type == PNG_COLOR_TYPE_GRAY_ALPHA)) png_set_gray_to_rgb(png);
-    if (!grey16 && !(type & PNG_COLOR_MASK_ALPHA)) png_set_filler(png, 0xff, PNG_FILLER_AFTER);
+    if (!grey16 && !alpha) png_set_filler(png, 0xff, PNG_FILLER_AFTER);
     png_set_interlace_handling(png);
     png_read_update_info(png, info);
     const size_t rowbytes = png_get_rowbytes(png, info), n = (size_t)(*w * *h);
@@ -156,16 +159,38 @@ done:
 
 int tr_image_png_size(const char *path, int64_t *h, int64_t *w, struct tr_error *err) {
     if (!h || !w) return tr_error_set(err, TR_ERR_INVALID, "image: NULL size");
-    return decode_rgba(path, NULL, h, w, 0, 0, err);
+    return decode_rgba(path, NULL, h, w, 0, 0, 0, err);
 }
 
 int tr_image_read_rgb8(const char *path, uint8_t **rgb, int64_t *h, int64_t *w, struct tr_error *err) {
     if (!rgb || !h || !w) return tr_error_set(err, TR_ERR_INVALID, "image: NULL output");
     uint8_t *px;
-    int rc = decode_rgba(path, &px, h, w, 0, 0, err);
+    int rc = decode_rgba(path, &px, h, w, 0, 0, 0, err);
     if (rc) return rc;
     for (int64_t i = 0; i < *h * *w; i++) /* in place: pixel i's RGB never overtakes its RGBA */
         memmove(px + 3 * i, px + 4 * i, 3);
+    *rgb = px;
+    return TR_OK;
+}
+
+/* Pillow's Image.alpha_composite of an RGBA pixel over opaque white (AlphaComposite.c's
+ * integer arithmetic, 7 bits of precision, its rounded division by 255). */
+static uint8_t over_white(unsigned v, unsigned a) {
+    if (a == 0) return 255;
+    const unsigned outa255 = a * 255 + 255 * (255 - a), coef1 = a * 255 * 255 * (1u << 7) / outa255;
+    const unsigned coef2 = 255 * (1u << 7) - coef1, tmp = v * coef1 + 255 * coef2 + (0x80u << 7);
+    return (uint8_t)((((tmp >> 8) + tmp) >> 8) >> 7);
+}
+
+int tr_image_read_rgb8_over_white(const char *path, uint8_t **rgb, int64_t *h, int64_t *w, struct tr_error *err) {
+    if (!rgb || !h || !w) return tr_error_set(err, TR_ERR_INVALID, "image: NULL output");
+    uint8_t *px;
+    int rc = decode_rgba(path, &px, h, w, 0, 0, 1, err);
+    if (rc) return rc;
+    for (int64_t i = 0; i < *h * *w; i++) {
+        const unsigned a = px[4 * i + 3];
+        for (int c = 0; c < 3; c++) px[3 * i + c] = over_white(px[4 * i + c], a); /* in place, as above */
+    }
     *rgb = px;
     return TR_OK;
 }
@@ -180,7 +205,7 @@ int tr_image_read_png(const char *path, struct tr_tensor *img, struct tr_error *
     const int64_t B = img->shape[0], H = img->shape[1], W = img->shape[2];
     int64_t h, w;
     uint8_t *px;
-    int rc = decode_rgba(path, &px, &h, &w, H, W, err);
+    int rc = decode_rgba(path, &px, &h, &w, H, W, 0, err);
     if (rc) return rc;
     const int64_t C = img->shape[3];
     for (int64_t b = 0; b < B; b++)

@@ -36,7 +36,9 @@ int tr_sam_pixel_values(const struct tr_sam_config *c, const char *path, struct 
     static const double mean[3] = {0.485, 0.456, 0.406}, std[3] = {0.229, 0.224, 0.225};
     struct tr_sam_photo p;
     uint8_t *rgb = NULL, *small = NULL;
-    int rc = tr_image_read_rgb8(path, &rgb, &p.h, &p.w, err); /* one read: the size comes with the pixels */
+    /* one read: the size comes with the pixels; transparency over white, as SamProcessor's
+     * do_convert_rgb */
+    int rc = tr_image_read_rgb8_over_white(path, &rgb, &p.h, &p.w, err);
     if (rc) return tr_error_prefix(err, "sam: [generate] init_image");
     rc = preprocess_shape(c, path, &p, err);
     if (!rc && !(small = malloc((size_t)(p.newh * p.neww * 3))))

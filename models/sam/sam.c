@@ -46,7 +46,9 @@ static const struct tr_model_key sam_keys[] = {
     KEY_(decoder_mlp_dim, TR_KEY_INT, 1, 1e6, "width of the two-way transformer's MLP"),
     KEY_(decoder_num_hidden_layers, TR_KEY_INT, 1, 64, "two-way transformer blocks"),
     KEY_(decoder_num_attention_heads, TR_KEY_INT, 1, 4096, "heads of the mask decoder's attention"),
-    KEY_(attention_downsample_rate, TR_KEY_INT, 1, 4096, "the cross-attentions' width is C / this"),
+    KEY_(attention_downsample_rate, TR_KEY_INT, 1, 4096,
+         "final_attn_token_to_image's width is C / this (the two-way blocks' cross-attentions C / 2, as transformers "
+         "builds them)"),
     KEY_(iou_head_hidden_dim, TR_KEY_INT, 1, 65536, "width of the IoU head"),
     KEY_(iou_head_depth, TR_KEY_INT, 2, 64, "layers of the IoU head"),
     KEY_(num_multimask_outputs, TR_KEY_INT, 1, 64, "masks predicted besides the single-mask one"),
@@ -119,10 +121,11 @@ static int sam_validate(const struct tr_sam_config *c, const struct tr_build_opt
                             "%lld", (long long)c->hidden_size, (long long)c->num_attention_heads);
     const int64_t C = c->output_channels, inner = C / c->attention_downsample_rate;
     if (C % c->decoder_num_attention_heads != 0 || C % c->attention_downsample_rate != 0 ||
-        inner % c->decoder_num_attention_heads != 0 || C % 8 != 0)
+        inner % c->decoder_num_attention_heads != 0 || C % 8 != 0 || (C / 2) % c->decoder_num_attention_heads != 0)
         return tr_error_set(err, TR_ERR_INVALID, "sam: output_channels = %lld must be a multiple of 8 (the upscaling "
                             "quarters and eighths it), of decoder_num_attention_heads = %lld, and divided by "
-                            "attention_downsample_rate = %lld still a multiple of the heads", (long long)C,
+                            "attention_downsample_rate = %lld (and by 2, the two-way blocks' rate) still a multiple of the heads",
+                            (long long)C,
                             (long long)c->decoder_num_attention_heads, (long long)c->attention_downsample_rate);
     if (2 * c->num_pos_feats != C)
         return tr_error_set(err, TR_ERR_INVALID, "sam: num_pos_feats = %lld, expected output_channels / 2 = %lld (sin "
@@ -540,7 +543,10 @@ static int conv_transpose2(struct net *n, int x, int64_t B, int64_t H, int64_t W
 static void two_way_block(struct net *n, const struct tr_sam_config *c, int *queries, int *keys, int qpe, int kpe,
                           int64_t B, int64_t Tt, int64_t Ti, int i) {
     struct tr_graph *g = n->g;
-    const int64_t C = c->output_channels, rate = c->attention_downsample_rate;
+    /* transformers' SamTwoWayTransformer builds its blocks with the block's own default rate,
+     * 2, whatever the config says (SamTwoWayAttentionBlock(config, skip_first_layer_pe=...));
+     * the config's attention_downsample_rate is final_attn_token_to_image's alone */
+    const int64_t C = c->output_channels, rate = 2;
     tr_graph_push_scope(g, "layers.%d", i);
     int qs = *queries, ks = *keys;
     if (i == 0) { /* skip_first_layer_pe: self-attention replaces the queries */

@@ -38,6 +38,10 @@ int tr_image_read_png(const char *path, struct tr_tensor *img, struct tr_error *
 int tr_image_png_size(const char *path, int64_t *h, int64_t *w, struct tr_error *err);
 /* *rgb: h·w·3 bytes, row-major, malloc'd (the caller frees it). */
 int tr_image_read_rgb8(const char *path, uint8_t **rgb, int64_t *h, int64_t *w, struct tr_error *err);
+/* The same, with transparency (an alpha band, a tRNS colour) composited over white as
+ * transformers' image processors do (convert_to_rgb: Image.alpha_composite onto white,
+ * Pillow's arithmetic), where tr_image_read_rgb8 drops it as convert("RGB") does. */
+int tr_image_read_rgb8_over_white(const char *path, uint8_t **rgb, int64_t *h, int64_t *w, struct tr_error *err);
 /* in: h×w pixels of C bytes each, row-major; out: oh×ow of them. */
 int tr_image_resize_bilinear(const uint8_t *in, int64_t h, int64_t w, int64_t C, uint8_t *out, int64_t oh,
                              int64_t ow, struct tr_error *err);
