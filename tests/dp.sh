@@ -177,7 +177,7 @@ within 40 "Ctrl-C on one rank: stopped at once"
 
 # What a data-parallel run refuses.
 ini pred.ini $'[run]\nmodel = bert\npreset = tiny\nbackends = torch'
-expect "predict on two ranks is refused" 1 'task = predict on 2 ranks: data parallelism trains' -- \
+expect "predict on two ranks is refused" 1 '\[run\] task = predict in a data-parallel run \(2 ranks\): data parallelism trains' -- \
   "${mpi[@]}" "$bin" run "$tmp/pred.ini"
 ini odd.ini $'[run]\nmodel = bert\npreset = tiny\ntask = fit\nbackends = torch\nbatch = 3'
 expect "a batch two ranks do not divide is refused" 1 'batch = 3 on 2 ranks: expected a multiple of the ranks' -- \

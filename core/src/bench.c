@@ -748,9 +748,11 @@ static int bench_run(const struct tr_config *cfg, const struct tr_model_desc *co
     /* After the size line: a user without the device still learns what the run needs.
      * Isolated, asked in a child: on cuda this process must not touch the device before
      * its children do (a CUDA context does not survive fork). */
+    char where_dev[TR_CONFIG_PATH + 96];
     if ((rc = device_check(cfg, isolate || gen_child, rep->gpu, sizeof rep->gpu, err)) != TR_OK) {
         tr_task_graph_free(&tg);
-        return tr_error_prefix(err, "%s: [run] device = %s", cfg->file, cfg->device);
+        return tr_error_prefix(err, "%s = %s", tr_config_where(cfg, "device", tr_config_run_line(cfg, "device"), where_dev,
+                                                  sizeof where_dev), cfg->device);
     }
     struct tr_error *dead = NULL; /* [b]: the backend's process died in the check before the run */
     struct tr_bench_guard guard = {0};

@@ -374,8 +374,10 @@ int tr_check_nodes_run(const struct tr_config *cfg, const struct tr_model_desc *
             rep->value_bytes += tr_tensor_nbytes(&t);
             rep->n_checked++;
         }
+    char where_dev[TR_CONFIG_PATH + 96];
     if ((rc = tr_kernels_device_available(cfg->device_type, err)) != TR_OK) {
-        tr_error_prefix(err, "%s: [run] device = %s", cfg->file, cfg->device);
+        tr_error_prefix(err, "%s = %s", tr_config_where(cfg, "device", tr_config_run_line(cfg, "device"), where_dev,
+                                                  sizeof where_dev), cfg->device);
         goto done;
     }
     if ((rc = check_memory(cfg, g, rep->value_bytes, err)) != TR_OK) goto done;

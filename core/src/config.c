@@ -48,6 +48,7 @@ enum run_key {
     RUN_PARALLEL, RUN_BUCKET_MB, RUN_COLLECTIVE_TIMEOUT, RUN_CHECK_EVERY, RUN_REFERENCE_TOLERANCE,
     RUN_WEIGHTS_VARIANT, RUN_KEY_COUNT
 };
+_Static_assert(RUN_KEY_COUNT <= TR_CONFIG_RUN_KEYS, "tr_config.run_key_lines holds every [run] key");
 static const char *const run_keys[RUN_KEY_COUNT] = {
     "model", "preset", "task", "backends", "device", "dtype",
     "batch", "seq_len", "steps", "warmup", "seed", "weights", "math", "threads", "tolerance",
@@ -822,6 +823,12 @@ const char *tr_config_backends_file(const struct tr_config *cfg) {
     return cfg->backends_from[0] ? cfg->backends_from : cfg->file;
 }
 
+int tr_config_run_line(const struct tr_config *cfg, const char *key) {
+    for (int k = 0; k < RUN_KEY_COUNT && k < TR_CONFIG_RUN_KEYS; k++)
+        if (!strcmp(run_keys[k], key)) return cfg->run_key_lines[k];
+    return 0;
+}
+
 const char *tr_config_where(const struct tr_config *cfg, const char *key, int line, char *buf, size_t n) {
     for (int i = cfg->n_over - 1; i >= 0; i--) /* the last override of a key is the one that holds */
         if (strcmp(cfg->over[i].key, key) == 0) {
@@ -895,6 +902,7 @@ static int load_text(const char *text, const char *name, const struct tr_config_
     }
     if (st.fail_line) return st.fail_status;
     if (bad < 0) return tr_error_set(err, TR_ERR_NOMEM, "%s: the INI parser ran out of memory", cfg->file);
+    for (int k = 0; k < RUN_KEY_COUNT && k < TR_CONFIG_RUN_KEYS; k++) cfg->run_key_lines[k] = st.run_lines[k];
     cfg->model_line = st.run_lines[RUN_MODEL];
     cfg->preset_line = st.run_lines[RUN_PRESET];
     cfg->task_line = st.run_lines[RUN_TASK];

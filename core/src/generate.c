@@ -79,7 +79,7 @@ int tr_generate_config_resolve(const struct tr_config *cfg, uint64_t run_seed, s
         for (int i = 0; i < cfg->n_kv; i++)
             if (!strcmp(cfg->kv[i].section, "generate") &&
                 (!strcmp(cfg->kv[i].key, "top_k") || !strcmp(cfg->kv[i].key, "top_p") ||
-                 !strcmp(cfg->kv[i].key, "temperature")))
+                 !strcmp(cfg->kv[i].key, "temperature") || !strcmp(cfg->kv[i].key, "seed")))
                 fprintf(stderr, "trident: warning: %s:%d: [generate] %s is read by top_k and top_p sampling; sampling "
                         "= greedy leaves it unread\n", file, cfg->kv[i].line, cfg->kv[i].key);
     if (gc->top_k == 0 && gc->top_k_sampling && !key_line(cfg, "top_p")) { /* no top_k: the whole softmax */

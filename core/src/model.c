@@ -338,6 +338,19 @@ static void warn_adapter_config(const struct tr_model_desc *m, const struct tr_c
                 "lora_alpha and lora_targets as the file says\n", cfg->file, path, diff);
 }
 
+/* [model] LoRA keys under lora_rank = 0 (LoRA off): not read, so a typo in them would
+ * pass unseen; said, each with its line. */
+static void warn_lora_off(const struct tr_model_desc *m, const struct tr_config *cfg, const void *config) {
+    char rank[32];
+    if (strcmp(key_text(m, config, "lora_rank", rank, sizeof rank), "0") != 0) return;
+    for (int i = 0; i < cfg->n_kv; i++) {
+        const struct tr_config_kv *kv = &cfg->kv[i];
+        if (strcmp(kv->section, "model") || strncmp(kv->key, "lora_", 5) || !strcmp(kv->key, "lora_rank")) continue;
+        fprintf(stderr, "trident: warning: %s:%d: [model] %s = %s is not read: lora_rank = 0 (LoRA off)\n", cfg->file,
+                kv->line, kv->key, kv->value);
+    }
+}
+
 /* Tensor `name` of the .safetensors files at path (a file, or a directory and its
  * immediate subdirectories, as the weights are read): its dtype, shape and bytes into
  * *t (the file stays open in *st, the caller closes it). 0 when none has it. */
@@ -450,6 +463,7 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
     static const char *const hf[] = {"hf_config", NULL};
     int rc = keys_apply(cfg, "model", m->keys, m->n_keys, owner, config, m->read_hf_config ? hf : NULL, err);
     if (!rc) untie_head(m, cfg, config);
+    if (!rc) warn_lora_off(m, cfg, config);
     if (!rc) warn_unread_config_json(m, cfg, config);
     if (!rc) warn_adapter_config(m, cfg, config);
     return rc;

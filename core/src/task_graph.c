@@ -261,13 +261,19 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
     }
     if (tr_config_data_parallel(cfg)) { /* each rank's graph takes its share of the batch */
         if (task != TR_TASK_FIT) {
-            rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: [run] task = %s on %d ranks: data parallelism trains "
-                              "(task = fit); run %s in one process", cfg->file, cfg->task, cfg->ranks, cfg->task);
+            const int pl = tr_config_run_line(cfg, "parallel"), tl = tr_config_run_line(cfg, "task");
+            char at[32] = "";
+            if (pl || tl) snprintf(at, sizeof at, ":%d", pl ? pl : tl);
+            rc = tr_error_set(err, TR_ERR_UNSUPPORTED, "%s%s: [run] task = %s in a data-parallel run (%d rank%s): "
+                              "data parallelism trains (task = fit); run %s in one process", cfg->file, at, cfg->task,
+                              cfg->ranks, cfg->ranks == 1 ? "" : "s", cfg->task);
             goto fail;
         }
         if (cfg->batch % cfg->ranks != 0) {
-            rc = tr_error_set(err, TR_ERR_INVALID, "%s: [run] batch = %lld on %d ranks: expected a multiple of the "
-                              "ranks (batch is the global batch; each rank takes batch / ranks samples)", cfg->file,
+            char where[TR_CONFIG_PATH + 96];
+            rc = tr_error_set(err, TR_ERR_INVALID, "%s = %lld on %d ranks: expected a multiple of the ranks (batch is "
+                              "the global batch; each rank takes batch / ranks samples)",
+                              tr_config_where(cfg, "batch", tr_config_run_line(cfg, "batch"), where, sizeof where),
                               (long long)cfg->batch, cfg->ranks);
             goto fail;
         }
@@ -292,7 +298,8 @@ int tr_task_graph_build(const struct tr_config *cfg, const struct tr_model_desc 
         goto fail; /* it names the INI's line already ([train] keys): said once */
     if (rc) {
         char where[32] = "", over[512], from[TR_CONFIG_STR + 32] = "";
-        const int line = model_source(cfg, err->msg, from, sizeof from);
+        int line = model_source(cfg, err->msg, from, sizeof from);
+        if (!line && strstr(err->msg, "seq_len")) line = cfg->seq_len_line; /* the run's size, not a model key */
         if (line) snprintf(where, sizeof where, ":%d", line);
         tr_error_prefix(err, "%s%s: building model '%s' (preset %s%s, task %s%s)", cfg->file, where, m->name,
                         cfg->preset, from, cfg->task, tr_config_overrides_str(cfg, over, sizeof over));

@@ -181,6 +181,10 @@ static int sam_prompt(const struct tr_sam_config *c, int64_t h, int64_t w, struc
         for (np = 0; np < 4; np++) v[np] = (double)(bench[np] * (np % 2 ? h : w) / 1024);
     }
     const char *labels = c->labels[0] || c->points[0] || p->has_box ? c->labels : "1,2"; /* the benchmark's */
+    if (!rc && np && !labels[0]) /* points of one's own need labels of one's own */
+        return tr_error_set(err, TR_ERR_INVALID, "sam: points = '%s' gives %d point%s and no labels: expected [model] "
+                            "labels with one per point (1 foreground, 0 background, -1 none, 2/3 box corners)",
+                            c->points, np / 2, np / 2 == 1 ? "" : "s");
     if (!rc && (np || labels[0]))
         rc = tr_model_int_list("sam", "labels", labels, sizeof c->labels, -(1ll << 40), 1ll << 40, "1,2", p->labels,
                                TR_SAM_MAX_POINTS, &nl, err);

@@ -41,6 +41,7 @@ extern "C" {
 #define TR_CONFIG_MAX_KV 64
 #define TR_CONFIG_STR 256
 #define TR_CONFIG_PATH 1024
+#define TR_CONFIG_RUN_KEYS 32 /* room for every [run] key's line */
 
 enum tr_parallel { TR_PARALLEL_NONE = 0, TR_PARALLEL_DATA = 1 };
 struct tr_config;
@@ -107,6 +108,7 @@ struct tr_config {
                                    program does (core does not link OpenMP), which keeps an
                                    OMP_NUM_THREADS of the environment when no line gives it */
     int threads_line;           /* the line of [run] threads; 0 when it was not given */
+    int run_key_lines[TR_CONFIG_RUN_KEYS]; /* every [run] key's line (tr_config_run_line) */
     int seq_len_line;           /* the line of [run] seq_len; 0 when it was not given (then
                                    a model may choose its own: tr_model_desc.default_seq_len) */
     double tolerance;           /* [run] tolerance: the backends' agreement; 0: the dtype's */
@@ -197,6 +199,8 @@ int tr_config_load_over(const char *path, const struct tr_config_override *over,
                         struct tr_error *err);
 /* The file cfg->backends_line is a line of: backends_from, or file. */
 const char *tr_config_backends_file(const struct tr_config *cfg);
+/* The line of [run] key in the INI (0: not given there). */
+int tr_config_run_line(const struct tr_config *cfg, const char *key);
 /* Where [run] key was set, for a message: "SUITE:LINE: [row.NAME] key" when a suite's
  * override set it, else "FILE:LINE: [run] key" (line: the file's line of it; 0 leaves
  * ":LINE" out). Returns buf. */
