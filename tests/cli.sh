@@ -1032,6 +1032,15 @@ expect "check-backend: a plugin that crashes is a failed check naming the signal
   "${nosegv[@]}" "$bin" check-backend "$faulty" "$tmp/fcb.ini"
 check "check-backend: the rows before the crash are kept" '^  PASS '
 check "check-backend: the crash names the case it was in" 'it was in: the case f32  matmul \[4,8\]x\[8,16\]'
+ini fcb_hang.ini "[run]
+model = bert
+backends = $faulty
+backend_timeout = 2
+[backend.faulty]
+fault = hang
+at_step = 1"
+expect "check-backend: a plugin that hangs is a failed check after the INI's backend_timeout" 1 \
+  "FAIL +runs without killing its process +.*no answer within .*2 s" -- "$bin" check-backend "$faulty" "$tmp/fcb_hang.ini"
 ini fcb_noupd.ini "[run]
 model = bert
 backends = $faulty
