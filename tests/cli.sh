@@ -1012,6 +1012,31 @@ ini rlist.ini "[plugins]
 path = $tmp/renamed"
 expect "list: a renamed plugin by its file's name, its vtable's said" 0 \
   "^  other +.*libtrident_backend_other.so +\(its vtable's name: minimal\)" -- "$bin" list "$tmp/rlist.ini"
+# jax's cache: the build files of a process that died mid-compile (a backend_timeout) are
+# swept when their entry is made again; a live process's are left
+mkdir -p "$tmp/jcache"
+ini jcache.ini "[run]
+model = bert
+preset = tiny
+backends = jax
+batch = 1
+seq_len = 4
+steps = 1
+warmup = 1
+[backend.jax]
+cache_dir = $tmp/jcache"
+"$bin" run "$tmp/jcache.ini" > "$tmp/out" 2>&1
+entry=$(ls "$tmp/jcache"/*.so 2>/dev/null | head -1)
+sh -c 'exit 0' & dead=$!; wait $dead
+if [ -n "$entry" ]; then
+  rm -f "$tmp/jcache"/*.so
+  touch "${entry%.so}.$dead.1.c" "$entry.tmp.$dead.1" "$entry.log.$dead.1" "${entry%.so}.$$.1.c"
+  "$bin" run "$tmp/jcache.ini" > "$tmp/out" 2>&1
+fi
+if [ -n "$entry" ] && [ -f "$entry" ] && [ ! -e "${entry%.so}.$dead.1.c" ] && [ ! -e "$entry.tmp.$dead.1" ] &&
+   [ ! -e "$entry.log.$dead.1" ] && [ -e "${entry%.so}.$$.1.c" ]; then
+  ok "jax: a dead build's files are swept, a live one's kept"
+else ls -la "$tmp/jcache" >> "$tmp/out"; bad "jax: a dead build's files are swept, a live one's kept"; fi
 # trident list and check-backend probe a plugin in a child process too.
 ini flist.ini "[plugins]
 path = $(dirname "$faulty")"

@@ -17,8 +17,10 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* memfd_create */
 #endif
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -542,6 +544,33 @@ static int seal_entry(const char *tmp, const char *path, const uint64_t key[2], 
     return TR_OK;
 }
 
+/* The build files a process left beside entry path (its source NAME.PID.ID.c, the
+ * compiler's NAME.so.tmp.PID.ID and NAME.so.log.PID.ID) where that process is gone: one
+ * killed mid-compile (a backend_timeout) never removes them, and the entry it was making
+ * is being made again now. A live process's are left alone. */
+static void sweep_dead_builds(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char dir[JAX_PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    const char *name = slash ? slash + 1 : path;
+    const size_t stem = strlen(name) - 3; /* without ".so" */
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        const char *r = e->d_name;
+        if (strncmp(r, name, stem) != 0 || r[stem] != '.') continue;
+        r += stem + 1;
+        if (!strncmp(r, "so.tmp.", 7) || !strncmp(r, "so.log.", 7)) r += 7;
+        char *end;
+        const long pid = strtol(r, &end, 10);
+        if (end == r || *end != '.' || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char full[JAX_PATH_MAX + 300];
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        unlink(full);
+    }
+    if (d) closedir(d);
+}
+
 int jax_build(struct tr_jax_context *ctx, const char *src, size_t len, struct jax_build *b, struct tr_error *err) {
     memset(b, 0, sizeof *b);
     b->memfd = -1;
@@ -559,6 +588,7 @@ int jax_build(struct tr_jax_context *ctx, const char *src, size_t len, struct ja
         ctx->host->log(TR_LOG_WARN, "jax: cache entry %s is invalid (%s): rebuilding it", b->path, why);
     }
     ctx->cache_misses++;
+    sweep_dead_builds(b->path);
 
     size_t plen = strlen(b->path);
     char src_path[JAX_PATH_MAX + 32], tmp[JAX_PATH_MAX + 64], log_path[JAX_PATH_MAX + 64];
