@@ -990,6 +990,10 @@ expect "isolate = off: a plugin that writes into a weight is named" 1 \
   -- "$bin" run "$tmp/w_param.ini"
 check "isolate = off: the backend after it still runs" '^tf +[0-9.]+ '
 ini o_check.ini "$(sed 's/^at_step = 4/at_step = 1/' "$tmp/o_nullout.ini")"
+ini cn_missing.ini $'[run]\nmodel = bert\npreset = tiny\nbackends = torch, nosuch, tf\nbatch = 1\nseq_len = 4'
+expect "--check nodes refuses a missing backend before any runs" 1 \
+  "cn_missing.ini:4: \\[run\\] backends: 'nosuch': backend 'nosuch' not found" -- "$bin" run "$tmp/cn_missing.ini" --check nodes
+if grep -q 'running one step' "$tmp/out"; then bad "... no backend's step ran"; else ok "... no backend's step ran"; fi
 expect "--check nodes survives a plugin that rewrites an output" 1 "faulty: backend 'faulty': execute changed output 0" -- \
   "$bin" run "$tmp/o_check.ini" --check nodes
 ini f_init.ini "[run]

@@ -345,6 +345,17 @@ int tr_check_nodes_run(const struct tr_config *cfg, const struct tr_model_desc *
                             "(prefill and decode, a KV cache between): check its predict task instead ([run] task = "
                             "predict), which is the same layers", cfg->file, cfg->model);
     }
+    /* every backend found before any runs, as `trident run` refuses a missing one */
+    for (int b = 0; b < cfg->n_backends; b++) {
+        const struct tr_plugin_search ps = {.ini_dir = cfg->plugin_path[0] ? cfg->plugin_path : NULL};
+        char where[TR_CONFIG_PATH + 96], found[TR_CONFIG_PATH];
+        const struct tr_config_backend *cb = &cfg->backends[b];
+        if ((rc = tr_plugin_locate(cb->path[0] ? cb->path : cb->name, &ps, found, sizeof found, err)) != TR_OK) {
+            tr_task_graph_free(&tg);
+            return tr_error_prefix(err, "%s: '%s'",
+                                   tr_config_where(cfg, "backends", cfg->backends_line, where, sizeof where), cb->spec);
+        }
+    }
     struct tr_graph *g = tg.graph;
     const int fit = tg.opts.task == TR_TASK_FIT;
     snprintf(rep->what, sizeof rep->what, "%s", fit ? "the forward pass, the loss, the gradients and the "
@@ -409,7 +420,7 @@ int tr_check_nodes_run(const struct tr_config *cfg, const struct tr_model_desc *
         struct tr_check_nodes_row *row = &rep->rows[rep->n_rows++];
         tr_bench_label(cfg, b, row->label, sizeof row->label);
         row->first.id = row->nonfinite.id = -1;
-        fprintf(stderr, "trident: check nodes: %s: one step with %d outputs\n", row->label, n_out);
+        fprintf(stderr, "trident: check nodes: %s: running one step (%d outputs to compare)\n", row->label, n_out);
         if (fit) fit_restore(g, &fs);
         struct tr_error e = {0};
         struct tr_tensor *dst = have_ref ? out : ref;
