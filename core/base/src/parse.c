@@ -29,6 +29,7 @@ void tr_text_printable(char *s) {
 }
 
 const char *tr_tol_str(double v, char *buf, size_t cap) {
+    if (!buf || cap == 0) return "";
     for (int digits = 0; digits <= 16; digits++) {
         snprintf(buf, cap, "%.*e", digits, v);
         if (strtod(buf, NULL) == v) break;
