@@ -552,6 +552,11 @@ expect "mistral fit, every weight trained: each step's loss against torch's Adam
 # shows): the fit's losses, every weight and bias trained, and a greedy generate's prefill
 # logits and tokens (a reference that differs is exit 1).
 expect "gemma attention_bias fit against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_gemma_bias/check.ini
+# hidden_size 50 over 4 heads and no head_dim: MistralConfig's hidden_size // heads = 12, a
+# q_proj of 48 outputs (make_reference.py --model mistral --config its config.json --batch 2
+# --seq-len 8)
+expect "mistral with hidden_size not a multiple of the heads (head_dim floored, as MistralConfig) against transformers" 0 \
+  'all backends ran and agree' -- "$bin" run tests/fixtures/reference_mistral_head_floor/check.ini
 expect "gemma attention_bias generate against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_gemma_bias_generate/check.ini
 # A value the model refuses that came from hf_config's file names the hf_config line and file.
 d=$PWD/tests/fixtures/reference_gemma_bias_generate

@@ -60,10 +60,8 @@ int tr_decoder_validate(const struct tr_decoder_config *c, const struct tr_build
     if (c->head_dim < 0)
         return tr_error_set(err, TR_ERR_INVALID, "%s: head_dim = %lld, expected >= 0 (0: hidden_size / heads)", m,
                             (long long)c->head_dim);
-    if (c->head_dim == 0 && c->hidden_size % c->num_attention_heads != 0)
-        return tr_error_set(err, TR_ERR_INVALID,
-                            "%s: hidden_size = %lld is not a multiple of num_attention_heads = %lld (or set head_dim)",
-                            m, (long long)c->hidden_size, (long long)c->num_attention_heads);
+    /* head_dim 0 with hidden_size not a multiple of the heads: hidden_size // heads, as
+     * MistralConfig takes it (q_proj then has heads * head_dim outputs, fewer than hidden) */
     int64_t dh = tr_decoder_head_dim(c);
     if (dh % 2 != 0)
         return tr_error_set(err, TR_ERR_INVALID, "%s: head_dim = %lld is odd; RoPE rotates pairs of dimensions", m,
