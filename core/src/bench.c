@@ -458,13 +458,11 @@ double tr_bench_tolerance(const struct tr_config *cfg) {
     return cfg->dtype == TR_DTYPE_F32 ? 1e-4 : cfg->dtype == TR_DTYPE_F64 ? 1e-10 : 2e-2;
 }
 
-double tr_bench_reference_tolerance(const struct tr_config *cfg, const struct tr_bench_report *rep, const char **why) {
-    if (cfg->reference_tolerance > 0) {
-        *why = "[run] reference_tolerance";
-        return cfg->reference_tolerance;
-    }
-    *why = rep->tolerance_why;
-    return rep->tolerance;
+void tr_bench_reference_set(const struct tr_config *cfg, struct tr_bench_report *rep) {
+    const int own = cfg->reference_tolerance > 0;
+    snprintf(rep->reference, sizeof rep->reference, "%s", cfg->reference);
+    rep->reference_tolerance = own ? cfg->reference_tolerance : rep->tolerance;
+    snprintf(rep->reference_why, sizeof rep->reference_why, "%s", own ? "[run] reference_tolerance" : rep->tolerance_why);
 }
 
 /* A sampler's trajectory (a graph generate: stable_diffusion's N UNet runs, each one's
@@ -880,11 +878,9 @@ static int bench_run(const struct tr_config *cfg, const struct tr_model_desc *co
     rep->interrupted = tr_bench_stop_requested() || dp.stop;
 
     int have_ref = 0, failures = 0, disagreements = 0;
-    const char *ref_why;
-    const double ref_tol = tr_bench_reference_tolerance(cfg, rep, &ref_why);
-    snprintf(rep->reference, sizeof rep->reference, "%s", cfg->reference);
-    rep->reference_tolerance = ref_tol;
-    snprintf(rep->reference_why, sizeof rep->reference_why, "%s", ref_why);
+    tr_bench_reference_set(cfg, rep);
+    const char *ref_why = rep->reference_why;
+    const double ref_tol = rep->reference_tolerance;
     const struct slot *rs = NULL;
     for (int b = 0; b < cfg->n_backends; b++) {
         struct slot *sl = &slots[b];

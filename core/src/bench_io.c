@@ -634,10 +634,8 @@ void tr_bench_reference_compare_extra(const struct tr_bench_reference *r, const 
 
 void tr_bench_print_reference(const struct tr_bench_report *rep, const struct tr_config *cfg, FILE *f) {
     if (!cfg->reference[0]) return;
-    const char *why;
-    const double tol = tr_bench_reference_tolerance(cfg, rep, &why);
-    fprintf(f, "\nagainst [run] reference = %s (within %s, %s):\n", cfg->reference, tr_tol_str(tol, (char[32]){0}, 32),
-            why);
+    fprintf(f, "\nagainst [run] reference = %s (within %s, %s):\n", cfg->reference,
+            tr_tol_str(rep->reference_tolerance, (char[32]){0}, 32), rep->reference_why);
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
         if (!r->ok) continue;

@@ -21,9 +21,10 @@ int tr_bench_weights(const struct tr_config *cfg, struct tr_graph *g, const stru
 /* How far two backends' outputs may be apart: [run] tolerance, else the dtype's (f32 1e-4;
  * bf16, f16 and tf32 math 2e-2); bench.c says why. */
 double tr_bench_tolerance(const struct tr_config *cfg);
-/* How far each backend may be from [run] reference: [run] reference_tolerance, else the
- * run's agreement bound (rep->tolerance); *why names which. */
-double tr_bench_reference_tolerance(const struct tr_config *cfg, const struct tr_bench_report *rep, const char **why);
+/* rep->reference, and how far each backend may be from it (rep->reference_tolerance):
+ * [run] reference_tolerance, else the run's agreement bound (rep->tolerance, set first);
+ * rep->reference_why names which. */
+void tr_bench_reference_set(const struct tr_config *cfg, struct tr_bench_report *rep);
 
 /* n zero-filled host tensors shaped as the graph's node_of(g, 0..n-1) (tr_graph_input or
  * tr_graph_output); on failure what was made stays in *out for tr_bench_io_free. */

@@ -270,11 +270,9 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     struct tr_generate_graphs *gg = &tg->gen;
     const int64_t B = gg->opts.batch, T = gg->opts.prompt_len, NEW = gg->opts.max_length - T;
     const int n_prompt = gg->plan.n_prompt_inputs;
-    const char *ref_why;
-    const double ref_tol = tr_bench_reference_tolerance(cfg, rep, &ref_why);
-    snprintf(rep->reference, sizeof rep->reference, "%s", cfg->reference);
-    rep->reference_tolerance = ref_tol;
-    snprintf(rep->reference_why, sizeof rep->reference_why, "%s", ref_why);
+    tr_bench_reference_set(cfg, rep);
+    const char *ref_why = rep->reference_why;
+    const double ref_tol = rep->reference_tolerance;
     rep->gen = tg->gen_cfg;
     rep->new_tokens = NEW;
     rep->seq_len = T;
