@@ -540,6 +540,8 @@ if grep -q 'is the model.s\|are not the model.s' "$tmp/out"; then bad "... reads
 expect "bert with hidden_act = gelu_new, fit against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_gelu_new/check.ini
 expect "bert regression (one label, MSE), fit against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_regression/check.ini
 expect "bert multi_label_classification (BCE with logits), fit against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_multilabel/check.ini
+expect "bert fit with a sample of padding alone (attention rows of finfo.min), against transformers" 0 \
+  'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_pad_all/check.ini
 # Decoders fed transformers' own batch: a tokenizer's int64 attention_mask of 1s and 0s (the
 # last sample padded at the end), and a greedy generate from a left-padded prompt whose
 # tokens must equal transformers' generate's.

@@ -28,7 +28,7 @@ static size_t region_bytes(const struct tr_attn_plan *pl, int r) {
     case TR_ATTN_R_DS: return fwd ? 0 : w16 * (size_t)pl->ld_p * e;
     case TR_ATTN_R_ACC: return w16 * (size_t)(fwd ? pl->ld_acc_dv : pl->ld_acc_d) * 4;
     case TR_ATTN_R_ACC2: return dkdv ? w16 * (size_t)pl->ld_acc_dv * 4 : 0;
-    case TR_ATTN_R_STAT: return dkdv ? 2 * bc * 4 : 0;
+    case TR_ATTN_R_STAT: return dkdv ? 3 * bc * 4 : 0;
     default: return 0;
     }
 }

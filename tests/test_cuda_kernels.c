@@ -7,6 +7,7 @@
  * CUDA device (this machine, CI) each test prints "SKIPPED: no CUDA device found (name)"
  * and is skipped; tests/gpu/run.sh runs it on a GPU. The public tr_k_* entries, the
  * math mode and cuRAND are test_cuda_kernels_api.c's. */
+#include <float.h>
 #include "test_cuda_compare.h"
 
 static void test_context(void **state) {
@@ -468,7 +469,7 @@ static void test_cast(void **state) {
 }
 
 /* An attention case: q [B,H,Tq,D], k [B,Hk,Tk,D], v [B,Hk,Tk,Dv], out [B,H,Tq,Dv]; mask
- * [B,1,1,Tk] when `mask`. */
+ * [B,1,1,Tk] when `mask` (2: batch row 0 masked whole, attn_mask). */
 struct attn_case {
     int64_t B, H, Hk, Tq, Tk, D, Dv;
     int causal, window, mask;
@@ -491,6 +492,20 @@ static void padding_mask(struct tr_tensor *m, int64_t pad) {
     const int64_t B = m->shape[0], Tk = m->shape[3];
     for (int64_t b = 0; b < B; b++)
         for (int64_t j = 0; j < Tk; j++) ((float *)m->data)[b * Tk + j] = j >= Tk - pad - b ? -10000.0f : 0.0f;
+}
+
+/* The case's mask: padding_mask, or with mask 2 a sample of padding alone as transformers'
+ * BERT masks it (batch row 0 all finfo.min, the others' last pad + b keys -1e9): every
+ * score of row 0 rounds to the same huge value, and its backward must give P = 1/Tk. */
+static void attn_mask(struct tr_tensor *m, const struct attn_case *ac, int64_t pad) {
+    padding_mask(m, pad);
+    if (ac->mask != 2) return;
+    const int64_t B = m->shape[0], Tk = m->shape[3];
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t j = 0; j < Tk; j++) {
+            float *x = (float *)m->data + b * Tk + j;
+            *x = b == 0 ? -FLT_MAX : *x != 0.0f ? -1e9f : 0.0f;
+        }
 }
 
 /* The math modes an f32 case runs under: strict (the CUDA-core kernels) and tf32 (the
@@ -555,7 +570,7 @@ static void test_attention_grad(void **state) {
         {2, 4, 2, 33, 33, 16, 16, 0, 0, 1},     {1, 4, 4, 40, 40, 64, 32, 1, 0, 0},   {1, 2, 1, 9, 50, 32, 32, 1, 0, 0},
         {2, 2, 2, 45, 45, 32, 64, 0, 7, 1},     {2, 4, 2, 70, 70, 64, 64, 1, 0, 1},   {1, 8, 2, 65, 100, 64, 64, 1, 0, 0},
         {1, 4, 4, 50, 50, 128, 128, 0, 20, 1},  {1, 2, 1, 40, 40, 256, 256, 1, 0, 1}, {1, 2, 2, 33, 70, 256, 256, 0, 9, 0},
-        {2, 2, 2, 100, 100, 64, 64, 0, 0, 1},
+        {2, 2, 2, 100, 100, 64, 64, 0, 0, 1},   {2, 2, 1, 20, 20, 32, 32, 1, 0, 2},   {2, 2, 2, 33, 33, 64, 64, 0, 0, 2},
     };
     /* the tensor-core backward (bf16/f16, f32 in tf32) and the CUDA-core one */
     for (int simple = 0; simple < 2; simple++)
@@ -572,7 +587,7 @@ static void test_attention_grad(void **state) {
                         struct tr_tensor in[5] = {randn(FLOATS[d], 4, sh.q, 210 + c), randn(FLOATS[d], 4, sh.k, 220 + c),
                                                   randn(FLOATS[d], 4, sh.v, 230 + c), randn(FLOATS[d], 4, sh.out, 240 + c),
                                                   tr_test_tensor(TR_DTYPE_F32, 4, sh.mask)};
-                        padding_mask(&in[4], 2);
+                        attn_mask(&in[4], &cases[c], 2);
                         struct tr_attrs at = {.ints = {cases[c].causal, cases[c].window, which}};
                         char what[96];
                         snprintf(what, sizeof what, "attention_grad case %zu d%s math %s (%s kernel)", c,
@@ -588,10 +603,10 @@ static void test_attention_grad(void **state) {
 }
 
 /* The backward's cases: head sizes 64, 128, 256 and 48 (the CUDA-core path), GQA, causal,
- * a window, with and without the padding mask. */
+ * a window, with and without the padding mask, and a sample of padding alone. */
 static const struct attn_case bwd_cases[] = {
     {2, 4, 2, 70, 70, 64, 64, 1, 0, 1}, {1, 4, 4, 50, 60, 128, 128, 0, 12, 1}, {1, 4, 1, 40, 40, 256, 256, 1, 0, 0},
-    {1, 2, 2, 33, 33, 48, 48, 0, 0, 1},
+    {1, 2, 2, 33, 33, 48, 48, 0, 0, 1}, {2, 2, 1, 24, 24, 64, 64, 0, 0, 2},
 };
 
 /* tr_k_attention_backward's joint path (statistics once, dk and dv in one launch, dq in
@@ -612,7 +627,7 @@ static void test_attention_backward(void **state) {
                     struct tr_tensor in[5] = {randn(FLOATS[d], 4, sh.q, 310 + c), randn(FLOATS[d], 4, sh.k, 320 + c),
                                               randn(FLOATS[d], 4, sh.v, 330 + c), randn(FLOATS[d], 4, sh.out, 340 + c),
                                               tr_test_tensor(TR_DTYPE_F32, 4, sh.mask)};
-                    padding_mask(&in[4], 2);
+                    attn_mask(&in[4], ac, 2);
                     const int64_t *gs[3] = {sh.q, sh.k, sh.v};
                     struct tr_tensor ref[3], got[3], dref[3], din[5];
                     struct tr_tensor *pr[3] = {NULL, NULL, NULL}, *pd[3] = {NULL, NULL, NULL};
@@ -670,7 +685,7 @@ static void test_attention_saved_stats(void **state) {
                     struct tr_tensor in[5] = {randn(FLOATS[d], 4, sh.q, 410 + c), randn(FLOATS[d], 4, sh.k, 420 + c),
                                               randn(FLOATS[d], 4, sh.v, 430 + c), randn(FLOATS[d], 4, sh.out, 440 + c),
                                               tr_test_tensor(TR_DTYPE_F32, 4, sh.mask)};
-                    padding_mask(&in[4], 2);
+                    attn_mask(&in[4], ac, 2);
                     struct tr_tensor y = tr_test_tensor(FLOATS[d], 4, sh.out), lse = tr_test_tensor(TR_DTYPE_F32, 3, ls);
                     struct tr_tensor gy = tr_test_tensor(FLOATS[d], 4, sh.out), gl = tr_test_tensor(TR_DTYPE_F32, 3, ls);
                     tr_test_poison(&gy);

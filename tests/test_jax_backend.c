@@ -154,6 +154,12 @@ static int count_op(const struct tr_jax_program *p, const struct jax_cluster *cl
     return n;
 }
 
+/* Element i of a float input set to a quiet NaN. */
+static void set_nan(struct tr_tensor *t, int64_t i) {
+    if (t->dtype == TR_DTYPE_F32) ((float *)t->data)[i] = NAN;
+    else ((uint16_t *)t->data)[i] = 0x7fc0; /* bf16 */
+}
+
 static void check_kinds(enum tr_dtype dt) {
     char dir[512];
     fresh_dir(dir, sizeof dir, dt == TR_DTYPE_F32 ? "kinds_f32" : "kinds_bf16");
@@ -211,6 +217,19 @@ static void check_kinds(enum tr_dtype dt) {
         fail_msg("bad id message: %s", err.msg);
     ((int32_t *)k.in[2].data)[4] = 1;
     run_and_compare(p, k.g, k.in, o, tr_test_tol(dt));
+
+    /* a NaN wins a max, as torch's amax: in a short row, and in a row split among threads */
+    set_nan(&k.in[0], 0);            /* x[0][0][0]: row 0 of "max" (over x - y's last axis) */
+    set_nan(&k.in[6], LONG / 2 + 7); /* row 0 of "long_max" */
+    for (int i = 0; i < tr_graph_n_outputs(k.g); i++) tr_test_poison(&o[i]);
+    assert_int_equal(tr_jax_execute(p, 7, k.in, tr_graph_n_outputs(k.g), o, &err), TR_OK);
+    const int nan_outs[2] = {k.out_max, k.out_long};
+    for (int i = 0; i < 2; i++) {
+        double *v = tr_test_to_f64(&o[nan_outs[i]]);
+        if (!isnan(v[0]) || isnan(v[1]))
+            fail_msg("%s: a NaN's row gives %g, the next %g", tr_graph_output_name(k.g, nan_outs[i]), v[0], v[1]);
+        free(v);
+    }
 
     free_tensors(o, tr_graph_n_outputs(k.g));
     tr_jax_program_free(p);

@@ -528,9 +528,12 @@ void cg_emit_reduction_row(struct sb *b, struct kgen *g, const struct cg_row_tar
         combining_loop(b, t, "+", "s", "s += buf[i];");
         if (cl->kind == JAX_K_MEAN) cg_sb_printf(b, "%ss /= %lld.0f;\n", ind, (long long)D);
         break;
-    default: /* MAX */
-        cg_sb_printf(b, "%sfloat s = -INFINITY;\n", ind);
+    default: /* MAX: a NaN wins, as the library's max and torch's amax; the max reduction
+              * (simd lanes, the block's threads) would drop it, so NaNs are counted apart */
+        cg_sb_printf(b, "%sfloat s = -INFINITY, nans = 0.0f;\n", ind);
         combining_loop(b, t, "max", "s", "s = buf[i] > s ? buf[i] : s;");
+        combining_loop(b, t, "+", "nans", "nans += buf[i] != buf[i] ? 1.0f : 0.0f;");
+        cg_sb_printf(b, "%sif (nans > 0.0f) s = NAN;\n", ind);
         break;
     }
     g->ind = t->body_ind;

@@ -66,6 +66,27 @@ tiny vae_fit autoencoder_kl fit
 tiny sam_predict sam predict
 tiny sam_fit sam fit
 
+# A transformers fixture (tests/fixtures/make_reference.py) on cuda: every backend held to
+# transformers' own numbers rather than to the cpu's run
+hf() { # name, the fixture's directory
+  local d=$PWD/$2 rc=0
+  sed -e 's/^\[run\]$/[run]\ndevice = cuda/' -e "s#^\(weights\|inputs\|reference\|hf_config\) = #\1 = $d/#" \
+    "$d/check.ini" > "$tmp/$1.ini"
+  LD_LIBRARY_PATH=$lib OMP_NUM_THREADS=1 "$bin" run "$tmp/$1.ini" > "$tmp/out" 2>&1 || rc=$?
+  local agree
+  agree=$(grep -Ec "^  (torch|torch:reduce-overhead|tf|jax) +ok " "$tmp/out")
+  if [ "$rc" = 0 ] && [ "$agree" = 4 ] && grep -q 'all backends ran and agree' "$tmp/out"; then
+    echo "ok   $1: 4 backends on cuda (cuemu) agree with transformers"
+    pass=$((pass + 1))
+  else
+    echo "FAIL $1: exit $rc, $agree of 4 backends held to transformers"; cat "$tmp/out"
+    fail=$((fail + 1))
+  fi
+}
+# BERT fit with a sample of padding alone: its attention rows' scores are all finfo.min,
+# and the backward's P must be 1/Tk there (attention_bwd.cu's huge rows)
+hf bert_fit_pad_all tests/fixtures/reference_bert_pad_all
+
 # trident roofline --run on cuda: each group's kernel timed on the device (its random inputs
 # must be cuda tensors: they were cpu ones, and every kernel refused them)
 printf '[run]\nmodel = bert\npreset = tiny\ntask = fit\ndevice = cuda\nbatch = 2\nseq_len = 16\n' > "$tmp/roof.ini"

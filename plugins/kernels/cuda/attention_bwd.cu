@@ -6,7 +6,12 @@
 //   dk_j = scale · Σ_i dS_ij q_i   a warp per key row, lanes over 32 queries at a time,
 //   dv_j = Σ_i P_ij dy_i           every query head of the kv head's group
 // Visibility is the forward's (attention.cu). A row that sees no key has lse = +inf and
-// gets zero gradients. First version: CUDA cores, operand rows read from L2; D, Dv <= 512
+// gets zero gradients. A row of huge scores (every key under a finite mask such as -1e9
+// or finfo.min: a sample of padding alone) keeps its max m and 1/l apart, as the cpu's
+// (attention_grad.c): lse = m, ps = 1/l and P = exp(s - lse)·ps, where m + log(l) would
+// round to m and make P 1 for every key instead of 1/Tk. Other rows have ps = 1 and the
+// bits they had. tr_cu_attention_split_lse gives a forward's lse (which lost l) the same
+// form. First version: CUDA cores, operand rows read from L2; D, Dv <= 512
 // (each kernel in two widths: MAXD 256, and 512 for the SD VAE's one head of 512).
 // The fallback of attention_bwd_tc.cu (f32 in strict math, head sizes not a multiple of
 // 16, ATTENTION_REL's terms); tr_cu_attention_backward computes the statistics once for
@@ -26,8 +31,14 @@
 
 struct ab_ctx {
     tr_cu_attn p;
-    float *lse, *delta; // (B,H,Tq) f32 scratch
+    float *lse, *delta, *ps; // (B,H,Tq) f32 scratch: P = exp(s - lse)·ps
 };
+
+// |m| past which a row keeps m and 1/l apart: log(Tk) is then near the float's spacing
+// at m (at 256 the spacing is 3e-5; at the -1e9 of a mask, 64).
+#define AB_HUGE 256.0f
+
+__device__ __forceinline__ bool ab_huge(float m) { return isfinite(m) && fabsf(m) > AB_HUGE; }
 
 __device__ __forceinline__ bool ab_visible(const tr_cu_attn &p, int64_t i, int64_t j) {
     const int64_t pos = i + p.Tk - p.Tq;
@@ -107,8 +118,47 @@ ab_stats_kernel(const T *q, const T *k, const T *v, const T *dy, ab_ctx c) {
     }
     dl = tr_warp_sum(dl);
     if (lane == 0) {
-        c.lse[row] = l > 0.0f ? m + logf(l) : INFINITY;
+        const bool huge = l > 0.0f && ab_huge(m);
+        c.lse[row] = l > 0.0f ? (huge ? m : m + logf(l)) : INFINITY;
+        c.ps[row] = huge ? 1.0f / l : 1.0f;
         c.delta[row] = dl;
+    }
+}
+
+// A forward's lse (m + log l, from the tensor-core statistics or ATTENTION_LSE) into
+// this file's form: copied with ps = 1, except a huge row's, whose m and l are found
+// again from its scores (lse = m, ps = 1/l). A warp per row; lse_in may be c.lse.
+template <typename T, int MAXD>
+__global__ void __launch_bounds__(AB_WARPS * 32, MAXD > AB_MAXD ? 2 : 4)
+ab_split_kernel(const T *q, const T *k, const float *lse_in, ab_ctx c) {
+    __shared__ float shq[AB_WARPS][MAXD];
+    const tr_cu_attn &p = c.p;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * AB_WARPS + warp;
+    if (row >= p.B * p.H * p.Tq) return; // whole warps only
+    const float l0 = lse_in[row];
+    if (!ab_huge(l0)) { // warp-uniform
+        if (lane == 0) c.lse[row] = l0, c.ps[row] = 1.0f;
+        return;
+    }
+    const int64_t i = row % p.Tq, bh = row / p.Tq, b = bh / p.H, h = bh % p.H, hk = h / (p.H / p.Hk);
+    const int D = (int)p.D;
+    for (int d = lane; d < D; d += 32) shq[warp][d] = tr_ld(q + row * D + d) * p.scale;
+    __syncwarp();
+    const T *kb = k + (b * p.Hk + hk) * p.Tk * D;
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j0 = 0; j0 < p.Tk; j0 += 32) {
+        const int64_t j = j0 + lane;
+        float s = -INFINITY;
+        if (j < p.Tk && ab_visible(p, i, j)) s = ab_dot(shq[warp], kb + j * D, D) + ab_mask(p, b, h, i, j);
+        const float mn = fmaxf(m, tr_warp_max(s)), mu = mn == -INFINITY ? 0.0f : mn;
+        l = l * __expf(m - mu) + tr_warp_sum(__expf(s - mu));
+        m = mn;
+    }
+    if (lane == 0) {
+        const bool huge = l > 0.0f && ab_huge(m);
+        c.lse[row] = l > 0.0f ? (huge ? m : m + logf(l)) : INFINITY;
+        c.ps[row] = huge ? 1.0f / l : 1.0f;
     }
 }
 
@@ -129,7 +179,7 @@ ab_dq_kernel(const T *q, const T *k, const T *v, const T *dy, T *dq, ab_ctx c) {
     __syncwarp();
     if (!live) return;
     const T *kb = k + (b * p.Hk + hk) * p.Tk * D, *vb = v + (b * p.Hk + hk) * p.Tk * Dv;
-    const float lse = c.lse[row], delta = c.delta[row];
+    const float lse = c.lse[row], delta = c.delta[row], ps = c.ps[row];
     float acc[MAXD / 32];
 #pragma unroll
     for (int c2 = 0; c2 < MAXD / 32; c2++) acc[c2] = 0.0f;
@@ -138,7 +188,7 @@ ab_dq_kernel(const T *q, const T *k, const T *v, const T *dy, T *dq, ab_ctx c) {
             const int64_t j = j0 + lane;
             float ds = 0.0f;
             if (j < p.Tk && ab_visible(p, i, j)) {
-                float pr = __expf(ab_dot(shq[warp], kb + j * D, D) + ab_mask(p, b, h, i, j) - lse);
+                float pr = __expf(ab_dot(shq[warp], kb + j * D, D) + ab_mask(p, b, h, i, j) - lse) * ps;
                 ds = pr * (ab_dot(shdy[warp], vb + j * Dv, Dv) - delta);
             }
             const int64_t nj = p.Tk - j0 < 32 ? p.Tk - j0 : 32;
@@ -180,12 +230,12 @@ ab_drel_kernel(const T *q, const T *k, const T *v, const T *dy, void *out, int w
     __syncwarp();
     if (!live) return;
     const T *kb = k + (b * p.Hk + hk) * p.Tk * D, *vb = v + (b * p.Hk + hk) * p.Tk * Dv;
-    const float lse = c.lse[row], delta = c.delta[row];
+    const float lse = c.lse[row], delta = c.delta[row], ps = c.ps[row];
     if (lse != INFINITY)
         for (int64_t j0 = 0; j0 < p.Tk; j0 += 32) {
             const int64_t j = j0 + lane;
             if (j < p.Tk) {
-                float pr = __expf(ab_dot(shq[warp], kb + j * D, D) + ab_mask(p, b, h, i, j) - lse);
+                float pr = __expf(ab_dot(shq[warp], kb + j * D, D) + ab_mask(p, b, h, i, j) - lse) * ps;
                 atomicAdd(&acc[warp][which == 3 ? j / p.Kw : j % p.Kw], pr * (ab_dot(shdy[warp], vb + j * Dv, Dv) - delta));
             }
         }
@@ -226,7 +276,7 @@ ab_dkv_kernel(const T *q, const T *k, const T *v, const T *dy, T *dk, T *dv, ab_
                 float lse = c.lse[qrow0 + i];
                 if (lse != INFINITY) {
                     // shk holds k_j·scale, so the dot is the score
-                    pr = __expf(ab_dot(shk[warp], qb + i * D, D) + ab_mask(p, b, h, i, j) - lse);
+                    pr = __expf(ab_dot(shk[warp], qb + i * D, D) + ab_mask(p, b, h, i, j) - lse) * c.ps[qrow0 + i];
                     ds = pr * (ab_dot(shv[warp], dyb + i * Dv, Dv) - c.delta[qrow0 + i]);
                 }
             }
@@ -270,7 +320,7 @@ extern "C" int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, co
     }
     if (ab_blocks(qrows > krows ? qrows : krows) > 0x7fffffffu)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_grad: too many rows for one grid");
-    ab_ctx c = {*p, scratch, scratch + qrows};
+    ab_ctx c = {*p, scratch, scratch + qrows, scratch + 2 * qrows};
     TR_CU_FLOAT_SWITCH(dtype, T, AB_LAUNCH(wide, ab_stats_kernel, ab_blocks(qrows), s,
                                      (const T *)q, (const T *)k, (const T *)v, (const T *)dy, c));
     int rc = TR_CU_LAUNCHED("attention_grad stats", err);
@@ -295,17 +345,17 @@ extern "C" int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, co
 
 extern "C" int tr_cu_attention_rel_backward(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
                                             const void *dy, const struct tr_cu_attn *p, void *dq, void *dk, void *dv,
-                                            void *drh, void *drw, float *lse, float *delta, int ready,
-                                            struct tr_error *err) {
+                                            void *drh, void *drw, float *lse, float *delta, float *ps,
+                                            int ready, struct tr_error *err) {
     if ((drh && p->Kh > AB_MAXK) || (drw && p->Kw > AB_MAXK) || !p->rel_h)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_rel_backward: the bias terms are missing or wider than "
                             "%d (Kh %lld, Kw %lld) on cuda", AB_MAXK, (long long)p->Kh, (long long)p->Kw);
     // the statistics (computed here once unless ready), and dq, dk, dv where asked
-    int rc = tr_cu_attention_backward(s, dtype, q, k, v, dy, p, dq, dk, dv, lse, delta, ready, err);
+    int rc = tr_cu_attention_backward(s, dtype, q, k, v, dy, p, dq, dk, dv, lse, delta, ps, ready, err);
     const int64_t qrows = p->B * p->H * p->Tq, krows = p->B * p->Hk * p->Tk;
     if (rc || qrows == 0) return rc; // no query rows: the bias terms' gradients are empty too
     const bool wide = p->D > AB_MAXD || p->Dv > AB_MAXD;
-    ab_ctx c = {*p, lse, delta};
+    ab_ctx c = {*p, lse, delta, ps};
     void *dr[2] = {drh, drw};
     for (int w = 0; w < 2; w++) {
         if (!dr[w]) continue;
@@ -322,6 +372,22 @@ extern "C" int tr_cu_attention_rel_backward(cudaStream_t s, int dtype, const voi
         if ((rc = TR_CU_LAUNCHED("attention_rel_backward drel", err)) != TR_OK) return rc;
     }
     return TR_OK;
+}
+
+extern "C" int tr_cu_attention_split_lse(cudaStream_t s, int dtype, const void *q, const void *k,
+                                         const struct tr_cu_attn *p, const float *lse_in, float *lse, float *ps,
+                                         struct tr_error *err) {
+    const int64_t rows = p->B * p->H * p->Tq;
+    if (rows == 0) return TR_OK;
+    if (p->D > AB_WIDE)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_backward: head size D=%lld (at most %d on cuda)",
+                            (long long)p->D, AB_WIDE);
+    if (ab_blocks(rows) > 0x7fffffffu)
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_backward: too many rows for one grid");
+    ab_ctx c = {*p, lse, NULL, ps};
+    TR_CU_FLOAT_SWITCH(dtype, T, AB_LAUNCH(p->D > AB_MAXD, ab_split_kernel, ab_blocks(rows), s, (const T *)q,
+                                           (const T *)k, lse_in, c));
+    return TR_CU_LAUNCHED("attention_backward split lse", err);
 }
 
 // delta per row, from the saved output: a warp per row.
@@ -351,7 +417,7 @@ extern "C" int tr_cu_attention_delta(cudaStream_t s, int dtype, const void *y, c
 // once (or as given), dq's pass, and one pass for dk and dv together.
 extern "C" int tr_cu_attention_backward(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
                                         const void *dy, const struct tr_cu_attn *p, void *dq, void *dk, void *dv,
-                                        float *lse, float *delta, int ready, struct tr_error *err) {
+                                        float *lse, float *delta, float *ps, int ready, struct tr_error *err) {
     if (p->D > AB_WIDE || p->Dv > AB_WIDE)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_grad: head sizes D=%lld, Dv=%lld (at most %d on cuda)",
                             (long long)p->D, (long long)p->Dv, AB_WIDE);
@@ -370,7 +436,7 @@ extern "C" int tr_cu_attention_backward(cudaStream_t s, int dtype, const void *q
     }
     if (ab_blocks(qrows > krows ? qrows : krows) > 0x7fffffffu)
         return tr_error_set(err, TR_ERR_UNSUPPORTED, "attention_grad: too many rows for one grid");
-    ab_ctx c = {*p, lse, delta};
+    ab_ctx c = {*p, lse, delta, ps};
     int rc;
     if (!ready) {
         TR_CU_FLOAT_SWITCH(dtype, T, AB_LAUNCH(wide, ab_stats_kernel, ab_blocks(qrows), s,

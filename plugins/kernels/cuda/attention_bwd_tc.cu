@@ -9,14 +9,15 @@
 //   2. attention_bwd_dkdv_tc: a block per br keys of one (b, kv head); for every query head
 //      of the group and every query tile of bc rows that may see the block's keys
 //      (tr_attn_plan_query_span), per warp (16 keys): Sᵀ = K_w·Qᵀ, Pᵀ = exp(Sᵀ·scale +
-//      mask − lse), dPᵀ = V_w·dyᵀ, dSᵀ = Pᵀ ⊙ (dPᵀ − delta); dV_w += Pᵀ·dy, dK_w += dSᵀ·Q,
+//      mask − lse)·ps, dPᵀ = V_w·dyᵀ, dSᵀ = Pᵀ ⊙ (dPᵀ − delta); dV_w += Pᵀ·dy, dK_w += dSᵀ·Q,
 //      accumulated in f32 in shared memory; dK = scale·dK_w;
 //   3. attention_bwd_dq_tc: a block per br queries of one (b, h); for every key tile the
 //      block may see (tr_attn_plan_key_span): S, P, dP = dy_w·Vᵀ, dS, dQ_w += dS·K;
 //      dQ = scale·dQ_w.
 // K/V (dkdv) and Q/dy (dq) of the block stay in shared memory; the other side is staged
 // a tile at a time. P and dS enter the MMAs in the data's type (tf32-rounded for f32). A
-// query row that sees no key (lse = +inf) gets zero gradients. Visibility and masks are
+// query row that sees no key (lse = +inf) gets zero gradients; ps is 1 but for a row of
+// huge scores (lse = m, ps = 1/l: attention_bwd.cu). Visibility and masks are
 // the forward's (ops.h ATTENTION, attention_plan.h).
 //
 // Tiles (attention_plan.h on an H100/H200, 227 KB per block; warps x bc, 16 rows per
@@ -46,7 +47,8 @@ template <typename T>
 __global__ void __launch_bounds__(128, 4)
 attention_bwd_dkdv_tc(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                       const T *__restrict__ dy, const float *__restrict__ lse, const float *__restrict__ delta,
-                      T *__restrict__ dk, T *__restrict__ dv, tr_cu_attn p, tr_attn_plan pl) {
+                      const float *__restrict__ ps, T *__restrict__ dk, T *__restrict__ dv, tr_cu_attn p,
+                      tr_attn_plan pl) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int D = (int)p.D, Dv = (int)p.Dv, BC = pl.bc;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -60,7 +62,7 @@ attention_bwd_dkdv_tc(const T *__restrict__ q, const T *__restrict__ k, const T 
     T *DSw = (T *)(smem + pl.off[TR_ATTN_R_DS]) + warp * 16 * pl.ld_p;
     float *dKw = (float *)(smem + pl.off[TR_ATTN_R_ACC]) + warp * 16 * pl.ld_acc_d;
     float *dVw = (float *)(smem + pl.off[TR_ATTN_R_ACC2]) + warp * 16 * pl.ld_acc_dv;
-    float *lse_s = (float *)(smem + pl.off[TR_ATTN_R_STAT]), *delta_s = lse_s + BC;
+    float *lse_s = (float *)(smem + pl.off[TR_ATTN_R_STAT]), *delta_s = lse_s + BC, *ps_s = delta_s + BC;
     const T *Kw = Ks + warp * 16 * pl.ld_d, *Vw = Vs + warp * 16 * pl.ld_dv;
 
     const int64_t bhk = blockIdx.y, b = bhk / p.Hk, hk = bhk % p.Hk, group = p.H / p.Hk;
@@ -87,6 +89,7 @@ attention_bwd_dkdv_tc(const T *__restrict__ q, const T *__restrict__ k, const T 
                 const bool in = i0 + c < p.Tq;
                 lse_s[c] = in ? lse[qrow0 + i0 + c] : INFINITY;
                 delta_s[c] = in ? delta[qrow0 + i0 + c] : 0.0f;
+                ps_s[c] = in ? ps[qrow0 + i0 + c] : 0.0f;
             }
             __syncthreads();
             if (!meets(i0, i0 + BC, wbeg, wend)) continue; // warp-uniform
@@ -102,7 +105,7 @@ attention_bwd_dkdv_tc(const T *__restrict__ q, const T *__restrict__ k, const T 
                 const float li = lse_s[c];
                 float pr = 0.0f, ds = 0.0f;
                 if (j < p.Tk && li != INFINITY && visible(p, i, j)) { // i < Tq: lse_s is +inf past it
-                    pr = __expf(Sw[r * pl.ld_s + c] * p.scale + mask_at(p, b, h, i, j) - li);
+                    pr = __expf(Sw[r * pl.ld_s + c] * p.scale + mask_at(p, b, h, i, j) - li) * ps_s[c];
                     ds = pr * (DPw[r * pl.ld_s + c] - delta_s[c]);
                 }
                 tr_st(Pw + r * pl.ld_p + c, pr);
@@ -134,7 +137,7 @@ template <typename T>
 __global__ void __launch_bounds__(128, 4)
 attention_bwd_dq_tc(const T *__restrict__ q, const T *__restrict__ k, const T *__restrict__ v,
                     const T *__restrict__ dy, const float *__restrict__ lse, const float *__restrict__ delta,
-                    T *__restrict__ dq, tr_cu_attn p, tr_attn_plan pl) {
+                    const float *__restrict__ ps, T *__restrict__ dq, tr_cu_attn p, tr_attn_plan pl) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int D = (int)p.D, Dv = (int)p.Dv, BC = pl.bc;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -160,6 +163,7 @@ attention_bwd_dq_tc(const T *__restrict__ q, const T *__restrict__ k, const T *_
     const int64_t qi = qw0 + r;
     const float li = qi < p.Tq ? lse[bh * p.Tq + qi] : INFINITY;
     const float di = qi < p.Tq ? delta[bh * p.Tq + qi] : 0.0f;
+    const float pi = qi < p.Tq ? ps[bh * p.Tq + qi] : 0.0f;
     int64_t kbeg, kend, wbeg, wend;
     tr_attn_plan_key_span(p.Tq, p.Tk, p.causal, p.window, q0, pl.br, &kbeg, &kend);
     tr_attn_plan_key_span(p.Tq, p.Tk, p.causal, p.window, qw0, 16, &wbeg, &wend);
@@ -182,7 +186,7 @@ attention_bwd_dq_tc(const T *__restrict__ q, const T *__restrict__ k, const T *_
             const int64_t j = t0 + c;
             float ds = 0.0f;
             if (j < p.Tk && li != INFINITY && visible(p, qi, j)) { // qi < Tq: li is +inf past it
-                const float pr = __expf(Sw[r * pl.ld_s + c] * p.scale + mask_at(p, b, h, qi, j) - li);
+                const float pr = __expf(Sw[r * pl.ld_s + c] * p.scale + mask_at(p, b, h, qi, j) - li) * pi;
                 ds = pr * (DPw[r * pl.ld_s + c] - di);
             }
             tr_st(DSw + r * pl.ld_p + c, ds);
@@ -210,46 +214,47 @@ static int set_smem(K kernel, size_t smem, const char *what, struct tr_error *er
 
 template <typename T>
 static int launch_dkdv(cudaStream_t s, const void *q, const void *k, const void *v, const void *dy, const float *lse,
-                       const float *delta, void *dk, void *dv, const struct tr_cu_attn *p, const struct tr_attn_plan *pl,
-                       struct tr_error *err) {
+                       const float *delta, const float *ps, void *dk, void *dv, const struct tr_cu_attn *p,
+                       const struct tr_attn_plan *pl, struct tr_error *err) {
     int rc = set_smem(attention_bwd_dkdv_tc<T>, pl->smem, "attention_bwd_dkdv_tc: cudaFuncSetAttribute", err);
     if (rc) return rc;
     dim3 grid((unsigned)((p->Tk + pl->br - 1) / pl->br), (unsigned)(p->B * p->Hk));
     attention_bwd_dkdv_tc<T><<<grid, pl->warps * 32, pl->smem, s>>>((const T *)q, (const T *)k, (const T *)v,
-                                                                    (const T *)dy, lse, delta, (T *)dk, (T *)dv, *p,
+                                                                    (const T *)dy, lse, delta, ps, (T *)dk, (T *)dv, *p,
                                                                     *pl);
     return TR_CU_LAUNCHED("attention_bwd_dkdv_tc", err);
 }
 
 template <typename T>
 static int launch_dq(cudaStream_t s, const void *q, const void *k, const void *v, const void *dy, const float *lse,
-                     const float *delta, void *dq, const struct tr_cu_attn *p, const struct tr_attn_plan *pl,
-                     struct tr_error *err) {
+                     const float *delta, const float *ps, void *dq, const struct tr_cu_attn *p,
+                     const struct tr_attn_plan *pl, struct tr_error *err) {
     int rc = set_smem(attention_bwd_dq_tc<T>, pl->smem, "attention_bwd_dq_tc: cudaFuncSetAttribute", err);
     if (rc) return rc;
     dim3 grid((unsigned)((p->Tq + pl->br - 1) / pl->br), (unsigned)(p->B * p->H));
     attention_bwd_dq_tc<T><<<grid, pl->warps * 32, pl->smem, s>>>((const T *)q, (const T *)k, (const T *)v,
-                                                                  (const T *)dy, lse, delta, (T *)dq, *p, *pl);
+                                                                  (const T *)dy, lse, delta, ps, (T *)dq, *p, *pl);
     return TR_CU_LAUNCHED("attention_bwd_dq_tc", err);
 }
 
 extern "C" int tr_cu_attention_bwd_dkdv_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
                                            const void *dy, const struct tr_cu_attn *p, const struct tr_attn_plan *pl,
-                                           const float *lse, const float *delta, void *dk, void *dv,
-                                           struct tr_error *err) {
+                                           const float *lse, const float *delta, const float *ps, void *dk,
+                                           void *dv, struct tr_error *err) {
     if (pl->path != TR_ATTN_PATH_TC || pl->kind != TR_ATTN_DKDV)
         return tr_error_set(err, TR_ERR_INTERNAL, "attention_bwd_dkdv_tc: not a tensor-core dk/dv plan");
     if (p->B * p->Hk * p->Tk == 0 || (!dk && !dv)) return TR_OK;
-    TR_CU_FLOAT_SWITCH(dtype, T, return launch_dkdv<T>(s, q, k, v, dy, lse, delta, dk, dv, p, pl, err));
+    TR_CU_FLOAT_SWITCH(dtype, T, return launch_dkdv<T>(s, q, k, v, dy, lse, delta, ps, dk, dv, p, pl, err));
     return TR_OK;
 }
 
 extern "C" int tr_cu_attention_bwd_dq_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
                                          const void *dy, const struct tr_cu_attn *p, const struct tr_attn_plan *pl,
-                                         const float *lse, const float *delta, void *dq, struct tr_error *err) {
+                                         const float *lse, const float *delta, const float *ps, void *dq,
+                                         struct tr_error *err) {
     if (pl->path != TR_ATTN_PATH_TC || pl->kind != TR_ATTN_DQ)
         return tr_error_set(err, TR_ERR_INTERNAL, "attention_bwd_dq_tc: not a tensor-core dq plan");
     if (p->B * p->H * p->Tq == 0) return TR_OK;
-    TR_CU_FLOAT_SWITCH(dtype, T, return launch_dq<T>(s, q, k, v, dy, lse, delta, dq, p, pl, err));
+    TR_CU_FLOAT_SWITCH(dtype, T, return launch_dq<T>(s, q, k, v, dy, lse, delta, ps, dq, p, pl, err));
     return TR_OK;
 }

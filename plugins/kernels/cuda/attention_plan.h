@@ -71,7 +71,7 @@ enum tr_attn_kind { TR_ATTN_FWD = 0, TR_ATTN_DQ = 1, TR_ATTN_DKDV = 2 };
  *   DS      dS per warp (DQ, DKDV)                                     T, warps x 16 x ld_p
  *   ACC     f32 accumulator per warp (FWD: O, width Dv; DQ, DKDV: dq or dk, width D)
  *   ACC2    DKDV's dv accumulator per warp, width Dv
- *   STAT    DKDV: the tile's lse and delta (2 x bc floats)
+ *   STAT    DKDV: the tile's lse, delta and ps (3 x bc floats)
  * With f32 data (elem 4) P aliases S and DS aliases DP: each element is read and then
  * written by the same lane at the same index. */
 enum {
@@ -170,7 +170,7 @@ static inline size_t tr_attn_layout(struct tr_attn_plan *pl, int kind, int elem,
         if (kind == TR_ATTN_DKDV) {
             sz[TR_ATTN_R_P] = p;
             sz[TR_ATTN_R_ACC2] = w16 * (size_t)pl->ld_acc_dv * 4;
-            sz[TR_ATTN_R_STAT] = 2 * (size_t)bc * 4;
+            sz[TR_ATTN_R_STAT] = 3 * (size_t)bc * 4;
         }
     }
     size_t at = 0;

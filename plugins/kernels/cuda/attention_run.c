@@ -120,21 +120,20 @@ int tr_cuda_run_attention(struct tr_kernels *k, struct tr_cuda_ctx *c, const str
 }
 
 /* dq, dk and dv (any NULL) of q, k, v, dy (in[0..3], checked): on tensor cores, the
- * statistics (one launch), dk and dv (one), dq (one), when all three kernels have a
- * tensor-core plan; else the CUDA-core kernels, with the statistics also computed once.
- * With saved (the forward's y and lse, checked) the statistics are lse as saved and
- * delta = dy·y (one light launch) instead of a pass over every score. Scratch: lse and
- * delta, 2·B·H·Tq floats. */
+ * statistics (one launch, and a light one that splits a huge row's lse), dk and dv (one),
+ * dq (one), when all three kernels have a tensor-core plan; else the CUDA-core kernels,
+ * with the statistics also computed once. With saved (the forward's y and lse, checked)
+ * the statistics are lse as saved (split) and delta = dy·y (two light launches) instead
+ * of a pass over every score. Scratch: lse, delta and ps, 3·B·H·Tq floats. */
 static int attn_backward(struct tr_kernels *k, struct tr_cuda_ctx *c, const struct tr_tensor *in,
                          const struct tr_tensor *saved, const struct tr_cu_attn *p, void *dq, void *dk, void *dv,
                          struct tr_error *err) {
     const int dt = in[0].dtype;
     const int64_t rows = p->B * p->H * p->Tq;
     void *scr = NULL;
-    int rc = tr_cuda_scratch(c, (size_t)(2 * rows) * sizeof(float) + 16, &scr, err);
+    int rc = tr_cuda_scratch(c, (size_t)(3 * rows) * sizeof(float) + 16, &scr, err);
     if (rc) return rc;
-    float *lse = scr, *delta = lse + rows;
-    if (saved) lse = saved[1].data;
+    float *lse = scr, *delta = lse + rows, *ps = delta + rows;
     const void *ptrs[7] = {in[0].data, in[1].data, in[2].data, in[3].data};
     int n = 4;
     if (dq) ptrs[n++] = dq;
@@ -145,20 +144,23 @@ static int attn_backward(struct tr_kernels *k, struct tr_cuda_ctx *c, const stru
                    attn_plan(c, k->math, TR_ATTN_DQ, dt, p, ptrs, n, &pq) == TR_ATTN_PATH_TC &&
                    attn_plan(c, k->math, TR_ATTN_DKDV, dt, p, ptrs, n, &pkv) == TR_ATTN_PATH_TC;
     if (c->dry) return TR_OK;
-    if (saved && (rc = tr_cu_attention_delta(c->stream, dt, saved[0].data, in[3].data, rows, p->Dv, delta, err)) != TR_OK)
+    if (saved && ((rc = tr_cu_attention_delta(c->stream, dt, saved[0].data, in[3].data, rows, p->Dv, delta, err)) ||
+                  (rc = tr_cu_attention_split_lse(c->stream, dt, in[0].data, in[1].data, p, saved[1].data, lse, ps,
+                                                  err))))
         return rc;
     if (!tc)
         return tr_cu_attention_backward(c->stream, dt, in[0].data, in[1].data, in[2].data, in[3].data, p, dq, dk, dv,
-                                        lse, delta, saved != NULL, err);
-    if (!saved && (rc = tr_cu_attention_stats_tc(c->stream, dt, in[0].data, in[1].data, in[2].data, in[3].data, p, &pf,
-                                                 lse, delta, err)) != TR_OK)
+                                        lse, delta, ps, saved != NULL, err);
+    if (!saved && ((rc = tr_cu_attention_stats_tc(c->stream, dt, in[0].data, in[1].data, in[2].data, in[3].data, p,
+                                                  &pf, lse, delta, err)) ||
+                   (rc = tr_cu_attention_split_lse(c->stream, dt, in[0].data, in[1].data, p, lse, lse, ps, err))))
         return rc;
     if ((dk || dv) && (rc = tr_cu_attention_bwd_dkdv_tc(c->stream, dt, in[0].data, in[1].data, in[2].data, in[3].data,
-                                                        p, &pkv, lse, delta, dk, dv, err)) != TR_OK)
+                                                        p, &pkv, lse, delta, ps, dk, dv, err)) != TR_OK)
         return rc;
     if (dq)
         rc = tr_cu_attention_bwd_dq_tc(c->stream, dt, in[0].data, in[1].data, in[2].data, in[3].data, p, &pq, lse,
-                                       delta, dq, err);
+                                       delta, ps, dq, err);
     return rc;
 }
 
@@ -262,24 +264,24 @@ int tr_cuda_run_attention_rel(struct tr_cuda_ctx *c, const struct tr_attrs *at, 
 }
 
 /* The joint backward's body: the statistics from saved (the forward's y and lse, checked)
- * when given (delta = dy·y, one light launch), else computed once; then the gradients
- * g[w] asked for (NULL: not). Scratch: lse and delta, 2·B·H·Tq floats. */
+ * when given (delta = dy·y and the lse split, two light launches), else computed once;
+ * then the gradients g[w] asked for (NULL: not). Scratch: lse, delta and ps, 3·B·H·Tq
+ * floats. */
 static int rel_backward(struct tr_cuda_ctx *c, const struct tr_tensor *in, const struct tr_tensor *saved,
                         const struct tr_cu_attn *p, void *const g[5], struct tr_error *err) {
     const int64_t rows = p->B * p->H * p->Tq;
     void *scr = NULL;
-    int rc = tr_cuda_scratch(c, (size_t)(2 * rows) * sizeof(float) + 16, &scr, err);
+    int rc = tr_cuda_scratch(c, (size_t)(3 * rows) * sizeof(float) + 16, &scr, err);
     if (rc) return rc;
-    float *lse = scr, *delta = lse + rows;
+    float *lse = scr, *delta = lse + rows, *ps = delta + rows;
     if (c->dry) return TR_OK;
-    if (saved) {
-        lse = saved[1].data;
-        if ((rc = tr_cu_attention_delta(c->stream, in[0].dtype, saved[0].data, in[5].data, rows, p->Dv, delta,
-                                        err)) != TR_OK)
-            return rc;
-    }
+    if (saved && ((rc = tr_cu_attention_delta(c->stream, in[0].dtype, saved[0].data, in[5].data, rows, p->Dv, delta,
+                                              err)) ||
+                  (rc = tr_cu_attention_split_lse(c->stream, in[0].dtype, in[0].data, in[1].data, p, saved[1].data,
+                                                  lse, ps, err))))
+        return rc;
     return tr_cu_attention_rel_backward(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, in[5].data, p,
-                                        g[0], g[1], g[2], g[3], g[4], lse, delta, saved != NULL, err);
+                                        g[0], g[1], g[2], g[3], g[4], lse, delta, ps, saved != NULL, err);
 }
 
 /* (q, k, v, rel_h, rel_w, dy, [y, lse]) -> the gradient of operand ints[0] */
@@ -305,7 +307,7 @@ int tr_cuda_run_attention_rel_grad(struct tr_cuda_ctx *c, const struct tr_attrs 
         return rel_backward(c, in, &in[6], &p, g, err);
     }
     void *scr = NULL;
-    if ((rc = tr_cuda_scratch(c, (size_t)(2 * p.B * p.H * p.Tq) * sizeof(float) + 16, &scr, err)) != TR_OK) return rc;
+    if ((rc = tr_cuda_scratch(c, (size_t)(3 * p.B * p.H * p.Tq) * sizeof(float) + 16, &scr, err)) != TR_OK) return rc;
     return TR_CU_LAUNCH(c, tr_cu_attention_grad(c->stream, in[0].dtype, in[0].data, in[1].data, in[2].data, in[5].data,
                                                 &p, (int)which, out->data, scr, err));
 }

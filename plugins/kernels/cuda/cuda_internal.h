@@ -277,32 +277,39 @@ int tr_cu_attention_stats_tc(cudaStream_t s, int dtype, const void *q, const voi
  * another (kind DQ), from the statistics. */
 int tr_cu_attention_bwd_dkdv_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
                                 const void *dy, const struct tr_cu_attn *p, const struct tr_attn_plan *pl,
-                                const float *lse, const float *delta, void *dk, void *dv, struct tr_error *err);
+                                const float *lse, const float *delta, const float *ps, void *dk, void *dv,
+                                struct tr_error *err);
 int tr_cu_attention_bwd_dq_tc(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, const void *dy,
                               const struct tr_cu_attn *p, const struct tr_attn_plan *pl, const float *lse,
-                              const float *delta, void *dq, struct tr_error *err);
+                              const float *delta, const float *ps, void *dq, struct tr_error *err);
 /* attention_bwd.cu, the CUDA-core backward: dq, dk and dv of one call (any NULL), from
- * the statistics lse and delta (B·H·Tq floats each): computed here once when ready is 0,
- * read as they are when 1 (the forward's lse, tr_cu_attention_delta's delta). */
+ * the statistics lse, delta and ps (B·H·Tq floats each; P = exp(s - lse)·ps): computed
+ * here once when ready is 0, read as they are when 1 (tr_cu_attention_split_lse's lse
+ * and ps, tr_cu_attention_delta's delta). */
 int tr_cu_attention_backward(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, const void *dy,
                              const struct tr_cu_attn *p, void *dq, void *dk, void *dv, float *lse, float *delta,
-                             int ready, struct tr_error *err);
+                             float *ps, int ready, struct tr_error *err);
+/* A forward's lse_in (m + log l per row: ATTENTION_LSE's, or the tensor-core statistics')
+ * as the backward reads it: lse and ps, where a row of huge scores (a sample of padding
+ * alone) keeps m and 1/l apart. lse may be lse_in. */
+int tr_cu_attention_split_lse(cudaStream_t s, int dtype, const void *q, const void *k, const struct tr_cu_attn *p,
+                              const float *lse_in, float *lse, float *ps, struct tr_error *err);
 /* delta[row] = dy[row] · y[row] over the rows of the forward's output y (rows x Dv): the
  * backward's second statistic, from the saved output instead of a pass over the keys. */
 int tr_cu_attention_delta(cudaStream_t s, int dtype, const void *y, const void *dy, int64_t rows, int64_t Dv,
                           float *delta, struct tr_error *err);
 /* dq, dk or dv (which 0, 1, 2), or with p->rel_h drel_h or drel_w (3, 4, in that
- * operand's dtype, Kh and Kw at most 256) into out; scratch holds 2·B·H·Tq floats (lse,
- * delta). */
+ * operand's dtype, Kh and Kw at most 256) into out; scratch holds 3·B·H·Tq floats (lse,
+ * delta, ps). */
 int tr_cu_attention_grad(cudaStream_t s, int dtype, const void *q, const void *k, const void *v, const void *dy,
                          const struct tr_cu_attn *p, int which, void *out, float *scratch, struct tr_error *err);
 /* ATTENTION_REL's gradients of one call (p->rel_h set; any of the five NULL): the row
- * statistics once into lse and delta (B·H·Tq floats each; read as they are when ready
- * is 1: the forward's lse, tr_cu_attention_delta's delta), then dq, dk with dv, and each
+ * statistics once into lse, delta and ps (B·H·Tq floats each; read as they are when
+ * ready is 1: tr_cu_attention_split_lse's, tr_cu_attention_delta's), then dq, dk with dv, and each
  * bias term's from them, where one tr_cu_attention_grad per gradient recomputes them. */
 int tr_cu_attention_rel_backward(cudaStream_t s, int dtype, const void *q, const void *k, const void *v,
                                  const void *dy, const struct tr_cu_attn *p, void *dq, void *dk, void *dv, void *drh,
-                                 void *drw, float *lse, float *delta, int ready, struct tr_error *err);
+                                 void *drw, float *lse, float *delta, float *ps, int ready, struct tr_error *err);
 
 #ifdef __cplusplus
 }
