@@ -843,6 +843,11 @@ sleep 1; kill -INT $pid; wait $pid; rc=$?
 if [ $rc = 130 ] && grep -Eq '^tf +[0-9.]+ +[0-9.]+ ' "$tmp/out" && grep -q 'interrupted' "$tmp/out" && [ -s "$tmp/int.safetensors" ]; then
   ok "Ctrl-C: exit 130, the table so far, the outputs"; else echo "exit $rc" >> "$tmp/out"; bad "Ctrl-C: exit 130, the table so far, the outputs"; fi
 if grep -Eq '"interrupted":[[:space:]]*true' "$tmp/int.json" 2>/dev/null; then ok "Ctrl-C: the JSON says interrupted"; else bad "Ctrl-C: the JSON says interrupted"; fi
+# ... and never "all backends ran and agree": each ran some of its steps (it once said so,
+# with all_ok true)
+if grep -q '^interrupted: 2 of 2 backends took timed steps, and they agree over them' "$tmp/out" &&
+   ! grep -q 'all backends ran and agree' "$tmp/out" && grep -Eq '"all_ok":[[:space:]]*false' "$tmp/int.json"; then
+  ok "Ctrl-C: the verdict says the steps were cut short"; else bad "Ctrl-C: the verdict says the steps were cut short"; fi
 # Ctrl-C in a sequential run, during the first backend: the second never starts, and the
 # verdict says not all backends ran (it once said "all backends ran and agree").
 ini two_seq.ini "$(cat "$tmp/two.ini")
@@ -851,14 +856,29 @@ schedule = sequential"
 pid=$!
 for _ in $(seq 100); do grep -q 'bert/tiny' "$tmp/out" 2>/dev/null && break; sleep 0.1; done
 sleep 1; kill -INT $pid; wait $pid; rc=$?
-if [ $rc = 130 ] && grep -q 'interrupted before it started' "$tmp/out" && grep -q '^NOT all backends ran and agree' "$tmp/out" &&
+if [ $rc = 130 ] && grep -q 'interrupted before it started' "$tmp/out" &&
+   grep -q '^interrupted: 1 of 2 backends took timed steps (.*): nothing to compare' "$tmp/out" &&
    grep -Eq '"all_ok":[[:space:]]*false' "$tmp/sint1.json" 2>/dev/null; then
   ok "Ctrl-C before a backend started: not all backends ran"
 else echo "exit $rc" >> "$tmp/out"; bad "Ctrl-C before a backend started: not all backends ran"; fi
-if grep -q 'interrupted: 1 of 2 backends ran their timed steps' "$tmp/out" &&
+if grep -q 'interrupted (Ctrl-C): 1 of 2 backends took timed steps' "$tmp/out" &&
    [ "$(grep -c '"plugin":[[:space:]]*".*libtrident_backend_[a-z]*\.so"' "$tmp/sint1.json")" = 2 ]; then
   ok "... 1 of 2 ran, and the one that never started keeps its plugin's file"
 else bad "... 1 of 2 ran, and the one that never started keeps its plugin's file"; fi
+# Ctrl-C in the warm-up: it stops there, though an isolated backend's child runs the whole
+# warm-up in one command (it ran all of it, then said "after 100000 warm-up steps")
+ini warm_int.ini "$(sed 's/^warmup = .*/warmup = 1000000/' "$tmp/two.ini")"
+"$bin" run "$tmp/warm_int.ini" --report "$tmp/wint" > "$tmp/out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q 'bert/tiny' "$tmp/out" 2>/dev/null && break; sleep 0.1; done
+sleep 1; kill -INT $pid
+for _ in $(seq 300); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+if kill -0 $pid 2>/dev/null; then kill -9 $pid; wait $pid; echo "still running 30 s after Ctrl-C" >> "$tmp/out"; rc=-1
+else wait $pid; rc=$?; fi
+if [ $rc = 130 ] && grep -q '^interrupted: no backend reached its timed steps' "$tmp/out" &&
+   grep -q 'Interrupted before any of its 3 timed steps, in the 1000000 warm-up steps' "$tmp/wint/report.md" 2>/dev/null &&
+   ! grep -q 'fastest in green' "$tmp/wint/chart.svg"; then ok "Ctrl-C in the warm-up: stops there, and the report says so"
+else echo "exit $rc" >> "$tmp/out"; bad "Ctrl-C in the warm-up: stops there, and the report says so"; fi
 
 # trident bench SUITE.ini: each row's table, then the summary in the benchmark page's shape.
 ini s_gen.ini $'[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbackends = torch, jax\nbatch = 2\n[backend.jax]\nfuse = false\n[generate]\nprompt_len = 4\nmax_length = 8'

@@ -123,6 +123,10 @@ static int check_ranks(struct run *r, struct slot *s) {
     return rc;
 }
 
+/* Ctrl-C: data parallel, what every rank agreed at the last step's status exchange (one
+ * rank's signal stops them all after the same step); else this process's. */
+static int stop_now(const struct run *r) { return r->dp->on ? r->dp->stop : tr_bench_stop_requested(); }
+
 /* One step; fit: the step counter fed, the loss checked finite and kept. */
 static int slot_step(struct run *r, struct slot *s, double *ms) {
     struct fit_state *fs = r->fs;
@@ -181,7 +185,7 @@ static int slot_start(struct run *r, struct slot *s) {
     if ((rc = slot_step(r, s, &ms)) != TR_OK) return rc;
     s->row->first_ms = tr_bench_now_ms() - t0;
     if (cfg->warmup > 1) tr_progress_phase(r->pr, s->row->label, "warm-up");
-    for (int64_t i = 1; i < cfg->warmup && rc == TR_OK; i++) rc = slot_step(r, s, &ms);
+    for (int64_t i = 1; i < cfg->warmup && rc == TR_OK && !stop_now(r); i++) rc = slot_step(r, s, &ms);
     if (rc) return rc;
     s->sh->live = 1;
     return TR_OK;
@@ -262,6 +266,7 @@ static int slot_run_cmd(void *arg, int cmd) {
 static int slot_do(struct run *r, struct slot *s, int cmd) {
     if (!r->isolate) return slot_run_cmd(s, cmd);
     struct tr_error e = {0};
+    if (cmd == CMD_START) tr_bench_interrupt_share();
     if (cmd == CMD_START && tr_child_spawn(&s->child, slot_run_cmd, s, &e) != TR_OK) {
         s->sh->err = e;
         return e.status;
@@ -324,9 +329,6 @@ static void slot_free(struct slot *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Ctrl-C: data parallel, what every rank agreed at the last step's status exchange (one
- * rank's signal stops them all after the same step); else this process's. */
-static int stop_now(const struct run *r) { return r->dp->on ? r->dp->stop : tr_bench_stop_requested(); }
 
 /* Each backend's steps one after another (fit in one process: the backends train one host
  * copy of the parameters, restored before each). */
@@ -974,8 +976,9 @@ static int bench_run(const struct tr_config *cfg, const struct tr_model_desc *co
     if (rep->interrupted && (rc == TR_OK || rc == TR_ERR_PLUGIN)) {
         int ran = 0;
         for (int b = 0; b < rep->n_rows; b++) ran += rep->rows[b].ok && rep->rows[b].steps_run > 0;
-        rc = tr_error_set(err, TR_ERR_INTERRUPTED, "interrupted: %d of %d backends ran their timed steps (or some "
-                          "of them)", ran, rep->n_rows);
+        rc = ran ? tr_error_set(err, TR_ERR_INTERRUPTED, "interrupted (Ctrl-C): %d of %d backends took timed steps, "
+                                "and each one's figures are over the steps it took", ran, rep->n_rows)
+                 : tr_error_set(err, TR_ERR_INTERRUPTED, "interrupted (Ctrl-C) before any backend's timed steps");
     }
 done:
     free(dead);

@@ -3,15 +3,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "bench_progress.h"
 #include "bench_util.h"
 
-static volatile sig_atomic_t stop_flag;
+static volatile sig_atomic_t stop_local, *stop_flag = &stop_local;
 
-void tr_bench_interrupt(void) { stop_flag = 1; }
-void tr_bench_interrupt_clear(void) { stop_flag = 0; }
-int tr_bench_stop_requested(void) { return stop_flag != 0; }
+void tr_bench_interrupt(void) { *stop_flag = 1; }
+void tr_bench_interrupt_clear(void) { *stop_flag = 0; }
+int tr_bench_stop_requested(void) { return *stop_flag != 0; }
+
+void tr_bench_interrupt_share(void) {
+    if (stop_flag != &stop_local) return;
+    void *p = mmap(NULL, sizeof *stop_flag, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return; /* the children's warm-up then runs to its end */
+    volatile sig_atomic_t *shared = p;
+    *shared = stop_local;
+    stop_flag = shared;
+    if (stop_local) *shared = 1; /* a signal taken while switching */
+}
 
 void tr_progress_init(struct tr_progress *p, const struct tr_config *cfg) {
     memset(p, 0, sizeof *p);

@@ -34,5 +34,9 @@ void tr_progress_end(struct tr_progress *p);
 
 /* The interrupt flag tr_bench_interrupt sets. */
 int tr_bench_stop_requested(void);
+/* The flag moved to memory that the processes forked after this call share: an isolated
+ * backend's child (isolate.c ignores SIGINT, the parent takes it) then sees a Ctrl-C in
+ * its load-compile-warm-up command, which runs the whole warm-up without the parent. */
+void tr_bench_interrupt_share(void);
 
 #endif

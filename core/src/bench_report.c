@@ -233,8 +233,13 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
                     (long long)r->weight_checks, r->weight_checks == 1 ? "" : "s");
         else fprintf(f, "the trained state was not compared\n");
     }
-    fprintf(f, "\n%s", rep->all_ok ? "all backends ran and agree" : "NOT all backends ran and agree");
-    if (rep->tolerance > 0)
+    char verdict[160];
+    int compared = 2;
+    if (rep->interrupted) {
+        compared = tr_bench_interrupted_verdict(rep, verdict, sizeof verdict);
+        fprintf(f, "\ninterrupted: %s", verdict);
+    } else fprintf(f, "\n%s", rep->all_ok ? "all backends ran and agree" : "NOT all backends ran and agree");
+    if (rep->tolerance > 0 && compared > 1)
         fprintf(f, " (within %s%s%s)", tr_tol_str(rep->tolerance, (char[32]){0}, 32), rep->tolerance_why[0] ? ", " : "",
                 rep->tolerance_why);
     fputc('\n', f);

@@ -84,14 +84,27 @@ int tr_bench_first_failure(const struct tr_bench_report *rep, int failures, stru
                         first->error);
 }
 
+int tr_bench_interrupted_verdict(const struct tr_bench_report *rep, char *buf, size_t n) {
+    int ran = 0, agree = 1;
+    const char *one = "";
+    for (int i = 0; i < rep->n_rows; i++)
+        if (rep->rows[i].ok) ran++, agree &= rep->rows[i].agrees, one = rep->rows[i].label;
+    if (!ran) snprintf(buf, n, "no backend reached its timed steps");
+    else if (ran == 1) snprintf(buf, n, "1 of %d backends took timed steps (%s): nothing to compare", rep->n_rows, one);
+    else snprintf(buf, n, "%d of %d backends took timed steps, and %s over them", ran, rep->n_rows,
+                  agree ? "they agree" : "NOT all of them agree");
+    return ran;
+}
+
 int tr_bench_verdict(struct tr_bench_report *rep, int failures, int disagreements, const struct tr_bench_row **bad,
                      struct tr_error *err) {
     *bad = NULL;
     /* a row interrupted before it ran is no failure (the user stopped the run), but not
-     * every backend ran: the verdict is not "all ran and agree" */
+     * every backend ran: the verdict is not "all ran and agree"; nor is it when each ran
+     * only some of its steps */
     int ran = 0;
     for (int i = 0; i < rep->n_rows; i++) ran += rep->rows[i].ok != 0;
-    rep->all_ok = failures == 0 && disagreements == 0 && ran == rep->n_rows;
+    rep->all_ok = failures == 0 && disagreements == 0 && ran == rep->n_rows && !rep->interrupted;
     if (failures) return tr_bench_first_failure(rep, failures, err);
     /* the first row that ran and disagrees (an interrupted row did not run) */
     for (int i = 0; disagreements && !*bad && i < rep->n_rows; i++)

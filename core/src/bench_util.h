@@ -55,6 +55,12 @@ const char *tr_bench_reference_label(const struct tr_bench_report *rep);
 /* TR_ERR_PLUGIN, "N of M backends failed; LABEL: why" for the first row that failed. */
 int tr_bench_first_failure(const struct tr_bench_report *rep, int failures, struct tr_error *err);
 
+/* The last line of an interrupted run (after "interrupted: ") into buf, whose verdict
+ * cannot be "all ran and agree": how many backends took timed steps, and whether they
+ * agree over them. Returns how many took them (under 2: no comparison, no tolerance to
+ * say). */
+int tr_bench_interrupted_verdict(const struct tr_bench_report *rep, char *buf, size_t n);
+
 /* The verdict once every row ran: sets rep->all_ok (false too where a row was interrupted
  * before it ran, which is no failure); with failures, the first one's error
  * (tr_bench_first_failure); else TR_OK, and in *bad the first row that disagrees (NULL

@@ -40,6 +40,10 @@
 #define KEY_NAME_MAX 63         /* struct tr_config_kv's key */
 #define TR_CONFIG_MAX_SECTIONS 40 /* 5 fixed kinds and a [backend.NAME] for each listed backend, and then some */
 #define BACKEND_NAME_MAX 40     /* "backend." + NAME must fit inih's 50-byte section */
+/* A backend's NAME: letters, digits, '_' and '-', as the loader takes a vtable's name
+ * (backend.h) and trident-config.cmake's trident_add_backend a target's */
+#define NAME_CHARS "_-"
+#define NAME_SAID "letters, digits, '_' and '-'"
 
 enum run_key {
     RUN_MODEL, RUN_PRESET, RUN_TASK, RUN_BACKENDS, RUN_DEVICE, RUN_DTYPE,
@@ -286,11 +290,11 @@ static int parse_backend(struct ini_state *st, const char *dir, const char *v, i
             if (len > BACKEND_NAME_MAX) goto bad_name;
             strcpy(be->name, e);
         }
-        if (!all_chars(be->name, "_", 0)) goto bad_name;
+        if (!all_chars(be->name, NAME_CHARS, 1)) goto bad_name;
         return TR_OK;
     bad_name:
         return fail_kv(st, TR_ERR_INVALID, "run", "backends", v,
-                       "entry %d ('%s'): expected a backend name made of a-z, 0-9 and '_' (up to %d characters), "
+                       "entry %d ('%s'): expected a backend name made of " NAME_SAID " (up to %d characters), "
                        "NAME:MODE, or a path to a .so file",
                        idx, e, BACKEND_NAME_MAX);
     }
@@ -314,13 +318,13 @@ static int parse_backend(struct ini_state *st, const char *dir, const char *v, i
     if (stem_len == 0 || stem_len > BACKEND_NAME_MAX) goto bad_stem;
     memcpy(be->name, stem, stem_len);
     be->name[stem_len] = '\0';
-    if (!all_chars(be->name, "_", 0)) goto bad_stem;
+    if (!all_chars(be->name, NAME_CHARS, 1)) goto bad_stem;
     return TR_OK;
 bad_stem:
     return fail_kv(st, TR_ERR_INVALID, "run", "backends", v,
                    "entry %d ('%s'): the file name gives no usable backend name; expected "
-                   "libtrident_backend_NAME.so or NAME.so with NAME made of a-z, 0-9 and '_'",
-                   idx, e);
+                   "libtrident_backend_NAME.so or NAME.so with NAME made of " NAME_SAID " (up to %d characters)",
+                   idx, e, BACKEND_NAME_MAX);
 }
 
 int tr_config_backend_parse(const char *entry, struct tr_config_backend *out, struct tr_error *err) {
@@ -681,9 +685,9 @@ static int check_section_line(struct ini_state *st, const char *s, size_t len) {
                 strcmp(name, "train") == 0 || strcmp(name, "generate") == 0;
     if (!known && strncmp(name, "backend.", 8) == 0) {
         const char *be = name + 8;
-        if (!all_chars(be, "_", 0) || strlen(be) > BACKEND_NAME_MAX)
+        if (!all_chars(be, NAME_CHARS, 1) || strlen(be) > BACKEND_NAME_MAX)
             return fail_line(st, TR_ERR_INVALID, "[%s]: bad backend name '%s'; expected [backend.NAME] with NAME "
-                             "made of a-z, 0-9 and '_' (up to %d characters)", name, be, BACKEND_NAME_MAX);
+                             "made of " NAME_SAID " (up to %d characters)", name, be, BACKEND_NAME_MAX);
         known = 1;
     }
     if (!known)

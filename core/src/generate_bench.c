@@ -178,7 +178,7 @@ static int run_backend(const struct tr_config *cfg, const struct tr_config_backe
     rc = tr_generator_run(gen, rb->prompt, rb->first_tokens, &tm, keep_first, rb->first, err);
     if (rc) goto done;
     row->first_ms = tr_bench_now_ms() - t0 - rb->first->spent_ms; /* the runner's checks left out */
-    for (int64_t i = 1; i < cfg->warmup && rc == TR_OK; i++)
+    for (int64_t i = 1; i < cfg->warmup && rc == TR_OK && !tr_bench_stop_requested(); i++)
         rc = tr_generator_run(gen, rb->prompt, rb->tokens, &tm, NULL, NULL, err);
     if (rc) goto done;
     if (!(times = malloc(sizeof(double) * (size_t)cfg->steps))) {
@@ -457,9 +457,10 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
                      o->outputs, outs.n);
     }
     rep->interrupted = tr_bench_stop_requested();
+    if (rep->interrupted) rep->all_ok = 0; /* not every call ran: not "all ran and agree" */
     if (rep->interrupted && (rc == TR_OK || rc == TR_ERR_PLUGIN))
-        rc = tr_error_set(err, TR_ERR_INTERRUPTED, "interrupted: %d of %d backends ran their timed calls (or some "
-                          "of them)", rep->n_rows - failures, rep->n_rows);
+        rc = tr_error_set(err, TR_ERR_INTERRUPTED, "interrupted (Ctrl-C): %d of %d backends took timed calls, and "
+                          "each one's figures are over the calls it took", rep->n_rows - failures, rep->n_rows);
 done:
     for (int i = 0; prompt && i < n_prompt; i++) tr_host_free(prompt[i].data);
     free(prompt);

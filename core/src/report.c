@@ -217,7 +217,10 @@ int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_err
     } else fprintf(f, "Weights made from [run] seed %llu", (unsigned long long)rep->seed);
     const int64_t ran = steps_taken(rep);
     const char *ws = rep->warmup == 1 ? "" : "s";
-    if (rep->interrupted && ran < rep->steps)
+    if (rep->interrupted && ran == 0)
+        fprintf(f, ". Interrupted before any of its %lld timed steps, in the %lld warm-up step%s; trident %s, commit "
+                "%s.\n\n", (long long)rep->steps, (long long)rep->warmup, ws, tr_report_version(), tr_report_git_commit());
+    else if (rep->interrupted && ran < rep->steps)
         fprintf(f, ". Interrupted after %lld of %lld timed steps, after %lld warm-up step%s; trident %s, commit %s.\n\n",
                 (long long)ran, (long long)rep->steps, (long long)rep->warmup, ws, tr_report_version(),
                 tr_report_git_commit());
@@ -283,6 +286,16 @@ int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_err
         put_text(f, text, ESC_MD);
         fputc('\n', f);
     }
+    for (int i = 0, head = 0; i < rep->n_rows; i++) { /* fit: the losses, as the terminal's block */
+        const struct tr_bench_row *r = &rep->rows[i];
+        if (!r->ok || r->n_fit_losses < 1) continue;
+        if (!head++) fputs("\n| loss | step 1 | last | first steps |\n|---|--:|--:|---|\n", f);
+        fputs("| ", f);
+        put_text(f, r->label, ESC_MD);
+        fprintf(f, " | %.6f | %.6f |", r->loss_first, r->loss_last);
+        for (int k = 0; k < r->n_fit_losses; k++) fprintf(f, " %.6f", r->fit_losses[k]);
+        fputs(" |\n", f);
+    }
     int ref_no = 0;
     if (rep->reference[0]) { /* each row against the file, as the terminal's block after the table */
         fputs("\nAgainst [run] reference = ", f);
@@ -309,8 +322,14 @@ int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_err
     int ran_agree = 1; /* among themselves; the reference's verdict is said apart */
     for (int i = 0; i < rep->n_rows; i++) ran_agree &= rep->rows[i].ok && rep->rows[i].agrees;
     const int agree = ran_agree && (rep->all_ok || ref_no);
-    fputs(agree ? "\nAll backends ran and agree" : "\n**NOT** all backends ran and agree", f);
-    if (rep->tolerance > 0) {
+    char verdict[160];
+    int compared = 2;
+    if (rep->interrupted) {
+        compared = tr_bench_interrupted_verdict(rep, verdict, sizeof verdict);
+        fputs("\nInterrupted: ", f);
+        put_text(f, verdict, ESC_MD);
+    } else fputs(agree ? "\nAll backends ran and agree" : "\n**NOT** all backends ran and agree", f);
+    if (rep->tolerance > 0 && compared > 1) {
         fprintf(f, " (within %s%s", tr_tol_str(rep->tolerance, (char[32]){0}, 32), rep->tolerance_why[0] ? ", " : "");
         put_text(f, rep->tolerance_why, ESC_MD);
         fputc(')', f);
@@ -440,12 +459,12 @@ int tr_report_write_svg(const struct tr_bench_report *rep, const struct tr_repor
     put_text(f, rep->dtype, ESC_XML);
     fprintf(f, ": mean ms per step (lower is better)%s</text>\n", ax.log ? ", log scale" : "");
     if (rep->interrupted && steps_taken(rep) < rep->steps)
-        fprintf(f, "<text x=\"%d\" y=\"36\" fill=\"#555555\">batch %lld, interrupted after %lld of %lld timed steps; the "
-                "fastest in green</text>\n", SVG_PAD, (long long)rep->batch, (long long)steps_taken(rep),
-                (long long)rep->steps);
+        fprintf(f, "<text x=\"%d\" y=\"36\" fill=\"#555555\">batch %lld, interrupted after %lld of %lld timed steps%s</text>\n",
+                SVG_PAD, (long long)rep->batch, (long long)steps_taken(rep), (long long)rep->steps,
+                worst > 0 ? "; the fastest in green" : "");
     else
-        fprintf(f, "<text x=\"%d\" y=\"36\" fill=\"#555555\">batch %lld, %lld timed steps; the fastest in green</text>\n",
-                SVG_PAD, (long long)rep->batch, (long long)rep->steps);
+        fprintf(f, "<text x=\"%d\" y=\"36\" fill=\"#555555\">batch %lld, %lld timed steps%s</text>\n", SVG_PAD,
+                (long long)rep->batch, (long long)rep->steps, worst > 0 ? "; the fastest in green" : "");
 
     /* the grid and the axis's ticks, under the bars */
     fprintf(f, "<g stroke=\"#dddddd\">\n");

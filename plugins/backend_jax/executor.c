@@ -399,12 +399,16 @@ int tr_jax_front(struct tr_jax_program *p, tr_graph_t g, struct tr_kernels *kpas
                  struct tr_error *err) {
     struct tr_jax_context *ctx = p->ctx;
     int rc;
+    if (ctx->mode == 0 && !ctx->fuse) /* one [backend.jax] section for every jax entry */
+        return tr_error_set(err, TR_ERR_INVALID, "jax: the entry asks for mode fused, and [backend.jax] fuse = false "
+                            "turns fusion off; write jax:unfused, or leave fuse out");
     if ((rc = tr_pir_read("jax", ctx->host, g, &p->pir, err)) != TR_OK) return rc;
     if ((rc = check_leaves(p, err)) != TR_OK) return rc;
     if ((rc = tr_pass_all(&p->pir, kpasses, &p->passes, err)) != TR_OK)
         return tr_error_prefix(err, "jax: simplification");
-    if ((rc = jax_fuse_for(&p->pir, ctx->fuse, p->cuda ? JAX_CU_MAX_ROW : 0, &p->fusion, err)) != TR_OK) return rc;
-    if (ctx->fuse && ctx->attn_bwd && (rc = jax_group_attention_backward(&p->pir, &p->fusion, err)) != TR_OK)
+    if ((rc = jax_fuse_for(&p->pir, jax_ctx_fuses(ctx), p->cuda ? JAX_CU_MAX_ROW : 0, &p->fusion, err)) != TR_OK)
+        return rc;
+    if (jax_ctx_fuses(ctx) && ctx->attn_bwd && (rc = jax_group_attention_backward(&p->pir, &p->fusion, err)) != TR_OK)
         return rc;
     size_t n = (size_t)p->pir.n + 1;
     *step_of = malloc(n * sizeof **step_of);

@@ -57,6 +57,8 @@ struct tr_jax_context {
     int device_type;
     int device_index;
     int fuse;                            /* 0: every fusable op its own kernel, no epilogues */
+    int mode;                            /* `jax:fused` 0, `jax:unfused` 1 (the entry's mode wins
+                                            over fuse); -1: none given, fuse decides */
     int attn_bwd;                        /* with fuse: attention backwards grouped (1 from init;
                                             the tests compare with 0) */
     char cache_dir[JAX_PATH_MAX];        /* "" until resolved at the first compile */
@@ -71,6 +73,9 @@ struct tr_jax_context {
      * (resident.h); made by the first upload, gone with the last program using it */
     struct tr_resident_store *params;
 };
+
+/* Whether the context's programs fuse: its mode when the entry gave one, else fuse. */
+static inline int jax_ctx_fuses(const struct tr_jax_context *c) { return c->mode < 0 ? c->fuse : c->mode == 0; }
 
 /* ---- fuse.c ---- */
 
