@@ -318,6 +318,15 @@ rejects empty.ini "" "an empty INI is refused" 'empty.ini: no \[run\] model; exp
 rejects nomodel.ini $'[run]\nbatch = 2' "an INI without [run] model is refused" 'nomodel.ini: no \[run\] model'
 rejects twice.ini $'[run]\nmodel = bert\n[model]\nhidden_size = 8\n[model]\nnum_hidden_layers = 1' \
   "a repeated section is refused" 'twice.ini:5: \[model\] appears again \(first on line 3\); expected each section once'
+# jax fused and unfused side by side, each row reporting its mode; a mode fuse = false
+# contradicts is refused
+ini jaxmodes.ini $'[run]\nmodel = bert\nbackends = jax, jax:unfused\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 4'
+expect "jax and jax:unfused side by side" 0 'all backends ran and agree' -- "$bin" run "$tmp/jaxmodes.ini" --json "$tmp/jm.json"
+if grep -q '^jax:unfused: .* 0 gemm epilogues' "$tmp/out" && grep -Eq '"mode":[[:space:]]*"unfused"' "$tmp/jm.json" &&
+   grep -Eq '"mode":[[:space:]]*"fused"' "$tmp/jm.json"; then ok "... each row its mode"; else bad "... each row its mode"; fi
+ini jaxconflict.ini $'[run]\nmodel = bert\nbackends = jax:fused\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 4\n[backend.jax]\nfuse = false'
+expect "jax:fused under [backend.jax] fuse = false is refused" 1 'asks for mode fused, and \[backend.jax\] fuse = false' -- \
+  "$bin" run "$tmp/jaxconflict.ini"
 # a [backend.X] for a backend not listed: kept unused and said (backends = jax is the one
 # line that swaps a file that configures torch and tf too)
 ini unlisted.ini $'[run]\nmodel = bert\nbackends = torch, tf\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 4\n[backend.jax]\nfuse = false'
@@ -540,6 +549,8 @@ if grep -q 'is the model.s\|are not the model.s' "$tmp/out"; then bad "... reads
 expect "bert with hidden_act = gelu_new, fit against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_gelu_new/check.ini
 expect "bert regression (one label, MSE), fit against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_regression/check.ini
 expect "bert multi_label_classification (BCE with logits), fit against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_multilabel/check.ini
+expect "bert fit with optimizer = adam and weight_decay (L2, torch.optim.Adam's), against torch" 0 \
+  'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_adam_l2/check.ini
 expect "bert fit with a sample of padding alone (attention rows of finfo.min), against transformers" 0 \
   'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_pad_all/check.ini
 # Decoders fed transformers' own batch: a tokenizer's int64 attention_mask of 1s and 0s (the

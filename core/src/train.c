@@ -16,12 +16,14 @@
 
 #define KEY(field, type, lo, hi, doc) {#field, type, offsetof(struct tr_train_config, field), lo, hi, doc}
 static const struct tr_model_key train_keys[] = {
-    KEY(optimizer, TR_KEY_STRING, 0, 0, "adamw, adam (torch's Adam with Keras' defaults: eps 1e-7, no weight decay) or sgd"),
+    KEY(optimizer, TR_KEY_STRING, 0, 0, "adamw, adam (torch's Adam with Keras' defaults: eps 1e-7, no weight decay; "
+        "weight_decay L2, as torch's) or sgd"),
     KEY(learning_rate, TR_KEY_FLOAT, 0, 10, "the step size"),
     KEY(beta1, TR_KEY_FLOAT, 0, 0.999999, "AdamW's first-moment decay"),
     KEY(beta2, TR_KEY_FLOAT, 0, 0.999999, "AdamW's second-moment decay"),
     KEY(eps, TR_KEY_FLOAT, 1e-30, 1, "AdamW's denominator term"),
-    KEY(weight_decay, TR_KEY_FLOAT, 0, 10, "decoupled (AdamW: 0.01 by default) or L2 (SGD: 0 by default) weight decay"),
+    KEY(weight_decay, TR_KEY_FLOAT, 0, 10, "decoupled (AdamW: 0.01 by default) or L2 (Adam, SGD: 0 by default) weight "
+        "decay"),
     KEY(momentum, TR_KEY_FLOAT, 0, 0.999999, "SGD's momentum (0 by default, as torch.optim.SGD)"),
     KEY(master_weights, TR_KEY_BOOL, 0, 0, "f32 master copies of bf16/f16 params"),
 };
@@ -57,13 +59,17 @@ int tr_train_config_resolve(const struct tr_config *cfg, struct tr_train_config 
     int rc = tr_keys_apply(cfg, "train", train_keys, (int)(sizeof train_keys / sizeof train_keys[0]), "training", c,
                            err);
     if (rc) return rc;
+    char asked[sizeof c->optimizer];
+    memcpy(asked, c->optimizer, sizeof asked);
     if (strcmp(c->optimizer, "adam") == 0) {
         /* keras.optimizers.Adam's defaults where the INI is silent; it runs as AdamW with no
          * decay, torch.optim.Adam's step. Keras' differs: it adds eps to √v rather than to
          * √v̂, an eps of eps/√(1−β2^t) in torch's form (3e-6 at step 1 for 1e-7), which moves
          * the parameters whose √v̂ is near that. */
         if (!train_key_line(cfg, "eps")) c->eps = 1e-7;
-        if (!train_key_line(cfg, "weight_decay")) c->weight_decay = 0.0;
+        /* torch.optim.Adam's weight_decay is L2 (added to the gradient), not AdamW's */
+        c->l2 = train_key_line(cfg, "weight_decay") ? c->weight_decay : 0.0;
+        c->weight_decay = 0.0;
         strcpy(c->optimizer, "adamw");
     }
     if (strcmp(c->optimizer, "adamw") != 0 && strcmp(c->optimizer, "sgd") != 0)
@@ -80,7 +86,7 @@ int tr_train_config_resolve(const struct tr_config *cfg, struct tr_train_config 
                     cfg->file, train_key_line(cfg, adam_only[k]), adam_only[k]);
     if (!sgd && train_key_line(cfg, "momentum"))
         fprintf(stderr, "trident: warning: %s:%d: [train] momentum is SGD's; optimizer = %s leaves it unread\n",
-                cfg->file, train_key_line(cfg, "momentum"), c->optimizer);
+                cfg->file, train_key_line(cfg, "momentum"), asked);
     /* the step takes lr as an f32 input: a rate below f32's normal range trains nothing */
     if (c->learning_rate > 0 && c->learning_rate < (double)FLT_MIN)
         return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [train] learning_rate = %g: below f32's smallest normal "
@@ -274,6 +280,8 @@ int tr_train_build(struct tr_graph *g, int loss, int n, const int *params, const
                                                                           : tr_cast(g, gi, (enum tr_dtype)dt);
         }
     }
+    for (int i = 0; adamw && c->l2 > 0 && i < n; i++) /* Adam's L2: g + l2·p, torch's order */
+        opt_g[i] = tr_add(g, opt_g[i], tr_scale(g, opt_p[i], (float)c->l2, 0.0f));
     if ((rc = tr_graph_status(g, err)) != TR_OK) goto done;
     if (adamw) {
         struct tr_adamw hp = {(float)c->beta1, (float)c->beta2, (float)c->eps, (float)c->weight_decay};

@@ -47,6 +47,9 @@ struct tr_train_config {
      * step as it was (1: a data-parallel run of one rank, every sum over that rank). */
     int64_t dp_ranks;
     double bucket_bytes;
+    /* optimizer = adam: torch.optim.Adam's weight_decay, an L2 term added to the gradient
+     * (g + l2·p) before the step, which then has no decoupled decay */
+    double l2;
 };
 
 void tr_train_config_defaults(struct tr_train_config *c);
