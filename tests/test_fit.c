@@ -205,7 +205,8 @@ static void test_fit_sgd_defaults(void **state) {
     assert_true(c.weight_decay == 0.01); /* AdamW's, as torch's */
 }
 
-/* optimizer = adam is Keras' Adam: eps 1e-7 and no weight decay, unless the INI says. */
+/* optimizer = adam is Keras' Adam: eps 1e-7 and no weight decay, unless the INI says; its
+ * weight_decay is torch.optim.Adam's L2 term, not AdamW's decoupled decay. */
 static void test_fit_keras_adam(void **state) {
     (void)state;
     struct tr_config cfg;
@@ -214,14 +215,15 @@ static void test_fit_keras_adam(void **state) {
     assert_int_equal(tr_config_load_string("[train]\noptimizer = adam\n", "t.ini", &cfg, &e), TR_OK);
     assert_int_equal(tr_train_config_resolve(&cfg, &tc, &e), TR_OK);
     assert_string_equal(tc.optimizer, "adamw");
-    assert_true(tc.eps == 1e-7 && tc.weight_decay == 0.0 && tc.learning_rate == 1e-3 && tc.beta2 == 0.999);
+    assert_true(tc.eps == 1e-7 && tc.weight_decay == 0.0 && tc.l2 == 0.0 && tc.learning_rate == 1e-3 &&
+                tc.beta2 == 0.999);
     assert_int_equal(tr_config_load_string("[train]\neps = 1e-6\noptimizer = adam\nweight_decay = 0.1\n", "t.ini",
                                            &cfg, &e), TR_OK);
     assert_int_equal(tr_train_config_resolve(&cfg, &tc, &e), TR_OK);
-    assert_true(tc.eps == 1e-6 && tc.weight_decay == 0.1);
+    assert_true(tc.eps == 1e-6 && tc.weight_decay == 0.0 && tc.l2 == 0.1);
     assert_int_equal(tr_config_load_string("[train]\n", "t.ini", &cfg, &e), TR_OK);
     assert_int_equal(tr_train_config_resolve(&cfg, &tc, &e), TR_OK); /* adamw: torch's defaults */
-    assert_true(tc.eps == 1e-8 && tc.weight_decay == 0.01);
+    assert_true(tc.eps == 1e-8 && tc.weight_decay == 0.01 && tc.l2 == 0.0);
 }
 
 /* ---- LoRA ---- */
