@@ -119,6 +119,23 @@ static void test_step_order(void **state) {
     assert_true(row.step_ms[0] == TR_BENCH_MAX_STEP_TIMES + 100 && row.step_ms[TR_BENCH_MAX_STEP_TIMES - 1] == 101);
 }
 
+/* "vs best" divides by the fastest row that agrees: a row computing something else (its
+ * execute wrote nothing) is never the best, however fast; when none agrees, any row. */
+static void test_best_agrees(void **state) {
+    (void)state;
+    struct tr_bench_report *rep = new_report();
+    assert_true(tr_bench_best_mean(rep) == rep->rows[2].mean_ms); /* jax, 4 ms */
+    rep->rows[2].agrees = 0;
+    assert_true(tr_bench_best_mean(rep) == rep->rows[0].mean_ms); /* torch, 6.8 ms */
+    for (int i = 0; i < rep->n_rows; i++) rep->rows[i].agrees = 0;
+    assert_true(tr_bench_best_mean(rep) == rep->rows[2].mean_ms);
+    char dir[512], path[600];
+    rep->rows[2].agrees = 0, rep->rows[0].agrees = 1;
+    write_dir(rep, "best", 0, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/report.md", dir);
+    expect_in("report.md", tr_test_read_file(path, NULL), "| torch | f32 | 680.00 | **6.800** |");
+}
+
 static void test_markdown(void **state) {
     (void)state;
     struct tr_bench_report *rep = new_report();
@@ -667,5 +684,5 @@ static void test_labels_unique(void **state) {
     }
 }
 
-TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_labels_unique, test_report_cmd_control_chars, test_utf8, test_step_order, test_markdown, test_csv, test_reference, test_json,
+TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_labels_unique, test_report_cmd_control_chars, test_utf8, test_step_order, test_best_agrees, test_markdown, test_csv, test_reference, test_json,
              test_json_write_fails, test_svg, test_report_cmd)

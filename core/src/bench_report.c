@@ -11,13 +11,6 @@
 #include "bench_json.h"
 #include "bench_util.h"
 
-static double fastest_mean(const struct tr_bench_report *rep) {
-    double best = 0;
-    for (int i = 0; i < rep->n_rows; i++)
-        if (rep->rows[i].ok && (best == 0 || rep->rows[i].mean_ms < best)) best = rep->rows[i].mean_ms;
-    return best;
-}
-
 static const char *agreement_str(const struct tr_bench_row *r, char *buf, size_t n) {
     if (r->is_reference) snprintf(buf, n, "reference");
     else if (isinf(r->max_rel_diff)) snprintf(buf, n, "inf  NO");
@@ -163,7 +156,7 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
         if ((int)strlen(rep->rows[i].label) > w) w = (int)strlen(rep->rows[i].label);
     fprintf(f, "%-*s %8s %8s %8s %8s %7s %9s %7s %7s %8s %8s  %s\n", w, "backend", "first ms", "mean ms", "median",
             "p90", "vs best", "samples/s", "GFLOP/s", "kern/st", "peak MiB", "arena", "max rel diff");
-    double best = fastest_mean(rep);
+    double best = tr_bench_best_mean(rep);
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
         if (!r->ok) {

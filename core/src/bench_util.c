@@ -84,6 +84,17 @@ int tr_bench_first_failure(const struct tr_bench_report *rep, int failures, stru
                         first->error);
 }
 
+double tr_bench_best_mean(const struct tr_bench_report *rep) {
+    double best = 0;
+    for (int pass = 0; pass < 2 && best == 0; pass++)
+        for (int i = 0; i < rep->n_rows; i++) {
+            const struct tr_bench_row *r = &rep->rows[i];
+            if (r->ok && r->steps_run > 0 && (pass || r->agrees) && (best == 0 || r->mean_ms < best))
+                best = r->mean_ms;
+        }
+    return best;
+}
+
 int tr_bench_interrupted_verdict(const struct tr_bench_report *rep, char *buf, size_t n) {
     int ran = 0, agree = 1;
     const char *one = "";

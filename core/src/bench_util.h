@@ -60,6 +60,10 @@ int tr_bench_first_failure(const struct tr_bench_report *rep, int failures, stru
  * agree over them. Returns how many took them (under 2: no comparison, no tolerance to
  * say). */
 int tr_bench_interrupted_verdict(const struct tr_bench_report *rep, char *buf, size_t n);
+/* The best mean ms/step, that "vs best" divides by: the lowest of the rows that ran and
+ * agree with the reference row (one that disagrees computed something else, however
+ * fast); of the rows that ran when none agrees; 0 when none ran. */
+double tr_bench_best_mean(const struct tr_bench_report *rep);
 
 /* The verdict once every row ran: sets rep->all_ok (false too where a row was interrupted
  * before it ran, which is no failure); with failures, the first one's error

@@ -158,13 +158,6 @@ static int stream_status(FILE *f, const char *what, struct tr_error *err) {
 
 /* ---- the numbers the files share ---- */
 
-static double best_mean(const struct tr_bench_report *rep) {
-    double best = 0;
-    for (int i = 0; i < rep->n_rows; i++)
-        if (rep->rows[i].ok && (best == 0 || rep->rows[i].mean_ms < best)) best = rep->rows[i].mean_ms;
-    return best;
-}
-
 static double worst_mean(const struct tr_bench_report *rep) {
     double worst = 0;
     for (int i = 0; i < rep->n_rows; i++)
@@ -242,7 +235,7 @@ int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_err
           "| peak MiB | arena MiB | max rel diff |\n",
           f);
     fputs("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n", f);
-    const double best = best_mean(rep);
+    const double best = tr_bench_best_mean(rep);
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
         fputs("| ", f);
@@ -351,7 +344,7 @@ int tr_report_write_csv(const struct tr_bench_report *rep, FILE *f, struct tr_er
           "kernel_calls_per_step,alloc_hits,alloc_misses,peak_bytes,arena_bytes,max_rel_diff,agrees,reference,noisy,"
           "ref_max_rel_diff,ref_agrees,error\r\n",
           f);
-    const double best = best_mean(rep);
+    const double best = tr_bench_best_mean(rep);
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
         csv_text(f, r->label);
@@ -418,7 +411,7 @@ static void svg_ms(FILE *f, double ms) { fprintf(f, "%s", tr_bench_ms_str(ms, (c
 
 int tr_report_write_svg(const struct tr_bench_report *rep, const struct tr_report_opts *opts, FILE *f,
                         struct tr_error *err) {
-    const double best = best_mean(rep), worst = worst_mean(rep);
+    const double best = tr_bench_best_mean(rep), worst = worst_mean(rep);
     int label_w = 8;
     for (int i = 0; i < rep->n_rows; i++) {
         int w = text_width(rep->rows[i].label);

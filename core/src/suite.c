@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include "trident/report.h"
 #include "trident/suite.h"
+#include "bench_util.h"
 #include "bench_json.h"
 #include "ini_text.h"
 
@@ -267,18 +268,8 @@ static const struct tr_bench_row *row_of(const struct tr_suite_result *r, const 
     return NULL;
 }
 
-/* A row's best: the lowest mean of the backends that ran and agree with the reference (a
- * wrong answer fast is no one's best); of those that ran when none agrees. */
-static double best_of(const struct tr_suite_result *r) {
-    double best = 0;
-    for (int pass = 0; pass < 2 && best == 0; pass++)
-        for (int b = 0; b < r->rep.n_rows; b++) {
-            const struct tr_bench_row *x = &r->rep.rows[b];
-            if (x->ok && x->steps_run > 0 && (pass || x->agrees) && (best == 0 || x->mean_ms < best))
-                best = x->mean_ms;
-        }
-    return best;
-}
+/* A row's best: its run's table's (a wrong answer fast is no one's best). */
+static double best_of(const struct tr_suite_result *r) { return tr_bench_best_mean(&r->rep); }
 
 /* A backend of the row took timed steps. */
 static int row_ran(const struct tr_suite_result *r) {
