@@ -305,6 +305,48 @@ static void test_softmax_layer_norm(void **state) {
         }
 }
 
+/* A NaN is kept, as the cpu's kernels and torch keep it: softmax of a row holding one is
+ * NaN (among finite values, and among -inf alone, which once read as a masked row: zeros),
+ * and a max over it is NaN, along a row and down a column. */
+static void test_nan_rows(void **state) {
+    (void)state;
+    SKIP_WITHOUT_GPU();
+    const int64_t sx[2] = {3, 40};
+    for (int d = 0; d < 2; d++) {
+        struct tr_tensor x = randn(FLOATS[d], 2, sx, 45);
+        tr_tensor_set_f64(&x, 5, NAN);
+        for (int64_t j = 0; j < 40; j++) tr_tensor_set_f64(&x, 40 + j, j == 7 ? NAN : -INFINITY);
+        struct tr_tensor dx = to_dev(&x);
+        struct tr_tensor y = tr_test_tensor(FLOATS[d], 2, sx);
+        tr_test_poison(&y);
+        struct tr_tensor dy = to_dev(&y);
+        CHECK_OK(tr_kernels_run(G, TR_OP_SOFTMAX, NULL, 1, &dx, &dy, &err));
+        fetch(&y, &dy);
+        for (int64_t i = 0; i < 120; i++)
+            if ((isnan(tr_tensor_get_f64(&y, i)) != 0) != (i < 80))
+                fail_msg("softmax %s: element %lld is %g", tr_dtype_name(FLOATS[d]), (long long)i, tr_tensor_get_f64(&y, i));
+        for (int ax = 0; ax < 2; ax++) {
+            const int64_t n = sx[1 - ax];
+            struct tr_tensor m = tr_test_tensor(FLOATS[d], 1, &n);
+            tr_test_poison(&m);
+            struct tr_tensor dm = to_dev(&m);
+            struct tr_attrs at = {.ints = {ax, 0}};
+            CHECK_OK(tr_kernels_run(G, TR_OP_MAX, &at, 1, &dx, &dm, &err));
+            fetch(&m, &dm);
+            for (int64_t i = 0; i < n; i++) {
+                const int want = ax == 1 ? i < 2 : i == 5 || i == 7;
+                if ((isnan(tr_tensor_get_f64(&m, i)) != 0) != want)
+                    fail_msg("max %s axis %d: element %lld is %g", tr_dtype_name(FLOATS[d]), ax, (long long)i,
+                             tr_tensor_get_f64(&m, i));
+            }
+            tr_kernels_dealloc(G, dm.data);
+            tr_test_tensor_free(&m);
+        }
+        tr_kernels_dealloc(G, dx.data), tr_kernels_dealloc(G, dy.data);
+        tr_test_tensor_free(&x), tr_test_tensor_free(&y);
+    }
+}
+
 static void test_embedding(void **state) {
     (void)state;
     SKIP_WITHOUT_GPU();
@@ -1074,7 +1116,7 @@ static void test_matmul_epilogue_fallback(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         TEST(test_device_routing), TEST(test_context), TEST(test_unary), TEST(test_binary), TEST(test_matmul),
-        TEST(test_matmul_epilogues), TEST(test_softmax_layer_norm), TEST(test_embedding),
+        TEST(test_matmul_epilogues), TEST(test_softmax_layer_norm), TEST(test_nan_rows), TEST(test_embedding),
         TEST(test_embedding_bad_id), TEST(test_layout), TEST(test_update_slice), TEST(test_reduce), TEST(test_cast),
         TEST(test_attention), TEST(test_cross_entropy), TEST(test_adamw), TEST(test_adamw_update),
         TEST(test_training_grads), TEST(test_attention_grad),

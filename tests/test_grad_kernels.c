@@ -110,6 +110,28 @@ static void test_unary_grad(void **state) {
             tfree(&in[0], &in[1], &dx, NULL);
         }
     }
+    /* GELU's derivatives far out: 1 and 0 to within 1e-6 of float64's (the tanh form's f32
+     * path made 0·inf of x³ from |x| ≈ 1e13 on: NaN) */
+    static const double far[8] = {12.0, -12.0, 1e13, -1e13, 1e20, -1e20, 3e38, -3e38};
+    for (int ap = 0; ap < 2; ap++)
+        for (int d = 0; d < N_DTS; d++) {
+            const enum tr_dtype dt = DTS[d];
+            struct tr_tensor in[2] = {TENSOR(dt, 1, 8), TENSOR(dt, 1, 8)}, dx = TENSOR(dt, 1, 8);
+            double ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+            set_f64(&in[0], far);
+            set_f64(&in[1], ones);
+            struct tr_attrs at = {.ints = {TR_OP_GELU, ap}};
+            run(TR_OP_UNARY_GRAD, &at, 2, in, &dx);
+            double *got = tr_test_to_f64(&dx);
+            for (int i = 0; i < 8; i++) {
+                const double want = tr_ref_unary_grad(TR_OP_GELU, far[i], ap, 0.0);
+                if (!(fabs(got[i] - want) <= 1e-6))
+                    fail_msg("unary_grad gelu%s %s at %g: %g, expected %g", ap ? " (tanh)" : "", tr_dtype_name(dt),
+                             far[i], got[i], want);
+            }
+            free(got);
+            tfree(&in[0], &in[1], &dx, NULL);
+        }
 }
 
 /* ---- softmax_grad ---- */

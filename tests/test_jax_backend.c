@@ -230,6 +230,12 @@ static void check_kinds(enum tr_dtype dt) {
             fail_msg("%s: a NaN's row gives %g, the next %g", tr_graph_output_name(k.g, nan_outs[i]), v[0], v[1]);
         free(v);
     }
+    /* ... and its softmax row is NaN throughout, as torch's (the fused kernel's max passed
+     * over it, and 1/s became 0 for the rest) */
+    double *sm = tr_test_to_f64(&o[k.out_sm]);
+    for (int j = 0; j < KD; j++)
+        if (!isnan(sm[j]) || isnan(sm[KD + j])) fail_msg("softmax: a NaN's row gives %g at %d", sm[j], j);
+    free(sm);
 
     free_tensors(o, tr_graph_n_outputs(k.g));
     tr_jax_program_free(p);

@@ -366,6 +366,22 @@ static void test_softmax(void **state) {
             free(X);
             tfree(&x, &y, NULL);
         }
+    /* a NaN makes its row NaN, as torch's softmax: among -inf alone (the max passes over
+     * it: the row once read as fully masked, zeros), and among finite values */
+    for (int d = 0; d < N_FLOATS; d++) {
+        const int64_t sh[2] = {3, 33};
+        struct tr_tensor x = tr_test_tensor(FLOATS[d], 2, sh), y = tr_test_tensor(FLOATS[d], 2, sh);
+        tr_test_randn(&x, 650, 1.0);
+        for (int64_t j = 0; j < 33; j++) tr_tensor_set_f64(&x, j, j == 5 ? NAN : -INFINITY);
+        tr_tensor_set_f64(&x, 33 + 20, NAN);
+        tr_test_poison(&y);
+        CHECK_OK(tr_k_softmax(K, &x, &y, &err));
+        for (int64_t j = 0; j < 66; j++)
+            if (!isnan(tr_tensor_get_f64(&y, j))) fail_msg("softmax %s: element %lld of a row with a NaN is %g",
+                                                          tr_dtype_name(FLOATS[d]), (long long)j, tr_tensor_get_f64(&y, j));
+        for (int64_t j = 66; j < 99; j++) assert_false(isnan(tr_tensor_get_f64(&y, j)));
+        tfree(&x, &y, NULL);
+    }
 }
 
 static void test_layer_norm(void **state) {

@@ -520,7 +520,9 @@ void cg_emit_reduction_row(struct sb *b, struct kgen *g, const struct cg_row_tar
         snprintf(stmt, sizeof stmt, "{\n%sbuf[i] = fexp(buf[i] - mx);\n%ss += buf[i];\n%s}", t->body_ind, t->body_ind,
                  ind);
         combining_loop(b, t, "+", "s", stmt);
-        cg_sb_printf(b, "%sconst float inv = s > 0.0f ? 1.0f / s : 0.0f;\n", ind);
+        /* a NaN in the row (which the max passed over) makes s NaN: every output NaN, as
+         * torch's softmax; not 0 */
+        cg_sb_printf(b, "%sconst float inv = s > 0.0f ? 1.0f / s : s != s ? s : 0.0f;\n", ind);
         red_expr = "buf[i] * inv";
         break;
     case JAX_K_SUM: case JAX_K_MEAN:

@@ -477,6 +477,9 @@ static inline float tr_fdgelu_erf(float x) {
 }
 
 static inline float tr_fdgelu_tanh(float x) {
+    /* past |x| = 10 tanh is ±1 in f32 and the derivative 1 or 0; there x³ overflowing made
+     * the second term 0·inf (NaN from |x| ≈ 1e13 on) */
+    if (fabsf(x) > 10.0f) return x > 0.0f ? 1.0f : 0.0f;
     const float c = 0.79788456080286535588f, a = 0.044715f;
     float t = tr_ftanh(c * (x + a * x * x * x));
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * a * x * x);

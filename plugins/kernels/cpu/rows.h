@@ -12,8 +12,10 @@ static inline void tr_cpu_softmax_row(float *restrict buf, int64_t D) {
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
     for (int64_t i = 0; i < D; i++) mx = buf[i] > mx ? buf[i] : mx;
-    if (mx == -INFINITY) {
-        for (int64_t i = 0; i < D; i++) buf[i] = 0.0f;
+    if (mx == -INFINITY) { /* no mass: zeros; but a NaN, which the max passed over, is kept */
+        int nan = 0;
+        for (int64_t i = 0; i < D; i++) nan |= buf[i] != buf[i];
+        for (int64_t i = 0; i < D; i++) buf[i] = nan ? NAN : 0.0f;
         return;
     }
     float s = 0.0f;

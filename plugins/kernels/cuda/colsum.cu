@@ -7,7 +7,7 @@
 
 template <bool MAX>
 __device__ __forceinline__ float colsum_fold(float acc, float v) {
-    return MAX ? fmaxf(acc, v) : acc + v;
+    return MAX ? tr_maxf(acc, v) : acc + v;
 }
 
 // The summand of one element: x and dy point at it, st at its row's statistics.

@@ -40,8 +40,12 @@ __device__ __forceinline__ float tr_warp_sum(float v) {
     return v;
 }
 
+// max(a, b) that keeps a NaN, as the cpu's max, torch's amax and its softmax of a row with
+// one do; fmaxf drops it (and a row with one NaN then gave the others finite values).
+__device__ __forceinline__ float tr_maxf(float a, float b) { return a != a || b != b ? a + b : fmaxf(a, b); }
+
 __device__ __forceinline__ float tr_warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = tr_maxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
@@ -63,7 +67,7 @@ __device__ __forceinline__ float tr_block_max(float v, float *sh) { return tr_bl
 template <typename T>
 __device__ __forceinline__ void tr_block_row_max_sum(const T *x, int64_t C, float *sh, float *m, float *sum) {
     float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) mx = fmaxf(mx, tr_ld(x + j));
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) mx = tr_maxf(mx, tr_ld(x + j));
     mx = tr_block_max(mx, sh);
     float s = 0.0f;
     for (int64_t j = threadIdx.x; j < C; j += blockDim.x) s += expf(tr_ld(x + j) - mx);

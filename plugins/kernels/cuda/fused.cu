@@ -77,7 +77,7 @@ __global__ void sms_kernel(const T *x, float scale, const void *mask, int mdt, t
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
         float v = tr_ld(x + o + j) * scale + (mask ? tr_ld_dt(mask, mdt, moff + j * mj) : 0.0f);
-        m = fmaxf(m, v);
+        m = tr_maxf(m, v);
     }
     m = tr_block_max(m, sh);
     float sum = 0.0f;

@@ -7,6 +7,7 @@ __device__ __forceinline__ float unary_grad(float x, int op, int approx, float a
     switch (op) {
     case TR_OP_GELU:
         if (approx) {
+            if (fabsf(x) > 10.0f) return x > 0.0f ? 1.0f : 0.0f; /* tanh is ±1; x³ would overflow */
             const float c = 0.7978845608028654f;
             float u = c * (x + 0.044715f * x * x * x), t = tanhf(u);
             return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * 0.044715f * x * x);

@@ -10,7 +10,7 @@ __global__ void softmax_kernel(const T *x, T *y, int64_t n) {
     const T *xr = x + blockIdx.x * n;
     T *yr = y + blockIdx.x * n;
     float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, tr_ld(xr + j));
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = tr_maxf(m, tr_ld(xr + j));
     m = tr_block_max(m, sh);
     float sum = 0.0f;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += m == -INFINITY ? 0.0f : __expf(tr_ld(xr + j) - m);
@@ -72,7 +72,7 @@ __global__ void reduce_rows_kernel(const T *x, T *y, int64_t n, int op) {
     float acc = op == TR_OP_MAX ? -INFINITY : 0.0f;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
         float v = tr_ld(xr + j);
-        acc = op == TR_OP_MAX ? fmaxf(acc, v) : acc + v;
+        acc = op == TR_OP_MAX ? tr_maxf(acc, v) : acc + v;
     }
     acc = op == TR_OP_MAX ? tr_block_max(acc, sh) : tr_block_sum(acc, sh);
     if (threadIdx.x == 0) tr_st(y + blockIdx.x, op == TR_OP_MEAN ? acc / (float)n : acc);
