@@ -2,6 +2,7 @@
  * search order, `trident list`'s scan, the wrappers' defaults and checks, and a small
  * graph run through a plugin that reaches the kernels only through the host table.
  * The plugins are tests/plugins/backend_test.c, built into TR_TEST_PLUGIN_DIR. */
+#include <elf.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -473,6 +474,32 @@ static void test_not_found(void **state) {
     assert_int_equal(tr_plugin_open("/nonexistent/libtrident_backend_x.so", &s, &p, &err), TR_ERR_NOT_FOUND);
     tr_assert_msg_has(&err, "/nonexistent/libtrident_backend_x.so");
     assert_int_equal(tr_plugin_open("", &s, &p, &err), TR_ERR_INVALID);
+
+    /* A path that is there but no file: a directory, a link to nothing, each said so (both
+     * read "not found") */
+    char path[400], dead[400];
+    snprintf(path, sizeof path, "%s/libtrident_backend_dir.so", tr_test_dir);
+    assert_int_equal(mkdir(path, 0700), 0);
+    assert_int_equal(tr_plugin_open(path, &s, &p, &err), TR_ERR_INVALID);
+    tr_assert_msg_has(&err, "libtrident_backend_dir.so is a directory, not a shared object file");
+    snprintf(dead, sizeof dead, "%s/libtrident_backend_dead.so", tr_test_dir);
+    assert_int_equal(symlink("/nonexistent/libtrident_backend_x.so", dead), 0);
+    assert_int_equal(tr_plugin_open(dead, &s, &p, &err), TR_ERR_NOT_FOUND);
+    tr_assert_msg_has(&err, "libtrident_backend_dead.so is a link to nothing");
+    /* another machine's build: glibc says "No such file or directory" of it; the ELF
+     * header says what it is */
+    snprintf(path, sizeof path, "%s/libtrident_backend_arm.so", tr_test_dir);
+    copy_file(plugin_file("good"), path);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    const unsigned char aarch64[2] = {EM_AARCH64 & 0xff, EM_AARCH64 >> 8}; /* little-endian e_machine */
+    assert_int_equal(fseek(f, EI_NIDENT + 2, SEEK_SET), 0);
+    assert_int_equal(fwrite(aarch64, 1, 2, f), 2);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(tr_plugin_open(path, &s, &p, &err), TR_ERR_PLUGIN);
+#if defined(__x86_64__)
+    tr_assert_msg_has(&err, "it is built for aarch64, and this trident runs on x86-64: build it here");
+#endif
 }
 
 /* ---- the scan behind `trident list` ---- */

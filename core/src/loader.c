@@ -7,6 +7,8 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +70,15 @@ static void printable(char *s, size_t n) {
 static const char *plugin_msg(struct tr_error *e, const char *none) {
     printable(e->msg, sizeof e->msg);
     return e->msg[0] ? e->msg : none;
+}
+
+/* A status a plugin returned, as the host passes it on: one trident/error.h does not know
+ * becomes TR_ERR_PLUGIN (its number kept in *text, for the message). */
+static int plugin_status(int rc, char *text, size_t n) {
+    const int known = rc > TR_OK && rc <= TR_ERR_INTERRUPTED;
+    if (known) snprintf(text, n, "%s", tr_status_name(rc));
+    else snprintf(text, n, "status %d, which trident/error.h does not define", rc);
+    return known ? rc : TR_ERR_PLUGIN;
 }
 
 static int minor_at_least(uint32_t abi_version, uint32_t minor) { return TR_ABI_GET_MINOR(abi_version) >= minor; }
@@ -160,6 +171,46 @@ static int ends_with(const char *s, const char *suffix) {
 
 /* ---- opening and checking one file ---- */
 
+/* Why a file that exists did not load, where the loader says less: glibc answers a shared
+ * object of another machine with "No such file or directory", as though it were not there. */
+static const char *elf_machine_name(unsigned m) {
+    switch (m) {
+    case EM_386: return "i386";
+    case EM_X86_64: return "x86-64";
+    case EM_ARM: return "arm";
+    case EM_AARCH64: return "aarch64";
+    case EM_PPC64: return "ppc64";
+    case EM_S390: return "s390";
+    case EM_RISCV: return "riscv";
+    default: return NULL;
+    }
+}
+
+static int other_machine(const char *path, char *buf, size_t n) {
+#if defined(__x86_64__)
+    const unsigned host = EM_X86_64;
+#elif defined(__aarch64__)
+    const unsigned host = EM_AARCH64;
+#else
+    return 0;
+#endif
+    unsigned char h[EI_NIDENT + 4];
+    FILE *f = fopen(path, "rb");
+    const size_t got = f ? fread(h, 1, sizeof h, f) : 0;
+    if (f) fclose(f);
+    if (got < sizeof h || memcmp(h, ELFMAG, SELFMAG) != 0) return 0;
+    /* e_machine, after e_type, in the file's own byte order */
+    const unsigned m = h[EI_DATA] == ELFDATA2MSB ? (unsigned)h[EI_NIDENT + 2] << 8 | h[EI_NIDENT + 3]
+                                                  : (unsigned)h[EI_NIDENT + 3] << 8 | h[EI_NIDENT + 2];
+    if (m == host) return 0;
+    const char *name = elf_machine_name(m);
+    if (name) snprintf(buf, n, "it is built for %s, and this trident runs on %s: build it here", name,
+                       elf_machine_name(host));
+    else snprintf(buf, n, "it is built for another machine (ELF e_machine %u), and this trident runs on %s: build "
+                  "it here", m, elf_machine_name(host));
+    return 1;
+}
+
 static const char *slot_missing(const struct tr_backend_i *it) {
     if (!it->init) return "init";
     if (!it->free) return "free";
@@ -183,6 +234,9 @@ static int plugin_load(const char *path, void **handle_out, struct tr_backend_i 
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
+        char arch[160];
+        if (other_machine(path, arch, sizeof arch))
+            return tr_error_set(err, TR_ERR_PLUGIN, "plugin [%s]: not a loadable shared object: %s", path, arch);
         return tr_error_set(err, TR_ERR_PLUGIN, "plugin [%s]: not a loadable shared object: %s", path,
                             why ? why : "dlopen failed");
     }
@@ -258,8 +312,16 @@ int tr_plugin_locate(const char *name_or_path, const struct tr_plugin_search *s,
     if (strchr(name_or_path, '/') || ends_with(name_or_path, PLUGIN_SUFFIX)) {
         if (strlen(name_or_path) >= cap)
             return tr_error_set(err, TR_ERR_INVALID, "plugin path too long: %s", name_or_path);
-        if (!is_file(name_or_path))
+        if (!is_file(name_or_path)) {
+            struct stat st, lst;
+            if (lstat(name_or_path, &lst) == 0 && S_ISLNK(lst.st_mode) && stat(name_or_path, &st) != 0)
+                return tr_error_set(err, TR_ERR_NOT_FOUND, "plugin file %s is a link to nothing (%s)", name_or_path,
+                                    strerror(errno));
+            if (stat(name_or_path, &st) == 0)
+                return tr_error_set(err, TR_ERR_INVALID, "plugin file %s is %s, not a shared object file",
+                                    name_or_path, S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
             return tr_error_set(err, TR_ERR_NOT_FOUND, "plugin file not found: %s", name_or_path);
+        }
         snprintf(path, cap, "%s", name_or_path);
         return TR_OK;
     }
@@ -537,8 +599,10 @@ int tr_backend_init(struct tr_plugin *p, const struct tr_backend_params *params,
     int rc = p->iface.init(tr_host_api_get(), &prm, &be->ctx, &perr);
     if (rc != TR_OK) {
         free(be);
+        char st[96];
+        plugin_status(rc, st, sizeof st);
         return tr_error_set(err, TR_ERR_PLUGIN, "backend '%s' (%s): init failed: %s", p->iface.name, p->path,
-                            plugin_msg(&perr, tr_status_name(rc)));
+                            plugin_msg(&perr, st));
     }
     *out = be;
     return TR_OK;
@@ -589,8 +653,10 @@ int tr_backend_compile(struct tr_backend *be, const struct tr_graph *g, struct t
     int rc = be->plugin->iface.compile(be->ctx, (tr_graph_t)g, &prog->prog, &perr);
     if (rc != TR_OK) {
         free(prog);
+        char st[96];
+        rc = plugin_status(rc, st, sizeof st);
         return tr_error_set(err, rc, "backend '%s' (%s): compile failed: %s", be_name(be), be->plugin->path,
-                            plugin_msg(&perr, tr_status_name(rc)));
+                            plugin_msg(&perr, st));
     }
     *out = prog;
     return TR_OK;
@@ -672,9 +738,12 @@ int tr_backend_execute(struct tr_backend *be, struct tr_program *prog, int n_inp
             outputs[i] = keep[i];
         }
     if (keep != given) free(keep);
-    if (rc != TR_OK && !said)
-        return tr_error_set(err, rc, "backend '%s' (%s): %s", be_name(be), be->plugin->path,
-                            plugin_msg(&perr, tr_status_name(rc)));
+    if (rc != TR_OK && !said) {
+        char st[96];
+        rc = plugin_status(rc, st, sizeof st);
+        return tr_error_set(err, rc, "backend '%s' (%s): execute failed: %s", be_name(be), be->plugin->path,
+                            plugin_msg(&perr, st));
+    }
     return rc;
 }
 
