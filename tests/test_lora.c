@@ -9,6 +9,13 @@
  *   (LoraConfig(r=4, lora_alpha=8, target_modules=["query","value"]), float64) on the
  *   fixture batch, labels [1,0] (tests/fixtures/make_bert_lora_fixture.py).
  * - Bad lora_targets / lora_rank are refused with the key, the value and what is valid.
+ * - Gemma PeftModels as peft saves them (tests/fixtures/make_peft_llm_fixture.py: bias =
+ *   "all" with the targets' biases under base_layer, modules_to_save = ["lm_head"] and
+ *   ["embed_tokens"] on a tied model) give the PeftModel's logits on every backend
+ *   (1e-4 relative, through the runner and [run] reference); what trident does not compute
+ *   (use_dora, an alpha_pattern or rank_pattern entry) is refused naming the file, the key
+ *   and the value; a fit from an adapter whose peft fit trains more than the factors
+ *   (bias, modules_to_save) says what it leaves untrained.
  * Base weights come from bert_tiny.safetensors and adapters from bert_tiny_lora.safetensors,
  * bound by hand (tr_weights_load wants every PARAM in one file). */
 #include <math.h>
@@ -19,6 +26,9 @@
 #include "bert/bert.h"
 #include "models.h"
 #include "trident/autodiff.h"
+#include <unistd.h>
+#include "trident/bench.h"
+#include "trident/config.h"
 #include "trident/graph.h"
 #include "trident/loader.h"
 #include "trident/safetensors.h"
@@ -330,4 +340,209 @@ static void test_config_errors(void **state) {
     tr_graph_free(g);
 }
 
-TR_TEST_MAIN(NULL, NULL, test_zero_b_is_base, test_grads_match_peft, test_config_errors)
+/* ---- peft's Gemma adapters (tests/fixtures/reference_gemma_peft/) ---- */
+
+#define PEFT_LLM TR_SOURCE_DIR "/tests/fixtures/reference_gemma_peft/"
+#define PEFT_LLM_HINT " (regenerate with: python3 tests/fixtures/make_peft_llm_fixture.py)"
+
+static const struct tr_model_desc *const llm_models[] = {&tr_model_gemma, &tr_model_mistral, NULL};
+
+/* What fn(arg) writes to stderr, into buf. */
+static void capture_stderr(void (*fn)(void *), void *arg, char *buf, size_t cap) {
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    fflush(stderr);
+    const int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_true(dup2(fileno(f), 2) >= 0);
+    fn(arg);
+    fflush(stderr);
+    assert_true(dup2(saved, 2) >= 0);
+    close(saved);
+    rewind(f);
+    const size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+struct peft_run {
+    const char *ini;         /* a file (path) or, with text, its text */
+    int text;
+    int rc;
+    struct tr_error e;
+    struct tr_config cfg;
+    struct tr_bench_report rep;
+};
+
+static void peft_run(void *arg) {
+    struct peft_run *r = arg;
+    memset(&r->e, 0, sizeof r->e);
+    memset(&r->rep, 0, sizeof r->rep);
+    r->rc = r->text ? tr_config_load_string(r->ini, "peft.ini", &r->cfg, &r->e) : tr_config_load(r->ini, &r->cfg, &r->e);
+    if (!r->rc) r->rc = tr_bench_run(&r->cfg, llm_models, &r->rep, &r->e);
+}
+
+/* Each case's check.ini: every backend against the PeftModel's logits, and the note that
+ * says why the head was untied where it was. */
+static void test_peft_gemma_matches_peft_model(void **state) {
+    (void)state;
+    static const struct {
+        const char *name, *note;
+    } cases[] = {
+        {"bias_all", NULL},
+        {"tied_lm_head", "holds peft's trained copy of lm_head"},
+        {"tied_embed", "holds peft's trained copy of embed_tokens"},
+    };
+    static struct peft_run r; /* large: not on the stack */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char ini[600], err[16384];
+        snprintf(ini, sizeof ini, PEFT_LLM "%s/check.ini", cases[c].name);
+        r.ini = ini, r.text = 0;
+        capture_stderr(peft_run, &r, err, sizeof err);
+        if (r.rc) fail_msg("%s: %s" PEFT_LLM_HINT "\n%s", cases[c].name, r.e.msg, err);
+        assert_true(r.rep.n_rows >= 1);
+        for (int i = 0; i < r.rep.n_rows; i++) {
+            const struct tr_bench_row *row = &r.rep.rows[i];
+            print_message("%s: %s against the PeftModel: %.3g relative\n", cases[c].name, row->label,
+                          row->ref_rel_diff);
+            assert_true(row->ok && row->ref_compared > 0);
+            if (!row->ref_agrees || !(row->ref_rel_diff <= 1e-4))
+                fail_msg("%s: %s: %s" PEFT_LLM_HINT, cases[c].name, row->label, row->ref_worst);
+        }
+        /* nothing of the adapter is left unread */
+        if (strstr(err, "not the model's")) fail_msg("%s: %s", cases[c].name, err);
+        if (cases[c].note && !strstr(err, cases[c].note)) fail_msg("%s: no note '%s' in: %s", cases[c].name,
+                                                                    cases[c].note, err);
+    }
+}
+
+/* A directory of the bias_all case's tensors and the adapter_config.json given. */
+static void adapter_dir(char *dir, const char *config_json) {
+    assert_non_null(mkdtemp(dir));
+    char p[700], q[700];
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    assert_int_equal(symlink(TR_SOURCE_DIR "/tests/fixtures/reference_gemma_bias/model.safetensors", p), 0);
+    snprintf(p, sizeof p, "%s/adapter_model.safetensors", dir);
+    assert_int_equal(symlink(PEFT_LLM "bias_all/weights/adapter/adapter_model.safetensors", p), 0);
+    snprintf(q, sizeof q, "%s/adapter_config.json", dir);
+    FILE *f = fopen(q, "w");
+    assert_non_null(f);
+    fputs(config_json, f);
+    fclose(f);
+}
+
+static void adapter_dir_free(const char *dir) {
+    static const char *const names[] = {"model.safetensors", "adapter_model.safetensors", "adapter_config.json"};
+    for (int i = 0; i < 3; i++) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+static const char *adapter_ini(char *buf, size_t cap, const char *dir, const char *task, const char *extra) {
+    snprintf(buf, cap,
+             "[run]\nmodel = gemma\npreset = tiny\ntask = %s\nbackends = tf\nbatch = 2\nseq_len = 8\nsteps = 1\n"
+             "warmup = 1\nweights = %s\n[model]\nhf_config = " TR_SOURCE_DIR "/tests/fixtures/reference_gemma_bias/"
+             "config.json\nlora_rank = 4\nlora_alpha = 8\nlora_targets = q_proj, v_proj\n%s",
+             task, dir, extra);
+    return buf;
+}
+
+/* adapter_config.json's keys trident does not compute, where the adapters are applied:
+ * refused before anything runs, naming the file, the key and the value. */
+static void test_peft_config_refused(void **state) {
+    (void)state;
+    static const struct {
+        const char *json, *parts[4];
+    } cases[] = {
+        {"{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\", \"v_proj\"], \"use_dora\": true}",
+         {"adapter_config.json: use_dora = true", "which trident does not compute", NULL}},
+        {"{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\", \"v_proj\"], \"alpha_pattern\": {\"v_proj\": 32}}",
+         {"adapter_config.json: alpha_pattern gives \"v_proj\" lora_alpha = 32, not the file's lora_alpha = 8",
+          "one scale alpha/r for every layer", NULL}},
+        {"{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\", \"v_proj\"], \"rank_pattern\": {\"v_proj\": 8}}",
+         {"adapter_config.json: rank_pattern gives \"v_proj\" r = 8, not the file's r = 4", "one rank", NULL}},
+    };
+    static struct peft_run r;
+    char ini[2048], err[8192];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int fit = 0; fit < 2; fit++) {
+            char dir[] = "/tmp/trident-peft-XXXXXX";
+            adapter_dir(dir, cases[c].json);
+            r.ini = adapter_ini(ini, sizeof ini, dir, fit ? "fit" : "predict", "lora_predict = true\n"), r.text = 1;
+            capture_stderr(peft_run, &r, err, sizeof err);
+            if (r.rc != TR_ERR_UNSUPPORTED) fail_msg("case %zu: expected a refusal, got %d: %s", c, r.rc, r.e.msg);
+            assert_int_equal(r.rep.n_rows, 0);
+            for (const char *const *p = cases[c].parts; *p; p++)
+                if (!strstr(r.e.msg, *p)) fail_msg("the error lacks '%s': %s", *p, r.e.msg);
+            assert_non_null(strstr(r.e.msg, dir));
+            print_message("refused as expected: %s\n", r.e.msg);
+            /* predict without lora_predict reads no adapter: nothing to refuse */
+            if (!fit) {
+                r.ini = adapter_ini(ini, sizeof ini, dir, "predict", "");
+                capture_stderr(peft_run, &r, err, sizeof err);
+                if (r.rc) fail_msg("case %zu, lora_predict = false: %s", c, r.e.msg);
+            }
+            adapter_dir_free(dir);
+        }
+    /* a pattern entry equal to the file's value changes nothing */
+    char dir[] = "/tmp/trident-peft-XXXXXX";
+    adapter_dir(dir, "{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\", \"v_proj\"], \"bias\": \"all\", "
+                     "\"alpha_pattern\": {\"v_proj\": 8}, \"rank_pattern\": {\"q_proj\": 4}, \"use_dora\": false}");
+    r.ini = adapter_ini(ini, sizeof ini, dir, "predict", "lora_predict = true\n"), r.text = 1;
+    capture_stderr(peft_run, &r, err, sizeof err);
+    if (r.rc) fail_msg("%s", r.e.msg);
+    assert_null(strstr(err, "warning"));
+    adapter_dir_free(dir);
+}
+
+/* A LoRA fit from an adapter whose peft fit trained more than the factors (bias = "all",
+ * modules_to_save) says what peft trains and this fit does not, by name. */
+static void test_peft_fit_warns_untrained(void **state) {
+    (void)state;
+    static struct peft_run r;
+    char ini[2048], err[8192];
+    char dir[] = "/tmp/trident-peft-XXXXXX";
+    adapter_dir(dir, "{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\", \"v_proj\"], \"bias\": \"all\"}");
+    r.ini = adapter_ini(ini, sizeof ini, dir, "fit", ""), r.text = 1;
+    capture_stderr(peft_run, &r, err, sizeof err);
+    if (r.rc) fail_msg("%s\n%s", r.e.msg, err);
+    print_message("%s", err);
+    static const char *const parts[] = {
+        "adapter_config.json (peft's) has bias = \"all\": a peft fit trains these beside the LoRA factors, this fit "
+        "does not (it keeps them as read): ",
+        "model.layers.*.self_attn.q_proj.bias", "model.layers.*.self_attn.k_proj.bias",
+        "model.layers.*.self_attn.o_proj.bias", NULL};
+    for (const char *const *p = parts; *p; p++)
+        if (!strstr(err, *p)) fail_msg("the warning lacks '%s': %s", *p, err);
+    adapter_dir_free(dir);
+    /* lora_only: the targets' biases alone; modules_to_save: the module's tensors */
+    char dir2[] = "/tmp/trident-peft-XXXXXX";
+    adapter_dir(dir2, "{\"r\": 4, \"lora_alpha\": 8, \"target_modules\": [\"q_proj\", \"v_proj\"], \"bias\": "
+                      "\"lora_only\", \"modules_to_save\": [\"norm\"]}");
+    r.ini = adapter_ini(ini, sizeof ini, dir2, "fit", "");
+    capture_stderr(peft_run, &r, err, sizeof err);
+    if (r.rc) fail_msg("%s\n%s", r.e.msg, err);
+    print_message("%s", err);
+    static const char *const parts2[] = {
+        "has bias = \"lora_only\", modules_to_save: a peft fit trains these beside the LoRA factors, this fit does "
+        "not (it keeps them as read): ",
+        "model.layers.*.self_attn.q_proj.bias, model.layers.*.self_attn.v_proj.bias",
+        /* as peft matches modules_to_save: every module whose name ends with it */
+        "model.layers.*.input_layernorm.weight", "model.layers.*.post_attention_layernorm.weight",
+        "model.norm.weight;", NULL};
+    for (const char *const *p = parts2; *p; p++)
+        if (!strstr(err, *p)) fail_msg("the warning lacks '%s': %s", *p, err);
+    assert_null(strstr(err, "k_proj.bias"));
+    /* predict: nothing is trained, nothing said */
+    r.ini = adapter_ini(ini, sizeof ini, dir2, "predict", "lora_predict = true\n");
+    capture_stderr(peft_run, &r, err, sizeof err);
+    if (r.rc) fail_msg("%s\n%s", r.e.msg, err);
+    assert_null(strstr(err, "a peft fit trains"));
+    adapter_dir_free(dir2);
+}
+
+TR_TEST_MAIN(NULL, NULL, test_zero_b_is_base, test_grads_match_peft, test_config_errors,
+             test_peft_gemma_matches_peft_model, test_peft_config_refused, test_peft_fit_warns_untrained)

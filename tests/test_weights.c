@@ -939,6 +939,52 @@ static void test_load_peft_adapter(void **state) {
     rmdir(dir);
 }
 
+/* A layer LoRA wraps keeps its own tensors under "base_layer." in peft's file (bias = "all"
+ * or "lora_only" saves "...q_proj.base_layer.bias"): read as "...q_proj.bias", in place of
+ * the base model's, nothing unused. An untied lm_head.weight that no file has, beside
+ * peft's copy of the embedding (modules_to_save = ["embed_tokens"]), is the base model's
+ * table, as the PeftModel keeps its head on it; without that copy it is missing. */
+static void test_load_peft_base_layer(void **state) {
+    (void)state;
+    const int64_t sb[1] = {8}, se[2] = {6, 8};
+    struct tr_graph *g = NULL;
+    assert_int_equal(tr_graph_init(&g, NULL), TR_OK);
+    tr_param(g, "model.embed_tokens.weight", TR_DTYPE_F32, 2, se, 0.0f, 0.02f);
+    tr_param(g, "model.layers.0.self_attn.q_proj.bias", TR_DTYPE_F32, 1, sb, 0.0f, 0.02f);
+    tr_param(g, "lm_head.weight", TR_DTYPE_F32, 2, se, 0.0f, 0.02f);
+    assert_int_equal(tr_graph_status(g, NULL), TR_OK);
+    char dir[600], sub[700], p[2][800];
+    make_dirs(dir, sub, "test_weights_peft_base_layer", "adapter");
+    snprintf(p[0], sizeof p[0], "%s/model.safetensors", dir);
+    snprintf(p[1], sizeof p[1], "%s/adapter_model.safetensors", sub);
+    struct tr_tensor base[2] = {tr_test_tensor(TR_DTYPE_F32, 2, se), tr_test_tensor(TR_DTYPE_F32, 1, sb)},
+                     ad[2] = {tr_test_tensor(TR_DTYPE_F32, 2, se), tr_test_tensor(TR_DTYPE_F32, 1, sb)};
+    for (int i = 0; i < 2; i++) tr_test_randn(&base[i], 910 + (uint64_t)i, 1.0), tr_test_randn(&ad[i], 920 + (uint64_t)i, 1.0);
+    struct tr_error e = {0};
+    static const char *const bn[2] = {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.bias"},
+                             *const an[2] = {"base_model.model.model.embed_tokens.weight",
+                                             "base_model.model.model.layers.0.self_attn.q_proj.base_layer.bias"};
+    assert_int_equal(tr_safetensors_write(p[0], 2, bn, base, &e), TR_OK);
+    assert_int_equal(tr_safetensors_write(p[1], 2, an, ad, &e), TR_OK);
+    struct tr_weights *w = NULL;
+    if (tr_weights_load(g, dir, &w, &e) != TR_OK) fail_msg("%s", e.msg);
+    assert_memory_equal(bound(g, "model.embed_tokens.weight").data, ad[0].data, 48 * 4);
+    assert_memory_equal(bound(g, "model.layers.0.self_attn.q_proj.bias").data, ad[1].data, 8 * 4);
+    assert_memory_equal(bound(g, "lm_head.weight").data, base[0].data, 48 * 4);
+    assert_int_equal(tr_weights_n_unused(w), 0);
+    tr_weights_free(w);
+    /* without the adapter's embedding copy, lm_head.weight is missing, as before */
+    assert_int_equal(tr_safetensors_write(p[1], 1, an + 1, ad + 1, &e), TR_OK);
+    assert_int_equal(tr_weights_load(g, dir, &w, &e), TR_ERR_NOT_FOUND);
+    tr_assert_msg_has(&e, "no tensor 'lm_head.weight'");
+    tr_graph_free(g);
+    tr_test_tensors_free(2, base);
+    tr_test_tensors_free(2, ad);
+    for (int i = 0; i < 2; i++) remove(p[i]);
+    rmdir(sub);
+    rmdir(dir);
+}
+
 static void expect_load_error(enum tr_dtype graph_dt, int status, const char *tensor) {
     const int fwd[3] = {0, 1, 2};
     struct tr_graph *g = make_graph(fwd, graph_dt);
@@ -986,4 +1032,4 @@ TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_seed_deterministic_an
              test_load_errors,
              test_load_fresh, test_load_missing_seed, test_load_without_base_prefix, test_load_directory,
              test_load_unused, test_load_variants, test_load_legacy_layer_norm,
-             test_load_peft_adapter)
+             test_load_peft_adapter, test_load_peft_base_layer)

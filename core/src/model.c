@@ -129,11 +129,21 @@ static int find_key(const struct tr_config *cfg, const struct tr_config_kv *kv, 
             *k = &keys[j];
             return TR_OK;
         }
-    char names[768] = "";
-    for (int j = 0; j < n_keys; j++) list_add(names, sizeof names, keys[j].name);
-    for (int j = 0; skip && skip[j]; j++) list_add(names, sizeof names, skip[j]);
-    return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [%s] %s = %s: unknown key for %s (keys: %s)", cfg->file,
-                        kv->line, kv->section, kv->key, kv->value, owner, names[0] ? names : "none");
+    char names[768] = "", hint[128];
+    const char *words[256];
+    int n_words = 0;
+    for (int j = 0; j < n_keys; j++) {
+        list_add(names, sizeof names, keys[j].name);
+        if (n_words < 256) words[n_words++] = keys[j].name;
+    }
+    for (int j = 0; skip && skip[j]; j++) {
+        list_add(names, sizeof names, skip[j]);
+        if (n_words < 256) words[n_words++] = skip[j];
+    }
+    return tr_error_set(err, TR_ERR_NOT_FOUND, "%s:%d: [%s] %s = %s: unknown key for %s%s (keys: %s)", cfg->file,
+                        kv->line, kv->section, kv->key, kv->value, owner,
+                        tr_config_key_hint(kv->key, kv->section, words, n_words, hint, sizeof hint),
+                        names[0] ? names : "none");
 }
 
 /* cfg's [section] keys into out; a key named `skip` (not NULL) is left to the caller. */
@@ -261,16 +271,139 @@ static int peft_targets(const struct tr_model_desc *m, const char *list, char *o
     return 1;
 }
 
+/* The adapters are applied: a fit starts from them; predict and generate apply them where
+ * the model has no lora_predict key (BERT) or it is true. */
+static int adapters_applied(const struct tr_model_desc *m, const struct tr_config *cfg, const void *config) {
+    char on[16];
+    if (!strcmp(cfg->task, "fit")) return 1;
+    for (int k = 0; k < m->n_keys; k++)
+        if (!strcmp(m->keys[k].name, "lora_predict")) return !strcmp(key_text(m, config, "lora_predict", on, sizeof on), "true");
+    return 1;
+}
+
+/* What adapter_config.json (path, parsed as root) asks for that trident does not compute,
+ * refused rather than run to other numbers than the PeftModel's: use_dora (DoRA: the
+ * weight's norm rescaled by lora_magnitude_vector), an alpha_pattern or rank_pattern entry
+ * other than the file's lora_alpha or r (one scale and one rank for every targeted layer
+ * here). Only where the adapters are applied (adapters_applied). */
+static int adapter_refused(const struct tr_model_desc *m, const struct tr_config *cfg, const void *config,
+                           const char *path, const cJSON *root, struct tr_error *err) {
+    if (!adapters_applied(m, cfg, config)) return TR_OK;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "use_dora")))
+        return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: [run] weights: %s: use_dora = true (DoRA: each weight's "
+                            "norm rescaled by its lora_magnitude_vector), which trident does not compute: the outputs "
+                            "would not be the PeftModel's; merge the adapter into the base model (merge_and_unload) "
+                            "and read that", cfg->file, path);
+    static const char *const pat[2] = {"alpha_pattern", "rank_pattern"}, *const of[2] = {"lora_alpha", "r"};
+    for (int p = 0; p < 2; p++) {
+        const cJSON *obj = cJSON_GetObjectItemCaseSensitive(root, pat[p]), *e;
+        const cJSON *base = cJSON_GetObjectItemCaseSensitive(root, of[p]), *entries = cJSON_IsObject(obj) ? obj : NULL;
+        cJSON_ArrayForEach(e, entries) {
+            if (cJSON_IsNumber(e) && cJSON_IsNumber(base) && e->valuedouble == base->valuedouble) continue;
+            char v[64];
+            if (cJSON_IsNumber(e)) snprintf(v, sizeof v, "%g", e->valuedouble);
+            else snprintf(v, sizeof v, "(not a number)");
+            return tr_error_set(err, TR_ERR_UNSUPPORTED, "%s: [run] weights: %s: %s gives \"%.64s\" %s = %s, not the "
+                                "file's %s = %g: trident computes one %s for every layer LoRA targets ([model] %s), "
+                                "so those layers would not be the PeftModel's; %s", cfg->file, path, pat[p],
+                                e->string ? e->string : "?", of[p], v, of[p],
+                                cJSON_IsNumber(base) ? base->valuedouble : 0.0, p ? "rank" : "scale alpha/r",
+                                p ? "lora_rank" : "lora_alpha",
+                                p ? "their adapters' shapes are not lora_rank's"
+                                  : "merge the adapter into the base model (merge_and_unload) and read that");
+        }
+    }
+    return TR_OK;
+}
+
+/* A LoRA fit trains the factors (and BERT's classifier, as peft's SEQ_CLS does); a peft fit
+ * with bias = "all" or "lora_only" trains those biases too, and one with modules_to_save
+ * those modules: what peft would train that this fit does not is said, by name, from the
+ * fit's own graph (the model's trainable parameters against its biases and modules). */
+static void warn_peft_trains(const struct tr_model_desc *m, const struct tr_config *cfg, const void *config,
+                             const char *path, const cJSON *root) {
+    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(root, "bias");
+    const cJSON *mts = cJSON_GetObjectItemCaseSensitive(root, "modules_to_save");
+    const int all = cJSON_IsString(bias) && !strcmp(bias->valuestring, "all");
+    const int lora_only = cJSON_IsString(bias) && !strcmp(bias->valuestring, "lora_only");
+    if ((!all && !lora_only && cJSON_GetArraySize(mts) == 0) || !m->build || !m->trainable) return;
+    struct tr_graph *g = NULL;
+    struct tr_error e = {0};
+    const struct tr_build_opts o = {.task = TR_TASK_FIT, .dtype = TR_DTYPE_F32, .batch = 1, .seq_len = 8};
+    enum { MAX_IDS = 4096 };
+    int *ids = malloc(MAX_IDS * sizeof *ids), n_ids = 0;
+    if (!ids || tr_graph_init(&g, &e) || m->build(config, &o, g, &e) || m->trainable(config, g, ids, MAX_IDS, &n_ids, &e)) {
+        free(ids);
+        tr_graph_free(g);
+        return;
+    }
+    char list[1024] = "";
+    int n = 0;
+    for (int i = 0; i < tr_graph_n_params(g); i++) {
+        const int id = tr_graph_param(g, i);
+        const char *name = tr_node_name(g, id), *last = strrchr(name, '.');
+        int trained = tr_param_is_fresh(g, id); /* the factors, optimizer state */
+        for (int j = 0; j < n_ids && !trained; j++) trained = ids[j] == id;
+        if (trained || !last) continue;
+        int peft = 0;
+        if (!strcmp(last, ".bias") && (all || lora_only)) {
+            char a[512];
+            snprintf(a, sizeof a, "%.*s.lora_A.weight", (int)(last - name), name);
+            peft = all || tr_graph_find(g, a) >= 0;
+        }
+        const cJSON *s, *modules = cJSON_IsArray(mts) ? mts : NULL;
+        cJSON_ArrayForEach(s, modules) { /* peft's _set_trainable: the module's name ends with it */
+            const size_t l = cJSON_IsString(s) ? strlen(s->valuestring) : 0, ml = (size_t)(last - name);
+            peft = peft || (l && l <= ml && !strncmp(name + ml - l, s->valuestring, l));
+        }
+        if (!peft) continue;
+        /* the name, its layer numbers as '*', each pattern once */
+        char pattern[256];
+        size_t o2 = 0;
+        for (const char *c = name; *c && o2 + 2 < sizeof pattern;) {
+            if (isdigit((unsigned char)*c) && (c == name || c[-1] == '.')) {
+                const char *d = c;
+                while (isdigit((unsigned char)*d)) d++;
+                if (*d == '.' || !*d) {
+                    pattern[o2++] = '*', c = d;
+                    continue;
+                }
+            }
+            pattern[o2++] = *c++;
+        }
+        pattern[o2] = '\0';
+        char needle[260], hay[1100];
+        snprintf(needle, sizeof needle, ", %s, ", pattern);
+        snprintf(hay, sizeof hay, ", %s, ", list);
+        if (strstr(hay, needle)) continue;
+        if (strlen(list) + strlen(pattern) + 8 >= sizeof list) continue;
+        list_add(list, sizeof list, pattern);
+        n++;
+    }
+    free(ids);
+    tr_graph_free(g);
+    if (!n) return;
+    char what[256] = "";
+    if (all || lora_only) list_add(what, sizeof what, all ? "bias = \"all\"" : "bias = \"lora_only\"");
+    if (cJSON_GetArraySize(mts) > 0) list_add(what, sizeof what, "modules_to_save");
+    fprintf(stderr, "trident: warning: %s: [run] weights: %s (peft's) has %s: a peft fit trains these beside the "
+            "LoRA factors, this fit does not (it keeps them as read): %s; the trained model will not be the "
+            "PeftModel's\n", cfg->file, path, what, list);
+}
+
 /* [run] weights = a directory with peft's adapter_config.json: trident reads the adapters'
  * tensors but takes r, alpha and the targets from [model] (lora_rank, lora_alpha,
  * lora_targets); where they differ from the file's, the PeftModel computes another scale
- * (alpha / r) or other layers, so each difference is said. */
-static void warn_adapter_config(const struct tr_model_desc *m, const struct tr_config *cfg, const void *config) {
+ * (alpha / r) or other layers, so each difference is said. What trident does not compute
+ * at all, where the adapters are applied, is refused (adapter_refused); what a peft fit
+ * trains beside the factors is said for a fit (warn_peft_trains). */
+static int check_adapter_config(const struct tr_model_desc *m, const struct tr_config *cfg, const void *config,
+                                struct tr_error *err) {
     char path[TR_CONFIG_PATH + 128], rank[80], alpha[80], targets[512];
     struct stat sb;
     if (!cfg->weights[0] || stat(cfg->weights, &sb) != 0 || !S_ISDIR(sb.st_mode) ||
-        !key_text(m, config, "lora_rank", rank, sizeof rank)[0])
-        return;
+        !key_text(m, config, "lora_rank", rank, sizeof rank)[0] || !strcmp(rank, "0"))
+        return TR_OK;
     /* in the directory or one below it (weights/adapter/), as the weights are read */
     snprintf(path, sizeof path, "%s/adapter_config.json", cfg->weights);
     int found = stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
@@ -281,16 +414,18 @@ static void warn_adapter_config(const struct tr_model_desc *m, const struct tr_c
         found = stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
     }
     if (d) closedir(d);
-    if (!found) return;
+    if (!found) return TR_OK;
     FILE *f = fopen(path, "rb");
     char *text = f ? malloc((size_t)sb.st_size + 1) : NULL;
     const size_t got = text ? fread(text, 1, (size_t)sb.st_size, f) : 0;
     if (f) fclose(f);
-    if (!text) return;
+    if (!text) return TR_OK;
     text[got] = '\0';
     cJSON *root = cJSON_Parse(text);
     free(text);
-    if (!root) return;
+    if (!root) return TR_OK;
+    int rc = adapter_refused(m, cfg, config, path, root, err);
+    if (!rc && !strcmp(cfg->task, "fit")) warn_peft_trains(m, cfg, config, path, root);
     key_text(m, config, "lora_alpha", alpha, sizeof alpha);
     key_text(m, config, "lora_targets", targets, sizeof targets);
     const double r = atof(rank), a = atof(alpha) > 0 ? atof(alpha) : r;
@@ -332,10 +467,12 @@ static void warn_adapter_config(const struct tr_model_desc *m, const struct tr_c
                                     off ? "; " : "", file_list, b_c);
     }
     cJSON_Delete(root);
+    if (rc) return rc;
     if (off)
         fprintf(stderr, "trident: warning: %s: [run] weights: %s (peft's), which trident does not read, differs from "
                 "the run's [model] LoRA keys (%s): the outputs will not be the PeftModel's; set [model] lora_rank, "
                 "lora_alpha and lora_targets as the file says\n", cfg->file, path, diff);
+    return TR_OK;
 }
 
 /* [model] LoRA keys under lora_rank = 0 (LoRA off): not read, so a typo in them would
@@ -379,11 +516,30 @@ static int find_tensor(const char *path, const char *name, struct tr_safetensors
     return hit;
 }
 
+/* The same tensor: dtype, shape and bytes (float dtypes only). */
+static int same_tensor(const char *da, int na, const int64_t *sa, const void *pa, const char *db, int nb,
+                       const int64_t *sb, const void *pb) {
+    int same = !strcmp(da, db) && na == nb && (!strcmp(da, "F32") || !strcmp(da, "BF16") || !strcmp(da, "F16"));
+    size_t bytes = strcmp(da, "F32") ? 2 : 4;
+    for (int d = 0; same && d < na; d++) same = sa[d] == sb[d], bytes *= (size_t)sa[d];
+    return same && !memcmp(pa, pb, bytes);
+}
+
 /* A config that ties the head to the embedding table (tie_word_embeddings, from the preset
- * or hf_config, not a [model] line) over a checkpoint with its own lm_head.weight that
- * differs from the table: transformers' from_pretrained then does not tie them and uses
- * the file's head (its tie_weights: "both are present in the checkpoints with different
- * values, so we will NOT tie them"); so does trident, with a note. Equal ones stay tied. */
+ * or hf_config, not a [model] line) over weights whose head differs from the table the
+ * model embeds with is untied, with a note, so that it computes what the reference does:
+ * - a checkpoint with its own lm_head.weight: transformers' from_pretrained does not tie
+ *   them and uses the file's head (its tie_weights: "both are present in the checkpoints
+ *   with different values, so we will NOT tie them");
+ * - a peft adapter with a copy of lm_head (modules_to_save = ["lm_head"], saved as
+ *   base_model.model.lm_head.weight): the PeftModel's head is that copy, the embedding
+ *   the base model's table;
+ * - a peft adapter with a copy of the embedding (modules_to_save = ["embed_tokens"]): the
+ *   PeftModel embeds with the copy and keeps its head on the original table (the base
+ *   checkpoint's model.embed_tokens.weight, which the weights loader reads for the untied
+ *   lm_head.weight: weights.c's find_from); unless the adapter holds a head equal to its
+ *   copy (peft's ensure_weight_tying = true saves both, one tensor).
+ * Equal ones stay tied. */
 static void untie_head(const struct tr_model_desc *m, const struct tr_config *cfg, void *config) {
     const struct tr_model_key *k = NULL;
     for (int i = 0; i < m->n_keys; i++)
@@ -392,25 +548,39 @@ static void untie_head(const struct tr_model_desc *m, const struct tr_config *cf
     if (!k || !cfg->weights[0] || model_key_given(cfg, "tie_word_embeddings")) return;
     memcpy(&tied, (char *)config + k->offset, sizeof tied);
     if (!tied) return;
+    static const char *const head_names[2] = {"base_model.model.lm_head.weight", "lm_head.weight"},
+                             *const embed_names[3] = {"base_model.model.model.embed_tokens.weight",
+                                                      "model.embed_tokens.weight", NULL};
     struct tr_safetensors *sh = NULL, *se = NULL;
-    const char *dh, *de;
-    int nh, ne;
+    const char *dh = NULL, *de = NULL;
+    int nh = 0, ne = 0, h = -1, e = -1;
     int64_t shh[TR_MAX_DIMS], she[TR_MAX_DIMS];
-    const void *ph, *pe;
-    if (find_tensor(cfg->weights, "lm_head.weight", &sh, &dh, &nh, shh, &ph, 0) &&
-        find_tensor(cfg->weights, "model.embed_tokens.weight", &se, &de, &ne, she, &pe, 0)) {
-        int same = !strcmp(dh, de) && nh == ne;
-        size_t bytes = strcmp(dh, "F32") ? 2 : 4;
-        for (int d = 0; same && d < nh; d++) same = shh[d] == she[d], bytes *= (size_t)shh[d];
-        same = same && (!strcmp(dh, "F32") || !strcmp(dh, "BF16") || !strcmp(dh, "F16")) && !memcmp(ph, pe, bytes);
-        if (!same) {
-            const int untied = 0;
-            memcpy((char *)config + k->offset, &untied, sizeof untied);
+    const void *ph = NULL, *pe = NULL;
+    for (int i = 0; i < 2 && h < 0; i++)
+        if (find_tensor(cfg->weights, head_names[i], &sh, &dh, &nh, shh, &ph, 0)) h = i;
+    for (int i = 0; i < 2 && e < 0; i++)
+        if (find_tensor(cfg->weights, embed_names[i], &se, &de, &ne, she, &pe, 0)) e = i;
+    if (h < 0 && e == 0) /* no head anywhere: the PeftModel's is the base model's table */
+        h = find_tensor(cfg->weights, embed_names[1], &sh, &dh, &nh, shh, &ph, 0) ? 2 : -1;
+    if (h >= 0 && e >= 0 && !same_tensor(dh, nh, shh, ph, de, ne, she, pe)) {
+        const int untied = 0;
+        memcpy((char *)config + k->offset, &untied, sizeof untied);
+        if (h == 1)
             fprintf(stderr, "trident: note: %s: [run] weights = %s has an lm_head.weight of its own, not the "
                     "embedding table: the head is untied (tie_word_embeddings = false), as transformers' "
                     "from_pretrained reads such a checkpoint; [model] tie_word_embeddings = true ties it\n",
                     cfg->file, cfg->weights);
-        }
+        else if (h == 0)
+            fprintf(stderr, "trident: note: %s: [run] weights = %s holds peft's trained copy of lm_head "
+                    "(modules_to_save: base_model.model.lm_head.weight), not the embedding table: the head is "
+                    "untied (tie_word_embeddings = false) and is that copy, as the PeftModel computes; [model] "
+                    "tie_word_embeddings = true ties it\n", cfg->file, cfg->weights);
+        else
+            fprintf(stderr, "trident: note: %s: [run] weights = %s holds peft's trained copy of embed_tokens "
+                    "(modules_to_save: base_model.model.model.embed_tokens.weight): the PeftModel embeds with "
+                    "the copy and keeps its head on the base model's table, so the head is untied "
+                    "(tie_word_embeddings = false) and reads model.embed_tokens.weight; [model] "
+                    "tie_word_embeddings = true ties it to the copy\n", cfg->file, cfg->weights);
     }
     tr_safetensors_close(sh);
     tr_safetensors_close(se);
@@ -465,7 +635,7 @@ int tr_model_resolve(const struct tr_model_desc *m, const char *preset, const st
     if (!rc) untie_head(m, cfg, config);
     if (!rc) warn_lora_off(m, cfg, config);
     if (!rc) warn_unread_config_json(m, cfg, config);
-    if (!rc) warn_adapter_config(m, cfg, config);
+    if (!rc) rc = check_adapter_config(m, cfg, config, err);
     return rc;
 }
 

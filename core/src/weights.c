@@ -714,25 +714,49 @@ static const char *legacy_name(const char *name, char *buf, size_t cap) {
     return NULL;
 }
 
-/* The name peft saves a tensor of an adapter under (adapter_model.safetensors: the
+/* The names peft saves a tensor of an adapter under (adapter_model.safetensors: the
  * PeftModel's "base_model.model." before the model's own name, the adapter's name left
  * out): the LoRA factors, and the trained copies of modules_to_save (a classifier head)
  * and of biases (bias = "all" or "lora_only"), which a PeftModel uses in place of the base
- * model's. */
+ * model's. A layer LoRA wraps keeps its own tensors under "base_layer." (bias = "all"
+ * saves q_proj's trained bias as "...q_proj.base_layer.bias"): that is peft_base_name's,
+ * "...q_proj.bias" for the graph. NULL where the name has no such form. */
 static const char *peft_name(const char *name, char *buf, size_t cap) {
     return snprintf(buf, cap, "base_model.model.%s", name) < (int)cap ? buf : NULL;
 }
+static const char *peft_base_name(const char *name, char *buf, size_t cap) {
+    const char *last = strrchr(name, '.');
+    if (!last || (strcmp(last, ".bias") && strcmp(last, ".weight"))) return NULL;
+    return snprintf(buf, cap, "base_model.model.%.*s.base_layer%s", (int)(last - name), name, last) < (int)cap ? buf
+                                                                                                                : NULL;
+}
 
-/* name in exactly one file: peft's name for it first (peft_name: an adapter's copy wins
- * over the base model's, which is then read too, as shadowed), then its own name, or where
- * no file has it so, bare (get_bare), then its legacy name (legacy_name); *which the file. */
-static int find(const struct files *f, const char *name, struct tr_tensor *src, int *which, struct tr_error *err) {
-    char buf[TR_WEIGHTS_PATH_MAX], pbuf[TR_WEIGHTS_PATH_MAX];
-    const char *keys[3] = {peft_name(name, pbuf, sizeof pbuf), name, legacy_name(name, buf, sizeof buf)};
+/* Some file holds tensor `name` as it is (not bare). */
+static int has_tensor(const struct files *f, const char *name) {
+    for (int i = 0; i < f->n; i++)
+        if (tr_safetensors_find(f->st[i], name) >= 0) return 1;
+    return 0;
+}
+
+/* name in exactly one file: peft's names for it first (peft_name, peft_base_name: an
+ * adapter's copy wins over the base model's, which is then read too, as shadowed), then
+ * its own name, or where no file has it so, bare (get_bare), then its legacy name
+ * (legacy_name); *which the file. base_only: the base model's alone, peft's names left out.
+ * An untied "lm_head.weight" that no file has, beside peft's copy of the embedding table
+ * (modules_to_save = ["embed_tokens"] on a model that ties them; model.c unties it), is
+ * the base model's table: the PeftModel embeds with the copy and keeps its head on the
+ * original table, which the base checkpoint saved once, as the embedding. */
+static int find_from(const struct files *f, const char *name, int base_only, struct tr_tensor *src, int *which,
+                     struct tr_error *err) {
+    char buf[TR_WEIGHTS_PATH_MAX], pbuf[TR_WEIGHTS_PATH_MAX], lbuf[TR_WEIGHTS_PATH_MAX];
+    const char *keys[4] = {base_only ? NULL : peft_name(name, pbuf, sizeof pbuf),
+                           base_only ? NULL : peft_base_name(name, lbuf, sizeof lbuf), name,
+                           legacy_name(name, buf, sizeof buf)};
     *which = -1;
-    for (int k = 0; k < 3 && *which < 0; k++) {
+    for (int k = 0; k < 4 && *which < 0; k++) {
         if (!keys[k]) continue;
-        for (int bare = 0; bare < (k ? 2 : 1) && *which < 0; bare++)
+        const int peft = k < 2;
+        for (int bare = 0; bare < (peft ? 1 : 2) && *which < 0; bare++)
             for (int i = 0; i < f->n; i++) {
                 struct tr_tensor t;
                 int rc = bare ? get_bare(f->st[i], keys[k], &t, err) : tr_safetensors_get(f->st[i], keys[k], &t, err);
@@ -745,12 +769,19 @@ static int find(const struct files *f, const char *name, struct tr_tensor *src, 
                 *src = t;
                 f->read[i][tr_safetensors_find(f->st[i], bare ? strchr(keys[k], '.') + 1 : keys[k])] = 1;
             }
-        for (int i = 0; k == 0 && *which >= 0 && i < f->n; i++) { /* the base model's, shadowed */
+        for (int i = 0; peft && *which >= 0 && i < f->n; i++) { /* the base model's, shadowed */
             const int j = tr_safetensors_find(f->st[i], name);
             if (j >= 0) f->read[i][j] = 1;
         }
     }
+    if (*which < 0 && !base_only && !strcmp(name, "lm_head.weight") &&
+        has_tensor(f, "base_model.model.model.embed_tokens.weight"))
+        return find_from(f, "model.embed_tokens.weight", 1, src, which, err);
     return *which >= 0 ? TR_OK : TR_ERR_NOT_FOUND;
+}
+
+static int find(const struct files *f, const char *name, struct tr_tensor *src, int *which, struct tr_error *err) {
+    return find_from(f, name, 0, src, which, err);
 }
 
 /* The i-th file's tensor `name` falls under one of the parts g leaves out (tr_graph_omit):
