@@ -332,6 +332,7 @@ static void print_scaling(const struct tr_bench_report *rep, const char *source,
     fprintf(f, "\nscaling against one process (%s): speed-up = its mean ms/step / this run's; efficiency = speed-up / "
             "%d ranks\n%-24s %12s %12s %9s %11s\n", source, rep->ranks, "backend", "1 rank ms", "ranks ms",
             "speed-up", "efficiency");
+    char over[256] = "";
     for (int i = 0; i < rep->n_rows; i++) {
         const struct tr_bench_row *r = &rep->rows[i];
         if (!r->ok || !(one[i] > 0) || !(r->mean_ms > 0)) {
@@ -340,7 +341,17 @@ static void print_scaling(const struct tr_bench_report *rep, const char *source,
         }
         const double up = one[i] / r->mean_ms;
         fprintf(f, "%-24s %12.3f %12.3f %8.2fx %10.0f%%\n", r->label, one[i], r->mean_ms, up, 100.0 * up / rep->ranks);
+        const size_t l = strlen(over);
+        if (up / rep->ranks > 1.1 && l + strlen(r->label) + 3 < sizeof over)
+            snprintf(over + l, sizeof over - l, "%s%s", l ? ", " : "", r->label);
     }
+    /* N ranks doing 1/N of the work each rarely beat N times one process by more than
+     * noise: far past it, the one-process figure was more likely slowed (other load on the
+     * machine then, a cold cache) than the ranks sped up */
+    if (over[0])
+        fprintf(f, "note: efficiency over 110%% (%s): more likely the one-process time was slowed (other load when "
+                "it ran) than the ranks sped up; measure both in one run (--scaling), or run the baseline again\n",
+                over);
 }
 
 void tr_cli_print_scaling_run(const struct tr_bench_report *rep, const struct tr_bench_report *one_process, FILE *f) {

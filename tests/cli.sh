@@ -549,6 +549,51 @@ if grep -q 'is the model.s\|are not the model.s' "$tmp/out"; then bad "... reads
 expect "bert with hidden_act = gelu_new, fit against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_gelu_new/check.ini
 expect "bert regression (one label, MSE), fit against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_regression/check.ini
 expect "bert multi_label_classification (BCE with logits), fit against transformers" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_multilabel/check.ini
+# ... and its float labels under a config that does not say multi-label: the key to set
+d=$PWD/tests/fixtures/reference_bert_multilabel
+ini nomulti.ini "[run]
+model = bert
+task = fit
+backends = tf
+batch = 3
+seq_len = 9
+steps = 1
+warmup = 1
+weights = $d/model.safetensors
+inputs = $d/batch.safetensors
+[model]
+vocab_size = 100
+hidden_size = 32
+num_hidden_layers = 2
+num_attention_heads = 4
+intermediate_size = 48
+max_position_embeddings = 32
+num_labels = 3"
+expect "float [B, C] labels without problem_type: the key to set" 1 \
+  "'labels' is f32\[3,3\], the graph's input is i32\[3\] \(float labels .*set \[model\] problem_type = multi_label_classification" \
+  -- "$bin" run "$tmp/nomulti.ini"
+# peft adapters on a Gemma, against the PeftModel's logits (make_peft_llm_fixture.py):
+# bias = "all" (the trained biases under base_layer.), a tied model's lm_head or
+# embed_tokens copy (modules_to_save: the head untied as the PeftModel computes)
+for c in bias_all tied_lm_head tied_embed; do
+  expect "a Gemma PeftModel ($c) against its logits" 0 'all backends ran and agree' -- \
+    "$bin" run tests/fixtures/reference_gemma_peft/$c/check.ini
+done
+expect "peft's lm_head copy on a tied Gemma unties the head" 0 "holds peft's trained copy of lm_head" -- \
+  "$bin" run tests/fixtures/reference_gemma_peft/tied_lm_head/check.ini
+mkdir -p "$tmp/peft_dora"; cp -rL tests/fixtures/reference_gemma_peft/bias_all/weights/. "$tmp/peft_dora/"
+printf '{"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"], "use_dora": true}' \
+  > "$tmp/peft_dora/adapter/adapter_config.json"
+sed -e "s|^weights = weights|weights = $tmp/peft_dora|" -e "s|^inputs = ../|inputs = $PWD/tests/fixtures/reference_gemma_peft/|" \
+  -e "s|^reference = |reference = $PWD/tests/fixtures/reference_gemma_peft/bias_all/|" \
+  -e "s|^hf_config = ../../|hf_config = $PWD/tests/fixtures/|" -e 's/^backends = .*/backends = tf/' \
+  tests/fixtures/reference_gemma_peft/bias_all/check.ini > "$tmp/peft_dora.ini"
+expect "use_dora is refused" 1 'adapter_config.json: use_dora = true .*which trident does not compute' -- \
+  "$bin" run "$tmp/peft_dora.ini"
+printf '{"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"], "alpha_pattern": {"v_proj": 32}}' \
+  > "$tmp/peft_dora/adapter/adapter_config.json"
+expect "alpha_pattern is refused" 1 'alpha_pattern gives "v_proj" lora_alpha = 32, not the file.s lora_alpha = 8' -- \
+  "$bin" run "$tmp/peft_dora.ini"
 expect "bert fit with optimizer = adam and weight_decay (L2, torch.optim.Adam's), against torch" 0 \
   'all backends ran and agree' -- "$bin" run tests/fixtures/reference_bert_adam_l2/check.ini
 expect "bert fit with a sample of padding alone (attention rows of finfo.min), against transformers" 0 \
@@ -559,6 +604,13 @@ expect "bert fit with a sample of padding alone (attention rows of finfo.min), a
 expect "gemma against transformers, an HF padded batch" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_gemma/check.ini
 if [ "$(grep -cE '^  (torch|torch:reduce-overhead|tf|jax) +ok +.logits. [0-9.]+e-0[7-9]' "$tmp/out")" = 4 ]; then
   ok "gemma: each backend within 1e-6 of transformers"; else bad "gemma: each backend within 1e-6 of transformers"; fi
+# a batch of input_ids alone: the mask, token types and positions as transformers' forward
+# takes their absence (they were refused: "no tensor 'attention_mask'")
+for m in bert gemma; do
+  expect "$m: input_ids alone, against transformers' forward given them alone" 0 'all backends ran and agree' -- \
+    "$bin" run tests/fixtures/reference_${m}_ids_only/check.ini
+  check "... the absent mask said" "note: \[run\] inputs has no attention_mask: all ones"
+done
 expect "mistral generate against transformers greedy tokens" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_mistral_generate/check.ini
 expect "mistral fit, every weight trained: each step's loss against torch's AdamW" 0 'all backends ran and agree' -- "$bin" run tests/fixtures/reference_mistral_fit/check.ini
 # GemmaConfig's attention_bias (q/k/v/o_proj with biases, drawn at std 0.5 so a lost one

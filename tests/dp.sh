@@ -85,6 +85,12 @@ else # the table and every tf line, where the first 40 lines of the output may n
   grep -E -A6 '^scaling against|^tf' "$tmp/out" > "$tmp/out.tf"; mv "$tmp/out.tf" "$tmp/out"
   bad "--scaling: a row per backend"; fi
 expect "--scaling in one process is refused" 2 'compare a data-parallel run' -- "$bin" run "$tmp/bert.ini" --scaling
+# --baseline from a one-process run slowed (as by other load then): efficiency far past
+# 100% is said to be more likely the baseline's than the ranks'
+"$bin" run "$tmp/bert.ini" --json "$tmp/one.json" > /dev/null 2>&1
+sed -E 's/"mean_ms":[[:space:]]*[0-9.e+-]+/"mean_ms": 100000/' "$tmp/one.json" > "$tmp/slow.json"
+expect "--baseline: efficiency past 110% is said" 0 'note: efficiency over 110% \(.*\): more likely the one-process time' \
+  -- "${mpi[@]}" "$bin" run "$tmp/bert.ini" --baseline "$tmp/slow.json"
 
 # Faults, through tests/plugins' faulty backend (it trains), misbehaving on rank 1 only.
 faulty=$(cd "$(dirname "$bin")" && pwd)/fault_plugins/libtrident_backend_faulty.so

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "testutil.h"
+#include "trident/parse.h"
 #include "trident/config.h"
 
 static void check_error(const char *name, const char *text, int status, const char *const *needles, int n) {
@@ -389,11 +390,28 @@ static void test_unknown_section(void **state) {
     EXPECT_ERRORS(bad);
 }
 
+/* "did you mean": an edit per three letters (at least one), a swap of neighbours one edit */
+static void test_nearest(void **state) {
+    (void)state;
+    static const char *const words[] = {"steps", "warmup", "seq_len", "learning_rate", "lora_rank", "lora_alpha"};
+    assert_string_equal(tr_text_nearest("stpes", words, 6), "steps");
+    assert_string_equal(tr_text_nearest("Warmup", words, 6), "warmup");
+    assert_string_equal(tr_text_nearest("seqlen", words, 6), "seq_len");
+    assert_string_equal(tr_text_nearest("learning_rat", words, 6), "learning_rate");
+    assert_string_equal(tr_text_nearest("lora_rnak", words, 6), "lora_rank");
+    assert_null(tr_text_nearest("batch", words, 6));
+    assert_null(tr_text_nearest("x", words, 6));
+    assert_null(tr_text_nearest("stpse", words, 6)); /* two edits in five letters */
+}
+
 static void test_unknown_keys(void **state) {
     (void)state;
     static const struct refusal bad[] = {
         {"key1.ini", "[run]\nmodel = bert\nbacth = 8\n", TR_ERR_NOT_FOUND,
-         {"key1.ini:3: [run] bacth = 8:", "unknown key", "batch, seq_len", "weights"}},
+         {"key1.ini:3: [run] bacth = 8:", "unknown key; did you mean 'batch'?", "batch, seq_len", "weights"}},
+        /* a key of another section: where it goes */
+        {"key4.ini", "[run]\nmodel = bert\nlearning_rate = 0.1\n", TR_ERR_NOT_FOUND,
+         {"key4.ini:3: [run] learning_rate = 0.1:", "learning_rate is a [train] key: move it there"}},
         {"key2.ini", "[plugins]\npth = /tmp\n", TR_ERR_NOT_FOUND,
          {"key2.ini:2: [plugins] pth = /tmp:", "unknown key (expected path)"}},
         {"key3.ini", "model = bert\n[run]\n", TR_ERR_FORMAT, {"key3.ini:1: model = bert", "before any section"}},
@@ -723,7 +741,7 @@ static void test_path_backends(void **state) {
 }
 
 TR_TEST_MAIN(tr_test_dir_setup, tr_test_dir_teardown, test_parallel_keys, test_defaults, test_good_file, test_empty_file_keeps_defaults,
-             test_load_string, test_unknown_section, test_unknown_keys, test_bad_integers, test_math, test_threads,
+             test_load_string, test_unknown_section, test_nearest, test_unknown_keys, test_bad_integers, test_math, test_threads,
              test_bad_names, test_backends_errors, test_duplicate_keys, test_syntax_errors, test_inline_comments,
              test_bom, test_missing_files, test_nul_byte, test_backend_options, test_model_line, test_path_backends, test_tolerance,
              test_run_files_and_words)

@@ -265,6 +265,15 @@ static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g
         const char *name = tr_node_name(g, id);
         struct tr_tensor t;
         struct tr_error e = {0};
+        const int mask = !strcmp(name, "attention_mask"), types = !strcmp(name, "token_type_ids");
+        if ((mask || types) && ts[i].ndim == 2 && tr_safetensors_find(st, name) < 0) {
+            /* left out, as transformers' forward takes it: every token attended to, every
+             * token of segment 0 */
+            for (int64_t k = 0; k < tr_tensor_numel(&ts[i]); k++) tr_tensor_set_f64(&ts[i], k, mask ? 1.0 : 0.0);
+            fprintf(stderr, "trident: note: [run] inputs has no %s: %s, as transformers takes its absence\n", name,
+                    mask ? "all ones (every token attended to)" : "all zeros (every token of the first segment)");
+            continue;
+        }
         if (!strcmp(name, "position_ids") && ts[i].ndim == 2 && is_int(ts[i].dtype) &&
             tr_safetensors_find(st, name) < 0) { /* made below, once the mask is read */
             made_pos = i;
@@ -293,12 +302,18 @@ static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g
         if (!same) {
             free(bytes_as_i32);
             char got[96], exp[96];
-            return tr_error_set(err, TR_ERR_SHAPE, "'%s' is %s%s, the graph's input is %s%s (the INI's batch, "
-                                "seq_len and the model's sizes make it)", name,
+            /* float labels of [B, C] for class labels of [B]: transformers infers
+             * multi_label_classification from them where the config does not say */
+            const int multi = !strcmp(name, "labels") && !is_int(t.dtype) && is_int(ts[i].dtype) && t.ndim == 2 &&
+                              ts[i].ndim == 1 && t.shape[0] == ts[i].shape[0];
+            return tr_error_set(err, TR_ERR_SHAPE, "'%s' is %s%s, the graph's input is %s%s (%s)", name,
                                 file_dt ? file_dt : tr_dtype_name((enum tr_dtype)t.dtype),
                                 tr_shape_str(t.ndim, t.shape, got, sizeof got),
                                 tr_dtype_name((enum tr_dtype)ts[i].dtype),
-                                tr_shape_str(ts[i].ndim, ts[i].shape, exp, sizeof exp));
+                                tr_shape_str(ts[i].ndim, ts[i].shape, exp, sizeof exp),
+                                multi ? "float labels of [batch, num_labels] are a multi-label problem, as transformers "
+                                        "infers it: set [model] problem_type = multi_label_classification"
+                                      : "the INI's batch, seq_len and the model's sizes make it");
         }
         int rc = convert(&t, &ts[i], name, err);
         free(bytes_as_i32);

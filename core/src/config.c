@@ -35,6 +35,7 @@
 #include "trident/log.h"
 #include "trident/model.h"
 #include "trident/tensor.h"
+#include "trident/train.h"
 #include "ini_text.h"
 
 #define KEY_NAME_MAX 63         /* struct tr_config_kv's key */
@@ -588,11 +589,13 @@ static int run_key(struct ini_state *st, const char *key, const char *v) {
         st->run_lines[k] = st->in.line;
         return run_set(st, (enum run_key)k, v);
     }
+    char hint[128];
     return fail_kv(st, TR_ERR_NOT_FOUND, "run", key, v,
-                   "unknown key (expected one of model, preset, task, backends, device, dtype, batch, seq_len, "
+                   "unknown key%s (expected one of model, preset, task, backends, device, dtype, batch, seq_len, "
                    "steps, warmup, seed, weights, math, threads, tolerance, inputs, reference, reference_tolerance, "
                    "weights_variant, missing, schedule, isolate, backend_timeout, parallel, bucket_mb, "
-                   "collective_timeout, check_every)");
+                   "collective_timeout, check_every)",
+                   tr_config_key_hint(key, "run", run_keys, RUN_KEY_COUNT, hint, sizeof hint));
 }
 
 static int plugins_key(struct ini_state *st, const char *key, const char *v) {
@@ -812,6 +815,25 @@ static int check_math(struct tr_config *cfg, const int *lines, struct tr_error *
 
 const char *tr_config_math_name(const struct tr_config *cfg) {
     return cfg->math == TR_MATH_DEFAULT ? tr_dtype_name(cfg->dtype) : tr_math_name(cfg->math);
+}
+
+const char *tr_config_key_hint(const char *key, const char *section, const char *const *words, int n, char *buf,
+                               size_t cap) {
+    const char *near = tr_text_nearest(key, words, n);
+    buf[0] = '\0';
+    if (near) {
+        snprintf(buf, cap, "; did you mean '%s'?", near);
+        return buf;
+    }
+    const char *home = NULL;
+    for (int k = 0; k < RUN_KEY_COUNT && !home; k++)
+        if (!strcmp(key, run_keys[k])) home = "run";
+    int nt = 0;
+    const struct tr_model_key *tk = tr_train_keys(&nt);
+    for (int k = 0; k < nt && !home; k++)
+        if (!strcmp(key, tk[k].name)) home = "train";
+    if (home && strcmp(home, section) != 0) snprintf(buf, cap, "; %s is a [%s] key: move it there", key, home);
+    return buf;
 }
 
 int tr_config_override_key(const char *key) {

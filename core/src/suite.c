@@ -85,9 +85,15 @@ static void on_too_long(void *user, int max) {
 
 static int add_key(struct suite_state *st, struct tr_suite_key *keys, int *n, const char *section, const char *key,
                    const char *value) {
-    if (!tr_config_override_key(key))
-        return fail(st, "[%s] %s = %s: unknown key; expected %s or a [run] key a suite may set (" TR_CONFIG_OVERRIDE_KEYS
-                    ")", section, key, value, st->row ? "config, label" : "nothing else");
+    if (!tr_config_override_key(key)) {
+        static const char *const words[] = {"config", "label", "backends", "preset", "device", "dtype", "batch",
+                                            "seq_len", "steps", "warmup", "seed", "tolerance", "isolate",
+                                            "backend_timeout"};
+        char hint[128];
+        tr_config_key_hint(key, "suite", st->row ? words : words + 2, st->row ? 14 : 12, hint, sizeof hint);
+        return fail(st, "[%s] %s = %s: unknown key%s; expected %sa [run] key a suite may set (" TR_CONFIG_OVERRIDE_KEYS
+                    ")", section, key, value, hint, st->row ? "config, label or " : "");
+    }
     for (int i = 0; i < *n; i++)
         if (strcmp(keys[i].key, key) == 0)
             return fail(st, "[%s] '%s' is given twice, on lines %d and %d; expected it once", section, key,

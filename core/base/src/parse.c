@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 #include "trident/parse.h"
 
@@ -35,4 +36,40 @@ const char *tr_tol_str(double v, char *buf, size_t cap) {
         if (strtod(buf, NULL) == v) break;
     }
     return buf;
+}
+
+/* Optimal string alignment distance (Damerau's transposition of neighbours), case-folded;
+ * words longer than 63 bytes are never near. */
+static int osa_distance(const char *a, const char *b) {
+    enum { M = 64 };
+    const size_t la = strlen(a), lb = strlen(b);
+    if (la >= M || lb >= M) return M;
+    int d[M][M];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            const int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+            int v = d[i - 1][j - 1] + (ca != cb);
+            if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) && tolower((unsigned char)a[i - 2]) == cb &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[la][lb];
+}
+
+const char *tr_text_nearest(const char *w, const char *const *words, int n) {
+    if (!w || !words) return NULL;
+    const int len = (int)strlen(w), most = len / 3 > 1 ? len / 3 : 1;
+    const char *best = NULL;
+    int best_d = most + 1;
+    for (int i = 0; i < n; i++) {
+        if (!words[i]) continue;
+        const int d = osa_distance(w, words[i]);
+        if (d < best_d) best_d = d, best = words[i];
+    }
+    return best;
 }

@@ -192,6 +192,11 @@ struct tr_config_override {
     "backends, preset, device, dtype, batch, seq_len, steps, warmup, seed, tolerance, isolate, backend_timeout"
 /* 1 when key is one of TR_CONFIG_OVERRIDE_KEYS. */
 int tr_config_override_key(const char *key);
+/* For an unknown key's message: a "did you mean" hint when key is near one of words
+ * (tr_text_nearest), else one that names the section key belongs in when it is a [run] or
+ * [train] key ("; learning_rate is a [train] key"); "" when neither. Returns buf. */
+const char *tr_config_key_hint(const char *key, const char *section, const char *const *words, int n, char *buf,
+                               size_t cap);
 /* tr_config_load, then each override over the file's [run] (in order; the last of a key
  * wins). An override of backends also sets backends_from, and the file's [backend.NAME]
  * sections for backends the new list lacks are left unused rather than refused. */

@@ -27,6 +27,11 @@ void tr_text_printable(char *s);
  * "1.5e-07", not "2e-07"): up to 17 significant digits. Returns buf. */
 const char *tr_tol_str(double v, char *buf, size_t cap);
 
+/* The word of words[0..n) nearest to w, for a message's "did you mean": at most one edit
+ * (an insertion, a deletion, a change, or two neighbours swapped) per three letters of w,
+ * and at least one; NULL when none is that near. Case-insensitive. */
+const char *tr_text_nearest(const char *w, const char *const *words, int n);
+
 #ifdef __cplusplus
 }
 #endif
