@@ -230,6 +230,9 @@ static void test_hf_config(void **state) {
         {"{\"is_decoder\": true}", "is_decoder", 0, 0},
         {"{\"hidden_size\": 4294967296}", "hidden_size", 0, 0},
         {"{\"id2label\": {}}", "id2label", 0, 0},
+        /* num_labels against an id2label of another length: num_labels, as transformers */
+        {"{\"num_labels\": 5, \"id2label\": {\"0\": \"a\", \"1\": \"b\", \"2\": \"c\"}}", NULL, 5, 0},
+        {"{\"num_labels\": 3, \"id2label\": {\"0\": \"a\", \"1\": \"b\", \"2\": \"c\"}}", NULL, 3, 0},
     };
     char path[512];
     snprintf(path, sizeof path, "%s/bert_hf_case_%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());

@@ -6,6 +6,7 @@
  * attention mask from a 1-keep/0-pad mask, pooler (token 0, dense, tanh), classifier.
  * Dropout is absent: predict is inference.
  */
+#include <stdio.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -533,6 +534,12 @@ static int bert_read_hf_config(void *config, const char *path, struct tr_error *
     if (!rc && labels && !cJSON_IsNull(labels)) {
         if (!cJSON_IsObject(labels) || cJSON_GetArraySize(labels) < 1)
             rc = tr_error_set(err, TR_ERR_INVALID, "'%s': \"id2label\" is not an object of at least one label", path);
+        else if (cJSON_IsNumber(n_labels) && n_labels->valuedouble != cJSON_GetArraySize(labels))
+            /* transformers: "num_labels=5 which is incompatible to the id2label map of length 3", and
+             * num_labels wins (its id2label made anew, LABEL_0 ..) */
+            fprintf(stderr, "trident: note: '%s': \"num_labels\" = %g and an \"id2label\" of %d labels: %g "
+                    "labels, as transformers takes them\n", path, n_labels->valuedouble, cJSON_GetArraySize(labels),
+                    n_labels->valuedouble);
         else c->num_labels = cJSON_GetArraySize(labels);
     }
     cJSON_Delete(root);
