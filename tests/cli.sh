@@ -324,6 +324,10 @@ ini jaxmodes.ini $'[run]\nmodel = bert\nbackends = jax, jax:unfused\nsteps = 1\n
 expect "jax and jax:unfused side by side" 0 'all backends ran and agree' -- "$bin" run "$tmp/jaxmodes.ini" --json "$tmp/jm.json"
 if grep -q '^jax:unfused: .* 0 gemm epilogues' "$tmp/out" && grep -Eq '"mode":[[:space:]]*"unfused"' "$tmp/jm.json" &&
    grep -Eq '"mode":[[:space:]]*"fused"' "$tmp/jm.json"; then ok "... each row its mode"; else bad "... each row its mode"; fi
+# one backend in one mode under two spellings: said, the run goes on
+ini samerows.ini $'[run]\nmodel = bert\nbackends = torch:eager, torch, tf\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 4'
+expect "torch:eager and torch: the second row is said to time the same thing" 0 \
+  "note: 'torch:eager' and 'torch' ran one backend .* in one mode \(eager\)" -- "$bin" run "$tmp/samerows.ini"
 ini jaxconflict.ini $'[run]\nmodel = bert\nbackends = jax:fused\nsteps = 1\nwarmup = 1\nbatch = 1\nseq_len = 4\n[backend.jax]\nfuse = false'
 expect "jax:fused under [backend.jax] fuse = false is refused" 1 'asks for mode fused, and \[backend.jax\] fuse = false' -- \
   "$bin" run "$tmp/jaxconflict.ini"

@@ -926,6 +926,7 @@ static int bench_run(const struct tr_config *cfg, const struct tr_model_desc *co
     }
     const struct tr_bench_row *bad;
     rc = tr_bench_verdict(rep, failures, disagreements, &bad, err);
+    tr_bench_note_same_rows(rep, stderr);
     if (bad)
         rc = tr_error_set(err, TR_ERR_NUMERIC,
                           "%d of %d backends disagree with '%s'; '%s' differs by %.2e in output '%s' "

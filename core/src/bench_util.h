@@ -4,6 +4,7 @@
 #ifndef TRIDENT_BENCH_UTIL_H
 #define TRIDENT_BENCH_UTIL_H
 
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "trident/bench.h"
@@ -64,6 +65,10 @@ int tr_bench_interrupted_verdict(const struct tr_bench_report *rep, char *buf, s
  * agree with the reference row (one that disagrees computed something else, however
  * fast); of the rows that ran when none agrees; 0 when none ran. */
 double tr_bench_best_mean(const struct tr_bench_report *rep);
+/* Rows that ran the same plugin in the same mode (`torch` and `torch:eager`, `tf` and
+ * `tf:graph`: entries spelled apart, one backend) said on f, once per pair: the second
+ * times the same thing again. */
+void tr_bench_note_same_rows(const struct tr_bench_report *rep, FILE *f);
 
 /* The verdict once every row ran: sets rep->all_ok (false too where a row was interrupted
  * before it ran, which is no failure); with failures, the first one's error

@@ -416,6 +416,7 @@ int tr_generate_bench(const struct tr_config *cfg, struct tr_task_graph *tg, con
     }
     const struct tr_bench_row *bad;
     rc = tr_bench_verdict(rep, failures, disagreements, &bad, err);
+    tr_bench_note_same_rows(rep, stderr);
     const char *ref_label = tr_bench_reference_label(rep);
     if (bad && !bad->tokens_agree && !bad->tokens_tie && sampled) {
         const int64_t at = bad->mismatch_sample * NEW + bad->mismatch_step;
