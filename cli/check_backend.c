@@ -180,7 +180,7 @@ static void row(struct cb_run *r, const char *verdict, const char *what, const c
     fflush(stdout); /* the rows so far survive a backend that kills its process */
     if (!strcmp(verdict, "PASS")) r->pass++;
     else if (!strcmp(verdict, "FAIL")) r->fail++;
-    else r->skip++;
+    else if (strcmp(verdict, "NOTE") != 0) r->skip++;
 }
 
 /* ---- inputs ---- */
@@ -593,6 +593,17 @@ static int check_run(void *arg, int cmd) {
     row(&r, "PASS", "loads (the loader's checks)", tr_plugin_path(p));
     check_exports(&r, tr_plugin_path(p));
     check_abi(&r, it);
+    /* `backends = NAME` finds the file by NAME; rows and messages say the vtable's */
+    const char *file = strrchr(tr_plugin_path(p), '/') ? strrchr(tr_plugin_path(p), '/') + 1 : tr_plugin_path(p);
+    const size_t pre = strncmp(file, "libtrident_backend_", 19) ? 0 : 19, stem = strlen(file + pre) - 3;
+    if (strlen(file) > pre + 3 && !strcmp(file + strlen(file) - 3, ".so") &&
+        (strlen(it->name) != stem || strncmp(file + pre, it->name, stem) != 0)) {
+        char d[320];
+        snprintf(d, sizeof d, "the file says '%.*s', the vtable '%s': `backends = %.*s` runs it and its rows say '%s' "
+                 "(docs/writing-a-backend.md gives the two one name)", (int)stem, file + pre, it->name, (int)stem,
+                 file + pre, it->name);
+        row(&r, "NOTE", "the vtable's name is the file's", d);
+    }
 
     struct tr_option opts[TR_CONFIG_MAX_KV + 1];
     int n_opts = tr_config_backend_options(&cfg, &spec, opts, TR_CONFIG_MAX_KV + 1);

@@ -469,6 +469,11 @@ expect "check-backend fails a wrong backend" 1 'FAIL +f32 +matmul.*rel err 1.0e-
 expect "check-backend passes an f32-only backend" 0 'the backend conforms' -- \
   "$bin" check-backend "$(dirname "$wrong")/libtrident_backend_good.so"
 check "check-backend skips a cast to a dtype the caps leave out" 'SKIP +f32 +cast to bf16 +casts to a dtype'
+# a file named other than its vtable: said, not failed
+cp "$(dirname "$wrong")/libtrident_backend_good.so" "$tmp/libtrident_backend_other.so"
+expect "check-backend notes a vtable named other than its file" 0 \
+  "NOTE +the vtable's name is the file's +the file says 'other', the vtable 'good'" -- \
+  "$bin" check-backend "$tmp/libtrident_backend_other.so"
 # A 1.0 plugin that declares training: fit would be refused (no graph updates before 1.1).
 expect "check-backend fails a 1.0 plugin that declares training" 1 \
   'FAIL +training needs ABI 1.1 +declares TR_CAP_TRAINING but speaks ABI 1.0' -- \
