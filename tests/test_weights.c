@@ -496,6 +496,32 @@ static void test_load_directory(void **state) {
         tr_graph_free(g);
         remove(index);
     }
+    { /* an index read as from_pretrained reads it: a .safetensors it does not name (left
+       * from an earlier save: here one more layer.norm.weight, which would be "in both")
+       * is left out; NAME.safetensors beside its index is read instead of the shards */
+        char index[900], stale[900], single[900];
+        snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+        snprintf(stale, sizeof stale, "%s/model-00001-of-00009.safetensors", dir);
+        snprintf(single, sizeof single, "%s/model.safetensors", dir);
+        FILE *ix = fopen(index, "w");
+        assert_non_null(ix);
+        fputs("{\"metadata\": {}, \"weight_map\": {\"layer.dense.weight\": \"a.safetensors\", \"layer.dense.bias\": "
+              "\"a.safetensors\"}}", ix);
+        fclose(ix);
+        write_one(stale, 2, 92);
+        g = make_graph(fwd, TR_DTYPE_F32);
+        assert_int_equal(tr_weights_load(g, dir, &w, &e), TR_OK);
+        tr_weights_free(w);
+        tr_graph_free(g);
+        remove(stale);
+        write_one(single, 0, 93); /* the weight alone: the shard a.safetensors is not read, its bias with it */
+        g = make_graph(fwd, TR_DTYPE_F32);
+        assert_int_equal(tr_weights_load(g, dir, &w, &e), TR_ERR_NOT_FOUND);
+        tr_assert_msg_has(&e, "no tensor 'layer.dense.bias'");
+        tr_graph_free(g);
+        remove(single);
+        remove(index);
+    }
     write_one(p[2], 2, 91); /* layer.norm.weight in two files */
     g = make_graph(fwd, TR_DTYPE_F32);
     assert_int_equal(tr_weights_load(g, dir, &w, &e), TR_ERR_INVALID);

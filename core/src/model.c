@@ -14,6 +14,7 @@
 #include "trident/parse.h"
 #include "trident/model.h"
 #include "trident/safetensors.h"
+#include "shard_index.h"
 
 static const char *const task_names[TR_TASK_COUNT] = {"predict", "fit", "generate"};
 
@@ -498,7 +499,9 @@ static int find_tensor(const char *path, const char *name, struct tr_safetensors
     if (S_ISREG(sb.st_mode)) {
         const size_t n = strlen(path);
         struct tr_error e = {0};
-        if (n < 12 || strcmp(path + n - 12, ".safetensors") || tr_safetensors_open(path, st, &e)) return 0;
+        if (n < 12 || strcmp(path + n - 12, ".safetensors") || tr_shard_index_skips(path, NULL, 0) ||
+            tr_safetensors_open(path, st, &e))
+            return 0;
         if (tr_safetensors_find(*st, name) >= 0 && tr_safetensors_get_bytes(*st, name, dt, nd, shape, data, &e) == TR_OK)
             return 1;
         tr_safetensors_close(*st);

@@ -12,6 +12,7 @@
 #include "trident/safetensors.h"
 #include "trident/weights.h"
 #include "ini_text.h"
+#include "shard_index.h"
 
 struct tr_weights {
     int n;
@@ -644,6 +645,23 @@ static int check_shard_index(const char *dir, struct tr_error *err) {
     return rc;
 }
 
+/* The files a sharded checkpoint's index leaves out of its directory (shard_index.h),
+ * dropped from f, each said. */
+static void index_shards(struct files *f) {
+    int kept = 0, said = 0;
+    for (int i = 0; i < f->n; i++) {
+        char why[TR_WEIGHTS_PATH_MAX + 512];
+        if (tr_shard_index_skips(f->path[i], why, sizeof why)) {
+            if (said++ < 3) fprintf(stderr, "trident: note: weights: %s\n", why);
+            continue;
+        }
+        if (kept != i) memcpy(f->path[kept], f->path[i], sizeof f->path[i]);
+        kept++;
+    }
+    if (said > 3) fprintf(stderr, "trident: note: weights: and %d more files left out so\n", said - 3);
+    f->n = kept;
+}
+
 /* Drops from f the files that are one of skip's (by inode): a run's batch or outputs kept
  * beside its weights are not weights. */
 static void drop_skipped(struct files *f, const char *const *skip, int n_skip) {
@@ -668,6 +686,7 @@ static int open_files(const char *path, const struct tr_weights_load_opts *o, st
         if (!rc) rc = collect(path, 0, f, err);
         if (rc) return rc;
         if (o) drop_skipped(f, o->skip, (int)(sizeof o->skip / sizeof o->skip[0]));
+        index_shards(f);
         if (f->n == 0) return no_safetensors(path, err);
         qsort(f->path, (size_t)f->n, sizeof f->path[0], by_path);
         f->dir_len = strlen(path) + 1;
