@@ -937,6 +937,17 @@ if grep -q 'interrupted (Ctrl-C): 1 of 2 backends took timed steps' "$tmp/out" &
    [ "$(grep -c '"plugin":[[:space:]]*".*libtrident_backend_[a-z]*\.so"' "$tmp/sint1.json")" = 2 ]; then
   ok "... 1 of 2 ran, and the one that never started keeps its plugin's file"
 else bad "... 1 of 2 ran, and the one that never started keeps its plugin's file"; fi
+# The parent killed (SIGTERM, not the group) amid a long generate: its backend's child
+# process ends with it (it ran on, reparented, until its command was done)
+ini orphan.ini $'[run]\nmodel = gemma\npreset = tiny\ntask = generate\nbackends = torch, tf\nbatch = 1\nsteps = 2\nwarmup = 1\n[generate]\nmax_length = 30000'
+"$bin" run "$tmp/orphan.ini" > "$tmp/out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do pgrep -f "run $tmp/orphan.ini" | grep -qv "^$pid\$" && break; sleep 0.1; done
+sleep 1; kill -TERM $pid; wait $pid 2>/dev/null
+for _ in $(seq 30); do pgrep -f "run $tmp/orphan.ini" > /dev/null || break; sleep 0.1; done
+if pgrep -f "run $tmp/orphan.ini" > /dev/null; then
+  pkill -9 -f "run $tmp/orphan.ini"; bad "the backend's child ends with a killed parent"
+else ok "the backend's child ends with a killed parent"; fi
 # Ctrl-C in the warm-up: it stops there, though an isolated backend's child runs the whole
 # warm-up in one command (it ran all of it, then said "after 100000 warm-up steps")
 ini warm_int.ini "$(sed 's/^warmup = .*/warmup = 1000000/' "$tmp/two.ini")"

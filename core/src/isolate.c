@@ -8,6 +8,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <time.h>
 #include <unistd.h>
 #include "trident/isolate.h"
@@ -95,12 +98,19 @@ int tr_child_spawn(struct tr_child *c, tr_child_fn fn, void *arg, struct tr_erro
         return tr_error_set(err, TR_ERR_INTERNAL, "pipe: %s", strerror(errno));
     }
     fflush(NULL); /* nothing buffered is written twice */
+    const pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         close(to_child[0]), close(to_child[1]), close(to_parent[0]), close(to_parent[1]);
         return tr_error_set(err, TR_ERR_INTERNAL, "fork: %s", strerror(errno));
     }
     if (pid == 0) {
+#ifdef __linux__
+        /* the child ends with its parent: a parent killed (SIGTERM, SIGKILL) amid a long
+         * command (a whole generate) left it running, reparented, until it finished */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(0); /* the parent died before the prctl */
+#endif
         close(to_child[1]), close(to_parent[0]);
         for (int i = 0; i < n_parent_fds; i++) close(parent_fds[i]);
         child_loop(to_child[0], to_parent[1], fn, arg);
