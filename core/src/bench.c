@@ -482,13 +482,14 @@ void tr_bench_reference_set(const struct tr_config *cfg, struct tr_bench_report 
 static double run_tolerance(const struct tr_config *cfg, const struct tr_task_graph *tg, char *why, size_t n) {
     const double tol = tr_bench_tolerance(cfg);
     const struct tr_model_desc *m = tg->model;
-    const int sampler = tg->opts.task == TR_TASK_GENERATE && !m->generate;
+    const int graph_generate = tg->opts.task == TR_TASK_GENERATE && !m->generate;
+    const int sampler = graph_generate && !m->generate_one_pass;
     const int own = cfg->dtype == TR_DTYPE_BF16 && m->bf16_tolerance > tol && m->bf16_why;
     if (cfg->tolerance > 0) snprintf(why, n, "[run] tolerance");
     else if (sampler && tol > 1e-4 && tol < 1e-1 && !(own && m->bf16_tolerance > 1e-1)) {
         snprintf(why, n, "%s over a sampler's denoising steps", tr_config_math_name(cfg));
         return 1e-1;
-    } else if ((tg->opts.task == TR_TASK_PREDICT || sampler) && own) { /* a one-graph generate: the larger */
+    } else if ((tg->opts.task == TR_TASK_PREDICT || graph_generate) && own) { /* a one-graph generate: the larger */
         snprintf(why, n, "bf16 through %s", m->bf16_why);
         return m->bf16_tolerance;
     } else snprintf(why, n, "the %s tolerance", tr_config_math_name(cfg));

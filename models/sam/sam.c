@@ -953,4 +953,5 @@ const struct tr_model_desc tr_model_sam = {
      * the worst */
     .bf16_tolerance = 2e-1,
     .bf16_why = "SAM's masks (transformers': up to 1.2e-1 off f64)",
+    .generate_one_pass = 1, /* its generate is predict's pass on a photo */
 };

@@ -116,6 +116,10 @@ struct tr_model_desc {
      * the dtype's; a sampler's generate its own (1e-1). */
     double bf16_tolerance;
     const char *bf16_why;
+    /* Optional: 1 when the one-graph generate is one forward pass (SAM's masks brought to
+     * the photo), not a sampler's trajectory of N passes: it is held to predict's
+     * tolerance, not a sampler's 1e-1. */
+    int generate_one_pass;
     /* Optional: each lora_targets name as "NAME=PATH", PATH the Linear's module path in a
      * layer as the checkpoint names it ("intermediate=intermediate.dense"), NULL-ended:
      * peft's adapter_config.json target_modules are matched against PATH as peft matches
