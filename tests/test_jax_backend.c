@@ -541,6 +541,7 @@ static void test_unfused(void **state) {
     struct tr_error err = {0};
     assert_int_equal(tr_jax_iface.get_stats(ctx, p, &st, &err), TR_OK);
     assert_string_equal(st.mode, "unfused");
+    if (!strstr(st.notes, "6 kernels of one op each (unfused) generated")) fail_msg("unfused notes: %s", st.notes);
     free_tensors(o, 2);
     tr_jax_program_free(p);
     small_free(&s);

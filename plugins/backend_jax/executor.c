@@ -687,19 +687,20 @@ int tr_jax_execute(struct tr_jax_program *p, int n_inputs, const struct tr_tenso
 }
 
 void tr_jax_program_stats(const struct tr_jax_program *p, struct tr_backend_stats *st) {
-    char arena[32], weights[32], kernels[96];
+    char arena[32], weights[32], kernels[128];
     st->kernel_calls = p->kernel_calls;
     st->arena_bytes = (uint64_t)p->arena_bytes;
     st->peak_bytes = p->weight_bytes + (uint64_t)p->arena_bytes;
-    if (p->fusion.n_clusters == 0) snprintf(kernels, sizeof kernels, "no fused kernels");
+    /* unfused (jax:unfused, fuse = false), each generated kernel is one op */
+    const char *what = jax_ctx_fuses(p->ctx) ? "fused kernels" : "kernels of one op each (unfused)";
+    if (p->fusion.n_clusters == 0) snprintf(kernels, sizeof kernels, "no generated kernels");
     else if (p->cuda)
-        snprintf(kernels, sizeof kernels, "%d fused kernels generated as %d CUDA functions (sm_%d, %s), nvrtc %.0f ms",
-                 p->fusion.n_clusters, p->fusion.n_functions, p->sm, p->cubin.cache_hit ? "cache hit" : "compiled",
+        snprintf(kernels, sizeof kernels, "%d %s generated as %d CUDA functions (sm_%d, %s), nvrtc %.0f ms",
+                 p->fusion.n_clusters, what, p->fusion.n_functions, p->sm, p->cubin.cache_hit ? "cache hit" : "compiled",
                  p->cubin.nvrtc_ms);
     else
-        snprintf(kernels, sizeof kernels, "%d fused kernels generated as %d functions (%s), cc %.0f ms",
-                 p->fusion.n_clusters, p->fusion.n_functions, p->build.cache_hit ? "cache hit" : "compiled",
-                 p->build.cc_ms);
+        snprintf(kernels, sizeof kernels, "%d %s generated as %d functions (%s), cc %.0f ms", p->fusion.n_clusters,
+                 what, p->fusion.n_functions, p->build.cache_hit ? "cache hit" : "compiled", p->build.cc_ms);
     snprintf(st->notes, sizeof st->notes,
              "passes: cse %d, dce %d, folded %d, simplified %d; %d gemm epilogues; %s; compile %.0f ms; "
              "%d library calls; arena %s, verified; weights %s %s",
