@@ -174,7 +174,10 @@ static void print_differences(const cJSON *a, const cJSON *b) {
     static const char *const keys[] = {"model",     "preset",  "task",      "device",         "dtype",
                                        "math",      "batch",   "seq_len",   "cpu.model",      "cpu.isa",
                                        "gpu",       "threads", "omp_wait",  "ranks",          "weights",
-                                       "seed",      "schedule", "isolation"};
+                                       "seed",      "schedule", "isolation",
+                                       /* the same names, other work: a [model] override, another
+                                          number of denoising steps */
+                                       "param_count", "flops_per_step"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         const cJSON *x = item_at(a, keys[i]), *y = item_at(b, keys[i]);
         if (!x && !y) continue; /* neither has it: an older report, or no GPU */

@@ -1239,6 +1239,9 @@ sed -e 's/"threads":[[:space:]]*[0-9]*/"threads": 77/' -e 's/"seed":[[:space:]]*
 expect "report: runs of other threads and seeds say so above the table" 0 \
   'note: A and B differ in threads: [0-9]+ vs 77' -- "$bin" report "$tmp/a.json" "$tmp/b.json"
 check "report: ... and in the seed" 'note: A and B differ in seed: [0-9]+ vs 99'
+sed -e 's/"flops_per_step":[[:space:]]*[0-9.e+]*/"flops_per_step": 12345/' "$tmp/a.json" > "$tmp/c.json"
+expect "report: runs of other work (flops per step) say so" 0 'note: A and B differ in flops_per_step: [0-9.e+]+ vs 12345' \
+  -- "$bin" report "$tmp/a.json" "$tmp/c.json"
 expect "report: one argument is a usage error" 2 'usage' -- "$bin" report "$tmp/a.json"
 expect "report: a missing file" 1 'nofile.json' -- "$bin" report "$tmp/a.json" "$tmp/nofile.json"
 expect "--log-scale needs --report" 2 'with --report DIR' -- "$bin" run "$tmp/two.ini" --log-scale
