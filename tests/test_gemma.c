@@ -63,7 +63,9 @@ static void test_hf_config_errors(void **state) {
                /* GemmaConfig's switch of another attention (bidirectional); a bias is a bool */
                {"{\"model_type\": \"gemma\", \"attention_bias\": 1}", "\"attention_bias\" is not true or false", TR_ERR_FORMAT},
                {"{\"model_type\": \"gemma\", \"use_bidirectional_attention\": true}", "\"use_bidirectional_attention\" = true", TR_ERR_UNSUPPORTED},
-               {"{\"model_type\": \"gemma\", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2}}", "rope_type = linear", TR_ERR_UNSUPPORTED}};
+               {"{\"model_type\": \"gemma\", \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2}}", "rope_type = linear", TR_ERR_UNSUPPORTED},
+               /* transformers 4.x's key, named as the file has it */
+               {"{\"model_type\": \"gemma\", \"rope_scaling\": {\"type\": \"linear\", \"factor\": 2}}", "rope_scaling.type = linear", TR_ERR_UNSUPPORTED}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = read_json(bad[i].json, &c, &e);
         assert_int_equal(rc, bad[i].rc);

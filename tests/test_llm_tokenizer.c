@@ -133,6 +133,15 @@ static void test_refusals(void **state) {
     assert_int_equal(tr_hf_tokenizer_load("/nonexistent", &t, &e), TR_ERR_IO);
     tr_assert_msg_has(&e, "/nonexistent");
     assert_null(t);
+    /* a directory of a slow tokenizer's tokenizer.model alone: which file is read, and how to make it */
+    char spm[512], sdir[512];
+    tr_test_dir_file("spm", NULL, sdir, sizeof sdir);
+    assert_int_equal(mkdir(sdir, 0700), 0);
+    tr_test_dir_file("spm/tokenizer.model", "not read", spm, sizeof spm);
+    assert_int_equal(tr_hf_tokenizer_load(sdir, &t, &e), TR_ERR_IO);
+    tr_assert_msg_has(&e, "holds a SentencePiece tokenizer.model and no tokenizer.json, which is the one trident reads");
+    remove(spm);
+    rmdir(sdir);
 }
 
 /* `trident run` of ini (a [run] + [generate] text): its error, or "" and the report. */

@@ -543,7 +543,7 @@ static void test_load_directory(void **state) {
     tr_assert_msg_has(&e, "subdirectories, only ");
     tr_assert_msg_has(&e, "pytorch_model.bin");
     tr_assert_msg_has(&e, "vae/unet.ckpt");
-    tr_assert_msg_has(&e, "which trident does not read (save_pretrained");
+    tr_assert_msg_has(&e, "which trident does not read (transformers' save_pretrained writes .safetensors");
     for (int i = 0; i < 2; i++) remove(p[i]);
     tr_graph_free(g);
     rmdir(sub);

@@ -290,8 +290,8 @@ int tr_safetensors_open(const char *path, struct tr_safetensors **out, struct tr
     const char *other = hlen > (uint64_t)size - 8 ? other_format(len8, size) : NULL;
     if (other) {
         rc = tr_error_set(err, TR_ERR_FORMAT, "%s: not a safetensors file but %s; trident reads safetensors "
-                          "(save_pretrained(..., safe_serialization=True), or safetensors.torch.save_file of its "
-                          "state dict, converts it)", path, other);
+                          "(transformers' save_pretrained writes it, as does safetensors.torch.save_file of the "
+                          "state dict)", path, other);
         goto done;
     }
     if (hlen > (uint64_t)size - 8) {

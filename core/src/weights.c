@@ -577,8 +577,8 @@ static int no_safetensors(const char *dir, struct tr_error *err) {
         return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: no .safetensors file in '%s' or its immediate "
                             "subdirectories", dir);
     return tr_error_set(err, TR_ERR_NOT_FOUND, "weights: no .safetensors file in '%s' or its immediate subdirectories, only "
-                        "%s%s, which trident does not read (save_pretrained(..., safe_serialization=True), or "
-                        "safetensors.torch.save_file of the state dict, converts them)", dir, found,
+                        "%s%s, which trident does not read (transformers' save_pretrained writes .safetensors, "
+                        "as does safetensors.torch.save_file of the state dict)", dir, found,
                         n > 3 ? " and more" : "");
 }
 

@@ -99,8 +99,8 @@ static int get_rope(const cJSON *root, const char *path, double *theta, struct t
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "rope_type");
         if (!t) t = cJSON_GetObjectItemCaseSensitive(b, "type");
         if (t && !(cJSON_IsString(t) && strcmp(t->valuestring, "default") == 0))
-            return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': %s.rope_type = %s: only the default RoPE is provided",
-                                path, blocks[i], cJSON_IsString(t) ? t->valuestring : "(not a string)");
+            return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': %s.%s = %s: only the default RoPE is provided",
+                                path, blocks[i], t->string, cJSON_IsString(t) ? t->valuestring : "(not a string)");
         if (i == 1 && !t)
             return tr_error_set(err, TR_ERR_UNSUPPORTED, "'%s': rope_scaling is set: only the default RoPE is provided",
                                 path);

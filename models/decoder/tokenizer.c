@@ -400,6 +400,11 @@ int tr_hf_tokenizer_load(const char *path, struct tr_hf_tokenizer **out, struct 
     }
     cJSON *root = NULL;
     int rc = tr_hf_json_load_max(t->path, MAX_TOKENIZER_BYTES, "a tokenizer.json", &root, err);
+    char spm[sizeof t->path + 32];
+    if (rc == TR_ERR_IO && dir && snprintf(spm, sizeof spm, "%s/tokenizer.model", path) < (int)sizeof spm &&
+        stat(spm, &sb) == 0) /* a slow tokenizer's file alone: which one is read, and how to make it */
+        tr_error_prefix(err, "tokenizer: %s holds a SentencePiece tokenizer.model and no tokenizer.json, which is the "
+                        "one trident reads (AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR) writes it)", path);
     if (!rc) rc = read_model(t, root, err);
     if (!rc) rc = read_normalizer(t, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), err);
     if (!rc) rc = read_pre_tokenizer(t, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), err);
