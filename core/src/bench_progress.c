@@ -109,7 +109,7 @@ void tr_progress_done(struct tr_progress *p, const struct tr_bench_row *row, int
         if (row->steps_run < steps)
             snprintf(count, sizeof count, "%lld of %lld steps (interrupted)", (long long)row->steps_run,
                      (long long)steps);
-        else snprintf(count, sizeof count, "%lld steps", (long long)steps);
+        else snprintf(count, sizeof count, "%lld step%s", (long long)steps, steps == 1 ? "" : "s");
         fprintf(stderr, "trident: %s  %s  %s, %.3f ms/step (first %.1f ms)\n", p->what, row->label, count,
                 row->mean_ms, row->first_ms);
     }

@@ -125,8 +125,8 @@ void tr_bench_print(const struct tr_bench_report *rep, FILE *f) {
             rep->flops_per_step / 1e9);
     tr_bench_print_host(rep, f);
     if (rep->gpu[0]) fprintf(f, "gpu %s\n", rep->gpu);
-    fprintf(f, "%lld timed steps after %lld warm-up step%s%s%s; 'first' is init + compile + step 1, left out of the "
-            "rest\n", (long long)rep->steps, (long long)rep->warmup, rep->warmup == 1 ? "" : "s",
+    fprintf(f, "%lld timed step%s after %lld warm-up step%s%s%s; 'first' is init + compile + step 1, left out of the "
+            "rest\n", (long long)rep->steps, rep->steps == 1 ? "" : "s", (long long)rep->warmup, rep->warmup == 1 ? "" : "s",
             rep->schedule[0] ? ", " : "",
             strcmp(rep->schedule, "interleaved") == 0  ? "interleaved (the backends took their steps in turns)"
             : strcmp(rep->schedule, "sequential") == 0 ? "sequential (one backend after another)"

@@ -218,7 +218,8 @@ int tr_report_write_md(const struct tr_bench_report *rep, FILE *f, struct tr_err
                 (long long)ran, (long long)rep->steps, (long long)rep->warmup, ws, tr_report_version(),
                 tr_report_git_commit());
     else
-        fprintf(f, ". %lld timed steps after %lld warm-up step%s; trident %s, commit %s.\n\n", (long long)rep->steps,
+        fprintf(f, ". %lld timed step%s after %lld warm-up step%s; trident %s, commit %s.\n\n", (long long)rep->steps,
+                rep->steps == 1 ? "" : "s",
                 (long long)rep->warmup, ws, tr_report_version(), tr_report_git_commit());
     if (rep->ranks > 1) /* the figures are rank 0's, each on its share of the batch */
         fprintf(f, "Data parallel: %d ranks, batch %lld = %d x %lld; ms/step, memory and GFLOP/s are rank 0's, on "
@@ -456,8 +457,9 @@ int tr_report_write_svg(const struct tr_bench_report *rep, const struct tr_repor
                 SVG_PAD, (long long)rep->batch, (long long)steps_taken(rep), (long long)rep->steps,
                 worst > 0 ? "; the fastest in green" : "");
     else
-        fprintf(f, "<text x=\"%d\" y=\"36\" fill=\"#555555\">batch %lld, %lld timed steps%s</text>\n", SVG_PAD,
-                (long long)rep->batch, (long long)rep->steps, worst > 0 ? "; the fastest in green" : "");
+        fprintf(f, "<text x=\"%d\" y=\"36\" fill=\"#555555\">batch %lld, %lld timed step%s%s</text>\n", SVG_PAD,
+                (long long)rep->batch, (long long)rep->steps, rep->steps == 1 ? "" : "s",
+                worst > 0 ? "; the fastest in green" : "");
 
     /* the grid and the axis's ticks, under the bars */
     fprintf(f, "<g stroke=\"#dddddd\">\n");
