@@ -1021,6 +1021,10 @@ expect "suite: --rows is for suites" 2 'picks rows of a suite' -- "$bin" bench "
 expect "suite: --rows with no name in it is refused, not an empty suite" 1 "--rows ',': no row name or pattern in it" -- \
   "$bin" bench "$tmp/suite.ini" --rows ','
 expect "suite: --outputs is for one run" 2 'is a suite: --outputs' -- "$bin" bench "$tmp/suite.ini" --outputs "$tmp/x.safetensors"
+ini nested.ini $'[suite]\nsteps = 1\n[row.inner]\nconfig = suite.ini'
+expect "suite: a row whose config is a suite is said so" 1 \
+  'nested.ini:4: \[row.inner\] config = suite.ini: a suite \(its \[suite\] section\); .*suites do not nest' -- \
+  "$bin" bench "$tmp/nested.ini"
 ini suite_bad.ini "$(cat "$tmp/suite.ini")
 [row.broken]
 config = s_gen.ini

@@ -247,6 +247,10 @@ int tr_suite_row_config(const struct tr_suite *s, int i, struct tr_config *cfg, 
     int rc = tr_config_load_over(r->config, over, n, cfg, err);
     const size_t len = strlen(s->file);
     if (rc && strncmp(err->msg, s->file, len) == 0 && err->msg[len] == ':') return rc; /* an override's: named */
+    if (rc && strstr(err->msg, "[suite]: unknown section")) /* a suite for a row: said as that */
+        return tr_error_set(err, TR_ERR_INVALID, "%s:%d: [%s] config = %.200s: a suite (its [suite] section); a row's "
+                            "config is a run INI ([run], [model] ...): suites do not nest", s->file, r->config_line,
+                            r->section, r->config_value);
     return rc ? tr_error_prefix(err, "%s:%d: [%s]", s->file, r->line, r->section) : TR_OK;
 }
 
