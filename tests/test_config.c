@@ -547,6 +547,10 @@ static void test_syntax_errors(void **state) {
     memset(text + strlen(text), 'x', 300);
     strcat(text, "\n");
     expect_error("syn6.ini", text, TR_ERR_FORMAT, "syn6.ini:2: line too long");
+    /* a comment that long is read past (its text matters to no one); the lines keep count */
+    char big[700];
+    snprintf(big, sizeof big, "[run]\n; %0300d\n# %0300d\nbatch = x\n", 0, 0);
+    expect_error("syn7.ini", big, TR_ERR_INVALID, "syn7.ini:4: [run] batch = x");
 }
 
 static void test_inline_comments(void **state) {

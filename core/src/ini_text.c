@@ -51,6 +51,12 @@ char *tr_ini_text_read(char *str, int num, void *stream) {
      * long as an LF one */
     const int crlf = len >= 2 && s[len - 1] == '\n' && s[len - 2] == '\r';
     const size_t out = crlf ? len - 1 : len;
+    /* a comment line longer than inih's buffer: its text does not matter (an empty line
+     * keeps the line count) */
+    if ((*s == ';' || *s == '#') && num >= 2 && out > (size_t)num - 2) {
+        str[0] = '\n', str[1] = '\0';
+        return str;
+    }
     /* inih needs room for the line, a '\r' it keeps, and the NUL. */
     if (num < 2 || out > (size_t)num - 2) {
         if (t->too_long) t->too_long(t->user, num - 3);
