@@ -707,11 +707,11 @@ sed -e "s|^weights = ..|weights = $PWD/tests/fixtures|" -e "s|^reference = |refe
   tests/fixtures/reference_sam_photo/check.ini > "$tmp/samphoto.ini"
 printf 'image = %s\n' "$tmp/sammask.png" >> "$tmp/samphoto.ini"
 expect "sam: [generate] image writes the best mask of each image" 0 "wrote $tmp/sammask.png \\(jax's outputs\\)" -- "$bin" run "$tmp/samphoto.ini"
+check "sam: the IoU predictions are printed" '^sample 1: IoU predictions -?[0-9.]+ -?[0-9.]+ -?[0-9.]+; mask [0-2] drawn$'
 # SAM's generate is one pass: held to f16's tolerance, not a sampler's 1e-1
 ini samgen16.ini $'[run]\nmodel = sam\npreset = tiny\ntask = generate\nbackends = torch, tf\ndtype = f16\nbatch = 1\nsteps = 1\nwarmup = 1'
 expect "sam: generate in f16 within f16's tolerance (one pass, no sampler)" 0 \
   'all backends ran and agree \(within 2e-02, the f16 tolerance\)' -- "$bin" run "$tmp/samgen16.ini"
-check "sam: the IoU predictions are printed" '^sample 1: IoU predictions -?[0-9.]+ -?[0-9.]+ -?[0-9.]+; mask [0-2] drawn$'
 rejects samprompt.ini "[run]
 model = sam
 preset = tiny
