@@ -578,6 +578,23 @@ num_attention_heads = 4
 intermediate_size = 48
 max_position_embeddings = 32
 num_labels = 3"
+# a fit's batch (its labels) run by predict: the labels said unread, the run goes on
+d=$PWD/tests/fixtures/reference_bert_regression
+ini predlabels.ini "[run]
+model = bert
+task = predict
+backends = tf
+batch = 3
+seq_len = 9
+steps = 1
+warmup = 1
+weights = $d/model.safetensors
+inputs = $d/batch.safetensors
+[model]
+hf_config = $d/config.json"
+expect "predict over a fit's batch: its labels said unread" 0 "note: \[run\] inputs: 'labels' is read by task = fit" \
+  -- "$bin" run "$tmp/predlabels.ini"
+d=$PWD/tests/fixtures/reference_bert_multilabel
 expect "float [B, C] labels without problem_type: the key to set" 1 \
   "'labels' is f32\[3,3\], the graph's input is i32\[3\] \(float labels .*set \[model\] problem_type = multi_label_classification" \
   -- "$bin" run "$tmp/nomulti.ini"

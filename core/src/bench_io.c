@@ -233,6 +233,17 @@ static void default_positions(struct tr_tensor *pos, const struct tr_tensor *mas
     }
 }
 
+/* The file's tensor `name` holds 0 .. T-1 in every row of its [B, T] (integers): the
+ * positions a model without a position_ids input makes itself (BERT's). */
+static int default_positions_given(const struct tr_safetensors *st, const char *name) {
+    struct tr_tensor t;
+    struct tr_error e = {0};
+    if (tr_safetensors_get(st, name, &t, &e) != TR_OK || t.ndim != 2 || !is_int(t.dtype)) return 0;
+    for (int64_t k = 0; k < tr_tensor_numel(&t); k++)
+        if (tr_tensor_get_f64(&t, k) != (double)(k % t.shape[1])) return 0;
+    return 1;
+}
+
 /* A causal LM's label right after a pad (labels[b][t+1] with attention_mask[b][t] = 0):
  * the pad position predicts it from a row that sees only padding, which transformers
  * computes one way in eager attention, another in sdpa, and trident a third; the loss then
@@ -355,10 +366,22 @@ static int inputs_fill(const struct tr_safetensors *st, const struct tr_graph *g
         const char *name = tr_safetensors_name(st, k);
         int used = 0;
         for (int i = 0; i < n && !used; i++) used = strcmp(tr_node_name(g, tr_graph_input(g, i)), name) == 0;
+        if (!used && !strcmp(name, "labels")) { /* a fit's batch run by predict: what transformers' forward
+                                                     reads only for its loss */
+            fprintf(stderr, "trident: note: [run] inputs: 'labels' is read by task = fit; this task leaves it "
+                    "unread\n");
+            continue;
+        }
+        if (!used && !strcmp(name, "position_ids") && default_positions_given(st, name)) {
+            fprintf(stderr, "trident: note: [run] inputs: 'position_ids' are 0 .. seq_len-1 in every row, the "
+                    "positions the model takes itself: not read\n");
+            continue;
+        }
         if (!used) {
             inputs_list(g, n, want, sizeof want);
-            return tr_error_set(err, TR_ERR_NOT_FOUND, "tensor '%s' is not an input of the graph (its inputs: %s)",
-                                name, want);
+            return tr_error_set(err, TR_ERR_NOT_FOUND, "tensor '%s' is not an input of the graph (its inputs: %s)%s",
+                                name, want, strcmp(name, "position_ids") ? ""
+                                : "; this model takes positions 0 .. seq_len-1 in every row, which these are not");
         }
     }
     return TR_OK;
