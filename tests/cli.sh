@@ -580,18 +580,8 @@ max_position_embeddings = 32
 num_labels = 3"
 # a fit's batch (its labels) run by predict: the labels said unread, the run goes on
 d=$PWD/tests/fixtures/reference_bert_regression
-ini predlabels.ini "[run]
-model = bert
-task = predict
-backends = tf
-batch = 3
-seq_len = 9
-steps = 1
-warmup = 1
-weights = $d/model.safetensors
-inputs = $d/batch.safetensors
-[model]
-hf_config = $d/config.json"
+sed -e 's/^task = .*/task = predict/' -e 's/^backends = .*/backends = tf/' -e '/^reference = /d' -e '/^\[train\]/,$d' \
+  -e "s#^\(weights\|inputs\|hf_config\) = #\1 = $d/#" "$d/check.ini" > "$tmp/predlabels.ini"
 expect "predict over a fit's batch: its labels said unread" 0 "note: \[run\] inputs: 'labels' is read by task = fit" \
   -- "$bin" run "$tmp/predlabels.ini"
 d=$PWD/tests/fixtures/reference_bert_multilabel

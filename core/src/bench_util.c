@@ -88,8 +88,7 @@ void tr_bench_note_same_rows(const struct tr_bench_report *rep, FILE *f) {
     for (int i = 0; i < rep->n_rows; i++)
         for (int j = i + 1; j < rep->n_rows; j++) {
             const struct tr_bench_row *a = &rep->rows[i], *b = &rep->rows[j];
-            if (a->ok && b->ok && a->stats.mode[0] == b->stats.mode[0] && !strcmp(a->stats.mode, b->stats.mode) &&
-                !strcmp(a->plugin_path, b->plugin_path))
+            if (a->ok && b->ok && !strcmp(a->stats.mode, b->stats.mode) && !strcmp(a->plugin_path, b->plugin_path))
                 fprintf(f, "trident: note: '%s' and '%s' ran one backend (%s) in one mode%s%s%s: the second row "
                         "times the same thing again\n", a->label, b->label, a->plugin_path, a->stats.mode[0] ? " (" : "",
                         a->stats.mode, a->stats.mode[0] ? ")" : "");

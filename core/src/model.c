@@ -360,19 +360,7 @@ static void warn_peft_trains(const struct tr_model_desc *m, const struct tr_conf
         if (!peft) continue;
         /* the name, its layer numbers as '*', each pattern once */
         char pattern[256];
-        size_t o2 = 0;
-        for (const char *c = name; *c && o2 + 2 < sizeof pattern;) {
-            if (isdigit((unsigned char)*c) && (c == name || c[-1] == '.')) {
-                const char *d = c;
-                while (isdigit((unsigned char)*d)) d++;
-                if (*d == '.' || !*d) {
-                    pattern[o2++] = '*', c = d;
-                    continue;
-                }
-            }
-            pattern[o2++] = *c++;
-        }
-        pattern[o2] = '\0';
+        tr_text_layer_pattern(name, pattern, sizeof pattern);
         char needle[260], hay[1100];
         snprintf(needle, sizeof needle, ", %s, ", pattern);
         snprintf(hay, sizeof hay, ", %s, ", list);

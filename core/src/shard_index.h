@@ -10,6 +10,12 @@
 #define TRIDENT_SHARD_INDEX_H
 
 #include <stddef.h>
+#include "trident/status.h"
+
+/* dir's indexes against the files there: a shard an index names that is not there is said
+ * by name (a download that stopped short), before a tensor of it is missed (whose message
+ * would invite making it from the seed). */
+int tr_shard_index_check(const char *dir, struct tr_error *err);
 
 /* 1 when a load leaves the .safetensors file out (why: a note, why[0] = 0 when cap is 0),
  * 0 when it reads it: its directory has no index, or an index reads it. */

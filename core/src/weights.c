@@ -73,24 +73,7 @@ const char *tr_weights_unused_name(const struct tr_weights *w, int i) {
     return NULL;
 }
 
-/* name with every all-digit component as "*" (model.layers.*.self_attn.q_proj.bias): the
- * warning names a layer's tensor once for all layers */
 #define TR_NAME_PATTERN_MAX 160
-static void name_pattern(const char *name, char *out, size_t cap) {
-    size_t o = 0;
-    for (const char *c = name; *c && o + 2 < cap;) {
-        size_t len = strcspn(c, ".");
-        const int digits = len > 0 && strspn(c, "0123456789") == len;
-        if (digits) out[o++] = '*';
-        else {
-            if (len > cap - o - 2) len = cap - o - 2;
-            memcpy(out + o, c, len), o += len;
-        }
-        c += len;
-        if (*c == '.') out[o++] = *c++;
-    }
-    out[o] = 0;
-}
 
 /* src cut to its first d dot-separated components and ".*" when it has more */
 static void cut_pattern(const char *src, int d, char *out, size_t cap) {
@@ -148,7 +131,7 @@ int tr_weights_warn_unused(const struct tr_weights *w, FILE *f) {
         }
         int depth = 1, lora = 0, head = 0;
         for (int i = 0; i < u->n; i++) {
-            name_pattern(u->names[i], pat[i], sizeof pat[i]);
+            tr_text_layer_pattern(u->names[i], pat[i], sizeof pat[i]);
             depth = n_components(u->names[i]) > depth ? n_components(u->names[i]) : depth;
             lora |= strstr(u->names[i], "lora_A") || strstr(u->names[i], "lora_B");
             head |= !strcmp(u->names[i], "lm_head.weight");
@@ -162,7 +145,7 @@ int tr_weights_warn_unused(const struct tr_weights *w, FILE *f) {
                 for (int i = 0; i < u->n; i++) {
                     char full[TR_NAME_PATTERN_MAX];
                     if (as_written) snprintf(full, sizeof full, "%s", u->names[i]);
-                    else name_pattern(u->names[i], full, sizeof full);
+                    else tr_text_layer_pattern(u->names[i], full, sizeof full);
                     cut_pattern(full, d, pat[i], sizeof pat[i]);
                 }
                 if (list_patterns(NULL, pat, u->n) <= TR_WEIGHTS_WARN_NAMES || (d == 1 && !as_written)) break;
@@ -608,43 +591,6 @@ static int pipeline_parts(struct files *f, const char *dir, struct tr_error *err
     return TR_OK;
 }
 
-/* A sharded checkpoint's index (DIR/NAME.safetensors.index.json, as save_pretrained writes
- * it) names the shard of each tensor: a shard it names that is not there is said by name,
- * before a tensor of it is missed (whose message would invite making it from the seed). */
-static int check_shard_index(const char *dir, struct tr_error *err) {
-    DIR *d = opendir(dir);
-    if (!d) return TR_OK;
-    int rc = TR_OK;
-    for (struct dirent *e; rc == TR_OK && (e = readdir(d)) != NULL;) {
-        const size_t n = strlen(e->d_name), suf = strlen(".safetensors.index.json");
-        if (n <= suf || strcmp(e->d_name + n - suf, ".safetensors.index.json") != 0) continue;
-        char index[4096], *text = NULL;
-        snprintf(index, sizeof index, "%s/%s", dir, e->d_name);
-        struct tr_error ignored = {0};
-        /* a small text file (tens of KiB for 7B), read as an INI is; unreadable: the shards speak */
-        if (tr_ini_text_load(index, "index", &text, &ignored) != TR_OK) continue;
-        cJSON *root = cJSON_Parse(text);
-        free(text);
-        const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map"), *t;
-        const char *last = "";
-        cJSON_ArrayForEach(t, map) { /* a shard names many tensors in a row: each shard stat'ed once a run of them */
-            if (!cJSON_IsString(t) || strchr(t->valuestring, '/') || !strcmp(t->valuestring, last)) continue;
-            last = t->valuestring;
-            char shard[4096];
-            struct stat sb;
-            snprintf(shard, sizeof shard, "%s/%s", dir, t->valuestring);
-            if (stat(shard, &sb) != 0) {
-                rc = tr_error_set(err, TR_ERR_NOT_FOUND, "weights: %s names the shard %s (of '%s' and others), which is "
-                                  "not in %s: a download that stopped short?", index, t->valuestring, t->string, dir);
-                break;
-            }
-        }
-        cJSON_Delete(root);
-    }
-    closedir(d);
-    return rc;
-}
-
 /* The files a sharded checkpoint's index leaves out of its directory (shard_index.h),
  * dropped from f, each said. */
 static void index_shards(struct files *f) {
@@ -682,7 +628,7 @@ static int open_files(const char *path, const struct tr_weights_load_opts *o, st
     memset(f, 0, sizeof *f);
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        int rc = check_shard_index(path, err);
+        int rc = tr_shard_index_check(path, err);
         if (!rc) rc = collect(path, 0, f, err);
         if (rc) return rc;
         if (o) drop_skipped(f, o->skip, (int)(sizeof o->skip / sizeof o->skip[0]));

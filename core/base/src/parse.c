@@ -73,3 +73,19 @@ const char *tr_text_nearest(const char *w, const char *const *words, int n) {
     }
     return best;
 }
+
+void tr_text_layer_pattern(const char *name, char *out, size_t cap) {
+    size_t o = 0;
+    for (const char *c = name; *c && o + 2 < cap;) {
+        size_t len = strcspn(c, ".");
+        const int digits = len > 0 && strspn(c, "0123456789") == len;
+        if (digits) out[o++] = '*';
+        else {
+            if (len > cap - o - 2) len = cap - o - 2;
+            memcpy(out + o, c, len), o += len;
+        }
+        c += len;
+        if (*c == '.') out[o++] = *c++;
+    }
+    out[o] = 0;
+}

@@ -32,6 +32,11 @@ const char *tr_tol_str(double v, char *buf, size_t cap);
  * and at least one; NULL when none is that near. Case-insensitive. */
 const char *tr_text_nearest(const char *w, const char *const *words, int n);
 
+/* name with every all-digit dot-separated component as "*" (model.layers.*.self_attn.
+ * q_proj.bias), into out (cap bytes, cut there): a message names a layer's tensor once
+ * for all its layers. */
+void tr_text_layer_pattern(const char *name, char *out, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif
